@@ -1,0 +1,110 @@
+// Layout construction helpers and summaries.
+#include "core/layout/layout.h"
+
+#include <algorithm>
+#include <set>
+
+namespace ferry {
+
+int64_t TensorSpec::NumElements() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape) {
+  std::array<int64_t, kMaxDims> strides{};
+  int64_t stride = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+Result<int> Layout::AddTensor(const TensorSpec& spec) {
+  int existing = FindTensor(spec.name);
+  if (existing >= 0) {
+    const TensorSpec& t = tensors[existing];
+    if (t.shape != spec.shape || t.dtype != spec.dtype) {
+      return InvalidArgument("tensor '" + spec.name + "' added twice with different shape or dtype");
+    }
+    return existing;
+  }
+  tensors.push_back(spec);
+  return static_cast<int>(tensors.size()) - 1;
+}
+
+int Layout::FindTensor(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Layout::FindBuffer(int rank, const std::string& name) const {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i].rank == rank && buffers[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Layout::GetOrAddBuffer(int rank, const std::string& name) {
+  int b = FindBuffer(rank, name);
+  if (b >= 0) return b;
+  buffers.push_back({rank, name, 0});
+  return static_cast<int>(buffers.size()) - 1;
+}
+
+int Layout::AppendFragment(int tensor, const Box& box, int rank, const std::string& buffer_name) {
+  int b = GetOrAddBuffer(rank, buffer_name);
+  return PlaceFragment(tensor, box, rank, buffer_name, buffers[b].bytes,
+                       RowMajorStrides(box.Shape()));
+}
+
+int Layout::PlaceFragment(int tensor, const Box& box, int rank, const std::string& buffer_name,
+                          int64_t byte_offset, const std::array<int64_t, kMaxDims>& strides) {
+  int b = GetOrAddBuffer(rank, buffer_name);
+  Fragment f;
+  f.tensor = tensor;
+  f.box = box;
+  f.loc.rank = rank;
+  f.loc.buffer = b;
+  f.loc.byte_offset = byte_offset;
+  f.loc.strides = strides;
+  fragments.push_back(f);
+  auto [offset, length] = FragmentSpan(f);
+  buffers[b].bytes = std::max(buffers[b].bytes, offset + length);
+  return static_cast<int>(fragments.size()) - 1;
+}
+
+std::vector<int> Layout::Ranks() const {
+  std::set<int> ranks;
+  for (const BufferSpec& b : buffers) ranks.insert(b.rank);
+  return {ranks.begin(), ranks.end()};
+}
+
+std::map<int, int64_t> Layout::BytesPerRank() const {
+  std::map<int, int64_t> bytes;
+  for (const BufferSpec& b : buffers) bytes[b.rank] += 0;
+  for (const Fragment& f : fragments) {
+    bytes[f.loc.rank] += f.box.Volume() * DTypeSize(tensors[f.tensor].dtype);
+  }
+  return bytes;
+}
+
+int64_t Layout::LogicalBytes() const {
+  int64_t total = 0;
+  for (const TensorSpec& t : tensors) total += t.NumBytes();
+  return total;
+}
+
+std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f) const {
+  int64_t elem = DTypeSize(tensors[f.tensor].dtype);
+  if (f.box.Empty()) return {f.loc.byte_offset, 0};
+  int64_t last = 0;
+  for (int d = 0; d < f.box.ndim; ++d) last += (f.box.Extent(d) - 1) * f.loc.strides[d];
+  return {f.loc.byte_offset, (last + 1) * elem};
+}
+
+}  // namespace ferry

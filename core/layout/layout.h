@@ -1,0 +1,104 @@
+// The layout model: TensorSpec (a logical tensor), BufferSpec (a memory region on one rank),
+// Location and Fragment (a box of a tensor stored somewhere), and Layout (all fragments of one side
+// of a refit). Replicas, uneven shards, fused buffers, interleaved QKV, FSDP flat shards and padding
+// are all expressed as plain fragments; see docs/layout-format.md.
+//
+// Addressing: element `i` (an index inside fragment.box) of a fragment lives at byte
+//   buffer_base + loc.byte_offset + sum_d (i[d] - box.lo[d]) * loc.strides[d] * DTypeSize(dtype)
+// so byte_offset addresses the box's first element and strides are in elements.
+//
+// Layout is a plain value type: not thread-safe for mutation, safe to share read-only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/base/dtype.h"
+#include "core/base/status.h"
+#include "core/layout/box.h"
+
+namespace ferry {
+
+struct TensorSpec {
+  std::string name;            // canonical (Hugging Face style) name, unique in a layout
+  std::vector<int64_t> shape;  // global shape, 1 to 8 dims
+  DType dtype = DType::kBF16;
+
+  int64_t NumElements() const;
+  int64_t NumBytes() const { return NumElements() * DTypeSize(dtype); }
+};
+
+// A named memory region on one rank (a parameter, a fused parameter, a flat FSDP buffer).
+struct BufferSpec {
+  int rank = 0;
+  std::string name;   // unique per rank
+  int64_t bytes = 0;  // size; at least the end of every fragment placed in it
+};
+
+struct Location {
+  int rank = 0;
+  int buffer = 0;           // index into Layout::buffers; buffers[buffer].rank == rank
+  int64_t byte_offset = 0;  // of the box's first element within the buffer
+  std::array<int64_t, kMaxDims> strides{};  // element strides, one per box dim, all > 0
+};
+
+struct Fragment {
+  int tensor = 0;  // index into Layout::tensors
+  Box box;         // region of the logical tensor
+  Location loc;
+
+  int64_t NumElements() const { return box.Volume(); }
+};
+
+// A region of a tensor that no fragment needs to cover (vocab padding, for example).
+struct PaddingRegion {
+  int tensor = 0;
+  Box box;
+};
+
+// Row-major element strides for a box of this shape.
+std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape);
+
+class Layout {
+ public:
+  std::vector<TensorSpec> tensors;
+  std::vector<BufferSpec> buffers;
+  std::vector<Fragment> fragments;
+  std::vector<PaddingRegion> padding;
+
+  // Adds a tensor; fails if the name exists with another shape or dtype, returns the existing
+  // index if it exists with the same ones.
+  Result<int> AddTensor(const TensorSpec& spec);
+  // Index of the tensor with this name, or -1.
+  int FindTensor(const std::string& name) const;
+  // Index of the buffer (rank, name), created empty if new.
+  int GetOrAddBuffer(int rank, const std::string& name);
+  // Index of the buffer (rank, name), or -1.
+  int FindBuffer(int rank, const std::string& name) const;
+
+  // Places `box` of `tensor` at the end of buffer (rank, buffer_name), contiguous row-major, and
+  // grows the buffer. Returns the fragment index.
+  int AppendFragment(int tensor, const Box& box, int rank, const std::string& buffer_name);
+  // Places `box` of `tensor` at an explicit byte offset with explicit element strides in buffer
+  // (rank, buffer_name); grows the buffer to cover the fragment's last byte. Returns its index.
+  int PlaceFragment(int tensor, const Box& box, int rank, const std::string& buffer_name,
+                    int64_t byte_offset, const std::array<int64_t, kMaxDims>& strides);
+
+  // Declares a region of `tensor` that needs no fragment.
+  void AddPadding(int tensor, const Box& box) { padding.push_back({tensor, box}); }
+
+  // Sorted distinct ranks that hold at least one buffer.
+  std::vector<int> Ranks() const;
+  // Bytes of fragment data held per rank (replicas counted on each rank).
+  std::map<int, int64_t> BytesPerRank() const;
+  // Total bytes of all logical tensors (each counted once).
+  int64_t LogicalBytes() const;
+
+  // Byte span [first, last] touched by a fragment inside its buffer, as (offset, length).
+  std::pair<int64_t, int64_t> FragmentSpan(const Fragment& f) const;
+};
+
+}  // namespace ferry

@@ -1,0 +1,74 @@
+// TransferPlan basics: names, region geometry, op and slot bookkeeping.
+#include "core/plan/plan.h"
+
+namespace ferry {
+
+std::string_view OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kCopy: return "copy";
+    case OpKind::kPack: return "pack";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kUnpack: return "unpack";
+    case OpKind::kConvert: return "convert";
+    case OpKind::kForward: return "forward";
+  }
+  return "unknown";
+}
+
+std::string_view SpaceName(Space space) {
+  switch (space) {
+    case Space::kSource: return "source";
+    case Space::kDestination: return "destination";
+    case Space::kStaging: return "staging";
+  }
+  return "unknown";
+}
+
+int64_t Region::NumElements() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return n;
+}
+
+bool Region::IsContiguous() const {
+  int64_t expected = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
+  Region r;
+  r.space = space;
+  r.buffer = buffer;
+  r.offset = offset;
+  r.dtype = DType::kUInt8;
+  r.ndim = 1;
+  r.shape[0] = bytes;
+  r.strides[0] = 1;
+  return r;
+}
+
+int TransferPlan::AddOp(Op op) {
+  op.id = static_cast<int>(ops.size());
+  ops.push_back(std::move(op));
+  return ops.back().id;
+}
+
+int TransferPlan::AddSlot(int rank, int64_t bytes) {
+  slots.push_back({rank, bytes});
+  return static_cast<int>(slots.size()) - 1;
+}
+
+std::vector<int> TransferPlan::OpsOfRank(int rank) const {
+  std::vector<int> ids;
+  for (const Op& op : ops) {
+    if (op.rank == rank) ids.push_back(op.id);
+  }
+  return ids;
+}
+
+}  // namespace ferry
