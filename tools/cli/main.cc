@@ -1,0 +1,13 @@
+// Entry point of the `ferry` CLI binary: registers every subcommand and runs the chosen one.
+#include <CLI/CLI.hpp>
+
+#include "tools/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ferry: move sharded tensors between GPU groups laid out differently"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  ferry::cli::AddLayoutCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
