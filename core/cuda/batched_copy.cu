@@ -184,4 +184,10 @@ Status CopyToHost(void* dst, const void* src, int64_t bytes) {
   return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
 }
 
+Status CopyDeviceToDeviceAsync(void* dst, const void* src, int64_t bytes, void* stream) {
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                    static_cast<cudaStream_t>(stream)),
+                    "cudaMemcpyAsync D2D");
+}
+
 }  // namespace ferry::cuda

@@ -47,5 +47,7 @@ Result<void*> DeviceAlloc(int64_t bytes);
 Status DeviceFree(void* ptr);
 Status CopyToDevice(void* dst, const void* src, int64_t bytes);
 Status CopyToHost(void* dst, const void* src, int64_t bytes);
+// cudaMemcpyAsync device-to-device on `stream`: the reference the copy kernel is measured against.
+Status CopyDeviceToDeviceAsync(void* dst, const void* src, int64_t bytes, void* stream);
 
 }  // namespace ferry::cuda
