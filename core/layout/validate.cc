@@ -1,27 +1,27 @@
 // Layout validation: structure, bounds, strides, buffers, ranks, memory overlap and coverage.
 //
 // Memory overlap. Fragments are compared only within one buffer (distinct buffers are distinct
-// allocations). Fragments are sorted by byte span and swept, so only pairs whose spans [first, last]
-// overlap are examined; each such pair is then decided as follows:
+// allocations). Fragments are sorted by byte span and swept, so only pairs whose spans [first,
+// last] overlap are examined; each such pair is then decided as follows:
 //  * EXACT when the byte strides of both fragments (each dim's stride times the element size, plus
 //    the byte itself as a dim of stride 1) form a divisibility chain t0 > t1 > ... > 1 with
 //    t[i] % t[i+1] == 0, and each fragment fits that chain without wrapping. Then every byte
 //    offset has one mixed-radix representation in the chain, each fragment is exactly a box in
 //    those "virtual" coordinates, and the fragments share a byte iff their virtual boxes intersect.
 //    This covers the common cases: row- or column-major sub-blocks of one array (column strips of a
-//    row-major buffer, pieces of a fused concat along any dim, Megatron's interleaved QKV, FSDP flat
-//    shards), including pieces of different dtypes when the sizes divide.
+//    row-major buffer, pieces of a fused concat along any dim, Megatron's interleaved QKV, FSDP
+//    flat shards), including pieces of different dtypes when the sizes divide.
 //  * CONSERVATIVE otherwise: overlapping spans are reported as overlapping. Such a layout may in
 //    truth interleave without sharing a byte; the message says that the check was conservative.
 // A single fragment that maps two of its own elements to one byte is rejected by the same rule
 // (exact for chain strides; otherwise it must satisfy the sufficient condition that each stride
 // exceeds the reach of all smaller ones).
 //
-// Coverage. For each tensor the distinct fragment boxes (replicas collapse) and the padding boxes are
-// swept dim by dim: the breakpoints along a dim cut it into slabs in which the set of boxes that span
-// the slab is constant; a slab with no box is a hole, otherwise the slab is checked recursively in
-// the remaining dims (skipped when its set equals the previous, already-covered slab's). The cost
-// is about O(n log n) for shard, replica and FSDP patterns; never per element.
+// Coverage. For each tensor the distinct fragment boxes (replicas collapse) and the padding boxes
+// are swept dim by dim: the breakpoints along a dim cut it into slabs in which the set of boxes
+// that span the slab is constant; a slab with no box is a hole, otherwise the slab is checked
+// recursively in the remaining dims (skipped when its set equals the previous, already-covered
+// slab's). The cost is about O(n log n) for shard, replica and FSDP patterns; never per element.
 #include "core/layout/validate.h"
 
 #include <algorithm>
@@ -64,8 +64,8 @@ std::string TensorName(const Layout& l, int t) {
 
 std::string Describe(const Layout& l, size_t index) {
   const Fragment& f = l.fragments[index];
-  std::string s = "fragment " + std::to_string(index) + " (tensor " + TensorName(l, f.tensor) + " " +
-                  f.box.ToString() + " on rank " + std::to_string(f.loc.rank);
+  std::string s = "fragment " + std::to_string(index) + " (tensor " + TensorName(l, f.tensor) +
+                  " " + f.box.ToString() + " on rank " + std::to_string(f.loc.rank);
   if (f.loc.buffer >= 0 && f.loc.buffer < static_cast<int>(l.buffers.size())) {
     s += ", buffer '" + l.buffers[f.loc.buffer].name + "'";
   }
@@ -164,7 +164,8 @@ Status CheckFragment(const Layout& l, size_t i, const ValidateOptions& o) {
                            std::to_string(b.rank) + ", not of its own rank");
   }
   if (f.loc.byte_offset < 0) {
-    return InvalidArgument(what() + " has negative byte offset " + std::to_string(f.loc.byte_offset));
+    return InvalidArgument(what() + " has negative byte offset " +
+                           std::to_string(f.loc.byte_offset));
   }
   auto [offset, length] = l.FragmentSpan(f);
   if (offset + length > b.bytes) {
@@ -292,7 +293,8 @@ PairOverlap FragmentsOverlap(const StridedBytes& a, const StridedBytes& b) {
 Status CheckMemoryOverlap(const Layout& l) {
   std::vector<std::vector<int>> by_buffer(l.buffers.size());
   for (size_t i = 0; i < l.fragments.size(); ++i) {
-    if (!l.fragments[i].box.Empty()) by_buffer[l.fragments[i].loc.buffer].push_back(static_cast<int>(i));
+    if (!l.fragments[i].box.Empty())
+      by_buffer[l.fragments[i].loc.buffer].push_back(static_cast<int>(i));
   }
   for (size_t bi = 0; bi < by_buffer.size(); ++bi) {
     std::vector<int>& frags = by_buffer[bi];
@@ -322,9 +324,9 @@ Status CheckMemoryOverlap(const Layout& l) {
         int second = std::max(spans[i].fragment, spans[j].fragment);
         return InvalidArgument(
             Describe(l, first) + " and " + Describe(l, second) + " overlap in memory on rank " +
-            std::to_string(l.buffers[bi].rank) + " (byte spans [" +
-            std::to_string(spans[i].begin) + ", " + std::to_string(spans[i].end) + ") and [" +
-            std::to_string(spans[j].begin) + ", " + std::to_string(spans[j].end) + ")" +
+            std::to_string(l.buffers[bi].rank) + " (byte spans [" + std::to_string(spans[i].begin) +
+            ", " + std::to_string(spans[i].end) + ") and [" + std::to_string(spans[j].begin) +
+            ", " + std::to_string(spans[j].end) + ")" +
             (o == PairOverlap::kConservative
                  ? "; checked conservatively: their strides do not nest, so overlapping spans "
                    "count as overlap)"
@@ -358,9 +360,9 @@ bool FindHole(const std::vector<Box>& boxes, std::vector<int> idx, int d, Box re
   for (size_t k = 0; k + 1 < xs.size(); ++k) {
     const int64_t x0 = xs[k], x1 = xs[k + 1];
     const size_t before = active.size();
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [&](int i) { return boxes[i].hi[d] <= x0; }),
-                 active.end());
+    active.erase(
+        std::remove_if(active.begin(), active.end(), [&](int i) { return boxes[i].hi[d] <= x0; }),
+        active.end());
     if (active.size() != before) changed = true;
     while (next < idx.size() && boxes[idx[next]].lo[d] <= x0) {
       if (boxes[idx[next]].hi[d] > x0) {
@@ -408,7 +410,8 @@ Status CheckCoverage(const Layout& l) {
       }
       return InvalidArgument("tensor '" + l.tensors[t].name + "' region " + hole.ToString() +
                              " is covered by no fragment and is not declared padding (fragments "
-                             "on ranks " + RankList(ranks) + ")");
+                             "on ranks " +
+                             RankList(ranks) + ")");
     }
   }
   return Status::Ok();

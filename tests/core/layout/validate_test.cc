@@ -21,10 +21,10 @@ void ExpectError(const Status& s, const std::vector<std::string>& parts) {
   }
 }
 
-#define EXPECT_OK(expr)                            \
-  do {                                             \
-    Status s_ = (expr);                            \
-    EXPECT_TRUE(s_.ok()) << s_.ToString();         \
+#define EXPECT_OK(expr)                    \
+  do {                                     \
+    Status s_ = (expr);                    \
+    EXPECT_TRUE(s_.ok()) << s_.ToString(); \
   } while (false)
 
 // w [8, 8] bf16 column-parallel over ranks 0 and 1.
@@ -42,15 +42,14 @@ TEST(ValidateTest, GoodLayoutsFromBuildersPass) {
                            {Replicate(), Shard(1)}));
   EXPECT_OK(AddVocabParallel(l, {"embed", {10, 4}, DType::kBF16}, {0, 1, 2, 3}, 2));
   EXPECT_OK(AddReplicated(l, {"norm", {6}, DType::kFP32}, {0, 1, 2, 3}));
-  EXPECT_OK(AddFsdpFlatSharded(
-      l, {{"f1", {7, 5, 3}, DType::kBF16}, {"f2", {11}, DType::kBF16}}, {0, 1, 2}, "flat", 4));
-  EXPECT_OK(AddMegatronQkvInterleaved(l, {"q", {32, 3}, DType::kBF16},
-                                      {"k", {8, 3}, DType::kBF16}, {"v", {8, 3}, DType::kBF16}, 8,
-                                      2, 4, {0, 1}, "qkv"));
+  EXPECT_OK(AddFsdpFlatSharded(l, {{"f1", {7, 5, 3}, DType::kBF16}, {"f2", {11}, DType::kBF16}},
+                               {0, 1, 2}, "flat", 4));
+  EXPECT_OK(AddMegatronQkvInterleaved(l, {"q", {32, 3}, DType::kBF16}, {"k", {8, 3}, DType::kBF16},
+                                      {"v", {8, 3}, DType::kBF16}, 8, 2, 4, {0, 1}, "qkv"));
   // Fused along dim 1: both pieces interleave row by row in one buffer.
   TensorSpec g{"gate", {4, 6}, DType::kBF16}, u{"up", {4, 6}, DType::kBF16};
-  EXPECT_OK(AddFusedConcat(l, 3, "gate_up", {{g, Box::FromShape(g.shape)}, {u, Box::FromShape(u.shape)}},
-                           1));
+  EXPECT_OK(AddFusedConcat(l, 3, "gate_up",
+                           {{g, Box::FromShape(g.shape)}, {u, Box::FromShape(u.shape)}}, 1));
   EXPECT_OK(ValidateLayout(l));
   ValidateOptions known;
   known.known_ranks = std::set<int>{0, 1, 2, 3};
@@ -99,9 +98,10 @@ TEST(ValidateTest, ContiguousFragmentsOverlapInMemory) {
   int a = *l.AddTensor({"a", {4, 4}, DType::kFP32});
   int b = *l.AddTensor({"b", {4}, DType::kFP32});
   l.PlaceFragment(a, B({0, 0}, {4, 4}), 2, "buf", 0, {4, 1});
-  l.PlaceFragment(b, B({0}, {4}), 2, "buf", 60, {1});  // shares bytes [60, 64) with a's last element
-  ExpectError(ValidateLayout(l), {"'a'", "'b'", "[0:4, 0:4)", "[0:4)", "rank 2", "'buf'",
-                                  "overlap in memory"});
+  l.PlaceFragment(b, B({0}, {4}), 2, "buf", 60,
+                  {1});  // shares bytes [60, 64) with a's last element
+  ExpectError(ValidateLayout(l),
+              {"'a'", "'b'", "[0:4, 0:4)", "[0:4)", "rank 2", "'buf'", "overlap in memory"});
   // Placed right after, they are fine.
   l.fragments[1].loc.byte_offset = 64;
   l.buffers[0].bytes = 80;
@@ -225,8 +225,7 @@ TEST(ValidateTest, LargeLayoutIsFast) {
   ASSERT_EQ(l.fragments.size(), 102400u + 131072u);
   auto start = std::chrono::steady_clock::now();
   EXPECT_OK(ValidateLayout(l));
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 10.0);
   std::cout << "validated " << l.fragments.size() << " fragments in " << seconds << " s\n";
   l.fragments.pop_back();
