@@ -245,6 +245,16 @@ class MegatronWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(
         Vocab(OutputName(), TpGroup(last), kMegatronVocabPad, "output_layer.weight"));
     End(out_, dense);
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    // Each expert: gate and up shards plus a down shard on each of its etp ranks.
+    const int64_t expert_fragments = moe_layers * c_.num_experts * 3 * m_.etp;
+    const int64_t expert_buffers = moe_layers * c_.num_experts * 2 * m_.etp;
+    const size_t replicas = static_cast<size_t>(m_.cp * m_.dp);
+    out_.fragments.reserve((dense.fragments_end - dense.fragments_begin) * replicas +
+                           static_cast<size_t>(expert_fragments * edp_));
+    out_.buffers.reserve((dense.buffers_end - dense.buffers_begin) * replicas +
+                         static_cast<size_t>(expert_buffers * edp_));
     Section experts = Begin(out_);
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
@@ -415,6 +425,15 @@ class VllmWriter : public LayoutWriter {
                                                                           : "model.norm.weight"));
     FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, kVllmVocabPad, "lm_head.weight"));
     End(out_, dense);
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
+    const int64_t expert_fragments = moe_layers * world * (c_.num_experts / v_.ep) * 3;
+    const size_t dense_fragments = dense.fragments_end - dense.fragments_begin;
+    out_.fragments.reserve(out_.fragments.size() + static_cast<size_t>(expert_fragments) +
+                           dense_fragments * static_cast<size_t>(v_.dp - 1));
+    out_.buffers.reserve(out_.buffers.size() + static_cast<size_t>(moe_layers * world * 2) +
+                         (dense.buffers_end - dense.buffers_begin) * static_cast<size_t>(v_.dp - 1));
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
       Status st = Experts(l, "model.layers." + Num(l) + ".");
@@ -549,7 +568,6 @@ class VllmWriter : public LayoutWriter {
     gate_up_strides[1] = w13_strides[2];
     down_strides[0] = w2_strides[1];
     down_strides[1] = w2_strides[2];
-    out_.fragments.reserve(out_.fragments.size() + static_cast<size_t>(world * per_rank * 3));
     for (int64_t m = 0; m < world; ++m) {
       const int rank = first_ + static_cast<int>(m);
       const int64_t ep_rank = m / moe_tp;
@@ -724,7 +742,7 @@ Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSp
                   ? MegatronWriter(preset, resolved.megatron, first_rank, layout).Build()
                   : VllmWriter(preset, resolved.vllm, first_rank, layout).Build();
   if (!st.ok()) return st.WithContext("building " + resolved.ToString() + " layout");
-  return layout;
+  return Result<Layout>(std::move(layout));
 }
 
 Result<RefitLayouts> BuildRefitLayouts(const ModelPreset& preset, const FrameworkSpec& source,
@@ -743,7 +761,7 @@ Result<RefitLayouts> BuildRefitLayouts(const ModelPreset& preset, const Framewor
   FERRY_ASSIGN_OR_RETURN(out.destination,
                          BuildFrameworkLayout(preset, out.destination_spec, out.destination_first_rank));
   out.topology = Topology::Uniform(std::max(m, out.destination_first_rank + n), options.gpus_per_node);
-  return out;
+  return Result<RefitLayouts>(std::move(out));
 }
 
 }  // namespace ferry::models

@@ -3,6 +3,8 @@
 // tensor on both sides.
 #include "tools/models/framework_layouts.h"
 
+#include "core/layout/validate.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,9 +29,13 @@ FrameworkSpec Spec(const std::string& text) {
   return s.value();
 }
 
+// Builds the layout and checks it passes core/layout's ValidateLayout (bounds, buffers, memory
+// overlap, full coverage).
 Layout Build(const ModelPreset& p, const std::string& spec, int first_rank = 0) {
   Result<Layout> l = BuildFrameworkLayout(p, Spec(spec), first_rank);
   EXPECT_TRUE(l.ok()) << l.status().ToString();
+  Status valid = ValidateLayout(*l);
+  EXPECT_TRUE(valid.ok()) << spec << ": " << valid.ToString();
   return std::move(l).value();
 }
 
