@@ -358,6 +358,12 @@ TEST(RefitLayoutsTest, RanksAndTopology) {
   EXPECT_FALSE(BuildRefitLayouts(p, Spec("vllm"), Spec("vllm"), options).ok());
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kCpuBudgetSeconds = 20.0;  // ASan/UBSan builds run several times slower
+#else
+constexpr double kCpuBudgetSeconds = 2.0;
+#endif
+
 // Building the full DeepSeek-V3 and Kimi-K2 layouts at 512-1024 ranks must stay interactive.
 TEST(FrameworkLayoutSpeedTest, DeepseekAndKimiAtScale) {
   for (const char* model : {"deepseek-v3", "kimi-k2"}) {
@@ -376,7 +382,7 @@ TEST(FrameworkLayoutSpeedTest, DeepseekAndKimiAtScale) {
     std::printf("%s: %zu + %zu fragments in %.3f s wall, %.3f s CPU\n", model,
                 r->source.fragments.size(), r->destination.fragments.size(), seconds, cpu_seconds);
     // CPU time, not wall time, so a loaded machine does not fail the test.
-    EXPECT_LT(cpu_seconds, 2.0) << "expected well under 1 s";
+    EXPECT_LT(cpu_seconds, kCpuBudgetSeconds) << "expected well under 1 s";
   }
 }
 
