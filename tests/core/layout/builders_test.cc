@@ -353,6 +353,20 @@ TEST(FusedTest, MegatronQkvTwoGroupsPerRank) {
   EXPECT_TRUE(l2.fragments.empty());
 }
 
+TEST(FusedTest, MegatronQkvBiasIsOneDim) {
+  Layout l;
+  // Bias: q [8], k and v [4]; 4 heads in 2 groups of head_dim 2, tp 2. Rank i: q [4i, 4i+4) at
+  // element 0, k [2i, 2i+2) at element 4, v at element 6 (fp32: bytes 0, 16, 24).
+  TensorSpec q{"qb", {8}, DType::kFP32}, k{"kb", {4}, DType::kFP32}, v{"vb", {4}, DType::kFP32};
+  ASSERT_TRUE(AddMegatronQkvInterleaved(l, q, k, v, 4, 2, 2, {0, 1}, "qkv_bias").ok());
+  ExpectFragments(l, {{"qb", 0, B({0}, {4}), 0, {1}},
+                      {"kb", 0, B({0}, {2}), 16, {1}},
+                      {"vb", 0, B({0}, {2}), 24, {1}},
+                      {"qb", 1, B({4}, {8}), 0, {1}},
+                      {"kb", 1, B({2}, {4}), 16, {1}},
+                      {"vb", 1, B({2}, {4}), 24, {1}}});
+}
+
 TEST(BuilderScaleTest, ManyBuffersStayFast) {
   // 2000 tensors x 64 ranks = 128k fragments and buffers: must not be quadratic.
   Layout l;

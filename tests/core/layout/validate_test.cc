@@ -226,7 +226,7 @@ TEST(ValidateTest, LargeLayoutIsFast) {
   auto start = std::chrono::steady_clock::now();
   EXPECT_OK(ValidateLayout(l));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, 30.0);  // quadratic work would take minutes; the bound allows a loaded machine
   std::cout << "validated " << l.fragments.size() << " fragments in " << seconds << " s\n";
   l.fragments.pop_back();
   ExpectError(ValidateLayout(l), {"'fine'", "region [511:512, 255:256)"});
