@@ -151,7 +151,8 @@ class LibfabricTransport final : public Transport {
   TransportContext context_;
   PeerWatch watch_;
   double grace_seconds_ = 0.2;
-  fi_info* info_ = nullptr;
+  fi_info* info_ = nullptr;    // everything fi_getinfo offered (owned)
+  fi_info* chosen_ = nullptr;  // the entry in use (part of info_)
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_av* av_ = nullptr;
@@ -215,13 +216,30 @@ Status LibfabricTransport::Init() {
                        " offers FI_EP_RDM tagged messages with directed receive (fi_getinfo: " +
                        FiError(rc) + "); `fi_info -t FI_EP_RDM -c FI_TAGGED` lists what does");
   }
-  mr_mode_ = info_->domain_attr->mr_mode;
-  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) {
-    return Unavailable("fi_fabric: " + FiError(rc));
+  // fi_getinfo may list several variants (the shm provider's FI_HMEM one needs GPU libraries that
+  // may be absent): take the first whose fabric and domain open.
+  std::string failures;
+  for (fi_info* candidate = info_; candidate != nullptr; candidate = candidate->next) {
+    if ((rc = fi_fabric(candidate->fabric_attr, &fabric_, nullptr)) != 0) {
+      failures += std::string(failures.empty() ? "" : "; ") + "fi_fabric: " + FiError(rc);
+      fabric_ = nullptr;
+      continue;
+    }
+    if ((rc = fi_domain(fabric_, candidate, &domain_, nullptr)) != 0) {
+      failures += std::string(failures.empty() ? "" : "; ") + "fi_domain: " + FiError(rc);
+      fi_close(&fabric_->fid);
+      fabric_ = nullptr;
+      domain_ = nullptr;
+      continue;
+    }
+    chosen_ = candidate;
+    break;
   }
-  if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) {
-    return Unavailable("fi_domain: " + FiError(rc));
+  if (chosen_ == nullptr) {
+    return Unavailable("libfabric provider '" + provider_ + "' offered endpoints but none opened (" +
+                       failures + ")");
   }
+  mr_mode_ = chosen_->domain_attr->mr_mode;
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   av_attr.count = static_cast<size_t>(std::max(context_.size, 1));
@@ -234,7 +252,7 @@ Status LibfabricTransport::Init() {
   if ((rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr)) != 0) {
     return Unavailable("fi_cq_open: " + FiError(rc));
   }
-  if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) {
+  if ((rc = fi_endpoint(domain_, chosen_, &ep_, nullptr)) != 0) {
     return Unavailable("fi_endpoint: " + FiError(rc));
   }
   if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return Unavailable("fi_ep_bind av: " + FiError(rc));
@@ -252,8 +270,8 @@ TransportCapabilities LibfabricTransport::capabilities() const {
   caps.two_sided = true;
   caps.one_sided = false;
   caps.inter_node = provider_ != "shm";
-  if (info_ != nullptr && info_->ep_attr->max_msg_size < static_cast<size_t>(INT64_MAX)) {
-    caps.max_message_bytes = static_cast<int64_t>(info_->ep_attr->max_msg_size);
+  if (chosen_ != nullptr && chosen_->ep_attr->max_msg_size < static_cast<size_t>(INT64_MAX)) {
+    caps.max_message_bytes = static_cast<int64_t>(chosen_->ep_attr->max_msg_size);
   }
   caps.latency_seconds = 10e-6;
   caps.bandwidth_bytes_per_second = provider_ == "shm" ? 1e9 : 3e8;

@@ -91,7 +91,7 @@ Status PeerWatch::Connect(int peer, const std::string& host, uint16_t port, Dead
   const std::string who = "peer " + std::to_string(peer);
   if (watched_.count(peer) != 0) return FailedPrecondition(who + " is already watched");
   if (peer == rank_) return Status::Ok();  // a process does not outlive itself
-  if (peer > rank_) return AcceptFrom(peer, deadline);
+  if (peer < rank_) return AcceptFrom(peer, deadline);
 
   addrinfo hints{};
   hints.ai_family = AF_INET;

@@ -7,6 +7,7 @@
 // Scenarios skip by capability (one_sided).
 #pragma once
 
+#include <ostream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -15,6 +16,11 @@
 namespace ferry::testing {
 
 class TransportProcessTest : public ::testing::TestWithParam<TransportUnderTest> {};
+
+// Prints the label, not the bytes, in gtest's messages.
+inline void PrintTo(const TransportUnderTest& transport, std::ostream* out) {
+  *out << transport.label;
+}
 
 std::string TransportLabel(const ::testing::TestParamInfo<TransportUnderTest>& info);
 
