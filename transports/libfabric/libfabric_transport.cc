@@ -495,7 +495,8 @@ void LibfabricTransport::ReleaseIfDone(Op* op) {
 
 void LibfabricTransport::ReadCompletions() {
   fi_cq_tagged_entry entries[32];
-  while (true) {
+  // Bounded, so that Poll checks its deadline and abort flag between batches.
+  for (int batch = 0; batch < 16; ++batch) {
     ssize_t n = fi_cq_read(cq_, entries, 32);
     if (n == -FI_EAGAIN) return;
     if (n == -FI_EAVAIL) {

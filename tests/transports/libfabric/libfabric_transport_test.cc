@@ -12,7 +12,11 @@ INSTANTIATE_TEST_SUITE_P(
     Libfabric, TransportProcessTest,
     ::testing::Values(
         TransportUnderTest{"libfabric_tcp", "libfabric", {{"libfabric.provider", "tcp"}}},
-        TransportUnderTest{"libfabric_shm", "libfabric", {{"libfabric.provider", "shm"}}},
+        TransportUnderTest{
+            "libfabric_shm", "libfabric", {{"libfabric.provider", "shm"}},
+            {{"OversizedMessageFailsReceiveWithOutOfRange",
+              "libfabric 1.17's shm provider never returns from fi_cq_read after truncating a "
+              "1 MiB message into a 100-byte receive (both ranks spin inside the provider)"}}},
         TransportUnderTest{"libfabric_sockets", "libfabric", {{"libfabric.provider", "sockets"}}}),
     TransportLabel);
 

@@ -25,6 +25,9 @@ struct TransportUnderTest {
   std::string label;  // test-name suffix, e.g. "ucx_tcp"
   std::string name;   // registry name
   std::map<std::string, std::string> options;
+  // Scenarios this configuration cannot pass because of a known library defect: scenario name
+  // (the TEST_P name) -> the defect, printed as the skip reason.
+  std::map<std::string, std::string> known_defects = {};
 };
 
 // What a rank's scenario gets: its transport, already connected to every rank (itself included),

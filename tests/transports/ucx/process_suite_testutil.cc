@@ -205,6 +205,10 @@ TEST_P(TransportProcessTest, SameTagMatchesInPostingOrder) {
 // A message larger than the receive buffer fails that receive with kOutOfRange; the transport
 // keeps working afterwards.
 TEST_P(TransportProcessTest, OversizedMessageFailsReceiveWithOutOfRange) {
+  if (auto it = GetParam().known_defects.find("OversizedMessageFailsReceiveWithOutOfRange");
+      it != GetParam().known_defects.end()) {
+    GTEST_SKIP() << it->second;
+  }
   Status status = RunRanks(2, GetParam(), [&](RankEnv& env) -> Status {
     Transport& t = *env.transport;
     FERRY_ASSIGN_OR_RETURN(Block block, MakeBlock(t, 1 << 20));
