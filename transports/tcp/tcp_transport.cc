@@ -196,8 +196,8 @@ class TcpTransport final : public Transport {
 
   Result<RequestId> PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) override {
     FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
-    auto request = NewRequest(peer, tag, true, data, buffer.bytes);
-    Request* r = request;
+    Request* r = NewRequest(peer, tag, true, data, buffer.bytes);
+    const RequestId id = r->id;  // r may complete (and be freed) before we return
     Peer& p = peers_[peer];
     if (p.failed) {
       Complete(r, Unavailable(PeerFailure(peer)));
@@ -208,12 +208,13 @@ class TcpTransport final : public Transport {
       p.sends.push_back(r);
       if (p.sends.size() == 1) WritePeer(peer);
     }
-    return r->id;
+    return id;
   }
 
   Result<RequestId> PostRecv(int peer, uint64_t tag, const LocalBuffer& buffer) override {
     FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
     Request* r = NewRequest(peer, tag, false, data, buffer.bytes);
+    const RequestId id = r->id;  // r may complete (and be freed) before we return
     Peer& p = peers_[peer];
     auto found = p.unexpected.find(tag);
     if (found != p.unexpected.end() && !found->second.empty()) {
@@ -230,7 +231,7 @@ class TcpTransport final : public Transport {
     } else {
       p.posted[tag].push_back(r);
     }
-    return r->id;
+    return id;
   }
 
   Result<RequestId> PostPut(int, uint64_t, const LocalBuffer&, const RemoteBuffer&) override {
