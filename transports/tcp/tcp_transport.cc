@@ -55,7 +55,8 @@ struct Unexpected {
 
 struct Peer {
   int fd = -1;
-  bool connected = false;
+  bool connected = false;       // the socket is up (it may arrive before Connect(peer) is called)
+  bool connect_called = false;  // Connect(peer) was called
   bool failed = false;
   std::string failure;
   bool want_write = false;
@@ -125,7 +126,10 @@ class TcpTransport final : public Transport {
     if (aborted_) return AbortedStatus();
     if (peer < 0 || peer >= size_) return InvalidArgument("tcp: no peer " + std::to_string(peer));
     Peer& p = peers_[peer];
-    if (p.connected) return FailedPrecondition("tcp: already connected to peer " + std::to_string(peer));
+    if (p.connect_called) {
+      return FailedPrecondition("tcp: already connected to peer " + std::to_string(peer));
+    }
+    p.connect_called = true;
     std::string where = "tcp: connecting rank " + std::to_string(rank_) + " to peer " +
                         std::to_string(peer);
     if (peer == rank_) {
