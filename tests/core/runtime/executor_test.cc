@@ -250,7 +250,8 @@ TEST(ExecutorTest, PeerThatExitsFailsTheOthersNamingOpPeerAndTransport) {
     if (rank == 2) ::_exit(0);  // dies without running its part
     Allocate(r, plan, rank);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-    if (stats.ok()) return 10;
+    // Rank 0 only sends: its 1 MiB messages may all fit in socket buffers before rank 2 dies.
+    if (stats.ok()) return rank == 0 ? 0 : 10;
     std::string message = stats.status().message();
     std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
     bool named = message.find("op ") != std::string::npos &&
@@ -258,8 +259,8 @@ TEST(ExecutorTest, PeerThatExitsFailsTheOthersNamingOpPeerAndTransport) {
                  message.find("tcp") != std::string::npos;
     return named ? 7 : 8;
   });
-  EXPECT_EQ(codes[0], 7);
-  EXPECT_EQ(codes[1], 7);
+  EXPECT_TRUE(codes[0] == 0 || codes[0] == 7) << codes[0];
+  EXPECT_EQ(codes[1], 7) << "rank 1 waits on a message from the dead rank 2";
   EXPECT_EQ(codes[2], 0);
 }
 
