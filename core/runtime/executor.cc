@@ -60,6 +60,15 @@ class Executor::CopyPool {
     return out;
   }
 
+  // Runs one queued slice on the calling thread (the executor helps instead of idling). Returns
+  // false when the queue is empty.
+  bool RunOne() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    RunFrontLocked(lock);
+    return true;
+  }
+
   // Blocks until every submitted slice has run (used before returning from a failed Run).
   void Drain() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -72,6 +81,12 @@ class Executor::CopyPool {
     while (true) {
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (stop_) return;
+      RunFrontLocked(lock);
+    }
+  }
+
+  void RunFrontLocked(std::unique_lock<std::mutex>& lock) {
+    {
       Slice s = queue_.front();
       queue_.pop_front();
       ++running_;
@@ -191,7 +206,7 @@ Executor::Executor(Communicator& comm, int threads, int64_t budget, int max_in_f
     : comm_(comm),
       staging_budget_(budget),
       max_in_flight_(max_in_flight),
-      pool_(std::make_unique<CopyPool>(threads)) {}
+      pool_(std::make_unique<CopyPool>(threads - 1)) {}  // the executor thread copies too
 
 Executor::~Executor() = default;
 
@@ -381,7 +396,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       bases.emplace_back(from, to);
     }
     stats.bytes_copied += bytes;
-    if (bytes <= kInlineBytes || pool_->threads() <= 1) {
+    if (bytes <= kInlineBytes || pool_->threads() == 0) {
       for (size_t p = 0; p < geos.size(); ++p) {
         for (const CopySlice& s : SliceCopy(geos[p], INT64_MAX, 1)) {
           FERRY_RETURN_IF_ERROR(RunCopySlice(geos[p], s, bases[p].first, bases[p].second));
@@ -392,7 +407,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     }
     std::vector<CopyPool::Slice> slices;
     for (size_t p = 0; p < geos.size(); ++p) {
-      for (const CopySlice& s : SliceCopy(geos[p], kSliceBytes, pool_->threads() * 4)) {
+      for (const CopySlice& s : SliceCopy(geos[p], kSliceBytes, (pool_->threads() + 1) * 4)) {
         slices.push_back({&geos[p], s, bases[p].first, bases[p].second, i});
       }
     }
@@ -485,6 +500,11 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     if (comm_.aborted()) {
       failure = comm_.abort_reason().WithContext("communicator aborted during the run");
       break;
+    }
+    // Help with the copies rather than sleep while no message is in flight.
+    if (in_flight == 0) {
+      while (pool_->RunOne()) {
+      }
     }
     // Copies finished?
     auto wait_copies = std::chrono::microseconds(in_flight == 0 ? 2000 : 0);

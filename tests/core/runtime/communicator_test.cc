@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "core/runtime/executor.h"
@@ -170,6 +172,39 @@ TEST(CommunicatorTest, RunsAPlanOverLocalWithinANodeAndTcpAcross) {
     }
     ASSERT_TRUE(Barrier(world.store, "done", 3, Deadline::AfterSeconds(20)).ok());
   });
+}
+
+int OpenFileDescriptors() {
+  return static_cast<int>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                        std::filesystem::directory_iterator()));
+}
+
+TEST(CommunicatorTest, TwoHundredRefitsLeaveFileDescriptorsFlat) {
+  ThreadWorld world(3);
+  TransferPlan plan = OneMessage(64 << 10);
+  std::atomic<int> before{0}, after{0};
+  world.Run([&](Communicator& comm) {
+    std::vector<uint8_t> source(64 << 10, 0x5A), destination(64 << 10, 0);
+    RankMemory memory;
+    memory.source = {{source.data(), 64 << 10, MemoryKind::kHost, -1}};
+    memory.destination = {{destination.data(), 64 << 10, MemoryKind::kHost, -1}};
+    auto executor = Executor::Create(comm);
+    ASSERT_TRUE(executor.ok());
+    ASSERT_TRUE((*executor)->Run(plan, memory, Deadline::AfterSeconds(20)).ok());
+    ASSERT_TRUE(Barrier(world.store, "warm", 3, Deadline::AfterSeconds(20)).ok());
+    if (comm.rank() == 0) before = OpenFileDescriptors();
+    for (int refit = 0; refit < 200; ++refit) {
+      auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(20));
+      ASSERT_TRUE(stats.ok()) << "refit " << refit << ": " << stats.status().ToString();
+    }
+    ASSERT_TRUE(Barrier(world.store, "refits", 3, Deadline::AfterSeconds(20)).ok());
+    if (comm.rank() == 0) after = OpenFileDescriptors();
+    if (comm.rank() == 2) {
+      EXPECT_EQ(destination, source);
+    }
+    ASSERT_TRUE(Barrier(world.store, "counted", 3, Deadline::AfterSeconds(20)).ok());
+  });
+  EXPECT_EQ(before.load(), after.load());
 }
 
 }  // namespace
