@@ -29,7 +29,7 @@ const std::vector<OptionSpec>& CoreOptions() {
       {"executor.staging_budget", "1GiB",
        "most bytes of staging slots one rank holds at once; ops wait for space beyond it"},
       {"executor.copy_threads", "0",
-       "threads for pack/unpack/copy on one rank (0 = one per hardware thread, at most 8)"},
+       "threads for pack/unpack/copy on one rank, the executor thread included (0 = one per hardware thread, at most 8)"},
       {"executor.max_in_flight", "256", "most posted sends and receives per rank at once"},
       {"deadline.connect", "60s", "bootstrap: store rendezvous and transport connection"},
       {"deadline.refit", "300s", "one refit (executing a plan) from start to finish"},

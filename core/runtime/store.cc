@@ -88,4 +88,16 @@ Status Barrier(Store& store, std::string_view name, int size, Deadline deadline)
   return Status::Ok();
 }
 
+Status FinalBarrier(Store& store, std::string_view name, int rank, int size, int host_rank,
+                    Deadline deadline) {
+  FERRY_RETURN_IF_ERROR(Barrier(store, name, size, deadline));
+  std::string left = "final/" + std::string(name);
+  if (rank != host_rank) {
+    // Only our Add must reach the host; its answer may be cut short by the host exiting.
+    (void)store.Add(left, 1, deadline);
+    return Status::Ok();
+  }
+  return store.WaitAtLeast(left, size - 1, deadline).WithContext("final barrier '" + std::string(name) + "'");
+}
+
 }  // namespace ferry

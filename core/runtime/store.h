@@ -52,6 +52,12 @@ class Store {
 // "e2/connected"); it returns when all `size` ranks arrived, or fails at the deadline.
 Status Barrier(Store& store, std::string_view name, int size, Deadline deadline);
 
+// The last barrier before processes exit. Like Barrier, and in addition `host_rank` (the rank whose
+// process hosts the store) returns only after every other rank has received its answer, so the
+// host exiting cannot cut another rank's barrier short.
+Status FinalBarrier(Store& store, std::string_view name, int rank, int size, int host_rank,
+                    Deadline deadline);
+
 // A Store in this process's memory, shared by ranks that are threads of one process (tests, the
 // `local` transport). Thread-safe. Also the data structure the TCP store host serves.
 class InMemoryStore final : public Store {

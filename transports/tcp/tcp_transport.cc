@@ -55,7 +55,8 @@ struct Unexpected {
 
 struct Peer {
   int fd = -1;
-  bool connected = false;
+  bool connected = false;       // the socket is up (it may arrive before Connect(peer) is called)
+  bool connect_called = false;  // Connect(peer) was called
   bool failed = false;
   std::string failure;
   bool want_write = false;
@@ -125,7 +126,10 @@ class TcpTransport final : public Transport {
     if (aborted_) return AbortedStatus();
     if (peer < 0 || peer >= size_) return InvalidArgument("tcp: no peer " + std::to_string(peer));
     Peer& p = peers_[peer];
-    if (p.connected) return FailedPrecondition("tcp: already connected to peer " + std::to_string(peer));
+    if (p.connect_called) {
+      return FailedPrecondition("tcp: already connected to peer " + std::to_string(peer));
+    }
+    p.connect_called = true;
     std::string where = "tcp: connecting rank " + std::to_string(rank_) + " to peer " +
                         std::to_string(peer);
     if (peer == rank_) {
@@ -196,8 +200,8 @@ class TcpTransport final : public Transport {
 
   Result<RequestId> PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) override {
     FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
-    auto request = NewRequest(peer, tag, true, data, buffer.bytes);
-    Request* r = request;
+    Request* r = NewRequest(peer, tag, true, data, buffer.bytes);
+    const RequestId id = r->id;  // r may complete (and be freed) before we return
     Peer& p = peers_[peer];
     if (p.failed) {
       Complete(r, Unavailable(PeerFailure(peer)));
@@ -208,12 +212,13 @@ class TcpTransport final : public Transport {
       p.sends.push_back(r);
       if (p.sends.size() == 1) WritePeer(peer);
     }
-    return r->id;
+    return id;
   }
 
   Result<RequestId> PostRecv(int peer, uint64_t tag, const LocalBuffer& buffer) override {
     FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
     Request* r = NewRequest(peer, tag, false, data, buffer.bytes);
+    const RequestId id = r->id;  // r may complete (and be freed) before we return
     Peer& p = peers_[peer];
     auto found = p.unexpected.find(tag);
     if (found != p.unexpected.end() && !found->second.empty()) {
@@ -230,7 +235,7 @@ class TcpTransport final : public Transport {
     } else {
       p.posted[tag].push_back(r);
     }
-    return r->id;
+    return id;
   }
 
   Result<RequestId> PostPut(int, uint64_t, const LocalBuffer&, const RemoteBuffer&) override {
