@@ -505,16 +505,17 @@ void LibfabricTransport::ReadCompletions() {
       Op* op = reinterpret_cast<Op*>(error.op_context);
       if (op == nullptr) continue;
       op->in_provider = false;
-      if (error.err == FI_ETRUNC) {
+      const int code = error.err < 0 ? -error.err : error.err;  // providers differ in sign
+      if (code == FI_ETRUNC) {
         Finish(op, OutOfRange("message of " + std::to_string(op->bytes + error.olen) +
                               " bytes does not fit the " + std::to_string(op->bytes) +
                               "-byte receive buffer"), 0);
-      } else if (error.err == FI_ECANCELED) {
+      } else if (code == FI_ECANCELED) {
         Finish(op, Aborted("request cancelled"), 0);
       } else {
         const char* detail =
             fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0);
-        Finish(op, Unavailable(FiError(error.err) + " (" + (detail ? detail : "") + ")"), 0);
+        Finish(op, Unavailable(FiError(code) + " (" + (detail ? detail : "") + ")"), 0);
       }
       continue;
     }
