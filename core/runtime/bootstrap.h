@@ -1,0 +1,49 @@
+// Bootstrap: who am I (rank, size, local rank) and where is the rendezvous store, read from what
+// launchers already set — torchrun, Open MPI, Slurm — or given explicitly. The environment is read
+// only where the caller asks (BootstrapFromProcessEnvironment), never deep inside the runtime.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+#include "core/runtime/store.h"
+#include "core/runtime/tcp_store.h"
+
+namespace ferry {
+
+struct BootstrapInfo {
+  std::string launcher;  // "torchrun", "openmpi", "slurm", "explicit"
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string store_host;  // rank 0 hosts the store here
+  int store_port = 0;
+  std::string token;  // FERRY_TOKEN
+};
+
+// Reads the launcher variables from `environment` (name -> value):
+//   torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//             OMPI_COMM_WORLD_LOCAL_SIZE
+//   Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
+// The store address is FERRY_STORE_ADDR/FERRY_STORE_PORT if set, else MASTER_ADDR/MASTER_PORT;
+// the token is FERRY_TOKEN. Fails with a message naming the missing or malformed variable.
+Result<BootstrapInfo> BootstrapFromEnvironment(const std::map<std::string, std::string>& environment);
+Result<BootstrapInfo> BootstrapFromProcessEnvironment();
+
+// The rendezvous for one process: rank 0 starts the server (owned here) and every rank, rank 0
+// included, holds a client.
+struct Rendezvous {
+  std::unique_ptr<TcpStoreServer> server;  // only on rank 0
+  std::unique_ptr<Store> store;
+};
+
+// Rank 0 listens on info.store_port (all interfaces); everyone connects to store_host:store_port
+// presenting info.token, retrying until `deadline`.
+Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline);
+
+}  // namespace ferry

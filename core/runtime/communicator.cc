@@ -1,0 +1,216 @@
+// Communicator: bootstrap of transports per link class, abort with quarantine, recreate by epoch.
+#include "core/runtime/communicator.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "core/runtime/socket_util.h"
+
+namespace ferry {
+
+namespace {
+
+Bytes ToBytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
+std::string FromBytes(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+std::string RandomKey() {
+  std::random_device device;
+  std::mt19937_64 generator((static_cast<uint64_t>(device()) << 32) ^ device() ^
+                            static_cast<uint64_t>(::getpid()));
+  char text[40];
+  std::snprintf(text, sizeof(text), "%016llx%016llx",
+                static_cast<unsigned long long>(generator()),
+                static_cast<unsigned long long>(generator()));
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions options,
+                                                           Deadline deadline) {
+  if (options.store == nullptr || options.config == nullptr) {
+    return InvalidArgument("Communicator needs a store and a config");
+  }
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return InvalidArgument("rank " + std::to_string(options.rank) + " is not in [0, " +
+                           std::to_string(options.size) + ")");
+  }
+  if (!options.node_of_rank.empty() &&
+      static_cast<int>(options.node_of_rank.size()) != options.size) {
+    return InvalidArgument("node_of_rank must have one entry per rank");
+  }
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(options)));
+  const CommunicatorOptions& o = comm->options_;
+  std::string where = "communicator rank " + std::to_string(o.rank);
+  // A key shared by all ranks (rank 0 picks it) for transports that group ranks of one process.
+  if (o.rank == 0) {
+    FERRY_RETURN_IF_ERROR(o.store->Set("group_key", ToBytes(RandomKey()), deadline).WithContext(where));
+  }
+  auto key = o.store->Get("group_key", deadline);
+  if (!key.ok()) return key.status().WithContext(where + ": waiting for rank 0");
+  comm->group_key_ = FromBytes(*key);
+  comm->node_of_rank_ = o.node_of_rank;
+  if (comm->node_of_rank_.empty()) {
+    FERRY_RETURN_IF_ERROR(
+        o.store->Set("host/" + std::to_string(o.rank), ToBytes(HostName()), deadline).WithContext(where));
+    std::map<std::string, int> nodes;
+    for (int r = 0; r < o.size; ++r) {
+      auto host = o.store->Get("host/" + std::to_string(r), deadline);
+      if (!host.ok()) return host.status().WithContext(where + ": waiting for rank " + std::to_string(r));
+      auto inserted = nodes.emplace(FromBytes(*host), static_cast<int>(nodes.size()));
+      comm->node_of_rank_.push_back(inserted.first->second);
+    }
+  }
+  comm->epoch_ = 1;
+  FERRY_RETURN_IF_ERROR(comm->Connect(deadline).WithContext(where));
+  return comm;
+}
+
+Communicator::~Communicator() { DropTransports(); }
+
+LinkClass Communicator::LinkTo(int peer) const {
+  if (peer == options_.rank) return LinkClass::kSameRank;
+  return node_of_rank_[peer] == node_of_rank_[options_.rank] ? LinkClass::kSameNode
+                                                             : LinkClass::kNetwork;
+}
+
+Status Communicator::Connect(Deadline deadline) {
+  const Config& config = *options_.config;
+  FERRY_ASSIGN_OR_RETURN(std::string same_rank, config.GetString("transport.same_rank"));
+  FERRY_ASSIGN_OR_RETURN(std::string intra_node, config.GetString("transport.intra_node"));
+  FERRY_ASSIGN_OR_RETURN(std::string network, config.GetString("transport.network"));
+  transport_of_peer_.assign(static_cast<size_t>(options_.size), "");
+  std::map<std::string, std::vector<int>> peers_of;
+  for (int peer = 0; peer < options_.size; ++peer) {
+    LinkClass link = LinkTo(peer);
+    const std::string& name = link == LinkClass::kSameRank   ? same_rank
+                              : link == LinkClass::kSameNode ? intra_node
+                                                             : network;
+    transport_of_peer_[peer] = name;
+    peers_of[name].push_back(peer);
+  }
+  std::string prefix = "e" + std::to_string(epoch_) + "/";
+  for (const auto& [name, peers] : peers_of) {
+    TransportContext context;
+    context.rank = options_.rank;
+    context.size = options_.size;
+    context.epoch = epoch_;
+    context.config = options_.config;
+    context.store = options_.store;
+    context.group_key = group_key_ + "/" + prefix + name;
+    FERRY_ASSIGN_OR_RETURN(auto transport, options_.registry->Create(name, context));
+    FERRY_ASSIGN_OR_RETURN(Bytes info, transport->LocalEndpointInfo());
+    FERRY_RETURN_IF_ERROR(
+        options_.store->Set(prefix + name + "/ep/" + std::to_string(options_.rank), info, deadline));
+    transports_[name] = std::move(transport);
+  }
+  for (const auto& [name, peers] : peers_of) {
+    for (int peer : peers) {
+      auto info = options_.store->Get(prefix + name + "/ep/" + std::to_string(peer), deadline);
+      if (!info.ok()) {
+        return info.status().WithContext("endpoint of peer " + std::to_string(peer) + " (" + name + ")");
+      }
+      Status connected = transports_[name]->Connect(peer, *info, deadline);
+      if (!connected.ok()) {
+        return connected.WithContext(name + " connecting to peer " + std::to_string(peer));
+      }
+    }
+  }
+  return Barrier(*options_.store, prefix + "connected", options_.size, deadline);
+}
+
+Result<Transport*> Communicator::TransportFor(int peer) {
+  if (peer < 0 || peer >= options_.size) {
+    return InvalidArgument("no peer " + std::to_string(peer) + " in a communicator of " +
+                           std::to_string(options_.size));
+  }
+  if (aborted_) return abort_reason().WithContext("communicator aborted");
+  return transports_.at(transport_of_peer_[peer]).get();
+}
+
+std::string Communicator::TransportNameFor(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(transport_of_peer_.size())) return "none";
+  return transport_of_peer_[peer];
+}
+
+std::vector<Transport*> Communicator::transports() {
+  std::vector<Transport*> all;
+  for (auto& [name, transport] : transports_) all.push_back(transport.get());
+  return all;
+}
+
+Status Communicator::abort_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return abort_reason_;
+}
+
+void Communicator::Abort(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    abort_reason_ = reason.ok() ? Aborted("communicator aborted") : reason;
+    aborted_ = true;
+  }
+  double seconds = options_.config->GetSeconds("deadline.abort").ok()
+                       ? *options_.config->GetSeconds("deadline.abort")
+                       : 5.0;
+  Deadline deadline = Deadline::AfterSeconds(seconds);
+  // Each transport aborts on its own thread; one that does not return in time is quarantined.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::set<std::string> finished;
+  };
+  auto done = std::make_shared<Done>();
+  for (auto& [name, transport] : transports_) {
+    Transport* t = transport.get();
+    std::string n = name;
+    Status why = reason;
+    std::thread([t, n, why, done] {
+      t->Abort(why);
+      std::lock_guard<std::mutex> lock(done->mu);
+      done->finished.insert(n);
+      done->cv.notify_all();
+    }).detach();
+  }
+  std::unique_lock<std::mutex> lock(done->mu);
+  done->cv.wait_until(lock, deadline.when(),
+                      [&] { return done->finished.size() == transports_.size(); });
+  std::lock_guard<std::mutex> guard(mu_);
+  for (auto& [name, transport] : transports_) {
+    if (done->finished.count(name) == 0) quarantined_[name] = true;
+  }
+}
+
+void Communicator::DropTransports() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, transport] : transports_) {
+    // A quarantined transport may still be inside a hung call: never destroy it under that call.
+    if (quarantined_.count(name) != 0) {
+      [[maybe_unused]] Transport* leaked = transport.release();
+    }
+  }
+  transports_.clear();
+  quarantined_.clear();
+}
+
+Status Communicator::Recreate(Deadline deadline) {
+  if (!aborted_) Abort(Aborted("communicator recreated"));
+  DropTransports();
+  ++epoch_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = false;
+    abort_reason_ = Status::Ok();
+  }
+  return Connect(deadline).WithContext("recreating communicator rank " +
+                                       std::to_string(options_.rank) + " at epoch " +
+                                       std::to_string(epoch_));
+}
+
+}  // namespace ferry

@@ -1,0 +1,94 @@
+// Communicator: a group of ranks with one epoch, its rendezvous store and its transports (one per
+// link class, chosen by Config: transport.same_rank, transport.intra_node, transport.network).
+// Created, aborted and recreated as one unit:
+//   Create   every rank calls it; it publishes endpoint info through the store under the epoch's
+//            keys, connects every transport to every peer that uses it, and meets at a barrier.
+//   Abort    any thread; returns within deadline.abort even when peers are dead or a transport's
+//            Abort hangs (that transport is quarantined: never waited on, never destroyed).
+//   Recreate every rank calls it after a failure; it replaces the transports with fresh ones for
+//            epoch + 1. Transports refuse connections of other epochs and tags carry the epoch,
+//            so messages from an old epoch are dropped.
+//
+// Threading: Abort() and the const accessors may be called from any thread. Everything else, and
+// the transports it hands out, are driven by one thread at a time (the executor's).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+#include "core/layout/topology.h"
+#include "core/runtime/config.h"
+#include "core/runtime/store.h"
+#include "core/runtime/transport.h"
+
+namespace ferry {
+
+struct CommunicatorOptions {
+  int rank = 0;
+  int size = 1;
+  Store* store = nullptr;         // not owned; must outlive the communicator
+  const Config* config = nullptr; // not owned; must outlive the communicator
+  // Node of every rank (size entries) when the caller knows it (tests that pretend several
+  // nodes); empty: ranks with the same host name share a node.
+  std::vector<int> node_of_rank;
+  const TransportRegistry* registry = &TransportRegistry::Default();
+};
+
+class Communicator {
+ public:
+  static Result<std::unique_ptr<Communicator>> Create(CommunicatorOptions options, Deadline deadline);
+  ~Communicator();
+
+  int rank() const { return options_.rank; }
+  int size() const { return options_.size; }
+  uint64_t epoch() const { return epoch_; }
+  const Config& config() const { return *options_.config; }
+
+  LinkClass LinkTo(int peer) const;
+  // The transport that carries messages to `peer` (by link class), or an error naming the peer
+  // when the communicator is aborted.
+  Result<Transport*> TransportFor(int peer);
+  std::string TransportNameFor(int peer) const;
+  // Every distinct transport in use, each once.
+  std::vector<Transport*> transports();
+
+  // The wire tag of plan message `message` in this epoch: the epoch lives in the top 16 bits.
+  uint64_t Tag(int64_t message) const {
+    return (epoch_ << 48) | (static_cast<uint64_t>(message) & ((1ull << 48) - 1));
+  }
+
+  // Fails every transport with `reason`; returns within the config's deadline.abort. Idempotent;
+  // any thread. After it, TransportFor fails until Recreate.
+  void Abort(const Status& reason);
+  bool aborted() const { return aborted_.load(); }
+  Status abort_reason() const;
+
+  // Every rank calls it: drops the transports (quarantined ones are leaked, not waited on) and
+  // connects fresh ones for epoch + 1.
+  Status Recreate(Deadline deadline);
+
+ private:
+  explicit Communicator(CommunicatorOptions options) : options_(std::move(options)) {}
+  Status Connect(Deadline deadline);
+  void DropTransports();
+
+  CommunicatorOptions options_;
+  uint64_t epoch_ = 0;
+  std::string group_key_;
+  std::vector<int> node_of_rank_;
+  std::vector<std::string> transport_of_peer_;  // transport name per peer
+  std::map<std::string, std::unique_ptr<Transport>> transports_;
+  std::map<std::string, bool> quarantined_;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mu_;  // guards abort_reason_ and quarantined_
+  Status abort_reason_;
+};
+
+}  // namespace ferry

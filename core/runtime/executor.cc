@@ -1,0 +1,591 @@
+// Executor: dependency scheduling, the copy pool, the staging arena and transport progress.
+#include "core/runtime/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "core/base/strings.h"
+#include "core/runtime/strided_copy.h"
+
+namespace ferry {
+
+// Worker threads running copy slices. Each submitted op has a counter of slices left; when it
+// reaches zero the op id is reported through Done().
+class Executor::CopyPool {
+ public:
+  struct Slice {
+    const CopyGeometry* geometry;
+    CopySlice slice;
+    const char* from;
+    char* to;
+    int op;
+  };
+
+  explicit CopyPool(int threads) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  }
+  ~CopyPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int threads() const { return static_cast<int>(workers_.size()); }
+
+  void Submit(int op, std::vector<Slice> slices) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      remaining_[op] = static_cast<int>(slices.size());
+      for (Slice& s : slices) queue_.push_back(s);
+    }
+    work_cv_.notify_all();
+  }
+
+  // Ops whose slices all finished, with the first failure per op. Waits up to `wait` for one.
+  std::vector<std::pair<int, Status>> Done(std::chrono::microseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_.empty() && wait.count() > 0) done_cv_.wait_for(lock, wait, [&] { return !done_.empty(); });
+    std::vector<std::pair<int, Status>> out(done_.begin(), done_.end());
+    done_.clear();
+    return out;
+  }
+
+  // Runs one queued slice on the calling thread (the executor helps instead of idling). Returns
+  // false when the queue is empty.
+  bool RunOne() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    RunFrontLocked(lock);
+    return true;
+  }
+
+  // Blocks until every submitted slice has run (used before returning from a failed Run).
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      RunFrontLocked(lock);
+    }
+  }
+
+  void RunFrontLocked(std::unique_lock<std::mutex>& lock) {
+    {
+      Slice s = queue_.front();
+      queue_.pop_front();
+      ++running_;
+      lock.unlock();
+      Status status = RunCopySlice(*s.geometry, s.slice, s.from, s.to);
+      lock.lock();
+      --running_;
+      auto& failure = failures_[s.op];
+      if (!status.ok() && failure.ok()) failure = status;
+      if (--remaining_[s.op] == 0) {
+        done_.emplace_back(s.op, failure);
+        remaining_.erase(s.op);
+        failures_.erase(s.op);
+      }
+      if (!done_.empty() || (queue_.empty() && running_ == 0)) done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Slice> queue_;
+  std::unordered_map<int, int> remaining_;
+  std::unordered_map<int, Status> failures_;
+  std::vector<std::pair<int, Status>> done_;
+  int running_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+namespace {
+
+constexpr int64_t kSliceBytes = 512 << 10;  // copy work per task
+constexpr int64_t kInlineBytes = 64 << 10;  // smaller copies run on the executor thread
+
+// First-fit allocator over [0, capacity) of the staging arena.
+class ArenaAllocator {
+ public:
+  explicit ArenaAllocator(int64_t capacity) { free_[0] = capacity; }
+  // Returns the offset, or -1 when no free block is large enough.
+  int64_t Allocate(int64_t bytes) {
+    bytes = std::max<int64_t>((bytes + 255) & ~int64_t{255}, 256);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < bytes) continue;
+      int64_t offset = it->first, size = it->second;
+      free_.erase(it);
+      if (size > bytes) free_[offset + bytes] = size - bytes;
+      used_[offset] = bytes;
+      in_use_ += bytes;
+      return offset;
+    }
+    return -1;
+  }
+  void Free(int64_t offset) {
+    int64_t bytes = used_.at(offset);
+    used_.erase(offset);
+    in_use_ -= bytes;
+    auto it = free_.emplace(offset, bytes).first;
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  int64_t in_use() const { return in_use_; }
+
+ private:
+  std::map<int64_t, int64_t> free_;
+  std::unordered_map<int64_t, int64_t> used_;
+  int64_t in_use_ = 0;
+};
+
+void AddSlotRefs(const Region& r, std::vector<int>& slots) {
+  if (r.space == Space::kStaging &&
+      std::find(slots.begin(), slots.end(), r.buffer) == slots.end()) {
+    slots.push_back(r.buffer);
+  }
+}
+
+std::string Describe(const Op& op, const Communicator& comm) {
+  std::string text = "op " + std::to_string(op.id) + " (" + std::string(OpKindName(op.kind));
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) {
+    text += " of message " + std::to_string(op.message) + " to peer " + std::to_string(op.peer) +
+            " over " + comm.TransportNameFor(op.peer);
+  } else if (op.kind == OpKind::kRecv) {
+    text += " of message " + std::to_string(op.message) + " from peer " + std::to_string(op.peer) +
+            " over " + comm.TransportNameFor(op.peer);
+  }
+  return text + ", " + FormatBytes(static_cast<double>(op.bytes)) + ")";
+}
+
+bool IsNetwork(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm) {
+  const Config& config = comm.config();
+  FERRY_ASSIGN_OR_RETURN(int64_t threads, config.GetInt("executor.copy_threads"));
+  FERRY_ASSIGN_OR_RETURN(int64_t budget, config.GetBytes("executor.staging_budget"));
+  FERRY_ASSIGN_OR_RETURN(int64_t in_flight, config.GetInt("executor.max_in_flight"));
+  if (threads <= 0) threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
+  if (budget <= 0) return InvalidArgument("executor.staging_budget must be positive");
+  if (in_flight <= 0) return InvalidArgument("executor.max_in_flight must be positive");
+  return std::unique_ptr<Executor>(
+      new Executor(comm, static_cast<int>(threads), budget, static_cast<int>(in_flight)));
+}
+
+Executor::Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight)
+    : comm_(comm),
+      staging_budget_(budget),
+      max_in_flight_(max_in_flight),
+      pool_(std::make_unique<CopyPool>(threads - 1)) {}  // the executor thread copies too
+
+Executor::~Executor() = default;
+
+Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& memory,
+                                    Deadline deadline) {
+  const auto started = std::chrono::steady_clock::now();
+  const int rank = comm_.rank();
+  ExecutorStats stats;
+  if (plan.num_ranks != comm_.size()) {
+    return InvalidArgument("plan is for " + std::to_string(plan.num_ranks) +
+                           " ranks, the communicator has " + std::to_string(comm_.size()));
+  }
+  if (comm_.aborted()) {
+    return comm_.abort_reason().WithContext("executor: communicator is aborted; recreate it first");
+  }
+  const std::vector<int> ids = plan.OpsOfRank(rank);
+  const int n = static_cast<int>(ids.size());
+  std::unordered_map<int, int> local;  // op id -> index in ids
+  for (int i = 0; i < n; ++i) local[ids[i]] = i;
+
+  // --- Validation and bookkeeping ---------------------------------------------------------------
+  std::vector<int> deps_left(n, 0);
+  std::vector<std::vector<int>> dependents(n);
+  std::vector<std::vector<int>> slots_of(n);
+  std::map<int, int> slot_uses;
+  int64_t largest_slot = 0, total_slots = 0;
+  for (int i = 0; i < n; ++i) {
+    const Op& op = plan.ops[ids[i]];
+    for (int dep : op.deps) {
+      auto it = local.find(dep);
+      if (it == local.end() || it->second >= i) {
+        return InvalidArgument("op " + std::to_string(op.id) + " depends on op " +
+                               std::to_string(dep) + ", which is not an earlier op of rank " +
+                               std::to_string(rank));
+      }
+      ++deps_left[i];
+      dependents[it->second].push_back(i);
+    }
+    for (const CopyPair& pair : op.copies) {
+      AddSlotRefs(pair.from, slots_of[i]);
+      AddSlotRefs(pair.to, slots_of[i]);
+    }
+    if (IsNetwork(op.kind)) AddSlotRefs(op.data, slots_of[i]);
+    for (int slot : slots_of[i]) {
+      if (slot < 0 || slot >= static_cast<int>(plan.slots.size()) || plan.slots[slot].rank != rank) {
+        return InvalidArgument(Describe(op, comm_) + " uses staging slot " + std::to_string(slot) +
+                               " that is not a slot of rank " + std::to_string(rank));
+      }
+      if (slot_uses[slot]++ == 0) {
+        largest_slot = std::max(largest_slot, plan.slots[slot].bytes);
+        total_slots += plan.slots[slot].bytes;
+      }
+    }
+  }
+  if (largest_slot > staging_budget_) {
+    return InvalidArgument("a staging slot of " + FormatBytes(static_cast<double>(largest_slot)) +
+                           " exceeds executor.staging_budget (" +
+                           FormatBytes(static_cast<double>(staging_budget_)) + ")");
+  }
+  const int64_t arena_needed = std::min(staging_budget_, total_slots + 256 * static_cast<int64_t>(slot_uses.size()));
+  if (arena_needed > arena_bytes_) {
+    arena_.reset(new char[static_cast<size_t>(arena_needed)]);
+    arena_bytes_ = arena_needed;
+  }
+  stats.staging_arena_bytes = arena_bytes_;
+  ArenaAllocator allocator(arena_bytes_);
+  std::map<int, int64_t> slot_offset;
+
+  auto base_of = [&](const Region& r) -> Result<char*> {
+    const std::vector<MemoryDesc>* table = nullptr;
+    if (r.space == Space::kStaging) {
+      auto it = slot_offset.find(r.buffer);
+      if (it == slot_offset.end()) return Internal("staging slot used before allocation");
+      if (r.offset < 0 || r.offset + r.NumBytes() > plan.slots[r.buffer].bytes) {
+        return OutOfRange("region outside staging slot " + std::to_string(r.buffer));
+      }
+      return arena_.get() + it->second + r.offset;
+    }
+    table = r.space == Space::kSource ? &memory.source : &memory.destination;
+    if (r.buffer < 0 || r.buffer >= static_cast<int>(table->size()) ||
+        (*table)[r.buffer].base == nullptr) {
+      return InvalidArgument(std::string(SpaceName(r.space)) + " buffer " +
+                             std::to_string(r.buffer) + " has no memory on rank " +
+                             std::to_string(rank));
+    }
+    const MemoryDesc& desc = (*table)[r.buffer];
+    if (desc.kind != MemoryKind::kHost) {
+      return Unimplemented("the host executor cannot touch CUDA memory yet");
+    }
+    return static_cast<char*>(desc.base) + r.offset;
+  };
+
+  // --- Registrations: every transport this rank uses for network ops ----------------------------
+  struct Registration {
+    Transport* transport;
+    MemoryHandle handle;
+  };
+  std::vector<Registration> registrations;
+  std::map<std::pair<Transport*, const void*>, MemoryHandle> handle_of;  // (transport, base)
+  auto register_block = [&](Transport* t, void* base, int64_t bytes) -> Status {
+    if (handle_of.count({t, base}) != 0) return Status::Ok();
+    FERRY_ASSIGN_OR_RETURN(MemoryHandle h,
+                           t->RegisterMemory(MemoryDesc{base, bytes, MemoryKind::kHost, -1}));
+    handle_of[{t, base}] = h;
+    registrations.push_back({t, h});
+    return Status::Ok();
+  };
+  auto deregister_all = [&] {
+    for (const Registration& r : registrations) (void)r.transport->DeregisterMemory(r.handle);
+  };
+  std::set<Transport*> used_transports;
+  Status setup;
+  for (int i = 0; i < n && setup.ok(); ++i) {
+    const Op& op = plan.ops[ids[i]];
+    if (!IsNetwork(op.kind)) continue;
+    auto t = comm_.TransportFor(op.peer);
+    if (!t.ok()) {
+      setup = t.status().WithContext(Describe(op, comm_));
+      break;
+    }
+    used_transports.insert(*t);
+    if (!op.data.IsContiguous()) {
+      setup = InvalidArgument(Describe(op, comm_) + ": network data must be a contiguous region");
+      break;
+    }
+    if (op.data.space == Space::kStaging) {
+      if (arena_bytes_ > 0) setup = register_block(*t, arena_.get(), arena_bytes_);
+    } else {
+      const auto& table = op.data.space == Space::kSource ? memory.source : memory.destination;
+      if (op.data.buffer < 0 || op.data.buffer >= static_cast<int>(table.size())) {
+        setup = InvalidArgument(Describe(op, comm_) + ": buffer " + std::to_string(op.data.buffer) +
+                                " has no memory");
+        break;
+      }
+      setup = register_block(*t, table[op.data.buffer].base, table[op.data.buffer].bytes);
+    }
+    if (!setup.ok()) setup = std::move(setup).WithContext(Describe(op, comm_) + ": registering memory");
+  }
+  if (!setup.ok()) {
+    deregister_all();
+    return setup;
+  }
+
+  // --- The run loop ---------------------------------------------------------------------------
+  auto order = [&](int a, int b) {
+    const Op& x = plan.ops[ids[a]];
+    const Op& y = plan.ops[ids[b]];
+    return x.round != y.round ? x.round < y.round : a < b;
+  };
+  std::set<int, decltype(order)> ready(order);
+  for (int i = 0; i < n; ++i) {
+    if (deps_left[i] == 0) ready.insert(i);
+  }
+  std::vector<std::vector<CopyGeometry>> geometries(n);
+  std::map<std::pair<Transport*, RequestId>, int> request_op;
+  std::map<Transport*, int> pending_per_transport;
+  int in_flight = 0, copies_running = 0, completed = 0;
+  Status failure;
+
+  auto complete = [&](int i) {
+    ++completed;
+    for (int slot : slots_of[i]) {
+      if (--slot_uses[slot] == 0) {
+        allocator.Free(slot_offset.at(slot));
+        slot_offset.erase(slot);
+      }
+    }
+    for (int d : dependents[i]) {
+      if (--deps_left[d] == 0) ready.insert(d);
+    }
+  };
+
+  auto start_copy = [&](int i) -> Status {
+    const Op& op = plan.ops[ids[i]];
+    auto& geos = geometries[i];
+    std::vector<std::pair<const char*, char*>> bases;
+    int64_t bytes = 0;
+    for (const CopyPair& pair : op.copies) {
+      FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
+      if (op.kind != OpKind::kConvert && pair.from.dtype != pair.to.dtype) {
+        return InvalidArgument("dtype changes only in convert ops");
+      }
+      FERRY_ASSIGN_OR_RETURN(char* from, base_of(pair.from));
+      FERRY_ASSIGN_OR_RETURN(char* to, base_of(pair.to));
+      bytes += g.bytes();
+      geos.push_back(g);
+      bases.emplace_back(from, to);
+    }
+    stats.bytes_copied += bytes;
+    if (bytes <= kInlineBytes || pool_->threads() == 0) {
+      for (size_t p = 0; p < geos.size(); ++p) {
+        for (const CopySlice& s : SliceCopy(geos[p], INT64_MAX, 1)) {
+          FERRY_RETURN_IF_ERROR(RunCopySlice(geos[p], s, bases[p].first, bases[p].second));
+        }
+      }
+      complete(i);
+      return Status::Ok();
+    }
+    std::vector<CopyPool::Slice> slices;
+    for (size_t p = 0; p < geos.size(); ++p) {
+      for (const CopySlice& s : SliceCopy(geos[p], kSliceBytes, (pool_->threads() + 1) * 4)) {
+        slices.push_back({&geos[p], s, bases[p].first, bases[p].second, i});
+      }
+    }
+    if (slices.empty()) {
+      complete(i);
+      return Status::Ok();
+    }
+    ++copies_running;
+    pool_->Submit(i, std::move(slices));
+    return Status::Ok();
+  };
+
+  auto start_network = [&](int i) -> Status {
+    const Op& op = plan.ops[ids[i]];
+    FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
+    FERRY_ASSIGN_OR_RETURN(char* at, base_of(op.data));
+    const void* block = op.data.space == Space::kStaging
+                            ? static_cast<const void*>(arena_.get())
+                            : (op.data.space == Space::kSource ? memory.source : memory.destination)[op.data.buffer].base;
+    LocalBuffer buffer{handle_of.at({t, block}), at - static_cast<const char*>(block), op.data.NumBytes()};
+    Result<RequestId> id = op.kind == OpKind::kRecv ? t->PostRecv(op.peer, comm_.Tag(op.message), buffer)
+                                                    : t->PostSend(op.peer, comm_.Tag(op.message), buffer);
+    if (!id.ok()) return id.status();
+    request_op[{t, *id}] = i;
+    ++pending_per_transport[t];
+    ++in_flight;
+    return Status::Ok();
+  };
+
+  auto start_ready = [&]() -> Status {
+    bool staging_blocked = false;
+    for (auto it = ready.begin(); it != ready.end();) {
+      int i = *it;
+      const Op& op = plan.ops[ids[i]];
+      bool network = IsNetwork(op.kind);
+      if (network && in_flight >= max_in_flight_) {
+        ++it;
+        continue;
+      }
+      // Staging: allocate the op's unallocated slots in plan order; no overtaking when full.
+      bool needs_space = false;
+      for (int slot : slots_of[i]) needs_space |= slot_offset.count(slot) == 0;
+      if (needs_space) {
+        if (staging_blocked) {
+          ++it;
+          continue;
+        }
+        std::vector<std::pair<int, int64_t>> got;
+        bool fits = true;
+        for (int slot : slots_of[i]) {
+          if (slot_offset.count(slot) != 0) continue;
+          int64_t offset = allocator.Allocate(plan.slots[slot].bytes);
+          if (offset < 0) {
+            fits = false;
+            break;
+          }
+          slot_offset[slot] = offset;
+          got.emplace_back(slot, offset);
+        }
+        if (!fits) {
+          for (auto& [slot, offset] : got) {
+            allocator.Free(offset);
+            slot_offset.erase(slot);
+          }
+          staging_blocked = true;
+          ++it;
+          continue;
+        }
+        stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, allocator.in_use());
+      }
+      it = ready.erase(it);
+      Status started = network ? start_network(i) : start_copy(i);
+      if (!started.ok()) return started.WithContext(Describe(op, comm_));
+      it = ready.begin();  // completing inline may have readied earlier ops
+      staging_blocked = false;
+    }
+    return Status::Ok();
+  };
+
+  Completion completions[64];
+  while (completed < n && failure.ok()) {
+    failure = start_ready();
+    if (!failure.ok() || completed == n) break;
+    if (in_flight == 0 && copies_running == 0) {
+      failure = Internal("executor stalled on rank " + std::to_string(rank) + " with " +
+                         std::to_string(n - completed) +
+                         " ops left: the staging budget cannot hold the next op's slots");
+      break;
+    }
+    if (comm_.aborted()) {
+      failure = comm_.abort_reason().WithContext("communicator aborted during the run");
+      break;
+    }
+    // Help with the copies rather than sleep while no message is in flight.
+    if (in_flight == 0) {
+      while (pool_->RunOne()) {
+      }
+    }
+    // Copies finished?
+    auto wait_copies = std::chrono::microseconds(in_flight == 0 ? 2000 : 0);
+    for (auto& [i, status] : pool_->Done(copies_running > 0 ? wait_copies : std::chrono::microseconds(0))) {
+      --copies_running;
+      if (!status.ok() && failure.ok()) failure = status.WithContext(Describe(plan.ops[ids[i]], comm_));
+      complete(i);
+    }
+    if (!failure.ok()) break;
+    // Network progress: block briefly only when no copy can finish meanwhile.
+    int busy_transports = 0;
+    for (auto& [t, count] : pending_per_transport) busy_transports += count > 0;
+    for (auto& [t, count] : pending_per_transport) {
+      if (count == 0) continue;
+      Deadline poll_deadline = (copies_running > 0 || busy_transports > 1)
+                                   ? Deadline::After(std::chrono::nanoseconds(0))
+                                   : Deadline::After(std::chrono::milliseconds(20)).Min(deadline);
+      auto got = t->Poll(completions, poll_deadline);
+      if (!got.ok()) {
+        failure = got.status().WithContext(std::string(t->name()) + " transport on rank " +
+                                           std::to_string(rank));
+        break;
+      }
+      for (int c = 0; c < *got; ++c) {
+        auto it = request_op.find({t, completions[c].request});
+        if (it == request_op.end()) continue;
+        int i = it->second;
+        request_op.erase(it);
+        --count;
+        --in_flight;
+        const Op& op = plan.ops[ids[i]];
+        if (!completions[c].status.ok()) {
+          if (failure.ok()) failure = completions[c].status.WithContext(Describe(op, comm_));
+          continue;
+        }
+        if (op.kind == OpKind::kRecv) {
+          if (completions[c].bytes != op.data.NumBytes()) {
+            failure = OutOfRange(Describe(op, comm_) + ": received " +
+                                 std::to_string(completions[c].bytes) + " bytes, expected " +
+                                 std::to_string(op.data.NumBytes()));
+            continue;
+          }
+          stats.bytes_received += completions[c].bytes;
+        } else {
+          stats.bytes_sent += op.data.NumBytes();
+        }
+        complete(i);
+      }
+      if (!failure.ok()) break;
+    }
+    if (failure.ok() && deadline.Expired() && completed < n) {
+      std::string pending;
+      int shown = 0;
+      for (auto& [key, i] : request_op) {
+        if (shown++ == 3) break;
+        pending += (pending.empty() ? "" : "; ") + Describe(plan.ops[ids[i]], comm_);
+      }
+      failure = DeadlineExceeded("rank " + std::to_string(rank) + ": refit deadline passed with " +
+                                 std::to_string(n - completed) + " of " + std::to_string(n) +
+                                 " ops unfinished" + (pending.empty() ? "" : ", waiting for " + pending));
+    }
+  }
+
+  if (!failure.ok()) {
+    // Fail fast everywhere: peers see our links close instead of waiting out their deadlines.
+    comm_.Abort(failure);
+    for (Transport* t : used_transports) {
+      for (int i = 0; i < 4; ++i) {
+        auto got = t->Poll(completions, Deadline::After(std::chrono::nanoseconds(0)));
+        if (!got.ok() || *got == 0) break;
+      }
+    }
+    pool_->Drain();
+    (void)pool_->Done(std::chrono::microseconds(0));
+    deregister_all();
+    return failure;
+  }
+  deregister_all();
+  stats.ops = n;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return stats;
+}
+
+}  // namespace ferry

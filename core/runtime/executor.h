@@ -1,0 +1,69 @@
+// Executor: runs one rank's part of a TransferPlan on a Communicator.
+//
+// Ops start when their deps (ops on the same rank) have completed, in (round, id) order. Sends and
+// receives are posted without waiting (at most executor.max_in_flight at once); Copy, Pack, Unpack
+// and Convert run on a pool of executor.copy_threads threads, large copies split into slices.
+// Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
+// op using a slot starts and freed when the last one completes; ops wait for space in plan order.
+// Every wait is bounded by the Run deadline. A failure names the op, its peer and the transport,
+// aborts the communicator (so peers fail fast instead of waiting out their deadlines) and is
+// returned; the caller recreates the communicator before the next run.
+//
+// Threading: one Run at a time per Executor; Run blocks its caller. The communicator may be
+// aborted from another thread during Run, which then fails promptly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+#include "core/runtime/communicator.h"
+#include "core/runtime/transport.h"
+
+namespace ferry {
+
+// The real memory behind a plan's buffers on this rank, indexed like TransferPlan::source_buffers
+// and destination_buffers. Entries of buffers on other ranks are ignored (may be empty). The
+// caller owns the memory; it must stay valid during Run.
+struct RankMemory {
+  std::vector<MemoryDesc> source;
+  std::vector<MemoryDesc> destination;
+};
+
+struct ExecutorStats {
+  double seconds = 0;
+  int ops = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert
+  int64_t peak_staging_bytes = 0;  // staging slots held at once
+  int64_t staging_arena_bytes = 0;
+};
+
+class Executor {
+ public:
+  // Reads executor.* options from the communicator's config. `comm` must outlive the executor.
+  static Result<std::unique_ptr<Executor>> Create(Communicator& comm);
+  ~Executor();
+
+  // Runs this rank's ops of `plan`; returns when all completed, or on the first failure, or at
+  // `deadline` (kDeadlineExceeded naming the ops still pending).
+  Result<ExecutorStats> Run(const TransferPlan& plan, const RankMemory& memory, Deadline deadline);
+
+  class CopyPool;
+
+ private:
+  Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight);
+
+  Communicator& comm_;
+  int64_t staging_budget_;
+  int max_in_flight_;
+  std::unique_ptr<CopyPool> pool_;
+  std::unique_ptr<char[]> arena_;  // the staging arena, reused across runs
+  int64_t arena_bytes_ = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,35 @@
+// Small POSIX socket helpers shared by the TCP store and the tcp transport: listen, connect with a
+// deadline, and read/write whole buffers with a deadline. Every function returns by its deadline.
+// File descriptors returned are owned by the caller (close them). Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+
+namespace ferry {
+
+struct Listener {
+  int fd = -1;
+  int port = 0;  // the bound port (useful when asked for port 0)
+};
+
+// Listens on `host` ("" or "0.0.0.0" for every interface) and `port` (0 picks a free one).
+Result<Listener> ListenTcp(const std::string& host, int port);
+// Connects to host:port, retrying refused connections until `deadline` (the listener may not be
+// up yet). The returned socket is blocking with TCP_NODELAY set.
+Result<int> ConnectTcp(const std::string& host, int port, Deadline deadline);
+// Accepts one connection, waiting until `deadline`; returns -1 (not an error) when it passes.
+Result<int> AcceptTcp(int listen_fd, Deadline deadline);
+// Writes/reads exactly `bytes`, waiting with poll() so that the deadline is honoured.
+Status WriteAll(int fd, const void* data, int64_t bytes, Deadline deadline);
+Status ReadAll(int fd, void* data, int64_t bytes, Deadline deadline);
+Status SetNonBlocking(int fd);
+// The address other hosts can reach this one at: the first non-loopback IPv4 address, or
+// 127.0.0.1 when there is none.
+std::string LocalAddress();
+std::string HostName();
+
+}  // namespace ferry

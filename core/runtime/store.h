@@ -1,0 +1,79 @@
+// Store: the small key/value service ranks use to rendezvous — exchange transport endpoint info and
+// remote keys, and meet at barriers. The TCP implementation (tcp_store.h) is hosted by rank 0 and
+// requires a shared token; InMemoryStore serves ranks that live in one process (tests, `local`).
+//
+// Keys are plain strings; callers namespace them by epoch and transport ("e3/tcp/ep/5") so that a
+// recreated communicator never reads values of an older epoch. Values are opaque bytes.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+
+namespace ferry {
+
+using Bytes = std::vector<uint8_t>;
+
+// Contract for every implementation:
+// - Thread-safe: any method may be called from any thread concurrently.
+// - Blocking: every method returns by `deadline` (kDeadlineExceeded) or when the store fails
+//   (kUnavailable: the host died or the connection broke; kAborted: Close() was called).
+// - Values are copied in and out; the store owns nothing of the caller's.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Sets `key` to `value`, replacing any previous value. Wakes every Get waiting on `key`.
+  virtual Status Set(std::string_view key, std::span<const uint8_t> value, Deadline deadline) = 0;
+
+  // Returns the value of `key`, waiting until some rank sets it or `deadline` passes.
+  virtual Result<Bytes> Get(std::string_view key, Deadline deadline) = 0;
+
+  // Adds `delta` to the integer counter `key` (created at 0) and returns the new value. Counters
+  // and Set/Get values live in separate namespaces.
+  virtual Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) = 0;
+
+  // Waits until counter `key` is at least `target`, or `deadline` passes.
+  virtual Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) = 0;
+
+  // Makes every pending and future call fail with kAborted promptly. Idempotent; any thread.
+  virtual void Close() = 0;
+};
+
+// Every rank calls Barrier(store, name, size, deadline) with the same `name` (unique per use, e.g.
+// "e2/connected"); it returns when all `size` ranks arrived, or fails at the deadline.
+Status Barrier(Store& store, std::string_view name, int size, Deadline deadline);
+
+// The last barrier before processes exit. Like Barrier, and in addition `host_rank` (the rank whose
+// process hosts the store) returns only after every other rank has received its answer, so the
+// host exiting cannot cut another rank's barrier short.
+Status FinalBarrier(Store& store, std::string_view name, int rank, int size, int host_rank,
+                    Deadline deadline);
+
+// A Store in this process's memory, shared by ranks that are threads of one process (tests, the
+// `local` transport). Thread-safe. Also the data structure the TCP store host serves.
+class InMemoryStore final : public Store {
+ public:
+  Status Set(std::string_view key, std::span<const uint8_t> value, Deadline deadline) override;
+  Result<Bytes> Get(std::string_view key, Deadline deadline) override;
+  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
+  Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) override;
+  void Close() override;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool closed_ = false;
+  std::map<std::string, Bytes, std::less<>> values_;
+  std::map<std::string, int64_t, std::less<>> counters_;
+};
+
+}  // namespace ferry

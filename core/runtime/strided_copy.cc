@@ -1,0 +1,252 @@
+// Strided copy geometry, slicing and kernels (memcpy runs, element loops, dtype conversion).
+#include "core/runtime/strided_copy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace ferry {
+
+namespace {
+
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ffu, bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400u) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint32_t sign = (bits >> 16) & 0x8000u;
+  int32_t exponent = static_cast<int32_t>((bits >> 23) & 0xff) - 127 + 15;
+  uint32_t mantissa = bits & 0x7fffffu;
+  if (((bits >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mantissa ? 0x200u : 0));
+  if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (exponent <= 0) {
+    if (exponent < -10) return static_cast<uint16_t>(sign);
+    mantissa |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - exponent);
+    uint32_t half = mantissa >> shift;
+    uint32_t rest = mantissa & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
+  uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // round to nearest even
+  return static_cast<uint16_t>(half);
+}
+
+float BF16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+template <typename T>
+T LoadAs(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+void StoreAs(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+bool Convertible(DType d) { return d != DType::kFP8E4M3 && d != DType::kFP8E5M2; }
+
+double Load(DType d, const char* p) {
+  switch (d) {
+    case DType::kBF16: return BF16ToFloat(LoadAs<uint16_t>(p));
+    case DType::kFP16: return HalfToFloat(LoadAs<uint16_t>(p));
+    case DType::kFP32: return LoadAs<float>(p);
+    case DType::kFP64: return LoadAs<double>(p);
+    case DType::kInt8: return LoadAs<int8_t>(p);
+    case DType::kInt16: return LoadAs<int16_t>(p);
+    case DType::kInt32: return LoadAs<int32_t>(p);
+    case DType::kInt64: return static_cast<double>(LoadAs<int64_t>(p));
+    case DType::kUInt8: return LoadAs<uint8_t>(p);
+    default: return 0;
+  }
+}
+
+void Store(DType d, char* p, double v) {
+  switch (d) {
+    case DType::kBF16: StoreAs(p, FloatToBF16(static_cast<float>(v))); break;
+    case DType::kFP16: StoreAs(p, FloatToHalf(static_cast<float>(v))); break;
+    case DType::kFP32: StoreAs(p, static_cast<float>(v)); break;
+    case DType::kFP64: StoreAs(p, v); break;
+    case DType::kInt8: StoreAs(p, static_cast<int8_t>(std::lround(v))); break;
+    case DType::kInt16: StoreAs(p, static_cast<int16_t>(std::lround(v))); break;
+    case DType::kInt32: StoreAs(p, static_cast<int32_t>(std::llround(v))); break;
+    case DType::kInt64: StoreAs(p, static_cast<int64_t>(std::llround(v))); break;
+    case DType::kUInt8: StoreAs(p, static_cast<uint8_t>(std::lround(v))); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+bool CopyGeometry::contiguous_run() const {
+  int64_t size = DTypeSize(from_dtype);
+  return from_dtype == to_dtype && (run <= 1 || (from_inner == size && to_inner == size));
+}
+
+int64_t CopyGeometry::bytes() const { return rows * run * DTypeSize(to_dtype); }
+
+Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to) {
+  if (from.NumElements() != to.NumElements()) {
+    return InvalidArgument("copy from " + std::to_string(from.NumElements()) + " elements to " +
+                           std::to_string(to.NumElements()));
+  }
+  if (from.ndim != to.ndim) return InvalidArgument("copy between regions of different rank");
+  for (int d = 0; d < from.ndim; ++d) {
+    if (from.shape[d] != to.shape[d]) return InvalidArgument("copy between regions of different shape");
+  }
+  if (from.dtype != to.dtype && (!Convertible(from.dtype) || !Convertible(to.dtype))) {
+    return Unimplemented("conversion " + std::string(DTypeName(from.dtype)) + " -> " +
+                         std::string(DTypeName(to.dtype)) + " is not supported on the host");
+  }
+  CopyGeometry g;
+  g.from_dtype = from.dtype;
+  g.to_dtype = to.dtype;
+  int64_t fsize = DTypeSize(from.dtype), tsize = DTypeSize(to.dtype);
+  // Dims with extent > 1, outermost first, strides in bytes.
+  std::vector<std::array<int64_t, 3>> dims;
+  for (int d = 0; d < from.ndim; ++d) {
+    if (from.shape[d] == 1) continue;
+    dims.push_back({from.shape[d], from.strides[d] * fsize, to.strides[d] * tsize});
+  }
+  if (from.NumElements() == 0) {
+    g.rows = 0;
+    g.run = 0;
+    return g;
+  }
+  // Merge an outer dim into the next inner one when both sides are dense across them.
+  std::vector<std::array<int64_t, 3>> merged = dims;
+  for (size_t i = merged.size(); i-- > 1;) {
+    auto& outer = merged[i - 1];
+    auto& inner = merged[i];
+    if (outer[1] == inner[0] * inner[1] && outer[2] == inner[0] * inner[2]) {
+      inner = {outer[0] * inner[0], inner[1], inner[2]};
+      merged.erase(merged.begin() + static_cast<long>(i) - 1);
+    }
+  }
+  if (merged.empty()) merged.push_back({1, fsize, tsize});
+  g.run = merged.back()[0];
+  g.from_inner = merged.back()[1];
+  g.to_inner = merged.back()[2];
+  g.outer_dims = static_cast<int>(merged.size()) - 1;
+  g.rows = 1;
+  for (int d = 0; d < g.outer_dims; ++d) {
+    g.extent[d] = merged[d][0];
+    g.from_stride[d] = merged[d][1];
+    g.to_stride[d] = merged[d][2];
+    g.rows *= merged[d][0];
+  }
+  return g;
+}
+
+std::vector<CopySlice> SliceCopy(const CopyGeometry& g, int64_t target_bytes, int max_slices) {
+  std::vector<CopySlice> slices;
+  int64_t total = g.bytes();
+  if (total == 0) return slices;
+  int64_t want = std::clamp<int64_t>((total + target_bytes - 1) / std::max<int64_t>(target_bytes, 1),
+                                     1, std::max(1, max_slices));
+  if (g.rows == 1 && g.contiguous_run() && want > 1) {
+    int64_t run_bytes = g.run * DTypeSize(g.to_dtype);
+    int64_t step = (run_bytes + want - 1) / want;
+    step = (step + 63) & ~int64_t{63};  // cache-line multiples
+    for (int64_t b = 0; b < run_bytes; b += step) slices.push_back({0, 0, b, std::min(run_bytes, b + step)});
+    return slices;
+  }
+  want = std::min(want, g.rows);
+  for (int64_t i = 0; i < want; ++i) {
+    slices.push_back({g.rows * i / want, g.rows * (i + 1) / want, 0, 0});
+  }
+  return slices;
+}
+
+Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* from, char* to) {
+  if (slice.row_begin == slice.row_end) {
+    if (slice.byte_end > slice.byte_begin) {
+      std::memcpy(to + slice.byte_begin, from + slice.byte_begin,
+                  static_cast<size_t>(slice.byte_end - slice.byte_begin));
+    }
+    return Status::Ok();
+  }
+  const int64_t fsize = DTypeSize(g.from_dtype);
+  const bool same = g.from_dtype == g.to_dtype;
+  const bool memcpy_rows = g.contiguous_run();
+  // Odometer over the outer dims, started at row_begin.
+  std::array<int64_t, kMaxDims> index{};
+  int64_t rest = slice.row_begin;
+  int64_t from_offset = 0, to_offset = 0;
+  for (int d = g.outer_dims - 1; d >= 0; --d) {
+    index[d] = rest % g.extent[d];
+    rest /= g.extent[d];
+    from_offset += index[d] * g.from_stride[d];
+    to_offset += index[d] * g.to_stride[d];
+  }
+  for (int64_t row = slice.row_begin; row < slice.row_end; ++row) {
+    const char* src = from + from_offset;
+    char* dst = to + to_offset;
+    if (memcpy_rows) {
+      std::memcpy(dst, src, static_cast<size_t>(g.run * fsize));
+    } else if (same) {
+      switch (fsize) {
+        case 1: for (int64_t j = 0; j < g.run; ++j) dst[j * g.to_inner] = src[j * g.from_inner]; break;
+        case 2: for (int64_t j = 0; j < g.run; ++j) std::memcpy(dst + j * g.to_inner, src + j * g.from_inner, 2); break;
+        case 4: for (int64_t j = 0; j < g.run; ++j) std::memcpy(dst + j * g.to_inner, src + j * g.from_inner, 4); break;
+        default:
+          for (int64_t j = 0; j < g.run; ++j) {
+            std::memcpy(dst + j * g.to_inner, src + j * g.from_inner, static_cast<size_t>(fsize));
+          }
+      }
+    } else {
+      for (int64_t j = 0; j < g.run; ++j) {
+        Store(g.to_dtype, dst + j * g.to_inner, Load(g.from_dtype, src + j * g.from_inner));
+      }
+    }
+    for (int d = g.outer_dims - 1; d >= 0; --d) {
+      ++index[d];
+      from_offset += g.from_stride[d];
+      to_offset += g.to_stride[d];
+      if (index[d] < g.extent[d]) break;
+      from_offset -= index[d] * g.from_stride[d];
+      to_offset -= index[d] * g.to_stride[d];
+      index[d] = 0;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry

@@ -1,0 +1,51 @@
+// Strided copies between Regions (core/plan/plan.h), the work the executor's Copy, Pack, Unpack
+// and Convert ops do. A copy is first simplified (unit dims dropped, adjacent dims merged when both
+// sides are dense across them) and then split into independent tasks a thread pool runs in
+// parallel. Pure functions over caller-owned memory; thread-safe for disjoint destinations.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+
+namespace ferry {
+
+// A simplified copy: `rows` rows of `run` elements each. Row r's element j is at
+//   from + offset_of(r, from_strides) + j * from_inner,   likewise for `to`.
+struct CopyGeometry {
+  DType from_dtype = DType::kUInt8;
+  DType to_dtype = DType::kUInt8;
+  int outer_dims = 0;                      // dims iterated per row
+  std::array<int64_t, kMaxDims> extent{};  // outer extents
+  std::array<int64_t, kMaxDims> from_stride{};  // bytes
+  std::array<int64_t, kMaxDims> to_stride{};    // bytes
+  int64_t rows = 0;
+  int64_t run = 0;         // elements per row
+  int64_t from_inner = 0;  // bytes between elements of a row
+  int64_t to_inner = 0;
+  bool contiguous_run() const;  // a row is one memcpy
+  int64_t bytes() const;        // destination bytes written
+};
+
+// Validates that `from` and `to` have the same shape and builds the geometry.
+Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to);
+
+// A piece of a copy: rows [row_begin, row_end); when the copy is a single contiguous run split by
+// bytes, [byte_begin, byte_end) of that run instead (row_begin = row_end = 0).
+struct CopySlice {
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+  int64_t byte_begin = 0;
+  int64_t byte_end = 0;
+};
+
+// Splits a copy into about bytes / target_bytes slices (at most max_slices, at least 1).
+std::vector<CopySlice> SliceCopy(const CopyGeometry& geometry, int64_t target_bytes, int max_slices);
+
+// Copies (converting dtypes when they differ) one slice. `from` and `to` point at the regions'
+// byte offset 0 (buffer base + Region::offset).
+Status RunCopySlice(const CopyGeometry& geometry, const CopySlice& slice, const char* from, char* to);
+
+}  // namespace ferry

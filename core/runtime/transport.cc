@@ -1,0 +1,112 @@
+// TransportRegistry and small helpers of the Transport interface.
+#include "core/runtime/transport.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+namespace ferry {
+
+std::string_view MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost: return "host";
+    case MemoryKind::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
+TransportRegistry& TransportRegistry::Default() {
+  static TransportRegistry* registry = new TransportRegistry();
+  return *registry;
+}
+
+Status TransportRegistry::Register(TransportRegistration registration) {
+  if (registration.name.empty()) return InvalidArgument("transport registration without a name");
+  if (!registration.factory) {
+    return InvalidArgument("transport '" + registration.name + "' registered without a factory");
+  }
+  for (const OptionSpec& option : registration.options) {
+    if (option.name.rfind(registration.name + ".", 0) != 0) {
+      return InvalidArgument("option '" + option.name + "' of transport '" + registration.name +
+                             "' must be named '" + registration.name + ".<option>'");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (registrations_.count(registration.name) != 0) {
+    return Status(StatusCode::kAlreadyExists,
+                  "transport '" + registration.name + "' is already registered");
+  }
+  std::string name = registration.name;
+  registrations_.emplace(std::move(name), std::move(registration));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Transport>> TransportRegistry::Create(std::string_view name,
+                                                             const TransportContext& context) const {
+  TransportFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = registrations_.find(name);
+    if (it == registrations_.end()) {
+      std::string known;
+      for (const auto& [n, r] : registrations_) known += (known.empty() ? "" : ", ") + n;
+      return NotFound("unknown transport '" + std::string(name) + "' (registered: " +
+                      (known.empty() ? std::string("none") : known) + ")");
+    }
+    factory = it->second.factory;
+  }
+  auto created = factory(context);
+  if (!created.ok()) {
+    return created.status().WithContext("creating transport '" + std::string(name) + "' on rank " +
+                                        std::to_string(context.rank));
+  }
+  return created;
+}
+
+bool TransportRegistry::Contains(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registrations_.find(name) != registrations_.end();
+}
+
+std::vector<std::string> TransportRegistry::Names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, registration] : registrations_) names.push_back(name);
+  return names;
+}
+
+std::vector<OptionSpec> TransportRegistry::AllOptions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OptionSpec> options;
+  for (const auto& [name, registration] : registrations_) {
+    options.insert(options.end(), registration.options.begin(), registration.options.end());
+  }
+  return options;
+}
+
+std::vector<TransportRegistration> TransportRegistry::Registrations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TransportRegistration> all;
+  for (const auto& [name, registration] : registrations_) all.push_back(registration);
+  return all;
+}
+
+Config DefaultConfig(const TransportRegistry& registry) {
+  std::vector<OptionSpec> table = CoreOptions();
+  std::vector<OptionSpec> transport_options = registry.AllOptions();
+  table.insert(table.end(), transport_options.begin(), transport_options.end());
+  return Config(std::move(table));
+}
+
+TransportRegistrar::TransportRegistrar(TransportRegistration registration) {
+  std::string name = registration.name;
+  Status status = TransportRegistry::Default().Register(std::move(registration));
+  if (!status.ok()) {
+    // Static initialisation has no caller to return to; a duplicate name is a build mistake.
+    std::fprintf(stderr, "ferry: cannot register transport '%s': %s\n", name.c_str(),
+                 status.ToString().c_str());
+    std::abort();
+  }
+}
+
+}  // namespace ferry

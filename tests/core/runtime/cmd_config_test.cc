@@ -1,0 +1,48 @@
+// `ferry config`: lists core and linked transports' options, applies the environment, and rejects
+// a bad YAML file with exit code 2.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "tools/cli/commands.h"
+
+namespace ferry::cli {
+namespace {
+
+int RunConfig(std::vector<std::string> args, std::string* out) {
+  CLI::App app{"ferry"};
+  int exit_code = -1;
+  AddConfigCommand(app, &exit_code);
+  std::vector<const char*> argv = {"ferry", "config"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  ::testing::internal::CaptureStdout();
+  app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  *out = ::testing::internal::GetCapturedStdout();
+  return exit_code;
+}
+
+TEST(CmdConfigTest, PrintsEveryOptionWithDefaultsAndEnvironmentOverrides) {
+  ::setenv("FERRY_TRANSPORT_NETWORK", "local", 1);
+  std::string out;
+  EXPECT_EQ(RunConfig({}, &out), 0);
+  ::unsetenv("FERRY_TRANSPORT_NETWORK");
+  EXPECT_NE(out.find("transport.network = local   (from env)"), std::string::npos) << out;
+  EXPECT_NE(out.find("FERRY_TRANSPORT_INTRA_NODE"), std::string::npos);
+  EXPECT_NE(out.find("executor.staging_budget"), std::string::npos);
+  EXPECT_NE(out.find("tcp.address"), std::string::npos) << "transport options are listed too";
+  EXPECT_NE(out.find("transports linked in: local, tcp"), std::string::npos) << out;
+}
+
+TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {
+  std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/ferry.yaml";
+  std::ofstream(path) << "executor:\n  chunk_bytes: 16MiB\n";
+  std::string out;
+  EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 0);
+  EXPECT_NE(out.find("executor.chunk_bytes = 16MiB   (from yaml)"), std::string::npos) << out;
+  std::ofstream(path) << "executor:\n  chunk_size: 16MiB\n";
+  EXPECT_EQ(RunConfig({"--file", path}, &out), 2);
+}
+
+}  // namespace
+}  // namespace ferry::cli

@@ -1,0 +1,92 @@
+// Config: defaults, YAML loading, FERRY_* overrides, typed getters and the listing.
+#include "core/runtime/config.h"
+
+#include <gtest/gtest.h>
+
+#include "core/runtime/transport.h"
+
+namespace ferry {
+namespace {
+
+TEST(ConfigTest, DefaultsYamlThenEnvironmentWins) {
+  Config config(CoreOptions());
+  EXPECT_EQ(*config.GetString("transport.network"), "tcp");
+  ASSERT_TRUE(config.LoadYamlString("transport:\n  network: ucx\n  intra_node: local\n"
+                                    "executor.chunk_bytes: 8MiB\n").ok());
+  EXPECT_EQ(*config.GetString("transport.network"), "ucx");
+  EXPECT_EQ(config.SourceOf("transport.network"), "yaml");
+  ASSERT_TRUE(config.ApplyEnvironment({"FERRY_TRANSPORT_NETWORK=libfabric", "FERRY_TOKEN=secret",
+                                       "FERRY_EXECUTOR_STAGING_BUDGET=256MiB", "PATH=/bin"})
+                  .ok());
+  EXPECT_EQ(*config.GetString("transport.network"), "libfabric");
+  EXPECT_EQ(config.SourceOf("transport.network"), "env");
+  EXPECT_EQ(*config.GetString("transport.intra_node"), "local");
+  EXPECT_EQ(*config.GetBytes("executor.chunk_bytes"), 8 << 20);
+  EXPECT_EQ(*config.GetBytes("executor.staging_budget"), 256 << 20);
+}
+
+TEST(ConfigTest, UnknownOptionsAndBadValuesAreErrors) {
+  Config config(CoreOptions());
+  Status unknown = config.LoadYamlString("transport:\n  netwrok: ucx\n");
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("transport.netwrok"), std::string::npos);
+  EXPECT_FALSE(config.LoadYamlString("[1, 2").ok());
+  ASSERT_TRUE(config.Set("executor.max_in_flight", "many").ok());
+  EXPECT_FALSE(config.GetInt("executor.max_in_flight").ok());
+  EXPECT_FALSE(config.GetString("no.such.option").ok());
+}
+
+TEST(ConfigTest, ParsesSizesAndDurations) {
+  EXPECT_EQ(*ParseBytes("4MiB"), 4 << 20);
+  EXPECT_EQ(*ParseBytes("512 KiB"), 512 << 10);
+  EXPECT_EQ(*ParseBytes("1GB"), 1000000000);
+  EXPECT_EQ(*ParseBytes("77"), 77);
+  EXPECT_FALSE(ParseBytes("4 parsecs").ok());
+  EXPECT_DOUBLE_EQ(*ParseSeconds("500ms"), 0.5);
+  EXPECT_DOUBLE_EQ(*ParseSeconds("30s"), 30);
+  EXPECT_DOUBLE_EQ(*ParseSeconds("2m"), 120);
+  EXPECT_DOUBLE_EQ(*ParseSeconds("1.5"), 1.5);
+  EXPECT_FALSE(ParseSeconds("soon").ok());
+}
+
+TEST(ConfigTest, DescribeListsEveryOptionWithDefaultEnvAndHelp) {
+  Config config(CoreOptions());
+  ASSERT_TRUE(config.ApplyEnvironment({"FERRY_DEADLINE_ABORT=1s"}).ok());
+  std::string text = config.Describe();
+  for (const OptionSpec& option : CoreOptions()) {
+    EXPECT_NE(text.find(option.name), std::string::npos) << option.name;
+    EXPECT_NE(text.find(option.help), std::string::npos) << option.name;
+    EXPECT_NE(text.find(EnvironmentName(option.name)), std::string::npos) << option.name;
+  }
+  EXPECT_NE(text.find("deadline.abort = 1s   (from env)"), std::string::npos) << text;
+}
+
+TEST(ConfigTest, EnvironmentNames) {
+  EXPECT_EQ(EnvironmentName("transport.intra_node"), "FERRY_TRANSPORT_INTRA_NODE");
+  EXPECT_EQ(EnvironmentName("tcp.address"), "FERRY_TCP_ADDRESS");
+}
+
+TEST(ConfigTest, RegistryContributesTransportOptions) {
+  TransportRegistry registry;
+  ASSERT_TRUE(registry
+                  .Register({"fake", "a test transport", {{"fake.speed", "3", "how fast"}},
+                             [](const TransportContext&) -> Result<std::unique_ptr<Transport>> {
+                               return Unimplemented("fake");
+                             }})
+                  .ok());
+  EXPECT_FALSE(registry.Register({"fake", "again", {}, [](const TransportContext&) -> Result<std::unique_ptr<Transport>> {
+                                    return Unimplemented("fake");
+                                  }}).ok());
+  EXPECT_FALSE(registry.Register({"bad", "", {{"speed", "1", "unprefixed"}}, [](const TransportContext&) -> Result<std::unique_ptr<Transport>> {
+                                    return Unimplemented("bad");
+                                  }}).ok());
+  Config config = DefaultConfig(registry);
+  ASSERT_TRUE(config.ApplyEnvironment({"FERRY_FAKE_SPEED=9"}).ok());
+  EXPECT_EQ(*config.GetInt("fake.speed"), 9);
+  auto missing = registry.Create("nope", TransportContext{});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("fake"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry

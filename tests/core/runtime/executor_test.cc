@@ -1,0 +1,298 @@
+// Executor over real processes: hand-made plans run by forked ranks that rendezvous through the TCP
+// store and talk over the tcp transport. Each child has a deadline; the parent kills children that
+// outlive the test's own deadline.
+#include "core/runtime/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "core/runtime/bootstrap.h"
+#include "core/runtime/socket_util.h"
+#include "core/runtime/transport.h"
+
+namespace ferry {
+namespace {
+
+constexpr int kRows = 512, kCols = 1024;  // the source tensor: fp32 [512, 1024], 2 MiB
+
+// Forks `size` ranks running body(rank, port); returns their exit codes (-SIGKILL when killed).
+std::vector<int> RunRanks(int size, double deadline_seconds,
+                          const std::function<int(int rank, int port)>& body) {
+  auto probe = ListenTcp("127.0.0.1", 0);
+  EXPECT_TRUE(probe.ok());
+  int port = probe->port;
+  ::close(probe->fd);
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < size; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(static_cast<unsigned>(deadline_seconds) + 5);  // a child never outlives the test
+      int code = body(rank, port);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    children.push_back(pid);
+  }
+  std::vector<int> codes(static_cast<size_t>(size), -SIGKILL);
+  Deadline deadline = Deadline::AfterSeconds(deadline_seconds);
+  int left = size;
+  while (left > 0 && !deadline.Expired()) {
+    for (int rank = 0; rank < size; ++rank) {
+      if (children[rank] == 0) continue;
+      int status = 0;
+      if (::waitpid(children[rank], &status, WNOHANG) == children[rank]) {
+        codes[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        children[rank] = 0;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (pid_t pid : children) {
+    if (pid != 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  return codes;
+}
+
+Region Matrix(Space space, int buffer, int64_t offset_elems, int64_t rows, int64_t cols,
+              int64_t row_stride) {
+  Region r;
+  r.space = space;
+  r.buffer = buffer;
+  r.offset = offset_elems * 4;
+  r.dtype = DType::kFP32;
+  r.ndim = 2;
+  r.shape[0] = rows;
+  r.shape[1] = cols;
+  r.strides[0] = row_stride;
+  r.strides[1] = 1;
+  return r;
+}
+
+float Value(int64_t row, int64_t col) { return static_cast<float>(row * 10000 + col); }
+
+// Rank 0 holds the tensor. Rank 1 gets columns [0, 512) (packed, sent, unpacked) and, relayed by
+// rank 2, a copy of rank 2's part; rank 2 gets columns [512, 1024) received straight into its
+// destination buffer; rank 0 keeps rows [0, 32) by a local copy.
+TransferPlan ThreeRankPlan() {
+  TransferPlan plan;
+  plan.strategy = "reshard";
+  plan.num_ranks = 3;
+  plan.source_buffers = {{0, "w", kRows * kCols * 4}};
+  plan.destination_buffers = {{0, "rows", 32 * kCols * 4},
+                              {1, "left", kRows * 512 * 4},
+                              {2, "right", kRows * 512 * 4},
+                              {1, "relayed", kRows * 512 * 4}};
+  const int64_t half = kRows * 512 * 4;
+  int slot_a = plan.AddSlot(0, half), slot_b = plan.AddSlot(0, half), slot_c = plan.AddSlot(1, half);
+  Op pack_a{.kind = OpKind::kPack, .rank = 0, .bytes = half};
+  pack_a.copies = {{Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
+                    Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}};
+  int pa = plan.AddOp(pack_a);
+  Op send_a{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = half,
+            .link = LinkClass::kNetwork, .deps = {pa}};
+  send_a.data = Region::Bytes(Space::kStaging, slot_a, 0, half);
+  plan.AddOp(send_a);
+  Op pack_b{.kind = OpKind::kPack, .rank = 0, .bytes = half, .round = 1};
+  pack_b.copies = {{Matrix(Space::kSource, 0, 512, kRows, 512, kCols),
+                    Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}};
+  int pb = plan.AddOp(pack_b);
+  Op send_b{.kind = OpKind::kSend, .rank = 0, .peer = 2, .message = 2, .bytes = half,
+            .link = LinkClass::kNetwork, .round = 1, .deps = {pb}};
+  send_b.data = Region::Bytes(Space::kStaging, slot_b, 0, half);
+  plan.AddOp(send_b);
+  Op copy{.kind = OpKind::kCopy, .rank = 0, .bytes = 32 * kCols * 4, .link = LinkClass::kSameRank};
+  copy.copies = {{Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
+                  Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}};
+  plan.AddOp(copy);
+  Op recv_c{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = half,
+            .link = LinkClass::kNetwork};
+  recv_c.data = Region::Bytes(Space::kStaging, slot_c, 0, half);
+  int rc = plan.AddOp(recv_c);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half, .deps = {rc}};
+  unpack.copies = {{Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
+                    Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}};
+  plan.AddOp(unpack);
+  Op recv_relayed{.kind = OpKind::kRecv, .rank = 1, .peer = 2, .message = 3, .bytes = half,
+                  .link = LinkClass::kNetwork};
+  recv_relayed.data = Region::Bytes(Space::kDestination, 3, 0, half);
+  plan.AddOp(recv_relayed);
+  Op recv_d{.kind = OpKind::kRecv, .rank = 2, .peer = 0, .message = 2, .bytes = half,
+            .link = LinkClass::kNetwork};
+  recv_d.data = Region::Bytes(Space::kDestination, 2, 0, half);
+  int rd = plan.AddOp(recv_d);
+  Op forward{.kind = OpKind::kForward, .rank = 2, .peer = 1, .message = 3, .bytes = half,
+             .link = LinkClass::kNetwork, .deps = {rd}};
+  forward.data = Region::Bytes(Space::kDestination, 2, 0, half);
+  plan.AddOp(forward);
+  return plan;
+}
+
+struct Rank {
+  Config config = DefaultConfig();
+  Rendezvous rendezvous;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Executor> executor;
+  std::vector<std::vector<float>> storage;
+  RankMemory memory;
+};
+
+// Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network).
+Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
+                                   const std::vector<std::string>& settings = {}) {
+  auto r = std::make_unique<Rank>();
+  for (const std::string& s : settings) {
+    size_t eq = s.find('=');
+    FERRY_RETURN_IF_ERROR(r->config.Set(s.substr(0, eq), s.substr(eq + 1)));
+  }
+  FERRY_RETURN_IF_ERROR(r->config.Set("tcp.address", "127.0.0.1"));
+  BootstrapInfo info;
+  info.rank = rank;
+  info.size = size;
+  info.store_host = "127.0.0.1";
+  info.store_port = port;
+  info.token = "executor-test";
+  FERRY_ASSIGN_OR_RETURN(r->rendezvous, StartRendezvous(info, Deadline::AfterSeconds(20)));
+  CommunicatorOptions options;
+  options.rank = rank;
+  options.size = size;
+  options.store = r->rendezvous.store.get();
+  options.config = &r->config;
+  for (int i = 0; i < size; ++i) options.node_of_rank.push_back(i);
+  FERRY_ASSIGN_OR_RETURN(r->comm, Communicator::Create(options, Deadline::AfterSeconds(20)));
+  FERRY_ASSIGN_OR_RETURN(r->executor, Executor::Create(*r->comm));
+  return r;
+}
+
+void Allocate(Rank& r, const TransferPlan& plan, int rank) {
+  auto fill = [&](const std::vector<BufferSpec>& specs, std::vector<MemoryDesc>& out, bool source) {
+    for (const BufferSpec& spec : specs) {
+      if (spec.rank != rank) {
+        out.push_back({});
+        continue;
+      }
+      r.storage.emplace_back(static_cast<size_t>(spec.bytes / 4), -1.0f);
+      auto& data = r.storage.back();
+      if (source) {
+        for (int64_t i = 0; i < static_cast<int64_t>(data.size()); ++i) data[i] = Value(i / kCols, i % kCols);
+      }
+      out.push_back({data.data(), spec.bytes, MemoryKind::kHost, -1});
+    }
+  };
+  r.storage.reserve(16);
+  fill(plan.source_buffers, r.memory.source, true);
+  fill(plan.destination_buffers, r.memory.destination, false);
+}
+
+bool Verify(const Rank& r, int rank) {
+  auto dest = [&](int buffer) { return static_cast<const float*>(r.memory.destination[buffer].base); };
+  if (rank == 0) {
+    for (int64_t i = 0; i < 32 * kCols; ++i) {
+      if (dest(0)[i] != Value(i / kCols, i % kCols)) return false;
+    }
+  }
+  if (rank == 1) {
+    for (int64_t i = 0; i < kRows * 512; ++i) {
+      if (dest(1)[i] != Value(i / 512, i % 512)) return false;
+      if (dest(3)[i] != Value(i / 512, 512 + i % 512)) return false;
+    }
+  }
+  if (rank == 2) {
+    for (int64_t i = 0; i < kRows * 512; ++i) {
+      if (dest(2)[i] != Value(i / 512, 512 + i % 512)) return false;
+    }
+  }
+  return true;
+}
+
+int Report(const Status& status) {
+  std::fprintf(stderr, "rank failed: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
+  TransferPlan plan = ThreeRankPlan();
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    // A staging budget that fits one slot at a time forces rank 0's packs to take turns.
+    auto joined = Join(rank, 3, port, {"executor.staging_budget=1100KiB", "executor.copy_threads=2"});
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    Allocate(r, plan, rank);
+    for (int refit = 0; refit < 3; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok()) return Report(stats.status());
+      if (!Verify(r, rank)) return 2;
+      if (stats->peak_staging_bytes > 1100 * 1024) return 3;
+      if (rank == 0 && stats->bytes_sent != 2 * kRows * 512 * 4) return 4;
+    }
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+TEST(ExecutorTest, PeerThatExitsFailsTheOthersNamingOpPeerAndTransport) {
+  TransferPlan plan = ThreeRankPlan();
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    if (rank == 2) ::_exit(0);  // dies without running its part
+    Allocate(r, plan, rank);
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+    // Rank 0 only sends: its 1 MiB messages may all fit in socket buffers before rank 2 dies.
+    if (stats.ok()) return rank == 0 ? 0 : 10;
+    std::string message = stats.status().message();
+    std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
+    bool named = message.find("op ") != std::string::npos &&
+                 message.find("peer") != std::string::npos &&
+                 message.find("tcp") != std::string::npos;
+    return named ? 7 : 8;
+  });
+  EXPECT_TRUE(codes[0] == 0 || codes[0] == 7) << codes[0];
+  EXPECT_EQ(codes[1], 7) << "rank 1 waits on a message from the dead rank 2";
+  EXPECT_EQ(codes[2], 0);
+}
+
+TEST(ExecutorTest, DeadlineNamesTheStuckReceive) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.destination_buffers = {{0, "d", 1024}};
+  Op recv{.kind = OpKind::kRecv, .rank = 0, .peer = 1, .message = 9, .bytes = 1024,
+          .link = LinkClass::kNetwork};
+  recv.data = Region::Bytes(Space::kDestination, 0, 0, 1024);
+  plan.AddOp(recv);
+  auto codes = RunRanks(2, 30, [&](int rank, int port) {
+    auto joined = Join(rank, 2, port);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    Allocate(r, plan, rank);
+    if (rank == 1) {  // alive but never sends
+      return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+    }
+    auto started = std::chrono::steady_clock::now();
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(0.5));
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    (void)FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20));
+    if (stats.ok()) return 10;
+    std::fprintf(stderr, "%s\n", stats.status().ToString().c_str());
+    bool named = stats.status().code() == StatusCode::kDeadlineExceeded &&
+                 stats.status().message().find("recv of message 9 from peer 1 over tcp") !=
+                     std::string::npos;
+    return named && took < 5 ? 7 : 8;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{7, 0}));
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,106 @@
+// Strided copy: geometry simplification, slicing, and exact results for strided, transposed-stride
+// and converting copies.
+#include "core/runtime/strided_copy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+namespace ferry {
+namespace {
+
+Region R(DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides, int64_t offset = 0) {
+  Region r;
+  r.space = Space::kSource;
+  r.dtype = dtype;
+  r.offset = offset;
+  r.ndim = static_cast<int>(shape.size());
+  for (int d = 0; d < r.ndim; ++d) {
+    r.shape[d] = shape[d];
+    r.strides[d] = strides[d];
+  }
+  return r;
+}
+
+void RunAll(const CopyGeometry& g, const char* from, char* to, int64_t target, int slices) {
+  for (const CopySlice& s : SliceCopy(g, target, slices)) ASSERT_TRUE(RunCopySlice(g, s, from, to).ok());
+}
+
+TEST(StridedCopyTest, DenseRegionsCollapseToOneRunAndSplitByBytes) {
+  auto g = MakeCopyGeometry(R(DType::kFP32, {4, 8, 16}, {128, 16, 1}), R(DType::kFP32, {4, 8, 16}, {128, 16, 1}));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->rows, 1);
+  EXPECT_EQ(g->run, 512);
+  EXPECT_TRUE(g->contiguous_run());
+  auto slices = SliceCopy(*g, 512, 8);
+  EXPECT_EQ(slices.size(), 4u);
+  std::vector<float> a(512), b(512, 0);
+  std::iota(a.begin(), a.end(), 0.f);
+  RunAll(*g, reinterpret_cast<char*>(a.data()), reinterpret_cast<char*>(b.data()), 512, 8);
+  EXPECT_EQ(a, b);
+}
+
+TEST(StridedCopyTest, PackColumnsOfAMatrixAndUnpackThemBack) {
+  // Columns [3, 7) of a 5x10 int32 matrix -> a dense 5x4 block, then back into a zeroed matrix.
+  std::vector<int32_t> m(50), packed(20, -1), back(50, 0);
+  std::iota(m.begin(), m.end(), 0);
+  auto pack = MakeCopyGeometry(R(DType::kInt32, {5, 4}, {10, 1}), R(DType::kInt32, {5, 4}, {4, 1}));
+  ASSERT_TRUE(pack.ok());
+  EXPECT_EQ(pack->rows, 5);
+  RunAll(*pack, reinterpret_cast<char*>(m.data() + 3), reinterpret_cast<char*>(packed.data()), 16, 3);
+  for (int r = 0; r < 5; ++r) {
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(packed[r * 4 + c], r * 10 + 3 + c);
+  }
+  auto unpack = MakeCopyGeometry(R(DType::kInt32, {5, 4}, {4, 1}), R(DType::kInt32, {5, 4}, {10, 1}));
+  RunAll(*unpack, reinterpret_cast<char*>(packed.data()), reinterpret_cast<char*>(back.data() + 3), 1 << 20, 1);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(back[i], (i % 10 >= 3 && i % 10 < 7) ? i : 0) << i;
+}
+
+TEST(StridedCopyTest, ElementStridedInnerDimension) {
+  // Every other element of a 3x6 bf16-sized matrix (inner stride 2) into a dense 3x3 block.
+  std::vector<uint16_t> m(18), out(9);
+  std::iota(m.begin(), m.end(), 100);
+  auto g = MakeCopyGeometry(R(DType::kBF16, {3, 3}, {6, 2}), R(DType::kBF16, {3, 3}, {3, 1}));
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->contiguous_run());
+  RunAll(*g, reinterpret_cast<char*>(m.data()), reinterpret_cast<char*>(out.data()), 2, 4);
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(out[r * 3 + c], 100 + r * 6 + c * 2);
+  }
+}
+
+TEST(StridedCopyTest, ConvertsFp32ToBf16AndFp16) {
+  std::vector<float> values = {1.0f, -2.5f, 3.14159f, 65504.0f, 0.0f, 1e-3f};
+  std::vector<uint16_t> bf(values.size()), half(values.size());
+  std::vector<float> round_trip(values.size());
+  int64_t n = static_cast<int64_t>(values.size());
+  auto to_bf = MakeCopyGeometry(R(DType::kFP32, {n}, {1}), R(DType::kBF16, {n}, {1}));
+  auto to_half = MakeCopyGeometry(R(DType::kFP32, {n}, {1}), R(DType::kFP16, {n}, {1}));
+  auto from_half = MakeCopyGeometry(R(DType::kFP16, {n}, {1}), R(DType::kFP32, {n}, {1}));
+  ASSERT_TRUE(to_bf.ok() && to_half.ok() && from_half.ok());
+  RunAll(*to_bf, reinterpret_cast<char*>(values.data()), reinterpret_cast<char*>(bf.data()), 1 << 20, 1);
+  RunAll(*to_half, reinterpret_cast<char*>(values.data()), reinterpret_cast<char*>(half.data()), 1 << 20, 1);
+  RunAll(*from_half, reinterpret_cast<char*>(half.data()), reinterpret_cast<char*>(round_trip.data()), 1 << 20, 1);
+  EXPECT_EQ(bf[0], 0x3f80);  // 1.0
+  EXPECT_EQ(bf[1], 0xc020);  // -2.5
+  EXPECT_EQ(half[0], 0x3c00);
+  EXPECT_EQ(half[3], 0x7bff);  // 65504, the largest half
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(round_trip[i], values[i], std::abs(values[i]) * 1e-3 + 1e-6);
+}
+
+TEST(StridedCopyTest, RejectsShapeMismatchAndFp8Conversion) {
+  EXPECT_FALSE(MakeCopyGeometry(R(DType::kFP32, {4, 4}, {4, 1}), R(DType::kFP32, {2, 8}, {8, 1})).ok());
+  EXPECT_FALSE(MakeCopyGeometry(R(DType::kFP32, {4}, {1}), R(DType::kFP32, {5}, {1})).ok());
+  auto fp8 = MakeCopyGeometry(R(DType::kFP32, {4}, {1}), R(DType::kFP8E4M3, {4}, {1}));
+  EXPECT_EQ(fp8.status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(StridedCopyTest, EmptyRegionHasNoSlices) {
+  auto g = MakeCopyGeometry(R(DType::kFP32, {0, 4}, {4, 1}), R(DType::kFP32, {0, 4}, {4, 1}));
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(SliceCopy(*g, 16, 4).empty());
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,657 @@
+// TcpTransport: see tcp_transport.h.
+#include "transports/tcp/tcp_transport.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/runtime/socket_util.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr char kHelloMagic[4] = {'F', 'R', 'Y', 'T'};
+
+struct Hello {
+  char magic[4];
+  uint32_t rank;
+  uint64_t epoch;
+};
+
+struct Header {
+  uint64_t tag;
+  uint64_t bytes;
+};
+
+struct Request {
+  RequestId id = 0;
+  int peer = 0;
+  uint64_t tag = 0;
+  bool is_send = false;
+  char* data = nullptr;
+  int64_t bytes = 0;     // send: message size; recv: capacity
+  int64_t progress = 0;  // bytes moved so far (send: header + payload)
+  Header header{};       // send: what goes on the wire first
+  bool cancelled = false;
+};
+
+// A message that arrived before its receive was posted.
+struct Unexpected {
+  std::vector<char> data;
+  bool complete = false;
+  Request* waiting = nullptr;  // a receive matched while the payload was still arriving
+};
+
+struct Peer {
+  int fd = -1;
+  bool connected = false;       // the socket is up (it may arrive before Connect(peer) is called)
+  bool connect_called = false;  // Connect(peer) was called
+  bool failed = false;
+  std::string failure;
+  bool want_write = false;
+  std::deque<Request*> sends;
+  std::map<uint64_t, std::deque<Request*>> posted;
+  std::map<uint64_t, std::deque<std::shared_ptr<Unexpected>>> unexpected;
+  // Receive state machine: header, then payload into a request, an unexpected buffer, or nowhere.
+  Header header{};
+  int64_t header_got = 0;
+  bool in_payload = false;
+  int64_t payload_left = 0;
+  char* payload_at = nullptr;
+  Request* payload_request = nullptr;
+  std::shared_ptr<Unexpected> payload_unexpected;
+  std::vector<char> discard;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const TransportContext& context)
+      : rank_(context.rank), size_(context.size), epoch_(context.epoch), peers_(context.size) {}
+
+  ~TcpTransport() override {
+    for (Peer& peer : peers_) {
+      if (peer.fd >= 0) ::close(peer.fd);
+    }
+    if (listener_.fd >= 0) ::close(listener_.fd);
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
+
+  Status Init(const TransportContext& context) {
+    std::string address;
+    if (context.config != nullptr) {
+      auto configured = context.config->GetString("tcp.address");
+      if (configured.ok()) address = *configured;
+    }
+    advertised_ = address.empty() ? LocalAddress() : address;
+    FERRY_ASSIGN_OR_RETURN(listener_, ListenTcp(address.empty() ? "" : address, 0));
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (epoll_fd_ < 0 || wake_fd_ < 0) return IoError("tcp: cannot create epoll/eventfd");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeKey;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    return Status::Ok();
+  }
+
+  std::string_view name() const override { return "tcp"; }
+
+  TransportCapabilities capabilities() const override {
+    TransportCapabilities caps;
+    caps.host_memory = true;
+    caps.two_sided = true;
+    caps.latency_seconds = 30e-6;
+    caps.bandwidth_bytes_per_second = 2e9;
+    return caps;
+  }
+
+  Result<Bytes> LocalEndpointInfo() override {
+    std::string info = advertised_ + ":" + std::to_string(listener_.port);
+    return Bytes(info.begin(), info.end());
+  }
+
+  Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override {
+    if (aborted_) return AbortedStatus();
+    if (peer < 0 || peer >= size_) return InvalidArgument("tcp: no peer " + std::to_string(peer));
+    Peer& p = peers_[peer];
+    if (p.connect_called) {
+      return FailedPrecondition("tcp: already connected to peer " + std::to_string(peer));
+    }
+    p.connect_called = true;
+    std::string where = "tcp: connecting rank " + std::to_string(rank_) + " to peer " +
+                        std::to_string(peer);
+    if (peer == rank_) {
+      p.connected = true;
+      return Status::Ok();
+    }
+    if (rank_ < peer) {
+      std::string info(peer_info.begin(), peer_info.end());
+      size_t colon = info.rfind(':');
+      if (colon == std::string::npos) return InvalidArgument(where + ": bad endpoint info '" + info + "'");
+      int port = std::atoi(info.substr(colon + 1).c_str());
+      auto fd = ConnectTcp(info.substr(0, colon), port, deadline);
+      if (!fd.ok()) return fd.status().WithContext(where);
+      Hello hello{};
+      std::memcpy(hello.magic, kHelloMagic, 4);
+      hello.rank = static_cast<uint32_t>(rank_);
+      hello.epoch = epoch_;
+      Status sent = WriteAll(*fd, &hello, sizeof(hello), deadline);
+      if (!sent.ok()) {
+        ::close(*fd);
+        return sent.WithContext(where);
+      }
+      return Attach(peer, *fd);
+    }
+    // The lower rank connects to us: accept until its connection arrives, keeping others.
+    while (!p.connected) {
+      auto fd = AcceptTcp(listener_.fd, deadline);
+      if (!fd.ok()) return fd.status().WithContext(where);
+      if (*fd < 0) {
+        if (deadline.Expired()) {
+          return DeadlineExceeded(where + ": the peer did not connect before the deadline");
+        }
+        continue;
+      }
+      Hello hello{};
+      Status got = ReadAll(*fd, &hello, sizeof(hello), Deadline::AfterSeconds(5).Min(deadline));
+      int from = static_cast<int>(hello.rank);
+      if (!got.ok() || std::memcmp(hello.magic, kHelloMagic, 4) != 0 || hello.epoch != epoch_ ||
+          from >= rank_ || peers_[from].connected) {
+        ::close(*fd);  // a stranger, a duplicate or an older epoch
+        continue;
+      }
+      FERRY_RETURN_IF_ERROR(Attach(from, *fd));
+    }
+    return Status::Ok();
+  }
+
+  Result<MemoryHandle> RegisterMemory(const MemoryDesc& memory) override {
+    if (memory.kind != MemoryKind::kHost) {
+      return Unimplemented("tcp moves host memory only; stage CUDA memory through host");
+    }
+    if (memory.bytes < 0 || (memory.base == nullptr && memory.bytes > 0)) {
+      return InvalidArgument("tcp: bad memory descriptor");
+    }
+    MemoryHandle handle{next_handle_++};
+    registrations_[handle.id] = memory;
+    return handle;
+  }
+
+  Status DeregisterMemory(MemoryHandle memory) override {
+    if (registrations_.erase(memory.id) == 0) return NotFound("tcp: unknown memory handle");
+    return Status::Ok();
+  }
+
+  Result<Bytes> RemoteKey(MemoryHandle) override {
+    return Unimplemented("tcp is two-sided only: no remote keys");
+  }
+
+  Result<RequestId> PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) override {
+    FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
+    Request* r = NewRequest(peer, tag, true, data, buffer.bytes);
+    const RequestId id = r->id;  // r may complete (and be freed) before we return
+    Peer& p = peers_[peer];
+    if (p.failed) {
+      Complete(r, Unavailable(PeerFailure(peer)));
+    } else if (peer == rank_) {
+      DeliverToSelf(r);
+    } else {
+      r->header = Header{tag, static_cast<uint64_t>(buffer.bytes)};
+      p.sends.push_back(r);
+      if (p.sends.size() == 1) WritePeer(peer);
+    }
+    return id;
+  }
+
+  Result<RequestId> PostRecv(int peer, uint64_t tag, const LocalBuffer& buffer) override {
+    FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
+    Request* r = NewRequest(peer, tag, false, data, buffer.bytes);
+    const RequestId id = r->id;  // r may complete (and be freed) before we return
+    Peer& p = peers_[peer];
+    auto found = p.unexpected.find(tag);
+    if (found != p.unexpected.end() && !found->second.empty()) {
+      std::shared_ptr<Unexpected> message = found->second.front();
+      found->second.pop_front();
+      if (found->second.empty()) p.unexpected.erase(found);
+      if (message->complete) {
+        FinishFromUnexpected(r, *message);
+      } else {
+        message->waiting = r;
+      }
+    } else if (p.failed) {
+      Complete(r, Unavailable(PeerFailure(peer)));
+    } else {
+      p.posted[tag].push_back(r);
+    }
+    return id;
+  }
+
+  Result<RequestId> PostPut(int, uint64_t, const LocalBuffer&, const RemoteBuffer&) override {
+    return Unimplemented("tcp is two-sided only: no put");
+  }
+  Result<RequestId> PostRecvNotify(int, uint64_t) override {
+    return Unimplemented("tcp is two-sided only: no put notifications");
+  }
+
+  Result<int> Poll(std::span<Completion> out, Deadline deadline) override {
+    while (true) {
+      if (aborted_ && !abort_handled_) HandleAbort();
+      if (!ready_.empty()) {
+        int n = 0;
+        while (n < static_cast<int>(out.size()) && !ready_.empty()) {
+          out[n++] = std::move(ready_.front());
+          ready_.pop_front();
+        }
+        return n;
+      }
+      if (aborted_) return AbortedStatus();
+      epoll_event events[64];
+      int timeout = deadline.Expired() ? 0 : deadline.RemainingMillis();
+      int n = ::epoll_wait(epoll_fd_, events, 64, timeout);
+      if (n < 0 && errno != EINTR) return IoError(std::string("tcp: epoll_wait: ") + std::strerror(errno));
+      for (int i = 0; i < n; ++i) {
+        uint64_t key = events[i].data.u64;
+        if (key == kWakeKey) {
+          uint64_t drained;
+          [[maybe_unused]] ssize_t ignored = ::read(wake_fd_, &drained, sizeof(drained));
+          continue;
+        }
+        int peer = static_cast<int>(key);
+        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ReadPeer(peer);
+        if (events[i].events & EPOLLOUT) WritePeer(peer);
+      }
+      if (ready_.empty() && n <= 0 && deadline.Expired()) return 0;
+    }
+  }
+
+  Status Cancel(RequestId id) override {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return Status::Ok();  // already finished
+    Request* r = it->second.get();
+    Peer& p = peers_[r->peer];
+    if (r->is_send) {
+      // A send whose first byte is on the wire must finish, or the stream would be corrupt.
+      for (auto s = p.sends.begin(); s != p.sends.end(); ++s) {
+        if (*s == r && r->progress == 0) {
+          p.sends.erase(s);
+          Complete(r, Aborted("tcp: send cancelled"));
+          break;
+        }
+      }
+      return Status::Ok();
+    }
+    auto posted = p.posted.find(r->tag);
+    if (posted != p.posted.end()) {
+      for (auto q = posted->second.begin(); q != posted->second.end(); ++q) {
+        if (*q == r) {
+          posted->second.erase(q);
+          Complete(r, Aborted("tcp: receive cancelled"));
+          return Status::Ok();
+        }
+      }
+    }
+    if (p.payload_request == r) {  // arriving now: keep reading, into nowhere
+      p.discard.resize(static_cast<size_t>(std::min<int64_t>(p.payload_left, 1 << 20)));
+      p.payload_request = nullptr;
+      Complete(r, Aborted("tcp: receive cancelled"));
+      return Status::Ok();
+    }
+    for (auto& [tag, list] : p.unexpected) {
+      for (auto& message : list) {
+        if (message->waiting == r) {
+          message->waiting = nullptr;
+          Complete(r, Aborted("tcp: receive cancelled"));
+          return Status::Ok();
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  void Abort(const Status& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      if (aborted_) return;
+      abort_reason_ = reason;
+      aborted_ = true;
+    }
+    for (Peer& peer : peers_) {
+      if (peer.fd >= 0) ::shutdown(peer.fd, SHUT_RDWR);
+    }
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+  }
+
+ private:
+  static constexpr uint64_t kWakeKey = ~0ull;
+
+  Status AbortedStatus() {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    return Aborted("tcp transport aborted: " + abort_reason_.message());
+  }
+
+  std::string PeerFailure(int peer) const {
+    return "peer " + std::to_string(peer) + " (tcp): " + peers_[peer].failure;
+  }
+
+  Result<char*> Resolve(int peer, const LocalBuffer& buffer) {
+    if (aborted_) return AbortedStatus();
+    if (peer < 0 || peer >= size_) return InvalidArgument("tcp: no peer " + std::to_string(peer));
+    if (!peers_[peer].connected) {
+      return FailedPrecondition("tcp: peer " + std::to_string(peer) + " is not connected");
+    }
+    auto it = registrations_.find(buffer.memory.id);
+    if (it == registrations_.end()) return InvalidArgument("tcp: unregistered memory handle");
+    if (buffer.offset < 0 || buffer.bytes < 0 || buffer.offset + buffer.bytes > it->second.bytes) {
+      return OutOfRange("tcp: buffer [" + std::to_string(buffer.offset) + ", +" +
+                        std::to_string(buffer.bytes) + ") outside its registration of " +
+                        std::to_string(it->second.bytes) + " bytes");
+    }
+    return static_cast<char*>(it->second.base) + buffer.offset;
+  }
+
+  Request* NewRequest(int peer, uint64_t tag, bool is_send, char* data, int64_t bytes) {
+    auto request = std::make_unique<Request>();
+    request->id = next_request_++;
+    request->peer = peer;
+    request->tag = tag;
+    request->is_send = is_send;
+    request->data = data;
+    request->bytes = bytes;
+    Request* r = request.get();
+    requests_[r->id] = std::move(request);
+    return r;
+  }
+
+  void Complete(Request* r, Status status, int64_t bytes = 0) {
+    ready_.push_back(Completion{r->id, std::move(status), bytes});
+    requests_.erase(r->id);
+  }
+
+  void FinishFromUnexpected(Request* r, const Unexpected& message) {
+    int64_t size = static_cast<int64_t>(message.data.size());
+    if (size > r->bytes) {
+      Complete(r, OutOfRange(TooBig(r, size)));
+      return;
+    }
+    if (size > 0) std::memcpy(r->data, message.data.data(), static_cast<size_t>(size));
+    Complete(r, Status::Ok(), size);
+  }
+
+  std::string TooBig(const Request* r, int64_t size) const {
+    return "tcp: message of " + std::to_string(size) + " bytes from peer " +
+           std::to_string(r->peer) + " (tag " + std::to_string(r->tag) +
+           ") does not fit the receive buffer of " + std::to_string(r->bytes) + " bytes";
+  }
+
+  void DeliverToSelf(Request* send) {
+    Peer& self = peers_[rank_];
+    auto posted = self.posted.find(send->tag);
+    if (posted != self.posted.end() && !posted->second.empty()) {
+      Request* recv = posted->second.front();
+      posted->second.pop_front();
+      if (posted->second.empty()) self.posted.erase(posted);
+      if (send->bytes > recv->bytes) {
+        Complete(recv, OutOfRange(TooBig(recv, send->bytes)));
+      } else {
+        if (send->bytes > 0) std::memcpy(recv->data, send->data, static_cast<size_t>(send->bytes));
+        Complete(recv, Status::Ok(), send->bytes);
+      }
+    } else {
+      auto message = std::make_shared<Unexpected>();
+      message->data.assign(send->data, send->data + send->bytes);
+      message->complete = true;
+      self.unexpected[send->tag].push_back(std::move(message));
+    }
+    Complete(send, Status::Ok(), send->bytes);
+  }
+
+  Status Attach(int peer, int fd) {
+    FERRY_RETURN_IF_ERROR(SetNonBlocking(fd));
+    Peer& p = peers_[peer];
+    p.fd = fd;
+    p.connected = true;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(peer);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return IoError(std::string("tcp: epoll_ctl: ") + std::strerror(errno));
+    }
+    return Status::Ok();
+  }
+
+  void SetWantWrite(int peer, bool want) {
+    Peer& p = peers_[peer];
+    if (p.want_write == want || p.fd < 0) return;
+    p.want_write = want;
+    epoll_event ev{};
+    ev.events = want ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(peer);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd, &ev);
+  }
+
+  void WritePeer(int peer) {
+    Peer& p = peers_[peer];
+    while (!p.sends.empty() && !p.failed) {
+      Request* r = p.sends.front();
+      const int64_t header_size = sizeof(Header);
+      const int64_t total = header_size + r->bytes;
+      iovec iov[2];
+      int count = 0;
+      if (r->progress < header_size) {
+        iov[count++] = {reinterpret_cast<char*>(&r->header) + r->progress,
+                        static_cast<size_t>(header_size - r->progress)};
+        if (r->bytes > 0) iov[count++] = {r->data, static_cast<size_t>(r->bytes)};
+      } else {
+        iov[count++] = {r->data + (r->progress - header_size),
+                        static_cast<size_t>(total - r->progress)};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      ssize_t n = ::sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          SetWantWrite(peer, true);
+          return;
+        }
+        FailPeer(peer, std::string("send failed: ") + std::strerror(errno));
+        return;
+      }
+      r->progress += n;
+      if (r->progress == total) {
+        p.sends.pop_front();
+        Complete(r, Status::Ok(), r->bytes);
+      }
+    }
+    SetWantWrite(peer, false);
+  }
+
+  // Matches a header that has fully arrived with a posted receive or an unexpected buffer.
+  void StartPayload(int peer) {
+    Peer& p = peers_[peer];
+    int64_t size = static_cast<int64_t>(p.header.bytes);
+    p.in_payload = true;
+    p.payload_left = size;
+    p.payload_request = nullptr;
+    p.payload_unexpected.reset();
+    auto posted = p.posted.find(p.header.tag);
+    if (posted != p.posted.end() && !posted->second.empty()) {
+      Request* r = posted->second.front();
+      posted->second.pop_front();
+      if (posted->second.empty()) p.posted.erase(posted);
+      if (size > r->bytes) {
+        Complete(r, OutOfRange(TooBig(r, size)));
+        p.discard.resize(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));
+      } else {
+        p.payload_request = r;
+        p.payload_at = r->data;
+      }
+    } else {
+      auto message = std::make_shared<Unexpected>();
+      message->data.resize(static_cast<size_t>(size));
+      p.payload_unexpected = message;
+      p.payload_at = message->data.data();
+      p.unexpected[p.header.tag].push_back(std::move(message));
+    }
+  }
+
+  void FinishPayload(int peer) {
+    Peer& p = peers_[peer];
+    p.in_payload = false;
+    p.header_got = 0;
+    int64_t size = static_cast<int64_t>(p.header.bytes);
+    if (p.payload_request != nullptr) {
+      Complete(p.payload_request, Status::Ok(), size);
+      p.payload_request = nullptr;
+    } else if (p.payload_unexpected) {
+      p.payload_unexpected->complete = true;
+      if (p.payload_unexpected->waiting != nullptr) {
+        Request* r = p.payload_unexpected->waiting;
+        p.payload_unexpected->waiting = nullptr;
+        FinishFromUnexpected(r, *p.payload_unexpected);
+      }
+      p.payload_unexpected.reset();
+    }
+  }
+
+  void ReadPeer(int peer) {
+    Peer& p = peers_[peer];
+    while (!p.failed) {
+      if (!p.in_payload) {
+        ssize_t n = ::recv(p.fd, reinterpret_cast<char*>(&p.header) + p.header_got,
+                           sizeof(Header) - static_cast<size_t>(p.header_got), MSG_DONTWAIT);
+        if (!HandleRead(peer, n)) return;
+        p.header_got += n;
+        if (p.header_got == static_cast<int64_t>(sizeof(Header))) {
+          StartPayload(peer);
+          if (p.payload_left == 0) FinishPayload(peer);
+        }
+        continue;
+      }
+      bool discarding = p.payload_request == nullptr && !p.payload_unexpected;
+      char* into = discarding ? p.discard.data() : p.payload_at;
+      int64_t want = discarding ? std::min<int64_t>(p.payload_left, static_cast<int64_t>(p.discard.size()))
+                                : p.payload_left;
+      ssize_t n = ::recv(p.fd, into, static_cast<size_t>(want), MSG_DONTWAIT);
+      if (!HandleRead(peer, n)) return;
+      p.payload_left -= n;
+      if (!discarding) p.payload_at += n;
+      if (p.payload_left == 0) FinishPayload(peer);
+    }
+  }
+
+  // True when `n` bytes were read; false when there is nothing more now (or the peer failed).
+  bool HandleRead(int peer, ssize_t n) {
+    if (n > 0) return true;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n < 0 && errno == EINTR) return false;  // level-triggered epoll calls again
+    if (aborted_) return false;
+    FailPeer(peer, n == 0 ? "connection closed (the peer exited or aborted)"
+                          : std::string("receive failed: ") + std::strerror(errno));
+    return false;
+  }
+
+  void FailPeer(int peer, const std::string& why) {
+    Peer& p = peers_[peer];
+    if (p.failed) return;
+    p.failed = true;
+    p.failure = why;
+    if (p.fd >= 0) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
+      ::close(p.fd);
+      p.fd = -1;
+    }
+    Status status = Unavailable(PeerFailure(peer));
+    for (Request* r : p.sends) Complete(r, status);
+    p.sends.clear();
+    for (auto& [tag, list] : p.posted) {
+      for (Request* r : list) Complete(r, status);
+    }
+    p.posted.clear();
+    if (p.payload_request != nullptr) Complete(p.payload_request, status);
+    p.payload_request = nullptr;
+    if (p.payload_unexpected) {  // a message cut short: drop it
+      if (p.payload_unexpected->waiting != nullptr) Complete(p.payload_unexpected->waiting, status);
+      std::erase(p.unexpected[p.header.tag], p.payload_unexpected);
+      p.payload_unexpected.reset();
+    }
+  }
+
+  void HandleAbort() {
+    abort_handled_ = true;
+    Status status = AbortedStatus();
+    std::vector<Request*> pending;
+    for (auto& [id, request] : requests_) pending.push_back(request.get());
+    for (Request* r : pending) Complete(r, status);
+    for (Peer& p : peers_) {
+      p.sends.clear();
+      p.posted.clear();
+      p.payload_request = nullptr;
+      p.unexpected.clear();
+      if (p.fd >= 0) {
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd, nullptr);
+        ::close(p.fd);
+        p.fd = -1;
+      }
+      p.failed = true;
+      p.failure = "transport aborted";
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const uint64_t epoch_;
+  std::string advertised_;
+  Listener listener_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::vector<Peer> peers_;
+  std::unordered_map<uint64_t, MemoryDesc> registrations_;
+  uint64_t next_handle_ = 1;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  RequestId next_request_ = 1;
+  std::deque<Completion> ready_;
+  std::atomic<bool> aborted_{false};
+  bool abort_handled_ = false;
+  std::mutex abort_mu_;
+  Status abort_reason_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportContext& context) {
+  auto transport = std::make_unique<TcpTransport>(context);
+  FERRY_RETURN_IF_ERROR(transport->Init(context));
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+TransportRegistration TcpTransportRegistration() {
+  return TransportRegistration{
+      "tcp",
+      "plain TCP sockets (host memory, two-sided); works everywhere, no dependency",
+      {{"tcp.address", "",
+        "address advertised to peers and listened on (empty: first non-loopback IPv4, all "
+        "interfaces)"}},
+      &CreateTcpTransport,
+  };
+}
+
+namespace {
+const TransportRegistrar kTcpRegistrar(TcpTransportRegistration());
+}  // namespace
+
+}  // namespace ferry
