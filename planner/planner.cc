@@ -368,10 +368,11 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   // Source selection: largest deliveries first, each to the least-loaded candidate, preferring the
   // leader's rail when loads are close.
   {
+    std::vector<std::pair<int64_t, int>> by_size(deliveries.size());
+    for (size_t i = 0; i < deliveries.size(); ++i) by_size[i] = {-deliveries[i].bytes, static_cast<int>(i)};
+    std::sort(by_size.begin(), by_size.end());
     std::vector<int> order(deliveries.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return deliveries[a].bytes > deliveries[b].bytes; });
+    for (size_t i = 0; i < by_size.size(); ++i) order[i] = by_size[i].second;
     std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
     for (int di : order) {
       Delivery& d = deliveries[di];
@@ -399,14 +400,19 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   }
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
+  // Sort by one packed key (sender, tree, delivery index): no indirection in the comparisons.
+  std::vector<int> sender_rank(deliveries.size());
+  std::vector<std::pair<uint64_t, int>> keyed(deliveries.size());
+  for (size_t i = 0; i < deliveries.size(); ++i) {
+    sender_rank[i] = source.fragments[deliveries[i].sender_frag].loc.rank;
+    keyed[i] = {(static_cast<uint64_t>(sender_rank[i]) << 40) |
+                    static_cast<uint64_t>(deliveries[i].tree),
+                static_cast<int>(i)};
+  }
+  std::sort(keyed.begin(), keyed.end());
   std::vector<int> order(deliveries.size());
-  std::iota(order.begin(), order.end(), 0);
-  auto sender_of = [&](int di) { return source.fragments[deliveries[di].sender_frag].loc.rank; };
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const int sa = sender_of(a), sb = sender_of(b);
-    if (sa != sb) return sa < sb;
-    return deliveries[a].tree < deliveries[b].tree;
-  });
+  for (size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
+  auto sender_of = [&](int di) { return sender_rank[di]; };
   std::vector<Message> messages;
   for (size_t i = 0; i < order.size();) {
     const int s = sender_of(order[i]);
