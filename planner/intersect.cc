@@ -125,17 +125,29 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   }
 
   // Source fragments sorted by (tensor, box, rank, id); destination likewise.
+  // A counting sort by tensor (already in id order), then a sort of each tensor's few fragments
+  // by (box, rank, id): whole-Box comparisons only within one tensor.
   auto sorted_fragments = [](const Layout& layout) {
+    const size_t num_tensors = layout.tensors.size();
+    std::vector<int> begin(num_tensors + 1, 0);
+    for (const Fragment& f : layout.fragments) ++begin[f.tensor + 1];
+    for (size_t t = 0; t < num_tensors; ++t) begin[t + 1] += begin[t];
     std::vector<int> order(layout.fragments.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
+    std::vector<int> next(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < layout.fragments.size(); ++i) {
+      order[next[layout.fragments[i].tensor]++] = static_cast<int>(i);
+    }
+    auto less = [&](int a, int b) {
       const Fragment& fa = layout.fragments[a];
       const Fragment& fb = layout.fragments[b];
-      if (fa.tensor != fb.tensor) return fa.tensor < fb.tensor;
       if (fa.box != fb.box) return BoxLess(fa.box, fb.box);
       if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
       return a < b;
-    });
+    };
+    for (size_t t = 0; t < num_tensors; ++t) {
+      auto first = order.begin() + begin[t], last = order.begin() + begin[t + 1];
+      if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
+    }
     return order;
   };
   for (size_t i = 0; i < source.fragments.size(); ++i) {

@@ -365,16 +365,25 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     }
   }
 
-  // Source selection: largest deliveries first, each to the least-loaded candidate, preferring the
-  // leader's rail when loads are close.
+  // Source selection. Deliveries with one candidate are assigned first (their load is fixed); the
+  // others go largest first (LPT), each to the least-loaded candidate, preferring the leader's
+  // rail when loads are close.
   {
-    std::vector<std::pair<int64_t, int>> by_size(deliveries.size());
-    for (size_t i = 0; i < deliveries.size(); ++i) by_size[i] = {-deliveries[i].bytes, static_cast<int>(i)};
-    std::sort(by_size.begin(), by_size.end());
-    std::vector<int> order(deliveries.size());
-    for (size_t i = 0; i < by_size.size(); ++i) order[i] = by_size[i].second;
     std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
-    for (int di : order) {
+    std::vector<std::pair<int64_t, int>> by_size;
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      Delivery& d = deliveries[i];
+      if (d.cand_end - d.cand_begin > 1) {
+        by_size.push_back({-d.bytes, static_cast<int>(i)});
+        continue;
+      }
+      d.sender_frag = (d.intra ? intra_pool.data() : inter.holders.data())[d.cand_begin];
+      const int rank = source.fragments[d.sender_frag].loc.rank;
+      (d.intra ? intra_out : net_out)[rank] += d.bytes;
+      if (!d.intra) node_out[node_of(rank)] += d.bytes;
+    }
+    std::sort(by_size.begin(), by_size.end());
+    for (const auto& [neg_bytes, di] : by_size) {
       Delivery& d = deliveries[di];
       const int* cands = d.intra ? intra_pool.data() : inter.holders.data();
       std::vector<int64_t>& load = d.intra ? intra_out : net_out;
@@ -449,6 +458,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     op.rank = local_copies[i].first;
     op.link = LinkClass::kSameRank;
     size_t j = i;
+    while (j < local_copies.size() && local_copies[j].first == op.rank) ++j;
+    op.copies.reserve(j - i);
+    j = i;
     while (j < local_copies.size() && local_copies[j].first == op.rank) {
       op.bytes += local_copies[j].second.to.NumBytes();
       op.copies.push_back(local_copies[j].second);
@@ -457,9 +469,21 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     plan.AddOp(std::move(op));
     i = j;
   }
+  {
+    // Upper bound on ops: per message a Pack and a Send, per tree member a Recv, an Unpack and a
+    // Forward to each child (one per member but the root).
+    size_t ops_bound = plan.ops.size(), slots_bound = 0;
+    for (const Message& m : messages) {
+      const size_t size = static_cast<size_t>(trees.Size(m.tree));
+      ops_bound += 2 + 3 * size;
+      slots_bound += 1 + size;
+    }
+    plan.ops.reserve(ops_bound);
+    plan.slots.reserve(slots_bound);
+  }
   int64_t next_message = 0;
   std::vector<int64_t> message_of;
-  std::vector<std::vector<int>> children;
+  std::vector<int> child_begin, child_list, child_fill, recv_round;
   int round = 0;
   int last_sender = -1;
   for (const Message& m : messages) {
@@ -489,6 +513,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         pack.rank = m.sender;
         pack.bytes = m.bytes;
         pack.round = round;
+        pack.copies.reserve(count);
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
@@ -505,11 +530,16 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     plan.AddOp(std::move(send));
     // Tree side.
     const int size = trees.Size(m.tree);
-    children.assign(size, {});
-    for (int i = 1; i < size; ++i) children[trees.Parent(m.tree, i)].push_back(i);
+    // Children of each member, flat: child_list[child_begin[i] .. child_begin[i + 1]).
+    child_begin.assign(size + 1, 0);
+    for (int i = 1; i < size; ++i) ++child_begin[trees.Parent(m.tree, i) + 1];
+    for (int i = 0; i < size; ++i) child_begin[i + 1] += child_begin[i];
+    child_fill.assign(child_begin.begin(), child_begin.end() - 1);
+    child_list.resize(std::max(0, size - 1));
+    for (int i = 1; i < size; ++i) child_list[child_fill[trees.Parent(m.tree, i)]++] = i;
     message_of.assign(size, -1);
     message_of[0] = first_message;
-    std::vector<int> recv_round(size, round);
+    recv_round.assign(size, round);
     for (int i = 0; i < size; ++i) {
       const int rank = trees.Rank(m.tree, i);
       const int from = trees.Parent(m.tree, i) < 0 ? m.sender : trees.Rank(m.tree, trees.Parent(m.tree, i));
@@ -531,7 +561,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         return std::make_pair(lo, hi);
       };
       bool direct = false;
-      if (count == 1 && children[i].empty()) {
+      if (count == 1 && child_begin[i] == child_begin[i + 1]) {
         const FragmentGroup& g = inter.groups[piece0.group];
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
@@ -554,6 +584,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       unpack.rank = rank;
       unpack.round = recv_round[i];
       unpack.deps.push_back(recv_id);
+      unpack.copies.reserve(count);
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[order[k]];
@@ -568,8 +599,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         offset += d.bytes;
       }
       plan.AddOp(std::move(unpack));
-      for (size_t c = 0; c < children[i].size(); ++c) {
-        const int child = children[i][c];
+      for (int c = 0; c < child_begin[i + 1] - child_begin[i]; ++c) {
+        const int child = child_list[child_begin[i] + c];
         Op fwd;
         fwd.kind = OpKind::kForward;
         fwd.rank = rank;
