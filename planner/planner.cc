@@ -409,18 +409,28 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   }
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
-  // Sort by one packed key (sender, tree, delivery index): no indirection in the comparisons.
+  // Order (sender, tree, delivery index): a counting sort by sender, then per sender a sort of
+  // packed (tree, index) keys, so no comparison follows a pointer.
   std::vector<int> sender_rank(deliveries.size());
-  std::vector<std::pair<uint64_t, int>> keyed(deliveries.size());
+  std::vector<int> sender_begin(num_ranks + 1, 0);
   for (size_t i = 0; i < deliveries.size(); ++i) {
     sender_rank[i] = source.fragments[deliveries[i].sender_frag].loc.rank;
-    keyed[i] = {(static_cast<uint64_t>(sender_rank[i]) << 40) |
-                    static_cast<uint64_t>(deliveries[i].tree),
-                static_cast<int>(i)};
+    ++sender_begin[sender_rank[i] + 1];
   }
-  std::sort(keyed.begin(), keyed.end());
+  for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
+  std::vector<uint64_t> keyed(deliveries.size());
+  {
+    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      keyed[fill[sender_rank[i]]++] =
+          (static_cast<uint64_t>(deliveries[i].tree) << 32) | static_cast<uint64_t>(i);
+    }
+  }
+  for (int r = 0; r < num_ranks; ++r) {
+    std::sort(keyed.begin() + sender_begin[r], keyed.begin() + sender_begin[r + 1]);
+  }
   std::vector<int> order(deliveries.size());
-  for (size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
+  for (size_t i = 0; i < keyed.size(); ++i) order[i] = static_cast<int>(keyed[i] & 0xffffffffu);
   auto sender_of = [&](int di) { return sender_rank[di]; };
   std::vector<Message> messages;
   for (size_t i = 0; i < order.size();) {
