@@ -270,9 +270,11 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       }
       if (member_ranks.empty() || member_ranks.back() != f.loc.rank) member_ranks.push_back(f.loc.rank);
     }
-    // Order members by (node, rank).
-    std::stable_sort(member_ranks.begin(), member_ranks.end(),
-                     [&](int a, int b) { return node_of(a) < node_of(b); });
+    // Order members by (node, rank); ranks numbered node by node are already in that order.
+    auto by_node = [&](int a, int b) { return node_of(a) < node_of(b); };
+    if (!std::is_sorted(member_ranks.begin(), member_ranks.end(), by_node)) {
+      std::stable_sort(member_ranks.begin(), member_ranks.end(), by_node);
+    }
     net_node_begin.clear();
     net_ranks.clear();
     for (size_t i = 0; i < member_ranks.size();) {
@@ -370,11 +372,15 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   // rail when loads are close.
   {
     std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
-    std::vector<std::pair<int64_t, int>> by_size;
+    // LPT order (bytes descending, then index) as packed 64-bit keys when every size fits in 32
+    // bits (chunked deliveries always do at the default chunk sizes), else as pairs.
+    std::vector<int> flexible;
+    bool small_sizes = deliveries.size() <= 0xffffffffu;
     for (size_t i = 0; i < deliveries.size(); ++i) {
       Delivery& d = deliveries[i];
       if (d.cand_end - d.cand_begin > 1) {
-        by_size.push_back({-d.bytes, static_cast<int>(i)});
+        flexible.push_back(static_cast<int>(i));
+        small_sizes = small_sizes && d.bytes <= 0xffffffff;
         continue;
       }
       d.sender_frag = (d.intra ? intra_pool.data() : inter.holders.data())[d.cand_begin];
@@ -382,8 +388,23 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       (d.intra ? intra_out : net_out)[rank] += d.bytes;
       if (!d.intra) node_out[node_of(rank)] += d.bytes;
     }
-    std::sort(by_size.begin(), by_size.end());
-    for (const auto& [neg_bytes, di] : by_size) {
+    if (small_sizes) {
+      std::vector<uint64_t> keys(flexible.size());
+      for (size_t k = 0; k < flexible.size(); ++k) {
+        const uint64_t bytes = static_cast<uint64_t>(deliveries[flexible[k]].bytes);
+        keys[k] = ((0xffffffffu - bytes) << 32) | static_cast<uint64_t>(flexible[k]);
+      }
+      std::sort(keys.begin(), keys.end());
+      for (size_t k = 0; k < keys.size(); ++k) flexible[k] = static_cast<int>(keys[k] & 0xffffffffu);
+    } else {
+      std::vector<std::pair<int64_t, int>> by_size(flexible.size());
+      for (size_t k = 0; k < flexible.size(); ++k) {
+        by_size[k] = {-deliveries[flexible[k]].bytes, flexible[k]};
+      }
+      std::sort(by_size.begin(), by_size.end());
+      for (size_t k = 0; k < by_size.size(); ++k) flexible[k] = by_size[k].second;
+    }
+    for (int di : flexible) {
       Delivery& d = deliveries[di];
       const int* cands = d.intra ? intra_pool.data() : inter.holders.data();
       std::vector<int64_t>& load = d.intra ? intra_out : net_out;
