@@ -215,6 +215,19 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     }
     const int num_unique = static_cast<int>(unique.size());
     const int num_groups = static_cast<int>(gend - gi);
+    if (num_unique == 1 && unique[0].box == Box::FromShape(spec.shape)) {
+      // The source holds the tensor whole (replicas of it): each group is one piece.
+      for (size_t g = gi; g < gend; ++g) {
+        Piece p;
+        p.group = static_cast<int>(g);
+        p.box = out.groups[g].box;
+        p.holders_begin = unique[0].holders_begin;
+        p.holders_end = unique[0].holders_end;
+        out.pieces.push_back(p);
+      }
+      gi = gend;
+      continue;
+    }
     const bool brute = static_cast<int64_t>(num_unique) * num_groups <= 256;
     if (!brute) {
       // Sweep along the dimension that separates both sides best.

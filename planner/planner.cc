@@ -249,6 +249,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   std::vector<int> net_node_begin;  // per network node: range into net_ranks
   std::vector<int> net_ranks;
   std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
+  std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
@@ -256,7 +257,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     const int64_t esize = DTypeSize(dtype);
     const int64_t piece_bytes = piece.box.Volume() * esize;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-      rank_holder[source.fragments[inter.holders[h]].loc.rank] = inter.holders[h];
+      const int rank = source.fragments[inter.holders[h]].loc.rank;
+      rank_holder[rank] = inter.holders[h];
+      holder_node_mark[node_of(rank)] = static_cast<int>(p);
     }
     // Members: distinct ranks of the group, by rank (group_frags is sorted by rank).
     member_ranks.clear();
@@ -282,8 +285,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       size_t j = i;
       while (j < member_ranks.size() && node_of(member_ranks[j]) == node) ++j;
       local_holders.clear();
-      for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-        if (node_of(source.fragments[inter.holders[h]].loc.rank) == node) local_holders.push_back(inter.holders[h]);
+      if (holder_node_mark[node] == static_cast<int>(p)) {
+        for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+          if (node_of(source.fragments[inter.holders[h]].loc.rank) == node) local_holders.push_back(inter.holders[h]);
+        }
       }
       if (!local_holders.empty()) {
         // A holder on the node: direct intra-node deliveries.

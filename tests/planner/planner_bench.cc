@@ -1,9 +1,12 @@
 // Planning speed (Google Benchmark) on the real framework layouts of the model presets
 // (tools/models: Megatron-LM trainer -> vLLM engine, 8 GPUs per node, destination after the
 // source ranks). Counters: ranks, tensors, fragments, ops, and the peak resident memory of the
-// process so far.
+// process so far and the planner's share of it (plan_MiB).
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <map>
 #include <string>
@@ -31,7 +34,42 @@ const models::RefitLayouts& Refit(const std::string& model, const std::string& s
   return cache.emplace(key, std::move(refit)).first->second;
 }
 
+// Resident memory now, in MiB (from /proc/self/statm).
+double ResidentMiB() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
+                      (1024.0 * 1024.0)
+                : 0;
+}
+
+// Peak resident memory since the last ResetPeak() (VmHWM of /proc/self/status), in MiB.
+double PeakMiB() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib / 1024.0;
+}
+
+// Resets VmHWM to the current resident size (Linux: "5" > /proc/self/clear_refs).
+void ResetPeak() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return;
+  std::fputs("5", f);
+  std::fclose(f);
+}
+
 void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strategy strategy) {
+  const double resident_before = ResidentMiB();
+  ResetPeak();
   int64_t ops = 0;
   for (auto _ : state) {
     Result<PlanResult> plan = MakePlan(strategy, refit.source, refit.destination, refit.topology);
@@ -50,6 +88,10 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
       static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
   state.counters["ops"] = static_cast<double>(ops);
   state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  // The planner's own memory: the peak while planning minus what the process held before (the
+  // layouts and earlier benchmarks' freed-but-kept heap, so if anything an underestimate of
+  // fresh allocations; the layouts themselves are the caller's).
+  state.counters["plan_MiB"] = PeakMiB() - resident_before;
 }
 
 void BM_Refit(benchmark::State& state, const char* model, const char* src, const char* dst,
