@@ -356,9 +356,15 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     const Op& y = plan.ops[ids[b]];
     return x.round != y.round ? x.round < y.round : a < b;
   };
-  std::set<int, decltype(order)> ready(order);
+  // Ready ops, network and local kept apart so that a full in-flight window costs nothing to skip.
+  std::set<int, decltype(order)> ready_network(order), ready_local(order);
+  int64_t readied = 0;  // ops made ready so far; a change means another scan may start more
+  auto make_ready = [&](int i) {
+    (IsNetwork(plan.ops[ids[i]].kind) ? ready_network : ready_local).insert(i);
+    ++readied;
+  };
   for (int i = 0; i < n; ++i) {
-    if (deps_left[i] == 0) ready.insert(i);
+    if (deps_left[i] == 0) make_ready(i);
   }
   std::vector<std::vector<CopyGeometry>> geometries(n);
   std::map<std::pair<Transport*, RequestId>, int> request_op;
@@ -375,7 +381,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       }
     }
     for (int d : dependents[i]) {
-      if (--deps_left[d] == 0) ready.insert(d);
+      if (--deps_left[d] == 0) make_ready(d);
     }
   };
 
@@ -437,52 +443,58 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     return Status::Ok();
   };
 
+  // Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
+  // messages from arriving unexpected), then local copies. Staging is granted in that order too:
+  // once one op cannot get its slots, later ones needing slots wait (no overtaking).
   auto start_ready = [&]() -> Status {
     bool staging_blocked = false;
-    for (auto it = ready.begin(); it != ready.end();) {
-      int i = *it;
+    auto try_start = [&](int i) -> Result<bool> {
       const Op& op = plan.ops[ids[i]];
-      bool network = IsNetwork(op.kind);
-      if (network && in_flight >= max_in_flight_) {
-        ++it;
-        continue;
-      }
-      // Staging: allocate the op's unallocated slots in plan order; no overtaking when full.
       bool needs_space = false;
       for (int slot : slots_of[i]) needs_space |= slot_offset.count(slot) == 0;
       if (needs_space) {
-        if (staging_blocked) {
-          ++it;
-          continue;
-        }
+        if (staging_blocked) return false;
         std::vector<std::pair<int, int64_t>> got;
-        bool fits = true;
         for (int slot : slots_of[i]) {
           if (slot_offset.count(slot) != 0) continue;
           int64_t offset = allocator.Allocate(plan.slots[slot].bytes);
           if (offset < 0) {
-            fits = false;
-            break;
+            for (auto& [s2, o2] : got) {
+              allocator.Free(o2);
+              slot_offset.erase(s2);
+            }
+            staging_blocked = true;
+            return false;
           }
           slot_offset[slot] = offset;
           got.emplace_back(slot, offset);
         }
-        if (!fits) {
-          for (auto& [slot, offset] : got) {
-            allocator.Free(offset);
-            slot_offset.erase(slot);
-          }
-          staging_blocked = true;
-          ++it;
-          continue;
-        }
         stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, allocator.in_use());
       }
-      it = ready.erase(it);
-      Status started = network ? start_network(i) : start_copy(i);
+      Status started = IsNetwork(op.kind) ? start_network(i) : start_copy(i);
       if (!started.ok()) return started.WithContext(Describe(op, comm_));
-      it = ready.begin();  // completing inline may have readied earlier ops
+      return true;
+    };
+    int64_t seen = -1;
+    while (seen != readied) {  // inline completions may ready more ops: scan again
+      seen = readied;
       staging_blocked = false;
+      for (auto it = ready_network.begin(); it != ready_network.end() && in_flight < max_in_flight_;) {
+        int i = *it;
+        FERRY_ASSIGN_OR_RETURN(bool started, try_start(i));
+        it = started ? ready_network.erase(it) : std::next(it);
+      }
+      for (auto it = ready_local.begin(); it != ready_local.end();) {
+        int i = *it;
+        it = ready_local.erase(it);
+        FERRY_ASSIGN_OR_RETURN(bool started, try_start(i));
+        if (!started) {
+          ready_local.insert(i);
+          it = ready_local.upper_bound(i);
+        } else if (readied != seen) {
+          break;  // an inline copy readied ops (maybe earlier ones): rescan from the start
+        }
+      }
     }
     return Status::Ok();
   };
