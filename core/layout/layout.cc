@@ -22,7 +22,45 @@ std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape)
   return strides;
 }
 
+std::string Layout::BufferKey(int rank, const std::string& name) {
+  return std::to_string(rank) + '\n' + name;
+}
+
+// An index is trusted only while it covers a prefix of the vector whose last entry still maps to
+// its position; a shrink or a replaced last entry (clear-and-refill) forces a rebuild.
+void Layout::SyncIndexes() {
+  auto tensor_prefix_ok = [&] {
+    if (tensors.size() < tensors_indexed_) return false;
+    if (tensors_indexed_ == 0) return true;
+    auto it = tensor_index_.find(tensors[tensors_indexed_ - 1].name);
+    return it != tensor_index_.end() && it->second == static_cast<int>(tensors_indexed_ - 1);
+  };
+  if (!tensor_prefix_ok()) {
+    tensor_index_.clear();
+    tensors_indexed_ = 0;
+  }
+  for (; tensors_indexed_ < tensors.size(); ++tensors_indexed_) {
+    tensor_index_.emplace(tensors[tensors_indexed_].name, static_cast<int>(tensors_indexed_));
+  }
+  auto buffer_prefix_ok = [&] {
+    if (buffers.size() < buffers_indexed_) return false;
+    if (buffers_indexed_ == 0) return true;
+    const BufferSpec& b = buffers[buffers_indexed_ - 1];
+    auto it = buffer_index_.find(BufferKey(b.rank, b.name));
+    return it != buffer_index_.end() && it->second == static_cast<int>(buffers_indexed_ - 1);
+  };
+  if (!buffer_prefix_ok()) {
+    buffer_index_.clear();
+    buffers_indexed_ = 0;
+  }
+  for (; buffers_indexed_ < buffers.size(); ++buffers_indexed_) {
+    const BufferSpec& b = buffers[buffers_indexed_];
+    buffer_index_.emplace(BufferKey(b.rank, b.name), static_cast<int>(buffers_indexed_));
+  }
+}
+
 Result<int> Layout::AddTensor(const TensorSpec& spec) {
+  SyncIndexes();
   int existing = FindTensor(spec.name);
   if (existing >= 0) {
     const TensorSpec& t = tensors[existing];
@@ -32,10 +70,24 @@ Result<int> Layout::AddTensor(const TensorSpec& spec) {
     return existing;
   }
   tensors.push_back(spec);
+  SyncIndexes();
   return static_cast<int>(tensors.size()) - 1;
 }
 
 int Layout::FindTensor(const std::string& name) const {
+  const bool fresh =
+      tensors_indexed_ == tensors.size() &&
+      (tensors.empty() || [&] {
+        auto last = tensor_index_.find(tensors.back().name);
+        return last != tensor_index_.end() && last->second == static_cast<int>(tensors.size()) - 1;
+      }());
+  if (fresh) {
+    auto it = tensor_index_.find(name);
+    if (it == tensor_index_.end()) return -1;
+    if (it->second < static_cast<int>(tensors.size()) && tensors[it->second].name == name) {
+      return it->second;
+    }
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].name == name) return static_cast<int>(i);
   }
@@ -43,6 +95,20 @@ int Layout::FindTensor(const std::string& name) const {
 }
 
 int Layout::FindBuffer(int rank, const std::string& name) const {
+  const bool fresh =
+      buffers_indexed_ == buffers.size() &&
+      (buffers.empty() || [&] {
+        auto last = buffer_index_.find(BufferKey(buffers.back().rank, buffers.back().name));
+        return last != buffer_index_.end() && last->second == static_cast<int>(buffers.size()) - 1;
+      }());
+  if (fresh) {
+    auto it = buffer_index_.find(BufferKey(rank, name));
+    if (it == buffer_index_.end()) return -1;
+    if (it->second < static_cast<int>(buffers.size()) && buffers[it->second].rank == rank &&
+        buffers[it->second].name == name) {
+      return it->second;
+    }
+  }
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (buffers[i].rank == rank && buffers[i].name == name) return static_cast<int>(i);
   }
@@ -50,9 +116,11 @@ int Layout::FindBuffer(int rank, const std::string& name) const {
 }
 
 int Layout::GetOrAddBuffer(int rank, const std::string& name) {
+  SyncIndexes();
   int b = FindBuffer(rank, name);
   if (b >= 0) return b;
   buffers.push_back({rank, name, 0});
+  SyncIndexes();
   return static_cast<int>(buffers.size()) - 1;
 }
 
