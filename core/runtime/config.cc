@@ -31,6 +31,9 @@ const std::vector<OptionSpec>& CoreOptions() {
       {"executor.copy_threads", "0",
        "threads for pack/unpack/copy on one rank, the executor thread included (0 = one per hardware thread, at most 8)"},
       {"executor.max_in_flight", "256", "most posted sends and receives per rank at once"},
+      {"executor.cache_registrations", "true",
+       "keep user buffers registered with transports across refits (buffers must stay allocated; "
+       "Executor::ForgetRegistrations releases them)"},
       {"deadline.connect", "60s", "bootstrap: store rendezvous and transport connection"},
       {"deadline.refit", "300s", "one refit (executing a plan) from start to finish"},
       {"deadline.abort", "5s", "Communicator::Abort returns within this"},

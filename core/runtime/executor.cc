@@ -195,20 +195,30 @@ Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm) {
   FERRY_ASSIGN_OR_RETURN(int64_t threads, config.GetInt("executor.copy_threads"));
   FERRY_ASSIGN_OR_RETURN(int64_t budget, config.GetBytes("executor.staging_budget"));
   FERRY_ASSIGN_OR_RETURN(int64_t in_flight, config.GetInt("executor.max_in_flight"));
+  FERRY_ASSIGN_OR_RETURN(bool cache, config.GetBool("executor.cache_registrations"));
   if (threads <= 0) threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
   if (budget <= 0) return InvalidArgument("executor.staging_budget must be positive");
   if (in_flight <= 0) return InvalidArgument("executor.max_in_flight must be positive");
   return std::unique_ptr<Executor>(
-      new Executor(comm, static_cast<int>(threads), budget, static_cast<int>(in_flight)));
+      new Executor(comm, static_cast<int>(threads), budget, static_cast<int>(in_flight), cache));
 }
 
-Executor::Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight)
+Executor::Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight,
+                   bool cache_registrations)
     : comm_(comm),
+      cache_user_registrations_(cache_registrations),
       staging_budget_(budget),
       max_in_flight_(max_in_flight),
       pool_(std::make_unique<CopyPool>(threads - 1)) {}  // the executor thread copies too
 
-Executor::~Executor() = default;
+Executor::~Executor() { ForgetRegistrations(); }
+
+void Executor::ForgetRegistrations() {
+  if (comm_.epoch() == cache_epoch_ && !comm_.aborted()) {
+    for (const CachedRegistration& c : registration_cache_) (void)c.transport->DeregisterMemory(c.handle);
+  }
+  registration_cache_.clear();
+}
 
 Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& memory,
                                     Deadline deadline) {
@@ -267,7 +277,16 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
                            FormatBytes(static_cast<double>(staging_budget_)) + ")");
   }
   const int64_t arena_needed = std::min(staging_budget_, total_slots + 256 * static_cast<int64_t>(slot_uses.size()));
+  if (comm_.epoch() != cache_epoch_) {
+    registration_cache_.clear();  // those transports are gone, and their registrations with them
+    cache_epoch_ = comm_.epoch();
+  }
   if (arena_needed > arena_bytes_) {
+    std::erase_if(registration_cache_, [&](const CachedRegistration& c) {
+      if (c.base != arena_.get()) return false;
+      (void)c.transport->DeregisterMemory(c.handle);
+      return true;
+    });
     arena_.reset(new char[static_cast<size_t>(arena_needed)]);
     arena_bytes_ = arena_needed;
   }
@@ -304,14 +323,25 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     Transport* transport;
     MemoryHandle handle;
   };
-  std::vector<Registration> registrations;
+  std::vector<Registration> registrations;  // this run's own, released at its end
   std::map<std::pair<Transport*, const void*>, MemoryHandle> handle_of;  // (transport, base)
-  auto register_block = [&](Transport* t, void* base, int64_t bytes) -> Status {
+  // The arena is always cached; user buffers when executor.cache_registrations is on.
+  auto register_block = [&](Transport* t, void* base, int64_t bytes, bool cacheable) -> Status {
     if (handle_of.count({t, base}) != 0) return Status::Ok();
+    for (const CachedRegistration& c : registration_cache_) {
+      if (c.transport == t && c.base == base && c.bytes == bytes) {
+        handle_of[{t, base}] = c.handle;
+        return Status::Ok();
+      }
+    }
     FERRY_ASSIGN_OR_RETURN(MemoryHandle h,
                            t->RegisterMemory(MemoryDesc{base, bytes, MemoryKind::kHost, -1}));
     handle_of[{t, base}] = h;
-    registrations.push_back({t, h});
+    if (cacheable) {
+      registration_cache_.push_back({t, base, bytes, h});
+    } else {
+      registrations.push_back({t, h});
+    }
     return Status::Ok();
   };
   auto deregister_all = [&] {
@@ -333,7 +363,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       break;
     }
     if (op.data.space == Space::kStaging) {
-      if (arena_bytes_ > 0) setup = register_block(*t, arena_.get(), arena_bytes_);
+      if (arena_bytes_ > 0) setup = register_block(*t, arena_.get(), arena_bytes_, true);
     } else {
       const auto& table = op.data.space == Space::kSource ? memory.source : memory.destination;
       if (op.data.buffer < 0 || op.data.buffer >= static_cast<int>(table.size())) {
@@ -341,7 +371,8 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
                                 " has no memory");
         break;
       }
-      setup = register_block(*t, table[op.data.buffer].base, table[op.data.buffer].bytes);
+      setup = register_block(*t, table[op.data.buffer].base, table[op.data.buffer].bytes,
+                             cache_user_registrations_);
     }
     if (!setup.ok()) setup = std::move(setup).WithContext(Describe(op, comm_) + ": registering memory");
   }
@@ -356,9 +387,15 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     const Op& y = plan.ops[ids[b]];
     return x.round != y.round ? x.round < y.round : a < b;
   };
-  std::set<int, decltype(order)> ready(order);
+  // Ready ops, network and local kept apart so that a full in-flight window costs nothing to skip.
+  std::set<int, decltype(order)> ready_network(order), ready_local(order);
+  int64_t readied = 0;  // ops made ready so far; a change means another scan may start more
+  auto make_ready = [&](int i) {
+    (IsNetwork(plan.ops[ids[i]].kind) ? ready_network : ready_local).insert(i);
+    ++readied;
+  };
   for (int i = 0; i < n; ++i) {
-    if (deps_left[i] == 0) ready.insert(i);
+    if (deps_left[i] == 0) make_ready(i);
   }
   std::vector<std::vector<CopyGeometry>> geometries(n);
   std::map<std::pair<Transport*, RequestId>, int> request_op;
@@ -375,7 +412,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       }
     }
     for (int d : dependents[i]) {
-      if (--deps_left[d] == 0) ready.insert(d);
+      if (--deps_left[d] == 0) make_ready(d);
     }
   };
 
@@ -437,52 +474,58 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     return Status::Ok();
   };
 
+  // Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
+  // messages from arriving unexpected), then local copies. Staging is granted in that order too:
+  // once one op cannot get its slots, later ones needing slots wait (no overtaking).
   auto start_ready = [&]() -> Status {
     bool staging_blocked = false;
-    for (auto it = ready.begin(); it != ready.end();) {
-      int i = *it;
+    auto try_start = [&](int i) -> Result<bool> {
       const Op& op = plan.ops[ids[i]];
-      bool network = IsNetwork(op.kind);
-      if (network && in_flight >= max_in_flight_) {
-        ++it;
-        continue;
-      }
-      // Staging: allocate the op's unallocated slots in plan order; no overtaking when full.
       bool needs_space = false;
       for (int slot : slots_of[i]) needs_space |= slot_offset.count(slot) == 0;
       if (needs_space) {
-        if (staging_blocked) {
-          ++it;
-          continue;
-        }
+        if (staging_blocked) return false;
         std::vector<std::pair<int, int64_t>> got;
-        bool fits = true;
         for (int slot : slots_of[i]) {
           if (slot_offset.count(slot) != 0) continue;
           int64_t offset = allocator.Allocate(plan.slots[slot].bytes);
           if (offset < 0) {
-            fits = false;
-            break;
+            for (auto& [s2, o2] : got) {
+              allocator.Free(o2);
+              slot_offset.erase(s2);
+            }
+            staging_blocked = true;
+            return false;
           }
           slot_offset[slot] = offset;
           got.emplace_back(slot, offset);
         }
-        if (!fits) {
-          for (auto& [slot, offset] : got) {
-            allocator.Free(offset);
-            slot_offset.erase(slot);
-          }
-          staging_blocked = true;
-          ++it;
-          continue;
-        }
         stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, allocator.in_use());
       }
-      it = ready.erase(it);
-      Status started = network ? start_network(i) : start_copy(i);
+      Status started = IsNetwork(op.kind) ? start_network(i) : start_copy(i);
       if (!started.ok()) return started.WithContext(Describe(op, comm_));
-      it = ready.begin();  // completing inline may have readied earlier ops
+      return true;
+    };
+    int64_t seen = -1;
+    while (seen != readied) {  // inline completions may ready more ops: scan again
+      seen = readied;
       staging_blocked = false;
+      for (auto it = ready_network.begin(); it != ready_network.end() && in_flight < max_in_flight_;) {
+        int i = *it;
+        FERRY_ASSIGN_OR_RETURN(bool started, try_start(i));
+        it = started ? ready_network.erase(it) : std::next(it);
+      }
+      for (auto it = ready_local.begin(); it != ready_local.end();) {
+        int i = *it;
+        it = ready_local.erase(it);
+        FERRY_ASSIGN_OR_RETURN(bool started, try_start(i));
+        if (!started) {
+          ready_local.insert(i);
+          it = ready_local.upper_bound(i);
+        } else if (readied != seen) {
+          break;  // an inline copy readied ops (maybe earlier ones): rescan from the start
+        }
+      }
     }
     return Status::Ok();
   };

@@ -5,7 +5,8 @@
 // and Convert run on a pool of executor.copy_threads threads, large copies split into slices.
 // Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
-// Every wait is bounded by the Run deadline. A failure names the op, its peer and the transport,
+// Transport registrations are kept across runs of one communicator epoch (see
+// ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its peer and the transport,
 // aborts the communicator (so peers fail fast instead of waiting out their deadlines) and is
 // returned; the caller recreates the communicator before the next run.
 //
@@ -53,12 +54,28 @@ class Executor {
   // `deadline` (kDeadlineExceeded naming the ops still pending).
   Result<ExecutorStats> Run(const TransferPlan& plan, const RankMemory& memory, Deadline deadline);
 
+  // Releases the transport registrations kept across runs (the staging arena's always; user
+  // buffers' when executor.cache_registrations is on). Call it before freeing or reallocating a
+  // buffer that was used in a Run, if the same address may come back with the same size.
+  void ForgetRegistrations();
+
   class CopyPool;
 
  private:
-  Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight);
+  Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight,
+           bool cache_registrations);
+
+  struct CachedRegistration {
+    Transport* transport;
+    const void* base;
+    int64_t bytes;
+    MemoryHandle handle;
+  };
 
   Communicator& comm_;
+  bool cache_user_registrations_;
+  std::vector<CachedRegistration> registration_cache_;  // valid for cache_epoch_ only
+  uint64_t cache_epoch_ = 0;
   int64_t staging_budget_;
   int max_in_flight_;
   std::unique_ptr<CopyPool> pool_;

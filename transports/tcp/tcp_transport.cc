@@ -272,7 +272,7 @@ class TcpTransport final : public Transport {
         if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ReadPeer(peer);
         if (events[i].events & EPOLLOUT) WritePeer(peer);
       }
-      if (ready_.empty() && n <= 0 && deadline.Expired()) return 0;
+      if (ready_.empty() && deadline.Expired()) return 0;  // one pass, then honour the deadline
     }
   }
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/runtime/executor.h"
+#include "transports/local/local_transport.h"
 
 namespace ferry {
 namespace {
@@ -172,6 +173,94 @@ TEST(CommunicatorTest, RunsAPlanOverLocalWithinANodeAndTcpAcross) {
     }
     ASSERT_TRUE(Barrier(world.store, "done", 3, Deadline::AfterSeconds(20)).ok());
   });
+}
+
+// Wraps the local transport and counts registrations, to observe the executor's cache.
+std::atomic<int> registered{0}, deregistered{0};
+class CountingTransport final : public Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "counting"; }
+  TransportCapabilities capabilities() const override { return inner_->capabilities(); }
+  Result<Bytes> LocalEndpointInfo() override { return inner_->LocalEndpointInfo(); }
+  Status Connect(int peer, std::span<const uint8_t> info, Deadline d) override {
+    return inner_->Connect(peer, info, d);
+  }
+  Result<MemoryHandle> RegisterMemory(const MemoryDesc& m) override {
+    ++registered;
+    return inner_->RegisterMemory(m);
+  }
+  Status DeregisterMemory(MemoryHandle h) override {
+    ++deregistered;
+    return inner_->DeregisterMemory(h);
+  }
+  Result<Bytes> RemoteKey(MemoryHandle h) override { return inner_->RemoteKey(h); }
+  Result<RequestId> PostSend(int p, uint64_t t, const LocalBuffer& b) override { return inner_->PostSend(p, t, b); }
+  Result<RequestId> PostRecv(int p, uint64_t t, const LocalBuffer& b) override { return inner_->PostRecv(p, t, b); }
+  Result<RequestId> PostPut(int p, uint64_t t, const LocalBuffer& l, const RemoteBuffer& r) override {
+    return inner_->PostPut(p, t, l, r);
+  }
+  Result<RequestId> PostRecvNotify(int p, uint64_t t) override { return inner_->PostRecvNotify(p, t); }
+  Result<int> Poll(std::span<Completion> out, Deadline d) override { return inner_->Poll(out, d); }
+  Status Cancel(RequestId r) override { return inner_->Cancel(r); }
+  void Abort(const Status& reason) override { inner_->Abort(reason); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
+TEST(CommunicatorTest, ExecutorKeepsRegistrationsAcrossRefitsUntilForgotten) {
+  TransportRegistry registry;
+  ASSERT_TRUE(registry
+                  .Register({"counting", "local, counted", {},
+                             [](const TransportContext& c) -> Result<std::unique_ptr<Transport>> {
+                               FERRY_ASSIGN_OR_RETURN(auto inner, CreateLocalTransport(c));
+                               return std::unique_ptr<Transport>(new CountingTransport(std::move(inner)));
+                             }})
+                  .ok());
+  InMemoryStore store;
+  Config config = DefaultConfig();
+  ASSERT_TRUE(config.Set("transport.same_rank", "counting").ok());
+  CommunicatorOptions options;
+  options.store = &store;
+  options.config = &config;
+  options.registry = &registry;
+  auto comm = Communicator::Create(options, Deadline::AfterSeconds(10));
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+  TransferPlan plan;
+  plan.num_ranks = 1;
+  plan.source_buffers = {{0, "s", 4096}};
+  plan.destination_buffers = {{0, "d", 4096}};
+  Op send;
+  send.kind = OpKind::kSend;
+  send.peer = 0;
+  send.message = 1;
+  send.bytes = 4096;
+  send.data = Region::Bytes(Space::kSource, 0, 0, 4096);
+  plan.AddOp(send);
+  Op recv = send;
+  recv.kind = OpKind::kRecv;
+  recv.data = Region::Bytes(Space::kDestination, 0, 0, 4096);
+  plan.AddOp(recv);
+  std::vector<uint8_t> a(4096, 9), b(4096, 0);
+  RankMemory memory{{{a.data(), 4096, MemoryKind::kHost, -1}}, {{b.data(), 4096, MemoryKind::kHost, -1}}};
+  auto executor = Executor::Create(**comm);
+  ASSERT_TRUE(executor.ok());
+  registered = deregistered = 0;
+  for (int refit = 0; refit < 10; ++refit) {
+    ASSERT_TRUE((*executor)->Run(plan, memory, Deadline::AfterSeconds(10)).ok());
+  }
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(registered.load(), 2) << "source and destination registered once for ten refits";
+  EXPECT_EQ(deregistered.load(), 0);
+  (*executor)->ForgetRegistrations();
+  EXPECT_EQ(deregistered.load(), 2);
+  ASSERT_TRUE(config.Set("executor.cache_registrations", "false").ok());
+  auto uncached = Executor::Create(**comm);
+  ASSERT_TRUE(uncached.ok());
+  ASSERT_TRUE((*uncached)->Run(plan, memory, Deadline::AfterSeconds(10)).ok());
+  EXPECT_EQ(registered.load(), 4);
+  EXPECT_EQ(deregistered.load(), 4);
 }
 
 int OpenFileDescriptors() {

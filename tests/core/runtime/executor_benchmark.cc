@@ -71,5 +71,54 @@ BENCHMARK(BM_ExecutorCopy)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// Scheduling overhead: `range(0)` 4 KiB messages a rank sends to itself (local transport), each
+// received into staging and unpacked into the destination: three ops per message.
+void BM_ExecutorManySmallMessages(benchmark::State& state) {
+  const int messages = static_cast<int>(state.range(0));
+  const int64_t size = 4096;
+  InMemoryStore store;
+  Config config = DefaultConfig();
+  (void)config.Set("executor.copy_threads", "1");
+  CommunicatorOptions options;
+  options.store = &store;
+  options.config = &config;
+  auto comm = Communicator::Create(options, Deadline::AfterSeconds(10));
+  auto executor = Executor::Create(**comm);
+  TransferPlan plan;
+  plan.num_ranks = 1;
+  plan.source_buffers = {{0, "s", size * messages}};
+  plan.destination_buffers = {{0, "d", size * messages}};
+  for (int m = 0; m < messages; ++m) {
+    int slot = plan.AddSlot(0, size);
+    Op send;
+    send.kind = OpKind::kSend;
+    send.peer = 0;
+    send.message = m;
+    send.bytes = size;
+    send.data = Region::Bytes(Space::kSource, 0, m * size, size);
+    plan.AddOp(send);
+    Op recv = send;
+    recv.kind = OpKind::kRecv;
+    recv.data = Region::Bytes(Space::kStaging, slot, 0, size);
+    int r = plan.AddOp(recv);
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.bytes = size;
+    unpack.deps = {r};
+    unpack.copies = {{Region::Bytes(Space::kStaging, slot, 0, size),
+                      Region::Bytes(Space::kDestination, 0, m * size, size)}};
+    plan.AddOp(unpack);
+  }
+  std::vector<char> a(size * messages, 1), b(size * messages, 0);
+  RankMemory memory{{{a.data(), size * messages, MemoryKind::kHost, -1}},
+                    {{b.data(), size * messages, MemoryKind::kHost, -1}}};
+  for (auto _ : state) {
+    auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(60));
+    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
+  }
+  state.SetItemsProcessed(state.iterations() * messages * 3);
+}
+BENCHMARK(BM_ExecutorManySmallMessages)->Arg(1000)->Arg(20000)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace ferry

@@ -1,0 +1,46 @@
+// Session: bootstrap -> rendezvous -> communicator -> executor.
+#include "core/runtime/session.h"
+
+namespace ferry {
+
+Result<std::unique_ptr<Session>> Session::Join(const BootstrapInfo& info, Config config,
+                                               std::vector<int> node_of_rank) {
+  std::unique_ptr<Session> session(new Session());
+  session->info_ = info;
+  session->config_ = std::make_unique<Config>(std::move(config));
+  FERRY_ASSIGN_OR_RETURN(double connect_seconds, session->config_->GetSeconds("deadline.connect"));
+  Deadline deadline = Deadline::AfterSeconds(connect_seconds);
+  FERRY_ASSIGN_OR_RETURN(session->rendezvous_, StartRendezvous(info, deadline));
+  CommunicatorOptions options;
+  options.rank = info.rank;
+  options.size = info.size;
+  options.store = session->rendezvous_.store.get();
+  options.config = session->config_.get();
+  options.node_of_rank = std::move(node_of_rank);
+  FERRY_ASSIGN_OR_RETURN(session->communicator_, Communicator::Create(options, deadline));
+  FERRY_ASSIGN_OR_RETURN(session->executor_, Executor::Create(*session->communicator_));
+  return session;
+}
+
+Result<std::unique_ptr<Session>> Session::JoinFromEnvironment(const std::string& yaml_path) {
+  FERRY_ASSIGN_OR_RETURN(BootstrapInfo info, BootstrapFromProcessEnvironment());
+  Config config = DefaultConfig();
+  if (!yaml_path.empty()) FERRY_RETURN_IF_ERROR(config.LoadYamlFile(yaml_path));
+  FERRY_RETURN_IF_ERROR(config.ApplyProcessEnvironment());
+  return Join(info, std::move(config));
+}
+
+Session::~Session() {
+  executor_.reset();
+  communicator_.reset();
+  rendezvous_.store.reset();
+  rendezvous_.server.reset();
+}
+
+Status Session::Finish() {
+  FERRY_ASSIGN_OR_RETURN(double seconds, config_->GetSeconds("deadline.store"));
+  return FinalBarrier(*rendezvous_.store, "session-finish", info_.rank, info_.size, 0,
+                      Deadline::AfterSeconds(seconds));
+}
+
+}  // namespace ferry

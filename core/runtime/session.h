@@ -1,0 +1,51 @@
+// Session: everything one process needs to take part in refits, built from what the launcher set:
+// bootstrap info (torchrun / Open MPI / Slurm environment), the rendezvous store (hosted by rank 0),
+// the config, the communicator and an executor. `ferry run` and library users start here.
+//
+// Members are destroyed in dependency order (executor, communicator, store, server). Not
+// thread-safe; one session per process is the normal case.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/runtime/bootstrap.h"
+#include "core/runtime/communicator.h"
+#include "core/runtime/config.h"
+#include "core/runtime/executor.h"
+
+namespace ferry {
+
+class Session {
+ public:
+  // Joins with explicit bootstrap info and config. `node_of_rank` as in CommunicatorOptions
+  // (empty: by host name). Waits for the other ranks until config's deadline.connect.
+  static Result<std::unique_ptr<Session>> Join(const BootstrapInfo& info, Config config,
+                                               std::vector<int> node_of_rank = {});
+  // Reads the process environment for bootstrap info and FERRY_* overrides, after applying
+  // `yaml_path` (skipped when empty) over the defaults.
+  static Result<std::unique_ptr<Session>> JoinFromEnvironment(const std::string& yaml_path);
+  ~Session();
+
+  const BootstrapInfo& info() const { return info_; }
+  const Config& config() const { return *config_; }
+  Store& store() { return *rendezvous_.store; }
+  Communicator& communicator() { return *communicator_; }
+  Executor& executor() { return *executor_; }
+
+  // The last barrier: rank 0, which hosts the store, returns only after every rank has passed
+  // it, so no rank loses the store while it still needs it. Call before the process exits.
+  Status Finish();
+
+ private:
+  Session() = default;
+
+  BootstrapInfo info_;
+  std::unique_ptr<Config> config_;
+  Rendezvous rendezvous_;
+  std::unique_ptr<Communicator> communicator_;
+  std::unique_ptr<Executor> executor_;
+};
+
+}  // namespace ferry

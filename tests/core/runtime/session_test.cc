@@ -1,0 +1,102 @@
+// Session: forked processes that join from torchrun-style environment variables and a YAML file,
+// run a plan over tcp and finish together.
+#include "core/runtime/session.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "core/runtime/socket_util.h"
+
+namespace ferry {
+namespace {
+
+TEST(SessionTest, TwoProcessesJoinFromTheEnvironmentAndRunAPlan) {
+  auto probe = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(probe.ok());
+  int port = probe->port;
+  ::close(probe->fd);
+  std::string yaml = std::string(std::getenv("TEST_TMPDIR")) + "/session.yaml";
+  // Same host, so intra_node carries the traffic; the file sets it to local, the environment
+  // overrides it back to tcp.
+  std::ofstream(yaml) << "transport:\n  intra_node: local\ntcp:\n  address: 127.0.0.1\n"
+                         "executor:\n  max_in_flight: 7\n";
+  const int64_t bytes = 1 << 20;
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "s", bytes}};
+  plan.destination_buffers = {{1, "d", bytes}};
+  Op send;
+  send.kind = OpKind::kSend;
+  send.rank = 0;
+  send.peer = 1;
+  send.message = 1;
+  send.bytes = bytes;
+  send.data = Region::Bytes(Space::kSource, 0, 0, bytes);
+  plan.AddOp(send);
+  Op recv = send;
+  recv.kind = OpKind::kRecv;
+  recv.rank = 1;
+  recv.peer = 0;
+  recv.data = Region::Bytes(Space::kDestination, 0, 0, bytes);
+  plan.AddOp(recv);
+
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < 2; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(60);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("FERRY_TOKEN", "session-test", 1);
+      ::setenv("FERRY_DEADLINE_CONNECT", "20s", 1);
+      ::setenv("FERRY_TRANSPORT_INTRA_NODE", "tcp", 1);
+      auto session = Session::JoinFromEnvironment(yaml);
+      if (!session.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, session.status().ToString().c_str());
+        ::_exit(1);
+      }
+      Session& s = **session;
+      if (s.communicator().TransportNameFor(1 - rank) != "tcp") ::_exit(2);
+      if (*s.config().GetInt("executor.max_in_flight") != 7 || s.info().launcher != "torchrun") {
+        ::_exit(6);
+      }
+      std::vector<uint8_t> source(bytes, 0x3C), destination(bytes, 0);
+      RankMemory memory;
+      memory.source = {{source.data(), bytes, MemoryKind::kHost, -1}};
+      memory.destination = {{destination.data(), bytes, MemoryKind::kHost, -1}};
+      auto stats = s.executor().Run(plan, memory, Deadline::AfterSeconds(20));
+      if (!stats.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, stats.status().ToString().c_str());
+        ::_exit(3);
+      }
+      if (rank == 1 && destination != source) ::_exit(4);
+      ::_exit(s.Finish().ok() ? 0 : 5);
+    }
+    children.push_back(pid);
+  }
+  std::vector<int> codes;
+  Deadline deadline = Deadline::AfterSeconds(60);
+  for (pid_t pid : children) {
+    int status = -1;
+    while (::waitpid(pid, &status, WNOHANG) == 0 && !deadline.Expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (deadline.Expired()) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+}  // namespace
+}  // namespace ferry
