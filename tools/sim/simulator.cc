@@ -1,0 +1,736 @@
+// The discrete-event simulator: event loop, max-min fair rate allocation on the links touched by
+// each change, message matching, critical path and ingress accounting.
+#include "tools/sim/simulator.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/base/strings.h"
+
+namespace ferry::sim {
+
+std::string_view ResourceKindName(ResourceKind kind) {
+  switch (kind) {
+    case ResourceKind::kGpuMem: return "gpu_mem";
+    case ResourceKind::kNvlinkOut: return "nvlink_out";
+    case ResourceKind::kNvlinkIn: return "nvlink_in";
+    case ResourceKind::kNicTx: return "nic_tx";
+    case ResourceKind::kNicRx: return "nic_rx";
+    case ResourceKind::kSpineUp: return "spine_up";
+    case ResourceKind::kSpineDown: return "spine_down";
+    case ResourceKind::kPcieD2H: return "pcie_d2h";
+    case ResourceKind::kPcieH2D: return "pcie_h2d";
+    case ResourceKind::kHostMem: return "host_mem";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kMaxFlowLinks = 8;
+constexpr double kRelEps = 1e-9;
+
+struct Resource {
+  double capacity = 0;
+  double allocated = 0;      // sum of the rates of the active flows on it
+  double bytes_carried = 0;  // bytes of finished flows
+  std::vector<int> flows;    // active flow ids
+  ResourceKind kind = ResourceKind::kGpuMem;
+  int index = 0;             // gpu, nic or node index within its kind
+};
+
+struct Flow {
+  std::array<int, kMaxFlowLinks> links{};
+  std::array<int, kMaxFlowLinks> pos{};  // position of this flow in links[k]'s flow list
+  int num_links = 0;
+  double cap = kInf;  // per-flow rate limit (a kernel's or a stream's own throughput)
+  double bytes = 0;
+  double remaining = 0;
+  double rate = 0;
+  double t_last = 0;
+  double tail = 0;  // latency after the last byte
+  int op_a = -1;
+  int op_b = -1;
+  int ingress_node = -1;  // destination node of a network flow
+  int bottleneck = -1;    // resource that limited its rate last (-1: its own cap)
+  uint32_t version = 0;
+  bool active = false;
+};
+
+enum class EventType : uint8_t { kFlowStart, kFlowFinish, kOpDone };
+
+struct Event {
+  double t;
+  uint64_t seq;
+  EventType type;
+  int id;
+  uint32_t version;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+bool IsMessageOp(OpKind k) {
+  return k == OpKind::kSend || k == OpKind::kRecv || k == OpKind::kForward;
+}
+bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
+
+class Engine {
+ public:
+  Engine(const TransferPlan& plan, const ClusterSpec& cluster, const RankMapping& mapping,
+         const SimOptions& options)
+      : plan_(plan), c_(cluster), map_(mapping), opt_(options) {}
+
+  Result<SimResult> Run();
+
+ private:
+  Status Prepare();
+  void BuildResources();
+  int Res(ResourceKind kind, int index) const { return offset_[static_cast<int>(kind)] + index; }
+  int GpuOf(int rank) const { return map_.gpu_of_rank[rank]; }
+  int NodeOfGpu(int gpu) const { return gpu / c_.gpus_per_node; }
+  int NicOfGpu(int gpu) const {
+    return NodeOfGpu(gpu) * c_.nics_per_node + c_.NicOfLocalGpu(gpu % c_.gpus_per_node);
+  }
+
+  void Push(double t, EventType type, int id, uint32_t version = 0) {
+    events_.push(Event{t, seq_++, type, id, version});
+  }
+  void OnReady(int op, double t);
+  void StartLocalOp(int op, double t);
+  void StartMessage(int sender, int receiver, double t);
+  void OnFlowStart(int f, double t);
+  void OnFlowFinish(int f, double t);
+  void OnOpDone(int op, double t);
+  void Settle(Flow& f, double now);
+  void Recompute(std::vector<int> seed_links, double now);
+  void DepositIngress(int node, double t0, double t1, double bytes);
+  std::string DescribeResource(int r) const;
+  std::string DescribeOp(int op) const;
+  void BuildCriticalPath(SimResult& result) const;
+  void BuildUtilisation(SimResult& result, double total) const;
+
+  const TransferPlan& plan_;
+  const ClusterSpec& c_;
+  const RankMapping& map_;
+  const SimOptions& opt_;
+
+  std::array<int, kNumResourceKinds + 1> offset_{};
+  std::vector<Resource> res_;
+  std::vector<Flow> flows_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  int64_t num_events_ = 0;
+
+  // Per op.
+  std::vector<int> pending_;        // deps not yet complete
+  std::vector<int> dependents_begin_, dependents_;  // CSR of reverse deps
+  std::vector<int> partner_;        // matched message op, -1 otherwise
+  std::vector<int> cause_;          // the dep whose completion made it ready
+  std::vector<double> ready_, start_, end_;
+  std::vector<int> flow_of_op_;
+  int64_t num_messages_ = 0;
+
+  // Scratch for Recompute (stamped marks avoid clearing).
+  std::vector<uint32_t> flow_mark_, link_mark_;
+  std::vector<double> residual_;
+  std::vector<int> count_;
+  uint32_t stamp_ = 0;
+
+  double network_bytes_ = 0, nvlink_bytes_ = 0, local_bytes_ = 0;
+
+  // Ingress series with doubling bucket width.
+  double bucket_ = 1e-6;
+  std::vector<std::vector<double>> ingress_;
+};
+
+Status Engine::Prepare() {
+  const int n = static_cast<int>(plan_.ops.size());
+  if (plan_.num_ranks < 0) return InvalidArgument("plan has a negative num_ranks");
+  if (static_cast<int>(map_.gpu_of_rank.size()) < plan_.num_ranks) {
+    return InvalidArgument("rank mapping covers " + std::to_string(map_.gpu_of_rank.size()) +
+                           " ranks but the plan has " + std::to_string(plan_.num_ranks));
+  }
+  pending_.assign(n, 0);
+  partner_.assign(n, -1);
+  cause_.assign(n, -1);
+  ready_.assign(n, -1);
+  start_.assign(n, -1);
+  end_.assign(n, -1);
+  flow_of_op_.assign(n, -1);
+  std::vector<int> count(n + 1, 0);
+  std::unordered_map<int64_t, std::pair<int, int>> messages;  // id -> (sender, receiver)
+  messages.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const Op& op = plan_.ops[i];
+    std::string where = "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
+    if (op.id != i) return InvalidArgument(where + " has id " + std::to_string(op.id));
+    if (op.rank < 0 || op.rank >= plan_.num_ranks) {
+      return InvalidArgument(where + " runs on rank " + std::to_string(op.rank) +
+                             " outside [0, " + std::to_string(plan_.num_ranks) + ")");
+    }
+    if (op.bytes < 0) return InvalidArgument(where + " has negative bytes");
+    for (int d : op.deps) {
+      if (d < 0 || d >= n || d == i) {
+        return InvalidArgument(where + " depends on invalid op " + std::to_string(d));
+      }
+      if (plan_.ops[d].rank != op.rank) {
+        return InvalidArgument(where + " on rank " + std::to_string(op.rank) + " depends on op " +
+                               std::to_string(d) + " of rank " +
+                               std::to_string(plan_.ops[d].rank));
+      }
+      ++count[d];
+    }
+    pending_[i] = static_cast<int>(op.deps.size());
+    if (IsMessageOp(op.kind)) {
+      if (op.peer < 0 || op.peer >= plan_.num_ranks) {
+        return InvalidArgument(where + " has invalid peer " + std::to_string(op.peer));
+      }
+      auto& entry = messages.try_emplace(op.message, -1, -1).first->second;
+      int& slot = IsSender(op.kind) ? entry.first : entry.second;
+      if (slot != -1) {
+        return InvalidArgument(where + ": message " + std::to_string(op.message) + " already has a " +
+                               (IsSender(op.kind) ? "sender" : "receiver") + " (op " +
+                               std::to_string(slot) + ")");
+      }
+      slot = i;
+    }
+  }
+  for (const auto& [id, pair] : messages) {
+    auto [s, r] = pair;
+    if (s == -1 || r == -1) {
+      int known = s == -1 ? r : s;
+      return InvalidArgument("message " + std::to_string(id) + " has no " +
+                             (s == -1 ? "sender" : "receiver") + " (op " + std::to_string(known) +
+                             " on rank " + std::to_string(plan_.ops[known].rank) + ")");
+    }
+    const Op& so = plan_.ops[s];
+    const Op& ro = plan_.ops[r];
+    if (so.peer != ro.rank || ro.peer != so.rank) {
+      return InvalidArgument("message " + std::to_string(id) + ": sender op " + std::to_string(s) +
+                             " (rank " + std::to_string(so.rank) + " -> peer " +
+                             std::to_string(so.peer) + ") and receiver op " + std::to_string(r) +
+                             " (rank " + std::to_string(ro.rank) + ", peer " +
+                             std::to_string(ro.peer) + ") disagree");
+    }
+    if (so.bytes != ro.bytes) {
+      return InvalidArgument("message " + std::to_string(id) + ": sender has " +
+                             std::to_string(so.bytes) + " bytes, receiver " +
+                             std::to_string(ro.bytes));
+    }
+    partner_[s] = r;
+    partner_[r] = s;
+  }
+  num_messages_ = static_cast<int64_t>(messages.size());
+  dependents_begin_.assign(n + 1, 0);
+  for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
+  dependents_.assign(dependents_begin_[n], 0);
+  std::vector<int> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+  for (int i = 0; i < n; ++i) {
+    for (int d : plan_.ops[i].deps) dependents_[fill[d]++] = i;
+  }
+  return Status::Ok();
+}
+
+void Engine::BuildResources() {
+  const int gpus = c_.TotalGpus();
+  const int nodes = c_.num_nodes;
+  const int nics = nodes * c_.nics_per_node;
+  const std::array<std::pair<int, double>, kNumResourceKinds> layout = {{
+      {gpus, c_.host_memory_ranks ? c_.host_memory_bandwidth : c_.copy_bandwidth},  // gpu_mem
+      {gpus, c_.EffectiveNvlinkBandwidth()},                                         // nvlink_out
+      {gpus, c_.EffectiveNvlinkBandwidth()},                                         // nvlink_in
+      {nics, c_.EffectiveNicBandwidth()},                                            // nic_tx
+      {nics, c_.EffectiveNicBandwidth()},                                            // nic_rx
+      {nodes, c_.spine_bandwidth_per_node},                                          // spine_up
+      {nodes, c_.spine_bandwidth_per_node},                                          // spine_down
+      {gpus, c_.pcie_bandwidth},                                                     // pcie_d2h
+      {gpus, c_.pcie_bandwidth},                                                     // pcie_h2d
+      {nodes, c_.host_memory_bandwidth},                                             // host_mem
+  }};
+  offset_[0] = 0;
+  for (int k = 0; k < kNumResourceKinds; ++k) offset_[k + 1] = offset_[k] + layout[k].first;
+  res_.resize(offset_[kNumResourceKinds]);
+  for (int k = 0; k < kNumResourceKinds; ++k) {
+    for (int i = 0; i < layout[k].first; ++i) {
+      Resource& r = res_[offset_[k] + i];
+      r.capacity = layout[k].second;
+      r.kind = static_cast<ResourceKind>(k);
+      r.index = i;
+    }
+  }
+  flow_mark_.reserve(plan_.ops.size());
+  link_mark_.assign(res_.size(), 0);
+  residual_.assign(res_.size(), 0);
+  count_.assign(res_.size(), 0);
+  if (opt_.record_ingress) ingress_.assign(nodes, std::vector<double>(opt_.ingress_buckets, 0.0));
+}
+
+void Engine::OnReady(int op, double t) {
+  ready_[op] = t;
+  const Op& o = plan_.ops[op];
+  if (!IsMessageOp(o.kind)) {
+    StartLocalOp(op, t);
+    return;
+  }
+  int p = partner_[op];
+  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
+  if (IsSender(o.kind)) {
+    StartMessage(op, p, t);
+  } else {
+    StartMessage(p, op, t);
+  }
+}
+
+void Engine::StartLocalOp(int op, double t) {
+  const Op& o = plan_.ops[op];
+  const int gpu = GpuOf(o.rank);
+  Flow f;
+  f.bytes = static_cast<double>(o.bytes);
+  f.remaining = f.bytes;
+  f.op_a = op;
+  if (c_.host_memory_ranks) {
+    f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
+    f.cap = c_.host_copy_bandwidth;
+  } else {
+    f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
+    if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
+  }
+  local_bytes_ += f.bytes;
+  int id = static_cast<int>(flows_.size());
+  flows_.push_back(f);
+  flow_of_op_[op] = id;
+  Push(t + c_.kernel_overhead, EventType::kFlowStart, id);
+}
+
+void Engine::StartMessage(int sender, int receiver, double t) {
+  const Op& so = plan_.ops[sender];
+  const Op& ro = plan_.ops[receiver];
+  const int ga = GpuOf(so.rank);
+  const int gb = GpuOf(ro.rank);
+  const int na = NodeOfGpu(ga);
+  const int nb = NodeOfGpu(gb);
+  Flow f;
+  f.bytes = static_cast<double>(so.bytes);
+  f.remaining = f.bytes;
+  f.op_a = sender;
+  f.op_b = receiver;
+  double overhead = 0;
+  auto add = [&f](int r) { f.links[f.num_links++] = r; };
+  if (ga == gb) {
+    add(c_.host_memory_ranks ? Res(ResourceKind::kHostMem, na) : Res(ResourceKind::kGpuMem, ga));
+    if (c_.host_memory_ranks) f.cap = c_.host_copy_bandwidth;
+    overhead = c_.kernel_overhead;
+    local_bytes_ += f.bytes;
+  } else if (na == nb) {
+    if (c_.host_memory_ranks) {
+      add(Res(ResourceKind::kHostMem, na));
+      f.cap = c_.host_copy_bandwidth;
+    } else {
+      add(Res(ResourceKind::kNvlinkOut, ga));
+      add(Res(ResourceKind::kNvlinkIn, gb));
+    }
+    overhead = c_.nvlink_message_overhead;
+    f.tail = c_.nvlink_latency;
+    nvlink_bytes_ += f.bytes;
+  } else {
+    const int nic_a = NicOfGpu(ga);
+    const int nic_b = NicOfGpu(gb);
+    add(Res(ResourceKind::kNicTx, nic_a));
+    add(Res(ResourceKind::kNicRx, nic_b));
+    const bool cross_rail = (nic_a % c_.nics_per_node) != (nic_b % c_.nics_per_node);
+    f.tail = c_.nic_latency;
+    if (cross_rail && c_.rail_optimized) {
+      f.tail += c_.cross_rail_latency;
+      if (c_.spine_bandwidth_per_node > 0) {
+        add(Res(ResourceKind::kSpineUp, na));
+        add(Res(ResourceKind::kSpineDown, nb));
+      }
+    }
+    if (c_.host_memory_ranks) {
+      add(Res(ResourceKind::kHostMem, na));
+      add(Res(ResourceKind::kHostMem, nb));
+    } else if (!c_.gpu_direct) {
+      add(Res(ResourceKind::kPcieD2H, ga));
+      add(Res(ResourceKind::kPcieH2D, gb));
+      add(Res(ResourceKind::kHostMem, na));
+      add(Res(ResourceKind::kHostMem, nb));
+      // One staging chunk is stored and forwarded at each end before the pipeline fills.
+      double chunk = std::min(f.bytes, static_cast<double>(c_.staging_chunk_bytes));
+      f.tail += 2 * chunk / c_.pcie_bandwidth;
+    }
+    overhead = c_.nic_message_overhead;
+    f.ingress_node = nb;
+    network_bytes_ += f.bytes;
+  }
+  int id = static_cast<int>(flows_.size());
+  flows_.push_back(f);
+  flow_of_op_[sender] = id;
+  flow_of_op_[receiver] = id;
+  Push(t + overhead, EventType::kFlowStart, id);
+}
+
+void Engine::OnFlowStart(int id, double t) {
+  Flow& f = flows_[id];
+  if (f.op_a >= 0) start_[f.op_a] = t;
+  if (f.op_b >= 0) start_[f.op_b] = t;
+  f.t_last = t;
+  if (f.remaining <= 0) {
+    Push(t + f.tail, EventType::kOpDone, f.op_a);
+    if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+    return;
+  }
+  f.active = true;
+  f.rate = 0;
+  for (int k = 0; k < f.num_links; ++k) {
+    Resource& r = res_[f.links[k]];
+    f.pos[k] = static_cast<int>(r.flows.size());
+    r.flows.push_back(id);
+  }
+  Recompute({f.links.begin(), f.links.begin() + f.num_links}, t);
+}
+
+void Engine::Settle(Flow& f, double now) {
+  double dt = now - f.t_last;
+  if (dt > 0 && f.rate > 0) {
+    double moved = std::min(f.remaining, f.rate * dt);
+    if (f.ingress_node >= 0 && opt_.record_ingress) {
+      DepositIngress(f.ingress_node, f.t_last, now, moved);
+    }
+    f.remaining -= moved;
+  }
+  f.t_last = now;
+}
+
+void Engine::OnFlowFinish(int id, double t) {
+  Flow& f = flows_[id];
+  Settle(f, t);
+  f.remaining = 0;
+  f.active = false;
+  for (int k = 0; k < f.num_links; ++k) {
+    Resource& r = res_[f.links[k]];
+    int p = f.pos[k];
+    int moved = r.flows.back();
+    r.flows[p] = moved;
+    r.flows.pop_back();
+    if (moved != id) {
+      Flow& m = flows_[moved];
+      for (int j = 0; j < m.num_links; ++j) {
+        if (m.links[j] == f.links[k]) {
+          m.pos[j] = p;
+          break;
+        }
+      }
+    }
+    r.allocated = r.flows.empty() ? 0 : r.allocated - f.rate;
+    r.bytes_carried += f.bytes;
+  }
+  f.rate = 0;
+  Recompute({f.links.begin(), f.links.begin() + f.num_links}, t);
+  Push(t + f.tail, EventType::kOpDone, f.op_a);
+  if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+}
+
+// Progressive filling over the active flows on `seed_links`, with every other flow's rate held
+// fixed; then the same for the links of flows whose rate dropped, up to propagation_rounds times.
+void Engine::Recompute(std::vector<int> seed_links, double now) {
+  std::vector<int> affected;
+  std::vector<int> local_links;
+  std::vector<double> new_rate;
+  std::vector<int> new_bottleneck;
+  std::vector<char> fixed;
+  std::vector<int> to_fix;
+  for (int round = 0; round <= opt_.propagation_rounds && !seed_links.empty(); ++round) {
+    ++stamp_;
+    if (flow_mark_.size() < flows_.size()) flow_mark_.resize(flows_.size(), 0);
+    affected.clear();
+    for (int l : seed_links) {
+      for (int fid : res_[l].flows) {
+        if (flow_mark_[fid] != stamp_) {
+          flow_mark_[fid] = stamp_;
+          affected.push_back(fid);
+        }
+      }
+    }
+    if (affected.empty()) break;
+    local_links.clear();
+    for (int fid : affected) {
+      Flow& f = flows_[fid];
+      Settle(f, now);
+      for (int k = 0; k < f.num_links; ++k) {
+        int l = f.links[k];
+        if (link_mark_[l] != stamp_) {
+          link_mark_[l] = stamp_;
+          local_links.push_back(l);
+          residual_[l] = res_[l].capacity - res_[l].allocated;
+          count_[l] = 0;
+        }
+        residual_[l] += f.rate;
+        ++count_[l];
+      }
+    }
+    const size_t n = affected.size();
+    new_rate.assign(n, 0);
+    new_bottleneck.assign(n, -1);
+    fixed.assign(n, 0);
+    size_t unfixed = n;
+    while (unfixed > 0) {
+      double level = kInf;
+      for (int l : local_links) {
+        if (count_[l] > 0) level = std::min(level, std::max(0.0, residual_[l]) / count_[l]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (!fixed[i]) level = std::min(level, flows_[affected[i]].cap);
+      }
+      const double limit = level * (1 + kRelEps) + 1e-300;
+      to_fix.clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (fixed[i]) continue;
+        const Flow& f = flows_[affected[i]];
+        int bottleneck = -2;
+        if (f.cap <= limit) bottleneck = -1;
+        for (int k = 0; k < f.num_links && bottleneck == -2; ++k) {
+          int l = f.links[k];
+          if (std::max(0.0, residual_[l]) / count_[l] <= limit) bottleneck = l;
+        }
+        if (bottleneck != -2) {
+          new_bottleneck[i] = bottleneck;
+          to_fix.push_back(static_cast<int>(i));
+        }
+      }
+      for (int i : to_fix) {
+        fixed[i] = 1;
+        new_rate[i] = level;
+        --unfixed;
+        const Flow& f = flows_[affected[i]];
+        for (int k = 0; k < f.num_links; ++k) {
+          residual_[f.links[k]] -= level;
+          --count_[f.links[k]];
+        }
+      }
+    }
+    seed_links.clear();
+    ++stamp_;  // fresh link marks for the next round's seed set
+    for (size_t i = 0; i < n; ++i) {
+      Flow& f = flows_[affected[i]];
+      const double old = f.rate;
+      const double rate = new_rate[i];
+      f.bottleneck = new_bottleneck[i];
+      if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
+      for (int k = 0; k < f.num_links; ++k) res_[f.links[k]].allocated += rate - old;
+      f.rate = rate;
+      ++f.version;
+      if (rate > 0) Push(now + f.remaining / rate, EventType::kFlowFinish, affected[i], f.version);
+      if (rate < old) {
+        for (int k = 0; k < f.num_links; ++k) {
+          int l = f.links[k];
+          if (link_mark_[l] != stamp_) {
+            link_mark_[l] = stamp_;
+            seed_links.push_back(l);
+          }
+        }
+      }
+    }
+  }
+}
+
+void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
+  const int nb = opt_.ingress_buckets;
+  while (t1 > bucket_ * nb) {
+    for (auto& series : ingress_) {
+      for (int i = 0; i < nb / 2; ++i) series[i] = series[2 * i] + series[2 * i + 1];
+      for (int i = nb / 2; i < nb; ++i) series[i] = 0;
+    }
+    bucket_ *= 2;
+  }
+  if (t1 <= t0) {
+    ingress_[node][std::min(nb - 1, static_cast<int>(t0 / bucket_))] += bytes;
+    return;
+  }
+  const double rate = bytes / (t1 - t0);
+  int b = static_cast<int>(t0 / bucket_);
+  double t = t0;
+  while (t < t1 && b < nb) {
+    double edge = std::min(t1, (b + 1) * bucket_);
+    ingress_[node][b] += rate * (edge - t);
+    t = edge;
+    ++b;
+  }
+}
+
+void Engine::OnOpDone(int op, double t) {
+  end_[op] = t;
+  for (int i = dependents_begin_[op]; i < dependents_begin_[op + 1]; ++i) {
+    int d = dependents_[i];
+    cause_[d] = op;  // events arrive in time order, so the last completing dep wins
+    if (--pending_[d] == 0) OnReady(d, t);
+  }
+}
+
+std::string Engine::DescribeResource(int r) const {
+  if (r < 0) return "its own throughput limit";
+  const Resource& res = res_[r];
+  std::ostringstream out;
+  out << ResourceKindName(res.kind) << "[";
+  switch (res.kind) {
+    case ResourceKind::kNicTx:
+    case ResourceKind::kNicRx:
+      out << "node " << res.index / c_.nics_per_node << " nic " << res.index % c_.nics_per_node;
+      break;
+    case ResourceKind::kSpineUp:
+    case ResourceKind::kSpineDown:
+    case ResourceKind::kHostMem:
+      out << "node " << res.index;
+      break;
+    default:
+      out << "gpu " << res.index;
+  }
+  out << "]";
+  return out.str();
+}
+
+std::string Engine::DescribeOp(int op) const {
+  const Op& o = plan_.ops[op];
+  std::ostringstream out;
+  if (IsMessageOp(o.kind)) {
+    int s = IsSender(o.kind) ? op : partner_[op];
+    const Op& so = plan_.ops[s];
+    int ga = GpuOf(so.rank), gb = GpuOf(so.peer);
+    const char* path = ga == gb ? "same gpu" : NodeOfGpu(ga) == NodeOfGpu(gb) ? "nvlink" : "network";
+    out << OpKindName(so.kind) << " r" << so.rank << "->r" << so.peer << " "
+        << FormatBytes(static_cast<double>(so.bytes)) << " (" << path << ")";
+  } else {
+    out << OpKindName(o.kind) << " r" << o.rank << " " << FormatBytes(static_cast<double>(o.bytes));
+  }
+  int fid = flow_of_op_[op];
+  if (fid >= 0 && flows_[fid].bytes > 0) {
+    out << ", limited by " << DescribeResource(flows_[fid].bottleneck);
+  }
+  return out.str();
+}
+
+void Engine::BuildCriticalPath(SimResult& result) const {
+  int cur = -1;
+  for (size_t i = 0; i < end_.size(); ++i) {
+    if (cur < 0 || end_[i] > end_[cur]) cur = static_cast<int>(i);
+  }
+  std::vector<CriticalStep> steps;
+  while (cur >= 0 && steps.size() < 100000) {
+    int gate = cur;
+    int shown = cur;
+    if (partner_[cur] >= 0) {
+      int p = partner_[cur];
+      if (ready_[p] > ready_[cur]) gate = p;
+      shown = IsSender(plan_.ops[cur].kind) ? cur : p;
+    }
+    steps.push_back({shown, start_[shown], end_[cur], DescribeOp(shown)});
+    cur = cause_[gate];
+  }
+  std::reverse(steps.begin(), steps.end());
+  result.critical_path = std::move(steps);
+}
+
+void Engine::BuildUtilisation(SimResult& result, double total) const {
+  for (int k = 0; k < kNumResourceKinds; ++k) {
+    LinkClassUsage u;
+    u.kind = static_cast<ResourceKind>(k);
+    u.links_total = offset_[k + 1] - offset_[k];
+    double sum_util = 0;
+    for (int i = offset_[k]; i < offset_[k + 1]; ++i) {
+      const Resource& r = res_[i];
+      if (r.bytes_carried <= 0) continue;
+      ++u.links_used;
+      u.bytes += r.bytes_carried;
+      double util = total > 0 && r.capacity > 0 ? r.bytes_carried / (r.capacity * total) : 0;
+      sum_util += util;
+      u.max_utilisation = std::max(u.max_utilisation, util);
+    }
+    if (u.links_used == 0) continue;
+    u.mean_utilisation = sum_util / u.links_used;
+    result.utilisation.push_back(u);
+  }
+}
+
+Result<SimResult> Engine::Run() {
+  FERRY_RETURN_IF_ERROR(Prepare());
+  BuildResources();
+  const int n = static_cast<int>(plan_.ops.size());
+  for (int r = 0; r < plan_.num_ranks; ++r) {
+    if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
+      return InvalidArgument("rank " + std::to_string(r) + " is mapped to GPU " +
+                             std::to_string(GpuOf(r)) + " outside the cluster's " +
+                             std::to_string(c_.TotalGpus()) + " GPUs");
+    }
+  }
+  flows_.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    if (pending_[i] == 0) OnReady(i, 0.0);
+  }
+  while (!events_.empty()) {
+    Event e = events_.top();
+    events_.pop();
+    ++num_events_;
+    switch (e.type) {
+      case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
+      case EventType::kFlowFinish:
+        if (flows_[e.id].active && flows_[e.id].version == e.version) OnFlowFinish(e.id, e.t);
+        break;
+      case EventType::kOpDone: OnOpDone(e.id, e.t); break;
+    }
+  }
+  int never = 0, example = -1;
+  for (int i = 0; i < n; ++i) {
+    if (end_[i] < 0) {
+      ++never;
+      if (example < 0) example = i;
+    }
+  }
+  if (never > 0) {
+    const Op& o = plan_.ops[example];
+    std::string why = pending_[example] > 0 ? "waits on deps that never finish (a cycle?)"
+                                            : "waits for its message partner, which never ran";
+    return InvalidArgument(std::to_string(never) + " ops never ran; e.g. op " +
+                           std::to_string(example) + " (" + std::string(OpKindName(o.kind)) +
+                           " on rank " + std::to_string(o.rank) + ") " + why);
+  }
+  SimResult result;
+  for (double e : end_) result.total_time = std::max(result.total_time, e);
+  result.num_ops = n;
+  result.num_messages = num_messages_;
+  result.num_events = num_events_;
+  result.network_bytes = network_bytes_;
+  result.nvlink_bytes = nvlink_bytes_;
+  result.local_bytes = local_bytes_;
+  BuildUtilisation(result, result.total_time);
+  BuildCriticalPath(result);
+  if (opt_.record_op_times) {
+    result.op_times.resize(n);
+    for (int i = 0; i < n; ++i) result.op_times[i] = {ready_[i], start_[i], end_[i]};
+  }
+  if (opt_.record_ingress) {
+    result.ingress.bucket_seconds = bucket_;
+    result.ingress.bytes = ingress_;
+  }
+  result.cluster = c_;
+  result.mapping = map_;
+  return result;
+}
+
+}  // namespace
+
+Result<SimResult> Simulate(const TransferPlan& plan, const ClusterSpec& cluster,
+                           const RankMapping& mapping, const SimOptions& options) {
+  if (options.ingress_buckets < 2 || options.ingress_buckets % 2 != 0) {
+    return InvalidArgument("ingress_buckets must be an even number >= 2");
+  }
+  if (options.propagation_rounds < 0) return InvalidArgument("propagation_rounds must be >= 0");
+  FERRY_ASSIGN_OR_RETURN(ClusterSpec fitted, FitClusterToMapping(cluster, mapping));
+  Engine engine(plan, fitted, mapping, options);
+  return engine.Run();
+}
+
+}  // namespace ferry::sim
