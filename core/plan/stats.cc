@@ -1,0 +1,161 @@
+// Plan statistics, the lower bound and the cost model.
+#include "core/plan/stats.h"
+
+#include <algorithm>
+
+namespace ferry {
+
+LowerBound ComputeLowerBound(const NetworkDemand& demand, const Topology& topology) {
+  LowerBound lb;
+  const double node_bw = topology.NodeNetworkBandwidth();
+  int64_t max_dst = 0;
+  for (int64_t b : demand.destination_node_bytes) max_dst = std::max(max_dst, b);
+  int64_t max_src = 0;
+  for (int64_t b : demand.source_node_bytes) max_src = std::max(max_src, b);
+  lb.destination_ingress_seconds = static_cast<double>(max_dst) / node_bw;
+  double spread = demand.source_nodes > 0
+                      ? static_cast<double>(demand.must_leave_bytes) / demand.source_nodes
+                      : 0.0;
+  lb.source_egress_seconds = std::max(static_cast<double>(max_src), spread) / node_bw;
+  lb.seconds = std::max(lb.destination_ingress_seconds, lb.source_egress_seconds);
+  return lb;
+}
+
+PlanStats ComputePlanStats(const TransferPlan& plan, const Topology& topology,
+                           const NetworkDemand* demand) {
+  PlanStats s;
+  const int n = plan.num_ranks;
+  const int nodes = std::max(1, topology.NumNodes());
+  s.rank_network_ingress.assign(n, 0);
+  s.rank_network_egress.assign(n, 0);
+  s.node_network_ingress.assign(nodes, 0);
+  s.node_network_egress.assign(nodes, 0);
+  std::vector<int64_t> intra_in(n, 0), intra_out(n, 0), local(n, 0), sent(n, 0);
+  int64_t largest_message = 0;
+  double largest_message_seconds = 0;
+  s.ops = static_cast<int64_t>(plan.ops.size());
+  for (const StagingSlot& slot : plan.slots) s.staging_bytes += slot.bytes;
+  for (const Op& op : plan.ops) {
+    switch (op.kind) {
+      case OpKind::kCopy:
+      case OpKind::kConvert:
+      case OpKind::kPack:
+      case OpKind::kUnpack: {
+        int64_t bytes = 0;
+        for (const CopyPair& c : op.copies) bytes += c.to.NumBytes();
+        local[op.rank] += bytes;
+        if (op.kind == OpKind::kPack) s.pack_bytes += bytes;
+        if (op.kind == OpKind::kUnpack) s.unpack_bytes += bytes;
+        if (op.kind == OpKind::kCopy || op.kind == OpKind::kConvert) {
+          s.bytes_by_link[static_cast<int>(LinkClass::kSameRank)] += bytes;
+        }
+        break;
+      }
+      case OpKind::kSend:
+      case OpKind::kForward: {
+        ++s.messages;
+        ++sent[op.rank];
+        LinkClass link = topology.Link(op.rank, op.peer);
+        s.bytes_by_link[static_cast<int>(link)] += op.bytes;
+        double bw = topology.intra_node_bandwidth;
+        if (link == LinkClass::kNetwork) {
+          ++s.network_messages;
+          s.rank_network_egress[op.rank] += op.bytes;
+          s.rank_network_ingress[op.peer] += op.bytes;
+          s.node_network_egress[topology.NodeOf(op.rank)] += op.bytes;
+          s.node_network_ingress[topology.NodeOf(op.peer)] += op.bytes;
+          bw = topology.nic_bandwidth;
+        } else {
+          intra_out[op.rank] += op.bytes;
+          intra_in[op.peer] += op.bytes;
+        }
+        if (op.bytes > largest_message) {
+          largest_message = op.bytes;
+          largest_message_seconds = static_cast<double>(op.bytes) / bw;
+        }
+        break;
+      }
+      case OpKind::kRecv:
+        break;
+    }
+  }
+  double resource = 0;
+  const double node_bw = topology.NodeNetworkBandwidth();
+  for (int node = 0; node < nodes; ++node) {
+    s.max_node_ingress = std::max(s.max_node_ingress, s.node_network_ingress[node]);
+    s.max_node_egress = std::max(s.max_node_egress, s.node_network_egress[node]);
+  }
+  resource = std::max(resource, static_cast<double>(std::max(s.max_node_ingress,
+                                                             s.max_node_egress)) / node_bw);
+  int64_t max_sent = 0;
+  for (int r = 0; r < n; ++r) {
+    s.max_rank_ingress = std::max(s.max_rank_ingress, s.rank_network_ingress[r]);
+    s.max_rank_egress = std::max(s.max_rank_egress, s.rank_network_egress[r]);
+    const int nics = r < topology.NumRanks()
+                         ? std::max<int>(1, static_cast<int>(topology.ranks[r].nics.size()))
+                         : 1;
+    const double rank_bw = topology.nic_bandwidth * nics;
+    resource = std::max(resource, static_cast<double>(std::max(s.rank_network_ingress[r],
+                                                               s.rank_network_egress[r])) /
+                                      rank_bw);
+    resource = std::max(resource, static_cast<double>(std::max(intra_in[r], intra_out[r])) /
+                                      topology.intra_node_bandwidth);
+    resource = std::max(resource, static_cast<double>(local[r]) / topology.copy_bandwidth);
+    max_sent = std::max(max_sent, sent[r]);
+  }
+
+  // Longest chain of dependent messages: message depth of each op over deps and Send->Recv edges,
+  // in an order where every op follows its predecessors (Kahn over the same graph the validator
+  // checks; unmatched endpoints are ignored).
+  const int num_ops = static_cast<int>(plan.ops.size());
+  std::vector<std::vector<int>> successors(num_ops);
+  std::vector<int> indegree(num_ops, 0);
+  for (const Op& op : plan.ops) {
+    for (int dep : op.deps) {
+      if (dep >= 0 && dep < num_ops) {
+        successors[dep].push_back(op.id);
+        ++indegree[op.id];
+      }
+    }
+  }
+  {
+    std::vector<std::pair<int64_t, int>> senders, receivers;
+    for (const Op& op : plan.ops) {
+      if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) senders.push_back({op.message, op.id});
+      if (op.kind == OpKind::kRecv) receivers.push_back({op.message, op.id});
+    }
+    std::sort(senders.begin(), senders.end());
+    std::sort(receivers.begin(), receivers.end());
+    size_t j = 0;
+    for (const auto& [message, id] : senders) {
+      while (j < receivers.size() && receivers[j].first < message) ++j;
+      if (j < receivers.size() && receivers[j].first == message) {
+        successors[id].push_back(receivers[j].second);
+        ++indegree[receivers[j].second];
+      }
+    }
+  }
+  std::vector<int> depth(num_ops, 0);
+  std::vector<int> ready;
+  for (int i = 0; i < num_ops; ++i) {
+    if (indegree[i] == 0) ready.push_back(i);
+  }
+  while (!ready.empty()) {
+    int i = ready.back();
+    ready.pop_back();
+    const Op& op = plan.ops[i];
+    int d = depth[i] + ((op.kind == OpKind::kSend || op.kind == OpKind::kForward) ? 1 : 0);
+    s.longest_message_chain = std::max(s.longest_message_chain, d);
+    for (int next : successors[i]) {
+      depth[next] = std::max(depth[next], d);
+      if (--indegree[next] == 0) ready.push_back(next);
+    }
+  }
+  if (demand != nullptr) s.lower_bound = ComputeLowerBound(*demand, topology);
+  s.predicted_seconds = resource +
+                        std::max(0, s.longest_message_chain - 1) * largest_message_seconds +
+                        topology.network_latency * static_cast<double>(max_sent);
+  return s;
+}
+
+}  // namespace ferry

@@ -1,0 +1,371 @@
+// ValidatePlan and the region-to-byte-run helper.
+#include "core/plan/validate.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+std::string OpName(const Op& op) {
+  return std::string(OpKindName(op.kind)) + " op " + std::to_string(op.id) + " on rank " +
+         std::to_string(op.rank);
+}
+
+struct BufferInfo {
+  int rank = 0;
+  int64_t bytes = 0;
+};
+
+Status CheckRegion(const TransferPlan& plan, const Op& op, const Region& r, const char* what) {
+  const std::vector<BufferSpec>* buffers = nullptr;
+  BufferInfo info;
+  switch (r.space) {
+    case Space::kSource: buffers = &plan.source_buffers; break;
+    case Space::kDestination: buffers = &plan.destination_buffers; break;
+    case Space::kStaging: break;
+  }
+  if (buffers != nullptr) {
+    if (r.buffer < 0 || r.buffer >= static_cast<int>(buffers->size())) {
+      return InvalidArgument(OpName(op) + ": " + what + " names " + std::string(SpaceName(r.space)) +
+                             " buffer " + std::to_string(r.buffer) + " which does not exist");
+    }
+    info = {(*buffers)[r.buffer].rank, (*buffers)[r.buffer].bytes};
+  } else {
+    if (r.buffer < 0 || r.buffer >= static_cast<int>(plan.slots.size())) {
+      return InvalidArgument(OpName(op) + ": " + what + " names staging slot " +
+                             std::to_string(r.buffer) + " which does not exist");
+    }
+    info = {plan.slots[r.buffer].rank, plan.slots[r.buffer].bytes};
+  }
+  if (info.rank != op.rank) {
+    return InvalidArgument(OpName(op) + ": " + what + " is in a " + std::string(SpaceName(r.space)) +
+                           " buffer of rank " + std::to_string(info.rank));
+  }
+  if (r.ndim < 1 || r.ndim > kMaxDims) {
+    return InvalidArgument(OpName(op) + ": " + what + " has " + std::to_string(r.ndim) + " dims");
+  }
+  int64_t last = 0;
+  for (int d = 0; d < r.ndim; ++d) {
+    if (r.shape[d] < 0 || r.strides[d] <= 0) {
+      return InvalidArgument(OpName(op) + ": " + what + " has a negative extent or stride <= 0");
+    }
+    if (r.shape[d] == 0) return Status::Ok();
+    last += (r.shape[d] - 1) * r.strides[d];
+  }
+  int64_t end = r.offset + (last + 1) * DTypeSize(r.dtype);
+  if (r.offset < 0 || end > info.bytes) {
+    return InvalidArgument(OpName(op) + ": " + what + " spans bytes [" + std::to_string(r.offset) +
+                           ", " + std::to_string(end) + ") outside its " +
+                           std::string(SpaceName(r.space)) + " buffer of " +
+                           std::to_string(info.bytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+struct BufferRun {
+  int buffer = 0;
+  int64_t offset = 0;
+  int64_t length = 0;
+  int op = -1;  // writer, -1 for expected runs
+};
+
+void AppendBufferRuns(const Region& region, int op, std::vector<BufferRun>& out,
+                      std::vector<ByteRun>& scratch) {
+  scratch.clear();
+  AppendRegionRuns(region, scratch);
+  for (const ByteRun& r : scratch) out.push_back({region.buffer, r.offset, r.length, op});
+}
+
+// Sorts runs; reports the first overlap (a byte written twice) when `overlap_is_error`, and merges
+// touching runs.
+Status SortAndMerge(std::vector<BufferRun>& runs, bool overlap_is_error,
+                    const TransferPlan& plan) {
+  std::sort(runs.begin(), runs.end(), [](const BufferRun& a, const BufferRun& b) {
+    if (a.buffer != b.buffer) return a.buffer < b.buffer;
+    return a.offset < b.offset;
+  });
+  std::vector<BufferRun> merged;
+  merged.reserve(runs.size());
+  for (const BufferRun& r : runs) {
+    if (!merged.empty() && merged.back().buffer == r.buffer &&
+        merged.back().offset + merged.back().length >= r.offset) {
+      BufferRun& m = merged.back();
+      if (overlap_is_error && m.offset + m.length > r.offset) {
+        const BufferSpec& b = plan.destination_buffers[r.buffer];
+        return InvalidArgument("destination buffer '" + b.name + "' on rank " +
+                               std::to_string(b.rank) + ": byte " + std::to_string(r.offset) +
+                               " is written twice (ops " + std::to_string(m.op) + " and " +
+                               std::to_string(r.op) + ")");
+      }
+      m.length = std::max(m.offset + m.length, r.offset + r.length) - m.offset;
+      m.op = r.op;
+      continue;
+    }
+    merged.push_back(r);
+  }
+  runs.swap(merged);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AppendRegionRuns(const Region& region, std::vector<ByteRun>& runs) {
+  // Keep dims with extent > 1; an extent of 0 means no bytes.
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];
+  int n = 0;
+  for (int d = 0; d < region.ndim; ++d) {
+    if (region.shape[d] == 0) return;
+    if (region.shape[d] == 1) continue;
+    shape[n] = region.shape[d];
+    strides[n] = region.strides[d];
+    ++n;
+  }
+  const int64_t esize = DTypeSize(region.dtype);
+  // Merge the innermost dims that are dense into one run.
+  int64_t run_elems = 1;
+  int outer = n;
+  while (outer > 0 && strides[outer - 1] == run_elems) {
+    run_elems *= shape[outer - 1];
+    --outer;
+  }
+  const int64_t run_bytes = run_elems * esize;
+  int64_t index[kMaxDims] = {};
+  while (true) {
+    int64_t off = region.offset;
+    for (int d = 0; d < outer; ++d) off += index[d] * strides[d] * esize;
+    if (!runs.empty() && runs.back().offset + runs.back().length == off) {
+      runs.back().length += run_bytes;
+    } else {
+      runs.push_back({off, run_bytes});
+    }
+    int d = outer - 1;
+    while (d >= 0 && ++index[d] == shape[d]) index[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout& destination) {
+  const int n = plan.num_ranks;
+  const int num_ops = static_cast<int>(plan.ops.size());
+  if (plan.source_buffers.size() != source.buffers.size() ||
+      plan.destination_buffers.size() != destination.buffers.size()) {
+    return InvalidArgument("plan buffer tables do not match the layouts (" +
+                           std::to_string(plan.source_buffers.size()) + " source and " +
+                           std::to_string(plan.destination_buffers.size()) +
+                           " destination buffers in the plan, " +
+                           std::to_string(source.buffers.size()) + " and " +
+                           std::to_string(destination.buffers.size()) + " in the layouts)");
+  }
+  for (const BufferSpec& b : plan.source_buffers) {
+    if (b.rank < 0 || b.rank >= n) {
+      return InvalidArgument("source buffer '" + b.name + "' is on rank " + std::to_string(b.rank) +
+                             " outside [0, " + std::to_string(n) + ")");
+    }
+  }
+  for (const BufferSpec& b : plan.destination_buffers) {
+    if (b.rank < 0 || b.rank >= n) {
+      return InvalidArgument("destination buffer '" + b.name + "' is on rank " +
+                             std::to_string(b.rank) + " outside [0, " + std::to_string(n) + ")");
+    }
+  }
+  for (size_t s = 0; s < plan.slots.size(); ++s) {
+    if (plan.slots[s].rank < 0 || plan.slots[s].rank >= n || plan.slots[s].bytes < 0) {
+      return InvalidArgument("staging slot " + std::to_string(s) + " has rank " +
+                             std::to_string(plan.slots[s].rank) + " or a negative size");
+    }
+  }
+
+  // Per-op checks; collect message endpoints.
+  struct Endpoint {
+    int64_t message;
+    int op;
+    bool is_recv;
+  };
+  std::vector<Endpoint> endpoints;
+  for (int i = 0; i < num_ops; ++i) {
+    const Op& op = plan.ops[i];
+    if (op.id != i) return InvalidArgument("op at index " + std::to_string(i) + " has id " +
+                                           std::to_string(op.id));
+    if (op.rank < 0 || op.rank >= n) {
+      return InvalidArgument(OpName(op) + ": rank outside [0, " + std::to_string(n) + ")");
+    }
+    for (int dep : op.deps) {
+      if (dep < 0 || dep >= num_ops || dep == i) {
+        return InvalidArgument(OpName(op) + ": dependency " + std::to_string(dep) + " is not an op");
+      }
+      if (plan.ops[dep].rank != op.rank) {
+        return InvalidArgument(OpName(op) + ": depends on op " + std::to_string(dep) +
+                               " of another rank (" + std::to_string(plan.ops[dep].rank) + ")");
+      }
+    }
+    switch (op.kind) {
+      case OpKind::kCopy:
+      case OpKind::kPack:
+      case OpKind::kUnpack:
+      case OpKind::kConvert:
+        for (const CopyPair& c : op.copies) {
+          FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.from, "copy source"));
+          FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.to, "copy target"));
+          if (c.from.NumElements() != c.to.NumElements()) {
+            return InvalidArgument(OpName(op) + ": copy of " + std::to_string(c.from.NumElements()) +
+                                   " elements into " + std::to_string(c.to.NumElements()));
+          }
+          if (op.kind != OpKind::kConvert && DTypeSize(c.from.dtype) != DTypeSize(c.to.dtype)) {
+            return InvalidArgument(OpName(op) + ": copy changes the element size; use Convert");
+          }
+          if (c.to.space == Space::kSource) {
+            return InvalidArgument(OpName(op) + ": writes into a source buffer");
+          }
+        }
+        break;
+      case OpKind::kSend:
+      case OpKind::kForward:
+      case OpKind::kRecv: {
+        if (op.peer < 0 || op.peer >= n || op.peer == op.rank) {
+          return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
+        }
+        FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.data, "message data"));
+        if (!op.data.IsContiguous()) {
+          return InvalidArgument(OpName(op) + ": message data is not contiguous");
+        }
+        if (op.data.NumBytes() != op.bytes) {
+          return InvalidArgument(OpName(op) + ": carries " + std::to_string(op.data.NumBytes()) +
+                                 " bytes but declares " + std::to_string(op.bytes));
+        }
+        if (op.kind == OpKind::kForward && op.data.space != Space::kStaging) {
+          return InvalidArgument(OpName(op) + ": forwards data that is not in a staging slot");
+        }
+        if (op.kind == OpKind::kRecv && op.data.space == Space::kSource) {
+          return InvalidArgument(OpName(op) + ": receives into a source buffer");
+        }
+        endpoints.push_back({op.message, i, op.kind == OpKind::kRecv});
+        break;
+      }
+    }
+  }
+
+  // Message matching.
+  std::sort(endpoints.begin(), endpoints.end(), [](const Endpoint& a, const Endpoint& b) {
+    if (a.message != b.message) return a.message < b.message;
+    if (a.is_recv != b.is_recv) return a.is_recv < b.is_recv;
+    return a.op < b.op;
+  });
+  std::vector<std::vector<int>> successors(num_ops);
+  std::vector<int> indegree(num_ops, 0);
+  for (size_t i = 0; i < endpoints.size();) {
+    size_t j = i;
+    while (j < endpoints.size() && endpoints[j].message == endpoints[i].message) ++j;
+    const int64_t message = endpoints[i].message;
+    if (j - i != 2 || endpoints[i].is_recv || !endpoints[i + 1].is_recv) {
+      return InvalidArgument("message " + std::to_string(message) + " has " +
+                             std::to_string(j - i) +
+                             " endpoints; it needs exactly one Send/Forward and one Recv");
+    }
+    const Op& send = plan.ops[endpoints[i].op];
+    const Op& recv = plan.ops[endpoints[i + 1].op];
+    if (send.peer != recv.rank || recv.peer != send.rank) {
+      return InvalidArgument("message " + std::to_string(message) + ": " + OpName(send) +
+                             " targets rank " + std::to_string(send.peer) + " but " +
+                             OpName(recv) + " expects it from rank " + std::to_string(recv.peer));
+    }
+    if (send.bytes != recv.bytes) {
+      return InvalidArgument("message " + std::to_string(message) + ": sends " +
+                             std::to_string(send.bytes) + " bytes, receives " +
+                             std::to_string(recv.bytes));
+    }
+    successors[send.id].push_back(recv.id);
+    ++indegree[recv.id];
+    i = j;
+  }
+
+  // Acyclic (Kahn).
+  for (const Op& op : plan.ops) {
+    indegree[op.id] += static_cast<int>(op.deps.size());
+    for (int dep : op.deps) successors[dep].push_back(op.id);
+  }
+  std::vector<int> ready;
+  for (int i = 0; i < num_ops; ++i) {
+    if (indegree[i] == 0) ready.push_back(i);
+  }
+  int visited = 0;
+  while (!ready.empty()) {
+    int i = ready.back();
+    ready.pop_back();
+    ++visited;
+    for (int s : successors[i]) {
+      if (--indegree[s] == 0) ready.push_back(s);
+    }
+  }
+  if (visited != num_ops) {
+    return InvalidArgument("the plan has a dependency cycle (" + std::to_string(num_ops - visited) +
+                           " ops never become ready)");
+  }
+
+  // Destination bytes written exactly once.
+  std::vector<BufferRun> written;
+  std::vector<ByteRun> scratch;
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::kRecv) {
+      if (op.data.space == Space::kDestination) AppendBufferRuns(op.data, op.id, written, scratch);
+      continue;
+    }
+    for (const CopyPair& c : op.copies) {
+      if (c.to.space == Space::kDestination) AppendBufferRuns(c.to, op.id, written, scratch);
+    }
+  }
+  FERRY_RETURN_IF_ERROR(SortAndMerge(written, /*overlap_is_error=*/true, plan));
+  std::vector<BufferRun> expected;
+  for (const Fragment& f : destination.fragments) {
+    Region r;
+    r.space = Space::kDestination;
+    r.buffer = f.loc.buffer;
+    r.offset = f.loc.byte_offset;
+    r.dtype = destination.tensors[f.tensor].dtype;
+    r.ndim = f.box.ndim;
+    for (int d = 0; d < f.box.ndim; ++d) {
+      r.shape[d] = f.box.Extent(d);
+      r.strides[d] = f.loc.strides[d];
+    }
+    AppendBufferRuns(r, -1, expected, scratch);
+  }
+  FERRY_RETURN_IF_ERROR(SortAndMerge(expected, /*overlap_is_error=*/false, plan));
+  auto before = [](const BufferRun& x, const BufferRun& y) {
+    return x.buffer < y.buffer || (x.buffer == y.buffer && x.offset < y.offset);
+  };
+  for (size_t i = 0; i < std::max(written.size(), expected.size()); ++i) {
+    const bool has_w = i < written.size();
+    const bool has_e = i < expected.size();
+    if (has_w && has_e && written[i].buffer == expected[i].buffer &&
+        written[i].offset == expected[i].offset && written[i].length == expected[i].length) {
+      continue;
+    }
+    if (has_e && (!has_w || before(expected[i], written[i]) ||
+                  (written[i].buffer == expected[i].buffer &&
+                   written[i].offset == expected[i].offset &&
+                   written[i].length < expected[i].length))) {
+      const BufferRun& e = expected[i];
+      const BufferSpec& b = plan.destination_buffers[e.buffer];
+      int64_t gap = has_w && written[i].buffer == e.buffer && written[i].offset == e.offset
+                        ? e.offset + written[i].length
+                        : e.offset;
+      return InvalidArgument("destination buffer '" + b.name + "' on rank " +
+                             std::to_string(b.rank) + ": byte " + std::to_string(gap) +
+                             " of a destination fragment is never written");
+    }
+    const BufferRun& w = written[i];
+    const BufferSpec& b = plan.destination_buffers[w.buffer];
+    int64_t stray = has_e && expected[i].buffer == w.buffer && expected[i].offset == w.offset
+                        ? w.offset + expected[i].length
+                        : w.offset;
+    return InvalidArgument("destination buffer '" + b.name + "' on rank " +
+                           std::to_string(b.rank) + ": byte " + std::to_string(stray) +
+                           " is written by op " + std::to_string(w.op) +
+                           " but belongs to no destination fragment");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry
