@@ -22,7 +22,30 @@ std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape)
   return strides;
 }
 
+std::string Layout::BufferKey(int rank, const std::string& name) {
+  return std::to_string(rank) + '\n' + name;
+}
+
+void Layout::SyncIndexes() {
+  if (tensors.size() < tensors_indexed_) {
+    tensor_index_.clear();
+    tensors_indexed_ = 0;
+  }
+  for (; tensors_indexed_ < tensors.size(); ++tensors_indexed_) {
+    tensor_index_.emplace(tensors[tensors_indexed_].name, static_cast<int>(tensors_indexed_));
+  }
+  if (buffers.size() < buffers_indexed_) {
+    buffer_index_.clear();
+    buffers_indexed_ = 0;
+  }
+  for (; buffers_indexed_ < buffers.size(); ++buffers_indexed_) {
+    const BufferSpec& b = buffers[buffers_indexed_];
+    buffer_index_.emplace(BufferKey(b.rank, b.name), static_cast<int>(buffers_indexed_));
+  }
+}
+
 Result<int> Layout::AddTensor(const TensorSpec& spec) {
+  SyncIndexes();
   int existing = FindTensor(spec.name);
   if (existing >= 0) {
     const TensorSpec& t = tensors[existing];
@@ -32,10 +55,18 @@ Result<int> Layout::AddTensor(const TensorSpec& spec) {
     return existing;
   }
   tensors.push_back(spec);
+  SyncIndexes();
   return static_cast<int>(tensors.size()) - 1;
 }
 
 int Layout::FindTensor(const std::string& name) const {
+  if (tensors_indexed_ == tensors.size()) {
+    auto it = tensor_index_.find(name);
+    if (it == tensor_index_.end()) return -1;
+    if (it->second < static_cast<int>(tensors.size()) && tensors[it->second].name == name) {
+      return it->second;
+    }
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].name == name) return static_cast<int>(i);
   }
@@ -43,6 +74,14 @@ int Layout::FindTensor(const std::string& name) const {
 }
 
 int Layout::FindBuffer(int rank, const std::string& name) const {
+  if (buffers_indexed_ == buffers.size()) {
+    auto it = buffer_index_.find(BufferKey(rank, name));
+    if (it == buffer_index_.end()) return -1;
+    if (it->second < static_cast<int>(buffers.size()) && buffers[it->second].rank == rank &&
+        buffers[it->second].name == name) {
+      return it->second;
+    }
+  }
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (buffers[i].rank == rank && buffers[i].name == name) return static_cast<int>(i);
   }
@@ -50,9 +89,11 @@ int Layout::FindBuffer(int rank, const std::string& name) const {
 }
 
 int Layout::GetOrAddBuffer(int rank, const std::string& name) {
+  SyncIndexes();
   int b = FindBuffer(rank, name);
   if (b >= 0) return b;
   buffers.push_back({rank, name, 0});
+  SyncIndexes();
   return static_cast<int>(buffers.size()) - 1;
 }
 

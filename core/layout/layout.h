@@ -8,12 +8,17 @@
 // so byte_offset addresses the box's first element and strides are in elements.
 //
 // Layout is a plain value type: not thread-safe for mutation, safe to share read-only.
+// Name lookups (FindTensor, FindBuffer, AddTensor, GetOrAddBuffer) are O(1) through hash indexes that
+// the non-const methods keep up to date; const lookups only read them (falling back to a scan when
+// entries were appended directly to the public vectors). Renaming an existing tensor or buffer in
+// place through the public vectors is not supported: build a new Layout instead.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/base/dtype.h"
@@ -99,6 +104,17 @@ class Layout {
 
   // Byte span [first, last] touched by a fragment inside its buffer, as (offset, length).
   std::pair<int64_t, int64_t> FragmentSpan(const Fragment& f) const;
+
+ private:
+  // Brings the name indexes up to date with `tensors` and `buffers` (appended entries are indexed,
+  // a shrunk vector triggers a rebuild).
+  void SyncIndexes();
+  static std::string BufferKey(int rank, const std::string& name);
+
+  std::unordered_map<std::string, int> tensor_index_;
+  std::unordered_map<std::string, int> buffer_index_;  // key: BufferKey(rank, name)
+  size_t tensors_indexed_ = 0;
+  size_t buffers_indexed_ = 0;
 };
 
 }  // namespace ferry
