@@ -38,29 +38,59 @@ constexpr double kRelEps = 1e-9;
 
 struct Resource {
   double capacity = 0;
-  double allocated = 0;      // sum of the rates of the active flows on it
+  double allocated = 0;      // sum of member rates of the active classes on it
   double bytes_carried = 0;  // bytes of finished flows
-  std::vector<int> flows;    // active flow ids
+  std::vector<int> classes;  // active class ids
   ResourceKind kind = ResourceKind::kGpuMem;
   int index = 0;             // gpu, nic or node index within its kind
 };
 
+// One transfer: a message or a local op. Its rate is its class's rate.
 struct Flow {
   std::array<int, kMaxFlowLinks> links{};
-  std::array<int, kMaxFlowLinks> pos{};  // position of this flow in links[k]'s flow list
   int num_links = 0;
   double cap = kInf;  // per-flow rate limit (a kernel's or a stream's own throughput)
   double bytes = 0;
-  double remaining = 0;
-  double rate = 0;
-  double t_last = 0;
   double tail = 0;  // latency after the last byte
   int op_a = -1;
   int op_b = -1;
   int ingress_node = -1;  // destination node of a network flow
-  int bottleneck = -1;    // resource that limited its rate last (-1: its own cap)
+  int bottleneck = -1;    // resource that limited its class when it finished (-1: own cap)
+};
+
+// Active flows with identical links and cap always get the same max-min rate, so they are
+// allocated as one class of `members` flows (generalised processor sharing): `service` is the
+// bytes each member has received since the class was created; a member finishes when service
+// reaches the service at its start plus its bytes.
+struct FlowClass {
+  std::array<int, kMaxFlowLinks> links{};
+  std::array<int, kMaxFlowLinks> pos{};  // position of this class in links[k]'s class list
+  int num_links = 0;
+  double cap = kInf;
+  int members = 0;
+  double rate = 0;  // per member
+  double service = 0;
+  double t_last = 0;
+  int ingress_node = -1;
+  int bottleneck = -1;
   uint32_t version = 0;
-  bool active = false;
+  // (finish service, flow id), smallest first.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
+                      std::greater<std::pair<double, int>>>
+      finishing;
+};
+
+struct ClassKey {
+  std::array<int, kMaxFlowLinks> links{};
+  double cap = kInf;
+  bool operator==(const ClassKey& o) const { return links == o.links && cap == o.cap; }
+};
+struct ClassKeyHash {
+  size_t operator()(const ClassKey& k) const {
+    size_t h = std::hash<double>()(k.cap);
+    for (int l : k.links) h = h * 1000003u ^ static_cast<size_t>(l + 1);
+    return h;
+  }
 };
 
 enum class EventType : uint8_t { kFlowStart, kFlowFinish, kOpDone };
@@ -106,7 +136,9 @@ class Engine {
   void OnFlowStart(int f, double t);
   void OnFlowFinish(int f, double t);
   void OnOpDone(int op, double t);
-  void Settle(Flow& f, double now);
+  void Settle(FlowClass& c, double now);
+  int ClassOf(const Flow& f);
+  void ScheduleClassFinish(int cid, double now);
   void Recompute(std::vector<int> seed_links, double now);
   void DepositIngress(int node, double t0, double t1, double bytes);
   std::string DescribeResource(int r) const;
@@ -122,6 +154,8 @@ class Engine {
   std::array<int, kNumResourceKinds + 1> offset_{};
   std::vector<Resource> res_;
   std::vector<Flow> flows_;
+  std::vector<FlowClass> classes_;
+  std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
@@ -139,6 +173,10 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
+  std::vector<int> scratch_affected_, scratch_links_, to_fix_;
+  std::vector<double> new_rate_;
+  std::vector<int> new_bottleneck_;
+  std::vector<char> fixed_;
   uint32_t stamp_ = 0;
 
   double network_bytes_ = 0, nvlink_bytes_ = 0, local_bytes_ = 0;
@@ -263,7 +301,6 @@ void Engine::BuildResources() {
       r.index = i;
     }
   }
-  flow_mark_.reserve(plan_.ops.size());
   link_mark_.assign(res_.size(), 0);
   residual_.assign(res_.size(), 0);
   count_.assign(res_.size(), 0);
@@ -291,7 +328,6 @@ void Engine::StartLocalOp(int op, double t) {
   const int gpu = GpuOf(o.rank);
   Flow f;
   f.bytes = static_cast<double>(o.bytes);
-  f.remaining = f.bytes;
   f.op_a = op;
   if (c_.host_memory_ranks) {
     f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
@@ -316,7 +352,6 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   const int nb = NodeOfGpu(gb);
   Flow f;
   f.bytes = static_cast<double>(so.bytes);
-  f.remaining = f.bytes;
   f.op_a = sender;
   f.op_b = receiver;
   double overhead = 0;
@@ -374,109 +409,152 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   Push(t + overhead, EventType::kFlowStart, id);
 }
 
+int Engine::ClassOf(const Flow& f) {
+  ClassKey key;
+  key.links.fill(-1);
+  for (int k = 0; k < f.num_links; ++k) key.links[k] = f.links[k];
+  key.cap = f.cap;
+  auto [it, inserted] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
+  if (inserted) {
+    FlowClass c;
+    c.links = f.links;
+    c.num_links = f.num_links;
+    c.cap = f.cap;
+    c.ingress_node = f.ingress_node;
+    classes_.push_back(std::move(c));
+  }
+  return it->second;
+}
+
+void Engine::ScheduleClassFinish(int cid, double now) {
+  FlowClass& c = classes_[cid];
+  ++c.version;
+  if (c.members == 0 || c.rate <= 0) return;
+  double left = std::max(0.0, c.finishing.top().first - c.service);
+  Push(now + left / c.rate, EventType::kFlowFinish, cid, c.version);
+}
+
 void Engine::OnFlowStart(int id, double t) {
   Flow& f = flows_[id];
   if (f.op_a >= 0) start_[f.op_a] = t;
   if (f.op_b >= 0) start_[f.op_b] = t;
-  f.t_last = t;
-  if (f.remaining <= 0) {
+  if (f.bytes <= 0) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
     return;
   }
-  f.active = true;
-  f.rate = 0;
-  for (int k = 0; k < f.num_links; ++k) {
-    Resource& r = res_[f.links[k]];
-    f.pos[k] = static_cast<int>(r.flows.size());
-    r.flows.push_back(id);
-  }
-  Recompute({f.links.begin(), f.links.begin() + f.num_links}, t);
-}
-
-void Engine::Settle(Flow& f, double now) {
-  double dt = now - f.t_last;
-  if (dt > 0 && f.rate > 0) {
-    double moved = std::min(f.remaining, f.rate * dt);
-    if (f.ingress_node >= 0 && opt_.record_ingress) {
-      DepositIngress(f.ingress_node, f.t_last, now, moved);
+  const int cid = ClassOf(f);
+  FlowClass& c = classes_[cid];
+  Settle(c, t);
+  c.finishing.push({c.service + f.bytes, id});
+  if (c.members++ == 0) {
+    c.rate = 0;
+    for (int k = 0; k < c.num_links; ++k) {
+      Resource& r = res_[c.links[k]];
+      c.pos[k] = static_cast<int>(r.classes.size());
+      r.classes.push_back(cid);
     }
-    f.remaining -= moved;
+  } else {
+    // The newcomer takes its share at the class's current rate until Recompute says otherwise.
+    for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += c.rate;
   }
-  f.t_last = now;
+  std::vector<int> seeds(c.links.begin(), c.links.begin() + c.num_links);
+  Recompute(std::move(seeds), t);
+  ScheduleClassFinish(cid, t);
 }
 
-void Engine::OnFlowFinish(int id, double t) {
-  Flow& f = flows_[id];
-  Settle(f, t);
-  f.remaining = 0;
-  f.active = false;
-  for (int k = 0; k < f.num_links; ++k) {
-    Resource& r = res_[f.links[k]];
-    int p = f.pos[k];
-    int moved = r.flows.back();
-    r.flows[p] = moved;
-    r.flows.pop_back();
-    if (moved != id) {
-      Flow& m = flows_[moved];
-      for (int j = 0; j < m.num_links; ++j) {
-        if (m.links[j] == f.links[k]) {
-          m.pos[j] = p;
-          break;
+void Engine::Settle(FlowClass& c, double now) {
+  double dt = now - c.t_last;
+  if (dt > 0 && c.rate > 0 && c.members > 0) {
+    if (c.ingress_node >= 0 && opt_.record_ingress) {
+      DepositIngress(c.ingress_node, c.t_last, now, c.rate * dt * c.members);
+    }
+    c.service += c.rate * dt;
+  }
+  c.t_last = now;
+}
+
+void Engine::OnFlowFinish(int cid, double t) {
+  FlowClass& c = classes_[cid];
+  Settle(c, t);
+  const double slack = 1e-9 * std::max(1.0, c.service);
+  while (c.members > 0 && c.finishing.top().first <= c.service + slack) {
+    int id = c.finishing.top().second;
+    c.finishing.pop();
+    --c.members;
+    Flow& f = flows_[id];
+    f.bottleneck = c.bottleneck;
+    for (int k = 0; k < c.num_links; ++k) {
+      Resource& r = res_[c.links[k]];
+      r.bytes_carried += f.bytes;
+      r.allocated -= c.rate;
+    }
+    Push(t + f.tail, EventType::kOpDone, f.op_a);
+    if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+  }
+  if (c.members == 0) {
+    for (int k = 0; k < c.num_links; ++k) {
+      Resource& r = res_[c.links[k]];
+      int p = c.pos[k];
+      int moved = r.classes.back();
+      r.classes[p] = moved;
+      r.classes.pop_back();
+      if (moved != cid) {
+        FlowClass& m = classes_[moved];
+        for (int j = 0; j < m.num_links; ++j) {
+          if (m.links[j] == c.links[k]) {
+            m.pos[j] = p;
+            break;
+          }
         }
       }
+      if (r.classes.empty()) r.allocated = 0;
     }
-    r.allocated = r.flows.empty() ? 0 : r.allocated - f.rate;
-    r.bytes_carried += f.bytes;
+    c.rate = 0;
   }
-  f.rate = 0;
-  Recompute({f.links.begin(), f.links.begin() + f.num_links}, t);
-  Push(t + f.tail, EventType::kOpDone, f.op_a);
-  if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+  std::vector<int> seeds(c.links.begin(), c.links.begin() + c.num_links);
+  Recompute(std::move(seeds), t);
+  ScheduleClassFinish(cid, t);
 }
 
-// Progressive filling over the active flows on `seed_links`, with every other flow's rate held
-// fixed; then the same for the links of flows whose rate dropped, up to propagation_rounds times.
+// Progressive filling over the active classes on `seed_links`, with every other class's rate held
+// fixed; then the same for the links of classes whose rate dropped, up to propagation_rounds times.
 void Engine::Recompute(std::vector<int> seed_links, double now) {
-  std::vector<int> affected;
-  std::vector<int> local_links;
-  std::vector<double> new_rate;
-  std::vector<int> new_bottleneck;
-  std::vector<char> fixed;
-  std::vector<int> to_fix;
+  std::vector<int>& affected = scratch_affected_;
+  std::vector<int>& local_links = scratch_links_;
   for (int round = 0; round <= opt_.propagation_rounds && !seed_links.empty(); ++round) {
     ++stamp_;
-    if (flow_mark_.size() < flows_.size()) flow_mark_.resize(flows_.size(), 0);
+    if (flow_mark_.size() < classes_.size()) flow_mark_.resize(classes_.size(), 0);
     affected.clear();
     for (int l : seed_links) {
-      for (int fid : res_[l].flows) {
-        if (flow_mark_[fid] != stamp_) {
-          flow_mark_[fid] = stamp_;
-          affected.push_back(fid);
+      for (int cid : res_[l].classes) {
+        if (flow_mark_[cid] != stamp_) {
+          flow_mark_[cid] = stamp_;
+          affected.push_back(cid);
         }
       }
     }
     if (affected.empty()) break;
     local_links.clear();
-    for (int fid : affected) {
-      Flow& f = flows_[fid];
-      Settle(f, now);
-      for (int k = 0; k < f.num_links; ++k) {
-        int l = f.links[k];
+    for (int cid : affected) {
+      FlowClass& c = classes_[cid];
+      Settle(c, now);
+      for (int k = 0; k < c.num_links; ++k) {
+        int l = c.links[k];
         if (link_mark_[l] != stamp_) {
           link_mark_[l] = stamp_;
           local_links.push_back(l);
           residual_[l] = res_[l].capacity - res_[l].allocated;
           count_[l] = 0;
         }
-        residual_[l] += f.rate;
-        ++count_[l];
+        residual_[l] += c.rate * c.members;
+        count_[l] += c.members;
       }
     }
     const size_t n = affected.size();
-    new_rate.assign(n, 0);
-    new_bottleneck.assign(n, -1);
-    fixed.assign(n, 0);
+    new_rate_.assign(n, 0);
+    new_bottleneck_.assign(n, -1);
+    fixed_.assign(n, 0);
     size_t unfixed = n;
     while (unfixed > 0) {
       double level = kInf;
@@ -484,50 +562,50 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
         if (count_[l] > 0) level = std::min(level, std::max(0.0, residual_[l]) / count_[l]);
       }
       for (size_t i = 0; i < n; ++i) {
-        if (!fixed[i]) level = std::min(level, flows_[affected[i]].cap);
+        if (!fixed_[i]) level = std::min(level, classes_[affected[i]].cap);
       }
       const double limit = level * (1 + kRelEps) + 1e-300;
-      to_fix.clear();
+      to_fix_.clear();
       for (size_t i = 0; i < n; ++i) {
-        if (fixed[i]) continue;
-        const Flow& f = flows_[affected[i]];
+        if (fixed_[i]) continue;
+        const FlowClass& c = classes_[affected[i]];
         int bottleneck = -2;
-        if (f.cap <= limit) bottleneck = -1;
-        for (int k = 0; k < f.num_links && bottleneck == -2; ++k) {
-          int l = f.links[k];
+        if (c.cap <= limit) bottleneck = -1;
+        for (int k = 0; k < c.num_links && bottleneck == -2; ++k) {
+          int l = c.links[k];
           if (std::max(0.0, residual_[l]) / count_[l] <= limit) bottleneck = l;
         }
         if (bottleneck != -2) {
-          new_bottleneck[i] = bottleneck;
-          to_fix.push_back(static_cast<int>(i));
+          new_bottleneck_[i] = bottleneck;
+          to_fix_.push_back(static_cast<int>(i));
         }
       }
-      for (int i : to_fix) {
-        fixed[i] = 1;
-        new_rate[i] = level;
+      for (int i : to_fix_) {
+        fixed_[i] = 1;
+        new_rate_[i] = level;
         --unfixed;
-        const Flow& f = flows_[affected[i]];
-        for (int k = 0; k < f.num_links; ++k) {
-          residual_[f.links[k]] -= level;
-          --count_[f.links[k]];
+        const FlowClass& c = classes_[affected[i]];
+        for (int k = 0; k < c.num_links; ++k) {
+          residual_[c.links[k]] -= level * c.members;
+          count_[c.links[k]] -= c.members;
         }
       }
     }
     seed_links.clear();
     ++stamp_;  // fresh link marks for the next round's seed set
     for (size_t i = 0; i < n; ++i) {
-      Flow& f = flows_[affected[i]];
-      const double old = f.rate;
-      const double rate = new_rate[i];
-      f.bottleneck = new_bottleneck[i];
+      const int cid = affected[i];
+      FlowClass& c = classes_[cid];
+      const double old = c.rate;
+      const double rate = new_rate_[i];
+      c.bottleneck = new_bottleneck_[i];
       if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
-      for (int k = 0; k < f.num_links; ++k) res_[f.links[k]].allocated += rate - old;
-      f.rate = rate;
-      ++f.version;
-      if (rate > 0) Push(now + f.remaining / rate, EventType::kFlowFinish, affected[i], f.version);
+      for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
+      c.rate = rate;
+      ScheduleClassFinish(cid, now);
       if (rate < old) {
-        for (int k = 0; k < f.num_links; ++k) {
-          int l = f.links[k];
+        for (int k = 0; k < c.num_links; ++k) {
+          int l = c.links[k];
           if (link_mark_[l] != stamp_) {
             link_mark_[l] = stamp_;
             seed_links.push_back(l);
@@ -677,7 +755,7 @@ Result<SimResult> Engine::Run() {
     switch (e.type) {
       case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
       case EventType::kFlowFinish:
-        if (flows_[e.id].active && flows_[e.id].version == e.version) OnFlowFinish(e.id, e.t);
+        if (classes_[e.id].version == e.version) OnFlowFinish(e.id, e.t);
         break;
       case EventType::kOpDone: OnOpDone(e.id, e.t); break;
     }
