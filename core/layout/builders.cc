@@ -62,8 +62,8 @@ std::pair<int64_t, int64_t> ChunkRange(int64_t n, int64_t parts, int64_t index) 
   return {std::min(index * chunk, n), std::min((index + 1) * chunk, n)};
 }
 
-void FlatRangeRecurse(const std::vector<int64_t>& shape, const std::vector<int64_t>& inner,
-                      int dim, Box& prefix, int64_t begin, int64_t end, std::vector<Box>& out) {
+void FlatRangeRecurse(const std::vector<int64_t>& shape, const std::vector<int64_t>& inner, int dim,
+                      Box& prefix, int64_t begin, int64_t end, std::vector<Box>& out) {
   if (begin >= end) return;
   const int ndim = static_cast<int>(shape.size());
   if (dim == ndim - 1) {
@@ -174,8 +174,8 @@ Result<std::vector<std::pair<int, Box>>> MeshBoxes(const TensorSpec& tensor, con
     if (p.kind != Placement::Kind::kShard) continue;
     if (p.dim < 0 || p.dim >= ndim) {
       return InvalidArgument(what + ": mesh dim " + std::to_string(m) + " shards tensor dim " +
-                             std::to_string(p.dim) + " but the tensor has " +
-                             std::to_string(ndim) + " dims");
+                             std::to_string(p.dim) + " but the tensor has " + std::to_string(ndim) +
+                             " dims");
     }
     if (p.sizes.empty()) continue;
     if (static_cast<int64_t>(p.sizes.size()) != mesh.shape[m]) {
@@ -244,8 +244,8 @@ Status AddOneDimParallel(Layout& layout, const TensorSpec& tensor, const std::ve
   const std::string what = std::string(kind) + " tensor '" + tensor.name + "'";
   FERRY_RETURN_IF_ERROR(CheckRanks(tp_ranks, what));
   if (static_cast<int>(tensor.shape.size()) <= dim) {
-    return InvalidArgument(what + " needs at least " + std::to_string(dim + 1) + " dims, has shape " +
-                           ShapeString(tensor.shape));
+    return InvalidArgument(what + " needs at least " + std::to_string(dim + 1) +
+                           " dims, has shape " + ShapeString(tensor.shape));
   }
   auto even = EvenSizes(tensor.shape[dim], static_cast<int>(tp_ranks.size()));
   if (!even.ok()) return even.status().WithContext(what + " dim " + std::to_string(dim));
@@ -419,8 +419,8 @@ Status AddFusedConcat(Layout& layout, int rank, const std::string& buffer_name,
   if (base_offset < 0) return InvalidArgument(what + ": negative base offset");
   const int ndim = pieces[0].box.ndim;
   if (concat_dim < 0 || concat_dim >= ndim) {
-    return InvalidArgument(what + ": concat dim " + std::to_string(concat_dim) + " but pieces have " +
-                           std::to_string(ndim) + " dims");
+    return InvalidArgument(what + ": concat dim " + std::to_string(concat_dim) +
+                           " but pieces have " + std::to_string(ndim) + " dims");
   }
   const DType dtype = pieces[0].tensor.dtype;
   std::vector<int64_t> fused_shape = pieces[0].box.Shape();
@@ -533,8 +533,7 @@ Status AddMegatronQkvInterleaved(Layout& layout, const TensorSpec& q, const Tens
       kvb.lo[0] = g * head_dim;
       kvb.hi[0] = (g + 1) * head_dim;
       layout.PlaceFragment(qi, qb, rank, buffer_name, base + row0 * row_bytes, strides);
-      layout.PlaceFragment(ki, kvb, rank, buffer_name, base + (row0 + q_rows) * row_bytes,
-                           strides);
+      layout.PlaceFragment(ki, kvb, rank, buffer_name, base + (row0 + q_rows) * row_bytes, strides);
       layout.PlaceFragment(vi, kvb, rank, buffer_name,
                            base + (row0 + q_rows + head_dim) * row_bytes, strides);
     }

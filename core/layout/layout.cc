@@ -26,15 +26,30 @@ std::string Layout::BufferKey(int rank, const std::string& name) {
   return std::to_string(rank) + '\n' + name;
 }
 
+// An index is trusted only while it covers a prefix of the vector whose last entry still maps to
+// its position; a shrink or a replaced last entry (clear-and-refill) forces a rebuild.
 void Layout::SyncIndexes() {
-  if (tensors.size() < tensors_indexed_) {
+  auto tensor_prefix_ok = [&] {
+    if (tensors.size() < tensors_indexed_) return false;
+    if (tensors_indexed_ == 0) return true;
+    auto it = tensor_index_.find(tensors[tensors_indexed_ - 1].name);
+    return it != tensor_index_.end() && it->second == static_cast<int>(tensors_indexed_ - 1);
+  };
+  if (!tensor_prefix_ok()) {
     tensor_index_.clear();
     tensors_indexed_ = 0;
   }
   for (; tensors_indexed_ < tensors.size(); ++tensors_indexed_) {
     tensor_index_.emplace(tensors[tensors_indexed_].name, static_cast<int>(tensors_indexed_));
   }
-  if (buffers.size() < buffers_indexed_) {
+  auto buffer_prefix_ok = [&] {
+    if (buffers.size() < buffers_indexed_) return false;
+    if (buffers_indexed_ == 0) return true;
+    const BufferSpec& b = buffers[buffers_indexed_ - 1];
+    auto it = buffer_index_.find(BufferKey(b.rank, b.name));
+    return it != buffer_index_.end() && it->second == static_cast<int>(buffers_indexed_ - 1);
+  };
+  if (!buffer_prefix_ok()) {
     buffer_index_.clear();
     buffers_indexed_ = 0;
   }
@@ -60,7 +75,13 @@ Result<int> Layout::AddTensor(const TensorSpec& spec) {
 }
 
 int Layout::FindTensor(const std::string& name) const {
-  if (tensors_indexed_ == tensors.size()) {
+  const bool fresh =
+      tensors_indexed_ == tensors.size() &&
+      (tensors.empty() || [&] {
+        auto last = tensor_index_.find(tensors.back().name);
+        return last != tensor_index_.end() && last->second == static_cast<int>(tensors.size()) - 1;
+      }());
+  if (fresh) {
     auto it = tensor_index_.find(name);
     if (it == tensor_index_.end()) return -1;
     if (it->second < static_cast<int>(tensors.size()) && tensors[it->second].name == name) {
@@ -74,7 +95,13 @@ int Layout::FindTensor(const std::string& name) const {
 }
 
 int Layout::FindBuffer(int rank, const std::string& name) const {
-  if (buffers_indexed_ == buffers.size()) {
+  const bool fresh =
+      buffers_indexed_ == buffers.size() &&
+      (buffers.empty() || [&] {
+        auto last = buffer_index_.find(BufferKey(buffers.back().rank, buffers.back().name));
+        return last != buffer_index_.end() && last->second == static_cast<int>(buffers.size()) - 1;
+      }());
+  if (fresh) {
     auto it = buffer_index_.find(BufferKey(rank, name));
     if (it == buffer_index_.end()) return -1;
     if (it->second < static_cast<int>(buffers.size()) && buffers[it->second].rank == rank &&

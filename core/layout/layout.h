@@ -10,8 +10,9 @@
 // Layout is a plain value type: not thread-safe for mutation, safe to share read-only.
 // Name lookups (FindTensor, FindBuffer, AddTensor, GetOrAddBuffer) are O(1) through hash indexes that
 // the non-const methods keep up to date; const lookups only read them (falling back to a scan when
-// entries were appended directly to the public vectors). Renaming an existing tensor or buffer in
-// place through the public vectors is not supported: build a new Layout instead.
+// entries were appended directly to the public vectors, or the last entry was replaced). Renaming a
+// tensor or buffer in place other than the last one, through the public vectors, is not supported:
+// build a new Layout instead.
 #pragma once
 
 #include <array>

@@ -105,7 +105,7 @@ std::vector<ModelConfig> AllPresets() {
       Qwen3Moe("qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 768, 30.5e9),
       Qwen3Moe("qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 1536, 235e9),
       DeepseekV3Like("deepseek-v3", 128, 256, 3, 129280, 671e9),
-      DeepseekV3Like("kimi-k2", 64, 384, 1, 163840, 1.0e12),
+      DeepseekV3Like("kimi-k2", 64, 384, 1, 163840, 1.03e12),
       NemotronH8B(),
   };
 }

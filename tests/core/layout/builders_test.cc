@@ -74,7 +74,8 @@ TEST(MeshTest, ReplicateAndShard) {
 
 TEST(MeshTest, SameTensorDimNestsMeshDimZeroFirst) {
   TensorSpec t{"w", {10}, DType::kFP32};
-  // Mesh dim 0 splits [0,10) into [0,5) and [5,10); mesh dim 1 splits each by the chunk rule (3, 2).
+  // Mesh dim 0 splits [0,10) into [0,5) and [5,10); mesh dim 1 splits each by the chunk rule (3,
+  // 2).
   auto boxes = Boxes(t, DeviceMesh::Iota({2, 2}, 4), {Shard(0), Shard(0)});
   std::vector<std::pair<int, Box>> want = {
       {4, B({0}, {3})}, {5, B({3}, {5})}, {6, B({5}, {8})}, {7, B({8}, {10})}};
@@ -270,9 +271,8 @@ TEST(FsdpTest, AlignmentPadsChunks) {
 
 TEST(FsdpTest, ManyRanksCoverEveryElementOnce) {
   Layout l;
-  std::vector<TensorSpec> ts = {{"a", {7, 5, 3}, DType::kBF16},
-                                {"b", {11}, DType::kBF16},
-                                {"c", {4, 9}, DType::kBF16}};
+  std::vector<TensorSpec> ts = {
+      {"a", {7, 5, 3}, DType::kBF16}, {"b", {11}, DType::kBF16}, {"c", {4, 9}, DType::kBF16}};
   ASSERT_TRUE(AddFsdpFlatSharded(l, ts, {0, 1, 2, 3, 4, 5, 6}, "flat", 2).ok());
   for (size_t t = 0; t < ts.size(); ++t) {
     int64_t covered = 0;
@@ -293,10 +293,9 @@ TEST(FusedTest, ConcatDimZeroWithBaseOffset) {
   TensorSpec q{"q", {8, 4}, DType::kBF16}, k{"k", {4, 4}, DType::kBF16},
       v{"v", {4, 4}, DType::kBF16};
   // One TP rank's qkv_proj: q rows [0,4), k rows [0,2), v rows [0,2); placed at byte 100.
-  ASSERT_TRUE(AddFusedConcat(l, 2, "qkv",
-                             {{q, B({0, 0}, {4, 4})}, {k, B({0, 0}, {2, 4})},
-                              {v, B({0, 0}, {2, 4})}},
-                             0, 100)
+  ASSERT_TRUE(AddFusedConcat(
+                  l, 2, "qkv",
+                  {{q, B({0, 0}, {4, 4})}, {k, B({0, 0}, {2, 4})}, {v, B({0, 0}, {2, 4})}}, 0, 100)
                   .ok());
   ExpectFragments(l, {{"q", 2, B({0, 0}, {4, 4}), 100, {4, 1}},
                       {"k", 2, B({0, 0}, {2, 4}), 132, {4, 1}},
@@ -307,10 +306,10 @@ TEST(FusedTest, ConcatDimZeroWithBaseOffset) {
 TEST(FusedTest, ConcatDimOne) {
   Layout l;
   TensorSpec a{"a", {4, 6}, DType::kFP32}, b{"b", {4, 2}, DType::kFP32};
-  ASSERT_TRUE(
-      AddFusedConcat(l, 0, "ab", {{a, B({0, 3}, {4, 6})}, {b, B({0, 0}, {4, 2})}}, 1).ok());
+  ASSERT_TRUE(AddFusedConcat(l, 0, "ab", {{a, B({0, 3}, {4, 6})}, {b, B({0, 0}, {4, 2})}}, 1).ok());
   // Fused shape [4, 5]: a's columns 3..5 at column 0, b at column 3.
-  ExpectFragments(l, {{"a", 0, B({0, 3}, {4, 6}), 0, {5, 1}}, {"b", 0, B({0, 0}, {4, 2}), 12, {5, 1}}});
+  ExpectFragments(
+      l, {{"a", 0, B({0, 3}, {4, 6}), 0, {5, 1}}, {"b", 0, B({0, 0}, {4, 2}), 12, {5, 1}}});
   EXPECT_EQ(l.buffers[0].bytes, 80);
   // Mismatched extents in a non-concat dim are rejected.
   EXPECT_FALSE(
@@ -349,10 +348,23 @@ TEST(FusedTest, MegatronQkvTwoGroupsPerRank) {
   // Groups that do not split over tp, or wrong k shape, are rejected.
   Layout l2;
   EXPECT_FALSE(AddMegatronQkvInterleaved(l2, q, k, v, 8, 2, 4, {0, 1, 2}, "qkv").ok());
-  EXPECT_FALSE(AddMegatronQkvInterleaved(l2, q, {"k", {4, 3}, DType::kBF16}, v, 8, 2, 4, {0},
-                                         "qkv")
-                   .ok());
+  EXPECT_FALSE(
+      AddMegatronQkvInterleaved(l2, q, {"k", {4, 3}, DType::kBF16}, v, 8, 2, 4, {0}, "qkv").ok());
   EXPECT_TRUE(l2.fragments.empty());
+}
+
+TEST(FusedTest, MegatronQkvBiasIsOneDim) {
+  Layout l;
+  // Bias: q [8], k and v [4]; 4 heads in 2 groups of head_dim 2, tp 2. Rank i: q [4i, 4i+4) at
+  // element 0, k [2i, 2i+2) at element 4, v at element 6 (fp32: bytes 0, 16, 24).
+  TensorSpec q{"qb", {8}, DType::kFP32}, k{"kb", {4}, DType::kFP32}, v{"vb", {4}, DType::kFP32};
+  ASSERT_TRUE(AddMegatronQkvInterleaved(l, q, k, v, 4, 2, 2, {0, 1}, "qkv_bias").ok());
+  ExpectFragments(l, {{"qb", 0, B({0}, {4}), 0, {1}},
+                      {"kb", 0, B({0}, {2}), 16, {1}},
+                      {"vb", 0, B({0}, {2}), 24, {1}},
+                      {"qb", 1, B({4}, {8}), 0, {1}},
+                      {"kb", 1, B({2}, {4}), 16, {1}},
+                      {"vb", 1, B({2}, {4}), 24, {1}}});
 }
 
 TEST(BuilderScaleTest, ManyBuffersStayFast) {

@@ -52,6 +52,30 @@ TEST(LayoutTest, AppendAndPlaceGrowBuffers) {
   EXPECT_EQ(l.LogicalBytes(), 48);
 }
 
+TEST(LayoutTest, NameLookupsFollowDirectVectorEdits) {
+  Layout l;
+  ASSERT_TRUE(l.AddTensor({"a", {2}, DType::kFP32}).ok());
+  l.GetOrAddBuffer(0, "x");
+  // Appended directly: found by the const lookups and indexed by the next mutation.
+  l.tensors.push_back({"b", {3}, DType::kFP32});
+  l.buffers.push_back({1, "y", 0});
+  EXPECT_EQ(l.FindTensor("b"), 1);
+  EXPECT_EQ(l.FindBuffer(1, "y"), 1);
+  EXPECT_EQ(*l.AddTensor({"b", {3}, DType::kFP32}), 1);
+  EXPECT_EQ(l.GetOrAddBuffer(1, "y"), 1);
+  // Cleared and refilled with the same count: the stale index is not trusted.
+  l.tensors.clear();
+  l.tensors.push_back({"c", {1}, DType::kFP32});
+  l.tensors.push_back({"d", {1}, DType::kFP32});
+  EXPECT_EQ(l.FindTensor("d"), 1);
+  EXPECT_EQ(l.FindTensor("a"), -1);
+  EXPECT_EQ(*l.AddTensor({"c", {1}, DType::kFP32}), 0);
+  EXPECT_EQ(l.tensors.size(), 2u);
+  l.buffers.clear();
+  EXPECT_EQ(l.FindBuffer(0, "x"), -1);
+  EXPECT_EQ(l.GetOrAddBuffer(0, "x"), 0);
+}
+
 TEST(TopologyTest, UniformNodesAndLinks) {
   Topology t = Topology::Uniform(16, 8);
   EXPECT_EQ(t.NumNodes(), 2);

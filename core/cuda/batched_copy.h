@@ -1,0 +1,53 @@
+// Batched strided copies on a CUDA device: the pack/unpack engine of the GPU path. One launch moves
+// many strided regions (each up to 8 dims) between device buffers, so a refit's thousands of small
+// fragments cost one kernel, not thousands of cudaMemcpy2D calls.
+//
+// This header is plain C++ (no CUDA types) so that code built without nvcc can call it.
+// Thread-safety: functions may be called from any thread; a launch is ordered on its stream.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+
+namespace ferry::cuda {
+
+inline constexpr int kMaxCopyDims = 8;
+
+// One strided copy of `shape` elements of `elem_size` bytes. Strides are in bytes.
+struct StridedCopy {
+  const void* src = nullptr;  // device pointer
+  void* dst = nullptr;        // device pointer
+  int ndim = 1;
+  int64_t elem_size = 1;
+  std::array<int64_t, kMaxCopyDims> shape{};
+  std::array<int64_t, kMaxCopyDims> src_strides{};
+  std::array<int64_t, kMaxCopyDims> dst_strides{};
+};
+
+// Number of CUDA devices visible to this process; 0 when there is no GPU or no driver.
+int DeviceCount();
+// "NVIDIA H200 (sm_90, 132 SMs)" for device `device`, or the CUDA error text.
+std::string DeviceName(int device);
+
+// Enqueues every copy in `copies` on `stream` (a cudaStream_t, nullptr = default stream) as one
+// kernel launch. Non-blocking: returns once launched; errors in the launch are returned, errors
+// during execution surface at the next synchronisation. The descriptor array is copied to the
+// device before returning, so `copies` may be freed immediately.
+Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream);
+
+// Blocks until all work on `stream` is done; returns the first asynchronous error.
+Status SynchronizeStream(void* stream);
+
+// Thin wrappers for tests and tools that must not include CUDA headers.
+Result<void*> DeviceAlloc(int64_t bytes);
+Status DeviceFree(void* ptr);
+Status CopyToDevice(void* dst, const void* src, int64_t bytes);
+Status CopyToHost(void* dst, const void* src, int64_t bytes);
+// cudaMemcpyAsync device-to-device on `stream`: the reference the copy kernel is measured against.
+Status CopyDeviceToDeviceAsync(void* dst, const void* src, int64_t bytes, void* stream);
+
+}  // namespace ferry::cuda

@@ -1,0 +1,517 @@
+// Layout and Topology files: YAML (and JSON, which yaml-cpp reads as YAML) to and from the
+// in-memory types. yaml-cpp's exceptions are caught here and become Status errors naming the key
+// path and line.
+#include "core/layout/layout_io.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace ferry {
+namespace {
+
+// ---- Reading helpers: every error names the key path and the line ----
+
+Status Bad(const YAML::Node& node, const std::string& path, const std::string& what) {
+  std::string where = path.empty() ? std::string("document") : path;
+  if (node.IsDefined() && node.Mark().line >= 0) {
+    where += " (line " + std::to_string(node.Mark().line + 1) + ")";
+  }
+  return InvalidArgument(where + ": " + what);
+}
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+std::string Index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+Status CheckMap(const YAML::Node& node, const std::string& path,
+                const std::set<std::string>& allowed) {
+  if (!node.IsMap()) return Bad(node, path, "expected a mapping");
+  for (const auto& kv : node) {
+    std::string key = kv.first.Scalar();
+    if (!allowed.count(key)) {
+      std::string keys;
+      for (const std::string& k : allowed) keys += (keys.empty() ? "" : ", ") + k;
+      return Bad(kv.first, Join(path, key), "unknown key (expected one of: " + keys + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<YAML::Node> Required(const YAML::Node& map, const std::string& path,
+                            const std::string& key) {
+  YAML::Node n = map[key];
+  if (!n.IsDefined() || n.IsNull()) return Bad(map, path, "missing required key '" + key + "'");
+  return n;
+}
+
+Result<int64_t> ReadInt(const YAML::Node& n, const std::string& path) {
+  int64_t v = 0;
+  if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) {
+    return Bad(n, path, "expected an integer" + (n.IsScalar() ? ", got '" + n.Scalar() + "'" : ""));
+  }
+  return v;
+}
+
+Result<double> ReadDouble(const YAML::Node& n, const std::string& path) {
+  double v = 0;
+  if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) {
+    return Bad(n, path, "expected a number" + (n.IsScalar() ? ", got '" + n.Scalar() + "'" : ""));
+  }
+  return v;
+}
+
+Result<std::string> ReadString(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar() || n.Scalar().empty()) return Bad(n, path, "expected a non-empty string");
+  return n.Scalar();
+}
+
+Result<std::vector<int64_t>> ReadInts(const YAML::Node& n, const std::string& path) {
+  if (!n.IsSequence()) return Bad(n, path, "expected a list of integers");
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < n.size(); ++i) {
+    FERRY_ASSIGN_OR_RETURN(int64_t v, ReadInt(n[i], Index(path, i)));
+    out.push_back(v);
+  }
+  return out;
+}
+
+Result<int> ReadSmallInt(const YAML::Node& n, const std::string& path, int min_value) {
+  FERRY_ASSIGN_OR_RETURN(int64_t v, ReadInt(n, path));
+  if (v < min_value || v > (int64_t{1} << 30)) {
+    return Bad(n, path, "value " + std::to_string(v) + " out of range");
+  }
+  return static_cast<int>(v);
+}
+
+// A box is a list of [lo, hi] pairs, one per dim.
+Result<Box> ReadBox(const YAML::Node& n, const std::string& path) {
+  if (!n.IsSequence()) return Bad(n, path, "expected a box: a list of [lo, hi] pairs, one per dim");
+  std::vector<int64_t> lo, hi;
+  for (size_t d = 0; d < n.size(); ++d) {
+    const std::string p = Index(path, d);
+    if (!n[d].IsSequence() || n[d].size() != 2) return Bad(n[d], p, "expected a [lo, hi] pair");
+    FERRY_ASSIGN_OR_RETURN(int64_t l, ReadInt(n[d][0], Index(p, 0)));
+    FERRY_ASSIGN_OR_RETURN(int64_t h, ReadInt(n[d][1], Index(p, 1)));
+    lo.push_back(l);
+    hi.push_back(h);
+  }
+  auto box = Box::Make(lo, hi);
+  if (!box.ok()) return Bad(n, path, box.status().message());
+  return *box;
+}
+
+Result<TensorSpec> ReadTensor(const YAML::Node& n, const std::string& path) {
+  FERRY_RETURN_IF_ERROR(CheckMap(n, path, {"name", "shape", "dtype"}));
+  TensorSpec t;
+  FERRY_ASSIGN_OR_RETURN(YAML::Node name, Required(n, path, "name"));
+  FERRY_ASSIGN_OR_RETURN(t.name, ReadString(name, Join(path, "name")));
+  FERRY_ASSIGN_OR_RETURN(YAML::Node shape, Required(n, path, "shape"));
+  FERRY_ASSIGN_OR_RETURN(t.shape, ReadInts(shape, Join(path, "shape")));
+  if (t.shape.empty() || t.shape.size() > static_cast<size_t>(kMaxDims)) {
+    return Bad(shape, Join(path, "shape"), "a shape has 1 to 8 dims");
+  }
+  for (int64_t s : t.shape) {
+    if (s <= 0) return Bad(shape, Join(path, "shape"), "extents must be positive");
+  }
+  FERRY_ASSIGN_OR_RETURN(YAML::Node dtype, Required(n, path, "dtype"));
+  FERRY_ASSIGN_OR_RETURN(std::string dname, ReadString(dtype, Join(path, "dtype")));
+  auto parsed = ParseDType(dname);
+  if (!parsed.ok()) return Bad(dtype, Join(path, "dtype"), parsed.status().message());
+  t.dtype = *parsed;
+  return t;
+}
+
+Result<YAML::Node> ParseDocument(const std::string& text) {
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (!root.IsDefined() || root.IsNull()) return InvalidArgument("document is empty");
+    return root;
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("not valid YAML/JSON at line " + std::to_string(e.mark.line + 1) +
+                           ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+Result<Layout> ParseLayoutNode(const YAML::Node& root) {
+  FERRY_RETURN_IF_ERROR(
+      CheckMap(root, "", {"format", "version", "tensors", "buffers", "fragments", "padding"}));
+  if (root["format"].IsDefined()) {
+    FERRY_ASSIGN_OR_RETURN(std::string format, ReadString(root["format"], "format"));
+    if (format != "ferry-layout") {
+      return Bad(root["format"], "format", "expected 'ferry-layout', got '" + format + "'");
+    }
+  }
+  if (root["version"].IsDefined()) {
+    FERRY_ASSIGN_OR_RETURN(int64_t version, ReadInt(root["version"], "version"));
+    if (version != 1) {
+      return Bad(
+          root["version"], "version",
+          "unsupported version " + std::to_string(version) + " (this build reads version 1)");
+    }
+  }
+  Layout layout;
+  const YAML::Node tensors = root["tensors"];
+  if (!tensors.IsDefined() || !tensors.IsSequence()) {
+    return Bad(root, "tensors", "expected a list of tensors");
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string path = Index("tensors", i);
+    FERRY_ASSIGN_OR_RETURN(TensorSpec t, ReadTensor(tensors[i], path));
+    if (layout.FindTensor(t.name) >= 0) {
+      return Bad(tensors[i], path, "tensor '" + t.name + "' is declared twice");
+    }
+    FERRY_ASSIGN_OR_RETURN(int unused, layout.AddTensor(t));
+    (void)unused;
+  }
+
+  // Declared buffers come first, in file order; their sizes are applied after the fragments.
+  std::vector<std::pair<int, int64_t>> declared_bytes;
+  const YAML::Node buffers = root["buffers"];
+  if (buffers.IsDefined() && !buffers.IsNull()) {
+    if (!buffers.IsSequence()) return Bad(buffers, "buffers", "expected a list of buffers");
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const std::string path = Index("buffers", i);
+      const YAML::Node& b = buffers[i];
+      FERRY_RETURN_IF_ERROR(CheckMap(b, path, {"rank", "name", "bytes"}));
+      FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(b, path, "rank"));
+      FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
+      FERRY_ASSIGN_OR_RETURN(YAML::Node name_node, Required(b, path, "name"));
+      FERRY_ASSIGN_OR_RETURN(std::string name, ReadString(name_node, Join(path, "name")));
+      if (layout.FindBuffer(rank, name) >= 0) {
+        return Bad(b, path,
+                   "buffer '" + name + "' on rank " + std::to_string(rank) + " is declared twice");
+      }
+      int index = layout.GetOrAddBuffer(rank, name);
+      if (b["bytes"].IsDefined()) {
+        FERRY_ASSIGN_OR_RETURN(int64_t bytes, ReadInt(b["bytes"], Join(path, "bytes")));
+        if (bytes < 0) return Bad(b["bytes"], Join(path, "bytes"), "negative size");
+        declared_bytes.emplace_back(index, bytes);
+      }
+    }
+  }
+
+  const YAML::Node fragments = root["fragments"];
+  if (fragments.IsDefined() && !fragments.IsNull()) {
+    if (!fragments.IsSequence()) return Bad(fragments, "fragments", "expected a list of fragments");
+    for (size_t i = 0; i < fragments.size(); ++i) {
+      const std::string path = Index("fragments", i);
+      const YAML::Node& f = fragments[i];
+      FERRY_RETURN_IF_ERROR(
+          CheckMap(f, path, {"tensor", "box", "rank", "buffer", "byte_offset", "strides"}));
+      FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(f, path, "tensor"));
+      FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
+      const int t = layout.FindTensor(tensor);
+      if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+      FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(f, path, "box"));
+      FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
+      FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(f, path, "rank"));
+      FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
+      std::string buffer = tensor;
+      if (f["buffer"].IsDefined()) {
+        FERRY_ASSIGN_OR_RETURN(buffer, ReadString(f["buffer"], Join(path, "buffer")));
+      }
+      const bool has_offset = f["byte_offset"].IsDefined();
+      const bool has_strides = f["strides"].IsDefined();
+      if (!has_offset) {
+        if (has_strides) {
+          return Bad(f, path, "'strides' needs an explicit 'byte_offset'");
+        }
+        layout.AppendFragment(t, box, rank, buffer);
+        continue;
+      }
+      FERRY_ASSIGN_OR_RETURN(int64_t offset, ReadInt(f["byte_offset"], Join(path, "byte_offset")));
+      std::array<int64_t, kMaxDims> strides = RowMajorStrides(box.Shape());
+      if (has_strides) {
+        FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> s,
+                               ReadInts(f["strides"], Join(path, "strides")));
+        if (static_cast<int>(s.size()) != box.ndim) {
+          return Bad(f["strides"], Join(path, "strides"),
+                     std::to_string(s.size()) + " strides for a box of " +
+                         std::to_string(box.ndim) + " dims");
+        }
+        strides = {};
+        for (size_t d = 0; d < s.size(); ++d) strides[d] = s[d];
+      }
+      layout.PlaceFragment(t, box, rank, buffer, offset, strides);
+    }
+  }
+  for (const auto& [index, bytes] : declared_bytes) layout.buffers[index].bytes = bytes;
+
+  const YAML::Node padding = root["padding"];
+  if (padding.IsDefined() && !padding.IsNull()) {
+    if (!padding.IsSequence()) return Bad(padding, "padding", "expected a list of regions");
+    for (size_t i = 0; i < padding.size(); ++i) {
+      const std::string path = Index("padding", i);
+      const YAML::Node& p = padding[i];
+      FERRY_RETURN_IF_ERROR(CheckMap(p, path, {"tensor", "box"}));
+      FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(p, path, "tensor"));
+      FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
+      const int t = layout.FindTensor(tensor);
+      if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+      FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(p, path, "box"));
+      FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
+      layout.AddPadding(t, box);
+    }
+  }
+  return layout;
+}
+
+Result<Topology> ParseTopologyNode(const YAML::Node& root) {
+  FERRY_RETURN_IF_ERROR(CheckMap(root, "",
+                                 {"format", "version", "uniform", "ranks", "nic_bandwidth",
+                                  "intra_node_bandwidth", "copy_bandwidth", "network_latency"}));
+  if (root["format"].IsDefined()) {
+    FERRY_ASSIGN_OR_RETURN(std::string format, ReadString(root["format"], "format"));
+    if (format != "ferry-topology") {
+      return Bad(root["format"], "format", "expected 'ferry-topology', got '" + format + "'");
+    }
+  }
+  if (root["version"].IsDefined()) {
+    FERRY_ASSIGN_OR_RETURN(int64_t version, ReadInt(root["version"], "version"));
+    if (version != 1) {
+      return Bad(root["version"], "version", "unsupported version " + std::to_string(version));
+    }
+  }
+  Topology topo;
+  const bool uniform = root["uniform"].IsDefined();
+  const bool listed = root["ranks"].IsDefined();
+  if (uniform == listed) {
+    return Bad(root, "", "a topology needs exactly one of 'uniform' and 'ranks'");
+  }
+  if (uniform) {
+    const YAML::Node& u = root["uniform"];
+    FERRY_RETURN_IF_ERROR(CheckMap(u, "uniform", {"num_ranks", "gpus_per_node"}));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node n, Required(u, "uniform", "num_ranks"));
+    FERRY_ASSIGN_OR_RETURN(int num_ranks, ReadSmallInt(n, "uniform.num_ranks", 1));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node g, Required(u, "uniform", "gpus_per_node"));
+    FERRY_ASSIGN_OR_RETURN(int gpus, ReadSmallInt(g, "uniform.gpus_per_node", 1));
+    topo = Topology::Uniform(num_ranks, gpus);
+  } else {
+    const YAML::Node& ranks = root["ranks"];
+    if (!ranks.IsSequence() || ranks.size() == 0) {
+      return Bad(ranks, "ranks", "expected a non-empty list, one entry per rank");
+    }
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const std::string path = Index("ranks", i);
+      const YAML::Node& r = ranks[i];
+      FERRY_RETURN_IF_ERROR(CheckMap(r, path, {"node", "local_device", "nics"}));
+      RankPlacement p;
+      FERRY_ASSIGN_OR_RETURN(YAML::Node node, Required(r, path, "node"));
+      FERRY_ASSIGN_OR_RETURN(p.node, ReadSmallInt(node, Join(path, "node"), 0));
+      FERRY_ASSIGN_OR_RETURN(YAML::Node dev, Required(r, path, "local_device"));
+      FERRY_ASSIGN_OR_RETURN(p.local_device, ReadSmallInt(dev, Join(path, "local_device"), 0));
+      if (r["nics"].IsDefined()) {
+        FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> nics, ReadInts(r["nics"], Join(path, "nics")));
+        for (int64_t nic : nics) {
+          if (nic < 0 || nic > (1 << 16)) {
+            return Bad(r["nics"], Join(path, "nics"),
+                       "NIC index " + std::to_string(nic) + " out of range");
+          }
+          p.nics.push_back(static_cast<int>(nic));
+        }
+      } else {
+        p.nics = {p.local_device};
+      }
+      topo.ranks.push_back(std::move(p));
+    }
+  }
+  struct Field {
+    const char* key;
+    double* value;
+  };
+  for (Field f : {Field{"nic_bandwidth", &topo.nic_bandwidth},
+                  Field{"intra_node_bandwidth", &topo.intra_node_bandwidth},
+                  Field{"copy_bandwidth", &topo.copy_bandwidth},
+                  Field{"network_latency", &topo.network_latency}}) {
+    if (!root[f.key].IsDefined()) continue;
+    FERRY_ASSIGN_OR_RETURN(double v, ReadDouble(root[f.key], f.key));
+    if (!(v > 0)) return Bad(root[f.key], f.key, "must be positive");
+    *f.value = v;
+  }
+  return topo;
+}
+
+// ---- Writing helpers ----
+
+// Shortest text that reads back as exactly `v` ("5e-06", "50000000000").
+std::string ShortestDouble(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  if (ec != std::errc()) return std::to_string(v);
+  return std::string(buf, end);
+}
+
+void EmitInts(YAML::Emitter& out, const int64_t* values, int n) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (int i = 0; i < n; ++i) out << values[i];
+  out << YAML::EndSeq;
+}
+
+void EmitBox(YAML::Emitter& out, const Box& box) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (int d = 0; d < box.ndim; ++d) {
+    out << YAML::Flow << YAML::BeginSeq << box.lo[d] << box.hi[d] << YAML::EndSeq;
+  }
+  out << YAML::EndSeq;
+}
+
+void EmitTensorRef(YAML::Emitter& out, const Layout& l, int tensor) {
+  if (tensor >= 0 && tensor < static_cast<int>(l.tensors.size())) {
+    out << l.tensors[tensor].name;
+  } else {
+    out << tensor;  // an invalid index; reading the file back reports it
+  }
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError("cannot open '" + path + "' for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return IoError("cannot read '" + path + "'");
+  return text.str();
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return IoError("cannot open '" + path + "' for writing");
+  out << text;
+  out.close();
+  if (!out) return IoError("cannot write '" + path + "'");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Layout> ParseLayoutYaml(const std::string& text) {
+  FERRY_ASSIGN_OR_RETURN(YAML::Node root, ParseDocument(text));
+  try {
+    return ParseLayoutNode(root);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("malformed layout at line " + std::to_string(e.mark.line + 1) + ": " +
+                           e.msg);
+  }
+}
+
+std::string LayoutToYaml(const Layout& layout) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << "ferry-layout";
+  out << YAML::Key << "version" << YAML::Value << 1;
+  out << YAML::Key << "tensors" << YAML::Value << YAML::BeginSeq;
+  for (const TensorSpec& t : layout.tensors) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << t.name;
+    out << YAML::Key << "shape" << YAML::Value;
+    EmitInts(out, t.shape.data(), static_cast<int>(t.shape.size()));
+    out << YAML::Key << "dtype" << YAML::Value << std::string(DTypeName(t.dtype));
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "buffers" << YAML::Value << YAML::BeginSeq;
+  for (const BufferSpec& b : layout.buffers) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "rank" << YAML::Value << b.rank;
+    out << YAML::Key << "name" << YAML::Value << b.name;
+    out << YAML::Key << "bytes" << YAML::Value << b.bytes;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "fragments" << YAML::Value << YAML::BeginSeq;
+  for (const Fragment& f : layout.fragments) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "tensor" << YAML::Value;
+    EmitTensorRef(out, layout, f.tensor);
+    out << YAML::Key << "box" << YAML::Value;
+    EmitBox(out, f.box);
+    out << YAML::Key << "rank" << YAML::Value << f.loc.rank;
+    out << YAML::Key << "buffer" << YAML::Value;
+    if (f.loc.buffer >= 0 && f.loc.buffer < static_cast<int>(layout.buffers.size())) {
+      out << layout.buffers[f.loc.buffer].name;
+    } else {
+      out << f.loc.buffer;
+    }
+    out << YAML::Key << "byte_offset" << YAML::Value << f.loc.byte_offset;
+    out << YAML::Key << "strides" << YAML::Value;
+    EmitInts(out, f.loc.strides.data(), f.box.ndim);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  if (!layout.padding.empty()) {
+    out << YAML::Key << "padding" << YAML::Value << YAML::BeginSeq;
+    for (const PaddingRegion& p : layout.padding) {
+      out << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "tensor" << YAML::Value;
+      EmitTensorRef(out, layout, p.tensor);
+      out << YAML::Key << "box" << YAML::Value;
+      EmitBox(out, p.box);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Result<Layout> LoadLayoutFile(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseLayoutYaml(text).WithContext("layout file '" + path + "'");
+}
+
+Status SaveLayoutFile(const Layout& layout, const std::string& path) {
+  return WriteFile(path, LayoutToYaml(layout));
+}
+
+Result<Topology> ParseTopologyYaml(const std::string& text) {
+  FERRY_ASSIGN_OR_RETURN(YAML::Node root, ParseDocument(text));
+  try {
+    return ParseTopologyNode(root);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("malformed topology at line " + std::to_string(e.mark.line + 1) + ": " +
+                           e.msg);
+  }
+}
+
+std::string TopologyToYaml(const Topology& topology) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << "ferry-topology";
+  out << YAML::Key << "version" << YAML::Value << 1;
+  for (auto [key, value] : {std::pair{"nic_bandwidth", topology.nic_bandwidth},
+                            std::pair{"intra_node_bandwidth", topology.intra_node_bandwidth},
+                            std::pair{"copy_bandwidth", topology.copy_bandwidth},
+                            std::pair{"network_latency", topology.network_latency}}) {
+    out << YAML::Key << key << YAML::Value << ShortestDouble(value);
+  }
+  out << YAML::Key << "ranks" << YAML::Value << YAML::BeginSeq;
+  for (const RankPlacement& r : topology.ranks) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "node" << YAML::Value << r.node;
+    out << YAML::Key << "local_device" << YAML::Value << r.local_device;
+    out << YAML::Key << "nics" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int nic : r.nics) out << nic;
+    out << YAML::EndSeq;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Result<Topology> LoadTopologyFile(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseTopologyYaml(text).WithContext("topology file '" + path + "'");
+}
+
+Status SaveTopologyFile(const Topology& topology, const std::string& path) {
+  return WriteFile(path, TopologyToYaml(topology));
+}
+
+}  // namespace ferry
