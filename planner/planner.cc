@@ -1,0 +1,910 @@
+// Reshard and gather-and-broadcast planners.
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "planner/intersect.h"
+
+namespace ferry {
+namespace {
+
+// Region of `box` (inside fragment f's box) in the fragment's buffer.
+Region FragmentRegion(const Layout& layout, const Fragment& f, Space space, const Box& box) {
+  Region r;
+  r.space = space;
+  r.buffer = f.loc.buffer;
+  r.dtype = layout.tensors[f.tensor].dtype;
+  const int64_t esize = DTypeSize(r.dtype);
+  r.ndim = box.ndim;
+  int64_t offset = f.loc.byte_offset;
+  for (int d = 0; d < box.ndim; ++d) {
+    offset += (box.lo[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+    r.shape[d] = box.Extent(d);
+    r.strides[d] = f.loc.strides[d];
+  }
+  r.offset = offset;
+  return r;
+}
+
+// A dense row-major block of `box`'s shape at `offset` of staging slot `slot`.
+Region SlotRegion(int slot, int64_t offset, DType dtype, const Box& box) {
+  Region r;
+  r.space = Space::kStaging;
+  r.buffer = slot;
+  r.offset = offset;
+  r.dtype = dtype;
+  r.ndim = box.ndim;
+  int64_t stride = 1;
+  for (int d = box.ndim - 1; d >= 0; --d) {
+    r.shape[d] = box.Extent(d);
+    r.strides[d] = stride;
+    stride *= std::max<int64_t>(1, box.Extent(d));
+  }
+  return r;
+}
+
+// Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
+void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out) {
+  if (box.Volume() * esize <= cap) {
+    out.push_back(box);
+    return;
+  }
+  // Smallest dim whose one-index slab fits.
+  int64_t inner = esize;
+  std::array<int64_t, kMaxDims> slab{};
+  for (int e = box.ndim - 1; e >= 0; --e) {
+    slab[e] = inner;
+    inner *= box.Extent(e);
+  }
+  int d = 0;
+  while (d < box.ndim - 1 && slab[d] > cap) ++d;
+  const int64_t step = std::max<int64_t>(1, cap / slab[d]);
+  std::array<int64_t, kMaxDims> index{};
+  for (int e = 0; e < d; ++e) index[e] = box.lo[e];
+  while (true) {
+    for (int64_t lo = box.lo[d]; lo < box.hi[d]; lo += step) {
+      Box c = box;
+      for (int e = 0; e < d; ++e) {
+        c.lo[e] = index[e];
+        c.hi[e] = index[e] + 1;
+      }
+      c.lo[d] = lo;
+      c.hi[d] = std::min(box.hi[d], lo + step);
+      out.push_back(c);
+    }
+    int e = d - 1;
+    while (e >= 0 && ++index[e] == box.hi[e]) {
+      index[e] = box.lo[e];
+      --e;
+    }
+    if (e < 0) break;
+  }
+}
+
+int NumRanksOf(const Layout& a, const Layout& b) {
+  int n = 0;
+  for (const BufferSpec& buf : a.buffers) n = std::max(n, buf.rank + 1);
+  for (const BufferSpec& buf : b.buffers) n = std::max(n, buf.rank + 1);
+  return n;
+}
+
+Status CheckTopology(const Topology& topology, int num_ranks) {
+  if (topology.NumRanks() < num_ranks) {
+    return InvalidArgument("the topology has " + std::to_string(topology.NumRanks()) +
+                           " ranks but the layouts use ranks up to " +
+                           std::to_string(num_ranks - 1));
+  }
+  return Status::Ok();
+}
+
+// Delivery trees: tree id < num_ranks is the single rank `id`; larger ids index the table.
+class TreeTable {
+ public:
+  explicit TreeTable(int num_ranks) : num_ranks_(num_ranks) {}
+  // `ranks[i]`'s parent is ranks[parent[i]], or the sender when parent[i] < 0; parents first.
+  int Intern(const std::vector<int>& ranks, const std::vector<int>& parent) {
+    if (ranks.size() == 1) return ranks[0];
+    key_.clear();
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      key_.push_back(ranks[i]);
+      key_.push_back(parent[i]);
+    }
+    auto [it, inserted] = index_.try_emplace(key_, num_ranks_ + static_cast<int>(begin_.size()));
+    if (inserted) {
+      begin_.push_back(static_cast<int>(ranks_.size()));
+      ranks_.insert(ranks_.end(), ranks.begin(), ranks.end());
+      parent_.insert(parent_.end(), parent.begin(), parent.end());
+      end_.push_back(static_cast<int>(ranks_.size()));
+    }
+    return it->second;
+  }
+  int Size(int tree) const { return tree < num_ranks_ ? 1 : end_[tree - num_ranks_] - begin_[tree - num_ranks_]; }
+  int Rank(int tree, int i) const { return tree < num_ranks_ ? tree : ranks_[begin_[tree - num_ranks_] + i]; }
+  int Parent(int tree, int i) const { return tree < num_ranks_ ? -1 : parent_[begin_[tree - num_ranks_] + i]; }
+
+ private:
+  int num_ranks_;
+  std::vector<int> begin_, end_, ranks_, parent_;
+  std::map<std::vector<int>, int> index_;
+  std::vector<int> key_;
+};
+
+struct Delivery {
+  int piece = 0;
+  Box box;              // the chunk
+  int64_t bytes = 0;
+  int tree = 0;
+  int leader = 0;       // the tree's root rank
+  bool intra = false;   // candidates are same-node holders (pool range) rather than piece holders
+  int cand_begin = 0, cand_end = 0;
+  int sender_frag = -1;
+};
+
+struct Message {
+  int sender = 0;
+  int tree = 0;
+  int first = 0, last = 0;  // range in the sorted delivery order
+  int64_t bytes = 0;
+  int distance = 0;         // (root node - sender node) mod nodes: round order
+};
+
+// What the layouts force onto the network: per piece, each destination node without a holder
+// needs it once.
+NetworkDemand ComputeDemand(const Intersection& inter, const Layout& source,
+                            const Layout& destination, const Topology& topology) {
+  const int num_nodes = std::max(1, topology.NumNodes());
+  auto node_of = [&](int rank) { return topology.ranks[rank].node; };
+  NetworkDemand demand;
+  // Network demand: per piece, each destination node without a holder needs it once.
+  demand.destination_node_bytes.assign(num_nodes, 0);
+  demand.source_node_bytes.assign(num_nodes, 0);
+  {
+    std::vector<char> holder_node(num_nodes, 0);
+    for (const Fragment& f : source.fragments) holder_node[node_of(f.loc.rank)] = 1;
+    demand.source_nodes = static_cast<int>(std::count(holder_node.begin(), holder_node.end(), 1));
+  }
+  std::vector<int> mark(num_nodes, -1);     // piece index that last marked the node as holder
+  std::vector<int> needed(num_nodes, -1);   // piece index that last counted the node
+  for (size_t p = 0; p < inter.pieces.size(); ++p) {
+    const Piece& piece = inter.pieces[p];
+    const FragmentGroup& g = inter.groups[piece.group];
+    const int64_t bytes = piece.box.Volume() * DTypeSize(destination.tensors[g.dst_tensor].dtype);
+    int holder_nodes = 0, only_node = -1;
+    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+      int node = node_of(source.fragments[inter.holders[h]].loc.rank);
+      if (mark[node] != static_cast<int>(p)) {
+        mark[node] = static_cast<int>(p);
+        ++holder_nodes;
+        only_node = node;
+      }
+    }
+    bool must_leave = false;
+    for (int i = g.frags_begin; i < g.frags_end; ++i) {
+      int node = node_of(destination.fragments[inter.group_frags[i]].loc.rank);
+      if (mark[node] == static_cast<int>(p) || needed[node] == static_cast<int>(p)) continue;
+      needed[node] = static_cast<int>(p);
+      demand.destination_node_bytes[node] += bytes;
+      must_leave = true;
+    }
+    if (must_leave) {
+      demand.must_leave_bytes += bytes;
+      if (holder_nodes == 1) demand.source_node_bytes[only_node] += bytes;
+    }
+  }
+  return demand;
+}
+
+}  // namespace
+
+std::string_view StrategyName(Strategy strategy) {
+  return strategy == Strategy::kReshard ? "reshard" : "gather-broadcast";
+}
+
+Result<Strategy> ParseStrategy(std::string_view name) {
+  if (name == "reshard") return Strategy::kReshard;
+  if (name == "gather-broadcast") return Strategy::kGatherBroadcast;
+  return InvalidArgument("unknown strategy '" + std::string(name) +
+                         "' (expected reshard or gather-broadcast)");
+}
+
+Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
+                               const Topology& topology, const PlannerOptions& options) {
+  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
+    return InvalidArgument("chunk sizes must be at least 64 bytes");
+  }
+  const int num_ranks = NumRanksOf(source, destination);
+  FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
+  FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, destination));
+  const int num_nodes = std::max(1, topology.NumNodes());
+  auto node_of = [&](int rank) { return topology.ranks[rank].node; };
+
+  PlanResult result;
+  TransferPlan& plan = result.plan;
+  plan.strategy = "reshard";
+  plan.num_ranks = num_ranks;
+  plan.source_buffers = source.buffers;
+  plan.destination_buffers = destination.buffers;
+
+  result.demand = ComputeDemand(inter, source, destination, topology);
+  const NetworkDemand& demand = result.demand;
+  const LowerBound bound = ComputeLowerBound(demand, topology);
+  const bool relay = options.relay == RelayMode::kOn ||
+                     (options.relay == RelayMode::kAuto &&
+                      bound.source_egress_seconds > bound.destination_ingress_seconds);
+
+  // Routing: local copies, intra-node deliveries and network deliveries (chunked).
+  std::vector<std::pair<int, CopyPair>> local_copies;  // (rank, copy)
+  std::vector<Delivery> deliveries;
+  std::vector<int> intra_pool;
+  std::vector<int64_t> leader_load(num_ranks, 0);
+  TreeTable trees(num_ranks);
+  std::vector<Box> chunks;
+  std::vector<int> member_ranks, member_nodes;
+  std::vector<int> local_holders;
+  std::vector<int> tree_ranks, tree_parent;
+  std::vector<int> net_node_begin;  // per network node: range into net_ranks
+  std::vector<int> net_ranks;
+  std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
+  std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
+  for (size_t p = 0; p < inter.pieces.size(); ++p) {
+    const Piece& piece = inter.pieces[p];
+    const FragmentGroup& g = inter.groups[piece.group];
+    const DType dtype = destination.tensors[g.dst_tensor].dtype;
+    const int64_t esize = DTypeSize(dtype);
+    const int64_t piece_bytes = piece.box.Volume() * esize;
+    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+      const int rank = source.fragments[inter.holders[h]].loc.rank;
+      rank_holder[rank] = inter.holders[h];
+      holder_node_mark[node_of(rank)] = static_cast<int>(p);
+    }
+    // Members: distinct ranks of the group, by rank (group_frags is sorted by rank).
+    member_ranks.clear();
+    for (int i = g.frags_begin; i < g.frags_end; ++i) {
+      const Fragment& f = destination.fragments[inter.group_frags[i]];
+      if (rank_holder[f.loc.rank] >= 0) {
+        const Fragment& src = source.fragments[rank_holder[f.loc.rank]];
+        local_copies.push_back({f.loc.rank, CopyPair{FragmentRegion(source, src, Space::kSource, piece.box),
+                                                     FragmentRegion(destination, f, Space::kDestination, piece.box)}});
+        continue;
+      }
+      if (member_ranks.empty() || member_ranks.back() != f.loc.rank) member_ranks.push_back(f.loc.rank);
+    }
+    // Order members by (node, rank); ranks numbered node by node are already in that order.
+    auto by_node = [&](int a, int b) { return node_of(a) < node_of(b); };
+    if (!std::is_sorted(member_ranks.begin(), member_ranks.end(), by_node)) {
+      std::stable_sort(member_ranks.begin(), member_ranks.end(), by_node);
+    }
+    net_node_begin.clear();
+    net_ranks.clear();
+    for (size_t i = 0; i < member_ranks.size();) {
+      const int node = node_of(member_ranks[i]);
+      size_t j = i;
+      while (j < member_ranks.size() && node_of(member_ranks[j]) == node) ++j;
+      local_holders.clear();
+      if (holder_node_mark[node] == static_cast<int>(p)) {
+        for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+          if (node_of(source.fragments[inter.holders[h]].loc.rank) == node) local_holders.push_back(inter.holders[h]);
+        }
+      }
+      if (!local_holders.empty()) {
+        // A holder on the node: direct intra-node deliveries.
+        const int cand_begin = static_cast<int>(intra_pool.size());
+        intra_pool.insert(intra_pool.end(), local_holders.begin(), local_holders.end());
+        const int cand_end = static_cast<int>(intra_pool.size());
+        for (size_t k = i; k < j; ++k) {
+          chunks.clear();
+          ChunkBox(piece.box, esize, options.network_chunk_bytes, chunks);
+          for (const Box& c : chunks) {
+            Delivery d;
+            d.piece = static_cast<int>(p);
+            d.box = c;
+            d.bytes = c.Volume() * esize;
+            d.tree = member_ranks[k];
+            d.leader = member_ranks[k];
+            d.intra = true;
+            d.cand_begin = cand_begin;
+            d.cand_end = cand_end;
+            deliveries.push_back(d);
+          }
+        }
+      } else if (options.hierarchical) {
+        // Leader: the least-loaded member; the chain continues cyclically by rank.
+        size_t best = i;
+        for (size_t k = i + 1; k < j; ++k) {
+          if (leader_load[member_ranks[k]] < leader_load[member_ranks[best]]) best = k;
+        }
+        leader_load[member_ranks[best]] += piece_bytes;
+        net_node_begin.push_back(static_cast<int>(net_ranks.size()));
+        for (size_t k = 0; k < j - i; ++k) net_ranks.push_back(member_ranks[i + (best - i + k) % (j - i)]);
+      } else {
+        for (size_t k = i; k < j; ++k) {
+          net_node_begin.push_back(static_cast<int>(net_ranks.size()));
+          net_ranks.push_back(member_ranks[k]);
+        }
+      }
+      i = j;
+    }
+    net_node_begin.push_back(static_cast<int>(net_ranks.size()));
+    const int net_nodes = static_cast<int>(net_node_begin.size()) - 1;
+    // Trees: one per network node, or one relayed chain of node leaders.
+    auto emit_tree = [&](int first_node, int count) {
+      tree_ranks.clear();
+      tree_parent.clear();
+      int prev_leader = -1;
+      for (int k = 0; k < count; ++k) {
+        const int n = (first_node + k) % net_nodes;
+        const int leader_pos = static_cast<int>(tree_ranks.size());
+        for (int r = net_node_begin[n]; r < net_node_begin[n + 1]; ++r) {
+          tree_parent.push_back(r == net_node_begin[n] ? prev_leader : static_cast<int>(tree_ranks.size()) - 1);
+          tree_ranks.push_back(net_ranks[r]);
+        }
+        prev_leader = leader_pos;
+      }
+      const int tree = trees.Intern(tree_ranks, tree_parent);
+      const int64_t cap = tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
+      chunks.clear();
+      ChunkBox(piece.box, esize, cap, chunks);
+      for (const Box& c : chunks) {
+        Delivery d;
+        d.piece = static_cast<int>(p);
+        d.box = c;
+        d.bytes = c.Volume() * esize;
+        d.tree = tree;
+        d.leader = tree_ranks[0];
+        d.cand_begin = piece.holders_begin;
+        d.cand_end = piece.holders_end;
+        deliveries.push_back(d);
+      }
+    };
+    if (net_nodes > 0) {
+      if (relay && net_nodes > 1) {
+        emit_tree(static_cast<int>(p % net_nodes), net_nodes);
+      } else {
+        for (int n = 0; n < net_nodes; ++n) emit_tree(n, 1);
+      }
+    }
+    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+      rank_holder[source.fragments[inter.holders[h]].loc.rank] = -1;
+    }
+  }
+
+  // Source selection. Deliveries with one candidate are assigned first (their load is fixed); the
+  // others go largest first (LPT), each to the least-loaded candidate, preferring the leader's
+  // rail when loads are close.
+  {
+    std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
+    // LPT order (bytes descending, then index) as packed 64-bit keys when every size fits in 32
+    // bits (chunked deliveries always do at the default chunk sizes), else as pairs.
+    std::vector<int> flexible;
+    bool small_sizes = deliveries.size() <= 0xffffffffu;
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      Delivery& d = deliveries[i];
+      if (d.cand_end - d.cand_begin > 1) {
+        flexible.push_back(static_cast<int>(i));
+        small_sizes = small_sizes && d.bytes <= 0xffffffff;
+        continue;
+      }
+      d.sender_frag = (d.intra ? intra_pool.data() : inter.holders.data())[d.cand_begin];
+      const int rank = source.fragments[d.sender_frag].loc.rank;
+      (d.intra ? intra_out : net_out)[rank] += d.bytes;
+      if (!d.intra) node_out[node_of(rank)] += d.bytes;
+    }
+    if (small_sizes) {
+      std::vector<uint64_t> keys(flexible.size());
+      for (size_t k = 0; k < flexible.size(); ++k) {
+        const uint64_t bytes = static_cast<uint64_t>(deliveries[flexible[k]].bytes);
+        keys[k] = ((0xffffffffu - bytes) << 32) | static_cast<uint64_t>(flexible[k]);
+      }
+      std::sort(keys.begin(), keys.end());
+      for (size_t k = 0; k < keys.size(); ++k) flexible[k] = static_cast<int>(keys[k] & 0xffffffffu);
+    } else {
+      std::vector<std::pair<int64_t, int>> by_size(flexible.size());
+      for (size_t k = 0; k < flexible.size(); ++k) {
+        by_size[k] = {-deliveries[flexible[k]].bytes, flexible[k]};
+      }
+      std::sort(by_size.begin(), by_size.end());
+      for (size_t k = 0; k < by_size.size(); ++k) flexible[k] = by_size[k].second;
+    }
+    for (int di : flexible) {
+      Delivery& d = deliveries[di];
+      const int* cands = d.intra ? intra_pool.data() : inter.holders.data();
+      std::vector<int64_t>& load = d.intra ? intra_out : net_out;
+      const int leader_device = topology.ranks[d.leader].local_device;
+      int best = -1;
+      int64_t best_score = 0, best_node_load = 0;
+      for (int c = d.cand_begin; c < d.cand_end; ++c) {
+        const int rank = source.fragments[cands[c]].loc.rank;
+        int64_t score = load[rank];
+        if (!d.intra && topology.ranks[rank].local_device != leader_device) score += d.bytes / 64 + 1;
+        const int64_t nl = d.intra ? 0 : node_out[node_of(rank)];
+        if (best < 0 || score < best_score || (score == best_score && nl < best_node_load)) {
+          best = cands[c];
+          best_score = score;
+          best_node_load = nl;
+        }
+      }
+      d.sender_frag = best;
+      const int rank = source.fragments[best].loc.rank;
+      load[rank] += d.bytes;
+      if (!d.intra) node_out[node_of(rank)] += d.bytes;
+    }
+  }
+
+  // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
+  // Order (sender, tree, delivery index): a counting sort by sender, then per sender a sort of
+  // packed (tree, index) keys, so no comparison follows a pointer.
+  std::vector<int> sender_rank(deliveries.size());
+  std::vector<int> sender_begin(num_ranks + 1, 0);
+  for (size_t i = 0; i < deliveries.size(); ++i) {
+    sender_rank[i] = source.fragments[deliveries[i].sender_frag].loc.rank;
+    ++sender_begin[sender_rank[i] + 1];
+  }
+  for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
+  std::vector<uint64_t> keyed(deliveries.size());
+  {
+    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
+    for (size_t i = 0; i < deliveries.size(); ++i) {
+      keyed[fill[sender_rank[i]]++] =
+          (static_cast<uint64_t>(deliveries[i].tree) << 32) | static_cast<uint64_t>(i);
+    }
+  }
+  for (int r = 0; r < num_ranks; ++r) {
+    std::sort(keyed.begin() + sender_begin[r], keyed.begin() + sender_begin[r + 1]);
+  }
+  std::vector<int> order(deliveries.size());
+  for (size_t i = 0; i < keyed.size(); ++i) order[i] = static_cast<int>(keyed[i] & 0xffffffffu);
+  auto sender_of = [&](int di) { return sender_rank[di]; };
+  std::vector<Message> messages;
+  for (size_t i = 0; i < order.size();) {
+    const int s = sender_of(order[i]);
+    const int tree = deliveries[order[i]].tree;
+    const int64_t cap = trees.Size(tree) > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
+    Message m;
+    m.sender = s;
+    m.tree = tree;
+    m.first = static_cast<int>(i);
+    m.bytes = 0;
+    size_t j = i;
+    while (j < order.size() && sender_of(order[j]) == s && deliveries[order[j]].tree == tree &&
+           (j == i || m.bytes + deliveries[order[j]].bytes <= cap)) {
+      m.bytes += deliveries[order[j]].bytes;
+      ++j;
+    }
+    m.last = static_cast<int>(j);
+    m.distance = (node_of(trees.Rank(tree, 0)) - node_of(s) + num_nodes) % num_nodes;
+    messages.push_back(m);
+    i = j;
+  }
+  // Rounds: each sender visits destination nodes in rotated order.
+  std::stable_sort(messages.begin(), messages.end(), [](const Message& a, const Message& b) {
+    if (a.sender != b.sender) return a.sender < b.sender;
+    return a.distance < b.distance;
+  });
+
+  // Emit ops. Local copies first: one Copy op per rank.
+  std::stable_sort(local_copies.begin(), local_copies.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < local_copies.size();) {
+    Op op;
+    op.kind = OpKind::kCopy;
+    op.rank = local_copies[i].first;
+    op.link = LinkClass::kSameRank;
+    size_t j = i;
+    while (j < local_copies.size() && local_copies[j].first == op.rank) ++j;
+    op.copies.reserve(j - i);
+    j = i;
+    while (j < local_copies.size() && local_copies[j].first == op.rank) {
+      op.bytes += local_copies[j].second.to.NumBytes();
+      op.copies.push_back(local_copies[j].second);
+      ++j;
+    }
+    plan.AddOp(std::move(op));
+    i = j;
+  }
+  {
+    // Upper bound on ops: per message a Pack and a Send, per tree member a Recv, an Unpack and a
+    // Forward to each child (one per member but the root).
+    size_t ops_bound = plan.ops.size(), slots_bound = 0;
+    for (const Message& m : messages) {
+      const size_t size = static_cast<size_t>(trees.Size(m.tree));
+      ops_bound += 2 + 3 * size;
+      slots_bound += 1 + size;
+    }
+    plan.ops.reserve(ops_bound);
+    plan.slots.reserve(slots_bound);
+  }
+  int64_t next_message = 0;
+  std::vector<int64_t> message_of;
+  std::vector<int> child_begin, child_list, child_fill, recv_round;
+  int round = 0;
+  int last_sender = -1;
+  for (const Message& m : messages) {
+    round = m.sender == last_sender ? round + 1 : 0;
+    last_sender = m.sender;
+    const int count = m.last - m.first;
+    const Delivery& d0 = deliveries[order[m.first]];
+    const Piece& piece0 = inter.pieces[d0.piece];
+    // Sender side.
+    Op send;
+    send.kind = OpKind::kSend;
+    send.rank = m.sender;
+    send.peer = trees.Rank(m.tree, 0);
+    send.bytes = m.bytes;
+    send.round = round;
+    send.link = topology.Link(send.rank, send.peer);
+    send.message = next_message++;
+    {
+      Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, d0.box);
+      if (count == 1 && src0.IsContiguous()) {
+        src0.dtype = DType::kUInt8;
+        send.data = Region::Bytes(Space::kSource, src0.buffer, src0.offset, m.bytes);
+      } else {
+        const int slot = plan.AddSlot(m.sender, m.bytes);
+        Op pack;
+        pack.kind = OpKind::kPack;
+        pack.rank = m.sender;
+        pack.bytes = m.bytes;
+        pack.round = round;
+        pack.copies.reserve(count);
+        int64_t offset = 0;
+        for (int k = m.first; k < m.last; ++k) {
+          const Delivery& d = deliveries[order[k]];
+          const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
+          pack.copies.push_back({FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
+                                 SlotRegion(slot, offset, dt, d.box)});
+          offset += d.bytes;
+        }
+        send.deps.push_back(plan.AddOp(std::move(pack)));
+        send.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
+      }
+    }
+    const int64_t first_message = send.message;
+    plan.AddOp(std::move(send));
+    // Tree side.
+    const int size = trees.Size(m.tree);
+    // Children of each member, flat: child_list[child_begin[i] .. child_begin[i + 1]).
+    child_begin.assign(size + 1, 0);
+    for (int i = 1; i < size; ++i) ++child_begin[trees.Parent(m.tree, i) + 1];
+    for (int i = 0; i < size; ++i) child_begin[i + 1] += child_begin[i];
+    child_fill.assign(child_begin.begin(), child_begin.end() - 1);
+    child_list.resize(std::max(0, size - 1));
+    for (int i = 1; i < size; ++i) child_list[child_fill[trees.Parent(m.tree, i)]++] = i;
+    message_of.assign(size, -1);
+    message_of[0] = first_message;
+    recv_round.assign(size, round);
+    for (int i = 0; i < size; ++i) {
+      const int rank = trees.Rank(m.tree, i);
+      const int from = trees.Parent(m.tree, i) < 0 ? m.sender : trees.Rank(m.tree, trees.Parent(m.tree, i));
+      Op recv;
+      recv.kind = OpKind::kRecv;
+      recv.rank = rank;
+      recv.peer = from;
+      recv.bytes = m.bytes;
+      recv.round = recv_round[i];
+      recv.link = topology.Link(from, rank);
+      recv.message = message_of[i];
+      // Destination fragments of this rank for a delivery's group.
+      auto frags_on_rank = [&](const FragmentGroup& g) {
+        auto begin = inter.group_frags.begin() + g.frags_begin;
+        auto end = inter.group_frags.begin() + g.frags_end;
+        auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return destination.fragments[f].loc.rank < r; });
+        auto hi = lo;
+        while (hi != end && destination.fragments[*hi].loc.rank == rank) ++hi;
+        return std::make_pair(lo, hi);
+      };
+      bool direct = false;
+      if (count == 1 && child_begin[i] == child_begin[i + 1]) {
+        const FragmentGroup& g = inter.groups[piece0.group];
+        auto [lo, hi] = frags_on_rank(g);
+        if (hi - lo == 1) {
+          Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, d0.box);
+          if (dst.IsContiguous()) {
+            recv.data = Region::Bytes(Space::kDestination, dst.buffer, dst.offset, m.bytes);
+            direct = true;
+          }
+        }
+      }
+      if (direct) {
+        plan.AddOp(std::move(recv));
+        continue;
+      }
+      const int slot = plan.AddSlot(rank, m.bytes);
+      recv.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
+      const int recv_id = plan.AddOp(std::move(recv));
+      Op unpack;
+      unpack.kind = OpKind::kUnpack;
+      unpack.rank = rank;
+      unpack.round = recv_round[i];
+      unpack.deps.push_back(recv_id);
+      unpack.copies.reserve(count);
+      int64_t offset = 0;
+      for (int k = m.first; k < m.last; ++k) {
+        const Delivery& d = deliveries[order[k]];
+        const FragmentGroup& g = inter.groups[inter.pieces[d.piece].group];
+        const DType dt = destination.tensors[g.dst_tensor].dtype;
+        auto [lo, hi] = frags_on_rank(g);
+        for (auto it = lo; it != hi; ++it) {
+          unpack.copies.push_back({SlotRegion(slot, offset, dt, d.box),
+                                   FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box)});
+          unpack.bytes += d.bytes;
+        }
+        offset += d.bytes;
+      }
+      plan.AddOp(std::move(unpack));
+      for (int c = 0; c < child_begin[i + 1] - child_begin[i]; ++c) {
+        const int child = child_list[child_begin[i] + c];
+        Op fwd;
+        fwd.kind = OpKind::kForward;
+        fwd.rank = rank;
+        fwd.peer = trees.Rank(m.tree, child);
+        fwd.bytes = m.bytes;
+        fwd.round = recv_round[i] + 1 + static_cast<int>(c);
+        fwd.link = topology.Link(rank, fwd.peer);
+        fwd.message = next_message++;
+        fwd.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
+        fwd.deps.push_back(recv_id);
+        message_of[child] = fwd.message;
+        recv_round[child] = fwd.round;
+        plan.AddOp(std::move(fwd));
+      }
+    }
+  }
+  return result;
+}
+
+Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
+                                       const Topology& topology, const PlannerOptions& options) {
+  if (options.bucket_bytes < 1) return InvalidArgument("bucket size must be positive");
+  const int num_ranks = NumRanksOf(source, destination);
+  FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
+  if (source.fragments.empty()) return InvalidArgument("the source layout has no fragments");
+  int root = num_ranks;
+  for (const BufferSpec& b : source.buffers) root = std::min(root, b.rank);
+
+  // The root's view: every destination tensor whole, row-major, concatenated in tensor order.
+  Layout whole;
+  std::vector<int64_t> tensor_offset;  // byte offset in the concatenation
+  for (const TensorSpec& t : destination.tensors) {
+    FERRY_ASSIGN_OR_RETURN(int ti, whole.AddTensor(t));
+    tensor_offset.push_back(whole.buffers.empty() ? 0 : whole.buffers[0].bytes);
+    whole.AppendFragment(ti, Box::FromShape(t.shape), root, "gather");
+  }
+  FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, whole));
+  // Also checks that every destination tensor exists in the source with the same shape/dtype.
+  FERRY_ASSIGN_OR_RETURN(Intersection direct, IntersectLayouts(source, destination));
+
+  // Buckets: consecutive tensors up to bucket_bytes (a larger tensor gets its own bucket).
+  const int num_tensors = static_cast<int>(destination.tensors.size());
+  std::vector<int> bucket_of(num_tensors);
+  std::vector<int64_t> bucket_start, bucket_bytes;
+  for (int t = 0; t < num_tensors; ++t) {
+    const int64_t bytes = destination.tensors[t].NumBytes();
+    if (bucket_bytes.empty() || bucket_bytes.back() + bytes > options.bucket_bytes) {
+      bucket_start.push_back(tensor_offset[t]);
+      bucket_bytes.push_back(0);
+    }
+    bucket_of[t] = static_cast<int>(bucket_bytes.size()) - 1;
+    bucket_bytes.back() += bytes;
+  }
+  const int num_buckets = static_cast<int>(bucket_bytes.size());
+
+  PlanResult result;
+  TransferPlan& plan = result.plan;
+  plan.strategy = "gather-broadcast";
+  plan.num_ranks = num_ranks;
+  plan.source_buffers = source.buffers;
+  plan.destination_buffers = destination.buffers;
+  std::vector<int> root_slot(num_buckets);
+  for (int b = 0; b < num_buckets; ++b) root_slot[b] = plan.AddSlot(root, bucket_bytes[b]);
+
+  // Region of `box` of tensor t inside bucket slot `slot` (row-major whole tensor).
+  auto bucket_region = [&](int t, int slot, const Box& box) {
+    const TensorSpec& spec = destination.tensors[t];
+    Fragment f;
+    f.tensor = t;
+    f.box = Box::FromShape(spec.shape);
+    f.loc.rank = root;
+    f.loc.buffer = slot;
+    f.loc.byte_offset = tensor_offset[t] - bucket_start[bucket_of[t]];
+    f.loc.strides = RowMajorStrides(spec.shape);
+    return FragmentRegion(destination, f, Space::kStaging, box);
+  };
+
+  // Gather: each piece from its least-loaded holder (the root itself when it holds it).
+  struct GatherItem {
+    int bucket, holder_rank, piece, frag;
+  };
+  std::vector<GatherItem> items;
+  std::vector<int64_t> load(num_ranks, 0);
+  for (size_t p = 0; p < inter.pieces.size(); ++p) {
+    const Piece& piece = inter.pieces[p];
+    const int t = inter.groups[piece.group].dst_tensor;
+    int best = -1;
+    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+      const int f = inter.holders[h];
+      const int r = source.fragments[f].loc.rank;
+      if (r == root) {
+        best = f;
+        break;
+      }
+      if (best < 0 || load[r] < load[source.fragments[best].loc.rank]) best = f;
+    }
+    const int r = source.fragments[best].loc.rank;
+    load[r] += piece.box.Volume() * DTypeSize(destination.tensors[t].dtype);
+    items.push_back({bucket_of[t], r, static_cast<int>(p), best});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const GatherItem& a, const GatherItem& b) {
+    if (a.bucket != b.bucket) return a.bucket < b.bucket;
+    return a.holder_rank < b.holder_rank;
+  });
+  std::vector<std::vector<int>> bucket_ready(num_buckets);  // root ops a bucket's broadcast waits for
+  int64_t next_message = 0;
+  for (size_t i = 0; i < items.size();) {
+    const int bucket = items[i].bucket, holder = items[i].holder_rank;
+    size_t j = i;
+    while (j < items.size() && items[j].bucket == bucket && items[j].holder_rank == holder) ++j;
+    std::vector<CopyPair> to_bucket;
+    std::vector<CopyPair> packs;
+    int64_t bytes = 0;
+    int slot = -1, remote_slot = -1;
+    if (holder != root) {
+      for (size_t k = i; k < j; ++k) bytes += inter.pieces[items[k].piece].box.Volume() *
+                                              DTypeSize(destination.tensors[inter.groups[inter.pieces[items[k].piece].group].dst_tensor].dtype);
+      slot = plan.AddSlot(holder, bytes);
+      remote_slot = plan.AddSlot(root, bytes);
+    }
+    int64_t offset = 0;
+    for (size_t k = i; k < j; ++k) {
+      const Piece& piece = inter.pieces[items[k].piece];
+      const int t = inter.groups[piece.group].dst_tensor;
+      const Region src = FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, piece.box);
+      const Region dst = bucket_region(t, root_slot[bucket], piece.box);
+      if (holder == root) {
+        to_bucket.push_back({src, dst});
+      } else {
+        const DType dt = destination.tensors[t].dtype;
+        packs.push_back({src, SlotRegion(slot, offset, dt, piece.box)});
+        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, piece.box), dst});
+        offset += piece.box.Volume() * DTypeSize(dt);
+      }
+    }
+    if (holder == root) {
+      Op copy;
+      copy.kind = OpKind::kCopy;
+      copy.rank = root;
+      copy.round = bucket;
+      for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
+      copy.copies = std::move(to_bucket);
+      bucket_ready[bucket].push_back(plan.AddOp(std::move(copy)));
+    } else {
+      Op pack;
+      pack.kind = OpKind::kPack;
+      pack.rank = holder;
+      pack.bytes = bytes;
+      pack.round = bucket;
+      pack.copies = std::move(packs);
+      const int pack_id = plan.AddOp(std::move(pack));
+      Op send;
+      send.kind = OpKind::kSend;
+      send.rank = holder;
+      send.peer = root;
+      send.bytes = bytes;
+      send.round = bucket;
+      send.link = topology.Link(holder, root);
+      send.message = next_message++;
+      send.data = Region::Bytes(Space::kStaging, slot, 0, bytes);
+      send.deps.push_back(pack_id);
+      Op recv = send;
+      recv.kind = OpKind::kRecv;
+      recv.rank = root;
+      recv.peer = holder;
+      recv.deps.clear();
+      recv.data = Region::Bytes(Space::kStaging, remote_slot, 0, bytes);
+      plan.AddOp(std::move(send));
+      const int recv_id = plan.AddOp(std::move(recv));
+      Op unpack;
+      unpack.kind = OpKind::kUnpack;
+      unpack.rank = root;
+      unpack.bytes = bytes;
+      unpack.round = bucket;
+      unpack.deps.push_back(recv_id);
+      unpack.copies = std::move(to_bucket);
+      bucket_ready[bucket].push_back(plan.AddOp(std::move(unpack)));
+    }
+    i = j;
+  }
+
+  // Broadcast each bucket along a chain of destination ranks ordered by (node, rank).
+  std::vector<int> dst_ranks = destination.Ranks();
+  const bool root_is_destination = std::binary_search(dst_ranks.begin(), dst_ranks.end(), root);
+  std::stable_sort(dst_ranks.begin(), dst_ranks.end(), [&](int a, int b) {
+    return topology.ranks[a].node < topology.ranks[b].node;
+  });
+  std::vector<int> frag_order(destination.fragments.size());
+  std::iota(frag_order.begin(), frag_order.end(), 0);
+  std::stable_sort(frag_order.begin(), frag_order.end(), [&](int a, int b) {
+    const Fragment& fa = destination.fragments[a];
+    const Fragment& fb = destination.fragments[b];
+    if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
+    return bucket_of[fa.tensor] < bucket_of[fb.tensor];
+  });
+  auto unpack_for = [&](int rank, int bucket, int slot, int dep) {
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = rank;
+    unpack.round = bucket;
+    if (dep >= 0) unpack.deps.push_back(dep);
+    auto lo = std::lower_bound(frag_order.begin(), frag_order.end(), std::make_pair(rank, bucket),
+                               [&](int f, const std::pair<int, int>& key) {
+                                 const Fragment& fr = destination.fragments[f];
+                                 return std::make_pair(fr.loc.rank, bucket_of[fr.tensor]) < key;
+                               });
+    for (auto it = lo; it != frag_order.end(); ++it) {
+      const Fragment& f = destination.fragments[*it];
+      if (f.loc.rank != rank || bucket_of[f.tensor] != bucket) break;
+      if (f.box.Empty()) continue;
+      unpack.copies.push_back({bucket_region(f.tensor, slot, f.box),
+                               FragmentRegion(destination, f, Space::kDestination, f.box)});
+      unpack.bytes += unpack.copies.back().to.NumBytes();
+    }
+    return unpack;
+  };
+  for (int b = 0; b < num_buckets; ++b) {
+    // The root's own destination slice.
+    if (root_is_destination) {
+      Op own = unpack_for(root, b, root_slot[b], -1);
+      own.deps = bucket_ready[b];
+      if (!own.copies.empty()) plan.AddOp(std::move(own));
+    }
+    int prev = root, prev_slot = root_slot[b];
+    std::vector<int> prev_deps = bucket_ready[b];
+    int position = 0;
+    for (int rank : dst_ranks) {
+      if (rank == root) continue;
+      Op send;
+      send.kind = prev == root ? OpKind::kSend : OpKind::kForward;
+      send.rank = prev;
+      send.peer = rank;
+      send.bytes = bucket_bytes[b];
+      send.round = b + position;
+      send.link = topology.Link(prev, rank);
+      send.message = next_message++;
+      send.data = Region::Bytes(Space::kStaging, prev_slot, 0, bucket_bytes[b]);
+      send.deps = prev_deps;
+      Op recv;
+      recv.kind = OpKind::kRecv;
+      recv.rank = rank;
+      recv.peer = prev;
+      recv.bytes = bucket_bytes[b];
+      recv.round = send.round;
+      recv.link = send.link;
+      recv.message = send.message;
+      const int slot = plan.AddSlot(rank, bucket_bytes[b]);
+      recv.data = Region::Bytes(Space::kStaging, slot, 0, bucket_bytes[b]);
+      plan.AddOp(std::move(send));
+      const int recv_id = plan.AddOp(std::move(recv));
+      Op unpack = unpack_for(rank, b, slot, recv_id);
+      if (!unpack.copies.empty()) plan.AddOp(std::move(unpack));
+      prev = rank;
+      prev_slot = slot;
+      prev_deps = {recv_id};
+      ++position;
+    }
+  }
+
+  // The physical limit is the same whichever plan runs.
+  result.demand = ComputeDemand(direct, source, destination, topology);
+  return result;
+}
+
+Result<PlanResult> MakePlan(Strategy strategy, const Layout& source, const Layout& destination,
+                            const Topology& topology, const PlannerOptions& options) {
+  if (strategy == Strategy::kReshard) return PlanReshard(source, destination, topology, options);
+  return PlanGatherBroadcast(source, destination, topology, options);
+}
+
+}  // namespace ferry

@@ -1,0 +1,61 @@
+// The planner: from a source Layout, a destination Layout and a Topology to a TransferPlan.
+//
+// Two strategies in the same IR:
+//  * reshard (PlanReshard): intersect fragments; each destination byte comes from one source
+//    replica chosen to balance bytes per source rank and node (same rank -> Copy; a holder on the
+//    destination's node -> a direct intra-node message; otherwise the network). Bytes that several
+//    GPUs of one destination node need cross the network once, to a leader chosen by load, and fan
+//    out along a chain inside the node (hierarchical routing). When the sources' egress bounds the
+//    refit more than the destinations' ingress, chunks needed on several destination nodes are
+//    relayed leader to leader instead of being sent again by a source. Large pieces are cut into
+//    chunks (network_chunk_bytes, fanout_chunk_bytes for fanned-out data); small pieces bound for
+//    the same peer are coalesced into one message (Pack -> Send -> Recv -> Unpack). Each sender's
+//    messages are ordered in rounds that visit destination nodes in a rotated order (no incast).
+//  * gather-and-broadcast (PlanGatherBroadcast): the refit public RL stacks use today. Source rank
+//    0 (the lowest source rank) gathers every tensor whole (the part of the trainers' all-gather
+//    that reaches it), packs tensors into buckets (bucket_bytes, default 5 GiB) and broadcasts each
+//    bucket along a chain through every destination rank; each keeps its slice.
+//
+// Planning is deterministic (no hashing of pointers, no unordered iteration, stable sorts), so each
+// rank can plan locally and get the same plan. Functions are thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "core/layout/topology.h"
+#include "core/plan/plan.h"
+#include "core/plan/stats.h"
+
+namespace ferry {
+
+enum class Strategy { kReshard, kGatherBroadcast };
+std::string_view StrategyName(Strategy strategy);  // "reshard", "gather-broadcast"
+Result<Strategy> ParseStrategy(std::string_view name);
+
+enum class RelayMode { kAuto, kOff, kOn };
+
+struct PlannerOptions {
+  int64_t network_chunk_bytes = int64_t{32} << 20;  // largest message over the network
+  int64_t fanout_chunk_bytes = int64_t{8} << 20;    // largest message that fans out in a node
+  bool hierarchical = true;  // cross the network once per destination node, then fan out
+  RelayMode relay = RelayMode::kAuto;  // relay between destination nodes (auto: if sources bound)
+  int64_t bucket_bytes = int64_t{5} << 30;  // gather-and-broadcast bucket size
+};
+
+struct PlanResult {
+  TransferPlan plan;
+  NetworkDemand demand;  // what the layouts force onto the network (for the lower bound)
+};
+
+Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
+                               const Topology& topology, const PlannerOptions& options = {});
+Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
+                                       const Topology& topology,
+                                       const PlannerOptions& options = {});
+Result<PlanResult> MakePlan(Strategy strategy, const Layout& source, const Layout& destination,
+                            const Topology& topology, const PlannerOptions& options = {});
+
+}  // namespace ferry

@@ -1,0 +1,82 @@
+// ValidatePlan: accepts a correct plan and rejects each kind of broken one with a clear message.
+#include "core/plan/validate.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/core/plan/plan_fixture.h"
+
+namespace ferry {
+namespace {
+
+void ExpectInvalid(const TinyPlan& t, const std::string& fragment) {
+  Status s = ValidatePlan(t.plan, t.source, t.destination);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.ToString();
+}
+
+TEST(ValidatePlan, AcceptsTinyPlan) {
+  TinyPlan t = MakeTinyPlan();
+  EXPECT_TRUE(ValidatePlan(t.plan, t.source, t.destination).ok());
+}
+
+TEST(ValidatePlan, RejectsMissingWrite) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.unpack].copies[0].from.shape[0] = 12;
+  t.plan.ops[t.unpack].copies[0].to.shape[0] = 12;
+  ExpectInvalid(t, "never written");
+}
+
+TEST(ValidatePlan, RejectsDoubleWrite) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.unpack].copies.push_back(t.plan.ops[t.unpack].copies[0]);
+  ExpectInvalid(t, "written twice");
+}
+
+TEST(ValidatePlan, RejectsUnmatchedRecvAndSizeMismatch) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.recv].message = 5;
+  ExpectInvalid(t, "endpoints");
+  TinyPlan u = MakeTinyPlan();
+  u.plan.ops[u.recv].bytes = 8;
+  u.plan.ops[u.recv].data.shape[0] = 8;
+  ExpectInvalid(u, "receives 8");
+}
+
+TEST(ValidatePlan, RejectsCycleAndForeignDeps) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.recv].deps = {t.unpack};
+  ExpectInvalid(t, "cycle");
+  TinyPlan u = MakeTinyPlan();
+  u.plan.ops[u.unpack].deps = {u.send};
+  ExpectInvalid(u, "another rank");
+}
+
+TEST(ValidatePlan, RejectsOutOfRangeRegionsAndRanks) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.unpack].copies[0].to.offset = 4;
+  ExpectInvalid(t, "outside");
+  TinyPlan u = MakeTinyPlan();
+  u.plan.num_ranks = 1;
+  ExpectInvalid(u, "outside [0, 1)");
+}
+
+TEST(RegionRuns, CollapsesDenseDimsAndSplitsStrided) {
+  Region r;
+  r.dtype = DType::kFP32;
+  r.ndim = 2;
+  r.shape = {3, 4};
+  r.strides = {4, 1};
+  std::vector<ByteRun> runs;
+  AppendRegionRuns(r, runs);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].length, 48);
+  r.strides = {8, 1};  // every other row of a wider matrix
+  runs.clear();
+  AppendRegionRuns(r, runs);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[1].offset, 32);
+  EXPECT_EQ(runs[1].length, 16);
+}
+
+}  // namespace
+}  // namespace ferry

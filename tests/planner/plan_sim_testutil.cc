@@ -1,0 +1,298 @@
+// Host interpreter, oracle and random layout generator for planner tests.
+#include "tests/planner/plan_sim_testutil.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace ferry::testing {
+namespace {
+
+struct Memory {
+  std::vector<std::vector<uint8_t>> source, destination, slots;
+  std::vector<std::vector<uint8_t>> dst_writes;
+  std::vector<uint8_t>& Buffer(const Region& r) {
+    switch (r.space) {
+      case Space::kSource: return source[r.buffer];
+      case Space::kDestination: return destination[r.buffer];
+      case Space::kStaging: return slots[r.buffer];
+    }
+    return slots[r.buffer];
+  }
+};
+
+// Byte offsets of every element of `r`, in row-major element order.
+void ElementOffsets(const Region& r, std::vector<int64_t>& out) {
+  out.clear();
+  const int64_t esize = DTypeSize(r.dtype);
+  if (r.NumElements() == 0) return;
+  std::array<int64_t, kMaxDims> index{};
+  while (true) {
+    int64_t off = r.offset;
+    for (int d = 0; d < r.ndim; ++d) off += index[d] * r.strides[d] * esize;
+    out.push_back(off);
+    int d = r.ndim - 1;
+    while (d >= 0 && ++index[d] == r.shape[d]) index[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+void Write(Memory& mem, const Region& r, int64_t off, uint8_t value) {
+  mem.Buffer(r)[off] = value;
+  if (r.space == Space::kDestination) ++mem.dst_writes[r.buffer][off];
+}
+
+}  // namespace
+
+uint8_t OracleByte(const std::string& name, int64_t flat, int k) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  h = (h ^ static_cast<uint64_t>(flat)) * 1099511628211ull;
+  h = (h ^ static_cast<uint64_t>(k + 7)) * 1099511628211ull;
+  return static_cast<uint8_t>(h >> 29);
+}
+
+// Calls fn(flat index in the tensor, byte offset in the buffer) for every element of fragment f.
+template <typename Fn>
+void ForEachElement(const Layout& layout, const Fragment& f, Fn fn) {
+  const TensorSpec& t = layout.tensors[f.tensor];
+  const int64_t esize = DTypeSize(t.dtype);
+  if (f.box.Empty()) return;
+  const auto tstrides = RowMajorStrides(t.shape);
+  std::array<int64_t, kMaxDims> index{};
+  for (int d = 0; d < f.box.ndim; ++d) index[d] = f.box.lo[d];
+  while (true) {
+    int64_t flat = 0, off = f.loc.byte_offset;
+    for (int d = 0; d < f.box.ndim; ++d) {
+      flat += index[d] * tstrides[d];
+      off += (index[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+    }
+    fn(flat, off);
+    int d = f.box.ndim - 1;
+    while (d >= 0 && ++index[d] == f.box.hi[d]) {
+      index[d] = f.box.lo[d];
+      --d;
+    }
+    if (d < 0) break;
+  }
+}
+
+Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination) {
+  Memory mem;
+  for (const BufferSpec& b : plan.source_buffers) mem.source.emplace_back(b.bytes, 0);
+  for (const BufferSpec& b : plan.destination_buffers) {
+    mem.destination.emplace_back(b.bytes, 0);
+    mem.dst_writes.emplace_back(b.bytes, 0);
+  }
+  for (const StagingSlot& s : plan.slots) mem.slots.emplace_back(s.bytes, 0);
+  for (const Fragment& f : source.fragments) {
+    const TensorSpec& t = source.tensors[f.tensor];
+    const int64_t esize = DTypeSize(t.dtype);
+    ForEachElement(source, f, [&](int64_t flat, int64_t off) {
+      for (int k = 0; k < esize; ++k) mem.source[f.loc.buffer][off + k] = OracleByte(t.name, flat, k);
+    });
+  }
+  const int n = static_cast<int>(plan.ops.size());
+  std::vector<char> done(n, 0);
+  std::map<int64_t, std::vector<uint8_t>> in_flight;
+  std::vector<int64_t> from, to;
+  int remaining = n;
+  while (remaining > 0) {
+    bool progress = false;
+    for (const Op& op : plan.ops) {
+      if (done[op.id]) continue;
+      bool ready = std::all_of(op.deps.begin(), op.deps.end(), [&](int d) { return done[d] != 0; });
+      if (!ready) continue;
+      if (op.kind == OpKind::kRecv && !in_flight.count(op.message)) continue;
+      switch (op.kind) {
+        case OpKind::kCopy:
+        case OpKind::kPack:
+        case OpKind::kUnpack:
+        case OpKind::kConvert:
+          for (const CopyPair& c : op.copies) {
+            ElementOffsets(c.from, from);
+            ElementOffsets(c.to, to);
+            const int64_t esize = DTypeSize(c.from.dtype);
+            std::vector<uint8_t>& src = mem.Buffer(c.from);
+            for (size_t i = 0; i < from.size(); ++i) {
+              for (int64_t k = 0; k < esize; ++k) Write(mem, c.to, to[i] + k, src[from[i] + k]);
+            }
+          }
+          break;
+        case OpKind::kSend:
+        case OpKind::kForward: {
+          std::vector<uint8_t>& src = mem.Buffer(op.data);
+          in_flight[op.message].assign(src.begin() + op.data.offset,
+                                       src.begin() + op.data.offset + op.bytes);
+          break;
+        }
+        case OpKind::kRecv: {
+          std::vector<uint8_t> payload = std::move(in_flight[op.message]);
+          in_flight.erase(op.message);
+          if (static_cast<int64_t>(payload.size()) != op.bytes) {
+            return Internal("recv op " + std::to_string(op.id) + " got " +
+                            std::to_string(payload.size()) + " bytes, expected " +
+                            std::to_string(op.bytes));
+          }
+          for (int64_t k = 0; k < op.bytes; ++k) Write(mem, op.data, op.data.offset + k, payload[k]);
+          break;
+        }
+      }
+      done[op.id] = 1;
+      --remaining;
+      progress = true;
+    }
+    if (!progress) return Internal(std::to_string(remaining) + " ops never became ready");
+  }
+  int64_t expected_writes = 0;
+  for (size_t fi = 0; fi < destination.fragments.size(); ++fi) {
+    const Fragment& f = destination.fragments[fi];
+    const TensorSpec& t = destination.tensors[f.tensor];
+    const int64_t esize = DTypeSize(t.dtype);
+    Status status;
+    ForEachElement(destination, f, [&](int64_t flat, int64_t off) {
+      for (int k = 0; k < esize && status.ok(); ++k) {
+        const uint8_t got = mem.destination[f.loc.buffer][off + k];
+        const int writes = mem.dst_writes[f.loc.buffer][off + k];
+        if (writes != 1 || got != OracleByte(t.name, flat, k)) {
+          status = Internal("tensor '" + t.name + "' element " + std::to_string(flat) + " byte " +
+                            std::to_string(k) + " of destination fragment " + std::to_string(fi) +
+                            " on rank " + std::to_string(f.loc.rank) + ": written " +
+                            std::to_string(writes) + " times, value " + std::to_string(got) +
+                            " expected " + std::to_string(OracleByte(t.name, flat, k)));
+        }
+      }
+    });
+    FERRY_RETURN_IF_ERROR(status);
+    expected_writes += f.box.Volume() * esize;
+  }
+  int64_t total_writes = 0;
+  for (const auto& w : mem.dst_writes) {
+    for (uint8_t c : w) total_writes += c;
+  }
+  if (total_writes != expected_writes) {
+    return Internal(std::to_string(total_writes - expected_writes) +
+                    " destination bytes outside any fragment were written");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+int Uniform(std::mt19937_64& rng, int lo, int hi) {  // inclusive
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+// Random cut of [0, n) into `parts` consecutive ranges (some may be empty).
+std::vector<int64_t> RandomCuts(std::mt19937_64& rng, int64_t n, int parts) {
+  std::vector<int64_t> cuts = {0, n};
+  for (int i = 1; i < parts; ++i) cuts.push_back(Uniform(rng, 0, static_cast<int>(n)));
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+void AddSide(std::mt19937_64& rng, Layout& layout, const std::vector<TensorSpec>& tensors,
+             int num_ranks, int spare_rank_base, int& next_spare, bool fused) {
+  for (const TensorSpec& spec : tensors) {
+    const int t = layout.AddTensor(spec).value();
+    const int ndim = static_cast<int>(spec.shape.size());
+    const int sets = Uniform(rng, 1, 3);
+    std::map<int, std::vector<Box>> held;  // rank -> boxes of this tensor
+    for (int s = 0; s < sets; ++s) {
+      std::vector<std::vector<int64_t>> cuts(ndim);
+      for (int d = 0; d < ndim; ++d) {
+        cuts[d] = RandomCuts(rng, spec.shape[d], Uniform(rng, 1, std::min<int>(3, spec.shape[d] + 1)));
+      }
+      std::array<int, kMaxDims> cell{};
+      while (true) {
+        Box box;
+        box.ndim = ndim;
+        for (int d = 0; d < ndim; ++d) {
+          box.lo[d] = cuts[d][cell[d]];
+          box.hi[d] = cuts[d][cell[d] + 1];
+        }
+        if (!box.Empty()) {
+          std::vector<int> order(num_ranks);
+          std::iota(order.begin(), order.end(), 0);
+          std::shuffle(order.begin(), order.end(), rng);
+          int rank = -1;
+          for (int r : order) {
+            bool clash = false;
+            for (const Box& b : held[r]) clash = clash || b.Intersects(box);
+            if (!clash) {
+              rank = r;
+              break;
+            }
+          }
+          if (rank < 0) rank = spare_rank_base + next_spare++;
+          held[rank].push_back(box);
+          // Placement: appended row-major, or placed in a shared fused buffer with a gap and a
+          // random dimension order.
+          if (!fused || Uniform(rng, 0, 1) == 0) {
+            layout.AppendFragment(t, box, rank, spec.name + "/" + std::to_string(s));
+          } else {
+            std::vector<int> perm(ndim);
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            std::array<int64_t, kMaxDims> strides{};
+            int64_t stride = 1;
+            for (int k = ndim - 1; k >= 0; --k) {
+              strides[perm[k]] = stride;
+              stride *= box.Extent(perm[k]);
+            }
+            const int b = layout.GetOrAddBuffer(rank, "fused");
+            const int64_t offset = layout.buffers[b].bytes + Uniform(rng, 0, 3) * DTypeSize(spec.dtype);
+            layout.PlaceFragment(t, box, rank, "fused", offset, strides);
+          }
+        }
+        int d = ndim - 1;
+        while (d >= 0 && ++cell[d] == static_cast<int>(cuts[d].size()) - 1) cell[d--] = 0;
+        if (d < 0) break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+RandomCase MakeRandomCase(std::mt19937_64& rng) {
+  RandomCase c;
+  const int num_ranks = Uniform(rng, 2, 12);
+  const DType dtypes[] = {DType::kInt8, DType::kBF16, DType::kFP32, DType::kFP64};
+  std::vector<TensorSpec> tensors;
+  const int num_tensors = Uniform(rng, 1, 3);
+  for (int i = 0; i < num_tensors; ++i) {
+    TensorSpec t;
+    t.name = "t" + std::to_string(i);
+    const int ndim = Uniform(rng, 1, 5);
+    for (int d = 0; d < ndim; ++d) t.shape.push_back(Uniform(rng, 1, ndim <= 2 ? 9 : 4));
+    t.dtype = dtypes[Uniform(rng, 0, 3)];
+    tensors.push_back(t);
+  }
+  // Destination ranks overlap the source ranks (colocated) or are offset from them.
+  const int dst_base = Uniform(rng, 0, 1) ? 0 : Uniform(rng, 0, num_ranks);
+  int next_spare = 0;
+  const int spare_base = 2 * num_ranks + 1;
+  AddSide(rng, c.source, tensors, num_ranks, spare_base, next_spare, Uniform(rng, 0, 1) == 1);
+  Layout dst_local;
+  AddSide(rng, dst_local, tensors, num_ranks, spare_base, next_spare, Uniform(rng, 0, 1) == 1);
+  // Shift destination ranks (spares keep their numbers).
+  for (BufferSpec& b : dst_local.buffers) {
+    if (b.rank < num_ranks) b.rank += dst_base;
+  }
+  for (Fragment& f : dst_local.fragments) f.loc.rank = dst_local.buffers[f.loc.buffer].rank;
+  c.destination = std::move(dst_local);
+  const int total = spare_base + next_spare + 1;
+  c.topology = Topology::Uniform(total, Uniform(rng, 1, 4));
+  const int64_t chunks[] = {64, 96, 256, 1 << 20};
+  c.options.network_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  c.options.fanout_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  c.options.hierarchical = Uniform(rng, 0, 3) != 0;
+  const RelayMode relays[] = {RelayMode::kAuto, RelayMode::kOff, RelayMode::kOn};
+  c.options.relay = relays[Uniform(rng, 0, 2)];
+  const int64_t buckets[] = {1, 100, 1 << 20};
+  c.options.bucket_bytes = buckets[Uniform(rng, 0, 2)];
+  return c;
+}
+
+}  // namespace ferry::testing

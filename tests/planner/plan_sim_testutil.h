@@ -1,0 +1,37 @@
+// Test helpers for the planner: a host-memory interpreter of TransferPlans (runs every op on byte
+// arrays, Send/Forward payloads matched to Recvs by message id) and an oracle that fills source
+// buffers and checks destination buffers element by element straight from the layouts.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "core/layout/topology.h"
+#include "core/plan/plan.h"
+#include "planner/planner.h"
+
+namespace ferry::testing {
+
+// Byte k of element `flat` (row-major index in the whole tensor) of tensor `name`.
+uint8_t OracleByte(const std::string& name, int64_t flat, int k);
+
+// Runs `plan` on host memory: source buffers filled by the oracle, destination buffers zeroed.
+// Then checks that every byte of every destination fragment holds the oracle's value and was
+// written exactly once, and that no other destination byte was written.
+Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination);
+
+struct RandomCase {
+  Layout source;
+  Layout destination;
+  Topology topology;
+  PlannerOptions options;
+};
+// A random layout pair: 1-3 tensors of 1-5 dims, uneven grid splits, 1-3 replica sets per side on
+// random ranks (colocated or not), fused/strided placements, random topology and options.
+RandomCase MakeRandomCase(std::mt19937_64& rng);
+
+}  // namespace ferry::testing

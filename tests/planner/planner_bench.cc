@@ -1,0 +1,142 @@
+// Planning speed (Google Benchmark) on the real framework layouts of the model presets
+// (tools/models: Megatron-LM trainer -> vLLM engine, 8 GPUs per node, destination after the
+// source ranks). Counters: ranks, tensors, fragments, ops, and the peak resident memory of the
+// process so far and the planner's share of it (plan_MiB).
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "planner/planner.h"
+#include "tools/models/framework_layouts.h"
+#include "tools/models/presets.h"
+
+namespace ferry {
+namespace {
+
+// Built once per (model, src, dst) and kept for the process (benchmarks reuse them).
+const models::RefitLayouts& Refit(const std::string& model, const std::string& src,
+                                  const std::string& dst) {
+  static std::map<std::string, models::RefitLayouts> cache;
+  const std::string key = model + " " + src + " " + dst;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  models::ModelPreset preset = models::MakePreset(model).value();
+  models::RefitLayouts refit =
+      models::BuildRefitLayouts(preset, models::ParseFrameworkSpec(src).value(),
+                                models::ParseFrameworkSpec(dst).value())
+          .value();
+  return cache.emplace(key, std::move(refit)).first->second;
+}
+
+// Resident memory now, in MiB (from /proc/self/statm).
+double ResidentMiB() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
+                      (1024.0 * 1024.0)
+                : 0;
+}
+
+// Peak resident memory since the last ResetPeak() (VmHWM of /proc/self/status), in MiB.
+double PeakMiB() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib / 1024.0;
+}
+
+// Resets VmHWM to the current resident size (Linux: "5" > /proc/self/clear_refs).
+void ResetPeak() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return;
+  std::fputs("5", f);
+  std::fclose(f);
+}
+
+void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strategy strategy) {
+  const double resident_before = ResidentMiB();
+  ResetPeak();
+  int64_t ops = 0;
+  for (auto _ : state) {
+    Result<PlanResult> plan = MakePlan(strategy, refit.source, refit.destination, refit.topology);
+    if (!plan.ok()) {
+      state.SkipWithError(plan.status().ToString().c_str());
+      return;
+    }
+    ops = static_cast<int64_t>(plan->plan.ops.size());
+    benchmark::DoNotOptimize(plan);
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["ranks"] = refit.topology.NumRanks();
+  state.counters["tensors"] = static_cast<double>(refit.destination.tensors.size());
+  state.counters["fragments"] =
+      static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
+  state.counters["ops"] = static_cast<double>(ops);
+  state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  // The planner's own memory: the peak while planning minus what the process held before (the
+  // layouts and earlier benchmarks' freed-but-kept heap, so if anything an underestimate of
+  // fresh allocations; the layouts themselves are the caller's).
+  state.counters["plan_MiB"] = PeakMiB() - resident_before;
+}
+
+void BM_Refit(benchmark::State& state, const char* model, const char* src, const char* dst,
+              Strategy strategy) {
+  RunPlan(state, Refit(model, src, dst), strategy);
+}
+
+// The targets: DeepSeek-V3 at 256 -> 256 ranks, Kimi-K2 at 1024 -> 512 ranks, with vLLM's
+// expert parallelism (ep=32: each expert on one group of tp*dp/ep = 8 ranks).
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_to_tp32dp8ep32, "deepseek-v3",
+                  "megatron:pp=16,ep=16", "vllm:tp=32,dp=8,ep=32", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_gather_broadcast, "deepseek-v3", "megatron:pp=16,ep=16",
+                  "vllm:tp=32,dp=8,ep=32", Strategy::kGatherBroadcast)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, kimi_k2_pp16ep64_to_tp32dp16ep32, "kimi-k2", "megatron:pp=16,ep=64",
+                  "vllm:tp=32,dp=16,ep=32", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+// vLLM without expert parallelism (ep=1): every expert's FFN split over all tp*dp ranks, so each
+// expert tensor becomes tp*dp fragments (millions in all at 256 ranks). Shown at 64 ranks.
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp4ep16_to_tp8dp4ep1, "deepseek-v3",
+                  "megatron:pp=4,ep=16", "vllm:tp=8,dp=4,ep=1", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+
+// Scaling with ranks (DeepSeek-V3, vLLM ep = tp*dp/8).
+BENCHMARK_CAPTURE(BM_Refit, ranks_32, "deepseek-v3", "megatron:pp=4,ep=4", "vllm:tp=8,dp=2,ep=2",
+                  Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, ranks_128, "deepseek-v3", "megatron:pp=8,ep=8",
+                  "vllm:tp=16,dp=4,ep=8", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, ranks_1024, "deepseek-v3", "megatron:pp=16,ep=32",
+                  "vllm:tp=32,dp=16,ep=64", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+
+// Scaling with tensors: models of growing size on 64 -> 64 ranks.
+BENCHMARK_CAPTURE(BM_Refit, tensors_llama_3_1_70b, "llama-3.1-70b", "megatron:tp=8,pp=8",
+                  "vllm:tp=8,dp=8", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, tensors_qwen3_235b_a22b, "qwen3-235b-a22b", "megatron:pp=4,ep=16",
+                  "vllm:tp=8,dp=8,ep=8", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, tensors_deepseek_v3, "deepseek-v3", "megatron:pp=4,ep=16",
+                  "vllm:tp=8,dp=8,ep=8", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace ferry

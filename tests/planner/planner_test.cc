@@ -1,0 +1,185 @@
+// Planner tests: thousands of random layout pairs planned with both strategies, validated, then
+// executed element by element against the oracle; determinism; hierarchical routing counts each
+// destination node's bytes once; source replicas share the load; bad inputs are rejected.
+#include "planner/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "core/plan/export.h"
+#include "core/plan/stats.h"
+#include "core/plan/validate.h"
+#include "tests/planner/plan_sim_testutil.h"
+
+namespace ferry {
+namespace {
+
+TEST(PlannerProperty, RandomLayoutsExecuteExactly) {
+  std::mt19937_64 rng(20240611);
+  int planned = 0;
+  for (int i = 0; i < 2500; ++i) {
+    testing::RandomCase c = testing::MakeRandomCase(rng);
+    for (Strategy strategy : {Strategy::kReshard, Strategy::kGatherBroadcast}) {
+      Result<PlanResult> r = MakePlan(strategy, c.source, c.destination, c.topology, c.options);
+      ASSERT_TRUE(r.ok()) << "case " << i << ": " << r.status().ToString();
+      Status valid = ValidatePlan(r->plan, c.source, c.destination);
+      ASSERT_TRUE(valid.ok()) << "case " << i << " " << StrategyName(strategy) << ": "
+                              << valid.ToString();
+      Status exec = testing::ExecuteAndCheck(r->plan, c.source, c.destination);
+      ASSERT_TRUE(exec.ok()) << "case " << i << " " << StrategyName(strategy) << ": "
+                             << exec.ToString();
+      ++planned;
+    }
+  }
+  EXPECT_EQ(planned, 5000);
+}
+
+TEST(PlannerDeterminism, TwoRunsGiveIdenticalJson) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 50; ++i) {
+    testing::RandomCase c = testing::MakeRandomCase(rng);
+    for (Strategy strategy : {Strategy::kReshard, Strategy::kGatherBroadcast}) {
+      Result<PlanResult> a = MakePlan(strategy, c.source, c.destination, c.topology, c.options);
+      Result<PlanResult> b = MakePlan(strategy, c.source, c.destination, c.topology, c.options);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan));
+      EXPECT_EQ(PlanToDot(a->plan), PlanToDot(b->plan));
+    }
+  }
+}
+
+// Source: `dp` replicas of a TP-`tp` column-parallel model on nodes of 8; destination: TP-8 row
+// parallel replicated on `dst_nodes` nodes after the source nodes, plus replicated norms.
+struct Preset {
+  Layout source, destination;
+  Topology topology;
+};
+Preset MakeReplicatedPreset(int layers, int tp, int dp, int dst_tp, int dst_dp) {
+  Preset p;
+  const int src_ranks = tp * dp;
+  const int dst_ranks = dst_tp * dst_dp;
+  p.topology = Topology::Uniform(src_ranks + dst_ranks, 8);
+  for (int l = 0; l < layers; ++l) {
+    TensorSpec w{"layers." + std::to_string(l) + ".mlp.weight", {4096, 1024}, DType::kBF16};
+    TensorSpec n{"layers." + std::to_string(l) + ".norm.weight", {4096}, DType::kBF16};
+    int ws = p.source.AddTensor(w).value();
+    int ns = p.source.AddTensor(n).value();
+    int wd = p.destination.AddTensor(w).value();
+    int nd = p.destination.AddTensor(n).value();
+    for (int r = 0; r < dp; ++r) {
+      for (int t = 0; t < tp; ++t) {
+        const int rank = r * tp + t;
+        p.source.AppendFragment(ws, Box::Make({4096 / tp * t, 0}, {4096 / tp * (t + 1), 1024}).value(), rank, "w");
+        p.source.AppendFragment(ns, Box::FromShape({4096}), rank, "n");
+      }
+    }
+    for (int r = 0; r < dst_dp; ++r) {
+      for (int t = 0; t < dst_tp; ++t) {
+        const int rank = src_ranks + r * dst_tp + t;
+        p.destination.AppendFragment(wd, Box::Make({0, 1024 / dst_tp * t}, {4096, 1024 / dst_tp * (t + 1)}).value(), rank, "w");
+        p.destination.AppendFragment(nd, Box::FromShape({4096}), rank, "n");
+      }
+    }
+  }
+  return p;
+}
+
+TEST(PlannerRouting, InterNodeBytesIntoEachNodeCountedOnce) {
+  for (RelayMode relay : {RelayMode::kOff, RelayMode::kOn, RelayMode::kAuto}) {
+    Preset p = MakeReplicatedPreset(6, 8, 2, 8, 3);
+    PlannerOptions options;
+    options.relay = relay;
+    options.network_chunk_bytes = 1 << 20;
+    options.fanout_chunk_bytes = 256 << 10;
+    Result<PlanResult> r = PlanReshard(p.source, p.destination, p.topology, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ValidatePlan(r->plan, p.source, p.destination).ok());
+    PlanStats stats = ComputePlanStats(r->plan, p.topology, &r->demand);
+    // Each destination node needs the whole model (its 8 GPUs hold one TP-8 replica), once.
+    const int64_t model = p.destination.LogicalBytes();
+    for (int node = 2; node < 5; ++node) {
+      EXPECT_EQ(r->demand.destination_node_bytes[node], model);
+      EXPECT_EQ(stats.node_network_ingress[node], model) << "node " << node;
+    }
+    // Norms are needed by all 8 GPUs of a node: they fan out inside the node.
+    EXPECT_GT(stats.bytes_by_link[static_cast<int>(LinkClass::kSameNode)], 0);
+    EXPECT_GT(stats.lower_bound.seconds, 0);
+    EXPECT_GE(stats.predicted_seconds, stats.lower_bound.seconds * 0.999);
+  }
+}
+
+TEST(PlannerRouting, WithoutHierarchyReplicatedBytesCrossTwice) {
+  Preset p = MakeReplicatedPreset(2, 8, 1, 8, 1);
+  PlannerOptions options;
+  options.hierarchical = false;
+  Result<PlanResult> r = PlanReshard(p.source, p.destination, p.topology, options);
+  ASSERT_TRUE(r.ok());
+  PlanStats stats = ComputePlanStats(r->plan, p.topology, &r->demand);
+  EXPECT_GT(stats.node_network_ingress[1], r->demand.destination_node_bytes[1]);
+}
+
+TEST(PlannerBalance, SourceReplicasShareTheLoad) {
+  // 4 DP replicas of TP-2 on source; destination TP-8 on other nodes: every byte has 4 holders.
+  Preset p = MakeReplicatedPreset(16, 2, 4, 8, 2);
+  PlannerOptions options;
+  options.network_chunk_bytes = 1 << 20;
+  Result<PlanResult> r = PlanReshard(p.source, p.destination, p.topology, options);
+  ASSERT_TRUE(r.ok());
+  PlanStats stats = ComputePlanStats(r->plan, p.topology, &r->demand);
+  int64_t total = 0, max = 0;
+  for (int rank = 0; rank < 8; ++rank) {
+    total += stats.rank_network_egress[rank];
+    max = std::max(max, stats.rank_network_egress[rank]);
+  }
+  ASSERT_GT(total, 0);
+  EXPECT_LE(static_cast<double>(max) / (static_cast<double>(total) / 8), 1.05);
+}
+
+TEST(PlannerBaseline, GatherBroadcastMovesTheModelToEveryRank) {
+  Preset p = MakeReplicatedPreset(4, 8, 1, 8, 2);
+  PlannerOptions options;
+  options.bucket_bytes = 16 << 20;
+  Result<PlanResult> gb = PlanGatherBroadcast(p.source, p.destination, p.topology, options);
+  Result<PlanResult> rs = PlanReshard(p.source, p.destination, p.topology, options);
+  ASSERT_TRUE(gb.ok() && rs.ok());
+  ASSERT_TRUE(ValidatePlan(gb->plan, p.source, p.destination).ok());
+  PlanStats g = ComputePlanStats(gb->plan, p.topology, &gb->demand);
+  PlanStats s = ComputePlanStats(rs->plan, p.topology, &rs->demand);
+  const int64_t model = p.destination.LogicalBytes();
+  const int64_t weights = 4 * int64_t{4096} * 1024 * 2;
+  // The chain through 16 destination ranks carries the whole model 16 times; rank 0 gathers the
+  // 7/8 of the weights it lacks (it holds the replicated norms).
+  EXPECT_EQ(g.bytes_by_link[1] + g.bytes_by_link[2], model * 16 + weights / 8 * 7);
+  EXPECT_GT(g.predicted_seconds, s.predicted_seconds);
+}
+
+TEST(PlannerErrors, RejectsBadInput) {
+  Layout src, dst;
+  int a = src.AddTensor({"a", {8}, DType::kFP32}).value();
+  src.AppendFragment(a, Box::Make({0}, {4}).value(), 0, "a");
+  int b = dst.AddTensor({"a", {8}, DType::kFP32}).value();
+  dst.AppendFragment(b, Box::FromShape({8}), 1, "a");
+  Topology topo = Topology::Uniform(2, 1);
+  Result<PlanResult> r = PlanReshard(src, dst, topo);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not fully covered"), std::string::npos) << r.status().ToString();
+
+  Layout dst2;
+  int c = dst2.AddTensor({"a", {8}, DType::kBF16}).value();
+  dst2.AppendFragment(c, Box::FromShape({8}), 1, "a");
+  r = PlanReshard(src, dst2, topo);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bf16"), std::string::npos);
+
+  Layout dst3;
+  int e = dst3.AddTensor({"missing", {8}, DType::kFP32}).value();
+  dst3.AppendFragment(e, Box::FromShape({8}), 1, "m");
+  EXPECT_FALSE(PlanReshard(src, dst3, topo).ok());
+
+  EXPECT_FALSE(PlanReshard(src, dst, Topology::Uniform(1, 1)).ok());  // rank 1 unknown
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,201 @@
+// Tests of `ferry plan`: the report and its table for a small preset refit, JSON/DOT export,
+// layout-file mode, and the error paths (unknown model, bad framework spec, spec that does not fit
+// the model, incompatible or missing layout files, conflicting arguments), through the library
+// entry point and through the CLI11 subcommand.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/layout/layout.h"
+#include "core/layout/layout_io.h"
+#include "tools/cli/cmd_plan.h"
+#include "tools/cli/commands.h"
+
+namespace ferry::cli {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+PlanCommandArgs SmallPreset() {
+  PlanCommandArgs args;
+  args.model = "llama-3.1-8b";
+  args.scale = 1.0 / 64;
+  args.source_spec = "megatron:tp=2,pp=2";
+  args.destination_spec = "vllm:tp=2,dp=2";
+  args.gpus_per_node = 2;
+  args.validate = true;
+  return args;
+}
+
+TEST(PlanCommand, PresetReportComparesBothStrategies) {
+  PlanCommandArgs args = SmallPreset();
+  args.json_file = TempPath("plan.json");
+  args.dot_file = TempPath("plan.dot");
+  Result<PlanReport> report = RunPlanCommand(args);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->ranks, 8);
+  EXPECT_EQ(report->nodes, 4);
+  EXPECT_GT(report->tensors, 100);
+  EXPECT_GT(report->source_fragments, report->tensors);
+  EXPECT_GT(report->reshard.transfers, 0);
+  EXPECT_GT(report->reshard.stats.messages, 0);
+  // The destination is on other nodes than the source: every destination byte needs the network
+  // or a relay; gather-and-broadcast moves the whole model to every destination rank.
+  const int net = static_cast<int>(LinkClass::kNetwork);
+  EXPECT_GT(report->gather_broadcast.stats.bytes_by_link[net],
+            report->reshard.stats.bytes_by_link[net]);
+  EXPECT_GT(report->gather_broadcast.stats.predicted_seconds,
+            report->reshard.stats.predicted_seconds);
+  EXPECT_GE(report->reshard.stats.predicted_seconds, report->reshard.stats.lower_bound.seconds);
+  EXPECT_GT(report->reshard.planning_seconds, 0);
+
+  const std::string table = FormatPlanReport(*report);
+  for (const char* row : {"reshard", "gather-broadcast", "transfers", "messages",
+                          "bytes network", "bytes same_node", "max node ingress", "lower bound",
+                          "predicted time", "planning time", "ranks 8 on 4 nodes"}) {
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  }
+  EXPECT_NE(table.find("megatron:tp=2,pp=2"), std::string::npos) << table;
+
+  const std::string json = ReadFile(args.json_file);
+  EXPECT_NE(json.find("\"strategy\":\"reshard\""), std::string::npos) << json.substr(0, 200);
+  EXPECT_EQ(ReadFile(args.dot_file).rfind("digraph", 0), 0u);
+}
+
+TEST(PlanCommand, StrategyPicksTheExportedPlan) {
+  PlanCommandArgs args = SmallPreset();
+  args.validate = false;
+  args.strategy = Strategy::kGatherBroadcast;
+  args.json_file = TempPath("gb.json");
+  ASSERT_TRUE(RunPlanCommand(args).ok());
+  EXPECT_NE(ReadFile(args.json_file).find("\"strategy\":\"gather-broadcast\""), std::string::npos);
+}
+
+TEST(PlanCommand, LayoutFiles) {
+  Layout src, dst;
+  TensorSpec t{"w", {8, 4}, DType::kBF16};
+  const int s = src.AddTensor(t).value();
+  const int d = dst.AddTensor(t).value();
+  src.AppendFragment(s, Box::Make({0, 0}, {8, 4}).value(), 0, "b");
+  dst.AppendFragment(d, Box::Make({0, 0}, {4, 4}).value(), 2, "b");
+  dst.AppendFragment(d, Box::Make({4, 0}, {8, 4}).value(), 3, "b");
+  PlanCommandArgs args;
+  args.source_layout_file = TempPath("src.yaml");
+  args.destination_layout_file = TempPath("dst.yaml");
+  args.gpus_per_node = 2;
+  ASSERT_TRUE(SaveLayoutFile(src, args.source_layout_file).ok());
+  ASSERT_TRUE(SaveLayoutFile(dst, args.destination_layout_file).ok());
+  Result<PlanReport> report = RunPlanCommand(args);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->ranks, 4);
+  EXPECT_EQ(report->destination_bytes, 8 * 4 * 2);
+  EXPECT_EQ(report->reshard.stats.bytes_by_link[static_cast<int>(LinkClass::kNetwork)], 64);
+
+  // Incompatible: the destination tensor has another shape.
+  Layout other;
+  const int o = other.AddTensor(TensorSpec{"w", {8, 8}, DType::kBF16}).value();
+  other.AppendFragment(o, Box::Make({0, 0}, {8, 8}).value(), 1, "b");
+  args.destination_layout_file = TempPath("other.yaml");
+  ASSERT_TRUE(SaveLayoutFile(other, args.destination_layout_file).ok());
+  Result<PlanReport> bad = RunPlanCommand(args);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("incompatible layouts"), std::string::npos)
+      << bad.status().message();
+}
+
+struct BadCase {
+  const char* what;
+  PlanCommandArgs args;
+  const char* expected;  // substring of the error
+};
+
+TEST(PlanCommand, BadInputsGiveClearErrors) {
+  std::vector<BadCase> cases;
+  PlanCommandArgs a = SmallPreset();
+  a.model = "gpt-17";
+  cases.push_back({"unknown model", a, "gpt-17"});
+  a = SmallPreset();
+  a.source_spec = "megatorn:tp=2";
+  cases.push_back({"unknown framework", a, "--src megatorn:tp=2"});
+  a = SmallPreset();
+  a.destination_spec = "vllm:tp=two";
+  cases.push_back({"non-numeric value", a, "--dst vllm:tp=two"});
+  a = SmallPreset();
+  a.source_spec = "megatron:tp=3";
+  cases.push_back({"spec does not fit the model", a, "megatron:tp=3"});
+  a = SmallPreset();
+  a.destination_spec.clear();
+  cases.push_back({"missing --dst", a, "--src and --dst"});
+  a = SmallPreset();
+  a.gpus_per_node = 0;
+  cases.push_back({"bad gpus per node", a, "gpus"});
+  a = SmallPreset();
+  a.source_layout_file = "x.yaml";
+  cases.push_back({"both modes", a, "either --model"});
+  a = PlanCommandArgs();
+  cases.push_back({"nothing", a, "either --model"});
+  a = PlanCommandArgs();
+  a.source_layout_file = TempPath("does-not-exist.yaml");
+  a.destination_layout_file = TempPath("does-not-exist.yaml");
+  cases.push_back({"missing file", a, "--src-layout"});
+  a = PlanCommandArgs();
+  a.source_layout_file = TempPath("only-src.yaml");
+  cases.push_back({"one layout file", a, "together"});
+  for (const BadCase& c : cases) {
+    Result<PlanReport> r = RunPlanCommand(c.args);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_NE(r.status().message().find(c.expected), std::string::npos)
+        << c.what << ": " << r.status().message();
+  }
+}
+
+int RunCli(std::vector<std::string> argv) {
+  CLI::App app{"ferry"};
+  int exit_code = -1;
+  AddPlanCommand(app, &exit_code);
+  argv.insert(argv.begin(), "ferry");
+  std::vector<char*> ptrs;
+  for (std::string& s : argv) ptrs.push_back(s.data());
+  try {
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}
+
+TEST(PlanCommand, CliExitCodes) {
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(RunCli({"plan", "--model", "llama-3.1-8b", "--scale", "1/64", "--src",
+                    "megatron:tp=2,pp=2", "--dst", "vllm:tp=2,dp=2", "--gpus-per-node", "2"}),
+            0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("predicted time"), std::string::npos) << out;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunCli({"plan", "--model", "no-such-model", "--src", "megatron:tp=1", "--dst",
+                    "vllm:tp=1"}),
+            1);
+  EXPECT_EQ(RunCli({"plan", "--model", "llama-3.1-8b", "--src", "megatron:tp=1", "--dst",
+                    "vllm:tp=1", "--strategy", "broadcast-everything"}),
+            2);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("no-such-model"), std::string::npos) << err;
+  EXPECT_NE(err.find("broadcast-everything"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace ferry::cli

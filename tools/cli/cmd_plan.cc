@@ -1,0 +1,305 @@
+// `ferry plan`: layouts from a model preset + framework specs or from files, both strategies
+// planned, a side-by-side summary table, optional JSON/DOT export of one plan.
+#include "tools/cli/cmd_plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/base/strings.h"
+#include "core/layout/layout_io.h"
+#include "core/layout/validate.h"
+#include "core/plan/export.h"
+#include "core/plan/validate.h"
+#include "tools/cli/commands.h"
+#include "tools/models/framework_layouts.h"
+#include "tools/models/presets.h"
+
+namespace ferry::cli {
+namespace {
+
+struct Inputs {
+  std::string description;
+  Layout source, destination;
+  Topology topology;
+};
+
+Status WithContext(const Status& status, const std::string& context) {
+  return Status(status.code(), context + ": " + status.message());
+}
+
+Result<Inputs> PresetInputs(const PlanCommandArgs& args) {
+  if (args.source_spec.empty() || args.destination_spec.empty()) {
+    return InvalidArgument("--model needs both --src and --dst framework specs, e.g. --src "
+                           "megatron:pp=16,ep=16 --dst vllm:tp=32,dp=8,ep=32");
+  }
+  Result<models::ModelPreset> preset = models::MakePreset(args.model, args.scale);
+  if (!preset.ok()) return WithContext(preset.status(), "--model " + args.model);
+  Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(args.source_spec);
+  if (!src.ok()) return WithContext(src.status(), "--src " + args.source_spec);
+  Result<models::FrameworkSpec> dst = models::ParseFrameworkSpec(args.destination_spec);
+  if (!dst.ok()) return WithContext(dst.status(), "--dst " + args.destination_spec);
+  if (args.gpus_per_node < 1) {
+    return InvalidArgument("--gpus-per-node must be positive, got " +
+                           std::to_string(args.gpus_per_node));
+  }
+  models::RefitOptions options;
+  options.colocated = args.colocated;
+  options.gpus_per_node = args.gpus_per_node;
+  Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, options);
+  if (!refit.ok()) {
+    return WithContext(refit.status(), args.model + " with --src " + args.source_spec +
+                                           " --dst " + args.destination_spec);
+  }
+  Inputs in;
+  in.description = preset->config().name + ": " + refit->source_spec.ToString() + " -> " +
+                   refit->destination_spec.ToString() + (args.colocated ? " (colocated)" : "");
+  in.source = std::move(refit->source);
+  in.destination = std::move(refit->destination);
+  in.topology = std::move(refit->topology);
+  return in;
+}
+
+Result<Inputs> FileInputs(const PlanCommandArgs& args) {
+  if (args.source_layout_file.empty() || args.destination_layout_file.empty()) {
+    return InvalidArgument("--src-layout and --dst-layout must be given together");
+  }
+  Inputs in;
+  Result<Layout> src = LoadLayoutFile(args.source_layout_file);
+  if (!src.ok()) return WithContext(src.status(), "--src-layout " + args.source_layout_file);
+  Result<Layout> dst = LoadLayoutFile(args.destination_layout_file);
+  if (!dst.ok()) return WithContext(dst.status(), "--dst-layout " + args.destination_layout_file);
+  in.source = std::move(*src);
+  in.destination = std::move(*dst);
+  if (Status s = ValidateLayout(in.source); !s.ok()) return WithContext(s, "source layout");
+  if (Status s = ValidateLayout(in.destination); !s.ok()) {
+    return WithContext(s, "destination layout");
+  }
+  if (Status s = CheckCompatible(in.source, in.destination); !s.ok()) {
+    return WithContext(s, "incompatible layouts");
+  }
+  int max_rank = -1;
+  for (const Layout* l : {&in.source, &in.destination}) {
+    for (int r : l->Ranks()) max_rank = std::max(max_rank, r);
+  }
+  if (!args.topology_file.empty()) {
+    Result<Topology> topology = LoadTopologyFile(args.topology_file);
+    if (!topology.ok()) return WithContext(topology.status(), "--topology " + args.topology_file);
+    in.topology = std::move(*topology);
+    if (in.topology.NumRanks() <= max_rank) {
+      return InvalidArgument("--topology " + args.topology_file + " has " +
+                             std::to_string(in.topology.NumRanks()) +
+                             " ranks but the layouts use rank " + std::to_string(max_rank));
+    }
+  } else {
+    if (args.gpus_per_node < 1) {
+      return InvalidArgument("--gpus-per-node must be positive, got " +
+                             std::to_string(args.gpus_per_node));
+    }
+    in.topology = Topology::Uniform(max_rank + 1, args.gpus_per_node);
+  }
+  in.description = args.source_layout_file + " -> " + args.destination_layout_file;
+  return in;
+}
+
+int64_t CountTransfers(const TransferPlan& plan) {
+  int64_t n = 0;
+  for (const Op& op : plan.ops) {
+    for (const CopyPair& c : op.copies) n += c.from.space == Space::kSource ? 1 : 0;
+    if (op.kind == OpKind::kSend && op.data.space == Space::kSource) ++n;
+  }
+  return n;
+}
+
+Result<StrategyReport> PlanOne(Strategy strategy, const Inputs& in, const PlanCommandArgs& args) {
+  StrategyReport report;
+  report.strategy = strategy;
+  const auto start = std::chrono::steady_clock::now();
+  Result<PlanResult> result = MakePlan(strategy, in.source, in.destination, in.topology);
+  report.planning_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!result.ok()) {
+    return WithContext(result.status(), std::string(StrategyName(strategy)) + " planning failed");
+  }
+  if (args.validate) {
+    if (Status s = ValidatePlan(result->plan, in.source, in.destination); !s.ok()) {
+      return WithContext(s, std::string(StrategyName(strategy)) + " plan is invalid");
+    }
+  }
+  report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
+  report.transfers = CountTransfers(result->plan);
+  if (strategy == args.strategy) {
+    if (!args.json_file.empty()) {
+      FERRY_RETURN_IF_ERROR(WriteTextFile(args.json_file, PlanToJson(result->plan)));
+    }
+    if (!args.dot_file.empty()) {
+      FERRY_RETURN_IF_ERROR(WriteTextFile(args.dot_file, PlanToDot(result->plan)));
+    }
+  }
+  return report;
+}
+
+std::string Seconds(double s) {
+  char buf[64];
+  if (s >= 1) {
+    std::snprintf(buf, sizeof buf, "%.3f s", s);
+  } else if (s >= 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  }
+  return buf;
+}
+
+std::string Count(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+}  // namespace
+
+Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
+  const bool preset_mode = !args.model.empty();
+  const bool file_mode = !args.source_layout_file.empty() || !args.destination_layout_file.empty();
+  if (preset_mode == file_mode) {
+    return InvalidArgument(
+        "give either --model with --src/--dst, or --src-layout with --dst-layout");
+  }
+  if (file_mode && (!args.source_spec.empty() || !args.destination_spec.empty())) {
+    return InvalidArgument("--src/--dst framework specs need --model, not layout files");
+  }
+  if (preset_mode && !args.topology_file.empty()) {
+    return InvalidArgument("--topology is for layout files; with --model use --gpus-per-node");
+  }
+  Result<Inputs> in = preset_mode ? PresetInputs(args) : FileInputs(args);
+  if (!in.ok()) return in.status();
+
+  PlanReport report;
+  report.description = in->description;
+  report.ranks = in->topology.NumRanks();
+  report.nodes = in->topology.NumNodes();
+  report.tensors = static_cast<int64_t>(in->destination.tensors.size());
+  report.source_fragments = static_cast<int64_t>(in->source.fragments.size());
+  report.destination_fragments = static_cast<int64_t>(in->destination.fragments.size());
+  for (const Fragment& f : in->destination.fragments) {
+    report.destination_bytes +=
+        f.NumElements() * DTypeSize(in->destination.tensors[f.tensor].dtype);
+  }
+  FERRY_ASSIGN_OR_RETURN(report.reshard, PlanOne(Strategy::kReshard, *in, args));
+  FERRY_ASSIGN_OR_RETURN(report.gather_broadcast, PlanOne(Strategy::kGatherBroadcast, *in, args));
+  return report;
+}
+
+std::string FormatPlanReport(const PlanReport& r) {
+  std::vector<std::array<std::string, 3>> rows;
+  const StrategyReport& a = r.reshard;
+  const StrategyReport& b = r.gather_broadcast;
+  auto row = [&](std::string name, std::string x, std::string y) {
+    rows.push_back({std::move(name), std::move(x), std::move(y)});
+  };
+  auto bytes = [](int64_t n) { return FormatBytes(static_cast<double>(n)); };
+  row("", std::string(StrategyName(a.strategy)), std::string(StrategyName(b.strategy)));
+  row("transfers", Count(a.transfers), Count(b.transfers));
+  row("ops", Count(a.stats.ops), Count(b.stats.ops));
+  row("messages", Count(a.stats.messages), Count(b.stats.messages));
+  row("network messages", Count(a.stats.network_messages), Count(b.stats.network_messages));
+  for (LinkClass link : {LinkClass::kSameRank, LinkClass::kSameNode, LinkClass::kNetwork}) {
+    const int i = static_cast<int>(link);
+    row("bytes " + std::string(LinkClassName(link)), bytes(a.stats.bytes_by_link[i]),
+        bytes(b.stats.bytes_by_link[i]));
+  }
+  row("pack + unpack bytes", bytes(a.stats.pack_bytes + a.stats.unpack_bytes),
+      bytes(b.stats.pack_bytes + b.stats.unpack_bytes));
+  row("max node ingress", bytes(a.stats.max_node_ingress), bytes(b.stats.max_node_ingress));
+  row("max node egress", bytes(a.stats.max_node_egress), bytes(b.stats.max_node_egress));
+  row("longest message chain", Count(a.stats.longest_message_chain),
+      Count(b.stats.longest_message_chain));
+  row("lower bound", Seconds(a.stats.lower_bound.seconds), Seconds(b.stats.lower_bound.seconds));
+  row("predicted time", Seconds(a.stats.predicted_seconds), Seconds(b.stats.predicted_seconds));
+  row("planning time", Seconds(a.planning_seconds), Seconds(b.planning_seconds));
+
+  std::array<size_t, 3> width{};
+  for (const auto& cells : rows) {
+    for (size_t c = 0; c < 3; ++c) width[c] = std::max(width[c], cells[c].size());
+  }
+  std::ostringstream out;
+  out << r.description << "\n";
+  out << "ranks " << r.ranks << " on " << r.nodes << " nodes, tensors " << Count(r.tensors)
+      << ", fragments " << Count(r.source_fragments) << " source + "
+      << Count(r.destination_fragments) << " destination, destination bytes "
+      << bytes(r.destination_bytes) << "\n\n";
+  for (const auto& cells : rows) {
+    out << cells[0] << std::string(width[0] - cells[0].size(), ' ');
+    for (size_t c = 1; c < 3; ++c) {
+      out << "  " << std::string(width[c] - cells[c].size(), ' ') << cells[c];
+    }
+    out << "\n";
+  }
+  if (a.stats.predicted_seconds > 0 && b.stats.predicted_seconds > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "\nreshard predicted %.2fx faster than gather-broadcast\n",
+                  b.stats.predicted_seconds / a.stats.predicted_seconds);
+    out << buf;
+  }
+  return out.str();
+}
+
+void AddPlanCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<PlanCommandArgs>();
+  auto strategy = std::make_shared<std::string>("reshard");
+  auto scale = std::make_shared<std::string>("1");
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Plan a refit (reshard and gather-and-broadcast) and print a summary table");
+  cmd->add_option("--model", args->model, "Model preset (" + [] {
+    std::string names;
+    for (const std::string& n : models::PresetNames()) names += (names.empty() ? "" : ", ") + n;
+    return names;
+  }() + ")");
+  cmd->add_option("--scale", *scale, "Shrink the preset's wide dims by this factor (0, 1], e.g. 1/64");
+  cmd->add_option("--src", args->source_spec, "Source framework, e.g. megatron:pp=16,ep=16");
+  cmd->add_option("--dst", args->destination_spec, "Destination framework, e.g. vllm:tp=32,dp=8,ep=32");
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node (default 8)");
+  cmd->add_flag("--colocated", args->colocated, "Destination on the source's ranks");
+  cmd->add_option("--src-layout", args->source_layout_file, "Source layout file (YAML/JSON)");
+  cmd->add_option("--dst-layout", args->destination_layout_file, "Destination layout file");
+  cmd->add_option("--topology", args->topology_file, "Topology file (with layout files)");
+  cmd->add_option("--strategy", *strategy, "Plan written by --json/--dot: reshard | gather-broadcast");
+  cmd->add_option("--json", args->json_file, "Write the plan as JSON to this file");
+  cmd->add_option("--dot", args->dot_file, "Write the plan as Graphviz DOT to this file");
+  cmd->add_flag("--validate", args->validate, "Check both plans with the plan validator");
+  cmd->callback([args, strategy, scale, exit_code] {
+    Result<double> parsed_scale = models::ParseScale(*scale);
+    if (!parsed_scale.ok()) {
+      std::cerr << "ferry plan: --scale: " << parsed_scale.status().message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    args->scale = *parsed_scale;
+    Result<Strategy> parsed = ParseStrategy(*strategy);
+    if (!parsed.ok()) {
+      std::cerr << "ferry plan: --strategy: " << parsed.status().message() << "\n";
+      *exit_code = 2;
+      return;
+    }
+    args->strategy = *parsed;
+    Result<PlanReport> report = RunPlanCommand(*args);
+    if (!report.ok()) {
+      std::cerr << "ferry plan: " << report.status().message() << "\n";
+      *exit_code = 1;
+      return;
+    }
+    std::cout << FormatPlanReport(*report);
+    *exit_code = 0;
+  });
+}
+
+}  // namespace ferry::cli

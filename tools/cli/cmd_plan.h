@@ -1,0 +1,59 @@
+// `ferry plan`: builds the source and destination layouts (a model preset under two framework
+// specs, or layout files), plans the refit with both strategies (reshard and gather-and-broadcast),
+// and prints a summary table side by side; optionally writes one plan as JSON and/or DOT.
+//
+// The pieces are exposed for tests: RunPlanCommand does the work and returns the report (or a
+// clear error), FormatPlanReport renders the table. Pure functions apart from reading/writing the
+// named files; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "core/base/status.h"
+#include "core/plan/stats.h"
+#include "planner/planner.h"
+
+namespace ferry::cli {
+
+struct PlanCommandArgs {
+  // Preset mode: a model preset and two framework specs (tools/models/framework_layouts.h).
+  std::string model;
+  double scale = 1.0;       // shrink the preset's wide dims (tests, quick looks)
+  std::string source_spec;  // "megatron:pp=16,ep=16"
+  std::string destination_spec;  // "vllm:tp=32,dp=8,ep=32"
+  int gpus_per_node = 8;
+  bool colocated = false;   // destination on the source's ranks
+  // File mode (instead of a preset): layouts in YAML/JSON (docs/layout-format.md), optional
+  // topology (default: every rank up to the highest one used, gpus_per_node per node).
+  std::string source_layout_file, destination_layout_file, topology_file;
+  // Which plan --json / --dot write.
+  Strategy strategy = Strategy::kReshard;
+  std::string json_file, dot_file;
+  bool validate = false;    // run ValidatePlan on both plans (slow on large plans)
+};
+
+struct StrategyReport {
+  Strategy strategy = Strategy::kReshard;
+  PlanStats stats;
+  int64_t transfers = 0;      // source regions read (copy pairs from a source buffer, direct sends)
+  double planning_seconds = 0;  // wall time of the planner call
+};
+
+struct PlanReport {
+  std::string description;  // what was planned: "deepseek-v3: megatron:... -> vllm:..." or files
+  int ranks = 0, nodes = 0;
+  int64_t tensors = 0;
+  int64_t source_fragments = 0, destination_fragments = 0;
+  int64_t destination_bytes = 0;  // bytes of all destination fragments
+  StrategyReport reshard, gather_broadcast;
+};
+
+// Builds the layouts, plans with both strategies and writes the requested files. Errors
+// (InvalidArgument / NotFound) name the bad input: unknown model, bad framework spec, a spec that
+// does not fit the model, unreadable or incompatible layout files, a missing argument.
+Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args);
+
+// The summary table: one row per quantity, reshard and gather-broadcast side by side.
+std::string FormatPlanReport(const PlanReport& report);
+
+}  // namespace ferry::cli
