@@ -33,6 +33,7 @@ struct SimulateArgs {
   std::string svg_path;
   int64_t network_chunk_bytes = 0;
   int64_t bucket_bytes = 0;
+  int propagation_rounds = sim::SimOptions{}.propagation_rounds;
 };
 
 struct StrategyRun {
@@ -50,7 +51,7 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const models::RefitLayout
                                     const Topology& topology, const PlannerOptions& planner_options,
                                     const sim::ClusterSpec& cluster,
                                     const sim::RankMapping& mapping, bool record,
-                                    NetworkDemand* demand) {
+                                    int propagation_rounds, NetworkDemand* demand) {
   StrategyRun run;
   run.name = std::string(StrategyName(strategy));
   auto t0 = std::chrono::steady_clock::now();
@@ -62,6 +63,7 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const models::RefitLayout
   sim::SimOptions options;
   options.record_op_times = record;
   options.record_ingress = record;
+  options.propagation_rounds = propagation_rounds;
   t0 = std::chrono::steady_clock::now();
   Result<sim::SimResult> simulated = sim::Simulate(planned->plan, cluster, mapping, options);
   if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
@@ -79,6 +81,7 @@ Status WriteReports(const SimulateArgs& args, const models::RefitLayouts& refit,
   sim::SimOptions options;
   options.record_op_times = !args.trace_path.empty();
   options.record_ingress = !args.svg_path.empty();
+  options.propagation_rounds = args.propagation_rounds;
   FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
                          sim::Simulate(planned->plan, cluster, mapping, options));
   if (!args.trace_path.empty()) {
@@ -128,10 +131,11 @@ Status RunSimulate(const SimulateArgs& args) {
   NetworkDemand demand;
   FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
                          PlanAndSimulate(Strategy::kReshard, refit, topology, planner_options,
-                                         cluster, mapping, false, &demand));
+                                         cluster, mapping, false, args.propagation_rounds, &demand));
   FERRY_ASSIGN_OR_RETURN(StrategyRun baseline,
                          PlanAndSimulate(Strategy::kGatherBroadcast, refit, topology,
-                                         planner_options, cluster, mapping, false, nullptr));
+                                         planner_options, cluster, mapping, false,
+                                         args.propagation_rounds, nullptr));
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
                          sim::ComputeLowerBound(refit.source, refit.destination, cluster, mapping));
   ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
@@ -210,6 +214,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "planner: largest network message (default: the planner's)");
   cmd->add_option("--bucket-bytes", args->bucket_bytes,
                   "gather-and-broadcast bucket size (default: the planner's)");
+  cmd->add_option("--propagation-rounds", args->propagation_rounds,
+                  "simulator: how far a rate change spreads beyond the links it touches")
+      ->capture_default_str();
   cmd->callback([args, exit_code]() {
     Status s = RunSimulate(*args);
     if (!s.ok()) {

@@ -173,10 +173,13 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
-  std::vector<int> scratch_affected_, scratch_links_, to_fix_;
+  std::vector<int> scratch_affected_, scratch_links_;
   std::vector<double> new_rate_;
   std::vector<int> new_bottleneck_;
   std::vector<char> fixed_;
+  std::vector<int> slot_;  // class id -> index in the affected list of the current round
+  std::vector<std::pair<double, int>> link_heap_;
+  std::vector<int> cap_order_;
   uint32_t stamp_ = 0;
 
   double network_bytes_ = 0, nvlink_bytes_ = 0, local_bytes_ = 0;
@@ -524,7 +527,10 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
   std::vector<int>& local_links = scratch_links_;
   for (int round = 0; round <= opt_.propagation_rounds && !seed_links.empty(); ++round) {
     ++stamp_;
-    if (flow_mark_.size() < classes_.size()) flow_mark_.resize(classes_.size(), 0);
+    if (flow_mark_.size() < classes_.size()) {
+      flow_mark_.resize(classes_.size(), 0);
+      slot_.resize(classes_.size(), 0);
+    }
     affected.clear();
     for (int l : seed_links) {
       for (int cid : res_[l].classes) {
@@ -535,6 +541,7 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
       }
     }
     if (affected.empty()) break;
+    if (round > 0 && static_cast<int>(affected.size()) > opt_.propagation_budget) break;
     local_links.clear();
     for (int cid : affected) {
       FlowClass& c = classes_[cid];
@@ -556,39 +563,64 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
     new_bottleneck_.assign(n, -1);
     fixed_.assign(n, 0);
     size_t unfixed = n;
+    // Progressive filling with a heap of link fair shares: the link with the smallest share
+    // (residual / unfixed members) fixes all its unfixed classes at that share; fixing can only
+    // raise the shares of the other links, so each class and link update costs O(log links).
+    for (size_t i = 0; i < n; ++i) slot_[affected[i]] = static_cast<int>(i);
+    auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
+    using Entry = std::pair<double, int>;
+    link_heap_.clear();
+    auto push = [this](double v, int l) {
+      link_heap_.push_back({v, l});
+      std::push_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+    };
+    for (int l : local_links) {
+      if (count_[l] > 0) push(share(l), l);
+    }
+    cap_order_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (classes_[affected[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
+    }
+    std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
+      return classes_[affected[x]].cap < classes_[affected[y]].cap;
+    });
+    size_t next_cap = 0;
+    auto fix = [&](int i, double level, int bottleneck) {
+      fixed_[i] = 1;
+      new_rate_[i] = level;
+      new_bottleneck_[i] = bottleneck;
+      --unfixed;
+      const FlowClass& c = classes_[affected[i]];
+      for (int k = 0; k < c.num_links; ++k) {
+        int l = c.links[k];
+        residual_[l] -= level * c.members;
+        count_[l] -= c.members;
+        if (count_[l] > 0) push(share(l), l);
+      }
+    };
     while (unfixed > 0) {
-      double level = kInf;
-      for (int l : local_links) {
-        if (count_[l] > 0) level = std::min(level, std::max(0.0, residual_[l]) / count_[l]);
+      while (!link_heap_.empty()) {
+        const Entry& top = link_heap_.front();
+        if (count_[top.second] > 0 && top.first == share(top.second)) break;
+        std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+        link_heap_.pop_back();
       }
-      for (size_t i = 0; i < n; ++i) {
-        if (!fixed_[i]) level = std::min(level, classes_[affected[i]].cap);
+      while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
+      const double link_level = link_heap_.empty() ? kInf : link_heap_.front().first;
+      const double cap_level =
+          next_cap < cap_order_.size() ? classes_[affected[cap_order_[next_cap]]].cap : kInf;
+      if (link_heap_.empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
+      if (cap_level <= link_level) {
+        fix(cap_order_[next_cap], cap_level, -1);
+        continue;
       }
-      const double limit = level * (1 + kRelEps) + 1e-300;
-      to_fix_.clear();
-      for (size_t i = 0; i < n; ++i) {
-        if (fixed_[i]) continue;
-        const FlowClass& c = classes_[affected[i]];
-        int bottleneck = -2;
-        if (c.cap <= limit) bottleneck = -1;
-        for (int k = 0; k < c.num_links && bottleneck == -2; ++k) {
-          int l = c.links[k];
-          if (std::max(0.0, residual_[l]) / count_[l] <= limit) bottleneck = l;
-        }
-        if (bottleneck != -2) {
-          new_bottleneck_[i] = bottleneck;
-          to_fix_.push_back(static_cast<int>(i));
-        }
-      }
-      for (int i : to_fix_) {
-        fixed_[i] = 1;
-        new_rate_[i] = level;
-        --unfixed;
-        const FlowClass& c = classes_[affected[i]];
-        for (int k = 0; k < c.num_links; ++k) {
-          residual_[c.links[k]] -= level * c.members;
-          count_[c.links[k]] -= c.members;
-        }
+      const int l = link_heap_.front().second;
+      std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+      link_heap_.pop_back();
+      for (int cid : res_[l].classes) {
+        if (flow_mark_[cid] != stamp_) continue;
+        int i = slot_[cid];
+        if (!fixed_[i]) fix(i, link_level, l);
       }
     }
     seed_links.clear();
@@ -806,6 +838,7 @@ Result<SimResult> Simulate(const TransferPlan& plan, const ClusterSpec& cluster,
     return InvalidArgument("ingress_buckets must be an even number >= 2");
   }
   if (options.propagation_rounds < 0) return InvalidArgument("propagation_rounds must be >= 0");
+  if (options.propagation_budget < 0) return InvalidArgument("propagation_budget must be >= 0");
   FERRY_ASSIGN_OR_RETURN(ClusterSpec fitted, FitClusterToMapping(cluster, mapping));
   Engine engine(plan, fitted, mapping, options);
   return engine.Run();

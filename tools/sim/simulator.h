@@ -15,8 +15,9 @@
 //                                        of store-and-forward delay per end, without GPUDirect)
 // Flows share each link max-min fairly (progressive filling). Rates are recomputed only for the
 // flows on the links a starting/finishing flow touches, then propagated to the links of the flows
-// whose rate dropped (`propagation_rounds` times) — never globally per event. A Forward can only
-// start after the Recv it depends on finished, so relays are store-and-forward per chunk.
+// whose rate dropped (`propagation_rounds` times, each within `propagation_budget` flow classes) —
+// never globally per event. A Forward can only start after the Recv it depends on finished, so
+// relays are store-and-forward per chunk.
 //
 // Simulate() is a pure function of its inputs; it is thread-safe and allocates its own state.
 #pragma once
@@ -51,6 +52,9 @@ struct SimOptions {
   bool record_ingress = false;   // fill SimResult::ingress (needed for the SVG)
   int ingress_buckets = 256;     // time buckets of the ingress series
   int propagation_rounds = 2;    // how far a rate change spreads beyond the touched links
+  // A propagation round is skipped when it would recompute more flow classes than this (dense
+  // all-to-all traffic, where every link sees an event soon anyway).
+  int propagation_budget = 512;
 };
 
 struct OpTime {
