@@ -73,7 +73,6 @@ struct FlowClass {
   double t_last = 0;
   int ingress_node = -1;
   int bottleneck = -1;
-  uint32_t version = 0;
   // (finish service, flow id), smallest first.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
                       std::greater<std::pair<double, int>>>
@@ -93,14 +92,79 @@ struct ClassKeyHash {
   }
 };
 
-enum class EventType : uint8_t { kFlowStart, kFlowFinish, kOpDone };
+enum class EventType : uint8_t { kFlowStart, kOpDone };
+
+// Min-heap of flow classes by next finish time, with O(log n) update and removal by class id, so a
+// rate change moves one entry instead of queueing a new event.
+class FinishHeap {
+ public:
+  bool Empty() const { return heap_.empty(); }
+  int Top() const { return heap_.front(); }
+  double TopTime() const { return time_[heap_.front()]; }
+  void Set(int id, double t) {
+    if (id >= static_cast<int>(pos_.size())) {
+      pos_.resize(id + 1, -1);
+      time_.resize(id + 1, 0);
+    }
+    time_[id] = t;
+    if (pos_[id] < 0) {
+      pos_[id] = static_cast<int>(heap_.size());
+      heap_.push_back(id);
+    }
+    SiftDown(SiftUp(pos_[id]));
+  }
+  void Remove(int id) {
+    if (id >= static_cast<int>(pos_.size()) || pos_[id] < 0) return;
+    int p = pos_[id];
+    int last = heap_.back();
+    heap_.pop_back();
+    pos_[id] = -1;
+    if (last == id) return;
+    heap_[p] = last;
+    pos_[last] = p;
+    SiftDown(SiftUp(p));
+  }
+
+ private:
+  bool Less(int a, int b) const { return time_[a] < time_[b] || (time_[a] == time_[b] && a < b); }
+  void Place(int p, int id) {
+    heap_[p] = id;
+    pos_[id] = p;
+  }
+  int SiftUp(int p) {
+    int id = heap_[p];
+    while (p > 0) {
+      int parent = (p - 1) / 2;
+      if (!Less(id, heap_[parent])) break;
+      Place(p, heap_[parent]);
+      p = parent;
+    }
+    Place(p, id);
+    return p;
+  }
+  void SiftDown(int p) {
+    int id = heap_[p];
+    const int n = static_cast<int>(heap_.size());
+    while (true) {
+      int child = 2 * p + 1;
+      if (child >= n) break;
+      if (child + 1 < n && Less(heap_[child + 1], heap_[child])) ++child;
+      if (!Less(heap_[child], id)) break;
+      Place(p, heap_[child]);
+      p = child;
+    }
+    Place(p, id);
+  }
+  std::vector<int> heap_;
+  std::vector<int> pos_;  // heap position of each id, -1 when absent
+  std::vector<double> time_;
+};
 
 struct Event {
   double t;
   uint64_t seq;
   EventType type;
   int id;
-  uint32_t version;
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
@@ -127,8 +191,8 @@ class Engine {
     return NodeOfGpu(gpu) * c_.nics_per_node + c_.NicOfLocalGpu(gpu % c_.gpus_per_node);
   }
 
-  void Push(double t, EventType type, int id, uint32_t version = 0) {
-    events_.push(Event{t, seq_++, type, id, version});
+  void Push(double t, EventType type, int id) {
+    events_.push(Event{t, seq_++, type, id});
   }
   void OnReady(int op, double t);
   void StartLocalOp(int op, double t);
@@ -156,6 +220,7 @@ class Engine {
   std::vector<Flow> flows_;
   std::vector<FlowClass> classes_;
   std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
+  FinishHeap finish_heap_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
@@ -431,10 +496,12 @@ int Engine::ClassOf(const Flow& f) {
 
 void Engine::ScheduleClassFinish(int cid, double now) {
   FlowClass& c = classes_[cid];
-  ++c.version;
-  if (c.members == 0 || c.rate <= 0) return;
+  if (c.members == 0 || c.rate <= 0) {
+    finish_heap_.Remove(cid);
+    return;
+  }
   double left = std::max(0.0, c.finishing.top().first - c.service);
-  Push(now + left / c.rate, EventType::kFlowFinish, cid, c.version);
+  finish_heap_.Set(cid, now + left / c.rate);
 }
 
 void Engine::OnFlowStart(int id, double t) {
@@ -780,15 +847,20 @@ Result<SimResult> Engine::Run() {
   for (int i = 0; i < n; ++i) {
     if (pending_[i] == 0) OnReady(i, 0.0);
   }
-  while (!events_.empty()) {
+  while (!events_.empty() || !finish_heap_.Empty()) {
+    ++num_events_;
+    if (!finish_heap_.Empty() &&
+        (events_.empty() || finish_heap_.TopTime() <= events_.top().t)) {
+      int cid = finish_heap_.Top();
+      double t = finish_heap_.TopTime();
+      finish_heap_.Remove(cid);
+      OnFlowFinish(cid, t);
+      continue;
+    }
     Event e = events_.top();
     events_.pop();
-    ++num_events_;
     switch (e.type) {
       case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
-      case EventType::kFlowFinish:
-        if (classes_[e.id].version == e.version) OnFlowFinish(e.id, e.t);
-        break;
       case EventType::kOpDone: OnOpDone(e.id, e.t); break;
     }
   }
