@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   ferry::cli::AddLayoutCommand(app, &exit_code);
   ferry::cli::AddPlanCommand(app, &exit_code);
+  ferry::cli::AddSimulateCommand(app, &exit_code);
   ferry::cli::AddConfigCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;

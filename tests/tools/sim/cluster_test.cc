@@ -1,0 +1,101 @@
+// Tests for cluster presets, quantity parsing, the YAML loader and rank mapping.
+#include "tools/sim/cluster.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry::sim {
+namespace {
+
+TEST(ClusterTest, PresetsAreValidAndDescribeTheirHardware) {
+  for (const std::string& name : ClusterPresetNames()) {
+    Result<ClusterSpec> c = ClusterPreset(name);
+    ASSERT_TRUE(c.ok()) << name;
+    EXPECT_TRUE(c->Validate().ok()) << name;
+    EXPECT_EQ(c->name, name);
+  }
+  ClusterSpec h100 = *ClusterPreset("dgx-h100");
+  EXPECT_EQ(h100.gpus_per_node, 8);
+  EXPECT_EQ(h100.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(h100.nic_bandwidth, 50e9);  // 400 Gb/s
+  EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth, 450e9);
+  ClusterSpec nvl72 = *ClusterPreset("gb200-nvl72");
+  EXPECT_EQ(nvl72.gpus_per_node, 72);
+  EXPECT_EQ(nvl72.gpus_per_tray, 4);
+  EXPECT_FALSE(ClusterPreset("dgx-a100").ok());
+  EXPECT_NE(ClusterPreset("dgx-a100").status().message().find("dgx-h100"), std::string::npos);
+}
+
+TEST(ClusterTest, ParsesQuantitiesWithUnits) {
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("400Gb/s"), 50e9);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("50 GB/s"), 50e9);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("1e9"), 1e9);
+  EXPECT_DOUBLE_EQ(*ParseDuration("5us"), 5e-6);
+  EXPECT_DOUBLE_EQ(*ParseDuration("2 ms"), 2e-3);
+  EXPECT_EQ(*ParseSize("4MiB"), 4 << 20);
+  EXPECT_EQ(*ParseSize("1GB"), 1000000000);
+  EXPECT_FALSE(ParseBandwidth("5 furlongs").ok());
+  EXPECT_FALSE(ParseDuration("fast").ok());
+  EXPECT_FALSE(ParseSize("-1").ok());
+}
+
+TEST(ClusterTest, YamlStartsFromABaseAndOverrides) {
+  Result<ClusterSpec> c = ParseClusterYaml(
+      "name: mine\nbase: dgx-h100\nnum_nodes: 4\nnic_bandwidth: 200Gb/s\nnic_latency: 10us\n"
+      "gpu_direct: false\nstaging_chunk_bytes: 8MiB\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->name, "mine");
+  EXPECT_EQ(c->gpus_per_node, 8);  // from the base
+  EXPECT_EQ(c->num_nodes, 4);
+  EXPECT_DOUBLE_EQ(c->nic_bandwidth, 25e9);
+  EXPECT_DOUBLE_EQ(c->nic_latency, 10e-6);
+  EXPECT_FALSE(c->gpu_direct);
+  EXPECT_EQ(c->staging_chunk_bytes, 8 << 20);
+}
+
+TEST(ClusterTest, YamlRejectsUnknownKeysAndBadValues) {
+  Result<ClusterSpec> c = ParseClusterYaml("gpus_per_nod: 8\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("unknown key 'gpus_per_nod'"), std::string::npos);
+  c = ParseClusterYaml("nic_bandwidth: lots\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("nic_bandwidth"), std::string::npos);
+  EXPECT_FALSE(ParseClusterYaml("network_efficiency: 1.5\n").ok());
+  EXPECT_FALSE(ParseClusterYaml("[1, 2]").ok());
+  EXPECT_FALSE(ParseClusterYaml("base: nope\n").ok());
+}
+
+TEST(ClusterTest, ShippedClusterFilesLoad) {
+  for (const char* path : {"tools/sim/clusters/this-host.yaml", "tools/sim/clusters/h200-single.yaml"}) {
+    Result<ClusterSpec> c = LoadCluster(path);
+    ASSERT_TRUE(c.ok()) << path << ": " << c.status().ToString();
+  }
+  EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_memory_ranks);
+  EXPECT_FALSE(LoadCluster("/no/such/file.yaml").ok());
+}
+
+TEST(ClusterTest, MappingFitsTheClusterAndNicsAreRailAligned) {
+  ClusterSpec c = *ClusterPreset("dgx-h100");
+  Result<ClusterSpec> fitted = FitClusterToMapping(c, RankMapping::Identity(20));
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_EQ(fitted->num_nodes, 3);
+  c.num_nodes = 2;
+  EXPECT_FALSE(FitClusterToMapping(c, RankMapping::Identity(20)).ok());
+  EXPECT_EQ(c.NicOfLocalGpu(5), 5);
+  c.nics_per_node = 4;
+  EXPECT_EQ(c.NicOfLocalGpu(5), 2);
+
+  Topology t = Topology::Uniform(4, 2);
+  Result<RankMapping> m = RankMapping::FromTopology(t, *ClusterPreset("dgx-h100"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->gpu_of_rank, (std::vector<int>{0, 1, 8, 9}));
+  Topology wide = Topology::Uniform(16, 16);
+  EXPECT_FALSE(RankMapping::FromTopology(wide, *ClusterPreset("dgx-h100")).ok());
+
+  Topology planner_view = TopologyForCluster(*ClusterPreset("gb200-nvl72"), 144);
+  EXPECT_EQ(planner_view.NumNodes(), 2);
+  EXPECT_EQ(planner_view.Link(0, 71), LinkClass::kSameNode);
+  EXPECT_EQ(planner_view.Link(0, 72), LinkClass::kNetwork);
+}
+
+}  // namespace
+}  // namespace ferry::sim

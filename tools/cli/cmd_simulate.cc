@@ -1,0 +1,229 @@
+// `ferry simulate`: plans a refit between two framework layouts of a model preset and replays the
+// ferry reshard plan and the gather-and-broadcast baseline on a cluster model, printing both beside
+// the physical lower bound, with link utilisation and the critical path; optionally writes a
+// Chrome-trace timeline and an SVG of per-node network ingress (of the reshard plan).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/strings.h"
+#include "planner/planner.h"
+#include "tools/cli/commands.h"
+#include "tools/models/framework_layouts.h"
+#include "tools/models/presets.h"
+#include "tools/sim/cluster.h"
+#include "tools/sim/lower_bound.h"
+#include "tools/sim/report.h"
+#include "tools/sim/simulator.h"
+
+namespace ferry::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model = "deepseek-v3";
+  std::string scale = "1";
+  std::string source = "megatron:pp=16,ep=16";
+  std::string destination = "vllm:tp=32,dp=8";
+  std::string cluster = "dgx-h100";
+  bool colocated = false;
+  std::string trace_path;
+  std::string svg_path;
+  int64_t network_chunk_bytes = 0;
+  int64_t bucket_bytes = 0;
+  int propagation_rounds = sim::SimOptions{}.propagation_rounds;
+};
+
+struct StrategyRun {
+  std::string name;
+  sim::SimResult result;
+  double plan_seconds = 0;  // wall time of the planner
+  double sim_seconds = 0;   // wall time of the simulator
+};
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Result<StrategyRun> PlanAndSimulate(Strategy strategy, const models::RefitLayouts& refit,
+                                    const Topology& topology, const PlannerOptions& planner_options,
+                                    const sim::ClusterSpec& cluster,
+                                    const sim::RankMapping& mapping, bool record,
+                                    int propagation_rounds, NetworkDemand* demand) {
+  StrategyRun run;
+  run.name = std::string(StrategyName(strategy));
+  auto t0 = std::chrono::steady_clock::now();
+  Result<PlanResult> planned =
+      MakePlan(strategy, refit.source, refit.destination, topology, planner_options);
+  if (!planned.ok()) return planned.status().WithContext("planning " + run.name);
+  run.plan_seconds = Since(t0);
+  if (demand != nullptr) *demand = planned->demand;
+  sim::SimOptions options;
+  options.record_op_times = record;
+  options.record_ingress = record;
+  options.propagation_rounds = propagation_rounds;
+  t0 = std::chrono::steady_clock::now();
+  Result<sim::SimResult> simulated = sim::Simulate(planned->plan, cluster, mapping, options);
+  if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
+  run.sim_seconds = Since(t0);
+  run.result = std::move(*simulated);
+  return run;
+}
+
+Status WriteReports(const SimulateArgs& args, const models::RefitLayouts& refit,
+                    const Topology& topology, const PlannerOptions& planner_options,
+                    const sim::ClusterSpec& cluster, const sim::RankMapping& mapping) {
+  Result<PlanResult> planned = MakePlan(Strategy::kReshard, refit.source, refit.destination,
+                                        topology, planner_options);
+  if (!planned.ok()) return planned.status();
+  sim::SimOptions options;
+  options.record_op_times = !args.trace_path.empty();
+  options.record_ingress = !args.svg_path.empty();
+  options.propagation_rounds = args.propagation_rounds;
+  FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
+                         sim::Simulate(planned->plan, cluster, mapping, options));
+  if (!args.trace_path.empty()) {
+    FERRY_ASSIGN_OR_RETURN(std::string json, sim::ChromeTraceJson(planned->plan, r));
+    FERRY_RETURN_IF_ERROR(sim::WriteTextFile(args.trace_path, json));
+    std::printf("wrote Chrome trace of the reshard plan to %s\n", args.trace_path.c_str());
+  }
+  if (!args.svg_path.empty()) {
+    FERRY_ASSIGN_OR_RETURN(std::string svg, sim::IngressSvg(r));
+    FERRY_RETURN_IF_ERROR(sim::WriteTextFile(args.svg_path, svg));
+    std::printf("wrote per-node ingress SVG of the reshard plan to %s\n", args.svg_path.c_str());
+  }
+  return Status::Ok();
+}
+
+Status RunSimulate(const SimulateArgs& args) {
+  FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
+  FERRY_ASSIGN_OR_RETURN(models::ModelPreset preset, models::MakePreset(args.model, scale));
+  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec src, models::ParseFrameworkSpec(args.source));
+  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec dst, models::ParseFrameworkSpec(args.destination));
+  FERRY_ASSIGN_OR_RETURN(sim::ClusterSpec cluster, sim::LoadCluster(args.cluster));
+  models::RefitOptions refit_options;
+  refit_options.colocated = args.colocated;
+  refit_options.gpus_per_node = cluster.gpus_per_node;
+  FERRY_ASSIGN_OR_RETURN(models::RefitLayouts refit,
+                         models::BuildRefitLayouts(preset, src, dst, refit_options));
+  const int num_ranks = refit.topology.NumRanks();
+  Topology topology = sim::TopologyForCluster(cluster, num_ranks);
+  FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
+                         sim::RankMapping::FromTopology(topology, cluster));
+  FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
+  PlannerOptions planner_options;
+  if (args.network_chunk_bytes > 0) planner_options.network_chunk_bytes = args.network_chunk_bytes;
+  if (args.bucket_bytes > 0) planner_options.bucket_bytes = args.bucket_bytes;
+
+  std::printf("model    %s (%s)\n", preset.config().name.c_str(),
+              FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
+  std::printf("source   %s on ranks 0..%d\n", refit.source_spec.ToString().c_str(),
+              models::NumRanks(refit.source_spec) - 1);
+  std::printf("dest     %s on ranks %d..%d%s\n", refit.destination_spec.ToString().c_str(),
+              refit.destination_first_rank,
+              refit.destination_first_rank + models::NumRanks(refit.destination_spec) - 1,
+              args.colocated ? " (colocated)" : "");
+  std::printf("cluster  %s, %d GPUs in %d nodes\n\n", cluster.Summary().c_str(),
+              cluster.TotalGpus(), cluster.num_nodes);
+
+  NetworkDemand demand;
+  FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
+                         PlanAndSimulate(Strategy::kReshard, refit, topology, planner_options,
+                                         cluster, mapping, false, args.propagation_rounds, &demand));
+  FERRY_ASSIGN_OR_RETURN(StrategyRun baseline,
+                         PlanAndSimulate(Strategy::kGatherBroadcast, refit, topology,
+                                         planner_options, cluster, mapping, false,
+                                         args.propagation_rounds, nullptr));
+  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
+                         sim::ComputeLowerBound(refit.source, refit.destination, cluster, mapping));
+  ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
+  double lower = bound.seconds;
+  std::string limit = bound.limit;
+  if (demand_bound.source_egress_seconds > lower) {
+    lower = demand_bound.source_egress_seconds;
+    limit = "source egress (bytes only some source nodes hold)";
+  }
+
+  std::printf("%-24s %18s %18s %14s\n", "", "ferry reshard", "gather-broadcast", "lower bound");
+  std::printf("%-24s %18s %18s %14s\n", "predicted time",
+              sim::FormatSeconds(reshard.result.total_time).c_str(),
+              sim::FormatSeconds(baseline.result.total_time).c_str(),
+              sim::FormatSeconds(lower).c_str());
+  std::printf("%-24s %17.2fx %17.2fx %14s\n", "vs lower bound",
+              lower > 0 ? reshard.result.total_time / lower : 0,
+              lower > 0 ? baseline.result.total_time / lower : 0, "1.00x");
+  std::printf("%-24s %18s %18s %14s\n", "network bytes",
+              FormatBytes(reshard.result.network_bytes).c_str(),
+              FormatBytes(baseline.result.network_bytes).c_str(),
+              FormatBytes(bound.total_network_bytes).c_str());
+  std::printf("%-24s %18s %18s %14s\n", "nvlink bytes",
+              FormatBytes(reshard.result.nvlink_bytes).c_str(),
+              FormatBytes(baseline.result.nvlink_bytes).c_str(), "");
+  std::printf("%-24s %18lld %18lld %14s\n", "ops",
+              static_cast<long long>(reshard.result.num_ops),
+              static_cast<long long>(baseline.result.num_ops), "");
+  std::printf("%-24s %18lld %18lld %14s\n", "messages",
+              static_cast<long long>(reshard.result.num_messages),
+              static_cast<long long>(baseline.result.num_messages), "");
+  std::printf("%-24s %18s %18s %14s\n", "planner / simulator wall",
+              (sim::FormatSeconds(reshard.plan_seconds) + " / " +
+               sim::FormatSeconds(reshard.sim_seconds)).c_str(),
+              (sim::FormatSeconds(baseline.plan_seconds) + " / " +
+               sim::FormatSeconds(baseline.sim_seconds)).c_str(), "");
+  std::printf("lower bound limited by: %s\n", limit.c_str());
+  std::printf("speed-up of ferry over gather-broadcast: %.2fx\n\n",
+              reshard.result.total_time > 0
+                  ? baseline.result.total_time / reshard.result.total_time : 0);
+  for (const StrategyRun* run : {&reshard, &baseline}) {
+    std::printf("%s: link utilisation\n%s", run->name.c_str(),
+                sim::UtilisationTable(run->result).c_str());
+    std::printf("%s: critical path\n%s\n", run->name.c_str(),
+                sim::CriticalPathText(run->result).c_str());
+  }
+  if (!args.trace_path.empty() || !args.svg_path.empty()) {
+    FERRY_RETURN_IF_ERROR(WriteReports(args, refit, topology, planner_options, cluster, mapping));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate",
+      "Predict refit time on a cluster model: ferry's reshard plan vs gather-and-broadcast vs the "
+      "lower bound");
+  cmd->add_option("--model", args->model, "model preset (deepseek-v3, qwen3-235b-a22b, ...)")
+      ->capture_default_str();
+  cmd->add_option("--scale", args->scale, "shrink the model's wide dims, e.g. 1/64")
+      ->capture_default_str();
+  cmd->add_option("--src", args->source, "trainer layout, e.g. megatron:pp=16,ep=16")
+      ->capture_default_str();
+  cmd->add_option("--dst", args->destination, "inference layout, e.g. vllm:tp=32,dp=8")
+      ->capture_default_str();
+  cmd->add_option("--cluster", args->cluster,
+                  "cluster preset (dgx-h100, dgx-h200, gb200-nvl72, efa-h100) or a YAML file")
+      ->capture_default_str();
+  cmd->add_flag("--colocated", args->colocated, "destination ranks on the source's GPUs");
+  cmd->add_option("--trace", args->trace_path, "write a Chrome-trace JSON of the reshard plan");
+  cmd->add_option("--svg", args->svg_path, "write an SVG of per-node network ingress over time");
+  cmd->add_option("--network-chunk-bytes", args->network_chunk_bytes,
+                  "planner: largest network message (default: the planner's)");
+  cmd->add_option("--bucket-bytes", args->bucket_bytes,
+                  "gather-and-broadcast bucket size (default: the planner's)");
+  cmd->add_option("--propagation-rounds", args->propagation_rounds,
+                  "simulator: how far a rate change spreads beyond the links it touches")
+      ->capture_default_str();
+  cmd->callback([args, exit_code]() {
+    Status s = RunSimulate(*args);
+    if (!s.ok()) {
+      std::cerr << "ferry simulate: " << s.ToString() << "\n";
+      *exit_code = 1;
+    }
+  });
+}
+
+}  // namespace ferry::cli

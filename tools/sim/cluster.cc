@@ -1,0 +1,387 @@
+// Cluster presets, YAML loading, quantity parsing and rank mapping for the simulator.
+#include "tools/sim/cluster.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/base/strings.h"
+
+namespace ferry::sim {
+namespace {
+
+// Splits "400Gb/s" into (400, "Gb/s"); fails when there is no leading number.
+Result<std::pair<double, std::string>> SplitNumber(std::string_view text) {
+  std::string s = Trim(text);
+  if (s.empty()) return InvalidArgument("empty quantity");
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(s, &used);
+  } catch (...) {
+    return InvalidArgument("'" + s + "' does not start with a number");
+  }
+  std::string unit = Trim(std::string_view(s).substr(used));
+  if (!std::isfinite(value)) return InvalidArgument("'" + s + "' is not finite");
+  return std::make_pair(value, unit);
+}
+
+}  // namespace
+
+Result<double> ParseBandwidth(std::string_view text) {
+  FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(text));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1.0},        {"B/s", 1.0},      {"KB/s", 1e3},     {"MB/s", 1e6},
+      {"GB/s", 1e9},    {"TB/s", 1e12},    {"KiB/s", 1024.0}, {"MiB/s", 1048576.0},
+      {"GiB/s", 1073741824.0},              {"b/s", 1.0 / 8},  {"Kb/s", 1e3 / 8},
+      {"Mb/s", 1e6 / 8}, {"Gb/s", 1e9 / 8}, {"Tb/s", 1e12 / 8}, {"Gbps", 1e9 / 8}};
+  auto it = kUnits.find(parts.second);
+  if (it == kUnits.end()) {
+    return InvalidArgument("unknown bandwidth unit '" + parts.second + "' in '" +
+                           std::string(text) + "' (use B/s, GB/s, Gb/s, GiB/s, ...)");
+  }
+  if (parts.first < 0) return InvalidArgument("negative bandwidth '" + std::string(text) + "'");
+  return parts.first * it->second;
+}
+
+Result<double> ParseDuration(std::string_view text) {
+  FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(text));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1.0}, {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+  auto it = kUnits.find(parts.second);
+  if (it == kUnits.end()) {
+    return InvalidArgument("unknown time unit '" + parts.second + "' in '" + std::string(text) +
+                           "' (use s, ms, us, ns)");
+  }
+  if (parts.first < 0) return InvalidArgument("negative duration '" + std::string(text) + "'");
+  return parts.first * it->second;
+}
+
+Result<int64_t> ParseSize(std::string_view text) {
+  FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(text));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1.0},   {"B", 1.0},   {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  auto it = kUnits.find(parts.second);
+  if (it == kUnits.end()) {
+    return InvalidArgument("unknown size unit '" + parts.second + "' in '" + std::string(text) +
+                           "' (use B, KiB, MiB, GiB, KB, MB, GB)");
+  }
+  if (parts.first < 0) return InvalidArgument("negative size '" + std::string(text) + "'");
+  return static_cast<int64_t>(std::llround(parts.first * it->second));
+}
+
+int ClusterSpec::NicOfLocalGpu(int local_gpu) const {
+  return static_cast<int>(static_cast<int64_t>(local_gpu) * nics_per_node / gpus_per_node);
+}
+
+Status ClusterSpec::Validate() const {
+  auto positive = [](double v, const char* field) -> Status {
+    if (!(v > 0) || !std::isfinite(v)) {
+      return InvalidArgument(std::string("cluster field '") + field + "' must be > 0");
+    }
+    return Status::Ok();
+  };
+  auto non_negative = [](double v, const char* field) -> Status {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return InvalidArgument(std::string("cluster field '") + field + "' must be >= 0");
+    }
+    return Status::Ok();
+  };
+  if (gpus_per_node < 1) return InvalidArgument("cluster field 'gpus_per_node' must be >= 1");
+  if (num_nodes < 0) return InvalidArgument("cluster field 'num_nodes' must be >= 0");
+  if (nics_per_node < 1) return InvalidArgument("cluster field 'nics_per_node' must be >= 1");
+  if (gpus_per_tray < 0) return InvalidArgument("cluster field 'gpus_per_tray' must be >= 0");
+  FERRY_RETURN_IF_ERROR(positive(nic_bandwidth, "nic_bandwidth"));
+  FERRY_RETURN_IF_ERROR(positive(nvlink_bandwidth, "nvlink_bandwidth"));
+  FERRY_RETURN_IF_ERROR(positive(copy_bandwidth, "copy_bandwidth"));
+  FERRY_RETURN_IF_ERROR(positive(pack_bandwidth, "pack_bandwidth"));
+  FERRY_RETURN_IF_ERROR(positive(pcie_bandwidth, "pcie_bandwidth"));
+  FERRY_RETURN_IF_ERROR(positive(host_memory_bandwidth, "host_memory_bandwidth"));
+  FERRY_RETURN_IF_ERROR(positive(host_copy_bandwidth, "host_copy_bandwidth"));
+  FERRY_RETURN_IF_ERROR(non_negative(spine_bandwidth_per_node, "spine_bandwidth_per_node"));
+  FERRY_RETURN_IF_ERROR(non_negative(nic_latency, "nic_latency"));
+  FERRY_RETURN_IF_ERROR(non_negative(nic_message_overhead, "nic_message_overhead"));
+  FERRY_RETURN_IF_ERROR(non_negative(cross_rail_latency, "cross_rail_latency"));
+  FERRY_RETURN_IF_ERROR(non_negative(nvlink_latency, "nvlink_latency"));
+  FERRY_RETURN_IF_ERROR(non_negative(nvlink_message_overhead, "nvlink_message_overhead"));
+  FERRY_RETURN_IF_ERROR(non_negative(kernel_overhead, "kernel_overhead"));
+  if (!(network_efficiency > 0 && network_efficiency <= 1)) {
+    return InvalidArgument("cluster field 'network_efficiency' must be in (0, 1]");
+  }
+  if (!(nvlink_efficiency > 0 && nvlink_efficiency <= 1)) {
+    return InvalidArgument("cluster field 'nvlink_efficiency' must be in (0, 1]");
+  }
+  if (staging_chunk_bytes < 1) {
+    return InvalidArgument("cluster field 'staging_chunk_bytes' must be >= 1");
+  }
+  return Status::Ok();
+}
+
+std::string ClusterSpec::Summary() const {
+  std::ostringstream out;
+  out << name << ": " << gpus_per_node << " GPUs per NVLink domain";
+  if (gpus_per_tray > 0 && gpus_per_tray != gpus_per_node) out << " (" << gpus_per_tray << " a tray)";
+  if (num_nodes > 0) out << ", " << num_nodes << " domains";
+  out << ", " << nics_per_node << " NICs x " << nic_bandwidth * 8 / 1e9 << " Gb/s a domain"
+      << " (efficiency " << network_efficiency << ")"
+      << ", NVLink " << nvlink_bandwidth / 1e9 << " GB/s/direction/GPU"
+      << ", copy " << copy_bandwidth / 1e12 << " TB/s, pack " << pack_bandwidth / 1e12 << " TB/s"
+      << (gpu_direct ? ", GPUDirect RDMA" : ", host-staged network")
+      << (host_memory_ranks ? ", ranks in host memory" : "");
+  return out.str();
+}
+
+std::vector<std::string> ClusterPresetNames() {
+  return {"dgx-h100", "dgx-h200", "gb200-nvl72", "efa-h100"};
+}
+
+Result<ClusterSpec> ClusterPreset(std::string_view name) {
+  ClusterSpec c;
+  // Calibrated free parameters shared by the GPU presets (see docs/simulator.md).
+  c.network_efficiency = 0.92;
+  c.nvlink_efficiency = 0.80;
+  c.nic_message_overhead = 4e-6;
+  c.kernel_overhead = 5e-6;
+  if (name == "dgx-h100") {
+    c.name = "dgx-h100";
+    c.description = "NVIDIA DGX H100: 8 H100 SXM, 8 x 400 Gb/s InfiniBand (rail-optimized), NVLink 4";
+    // H200 measurements (docs/BENCHMARKS.md) scaled by HBM bandwidth, 3.35 / 4.8 TB/s.
+    c.copy_bandwidth = 1.48e12;
+    c.pack_bandwidth = 1.08e12;
+    c.pcie_bandwidth = 50e9;
+    return c;
+  }
+  if (name == "dgx-h200") {
+    c.name = "dgx-h200";
+    c.description = "NVIDIA DGX H200: 8 H200 SXM, 8 x 400 Gb/s InfiniBand (rail-optimized), NVLink 4";
+    // Measured on the lent H200 (docs/BENCHMARKS.md): cudaMemcpy D2D 1 GiB in 0.507 ms, the
+    // batched pack kernel over 4096 fragments at 3081 GB/s read + write.
+    c.copy_bandwidth = 2.12e12;
+    c.pack_bandwidth = 1.54e12;
+    c.pcie_bandwidth = 50e9;
+    return c;
+  }
+  if (name == "gb200-nvl72") {
+    c.name = "gb200-nvl72";
+    c.description =
+        "NVIDIA GB200 NVL72: 72 B200 in one NVLink 5 domain (4 GPUs a tray), one 400 Gb/s NIC per GPU";
+    c.gpus_per_node = 72;
+    c.gpus_per_tray = 4;
+    c.nics_per_node = 72;
+    c.nvlink_bandwidth = 900e9;
+    // H200 measurements scaled by HBM bandwidth, 8.0 / 4.8 TB/s.
+    c.copy_bandwidth = 3.5e12;
+    c.pack_bandwidth = 2.55e12;
+    c.pcie_bandwidth = 100e9;
+    c.host_memory_bandwidth = 500e9;
+    return c;
+  }
+  if (name == "efa-h100") {
+    c.name = "efa-h100";
+    c.description =
+        "Ethernet/EFA-like: 8 H100 a node, 3200 Gb/s of EFA a node (8 x 400 Gb/s), no rail alignment, "
+        "higher per-message cost";
+    c.rail_optimized = false;
+    c.nic_latency = 15e-6;
+    c.nic_message_overhead = 12e-6;
+    c.network_efficiency = 0.80;
+    c.copy_bandwidth = 1.48e12;
+    c.pack_bandwidth = 1.08e12;
+    return c;
+  }
+  std::string known;
+  for (const std::string& n : ClusterPresetNames()) known += (known.empty() ? "" : ", ") + n;
+  return NotFound("unknown cluster preset '" + std::string(name) + "' (known: " + known +
+                  "; or give a path to a cluster YAML file)");
+}
+
+Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(std::string("cluster YAML: ") + e.what());
+  }
+  if (!root.IsMap()) return InvalidArgument("cluster YAML: the document must be a mapping");
+  ClusterSpec c;
+  if (root["base"]) {
+    FERRY_ASSIGN_OR_RETURN(c, ClusterPreset(root["base"].as<std::string>()));
+  }
+  using Setter = std::function<Status(const std::string&)>;
+  auto integer = [](int* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(v));
+      if (!parts.second.empty() || parts.first != std::floor(parts.first)) {
+        return InvalidArgument("'" + v + "' is not an integer");
+      }
+      *field = static_cast<int>(parts.first);
+      return Status::Ok();
+    };
+  };
+  auto number = [](double* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(v));
+      if (!parts.second.empty()) return InvalidArgument("'" + v + "' is not a plain number");
+      *field = parts.first;
+      return Status::Ok();
+    };
+  };
+  auto bandwidth = [](double* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      FERRY_ASSIGN_OR_RETURN(*field, ParseBandwidth(v));
+      return Status::Ok();
+    };
+  };
+  auto duration = [](double* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      FERRY_ASSIGN_OR_RETURN(*field, ParseDuration(v));
+      return Status::Ok();
+    };
+  };
+  auto size = [](int64_t* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      FERRY_ASSIGN_OR_RETURN(*field, ParseSize(v));
+      return Status::Ok();
+    };
+  };
+  auto boolean = [](bool* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      if (v == "true" || v == "yes" || v == "1") {
+        *field = true;
+      } else if (v == "false" || v == "no" || v == "0") {
+        *field = false;
+      } else {
+        return InvalidArgument("'" + v + "' is not a boolean (true/false)");
+      }
+      return Status::Ok();
+    };
+  };
+  auto text = [](std::string* field) -> Setter {
+    return [field](const std::string& v) -> Status {
+      *field = v;
+      return Status::Ok();
+    };
+  };
+  const std::map<std::string, Setter> setters = {
+      {"name", text(&c.name)},
+      {"description", text(&c.description)},
+      {"gpus_per_node", integer(&c.gpus_per_node)},
+      {"gpus_per_tray", integer(&c.gpus_per_tray)},
+      {"num_nodes", integer(&c.num_nodes)},
+      {"nics_per_node", integer(&c.nics_per_node)},
+      {"nic_bandwidth", bandwidth(&c.nic_bandwidth)},
+      {"nic_latency", duration(&c.nic_latency)},
+      {"nic_message_overhead", duration(&c.nic_message_overhead)},
+      {"network_efficiency", number(&c.network_efficiency)},
+      {"rail_optimized", boolean(&c.rail_optimized)},
+      {"cross_rail_latency", duration(&c.cross_rail_latency)},
+      {"spine_bandwidth_per_node", bandwidth(&c.spine_bandwidth_per_node)},
+      {"nvlink_bandwidth", bandwidth(&c.nvlink_bandwidth)},
+      {"nvlink_latency", duration(&c.nvlink_latency)},
+      {"nvlink_message_overhead", duration(&c.nvlink_message_overhead)},
+      {"nvlink_efficiency", number(&c.nvlink_efficiency)},
+      {"copy_bandwidth", bandwidth(&c.copy_bandwidth)},
+      {"pack_bandwidth", bandwidth(&c.pack_bandwidth)},
+      {"kernel_overhead", duration(&c.kernel_overhead)},
+      {"gpu_direct", boolean(&c.gpu_direct)},
+      {"pcie_bandwidth", bandwidth(&c.pcie_bandwidth)},
+      {"host_memory_bandwidth", bandwidth(&c.host_memory_bandwidth)},
+      {"staging_chunk_bytes", size(&c.staging_chunk_bytes)},
+      {"host_memory_ranks", boolean(&c.host_memory_ranks)},
+      {"host_copy_bandwidth", bandwidth(&c.host_copy_bandwidth)},
+  };
+  for (const auto& entry : root) {
+    std::string key = entry.first.as<std::string>();
+    if (key == "base") continue;
+    auto it = setters.find(key);
+    if (it == setters.end()) return InvalidArgument("cluster YAML: unknown key '" + key + "'");
+    if (!entry.second.IsScalar()) {
+      return InvalidArgument("cluster YAML: key '" + key + "' must have a scalar value");
+    }
+    Status s = it->second(entry.second.as<std::string>());
+    if (!s.ok()) return s.WithContext("cluster YAML key '" + key + "'");
+  }
+  if (c.name.empty()) c.name = "custom";
+  FERRY_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+Result<ClusterSpec> LoadCluster(std::string_view preset_or_path) {
+  for (const std::string& n : ClusterPresetNames()) {
+    if (n == preset_or_path) return ClusterPreset(n);
+  }
+  std::ifstream in{std::string(preset_or_path)};
+  if (!in) {
+    Result<ClusterSpec> preset = ClusterPreset(preset_or_path);
+    return preset.status().WithContext("cannot open cluster file '" + std::string(preset_or_path) +
+                                       "'");
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseClusterYaml(buffer.str()).WithContext("cluster file '" +
+                                                    std::string(preset_or_path) + "'");
+}
+
+RankMapping RankMapping::Identity(int num_ranks) {
+  RankMapping m;
+  m.gpu_of_rank.resize(num_ranks);
+  for (int r = 0; r < num_ranks; ++r) m.gpu_of_rank[r] = r;
+  return m;
+}
+
+Result<RankMapping> RankMapping::FromTopology(const Topology& topology,
+                                              const ClusterSpec& cluster) {
+  RankMapping m;
+  m.gpu_of_rank.resize(topology.NumRanks());
+  for (int r = 0; r < topology.NumRanks(); ++r) {
+    const RankPlacement& p = topology.ranks[r];
+    if (p.local_device < 0 || p.local_device >= cluster.gpus_per_node) {
+      return InvalidArgument("rank " + std::to_string(r) + " is on local device " +
+                             std::to_string(p.local_device) + " but cluster '" + cluster.name +
+                             "' has " + std::to_string(cluster.gpus_per_node) + " GPUs a node");
+    }
+    m.gpu_of_rank[r] = p.node * cluster.gpus_per_node + p.local_device;
+  }
+  return m;
+}
+
+Result<ClusterSpec> FitClusterToMapping(ClusterSpec cluster, const RankMapping& mapping) {
+  FERRY_RETURN_IF_ERROR(cluster.Validate());
+  int max_gpu = -1;
+  for (size_t r = 0; r < mapping.gpu_of_rank.size(); ++r) {
+    if (mapping.gpu_of_rank[r] < 0) {
+      return InvalidArgument("rank " + std::to_string(r) + " is mapped to a negative GPU index");
+    }
+    max_gpu = std::max(max_gpu, mapping.gpu_of_rank[r]);
+  }
+  int needed_nodes = max_gpu / cluster.gpus_per_node + 1;
+  if (cluster.num_nodes == 0) {
+    cluster.num_nodes = needed_nodes;
+  } else if (needed_nodes > cluster.num_nodes) {
+    return InvalidArgument("the plan needs GPU " + std::to_string(max_gpu) + " but cluster '" +
+                           cluster.name + "' has only " + std::to_string(cluster.TotalGpus()) +
+                           " GPUs");
+  }
+  return cluster;
+}
+
+Topology TopologyForCluster(const ClusterSpec& cluster, int num_ranks) {
+  Topology t = Topology::Uniform(num_ranks, cluster.gpus_per_node);
+  for (int r = 0; r < num_ranks; ++r) {
+    t.ranks[r].nics = {cluster.NicOfLocalGpu(t.ranks[r].local_device)};
+  }
+  t.nic_bandwidth = cluster.EffectiveNicBandwidth();
+  t.intra_node_bandwidth = cluster.EffectiveNvlinkBandwidth();
+  t.copy_bandwidth = cluster.copy_bandwidth;
+  t.network_latency = cluster.nic_latency + cluster.nic_message_overhead;
+  return t;
+}
+
+}  // namespace ferry::sim

@@ -1,0 +1,107 @@
+// Cluster model for the simulator: the hardware a TransferPlan is replayed on (GPUs grouped into
+// NVLink domains called nodes, NICs and rails, NVLink, PCIe and host staging, copy and pack
+// throughput), the built-in presets, loading from YAML, and the mapping from plan ranks to GPUs.
+//
+// Units everywhere: bytes, bytes per second (one direction), seconds.
+// A "node" is one NVLink domain: a DGX H100 box (8 GPUs) or a whole GB200 NVL72 rack (72 GPUs).
+// ClusterSpec is a plain value; reading it is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/layout/topology.h"
+
+namespace ferry::sim {
+
+struct ClusterSpec {
+  std::string name;
+  std::string description;
+
+  // Shape. num_nodes == 0 means "as many nodes as the plan needs".
+  int gpus_per_node = 8;  // GPUs in one NVLink domain
+  int gpus_per_tray = 0;  // GPUs per board/tray (informational; GB200: 4); 0 = gpus_per_node
+  int num_nodes = 0;
+  int nics_per_node = 8;  // GPU g uses NIC g * nics_per_node / gpus_per_node (rail-aligned)
+
+  // Network (inter-node), per NIC per direction.
+  double nic_bandwidth = 50e9;
+  double nic_latency = 3e-6;           // one-way wire + switch latency of a message
+  double nic_message_overhead = 4e-6;  // per-message posting / rendezvous cost before data flows
+  double network_efficiency = 1.0;     // achieved fraction of nic_bandwidth
+  bool rail_optimized = true;          // same-rail NICs meet at a leaf switch
+  double cross_rail_latency = 1e-6;    // extra switch hops for traffic between different rails
+  // Uplink of a node into the spine, per direction, used by cross-rail traffic. 0 = non-blocking.
+  double spine_bandwidth_per_node = 0;
+
+  // NVLink (intra-node), per GPU per direction.
+  double nvlink_bandwidth = 450e9;
+  double nvlink_latency = 2e-6;
+  double nvlink_message_overhead = 3e-6;
+  double nvlink_efficiency = 1.0;
+
+  // GPU memory: device-to-device copies (copy engines) and pack/unpack/convert kernels.
+  double copy_bandwidth = 1.6e12;   // bytes copied per second per GPU
+  double pack_bandwidth = 1.2e12;   // bytes packed/unpacked per second per kernel
+  double kernel_overhead = 5e-6;    // launch cost of one Copy/Pack/Unpack/Convert op
+
+  // Host side: used when the NIC cannot reach GPU memory (gpu_direct = false) or ranks live in
+  // host memory (host_memory_ranks = true).
+  bool gpu_direct = true;
+  double pcie_bandwidth = 50e9;          // per GPU per direction
+  double host_memory_bandwidth = 200e9;  // per node, shared by everything touching host memory
+  int64_t staging_chunk_bytes = 4 << 20;  // host staging pipelines in chunks of this size
+  // Ranks are processes using host memory (no GPU): copies and same-node messages go through
+  // host memory at host_copy_bandwidth per stream, sharing host_memory_bandwidth.
+  bool host_memory_ranks = false;
+  double host_copy_bandwidth = 10e9;
+
+  int TotalGpus() const { return gpus_per_node * num_nodes; }
+  int NicOfLocalGpu(int local_gpu) const;
+  // Effective capacities (bandwidth times efficiency).
+  double EffectiveNicBandwidth() const { return nic_bandwidth * network_efficiency; }
+  double EffectiveNvlinkBandwidth() const { return nvlink_bandwidth * nvlink_efficiency; }
+
+  // Checks every field for sane values; the error names the field.
+  Status Validate() const;
+  // Multi-line human-readable summary (shape and the headline bandwidths).
+  std::string Summary() const;
+};
+
+// Names of the built-in presets: "dgx-h100", "dgx-h200", "gb200-nvl72", "efa-h100".
+std::vector<std::string> ClusterPresetNames();
+// A preset by name; NotFound lists the known names.
+Result<ClusterSpec> ClusterPreset(std::string_view name);
+
+// Parses a cluster YAML document. Keys are ClusterSpec field names; `base: <preset>` starts from a
+// preset. Bandwidths accept "400Gb/s", "50GB/s", "50e9" (bytes/s); times accept "5us", "2ms",
+// "1e-6" (seconds); sizes accept "4MiB", "1GB", "4194304". Unknown keys are errors.
+Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text);
+// A preset name, or a path to a YAML file.
+Result<ClusterSpec> LoadCluster(std::string_view preset_or_path);
+
+// Quantity parsers used by the YAML loader (exposed for tests and the CLI).
+Result<double> ParseBandwidth(std::string_view text);  // -> bytes/s
+Result<double> ParseDuration(std::string_view text);   // -> seconds
+Result<int64_t> ParseSize(std::string_view text);      // -> bytes
+
+// Where each plan rank runs: gpu_of_rank[r] is a global GPU index, node = gpu / gpus_per_node.
+struct RankMapping {
+  std::vector<int> gpu_of_rank;
+
+  // Rank r on GPU r.
+  static RankMapping Identity(int num_ranks);
+  // Rank r on GPU node * gpus_per_node + local_device from the plan's Topology.
+  static Result<RankMapping> FromTopology(const Topology& topology, const ClusterSpec& cluster);
+};
+
+// Resolves num_nodes == 0 to the number of nodes the mapping needs and checks the mapping fits.
+Result<ClusterSpec> FitClusterToMapping(ClusterSpec cluster, const RankMapping& mapping);
+
+// A Topology for the planner that matches the cluster (one NIC index per GPU, rail-aligned).
+Topology TopologyForCluster(const ClusterSpec& cluster, int num_ranks);
+
+}  // namespace ferry::sim

@@ -1,0 +1,919 @@
+// The discrete-event simulator: event loop, max-min fair rate allocation on the links touched by
+// each change, message matching, critical path and ingress accounting.
+#include "tools/sim/simulator.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/base/strings.h"
+
+namespace ferry::sim {
+
+std::string_view ResourceKindName(ResourceKind kind) {
+  switch (kind) {
+    case ResourceKind::kGpuMem: return "gpu_mem";
+    case ResourceKind::kNvlinkOut: return "nvlink_out";
+    case ResourceKind::kNvlinkIn: return "nvlink_in";
+    case ResourceKind::kNicTx: return "nic_tx";
+    case ResourceKind::kNicRx: return "nic_rx";
+    case ResourceKind::kSpineUp: return "spine_up";
+    case ResourceKind::kSpineDown: return "spine_down";
+    case ResourceKind::kPcieD2H: return "pcie_d2h";
+    case ResourceKind::kPcieH2D: return "pcie_h2d";
+    case ResourceKind::kHostMem: return "host_mem";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kMaxFlowLinks = 8;
+constexpr double kRelEps = 1e-9;
+
+struct Resource {
+  double capacity = 0;
+  double allocated = 0;      // sum of member rates of the active classes on it
+  double bytes_carried = 0;  // bytes of finished flows
+  std::vector<int> classes;  // active class ids
+  ResourceKind kind = ResourceKind::kGpuMem;
+  int index = 0;             // gpu, nic or node index within its kind
+};
+
+// One transfer: a message or a local op. Its rate is its class's rate.
+struct Flow {
+  std::array<int, kMaxFlowLinks> links{};
+  int num_links = 0;
+  double cap = kInf;  // per-flow rate limit (a kernel's or a stream's own throughput)
+  double bytes = 0;
+  double tail = 0;  // latency after the last byte
+  int op_a = -1;
+  int op_b = -1;
+  int ingress_node = -1;  // destination node of a network flow
+  int bottleneck = -1;    // resource that limited its class when it finished (-1: own cap)
+};
+
+// Active flows with identical links and cap always get the same max-min rate, so they are
+// allocated as one class of `members` flows (generalised processor sharing): `service` is the
+// bytes each member has received since the class was created; a member finishes when service
+// reaches the service at its start plus its bytes.
+struct FlowClass {
+  std::array<int, kMaxFlowLinks> links{};
+  std::array<int, kMaxFlowLinks> pos{};  // position of this class in links[k]'s class list
+  int num_links = 0;
+  double cap = kInf;
+  int members = 0;
+  double rate = 0;  // per member
+  double service = 0;
+  double t_last = 0;
+  int ingress_node = -1;
+  int bottleneck = -1;
+  // (finish service, flow id), smallest first.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
+                      std::greater<std::pair<double, int>>>
+      finishing;
+};
+
+struct ClassKey {
+  std::array<int, kMaxFlowLinks> links{};
+  double cap = kInf;
+  bool operator==(const ClassKey& o) const { return links == o.links && cap == o.cap; }
+};
+struct ClassKeyHash {
+  size_t operator()(const ClassKey& k) const {
+    size_t h = std::hash<double>()(k.cap);
+    for (int l : k.links) h = h * 1000003u ^ static_cast<size_t>(l + 1);
+    return h;
+  }
+};
+
+enum class EventType : uint8_t { kFlowStart, kOpDone };
+
+// Min-heap of flow classes by next finish time, with O(log n) update and removal by class id, so a
+// rate change moves one entry instead of queueing a new event.
+class FinishHeap {
+ public:
+  bool Empty() const { return heap_.empty(); }
+  int Top() const { return heap_.front(); }
+  double TopTime() const { return time_[heap_.front()]; }
+  void Set(int id, double t) {
+    if (id >= static_cast<int>(pos_.size())) {
+      pos_.resize(id + 1, -1);
+      time_.resize(id + 1, 0);
+    }
+    time_[id] = t;
+    if (pos_[id] < 0) {
+      pos_[id] = static_cast<int>(heap_.size());
+      heap_.push_back(id);
+    }
+    SiftDown(SiftUp(pos_[id]));
+  }
+  void Remove(int id) {
+    if (id >= static_cast<int>(pos_.size()) || pos_[id] < 0) return;
+    int p = pos_[id];
+    int last = heap_.back();
+    heap_.pop_back();
+    pos_[id] = -1;
+    if (last == id) return;
+    heap_[p] = last;
+    pos_[last] = p;
+    SiftDown(SiftUp(p));
+  }
+
+ private:
+  bool Less(int a, int b) const { return time_[a] < time_[b] || (time_[a] == time_[b] && a < b); }
+  void Place(int p, int id) {
+    heap_[p] = id;
+    pos_[id] = p;
+  }
+  int SiftUp(int p) {
+    int id = heap_[p];
+    while (p > 0) {
+      int parent = (p - 1) / 2;
+      if (!Less(id, heap_[parent])) break;
+      Place(p, heap_[parent]);
+      p = parent;
+    }
+    Place(p, id);
+    return p;
+  }
+  void SiftDown(int p) {
+    int id = heap_[p];
+    const int n = static_cast<int>(heap_.size());
+    while (true) {
+      int child = 2 * p + 1;
+      if (child >= n) break;
+      if (child + 1 < n && Less(heap_[child + 1], heap_[child])) ++child;
+      if (!Less(heap_[child], id)) break;
+      Place(p, heap_[child]);
+      p = child;
+    }
+    Place(p, id);
+  }
+  std::vector<int> heap_;
+  std::vector<int> pos_;  // heap position of each id, -1 when absent
+  std::vector<double> time_;
+};
+
+struct Event {
+  double t;
+  uint64_t seq;
+  EventType type;
+  int id;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+bool IsMessageOp(OpKind k) {
+  return k == OpKind::kSend || k == OpKind::kRecv || k == OpKind::kForward;
+}
+bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
+
+class Engine {
+ public:
+  Engine(const TransferPlan& plan, const ClusterSpec& cluster, const RankMapping& mapping,
+         const SimOptions& options)
+      : plan_(plan), c_(cluster), map_(mapping), opt_(options) {}
+
+  Result<SimResult> Run();
+
+ private:
+  Status Prepare();
+  void BuildResources();
+  int Res(ResourceKind kind, int index) const { return offset_[static_cast<int>(kind)] + index; }
+  int GpuOf(int rank) const { return map_.gpu_of_rank[rank]; }
+  int NodeOfGpu(int gpu) const { return gpu / c_.gpus_per_node; }
+  int NicOfGpu(int gpu) const {
+    return NodeOfGpu(gpu) * c_.nics_per_node + c_.NicOfLocalGpu(gpu % c_.gpus_per_node);
+  }
+
+  void Push(double t, EventType type, int id) {
+    events_.push(Event{t, seq_++, type, id});
+  }
+  void OnReady(int op, double t);
+  void StartLocalOp(int op, double t);
+  void StartMessage(int sender, int receiver, double t);
+  void OnFlowStart(int f, double t);
+  void OnFlowFinish(int f, double t);
+  void OnOpDone(int op, double t);
+  void Settle(FlowClass& c, double now);
+  int ClassOf(const Flow& f);
+  void ScheduleClassFinish(int cid, double now);
+  void Recompute(std::vector<int> seed_links, double now);
+  void DepositIngress(int node, double t0, double t1, double bytes);
+  std::string DescribeResource(int r) const;
+  std::string DescribeOp(int op) const;
+  void BuildCriticalPath(SimResult& result) const;
+  void BuildUtilisation(SimResult& result, double total) const;
+
+  const TransferPlan& plan_;
+  const ClusterSpec& c_;
+  const RankMapping& map_;
+  const SimOptions& opt_;
+
+  std::array<int, kNumResourceKinds + 1> offset_{};
+  std::vector<Resource> res_;
+  std::vector<Flow> flows_;
+  std::vector<FlowClass> classes_;
+  std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
+  FinishHeap finish_heap_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  int64_t num_events_ = 0;
+
+  // Per op.
+  std::vector<int> pending_;        // deps not yet complete
+  std::vector<int> dependents_begin_, dependents_;  // CSR of reverse deps
+  std::vector<int> partner_;        // matched message op, -1 otherwise
+  std::vector<int> cause_;          // the dep whose completion made it ready
+  std::vector<double> ready_, start_, end_;
+  std::vector<int> flow_of_op_;
+  int64_t num_messages_ = 0;
+
+  // Scratch for Recompute (stamped marks avoid clearing).
+  std::vector<uint32_t> flow_mark_, link_mark_;
+  std::vector<double> residual_;
+  std::vector<int> count_;
+  std::vector<int> scratch_affected_, scratch_links_;
+  std::vector<double> new_rate_;
+  std::vector<int> new_bottleneck_;
+  std::vector<char> fixed_;
+  std::vector<int> slot_;  // class id -> index in the affected list of the current round
+  std::vector<std::pair<double, int>> link_heap_;
+  std::vector<int> cap_order_;
+  uint32_t stamp_ = 0;
+
+  double network_bytes_ = 0, nvlink_bytes_ = 0, local_bytes_ = 0;
+
+  // Ingress series with doubling bucket width.
+  double bucket_ = 1e-6;
+  std::vector<std::vector<double>> ingress_;
+};
+
+Status Engine::Prepare() {
+  const int n = static_cast<int>(plan_.ops.size());
+  if (plan_.num_ranks < 0) return InvalidArgument("plan has a negative num_ranks");
+  if (static_cast<int>(map_.gpu_of_rank.size()) < plan_.num_ranks) {
+    return InvalidArgument("rank mapping covers " + std::to_string(map_.gpu_of_rank.size()) +
+                           " ranks but the plan has " + std::to_string(plan_.num_ranks));
+  }
+  pending_.assign(n, 0);
+  partner_.assign(n, -1);
+  cause_.assign(n, -1);
+  ready_.assign(n, -1);
+  start_.assign(n, -1);
+  end_.assign(n, -1);
+  flow_of_op_.assign(n, -1);
+  std::vector<int> count(n + 1, 0);
+  std::unordered_map<int64_t, std::pair<int, int>> messages;  // id -> (sender, receiver)
+  messages.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const Op& op = plan_.ops[i];
+    std::string where = "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
+    if (op.id != i) return InvalidArgument(where + " has id " + std::to_string(op.id));
+    if (op.rank < 0 || op.rank >= plan_.num_ranks) {
+      return InvalidArgument(where + " runs on rank " + std::to_string(op.rank) +
+                             " outside [0, " + std::to_string(plan_.num_ranks) + ")");
+    }
+    if (op.bytes < 0) return InvalidArgument(where + " has negative bytes");
+    for (int d : op.deps) {
+      if (d < 0 || d >= n || d == i) {
+        return InvalidArgument(where + " depends on invalid op " + std::to_string(d));
+      }
+      if (plan_.ops[d].rank != op.rank) {
+        return InvalidArgument(where + " on rank " + std::to_string(op.rank) + " depends on op " +
+                               std::to_string(d) + " of rank " +
+                               std::to_string(plan_.ops[d].rank));
+      }
+      ++count[d];
+    }
+    pending_[i] = static_cast<int>(op.deps.size());
+    if (IsMessageOp(op.kind)) {
+      if (op.peer < 0 || op.peer >= plan_.num_ranks) {
+        return InvalidArgument(where + " has invalid peer " + std::to_string(op.peer));
+      }
+      auto& entry = messages.try_emplace(op.message, -1, -1).first->second;
+      int& slot = IsSender(op.kind) ? entry.first : entry.second;
+      if (slot != -1) {
+        return InvalidArgument(where + ": message " + std::to_string(op.message) + " already has a " +
+                               (IsSender(op.kind) ? "sender" : "receiver") + " (op " +
+                               std::to_string(slot) + ")");
+      }
+      slot = i;
+    }
+  }
+  for (const auto& [id, pair] : messages) {
+    auto [s, r] = pair;
+    if (s == -1 || r == -1) {
+      int known = s == -1 ? r : s;
+      return InvalidArgument("message " + std::to_string(id) + " has no " +
+                             (s == -1 ? "sender" : "receiver") + " (op " + std::to_string(known) +
+                             " on rank " + std::to_string(plan_.ops[known].rank) + ")");
+    }
+    const Op& so = plan_.ops[s];
+    const Op& ro = plan_.ops[r];
+    if (so.peer != ro.rank || ro.peer != so.rank) {
+      return InvalidArgument("message " + std::to_string(id) + ": sender op " + std::to_string(s) +
+                             " (rank " + std::to_string(so.rank) + " -> peer " +
+                             std::to_string(so.peer) + ") and receiver op " + std::to_string(r) +
+                             " (rank " + std::to_string(ro.rank) + ", peer " +
+                             std::to_string(ro.peer) + ") disagree");
+    }
+    if (so.bytes != ro.bytes) {
+      return InvalidArgument("message " + std::to_string(id) + ": sender has " +
+                             std::to_string(so.bytes) + " bytes, receiver " +
+                             std::to_string(ro.bytes));
+    }
+    partner_[s] = r;
+    partner_[r] = s;
+  }
+  num_messages_ = static_cast<int64_t>(messages.size());
+  dependents_begin_.assign(n + 1, 0);
+  for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
+  dependents_.assign(dependents_begin_[n], 0);
+  std::vector<int> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+  for (int i = 0; i < n; ++i) {
+    for (int d : plan_.ops[i].deps) dependents_[fill[d]++] = i;
+  }
+  return Status::Ok();
+}
+
+void Engine::BuildResources() {
+  const int gpus = c_.TotalGpus();
+  const int nodes = c_.num_nodes;
+  const int nics = nodes * c_.nics_per_node;
+  const std::array<std::pair<int, double>, kNumResourceKinds> layout = {{
+      {gpus, c_.host_memory_ranks ? c_.host_memory_bandwidth : c_.copy_bandwidth},  // gpu_mem
+      {gpus, c_.EffectiveNvlinkBandwidth()},                                         // nvlink_out
+      {gpus, c_.EffectiveNvlinkBandwidth()},                                         // nvlink_in
+      {nics, c_.EffectiveNicBandwidth()},                                            // nic_tx
+      {nics, c_.EffectiveNicBandwidth()},                                            // nic_rx
+      {nodes, c_.spine_bandwidth_per_node},                                          // spine_up
+      {nodes, c_.spine_bandwidth_per_node},                                          // spine_down
+      {gpus, c_.pcie_bandwidth},                                                     // pcie_d2h
+      {gpus, c_.pcie_bandwidth},                                                     // pcie_h2d
+      {nodes, c_.host_memory_bandwidth},                                             // host_mem
+  }};
+  offset_[0] = 0;
+  for (int k = 0; k < kNumResourceKinds; ++k) offset_[k + 1] = offset_[k] + layout[k].first;
+  res_.resize(offset_[kNumResourceKinds]);
+  for (int k = 0; k < kNumResourceKinds; ++k) {
+    for (int i = 0; i < layout[k].first; ++i) {
+      Resource& r = res_[offset_[k] + i];
+      r.capacity = layout[k].second;
+      r.kind = static_cast<ResourceKind>(k);
+      r.index = i;
+    }
+  }
+  link_mark_.assign(res_.size(), 0);
+  residual_.assign(res_.size(), 0);
+  count_.assign(res_.size(), 0);
+  if (opt_.record_ingress) ingress_.assign(nodes, std::vector<double>(opt_.ingress_buckets, 0.0));
+}
+
+void Engine::OnReady(int op, double t) {
+  ready_[op] = t;
+  const Op& o = plan_.ops[op];
+  if (!IsMessageOp(o.kind)) {
+    StartLocalOp(op, t);
+    return;
+  }
+  int p = partner_[op];
+  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
+  if (IsSender(o.kind)) {
+    StartMessage(op, p, t);
+  } else {
+    StartMessage(p, op, t);
+  }
+}
+
+void Engine::StartLocalOp(int op, double t) {
+  const Op& o = plan_.ops[op];
+  const int gpu = GpuOf(o.rank);
+  Flow f;
+  f.bytes = static_cast<double>(o.bytes);
+  f.op_a = op;
+  if (c_.host_memory_ranks) {
+    f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
+    f.cap = c_.host_copy_bandwidth;
+  } else {
+    f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
+    if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
+  }
+  local_bytes_ += f.bytes;
+  int id = static_cast<int>(flows_.size());
+  flows_.push_back(f);
+  flow_of_op_[op] = id;
+  Push(t + c_.kernel_overhead, EventType::kFlowStart, id);
+}
+
+void Engine::StartMessage(int sender, int receiver, double t) {
+  const Op& so = plan_.ops[sender];
+  const Op& ro = plan_.ops[receiver];
+  const int ga = GpuOf(so.rank);
+  const int gb = GpuOf(ro.rank);
+  const int na = NodeOfGpu(ga);
+  const int nb = NodeOfGpu(gb);
+  Flow f;
+  f.bytes = static_cast<double>(so.bytes);
+  f.op_a = sender;
+  f.op_b = receiver;
+  double overhead = 0;
+  auto add = [&f](int r) { f.links[f.num_links++] = r; };
+  if (ga == gb) {
+    add(c_.host_memory_ranks ? Res(ResourceKind::kHostMem, na) : Res(ResourceKind::kGpuMem, ga));
+    if (c_.host_memory_ranks) f.cap = c_.host_copy_bandwidth;
+    overhead = c_.kernel_overhead;
+    local_bytes_ += f.bytes;
+  } else if (na == nb) {
+    if (c_.host_memory_ranks) {
+      add(Res(ResourceKind::kHostMem, na));
+      f.cap = c_.host_copy_bandwidth;
+    } else {
+      add(Res(ResourceKind::kNvlinkOut, ga));
+      add(Res(ResourceKind::kNvlinkIn, gb));
+    }
+    overhead = c_.nvlink_message_overhead;
+    f.tail = c_.nvlink_latency;
+    nvlink_bytes_ += f.bytes;
+  } else {
+    const int nic_a = NicOfGpu(ga);
+    const int nic_b = NicOfGpu(gb);
+    add(Res(ResourceKind::kNicTx, nic_a));
+    add(Res(ResourceKind::kNicRx, nic_b));
+    const bool cross_rail = (nic_a % c_.nics_per_node) != (nic_b % c_.nics_per_node);
+    f.tail = c_.nic_latency;
+    if (cross_rail && c_.rail_optimized) {
+      f.tail += c_.cross_rail_latency;
+      if (c_.spine_bandwidth_per_node > 0) {
+        add(Res(ResourceKind::kSpineUp, na));
+        add(Res(ResourceKind::kSpineDown, nb));
+      }
+    }
+    if (c_.host_memory_ranks) {
+      add(Res(ResourceKind::kHostMem, na));
+      add(Res(ResourceKind::kHostMem, nb));
+    } else if (!c_.gpu_direct) {
+      add(Res(ResourceKind::kPcieD2H, ga));
+      add(Res(ResourceKind::kPcieH2D, gb));
+      add(Res(ResourceKind::kHostMem, na));
+      add(Res(ResourceKind::kHostMem, nb));
+      // One staging chunk is stored and forwarded at each end before the pipeline fills.
+      double chunk = std::min(f.bytes, static_cast<double>(c_.staging_chunk_bytes));
+      f.tail += 2 * chunk / c_.pcie_bandwidth;
+    }
+    overhead = c_.nic_message_overhead;
+    f.ingress_node = nb;
+    network_bytes_ += f.bytes;
+  }
+  int id = static_cast<int>(flows_.size());
+  flows_.push_back(f);
+  flow_of_op_[sender] = id;
+  flow_of_op_[receiver] = id;
+  Push(t + overhead, EventType::kFlowStart, id);
+}
+
+int Engine::ClassOf(const Flow& f) {
+  ClassKey key;
+  key.links.fill(-1);
+  for (int k = 0; k < f.num_links; ++k) key.links[k] = f.links[k];
+  key.cap = f.cap;
+  auto [it, inserted] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
+  if (inserted) {
+    FlowClass c;
+    c.links = f.links;
+    c.num_links = f.num_links;
+    c.cap = f.cap;
+    c.ingress_node = f.ingress_node;
+    classes_.push_back(std::move(c));
+  }
+  return it->second;
+}
+
+void Engine::ScheduleClassFinish(int cid, double now) {
+  FlowClass& c = classes_[cid];
+  if (c.members == 0 || c.rate <= 0) {
+    finish_heap_.Remove(cid);
+    return;
+  }
+  double left = std::max(0.0, c.finishing.top().first - c.service);
+  finish_heap_.Set(cid, now + left / c.rate);
+}
+
+void Engine::OnFlowStart(int id, double t) {
+  Flow& f = flows_[id];
+  if (f.op_a >= 0) start_[f.op_a] = t;
+  if (f.op_b >= 0) start_[f.op_b] = t;
+  if (f.bytes <= 0) {
+    Push(t + f.tail, EventType::kOpDone, f.op_a);
+    if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+    return;
+  }
+  const int cid = ClassOf(f);
+  FlowClass& c = classes_[cid];
+  Settle(c, t);
+  c.finishing.push({c.service + f.bytes, id});
+  if (c.members++ == 0) {
+    c.rate = 0;
+    for (int k = 0; k < c.num_links; ++k) {
+      Resource& r = res_[c.links[k]];
+      c.pos[k] = static_cast<int>(r.classes.size());
+      r.classes.push_back(cid);
+    }
+  } else {
+    // The newcomer takes its share at the class's current rate until Recompute says otherwise.
+    for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += c.rate;
+  }
+  std::vector<int> seeds(c.links.begin(), c.links.begin() + c.num_links);
+  Recompute(std::move(seeds), t);
+  ScheduleClassFinish(cid, t);
+}
+
+void Engine::Settle(FlowClass& c, double now) {
+  double dt = now - c.t_last;
+  if (dt > 0 && c.rate > 0 && c.members > 0) {
+    if (c.ingress_node >= 0 && opt_.record_ingress) {
+      DepositIngress(c.ingress_node, c.t_last, now, c.rate * dt * c.members);
+    }
+    c.service += c.rate * dt;
+  }
+  c.t_last = now;
+}
+
+void Engine::OnFlowFinish(int cid, double t) {
+  FlowClass& c = classes_[cid];
+  Settle(c, t);
+  const double slack = 1e-9 * std::max(1.0, c.service);
+  while (c.members > 0 && c.finishing.top().first <= c.service + slack) {
+    int id = c.finishing.top().second;
+    c.finishing.pop();
+    --c.members;
+    Flow& f = flows_[id];
+    f.bottleneck = c.bottleneck;
+    for (int k = 0; k < c.num_links; ++k) {
+      Resource& r = res_[c.links[k]];
+      r.bytes_carried += f.bytes;
+      r.allocated -= c.rate;
+    }
+    Push(t + f.tail, EventType::kOpDone, f.op_a);
+    if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+  }
+  if (c.members == 0) {
+    for (int k = 0; k < c.num_links; ++k) {
+      Resource& r = res_[c.links[k]];
+      int p = c.pos[k];
+      int moved = r.classes.back();
+      r.classes[p] = moved;
+      r.classes.pop_back();
+      if (moved != cid) {
+        FlowClass& m = classes_[moved];
+        for (int j = 0; j < m.num_links; ++j) {
+          if (m.links[j] == c.links[k]) {
+            m.pos[j] = p;
+            break;
+          }
+        }
+      }
+      if (r.classes.empty()) r.allocated = 0;
+    }
+    c.rate = 0;
+  }
+  std::vector<int> seeds(c.links.begin(), c.links.begin() + c.num_links);
+  Recompute(std::move(seeds), t);
+  ScheduleClassFinish(cid, t);
+}
+
+// Progressive filling over the active classes on `seed_links`, with every other class's rate held
+// fixed; then the same for the links of classes whose rate dropped, up to propagation_rounds times.
+void Engine::Recompute(std::vector<int> seed_links, double now) {
+  std::vector<int>& affected = scratch_affected_;
+  std::vector<int>& local_links = scratch_links_;
+  for (int round = 0; round <= opt_.propagation_rounds && !seed_links.empty(); ++round) {
+    ++stamp_;
+    if (flow_mark_.size() < classes_.size()) {
+      flow_mark_.resize(classes_.size(), 0);
+      slot_.resize(classes_.size(), 0);
+    }
+    affected.clear();
+    for (int l : seed_links) {
+      for (int cid : res_[l].classes) {
+        if (flow_mark_[cid] != stamp_) {
+          flow_mark_[cid] = stamp_;
+          affected.push_back(cid);
+        }
+      }
+    }
+    if (affected.empty()) break;
+    if (round > 0 && static_cast<int>(affected.size()) > opt_.propagation_budget) break;
+    local_links.clear();
+    for (int cid : affected) {
+      FlowClass& c = classes_[cid];
+      Settle(c, now);
+      for (int k = 0; k < c.num_links; ++k) {
+        int l = c.links[k];
+        if (link_mark_[l] != stamp_) {
+          link_mark_[l] = stamp_;
+          local_links.push_back(l);
+          residual_[l] = res_[l].capacity - res_[l].allocated;
+          count_[l] = 0;
+        }
+        residual_[l] += c.rate * c.members;
+        count_[l] += c.members;
+      }
+    }
+    const size_t n = affected.size();
+    new_rate_.assign(n, 0);
+    new_bottleneck_.assign(n, -1);
+    fixed_.assign(n, 0);
+    size_t unfixed = n;
+    // Progressive filling with a heap of link fair shares: the link with the smallest share
+    // (residual / unfixed members) fixes all its unfixed classes at that share; fixing can only
+    // raise the shares of the other links, so each class and link update costs O(log links).
+    for (size_t i = 0; i < n; ++i) slot_[affected[i]] = static_cast<int>(i);
+    auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
+    using Entry = std::pair<double, int>;
+    link_heap_.clear();
+    auto push = [this](double v, int l) {
+      link_heap_.push_back({v, l});
+      std::push_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+    };
+    for (int l : local_links) {
+      if (count_[l] > 0) push(share(l), l);
+    }
+    cap_order_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (classes_[affected[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
+    }
+    std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
+      return classes_[affected[x]].cap < classes_[affected[y]].cap;
+    });
+    size_t next_cap = 0;
+    auto fix = [&](int i, double level, int bottleneck) {
+      fixed_[i] = 1;
+      new_rate_[i] = level;
+      new_bottleneck_[i] = bottleneck;
+      --unfixed;
+      const FlowClass& c = classes_[affected[i]];
+      for (int k = 0; k < c.num_links; ++k) {
+        int l = c.links[k];
+        residual_[l] -= level * c.members;
+        count_[l] -= c.members;
+        if (count_[l] > 0) push(share(l), l);
+      }
+    };
+    while (unfixed > 0) {
+      while (!link_heap_.empty()) {
+        const Entry& top = link_heap_.front();
+        if (count_[top.second] > 0 && top.first == share(top.second)) break;
+        std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+        link_heap_.pop_back();
+      }
+      while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
+      const double link_level = link_heap_.empty() ? kInf : link_heap_.front().first;
+      const double cap_level =
+          next_cap < cap_order_.size() ? classes_[affected[cap_order_[next_cap]]].cap : kInf;
+      if (link_heap_.empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
+      if (cap_level <= link_level) {
+        fix(cap_order_[next_cap], cap_level, -1);
+        continue;
+      }
+      const int l = link_heap_.front().second;
+      std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+      link_heap_.pop_back();
+      for (int cid : res_[l].classes) {
+        if (flow_mark_[cid] != stamp_) continue;
+        int i = slot_[cid];
+        if (!fixed_[i]) fix(i, link_level, l);
+      }
+    }
+    seed_links.clear();
+    ++stamp_;  // fresh link marks for the next round's seed set
+    for (size_t i = 0; i < n; ++i) {
+      const int cid = affected[i];
+      FlowClass& c = classes_[cid];
+      const double old = c.rate;
+      const double rate = new_rate_[i];
+      c.bottleneck = new_bottleneck_[i];
+      if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
+      for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
+      c.rate = rate;
+      ScheduleClassFinish(cid, now);
+      if (rate < old) {
+        for (int k = 0; k < c.num_links; ++k) {
+          int l = c.links[k];
+          if (link_mark_[l] != stamp_) {
+            link_mark_[l] = stamp_;
+            seed_links.push_back(l);
+          }
+        }
+      }
+    }
+  }
+}
+
+void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
+  const int nb = opt_.ingress_buckets;
+  while (t1 > bucket_ * nb) {
+    for (auto& series : ingress_) {
+      for (int i = 0; i < nb / 2; ++i) series[i] = series[2 * i] + series[2 * i + 1];
+      for (int i = nb / 2; i < nb; ++i) series[i] = 0;
+    }
+    bucket_ *= 2;
+  }
+  if (t1 <= t0) {
+    ingress_[node][std::min(nb - 1, static_cast<int>(t0 / bucket_))] += bytes;
+    return;
+  }
+  const double rate = bytes / (t1 - t0);
+  int b = static_cast<int>(t0 / bucket_);
+  double t = t0;
+  while (t < t1 && b < nb) {
+    double edge = std::min(t1, (b + 1) * bucket_);
+    ingress_[node][b] += rate * (edge - t);
+    t = edge;
+    ++b;
+  }
+}
+
+void Engine::OnOpDone(int op, double t) {
+  end_[op] = t;
+  for (int i = dependents_begin_[op]; i < dependents_begin_[op + 1]; ++i) {
+    int d = dependents_[i];
+    cause_[d] = op;  // events arrive in time order, so the last completing dep wins
+    if (--pending_[d] == 0) OnReady(d, t);
+  }
+}
+
+std::string Engine::DescribeResource(int r) const {
+  if (r < 0) return "its own throughput limit";
+  const Resource& res = res_[r];
+  std::ostringstream out;
+  out << ResourceKindName(res.kind) << "[";
+  switch (res.kind) {
+    case ResourceKind::kNicTx:
+    case ResourceKind::kNicRx:
+      out << "node " << res.index / c_.nics_per_node << " nic " << res.index % c_.nics_per_node;
+      break;
+    case ResourceKind::kSpineUp:
+    case ResourceKind::kSpineDown:
+    case ResourceKind::kHostMem:
+      out << "node " << res.index;
+      break;
+    default:
+      out << "gpu " << res.index;
+  }
+  out << "]";
+  return out.str();
+}
+
+std::string Engine::DescribeOp(int op) const {
+  const Op& o = plan_.ops[op];
+  std::ostringstream out;
+  if (IsMessageOp(o.kind)) {
+    int s = IsSender(o.kind) ? op : partner_[op];
+    const Op& so = plan_.ops[s];
+    int ga = GpuOf(so.rank), gb = GpuOf(so.peer);
+    const char* path = ga == gb ? "same gpu" : NodeOfGpu(ga) == NodeOfGpu(gb) ? "nvlink" : "network";
+    out << OpKindName(so.kind) << " r" << so.rank << "->r" << so.peer << " "
+        << FormatBytes(static_cast<double>(so.bytes)) << " (" << path << ")";
+  } else {
+    out << OpKindName(o.kind) << " r" << o.rank << " " << FormatBytes(static_cast<double>(o.bytes));
+  }
+  int fid = flow_of_op_[op];
+  if (fid >= 0 && flows_[fid].bytes > 0) {
+    out << ", limited by " << DescribeResource(flows_[fid].bottleneck);
+  }
+  return out.str();
+}
+
+void Engine::BuildCriticalPath(SimResult& result) const {
+  int cur = -1;
+  for (size_t i = 0; i < end_.size(); ++i) {
+    if (cur < 0 || end_[i] > end_[cur]) cur = static_cast<int>(i);
+  }
+  std::vector<CriticalStep> steps;
+  while (cur >= 0 && steps.size() < 100000) {
+    int gate = cur;
+    int shown = cur;
+    if (partner_[cur] >= 0) {
+      int p = partner_[cur];
+      if (ready_[p] > ready_[cur]) gate = p;
+      shown = IsSender(plan_.ops[cur].kind) ? cur : p;
+    }
+    steps.push_back({shown, start_[shown], end_[cur], DescribeOp(shown)});
+    cur = cause_[gate];
+  }
+  std::reverse(steps.begin(), steps.end());
+  result.critical_path = std::move(steps);
+}
+
+void Engine::BuildUtilisation(SimResult& result, double total) const {
+  for (int k = 0; k < kNumResourceKinds; ++k) {
+    LinkClassUsage u;
+    u.kind = static_cast<ResourceKind>(k);
+    u.links_total = offset_[k + 1] - offset_[k];
+    double sum_util = 0;
+    for (int i = offset_[k]; i < offset_[k + 1]; ++i) {
+      const Resource& r = res_[i];
+      if (r.bytes_carried <= 0) continue;
+      ++u.links_used;
+      u.bytes += r.bytes_carried;
+      double util = total > 0 && r.capacity > 0 ? r.bytes_carried / (r.capacity * total) : 0;
+      sum_util += util;
+      u.max_utilisation = std::max(u.max_utilisation, util);
+    }
+    if (u.links_used == 0) continue;
+    u.mean_utilisation = sum_util / u.links_used;
+    result.utilisation.push_back(u);
+  }
+}
+
+Result<SimResult> Engine::Run() {
+  FERRY_RETURN_IF_ERROR(Prepare());
+  BuildResources();
+  const int n = static_cast<int>(plan_.ops.size());
+  for (int r = 0; r < plan_.num_ranks; ++r) {
+    if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
+      return InvalidArgument("rank " + std::to_string(r) + " is mapped to GPU " +
+                             std::to_string(GpuOf(r)) + " outside the cluster's " +
+                             std::to_string(c_.TotalGpus()) + " GPUs");
+    }
+  }
+  flows_.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    if (pending_[i] == 0) OnReady(i, 0.0);
+  }
+  while (!events_.empty() || !finish_heap_.Empty()) {
+    ++num_events_;
+    if (!finish_heap_.Empty() &&
+        (events_.empty() || finish_heap_.TopTime() <= events_.top().t)) {
+      int cid = finish_heap_.Top();
+      double t = finish_heap_.TopTime();
+      finish_heap_.Remove(cid);
+      OnFlowFinish(cid, t);
+      continue;
+    }
+    Event e = events_.top();
+    events_.pop();
+    switch (e.type) {
+      case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
+      case EventType::kOpDone: OnOpDone(e.id, e.t); break;
+    }
+  }
+  int never = 0, example = -1;
+  for (int i = 0; i < n; ++i) {
+    if (end_[i] < 0) {
+      ++never;
+      if (example < 0) example = i;
+    }
+  }
+  if (never > 0) {
+    const Op& o = plan_.ops[example];
+    std::string why = pending_[example] > 0 ? "waits on deps that never finish (a cycle?)"
+                                            : "waits for its message partner, which never ran";
+    return InvalidArgument(std::to_string(never) + " ops never ran; e.g. op " +
+                           std::to_string(example) + " (" + std::string(OpKindName(o.kind)) +
+                           " on rank " + std::to_string(o.rank) + ") " + why);
+  }
+  SimResult result;
+  for (double e : end_) result.total_time = std::max(result.total_time, e);
+  result.num_ops = n;
+  result.num_messages = num_messages_;
+  result.num_events = num_events_;
+  result.network_bytes = network_bytes_;
+  result.nvlink_bytes = nvlink_bytes_;
+  result.local_bytes = local_bytes_;
+  BuildUtilisation(result, result.total_time);
+  BuildCriticalPath(result);
+  if (opt_.record_op_times) {
+    result.op_times.resize(n);
+    for (int i = 0; i < n; ++i) result.op_times[i] = {ready_[i], start_[i], end_[i]};
+  }
+  if (opt_.record_ingress) {
+    result.ingress.bucket_seconds = bucket_;
+    result.ingress.bytes = ingress_;
+  }
+  result.cluster = c_;
+  result.mapping = map_;
+  return result;
+}
+
+}  // namespace
+
+Result<SimResult> Simulate(const TransferPlan& plan, const ClusterSpec& cluster,
+                           const RankMapping& mapping, const SimOptions& options) {
+  if (options.ingress_buckets < 2 || options.ingress_buckets % 2 != 0) {
+    return InvalidArgument("ingress_buckets must be an even number >= 2");
+  }
+  if (options.propagation_rounds < 0) return InvalidArgument("propagation_rounds must be >= 0");
+  if (options.propagation_budget < 0) return InvalidArgument("propagation_budget must be >= 0");
+  FERRY_ASSIGN_OR_RETURN(ClusterSpec fitted, FitClusterToMapping(cluster, mapping));
+  Engine engine(plan, fitted, mapping, options);
+  return engine.Run();
+}
+
+}  // namespace ferry::sim

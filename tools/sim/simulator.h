@@ -1,0 +1,110 @@
+// The discrete-event simulator: replays a TransferPlan on a ClusterSpec and predicts when every op
+// finishes.
+//
+// Model. Every op becomes an activity that needs a set of links (resources with a capacity in
+// bytes/s) for `bytes`, after a fixed start-up cost and before a fixed latency:
+//   Copy                  gpu_mem[g] at copy_bandwidth (host_mem[node] for host-memory ranks)
+//   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth
+//   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
+//                         sender and the receiver are ready (their deps completed):
+//                           same GPU     gpu_mem[g]
+//                           same node    nvlink_out[src gpu] + nvlink_in[dst gpu]
+//                           network      nic_tx[src nic] + nic_rx[dst nic] (+ spine_up/spine_down
+//                                        for cross-rail traffic when the spine is oversubscribed;
+//                                        + pcie and host_mem on both ends, and one staging chunk
+//                                        of store-and-forward delay per end, without GPUDirect)
+// Flows share each link max-min fairly (progressive filling). Rates are recomputed only for the
+// flows on the links a starting/finishing flow touches, then propagated to the links of the flows
+// whose rate dropped (`propagation_rounds` times, each within `propagation_budget` flow classes) —
+// never globally per event. A Forward can only start after the Recv it depends on finished, so
+// relays are store-and-forward per chunk.
+//
+// Simulate() is a pure function of its inputs; it is thread-safe and allocates its own state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+#include "tools/sim/cluster.h"
+
+namespace ferry::sim {
+
+enum class ResourceKind : uint8_t {
+  kGpuMem,
+  kNvlinkOut,
+  kNvlinkIn,
+  kNicTx,
+  kNicRx,
+  kSpineUp,
+  kSpineDown,
+  kPcieD2H,
+  kPcieH2D,
+  kHostMem,
+};
+inline constexpr int kNumResourceKinds = 10;
+std::string_view ResourceKindName(ResourceKind kind);  // "gpu_mem", "nvlink_out", ...
+
+struct SimOptions {
+  bool record_op_times = false;  // fill SimResult::op_times (needed for a Chrome trace)
+  bool record_ingress = false;   // fill SimResult::ingress (needed for the SVG)
+  int ingress_buckets = 256;     // time buckets of the ingress series
+  int propagation_rounds = 2;    // how far a rate change spreads beyond the touched links
+  // A propagation round is skipped when it would recompute more flow classes than this (dense
+  // all-to-all traffic, where every link sees an event soon anyway).
+  int propagation_budget = 512;
+};
+
+struct OpTime {
+  double ready = -1;  // deps complete (and, for a message, partner ready)
+  double start = -1;  // data starts moving
+  double end = -1;    // op complete
+};
+
+struct LinkClassUsage {
+  ResourceKind kind = ResourceKind::kGpuMem;
+  int links_used = 0;       // links of this class that carried any bytes
+  int links_total = 0;
+  double bytes = 0;         // bytes carried, summed over links
+  double mean_utilisation = 0;  // over the used links: bytes / (capacity * total_time)
+  double max_utilisation = 0;
+};
+
+struct CriticalStep {
+  int op = -1;
+  double start = 0;
+  double end = 0;
+  std::string description;  // "send r3->r17 64.0 MiB (network), bottleneck nic_rx[node 2 nic 5]"
+};
+
+// Bytes received over the network by each node, per time bucket of width bucket_seconds.
+struct IngressSeries {
+  double bucket_seconds = 0;
+  std::vector<std::vector<double>> bytes;  // [node][bucket]
+};
+
+struct SimResult {
+  double total_time = 0;  // seconds until the last op completes
+  int64_t num_ops = 0;
+  int64_t num_messages = 0;
+  int64_t num_events = 0;
+  double network_bytes = 0;
+  double nvlink_bytes = 0;
+  double local_bytes = 0;  // copies, pack/unpack and same-GPU messages
+  std::vector<LinkClassUsage> utilisation;    // one per resource kind with links_total > 0
+  std::vector<CriticalStep> critical_path;    // first op first
+  std::vector<OpTime> op_times;               // per op id, when record_op_times
+  IngressSeries ingress;                      // when record_ingress
+  ClusterSpec cluster;                        // the cluster as fitted to the plan
+  RankMapping mapping;
+};
+
+// Runs the simulation. Fails with a clear error on a malformed plan: an unmatched or doubly matched
+// message, mismatched peers or sizes, a dep on another rank or out of range, a rank without a GPU,
+// or a dependency cycle (ops that never become ready).
+Result<SimResult> Simulate(const TransferPlan& plan, const ClusterSpec& cluster,
+                           const RankMapping& mapping, const SimOptions& options = {});
+
+}  // namespace ferry::sim
