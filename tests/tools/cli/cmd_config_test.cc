@@ -31,7 +31,7 @@ TEST(CmdConfigTest, PrintsEveryOptionWithDefaultsAndEnvironmentOverrides) {
   EXPECT_NE(out.find("FERRY_TRANSPORT_INTRA_NODE"), std::string::npos);
   EXPECT_NE(out.find("executor.staging_budget"), std::string::npos);
   EXPECT_NE(out.find("tcp.address"), std::string::npos) << "transport options are listed too";
-  EXPECT_NE(out.find("transports linked in: local, tcp"), std::string::npos) << out;
+  EXPECT_NE(out.find("transports linked in: libfabric, local, tcp, ucx"), std::string::npos) << out;
 }
 
 TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {
