@@ -124,20 +124,9 @@ std::string PlanToDot(const TransferPlan& plan) {
       out += "  op" + std::to_string(dep) + " -> op" + std::to_string(op.id) + ";\n";
     }
   }
-  std::vector<std::pair<int64_t, int>> senders, receivers;
-  for (const Op& op : plan.ops) {
-    if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) senders.push_back({op.message, op.id});
-    if (op.kind == OpKind::kRecv) receivers.push_back({op.message, op.id});
-  }
-  std::sort(senders.begin(), senders.end());
-  std::sort(receivers.begin(), receivers.end());
-  size_t j = 0;
-  for (const auto& [message, id] : senders) {
-    while (j < receivers.size() && receivers[j].first < message) ++j;
-    if (j < receivers.size() && receivers[j].first == message) {
-      out += "  op" + std::to_string(id) + " -> op" + std::to_string(receivers[j].second) +
-             " [style=dashed, label=\"" + std::string(LinkClassName(plan.ops[id].link)) + "\"];\n";
-    }
+  for (const auto& [sender, receiver] : plan.MatchedMessages()) {
+    out += "  op" + std::to_string(sender) + " -> op" + std::to_string(receiver) +
+           " [style=dashed, label=\"" + std::string(LinkClassName(plan.ops[sender].link)) + "\"];\n";
   }
   out += "}\n";
   return out;

@@ -1,5 +1,7 @@
-// TransferPlan basics: names, region geometry, op and slot bookkeeping.
+// TransferPlan basics: names, region geometry, op and slot bookkeeping, message matching.
 #include "core/plan/plan.h"
+
+#include <algorithm>
 
 namespace ferry {
 
@@ -69,6 +71,24 @@ std::vector<int> TransferPlan::OpsOfRank(int rank) const {
     if (op.rank == rank) ids.push_back(op.id);
   }
   return ids;
+}
+
+std::vector<std::pair<int, int>> TransferPlan::MatchedMessages() const {
+  std::vector<std::pair<int64_t, int>> senders, receivers;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) senders.push_back({op.message, op.id});
+    if (op.kind == OpKind::kRecv) receivers.push_back({op.message, op.id});
+  }
+  std::sort(senders.begin(), senders.end());
+  std::sort(receivers.begin(), receivers.end());
+  std::vector<std::pair<int, int>> matched;
+  matched.reserve(std::min(senders.size(), receivers.size()));
+  size_t j = 0;
+  for (const auto& [message, id] : senders) {
+    while (j < receivers.size() && receivers[j].first < message) ++j;
+    if (j < receivers.size() && receivers[j].first == message) matched.push_back({id, receivers[j].second});
+  }
+  return matched;
 }
 
 }  // namespace ferry

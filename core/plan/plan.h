@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/base/dtype.h"
@@ -100,6 +101,10 @@ struct TransferPlan {
   int AddSlot(int rank, int64_t bytes);
   // Op ids executed by `rank`, in plan order (which respects deps).
   std::vector<int> OpsOfRank(int rank) const;
+  // (sender op id, receiver op id) for every Send/Forward whose message has a Recv, ordered by
+  // message id. A message with several senders or receivers pairs the first of each (ValidatePlan
+  // reports that as an error).
+  std::vector<std::pair<int, int>> MatchedMessages() const;
 };
 
 }  // namespace ferry

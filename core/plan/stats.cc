@@ -118,22 +118,9 @@ PlanStats ComputePlanStats(const TransferPlan& plan, const Topology& topology,
       }
     }
   }
-  {
-    std::vector<std::pair<int64_t, int>> senders, receivers;
-    for (const Op& op : plan.ops) {
-      if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) senders.push_back({op.message, op.id});
-      if (op.kind == OpKind::kRecv) receivers.push_back({op.message, op.id});
-    }
-    std::sort(senders.begin(), senders.end());
-    std::sort(receivers.begin(), receivers.end());
-    size_t j = 0;
-    for (const auto& [message, id] : senders) {
-      while (j < receivers.size() && receivers[j].first < message) ++j;
-      if (j < receivers.size() && receivers[j].first == message) {
-        successors[id].push_back(receivers[j].second);
-        ++indegree[receivers[j].second];
-      }
-    }
+  for (const auto& [sender, receiver] : plan.MatchedMessages()) {
+    successors[sender].push_back(receiver);
+    ++indegree[receiver];
   }
   std::vector<int> depth(num_ops, 0);
   std::vector<int> ready;
