@@ -55,6 +55,10 @@ struct SimOptions {
   // A propagation round is skipped when it would recompute more flow classes than this (dense
   // all-to-all traffic, where every link sees an event soon anyway).
   int propagation_budget = 512;
+  // Most sends and receives a rank has posted at once, as the executor's executor.max_in_flight
+  // (default 256): a message op whose deps are done waits, in (round, id) order, until one of its
+  // rank's posted messages completes. 0: unlimited (every ready message op is posted at once).
+  int max_in_flight = 256;
 };
 
 struct OpTime {
