@@ -745,6 +745,10 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     return a.holder_rank < b.holder_rank;
   });
   std::vector<std::vector<int>> bucket_ready(num_buckets);  // root ops a bucket's broadcast waits for
+  // A holder sends its pieces bucket after bucket (each send waits for its previous one, and the
+  // root's receive from it likewise), so buckets fill in order instead of all sharing the root's
+  // ingress until the end.
+  std::vector<int> last_send(num_ranks, -1), last_recv(num_ranks, -1);
   int64_t next_message = 0;
   for (size_t i = 0; i < items.size();) {
     const int bucket = items[i].bucket, holder = items[i].holder_rank;
@@ -801,14 +805,17 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       send.message = next_message++;
       send.data = Region::Bytes(Space::kStaging, slot, 0, bytes);
       send.deps.push_back(pack_id);
+      if (last_send[holder] >= 0) send.deps.push_back(last_send[holder]);
       Op recv = send;
       recv.kind = OpKind::kRecv;
       recv.rank = root;
       recv.peer = holder;
       recv.deps.clear();
+      if (last_recv[holder] >= 0) recv.deps.push_back(last_recv[holder]);
       recv.data = Region::Bytes(Space::kStaging, remote_slot, 0, bytes);
-      plan.AddOp(std::move(send));
+      last_send[holder] = plan.AddOp(std::move(send));
       const int recv_id = plan.AddOp(std::move(recv));
+      last_recv[holder] = recv_id;
       Op unpack;
       unpack.kind = OpKind::kUnpack;
       unpack.rank = root;
