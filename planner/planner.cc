@@ -659,6 +659,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
                                        const Topology& topology, const PlannerOptions& options) {
   if (options.bucket_bytes < 1) return InvalidArgument("bucket size must be positive");
+  if (options.broadcast_chunk_bytes < 1) {
+    return InvalidArgument("broadcast chunk size must be positive");
+  }
   const int num_ranks = NumRanksOf(source, destination);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   if (source.fragments.empty()) return InvalidArgument("the source layout has no fragments");
@@ -742,6 +745,10 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     return a.holder_rank < b.holder_rank;
   });
   std::vector<std::vector<int>> bucket_ready(num_buckets);  // root ops a bucket's broadcast waits for
+  // A holder sends its pieces bucket after bucket (each send waits for its previous one, and the
+  // root's receive from it likewise), so buckets fill in order instead of all sharing the root's
+  // ingress until the end.
+  std::vector<int> last_send(num_ranks, -1), last_recv(num_ranks, -1);
   int64_t next_message = 0;
   for (size_t i = 0; i < items.size();) {
     const int bucket = items[i].bucket, holder = items[i].holder_rank;
@@ -798,14 +805,17 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       send.message = next_message++;
       send.data = Region::Bytes(Space::kStaging, slot, 0, bytes);
       send.deps.push_back(pack_id);
+      if (last_send[holder] >= 0) send.deps.push_back(last_send[holder]);
       Op recv = send;
       recv.kind = OpKind::kRecv;
       recv.rank = root;
       recv.peer = holder;
       recv.deps.clear();
+      if (last_recv[holder] >= 0) recv.deps.push_back(last_recv[holder]);
       recv.data = Region::Bytes(Space::kStaging, remote_slot, 0, bytes);
-      plan.AddOp(std::move(send));
+      last_send[holder] = plan.AddOp(std::move(send));
       const int recv_id = plan.AddOp(std::move(recv));
+      last_recv[holder] = recv_id;
       Op unpack;
       unpack.kind = OpKind::kUnpack;
       unpack.rank = root;
@@ -818,12 +828,32 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     i = j;
   }
 
-  // Broadcast each bucket along a chain of destination ranks ordered by (node, rank).
+  // Broadcast, pipelined as NCCL does across nodes: each bucket is cut into chunks of
+  // broadcast_chunk_bytes; chunk c travels on channel k = c mod (GPUs a node): the root sends it to
+  // the channel's leader on the first destination node (local GPU k, so consecutive chunks use
+  // different rails), each leader forwards it to the next node's leader (same rail) and down a chain
+  // through the other destination GPUs of its node, starting after itself. Every hop is a Forward
+  // of one chunk, so chunks flow down the chains concurrently.
   std::vector<int> dst_ranks = destination.Ranks();
   const bool root_is_destination = std::binary_search(dst_ranks.begin(), dst_ranks.end(), root);
-  std::stable_sort(dst_ranks.begin(), dst_ranks.end(), [&](int a, int b) {
-    return topology.ranks[a].node < topology.ranks[b].node;
-  });
+  std::vector<std::vector<int>> node_members;  // destination ranks other than the root, per node
+  {
+    std::vector<int> order = dst_ranks;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      const RankPlacement& pa = topology.ranks[a];
+      const RankPlacement& pb = topology.ranks[b];
+      if (pa.node != pb.node) return pa.node < pb.node;
+      return pa.local_device < pb.local_device;
+    });
+    int last_node = -1;
+    for (int rank : order) {
+      if (rank == root) continue;
+      if (topology.ranks[rank].node != last_node) node_members.emplace_back();
+      last_node = topology.ranks[rank].node;
+      node_members.back().push_back(rank);
+    }
+  }
+  const int64_t chunk_bytes = options.broadcast_chunk_bytes;
   std::vector<int> frag_order(destination.fragments.size());
   std::iota(frag_order.begin(), frag_order.end(), 0);
   std::stable_sort(frag_order.begin(), frag_order.end(), [&](int a, int b) {
@@ -832,12 +862,12 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
     return bucket_of[fa.tensor] < bucket_of[fb.tensor];
   });
-  auto unpack_for = [&](int rank, int bucket, int slot, int dep) {
+  auto unpack_for = [&](int rank, int bucket, int slot, std::vector<int> deps) {
     Op unpack;
     unpack.kind = OpKind::kUnpack;
     unpack.rank = rank;
     unpack.round = bucket;
-    if (dep >= 0) unpack.deps.push_back(dep);
+    unpack.deps = std::move(deps);
     auto lo = std::lower_bound(frag_order.begin(), frag_order.end(), std::make_pair(rank, bucket),
                                [&](int f, const std::pair<int, int>& key) {
                                  const Fragment& fr = destination.fragments[f];
@@ -853,46 +883,78 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     }
     return unpack;
   };
+  int64_t chunk_counter = 0;  // chunks of all buckets so far: picks the channel
+  std::map<int, int> slot_of;            // rank -> its slot for the current bucket
+  std::map<int, std::vector<int>> recvs;  // rank -> its Recv ops of the current bucket
   for (int b = 0; b < num_buckets; ++b) {
-    // The root's own destination slice.
     if (root_is_destination) {
-      Op own = unpack_for(root, b, root_slot[b], -1);
-      own.deps = bucket_ready[b];
+      Op own = unpack_for(root, b, root_slot[b], bucket_ready[b]);
       if (!own.copies.empty()) plan.AddOp(std::move(own));
     }
-    int prev = root, prev_slot = root_slot[b];
-    std::vector<int> prev_deps = bucket_ready[b];
-    int position = 0;
-    for (int rank : dst_ranks) {
-      if (rank == root) continue;
-      Op send;
-      send.kind = prev == root ? OpKind::kSend : OpKind::kForward;
-      send.rank = prev;
-      send.peer = rank;
-      send.bytes = bucket_bytes[b];
-      send.round = b + position;
-      send.link = topology.Link(prev, rank);
-      send.message = next_message++;
-      send.data = Region::Bytes(Space::kStaging, prev_slot, 0, bucket_bytes[b]);
-      send.deps = prev_deps;
-      Op recv;
-      recv.kind = OpKind::kRecv;
-      recv.rank = rank;
-      recv.peer = prev;
-      recv.bytes = bucket_bytes[b];
-      recv.round = send.round;
-      recv.link = send.link;
-      recv.message = send.message;
-      const int slot = plan.AddSlot(rank, bucket_bytes[b]);
-      recv.data = Region::Bytes(Space::kStaging, slot, 0, bucket_bytes[b]);
-      plan.AddOp(std::move(send));
-      const int recv_id = plan.AddOp(std::move(recv));
-      Op unpack = unpack_for(rank, b, slot, recv_id);
-      if (!unpack.copies.empty()) plan.AddOp(std::move(unpack));
-      prev = rank;
-      prev_slot = slot;
-      prev_deps = {recv_id};
-      ++position;
+    slot_of.clear();
+    recvs.clear();
+    for (const std::vector<int>& members : node_members) {
+      for (int rank : members) slot_of[rank] = plan.AddSlot(rank, bucket_bytes[b]);
+    }
+    const int64_t num_chunks = (bucket_bytes[b] + chunk_bytes - 1) / chunk_bytes;
+    for (int64_t c = 0; c < num_chunks; ++c, ++chunk_counter) {
+      const int64_t offset = c * chunk_bytes;
+      const int64_t bytes = std::min(chunk_bytes, bucket_bytes[b] - offset);
+      const int base_round = static_cast<int>(chunk_counter);
+      // One hop of the chunk: `from` (the root, or a rank holding the chunk after Recv `from_recv`)
+      // sends it to `to`; returns `to`'s Recv.
+      auto hop = [&](int from, int from_recv, int to, int depth) {
+        Op send;
+        send.kind = from == root ? OpKind::kSend : OpKind::kForward;
+        send.rank = from;
+        send.peer = to;
+        send.bytes = bytes;
+        send.round = base_round + depth;
+        send.link = topology.Link(from, to);
+        send.message = next_message++;
+        const int from_slot = from == root ? root_slot[b] : slot_of[from];
+        send.data = Region::Bytes(Space::kStaging, from_slot, offset, bytes);
+        if (from == root) {
+          send.deps = bucket_ready[b];
+        } else {
+          send.deps = {from_recv};
+        }
+        Op recv;
+        recv.kind = OpKind::kRecv;
+        recv.rank = to;
+        recv.peer = from;
+        recv.bytes = bytes;
+        recv.round = send.round;
+        recv.link = send.link;
+        recv.message = send.message;
+        recv.data = Region::Bytes(Space::kStaging, slot_of[to], offset, bytes);
+        plan.AddOp(std::move(send));
+        const int recv_id = plan.AddOp(std::move(recv));
+        recvs[to].push_back(recv_id);
+        return recv_id;
+      };
+      int prev_leader = root, prev_recv = -1, depth = 0;
+      for (const std::vector<int>& members : node_members) {
+        const int n = static_cast<int>(members.size());
+        const int k = static_cast<int>(chunk_counter % n);
+        const int leader = members[k];
+        const int leader_recv = hop(prev_leader, prev_recv, leader, depth);
+        int prev = leader, prev_local_recv = leader_recv;
+        for (int i = 1; i < n; ++i) {
+          const int rank = members[(k + i) % n];
+          prev_local_recv = hop(prev, prev_local_recv, rank, depth + i);
+          prev = rank;
+        }
+        prev_leader = leader;
+        prev_recv = leader_recv;
+        ++depth;
+      }
+    }
+    for (const std::vector<int>& members : node_members) {
+      for (int rank : members) {
+        Op unpack = unpack_for(rank, b, slot_of[rank], recvs[rank]);
+        if (!unpack.copies.empty()) plan.AddOp(std::move(unpack));
+      }
     }
   }
 

@@ -292,6 +292,8 @@ RandomCase MakeRandomCase(std::mt19937_64& rng) {
   c.options.relay = relays[Uniform(rng, 0, 2)];
   const int64_t buckets[] = {1, 100, 1 << 20};
   c.options.bucket_bytes = buckets[Uniform(rng, 0, 2)];
+  const int64_t broadcast_chunks[] = {16, 100, 1 << 20};
+  c.options.broadcast_chunk_bytes = broadcast_chunks[Uniform(rng, 0, 2)];
   return c;
 }
 

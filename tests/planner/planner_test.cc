@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 #include "core/plan/export.h"
 #include "core/plan/stats.h"
@@ -153,6 +154,36 @@ TEST(PlannerBaseline, GatherBroadcastMovesTheModelToEveryRank) {
   // 7/8 of the weights it lacks (it holds the replicated norms).
   EXPECT_EQ(g.bytes_by_link[1] + g.bytes_by_link[2], model * 16 + weights / 8 * 7);
   EXPECT_GT(g.predicted_seconds, s.predicted_seconds);
+}
+
+TEST(PlannerBaseline, BroadcastIsPipelinedInChunksOverEveryRail) {
+  Preset p = MakeReplicatedPreset(4, 8, 1, 8, 2);
+  PlannerOptions options;
+  options.bucket_bytes = 16 << 20;
+  options.broadcast_chunk_bytes = 1 << 20;
+  Result<PlanResult> gb = PlanGatherBroadcast(p.source, p.destination, p.topology, options);
+  ASSERT_TRUE(gb.ok());
+  ASSERT_TRUE(ValidatePlan(gb->plan, p.source, p.destination).ok());
+  ASSERT_TRUE(testing::ExecuteAndCheck(gb->plan, p.source, p.destination).ok());
+  int forwards = 0;
+  std::set<int> leader_rails;  // local GPUs that forward a chunk to another destination node
+  for (const Op& op : gb->plan.ops) {
+    if (op.kind != OpKind::kForward) continue;
+    ++forwards;
+    EXPECT_LE(op.bytes, options.broadcast_chunk_bytes);
+    // A Forward relays a chunk it received: it depends on exactly that Recv.
+    ASSERT_EQ(op.deps.size(), 1u);
+    EXPECT_EQ(gb->plan.ops[op.deps[0]].kind, OpKind::kRecv);
+    if (p.topology.Link(op.rank, op.peer) == LinkClass::kNetwork) {
+      leader_rails.insert(p.topology.ranks[op.rank].local_device);
+      EXPECT_EQ(p.topology.ranks[op.rank].local_device, p.topology.ranks[op.peer].local_device);
+    }
+  }
+  EXPECT_GT(forwards, 0);
+  EXPECT_EQ(leader_rails.size(), 8u);  // the node leader (and its rail) rotates per chunk
+
+  options.broadcast_chunk_bytes = 0;
+  EXPECT_FALSE(PlanGatherBroadcast(p.source, p.destination, p.topology, options).ok());
 }
 
 TEST(PlannerErrors, RejectsBadInput) {

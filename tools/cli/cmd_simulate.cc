@@ -33,6 +33,11 @@ struct SimulateArgs {
   std::string svg_path;
   int64_t network_chunk_bytes = 0;
   int64_t bucket_bytes = 0;
+  int64_t broadcast_chunk_bytes = 0;
+  std::string dtype;  // empty: the preset's
+  bool no_baseline = false;  // skip the gather-and-broadcast plan (it is slow to simulate at scale)
+  int max_in_flight = sim::SimOptions{}.max_in_flight;
+  bool flat = false;  // reshard without hierarchical fan-out or relays (reference-style M2N)
   int propagation_rounds = sim::SimOptions{}.propagation_rounds;
 };
 
@@ -51,7 +56,8 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const models::RefitLayout
                                     const Topology& topology, const PlannerOptions& planner_options,
                                     const sim::ClusterSpec& cluster,
                                     const sim::RankMapping& mapping, bool record,
-                                    int propagation_rounds, NetworkDemand* demand) {
+                                    int propagation_rounds, int max_in_flight,
+                                    NetworkDemand* demand) {
   StrategyRun run;
   run.name = std::string(StrategyName(strategy));
   auto t0 = std::chrono::steady_clock::now();
@@ -64,6 +70,7 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const models::RefitLayout
   options.record_op_times = record;
   options.record_ingress = record;
   options.propagation_rounds = propagation_rounds;
+  options.max_in_flight = max_in_flight;
   t0 = std::chrono::steady_clock::now();
   Result<sim::SimResult> simulated = sim::Simulate(planned->plan, cluster, mapping, options);
   if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
@@ -82,6 +89,7 @@ Status WriteReports(const SimulateArgs& args, const models::RefitLayouts& refit,
   options.record_op_times = !args.trace_path.empty();
   options.record_ingress = !args.svg_path.empty();
   options.propagation_rounds = args.propagation_rounds;
+  options.max_in_flight = args.max_in_flight;
   FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
                          sim::Simulate(planned->plan, cluster, mapping, options));
   if (!args.trace_path.empty()) {
@@ -99,7 +107,13 @@ Status WriteReports(const SimulateArgs& args, const models::RefitLayouts& refit,
 
 Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
-  FERRY_ASSIGN_OR_RETURN(models::ModelPreset preset, models::MakePreset(args.model, scale));
+  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::PresetConfig(args.model));
+  FERRY_ASSIGN_OR_RETURN(config, models::ScaleConfig(config, scale));
+  if (!args.dtype.empty()) {
+    // Weights stored in another dtype (e.g. FP8 inference weights); fp32 tensors stay fp32.
+    FERRY_ASSIGN_OR_RETURN(config.dtype, ParseDType(args.dtype));
+  }
+  FERRY_ASSIGN_OR_RETURN(models::ModelPreset preset, models::ModelPreset::FromConfig(config));
   FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec src, models::ParseFrameworkSpec(args.source));
   FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec dst, models::ParseFrameworkSpec(args.destination));
   FERRY_ASSIGN_OR_RETURN(sim::ClusterSpec cluster, sim::LoadCluster(args.cluster));
@@ -116,6 +130,13 @@ Status RunSimulate(const SimulateArgs& args) {
   PlannerOptions planner_options;
   if (args.network_chunk_bytes > 0) planner_options.network_chunk_bytes = args.network_chunk_bytes;
   if (args.bucket_bytes > 0) planner_options.bucket_bytes = args.bucket_bytes;
+  if (args.flat) {
+    planner_options.hierarchical = false;
+    planner_options.relay = RelayMode::kOff;
+  }
+  if (args.broadcast_chunk_bytes > 0) {
+    planner_options.broadcast_chunk_bytes = args.broadcast_chunk_bytes;
+  }
 
   std::printf("model    %s (%s)\n", preset.config().name.c_str(),
               FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
@@ -131,11 +152,16 @@ Status RunSimulate(const SimulateArgs& args) {
   NetworkDemand demand;
   FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
                          PlanAndSimulate(Strategy::kReshard, refit, topology, planner_options,
-                                         cluster, mapping, false, args.propagation_rounds, &demand));
-  FERRY_ASSIGN_OR_RETURN(StrategyRun baseline,
-                         PlanAndSimulate(Strategy::kGatherBroadcast, refit, topology,
-                                         planner_options, cluster, mapping, false,
-                                         args.propagation_rounds, nullptr));
+                                         cluster, mapping, false, args.propagation_rounds,
+                                         args.max_in_flight, &demand));
+  StrategyRun baseline;
+  baseline.name = "gather-broadcast (skipped)";
+  if (!args.no_baseline) {
+    FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, refit, topology,
+                                                     planner_options, cluster, mapping, false,
+                                                     args.propagation_rounds, args.max_in_flight,
+                                                     nullptr));
+  }
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
                          sim::ComputeLowerBound(refit.source, refit.destination, cluster, mapping));
   ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
@@ -177,6 +203,7 @@ Status RunSimulate(const SimulateArgs& args) {
               reshard.result.total_time > 0
                   ? baseline.result.total_time / reshard.result.total_time : 0);
   for (const StrategyRun* run : {&reshard, &baseline}) {
+    if (run->result.num_ops == 0) continue;
     std::printf("%s: link utilisation\n%s", run->name.c_str(),
                 sim::UtilisationTable(run->result).c_str());
     std::printf("%s: critical path\n%s\n", run->name.c_str(),
@@ -214,6 +241,19 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "planner: largest network message (default: the planner's)");
   cmd->add_option("--bucket-bytes", args->bucket_bytes,
                   "gather-and-broadcast bucket size (default: the planner's)");
+  cmd->add_option("--broadcast-chunk-bytes", args->broadcast_chunk_bytes,
+                  "gather-and-broadcast: chunk size of the pipelined broadcast (default: the "
+                  "planner's)");
+  cmd->add_flag("--no-baseline", args->no_baseline,
+                "skip the gather-and-broadcast plan (slow to simulate with thousands of GPUs)");
+  cmd->add_option("--max-in-flight", args->max_in_flight,
+                  "simulator: most sends and receives a rank has posted at once (0: unlimited)")
+      ->capture_default_str();
+  cmd->add_flag("--flat", args->flat,
+                "reshard plan without hierarchical fan-out or relays: every destination GPU "
+                "fetches its bytes from a source directly (the published M2N reshard's shape)");
+  cmd->add_option("--dtype", args->dtype,
+                  "weights' dtype instead of the preset's (e.g. fp8_e4m3 for FP8 weights)");
   cmd->add_option("--propagation-rounds", args->propagation_rounds,
                   "simulator: how far a rate change spreads beyond the links it touches")
       ->capture_default_str();

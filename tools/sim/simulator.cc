@@ -195,6 +195,7 @@ class Engine {
     events_.push(Event{t, seq_++, type, id});
   }
   void OnReady(int op, double t);
+  void PostMessageOp(int op, double t);
   void StartLocalOp(int op, double t);
   void StartMessage(int sender, int receiver, double t);
   void OnFlowStart(int f, double t);
@@ -233,6 +234,12 @@ class Engine {
   std::vector<double> ready_, start_, end_;
   std::vector<int> flow_of_op_;
   int64_t num_messages_ = 0;
+  // Per rank: message ops posted and not complete; those waiting for a post, least (round, id) on
+  // top (SimOptions::max_in_flight).
+  std::vector<int> posted_;
+  std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
+                                  std::greater<std::pair<int, int>>>>
+      waiting_;
 
   // Scratch for Recompute (stamped marks avoid clearing).
   std::vector<uint32_t> flow_mark_, link_mark_;
@@ -268,6 +275,9 @@ Status Engine::Prepare() {
   start_.assign(n, -1);
   end_.assign(n, -1);
   flow_of_op_.assign(n, -1);
+  posted_.assign(plan_.num_ranks, 0);
+  waiting_.assign(plan_.num_ranks, {});
+  if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
   std::vector<int> count(n + 1, 0);
   std::unordered_map<int64_t, std::pair<int, int>> messages;  // id -> (sender, receiver)
   messages.reserve(n);
@@ -376,12 +386,23 @@ void Engine::BuildResources() {
 }
 
 void Engine::OnReady(int op, double t) {
-  ready_[op] = t;
   const Op& o = plan_.ops[op];
   if (!IsMessageOp(o.kind)) {
+    ready_[op] = t;
     StartLocalOp(op, t);
     return;
   }
+  if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
+    waiting_[o.rank].push({o.round, op});
+    return;
+  }
+  PostMessageOp(op, t);
+}
+
+void Engine::PostMessageOp(int op, double t) {
+  ready_[op] = t;
+  const Op& o = plan_.ops[op];
+  ++posted_[o.rank];
   int p = partner_[op];
   if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
   if (IsSender(o.kind)) {
@@ -741,6 +762,16 @@ void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
 
 void Engine::OnOpDone(int op, double t) {
   end_[op] = t;
+  const Op& o = plan_.ops[op];
+  if (IsMessageOp(o.kind)) {
+    --posted_[o.rank];
+    auto& queue = waiting_[o.rank];
+    if (!queue.empty()) {
+      const int next = queue.top().second;
+      queue.pop();
+      PostMessageOp(next, t);
+    }
+  }
   for (int i = dependents_begin_[op]; i < dependents_begin_[op + 1]; ++i) {
     int d = dependents_[i];
     cause_[d] = op;  // events arrive in time order, so the last completing dep wins
@@ -844,8 +875,24 @@ Result<SimResult> Engine::Run() {
     }
   }
   flows_.reserve(n);
+  // Ops ready at the start: message ops are posted per rank in (round, id) order, as the executor
+  // does with everything ready at once.
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] == 0) OnReady(i, 0.0);
+    if (pending_[i] != 0) continue;
+    const Op& o = plan_.ops[i];
+    if (opt_.max_in_flight > 0 && IsMessageOp(o.kind)) {
+      waiting_[o.rank].push({o.round, i});
+    } else {
+      OnReady(i, 0.0);
+    }
+  }
+  for (int rank = 0; rank < plan_.num_ranks; ++rank) {
+    auto& queue = waiting_[rank];
+    while (!queue.empty() && posted_[rank] < opt_.max_in_flight) {
+      const int op = queue.top().second;
+      queue.pop();
+      PostMessageOp(op, 0.0);
+    }
   }
   while (!events_.empty() || !finish_heap_.Empty()) {
     ++num_events_;
@@ -874,7 +921,10 @@ Result<SimResult> Engine::Run() {
   if (never > 0) {
     const Op& o = plan_.ops[example];
     std::string why = pending_[example] > 0 ? "waits on deps that never finish (a cycle?)"
-                                            : "waits for its message partner, which never ran";
+                      : ready_[example] < 0
+                          ? "was never posted: its rank's max_in_flight posted messages all wait "
+                            "for partners (deadlock under the in-flight limit)"
+                          : "waits for its message partner, which never ran";
     return InvalidArgument(std::to_string(never) + " ops never ran; e.g. op " +
                            std::to_string(example) + " (" + std::string(OpKindName(o.kind)) +
                            " on rank " + std::to_string(o.rank) + ") " + why);

@@ -296,3 +296,35 @@ TEST(SimulatorTest, RejectsMalformedPlans) {
 
 }  // namespace
 }  // namespace ferry::sim
+
+namespace ferry::sim {
+namespace {
+
+// Rank 0 sends 4 tiny messages to 4 ranks on other nodes; each costs mostly the 10 us latency.
+// Unlimited, they overlap (one latency in all); with max_in_flight = 1 rank 0 posts one at a time
+// in (round, id) order, so they take four latencies one after the other.
+TEST(SimulatorTest, MaxInFlightLimitsPostedMessagesPerRank) {
+  ClusterSpec cluster = TestCluster();
+  cluster.nic_latency = 10e-6;
+  PlanBuilder b(10);
+  std::vector<int> sends;
+  for (int peer : {2, 4, 6, 8}) sends.push_back(b.Message(0, peer, 1000).first);
+  b.plan().ops[sends[0]].round = 3;  // posted last under the limit
+  SimOptions unlimited;
+  unlimited.max_in_flight = 0;
+  SimResult all = SimulatePlan(b.plan(), cluster, unlimited);
+  EXPECT_NEAR(all.total_time, 10e-6 + 4 * 1000 / 1e9, 1e-7);
+  SimOptions one;
+  one.max_in_flight = 1;
+  SimResult serial = SimulatePlan(b.plan(), cluster, one);
+  EXPECT_NEAR(serial.total_time, 4 * (10e-6 + 1000 / 1e9), 1e-7);
+  // The op with the highest round went last.
+  EXPECT_NEAR(serial.op_times[sends[0]].end, serial.total_time, 1e-9);
+
+  SimOptions bad;
+  bad.max_in_flight = -1;
+  EXPECT_FALSE(Simulate(b.plan(), cluster, RankMapping::Identity(10), bad).ok());
+}
+
+}  // namespace
+}  // namespace ferry::sim
