@@ -412,8 +412,17 @@ class VllmWriter : public LayoutWriter {
   }
 
   // Builds DP replica 0 of everything but the routed experts with the builders, the experts on
-  // all tp*dp ranks, then copies replica 0 to the other DP ranks.
+  // all tp*dp ranks, then copies replica 0 to the other DP ranks, then the whole engine to the
+  // other engines.
   Status Build() {
+    Section engine = Begin(out_);
+    FERRY_RETURN_IF_ERROR(BuildEngine());
+    End(out_, engine);
+    return CloneSection(out_, engine, Shifts(v_.engines, v_.tp * v_.dp));
+  }
+
+ private:
+  Status BuildEngine() {
     Section dense = Begin(out_);
     FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), all_, kVllmVocabPad, "model.embed_tokens.weight"));
     for (int64_t l = 0; l < c_.num_layers; ++l) {
@@ -442,7 +451,6 @@ class VllmWriter : public LayoutWriter {
     return CloneSection(out_, dense, Shifts(v_.dp, v_.tp));
   }
 
- private:
   Status Layer(int64_t l, const std::string& p) {
     switch (c_.KindOfLayer(l)) {
       case LayerKind::kDecoder: {
@@ -626,7 +634,8 @@ Status CheckTensorParallel(const ModelConfig& c, int tp) {
 
 std::string FrameworkSpec::ToString() const {
   if (kind == Kind::kVllm) {
-    return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep);
+    return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
+           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "");
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp) + ",ep=" + Num(m.ep);
@@ -637,7 +646,7 @@ std::string FrameworkSpec::ToString() const {
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N or vllm:tp=N,dp=N,ep=N; every key "
+      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N or vllm:tp=N,dp=N,ep=N,engines=N; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
@@ -650,7 +659,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
     VllmParallel& v = spec.vllm;
-    keys = {{"tp", &v.tp}, {"dp", &v.dp}, {"ep", &v.ep}};
+    keys = {{"tp", &v.tp}, {"dp", &v.dp}, {"ep", &v.ep}, {"engines", &v.engines}};
   } else {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
@@ -728,7 +737,7 @@ Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const Mode
 }
 
 int NumRanks(const FrameworkSpec& s) {
-  if (s.kind == FrameworkSpec::Kind::kVllm) return s.vllm.tp * s.vllm.dp;
+  if (s.kind == FrameworkSpec::Kind::kVllm) return s.vllm.tp * s.vllm.dp * s.vllm.engines;
   return s.megatron.tp * s.megatron.cp * s.megatron.dp * s.megatron.pp;
 }
 

@@ -13,7 +13,8 @@
 //      w13_weight (stacked [gate; up] per local expert) and w2_weight. MoE layers span all tp*dp
 //      ranks as in vLLM: ep of them own experts, each expert's FFN split over tp*dp/ep ranks (ep=1:
 //      pure expert tensor parallelism; ep=tp*dp: vLLM's --enable-expert-parallel). Attention and
-//      dense weights are replicated over DP. Vocab padded to 64*tp.
+//      dense weights are replicated over DP. Vocab padded to 64*tp. engines=N repeats the whole
+//      engine N times on the next ranks (independent instances, each with every expert).
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -36,6 +37,10 @@ struct MegatronParallel {
 
 struct VllmParallel {
   int tp = 1, dp = 1, ep = 1;
+  // Independent engine instances, each of tp*dp ranks holding a whole copy of the model (the usual
+  // RL rollout fleet: "TP32 x DP8" there means 8 engines of 32 GPUs). Within one engine, dp is
+  // vLLM's own data parallelism, whose MoE layers span all of the engine's tp*dp ranks.
+  int engines = 1;
 };
 
 struct FrameworkSpec {
@@ -44,7 +49,8 @@ struct FrameworkSpec {
   MegatronParallel megatron;
   VllmParallel vllm;
 
-  // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or "vllm:tp=8,dp=2,ep=16".
+  // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or
+  // "vllm:tp=8,dp=2,ep=16" (",engines=N" when N > 1).
   std::string ToString() const;
 };
 

@@ -321,6 +321,28 @@ TEST(VllmLayoutTest, MoeStackedW13AndExpertParallel) {
   EXPECT_EQ(g[0].box.hi[0], 16);
 }
 
+TEST(VllmLayoutTest, EnginesAreWholeIndependentCopies) {
+  ModelPreset p = Preset("qwen3-30b-a3b", 1.0 / 64);
+  Layout one = Build(p, "vllm:tp=2,dp=2,ep=4");
+  Layout three = Build(p, "vllm:tp=2,dp=2,ep=4,engines=3");
+  // Each engine holds every expert once and everything else once per DP replica.
+  auto copies = Copies(2, 2, 1);
+  ExpectCoverage(three, p, [&](const std::string& n) { return 3 * copies(n); });
+  EXPECT_EQ(three.fragments.size(), 3 * one.fragments.size());
+  EXPECT_EQ(three.Ranks(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  // Engine 2's rank 10 mirrors engine 0's rank 2: experts 64..95 of layer 7 in the same place.
+  const std::string w13 = "model.layers.7.mlp.experts.w13_weight";
+  const std::string up = "model.layers.7.mlp.experts.69.up_proj.weight";
+  auto first = FragmentsIn(three, 2, w13, up);
+  auto third = FragmentsIn(three, 10, w13, up);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].box, first[0].box);
+  EXPECT_EQ(third[0].loc.byte_offset, first[0].loc.byte_offset);
+  EXPECT_EQ(Spec("vllm:tp=2,dp=2,ep=4,engines=3").ToString(), "vllm:tp=2,dp=2,ep=4,engines=3");
+  EXPECT_EQ(NumRanks(Spec("vllm:tp=2,dp=2,ep=4,engines=3")), 12);
+}
+
 TEST(VllmLayoutTest, DeepseekAndNemotronCoverage) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
   Layout l = Build(ds, "vllm:tp=4,dp=2,ep=8");
