@@ -10,11 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include "core/base/strings.h"
 #include "core/layout/layout_io.h"
@@ -203,7 +206,7 @@ double MeasureMemcpy(int64_t bytes) {
   std::memset(a.get(), 1, bytes);
   std::memset(b.get(), 2, bytes);
   double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 3; ++i) {
     const auto start = Clock::now();
     std::memcpy(b.get(), a.get(), bytes);
     best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
@@ -240,6 +243,22 @@ Result<Config> RankConfig(const RunArgs& args) {
   return config;
 }
 
+int64_t OpenFileDescriptors() {
+  int64_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd");
+       it != std::filesystem::directory_iterator(); ++it) {
+    ++n;
+  }
+  return n;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
 struct RankState {
   int rank = 0, size = 0;
   Session* session = nullptr;
@@ -259,8 +278,13 @@ Result<std::vector<RefitSample>> RunStrategy(const RunArgs& args, const RefitInp
   memory.destination = destinations.Descs(plan.destination_buffers);
   std::vector<RefitSample> samples;
   const int total = args.warmup + args.iterations;
+  int64_t fds_before = 0, rss_before = 0;
   for (int it = 0; it < total; ++it) {
     const bool measured = it >= args.warmup;
+    if (it == args.warmup && args.leak_check) {
+      fds_before = OpenFileDescriptors();
+      rss_before = ResidentBytes();
+    }
     if (args.verify) destinations.Zero(plan.destination_buffers);
     const std::string key = "run/" + name + "/" + std::to_string(it);
     FERRY_RETURN_IF_ERROR(Barrier(session.store(), key + "/start", state.size,
@@ -309,6 +333,22 @@ Result<std::vector<RefitSample>> RunStrategy(const RunArgs& args, const RefitInp
     Say("  %-16s %-22s %10s  %7.2f GB/s\n", name.c_str(), what.substr(name.size() + 1).c_str(),
         Seconds(all.seconds).c_str(), static_cast<double>(delivered) / all.seconds / 1e9);
     if (measured) samples.push_back(all);
+  }
+  if (args.leak_check) {
+    const int64_t fds_after = OpenFileDescriptors(), rss_after = ResidentBytes();
+    if (fds_after > fds_before || rss_after - rss_before > (int64_t{2} << 20)) {
+      return Internal("rank " + std::to_string(state.rank) + ": " + name + " leaks across " +
+                      std::to_string(args.iterations) + " refits: open fds " +
+                      std::to_string(fds_before) + " -> " + std::to_string(fds_after) + ", RSS " +
+                      Size(static_cast<double>(rss_before)) + " -> " +
+                      Size(static_cast<double>(rss_after)));
+    }
+    if (state.rank == 0) {
+      Say("  %-16s leak check over %d refits: open fds %lld -> %lld, RSS %s -> %s (rank 0)\n",
+          name.c_str(), args.iterations, static_cast<long long>(fds_before),
+          static_cast<long long>(fds_after), Size(static_cast<double>(rss_before)).c_str(),
+          Size(static_cast<double>(rss_after)).c_str());
+    }
   }
   if (args.verify) {
     const auto start = Clock::now();
@@ -615,6 +655,7 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
   add("--iterations", std::to_string(args.iterations));
   add("--warmup", std::to_string(args.warmup));
   if (args.verify) argv.push_back("--verify");
+  if (args.leak_check) argv.push_back("--leak-check");
   char timeout[32];
   std::snprintf(timeout, sizeof timeout, "%g", args.timeout_seconds);
   add("--timeout", timeout);
@@ -692,6 +733,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_flag("--colocated", args->colocated, "destination on the source's ranks");
   run->add_option("--gpus-per-node", args->gpus_per_node, "ranks per node in the topology");
   run->add_flag("--verify", args->verify, "check every destination byte after each strategy");
+  run->add_flag("--leak-check", args->leak_check,
+                "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
   AddCommonOptions(*run, *args, *strategy);
   run->callback([args, strategy, exit_code] {
     if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {
@@ -704,11 +747,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
 
   auto demo_args = std::make_shared<RunArgs>();
   demo_args->model = "qwen3-30b-a3b";
-  demo_args->scale = "1/16";
+  demo_args->scale = "1/32";
   demo_args->source_spec = "megatron:tp=2,ep=2";
   demo_args->destination_spec = "vllm:tp=2,dp=2";
   demo_args->transport = "ucx";
-  demo_args->iterations = 3;
+  demo_args->iterations = 2;
   demo_args->warmup = 1;
   demo_args->verify = true;
   demo_args->timeout_seconds = 120;

@@ -40,6 +40,9 @@ struct RunArgs {
   std::vector<std::string> settings;  // "name=value" options, applied last
   std::string results_file;           // rank 0 appends one CSV row per strategy here
   std::string label;                  // shown in the report header (the demo sets it)
+  // Each rank compares its open file descriptors and resident memory after the warm-up refits
+  // with after the measured ones, and fails when fds grew or RSS grew by more than 2 MiB.
+  bool leak_check = false;
 };
 
 // The layouts and topology one refit needs, built the same way on every rank.
