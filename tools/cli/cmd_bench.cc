@@ -38,7 +38,7 @@ struct BenchTransport {
 std::vector<BenchTransport> BenchTransports() {
   return {
       {"tcp", "tcp", {"tcp.address=127.0.0.1"}, false},
-      {"ucx sm,tcp", "ucx", {"ucx.tls=sm,tcp"}, false},
+      {"ucx sm+tcp", "ucx", {"ucx.tls=sm,tcp"}, false},
       {"ucx tcp", "ucx", {"ucx.tls=tcp"}, false},
       {"libfabric tcp", "libfabric", {"libfabric.provider=tcp", "libfabric.domain=lo"}, false},
       {"libfabric shm", "libfabric", {"libfabric.provider=shm"}, false},

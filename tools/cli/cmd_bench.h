@@ -27,7 +27,7 @@ struct SweepPoint {
 };
 
 struct SweepSeries {
-  std::string label;  // "tcp", "ucx sm,tcp", ...
+  std::string label;  // "tcp", "ucx sm+tcp", ...
   std::vector<SweepPoint> points;
 };
 

@@ -525,7 +525,12 @@ Status RunRankOrError(const RunArgs& args) {
     if (!args.results_file.empty()) {
       std::ofstream out(args.results_file, std::ios::app);
       for (const StrategySummary& s : summaries) {
-        out << args.transport << ',' << s.name << ',' << info.size << ',' << delivered << ','
+        std::string label = args.transport;
+        for (std::string setting : args.settings) {
+          std::replace(setting.begin(), setting.end(), ',', '+');
+          label += " " + setting;
+        }
+        out << label << ',' << s.name << ',' << info.size << ',' << delivered << ','
             << s.mean << ',' << s.best << ',' << delivered / s.mean / 1e9 << ','
             << memcpy_bps / 1e9 << ',' << s.last.bytes_sent << ',' << s.last.peak_staging_max
             << '\n';
@@ -747,7 +752,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
 
   auto demo_args = std::make_shared<RunArgs>();
   demo_args->model = "qwen3-30b-a3b";
-  demo_args->scale = "1/32";
+  demo_args->scale = "1/16";
   demo_args->source_spec = "megatron:tp=2,ep=2";
   demo_args->destination_spec = "vllm:tp=2,dp=2";
   demo_args->transport = "ucx";
