@@ -410,10 +410,19 @@ Status RunRankOrError(const RunArgs& args) {
     return InvalidArgument("the launcher started " + std::to_string(info.size) +
                            " ranks but the refit needs " + std::to_string(in.ranks));
   }
+  FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
+  // executor.chunk_bytes is the largest message the planner emits: smaller chunks let pack, send
+  // and unpack of one peer's data overlap.
+  FERRY_ASSIGN_OR_RETURN(int64_t chunk_bytes, config.GetBytes("executor.chunk_bytes"));
+  if (chunk_bytes <= 0) return InvalidArgument("executor.chunk_bytes must be positive");
+  PlannerOptions planner_options;
+  planner_options.network_chunk_bytes = chunk_bytes;
+  planner_options.fanout_chunk_bytes = std::min(planner_options.fanout_chunk_bytes, chunk_bytes);
   std::vector<TransferPlan> plans;
   for (Strategy strategy : args.strategies) {
     const auto start = Clock::now();
-    Result<PlanResult> planned = MakePlan(strategy, in.source, in.destination, in.topology);
+    Result<PlanResult> planned =
+        MakePlan(strategy, in.source, in.destination, in.topology, planner_options);
     if (!planned.ok()) {
       return WithContext(planned.status(), std::string(StrategyName(strategy)) + " planning");
     }
@@ -432,7 +441,6 @@ Status RunRankOrError(const RunArgs& args) {
     plans.push_back(std::move(planned->plan));
   }
 
-  FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
   FERRY_ASSIGN_OR_RETURN(double refit_seconds, config.GetSeconds("deadline.refit"));
   Result<std::unique_ptr<Session>> joined = Session::Join(info, std::move(config));
   if (!joined.ok()) {
