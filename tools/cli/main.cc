@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   ferry::cli::AddPlanCommand(app, &exit_code);
   ferry::cli::AddSimulateCommand(app, &exit_code);
   ferry::cli::AddConfigCommand(app, &exit_code);
+  ferry::cli::AddRunCommand(app, &exit_code);
+  ferry::cli::AddBenchCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,158 @@
+// `ferry run` end to end: the real binary launches one process per rank and verifies every
+// destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
+// uneven and strided layouts from files, a leak check over 200 refits, and failures that must
+// end with every rank process gone. Each case runs under a deadline and kills the process group.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  bool timed_out = false;
+  bool group_left_processes = false;
+  std::string output;
+};
+
+// Runs tools/cli/ferry with `args` in its own process group; kills the group at `timeout`.
+Outcome RunFerry(const std::vector<std::string>& args, double timeout_seconds) {
+  static int counter = 0;
+  const std::string log =
+      std::string(std::getenv("TEST_TMPDIR")) + "/ferry-" + std::to_string(counter++) + ".log";
+  std::vector<std::string> argv = {"tools/cli/ferry"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    std::FILE* out = std::freopen(log.c_str(), "w", stdout);
+    if (out == nullptr) ::_exit(126);
+    ::dup2(::fileno(stdout), 2);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  Outcome outcome;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      outcome.timed_out = true;
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!outcome.timed_out && WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
+  // Rank processes die with the launcher (PR_SET_PDEATHSIG); give the kernel a moment, then
+  // nothing of the group may be left.
+  for (int i = 0; i < 100 && ::kill(-pid, 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (::kill(-pid, 0) == 0) {
+    outcome.group_left_processes = true;
+    ::kill(-pid, SIGKILL);
+  }
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  outcome.output = text.str();
+  return outcome;
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The transports rank 0 reports on its "transports in use:" line.
+std::string TransportsInUse(const std::string& output) {
+  const size_t at = output.find("transports in use: ");
+  if (at == std::string::npos) return "";
+  return output.substr(at, output.find('\n', at) - at);
+}
+
+void ExpectVerified(const Outcome& o, int strategies) {
+  EXPECT_FALSE(o.timed_out) << o.output;
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_FALSE(o.group_left_processes);
+  EXPECT_EQ(Count(o.output, "bit-exact"), strategies) << o.output;
+}
+
+TEST(RunIntegrationTest, QwenMoeFusedW13OverUcxBothStrategies) {
+  // vLLM fuses qkv_proj and w13 (gate and up of every expert); Megatron interleaves qkv.
+  Outcome o = RunFerry({"run", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
+                        "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2", "--colocated",
+                        "--transport", "ucx", "--strategy", "both", "--verify"},
+                       120);
+  ExpectVerified(o, 2);
+  EXPECT_NE(TransportsInUse(o.output).find("ucx"), std::string::npos) << o.output;
+}
+
+TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
+  Outcome o = RunFerry({"run", "--model", "llama-3.1-8b", "--scale", "1/64", "--src",
+                        "megatron:tp=2,pp=2", "--dst", "vllm:tp=4", "--colocated", "--transport",
+                        "libfabric", "--verify"},
+                       90);
+  ExpectVerified(o, 1);
+  EXPECT_NE(TransportsInUse(o.output).find("libfabric"), std::string::npos) << o.output;
+}
+
+TEST(RunIntegrationTest, UnevenStridedFusedLayoutFilesOverTcp) {
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
+                        "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
+                        "tcp", "--strategy", "both", "--verify", "--iterations", "2"},
+                       60);
+  ExpectVerified(o, 2);
+  EXPECT_NE(o.output.find("5 local processes"), std::string::npos) << o.output;
+}
+
+TEST(RunIntegrationTest, TwoHundredRefitsInOneCommunicatorLeakNothing) {
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
+                        "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
+                        "tcp", "--iterations", "200", "--warmup", "5", "--leak-check"},
+                       90);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_FALSE(o.group_left_processes);
+  EXPECT_NE(o.output.find("leak check over 200 refits"), std::string::npos) << o.output;
+}
+
+TEST(RunIntegrationTest, UnknownTransportIsAClearErrorBeforeAnyProcessStarts) {
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
+                        "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
+                        "carrier-pigeon"},
+                       30);
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("--transport carrier-pigeon: unknown"), std::string::npos) << o.output;
+}
+
+TEST(RunIntegrationTest, TimeoutKillsEveryRankAndSaysSo) {
+  // 300 ms cannot even plan this refit: the launcher must kill all ranks and report it.
+  Outcome o = RunFerry({"run", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
+                        "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2", "--transport", "tcp",
+                        "--timeout", "0.3"},
+                       30);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_FALSE(o.group_left_processes);
+  EXPECT_NE(o.output.find("killed"), std::string::npos) << o.output;
+}
+
+}  // namespace

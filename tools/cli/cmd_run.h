@@ -1,0 +1,66 @@
+// `ferry run` and `ferry demo`: a real refit on host memory across processes.
+//
+// Without a launcher, `ferry run` starts one process per rank on this machine (local_launch.h) and
+// supervises them; under torchrun / mpirun / srun it is one of the launcher's ranks. Each rank
+// builds the layouts and plans locally (planning is deterministic), joins a Session, allocates its
+// source and destination buffers, fills the sources with the refit pattern (refit_pattern.h), runs
+// the plan(s) through the Executor, verifies every destination byte, and rank 0 prints progress
+// and the report. `ferry demo` is `ferry run` with the README's configuration and both strategies.
+//
+// Functions here are for the CLI and its tests; RunRank and RunCommand block and are meant for
+// the main thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "core/layout/topology.h"
+#include "planner/planner.h"
+
+namespace ferry::cli {
+
+struct RunArgs {
+  // Preset mode (a model preset and two framework specs) or file mode (two layout files).
+  std::string model;
+  std::string scale = "1";
+  std::string source_spec, destination_spec;
+  std::string source_layout_file, destination_layout_file;
+  bool colocated = false;
+  int gpus_per_node = 8;
+
+  std::string transport = "tcp";  // for both link classes between ranks (same node, network)
+  std::vector<Strategy> strategies = {Strategy::kReshard};
+  int iterations = 1;  // measured refits per strategy
+  int warmup = 0;      // unmeasured refits per strategy before them
+  bool verify = false;
+  double timeout_seconds = 300;       // the whole run; the launcher kills ranks after it
+  std::string config_file;            // YAML options (ferry config lists them)
+  std::vector<std::string> settings;  // "name=value" options, applied last
+  std::string results_file;           // rank 0 appends one CSV row per strategy here
+  std::string label;                  // shown in the report header (the demo sets it)
+  // Each rank compares its open file descriptors and resident memory after the warm-up refits
+  // with after the measured ones, and fails when fds grew or RSS grew by more than 2 MiB.
+  bool leak_check = false;
+};
+
+// The layouts and topology one refit needs, built the same way on every rank.
+struct RefitInputs {
+  std::string description;
+  Layout source, destination;
+  Topology topology;
+  int ranks = 0;  // processes the refit needs (highest rank used + 1)
+};
+Result<RefitInputs> BuildRefitInputs(const RunArgs& args);
+
+// The command line that makes a rank process do what `args` says ("run" and its flags).
+std::vector<std::string> RunArgv(const RunArgs& args);
+
+// The work of one rank (launcher variables must be set). Returns the process exit code.
+int RunRank(const RunArgs& args);
+
+// `ferry run`: launches ranks locally, or is one rank under a launcher. Returns the exit code.
+int RunCommand(const RunArgs& args);
+
+}  // namespace ferry::cli

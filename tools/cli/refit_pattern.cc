@@ -1,0 +1,156 @@
+// The deterministic refit test pattern: fill source fragments, verify destination fragments.
+#include "tools/cli/refit_pattern.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "core/base/dtype.h"
+
+namespace ferry::cli {
+namespace {
+
+// Calls row(global_index_of_first, byte_offset_of_first, count, byte_stride) for every innermost
+// row of `f`, where the row's elements have consecutive global indexes.
+template <typename RowFn>
+void ForEachRow(const Layout& layout, const Fragment& f, RowFn&& row) {
+  const TensorSpec& t = layout.tensors[f.tensor];
+  const int ndim = static_cast<int>(t.shape.size());
+  const int64_t esize = DTypeSize(t.dtype);
+  std::vector<int64_t> global_stride(ndim, 1);
+  for (int d = ndim - 2; d >= 0; --d) global_stride[d] = global_stride[d + 1] * t.shape[d + 1];
+  const int last = ndim - 1;
+  const int64_t count = f.box.hi[last] - f.box.lo[last];
+  if (count <= 0) return;
+  std::vector<int64_t> idx(ndim);
+  for (int d = 0; d < ndim; ++d) {
+    idx[d] = f.box.lo[d];
+    if (f.box.hi[d] <= f.box.lo[d]) return;
+  }
+  while (true) {
+    int64_t global = 0, offset = f.loc.byte_offset;
+    for (int d = 0; d < ndim; ++d) {
+      global += idx[d] * global_stride[d];
+      offset += (idx[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+    }
+    row(global, offset, count, f.loc.strides[last] * esize);
+    int d = last - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < f.box.hi[d]) break;
+      idx[d] = f.box.lo[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+std::string Hex(const char* bytes, int64_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out = "0x";
+  for (int64_t i = n - 1; i >= 0; --i) {  // little-endian: most significant byte first
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+std::string Coordinates(const TensorSpec& t, int64_t index) {
+  std::vector<int64_t> c(t.shape.size());
+  for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
+    c[d] = index % t.shape[d];
+    index /= t.shape[d];
+  }
+  std::ostringstream out;
+  out << "[";
+  for (size_t d = 0; d < c.size(); ++d) out << (d ? ", " : "") << c[d];
+  out << "]";
+  return out.str();
+}
+
+Status CheckBuffers(const Layout& layout, const RankBuffers& buffers) {
+  if (buffers.buffers.size() != layout.buffers.size()) {
+    return InvalidArgument("pattern: " + std::to_string(buffers.buffers.size()) +
+                           " buffer pointers for a layout of " +
+                           std::to_string(layout.buffers.size()) + " buffers");
+  }
+  for (size_t b = 0; b < layout.buffers.size(); ++b) {
+    if (layout.buffers[b].rank == buffers.rank && buffers.buffers[b] == nullptr) {
+      return InvalidArgument("pattern: buffer '" + layout.buffers[b].name + "' of rank " +
+                             std::to_string(buffers.rank) + " has no memory");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t PatternSeed(const std::string& tensor_name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : tensor_name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t PatternWord(uint64_t seed, int64_t index) {
+  uint64_t x = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;  // splitmix64
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Status FillPattern(const Layout& layout, const RankBuffers& buffers) {
+  FERRY_RETURN_IF_ERROR(CheckBuffers(layout, buffers));
+  for (const Fragment& f : layout.fragments) {
+    if (f.loc.rank != buffers.rank) continue;
+    const TensorSpec& t = layout.tensors[f.tensor];
+    const uint64_t seed = PatternSeed(t.name);
+    const int64_t esize = DTypeSize(t.dtype);
+    char* base = buffers.buffers[f.loc.buffer];
+    ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
+      char* p = base + offset;
+      for (int64_t i = 0; i < count; ++i, p += stride) {
+        const uint64_t word = PatternWord(seed, global + i);
+        std::memcpy(p, &word, esize);
+      }
+    });
+  }
+  return Status::Ok();
+}
+
+Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers) {
+  FERRY_RETURN_IF_ERROR(CheckBuffers(layout, buffers));
+  int64_t checked = 0;
+  for (const Fragment& f : layout.fragments) {
+    if (f.loc.rank != buffers.rank) continue;
+    const TensorSpec& t = layout.tensors[f.tensor];
+    const uint64_t seed = PatternSeed(t.name);
+    const int64_t esize = DTypeSize(t.dtype);
+    const char* base = buffers.buffers[f.loc.buffer];
+    int64_t mismatches = 0, first_index = -1;
+    std::string first_expected, first_actual;
+    ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
+      const char* p = base + offset;
+      for (int64_t i = 0; i < count; ++i, p += stride) {
+        const uint64_t word = PatternWord(seed, global + i);
+        if (std::memcmp(p, &word, esize) != 0) {
+          if (mismatches++ == 0) {
+            first_index = global + i;
+            first_expected = Hex(reinterpret_cast<const char*>(&word), esize);
+            first_actual = Hex(p, esize);
+          }
+        }
+      }
+    });
+    if (mismatches > 0) {
+      return Internal(
+                    "verify: rank " + std::to_string(buffers.rank) + " buffer '" +
+                        layout.buffers[f.loc.buffer].name + "' tensor '" + t.name +
+                        "' element " + Coordinates(t, first_index) + ": expected " +
+                        first_expected + ", got " + first_actual + " (" +
+                        std::to_string(mismatches) + " of " + std::to_string(f.NumElements()) +
+                        " elements of this fragment differ)");
+    }
+    checked += f.NumElements() * esize;
+  }
+  return checked;
+}
+
+}  // namespace ferry::cli

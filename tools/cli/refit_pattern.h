@@ -1,0 +1,39 @@
+// The deterministic test pattern `ferry run` fills source fragments with and checks destination
+// fragments against: element i of tensor t holds the low DTypeSize bytes of PatternWord(t, i),
+// where i is the element's row-major index in the tensor's global shape and t is identified by its
+// name. Replicas of one element therefore agree on every rank, and any misplaced, missing or
+// duplicated element shows up as a mismatch.
+//
+// Pure functions over caller-owned memory; thread-safe for disjoint buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+
+namespace ferry::cli {
+
+// The 64-bit pattern word of element `index` of the tensor named `tensor_name`.
+uint64_t PatternSeed(const std::string& tensor_name);
+uint64_t PatternWord(uint64_t seed, int64_t index);
+
+// Host memory of one side's buffers on one rank: buffers[b] points at layout.buffers[b]'s bytes
+// when that buffer lives on `rank`, and may be null otherwise.
+struct RankBuffers {
+  int rank = 0;
+  std::vector<char*> buffers;
+};
+
+// Writes the pattern into every fragment of `layout` held by `buffers.rank`. Bytes outside
+// fragments (padding, gaps) are left as they are.
+Status FillPattern(const Layout& layout, const RankBuffers& buffers);
+
+// Checks every element of every fragment of `layout` held by `buffers.rank`. Returns the bytes
+// checked, or Internal (a delivery bug) naming the rank, buffer, tensor, element coordinates, expected and actual
+// bytes of the first mismatch (and how many elements mismatched in that fragment).
+Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers);
+
+}  // namespace ferry::cli
