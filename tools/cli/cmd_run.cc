@@ -780,6 +780,18 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
+    // UCX shared memory between the local processes. UCX 1.13's shared-memory transports cannot
+    // detect a dead peer, so they need error mode 'none'; the local launcher's deadline still ends
+    // every rank if one dies. --set ucx.tls=... / ucx.error_mode=... choose otherwise.
+    if (demo_args->transport == "ucx") {
+      const bool tls_chosen = std::getenv("FERRY_UCX_TLS") != nullptr ||
+                              std::any_of(demo_args->settings.begin(), demo_args->settings.end(),
+                                          [](const std::string& s) { return s.rfind("ucx.tls=", 0) == 0; });
+      if (!tls_chosen) {
+        demo_args->settings.push_back("ucx.tls=sm");
+        demo_args->settings.push_back("ucx.error_mode=none");
+      }
+    }
     demo_args->label = "ferry demo: a verified refit on this machine, reshard vs gather-and-broadcast";
     *exit_code = RunCommand(*demo_args);
   });
