@@ -26,7 +26,8 @@ struct SimulateArgs {
   std::string model = "deepseek-v3";
   std::string scale = "1";
   std::string source = "megatron:pp=16,ep=16";
-  std::string destination = "vllm:tp=32,dp=8";
+  // The published RL rollout fleet: 8 independent engines of 32 GPUs.
+  std::string destination = "vllm:tp=32,ep=32,engines=8";
   std::string cluster = "dgx-h100";
   bool colocated = false;
   std::string trace_path;
@@ -229,7 +230,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--src", args->source, "trainer layout, e.g. megatron:pp=16,ep=16")
       ->capture_default_str();
-  cmd->add_option("--dst", args->destination, "inference layout, e.g. vllm:tp=32,dp=8")
+  cmd->add_option("--dst", args->destination,
+                  "inference layout, e.g. vllm:tp=32,ep=32,engines=8 (engines: independent copies)")
       ->capture_default_str();
   cmd->add_option("--cluster", args->cluster,
                   "cluster preset (dgx-h100, dgx-h200, gb200-nvl72, efa-h100) or a YAML file")
