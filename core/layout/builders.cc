@@ -6,17 +6,10 @@
 #include <numeric>
 #include <utility>
 
+#include "core/base/strings.h"
+
 namespace ferry {
 namespace {
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 Status CheckTensor(const TensorSpec& t) {
   if (t.name.empty()) return InvalidArgument("tensor has an empty name");
@@ -28,7 +21,7 @@ Status CheckTensor(const TensorSpec& t) {
     if (t.shape[d] <= 0) {
       return InvalidArgument("tensor '" + t.name + "' has non-positive extent " +
                              std::to_string(t.shape[d]) + " in dim " + std::to_string(d) +
-                             " (shape " + ShapeString(t.shape) + ")");
+                             " (shape " + FormatInts(t.shape) + ")");
     }
   }
   return Status::Ok();
@@ -42,8 +35,8 @@ Status CheckAddable(const Layout& layout, const TensorSpec& t) {
   const TensorSpec& have = layout.tensors[existing];
   if (have.shape != t.shape || have.dtype != t.dtype) {
     return InvalidArgument("tensor '" + t.name + "' is already in the layout as " +
-                           ShapeString(have.shape) + " " + std::string(DTypeName(have.dtype)) +
-                           ", not " + ShapeString(t.shape) + " " + std::string(DTypeName(t.dtype)));
+                           FormatInts(have.shape) + " " + std::string(DTypeName(have.dtype)) +
+                           ", not " + FormatInts(t.shape) + " " + std::string(DTypeName(t.dtype)));
   }
   return Status::Ok();
 }
@@ -152,15 +145,15 @@ Result<std::vector<std::pair<int, Box>>> MeshBoxes(const TensorSpec& tensor, con
   if (placements.size() != mesh.shape.size()) {
     return InvalidArgument(what + ": " + std::to_string(placements.size()) +
                            " placements for a mesh of " + std::to_string(mesh.shape.size()) +
-                           " dims " + ShapeString(mesh.shape));
+                           " dims " + FormatInts(mesh.shape));
   }
   int64_t mesh_size = 1;
   for (int64_t s : mesh.shape) {
-    if (s <= 0) return InvalidArgument(what + ": mesh shape " + ShapeString(mesh.shape));
+    if (s <= 0) return InvalidArgument(what + ": mesh shape " + FormatInts(mesh.shape));
     mesh_size *= s;
   }
   if (static_cast<int64_t>(mesh.ranks.size()) != mesh_size) {
-    return InvalidArgument(what + ": mesh shape " + ShapeString(mesh.shape) + " has " +
+    return InvalidArgument(what + ": mesh shape " + FormatInts(mesh.shape) + " has " +
                            std::to_string(mesh_size) + " positions but " +
                            std::to_string(mesh.ranks.size()) + " ranks were given");
   }
@@ -245,7 +238,7 @@ Status AddOneDimParallel(Layout& layout, const TensorSpec& tensor, const std::ve
   FERRY_RETURN_IF_ERROR(CheckRanks(tp_ranks, what));
   if (static_cast<int>(tensor.shape.size()) <= dim) {
     return InvalidArgument(what + " needs at least " + std::to_string(dim + 1) +
-                           " dims, has shape " + ShapeString(tensor.shape));
+                           " dims, has shape " + FormatInts(tensor.shape));
   }
   auto even = EvenSizes(tensor.shape[dim], static_cast<int>(tp_ranks.size()));
   if (!even.ok()) return even.status().WithContext(what + " dim " + std::to_string(dim));
@@ -438,7 +431,7 @@ Status AddFusedConcat(Layout& layout, int rank, const std::string& buffer_name,
     }
     if (!Box::FromShape(p.tensor.shape).Contains(p.box)) {
       return InvalidArgument(piece + " lies outside the tensor's shape " +
-                             ShapeString(p.tensor.shape));
+                             FormatInts(p.tensor.shape));
     }
     for (int d = 0; d < ndim; ++d) {
       if (d != concat_dim && p.box.Extent(d) != fused_shape[d]) {
@@ -498,8 +491,8 @@ Status AddMegatronQkvInterleaved(Layout& layout, const TensorSpec& q, const Tens
     std::vector<int64_t> want = q.shape;
     want[0] = rows;
     if (t.shape != want) {
-      return InvalidArgument(what + ": tensor '" + t.name + "' has shape " + ShapeString(t.shape) +
-                             ", expected " + ShapeString(want));
+      return InvalidArgument(what + ": tensor '" + t.name + "' has shape " + FormatInts(t.shape) +
+                             ", expected " + FormatInts(want));
     }
     return Status::Ok();
   };

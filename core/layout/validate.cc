@@ -30,17 +30,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/strings.h"
+
 namespace ferry {
 namespace {
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 // "[0, 1, 2]" with at most 16 entries shown.
 std::string RankList(const std::set<int>& ranks) {
@@ -86,7 +79,7 @@ Status CheckTensors(const Layout& l) {
     }
     for (size_t d = 0; d < t.shape.size(); ++d) {
       if (t.shape[d] <= 0) {
-        return InvalidArgument("tensor '" + t.name + "' has shape " + ShapeString(t.shape) +
+        return InvalidArgument("tensor '" + t.name + "' has shape " + FormatInts(t.shape) +
                                " with non-positive extent in dim " + std::to_string(d));
       }
     }
@@ -142,12 +135,12 @@ Status CheckFragment(const Layout& l, size_t i, const ValidateOptions& o) {
   }
   if (f.box.ndim != static_cast<int>(t.shape.size())) {
     return InvalidArgument(what() + " has " + std::to_string(f.box.ndim) + " dims but tensor '" +
-                           t.name + "' has shape " + ShapeString(t.shape));
+                           t.name + "' has shape " + FormatInts(t.shape));
   }
   for (int d = 0; d < f.box.ndim; ++d) {
     if (f.box.lo[d] < 0 || f.box.lo[d] > f.box.hi[d] || f.box.hi[d] > t.shape[d]) {
       return InvalidArgument(what() + " is out of bounds of tensor '" + t.name + "' shape " +
-                             ShapeString(t.shape) + " in dim " + std::to_string(d));
+                             FormatInts(t.shape) + " in dim " + std::to_string(d));
     }
     if (f.loc.strides[d] <= 0) {
       return InvalidArgument(what() + " has non-positive stride " +
@@ -440,7 +433,7 @@ Status ValidateLayout(const Layout& layout, const ValidateOptions& options) {
     const TensorSpec& t = layout.tensors[p.tensor];
     if (p.box.ndim != static_cast<int>(t.shape.size())) {
       return InvalidArgument("padding region " + p.box.ToString() + " of tensor '" + t.name +
-                             "' does not match its shape " + ShapeString(t.shape));
+                             "' does not match its shape " + FormatInts(t.shape));
     }
   }
   FERRY_RETURN_IF_ERROR(CheckMemoryOverlap(layout));
@@ -463,17 +456,17 @@ Status CheckCompatible(const Layout& source, const Layout& destination) {
     if (!missing && !shape_differs && !dtype_differs) continue;
     const std::string dst_ranks = RankList(RanksByTensor(destination)[static_cast<int>(d)]);
     if (missing) {
-      return InvalidArgument("destination tensor '" + dt.name + "' " + ShapeString(dt.shape) +
+      return InvalidArgument("destination tensor '" + dt.name + "' " + FormatInts(dt.shape) +
                              " (on ranks " + dst_ranks + ") is not in the source layout");
     }
     const std::string src_ranks = RankList(RanksByTensor(source)[it->second]);
     if (shape_differs) {
-      return InvalidArgument("tensor '" + dt.name + "' has shape " + ShapeString(st->shape) +
+      return InvalidArgument("tensor '" + dt.name + "' has shape " + FormatInts(st->shape) +
                              " in the source (on ranks " + src_ranks + ") but " +
-                             ShapeString(dt.shape) + " in the destination (on ranks " + dst_ranks +
+                             FormatInts(dt.shape) + " in the destination (on ranks " + dst_ranks +
                              ")");
     }
-    return InvalidArgument("tensor '" + dt.name + "' " + ShapeString(dt.shape) + " has dtype " +
+    return InvalidArgument("tensor '" + dt.name + "' " + FormatInts(dt.shape) + " has dtype " +
                            std::string(DTypeName(st->dtype)) + " in the source (on ranks " +
                            src_ranks + ") but " + std::string(DTypeName(dt.dtype)) +
                            " in the destination (on ranks " + dst_ranks +
