@@ -1,8 +1,10 @@
 // TransportRegistry and small helpers of the Transport interface.
 #include "core/runtime/transport.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 
 namespace ferry {
@@ -107,6 +109,20 @@ TransportRegistrar::TransportRegistrar(TransportRegistration registration) {
                  status.ToString().c_str());
     std::abort();
   }
+}
+
+int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out) {
+  size_t n = 0;
+  while (n < out.size() && !ready.empty()) {
+    out[n++] = std::move(ready.front());
+    ready.pop_front();
+  }
+  return static_cast<int>(n);
+}
+
+void IdlePollBackoff(int idle_rounds) {
+  if (idle_rounds > 64) std::this_thread::yield();
+  if (idle_rounds > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
 
 }  // namespace ferry

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -105,6 +106,13 @@ struct Completion {
   Status status;      // OK, or why it failed (names the peer: "peer 3: connection reset")
   int64_t bytes = 0;  // bytes actually transferred (a receive may get fewer than posted)
 };
+
+// Helpers for transports that queue finished requests and hand them out from Poll.
+// Moves up to out.size() completions from the front of `ready` into `out`; returns how many.
+int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out);
+// Backs off a polling loop after `idle_rounds` consecutive rounds without progress: spin at first,
+// then yield, then also sleep 20 us, so that ranks sharing cores do not starve one another.
+void IdlePollBackoff(int idle_rounds);
 
 // What a transport instance is created for. Everything it needs comes in here; transports do not
 // read the environment themselves.

@@ -17,7 +17,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -607,18 +606,9 @@ Result<int> LibfabricTransport::Poll(std::span<Completion> out, Deadline deadlin
       }
       if ((idle_rounds & 31) == 0) WatchPeers();
     }
-    if (!ready_.empty() && !out.empty()) {
-      size_t n = 0;
-      while (n < out.size() && !ready_.empty()) {
-        out[n++] = std::move(ready_.front());
-        ready_.pop_front();
-      }
-      return static_cast<int>(n);
-    }
+    if (!ready_.empty() && !out.empty()) return TakeCompletions(ready_, out);
     if (deadline.Expired()) return 0;
-    // Back off gently when nothing moves: this machine's cores are shared by every rank.
-    if (++idle_rounds > 64) std::this_thread::yield();
-    if (idle_rounds > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    IdlePollBackoff(++idle_rounds);
   }
 }
 

@@ -248,14 +248,7 @@ class TcpTransport final : public Transport {
   Result<int> Poll(std::span<Completion> out, Deadline deadline) override {
     while (true) {
       if (aborted_ && !abort_handled_) HandleAbort();
-      if (!ready_.empty()) {
-        int n = 0;
-        while (n < static_cast<int>(out.size()) && !ready_.empty()) {
-          out[n++] = std::move(ready_.front());
-          ready_.pop_front();
-        }
-        return n;
-      }
+      if (!ready_.empty()) return TakeCompletions(ready_, out);
       if (aborted_) return AbortedStatus();
       epoll_event events[64];
       int timeout = deadline.Expired() ? 0 : deadline.RemainingMillis();

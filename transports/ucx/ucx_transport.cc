@@ -11,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -874,18 +873,9 @@ Result<int> UcxTransport::Poll(std::span<Completion> out, Deadline deadline) {
         Deliver(op, std::move(arrival));
       }
     }
-    if (!ready_.empty() && !out.empty()) {
-      size_t n = 0;
-      while (n < out.size() && !ready_.empty()) {
-        out[n++] = std::move(ready_.front());
-        ready_.pop_front();
-      }
-      return static_cast<int>(n);
-    }
+    if (!ready_.empty() && !out.empty()) return TakeCompletions(ready_, out);
     if (deadline.Expired()) return 0;
-    // Back off gently when nothing moves: this machine's cores are shared by every rank.
-    if (++idle_rounds > 64) std::this_thread::yield();
-    if (idle_rounds > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    IdlePollBackoff(++idle_rounds);
   }
 }
 
