@@ -205,6 +205,19 @@ class Engine {
   int ClassOf(const Flow& f);
   void ScheduleClassFinish(int cid, double now);
   void Recompute(std::vector<int> seed_links, double now);
+  // Records that class `cid` gained or lost members: its links join the seed set of the next
+  // FlushDirty, which recomputes rates once for all changes at the same instant.
+  void MarkDirty(int cid, double now);
+  void FlushDirty(double now);
+  // FlushDirty(now) unless another event (start, op completion or class finish) is due within
+  // SimOptions::rate_batch_window of the first change not yet flushed.
+  void FlushUnlessMoreAt(double now) {
+    if (dirty_classes_.empty()) return;
+    const double horizon = dirty_since_ + opt_.rate_batch_window;
+    if (!events_.empty() && events_.top().t <= horizon) return;
+    if (!finish_heap_.Empty() && finish_heap_.TopTime() <= horizon) return;
+    FlushDirty(now);
+  }
   void DepositIngress(int node, double t0, double t1, double bytes);
   std::string DescribeResource(int r) const;
   std::string DescribeOp(int op) const;
@@ -249,10 +262,16 @@ class Engine {
   std::vector<double> new_rate_;
   std::vector<int> new_bottleneck_;
   std::vector<char> fixed_;
-  std::vector<int> slot_;  // class id -> index in the affected list of the current round
   std::vector<std::pair<double, int>> link_heap_;
   std::vector<int> cap_order_;
+  // The affected classes on each local link of the current round: a list per link through
+  // member_next_ starting at link_head_[l], each entry an index into the affected list.
+  std::vector<int> link_head_, member_slot_, member_next_;
   uint32_t stamp_ = 0;
+  // Changes at the current instant not yet reflected in the rates (MarkDirty / FlushDirty).
+  std::vector<int> dirty_links_, dirty_classes_;
+  std::vector<char> link_dirty_, class_dirty_;
+  double dirty_since_ = 0;  // time of the first change not yet flushed
 
   double network_bytes_ = 0, nvlink_bytes_ = 0, local_bytes_ = 0;
 
@@ -381,7 +400,9 @@ void Engine::BuildResources() {
   }
   link_mark_.assign(res_.size(), 0);
   residual_.assign(res_.size(), 0);
+  link_dirty_.assign(res_.size(), 0);
   count_.assign(res_.size(), 0);
+  link_head_.assign(res_.size(), -1);
   if (opt_.record_ingress) ingress_.assign(nodes, std::vector<double>(opt_.ingress_buckets, 0.0));
 }
 
@@ -549,9 +570,7 @@ void Engine::OnFlowStart(int id, double t) {
     // The newcomer takes its share at the class's current rate until Recompute says otherwise.
     for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += c.rate;
   }
-  std::vector<int> seeds(c.links.begin(), c.links.begin() + c.num_links);
-  Recompute(std::move(seeds), t);
-  ScheduleClassFinish(cid, t);
+  MarkDirty(cid, t);
 }
 
 void Engine::Settle(FlowClass& c, double now) {
@@ -603,9 +622,37 @@ void Engine::OnFlowFinish(int cid, double t) {
     }
     c.rate = 0;
   }
-  std::vector<int> seeds(c.links.begin(), c.links.begin() + c.num_links);
-  Recompute(std::move(seeds), t);
-  ScheduleClassFinish(cid, t);
+  MarkDirty(cid, t);
+}
+
+void Engine::MarkDirty(int cid, double now) {
+  if (dirty_classes_.empty()) dirty_since_ = now;
+  if (class_dirty_.size() < classes_.size()) class_dirty_.resize(classes_.size(), 0);
+  if (!class_dirty_[cid]) {
+    class_dirty_[cid] = 1;
+    dirty_classes_.push_back(cid);
+  }
+  const FlowClass& c = classes_[cid];
+  for (int k = 0; k < c.num_links; ++k) {
+    const int l = c.links[k];
+    if (!link_dirty_[l]) {
+      link_dirty_[l] = 1;
+      dirty_links_.push_back(l);
+    }
+  }
+}
+
+void Engine::FlushDirty(double now) {
+  if (dirty_classes_.empty()) return;
+  for (int l : dirty_links_) link_dirty_[l] = 0;
+  std::vector<int> seeds;
+  seeds.swap(dirty_links_);
+  Recompute(std::move(seeds), now);
+  for (int cid : dirty_classes_) {
+    class_dirty_[cid] = 0;
+    ScheduleClassFinish(cid, now);
+  }
+  dirty_classes_.clear();
 }
 
 // Progressive filling over the active classes on `seed_links`, with every other class's rate held
@@ -617,7 +664,6 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
     ++stamp_;
     if (flow_mark_.size() < classes_.size()) {
       flow_mark_.resize(classes_.size(), 0);
-      slot_.resize(classes_.size(), 0);
     }
     affected.clear();
     for (int l : seed_links) {
@@ -631,8 +677,10 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
     if (affected.empty()) break;
     if (round > 0 && static_cast<int>(affected.size()) > opt_.propagation_budget) break;
     local_links.clear();
-    for (int cid : affected) {
-      FlowClass& c = classes_[cid];
+    member_slot_.clear();
+    member_next_.clear();
+    for (size_t i = 0; i < affected.size(); ++i) {
+      FlowClass& c = classes_[affected[i]];
       Settle(c, now);
       for (int k = 0; k < c.num_links; ++k) {
         int l = c.links[k];
@@ -641,7 +689,11 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
           local_links.push_back(l);
           residual_[l] = res_[l].capacity - res_[l].allocated;
           count_[l] = 0;
+          link_head_[l] = -1;
         }
+        member_slot_.push_back(static_cast<int>(i));
+        member_next_.push_back(link_head_[l]);
+        link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
         residual_[l] += c.rate * c.members;
         count_[l] += c.members;
       }
@@ -654,7 +706,6 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
     // Progressive filling with a heap of link fair shares: the link with the smallest share
     // (residual / unfixed members) fixes all its unfixed classes at that share; fixing can only
     // raise the shares of the other links, so each class and link update costs O(log links).
-    for (size_t i = 0; i < n; ++i) slot_[affected[i]] = static_cast<int>(i);
     auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
     using Entry = std::pair<double, int>;
     link_heap_.clear();
@@ -705,9 +756,8 @@ void Engine::Recompute(std::vector<int> seed_links, double now) {
       const int l = link_heap_.front().second;
       std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
       link_heap_.pop_back();
-      for (int cid : res_[l].classes) {
-        if (flow_mark_[cid] != stamp_) continue;
-        int i = slot_[cid];
+      for (int e = link_head_[l]; e >= 0; e = member_next_[e]) {
+        const int i = member_slot_[e];
         if (!fixed_[i]) fix(i, link_level, l);
       }
     }
@@ -902,6 +952,7 @@ Result<SimResult> Engine::Run() {
       double t = finish_heap_.TopTime();
       finish_heap_.Remove(cid);
       OnFlowFinish(cid, t);
+      FlushUnlessMoreAt(t);
       continue;
     }
     Event e = events_.top();
@@ -910,6 +961,7 @@ Result<SimResult> Engine::Run() {
       case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
       case EventType::kOpDone: OnOpDone(e.id, e.t); break;
     }
+    FlushUnlessMoreAt(e.t);
   }
   int never = 0, example = -1;
   for (int i = 0; i < n; ++i) {
@@ -961,6 +1013,7 @@ Result<SimResult> Simulate(const TransferPlan& plan, const ClusterSpec& cluster,
   }
   if (options.propagation_rounds < 0) return InvalidArgument("propagation_rounds must be >= 0");
   if (options.propagation_budget < 0) return InvalidArgument("propagation_budget must be >= 0");
+  if (!(options.rate_batch_window >= 0)) return InvalidArgument("rate_batch_window must be >= 0");
   FERRY_ASSIGN_OR_RETURN(ClusterSpec fitted, FitClusterToMapping(cluster, mapping));
   Engine engine(plan, fitted, mapping, options);
   return engine.Run();

@@ -326,5 +326,27 @@ TEST(SimulatorTest, MaxInFlightLimitsPostedMessagesPerRank) {
   EXPECT_FALSE(Simulate(b.plan(), cluster, RankMapping::Identity(10), bad).ok());
 }
 
+// A (0 -> 2, 1 GB) runs alone until B (1 -> 2, 0.5 GB) joins at 0.25 s behind a 25 GB copy; then
+// they share node 1's NIC: B ends at 1.25 s, A at 1.5 s. Batching rate recomputations within
+// rate_batch_window must not change that beyond the window, and exactly-simultaneous batching
+// (window 0) not at all.
+TEST(SimulatorTest, RateBatchWindowKeepsTimesWithinTheWindow) {
+  PlanBuilder b(4);
+  int copy = b.Local(OpKind::kCopy, 1, 25'000'000'000);
+  b.Message(0, 2, 1'000'000'000);
+  std::pair<int, int> late = b.Message(1, 2, 500'000'000, {copy});
+  for (double window : {0.0, 1e-6}) {
+    SimOptions options;
+    options.rate_batch_window = window;
+    SimResult r = SimulatePlan(b.plan(), TestCluster(), options);
+    EXPECT_NEAR(r.op_times[late.first].start, 0.25, 1e-9) << "window " << window;
+    EXPECT_NEAR(r.op_times[late.first].end, 1.25, 1e-9 + 2 * window) << "window " << window;
+    EXPECT_NEAR(r.total_time, 1.5, 1e-9 + 2 * window) << "window " << window;
+  }
+  SimOptions bad;
+  bad.rate_batch_window = -1;
+  EXPECT_FALSE(Simulate(b.plan(), TestCluster(), RankMapping::Identity(4), bad).ok());
+}
+
 }  // namespace
 }  // namespace ferry::sim
