@@ -11,100 +11,15 @@
 #include <vector>
 
 #include "core/base/strings.h"
-#include "core/layout/layout_io.h"
-#include "core/layout/validate.h"
 #include "core/plan/export.h"
 #include "core/plan/validate.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/refit_inputs.h"
 #include "tools/models/framework_layouts.h"
 #include "tools/models/presets.h"
 
 namespace ferry::cli {
 namespace {
-
-struct Inputs {
-  std::string description;
-  Layout source, destination;
-  Topology topology;
-};
-
-Status WithContext(const Status& status, const std::string& context) {
-  return Status(status.code(), context + ": " + status.message());
-}
-
-Result<Inputs> PresetInputs(const PlanCommandArgs& args) {
-  if (args.source_spec.empty() || args.destination_spec.empty()) {
-    return InvalidArgument("--model needs both --src and --dst framework specs, e.g. --src "
-                           "megatron:pp=16,ep=16 --dst vllm:tp=32,dp=8,ep=32");
-  }
-  Result<models::ModelPreset> preset = models::MakePreset(args.model, args.scale);
-  if (!preset.ok()) return WithContext(preset.status(), "--model " + args.model);
-  Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(args.source_spec);
-  if (!src.ok()) return WithContext(src.status(), "--src " + args.source_spec);
-  Result<models::FrameworkSpec> dst = models::ParseFrameworkSpec(args.destination_spec);
-  if (!dst.ok()) return WithContext(dst.status(), "--dst " + args.destination_spec);
-  if (args.gpus_per_node < 1) {
-    return InvalidArgument("--gpus-per-node must be positive, got " +
-                           std::to_string(args.gpus_per_node));
-  }
-  models::RefitOptions options;
-  options.colocated = args.colocated;
-  options.gpus_per_node = args.gpus_per_node;
-  Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, options);
-  if (!refit.ok()) {
-    return WithContext(refit.status(), args.model + " with --src " + args.source_spec +
-                                           " --dst " + args.destination_spec);
-  }
-  Inputs in;
-  in.description = preset->config().name + ": " + refit->source_spec.ToString() + " -> " +
-                   refit->destination_spec.ToString() + (args.colocated ? " (colocated)" : "");
-  in.source = std::move(refit->source);
-  in.destination = std::move(refit->destination);
-  in.topology = std::move(refit->topology);
-  return in;
-}
-
-Result<Inputs> FileInputs(const PlanCommandArgs& args) {
-  if (args.source_layout_file.empty() || args.destination_layout_file.empty()) {
-    return InvalidArgument("--src-layout and --dst-layout must be given together");
-  }
-  Inputs in;
-  Result<Layout> src = LoadLayoutFile(args.source_layout_file);
-  if (!src.ok()) return WithContext(src.status(), "--src-layout " + args.source_layout_file);
-  Result<Layout> dst = LoadLayoutFile(args.destination_layout_file);
-  if (!dst.ok()) return WithContext(dst.status(), "--dst-layout " + args.destination_layout_file);
-  in.source = std::move(*src);
-  in.destination = std::move(*dst);
-  if (Status s = ValidateLayout(in.source); !s.ok()) return WithContext(s, "source layout");
-  if (Status s = ValidateLayout(in.destination); !s.ok()) {
-    return WithContext(s, "destination layout");
-  }
-  if (Status s = CheckCompatible(in.source, in.destination); !s.ok()) {
-    return WithContext(s, "incompatible layouts");
-  }
-  int max_rank = -1;
-  for (const Layout* l : {&in.source, &in.destination}) {
-    for (int r : l->Ranks()) max_rank = std::max(max_rank, r);
-  }
-  if (!args.topology_file.empty()) {
-    Result<Topology> topology = LoadTopologyFile(args.topology_file);
-    if (!topology.ok()) return WithContext(topology.status(), "--topology " + args.topology_file);
-    in.topology = std::move(*topology);
-    if (in.topology.NumRanks() <= max_rank) {
-      return InvalidArgument("--topology " + args.topology_file + " has " +
-                             std::to_string(in.topology.NumRanks()) +
-                             " ranks but the layouts use rank " + std::to_string(max_rank));
-    }
-  } else {
-    if (args.gpus_per_node < 1) {
-      return InvalidArgument("--gpus-per-node must be positive, got " +
-                             std::to_string(args.gpus_per_node));
-    }
-    in.topology = Topology::Uniform(max_rank + 1, args.gpus_per_node);
-  }
-  in.description = args.source_layout_file + " -> " + args.destination_layout_file;
-  return in;
-}
 
 int64_t CountTransfers(const TransferPlan& plan) {
   int64_t n = 0;
@@ -115,7 +30,7 @@ int64_t CountTransfers(const TransferPlan& plan) {
   return n;
 }
 
-Result<StrategyReport> PlanOne(Strategy strategy, const Inputs& in, const PlanCommandArgs& args) {
+Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const PlanCommandArgs& args) {
   StrategyReport report;
   report.strategy = strategy;
   const auto start = std::chrono::steady_clock::now();
@@ -123,11 +38,11 @@ Result<StrategyReport> PlanOne(Strategy strategy, const Inputs& in, const PlanCo
   report.planning_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!result.ok()) {
-    return WithContext(result.status(), std::string(StrategyName(strategy)) + " planning failed");
+    return result.status().WithContext(std::string(StrategyName(strategy)) + " planning failed");
   }
   if (args.validate) {
     if (Status s = ValidatePlan(result->plan, in.source, in.destination); !s.ok()) {
-      return WithContext(s, std::string(StrategyName(strategy)) + " plan is invalid");
+      return s.WithContext(std::string(StrategyName(strategy)) + " plan is invalid");
     }
   }
   report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
@@ -180,7 +95,17 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   if (preset_mode && !args.topology_file.empty()) {
     return InvalidArgument("--topology is for layout files; with --model use --gpus-per-node");
   }
-  Result<Inputs> in = preset_mode ? PresetInputs(args) : FileInputs(args);
+  RefitSourceArgs source;
+  source.model = args.model;
+  source.scale = args.scale;
+  source.source_spec = args.source_spec;
+  source.destination_spec = args.destination_spec;
+  source.colocated = args.colocated;
+  source.source_layout_file = args.source_layout_file;
+  source.destination_layout_file = args.destination_layout_file;
+  source.topology_file = args.topology_file;
+  source.gpus_per_node = args.gpus_per_node;
+  Result<RefitInputs> in = LoadRefitInputs(source);
   if (!in.ok()) return in.status();
 
   PlanReport report;

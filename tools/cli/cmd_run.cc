@@ -20,8 +20,6 @@
 #include <unistd.h>
 
 #include "core/base/strings.h"
-#include "core/layout/layout_io.h"
-#include "core/layout/validate.h"
 #include "core/runtime/bootstrap.h"
 #include "core/runtime/session.h"
 #include "core/runtime/transport.h"
@@ -35,10 +33,6 @@ namespace ferry::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-Status WithContext(const Status& status, const std::string& context) {
-  return Status(status.code(), context + ": " + status.message());
-}
 
 // Rank 0's progress and report lines: flushed at once so they interleave sanely with other
 // ranks' errors on a shared terminal.
@@ -301,7 +295,7 @@ Result<std::vector<RefitSample>> RunStrategy(const RunArgs& args, const RefitInp
           session.executor().Run(plan, memory, Deadline::AfterSeconds(refit_seconds));
       sample.end_ns = NowNanos();
       if (!stats.ok()) {
-        return WithContext(stats.status(), "rank " + std::to_string(state.rank) + ": " + what);
+        return stats.status().WithContext("rank " + std::to_string(state.rank) + ": " + what);
       }
       sample.bytes_sent = stats->bytes_sent;
       sample.bytes_copied = stats->bytes_copied;
@@ -360,7 +354,7 @@ Result<std::vector<RefitSample>> RunStrategy(const RunArgs& args, const RefitInp
     FERRY_RETURN_IF_ERROR(session.store().Set(
         key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()),
         state.store_deadline()));
-    if (!checked.ok()) return WithContext(checked.status(), name);
+    if (!checked.ok()) return checked.status().WithContext(name);
     if (state.rank == 0) {
       int64_t bytes = 0;
       for (int r = 0; r < state.size; ++r) {
@@ -424,7 +418,7 @@ Status RunRankOrError(const RunArgs& args) {
     Result<PlanResult> planned =
         MakePlan(strategy, in.source, in.destination, in.topology, planner_options);
     if (!planned.ok()) {
-      return WithContext(planned.status(), std::string(StrategyName(strategy)) + " planning");
+      return planned.status().WithContext(std::string(StrategyName(strategy)) + " planning");
     }
     if (lead) {
       int64_t messages = 0;
@@ -444,7 +438,7 @@ Status RunRankOrError(const RunArgs& args) {
   FERRY_ASSIGN_OR_RETURN(double refit_seconds, config.GetSeconds("deadline.refit"));
   Result<std::unique_ptr<Session>> joined = Session::Join(info, std::move(config));
   if (!joined.ok()) {
-    return WithContext(joined.status(), "rank " + std::to_string(info.rank) + " joining");
+    return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
   }
   Session& session = **joined;
   if (lead) {
@@ -585,64 +579,20 @@ Result<RefitInputs> BuildRefitInputs(const RunArgs& args) {
     return InvalidArgument(
         "give either --model with --src/--dst, or --src-layout with --dst-layout");
   }
-  RefitInputs in;
+  RefitSourceArgs source;
   if (preset_mode) {
-    if (args.source_spec.empty() || args.destination_spec.empty()) {
-      return InvalidArgument("--model needs --src and --dst framework specs, e.g. --src "
-                             "megatron:tp=2,ep=2 --dst vllm:tp=2,dp=2");
-    }
     Result<double> scale = models::ParseScale(args.scale);
-    if (!scale.ok()) return WithContext(scale.status(), "--scale " + args.scale);
-    Result<models::ModelPreset> preset = models::MakePreset(args.model, *scale);
-    if (!preset.ok()) return WithContext(preset.status(), "--model " + args.model);
-    Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(args.source_spec);
-    if (!src.ok()) return WithContext(src.status(), "--src " + args.source_spec);
-    Result<models::FrameworkSpec> dst = models::ParseFrameworkSpec(args.destination_spec);
-    if (!dst.ok()) return WithContext(dst.status(), "--dst " + args.destination_spec);
-    models::RefitOptions options;
-    options.colocated = args.colocated;
-    options.gpus_per_node = args.gpus_per_node;
-    Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, options);
-    if (!refit.ok()) {
-      return WithContext(refit.status(), args.model + " with --src " + args.source_spec +
-                                             " --dst " + args.destination_spec);
-    }
-    in.description = preset->config().name + ": " + refit->source_spec.ToString() + " -> " +
-                     refit->destination_spec.ToString() + (args.colocated ? " (colocated)" : "");
-    in.source = std::move(refit->source);
-    in.destination = std::move(refit->destination);
-    in.topology = std::move(refit->topology);
-  } else {
-    if (args.source_layout_file.empty() || args.destination_layout_file.empty()) {
-      return InvalidArgument("--src-layout and --dst-layout must be given together");
-    }
-    Result<Layout> src = LoadLayoutFile(args.source_layout_file);
-    if (!src.ok()) return WithContext(src.status(), "--src-layout " + args.source_layout_file);
-    Result<Layout> dst = LoadLayoutFile(args.destination_layout_file);
-    if (!dst.ok()) return WithContext(dst.status(), "--dst-layout " + args.destination_layout_file);
-    in.source = std::move(*src);
-    in.destination = std::move(*dst);
-    if (Status s = ValidateLayout(in.source); !s.ok()) return WithContext(s, "source layout");
-    if (Status s = ValidateLayout(in.destination); !s.ok()) {
-      return WithContext(s, "destination layout");
-    }
-    if (Status s = CheckCompatible(in.source, in.destination); !s.ok()) {
-      return WithContext(s, "incompatible layouts");
-    }
-    int max_rank = -1;
-    for (const Layout* l : {&in.source, &in.destination}) {
-      for (int r : l->Ranks()) max_rank = std::max(max_rank, r);
-    }
-    in.topology = Topology::Uniform(max_rank + 1, args.gpus_per_node);
-    in.description = args.source_layout_file + " -> " + args.destination_layout_file;
+    if (!scale.ok()) return scale.status().WithContext("--scale " + args.scale);
+    source.scale = *scale;
   }
-  int max_rank = -1;
-  for (const Layout* l : {&in.source, &in.destination}) {
-    for (int r : l->Ranks()) max_rank = std::max(max_rank, r);
-  }
-  in.ranks = max_rank + 1;
-  if (args.gpus_per_node < 1) return InvalidArgument("--gpus-per-node must be positive");
-  return in;
+  source.model = args.model;
+  source.source_spec = args.source_spec;
+  source.destination_spec = args.destination_spec;
+  source.colocated = args.colocated;
+  source.source_layout_file = args.source_layout_file;
+  source.destination_layout_file = args.destination_layout_file;
+  source.gpus_per_node = args.gpus_per_node;
+  return LoadRefitInputs(source);
 }
 
 std::vector<std::string> RunArgv(const RunArgs& args) {

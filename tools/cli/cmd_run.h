@@ -18,6 +18,7 @@
 #include "core/layout/layout.h"
 #include "core/layout/topology.h"
 #include "planner/planner.h"
+#include "tools/cli/refit_inputs.h"
 
 namespace ferry::cli {
 
@@ -45,13 +46,8 @@ struct RunArgs {
   bool leak_check = false;
 };
 
-// The layouts and topology one refit needs, built the same way on every rank.
-struct RefitInputs {
-  std::string description;
-  Layout source, destination;
-  Topology topology;
-  int ranks = 0;  // processes the refit needs (highest rank used + 1)
-};
+// The layouts and topology one refit needs, built the same way on every rank (ranks = the
+// processes the refit needs).
 Result<RefitInputs> BuildRefitInputs(const RunArgs& args);
 
 // The command line that makes a rank process do what `args` says ("run" and its flags).

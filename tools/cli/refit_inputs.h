@@ -1,0 +1,38 @@
+// The two layouts and the topology of a refit, as the CLI commands name them: a model preset under
+// two framework specs (tools/models/framework_layouts.h), or layout files (docs/layout-format.md)
+// with an optional topology file. Shared by `ferry plan` and `ferry run`.
+#pragma once
+
+#include <string>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "core/layout/topology.h"
+
+namespace ferry::cli {
+
+struct RefitSourceArgs {
+  // Preset mode (when `model` is set).
+  std::string model;
+  double scale = 1.0;
+  std::string source_spec, destination_spec;
+  bool colocated = false;
+  // File mode: layouts in YAML/JSON, optional topology (default: every rank up to the highest one
+  // used, gpus_per_node per node).
+  std::string source_layout_file, destination_layout_file, topology_file;
+  int gpus_per_node = 8;
+};
+
+struct RefitInputs {
+  std::string description;  // "deepseek-v3: megatron:... -> vllm:..." or "src.yaml -> dst.yaml"
+  Layout source, destination;
+  Topology topology;
+  int ranks = 0;  // highest rank either layout uses + 1
+};
+
+// Builds the preset layouts (model set) or loads, validates and checks the compatibility of the
+// layout files. Errors name the argument at fault (--model, --src, --dst-layout, ...). Reads only
+// the named files; thread-safe.
+Result<RefitInputs> LoadRefitInputs(const RefitSourceArgs& args);
+
+}  // namespace ferry::cli
