@@ -132,6 +132,9 @@ class UcxTransport final : public Transport {
   void ReleaseIfDone(Op* op);
   // Starts delivering `arrival` into the posted receive `op` (copy, or a rendezvous get).
   void Deliver(Op* op, Arrival arrival);
+  // A newly posted receive: delivers the oldest unexpected arrival for `key`, fails at once if the
+  // peer is dead, else queues the op to be matched when its message arrives.
+  void MatchOrPost(Op* op, const Peer& peer, const MatchKey& key);
   // Tracks a UCX request pointer returned by a *_nbx call for `op`; returns the immediate status
   // (OK when UCX completed it at once or will call back, the error otherwise).
   ucs_status_t Track(Op* op, ucs_status_ptr_t request);
@@ -709,20 +712,7 @@ Result<RequestId> UcxTransport::PostRecv(int peer_rank, uint64_t tag, const Loca
   op->data = data;
   op->capacity = static_cast<size_t>(buffer.bytes);
   const RequestId id = op->id;
-  const MatchKey key{MessageKind::kData, peer_rank, tag};
-  auto arrived = unexpected_.find(key);
-  if (arrived != unexpected_.end()) {
-    Arrival arrival = std::move(arrived->second.front());
-    arrived->second.pop_front();
-    if (arrived->second.empty()) unexpected_.erase(arrived);
-    Deliver(op, std::move(arrival));
-    return id;
-  }
-  if (!peer->failure.ok()) {
-    Finish(op, peer->failure, 0);
-    return id;
-  }
-  posted_[key].push_back(op);
+  MatchOrPost(op, *peer, MatchKey{MessageKind::kData, peer_rank, tag});
   return id;
 }
 
@@ -803,21 +793,24 @@ Result<RequestId> UcxTransport::PostRecvNotify(int peer_rank, uint64_t tag) {
   FERRY_ASSIGN_OR_RETURN(Peer * peer, FindPeer(peer_rank));
   Op* op = NewOp(OpKind::kRecvNotify, peer_rank, tag);
   const RequestId id = op->id;
-  const MatchKey key{MessageKind::kNotify, peer_rank, tag};
+  MatchOrPost(op, *peer, MatchKey{MessageKind::kNotify, peer_rank, tag});
+  return id;
+}
+
+void UcxTransport::MatchOrPost(Op* op, const Peer& peer, const MatchKey& key) {
   auto arrived = unexpected_.find(key);
   if (arrived != unexpected_.end()) {
     Arrival arrival = std::move(arrived->second.front());
     arrived->second.pop_front();
     if (arrived->second.empty()) unexpected_.erase(arrived);
     Deliver(op, std::move(arrival));
-    return id;
+    return;
   }
-  if (!peer->failure.ok()) {
-    Finish(op, peer->failure, 0);
-    return id;
+  if (!peer.failure.ok()) {
+    Finish(op, peer.failure, 0);
+    return;
   }
   posted_[key].push_back(op);
-  return id;
 }
 
 Status UcxTransport::Cancel(RequestId request) {
