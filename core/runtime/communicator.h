@@ -63,6 +63,9 @@ class Communicator {
   uint64_t Tag(int64_t message) const {
     return (epoch_ << 48) | (static_cast<uint64_t>(message) & ((1ull << 48) - 1));
   }
+  // The tag of the receiver's "done" reply to a direct read of `message` (core/runtime/direct_read.h):
+  // bit 47 set, so plan messages must stay below 2^47.
+  uint64_t AckTag(int64_t message) const { return Tag(message) | (1ull << 47); }
 
   // Fails every transport with `reason`; returns within the config's deadline.abort. Idempotent;
   // any thread. After it, TransportFor fails until Recreate.

@@ -34,6 +34,9 @@ const std::vector<OptionSpec>& CoreOptions() {
       {"executor.cache_registrations", "true",
        "keep user buffers registered with transports across refits (buffers must stay allocated; "
        "Executor::ForgetRegistrations releases them)"},
+      {"executor.direct_intra_node", "true",
+       "between ranks of one node, the receiver copies straight from the sender's source buffers "
+       "(one copy instead of pack, transport, unpack); every rank must use the same value"},
       {"deadline.connect", "60s", "bootstrap: store rendezvous and transport connection"},
       {"deadline.refit", "300s", "one refit (executing a plan) from start to finish"},
       {"deadline.abort", "5s", "Communicator::Abort returns within this"},

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -13,19 +14,45 @@
 #include <unordered_map>
 
 #include "core/base/strings.h"
+#include "core/runtime/direct_read.h"
+#include "core/runtime/peer_memory.h"
 #include "core/runtime/strided_copy.h"
 
 namespace ferry {
 
-// Worker threads running copy slices. Each submitted op has a counter of slices left; when it
-// reaches zero the op id is reported through Done().
+namespace {
+
+// One piece of copy work: a slice of one copy.
+struct CopyItem {
+  const CopyGeometry* geometry;
+  CopySlice slice;
+  const char* from;
+  char* to;
+  int64_t remote_pid = 0;  // non-zero: `from` is an address in that process (process_vm_readv)
+};
+
+Status RunCopyItem(const CopyItem& item) {
+  return item.remote_pid != 0 ? ReadFromPeer(item.remote_pid, *item.geometry, item.slice,
+                                             reinterpret_cast<uint64_t>(item.from), item.to)
+                              : RunCopySlice(*item.geometry, item.slice, item.from, item.to);
+}
+
+int64_t ItemBytes(const CopyItem& item) {
+  const CopySlice& s = item.slice;
+  if (s.row_begin == s.row_end) return s.byte_end - s.byte_begin;
+  return (s.row_end - s.row_begin) * item.geometry->run * DTypeSize(item.geometry->to_dtype);
+}
+
+}  // namespace
+
+// Worker threads running copy tasks (runs of consecutive items of one op, ~512 KiB each, so that
+// thousands of small copies cost a few lock round trips, not one each). Each submitted op has a
+// counter of tasks left; when it reaches zero the op id is reported through Done().
 class Executor::CopyPool {
  public:
   struct Slice {
-    const CopyGeometry* geometry;
-    CopySlice slice;
-    const char* from;
-    char* to;
+    const CopyItem* items;
+    int count;
     int op;
   };
 
@@ -91,7 +118,8 @@ class Executor::CopyPool {
       queue_.pop_front();
       ++running_;
       lock.unlock();
-      Status status = RunCopySlice(*s.geometry, s.slice, s.from, s.to);
+      Status status;
+      for (int k = 0; k < s.count && status.ok(); ++k) status = RunCopyItem(s.items[k]);
       lock.lock();
       --running_;
       auto& failure = failures_[s.op];
@@ -184,6 +212,17 @@ std::string Describe(const Op& op, const Communicator& comm) {
   return text + ", " + FormatBytes(static_cast<double>(op.bytes)) + ")";
 }
 
+// Bytes from a region's first element to just past its last one (0 when it is empty).
+int64_t ExtentBytes(const Region& r) {
+  const int64_t esize = DTypeSize(r.dtype);
+  int64_t last = 0;
+  for (int d = 0; d < r.ndim; ++d) {
+    if (r.shape[d] == 0) return 0;
+    last += (r.shape[d] - 1) * r.strides[d] * esize;
+  }
+  return last + esize;
+}
+
 bool IsNetwork(OpKind kind) {
   return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
 }
@@ -196,17 +235,19 @@ Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm) {
   FERRY_ASSIGN_OR_RETURN(int64_t budget, config.GetBytes("executor.staging_budget"));
   FERRY_ASSIGN_OR_RETURN(int64_t in_flight, config.GetInt("executor.max_in_flight"));
   FERRY_ASSIGN_OR_RETURN(bool cache, config.GetBool("executor.cache_registrations"));
+  FERRY_ASSIGN_OR_RETURN(bool direct, config.GetBool("executor.direct_intra_node"));
   if (threads <= 0) threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
   if (budget <= 0) return InvalidArgument("executor.staging_budget must be positive");
   if (in_flight <= 0) return InvalidArgument("executor.max_in_flight must be positive");
   return std::unique_ptr<Executor>(
-      new Executor(comm, static_cast<int>(threads), budget, static_cast<int>(in_flight), cache));
+      new Executor(comm, static_cast<int>(threads), budget, static_cast<int>(in_flight), cache, direct));
 }
 
 Executor::Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight,
-                   bool cache_registrations)
+                   bool cache_registrations, bool direct_intra_node)
     : comm_(comm),
       cache_user_registrations_(cache_registrations),
+      direct_intra_node_(direct_intra_node),
       staging_budget_(budget),
       max_in_flight_(max_in_flight),
       pool_(std::make_unique<CopyPool>(threads - 1)) {}  // the executor thread copies too
@@ -218,6 +259,7 @@ void Executor::ForgetRegistrations() {
     for (const CachedRegistration& c : registration_cache_) (void)c.transport->DeregisterMemory(c.handle);
   }
   registration_cache_.clear();
+  peer_mappings_.Clear();
 }
 
 Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& memory,
@@ -237,6 +279,47 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   std::unordered_map<int, int> local;  // op id -> index in ids
   for (int i = 0; i < n; ++i) local[ids[i]] = i;
 
+  // --- Direct reads: same-node messages carried as one copy by the receiver ---------------------
+  enum class Role : uint8_t { kStaged, kElided, kOffer, kRead };
+  if (!direct_intra_node_) {
+    direct_reads_.clear();
+    direct_plan_ = nullptr;
+  } else {
+    const uint64_t fingerprint = PlanFingerprint(plan);
+    if (direct_plan_ != &plan || direct_fingerprint_ != fingerprint) {
+      direct_reads_ = FindDirectReads(plan, rank);
+      direct_plan_ = &plan;
+      direct_fingerprint_ = fingerprint;
+    }
+  }
+  const std::vector<DirectRead>& directs = direct_reads_;
+  std::vector<Role> role(n, Role::kStaged);
+  std::vector<int> direct_of(n, -1);
+  std::vector<int64_t> control_offset(directs.size(), 0);
+  int64_t control_bytes = 0;
+  for (size_t k = 0; k < directs.size(); ++k) {
+    const DirectRead& d = directs[k];
+    auto mark = [&](int op, Role r) {
+      if (op < 0) return;
+      auto it = local.find(op);
+      if (it == local.end()) return;
+      role[it->second] = r;
+      direct_of[it->second] = static_cast<int>(k);
+    };
+    if (d.sender == rank) {
+      mark(d.send_op, Role::kOffer);
+      mark(d.pack_op, Role::kElided);
+    }
+    if (d.receiver == rank) {
+      mark(d.recv_op, Role::kRead);
+      mark(d.unpack_op, Role::kElided);
+    }
+    control_offset[k] = control_bytes;
+    control_bytes += (DirectReadOfferBytes(d.source_buffers.size()) + 63) / 64 * 64;
+  }
+  stats.direct_messages = static_cast<int>(directs.size());
+  if (static_cast<int64_t>(control_.size()) < control_bytes) control_.resize(static_cast<size_t>(control_bytes));
+
   // --- Validation and bookkeeping ---------------------------------------------------------------
   std::vector<int> deps_left(n, 0);
   std::vector<std::vector<int>> dependents(n);
@@ -255,6 +338,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       ++deps_left[i];
       dependents[it->second].push_back(i);
     }
+    if (role[i] != Role::kStaged) continue;  // direct reads use no staging
     for (const CopyPair& pair : op.copies) {
       AddSlotRefs(pair.from, slots_of[i]);
       AddSlotRefs(pair.to, slots_of[i]);
@@ -358,6 +442,11 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       break;
     }
     used_transports.insert(*t);
+    if (role[i] != Role::kStaged) {
+      setup = register_block(*t, control_.data(), static_cast<int64_t>(control_.size()), false);
+      if (!setup.ok()) setup = std::move(setup).WithContext(Describe(op, comm_) + ": registering memory");
+      continue;
+    }
     if (!op.data.IsContiguous()) {
       setup = InvalidArgument(Describe(op, comm_) + ": network data must be a contiguous region");
       break;
@@ -416,10 +505,55 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     }
   };
 
+  // Runs op i's copies (geometries[i], with `ends[p]` = (from, to, remote pid) of geometry p):
+  // inline when small, else as tasks on the pool. Returns true when they already ran.
+  struct Ends {
+    const char* from;
+    char* to;
+    int64_t pid;
+  };
+  std::vector<std::vector<CopyItem>> items(n);
+  auto dispatch_copies = [&](int i, const std::vector<Ends>& ends, int64_t bytes) -> Result<bool> {
+    const auto& geos = geometries[i];
+    stats.bytes_copied += bytes;
+    if (bytes <= kInlineBytes || pool_->threads() == 0) {
+      for (size_t p = 0; p < geos.size(); ++p) {
+        for (const CopySlice& s : SliceCopy(geos[p], INT64_MAX, 1)) {
+          FERRY_RETURN_IF_ERROR(RunCopyItem({&geos[p], s, ends[p].from, ends[p].to, ends[p].pid}));
+        }
+      }
+      return true;
+    }
+    auto& its = items[i];
+    its.clear();
+    for (size_t p = 0; p < geos.size(); ++p) {
+      for (const CopySlice& s : SliceCopy(geos[p], kSliceBytes, (pool_->threads() + 1) * 4)) {
+        its.push_back({&geos[p], s, ends[p].from, ends[p].to, ends[p].pid});
+      }
+    }
+    std::vector<CopyPool::Slice> tasks;
+    int64_t task_bytes = 0;
+    for (size_t k = 0; k < its.size(); ++k) {
+      if (tasks.empty() || task_bytes >= kSliceBytes) {
+        tasks.push_back({&its[k], 0, i});
+        task_bytes = 0;
+      }
+      ++tasks.back().count;
+      task_bytes += ItemBytes(its[k]);
+    }
+    if (tasks.empty()) return true;
+    ++copies_running;
+    pool_->Submit(i, std::move(tasks));
+    return false;
+  };
+
   auto start_copy = [&](int i) -> Status {
     const Op& op = plan.ops[ids[i]];
     auto& geos = geometries[i];
-    std::vector<std::pair<const char*, char*>> bases;
+    geos.clear();
+    geos.reserve(op.copies.size());
+    std::vector<Ends> ends;
+    ends.reserve(op.copies.size());
     int64_t bytes = 0;
     for (const CopyPair& pair : op.copies) {
       FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
@@ -430,34 +564,126 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       FERRY_ASSIGN_OR_RETURN(char* to, base_of(pair.to));
       bytes += g.bytes();
       geos.push_back(g);
-      bases.emplace_back(from, to);
+      ends.push_back({from, to, 0});
     }
-    stats.bytes_copied += bytes;
-    if (bytes <= kInlineBytes || pool_->threads() == 0) {
-      for (size_t p = 0; p < geos.size(); ++p) {
-        for (const CopySlice& s : SliceCopy(geos[p], INT64_MAX, 1)) {
-          FERRY_RETURN_IF_ERROR(RunCopySlice(geos[p], s, bases[p].first, bases[p].second));
-        }
-      }
-      complete(i);
-      return Status::Ok();
-    }
-    std::vector<CopyPool::Slice> slices;
-    for (size_t p = 0; p < geos.size(); ++p) {
-      for (const CopySlice& s : SliceCopy(geos[p], kSliceBytes, (pool_->threads() + 1) * 4)) {
-        slices.push_back({&geos[p], s, bases[p].first, bases[p].second, i});
-      }
-    }
-    if (slices.empty()) {
-      complete(i);
-      return Status::Ok();
-    }
-    ++copies_running;
-    pool_->Submit(i, std::move(slices));
+    FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, ends, bytes));
+    if (done) complete(i);
     return Status::Ok();
   };
 
+  // Direct reads: per op, the requests still pending and, on the receiver, how far it got.
+  enum class ReadPhase : uint8_t { kAwaitOffer, kCopying, kDone };
+  std::vector<int> requests_left(n, 0);
+  std::vector<ReadPhase> read_phase(n, ReadPhase::kAwaitOffer);
+  auto post_control = [&](int i, bool send, uint64_t tag, int64_t offset, int64_t bytes) -> Status {
+    const Op& op = plan.ops[ids[i]];
+    FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
+    LocalBuffer buffer{handle_of.at({t, control_.data()}), offset, bytes};
+    Result<RequestId> id = send ? t->PostSend(op.peer, tag, buffer) : t->PostRecv(op.peer, tag, buffer);
+    if (!id.ok()) return id.status();
+    request_op[{t, *id}] = i;
+    ++pending_per_transport[t];
+    ++in_flight;
+    ++requests_left[i];
+    return Status::Ok();
+  };
+  // Sender: offer the source buffers the message reads, and wait for the receiver's "done".
+  std::map<int, PeerBuffer> described;  // this run's source buffers as offered to peers
+  BufferDescriber describer;
+  auto start_offer = [&](int i) -> Status {
+    const DirectRead& d = directs[direct_of[i]];
+    std::vector<PeerBuffer> buffers(d.source_buffers.size());
+    for (size_t j = 0; j < buffers.size(); ++j) {
+      const int b = d.source_buffers[j];
+      if (b < 0 || b >= static_cast<int>(memory.source.size()) || memory.source[b].base == nullptr) {
+        return InvalidArgument("source buffer " + std::to_string(b) + " has no memory on rank " + std::to_string(rank));
+      }
+      if (memory.source[b].kind != MemoryKind::kHost) {
+        return Unimplemented("direct reads of CUDA memory need the CUDA IPC path");
+      }
+      auto it = described.find(b);
+      if (it == described.end()) {
+        FERRY_ASSIGN_OR_RETURN(PeerBuffer buffer, describer.Describe(memory.source[b]));
+        it = described.emplace(b, buffer).first;
+      }
+      buffers[j] = it->second;
+    }
+    const std::vector<uint8_t> offer = EncodeDirectReadOffer(ProcessIdentity::Self(), buffers);
+    std::memcpy(control_.data() + control_offset[direct_of[i]], offer.data(), offer.size());
+    const int64_t message = plan.ops[ids[i]].message;
+    FERRY_RETURN_IF_ERROR(post_control(i, false, comm_.AckTag(message), control_offset[direct_of[i]], 0));
+    return post_control(i, true, comm_.Tag(message), control_offset[direct_of[i]],
+                        static_cast<int64_t>(offer.size()));
+  };
+  // Receiver: wait for the offer.
+  auto start_read = [&](int i) -> Status {
+    const DirectRead& d = directs[direct_of[i]];
+    read_phase[i] = ReadPhase::kAwaitOffer;
+    return post_control(i, false, comm_.Tag(d.message), control_offset[direct_of[i]],
+                        DirectReadOfferBytes(d.source_buffers.size()));
+  };
+  // Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is
+  // shared, else read through process_vm_readv) into this rank's destination buffers.
+  auto finish_read = [&](int i) -> Status {
+    read_phase[i] = ReadPhase::kDone;
+    return post_control(i, true, comm_.AckTag(directs[direct_of[i]].message), control_offset[direct_of[i]], 0);
+  };
+  auto copy_read = [&](int i) -> Status {
+    const DirectRead& d = directs[direct_of[i]];
+    ProcessIdentity owner;
+    std::vector<PeerBuffer> buffers;
+    FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(
+        std::span<const uint8_t>(control_.data() + control_offset[direct_of[i]],
+                                 static_cast<size_t>(DirectReadOfferBytes(d.source_buffers.size()))),
+        d.source_buffers.size(), owner, buffers));
+    if (owner.boot_id != ProcessIdentity::Self().boot_id) {
+      return FailedPrecondition("peer " + std::to_string(d.sender) +
+                                " runs on another machine, but the plan links it as same-node; fix the "
+                                "topology or set executor.direct_intra_node=false");
+    }
+    std::vector<const char*> mapped(buffers.size(), nullptr);
+    for (size_t j = 0; j < buffers.size(); ++j) {
+      if (buffers[j].shared_fd < 0) continue;
+      FERRY_ASSIGN_OR_RETURN(mapped[j], peer_mappings_.Map(owner, buffers[j]));
+    }
+    auto& geos = geometries[i];
+    geos.clear();
+    geos.reserve(d.copies.size());
+    std::vector<Ends> ends;
+    int64_t bytes = 0;
+    for (const CopyPair& pair : d.copies) {
+      FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
+      const size_t j = static_cast<size_t>(
+          std::lower_bound(d.source_buffers.begin(), d.source_buffers.end(), pair.from.buffer) -
+          d.source_buffers.begin());
+      if (pair.from.offset < 0 || pair.from.offset + ExtentBytes(pair.from) > buffers[j].bytes) {
+        return OutOfRange("source region of " + std::to_string(ExtentBytes(pair.from)) + " bytes at " +
+                          std::to_string(pair.from.offset) + " is outside peer " +
+                          std::to_string(d.sender) + "'s buffer " + std::to_string(pair.from.buffer) +
+                          " of " + std::to_string(buffers[j].bytes) + " bytes");
+      }
+      FERRY_ASSIGN_OR_RETURN(char* to, base_of(pair.to));
+      if (mapped[j] != nullptr) {
+        ends.push_back({mapped[j] + pair.from.offset, to, 0});
+      } else {
+        if (!g.contiguous_run() || g.from_dtype != g.to_dtype) {
+          return Unimplemented("a direct read through process_vm_readv needs contiguous rows; "
+                               "allocate source buffers with SharedHostMemory");
+        }
+        ends.push_back({reinterpret_cast<const char*>(buffers[j].address + pair.from.offset), to, owner.pid});
+      }
+      bytes += g.bytes();
+      geos.push_back(g);
+    }
+    stats.bytes_read_direct += bytes;
+    read_phase[i] = ReadPhase::kCopying;
+    FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, ends, bytes));
+    return done ? finish_read(i) : Status::Ok();
+  };
+
   auto start_network = [&](int i) -> Status {
+    if (role[i] == Role::kOffer) return start_offer(i);
+    if (role[i] == Role::kRead) return start_read(i);
     const Op& op = plan.ops[ids[i]];
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
     FERRY_ASSIGN_OR_RETURN(char* at, base_of(op.data));
@@ -481,6 +707,10 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     bool staging_blocked = false;
     auto try_start = [&](int i) -> Result<bool> {
       const Op& op = plan.ops[ids[i]];
+      if (role[i] == Role::kElided) {  // a Pack or Unpack a direct read makes unnecessary
+        complete(i);
+        return true;
+      }
       bool needs_space = false;
       for (int slot : slots_of[i]) needs_space |= slot_offset.count(slot) == 0;
       if (needs_space) {
@@ -544,16 +774,27 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       failure = comm_.abort_reason().WithContext("communicator aborted during the run");
       break;
     }
-    // Help with the copies rather than sleep while no message is in flight.
+    // Help with the copies rather than spin: all of them while no message is in flight, else one
+    // slice (~512 KiB) between two polls.
+    bool helped = false;
     if (in_flight == 0) {
       while (pool_->RunOne()) {
       }
+    } else {
+      helped = pool_->RunOne();
     }
-    // Copies finished?
-    auto wait_copies = std::chrono::microseconds(in_flight == 0 ? 2000 : 0);
+    // Copies finished? With nothing to help with, wait for one a little instead of spinning.
+    auto wait_copies = std::chrono::microseconds(in_flight == 0 ? 2000 : (helped ? 0 : 100));
     for (auto& [i, status] : pool_->Done(copies_running > 0 ? wait_copies : std::chrono::microseconds(0))) {
       --copies_running;
       if (!status.ok() && failure.ok()) failure = status.WithContext(Describe(plan.ops[ids[i]], comm_));
+      if (role[i] == Role::kRead) {
+        if (failure.ok()) {
+          Status done = finish_read(i);
+          if (!done.ok()) failure = done.WithContext(Describe(plan.ops[ids[i]], comm_));
+        }
+        continue;
+      }
       complete(i);
     }
     if (!failure.ok()) break;
@@ -581,6 +822,21 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
         const Op& op = plan.ops[ids[i]];
         if (!completions[c].status.ok()) {
           if (failure.ok()) failure = completions[c].status.WithContext(Describe(op, comm_));
+          continue;
+        }
+        if (role[i] != Role::kStaged) {
+          if (--requests_left[i] > 0) continue;
+          if (role[i] == Role::kRead && read_phase[i] == ReadPhase::kAwaitOffer) {
+            const int64_t expected = DirectReadOfferBytes(directs[direct_of[i]].source_buffers.size());
+            Status read = completions[c].bytes == expected
+                              ? copy_read(i)
+                              : InvalidArgument("direct-read offer of " + std::to_string(completions[c].bytes) +
+                                                " bytes, expected " + std::to_string(expected) +
+                                                " (do both ranks set executor.direct_intra_node alike?)");
+            if (!read.ok() && failure.ok()) failure = read.WithContext(Describe(op, comm_));
+            continue;
+          }
+          complete(i);
           continue;
         }
         if (op.kind == OpKind::kRecv) {
@@ -626,6 +882,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     return failure;
   }
   deregister_all();
+  peer_mappings_.Sweep();
   stats.ops = n;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return stats;

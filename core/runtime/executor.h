@@ -3,6 +3,9 @@
 // Ops start when their deps (ops on the same rank) have completed, in (round, id) order. Sends and
 // receives are posted without waiting (at most executor.max_in_flight at once); Copy, Pack, Unpack
 // and Convert run on a pool of executor.copy_threads threads, large copies split into slices.
+// Messages between ranks of one node go as direct reads when executor.direct_intra_node is on
+// (core/runtime/direct_read.h): the receiver copies from the sender's source buffers once. Which
+// messages qualify is worked out once per plan and cached (by address and PlanFingerprint).
 // Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
 // Transport registrations are kept across runs of one communicator epoch (see
@@ -22,6 +25,8 @@
 #include "core/base/status.h"
 #include "core/plan/plan.h"
 #include "core/runtime/communicator.h"
+#include "core/runtime/direct_read.h"
+#include "core/runtime/peer_memory.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
@@ -39,7 +44,9 @@ struct ExecutorStats {
   int ops = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
-  int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert
+  int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert and direct reads
+  int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
+  int direct_messages = 0;         // messages this rank sent or received as direct reads
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
 };
@@ -63,7 +70,7 @@ class Executor {
 
  private:
   Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight,
-           bool cache_registrations);
+           bool cache_registrations, bool direct_intra_node);
 
   struct CachedRegistration {
     Transport* transport;
@@ -74,6 +81,13 @@ class Executor {
 
   Communicator& comm_;
   bool cache_user_registrations_;
+  bool direct_intra_node_;
+  PeerMappings peer_mappings_;   // same-node peers' shared source buffers, mapped read-only
+  std::vector<uint8_t> control_;  // direct-read offers, registered per run
+  // FindDirectReads of the last plan run, keyed by its address and PlanFingerprint.
+  const TransferPlan* direct_plan_ = nullptr;
+  uint64_t direct_fingerprint_ = 0;
+  std::vector<DirectRead> direct_reads_;
   std::vector<CachedRegistration> registration_cache_;  // valid for cache_epoch_ only
   uint64_t cache_epoch_ = 0;
   int64_t staging_budget_;

@@ -195,6 +195,36 @@ std::vector<CopySlice> SliceCopy(const CopyGeometry& g, int64_t target_bytes, in
   return slices;
 }
 
+namespace {
+
+// Copies n bytes, n small: two overlapping fixed-size moves the compiler inlines, instead of a
+// call into libc per row (a third of the demo's bytes come in rows of 24-32 bytes).
+inline void CopyRow(char* dst, const char* src, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t a, b;
+    std::memcpy(&a, src, 8);
+    std::memcpy(&b, src + n - 8, 8);
+    std::memcpy(dst, &a, 8);
+    std::memcpy(dst + n - 8, &b, 8);
+  } else if (n > 16 && n <= 32) {
+    char a[16], b[16];
+    std::memcpy(a, src, 16);
+    std::memcpy(b, src + n - 16, 16);
+    std::memcpy(dst, a, 16);
+    std::memcpy(dst + n - 16, b, 16);
+  } else if (n > 32 && n <= 64) {
+    char a[32], b[32];
+    std::memcpy(a, src, 32);
+    std::memcpy(b, src + n - 32, 32);
+    std::memcpy(dst, a, 32);
+    std::memcpy(dst + n - 32, b, 32);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
+}  // namespace
+
 Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* from, char* to) {
   if (slice.row_begin == slice.row_end) {
     if (slice.byte_end > slice.byte_begin) {
@@ -206,6 +236,17 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
   const int64_t fsize = DTypeSize(g.from_dtype);
   const bool same = g.from_dtype == g.to_dtype;
   const bool memcpy_rows = g.contiguous_run();
+  if (memcpy_rows && g.outer_dims == 1) {  // the common matrix case: no odometer
+    const size_t n = static_cast<size_t>(g.run * fsize);
+    const char* src = from + slice.row_begin * g.from_stride[0];
+    char* dst = to + slice.row_begin * g.to_stride[0];
+    for (int64_t row = slice.row_begin; row < slice.row_end; ++row) {
+      CopyRow(dst, src, n);
+      src += g.from_stride[0];
+      dst += g.to_stride[0];
+    }
+    return Status::Ok();
+  }
   // Odometer over the outer dims, started at row_begin.
   std::array<int64_t, kMaxDims> index{};
   int64_t rest = slice.row_begin;
@@ -220,7 +261,7 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
     const char* src = from + from_offset;
     char* dst = to + to_offset;
     if (memcpy_rows) {
-      std::memcpy(dst, src, static_cast<size_t>(g.run * fsize));
+      CopyRow(dst, src, static_cast<size_t>(g.run * fsize));
     } else if (same) {
       switch (fsize) {
         case 1: for (int64_t j = 0; j < g.run; ++j) dst[j * g.to_inner] = src[j * g.from_inner]; break;

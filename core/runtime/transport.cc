@@ -1,6 +1,7 @@
 // TransportRegistry and small helpers of the Transport interface.
 #include "core/runtime/transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -121,8 +122,13 @@ int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out) {
 }
 
 void IdlePollBackoff(int idle_rounds) {
-  if (idle_rounds > 64) std::this_thread::yield();
-  if (idle_rounds > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  if (idle_rounds <= 64) return;
+  if (idle_rounds <= 1024) {
+    std::this_thread::yield();
+    return;
+  }
+  const int doublings = std::min(5, (idle_rounds - 1024) / 64);  // 20 us << 5 = 640 us, capped
+  std::this_thread::sleep_for(std::chrono::microseconds(std::min(500, 20 << doublings)));
 }
 
 }  // namespace ferry

@@ -61,6 +61,11 @@ struct MemoryDesc {
   int64_t bytes = 0;
   MemoryKind kind = MemoryKind::kHost;
   int device = -1;  // CUDA device ordinal for kCuda; -1 for host
+  // Host memory mapped from a shareable file (a memfd, see core/runtime/peer_memory.h): the file
+  // descriptor and the offset of `base` in it, so same-node peers can map the block and read it
+  // directly. -1 for ordinary memory (peers then read it through the kernel, process_vm_readv).
+  int shared_fd = -1;
+  int64_t shared_offset = 0;
 };
 
 struct TransportCapabilities {
@@ -111,7 +116,9 @@ struct Completion {
 // Moves up to out.size() completions from the front of `ready` into `out`; returns how many.
 int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out);
 // Backs off a polling loop after `idle_rounds` consecutive rounds without progress: spin at first,
-// then yield, then also sleep 20 us, so that ranks sharing cores do not starve one another.
+// then yield, then sleep, 20 us growing to 500 us, so that ranks waiting on peers leave the cores
+// to ranks that copy (8 ranks on 2 cores spent most of a refit in wake-ups of 20 us sleeps). The
+// longest added latency is one 500 us sleep, after ~10 ms without progress.
 void IdlePollBackoff(int idle_rounds);
 
 // What a transport instance is created for. Everything it needs comes in here; transports do not

@@ -21,6 +21,7 @@
 
 #include "core/base/strings.h"
 #include "core/runtime/bootstrap.h"
+#include "core/runtime/peer_memory.h"
 #include "core/runtime/session.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
@@ -87,21 +88,26 @@ int64_t FragmentBytes(const Layout& layout) {
   return n;
 }
 
-// Host buffers of one side on this rank, 64-byte aligned, owned here.
+// Host buffers of one side on this rank, 256-byte aligned, carved out of one block of shareable
+// memory (a memfd) that same-node peers map once for direct reads (core/runtime/peer_memory.h),
+// as a trainer's weights sit in a few large allocator segments in a real deployment.
 class HostBuffers {
  public:
-  HostBuffers(const std::vector<BufferSpec>& specs, int rank) {
+  HostBuffers(const std::vector<BufferSpec>& specs, int rank, const char* side) {
     pointers_.assign(specs.size(), nullptr);
+    offsets_.assign(specs.size(), -1);
+    int64_t size = 0;
     for (size_t b = 0; b < specs.size(); ++b) {
       if (specs[b].rank != rank) continue;
-      const size_t bytes = (static_cast<size_t>(std::max<int64_t>(specs[b].bytes, 1)) + 63) / 64 * 64;
-      void* p = std::aligned_alloc(64, bytes);
-      if (p == nullptr) continue;
-      std::memset(p, 0, bytes);
-      owned_.emplace_back(static_cast<char*>(p));
-      pointers_[b] = static_cast<char*>(p);
-      sizes_.push_back(specs[b].bytes);
+      offsets_[b] = size;
+      size += (std::max<int64_t>(specs[b].bytes, 1) + 255) / 256 * 256;
       total_ += specs[b].bytes;
+    }
+    Result<SharedHostMemory> memory = SharedHostMemory::Allocate(size, std::string("ferry-") + side);
+    if (!memory.ok()) return;
+    block_ = std::move(*memory);
+    for (size_t b = 0; b < specs.size(); ++b) {
+      if (offsets_[b] >= 0) pointers_[b] = block_.data() + offsets_[b];
     }
   }
   // True when every buffer of this rank got memory.
@@ -115,7 +121,7 @@ class HostBuffers {
   std::vector<MemoryDesc> Descs(const std::vector<BufferSpec>& specs) const {
     std::vector<MemoryDesc> out(specs.size());
     for (size_t b = 0; b < specs.size(); ++b) {
-      if (pointers_[b] != nullptr) out[b] = {pointers_[b], specs[b].bytes, MemoryKind::kHost, -1};
+      if (pointers_[b] != nullptr) out[b] = block_.Sub(offsets_[b], specs[b].bytes);
     }
     return out;
   }
@@ -127,32 +133,29 @@ class HostBuffers {
   int64_t total() const { return total_; }
 
  private:
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<char, Free>> owned_;
+  SharedHostMemory block_;
   std::vector<char*> pointers_;
-  std::vector<int64_t> sizes_;
+  std::vector<int64_t> offsets_;
   int64_t total_ = 0;
 };
 
 // One rank's numbers for one refit, passed to rank 0 through the store.
 struct RankSample {
   int64_t start_ns = 0, end_ns = 0;
-  int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0;
+  int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
   double executor_seconds = 0;
 
   std::string Encode() const {
     std::ostringstream out;
     out << start_ns << ' ' << end_ns << ' ' << bytes_sent << ' ' << bytes_copied << ' '
-        << peak_staging << ' ' << executor_seconds;
+        << peak_staging << ' ' << executor_seconds << ' ' << bytes_read_direct;
     return out.str();
   }
   static RankSample Decode(const std::string& text) {
     RankSample s;
     std::istringstream in(text);
     in >> s.start_ns >> s.end_ns >> s.bytes_sent >> s.bytes_copied >> s.peak_staging >>
-        s.executor_seconds;
+        s.executor_seconds >> s.bytes_read_direct;
     return s;
   }
 };
@@ -161,6 +164,8 @@ struct RankSample {
 struct RefitSample {
   double seconds = 0;  // first rank's start to last rank's end
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
+  int64_t bytes_read_direct = 0;
+  double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
 };
 
 // Prints "still running" lines every few seconds while a long refit blocks rank 0.
@@ -299,6 +304,7 @@ Result<std::vector<RefitSample>> RunStrategy(const RunArgs& args, const RefitInp
       }
       sample.bytes_sent = stats->bytes_sent;
       sample.bytes_copied = stats->bytes_copied;
+      sample.bytes_read_direct = stats->bytes_read_direct;
       sample.peak_staging = stats->peak_staging_bytes;
       sample.executor_seconds = stats->seconds;
     }
@@ -319,6 +325,8 @@ Result<std::vector<RefitSample>> RunStrategy(const RunArgs& args, const RefitInp
       last = std::max(last, s.end_ns);
       all.bytes_sent += s.bytes_sent;
       all.bytes_copied += s.bytes_copied;
+      all.bytes_read_direct += s.bytes_read_direct;
+      all.longest_rank_seconds = std::max(all.longest_rank_seconds, s.executor_seconds);
       all.peak_staging_max = std::max(all.peak_staging_max, s.peak_staging);
       all.peak_staging_sum += s.peak_staging;
     }
@@ -450,8 +458,8 @@ Status RunRankOrError(const RunArgs& args) {
         transports.c_str());
   }
 
-  HostBuffers sources(in.source.buffers, info.rank);
-  HostBuffers destinations(in.destination.buffers, info.rank);
+  HostBuffers sources(in.source.buffers, info.rank, "sources");
+  HostBuffers destinations(in.destination.buffers, info.rank, "destinations");
   if (!sources.complete(in.source.buffers, info.rank) ||
       !destinations.complete(in.destination.buffers, info.rank)) {
     return Unavailable("rank " + std::to_string(info.rank) + ": out of host memory for " +
@@ -497,6 +505,9 @@ Status RunRankOrError(const RunArgs& args) {
     };
     row("refit time (mean)", [&](const StrategySummary& s) { return Seconds(s.mean); });
     row("refit time (best)", [&](const StrategySummary& s) { return Seconds(s.best); });
+    row("slowest rank's own run", [&](const StrategySummary& s) {
+      return Seconds(s.last.longest_rank_seconds);
+    });
     row("bandwidth (mean)", [&](const StrategySummary& s) { return gbps(s.mean); });
     row("vs memcpy", [&](const StrategySummary& s) {
       char buf[32];
@@ -507,6 +518,9 @@ Status RunRankOrError(const RunArgs& args) {
     row("delivered", [&](const StrategySummary&) { return Size(static_cast<double>(delivered)); });
     row("sent by transports", [&](const StrategySummary& s) {
       return Size(static_cast<double>(s.last.bytes_sent));
+    });
+    row("read from peers directly", [&](const StrategySummary& s) {
+      return Size(static_cast<double>(s.last.bytes_read_direct));
     });
     row("copied in ranks", [&](const StrategySummary& s) {
       return Size(static_cast<double>(s.last.bytes_copied));

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/runtime/bootstrap.h"
+#include "core/runtime/peer_memory.h"
 #include "core/runtime/socket_util.h"
 #include "core/runtime/transport.h"
 
@@ -85,7 +86,7 @@ float Value(int64_t row, int64_t col) { return static_cast<float>(row * 10000 + 
 // Rank 0 holds the tensor. Rank 1 gets columns [0, 512) (packed, sent, unpacked) and, relayed by
 // rank 2, a copy of rank 2's part; rank 2 gets columns [512, 1024) received straight into its
 // destination buffer; rank 0 keeps rows [0, 32) by a local copy.
-TransferPlan ThreeRankPlan() {
+TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
   TransferPlan plan;
   plan.strategy = "reshard";
   plan.num_ranks = 3;
@@ -101,7 +102,7 @@ TransferPlan ThreeRankPlan() {
                     Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}};
   int pa = plan.AddOp(pack_a);
   Op send_a{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = half,
-            .link = LinkClass::kNetwork, .deps = {pa}};
+            .link = link, .deps = {pa}};
   send_a.data = Region::Bytes(Space::kStaging, slot_a, 0, half);
   plan.AddOp(send_a);
   Op pack_b{.kind = OpKind::kPack, .rank = 0, .bytes = half, .round = 1};
@@ -109,7 +110,7 @@ TransferPlan ThreeRankPlan() {
                     Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}};
   int pb = plan.AddOp(pack_b);
   Op send_b{.kind = OpKind::kSend, .rank = 0, .peer = 2, .message = 2, .bytes = half,
-            .link = LinkClass::kNetwork, .round = 1, .deps = {pb}};
+            .link = link, .round = 1, .deps = {pb}};
   send_b.data = Region::Bytes(Space::kStaging, slot_b, 0, half);
   plan.AddOp(send_b);
   Op copy{.kind = OpKind::kCopy, .rank = 0, .bytes = 32 * kCols * 4, .link = LinkClass::kSameRank};
@@ -117,7 +118,7 @@ TransferPlan ThreeRankPlan() {
                   Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}};
   plan.AddOp(copy);
   Op recv_c{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = half,
-            .link = LinkClass::kNetwork};
+            .link = link};
   recv_c.data = Region::Bytes(Space::kStaging, slot_c, 0, half);
   int rc = plan.AddOp(recv_c);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half, .deps = {rc}};
@@ -125,15 +126,15 @@ TransferPlan ThreeRankPlan() {
                     Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}};
   plan.AddOp(unpack);
   Op recv_relayed{.kind = OpKind::kRecv, .rank = 1, .peer = 2, .message = 3, .bytes = half,
-                  .link = LinkClass::kNetwork};
+                  .link = link};
   recv_relayed.data = Region::Bytes(Space::kDestination, 3, 0, half);
   plan.AddOp(recv_relayed);
   Op recv_d{.kind = OpKind::kRecv, .rank = 2, .peer = 0, .message = 2, .bytes = half,
-            .link = LinkClass::kNetwork};
+            .link = link};
   recv_d.data = Region::Bytes(Space::kDestination, 2, 0, half);
   int rd = plan.AddOp(recv_d);
   Op forward{.kind = OpKind::kForward, .rank = 2, .peer = 1, .message = 3, .bytes = half,
-             .link = LinkClass::kNetwork, .deps = {rd}};
+             .link = link, .deps = {rd}};
   forward.data = Region::Bytes(Space::kDestination, 2, 0, half);
   plan.AddOp(forward);
   return plan;
@@ -145,12 +146,15 @@ struct Rank {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Executor> executor;
   std::vector<std::vector<float>> storage;
+  std::vector<SharedHostMemory> shared;
   RankMemory memory;
 };
 
-// Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network).
+// Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network)
+// unless `one_node`.
 Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
-                                   const std::vector<std::string>& settings = {}) {
+                                   const std::vector<std::string>& settings = {},
+                                   bool one_node = false) {
   auto r = std::make_unique<Rank>();
   for (const std::string& s : settings) {
     size_t eq = s.find('=');
@@ -169,28 +173,35 @@ Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
   options.size = size;
   options.store = r->rendezvous.store.get();
   options.config = &r->config;
-  for (int i = 0; i < size; ++i) options.node_of_rank.push_back(i);
+  for (int i = 0; i < size; ++i) options.node_of_rank.push_back(one_node ? 0 : i);
   FERRY_ASSIGN_OR_RETURN(r->comm, Communicator::Create(options, Deadline::AfterSeconds(20)));
   FERRY_ASSIGN_OR_RETURN(r->executor, Executor::Create(*r->comm));
   return r;
 }
 
-void Allocate(Rank& r, const TransferPlan& plan, int rank) {
+// Plain heap memory, or (shared) each buffer in its own memfd block that same-node peers can map.
+void Allocate(Rank& r, const TransferPlan& plan, int rank, bool shared = false) {
   auto fill = [&](const std::vector<BufferSpec>& specs, std::vector<MemoryDesc>& out, bool source) {
     for (const BufferSpec& spec : specs) {
       if (spec.rank != rank) {
         out.push_back({});
         continue;
       }
-      r.storage.emplace_back(static_cast<size_t>(spec.bytes / 4), -1.0f);
-      auto& data = r.storage.back();
-      if (source) {
-        for (int64_t i = 0; i < static_cast<int64_t>(data.size()); ++i) data[i] = Value(i / kCols, i % kCols);
+      float* data = nullptr;
+      if (shared) {
+        r.shared.push_back(std::move(SharedHostMemory::Allocate(spec.bytes, spec.name).value()));
+        data = reinterpret_cast<float*>(r.shared.back().data());
+        out.push_back(r.shared.back().desc());
+      } else {
+        r.storage.emplace_back(static_cast<size_t>(spec.bytes / 4), -1.0f);
+        data = r.storage.back().data();
+        out.push_back({data, spec.bytes, MemoryKind::kHost, -1});
       }
-      out.push_back({data.data(), spec.bytes, MemoryKind::kHost, -1});
+      for (int64_t i = 0; i < spec.bytes / 4; ++i) data[i] = source ? Value(i / kCols, i % kCols) : -1.0f;
     }
   };
   r.storage.reserve(16);
+  r.shared.reserve(16);
   fill(plan.source_buffers, r.memory.source, true);
   fill(plan.destination_buffers, r.memory.destination, false);
 }
@@ -239,6 +250,61 @@ TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
     return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+// Ranks of one node: message 1 (rank 0 -> 1, pack/unpack) goes as a direct read, by mapping rank
+// 0's memfd buffer (shared) or through process_vm_readv (plain memory); message 2 feeds a Forward,
+// so it and the relayed message 3 keep the staged path. With executor.direct_intra_node=false
+// everything is staged. Data is checked either way.
+void RunSameNode(bool shared, bool direct) {
+  TransferPlan plan = ThreeRankPlan(LinkClass::kSameNode);
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port, {std::string("executor.direct_intra_node=") + (direct ? "true" : "false")},
+                       /*one_node=*/true);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    Allocate(r, plan, rank, shared);
+    for (int refit = 0; refit < 3; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok()) return Report(stats.status());
+      if (!Verify(r, rank)) return 2;
+      const int64_t direct_bytes = rank == 1 && direct ? kRows * 512 * 4 : 0;
+      if (stats->bytes_read_direct != direct_bytes) {
+        std::fprintf(stderr, "rank %d read %lld bytes directly\n", rank,
+                     static_cast<long long>(stats->bytes_read_direct));
+        return 3;
+      }
+      // Rank 0 sends message 2 staged, and message 1 too unless it goes direct.
+      if (rank == 0 && stats->bytes_sent != (direct ? 1 : 2) * kRows * 512 * 4) return 4;
+      for (const MemoryDesc& d : r.memory.destination) {  // the next refit must write it all again
+        for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
+      }
+    }
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+TEST(ExecutorTest, SameNodeMessageIsOneCopyFromMappedSharedMemory) { RunSameNode(true, true); }
+TEST(ExecutorTest, SameNodeMessageIsOneCopyThroughProcessVmReadv) { RunSameNode(false, true); }
+TEST(ExecutorTest, SameNodeMessagesAreStagedWhenDirectReadsAreOff) { RunSameNode(true, false); }
+
+TEST(ExecutorTest, DirectReaderOfADeadSenderFailsNamingThePeer) {
+  TransferPlan plan = ThreeRankPlan(LinkClass::kSameNode);
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port, {}, /*one_node=*/true);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    if (rank == 0) ::_exit(0);  // the sender dies before offering anything
+    Allocate(r, plan, rank, true);
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+    if (stats.ok()) return 10;
+    std::string message = stats.status().message();
+    std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
+    return message.find("peer 0") != std::string::npos ? 7 : 8;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 7) << "rank 1 waits on rank 0's offer";
 }
 
 TEST(ExecutorTest, PeerThatExitsFailsTheOthersNamingOpPeerAndTransport) {

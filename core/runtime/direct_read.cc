@@ -1,0 +1,243 @@
+// Direct reads: finding the messages of a plan that can go as one copy, and the offer's encoding.
+#include "core/runtime/direct_read.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace ferry {
+namespace {
+
+constexpr uint32_t kOfferMagic = 0x52445246;  // "FRDR"
+constexpr uint32_t kOfferVersion = 1;
+constexpr size_t kBootIdBytes = 40;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4;
+constexpr size_t kEntryBytes = 8 + 8 + 4 + 4 + 8 + 8;
+
+// A region of the message's bytes: [offset, offset + NumBytes) of the message holds `region`'s
+// elements in row-major order.
+struct Span {
+  int64_t offset;
+  Region region;  // the user-buffer side (source on the sender, destination on the receiver)
+  Region staged;  // how the bytes sit in the message (dense); equals region for contiguous sides
+};
+
+bool SameShape(const Region& a, const Region& b) {
+  if (a.ndim != b.ndim || a.dtype != b.dtype) return false;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] != b.shape[d]) return false;
+  }
+  return true;
+}
+
+// `staged`'s shape and dtype, densely at `offset` bytes into `base` (a contiguous user region).
+Region Rebase(const Region& staged, const Region& base, int64_t offset) {
+  Region r = staged;
+  r.space = base.space;
+  r.buffer = base.buffer;
+  r.offset = base.offset + offset;
+  return r;
+}
+
+template <typename T>
+void Put(std::vector<uint8_t>& out, T value) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &value, sizeof(T));
+}
+
+template <typename T>
+T Get(const uint8_t*& p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  p += sizeof(T);
+  return value;
+}
+
+}  // namespace
+
+std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
+  const int num_ops = static_cast<int>(plan.ops.size());
+  int64_t max_message = -1;
+  for (const Op& op : plan.ops) max_message = std::max(max_message, op.message);
+  // Messages are numbered densely by the planner; a sparse numbering only costs memory.
+  std::vector<int> recv_of_message(static_cast<size_t>(max_message + 1), -1);
+  std::vector<int> dependents(num_ops, 0), only_dependent(num_ops, -1);
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::kRecv && op.message >= 0 && recv_of_message[op.message] < 0) {
+      recv_of_message[op.message] = op.id;
+    }
+    for (int dep : op.deps) {
+      if (dep < 0 || dep >= num_ops) continue;
+      ++dependents[dep];
+      only_dependent[dep] = op.id;
+    }
+  }
+  std::vector<DirectRead> found;
+  for (const Op& send : plan.ops) {
+    if (send.kind != OpKind::kSend || send.link != LinkClass::kSameNode || send.message < 0) continue;
+    const int recv_id = recv_of_message[send.message];
+    if (recv_id < 0) continue;
+    const Op& recv = plan.ops[recv_id];
+    if (send.rank != rank && recv.rank != rank) continue;
+    if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || !recv.deps.empty() ||
+        recv.bytes != send.bytes || send.data.NumBytes() != recv.data.NumBytes()) {
+      continue;
+    }
+    DirectRead d;
+    d.message = send.message;
+    d.sender = send.rank;
+    d.receiver = recv.rank;
+    d.send_op = send.id;
+    d.recv_op = recv.id;
+    d.bytes = send.data.NumBytes();
+    // Sender side: one contiguous source region, or the Pack that fills the sent slot.
+    std::vector<Span> from;
+    if (send.deps.empty() && send.data.space == Space::kSource) {
+      from.push_back({0, send.data, send.data});
+    } else if (send.deps.size() == 1 && send.data.space == Space::kStaging && send.data.offset == 0) {
+      const Op& pack = plan.ops[send.deps[0]];
+      if (pack.kind != OpKind::kPack || !pack.deps.empty() || dependents[pack.id] != 1) continue;
+      bool ok = true;
+      for (const CopyPair& c : pack.copies) {
+        ok = ok && c.from.space == Space::kSource && c.to.space == Space::kStaging &&
+             c.to.buffer == send.data.buffer && c.to.IsContiguous() && SameShape(c.from, c.to);
+        from.push_back({c.to.offset, c.from, c.to});
+      }
+      if (!ok) continue;
+      d.pack_op = pack.id;
+    } else {
+      continue;
+    }
+    // Receiver side: one contiguous destination region, or the one Unpack of the received slot.
+    std::vector<Span> to;
+    if (recv.data.space == Space::kDestination && dependents[recv.id] == 0) {
+      to.push_back({0, recv.data, recv.data});
+    } else if (recv.data.space == Space::kStaging && recv.data.offset == 0 && dependents[recv.id] == 1) {
+      const Op& unpack = plan.ops[only_dependent[recv.id]];
+      if (unpack.kind != OpKind::kUnpack || unpack.deps.size() != 1) continue;
+      bool ok = true;
+      for (const CopyPair& c : unpack.copies) {
+        ok = ok && c.from.space == Space::kStaging && c.from.buffer == recv.data.buffer &&
+             c.to.space == Space::kDestination && c.from.IsContiguous() && SameShape(c.from, c.to);
+        to.push_back({c.from.offset, c.to, c.from});
+      }
+      if (!ok) continue;
+      d.unpack_op = unpack.id;
+    } else {
+      continue;
+    }
+    // Meet the two sides at the message's byte offsets.
+    bool ok = true;
+    if (d.pack_op < 0 && d.unpack_op < 0) {
+      d.copies.push_back({send.data, recv.data});
+    } else if (d.pack_op < 0) {
+      for (const Span& t : to) d.copies.push_back({Rebase(t.staged, send.data, t.offset), t.region});
+    } else if (d.unpack_op < 0) {
+      for (const Span& f : from) d.copies.push_back({f.region, Rebase(f.staged, recv.data, f.offset)});
+    } else {
+      std::map<int64_t, size_t> at_offset;
+      for (size_t i = 0; i < from.size(); ++i) at_offset.emplace(from[i].offset, i);
+      for (const Span& t : to) {
+        auto f = at_offset.find(t.offset);
+        if (f == at_offset.end() || !SameShape(from[f->second].staged, t.staged)) {
+          ok = false;
+          break;
+        }
+        d.copies.push_back({from[f->second].region, t.region});
+      }
+    }
+    if (!ok) continue;
+    for (const CopyPair& c : d.copies) d.source_buffers.push_back(c.from.buffer);
+    std::sort(d.source_buffers.begin(), d.source_buffers.end());
+    d.source_buffers.erase(std::unique(d.source_buffers.begin(), d.source_buffers.end()),
+                           d.source_buffers.end());
+    found.push_back(std::move(d));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const DirectRead& a, const DirectRead& b) { return a.message < b.message; });
+  return found;
+}
+
+uint64_t PlanFingerprint(const TransferPlan& plan) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over 64-bit words
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  mix(static_cast<uint64_t>(plan.num_ranks));
+  mix(plan.ops.size());
+  mix(plan.slots.size());
+  mix(plan.source_buffers.size());
+  mix(plan.destination_buffers.size());
+  for (const Op& op : plan.ops) {
+    mix((static_cast<uint64_t>(op.kind) << 56) ^ (static_cast<uint64_t>(op.rank) << 28) ^
+        static_cast<uint64_t>(op.peer + 1));
+    mix(static_cast<uint64_t>(op.message));
+    mix(static_cast<uint64_t>(op.bytes));
+    mix((op.deps.size() << 32) ^ op.copies.size());
+    mix(static_cast<uint64_t>(op.data.offset) ^ (static_cast<uint64_t>(op.data.buffer) << 40));
+    if (!op.copies.empty()) {
+      mix(static_cast<uint64_t>(op.copies.front().from.offset));
+      mix(static_cast<uint64_t>(op.copies.back().to.offset));
+    }
+  }
+  return h;
+}
+
+int64_t DirectReadOfferBytes(size_t num_buffers) {
+  return static_cast<int64_t>(kHeaderBytes + num_buffers * kEntryBytes);
+}
+
+std::vector<uint8_t> EncodeDirectReadOffer(const ProcessIdentity& owner,
+                                           const std::vector<PeerBuffer>& buffers) {
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(DirectReadOfferBytes(buffers.size())));
+  Put<uint32_t>(out, kOfferMagic);
+  Put<uint32_t>(out, kOfferVersion);
+  Put<int64_t>(out, owner.pid);
+  char boot[kBootIdBytes] = {};
+  std::memcpy(boot, owner.boot_id.data(), std::min(owner.boot_id.size(), kBootIdBytes));
+  out.insert(out.end(), boot, boot + kBootIdBytes);
+  Put<uint32_t>(out, static_cast<uint32_t>(buffers.size()));
+  Put<uint32_t>(out, 0);
+  for (const PeerBuffer& b : buffers) {
+    Put<uint64_t>(out, b.address);
+    Put<int64_t>(out, b.bytes);
+    Put<int32_t>(out, b.shared_fd);
+    Put<int32_t>(out, 0);
+    Put<int64_t>(out, b.shared_offset);
+    Put<uint64_t>(out, b.inode);
+  }
+  return out;
+}
+
+Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
+                             ProcessIdentity& owner, std::vector<PeerBuffer>& buffers) {
+  if (bytes.size() != static_cast<size_t>(DirectReadOfferBytes(num_buffers))) {
+    return InvalidArgument("direct-read offer of " + std::to_string(bytes.size()) + " bytes, expected " +
+                           std::to_string(DirectReadOfferBytes(num_buffers)));
+  }
+  const uint8_t* p = bytes.data();
+  if (Get<uint32_t>(p) != kOfferMagic || Get<uint32_t>(p) != kOfferVersion) {
+    return InvalidArgument("not a direct-read offer (bad magic or version)");
+  }
+  owner.pid = Get<int64_t>(p);
+  const char* boot = reinterpret_cast<const char*>(p);
+  owner.boot_id.assign(boot, strnlen(boot, kBootIdBytes));
+  p += kBootIdBytes;
+  if (Get<uint32_t>(p) != num_buffers) return InvalidArgument("direct-read offer names the wrong number of buffers");
+  (void)Get<uint32_t>(p);
+  buffers.resize(num_buffers);
+  for (PeerBuffer& b : buffers) {
+    b.address = Get<uint64_t>(p);
+    b.bytes = Get<int64_t>(p);
+    b.shared_fd = Get<int32_t>(p);
+    (void)Get<int32_t>(p);
+    b.shared_offset = Get<int64_t>(p);
+    b.inode = Get<uint64_t>(p);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry

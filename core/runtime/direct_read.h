@@ -1,0 +1,68 @@
+// Direct reads: the executor's single-copy path for messages between ranks of one node.
+//
+// A plan moves bytes between ranks as Pack (source regions -> staging) -> Send -> Recv -> Unpack
+// (staging -> destination regions), or with a contiguous source or destination region in place
+// of the Pack or the Unpack. Between two processes of one machine each of those steps is a full
+// copy. When the link is same-node and executor.direct_intra_node is on, the executor instead
+// carries such a message as one copy made by the receiver, straight from the sender's source
+// buffers into its own destination buffers (core/runtime/peer_memory.h):
+//
+//   sender:   Pack -> nothing; Send -> send an *offer* (its process identity and the addresses of
+//             the source buffers the message reads), then wait for the receiver's *done* message
+//   receiver: Recv -> receive the offer, copy every (source region -> destination region) pair of
+//             the message, send *done*; Unpack -> nothing
+//
+// Both ends decide from the plan alone (FindDirectReads is deterministic), so they agree on which
+// messages go direct without talking about it. The sender's Send completes only after the
+// receiver's copy, so source buffers stay untouched while a peer reads them (the refit contract).
+// Messages relayed onward (Forward) and messages between different nodes keep the staged path.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+#include "core/runtime/peer_memory.h"
+
+namespace ferry {
+
+struct DirectRead {
+  int64_t message = -1;
+  int sender = 0;
+  int receiver = 0;
+  int send_op = -1;
+  int pack_op = -1;    // -1: the Send reads one contiguous source region
+  int recv_op = -1;
+  int unpack_op = -1;  // -1: the Recv lands in one contiguous destination region
+  int64_t bytes = 0;
+  std::vector<int> source_buffers;  // the sender's source buffers the copies read, ascending
+  // The message as copies: `from` a region of a sender's source buffer, `to` a region of a
+  // receiver's destination buffer, same shape and dtype.
+  std::vector<CopyPair> copies;
+};
+
+// The messages `rank` sends or receives that may go direct: a Send (not a Forward) over a
+// same-node link, fed by nothing or by one Pack that feeds only it, received by a Recv that feeds
+// nothing (landing in a destination region) or only one Unpack from its slot, with the Pack's and
+// the Unpack's copies meeting at the same staging offsets with the same shapes. Ordered by
+// message. Deterministic; O(ops) plus the copies of the messages found.
+std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);
+
+// A cheap checksum of a plan's op structure (kinds, ranks, peers, messages, bytes, dependency
+// and copy counts, first and last copy offsets), for caching FindDirectReads across runs of one
+// plan. O(ops).
+uint64_t PlanFingerprint(const TransferPlan& plan);
+
+// The offer a sender puts on the wire: its identity and, per entry of `source_buffers`, where the
+// buffer lives. Fixed size for a given number of buffers, so the receiver can post an exact
+// receive.
+int64_t DirectReadOfferBytes(size_t num_buffers);
+std::vector<uint8_t> EncodeDirectReadOffer(const ProcessIdentity& owner,
+                                           const std::vector<PeerBuffer>& buffers);
+// Fails with kInvalidArgument on a malformed offer or a different number of buffers.
+Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
+                             ProcessIdentity& owner, std::vector<PeerBuffer>& buffers);
+
+}  // namespace ferry

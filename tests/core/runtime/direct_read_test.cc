@@ -1,0 +1,179 @@
+// FindDirectReads on hand-made plans: which same-node messages qualify for a single copy and how
+// the Pack and Unpack sides meet; the offer's encoding; PlanFingerprint.
+#include "core/runtime/direct_read.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry {
+namespace {
+
+Region Matrix(Space space, int buffer, int64_t offset_bytes, int64_t rows, int64_t cols, int64_t row_stride) {
+  Region r;
+  r.space = space;
+  r.buffer = buffer;
+  r.offset = offset_bytes;
+  r.dtype = DType::kFP32;
+  r.ndim = 2;
+  r.shape[0] = rows;
+  r.shape[1] = cols;
+  r.strides[0] = row_stride;
+  r.strides[1] = 1;
+  return r;
+}
+
+// Rank 0's source buffer 0 holds a [4, 8] fp32 matrix; rank 1 receives its left and right halves
+// (packed one after the other) into destination buffers 0 and 1, unpacking them in reverse order.
+TransferPlan PackedPlan(LinkClass link) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", 4 * 8 * 4}};
+  plan.destination_buffers = {{1, "left", 4 * 4 * 4}, {1, "right", 4 * 4 * 4}};
+  const int send_slot = plan.AddSlot(0, 128), recv_slot = plan.AddSlot(1, 128);
+  Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 128};
+  pack.copies = {{Matrix(Space::kSource, 0, 0, 4, 4, 8), Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
+                 {Matrix(Space::kSource, 0, 16, 4, 4, 8), Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}};
+  const int pack_id = plan.AddOp(pack);
+  Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 7, .bytes = 128, .link = link,
+          .deps = {pack_id}};
+  send.data = Region::Bytes(Space::kStaging, send_slot, 0, 128);
+  plan.AddOp(send);
+  Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 7, .bytes = 128, .link = link};
+  recv.data = Region::Bytes(Space::kStaging, recv_slot, 0, 128);
+  const int recv_id = plan.AddOp(recv);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128, .deps = {recv_id}};
+  unpack.copies = {{Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
+                   {Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Matrix(Space::kDestination, 0, 0, 4, 4, 4)}};
+  plan.AddOp(unpack);
+  return plan;
+}
+
+TEST(DirectReadTest, PackAndUnpackMeetAtTheirStagingOffsets) {
+  const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
+  for (int rank : {0, 1}) {
+    const std::vector<DirectRead> found = FindDirectReads(plan, rank);
+    ASSERT_EQ(found.size(), 1u) << "rank " << rank;
+    const DirectRead& d = found[0];
+    EXPECT_EQ(d.message, 7);
+    EXPECT_EQ(d.sender, 0);
+    EXPECT_EQ(d.receiver, 1);
+    EXPECT_EQ(d.pack_op, 0);
+    EXPECT_EQ(d.send_op, 1);
+    EXPECT_EQ(d.recv_op, 2);
+    EXPECT_EQ(d.unpack_op, 3);
+    EXPECT_EQ(d.bytes, 128);
+    EXPECT_EQ(d.source_buffers, std::vector<int>{0});
+    ASSERT_EQ(d.copies.size(), 2u);
+    // The unpack's first copy (staging offset 64: the right half) lands in buffer 1.
+    EXPECT_EQ(d.copies[0].from.offset, 16);
+    EXPECT_EQ(d.copies[0].from.strides[0], 8);
+    EXPECT_EQ(d.copies[0].to.buffer, 1);
+    EXPECT_EQ(d.copies[1].from.offset, 0);
+    EXPECT_EQ(d.copies[1].to.buffer, 0);
+  }
+}
+
+TEST(DirectReadTest, NetworkLinksAndOtherRanksAreLeftAlone) {
+  EXPECT_TRUE(FindDirectReads(PackedPlan(LinkClass::kNetwork), 0).empty());
+  TransferPlan plan = PackedPlan(LinkClass::kSameNode);
+  plan.num_ranks = 3;
+  EXPECT_TRUE(FindDirectReads(plan, 2).empty());
+}
+
+TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", 4096}};
+  plan.destination_buffers = {{1, "d", 4096}};
+  // Send straight from source bytes [1024, 1152), unpack as a [4, 8] block.
+  const int slot = plan.AddSlot(1, 128);
+  Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 0, .bytes = 128,
+          .link = LinkClass::kSameNode};
+  send.data = Region::Bytes(Space::kSource, 0, 1024, 128);
+  plan.AddOp(send);
+  Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 0, .bytes = 128,
+          .link = LinkClass::kSameNode};
+  recv.data = Region::Bytes(Space::kStaging, slot, 0, 128);
+  const int recv_id = plan.AddOp(recv);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128, .deps = {recv_id}};
+  unpack.copies = {{Matrix(Space::kStaging, slot, 0, 4, 8, 8), Matrix(Space::kDestination, 0, 256, 4, 8, 16)}};
+  plan.AddOp(unpack);
+  // And a message received straight into destination bytes, packed from two rows.
+  const int send_slot = plan.AddSlot(0, 64);
+  Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 64};
+  pack.copies = {{Matrix(Space::kSource, 0, 0, 2, 8, 16), Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}};
+  const int pack_id = plan.AddOp(pack);
+  Op send2{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = 64,
+           .link = LinkClass::kSameNode, .deps = {pack_id}};
+  send2.data = Region::Bytes(Space::kStaging, send_slot, 0, 64);
+  plan.AddOp(send2);
+  Op recv2{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = 64,
+           .link = LinkClass::kSameNode};
+  recv2.data = Region::Bytes(Space::kDestination, 0, 2048, 64);
+  plan.AddOp(recv2);
+
+  const std::vector<DirectRead> found = FindDirectReads(plan, 1);
+  ASSERT_EQ(found.size(), 2u);
+  ASSERT_EQ(found[0].copies.size(), 1u);
+  const CopyPair& a = found[0].copies[0];
+  EXPECT_EQ(found[0].pack_op, -1);
+  EXPECT_EQ(a.from.space, Space::kSource);
+  EXPECT_EQ(a.from.offset, 1024);
+  EXPECT_EQ(a.from.strides[0], 8);  // dense, as the bytes were sent
+  EXPECT_EQ(a.to.offset, 256);
+  ASSERT_EQ(found[1].copies.size(), 1u);
+  const CopyPair& b = found[1].copies[0];
+  EXPECT_EQ(found[1].unpack_op, -1);
+  EXPECT_EQ(b.from.strides[0], 16);
+  EXPECT_EQ(b.to.space, Space::kDestination);
+  EXPECT_EQ(b.to.offset, 2048);
+  EXPECT_EQ(b.to.strides[0], 8);
+}
+
+TEST(DirectReadTest, RelayedAndMismatchedMessagesKeepTheStagedPath) {
+  // A Forward reads the received slot: the message must land in staging.
+  TransferPlan relayed = PackedPlan(LinkClass::kSameNode);
+  relayed.num_ranks = 3;
+  Op forward{.kind = OpKind::kForward, .rank = 1, .peer = 2, .message = 8, .bytes = 128,
+             .link = LinkClass::kSameNode, .deps = {2}};
+  forward.data = relayed.ops[2].data;
+  relayed.AddOp(forward);
+  EXPECT_TRUE(FindDirectReads(relayed, 1).empty());
+
+  // Pack and Unpack that do not meet at the same offsets.
+  TransferPlan shifted = PackedPlan(LinkClass::kSameNode);
+  shifted.ops[3].copies[0].from.offset = 32;
+  EXPECT_TRUE(FindDirectReads(shifted, 0).empty());
+  EXPECT_TRUE(FindDirectReads(shifted, 1).empty());
+}
+
+TEST(DirectReadTest, OfferRoundTripsAndRejectsTheWrongSize) {
+  ProcessIdentity owner{1234, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
+  std::vector<PeerBuffer> buffers = {{0x7f0000001000, 4096, 5, 256, 99}, {0x7f0000100000, 64, -1, 0, 0}};
+  const std::vector<uint8_t> wire = EncodeDirectReadOffer(owner, buffers);
+  EXPECT_EQ(static_cast<int64_t>(wire.size()), DirectReadOfferBytes(2));
+  ProcessIdentity got;
+  std::vector<PeerBuffer> got_buffers;
+  ASSERT_TRUE(DecodeDirectReadOffer(wire, 2, got, got_buffers).ok());
+  EXPECT_EQ(got.pid, 1234);
+  EXPECT_EQ(got.boot_id, owner.boot_id);
+  ASSERT_EQ(got_buffers.size(), 2u);
+  EXPECT_EQ(got_buffers[0].address, 0x7f0000001000u);
+  EXPECT_EQ(got_buffers[0].shared_fd, 5);
+  EXPECT_EQ(got_buffers[0].shared_offset, 256);
+  EXPECT_EQ(got_buffers[0].inode, 99u);
+  EXPECT_EQ(got_buffers[1].shared_fd, -1);
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 1, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> garbage(wire.size(), 0);
+  EXPECT_EQ(DecodeDirectReadOffer(garbage, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DirectReadTest, FingerprintFollowsTheOps) {
+  const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
+  TransferPlan changed = plan;
+  EXPECT_EQ(PlanFingerprint(plan), PlanFingerprint(changed));
+  changed.ops[1].bytes = 64;
+  EXPECT_NE(PlanFingerprint(plan), PlanFingerprint(changed));
+}
+
+}  // namespace
+}  // namespace ferry
