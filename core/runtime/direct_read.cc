@@ -39,6 +39,17 @@ Region Rebase(const Region& staged, const Region& base, int64_t offset) {
   return r;
 }
 
+// Bytes from a region's first element to just past its last one (0 when it is empty).
+int64_t SpanBytes(const Region& r) {
+  const int64_t esize = DTypeSize(r.dtype);
+  int64_t last = 0;
+  for (int d = 0; d < r.ndim; ++d) {
+    if (r.shape[d] == 0) return 0;
+    last += (r.shape[d] - 1) * r.strides[d] * esize;
+  }
+  return last + esize;
+}
+
 template <typename T>
 void Put(std::vector<uint8_t>& out, T value) {
   const size_t at = out.size();
@@ -152,6 +163,21 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     std::sort(d.source_buffers.begin(), d.source_buffers.end());
     d.source_buffers.erase(std::unique(d.source_buffers.begin(), d.source_buffers.end()),
                            d.source_buffers.end());
+    if (d.receiver == rank) {
+      d.geometries.reserve(d.copies.size());
+      for (const CopyPair& c : d.copies) {
+        Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
+        if (!g.ok()) break;  // the staged path reports the bad copy
+        d.geometries.push_back(*g);
+        d.copy_source.push_back(static_cast<int>(
+            std::lower_bound(d.source_buffers.begin(), d.source_buffers.end(), c.from.buffer) -
+            d.source_buffers.begin()));
+        d.copy_span.push_back(SpanBytes(c.from));
+      }
+      if (d.geometries.size() != d.copies.size()) continue;
+    } else {
+      d.copies.clear();
+    }
     found.push_back(std::move(d));
   }
   std::sort(found.begin(), found.end(),

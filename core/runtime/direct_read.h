@@ -25,6 +25,7 @@
 #include "core/base/status.h"
 #include "core/plan/plan.h"
 #include "core/runtime/peer_memory.h"
+#include "core/runtime/strided_copy.h"
 
 namespace ferry {
 
@@ -39,8 +40,13 @@ struct DirectRead {
   int64_t bytes = 0;
   std::vector<int> source_buffers;  // the sender's source buffers the copies read, ascending
   // The message as copies: `from` a region of a sender's source buffer, `to` a region of a
-  // receiver's destination buffer, same shape and dtype.
+  // receiver's destination buffer, same shape and dtype. Only on the receiver (empty on the
+  // sender), with per copy its geometry, the index of its source buffer in `source_buffers` and
+  // the bytes its source region spans (for bounds checks against the offer).
   std::vector<CopyPair> copies;
+  std::vector<CopyGeometry> geometries;
+  std::vector<int> copy_source;
+  std::vector<int64_t> copy_span;
 };
 
 // The messages `rank` sends or receives that may go direct: a Send (not a Forward) over a

@@ -212,17 +212,6 @@ std::string Describe(const Op& op, const Communicator& comm) {
   return text + ", " + FormatBytes(static_cast<double>(op.bytes)) + ")";
 }
 
-// Bytes from a region's first element to just past its last one (0 when it is empty).
-int64_t ExtentBytes(const Region& r) {
-  const int64_t esize = DTypeSize(r.dtype);
-  int64_t last = 0;
-  for (int d = 0; d < r.ndim; ++d) {
-    if (r.shape[d] == 0) return 0;
-    last += (r.shape[d] - 1) * r.strides[d] * esize;
-  }
-  return last + esize;
-}
-
 bool IsNetwork(OpKind kind) {
   return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
 }
@@ -513,20 +502,23 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     int64_t pid;
   };
   std::vector<std::vector<CopyItem>> items(n);
-  auto dispatch_copies = [&](int i, const std::vector<Ends>& ends, int64_t bytes) -> Result<bool> {
-    const auto& geos = geometries[i];
+  auto dispatch_copies = [&](int i, const std::vector<CopyGeometry>& geos, const std::vector<Ends>& ends,
+                             int64_t bytes) -> Result<bool> {
     stats.bytes_copied += bytes;
     if (bytes <= kInlineBytes || pool_->threads() == 0) {
       for (size_t p = 0; p < geos.size(); ++p) {
-        for (const CopySlice& s : SliceCopy(geos[p], INT64_MAX, 1)) {
-          FERRY_RETURN_IF_ERROR(RunCopyItem({&geos[p], s, ends[p].from, ends[p].to, ends[p].pid}));
-        }
+        FERRY_RETURN_IF_ERROR(RunCopyItem({&geos[p], WholeCopy(geos[p]), ends[p].from, ends[p].to, ends[p].pid}));
       }
       return true;
     }
     auto& its = items[i];
     its.clear();
+    its.reserve(geos.size());
     for (size_t p = 0; p < geos.size(); ++p) {
+      if (geos[p].bytes() <= kSliceBytes) {
+        its.push_back({&geos[p], WholeCopy(geos[p]), ends[p].from, ends[p].to, ends[p].pid});
+        continue;
+      }
       for (const CopySlice& s : SliceCopy(geos[p], kSliceBytes, (pool_->threads() + 1) * 4)) {
         its.push_back({&geos[p], s, ends[p].from, ends[p].to, ends[p].pid});
       }
@@ -566,7 +558,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       geos.push_back(g);
       ends.push_back({from, to, 0});
     }
-    FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, ends, bytes));
+    FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, geos, ends, bytes));
     if (done) complete(i);
     return Status::Ok();
   };
@@ -646,18 +638,15 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       if (buffers[j].shared_fd < 0) continue;
       FERRY_ASSIGN_OR_RETURN(mapped[j], peer_mappings_.Map(owner, buffers[j]));
     }
-    auto& geos = geometries[i];
-    geos.clear();
-    geos.reserve(d.copies.size());
     std::vector<Ends> ends;
+    ends.reserve(d.copies.size());
     int64_t bytes = 0;
-    for (const CopyPair& pair : d.copies) {
-      FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
-      const size_t j = static_cast<size_t>(
-          std::lower_bound(d.source_buffers.begin(), d.source_buffers.end(), pair.from.buffer) -
-          d.source_buffers.begin());
-      if (pair.from.offset < 0 || pair.from.offset + ExtentBytes(pair.from) > buffers[j].bytes) {
-        return OutOfRange("source region of " + std::to_string(ExtentBytes(pair.from)) + " bytes at " +
+    for (size_t c = 0; c < d.copies.size(); ++c) {
+      const CopyPair& pair = d.copies[c];
+      const CopyGeometry& g = d.geometries[c];
+      const size_t j = static_cast<size_t>(d.copy_source[c]);
+      if (pair.from.offset < 0 || pair.from.offset + d.copy_span[c] > buffers[j].bytes) {
+        return OutOfRange("source region of " + std::to_string(d.copy_span[c]) + " bytes at " +
                           std::to_string(pair.from.offset) + " is outside peer " +
                           std::to_string(d.sender) + "'s buffer " + std::to_string(pair.from.buffer) +
                           " of " + std::to_string(buffers[j].bytes) + " bytes");
@@ -673,11 +662,10 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
         ends.push_back({reinterpret_cast<const char*>(buffers[j].address + pair.from.offset), to, owner.pid});
       }
       bytes += g.bytes();
-      geos.push_back(g);
     }
     stats.bytes_read_direct += bytes;
     read_phase[i] = ReadPhase::kCopying;
-    FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, ends, bytes));
+    FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, d.geometries, ends, bytes));
     return done ? finish_read(i) : Status::Ok();
   };
 

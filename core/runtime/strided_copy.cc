@@ -139,32 +139,40 @@ Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to) {
   g.from_dtype = from.dtype;
   g.to_dtype = to.dtype;
   int64_t fsize = DTypeSize(from.dtype), tsize = DTypeSize(to.dtype);
-  // Dims with extent > 1, outermost first, strides in bytes.
-  std::vector<std::array<int64_t, 3>> dims;
+  // Dims with extent > 1, outermost first, strides in bytes (fixed arrays: this runs once per
+  // copy pair of every refit, so no allocation).
+  std::array<std::array<int64_t, 3>, kMaxDims> dims;
+  int count = 0;
   for (int d = 0; d < from.ndim; ++d) {
     if (from.shape[d] == 1) continue;
-    dims.push_back({from.shape[d], from.strides[d] * fsize, to.strides[d] * tsize});
+    dims[count++] = {from.shape[d], from.strides[d] * fsize, to.strides[d] * tsize};
   }
   if (from.NumElements() == 0) {
     g.rows = 0;
     g.run = 0;
     return g;
   }
-  // Merge an outer dim into the next inner one when both sides are dense across them.
-  std::vector<std::array<int64_t, 3>> merged = dims;
-  for (size_t i = merged.size(); i-- > 1;) {
-    auto& outer = merged[i - 1];
-    auto& inner = merged[i];
-    if (outer[1] == inner[0] * inner[1] && outer[2] == inner[0] * inner[2]) {
-      inner = {outer[0] * inner[0], inner[1], inner[2]};
-      merged.erase(merged.begin() + static_cast<long>(i) - 1);
+  // Merge an outer dim into the next inner one when both sides are dense across them (inner to
+  // outer, so a merged dim can merge again).
+  std::array<std::array<int64_t, 3>, kMaxDims> merged;
+  int kept = 0;
+  for (int i = count - 1; i >= 0; --i) {
+    const auto& outer = dims[i];
+    if (kept > 0) {
+      auto& inner = merged[kept - 1];
+      if (outer[1] == inner[0] * inner[1] && outer[2] == inner[0] * inner[2]) {
+        inner = {outer[0] * inner[0], inner[1], inner[2]};
+        continue;
+      }
     }
+    merged[kept++] = outer;
   }
-  if (merged.empty()) merged.push_back({1, fsize, tsize});
-  g.run = merged.back()[0];
-  g.from_inner = merged.back()[1];
-  g.to_inner = merged.back()[2];
-  g.outer_dims = static_cast<int>(merged.size()) - 1;
+  if (kept == 0) merged[kept++] = {1, fsize, tsize};
+  std::reverse(merged.begin(), merged.begin() + kept);  // outermost first again
+  g.run = merged[kept - 1][0];
+  g.from_inner = merged[kept - 1][1];
+  g.to_inner = merged[kept - 1][2];
+  g.outer_dims = kept - 1;
   g.rows = 1;
   for (int d = 0; d < g.outer_dims; ++d) {
     g.extent[d] = merged[d][0];

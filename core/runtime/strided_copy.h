@@ -41,6 +41,9 @@ struct CopySlice {
   int64_t byte_end = 0;
 };
 
+// The whole copy as one slice (no allocation; a 0-byte copy gives a slice that copies nothing).
+inline CopySlice WholeCopy(const CopyGeometry& geometry) { return {0, geometry.rows, 0, 0}; }
+
 // Splits a copy into about bytes / target_bytes slices (at most max_slices, at least 1).
 std::vector<CopySlice> SliceCopy(const CopyGeometry& geometry, int64_t target_bytes, int max_slices);
 

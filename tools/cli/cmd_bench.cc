@@ -150,6 +150,8 @@ Result<Config> BenchConfig(const BenchTransport& t) {
   FERRY_RETURN_IF_ERROR(config.ApplyProcessEnvironment());
   FERRY_RETURN_IF_ERROR(config.Set("transport.network", t.transport));
   FERRY_RETURN_IF_ERROR(config.Set("transport.intra_node", t.transport));
+  // The sweep measures the transports themselves: no direct reads between the two ranks.
+  FERRY_RETURN_IF_ERROR(config.Set("executor.direct_intra_node", "false"));
   for (const std::string& s : t.settings) {
     const size_t eq = s.find('=');
     FERRY_RETURN_IF_ERROR(config.Set(s.substr(0, eq), s.substr(eq + 1)));

@@ -62,7 +62,16 @@ TEST(DirectReadTest, PackAndUnpackMeetAtTheirStagingOffsets) {
     EXPECT_EQ(d.unpack_op, 3);
     EXPECT_EQ(d.bytes, 128);
     EXPECT_EQ(d.source_buffers, std::vector<int>{0});
+    if (rank == 0) {
+      EXPECT_TRUE(d.copies.empty()) << "the sender only offers its buffers";
+      continue;
+    }
     ASSERT_EQ(d.copies.size(), 2u);
+    ASSERT_EQ(d.geometries.size(), 2u);
+    EXPECT_EQ(d.geometries[0].rows, 4);
+    EXPECT_EQ(d.geometries[0].run, 4);
+    EXPECT_EQ(d.copy_source, (std::vector<int>{0, 0}));
+    EXPECT_EQ(d.copy_span[0], (3 * 8 + 4) * 4);
     // The unpack's first copy (staging offset 64: the right half) lands in buffer 1.
     EXPECT_EQ(d.copies[0].from.offset, 16);
     EXPECT_EQ(d.copies[0].from.strides[0], 8);

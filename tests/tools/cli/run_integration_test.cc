@@ -104,12 +104,18 @@ TEST(RunIntegrationTest, QwenMoeFusedW13OverUcxBothStrategies) {
                        120);
   ExpectVerified(o, 2);
   EXPECT_NE(TransportsInUse(o.output).find("ucx"), std::string::npos) << o.output;
+  // One node: reshard messages go as direct reads (the baseline's relayed chunks cannot).
+  const size_t row = o.output.find("read from peers directly");
+  ASSERT_NE(row, std::string::npos) << o.output;
+  EXPECT_NE(o.output.substr(row, o.output.find('\n', row) - row).find("MiB"), std::string::npos)
+      << o.output;
 }
 
+// The next two turn direct reads off so that the transport carries every byte.
 TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
   Outcome o = RunFerry({"run", "--model", "llama-3.1-8b", "--scale", "1/64", "--src",
                         "megatron:tp=2,pp=2", "--dst", "vllm:tp=4", "--colocated", "--transport",
-                        "libfabric", "--verify"},
+                        "libfabric", "--verify", "--set", "executor.direct_intra_node=false"},
                        90);
   ExpectVerified(o, 1);
   EXPECT_NE(TransportsInUse(o.output).find("libfabric"), std::string::npos) << o.output;
@@ -118,7 +124,8 @@ TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
 TEST(RunIntegrationTest, UnevenStridedFusedLayoutFilesOverTcp) {
   Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
                         "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
-                        "tcp", "--strategy", "both", "--verify", "--iterations", "2"},
+                        "tcp", "--strategy", "both", "--verify", "--iterations", "2", "--set",
+                        "executor.direct_intra_node=false"},
                        60);
   ExpectVerified(o, 2);
   EXPECT_NE(o.output.find("5 local processes"), std::string::npos) << o.output;
