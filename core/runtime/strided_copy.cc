@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace ferry {
 
 namespace {
@@ -231,13 +235,59 @@ inline void CopyRow(char* dst, const char* src, size_t n) {
   }
 }
 
+// Rows at least this long are written with non-temporal stores: the destination of a refit is not
+// read again soon, and streaming skips the read-for-ownership of every destination line (a third
+// of the memory traffic of a cached copy). libc's memcpy streams only far larger copies.
+constexpr size_t kStreamBytes = 1024;
+
+// Copies n >= 64 bytes with 16-byte non-temporal stores; the caller fences (StreamFence) before
+// the data is published to another thread.
+inline void CopyRowStream(char* dst, const char* src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  for (; n >= 64; n -= 64, src += 64, dst += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+  }
+  std::memcpy(dst, src, n);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+inline void StreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// A row of n bytes, streamed when long.
+inline void CopyAnyRow(char* dst, const char* src, size_t n) {
+  if (n >= kStreamBytes) {
+    CopyRowStream(dst, src, n);
+  } else {
+    CopyRow(dst, src, n);
+  }
+}
+
 }  // namespace
 
 Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* from, char* to) {
   if (slice.row_begin == slice.row_end) {
     if (slice.byte_end > slice.byte_begin) {
-      std::memcpy(to + slice.byte_begin, from + slice.byte_begin,
-                  static_cast<size_t>(slice.byte_end - slice.byte_begin));
+      CopyAnyRow(to + slice.byte_begin, from + slice.byte_begin,
+                 static_cast<size_t>(slice.byte_end - slice.byte_begin));
+      StreamFence();
     }
     return Status::Ok();
   }
@@ -248,6 +298,15 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
     const size_t n = static_cast<size_t>(g.run * fsize);
     const char* src = from + slice.row_begin * g.from_stride[0];
     char* dst = to + slice.row_begin * g.to_stride[0];
+    if (n >= kStreamBytes) {
+      for (int64_t row = slice.row_begin; row < slice.row_end; ++row) {
+        CopyRowStream(dst, src, n);
+        src += g.from_stride[0];
+        dst += g.to_stride[0];
+      }
+      StreamFence();
+      return Status::Ok();
+    }
     for (int64_t row = slice.row_begin; row < slice.row_end; ++row) {
       CopyRow(dst, src, n);
       src += g.from_stride[0];
@@ -269,7 +328,7 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
     const char* src = from + from_offset;
     char* dst = to + to_offset;
     if (memcpy_rows) {
-      CopyRow(dst, src, static_cast<size_t>(g.run * fsize));
+      CopyAnyRow(dst, src, static_cast<size_t>(g.run * fsize));
     } else if (same) {
       switch (fsize) {
         case 1: for (int64_t j = 0; j < g.run; ++j) dst[j * g.to_inner] = src[j * g.from_inner]; break;
@@ -295,6 +354,7 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
       index[d] = 0;
     }
   }
+  if (memcpy_rows) StreamFence();
   return Status::Ok();
 }
 

@@ -96,6 +96,37 @@ TEST(StridedCopyTest, RejectsShapeMismatchAndFp8Conversion) {
   EXPECT_EQ(fp8.status().code(), StatusCode::kUnimplemented);
 }
 
+TEST(StridedCopyTest, RowsOfEveryLengthAndAlignmentCopyExactly) {
+  // Short rows take inlined moves, long ones non-temporal stores with an unaligned head and tail;
+  // one layer (one outer dim) and three layers with gaps between them (the odometer), destination
+  // offsets 0..13 bytes. Bytes between rows must stay untouched.
+  for (int64_t row_bytes : {1, 7, 8, 12, 16, 17, 24, 32, 33, 48, 64, 65, 1000, 1024, 1100, 4099}) {
+    for (int64_t shift : {0, 3, 8, 13}) {
+      for (int64_t layers : {1, 3}) {
+        const int64_t rows = 5, from_row = row_bytes + 40, to_row = row_bytes + 24;
+        const int64_t from_layer = rows * from_row + 16, to_layer = rows * to_row + 32;
+        std::vector<char> from(static_cast<size_t>(layers * from_layer)),
+            to(static_cast<size_t>(layers * to_layer + shift), 0), expected = to;
+        for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i * 131 + 7);
+        for (int64_t l = 0; l < layers; ++l) {
+          for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(expected.data() + shift + l * to_layer + r * to_row,
+                        from.data() + l * from_layer + r * from_row, static_cast<size_t>(row_bytes));
+          }
+        }
+        auto g = MakeCopyGeometry(R(DType::kUInt8, {layers, rows, row_bytes}, {from_layer, from_row, 1}),
+                                  R(DType::kUInt8, {layers, rows, row_bytes}, {to_layer, to_row, 1}));
+        ASSERT_TRUE(g.ok());
+        if (row_bytes > 1) {
+          EXPECT_EQ(g->outer_dims, layers == 1 ? 1 : 2);
+        }
+        RunAll(*g, from.data(), to.data() + shift, 1 << 20, 1);
+        ASSERT_EQ(to, expected) << "rows of " << row_bytes << " B, shift " << shift << ", layers " << layers;
+      }
+    }
+  }
+}
+
 TEST(StridedCopyTest, EmptyRegionHasNoSlices) {
   auto g = MakeCopyGeometry(R(DType::kFP32, {0, 4}, {4, 1}), R(DType::kFP32, {0, 4}, {4, 1}));
   ASSERT_TRUE(g.ok());
