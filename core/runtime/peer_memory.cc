@@ -220,25 +220,9 @@ Status ReadFromPeer(int64_t pid, const CopyGeometry& g, const CopySlice& slice,
     return flush();
   }
   const int64_t row_bytes = g.run * DTypeSize(g.from_dtype);
-  std::array<int64_t, kMaxDims> index{};
-  int64_t rest = slice.row_begin;
-  int64_t from_offset = 0, to_offset = 0;
-  for (int d = g.outer_dims - 1; d >= 0; --d) {
-    index[d] = rest % g.extent[d];
-    rest /= g.extent[d];
-    from_offset += index[d] * g.from_stride[d];
-    to_offset += index[d] * g.to_stride[d];
-  }
-  for (int64_t row = slice.row_begin; row < slice.row_end; ++row) {
-    FERRY_RETURN_IF_ERROR(add(from_address + static_cast<uint64_t>(from_offset), to + to_offset, row_bytes));
-    for (int d = g.outer_dims - 1; d >= 0; --d) {
-      from_offset += g.from_stride[d];
-      to_offset += g.to_stride[d];
-      if (++index[d] < g.extent[d]) break;
-      from_offset -= g.extent[d] * g.from_stride[d];
-      to_offset -= g.extent[d] * g.to_stride[d];
-      index[d] = 0;
-    }
+  RowWalker rows(g, slice.row_begin);
+  for (int64_t row = slice.row_begin; row < slice.row_end; ++row, rows.Next()) {
+    FERRY_RETURN_IF_ERROR(add(from_address + static_cast<uint64_t>(rows.from_offset()), to + rows.to_offset(), row_bytes));
   }
   return flush();
 }

@@ -314,19 +314,10 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
     }
     return Status::Ok();
   }
-  // Odometer over the outer dims, started at row_begin.
-  std::array<int64_t, kMaxDims> index{};
-  int64_t rest = slice.row_begin;
-  int64_t from_offset = 0, to_offset = 0;
-  for (int d = g.outer_dims - 1; d >= 0; --d) {
-    index[d] = rest % g.extent[d];
-    rest /= g.extent[d];
-    from_offset += index[d] * g.from_stride[d];
-    to_offset += index[d] * g.to_stride[d];
-  }
-  for (int64_t row = slice.row_begin; row < slice.row_end; ++row) {
-    const char* src = from + from_offset;
-    char* dst = to + to_offset;
+  RowWalker rows(g, slice.row_begin);
+  for (int64_t row = slice.row_begin; row < slice.row_end; ++row, rows.Next()) {
+    const char* src = from + rows.from_offset();
+    char* dst = to + rows.to_offset();
     if (memcpy_rows) {
       CopyAnyRow(dst, src, static_cast<size_t>(g.run * fsize));
     } else if (same) {
@@ -343,15 +334,6 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
       for (int64_t j = 0; j < g.run; ++j) {
         Store(g.to_dtype, dst + j * g.to_inner, Load(g.from_dtype, src + j * g.from_inner));
       }
-    }
-    for (int d = g.outer_dims - 1; d >= 0; --d) {
-      ++index[d];
-      from_offset += g.from_stride[d];
-      to_offset += g.to_stride[d];
-      if (index[d] < g.extent[d]) break;
-      from_offset -= index[d] * g.from_stride[d];
-      to_offset -= index[d] * g.to_stride[d];
-      index[d] = 0;
     }
   }
   if (memcpy_rows) StreamFence();

@@ -41,6 +41,40 @@ struct CopySlice {
   int64_t byte_end = 0;
 };
 
+// The byte offsets (from the regions' starts) of a copy's rows, one row after another from
+// `first_row`: an odometer over the outer dims.
+class RowWalker {
+ public:
+  RowWalker(const CopyGeometry& geometry, int64_t first_row) : g_(geometry) {
+    int64_t rest = first_row;
+    for (int d = g_.outer_dims - 1; d >= 0; --d) {
+      index_[d] = rest % g_.extent[d];
+      rest /= g_.extent[d];
+      from_ += index_[d] * g_.from_stride[d];
+      to_ += index_[d] * g_.to_stride[d];
+    }
+  }
+  int64_t from_offset() const { return from_; }
+  int64_t to_offset() const { return to_; }
+  void Next() {
+    for (int d = g_.outer_dims - 1; d >= 0; --d) {
+      ++index_[d];
+      from_ += g_.from_stride[d];
+      to_ += g_.to_stride[d];
+      if (index_[d] < g_.extent[d]) return;
+      from_ -= index_[d] * g_.from_stride[d];
+      to_ -= index_[d] * g_.to_stride[d];
+      index_[d] = 0;
+    }
+  }
+
+ private:
+  const CopyGeometry& g_;
+  std::array<int64_t, kMaxDims> index_{};
+  int64_t from_ = 0;
+  int64_t to_ = 0;
+};
+
 // The whole copy as one slice (no allocation; a 0-byte copy gives a slice that copies nothing).
 inline CopySlice WholeCopy(const CopyGeometry& geometry) { return {0, geometry.rows, 0, 0}; }
 
