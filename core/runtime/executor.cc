@@ -494,8 +494,9 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     }
   };
 
-  // Runs op i's copies (geometries[i], with `ends[p]` = (from, to, remote pid) of geometry p):
-  // inline when small, else as tasks on the pool. Returns true when they already ran.
+  // Runs op i's copies (geometry p from ends[p].from to ends[p].to; from is in process
+  // ends[p].pid when that is not 0): inline when small, else as tasks on the pool. Returns true
+  // when they already ran. `geos` must outlive the op (geometries[i] or a cached DirectRead's).
   struct Ends {
     const char* from;
     char* to;
@@ -614,12 +615,13 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     return post_control(i, false, comm_.Tag(d.message), control_offset[direct_of[i]],
                         DirectReadOfferBytes(d.source_buffers.size()));
   };
-  // Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is
-  // shared, else read through process_vm_readv) into this rank's destination buffers.
+  // Receiver, copies done: tell the sender its buffers are free.
   auto finish_read = [&](int i) -> Status {
     read_phase[i] = ReadPhase::kDone;
     return post_control(i, true, comm_.AckTag(directs[direct_of[i]].message), control_offset[direct_of[i]], 0);
   };
+  // Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is
+  // shared, else read through process_vm_readv) into this rank's destination buffers.
   auto copy_read = [&](int i) -> Status {
     const DirectRead& d = directs[direct_of[i]];
     ProcessIdentity owner;
