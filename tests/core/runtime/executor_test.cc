@@ -266,6 +266,10 @@ void RunSameNode(bool shared, bool direct) {
     Allocate(r, plan, rank, shared);
     for (int refit = 0; refit < 3; ++refit) {
       auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok() && stats.status().message().find("process_vm_readv from peer") != std::string::npos &&
+          stats.status().code() == StatusCode::kFailedPrecondition) {
+        return 6;  // ptrace access between processes is denied on this machine
+      }
       if (!stats.ok()) return Report(stats.status());
       if (!Verify(r, rank)) return 2;
       const int64_t direct_bytes = rank == 1 && direct ? kRows * 512 * 4 : 0;
@@ -282,6 +286,7 @@ void RunSameNode(bool shared, bool direct) {
     }
     return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
   });
+  if (!shared && codes[1] == 6) GTEST_SKIP() << "process_vm_readv is not permitted between processes here";
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 

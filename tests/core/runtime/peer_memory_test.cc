@@ -83,7 +83,9 @@ TEST(PeerMemoryTest, ReadsAnotherProcessThroughProcessVmReadv) {
     ::alarm(20);
     std::vector<float> out(16 * 8, -1);
     for (const CopySlice& s : SliceCopy(*geometry, 64, 3)) {
-      if (!ReadFromPeer(parent, *geometry, s, address, reinterpret_cast<char*>(out.data())).ok()) _exit(2);
+      const Status read = ReadFromPeer(parent, *geometry, s, address, reinterpret_cast<char*>(out.data()));
+      if (read.code() == StatusCode::kFailedPrecondition) _exit(5);  // ptrace access denied here
+      if (!read.ok()) _exit(2);
     }
     for (int r = 0; r < 16; ++r) {
       for (int c = 0; c < 8; ++c) {
@@ -98,6 +100,7 @@ TEST(PeerMemoryTest, ReadsAnotherProcessThroughProcessVmReadv) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 5) GTEST_SKIP() << "process_vm_readv is not permitted between processes here";
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
