@@ -581,7 +581,8 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     return Status::Ok();
   };
   // Sender: offer the source buffers the message reads, and wait for the receiver's "done".
-  std::map<int, PeerBuffer> described;  // this run's source buffers as offered to peers
+  std::vector<PeerBuffer> described;  // this run's source buffers as offered to peers, by buffer
+  std::vector<char> is_described;
   BufferDescriber describer;
   auto start_offer = [&](int i) -> Status {
     const DirectRead& d = directs[direct_of[i]];
@@ -594,12 +595,15 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       if (memory.source[b].kind != MemoryKind::kHost) {
         return Unimplemented("direct reads of CUDA memory need the CUDA IPC path");
       }
-      auto it = described.find(b);
-      if (it == described.end()) {
-        FERRY_ASSIGN_OR_RETURN(PeerBuffer buffer, describer.Describe(memory.source[b]));
-        it = described.emplace(b, buffer).first;
+      if (described.empty()) {
+        described.resize(memory.source.size());
+        is_described.assign(memory.source.size(), 0);
       }
-      buffers[j] = it->second;
+      if (!is_described[b]) {
+        FERRY_ASSIGN_OR_RETURN(described[b], describer.Describe(memory.source[b]));
+        is_described[b] = 1;
+      }
+      buffers[j] = described[b];
     }
     const std::vector<uint8_t> offer = EncodeDirectReadOffer(ProcessIdentity::Self(), buffers);
     std::memcpy(control_.data() + control_offset[direct_of[i]], offer.data(), offer.size());
@@ -635,10 +639,23 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
                                 " runs on another machine, but the plan links it as same-node; fix the "
                                 "topology or set executor.direct_intra_node=false");
     }
+    // Buffers of one shared file (ferry run puts a rank's buffers in one) share its mapping:
+    // look it up once per file, not per buffer.
     std::vector<const char*> mapped(buffers.size(), nullptr);
+    const PeerBuffer* last = nullptr;
+    PeerMappings::File file;
     for (size_t j = 0; j < buffers.size(); ++j) {
-      if (buffers[j].shared_fd < 0) continue;
-      FERRY_ASSIGN_OR_RETURN(mapped[j], peer_mappings_.Map(owner, buffers[j]));
+      const PeerBuffer& b = buffers[j];
+      if (b.shared_fd < 0) continue;
+      if (last == nullptr || last->shared_fd != b.shared_fd || last->inode != b.inode) {
+        FERRY_ASSIGN_OR_RETURN(file, peer_mappings_.MapFile(owner, b));
+        last = &b;
+      }
+      if (b.shared_offset < 0 || b.shared_offset + b.bytes > file.length) {
+        return OutOfRange("peer " + std::to_string(d.sender) + "'s buffer " +
+                          std::to_string(d.source_buffers[j]) + " lies outside its shared file");
+      }
+      mapped[j] = file.base + b.shared_offset;
     }
     std::vector<Ends> ends;
     ends.reserve(d.copies.size());

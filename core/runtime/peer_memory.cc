@@ -119,16 +119,21 @@ Result<PeerBuffer> BufferDescriber::Describe(const MemoryDesc& memory) {
 PeerMappings::~PeerMappings() { Clear(); }
 
 Result<const char*> PeerMappings::Map(const ProcessIdentity& owner, const PeerBuffer& buffer) {
+  FERRY_ASSIGN_OR_RETURN(File file, MapFile(owner, buffer));
+  if (buffer.shared_offset < 0 || buffer.shared_offset + buffer.bytes > file.length) {
+    return Unavailable("peer buffer [" + std::to_string(buffer.shared_offset) + ", +" +
+                       std::to_string(buffer.bytes) + ") is outside its shared file of " +
+                       std::to_string(file.length) + " bytes");
+  }
+  return file.base + buffer.shared_offset;
+}
+
+Result<PeerMappings::File> PeerMappings::MapFile(const ProcessIdentity& owner, const PeerBuffer& buffer) {
   const auto key = std::make_tuple(owner.pid, buffer.shared_fd, buffer.inode);
   auto it = maps_.find(key);
   if (it != maps_.end()) {
-    if (buffer.shared_offset < 0 ||
-        static_cast<uint64_t>(buffer.shared_offset + buffer.bytes) > it->second.length) {
-      return Unavailable("peer buffer [" + std::to_string(buffer.shared_offset) + ", +" +
-                         std::to_string(buffer.bytes) + ") is outside its shared file");
-    }
     it->second.used = true;
-    return static_cast<const char*>(it->second.base) + buffer.shared_offset;
+    return File{static_cast<const char*>(it->second.base), it->second.file_bytes};
   }
   const std::string path = "/proc/" + std::to_string(owner.pid) + "/fd/" + std::to_string(buffer.shared_fd);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -136,8 +141,8 @@ Result<const char*> PeerMappings::Map(const ProcessIdentity& owner, const PeerBu
     const int error = errno;
     if (error == EACCES || error == EPERM) {
       return FailedPrecondition("cannot open peer memory " + path + ": " + Errno(error) +
-                              " (the direct intra-node path needs both processes under one user; "
-                              "set executor.direct_intra_node=false to stage through the transport)");
+                                " (the direct intra-node path needs both processes under one user; "
+                                "set executor.direct_intra_node=false to stage through the transport)");
     }
     return Unavailable("cannot open peer memory " + path + ": " + Errno(error));
   }
@@ -145,11 +150,6 @@ Result<const char*> PeerMappings::Map(const ProcessIdentity& owner, const PeerBu
   if (::fstat(fd, &st) != 0 || st.st_ino != buffer.inode) {
     ::close(fd);
     return Unavailable("peer memory " + path + " is not the file the peer described (fd reused?)");
-  }
-  if (buffer.shared_offset < 0 || buffer.shared_offset + buffer.bytes > st.st_size) {
-    ::close(fd);
-    return Unavailable("peer buffer [" + std::to_string(buffer.shared_offset) + ", +" +
-                       std::to_string(buffer.bytes) + ") is outside " + path);
   }
   const size_t length = static_cast<size_t>(std::max<int64_t>(st.st_size, 1));
   void* p = ::mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -159,8 +159,9 @@ Result<const char*> PeerMappings::Map(const ProcessIdentity& owner, const PeerBu
   Mapping& m = maps_[key];
   m.base = p;
   m.length = length;
+  m.file_bytes = st.st_size;
   m.used = true;
-  return static_cast<const char*>(p) + buffer.shared_offset;
+  return File{static_cast<const char*>(p), m.file_bytes};
 }
 
 void PeerMappings::Sweep() {

@@ -100,6 +100,12 @@ class PeerMappings {
   // Fails with kUnavailable when the owner is gone or its fd is not the expected file, and with
   // kFailedPrecondition when this process may not open the owner's fds.
   Result<const char*> Map(const ProcessIdentity& owner, const PeerBuffer& buffer);
+  // The whole file behind `buffer` (its start and length here), mapped like Map does.
+  struct File {
+    const char* base = nullptr;
+    int64_t length = 0;
+  };
+  Result<File> MapFile(const ProcessIdentity& owner, const PeerBuffer& buffer);
   // Unmaps what was not used since the previous Sweep.
   void Sweep();
   void Clear();
@@ -108,7 +114,8 @@ class PeerMappings {
  private:
   struct Mapping {
     void* base = nullptr;
-    size_t length = 0;
+    size_t length = 0;     // mapped (at least one byte)
+    int64_t file_bytes = 0;
     bool used = false;
   };
   // (pid, fd, inode)
