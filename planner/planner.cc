@@ -237,7 +237,11 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                       bound.source_egress_seconds > bound.destination_ingress_seconds);
 
   // Routing: local copies, intra-node deliveries and network deliveries (chunked).
-  std::vector<std::pair<int, CopyPair>> local_copies;  // (rank, copy)
+  // A destination fragment of piece `piece` on a rank that also holds it (source fragment `src`).
+  struct LocalCopy {
+    int rank, piece, src, dst;
+  };
+  std::vector<LocalCopy> local_copies;
   std::vector<Delivery> deliveries;
   std::vector<int> intra_pool;
   std::vector<int64_t> leader_load(num_ranks, 0);
@@ -266,9 +270,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
       const Fragment& f = destination.fragments[inter.group_frags[i]];
       if (rank_holder[f.loc.rank] >= 0) {
-        const Fragment& src = source.fragments[rank_holder[f.loc.rank]];
-        local_copies.push_back({f.loc.rank, CopyPair{FragmentRegion(source, src, Space::kSource, piece.box),
-                                                     FragmentRegion(destination, f, Space::kDestination, piece.box)}});
+        local_copies.push_back({f.loc.rank, static_cast<int>(p), rank_holder[f.loc.rank], inter.group_frags[i]});
         continue;
       }
       if (member_ranks.empty() || member_ranks.back() != f.loc.rank) member_ranks.push_back(f.loc.rank);
@@ -485,38 +487,59 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     return a.distance < b.distance;
   });
 
-  // Emit ops. Local copies first: one Copy op per rank.
-  std::stable_sort(local_copies.begin(), local_copies.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < local_copies.size();) {
-    Op op;
-    op.kind = OpKind::kCopy;
-    op.rank = local_copies[i].first;
-    op.link = LinkClass::kSameRank;
-    size_t j = i;
-    while (j < local_copies.size() && local_copies[j].first == op.rank) ++j;
-    op.copies.reserve(j - i);
-    j = i;
-    while (j < local_copies.size() && local_copies[j].first == op.rank) {
-      op.bytes += local_copies[j].second.to.NumBytes();
-      op.copies.push_back(local_copies[j].second);
-      ++j;
-    }
-    plan.AddOp(std::move(op));
-    i = j;
-  }
+  // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
+  // sort by rank).
   {
-    // Upper bound on ops: per message a Pack and a Send, per tree member a Recv, an Unpack and a
-    // Forward to each child (one per member but the root).
-    size_t ops_bound = plan.ops.size(), slots_bound = 0;
+    // Upper bounds: per message a Pack and a Send, per tree member a Recv, an Unpack and a Forward
+    // to each child (one per member but the root); a copy pair per delivery on the sender and per
+    // destination fragment on each member; a dep per Send, Unpack and Forward.
+    size_t ops_bound = static_cast<size_t>(num_ranks), slots_bound = 0, deps_bound = 0;
+    size_t copies_bound = local_copies.size();
     for (const Message& m : messages) {
       const size_t size = static_cast<size_t>(trees.Size(m.tree));
+      const size_t count = static_cast<size_t>(m.last - m.first);
       ops_bound += 2 + 3 * size;
       slots_bound += 1 + size;
+      deps_bound += 1 + 2 * size;
+      copies_bound += count * (1 + size);
     }
     plan.ops.reserve(ops_bound);
     plan.slots.reserve(slots_bound);
+    plan.dep_list.reserve(deps_bound);
+    plan.copy_list.reserve(copies_bound);
   }
+  {
+    std::vector<int> rank_begin(num_ranks + 1, 0);
+    for (const LocalCopy& c : local_copies) ++rank_begin[c.rank + 1];
+    for (int r = 0; r < num_ranks; ++r) rank_begin[r + 1] += rank_begin[r];
+    std::vector<int> by_rank(local_copies.size());
+    std::vector<int> fill(rank_begin.begin(), rank_begin.end() - 1);
+    for (size_t i = 0; i < local_copies.size(); ++i) by_rank[fill[local_copies[i].rank]++] = static_cast<int>(i);
+    for (int r = 0; r < num_ranks; ++r) {
+      if (rank_begin[r] == rank_begin[r + 1]) continue;
+      Op op;
+      op.kind = OpKind::kCopy;
+      op.rank = r;
+      op.link = LinkClass::kSameRank;
+      op.copies_begin = static_cast<int>(plan.copy_list.size());
+      for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
+        const LocalCopy& c = local_copies[by_rank[k]];
+        const Box& box = inter.pieces[c.piece].box;
+        const Fragment& dst = destination.fragments[c.dst];
+        plan.copy_list.push_back({FragmentRegion(source, source.fragments[c.src], Space::kSource, box),
+                                  FragmentRegion(destination, dst, Space::kDestination, box)});
+        op.bytes += box.Volume() * DTypeSize(destination.tensors[dst.tensor].dtype);
+      }
+      op.copies_end = static_cast<int>(plan.copy_list.size());
+      plan.AddOp(std::move(op));
+    }
+  }
+  // Appends `dep` to the plan's dep list as `op`'s only dependency.
+  auto depend_on = [&plan](Op& op, int dep) {
+    op.deps_begin = static_cast<int>(plan.dep_list.size());
+    plan.dep_list.push_back(dep);
+    op.deps_end = op.deps_begin + 1;
+  };
   int64_t next_message = 0;
   std::vector<int64_t> message_of;
   std::vector<int> child_begin, child_list, child_fill, recv_round;
@@ -549,16 +572,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         pack.rank = m.sender;
         pack.bytes = m.bytes;
         pack.round = round;
-        pack.copies.reserve(count);
+        pack.copies_begin = static_cast<int>(plan.copy_list.size());
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
           const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
-          pack.copies.push_back({FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
-                                 SlotRegion(slot, offset, dt, d.box)});
+          plan.copy_list.push_back({FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
+                                    SlotRegion(slot, offset, dt, d.box)});
           offset += d.bytes;
         }
-        send.deps.push_back(plan.AddOp(std::move(pack)));
+        pack.copies_end = static_cast<int>(plan.copy_list.size());
+        depend_on(send, plan.AddOp(std::move(pack)));
         send.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
       }
     }
@@ -619,8 +643,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       unpack.kind = OpKind::kUnpack;
       unpack.rank = rank;
       unpack.round = recv_round[i];
-      unpack.deps.push_back(recv_id);
-      unpack.copies.reserve(count);
+      depend_on(unpack, recv_id);
+      unpack.copies_begin = static_cast<int>(plan.copy_list.size());
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[order[k]];
@@ -628,12 +652,13 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const DType dt = destination.tensors[g.dst_tensor].dtype;
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          unpack.copies.push_back({SlotRegion(slot, offset, dt, d.box),
-                                   FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box)});
+          plan.copy_list.push_back({SlotRegion(slot, offset, dt, d.box),
+                                    FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box)});
           unpack.bytes += d.bytes;
         }
         offset += d.bytes;
       }
+      unpack.copies_end = static_cast<int>(plan.copy_list.size());
       plan.AddOp(std::move(unpack));
       for (int c = 0; c < child_begin[i + 1] - child_begin[i]; ++c) {
         const int child = child_list[child_begin[i] + c];
@@ -646,7 +671,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         fwd.link = topology.Link(rank, fwd.peer);
         fwd.message = next_message++;
         fwd.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
-        fwd.deps.push_back(recv_id);
+        depend_on(fwd, recv_id);
         message_of[child] = fwd.message;
         recv_round[child] = fwd.round;
         plan.AddOp(std::move(fwd));
@@ -785,16 +810,14 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       copy.rank = root;
       copy.round = bucket;
       for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
-      copy.copies = std::move(to_bucket);
-      bucket_ready[bucket].push_back(plan.AddOp(std::move(copy)));
+      bucket_ready[bucket].push_back(plan.AddOp(std::move(copy), {}, to_bucket));
     } else {
       Op pack;
       pack.kind = OpKind::kPack;
       pack.rank = holder;
       pack.bytes = bytes;
       pack.round = bucket;
-      pack.copies = std::move(packs);
-      const int pack_id = plan.AddOp(std::move(pack));
+      const int pack_id = plan.AddOp(std::move(pack), {}, packs);
       Op send;
       send.kind = OpKind::kSend;
       send.rank = holder;
@@ -804,26 +827,24 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       send.link = topology.Link(holder, root);
       send.message = next_message++;
       send.data = Region::Bytes(Space::kStaging, slot, 0, bytes);
-      send.deps.push_back(pack_id);
-      if (last_send[holder] >= 0) send.deps.push_back(last_send[holder]);
+      std::vector<int> send_deps = {pack_id};
+      if (last_send[holder] >= 0) send_deps.push_back(last_send[holder]);
       Op recv = send;
       recv.kind = OpKind::kRecv;
       recv.rank = root;
       recv.peer = holder;
-      recv.deps.clear();
-      if (last_recv[holder] >= 0) recv.deps.push_back(last_recv[holder]);
+      std::vector<int> recv_deps;
+      if (last_recv[holder] >= 0) recv_deps.push_back(last_recv[holder]);
       recv.data = Region::Bytes(Space::kStaging, remote_slot, 0, bytes);
-      last_send[holder] = plan.AddOp(std::move(send));
-      const int recv_id = plan.AddOp(std::move(recv));
+      last_send[holder] = plan.AddOp(std::move(send), send_deps);
+      const int recv_id = plan.AddOp(std::move(recv), recv_deps);
       last_recv[holder] = recv_id;
       Op unpack;
       unpack.kind = OpKind::kUnpack;
       unpack.rank = root;
       unpack.bytes = bytes;
       unpack.round = bucket;
-      unpack.deps.push_back(recv_id);
-      unpack.copies = std::move(to_bucket);
-      bucket_ready[bucket].push_back(plan.AddOp(std::move(unpack)));
+      bucket_ready[bucket].push_back(plan.AddOp(std::move(unpack), {recv_id}, to_bucket));
     }
     i = j;
   }
@@ -862,12 +883,15 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
     return bucket_of[fa.tensor] < bucket_of[fb.tensor];
   });
-  auto unpack_for = [&](int rank, int bucket, int slot, std::vector<int> deps) {
+  // Adds the Unpack of `rank`'s fragments of `bucket` from staging slot `slot`, after `deps`,
+  // unless the rank has none.
+  std::vector<CopyPair> unpack_copies;
+  auto add_unpack = [&](int rank, int bucket, int slot, const std::vector<int>& deps) {
     Op unpack;
     unpack.kind = OpKind::kUnpack;
     unpack.rank = rank;
     unpack.round = bucket;
-    unpack.deps = std::move(deps);
+    unpack_copies.clear();
     auto lo = std::lower_bound(frag_order.begin(), frag_order.end(), std::make_pair(rank, bucket),
                                [&](int f, const std::pair<int, int>& key) {
                                  const Fragment& fr = destination.fragments[f];
@@ -877,20 +901,17 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       const Fragment& f = destination.fragments[*it];
       if (f.loc.rank != rank || bucket_of[f.tensor] != bucket) break;
       if (f.box.Empty()) continue;
-      unpack.copies.push_back({bucket_region(f.tensor, slot, f.box),
+      unpack_copies.push_back({bucket_region(f.tensor, slot, f.box),
                                FragmentRegion(destination, f, Space::kDestination, f.box)});
-      unpack.bytes += unpack.copies.back().to.NumBytes();
+      unpack.bytes += unpack_copies.back().to.NumBytes();
     }
-    return unpack;
+    if (!unpack_copies.empty()) plan.AddOp(std::move(unpack), deps, unpack_copies);
   };
   int64_t chunk_counter = 0;  // chunks of all buckets so far: picks the channel
   std::map<int, int> slot_of;            // rank -> its slot for the current bucket
   std::map<int, std::vector<int>> recvs;  // rank -> its Recv ops of the current bucket
   for (int b = 0; b < num_buckets; ++b) {
-    if (root_is_destination) {
-      Op own = unpack_for(root, b, root_slot[b], bucket_ready[b]);
-      if (!own.copies.empty()) plan.AddOp(std::move(own));
-    }
+    if (root_is_destination) add_unpack(root, b, root_slot[b], bucket_ready[b]);
     slot_of.clear();
     recvs.clear();
     for (const std::vector<int>& members : node_members) {
@@ -914,11 +935,6 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
         send.message = next_message++;
         const int from_slot = from == root ? root_slot[b] : slot_of[from];
         send.data = Region::Bytes(Space::kStaging, from_slot, offset, bytes);
-        if (from == root) {
-          send.deps = bucket_ready[b];
-        } else {
-          send.deps = {from_recv};
-        }
         Op recv;
         recv.kind = OpKind::kRecv;
         recv.rank = to;
@@ -928,7 +944,11 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
         recv.link = send.link;
         recv.message = send.message;
         recv.data = Region::Bytes(Space::kStaging, slot_of[to], offset, bytes);
-        plan.AddOp(std::move(send));
+        if (from == root) {
+          plan.AddOp(std::move(send), bucket_ready[b]);
+        } else {
+          plan.AddOp(std::move(send), {from_recv});
+        }
         const int recv_id = plan.AddOp(std::move(recv));
         recvs[to].push_back(recv_id);
         return recv_id;
@@ -951,10 +971,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       }
     }
     for (const std::vector<int>& members : node_members) {
-      for (int rank : members) {
-        Op unpack = unpack_for(rank, b, slot_of[rank], recvs[rank]);
-        if (!unpack.copies.empty()) plan.AddOp(std::move(unpack));
-      }
+      for (int rank : members) add_unpack(rank, b, slot_of[rank], recvs[rank]);
     }
   }
 

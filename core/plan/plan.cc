@@ -60,6 +60,27 @@ int TransferPlan::AddOp(Op op) {
   return ops.back().id;
 }
 
+int TransferPlan::AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& copies) {
+  const int id = AddOp(std::move(op));
+  SetDeps(id, deps);
+  SetCopies(id, copies);
+  return id;
+}
+
+void TransferPlan::SetDeps(int id, const std::vector<int>& deps) {
+  Op& op = ops[id];
+  op.deps_begin = static_cast<int>(dep_list.size());
+  dep_list.insert(dep_list.end(), deps.begin(), deps.end());
+  op.deps_end = static_cast<int>(dep_list.size());
+}
+
+void TransferPlan::SetCopies(int id, const std::vector<CopyPair>& copies) {
+  Op& op = ops[id];
+  op.copies_begin = static_cast<int>(copy_list.size());
+  copy_list.insert(copy_list.end(), copies.begin(), copies.end());
+  op.copies_end = static_cast<int>(copy_list.size());
+}
+
 int TransferPlan::AddSlot(int rank, int64_t bytes) {
   slots.push_back({rank, bytes});
   return static_cast<int>(slots.size()) - 1;

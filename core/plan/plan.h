@@ -1,6 +1,6 @@
 // TransferPlan: the transport-agnostic DAG the planner emits and the executor runs.
 //
-// A plan is a list of per-rank ops. Ops on one rank are ordered by `deps` (ids of ops on the same
+// A plan is a list of per-rank ops. Ops on one rank are ordered by their deps (ids of ops on the same
 // rank); across ranks, a Send/Forward is matched with the Recv that carries the same `message`.
 // Memory is named, never addressed: a Region points into a source-layout buffer, a
 // destination-layout buffer, or a staging slot, by index; the executor maps those to real memory
@@ -14,11 +14,16 @@
 //   Convert  like Copy/Unpack, with a dtype change (from.dtype != to.dtype)
 //   Forward  relays a received staging slot to the next peer (a Send whose data came by Recv)
 //
+// Storage is flat: an op's deps and copy pairs are ranges of the plan-wide `dep_list` and
+// `copy_list` (read them with Deps(op) and Copies(op)), so a plan of a million ops is a handful of
+// allocations rather than two per op.
+//
 // Plans are plain values; building one is single-threaded, reading one is thread-safe.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -82,9 +87,14 @@ struct Op {
   int64_t bytes = 0;                    // payload bytes moved by this op
   LinkClass link = LinkClass::kSameRank;
   int round = 0;                        // scheduling round (lower first)
-  std::vector<int> deps;                // ops on the same rank that must complete first
-  std::vector<CopyPair> copies;         // Copy/Pack/Unpack/Convert
+  // Ops on the same rank that must complete first: TransferPlan::dep_list[deps_begin, deps_end).
+  int deps_begin = 0, deps_end = 0;
+  // Copy/Pack/Unpack/Convert: TransferPlan::copy_list[copies_begin, copies_end).
+  int copies_begin = 0, copies_end = 0;
   Region data;                          // Send/Forward: what is sent; Recv: where it lands
+
+  int NumDeps() const { return deps_end - deps_begin; }
+  int NumCopies() const { return copies_end - copies_begin; }
 };
 
 struct TransferPlan {
@@ -94,9 +104,29 @@ struct TransferPlan {
   std::vector<BufferSpec> destination_buffers;
   std::vector<StagingSlot> slots;
   std::vector<Op> ops;
+  std::vector<int> dep_list;        // every op's deps, each op's a range (Op::deps_begin/end)
+  std::vector<CopyPair> copy_list;  // every op's copy pairs, each op's a range
 
-  // Appends an op, assigning its id.
+  // An op's deps and copy pairs. The spans stay valid until the lists grow.
+  std::span<const int> Deps(const Op& op) const {
+    return {dep_list.data() + op.deps_begin, dep_list.data() + op.deps_end};
+  }
+  std::span<const CopyPair> Copies(const Op& op) const {
+    return {copy_list.data() + op.copies_begin, copy_list.data() + op.copies_end};
+  }
+  std::span<CopyPair> MutableCopies(const Op& op) {
+    return {copy_list.data() + op.copies_begin, copy_list.data() + op.copies_end};
+  }
+
+  // Appends an op, assigning its id; its dep and copy ranges are taken as set (the caller
+  // appended them to dep_list / copy_list).
   int AddOp(Op op);
+  // Appends an op with these deps and copy pairs (appended to the lists), assigning its id.
+  int AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& copies = {});
+  // Replaces op `id`'s deps or copy pairs (the new ones are appended; the old entries stay in
+  // the lists, unreferenced). For tools and tests that edit a plan.
+  void SetDeps(int id, const std::vector<int>& deps);
+  void SetCopies(int id, const std::vector<CopyPair>& copies);
   // Appends a staging slot on `rank`; returns its index.
   int AddSlot(int rank, int64_t bytes);
   // Op ids executed by `rank`, in plan order (which respects deps).

@@ -245,7 +245,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   int64_t largest_slot = 0, total_slots = 0;
   for (int i = 0; i < n; ++i) {
     const Op& op = plan.ops[ids[i]];
-    for (int dep : op.deps) {
+    for (int dep : plan.Deps(op)) {
       auto it = local.find(dep);
       if (it == local.end() || it->second >= i) {
         return InvalidArgument("op " + std::to_string(op.id) + " depends on op " +
@@ -255,7 +255,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       ++deps_left[i];
       dependents[it->second].push_back(i);
     }
-    for (const CopyPair& pair : op.copies) {
+    for (const CopyPair& pair : plan.Copies(op)) {
       AddSlotRefs(pair.from, slots_of[i]);
       AddSlotRefs(pair.to, slots_of[i]);
     }
@@ -421,7 +421,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     auto& geos = geometries[i];
     std::vector<std::pair<const char*, char*>> bases;
     int64_t bytes = 0;
-    for (const CopyPair& pair : op.copies) {
+    for (const CopyPair& pair : plan.Copies(op)) {
       FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
       if (op.kind != OpKind::kConvert && pair.from.dtype != pair.to.dtype) {
         return InvalidArgument("dtype changes only in convert ops");
