@@ -506,7 +506,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     plan.ops.reserve(ops_bound);
     plan.slots.reserve(slots_bound);
     plan.dep_list.reserve(deps_bound);
-    plan.copy_list.reserve(copies_bound);
+    plan.copies.reserve(copies_bound);
+    plan.copy_dims.reserve(4 * copies_bound);  // two dims: a shared shape and one strided side
   }
   {
     std::vector<int> rank_begin(num_ranks + 1, 0);
@@ -521,16 +522,16 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       op.kind = OpKind::kCopy;
       op.rank = r;
       op.link = LinkClass::kSameRank;
-      op.copies_begin = static_cast<int>(plan.copy_list.size());
+      op.copies_begin = static_cast<int>(plan.copies.size());
       for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
         const LocalCopy& c = local_copies[by_rank[k]];
         const Box& box = inter.pieces[c.piece].box;
         const Fragment& dst = destination.fragments[c.dst];
-        plan.copy_list.push_back({FragmentRegion(source, source.fragments[c.src], Space::kSource, box),
-                                  FragmentRegion(destination, dst, Space::kDestination, box)});
+        plan.AppendCopy(FragmentRegion(source, source.fragments[c.src], Space::kSource, box),
+                        FragmentRegion(destination, dst, Space::kDestination, box));
         op.bytes += box.Volume() * DTypeSize(destination.tensors[dst.tensor].dtype);
       }
-      op.copies_end = static_cast<int>(plan.copy_list.size());
+      op.copies_end = static_cast<int>(plan.copies.size());
       plan.AddOp(std::move(op));
     }
   }
@@ -572,16 +573,16 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         pack.rank = m.sender;
         pack.bytes = m.bytes;
         pack.round = round;
-        pack.copies_begin = static_cast<int>(plan.copy_list.size());
+        pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
           const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
-          plan.copy_list.push_back({FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
-                                    SlotRegion(slot, offset, dt, d.box)});
+          plan.AppendCopy(FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
+                          SlotRegion(slot, offset, dt, d.box));
           offset += d.bytes;
         }
-        pack.copies_end = static_cast<int>(plan.copy_list.size());
+        pack.copies_end = static_cast<int>(plan.copies.size());
         depend_on(send, plan.AddOp(std::move(pack)));
         send.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
       }
@@ -644,7 +645,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       unpack.rank = rank;
       unpack.round = recv_round[i];
       depend_on(unpack, recv_id);
-      unpack.copies_begin = static_cast<int>(plan.copy_list.size());
+      unpack.copies_begin = static_cast<int>(plan.copies.size());
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[order[k]];
@@ -652,13 +653,13 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const DType dt = destination.tensors[g.dst_tensor].dtype;
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          plan.copy_list.push_back({SlotRegion(slot, offset, dt, d.box),
-                                    FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box)});
+          plan.AppendCopy(SlotRegion(slot, offset, dt, d.box),
+                          FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box));
           unpack.bytes += d.bytes;
         }
         offset += d.bytes;
       }
-      unpack.copies_end = static_cast<int>(plan.copy_list.size());
+      unpack.copies_end = static_cast<int>(plan.copies.size());
       plan.AddOp(std::move(unpack));
       for (int c = 0; c < child_begin[i + 1] - child_begin[i]; ++c) {
         const int child = child_list[child_begin[i] + c];

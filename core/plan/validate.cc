@@ -199,11 +199,11 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                              std::to_string(plan.dep_list.size()) + ")");
     }
     if (op.copies_begin < 0 || op.copies_begin > op.copies_end ||
-        op.copies_end > static_cast<int>(plan.copy_list.size())) {
+        op.copies_end > static_cast<int>(plan.copies.size())) {
       return InvalidArgument(OpName(op) + ": copies range [" + std::to_string(op.copies_begin) +
                              ", " + std::to_string(op.copies_end) +
                              ") is outside the plan's copy list (" +
-                             std::to_string(plan.copy_list.size()) + ")");
+                             std::to_string(plan.copies.size()) + ")");
     }
     for (int dep : plan.Deps(op)) {
       if (dep < 0 || dep >= num_ops || dep == i) {

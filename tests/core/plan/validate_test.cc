@@ -21,8 +21,10 @@ TEST(ValidatePlan, AcceptsTinyPlan) {
 
 TEST(ValidatePlan, RejectsMissingWrite) {
   TinyPlan t = MakeTinyPlan();
-  t.plan.MutableCopies(t.plan.ops[t.unpack])[0].from.shape[0] = 12;
-  t.plan.MutableCopies(t.plan.ops[t.unpack])[0].to.shape[0] = 12;
+  CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];
+  c.from.shape[0] = 12;
+  c.to.shape[0] = 12;
+  t.plan.SetCopies(t.unpack, {c});
   ExpectInvalid(t, "never written");
 }
 
@@ -54,7 +56,9 @@ TEST(ValidatePlan, RejectsCycleAndForeignDeps) {
 
 TEST(ValidatePlan, RejectsOutOfRangeRegionsAndRanks) {
   TinyPlan t = MakeTinyPlan();
-  t.plan.MutableCopies(t.plan.ops[t.unpack])[0].to.offset = 4;
+  CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];
+  c.to.offset = 4;
+  t.plan.SetCopies(t.unpack, {c});
   ExpectInvalid(t, "outside");
   TinyPlan u = MakeTinyPlan();
   u.plan.num_ranks = 1;
