@@ -96,6 +96,18 @@ int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
 
 }  // namespace
 
+void Intersection::AddPiece(int group, const Box& box, int holders_begin, int holders_end) {
+  Piece p;
+  p.group = group;
+  if (box != *groups[group].box) {
+    p.box = static_cast<int>(piece_boxes.size());
+    piece_boxes.push_back(box);
+  }
+  p.holders_begin = holders_begin;
+  p.holders_end = holders_end;
+  pieces.push_back(p);
+}
+
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
   Intersection out;
   const int num_src_tensors = static_cast<int>(source.tensors.size());
@@ -165,13 +177,14 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 
   // Groups.
   out.group_frags.reserve(dst_order.size());
+  out.groups.reserve(dst_order.size());
   for (size_t i = 0; i < dst_order.size();) {
     const Fragment& f = destination.fragments[dst_order[i]];
     size_t j = i;
     FragmentGroup g;
     g.dst_tensor = f.tensor;
     g.src_tensor = src_of_dst[f.tensor];
-    g.box = f.box;
+    g.box = &f.box;
     g.frags_begin = static_cast<int>(out.group_frags.size());
     while (j < dst_order.size() && destination.fragments[dst_order[j]].tensor == f.tensor &&
            destination.fragments[dst_order[j]].box == f.box) {
@@ -220,7 +233,6 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       for (size_t g = gi; g < gend; ++g) {
         Piece p;
         p.group = static_cast<int>(g);
-        p.box = out.groups[g].box;
         p.holders_begin = unique[0].holders_begin;
         p.holders_end = unique[0].holders_end;
         out.pieces.push_back(p);
@@ -236,7 +248,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       for (int d = 0; d < static_cast<int>(spec.shape.size()); ++d) {
         int ks = DistinctLo(num_unique, [&](int i) -> const Box& { return unique[i].box; }, d,
                             scratch);
-        int kd = DistinctLo(num_groups, [&](int i) -> const Box& { return out.groups[gi + i].box; },
+        int kd = DistinctLo(num_groups, [&](int i) -> const Box& { return *out.groups[gi + i].box; },
                             d, scratch);
         int mn = std::min(ks, kd), sum = ks + kd;
         if (mn > best_min || (mn == best_min && sum > best_sum)) {
@@ -270,18 +282,14 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       }
     }
     for (size_t g = gi; g < gend; ++g) {
-      const Box& q = out.groups[g].box;
+      const Box& q = *out.groups[g].box;
       query(q);
       if (disjoint) {
         int64_t covered = 0;
         for (int u : candidates) {
-          Piece p;
-          p.group = static_cast<int>(g);
-          p.box = q.Intersect(unique[u].box);
-          p.holders_begin = unique[u].holders_begin;
-          p.holders_end = unique[u].holders_end;
-          covered += p.box.Volume();
-          out.pieces.push_back(p);
+          const Box box = q.Intersect(unique[u].box);
+          covered += box.Volume();
+          out.AddPiece(static_cast<int>(g), box, unique[u].holders_begin, unique[u].holders_end);
         }
         if (covered != q.Volume()) {
           return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
@@ -312,13 +320,9 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
             const int ra = source.fragments[a].loc.rank, rb = source.fragments[b].loc.rank;
             return ra != rb ? ra < rb : a < b;
           });
-          Piece p;
-          p.group = static_cast<int>(g);
-          p.box = x;
-          p.holders_begin = static_cast<int>(out.holders.size());
+          const int holders_begin = static_cast<int>(out.holders.size());
           out.holders.insert(out.holders.end(), merged_holders.begin(), merged_holders.end());
-          p.holders_end = static_cast<int>(out.holders.size());
-          out.pieces.push_back(p);
+          out.AddPiece(static_cast<int>(g), x, holders_begin, static_cast<int>(out.holders.size()));
           Subtract(r, x, next_remaining);
         }
         remaining.swap(next_remaining);

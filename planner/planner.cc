@@ -135,7 +135,7 @@ class TreeTable {
 
 struct Delivery {
   int piece = 0;
-  Box box;              // the chunk
+  int chunk = -1;       // the chunk: the piece's box when < 0, else an index into the chunk boxes
   int64_t bytes = 0;
   int tree = 0;
   int leader = 0;       // the tree's root rank
@@ -172,7 +172,7 @@ NetworkDemand ComputeDemand(const Intersection& inter, const Layout& source,
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
-    const int64_t bytes = piece.box.Volume() * DTypeSize(destination.tensors[g.dst_tensor].dtype);
+    const int64_t bytes = inter.BoxOf(piece).Volume() * DTypeSize(destination.tensors[g.dst_tensor].dtype);
     int holder_nodes = 0, only_node = -1;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       int node = node_of(source.fragments[inter.holders[h]].loc.rank);
@@ -247,6 +247,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   std::vector<int64_t> leader_load(num_ranks, 0);
   TreeTable trees(num_ranks);
   std::vector<Box> chunks;
+  std::vector<Box> chunk_boxes;  // the boxes of deliveries that carry part of a piece
+  // Adds a delivery per chunk of `chunks` (the piece whole when there is one chunk).
+  auto add_chunks = [&](Delivery d, int64_t esize) {
+    const bool whole = chunks.size() == 1;
+    for (const Box& c : chunks) {
+      d.chunk = whole ? -1 : static_cast<int>(chunk_boxes.size());
+      if (!whole) chunk_boxes.push_back(c);
+      d.bytes = c.Volume() * esize;
+      deliveries.push_back(d);
+    }
+  };
   std::vector<int> member_ranks, member_nodes;
   std::vector<int> local_holders;
   std::vector<int> tree_ranks, tree_parent;
@@ -259,7 +270,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     const FragmentGroup& g = inter.groups[piece.group];
     const DType dtype = destination.tensors[g.dst_tensor].dtype;
     const int64_t esize = DTypeSize(dtype);
-    const int64_t piece_bytes = piece.box.Volume() * esize;
+    const int64_t piece_bytes = inter.BoxOf(piece).Volume() * esize;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       const int rank = source.fragments[inter.holders[h]].loc.rank;
       rank_holder[rank] = inter.holders[h];
@@ -299,19 +310,15 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const int cand_end = static_cast<int>(intra_pool.size());
         for (size_t k = i; k < j; ++k) {
           chunks.clear();
-          ChunkBox(piece.box, esize, options.network_chunk_bytes, chunks);
-          for (const Box& c : chunks) {
-            Delivery d;
-            d.piece = static_cast<int>(p);
-            d.box = c;
-            d.bytes = c.Volume() * esize;
-            d.tree = member_ranks[k];
-            d.leader = member_ranks[k];
-            d.intra = true;
-            d.cand_begin = cand_begin;
-            d.cand_end = cand_end;
-            deliveries.push_back(d);
-          }
+          ChunkBox(inter.BoxOf(piece), esize, options.network_chunk_bytes, chunks);
+          Delivery d;
+          d.piece = static_cast<int>(p);
+          d.tree = member_ranks[k];
+          d.leader = member_ranks[k];
+          d.intra = true;
+          d.cand_begin = cand_begin;
+          d.cand_end = cand_end;
+          add_chunks(d, esize);
         }
       } else if (options.hierarchical) {
         // Leader: the least-loaded member; the chain continues cyclically by rank.
@@ -349,18 +356,14 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       const int tree = trees.Intern(tree_ranks, tree_parent);
       const int64_t cap = tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
       chunks.clear();
-      ChunkBox(piece.box, esize, cap, chunks);
-      for (const Box& c : chunks) {
-        Delivery d;
-        d.piece = static_cast<int>(p);
-        d.box = c;
-        d.bytes = c.Volume() * esize;
-        d.tree = tree;
-        d.leader = tree_ranks[0];
-        d.cand_begin = piece.holders_begin;
-        d.cand_end = piece.holders_end;
-        deliveries.push_back(d);
-      }
+      ChunkBox(inter.BoxOf(piece), esize, cap, chunks);
+      Delivery d;
+      d.piece = static_cast<int>(p);
+      d.tree = tree;
+      d.leader = tree_ranks[0];
+      d.cand_begin = piece.holders_begin;
+      d.cand_end = piece.holders_end;
+      add_chunks(d, esize);
     };
     if (net_nodes > 0) {
       if (relay && net_nodes > 1) {
@@ -487,6 +490,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     return a.distance < b.distance;
   });
 
+  auto box_of = [&](const Delivery& d) -> const Box& {
+    return d.chunk < 0 ? inter.BoxOf(inter.pieces[d.piece]) : chunk_boxes[d.chunk];
+  };
+
   // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
   // sort by rank).
   {
@@ -525,7 +532,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       op.copies_begin = static_cast<int>(plan.copies.size());
       for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
         const LocalCopy& c = local_copies[by_rank[k]];
-        const Box& box = inter.pieces[c.piece].box;
+        const Box& box = inter.BoxOf(inter.pieces[c.piece]);
         const Fragment& dst = destination.fragments[c.dst];
         plan.AppendCopy(FragmentRegion(source, source.fragments[c.src], Space::kSource, box),
                         FragmentRegion(destination, dst, Space::kDestination, box));
@@ -562,7 +569,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, d0.box);
+      Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, box_of(d0));
       if (count == 1 && src0.IsContiguous()) {
         src0.dtype = DType::kUInt8;
         send.data = Region::Bytes(Space::kSource, src0.buffer, src0.offset, m.bytes);
@@ -578,8 +585,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
           const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
-          plan.AppendCopy(FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
-                          SlotRegion(slot, offset, dt, d.box));
+          plan.AppendCopy(FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, box_of(d)),
+                          SlotRegion(slot, offset, dt, box_of(d)));
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -626,7 +633,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const FragmentGroup& g = inter.groups[piece0.group];
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, d0.box);
+          Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, box_of(d0));
           if (dst.IsContiguous()) {
             recv.data = Region::Bytes(Space::kDestination, dst.buffer, dst.offset, m.bytes);
             direct = true;
@@ -653,8 +660,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const DType dt = destination.tensors[g.dst_tensor].dtype;
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          plan.AppendCopy(SlotRegion(slot, offset, dt, d.box),
-                          FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box));
+          plan.AppendCopy(SlotRegion(slot, offset, dt, box_of(d)),
+                          FragmentRegion(destination, destination.fragments[*it], Space::kDestination, box_of(d)));
           unpack.bytes += d.bytes;
         }
         offset += d.bytes;
@@ -763,7 +770,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       if (best < 0 || load[r] < load[source.fragments[best].loc.rank]) best = f;
     }
     const int r = source.fragments[best].loc.rank;
-    load[r] += piece.box.Volume() * DTypeSize(destination.tensors[t].dtype);
+    load[r] += inter.BoxOf(piece).Volume() * DTypeSize(destination.tensors[t].dtype);
     items.push_back({bucket_of[t], r, static_cast<int>(p), best});
   }
   std::stable_sort(items.begin(), items.end(), [](const GatherItem& a, const GatherItem& b) {
@@ -785,7 +792,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     int64_t bytes = 0;
     int slot = -1, remote_slot = -1;
     if (holder != root) {
-      for (size_t k = i; k < j; ++k) bytes += inter.pieces[items[k].piece].box.Volume() *
+      for (size_t k = i; k < j; ++k) bytes += inter.BoxOf(inter.pieces[items[k].piece]).Volume() *
                                               DTypeSize(destination.tensors[inter.groups[inter.pieces[items[k].piece].group].dst_tensor].dtype);
       slot = plan.AddSlot(holder, bytes);
       remote_slot = plan.AddSlot(root, bytes);
@@ -794,15 +801,15 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     for (size_t k = i; k < j; ++k) {
       const Piece& piece = inter.pieces[items[k].piece];
       const int t = inter.groups[piece.group].dst_tensor;
-      const Region src = FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, piece.box);
-      const Region dst = bucket_region(t, root_slot[bucket], piece.box);
+      const Region src = FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, inter.BoxOf(piece));
+      const Region dst = bucket_region(t, root_slot[bucket], inter.BoxOf(piece));
       if (holder == root) {
         to_bucket.push_back({src, dst});
       } else {
         const DType dt = destination.tensors[t].dtype;
-        packs.push_back({src, SlotRegion(slot, offset, dt, piece.box)});
-        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, piece.box), dst});
-        offset += piece.box.Volume() * DTypeSize(dt);
+        packs.push_back({src, SlotRegion(slot, offset, dt, inter.BoxOf(piece))});
+        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, inter.BoxOf(piece)), dst});
+        offset += inter.BoxOf(piece).Volume() * DTypeSize(dt);
       }
     }
     if (holder == root) {
