@@ -122,6 +122,7 @@ class TreeTable {
     }
     return it->second;
   }
+  int NumTrees() const { return num_ranks_ + static_cast<int>(begin_.size()); }
   int Size(int tree) const { return tree < num_ranks_ ? 1 : end_[tree - num_ranks_] - begin_[tree - num_ranks_]; }
   int Rank(int tree, int i) const { return tree < num_ranks_ ? tree : ranks_[begin_[tree - num_ranks_] + i]; }
   int Parent(int tree, int i) const { return tree < num_ranks_ ? -1 : parent_[begin_[tree - num_ranks_] + i]; }
@@ -440,8 +441,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   }
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
-  // Order (sender, tree, delivery index): a counting sort by sender, then per sender a sort of
-  // packed (tree, index) keys, so no comparison follows a pointer.
+  // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
   std::vector<int> sender_rank(deliveries.size());
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (size_t i = 0; i < deliveries.size(); ++i) {
@@ -449,19 +449,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     ++sender_begin[sender_rank[i] + 1];
   }
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
-  std::vector<uint64_t> keyed(deliveries.size());
-  {
-    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
-    for (size_t i = 0; i < deliveries.size(); ++i) {
-      keyed[fill[sender_rank[i]]++] =
-          (static_cast<uint64_t>(deliveries[i].tree) << 32) | static_cast<uint64_t>(i);
-    }
-  }
-  for (int r = 0; r < num_ranks; ++r) {
-    std::sort(keyed.begin() + sender_begin[r], keyed.begin() + sender_begin[r + 1]);
-  }
   std::vector<int> order(deliveries.size());
-  for (size_t i = 0; i < keyed.size(); ++i) order[i] = static_cast<int>(keyed[i] & 0xffffffffu);
+  {
+    const int num_trees = trees.NumTrees();
+    std::vector<int> tree_begin(num_trees + 1, 0);
+    for (const Delivery& d : deliveries) ++tree_begin[d.tree + 1];
+    for (int t = 0; t < num_trees; ++t) tree_begin[t + 1] += tree_begin[t];
+    std::vector<int> by_tree(deliveries.size());
+    for (size_t i = 0; i < deliveries.size(); ++i) by_tree[tree_begin[deliveries[i].tree]++] = static_cast<int>(i);
+    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
+    for (int i : by_tree) order[fill[sender_rank[i]]++] = i;
+  }
   auto sender_of = [&](int di) { return sender_rank[di]; };
   std::vector<Message> messages;
   for (size_t i = 0; i < order.size();) {

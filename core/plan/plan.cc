@@ -126,10 +126,13 @@ void TransferPlan::AppendCopy(const Region& from, const Region& to) {
   p.flags = static_cast<uint8_t>((shared ? PackedCopy::kSharedShape : 0) |
                                  (from_dense ? PackedCopy::kFromDense : 0) |
                                  (to_dense ? PackedCopy::kToDense : 0));
-  copy_dims.insert(copy_dims.end(), from.shape.begin(), from.shape.begin() + fn);
-  if (!shared) copy_dims.insert(copy_dims.end(), to.shape.begin(), to.shape.begin() + tn);
-  if (!from_dense) copy_dims.insert(copy_dims.end(), from.strides.begin(), from.strides.begin() + fn);
-  if (!to_dense) copy_dims.insert(copy_dims.end(), to.strides.begin(), to.strides.begin() + tn);
+  const size_t used = static_cast<size_t>(fn + (shared ? 0 : tn) + (from_dense ? 0 : fn) + (to_dense ? 0 : tn));
+  copy_dims.resize(copy_dims.size() + used);
+  int64_t* out = copy_dims.data() + p.dims;
+  out = std::copy(from.shape.begin(), from.shape.begin() + fn, out);
+  if (!shared) out = std::copy(to.shape.begin(), to.shape.begin() + tn, out);
+  if (!from_dense) out = std::copy(from.strides.begin(), from.strides.begin() + fn, out);
+  if (!to_dense) std::copy(to.strides.begin(), to.strides.begin() + tn, out);
   copies.push_back(p);
 }
 
