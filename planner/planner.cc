@@ -47,6 +47,54 @@ Region SlotRegion(int slot, int64_t offset, DType dtype, const Box& box) {
   return r;
 }
 
+// One side of a copy pair whose shape is a box: a fragment's buffer or a dense staging block.
+struct CopySide {
+  Space space = Space::kStaging;
+  int buffer = 0;
+  int64_t offset = 0;
+  DType dtype = DType::kUInt8;
+  const int64_t* strides = nullptr;  // null: dense row-major
+};
+
+// `box` (inside fragment f's box) in the fragment's buffer; the same place as FragmentRegion.
+CopySide FragmentSide(const Layout& layout, const Fragment& f, Space space, const Box& box) {
+  CopySide s;
+  s.space = space;
+  s.buffer = f.loc.buffer;
+  s.dtype = layout.tensors[f.tensor].dtype;
+  const int64_t esize = DTypeSize(s.dtype);
+  int64_t offset = f.loc.byte_offset;
+  for (int d = 0; d < box.ndim; ++d) offset += (box.lo[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+  s.offset = offset;
+  s.strides = f.loc.strides.data();
+  return s;
+}
+
+// A dense block at `offset` of staging slot `slot`; the same place as SlotRegion.
+CopySide SlotSide(int slot, int64_t offset, DType dtype) {
+  CopySide s;
+  s.buffer = slot;
+  s.offset = offset;
+  s.dtype = dtype;
+  return s;
+}
+
+// Appends the copy pair from `from` to `to` of `box`'s shape.
+void AppendBoxCopy(TransferPlan& plan, const CopySide& from, const CopySide& to, const Box& box) {
+  PackedCopy p;
+  p.from_space = from.space;
+  p.from_buffer = from.buffer;
+  p.from_offset = from.offset;
+  p.from_dtype = from.dtype;
+  p.to_space = to.space;
+  p.to_buffer = to.buffer;
+  p.to_offset = to.offset;
+  p.to_dtype = to.dtype;
+  std::array<int64_t, kMaxDims> shape;
+  for (int d = 0; d < box.ndim; ++d) shape[d] = box.Extent(d);
+  plan.AppendCopy(p, box.ndim, shape.data(), from.strides, to.strides);
+}
+
 // Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
 void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out) {
   if (box.Volume() * esize <= cap) {
@@ -383,8 +431,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   // rail when loads are close.
   {
     std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
-    // LPT order (bytes descending, then index) as packed 64-bit keys when every size fits in 32
-    // bits (chunked deliveries always do at the default chunk sizes), else as pairs.
+    // LPT order (bytes descending, then index): `flexible` is in index order, so a stable radix
+    // sort on the bytes (two 16-bit digits) when every size fits in 32 bits (chunked deliveries
+    // always do at the default chunk sizes), else a sort of pairs.
     std::vector<int> flexible;
     bool small_sizes = deliveries.size() <= 0xffffffffu;
     for (size_t i = 0; i < deliveries.size(); ++i) {
@@ -400,13 +449,18 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       if (!d.intra) node_out[node_of(rank)] += d.bytes;
     }
     if (small_sizes) {
-      std::vector<uint64_t> keys(flexible.size());
-      for (size_t k = 0; k < flexible.size(); ++k) {
-        const uint64_t bytes = static_cast<uint64_t>(deliveries[flexible[k]].bytes);
-        keys[k] = ((0xffffffffu - bytes) << 32) | static_cast<uint64_t>(flexible[k]);
+      std::vector<int> sorted(flexible.size());
+      std::vector<int> count(0x10001);
+      for (int shift : {0, 16}) {
+        auto digit = [&](int di) {
+          return ((0xffffffffu - static_cast<uint32_t>(deliveries[di].bytes)) >> shift) & 0xffffu;
+        };
+        std::fill(count.begin(), count.end(), 0);
+        for (int di : flexible) ++count[digit(di) + 1];
+        for (size_t v = 0; v + 1 < count.size(); ++v) count[v + 1] += count[v];
+        for (int di : flexible) sorted[count[digit(di)]++] = di;
+        flexible.swap(sorted);
       }
-      std::sort(keys.begin(), keys.end());
-      for (size_t k = 0; k < keys.size(); ++k) flexible[k] = static_cast<int>(keys[k] & 0xffffffffu);
     } else {
       std::vector<std::pair<int64_t, int>> by_size(flexible.size());
       for (size_t k = 0; k < flexible.size(); ++k) {
@@ -532,8 +586,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const LocalCopy& c = local_copies[by_rank[k]];
         const Box& box = inter.BoxOf(inter.pieces[c.piece]);
         const Fragment& dst = destination.fragments[c.dst];
-        plan.AppendCopy(FragmentRegion(source, source.fragments[c.src], Space::kSource, box),
-                        FragmentRegion(destination, dst, Space::kDestination, box));
+        AppendBoxCopy(plan, FragmentSide(source, source.fragments[c.src], Space::kSource, box),
+                      FragmentSide(destination, dst, Space::kDestination, box), box);
         op.bytes += box.Volume() * DTypeSize(destination.tensors[dst.tensor].dtype);
       }
       op.copies_end = static_cast<int>(plan.copies.size());
@@ -583,8 +637,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
           const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
-          plan.AppendCopy(FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, box_of(d)),
-                          SlotRegion(slot, offset, dt, box_of(d)));
+          const Box& box = box_of(d);
+          AppendBoxCopy(plan, FragmentSide(source, source.fragments[d.sender_frag], Space::kSource, box),
+                        SlotSide(slot, offset, dt), box);
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -658,8 +713,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const DType dt = destination.tensors[g.dst_tensor].dtype;
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          plan.AppendCopy(SlotRegion(slot, offset, dt, box_of(d)),
-                          FragmentRegion(destination, destination.fragments[*it], Space::kDestination, box_of(d)));
+          AppendBoxCopy(plan, SlotSide(slot, offset, dt),
+                        FragmentSide(destination, destination.fragments[*it], Space::kDestination, box_of(d)),
+                        box_of(d));
           unpack.bytes += d.bytes;
         }
         offset += d.bytes;

@@ -136,6 +136,24 @@ void TransferPlan::AppendCopy(const Region& from, const Region& to) {
   copies.push_back(p);
 }
 
+void TransferPlan::AppendCopy(PackedCopy p, int ndim, const int64_t* shape,
+                              const int64_t* from_strides, const int64_t* to_strides) {
+  p.from_ndim = p.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
+  p.flags = static_cast<uint8_t>(PackedCopy::kSharedShape |
+                                 (from_strides == nullptr ? PackedCopy::kFromDense : 0) |
+                                 (to_strides == nullptr ? PackedCopy::kToDense : 0));
+  p.dims = static_cast<int64_t>(copy_dims.size());
+  const int n = StoredDims(ndim);
+  for (int d = 0; d < n; ++d) copy_dims.push_back(shape[d]);
+  if (from_strides != nullptr) {
+    for (int d = 0; d < n; ++d) copy_dims.push_back(from_strides[d]);
+  }
+  if (to_strides != nullptr) {
+    for (int d = 0; d < n; ++d) copy_dims.push_back(to_strides[d]);
+  }
+  copies.push_back(p);
+}
+
 CopyPair TransferPlan::Copy(int index) const {
   const PackedCopy& p = copies[index];
   CopyPair c;

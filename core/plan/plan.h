@@ -179,6 +179,11 @@ struct TransferPlan {
   CopyPair Copy(int index) const;
   // Packs a copy pair onto the end of `copies` (an op's pairs must be appended consecutively).
   void AppendCopy(const Region& from, const Region& to);
+  // The same for a pair whose sides share `shape` (`ndim` values), without building Regions:
+  // `header` gives the offsets, buffers, spaces and dtypes (its ndims, flags and dims are set
+  // here); `from_strides` / `to_strides` are a side's `ndim` strides, or null for a dense side.
+  void AppendCopy(PackedCopy header, int ndim, const int64_t* shape, const int64_t* from_strides,
+                  const int64_t* to_strides);
 
   // Appends an op, assigning its id; its dep and copy ranges are taken as set (the caller
   // appended them with dep_list.push_back / AppendCopy).
