@@ -8,7 +8,26 @@
 namespace ferry {
 namespace {
 
-bool BoxLess(const Box& a, const Box& b) { return a < b; }
+// Box's order and equality (lexicographic on ndim, lo, hi), inline: the fragment sorts and the
+// grouping compare millions of boxes.
+int CompareBoxes(const Box& a, const Box& b) {
+  if (a.ndim != b.ndim) return a.ndim < b.ndim ? -1 : 1;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.lo[d] != b.lo[d]) return a.lo[d] < b.lo[d] ? -1 : 1;
+  }
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.hi[d] != b.hi[d]) return a.hi[d] < b.hi[d] ? -1 : 1;
+  }
+  return 0;
+}
+
+bool SameBox(const Box& a, const Box& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.lo[d] != b.lo[d] || a.hi[d] != b.hi[d]) return false;
+  }
+  return true;
+}
 
 Status CheckBox(const Layout& layout, const Fragment& f, int index, const char* side) {
   const TensorSpec& t = layout.tensors[f.tensor];
@@ -99,7 +118,7 @@ int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
 void Intersection::AddPiece(int group, const Box& box, int holders_begin, int holders_end) {
   Piece p;
   p.group = group;
-  if (box != *groups[group].box) {
+  if (!SameBox(box, *groups[group].box)) {
     p.box = static_cast<int>(piece_boxes.size());
     piece_boxes.push_back(box);
   }
@@ -152,7 +171,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     auto less = [&](int a, int b) {
       const Fragment& fa = layout.fragments[a];
       const Fragment& fb = layout.fragments[b];
-      if (fa.box != fb.box) return BoxLess(fa.box, fb.box);
+      if (const int c = CompareBoxes(fa.box, fb.box); c != 0) return c < 0;
       if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
       return a < b;
     };
@@ -187,7 +206,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     g.box = &f.box;
     g.frags_begin = static_cast<int>(out.group_frags.size());
     while (j < dst_order.size() && destination.fragments[dst_order[j]].tensor == f.tensor &&
-           destination.fragments[dst_order[j]].box == f.box) {
+           SameBox(destination.fragments[dst_order[j]].box, f.box)) {
       out.group_frags.push_back(dst_order[j]);
       ++j;
     }
@@ -218,7 +237,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       UniqueBox u;
       u.box = f.box;
       u.holders_begin = static_cast<int>(out.holders.size());
-      while (j < src_tensor_begin[st + 1] && source.fragments[src_order[j]].box == f.box) {
+      while (j < src_tensor_begin[st + 1] && SameBox(source.fragments[src_order[j]].box, f.box)) {
         out.holders.push_back(src_order[j]);
         ++j;
       }
