@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace ferry {
 namespace {
@@ -132,27 +134,26 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   const int num_src_tensors = static_cast<int>(source.tensors.size());
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
-  // Destination tensor -> source tensor, by name.
-  std::vector<int> by_name(num_src_tensors);
-  std::iota(by_name.begin(), by_name.end(), 0);
-  std::sort(by_name.begin(), by_name.end(),
-            [&](int a, int b) { return source.tensors[a].name < source.tensors[b].name; });
+  // Destination tensor -> source tensor, by name (a hash index: lookups only, never iterated,
+  // so the result does not depend on hashing; a repeated name maps to its first tensor).
+  std::unordered_map<std::string_view, int> by_name;
+  by_name.reserve(num_src_tensors);
+  for (int t = 0; t < num_src_tensors; ++t) by_name.emplace(source.tensors[t].name, t);
   std::vector<int> src_of_dst(num_dst_tensors, -1);
   for (int t = 0; t < num_dst_tensors; ++t) {
     const TensorSpec& d = destination.tensors[t];
-    auto it = std::lower_bound(by_name.begin(), by_name.end(), d.name,
-                               [&](int a, const std::string& n) { return source.tensors[a].name < n; });
-    if (it == by_name.end() || source.tensors[*it].name != d.name) {
+    auto it = by_name.find(d.name);
+    if (it == by_name.end()) {
       return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
     }
-    const TensorSpec& s = source.tensors[*it];
+    const TensorSpec& s = source.tensors[it->second];
     if (s.shape != d.shape || s.dtype != d.dtype) {
       return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
                              " " + std::string(DTypeName(s.dtype)) + " in the source but " +
                              Box::FromShape(d.shape).ToString() + " " +
                              std::string(DTypeName(d.dtype)) + " in the destination");
     }
-    src_of_dst[t] = *it;
+    src_of_dst[t] = it->second;
   }
 
   // Source fragments sorted by (tensor, box, rank, id); destination likewise.
