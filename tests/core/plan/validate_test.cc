@@ -54,6 +54,15 @@ TEST(ValidatePlan, RejectsCycleAndForeignDeps) {
   ExpectInvalid(u, "another rank");
 }
 
+TEST(ValidatePlan, RejectsDepAndCopyRangesOutsideThePlanLists) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.unpack].copies_end = static_cast<int>(t.plan.copies.size()) + 1;
+  ExpectInvalid(t, "outside the plan's copy list");
+  TinyPlan u = MakeTinyPlan();
+  u.plan.ops[u.unpack].deps_begin = -1;
+  ExpectInvalid(u, "outside the plan's dep list");
+}
+
 TEST(ValidatePlan, RejectsOutOfRangeRegionsAndRanks) {
   TinyPlan t = MakeTinyPlan();
   CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];
