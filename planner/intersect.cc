@@ -4,11 +4,32 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace ferry {
 namespace {
 
-bool BoxLess(const Box& a, const Box& b) { return a < b; }
+// Box's order and equality (lexicographic on ndim, lo, hi), inline: the fragment sorts and the
+// grouping compare millions of boxes.
+int CompareBoxes(const Box& a, const Box& b) {
+  if (a.ndim != b.ndim) return a.ndim < b.ndim ? -1 : 1;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.lo[d] != b.lo[d]) return a.lo[d] < b.lo[d] ? -1 : 1;
+  }
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.hi[d] != b.hi[d]) return a.hi[d] < b.hi[d] ? -1 : 1;
+  }
+  return 0;
+}
+
+bool SameBox(const Box& a, const Box& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.lo[d] != b.lo[d] || a.hi[d] != b.hi[d]) return false;
+  }
+  return true;
+}
 
 Status CheckBox(const Layout& layout, const Fragment& f, int index, const char* side) {
   const TensorSpec& t = layout.tensors[f.tensor];
@@ -96,32 +117,43 @@ int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
 
 }  // namespace
 
+void Intersection::AddPiece(int group, const Box& box, int holders_begin, int holders_end) {
+  Piece p;
+  p.group = group;
+  if (!SameBox(box, *groups[group].box)) {
+    p.box = static_cast<int>(piece_boxes.size());
+    piece_boxes.push_back(box);
+  }
+  p.holders_begin = holders_begin;
+  p.holders_end = holders_end;
+  pieces.push_back(p);
+}
+
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
   Intersection out;
   const int num_src_tensors = static_cast<int>(source.tensors.size());
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
-  // Destination tensor -> source tensor, by name.
-  std::vector<int> by_name(num_src_tensors);
-  std::iota(by_name.begin(), by_name.end(), 0);
-  std::sort(by_name.begin(), by_name.end(),
-            [&](int a, int b) { return source.tensors[a].name < source.tensors[b].name; });
+  // Destination tensor -> source tensor, by name (a hash index: lookups only, never iterated,
+  // so the result does not depend on hashing; a repeated name maps to its first tensor).
+  std::unordered_map<std::string_view, int> by_name;
+  by_name.reserve(num_src_tensors);
+  for (int t = 0; t < num_src_tensors; ++t) by_name.emplace(source.tensors[t].name, t);
   std::vector<int> src_of_dst(num_dst_tensors, -1);
   for (int t = 0; t < num_dst_tensors; ++t) {
     const TensorSpec& d = destination.tensors[t];
-    auto it = std::lower_bound(by_name.begin(), by_name.end(), d.name,
-                               [&](int a, const std::string& n) { return source.tensors[a].name < n; });
-    if (it == by_name.end() || source.tensors[*it].name != d.name) {
+    auto it = by_name.find(d.name);
+    if (it == by_name.end()) {
       return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
     }
-    const TensorSpec& s = source.tensors[*it];
+    const TensorSpec& s = source.tensors[it->second];
     if (s.shape != d.shape || s.dtype != d.dtype) {
       return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
                              " " + std::string(DTypeName(s.dtype)) + " in the source but " +
                              Box::FromShape(d.shape).ToString() + " " +
                              std::string(DTypeName(d.dtype)) + " in the destination");
     }
-    src_of_dst[t] = *it;
+    src_of_dst[t] = it->second;
   }
 
   // Source fragments sorted by (tensor, box, rank, id); destination likewise.
@@ -140,7 +172,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     auto less = [&](int a, int b) {
       const Fragment& fa = layout.fragments[a];
       const Fragment& fb = layout.fragments[b];
-      if (fa.box != fb.box) return BoxLess(fa.box, fb.box);
+      if (const int c = CompareBoxes(fa.box, fb.box); c != 0) return c < 0;
       if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
       return a < b;
     };
@@ -165,16 +197,17 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 
   // Groups.
   out.group_frags.reserve(dst_order.size());
+  out.groups.reserve(dst_order.size());
   for (size_t i = 0; i < dst_order.size();) {
     const Fragment& f = destination.fragments[dst_order[i]];
     size_t j = i;
     FragmentGroup g;
     g.dst_tensor = f.tensor;
     g.src_tensor = src_of_dst[f.tensor];
-    g.box = f.box;
+    g.box = &f.box;
     g.frags_begin = static_cast<int>(out.group_frags.size());
     while (j < dst_order.size() && destination.fragments[dst_order[j]].tensor == f.tensor &&
-           destination.fragments[dst_order[j]].box == f.box) {
+           SameBox(destination.fragments[dst_order[j]].box, f.box)) {
       out.group_frags.push_back(dst_order[j]);
       ++j;
     }
@@ -205,7 +238,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       UniqueBox u;
       u.box = f.box;
       u.holders_begin = static_cast<int>(out.holders.size());
-      while (j < src_tensor_begin[st + 1] && source.fragments[src_order[j]].box == f.box) {
+      while (j < src_tensor_begin[st + 1] && SameBox(source.fragments[src_order[j]].box, f.box)) {
         out.holders.push_back(src_order[j]);
         ++j;
       }
@@ -220,7 +253,6 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       for (size_t g = gi; g < gend; ++g) {
         Piece p;
         p.group = static_cast<int>(g);
-        p.box = out.groups[g].box;
         p.holders_begin = unique[0].holders_begin;
         p.holders_end = unique[0].holders_end;
         out.pieces.push_back(p);
@@ -236,7 +268,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       for (int d = 0; d < static_cast<int>(spec.shape.size()); ++d) {
         int ks = DistinctLo(num_unique, [&](int i) -> const Box& { return unique[i].box; }, d,
                             scratch);
-        int kd = DistinctLo(num_groups, [&](int i) -> const Box& { return out.groups[gi + i].box; },
+        int kd = DistinctLo(num_groups, [&](int i) -> const Box& { return *out.groups[gi + i].box; },
                             d, scratch);
         int mn = std::min(ks, kd), sum = ks + kd;
         if (mn > best_min || (mn == best_min && sum > best_sum)) {
@@ -270,18 +302,14 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       }
     }
     for (size_t g = gi; g < gend; ++g) {
-      const Box& q = out.groups[g].box;
+      const Box& q = *out.groups[g].box;
       query(q);
       if (disjoint) {
         int64_t covered = 0;
         for (int u : candidates) {
-          Piece p;
-          p.group = static_cast<int>(g);
-          p.box = q.Intersect(unique[u].box);
-          p.holders_begin = unique[u].holders_begin;
-          p.holders_end = unique[u].holders_end;
-          covered += p.box.Volume();
-          out.pieces.push_back(p);
+          const Box box = q.Intersect(unique[u].box);
+          covered += box.Volume();
+          out.AddPiece(static_cast<int>(g), box, unique[u].holders_begin, unique[u].holders_end);
         }
         if (covered != q.Volume()) {
           return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
@@ -312,13 +340,9 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
             const int ra = source.fragments[a].loc.rank, rb = source.fragments[b].loc.rank;
             return ra != rb ? ra < rb : a < b;
           });
-          Piece p;
-          p.group = static_cast<int>(g);
-          p.box = x;
-          p.holders_begin = static_cast<int>(out.holders.size());
+          const int holders_begin = static_cast<int>(out.holders.size());
           out.holders.insert(out.holders.end(), merged_holders.begin(), merged_holders.end());
-          p.holders_end = static_cast<int>(out.holders.size());
-          out.pieces.push_back(p);
+          out.AddPiece(static_cast<int>(g), x, holders_begin, static_cast<int>(out.holders.size()));
           Subtract(r, x, next_remaining);
         }
         remaining.swap(next_remaining);

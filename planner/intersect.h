@@ -23,14 +23,15 @@ namespace ferry {
 struct FragmentGroup {
   int dst_tensor = 0;    // index into destination.tensors
   int src_tensor = 0;    // index into source.tensors
-  Box box;
+  const Box* box = nullptr;  // its fragments' box (points into the destination layout)
   int frags_begin = 0;   // range in Intersection::group_frags (sorted by rank, then fragment)
   int frags_end = 0;
 };
 
 struct Piece {
   int group = 0;
-  Box box;                 // inside the group's box
+  int box = -1;            // inside the group's box: Intersection::piece_boxes[box], or the
+                           // group's box itself when < 0 (most pieces)
   int holders_begin = 0;   // range in Intersection::holders (source fragment ids, by rank)
   int holders_end = 0;
 };
@@ -40,8 +41,14 @@ struct Intersection {
   std::vector<int> group_frags;       // destination fragment ids
   std::vector<Piece> pieces;          // sorted by group; pieces of a group are disjoint
   std::vector<int> holders;           // source fragment ids
+  std::vector<Box> piece_boxes;       // boxes of the pieces smaller than their group
+
+  const Box& BoxOf(const Piece& p) const { return p.box < 0 ? *groups[p.group].box : piece_boxes[p.box]; }
+  // Appends a piece of group `group` with box `box` (inside the group's box).
+  void AddPiece(int group, const Box& box, int holders_begin, int holders_end);
 };
 
+// The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination);
 
 }  // namespace ferry

@@ -47,6 +47,54 @@ Region SlotRegion(int slot, int64_t offset, DType dtype, const Box& box) {
   return r;
 }
 
+// One side of a copy pair whose shape is a box: a fragment's buffer or a dense staging block.
+struct CopySide {
+  Space space = Space::kStaging;
+  int buffer = 0;
+  int64_t offset = 0;
+  DType dtype = DType::kUInt8;
+  const int64_t* strides = nullptr;  // null: dense row-major
+};
+
+// `box` (inside fragment f's box) in the fragment's buffer; the same place as FragmentRegion.
+CopySide FragmentSide(const Layout& layout, const Fragment& f, Space space, const Box& box) {
+  CopySide s;
+  s.space = space;
+  s.buffer = f.loc.buffer;
+  s.dtype = layout.tensors[f.tensor].dtype;
+  const int64_t esize = DTypeSize(s.dtype);
+  int64_t offset = f.loc.byte_offset;
+  for (int d = 0; d < box.ndim; ++d) offset += (box.lo[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+  s.offset = offset;
+  s.strides = f.loc.strides.data();
+  return s;
+}
+
+// A dense block at `offset` of staging slot `slot`; the same place as SlotRegion.
+CopySide SlotSide(int slot, int64_t offset, DType dtype) {
+  CopySide s;
+  s.buffer = slot;
+  s.offset = offset;
+  s.dtype = dtype;
+  return s;
+}
+
+// Appends the copy pair from `from` to `to` of `box`'s shape.
+void AppendBoxCopy(TransferPlan& plan, const CopySide& from, const CopySide& to, const Box& box) {
+  PackedCopy p;
+  p.from_space = from.space;
+  p.from_buffer = from.buffer;
+  p.from_offset = from.offset;
+  p.from_dtype = from.dtype;
+  p.to_space = to.space;
+  p.to_buffer = to.buffer;
+  p.to_offset = to.offset;
+  p.to_dtype = to.dtype;
+  std::array<int64_t, kMaxDims> shape;
+  for (int d = 0; d < box.ndim; ++d) shape[d] = box.Extent(d);
+  plan.AppendCopy(p, box.ndim, shape.data(), from.strides, to.strides);
+}
+
 // Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
 void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out) {
   if (box.Volume() * esize <= cap) {
@@ -122,6 +170,7 @@ class TreeTable {
     }
     return it->second;
   }
+  int NumTrees() const { return num_ranks_ + static_cast<int>(begin_.size()); }
   int Size(int tree) const { return tree < num_ranks_ ? 1 : end_[tree - num_ranks_] - begin_[tree - num_ranks_]; }
   int Rank(int tree, int i) const { return tree < num_ranks_ ? tree : ranks_[begin_[tree - num_ranks_] + i]; }
   int Parent(int tree, int i) const { return tree < num_ranks_ ? -1 : parent_[begin_[tree - num_ranks_] + i]; }
@@ -135,7 +184,7 @@ class TreeTable {
 
 struct Delivery {
   int piece = 0;
-  Box box;              // the chunk
+  int chunk = -1;       // the chunk: the piece's box when < 0, else an index into the chunk boxes
   int64_t bytes = 0;
   int tree = 0;
   int leader = 0;       // the tree's root rank
@@ -172,7 +221,7 @@ NetworkDemand ComputeDemand(const Intersection& inter, const Layout& source,
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
-    const int64_t bytes = piece.box.Volume() * DTypeSize(destination.tensors[g.dst_tensor].dtype);
+    const int64_t bytes = inter.BoxOf(piece).Volume() * DTypeSize(destination.tensors[g.dst_tensor].dtype);
     int holder_nodes = 0, only_node = -1;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       int node = node_of(source.fragments[inter.holders[h]].loc.rank);
@@ -237,12 +286,27 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                       bound.source_egress_seconds > bound.destination_ingress_seconds);
 
   // Routing: local copies, intra-node deliveries and network deliveries (chunked).
-  std::vector<std::pair<int, CopyPair>> local_copies;  // (rank, copy)
+  // A destination fragment of piece `piece` on a rank that also holds it (source fragment `src`).
+  struct LocalCopy {
+    int rank, piece, src, dst;
+  };
+  std::vector<LocalCopy> local_copies;
   std::vector<Delivery> deliveries;
   std::vector<int> intra_pool;
   std::vector<int64_t> leader_load(num_ranks, 0);
   TreeTable trees(num_ranks);
   std::vector<Box> chunks;
+  std::vector<Box> chunk_boxes;  // the boxes of deliveries that carry part of a piece
+  // Adds a delivery per chunk of `chunks` (the piece whole when there is one chunk).
+  auto add_chunks = [&](Delivery d, int64_t esize) {
+    const bool whole = chunks.size() == 1;
+    for (const Box& c : chunks) {
+      d.chunk = whole ? -1 : static_cast<int>(chunk_boxes.size());
+      if (!whole) chunk_boxes.push_back(c);
+      d.bytes = c.Volume() * esize;
+      deliveries.push_back(d);
+    }
+  };
   std::vector<int> member_ranks, member_nodes;
   std::vector<int> local_holders;
   std::vector<int> tree_ranks, tree_parent;
@@ -255,7 +319,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     const FragmentGroup& g = inter.groups[piece.group];
     const DType dtype = destination.tensors[g.dst_tensor].dtype;
     const int64_t esize = DTypeSize(dtype);
-    const int64_t piece_bytes = piece.box.Volume() * esize;
+    const int64_t piece_bytes = inter.BoxOf(piece).Volume() * esize;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       const int rank = source.fragments[inter.holders[h]].loc.rank;
       rank_holder[rank] = inter.holders[h];
@@ -266,9 +330,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
       const Fragment& f = destination.fragments[inter.group_frags[i]];
       if (rank_holder[f.loc.rank] >= 0) {
-        const Fragment& src = source.fragments[rank_holder[f.loc.rank]];
-        local_copies.push_back({f.loc.rank, CopyPair{FragmentRegion(source, src, Space::kSource, piece.box),
-                                                     FragmentRegion(destination, f, Space::kDestination, piece.box)}});
+        local_copies.push_back({f.loc.rank, static_cast<int>(p), rank_holder[f.loc.rank], inter.group_frags[i]});
         continue;
       }
       if (member_ranks.empty() || member_ranks.back() != f.loc.rank) member_ranks.push_back(f.loc.rank);
@@ -297,19 +359,15 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const int cand_end = static_cast<int>(intra_pool.size());
         for (size_t k = i; k < j; ++k) {
           chunks.clear();
-          ChunkBox(piece.box, esize, options.network_chunk_bytes, chunks);
-          for (const Box& c : chunks) {
-            Delivery d;
-            d.piece = static_cast<int>(p);
-            d.box = c;
-            d.bytes = c.Volume() * esize;
-            d.tree = member_ranks[k];
-            d.leader = member_ranks[k];
-            d.intra = true;
-            d.cand_begin = cand_begin;
-            d.cand_end = cand_end;
-            deliveries.push_back(d);
-          }
+          ChunkBox(inter.BoxOf(piece), esize, options.network_chunk_bytes, chunks);
+          Delivery d;
+          d.piece = static_cast<int>(p);
+          d.tree = member_ranks[k];
+          d.leader = member_ranks[k];
+          d.intra = true;
+          d.cand_begin = cand_begin;
+          d.cand_end = cand_end;
+          add_chunks(d, esize);
         }
       } else if (options.hierarchical) {
         // Leader: the least-loaded member; the chain continues cyclically by rank.
@@ -347,18 +405,14 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       const int tree = trees.Intern(tree_ranks, tree_parent);
       const int64_t cap = tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
       chunks.clear();
-      ChunkBox(piece.box, esize, cap, chunks);
-      for (const Box& c : chunks) {
-        Delivery d;
-        d.piece = static_cast<int>(p);
-        d.box = c;
-        d.bytes = c.Volume() * esize;
-        d.tree = tree;
-        d.leader = tree_ranks[0];
-        d.cand_begin = piece.holders_begin;
-        d.cand_end = piece.holders_end;
-        deliveries.push_back(d);
-      }
+      ChunkBox(inter.BoxOf(piece), esize, cap, chunks);
+      Delivery d;
+      d.piece = static_cast<int>(p);
+      d.tree = tree;
+      d.leader = tree_ranks[0];
+      d.cand_begin = piece.holders_begin;
+      d.cand_end = piece.holders_end;
+      add_chunks(d, esize);
     };
     if (net_nodes > 0) {
       if (relay && net_nodes > 1) {
@@ -377,8 +431,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   // rail when loads are close.
   {
     std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
-    // LPT order (bytes descending, then index) as packed 64-bit keys when every size fits in 32
-    // bits (chunked deliveries always do at the default chunk sizes), else as pairs.
+    // LPT order (bytes descending, then index): `flexible` is in index order, so a stable radix
+    // sort on the bytes (two 16-bit digits) when every size fits in 32 bits (chunked deliveries
+    // always do at the default chunk sizes), else a sort of pairs.
     std::vector<int> flexible;
     bool small_sizes = deliveries.size() <= 0xffffffffu;
     for (size_t i = 0; i < deliveries.size(); ++i) {
@@ -394,13 +449,18 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       if (!d.intra) node_out[node_of(rank)] += d.bytes;
     }
     if (small_sizes) {
-      std::vector<uint64_t> keys(flexible.size());
-      for (size_t k = 0; k < flexible.size(); ++k) {
-        const uint64_t bytes = static_cast<uint64_t>(deliveries[flexible[k]].bytes);
-        keys[k] = ((0xffffffffu - bytes) << 32) | static_cast<uint64_t>(flexible[k]);
+      std::vector<int> sorted(flexible.size());
+      std::vector<int> count(0x10001);
+      for (int shift : {0, 16}) {
+        auto digit = [&](int di) {
+          return ((0xffffffffu - static_cast<uint32_t>(deliveries[di].bytes)) >> shift) & 0xffffu;
+        };
+        std::fill(count.begin(), count.end(), 0);
+        for (int di : flexible) ++count[digit(di) + 1];
+        for (size_t v = 0; v + 1 < count.size(); ++v) count[v + 1] += count[v];
+        for (int di : flexible) sorted[count[digit(di)]++] = di;
+        flexible.swap(sorted);
       }
-      std::sort(keys.begin(), keys.end());
-      for (size_t k = 0; k < keys.size(); ++k) flexible[k] = static_cast<int>(keys[k] & 0xffffffffu);
     } else {
       std::vector<std::pair<int64_t, int>> by_size(flexible.size());
       for (size_t k = 0; k < flexible.size(); ++k) {
@@ -435,8 +495,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   }
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
-  // Order (sender, tree, delivery index): a counting sort by sender, then per sender a sort of
-  // packed (tree, index) keys, so no comparison follows a pointer.
+  // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
   std::vector<int> sender_rank(deliveries.size());
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (size_t i = 0; i < deliveries.size(); ++i) {
@@ -444,19 +503,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     ++sender_begin[sender_rank[i] + 1];
   }
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
-  std::vector<uint64_t> keyed(deliveries.size());
-  {
-    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
-    for (size_t i = 0; i < deliveries.size(); ++i) {
-      keyed[fill[sender_rank[i]]++] =
-          (static_cast<uint64_t>(deliveries[i].tree) << 32) | static_cast<uint64_t>(i);
-    }
-  }
-  for (int r = 0; r < num_ranks; ++r) {
-    std::sort(keyed.begin() + sender_begin[r], keyed.begin() + sender_begin[r + 1]);
-  }
   std::vector<int> order(deliveries.size());
-  for (size_t i = 0; i < keyed.size(); ++i) order[i] = static_cast<int>(keyed[i] & 0xffffffffu);
+  {
+    const int num_trees = trees.NumTrees();
+    std::vector<int> tree_begin(num_trees + 1, 0);
+    for (const Delivery& d : deliveries) ++tree_begin[d.tree + 1];
+    for (int t = 0; t < num_trees; ++t) tree_begin[t + 1] += tree_begin[t];
+    std::vector<int> by_tree(deliveries.size());
+    for (size_t i = 0; i < deliveries.size(); ++i) by_tree[tree_begin[deliveries[i].tree]++] = static_cast<int>(i);
+    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
+    for (int i : by_tree) order[fill[sender_rank[i]]++] = i;
+  }
   auto sender_of = [&](int di) { return sender_rank[di]; };
   std::vector<Message> messages;
   for (size_t i = 0; i < order.size();) {
@@ -485,38 +542,64 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     return a.distance < b.distance;
   });
 
-  // Emit ops. Local copies first: one Copy op per rank.
-  std::stable_sort(local_copies.begin(), local_copies.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < local_copies.size();) {
-    Op op;
-    op.kind = OpKind::kCopy;
-    op.rank = local_copies[i].first;
-    op.link = LinkClass::kSameRank;
-    size_t j = i;
-    while (j < local_copies.size() && local_copies[j].first == op.rank) ++j;
-    op.copies.reserve(j - i);
-    j = i;
-    while (j < local_copies.size() && local_copies[j].first == op.rank) {
-      op.bytes += local_copies[j].second.to.NumBytes();
-      op.copies.push_back(local_copies[j].second);
-      ++j;
-    }
-    plan.AddOp(std::move(op));
-    i = j;
-  }
+  auto box_of = [&](const Delivery& d) -> const Box& {
+    return d.chunk < 0 ? inter.BoxOf(inter.pieces[d.piece]) : chunk_boxes[d.chunk];
+  };
+
+  // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
+  // sort by rank).
   {
-    // Upper bound on ops: per message a Pack and a Send, per tree member a Recv, an Unpack and a
-    // Forward to each child (one per member but the root).
-    size_t ops_bound = plan.ops.size(), slots_bound = 0;
+    // Upper bounds: per message a Pack and a Send, per tree member a Recv, an Unpack and a Forward
+    // to each child (one per member but the root); a copy pair per delivery on the sender and per
+    // destination fragment on each member; a dep per Send, Unpack and Forward.
+    size_t ops_bound = static_cast<size_t>(num_ranks), slots_bound = 0, deps_bound = 0;
+    size_t copies_bound = local_copies.size();
     for (const Message& m : messages) {
       const size_t size = static_cast<size_t>(trees.Size(m.tree));
+      const size_t count = static_cast<size_t>(m.last - m.first);
       ops_bound += 2 + 3 * size;
       slots_bound += 1 + size;
+      deps_bound += 1 + 2 * size;
+      copies_bound += count * (1 + size);
     }
     plan.ops.reserve(ops_bound);
     plan.slots.reserve(slots_bound);
+    plan.dep_list.reserve(deps_bound);
+    plan.copies.reserve(copies_bound);
+    plan.copy_dims.reserve(4 * copies_bound);  // two dims: a shared shape and one strided side
   }
+  {
+    std::vector<int> rank_begin(num_ranks + 1, 0);
+    for (const LocalCopy& c : local_copies) ++rank_begin[c.rank + 1];
+    for (int r = 0; r < num_ranks; ++r) rank_begin[r + 1] += rank_begin[r];
+    std::vector<int> by_rank(local_copies.size());
+    std::vector<int> fill(rank_begin.begin(), rank_begin.end() - 1);
+    for (size_t i = 0; i < local_copies.size(); ++i) by_rank[fill[local_copies[i].rank]++] = static_cast<int>(i);
+    for (int r = 0; r < num_ranks; ++r) {
+      if (rank_begin[r] == rank_begin[r + 1]) continue;
+      Op op;
+      op.kind = OpKind::kCopy;
+      op.rank = r;
+      op.link = LinkClass::kSameRank;
+      op.copies_begin = static_cast<int>(plan.copies.size());
+      for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
+        const LocalCopy& c = local_copies[by_rank[k]];
+        const Box& box = inter.BoxOf(inter.pieces[c.piece]);
+        const Fragment& dst = destination.fragments[c.dst];
+        AppendBoxCopy(plan, FragmentSide(source, source.fragments[c.src], Space::kSource, box),
+                      FragmentSide(destination, dst, Space::kDestination, box), box);
+        op.bytes += box.Volume() * DTypeSize(destination.tensors[dst.tensor].dtype);
+      }
+      op.copies_end = static_cast<int>(plan.copies.size());
+      plan.AddOp(std::move(op));
+    }
+  }
+  // Appends `dep` to the plan's dep list as `op`'s only dependency.
+  auto depend_on = [&plan](Op& op, int dep) {
+    op.deps_begin = static_cast<int>(plan.dep_list.size());
+    plan.dep_list.push_back(dep);
+    op.deps_end = op.deps_begin + 1;
+  };
   int64_t next_message = 0;
   std::vector<int64_t> message_of;
   std::vector<int> child_begin, child_list, child_fill, recv_round;
@@ -538,7 +621,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, d0.box);
+      Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, box_of(d0));
       if (count == 1 && src0.IsContiguous()) {
         src0.dtype = DType::kUInt8;
         send.data = Region::Bytes(Space::kSource, src0.buffer, src0.offset, m.bytes);
@@ -549,16 +632,18 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         pack.rank = m.sender;
         pack.bytes = m.bytes;
         pack.round = round;
-        pack.copies.reserve(count);
+        pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
           const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
-          pack.copies.push_back({FragmentRegion(source, source.fragments[d.sender_frag], Space::kSource, d.box),
-                                 SlotRegion(slot, offset, dt, d.box)});
+          const Box& box = box_of(d);
+          AppendBoxCopy(plan, FragmentSide(source, source.fragments[d.sender_frag], Space::kSource, box),
+                        SlotSide(slot, offset, dt), box);
           offset += d.bytes;
         }
-        send.deps.push_back(plan.AddOp(std::move(pack)));
+        pack.copies_end = static_cast<int>(plan.copies.size());
+        depend_on(send, plan.AddOp(std::move(pack)));
         send.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
       }
     }
@@ -601,7 +686,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const FragmentGroup& g = inter.groups[piece0.group];
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, d0.box);
+          Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, box_of(d0));
           if (dst.IsContiguous()) {
             recv.data = Region::Bytes(Space::kDestination, dst.buffer, dst.offset, m.bytes);
             direct = true;
@@ -619,8 +704,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       unpack.kind = OpKind::kUnpack;
       unpack.rank = rank;
       unpack.round = recv_round[i];
-      unpack.deps.push_back(recv_id);
-      unpack.copies.reserve(count);
+      depend_on(unpack, recv_id);
+      unpack.copies_begin = static_cast<int>(plan.copies.size());
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[order[k]];
@@ -628,12 +713,14 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const DType dt = destination.tensors[g.dst_tensor].dtype;
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          unpack.copies.push_back({SlotRegion(slot, offset, dt, d.box),
-                                   FragmentRegion(destination, destination.fragments[*it], Space::kDestination, d.box)});
+          AppendBoxCopy(plan, SlotSide(slot, offset, dt),
+                        FragmentSide(destination, destination.fragments[*it], Space::kDestination, box_of(d)),
+                        box_of(d));
           unpack.bytes += d.bytes;
         }
         offset += d.bytes;
       }
+      unpack.copies_end = static_cast<int>(plan.copies.size());
       plan.AddOp(std::move(unpack));
       for (int c = 0; c < child_begin[i + 1] - child_begin[i]; ++c) {
         const int child = child_list[child_begin[i] + c];
@@ -646,7 +733,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         fwd.link = topology.Link(rank, fwd.peer);
         fwd.message = next_message++;
         fwd.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
-        fwd.deps.push_back(recv_id);
+        depend_on(fwd, recv_id);
         message_of[child] = fwd.message;
         recv_round[child] = fwd.round;
         plan.AddOp(std::move(fwd));
@@ -737,7 +824,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       if (best < 0 || load[r] < load[source.fragments[best].loc.rank]) best = f;
     }
     const int r = source.fragments[best].loc.rank;
-    load[r] += piece.box.Volume() * DTypeSize(destination.tensors[t].dtype);
+    load[r] += inter.BoxOf(piece).Volume() * DTypeSize(destination.tensors[t].dtype);
     items.push_back({bucket_of[t], r, static_cast<int>(p), best});
   }
   std::stable_sort(items.begin(), items.end(), [](const GatherItem& a, const GatherItem& b) {
@@ -759,7 +846,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     int64_t bytes = 0;
     int slot = -1, remote_slot = -1;
     if (holder != root) {
-      for (size_t k = i; k < j; ++k) bytes += inter.pieces[items[k].piece].box.Volume() *
+      for (size_t k = i; k < j; ++k) bytes += inter.BoxOf(inter.pieces[items[k].piece]).Volume() *
                                               DTypeSize(destination.tensors[inter.groups[inter.pieces[items[k].piece].group].dst_tensor].dtype);
       slot = plan.AddSlot(holder, bytes);
       remote_slot = plan.AddSlot(root, bytes);
@@ -768,15 +855,15 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     for (size_t k = i; k < j; ++k) {
       const Piece& piece = inter.pieces[items[k].piece];
       const int t = inter.groups[piece.group].dst_tensor;
-      const Region src = FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, piece.box);
-      const Region dst = bucket_region(t, root_slot[bucket], piece.box);
+      const Region src = FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, inter.BoxOf(piece));
+      const Region dst = bucket_region(t, root_slot[bucket], inter.BoxOf(piece));
       if (holder == root) {
         to_bucket.push_back({src, dst});
       } else {
         const DType dt = destination.tensors[t].dtype;
-        packs.push_back({src, SlotRegion(slot, offset, dt, piece.box)});
-        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, piece.box), dst});
-        offset += piece.box.Volume() * DTypeSize(dt);
+        packs.push_back({src, SlotRegion(slot, offset, dt, inter.BoxOf(piece))});
+        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, inter.BoxOf(piece)), dst});
+        offset += inter.BoxOf(piece).Volume() * DTypeSize(dt);
       }
     }
     if (holder == root) {
@@ -785,16 +872,14 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       copy.rank = root;
       copy.round = bucket;
       for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
-      copy.copies = std::move(to_bucket);
-      bucket_ready[bucket].push_back(plan.AddOp(std::move(copy)));
+      bucket_ready[bucket].push_back(plan.AddOp(std::move(copy), {}, to_bucket));
     } else {
       Op pack;
       pack.kind = OpKind::kPack;
       pack.rank = holder;
       pack.bytes = bytes;
       pack.round = bucket;
-      pack.copies = std::move(packs);
-      const int pack_id = plan.AddOp(std::move(pack));
+      const int pack_id = plan.AddOp(std::move(pack), {}, packs);
       Op send;
       send.kind = OpKind::kSend;
       send.rank = holder;
@@ -804,26 +889,24 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       send.link = topology.Link(holder, root);
       send.message = next_message++;
       send.data = Region::Bytes(Space::kStaging, slot, 0, bytes);
-      send.deps.push_back(pack_id);
-      if (last_send[holder] >= 0) send.deps.push_back(last_send[holder]);
+      std::vector<int> send_deps = {pack_id};
+      if (last_send[holder] >= 0) send_deps.push_back(last_send[holder]);
       Op recv = send;
       recv.kind = OpKind::kRecv;
       recv.rank = root;
       recv.peer = holder;
-      recv.deps.clear();
-      if (last_recv[holder] >= 0) recv.deps.push_back(last_recv[holder]);
+      std::vector<int> recv_deps;
+      if (last_recv[holder] >= 0) recv_deps.push_back(last_recv[holder]);
       recv.data = Region::Bytes(Space::kStaging, remote_slot, 0, bytes);
-      last_send[holder] = plan.AddOp(std::move(send));
-      const int recv_id = plan.AddOp(std::move(recv));
+      last_send[holder] = plan.AddOp(std::move(send), send_deps);
+      const int recv_id = plan.AddOp(std::move(recv), recv_deps);
       last_recv[holder] = recv_id;
       Op unpack;
       unpack.kind = OpKind::kUnpack;
       unpack.rank = root;
       unpack.bytes = bytes;
       unpack.round = bucket;
-      unpack.deps.push_back(recv_id);
-      unpack.copies = std::move(to_bucket);
-      bucket_ready[bucket].push_back(plan.AddOp(std::move(unpack)));
+      bucket_ready[bucket].push_back(plan.AddOp(std::move(unpack), {recv_id}, to_bucket));
     }
     i = j;
   }
@@ -862,12 +945,15 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
     if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
     return bucket_of[fa.tensor] < bucket_of[fb.tensor];
   });
-  auto unpack_for = [&](int rank, int bucket, int slot, std::vector<int> deps) {
+  // Adds the Unpack of `rank`'s fragments of `bucket` from staging slot `slot`, after `deps`,
+  // unless the rank has none.
+  std::vector<CopyPair> unpack_copies;
+  auto add_unpack = [&](int rank, int bucket, int slot, const std::vector<int>& deps) {
     Op unpack;
     unpack.kind = OpKind::kUnpack;
     unpack.rank = rank;
     unpack.round = bucket;
-    unpack.deps = std::move(deps);
+    unpack_copies.clear();
     auto lo = std::lower_bound(frag_order.begin(), frag_order.end(), std::make_pair(rank, bucket),
                                [&](int f, const std::pair<int, int>& key) {
                                  const Fragment& fr = destination.fragments[f];
@@ -877,20 +963,17 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       const Fragment& f = destination.fragments[*it];
       if (f.loc.rank != rank || bucket_of[f.tensor] != bucket) break;
       if (f.box.Empty()) continue;
-      unpack.copies.push_back({bucket_region(f.tensor, slot, f.box),
+      unpack_copies.push_back({bucket_region(f.tensor, slot, f.box),
                                FragmentRegion(destination, f, Space::kDestination, f.box)});
-      unpack.bytes += unpack.copies.back().to.NumBytes();
+      unpack.bytes += unpack_copies.back().to.NumBytes();
     }
-    return unpack;
+    if (!unpack_copies.empty()) plan.AddOp(std::move(unpack), deps, unpack_copies);
   };
   int64_t chunk_counter = 0;  // chunks of all buckets so far: picks the channel
   std::map<int, int> slot_of;            // rank -> its slot for the current bucket
   std::map<int, std::vector<int>> recvs;  // rank -> its Recv ops of the current bucket
   for (int b = 0; b < num_buckets; ++b) {
-    if (root_is_destination) {
-      Op own = unpack_for(root, b, root_slot[b], bucket_ready[b]);
-      if (!own.copies.empty()) plan.AddOp(std::move(own));
-    }
+    if (root_is_destination) add_unpack(root, b, root_slot[b], bucket_ready[b]);
     slot_of.clear();
     recvs.clear();
     for (const std::vector<int>& members : node_members) {
@@ -914,11 +997,6 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
         send.message = next_message++;
         const int from_slot = from == root ? root_slot[b] : slot_of[from];
         send.data = Region::Bytes(Space::kStaging, from_slot, offset, bytes);
-        if (from == root) {
-          send.deps = bucket_ready[b];
-        } else {
-          send.deps = {from_recv};
-        }
         Op recv;
         recv.kind = OpKind::kRecv;
         recv.rank = to;
@@ -928,7 +1006,11 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
         recv.link = send.link;
         recv.message = send.message;
         recv.data = Region::Bytes(Space::kStaging, slot_of[to], offset, bytes);
-        plan.AddOp(std::move(send));
+        if (from == root) {
+          plan.AddOp(std::move(send), bucket_ready[b]);
+        } else {
+          plan.AddOp(std::move(send), {from_recv});
+        }
         const int recv_id = plan.AddOp(std::move(recv));
         recvs[to].push_back(recv_id);
         return recv_id;
@@ -951,10 +1033,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       }
     }
     for (const std::vector<int>& members : node_members) {
-      for (int rank : members) {
-        Op unpack = unpack_for(rank, b, slot_of[rank], recvs[rank]);
-        if (!unpack.copies.empty()) plan.AddOp(std::move(unpack));
-      }
+      for (int rank : members) add_unpack(rank, b, slot_of[rank], recvs[rank]);
     }
   }
 

@@ -49,7 +49,10 @@ std::string PlanToJson(const TransferPlan& plan, int indent) {
     o["rank"] = op.rank;
     o["round"] = op.round;
     o["bytes"] = op.bytes;
-    if (!op.deps.empty()) o["deps"] = op.deps;
+    if (op.NumDeps() > 0) {
+      const std::span<const int> deps = plan.Deps(op);
+      o["deps"] = std::vector<int>(deps.begin(), deps.end());
+    }
     switch (op.kind) {
       case OpKind::kSend:
       case OpKind::kForward:
@@ -61,7 +64,7 @@ std::string PlanToJson(const TransferPlan& plan, int indent) {
         break;
       default: {
         Json copies = Json::array();
-        for (const CopyPair& c : op.copies) {
+        for (const CopyPair& c : plan.Copies(op)) {
           copies.push_back(Json{{"from", RegionJson(c.from)}, {"to", RegionJson(c.to)}});
         }
         o["copies"] = std::move(copies);
@@ -120,7 +123,7 @@ std::string PlanToDot(const TransferPlan& plan) {
     out += "  }\n";
   }
   for (const Op& op : plan.ops) {
-    for (int dep : op.deps) {
+    for (int dep : plan.Deps(op)) {
       out += "  op" + std::to_string(dep) + " -> op" + std::to_string(op.id) + ";\n";
     }
   }

@@ -60,6 +60,141 @@ int TransferPlan::AddOp(Op op) {
   return ops.back().id;
 }
 
+int TransferPlan::AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& pairs) {
+  const int id = AddOp(std::move(op));
+  SetDeps(id, deps);
+  SetCopies(id, pairs);
+  return id;
+}
+
+void TransferPlan::SetDeps(int id, const std::vector<int>& deps) {
+  Op& op = ops[id];
+  op.deps_begin = static_cast<int>(dep_list.size());
+  dep_list.insert(dep_list.end(), deps.begin(), deps.end());
+  op.deps_end = static_cast<int>(dep_list.size());
+}
+
+void TransferPlan::SetCopies(int id, const std::vector<CopyPair>& pairs) {
+  const int begin = static_cast<int>(copies.size());
+  for (const CopyPair& c : pairs) AppendCopy(c.from, c.to);
+  ops[id].copies_begin = begin;
+  ops[id].copies_end = static_cast<int>(copies.size());
+}
+
+namespace {
+
+// True when `r`'s strides are the row-major strides of its shape, as a dense side stores them.
+bool HasDenseStrides(const Region& r, int ndim) {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (r.strides[d] != stride) return false;
+    stride *= std::max<int64_t>(1, r.shape[d]);
+  }
+  return true;
+}
+
+void SetDenseStrides(Region& r, int ndim) {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    r.strides[d] = stride;
+    stride *= std::max<int64_t>(1, r.shape[d]);
+  }
+}
+
+// Number of stored dims of a region with `ndim` dims.
+int StoredDims(int ndim) { return std::clamp(ndim, 0, kMaxDims); }
+
+}  // namespace
+
+void TransferPlan::AppendCopy(const Region& from, const Region& to) {
+  PackedCopy p;
+  p.from_offset = from.offset;
+  p.to_offset = to.offset;
+  p.dims = static_cast<int64_t>(copy_dims.size());
+  p.from_buffer = from.buffer;
+  p.to_buffer = to.buffer;
+  p.from_space = from.space;
+  p.to_space = to.space;
+  p.from_dtype = from.dtype;
+  p.to_dtype = to.dtype;
+  p.from_ndim = static_cast<int8_t>(std::clamp(from.ndim, -1, kMaxDims + 1));
+  p.to_ndim = static_cast<int8_t>(std::clamp(to.ndim, -1, kMaxDims + 1));
+  const int fn = StoredDims(from.ndim), tn = StoredDims(to.ndim);
+  bool shared = fn == tn;
+  for (int d = 0; shared && d < fn; ++d) shared = from.shape[d] == to.shape[d];
+  const bool from_dense = HasDenseStrides(from, fn), to_dense = HasDenseStrides(to, tn);
+  p.flags = static_cast<uint8_t>((shared ? PackedCopy::kSharedShape : 0) |
+                                 (from_dense ? PackedCopy::kFromDense : 0) |
+                                 (to_dense ? PackedCopy::kToDense : 0));
+  const size_t used = static_cast<size_t>(fn + (shared ? 0 : tn) + (from_dense ? 0 : fn) + (to_dense ? 0 : tn));
+  copy_dims.resize(copy_dims.size() + used);
+  int64_t* out = copy_dims.data() + p.dims;
+  out = std::copy(from.shape.begin(), from.shape.begin() + fn, out);
+  if (!shared) out = std::copy(to.shape.begin(), to.shape.begin() + tn, out);
+  if (!from_dense) out = std::copy(from.strides.begin(), from.strides.begin() + fn, out);
+  if (!to_dense) std::copy(to.strides.begin(), to.strides.begin() + tn, out);
+  copies.push_back(p);
+}
+
+void TransferPlan::AppendCopy(PackedCopy p, int ndim, const int64_t* shape,
+                              const int64_t* from_strides, const int64_t* to_strides) {
+  p.from_ndim = p.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
+  p.flags = static_cast<uint8_t>(PackedCopy::kSharedShape |
+                                 (from_strides == nullptr ? PackedCopy::kFromDense : 0) |
+                                 (to_strides == nullptr ? PackedCopy::kToDense : 0));
+  p.dims = static_cast<int64_t>(copy_dims.size());
+  const int n = StoredDims(ndim);
+  for (int d = 0; d < n; ++d) copy_dims.push_back(shape[d]);
+  if (from_strides != nullptr) {
+    for (int d = 0; d < n; ++d) copy_dims.push_back(from_strides[d]);
+  }
+  if (to_strides != nullptr) {
+    for (int d = 0; d < n; ++d) copy_dims.push_back(to_strides[d]);
+  }
+  copies.push_back(p);
+}
+
+CopyPair TransferPlan::Copy(int index) const {
+  const PackedCopy& p = copies[index];
+  CopyPair c;
+  c.from.space = p.from_space;
+  c.from.buffer = p.from_buffer;
+  c.from.offset = p.from_offset;
+  c.from.dtype = p.from_dtype;
+  c.from.ndim = p.from_ndim;
+  c.to.space = p.to_space;
+  c.to.buffer = p.to_buffer;
+  c.to.offset = p.to_offset;
+  c.to.dtype = p.to_dtype;
+  c.to.ndim = p.to_ndim;
+  const int fn = StoredDims(p.from_ndim), tn = StoredDims(p.to_ndim);
+  const int64_t* dims = copy_dims.data() + p.dims;
+  std::copy(dims, dims + fn, c.from.shape.begin());
+  dims += fn;
+  if (p.flags & PackedCopy::kSharedShape) {
+    std::copy(c.from.shape.begin(), c.from.shape.begin() + tn, c.to.shape.begin());
+  } else {
+    std::copy(dims, dims + tn, c.to.shape.begin());
+    dims += tn;
+  }
+  if (p.flags & PackedCopy::kFromDense) {
+    SetDenseStrides(c.from, fn);
+  } else {
+    std::copy(dims, dims + fn, c.from.strides.begin());
+    dims += fn;
+  }
+  if (p.flags & PackedCopy::kToDense) {
+    SetDenseStrides(c.to, tn);
+  } else {
+    std::copy(dims, dims + tn, c.to.strides.begin());
+  }
+  return c;
+}
+
+CopyPair CopyRange::Iterator::operator*() const { return plan_->Copy(index_); }
+
+CopyPair CopyRange::operator[](int i) const { return plan_->Copy(begin_ + i); }
+
 int TransferPlan::AddSlot(int rank, int64_t bytes) {
   slots.push_back({rank, bytes});
   return static_cast<int>(slots.size()) - 1;

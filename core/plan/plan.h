@@ -1,6 +1,6 @@
 // TransferPlan: the transport-agnostic DAG the planner emits and the executor runs.
 //
-// A plan is a list of per-rank ops. Ops on one rank are ordered by `deps` (ids of ops on the same
+// A plan is a list of per-rank ops. Ops on one rank are ordered by their deps (ids of ops on the same
 // rank); across ranks, a Send/Forward is matched with the Recv that carries the same `message`.
 // Memory is named, never addressed: a Region points into a source-layout buffer, a
 // destination-layout buffer, or a staging slot, by index; the executor maps those to real memory
@@ -14,11 +14,18 @@
 //   Convert  like Copy/Unpack, with a dtype change (from.dtype != to.dtype)
 //   Forward  relays a received staging slot to the next peer (a Send whose data came by Recv)
 //
+// Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
+// Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two
+// per op. Copy pairs are stored packed (PackedCopy: the shape once when both sides share it, no
+// strides for a dense row-major side, only ndim entries per array) and unpacked into CopyPair
+// values when read; a typical pair takes ~70 bytes instead of ~300.
+//
 // Plans are plain values; building one is single-threaded, reading one is thread-safe.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,6 +73,66 @@ struct CopyPair {
   Region to;  // same shape (element count per dim) as `from`
 };
 
+// A CopyPair as TransferPlan stores it. Its dims live in TransferPlan::copy_dims from `dims`:
+// from's shape (from_ndim values), to's shape unless kSharedShape, from's strides unless
+// kFromDense, to's strides unless kToDense. A dense side has the row-major strides of its shape
+// (stride[d] = product over e > d of max(1, shape[e])). Arrays have max(0, min(ndim, kMaxDims))
+// values.
+struct PackedCopy {
+  static constexpr uint8_t kSharedShape = 1, kFromDense = 2, kToDense = 4;
+  int64_t from_offset = 0;
+  int64_t to_offset = 0;
+  int64_t dims = 0;
+  int from_buffer = 0;
+  int to_buffer = 0;
+  Space from_space = Space::kStaging;
+  Space to_space = Space::kStaging;
+  DType from_dtype = DType::kUInt8;
+  DType to_dtype = DType::kUInt8;
+  int8_t from_ndim = 0;  // an ndim outside [0, kMaxDims] is kept as -1 or kMaxDims + 1 (invalid)
+  int8_t to_ndim = 0;
+  uint8_t flags = 0;
+};
+
+class TransferPlan;
+
+// The copy pairs of one op, unpacked on the fly: `for (const CopyPair& c : plan.Copies(op))`.
+class CopyRange {
+ public:
+  class Iterator {
+   public:
+    using value_type = CopyPair;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Iterator(const TransferPlan* plan, int index) : plan_(plan), index_(index) {}
+    CopyPair operator*() const;
+    Iterator& operator++() {
+      ++index_;
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator old = *this;
+      ++index_;
+      return old;
+    }
+    friend bool operator==(const Iterator& a, const Iterator& b) { return a.index_ == b.index_; }
+
+   private:
+    const TransferPlan* plan_ = nullptr;
+    int index_ = 0;
+  };
+  CopyRange(const TransferPlan* plan, int begin, int end) : plan_(plan), begin_(begin), end_(end) {}
+  Iterator begin() const { return {plan_, begin_}; }
+  Iterator end() const { return {plan_, end_}; }
+  int size() const { return end_ - begin_; }
+  bool empty() const { return begin_ == end_; }
+  CopyPair operator[](int i) const;
+
+ private:
+  const TransferPlan* plan_;
+  int begin_, end_;
+};
+
 // A contiguous scratch buffer on one rank, used by Pack/Send/Recv/Forward/Unpack. The executor
 // allocates it when the first op using it starts and frees it after the last one finishes.
 struct StagingSlot {
@@ -82,9 +149,14 @@ struct Op {
   int64_t bytes = 0;                    // payload bytes moved by this op
   LinkClass link = LinkClass::kSameRank;
   int round = 0;                        // scheduling round (lower first)
-  std::vector<int> deps;                // ops on the same rank that must complete first
-  std::vector<CopyPair> copies;         // Copy/Pack/Unpack/Convert
+  // Ops on the same rank that must complete first: TransferPlan::dep_list[deps_begin, deps_end).
+  int deps_begin = 0, deps_end = 0;
+  // Copy/Pack/Unpack/Convert: TransferPlan::copies[copies_begin, copies_end).
+  int copies_begin = 0, copies_end = 0;
   Region data;                          // Send/Forward: what is sent; Recv: where it lands
+
+  int NumDeps() const { return deps_end - deps_begin; }
+  int NumCopies() const { return copies_end - copies_begin; }
 };
 
 struct TransferPlan {
@@ -94,9 +166,34 @@ struct TransferPlan {
   std::vector<BufferSpec> destination_buffers;
   std::vector<StagingSlot> slots;
   std::vector<Op> ops;
+  std::vector<int> dep_list;        // every op's deps, each op's a range (Op::deps_begin/end)
+  std::vector<PackedCopy> copies;  // every op's copy pairs, each op's a range
+  std::vector<int64_t> copy_dims;   // the packed copies' shapes and strides
 
-  // Appends an op, assigning its id.
+  // An op's deps and copy pairs. The span and range stay valid until the lists grow.
+  std::span<const int> Deps(const Op& op) const {
+    return {dep_list.data() + op.deps_begin, dep_list.data() + op.deps_end};
+  }
+  CopyRange Copies(const Op& op) const { return {this, op.copies_begin, op.copies_end}; }
+  // Copy pair `index` of `copies`, unpacked.
+  CopyPair Copy(int index) const;
+  // Packs a copy pair onto the end of `copies` (an op's pairs must be appended consecutively).
+  void AppendCopy(const Region& from, const Region& to);
+  // The same for a pair whose sides share `shape` (`ndim` values), without building Regions:
+  // `header` gives the offsets, buffers, spaces and dtypes (its ndims, flags and dims are set
+  // here); `from_strides` / `to_strides` are a side's `ndim` strides, or null for a dense side.
+  void AppendCopy(PackedCopy header, int ndim, const int64_t* shape, const int64_t* from_strides,
+                  const int64_t* to_strides);
+
+  // Appends an op, assigning its id; its dep and copy ranges are taken as set (the caller
+  // appended them with dep_list.push_back / AppendCopy).
   int AddOp(Op op);
+  // Appends an op with these deps and copy pairs (appended to the lists), assigning its id.
+  int AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& pairs = {});
+  // Replaces op `id`'s deps or copy pairs (the new ones are appended; the old entries stay in
+  // the lists, unreferenced). For tools and tests that edit a plan.
+  void SetDeps(int id, const std::vector<int>& deps);
+  void SetCopies(int id, const std::vector<CopyPair>& pairs);
   // Appends a staging slot on `rank`; returns its index.
   int AddSlot(int rank, int64_t bytes);
   // Op ids executed by `rank`, in plan order (which respects deps).

@@ -42,7 +42,7 @@ PlanStats ComputePlanStats(const TransferPlan& plan, const Topology& topology,
       case OpKind::kPack:
       case OpKind::kUnpack: {
         int64_t bytes = 0;
-        for (const CopyPair& c : op.copies) bytes += c.to.NumBytes();
+        for (const CopyPair& c : plan.Copies(op)) bytes += c.to.NumBytes();
         local[op.rank] += bytes;
         if (op.kind == OpKind::kPack) s.pack_bytes += bytes;
         if (op.kind == OpKind::kUnpack) s.unpack_bytes += bytes;
@@ -111,7 +111,7 @@ PlanStats ComputePlanStats(const TransferPlan& plan, const Topology& topology,
   std::vector<std::vector<int>> successors(num_ops);
   std::vector<int> indegree(num_ops, 0);
   for (const Op& op : plan.ops) {
-    for (int dep : op.deps) {
+    for (int dep : plan.Deps(op)) {
       if (dep >= 0 && dep < num_ops) {
         successors[dep].push_back(op.id);
         ++indegree[op.id];

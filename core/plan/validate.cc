@@ -192,7 +192,20 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
     if (op.rank < 0 || op.rank >= n) {
       return InvalidArgument(OpName(op) + ": rank outside [0, " + std::to_string(n) + ")");
     }
-    for (int dep : op.deps) {
+    if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
+        op.deps_end > static_cast<int>(plan.dep_list.size())) {
+      return InvalidArgument(OpName(op) + ": deps range [" + std::to_string(op.deps_begin) + ", " +
+                             std::to_string(op.deps_end) + ") is outside the plan's dep list (" +
+                             std::to_string(plan.dep_list.size()) + ")");
+    }
+    if (op.copies_begin < 0 || op.copies_begin > op.copies_end ||
+        op.copies_end > static_cast<int>(plan.copies.size())) {
+      return InvalidArgument(OpName(op) + ": copies range [" + std::to_string(op.copies_begin) +
+                             ", " + std::to_string(op.copies_end) +
+                             ") is outside the plan's copy list (" +
+                             std::to_string(plan.copies.size()) + ")");
+    }
+    for (int dep : plan.Deps(op)) {
       if (dep < 0 || dep >= num_ops || dep == i) {
         return InvalidArgument(OpName(op) + ": dependency " + std::to_string(dep) + " is not an op");
       }
@@ -206,7 +219,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
       case OpKind::kPack:
       case OpKind::kUnpack:
       case OpKind::kConvert:
-        for (const CopyPair& c : op.copies) {
+        for (const CopyPair& c : plan.Copies(op)) {
           FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.from, "copy source"));
           FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.to, "copy target"));
           if (c.from.NumElements() != c.to.NumElements()) {
@@ -283,8 +296,8 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
 
   // Acyclic (Kahn).
   for (const Op& op : plan.ops) {
-    indegree[op.id] += static_cast<int>(op.deps.size());
-    for (int dep : op.deps) successors[dep].push_back(op.id);
+    indegree[op.id] += op.NumDeps();
+    for (int dep : plan.Deps(op)) successors[dep].push_back(op.id);
   }
   std::vector<int> ready;
   for (int i = 0; i < num_ops; ++i) {
@@ -312,7 +325,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
       if (op.data.space == Space::kDestination) AppendBufferRuns(op.data, op.id, written, scratch);
       continue;
     }
-    for (const CopyPair& c : op.copies) {
+    for (const CopyPair& c : plan.Copies(op)) {
       if (c.to.space == Space::kDestination) AppendBufferRuns(c.to, op.id, written, scratch);
     }
   }

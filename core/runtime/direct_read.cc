@@ -78,7 +78,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     if (op.kind == OpKind::kRecv && op.message >= 0 && recv_of_message[op.message] < 0) {
       recv_of_message[op.message] = op.id;
     }
-    for (int dep : op.deps) {
+    for (int dep : plan.Deps(op)) {
       if (dep < 0 || dep >= num_ops) continue;
       ++dependents[dep];
       only_dependent[dep] = op.id;
@@ -91,7 +91,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     if (recv_id < 0) continue;
     const Op& recv = plan.ops[recv_id];
     if (send.rank != rank && recv.rank != rank) continue;
-    if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || !recv.deps.empty() ||
+    if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || recv.NumDeps() != 0 ||
         recv.bytes != send.bytes || send.data.NumBytes() != recv.data.NumBytes()) {
       continue;
     }
@@ -104,13 +104,13 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     d.bytes = send.data.NumBytes();
     // Sender side: one contiguous source region, or the Pack that fills the sent slot.
     std::vector<Span> from;
-    if (send.deps.empty() && send.data.space == Space::kSource) {
+    if (send.NumDeps() == 0 && send.data.space == Space::kSource) {
       from.push_back({0, send.data, send.data});
-    } else if (send.deps.size() == 1 && send.data.space == Space::kStaging && send.data.offset == 0) {
-      const Op& pack = plan.ops[send.deps[0]];
-      if (pack.kind != OpKind::kPack || !pack.deps.empty() || dependents[pack.id] != 1) continue;
+    } else if (send.NumDeps() == 1 && send.data.space == Space::kStaging && send.data.offset == 0) {
+      const Op& pack = plan.ops[plan.Deps(send)[0]];
+      if (pack.kind != OpKind::kPack || pack.NumDeps() != 0 || dependents[pack.id] != 1) continue;
       bool ok = true;
-      for (const CopyPair& c : pack.copies) {
+      for (const CopyPair& c : plan.Copies(pack)) {
         ok = ok && c.from.space == Space::kSource && c.to.space == Space::kStaging &&
              c.to.buffer == send.data.buffer && c.to.IsContiguous() && SameShape(c.from, c.to);
         from.push_back({c.to.offset, c.from, c.to});
@@ -126,9 +126,9 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       to.push_back({0, recv.data, recv.data});
     } else if (recv.data.space == Space::kStaging && recv.data.offset == 0 && dependents[recv.id] == 1) {
       const Op& unpack = plan.ops[only_dependent[recv.id]];
-      if (unpack.kind != OpKind::kUnpack || unpack.deps.size() != 1) continue;
+      if (unpack.kind != OpKind::kUnpack || unpack.NumDeps() != 1) continue;
       bool ok = true;
-      for (const CopyPair& c : unpack.copies) {
+      for (const CopyPair& c : plan.Copies(unpack)) {
         ok = ok && c.from.space == Space::kStaging && c.from.buffer == recv.data.buffer &&
              c.to.space == Space::kDestination && c.from.IsContiguous() && SameShape(c.from, c.to);
         to.push_back({c.from.offset, c.to, c.from});
@@ -201,11 +201,11 @@ uint64_t PlanFingerprint(const TransferPlan& plan) {
         static_cast<uint64_t>(op.peer + 1));
     mix(static_cast<uint64_t>(op.message));
     mix(static_cast<uint64_t>(op.bytes));
-    mix((op.deps.size() << 32) ^ op.copies.size());
+    mix((static_cast<uint64_t>(op.NumDeps()) << 32) ^ static_cast<uint64_t>(op.NumCopies()));
     mix(static_cast<uint64_t>(op.data.offset) ^ (static_cast<uint64_t>(op.data.buffer) << 40));
-    if (!op.copies.empty()) {
-      mix(static_cast<uint64_t>(op.copies.front().from.offset));
-      mix(static_cast<uint64_t>(op.copies.back().to.offset));
+    if (op.NumCopies() > 0) {
+      mix(static_cast<uint64_t>(plan.copies[op.copies_begin].from_offset));
+      mix(static_cast<uint64_t>(plan.copies[op.copies_end - 1].to_offset));
     }
   }
   return h;

@@ -317,7 +317,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   int64_t largest_slot = 0, total_slots = 0;
   for (int i = 0; i < n; ++i) {
     const Op& op = plan.ops[ids[i]];
-    for (int dep : op.deps) {
+    for (int dep : plan.Deps(op)) {
       auto it = local.find(dep);
       if (it == local.end() || it->second >= i) {
         return InvalidArgument("op " + std::to_string(op.id) + " depends on op " +
@@ -328,7 +328,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       dependents[it->second].push_back(i);
     }
     if (role[i] != Role::kStaged) continue;  // direct reads use no staging
-    for (const CopyPair& pair : op.copies) {
+    for (const CopyPair& pair : plan.Copies(op)) {
       AddSlotRefs(pair.from, slots_of[i]);
       AddSlotRefs(pair.to, slots_of[i]);
     }
@@ -544,11 +544,11 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     const Op& op = plan.ops[ids[i]];
     auto& geos = geometries[i];
     geos.clear();
-    geos.reserve(op.copies.size());
+    geos.reserve(static_cast<size_t>(op.NumCopies()));
     std::vector<Ends> ends;
-    ends.reserve(op.copies.size());
+    ends.reserve(static_cast<size_t>(op.NumCopies()));
     int64_t bytes = 0;
-    for (const CopyPair& pair : op.copies) {
+    for (const CopyPair& pair : plan.Copies(op)) {
       FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
       if (op.kind != OpKind::kConvert && pair.from.dtype != pair.to.dtype) {
         return InvalidArgument("dtype changes only in convert ops");

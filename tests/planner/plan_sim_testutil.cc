@@ -101,7 +101,7 @@ Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Lay
     bool progress = false;
     for (const Op& op : plan.ops) {
       if (done[op.id]) continue;
-      bool ready = std::all_of(op.deps.begin(), op.deps.end(), [&](int d) { return done[d] != 0; });
+      bool ready = std::ranges::all_of(plan.Deps(op), [&](int d) { return done[d] != 0; });
       if (!ready) continue;
       if (op.kind == OpKind::kRecv && !in_flight.count(op.message)) continue;
       switch (op.kind) {
@@ -109,7 +109,7 @@ Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Lay
         case OpKind::kPack:
         case OpKind::kUnpack:
         case OpKind::kConvert:
-          for (const CopyPair& c : op.copies) {
+          for (const CopyPair& c : plan.Copies(op)) {
             ElementOffsets(c.from, from);
             ElementOffsets(c.to, to);
             const int64_t esize = DTypeSize(c.from.dtype);

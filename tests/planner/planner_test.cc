@@ -172,8 +172,8 @@ TEST(PlannerBaseline, BroadcastIsPipelinedInChunksOverEveryRail) {
     ++forwards;
     EXPECT_LE(op.bytes, options.broadcast_chunk_bytes);
     // A Forward relays a chunk it received: it depends on exactly that Recv.
-    ASSERT_EQ(op.deps.size(), 1u);
-    EXPECT_EQ(gb->plan.ops[op.deps[0]].kind, OpKind::kRecv);
+    ASSERT_EQ(op.NumDeps(), 1);
+    EXPECT_EQ(gb->plan.ops[gb->plan.Deps(op)[0]].kind, OpKind::kRecv);
     if (p.topology.Link(op.rank, op.peer) == LinkClass::kNetwork) {
       leader_rails.insert(p.topology.ranks[op.rank].local_device);
       EXPECT_EQ(p.topology.ranks[op.rank].local_device, p.topology.ranks[op.peer].local_device);

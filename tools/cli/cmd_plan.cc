@@ -24,7 +24,7 @@ namespace {
 int64_t CountTransfers(const TransferPlan& plan) {
   int64_t n = 0;
   for (const Op& op : plan.ops) {
-    for (const CopyPair& c : op.copies) n += c.from.space == Space::kSource ? 1 : 0;
+    for (const CopyPair& c : plan.Copies(op)) n += c.from.space == Space::kSource ? 1 : 0;
     if (op.kind == OpKind::kSend && op.data.space == Space::kSource) ++n;
   }
   return n;

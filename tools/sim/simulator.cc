@@ -309,7 +309,11 @@ Status Engine::Prepare() {
                              " outside [0, " + std::to_string(plan_.num_ranks) + ")");
     }
     if (op.bytes < 0) return InvalidArgument(where + " has negative bytes");
-    for (int d : op.deps) {
+    if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
+        op.deps_end > static_cast<int>(plan_.dep_list.size())) {
+      return InvalidArgument(where + " has deps outside the plan's dep list");
+    }
+    for (int d : plan_.Deps(op)) {
       if (d < 0 || d >= n || d == i) {
         return InvalidArgument(where + " depends on invalid op " + std::to_string(d));
       }
@@ -320,7 +324,7 @@ Status Engine::Prepare() {
       }
       ++count[d];
     }
-    pending_[i] = static_cast<int>(op.deps.size());
+    pending_[i] = op.NumDeps();
     if (IsMessageOp(op.kind)) {
       if (op.peer < 0 || op.peer >= plan_.num_ranks) {
         return InvalidArgument(where + " has invalid peer " + std::to_string(op.peer));
@@ -366,7 +370,7 @@ Status Engine::Prepare() {
   dependents_.assign(dependents_begin_[n], 0);
   std::vector<int> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
   for (int i = 0; i < n; ++i) {
-    for (int d : plan_.ops[i].deps) dependents_[fill[d]++] = i;
+    for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
   }
   return Status::Ok();
 }

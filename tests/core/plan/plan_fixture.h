@@ -42,10 +42,9 @@ inline TinyPlan MakeTinyPlan() {
   unpack.kind = OpKind::kUnpack;
   unpack.rank = 1;
   unpack.bytes = 16;
-  unpack.deps = {t.recv};
-  unpack.copies.push_back({Region::Bytes(Space::kStaging, slot, 0, 16),
-                           Region::Bytes(Space::kDestination, 0, 0, 16)});
-  t.unpack = t.plan.AddOp(unpack);
+  t.unpack = t.plan.AddOp(unpack, {t.recv},
+                          {{Region::Bytes(Space::kStaging, slot, 0, 16),
+                            Region::Bytes(Space::kDestination, 0, 0, 16)}});
   return t;
 }
 

@@ -21,14 +21,17 @@ TEST(ValidatePlan, AcceptsTinyPlan) {
 
 TEST(ValidatePlan, RejectsMissingWrite) {
   TinyPlan t = MakeTinyPlan();
-  t.plan.ops[t.unpack].copies[0].from.shape[0] = 12;
-  t.plan.ops[t.unpack].copies[0].to.shape[0] = 12;
+  CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];
+  c.from.shape[0] = 12;
+  c.to.shape[0] = 12;
+  t.plan.SetCopies(t.unpack, {c});
   ExpectInvalid(t, "never written");
 }
 
 TEST(ValidatePlan, RejectsDoubleWrite) {
   TinyPlan t = MakeTinyPlan();
-  t.plan.ops[t.unpack].copies.push_back(t.plan.ops[t.unpack].copies[0]);
+  const CopyPair first = t.plan.Copies(t.plan.ops[t.unpack])[0];
+  t.plan.SetCopies(t.unpack, {first, first});
   ExpectInvalid(t, "written twice");
 }
 
@@ -44,16 +47,27 @@ TEST(ValidatePlan, RejectsUnmatchedRecvAndSizeMismatch) {
 
 TEST(ValidatePlan, RejectsCycleAndForeignDeps) {
   TinyPlan t = MakeTinyPlan();
-  t.plan.ops[t.recv].deps = {t.unpack};
+  t.plan.SetDeps(t.recv, {t.unpack});
   ExpectInvalid(t, "cycle");
   TinyPlan u = MakeTinyPlan();
-  u.plan.ops[u.unpack].deps = {u.send};
+  u.plan.SetDeps(u.unpack, {u.send});
   ExpectInvalid(u, "another rank");
+}
+
+TEST(ValidatePlan, RejectsDepAndCopyRangesOutsideThePlanLists) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.ops[t.unpack].copies_end = static_cast<int>(t.plan.copies.size()) + 1;
+  ExpectInvalid(t, "outside the plan's copy list");
+  TinyPlan u = MakeTinyPlan();
+  u.plan.ops[u.unpack].deps_begin = -1;
+  ExpectInvalid(u, "outside the plan's dep list");
 }
 
 TEST(ValidatePlan, RejectsOutOfRangeRegionsAndRanks) {
   TinyPlan t = MakeTinyPlan();
-  t.plan.ops[t.unpack].copies[0].to.offset = 4;
+  CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];
+  c.to.offset = 4;
+  t.plan.SetCopies(t.unpack, {c});
   ExpectInvalid(t, "outside");
   TinyPlan u = MakeTinyPlan();
   u.plan.num_ranks = 1;

@@ -30,20 +30,20 @@ TransferPlan PackedPlan(LinkClass link) {
   plan.destination_buffers = {{1, "left", 4 * 4 * 4}, {1, "right", 4 * 4 * 4}};
   const int send_slot = plan.AddSlot(0, 128), recv_slot = plan.AddSlot(1, 128);
   Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 128};
-  pack.copies = {{Matrix(Space::kSource, 0, 0, 4, 4, 8), Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
-                 {Matrix(Space::kSource, 0, 16, 4, 4, 8), Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}};
-  const int pack_id = plan.AddOp(pack);
-  Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 7, .bytes = 128, .link = link,
-          .deps = {pack_id}};
+  const int pack_id = plan.AddOp(
+      pack, {},
+      {{Matrix(Space::kSource, 0, 0, 4, 4, 8), Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
+       {Matrix(Space::kSource, 0, 16, 4, 4, 8), Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
+  Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 7, .bytes = 128, .link = link};
   send.data = Region::Bytes(Space::kStaging, send_slot, 0, 128);
-  plan.AddOp(send);
+  plan.AddOp(send, {pack_id});
   Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 7, .bytes = 128, .link = link};
   recv.data = Region::Bytes(Space::kStaging, recv_slot, 0, 128);
   const int recv_id = plan.AddOp(recv);
-  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128, .deps = {recv_id}};
-  unpack.copies = {{Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
-                   {Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Matrix(Space::kDestination, 0, 0, 4, 4, 4)}};
-  plan.AddOp(unpack);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
+  plan.AddOp(unpack, {recv_id},
+             {{Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
+              {Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
   return plan;
 }
 
@@ -103,18 +103,18 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
           .link = LinkClass::kSameNode};
   recv.data = Region::Bytes(Space::kStaging, slot, 0, 128);
   const int recv_id = plan.AddOp(recv);
-  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128, .deps = {recv_id}};
-  unpack.copies = {{Matrix(Space::kStaging, slot, 0, 4, 8, 8), Matrix(Space::kDestination, 0, 256, 4, 8, 16)}};
-  plan.AddOp(unpack);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
+  plan.AddOp(unpack, {recv_id},
+             {{Matrix(Space::kStaging, slot, 0, 4, 8, 8), Matrix(Space::kDestination, 0, 256, 4, 8, 16)}});
   // And a message received straight into destination bytes, packed from two rows.
   const int send_slot = plan.AddSlot(0, 64);
   Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 64};
-  pack.copies = {{Matrix(Space::kSource, 0, 0, 2, 8, 16), Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}};
-  const int pack_id = plan.AddOp(pack);
+  const int pack_id = plan.AddOp(
+      pack, {}, {{Matrix(Space::kSource, 0, 0, 2, 8, 16), Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}});
   Op send2{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = 64,
-           .link = LinkClass::kSameNode, .deps = {pack_id}};
+           .link = LinkClass::kSameNode};
   send2.data = Region::Bytes(Space::kStaging, send_slot, 0, 64);
-  plan.AddOp(send2);
+  plan.AddOp(send2, {pack_id});
   Op recv2{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = 64,
            .link = LinkClass::kSameNode};
   recv2.data = Region::Bytes(Space::kDestination, 0, 2048, 64);
@@ -143,14 +143,16 @@ TEST(DirectReadTest, RelayedAndMismatchedMessagesKeepTheStagedPath) {
   TransferPlan relayed = PackedPlan(LinkClass::kSameNode);
   relayed.num_ranks = 3;
   Op forward{.kind = OpKind::kForward, .rank = 1, .peer = 2, .message = 8, .bytes = 128,
-             .link = LinkClass::kSameNode, .deps = {2}};
+             .link = LinkClass::kSameNode};
   forward.data = relayed.ops[2].data;
-  relayed.AddOp(forward);
+  relayed.AddOp(forward, {2});
   EXPECT_TRUE(FindDirectReads(relayed, 1).empty());
 
   // Pack and Unpack that do not meet at the same offsets.
   TransferPlan shifted = PackedPlan(LinkClass::kSameNode);
-  shifted.ops[3].copies[0].from.offset = 32;
+  std::vector<CopyPair> pairs(shifted.Copies(shifted.ops[3]).begin(), shifted.Copies(shifted.ops[3]).end());
+  pairs[0].from.offset = 32;
+  shifted.SetCopies(3, pairs);
   EXPECT_TRUE(FindDirectReads(shifted, 0).empty());
   EXPECT_TRUE(FindDirectReads(shifted, 1).empty());
 }

@@ -51,12 +51,12 @@ void BM_ExecutorCopy(benchmark::State& state) {
   }
   pair.from.space = Space::kSource;
   pair.to.space = Space::kDestination;
-  copy.copies.push_back(pair);
+  std::vector<CopyPair> copies = {pair};
   if (strided) {  // the right halves as a second pair
     pair.from.offset = pair.to.offset = cols / 2 * 4;
-    copy.copies.push_back(pair);
+    copies.push_back(pair);
   }
-  plan.AddOp(copy);
+  plan.AddOp(copy, {}, copies);
   std::vector<char> a(kBytes, 1), b(kBytes, 0);
   RankMemory memory{{{a.data(), kBytes, MemoryKind::kHost, -1}}, {{b.data(), kBytes, MemoryKind::kHost, -1}}};
   for (auto _ : state) {
@@ -104,10 +104,9 @@ void BM_ExecutorManySmallMessages(benchmark::State& state) {
     Op unpack;
     unpack.kind = OpKind::kUnpack;
     unpack.bytes = size;
-    unpack.deps = {r};
-    unpack.copies = {{Region::Bytes(Space::kStaging, slot, 0, size),
-                      Region::Bytes(Space::kDestination, 0, m * size, size)}};
-    plan.AddOp(unpack);
+    plan.AddOp(unpack, {r},
+               {{Region::Bytes(Space::kStaging, slot, 0, size),
+                 Region::Bytes(Space::kDestination, 0, m * size, size)}});
   }
   std::vector<char> a(size * messages, 1), b(size * messages, 0);
   RankMemory memory{{{a.data(), size * messages, MemoryKind::kHost, -1}},

@@ -98,33 +98,33 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
   const int64_t half = kRows * 512 * 4;
   int slot_a = plan.AddSlot(0, half), slot_b = plan.AddSlot(0, half), slot_c = plan.AddSlot(1, half);
   Op pack_a{.kind = OpKind::kPack, .rank = 0, .bytes = half};
-  pack_a.copies = {{Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
-                    Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}};
-  int pa = plan.AddOp(pack_a);
+  int pa = plan.AddOp(pack_a, {},
+                      {{Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
+                        Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}});
   Op send_a{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = half,
-            .link = link, .deps = {pa}};
+            .link = link};
   send_a.data = Region::Bytes(Space::kStaging, slot_a, 0, half);
-  plan.AddOp(send_a);
+  plan.AddOp(send_a, {pa});
   Op pack_b{.kind = OpKind::kPack, .rank = 0, .bytes = half, .round = 1};
-  pack_b.copies = {{Matrix(Space::kSource, 0, 512, kRows, 512, kCols),
-                    Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}};
-  int pb = plan.AddOp(pack_b);
+  int pb = plan.AddOp(pack_b, {},
+                      {{Matrix(Space::kSource, 0, 512, kRows, 512, kCols),
+                        Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}});
   Op send_b{.kind = OpKind::kSend, .rank = 0, .peer = 2, .message = 2, .bytes = half,
-            .link = link, .round = 1, .deps = {pb}};
+            .link = link, .round = 1};
   send_b.data = Region::Bytes(Space::kStaging, slot_b, 0, half);
-  plan.AddOp(send_b);
+  plan.AddOp(send_b, {pb});
   Op copy{.kind = OpKind::kCopy, .rank = 0, .bytes = 32 * kCols * 4, .link = LinkClass::kSameRank};
-  copy.copies = {{Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
-                  Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}};
-  plan.AddOp(copy);
+  plan.AddOp(copy, {},
+             {{Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
+               Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}});
   Op recv_c{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = half,
             .link = link};
   recv_c.data = Region::Bytes(Space::kStaging, slot_c, 0, half);
   int rc = plan.AddOp(recv_c);
-  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half, .deps = {rc}};
-  unpack.copies = {{Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
-                    Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}};
-  plan.AddOp(unpack);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half};
+  plan.AddOp(unpack, {rc},
+             {{Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
+               Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
   Op recv_relayed{.kind = OpKind::kRecv, .rank = 1, .peer = 2, .message = 3, .bytes = half,
                   .link = link};
   recv_relayed.data = Region::Bytes(Space::kDestination, 3, 0, half);
@@ -134,9 +134,9 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
   recv_d.data = Region::Bytes(Space::kDestination, 2, 0, half);
   int rd = plan.AddOp(recv_d);
   Op forward{.kind = OpKind::kForward, .rank = 2, .peer = 1, .message = 3, .bytes = half,
-             .link = link, .deps = {rd}};
+             .link = link};
   forward.data = Region::Bytes(Space::kDestination, 2, 0, half);
-  plan.AddOp(forward);
+  plan.AddOp(forward, {rd});
   return plan;
 }
 

@@ -42,16 +42,14 @@ class PlanBuilder {
     s.peer = to;
     s.message = next_message_;
     s.bytes = bytes;
-    s.deps = std::move(send_deps);
     Op r;
     r.kind = OpKind::kRecv;
     r.rank = to;
     r.peer = from;
     r.message = next_message_++;
     r.bytes = bytes;
-    r.deps = std::move(recv_deps);
-    int a = plan_.AddOp(s);
-    int b = plan_.AddOp(r);
+    int a = plan_.AddOp(s, send_deps);
+    int b = plan_.AddOp(r, recv_deps);
     return {a, b};
   }
   int Local(OpKind kind, int rank, int64_t bytes, std::vector<int> deps = {}) {
@@ -59,8 +57,7 @@ class PlanBuilder {
     op.kind = kind;
     op.rank = rank;
     op.bytes = bytes;
-    op.deps = std::move(deps);
-    return plan_.AddOp(op);
+    return plan_.AddOp(op, deps);
   }
   TransferPlan& plan() { return plan_; }
 
@@ -264,7 +261,7 @@ TEST(SimulatorTest, RejectsMalformedPlans) {
   {
     PlanBuilder b(4);
     int a = b.Local(OpKind::kCopy, 0, 10);
-    b.plan().ops[a].deps = {1};
+    b.plan().SetDeps(a, {1});
     b.Local(OpKind::kCopy, 0, 10, {a});
     Result<SimResult> r = Simulate(b.plan(), c, RankMapping::Identity(4));
     ASSERT_FALSE(r.ok());

@@ -22,8 +22,7 @@ TransferPlan SyntheticReshardPlan(const SyntheticShape& shape) {
         send.peer = d;
         send.message = message;
         send.bytes = bytes;
-        if (previous_send >= 0) send.deps = {previous_send};
-        previous_send = plan.AddOp(send);
+        previous_send = previous_send >= 0 ? plan.AddOp(send, {previous_send}) : plan.AddOp(send);
         Op recv;
         recv.kind = OpKind::kRecv;
         recv.rank = d;
@@ -35,8 +34,7 @@ TransferPlan SyntheticReshardPlan(const SyntheticShape& shape) {
         unpack.kind = OpKind::kUnpack;
         unpack.rank = d;
         unpack.bytes = bytes;
-        unpack.deps = {r};
-        plan.AddOp(unpack);
+        plan.AddOp(unpack, {r});
       }
     }
   }

@@ -1,0 +1,107 @@
+// TransferPlan storage: ops' dep and copy ranges, and copy pairs packed and unpacked exactly
+// (shared or separate shapes, dense or strided sides, 1 to 8 dims).
+#include "core/plan/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace ferry {
+namespace {
+
+Region Strided(Space space, int buffer, int64_t offset, DType dtype,
+               const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  Region r;
+  r.space = space;
+  r.buffer = buffer;
+  r.offset = offset;
+  r.dtype = dtype;
+  r.ndim = static_cast<int>(shape.size());
+  for (int d = 0; d < r.ndim; ++d) {
+    r.shape[d] = shape[d];
+    r.strides[d] = strides[d];
+  }
+  return r;
+}
+
+void ExpectSameRegion(const Region& a, const Region& b) {
+  EXPECT_EQ(a.space, b.space);
+  EXPECT_EQ(a.buffer, b.buffer);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.ndim, b.ndim);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.strides, b.strides);
+}
+
+TEST(TransferPlan, CopyPairsRoundTripThroughThePackedForm) {
+  const std::vector<CopyPair> pairs = {
+      // Strided source -> dense staging (a Pack): shape stored once, no staging strides.
+      {Strided(Space::kSource, 3, 4096, DType::kBF16, {4, 6}, {100, 1}),
+       Strided(Space::kStaging, 0, 64, DType::kBF16, {4, 6}, {6, 1})},
+      // Dense staging -> strided destination (an Unpack), 3 dims with an empty extent.
+      {Strided(Space::kStaging, 1, 0, DType::kFP32, {2, 0, 5}, {5, 5, 1}),
+       Strided(Space::kDestination, 7, 8, DType::kFP32, {2, 0, 5}, {50, 10, 1})},
+      // Both strided, a dtype change (Convert), 8 dims.
+      {Strided(Space::kSource, 0, 0, DType::kFP32, {1, 2, 1, 2, 1, 2, 1, 3},
+               {96, 48, 48, 24, 24, 12, 12, 4}),
+       Strided(Space::kDestination, 2, 16, DType::kBF16, {1, 2, 1, 2, 1, 2, 1, 3},
+               {24, 12, 12, 6, 6, 3, 3, 1})},
+      // Different shapes of equal element count: both shapes kept.
+      {Region::Bytes(Space::kStaging, 4, 0, 24),
+       Strided(Space::kDestination, 1, 0, DType::kUInt8, {4, 6}, {16, 2})},
+  };
+  TransferPlan plan;
+  Op op;
+  op.kind = OpKind::kUnpack;
+  const int id = plan.AddOp(op, {}, pairs);
+  ASSERT_EQ(plan.ops[id].NumCopies(), static_cast<int>(pairs.size()));
+  int i = 0;
+  for (const CopyPair& c : plan.Copies(plan.ops[id])) {
+    ExpectSameRegion(c.from, pairs[i].from);
+    ExpectSameRegion(c.to, pairs[i].to);
+    ++i;
+  }
+  EXPECT_EQ(i, static_cast<int>(pairs.size()));
+  // The dense staging side of the first pair and the shared shapes are not stored: 2 (shape) +
+  // 2 (source strides) values.
+  EXPECT_EQ(plan.copies[1].dims - plan.copies[0].dims, 4);
+}
+
+TEST(TransferPlan, FastPathPacksTheSamePairs) {
+  TransferPlan plan;
+  const int64_t shape[2] = {4, 6};
+  const int64_t strides[2] = {100, 1};
+  PackedCopy header;
+  header.from_space = Space::kSource;
+  header.from_buffer = 3;
+  header.from_offset = 4096;
+  header.from_dtype = DType::kBF16;
+  header.to_space = Space::kStaging;
+  header.to_offset = 64;
+  header.to_dtype = DType::kBF16;
+  plan.AppendCopy(header, 2, shape, strides, nullptr);
+  const CopyPair c = plan.Copy(0);
+  ExpectSameRegion(c.from, Strided(Space::kSource, 3, 4096, DType::kBF16, {4, 6}, {100, 1}));
+  ExpectSameRegion(c.to, Strided(Space::kStaging, 0, 64, DType::kBF16, {4, 6}, {6, 1}));
+}
+
+TEST(TransferPlan, DepsAndCopiesAreRangesOfThePlanLists) {
+  TransferPlan plan;
+  Op op;
+  const int a = plan.AddOp(op);
+  const int b = plan.AddOp(op, {a});
+  const int c = plan.AddOp(op, {a, b},
+                           {{Region::Bytes(Space::kSource, 0, 0, 8),
+                             Region::Bytes(Space::kDestination, 0, 0, 8)}});
+  EXPECT_EQ(plan.ops[a].NumDeps(), 0);
+  ASSERT_EQ(plan.Deps(plan.ops[c]).size(), 2u);
+  EXPECT_EQ(plan.Deps(plan.ops[c])[1], b);
+  EXPECT_EQ(plan.Copies(plan.ops[c]).size(), 1);
+  plan.SetDeps(b, {});
+  EXPECT_EQ(plan.ops[b].NumDeps(), 0);
+  EXPECT_EQ(plan.Deps(plan.ops[c])[0], a);  // other ops' ranges are untouched
+}
+
+}  // namespace
+}  // namespace ferry
