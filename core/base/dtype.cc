@@ -5,23 +5,6 @@
 
 namespace ferry {
 
-int64_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kFP8E4M3:
-    case DType::kFP8E5M2:
-    case DType::kInt8:
-    case DType::kUInt8: return 1;
-    case DType::kBF16:
-    case DType::kFP16:
-    case DType::kInt16: return 2;
-    case DType::kFP32:
-    case DType::kInt32: return 4;
-    case DType::kFP64:
-    case DType::kInt64: return 8;
-  }
-  return 0;
-}
-
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kBF16: return "bf16";

@@ -27,8 +27,23 @@ inline constexpr DType kAllDTypes[] = {
     DType::kInt8,  DType::kInt16, DType::kInt32, DType::kInt64, DType::kUInt8,
 };
 
-// Size of one element in bytes.
-int64_t DTypeSize(DType dtype);
+// Size of one element in bytes. Inline: the planner and the copy loops call it per region.
+constexpr int64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFP8E4M3:
+    case DType::kFP8E5M2:
+    case DType::kInt8:
+    case DType::kUInt8: return 1;
+    case DType::kBF16:
+    case DType::kFP16:
+    case DType::kInt16: return 2;
+    case DType::kFP32:
+    case DType::kInt32: return 4;
+    case DType::kFP64:
+    case DType::kInt64: return 8;
+  }
+  return 0;
+}
 
 // Canonical lower-case name: "bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "int8", ...
 std::string_view DTypeName(DType dtype);

@@ -51,10 +51,9 @@ int64_t SpanBytes(const Region& r) {
 }
 
 template <typename T>
-void Put(std::vector<uint8_t>& out, T value) {
-  const size_t at = out.size();
-  out.resize(at + sizeof(T));
-  std::memcpy(out.data() + at, &value, sizeof(T));
+void Put(uint8_t*& p, T value) {
+  std::memcpy(p, &value, sizeof(T));
+  p += sizeof(T);
 }
 
 template <typename T>
@@ -169,10 +168,10 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
         Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
         if (!g.ok()) break;  // the staged path reports the bad copy
         d.geometries.push_back(*g);
-        d.copy_source.push_back(static_cast<int>(
+        const int source = static_cast<int>(
             std::lower_bound(d.source_buffers.begin(), d.source_buffers.end(), c.from.buffer) -
-            d.source_buffers.begin()));
-        d.copy_span.push_back(SpanBytes(c.from));
+            d.source_buffers.begin());
+        d.reads.push_back({c.from.offset, c.to.offset, SpanBytes(c.from), SpanBytes(c.to), source, c.to.buffer});
       }
       if (d.geometries.size() != d.copies.size()) continue;
     } else {
@@ -215,27 +214,25 @@ int64_t DirectReadOfferBytes(size_t num_buffers) {
   return static_cast<int64_t>(kHeaderBytes + num_buffers * kEntryBytes);
 }
 
-std::vector<uint8_t> EncodeDirectReadOffer(const ProcessIdentity& owner,
-                                           const std::vector<PeerBuffer>& buffers) {
-  std::vector<uint8_t> out;
-  out.reserve(static_cast<size_t>(DirectReadOfferBytes(buffers.size())));
-  Put<uint32_t>(out, kOfferMagic);
-  Put<uint32_t>(out, kOfferVersion);
-  Put<int64_t>(out, owner.pid);
-  char boot[kBootIdBytes] = {};
-  std::memcpy(boot, owner.boot_id.data(), std::min(owner.boot_id.size(), kBootIdBytes));
-  out.insert(out.end(), boot, boot + kBootIdBytes);
-  Put<uint32_t>(out, static_cast<uint32_t>(buffers.size()));
-  Put<uint32_t>(out, 0);
+void EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
+                           std::span<uint8_t> out) {
+  uint8_t* p = out.data();
+  Put<uint32_t>(p, kOfferMagic);
+  Put<uint32_t>(p, kOfferVersion);
+  Put<int64_t>(p, owner.pid);
+  std::memset(p, 0, kBootIdBytes);
+  std::memcpy(p, owner.boot_id.data(), std::min(owner.boot_id.size(), kBootIdBytes));
+  p += kBootIdBytes;
+  Put<uint32_t>(p, static_cast<uint32_t>(buffers.size()));
+  Put<uint32_t>(p, 0);
   for (const PeerBuffer& b : buffers) {
-    Put<uint64_t>(out, b.address);
-    Put<int64_t>(out, b.bytes);
-    Put<int32_t>(out, b.shared_fd);
-    Put<int32_t>(out, 0);
-    Put<int64_t>(out, b.shared_offset);
-    Put<uint64_t>(out, b.inode);
+    Put<uint64_t>(p, b.address);
+    Put<int64_t>(p, b.bytes);
+    Put<int32_t>(p, b.shared_fd);
+    Put<int32_t>(p, 0);
+    Put<int64_t>(p, b.shared_offset);
+    Put<uint64_t>(p, b.inode);
   }
-  return out;
 }
 
 Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,

@@ -41,12 +41,19 @@ struct DirectRead {
   std::vector<int> source_buffers;  // the sender's source buffers the copies read, ascending
   // The message as copies: `from` a region of a sender's source buffer, `to` a region of a
   // receiver's destination buffer, same shape and dtype. Only on the receiver (empty on the
-  // sender), with per copy its geometry, the index of its source buffer in `source_buffers` and
-  // the bytes its source region spans (for bounds checks against the offer).
+  // sender), with per copy its geometry and what a run needs of it, compactly (`reads`: the
+  // executor walks these every refit, not the 300-byte CopyPairs).
+  struct Read {
+    int64_t from_offset;  // in the sender's buffer source_buffers[source]
+    int64_t to_offset;    // in this rank's destination buffer to_buffer
+    int64_t from_span;    // bytes the regions span, for bounds checks
+    int64_t to_span;
+    int source;
+    int to_buffer;
+  };
   std::vector<CopyPair> copies;
   std::vector<CopyGeometry> geometries;
-  std::vector<int> copy_source;
-  std::vector<int64_t> copy_span;
+  std::vector<Read> reads;
 };
 
 // The messages `rank` sends or receives that may go direct: a Send (not a Forward) over a
@@ -65,8 +72,9 @@ uint64_t PlanFingerprint(const TransferPlan& plan);
 // buffer lives. Fixed size for a given number of buffers, so the receiver can post an exact
 // receive.
 int64_t DirectReadOfferBytes(size_t num_buffers);
-std::vector<uint8_t> EncodeDirectReadOffer(const ProcessIdentity& owner,
-                                           const std::vector<PeerBuffer>& buffers);
+// Writes the offer into `out`, which must hold DirectReadOfferBytes(buffers.size()) bytes.
+void EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
+                           std::span<uint8_t> out);
 // Fails with kInvalidArgument on a malformed offer or a different number of buffers.
 Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
                              ProcessIdentity& owner, std::vector<PeerBuffer>& buffers);

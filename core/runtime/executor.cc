@@ -605,12 +605,13 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       }
       buffers[j] = described[b];
     }
-    const std::vector<uint8_t> offer = EncodeDirectReadOffer(ProcessIdentity::Self(), buffers);
-    std::memcpy(control_.data() + control_offset[direct_of[i]], offer.data(), offer.size());
+    const int64_t offer_bytes = DirectReadOfferBytes(buffers.size());
+    EncodeDirectReadOffer(ProcessIdentity::Self(), buffers,
+                          std::span<uint8_t>(control_.data() + control_offset[direct_of[i]],
+                                             static_cast<size_t>(offer_bytes)));
     const int64_t message = plan.ops[ids[i]].message;
     FERRY_RETURN_IF_ERROR(post_control(i, false, comm_.AckTag(message), control_offset[direct_of[i]], 0));
-    return post_control(i, true, comm_.Tag(message), control_offset[direct_of[i]],
-                        static_cast<int64_t>(offer.size()));
+    return post_control(i, true, comm_.Tag(message), control_offset[direct_of[i]], offer_bytes);
   };
   // Receiver: wait for the offer.
   auto start_read = [&](int i) -> Status {
@@ -658,27 +659,37 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       mapped[j] = file.base + b.shared_offset;
     }
     std::vector<Ends> ends;
-    ends.reserve(d.copies.size());
+    ends.reserve(d.reads.size());
     int64_t bytes = 0;
-    for (size_t c = 0; c < d.copies.size(); ++c) {
-      const CopyPair& pair = d.copies[c];
+    for (size_t c = 0; c < d.reads.size(); ++c) {
+      const DirectRead::Read& r = d.reads[c];
       const CopyGeometry& g = d.geometries[c];
-      const size_t j = static_cast<size_t>(d.copy_source[c]);
-      if (pair.from.offset < 0 || pair.from.offset + d.copy_span[c] > buffers[j].bytes) {
-        return OutOfRange("source region of " + std::to_string(d.copy_span[c]) + " bytes at " +
-                          std::to_string(pair.from.offset) + " is outside peer " +
-                          std::to_string(d.sender) + "'s buffer " + std::to_string(pair.from.buffer) +
-                          " of " + std::to_string(buffers[j].bytes) + " bytes");
+      const size_t j = static_cast<size_t>(r.source);
+      if (r.from_offset < 0 || r.from_offset + r.from_span > buffers[j].bytes) {
+        return OutOfRange("source region of " + std::to_string(r.from_span) + " bytes at " +
+                          std::to_string(r.from_offset) + " is outside peer " +
+                          std::to_string(d.sender) + "'s buffer " +
+                          std::to_string(d.source_buffers[j]) + " of " +
+                          std::to_string(buffers[j].bytes) + " bytes");
       }
-      FERRY_ASSIGN_OR_RETURN(char* to, base_of(pair.to));
+      // The destination side, checked inline (base_of per pair costs more than a small copy).
+      const int b = r.to_buffer;
+      if (b < 0 || b >= static_cast<int>(memory.destination.size()) ||
+          memory.destination[b].base == nullptr || memory.destination[b].kind != MemoryKind::kHost ||
+          r.to_offset < 0 || r.to_offset + r.to_span > memory.destination[b].bytes) {
+        return InvalidArgument("destination buffer " + std::to_string(b) + " on rank " +
+                               std::to_string(rank) +
+                               " has no host memory covering a region the plan writes");
+      }
+      char* to = static_cast<char*>(memory.destination[b].base) + r.to_offset;
       if (mapped[j] != nullptr) {
-        ends.push_back({mapped[j] + pair.from.offset, to, 0});
+        ends.push_back({mapped[j] + r.from_offset, to, 0});
       } else {
-        if (!g.contiguous_run() || g.from_dtype != g.to_dtype) {
+        if (!g.contiguous_run()) {
           return Unimplemented("a direct read through process_vm_readv needs contiguous rows; "
                                "allocate source buffers with SharedHostMemory");
         }
-        ends.push_back({reinterpret_cast<const char*>(buffers[j].address + pair.from.offset), to, owner.pid});
+        ends.push_back({reinterpret_cast<const char*>(buffers[j].address + r.from_offset), to, owner.pid});
       }
       bytes += g.bytes();
     }

@@ -119,13 +119,6 @@ void Store(DType d, char* p, double v) {
 
 }  // namespace
 
-bool CopyGeometry::contiguous_run() const {
-  int64_t size = DTypeSize(from_dtype);
-  return from_dtype == to_dtype && (run <= 1 || (from_inner == size && to_inner == size));
-}
-
-int64_t CopyGeometry::bytes() const { return rows * run * DTypeSize(to_dtype); }
-
 Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to) {
   if (from.NumElements() != to.NumElements()) {
     return InvalidArgument("copy from " + std::to_string(from.NumElements()) + " elements to " +

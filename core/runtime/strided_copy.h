@@ -25,8 +25,12 @@ struct CopyGeometry {
   int64_t run = 0;         // elements per row
   int64_t from_inner = 0;  // bytes between elements of a row
   int64_t to_inner = 0;
-  bool contiguous_run() const;  // a row is one memcpy
-  int64_t bytes() const;        // destination bytes written
+  // A row is one memcpy.
+  bool contiguous_run() const {
+    const int64_t size = DTypeSize(from_dtype);
+    return from_dtype == to_dtype && (run <= 1 || (from_inner == size && to_inner == size));
+  }
+  int64_t bytes() const { return rows * run * DTypeSize(to_dtype); }  // destination bytes written
 };
 
 // Validates that `from` and `to` have the same shape and builds the geometry.

@@ -70,8 +70,12 @@ TEST(DirectReadTest, PackAndUnpackMeetAtTheirStagingOffsets) {
     ASSERT_EQ(d.geometries.size(), 2u);
     EXPECT_EQ(d.geometries[0].rows, 4);
     EXPECT_EQ(d.geometries[0].run, 4);
-    EXPECT_EQ(d.copy_source, (std::vector<int>{0, 0}));
-    EXPECT_EQ(d.copy_span[0], (3 * 8 + 4) * 4);
+    ASSERT_EQ(d.reads.size(), 2u);
+    EXPECT_EQ(d.reads[0].source, 0);
+    EXPECT_EQ(d.reads[0].from_offset, 16);
+    EXPECT_EQ(d.reads[0].from_span, (3 * 8 + 4) * 4);
+    EXPECT_EQ(d.reads[0].to_buffer, 1);
+    EXPECT_EQ(d.reads[0].to_span, 16 * 4);
     // The unpack's first copy (staging offset 64: the right half) lands in buffer 1.
     EXPECT_EQ(d.copies[0].from.offset, 16);
     EXPECT_EQ(d.copies[0].from.strides[0], 8);
@@ -160,8 +164,8 @@ TEST(DirectReadTest, RelayedAndMismatchedMessagesKeepTheStagedPath) {
 TEST(DirectReadTest, OfferRoundTripsAndRejectsTheWrongSize) {
   ProcessIdentity owner{1234, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
   std::vector<PeerBuffer> buffers = {{0x7f0000001000, 4096, 5, 256, 99}, {0x7f0000100000, 64, -1, 0, 0}};
-  const std::vector<uint8_t> wire = EncodeDirectReadOffer(owner, buffers);
-  EXPECT_EQ(static_cast<int64_t>(wire.size()), DirectReadOfferBytes(2));
+  std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(2)), 0xee);
+  EncodeDirectReadOffer(owner, buffers, wire);
   ProcessIdentity got;
   std::vector<PeerBuffer> got_buffers;
   ASSERT_TRUE(DecodeDirectReadOffer(wire, 2, got, got_buffers).ok());
