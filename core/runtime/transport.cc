@@ -122,12 +122,12 @@ int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out) {
 }
 
 void IdlePollBackoff(int idle_rounds) {
-  if (idle_rounds <= 64) return;
-  if (idle_rounds <= 1024) {
+  if (idle_rounds <= 16) return;
+  if (idle_rounds <= 64) {
     std::this_thread::yield();
     return;
   }
-  const int doublings = std::min(5, (idle_rounds - 1024) / 64);  // 20 us << 5 = 640 us, capped
+  const int doublings = std::min(5, (idle_rounds - 64) / 16);  // 20 us << 5 = 640 us, capped
   std::this_thread::sleep_for(std::chrono::microseconds(std::min(500, 20 << doublings)));
 }
 

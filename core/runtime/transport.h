@@ -115,10 +115,11 @@ struct Completion {
 // Helpers for transports that queue finished requests and hand them out from Poll.
 // Moves up to out.size() completions from the front of `ready` into `out`; returns how many.
 int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out);
-// Backs off a polling loop after `idle_rounds` consecutive rounds without progress: spin at first,
-// then yield, then sleep, 20 us growing to 500 us, so that ranks waiting on peers leave the cores
-// to ranks that copy (8 ranks on 2 cores spent most of a refit in wake-ups of 20 us sleeps). The
-// longest added latency is one 500 us sleep, after ~10 ms without progress.
+// Backs off a polling loop after `idle_rounds` consecutive rounds without progress: spin 16
+// rounds, yield 48, then sleep, 20 us doubling every 16 rounds up to 500 us, so that ranks
+// waiting on peers leave the cores to ranks that copy (8 ranks on 2 cores spent much of a refit in
+// sched_yield storms and 20 us wake-ups). The longest added latency is one 500 us sleep, after
+// ~3 ms without progress.
 void IdlePollBackoff(int idle_rounds);
 
 // What a transport instance is created for. Everything it needs comes in here; transports do not
