@@ -270,18 +270,21 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
 
   // --- Direct reads: same-node messages carried as one copy by the receiver ---------------------
   enum class Role : uint8_t { kStaged, kElided, kOffer, kRead };
-  if (!direct_intra_node_) {
-    direct_reads_.clear();
-    direct_plan_ = nullptr;
-  } else {
+  const std::vector<DirectRead>* direct_reads = &no_direct_reads_;
+  if (direct_intra_node_) {
     const uint64_t fingerprint = PlanFingerprint(plan);
-    if (direct_plan_ != &plan || direct_fingerprint_ != fingerprint) {
-      direct_reads_ = FindDirectReads(plan, rank);
-      direct_plan_ = &plan;
-      direct_fingerprint_ = fingerprint;
+    auto hit = std::find_if(direct_cache_.begin(), direct_cache_.end(), [&](const DirectCacheEntry& e) {
+      return e.plan == &plan && e.fingerprint == fingerprint;
+    });
+    if (hit == direct_cache_.end()) {
+      if (direct_cache_.size() == kDirectCacheSize) direct_cache_.pop_back();
+      direct_cache_.insert(direct_cache_.begin(), {&plan, fingerprint, FindDirectReads(plan, rank)});
+    } else if (hit != direct_cache_.begin()) {
+      std::rotate(direct_cache_.begin(), hit, hit + 1);
     }
+    direct_reads = &direct_cache_.front().reads;
   }
-  const std::vector<DirectRead>& directs = direct_reads_;
+  const std::vector<DirectRead>& directs = *direct_reads;
   std::vector<Role> role(n, Role::kStaged);
   std::vector<int> direct_of(n, -1);
   std::vector<int64_t> control_offset(directs.size(), 0);

@@ -84,10 +84,17 @@ class Executor {
   bool direct_intra_node_;
   PeerMappings peer_mappings_;   // same-node peers' shared source buffers, mapped read-only
   std::vector<uint8_t> control_;  // direct-read offers, registered per run
-  // FindDirectReads of the last plan run, keyed by its address and PlanFingerprint.
-  const TransferPlan* direct_plan_ = nullptr;
-  uint64_t direct_fingerprint_ = 0;
-  std::vector<DirectRead> direct_reads_;
+  // FindDirectReads of the plans run last (at most kDirectCacheSize, most recent first), keyed by
+  // address and PlanFingerprint: callers that alternate a few plans (a refit and a probe) neither
+  // recompute nor free an analysis of thousands of messages on every run.
+  struct DirectCacheEntry {
+    const TransferPlan* plan;
+    uint64_t fingerprint;
+    std::vector<DirectRead> reads;
+  };
+  static constexpr size_t kDirectCacheSize = 4;
+  std::vector<DirectCacheEntry> direct_cache_;
+  std::vector<DirectRead> no_direct_reads_;
   std::vector<CachedRegistration> registration_cache_;  // valid for cache_epoch_ only
   uint64_t cache_epoch_ = 0;
   int64_t staging_budget_;

@@ -300,6 +300,8 @@ TEST(ExecutorTest, DirectReaderOfADeadSenderFailsNamingThePeer) {
     auto joined = Join(rank, 3, port, {}, /*one_node=*/true);
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
+    // Rank 0 hosts the store: everyone has joined before it goes, so only the refit sees it die.
+    if (!FinalBarrier(*r.rendezvous.store, "joined", rank, 3, 0, Deadline::AfterSeconds(20)).ok()) return 9;
     if (rank == 0) ::_exit(0);  // the sender dies before offering anything
     Allocate(r, plan, rank, true);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
