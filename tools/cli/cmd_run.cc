@@ -490,11 +490,11 @@ Status RunRankOrError(const RunArgs& args) {
   }
   if (lead) {
     Say("\n%s\n", in.description.c_str());
-    Say("  %-18s", "");
+    Say("  %-24s", "");
     for (const StrategySummary& s : summaries) Say(" %18s", s.name.c_str());
     Say("\n");
     auto row = [&](const char* label, auto cell) {
-      Say("  %-18s", label);
+      Say("  %-24s", label);
       for (const StrategySummary& s : summaries) Say(" %18s", cell(s).c_str());
       Say("\n");
     };
