@@ -112,6 +112,26 @@ TransportRegistrar::TransportRegistrar(TransportRegistration registration) {
   }
 }
 
+void AppendBytes(Bytes& out, const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  out.insert(out.end(), bytes, bytes + size);
+}
+
+Status CheckConnectablePeer(int peer, int size, bool already_connected) {
+  const std::string who = "peer " + std::to_string(peer);
+  if (peer < 0 || peer >= size) {
+    return InvalidArgument(who + " is outside the communicator of size " + std::to_string(size));
+  }
+  if (already_connected) return FailedPrecondition(who + " is already connected");
+  return Status::Ok();
+}
+
+std::string TransportContext::Option(std::string_view name, std::string fallback) const {
+  if (config == nullptr) return fallback;
+  auto value = config->GetString(name);
+  return value.ok() ? *value : fallback;
+}
+
 int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out) {
   size_t n = 0;
   while (n < out.size() && !ready.empty()) {

@@ -121,6 +121,11 @@ int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out);
 // sched_yield storms and 20 us wake-ups). The longest added latency is one 500 us sleep, after
 // ~3 ms without progress.
 void IdlePollBackoff(int idle_rounds);
+// Appends `size` raw bytes at `data` to `out` (building endpoint info and remote keys).
+void AppendBytes(Bytes& out, const void* data, size_t size);
+// The checks every Connect starts with: `peer` is a rank of the communicator of `size` ranks and
+// not connected yet. Errors name the peer.
+Status CheckConnectablePeer(int peer, int size, bool already_connected);
 
 // What a transport instance is created for. Everything it needs comes in here; transports do not
 // read the environment themselves.
@@ -131,6 +136,8 @@ struct TransportContext {
   // Options in effect (transport options are named "<transport>.<option>"). Not owned; outlives
   // the transport.
   const Config* config = nullptr;
+  // The option `name` from `config`, or `fallback` when there is no config or no such option.
+  std::string Option(std::string_view name, std::string fallback) const;
   // The rendezvous store, for transports that must exchange more than LocalEndpointInfo (for
   // example a world-wide unique id). Not owned; outlives the transport. May be null in unit tests
   // of transports that do not need it.

@@ -29,16 +29,6 @@ constexpr uint32_t kInfoMagic = 0x42414646;  // "FFAB"
 
 std::string FiError(int code) { return fi_strerror(code < 0 ? -code : code); }
 
-std::string OptionOr(const Config* config, std::string_view name, std::string fallback) {
-  if (config == nullptr) return fallback;
-  auto value = config->GetString(name);
-  return value.ok() ? *value : fallback;
-}
-
-void AppendBytes(Bytes& out, const void* data, size_t size) {
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  out.insert(out.end(), bytes, bytes + size);
-}
 
 // Reads length-prefixed fields from endpoint info; any overrun marks the reader failed.
 class InfoReader {
@@ -188,9 +178,9 @@ LibfabricTransport::~LibfabricTransport() {
 }
 
 Status LibfabricTransport::Init() {
-  provider_ = OptionOr(context_.config, "libfabric.provider", "tcp");
-  const std::string domain = OptionOr(context_.config, "libfabric.domain", "");
-  const std::string watch_host = OptionOr(context_.config, "libfabric.watch_host", "");
+  provider_ = context_.Option("libfabric.provider", "tcp");
+  const std::string domain = context_.Option("libfabric.domain", "");
+  const std::string watch_host = context_.Option("libfabric.watch_host", "");
   if (context_.config != nullptr) {
     auto grace = context_.config->GetSeconds("libfabric.peer_exit_grace");
     if (grace.ok()) grace_seconds_ = *grace;
@@ -311,12 +301,8 @@ Result<Bytes> LibfabricTransport::LocalEndpointInfo() {
 Status LibfabricTransport::Connect(int peer_rank, std::span<const uint8_t> peer_info,
                                    Deadline deadline) {
   FERRY_RETURN_IF_ERROR(CheckUsable());
+  FERRY_RETURN_IF_ERROR(CheckConnectablePeer(peer_rank, context_.size, peers_.count(peer_rank) != 0));
   const std::string who = "peer " + std::to_string(peer_rank);
-  if (peer_rank < 0 || peer_rank >= context_.size) {
-    return InvalidArgument(who + " is outside the communicator of size " +
-                           std::to_string(context_.size));
-  }
-  if (peers_.count(peer_rank) != 0) return FailedPrecondition(who + " is already connected");
   InfoReader reader(peer_info);
   const uint32_t magic = reader.Read<uint32_t>();
   const uint64_t epoch = reader.Read<uint64_t>();

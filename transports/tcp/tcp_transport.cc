@@ -89,11 +89,7 @@ class TcpTransport final : public Transport {
   }
 
   Status Init(const TransportContext& context) {
-    std::string address;
-    if (context.config != nullptr) {
-      auto configured = context.config->GetString("tcp.address");
-      if (configured.ok()) address = *configured;
-    }
+    const std::string address = context.Option("tcp.address", "");
     advertised_ = address.empty() ? LocalAddress() : address;
     FERRY_ASSIGN_OR_RETURN(listener_, ListenTcp(address.empty() ? "" : address, 0));
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);

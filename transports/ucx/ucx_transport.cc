@@ -37,16 +37,6 @@ struct AmHeader {
 
 std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
 
-std::string OptionOr(const Config* config, std::string_view name, std::string fallback) {
-  if (config == nullptr) return fallback;
-  auto value = config->GetString(name);
-  return value.ok() ? *value : fallback;
-}
-
-void AppendBytes(Bytes& out, const void* data, size_t size) {
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  out.insert(out.end(), bytes, bytes + size);
-}
 
 class UcxTransport final : public Transport {
  public:
@@ -205,8 +195,8 @@ UcxTransport::~UcxTransport() {
 }
 
 Status UcxTransport::Init() {
-  const std::string tls = OptionOr(context_.config, "ucx.tls", "");
-  const std::string error_mode = OptionOr(context_.config, "ucx.error_mode", "peer");
+  const std::string tls = context_.Option("ucx.tls", "");
+  const std::string error_mode = context_.Option("ucx.error_mode", "peer");
   if (error_mode != "peer" && error_mode != "none") {
     return InvalidArgument("ucx.error_mode must be 'peer' or 'none', got '" + error_mode + "'");
   }
@@ -294,12 +284,8 @@ Result<Bytes> UcxTransport::LocalEndpointInfo() {
 Status UcxTransport::Connect(int peer_rank, std::span<const uint8_t> info, Deadline deadline) {
   (void)deadline;  // creating a UCP endpoint does not wait for the peer
   FERRY_RETURN_IF_ERROR(CheckUsable());
+  FERRY_RETURN_IF_ERROR(CheckConnectablePeer(peer_rank, context_.size, peers_.count(peer_rank) != 0));
   const std::string who = "peer " + std::to_string(peer_rank);
-  if (peer_rank < 0 || peer_rank >= context_.size) {
-    return InvalidArgument(who + " is outside the communicator of size " +
-                           std::to_string(context_.size));
-  }
-  if (peers_.count(peer_rank) != 0) return FailedPrecondition(who + " is already connected");
   constexpr size_t kPrefix = sizeof(uint32_t) + sizeof(uint64_t) + sizeof(int32_t) + 1;
   if (info.size() <= kPrefix) {
     return Unavailable(who + ": endpoint info of " + std::to_string(info.size()) +
