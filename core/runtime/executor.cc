@@ -309,7 +309,6 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     control_offset[k] = control_bytes;
     control_bytes += (DirectReadOfferBytes(d.source_buffers.size()) + 63) / 64 * 64;
   }
-  stats.direct_messages = static_cast<int>(directs.size());
   if (static_cast<int64_t>(control_.size()) < control_bytes) control_.resize(static_cast<size_t>(control_bytes));
 
   // --- Validation and bookkeeping ---------------------------------------------------------------
@@ -567,10 +566,10 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     return Status::Ok();
   };
 
-  // Direct reads: per op, the requests still pending and, on the receiver, how far it got.
-  enum class ReadPhase : uint8_t { kAwaitOffer, kCopying, kDone };
+  // Direct reads: per op, the requests still pending and, on the receiver, whether the offer came
+  // (its first completion is the offer, its second the "done" reply going out).
   std::vector<int> requests_left(n, 0);
-  std::vector<ReadPhase> read_phase(n, ReadPhase::kAwaitOffer);
+  std::vector<char> offer_received(n, 0);
   auto post_control = [&](int i, bool send, uint64_t tag, int64_t offset, int64_t bytes) -> Status {
     const Op& op = plan.ops[ids[i]];
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
@@ -619,13 +618,11 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   // Receiver: wait for the offer.
   auto start_read = [&](int i) -> Status {
     const DirectRead& d = directs[direct_of[i]];
-    read_phase[i] = ReadPhase::kAwaitOffer;
     return post_control(i, false, comm_.Tag(d.message), control_offset[direct_of[i]],
                         DirectReadOfferBytes(d.source_buffers.size()));
   };
   // Receiver, copies done: tell the sender its buffers are free.
   auto finish_read = [&](int i) -> Status {
-    read_phase[i] = ReadPhase::kDone;
     return post_control(i, true, comm_.AckTag(directs[direct_of[i]].message), control_offset[direct_of[i]], 0);
   };
   // Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is
@@ -697,7 +694,6 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       bytes += g.bytes();
     }
     stats.bytes_read_direct += bytes;
-    read_phase[i] = ReadPhase::kCopying;
     FERRY_ASSIGN_OR_RETURN(bool done, dispatch_copies(i, d.geometries, ends, bytes));
     return done ? finish_read(i) : Status::Ok();
   };
@@ -847,7 +843,8 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
         }
         if (role[i] != Role::kStaged) {
           if (--requests_left[i] > 0) continue;
-          if (role[i] == Role::kRead && read_phase[i] == ReadPhase::kAwaitOffer) {
+          if (role[i] == Role::kRead && !offer_received[i]) {
+            offer_received[i] = 1;
             const int64_t expected = DirectReadOfferBytes(directs[direct_of[i]].source_buffers.size());
             Status read = completions[c].bytes == expected
                               ? copy_read(i)

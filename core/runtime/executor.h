@@ -46,7 +46,6 @@ struct ExecutorStats {
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert and direct reads
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
-  int direct_messages = 0;         // messages this rank sent or received as direct reads
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
 };

@@ -118,16 +118,6 @@ Result<PeerBuffer> BufferDescriber::Describe(const MemoryDesc& memory) {
 
 PeerMappings::~PeerMappings() { Clear(); }
 
-Result<const char*> PeerMappings::Map(const ProcessIdentity& owner, const PeerBuffer& buffer) {
-  FERRY_ASSIGN_OR_RETURN(File file, MapFile(owner, buffer));
-  if (buffer.shared_offset < 0 || buffer.shared_offset + buffer.bytes > file.length) {
-    return Unavailable("peer buffer [" + std::to_string(buffer.shared_offset) + ", +" +
-                       std::to_string(buffer.bytes) + ") is outside its shared file of " +
-                       std::to_string(file.length) + " bytes");
-  }
-  return file.base + buffer.shared_offset;
-}
-
 Result<PeerMappings::File> PeerMappings::MapFile(const ProcessIdentity& owner, const PeerBuffer& buffer) {
   const auto key = std::make_tuple(owner.pid, buffer.shared_fd, buffer.inode);
   auto it = maps_.find(key);

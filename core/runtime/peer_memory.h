@@ -96,11 +96,10 @@ class PeerMappings {
   PeerMappings& operator=(const PeerMappings&) = delete;
   ~PeerMappings();
 
-  // A pointer to the first byte of `buffer` (which must have shared_fd >= 0) in this process.
-  // Fails with kUnavailable when the owner is gone or its fd is not the expected file, and with
-  // kFailedPrecondition when this process may not open the owner's fds.
-  Result<const char*> Map(const ProcessIdentity& owner, const PeerBuffer& buffer);
-  // The whole file behind `buffer` (its start and length here), mapped like Map does.
+  // The whole file behind `buffer` (which must have shared_fd >= 0): its start and length in this
+  // process; the buffer is at start + shared_offset. Fails with kUnavailable when the owner is gone
+  // or its fd is not the expected file, and with kFailedPrecondition when this process may not
+  // open the owner's fds.
   struct File {
     const char* base = nullptr;
     int64_t length = 0;

@@ -42,17 +42,21 @@ TEST(PeerMemoryTest, MapsABlockOnceAndSeesItsWrites) {
   ASSERT_TRUE(a.ok() && b.ok());
   PeerMappings mappings;
   const ProcessIdentity& self = ProcessIdentity::Self();
-  auto pa = mappings.Map(self, *a);
-  auto pb = mappings.Map(self, *b);
-  ASSERT_TRUE(pa.ok()) << pa.status().ToString();
-  ASSERT_TRUE(pb.ok());
+  auto fa = mappings.MapFile(self, *a);
+  auto fb = mappings.MapFile(self, *b);
+  ASSERT_TRUE(fa.ok()) << fa.status().ToString();
+  ASSERT_TRUE(fb.ok());
   EXPECT_EQ(mappings.size(), 1u) << "two buffers of one block share a mapping";
-  EXPECT_STREQ(*pa + (5000 - 4096), "written after sharing");
-  EXPECT_EQ(*pa - *pb, 4096);
+  EXPECT_EQ(fa->base, fb->base);
+  EXPECT_EQ(fa->length, 3 * 4096);
+  const char* pa = fa->base + a->shared_offset;
+  const char* pb = fb->base + b->shared_offset;
+  EXPECT_STREQ(pa + (5000 - 4096), "written after sharing");
+  EXPECT_EQ(pa - pb, 4096);
   // A recycled fd (other inode) is refused, not read.
   PeerBuffer wrong = *a;
   wrong.inode += 1;
-  EXPECT_EQ(mappings.Map(self, wrong).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(mappings.MapFile(self, wrong).status().code(), StatusCode::kUnavailable);
   // Unused mappings go at the second sweep.
   mappings.Sweep();
   EXPECT_EQ(mappings.size(), 1u);
