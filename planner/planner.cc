@@ -624,7 +624,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, box_of(d0));
       if (count == 1 && src0.IsContiguous()) {
         src0.dtype = DType::kUInt8;
-        send.data = Region::Bytes(Space::kSource, src0.buffer, src0.offset, m.bytes);
+        send.data = ByteRange(Space::kSource, src0.buffer, src0.offset, m.bytes);
       } else {
         const int slot = plan.AddSlot(m.sender, m.bytes);
         Op pack;
@@ -644,7 +644,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
         depend_on(send, plan.AddOp(std::move(pack)));
-        send.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
+        send.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
       }
     }
     const int64_t first_message = send.message;
@@ -688,7 +688,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         if (hi - lo == 1) {
           Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, box_of(d0));
           if (dst.IsContiguous()) {
-            recv.data = Region::Bytes(Space::kDestination, dst.buffer, dst.offset, m.bytes);
+            recv.data = ByteRange(Space::kDestination, dst.buffer, dst.offset, m.bytes);
             direct = true;
           }
         }
@@ -698,7 +698,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         continue;
       }
       const int slot = plan.AddSlot(rank, m.bytes);
-      recv.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
+      recv.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
       const int recv_id = plan.AddOp(std::move(recv));
       Op unpack;
       unpack.kind = OpKind::kUnpack;
@@ -732,7 +732,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         fwd.round = recv_round[i] + 1 + static_cast<int>(c);
         fwd.link = topology.Link(rank, fwd.peer);
         fwd.message = next_message++;
-        fwd.data = Region::Bytes(Space::kStaging, slot, 0, m.bytes);
+        fwd.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
         depend_on(fwd, recv_id);
         message_of[child] = fwd.message;
         recv_round[child] = fwd.round;
@@ -888,7 +888,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       send.round = bucket;
       send.link = topology.Link(holder, root);
       send.message = next_message++;
-      send.data = Region::Bytes(Space::kStaging, slot, 0, bytes);
+      send.data = ByteRange(Space::kStaging, slot, 0, bytes);
       std::vector<int> send_deps = {pack_id};
       if (last_send[holder] >= 0) send_deps.push_back(last_send[holder]);
       Op recv = send;
@@ -897,7 +897,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
       recv.peer = holder;
       std::vector<int> recv_deps;
       if (last_recv[holder] >= 0) recv_deps.push_back(last_recv[holder]);
-      recv.data = Region::Bytes(Space::kStaging, remote_slot, 0, bytes);
+      recv.data = ByteRange(Space::kStaging, remote_slot, 0, bytes);
       last_send[holder] = plan.AddOp(std::move(send), send_deps);
       const int recv_id = plan.AddOp(std::move(recv), recv_deps);
       last_recv[holder] = recv_id;
@@ -996,7 +996,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
         send.link = topology.Link(from, to);
         send.message = next_message++;
         const int from_slot = from == root ? root_slot[b] : slot_of[from];
-        send.data = Region::Bytes(Space::kStaging, from_slot, offset, bytes);
+        send.data = ByteRange(Space::kStaging, from_slot, offset, bytes);
         Op recv;
         recv.kind = OpKind::kRecv;
         recv.rank = to;
@@ -1005,7 +1005,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
         recv.round = send.round;
         recv.link = send.link;
         recv.message = send.message;
-        recv.data = Region::Bytes(Space::kStaging, slot_of[to], offset, bytes);
+        recv.data = ByteRange(Space::kStaging, slot_of[to], offset, bytes);
         if (from == root) {
           plan.AddOp(std::move(send), bucket_ready[b]);
         } else {

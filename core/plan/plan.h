@@ -68,6 +68,21 @@ struct Region {
   static Region Bytes(Space space, int buffer, int64_t offset, int64_t bytes);
 };
 
+// Contiguous bytes [offset, offset + bytes) of one buffer: what a Send/Forward sends and where a
+// Recv lands. Converts to the equivalent 1-D uint8 Region.
+struct ByteRange {
+  Space space = Space::kStaging;
+  int buffer = 0;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+
+  ByteRange() = default;
+  ByteRange(Space space_in, int buffer_in, int64_t offset_in, int64_t bytes_in)
+      : space(space_in), buffer(buffer_in), offset(offset_in), bytes(bytes_in) {}
+  int64_t NumBytes() const { return bytes; }
+  operator Region() const { return Region::Bytes(space, buffer, offset, bytes); }  // NOLINT
+};
+
 struct CopyPair {
   Region from;
   Region to;  // same shape (element count per dim) as `from`
@@ -153,7 +168,7 @@ struct Op {
   int deps_begin = 0, deps_end = 0;
   // Copy/Pack/Unpack/Convert: TransferPlan::copies[copies_begin, copies_end).
   int copies_begin = 0, copies_end = 0;
-  Region data;                          // Send/Forward: what is sent; Recv: where it lands
+  ByteRange data;                       // Send/Forward: what is sent; Recv: where it lands
 
   int NumDeps() const { return deps_end - deps_begin; }
   int NumCopies() const { return copies_end - copies_begin; }

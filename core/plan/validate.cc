@@ -241,9 +241,6 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
           return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
         }
         FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.data, "message data"));
-        if (!op.data.IsContiguous()) {
-          return InvalidArgument(OpName(op) + ": message data is not contiguous");
-        }
         if (op.data.NumBytes() != op.bytes) {
           return InvalidArgument(OpName(op) + ": carries " + std::to_string(op.data.NumBytes()) +
                                  " bytes but declares " + std::to_string(op.bytes));

@@ -438,10 +438,6 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       if (!setup.ok()) setup = std::move(setup).WithContext(Describe(op, comm_) + ": registering memory");
       continue;
     }
-    if (!op.data.IsContiguous()) {
-      setup = InvalidArgument(Describe(op, comm_) + ": network data must be a contiguous region");
-      break;
-    }
     if (op.data.space == Space::kStaging) {
       if (arena_bytes_ > 0) setup = register_block(*t, arena_.get(), arena_bytes_, true);
     } else {

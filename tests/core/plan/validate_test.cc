@@ -41,7 +41,7 @@ TEST(ValidatePlan, RejectsUnmatchedRecvAndSizeMismatch) {
   ExpectInvalid(t, "endpoints");
   TinyPlan u = MakeTinyPlan();
   u.plan.ops[u.recv].bytes = 8;
-  u.plan.ops[u.recv].data.shape[0] = 8;
+  u.plan.ops[u.recv].data.bytes = 8;
   ExpectInvalid(u, "receives 8");
 }
 

@@ -35,10 +35,10 @@ TransferPlan PackedPlan(LinkClass link) {
       {{Matrix(Space::kSource, 0, 0, 4, 4, 8), Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
        {Matrix(Space::kSource, 0, 16, 4, 4, 8), Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
   Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 7, .bytes = 128, .link = link};
-  send.data = Region::Bytes(Space::kStaging, send_slot, 0, 128);
+  send.data = ByteRange(Space::kStaging, send_slot, 0, 128);
   plan.AddOp(send, {pack_id});
   Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 7, .bytes = 128, .link = link};
-  recv.data = Region::Bytes(Space::kStaging, recv_slot, 0, 128);
+  recv.data = ByteRange(Space::kStaging, recv_slot, 0, 128);
   const int recv_id = plan.AddOp(recv);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
   plan.AddOp(unpack, {recv_id},
@@ -101,11 +101,11 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
   const int slot = plan.AddSlot(1, 128);
   Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 0, .bytes = 128,
           .link = LinkClass::kSameNode};
-  send.data = Region::Bytes(Space::kSource, 0, 1024, 128);
+  send.data = ByteRange(Space::kSource, 0, 1024, 128);
   plan.AddOp(send);
   Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 0, .bytes = 128,
           .link = LinkClass::kSameNode};
-  recv.data = Region::Bytes(Space::kStaging, slot, 0, 128);
+  recv.data = ByteRange(Space::kStaging, slot, 0, 128);
   const int recv_id = plan.AddOp(recv);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
   plan.AddOp(unpack, {recv_id},
@@ -117,11 +117,11 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
       pack, {}, {{Matrix(Space::kSource, 0, 0, 2, 8, 16), Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}});
   Op send2{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = 64,
            .link = LinkClass::kSameNode};
-  send2.data = Region::Bytes(Space::kStaging, send_slot, 0, 64);
+  send2.data = ByteRange(Space::kStaging, send_slot, 0, 64);
   plan.AddOp(send2, {pack_id});
   Op recv2{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = 64,
            .link = LinkClass::kSameNode};
-  recv2.data = Region::Bytes(Space::kDestination, 0, 2048, 64);
+  recv2.data = ByteRange(Space::kDestination, 0, 2048, 64);
   plan.AddOp(recv2);
 
   const std::vector<DirectRead> found = FindDirectReads(plan, 1);

@@ -103,7 +103,7 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
                         Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}});
   Op send_a{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = half,
             .link = link};
-  send_a.data = Region::Bytes(Space::kStaging, slot_a, 0, half);
+  send_a.data = ByteRange(Space::kStaging, slot_a, 0, half);
   plan.AddOp(send_a, {pa});
   Op pack_b{.kind = OpKind::kPack, .rank = 0, .bytes = half, .round = 1};
   int pb = plan.AddOp(pack_b, {},
@@ -111,7 +111,7 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
                         Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}});
   Op send_b{.kind = OpKind::kSend, .rank = 0, .peer = 2, .message = 2, .bytes = half,
             .link = link, .round = 1};
-  send_b.data = Region::Bytes(Space::kStaging, slot_b, 0, half);
+  send_b.data = ByteRange(Space::kStaging, slot_b, 0, half);
   plan.AddOp(send_b, {pb});
   Op copy{.kind = OpKind::kCopy, .rank = 0, .bytes = 32 * kCols * 4, .link = LinkClass::kSameRank};
   plan.AddOp(copy, {},
@@ -119,7 +119,7 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
                Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}});
   Op recv_c{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = half,
             .link = link};
-  recv_c.data = Region::Bytes(Space::kStaging, slot_c, 0, half);
+  recv_c.data = ByteRange(Space::kStaging, slot_c, 0, half);
   int rc = plan.AddOp(recv_c);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half};
   plan.AddOp(unpack, {rc},
@@ -127,15 +127,15 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
                Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
   Op recv_relayed{.kind = OpKind::kRecv, .rank = 1, .peer = 2, .message = 3, .bytes = half,
                   .link = link};
-  recv_relayed.data = Region::Bytes(Space::kDestination, 3, 0, half);
+  recv_relayed.data = ByteRange(Space::kDestination, 3, 0, half);
   plan.AddOp(recv_relayed);
   Op recv_d{.kind = OpKind::kRecv, .rank = 2, .peer = 0, .message = 2, .bytes = half,
             .link = link};
-  recv_d.data = Region::Bytes(Space::kDestination, 2, 0, half);
+  recv_d.data = ByteRange(Space::kDestination, 2, 0, half);
   int rd = plan.AddOp(recv_d);
   Op forward{.kind = OpKind::kForward, .rank = 2, .peer = 1, .message = 3, .bytes = half,
              .link = link};
-  forward.data = Region::Bytes(Space::kDestination, 2, 0, half);
+  forward.data = ByteRange(Space::kDestination, 2, 0, half);
   plan.AddOp(forward, {rd});
   return plan;
 }
@@ -347,7 +347,7 @@ TEST(ExecutorTest, DeadlineNamesTheStuckReceive) {
   plan.destination_buffers = {{0, "d", 1024}};
   Op recv{.kind = OpKind::kRecv, .rank = 0, .peer = 1, .message = 9, .bytes = 1024,
           .link = LinkClass::kNetwork};
-  recv.data = Region::Bytes(Space::kDestination, 0, 0, 1024);
+  recv.data = ByteRange(Space::kDestination, 0, 0, 1024);
   plan.AddOp(recv);
   auto codes = RunRanks(2, 30, [&](int rank, int port) {
     auto joined = Join(rank, 2, port);
