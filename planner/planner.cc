@@ -53,20 +53,32 @@ struct CopySide {
   int buffer = 0;
   int64_t offset = 0;
   DType dtype = DType::kUInt8;
-  const int64_t* strides = nullptr;  // null: dense row-major
+  const int64_t* strides = nullptr;  // null: dense row-major (stored without strides)
+  bool contiguous = true;            // Region::IsContiguous of the side
 };
 
-// `box` (inside fragment f's box) in the fragment's buffer; the same place as FragmentRegion.
-CopySide FragmentSide(const Layout& layout, const Fragment& f, Space space, const Box& box) {
+// `box` (inside fragment f's box, of type `dtype`) in the fragment's buffer; the same place as
+// FragmentRegion. Strides equal to the box's row-major strides are left out (dense).
+CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const Box& box) {
   CopySide s;
   s.space = space;
   s.buffer = f.loc.buffer;
-  s.dtype = layout.tensors[f.tensor].dtype;
-  const int64_t esize = DTypeSize(s.dtype);
+  s.dtype = dtype;
+  const int64_t esize = DTypeSize(dtype);
   int64_t offset = f.loc.byte_offset;
-  for (int d = 0; d < box.ndim; ++d) offset += (box.lo[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+  bool dense = true;
+  int64_t dense_stride = 1, contiguous_stride = 1;
+  for (int d = box.ndim - 1; d >= 0; --d) {
+    const int64_t extent = box.hi[d] - box.lo[d];
+    const int64_t stride = f.loc.strides[d];
+    offset += (box.lo[d] - f.box.lo[d]) * stride * esize;
+    dense = dense && stride == dense_stride;
+    dense_stride *= std::max<int64_t>(1, extent);
+    s.contiguous = s.contiguous && (extent == 1 || stride == contiguous_stride);
+    contiguous_stride *= extent;
+  }
   s.offset = offset;
-  s.strides = f.loc.strides.data();
+  s.strides = dense ? nullptr : f.loc.strides.data();
   return s;
 }
 
@@ -191,6 +203,7 @@ struct Delivery {
   bool intra = false;   // candidates are same-node holders (pool range) rather than piece holders
   int cand_begin = 0, cand_end = 0;
   int sender_frag = -1;
+  DType dtype = DType::kUInt8;
 };
 
 struct Message {
@@ -201,19 +214,45 @@ struct Message {
   int distance = 0;         // (root node - sender node) mod nodes: round order
 };
 
+// Compact facts the planner's passes read many times, gathered in one pass (a Fragment is ~224
+// bytes, so reading its rank again and again costs a cache miss each time).
+struct PlanFacts {
+  std::vector<int> node_of_rank;
+  std::vector<int> source_rank;       // by source fragment
+  std::vector<int> destination_rank;  // by destination fragment
+  std::vector<int64_t> piece_bytes;   // by piece of the intersection
+  std::vector<DType> piece_dtype;     // by piece
+
+  PlanFacts(const Intersection& inter, const Layout& source, const Layout& destination,
+            const Topology& topology) {
+    node_of_rank.resize(topology.ranks.size());
+    for (size_t r = 0; r < topology.ranks.size(); ++r) node_of_rank[r] = topology.ranks[r].node;
+    source_rank.resize(source.fragments.size());
+    for (size_t f = 0; f < source.fragments.size(); ++f) source_rank[f] = source.fragments[f].loc.rank;
+    destination_rank.resize(destination.fragments.size());
+    for (size_t f = 0; f < destination.fragments.size(); ++f) {
+      destination_rank[f] = destination.fragments[f].loc.rank;
+    }
+    piece_bytes.resize(inter.pieces.size());
+    piece_dtype.resize(inter.pieces.size());
+    for (size_t p = 0; p < inter.pieces.size(); ++p) {
+      const DType dtype = destination.tensors[inter.groups[inter.pieces[p].group].dst_tensor].dtype;
+      piece_dtype[p] = dtype;
+      piece_bytes[p] = inter.BoxOf(inter.pieces[p]).Volume() * DTypeSize(dtype);
+    }
+  }
+};
+
 // What the layouts force onto the network: per piece, each destination node without a holder
 // needs it once.
-NetworkDemand ComputeDemand(const Intersection& inter, const Layout& source,
-                            const Layout& destination, const Topology& topology) {
-  const int num_nodes = std::max(1, topology.NumNodes());
-  auto node_of = [&](int rank) { return topology.ranks[rank].node; };
+NetworkDemand ComputeDemand(const Intersection& inter, const PlanFacts& facts, int num_nodes) {
+  const std::vector<int>& node_of = facts.node_of_rank;
   NetworkDemand demand;
-  // Network demand: per piece, each destination node without a holder needs it once.
   demand.destination_node_bytes.assign(num_nodes, 0);
   demand.source_node_bytes.assign(num_nodes, 0);
   {
     std::vector<char> holder_node(num_nodes, 0);
-    for (const Fragment& f : source.fragments) holder_node[node_of(f.loc.rank)] = 1;
+    for (int rank : facts.source_rank) holder_node[node_of[rank]] = 1;
     demand.source_nodes = static_cast<int>(std::count(holder_node.begin(), holder_node.end(), 1));
   }
   std::vector<int> mark(num_nodes, -1);     // piece index that last marked the node as holder
@@ -221,10 +260,10 @@ NetworkDemand ComputeDemand(const Intersection& inter, const Layout& source,
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
-    const int64_t bytes = inter.BoxOf(piece).Volume() * DTypeSize(destination.tensors[g.dst_tensor].dtype);
+    const int64_t bytes = facts.piece_bytes[p];
     int holder_nodes = 0, only_node = -1;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-      int node = node_of(source.fragments[inter.holders[h]].loc.rank);
+      const int node = node_of[facts.source_rank[inter.holders[h]]];
       if (mark[node] != static_cast<int>(p)) {
         mark[node] = static_cast<int>(p);
         ++holder_nodes;
@@ -233,7 +272,7 @@ NetworkDemand ComputeDemand(const Intersection& inter, const Layout& source,
     }
     bool must_leave = false;
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
-      int node = node_of(destination.fragments[inter.group_frags[i]].loc.rank);
+      const int node = node_of[facts.destination_rank[inter.group_frags[i]]];
       if (mark[node] == static_cast<int>(p) || needed[node] == static_cast<int>(p)) continue;
       needed[node] = static_cast<int>(p);
       demand.destination_node_bytes[node] += bytes;
@@ -269,7 +308,6 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, destination));
   const int num_nodes = std::max(1, topology.NumNodes());
-  auto node_of = [&](int rank) { return topology.ranks[rank].node; };
 
   PlanResult result;
   TransferPlan& plan = result.plan;
@@ -278,7 +316,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   plan.source_buffers = source.buffers;
   plan.destination_buffers = destination.buffers;
 
-  result.demand = ComputeDemand(inter, source, destination, topology);
+  const PlanFacts facts(inter, source, destination, topology);
+  const std::vector<int>& src_rank = facts.source_rank;
+  const std::vector<int>& dst_rank = facts.destination_rank;
+  result.demand = ComputeDemand(inter, facts, num_nodes);
   const NetworkDemand& demand = result.demand;
   const LowerBound bound = ComputeLowerBound(demand, topology);
   const bool relay = options.relay == RelayMode::kOn ||
@@ -297,59 +338,69 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   TreeTable trees(num_ranks);
   std::vector<Box> chunks;
   std::vector<Box> chunk_boxes;  // the boxes of deliveries that carry part of a piece
-  // Adds a delivery per chunk of `chunks` (the piece whole when there is one chunk).
-  auto add_chunks = [&](Delivery d, int64_t esize) {
-    const bool whole = chunks.size() == 1;
+  // Adds `d` for piece p (`bytes` long) once per chunk of at most `cap` bytes (the piece whole
+  // when it fits).
+  auto add_chunks = [&](Delivery d, size_t p, int64_t cap) {
+    if (facts.piece_bytes[p] <= cap) {
+      d.chunk = -1;
+      d.bytes = facts.piece_bytes[p];
+      deliveries.push_back(d);
+      return;
+    }
+    const int64_t esize = DTypeSize(d.dtype);
+    chunks.clear();
+    ChunkBox(inter.BoxOf(inter.pieces[p]), esize, cap, chunks);
     for (const Box& c : chunks) {
-      d.chunk = whole ? -1 : static_cast<int>(chunk_boxes.size());
-      if (!whole) chunk_boxes.push_back(c);
+      d.chunk = static_cast<int>(chunk_boxes.size());
+      chunk_boxes.push_back(c);
       d.bytes = c.Volume() * esize;
       deliveries.push_back(d);
     }
   };
-  std::vector<int> member_ranks, member_nodes;
+  const std::vector<int>& node_of = facts.node_of_rank;
+  std::vector<int> member_ranks;
   std::vector<int> local_holders;
   std::vector<int> tree_ranks, tree_parent;
   std::vector<int> net_node_begin;  // per network node: range into net_ranks
   std::vector<int> net_ranks;
   std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
   std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
+  deliveries.reserve(inter.pieces.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
-    const DType dtype = destination.tensors[g.dst_tensor].dtype;
-    const int64_t esize = DTypeSize(dtype);
-    const int64_t piece_bytes = inter.BoxOf(piece).Volume() * esize;
+    const DType dtype = facts.piece_dtype[p];
+    const int64_t piece_bytes = facts.piece_bytes[p];
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-      const int rank = source.fragments[inter.holders[h]].loc.rank;
+      const int rank = src_rank[inter.holders[h]];
       rank_holder[rank] = inter.holders[h];
-      holder_node_mark[node_of(rank)] = static_cast<int>(p);
+      holder_node_mark[node_of[rank]] = static_cast<int>(p);
     }
     // Members: distinct ranks of the group, by rank (group_frags is sorted by rank).
     member_ranks.clear();
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
-      const Fragment& f = destination.fragments[inter.group_frags[i]];
-      if (rank_holder[f.loc.rank] >= 0) {
-        local_copies.push_back({f.loc.rank, static_cast<int>(p), rank_holder[f.loc.rank], inter.group_frags[i]});
+      const int rank = dst_rank[inter.group_frags[i]];
+      if (rank_holder[rank] >= 0) {
+        local_copies.push_back({rank, static_cast<int>(p), rank_holder[rank], inter.group_frags[i]});
         continue;
       }
-      if (member_ranks.empty() || member_ranks.back() != f.loc.rank) member_ranks.push_back(f.loc.rank);
+      if (member_ranks.empty() || member_ranks.back() != rank) member_ranks.push_back(rank);
     }
     // Order members by (node, rank); ranks numbered node by node are already in that order.
-    auto by_node = [&](int a, int b) { return node_of(a) < node_of(b); };
+    auto by_node = [&](int a, int b) { return node_of[a] < node_of[b]; };
     if (!std::is_sorted(member_ranks.begin(), member_ranks.end(), by_node)) {
       std::stable_sort(member_ranks.begin(), member_ranks.end(), by_node);
     }
     net_node_begin.clear();
     net_ranks.clear();
     for (size_t i = 0; i < member_ranks.size();) {
-      const int node = node_of(member_ranks[i]);
+      const int node = node_of[member_ranks[i]];
       size_t j = i;
-      while (j < member_ranks.size() && node_of(member_ranks[j]) == node) ++j;
+      while (j < member_ranks.size() && node_of[member_ranks[j]] == node) ++j;
       local_holders.clear();
       if (holder_node_mark[node] == static_cast<int>(p)) {
         for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-          if (node_of(source.fragments[inter.holders[h]].loc.rank) == node) local_holders.push_back(inter.holders[h]);
+          if (node_of[src_rank[inter.holders[h]]] == node) local_holders.push_back(inter.holders[h]);
         }
       }
       if (!local_holders.empty()) {
@@ -358,16 +409,15 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         intra_pool.insert(intra_pool.end(), local_holders.begin(), local_holders.end());
         const int cand_end = static_cast<int>(intra_pool.size());
         for (size_t k = i; k < j; ++k) {
-          chunks.clear();
-          ChunkBox(inter.BoxOf(piece), esize, options.network_chunk_bytes, chunks);
           Delivery d;
           d.piece = static_cast<int>(p);
+          d.dtype = dtype;
           d.tree = member_ranks[k];
           d.leader = member_ranks[k];
           d.intra = true;
           d.cand_begin = cand_begin;
           d.cand_end = cand_end;
-          add_chunks(d, esize);
+          add_chunks(d, p, options.network_chunk_bytes);
         }
       } else if (options.hierarchical) {
         // Leader: the least-loaded member; the chain continues cyclically by rank.
@@ -403,16 +453,14 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         prev_leader = leader_pos;
       }
       const int tree = trees.Intern(tree_ranks, tree_parent);
-      const int64_t cap = tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
-      chunks.clear();
-      ChunkBox(inter.BoxOf(piece), esize, cap, chunks);
       Delivery d;
       d.piece = static_cast<int>(p);
+      d.dtype = dtype;
       d.tree = tree;
       d.leader = tree_ranks[0];
       d.cand_begin = piece.holders_begin;
       d.cand_end = piece.holders_end;
-      add_chunks(d, esize);
+      add_chunks(d, p, tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes);
     };
     if (net_nodes > 0) {
       if (relay && net_nodes > 1) {
@@ -421,9 +469,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         for (int n = 0; n < net_nodes; ++n) emit_tree(n, 1);
       }
     }
-    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-      rank_holder[source.fragments[inter.holders[h]].loc.rank] = -1;
-    }
+    for (int h = piece.holders_begin; h < piece.holders_end; ++h) rank_holder[src_rank[inter.holders[h]]] = -1;
   }
 
   // Source selection. Deliveries with one candidate are assigned first (their load is fixed); the
@@ -444,9 +490,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         continue;
       }
       d.sender_frag = (d.intra ? intra_pool.data() : inter.holders.data())[d.cand_begin];
-      const int rank = source.fragments[d.sender_frag].loc.rank;
+      const int rank = src_rank[d.sender_frag];
       (d.intra ? intra_out : net_out)[rank] += d.bytes;
-      if (!d.intra) node_out[node_of(rank)] += d.bytes;
+      if (!d.intra) node_out[node_of[rank]] += d.bytes;
     }
     if (small_sizes) {
       std::vector<int> sorted(flexible.size());
@@ -477,10 +523,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       int best = -1;
       int64_t best_score = 0, best_node_load = 0;
       for (int c = d.cand_begin; c < d.cand_end; ++c) {
-        const int rank = source.fragments[cands[c]].loc.rank;
+        const int rank = src_rank[cands[c]];
         int64_t score = load[rank];
         if (!d.intra && topology.ranks[rank].local_device != leader_device) score += d.bytes / 64 + 1;
-        const int64_t nl = d.intra ? 0 : node_out[node_of(rank)];
+        const int64_t nl = d.intra ? 0 : node_out[node_of[rank]];
         if (best < 0 || score < best_score || (score == best_score && nl < best_node_load)) {
           best = cands[c];
           best_score = score;
@@ -488,9 +534,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         }
       }
       d.sender_frag = best;
-      const int rank = source.fragments[best].loc.rank;
+      const int rank = src_rank[best];
       load[rank] += d.bytes;
-      if (!d.intra) node_out[node_of(rank)] += d.bytes;
+      if (!d.intra) node_out[node_of[rank]] += d.bytes;
     }
   }
 
@@ -499,7 +545,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   std::vector<int> sender_rank(deliveries.size());
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (size_t i = 0; i < deliveries.size(); ++i) {
-    sender_rank[i] = source.fragments[deliveries[i].sender_frag].loc.rank;
+    sender_rank[i] = src_rank[deliveries[i].sender_frag];
     ++sender_begin[sender_rank[i] + 1];
   }
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
@@ -532,7 +578,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       ++j;
     }
     m.last = static_cast<int>(j);
-    m.distance = (node_of(trees.Rank(tree, 0)) - node_of(s) + num_nodes) % num_nodes;
+    m.distance = (node_of[trees.Rank(tree, 0)] - node_of[s] + num_nodes) % num_nodes;
     messages.push_back(m);
     i = j;
   }
@@ -586,9 +632,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const LocalCopy& c = local_copies[by_rank[k]];
         const Box& box = inter.BoxOf(inter.pieces[c.piece]);
         const Fragment& dst = destination.fragments[c.dst];
-        AppendBoxCopy(plan, FragmentSide(source, source.fragments[c.src], Space::kSource, box),
-                      FragmentSide(destination, dst, Space::kDestination, box), box);
-        op.bytes += box.Volume() * DTypeSize(destination.tensors[dst.tensor].dtype);
+        const DType dtype = destination.tensors[dst.tensor].dtype;
+        AppendBoxCopy(plan, FragmentSide(source.fragments[c.src], dtype, Space::kSource, box),
+                      FragmentSide(dst, dtype, Space::kDestination, box), box);
+        op.bytes += box.Volume() * DTypeSize(dtype);
       }
       op.copies_end = static_cast<int>(plan.copies.size());
       plan.AddOp(std::move(op));
@@ -621,9 +668,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      Region src0 = FragmentRegion(source, source.fragments[d0.sender_frag], Space::kSource, box_of(d0));
-      if (count == 1 && src0.IsContiguous()) {
-        src0.dtype = DType::kUInt8;
+      const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], d0.dtype, Space::kSource, box_of(d0));
+      if (count == 1 && src0.contiguous) {
         send.data = ByteRange(Space::kSource, src0.buffer, src0.offset, m.bytes);
       } else {
         const int slot = plan.AddSlot(m.sender, m.bytes);
@@ -636,10 +682,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[order[k]];
-          const DType dt = destination.tensors[inter.groups[inter.pieces[d.piece].group].dst_tensor].dtype;
           const Box& box = box_of(d);
-          AppendBoxCopy(plan, FragmentSide(source, source.fragments[d.sender_frag], Space::kSource, box),
-                        SlotSide(slot, offset, dt), box);
+          AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], d.dtype, Space::kSource, box),
+                        SlotSide(slot, offset, d.dtype), box);
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -672,10 +717,12 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       recv.round = recv_round[i];
       recv.link = topology.Link(from, rank);
       recv.message = message_of[i];
-      // Destination fragments of this rank for a delivery's group.
+      // Destination fragments of this rank for a delivery's group (a group of one fragment is
+      // delivered only to that fragment's rank).
       auto frags_on_rank = [&](const FragmentGroup& g) {
         auto begin = inter.group_frags.begin() + g.frags_begin;
         auto end = inter.group_frags.begin() + g.frags_end;
+        if (end - begin == 1) return std::make_pair(begin, end);
         auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return destination.fragments[f].loc.rank < r; });
         auto hi = lo;
         while (hi != end && destination.fragments[*hi].loc.rank == rank) ++hi;
@@ -686,8 +733,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const FragmentGroup& g = inter.groups[piece0.group];
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          Region dst = FragmentRegion(destination, destination.fragments[*lo], Space::kDestination, box_of(d0));
-          if (dst.IsContiguous()) {
+          const CopySide dst = FragmentSide(destination.fragments[*lo], d0.dtype, Space::kDestination, box_of(d0));
+          if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.buffer, dst.offset, m.bytes);
             direct = true;
           }
@@ -710,11 +757,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[order[k]];
         const FragmentGroup& g = inter.groups[inter.pieces[d.piece].group];
-        const DType dt = destination.tensors[g.dst_tensor].dtype;
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          AppendBoxCopy(plan, SlotSide(slot, offset, dt),
-                        FragmentSide(destination, destination.fragments[*it], Space::kDestination, box_of(d)),
+          AppendBoxCopy(plan, SlotSide(slot, offset, d.dtype),
+                        FragmentSide(destination.fragments[*it], d.dtype, Space::kDestination, box_of(d)),
                         box_of(d));
           unpack.bytes += d.bytes;
         }
@@ -1038,7 +1084,8 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   }
 
   // The physical limit is the same whichever plan runs.
-  result.demand = ComputeDemand(direct, source, destination, topology);
+  result.demand = ComputeDemand(direct, PlanFacts(direct, source, destination, topology),
+                                std::max(1, topology.NumNodes()));
   return result;
 }
 

@@ -22,10 +22,10 @@ Json RegionJson(const Region& r) {
   return j;
 }
 
-Json BuffersJson(const std::vector<BufferSpec>& buffers) {
+Json BuffersJson(const BufferTable& buffers) {
   Json list = Json::array();
-  for (const BufferSpec& b : buffers) {
-    list.push_back(Json{{"rank", b.rank}, {"name", b.name}, {"bytes", b.bytes}});
+  for (const BufferTable::Entry b : buffers) {
+    list.push_back(Json{{"rank", b.rank}, {"name", std::string(b.name)}, {"bytes", b.bytes}});
   }
   return list;
 }

@@ -54,6 +54,24 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
   return r;
 }
 
+BufferTable::BufferTable(const std::vector<BufferSpec>& buffers) {
+  size_t name_bytes = 0;
+  for (const BufferSpec& b : buffers) name_bytes += b.name.size();
+  rows_.reserve(buffers.size());
+  names_.reserve(name_bytes);
+  for (const BufferSpec& b : buffers) push_back(b);
+}
+
+BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
+  for (const BufferSpec& b : buffers) push_back(b);
+}
+
+void BufferTable::push_back(const BufferSpec& buffer) {
+  rows_.push_back({buffer.rank, buffer.bytes, static_cast<int64_t>(names_.size()),
+                   static_cast<int64_t>(buffer.name.size())});
+  names_ += buffer.name;
+}
+
 int TransferPlan::AddOp(Op op) {
   op.id = static_cast<int>(ops.size());
   ops.push_back(std::move(op));
@@ -144,13 +162,11 @@ void TransferPlan::AppendCopy(PackedCopy p, int ndim, const int64_t* shape,
                                  (to_strides == nullptr ? PackedCopy::kToDense : 0));
   p.dims = static_cast<int64_t>(copy_dims.size());
   const int n = StoredDims(ndim);
-  for (int d = 0; d < n; ++d) copy_dims.push_back(shape[d]);
-  if (from_strides != nullptr) {
-    for (int d = 0; d < n; ++d) copy_dims.push_back(from_strides[d]);
-  }
-  if (to_strides != nullptr) {
-    for (int d = 0; d < n; ++d) copy_dims.push_back(to_strides[d]);
-  }
+  copy_dims.resize(copy_dims.size() +
+                   static_cast<size_t>(n) * (1 + (from_strides != nullptr) + (to_strides != nullptr)));
+  int64_t* out = std::copy(shape, shape + n, copy_dims.data() + p.dims);
+  if (from_strides != nullptr) out = std::copy(from_strides, from_strides + n, out);
+  if (to_strides != nullptr) std::copy(to_strides, to_strides + n, out);
   copies.push_back(p);
 }
 

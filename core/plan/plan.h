@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -155,6 +156,64 @@ struct StagingSlot {
   int64_t bytes = 0;
 };
 
+// A plan's copy of a layout's buffer table: rank, name and size of each buffer, stored flat (one
+// array of rows and one string holding every name), so copying the table of a 200k-buffer layout
+// costs two allocations instead of one per name. Entries are read by value; an Entry's name stays
+// valid until the table changes.
+class BufferTable {
+ public:
+  struct Entry {
+    int rank = 0;
+    std::string_view name;
+    int64_t bytes = 0;
+  };
+  class Iterator {
+   public:
+    using value_type = Entry;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Iterator(const BufferTable* table, size_t index) : table_(table), index_(index) {}
+    Entry operator*() const { return (*table_)[index_]; }
+    Iterator& operator++() {
+      ++index_;
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator old = *this;
+      ++index_;
+      return old;
+    }
+    friend bool operator==(const Iterator& a, const Iterator& b) { return a.index_ == b.index_; }
+
+   private:
+    const BufferTable* table_ = nullptr;
+    size_t index_ = 0;
+  };
+
+  BufferTable() = default;
+  BufferTable(const std::vector<BufferSpec>& buffers);       // NOLINT: a layout's table converts
+  BufferTable(std::initializer_list<BufferSpec> buffers);    // NOLINT
+  size_t size() const { return rows_.size(); }
+  bool empty() const { return rows_.empty(); }
+  Entry operator[](size_t i) const {
+    const Row& r = rows_[i];
+    return {r.rank, std::string_view(names_).substr(r.name_begin, r.name_size), r.bytes};
+  }
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, rows_.size()}; }
+  void push_back(const BufferSpec& buffer);
+
+ private:
+  struct Row {
+    int rank;
+    int64_t bytes;
+    int64_t name_begin;
+    int64_t name_size;
+  };
+  std::vector<Row> rows_;
+  std::string names_;
+};
+
 struct Op {
   int id = 0;  // index in TransferPlan::ops
   OpKind kind = OpKind::kCopy;
@@ -177,8 +236,8 @@ struct Op {
 struct TransferPlan {
   std::string strategy;  // "reshard" or "gather-broadcast"
   int num_ranks = 0;     // ranks are 0..num_ranks-1
-  std::vector<BufferSpec> source_buffers;
-  std::vector<BufferSpec> destination_buffers;
+  BufferTable source_buffers;       // the source layout's buffers, by index
+  BufferTable destination_buffers;  // the destination layout's buffers, by index
   std::vector<StagingSlot> slots;
   std::vector<Op> ops;
   std::vector<int> dep_list;        // every op's deps, each op's a range (Op::deps_begin/end)

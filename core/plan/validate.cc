@@ -19,7 +19,7 @@ struct BufferInfo {
 };
 
 Status CheckRegion(const TransferPlan& plan, const Op& op, const Region& r, const char* what) {
-  const std::vector<BufferSpec>* buffers = nullptr;
+  const BufferTable* buffers = nullptr;
   BufferInfo info;
   switch (r.space) {
     case Space::kSource: buffers = &plan.source_buffers; break;
@@ -93,8 +93,8 @@ Status SortAndMerge(std::vector<BufferRun>& runs, bool overlap_is_error,
         merged.back().offset + merged.back().length >= r.offset) {
       BufferRun& m = merged.back();
       if (overlap_is_error && m.offset + m.length > r.offset) {
-        const BufferSpec& b = plan.destination_buffers[r.buffer];
-        return InvalidArgument("destination buffer '" + b.name + "' on rank " +
+        const BufferTable::Entry b = plan.destination_buffers[r.buffer];
+        return InvalidArgument("destination buffer '" + std::string(b.name) + "' on rank " +
                                std::to_string(b.rank) + ": byte " + std::to_string(r.offset) +
                                " is written twice (ops " + std::to_string(m.op) + " and " +
                                std::to_string(r.op) + ")");
@@ -159,15 +159,15 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                            std::to_string(source.buffers.size()) + " and " +
                            std::to_string(destination.buffers.size()) + " in the layouts)");
   }
-  for (const BufferSpec& b : plan.source_buffers) {
+  for (const BufferTable::Entry b : plan.source_buffers) {
     if (b.rank < 0 || b.rank >= n) {
-      return InvalidArgument("source buffer '" + b.name + "' is on rank " + std::to_string(b.rank) +
+      return InvalidArgument("source buffer '" + std::string(b.name) + "' is on rank " + std::to_string(b.rank) +
                              " outside [0, " + std::to_string(n) + ")");
     }
   }
-  for (const BufferSpec& b : plan.destination_buffers) {
+  for (const BufferTable::Entry b : plan.destination_buffers) {
     if (b.rank < 0 || b.rank >= n) {
-      return InvalidArgument("destination buffer '" + b.name + "' is on rank " +
+      return InvalidArgument("destination buffer '" + std::string(b.name) + "' is on rank " +
                              std::to_string(b.rank) + " outside [0, " + std::to_string(n) + ")");
     }
   }
@@ -357,20 +357,20 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                    written[i].offset == expected[i].offset &&
                    written[i].length < expected[i].length))) {
       const BufferRun& e = expected[i];
-      const BufferSpec& b = plan.destination_buffers[e.buffer];
+      const BufferTable::Entry b = plan.destination_buffers[e.buffer];
       int64_t gap = has_w && written[i].buffer == e.buffer && written[i].offset == e.offset
                         ? e.offset + written[i].length
                         : e.offset;
-      return InvalidArgument("destination buffer '" + b.name + "' on rank " +
+      return InvalidArgument("destination buffer '" + std::string(b.name) + "' on rank " +
                              std::to_string(b.rank) + ": byte " + std::to_string(gap) +
                              " of a destination fragment is never written");
     }
     const BufferRun& w = written[i];
-    const BufferSpec& b = plan.destination_buffers[w.buffer];
+    const BufferTable::Entry b = plan.destination_buffers[w.buffer];
     int64_t stray = has_e && expected[i].buffer == w.buffer && expected[i].offset == w.offset
                         ? w.offset + expected[i].length
                         : w.offset;
-    return InvalidArgument("destination buffer '" + b.name + "' on rank " +
+    return InvalidArgument("destination buffer '" + std::string(b.name) + "' on rank " +
                            std::to_string(b.rank) + ": byte " + std::to_string(stray) +
                            " is written by op " + std::to_string(w.op) +
                            " but belongs to no destination fragment");

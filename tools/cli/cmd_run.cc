@@ -93,7 +93,7 @@ int64_t FragmentBytes(const Layout& layout) {
 // as a trainer's weights sit in a few large allocator segments in a real deployment.
 class HostBuffers {
  public:
-  HostBuffers(const std::vector<BufferSpec>& specs, int rank, const char* side) {
+  HostBuffers(const BufferTable& specs, int rank, const char* side) {
     pointers_.assign(specs.size(), nullptr);
     offsets_.assign(specs.size(), -1);
     int64_t size = 0;
@@ -111,21 +111,21 @@ class HostBuffers {
     }
   }
   // True when every buffer of this rank got memory.
-  bool complete(const std::vector<BufferSpec>& specs, int rank) const {
+  bool complete(const BufferTable& specs, int rank) const {
     for (size_t b = 0; b < specs.size(); ++b) {
       if (specs[b].rank == rank && pointers_[b] == nullptr) return false;
     }
     return true;
   }
   const std::vector<char*>& pointers() const { return pointers_; }
-  std::vector<MemoryDesc> Descs(const std::vector<BufferSpec>& specs) const {
+  std::vector<MemoryDesc> Descs(const BufferTable& specs) const {
     std::vector<MemoryDesc> out(specs.size());
     for (size_t b = 0; b < specs.size(); ++b) {
       if (pointers_[b] != nullptr) out[b] = block_.Sub(offsets_[b], specs[b].bytes);
     }
     return out;
   }
-  void Zero(const std::vector<BufferSpec>& specs) {
+  void Zero(const BufferTable& specs) {
     for (size_t b = 0; b < specs.size(); ++b) {
       if (pointers_[b] != nullptr) std::memset(pointers_[b], 0, specs[b].bytes);
     }
