@@ -59,7 +59,7 @@ struct CopySide {
 
 // `box` (inside fragment f's box, of type `dtype`) in the fragment's buffer; the same place as
 // FragmentRegion. Strides equal to the box's row-major strides are left out (dense).
-CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const Box& box) {
+inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const Box& box) {
   CopySide s;
   s.space = space;
   s.buffer = f.loc.buffer;
@@ -92,7 +92,7 @@ CopySide SlotSide(int slot, int64_t offset, DType dtype) {
 }
 
 // Appends the copy pair from `from` to `to` of `box`'s shape.
-void AppendBoxCopy(TransferPlan& plan, const CopySide& from, const CopySide& to, const Box& box) {
+inline void AppendBoxCopy(TransferPlan& plan, const CopySide& from, const CopySide& to, const Box& box) {
   PackedCopy p;
   p.from_space = from.space;
   p.from_buffer = from.buffer;

@@ -22,22 +22,30 @@ Json RegionJson(const Region& r) {
   return j;
 }
 
-Json BuffersJson(const BufferTable& buffers) {
+// The buffer table; with the layout it came from, each buffer's name too.
+Json BuffersJson(const BufferTable& buffers, const Layout* layout) {
+  const bool named = layout != nullptr && layout->buffers.size() == buffers.size();
   Json list = Json::array();
-  for (const BufferTable::Entry b : buffers) {
-    list.push_back(Json{{"rank", b.rank}, {"name", std::string(b.name)}, {"bytes", b.bytes}});
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const BufferTable::Entry& b = buffers[i];
+    if (named) {
+      list.push_back(Json{{"rank", b.rank}, {"name", layout->buffers[i].name}, {"bytes", b.bytes}});
+    } else {
+      list.push_back(Json{{"rank", b.rank}, {"bytes", b.bytes}});
+    }
   }
   return list;
 }
 
 }  // namespace
 
-std::string PlanToJson(const TransferPlan& plan, int indent) {
+std::string PlanToJson(const TransferPlan& plan, int indent, const Layout* source,
+                       const Layout* destination) {
   Json j;
   j["strategy"] = plan.strategy;
   j["num_ranks"] = plan.num_ranks;
-  j["source_buffers"] = BuffersJson(plan.source_buffers);
-  j["destination_buffers"] = BuffersJson(plan.destination_buffers);
+  j["source_buffers"] = BuffersJson(plan.source_buffers, source);
+  j["destination_buffers"] = BuffersJson(plan.destination_buffers, destination);
   Json slots = Json::array();
   for (const StagingSlot& s : plan.slots) slots.push_back(Json{{"rank", s.rank}, {"bytes", s.bytes}});
   j["slots"] = std::move(slots);

@@ -11,8 +11,10 @@
 
 namespace ferry {
 
-// `indent` < 0 gives compact JSON.
-std::string PlanToJson(const TransferPlan& plan, int indent = -1);
+// `indent` < 0 gives compact JSON. Buffers are listed by rank and size; given the layouts the
+// plan was made from, with their names too.
+std::string PlanToJson(const TransferPlan& plan, int indent = -1, const Layout* source = nullptr,
+                       const Layout* destination = nullptr);
 std::string StatsToJson(const PlanStats& stats, int indent = 2);
 std::string PlanToDot(const TransferPlan& plan);
 // Writes `text` to `path`, replacing it.

@@ -55,21 +55,12 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
 }
 
 BufferTable::BufferTable(const std::vector<BufferSpec>& buffers) {
-  size_t name_bytes = 0;
-  for (const BufferSpec& b : buffers) name_bytes += b.name.size();
-  rows_.reserve(buffers.size());
-  names_.reserve(name_bytes);
-  for (const BufferSpec& b : buffers) push_back(b);
+  entries_.resize(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) entries_[i] = {buffers[i].rank, buffers[i].bytes};
 }
 
 BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
   for (const BufferSpec& b : buffers) push_back(b);
-}
-
-void BufferTable::push_back(const BufferSpec& buffer) {
-  rows_.push_back({buffer.rank, buffer.bytes, static_cast<int64_t>(names_.size()),
-                   static_cast<int64_t>(buffer.name.size())});
-  names_ += buffer.name;
 }
 
 int TransferPlan::AddOp(Op op) {
@@ -151,22 +142,6 @@ void TransferPlan::AppendCopy(const Region& from, const Region& to) {
   if (!shared) out = std::copy(to.shape.begin(), to.shape.begin() + tn, out);
   if (!from_dense) out = std::copy(from.strides.begin(), from.strides.begin() + fn, out);
   if (!to_dense) std::copy(to.strides.begin(), to.strides.begin() + tn, out);
-  copies.push_back(p);
-}
-
-void TransferPlan::AppendCopy(PackedCopy p, int ndim, const int64_t* shape,
-                              const int64_t* from_strides, const int64_t* to_strides) {
-  p.from_ndim = p.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
-  p.flags = static_cast<uint8_t>(PackedCopy::kSharedShape |
-                                 (from_strides == nullptr ? PackedCopy::kFromDense : 0) |
-                                 (to_strides == nullptr ? PackedCopy::kToDense : 0));
-  p.dims = static_cast<int64_t>(copy_dims.size());
-  const int n = StoredDims(ndim);
-  copy_dims.resize(copy_dims.size() +
-                   static_cast<size_t>(n) * (1 + (from_strides != nullptr) + (to_strides != nullptr)));
-  int64_t* out = std::copy(shape, shape + n, copy_dims.data() + p.dims);
-  if (from_strides != nullptr) out = std::copy(from_strides, from_strides + n, out);
-  if (to_strides != nullptr) std::copy(to_strides, to_strides + n, out);
   copies.push_back(p);
 }
 

@@ -156,62 +156,28 @@ struct StagingSlot {
   int64_t bytes = 0;
 };
 
-// A plan's copy of a layout's buffer table: rank, name and size of each buffer, stored flat (one
-// array of rows and one string holding every name), so copying the table of a 200k-buffer layout
-// costs two allocations instead of one per name. Entries are read by value; an Entry's name stays
-// valid until the table changes.
+// A plan's copy of a layout's buffer table: the rank and size of each buffer, by index (names stay
+// in the layouts: copying 200k names cost more than planning some models). Entries are values.
 class BufferTable {
  public:
   struct Entry {
     int rank = 0;
-    std::string_view name;
     int64_t bytes = 0;
   };
-  class Iterator {
-   public:
-    using value_type = Entry;
-    using difference_type = std::ptrdiff_t;
-    Iterator() = default;
-    Iterator(const BufferTable* table, size_t index) : table_(table), index_(index) {}
-    Entry operator*() const { return (*table_)[index_]; }
-    Iterator& operator++() {
-      ++index_;
-      return *this;
-    }
-    Iterator operator++(int) {
-      Iterator old = *this;
-      ++index_;
-      return old;
-    }
-    friend bool operator==(const Iterator& a, const Iterator& b) { return a.index_ == b.index_; }
-
-   private:
-    const BufferTable* table_ = nullptr;
-    size_t index_ = 0;
-  };
+  using Iterator = std::vector<Entry>::const_iterator;
 
   BufferTable() = default;
   BufferTable(const std::vector<BufferSpec>& buffers);       // NOLINT: a layout's table converts
   BufferTable(std::initializer_list<BufferSpec> buffers);    // NOLINT
-  size_t size() const { return rows_.size(); }
-  bool empty() const { return rows_.empty(); }
-  Entry operator[](size_t i) const {
-    const Row& r = rows_[i];
-    return {r.rank, std::string_view(names_).substr(r.name_begin, r.name_size), r.bytes};
-  }
-  Iterator begin() const { return {this, 0}; }
-  Iterator end() const { return {this, rows_.size()}; }
-  void push_back(const BufferSpec& buffer);
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  const Entry& operator[](size_t i) const { return entries_[i]; }
+  Iterator begin() const { return entries_.begin(); }
+  Iterator end() const { return entries_.end(); }
+  void push_back(const BufferSpec& buffer) { entries_.push_back({buffer.rank, buffer.bytes}); }
 
  private:
-  struct Row {
-    int rank;
-    int64_t bytes;
-    int64_t name_begin;
-    int64_t name_size;
-  };
-  std::vector<Row> rows_;
-  std::string names_;
+  std::vector<Entry> entries_;
 };
 
 struct Op {
@@ -256,8 +222,24 @@ struct TransferPlan {
   // The same for a pair whose sides share `shape` (`ndim` values), without building Regions:
   // `header` gives the offsets, buffers, spaces and dtypes (its ndims, flags and dims are set
   // here); `from_strides` / `to_strides` are a side's `ndim` strides, or null for a dense side.
+  // Inline: the planner appends a million of these.
   void AppendCopy(PackedCopy header, int ndim, const int64_t* shape, const int64_t* from_strides,
-                  const int64_t* to_strides);
+                  const int64_t* to_strides) {
+    const int n = ndim < 0 ? 0 : (ndim > kMaxDims ? kMaxDims : ndim);
+    header.from_ndim = header.to_ndim = static_cast<int8_t>(ndim < -1 ? -1 : (ndim > kMaxDims + 1 ? kMaxDims + 1 : ndim));
+    header.flags = static_cast<uint8_t>(PackedCopy::kSharedShape |
+                                        (from_strides == nullptr ? PackedCopy::kFromDense : 0) |
+                                        (to_strides == nullptr ? PackedCopy::kToDense : 0));
+    header.dims = static_cast<int64_t>(copy_dims.size());
+    for (int d = 0; d < n; ++d) copy_dims.push_back(shape[d]);
+    if (from_strides != nullptr) {
+      for (int d = 0; d < n; ++d) copy_dims.push_back(from_strides[d]);
+    }
+    if (to_strides != nullptr) {
+      for (int d = 0; d < n; ++d) copy_dims.push_back(to_strides[d]);
+    }
+    copies.push_back(header);
+  }
 
   // Appends an op, assigning its id; its dep and copy ranges are taken as set (the caller
   // appended them with dep_list.push_back / AppendCopy).

@@ -81,7 +81,7 @@ void AppendBufferRuns(const Region& region, int op, std::vector<BufferRun>& out,
 // Sorts runs; reports the first overlap (a byte written twice) when `overlap_is_error`, and merges
 // touching runs.
 Status SortAndMerge(std::vector<BufferRun>& runs, bool overlap_is_error,
-                    const TransferPlan& plan) {
+                    const Layout& destination) {
   std::sort(runs.begin(), runs.end(), [](const BufferRun& a, const BufferRun& b) {
     if (a.buffer != b.buffer) return a.buffer < b.buffer;
     return a.offset < b.offset;
@@ -93,8 +93,8 @@ Status SortAndMerge(std::vector<BufferRun>& runs, bool overlap_is_error,
         merged.back().offset + merged.back().length >= r.offset) {
       BufferRun& m = merged.back();
       if (overlap_is_error && m.offset + m.length > r.offset) {
-        const BufferTable::Entry b = plan.destination_buffers[r.buffer];
-        return InvalidArgument("destination buffer '" + std::string(b.name) + "' on rank " +
+        const BufferSpec& b = destination.buffers[r.buffer];
+        return InvalidArgument("destination buffer '" + b.name + "' on rank " +
                                std::to_string(b.rank) + ": byte " + std::to_string(r.offset) +
                                " is written twice (ops " + std::to_string(m.op) + " and " +
                                std::to_string(r.op) + ")");
@@ -159,15 +159,17 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                            std::to_string(source.buffers.size()) + " and " +
                            std::to_string(destination.buffers.size()) + " in the layouts)");
   }
-  for (const BufferTable::Entry b : plan.source_buffers) {
+  for (size_t i = 0; i < plan.source_buffers.size(); ++i) {
+    const BufferTable::Entry& b = plan.source_buffers[i];
     if (b.rank < 0 || b.rank >= n) {
-      return InvalidArgument("source buffer '" + std::string(b.name) + "' is on rank " + std::to_string(b.rank) +
+      return InvalidArgument("source buffer '" + source.buffers[i].name + "' is on rank " + std::to_string(b.rank) +
                              " outside [0, " + std::to_string(n) + ")");
     }
   }
-  for (const BufferTable::Entry b : plan.destination_buffers) {
+  for (size_t i = 0; i < plan.destination_buffers.size(); ++i) {
+    const BufferTable::Entry& b = plan.destination_buffers[i];
     if (b.rank < 0 || b.rank >= n) {
-      return InvalidArgument("destination buffer '" + std::string(b.name) + "' is on rank " +
+      return InvalidArgument("destination buffer '" + destination.buffers[i].name + "' is on rank " +
                              std::to_string(b.rank) + " outside [0, " + std::to_string(n) + ")");
     }
   }
@@ -326,7 +328,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
       if (c.to.space == Space::kDestination) AppendBufferRuns(c.to, op.id, written, scratch);
     }
   }
-  FERRY_RETURN_IF_ERROR(SortAndMerge(written, /*overlap_is_error=*/true, plan));
+  FERRY_RETURN_IF_ERROR(SortAndMerge(written, /*overlap_is_error=*/true, destination));
   std::vector<BufferRun> expected;
   for (const Fragment& f : destination.fragments) {
     Region r;
@@ -341,7 +343,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
     }
     AppendBufferRuns(r, -1, expected, scratch);
   }
-  FERRY_RETURN_IF_ERROR(SortAndMerge(expected, /*overlap_is_error=*/false, plan));
+  FERRY_RETURN_IF_ERROR(SortAndMerge(expected, /*overlap_is_error=*/false, destination));
   auto before = [](const BufferRun& x, const BufferRun& y) {
     return x.buffer < y.buffer || (x.buffer == y.buffer && x.offset < y.offset);
   };
@@ -357,20 +359,20 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                    written[i].offset == expected[i].offset &&
                    written[i].length < expected[i].length))) {
       const BufferRun& e = expected[i];
-      const BufferTable::Entry b = plan.destination_buffers[e.buffer];
+      const BufferSpec& b = destination.buffers[e.buffer];
       int64_t gap = has_w && written[i].buffer == e.buffer && written[i].offset == e.offset
                         ? e.offset + written[i].length
                         : e.offset;
-      return InvalidArgument("destination buffer '" + std::string(b.name) + "' on rank " +
+      return InvalidArgument("destination buffer '" + b.name + "' on rank " +
                              std::to_string(b.rank) + ": byte " + std::to_string(gap) +
                              " of a destination fragment is never written");
     }
     const BufferRun& w = written[i];
-    const BufferTable::Entry b = plan.destination_buffers[w.buffer];
+    const BufferSpec& b = destination.buffers[w.buffer];
     int64_t stray = has_e && expected[i].buffer == w.buffer && expected[i].offset == w.offset
                         ? w.offset + expected[i].length
                         : w.offset;
-    return InvalidArgument("destination buffer '" + std::string(b.name) + "' on rank " +
+    return InvalidArgument("destination buffer '" + b.name + "' on rank " +
                            std::to_string(b.rank) + ": byte " + std::to_string(stray) +
                            " is written by op " + std::to_string(w.op) +
                            " but belongs to no destination fragment");

@@ -79,8 +79,8 @@ void ForEachElement(const Layout& layout, const Fragment& f, Fn fn) {
 
 Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination) {
   Memory mem;
-  for (const BufferTable::Entry b : plan.source_buffers) mem.source.emplace_back(b.bytes, 0);
-  for (const BufferTable::Entry b : plan.destination_buffers) {
+  for (const BufferTable::Entry& b : plan.source_buffers) mem.source.emplace_back(b.bytes, 0);
+  for (const BufferTable::Entry& b : plan.destination_buffers) {
     mem.destination.emplace_back(b.bytes, 0);
     mem.dst_writes.emplace_back(b.bytes, 0);
   }

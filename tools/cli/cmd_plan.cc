@@ -49,7 +49,7 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const P
   report.transfers = CountTransfers(result->plan);
   if (strategy == args.strategy) {
     if (!args.json_file.empty()) {
-      FERRY_RETURN_IF_ERROR(WriteTextFile(args.json_file, PlanToJson(result->plan)));
+      FERRY_RETURN_IF_ERROR(WriteTextFile(args.json_file, PlanToJson(result->plan, -1, &in.source, &in.destination)));
     }
     if (!args.dot_file.empty()) {
       FERRY_RETURN_IF_ERROR(WriteTextFile(args.dot_file, PlanToDot(result->plan)));

@@ -182,14 +182,14 @@ Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
 // Plain heap memory, or (shared) each buffer in its own memfd block that same-node peers can map.
 void Allocate(Rank& r, const TransferPlan& plan, int rank, bool shared = false) {
   auto fill = [&](const BufferTable& specs, std::vector<MemoryDesc>& out, bool source) {
-    for (const BufferTable::Entry spec : specs) {
+    for (const BufferTable::Entry& spec : specs) {
       if (spec.rank != rank) {
         out.push_back({});
         continue;
       }
       float* data = nullptr;
       if (shared) {
-        r.shared.push_back(std::move(SharedHostMemory::Allocate(spec.bytes, std::string(spec.name)).value()));
+        r.shared.push_back(std::move(SharedHostMemory::Allocate(spec.bytes, "ferry-test").value()));
         data = reinterpret_cast<float*>(r.shared.back().data());
         out.push_back(r.shared.back().desc());
       } else {
