@@ -196,6 +196,7 @@ class TreeTable {
 
 struct Delivery {
   int piece = 0;
+  int group = 0;        // the piece's group
   int chunk = -1;       // the chunk: the piece's box when < 0, else an index into the chunk boxes
   int64_t bytes = 0;
   int tree = 0;
@@ -209,7 +210,7 @@ struct Delivery {
 struct Message {
   int sender = 0;
   int tree = 0;
-  int first = 0, last = 0;  // range in the sorted delivery order
+  int first = 0, last = 0;  // range of deliveries (sorted by sender, tree, index)
   int64_t bytes = 0;
   int distance = 0;         // (root node - sender node) mod nodes: round order
 };
@@ -411,6 +412,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         for (size_t k = i; k < j; ++k) {
           Delivery d;
           d.piece = static_cast<int>(p);
+          d.group = piece.group;
           d.dtype = dtype;
           d.tree = member_ranks[k];
           d.leader = member_ranks[k];
@@ -455,6 +457,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       const int tree = trees.Intern(tree_ranks, tree_parent);
       Delivery d;
       d.piece = static_cast<int>(p);
+      d.group = piece.group;
       d.dtype = dtype;
       d.tree = tree;
       d.leader = tree_ranks[0];
@@ -560,11 +563,18 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
     for (int i : by_tree) order[fill[sender_rank[i]]++] = i;
   }
-  auto sender_of = [&](int di) { return sender_rank[di]; };
+  // Deliveries in that order: the passes below read them sequentially.
+  {
+    std::vector<Delivery> sorted(deliveries.size());
+    for (size_t k = 0; k < order.size(); ++k) sorted[k] = deliveries[order[k]];
+    deliveries.swap(sorted);
+    for (size_t k = 0; k < order.size(); ++k) order[k] = sender_rank[order[k]];
+    sender_rank.swap(order);  // sender_rank[k]: the sender of (sorted) delivery k
+  }
   std::vector<Message> messages;
-  for (size_t i = 0; i < order.size();) {
-    const int s = sender_of(order[i]);
-    const int tree = deliveries[order[i]].tree;
+  for (size_t i = 0; i < deliveries.size();) {
+    const int s = sender_rank[i];
+    const int tree = deliveries[i].tree;
     const int64_t cap = trees.Size(tree) > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
     Message m;
     m.sender = s;
@@ -572,9 +582,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     m.first = static_cast<int>(i);
     m.bytes = 0;
     size_t j = i;
-    while (j < order.size() && sender_of(order[j]) == s && deliveries[order[j]].tree == tree &&
-           (j == i || m.bytes + deliveries[order[j]].bytes <= cap)) {
-      m.bytes += deliveries[order[j]].bytes;
+    while (j < deliveries.size() && sender_rank[j] == s && deliveries[j].tree == tree &&
+           (j == i || m.bytes + deliveries[j].bytes <= cap)) {
+      m.bytes += deliveries[j].bytes;
       ++j;
     }
     m.last = static_cast<int>(j);
@@ -656,8 +666,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     round = m.sender == last_sender ? round + 1 : 0;
     last_sender = m.sender;
     const int count = m.last - m.first;
-    const Delivery& d0 = deliveries[order[m.first]];
-    const Piece& piece0 = inter.pieces[d0.piece];
+    const Delivery& d0 = deliveries[m.first];
     // Sender side.
     Op send;
     send.kind = OpKind::kSend;
@@ -681,7 +690,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
-          const Delivery& d = deliveries[order[k]];
+          const Delivery& d = deliveries[k];
           const Box& box = box_of(d);
           AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], d.dtype, Space::kSource, box),
                         SlotSide(slot, offset, d.dtype), box);
@@ -723,14 +732,14 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         auto begin = inter.group_frags.begin() + g.frags_begin;
         auto end = inter.group_frags.begin() + g.frags_end;
         if (end - begin == 1) return std::make_pair(begin, end);
-        auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return destination.fragments[f].loc.rank < r; });
+        auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
         auto hi = lo;
-        while (hi != end && destination.fragments[*hi].loc.rank == rank) ++hi;
+        while (hi != end && dst_rank[*hi] == rank) ++hi;
         return std::make_pair(lo, hi);
       };
       bool direct = false;
       if (count == 1 && child_begin[i] == child_begin[i + 1]) {
-        const FragmentGroup& g = inter.groups[piece0.group];
+        const FragmentGroup& g = inter.groups[d0.group];
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
           const CopySide dst = FragmentSide(destination.fragments[*lo], d0.dtype, Space::kDestination, box_of(d0));
@@ -755,8 +764,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       unpack.copies_begin = static_cast<int>(plan.copies.size());
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
-        const Delivery& d = deliveries[order[k]];
-        const FragmentGroup& g = inter.groups[inter.pieces[d.piece].group];
+        const Delivery& d = deliveries[k];
+        const FragmentGroup& g = inter.groups[d.group];
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
           AppendBoxCopy(plan, SlotSide(slot, offset, d.dtype),
