@@ -1,11 +1,19 @@
 // Fragment intersection: groups, interval index per tensor, disjoint pieces with holders.
+//
+// Speed: a refit's layouts hold hundreds of thousands of fragments of ~224 bytes each, so merely
+// reading them all once costs most of the time budget (memory bandwidth). Each fragment is read
+// exactly once, in index order: that pass validates it and writes a 24-byte sort key; sorting,
+// grouping and the common "source holds the tensor whole" case then run on the keys only.
+// Fragments are read again (by index) only for tensors of more than 2 dims or with dims of 2^32
+// or more, and for the tensors whose source is sharded (the interval sweep below).
 #include "planner/intersect.h"
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
 namespace ferry {
 namespace {
@@ -31,19 +39,20 @@ bool SameBox(const Box& a, const Box& b) {
   return true;
 }
 
-Status CheckBox(const Layout& layout, const Fragment& f, int index, const char* side) {
+bool BoxInside(const Box& box, const TensorSpec& t) {
+  bool ok = box.ndim == static_cast<int>(t.shape.size());
+  for (int d = 0; ok && d < box.ndim; ++d) {
+    ok = box.lo[d] >= 0 && box.lo[d] <= box.hi[d] && box.hi[d] <= t.shape[d];
+  }
+  return ok;
+}
+
+Status OutsideError(const Layout& layout, const Fragment& f, size_t index, const char* side) {
   const TensorSpec& t = layout.tensors[f.tensor];
-  bool ok = f.box.ndim == static_cast<int>(t.shape.size());
-  for (int d = 0; ok && d < f.box.ndim; ++d) {
-    ok = f.box.lo[d] >= 0 && f.box.lo[d] <= f.box.hi[d] && f.box.hi[d] <= t.shape[d];
-  }
-  if (!ok) {
-    return InvalidArgument(std::string(side) + " fragment " + std::to_string(index) + " of '" +
-                           t.name + "' on rank " + std::to_string(f.loc.rank) + ": box " +
-                           f.box.ToString() + " is outside the tensor's shape " +
-                           Box::FromShape(t.shape).ToString());
-  }
-  return Status::Ok();
+  return InvalidArgument(std::string(side) + " fragment " + std::to_string(index) + " of '" +
+                         t.name + "' on rank " + std::to_string(f.loc.rank) + ": box " +
+                         f.box.ToString() + " is outside the tensor's shape " +
+                         Box::FromShape(t.shape).ToString());
 }
 
 // Subtracts `cut` (inside `r`) from `r`, appending the up to 2*ndim remaining boxes to `out`.
@@ -115,6 +124,229 @@ int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
   return static_cast<int>(std::unique(scratch.begin(), scratch.end()) - scratch.begin());
 }
 
+// What the fragment pass needs of a tensor. A *compact* tensor has 1 or 2 dims, each below 2^32:
+// its boxes pack into FragKey::lo/hi (a 1-dim box as [lo0, 0] .. [hi0, 1]), whose order and
+// equality are then CompareBoxes' and SameBox's.
+struct TensorInfo {
+  bool compact = false;
+  int ndim = 0;
+  uint64_t shape0 = 0, shape1 = 0;
+};
+
+constexpr uint64_t kMaxCompactExtent = 0xffffffffu;
+
+// Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
+// ahead keeps several misses in flight instead of waiting for each.
+constexpr size_t kPrefetchAhead = 8;
+
+void PrefetchNameAndShape(const std::vector<TensorSpec>& tensors, size_t t) {
+  if (t < tensors.size()) {
+    __builtin_prefetch(tensors[t].name.data());
+    __builtin_prefetch(tensors[t].shape.data());
+  }
+}
+
+std::vector<TensorInfo> DescribeTensors(const Layout& layout) {
+  std::vector<TensorInfo> info(layout.tensors.size());
+  for (size_t t = 0; t < info.size(); ++t) {
+    PrefetchNameAndShape(layout.tensors, t + kPrefetchAhead);
+    const std::vector<int64_t>& shape = layout.tensors[t].shape;
+    TensorInfo& ti = info[t];
+    ti.ndim = static_cast<int>(shape.size());
+    ti.compact = ti.ndim >= 1 && ti.ndim <= 2;
+    for (int64_t s : shape) {
+      ti.compact = ti.compact && s >= 0 && static_cast<uint64_t>(s) <= kMaxCompactExtent;
+    }
+    if (ti.compact) {
+      ti.shape0 = static_cast<uint64_t>(shape[0]);
+      ti.shape1 = ti.ndim == 2 ? static_cast<uint64_t>(shape[1]) : 1;
+    }
+  }
+  return info;
+}
+
+// A fragment's place in the planner's order within its tensor: (box, rank, fragment id). For a
+// compact tensor lo = lo0 << 32 | lo1 and hi = hi0 << 32 | hi1; otherwise both are 0 and the box is
+// read from the fragment.
+struct FragKey {
+  uint64_t lo;
+  uint64_t hi;
+  uint64_t rank_id;  // (rank + 2^31) << 32 | id: rank's order, then id's
+
+  int id() const { return static_cast<int>(static_cast<uint32_t>(rank_id)); }
+  bool SameBox(const FragKey& o) const { return lo == o.lo && hi == o.hi; }
+  // For compact tensors: does the box hold no element?
+  bool EmptyBox() const {
+    return (lo >> 32) == (hi >> 32) || static_cast<uint32_t>(lo) == static_cast<uint32_t>(hi);
+  }
+};
+
+bool KeyLess(const FragKey& a, const FragKey& b) {
+  if (a.lo != b.lo) return a.lo < b.lo;
+  if (a.hi != b.hi) return a.hi < b.hi;
+  return a.rank_id < b.rank_id;
+}
+
+// One layout's fragments: a sort key per fragment and the fragments of each tensor.
+struct FragmentKeys {
+  std::vector<FragKey> keys;      // by fragment id
+  std::vector<int> tensor_of;     // by fragment id
+  bool by_tensor = false;         // fragments come ordered by tensor: `order` is 0, 1, ...
+  std::vector<int> order;         // fragment ids by tensor, ascending within
+  std::vector<int> tensor_begin;  // tensor t: order[tensor_begin[t] .. tensor_begin[t + 1])
+};
+
+// Validates every fragment of `layout` (the first invalid one in index order is the error) and
+// fills `out`, reading each fragment once.
+Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
+                     FragmentKeys& out) {
+  const size_t n = layout.fragments.size();
+  const size_t num_tensors = layout.tensors.size();
+  // Grown only (capacity kept between calls): fresh memory costs a page fault per 4 KiB.
+  if (out.keys.size() < n) out.keys.resize(n);
+  if (out.tensor_of.size() < n) out.tensor_of.resize(n);
+  FragKey* keys = out.keys.data();
+  int* tensor_of = out.tensor_of.data();
+  std::vector<int>& begin = out.tensor_begin;
+  begin.assign(num_tensors + 1, 0);
+  bool by_tensor = true;  // fragments already ordered by tensor
+  int previous = 0;
+  const Fragment* frags = layout.fragments.data();
+  for (size_t i = 0; i < n; ++i) {
+    const Fragment& f = frags[i];
+    const int t = f.tensor;
+    if (t < 0 || static_cast<size_t>(t) >= num_tensors) {
+      return InvalidArgument(std::string(side) + " fragment " + std::to_string(i) + " on rank " +
+                             std::to_string(f.loc.rank) + " names tensor " + std::to_string(t) +
+                             " but the layout has " + std::to_string(num_tensors) + " tensors");
+    }
+    const TensorInfo& ti = info[t];
+    FragKey& key = keys[i];
+    if (ti.compact) {
+      const uint64_t lo0 = static_cast<uint64_t>(f.box.lo[0]), hi0 = static_cast<uint64_t>(f.box.hi[0]);
+      uint64_t lo1 = 0, hi1 = 1;
+      // As unsigned, lo <= hi <= shape also rules out negative values.
+      bool ok = f.box.ndim == ti.ndim && lo0 <= hi0 && hi0 <= ti.shape0;
+      if (ti.ndim == 2) {
+        lo1 = static_cast<uint64_t>(f.box.lo[1]);
+        hi1 = static_cast<uint64_t>(f.box.hi[1]);
+        ok = ok && lo1 <= hi1 && hi1 <= ti.shape1;
+      }
+      if (!ok) return OutsideError(layout, f, i, side);
+      key.lo = lo0 << 32 | lo1;
+      key.hi = hi0 << 32 | hi1;
+    } else {
+      if (!BoxInside(f.box, layout.tensors[t])) return OutsideError(layout, f, i, side);
+      key.lo = 0;
+      key.hi = 0;
+    }
+    key.rank_id = static_cast<uint64_t>(static_cast<uint32_t>(f.loc.rank) ^ 0x80000000u) << 32 |
+                  static_cast<uint32_t>(i);
+    tensor_of[i] = t;
+    ++begin[t + 1];
+    by_tensor = by_tensor && t >= previous;
+    previous = t;
+  }
+  for (size_t t = 0; t < num_tensors; ++t) begin[t + 1] += begin[t];
+  out.by_tensor = by_tensor;
+  if (!by_tensor) {
+    // Counting sort by tensor (stable: id order within a tensor).
+    if (out.order.size() < n) out.order.resize(n);
+    int* order = out.order.data();
+    std::vector<int> next(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < n; ++i) order[next[tensor_of[i]]++] = static_cast<int>(i);
+  }
+  return Status::Ok();
+}
+
+// The keys of tensor t's fragments sorted by (box, rank, id), into `sorted`.
+void SortedKeys(const FragmentKeys& fk, int t, bool compact, const Fragment* frags,
+                std::vector<FragKey>& sorted) {
+  const int begin = fk.tensor_begin[t], end = fk.tensor_begin[t + 1];
+  sorted.resize(end - begin);
+  FragKey* first = sorted.data();
+  FragKey* last = first + (end - begin);
+  if (fk.by_tensor) {
+    std::copy(fk.keys.data() + begin, fk.keys.data() + end, first);
+  } else {
+    const int* order = fk.order.data();
+    for (int i = begin; i < end; ++i) first[i - begin] = fk.keys[order[i]];
+  }
+  if (last - first < 2) return;
+  if (compact) {
+    if (!std::is_sorted(first, last, KeyLess)) std::sort(first, last, KeyLess);
+    return;
+  }
+  auto less = [&](const FragKey& a, const FragKey& b) {
+    if (const int c = CompareBoxes(frags[a.id()].box, frags[b.id()].box); c != 0) return c < 0;
+    return a.rank_id < b.rank_id;
+  };
+  if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
+}
+
+// Open-addressing index of a layout's tensor names: the first tensor of each name.
+class NameIndex {
+ public:
+  explicit NameIndex(const std::vector<TensorSpec>& tensors) : tensors_(tensors) {
+    size_t size = 16;
+    while (size < 2 * tensors.size()) size *= 2;
+    mask_ = size - 1;
+    slots_.assign(size, 0);
+    tags_.assign(size, 0);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (t + kPrefetchAhead < tensors.size()) __builtin_prefetch(tensors[t + kPrefetchAhead].name.data());
+      const std::string& name = tensors[t].name;
+      const uint64_t h = Hash(name);
+      size_t s = h & mask_;
+      for (;; s = (s + 1) & mask_) {
+        if (slots_[s] == 0) {
+          slots_[s] = static_cast<uint32_t>(t) + 1;
+          tags_[s] = static_cast<uint32_t>(h >> 32);
+          break;
+        }
+        if (tags_[s] == static_cast<uint32_t>(h >> 32) && tensors[slots_[s] - 1].name == name) {
+          has_repeats_ = true;
+          break;
+        }
+      }
+    }
+  }
+  // Whether some name appears twice.
+  bool has_repeats() const { return has_repeats_; }
+  // The first tensor with this name, or -1.
+  int Find(std::string_view name) const {
+    const uint64_t h = Hash(name);
+    for (size_t s = h & mask_; slots_[s] != 0; s = (s + 1) & mask_) {
+      if (tags_[s] == static_cast<uint32_t>(h >> 32) && tensors_[slots_[s] - 1].name == name) {
+        return static_cast<int>(slots_[s]) - 1;
+      }
+    }
+    return -1;
+  }
+
+ private:
+  static uint64_t Hash(std::string_view s) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ s.size();
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+  }
+
+  const std::vector<TensorSpec>& tensors_;
+  size_t mask_ = 0;
+  std::vector<uint32_t> slots_;  // tensor index + 1; 0: free
+  std::vector<uint32_t> tags_;   // high half of the name's hash
+  bool has_repeats_ = false;
+};
+
 }  // namespace
 
 void Intersection::AddPiece(int group, const Box& box, int holders_begin, int holders_end) {
@@ -134,88 +366,87 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   const int num_src_tensors = static_cast<int>(source.tensors.size());
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
-  // Destination tensor -> source tensor, by name (a hash index: lookups only, never iterated,
-  // so the result does not depend on hashing; a repeated name maps to its first tensor).
-  std::unordered_map<std::string_view, int> by_name;
-  by_name.reserve(num_src_tensors);
-  for (int t = 0; t < num_src_tensors; ++t) by_name.emplace(source.tensors[t].name, t);
+  // Destination tensor -> source tensor, by name (a repeated name maps to its first tensor). The
+  // tensor of the same index usually has the name: checked before any hashing.
+  const NameIndex by_name(source.tensors);
+  // LAP 0
+  const std::vector<TensorInfo> src_info = DescribeTensors(source);
+  // LAP 1
   std::vector<int> src_of_dst(num_dst_tensors, -1);
+  // The same shapes: a destination tensor is described by its source tensor.
+  std::vector<TensorInfo> dst_info(num_dst_tensors);
   for (int t = 0; t < num_dst_tensors; ++t) {
+    PrefetchNameAndShape(destination.tensors, t + kPrefetchAhead);
+    PrefetchNameAndShape(source.tensors, t + kPrefetchAhead);
     const TensorSpec& d = destination.tensors[t];
-    auto it = by_name.find(d.name);
-    if (it == by_name.end()) {
+    int st = -1;
+    if (t < num_src_tensors && !by_name.has_repeats() && source.tensors[t].name == d.name) {
+      st = t;
+    } else {
+      st = by_name.Find(d.name);
+    }
+    if (st < 0) {
       return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
     }
-    const TensorSpec& s = source.tensors[it->second];
+    const TensorSpec& s = source.tensors[st];
     if (s.shape != d.shape || s.dtype != d.dtype) {
       return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
                              " " + std::string(DTypeName(s.dtype)) + " in the source but " +
                              Box::FromShape(d.shape).ToString() + " " +
                              std::string(DTypeName(d.dtype)) + " in the destination");
     }
-    src_of_dst[t] = it->second;
+    src_of_dst[t] = st;
+    dst_info[t] = src_info[st];
   }
 
-  // Source fragments sorted by (tensor, box, rank, id); destination likewise.
-  // A counting sort by tensor (already in id order), then a sort of each tensor's few fragments
-  // by (box, rank, id): whole-Box comparisons only within one tensor.
-  auto sorted_fragments = [](const Layout& layout) {
-    const size_t num_tensors = layout.tensors.size();
-    std::vector<int> begin(num_tensors + 1, 0);
-    for (const Fragment& f : layout.fragments) ++begin[f.tensor + 1];
-    for (size_t t = 0; t < num_tensors; ++t) begin[t + 1] += begin[t];
-    std::vector<int> order(layout.fragments.size());
-    std::vector<int> next(begin.begin(), begin.end() - 1);
-    for (size_t i = 0; i < layout.fragments.size(); ++i) {
-      order[next[layout.fragments[i].tensor]++] = static_cast<int>(i);
-    }
-    auto less = [&](int a, int b) {
-      const Fragment& fa = layout.fragments[a];
-      const Fragment& fb = layout.fragments[b];
-      if (const int c = CompareBoxes(fa.box, fb.box); c != 0) return c < 0;
-      if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
-      return a < b;
-    };
-    for (size_t t = 0; t < num_tensors; ++t) {
-      auto first = order.begin() + begin[t], last = order.begin() + begin[t + 1];
-      if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
-    }
-    return order;
-  };
-  for (size_t i = 0; i < source.fragments.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(CheckBox(source, source.fragments[i], static_cast<int>(i), "source"));
-  }
-  for (size_t i = 0; i < destination.fragments.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(
-        CheckBox(destination, destination.fragments[i], static_cast<int>(i), "destination"));
-  }
-  const std::vector<int> src_order = sorted_fragments(source);
-  const std::vector<int> dst_order = sorted_fragments(destination);
-  std::vector<int> src_tensor_begin(num_src_tensors + 1, 0);
-  for (const Fragment& f : source.fragments) ++src_tensor_begin[f.tensor + 1];
-  for (int t = 0; t < num_src_tensors; ++t) src_tensor_begin[t + 1] += src_tensor_begin[t];
+  // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
+  // Per-thread scratch, kept between calls (the planner calls this on the same thread, with
+  // layouts of the same size, again and again).
+  thread_local FragmentKeys src, dst;
+  // LAP 2
+  FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", src));
+  // LAP 3
+  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination", dst));
+  // LAP 4
+  const Fragment* src_frags = source.fragments.data();
+  const Fragment* dst_frags = destination.fragments.data();
 
-  // Groups.
-  out.group_frags.reserve(dst_order.size());
-  out.groups.reserve(dst_order.size());
-  for (size_t i = 0; i < dst_order.size();) {
-    const Fragment& f = destination.fragments[dst_order[i]];
-    size_t j = i;
-    FragmentGroup g;
-    g.dst_tensor = f.tensor;
-    g.src_tensor = src_of_dst[f.tensor];
-    g.box = &f.box;
-    g.frags_begin = static_cast<int>(out.group_frags.size());
-    while (j < dst_order.size() && destination.fragments[dst_order[j]].tensor == f.tensor &&
-           SameBox(destination.fragments[dst_order[j]].box, f.box)) {
-      out.group_frags.push_back(dst_order[j]);
-      ++j;
+  // Groups: runs of one box within a destination tensor; group_frags holds every destination
+  // fragment (those of empty boxes too, in no group).
+  const size_t num_dst_frags = destination.fragments.size();
+  out.group_frags.resize(num_dst_frags);
+  int* group_frags = out.group_frags.data();
+  out.groups.reserve(num_dst_frags);
+  std::vector<FragKey> keys;
+  for (int t = 0; t < num_dst_tensors; ++t) {
+    const bool compact = dst_info[t].compact;
+    SortedKeys(dst, t, compact, dst_frags, keys);
+    const int base = dst.tensor_begin[t];
+    const int end = static_cast<int>(keys.size());
+    for (int i = 0; i < end;) {
+      const FragKey& k = keys[i];
+      const Box& box = dst_frags[k.id()].box;
+      FragmentGroup g;
+      g.dst_tensor = t;
+      g.src_tensor = src_of_dst[t];
+      g.box = &box;
+      g.frags_begin = base + i;
+      int j = i;
+      if (compact) {
+        for (; j < end && keys[j].SameBox(k); ++j) group_frags[base + j] = keys[j].id();
+      } else {
+        for (; j < end && SameBox(dst_frags[keys[j].id()].box, box); ++j) {
+          group_frags[base + j] = keys[j].id();
+        }
+      }
+      g.frags_end = base + j;
+      if (compact ? !k.EmptyBox() : !box.Empty()) out.groups.push_back(g);
+      i = j;
     }
-    g.frags_end = static_cast<int>(out.group_frags.size());
-    if (!f.box.Empty()) out.groups.push_back(g);
-    i = j;
   }
+  // LAP 5
   out.pieces.reserve(out.groups.size());
+  out.holders.reserve(source.fragments.size());
 
   // Per destination tensor: index the unique source boxes, cut each group into pieces.
   std::vector<UniqueBox> unique;
@@ -230,20 +461,55 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     while (gend < out.groups.size() && out.groups[gend].dst_tensor == dst_tensor) ++gend;
     const int st = out.groups[gi].src_tensor;
     const TensorSpec& spec = destination.tensors[dst_tensor];
+    SortedKeys(src, st, src_info[st].compact, src_frags, keys);
+    const FragKey* src_keys = keys.data();
+    const int src_begin = 0, src_end = static_cast<int>(keys.size());
+    const int holders_base = static_cast<int>(out.holders.size());
+    for (int i = src_begin; i < src_end; ++i) out.holders.push_back(src_keys[i].id());
+
+    const TensorInfo& ti = src_info[st];
+    if (ti.compact) {
+      // The source holds the tensor whole (replicas of it, besides empty boxes): each group is
+      // one piece.
+      int whole_begin = -1, whole_end = -1;
+      bool only_whole = true;
+      for (int i = src_begin; i < src_end && only_whole; ++i) {
+        const FragKey& k = src_keys[i];
+        if (k.EmptyBox()) continue;
+        if (k.lo == 0 && k.hi == (ti.shape0 << 32 | ti.shape1)) {
+          if (whole_begin < 0) whole_begin = i;
+          whole_end = i + 1;
+        } else {
+          only_whole = false;
+        }
+      }
+      if (only_whole && whole_begin >= 0) {
+        const int hb = holders_base + (whole_begin - src_begin);
+        const int he = holders_base + (whole_end - src_begin);
+        for (size_t g = gi; g < gend; ++g) {
+          Piece p;
+          p.group = static_cast<int>(g);
+          p.holders_begin = hb;
+          p.holders_end = he;
+          out.pieces.push_back(p);
+        }
+        gi = gend;
+        continue;
+      }
+    }
 
     unique.clear();
-    for (int i = src_tensor_begin[st]; i < src_tensor_begin[st + 1];) {
-      const Fragment& f = source.fragments[src_order[i]];
-      int j = i;
-      UniqueBox u;
-      u.box = f.box;
-      u.holders_begin = static_cast<int>(out.holders.size());
-      while (j < src_tensor_begin[st + 1] && SameBox(source.fragments[src_order[j]].box, f.box)) {
-        out.holders.push_back(src_order[j]);
-        ++j;
+    for (int i = src_begin; i < src_end;) {
+      const Box& box = src_frags[src_keys[i].id()].box;
+      int j = i + 1;
+      while (j < src_end && SameBox(src_frags[src_keys[j].id()].box, box)) ++j;
+      if (!box.Empty()) {
+        UniqueBox u;
+        u.box = box;
+        u.holders_begin = holders_base + (i - src_begin);
+        u.holders_end = holders_base + (j - src_begin);
+        unique.push_back(u);
       }
-      u.holders_end = static_cast<int>(out.holders.size());
-      if (!f.box.Empty()) unique.push_back(u);
       i = j;
     }
     const int num_unique = static_cast<int>(unique.size());
@@ -314,7 +580,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         if (covered != q.Volume()) {
           return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
                                  " on rank " +
-                                 std::to_string(destination.fragments[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
+                                 std::to_string(dst_frags[group_frags[out.groups[g].frags_begin]].loc.rank) +
                                  " is not fully covered by source fragments");
         }
         continue;
@@ -337,7 +603,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
             }
           }
           std::sort(merged_holders.begin(), merged_holders.end(), [&](int a, int b) {
-            const int ra = source.fragments[a].loc.rank, rb = source.fragments[b].loc.rank;
+            const int ra = src_frags[a].loc.rank, rb = src_frags[b].loc.rank;
             return ra != rb ? ra < rb : a < b;
           });
           const int holders_begin = static_cast<int>(out.holders.size());

@@ -4,6 +4,7 @@
 //   bazel build -c opt //tests/planner:intersect_bench
 //   taskset -c 1 bazel-bin/tests/planner/intersect_bench --benchmark_min_time=0.01
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <map>
 #include <string>
@@ -38,6 +39,8 @@ void BM_Intersect(benchmark::State& state, IntersectFn intersect, const char* mo
                   const char* dst) {
   const models::RefitLayouts& refit = Refit(model, src, dst);
   size_t groups = 0, pieces = 0;
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
   for (auto _ : state) {
     Result<Intersection> x = intersect(refit.source, refit.destination);
     if (!x.ok()) {
@@ -48,6 +51,11 @@ void BM_Intersect(benchmark::State& state, IntersectFn intersect, const char* mo
     pieces = x->pieces.size();
     benchmark::DoNotOptimize(x);
   }
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  // Page faults per call: first touches of fresh memory (costly in VMs).
+  state.counters["faults"] = benchmark::Counter(static_cast<double>(after.ru_minflt - before.ru_minflt),
+                                                benchmark::Counter::kAvgIterations);
   state.counters["fragments"] =
       static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
   state.counters["groups"] = static_cast<double>(groups);
