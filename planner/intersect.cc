@@ -137,32 +137,37 @@ constexpr uint64_t kMaxCompactExtent = 0xffffffffu;
 
 // Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
 // ahead keeps several misses in flight instead of waiting for each.
-constexpr size_t kPrefetchAhead = 8;
+// The specs themselves are fetched twice as far ahead.
+constexpr size_t kPrefetchAhead = 32;
 
 void PrefetchNameAndShape(const std::vector<TensorSpec>& tensors, size_t t) {
+  if (t + kPrefetchAhead < tensors.size()) __builtin_prefetch(&tensors[t + kPrefetchAhead]);
   if (t < tensors.size()) {
     __builtin_prefetch(tensors[t].name.data());
     __builtin_prefetch(tensors[t].shape.data());
   }
 }
 
-std::vector<TensorInfo> DescribeTensors(const Layout& layout) {
-  std::vector<TensorInfo> info(layout.tensors.size());
-  for (size_t t = 0; t < info.size(); ++t) {
-    PrefetchNameAndShape(layout.tensors, t + kPrefetchAhead);
-    const std::vector<int64_t>& shape = layout.tensors[t].shape;
-    TensorInfo& ti = info[t];
-    ti.ndim = static_cast<int>(shape.size());
-    ti.compact = ti.ndim >= 1 && ti.ndim <= 2;
-    for (int64_t s : shape) {
-      ti.compact = ti.compact && s >= 0 && static_cast<uint64_t>(s) <= kMaxCompactExtent;
-    }
-    if (ti.compact) {
-      ti.shape0 = static_cast<uint64_t>(shape[0]);
-      ti.shape1 = ti.ndim == 2 ? static_cast<uint64_t>(shape[1]) : 1;
-    }
+TensorInfo Describe(const std::vector<int64_t>& shape) {
+  TensorInfo ti;
+  ti.ndim = static_cast<int>(shape.size());
+  ti.compact = ti.ndim >= 1 && ti.ndim <= 2;
+  for (int64_t s : shape) {
+    ti.compact = ti.compact && s >= 0 && static_cast<uint64_t>(s) <= kMaxCompactExtent;
   }
-  return info;
+  if (ti.compact) {
+    ti.shape0 = static_cast<uint64_t>(shape[0]);
+    ti.shape1 = ti.ndim == 2 ? static_cast<uint64_t>(shape[1]) : 1;
+  }
+  return ti;
+}
+
+// Whether a tensor described by `ti` (with shape `full`) has shape `shape`.
+bool SameShape(const TensorInfo& ti, const std::vector<int64_t>& full,
+               const std::vector<int64_t>& shape) {
+  if (!ti.compact) return full == shape;
+  return static_cast<int>(shape.size()) == ti.ndim && static_cast<uint64_t>(shape[0]) == ti.shape0 &&
+         (ti.ndim == 1 || static_cast<uint64_t>(shape[1]) == ti.shape1);
 }
 
 // A fragment's place in the planner's order within its tensor: (box, rank, fragment id). For a
@@ -259,10 +264,58 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   return Status::Ok();
 }
 
-// The keys of tensor t's fragments sorted by (box, rank, id), into `sorted`.
+// Sorts [first, last) by `less` (a strict total order), cheaply when it is made of a few sorted
+// runs: a tensor's replicas usually come one after another, each sorted by box, so its fragments
+// are k sorted runs merged pairwise in log2(k) sweeps. Many short runs: std::sort. `buffer` is
+// scratch space.
+template <typename Less>
+void SortRuns(FragKey* first, FragKey* last, Less less, std::vector<FragKey>& buffer,
+              std::vector<int>& runs) {
+  const int n = static_cast<int>(last - first);
+  runs.clear();
+  runs.push_back(0);
+  for (int i = 1; i < n; ++i) {
+    if (less(first[i], first[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() == 1) return;
+  if (static_cast<int>(runs.size()) * 8 > n) {
+    std::sort(first, last, less);
+    return;
+  }
+  runs.push_back(n);
+  buffer.resize(n);
+  FragKey* from = first;
+  FragKey* to = buffer.data();
+  while (runs.size() > 2) {
+    size_t kept = 0;
+    size_t r = 0;
+    for (; r + 2 < runs.size(); r += 2) {
+      std::merge(from + runs[r], from + runs[r + 1], from + runs[r + 1], from + runs[r + 2],
+                 to + runs[r], less);
+      runs[kept++] = runs[r];
+    }
+    if (r + 1 < runs.size()) {  // an odd run out: copied as it is
+      std::copy(from + runs[r], from + runs[r + 1], to + runs[r]);
+      runs[kept++] = runs[r];
+    }
+    runs[kept++] = n;
+    runs.resize(kept);
+    std::swap(from, to);
+  }
+  if (from != first) std::copy(from, from + n, first);
+}
+
+// Scratch space of the per-tensor sorts.
+struct SortScratch {
+  std::vector<FragKey> keys, buffer;
+  std::vector<int> runs;
+};
+
+// The keys of tensor t's fragments sorted by (box, rank, id), into `scratch.keys`.
 void SortedKeys(const FragmentKeys& fk, int t, bool compact, const Fragment* frags,
-                std::vector<FragKey>& sorted) {
+                SortScratch& scratch) {
   const int begin = fk.tensor_begin[t], end = fk.tensor_begin[t + 1];
+  std::vector<FragKey>& sorted = scratch.keys;
   sorted.resize(end - begin);
   FragKey* first = sorted.data();
   FragKey* last = first + (end - begin);
@@ -274,52 +327,61 @@ void SortedKeys(const FragmentKeys& fk, int t, bool compact, const Fragment* fra
   }
   if (last - first < 2) return;
   if (compact) {
-    if (!std::is_sorted(first, last, KeyLess)) std::sort(first, last, KeyLess);
+    SortRuns(first, last, KeyLess, scratch.buffer, scratch.runs);
     return;
   }
   auto less = [&](const FragKey& a, const FragKey& b) {
     if (const int c = CompareBoxes(frags[a.id()].box, frags[b.id()].box); c != 0) return c < 0;
     return a.rank_id < b.rank_id;
   };
-  if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
+  SortRuns(first, last, less, scratch.buffer, scratch.runs);
 }
 
-// Open-addressing index of a layout's tensor names: the first tensor of each name.
-class NameIndex {
+// The source's tensors: what the fragment pass needs of each, and an open-addressing index of
+// their names (the first tensor of each name). Visits each tensor once.
+class SourceTensors {
  public:
-  explicit NameIndex(const std::vector<TensorSpec>& tensors) : tensors_(tensors) {
+  explicit SourceTensors(const std::vector<TensorSpec>& tensors) : tensors_(tensors) {
+    info_.resize(tensors.size());
     size_t size = 16;
     while (size < 2 * tensors.size()) size *= 2;
     mask_ = size - 1;
     slots_.assign(size, 0);
-    tags_.assign(size, 0);
+    // Hashes first, then the inserts with the slot of a later name already on its way: the table
+    // is too large for the cache after the layouts have streamed through it.
+    std::vector<uint64_t> tags(tensors.size());
     for (size_t t = 0; t < tensors.size(); ++t) {
-      if (t + kPrefetchAhead < tensors.size()) __builtin_prefetch(tensors[t + kPrefetchAhead].name.data());
-      const std::string& name = tensors[t].name;
-      const uint64_t h = Hash(name);
-      size_t s = h & mask_;
-      for (;; s = (s + 1) & mask_) {
+      PrefetchNameAndShape(tensors, t + kPrefetchAhead);
+      info_[t] = Describe(tensors[t].shape);
+      tags[t] = Hash(tensors[t].name) & ~uint64_t{0xffffffff};
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (t + kPrefetchAhead < tensors.size()) {
+        __builtin_prefetch(&slots_[tags[t + kPrefetchAhead] >> 32 & mask_]);
+      }
+      const uint64_t tag = tags[t];
+      for (size_t s = tag >> 32 & mask_;; s = (s + 1) & mask_) {
         if (slots_[s] == 0) {
-          slots_[s] = static_cast<uint32_t>(t) + 1;
-          tags_[s] = static_cast<uint32_t>(h >> 32);
+          slots_[s] = tag | (t + 1);
           break;
         }
-        if (tags_[s] == static_cast<uint32_t>(h >> 32) && tensors[slots_[s] - 1].name == name) {
+        if ((slots_[s] & ~uint64_t{0xffffffff}) == tag &&
+            tensors[(slots_[s] & 0xffffffff) - 1].name == tensors[t].name) {
           has_repeats_ = true;
           break;
         }
       }
     }
   }
+  const std::vector<TensorInfo>& info() const { return info_; }
   // Whether some name appears twice.
   bool has_repeats() const { return has_repeats_; }
   // The first tensor with this name, or -1.
   int Find(std::string_view name) const {
-    const uint64_t h = Hash(name);
-    for (size_t s = h & mask_; slots_[s] != 0; s = (s + 1) & mask_) {
-      if (tags_[s] == static_cast<uint32_t>(h >> 32) && tensors_[slots_[s] - 1].name == name) {
-        return static_cast<int>(slots_[s]) - 1;
-      }
+    const uint64_t tag = Hash(name) & ~uint64_t{0xffffffff};
+    for (size_t s = tag >> 32 & mask_; slots_[s] != 0; s = (s + 1) & mask_) {
+      const int t = static_cast<int>(slots_[s] & 0xffffffff) - 1;
+      if ((slots_[s] & ~uint64_t{0xffffffff}) == tag && tensors_[t].name == name) return t;
     }
     return -1;
   }
@@ -341,9 +403,9 @@ class NameIndex {
   }
 
   const std::vector<TensorSpec>& tensors_;
+  std::vector<TensorInfo> info_;
   size_t mask_ = 0;
-  std::vector<uint32_t> slots_;  // tensor index + 1; 0: free
-  std::vector<uint32_t> tags_;   // high half of the name's hash
+  std::vector<uint64_t> slots_;  // high half: the name's hash; low half: tensor index + 1; 0: free
   bool has_repeats_ = false;
 };
 
@@ -368,16 +430,17 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 
   // Destination tensor -> source tensor, by name (a repeated name maps to its first tensor). The
   // tensor of the same index usually has the name: checked before any hashing.
-  const NameIndex by_name(source.tensors);
-  // LAP 0
-  const std::vector<TensorInfo> src_info = DescribeTensors(source);
+  const SourceTensors by_name(source.tensors);
+  const std::vector<TensorInfo>& src_info = by_name.info();
   // LAP 1
   std::vector<int> src_of_dst(num_dst_tensors, -1);
   // The same shapes: a destination tensor is described by its source tensor.
   std::vector<TensorInfo> dst_info(num_dst_tensors);
   for (int t = 0; t < num_dst_tensors; ++t) {
     PrefetchNameAndShape(destination.tensors, t + kPrefetchAhead);
-    PrefetchNameAndShape(source.tensors, t + kPrefetchAhead);
+    if (t + kPrefetchAhead < source.tensors.size()) {
+      __builtin_prefetch(source.tensors[t + kPrefetchAhead].name.data());
+    }
     const TensorSpec& d = destination.tensors[t];
     int st = -1;
     if (t < num_src_tensors && !by_name.has_repeats() && source.tensors[t].name == d.name) {
@@ -389,7 +452,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
     }
     const TensorSpec& s = source.tensors[st];
-    if (s.shape != d.shape || s.dtype != d.dtype) {
+    if (!SameShape(src_info[st], s.shape, d.shape) || s.dtype != d.dtype) {
       return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
                              " " + std::string(DTypeName(s.dtype)) + " in the source but " +
                              Box::FromShape(d.shape).ToString() + " " +
@@ -417,10 +480,11 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   out.group_frags.resize(num_dst_frags);
   int* group_frags = out.group_frags.data();
   out.groups.reserve(num_dst_frags);
-  std::vector<FragKey> keys;
+  SortScratch sort_scratch;
+  const std::vector<FragKey>& keys = sort_scratch.keys;
   for (int t = 0; t < num_dst_tensors; ++t) {
     const bool compact = dst_info[t].compact;
-    SortedKeys(dst, t, compact, dst_frags, keys);
+    SortedKeys(dst, t, compact, dst_frags, sort_scratch);
     const int base = dst.tensor_begin[t];
     const int end = static_cast<int>(keys.size());
     for (int i = 0; i < end;) {
@@ -461,7 +525,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     while (gend < out.groups.size() && out.groups[gend].dst_tensor == dst_tensor) ++gend;
     const int st = out.groups[gi].src_tensor;
     const TensorSpec& spec = destination.tensors[dst_tensor];
-    SortedKeys(src, st, src_info[st].compact, src_frags, keys);
+    SortedKeys(src, st, src_info[st].compact, src_frags, sort_scratch);
     const FragKey* src_keys = keys.data();
     const int src_begin = 0, src_end = static_cast<int>(keys.size());
     const int holders_base = static_cast<int>(out.holders.size());
