@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include <sys/mman.h>
+
 namespace ferry {
 namespace {
 
@@ -124,16 +126,41 @@ int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
   return static_cast<int>(std::unique(scratch.begin(), scratch.end()) - scratch.begin());
 }
 
-// What the fragment pass needs of a tensor. A *compact* tensor has 1 or 2 dims, each below 2^32:
-// its boxes pack into FragKey::lo/hi (a 1-dim box as [lo0, 0] .. [hi0, 1]), whose order and
-// equality are then CompareBoxes' and SameBox's.
+// What the fragment pass needs of a tensor. A *compact* tensor has 1 or 2 dims whose boxes pack
+// into 64 bits: lo0, lo1, hi0, hi1 as fields of bits0, bits1, bits0, bits1 bits (the bits of the
+// extents; bits1 = 0 for 1 dim). Their order and equality are then CompareBoxes' and SameBox's.
 struct TensorInfo {
   bool compact = false;
   int ndim = 0;
+  int bits0 = 0, bits1 = 0;
   uint64_t shape0 = 0, shape1 = 0;
+
+  uint64_t Pack(uint64_t lo0, uint64_t lo1, uint64_t hi0, uint64_t hi1) const {
+    return ((lo0 << bits1 | lo1) << bits0 | hi0) << bits1 | hi1;
+  }
+  uint64_t Whole() const { return Pack(0, 0, shape0, shape1); }
+  // Whether a packed box holds no element.
+  bool Empty(uint64_t box) const {
+    const uint64_t mask0 = (uint64_t{1} << bits0) - 1, mask1 = (uint64_t{1} << bits1) - 1;
+    const uint64_t hi1 = box & mask1, hi0 = box >> bits1 & mask0;
+    const uint64_t lo1 = box >> (bits1 + bits0) & mask1, lo0 = box >> (2 * bits1 + bits0);
+    return lo0 == hi0 || (ndim == 2 && lo1 == hi1);
+  }
 };
 
-constexpr uint64_t kMaxCompactExtent = 0xffffffffu;
+int BitWidth(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
+
+// Asks the kernel for 2 MiB pages under the capacity of a large output vector, before its first
+// touch: a fresh 4 KiB page costs a fault (several microseconds in a VM), and the outputs of a
+// large refit span tens of MiB. Only a hint; nothing changes if it is refused.
+template <typename T>
+void AdviseHugePages(const std::vector<T>& v) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data());
+  const uintptr_t end = begin + v.capacity() * sizeof(T);
+  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1), last = end & ~(kHuge - 1);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
 
 // Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
 // ahead keeps several misses in flight instead of waiting for each.
@@ -151,14 +178,13 @@ void PrefetchNameAndShape(const std::vector<TensorSpec>& tensors, size_t t) {
 TensorInfo Describe(const std::vector<int64_t>& shape) {
   TensorInfo ti;
   ti.ndim = static_cast<int>(shape.size());
-  ti.compact = ti.ndim >= 1 && ti.ndim <= 2;
-  for (int64_t s : shape) {
-    ti.compact = ti.compact && s >= 0 && static_cast<uint64_t>(s) <= kMaxCompactExtent;
-  }
-  if (ti.compact) {
-    ti.shape0 = static_cast<uint64_t>(shape[0]);
-    ti.shape1 = ti.ndim == 2 ? static_cast<uint64_t>(shape[1]) : 1;
-  }
+  if (ti.ndim < 1 || ti.ndim > 2 || shape[0] < 0 || (ti.ndim == 2 && shape[1] < 0)) return ti;
+  ti.shape0 = static_cast<uint64_t>(shape[0]);
+  ti.shape1 = ti.ndim == 2 ? static_cast<uint64_t>(shape[1]) : 0;
+  // At least one bit for dim 0 keeps every shift below 64.
+  ti.bits0 = std::max(1, BitWidth(ti.shape0));
+  ti.bits1 = BitWidth(ti.shape1);
+  ti.compact = ti.bits0 + ti.bits1 <= 32;
   return ti;
 }
 
@@ -170,27 +196,22 @@ bool SameShape(const TensorInfo& ti, const std::vector<int64_t>& full,
          (ti.ndim == 1 || static_cast<uint64_t>(shape[1]) == ti.shape1);
 }
 
-// A fragment's place in the planner's order within its tensor: (box, rank, fragment id). For a
-// compact tensor lo = lo0 << 32 | lo1 and hi = hi0 << 32 | hi1; otherwise both are 0 and the box is
-// read from the fragment.
+// A fragment's place in the planner's order within its tensor: (box, rank, fragment id). The box
+// is packed (TensorInfo::Pack) for a compact tensor; otherwise it is 0 and read from the fragment.
 struct FragKey {
-  uint64_t lo;
-  uint64_t hi;
+  uint64_t box;
   uint64_t rank_id;  // (rank + 2^31) << 32 | id: rank's order, then id's
 
   int id() const { return static_cast<int>(static_cast<uint32_t>(rank_id)); }
-  bool SameBox(const FragKey& o) const { return lo == o.lo && hi == o.hi; }
-  // For compact tensors: does the box hold no element?
-  bool EmptyBox() const {
-    return (lo >> 32) == (hi >> 32) || static_cast<uint32_t>(lo) == static_cast<uint32_t>(hi);
-  }
+  bool SameBox(const FragKey& o) const { return box == o.box; }
 };
 
-bool KeyLess(const FragKey& a, const FragKey& b) {
-  if (a.lo != b.lo) return a.lo < b.lo;
-  if (a.hi != b.hi) return a.hi < b.hi;
-  return a.rank_id < b.rank_id;
-}
+// A type, not a function, so that the sorts inline it.
+struct KeyLess {
+  bool operator()(const FragKey& a, const FragKey& b) const {
+    return a.box != b.box ? a.box < b.box : a.rank_id < b.rank_id;
+  }
+};
 
 // One layout's fragments: a sort key per fragment and the fragments of each tensor.
 struct FragmentKeys {
@@ -229,7 +250,7 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
     FragKey& key = keys[i];
     if (ti.compact) {
       const uint64_t lo0 = static_cast<uint64_t>(f.box.lo[0]), hi0 = static_cast<uint64_t>(f.box.hi[0]);
-      uint64_t lo1 = 0, hi1 = 1;
+      uint64_t lo1 = 0, hi1 = 0;
       // As unsigned, lo <= hi <= shape also rules out negative values.
       bool ok = f.box.ndim == ti.ndim && lo0 <= hi0 && hi0 <= ti.shape0;
       if (ti.ndim == 2) {
@@ -238,12 +259,10 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
         ok = ok && lo1 <= hi1 && hi1 <= ti.shape1;
       }
       if (!ok) return OutsideError(layout, f, i, side);
-      key.lo = lo0 << 32 | lo1;
-      key.hi = hi0 << 32 | hi1;
+      key.box = ti.Pack(lo0, lo1, hi0, hi1);
     } else {
       if (!BoxInside(f.box, layout.tensors[t])) return OutsideError(layout, f, i, side);
-      key.lo = 0;
-      key.hi = 0;
+      key.box = 0;
     }
     key.rank_id = static_cast<uint64_t>(static_cast<uint32_t>(f.loc.rank) ^ 0x80000000u) << 32 |
                   static_cast<uint32_t>(i);
@@ -284,6 +303,24 @@ void SortRuns(FragKey* first, FragKey* last, Less less, std::vector<FragKey>& bu
   }
   runs.push_back(n);
   buffer.resize(n);
+  // Replicas of one sharding: k runs of the same length, the i-th elements of the runs adjacent in
+  // the result (same box, ranks rising with the run). Interleave them and check.
+  const int k = static_cast<int>(runs.size()) - 1;
+  if (n % k == 0) {
+    const int length = n / k;
+    bool even = true;
+    for (int r = 0; r <= k && even; ++r) even = runs[r] == r * length;
+    if (even) {
+      FragKey* out = buffer.data();
+      for (int i = 0; i < length; ++i) {
+        for (int r = 0; r < k; ++r) *out++ = first[r * length + i];
+      }
+      if (std::is_sorted(buffer.data(), buffer.data() + n, less)) {
+        std::copy(buffer.data(), buffer.data() + n, first);
+        return;
+      }
+    }
+  }
   FragKey* from = first;
   FragKey* to = buffer.data();
   while (runs.size() > 2) {
@@ -327,7 +364,7 @@ void SortedKeys(const FragmentKeys& fk, int t, bool compact, const Fragment* fra
   }
   if (last - first < 2) return;
   if (compact) {
-    SortRuns(first, last, KeyLess, scratch.buffer, scratch.runs);
+    SortRuns(first, last, KeyLess(), scratch.buffer, scratch.runs);
     return;
   }
   auto less = [&](const FragKey& a, const FragKey& b) {
@@ -337,46 +374,34 @@ void SortedKeys(const FragmentKeys& fk, int t, bool compact, const Fragment* fra
   SortRuns(first, last, less, scratch.buffer, scratch.runs);
 }
 
-// The source's tensors: what the fragment pass needs of each, and an open-addressing index of
-// their names (the first tensor of each name). Visits each tensor once.
-class SourceTensors {
+// Open-addressing index of a layout's tensor names, filled in tensor order: the first tensor of
+// each name.
+class NameIndex {
  public:
-  explicit SourceTensors(const std::vector<TensorSpec>& tensors) : tensors_(tensors) {
-    info_.resize(tensors.size());
+  explicit NameIndex(const std::vector<TensorSpec>& tensors) : tensors_(tensors) {
     size_t size = 16;
     while (size < 2 * tensors.size()) size *= 2;
     mask_ = size - 1;
     slots_.assign(size, 0);
-    // Hashes first, then the inserts with the slot of a later name already on its way: the table
-    // is too large for the cache after the layouts have streamed through it.
-    std::vector<uint64_t> tags(tensors.size());
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      PrefetchNameAndShape(tensors, t + kPrefetchAhead);
-      info_[t] = Describe(tensors[t].shape);
-      tags[t] = Hash(tensors[t].name) & ~uint64_t{0xffffffff};
-    }
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      if (t + kPrefetchAhead < tensors.size()) {
-        __builtin_prefetch(&slots_[tags[t + kPrefetchAhead] >> 32 & mask_]);
+  }
+  // The tag of a name, for Insert; Prefetch(tag) fetches its slot ahead of the insert.
+  static uint64_t Tag(std::string_view name) { return Hash(name) & ~uint64_t{0xffffffff}; }
+  void Prefetch(uint64_t tag) const { __builtin_prefetch(&slots_[tag >> 32 & mask_]); }
+  // Indexes tensor t, whose name has tag `tag` (after all tensors before it); false if an earlier
+  // tensor has its name.
+  bool Insert(int t, uint64_t tag) {
+    const std::string& name = tensors_[t].name;
+    for (size_t s = tag >> 32 & mask_;; s = (s + 1) & mask_) {
+      if (slots_[s] == 0) {
+        slots_[s] = tag | static_cast<uint64_t>(t + 1);
+        return true;
       }
-      const uint64_t tag = tags[t];
-      for (size_t s = tag >> 32 & mask_;; s = (s + 1) & mask_) {
-        if (slots_[s] == 0) {
-          slots_[s] = tag | (t + 1);
-          break;
-        }
-        if ((slots_[s] & ~uint64_t{0xffffffff}) == tag &&
-            tensors[(slots_[s] & 0xffffffff) - 1].name == tensors[t].name) {
-          has_repeats_ = true;
-          break;
-        }
+      if ((slots_[s] & ~uint64_t{0xffffffff}) == tag && tensors_[(slots_[s] & 0xffffffff) - 1].name == name) {
+        return false;
       }
     }
   }
-  const std::vector<TensorInfo>& info() const { return info_; }
-  // Whether some name appears twice.
-  bool has_repeats() const { return has_repeats_; }
-  // The first tensor with this name, or -1.
+  // The first indexed tensor with this name, or -1.
   int Find(std::string_view name) const {
     const uint64_t tag = Hash(name) & ~uint64_t{0xffffffff};
     for (size_t s = tag >> 32 & mask_; slots_[s] != 0; s = (s + 1) & mask_) {
@@ -403,11 +428,76 @@ class SourceTensors {
   }
 
   const std::vector<TensorSpec>& tensors_;
-  std::vector<TensorInfo> info_;
   size_t mask_ = 0;
   std::vector<uint64_t> slots_;  // high half: the name's hash; low half: tensor index + 1; 0: free
-  bool has_repeats_ = false;
 };
+
+// Destination tensor -> source tensor by name (a repeated source name maps to its first tensor),
+// with equal shape and dtype; describes the tensors of both sides for the fragment pass. The
+// first destination tensor in order that is missing or differs is the error.
+//
+// One visit per tensor name and shape: source tensor t is indexed just before destination tensor
+// t is looked at, so the usual case (the same name at the same index, and no earlier source
+// tensor of that name) needs no lookup; the others are looked up once all are indexed.
+Status MapTensors(const Layout& source, const Layout& destination, std::vector<TensorInfo>& src_info,
+                  std::vector<int>& src_of_dst, std::vector<TensorInfo>& dst_info) {
+  const std::vector<TensorSpec>& src = source.tensors;
+  const std::vector<TensorSpec>& dst = destination.tensors;
+  const int num_src = static_cast<int>(src.size()), num_dst = static_cast<int>(dst.size());
+  src_info.resize(num_src);
+  src_of_dst.assign(num_dst, -1);
+  dst_info.resize(num_dst);
+  NameIndex names(src);
+  // Tags computed a few tensors ahead, their slots fetched meanwhile: the table is too large for
+  // the cache after the layouts have streamed through it.
+  constexpr int kTagsAhead = 8;
+  std::vector<uint64_t> tags(num_src);
+  for (int t = 0; t < std::min(num_src, kTagsAhead); ++t) tags[t] = NameIndex::Tag(src[t].name);
+  auto matches = [&](int t, int st) {
+    return SameShape(src_info[st], src[st].shape, dst[t].shape) && src[st].dtype == dst[t].dtype;
+  };
+  bool all_matched = true;
+  for (int t = 0; t < std::max(num_src, num_dst); ++t) {
+    bool first = false;
+    if (t < num_src) {
+      PrefetchNameAndShape(src, t + kPrefetchAhead);
+      if (t + kTagsAhead < num_src) {
+        tags[t + kTagsAhead] = NameIndex::Tag(src[t + kTagsAhead].name);
+        names.Prefetch(tags[t + kTagsAhead]);
+      }
+      src_info[t] = Describe(src[t].shape);
+      first = names.Insert(t, tags[t]);
+    }
+    if (t < num_dst) {
+      PrefetchNameAndShape(dst, t + kPrefetchAhead);
+      if (first && src[t].name == dst[t].name && matches(t, t)) {
+        src_of_dst[t] = t;
+        dst_info[t] = src_info[t];
+      } else {
+        all_matched = false;
+      }
+    }
+  }
+  if (all_matched) return Status::Ok();
+  for (int t = 0; t < num_dst; ++t) {
+    if (src_of_dst[t] >= 0) continue;
+    const TensorSpec& d = dst[t];
+    const int st = names.Find(d.name);
+    if (st < 0) {
+      return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
+    }
+    const TensorSpec& s = src[st];
+    if (!matches(t, st)) {
+      return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
+                             " " + std::string(DTypeName(s.dtype)) + " in the source but " +
+                             Box::FromShape(d.shape).ToString() + " " +
+                             std::string(DTypeName(d.dtype)) + " in the destination");
+    }
+    src_of_dst[t] = st;
+    dst_info[t] = src_info[st];
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -425,42 +515,12 @@ void Intersection::AddPiece(int group, const Box& box, int holders_begin, int ho
 
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
   Intersection out;
-  const int num_src_tensors = static_cast<int>(source.tensors.size());
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
-  // Destination tensor -> source tensor, by name (a repeated name maps to its first tensor). The
-  // tensor of the same index usually has the name: checked before any hashing.
-  const SourceTensors by_name(source.tensors);
-  const std::vector<TensorInfo>& src_info = by_name.info();
+  std::vector<TensorInfo> src_info, dst_info;
+  std::vector<int> src_of_dst;
+  FERRY_RETURN_IF_ERROR(MapTensors(source, destination, src_info, src_of_dst, dst_info));
   // LAP 1
-  std::vector<int> src_of_dst(num_dst_tensors, -1);
-  // The same shapes: a destination tensor is described by its source tensor.
-  std::vector<TensorInfo> dst_info(num_dst_tensors);
-  for (int t = 0; t < num_dst_tensors; ++t) {
-    PrefetchNameAndShape(destination.tensors, t + kPrefetchAhead);
-    if (t + kPrefetchAhead < source.tensors.size()) {
-      __builtin_prefetch(source.tensors[t + kPrefetchAhead].name.data());
-    }
-    const TensorSpec& d = destination.tensors[t];
-    int st = -1;
-    if (t < num_src_tensors && !by_name.has_repeats() && source.tensors[t].name == d.name) {
-      st = t;
-    } else {
-      st = by_name.Find(d.name);
-    }
-    if (st < 0) {
-      return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
-    }
-    const TensorSpec& s = source.tensors[st];
-    if (!SameShape(src_info[st], s.shape, d.shape) || s.dtype != d.dtype) {
-      return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
-                             " " + std::string(DTypeName(s.dtype)) + " in the source but " +
-                             Box::FromShape(d.shape).ToString() + " " +
-                             std::string(DTypeName(d.dtype)) + " in the destination");
-    }
-    src_of_dst[t] = st;
-    dst_info[t] = src_info[st];
-  }
 
   // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
   // Per-thread scratch, kept between calls (the planner calls this on the same thread, with
@@ -475,59 +535,34 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   const Fragment* dst_frags = destination.fragments.data();
 
   // Groups: runs of one box within a destination tensor; group_frags holds every destination
-  // fragment (those of empty boxes too, in no group).
+  // fragment (those of empty boxes too, in no group). Each tensor's groups are then cut into
+  // pieces.
   const size_t num_dst_frags = destination.fragments.size();
-  out.group_frags.resize(num_dst_frags);
-  int* group_frags = out.group_frags.data();
+  out.group_frags.reserve(num_dst_frags);
   out.groups.reserve(num_dst_frags);
   SortScratch sort_scratch;
   const std::vector<FragKey>& keys = sort_scratch.keys;
-  for (int t = 0; t < num_dst_tensors; ++t) {
-    const bool compact = dst_info[t].compact;
-    SortedKeys(dst, t, compact, dst_frags, sort_scratch);
-    const int base = dst.tensor_begin[t];
-    const int end = static_cast<int>(keys.size());
-    for (int i = 0; i < end;) {
-      const FragKey& k = keys[i];
-      const Box& box = dst_frags[k.id()].box;
-      FragmentGroup g;
-      g.dst_tensor = t;
-      g.src_tensor = src_of_dst[t];
-      g.box = &box;
-      g.frags_begin = base + i;
-      int j = i;
-      if (compact) {
-        for (; j < end && keys[j].SameBox(k); ++j) group_frags[base + j] = keys[j].id();
-      } else {
-        for (; j < end && SameBox(dst_frags[keys[j].id()].box, box); ++j) {
-          group_frags[base + j] = keys[j].id();
-        }
-      }
-      g.frags_end = base + j;
-      if (compact ? !k.EmptyBox() : !box.Empty()) out.groups.push_back(g);
-      i = j;
-    }
-  }
-  // LAP 5
-  out.pieces.reserve(out.groups.size());
+  out.pieces.reserve(num_dst_frags);
   out.holders.reserve(source.fragments.size());
+  AdviseHugePages(out.group_frags);
+  AdviseHugePages(out.groups);
+  AdviseHugePages(out.pieces);
 
-  // Per destination tensor: index the unique source boxes, cut each group into pieces.
+  // Cuts the groups [gi, gend) of destination tensor `dst_tensor` into pieces: indexes the unique
+  // source boxes of its source tensor (their fragments appended to the holders).
+  SortScratch src_scratch;
   std::vector<UniqueBox> unique;
   std::vector<int> candidates;
   std::vector<int64_t> scratch;
   std::vector<Box> remaining, next_remaining;
   std::vector<int> merged_holders;
   SweepIndex index;
-  for (size_t gi = 0; gi < out.groups.size();) {
-    const int dst_tensor = out.groups[gi].dst_tensor;
-    size_t gend = gi;
-    while (gend < out.groups.size() && out.groups[gend].dst_tensor == dst_tensor) ++gend;
-    const int st = out.groups[gi].src_tensor;
+  auto cut_groups = [&](int dst_tensor, size_t gi, size_t gend) -> Status {
     const TensorSpec& spec = destination.tensors[dst_tensor];
-    SortedKeys(src, st, src_info[st].compact, src_frags, sort_scratch);
-    const FragKey* src_keys = keys.data();
-    const int src_begin = 0, src_end = static_cast<int>(keys.size());
+    const int st = out.groups[gi].src_tensor;
+    SortedKeys(src, st, src_info[st].compact, src_frags, src_scratch);
+    const FragKey* src_keys = src_scratch.keys.data();
+    const int src_begin = 0, src_end = static_cast<int>(src_scratch.keys.size());
     const int holders_base = static_cast<int>(out.holders.size());
     for (int i = src_begin; i < src_end; ++i) out.holders.push_back(src_keys[i].id());
 
@@ -535,12 +570,13 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     if (ti.compact) {
       // The source holds the tensor whole (replicas of it, besides empty boxes): each group is
       // one piece.
+      const uint64_t whole = ti.Whole();
       int whole_begin = -1, whole_end = -1;
       bool only_whole = true;
       for (int i = src_begin; i < src_end && only_whole; ++i) {
         const FragKey& k = src_keys[i];
-        if (k.EmptyBox()) continue;
-        if (k.lo == 0 && k.hi == (ti.shape0 << 32 | ti.shape1)) {
+        if (ti.Empty(k.box)) continue;
+        if (k.box == whole) {
           if (whole_begin < 0) whole_begin = i;
           whole_end = i + 1;
         } else {
@@ -557,8 +593,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
           p.holders_end = he;
           out.pieces.push_back(p);
         }
-        gi = gend;
-        continue;
+        return Status::Ok();
       }
     }
 
@@ -587,8 +622,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         p.holders_end = unique[0].holders_end;
         out.pieces.push_back(p);
       }
-      gi = gend;
-      continue;
+      return Status::Ok();
     }
     const bool brute = static_cast<int64_t>(num_unique) * num_groups <= 256;
     if (!brute) {
@@ -644,7 +678,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         if (covered != q.Volume()) {
           return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
                                  " on rank " +
-                                 std::to_string(dst_frags[group_frags[out.groups[g].frags_begin]].loc.rank) +
+                                 std::to_string(dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
                                  " is not fully covered by source fragments");
         }
         continue;
@@ -683,8 +717,41 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
                                remaining.front().ToString() + " is not covered by any source fragment");
       }
     }
-    gi = gend;
+    return Status::Ok();
+  };
+
+  for (int t = 0; t < num_dst_tensors; ++t) {
+    const size_t first_group = out.groups.size();
+    const bool compact = dst_info[t].compact;
+    SortedKeys(dst, t, compact, dst_frags, sort_scratch);
+    const int base = dst.tensor_begin[t];
+    const int end = static_cast<int>(keys.size());
+    for (int i = 0; i < end;) {
+      const FragKey& k = keys[i];
+      const Box& box = dst_frags[k.id()].box;
+      FragmentGroup g;
+      g.dst_tensor = t;
+      g.src_tensor = src_of_dst[t];
+      g.box = &box;
+      g.frags_begin = base + i;
+      int j = i;
+      if (compact) {
+        for (; j < end && keys[j].SameBox(k); ++j) out.group_frags.push_back(keys[j].id());
+      } else {
+        for (; j < end && SameBox(dst_frags[keys[j].id()].box, box); ++j) {
+          out.group_frags.push_back(keys[j].id());
+        }
+      }
+      g.frags_end = base + j;
+      if (compact ? !dst_info[t].Empty(k.box) : !box.Empty()) out.groups.push_back(g);
+      i = j;
+    }
+    // Pieces right after the groups, while they are in the cache.
+    if (out.groups.size() > first_group) {
+      FERRY_RETURN_IF_ERROR(cut_groups(t, first_group, out.groups.size()));
+    }
   }
+  // LAP 5
   return out;
 }
 

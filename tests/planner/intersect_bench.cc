@@ -5,6 +5,9 @@
 //   taskset -c 1 bazel-bin/tests/planner/intersect_bench --benchmark_min_time=0.01
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
 
 #include <map>
 #include <string>
@@ -41,8 +44,14 @@ void BM_Intersect(benchmark::State& state, IntersectFn intersect, const char* mo
   size_t groups = 0, pieces = 0;
   rusage before{};
   getrusage(RUSAGE_SELF, &before);
+  // The fastest call's CPU time: the machine is shared, and the minimum is the least disturbed.
+  double fastest_ms = 1e300;
   for (auto _ : state) {
+    timespec start{}, stop{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
     Result<Intersection> x = intersect(refit.source, refit.destination);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &stop);
+    fastest_ms = std::min(fastest_ms, (stop.tv_sec - start.tv_sec) * 1e3 + (stop.tv_nsec - start.tv_nsec) / 1e6);
     if (!x.ok()) {
       state.SkipWithError(x.status().ToString().c_str());
       return;
@@ -56,6 +65,7 @@ void BM_Intersect(benchmark::State& state, IntersectFn intersect, const char* mo
   // Page faults per call: first touches of fresh memory (costly in VMs).
   state.counters["faults"] = benchmark::Counter(static_cast<double>(after.ru_minflt - before.ru_minflt),
                                                 benchmark::Counter::kAvgIterations);
+  state.counters["min_ms"] = fastest_ms;
   state.counters["fragments"] =
       static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
   state.counters["groups"] = static_cast<double>(groups);
