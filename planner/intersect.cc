@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -412,18 +413,21 @@ class NameIndex {
   }
 
  private:
+  // Cheap: words folded by rotate and add (one short dependency per word), mixed once at the end.
+  // Collisions cost only a string comparison.
   static uint64_t Hash(std::string_view s) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ s.size();
+    uint64_t h = s.size();
     size_t i = 0;
     for (; i + 8 <= s.size(); i += 8) {
       uint64_t w;
       std::memcpy(&w, s.data() + i, 8);
-      h = (h ^ w) * 0xff51afd7ed558ccdull;
-      h ^= h >> 32;
+      h = ((h << 7) | (h >> 57)) + w;
     }
     uint64_t w = 0;
     std::memcpy(&w, s.data() + i, s.size() - i);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h = (((h << 7) | (h >> 57)) + w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 31;
+    h *= 0xff51afd7ed558ccdull;
     return h ^ (h >> 29);
   }
 
@@ -436,9 +440,9 @@ class NameIndex {
 // with equal shape and dtype; describes the tensors of both sides for the fragment pass. The
 // first destination tensor in order that is missing or differs is the error.
 //
-// One visit per tensor name and shape: source tensor t is indexed just before destination tensor
-// t is looked at, so the usual case (the same name at the same index, and no earlier source
-// tensor of that name) needs no lookup; the others are looked up once all are indexed.
+// One visit per tensor name and shape: destination tensor t is first compared with source tensor
+// t, which is the match when it has the name and is the first of that name (the usual case, no
+// lookup); the others are looked up afterwards.
 Status MapTensors(const Layout& source, const Layout& destination, std::vector<TensorInfo>& src_info,
                   std::vector<int>& src_of_dst, std::vector<TensorInfo>& dst_info) {
   const std::vector<TensorSpec>& src = source.tensors;
@@ -447,26 +451,37 @@ Status MapTensors(const Layout& source, const Layout& destination, std::vector<T
   src_info.resize(num_src);
   src_of_dst.assign(num_dst, -1);
   dst_info.resize(num_dst);
-  NameIndex names(src);
-  // Tags computed a few tensors ahead, their slots fetched meanwhile: the table is too large for
-  // the cache after the layouts have streamed through it.
-  constexpr int kTagsAhead = 8;
-  std::vector<uint64_t> tags(num_src);
-  for (int t = 0; t < std::min(num_src, kTagsAhead); ++t) tags[t] = NameIndex::Tag(src[t].name);
   auto matches = [&](int t, int st) {
     return SameShape(src_info[st], src[st].shape, dst[t].shape) && src[st].dtype == dst[t].dtype;
   };
+  // Source names known distinct (the layout's own name index says so; the usual case): every
+  // tensor is the first of its name, and lookups go to the layout. Otherwise an index of our own,
+  // filled in tensor order, with tags computed a few tensors ahead and their slots fetched
+  // meanwhile (the table is too large for the cache after the layouts have streamed through it).
+  const bool distinct = source.TensorNamesKnownDistinct();
+  std::optional<NameIndex> names;
+  std::vector<uint64_t> tags;
+  constexpr int kTagsAhead = 8;
+  if (!distinct) {
+    names.emplace(src);
+    tags.resize(num_src);
+    for (int t = 0; t < std::min(num_src, kTagsAhead); ++t) tags[t] = NameIndex::Tag(src[t].name);
+  }
   bool all_matched = true;
   for (int t = 0; t < std::max(num_src, num_dst); ++t) {
-    bool first = false;
+    bool first = false;  // source tensor t is the first of its name
     if (t < num_src) {
       PrefetchNameAndShape(src, t + kPrefetchAhead);
-      if (t + kTagsAhead < num_src) {
-        tags[t + kTagsAhead] = NameIndex::Tag(src[t + kTagsAhead].name);
-        names.Prefetch(tags[t + kTagsAhead]);
-      }
       src_info[t] = Describe(src[t].shape);
-      first = names.Insert(t, tags[t]);
+      if (distinct) {
+        first = true;
+      } else {
+        if (t + kTagsAhead < num_src) {
+          tags[t + kTagsAhead] = NameIndex::Tag(src[t + kTagsAhead].name);
+          names->Prefetch(tags[t + kTagsAhead]);
+        }
+        first = names->Insert(t, tags[t]);
+      }
     }
     if (t < num_dst) {
       PrefetchNameAndShape(dst, t + kPrefetchAhead);
@@ -482,7 +497,7 @@ Status MapTensors(const Layout& source, const Layout& destination, std::vector<T
   for (int t = 0; t < num_dst; ++t) {
     if (src_of_dst[t] >= 0) continue;
     const TensorSpec& d = dst[t];
-    const int st = names.Find(d.name);
+    const int st = distinct ? source.FindTensor(d.name) : names->Find(d.name);
     if (st < 0) {
       return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
     }

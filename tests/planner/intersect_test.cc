@@ -190,8 +190,14 @@ RandomPair MakeRandomPair(std::mt19937_64& rng) {
     t.dtype = dtypes[Uniform(rng, 0, 1)];
     tensors.push_back(t);
   }
-  p.source.tensors = tensors;
-  p.destination.tensors = tensors;
+  // Through AddTensor (the layout's name index knows the names are distinct) or appended.
+  for (Layout* l : {&p.source, &p.destination}) {
+    if (Uniform(rng, 0, 1)) {
+      for (const TensorSpec& t : tensors) EXPECT_TRUE(l->AddTensor(t).ok());
+    } else {
+      l->tensors = tensors;
+    }
+  }
   // Destination tensors in another order (found by name), or a source name repeated.
   if (Uniform(rng, 0, 3) == 0) std::shuffle(p.destination.tensors.begin(), p.destination.tensors.end(), rng);
   if (Uniform(rng, 0, 9) == 0) p.source.tensors.push_back(p.source.tensors[0]);
