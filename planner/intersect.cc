@@ -218,9 +218,11 @@ struct KeyLess {
 struct FragmentKeys {
   std::vector<FragKey> keys;      // by fragment id
   std::vector<int> tensor_of;     // by fragment id
-  bool by_tensor = false;         // fragments come ordered by tensor: `order` is 0, 1, ...
-  std::vector<int> order;         // fragment ids by tensor, ascending within
-  std::vector<int> tensor_begin;  // tensor t: order[tensor_begin[t] .. tensor_begin[t + 1])
+  bool by_tensor = false;         // fragments come ordered by tensor: `keys` serve as `sorted`
+  std::vector<FragKey> sorted;    // by tensor (then as SortTensor leaves them)
+  std::vector<int> tensor_begin;  // tensor t: sorted[tensor_begin[t] .. tensor_begin[t + 1])
+
+  FragKey* TensorKeys(int t) { return (by_tensor ? keys.data() : sorted.data()) + tensor_begin[t]; }
 };
 
 // Validates every fragment of `layout` (the first invalid one in index order is the error) and
@@ -276,10 +278,10 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   out.by_tensor = by_tensor;
   if (!by_tensor) {
     // Counting sort by tensor (stable: id order within a tensor).
-    if (out.order.size() < n) out.order.resize(n);
-    int* order = out.order.data();
+    if (out.sorted.size() < n) out.sorted.resize(n);
+    FragKey* sorted = out.sorted.data();
     std::vector<int> next(begin.begin(), begin.end() - 1);
-    for (size_t i = 0; i < n; ++i) order[next[tensor_of[i]]++] = static_cast<int>(i);
+    for (size_t i = 0; i < n; ++i) sorted[next[tensor_of[i]]++] = keys[i];
   }
   return Status::Ok();
 }
@@ -345,34 +347,26 @@ void SortRuns(FragKey* first, FragKey* last, Less less, std::vector<FragKey>& bu
 
 // Scratch space of the per-tensor sorts.
 struct SortScratch {
-  std::vector<FragKey> keys, buffer;
+  std::vector<FragKey> buffer;
   std::vector<int> runs;
 };
 
-// The keys of tensor t's fragments sorted by (box, rank, id), into `scratch.keys`.
-void SortedKeys(const FragmentKeys& fk, int t, bool compact, const Fragment* frags,
-                SortScratch& scratch) {
-  const int begin = fk.tensor_begin[t], end = fk.tensor_begin[t + 1];
-  std::vector<FragKey>& sorted = scratch.keys;
-  sorted.resize(end - begin);
-  FragKey* first = sorted.data();
-  FragKey* last = first + (end - begin);
-  if (fk.by_tensor) {
-    std::copy(fk.keys.data() + begin, fk.keys.data() + end, first);
-  } else {
-    const int* order = fk.order.data();
-    for (int i = begin; i < end; ++i) first[i - begin] = fk.keys[order[i]];
-  }
-  if (last - first < 2) return;
+// Sorts the keys of tensor t's fragments by (box, rank, id), in place; returns them.
+const FragKey* SortTensor(FragmentKeys& fk, int t, bool compact, const Fragment* frags,
+                          SortScratch& scratch) {
+  FragKey* first = fk.TensorKeys(t);
+  FragKey* last = first + (fk.tensor_begin[t + 1] - fk.tensor_begin[t]);
+  if (last - first < 2) return first;
   if (compact) {
     SortRuns(first, last, KeyLess(), scratch.buffer, scratch.runs);
-    return;
+    return first;
   }
   auto less = [&](const FragKey& a, const FragKey& b) {
     if (const int c = CompareBoxes(frags[a.id()].box, frags[b.id()].box); c != 0) return c < 0;
     return a.rank_id < b.rank_id;
   };
   SortRuns(first, last, less, scratch.buffer, scratch.runs);
+  return first;
 }
 
 // Open-addressing index of a layout's tensor names, filled in tensor order: the first tensor of
@@ -556,7 +550,6 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   out.group_frags.reserve(num_dst_frags);
   out.groups.reserve(num_dst_frags);
   SortScratch sort_scratch;
-  const std::vector<FragKey>& keys = sort_scratch.keys;
   out.pieces.reserve(num_dst_frags);
   out.holders.reserve(source.fragments.size());
   AdviseHugePages(out.group_frags);
@@ -575,9 +568,8 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   auto cut_groups = [&](int dst_tensor, size_t gi, size_t gend) -> Status {
     const TensorSpec& spec = destination.tensors[dst_tensor];
     const int st = out.groups[gi].src_tensor;
-    SortedKeys(src, st, src_info[st].compact, src_frags, src_scratch);
-    const FragKey* src_keys = src_scratch.keys.data();
-    const int src_begin = 0, src_end = static_cast<int>(src_scratch.keys.size());
+    const FragKey* src_keys = SortTensor(src, st, src_info[st].compact, src_frags, src_scratch);
+    const int src_begin = 0, src_end = src.tensor_begin[st + 1] - src.tensor_begin[st];
     const int holders_base = static_cast<int>(out.holders.size());
     for (int i = src_begin; i < src_end; ++i) out.holders.push_back(src_keys[i].id());
 
@@ -738,9 +730,9 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   for (int t = 0; t < num_dst_tensors; ++t) {
     const size_t first_group = out.groups.size();
     const bool compact = dst_info[t].compact;
-    SortedKeys(dst, t, compact, dst_frags, sort_scratch);
+    const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
     const int base = dst.tensor_begin[t];
-    const int end = static_cast<int>(keys.size());
+    const int end = dst.tensor_begin[t + 1] - base;
     for (int i = 0; i < end;) {
       const FragKey& k = keys[i];
       const Box& box = dst_frags[k.id()].box;
