@@ -300,7 +300,7 @@ RandomPair MakeRandomPair(std::mt19937_64& rng) {
 TEST(IntersectProperty, RandomLayoutsMatchTheReference) {
   std::mt19937_64 rng(20261129);
   int ok = 0;
-  const int cases = 6000;
+  const int cases = 20000;
   for (int i = 0; i < cases; ++i) {
     RandomPair p = MakeRandomPair(rng);
     ExpectSameAsReference(p.source, p.destination, "case " + std::to_string(i), &ok);
