@@ -1,11 +1,25 @@
 // Fragment intersection: groups, interval index per tensor, disjoint pieces with holders.
+//
+// Speed: a refit's layouts hold hundreds of thousands of fragments of ~224 bytes each, so merely
+// reading them all once costs most of the time budget (memory bandwidth). Each fragment is read
+// exactly once, in index order: that pass validates it and writes a 16-byte sort key (the box
+// packed in 64 bits, rank, id); a counting sort moves the keys by tensor, and sorting, grouping and
+// the common "source holds the tensor whole" case then run on the keys only. Fragments are read
+// again (by index) only for tensors whose boxes do not pack (more than 2 dims, or dims too wide),
+// and for the tensors whose source is sharded (the interval sweep below). Tensor names are
+// compared at equal indices first; hashing only when that fails or the source's names are not
+// known to be distinct. The result matches the straightforward version kept in
+// tests/planner/intersect_reference.cc field by field (tests/planner/intersect_test.cc).
 #include "planner/intersect.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+
+#include <sys/mman.h>
 
 namespace ferry {
 namespace {
@@ -31,19 +45,20 @@ bool SameBox(const Box& a, const Box& b) {
   return true;
 }
 
-Status CheckBox(const Layout& layout, const Fragment& f, int index, const char* side) {
+bool BoxInside(const Box& box, const TensorSpec& t) {
+  bool ok = box.ndim == static_cast<int>(t.shape.size());
+  for (int d = 0; ok && d < box.ndim; ++d) {
+    ok = box.lo[d] >= 0 && box.lo[d] <= box.hi[d] && box.hi[d] <= t.shape[d];
+  }
+  return ok;
+}
+
+Status OutsideError(const Layout& layout, const Fragment& f, size_t index, const char* side) {
   const TensorSpec& t = layout.tensors[f.tensor];
-  bool ok = f.box.ndim == static_cast<int>(t.shape.size());
-  for (int d = 0; ok && d < f.box.ndim; ++d) {
-    ok = f.box.lo[d] >= 0 && f.box.lo[d] <= f.box.hi[d] && f.box.hi[d] <= t.shape[d];
-  }
-  if (!ok) {
-    return InvalidArgument(std::string(side) + " fragment " + std::to_string(index) + " of '" +
-                           t.name + "' on rank " + std::to_string(f.loc.rank) + ": box " +
-                           f.box.ToString() + " is outside the tensor's shape " +
-                           Box::FromShape(t.shape).ToString());
-  }
-  return Status::Ok();
+  return InvalidArgument(std::string(side) + " fragment " + std::to_string(index) + " of '" +
+                         t.name + "' on rank " + std::to_string(f.loc.rank) + ": box " +
+                         f.box.ToString() + " is outside the tensor's shape " +
+                         Box::FromShape(t.shape).ToString());
 }
 
 // Subtracts `cut` (inside `r`) from `r`, appending the up to 2*ndim remaining boxes to `out`.
@@ -115,6 +130,387 @@ int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
   return static_cast<int>(std::unique(scratch.begin(), scratch.end()) - scratch.begin());
 }
 
+// What the fragment pass needs of a tensor. A *compact* tensor has 1 or 2 dims whose boxes pack
+// into 64 bits: lo0, lo1, hi0, hi1 as fields of bits0, bits1, bits0, bits1 bits (the bits of the
+// extents; bits1 = 0 for 1 dim). Their order and equality are then CompareBoxes' and SameBox's.
+struct TensorInfo {
+  bool compact = false;
+  int ndim = 0;
+  int bits0 = 0, bits1 = 0;
+  uint64_t shape0 = 0, shape1 = 0;
+
+  uint64_t Pack(uint64_t lo0, uint64_t lo1, uint64_t hi0, uint64_t hi1) const {
+    return ((lo0 << bits1 | lo1) << bits0 | hi0) << bits1 | hi1;
+  }
+  uint64_t Whole() const { return Pack(0, 0, shape0, shape1); }
+  // Whether a packed box holds no element.
+  bool Empty(uint64_t box) const {
+    const uint64_t mask0 = (uint64_t{1} << bits0) - 1, mask1 = (uint64_t{1} << bits1) - 1;
+    const uint64_t hi1 = box & mask1, hi0 = box >> bits1 & mask0;
+    const uint64_t lo1 = box >> (bits1 + bits0) & mask1, lo0 = box >> (2 * bits1 + bits0);
+    return lo0 == hi0 || (ndim == 2 && lo1 == hi1);
+  }
+};
+
+int BitWidth(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
+
+// Asks the kernel for 2 MiB pages under the capacity of a large output vector, before its first
+// touch: a fresh 4 KiB page costs a fault (several microseconds in a VM), and the outputs of a
+// large refit span tens of MiB. Only a hint; nothing changes if it is refused.
+template <typename T>
+void AdviseHugePages(const std::vector<T>& v) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data());
+  const uintptr_t end = begin + v.capacity() * sizeof(T);
+  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1), last = end & ~(kHuge - 1);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
+// Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
+// ahead keeps several misses in flight instead of waiting for each (and the specs themselves twice
+// as far ahead).
+constexpr size_t kPrefetchAhead = 32;
+
+void PrefetchNameAndShape(const std::vector<TensorSpec>& tensors, size_t t) {
+  if (t + kPrefetchAhead < tensors.size()) __builtin_prefetch(&tensors[t + kPrefetchAhead]);
+  if (t < tensors.size()) {
+    __builtin_prefetch(tensors[t].name.data());
+    __builtin_prefetch(tensors[t].shape.data());
+  }
+}
+
+TensorInfo Describe(const std::vector<int64_t>& shape) {
+  TensorInfo ti;
+  ti.ndim = static_cast<int>(shape.size());
+  if (ti.ndim < 1 || ti.ndim > 2 || shape[0] < 0 || (ti.ndim == 2 && shape[1] < 0)) return ti;
+  ti.shape0 = static_cast<uint64_t>(shape[0]);
+  ti.shape1 = ti.ndim == 2 ? static_cast<uint64_t>(shape[1]) : 0;
+  // At least one bit for dim 0 keeps every shift below 64.
+  ti.bits0 = std::max(1, BitWidth(ti.shape0));
+  ti.bits1 = BitWidth(ti.shape1);
+  ti.compact = ti.bits0 + ti.bits1 <= 32;
+  return ti;
+}
+
+// Whether a tensor described by `ti` (with shape `full`) has shape `shape`.
+bool SameShape(const TensorInfo& ti, const std::vector<int64_t>& full,
+               const std::vector<int64_t>& shape) {
+  if (!ti.compact) return full == shape;
+  return static_cast<int>(shape.size()) == ti.ndim && static_cast<uint64_t>(shape[0]) == ti.shape0 &&
+         (ti.ndim == 1 || static_cast<uint64_t>(shape[1]) == ti.shape1);
+}
+
+// A fragment's place in the planner's order within its tensor: (box, rank, fragment id). The box
+// is packed (TensorInfo::Pack) for a compact tensor; otherwise it is 0 and read from the fragment.
+struct FragKey {
+  uint64_t box;
+  uint64_t rank_id;  // (rank + 2^31) << 32 | id: rank's order, then id's
+
+  int id() const { return static_cast<int>(static_cast<uint32_t>(rank_id)); }
+  bool SameBox(const FragKey& o) const { return box == o.box; }
+};
+
+// A type, not a function, so that the sorts inline it.
+struct KeyLess {
+  bool operator()(const FragKey& a, const FragKey& b) const {
+    return a.box != b.box ? a.box < b.box : a.rank_id < b.rank_id;
+  }
+};
+
+// One layout's fragments: a sort key per fragment and the fragments of each tensor.
+struct FragmentKeys {
+  std::vector<FragKey> keys;      // by fragment id
+  std::vector<int> tensor_of;     // by fragment id
+  bool by_tensor = false;         // fragments come ordered by tensor: `keys` serve as `sorted`
+  std::vector<FragKey> sorted;    // by tensor (then as SortTensor leaves them)
+  std::vector<int> tensor_begin;  // tensor t: sorted[tensor_begin[t] .. tensor_begin[t + 1])
+
+  FragKey* TensorKeys(int t) { return (by_tensor ? keys.data() : sorted.data()) + tensor_begin[t]; }
+};
+
+// Validates every fragment of `layout` (the first invalid one in index order is the error) and
+// fills `out`, reading each fragment once.
+Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
+                     FragmentKeys& out) {
+  const size_t n = layout.fragments.size();
+  const size_t num_tensors = layout.tensors.size();
+  // Grown only (capacity kept between calls): fresh memory costs a page fault per 4 KiB.
+  if (out.keys.size() < n) out.keys.resize(n);
+  if (out.tensor_of.size() < n) out.tensor_of.resize(n);
+  FragKey* keys = out.keys.data();
+  int* tensor_of = out.tensor_of.data();
+  std::vector<int>& begin = out.tensor_begin;
+  begin.assign(num_tensors + 1, 0);
+  bool by_tensor = true;  // fragments already ordered by tensor
+  int previous = 0;
+  const Fragment* frags = layout.fragments.data();
+  for (size_t i = 0; i < n; ++i) {
+    const Fragment& f = frags[i];
+    const int t = f.tensor;
+    if (t < 0 || static_cast<size_t>(t) >= num_tensors) {
+      return InvalidArgument(std::string(side) + " fragment " + std::to_string(i) + " on rank " +
+                             std::to_string(f.loc.rank) + " names tensor " + std::to_string(t) +
+                             " but the layout has " + std::to_string(num_tensors) + " tensors");
+    }
+    const TensorInfo& ti = info[t];
+    FragKey& key = keys[i];
+    if (ti.compact) {
+      const uint64_t lo0 = static_cast<uint64_t>(f.box.lo[0]), hi0 = static_cast<uint64_t>(f.box.hi[0]);
+      uint64_t lo1 = 0, hi1 = 0;
+      // As unsigned, lo <= hi <= shape also rules out negative values.
+      bool ok = f.box.ndim == ti.ndim && lo0 <= hi0 && hi0 <= ti.shape0;
+      if (ti.ndim == 2) {
+        lo1 = static_cast<uint64_t>(f.box.lo[1]);
+        hi1 = static_cast<uint64_t>(f.box.hi[1]);
+        ok = ok && lo1 <= hi1 && hi1 <= ti.shape1;
+      }
+      if (!ok) return OutsideError(layout, f, i, side);
+      key.box = ti.Pack(lo0, lo1, hi0, hi1);
+    } else {
+      if (!BoxInside(f.box, layout.tensors[t])) return OutsideError(layout, f, i, side);
+      key.box = 0;
+    }
+    key.rank_id = static_cast<uint64_t>(static_cast<uint32_t>(f.loc.rank) ^ 0x80000000u) << 32 |
+                  static_cast<uint32_t>(i);
+    tensor_of[i] = t;
+    ++begin[t + 1];
+    by_tensor = by_tensor && t >= previous;
+    previous = t;
+  }
+  for (size_t t = 0; t < num_tensors; ++t) begin[t + 1] += begin[t];
+  out.by_tensor = by_tensor;
+  if (!by_tensor) {
+    // Counting sort by tensor (stable: id order within a tensor).
+    if (out.sorted.size() < n) out.sorted.resize(n);
+    FragKey* sorted = out.sorted.data();
+    std::vector<int> next(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < n; ++i) sorted[next[tensor_of[i]]++] = keys[i];
+  }
+  return Status::Ok();
+}
+
+// Sorts [first, last) by `less` (a strict total order), cheaply when it is made of a few sorted
+// runs: a tensor's replicas usually come one after another, each sorted by box, so its fragments
+// are k sorted runs merged pairwise in log2(k) sweeps. Many short runs: std::sort. `buffer` is
+// scratch space.
+template <typename Less>
+void SortRuns(FragKey* first, FragKey* last, Less less, std::vector<FragKey>& buffer,
+              std::vector<int>& runs) {
+  const int n = static_cast<int>(last - first);
+  runs.clear();
+  runs.push_back(0);
+  for (int i = 1; i < n; ++i) {
+    if (less(first[i], first[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() == 1) return;
+  if (static_cast<int>(runs.size()) * 8 > n) {
+    std::sort(first, last, less);
+    return;
+  }
+  runs.push_back(n);
+  buffer.resize(n);
+  // Replicas of one sharding: k runs of the same length, the i-th elements of the runs adjacent in
+  // the result (same box, ranks rising with the run). Interleave them and check.
+  const int k = static_cast<int>(runs.size()) - 1;
+  if (n % k == 0) {
+    const int length = n / k;
+    bool even = true;
+    for (int r = 0; r <= k && even; ++r) even = runs[r] == r * length;
+    if (even) {
+      FragKey* out = buffer.data();
+      for (int i = 0; i < length; ++i) {
+        for (int r = 0; r < k; ++r) *out++ = first[r * length + i];
+      }
+      if (std::is_sorted(buffer.data(), buffer.data() + n, less)) {
+        std::copy(buffer.data(), buffer.data() + n, first);
+        return;
+      }
+    }
+  }
+  FragKey* from = first;
+  FragKey* to = buffer.data();
+  while (runs.size() > 2) {
+    size_t kept = 0;
+    size_t r = 0;
+    for (; r + 2 < runs.size(); r += 2) {
+      std::merge(from + runs[r], from + runs[r + 1], from + runs[r + 1], from + runs[r + 2],
+                 to + runs[r], less);
+      runs[kept++] = runs[r];
+    }
+    if (r + 1 < runs.size()) {  // an odd run out: copied as it is
+      std::copy(from + runs[r], from + runs[r + 1], to + runs[r]);
+      runs[kept++] = runs[r];
+    }
+    runs[kept++] = n;
+    runs.resize(kept);
+    std::swap(from, to);
+  }
+  if (from != first) std::copy(from, from + n, first);
+}
+
+// Scratch space of the per-tensor sorts.
+struct SortScratch {
+  std::vector<FragKey> buffer;
+  std::vector<int> runs;
+};
+
+// Sorts the keys of tensor t's fragments by (box, rank, id), in place; returns them.
+const FragKey* SortTensor(FragmentKeys& fk, int t, bool compact, const Fragment* frags,
+                          SortScratch& scratch) {
+  FragKey* first = fk.TensorKeys(t);
+  FragKey* last = first + (fk.tensor_begin[t + 1] - fk.tensor_begin[t]);
+  if (last - first < 2) return first;
+  if (compact) {
+    SortRuns(first, last, KeyLess(), scratch.buffer, scratch.runs);
+    return first;
+  }
+  auto less = [&](const FragKey& a, const FragKey& b) {
+    if (const int c = CompareBoxes(frags[a.id()].box, frags[b.id()].box); c != 0) return c < 0;
+    return a.rank_id < b.rank_id;
+  };
+  SortRuns(first, last, less, scratch.buffer, scratch.runs);
+  return first;
+}
+
+// Open-addressing index of a layout's tensor names, filled in tensor order: the first tensor of
+// each name.
+class NameIndex {
+ public:
+  explicit NameIndex(const std::vector<TensorSpec>& tensors) : tensors_(tensors) {
+    size_t size = 16;
+    while (size < 2 * tensors.size()) size *= 2;
+    mask_ = size - 1;
+    slots_.assign(size, 0);
+  }
+  // The tag of a name, for Insert; Prefetch(tag) fetches its slot ahead of the insert.
+  static uint64_t Tag(std::string_view name) { return Hash(name) & ~uint64_t{0xffffffff}; }
+  void Prefetch(uint64_t tag) const { __builtin_prefetch(&slots_[tag >> 32 & mask_]); }
+  // Indexes tensor t, whose name has tag `tag` (after all tensors before it); false if an earlier
+  // tensor has its name.
+  bool Insert(int t, uint64_t tag) {
+    const std::string& name = tensors_[t].name;
+    for (size_t s = tag >> 32 & mask_;; s = (s + 1) & mask_) {
+      if (slots_[s] == 0) {
+        slots_[s] = tag | static_cast<uint64_t>(t + 1);
+        return true;
+      }
+      if ((slots_[s] & ~uint64_t{0xffffffff}) == tag && tensors_[(slots_[s] & 0xffffffff) - 1].name == name) {
+        return false;
+      }
+    }
+  }
+  // The first indexed tensor with this name, or -1.
+  int Find(std::string_view name) const {
+    const uint64_t tag = Hash(name) & ~uint64_t{0xffffffff};
+    for (size_t s = tag >> 32 & mask_; slots_[s] != 0; s = (s + 1) & mask_) {
+      const int t = static_cast<int>(slots_[s] & 0xffffffff) - 1;
+      if ((slots_[s] & ~uint64_t{0xffffffff}) == tag && tensors_[t].name == name) return t;
+    }
+    return -1;
+  }
+
+ private:
+  // Cheap: words folded by rotate and add (one short dependency per word), mixed once at the end.
+  // Collisions cost only a string comparison.
+  static uint64_t Hash(std::string_view s) {
+    uint64_t h = s.size();
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = ((h << 7) | (h >> 57)) + w;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (((h << 7) | (h >> 57)) + w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 31;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 29);
+  }
+
+  const std::vector<TensorSpec>& tensors_;
+  size_t mask_ = 0;
+  std::vector<uint64_t> slots_;  // high half: the name's hash; low half: tensor index + 1; 0: free
+};
+
+// Destination tensor -> source tensor by name (a repeated source name maps to its first tensor),
+// with equal shape and dtype; describes the tensors of both sides for the fragment pass. The
+// first destination tensor in order that is missing or differs is the error.
+//
+// One visit per tensor name and shape: destination tensor t is first compared with source tensor
+// t, which is the match when it has the name and is the first of that name (the usual case, no
+// lookup); the others are looked up afterwards.
+Status MapTensors(const Layout& source, const Layout& destination, std::vector<TensorInfo>& src_info,
+                  std::vector<int>& src_of_dst, std::vector<TensorInfo>& dst_info) {
+  const std::vector<TensorSpec>& src = source.tensors;
+  const std::vector<TensorSpec>& dst = destination.tensors;
+  const int num_src = static_cast<int>(src.size()), num_dst = static_cast<int>(dst.size());
+  src_info.resize(num_src);
+  src_of_dst.assign(num_dst, -1);
+  dst_info.resize(num_dst);
+  auto matches = [&](int t, int st) {
+    return SameShape(src_info[st], src[st].shape, dst[t].shape) && src[st].dtype == dst[t].dtype;
+  };
+  // Source names known distinct (the layout's own name index says so; the usual case): every
+  // tensor is the first of its name, and lookups go to the layout. Otherwise an index of our own,
+  // filled in tensor order, with tags computed a few tensors ahead and their slots fetched
+  // meanwhile (the table is too large for the cache after the layouts have streamed through it).
+  const bool distinct = source.TensorNamesKnownDistinct();
+  std::optional<NameIndex> names;
+  std::vector<uint64_t> tags;
+  constexpr int kTagsAhead = 8;
+  if (!distinct) {
+    names.emplace(src);
+    tags.resize(num_src);
+    for (int t = 0; t < std::min(num_src, kTagsAhead); ++t) tags[t] = NameIndex::Tag(src[t].name);
+  }
+  bool all_matched = true;
+  for (int t = 0; t < std::max(num_src, num_dst); ++t) {
+    bool first = false;  // source tensor t is the first of its name
+    if (t < num_src) {
+      PrefetchNameAndShape(src, t + kPrefetchAhead);
+      src_info[t] = Describe(src[t].shape);
+      if (distinct) {
+        first = true;
+      } else {
+        if (t + kTagsAhead < num_src) {
+          tags[t + kTagsAhead] = NameIndex::Tag(src[t + kTagsAhead].name);
+          names->Prefetch(tags[t + kTagsAhead]);
+        }
+        first = names->Insert(t, tags[t]);
+      }
+    }
+    if (t < num_dst) {
+      PrefetchNameAndShape(dst, t + kPrefetchAhead);
+      if (first && src[t].name == dst[t].name && matches(t, t)) {
+        src_of_dst[t] = t;
+        dst_info[t] = src_info[t];
+      } else {
+        all_matched = false;
+      }
+    }
+  }
+  if (all_matched) return Status::Ok();
+  for (int t = 0; t < num_dst; ++t) {
+    if (src_of_dst[t] >= 0) continue;
+    const TensorSpec& d = dst[t];
+    const int st = distinct ? source.FindTensor(d.name) : names->Find(d.name);
+    if (st < 0) {
+      return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
+    }
+    const TensorSpec& s = src[st];
+    if (!matches(t, st)) {
+      return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
+                             " " + std::string(DTypeName(s.dtype)) + " in the source but " +
+                             Box::FromShape(d.shape).ToString() + " " +
+                             std::string(DTypeName(d.dtype)) + " in the destination");
+    }
+    src_of_dst[t] = st;
+    dst_info[t] = src_info[st];
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void Intersection::AddPiece(int group, const Box& box, int holders_begin, int holders_end) {
@@ -131,119 +527,95 @@ void Intersection::AddPiece(int group, const Box& box, int holders_begin, int ho
 
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
   Intersection out;
-  const int num_src_tensors = static_cast<int>(source.tensors.size());
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
-  // Destination tensor -> source tensor, by name (a hash index: lookups only, never iterated,
-  // so the result does not depend on hashing; a repeated name maps to its first tensor).
-  std::unordered_map<std::string_view, int> by_name;
-  by_name.reserve(num_src_tensors);
-  for (int t = 0; t < num_src_tensors; ++t) by_name.emplace(source.tensors[t].name, t);
-  std::vector<int> src_of_dst(num_dst_tensors, -1);
-  for (int t = 0; t < num_dst_tensors; ++t) {
-    const TensorSpec& d = destination.tensors[t];
-    auto it = by_name.find(d.name);
-    if (it == by_name.end()) {
-      return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
-    }
-    const TensorSpec& s = source.tensors[it->second];
-    if (s.shape != d.shape || s.dtype != d.dtype) {
-      return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
-                             " " + std::string(DTypeName(s.dtype)) + " in the source but " +
-                             Box::FromShape(d.shape).ToString() + " " +
-                             std::string(DTypeName(d.dtype)) + " in the destination");
-    }
-    src_of_dst[t] = it->second;
-  }
+  std::vector<TensorInfo> src_info, dst_info;
+  std::vector<int> src_of_dst;
+  FERRY_RETURN_IF_ERROR(MapTensors(source, destination, src_info, src_of_dst, dst_info));
 
-  // Source fragments sorted by (tensor, box, rank, id); destination likewise.
-  // A counting sort by tensor (already in id order), then a sort of each tensor's few fragments
-  // by (box, rank, id): whole-Box comparisons only within one tensor.
-  auto sorted_fragments = [](const Layout& layout) {
-    const size_t num_tensors = layout.tensors.size();
-    std::vector<int> begin(num_tensors + 1, 0);
-    for (const Fragment& f : layout.fragments) ++begin[f.tensor + 1];
-    for (size_t t = 0; t < num_tensors; ++t) begin[t + 1] += begin[t];
-    std::vector<int> order(layout.fragments.size());
-    std::vector<int> next(begin.begin(), begin.end() - 1);
-    for (size_t i = 0; i < layout.fragments.size(); ++i) {
-      order[next[layout.fragments[i].tensor]++] = static_cast<int>(i);
-    }
-    auto less = [&](int a, int b) {
-      const Fragment& fa = layout.fragments[a];
-      const Fragment& fb = layout.fragments[b];
-      if (const int c = CompareBoxes(fa.box, fb.box); c != 0) return c < 0;
-      if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
-      return a < b;
-    };
-    for (size_t t = 0; t < num_tensors; ++t) {
-      auto first = order.begin() + begin[t], last = order.begin() + begin[t + 1];
-      if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
-    }
-    return order;
-  };
-  for (size_t i = 0; i < source.fragments.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(CheckBox(source, source.fragments[i], static_cast<int>(i), "source"));
-  }
-  for (size_t i = 0; i < destination.fragments.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(
-        CheckBox(destination, destination.fragments[i], static_cast<int>(i), "destination"));
-  }
-  const std::vector<int> src_order = sorted_fragments(source);
-  const std::vector<int> dst_order = sorted_fragments(destination);
-  std::vector<int> src_tensor_begin(num_src_tensors + 1, 0);
-  for (const Fragment& f : source.fragments) ++src_tensor_begin[f.tensor + 1];
-  for (int t = 0; t < num_src_tensors; ++t) src_tensor_begin[t + 1] += src_tensor_begin[t];
+  // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
+  // Per-thread scratch, kept between calls (36 bytes per fragment of the largest layout seen):
+  // the planner calls this on the same thread with layouts of the same size again and again, and
+  // fresh memory costs a page fault per 4 KiB.
+  thread_local FragmentKeys src, dst;
+  FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", src));
+  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination", dst));
+  const Fragment* src_frags = source.fragments.data();
+  const Fragment* dst_frags = destination.fragments.data();
 
-  // Groups.
-  out.group_frags.reserve(dst_order.size());
-  out.groups.reserve(dst_order.size());
-  for (size_t i = 0; i < dst_order.size();) {
-    const Fragment& f = destination.fragments[dst_order[i]];
-    size_t j = i;
-    FragmentGroup g;
-    g.dst_tensor = f.tensor;
-    g.src_tensor = src_of_dst[f.tensor];
-    g.box = &f.box;
-    g.frags_begin = static_cast<int>(out.group_frags.size());
-    while (j < dst_order.size() && destination.fragments[dst_order[j]].tensor == f.tensor &&
-           SameBox(destination.fragments[dst_order[j]].box, f.box)) {
-      out.group_frags.push_back(dst_order[j]);
-      ++j;
-    }
-    g.frags_end = static_cast<int>(out.group_frags.size());
-    if (!f.box.Empty()) out.groups.push_back(g);
-    i = j;
-  }
-  out.pieces.reserve(out.groups.size());
+  // Groups: runs of one box within a destination tensor; group_frags holds every destination
+  // fragment (those of empty boxes too, in no group). Each tensor's groups are then cut into
+  // pieces.
+  const size_t num_dst_frags = destination.fragments.size();
+  out.group_frags.reserve(num_dst_frags);
+  out.groups.reserve(num_dst_frags);
+  SortScratch sort_scratch;
+  out.pieces.reserve(num_dst_frags);
+  out.holders.reserve(source.fragments.size());
+  AdviseHugePages(out.group_frags);
+  AdviseHugePages(out.groups);
+  AdviseHugePages(out.pieces);
 
-  // Per destination tensor: index the unique source boxes, cut each group into pieces.
+  // Cuts the groups [gi, gend) of destination tensor `dst_tensor` into pieces: indexes the unique
+  // source boxes of its source tensor (their fragments appended to the holders).
+  SortScratch src_scratch;
   std::vector<UniqueBox> unique;
   std::vector<int> candidates;
   std::vector<int64_t> scratch;
   std::vector<Box> remaining, next_remaining;
   std::vector<int> merged_holders;
   SweepIndex index;
-  for (size_t gi = 0; gi < out.groups.size();) {
-    const int dst_tensor = out.groups[gi].dst_tensor;
-    size_t gend = gi;
-    while (gend < out.groups.size() && out.groups[gend].dst_tensor == dst_tensor) ++gend;
-    const int st = out.groups[gi].src_tensor;
+  auto cut_groups = [&](int dst_tensor, size_t gi, size_t gend) -> Status {
     const TensorSpec& spec = destination.tensors[dst_tensor];
+    const int st = out.groups[gi].src_tensor;
+    const FragKey* src_keys = SortTensor(src, st, src_info[st].compact, src_frags, src_scratch);
+    const int src_begin = 0, src_end = src.tensor_begin[st + 1] - src.tensor_begin[st];
+    const int holders_base = static_cast<int>(out.holders.size());
+    for (int i = src_begin; i < src_end; ++i) out.holders.push_back(src_keys[i].id());
+
+    const TensorInfo& ti = src_info[st];
+    if (ti.compact) {
+      // The source holds the tensor whole (replicas of it, besides empty boxes): each group is
+      // one piece.
+      const uint64_t whole = ti.Whole();
+      int whole_begin = -1, whole_end = -1;
+      bool only_whole = true;
+      for (int i = src_begin; i < src_end && only_whole; ++i) {
+        const FragKey& k = src_keys[i];
+        if (ti.Empty(k.box)) continue;
+        if (k.box == whole) {
+          if (whole_begin < 0) whole_begin = i;
+          whole_end = i + 1;
+        } else {
+          only_whole = false;
+        }
+      }
+      if (only_whole && whole_begin >= 0) {
+        const int hb = holders_base + (whole_begin - src_begin);
+        const int he = holders_base + (whole_end - src_begin);
+        for (size_t g = gi; g < gend; ++g) {
+          Piece p;
+          p.group = static_cast<int>(g);
+          p.holders_begin = hb;
+          p.holders_end = he;
+          out.pieces.push_back(p);
+        }
+        return Status::Ok();
+      }
+    }
 
     unique.clear();
-    for (int i = src_tensor_begin[st]; i < src_tensor_begin[st + 1];) {
-      const Fragment& f = source.fragments[src_order[i]];
-      int j = i;
-      UniqueBox u;
-      u.box = f.box;
-      u.holders_begin = static_cast<int>(out.holders.size());
-      while (j < src_tensor_begin[st + 1] && SameBox(source.fragments[src_order[j]].box, f.box)) {
-        out.holders.push_back(src_order[j]);
-        ++j;
+    for (int i = src_begin; i < src_end;) {
+      const Box& box = src_frags[src_keys[i].id()].box;
+      int j = i + 1;
+      while (j < src_end && SameBox(src_frags[src_keys[j].id()].box, box)) ++j;
+      if (!box.Empty()) {
+        UniqueBox u;
+        u.box = box;
+        u.holders_begin = holders_base + (i - src_begin);
+        u.holders_end = holders_base + (j - src_begin);
+        unique.push_back(u);
       }
-      u.holders_end = static_cast<int>(out.holders.size());
-      if (!f.box.Empty()) unique.push_back(u);
       i = j;
     }
     const int num_unique = static_cast<int>(unique.size());
@@ -257,8 +629,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         p.holders_end = unique[0].holders_end;
         out.pieces.push_back(p);
       }
-      gi = gend;
-      continue;
+      return Status::Ok();
     }
     const bool brute = static_cast<int64_t>(num_unique) * num_groups <= 256;
     if (!brute) {
@@ -314,7 +685,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         if (covered != q.Volume()) {
           return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
                                  " on rank " +
-                                 std::to_string(destination.fragments[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
+                                 std::to_string(dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
                                  " is not fully covered by source fragments");
         }
         continue;
@@ -337,7 +708,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
             }
           }
           std::sort(merged_holders.begin(), merged_holders.end(), [&](int a, int b) {
-            const int ra = source.fragments[a].loc.rank, rb = source.fragments[b].loc.rank;
+            const int ra = src_frags[a].loc.rank, rb = src_frags[b].loc.rank;
             return ra != rb ? ra < rb : a < b;
           });
           const int holders_begin = static_cast<int>(out.holders.size());
@@ -353,7 +724,39 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
                                remaining.front().ToString() + " is not covered by any source fragment");
       }
     }
-    gi = gend;
+    return Status::Ok();
+  };
+
+  for (int t = 0; t < num_dst_tensors; ++t) {
+    const size_t first_group = out.groups.size();
+    const bool compact = dst_info[t].compact;
+    const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
+    const int base = dst.tensor_begin[t];
+    const int end = dst.tensor_begin[t + 1] - base;
+    for (int i = 0; i < end;) {
+      const FragKey& k = keys[i];
+      const Box& box = dst_frags[k.id()].box;
+      FragmentGroup g;
+      g.dst_tensor = t;
+      g.src_tensor = src_of_dst[t];
+      g.box = &box;
+      g.frags_begin = base + i;
+      int j = i;
+      if (compact) {
+        for (; j < end && keys[j].SameBox(k); ++j) out.group_frags.push_back(keys[j].id());
+      } else {
+        for (; j < end && SameBox(dst_frags[keys[j].id()].box, box); ++j) {
+          out.group_frags.push_back(keys[j].id());
+        }
+      }
+      g.frags_end = base + j;
+      if (compact ? !dst_info[t].Empty(k.box) : !box.Empty()) out.groups.push_back(g);
+      i = j;
+    }
+    // Pieces right after the groups, while they are in the cache.
+    if (out.groups.size() > first_group) {
+      FERRY_RETURN_IF_ERROR(cut_groups(t, first_group, out.groups.size()));
+    }
   }
   return out;
 }

@@ -7,8 +7,11 @@
 // (an interval index: boxes sorted by lo with a running max of hi), so work grows with
 // fragments + overlaps, never with all pairs.
 //
-// Errors: a destination tensor missing in the source, shape or dtype mismatch, a destination
-// element that no source fragment covers. Deterministic. Not thread-safe per object.
+// Errors: a destination tensor missing in the source, shape or dtype mismatch, a fragment box
+// outside its tensor, a destination element that no source fragment covers. Deterministic.
+// Not thread-safe per object. IntersectLayouts may run on several threads at once; each thread
+// keeps a scratch buffer between calls (about 36 bytes per fragment of the largest layout it has
+// intersected) so that repeated planning does not pay for fresh memory.
 #pragma once
 
 #include <cstdint>

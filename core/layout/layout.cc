@@ -94,6 +94,13 @@ int Layout::FindTensor(const std::string& name) const {
   return -1;
 }
 
+bool Layout::TensorNamesKnownDistinct() const {
+  if (tensors_indexed_ != tensors.size() || tensor_index_.size() != tensors.size()) return false;
+  if (tensors.empty()) return true;
+  auto last = tensor_index_.find(tensors.back().name);
+  return last != tensor_index_.end() && last->second == static_cast<int>(tensors.size()) - 1;
+}
+
 int Layout::FindBuffer(int rank, const std::string& name) const {
   const bool fresh =
       buffers_indexed_ == buffers.size() &&

@@ -80,6 +80,9 @@ class Layout {
   Result<int> AddTensor(const TensorSpec& spec);
   // Index of the tensor with this name, or -1.
   int FindTensor(const std::string& name) const;
+  // Whether the tensor names are known to be distinct without comparing them: the name index
+  // covers every tensor with one entry each (tensors added through AddTensor). False means unknown.
+  bool TensorNamesKnownDistinct() const;
   // Index of the buffer (rank, name), created empty if new.
   int GetOrAddBuffer(int rank, const std::string& name);
   // Index of the buffer (rank, name), or -1.

@@ -76,6 +76,21 @@ TEST(LayoutTest, NameLookupsFollowDirectVectorEdits) {
   EXPECT_EQ(l.GetOrAddBuffer(0, "x"), 0);
 }
 
+TEST(LayoutTest, TensorNamesKnownDistinctOnlyThroughTheIndex) {
+  Layout l;
+  EXPECT_TRUE(l.TensorNamesKnownDistinct());
+  ASSERT_TRUE(l.AddTensor({"a", {2}, DType::kBF16}).ok());
+  ASSERT_TRUE(l.AddTensor({"b", {2}, DType::kBF16}).ok());
+  ASSERT_TRUE(l.AddTensor({"a", {2}, DType::kBF16}).ok());  // the existing one
+  EXPECT_TRUE(l.TensorNamesKnownDistinct());
+  // Appended directly: unknown until indexed, even when still distinct.
+  l.tensors.push_back({"c", {2}, DType::kBF16});
+  EXPECT_FALSE(l.TensorNamesKnownDistinct());
+  l.tensors.push_back({"a", {2}, DType::kBF16});
+  EXPECT_FALSE(l.TensorNamesKnownDistinct());
+  EXPECT_EQ(l.FindTensor("a"), 0);
+}
+
 TEST(TopologyTest, UniformNodesAndLinks) {
   Topology t = Topology::Uniform(16, 8);
   EXPECT_EQ(t.NumNodes(), 2);

@@ -1,0 +1,366 @@
+// Fragment intersection tests: the current IntersectLayouts must return exactly what the frozen
+// pre-speed-up copy (tests/planner/intersect_reference.h) returns: the same groups (tensors, box
+// pointers, fragment ranges), group fragments, pieces, holders and piece boxes in the same order,
+// and the same error message for bad input. Checked on the real framework layouts of scaled-down
+// model presets and on thousands of random layout pairs (uneven splits, replicas on both sides,
+// overlapping and empty source boxes, 1-5 dims, dims beyond 2^32, shuffled fragment order,
+// repeated and reordered tensor names, and broken inputs).
+#include "planner/intersect.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/layout/layout.h"
+#include "tests/planner/intersect_reference.h"
+#include "tools/models/framework_layouts.h"
+#include "tools/models/presets.h"
+
+namespace ferry {
+namespace {
+
+// Empty when `a` and `b` are identical, else the first difference.
+std::string Difference(const Intersection& a, const Intersection& b) {
+  auto same_box = [](const Box& x, const Box& y) {
+    return x.ndim == y.ndim && x.lo == y.lo && x.hi == y.hi;
+  };
+  if (a.groups.size() != b.groups.size()) {
+    return "groups: " + std::to_string(a.groups.size()) + " vs " + std::to_string(b.groups.size());
+  }
+  for (size_t i = 0; i < a.groups.size(); ++i) {
+    const FragmentGroup& x = a.groups[i];
+    const FragmentGroup& y = b.groups[i];
+    if (x.dst_tensor != y.dst_tensor || x.src_tensor != y.src_tensor || x.box != y.box ||
+        x.frags_begin != y.frags_begin || x.frags_end != y.frags_end) {
+      return "group " + std::to_string(i);
+    }
+  }
+  if (a.group_frags != b.group_frags) return "group_frags";
+  if (a.pieces.size() != b.pieces.size()) {
+    return "pieces: " + std::to_string(a.pieces.size()) + " vs " + std::to_string(b.pieces.size());
+  }
+  for (size_t i = 0; i < a.pieces.size(); ++i) {
+    const Piece& x = a.pieces[i];
+    const Piece& y = b.pieces[i];
+    if (x.group != y.group || x.box != y.box || x.holders_begin != y.holders_begin ||
+        x.holders_end != y.holders_end) {
+      return "piece " + std::to_string(i);
+    }
+  }
+  if (a.holders != b.holders) return "holders";
+  if (a.piece_boxes.size() != b.piece_boxes.size()) return "piece_boxes size";
+  for (size_t i = 0; i < a.piece_boxes.size(); ++i) {
+    if (!same_box(a.piece_boxes[i], b.piece_boxes[i])) return "piece box " + std::to_string(i);
+  }
+  return "";
+}
+
+// Runs both implementations; returns whether they agree (errors included), describing any
+// disagreement through gtest. `ok` counts the cases where both succeeded.
+void ExpectSameAsReference(const Layout& source, const Layout& destination, const std::string& what,
+                           int* ok = nullptr) {
+  Result<Intersection> now = IntersectLayouts(source, destination);
+  Result<Intersection> before = reference::IntersectLayouts(source, destination);
+  ASSERT_EQ(now.ok(), before.ok()) << what << ": now " << now.status().ToString() << ", before "
+                                   << before.status().ToString();
+  if (!before.ok()) {
+    EXPECT_EQ(now.status().ToString(), before.status().ToString()) << what;
+    return;
+  }
+  EXPECT_EQ(Difference(*now, *before), "") << what;
+  if (ok != nullptr) ++*ok;
+}
+
+TEST(IntersectPresets, FrameworkLayoutsMatchTheReference) {
+  struct Case {
+    const char* model;
+    const char* scale;
+    const char* src;
+    const char* dst;
+  };
+  const Case cases[] = {
+      {"llama-3.1-8b", "1/16", "megatron:tp=2,pp=2", "vllm:tp=4,dp=2"},
+      {"llama-3.1-8b", "1/16", "megatron:tp=4,pp=1", "vllm:tp=1,dp=3"},
+      {"llama-3.1-8b", "1/16", "megatron:tp=1,pp=4,dp=2", "vllm:tp=8,dp=1"},
+      {"qwen3-30b-a3b", "1/16", "megatron:tp=2,ep=2", "vllm:tp=2,dp=2"},
+      {"qwen3-30b-a3b", "1/16", "megatron:tp=2,pp=2,ep=4", "vllm:tp=4,dp=2,ep=8"},
+      {"qwen3-30b-a3b", "1/16", "megatron:pp=4,ep=8", "vllm:tp=2,dp=4,ep=1"},
+      {"deepseek-v3", "1/64", "megatron:pp=4,ep=4", "vllm:tp=4,dp=2,ep=8"},
+      {"deepseek-v3", "1/64", "megatron:tp=2,pp=2,ep=8", "vllm:tp=8,dp=1,ep=1"},
+      {"deepseek-v3", "1/64", "megatron:pp=2,ep=16", "vllm:tp=16,dp=2,ep=4"},
+      {"nemotron-h-8b", "1/16", "megatron:tp=2,pp=2", "vllm:tp=4,dp=2"},
+  };
+  for (const Case& c : cases) {
+    const std::string what = std::string(c.model) + " " + c.src + " -> " + c.dst;
+    Result<double> scale = models::ParseScale(c.scale);
+    ASSERT_TRUE(scale.ok());
+    Result<models::ModelPreset> preset = models::MakePreset(c.model, *scale);
+    ASSERT_TRUE(preset.ok()) << what << ": " << preset.status().ToString();
+    Result<models::RefitLayouts> refit =
+        models::BuildRefitLayouts(*preset, models::ParseFrameworkSpec(c.src).value(),
+                                  models::ParseFrameworkSpec(c.dst).value());
+    ASSERT_TRUE(refit.ok()) << what << ": " << refit.status().ToString();
+    int ok = 0;
+    ExpectSameAsReference(refit->source, refit->destination, what, &ok);
+    EXPECT_EQ(ok, 1) << what;
+    // Both directions: vLLM -> Megatron too.
+    ExpectSameAsReference(refit->destination, refit->source, what + " (reversed)", &ok);
+    EXPECT_EQ(ok, 2) << what;
+  }
+}
+
+int Uniform(std::mt19937_64& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+// Sorted cut points splitting [0, extent) into `parts` uneven (possibly empty) intervals.
+std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t extent, int parts) {
+  std::vector<int64_t> cuts = {0, extent};
+  for (int i = 1; i < parts; ++i) {
+    cuts.push_back(std::uniform_int_distribution<int64_t>(0, extent)(rng));
+  }
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+// Appends a grid sharding of `t` (uneven splits per dim) held by `replicas` sets of ranks.
+void AddGrid(std::mt19937_64& rng, Layout& layout, int t, int replicas) {
+  const std::vector<int64_t>& shape = layout.tensors[t].shape;
+  const int ndim = static_cast<int>(shape.size());
+  std::vector<std::vector<int64_t>> cuts(ndim);
+  for (int d = 0; d < ndim; ++d) cuts[d] = Cuts(rng, shape[d], Uniform(rng, 1, 3));
+  std::vector<Box> boxes(1);
+  boxes[0].ndim = ndim;
+  for (int d = 0; d < ndim; ++d) {
+    std::vector<Box> next;
+    for (const Box& b : boxes) {
+      for (size_t k = 0; k + 1 < cuts[d].size(); ++k) {
+        Box c = b;
+        c.lo[d] = cuts[d][k];
+        c.hi[d] = cuts[d][k + 1];
+        next.push_back(c);
+      }
+    }
+    boxes = std::move(next);
+  }
+  for (int r = 0; r < replicas; ++r) {
+    for (const Box& b : boxes) {
+      Fragment f;
+      f.tensor = t;
+      f.box = b;
+      f.loc.rank = Uniform(rng, 0, 15);
+      layout.fragments.push_back(f);
+    }
+  }
+}
+
+// A random box inside `shape` (possibly empty).
+Box RandomBox(std::mt19937_64& rng, const std::vector<int64_t>& shape) {
+  Box b;
+  b.ndim = static_cast<int>(shape.size());
+  for (int d = 0; d < b.ndim; ++d) {
+    std::vector<int64_t> c = Cuts(rng, shape[d], 2);
+    b.lo[d] = c[1] == shape[d] && Uniform(rng, 0, 1) ? c[0] : c[1] / 2;
+    b.hi[d] = std::max(b.lo[d], c[1]);
+  }
+  return b;
+}
+
+struct RandomPair {
+  Layout source, destination;
+};
+
+RandomPair MakeRandomPair(std::mt19937_64& rng) {
+  RandomPair p;
+  const DType dtypes[] = {DType::kBF16, DType::kFP32};
+  const int num_tensors = Uniform(rng, 1, 4);
+  std::vector<TensorSpec> tensors;
+  for (int i = 0; i < num_tensors; ++i) {
+    TensorSpec t;
+    t.name = "layers." + std::to_string(i) + ".weight";
+    const int ndim = Uniform(rng, 1, 5);
+    for (int d = 0; d < ndim; ++d) t.shape.push_back(Uniform(rng, 1, ndim <= 2 ? 9 : 4));
+    const int kind = Uniform(rng, 0, 19);
+    if (kind == 0) t.shape[Uniform(rng, 0, ndim - 1)] = 0;                   // no elements
+    if (kind == 1) t.shape[Uniform(rng, 0, ndim - 1)] = (int64_t{1} << 32) + 5;  // beyond 2^32
+    if (kind == 2) t.shape[Uniform(rng, 0, ndim - 1)] = 0xffffffff;          // the largest compact
+    t.dtype = dtypes[Uniform(rng, 0, 1)];
+    tensors.push_back(t);
+  }
+  // Through AddTensor (the layout's name index knows the names are distinct) or appended.
+  for (Layout* l : {&p.source, &p.destination}) {
+    if (Uniform(rng, 0, 1)) {
+      for (const TensorSpec& t : tensors) EXPECT_TRUE(l->AddTensor(t).ok());
+    } else {
+      l->tensors = tensors;
+    }
+  }
+  // Destination tensors in another order (found by name), or a source name repeated.
+  if (Uniform(rng, 0, 3) == 0) std::shuffle(p.destination.tensors.begin(), p.destination.tensors.end(), rng);
+  if (Uniform(rng, 0, 9) == 0) p.source.tensors.push_back(p.source.tensors[0]);
+  if (Uniform(rng, 0, 9) == 0) {
+    p.source.tensors.insert(p.source.tensors.begin(), p.source.tensors[Uniform(rng, 0, num_tensors - 1)]);
+  }
+  if (Uniform(rng, 0, 9) == 0) p.destination.tensors.push_back(p.destination.tensors[0]);
+  // Source: one to three shardings with replicas, sometimes extra overlapping or empty boxes.
+  for (int t = 0; t < static_cast<int>(p.source.tensors.size()); ++t) {
+    const int shardings = Uniform(rng, 1, 3);
+    for (int s = 0; s < shardings; ++s) AddGrid(rng, p.source, t, Uniform(rng, 1, 3));
+    for (int extra = Uniform(rng, 0, 3) - 1; extra > 0; --extra) {
+      Fragment f;
+      f.tensor = t;
+      f.box = RandomBox(rng, p.source.tensors[t].shape);
+      f.loc.rank = Uniform(rng, 0, 15);
+      p.source.fragments.push_back(f);
+    }
+    // Sometimes the whole tensor (replicated), the planner's common case.
+    if (Uniform(rng, 0, 3) == 0) {
+      p.source.fragments.erase(std::remove_if(p.source.fragments.begin(), p.source.fragments.end(),
+                                              [&](const Fragment& f) { return f.tensor == t; }),
+                               p.source.fragments.end());
+      for (int r = Uniform(rng, 1, 3); r > 0; --r) {
+        Fragment f;
+        f.tensor = t;
+        f.box = Box::FromShape(p.source.tensors[t].shape);
+        f.loc.rank = Uniform(rng, 0, 15);
+        p.source.fragments.push_back(f);
+      }
+    }
+  }
+  for (int t = 0; t < static_cast<int>(p.destination.tensors.size()); ++t) {
+    AddGrid(rng, p.destination, t, Uniform(rng, 1, 4));
+    if (Uniform(rng, 0, 4) == 0) {
+      Fragment f;
+      f.tensor = t;
+      f.box = RandomBox(rng, p.destination.tensors[t].shape);
+      f.loc.rank = Uniform(rng, 0, 15);
+      p.destination.fragments.push_back(f);
+    }
+  }
+  // Fragment order: by tensor (as built), shuffled, or by rank.
+  for (Layout* l : {&p.source, &p.destination}) {
+    const int order = Uniform(rng, 0, 2);
+    if (order == 1) std::shuffle(l->fragments.begin(), l->fragments.end(), rng);
+    if (order == 2) {
+      std::stable_sort(l->fragments.begin(), l->fragments.end(),
+                       [](const Fragment& a, const Fragment& b) { return a.loc.rank < b.loc.rank; });
+    }
+  }
+  // Broken inputs.
+  switch (Uniform(rng, 0, 19)) {
+    case 0:  // a source fragment lost: destination regions uncovered
+      if (!p.source.fragments.empty()) {
+        p.source.fragments.erase(p.source.fragments.begin() + Uniform(rng, 0, static_cast<int>(p.source.fragments.size()) - 1));
+      }
+      break;
+    case 1:  // a destination tensor missing in the source
+      p.destination.tensors.back().name = "missing.weight";
+      break;
+    case 2: {  // shape or dtype mismatch
+      TensorSpec& t = p.destination.tensors[Uniform(rng, 0, static_cast<int>(p.destination.tensors.size()) - 1)];
+      if (Uniform(rng, 0, 1)) {
+        t.dtype = t.dtype == DType::kBF16 ? DType::kFP32 : DType::kBF16;
+      } else {
+        t.shape.push_back(2);
+      }
+      break;
+    }
+    case 3:
+    case 4: {  // a box outside its tensor (on either side)
+      Layout& l = Uniform(rng, 0, 1) ? p.source : p.destination;
+      if (l.fragments.empty()) break;
+      Fragment& f = l.fragments[Uniform(rng, 0, static_cast<int>(l.fragments.size()) - 1)];
+      const int d = Uniform(rng, 0, f.box.ndim - 1);
+      switch (Uniform(rng, 0, 4)) {
+        case 0: f.box.lo[d] = -1; break;
+        case 1: f.box.hi[d] = l.tensors[f.tensor].shape[d] + 1; break;
+        case 2: f.box.lo[d] = f.box.hi[d] + 1; break;
+        case 3: f.box.ndim = f.box.ndim == 1 ? 2 : f.box.ndim - 1; break;
+        default: f.box.hi[d] = -1; break;
+      }
+      break;
+    }
+    case 5:  // the source sharding with a hole: a source box shrunk
+      for (Fragment& f : p.source.fragments) {
+        if (f.box.hi[0] > f.box.lo[0]) {
+          --f.box.hi[0];
+          break;
+        }
+      }
+      break;
+    default:
+      break;
+  }
+  return p;
+}
+
+TEST(IntersectProperty, RandomLayoutsMatchTheReference) {
+  std::mt19937_64 rng(20261129);
+  int ok = 0;
+  const int cases = 20000;
+  for (int i = 0; i < cases; ++i) {
+    RandomPair p = MakeRandomPair(rng);
+    ExpectSameAsReference(p.source, p.destination, "case " + std::to_string(i), &ok);
+    if (HasFatalFailure() || HasFailure()) return;
+  }
+  // Both outcomes are exercised.
+  EXPECT_GT(ok, cases / 3);
+  EXPECT_LT(ok, cases - cases / 10);
+}
+
+// Larger random pairs: many tensors, replicas spread over the whole fragment list (the scratch
+// buffers grow and shrink between calls).
+TEST(IntersectProperty, ManyTensorsMatchTheReference) {
+  std::mt19937_64 rng(99);
+  for (int i = 0; i < 40; ++i) {
+    RandomPair p;
+    for (int part = 0; part < 30; ++part) {
+      RandomPair q = MakeRandomPair(rng);
+      if (!IntersectLayouts(q.source, q.destination).ok()) continue;
+      auto append = [&](Layout& into, const Layout& from, const std::string& suffix) {
+        const int base = static_cast<int>(into.tensors.size());
+        for (TensorSpec t : from.tensors) {
+          t.name += suffix;
+          into.tensors.push_back(t);
+        }
+        for (Fragment f : from.fragments) {
+          f.tensor += base;
+          into.fragments.push_back(f);
+        }
+      };
+      append(p.source, q.source, "#" + std::to_string(part));
+      append(p.destination, q.destination, "#" + std::to_string(part));
+    }
+    if (i % 2 == 1) std::shuffle(p.destination.fragments.begin(), p.destination.fragments.end(), rng);
+    ExpectSameAsReference(p.source, p.destination, "big case " + std::to_string(i));
+    if (HasFailure()) return;
+  }
+}
+
+TEST(IntersectErrors, MessagesNameTheProblem) {
+  Layout source, destination;
+  source.tensors.push_back({"w", {4, 4}, DType::kBF16});
+  destination.tensors.push_back({"w", {4, 4}, DType::kBF16});
+  Fragment f;
+  f.tensor = 0;
+  f.box = Box::Make({0, 0}, {2, 4}).value();
+  source.fragments.push_back(f);
+  f.box = Box::FromShape({4, 4});
+  f.loc.rank = 3;
+  destination.fragments.push_back(f);
+  Result<Intersection> r = IntersectLayouts(source, destination);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is not fully covered"), std::string::npos)
+      << r.status().ToString();
+  source.fragments[0].box = Box::Make({0, 0}, {4, 5}).value();
+  r = IntersectLayouts(source, destination);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("outside the tensor's shape"), std::string::npos)
+      << r.status().ToString();
+}
+
+}  // namespace
+}  // namespace ferry
