@@ -166,6 +166,14 @@ void AdviseHugePages(const std::vector<T>& v) {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
+// Sizes a scratch vector to `n`, asking for 2 MiB pages before the first touch.
+template <typename T>
+void GrowFresh(std::vector<T>& v, size_t n) {
+  v.reserve(n);
+  AdviseHugePages(v);
+  v.resize(n);
+}
+
 // Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
 // ahead keeps several misses in flight instead of waiting for each (and the specs themselves twice
 // as far ahead).
@@ -234,9 +242,8 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
                      FragmentKeys& out) {
   const size_t n = layout.fragments.size();
   const size_t num_tensors = layout.tensors.size();
-  // Grown only (capacity kept between calls): fresh memory costs a page fault per 4 KiB.
-  if (out.keys.size() < n) out.keys.resize(n);
-  if (out.tensor_of.size() < n) out.tensor_of.resize(n);
+  GrowFresh(out.keys, n);
+  GrowFresh(out.tensor_of, n);
   FragKey* keys = out.keys.data();
   int* tensor_of = out.tensor_of.data();
   std::vector<int>& begin = out.tensor_begin;
@@ -281,7 +288,7 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   out.by_tensor = by_tensor;
   if (!by_tensor) {
     // Counting sort by tensor (stable: id order within a tensor).
-    if (out.sorted.size() < n) out.sorted.resize(n);
+    GrowFresh(out.sorted, n);
     FragKey* sorted = out.sorted.data();
     std::vector<int> next(begin.begin(), begin.end() - 1);
     for (size_t i = 0; i < n; ++i) sorted[next[tensor_of[i]]++] = keys[i];
@@ -534,10 +541,8 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   FERRY_RETURN_IF_ERROR(MapTensors(source, destination, src_info, src_of_dst, dst_info));
 
   // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
-  // Per-thread scratch, kept between calls (36 bytes per fragment of the largest layout seen):
-  // the planner calls this on the same thread with layouts of the same size again and again, and
-  // fresh memory costs a page fault per 4 KiB.
-  thread_local FragmentKeys src, dst;
+  // Scratch: 36 bytes per fragment, freed on return.
+  FragmentKeys src, dst;
   FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", src));
   FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination", dst));
   const Fragment* src_frags = source.fragments.data();

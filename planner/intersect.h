@@ -9,9 +9,8 @@
 //
 // Errors: a destination tensor missing in the source, shape or dtype mismatch, a fragment box
 // outside its tensor, a destination element that no source fragment covers. Deterministic.
-// Not thread-safe per object. IntersectLayouts may run on several threads at once; each thread
-// keeps a scratch buffer between calls (about 36 bytes per fragment of the largest layout it has
-// intersected) so that repeated planning does not pay for fresh memory.
+// Not thread-safe per object; IntersectLayouts may run on several threads at once (its scratch,
+// about 36 bytes per fragment, is its own and freed on return).
 #pragma once
 
 #include <cstdint>
