@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include <sys/mman.h>
+#include "planner/fresh_memory.h"
 
 namespace ferry {
 namespace {
@@ -153,26 +153,6 @@ struct TensorInfo {
 };
 
 int BitWidth(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
-
-// Asks the kernel for 2 MiB pages under the capacity of a large output vector, before its first
-// touch: a fresh 4 KiB page costs a fault (several microseconds in a VM), and the outputs of a
-// large refit span tens of MiB. Only a hint; nothing changes if it is refused.
-template <typename T>
-void AdviseHugePages(const std::vector<T>& v) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data());
-  const uintptr_t end = begin + v.capacity() * sizeof(T);
-  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1), last = end & ~(kHuge - 1);
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-}
-
-// Sizes a scratch vector to `n`, asking for 2 MiB pages before the first touch.
-template <typename T>
-void GrowFresh(std::vector<T>& v, size_t n) {
-  v.reserve(n);
-  AdviseHugePages(v);
-  v.resize(n);
-}
 
 // Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
 // ahead keeps several misses in flight instead of waiting for each (and the specs themselves twice

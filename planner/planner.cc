@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/fresh_memory.h"
 #include "planner/intersect.h"
 
 namespace ferry {
@@ -366,7 +367,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   std::vector<int> net_ranks;
   std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
   std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
-  deliveries.reserve(inter.pieces.size());
+  ReserveFresh(deliveries, inter.pieces.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
@@ -618,11 +619,11 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       deps_bound += 1 + 2 * size;
       copies_bound += count * (1 + size);
     }
-    plan.ops.reserve(ops_bound);
-    plan.slots.reserve(slots_bound);
-    plan.dep_list.reserve(deps_bound);
-    plan.copies.reserve(copies_bound);
-    plan.copy_dims.reserve(4 * copies_bound);  // two dims: a shared shape and one strided side
+    ReserveFresh(plan.ops, ops_bound);
+    ReserveFresh(plan.slots, slots_bound);
+    ReserveFresh(plan.dep_list, deps_bound);
+    ReserveFresh(plan.copies, copies_bound);
+    ReserveFresh(plan.copy_dims, 4 * copies_bound);  // two dims: a shared shape and one strided side
   }
   {
     std::vector<int> rank_begin(num_ranks + 1, 0);
