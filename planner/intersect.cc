@@ -219,11 +219,12 @@ struct FragmentKeys {
 // Validates every fragment of `layout` (the first invalid one in index order is the error) and
 // fills `out`, reading each fragment once.
 Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
-                     FragmentKeys& out) {
+                     FragmentKeys& out, std::vector<int>& ranks) {
   const size_t n = layout.fragments.size();
   const size_t num_tensors = layout.tensors.size();
   GrowFresh(out.keys, n);
   GrowFresh(out.tensor_of, n);
+  GrowFresh(ranks, n);
   FragKey* keys = out.keys.data();
   int* tensor_of = out.tensor_of.data();
   std::vector<int>& begin = out.tensor_begin;
@@ -260,6 +261,7 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
     key.rank_id = static_cast<uint64_t>(static_cast<uint32_t>(f.loc.rank) ^ 0x80000000u) << 32 |
                   static_cast<uint32_t>(i);
     tensor_of[i] = t;
+    ranks[i] = f.loc.rank;
     ++begin[t + 1];
     by_tensor = by_tensor && t >= previous;
     previous = t;
@@ -523,8 +525,9 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
   // Scratch: 36 bytes per fragment, freed on return.
   FragmentKeys src, dst;
-  FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", src));
-  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination", dst));
+  FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", src, out.source_ranks));
+  FERRY_RETURN_IF_ERROR(
+      ReadFragments(destination, dst_info, "destination", dst, out.destination_ranks));
   const Fragment* src_frags = source.fragments.data();
   const Fragment* dst_frags = destination.fragments.data();
 

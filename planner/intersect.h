@@ -44,6 +44,8 @@ struct Intersection {
   std::vector<Piece> pieces;          // sorted by group; pieces of a group are disjoint
   std::vector<int> holders;           // source fragment ids
   std::vector<Box> piece_boxes;       // boxes of the pieces smaller than their group
+  std::vector<int> source_ranks;       // rank of each source fragment, by fragment id
+  std::vector<int> destination_ranks;  // rank of each destination fragment, by fragment id
 
   const Box& BoxOf(const Piece& p) const { return p.box < 0 ? *groups[p.group].box : piece_boxes[p.box]; }
   // Appends a piece of group `group` with box `box` (inside the group's box).

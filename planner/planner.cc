@@ -216,25 +216,19 @@ struct Message {
   int distance = 0;         // (root node - sender node) mod nodes: round order
 };
 
-// Compact facts the planner's passes read many times, gathered in one pass (a Fragment is ~224
-// bytes, so reading its rank again and again costs a cache miss each time).
+// Compact facts the planner's passes read many times (a Fragment is ~224 bytes, so reading its
+// rank again and again costs a cache miss each time).
 struct PlanFacts {
   std::vector<int> node_of_rank;
-  std::vector<int> source_rank;       // by source fragment
-  std::vector<int> destination_rank;  // by destination fragment
+  const std::vector<int>& source_rank;       // by source fragment (the intersection's)
+  const std::vector<int>& destination_rank;  // by destination fragment
   std::vector<int64_t> piece_bytes;   // by piece of the intersection
   std::vector<DType> piece_dtype;     // by piece
 
-  PlanFacts(const Intersection& inter, const Layout& source, const Layout& destination,
-            const Topology& topology) {
+  PlanFacts(const Intersection& inter, const Layout& destination, const Topology& topology)
+      : source_rank(inter.source_ranks), destination_rank(inter.destination_ranks) {
     node_of_rank.resize(topology.ranks.size());
     for (size_t r = 0; r < topology.ranks.size(); ++r) node_of_rank[r] = topology.ranks[r].node;
-    source_rank.resize(source.fragments.size());
-    for (size_t f = 0; f < source.fragments.size(); ++f) source_rank[f] = source.fragments[f].loc.rank;
-    destination_rank.resize(destination.fragments.size());
-    for (size_t f = 0; f < destination.fragments.size(); ++f) {
-      destination_rank[f] = destination.fragments[f].loc.rank;
-    }
     piece_bytes.resize(inter.pieces.size());
     piece_dtype.resize(inter.pieces.size());
     for (size_t p = 0; p < inter.pieces.size(); ++p) {
@@ -318,7 +312,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   plan.source_buffers = source.buffers;
   plan.destination_buffers = destination.buffers;
 
-  const PlanFacts facts(inter, source, destination, topology);
+  const PlanFacts facts(inter, destination, topology);
   const std::vector<int>& src_rank = facts.source_rank;
   const std::vector<int>& dst_rank = facts.destination_rank;
   result.demand = ComputeDemand(inter, facts, num_nodes);
@@ -1094,7 +1088,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   }
 
   // The physical limit is the same whichever plan runs.
-  result.demand = ComputeDemand(direct, PlanFacts(direct, source, destination, topology),
+  result.demand = ComputeDemand(direct, PlanFacts(direct, destination, topology),
                                 std::max(1, topology.NumNodes()));
   return result;
 }

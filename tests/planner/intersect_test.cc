@@ -71,6 +71,16 @@ void ExpectSameAsReference(const Layout& source, const Layout& destination, cons
     return;
   }
   EXPECT_EQ(Difference(*now, *before), "") << what;
+  // The fragment ranks the planner reads instead of the fragments.
+  ASSERT_EQ(now->source_ranks.size(), source.fragments.size()) << what;
+  ASSERT_EQ(now->destination_ranks.size(), destination.fragments.size()) << what;
+  for (size_t f = 0; f < source.fragments.size(); ++f) {
+    ASSERT_EQ(now->source_ranks[f], source.fragments[f].loc.rank) << what << ", source fragment " << f;
+  }
+  for (size_t f = 0; f < destination.fragments.size(); ++f) {
+    ASSERT_EQ(now->destination_ranks[f], destination.fragments[f].loc.rank)
+        << what << ", destination fragment " << f;
+  }
   if (ok != nullptr) ++*ok;
 }
 
