@@ -143,6 +143,14 @@ struct TensorInfo {
     return ((lo0 << bits1 | lo1) << bits0 | hi0) << bits1 | hi1;
   }
   uint64_t Whole() const { return Pack(0, 0, shape0, shape1); }
+  // Elements in a packed box.
+  int64_t Volume(uint64_t box) const {
+    const uint64_t mask0 = (uint64_t{1} << bits0) - 1, mask1 = (uint64_t{1} << bits1) - 1;
+    const uint64_t hi1 = box & mask1, hi0 = box >> bits1 & mask0;
+    const uint64_t lo1 = box >> (bits1 + bits0) & mask1, lo0 = box >> (2 * bits1 + bits0);
+    const uint64_t rows = hi0 - lo0;
+    return static_cast<int64_t>(ndim == 2 ? rows * (hi1 - lo1) : rows);
+  }
   // Whether a packed box holds no element.
   bool Empty(uint64_t box) const {
     const uint64_t mask0 = (uint64_t{1} << bits0) - 1, mask1 = (uint64_t{1} << bits1) - 1;
@@ -738,7 +746,8 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         }
       }
       g.frags_end = base + j;
-      if (compact ? !dst_info[t].Empty(k.box) : !box.Empty()) out.groups.push_back(g);
+      g.volume = compact ? dst_info[t].Volume(k.box) : box.Volume();
+      if (g.volume > 0) out.groups.push_back(g);
       i = j;
     }
     // Pieces right after the groups, while they are in the cache.

@@ -28,6 +28,7 @@ struct FragmentGroup {
   const Box* box = nullptr;  // its fragments' box (points into the destination layout)
   int frags_begin = 0;   // range in Intersection::group_frags (sorted by rank, then fragment)
   int frags_end = 0;
+  int64_t volume = 0;    // elements in `box` (read without touching the destination layout)
 };
 
 struct Piece {

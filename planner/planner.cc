@@ -234,7 +234,9 @@ struct PlanFacts {
     for (size_t p = 0; p < inter.pieces.size(); ++p) {
       const DType dtype = destination.tensors[inter.groups[inter.pieces[p].group].dst_tensor].dtype;
       piece_dtype[p] = dtype;
-      piece_bytes[p] = inter.BoxOf(inter.pieces[p]).Volume() * DTypeSize(dtype);
+      const Piece& piece = inter.pieces[p];
+      const int64_t volume = piece.box < 0 ? inter.groups[piece.group].volume : inter.piece_boxes[piece.box].Volume();
+      piece_bytes[p] = volume * DTypeSize(dtype);
     }
   }
 };

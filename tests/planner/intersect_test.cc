@@ -71,7 +71,8 @@ void ExpectSameAsReference(const Layout& source, const Layout& destination, cons
     return;
   }
   EXPECT_EQ(Difference(*now, *before), "") << what;
-  // The fragment ranks the planner reads instead of the fragments.
+  // What the planner reads instead of the layouts: group volumes and fragment ranks.
+  for (const FragmentGroup& g : now->groups) ASSERT_EQ(g.volume, g.box->Volume()) << what;
   ASSERT_EQ(now->source_ranks.size(), source.fragments.size()) << what;
   ASSERT_EQ(now->destination_ranks.size(), destination.fragments.size()) << what;
   for (size_t f = 0; f < source.fragments.size(); ++f) {
