@@ -589,11 +589,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     messages.push_back(m);
     i = j;
   }
-  // Rounds: each sender visits destination nodes in rotated order.
-  std::stable_sort(messages.begin(), messages.end(), [](const Message& a, const Message& b) {
-    if (a.sender != b.sender) return a.sender < b.sender;
-    return a.distance < b.distance;
-  });
+  // Rounds: each sender visits destination nodes in rotated order. Messages already come by
+  // sender, so a stable counting sort by (sender, distance) orders them.
+  {
+    std::vector<int> key_begin(static_cast<size_t>(num_ranks) * num_nodes + 1, 0);
+    auto key = [&](const Message& m) { return static_cast<size_t>(m.sender) * num_nodes + m.distance; };
+    for (const Message& m : messages) ++key_begin[key(m) + 1];
+    for (size_t k = 0; k + 1 < key_begin.size(); ++k) key_begin[k + 1] += key_begin[k];
+    std::vector<Message> sorted(messages.size());
+    for (const Message& m : messages) sorted[key_begin[key(m)]++] = m;
+    messages.swap(sorted);
+  }
 
   auto box_of = [&](const Delivery& d) -> const Box& {
     return d.chunk < 0 ? inter.BoxOf(inter.pieces[d.piece]) : chunk_boxes[d.chunk];
