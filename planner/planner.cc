@@ -481,6 +481,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     // sort on the bytes (two 16-bit digits) when every size fits in 32 bits (chunked deliveries
     // always do at the default chunk sizes), else a sort of pairs.
     std::vector<int> flexible;
+    ReserveFresh(flexible, deliveries.size());
     bool small_sizes = deliveries.size() <= 0xffffffffu;
     for (size_t i = 0; i < deliveries.size(); ++i) {
       Delivery& d = deliveries[i];
@@ -495,7 +496,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       if (!d.intra) node_out[node_of[rank]] += d.bytes;
     }
     if (small_sizes) {
-      std::vector<int> sorted(flexible.size());
+      std::vector<int> sorted;
+      GrowFresh(sorted, flexible.size());
       std::vector<int> count(0x10001);
       for (int shift : {0, 16}) {
         auto digit = [&](int di) {
@@ -542,33 +544,38 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
   // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
-  std::vector<int> sender_rank(deliveries.size());
+  std::vector<int> sender_rank;
+  GrowFresh(sender_rank, deliveries.size());
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (size_t i = 0; i < deliveries.size(); ++i) {
     sender_rank[i] = src_rank[deliveries[i].sender_frag];
     ++sender_begin[sender_rank[i] + 1];
   }
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
-  std::vector<int> order(deliveries.size());
+  std::vector<int> order;
+  GrowFresh(order, deliveries.size());
   {
     const int num_trees = trees.NumTrees();
     std::vector<int> tree_begin(num_trees + 1, 0);
     for (const Delivery& d : deliveries) ++tree_begin[d.tree + 1];
     for (int t = 0; t < num_trees; ++t) tree_begin[t + 1] += tree_begin[t];
-    std::vector<int> by_tree(deliveries.size());
+    std::vector<int> by_tree;
+    GrowFresh(by_tree, deliveries.size());
     for (size_t i = 0; i < deliveries.size(); ++i) by_tree[tree_begin[deliveries[i].tree]++] = static_cast<int>(i);
     std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
     for (int i : by_tree) order[fill[sender_rank[i]]++] = i;
   }
   // Deliveries in that order: the passes below read them sequentially.
   {
-    std::vector<Delivery> sorted(deliveries.size());
+    std::vector<Delivery> sorted;
+    GrowFresh(sorted, deliveries.size());
     for (size_t k = 0; k < order.size(); ++k) sorted[k] = deliveries[order[k]];
     deliveries.swap(sorted);
     for (size_t k = 0; k < order.size(); ++k) order[k] = sender_rank[order[k]];
     sender_rank.swap(order);  // sender_rank[k]: the sender of (sorted) delivery k
   }
   std::vector<Message> messages;
+  ReserveFresh(messages, deliveries.size());
   for (size_t i = 0; i < deliveries.size();) {
     const int s = sender_rank[i];
     const int tree = deliveries[i].tree;
@@ -596,7 +603,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     auto key = [&](const Message& m) { return static_cast<size_t>(m.sender) * num_nodes + m.distance; };
     for (const Message& m : messages) ++key_begin[key(m) + 1];
     for (size_t k = 0; k + 1 < key_begin.size(); ++k) key_begin[k + 1] += key_begin[k];
-    std::vector<Message> sorted(messages.size());
+    std::vector<Message> sorted;
+    GrowFresh(sorted, messages.size());
     for (const Message& m : messages) sorted[key_begin[key(m)]++] = m;
     messages.swap(sorted);
   }
