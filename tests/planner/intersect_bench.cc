@@ -15,32 +15,16 @@
 
 #include "planner/intersect.h"
 #include "tests/planner/intersect_reference.h"
-#include "tools/models/framework_layouts.h"
-#include "tools/models/presets.h"
+#include "tests/planner/refit_layouts_testutil.h"
 
 namespace ferry {
 namespace {
-
-// Built once per (model, src, dst) and kept for the process (benchmarks reuse them).
-const models::RefitLayouts& Refit(const std::string& model, const std::string& src,
-                                  const std::string& dst) {
-  static std::map<std::string, models::RefitLayouts> cache;
-  const std::string key = model + " " + src + " " + dst;
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  models::ModelPreset preset = models::MakePreset(model).value();
-  models::RefitLayouts refit =
-      models::BuildRefitLayouts(preset, models::ParseFrameworkSpec(src).value(),
-                                models::ParseFrameworkSpec(dst).value())
-          .value();
-  return cache.emplace(key, std::move(refit)).first->second;
-}
 
 using IntersectFn = Result<Intersection> (*)(const Layout&, const Layout&);
 
 void BM_Intersect(benchmark::State& state, IntersectFn intersect, const char* model, const char* src,
                   const char* dst) {
-  const models::RefitLayouts& refit = Refit(model, src, dst);
+  const models::RefitLayouts& refit = CachedRefit(model, src, dst);
   size_t groups = 0, pieces = 0;
   rusage before{};
   getrusage(RUSAGE_SELF, &before);

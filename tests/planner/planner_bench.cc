@@ -13,26 +13,10 @@
 #include <utility>
 
 #include "planner/planner.h"
-#include "tools/models/framework_layouts.h"
-#include "tools/models/presets.h"
+#include "tests/planner/refit_layouts_testutil.h"
 
 namespace ferry {
 namespace {
-
-// Built once per (model, src, dst) and kept for the process (benchmarks reuse them).
-const models::RefitLayouts& Refit(const std::string& model, const std::string& src,
-                                  const std::string& dst) {
-  static std::map<std::string, models::RefitLayouts> cache;
-  const std::string key = model + " " + src + " " + dst;
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  models::ModelPreset preset = models::MakePreset(model).value();
-  models::RefitLayouts refit =
-      models::BuildRefitLayouts(preset, models::ParseFrameworkSpec(src).value(),
-                                models::ParseFrameworkSpec(dst).value())
-          .value();
-  return cache.emplace(key, std::move(refit)).first->second;
-}
 
 // Resident memory now, in MiB (from /proc/self/statm).
 double ResidentMiB() {
@@ -96,7 +80,7 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
 
 void BM_Refit(benchmark::State& state, const char* model, const char* src, const char* dst,
               Strategy strategy) {
-  RunPlan(state, Refit(model, src, dst), strategy);
+  RunPlan(state, CachedRefit(model, src, dst), strategy);
 }
 
 // The targets: DeepSeek-V3 at 256 -> 256 ranks, Kimi-K2 at 1024 -> 512 ranks, with vLLM's
