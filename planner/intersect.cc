@@ -151,13 +151,6 @@ struct TensorInfo {
     const uint64_t rows = hi0 - lo0;
     return static_cast<int64_t>(ndim == 2 ? rows * (hi1 - lo1) : rows);
   }
-  // Whether a packed box holds no element.
-  bool Empty(uint64_t box) const {
-    const uint64_t mask0 = (uint64_t{1} << bits0) - 1, mask1 = (uint64_t{1} << bits1) - 1;
-    const uint64_t hi1 = box & mask1, hi0 = box >> bits1 & mask0;
-    const uint64_t lo1 = box >> (bits1 + bits0) & mask1, lo0 = box >> (2 * bits1 + bits0);
-    return lo0 == hi0 || (ndim == 2 && lo1 == hi1);
-  }
 };
 
 int BitWidth(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
@@ -578,7 +571,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       bool only_whole = true;
       for (int i = src_begin; i < src_end && only_whole; ++i) {
         const FragKey& k = src_keys[i];
-        if (ti.Empty(k.box)) continue;
+        if (ti.Volume(k.box) == 0) continue;
         if (k.box == whole) {
           if (whole_begin < 0) whole_begin = i;
           whole_end = i + 1;
