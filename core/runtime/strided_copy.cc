@@ -202,27 +202,26 @@ std::vector<CopySlice> SliceCopy(const CopyGeometry& g, int64_t target_bytes, in
 
 namespace {
 
-// Copies n bytes, n small: two overlapping fixed-size moves the compiler inlines, instead of a
-// call into libc per row (a third of the demo's bytes come in rows of 24-32 bytes).
+// Copies n bytes, kWidth <= n <= 2 * kWidth, as two overlapping fixed-size moves (the first and
+// the last kWidth bytes), both loaded before either is stored.
+template <size_t kWidth>
+inline void CopyOverlapping(char* dst, const char* src, size_t n) {
+  char head[kWidth], tail[kWidth];
+  std::memcpy(head, src, kWidth);
+  std::memcpy(tail, src + n - kWidth, kWidth);
+  std::memcpy(dst, head, kWidth);
+  std::memcpy(dst + n - kWidth, tail, kWidth);
+}
+
+// Copies n bytes, n small: fixed-size moves the compiler inlines, instead of a call into libc per
+// row (a third of the demo's bytes come in rows of 24-32 bytes).
 inline void CopyRow(char* dst, const char* src, size_t n) {
   if (n >= 8 && n <= 16) {
-    uint64_t a, b;
-    std::memcpy(&a, src, 8);
-    std::memcpy(&b, src + n - 8, 8);
-    std::memcpy(dst, &a, 8);
-    std::memcpy(dst + n - 8, &b, 8);
+    CopyOverlapping<8>(dst, src, n);
   } else if (n > 16 && n <= 32) {
-    char a[16], b[16];
-    std::memcpy(a, src, 16);
-    std::memcpy(b, src + n - 16, 16);
-    std::memcpy(dst, a, 16);
-    std::memcpy(dst + n - 16, b, 16);
+    CopyOverlapping<16>(dst, src, n);
   } else if (n > 32 && n <= 64) {
-    char a[32], b[32];
-    std::memcpy(a, src, 32);
-    std::memcpy(b, src + n - 32, 32);
-    std::memcpy(dst, a, 32);
-    std::memcpy(dst + n - 32, b, 32);
+    CopyOverlapping<32>(dst, src, n);
   } else {
     std::memcpy(dst, src, n);
   }
