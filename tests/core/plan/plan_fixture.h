@@ -1,11 +1,27 @@
-// A tiny two-rank plan used by the core/plan tests: rank 0 sends 16 bytes of its source buffer to
-// rank 1, which unpacks them into its destination buffer.
+// Hand-made plans for tests: a tiny two-rank plan (rank 0 sends 16 bytes of its source buffer to
+// rank 1, which unpacks them into its destination buffer), and a region builder for fp32 matrices.
 #pragma once
 
 #include "core/layout/layout.h"
 #include "core/plan/plan.h"
 
 namespace ferry {
+
+// A [rows, cols] fp32 block at byte `offset_bytes` of a buffer, rows `row_stride` elements apart.
+inline Region Fp32Matrix(Space space, int buffer, int64_t offset_bytes, int64_t rows, int64_t cols,
+                         int64_t row_stride) {
+  Region r;
+  r.space = space;
+  r.buffer = buffer;
+  r.offset = offset_bytes;
+  r.dtype = DType::kFP32;
+  r.ndim = 2;
+  r.shape[0] = rows;
+  r.shape[1] = cols;
+  r.strides[0] = row_stride;
+  r.strides[1] = 1;
+  return r;
+}
 
 struct TinyPlan {
   Layout source, destination;

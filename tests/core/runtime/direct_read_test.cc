@@ -4,22 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/core/plan/plan_fixture.h"
+
 namespace ferry {
 namespace {
-
-Region Matrix(Space space, int buffer, int64_t offset_bytes, int64_t rows, int64_t cols, int64_t row_stride) {
-  Region r;
-  r.space = space;
-  r.buffer = buffer;
-  r.offset = offset_bytes;
-  r.dtype = DType::kFP32;
-  r.ndim = 2;
-  r.shape[0] = rows;
-  r.shape[1] = cols;
-  r.strides[0] = row_stride;
-  r.strides[1] = 1;
-  return r;
-}
 
 // Rank 0's source buffer 0 holds a [4, 8] fp32 matrix; rank 1 receives its left and right halves
 // (packed one after the other) into destination buffers 0 and 1, unpacking them in reverse order.
@@ -32,8 +20,8 @@ TransferPlan PackedPlan(LinkClass link) {
   Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 128};
   const int pack_id = plan.AddOp(
       pack, {},
-      {{Matrix(Space::kSource, 0, 0, 4, 4, 8), Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
-       {Matrix(Space::kSource, 0, 16, 4, 4, 8), Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
+      {{Fp32Matrix(Space::kSource, 0, 0, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
+       {Fp32Matrix(Space::kSource, 0, 16, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
   Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 7, .bytes = 128, .link = link};
   send.data = ByteRange(Space::kStaging, send_slot, 0, 128);
   plan.AddOp(send, {pack_id});
@@ -42,8 +30,8 @@ TransferPlan PackedPlan(LinkClass link) {
   const int recv_id = plan.AddOp(recv);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
   plan.AddOp(unpack, {recv_id},
-             {{Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
-              {Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
+             {{Fp32Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Fp32Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
+              {Fp32Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Fp32Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
   return plan;
 }
 
@@ -109,12 +97,12 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
   const int recv_id = plan.AddOp(recv);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
   plan.AddOp(unpack, {recv_id},
-             {{Matrix(Space::kStaging, slot, 0, 4, 8, 8), Matrix(Space::kDestination, 0, 256, 4, 8, 16)}});
+             {{Fp32Matrix(Space::kStaging, slot, 0, 4, 8, 8), Fp32Matrix(Space::kDestination, 0, 256, 4, 8, 16)}});
   // And a message received straight into destination bytes, packed from two rows.
   const int send_slot = plan.AddSlot(0, 64);
   Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 64};
   const int pack_id = plan.AddOp(
-      pack, {}, {{Matrix(Space::kSource, 0, 0, 2, 8, 16), Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}});
+      pack, {}, {{Fp32Matrix(Space::kSource, 0, 0, 2, 8, 16), Fp32Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}});
   Op send2{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = 64,
            .link = LinkClass::kSameNode};
   send2.data = ByteRange(Space::kStaging, send_slot, 0, 64);

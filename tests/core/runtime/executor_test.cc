@@ -17,6 +17,7 @@
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/socket_util.h"
 #include "core/runtime/transport.h"
+#include "tests/core/plan/plan_fixture.h"
 
 namespace ferry {
 namespace {
@@ -66,21 +67,6 @@ std::vector<int> RunRanks(int size, double deadline_seconds,
   return codes;
 }
 
-Region Matrix(Space space, int buffer, int64_t offset_elems, int64_t rows, int64_t cols,
-              int64_t row_stride) {
-  Region r;
-  r.space = space;
-  r.buffer = buffer;
-  r.offset = offset_elems * 4;
-  r.dtype = DType::kFP32;
-  r.ndim = 2;
-  r.shape[0] = rows;
-  r.shape[1] = cols;
-  r.strides[0] = row_stride;
-  r.strides[1] = 1;
-  return r;
-}
-
 float Value(int64_t row, int64_t col) { return static_cast<float>(row * 10000 + col); }
 
 // Rank 0 holds the tensor. Rank 1 gets columns [0, 512) (packed, sent, unpacked) and, relayed by
@@ -99,32 +85,32 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
   int slot_a = plan.AddSlot(0, half), slot_b = plan.AddSlot(0, half), slot_c = plan.AddSlot(1, half);
   Op pack_a{.kind = OpKind::kPack, .rank = 0, .bytes = half};
   int pa = plan.AddOp(pack_a, {},
-                      {{Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
-                        Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}});
+                      {{Fp32Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
+                        Fp32Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}});
   Op send_a{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = half,
             .link = link};
   send_a.data = ByteRange(Space::kStaging, slot_a, 0, half);
   plan.AddOp(send_a, {pa});
   Op pack_b{.kind = OpKind::kPack, .rank = 0, .bytes = half, .round = 1};
   int pb = plan.AddOp(pack_b, {},
-                      {{Matrix(Space::kSource, 0, 512, kRows, 512, kCols),
-                        Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}});
+                      {{Fp32Matrix(Space::kSource, 0, 512 * 4, kRows, 512, kCols),
+                        Fp32Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}});
   Op send_b{.kind = OpKind::kSend, .rank = 0, .peer = 2, .message = 2, .bytes = half,
             .link = link, .round = 1};
   send_b.data = ByteRange(Space::kStaging, slot_b, 0, half);
   plan.AddOp(send_b, {pb});
   Op copy{.kind = OpKind::kCopy, .rank = 0, .bytes = 32 * kCols * 4, .link = LinkClass::kSameRank};
   plan.AddOp(copy, {},
-             {{Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
-               Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}});
+             {{Fp32Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
+               Fp32Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}});
   Op recv_c{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = half,
             .link = link};
   recv_c.data = ByteRange(Space::kStaging, slot_c, 0, half);
   int rc = plan.AddOp(recv_c);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half};
   plan.AddOp(unpack, {rc},
-             {{Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
-               Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
+             {{Fp32Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
+               Fp32Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
   Op recv_relayed{.kind = OpKind::kRecv, .rank = 1, .peer = 2, .message = 3, .bytes = half,
                   .link = link};
   recv_relayed.data = ByteRange(Space::kDestination, 3, 0, half);
