@@ -653,10 +653,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const LocalCopy& c = local_copies[by_rank[k]];
         const Box& box = inter.BoxOf(inter.pieces[c.piece]);
         const Fragment& dst = destination.fragments[c.dst];
-        const DType dtype = destination.tensors[dst.tensor].dtype;
+        const DType dtype = facts.piece_dtype[c.piece];
         AppendBoxCopy(plan, FragmentSide(source.fragments[c.src], dtype, Space::kSource, box),
                       FragmentSide(dst, dtype, Space::kDestination, box), box);
-        op.bytes += box.Volume() * DTypeSize(dtype);
+        op.bytes += facts.piece_bytes[c.piece];
       }
       op.copies_end = static_cast<int>(plan.copies.size());
       plan.AddOp(std::move(op));

@@ -23,6 +23,7 @@
 // Plans are plain values; building one is single-threaded, reading one is thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -225,8 +226,8 @@ struct TransferPlan {
   // Inline: the planner appends a million of these.
   void AppendCopy(PackedCopy header, int ndim, const int64_t* shape, const int64_t* from_strides,
                   const int64_t* to_strides) {
-    const int n = ndim < 0 ? 0 : (ndim > kMaxDims ? kMaxDims : ndim);
-    header.from_ndim = header.to_ndim = static_cast<int8_t>(ndim < -1 ? -1 : (ndim > kMaxDims + 1 ? kMaxDims + 1 : ndim));
+    const int n = std::clamp(ndim, 0, kMaxDims);
+    header.from_ndim = header.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
     header.flags = static_cast<uint8_t>(PackedCopy::kSharedShape |
                                         (from_strides == nullptr ? PackedCopy::kFromDense : 0) |
                                         (to_strides == nullptr ? PackedCopy::kToDense : 0));
