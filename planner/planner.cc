@@ -2,6 +2,7 @@
 #include "planner/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <numeric>
 #include <string>
@@ -145,6 +146,20 @@ void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out)
     if (e < 0) break;
   }
 }
+
+// Seconds since the previous call (the first call starts the clock).
+class PhaseClock {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return seconds;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 int NumRanksOf(const Layout& a, const Layout& b) {
   int n = 0;
@@ -302,6 +317,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
     return InvalidArgument("chunk sizes must be at least 64 bytes");
   }
+  PhaseClock clock;
   const int num_ranks = NumRanksOf(source, destination);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, destination));
@@ -323,6 +339,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   const bool relay = options.relay == RelayMode::kOn ||
                      (options.relay == RelayMode::kAuto &&
                       bound.source_egress_seconds > bound.destination_ingress_seconds);
+  result.phases.intersect = clock.Lap();
 
   // Routing: local copies, intra-node deliveries and network deliveries (chunked).
   // A destination fragment of piece `piece` on a rank that also holds it (source fragment `src`).
@@ -472,6 +489,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) rank_holder[src_rank[inter.holders[h]]] = -1;
   }
 
+  result.phases.route = clock.Lap();
+
   // Source selection. Deliveries with one candidate are assigned first (their load is fixed); the
   // others go largest first (LPT), each to the least-loaded candidate, preferring the leader's
   // rail when loads are close.
@@ -542,6 +561,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     }
   }
 
+  result.phases.select = clock.Lap();
+
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
   // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
   std::vector<int> sender_rank;
@@ -608,6 +629,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     for (const Message& m : messages) sorted[key_begin[key(m)]++] = m;
     messages.swap(sorted);
   }
+
+  result.phases.order = clock.Lap();
 
   auto box_of = [&](const Delivery& d) -> const Box& {
     return d.chunk < 0 ? inter.BoxOf(inter.pieces[d.piece]) : chunk_boxes[d.chunk];
@@ -806,6 +829,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       }
     }
   }
+  result.phases.emit = clock.Lap();
   return result;
 }
 

@@ -51,9 +51,20 @@ struct PlannerOptions {
   int64_t broadcast_chunk_bytes = int64_t{256} << 20;
 };
 
+// Wall time of the reshard planner's passes, in seconds (zero for gather-and-broadcast): where a
+// slow plan spends its time, without a profiler.
+struct PlanPhaseSeconds {
+  double intersect = 0;  // fragment intersection (IntersectLayouts) and the demand
+  double route = 0;      // local copies, intra-node and network deliveries, trees, chunks
+  double select = 0;     // source selection
+  double order = 0;      // messages and rounds
+  double emit = 0;       // ops, copy pairs and staging slots
+};
+
 struct PlanResult {
   TransferPlan plan;
   NetworkDemand demand;  // what the layouts force onto the network (for the lower bound)
+  PlanPhaseSeconds phases;
 };
 
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,

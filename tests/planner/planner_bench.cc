@@ -1,7 +1,8 @@
 // Planning speed (Google Benchmark) on the real framework layouts of the model presets
 // (tools/models: Megatron-LM trainer -> vLLM engine, 8 GPUs per node, destination after the
-// source ranks). Counters: ranks, tensors, fragments, ops, and the peak resident memory of the
-// process so far and the planner's share of it (plan_MiB).
+// source ranks). Counters: ranks, tensors, fragments, ops, the peak resident memory of the
+// process so far and the planner's share of it (plan_MiB), and for reshard the last run's time per
+// planner pass (intersect_ms ... emit_ms, PlanPhaseSeconds).
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -55,6 +56,7 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
   const double resident_before = ResidentMiB();
   ResetPeak();
   int64_t ops = 0;
+  PlanPhaseSeconds phases;
   for (auto _ : state) {
     Result<PlanResult> plan = MakePlan(strategy, refit.source, refit.destination, refit.topology);
     if (!plan.ok()) {
@@ -62,6 +64,7 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
       return;
     }
     ops = static_cast<int64_t>(plan->plan.ops.size());
+    phases = plan->phases;
     benchmark::DoNotOptimize(plan);
   }
   rusage usage{};
@@ -71,6 +74,13 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
   state.counters["fragments"] =
       static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
   state.counters["ops"] = static_cast<double>(ops);
+  if (strategy == Strategy::kReshard) {  // the last iteration's phases, in ms
+    state.counters["intersect_ms"] = phases.intersect * 1e3;
+    state.counters["route_ms"] = phases.route * 1e3;
+    state.counters["select_ms"] = phases.select * 1e3;
+    state.counters["order_ms"] = phases.order * 1e3;
+    state.counters["emit_ms"] = phases.emit * 1e3;
+  }
   state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
   // The planner's own memory: the peak while planning minus what the process held before (the
   // layouts and earlier benchmarks' freed-but-kept heap, so if anything an underestimate of

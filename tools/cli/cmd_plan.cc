@@ -45,6 +45,7 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const P
       return s.WithContext(std::string(StrategyName(strategy)) + " plan is invalid");
     }
   }
+  report.phases = result->phases;
   report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
   report.transfers = CountTransfers(result->plan);
   if (strategy == args.strategy) {
@@ -169,6 +170,10 @@ std::string FormatPlanReport(const PlanReport& r) {
     }
     out << "\n";
   }
+  const PlanPhaseSeconds& p = a.phases;
+  out << "\nreshard planning: intersect " << Seconds(p.intersect) << ", route " << Seconds(p.route)
+      << ", select sources " << Seconds(p.select) << ", messages " << Seconds(p.order)
+      << ", emit ops " << Seconds(p.emit) << "\n";
   if (a.stats.predicted_seconds > 0 && b.stats.predicted_seconds > 0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "\nreshard predicted %.2fx faster than gather-broadcast\n",

@@ -37,6 +37,7 @@ struct StrategyReport {
   PlanStats stats;
   int64_t transfers = 0;      // source regions read (copy pairs from a source buffer, direct sends)
   double planning_seconds = 0;  // wall time of the planner call
+  PlanPhaseSeconds phases;      // the planner's passes (reshard only)
 };
 
 struct PlanReport {

@@ -62,11 +62,19 @@ TEST(PlanCommand, PresetReportComparesBothStrategies) {
             report->reshard.stats.predicted_seconds);
   EXPECT_GE(report->reshard.stats.predicted_seconds, report->reshard.stats.lower_bound.seconds);
   EXPECT_GT(report->reshard.planning_seconds, 0);
+  // The reshard planner's passes are timed and add up to no more than the whole call.
+  const PlanPhaseSeconds& phases = report->reshard.phases;
+  EXPECT_GT(phases.intersect, 0);
+  EXPECT_GT(phases.emit, 0);
+  EXPECT_LE(phases.intersect + phases.route + phases.select + phases.order + phases.emit,
+            report->reshard.planning_seconds);
+  EXPECT_EQ(report->gather_broadcast.phases.emit, 0);
 
   const std::string table = FormatPlanReport(*report);
   for (const char* row : {"reshard", "gather-broadcast", "transfers", "messages",
                           "bytes network", "bytes same_node", "max node ingress", "lower bound",
-                          "predicted time", "planning time", "ranks 8 on 4 nodes"}) {
+                          "predicted time", "planning time", "ranks 8 on 4 nodes",
+                          "reshard planning: intersect"}) {
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   }
   EXPECT_NE(table.find("megatron:tp=2,pp=2"), std::string::npos) << table;
