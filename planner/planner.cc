@@ -51,21 +51,17 @@ Region SlotRegion(int slot, int64_t offset, DType dtype, const Box& box) {
 
 // One side of a copy pair whose shape is a box: a fragment's buffer or a dense staging block.
 struct CopySide {
-  Space space = Space::kStaging;
-  int buffer = 0;
-  int64_t offset = 0;
-  DType dtype = DType::kUInt8;
-  const int64_t* strides = nullptr;  // null: dense row-major (stored without strides)
-  bool contiguous = true;            // Region::IsContiguous of the side
+  CopyEnd end;              // strides null: dense row-major (stored without strides)
+  bool contiguous = true;   // Region::IsContiguous of the side
 };
 
 // `box` (inside fragment f's box, of type `dtype`) in the fragment's buffer; the same place as
 // FragmentRegion. Strides equal to the box's row-major strides are left out (dense).
 inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const Box& box) {
   CopySide s;
-  s.space = space;
-  s.buffer = f.loc.buffer;
-  s.dtype = dtype;
+  s.end.space = space;
+  s.end.buffer = f.loc.buffer;
+  s.end.dtype = dtype;
   const int64_t esize = DTypeSize(dtype);
   int64_t offset = f.loc.byte_offset;
   bool dense = true;
@@ -79,34 +75,25 @@ inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const 
     s.contiguous = s.contiguous && (extent == 1 || stride == contiguous_stride);
     contiguous_stride *= extent;
   }
-  s.offset = offset;
-  s.strides = dense ? nullptr : f.loc.strides.data();
+  s.end.offset = offset;
+  s.end.strides = dense ? nullptr : f.loc.strides.data();
   return s;
 }
 
 // A dense block at `offset` of staging slot `slot`; the same place as SlotRegion.
 CopySide SlotSide(int slot, int64_t offset, DType dtype) {
   CopySide s;
-  s.buffer = slot;
-  s.offset = offset;
-  s.dtype = dtype;
+  s.end.buffer = slot;
+  s.end.offset = offset;
+  s.end.dtype = dtype;
   return s;
 }
 
 // Appends the copy pair from `from` to `to` of `box`'s shape.
 inline void AppendBoxCopy(TransferPlan& plan, const CopySide& from, const CopySide& to, const Box& box) {
-  PackedCopy p;
-  p.from_space = from.space;
-  p.from_buffer = from.buffer;
-  p.from_offset = from.offset;
-  p.from_dtype = from.dtype;
-  p.to_space = to.space;
-  p.to_buffer = to.buffer;
-  p.to_offset = to.offset;
-  p.to_dtype = to.dtype;
   std::array<int64_t, kMaxDims> shape;
   for (int d = 0; d < box.ndim; ++d) shape[d] = box.Extent(d);
-  plan.AppendCopy(p, box.ndim, shape.data(), from.strides, to.strides);
+  plan.AppendCopy(from.end, to.end, box.ndim, shape.data());
 }
 
 // Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
@@ -656,7 +643,6 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     ReserveFresh(plan.slots, slots_bound);
     ReserveFresh(plan.dep_list, deps_bound);
     ReserveFresh(plan.copies, copies_bound);
-    ReserveFresh(plan.copy_dims, 4 * copies_bound);  // two dims: a shared shape and one strided side
   }
   {
     std::vector<int> rank_begin(num_ranks + 1, 0);
@@ -713,7 +699,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     {
       const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], d0.dtype, Space::kSource, box_of(d0));
       if (count == 1 && src0.contiguous) {
-        send.data = ByteRange(Space::kSource, src0.buffer, src0.offset, m.bytes);
+        send.data = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
       } else {
         const int slot = plan.AddSlot(m.sender, m.bytes);
         Op pack;
@@ -778,7 +764,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         if (hi - lo == 1) {
           const CopySide dst = FragmentSide(destination.fragments[*lo], d0.dtype, Space::kDestination, box_of(d0));
           if (dst.contiguous) {
-            recv.data = ByteRange(Space::kDestination, dst.buffer, dst.offset, m.bytes);
+            recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
             direct = true;
           }
         }

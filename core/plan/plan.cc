@@ -116,65 +116,75 @@ int StoredDims(int ndim) { return std::clamp(ndim, 0, kMaxDims); }
 }  // namespace
 
 void TransferPlan::AppendCopy(const Region& from, const Region& to) {
-  PackedCopy p;
-  p.from_offset = from.offset;
-  p.to_offset = to.offset;
-  p.dims = static_cast<int64_t>(copy_dims.size());
-  p.from_buffer = from.buffer;
-  p.to_buffer = to.buffer;
-  p.from_space = from.space;
-  p.to_space = to.space;
-  p.from_dtype = from.dtype;
-  p.to_dtype = to.dtype;
-  p.from_ndim = static_cast<int8_t>(std::clamp(from.ndim, -1, kMaxDims + 1));
-  p.to_ndim = static_cast<int8_t>(std::clamp(to.ndim, -1, kMaxDims + 1));
+  PairGeometry g;
+  g.from_space = from.space;
+  g.to_space = to.space;
+  g.from_dtype = from.dtype;
+  g.to_dtype = to.dtype;
+  g.from_ndim = static_cast<int8_t>(std::clamp(from.ndim, -1, kMaxDims + 1));
+  g.to_ndim = static_cast<int8_t>(std::clamp(to.ndim, -1, kMaxDims + 1));
   const int fn = StoredDims(from.ndim), tn = StoredDims(to.ndim);
   bool shared = fn == tn;
   for (int d = 0; shared && d < fn; ++d) shared = from.shape[d] == to.shape[d];
   const bool from_dense = HasDenseStrides(from, fn), to_dense = HasDenseStrides(to, tn);
-  p.flags = static_cast<uint8_t>((shared ? PackedCopy::kSharedShape : 0) |
-                                 (from_dense ? PackedCopy::kFromDense : 0) |
-                                 (to_dense ? PackedCopy::kToDense : 0));
-  const size_t used = static_cast<size_t>(fn + (shared ? 0 : tn) + (from_dense ? 0 : fn) + (to_dense ? 0 : tn));
-  copy_dims.resize(copy_dims.size() + used);
-  int64_t* out = copy_dims.data() + p.dims;
+  g.flags = static_cast<uint8_t>((shared ? PairGeometry::kSharedShape : 0) |
+                                 (from_dense ? PairGeometry::kFromDense : 0) |
+                                 (to_dense ? PairGeometry::kToDense : 0));
+  int64_t record[1 + 4 * kMaxDims];
+  int64_t* out = record;
+  *out++ = g.Header();
   out = std::copy(from.shape.begin(), from.shape.begin() + fn, out);
   if (!shared) out = std::copy(to.shape.begin(), to.shape.begin() + tn, out);
   if (!from_dense) out = std::copy(from.strides.begin(), from.strides.begin() + fn, out);
-  if (!to_dense) std::copy(to.strides.begin(), to.strides.begin() + tn, out);
-  copies.push_back(p);
+  if (!to_dense) out = std::copy(to.strides.begin(), to.strides.begin() + tn, out);
+  copies.push_back({from.offset, to.offset, InternGeometry(record, static_cast<size_t>(out - record)),
+                    from.buffer, to.buffer});
+}
+
+int64_t TransferPlan::InternGeometry(const int64_t* values, size_t length) {
+  uint64_t hash = 0;
+  for (size_t i = 0; i < length; ++i) hash = MixGeometryHash(hash, values[i]);
+  int64_t& entry = GeometrySlot(hash);
+  if (entry >= 0 && static_cast<size_t>(entry) + length <= copy_dims.size() &&
+      std::equal(values, values + length, copy_dims.begin() + entry)) {
+    return entry;
+  }
+  entry = static_cast<int64_t>(copy_dims.size());
+  copy_dims.insert(copy_dims.end(), values, values + length);
+  return entry;
 }
 
 CopyPair TransferPlan::Copy(int index) const {
   const PackedCopy& p = copies[index];
+  const int64_t* dims = copy_dims.data() + p.geometry;
+  const PairGeometry g = PairGeometry::FromHeader(*dims++);
   CopyPair c;
-  c.from.space = p.from_space;
+  c.from.space = g.from_space;
   c.from.buffer = p.from_buffer;
   c.from.offset = p.from_offset;
-  c.from.dtype = p.from_dtype;
-  c.from.ndim = p.from_ndim;
-  c.to.space = p.to_space;
+  c.from.dtype = g.from_dtype;
+  c.from.ndim = g.from_ndim;
+  c.to.space = g.to_space;
   c.to.buffer = p.to_buffer;
   c.to.offset = p.to_offset;
-  c.to.dtype = p.to_dtype;
-  c.to.ndim = p.to_ndim;
-  const int fn = StoredDims(p.from_ndim), tn = StoredDims(p.to_ndim);
-  const int64_t* dims = copy_dims.data() + p.dims;
+  c.to.dtype = g.to_dtype;
+  c.to.ndim = g.to_ndim;
+  const int fn = StoredDims(g.from_ndim), tn = StoredDims(g.to_ndim);
   std::copy(dims, dims + fn, c.from.shape.begin());
   dims += fn;
-  if (p.flags & PackedCopy::kSharedShape) {
+  if (g.flags & PairGeometry::kSharedShape) {
     std::copy(c.from.shape.begin(), c.from.shape.begin() + tn, c.to.shape.begin());
   } else {
     std::copy(dims, dims + tn, c.to.shape.begin());
     dims += tn;
   }
-  if (p.flags & PackedCopy::kFromDense) {
+  if (g.flags & PairGeometry::kFromDense) {
     SetDenseStrides(c.from, fn);
   } else {
     std::copy(dims, dims + fn, c.from.strides.begin());
     dims += fn;
   }
-  if (p.flags & PackedCopy::kToDense) {
+  if (g.flags & PairGeometry::kToDense) {
     SetDenseStrides(c.to, tn);
   } else {
     std::copy(dims, dims + tn, c.to.strides.begin());

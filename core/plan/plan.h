@@ -16,9 +16,9 @@
 //
 // Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
 // Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two
-// per op. Copy pairs are stored packed (PackedCopy: the shape once when both sides share it, no
-// strides for a dense row-major side, only ndim entries per array) and unpacked into CopyPair
-// values when read; a typical pair takes ~70 bytes instead of ~300.
+// per op. Copy pairs are stored packed (PackedCopy: 32 bytes of buffers and offsets, plus a shared
+// geometry record of spaces, dtypes, shapes and strides) and unpacked into CopyPair values when
+// read; a pair takes ~32 bytes instead of ~300.
 //
 // Plans are plain values; building one is single-threaded, reading one is thread-safe.
 #pragma once
@@ -90,25 +90,65 @@ struct CopyPair {
   Region to;  // same shape (element count per dim) as `from`
 };
 
-// A CopyPair as TransferPlan stores it. Its dims live in TransferPlan::copy_dims from `dims`:
-// from's shape (from_ndim values), to's shape unless kSharedShape, from's strides unless
+// A CopyPair as TransferPlan stores it: per pair only where each side starts (buffer and byte
+// offset). The rest, the pair's *geometry* (spaces, dtypes, ndims, shapes, strides), is a record in
+// TransferPlan::copy_dims at `geometry`, which every pair of the same geometry shares (a refit's
+// million pairs have a few thousand geometries). A record is a header word (PairGeometry::Header)
+// then from's shape (from_ndim values), to's shape unless kSharedShape, from's strides unless
 // kFromDense, to's strides unless kToDense. A dense side has the row-major strides of its shape
 // (stride[d] = product over e > d of max(1, shape[e])). Arrays have max(0, min(ndim, kMaxDims))
 // values.
 struct PackedCopy {
-  static constexpr uint8_t kSharedShape = 1, kFromDense = 2, kToDense = 4;
   int64_t from_offset = 0;
   int64_t to_offset = 0;
-  int64_t dims = 0;
+  int64_t geometry = 0;  // index of the geometry record in TransferPlan::copy_dims
   int from_buffer = 0;
   int to_buffer = 0;
+};
+
+// The header word of a geometry record: spaces, dtypes, ndims and flags in one int64. An ndim
+// outside [0, kMaxDims] is kept as -1 or kMaxDims + 1 (invalid, for the validator to report).
+struct PairGeometry {
+  static constexpr uint8_t kSharedShape = 1, kFromDense = 2, kToDense = 4;
   Space from_space = Space::kStaging;
   Space to_space = Space::kStaging;
   DType from_dtype = DType::kUInt8;
   DType to_dtype = DType::kUInt8;
-  int8_t from_ndim = 0;  // an ndim outside [0, kMaxDims] is kept as -1 or kMaxDims + 1 (invalid)
+  int8_t from_ndim = 0;
   int8_t to_ndim = 0;
   uint8_t flags = 0;
+
+  int64_t Header() const {
+    return static_cast<int64_t>(static_cast<uint64_t>(from_space) |
+                                static_cast<uint64_t>(to_space) << 8 |
+                                static_cast<uint64_t>(from_dtype) << 16 |
+                                static_cast<uint64_t>(to_dtype) << 24 |
+                                static_cast<uint64_t>(static_cast<uint8_t>(from_ndim)) << 32 |
+                                static_cast<uint64_t>(static_cast<uint8_t>(to_ndim)) << 40 |
+                                static_cast<uint64_t>(flags) << 48);
+  }
+  static PairGeometry FromHeader(int64_t header) {
+    const uint64_t h = static_cast<uint64_t>(header);
+    PairGeometry g;
+    g.from_space = static_cast<Space>(h & 0xff);
+    g.to_space = static_cast<Space>(h >> 8 & 0xff);
+    g.from_dtype = static_cast<DType>(h >> 16 & 0xff);
+    g.to_dtype = static_cast<DType>(h >> 24 & 0xff);
+    g.from_ndim = static_cast<int8_t>(h >> 32 & 0xff);
+    g.to_ndim = static_cast<int8_t>(h >> 40 & 0xff);
+    g.flags = static_cast<uint8_t>(h >> 48 & 0xff);
+    return g;
+  }
+};
+
+// One side of a copy pair for the fast TransferPlan::AppendCopy: where its first element is, its
+// dtype, and its element strides (null for a dense row-major side; not owned, read during the call).
+struct CopyEnd {
+  Space space = Space::kStaging;
+  int buffer = 0;
+  int64_t offset = 0;
+  DType dtype = DType::kUInt8;
+  const int64_t* strides = nullptr;
 };
 
 class TransferPlan;
@@ -209,7 +249,7 @@ struct TransferPlan {
   std::vector<Op> ops;
   std::vector<int> dep_list;        // every op's deps, each op's a range (Op::deps_begin/end)
   std::vector<PackedCopy> copies;  // every op's copy pairs, each op's a range
-  std::vector<int64_t> copy_dims;   // the packed copies' shapes and strides
+  std::vector<int64_t> copy_dims;   // the packed copies' geometry records
 
   // An op's deps and copy pairs. The span and range stay valid until the lists grow.
   std::span<const int> Deps(const Op& op) const {
@@ -218,28 +258,59 @@ struct TransferPlan {
   CopyRange Copies(const Op& op) const { return {this, op.copies_begin, op.copies_end}; }
   // Copy pair `index` of `copies`, unpacked.
   CopyPair Copy(int index) const;
-  // Packs a copy pair onto the end of `copies` (an op's pairs must be appended consecutively).
+  // Packs a copy pair onto the end of `copies` (an op's pairs must be appended consecutively),
+  // sharing an equal geometry record already in copy_dims when one is found.
   void AppendCopy(const Region& from, const Region& to);
-  // The same for a pair whose sides share `shape` (`ndim` values), without building Regions:
-  // `header` gives the offsets, buffers, spaces and dtypes (its ndims, flags and dims are set
-  // here); `from_strides` / `to_strides` are a side's `ndim` strides, or null for a dense side.
+  // The same for a pair whose sides share `shape` (`ndim` values), without building Regions.
   // Inline: the planner appends a million of these.
-  void AppendCopy(PackedCopy header, int ndim, const int64_t* shape, const int64_t* from_strides,
-                  const int64_t* to_strides) {
+  void AppendCopy(const CopyEnd& from, const CopyEnd& to, int ndim, const int64_t* shape) {
     const int n = std::clamp(ndim, 0, kMaxDims);
-    header.from_ndim = header.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
-    header.flags = static_cast<uint8_t>(PackedCopy::kSharedShape |
-                                        (from_strides == nullptr ? PackedCopy::kFromDense : 0) |
-                                        (to_strides == nullptr ? PackedCopy::kToDense : 0));
-    header.dims = static_cast<int64_t>(copy_dims.size());
-    for (int d = 0; d < n; ++d) copy_dims.push_back(shape[d]);
-    if (from_strides != nullptr) {
-      for (int d = 0; d < n; ++d) copy_dims.push_back(from_strides[d]);
+    PairGeometry g;
+    g.from_space = from.space;
+    g.to_space = to.space;
+    g.from_dtype = from.dtype;
+    g.to_dtype = to.dtype;
+    g.from_ndim = g.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
+    g.flags = static_cast<uint8_t>(PairGeometry::kSharedShape |
+                                   (from.strides == nullptr ? PairGeometry::kFromDense : 0) |
+                                   (to.strides == nullptr ? PairGeometry::kToDense : 0));
+    // The record: header, shape, then the strides of each strided side. Hashed and compared in
+    // place (no record is built unless it is new).
+    const int64_t header = g.Header();
+    uint64_t hash = MixGeometryHash(0, header);
+    for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, shape[d]);
+    if (from.strides != nullptr) {
+      for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, from.strides[d]);
     }
-    if (to_strides != nullptr) {
-      for (int d = 0; d < n; ++d) copy_dims.push_back(to_strides[d]);
+    if (to.strides != nullptr) {
+      for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, to.strides[d]);
     }
-    copies.push_back(header);
+    const size_t length = 1 + static_cast<size_t>(n) * (1 + (from.strides != nullptr) + (to.strides != nullptr));
+    int64_t& entry = GeometrySlot(hash);
+    bool found = entry >= 0 && static_cast<size_t>(entry) + length <= copy_dims.size();
+    if (found) {
+      const int64_t* stored = copy_dims.data() + entry;
+      found = *stored++ == header;
+      for (int d = 0; d < n; ++d) found &= *stored++ == shape[d];
+      if (from.strides != nullptr) {
+        for (int d = 0; d < n; ++d) found &= *stored++ == from.strides[d];
+      }
+      if (to.strides != nullptr) {
+        for (int d = 0; d < n; ++d) found &= *stored++ == to.strides[d];
+      }
+    }
+    if (!found) {
+      entry = static_cast<int64_t>(copy_dims.size());
+      copy_dims.push_back(header);
+      copy_dims.insert(copy_dims.end(), shape, shape + n);
+      if (from.strides != nullptr) copy_dims.insert(copy_dims.end(), from.strides, from.strides + n);
+      if (to.strides != nullptr) copy_dims.insert(copy_dims.end(), to.strides, to.strides + n);
+    }
+    copies.push_back({from.offset, to.offset, entry, from.buffer, to.buffer});
+  }
+  // The geometry of pair `index` of `copies`.
+  PairGeometry GeometryOf(int index) const {
+    return PairGeometry::FromHeader(copy_dims[static_cast<size_t>(copies[index].geometry)]);
   }
 
   // Appends an op, assigning its id; its dep and copy ranges are taken as set (the caller
@@ -259,6 +330,23 @@ struct TransferPlan {
   // message id. A message with several senders or receivers pairs the first of each (ValidatePlan
   // reports that as an error).
   std::vector<std::pair<int, int>> MatchedMessages() const;
+
+ private:
+  // Geometry records are shared through a direct-mapped table of recent records by hash: a miss
+  // only costs a duplicate record, and a hit is compared value by value (so edits of copy_dims
+  // stay safe).
+  static uint64_t MixGeometryHash(uint64_t hash, int64_t value) {
+    return (hash ^ static_cast<uint64_t>(value)) * 0x9e3779b97f4a7c15ull;
+  }
+  // The table entry for `hash`: a copy_dims index, or -1.
+  int64_t& GeometrySlot(uint64_t hash) {
+    constexpr int kTableBits = 12;
+    if (geometry_table_.empty()) geometry_table_.assign(size_t{1} << kTableBits, -1);
+    return geometry_table_[hash >> (64 - kTableBits)];
+  }
+  // Index in copy_dims of a record equal to values[0, length), appended when none is found.
+  int64_t InternGeometry(const int64_t* values, size_t length);
+  std::vector<int64_t> geometry_table_;  // copy_dims index per hash slot, -1 when empty
 };
 
 }  // namespace ferry

@@ -63,24 +63,60 @@ TEST(TransferPlan, CopyPairsRoundTripThroughThePackedForm) {
     ++i;
   }
   EXPECT_EQ(i, static_cast<int>(pairs.size()));
-  // The dense staging side of the first pair and the shared shapes are not stored: 2 (shape) +
-  // 2 (source strides) values.
-  EXPECT_EQ(plan.copies[1].dims - plan.copies[0].dims, 4);
+  // The dense staging side of the first pair and the shared shapes are not stored: a header,
+  // 2 (shape) and 2 (source strides) values.
+  EXPECT_EQ(plan.copies[1].geometry - plan.copies[0].geometry, 5);
+}
+
+TEST(TransferPlan, PairsOfOneGeometryShareItsRecord) {
+  TransferPlan plan;
+  // Eight rows of a strided source, each packed into its own place in a slot: one geometry.
+  for (int row = 0; row < 8; ++row) {
+    plan.AppendCopy(Strided(Space::kSource, 2, row * 800, DType::kBF16, {4, 6}, {100, 1}),
+                    Strided(Space::kStaging, 1, row * 48, DType::kBF16, {4, 6}, {6, 1}));
+  }
+  // A different dtype, space or stride is a different geometry.
+  plan.AppendCopy(Strided(Space::kSource, 2, 0, DType::kFP16, {4, 6}, {100, 1}),
+                  Strided(Space::kStaging, 1, 0, DType::kFP16, {4, 6}, {6, 1}));
+  plan.AppendCopy(Strided(Space::kSource, 2, 0, DType::kBF16, {4, 6}, {100, 1}),
+                  Strided(Space::kDestination, 1, 0, DType::kBF16, {4, 6}, {6, 1}));
+  plan.AppendCopy(Strided(Space::kSource, 2, 0, DType::kBF16, {4, 6}, {200, 1}),
+                  Strided(Space::kStaging, 1, 0, DType::kBF16, {4, 6}, {6, 1}));
+  ASSERT_EQ(plan.copies.size(), 11u);
+  for (int row = 1; row < 8; ++row) EXPECT_EQ(plan.copies[row].geometry, plan.copies[0].geometry);
+  EXPECT_EQ(plan.copy_dims.size(), 4u * 5u);  // four records of a header, a shape and strides
+  for (int i = 8; i < 11; ++i) EXPECT_NE(plan.copies[i].geometry, plan.copies[0].geometry);
+  for (int row = 0; row < 8; ++row) {
+    const CopyPair c = plan.Copy(row);
+    EXPECT_EQ(c.from.offset, row * 800);
+    EXPECT_EQ(c.to.offset, row * 48);
+    EXPECT_EQ(c.from.strides[0], 100);
+  }
+  EXPECT_EQ(plan.GeometryOf(8).from_dtype, DType::kFP16);
+  EXPECT_EQ(plan.GeometryOf(9).to_space, Space::kDestination);
+  EXPECT_EQ(plan.Copy(10).from.strides[0], 200);
+  // A record edited in place is no longer shared: the next equal pair gets a record of its own.
+  plan.copy_dims[static_cast<size_t>(plan.copies[0].geometry) + 3] = 7;
+  plan.AppendCopy(Strided(Space::kSource, 2, 0, DType::kBF16, {4, 6}, {100, 1}),
+                  Strided(Space::kStaging, 1, 0, DType::kBF16, {4, 6}, {6, 1}));
+  EXPECT_NE(plan.copies.back().geometry, plan.copies[0].geometry);
+  EXPECT_EQ(plan.Copy(11).from.strides[0], 100);
 }
 
 TEST(TransferPlan, FastPathPacksTheSamePairs) {
   TransferPlan plan;
   const int64_t shape[2] = {4, 6};
   const int64_t strides[2] = {100, 1};
-  PackedCopy header;
-  header.from_space = Space::kSource;
-  header.from_buffer = 3;
-  header.from_offset = 4096;
-  header.from_dtype = DType::kBF16;
-  header.to_space = Space::kStaging;
-  header.to_offset = 64;
-  header.to_dtype = DType::kBF16;
-  plan.AppendCopy(header, 2, shape, strides, nullptr);
+  CopyEnd from, to;
+  from.space = Space::kSource;
+  from.buffer = 3;
+  from.offset = 4096;
+  from.dtype = DType::kBF16;
+  from.strides = strides;
+  to.space = Space::kStaging;
+  to.offset = 64;
+  to.dtype = DType::kBF16;
+  plan.AppendCopy(from, to, 2, shape);
   const CopyPair c = plan.Copy(0);
   ExpectSameRegion(c.from, Strided(Space::kSource, 3, 4096, DType::kBF16, {4, 6}, {100, 1}));
   ExpectSameRegion(c.to, Strided(Space::kStaging, 0, 64, DType::kBF16, {4, 6}, {6, 1}));
