@@ -197,17 +197,17 @@ class TreeTable {
   std::vector<int> key_;
 };
 
+// One chunk of one piece bound for one delivery tree. Its candidates (the source fragments that
+// may send it) are a range of the routing's candidate list: the piece's holders (indexes into
+// Intersection::holders) for the network, or, past the holders, the piece's holders on the
+// receiving rank's node for a direct intra-node delivery. 32 bytes: the planner makes ~1 per piece.
 struct Delivery {
   int piece = 0;
-  int group = 0;        // the piece's group
   int chunk = -1;       // the chunk: the piece's box when < 0, else an index into the chunk boxes
   int64_t bytes = 0;
   int tree = 0;
-  int leader = 0;       // the tree's root rank
-  bool intra = false;   // candidates are same-node holders (pool range) rather than piece holders
   int cand_begin = 0, cand_end = 0;
   int sender_frag = -1;
-  DType dtype = DType::kUInt8;
 };
 
 struct Message {
@@ -261,6 +261,24 @@ NetworkDemand ComputeDemand(const Intersection& inter, const PlanFacts& facts, i
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
     const int64_t bytes = facts.piece_bytes[p];
+    if (g.frags_end - g.frags_begin == 1) {
+      // One destination fragment: needed on its node unless a holder is there.
+      const int node = node_of[facts.destination_rank[inter.group_frags[g.frags_begin]]];
+      bool held_on_node = false, one_holder_node = true;
+      int first_node = -1;
+      for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+        const int holder_node = node_of[facts.source_rank[inter.holders[h]]];
+        held_on_node = held_on_node || holder_node == node;
+        if (first_node < 0) first_node = holder_node;
+        one_holder_node = one_holder_node && holder_node == first_node;
+      }
+      if (!held_on_node) {
+        demand.destination_node_bytes[node] += bytes;
+        demand.must_leave_bytes += bytes;
+        if (one_holder_node && first_node >= 0) demand.source_node_bytes[first_node] += bytes;
+      }
+      continue;
+    }
     int holder_nodes = 0, only_node = -1;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       const int node = node_of[facts.source_rank[inter.holders[h]]];
@@ -349,7 +367,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       deliveries.push_back(d);
       return;
     }
-    const int64_t esize = DTypeSize(d.dtype);
+    const int64_t esize = DTypeSize(facts.piece_dtype[p]);
     chunks.clear();
     ChunkBox(inter.BoxOf(inter.pieces[p]), esize, cap, chunks);
     for (const Box& c : chunks) {
@@ -367,12 +385,47 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   std::vector<int> net_ranks;
   std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
   std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
+  const int num_holders = static_cast<int>(inter.holders.size());
   ReserveFresh(deliveries, inter.pieces.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
-    const DType dtype = facts.piece_dtype[p];
     const int64_t piece_bytes = facts.piece_bytes[p];
+    if (g.frags_end - g.frags_begin == 1) {
+      // One destination fragment (most pieces of expert weights): the general path below reduced
+      // to its outcome. A holder on the rank copies locally (the last such holder, as there);
+      // else holders on the rank's node deliver directly; else the network, to a tree of one.
+      const int frag = inter.group_frags[g.frags_begin];
+      const int rank = dst_rank[frag];
+      const int node = node_of[rank];
+      int local = -1;
+      bool on_node = false;
+      for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+        const int holder_rank = src_rank[inter.holders[h]];
+        if (holder_rank == rank) local = inter.holders[h];
+        on_node = on_node || node_of[holder_rank] == node;
+      }
+      if (local >= 0) {
+        local_copies.push_back({rank, static_cast<int>(p), local, frag});
+        continue;
+      }
+      Delivery d;
+      d.piece = static_cast<int>(p);
+      d.tree = rank;
+      if (on_node) {
+        d.cand_begin = num_holders + static_cast<int>(intra_pool.size());
+        for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+          if (node_of[src_rank[inter.holders[h]]] == node) intra_pool.push_back(inter.holders[h]);
+        }
+        d.cand_end = num_holders + static_cast<int>(intra_pool.size());
+      } else {
+        if (options.hierarchical) leader_load[rank] += piece_bytes;
+        d.cand_begin = piece.holders_begin;
+        d.cand_end = piece.holders_end;
+      }
+      add_chunks(d, p, options.network_chunk_bytes);
+      continue;
+    }
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       const int rank = src_rank[inter.holders[h]];
       rank_holder[rank] = inter.holders[h];
@@ -407,17 +460,13 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       }
       if (!local_holders.empty()) {
         // A holder on the node: direct intra-node deliveries.
-        const int cand_begin = static_cast<int>(intra_pool.size());
+        const int cand_begin = num_holders + static_cast<int>(intra_pool.size());
         intra_pool.insert(intra_pool.end(), local_holders.begin(), local_holders.end());
-        const int cand_end = static_cast<int>(intra_pool.size());
+        const int cand_end = num_holders + static_cast<int>(intra_pool.size());
         for (size_t k = i; k < j; ++k) {
           Delivery d;
           d.piece = static_cast<int>(p);
-          d.group = piece.group;
-          d.dtype = dtype;
           d.tree = member_ranks[k];
-          d.leader = member_ranks[k];
-          d.intra = true;
           d.cand_begin = cand_begin;
           d.cand_end = cand_end;
           add_chunks(d, p, options.network_chunk_bytes);
@@ -458,10 +507,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       const int tree = trees.Intern(tree_ranks, tree_parent);
       Delivery d;
       d.piece = static_cast<int>(p);
-      d.group = piece.group;
-      d.dtype = dtype;
       d.tree = tree;
-      d.leader = tree_ranks[0];
       d.cand_begin = piece.holders_begin;
       d.cand_end = piece.holders_end;
       add_chunks(d, p, tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes);
@@ -483,6 +529,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   // rail when loads are close.
   {
     std::vector<int64_t> net_out(num_ranks, 0), intra_out(num_ranks, 0), node_out(num_nodes, 0);
+    // Candidate c of a delivery: a piece holder, or past them a same-node holder.
+    auto candidate = [&](int c) { return c < num_holders ? inter.holders[c] : intra_pool[c - num_holders]; };
+    std::vector<int> device_of(num_ranks);
+    for (int r = 0; r < num_ranks; ++r) device_of[r] = topology.ranks[r].local_device;
     // LPT order (bytes descending, then index): `flexible` is in index order, so a stable radix
     // sort on the bytes (two 16-bit digits) when every size fits in 32 bits (chunked deliveries
     // always do at the default chunk sizes), else a sort of pairs.
@@ -496,10 +546,11 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         small_sizes = small_sizes && d.bytes <= 0xffffffff;
         continue;
       }
-      d.sender_frag = (d.intra ? intra_pool.data() : inter.holders.data())[d.cand_begin];
+      const bool intra = d.cand_begin >= num_holders;
+      d.sender_frag = candidate(d.cand_begin);
       const int rank = src_rank[d.sender_frag];
-      (d.intra ? intra_out : net_out)[rank] += d.bytes;
-      if (!d.intra) node_out[node_of[rank]] += d.bytes;
+      (intra ? intra_out : net_out)[rank] += d.bytes;
+      if (!intra) node_out[node_of[rank]] += d.bytes;
     }
     if (small_sizes) {
       std::vector<int> sorted;
@@ -525,16 +576,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     }
     for (int di : flexible) {
       Delivery& d = deliveries[di];
-      const int* cands = d.intra ? intra_pool.data() : inter.holders.data();
-      std::vector<int64_t>& load = d.intra ? intra_out : net_out;
-      const int leader_device = topology.ranks[d.leader].local_device;
+      const bool intra = d.cand_begin >= num_holders;
+      const int* cands = intra ? intra_pool.data() - num_holders : inter.holders.data();
+      std::vector<int64_t>& load = intra ? intra_out : net_out;
+      const int leader_device = device_of[trees.Rank(d.tree, 0)];
       int best = -1;
       int64_t best_score = 0, best_node_load = 0;
       for (int c = d.cand_begin; c < d.cand_end; ++c) {
         const int rank = src_rank[cands[c]];
         int64_t score = load[rank];
-        if (!d.intra && topology.ranks[rank].local_device != leader_device) score += d.bytes / 64 + 1;
-        const int64_t nl = d.intra ? 0 : node_out[node_of[rank]];
+        if (!intra && device_of[rank] != leader_device) score += d.bytes / 64 + 1;
+        const int64_t nl = intra ? 0 : node_out[node_of[rank]];
         if (best < 0 || score < best_score || (score == best_score && nl < best_node_load)) {
           best = cands[c];
           best_score = score;
@@ -544,7 +596,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       d.sender_frag = best;
       const int rank = src_rank[best];
       load[rank] += d.bytes;
-      if (!d.intra) node_out[node_of[rank]] += d.bytes;
+      if (!intra) node_out[node_of[rank]] += d.bytes;
     }
   }
 
@@ -552,57 +604,52 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
   // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
-  std::vector<int> sender_rank;
-  GrowFresh(sender_rank, deliveries.size());
   std::vector<int> sender_begin(num_ranks + 1, 0);
-  for (size_t i = 0; i < deliveries.size(); ++i) {
-    sender_rank[i] = src_rank[deliveries[i].sender_frag];
-    ++sender_begin[sender_rank[i] + 1];
-  }
+  for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
-  std::vector<int> order;
-  GrowFresh(order, deliveries.size());
   {
-    const int num_trees = trees.NumTrees();
-    std::vector<int> tree_begin(num_trees + 1, 0);
-    for (const Delivery& d : deliveries) ++tree_begin[d.tree + 1];
-    for (int t = 0; t < num_trees; ++t) tree_begin[t + 1] += tree_begin[t];
-    std::vector<int> by_tree;
-    GrowFresh(by_tree, deliveries.size());
-    for (size_t i = 0; i < deliveries.size(); ++i) by_tree[tree_begin[deliveries[i].tree]++] = static_cast<int>(i);
-    std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
-    for (int i : by_tree) order[fill[sender_rank[i]]++] = i;
-  }
-  // Deliveries in that order: the passes below read them sequentially.
-  {
+    std::vector<int> order;
+    GrowFresh(order, deliveries.size());
+    {
+      const int num_trees = trees.NumTrees();
+      std::vector<int> tree_begin(num_trees + 1, 0);
+      for (const Delivery& d : deliveries) ++tree_begin[d.tree + 1];
+      for (int t = 0; t < num_trees; ++t) tree_begin[t + 1] += tree_begin[t];
+      std::vector<int> by_tree;
+      GrowFresh(by_tree, deliveries.size());
+      for (size_t i = 0; i < deliveries.size(); ++i) by_tree[tree_begin[deliveries[i].tree]++] = static_cast<int>(i);
+      std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
+      for (int i : by_tree) order[fill[src_rank[deliveries[i].sender_frag]]++] = i;
+    }
+    // Deliveries in that order: the passes below read them sequentially.
     std::vector<Delivery> sorted;
     GrowFresh(sorted, deliveries.size());
     for (size_t k = 0; k < order.size(); ++k) sorted[k] = deliveries[order[k]];
     deliveries.swap(sorted);
-    for (size_t k = 0; k < order.size(); ++k) order[k] = sender_rank[order[k]];
-    sender_rank.swap(order);  // sender_rank[k]: the sender of (sorted) delivery k
   }
   std::vector<Message> messages;
   ReserveFresh(messages, deliveries.size());
-  for (size_t i = 0; i < deliveries.size();) {
-    const int s = sender_rank[i];
-    const int tree = deliveries[i].tree;
-    const int64_t cap = trees.Size(tree) > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
-    Message m;
-    m.sender = s;
-    m.tree = tree;
-    m.first = static_cast<int>(i);
-    m.bytes = 0;
-    size_t j = i;
-    while (j < deliveries.size() && sender_rank[j] == s && deliveries[j].tree == tree &&
-           (j == i || m.bytes + deliveries[j].bytes <= cap)) {
-      m.bytes += deliveries[j].bytes;
-      ++j;
+  for (int s = 0; s < num_ranks; ++s) {
+    const size_t sender_end = static_cast<size_t>(sender_begin[s + 1]);
+    for (size_t i = static_cast<size_t>(sender_begin[s]); i < sender_end;) {
+      const int tree = deliveries[i].tree;
+      const int64_t cap = trees.Size(tree) > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
+      Message m;
+      m.sender = s;
+      m.tree = tree;
+      m.first = static_cast<int>(i);
+      m.bytes = 0;
+      size_t j = i;
+      while (j < sender_end && deliveries[j].tree == tree &&
+             (j == i || m.bytes + deliveries[j].bytes <= cap)) {
+        m.bytes += deliveries[j].bytes;
+        ++j;
+      }
+      m.last = static_cast<int>(j);
+      m.distance = (node_of[trees.Rank(tree, 0)] - node_of[s] + num_nodes) % num_nodes;
+      messages.push_back(m);
+      i = j;
     }
-    m.last = static_cast<int>(j);
-    m.distance = (node_of[trees.Rank(tree, 0)] - node_of[s] + num_nodes) % num_nodes;
-    messages.push_back(m);
-    i = j;
   }
   // Rounds: each sender visits destination nodes in rotated order. Messages already come by
   // sender, so a stable counting sort by (sender, distance) orders them.
@@ -643,7 +690,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     ReserveFresh(plan.slots, slots_bound);
     ReserveFresh(plan.dep_list, deps_bound);
     ReserveFresh(plan.copies, copies_bound);
-  }
+      }
   {
     std::vector<int> rank_begin(num_ranks + 1, 0);
     for (const LocalCopy& c : local_copies) ++rank_begin[c.rank + 1];
@@ -697,7 +744,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], d0.dtype, Space::kSource, box_of(d0));
+      const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], facts.piece_dtype[d0.piece], Space::kSource, box_of(d0));
       if (count == 1 && src0.contiguous) {
         send.data = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
       } else {
@@ -712,8 +759,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[k];
           const Box& box = box_of(d);
-          AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], d.dtype, Space::kSource, box),
-                        SlotSide(slot, offset, d.dtype), box);
+          const DType dtype = facts.piece_dtype[d.piece];
+          AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], dtype, Space::kSource, box),
+                        SlotSide(slot, offset, dtype), box);
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -759,10 +807,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       };
       bool direct = false;
       if (count == 1 && child_begin[i] == child_begin[i + 1]) {
-        const FragmentGroup& g = inter.groups[d0.group];
+        const FragmentGroup& g = inter.groups[inter.pieces[d0.piece].group];
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          const CopySide dst = FragmentSide(destination.fragments[*lo], d0.dtype, Space::kDestination, box_of(d0));
+          const CopySide dst = FragmentSide(destination.fragments[*lo], facts.piece_dtype[d0.piece], Space::kDestination, box_of(d0));
           if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
             direct = true;
@@ -785,11 +833,12 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
-        const FragmentGroup& g = inter.groups[d.group];
+        const FragmentGroup& g = inter.groups[inter.pieces[d.piece].group];
+        const DType dtype = facts.piece_dtype[d.piece];
         auto [lo, hi] = frags_on_rank(g);
         for (auto it = lo; it != hi; ++it) {
-          AppendBoxCopy(plan, SlotSide(slot, offset, d.dtype),
-                        FragmentSide(destination.fragments[*it], d.dtype, Space::kDestination, box_of(d)),
+          AppendBoxCopy(plan, SlotSide(slot, offset, dtype),
+                        FragmentSide(destination.fragments[*it], dtype, Space::kDestination, box_of(d)),
                         box_of(d));
           unpack.bytes += d.bytes;
         }
