@@ -210,6 +210,13 @@ struct Delivery {
   int sender_frag = -1;
 };
 
+// What emission reads of a delivery's piece: its box (the chunk's when cut), group and dtype.
+struct DeliveryTarget {
+  const Box* box = nullptr;
+  const FragmentGroup* group = nullptr;
+  DType dtype = DType::kUInt8;
+};
+
 struct Message {
   int sender = 0;
   int tree = 0;
@@ -604,6 +611,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
   // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
+  std::vector<DeliveryTarget> targets;  // by sorted delivery
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
@@ -624,7 +632,17 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     // Deliveries in that order: the passes below read them sequentially.
     std::vector<Delivery> sorted;
     GrowFresh(sorted, deliveries.size());
-    for (size_t k = 0; k < order.size(); ++k) sorted[k] = deliveries[order[k]];
+    // The same pass looks up what emission reads per delivery (box, group, dtype): the lookups
+    // are independent from one delivery to the next, so their cache misses overlap here, where
+    // emission would wait for each chain piece -> group -> box in turn.
+    GrowFresh(targets, deliveries.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Delivery& d = deliveries[order[k]];
+      sorted[k] = d;
+      const Piece& piece = inter.pieces[d.piece];
+      targets[k] = {d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &inter.groups[piece.group],
+                    facts.piece_dtype[d.piece]};
+    }
     deliveries.swap(sorted);
   }
   std::vector<Message> messages;
@@ -666,9 +684,6 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 
   result.phases.order = clock.Lap();
 
-  auto box_of = [&](const Delivery& d) -> const Box& {
-    return d.chunk < 0 ? inter.BoxOf(inter.pieces[d.piece]) : chunk_boxes[d.chunk];
-  };
 
   // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
   // sort by rank).
@@ -744,7 +759,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], facts.piece_dtype[d0.piece], Space::kSource, box_of(d0));
+      const DeliveryTarget& t0 = targets[m.first];
+      const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
       if (count == 1 && src0.contiguous) {
         send.data = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
       } else {
@@ -758,10 +774,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[k];
-          const Box& box = box_of(d);
-          const DType dtype = facts.piece_dtype[d.piece];
-          AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], dtype, Space::kSource, box),
-                        SlotSide(slot, offset, dtype), box);
+          const DeliveryTarget& t = targets[k];
+          AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], t.dtype, Space::kSource, *t.box),
+                        SlotSide(slot, offset, t.dtype), *t.box);
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -807,10 +822,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       };
       bool direct = false;
       if (count == 1 && child_begin[i] == child_begin[i + 1]) {
-        const FragmentGroup& g = inter.groups[inter.pieces[d0.piece].group];
+        const FragmentGroup& g = *targets[m.first].group;
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          const CopySide dst = FragmentSide(destination.fragments[*lo], facts.piece_dtype[d0.piece], Space::kDestination, box_of(d0));
+          const CopySide dst = FragmentSide(destination.fragments[*lo], targets[m.first].dtype, Space::kDestination, *targets[m.first].box);
           if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
             direct = true;
@@ -833,13 +848,12 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       int64_t offset = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
-        const FragmentGroup& g = inter.groups[inter.pieces[d.piece].group];
-        const DType dtype = facts.piece_dtype[d.piece];
-        auto [lo, hi] = frags_on_rank(g);
+        const DeliveryTarget& t = targets[k];
+        auto [lo, hi] = frags_on_rank(*t.group);
         for (auto it = lo; it != hi; ++it) {
-          AppendBoxCopy(plan, SlotSide(slot, offset, dtype),
-                        FragmentSide(destination.fragments[*it], dtype, Space::kDestination, box_of(d)),
-                        box_of(d));
+          AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
+                        FragmentSide(destination.fragments[*it], t.dtype, Space::kDestination, *t.box),
+                        *t.box);
           unpack.bytes += d.bytes;
         }
         offset += d.bytes;
