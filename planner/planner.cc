@@ -214,6 +214,7 @@ struct Delivery {
 struct DeliveryTarget {
   const Box* box = nullptr;
   const FragmentGroup* group = nullptr;
+  int first_fragment = 0;  // the group's first destination fragment
   DType dtype = DType::kUInt8;
 };
 
@@ -640,8 +641,9 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       const Delivery& d = deliveries[order[k]];
       sorted[k] = d;
       const Piece& piece = inter.pieces[d.piece];
-      targets[k] = {d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &inter.groups[piece.group],
-                    facts.piece_dtype[d.piece]};
+      const FragmentGroup& g = inter.groups[piece.group];
+      targets[k] = {d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &g,
+                    inter.group_frags[g.frags_begin], facts.piece_dtype[d.piece]};
     }
     deliveries.swap(sorted);
   }
@@ -744,7 +746,18 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   std::vector<int> child_begin, child_list, child_fill, recv_round;
   int round = 0;
   int last_sender = -1;
-  for (const Message& m : messages) {
+  for (size_t mi = 0; mi < messages.size(); ++mi) {
+    const Message& m = messages[mi];
+    if (mi + 1 < messages.size()) {
+      // The next message's fragments (source locations, destination boxes and locations) start
+      // loading while this one is emitted.
+      const Message& next = messages[mi + 1];
+      for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
+        __builtin_prefetch(&source.fragments[deliveries[k].sender_frag].loc);
+        __builtin_prefetch(targets[k].box);
+        __builtin_prefetch(&destination.fragments[targets[k].first_fragment].loc);
+      }
+    }
     round = m.sender == last_sender ? round + 1 : 0;
     last_sender = m.sender;
     const int count = m.last - m.first;
