@@ -262,51 +262,16 @@ struct TransferPlan {
   // sharing an equal geometry record already in copy_dims when one is found.
   void AppendCopy(const Region& from, const Region& to);
   // The same for a pair whose sides share `shape` (`ndim` values), without building Regions.
-  // Inline: the planner appends a million of these.
-  void AppendCopy(const CopyEnd& from, const CopyEnd& to, int ndim, const int64_t* shape) {
-    const int n = std::clamp(ndim, 0, kMaxDims);
-    PairGeometry g;
-    g.from_space = from.space;
-    g.to_space = to.space;
-    g.from_dtype = from.dtype;
-    g.to_dtype = to.dtype;
-    g.from_ndim = g.to_ndim = static_cast<int8_t>(std::clamp(ndim, -1, kMaxDims + 1));
-    g.flags = static_cast<uint8_t>(PairGeometry::kSharedShape |
-                                   (from.strides == nullptr ? PairGeometry::kFromDense : 0) |
-                                   (to.strides == nullptr ? PairGeometry::kToDense : 0));
-    // The record: header, shape, then the strides of each strided side. Hashed and compared in
-    // place (no record is built unless it is new).
-    const int64_t header = g.Header();
-    uint64_t hash = MixGeometryHash(0, header);
-    for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, shape[d]);
-    if (from.strides != nullptr) {
-      for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, from.strides[d]);
+  // Inline, with 1 and 2 dims unrolled: the planner appends a million of these.
+  [[gnu::always_inline]] void AppendCopy(const CopyEnd& from, const CopyEnd& to, int ndim,
+                                         const int64_t* shape) {
+    if (ndim == 2) {
+      AppendSharedShapeCopy<2>(from, to, ndim, shape);
+    } else if (ndim == 1) {
+      AppendSharedShapeCopy<1>(from, to, ndim, shape);
+    } else {
+      AppendSharedShapeCopy<0>(from, to, ndim, shape);
     }
-    if (to.strides != nullptr) {
-      for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, to.strides[d]);
-    }
-    const size_t length = 1 + static_cast<size_t>(n) * (1 + (from.strides != nullptr) + (to.strides != nullptr));
-    int64_t& entry = GeometrySlot(hash);
-    bool found = entry >= 0 && static_cast<size_t>(entry) + length <= copy_dims.size();
-    if (found) {
-      const int64_t* stored = copy_dims.data() + entry;
-      found = *stored++ == header;
-      for (int d = 0; d < n; ++d) found &= *stored++ == shape[d];
-      if (from.strides != nullptr) {
-        for (int d = 0; d < n; ++d) found &= *stored++ == from.strides[d];
-      }
-      if (to.strides != nullptr) {
-        for (int d = 0; d < n; ++d) found &= *stored++ == to.strides[d];
-      }
-    }
-    if (!found) {
-      entry = static_cast<int64_t>(copy_dims.size());
-      copy_dims.push_back(header);
-      copy_dims.insert(copy_dims.end(), shape, shape + n);
-      if (from.strides != nullptr) copy_dims.insert(copy_dims.end(), from.strides, from.strides + n);
-      if (to.strides != nullptr) copy_dims.insert(copy_dims.end(), to.strides, to.strides + n);
-    }
-    copies.push_back({from.offset, to.offset, entry, from.buffer, to.buffer});
   }
   // The geometry of pair `index` of `copies`.
   PairGeometry GeometryOf(int index) const {
@@ -332,6 +297,56 @@ struct TransferPlan {
   std::vector<std::pair<int, int>> MatchedMessages() const;
 
  private:
+  // AppendCopy(CopyEnd...) for `kDims` dims, or for any `ndim` when kDims is 0. The record
+  // (header, shape, then the strides of each strided side) is hashed and compared in place: none
+  // is built unless it is new.
+  template <int kDims>
+  [[gnu::always_inline]] void AppendSharedShapeCopy(const CopyEnd& from, const CopyEnd& to, int ndim,
+                                                    const int64_t* shape) {
+    const int n = kDims > 0 ? kDims : std::clamp(ndim, 0, kMaxDims);
+    PairGeometry g;
+    g.from_space = from.space;
+    g.to_space = to.space;
+    g.from_dtype = from.dtype;
+    g.to_dtype = to.dtype;
+    g.from_ndim = g.to_ndim =
+        static_cast<int8_t>(kDims > 0 ? kDims : std::clamp(ndim, -1, kMaxDims + 1));
+    g.flags = static_cast<uint8_t>(PairGeometry::kSharedShape |
+                                   (from.strides == nullptr ? PairGeometry::kFromDense : 0) |
+                                   (to.strides == nullptr ? PairGeometry::kToDense : 0));
+    const int64_t header = g.Header();
+    uint64_t hash = MixGeometryHash(0, header);
+    for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, shape[d]);
+    if (from.strides != nullptr) {
+      for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, from.strides[d]);
+    }
+    if (to.strides != nullptr) {
+      for (int d = 0; d < n; ++d) hash = MixGeometryHash(hash, to.strides[d]);
+    }
+    const size_t length =
+        1 + static_cast<size_t>(n) * (1 + (from.strides != nullptr) + (to.strides != nullptr));
+    int64_t& entry = GeometrySlot(hash);
+    bool found = entry >= 0 && static_cast<size_t>(entry) + length <= copy_dims.size();
+    if (found) {
+      const int64_t* stored = copy_dims.data() + entry;
+      found = *stored++ == header;
+      for (int d = 0; d < n; ++d) found &= *stored++ == shape[d];
+      if (from.strides != nullptr) {
+        for (int d = 0; d < n; ++d) found &= *stored++ == from.strides[d];
+      }
+      if (to.strides != nullptr) {
+        for (int d = 0; d < n; ++d) found &= *stored++ == to.strides[d];
+      }
+    }
+    if (!found) {
+      entry = static_cast<int64_t>(copy_dims.size());
+      copy_dims.push_back(header);
+      copy_dims.insert(copy_dims.end(), shape, shape + n);
+      if (from.strides != nullptr) copy_dims.insert(copy_dims.end(), from.strides, from.strides + n);
+      if (to.strides != nullptr) copy_dims.insert(copy_dims.end(), to.strides, to.strides + n);
+    }
+    copies.push_back({from.offset, to.offset, entry, from.buffer, to.buffer});
+  }
   // Geometry records are shared through a direct-mapped table of recent records by hash: a miss
   // only costs a duplicate record, and a hit is compared value by value (so edits of copy_dims
   // stay safe).
