@@ -55,9 +55,11 @@ struct CopySide {
   bool contiguous = true;   // Region::IsContiguous of the side
 };
 
-// `box` (inside fragment f's box, of type `dtype`) in the fragment's buffer; the same place as
-// FragmentRegion. Strides equal to the box's row-major strides are left out (dense).
-inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const Box& box) {
+// FragmentSide for boxes of `kDims` dims (any number when 0): the loop unrolls for the common 1 and
+// 2 dims.
+template <int kDims>
+[[gnu::always_inline]] inline CopySide FragmentSideOfRank(const Fragment& f, DType dtype, Space space,
+                                                         const Box& box) {
   CopySide s;
   s.end.space = space;
   s.end.buffer = f.loc.buffer;
@@ -66,7 +68,7 @@ inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const 
   int64_t offset = f.loc.byte_offset;
   bool dense = true;
   int64_t dense_stride = 1, contiguous_stride = 1;
-  for (int d = box.ndim - 1; d >= 0; --d) {
+  for (int d = (kDims > 0 ? kDims : box.ndim) - 1; d >= 0; --d) {
     const int64_t extent = box.hi[d] - box.lo[d];
     const int64_t stride = f.loc.strides[d];
     offset += (box.lo[d] - f.box.lo[d]) * stride * esize;
@@ -80,6 +82,15 @@ inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space, const 
   return s;
 }
 
+// `box` (inside fragment f's box, of type `dtype`) in the fragment's buffer; the same place as
+// FragmentRegion. Strides equal to the box's row-major strides are left out (dense).
+[[gnu::always_inline]] inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space,
+                                                   const Box& box) {
+  if (box.ndim == 2) return FragmentSideOfRank<2>(f, dtype, space, box);
+  if (box.ndim == 1) return FragmentSideOfRank<1>(f, dtype, space, box);
+  return FragmentSideOfRank<0>(f, dtype, space, box);
+}
+
 // A dense block at `offset` of staging slot `slot`; the same place as SlotRegion.
 CopySide SlotSide(int slot, int64_t offset, DType dtype) {
   CopySide s;
@@ -90,9 +101,15 @@ CopySide SlotSide(int slot, int64_t offset, DType dtype) {
 }
 
 // Appends the copy pair from `from` to `to` of `box`'s shape.
-inline void AppendBoxCopy(TransferPlan& plan, const CopySide& from, const CopySide& to, const Box& box) {
+[[gnu::always_inline]] inline void AppendBoxCopy(TransferPlan& plan, const CopySide& from,
+                                                 const CopySide& to, const Box& box) {
   std::array<int64_t, kMaxDims> shape;
-  for (int d = 0; d < box.ndim; ++d) shape[d] = box.Extent(d);
+  if (box.ndim == 2) {
+    shape[0] = box.Extent(0);
+    shape[1] = box.Extent(1);
+  } else {
+    for (int d = 0; d < box.ndim; ++d) shape[d] = box.Extent(d);
+  }
   plan.AppendCopy(from.end, to.end, box.ndim, shape.data());
 }
 
@@ -588,12 +605,13 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       const int* cands = intra ? intra_pool.data() - num_holders : inter.holders.data();
       std::vector<int64_t>& load = intra ? intra_out : net_out;
       const int leader_device = device_of[trees.Rank(d.tree, 0)];
+      const int64_t off_rail_penalty = intra ? 0 : d.bytes / 64 + 1;
       int best = -1;
       int64_t best_score = 0, best_node_load = 0;
       for (int c = d.cand_begin; c < d.cand_end; ++c) {
         const int rank = src_rank[cands[c]];
         int64_t score = load[rank];
-        if (!intra && device_of[rank] != leader_device) score += d.bytes / 64 + 1;
+        if (device_of[rank] != leader_device) score += off_rail_penalty;
         const int64_t nl = intra ? 0 : node_out[node_of[rank]];
         if (best < 0 || score < best_score || (score == best_score && nl < best_node_load)) {
           best = cands[c];
