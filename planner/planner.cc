@@ -612,8 +612,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
         const int rank = src_rank[cands[c]];
         int64_t score = load[rank];
         if (device_of[rank] != leader_device) score += off_rail_penalty;
+        // Lower score wins; on a tie, the lower node load (read only then).
+        if (best >= 0 && score > best_score) continue;
         const int64_t nl = intra ? 0 : node_out[node_of[rank]];
-        if (best < 0 || score < best_score || (score == best_score && nl < best_node_load)) {
+        if (best < 0 || score < best_score || nl < best_node_load) {
           best = cands[c];
           best_score = score;
           best_node_load = nl;
