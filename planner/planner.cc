@@ -631,7 +631,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   result.phases.select = clock.Lap();
 
   // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
-  // Order (sender, tree, delivery index): a counting sort by tree, then a stable one by sender.
+  // Order (sender, tree, delivery index): a stable counting sort by sender, then, within each
+  // sender's range (small, so it stays in cache), a stable counting sort by tree.
   std::vector<DeliveryTarget> targets;  // by sorted delivery
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
@@ -640,15 +641,33 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     std::vector<int> order;
     GrowFresh(order, deliveries.size());
     {
-      const int num_trees = trees.NumTrees();
-      std::vector<int> tree_begin(num_trees + 1, 0);
-      for (const Delivery& d : deliveries) ++tree_begin[d.tree + 1];
-      for (int t = 0; t < num_trees; ++t) tree_begin[t + 1] += tree_begin[t];
-      std::vector<int> by_tree;
-      GrowFresh(by_tree, deliveries.size());
-      for (size_t i = 0; i < deliveries.size(); ++i) by_tree[tree_begin[deliveries[i].tree]++] = static_cast<int>(i);
+      std::vector<int> by_sender, tree_at;  // delivery index and its tree, by sender
+      GrowFresh(by_sender, deliveries.size());
+      GrowFresh(tree_at, deliveries.size());
       std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
-      for (int i : by_tree) order[fill[src_rank[deliveries[i].sender_frag]]++] = i;
+      for (size_t i = 0; i < deliveries.size(); ++i) {
+        const int k = fill[src_rank[deliveries[i].sender_frag]]++;
+        by_sender[k] = static_cast<int>(i);
+        tree_at[k] = deliveries[i].tree;
+      }
+      std::vector<int> tree_next(trees.NumTrees(), 0);  // per tree: count, then next position
+      std::vector<int> present;                          // the sender's trees, ascending
+      for (int sender = 0; sender < num_ranks; ++sender) {
+        const int begin = sender_begin[sender], end = sender_begin[sender + 1];
+        present.clear();
+        for (int k = begin; k < end; ++k) {
+          if (tree_next[tree_at[k]]++ == 0) present.push_back(tree_at[k]);
+        }
+        std::sort(present.begin(), present.end());
+        int position = begin;
+        for (int tree : present) {
+          const int count = tree_next[tree];
+          tree_next[tree] = position;
+          position += count;
+        }
+        for (int k = begin; k < end; ++k) order[tree_next[tree_at[k]]++] = by_sender[k];
+        for (int tree : present) tree_next[tree] = 0;
+      }
     }
     // Deliveries in that order: the passes below read them sequentially.
     std::vector<Delivery> sorted;
