@@ -725,7 +725,6 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 
   result.phases.order = clock.Lap();
 
-
   // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
   // sort by rank).
   {
@@ -746,7 +745,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     ReserveFresh(plan.slots, slots_bound);
     ReserveFresh(plan.dep_list, deps_bound);
     ReserveFresh(plan.copies, copies_bound);
-      }
+  }
   {
     std::vector<int> rank_begin(num_ranks + 1, 0);
     for (const LocalCopy& c : local_copies) ++rank_begin[c.rank + 1];
