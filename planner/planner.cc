@@ -599,30 +599,41 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       std::sort(by_size.begin(), by_size.end());
       for (size_t k = 0; k < by_size.size(); ++k) flexible[k] = by_size[k].second;
     }
+    // Per candidate number: its rank and that rank's local device, read in order by the scans
+    // below (each delivery scans all its candidates; Kimi-K2's attention has 64 holders a piece).
+    std::vector<int> cand_rank(static_cast<size_t>(num_holders) + intra_pool.size());
+    std::vector<int> cand_device(cand_rank.size());
+    for (size_t c = 0; c < cand_rank.size(); ++c) {
+      cand_rank[c] = src_rank[candidate(static_cast<int>(c))];
+      cand_device[c] = device_of[cand_rank[c]];
+    }
     for (int di : flexible) {
       Delivery& d = deliveries[di];
       const bool intra = d.cand_begin >= num_holders;
-      const int* cands = intra ? intra_pool.data() - num_holders : inter.holders.data();
       std::vector<int64_t>& load = intra ? intra_out : net_out;
       const int leader_device = device_of[trees.Rank(d.tree, 0)];
       const int64_t off_rail_penalty = intra ? 0 : d.bytes / 64 + 1;
-      int best = -1;
-      int64_t best_score = 0, best_node_load = 0;
-      for (int c = d.cand_begin; c < d.cand_end; ++c) {
-        const int rank = src_rank[cands[c]];
-        int64_t score = load[rank];
-        if (device_of[rank] != leader_device) score += off_rail_penalty;
-        // Lower score wins; on a tie, the lower node load (read only then).
-        if (best >= 0 && score > best_score) continue;
-        const int64_t nl = intra ? 0 : node_out[node_of[rank]];
-        if (best < 0 || score < best_score || nl < best_node_load) {
-          best = cands[c];
+      // Lower score wins; on a tie, the lower node load (read only then; 0 within a node).
+      int best = d.cand_begin;
+      int64_t best_score = load[cand_rank[best]] + (cand_device[best] != leader_device ? off_rail_penalty : 0);
+      int64_t best_node_load = intra ? 0 : node_out[node_of[cand_rank[best]]];
+      for (int c = d.cand_begin + 1; c < d.cand_end; ++c) {
+        const int64_t score = load[cand_rank[c]] + (cand_device[c] != leader_device ? off_rail_penalty : 0);
+        if (score > best_score) continue;
+        if (score < best_score) {
+          best = c;
           best_score = score;
-          best_node_load = nl;
+          best_node_load = intra ? 0 : node_out[node_of[cand_rank[c]]];
+        } else if (!intra) {
+          const int64_t nl = node_out[node_of[cand_rank[c]]];
+          if (nl < best_node_load) {
+            best = c;
+            best_node_load = nl;
+          }
         }
       }
-      d.sender_frag = best;
-      const int rank = src_rank[best];
+      d.sender_frag = candidate(best);
+      const int rank = cand_rank[best];
       load[rank] += d.bytes;
       if (!intra) node_out[node_of[rank]] += d.bytes;
     }
