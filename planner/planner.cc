@@ -811,6 +811,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     last_sender = m.sender;
     const int count = m.last - m.first;
     const Delivery& d0 = deliveries[m.first];
+    const DeliveryTarget& t0 = targets[m.first];
     // Sender side.
     Op send;
     send.kind = OpKind::kSend;
@@ -821,7 +822,6 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      const DeliveryTarget& t0 = targets[m.first];
       const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
       if (count == 1 && src0.contiguous) {
         send.data = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
@@ -884,10 +884,10 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       };
       bool direct = false;
       if (count == 1 && child_begin[i] == child_begin[i + 1]) {
-        const FragmentGroup& g = *targets[m.first].group;
+        const FragmentGroup& g = *t0.group;
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          const CopySide dst = FragmentSide(destination.fragments[*lo], targets[m.first].dtype, Space::kDestination, *targets[m.first].box);
+          const CopySide dst = FragmentSide(destination.fragments[*lo], t0.dtype, Space::kDestination, *t0.box);
           if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
             direct = true;
