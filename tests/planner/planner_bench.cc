@@ -2,17 +2,20 @@
 // (tools/models: Megatron-LM trainer -> vLLM engine, 8 GPUs per node, destination after the
 // source ranks). Counters: ranks, tensors, fragments, ops, the peak resident memory of the
 // process so far and the planner's share of it (plan_MiB), and for reshard the last run's time per
-// planner pass (intersect_ms ... emit_ms, PlanPhaseSeconds).
+// planner pass (intersect_ms ... emit_ms, PlanPhaseSeconds). BM_MemoryFloor measures, for the target
+// rows, what any planner of this IR pays in memory traffic alone, to compare side by side.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 
 #include <map>
 #include <string>
 #include <utility>
 
+#include "planner/fresh_memory.h"
 #include "planner/planner.h"
 #include "tests/planner/refit_layouts_testutil.h"
 
@@ -93,6 +96,65 @@ void BM_Refit(benchmark::State& state, const char* model, const char* src, const
   RunPlan(state, CachedRefit(model, src, dst), strategy);
 }
 
+// The memory floor of a reshard plan in this IR, on the same layouts: streaming both layouts'
+// fragments once (the intersection must read every one; a Fragment is 224 bytes) and writing as
+// many ops and copy pairs as the plan has into fresh vectors, appended the way the planner appends
+// them (reserved on huge pages). A planner of these layouts and this plan pays at least this
+// before it computes anything; the reshard row of the same model shows how far above it planning
+// is. Counters: the last iteration's read_fragments_ms and write_plan_ms, and the plan's sizes.
+void BM_MemoryFloor(benchmark::State& state, const char* model, const char* src, const char* dst) {
+  const models::RefitLayouts& refit = CachedRefit(model, src, dst);
+  size_t num_ops = 0, num_copies = 0;
+  {
+    Result<PlanResult> plan = PlanReshard(refit.source, refit.destination, refit.topology);
+    if (!plan.ok()) {
+      state.SkipWithError(plan.status().ToString().c_str());
+      return;
+    }
+    num_ops = plan->plan.ops.size();
+    num_copies = plan->plan.copies.size();
+  }
+  using Clock = std::chrono::steady_clock;
+  double read_seconds = 0, write_seconds = 0;
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    int64_t sum = 0;
+    for (const Layout* layout : {&refit.source, &refit.destination}) {
+      for (const Fragment& f : layout->fragments) {
+        sum += f.tensor + f.box.lo[0] + f.box.hi[0] + f.loc.buffer + f.loc.byte_offset + f.loc.strides[0];
+      }
+    }
+    benchmark::DoNotOptimize(sum);
+    const auto read_done = Clock::now();
+    {
+      std::vector<Op> ops;
+      std::vector<PackedCopy> copies;
+      ReserveFresh(ops, num_ops);
+      ReserveFresh(copies, num_copies);
+      for (size_t i = 0; i < num_ops; ++i) {
+        Op op;
+        op.id = static_cast<int>(i);
+        ops.push_back(op);
+      }
+      for (size_t i = 0; i < num_copies; ++i) {
+        copies.push_back({static_cast<int64_t>(i), static_cast<int64_t>(i), 0, 0, 0});
+      }
+      benchmark::DoNotOptimize(ops.data());
+      benchmark::DoNotOptimize(copies.data());
+      benchmark::ClobberMemory();
+    }
+    const auto write_done = Clock::now();
+    read_seconds = std::chrono::duration<double>(read_done - start).count();
+    write_seconds = std::chrono::duration<double>(write_done - read_done).count();
+  }
+  state.counters["fragments"] =
+      static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
+  state.counters["ops"] = static_cast<double>(num_ops);
+  state.counters["copies"] = static_cast<double>(num_copies);
+  state.counters["read_fragments_ms"] = read_seconds * 1e3;
+  state.counters["write_plan_ms"] = write_seconds * 1e3;
+}
+
 // The issue's targets: DeepSeek-V3 at 256 -> 256 ranks, Kimi-K2 at 1024 -> 512 ranks, with vLLM's
 // expert parallelism (ep=32: each expert on one group of tp*dp/ep = 8 ranks).
 BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_to_tp32dp8ep32, "deepseek-v3",
@@ -103,6 +165,12 @@ BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_gather_broadcast, "deepseek-v3", "megatr
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Refit, kimi_k2_pp16ep64_to_tp32dp16ep32, "kimi-k2", "megatron:pp=16,ep=64",
                   "vllm:tp=32,dp=16,ep=32", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MemoryFloor, deepseek_v3_pp16ep16_to_tp32dp8ep32, "deepseek-v3",
+                  "megatron:pp=16,ep=16", "vllm:tp=32,dp=8,ep=32")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MemoryFloor, kimi_k2_pp16ep64_to_tp32dp16ep32, "kimi-k2",
+                  "megatron:pp=16,ep=64", "vllm:tp=32,dp=16,ep=32")
     ->Unit(benchmark::kMillisecond);
 // vLLM without expert parallelism (ep=1): every expert's FFN split over all tp*dp ranks, so each
 // expert tensor becomes tp*dp fragments (millions in all at 256 ranks). Shown at 64 ranks.
