@@ -3,6 +3,7 @@
 // deterministic functions of the plan: the same plan gives byte-identical text.
 #pragma once
 
+#include <ostream>
 #include <string>
 
 #include "core/base/status.h"
@@ -11,13 +12,22 @@
 
 namespace ferry {
 
-// `indent` < 0 gives compact JSON. Buffers are listed by rank and size; given the layouts the
-// plan was made from, with their names too.
+// `indent` < 0 gives compact JSON, else nlohmann::json's dump(indent) layout. Buffers are listed
+// by rank and size; given the layouts the plan was made from, with their names too.
+//
+// WritePlanJson writes to `out` as it reads the plan: no memory beyond the stream's buffer, for
+// plans of any size. PlanToJson returns the same text as a string (for tests and small plans);
+// WritePlanJsonFile writes it to a file, replacing it. Blocking; the plan is only read.
+void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent = -1,
+                   const Layout* source = nullptr, const Layout* destination = nullptr);
 std::string PlanToJson(const TransferPlan& plan, int indent = -1, const Layout* source = nullptr,
                        const Layout* destination = nullptr);
+Status WritePlanJsonFile(const std::string& path, const TransferPlan& plan, int indent = -1,
+                         const Layout* source = nullptr, const Layout* destination = nullptr);
 std::string StatsToJson(const PlanStats& stats, int indent = 2);
+// Graphviz DOT, streamed, as a string, or to a file (as for JSON).
+void WritePlanDot(std::ostream& out, const TransferPlan& plan);
 std::string PlanToDot(const TransferPlan& plan);
-// Writes `text` to `path`, replacing it.
-Status WriteTextFile(const std::string& path, const std::string& text);
+Status WritePlanDotFile(const std::string& path, const TransferPlan& plan);
 
 }  // namespace ferry

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <utility>
@@ -30,35 +32,6 @@ int64_t CountTransfers(const TransferPlan& plan) {
   return n;
 }
 
-Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const PlanCommandArgs& args) {
-  StrategyReport report;
-  report.strategy = strategy;
-  const auto start = std::chrono::steady_clock::now();
-  Result<PlanResult> result = MakePlan(strategy, in.source, in.destination, in.topology);
-  report.planning_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!result.ok()) {
-    return result.status().WithContext(std::string(StrategyName(strategy)) + " planning failed");
-  }
-  if (args.validate) {
-    if (Status s = ValidatePlan(result->plan, in.source, in.destination); !s.ok()) {
-      return s.WithContext(std::string(StrategyName(strategy)) + " plan is invalid");
-    }
-  }
-  report.phases = result->phases;
-  report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
-  report.transfers = CountTransfers(result->plan);
-  if (strategy == args.strategy) {
-    if (!args.json_file.empty()) {
-      FERRY_RETURN_IF_ERROR(WriteTextFile(args.json_file, PlanToJson(result->plan, -1, &in.source, &in.destination)));
-    }
-    if (!args.dot_file.empty()) {
-      FERRY_RETURN_IF_ERROR(WriteTextFile(args.dot_file, PlanToDot(result->plan)));
-    }
-  }
-  return report;
-}
-
 std::string Seconds(double s) {
   char buf[64];
   if (s >= 1) {
@@ -79,6 +52,69 @@ std::string Count(int64_t n) {
     out += digits[i];
   }
   return n < 0 ? "-" + out : out;
+}
+
+// Seconds since `start`.
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Reports a step to args.progress, if set.
+void Progress(const PlanCommandArgs& args, const std::string& line) {
+  if (args.progress) args.progress(line);
+}
+
+// Writes one export through `write`, telling args.progress before and after (with the file's
+// size): a plan of millions of copy pairs is gigabytes of JSON.
+Status ExportFile(const PlanCommandArgs& args, const std::string& what, const std::string& path,
+                  const std::function<Status()>& write) {
+  Progress(args, "writing " + what + " to " + path);
+  const auto start = std::chrono::steady_clock::now();
+  FERRY_RETURN_IF_ERROR(write());
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  Progress(args, "wrote " + what + " to " + path + " (" +
+                     (error ? std::string("size unknown") : FormatBytes(static_cast<double>(size))) +
+                     ") in " + Seconds(SecondsSince(start)));
+  return Status::Ok();
+}
+
+Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const PlanCommandArgs& args) {
+  StrategyReport report;
+  report.strategy = strategy;
+  const std::string name(StrategyName(strategy));
+  const auto start = std::chrono::steady_clock::now();
+  Result<PlanResult> result = MakePlan(strategy, in.source, in.destination, in.topology);
+  report.planning_seconds = SecondsSince(start);
+  if (!result.ok()) {
+    return result.status().WithContext(name + " planning failed");
+  }
+  Progress(args, name + ": planned in " + Seconds(report.planning_seconds) + " (" +
+                     Count(static_cast<int64_t>(result->plan.ops.size())) + " ops, " +
+                     Count(static_cast<int64_t>(result->plan.copies.size())) + " copy pairs)");
+  if (args.validate) {
+    const auto validate_start = std::chrono::steady_clock::now();
+    if (Status s = ValidatePlan(result->plan, in.source, in.destination); !s.ok()) {
+      return s.WithContext(name + " plan is invalid");
+    }
+    Progress(args, name + ": valid (checked in " + Seconds(SecondsSince(validate_start)) + ")");
+  }
+  report.phases = result->phases;
+  report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
+  report.transfers = CountTransfers(result->plan);
+  if (strategy == args.strategy) {
+    const TransferPlan& plan = result->plan;
+    if (!args.json_file.empty()) {
+      FERRY_RETURN_IF_ERROR(ExportFile(args, name + " plan JSON", args.json_file, [&] {
+        return WritePlanJsonFile(args.json_file, plan, -1, &in.source, &in.destination);
+      }));
+    }
+    if (!args.dot_file.empty()) {
+      FERRY_RETURN_IF_ERROR(ExportFile(args, name + " plan DOT", args.dot_file,
+                                       [&] { return WritePlanDotFile(args.dot_file, plan); }));
+    }
+  }
+  return report;
 }
 
 }  // namespace
@@ -106,8 +142,13 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   source.destination_layout_file = args.destination_layout_file;
   source.topology_file = args.topology_file;
   source.gpus_per_node = args.gpus_per_node;
+  const auto load_start = std::chrono::steady_clock::now();
   Result<RefitInputs> in = LoadRefitInputs(source);
   if (!in.ok()) return in.status();
+  Progress(args, "layouts: " + in->description + ": " +
+                     Count(static_cast<int64_t>(in->source.fragments.size())) + " source + " +
+                     Count(static_cast<int64_t>(in->destination.fragments.size())) +
+                     " destination fragments (" + Seconds(SecondsSince(load_start)) + ")");
 
   PlanReport report;
   report.description = in->description;
@@ -221,6 +262,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       return;
     }
     args->strategy = *parsed;
+    args->progress = [](const std::string& line) { std::cerr << "ferry plan: " << line << "\n"; };
     Result<PlanReport> report = RunPlanCommand(*args);
     if (!report.ok()) {
       std::cerr << "ferry plan: " << report.status().message() << "\n";

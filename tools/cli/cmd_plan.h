@@ -4,9 +4,10 @@
 //
 // The pieces are exposed for tests: RunPlanCommand does the work and returns the report (or a
 // clear error), FormatPlanReport renders the table. Pure functions apart from reading/writing the
-// named files; thread-safe.
+// named files and calling `progress`; thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/base/status.h"
@@ -30,6 +31,10 @@ struct PlanCommandArgs {
   Strategy strategy = Strategy::kReshard;
   std::string json_file, dot_file;
   bool validate = false;    // run ValidatePlan on both plans (slow on large plans)
+  // Called with one line per step as the command goes (layouts built, each plan made, validated,
+  // written; before a file is written too, as a large plan takes a while), on the calling thread.
+  // Null: silent. The CLI prints the lines to stderr.
+  std::function<void(const std::string&)> progress;
 };
 
 struct StrategyReport {

@@ -1,7 +1,13 @@
-// Export: JSON carries every op with its fields and is stable; DOT names every op and message.
+// Export: JSON carries every op with its fields and is stable, and the streaming writer gives
+// exactly nlohmann::json's text (compact and indented, names escaped); files hold the same text;
+// DOT names every op and message.
 #include "core/plan/export.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +28,57 @@ TEST(PlanExport, JsonRoundTripsFields) {
   EXPECT_EQ(j["ops"][1]["peer"], 0);
   EXPECT_EQ(j["ops"][2]["deps"][0], 1);
   EXPECT_EQ(j["ops"][2]["copies"][0]["to"]["space"], "destination");
+}
+
+// Reads a whole file.
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+TEST(PlanExport, StreamedJsonIsNlohmannDumpAtEveryIndent) {
+  TinyPlan t = MakeTinyPlan();
+  t.plan.strategy = "reshard \"quoted\"";
+  // Names that need escaping: quote, backslash, control characters, and UTF-8 kept as it is.
+  t.source.buffers[0].name = "a\"b\\c\nd\te\x01f\x1f\u00e9";
+  const Layout* source = &t.source;
+  const Layout* destination = &t.destination;
+  for (int indent : {-1, 0, 2, 4}) {
+    SCOPED_TRACE("indent " + std::to_string(indent));
+    const std::string streamed = PlanToJson(t.plan, indent, source, destination);
+    const nlohmann::ordered_json dom = nlohmann::ordered_json::parse(streamed);
+    EXPECT_EQ(streamed, dom.dump(indent));
+    EXPECT_EQ(dom["source_buffers"][0]["name"], t.source.buffers[0].name);
+  }
+  // An op without copy pairs or deps, and no slots: empty arrays as nlohmann writes them.
+  TransferPlan bare;
+  bare.strategy = "reshard";
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  bare.AddOp(copy);
+  for (int indent : {-1, 2}) {
+    const std::string streamed = PlanToJson(bare, indent);
+    EXPECT_EQ(streamed, nlohmann::ordered_json::parse(streamed).dump(indent));
+    EXPECT_NE(streamed.find(indent < 0 ? "\"copies\":[]" : "\"copies\": []"), std::string::npos);
+  }
+}
+
+TEST(PlanExport, FilesHoldTheSameTextAndBadPathsFail) {
+  TinyPlan t = MakeTinyPlan();
+  const std::string dir = ::testing::TempDir();
+  const std::string json_path = dir + "/plan_" + std::to_string(getpid()) + ".json";
+  const std::string dot_path = dir + "/plan_" + std::to_string(getpid()) + ".dot";
+  ASSERT_TRUE(WritePlanJsonFile(json_path, t.plan, -1, &t.source, &t.destination).ok());
+  EXPECT_EQ(ReadFile(json_path), PlanToJson(t.plan, -1, &t.source, &t.destination));
+  ASSERT_TRUE(WritePlanDotFile(dot_path, t.plan).ok());
+  EXPECT_EQ(ReadFile(dot_path), PlanToDot(t.plan));
+  std::remove(json_path.c_str());
+  std::remove(dot_path.c_str());
+  const Status bad = WritePlanJsonFile(dir + "/no/such/dir/plan.json", t.plan);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("cannot open"), std::string::npos) << bad.ToString();
 }
 
 TEST(PlanExport, DotHasClustersAndMessageEdges) {

@@ -1,4 +1,5 @@
 // Tests of `ferry plan`: the report and its table for a small preset refit, JSON/DOT export,
+// progress lines per step,
 // layout-file mode, and the error paths (unknown model, bad framework spec, spec that does not fit
 // the model, incompatible or missing layout files, conflicting arguments), through the library
 // entry point and through the CLI11 subcommand.
@@ -82,6 +83,34 @@ TEST(PlanCommand, PresetReportComparesBothStrategies) {
   const std::string json = ReadFile(args.json_file);
   EXPECT_NE(json.find("\"strategy\":\"reshard\""), std::string::npos) << json.substr(0, 200);
   EXPECT_EQ(ReadFile(args.dot_file).rfind("digraph", 0), 0u);
+}
+
+TEST(PlanCommand, ProgressReportsEachStepInOrder) {
+  PlanCommandArgs args = SmallPreset();
+  args.json_file = TempPath("progress.json");
+  args.dot_file = TempPath("progress.dot");
+  std::vector<std::string> lines;
+  args.progress = [&lines](const std::string& line) { lines.push_back(line); };
+  ASSERT_TRUE(RunPlanCommand(args).ok());
+  const std::vector<std::string> starts = {
+      "layouts: llama-3.1-8b",
+      "reshard: planned in ",
+      "reshard: valid",
+      "writing reshard plan JSON to " + args.json_file,
+      "wrote reshard plan JSON to " + args.json_file + " (",
+      "writing reshard plan DOT to " + args.dot_file,
+      "wrote reshard plan DOT to " + args.dot_file + " (",
+      "gather-broadcast: planned in ",
+      "gather-broadcast: valid",
+  };
+  ASSERT_EQ(lines.size(), starts.size());
+  for (size_t i = 0; i < starts.size(); ++i) {
+    EXPECT_EQ(lines[i].rfind(starts[i], 0), 0u) << "line " << i << ": " << lines[i];
+  }
+  // Sizes of what was written, and of the plans.
+  EXPECT_NE(lines[4].find("KiB"), std::string::npos) << lines[4];
+  EXPECT_NE(lines[1].find(" ops, "), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(" copy pairs)"), std::string::npos) << lines[1];
 }
 
 TEST(PlanCommand, StrategyPicksTheExportedPlan) {
