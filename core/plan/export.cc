@@ -25,10 +25,13 @@ using Json = nlohmann::ordered_json;
 // Writes JSON text to a stream as it goes, in nlohmann::json's dump() format (compact for
 // indent < 0; else one member or element per line, `indent` spaces a level, "key": value), so
 // that streamed and DOM-built text are byte-identical. Callers pair Begin/End calls; the writer
-// only tracks where commas and line breaks go.
+// only tracks where commas and line breaks go. Text collects in a buffer that goes to the stream
+// whenever it passes 1 MiB and on Finish().
 class JsonStreamWriter {
  public:
-  JsonStreamWriter(std::ostream& out, int indent) : out_(out), indent_(indent) {}
+  JsonStreamWriter(std::ostream& out, int indent) : out_(out), indent_(indent) {
+    buffer_.reserve(kFlushBytes + 4096);
+  }
 
   void BeginObject() { Open('{'); }
   void EndObject() { Close('}'); }
@@ -38,14 +41,14 @@ class JsonStreamWriter {
   void Key(std::string_view key) {
     Separate();
     String(key);
-    out_ << (indent_ >= 0 ? ": " : ":");
+    buffer_.append(indent_ >= 0 ? ": " : ":");
     after_key_ = true;
   }
   void Int(int64_t value) {
     Separate();
-    char buf[24];
-    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-    out_.write(buf, end - buf);
+    char digits[24];
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, value);
+    buffer_.append(digits, end);
   }
   void Str(std::string_view value) {
     Separate();
@@ -56,24 +59,31 @@ class JsonStreamWriter {
     for (int64_t v : values) Int(v);
     EndArray();
   }
+  // Writes what is buffered to the stream.
+  void Finish() {
+    out_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+    buffer_.clear();
+  }
 
  private:
+  static constexpr size_t kFlushBytes = size_t{1} << 20;
   struct Level {
     bool empty = true;
   };
   void Open(char bracket) {
     Separate();
-    out_.put(bracket);
+    buffer_.push_back(bracket);
     levels_.push_back({});
   }
   void Close(char bracket) {
     const bool empty = levels_.back().empty;
     levels_.pop_back();
     if (!empty && indent_ >= 0) {
-      out_.put('\n');
+      buffer_.push_back('\n');
       Pad(levels_.size());
     }
-    out_.put(bracket);
+    buffer_.push_back(bracket);
+    if (buffer_.size() >= kFlushBytes) Finish();
   }
   // Before a key, or a value that has no key: the comma and line break of its place.
   void Separate() {
@@ -83,44 +93,44 @@ class JsonStreamWriter {
     }
     if (levels_.empty()) return;
     Level& level = levels_.back();
-    if (!level.empty) out_.put(',');
+    if (!level.empty) buffer_.push_back(',');
     level.empty = false;
     if (indent_ >= 0) {
-      out_.put('\n');
+      buffer_.push_back('\n');
       Pad(levels_.size());
     }
   }
-  void Pad(size_t depth) {
-    for (size_t i = 0; i < depth * static_cast<size_t>(indent_); ++i) out_.put(' ');
-  }
+  void Pad(size_t depth) { buffer_.append(depth * static_cast<size_t>(indent_), ' '); }
   // A JSON string: quotes, backslashes and control characters escaped as nlohmann::json does;
   // other bytes (UTF-8 included) as they are.
   void String(std::string_view text) {
-    out_.put('"');
+    buffer_.push_back('"');
     for (const char c : text) {
       switch (c) {
-        case '"': out_ << "\\\""; break;
-        case '\\': out_ << "\\\\"; break;
-        case '\b': out_ << "\\b"; break;
-        case '\f': out_ << "\\f"; break;
-        case '\n': out_ << "\\n"; break;
-        case '\r': out_ << "\\r"; break;
-        case '\t': out_ << "\\t"; break;
+        case '"': buffer_.append("\\\""); break;
+        case '\\': buffer_.append("\\\\"); break;
+        case '\b': buffer_.append("\\b"); break;
+        case '\f': buffer_.append("\\f"); break;
+        case '\n': buffer_.append("\\n"); break;
+        case '\r': buffer_.append("\\r"); break;
+        case '\t': buffer_.append("\\t"); break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-            out_ << buf;
+            char escaped[8];
+            std::snprintf(escaped, sizeof escaped, "\\u%04x",
+                          static_cast<unsigned>(static_cast<unsigned char>(c)));
+            buffer_.append(escaped);
           } else {
-            out_.put(c);
+            buffer_.push_back(c);
           }
       }
     }
-    out_.put('"');
+    buffer_.push_back('"');
   }
 
   std::ostream& out_;
   const int indent_;
+  std::string buffer_;
   std::vector<Level> levels_;
   bool after_key_ = false;
 };
@@ -252,6 +262,7 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
   }
   w.EndArray();
   w.EndObject();
+  w.Finish();
 }
 
 std::string PlanToJson(const TransferPlan& plan, int indent, const Layout* source,
