@@ -54,6 +54,15 @@ class JsonStreamWriter {
     Separate();
     String(value);
   }
+  // Key(key) then the value.
+  void Member(std::string_view key, int64_t value) {
+    Key(key);
+    Int(value);
+  }
+  void Member(std::string_view key, std::string_view value) {
+    Key(key);
+    Str(value);
+  }
   void IntArray(std::span<const int64_t> values) {
     BeginArray();
     for (int64_t v : values) Int(v);
@@ -138,14 +147,10 @@ class JsonStreamWriter {
 void WriteRegion(JsonStreamWriter& w, const Region& r) {
   const int ndim = std::clamp(r.ndim, 0, kMaxDims);
   w.BeginObject();
-  w.Key("space");
-  w.Str(SpaceName(r.space));
-  w.Key("buffer");
-  w.Int(r.buffer);
-  w.Key("offset");
-  w.Int(r.offset);
-  w.Key("dtype");
-  w.Str(DTypeName(r.dtype));
+  w.Member("space", SpaceName(r.space));
+  w.Member("buffer", r.buffer);
+  w.Member("offset", r.offset);
+  w.Member("dtype", DTypeName(r.dtype));
   w.Key("shape");
   w.IntArray({r.shape.data(), static_cast<size_t>(ndim)});
   w.Key("strides");
@@ -160,14 +165,11 @@ void WriteBuffers(JsonStreamWriter& w, const BufferTable& buffers, const Layout*
   for (size_t i = 0; i < buffers.size(); ++i) {
     const BufferTable::Entry& b = buffers[i];
     w.BeginObject();
-    w.Key("rank");
-    w.Int(b.rank);
+    w.Member("rank", b.rank);
     if (named) {
-      w.Key("name");
-      w.Str(layout->buffers[i].name);
+      w.Member("name", layout->buffers[i].name);
     }
-    w.Key("bytes");
-    w.Int(b.bytes);
+    w.Member("bytes", b.bytes);
     w.EndObject();
   }
   w.EndArray();
@@ -192,10 +194,8 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
                    const Layout* destination) {
   JsonStreamWriter w(out, indent);
   w.BeginObject();
-  w.Key("strategy");
-  w.Str(plan.strategy);
-  w.Key("num_ranks");
-  w.Int(plan.num_ranks);
+  w.Member("strategy", plan.strategy);
+  w.Member("num_ranks", plan.num_ranks);
   w.Key("source_buffers");
   WriteBuffers(w, plan.source_buffers, source);
   w.Key("destination_buffers");
@@ -204,10 +204,8 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
   w.BeginArray();
   for (const StagingSlot& s : plan.slots) {
     w.BeginObject();
-    w.Key("rank");
-    w.Int(s.rank);
-    w.Key("bytes");
-    w.Int(s.bytes);
+    w.Member("rank", s.rank);
+    w.Member("bytes", s.bytes);
     w.EndObject();
   }
   w.EndArray();
@@ -215,16 +213,11 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
   w.BeginArray();
   for (const Op& op : plan.ops) {
     w.BeginObject();
-    w.Key("id");
-    w.Int(op.id);
-    w.Key("kind");
-    w.Str(OpKindName(op.kind));
-    w.Key("rank");
-    w.Int(op.rank);
-    w.Key("round");
-    w.Int(op.round);
-    w.Key("bytes");
-    w.Int(op.bytes);
+    w.Member("id", op.id);
+    w.Member("kind", OpKindName(op.kind));
+    w.Member("rank", op.rank);
+    w.Member("round", op.round);
+    w.Member("bytes", op.bytes);
     if (op.NumDeps() > 0) {
       w.Key("deps");
       w.BeginArray();
@@ -235,12 +228,9 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
       case OpKind::kSend:
       case OpKind::kForward:
       case OpKind::kRecv:
-        w.Key("peer");
-        w.Int(op.peer);
-        w.Key("message");
-        w.Int(op.message);
-        w.Key("link");
-        w.Str(LinkClassName(op.link));
+        w.Member("peer", op.peer);
+        w.Member("message", op.message);
+        w.Member("link", LinkClassName(op.link));
         w.Key("data");
         WriteRegion(w, op.data);
         break;
