@@ -79,6 +79,13 @@ TEST(PlanExport, FilesHoldTheSameTextAndBadPathsFail) {
   const Status bad = WritePlanJsonFile(dir + "/no/such/dir/plan.json", t.plan);
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("cannot open"), std::string::npos) << bad.ToString();
+  // A full disk (/dev/full fails every write): the export reports it.
+  if (std::ifstream("/dev/full").good()) {
+    const Status full = WritePlanJsonFile("/dev/full", t.plan);
+    EXPECT_FALSE(full.ok());
+    EXPECT_NE(full.message().find("writing '/dev/full' failed"), std::string::npos) << full.ToString();
+    EXPECT_FALSE(WritePlanDotFile("/dev/full", t.plan).ok());
+  }
 }
 
 TEST(PlanExport, DotHasClustersAndMessageEdges) {
