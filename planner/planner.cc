@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "planner/fresh_memory.h"
+#include "planner/fold_stacks.h"
 #include "planner/intersect.h"
 
 namespace ferry {
@@ -342,23 +343,27 @@ Result<Strategy> ParseStrategy(std::string_view name) {
                          "' (expected reshard or gather-broadcast)");
 }
 
-Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
-                               const Topology& topology, const PlannerOptions& options) {
-  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
-    return InvalidArgument("chunk sizes must be at least 64 bytes");
-  }
-  PhaseClock clock;
-  const int num_ranks = NumRanksOf(source, destination);
+namespace {
+
+// The reshard planner proper, on `source` and `destination` (the layouts as given, or their
+// stack fold) whose fragments index the buffer tables of `buffers_of_source` and
+// `buffers_of_destination`. `clock` started with the planning; `fold_seconds` is already spent.
+Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
+                                 const Layout& buffers_of_source, const Layout& buffers_of_destination,
+                                 const Topology& topology, const PlannerOptions& options,
+                                 PhaseClock& clock, double fold_seconds) {
+  const int num_ranks = NumRanksOf(buffers_of_source, buffers_of_destination);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, destination));
   const int num_nodes = std::max(1, topology.NumNodes());
 
   PlanResult result;
+  result.phases.fold = fold_seconds;
   TransferPlan& plan = result.plan;
   plan.strategy = "reshard";
   plan.num_ranks = num_ranks;
-  plan.source_buffers = source.buffers;
-  plan.destination_buffers = destination.buffers;
+  plan.source_buffers = buffers_of_source.buffers;
+  plan.destination_buffers = buffers_of_destination.buffers;
 
   const PlanFacts facts(inter, destination, topology);
   const std::vector<int>& src_rank = facts.source_rank;
@@ -942,6 +947,31 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   }
   result.phases.emit = clock.Lap();
   return result;
+}
+
+}  // namespace
+
+Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
+                               const Topology& topology, const PlannerOptions& options) {
+  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
+    return InvalidArgument("chunk sizes must be at least 64 bytes");
+  }
+  PhaseClock clock;
+  StackFold fold;
+  const bool folded = FoldTensorStacks(source, destination, fold);
+  const double fold_seconds = clock.Lap();
+  if (folded) {
+    Result<PlanResult> plan = PlanReshardOf(fold.source, fold.destination, source, destination,
+                                            topology, options, clock, fold_seconds);
+    if (plan.ok()) {
+      plan->stacks = fold.stacks;
+      return plan;
+    }
+    // The stacks hide the original tensors: plan the layouts as given to report the error in
+    // their terms.
+  }
+  return PlanReshardOf(source, destination, source, destination, topology, options, clock,
+                       fold_seconds);
 }
 
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,

@@ -54,6 +54,7 @@ struct PlannerOptions {
 // Wall time of the reshard planner's passes, in seconds (zero for gather-and-broadcast): where a
 // slow plan spends its time, without a profiler.
 struct PlanPhaseSeconds {
+  double fold = 0;       // stack folding (planner/fold_stacks.h), whether or not it applied
   double intersect = 0;  // fragment intersection (IntersectLayouts) and the demand
   double route = 0;      // local copies, intra-node and network deliveries, trees, chunks
   double select = 0;     // source selection
@@ -65,6 +66,9 @@ struct PlanResult {
   TransferPlan plan;
   NetworkDemand demand;  // what the layouts force onto the network (for the lower bound)
   PlanPhaseSeconds phases;
+  // Reshard: tensor families planned as stacked tensors (planner/fold_stacks.h); 0 when the
+  // layouts were planned as given.
+  int stacks = 0;
 };
 
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,

@@ -253,7 +253,124 @@ void AddSide(std::mt19937_64& rng, Layout& layout, const std::vector<TensorSpec>
   }
 }
 
+// One side of a stacked case: every member of each family gets the same random replica sets and
+// grid; a cell's members sit in one buffer at a constant stride (a gap of 0-2 elements between
+// them), sometimes with one member moved past the others (breaking the run), or each in its own
+// buffer.
+// Fragments are appended member by member in ascending, descending or shuffled order.
+void AddStackedSide(std::mt19937_64& rng, Layout& layout,
+                    const std::vector<std::vector<TensorSpec>>& families,
+                    const std::vector<TensorSpec>& plain, int num_ranks, int side) {
+  for (const TensorSpec& spec : plain) {
+    const int t = layout.AddTensor(spec).value();
+    layout.AppendFragment(t, Box::FromShape(spec.shape), Uniform(rng, 0, num_ranks - 1),
+                          spec.name);
+  }
+  for (size_t fi = 0; fi < families.size(); ++fi) {
+    const std::vector<TensorSpec>& members = families[fi];
+    const TensorSpec& spec = members[0];
+    std::vector<int> ids;
+    for (const TensorSpec& m : members) ids.push_back(layout.AddTensor(m).value());
+    const int ndim = static_cast<int>(spec.shape.size());
+    const int64_t esize = DTypeSize(spec.dtype);
+    const int sets = Uniform(rng, 1, 2);
+    std::map<int, std::vector<Box>> held;
+    for (int s = 0; s < sets; ++s) {
+      std::vector<std::vector<int64_t>> cuts(ndim);
+      for (int d = 0; d < ndim; ++d) {
+        cuts[d] = RandomCuts(rng, spec.shape[d], Uniform(rng, 1, std::min<int>(3, spec.shape[d] + 1)));
+      }
+      std::array<int, kMaxDims> cell{};
+      int cell_index = 0;
+      while (true) {
+        Box box;
+        box.ndim = ndim;
+        for (int d = 0; d < ndim; ++d) {
+          box.lo[d] = cuts[d][cell[d]];
+          box.hi[d] = cuts[d][cell[d] + 1];
+        }
+        if (!box.Empty()) {
+          int rank = -1;
+          for (int tries = 0; tries < 2 * num_ranks && rank < 0; ++tries) {
+            const int r = Uniform(rng, 0, num_ranks - 1);
+            bool clash = false;
+            for (const Box& b : held[r]) clash = clash || b.Intersects(box);
+            if (!clash) rank = r;
+          }
+          if (rank < 0) rank = num_ranks + static_cast<int>(held.size());  // a rank of its own
+          held[rank].push_back(box);
+          const std::string buffer = "stack" + std::to_string(side) + "/" + std::to_string(fi) +
+                                     "/" + std::to_string(s) + "/" + std::to_string(cell_index);
+          const int k = static_cast<int>(members.size());
+          std::vector<int> order(k);
+          std::iota(order.begin(), order.end(), 0);
+          const int order_kind = Uniform(rng, 0, 3);
+          if (order_kind == 2) std::reverse(order.begin(), order.end());
+          if (order_kind == 3) std::shuffle(order.begin(), order.end(), rng);
+          const int64_t stride = (box.Volume() + Uniform(rng, 0, 2)) * esize;
+          const int moved = Uniform(rng, 0, 3) == 0 ? Uniform(rng, 0, k - 1) : -1;
+          const bool separate = Uniform(rng, 0, 4) == 0;
+          const auto strides = RowMajorStrides(box.Shape());
+          for (int j : order) {
+            if (separate) {
+              layout.AppendFragment(ids[j], box, rank, buffer + "/" + std::to_string(j));
+            } else {
+              const int64_t offset = (j == moved ? k : j) * stride;
+              layout.PlaceFragment(ids[j], box, rank, buffer, offset, strides);
+            }
+          }
+        }
+        ++cell_index;
+        int d = ndim - 1;
+        while (d >= 0 && ++cell[d] == static_cast<int>(cuts[d].size()) - 1) cell[d--] = 0;
+        if (d < 0) break;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+RandomCase MakeRandomStackedCase(std::mt19937_64& rng) {
+  RandomCase c;
+  const int num_ranks = Uniform(rng, 2, 8);
+  const DType dtypes[] = {DType::kInt8, DType::kBF16, DType::kFP32};
+  // 1-2 families of 2-6 members named like experts, which may share a shape; a plain tensor.
+  std::vector<std::vector<TensorSpec>> families(Uniform(rng, 1, 2));
+  std::vector<int64_t> shape;
+  const int ndim = Uniform(rng, 1, 4);
+  for (int d = 0; d < ndim; ++d) shape.push_back(Uniform(rng, 1, ndim <= 2 ? 7 : 3));
+  const DType dtype = dtypes[Uniform(rng, 0, 2)];
+  for (size_t f = 0; f < families.size(); ++f) {
+    const int k = Uniform(rng, 2, 6);
+    for (int j = 0; j < k; ++j) {
+      TensorSpec t;
+      t.name = "layers.1.experts." + std::to_string(j) + (f == 0 ? ".gate" : ".down");
+      t.shape = shape;
+      t.dtype = dtype;
+      families[f].push_back(t);
+    }
+  }
+  std::vector<TensorSpec> plain = {{"norm", {Uniform(rng, 1, 9)}, DType::kFP32}};
+  AddStackedSide(rng, c.source, families, plain, num_ranks, 0);
+  AddStackedSide(rng, c.destination, families, plain, num_ranks, 1);
+  // Destination ranks follow the source ranks, or overlap them.
+  int max_rank = 0;
+  for (const BufferSpec& b : c.source.buffers) max_rank = std::max(max_rank, b.rank);
+  if (Uniform(rng, 0, 1) == 1) {
+    for (BufferSpec& b : c.destination.buffers) b.rank += max_rank + 1;
+    for (Fragment& f : c.destination.fragments) f.loc.rank = c.destination.buffers[f.loc.buffer].rank;
+  }
+  for (const BufferSpec& b : c.destination.buffers) max_rank = std::max(max_rank, b.rank);
+  c.topology = Topology::Uniform(max_rank + 1, Uniform(rng, 1, 4));
+  const int64_t chunks[] = {64, 96, 256, 1 << 20};
+  c.options.network_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  c.options.fanout_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  c.options.hierarchical = Uniform(rng, 0, 3) != 0;
+  const RelayMode relays[] = {RelayMode::kAuto, RelayMode::kOff, RelayMode::kOn};
+  c.options.relay = relays[Uniform(rng, 0, 2)];
+  return c;
+}
 
 RandomCase MakeRandomCase(std::mt19937_64& rng) {
   RandomCase c;

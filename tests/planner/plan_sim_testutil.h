@@ -33,5 +33,10 @@ struct RandomCase {
 // A random layout pair: 1-3 tensors of 1-5 dims, uneven grid splits, 1-3 replica sets per side on
 // random ranks (colocated or not), fused/strided placements, random topology and options.
 RandomCase MakeRandomCase(std::mt19937_64& rng);
+// A random layout pair built for stack folding (planner/fold_stacks.h): families of 2-6 tensors
+// named like experts ("layers.1.experts.<j>.gate"), each side placing a cell's members in one
+// buffer at a constant stride (or not: separate buffers, a member moved off the stride, members
+// appended out of order), replica sets on random ranks, random topology and options.
+RandomCase MakeRandomStackedCase(std::mt19937_64& rng);
 
 }  // namespace ferry::testing

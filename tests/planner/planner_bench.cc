@@ -78,6 +78,7 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
       static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
   state.counters["ops"] = static_cast<double>(ops);
   if (strategy == Strategy::kReshard) {  // the last iteration's phases, in ms
+    state.counters["fold_ms"] = phases.fold * 1e3;
     state.counters["intersect_ms"] = phases.intersect * 1e3;
     state.counters["route_ms"] = phases.route * 1e3;
     state.counters["select_ms"] = phases.select * 1e3;

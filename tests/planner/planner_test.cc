@@ -41,6 +41,25 @@ TEST(PlannerProperty, RandomLayoutsExecuteExactly) {
   EXPECT_EQ(planned, 5000);
 }
 
+// Stack folding (planner/fold_stacks.h) changes which tensors the planner sees, never what the
+// plan does: plans of folded layouts must execute exactly against the original layouts.
+TEST(PlannerProperty, StackedLayoutsExecuteExactly) {
+  std::mt19937_64 rng(20261129);
+  int folded = 0;
+  for (int i = 0; i < 1500; ++i) {
+    testing::RandomCase c = testing::MakeRandomStackedCase(rng);
+    Result<PlanResult> r = PlanReshard(c.source, c.destination, c.topology, c.options);
+    ASSERT_TRUE(r.ok()) << "case " << i << ": " << r.status().ToString();
+    Status valid = ValidatePlan(r->plan, c.source, c.destination);
+    ASSERT_TRUE(valid.ok()) << "case " << i << ": " << valid.ToString();
+    Status exec = testing::ExecuteAndCheck(r->plan, c.source, c.destination);
+    ASSERT_TRUE(exec.ok()) << "case " << i << " (" << r->stacks << " stacks): " << exec.ToString();
+    folded += r->stacks > 0;
+  }
+  // The generator makes most cases foldable; the test is void if none folds.
+  EXPECT_GT(folded, 500);
+}
+
 TEST(PlannerDeterminism, TwoRunsGiveIdenticalJson) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 50; ++i) {

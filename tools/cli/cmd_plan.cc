@@ -100,6 +100,7 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const P
     Progress(args, name + ": valid (checked in " + Seconds(SecondsSince(validate_start)) + ")");
   }
   report.phases = result->phases;
+  report.stacks = result->stacks;
   report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
   report.transfers = CountTransfers(result->plan);
   if (strategy == args.strategy) {
@@ -212,7 +213,9 @@ std::string FormatPlanReport(const PlanReport& r) {
     out << "\n";
   }
   const PlanPhaseSeconds& p = a.phases;
-  out << "\nreshard planning: intersect " << Seconds(p.intersect) << ", route " << Seconds(p.route)
+  out << "\nreshard planning: fold stacks " << Seconds(p.fold) << " ("
+      << (a.stacks > 0 ? Count(a.stacks) + " stacks" : "none") << "), intersect "
+      << Seconds(p.intersect) << ", route " << Seconds(p.route)
       << ", select sources " << Seconds(p.select) << ", messages " << Seconds(p.order)
       << ", emit ops " << Seconds(p.emit) << "\n";
   if (a.stats.predicted_seconds > 0 && b.stats.predicted_seconds > 0) {

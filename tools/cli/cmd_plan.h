@@ -43,6 +43,7 @@ struct StrategyReport {
   int64_t transfers = 0;      // source regions read (copy pairs from a source buffer, direct sends)
   double planning_seconds = 0;  // wall time of the planner call
   PlanPhaseSeconds phases;      // the planner's passes (reshard only)
+  int stacks = 0;               // tensor families planned as stacks (reshard only)
 };
 
 struct PlanReport {

@@ -376,9 +376,13 @@ class MegatronWriter : public LayoutWriter {
   }
 
   // Expert-DP replica 0 of the routed experts: EP rank r owns experts [r*E/ep, (r+1)*E/ep), each
-  // split over its ETP group as linear_fc1.weight<local> = [gate; up] shards and linear_fc2.
+  // split over its ETP group as linear_fc1 = [gate; up] shards and linear_fc2, stacked by local
+  // expert in one buffer each (or one buffer per local expert, linear_fc1.weight<local>).
   Status Experts(int64_t l, int s, const std::string& p) {
     const int64_t per_rank = c_.num_experts / m_.ep;
+    const int64_t fc1_bytes = 2 * (c_.moe_intermediate / m_.etp) * c_.hidden * DTypeSize(c_.dtype);
+    const bool separate = m_.separate_expert_buffers;
+    auto suffix = [&](int64_t le) { return separate ? Num(le) : std::string(); };
     std::vector<int> group(m_.etp);
     for (int ep = 0; ep < m_.ep; ++ep) {
       std::iota(group.begin(), group.end(), first_ + stage_size_ * s + m_.etp * ep);
@@ -386,9 +390,10 @@ class MegatronWriter : public LayoutWriter {
         const int64_t e = ep * per_rank + le;
         FERRY_RETURN_IF_ERROR(GateUp(ExpertTensorName(c_, l, e, "gate_proj"),
                                      ExpertTensorName(c_, l, e, "up_proj"), group,
-                                     p + "mlp.experts.linear_fc1.weight" + Num(le)));
+                                     p + "mlp.experts.linear_fc1.weight" + suffix(le),
+                                     separate ? 0 : le * fc1_bytes));
         FERRY_RETURN_IF_ERROR(Row(ExpertTensorName(c_, l, e, "down_proj"), group,
-                                  p + "mlp.experts.linear_fc2.weight" + Num(le)));
+                                  p + "mlp.experts.linear_fc2.weight" + suffix(le)));
       }
     }
     return Status::Ok();
@@ -641,13 +646,14 @@ std::string FrameworkSpec::ToString() const {
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp) + ",ep=" + Num(m.ep);
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
-  return s + ",cp=" + Num(m.cp);
+  s += ",cp=" + Num(m.cp);
+  return m.separate_expert_buffers ? s + ",experts=separate" : s;
 }
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N or vllm:tp=N,dp=N,ep=N,engines=N; every key "
-      "optional)";
+      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N,experts=stacked|separate or "
+      "vllm:tp=N,dp=N,ep=N,engines=N; every key optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
   FrameworkSpec spec;
@@ -655,7 +661,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   if (name == "megatron") {
     spec.kind = FrameworkSpec::Kind::kMegatron;
     MegatronParallel& m = spec.megatron;
-    keys = {{"tp", &m.tp}, {"pp", &m.pp}, {"ep", &m.ep}, {"etp", &m.etp}, {"dp", &m.dp}, {"cp", &m.cp}};
+    keys = {{"tp", &m.tp}, {"pp", &m.pp},       {"ep", &m.ep},        {"etp", &m.etp},
+            {"dp", &m.dp}, {"cp", &m.cp}, {"experts", nullptr}};
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
     VllmParallel& v = spec.vllm;
@@ -678,6 +685,14 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       return InvalidArgument("key '" + key + "' given twice in '" + text + "'");
     }
     const std::string value = eq == std::string::npos ? "" : Trim(kv.substr(eq + 1));
+    if (key == "experts") {
+      if (value != "stacked" && value != "separate") {
+        return InvalidArgument("bad value '" + value + "' for experts in '" + text +
+                               "': expected stacked or separate");
+      }
+      spec.megatron.separate_expert_buffers = value == "separate";
+      continue;
+    }
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || end != value.c_str() + value.size() || parsed < 1 || parsed > (1 << 20)) {

@@ -33,6 +33,12 @@ struct MegatronParallel {
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;
+  // Where a rank keeps its local experts of a layer: false (the default, "experts=stacked"): in
+  // one linear_fc1 and one linear_fc2 buffer, local expert after local expert (the contiguous
+  // parameter storage of Megatron-Core's grouped experts and DDP buffers, in ascending order);
+  // true ("experts=separate"): one buffer per local expert, linear_fc1.weight<i>, as
+  // SequentialMLP parameters are allocated one by one.
+  bool separate_expert_buffers = false;
 };
 
 struct VllmParallel {

@@ -137,9 +137,16 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
   EXPECT_EQ(NumRanks(v), 16);
   EXPECT_EQ(v.ToString(), "vllm:tp=8,dp=2,ep=16");
   EXPECT_EQ(NumRanks(Spec("vllm")), 1);
+  EXPECT_FALSE(m.megatron.separate_expert_buffers);
+  FrameworkSpec separate = Spec("megatron:ep=4,experts=separate");
+  EXPECT_TRUE(separate.megatron.separate_expert_buffers);
+  EXPECT_EQ(separate.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate");
+  EXPECT_FALSE(Spec("megatron:ep=4,experts=stacked").megatron.separate_expert_buffers);
 
   for (const char* bad : {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4",
-                          "vllm:pp=2", "megatron:tp=x", "megatron:tp="}) {
+                          "vllm:pp=2", "megatron:tp=x", "megatron:tp=", "megatron:experts=fused",
+                          "megatron:experts", "vllm:experts=separate",
+                          "megatron:experts=stacked,experts=separate"}) {
     EXPECT_FALSE(ParseFrameworkSpec(bad).ok()) << bad;
   }
   // Qwen3-235B has 4 KV heads: Megatron cannot split its query groups 8 ways.
@@ -217,20 +224,33 @@ TEST(MegatronLayoutTest, MoeExpertOwnershipAndReplication) {
   Layout l = Build(p, "megatron:tp=2,pp=2,ep=4,etp=1");
   EXPECT_EQ(l.Ranks().size(), 8u);
   ExpectCoverage(l, p, Copies(2, 2, 1));
-  // Expert 40 of layer 3 (stage 0): EP rank 1 (experts 32..63), local index 8, on rank 1.
-  auto e = FragmentsIn(l, 1, "decoder.layers.3.mlp.experts.linear_fc1.weight8",
+  // Expert 40 of layer 3 (stage 0): EP rank 1 (experts 32..63), local index 8, on rank 1. The
+  // local experts are stacked in one buffer: [gate; up] of 2 x 16 rows of 32 columns each.
+  const int64_t fc1_bytes = 2 * 16 * 32 * 2;
+  auto e = FragmentsIn(l, 1, "decoder.layers.3.mlp.experts.linear_fc1.weight",
                        "model.layers.3.mlp.experts.40.up_proj.weight");
   ASSERT_EQ(e.size(), 1u);
-  EXPECT_EQ(e[0].loc.byte_offset, 16 * 32 * 2);  // after the 16 gate rows of 32 columns
-  EXPECT_TRUE(FragmentsIn(l, 0, "decoder.layers.3.mlp.experts.linear_fc1.weight8",
+  EXPECT_EQ(e[0].loc.byte_offset, 8 * fc1_bytes + 16 * 32 * 2);  // after expert 8's gate rows
+  EXPECT_TRUE(FragmentsIn(l, 0, "decoder.layers.3.mlp.experts.linear_fc1.weight",
                           "model.layers.3.mlp.experts.40.up_proj.weight").empty());
-  // Layer 24 is local layer 0 of stage 1 (ranks 4..7): expert 127 on EP rank 3 = rank 7.
-  EXPECT_EQ(FragmentsIn(l, 7, "decoder.layers.0.mlp.experts.linear_fc2.weight31",
+  // Layer 24 is local layer 0 of stage 1 (ranks 4..7): expert 127 on EP rank 3 = rank 7, local 31.
+  auto down = FragmentsIn(l, 7, "decoder.layers.0.mlp.experts.linear_fc2.weight",
+                          "model.layers.24.mlp.experts.127.down_proj.weight");
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].loc.byte_offset, 31 * 32 * 16 * 2);
+  // experts=separate: one buffer per local expert, as before stacking.
+  Layout separate = Build(p, "megatron:tp=2,pp=2,ep=4,etp=1,experts=separate");
+  ExpectCoverage(separate, p, Copies(2, 2, 1));
+  auto own = FragmentsIn(separate, 1, "decoder.layers.3.mlp.experts.linear_fc1.weight8",
+                         "model.layers.3.mlp.experts.40.up_proj.weight");
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].loc.byte_offset, 16 * 32 * 2);
+  EXPECT_EQ(FragmentsIn(separate, 7, "decoder.layers.0.mlp.experts.linear_fc2.weight31",
                         "model.layers.24.mlp.experts.127.down_proj.weight").size(), 1u);
   // With etp=2 each expert FFN is split over 2 ranks and expert-dp is 2.
   Layout etp = Build(p, "megatron:tp=2,ep=2,etp=2,dp=4");
   ExpectCoverage(etp, p, Copies(4, 2, 2));
-  auto half = FragmentsIn(etp, 1, "decoder.layers.0.mlp.experts.linear_fc1.weight0",
+  auto half = FragmentsIn(etp, 1, "decoder.layers.0.mlp.experts.linear_fc1.weight",
                           "model.layers.0.mlp.experts.0.gate_proj.weight");
   ASSERT_EQ(half.size(), 1u);
   EXPECT_EQ(half[0].box.lo[0], 8);

@@ -1,0 +1,347 @@
+// Stack folding: families by name, fragment runs merged in one pass over each layout.
+//
+// Cost: one pass over each layout's tensor names (a hash of each name without its number) and one
+// pass over each layout's fragments in index order. A fragment joins the open run of its family,
+// rank, buffer, box and strides (a direct-mapped table of open runs: layouts write a rank's
+// members one after another, so a run is found where it was left) or starts a new one. Families
+// whose fragments merged on neither side, or on only one, are turned back into their members
+// afterwards, in a pass over the (smaller) folded fragments.
+#include "planner/fold_stacks.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+constexpr uint64_t kMix = 0x9e3779b97f4a7c15ull;
+
+uint64_t Mix(uint64_t hash, uint64_t value) { return (hash ^ value) * kMix; }
+
+uint64_t HashBytes(uint64_t hash, std::string_view bytes) {
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes.data() + i, 8);
+    hash = Mix(hash, word);
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  return Mix(hash, tail ^ (static_cast<uint64_t>(bytes.size()) << 56));
+}
+
+// The last '.'-separated component of a name made only of decimal digits: the member number.
+struct NumberComponent {
+  size_t begin = 0, end = 0;  // [begin, end) of the name
+  int64_t value = -1;         // -1: the name has none
+};
+
+NumberComponent FindNumber(std::string_view name) {
+  size_t end = name.size();
+  while (end > 0) {
+    const size_t dot = name.rfind('.', end - 1);
+    const size_t begin = dot == std::string_view::npos ? 0 : dot + 1;
+    const size_t length = end - begin;
+    if (length > 0 && length <= 18) {
+      int64_t value = 0;
+      bool digits = true;
+      for (size_t i = begin; i < end && digits; ++i) {
+        const char c = name[i];
+        digits = c >= '0' && c <= '9';
+        value = value * 10 + (c - '0');
+      }
+      if (digits) return {begin, end, value};
+    }
+    if (dot == std::string_view::npos) break;
+    end = dot;
+  }
+  return {};
+}
+
+// A family's key: the name without its number, the dtype and the shape.
+uint64_t FamilyHash(std::string_view name, const NumberComponent& n, const TensorSpec& t) {
+  uint64_t h = HashBytes(0x51ed27u, name.substr(0, n.begin));
+  h = HashBytes(h, name.substr(n.end));
+  h = Mix(h, static_cast<uint64_t>(t.dtype));
+  for (int64_t extent : t.shape) h = Mix(h, static_cast<uint64_t>(extent));
+  return Mix(h, t.shape.size());
+}
+
+bool SameKey(const TensorSpec& a, const NumberComponent& na, const TensorSpec& b,
+             const NumberComponent& nb) {
+  const std::string_view x = a.name, y = b.name;
+  return a.dtype == b.dtype && a.shape == b.shape && x.substr(0, na.begin) == y.substr(0, nb.begin) &&
+         x.substr(na.end) == y.substr(nb.end);
+}
+
+struct Family {
+  int first = 0;                // the source tensor that defines the key
+  NumberComponent first_number;
+  std::vector<std::pair<int64_t, int>> members;  // (number, source tensor), sorted by number
+  std::vector<int> destination;                  // destination tensor per member, or -1
+  bool broken = false;          // a destination tensor contradicts it, or numbers repeat
+  // Fragments before and after merging, per side.
+  int64_t source_in = 0, source_out = 0, destination_in = 0, destination_out = 0;
+  int stack = -1;               // index of its stacked tensor when kept
+};
+
+// Where a tensor goes: member `position` of family `family`, or nowhere (family < 0).
+struct Membership {
+  int family = -1;
+  int position = 0;
+};
+
+// An open run: a fragment of the output that may still grow by the next member.
+struct OpenRun {
+  int64_t fragment = -1;    // index in the output's fragments
+  int next_position = 0;
+  int64_t last_offset = 0;  // byte offset of the run's last member
+  int64_t stride = 0;       // bytes between members; 0 while the run has one member
+};
+
+// Merges `layout`'s fragments into `out` (tensor field: the family index for members, else
+// -1 - the original tensor), counting each family's fragments in and out.
+void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
+                    std::vector<Family>& families, bool source, std::vector<Fragment>& out) {
+  constexpr int kTableBits = 12;
+  std::vector<OpenRun> table(size_t{1} << kTableBits);
+  out.reserve(layout.fragments.size() / 2);
+  for (const Fragment& f : layout.fragments) {
+    const Membership m = f.tensor >= 0 && static_cast<size_t>(f.tensor) < member.size()
+                             ? member[f.tensor]
+                             : Membership{};
+    const int ndim = f.box.ndim;
+    if (m.family < 0 || ndim < 1 || ndim >= kMaxDims) {
+      out.push_back(f);
+      out.back().tensor = -1 - f.tensor;
+      continue;
+    }
+    Family& family = families[m.family];
+    (source ? family.source_in : family.destination_in) += 1;
+    uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(m.family), static_cast<uint64_t>(f.loc.rank)),
+                         static_cast<uint64_t>(f.loc.buffer)),
+                     static_cast<uint64_t>(ndim));
+    for (int d = 0; d < ndim; ++d) {
+      h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
+              static_cast<uint64_t>(f.loc.strides[d]));
+    }
+    OpenRun& run = table[h >> (64 - kTableBits)];
+    if (run.fragment >= 0 && run.next_position == m.position) {
+      Fragment& g = out[static_cast<size_t>(run.fragment)];
+      bool same = g.tensor == m.family && g.loc.rank == f.loc.rank &&
+                  g.loc.buffer == f.loc.buffer && g.box.ndim == ndim + 1;
+      for (int d = 0; same && d < ndim; ++d) {
+        same = g.box.lo[d + 1] == f.box.lo[d] && g.box.hi[d + 1] == f.box.hi[d] &&
+               g.loc.strides[d + 1] == f.loc.strides[d];
+      }
+      const int64_t step = f.loc.byte_offset - run.last_offset;
+      const int64_t esize = DTypeSize(layout.tensors[f.tensor].dtype);
+      if (same && (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride)) {
+        run.stride = step;
+        g.loc.strides[0] = step / esize;
+        g.box.hi[0] = m.position + 1;
+        run.next_position = m.position + 1;
+        run.last_offset = f.loc.byte_offset;
+        continue;
+      }
+    }
+    Fragment g;
+    g.tensor = m.family;
+    g.box.ndim = ndim + 1;
+    g.box.lo[0] = m.position;
+    g.box.hi[0] = m.position + 1;
+    g.loc.rank = f.loc.rank;
+    g.loc.buffer = f.loc.buffer;
+    g.loc.byte_offset = f.loc.byte_offset;
+    // A one-member run's stride is that of a dense stack of such boxes, so a contiguous fragment
+    // stays contiguous.
+    g.loc.strides[0] = f.loc.strides[0] * std::max<int64_t>(1, f.box.hi[0] - f.box.lo[0]);
+    for (int d = 0; d < ndim; ++d) {
+      g.box.lo[d + 1] = f.box.lo[d];
+      g.box.hi[d + 1] = f.box.hi[d];
+      g.loc.strides[d + 1] = f.loc.strides[d];
+    }
+    run = {static_cast<int64_t>(out.size()), m.position + 1, f.loc.byte_offset, 0};
+    out.push_back(g);
+    (source ? family.source_out : family.destination_out) += 1;
+  }
+}
+
+// Final tensor indexes for one side: kept stacks keep their stack index, everything else follows
+// in the side's own order. Fragments of families not kept go back to their members' tensors and
+// boxes (one fragment per member where this side merged them).
+void FinishSide(const Layout& layout, const std::vector<Membership>& member,
+                const std::vector<Family>& families, const std::vector<TensorSpec>& stacks,
+                bool source, Layout& out) {
+  out.tensors = stacks;
+  std::vector<int> index(layout.tensors.size(), -1);
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    if (member[t].family >= 0 && families[member[t].family].stack >= 0) continue;
+    index[t] = static_cast<int>(out.tensors.size());
+    out.tensors.push_back(layout.tensors[t]);
+  }
+  bool split = false;  // some family not kept was merged on this side
+  for (const Family& family : families) {
+    split |= family.stack < 0 && (source ? family.source_out < family.source_in
+                                         : family.destination_out < family.destination_in);
+  }
+  std::vector<Fragment> members;
+  if (split) members.reserve(out.fragments.size());
+  for (Fragment& g : out.fragments) {
+    if (g.tensor < 0) {
+      g.tensor = index[-1 - g.tensor];
+      if (split) members.push_back(g);
+      continue;
+    }
+    const Family& family = families[g.tensor];
+    if (family.stack >= 0) {
+      g.tensor = family.stack;
+      if (split) members.push_back(g);
+      continue;
+    }
+    // A family not kept: each member back to its own tensor and box.
+    Fragment f = g;
+    f.box.ndim -= 1;
+    for (int d = 0; d < f.box.ndim; ++d) {
+      f.box.lo[d] = g.box.lo[d + 1];
+      f.box.hi[d] = g.box.hi[d + 1];
+      f.loc.strides[d] = g.loc.strides[d + 1];
+    }
+    f.box.lo[f.box.ndim] = f.box.hi[f.box.ndim] = 0;
+    f.loc.strides[f.box.ndim] = 0;
+    const int64_t first = g.box.lo[0], last = g.box.hi[0];
+    const int64_t offset = g.loc.byte_offset, stride = g.loc.strides[0];
+    for (int64_t position = first; position < last; ++position) {
+      const int original = source ? family.members[static_cast<size_t>(position)].second
+                                  : family.destination[static_cast<size_t>(position)];
+      f.tensor = index[original];
+      f.loc.byte_offset =
+          offset + (position - first) * stride * DTypeSize(layout.tensors[original].dtype);
+      if (split) {
+        members.push_back(f);
+      } else {
+        g = f;  // one member: in place
+      }
+    }
+  }
+  if (split) out.fragments = std::move(members);
+}
+
+}  // namespace
+
+bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out) {
+  // Families of the source's tensors.
+  std::vector<Family> families;
+  std::unordered_map<uint64_t, int> family_of_hash;
+  std::vector<Membership> src_member(source.tensors.size());
+  for (size_t t = 0; t < source.tensors.size(); ++t) {
+    const TensorSpec& spec = source.tensors[t];
+    if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
+    const NumberComponent n = FindNumber(spec.name);
+    if (n.value < 0) continue;
+    const auto [it, inserted] =
+        family_of_hash.try_emplace(FamilyHash(spec.name, n, spec), static_cast<int>(families.size()));
+    if (inserted) {
+      families.emplace_back();
+      families.back().first = static_cast<int>(t);
+      families.back().first_number = n;
+    }
+    Family& family = families[it->second];
+    if (!inserted && !SameKey(source.tensors[family.first], family.first_number, spec, n)) continue;
+    family.members.emplace_back(n.value, static_cast<int>(t));
+    src_member[t].family = it->second;
+  }
+  if (families.empty()) return false;
+  for (Family& family : families) {
+    if (!std::is_sorted(family.members.begin(), family.members.end())) {
+      std::sort(family.members.begin(), family.members.end());
+    }
+    for (size_t i = 1; i < family.members.size(); ++i) {
+      family.broken |= family.members[i - 1].first == family.members[i].first;
+    }
+    family.broken |= family.members.size() < 2;
+    for (size_t i = 0; i < family.members.size(); ++i) {
+      src_member[family.members[i].second].position = static_cast<int>(i);
+    }
+    family.destination.assign(family.members.size(), -1);
+  }
+
+  // The destination's tensors join their families by name.
+  std::vector<Membership> dst_member(destination.tensors.size());
+  for (size_t t = 0; t < destination.tensors.size(); ++t) {
+    const TensorSpec& spec = destination.tensors[t];
+    const NumberComponent n = FindNumber(spec.name);
+    if (n.value < 0 || spec.shape.empty()) continue;
+    const auto it = family_of_hash.find(FamilyHash(spec.name, n, spec));
+    if (it == family_of_hash.end()) continue;
+    Family& family = families[it->second];
+    const TensorSpec& first = source.tensors[family.first];
+    if (!SameKey(first, family.first_number, spec, n)) {
+      // Same hash, different key: not this family. If it differs only in shape or dtype the
+      // hash would differ too, so this is a collision and the tensor simply stays unfolded.
+      continue;
+    }
+    const auto at = std::lower_bound(family.members.begin(), family.members.end(),
+                                      std::make_pair(n.value, -1));
+    if (at == family.members.end() || at->first != n.value) {
+      family.broken = true;  // no such source member: planning reports it
+      continue;
+    }
+    const size_t position = static_cast<size_t>(at - family.members.begin());
+    family.broken |= family.destination[position] >= 0;  // the name twice
+    family.destination[position] = static_cast<int>(t);
+    dst_member[t] = {it->second, static_cast<int>(position)};
+  }
+  // A destination tensor whose name matches a member's but whose shape or dtype does not hashes
+  // elsewhere and stays unfolded; its source member may be folded, so the folded layouts then fail
+  // to plan, and the caller plans the originals to report the mismatch.
+  for (size_t t = 0; t < src_member.size(); ++t) {
+    if (src_member[t].family >= 0 && families[src_member[t].family].broken) src_member[t] = {};
+  }
+  for (size_t t = 0; t < dst_member.size(); ++t) {
+    if (dst_member[t].family >= 0 && families[dst_member[t].family].broken) dst_member[t] = {};
+  }
+
+  out.source = Layout();
+  out.destination = Layout();
+  MergeFragments(source, src_member, families, true, out.source.fragments);
+  MergeFragments(destination, dst_member, families, false, out.destination.fragments);
+
+  // Keep the families whose fragments merged on both sides: only those make fewer pieces.
+  std::vector<TensorSpec> stacks;
+  int64_t saved = 0;
+  for (Family& family : families) {
+    if (family.broken || family.source_out >= family.source_in ||
+        family.destination_out >= family.destination_in) {
+      continue;
+    }
+    family.stack = static_cast<int>(stacks.size());
+    saved += family.source_in - family.source_out + family.destination_in - family.destination_out;
+    const TensorSpec& first = source.tensors[family.first];
+    TensorSpec stack;
+    const std::string_view name = first.name;
+    // A control character keeps the stack's name apart from any real tensor's.
+    stack.name = std::string(name.substr(0, family.first_number.begin)) + "*" +
+                 std::string(name.substr(family.first_number.end)) + "\x1f" +
+                 std::to_string(family.stack);
+    stack.shape.reserve(first.shape.size() + 1);
+    stack.shape.push_back(static_cast<int64_t>(family.members.size()));
+    stack.shape.insert(stack.shape.end(), first.shape.begin(), first.shape.end());
+    stack.dtype = first.dtype;
+    stacks.push_back(std::move(stack));
+  }
+  const int64_t before =
+      static_cast<int64_t>(source.fragments.size() + destination.fragments.size());
+  if (stacks.empty() || 4 * saved < before) return false;
+  FinishSide(source, src_member, families, stacks, true, out.source);
+  FinishSide(destination, dst_member, families, stacks, false, out.destination);
+  out.stacks = static_cast<int>(stacks.size());
+  return true;
+}
+
+}  // namespace ferry

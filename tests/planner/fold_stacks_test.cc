@@ -1,0 +1,161 @@
+// Tests for planner/fold_stacks: which tensors form families, how fragments merge into strided
+// fragments of the stacks, which families stay unfolded, and that planning errors still name the
+// original tensors.
+#include "planner/fold_stacks.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/layout/layout.h"
+#include "planner/planner.h"
+
+namespace ferry {
+namespace {
+
+std::string Expert(int e, const std::string& proj) {
+  return "model.layers.3.mlp.experts." + std::to_string(e) + "." + proj + ".weight";
+}
+
+// Experts 0..3 of [rows, cols] bf16 `proj` tensors, stacked on `rank` in buffer `buffer` with
+// `gap` spare elements between members, from `first` to `last`.
+void StackExperts(Layout& l, const std::string& proj, int rows, int cols, int rank,
+                  const std::string& buffer, int first, int last, int64_t gap = 0) {
+  for (int e = first; e <= last; ++e) {
+    const int t = l.AddTensor({Expert(e, proj), {rows, cols}, DType::kBF16}).value();
+    const int64_t offset = (e - first) * (rows * cols + gap) * 2;
+    l.PlaceFragment(t, Box::FromShape({rows, cols}), rank, buffer, offset, {cols, 1});
+  }
+}
+
+// Destination: ranks 4 and 5 each hold half the rows of every expert, stacked vLLM-style.
+void StackHalves(Layout& l, const std::string& proj, int rows, int cols) {
+  for (int e = 0; e < 4; ++e) l.AddTensor({Expert(e, proj), {rows, cols}, DType::kBF16}).value();
+  for (int half = 0; half < 2; ++half) {
+    for (int e = 0; e < 4; ++e) {
+      Box box = Box::FromShape({rows, cols});
+      box.lo[0] = half * rows / 2;
+      box.hi[0] = (half + 1) * rows / 2;
+      l.PlaceFragment(l.FindTensor(Expert(e, proj)), box, 4 + half, "w13",
+                      e * (rows / 2) * cols * 2, {cols, 1});
+    }
+  }
+}
+
+TEST(FoldStacks, ExpertsBecomeOneStridedFragmentPerRank) {
+  Layout src, dst;
+  StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3, /*gap=*/8);
+  StackHalves(dst, "gate_proj", 8, 16);
+  StackFold fold;
+  ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
+  EXPECT_EQ(fold.stacks, 1);
+  ASSERT_EQ(fold.source.tensors.size(), 1u);
+  ASSERT_EQ(fold.destination.tensors.size(), 1u);
+  EXPECT_EQ(fold.source.tensors[0].name, fold.destination.tensors[0].name);
+  EXPECT_EQ(fold.source.tensors[0].shape, (std::vector<int64_t>{4, 8, 16}));
+  ASSERT_EQ(fold.source.fragments.size(), 1u);
+  const Fragment& s = fold.source.fragments[0];
+  EXPECT_EQ(s.box, Box::Make({0, 0, 0}, {4, 8, 16}).value());
+  EXPECT_EQ(s.loc.strides[0], 8 * 16 + 8);  // the gap is kept in the stride
+  EXPECT_EQ(s.loc.strides[1], 16);
+  EXPECT_EQ(s.loc.byte_offset, 0);
+  EXPECT_EQ(s.loc.buffer, src.fragments[0].loc.buffer);
+  ASSERT_EQ(fold.destination.fragments.size(), 2u);
+  for (int half = 0; half < 2; ++half) {
+    const Fragment& d = fold.destination.fragments[half];
+    EXPECT_EQ(d.loc.rank, 4 + half);
+    EXPECT_EQ(d.box, Box::Make({0, half * 4, 0}, {4, half * 4 + 4, 16}).value());
+    EXPECT_EQ(d.loc.strides[0], 4 * 16);
+  }
+  EXPECT_TRUE(fold.source.buffers.empty());
+}
+
+TEST(FoldStacks, ABrokenStrideStartsANewRun) {
+  Layout src, dst;
+  StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3);
+  // Member 3 sits one element further than the stride puts it.
+  src.fragments[3].loc.byte_offset += 2;
+  src.buffers[src.fragments[3].loc.buffer].bytes += 2;
+  StackHalves(dst, "gate_proj", 8, 16);
+  StackFold fold;
+  ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
+  ASSERT_EQ(fold.source.fragments.size(), 2u);
+  EXPECT_EQ(fold.source.fragments[0].box.hi[0], 3);
+  EXPECT_EQ(fold.source.fragments[1].box.lo[0], 3);
+  EXPECT_EQ(fold.source.fragments[1].loc.byte_offset, 3 * 8 * 16 * 2 + 2);
+}
+
+TEST(FoldStacks, NothingFoldsWhenOnlyOneSideIsStacked) {
+  // One buffer per expert on the source: no piece gets larger, so the layouts stay as given.
+  Layout src, dst;
+  for (int e = 0; e < 4; ++e) {
+    StackExperts(src, "gate_proj", 8, 16, 0, "fc1." + std::to_string(e), e, e);
+  }
+  StackHalves(dst, "gate_proj", 8, 16);
+  StackFold fold;
+  EXPECT_FALSE(FoldTensorStacks(src, dst, fold));
+  // Names without a number component form no family either.
+  Layout a, b;
+  a.AppendFragment(a.AddTensor({"lm_head.weight", {4, 4}, DType::kBF16}).value(),
+                   Box::FromShape({4, 4}), 0, "lm_head");
+  b = a;
+  EXPECT_FALSE(FoldTensorStacks(a, b, fold));
+}
+
+TEST(FoldStacks, FamilyNotKeptGoesBackToItsMembers) {
+  // gate folds on both sides; down is stacked on the destination only, so it is planned per
+  // member: its merged destination fragments are split again.
+  Layout src, dst;
+  StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3);
+  for (int e = 0; e < 4; ++e) {
+    StackExperts(src, "down_proj", 16, 8, 1, "fc2." + std::to_string(e), e, e);
+  }
+  StackHalves(dst, "gate_proj", 8, 16);
+  StackExperts(dst, "down_proj", 16, 8, 6, "w2", 0, 3);
+  StackFold fold;
+  ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
+  EXPECT_EQ(fold.stacks, 1);
+  ASSERT_EQ(fold.destination.tensors.size(), 5u);  // the gate stack, then the 4 down members
+  int down_fragments = 0;
+  for (const Fragment& f : fold.destination.fragments) {
+    const TensorSpec& t = fold.destination.tensors[f.tensor];
+    if (t.name.find("down_proj") == std::string::npos) continue;
+    ++down_fragments;
+    ASSERT_EQ(f.box.ndim, 2);
+    const int e = t.name[27] - '0';  // "model.layers.3.mlp.experts.<e>..."
+    EXPECT_EQ(t.name, Expert(e, "down_proj"));
+    EXPECT_EQ(f.loc.byte_offset, e * 16 * 8 * 2);
+    EXPECT_EQ(f.loc.strides[0], 8);
+    EXPECT_EQ(f.loc.strides[1], 1);
+  }
+  EXPECT_EQ(down_fragments, 4);
+}
+
+TEST(FoldStacks, PlanningErrorsNameTheOriginalTensors) {
+  Layout src, dst;
+  StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3);
+  StackHalves(dst, "gate_proj", 8, 16);
+  // Destination expert 2 with another shape: its family stays unfolded and planning reports it.
+  Layout bad = dst;
+  bad.tensors[2].shape = {8, 8};
+  Result<PlanResult> r = PlanReshard(src, bad, Topology::Uniform(6, 2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(Expert(2, "gate_proj")), std::string::npos)
+      << r.status().ToString();
+  // A destination expert the source lacks.
+  Layout extra = dst;
+  const int t = extra.AddTensor({Expert(7, "gate_proj"), {8, 16}, DType::kBF16}).value();
+  extra.AppendFragment(t, Box::FromShape({8, 16}), 4, "w13.7");
+  r = PlanReshard(src, extra, Topology::Uniform(6, 2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(Expert(7, "gate_proj")), std::string::npos)
+      << r.status().ToString();
+  // The good pair plans folded.
+  r = PlanReshard(src, dst, Topology::Uniform(6, 2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stacks, 1);
+}
+
+}  // namespace
+}  // namespace ferry
