@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "planner/fresh_memory.h"
+
 namespace ferry {
 namespace {
 
@@ -63,6 +65,17 @@ NumberComponent FindNumber(std::string_view name) {
   return {};
 }
 
+// Names and shapes live on the heap, one cache miss each per tensor: the name passes fetch them
+// a few tensors ahead.
+void PrefetchTensor(const std::vector<TensorSpec>& tensors, size_t t) {
+  constexpr size_t kAhead = 8;
+  if (t + 2 * kAhead < tensors.size()) __builtin_prefetch(&tensors[t + 2 * kAhead]);
+  if (t + kAhead < tensors.size()) {
+    __builtin_prefetch(tensors[t + kAhead].name.data());
+    __builtin_prefetch(tensors[t + kAhead].shape.data());
+  }
+}
+
 // A family's key: the name without its number, the dtype and the shape.
 uint64_t FamilyHash(std::string_view name, const NumberComponent& n, const TensorSpec& t) {
   uint64_t h = HashBytes(0x51ed27u, name.substr(0, n.begin));
@@ -84,9 +97,10 @@ struct Family {
   NumberComponent first_number;
   std::vector<std::pair<int64_t, int>> members;  // (number, source tensor), sorted by number
   std::vector<int> destination;                  // destination tensor per member, or -1
+  int64_t esize = 1;            // bytes per element
   bool broken = false;          // a destination tensor contradicts it, or numbers repeat
-  // Fragments before and after merging, per side.
-  int64_t source_in = 0, source_out = 0, destination_in = 0, destination_out = 0;
+  // Fragments before and after merging, on the side merged first and on the other.
+  int64_t first_in = 0, first_out = 0, second_in = 0, second_out = 0;
   int stack = -1;               // index of its stacked tensor when kept
 };
 
@@ -104,13 +118,15 @@ struct OpenRun {
   int64_t stride = 0;       // bytes between members; 0 while the run has one member
 };
 
-// Merges `layout`'s fragments into `out` (tensor field: the family index for members, else
-// -1 - the original tensor), counting each family's fragments in and out.
+// Merges `layout`'s fragments into `out`, counting each family's fragments in and out. The output
+// fragments' tensor is family_value[family] for members, plain_value[tensor] for the others.
 void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
-                    std::vector<Family>& families, bool source, std::vector<Fragment>& out) {
+                    const std::vector<int>& plain_value, const std::vector<int>& family_value,
+                    std::vector<Family>& families, bool first, std::vector<Fragment>& out) {
   constexpr int kTableBits = 12;
   std::vector<OpenRun> table(size_t{1} << kTableBits);
-  out.reserve(layout.fragments.size() / 2);
+  // Reserved whole on huge pages: only the pages written are touched.
+  ReserveFresh(out, layout.fragments.size());
   for (const Fragment& f : layout.fragments) {
     const Membership m = f.tensor >= 0 && static_cast<size_t>(f.tensor) < member.size()
                              ? member[f.tensor]
@@ -118,11 +134,12 @@ void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
     const int ndim = f.box.ndim;
     if (m.family < 0 || ndim < 1 || ndim >= kMaxDims) {
       out.push_back(f);
-      out.back().tensor = -1 - f.tensor;
+      out.back().tensor = plain_value[f.tensor];
       continue;
     }
     Family& family = families[m.family];
-    (source ? family.source_in : family.destination_in) += 1;
+    const int value = family_value[m.family];
+    (first ? family.first_in : family.second_in) += 1;
     uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(m.family), static_cast<uint64_t>(f.loc.rank)),
                          static_cast<uint64_t>(f.loc.buffer)),
                      static_cast<uint64_t>(ndim));
@@ -133,17 +150,16 @@ void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
     OpenRun& run = table[h >> (64 - kTableBits)];
     if (run.fragment >= 0 && run.next_position == m.position) {
       Fragment& g = out[static_cast<size_t>(run.fragment)];
-      bool same = g.tensor == m.family && g.loc.rank == f.loc.rank &&
+      bool same = g.tensor == value && g.loc.rank == f.loc.rank &&
                   g.loc.buffer == f.loc.buffer && g.box.ndim == ndim + 1;
       for (int d = 0; same && d < ndim; ++d) {
         same = g.box.lo[d + 1] == f.box.lo[d] && g.box.hi[d + 1] == f.box.hi[d] &&
                g.loc.strides[d + 1] == f.loc.strides[d];
       }
       const int64_t step = f.loc.byte_offset - run.last_offset;
-      const int64_t esize = DTypeSize(layout.tensors[f.tensor].dtype);
-      if (same && (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride)) {
+      if (same && (run.stride == 0 ? step > 0 && step % family.esize == 0 : step == run.stride)) {
         run.stride = step;
-        g.loc.strides[0] = step / esize;
+        g.loc.strides[0] = step / family.esize;
         g.box.hi[0] = m.position + 1;
         run.next_position = m.position + 1;
         run.last_offset = f.loc.byte_offset;
@@ -151,7 +167,7 @@ void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
       }
     }
     Fragment g;
-    g.tensor = m.family;
+    g.tensor = value;
     g.box.ndim = ndim + 1;
     g.box.lo[0] = m.position;
     g.box.hi[0] = m.position + 1;
@@ -168,13 +184,14 @@ void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
     }
     run = {static_cast<int64_t>(out.size()), m.position + 1, f.loc.byte_offset, 0};
     out.push_back(g);
-    (source ? family.source_out : family.destination_out) += 1;
+    (first ? family.first_out : family.second_out) += 1;
   }
 }
 
-// Final tensor indexes for one side: kept stacks keep their stack index, everything else follows
-// in the side's own order. Fragments of families not kept go back to their members' tensors and
-// boxes (one fragment per member where this side merged them).
+// Final tensor indexes for the side merged first (its fragments' tensor: the family index for
+// members, -1 - the tensor for the others): kept stacks keep their stack index, everything else
+// follows in the side's own order. Fragments of families not kept go back to their members'
+// tensors and boxes (one fragment per member where this side merged them).
 void FinishSide(const Layout& layout, const std::vector<Membership>& member,
                 const std::vector<Family>& families, const std::vector<TensorSpec>& stacks,
                 bool source, Layout& out) {
@@ -186,10 +203,7 @@ void FinishSide(const Layout& layout, const std::vector<Membership>& member,
     out.tensors.push_back(layout.tensors[t]);
   }
   bool split = false;  // some family not kept was merged on this side
-  for (const Family& family : families) {
-    split |= family.stack < 0 && (source ? family.source_out < family.source_in
-                                         : family.destination_out < family.destination_in);
-  }
+  for (const Family& family : families) split |= family.stack < 0 && family.first_out < family.first_in;
   std::vector<Fragment> members;
   if (split) members.reserve(out.fragments.size());
   for (Fragment& g : out.fragments) {
@@ -240,6 +254,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   std::unordered_map<uint64_t, int> family_of_hash;
   std::vector<Membership> src_member(source.tensors.size());
   for (size_t t = 0; t < source.tensors.size(); ++t) {
+    PrefetchTensor(source.tensors, t);
     const TensorSpec& spec = source.tensors[t];
     if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
     const NumberComponent n = FindNumber(spec.name);
@@ -250,6 +265,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
       families.emplace_back();
       families.back().first = static_cast<int>(t);
       families.back().first_number = n;
+      families.back().esize = DTypeSize(spec.dtype);
     }
     Family& family = families[it->second];
     if (!inserted && !SameKey(source.tensors[family.first], family.first_number, spec, n)) continue;
@@ -274,6 +290,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   // The destination's tensors join their families by name.
   std::vector<Membership> dst_member(destination.tensors.size());
   for (size_t t = 0; t < destination.tensors.size(); ++t) {
+    PrefetchTensor(destination.tensors, t);
     const TensorSpec& spec = destination.tensors[t];
     const NumberComponent n = FindNumber(spec.name);
     if (n.value < 0 || spec.shape.empty()) continue;
@@ -307,39 +324,67 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     if (dst_member[t].family >= 0 && families[dst_member[t].family].broken) dst_member[t] = {};
   }
 
+  // The smaller side first. A family is kept (planned as a stack) when its fragments merged
+  // there; where nothing merged, the larger side is not read at all.
   out.source = Layout();
   out.destination = Layout();
-  MergeFragments(source, src_member, families, true, out.source.fragments);
-  MergeFragments(destination, dst_member, families, false, out.destination.fragments);
-
-  // Keep the families whose fragments merged on both sides: only those make fewer pieces.
+  const bool source_first = source.fragments.size() <= destination.fragments.size();
+  const Layout& first = source_first ? source : destination;
+  const Layout& second = source_first ? destination : source;
+  std::vector<Membership>& first_member = source_first ? src_member : dst_member;
+  std::vector<Membership>& second_member = source_first ? dst_member : src_member;
+  Layout& first_out = source_first ? out.source : out.destination;
+  Layout& second_out = source_first ? out.destination : out.source;
+  {
+    std::vector<int> plain_value(first.tensors.size()), family_value(families.size());
+    for (size_t t = 0; t < plain_value.size(); ++t) plain_value[t] = -1 - static_cast<int>(t);
+    for (size_t f = 0; f < families.size(); ++f) family_value[f] = static_cast<int>(f);
+    MergeFragments(first, first_member, plain_value, family_value, families, true,
+                   first_out.fragments);
+  }
   std::vector<TensorSpec> stacks;
-  int64_t saved = 0;
   for (Family& family : families) {
-    if (family.broken || family.source_out >= family.source_in ||
-        family.destination_out >= family.destination_in) {
-      continue;
-    }
+    if (family.broken || family.first_out >= family.first_in) continue;
     family.stack = static_cast<int>(stacks.size());
-    saved += family.source_in - family.source_out + family.destination_in - family.destination_out;
-    const TensorSpec& first = source.tensors[family.first];
+    const TensorSpec& spec = source.tensors[family.first];
     TensorSpec stack;
-    const std::string_view name = first.name;
+    const std::string_view name = spec.name;
     // A control character keeps the stack's name apart from any real tensor's.
     stack.name = std::string(name.substr(0, family.first_number.begin)) + "*" +
                  std::string(name.substr(family.first_number.end)) + "\x1f" +
                  std::to_string(family.stack);
-    stack.shape.reserve(first.shape.size() + 1);
+    stack.shape.reserve(spec.shape.size() + 1);
     stack.shape.push_back(static_cast<int64_t>(family.members.size()));
-    stack.shape.insert(stack.shape.end(), first.shape.begin(), first.shape.end());
-    stack.dtype = first.dtype;
+    stack.shape.insert(stack.shape.end(), spec.shape.begin(), spec.shape.end());
+    stack.dtype = spec.dtype;
     stacks.push_back(std::move(stack));
+  }
+  if (stacks.empty()) return false;
+
+  // The second side straight into its final tensor indexes: the stacks, then its other tensors.
+  {
+    std::vector<int> plain_value(second.tensors.size(), -1), family_value(families.size(), -1);
+    second_out.tensors = stacks;
+    for (size_t t = 0; t < second.tensors.size(); ++t) {
+      Membership& m = second_member[t];
+      if (m.family >= 0 && families[m.family].stack >= 0) continue;
+      m = {};
+      plain_value[t] = static_cast<int>(second_out.tensors.size());
+      second_out.tensors.push_back(second.tensors[t]);
+    }
+    for (size_t f = 0; f < families.size(); ++f) family_value[f] = families[f].stack;
+    MergeFragments(second, second_member, plain_value, family_value, families, false,
+                   second_out.fragments);
+  }
+  int64_t saved = 0;
+  for (const Family& family : families) {
+    if (family.stack < 0) continue;
+    saved += family.first_in - family.first_out + family.second_in - family.second_out;
   }
   const int64_t before =
       static_cast<int64_t>(source.fragments.size() + destination.fragments.size());
-  if (stacks.empty() || 4 * saved < before) return false;
-  FinishSide(source, src_member, families, stacks, true, out.source);
-  FinishSide(destination, dst_member, families, stacks, false, out.destination);
+  if (4 * saved < before) return false;
+  FinishSide(first, first_member, families, stacks, source_first, first_out);
   out.stacks = static_cast<int>(stacks.size());
   return true;
 }

@@ -161,6 +161,16 @@ void BM_MemoryFloor(benchmark::State& state, const char* model, const char* src,
 BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_to_tp32dp8ep32, "deepseek-v3",
                   "megatron:pp=16,ep=16", "vllm:tp=32,dp=8,ep=32", Strategy::kReshard)
     ->Unit(benchmark::kMillisecond);
+// The same refits with one trainer buffer per expert (experts=separate): nothing stacks on the
+// source, so the planner sees every expert slice as its own piece (planner/fold_stacks.h).
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_separate_experts, "deepseek-v3",
+                  "megatron:pp=16,ep=16,experts=separate", "vllm:tp=32,dp=8,ep=32",
+                  Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, kimi_k2_pp16ep64_separate_experts, "kimi-k2",
+                  "megatron:pp=16,ep=64,experts=separate", "vllm:tp=32,dp=16,ep=32",
+                  Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_gather_broadcast, "deepseek-v3", "megatron:pp=16,ep=16",
                   "vllm:tp=32,dp=8,ep=32", Strategy::kGatherBroadcast)
     ->Unit(benchmark::kMillisecond);
