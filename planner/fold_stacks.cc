@@ -3,9 +3,10 @@
 // Cost: one pass over each layout's tensor names (a hash of each name without its number) and one
 // pass over each layout's fragments in index order. A fragment joins the open run of its family,
 // rank, buffer, box and strides (a direct-mapped table of open runs: layouts write a rank's
-// members one after another, so a run is found where it was left) or starts a new one. Families
-// whose fragments merged on neither side, or on only one, are turned back into their members
-// afterwards, in a pass over the (smaller) folded fragments.
+// members one after another, so a run is found where it was left) or starts a new one. The smaller
+// layout is merged first; families that merged there are kept, and the larger layout is merged
+// straight into final tensor indexes. The first side's fragments of families not kept are turned
+// back into their members afterwards, in a pass over its folded fragments.
 #include "planner/fold_stacks.h"
 
 #include <algorithm>
@@ -88,8 +89,8 @@ uint64_t FamilyHash(std::string_view name, const NumberComponent& n, const Tenso
 bool SameKey(const TensorSpec& a, const NumberComponent& na, const TensorSpec& b,
              const NumberComponent& nb) {
   const std::string_view x = a.name, y = b.name;
-  return a.dtype == b.dtype && a.shape == b.shape && x.substr(0, na.begin) == y.substr(0, nb.begin) &&
-         x.substr(na.end) == y.substr(nb.end);
+  return a.dtype == b.dtype && a.shape == b.shape &&
+         x.substr(0, na.begin) == y.substr(0, nb.begin) && x.substr(na.end) == y.substr(nb.end);
 }
 
 struct Family {
@@ -203,7 +204,9 @@ void FinishSide(const Layout& layout, const std::vector<Membership>& member,
     out.tensors.push_back(layout.tensors[t]);
   }
   bool split = false;  // some family not kept was merged on this side
-  for (const Family& family : families) split |= family.stack < 0 && family.first_out < family.first_in;
+  for (const Family& family : families) {
+    split |= family.stack < 0 && family.first_out < family.first_in;
+  }
   std::vector<Fragment> members;
   if (split) members.reserve(out.fragments.size());
   for (Fragment& g : out.fragments) {
@@ -259,8 +262,8 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
     const NumberComponent n = FindNumber(spec.name);
     if (n.value < 0) continue;
-    const auto [it, inserted] =
-        family_of_hash.try_emplace(FamilyHash(spec.name, n, spec), static_cast<int>(families.size()));
+    const auto [it, inserted] = family_of_hash.try_emplace(FamilyHash(spec.name, n, spec),
+                                                           static_cast<int>(families.size()));
     if (inserted) {
       families.emplace_back();
       families.back().first = static_cast<int>(t);

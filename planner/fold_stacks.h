@@ -15,7 +15,9 @@
 // another shape or dtype or a number no source member has (planning then reports the mismatch in
 // terms of the original tensors). A fragment of member j becomes the box [j, j+1) x box of the
 // stack; consecutive members' fragments on one rank with equal boxes and strides, whose byte
-// offsets in one buffer advance by one positive stride, merge into one fragment spanning them.
+// offsets in one buffer advance by one positive stride, merge into one fragment spanning them. A
+// family is folded when its fragments merge on the layout with fewer fragments (read first); the
+// other layout's fragments of it are then stacked whether or not they merge.
 //
 // Fragments keep their buffer indexes, so a plan of the folded layouts addresses the original
 // buffers: it is a plan of the original layouts. Deterministic (depends only on the layouts'

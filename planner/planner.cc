@@ -349,7 +349,8 @@ namespace {
 // stack fold) whose fragments index the buffer tables of `buffers_of_source` and
 // `buffers_of_destination`. `clock` started with the planning; `fold_seconds` is already spent.
 Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
-                                 const Layout& buffers_of_source, const Layout& buffers_of_destination,
+                                 const Layout& buffers_of_source,
+                                 const Layout& buffers_of_destination,
                                  const Topology& topology, const PlannerOptions& options,
                                  PhaseClock& clock, double fold_seconds) {
   const int num_ranks = NumRanksOf(buffers_of_source, buffers_of_destination);

@@ -359,7 +359,9 @@ RandomCase MakeRandomStackedCase(std::mt19937_64& rng) {
   for (const BufferSpec& b : c.source.buffers) max_rank = std::max(max_rank, b.rank);
   if (Uniform(rng, 0, 1) == 1) {
     for (BufferSpec& b : c.destination.buffers) b.rank += max_rank + 1;
-    for (Fragment& f : c.destination.fragments) f.loc.rank = c.destination.buffers[f.loc.buffer].rank;
+    for (Fragment& f : c.destination.fragments) {
+      f.loc.rank = c.destination.buffers[f.loc.buffer].rank;
+    }
   }
   for (const BufferSpec& b : c.destination.buffers) max_rank = std::max(max_rank, b.rank);
   c.topology = Topology::Uniform(max_rank + 1, Uniform(rng, 1, 4));
