@@ -191,6 +191,45 @@ std::vector<int64_t> RandomCuts(std::mt19937_64& rng, int64_t n, int parts) {
   return cuts;
 }
 
+// A random grid over `shape`: per dim, 1-3 consecutive ranges (some may be empty).
+std::vector<std::vector<int64_t>> RandomGrid(std::mt19937_64& rng,
+                                             const std::vector<int64_t>& shape) {
+  std::vector<std::vector<int64_t>> cuts(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    cuts[d] = RandomCuts(rng, shape[d], Uniform(rng, 1, std::min<int>(3, shape[d] + 1)));
+  }
+  return cuts;
+}
+
+// Calls fn(box) for every cell of the grid, empty ones included, in row-major order.
+template <typename Fn>
+void ForEachGridCell(const std::vector<std::vector<int64_t>>& cuts, Fn fn) {
+  const int ndim = static_cast<int>(cuts.size());
+  std::array<int, kMaxDims> cell{};
+  while (true) {
+    Box box;
+    box.ndim = ndim;
+    for (int d = 0; d < ndim; ++d) {
+      box.lo[d] = cuts[d][cell[d]];
+      box.hi[d] = cuts[d][cell[d] + 1];
+    }
+    fn(box);
+    int d = ndim - 1;
+    while (d >= 0 && ++cell[d] == static_cast<int>(cuts[d].size()) - 1) cell[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+// Random chunk sizes, hierarchy and relay mode.
+void RandomRoutingOptions(std::mt19937_64& rng, PlannerOptions& options) {
+  const int64_t chunks[] = {64, 96, 256, 1 << 20};
+  options.network_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  options.fanout_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  options.hierarchical = Uniform(rng, 0, 3) != 0;
+  const RelayMode relays[] = {RelayMode::kAuto, RelayMode::kOff, RelayMode::kOn};
+  options.relay = relays[Uniform(rng, 0, 2)];
+}
+
 void AddSide(std::mt19937_64& rng, Layout& layout, const std::vector<TensorSpec>& tensors,
              int num_ranks, int spare_rank_base, int& next_spare, bool fused) {
   for (const TensorSpec& spec : tensors) {
@@ -199,18 +238,7 @@ void AddSide(std::mt19937_64& rng, Layout& layout, const std::vector<TensorSpec>
     const int sets = Uniform(rng, 1, 3);
     std::map<int, std::vector<Box>> held;  // rank -> boxes of this tensor
     for (int s = 0; s < sets; ++s) {
-      std::vector<std::vector<int64_t>> cuts(ndim);
-      for (int d = 0; d < ndim; ++d) {
-        cuts[d] = RandomCuts(rng, spec.shape[d], Uniform(rng, 1, std::min<int>(3, spec.shape[d] + 1)));
-      }
-      std::array<int, kMaxDims> cell{};
-      while (true) {
-        Box box;
-        box.ndim = ndim;
-        for (int d = 0; d < ndim; ++d) {
-          box.lo[d] = cuts[d][cell[d]];
-          box.hi[d] = cuts[d][cell[d] + 1];
-        }
+      ForEachGridCell(RandomGrid(rng, spec.shape), [&](const Box& box) {
         if (!box.Empty()) {
           std::vector<int> order(num_ranks);
           std::iota(order.begin(), order.end(), 0);
@@ -245,10 +273,7 @@ void AddSide(std::mt19937_64& rng, Layout& layout, const std::vector<TensorSpec>
             layout.PlaceFragment(t, box, rank, "fused", offset, strides);
           }
         }
-        int d = ndim - 1;
-        while (d >= 0 && ++cell[d] == static_cast<int>(cuts[d].size()) - 1) cell[d--] = 0;
-        if (d < 0) break;
-      }
+      });
     }
   }
 }
@@ -271,24 +296,12 @@ void AddStackedSide(std::mt19937_64& rng, Layout& layout,
     const TensorSpec& spec = members[0];
     std::vector<int> ids;
     for (const TensorSpec& m : members) ids.push_back(layout.AddTensor(m).value());
-    const int ndim = static_cast<int>(spec.shape.size());
     const int64_t esize = DTypeSize(spec.dtype);
     const int sets = Uniform(rng, 1, 2);
     std::map<int, std::vector<Box>> held;
     for (int s = 0; s < sets; ++s) {
-      std::vector<std::vector<int64_t>> cuts(ndim);
-      for (int d = 0; d < ndim; ++d) {
-        cuts[d] = RandomCuts(rng, spec.shape[d], Uniform(rng, 1, std::min<int>(3, spec.shape[d] + 1)));
-      }
-      std::array<int, kMaxDims> cell{};
       int cell_index = 0;
-      while (true) {
-        Box box;
-        box.ndim = ndim;
-        for (int d = 0; d < ndim; ++d) {
-          box.lo[d] = cuts[d][cell[d]];
-          box.hi[d] = cuts[d][cell[d] + 1];
-        }
+      ForEachGridCell(RandomGrid(rng, spec.shape), [&](const Box& box) {
         if (!box.Empty()) {
           int rank = -1;
           for (int tries = 0; tries < 2 * num_ranks && rank < 0; ++tries) {
@@ -321,10 +334,7 @@ void AddStackedSide(std::mt19937_64& rng, Layout& layout,
           }
         }
         ++cell_index;
-        int d = ndim - 1;
-        while (d >= 0 && ++cell[d] == static_cast<int>(cuts[d].size()) - 1) cell[d--] = 0;
-        if (d < 0) break;
-      }
+      });
     }
   }
 }
@@ -365,12 +375,7 @@ RandomCase MakeRandomStackedCase(std::mt19937_64& rng) {
   }
   for (const BufferSpec& b : c.destination.buffers) max_rank = std::max(max_rank, b.rank);
   c.topology = Topology::Uniform(max_rank + 1, Uniform(rng, 1, 4));
-  const int64_t chunks[] = {64, 96, 256, 1 << 20};
-  c.options.network_chunk_bytes = chunks[Uniform(rng, 0, 3)];
-  c.options.fanout_chunk_bytes = chunks[Uniform(rng, 0, 3)];
-  c.options.hierarchical = Uniform(rng, 0, 3) != 0;
-  const RelayMode relays[] = {RelayMode::kAuto, RelayMode::kOff, RelayMode::kOn};
-  c.options.relay = relays[Uniform(rng, 0, 2)];
+  RandomRoutingOptions(rng, c.options);
   return c;
 }
 
@@ -403,12 +408,7 @@ RandomCase MakeRandomCase(std::mt19937_64& rng) {
   c.destination = std::move(dst_local);
   const int total = spare_base + next_spare + 1;
   c.topology = Topology::Uniform(total, Uniform(rng, 1, 4));
-  const int64_t chunks[] = {64, 96, 256, 1 << 20};
-  c.options.network_chunk_bytes = chunks[Uniform(rng, 0, 3)];
-  c.options.fanout_chunk_bytes = chunks[Uniform(rng, 0, 3)];
-  c.options.hierarchical = Uniform(rng, 0, 3) != 0;
-  const RelayMode relays[] = {RelayMode::kAuto, RelayMode::kOff, RelayMode::kOn};
-  c.options.relay = relays[Uniform(rng, 0, 2)];
+  RandomRoutingOptions(rng, c.options);
   const int64_t buckets[] = {1, 100, 1 << 20};
   c.options.bucket_bytes = buckets[Uniform(rng, 0, 2)];
   const int64_t broadcast_chunks[] = {16, 100, 1 << 20};
