@@ -119,27 +119,29 @@ struct OpenRun {
   int64_t stride = 0;       // bytes between members; 0 while the run has one member
 };
 
-// Merges `layout`'s fragments into `out`, counting each family's fragments in and out. The output
-// fragments' tensor is family_value[family] for members, plain_value[tensor] for the others.
-void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
-                    const std::vector<int>& plain_value, const std::vector<int>& family_value,
-                    std::vector<Family>& families, bool first, std::vector<Fragment>& out) {
+// Merges the fragments of `layout` that belong to a family with family_value[family] >= 0 into
+// stack fragments appended to `out` (tensor: that value), marking them in `folded` and counting
+// each family's fragments in and out; `origin` gets each new stack fragment's first fragment id.
+// Other fragments are only looked at (their tensor), not read.
+void MergeMembers(const Layout& layout, const std::vector<Membership>& member,
+                  const std::vector<int>& family_value, std::vector<Family>& families, bool first,
+                  std::vector<Fragment>& out, std::vector<uint8_t>& folded,
+                  std::vector<int>& origin) {
   constexpr int kTableBits = 12;
   std::vector<OpenRun> table(size_t{1} << kTableBits);
-  // Reserved whole on huge pages: only the pages written are touched.
-  ReserveFresh(out, layout.fragments.size());
-  for (const Fragment& f : layout.fragments) {
-    const Membership m = f.tensor >= 0 && static_cast<size_t>(f.tensor) < member.size()
-                             ? member[f.tensor]
-                             : Membership{};
-    const int ndim = f.box.ndim;
-    if (m.family < 0 || ndim < 1 || ndim >= kMaxDims) {
-      out.push_back(f);
-      out.back().tensor = plain_value[f.tensor];
-      continue;
-    }
-    Family& family = families[m.family];
+  const size_t n = layout.fragments.size();
+  GrowFresh(folded, n);
+  const Fragment* frags = layout.fragments.data();
+  for (size_t i = 0; i < n; ++i) {
+    const Fragment& f = frags[i];
+    if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= member.size()) continue;
+    const Membership m = member[f.tensor];
+    if (m.family < 0) continue;
     const int value = family_value[m.family];
+    const int ndim = f.box.ndim;
+    if (value < 0 || ndim < 1 || ndim >= kMaxDims) continue;
+    folded[i] = 1;
+    Family& family = families[m.family];
     (first ? family.first_in : family.second_in) += 1;
     uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(m.family), static_cast<uint64_t>(f.loc.rank)),
                          static_cast<uint64_t>(f.loc.buffer)),
@@ -185,68 +187,9 @@ void MergeFragments(const Layout& layout, const std::vector<Membership>& member,
     }
     run = {static_cast<int64_t>(out.size()), m.position + 1, f.loc.byte_offset, 0};
     out.push_back(g);
+    origin.push_back(static_cast<int>(i));
     (first ? family.first_out : family.second_out) += 1;
   }
-}
-
-// Final tensor indexes for the side merged first (its fragments' tensor: the family index for
-// members, -1 - the tensor for the others): kept stacks keep their stack index, everything else
-// follows in the side's own order. Fragments of families not kept go back to their members'
-// tensors and boxes (one fragment per member where this side merged them).
-void FinishSide(const Layout& layout, const std::vector<Membership>& member,
-                const std::vector<Family>& families, const std::vector<TensorSpec>& stacks,
-                bool source, Layout& out) {
-  out.tensors = stacks;
-  std::vector<int> index(layout.tensors.size(), -1);
-  for (size_t t = 0; t < layout.tensors.size(); ++t) {
-    if (member[t].family >= 0 && families[member[t].family].stack >= 0) continue;
-    index[t] = static_cast<int>(out.tensors.size());
-    out.tensors.push_back(layout.tensors[t]);
-  }
-  bool split = false;  // some family not kept was merged on this side
-  for (const Family& family : families) {
-    split |= family.stack < 0 && family.first_out < family.first_in;
-  }
-  std::vector<Fragment> members;
-  if (split) members.reserve(out.fragments.size());
-  for (Fragment& g : out.fragments) {
-    if (g.tensor < 0) {
-      g.tensor = index[-1 - g.tensor];
-      if (split) members.push_back(g);
-      continue;
-    }
-    const Family& family = families[g.tensor];
-    if (family.stack >= 0) {
-      g.tensor = family.stack;
-      if (split) members.push_back(g);
-      continue;
-    }
-    // A family not kept: each member back to its own tensor and box.
-    Fragment f = g;
-    f.box.ndim -= 1;
-    for (int d = 0; d < f.box.ndim; ++d) {
-      f.box.lo[d] = g.box.lo[d + 1];
-      f.box.hi[d] = g.box.hi[d + 1];
-      f.loc.strides[d] = g.loc.strides[d + 1];
-    }
-    f.box.lo[f.box.ndim] = f.box.hi[f.box.ndim] = 0;
-    f.loc.strides[f.box.ndim] = 0;
-    const int64_t first = g.box.lo[0], last = g.box.hi[0];
-    const int64_t offset = g.loc.byte_offset, stride = g.loc.strides[0];
-    for (int64_t position = first; position < last; ++position) {
-      const int original = source ? family.members[static_cast<size_t>(position)].second
-                                  : family.destination[static_cast<size_t>(position)];
-      f.tensor = index[original];
-      f.loc.byte_offset =
-          offset + (position - first) * stride * DTypeSize(layout.tensors[original].dtype);
-      if (split) {
-        members.push_back(f);
-      } else {
-        g = f;  // one member: in place
-      }
-    }
-  }
-  if (split) out.fragments = std::move(members);
 }
 
 }  // namespace
@@ -329,22 +272,22 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
 
   // The smaller side first. A family is kept (planned as a stack) when its fragments merged
   // there; where nothing merged, the larger side is not read at all.
-  out.source = Layout();
-  out.destination = Layout();
+  out = StackFold();
   const bool source_first = source.fragments.size() <= destination.fragments.size();
   const Layout& first = source_first ? source : destination;
   const Layout& second = source_first ? destination : source;
-  std::vector<Membership>& first_member = source_first ? src_member : dst_member;
-  std::vector<Membership>& second_member = source_first ? dst_member : src_member;
-  Layout& first_out = source_first ? out.source : out.destination;
-  Layout& second_out = source_first ? out.destination : out.source;
-  {
-    std::vector<int> plain_value(first.tensors.size()), family_value(families.size());
-    for (size_t t = 0; t < plain_value.size(); ++t) plain_value[t] = -1 - static_cast<int>(t);
-    for (size_t f = 0; f < families.size(); ++f) family_value[f] = static_cast<int>(f);
-    MergeFragments(first, first_member, plain_value, family_value, families, true,
-                   first_out.fragments);
+  const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
+  const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
+  Layout& first_stacks = source_first ? out.source_stacks : out.destination_stacks;
+  Layout& second_stacks = source_first ? out.destination_stacks : out.source_stacks;
+  std::vector<uint8_t>& first_folded = source_first ? out.source_folded : out.destination_folded;
+  std::vector<uint8_t>& second_folded = source_first ? out.destination_folded : out.source_folded;
+  std::vector<int> family_value(families.size()), origin;
+  for (size_t f = 0; f < families.size(); ++f) {
+    family_value[f] = families[f].broken ? -1 : static_cast<int>(f);
   }
+  MergeMembers(first, first_member, family_value, families, true, first_stacks.fragments,
+               first_folded, origin);
   std::vector<TensorSpec> stacks;
   for (Family& family : families) {
     if (family.broken || family.first_out >= family.first_in) continue;
@@ -363,22 +306,26 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     stacks.push_back(std::move(stack));
   }
   if (stacks.empty()) return false;
-
-  // The second side straight into its final tensor indexes: the stacks, then its other tensors.
-  {
-    std::vector<int> plain_value(second.tensors.size(), -1), family_value(families.size(), -1);
-    second_out.tensors = stacks;
-    for (size_t t = 0; t < second.tensors.size(); ++t) {
-      Membership& m = second_member[t];
-      if (m.family >= 0 && families[m.family].stack >= 0) continue;
-      m = {};
-      plain_value[t] = static_cast<int>(second_out.tensors.size());
-      second_out.tensors.push_back(second.tensors[t]);
+  // Families not kept merged nothing on the first side: each of their stack fragments is one
+  // fragment of the layout, which goes back to being planned as it is.
+  size_t kept = 0;
+  std::vector<Fragment>& first_fragments = first_stacks.fragments;
+  for (size_t k = 0; k < first_fragments.size(); ++k) {
+    const int stack = families[first_fragments[k].tensor].stack;
+    if (stack < 0) {
+      first_folded[origin[k]] = 0;
+      continue;
     }
-    for (size_t f = 0; f < families.size(); ++f) family_value[f] = families[f].stack;
-    MergeFragments(second, second_member, plain_value, family_value, families, false,
-                   second_out.fragments);
+    if (kept != k) first_fragments[kept] = first_fragments[k];
+    first_fragments[kept++].tensor = stack;
   }
+  first_fragments.resize(kept);
+
+  // The second side: the kept families' members, straight into their stacks.
+  for (size_t f = 0; f < families.size(); ++f) family_value[f] = families[f].stack;
+  origin.clear();
+  MergeMembers(second, second_member, family_value, families, false, second_stacks.fragments,
+               second_folded, origin);
   int64_t saved = 0;
   for (const Family& family : families) {
     if (family.stack < 0) continue;
@@ -387,8 +334,9 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   const int64_t before =
       static_cast<int64_t>(source.fragments.size() + destination.fragments.size());
   if (4 * saved < before) return false;
-  FinishSide(first, first_member, families, stacks, source_first, first_out);
-  out.stacks = static_cast<int>(stacks.size());
+  out.destination_stacks.tensors = stacks;
+  out.source_stacks.tensors = std::move(stacks);
+  out.stacks = static_cast<int>(out.source_stacks.tensors.size());
   return true;
 }
 

@@ -19,23 +19,29 @@
 // family is folded when its fragments merge on the layout with fewer fragments (read first); the
 // other layout's fragments of it are then stacked whether or not they merge.
 //
-// Fragments keep their buffer indexes, so a plan of the folded layouts addresses the original
-// buffers: it is a plan of the original layouts. Deterministic (depends only on the layouts'
-// contents and order). Thread-safe: no shared state.
+// The result is the stacked tensors with their fragments, and per layout a mask of the fragments
+// now in a stack. The planner intersects the layouts without the masked fragments and the two
+// stack layouts, and numbers the stack layouts' fragments and tensors after the originals': stack
+// fragments keep the original buffer indexes, so the plan is a plan of the original layouts.
+// Nothing of the original layouts is copied. Deterministic (depends only on the layouts' contents
+// and order). Thread-safe: no shared state.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/layout/layout.h"
 
 namespace ferry {
 
 struct StackFold {
-  // The layouts to plan: stacks first (equal index and name in both), then the unfolded tensors
-  // of each side. Their `buffers` are left empty (copying every buffer name would cost more than
-  // the fold): fragments index the original layouts' buffer tables. Not for name lookups.
-  Layout source;
-  Layout destination;
+  // The stacked tensors (equal index and name on both sides) and each side's fragments of them.
+  // Fragments index the original layouts' buffer tables; `buffers` is empty.
+  Layout source_stacks;
+  Layout destination_stacks;
+  // By fragment id of the original layouts: 1 where the fragment is part of a stack's fragment.
+  std::vector<uint8_t> source_folded;
+  std::vector<uint8_t> destination_folded;
   int stacks = 0;  // families folded
 };
 

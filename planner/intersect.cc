@@ -16,6 +16,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -218,9 +219,10 @@ struct FragmentKeys {
 };
 
 // Validates every fragment of `layout` (the first invalid one in index order is the error) and
-// fills `out`, reading each fragment once.
+// fills `out`, reading each fragment once. Fragments marked in `skip` (when not empty) are left
+// out unread: in no tensor's keys, rank -1.
 Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
-                     FragmentKeys& out, std::vector<int>& ranks) {
+                     std::span<const uint8_t> skip, FragmentKeys& out, std::vector<int>& ranks) {
   const size_t n = layout.fragments.size();
   const size_t num_tensors = layout.tensors.size();
   GrowFresh(out.keys, n);
@@ -233,7 +235,14 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   bool by_tensor = true;  // fragments already ordered by tensor
   int previous = 0;
   const Fragment* frags = layout.fragments.data();
+  const bool skipping = !skip.empty();
   for (size_t i = 0; i < n; ++i) {
+    if (skipping && skip[i]) {
+      tensor_of[i] = -1;
+      ranks[i] = -1;
+      by_tensor = false;
+      continue;
+    }
     const Fragment& f = frags[i];
     const int t = f.tensor;
     if (t < 0 || static_cast<size_t>(t) >= num_tensors) {
@@ -274,7 +283,9 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
     GrowFresh(out.sorted, n);
     FragKey* sorted = out.sorted.data();
     std::vector<int> next(begin.begin(), begin.end() - 1);
-    for (size_t i = 0; i < n; ++i) sorted[next[tensor_of[i]]++] = keys[i];
+    for (size_t i = 0; i < n; ++i) {
+      if (tensor_of[i] >= 0) sorted[next[tensor_of[i]]++] = keys[i];
+    }
   }
   return Status::Ok();
 }
@@ -516,6 +527,47 @@ void Intersection::AddPiece(int group, const Box& box, int holders_begin, int ho
 }
 
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
+  return IntersectLayouts(source, destination, {}, {});
+}
+
+void AppendIntersection(Intersection& into, const Intersection& more, int src_tensor_offset,
+                        int dst_tensor_offset) {
+  const int src_frag_offset = static_cast<int>(into.source_ranks.size());
+  const int dst_frag_offset = static_cast<int>(into.destination_ranks.size());
+  const int group_offset = static_cast<int>(into.groups.size());
+  const int group_frag_offset = static_cast<int>(into.group_frags.size());
+  const int holder_offset = static_cast<int>(into.holders.size());
+  const int box_offset = static_cast<int>(into.piece_boxes.size());
+  for (FragmentGroup g : more.groups) {
+    g.dst_tensor += dst_tensor_offset;
+    g.src_tensor += src_tensor_offset;
+    g.frags_begin += group_frag_offset;
+    g.frags_end += group_frag_offset;
+    into.groups.push_back(g);
+  }
+  for (int f : more.group_frags) into.group_frags.push_back(f + dst_frag_offset);
+  for (Piece p : more.pieces) {
+    p.group += group_offset;
+    if (p.box >= 0) p.box += box_offset;
+    p.holders_begin += holder_offset;
+    p.holders_end += holder_offset;
+    into.pieces.push_back(p);
+  }
+  for (int h : more.holders) into.holders.push_back(h + src_frag_offset);
+  into.piece_boxes.insert(into.piece_boxes.end(), more.piece_boxes.begin(), more.piece_boxes.end());
+  into.source_ranks.insert(into.source_ranks.end(), more.source_ranks.begin(),
+                           more.source_ranks.end());
+  into.destination_ranks.insert(into.destination_ranks.end(), more.destination_ranks.begin(),
+                                more.destination_ranks.end());
+}
+
+Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination,
+                                      std::span<const uint8_t> skip_source,
+                                      std::span<const uint8_t> skip_destination) {
+  if ((!skip_source.empty() && skip_source.size() != source.fragments.size()) ||
+      (!skip_destination.empty() && skip_destination.size() != destination.fragments.size())) {
+    return InvalidArgument("a skip mask must have one entry per fragment");
+  }
   Intersection out;
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
@@ -526,14 +578,15 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
   // Scratch: 36 bytes per fragment, freed on return.
   FragmentKeys src, dst;
-  FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", src, out.source_ranks));
   FERRY_RETURN_IF_ERROR(
-      ReadFragments(destination, dst_info, "destination", dst, out.destination_ranks));
+      ReadFragments(source, src_info, "source", skip_source, src, out.source_ranks));
+  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination", skip_destination, dst,
+                                      out.destination_ranks));
   const Fragment* src_frags = source.fragments.data();
   const Fragment* dst_frags = destination.fragments.data();
 
   // Groups: runs of one box within a destination tensor; group_frags holds every destination
-  // fragment (those of empty boxes too, in no group). Each tensor's groups are then cut into
+  // fragment not skipped (those of empty boxes too, in no group). Each tensor's groups are then cut into
   // pieces.
   const size_t num_dst_frags = destination.fragments.size();
   out.group_frags.reserve(num_dst_frags);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/base/status.h"
@@ -55,5 +56,18 @@ struct Intersection {
 
 // The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination);
+// The same without the fragments marked in `skip_source` / `skip_destination` (one entry per
+// fragment, or empty for none): they are not read, hold nothing and need nothing; their ranks
+// read -1. Fragment ids stay those of the layouts.
+Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination,
+                                      std::span<const uint8_t> skip_source,
+                                      std::span<const uint8_t> skip_destination);
+
+// Appends `more`, an intersection of two further layouts, to `into`: their fragments are numbered
+// after `into`'s (ids offset by its source_ranks / destination_ranks sizes) and their tensors
+// after the first layouts' (indexes offset by `src_tensor_offset` / `dst_tensor_offset`). Group
+// boxes keep pointing into the further destination layout, which must outlive `into`.
+void AppendIntersection(Intersection& into, const Intersection& more, int src_tensor_offset,
+                        int dst_tensor_offset);
 
 }  // namespace ferry

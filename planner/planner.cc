@@ -253,14 +253,15 @@ struct PlanFacts {
   std::vector<int64_t> piece_bytes;   // by piece of the intersection
   std::vector<DType> piece_dtype;     // by piece
 
-  PlanFacts(const Intersection& inter, const Layout& destination, const Topology& topology)
+  PlanFacts(const Intersection& inter, const std::vector<DType>& dtype_of_destination_tensor,
+            const Topology& topology)
       : source_rank(inter.source_ranks), destination_rank(inter.destination_ranks) {
     node_of_rank.resize(topology.ranks.size());
     for (size_t r = 0; r < topology.ranks.size(); ++r) node_of_rank[r] = topology.ranks[r].node;
     piece_bytes.resize(inter.pieces.size());
     piece_dtype.resize(inter.pieces.size());
     for (size_t p = 0; p < inter.pieces.size(); ++p) {
-      const DType dtype = destination.tensors[inter.groups[inter.pieces[p].group].dst_tensor].dtype;
+      const DType dtype = dtype_of_destination_tensor[inter.groups[inter.pieces[p].group].dst_tensor];
       piece_dtype[p] = dtype;
       const Piece& piece = inter.pieces[p];
       const int64_t volume = piece.box < 0 ? inter.groups[piece.group].volume : inter.piece_boxes[piece.box].Volume();
@@ -345,17 +346,52 @@ Result<Strategy> ParseStrategy(std::string_view name) {
 
 namespace {
 
-// The reshard planner proper, on `source` and `destination` (the layouts as given, or their
-// stack fold) whose fragments index the buffer tables of `buffers_of_source` and
-// `buffers_of_destination`. `clock` started with the planning; `fold_seconds` is already spent.
+// Fragments by id: a layout's own, then (ids from its count on) those of its stack layout.
+class FragmentTable {
+ public:
+  FragmentTable(const Layout& layout, const Layout* stacks)
+      : own_(layout.fragments.data()),
+        count_(layout.fragments.size()),
+        stacked_(stacks != nullptr ? stacks->fragments.data() : nullptr) {}
+  const Fragment& operator[](size_t id) const {
+    return id < count_ ? own_[id] : stacked_[id - count_];
+  }
+
+ private:
+  const Fragment* own_;
+  size_t count_;
+  const Fragment* stacked_;
+};
+
+// The reshard planner proper, on the layouts as given or (with `fold`) on the layouts without
+// their folded fragments plus the stack layouts, whose fragments and tensors are numbered after
+// the layouts' own. `clock` started with the planning; `fold_seconds` is already spent.
 Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
-                                 const Layout& buffers_of_source,
-                                 const Layout& buffers_of_destination,
-                                 const Topology& topology, const PlannerOptions& options,
-                                 PhaseClock& clock, double fold_seconds) {
-  const int num_ranks = NumRanksOf(buffers_of_source, buffers_of_destination);
+                                 const StackFold* fold, const Topology& topology,
+                                 const PlannerOptions& options, PhaseClock& clock,
+                                 double fold_seconds) {
+  const int num_ranks = NumRanksOf(source, destination);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
-  FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, destination));
+  Intersection inter;
+  std::vector<DType> dtype_of_destination_tensor;
+  dtype_of_destination_tensor.reserve(destination.tensors.size() +
+                                      (fold != nullptr ? fold->destination_stacks.tensors.size() : 0));
+  for (const TensorSpec& t : destination.tensors) dtype_of_destination_tensor.push_back(t.dtype);
+  if (fold != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination, fold->source_folded,
+                                                   fold->destination_folded));
+    FERRY_ASSIGN_OR_RETURN(const Intersection stacked,
+                           IntersectLayouts(fold->source_stacks, fold->destination_stacks));
+    AppendIntersection(inter, stacked, static_cast<int>(source.tensors.size()),
+                       static_cast<int>(destination.tensors.size()));
+    for (const TensorSpec& t : fold->destination_stacks.tensors) {
+      dtype_of_destination_tensor.push_back(t.dtype);
+    }
+  } else {
+    FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination));
+  }
+  const FragmentTable src_frags(source, fold != nullptr ? &fold->source_stacks : nullptr);
+  const FragmentTable dst_frags(destination, fold != nullptr ? &fold->destination_stacks : nullptr);
   const int num_nodes = std::max(1, topology.NumNodes());
 
   PlanResult result;
@@ -363,10 +399,10 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   TransferPlan& plan = result.plan;
   plan.strategy = "reshard";
   plan.num_ranks = num_ranks;
-  plan.source_buffers = buffers_of_source.buffers;
-  plan.destination_buffers = buffers_of_destination.buffers;
+  plan.source_buffers = source.buffers;
+  plan.destination_buffers = destination.buffers;
 
-  const PlanFacts facts(inter, destination, topology);
+  const PlanFacts facts(inter, dtype_of_destination_tensor, topology);
   const std::vector<int>& src_rank = facts.source_rank;
   const std::vector<int>& dst_rank = facts.destination_rank;
   result.demand = ComputeDemand(inter, facts, num_nodes);
@@ -780,9 +816,9 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
         const LocalCopy& c = local_copies[by_rank[k]];
         const Box& box = inter.BoxOf(inter.pieces[c.piece]);
-        const Fragment& dst = destination.fragments[c.dst];
+        const Fragment& dst = dst_frags[c.dst];
         const DType dtype = facts.piece_dtype[c.piece];
-        AppendBoxCopy(plan, FragmentSide(source.fragments[c.src], dtype, Space::kSource, box),
+        AppendBoxCopy(plan, FragmentSide(src_frags[c.src], dtype, Space::kSource, box),
                       FragmentSide(dst, dtype, Space::kDestination, box), box);
         op.bytes += facts.piece_bytes[c.piece];
       }
@@ -808,9 +844,9 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       // loading while this one is emitted.
       const Message& next = messages[mi + 1];
       for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
-        __builtin_prefetch(&source.fragments[deliveries[k].sender_frag].loc);
+        __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
         __builtin_prefetch(targets[k].box);
-        __builtin_prefetch(&destination.fragments[targets[k].first_fragment].loc);
+        __builtin_prefetch(&dst_frags[targets[k].first_fragment].loc);
       }
     }
     round = m.sender == last_sender ? round + 1 : 0;
@@ -828,7 +864,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     send.link = topology.Link(send.rank, send.peer);
     send.message = next_message++;
     {
-      const CopySide src0 = FragmentSide(source.fragments[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
+      const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
       if (count == 1 && src0.contiguous) {
         send.data = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
       } else {
@@ -843,7 +879,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         for (int k = m.first; k < m.last; ++k) {
           const Delivery& d = deliveries[k];
           const DeliveryTarget& t = targets[k];
-          AppendBoxCopy(plan, FragmentSide(source.fragments[d.sender_frag], t.dtype, Space::kSource, *t.box),
+          AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], t.dtype, Space::kSource, *t.box),
                         SlotSide(slot, offset, t.dtype), *t.box);
           offset += d.bytes;
         }
@@ -893,7 +929,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         const FragmentGroup& g = *t0.group;
         auto [lo, hi] = frags_on_rank(g);
         if (hi - lo == 1) {
-          const CopySide dst = FragmentSide(destination.fragments[*lo], t0.dtype, Space::kDestination, *t0.box);
+          const CopySide dst = FragmentSide(dst_frags[*lo], t0.dtype, Space::kDestination, *t0.box);
           if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
             direct = true;
@@ -920,7 +956,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         auto [lo, hi] = frags_on_rank(*t.group);
         for (auto it = lo; it != hi; ++it) {
           AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
-                        FragmentSide(destination.fragments[*it], t.dtype, Space::kDestination, *t.box),
+                        FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box),
                         *t.box);
           unpack.bytes += d.bytes;
         }
@@ -962,8 +998,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   const bool folded = FoldTensorStacks(source, destination, fold);
   const double fold_seconds = clock.Lap();
   if (folded) {
-    Result<PlanResult> plan = PlanReshardOf(fold.source, fold.destination, source, destination,
-                                            topology, options, clock, fold_seconds);
+    Result<PlanResult> plan =
+        PlanReshardOf(source, destination, &fold, topology, options, clock, fold_seconds);
     if (plan.ok()) {
       plan->stacks = fold.stacks;
       return plan;
@@ -971,8 +1007,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
     // The stacks hide the original tensors: plan the layouts as given to report the error in
     // their terms.
   }
-  return PlanReshardOf(source, destination, source, destination, topology, options, clock,
-                       fold_seconds);
+  return PlanReshardOf(source, destination, nullptr, topology, options, clock, fold_seconds);
 }
 
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
@@ -1270,7 +1305,9 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   }
 
   // The physical limit is the same whichever plan runs.
-  result.demand = ComputeDemand(direct, PlanFacts(direct, destination, topology),
+  std::vector<DType> dtype_of_destination_tensor;
+  for (const TensorSpec& t : destination.tensors) dtype_of_destination_tensor.push_back(t.dtype);
+  result.demand = ComputeDemand(direct, PlanFacts(direct, dtype_of_destination_tensor, topology),
                                 std::max(1, topology.NumNodes()));
   return result;
 }
