@@ -131,6 +131,9 @@ void MergeMembers(const Layout& layout, const std::vector<Membership>& member,
   std::vector<OpenRun> table(size_t{1} << kTableBits);
   const size_t n = layout.fragments.size();
   GrowFresh(folded, n);
+  // Reserved whole (on huge pages): only what is written is touched.
+  ReserveFresh(out, out.size() + n);
+  ReserveFresh(origin, origin.size() + n);
   const Fragment* frags = layout.fragments.data();
   for (size_t i = 0; i < n; ++i) {
     const Fragment& f = frags[i];
