@@ -1,12 +1,11 @@
 // Stack folding: families by name, fragment runs merged in one pass over each layout.
 //
-// Cost: one pass over each layout's tensor names (a hash of each name without its number) and one
-// pass over each layout's fragments in index order. A fragment joins the open run of its family,
-// rank, buffer, box and strides (a direct-mapped table of open runs: layouts write a rank's
-// members one after another, so a run is found where it was left) or starts a new one. The smaller
-// layout is merged first; families that merged there are kept, and the larger layout is merged
-// straight into final tensor indexes. The first side's fragments of families not kept are turned
-// back into their members afterwards, in a pass over its folded fragments.
+// Cost: one pass over each layout's tensor names (a hash of each name without its number), and
+// one pass over the smaller layout's fragments in index order, up front. A fragment joins the
+// open run of its family, rank, buffer, box and strides (a direct-mapped table of open runs:
+// layouts write a rank's members one after another, so a run is found where it was left) or
+// starts a new one. The larger layout's fragments are merged the same way as the intersection's
+// own pass reads them (StackSide::Divert), so folding never reads them a second time.
 #include "planner/fold_stacks.h"
 
 #include <algorithm>
@@ -100,8 +99,8 @@ struct Family {
   std::vector<int> destination;                  // destination tensor per member, or -1
   int64_t esize = 1;            // bytes per element
   bool broken = false;          // a destination tensor contradicts it, or numbers repeat
-  // Fragments before and after merging, on the side merged first and on the other.
-  int64_t first_in = 0, first_out = 0, second_in = 0, second_out = 0;
+  // Fragments of the side merged first before and after merging.
+  int64_t first_in = 0, first_out = 0;
   int stack = -1;               // index of its stacked tensor when kept
 };
 
@@ -111,91 +110,68 @@ struct Membership {
   int position = 0;
 };
 
-// An open run: a fragment of the output that may still grow by the next member.
-struct OpenRun {
-  int64_t fragment = -1;    // index in the output's fragments
-  int next_position = 0;
-  int64_t last_offset = 0;  // byte offset of the run's last member
-  int64_t stride = 0;       // bytes between members; 0 while the run has one member
-};
+}  // namespace
 
-// Merges the fragments of `layout` that belong to a family with family_value[family] >= 0 into
-// stack fragments appended to `out` (tensor: that value), marking them in `folded` and counting
-// each family's fragments in and out; `origin` gets each new stack fragment's first fragment id.
-// Other fragments are only looked at (their tensor), not read.
-void MergeMembers(const Layout& layout, const std::vector<Membership>& member,
-                  const std::vector<int>& family_value, std::vector<Family>& families, bool first,
-                  std::vector<Fragment>& out, std::vector<uint8_t>& folded,
-                  std::vector<int>& origin) {
-  constexpr int kTableBits = 12;
-  std::vector<OpenRun> table(size_t{1} << kTableBits);
-  const size_t n = layout.fragments.size();
-  GrowFresh(folded, n);
-  // Reserved whole (on huge pages): only what is written is touched.
-  ReserveFresh(out, out.size() + n);
-  ReserveFresh(origin, origin.size() + n);
-  const Fragment* frags = layout.fragments.data();
-  for (size_t i = 0; i < n; ++i) {
-    const Fragment& f = frags[i];
-    if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= member.size()) continue;
-    const Membership m = member[f.tensor];
-    if (m.family < 0) continue;
-    const int value = family_value[m.family];
-    const int ndim = f.box.ndim;
-    if (value < 0 || ndim < 1 || ndim >= kMaxDims) continue;
-    folded[i] = 1;
-    Family& family = families[m.family];
-    (first ? family.first_in : family.second_in) += 1;
-    uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(m.family), static_cast<uint64_t>(f.loc.rank)),
-                         static_cast<uint64_t>(f.loc.buffer)),
-                     static_cast<uint64_t>(ndim));
-    for (int d = 0; d < ndim; ++d) {
-      h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
-              static_cast<uint64_t>(f.loc.strides[d]));
-    }
-    OpenRun& run = table[h >> (64 - kTableBits)];
-    if (run.fragment >= 0 && run.next_position == m.position) {
-      Fragment& g = out[static_cast<size_t>(run.fragment)];
-      bool same = g.tensor == value && g.loc.rank == f.loc.rank &&
-                  g.loc.buffer == f.loc.buffer && g.box.ndim == ndim + 1;
-      for (int d = 0; same && d < ndim; ++d) {
-        same = g.box.lo[d + 1] == f.box.lo[d] && g.box.hi[d + 1] == f.box.hi[d] &&
-               g.loc.strides[d + 1] == f.loc.strides[d];
-      }
-      const int64_t step = f.loc.byte_offset - run.last_offset;
-      if (same && (run.stride == 0 ? step > 0 && step % family.esize == 0 : step == run.stride)) {
-        run.stride = step;
-        g.loc.strides[0] = step / family.esize;
-        g.box.hi[0] = m.position + 1;
-        run.next_position = m.position + 1;
-        run.last_offset = f.loc.byte_offset;
-        continue;
-      }
-    }
-    Fragment g;
-    g.tensor = value;
-    g.box.ndim = ndim + 1;
-    g.box.lo[0] = m.position;
-    g.box.hi[0] = m.position + 1;
-    g.loc.rank = f.loc.rank;
-    g.loc.buffer = f.loc.buffer;
-    g.loc.byte_offset = f.loc.byte_offset;
-    // A one-member run's stride is that of a dense stack of such boxes, so a contiguous fragment
-    // stays contiguous.
-    g.loc.strides[0] = f.loc.strides[0] * std::max<int64_t>(1, f.box.hi[0] - f.box.lo[0]);
-    for (int d = 0; d < ndim; ++d) {
-      g.box.lo[d + 1] = f.box.lo[d];
-      g.box.hi[d + 1] = f.box.hi[d];
-      g.loc.strides[d + 1] = f.loc.strides[d];
-    }
-    run = {static_cast<int64_t>(out.size()), m.position + 1, f.loc.byte_offset, 0};
-    out.push_back(g);
-    origin.push_back(static_cast<int>(i));
-    (first ? family.first_out : family.second_out) += 1;
+bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
+  const int ndim = f.box.ndim;
+  uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(stack), static_cast<uint64_t>(f.loc.rank)),
+                       static_cast<uint64_t>(f.loc.buffer)),
+                   static_cast<uint64_t>(ndim));
+  for (int d = 0; d < ndim; ++d) {
+    h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
+            static_cast<uint64_t>(f.loc.strides[d]));
   }
+  std::vector<Fragment>& out = stacks_.fragments;
+  Run& run = runs_[h >> (64 - kRunTableBits)];
+  if (run.fragment >= 0 && run.next_position == position) {
+    Fragment& g = out[static_cast<size_t>(run.fragment)];
+    bool same = g.tensor == stack && g.loc.rank == f.loc.rank && g.loc.buffer == f.loc.buffer &&
+                g.box.ndim == ndim + 1;
+    for (int d = 0; same && d < ndim; ++d) {
+      same = g.box.lo[d + 1] == f.box.lo[d] && g.box.hi[d + 1] == f.box.hi[d] &&
+             g.loc.strides[d + 1] == f.loc.strides[d];
+    }
+    const int64_t step = f.loc.byte_offset - run.last_offset;
+    if (same && (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride)) {
+      run.stride = step;
+      g.loc.strides[0] = step / esize;
+      g.box.hi[0] = position + 1;
+      run.next_position = position + 1;
+      run.last_offset = f.loc.byte_offset;
+      return false;
+    }
+  }
+  Fragment g;
+  g.tensor = stack;
+  g.box.ndim = ndim + 1;
+  g.box.lo[0] = position;
+  g.box.hi[0] = position + 1;
+  g.loc.rank = f.loc.rank;
+  g.loc.buffer = f.loc.buffer;
+  g.loc.byte_offset = f.loc.byte_offset;
+  // A one-member run's stride is that of a dense stack of such boxes, so a contiguous fragment
+  // stays contiguous.
+  g.loc.strides[0] = f.loc.strides[0] * std::max<int64_t>(1, f.box.hi[0] - f.box.lo[0]);
+  for (int d = 0; d < ndim; ++d) {
+    g.box.lo[d + 1] = f.box.lo[d];
+    g.box.hi[d + 1] = f.box.hi[d];
+    g.loc.strides[d + 1] = f.loc.strides[d];
+  }
+  run = {static_cast<int64_t>(out.size()), position + 1, f.loc.byte_offset, 0};
+  out.push_back(g);
+  return true;
 }
 
-}  // namespace
+bool StackSide::Divert(const Fragment& fragment, size_t id) {
+  if (!folded_.empty()) return folded_[id] != 0;
+  const int t = fragment.tensor;
+  if (t < 0 || static_cast<size_t>(t) >= stack_of_tensor_.size()) return false;
+  const int stack = stack_of_tensor_[t];
+  const int ndim = fragment.box.ndim;
+  if (stack < 0 || ndim < 1 || ndim >= kMaxDims) return false;
+  Merge(fragment, stack, position_of_tensor_[t], esize_of_stack_[stack]);
+  return true;
+}
 
 bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out) {
   // Families of the source's tensors.
@@ -273,24 +249,36 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     if (dst_member[t].family >= 0 && families[dst_member[t].family].broken) dst_member[t] = {};
   }
 
-  // The smaller side first. A family is kept (planned as a stack) when its fragments merged
-  // there; where nothing merged, the larger side is not read at all.
+  // The smaller side first, up front. A family is kept (planned as a stack) when its fragments
+  // merged there; where nothing merged, the larger side is not read at all.
   out = StackFold();
   const bool source_first = source.fragments.size() <= destination.fragments.size();
   const Layout& first = source_first ? source : destination;
   const Layout& second = source_first ? destination : source;
   const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
   const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
-  Layout& first_stacks = source_first ? out.source_stacks : out.destination_stacks;
-  Layout& second_stacks = source_first ? out.destination_stacks : out.source_stacks;
-  std::vector<uint8_t>& first_folded = source_first ? out.source_folded : out.destination_folded;
-  std::vector<uint8_t>& second_folded = source_first ? out.destination_folded : out.source_folded;
-  std::vector<int> family_value(families.size()), origin;
-  for (size_t f = 0; f < families.size(); ++f) {
-    family_value[f] = families[f].broken ? -1 : static_cast<int>(f);
+  StackSide& first_side = source_first ? out.source : out.destination;
+  StackSide& second_side = source_first ? out.destination : out.source;
+  const size_t n = first.fragments.size();
+  first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+  ReserveFresh(first_side.stacks_.fragments, n);  // only what is written is touched
+  GrowFresh(first_side.folded_, n);
+  std::vector<int> origin;  // by stack fragment: the first fragment of the layout it holds
+  ReserveFresh(origin, n);
+  const Fragment* frags = first.fragments.data();
+  for (size_t i = 0; i < n; ++i) {
+    const Fragment& f = frags[i];
+    if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= first_member.size()) continue;
+    const Membership m = first_member[f.tensor];
+    if (m.family < 0 || f.box.ndim < 1 || f.box.ndim >= kMaxDims) continue;
+    Family& family = families[m.family];
+    ++family.first_in;
+    if (first_side.Merge(f, m.family, m.position, family.esize)) {
+      ++family.first_out;
+      origin.push_back(static_cast<int>(i));
+    }
+    first_side.folded_[i] = 1;
   }
-  MergeMembers(first, first_member, family_value, families, true, first_stacks.fragments,
-               first_folded, origin);
   std::vector<TensorSpec> stacks;
   for (Family& family : families) {
     if (family.broken || family.first_out >= family.first_in) continue;
@@ -312,34 +300,35 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   // Families not kept merged nothing on the first side: each of their stack fragments is one
   // fragment of the layout, which goes back to being planned as it is.
   size_t kept = 0;
-  std::vector<Fragment>& first_fragments = first_stacks.fragments;
+  std::vector<Fragment>& first_fragments = first_side.stacks_.fragments;
   for (size_t k = 0; k < first_fragments.size(); ++k) {
     const int stack = families[first_fragments[k].tensor].stack;
     if (stack < 0) {
-      first_folded[origin[k]] = 0;
+      first_side.folded_[origin[k]] = 0;
       continue;
     }
     if (kept != k) first_fragments[kept] = first_fragments[k];
     first_fragments[kept++].tensor = stack;
   }
   first_fragments.resize(kept);
+  first_side.runs_ = {};
 
-  // The second side: the kept families' members, straight into their stacks.
-  for (size_t f = 0; f < families.size(); ++f) family_value[f] = families[f].stack;
-  origin.clear();
-  MergeMembers(second, second_member, family_value, families, false, second_stacks.fragments,
-               second_folded, origin);
-  int64_t saved = 0;
-  for (const Family& family : families) {
-    if (family.stack < 0) continue;
-    saved += family.first_in - family.first_out + family.second_in - family.second_out;
+  // The second side is merged as the intersection reads it (StackSide::Divert): the kept
+  // families' members, straight into their stacks.
+  second_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+  ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
+  second_side.stack_of_tensor_.assign(second.tensors.size(), -1);
+  second_side.position_of_tensor_.assign(second.tensors.size(), 0);
+  for (size_t t = 0; t < second.tensors.size(); ++t) {
+    const Membership m = second_member[t];
+    if (m.family < 0 || families[m.family].stack < 0) continue;
+    second_side.stack_of_tensor_[t] = families[m.family].stack;
+    second_side.position_of_tensor_[t] = m.position;
   }
-  const int64_t before =
-      static_cast<int64_t>(source.fragments.size() + destination.fragments.size());
-  if (4 * saved < before) return false;
-  out.destination_stacks.tensors = stacks;
-  out.source_stacks.tensors = std::move(stacks);
-  out.stacks = static_cast<int>(out.source_stacks.tensors.size());
+  for (const TensorSpec& stack : stacks) second_side.esize_of_stack_.push_back(DTypeSize(stack.dtype));
+  out.stacks = static_cast<int>(stacks.size());
+  first_side.stacks_.tensors = stacks;
+  second_side.stacks_.tensors = std::move(stacks);
   return true;
 }
 

@@ -16,38 +16,70 @@
 // terms of the original tensors). A fragment of member j becomes the box [j, j+1) x box of the
 // stack; consecutive members' fragments on one rank with equal boxes and strides, whose byte
 // offsets in one buffer advance by one positive stride, merge into one fragment spanning them. A
-// family is folded when its fragments merge on the layout with fewer fragments (read first); the
-// other layout's fragments of it are then stacked whether or not they merge.
+// family is folded when its fragments merge on the layout with fewer fragments (merged up front);
+// the other layout's fragments of it are then stacked whether or not they merge.
 //
-// The result is the stacked tensors with their fragments, and per layout a mask of the fragments
-// now in a stack. The planner intersects the layouts without the masked fragments and the two
-// stack layouts, and numbers the stack layouts' fragments and tensors after the originals': stack
-// fragments keep the original buffer indexes, so the plan is a plan of the original layouts.
-// Nothing of the original layouts is copied. Deterministic (depends only on the layouts' contents
-// and order). Thread-safe: no shared state.
+// The result is, per layout, a StackSide: the stack tensors with that layout's fragments of them,
+// and which of the layout's own fragments they replace. The planner intersects the layouts with
+// those fragments left out (a StackSide is the FragmentDiverter of its layout: the larger layout's
+// members are merged as the intersection's pass reads them, so they are read once), then the two
+// stack layouts, numbered after the originals. Stack fragments keep the original buffer indexes,
+// so the plan is a plan of the original layouts, and nothing of them is copied. Deterministic
+// (depends only on the layouts' contents and order). Thread-safe: no shared state.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/layout/layout.h"
+#include "planner/intersect.h"
 
 namespace ferry {
 
+struct StackFold;
+
+// One layout's part of a fold. Not thread-safe.
+class StackSide final : public FragmentDiverter {
+ public:
+  // True when fragment `id` of the layout is part of a stack fragment (merging it into the stacks
+  // on the side merged during the intersection's pass): the intersection leaves it out. Offer
+  // each fragment once, in id order.
+  bool Divert(const Fragment& fragment, size_t id) override;
+  // The stacked tensors (equal index and name on both sides) and this side's fragments of them,
+  // complete once every fragment was offered to Divert (the side merged up front: at once).
+  // Fragments index the layout's buffer table; `buffers` is empty.
+  const Layout& stacks() const { return stacks_; }
+
+ private:
+  friend bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out);
+  static constexpr int kRunTableBits = 12;
+  // An open run: a stack fragment that may still grow by the next member.
+  struct Run {
+    int64_t fragment = -1;    // index in stacks_.fragments
+    int next_position = 0;
+    int64_t last_offset = 0;  // byte offset of the run's last member
+    int64_t stride = 0;       // bytes between members; 0 while the run has one member
+  };
+  // Merges member `position` of stack `stack` (elements of `esize` bytes) into an open run or
+  // starts a stack fragment; true when it started one.
+  bool Merge(const Fragment& f, int stack, int position, int64_t esize);
+
+  std::vector<uint8_t> folded_;  // merged up front: by fragment id, 1 when in a stack fragment
+  // Merged during the pass: per tensor of the layout, its stack (or -1) and position in it.
+  std::vector<int> stack_of_tensor_, position_of_tensor_;
+  std::vector<int64_t> esize_of_stack_;
+  std::vector<Run> runs_;  // direct-mapped by a hash of (stack, rank, buffer, box, strides)
+  Layout stacks_;
+};
+
 struct StackFold {
-  // The stacked tensors (equal index and name on both sides) and each side's fragments of them.
-  // Fragments index the original layouts' buffer tables; `buffers` is empty.
-  Layout source_stacks;
-  Layout destination_stacks;
-  // By fragment id of the original layouts: 1 where the fragment is part of a stack's fragment.
-  std::vector<uint8_t> source_folded;
-  std::vector<uint8_t> destination_folded;
+  StackSide source;
+  StackSide destination;
   int stacks = 0;  // families folded
 };
 
-// Folds `source` and `destination` into `out`. Returns false, leaving `out` unspecified, when
-// folding would not make the layouts at least a quarter smaller (counted in fragments); planning
-// the layouts as given is then as fast.
+// Folds `source` and `destination` into `out`. Returns false, leaving `out` unspecified, when no
+// family merges on the smaller layout: the layouts are then planned as given.
 bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out);
 
 }  // namespace ferry

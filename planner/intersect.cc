@@ -16,7 +16,6 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -219,10 +218,10 @@ struct FragmentKeys {
 };
 
 // Validates every fragment of `layout` (the first invalid one in index order is the error) and
-// fills `out`, reading each fragment once. Fragments marked in `skip` (when not empty) are left
-// out unread: in no tensor's keys, rank -1.
+// fills `out`, reading each fragment once. Fragments `diverter` (if any) takes are left out: in
+// no tensor's keys, rank -1.
 Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
-                     std::span<const uint8_t> skip, FragmentKeys& out, std::vector<int>& ranks) {
+                     FragmentDiverter* diverter, FragmentKeys& out, std::vector<int>& ranks) {
   const size_t n = layout.fragments.size();
   const size_t num_tensors = layout.tensors.size();
   GrowFresh(out.keys, n);
@@ -235,9 +234,8 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   bool by_tensor = true;  // fragments already ordered by tensor
   int previous = 0;
   const Fragment* frags = layout.fragments.data();
-  const bool skipping = !skip.empty();
   for (size_t i = 0; i < n; ++i) {
-    if (skipping && skip[i]) {
+    if (diverter != nullptr && diverter->Divert(frags[i], i)) {
       tensor_of[i] = -1;
       ranks[i] = -1;
       by_tensor = false;
@@ -527,7 +525,7 @@ void Intersection::AddPiece(int group, const Box& box, int holders_begin, int ho
 }
 
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
-  return IntersectLayouts(source, destination, {}, {});
+  return IntersectLayouts(source, destination, nullptr, nullptr);
 }
 
 void AppendIntersection(Intersection& into, const Intersection& more, int src_tensor_offset,
@@ -562,12 +560,8 @@ void AppendIntersection(Intersection& into, const Intersection& more, int src_te
 }
 
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination,
-                                      std::span<const uint8_t> skip_source,
-                                      std::span<const uint8_t> skip_destination) {
-  if ((!skip_source.empty() && skip_source.size() != source.fragments.size()) ||
-      (!skip_destination.empty() && skip_destination.size() != destination.fragments.size())) {
-    return InvalidArgument("a skip mask must have one entry per fragment");
-  }
+                                      FragmentDiverter* source_diverter,
+                                      FragmentDiverter* destination_diverter) {
   Intersection out;
   const int num_dst_tensors = static_cast<int>(destination.tensors.size());
 
@@ -579,9 +573,9 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   // Scratch: 36 bytes per fragment, freed on return.
   FragmentKeys src, dst;
   FERRY_RETURN_IF_ERROR(
-      ReadFragments(source, src_info, "source", skip_source, src, out.source_ranks));
-  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination", skip_destination, dst,
-                                      out.destination_ranks));
+      ReadFragments(source, src_info, "source", source_diverter, src, out.source_ranks));
+  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination",
+                                      destination_diverter, dst, out.destination_ranks));
   const Fragment* src_frags = source.fragments.data();
   const Fragment* dst_frags = destination.fragments.data();
 

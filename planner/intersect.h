@@ -13,8 +13,8 @@
 // about 36 bytes per fragment, is its own and freed on return).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "core/base/status.h"
@@ -56,12 +56,21 @@ struct Intersection {
 
 // The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination);
-// The same without the fragments marked in `skip_source` / `skip_destination` (one entry per
-// fragment, or empty for none): they are not read, hold nothing and need nothing; their ranks
-// read -1. Fragment ids stay those of the layouts.
+// Takes fragments out of a layout as the intersection's fragment pass reads them (stack folding
+// puts them into stacks instead: planner/fold_stacks.h). Not thread-safe.
+class FragmentDiverter {
+ public:
+  virtual ~FragmentDiverter() = default;
+  // Called once per fragment, in id order, before the pass validates it; true leaves fragment
+  // `id` out of the intersection.
+  virtual bool Divert(const Fragment& fragment, size_t id) = 0;
+};
+
+// The same with the fragments the diverters take (either may be null) left out: they hold
+// nothing, need nothing, and their ranks read -1. Fragment ids stay those of the layouts.
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination,
-                                      std::span<const uint8_t> skip_source,
-                                      std::span<const uint8_t> skip_destination);
+                                      FragmentDiverter* source_diverter,
+                                      FragmentDiverter* destination_diverter);
 
 // Appends `more`, an intersection of two further layouts, to `into`: their fragments are numbered
 // after `into`'s (ids offset by its source_ranks / destination_ranks sizes) and their tensors

@@ -367,7 +367,7 @@ class FragmentTable {
 // their folded fragments plus the stack layouts, whose fragments and tensors are numbered after
 // the layouts' own. `clock` started with the planning; `fold_seconds` is already spent.
 Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
-                                 const StackFold* fold, const Topology& topology,
+                                 StackFold* fold, const Topology& topology,
                                  const PlannerOptions& options, PhaseClock& clock,
                                  double fold_seconds) {
   const int num_ranks = NumRanksOf(source, destination);
@@ -375,23 +375,24 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   Intersection inter;
   std::vector<DType> dtype_of_destination_tensor;
   dtype_of_destination_tensor.reserve(destination.tensors.size() +
-                                      (fold != nullptr ? fold->destination_stacks.tensors.size() : 0));
+                                      (fold != nullptr ? fold->stacks : 0));
   for (const TensorSpec& t : destination.tensors) dtype_of_destination_tensor.push_back(t.dtype);
   if (fold != nullptr) {
-    FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination, fold->source_folded,
-                                                   fold->destination_folded));
+    FERRY_ASSIGN_OR_RETURN(
+        inter, IntersectLayouts(source, destination, &fold->source, &fold->destination));
     FERRY_ASSIGN_OR_RETURN(const Intersection stacked,
-                           IntersectLayouts(fold->source_stacks, fold->destination_stacks));
+                           IntersectLayouts(fold->source.stacks(), fold->destination.stacks()));
     AppendIntersection(inter, stacked, static_cast<int>(source.tensors.size()),
                        static_cast<int>(destination.tensors.size()));
-    for (const TensorSpec& t : fold->destination_stacks.tensors) {
+    for (const TensorSpec& t : fold->destination.stacks().tensors) {
       dtype_of_destination_tensor.push_back(t.dtype);
     }
   } else {
     FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination));
   }
-  const FragmentTable src_frags(source, fold != nullptr ? &fold->source_stacks : nullptr);
-  const FragmentTable dst_frags(destination, fold != nullptr ? &fold->destination_stacks : nullptr);
+  const FragmentTable src_frags(source, fold != nullptr ? &fold->source.stacks() : nullptr);
+  const FragmentTable dst_frags(destination,
+                                fold != nullptr ? &fold->destination.stacks() : nullptr);
   const int num_nodes = std::max(1, topology.NumNodes());
 
   PlanResult result;

@@ -43,6 +43,16 @@ void StackHalves(Layout& l, const std::string& proj, int rows, int cols) {
   }
 }
 
+// Offers every fragment of `layout` to `side`, as the intersection's pass does; returns which
+// ones it took.
+std::vector<uint8_t> Offer(StackSide& side, const Layout& layout) {
+  std::vector<uint8_t> taken;
+  for (size_t i = 0; i < layout.fragments.size(); ++i) {
+    taken.push_back(side.Divert(layout.fragments[i], i) ? 1 : 0);
+  }
+  return taken;
+}
+
 TEST(FoldStacks, ExpertsBecomeOneStridedFragmentPerRank) {
   Layout src, dst;
   StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3, /*gap=*/8);
@@ -50,28 +60,31 @@ TEST(FoldStacks, ExpertsBecomeOneStridedFragmentPerRank) {
   StackFold fold;
   ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
   EXPECT_EQ(fold.stacks, 1);
-  ASSERT_EQ(fold.source_stacks.tensors.size(), 1u);
-  ASSERT_EQ(fold.destination_stacks.tensors.size(), 1u);
-  EXPECT_EQ(fold.source_stacks.tensors[0].name, fold.destination_stacks.tensors[0].name);
-  EXPECT_EQ(fold.source_stacks.tensors[0].shape, (std::vector<int64_t>{4, 8, 16}));
-  ASSERT_EQ(fold.source_stacks.fragments.size(), 1u);
-  const Fragment& s = fold.source_stacks.fragments[0];
+  // Every original fragment is part of a stack's: the source's merged up front (the smaller
+  // layout), the destination's as they are offered.
+  EXPECT_EQ(Offer(fold.source, src), std::vector<uint8_t>(4, 1));
+  EXPECT_EQ(Offer(fold.destination, dst), std::vector<uint8_t>(8, 1));
+  const Layout& source_stacks = fold.source.stacks();
+  const Layout& destination_stacks = fold.destination.stacks();
+  ASSERT_EQ(source_stacks.tensors.size(), 1u);
+  ASSERT_EQ(destination_stacks.tensors.size(), 1u);
+  EXPECT_EQ(source_stacks.tensors[0].name, destination_stacks.tensors[0].name);
+  EXPECT_EQ(source_stacks.tensors[0].shape, (std::vector<int64_t>{4, 8, 16}));
+  ASSERT_EQ(source_stacks.fragments.size(), 1u);
+  const Fragment& s = source_stacks.fragments[0];
   EXPECT_EQ(s.box, Box::Make({0, 0, 0}, {4, 8, 16}).value());
   EXPECT_EQ(s.loc.strides[0], 8 * 16 + 8);  // the gap is kept in the stride
   EXPECT_EQ(s.loc.strides[1], 16);
   EXPECT_EQ(s.loc.byte_offset, 0);
   EXPECT_EQ(s.loc.buffer, src.fragments[0].loc.buffer);
-  ASSERT_EQ(fold.destination_stacks.fragments.size(), 2u);
+  ASSERT_EQ(destination_stacks.fragments.size(), 2u);
   for (int half = 0; half < 2; ++half) {
-    const Fragment& d = fold.destination_stacks.fragments[half];
+    const Fragment& d = destination_stacks.fragments[half];
     EXPECT_EQ(d.loc.rank, 4 + half);
     EXPECT_EQ(d.box, Box::Make({0, half * 4, 0}, {4, half * 4 + 4, 16}).value());
     EXPECT_EQ(d.loc.strides[0], 4 * 16);
   }
-  // Every original fragment is now part of a stack's; nothing of the layouts is copied.
-  EXPECT_EQ(fold.source_folded, std::vector<uint8_t>(4, 1));
-  EXPECT_EQ(fold.destination_folded, std::vector<uint8_t>(8, 1));
-  EXPECT_TRUE(fold.source_stacks.buffers.empty());
+  EXPECT_TRUE(source_stacks.buffers.empty());
 }
 
 TEST(FoldStacks, ABrokenStrideStartsANewRun) {
@@ -83,7 +96,7 @@ TEST(FoldStacks, ABrokenStrideStartsANewRun) {
   StackHalves(dst, "gate_proj", 8, 16);
   StackFold fold;
   ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
-  const std::vector<Fragment>& frags = fold.source_stacks.fragments;
+  const std::vector<Fragment>& frags = fold.source.stacks().fragments;
   ASSERT_EQ(frags.size(), 2u);
   EXPECT_EQ(frags[0].box.hi[0], 3);
   EXPECT_EQ(frags[1].box.lo[0], 3);
@@ -121,19 +134,18 @@ TEST(FoldStacks, OnlyFamiliesStackedOnTheSmallerSideFold) {
   StackFold fold;
   ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
   EXPECT_EQ(fold.stacks, 1);
-  ASSERT_EQ(fold.destination_stacks.tensors.size(), 1u);
-  EXPECT_NE(fold.destination_stacks.tensors[0].name.find("gate_proj"), std::string::npos);
+  ASSERT_EQ(fold.destination.stacks().tensors.size(), 1u);
+  EXPECT_NE(fold.destination.stacks().tensors[0].name.find("gate_proj"), std::string::npos);
   for (const Layout* layout : {&src, &dst}) {
-    const std::vector<uint8_t>& folded =
-        layout == &src ? fold.source_folded : fold.destination_folded;
+    const std::vector<uint8_t> folded =
+        Offer(layout == &src ? fold.source : fold.destination, *layout);
     ASSERT_EQ(folded.size(), layout->fragments.size());
     for (size_t i = 0; i < folded.size(); ++i) {
       const std::string& name = layout->tensors[layout->fragments[i].tensor].name;
       EXPECT_EQ(folded[i], name.find("gate_proj") != std::string::npos ? 1 : 0) << name;
     }
   }
-  // Planned, the down members still arrive element by element where they belong: the plan is
-  // valid for the original layouts (checked in planner_test); here, that it plans folded.
+  // The planner plans gate as a stack and the down members one by one.
   Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(7, 2));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->stacks, 1);
