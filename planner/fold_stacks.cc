@@ -212,18 +212,72 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     family.destination.assign(family.members.size(), -1);
   }
 
-  // The destination's tensors join their families by name.
+  // The smaller side is merged first, up front: a family is kept (planned as a stack) when its
+  // fragments merged there. When that side is the source, it is merged before the destination's
+  // names are read, which are then not read at all if nothing merged.
+  out = StackFold();
+  const bool source_first = source.fragments.size() <= destination.fragments.size();
+  const Layout& first = source_first ? source : destination;
+  const Layout& second = source_first ? destination : source;
+  StackSide& first_side = source_first ? out.source : out.destination;
+  StackSide& second_side = source_first ? out.destination : out.source;
+  std::vector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
+  auto merge_first_side = [&](const std::vector<Membership>& member) {
+    const size_t n = first.fragments.size();
+    first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+    ReserveFresh(first_side.stacks_.fragments, n);  // only what is written is touched
+    GrowFresh(first_side.folded_, n);
+    ReserveFresh(folded_ids, n);
+    const Fragment* frags = first.fragments.data();
+    bool merged = false;
+    for (size_t i = 0; i < n; ++i) {
+      const Fragment& f = frags[i];
+      if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= member.size()) continue;
+      const Membership m = member[f.tensor];
+      if (m.family < 0 || f.box.ndim < 1 || f.box.ndim >= kMaxDims) continue;
+      Family& family = families[m.family];
+      ++family.first_in;
+      if (first_side.Merge(f, m.family, m.position, family.esize)) {
+        ++family.first_out;
+      } else {
+        merged = true;
+      }
+      first_side.folded_[i] = 1;
+      folded_ids.emplace_back(m.family, static_cast<int>(i));
+    }
+    return merged;
+  };
+  for (size_t t = 0; t < src_member.size(); ++t) {
+    if (src_member[t].family >= 0 && families[src_member[t].family].broken) src_member[t] = {};
+  }
+  if (source_first && !merge_first_side(src_member)) return false;
+
+  // The destination's tensors join their families by name: most often the source tensor of the
+  // same index has the name, and the destination tensor its membership; the others are looked up.
   std::vector<Membership> dst_member(destination.tensors.size());
+  auto join = [&](size_t t, int family_index, int position) {
+    Family& family = families[family_index];
+    family.broken |= family.destination[static_cast<size_t>(position)] >= 0;  // the name twice
+    family.destination[static_cast<size_t>(position)] = static_cast<int>(t);
+    dst_member[t] = {family_index, position};
+  };
   for (size_t t = 0; t < destination.tensors.size(); ++t) {
     PrefetchTensor(destination.tensors, t);
     const TensorSpec& spec = destination.tensors[t];
+    if (t < source.tensors.size()) {
+      const TensorSpec& same = source.tensors[t];
+      if (same.name == spec.name && same.dtype == spec.dtype && same.shape == spec.shape) {
+        if (src_member[t].family >= 0) join(t, src_member[t].family, src_member[t].position);
+        continue;
+      }
+    }
     const NumberComponent n = FindNumber(spec.name);
     if (n.value < 0 || spec.shape.empty()) continue;
     const auto it = family_of_hash.find(FamilyHash(spec.name, n, spec));
     if (it == family_of_hash.end()) continue;
     Family& family = families[it->second];
-    const TensorSpec& first = source.tensors[family.first];
-    if (!SameKey(first, family.first_number, spec, n)) {
+    if (family.broken) continue;
+    if (!SameKey(source.tensors[family.first], family.first_number, spec, n)) {
       // Same hash, different key: not this family. If it differs only in shape or dtype the
       // hash would differ too, so this is a collision and the tensor simply stays unfolded.
       continue;
@@ -234,10 +288,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
       family.broken = true;  // no such source member: planning reports it
       continue;
     }
-    const size_t position = static_cast<size_t>(at - family.members.begin());
-    family.broken |= family.destination[position] >= 0;  // the name twice
-    family.destination[position] = static_cast<int>(t);
-    dst_member[t] = {it->second, static_cast<int>(position)};
+    join(t, it->second, static_cast<int>(at - family.members.begin()));
   }
   // A destination tensor whose name matches a member's but whose shape or dtype does not hashes
   // elsewhere and stays unfolded; its source member may be folded, so the folded layouts then fail
@@ -248,37 +299,8 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   for (size_t t = 0; t < dst_member.size(); ++t) {
     if (dst_member[t].family >= 0 && families[dst_member[t].family].broken) dst_member[t] = {};
   }
+  if (!source_first && !merge_first_side(dst_member)) return false;
 
-  // The smaller side first, up front. A family is kept (planned as a stack) when its fragments
-  // merged there; where nothing merged, the larger side is not read at all.
-  out = StackFold();
-  const bool source_first = source.fragments.size() <= destination.fragments.size();
-  const Layout& first = source_first ? source : destination;
-  const Layout& second = source_first ? destination : source;
-  const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
-  const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
-  StackSide& first_side = source_first ? out.source : out.destination;
-  StackSide& second_side = source_first ? out.destination : out.source;
-  const size_t n = first.fragments.size();
-  first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
-  ReserveFresh(first_side.stacks_.fragments, n);  // only what is written is touched
-  GrowFresh(first_side.folded_, n);
-  std::vector<int> origin;  // by stack fragment: the first fragment of the layout it holds
-  ReserveFresh(origin, n);
-  const Fragment* frags = first.fragments.data();
-  for (size_t i = 0; i < n; ++i) {
-    const Fragment& f = frags[i];
-    if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= first_member.size()) continue;
-    const Membership m = first_member[f.tensor];
-    if (m.family < 0 || f.box.ndim < 1 || f.box.ndim >= kMaxDims) continue;
-    Family& family = families[m.family];
-    ++family.first_in;
-    if (first_side.Merge(f, m.family, m.position, family.esize)) {
-      ++family.first_out;
-      origin.push_back(static_cast<int>(i));
-    }
-    first_side.folded_[i] = 1;
-  }
   std::vector<TensorSpec> stacks;
   for (Family& family : families) {
     if (family.broken || family.first_out >= family.first_in) continue;
@@ -297,16 +319,16 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     stacks.push_back(std::move(stack));
   }
   if (stacks.empty()) return false;
-  // Families not kept merged nothing on the first side: each of their stack fragments is one
-  // fragment of the layout, which goes back to being planned as it is.
+  // The first side's fragments of families not kept (merged nothing there, or broken by the
+  // destination) go back to being planned as they are; their stack fragments are dropped.
+  for (const auto& [family, id] : folded_ids) {
+    if (families[family].stack < 0) first_side.folded_[static_cast<size_t>(id)] = 0;
+  }
   size_t kept = 0;
   std::vector<Fragment>& first_fragments = first_side.stacks_.fragments;
   for (size_t k = 0; k < first_fragments.size(); ++k) {
     const int stack = families[first_fragments[k].tensor].stack;
-    if (stack < 0) {
-      first_side.folded_[origin[k]] = 0;
-      continue;
-    }
+    if (stack < 0) continue;
     if (kept != k) first_fragments[kept] = first_fragments[k];
     first_fragments[kept++].tensor = stack;
   }
@@ -315,6 +337,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
 
   // The second side is merged as the intersection reads it (StackSide::Divert): the kept
   // families' members, straight into their stacks.
+  const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
   second_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
   ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
   second_side.stack_of_tensor_.assign(second.tensors.size(), -1);
@@ -325,7 +348,9 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     second_side.stack_of_tensor_[t] = families[m.family].stack;
     second_side.position_of_tensor_[t] = m.position;
   }
-  for (const TensorSpec& stack : stacks) second_side.esize_of_stack_.push_back(DTypeSize(stack.dtype));
+  for (const TensorSpec& stack : stacks) {
+    second_side.esize_of_stack_.push_back(DTypeSize(stack.dtype));
+  }
   out.stacks = static_cast<int>(stacks.size());
   first_side.stacks_.tensors = stacks;
   second_side.stacks_.tensors = std::move(stacks);
