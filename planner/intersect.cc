@@ -580,8 +580,8 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   const Fragment* dst_frags = destination.fragments.data();
 
   // Groups: runs of one box within a destination tensor; group_frags holds every destination
-  // fragment not skipped (those of empty boxes too, in no group). Each tensor's groups are then cut into
-  // pieces.
+  // fragment not diverted (those of empty boxes too, in no group). Each tensor's groups are then
+  // cut into pieces.
   const size_t num_dst_frags = destination.fragments.size();
   out.group_frags.reserve(num_dst_frags);
   out.groups.reserve(num_dst_frags);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/fresh_memory.h"
 #include "planner/fold_stacks.h"
+#include "planner/fresh_memory.h"
 #include "planner/intersect.h"
 
 namespace ferry {
@@ -261,7 +261,8 @@ struct PlanFacts {
     piece_bytes.resize(inter.pieces.size());
     piece_dtype.resize(inter.pieces.size());
     for (size_t p = 0; p < inter.pieces.size(); ++p) {
-      const DType dtype = dtype_of_destination_tensor[inter.groups[inter.pieces[p].group].dst_tensor];
+      const DType dtype =
+          dtype_of_destination_tensor[inter.groups[inter.pieces[p].group].dst_tensor];
       piece_dtype[p] = dtype;
       const Piece& piece = inter.pieces[p];
       const int64_t volume = piece.box < 0 ? inter.groups[piece.group].volume : inter.piece_boxes[piece.box].Volume();
