@@ -3,9 +3,9 @@
 // Two strategies in the same IR:
 //  * reshard (PlanReshard): fold families of same-shaped tensors that both layouts store at a
 //    constant stride (the experts of a layer) into stacked tensors (planner/fold_stacks.h), then
-//    intersect fragments; each destination byte comes from one source
-//    replica chosen to balance bytes per source rank and node (same rank -> Copy; a holder on the
-//    destination's node -> a direct intra-node message; otherwise the network). Bytes that several
+//    intersect fragments; each destination byte comes from one source replica chosen to balance
+//    bytes per source rank and node (same rank -> Copy; a holder on the destination's node -> a
+//    direct intra-node message; otherwise the network). Bytes that several
 //    GPUs of one destination node need cross the network once, to a leader chosen by load, and fan
 //    out along a chain inside the node (hierarchical routing). When the sources' egress bounds the
 //    refit more than the destinations' ingress, chunks needed on several destination nodes are
