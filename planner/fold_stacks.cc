@@ -1,7 +1,8 @@
 // Stack folding: families by name, fragment runs merged in one pass over each layout.
 //
-// Cost: one pass over each layout's tensor names (a hash of each name without its number), and
-// one pass over the smaller layout's fragments in index order, up front. A fragment joins the
+// Cost: a look for stacked runs in the smaller layout (HasStackedRuns), one pass over each
+// layout's tensor names (a hash of each name without its number), and one pass over the smaller
+// layout's fragments in index order, up front. A fragment joins the
 // open run of its family, rank, buffer, box and strides (a direct-mapped table of open runs:
 // layouts write a rank's members one after another, so a run is found where it was left) or
 // starts a new one. The larger layout's fragments are merged the same way as the intersection's
@@ -110,6 +111,49 @@ struct Membership {
   int position = 0;
 };
 
+// Whether `layout` stores three or more fragments of different tensors with equal boxes and
+// strides in one buffer of one rank, each at the same positive byte distance after the previous
+// one: without such a run no family can merge there. A cheap look at the smaller layout before any
+// name is read: models without stacked buffers, and trainers that keep one buffer per expert,
+// stop here. (Its runs need not be of one family, so it may say yes where nothing folds.)
+bool HasStackedRuns(const Layout& layout) {
+  struct Probe {
+    const Fragment* last = nullptr;
+    int64_t stride = 0;
+    int count = 0;
+  };
+  constexpr int kTableBits = 10;
+  std::vector<Probe> table(size_t{1} << kTableBits);
+  for (const Fragment& f : layout.fragments) {
+    const int ndim = f.box.ndim;
+    if (ndim < 1 || ndim > kMaxDims) continue;
+    uint64_t h = Mix(Mix(static_cast<uint64_t>(f.loc.rank), static_cast<uint64_t>(f.loc.buffer)),
+                     static_cast<uint64_t>(ndim));
+    for (int d = 0; d < ndim; ++d) {
+      h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
+              static_cast<uint64_t>(f.loc.strides[d]));
+    }
+    Probe& p = table[h >> (64 - kTableBits)];
+    if (p.last != nullptr) {
+      const Fragment& g = *p.last;
+      bool same = g.tensor != f.tensor && g.loc.rank == f.loc.rank &&
+                  g.loc.buffer == f.loc.buffer && g.box.ndim == ndim;
+      for (int d = 0; same && d < ndim; ++d) {
+        same = g.box.lo[d] == f.box.lo[d] && g.box.hi[d] == f.box.hi[d] &&
+               g.loc.strides[d] == f.loc.strides[d];
+      }
+      const int64_t step = f.loc.byte_offset - g.loc.byte_offset;
+      if (same && step > 0 && (p.count == 1 || step == p.stride)) {
+        p = {&f, step, p.count + 1};
+        if (p.count >= 3) return true;
+        continue;
+      }
+    }
+    p = {&f, 0, 1};
+  }
+  return false;
+}
+
 }  // namespace
 
 bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
@@ -174,6 +218,8 @@ bool StackSide::Divert(const Fragment& fragment, size_t id) {
 }
 
 bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out) {
+  const bool source_first = source.fragments.size() <= destination.fragments.size();
+  if (!HasStackedRuns(source_first ? source : destination)) return false;
   // Families of the source's tensors.
   std::vector<Family> families;
   std::unordered_map<uint64_t, int> family_of_hash;
@@ -216,7 +262,6 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   // fragments merged there. When that side is the source, it is merged before the destination's
   // names are read, which are then not read at all if nothing merged.
   out = StackFold();
-  const bool source_first = source.fragments.size() <= destination.fragments.size();
   const Layout& first = source_first ? source : destination;
   const Layout& second = source_first ? destination : source;
   StackSide& first_side = source_first ? out.source : out.destination;

@@ -17,7 +17,9 @@
 // stack; consecutive members' fragments on one rank with equal boxes and strides, whose byte
 // offsets in one buffer advance by one positive stride, merge into one fragment spanning them. A
 // family is folded when its fragments merge on the layout with fewer fragments (merged up front);
-// the other layout's fragments of it are then stacked whether or not they merge.
+// the other layout's fragments of it are then stacked whether or not they merge. Before any name
+// is read, that layout must hold a run of three fragments of equal boxes at a constant stride in
+// one buffer; so a family only ever two members long in it is not folded.
 //
 // The result is, per layout, a StackSide: the stack tensors with that layout's fragments of them,
 // and which of the layout's own fragments they replace. The planner intersects the layouts with

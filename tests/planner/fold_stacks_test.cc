@@ -120,6 +120,23 @@ TEST(FoldStacks, NothingFoldsWhenOnlyOneSideIsStacked) {
   EXPECT_FALSE(FoldTensorStacks(a, b, fold));
 }
 
+TEST(FoldStacks, TheSmallerSideNeedsARunOfThree) {
+  // Two experts stacked on both sides: the look for stacked runs, before any name is read, finds
+  // no run of three, so nothing folds. With three it does.
+  for (int experts : {2, 3}) {
+    Layout src, dst;
+    StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, experts - 1);
+    StackExperts(dst, "gate_proj", 8, 16, 1, "w13", 0, experts - 1);
+    const int t = dst.AddTensor({"lm_head.weight", {4, 4}, DType::kBF16}).value();
+    dst.AppendFragment(t, Box::FromShape({4, 4}), 1, "lm_head");  // the destination is larger
+    src.AppendFragment(src.AddTensor({"lm_head.weight", {4, 4}, DType::kBF16}).value(),
+                       Box::FromShape({4, 4}), 0, "lm_head.0");
+    dst.AppendFragment(t, Box::FromShape({4, 4}), 2, "lm_head");
+    StackFold fold;
+    EXPECT_EQ(FoldTensorStacks(src, dst, fold), experts == 3) << experts << " experts";
+  }
+}
+
 TEST(FoldStacks, OnlyFamiliesStackedOnTheSmallerSideFold) {
   // gate is stacked on both sides; down only on the destination (the larger side), so its
   // members are planned one by one: none of their fragments is folded.

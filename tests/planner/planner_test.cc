@@ -57,7 +57,7 @@ TEST(PlannerProperty, StackedLayoutsExecuteExactly) {
     folded += r->stacks > 0;
   }
   // The generator makes most cases foldable; the test is void if none folds.
-  EXPECT_GT(folded, 1000);
+  EXPECT_GT(folded, 750);
 }
 
 TEST(PlannerDeterminism, TwoRunsGiveIdenticalJson) {
