@@ -54,8 +54,6 @@ struct Intersection {
   void AddPiece(int group, const Box& box, int holders_begin, int holders_end);
 };
 
-// The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.
-Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination);
 // Takes fragments out of a layout as the intersection's fragment pass reads them (stack folding
 // puts them into stacks instead: planner/fold_stacks.h). Not thread-safe.
 class FragmentDiverter {
@@ -66,6 +64,8 @@ class FragmentDiverter {
   virtual bool Divert(const Fragment& fragment, size_t id) = 0;
 };
 
+// The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.
+Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination);
 // The same with the fragments the diverters take (either may be null) left out: they hold
 // nothing, need nothing, and their ranks read -1. Fragment ids stay those of the layouts.
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination,

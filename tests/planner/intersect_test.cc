@@ -322,6 +322,68 @@ TEST(IntersectProperty, RandomLayoutsMatchTheReference) {
   EXPECT_LT(ok, cases - cases / 10);
 }
 
+// Takes the fragments marked in a mask, as stack folding's diverters do.
+class MaskDiverter final : public FragmentDiverter {
+ public:
+  explicit MaskDiverter(std::vector<uint8_t> take) : take_(std::move(take)) {}
+  bool Divert(const Fragment&, size_t id) override { return take_[id] != 0; }
+
+ private:
+  std::vector<uint8_t> take_;
+};
+
+// `layout` without the fragments marked in `take`; `kept` gets the original id of each kept one.
+Layout Without(const Layout& layout, const std::vector<uint8_t>& take, std::vector<int>& kept) {
+  Layout out = layout;
+  out.fragments.clear();
+  kept.clear();
+  for (size_t i = 0; i < layout.fragments.size(); ++i) {
+    if (take[i]) continue;
+    out.fragments.push_back(layout.fragments[i]);
+    kept.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+// Diverting fragments gives the intersection of the layouts without them, under the original
+// fragment ids; the diverted fragments' ranks read -1.
+TEST(IntersectProperty, DivertedFragmentsAreLeftOut) {
+  std::mt19937_64 rng(4242);
+  int compared = 0;
+  for (int i = 0; i < 3000; ++i) {
+    RandomPair p = MakeRandomPair(rng);
+    std::vector<uint8_t> take_src(p.source.fragments.size()), take_dst(p.destination.fragments.size());
+    for (auto& t : take_src) t = std::uniform_int_distribution<int>(0, 5)(rng) == 0;
+    for (auto& t : take_dst) t = std::uniform_int_distribution<int>(0, 2)(rng) == 0;
+    std::vector<int> src_kept, dst_kept;
+    const Layout source = Without(p.source, take_src, src_kept);
+    const Layout destination = Without(p.destination, take_dst, dst_kept);
+    MaskDiverter src_diverter(take_src), dst_diverter(take_dst);
+    Result<Intersection> now =
+        IntersectLayouts(p.source, p.destination, &src_diverter, &dst_diverter);
+    Result<Intersection> expected = IntersectLayouts(source, destination);
+    ASSERT_EQ(now.ok(), expected.ok()) << "case " << i << ": " << now.status().ToString() << " / "
+                                       << expected.status().ToString();
+    if (!now.ok()) continue;
+    // Renumber the expected result's fragment ids to the originals.
+    for (int& f : expected->group_frags) f = dst_kept[f];
+    for (int& h : expected->holders) h = src_kept[h];
+    // A group's box points at its first fragment's box: in the original layout here too.
+    for (FragmentGroup& g : expected->groups) {
+      g.box = &p.destination.fragments[expected->group_frags[g.frags_begin]].box;
+    }
+    ASSERT_EQ(Difference(*now, *expected), "") << "case " << i;
+    for (size_t f = 0; f < take_dst.size(); ++f) {
+      ASSERT_EQ(now->destination_ranks[f], take_dst[f] ? -1 : p.destination.fragments[f].loc.rank);
+    }
+    for (size_t f = 0; f < take_src.size(); ++f) {
+      ASSERT_EQ(now->source_ranks[f], take_src[f] ? -1 : p.source.fragments[f].loc.rank);
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 500);
+}
+
 // Larger random pairs: many tensors, replicas spread over the whole fragment list (the scratch
 // buffers grow and shrink between calls).
 TEST(IntersectProperty, ManyTensorsMatchTheReference) {
