@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "planner/fresh_memory.h"
+#include "planner/tensor_prefetch.h"
 
 namespace ferry {
 namespace {
@@ -66,17 +67,6 @@ NumberComponent FindNumber(std::string_view name) {
   return {};
 }
 
-// Names and shapes live on the heap, one cache miss each per tensor: the name passes fetch them
-// a few tensors ahead.
-void PrefetchTensor(const std::vector<TensorSpec>& tensors, size_t t) {
-  constexpr size_t kAhead = 8;
-  if (t + 2 * kAhead < tensors.size()) __builtin_prefetch(&tensors[t + 2 * kAhead]);
-  if (t + kAhead < tensors.size()) {
-    __builtin_prefetch(tensors[t + kAhead].name.data());
-    __builtin_prefetch(tensors[t + kAhead].shape.data());
-  }
-}
-
 // A family's key: the name without its number, the dtype and the shape.
 uint64_t FamilyHash(std::string_view name, const NumberComponent& n, const TensorSpec& t) {
   uint64_t h = HashBytes(0x51ed27u, name.substr(0, n.begin));
@@ -111,6 +101,33 @@ struct Membership {
   int position = 0;
 };
 
+// A hash of where and how a fragment lies: `seed`, its rank, buffer, box and strides. Fragments
+// that can join one run have equal placement hashes for equal seeds.
+uint64_t PlacementHash(uint64_t seed, const Fragment& f) {
+  const int ndim = f.box.ndim;
+  uint64_t h = Mix(Mix(Mix(seed, static_cast<uint64_t>(f.loc.rank)),
+                       static_cast<uint64_t>(f.loc.buffer)),
+                   static_cast<uint64_t>(ndim));
+  for (int d = 0; d < ndim; ++d) {
+    h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
+            static_cast<uint64_t>(f.loc.strides[d]));
+  }
+  return h;
+}
+
+// Whether `g`, from its dim `first` on, lies as `f` does: same rank and buffer, equal box and
+// strides (first = 1 compares a stack fragment with a member's).
+bool SamePlacement(const Fragment& g, int first, const Fragment& f) {
+  const int ndim = f.box.ndim;
+  bool same = g.loc.rank == f.loc.rank && g.loc.buffer == f.loc.buffer &&
+              g.box.ndim == ndim + first;
+  for (int d = 0; same && d < ndim; ++d) {
+    same = g.box.lo[d + first] == f.box.lo[d] && g.box.hi[d + first] == f.box.hi[d] &&
+           g.loc.strides[d + first] == f.loc.strides[d];
+  }
+  return same;
+}
+
 // Whether `layout` stores three or more fragments of different tensors with equal boxes and
 // strides in one buffer of one rank, each at the same positive byte distance after the previous
 // one: without such a run no family can merge there. A cheap look at the smaller layout before any
@@ -125,23 +142,11 @@ bool HasStackedRuns(const Layout& layout) {
   constexpr int kTableBits = 10;
   std::vector<Probe> table(size_t{1} << kTableBits);
   for (const Fragment& f : layout.fragments) {
-    const int ndim = f.box.ndim;
-    if (ndim < 1 || ndim > kMaxDims) continue;
-    uint64_t h = Mix(Mix(static_cast<uint64_t>(f.loc.rank), static_cast<uint64_t>(f.loc.buffer)),
-                     static_cast<uint64_t>(ndim));
-    for (int d = 0; d < ndim; ++d) {
-      h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
-              static_cast<uint64_t>(f.loc.strides[d]));
-    }
-    Probe& p = table[h >> (64 - kTableBits)];
+    if (f.box.ndim < 1 || f.box.ndim > kMaxDims) continue;
+    Probe& p = table[PlacementHash(0, f) >> (64 - kTableBits)];
     if (p.last != nullptr) {
       const Fragment& g = *p.last;
-      bool same = g.tensor != f.tensor && g.loc.rank == f.loc.rank &&
-                  g.loc.buffer == f.loc.buffer && g.box.ndim == ndim;
-      for (int d = 0; same && d < ndim; ++d) {
-        same = g.box.lo[d] == f.box.lo[d] && g.box.hi[d] == f.box.hi[d] &&
-               g.loc.strides[d] == f.loc.strides[d];
-      }
+      const bool same = g.tensor != f.tensor && SamePlacement(g, 0, f);
       const int64_t step = f.loc.byte_offset - g.loc.byte_offset;
       if (same && step > 0 && (p.count == 1 || step == p.stride)) {
         p = {&f, step, p.count + 1};
@@ -158,23 +163,11 @@ bool HasStackedRuns(const Layout& layout) {
 
 bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
   const int ndim = f.box.ndim;
-  uint64_t h = Mix(Mix(Mix(static_cast<uint64_t>(stack), static_cast<uint64_t>(f.loc.rank)),
-                       static_cast<uint64_t>(f.loc.buffer)),
-                   static_cast<uint64_t>(ndim));
-  for (int d = 0; d < ndim; ++d) {
-    h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
-            static_cast<uint64_t>(f.loc.strides[d]));
-  }
   std::vector<Fragment>& out = stacks_.fragments;
-  Run& run = runs_[h >> (64 - kRunTableBits)];
+  Run& run = runs_[PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits)];
   if (run.fragment >= 0 && run.next_position == position) {
     Fragment& g = out[static_cast<size_t>(run.fragment)];
-    bool same = g.tensor == stack && g.loc.rank == f.loc.rank && g.loc.buffer == f.loc.buffer &&
-                g.box.ndim == ndim + 1;
-    for (int d = 0; same && d < ndim; ++d) {
-      same = g.box.lo[d + 1] == f.box.lo[d] && g.box.hi[d + 1] == f.box.hi[d] &&
-             g.loc.strides[d + 1] == f.loc.strides[d];
-    }
+    const bool same = g.tensor == stack && SamePlacement(g, 1, f);
     const int64_t step = f.loc.byte_offset - run.last_offset;
     if (same && (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride)) {
       run.stride = step;
@@ -213,7 +206,7 @@ bool StackSide::Divert(const Fragment& fragment, size_t id) {
   const int stack = stack_of_tensor_[t];
   const int ndim = fragment.box.ndim;
   if (stack < 0 || ndim < 1 || ndim >= kMaxDims) return false;
-  Merge(fragment, stack, position_of_tensor_[t], esize_of_stack_[stack]);
+  Merge(fragment, stack, position_of_tensor_[t], DTypeSize(stacks_.tensors[stack].dtype));
   return true;
 }
 
@@ -225,7 +218,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   std::unordered_map<uint64_t, int> family_of_hash;
   std::vector<Membership> src_member(source.tensors.size());
   for (size_t t = 0; t < source.tensors.size(); ++t) {
-    PrefetchTensor(source.tensors, t);
+    PrefetchNameAndShape(source.tensors, t + kPrefetchAhead);
     const TensorSpec& spec = source.tensors[t];
     if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
     const NumberComponent n = FindNumber(spec.name);
@@ -292,9 +285,13 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     }
     return merged;
   };
-  for (size_t t = 0; t < src_member.size(); ++t) {
-    if (src_member[t].family >= 0 && families[src_member[t].family].broken) src_member[t] = {};
-  }
+  // Members of broken families are planned as they are.
+  auto forget_broken = [&](std::vector<Membership>& member) {
+    for (Membership& m : member) {
+      if (m.family >= 0 && families[m.family].broken) m = {};
+    }
+  };
+  forget_broken(src_member);
   if (source_first && !merge_first_side(src_member)) return false;
 
   // The destination's tensors join their families by name: most often the source tensor of the
@@ -307,7 +304,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     dst_member[t] = {family_index, position};
   };
   for (size_t t = 0; t < destination.tensors.size(); ++t) {
-    PrefetchTensor(destination.tensors, t);
+    PrefetchNameAndShape(destination.tensors, t + kPrefetchAhead);
     const TensorSpec& spec = destination.tensors[t];
     if (t < source.tensors.size()) {
       const TensorSpec& same = source.tensors[t];
@@ -338,12 +335,8 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   // A destination tensor whose name matches a member's but whose shape or dtype does not hashes
   // elsewhere and stays unfolded; its source member may be folded, so the folded layouts then fail
   // to plan, and the caller plans the originals to report the mismatch.
-  for (size_t t = 0; t < src_member.size(); ++t) {
-    if (src_member[t].family >= 0 && families[src_member[t].family].broken) src_member[t] = {};
-  }
-  for (size_t t = 0; t < dst_member.size(); ++t) {
-    if (dst_member[t].family >= 0 && families[dst_member[t].family].broken) dst_member[t] = {};
-  }
+  forget_broken(src_member);
+  forget_broken(dst_member);
   if (!source_first && !merge_first_side(dst_member)) return false;
 
   std::vector<TensorSpec> stacks;
@@ -392,9 +385,6 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     if (m.family < 0 || families[m.family].stack < 0) continue;
     second_side.stack_of_tensor_[t] = families[m.family].stack;
     second_side.position_of_tensor_[t] = m.position;
-  }
-  for (const TensorSpec& stack : stacks) {
-    second_side.esize_of_stack_.push_back(DTypeSize(stack.dtype));
   }
   out.stacks = static_cast<int>(stacks.size());
   first_side.stacks_.tensors = stacks;

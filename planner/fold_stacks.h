@@ -69,7 +69,6 @@ class StackSide final : public FragmentDiverter {
   std::vector<uint8_t> folded_;  // merged up front: by fragment id, 1 when in a stack fragment
   // Merged during the pass: per tensor of the layout, its stack (or -1) and position in it.
   std::vector<int> stack_of_tensor_, position_of_tensor_;
-  std::vector<int64_t> esize_of_stack_;
   std::vector<Run> runs_;  // direct-mapped by a hash of (stack, rank, buffer, box, strides)
   Layout stacks_;
 };

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "planner/fresh_memory.h"
+#include "planner/tensor_prefetch.h"
 
 namespace ferry {
 namespace {
@@ -154,19 +155,6 @@ struct TensorInfo {
 };
 
 int BitWidth(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
-
-// Tensor names and shapes live in separate heap blocks: fetching those of a tensor a few places
-// ahead keeps several misses in flight instead of waiting for each (and the specs themselves twice
-// as far ahead).
-constexpr size_t kPrefetchAhead = 32;
-
-void PrefetchNameAndShape(const std::vector<TensorSpec>& tensors, size_t t) {
-  if (t + kPrefetchAhead < tensors.size()) __builtin_prefetch(&tensors[t + kPrefetchAhead]);
-  if (t < tensors.size()) {
-    __builtin_prefetch(tensors[t].name.data());
-    __builtin_prefetch(tensors[t].shape.data());
-  }
-}
 
 TensorInfo Describe(const std::vector<int64_t>& shape) {
   TensorInfo ti;

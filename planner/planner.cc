@@ -244,6 +244,14 @@ struct Message {
   int distance = 0;         // (root node - sender node) mod nodes: round order
 };
 
+// The dtype of each of `layout`'s tensors, by index.
+std::vector<DType> DTypesOf(const Layout& layout) {
+  std::vector<DType> dtypes;
+  dtypes.reserve(layout.tensors.size());
+  for (const TensorSpec& t : layout.tensors) dtypes.push_back(t.dtype);
+  return dtypes;
+}
+
 // Compact facts the planner's passes read many times (a Fragment is ~224 bytes, so reading its
 // rank again and again costs a cache miss each time).
 struct PlanFacts {
@@ -374,10 +382,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   const int num_ranks = NumRanksOf(source, destination);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   Intersection inter;
-  std::vector<DType> dtype_of_destination_tensor;
-  dtype_of_destination_tensor.reserve(destination.tensors.size() +
-                                      (fold != nullptr ? fold->stacks : 0));
-  for (const TensorSpec& t : destination.tensors) dtype_of_destination_tensor.push_back(t.dtype);
+  std::vector<DType> dtype_of_destination_tensor = DTypesOf(destination);
   if (fold != nullptr) {
     FERRY_ASSIGN_OR_RETURN(
         inter, IntersectLayouts(source, destination, &fold->source, &fold->destination));
@@ -385,9 +390,9 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
                            IntersectLayouts(fold->source.stacks(), fold->destination.stacks()));
     AppendIntersection(inter, stacked, static_cast<int>(source.tensors.size()),
                        static_cast<int>(destination.tensors.size()));
-    for (const TensorSpec& t : fold->destination.stacks().tensors) {
-      dtype_of_destination_tensor.push_back(t.dtype);
-    }
+    const std::vector<DType> stacked_dtypes = DTypesOf(fold->destination.stacks());
+    dtype_of_destination_tensor.insert(dtype_of_destination_tensor.end(), stacked_dtypes.begin(),
+                                       stacked_dtypes.end());
   } else {
     FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination));
   }
@@ -1307,9 +1312,7 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   }
 
   // The physical limit is the same whichever plan runs.
-  std::vector<DType> dtype_of_destination_tensor;
-  for (const TensorSpec& t : destination.tensors) dtype_of_destination_tensor.push_back(t.dtype);
-  result.demand = ComputeDemand(direct, PlanFacts(direct, dtype_of_destination_tensor, topology),
+  result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), topology),
                                 std::max(1, topology.NumNodes()));
   return result;
 }

@@ -5,9 +5,9 @@
 //    constant stride (the experts of a layer) into stacked tensors (planner/fold_stacks.h), then
 //    intersect fragments; each destination byte comes from one source replica chosen to balance
 //    bytes per source rank and node (same rank -> Copy; a holder on the destination's node -> a
-//    direct intra-node message; otherwise the network). Bytes that several
-//    GPUs of one destination node need cross the network once, to a leader chosen by load, and fan
-//    out along a chain inside the node (hierarchical routing). When the sources' egress bounds the
+//    direct intra-node message; otherwise the network). Bytes that several GPUs of one
+//    destination node need cross the network once, to a leader chosen by load, and fan out along
+//    a chain inside the node (hierarchical routing). When the sources' egress bounds the
 //    refit more than the destinations' ingress, chunks needed on several destination nodes are
 //    relayed leader to leader instead of being sent again by a source. Large pieces are cut into
 //    chunks (network_chunk_bytes, fanout_chunk_bytes for fanned-out data); small pieces bound for
