@@ -249,7 +249,9 @@ class MegatronWriter : public LayoutWriter {
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
     // Each expert: gate and up shards plus a down shard on each of its etp ranks.
     const int64_t expert_fragments = moe_layers * c_.num_experts * 3 * m_.etp;
-    const int64_t expert_buffers = moe_layers * c_.num_experts * 2 * m_.etp;
+    // Two buffers (linear_fc1, linear_fc2) per expert, or per EP rank when stacked.
+    const int64_t expert_buffers =
+        moe_layers * (m_.separate_expert_buffers ? c_.num_experts : m_.ep) * 2 * m_.etp;
     const size_t replicas = static_cast<size_t>(m_.cp * m_.dp);
     out_.fragments.reserve((dense.fragments_end - dense.fragments_begin) * replicas +
                            static_cast<size_t>(expert_fragments * edp_));
@@ -661,7 +663,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   if (name == "megatron") {
     spec.kind = FrameworkSpec::Kind::kMegatron;
     MegatronParallel& m = spec.megatron;
-    keys = {{"tp", &m.tp}, {"pp", &m.pp},       {"ep", &m.ep},        {"etp", &m.etp},
+    keys = {{"tp", &m.tp}, {"pp", &m.pp}, {"ep", &m.ep}, {"etp", &m.etp},
             {"dp", &m.dp}, {"cp", &m.cp}, {"experts", nullptr}};
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
