@@ -218,7 +218,7 @@ class TreeTable {
 // One chunk of one piece bound for one delivery tree. Its candidates (the source fragments that
 // may send it) are a range of the routing's candidate list: the piece's holders (indexes into
 // Intersection::holders) for the network, or, past the holders, the piece's holders on the
-// receiving rank's node for a direct intra-node delivery. 32 bytes: the planner makes ~1 per piece.
+// receiving rank's node for a direct intra-node delivery. 40 bytes: the planner makes ~1 per piece.
 struct Delivery {
   int piece = 0;
   int chunk = -1;       // the chunk: the piece's box when < 0, else an index into the chunk boxes
@@ -226,13 +226,17 @@ struct Delivery {
   int tree = 0;
   int cand_begin = 0, cand_end = 0;
   int sender_frag = -1;
+  // Member i of the tree has its destination fragments of the piece's group at
+  // member_fragments[members + i]: the fragment when it has exactly one (the usual case), else
+  // kLookUp (search the group).
+  int members = 0;
 };
+constexpr int kLookUp = -1;
 
 // What emission reads of a delivery's piece: its box (the chunk's when cut), group and dtype.
 struct DeliveryTarget {
   const Box* box = nullptr;
   const FragmentGroup* group = nullptr;
-  int first_fragment = 0;  // the group's first destination fragment
   DType dtype = DType::kUInt8;
 };
 
@@ -458,9 +462,14 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   std::vector<int> net_node_begin;  // per network node: range into net_ranks
   std::vector<int> net_ranks;
   std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
+  // Per delivery, its tree members' destination fragments (Delivery::members); per rank, piece-
+  // local, its one fragment of the piece's group (kLookUp: several).
+  std::vector<int> member_fragments;
+  std::vector<int> rank_fragment(num_ranks, kLookUp);
   std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
   const int num_holders = static_cast<int>(inter.holders.size());
   ReserveFresh(deliveries, inter.pieces.size());
+  ReserveFresh(member_fragments, inter.pieces.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
@@ -486,6 +495,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       Delivery d;
       d.piece = static_cast<int>(p);
       d.tree = rank;
+      d.members = static_cast<int>(member_fragments.size());
+      member_fragments.push_back(frag);
       if (on_node) {
         d.cand_begin = num_holders + static_cast<int>(intra_pool.size());
         for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
@@ -513,7 +524,12 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         local_copies.push_back({rank, static_cast<int>(p), rank_holder[rank], inter.group_frags[i]});
         continue;
       }
-      if (member_ranks.empty() || member_ranks.back() != rank) member_ranks.push_back(rank);
+      if (member_ranks.empty() || member_ranks.back() != rank) {
+        member_ranks.push_back(rank);
+        rank_fragment[rank] = inter.group_frags[i];
+      } else {
+        rank_fragment[rank] = kLookUp;
+      }
     }
     // Order members by (node, rank); ranks numbered node by node are already in that order.
     auto by_node = [&](int a, int b) { return node_of[a] < node_of[b]; };
@@ -541,6 +557,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
           Delivery d;
           d.piece = static_cast<int>(p);
           d.tree = member_ranks[k];
+          d.members = static_cast<int>(member_fragments.size());
+          member_fragments.push_back(rank_fragment[member_ranks[k]]);
           d.cand_begin = cand_begin;
           d.cand_end = cand_end;
           add_chunks(d, p, options.network_chunk_bytes);
@@ -582,6 +600,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       Delivery d;
       d.piece = static_cast<int>(p);
       d.tree = tree;
+      d.members = static_cast<int>(member_fragments.size());
+      for (int rank : tree_ranks) member_fragments.push_back(rank_fragment[rank]);
       d.cand_begin = piece.holders_begin;
       d.cand_end = piece.holders_end;
       add_chunks(d, p, tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes);
@@ -694,6 +714,17 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // Order (sender, tree, delivery index): a stable counting sort by sender, then, within each
   // sender's range (small, so it stays in cache), a stable counting sort by tree.
   std::vector<DeliveryTarget> targets;  // by sorted delivery
+  // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags (a
+  // group of one fragment is delivered only to that fragment's rank).
+  auto fragments_on_rank = [&](const FragmentGroup& g, int rank) {
+    auto begin = inter.group_frags.begin() + g.frags_begin;
+    auto end = inter.group_frags.begin() + g.frags_end;
+    if (end - begin == 1) return std::make_pair(begin, end);
+    auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
+    auto hi = lo;
+    while (hi != end && dst_rank[*hi] == rank) ++hi;
+    return std::make_pair(lo, hi);
+  };
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
@@ -742,7 +773,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       const Piece& piece = inter.pieces[d.piece];
       const FragmentGroup& g = inter.groups[piece.group];
       targets[k] = {d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &g,
-                    inter.group_frags[g.frags_begin], facts.piece_dtype[d.piece]};
+                    facts.piece_dtype[d.piece]};
     }
     deliveries.swap(sorted);
   }
@@ -850,10 +881,17 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       // The next message's fragments (source locations, destination boxes and locations) start
       // loading while this one is emitted.
       const Message& next = messages[mi + 1];
+      const int next_size = trees.Size(next.tree);
+      int budget = 64;  // destination fragments prefetched per message
       for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
         __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
         __builtin_prefetch(targets[k].box);
-        __builtin_prefetch(&dst_frags[targets[k].first_fragment].loc);
+        for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
+          const int frag = member_fragments[static_cast<size_t>(deliveries[k].members + i)];
+          if (frag == kLookUp) continue;
+          __builtin_prefetch(&dst_frags[frag].box.lo);
+          __builtin_prefetch(&dst_frags[frag].loc);
+        }
       }
     }
     round = m.sender == last_sender ? round + 1 : 0;
@@ -920,23 +958,11 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       recv.round = recv_round[i];
       recv.link = topology.Link(from, rank);
       recv.message = message_of[i];
-      // Destination fragments of this rank for a delivery's group (a group of one fragment is
-      // delivered only to that fragment's rank).
-      auto frags_on_rank = [&](const FragmentGroup& g) {
-        auto begin = inter.group_frags.begin() + g.frags_begin;
-        auto end = inter.group_frags.begin() + g.frags_end;
-        if (end - begin == 1) return std::make_pair(begin, end);
-        auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
-        auto hi = lo;
-        while (hi != end && dst_rank[*hi] == rank) ++hi;
-        return std::make_pair(lo, hi);
-      };
       bool direct = false;
       if (count == 1 && child_begin[i] == child_begin[i + 1]) {
-        const FragmentGroup& g = *t0.group;
-        auto [lo, hi] = frags_on_rank(g);
-        if (hi - lo == 1) {
-          const CopySide dst = FragmentSide(dst_frags[*lo], t0.dtype, Space::kDestination, *t0.box);
+        const int frag = member_fragments[static_cast<size_t>(d0.members + i)];
+        if (frag != kLookUp) {
+          const CopySide dst = FragmentSide(dst_frags[frag], t0.dtype, Space::kDestination, *t0.box);
           if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
             direct = true;
@@ -960,12 +986,19 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
         const DeliveryTarget& t = targets[k];
-        auto [lo, hi] = frags_on_rank(*t.group);
-        for (auto it = lo; it != hi; ++it) {
+        const int frag = member_fragments[static_cast<size_t>(d.members + i)];
+        if (frag != kLookUp) {
           AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
-                        FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box),
-                        *t.box);
+                        FragmentSide(dst_frags[frag], t.dtype, Space::kDestination, *t.box), *t.box);
           unpack.bytes += d.bytes;
+        } else {
+          const auto [lo, hi] = fragments_on_rank(*t.group, rank);
+          for (auto it = lo; it != hi; ++it) {
+            AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
+                          FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box),
+                          *t.box);
+            unpack.bytes += d.bytes;
+          }
         }
         offset += d.bytes;
       }
