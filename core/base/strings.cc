@@ -21,6 +21,18 @@ std::string FormatBytes(double bytes) {
   return buf;
 }
 
+std::string FormatSeconds(double seconds, int ms_decimals, bool microseconds) {
+  char buf[64];
+  if (seconds >= 1) {
+    std::snprintf(buf, sizeof buf, "%.3f s", seconds);
+  } else if (seconds >= 1e-3 || !microseconds) {
+    std::snprintf(buf, sizeof buf, "%.*f ms", ms_decimals, seconds * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
+  }
+  return buf;
+}
+
 std::string FormatInts(const std::vector<int64_t>& values) {
   std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) {

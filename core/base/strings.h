@@ -1,4 +1,5 @@
-// Small string helpers shared by every package: formatting byte counts, joining, splitting.
+// Small string helpers shared by every package: formatting byte counts and durations, joining,
+// splitting.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,10 @@ namespace ferry {
 
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string FormatBytes(double bytes);
+// A duration: "1.500 s" from a second on; below, milliseconds with `ms_decimals` decimals
+// ("12.5 ms"); below a millisecond, microseconds ("850.0 us") when `microseconds`, else still
+// milliseconds ("0.9 ms").
+std::string FormatSeconds(double seconds, int ms_decimals = 1, bool microseconds = true);
 // "[1, 2, 3]"
 std::string FormatInts(const std::vector<int64_t>& values);
 std::vector<std::string> Split(std::string_view text, char separator);

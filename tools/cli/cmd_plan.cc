@@ -32,17 +32,8 @@ int64_t CountTransfers(const TransferPlan& plan) {
   return n;
 }
 
-std::string Seconds(double s) {
-  char buf[64];
-  if (s >= 1) {
-    std::snprintf(buf, sizeof buf, "%.3f s", s);
-  } else if (s >= 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  }
-  return buf;
-}
+// Durations in the plan report: milliseconds with two decimals.
+std::string Seconds(double s) { return FormatSeconds(s, 2); }
 
 std::string Count(int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n);

@@ -58,15 +58,8 @@ std::string Size(double b) {
   return buf;
 }
 
-std::string Seconds(double s) {
-  char buf[64];
-  if (s >= 1) {
-    std::snprintf(buf, sizeof buf, "%.3f s", s);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
-  }
-  return buf;
-}
+// Durations in the run report: milliseconds even below one.
+std::string Seconds(double s) { return FormatSeconds(s, 1, false); }
 
 std::string JoinNames(const std::vector<std::string>& names) {
   std::string out;

@@ -175,9 +175,9 @@ Status RunSimulate(const SimulateArgs& args) {
 
   std::printf("%-24s %18s %18s %14s\n", "", "ferry reshard", "gather-broadcast", "lower bound");
   std::printf("%-24s %18s %18s %14s\n", "predicted time",
-              sim::FormatSeconds(reshard.result.total_time).c_str(),
-              sim::FormatSeconds(baseline.result.total_time).c_str(),
-              sim::FormatSeconds(lower).c_str());
+              FormatSeconds(reshard.result.total_time).c_str(),
+              FormatSeconds(baseline.result.total_time).c_str(),
+              FormatSeconds(lower).c_str());
   std::printf("%-24s %17.2fx %17.2fx %14s\n", "vs lower bound",
               lower > 0 ? reshard.result.total_time / lower : 0,
               lower > 0 ? baseline.result.total_time / lower : 0, "1.00x");
@@ -195,10 +195,10 @@ Status RunSimulate(const SimulateArgs& args) {
               static_cast<long long>(reshard.result.num_messages),
               static_cast<long long>(baseline.result.num_messages), "");
   std::printf("%-24s %18s %18s %14s\n", "planner / simulator wall",
-              (sim::FormatSeconds(reshard.plan_seconds) + " / " +
-               sim::FormatSeconds(reshard.sim_seconds)).c_str(),
-              (sim::FormatSeconds(baseline.plan_seconds) + " / " +
-               sim::FormatSeconds(baseline.sim_seconds)).c_str(), "");
+              (FormatSeconds(reshard.plan_seconds) + " / " +
+               FormatSeconds(reshard.sim_seconds)).c_str(),
+              (FormatSeconds(baseline.plan_seconds) + " / " +
+               FormatSeconds(baseline.sim_seconds)).c_str(), "");
   std::printf("lower bound limited by: %s\n", limit.c_str());
   std::printf("speed-up of ferry over gather-broadcast: %.2fx\n\n",
               reshard.result.total_time > 0

@@ -10,18 +10,6 @@
 
 namespace ferry::sim {
 
-std::string FormatSeconds(double seconds) {
-  char buf[64];
-  if (seconds >= 1) {
-    std::snprintf(buf, sizeof buf, "%.3f s", seconds);
-  } else if (seconds >= 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
-  }
-  return buf;
-}
-
 std::string UtilisationTable(const SimResult& result) {
   std::ostringstream out;
   char line[256];

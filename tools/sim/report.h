@@ -11,9 +11,6 @@
 
 namespace ferry::sim {
 
-// "1.234 s", "12.5 ms", "40.0 us".
-std::string FormatSeconds(double seconds);
-
 // Utilisation per link class, one line each.
 std::string UtilisationTable(const SimResult& result);
 // The critical path, compressed: runs of consecutive steps of the same kind on the same rank are

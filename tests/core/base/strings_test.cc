@@ -12,6 +12,15 @@ TEST(StringsTest, FormatBytes) {
   EXPECT_EQ(FormatBytes(32.0 * 1024 * 1024), "32.0 MiB");
 }
 
+TEST(StringsTest, FormatSeconds) {
+  EXPECT_EQ(FormatSeconds(1.5), "1.500 s");
+  EXPECT_EQ(FormatSeconds(0.0125), "12.5 ms");
+  EXPECT_EQ(FormatSeconds(0.0125, 2), "12.50 ms");
+  EXPECT_EQ(FormatSeconds(0.00085), "850.0 us");
+  EXPECT_EQ(FormatSeconds(0.00085, 1, false), "0.8 ms");
+  EXPECT_EQ(FormatSeconds(0), "0.0 us");
+}
+
 TEST(StringsTest, SplitKeepsEmptyParts) {
   std::vector<std::string> parts = Split("a,,b", ',');
   ASSERT_EQ(parts.size(), 3u);
