@@ -2,6 +2,7 @@
 // (no heap) because the planner creates millions of them.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -33,7 +34,14 @@ struct Box {
   bool Contains(const Box& other) const;
   // The overlap; an empty box (Volume() == 0) when they do not intersect. Same ndim required.
   Box Intersect(const Box& other) const;
-  bool Intersects(const Box& other) const { return !Intersect(other).Empty(); }
+  // Whether Intersect(other) is non-empty, without building it.
+  bool Intersects(const Box& other) const {
+    if (other.ndim != ndim || ndim == 0) return false;
+    for (int d = 0; d < ndim; ++d) {
+      if (std::max(lo[d], other.lo[d]) >= std::min(hi[d], other.hi[d])) return false;
+    }
+    return true;
+  }
   // "[0:4, 8:16]" meaning rows 0..3, columns 8..15.
   std::string ToString() const;
 

@@ -22,6 +22,29 @@ TEST(BoxTest, VolumeIntersectContains) {
   EXPECT_EQ(a.ToString(), "[0:4, 0:8)");
 }
 
+TEST(BoxTest, IntersectsAgreesWithIntersect) {
+  // Every pair of 1-D and 2-D boxes with corners in [0, 4), touching, overlapping, nested, empty
+  // and of different ndim: Intersects says whether Intersect is non-empty.
+  std::vector<Box> boxes;
+  for (int lo = 0; lo < 4; ++lo) {
+    for (int hi = lo; hi < 4; ++hi) {
+      boxes.push_back(*Box::Make({lo}, {hi}));
+      for (int lo1 = 0; lo1 < 4; lo1 += 2) boxes.push_back(*Box::Make({lo, lo1}, {hi, lo1 + 2}));
+    }
+  }
+  boxes.push_back(Box{});  // ndim 0
+  int overlapping = 0;
+  for (const Box& a : boxes) {
+    for (const Box& b : boxes) {
+      EXPECT_EQ(a.Intersects(b), !a.Intersect(b).Empty()) << a.ToString() << " " << b.ToString();
+      overlapping += a.Intersects(b) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(overlapping, 50);
+  EXPECT_FALSE(Box::Make({0}, {2})->Intersects(*Box::Make({2}, {4})));  // touching
+  EXPECT_FALSE(Box::Make({0}, {4})->Intersects(*Box::Make({0, 0}, {4, 4})));  // other ndim
+}
+
 TEST(BoxTest, MakeRejectsBadInput) {
   EXPECT_FALSE(Box::Make({0}, {1, 2}).ok());
   EXPECT_FALSE(Box::Make({}, {}).ok());
