@@ -260,6 +260,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   StackSide& first_side = source_first ? out.source : out.destination;
   StackSide& second_side = source_first ? out.destination : out.source;
   std::vector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
+  std::vector<uint8_t> partly_folded(first.tensors.size(), 0);  // a member's fragment was not
   auto merge_first_side = [&](const std::vector<Membership>& member) {
     const size_t n = first.fragments.size();
     first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
@@ -272,7 +273,11 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
       const Fragment& f = frags[i];
       if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= member.size()) continue;
       const Membership m = member[f.tensor];
-      if (m.family < 0 || f.box.ndim < 1 || f.box.ndim >= kMaxDims) continue;
+      if (m.family < 0) continue;
+      if (f.box.ndim < 1 || f.box.ndim >= kMaxDims) {
+        partly_folded[static_cast<size_t>(f.tensor)] = 1;
+        continue;
+      }
       Family& family = families[m.family];
       ++family.first_in;
       if (first_side.Merge(f, m.family, m.position, family.esize)) {
@@ -380,11 +385,19 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
   second_side.stack_of_tensor_.assign(second.tensors.size(), -1);
   second_side.position_of_tensor_.assign(second.tensors.size(), 0);
+  second_side.whole_tensor_.assign(second.tensors.size(), 0);
   for (size_t t = 0; t < second.tensors.size(); ++t) {
     const Membership m = second_member[t];
     if (m.family < 0 || families[m.family].stack < 0) continue;
     second_side.stack_of_tensor_[t] = families[m.family].stack;
     second_side.position_of_tensor_[t] = m.position;
+    second_side.whole_tensor_[t] = 1;
+  }
+  const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
+  first_side.whole_tensor_.assign(first.tensors.size(), 0);
+  for (size_t t = 0; t < first.tensors.size(); ++t) {
+    const Membership m = first_member[t];
+    first_side.whole_tensor_[t] = m.family >= 0 && families[m.family].stack >= 0 && !partly_folded[t];
   }
   out.stacks = static_cast<int>(stacks.size());
   first_side.stacks_.tensors = stacks;

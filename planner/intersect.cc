@@ -422,12 +422,14 @@ class NameIndex {
 
 // Destination tensor -> source tensor by name (a repeated source name maps to its first tensor),
 // with equal shape and dtype; describes the tensors of both sides for the fragment pass. The
-// first destination tensor in order that is missing or differs is the error.
+// first destination tensor in order that is missing or differs is the error. Destination tensors
+// the diverter takes whole are skipped (-1): their fragments never reach the pass.
 //
 // One visit per tensor name and shape: destination tensor t is first compared with source tensor
 // t, which is the match when it has the name and is the first of that name (the usual case, no
 // lookup); the others are looked up afterwards.
-Status MapTensors(const Layout& source, const Layout& destination, std::vector<TensorInfo>& src_info,
+Status MapTensors(const Layout& source, const Layout& destination,
+                  const FragmentDiverter* destination_diverter, std::vector<TensorInfo>& src_info,
                   std::vector<int>& src_of_dst, std::vector<TensorInfo>& dst_info) {
   const std::vector<TensorSpec>& src = source.tensors;
   const std::vector<TensorSpec>& dst = destination.tensors;
@@ -437,6 +439,10 @@ Status MapTensors(const Layout& source, const Layout& destination, std::vector<T
   dst_info.resize(num_dst);
   auto matches = [&](int t, int st) {
     return SameShape(src_info[st], src[st].shape, dst[t].shape) && src[st].dtype == dst[t].dtype;
+  };
+  // Destination tensors whose fragments the diverter takes are left unmapped (-1).
+  auto taken = [&](int t) {
+    return destination_diverter != nullptr && destination_diverter->TakesWholeTensor(t);
   };
   // Source names known distinct (the layout's own name index says so; the usual case): every
   // tensor is the first of its name, and lookups go to the layout. Otherwise an index of our own,
@@ -467,7 +473,7 @@ Status MapTensors(const Layout& source, const Layout& destination, std::vector<T
         first = names->Insert(t, tags[t]);
       }
     }
-    if (t < num_dst) {
+    if (t < num_dst && !taken(t)) {
       PrefetchNameAndShape(dst, t + kPrefetchAhead);
       if (first && src[t].name == dst[t].name && matches(t, t)) {
         src_of_dst[t] = t;
@@ -479,7 +485,7 @@ Status MapTensors(const Layout& source, const Layout& destination, std::vector<T
   }
   if (all_matched) return Status::Ok();
   for (int t = 0; t < num_dst; ++t) {
-    if (src_of_dst[t] >= 0) continue;
+    if (src_of_dst[t] >= 0 || taken(t)) continue;
     const TensorSpec& d = dst[t];
     const int st = distinct ? source.FindTensor(d.name) : names->Find(d.name);
     if (st < 0) {
@@ -555,7 +561,8 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 
   std::vector<TensorInfo> src_info, dst_info;
   std::vector<int> src_of_dst;
-  FERRY_RETURN_IF_ERROR(MapTensors(source, destination, src_info, src_of_dst, dst_info));
+  FERRY_RETURN_IF_ERROR(
+      MapTensors(source, destination, destination_diverter, src_info, src_of_dst, dst_info));
 
   // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
   // Scratch: 36 bytes per fragment, freed on return.
@@ -700,6 +707,15 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       const Box& q = *out.groups[g].box;
       query(q);
       if (disjoint) {
+        if (candidates.size() == 1 && unique[candidates[0]].box.Contains(q)) {
+          // Inside one source box (a slice of a larger shard): the piece is the group's box.
+          Piece p;
+          p.group = static_cast<int>(g);
+          p.holders_begin = unique[candidates[0]].holders_begin;
+          p.holders_end = unique[candidates[0]].holders_end;
+          out.pieces.push_back(p);
+          continue;
+        }
         int64_t covered = 0;
         for (int u : candidates) {
           const Box box = q.Intersect(unique[u].box);
@@ -754,9 +770,13 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   for (int t = 0; t < num_dst_tensors; ++t) {
     const size_t first_group = out.groups.size();
     const bool compact = dst_info[t].compact;
-    const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
     const int base = dst.tensor_begin[t];
     const int end = dst.tensor_begin[t + 1] - base;
+    if (src_of_dst[t] < 0 && end > 0) {
+      return InvalidArgument("destination tensor '" + destination.tensors[t].name +
+                             "' has fragments its diverter said it would take");
+    }
+    const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
     for (int i = 0; i < end;) {
       const FragKey& k = keys[i];
       const Box& box = dst_frags[k.id()].box;

@@ -62,6 +62,13 @@ class FragmentDiverter {
   // Called once per fragment, in id order, before the pass validates it; true leaves fragment
   // `id` out of the intersection.
   virtual bool Divert(const Fragment& fragment, size_t id) = 0;
+  // True when Divert will take every fragment of tensor `tensor`: the intersection then neither
+  // maps it to the other layout's tensor nor checks their shapes (the diverter answers for that).
+  // A fragment of such a tensor that Divert does not take fails the intersection.
+  virtual bool TakesWholeTensor(int tensor) const {
+    (void)tensor;
+    return false;
+  }
 };
 
 // The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.

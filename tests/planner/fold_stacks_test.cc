@@ -162,6 +162,15 @@ TEST(FoldStacks, OnlyFamiliesStackedOnTheSmallerSideFold) {
       EXPECT_EQ(folded[i], name.find("gate_proj") != std::string::npos ? 1 : 0) << name;
     }
   }
+  // Both sides take gate's members whole, so the intersection need not map them; down's stay.
+  for (const Layout* layout : {&src, &dst}) {
+    const StackSide& side = layout == &src ? fold.source : fold.destination;
+    for (size_t t = 0; t < layout->tensors.size(); ++t) {
+      const std::string& name = layout->tensors[t].name;
+      EXPECT_EQ(side.TakesWholeTensor(static_cast<int>(t)), name.find("gate_proj") != std::string::npos)
+          << name;
+    }
+  }
   // The planner plans gate as a stack and the down members one by one.
   Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(7, 2));
   ASSERT_TRUE(r.ok()) << r.status().ToString();

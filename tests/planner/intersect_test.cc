@@ -384,6 +384,55 @@ TEST(IntersectProperty, DivertedFragmentsAreLeftOut) {
   EXPECT_GT(compared, 500);
 }
 
+// Takes every fragment of one tensor, or (partial) all but its last, and says it takes the tensor
+// whole, as the side of stack folding merged during the pass does.
+class TensorDiverter final : public FragmentDiverter {
+ public:
+  TensorDiverter(const Layout& layout, int tensor, bool partial) : tensor_(tensor) {
+    for (size_t i = 0; i < layout.fragments.size(); ++i) {
+      if (layout.fragments[i].tensor == tensor) last_ = i;
+    }
+    if (!partial) last_ = layout.fragments.size();
+  }
+  bool Divert(const Fragment& f, size_t id) override { return f.tensor == tensor_ && id != last_; }
+  bool TakesWholeTensor(int tensor) const override { return tensor == tensor_; }
+
+ private:
+  int tensor_;
+  size_t last_ = 0;
+};
+
+// A destination tensor taken whole is neither mapped nor checked against the source (its shape
+// differs here, which is otherwise an error); one the diverter does not take whole after all fails
+// the intersection instead of forming groups without a source.
+TEST(Intersect, WholeTakenTensorsAreNotMapped) {
+  Layout src, dst;
+  for (const char* name : {"a", "b"}) {
+    const int t = src.AddTensor({name, {8, 4}, DType::kFP32}).value();
+    src.AppendFragment(t, Box::FromShape({8, 4}), 0, std::string("src.") + name);
+  }
+  const int a = dst.AddTensor({"a", {8, 4}, DType::kFP32}).value();
+  const int b = dst.AddTensor({"b", {16, 4}, DType::kFP32}).value();
+  for (int rank = 1; rank <= 2; ++rank) {
+    dst.AppendFragment(a, Box::Make({(rank - 1) * 4, 0}, {rank * 4, 4}).value(), rank, "dst.a");
+    dst.AppendFragment(b, Box::Make({(rank - 1) * 8, 0}, {rank * 8, 4}).value(), rank, "dst.b");
+  }
+  EXPECT_FALSE(IntersectLayouts(src, dst).ok());
+  TensorDiverter whole(dst, b, /*partial=*/false);
+  Result<Intersection> r = IntersectLayouts(src, dst, nullptr, &whole);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->groups.size(), 2u);
+  for (const FragmentGroup& g : r->groups) {
+    EXPECT_EQ(g.dst_tensor, a);
+    EXPECT_EQ(g.src_tensor, 0);
+  }
+  EXPECT_EQ(r->pieces.size(), 2u);
+  TensorDiverter partial(dst, b, /*partial=*/true);
+  Result<Intersection> bad = IntersectLayouts(src, dst, nullptr, &partial);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("'b'"), std::string::npos) << bad.status().ToString();
+}
+
 // Larger random pairs: many tensors, replicas spread over the whole fragment list (the scratch
 // buffers grow and shrink between calls).
 TEST(IntersectProperty, ManyTensorsMatchTheReference) {
