@@ -164,7 +164,26 @@ bool HasStackedRuns(const Layout& layout) {
 bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
   const int ndim = f.box.ndim;
   std::vector<Fragment>& out = stacks_.fragments;
-  Run& run = runs_[PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits)];
+  // The slot of the run `f` may continue: the recent runs' slots first (a layout interleaves only
+  // a few runs, such as one expert's gate and up halves); a run there that lies as `f` does sits in
+  // the slot f's placement hash names, so this finds what the hash would, without computing it.
+  size_t slot = runs_.size();
+  for (int k = 0; k < kRecentRuns && slot == runs_.size(); ++k) {
+    const Run& r = runs_[recent_[k]];
+    if (r.fragment >= 0 && r.next_position == position) {
+      const Fragment& g = out[static_cast<size_t>(r.fragment)];
+      if (g.tensor == stack && SamePlacement(g, 1, f)) {
+        slot = recent_[k];
+        std::copy_backward(recent_, recent_ + k, recent_ + k + 1);
+      }
+    }
+  }
+  if (slot == runs_.size()) {
+    slot = PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits);
+    std::copy_backward(recent_, recent_ + kRecentRuns - 1, recent_ + kRecentRuns);
+  }
+  recent_[0] = slot;
+  Run& run = runs_[slot];
   if (run.fragment >= 0 && run.next_position == position) {
     Fragment& g = out[static_cast<size_t>(run.fragment)];
     const bool same = g.tensor == stack && SamePlacement(g, 1, f);

@@ -77,6 +77,8 @@ class StackSide final : public FragmentDiverter {
   // Merged during the pass: per tensor of the layout, its stack (or -1) and position in it.
   std::vector<int> stack_of_tensor_, position_of_tensor_;
   std::vector<Run> runs_;  // direct-mapped by a hash of (stack, rank, buffer, box, strides)
+  static constexpr int kRecentRuns = 4;
+  size_t recent_[kRecentRuns] = {};  // slots of the runs Merge used last, most recent first
   Layout stacks_;
 };
 
