@@ -228,10 +228,15 @@ struct Delivery {
   int sender_frag = -1;
   // Member i of the tree has its destination fragments of the piece's group at
   // member_fragments[members + i]: the fragment when it has exactly one (the usual case), else
-  // kLookUp (search the group).
+  // kLookUp (search the group). A tree of one rank with one fragment f has members = ~f instead
+  // (most deliveries: no list entry to write and read).
   int members = 0;
 };
 constexpr int kLookUp = -1;
+// Member i's entry (see Delivery::members).
+inline int MemberFragment(const Delivery& d, const std::vector<int>& member_fragments, int i) {
+  return d.members < 0 ? ~d.members : member_fragments[static_cast<size_t>(d.members + i)];
+}
 
 // What emission reads of a delivery's piece: its box (the chunk's when cut), group and dtype.
 struct DeliveryTarget {
@@ -465,11 +470,16 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // Per delivery, its tree members' destination fragments (Delivery::members); per rank, piece-
   // local, its one fragment of the piece's group (kLookUp: several).
   std::vector<int> member_fragments;
+  // Delivery::members of a tree of one rank whose fragment is `frag` (or kLookUp).
+  auto one_member = [&member_fragments](int frag) {
+    if (frag != kLookUp) return ~frag;
+    member_fragments.push_back(kLookUp);
+    return static_cast<int>(member_fragments.size()) - 1;
+  };
   std::vector<int> rank_fragment(num_ranks, kLookUp);
   std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
   const int num_holders = static_cast<int>(inter.holders.size());
   ReserveFresh(deliveries, inter.pieces.size());
-  ReserveFresh(member_fragments, inter.pieces.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
@@ -495,8 +505,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       Delivery d;
       d.piece = static_cast<int>(p);
       d.tree = rank;
-      d.members = static_cast<int>(member_fragments.size());
-      member_fragments.push_back(frag);
+      d.members = one_member(frag);
       if (on_node) {
         d.cand_begin = num_holders + static_cast<int>(intra_pool.size());
         for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
@@ -557,8 +566,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
           Delivery d;
           d.piece = static_cast<int>(p);
           d.tree = member_ranks[k];
-          d.members = static_cast<int>(member_fragments.size());
-          member_fragments.push_back(rank_fragment[member_ranks[k]]);
+          d.members = one_member(rank_fragment[member_ranks[k]]);
           d.cand_begin = cand_begin;
           d.cand_end = cand_end;
           add_chunks(d, p, options.network_chunk_bytes);
@@ -887,7 +895,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
         __builtin_prefetch(targets[k].box);
         for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
-          const int frag = member_fragments[static_cast<size_t>(deliveries[k].members + i)];
+          const int frag = MemberFragment(deliveries[k], member_fragments, i);
           if (frag == kLookUp) continue;
           __builtin_prefetch(&dst_frags[frag].box.lo);
           __builtin_prefetch(&dst_frags[frag].loc);
@@ -960,7 +968,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       recv.message = message_of[i];
       bool direct = false;
       if (count == 1 && child_begin[i] == child_begin[i + 1]) {
-        const int frag = member_fragments[static_cast<size_t>(d0.members + i)];
+        const int frag = MemberFragment(d0, member_fragments, i);
         if (frag != kLookUp) {
           const CopySide dst = FragmentSide(dst_frags[frag], t0.dtype, Space::kDestination, *t0.box);
           if (dst.contiguous) {
@@ -986,7 +994,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
         const DeliveryTarget& t = targets[k];
-        const int frag = member_fragments[static_cast<size_t>(d.members + i)];
+        const int frag = MemberFragment(d, member_fragments, i);
         if (frag != kLookUp) {
           AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
                         FragmentSide(dst_frags[frag], t.dtype, Space::kDestination, *t.box), *t.box);
