@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -140,6 +141,38 @@ TEST(PlannerRouting, InterNodeBytesIntoEachNodeCountedOnce) {
     EXPECT_GT(stats.bytes_by_link[static_cast<int>(LinkClass::kSameNode)], 0);
     EXPECT_GT(stats.lower_bound.seconds, 0);
     EXPECT_GE(stats.predicted_seconds, stats.lower_bound.seconds * 0.999);
+  }
+}
+
+// A rank may hold the same box twice (two buffers): every copy is written, whether the rank gets
+// the bytes straight from a holder on its node, as a member of a node's fan-out tree, or as a
+// tree of its own. Such ranks are the members whose fragments emission looks up in the group.
+TEST(PlannerRouting, ARankHoldingABoxTwiceGetsEveryCopy) {
+  Layout src, dst;
+  const TensorSpec spec{"w", {16, 8}, DType::kFP32};
+  src.AppendFragment(src.AddTensor(spec).value(), Box::FromShape({16, 8}), 0, "w");
+  const int t = dst.AddTensor(spec).value();
+  for (int rank : {1, 2, 3, 4}) {
+    dst.AppendFragment(t, Box::FromShape({16, 8}), rank, "w");
+    if (rank != 3) dst.AppendFragment(t, Box::FromShape({16, 8}), rank, "w.copy");
+  }
+  const Topology topology = Topology::Uniform(6, 2);  // source node 0; ranks 2, 3 share node 1
+  for (bool hierarchical : {true, false}) {
+    PlannerOptions options;
+    options.hierarchical = hierarchical;
+    Result<PlanResult> r = PlanReshard(src, dst, topology, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+    Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+    EXPECT_TRUE(exec.ok()) << exec.ToString();
+    // Each rank unpacks its copies from one staging slot: two pairs on ranks 1, 2 and 4.
+    std::map<int, int> unpack_pairs;
+    for (const Op& op : r->plan.ops) {
+      if (op.kind == OpKind::kUnpack) unpack_pairs[op.rank] += op.NumCopies();
+    }
+    EXPECT_EQ(unpack_pairs[1], 2);
+    EXPECT_EQ(unpack_pairs[2], 2);
+    EXPECT_EQ(unpack_pairs[4], 2);
   }
 }
 
