@@ -195,11 +195,12 @@ struct KeyLess {
 };
 
 // One layout's fragments: a sort key per fragment and the fragments of each tensor.
+// Scratch written before it is read: `keys` of fragments a diverter takes are never written.
 struct FragmentKeys {
-  std::vector<FragKey> keys;      // by fragment id
-  std::vector<int> tensor_of;     // by fragment id
+  ScratchVector<FragKey> keys;    // by fragment id
+  ScratchVector<int> tensor_of;   // by fragment id
   bool by_tensor = false;         // fragments come ordered by tensor: `keys` serve as `sorted`
-  std::vector<FragKey> sorted;    // by tensor (then as SortTensor leaves them)
+  ScratchVector<FragKey> sorted;  // by tensor (then as SortTensor leaves them)
   std::vector<int> tensor_begin;  // tensor t: sorted[tensor_begin[t] .. tensor_begin[t + 1])
 
   FragKey* TensorKeys(int t) { return (by_tensor ? keys.data() : sorted.data()) + tensor_begin[t]; }

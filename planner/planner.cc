@@ -638,7 +638,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     // LPT order (bytes descending, then index): `flexible` is in index order, so a stable radix
     // sort on the bytes (two 16-bit digits) when every size fits in 32 bits (chunked deliveries
     // always do at the default chunk sizes), else a sort of pairs.
-    std::vector<int> flexible;
+    ScratchVector<int> flexible;
     ReserveFresh(flexible, deliveries.size());
     bool small_sizes = deliveries.size() <= 0xffffffffu;
     for (size_t i = 0; i < deliveries.size(); ++i) {
@@ -655,7 +655,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       if (!intra) node_out[node_of[rank]] += d.bytes;
     }
     if (small_sizes) {
-      std::vector<int> sorted;
+      ScratchVector<int> sorted;
       GrowFresh(sorted, flexible.size());
       std::vector<int> count(0x10001);
       for (int shift : {0, 16}) {
@@ -737,10 +737,10 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
   {
-    std::vector<int> order;
+    ScratchVector<int> order;
     GrowFresh(order, deliveries.size());
     {
-      std::vector<int> by_sender, tree_at;  // delivery index and its tree, by sender
+      ScratchVector<int> by_sender, tree_at;  // delivery index and its tree, by sender
       GrowFresh(by_sender, deliveries.size());
       GrowFresh(tree_at, deliveries.size());
       std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
