@@ -166,10 +166,11 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-int NumRanksOf(const Layout& a, const Layout& b) {
+// One more than the highest rank owning a buffer of either table.
+int NumRanksOf(const BufferTable& a, const BufferTable& b) {
   int n = 0;
-  for (const BufferSpec& buf : a.buffers) n = std::max(n, buf.rank + 1);
-  for (const BufferSpec& buf : b.buffers) n = std::max(n, buf.rank + 1);
+  for (const BufferTable::Entry& buf : a) n = std::max(n, buf.rank + 1);
+  for (const BufferTable::Entry& buf : b) n = std::max(n, buf.rank + 1);
   return n;
 }
 
@@ -388,7 +389,13 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
                                  StackFold* fold, const Topology& topology,
                                  const PlannerOptions& options, PhaseClock& clock,
                                  double fold_seconds) {
-  const int num_ranks = NumRanksOf(source, destination);
+  // The plan's compact copies of the buffer tables, made first: the ranks are counted on them.
+  PlanResult result;
+  result.phases.fold = fold_seconds;
+  TransferPlan& plan = result.plan;
+  plan.source_buffers = source.buffers;
+  plan.destination_buffers = destination.buffers;
+  const int num_ranks = NumRanksOf(plan.source_buffers, plan.destination_buffers);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   Intersection inter;
   std::vector<DType> dtype_of_destination_tensor = DTypesOf(destination);
@@ -410,13 +417,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
                                 fold != nullptr ? &fold->destination.stacks() : nullptr);
   const int num_nodes = std::max(1, topology.NumNodes());
 
-  PlanResult result;
-  result.phases.fold = fold_seconds;
-  TransferPlan& plan = result.plan;
   plan.strategy = "reshard";
   plan.num_ranks = num_ranks;
-  plan.source_buffers = source.buffers;
-  plan.destination_buffers = destination.buffers;
 
   const PlanFacts facts(inter, dtype_of_destination_tensor, topology);
   const std::vector<int>& src_rank = facts.source_rank;
@@ -1064,7 +1066,11 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   if (options.broadcast_chunk_bytes < 1) {
     return InvalidArgument("broadcast chunk size must be positive");
   }
-  const int num_ranks = NumRanksOf(source, destination);
+  PlanResult result;
+  TransferPlan& plan = result.plan;
+  plan.source_buffers = source.buffers;
+  plan.destination_buffers = destination.buffers;
+  const int num_ranks = NumRanksOf(plan.source_buffers, plan.destination_buffers);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   if (source.fragments.empty()) return InvalidArgument("the source layout has no fragments");
   int root = num_ranks;
@@ -1097,12 +1103,8 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   }
   const int num_buckets = static_cast<int>(bucket_bytes.size());
 
-  PlanResult result;
-  TransferPlan& plan = result.plan;
   plan.strategy = "gather-broadcast";
   plan.num_ranks = num_ranks;
-  plan.source_buffers = source.buffers;
-  plan.destination_buffers = destination.buffers;
   std::vector<int> root_slot(num_buckets);
   for (int b = 0; b < num_buckets; ++b) root_slot[b] = plan.AddSlot(root, bucket_bytes[b]);
 

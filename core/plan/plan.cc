@@ -63,14 +63,8 @@ BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
   for (const BufferSpec& b : buffers) push_back(b);
 }
 
-int TransferPlan::AddOp(Op op) {
-  op.id = static_cast<int>(ops.size());
-  ops.push_back(std::move(op));
-  return ops.back().id;
-}
-
 int TransferPlan::AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& pairs) {
-  const int id = AddOp(std::move(op));
+  const int id = AddOp(op);
   SetDeps(id, deps);
   SetCopies(id, pairs);
   return id;
@@ -195,11 +189,6 @@ CopyPair TransferPlan::Copy(int index) const {
 CopyPair CopyRange::Iterator::operator*() const { return plan_->Copy(index_); }
 
 CopyPair CopyRange::operator[](int i) const { return plan_->Copy(begin_ + i); }
-
-int TransferPlan::AddSlot(int rank, int64_t bytes) {
-  slots.push_back({rank, bytes});
-  return static_cast<int>(slots.size()) - 1;
-}
 
 std::vector<int> TransferPlan::OpsOfRank(int rank) const {
   std::vector<int> ids;

@@ -279,8 +279,13 @@ struct TransferPlan {
   }
 
   // Appends an op, assigning its id; its dep and copy ranges are taken as set (the caller
-  // appended them with dep_list.push_back / AppendCopy).
-  int AddOp(Op op);
+  // appended them with dep_list.push_back / AppendCopy). Inline: the planner adds a million.
+  int AddOp(const Op& op) {
+    ops.push_back(op);
+    const int id = static_cast<int>(ops.size()) - 1;
+    ops.back().id = id;
+    return id;
+  }
   // Appends an op with these deps and copy pairs (appended to the lists), assigning its id.
   int AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& pairs = {});
   // Replaces op `id`'s deps or copy pairs (the new ones are appended; the old entries stay in
@@ -288,7 +293,10 @@ struct TransferPlan {
   void SetDeps(int id, const std::vector<int>& deps);
   void SetCopies(int id, const std::vector<CopyPair>& pairs);
   // Appends a staging slot on `rank`; returns its index.
-  int AddSlot(int rank, int64_t bytes);
+  int AddSlot(int rank, int64_t bytes) {
+    slots.push_back({rank, bytes});
+    return static_cast<int>(slots.size()) - 1;
+  }
   // Op ids executed by `rank`, in plan order (which respects deps).
   std::vector<int> OpsOfRank(int rank) const;
   // (sender op id, receiver op id) for every Send/Forward whose message has a Recv, ordered by
