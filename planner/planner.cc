@@ -772,18 +772,19 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     }
     // Deliveries in that order: the passes below read them sequentially.
     std::vector<Delivery> sorted;
-    GrowFresh(sorted, deliveries.size());
+    ReserveFresh(sorted, deliveries.size());
     // The same pass looks up what emission reads per delivery (box, group, dtype): the lookups
     // are independent from one delivery to the next, so their cache misses overlap here, where
-    // emission would wait for each chain piece -> group -> box in turn.
-    GrowFresh(targets, deliveries.size());
+    // emission would wait for each chain piece -> group -> box in turn. Both lists are appended
+    // in order, so their memory is written once.
+    ReserveFresh(targets, deliveries.size());
     for (size_t k = 0; k < order.size(); ++k) {
       const Delivery& d = deliveries[order[k]];
-      sorted[k] = d;
+      sorted.push_back(d);
       const Piece& piece = inter.pieces[d.piece];
       const FragmentGroup& g = inter.groups[piece.group];
-      targets[k] = {d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &g,
-                    facts.piece_dtype[d.piece]};
+      targets.push_back({d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &g,
+                         facts.piece_dtype[d.piece]});
     }
     deliveries.swap(sorted);
   }
