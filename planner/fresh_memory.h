@@ -2,7 +2,8 @@
 // memory (ops, copy pairs, scratch); at 4 KiB per page fault that is tens of thousands of faults,
 // several microseconds each in a VM. Asking the kernel for transparent huge pages under a vector's
 // reserved capacity before its first touch cuts that to a few hundred. Only a hint: where it is
-// refused (THP disabled, not Linux) nothing changes but the speed.
+// refused (THP disabled, not Linux) nothing changes but the speed. Also ScratchVector, for scratch
+// that is written before it is read and so need not be zeroed first.
 #pragma once
 
 #include <cstddef>
