@@ -724,14 +724,14 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // Order (sender, tree, delivery index): a stable counting sort by sender, then, within each
   // sender's range (small, so it stays in cache), a stable counting sort by tree.
   std::vector<DeliveryTarget> targets;  // by sorted delivery
-  // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags (a
-  // group of one fragment is delivered only to that fragment's rank).
+  // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags: what
+  // emission reads for a tree member whose fragment routing left as kLookUp (a group of one
+  // fragment never is: its delivery carries that fragment).
   auto fragments_on_rank = [&](const FragmentGroup& g, int rank) {
-    auto begin = inter.group_frags.begin() + g.frags_begin;
-    auto end = inter.group_frags.begin() + g.frags_end;
-    if (end - begin == 1) return std::make_pair(begin, end);
-    auto lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
-    auto hi = lo;
+    const int* begin = inter.group_frags.data() + g.frags_begin;
+    const int* end = inter.group_frags.data() + g.frags_end;
+    const int* lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
+    const int* hi = lo;
     while (hi != end && dst_rank[*hi] == rank) ++hi;
     return std::make_pair(lo, hi);
   };
@@ -997,19 +997,14 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
         const DeliveryTarget& t = targets[k];
+        // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
-        if (frag != kLookUp) {
+        const auto [lo, hi] = frag != kLookUp ? std::make_pair(&frag, &frag + 1)
+                                              : fragments_on_rank(*t.group, rank);
+        for (const int* it = lo; it != hi; ++it) {
           AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
-                        FragmentSide(dst_frags[frag], t.dtype, Space::kDestination, *t.box), *t.box);
+                        FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box), *t.box);
           unpack.bytes += d.bytes;
-        } else {
-          const auto [lo, hi] = fragments_on_rank(*t.group, rank);
-          for (auto it = lo; it != hi; ++it) {
-            AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
-                          FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box),
-                          *t.box);
-            unpack.bytes += d.bytes;
-          }
         }
         offset += d.bytes;
       }
