@@ -405,13 +405,11 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
   second_side.stack_of_tensor_.assign(second.tensors.size(), -1);
   second_side.position_of_tensor_.assign(second.tensors.size(), 0);
-  second_side.whole_tensor_.assign(second.tensors.size(), 0);
   for (size_t t = 0; t < second.tensors.size(); ++t) {
     const Membership m = second_member[t];
     if (m.family < 0 || families[m.family].stack < 0) continue;
     second_side.stack_of_tensor_[t] = families[m.family].stack;
     second_side.position_of_tensor_[t] = m.position;
-    second_side.whole_tensor_[t] = 1;
   }
   const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
   first_side.whole_tensor_.assign(first.tensors.size(), 0);

@@ -50,8 +50,9 @@ class StackSide final : public FragmentDiverter {
   // True for a member of a folded family all of whose fragments Divert takes (on the side merged
   // during the pass, every member: a fragment it would not take is invalid, and fails planning).
   bool TakesWholeTensor(int tensor) const override {
-    return tensor >= 0 && static_cast<size_t>(tensor) < whole_tensor_.size() &&
-           whole_tensor_[static_cast<size_t>(tensor)] != 0;
+    const size_t t = static_cast<size_t>(tensor);
+    if (!folded_.empty()) return tensor >= 0 && t < whole_tensor_.size() && whole_tensor_[t] != 0;
+    return tensor >= 0 && t < stack_of_tensor_.size() && stack_of_tensor_[t] >= 0;
   }
   // The stacked tensors (equal index and name on both sides) and this side's fragments of them,
   // complete once every fragment was offered to Divert (the side merged up front: at once).
@@ -73,7 +74,7 @@ class StackSide final : public FragmentDiverter {
   bool Merge(const Fragment& f, int stack, int position, int64_t esize);
 
   std::vector<uint8_t> folded_;  // merged up front: by fragment id, 1 when in a stack fragment
-  std::vector<uint8_t> whole_tensor_;  // by tensor: TakesWholeTensor
+  std::vector<uint8_t> whole_tensor_;  // merged up front: by tensor, TakesWholeTensor
   // Merged during the pass: per tensor of the layout, its stack (or -1) and position in it.
   std::vector<int> stack_of_tensor_, position_of_tensor_;
   std::vector<Run> runs_;  // direct-mapped by a hash of (stack, rank, buffer, box, strides)
