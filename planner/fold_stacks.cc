@@ -117,7 +117,7 @@ uint64_t PlacementHash(uint64_t seed, const Fragment& f) {
 
 // Whether `g`, from its dim `first` on, lies as `f` does: same rank and buffer, equal box and
 // strides (first = 1 compares a stack fragment with a member's).
-bool SamePlacement(const Fragment& g, int first, const Fragment& f) {
+[[gnu::always_inline]] inline bool SamePlacement(const Fragment& g, int first, const Fragment& f) {
   const int ndim = f.box.ndim;
   bool same = g.loc.rank == f.loc.rank && g.loc.buffer == f.loc.buffer &&
               g.box.ndim == ndim + first;
@@ -164,33 +164,39 @@ bool HasStackedRuns(const Layout& layout) {
 bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
   const int ndim = f.box.ndim;
   std::vector<Fragment>& out = stacks_.fragments;
-  // The slot of the run `f` may continue: the recent runs' slots first (a layout interleaves only
-  // a few runs, such as one expert's gate and up halves); a run there that lies as `f` does sits in
-  // the slot f's placement hash names, so this finds what the hash would, without computing it.
+  // The run `f` may continue: among the recent runs first (a layout interleaves only a few runs,
+  // such as one expert's gate, up and down slices), compared by stack and position before their
+  // fragment is read; a run there that lies as `f` does sits in the slot f's placement hash names,
+  // so this finds what the hash would, without computing it.
   size_t slot = runs_.size();
-  for (int k = 0; k < kRecentRuns && slot == runs_.size(); ++k) {
+  bool continues = false;  // the run in `slot` is of `stack`, expects `position` and lies as f
+  for (int k = 0; k < kRecentRuns; ++k) {
     const Run& r = runs_[recent_[k]];
-    if (r.fragment >= 0 && r.next_position == position) {
-      const Fragment& g = out[static_cast<size_t>(r.fragment)];
-      if (g.tensor == stack && SamePlacement(g, 1, f)) {
-        slot = recent_[k];
-        std::copy_backward(recent_, recent_ + k, recent_ + k + 1);
-      }
+    if (r.stack == stack && r.next_position == position &&
+        SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f)) {
+      slot = recent_[k];
+      continues = true;
+      std::copy_backward(recent_, recent_ + k, recent_ + k + 1);
+      break;
     }
   }
-  if (slot == runs_.size()) {
+  if (!continues) {
     slot = PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits);
     std::copy_backward(recent_, recent_ + kRecentRuns - 1, recent_ + kRecentRuns);
+    const Run& r = runs_[slot];
+    continues = r.stack == stack && r.next_position == position &&
+                SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
   }
   recent_[0] = slot;
   Run& run = runs_[slot];
-  if (run.fragment >= 0 && run.next_position == position) {
-    Fragment& g = out[static_cast<size_t>(run.fragment)];
-    const bool same = g.tensor == stack && SamePlacement(g, 1, f);
+  if (continues) {
     const int64_t step = f.loc.byte_offset - run.last_offset;
-    if (same && (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride)) {
-      run.stride = step;
-      g.loc.strides[0] = step / esize;
+    if (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride) {
+      Fragment& g = out[static_cast<size_t>(run.fragment)];
+      if (run.stride == 0) {  // the second member sets the stride; later ones keep to it
+        run.stride = step;
+        g.loc.strides[0] = step / esize;
+      }
       g.box.hi[0] = position + 1;
       run.next_position = position + 1;
       run.last_offset = f.loc.byte_offset;
@@ -213,7 +219,7 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
     g.box.hi[d + 1] = f.box.hi[d];
     g.loc.strides[d + 1] = f.loc.strides[d];
   }
-  run = {static_cast<int64_t>(out.size()), position + 1, f.loc.byte_offset, 0};
+  run = {static_cast<int64_t>(out.size()), position + 1, stack, f.loc.byte_offset, 0};
   out.push_back(g);
   return true;
 }
@@ -221,11 +227,11 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
 bool StackSide::Divert(const Fragment& fragment, size_t id) {
   if (!folded_.empty()) return folded_[id] != 0;
   const int t = fragment.tensor;
-  if (t < 0 || static_cast<size_t>(t) >= stack_of_tensor_.size()) return false;
-  const int stack = stack_of_tensor_[t];
+  if (t < 0 || static_cast<size_t>(t) >= member_of_tensor_.size()) return false;
+  const StackMember m = member_of_tensor_[t];
   const int ndim = fragment.box.ndim;
-  if (stack < 0 || ndim < 1 || ndim >= kMaxDims) return false;
-  Merge(fragment, stack, position_of_tensor_[t], DTypeSize(stacks_.tensors[stack].dtype));
+  if (m.stack < 0 || ndim < 1 || ndim >= kMaxDims) return false;
+  Merge(fragment, m.stack, m.position, m.esize);
   return true;
 }
 
@@ -403,13 +409,12 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
   second_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
   ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
-  second_side.stack_of_tensor_.assign(second.tensors.size(), -1);
-  second_side.position_of_tensor_.assign(second.tensors.size(), 0);
+  second_side.member_of_tensor_.assign(second.tensors.size(), {});
   for (size_t t = 0; t < second.tensors.size(); ++t) {
     const Membership m = second_member[t];
     if (m.family < 0 || families[m.family].stack < 0) continue;
-    second_side.stack_of_tensor_[t] = families[m.family].stack;
-    second_side.position_of_tensor_[t] = m.position;
+    const Family& family = families[m.family];
+    second_side.member_of_tensor_[t] = {family.stack, m.position, static_cast<int>(family.esize)};
   }
   const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
   first_side.whole_tensor_.assign(first.tensors.size(), 0);

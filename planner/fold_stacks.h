@@ -52,7 +52,7 @@ class StackSide final : public FragmentDiverter {
   bool TakesWholeTensor(int tensor) const override {
     const size_t t = static_cast<size_t>(tensor);
     if (!folded_.empty()) return tensor >= 0 && t < whole_tensor_.size() && whole_tensor_[t] != 0;
-    return tensor >= 0 && t < stack_of_tensor_.size() && stack_of_tensor_[t] >= 0;
+    return tensor >= 0 && t < member_of_tensor_.size() && member_of_tensor_[t].stack >= 0;
   }
   // The stacked tensors (equal index and name on both sides) and this side's fragments of them,
   // complete once every fragment was offered to Divert (the side merged up front: at once).
@@ -66,6 +66,7 @@ class StackSide final : public FragmentDiverter {
   struct Run {
     int64_t fragment = -1;    // index in stacks_.fragments
     int next_position = 0;
+    int stack = -1;           // the stack fragment's tensor; -1: the slot holds no run
     int64_t last_offset = 0;  // byte offset of the run's last member
     int64_t stride = 0;       // bytes between members; 0 while the run has one member
   };
@@ -75,8 +76,14 @@ class StackSide final : public FragmentDiverter {
 
   std::vector<uint8_t> folded_;  // merged up front: by fragment id, 1 when in a stack fragment
   std::vector<uint8_t> whole_tensor_;  // merged up front: by tensor, TakesWholeTensor
-  // Merged during the pass: per tensor of the layout, its stack (or -1) and position in it.
-  std::vector<int> stack_of_tensor_, position_of_tensor_;
+  // Merged during the pass: per tensor of the layout, its stack (or -1), position in it and bytes
+  // per element, read together for each fragment.
+  struct StackMember {
+    int stack = -1;
+    int position = 0;
+    int esize = 1;
+  };
+  std::vector<StackMember> member_of_tensor_;
   std::vector<Run> runs_;  // direct-mapped by a hash of (stack, rank, buffer, box, strides)
   static constexpr int kRecentRuns = 4;
   size_t recent_[kRecentRuns] = {};  // slots of the runs Merge used last, most recent first
