@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "planner/fresh_memory.h"
 #include "planner/tensor_prefetch.h"
@@ -523,7 +524,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   return IntersectLayouts(source, destination, nullptr, nullptr);
 }
 
-void AppendIntersection(Intersection& into, const Intersection& more, int src_tensor_offset,
+void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_offset,
                         int dst_tensor_offset) {
   const int src_frag_offset = static_cast<int>(into.source_ranks.size());
   const int dst_frag_offset = static_cast<int>(into.destination_ranks.size());
@@ -547,7 +548,12 @@ void AppendIntersection(Intersection& into, const Intersection& more, int src_te
     into.pieces.push_back(p);
   }
   for (int h : more.holders) into.holders.push_back(h + src_frag_offset);
-  into.piece_boxes.insert(into.piece_boxes.end(), more.piece_boxes.begin(), more.piece_boxes.end());
+  if (into.piece_boxes.empty()) {
+    into.piece_boxes = std::move(more.piece_boxes);  // box_offset is 0: indexes stay
+  } else {
+    into.piece_boxes.insert(into.piece_boxes.end(), more.piece_boxes.begin(),
+                            more.piece_boxes.end());
+  }
   into.source_ranks.insert(into.source_ranks.end(), more.source_ranks.begin(),
                            more.source_ranks.end());
   into.destination_ranks.insert(into.destination_ranks.end(), more.destination_ranks.begin(),

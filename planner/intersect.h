@@ -82,8 +82,10 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 // Appends `more`, an intersection of two further layouts, to `into`: their fragments are numbered
 // after `into`'s (ids offset by its source_ranks / destination_ranks sizes) and their tensors
 // after the first layouts' (indexes offset by `src_tensor_offset` / `dst_tensor_offset`). Group
-// boxes keep pointing into the further destination layout, which must outlive `into`.
-void AppendIntersection(Intersection& into, const Intersection& more, int src_tensor_offset,
+// boxes keep pointing into the further destination layout, which must outlive `into`. `more` is
+// consumed: its piece boxes (136 bytes each, 185k for Kimi-K2's stacks) are moved, not copied,
+// when `into` has none.
+void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_offset,
                         int dst_tensor_offset);
 
 }  // namespace ferry

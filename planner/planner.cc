@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/fold_stacks.h"
@@ -402,9 +403,9 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   if (fold != nullptr) {
     FERRY_ASSIGN_OR_RETURN(
         inter, IntersectLayouts(source, destination, &fold->source, &fold->destination));
-    FERRY_ASSIGN_OR_RETURN(const Intersection stacked,
+    FERRY_ASSIGN_OR_RETURN(Intersection stacked,
                            IntersectLayouts(fold->source.stacks(), fold->destination.stacks()));
-    AppendIntersection(inter, stacked, static_cast<int>(source.tensors.size()),
+    AppendIntersection(inter, std::move(stacked), static_cast<int>(source.tensors.size()),
                        static_cast<int>(destination.tensors.size()));
     const std::vector<DType> stacked_dtypes = DTypesOf(fold->destination.stacks());
     dtype_of_destination_tensor.insert(dtype_of_destination_tensor.end(), stacked_dtypes.begin(),
