@@ -164,30 +164,26 @@ bool HasStackedRuns(const Layout& layout) {
 bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
   const int ndim = f.box.ndim;
   std::vector<Fragment>& out = stacks_.fragments;
-  // The run `f` may continue: among the recent runs first (a layout interleaves only a few runs,
-  // such as one expert's gate, up and down slices), compared by stack and position before their
-  // fragment is read; a run there that lies as `f` does sits in the slot f's placement hash names,
-  // so this finds what the hash would, without computing it.
-  size_t slot = runs_.size();
+  // The run `f` may continue: the run this stack used last first (a layout writes a rank's members
+  // one after another, interleaving a few stacks, such as an expert's gate, up and down slices),
+  // compared by stack and position before its fragment is read; a run there that lies as `f` does
+  // sits in the slot f's placement hash names, so this finds what the hash would, without
+  // computing it.
+  size_t& last = last_run_of_stack_[static_cast<size_t>(stack)];
+  size_t slot = last;
   bool continues = false;  // the run in `slot` is of `stack`, expects `position` and lies as f
-  for (int k = 0; k < kRecentRuns; ++k) {
-    const Run& r = runs_[recent_[k]];
-    if (r.stack == stack && r.next_position == position &&
-        SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f)) {
-      slot = recent_[k];
-      continues = true;
-      std::copy_backward(recent_, recent_ + k, recent_ + k + 1);
-      break;
-    }
-  }
-  if (!continues) {
-    slot = PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits);
-    std::copy_backward(recent_, recent_ + kRecentRuns - 1, recent_ + kRecentRuns);
+  {
     const Run& r = runs_[slot];
     continues = r.stack == stack && r.next_position == position &&
                 SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
   }
-  recent_[0] = slot;
+  if (!continues) {
+    slot = PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits);
+    const Run& r = runs_[slot];
+    continues = r.stack == stack && r.next_position == position &&
+                SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
+  }
+  last = slot;
   Run& run = runs_[slot];
   if (continues) {
     const int64_t step = f.loc.byte_offset - run.last_offset;
@@ -203,7 +199,8 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
       return false;
     }
   }
-  Fragment g;
+  run = {static_cast<int64_t>(out.size()), position + 1, stack, f.loc.byte_offset, 0};
+  Fragment& g = out.emplace_back();
   g.tensor = stack;
   g.box.ndim = ndim + 1;
   g.box.lo[0] = position;
@@ -219,8 +216,6 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
     g.box.hi[d + 1] = f.box.hi[d];
     g.loc.strides[d + 1] = f.loc.strides[d];
   }
-  run = {static_cast<int64_t>(out.size()), position + 1, stack, f.loc.byte_offset, 0};
-  out.push_back(g);
   return true;
 }
 
@@ -290,6 +285,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   auto merge_first_side = [&](const std::vector<Membership>& member) {
     const size_t n = first.fragments.size();
     first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+    first_side.last_run_of_stack_.assign(families.size(), 0);
     ReserveFresh(first_side.stacks_.fragments, n);  // only what is written is touched
     GrowFresh(first_side.folded_, n);
     ReserveFresh(folded_ids, n);
@@ -403,11 +399,13 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   }
   first_fragments.resize(kept);
   first_side.runs_ = {};
+  first_side.last_run_of_stack_ = {};
 
   // The second side is merged as the intersection reads it (StackSide::Divert): the kept
   // families' members, straight into their stacks.
   const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
   second_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+  second_side.last_run_of_stack_.assign(stacks.size(), 0);
   ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
   second_side.member_of_tensor_.assign(second.tensors.size(), {});
   for (size_t t = 0; t < second.tensors.size(); ++t) {

@@ -85,8 +85,7 @@ class StackSide final : public FragmentDiverter {
   };
   std::vector<StackMember> member_of_tensor_;
   std::vector<Run> runs_;  // direct-mapped by a hash of (stack, rank, buffer, box, strides)
-  static constexpr int kRecentRuns = 4;
-  size_t recent_[kRecentRuns] = {};  // slots of the runs Merge used last, most recent first
+  std::vector<size_t> last_run_of_stack_;  // per stack Merge is given: the slot it used last
   Layout stacks_;
 };
 
