@@ -200,7 +200,7 @@ struct KeyLess {
 // others in id order (a key carries its fragment's id), so a layout whose stacked experts are
 // diverted (356k of DeepSeek-V3's 574k destination fragments) writes and sorts only the rest.
 struct FragmentKeys {
-  ScratchVector<FragKey> keys;    // by fragment id, diverted ones left out
+  ScratchVector<FragKey> keys;    // in fragment id order, diverted ones left out
   ScratchVector<int> tensor_of;   // the tensor of each key
   bool by_tensor = false;         // fragments come ordered by tensor: `keys` serve as `sorted`
   ScratchVector<FragKey> sorted;  // by tensor (then as SortTensor leaves them)
