@@ -55,8 +55,8 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
 }
 
 BufferTable::BufferTable(const std::vector<BufferSpec>& buffers) {
-  entries_.resize(buffers.size());
-  for (size_t i = 0; i < buffers.size(); ++i) entries_[i] = {buffers[i].rank, buffers[i].bytes};
+  entries_.reserve(buffers.size());  // written once (216k entries for DeepSeek-V3's destination)
+  for (const BufferSpec& b : buffers) entries_.push_back({b.rank, b.bytes});
 }
 
 BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
