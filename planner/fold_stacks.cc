@@ -1,11 +1,11 @@
 // Stack folding: families by name, fragment runs merged in one pass over each layout.
 //
 // Cost: a look for stacked runs in the smaller layout (HasStackedRuns), one pass over each
-// layout's tensor names (a hash of each name without its number), and one pass over the smaller
-// layout's fragments in index order, up front. A fragment joins the
-// open run of its family, rank, buffer, box and strides (a direct-mapped table of open runs:
-// layouts write a rank's members one after another, so a run is found where it was left) or
-// starts a new one. The larger layout's fragments are merged the same way as the intersection's
+// layout's tensor names (a name is compared with the families joined last, else hashed without
+// its number), and one pass over the smaller layout's fragments in index order, up front. A
+// fragment joins the open run of its family, rank, buffer, box and strides (the run its stack
+// used last, else a direct-mapped table of open runs: layouts write a rank's members one after
+// another, so a run is found where it was left) or starts a new one. The larger layout's fragments are merged the same way as the intersection's
 // own pass reads them (StackSide::Divert), so folding never reads them a second time.
 #include "planner/fold_stacks.h"
 
@@ -81,6 +81,33 @@ bool SameKey(const TensorSpec& a, const NumberComponent& na, const TensorSpec& b
   const std::string_view x = a.name, y = b.name;
   return a.dtype == b.dtype && a.shape == b.shape &&
          x.substr(0, na.begin) == y.substr(0, nb.begin) && x.substr(na.end) == y.substr(nb.end);
+}
+
+// Whether `spec` belongs to the family whose first member is `first` (number component
+// `first_number`): equal dtype and shape, and a name made of the first member's name before its
+// number, 1 to 18 digits, and the first member's name after its number. Then `n` is its number
+// component, as FindNumber would find it: the text after the digits has no all-digit component,
+// since the first member's number is its name's last one.
+bool MatchesFamily(const TensorSpec& first, const NumberComponent& first_number,
+                   const TensorSpec& spec, NumberComponent& n) {
+  const std::string_view name = spec.name, model = first.name;
+  const std::string_view prefix = model.substr(0, first_number.begin);
+  const std::string_view suffix = model.substr(first_number.end);
+  if (name.size() <= prefix.size() + suffix.size() ||
+      name.size() - prefix.size() - suffix.size() > 18 || spec.dtype != first.dtype ||
+      name.substr(0, prefix.size()) != prefix || name.substr(name.size() - suffix.size()) != suffix ||
+      spec.shape != first.shape) {
+    return false;
+  }
+  const size_t begin = prefix.size(), end = name.size() - suffix.size();
+  int64_t value = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const char c = name[i];
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  n = {begin, end, value};
+  return true;
 }
 
 struct Family {
@@ -233,28 +260,50 @@ bool StackSide::Divert(const Fragment& fragment, size_t id) {
 bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out) {
   const bool source_first = source.fragments.size() <= destination.fragments.size();
   if (!HasStackedRuns(source_first ? source : destination)) return false;
-  // Families of the source's tensors.
+  // Families of the source's tensors. Members of a family mostly come near each other (a layer's
+  // experts, interleaving a few families), so a tensor is first matched against the families
+  // recently joined (MatchesFamily) and only otherwise parsed and hashed. A tensor that matches
+  // a family's key is the one the hash would find: the first family of each hash is the only one
+  // ever created with it.
   std::vector<Family> families;
   std::unordered_map<uint64_t, int> family_of_hash;
   std::vector<Membership> src_member(source.tensors.size());
+  constexpr int kRecentFamilies = 4;
+  int recent[kRecentFamilies] = {-1, -1, -1, -1};  // most recently joined first
   for (size_t t = 0; t < source.tensors.size(); ++t) {
     PrefetchNameAndShape(source.tensors, t + kPrefetchAhead);
     const TensorSpec& spec = source.tensors[t];
     if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
-    const NumberComponent n = FindNumber(spec.name);
-    if (n.value < 0) continue;
-    const auto [it, inserted] = family_of_hash.try_emplace(FamilyHash(spec.name, n, spec),
-                                                           static_cast<int>(families.size()));
-    if (inserted) {
-      families.emplace_back();
-      families.back().first = static_cast<int>(t);
-      families.back().first_number = n;
-      families.back().esize = DTypeSize(spec.dtype);
+    int family_index = -1;
+    NumberComponent n;
+    for (int k = 0; k < kRecentFamilies && recent[k] >= 0; ++k) {
+      const Family& candidate = families[static_cast<size_t>(recent[k])];
+      if (MatchesFamily(source.tensors[candidate.first], candidate.first_number, spec, n)) {
+        family_index = recent[k];
+        std::copy_backward(recent, recent + k, recent + k + 1);
+        break;
+      }
     }
-    Family& family = families[it->second];
-    if (!inserted && !SameKey(source.tensors[family.first], family.first_number, spec, n)) continue;
-    family.members.emplace_back(n.value, static_cast<int>(t));
-    src_member[t].family = it->second;
+    if (family_index < 0) {
+      n = FindNumber(spec.name);
+      if (n.value < 0) continue;
+      const auto [it, inserted] = family_of_hash.try_emplace(FamilyHash(spec.name, n, spec),
+                                                             static_cast<int>(families.size()));
+      if (inserted) {
+        families.emplace_back();
+        families.back().first = static_cast<int>(t);
+        families.back().first_number = n;
+        families.back().esize = DTypeSize(spec.dtype);
+      } else if (!SameKey(source.tensors[families[it->second].first],
+                          families[it->second].first_number, spec, n)) {
+        continue;
+      }
+      family_index = it->second;
+      std::copy_backward(recent, recent + kRecentFamilies - 1, recent + kRecentFamilies);
+    }
+    recent[0] = family_index;
+    families[static_cast<size_t>(family_index)].members.emplace_back(n.value, static_cast<int>(t));
+    src_member[t].family = family_index;
   }
   if (families.empty()) return false;
   for (Family& family : families) {

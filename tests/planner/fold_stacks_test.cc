@@ -137,6 +137,48 @@ TEST(FoldStacks, TheSmallerSideNeedsARunOfThree) {
   }
 }
 
+TEST(FoldStacks, MembersAreNamedByTheirLastNumber) {
+  // Tensors named almost like the experts sit between them in tensor order, where the fold
+  // matches names against the families it joined last: only names whose last all-digit component
+  // is the number, with the family's shape and dtype, are members.
+  const std::vector<std::string> look_alikes = {
+      "model.layers.3.mlp.experts.x1.gate_proj.weight",    // letters in the number
+      "model.layers.3.mlp.experts.1.gate_proj.weight.0",   // a later number: another family
+      "model.layers.3.mlp.experts.12345678901234567890.gate_proj.weight",  // too long a number
+      "model.layers.3.mlp.experts..gate_proj.weight",      // no number
+      "model.layers.3.mlp.experts.2.gate_proj.weights",    // another suffix
+  };
+  Layout src, dst;
+  std::vector<int> members, others;
+  for (int e = 0; e < 4; ++e) {
+    members.push_back(src.AddTensor({Expert(e, "gate_proj"), {8, 16}, DType::kBF16}).value());
+    src.PlaceFragment(members.back(), Box::FromShape({8, 16}), 0, "fc1", e * 8 * 16 * 2, {16, 1});
+    others.push_back(src.AddTensor({look_alikes[e], {8, 16}, DType::kBF16}).value());
+    src.AppendFragment(others.back(), Box::FromShape({8, 16}), 0, "other." + std::to_string(e));
+  }
+  others.push_back(src.AddTensor({look_alikes[4], {8, 16}, DType::kBF16}).value());
+  src.AppendFragment(others.back(), Box::FromShape({8, 16}), 0, "other.4");
+  // An expert-named tensor of another shape is no member either.
+  others.push_back(src.AddTensor({Expert(7, "gate_proj"), {4, 16}, DType::kBF16}).value());
+  src.AppendFragment(others.back(), Box::FromShape({4, 16}), 0, "other.5");
+  dst = src;
+  for (size_t i = 0; i < src.fragments.size(); ++i) {  // the destination: more fragments
+    Fragment copy = src.fragments[i];
+    copy.loc.rank = 1;
+    copy.loc.buffer = dst.GetOrAddBuffer(1, src.buffers[static_cast<size_t>(copy.loc.buffer)].name);
+    dst.buffers[static_cast<size_t>(copy.loc.buffer)].bytes =
+        src.buffers[static_cast<size_t>(src.fragments[i].loc.buffer)].bytes;
+    dst.fragments.push_back(copy);
+  }
+  StackFold fold;
+  ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
+  EXPECT_EQ(fold.stacks, 1);
+  for (int t : members) EXPECT_TRUE(fold.source.TakesWholeTensor(t)) << src.tensors[t].name;
+  for (int t : others) EXPECT_FALSE(fold.source.TakesWholeTensor(t)) << src.tensors[t].name;
+  const Result<PlanResult> plan = PlanReshard(src, dst, Topology::Uniform(2, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+}
+
 TEST(FoldStacks, OnlyFamiliesStackedOnTheSmallerSideFold) {
   // gate is stacked on both sides; down only on the destination (the larger side), so its
   // members are planned one by one: none of their fragments is folded.
