@@ -5,8 +5,9 @@
 // its number), and one pass over the smaller layout's fragments in index order, up front. A
 // fragment joins the open run of its family, rank, buffer, box and strides (the run its stack
 // used last, else a direct-mapped table of open runs: layouts write a rank's members one after
-// another, so a run is found where it was left) or starts a new one. The larger layout's fragments are merged the same way as the intersection's
-// own pass reads them (StackSide::Divert), so folding never reads them a second time.
+// another, so a run is found where it was left) or starts a new one. The larger layout's
+// fragments are merged the same way as the intersection's own pass reads them
+// (StackSide::Divert), so folding never reads them a second time.
 #include "planner/fold_stacks.h"
 
 #include <algorithm>
@@ -84,29 +85,23 @@ bool SameKey(const TensorSpec& a, const NumberComponent& na, const TensorSpec& b
 }
 
 // Whether `spec` belongs to the family whose first member is `first` (number component
-// `first_number`): equal dtype and shape, and a name made of the first member's name before its
-// number, 1 to 18 digits, and the first member's name after its number. Then `n` is its number
-// component, as FindNumber would find it: the text after the digits has no all-digit component,
-// since the first member's number is its name's last one.
+// `first_number`): a name made of the first member's name before its number, 1 to 18 digits, and
+// the first member's name after its number, with equal dtype and shape (SameKey). Then `n` is its
+// number component, as FindNumber would find it: the text after the digits has no all-digit
+// component, since the first member's number is its name's last one.
 bool MatchesFamily(const TensorSpec& first, const NumberComponent& first_number,
                    const TensorSpec& spec, NumberComponent& n) {
-  const std::string_view name = spec.name, model = first.name;
-  const std::string_view prefix = model.substr(0, first_number.begin);
-  const std::string_view suffix = model.substr(first_number.end);
-  if (name.size() <= prefix.size() + suffix.size() ||
-      name.size() - prefix.size() - suffix.size() > 18 || spec.dtype != first.dtype ||
-      name.substr(0, prefix.size()) != prefix || name.substr(name.size() - suffix.size()) != suffix ||
-      spec.shape != first.shape) {
-    return false;
-  }
-  const size_t begin = prefix.size(), end = name.size() - suffix.size();
-  int64_t value = 0;
-  for (size_t i = begin; i < end; ++i) {
-    const char c = name[i];
+  const size_t prefix = first_number.begin, suffix = first.name.size() - first_number.end;
+  const size_t size = spec.name.size();
+  if (size <= prefix + suffix || size - prefix - suffix > 18) return false;
+  NumberComponent candidate{prefix, size - suffix, 0};
+  for (size_t i = candidate.begin; i < candidate.end; ++i) {
+    const char c = spec.name[i];
     if (c < '0' || c > '9') return false;
-    value = value * 10 + (c - '0');
+    candidate.value = candidate.value * 10 + (c - '0');
   }
-  n = {begin, end, value};
+  if (!SameKey(first, first_number, spec, candidate)) return false;
+  n = candidate;
   return true;
 }
 
@@ -196,19 +191,18 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
   // compared by stack and position before its fragment is read; a run there that lies as `f` does
   // sits in the slot f's placement hash names, so this finds what the hash would, without
   // computing it.
+  // Whether the run in `slot` is of `stack`, expects `position` and lies as f.
+  auto continued_at = [&](size_t slot) {
+    const Run& r = runs_[slot];
+    return r.stack == stack && r.next_position == position &&
+           SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
+  };
   size_t& last = last_run_of_stack_[static_cast<size_t>(stack)];
   size_t slot = last;
-  bool continues = false;  // the run in `slot` is of `stack`, expects `position` and lies as f
-  {
-    const Run& r = runs_[slot];
-    continues = r.stack == stack && r.next_position == position &&
-                SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
-  }
+  bool continues = continued_at(slot);
   if (!continues) {
     slot = PlacementHash(static_cast<uint64_t>(stack), f) >> (64 - kRunTableBits);
-    const Run& r = runs_[slot];
-    continues = r.stack == stack && r.next_position == position &&
-                SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
+    continues = continued_at(slot);
   }
   last = slot;
   Run& run = runs_[slot];
