@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "core/layout/tensor_stack.h"
 #include "planner/fold_stacks.h"
 #include "planner/fresh_memory.h"
 #include "planner/intersect.h"
@@ -1050,14 +1054,10 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   return result;
 }
 
-}  // namespace
-
-Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
-                               const Topology& topology, const PlannerOptions& options) {
-  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
-    return InvalidArgument("chunk sizes must be at least 64 bytes");
-  }
-  PhaseClock clock;
+// PlanReshard on layouts whose stacks agree: folds what the layouts list member by member.
+Result<PlanResult> PlanReshardWithFold(const Layout& source, const Layout& destination,
+                                       const Topology& topology, const PlannerOptions& options,
+                                       PhaseClock& clock) {
   StackFold fold;
   const bool folded = FoldTensorStacks(source, destination, fold);
   const double fold_seconds = clock.Lap();
@@ -1074,8 +1074,8 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   return PlanReshardOf(source, destination, nullptr, topology, options, clock, fold_seconds);
 }
 
-Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
-                                       const Topology& topology, const PlannerOptions& options) {
+Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& destination,
+                                         const Topology& topology, const PlannerOptions& options) {
   if (options.bucket_bytes < 1) return InvalidArgument("bucket size must be positive");
   if (options.broadcast_chunk_bytes < 1) {
     return InvalidArgument("broadcast chunk size must be positive");
@@ -1372,6 +1372,75 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), topology),
                                 std::max(1, topology.NumNodes()));
   return result;
+}
+
+// Names of the tensor stacks that `layout` holds only one member per fragment of (a trainer with
+// one buffer per expert): planned as stacks, each such fragment would be a piece smaller than the
+// other side's fragment, with a box of its own and three-dim copies; as members it is a whole
+// fragment of a member. Reads the fragments of `layout`, so pass the smaller layout.
+std::unordered_set<std::string_view> StacksHeldMemberByMember(const Layout& layout) {
+  std::vector<int8_t> spans(layout.tensors.size(), -1);  // stacks: 0, or 1 once a fragment spans
+  bool any = false;
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    if (layout.tensors[t].name.find('[') == std::string::npos) continue;
+    if (ParseTensorStackName(layout.tensors[t].name)) {
+      spans[t] = 0;
+      any = true;
+    }
+  }
+  std::unordered_set<std::string_view> out;
+  if (!any) return out;
+  for (const Fragment& f : layout.fragments) {
+    const size_t t = static_cast<size_t>(f.tensor);
+    if (t < spans.size() && spans[t] == 0 && f.box.hi[0] - f.box.lo[0] > 1) spans[t] = 1;
+  }
+  for (size_t t = 0; t < spans.size(); ++t) {
+    if (spans[t] == 0) out.insert(layout.tensors[t].name);
+  }
+  return out;
+}
+
+// Calls `plan` with the layouts, or with both expanded into members (core/layout/tensor_stack.h)
+// where planning their stacks as they are would not pay: all of their stacks when the layouts
+// describe them differently (one names a family's members where the other has their stack), else
+// the stacks the smaller layout holds member by member. The expanded layouts live for the call
+// only: a plan keeps no pointer into its layouts.
+template <typename PlanFn>
+Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destination,
+                                      PlanFn plan) {
+  std::function<bool(const TensorSpec&)> expand = [](const TensorSpec&) { return true; };
+  std::unordered_set<std::string_view> member_by_member;
+  if (TensorStacksAgree(source, destination)) {
+    member_by_member = StacksHeldMemberByMember(
+        source.fragments.size() <= destination.fragments.size() ? source : destination);
+    if (member_by_member.empty()) return plan(source, destination);
+    expand = [&](const TensorSpec& t) { return member_by_member.count(t.name) > 0; };
+  }
+  FERRY_ASSIGN_OR_RETURN(const Layout source_members,
+                         UnstackTensors(source, expand).WithContext("source layout"));
+  FERRY_ASSIGN_OR_RETURN(const Layout destination_members,
+                         UnstackTensors(destination, expand).WithContext("destination layout"));
+  return plan(source_members, destination_members);
+}
+
+}  // namespace
+
+Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
+                               const Topology& topology, const PlannerOptions& options) {
+  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
+    return InvalidArgument("chunk sizes must be at least 64 bytes");
+  }
+  PhaseClock clock;
+  return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
+    return PlanReshardWithFold(s, d, topology, options, clock);
+  });
+}
+
+Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
+                                       const Topology& topology, const PlannerOptions& options) {
+  return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
+    return PlanGatherBroadcastOf(s, d, topology, options);
+  });
 }
 
 Result<PlanResult> MakePlan(Strategy strategy, const Layout& source, const Layout& destination,

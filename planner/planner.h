@@ -1,7 +1,8 @@
 // The planner: from a source Layout, a destination Layout and a Topology to a TransferPlan.
 //
 // Two strategies in the same IR:
-//  * reshard (PlanReshard): fold families of same-shaped tensors that both layouts store at a
+//  * reshard (PlanReshard): take tensor stacks that both layouts describe alike as they are, and
+//    fold families of same-shaped tensors that both layouts list member by member but store at a
 //    constant stride (the experts of a layer) into stacked tensors (planner/fold_stacks.h), then
 //    intersect fragments; each destination byte comes from one source replica chosen to balance
 //    bytes per source rank and node (same rank -> Copy; a holder on the destination's node -> a
@@ -19,6 +20,10 @@
 //    bucket, pipelined in chunks of broadcast_chunk_bytes as NCCL does: a chain of node leaders
 //    across nodes (the leader, hence the rail, rotates per chunk) and a chain inside each node;
 //    every destination rank receives the whole bucket and keeps its slice.
+//
+// Layouts that describe a family differently, one as a tensor stack and the other member by
+// member (core/layout/tensor_stack.h), are planned on both expanded into members (both
+// strategies); the plan is the same, only slower to make.
 //
 // Planning is deterministic (no hashing of pointers, no unordered iteration, stable sorts), so each
 // rank can plan locally and get the same plan. Functions are thread-safe (no shared state).
@@ -56,7 +61,8 @@ struct PlannerOptions {
 // Wall time of the reshard planner's passes, in seconds (zero for gather-and-broadcast): where a
 // slow plan spends its time, without a profiler.
 struct PlanPhaseSeconds {
-  double fold = 0;       // stack folding (planner/fold_stacks.h), whether or not it applied
+  double fold = 0;       // tensor stacks: the agreement check, any expansion into members, and
+                         // stack folding (planner/fold_stacks.h), whether or not it applied
   double intersect = 0;  // fragment intersection (IntersectLayouts) and the demand
   double route = 0;      // local copies, intra-node and network deliveries, trees, chunks
   double select = 0;     // source selection

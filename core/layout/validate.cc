@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/base/strings.h"
+#include "core/layout/tensor_stack.h"
 
 namespace ferry {
 namespace {
@@ -81,6 +82,22 @@ Status CheckTensors(const Layout& l) {
       if (t.shape[d] <= 0) {
         return InvalidArgument("tensor '" + t.name + "' has shape " + FormatInts(t.shape) +
                                " with non-positive extent in dim " + std::to_string(d));
+      }
+    }
+  }
+  // Tensor stacks (core/layout/tensor_stack.h): [members, ...member shape], no member named twice.
+  for (const TensorSpec& t : l.tensors) {
+    const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
+    if (!stack) continue;
+    if (t.shape.size() < 2 || t.shape[0] != stack->size()) {
+      return InvalidArgument("tensor stack '" + t.name + "' has " + std::to_string(stack->size()) +
+                             " members, so its shape must be [" + std::to_string(stack->size()) +
+                             ", <member shape>], not " + FormatInts(t.shape));
+    }
+    for (int64_t m = stack->first; m < stack->end; ++m) {
+      if (names.count(stack->MemberName(m))) {
+        return InvalidArgument("tensor '" + stack->MemberName(m) + "' is also member " +
+                               std::to_string(m) + " of tensor stack '" + t.name + "'");
       }
     }
   }
@@ -442,6 +459,12 @@ Status ValidateLayout(const Layout& layout, const ValidateOptions& options) {
 }
 
 Status CheckCompatible(const Layout& source, const Layout& destination) {
+  if (!TensorStacksAgree(source, destination)) {
+    // One side names a family's members where the other has their stack: compare the members.
+    FERRY_ASSIGN_OR_RETURN(const Layout source_members, UnstackTensors(source));
+    FERRY_ASSIGN_OR_RETURN(const Layout destination_members, UnstackTensors(destination));
+    return CheckCompatible(source_members, destination_members);
+  }
   std::unordered_map<std::string, int> source_index;
   for (size_t i = 0; i < source.tensors.size(); ++i) {
     source_index.emplace(source.tensors[i].name, static_cast<int>(i));

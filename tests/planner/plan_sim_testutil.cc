@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
+
+#include "core/layout/tensor_stack.h"
 
 namespace ferry::testing {
 namespace {
@@ -44,12 +47,25 @@ void Write(Memory& mem, const Region& r, int64_t off, uint8_t value) {
 
 }  // namespace
 
-uint8_t OracleByte(const std::string& name, int64_t flat, int k) {
+namespace {
+
+// OracleByte in two steps: the name's hash, then the element's byte from it.
+uint64_t OracleNameHash(const std::string& name) {
   uint64_t h = 1469598103934665603ull;
   for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  h = (h ^ static_cast<uint64_t>(flat)) * 1099511628211ull;
+  return h;
+}
+
+uint8_t OracleByteOf(uint64_t name_hash, int64_t flat, int k) {
+  uint64_t h = (name_hash ^ static_cast<uint64_t>(flat)) * 1099511628211ull;
   h = (h ^ static_cast<uint64_t>(k + 7)) * 1099511628211ull;
   return static_cast<uint8_t>(h >> 29);
+}
+
+}  // namespace
+
+uint8_t OracleByte(const std::string& name, int64_t flat, int k) {
+  return OracleByteOf(OracleNameHash(name), flat, k);
 }
 
 // Calls fn(flat index in the tensor, byte offset in the buffer) for every element of fragment f.
@@ -77,7 +93,46 @@ void ForEachElement(const Layout& layout, const Fragment& f, Fn fn) {
   }
 }
 
+namespace {
+
+// The oracle's byte for element `flat` of each tensor of a layout: a tensor stack's element is its
+// member's (core/layout/tensor_stack.h), so a stack on one side and its members on the other agree.
+class LayoutOracle {
+ public:
+  explicit LayoutOracle(const Layout& layout) {
+    for (const TensorSpec& t : layout.tensors) {
+      Entry e;
+      const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
+      if (stack && t.shape.size() >= 2 && t.shape[0] == stack->size()) {
+        e.member_elements = t.NumElements() / t.shape[0];
+        for (int64_t m = stack->first; m < stack->end; ++m) {
+          e.name_hashes.push_back(OracleNameHash(stack->MemberName(m)));
+        }
+      } else {
+        e.name_hashes.push_back(OracleNameHash(t.name));
+      }
+      tensors_.push_back(std::move(e));
+    }
+  }
+  uint8_t Byte(int tensor, int64_t flat, int k) const {
+    const Entry& e = tensors_[static_cast<size_t>(tensor)];
+    if (e.member_elements == 0) return OracleByteOf(e.name_hashes[0], flat, k);
+    return OracleByteOf(e.name_hashes[static_cast<size_t>(flat / e.member_elements)],
+                        flat % e.member_elements, k);
+  }
+
+ private:
+  struct Entry {
+    int64_t member_elements = 0;        // 0: a plain tensor
+    std::vector<uint64_t> name_hashes;  // the tensor's, or each member's
+  };
+  std::vector<Entry> tensors_;
+};
+
+}  // namespace
+
 Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination) {
+  const LayoutOracle source_oracle(source), destination_oracle(destination);
   Memory mem;
   for (const BufferTable::Entry& b : plan.source_buffers) mem.source.emplace_back(b.bytes, 0);
   for (const BufferTable::Entry& b : plan.destination_buffers) {
@@ -89,7 +144,9 @@ Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Lay
     const TensorSpec& t = source.tensors[f.tensor];
     const int64_t esize = DTypeSize(t.dtype);
     ForEachElement(source, f, [&](int64_t flat, int64_t off) {
-      for (int k = 0; k < esize; ++k) mem.source[f.loc.buffer][off + k] = OracleByte(t.name, flat, k);
+      for (int k = 0; k < esize; ++k) {
+        mem.source[f.loc.buffer][off + k] = source_oracle.Byte(f.tensor, flat, k);
+      }
     });
   }
   const int n = static_cast<int>(plan.ops.size());
@@ -154,12 +211,13 @@ Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Lay
       for (int k = 0; k < esize && status.ok(); ++k) {
         const uint8_t got = mem.destination[f.loc.buffer][off + k];
         const int writes = mem.dst_writes[f.loc.buffer][off + k];
-        if (writes != 1 || got != OracleByte(t.name, flat, k)) {
+        const uint8_t expected = destination_oracle.Byte(f.tensor, flat, k);
+        if (writes != 1 || got != expected) {
           status = Internal("tensor '" + t.name + "' element " + std::to_string(flat) + " byte " +
                             std::to_string(k) + " of destination fragment " + std::to_string(fi) +
                             " on rank " + std::to_string(f.loc.rank) + ": written " +
                             std::to_string(writes) + " times, value " + std::to_string(got) +
-                            " expected " + std::to_string(OracleByte(t.name, flat, k)));
+                            " expected " + std::to_string(expected));
         }
       }
     });
@@ -283,9 +341,13 @@ void AddSide(std::mt19937_64& rng, Layout& layout, const std::vector<TensorSpec>
 // them), sometimes with one member moved past the others (breaking the run), or each in its own
 // buffer.
 // Fragments are appended member by member in ascending, descending or shuffled order.
+// With `name_stacks`, half the families are named as one tensor stack (core/layout/
+// tensor_stack.h): a cell's members at a constant stride in order are then one stack fragment, and
+// other members one stack fragment each.
 void AddStackedSide(std::mt19937_64& rng, Layout& layout,
                     const std::vector<std::vector<TensorSpec>>& families,
-                    const std::vector<TensorSpec>& plain, int num_ranks, int side) {
+                    const std::vector<TensorSpec>& plain, int num_ranks, int side,
+                    bool name_stacks) {
   for (const TensorSpec& spec : plain) {
     const int t = layout.AddTensor(spec).value();
     layout.AppendFragment(t, Box::FromShape(spec.shape), Uniform(rng, 0, num_ranks - 1),
@@ -295,7 +357,35 @@ void AddStackedSide(std::mt19937_64& rng, Layout& layout,
     const std::vector<TensorSpec>& members = families[fi];
     const TensorSpec& spec = members[0];
     std::vector<int> ids;
-    for (const TensorSpec& m : members) ids.push_back(layout.AddTensor(m).value());
+    const bool as_stack = name_stacks && Uniform(rng, 0, 1) == 1;
+    int stack = -1;
+    if (as_stack) {
+      const size_t number = spec.name.find(".0.");
+      TensorSpec stacked{spec.name.substr(0, number) + ".[0:" + std::to_string(members.size()) +
+                             "]" + spec.name.substr(number + 2),
+                         {static_cast<int64_t>(members.size())}, spec.dtype};
+      stacked.shape.insert(stacked.shape.end(), spec.shape.begin(), spec.shape.end());
+      stack = layout.AddTensor(stacked).value();
+    } else {
+      for (const TensorSpec& m : members) ids.push_back(layout.AddTensor(m).value());
+    }
+    // Members [first, first + count) of `box` as one fragment of the stack.
+    auto place_stack = [&](int first, int count, const Box& box, int rank, const std::string& buffer,
+                           int64_t offset, int64_t member_stride,
+                           const std::array<int64_t, kMaxDims>& strides) {
+      Box stacked;
+      stacked.ndim = box.ndim + 1;
+      stacked.lo[0] = first;
+      stacked.hi[0] = first + count;
+      std::array<int64_t, kMaxDims> stacked_strides{};
+      stacked_strides[0] = member_stride;
+      for (int d = 0; d < box.ndim; ++d) {
+        stacked.lo[d + 1] = box.lo[d];
+        stacked.hi[d + 1] = box.hi[d];
+        stacked_strides[d + 1] = strides[d];
+      }
+      layout.PlaceFragment(stack, stacked, rank, buffer, offset, stacked_strides);
+    };
     const int64_t esize = DTypeSize(spec.dtype);
     const int sets = Uniform(rng, 1, 2);
     std::map<int, std::vector<Box>> held;
@@ -324,7 +414,16 @@ void AddStackedSide(std::mt19937_64& rng, Layout& layout,
           const int moved = Uniform(rng, 0, 3) == 0 ? Uniform(rng, 0, k - 1) : -1;
           const bool separate = Uniform(rng, 0, 4) == 0;
           const auto strides = RowMajorStrides(box.Shape());
-          for (int j : order) {
+          if (as_stack && !separate && moved < 0) {
+            place_stack(0, k, box, rank, buffer, 0, stride / esize, strides);
+          } else if (as_stack) {
+            for (int j : order) {
+              const std::string own = separate ? buffer + "/" + std::to_string(j) : buffer;
+              const int64_t offset = separate ? 0 : (j == moved ? k : j) * stride;
+              place_stack(j, 1, box, rank, own, offset, box.Volume(), strides);
+            }
+          }
+          for (int j : as_stack ? std::vector<int>{} : order) {
             if (separate) {
               layout.AppendFragment(ids[j], box, rank, buffer + "/" + std::to_string(j));
             } else {
@@ -341,7 +440,7 @@ void AddStackedSide(std::mt19937_64& rng, Layout& layout,
 
 }  // namespace
 
-RandomCase MakeRandomStackedCase(std::mt19937_64& rng) {
+RandomCase MakeRandomStackedCase(std::mt19937_64& rng, bool name_stacks) {
   RandomCase c;
   const int num_ranks = Uniform(rng, 2, 8);
   const DType dtypes[] = {DType::kInt8, DType::kBF16, DType::kFP32};
@@ -362,8 +461,8 @@ RandomCase MakeRandomStackedCase(std::mt19937_64& rng) {
     }
   }
   std::vector<TensorSpec> plain = {{"norm", {Uniform(rng, 1, 9)}, DType::kFP32}};
-  AddStackedSide(rng, c.source, families, plain, num_ranks, 0);
-  AddStackedSide(rng, c.destination, families, plain, num_ranks, 1);
+  AddStackedSide(rng, c.source, families, plain, num_ranks, 0, name_stacks);
+  AddStackedSide(rng, c.destination, families, plain, num_ranks, 1, name_stacks);
   // Destination ranks follow the source ranks, or overlap them.
   int max_rank = 0;
   for (const BufferSpec& b : c.source.buffers) max_rank = std::max(max_rank, b.rank);

@@ -16,7 +16,9 @@
 
 namespace ferry::testing {
 
-// Byte k of element `flat` (row-major index in the whole tensor) of tensor `name`.
+// Byte k of element `flat` (row-major index in the whole tensor) of tensor `name`. ExecuteAndCheck
+// reads a tensor stack's elements as its members' (core/layout/tensor_stack.h), so a stack on one
+// side and its members on the other hold the same bytes.
 uint8_t OracleByte(const std::string& name, int64_t flat, int k);
 
 // Runs `plan` on host memory: source buffers filled by the oracle, destination buffers zeroed.
@@ -36,7 +38,9 @@ RandomCase MakeRandomCase(std::mt19937_64& rng);
 // A random layout pair built for stack folding (planner/fold_stacks.h): families of 2-6 tensors
 // named like experts ("layers.1.experts.<j>.gate"), each side placing a cell's members in one
 // buffer at a constant stride (or not: separate buffers, a member moved off the stride, members
-// appended out of order), replica sets on random ranks, random topology and options.
-RandomCase MakeRandomStackedCase(std::mt19937_64& rng);
+// appended out of order), replica sets on random ranks, random topology and options. With
+// `name_stacks`, each side names each family as one tensor stack (core/layout/tensor_stack.h) or
+// member by member, at random: both sides alike, or one each way.
+RandomCase MakeRandomStackedCase(std::mt19937_64& rng, bool name_stacks = false);
 
 }  // namespace ferry::testing

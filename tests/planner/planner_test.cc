@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/layout/tensor_stack.h"
 #include "core/plan/export.h"
 #include "core/plan/stats.h"
 #include "core/plan/validate.h"
@@ -65,6 +66,80 @@ TEST(PlannerProperty, StackedLayoutsExecuteExactly) {
   }
   // The generator makes most cases foldable; the test is void if none folds.
   EXPECT_GT(folded, 750);
+}
+
+// Tensor stacks (core/layout/tensor_stack.h) named alike on both sides are planned as they are;
+// a family named as a stack on one side and member by member on the other is planned on both
+// layouts expanded into members. Either way the plan must execute exactly against the layouts as
+// given, where the oracle reads a stack's elements as its members'.
+TEST(PlannerProperty, TensorStacksExecuteExactly) {
+  std::mt19937_64 rng(20261130);
+  int alike = 0, mixed = 0;
+  for (int i = 0; i < 1000; ++i) {
+    testing::RandomCase c = testing::MakeRandomStackedCase(rng, /*name_stacks=*/true);
+    const bool agree = TensorStacksAgree(c.source, c.destination);
+    bool any_stack = false;
+    for (const TensorSpec& t : c.destination.tensors) {
+      any_stack |= ParseTensorStackName(t.name).has_value();
+    }
+    alike += agree && any_stack;
+    mixed += !agree;
+    for (Strategy strategy : {Strategy::kReshard, Strategy::kGatherBroadcast}) {
+      if (strategy == Strategy::kGatherBroadcast && i % 10 != 0) continue;
+      Result<PlanResult> r = MakePlan(strategy, c.source, c.destination, c.topology, c.options);
+      ASSERT_TRUE(r.ok()) << "case " << i << ": " << r.status().ToString();
+      Status valid = ValidatePlan(r->plan, c.source, c.destination);
+      ASSERT_TRUE(valid.ok()) << "case " << i << ": " << valid.ToString();
+      Status exec = testing::ExecuteAndCheck(r->plan, c.source, c.destination);
+      ASSERT_TRUE(exec.ok()) << "case " << i << " " << StrategyName(strategy) << ": "
+                             << exec.ToString();
+    }
+  }
+  // Both paths are exercised, or the test is void.
+  EXPECT_GT(alike, 100);
+  EXPECT_GT(mixed, 200);
+}
+
+// A stack that the smaller layout holds one member per fragment of (a trainer with a buffer per
+// expert) is planned as members: each copy pair is a member's 2-dim block, not a 3-dim slice of
+// the stack. Held two members per fragment, the stack is planned as it is.
+TEST(PlannerProperty, StacksHeldMemberByMemberArePlannedAsMembers) {
+  for (int per_fragment : {1, 2}) {
+    SCOPED_TRACE(std::to_string(per_fragment) + " members per source fragment");
+    const TensorSpec stack{"layers.0.experts.[0:4].w", {4, 2, 3}, DType::kBF16};
+    Layout src, dst;
+    const int s = src.AddTensor(stack).value();
+    for (int e = 0; e < 4; e += per_fragment) {
+      src.PlaceFragment(s, *Box::Make({e, 0, 0}, {e + per_fragment, 2, 3}), 0,
+                        "fc1." + std::to_string(e), 0, {6, 3, 1});
+    }
+    const int d = dst.AddTensor(stack).value();
+    for (int rank : {1, 2}) {
+      for (int half = 0; half < 2; ++half) {  // the rows split over two buffers, four experts each
+        dst.PlaceFragment(d, *Box::Make({0, half, 0}, {4, half + 1, 3}), rank,
+                          "w13." + std::to_string(half), 0, {3, 3, 1});
+      }
+    }
+    for (int extra = 0; extra < 6; ++extra) {  // more destination fragments than source ones
+      const int t = dst.AddTensor({"n" + std::to_string(extra), {1}, DType::kBF16}).value();
+      const int u = src.AddTensor({"n" + std::to_string(extra), {1}, DType::kBF16}).value();
+      src.AppendFragment(u, Box::FromShape({1}), 0, "n");
+      dst.AppendFragment(t, Box::FromShape({1}), 1, "n");
+      dst.AppendFragment(t, Box::FromShape({1}), 2, "n");
+    }
+    const Topology topology = Topology::Uniform(3, 1);
+    Result<PlanResult> r = PlanReshard(src, dst, topology);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+    Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+    EXPECT_TRUE(exec.ok()) << exec.ToString();
+    std::set<int> stack_pair_dims;
+    for (size_t i = 0; i < r->plan.copies.size(); ++i) {
+      const int ndim = r->plan.GeometryOf(static_cast<int>(i)).from_ndim;
+      if (ndim > 1) stack_pair_dims.insert(ndim);
+    }
+    EXPECT_EQ(stack_pair_dims, (std::set<int>{per_fragment == 1 ? 2 : 3}));
+  }
 }
 
 TEST(PlannerDeterminism, TwoRunsGiveIdenticalJson) {

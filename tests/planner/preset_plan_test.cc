@@ -1,7 +1,8 @@
 // Reshard plans of the model presets' real framework layouts (Megatron -> vLLM, scaled down so a
 // test can execute them): every destination element arrives exactly once (executed element by
 // element), the bytes crossing the network into each destination node are what that node's GPUs
-// need counted once, and the MoE presets are planned with their experts folded into stacks.
+// need counted once, and the MoE presets' experts are planned as stacks whether the layouts name
+// them as tensor stacks or member by member, on either side.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -60,44 +61,60 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
       {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4", 2, true},
       {"deepseek-v3", 1.0 / 256, "megatron:pp=2,ep=4", "vllm:tp=4,dp=2,ep=8", 4, true},
   };
+  // How each side names the experts: as tensor stacks (the presets' default) on both, which
+  // needs no folding; member by member on both, which the planner folds; and stacks on the source
+  // with members on the destination, which the planner expands and then folds.
+  struct Naming {
+    const char* source;
+    const char* destination;
+    bool folds;
+  };
+  const Naming namings[] = {{"", "", false},
+                            {",expert_tensors=members", ",expert_tensors=members", true},
+                            {"", ",expert_tensors=members", true}};
   for (const PresetCase& c : cases) {
-    SCOPED_TRACE(c.model + ": " + c.source + " -> " + c.destination);
-    Result<models::ModelPreset> preset = models::MakePreset(c.model, c.scale);
-    ASSERT_TRUE(preset.ok()) << preset.status().ToString();
-    Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(c.source);
-    Result<models::FrameworkSpec> dst = models::ParseFrameworkSpec(c.destination);
-    ASSERT_TRUE(src.ok() && dst.ok());
-    models::RefitOptions options;
-    options.gpus_per_node = c.gpus_per_node;
-    Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, options);
-    ASSERT_TRUE(refit.ok()) << refit.status().ToString();
-    const Layout& source = refit->source;
-    const Layout& destination = refit->destination;
-    const Topology& topology = refit->topology;
+    for (const Naming& naming : namings) {
+      if (!c.moe && naming.folds) continue;  // without experts every naming is the same layout
+      SCOPED_TRACE(c.model + ": " + c.source + naming.source + " -> " + c.destination +
+                   naming.destination);
+      Result<models::ModelPreset> preset = models::MakePreset(c.model, c.scale);
+      ASSERT_TRUE(preset.ok()) << preset.status().ToString();
+      Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(c.source + naming.source);
+      Result<models::FrameworkSpec> dst =
+          models::ParseFrameworkSpec(c.destination + naming.destination);
+      ASSERT_TRUE(src.ok() && dst.ok());
+      models::RefitOptions options;
+      options.gpus_per_node = c.gpus_per_node;
+      Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, options);
+      ASSERT_TRUE(refit.ok()) << refit.status().ToString();
+      const Layout& source = refit->source;
+      const Layout& destination = refit->destination;
+      const Topology& topology = refit->topology;
 
-    Result<PlanResult> r = PlanReshard(source, destination, topology);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->stacks > 0, c.moe) << r->stacks << " stacks";
-    Status valid = ValidatePlan(r->plan, source, destination);
-    ASSERT_TRUE(valid.ok()) << valid.ToString();
-    Status exec = testing::ExecuteAndCheck(r->plan, source, destination);
-    ASSERT_TRUE(exec.ok()) << exec.ToString();
+      Result<PlanResult> r = PlanReshard(source, destination, topology);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->stacks > 0, naming.folds) << r->stacks << " stacks";
+      Status valid = ValidatePlan(r->plan, source, destination);
+      ASSERT_TRUE(valid.ok()) << valid.ToString();
+      Status exec = testing::ExecuteAndCheck(r->plan, source, destination);
+      ASSERT_TRUE(exec.ok()) << exec.ToString();
 
-    const PlanStats stats = ComputePlanStats(r->plan, topology, &r->demand);
-    std::vector<int> destination_nodes;
-    for (int rank : destination.Ranks()) {
-      const int node = topology.NodeOf(rank);
-      if (destination_nodes.empty() || destination_nodes.back() != node) {
-        destination_nodes.push_back(node);
+      const PlanStats stats = ComputePlanStats(r->plan, topology, &r->demand);
+      std::vector<int> destination_nodes;
+      for (int rank : destination.Ranks()) {
+        const int node = topology.NodeOf(rank);
+        if (destination_nodes.empty() || destination_nodes.back() != node) {
+          destination_nodes.push_back(node);
+        }
       }
-    }
-    ASSERT_GE(destination_nodes.size(), 2u);
-    for (int node : destination_nodes) {
-      // The sources sit on other nodes: all a node needs crosses the network, and only once.
-      const int64_t need = NodeNeedBytes(destination, topology, node);
-      EXPECT_GT(need, 0);
-      EXPECT_EQ(r->demand.destination_node_bytes[node], need) << "node " << node;
-      EXPECT_EQ(stats.node_network_ingress[node], need) << "node " << node;
+      ASSERT_GE(destination_nodes.size(), 2u);
+      for (int node : destination_nodes) {
+        // The sources sit on other nodes: all a node needs crosses the network, and only once.
+        const int64_t need = NodeNeedBytes(destination, topology, node);
+        EXPECT_GT(need, 0);
+        EXPECT_EQ(r->demand.destination_node_bytes[node], need) << "node " << node;
+        EXPECT_EQ(stats.node_network_ingress[node], need) << "node " << node;
+      }
     }
   }
 }

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "core/base/strings.h"
+#include "core/layout/tensor_stack.h"
 #include "core/plan/export.h"
 #include "core/plan/validate.h"
 #include "tools/cli/commands.h"
@@ -147,6 +149,12 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   report.ranks = in->topology.NumRanks();
   report.nodes = in->topology.NumNodes();
   report.tensors = static_cast<int64_t>(in->destination.tensors.size());
+  for (const TensorSpec& t : in->destination.tensors) {
+    if (const std::optional<TensorStackName> stack = ParseTensorStackName(t.name)) {
+      ++report.tensor_stacks;
+      report.stack_members += stack->size();
+    }
+  }
   report.source_fragments = static_cast<int64_t>(in->source.fragments.size());
   report.destination_fragments = static_cast<int64_t>(in->destination.fragments.size());
   for (const Fragment& f : in->destination.fragments) {
@@ -192,8 +200,12 @@ std::string FormatPlanReport(const PlanReport& r) {
   }
   std::ostringstream out;
   out << r.description << "\n";
-  out << "ranks " << r.ranks << " on " << r.nodes << " nodes, tensors " << Count(r.tensors)
-      << ", fragments " << Count(r.source_fragments) << " source + "
+  out << "ranks " << r.ranks << " on " << r.nodes << " nodes, tensors " << Count(r.tensors);
+  if (r.tensor_stacks > 0) {
+    out << " (" << Count(r.tensor_stacks) << " tensor stacks of " << Count(r.stack_members)
+        << ")";
+  }
+  out << ", fragments " << Count(r.source_fragments) << " source + "
       << Count(r.destination_fragments) << " destination, destination bytes "
       << bytes(r.destination_bytes) << "\n\n";
   for (const auto& cells : rows) {
@@ -205,7 +217,7 @@ std::string FormatPlanReport(const PlanReport& r) {
   }
   const PlanPhaseSeconds& p = a.phases;
   out << "\nreshard planning: fold stacks " << Seconds(p.fold) << " ("
-      << (a.stacks > 0 ? Count(a.stacks) + " stacks" : "none") << "), intersect "
+      << (a.stacks > 0 ? Count(a.stacks) + " stacks" : "none to fold") << "), intersect "
       << Seconds(p.intersect) << ", route " << Seconds(p.route)
       << ", select sources " << Seconds(p.select) << ", messages " << Seconds(p.order)
       << ", emit ops " << Seconds(p.emit) << "\n";

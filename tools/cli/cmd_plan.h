@@ -49,7 +49,9 @@ struct StrategyReport {
 struct PlanReport {
   std::string description;  // what was planned: "deepseek-v3: megatron:... -> vllm:..." or files
   int ranks = 0, nodes = 0;
-  int64_t tensors = 0;
+  int64_t tensors = 0;               // destination tensors, a tensor stack counted once
+  int64_t tensor_stacks = 0;         // of them, tensor stacks (core/layout/tensor_stack.h)
+  int64_t stack_members = 0;         // tensors those stacks stand for
   int64_t source_fragments = 0, destination_fragments = 0;
   int64_t destination_bytes = 0;  // bytes of all destination fragments
   StrategyReport reshard, gather_broadcast;

@@ -97,9 +97,24 @@ std::vector<int> Shifts(int count, int step) {
 // Shared machinery of both frameworks: tensor lookup and the fused pieces common to them.
 class LayoutWriter {
  public:
-  LayoutWriter(const ModelPreset& preset, Layout& out) : preset_(preset), c_(preset.config()), out_(out) {}
+  LayoutWriter(const ModelPreset& preset, bool stack_experts, Layout& out)
+      : preset_(preset), c_(preset.config()), out_(out), stack_experts_(stack_experts) {}
 
  protected:
+  // Adds the tensor stacks of layer `l`'s routed experts (gate, up, down: [E, ...member shape],
+  // checked against the preset's expert tensors) and returns their indexes.
+  Result<std::array<int, 3>> AddExpertStacks(int64_t l) {
+    std::array<int, 3> ids{};
+    const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int j = 0; j < 3; ++j) {
+      FERRY_ASSIGN_OR_RETURN(const TensorSpec* member, Get(ExpertTensorName(c_, l, 0, projs[j])));
+      TensorSpec stack{ExpertStackName(c_, l, projs[j]), {c_.num_experts}, member->dtype};
+      stack.shape.insert(stack.shape.end(), member->shape.begin(), member->shape.end());
+      FERRY_ASSIGN_OR_RETURN(ids[j], out_.AddTensor(stack));
+    }
+    return ids;
+  }
+
   Result<const TensorSpec*> Get(const std::string& name) const {
     const TensorSpec* t = preset_.Find(name);
     if (t == nullptr) return Internal("model '" + c_.name + "' has no tensor '" + name + "'");
@@ -204,6 +219,7 @@ class LayoutWriter {
   const ModelPreset& preset_;
   const ModelConfig& c_;
   Layout& out_;
+  bool stack_experts_;  // routed experts as tensor stacks (FrameworkSpec::stack_expert_tensors)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -211,8 +227,9 @@ class LayoutWriter {
 
 class MegatronWriter : public LayoutWriter {
  public:
-  MegatronWriter(const ModelPreset& preset, const MegatronParallel& m, int first_rank, Layout& out)
-      : LayoutWriter(preset, out), m_(m), first_(first_rank) {
+  MegatronWriter(const ModelPreset& preset, const MegatronParallel& m, bool stack_experts,
+                 int first_rank, Layout& out)
+      : LayoutWriter(preset, stack_experts, out), m_(m), first_(first_rank) {
     stage_size_ = m.tp * m.cp * m.dp;
     edp_ = stage_size_ / (m.ep * m.etp);
   }
@@ -247,8 +264,11 @@ class MegatronWriter : public LayoutWriter {
     End(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
-    // Each expert: gate and up shards plus a down shard on each of its etp ranks.
-    const int64_t expert_fragments = moe_layers * c_.num_experts * 3 * m_.etp;
+    // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks: each
+    // EP rank's local experts together, unless in separate buffers).
+    const int64_t expert_fragments =
+        moe_layers * c_.num_experts * 3 * m_.etp /
+        std::max<int64_t>(1, stack_experts_ && !m_.separate_expert_buffers ? c_.num_experts / m_.ep : 1);
     // Two buffers (linear_fc1, linear_fc2) per expert, or per EP rank when stacked.
     const int64_t expert_buffers =
         moe_layers * (m_.separate_expert_buffers ? c_.num_experts : m_.ep) * 2 * m_.etp;
@@ -381,6 +401,7 @@ class MegatronWriter : public LayoutWriter {
   // split over its ETP group as linear_fc1 = [gate; up] shards and linear_fc2, stacked by local
   // expert in one buffer each (or one buffer per local expert, linear_fc1.weight<local>).
   Status Experts(int64_t l, int s, const std::string& p) {
+    if (stack_experts_) return ExpertStacks(l, s, p);
     const int64_t per_rank = c_.num_experts / m_.ep;
     const int64_t fc1_bytes = 2 * (c_.moe_intermediate / m_.etp) * c_.hidden * DTypeSize(c_.dtype);
     const bool separate = m_.separate_expert_buffers;
@@ -401,6 +422,52 @@ class MegatronWriter : public LayoutWriter {
     return Status::Ok();
   }
 
+  // Experts() with the experts as tensor stacks: the same bytes in the same buffers, one fragment
+  // per projection, EP rank and ETP shard spanning the rank's local experts (one per local expert
+  // with separate buffers).
+  Status ExpertStacks(int64_t l, int s, const std::string& p) {
+    FERRY_ASSIGN_OR_RETURN(const auto ids, AddExpertStacks(l));
+    const auto [gate, up, down] = ids;
+    const int64_t per_rank = c_.num_experts / m_.ep;
+    const int64_t inter = c_.moe_intermediate / m_.etp;
+    const int64_t hidden = c_.hidden;
+    const int64_t elem = DTypeSize(c_.dtype);
+    const bool separate = m_.separate_expert_buffers;
+    // linear_fc1 per local expert: [gate shard; up shard] of `inter` rows each; linear_fc2 per
+    // local expert: [hidden, inter].
+    const std::array<int64_t, kMaxDims> fc1_strides{2 * inter * hidden, hidden, 1};
+    const std::array<int64_t, kMaxDims> fc2_strides{hidden * inter, inter, 1};
+    for (int ep = 0; ep < m_.ep; ++ep) {
+      for (int i = 0; i < m_.etp; ++i) {
+        const int rank = first_ + stage_size_ * s + m_.etp * ep + i;
+        // Experts [first, first + count) of this rank in buffers named with `suffix`.
+        auto place = [&](int64_t first, int64_t count, const std::string& suffix) {
+          Box rows = Box::FromShape({count, inter, hidden});
+          rows.lo[0] = first;
+          rows.hi[0] = first + count;
+          rows.lo[1] = i * inter;
+          rows.hi[1] = (i + 1) * inter;
+          Box cols = Box::FromShape({count, hidden, inter});
+          cols.lo[0] = first;
+          cols.hi[0] = first + count;
+          cols.lo[2] = i * inter;
+          cols.hi[2] = (i + 1) * inter;
+          const std::string fc1 = p + "mlp.experts.linear_fc1.weight" + suffix;
+          const std::string fc2 = p + "mlp.experts.linear_fc2.weight" + suffix;
+          out_.PlaceFragment(gate, rows, rank, fc1, 0, fc1_strides);
+          out_.PlaceFragment(up, rows, rank, fc1, inter * hidden * elem, fc1_strides);
+          out_.PlaceFragment(down, cols, rank, fc2, 0, fc2_strides);
+        };
+        if (!separate) {
+          place(ep * per_rank, per_rank, "");
+          continue;
+        }
+        for (int64_t le = 0; le < per_rank; ++le) place(ep * per_rank + le, 1, Num(le));
+      }
+    }
+    return Status::Ok();
+  }
+
   MegatronParallel m_;
   int first_;
   int stage_size_ = 0;
@@ -412,8 +479,9 @@ class MegatronWriter : public LayoutWriter {
 
 class VllmWriter : public LayoutWriter {
  public:
-  VllmWriter(const ModelPreset& preset, const VllmParallel& v, int first_rank, Layout& out)
-      : LayoutWriter(preset, out), v_(v), first_(first_rank) {
+  VllmWriter(const ModelPreset& preset, const VllmParallel& v, bool stack_experts, int first_rank,
+             Layout& out)
+      : LayoutWriter(preset, stack_experts, out), v_(v), first_(first_rank) {
     all_.resize(v.tp);  // DP replica 0; the others are copies
     std::iota(all_.begin(), all_.end(), first_rank);
   }
@@ -444,7 +512,8 @@ class VllmWriter : public LayoutWriter {
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
     const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
-    const int64_t expert_fragments = moe_layers * world * (c_.num_experts / v_.ep) * 3;
+    const int64_t expert_fragments =
+        moe_layers * world * (stack_experts_ ? 1 : c_.num_experts / v_.ep) * 3;
     const size_t dense_fragments = dense.fragments_end - dense.fragments_begin;
     out_.fragments.reserve(out_.fragments.size() + static_cast<size_t>(expert_fragments) +
                            dense_fragments * static_cast<size_t>(v_.dp - 1));
@@ -567,6 +636,7 @@ class VllmWriter : public LayoutWriter {
     const int64_t elem = DTypeSize(c_.dtype);
     const std::string w13 = p + "mlp.experts.w13_weight";
     const std::string w2 = p + "mlp.experts.w2_weight";
+    if (stack_experts_) return ExpertStacks(l, w13, w2);
     // Tensor ids of gate, up and down per expert, added once.
     std::vector<std::array<int, 3>> ids(c_.num_experts);
     for (int64_t e = 0; e < c_.num_experts; ++e) {
@@ -609,6 +679,44 @@ class VllmWriter : public LayoutWriter {
     return Status::Ok();
   }
 
+  // Experts() with the experts as tensor stacks: per rank one fragment of each stack, spanning
+  // its local experts, with w13_weight's and w2_weight's own strides.
+  Status ExpertStacks(int64_t l, const std::string& w13, const std::string& w2) {
+    FERRY_ASSIGN_OR_RETURN(const auto ids, AddExpertStacks(l));
+    const auto [gate, up, down] = ids;
+    const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
+    const int64_t moe_tp = world / v_.ep;
+    const int64_t per_rank = c_.num_experts / v_.ep;
+    const int64_t inter = c_.moe_intermediate / moe_tp;
+    const int64_t hidden = c_.hidden;
+    const int64_t elem = DTypeSize(c_.dtype);
+    const auto w13_strides = RowMajorStrides({per_rank, 2 * inter, hidden});
+    const auto w2_strides = RowMajorStrides({per_rank, hidden, inter});
+    for (int64_t m = 0; m < world; ++m) {
+      const int rank = first_ + static_cast<int>(m);
+      const int64_t ep_rank = m / moe_tp;
+      const int64_t shard = m % moe_tp;
+      const int b13 = out_.GetOrAddBuffer(rank, w13);
+      const int b2 = out_.GetOrAddBuffer(rank, w2);
+      Box rows = Box::FromShape({c_.num_experts, inter, hidden});
+      rows.lo[0] = ep_rank * per_rank;
+      rows.hi[0] = (ep_rank + 1) * per_rank;
+      rows.lo[1] = shard * inter;
+      rows.hi[1] = (shard + 1) * inter;
+      Box cols = Box::FromShape({c_.num_experts, hidden, c_.moe_intermediate});
+      cols.lo[0] = rows.lo[0];
+      cols.hi[0] = rows.hi[0];
+      cols.lo[2] = shard * inter;
+      cols.hi[2] = (shard + 1) * inter;
+      out_.fragments.push_back({gate, rows, {rank, b13, 0, w13_strides}});
+      out_.fragments.push_back({up, rows, {rank, b13, inter * w13_strides[1] * elem, w13_strides}});
+      out_.fragments.push_back({down, cols, {rank, b2, 0, w2_strides}});
+      out_.buffers[b13].bytes = std::max(out_.buffers[b13].bytes, per_rank * w13_strides[0] * elem);
+      out_.buffers[b2].bytes = std::max(out_.buffers[b2].bytes, per_rank * w2_strides[0] * elem);
+    }
+    return Status::Ok();
+  }
+
   VllmParallel v_;
   int first_;
   std::vector<int> all_;  // the TP group of DP replica 0
@@ -640,22 +748,24 @@ Status CheckTensorParallel(const ModelConfig& c, int tp) {
 }  // namespace
 
 std::string FrameworkSpec::ToString() const {
+  const std::string naming = stack_expert_tensors ? "" : ",expert_tensors=members";
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
-           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "");
+           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") + naming;
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp) + ",ep=" + Num(m.ep);
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
   s += ",cp=" + Num(m.cp);
-  return m.separate_expert_buffers ? s + ",experts=separate" : s;
+  return (m.separate_expert_buffers ? s + ",experts=separate" : s) + naming;
 }
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
       " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N,experts=stacked|separate or "
-      "vllm:tp=N,dp=N,ep=N,engines=N; every key optional)";
+      "vllm:tp=N,dp=N,ep=N,engines=N, either with expert_tensors=stacks|members; every key "
+      "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
   FrameworkSpec spec;
@@ -664,11 +774,12 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
     spec.kind = FrameworkSpec::Kind::kMegatron;
     MegatronParallel& m = spec.megatron;
     keys = {{"tp", &m.tp}, {"pp", &m.pp}, {"ep", &m.ep}, {"etp", &m.etp},
-            {"dp", &m.dp}, {"cp", &m.cp}, {"experts", nullptr}};
+            {"dp", &m.dp}, {"cp", &m.cp}, {"experts", nullptr}, {"expert_tensors", nullptr}};
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
     VllmParallel& v = spec.vllm;
-    keys = {{"tp", &v.tp}, {"dp", &v.dp}, {"ep", &v.ep}, {"engines", &v.engines}};
+    keys = {{"tp", &v.tp}, {"dp", &v.dp}, {"ep", &v.ep}, {"engines", &v.engines},
+            {"expert_tensors", nullptr}};
   } else {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
@@ -693,6 +804,14 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
                                "': expected stacked or separate");
       }
       spec.megatron.separate_expert_buffers = value == "separate";
+      continue;
+    }
+    if (key == "expert_tensors") {
+      if (value != "stacks" && value != "members") {
+        return InvalidArgument("bad value '" + value + "' for expert_tensors in '" + text +
+                               "': expected stacks or members");
+      }
+      spec.stack_expert_tensors = value == "stacks";
       continue;
     }
     char* end = nullptr;
@@ -765,8 +884,12 @@ Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSp
   Layout layout;
   layout.tensors.reserve(preset.tensors().size());
   Status st = resolved.kind == FrameworkSpec::Kind::kMegatron
-                  ? MegatronWriter(preset, resolved.megatron, first_rank, layout).Build()
-                  : VllmWriter(preset, resolved.vllm, first_rank, layout).Build();
+                  ? MegatronWriter(preset, resolved.megatron, resolved.stack_expert_tensors,
+                                   first_rank, layout)
+                        .Build()
+                  : VllmWriter(preset, resolved.vllm, resolved.stack_expert_tensors, first_rank,
+                               layout)
+                        .Build();
   if (!st.ok()) return st.WithContext("building " + resolved.ToString() + " layout");
   return Result<Layout>(std::move(layout));
 }

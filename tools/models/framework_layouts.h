@@ -54,9 +54,16 @@ struct FrameworkSpec {
   Kind kind = Kind::kMegatron;
   MegatronParallel megatron;
   VllmParallel vllm;
+  // How the layout names a MoE layer's routed experts ("expert_tensors=stacks|members", either
+  // framework): true (the default), as one tensor stack per projection,
+  // "model.layers.<l>.mlp.experts.[0:E].gate_proj.weight" of shape [E, ...] (core/layout/
+  // tensor_stack.h), the way both frameworks store them; false, as the checkpoint's E tensors
+  // "model.layers.<l>.mlp.experts.<e>.gate_proj.weight". The bytes and buffers are the same either
+  // way; layouts that name experts alike plan fastest (docs/planner.md).
+  bool stack_expert_tensors = true;
 
   // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or
-  // "vllm:tp=8,dp=2,ep=16" (",engines=N" when N > 1).
+  // "vllm:tp=8,dp=2,ep=16" (",engines=N" when N > 1, ",expert_tensors=members" when not stacked).
   std::string ToString() const;
 };
 

@@ -432,4 +432,9 @@ std::string ExpertTensorName(const ModelConfig& config, int64_t layer, int64_t e
          std::to_string(expert) + "." + proj + ".weight";
 }
 
+std::string ExpertStackName(const ModelConfig& config, int64_t layer, const std::string& proj) {
+  return Prefix(config) + ".layers." + std::to_string(layer) + ".mlp.experts.[0:" +
+         std::to_string(config.num_experts) + "]." + proj + ".weight";
+}
+
 }  // namespace ferry::models

@@ -129,5 +129,9 @@ Result<ModelPreset> MakePreset(const std::string& name, double scale = 1.0);
 std::string LayerTensorName(const ModelConfig& config, int64_t layer, const std::string& suffix);
 std::string ExpertTensorName(const ModelConfig& config, int64_t layer, int64_t expert,
                              const std::string& proj);  // proj: gate_proj, up_proj or down_proj
+// The tensor stack of one projection of every routed expert of `layer` (core/layout/
+// tensor_stack.h): "model.layers.<layer>.mlp.experts.[0:E].<proj>.weight", whose member e is
+// ExpertTensorName(config, layer, e, proj).
+std::string ExpertStackName(const ModelConfig& config, int64_t layer, const std::string& proj);
 
 }  // namespace ferry::models

@@ -50,7 +50,7 @@ TEST(LayoutFormatDocTest, ExamplesParseAndValidate) {
       ++layouts;
     }
   }
-  EXPECT_EQ(layouts, 4);
+  EXPECT_EQ(layouts, 5);
   EXPECT_EQ(topologies, 2);
 }
 

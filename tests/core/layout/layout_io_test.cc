@@ -66,6 +66,9 @@ Layout RichLayout() {
   // Names YAML would read as null, a boolean or a number unless quoted.
   EXPECT_TRUE(AddReplicated(l, {"null", {3}, DType::kInt64}, {5}, "true").ok());
   EXPECT_TRUE(AddReplicated(l, {"123", {3}, DType::kInt64}, {5}, "~").ok());
+  // A tensor stack, whose name holds YAML's flow indicators '[', ':' and ']'.
+  const int stack = *l.AddTensor({"experts.[0:4].w", {4, 2, 3}, DType::kBF16});
+  l.PlaceFragment(stack, B({0, 0, 0}, {4, 2, 3}), 2, "w13", 0, {12, 3, 1});
   int t = *l.AddTensor({"partial", {4, 4}, DType::kFP16});
   l.AppendFragment(t, B({0, 0}, {2, 4}), 1, "partial");
   l.AddPadding(t, B({2, 0}, {4, 4}));

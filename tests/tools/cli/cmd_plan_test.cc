@@ -86,6 +86,39 @@ TEST(PlanCommand, PresetReportComparesBothStrategies) {
   EXPECT_EQ(ReadFile(args.dot_file).rfind("digraph", 0), 0u);
 }
 
+// MoE presets name each layer's experts as tensor stacks unless a spec asks for members: the
+// table counts the stacks, and the planner folds only what the layouts list member by member.
+TEST(PlanCommand, ExpertStacksAreCountedAndFoldedOnlyWhenListedByMember) {
+  PlanCommandArgs args;
+  args.model = "qwen3-30b-a3b";
+  args.scale = 1.0 / 64;
+  args.source_spec = "megatron:tp=2,pp=2,ep=4,etp=1";
+  args.destination_spec = "vllm:tp=2,dp=2,ep=4";
+  args.gpus_per_node = 2;
+  args.validate = true;
+  Result<PlanReport> stacked = RunPlanCommand(args);
+  ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+  const int64_t moe_layers = 48;  // qwen3-30b-a3b: every layer, 128 experts, 3 projections each
+  EXPECT_EQ(stacked->tensor_stacks, 3 * moe_layers);
+  EXPECT_EQ(stacked->stack_members, 3 * moe_layers * 128);
+  EXPECT_EQ(stacked->reshard.stacks, 0);
+  const std::string table = FormatPlanReport(*stacked);
+  EXPECT_NE(table.find("(144 tensor stacks of 18,432)"), std::string::npos) << table;
+  EXPECT_NE(table.find("fold stacks"), std::string::npos) << table;
+  EXPECT_NE(table.find("(none to fold)"), std::string::npos) << table;
+
+  args.source_spec += ",expert_tensors=members";
+  args.destination_spec += ",expert_tensors=members";
+  Result<PlanReport> members = RunPlanCommand(args);
+  ASSERT_TRUE(members.ok()) << members.status().ToString();
+  EXPECT_EQ(members->tensor_stacks, 0);
+  EXPECT_EQ(members->tensors, stacked->tensors - 3 * moe_layers + 3 * moe_layers * 128);
+  EXPECT_GT(members->reshard.stacks, 0);
+  // The same bytes either way.
+  EXPECT_EQ(members->destination_bytes, stacked->destination_bytes);
+  EXPECT_EQ(members->reshard.stats.bytes_by_link, stacked->reshard.stats.bytes_by_link);
+}
+
 TEST(PlanCommand, ProgressReportsEachStepInOrder) {
   PlanCommandArgs args = SmallPreset();
   args.json_file = TempPath("progress.json");

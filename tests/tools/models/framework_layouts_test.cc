@@ -3,6 +3,7 @@
 // tensor on both sides.
 #include "tools/models/framework_layouts.h"
 
+#include "core/layout/tensor_stack.h"
 #include "core/layout/validate.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <tuple>
 
 namespace ferry::models {
 namespace {
@@ -29,14 +31,24 @@ FrameworkSpec Spec(const std::string& text) {
   return s.value();
 }
 
-// Builds the layout and checks it passes core/layout's ValidateLayout (bounds, buffers, memory
-// overlap, full coverage).
-Layout Build(const ModelPreset& p, const std::string& spec, int first_rank = 0) {
+// Builds the layout as `spec` says and checks it passes core/layout's ValidateLayout (bounds,
+// buffers, memory overlap, full coverage).
+Layout BuildAsSpecified(const ModelPreset& p, const std::string& spec, int first_rank = 0) {
   Result<Layout> l = BuildFrameworkLayout(p, Spec(spec), first_rank);
   EXPECT_TRUE(l.ok()) << l.status().ToString();
   Status valid = ValidateLayout(*l);
   EXPECT_TRUE(valid.ok()) << spec << ": " << valid.ToString();
   return std::move(l).value();
+}
+
+// The layout with its expert stacks (the default) expanded into the checkpoint's expert tensors,
+// which the hand-checked tests below name; valid as well.
+Layout Build(const ModelPreset& p, const std::string& spec, int first_rank = 0) {
+  Result<Layout> members = UnstackTensors(BuildAsSpecified(p, spec, first_rank));
+  EXPECT_TRUE(members.ok()) << members.status().ToString();
+  Status valid = ValidateLayout(*members);
+  EXPECT_TRUE(valid.ok()) << spec << " (members): " << valid.ToString();
+  return std::move(members).value();
 }
 
 // Fragments of `hf_name` placed in buffer `buffer` on `rank`, in placement order.
@@ -142,11 +154,19 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
   EXPECT_TRUE(separate.megatron.separate_expert_buffers);
   EXPECT_EQ(separate.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate");
   EXPECT_FALSE(Spec("megatron:ep=4,experts=stacked").megatron.separate_expert_buffers);
+  EXPECT_TRUE(m.stack_expert_tensors);
+  EXPECT_TRUE(Spec("vllm:ep=2,expert_tensors=stacks").stack_expert_tensors);
+  FrameworkSpec members = Spec("vllm:tp=2,ep=2,expert_tensors=members");
+  EXPECT_FALSE(members.stack_expert_tensors);
+  EXPECT_EQ(members.ToString(), "vllm:tp=2,dp=1,ep=2,expert_tensors=members");
+  EXPECT_EQ(Spec("megatron:ep=4,experts=separate,expert_tensors=members").ToString(),
+            "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate,expert_tensors=members");
 
   for (const char* bad : {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4",
                           "vllm:pp=2", "megatron:tp=x", "megatron:tp=", "megatron:experts=fused",
                           "megatron:experts", "vllm:experts=separate",
-                          "megatron:experts=stacked,experts=separate"}) {
+                          "megatron:experts=stacked,experts=separate", "vllm:expert_tensors=stacked",
+                          "megatron:expert_tensors", "vllm:expert_tensors=members,expert_tensors=stacks"}) {
     EXPECT_FALSE(ParseFrameworkSpec(bad).ok()) << bad;
   }
   // Qwen3-235B has 4 KV heads: Megatron cannot split its query groups 8 ways.
@@ -375,6 +395,53 @@ TEST(VllmLayoutTest, DeepseekAndNemotronCoverage) {
   Layout m = Build(nh, "vllm:tp=4,dp=2");
   ExpectCoverage(m, nh, Copies(2, 4, 0));
   EXPECT_GE(m.FindBuffer(0, "model.layers.0.mixer.A"), 0);
+}
+
+// A fragment in terms that do not depend on tensor or buffer numbering.
+using PlacedFragment = std::tuple<std::string, std::string, int, std::string, int64_t,
+                                  std::vector<int64_t>>;
+std::vector<PlacedFragment> Placed(const Layout& l) {
+  std::vector<PlacedFragment> out;
+  for (const Fragment& f : l.fragments) {
+    out.emplace_back(l.tensors[f.tensor].name, f.box.ToString(), f.loc.rank,
+                     l.buffers[f.loc.buffer].name, f.loc.byte_offset,
+                     std::vector<int64_t>(f.loc.strides.begin(), f.loc.strides.begin() + f.box.ndim));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Experts as tensor stacks (the default) and as the checkpoint's expert tensors are the same bytes
+// in the same buffers: the stacked layout expanded into members equals the member layout, fragment
+// for fragment, with equal buffer sizes, and stacks take one fragment per rank and projection
+// (per expert where each expert has its own buffer).
+TEST(FrameworkLayoutTest, ExpertStacksHoldTheMembersBytes) {
+  for (const auto& [model, scale] : {std::pair<const char*, double>{"qwen3-30b-a3b", 1.0 / 64},
+                                     {"deepseek-v3", 1.0 / 64}}) {
+    ModelPreset p = Preset(model, scale);
+    for (const std::string spec :
+         {"megatron:tp=2,pp=2,ep=4,etp=1", "megatron:tp=2,pp=2,ep=4,etp=2",
+          "megatron:tp=2,pp=2,ep=4,etp=1,experts=separate", "vllm:tp=2,dp=2,ep=4", "vllm:tp=2,dp=2",
+          "vllm:tp=2,dp=2,ep=4,engines=2"}) {
+      SCOPED_TRACE(std::string(model) + " " + spec);
+      const Layout stacked = BuildAsSpecified(p, spec, 3);
+      const Layout members = BuildAsSpecified(p, spec + ",expert_tensors=members", 3);
+      const Layout expanded = UnstackTensors(stacked).value();
+      EXPECT_EQ(Placed(expanded), Placed(members));
+      ASSERT_EQ(stacked.buffers.size(), members.buffers.size());
+      std::map<std::pair<int, std::string>, int64_t> sizes;
+      for (const BufferSpec& b : members.buffers) sizes[{b.rank, b.name}] = b.bytes;
+      for (const BufferSpec& b : stacked.buffers) EXPECT_EQ((sizes[{b.rank, b.name}]), b.bytes);
+      int stacks = 0;
+      for (const TensorSpec& t : stacked.tensors) stacks += ParseTensorStackName(t.name) ? 1 : 0;
+      EXPECT_EQ(stacked.tensors.size() - stacks, members.tensors.size() - stacks * p.config().num_experts);
+      if (spec.find("separate") == std::string::npos) {
+        EXPECT_LT(stacked.fragments.size(), members.fragments.size());
+      } else {  // one buffer per expert: one fragment per expert either way
+        EXPECT_EQ(stacked.fragments.size(), members.fragments.size());
+      }
+    }
+  }
 }
 
 TEST(RefitLayoutsTest, RanksAndTopology) {

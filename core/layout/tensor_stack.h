@@ -1,0 +1,58 @@
+// Tensor stacks: one tensor of a layout standing for a family of equally shaped tensors, as
+// frameworks store a layer's experts (vLLM's w13_weight, Megatron-Core's grouped expert weights).
+//
+// A tensor whose name has a '.'-separated component "[first:end]" (decimal, 0 <= first < end) is a
+// *tensor stack*: "model.layers.3.mlp.experts.[0:256].gate_proj.weight" of shape [256, 2048, 7168]
+// stands for the 256 tensors "model.layers.3.mlp.experts.<j>.gate_proj.weight" of shape
+// [2048, 7168], j = 0..255, and index i of its dim 0 is member first + i. When a name has several
+// such components, the last one counts. A layout may describe a family either way; planning two
+// layouts that describe it alike is fastest (nothing to fold or expand), and layouts that differ
+// are planned on their members (UnstackTensors). See docs/layout-format.md.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+
+namespace ferry {
+
+struct TensorStackName {
+  std::string prefix;  // the name before the "[first:end]" component
+  int64_t first = 0;
+  int64_t end = 0;
+  std::string suffix;  // the name after it
+
+  int64_t size() const { return end - first; }
+  // "<prefix><member><suffix>", member in [first, end).
+  std::string MemberName(int64_t member) const;
+  // "<prefix>[first:end]<suffix>".
+  std::string ToString() const;
+};
+
+// The stack component of `name`, or nullopt when it has none (a plain tensor). Numbers of 1 to 18
+// digits; "[3:3]", "[5:2]", "[:4]", "[a:b]" or "x[0:4]" are not stack components.
+std::optional<TensorStackName> ParseTensorStackName(std::string_view name);
+
+// Whether planning `source` into `destination` can take their tensor stacks as they are: every
+// destination stack is a source tensor of the same name, and no destination tensor is a member of
+// a source stack that the destination does not have. O(tensors); reads only names.
+bool TensorStacksAgree(const Layout& source, const Layout& destination);
+
+// The layout with every tensor stack replaced by its members: a stack's tensor becomes its members
+// in order (other tensors keep their order), and a stack fragment covering members [a, b) becomes
+// b - a member fragments at byte offsets one dim-0 stride apart, in the stack fragment's place.
+// Buffers and padding are kept (padding split likewise). Errors: a stack whose shape does not have
+// size() along dim 0 or has a single dim, or a member name that is also a tensor of the layout.
+Result<Layout> UnstackTensors(const Layout& layout);
+// The same for only the stacks `expand(stack)` selects; the other tensors are kept as they are.
+Result<Layout> UnstackTensors(const Layout& layout,
+                              const std::function<bool(const TensorSpec&)>& expand);
+
+}  // namespace ferry
