@@ -3,12 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <map>
 #include <numeric>
 #include <string>
-#include <string_view>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -106,17 +103,25 @@ CopySide SlotSide(int slot, int64_t offset, DType dtype) {
   return s;
 }
 
-// Appends the copy pair from `from` to `to` of `box`'s shape.
+// Appends the copy pair from `from` to `to` of `box`'s shape. Leading dims of extent 1 beyond the
+// last two are left out (a tensor stack's slice of one member copies as the member's block): the
+// same elements at the same offsets, with the 2-dim geometry most pairs share.
 [[gnu::always_inline]] inline void AppendBoxCopy(TransferPlan& plan, const CopySide& from,
                                                  const CopySide& to, const Box& box) {
   std::array<int64_t, kMaxDims> shape;
   if (box.ndim == 2) {
     shape[0] = box.Extent(0);
     shape[1] = box.Extent(1);
-  } else {
-    for (int d = 0; d < box.ndim; ++d) shape[d] = box.Extent(d);
+    plan.AppendCopy(from.end, to.end, 2, shape.data());
+    return;
   }
-  plan.AppendCopy(from.end, to.end, box.ndim, shape.data());
+  int first = 0;
+  while (box.ndim - first > 2 && box.Extent(first) == 1) ++first;
+  for (int d = first; d < box.ndim; ++d) shape[d - first] = box.Extent(d);
+  CopyEnd from_end = from.end, to_end = to.end;
+  if (from_end.strides != nullptr) from_end.strides += first;
+  if (to_end.strides != nullptr) to_end.strides += first;
+  plan.AppendCopy(from_end, to_end, box.ndim - first, shape.data());
 }
 
 // Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
@@ -1374,52 +1379,18 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   return result;
 }
 
-// Names of the tensor stacks that `layout` holds only one member per fragment of (a trainer with
-// one buffer per expert): planned as stacks, each such fragment would be a piece smaller than the
-// other side's fragment, with a box of its own and three-dim copies; as members it is a whole
-// fragment of a member. Reads the fragments of `layout`, so pass the smaller layout.
-std::unordered_set<std::string_view> StacksHeldMemberByMember(const Layout& layout) {
-  std::vector<int8_t> spans(layout.tensors.size(), -1);  // stacks: 0, or 1 once a fragment spans
-  bool any = false;
-  for (size_t t = 0; t < layout.tensors.size(); ++t) {
-    if (layout.tensors[t].name.find('[') == std::string::npos) continue;
-    if (ParseTensorStackName(layout.tensors[t].name)) {
-      spans[t] = 0;
-      any = true;
-    }
-  }
-  std::unordered_set<std::string_view> out;
-  if (!any) return out;
-  for (const Fragment& f : layout.fragments) {
-    const size_t t = static_cast<size_t>(f.tensor);
-    if (t < spans.size() && spans[t] == 0 && f.box.hi[0] - f.box.lo[0] > 1) spans[t] = 1;
-  }
-  for (size_t t = 0; t < spans.size(); ++t) {
-    if (spans[t] == 0) out.insert(layout.tensors[t].name);
-  }
-  return out;
-}
-
-// Calls `plan` with the layouts, or with both expanded into members (core/layout/tensor_stack.h)
-// where planning their stacks as they are would not pay: all of their stacks when the layouts
-// describe them differently (one names a family's members where the other has their stack), else
-// the stacks the smaller layout holds member by member. The expanded layouts live for the call
-// only: a plan keeps no pointer into its layouts.
+// Calls `plan` with the layouts, or, when they describe tensor stacks differently (one names a
+// family's members where the other has their stack: core/layout/tensor_stack.h), with both
+// expanded into members. The expanded layouts live for the call only: a plan keeps no pointer into
+// its layouts.
 template <typename PlanFn>
 Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destination,
                                       PlanFn plan) {
-  std::function<bool(const TensorSpec&)> expand = [](const TensorSpec&) { return true; };
-  std::unordered_set<std::string_view> member_by_member;
-  if (TensorStacksAgree(source, destination)) {
-    member_by_member = StacksHeldMemberByMember(
-        source.fragments.size() <= destination.fragments.size() ? source : destination);
-    if (member_by_member.empty()) return plan(source, destination);
-    expand = [&](const TensorSpec& t) { return member_by_member.count(t.name) > 0; };
-  }
+  if (TensorStacksAgree(source, destination)) return plan(source, destination);
   FERRY_ASSIGN_OR_RETURN(const Layout source_members,
-                         UnstackTensors(source, expand).WithContext("source layout"));
+                         UnstackTensors(source).WithContext("source layout"));
   FERRY_ASSIGN_OR_RETURN(const Layout destination_members,
-                         UnstackTensors(destination, expand).WithContext("destination layout"));
+                         UnstackTensors(destination).WithContext("destination layout"));
   return plan(source_members, destination_members);
 }
 

@@ -87,11 +87,6 @@ bool TensorStacksAgree(const Layout& source, const Layout& destination) {
 }
 
 Result<Layout> UnstackTensors(const Layout& layout) {
-  return UnstackTensors(layout, [](const TensorSpec&) { return true; });
-}
-
-Result<Layout> UnstackTensors(const Layout& layout,
-                              const std::function<bool(const TensorSpec&)>& expand) {
   Layout out;
   out.buffers = layout.buffers;
   // Per tensor of `layout`: the first of its tensors in `out` (its members, or itself).
@@ -105,7 +100,7 @@ Result<Layout> UnstackTensors(const Layout& layout,
     const TensorSpec& t = layout.tensors[i];
     first_of[i] = static_cast<int>(out.tensors.size());
     const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
-    if (!stack || !expand(t)) {
+    if (!stack) {
       out.tensors.push_back(t);
       continue;
     }

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,8 +50,5 @@ bool TensorStacksAgree(const Layout& source, const Layout& destination);
 // Buffers and padding are kept (padding split likewise). Errors: a stack whose shape does not have
 // size() along dim 0 or has a single dim, or a member name that is also a tensor of the layout.
 Result<Layout> UnstackTensors(const Layout& layout);
-// The same for only the stacks `expand(stack)` selects; the other tensors are kept as they are.
-Result<Layout> UnstackTensors(const Layout& layout,
-                              const std::function<bool(const TensorSpec&)>& expand);
 
 }  // namespace ferry

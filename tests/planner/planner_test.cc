@@ -100,10 +100,10 @@ TEST(PlannerProperty, TensorStacksExecuteExactly) {
   EXPECT_GT(mixed, 200);
 }
 
-// A stack that the smaller layout holds one member per fragment of (a trainer with a buffer per
-// expert) is planned as members: each copy pair is a member's 2-dim block, not a 3-dim slice of
-// the stack. Held two members per fragment, the stack is planned as it is.
-TEST(PlannerProperty, StacksHeldMemberByMemberArePlannedAsMembers) {
+// Where a source holds a tensor stack one member per fragment (a trainer with a buffer per expert),
+// each piece is a slice of one member, and its copy pairs are the member's 2-dim blocks, not 3-dim
+// slices of the stack: the geometry most pairs share. Two members per fragment copy as 3 dims.
+TEST(PlannerProperty, SlicesOfOneStackMemberCopyAsTheMembersBlocks) {
   for (int per_fragment : {1, 2}) {
     SCOPED_TRACE(std::to_string(per_fragment) + " members per source fragment");
     const TensorSpec stack{"layers.0.experts.[0:4].w", {4, 2, 3}, DType::kBF16};
