@@ -6,6 +6,8 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -1379,19 +1381,77 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   return result;
 }
 
-// Calls `plan` with the layouts, or, when they describe tensor stacks differently (one names a
-// family's members where the other has their stack: core/layout/tensor_stack.h), with both
-// expanded into members. The expanded layouts live for the call only: a plan keeps no pointer into
-// its layouts.
+// The tensor stacks of `from` that `layout` does not have.
+std::vector<TensorSpec> StacksMissingIn(const Layout& layout, const Layout& from) {
+  std::unordered_set<std::string_view> have;
+  for (const TensorSpec& t : layout.tensors) {
+    if (ParseTensorStackName(t.name)) have.insert(t.name);
+  }
+  std::vector<TensorSpec> missing;
+  for (const TensorSpec& t : from.tensors) {
+    if (ParseTensorStackName(t.name) && !have.count(t.name)) missing.push_back(t);
+  }
+  return missing;
+}
+
+// Calls `plan` with the layouts when their tensor stacks agree (core/layout/tensor_stack.h).
+// Otherwise one of them lists the members of a stack the other has, and only the layout with
+// fewer fragments is rewritten, where that suffices: its members of the other's stacks are stacked
+// (StackMembers, merging runs of members at a constant stride), or else its own stacks are
+// expanded into members (UnstackTensors, planned then with stack folding). Failing that, both are
+// restacked, and as a last resort (other ranges of one family, a member of another shape) both
+// are expanded into members, so planning reports any mismatch in their terms. Rewritten layouts
+// live for the call only: a plan keeps no pointer into its layouts.
 template <typename PlanFn>
 Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destination,
                                       PlanFn plan) {
   if (TensorStacksAgree(source, destination)) return plan(source, destination);
-  FERRY_ASSIGN_OR_RETURN(const Layout source_members,
-                         UnstackTensors(source).WithContext("source layout"));
-  FERRY_ASSIGN_OR_RETURN(const Layout destination_members,
-                         UnstackTensors(destination).WithContext("destination layout"));
-  return plan(source_members, destination_members);
+  const bool source_smaller = source.fragments.size() <= destination.fragments.size();
+  const Layout& smaller = source_smaller ? source : destination;
+  const Layout& larger = source_smaller ? destination : source;
+  auto agree = [&](const Layout& small) {
+    return source_smaller ? TensorStacksAgree(small, larger) : TensorStacksAgree(larger, small);
+  };
+  auto plan_with = [&](const Layout& small) {
+    return source_smaller ? plan(small, larger) : plan(larger, small);
+  };
+  {
+    int64_t stacked = 0;
+    Result<Layout> restacked = StackMembers(smaller, StacksMissingIn(smaller, larger), &stacked);
+    if (restacked.ok() && stacked > 0 && agree(*restacked)) return plan_with(*restacked);
+    Result<Layout> expanded = UnstackTensors(smaller);
+    if (expanded.ok() && agree(*expanded)) return plan_with(*expanded);
+  }
+  {
+    const std::vector<TensorSpec> for_source = StacksMissingIn(source, destination);
+    const std::vector<TensorSpec> for_destination = StacksMissingIn(destination, source);
+    Result<Layout> restacked_source = Layout{}, restacked_destination = Layout{};
+    int64_t source_members = 0, destination_members = 0;
+    if (!for_source.empty()) restacked_source = StackMembers(source, for_source, &source_members);
+    if (!for_destination.empty()) {
+      restacked_destination = StackMembers(destination, for_destination, &destination_members);
+    }
+    if (restacked_source.ok() && restacked_destination.ok()) {
+      const Layout& s = source_members > 0 ? *restacked_source : source;
+      const Layout& d = destination_members > 0 ? *restacked_destination : destination;
+      if (TensorStacksAgree(s, d)) return plan(s, d);
+    }
+  }
+  // A layout without stacks is its own expansion: only the others are copied.
+  auto has_stacks = [](const Layout& layout) {
+    return std::any_of(layout.tensors.begin(), layout.tensors.end(),
+                       [](const TensorSpec& t) { return ParseTensorStackName(t.name).has_value(); });
+  };
+  Layout source_members, destination_members;
+  if (has_stacks(source)) {
+    FERRY_ASSIGN_OR_RETURN(source_members, UnstackTensors(source).WithContext("source layout"));
+  }
+  if (has_stacks(destination)) {
+    FERRY_ASSIGN_OR_RETURN(destination_members,
+                           UnstackTensors(destination).WithContext("destination layout"));
+  }
+  return plan(has_stacks(source) ? source_members : source,
+              has_stacks(destination) ? destination_members : destination);
 }
 
 }  // namespace

@@ -22,8 +22,9 @@
 //    every destination rank receives the whole bucket and keeps its slice.
 //
 // Layouts that describe a family differently, one as a tensor stack and the other member by
-// member (core/layout/tensor_stack.h), are planned on both expanded into members (both
-// strategies); the plan is the same, only slower to make.
+// member (core/layout/tensor_stack.h), are planned (both strategies) after the layout with fewer
+// fragments is rewritten: its members stacked, or its stacks expanded (both layouts expanded as a
+// last resort); the plan moves the same bytes, only the rewrite costs time.
 //
 // Planning is deterministic (no hashing of pointers, no unordered iteration, stable sorts), so each
 // rank can plan locally and get the same plan. Functions are thread-safe (no shared state).
@@ -61,7 +62,7 @@ struct PlannerOptions {
 // Wall time of the reshard planner's passes, in seconds (zero for gather-and-broadcast): where a
 // slow plan spends its time, without a profiler.
 struct PlanPhaseSeconds {
-  double fold = 0;       // tensor stacks: the agreement check, any expansion into members, and
+  double fold = 0;       // tensor stacks: the agreement check, any rewrite of a layout, and
                          // stack folding (planner/fold_stacks.h), whether or not it applied
   double intersect = 0;  // fragment intersection (IntersectLayouts) and the demand
   double route = 0;      // local copies, intra-node and network deliveries, trees, chunks

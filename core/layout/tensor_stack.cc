@@ -3,6 +3,8 @@
 #include "core/layout/tensor_stack.h"
 
 #include <algorithm>
+#include <functional>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -34,6 +36,14 @@ std::optional<std::pair<int64_t, int64_t>> ParseRange(std::string_view component
   if (first < 0 || end <= first) return {};
   return std::make_pair(first, end);
 }
+
+// Hash of a (prefix, suffix) pair of a name, for finding a member's stack without building names.
+struct AffixHash {
+  size_t operator()(const std::pair<std::string_view, std::string_view>& p) const {
+    const std::hash<std::string_view> h;
+    return h(p.first) * 0x9e3779b97f4a7c15ull ^ h(p.second);
+  }
+};
 
 }  // namespace
 
@@ -175,6 +185,152 @@ Result<Layout> UnstackTensors(const Layout& layout) {
       out.padding.push_back({first_of[t] + static_cast<int>(j), unstack_box(p.box)});
     }
   }
+  return out;
+}
+
+Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>& stacks,
+                            int64_t* stacked) {
+  if (stacked != nullptr) *stacked = 0;
+  std::vector<TensorStackName> names;
+  std::unordered_map<std::pair<std::string_view, std::string_view>, int, AffixHash> stack_of_affixes;
+  names.reserve(stacks.size());
+  for (size_t k = 0; k < stacks.size(); ++k) {
+    std::optional<TensorStackName> name = ParseTensorStackName(stacks[k].name);
+    if (!name || stacks[k].shape.size() < 2 || stacks[k].shape[0] != name->size()) {
+      return InvalidArgument("'" + stacks[k].name + "' is not a tensor stack of its shape");
+    }
+    names.push_back(std::move(*name));
+  }
+  for (size_t k = 0; k < names.size(); ++k) {
+    stack_of_affixes.emplace(std::make_pair(std::string_view(names[k].prefix),
+                                            std::string_view(names[k].suffix)),
+                             static_cast<int>(k));
+  }
+  // Per tensor of `layout`: its stack (or -1) and index in it.
+  std::vector<int> stack_of(layout.tensors.size(), -1);
+  std::vector<int64_t> index_of(layout.tensors.size(), 0);
+  std::vector<char> used(stacks.size(), 0);
+  int64_t members = 0;
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    const std::string_view name = layout.tensors[t].name;
+    // Every all-digit component, last first, is a candidate for the stack's range.
+    size_t end = name.size();
+    while (end > 0) {
+      const size_t dot = name.rfind('.', end - 1);
+      const size_t begin = dot == std::string_view::npos ? 0 : dot + 1;
+      const int64_t number = ParseDecimal(name.substr(begin, end - begin));
+      if (number >= 0) {
+        const auto it = stack_of_affixes.find({name.substr(0, begin), name.substr(end)});
+        if (it != stack_of_affixes.end() && number >= names[it->second].first &&
+            number < names[it->second].end) {
+          const TensorSpec& spec = stacks[static_cast<size_t>(it->second)];
+          const TensorSpec& member = layout.tensors[t];
+          if (member.dtype != spec.dtype ||
+              !std::equal(member.shape.begin(), member.shape.end(), spec.shape.begin() + 1,
+                          spec.shape.end())) {
+            return InvalidArgument("tensor '" + member.name + "' has the name of member " +
+                                   std::to_string(number) + " of tensor stack '" + spec.name +
+                                   "' but not its member shape and dtype");
+          }
+          stack_of[t] = it->second;
+          index_of[t] = number - names[it->second].first;
+          used[static_cast<size_t>(it->second)] = 1;
+          ++members;
+          break;
+        }
+      }
+      if (dot == std::string_view::npos) break;
+      end = dot;
+    }
+  }
+  Layout out;
+  out.buffers = layout.buffers;
+  std::vector<int> new_index(layout.tensors.size(), -1);
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    if (stack_of[t] >= 0) continue;
+    new_index[t] = static_cast<int>(out.tensors.size());
+    out.tensors.push_back(layout.tensors[t]);
+  }
+  std::vector<int> stack_index(stacks.size(), -1);
+  for (size_t k = 0; k < stacks.size(); ++k) {
+    if (!used[k]) continue;
+    stack_index[k] = static_cast<int>(out.tensors.size());
+    out.tensors.push_back(stacks[k]);
+  }
+  // Per stack and buffer, the run that may still grow: its fragment in `out`, next index, last
+  // member's byte offset and the stride between members (0 until the run has two).
+  struct Run {
+    int64_t fragment = -1;
+    int64_t next = 0;
+    int64_t last_offset = 0;
+    int64_t stride = 0;
+  };
+  std::unordered_map<uint64_t, Run> runs;
+  out.fragments.reserve(layout.fragments.size());
+  for (const Fragment& f : layout.fragments) {
+    const size_t t = static_cast<size_t>(f.tensor);
+    if (f.tensor < 0 || t >= stack_of.size() || stack_of[t] < 0) {
+      Fragment copy = f;
+      if (f.tensor >= 0 && t < new_index.size()) copy.tensor = new_index[t];
+      out.fragments.push_back(copy);
+      continue;
+    }
+    const size_t k = static_cast<size_t>(stack_of[t]);
+    const int64_t index = index_of[t];
+    const int64_t esize = DTypeSize(stacks[k].dtype);
+    Run& run = runs[static_cast<uint64_t>(k) << 32 | static_cast<uint32_t>(f.loc.buffer)];
+    if (run.fragment >= 0 && run.next == index) {
+      Fragment& open = out.fragments[static_cast<size_t>(run.fragment)];
+      bool same = open.loc.rank == f.loc.rank && open.loc.buffer == f.loc.buffer &&
+                  open.box.ndim == f.box.ndim + 1;
+      for (int d = 0; same && d < f.box.ndim; ++d) {
+        same = open.box.lo[d + 1] == f.box.lo[d] && open.box.hi[d + 1] == f.box.hi[d] &&
+               open.loc.strides[d + 1] == f.loc.strides[d];
+      }
+      const int64_t step = f.loc.byte_offset - run.last_offset;
+      if (same && step > 0 && step % esize == 0 && (run.stride == 0 || step == run.stride)) {
+        run.stride = step;
+        open.loc.strides[0] = step / esize;
+        ++open.box.hi[0];
+        ++run.next;
+        run.last_offset = f.loc.byte_offset;
+        continue;
+      }
+    }
+    Fragment slice;
+    slice.tensor = stack_index[k];
+    slice.box.ndim = f.box.ndim + 1;
+    slice.box.lo[0] = index;
+    slice.box.hi[0] = index + 1;
+    slice.loc = f.loc;
+    int64_t volume = 1;
+    for (int d = 0; d < f.box.ndim; ++d) {
+      slice.box.lo[d + 1] = f.box.lo[d];
+      slice.box.hi[d + 1] = f.box.hi[d];
+      slice.loc.strides[d + 1] = f.loc.strides[d];
+      volume *= std::max<int64_t>(1, f.box.hi[d] - f.box.lo[d]);
+    }
+    slice.loc.strides[0] = volume;  // one member: any positive stride describes it
+    run = {static_cast<int64_t>(out.fragments.size()), index + 1, f.loc.byte_offset, 0};
+    out.fragments.push_back(slice);
+  }
+  for (const PaddingRegion& p : layout.padding) {
+    const size_t t = static_cast<size_t>(p.tensor);
+    if (p.tensor < 0 || t >= stack_of.size() || stack_of[t] < 0) {
+      out.padding.push_back({p.tensor >= 0 && t < new_index.size() ? new_index[t] : p.tensor, p.box});
+      continue;
+    }
+    PaddingRegion slice{stack_index[static_cast<size_t>(stack_of[t])], {}};
+    slice.box.ndim = p.box.ndim + 1;
+    slice.box.lo[0] = index_of[t];
+    slice.box.hi[0] = index_of[t] + 1;
+    for (int d = 0; d < p.box.ndim; ++d) {
+      slice.box.lo[d + 1] = p.box.lo[d];
+      slice.box.hi[d + 1] = p.box.hi[d];
+    }
+    out.padding.push_back(slice);
+  }
+  if (stacked != nullptr) *stacked = members;
   return out;
 }
 

@@ -6,8 +6,9 @@
 // stands for the 256 tensors "model.layers.3.mlp.experts.<j>.gate_proj.weight" of shape
 // [2048, 7168], j = 0..255, and index i of its dim 0 is member first + i. When a name has several
 // such components, the last one counts. A layout may describe a family either way; planning two
-// layouts that describe it alike is fastest (nothing to fold or expand), and layouts that differ
-// are planned on their members (UnstackTensors). See docs/layout-format.md.
+// layouts that describe it alike is fastest (nothing to fold or rewrite), and where they differ
+// the planner rewrites one of them first (StackMembers or UnstackTensors). See
+// docs/layout-format.md.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/layout/layout.h"
@@ -50,5 +52,18 @@ bool TensorStacksAgree(const Layout& source, const Layout& destination);
 // Buffers and padding are kept (padding split likewise). Errors: a stack whose shape does not have
 // size() along dim 0 or has a single dim, or a member name that is also a tensor of the layout.
 Result<Layout> UnstackTensors(const Layout& layout);
+
+// The layout with the tensors that are members of `stacks` (tensor stacks, typically named by the
+// other layout of a refit) replaced by those stacks, the inverse of UnstackTensors: member e's
+// fragment becomes the box [e - first, e - first + 1) x its box, and a run of consecutive members
+// on one rank with equal boxes and strides whose byte offsets in one buffer advance by one positive
+// stride (a multiple of the element size) becomes one fragment with that dim-0 stride. Members
+// are found by name (a '.'-separated all-digit component in the place of the stack's range);
+// stacks none of whose members the layout lists are not added. Other tensors, buffers and
+// padding are kept (members' padding becomes the stack's). `stacked` is set to the number of
+// tensors replaced. Errors: a member whose shape or dtype is not the stack's member shape and
+// dtype, or a stack that is not a valid tensor stack. O(tensors + fragments).
+Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>& stacks,
+                            int64_t* stacked = nullptr);
 
 }  // namespace ferry

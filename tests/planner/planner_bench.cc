@@ -176,6 +176,17 @@ BENCHMARK_CAPTURE(BM_Refit, kimi_k2_pp16ep64_to_tp32dp16ep32_members, "kimi-k2",
                   "megatron:pp=16,ep=64,expert_tensors=members",
                   "vllm:tp=32,dp=16,ep=32,expert_tensors=members", Strategy::kReshard)
     ->Unit(benchmark::kMillisecond);
+// DeepSeek-V3 with the two sides naming experts differently: the planner first stacks the
+// trainer's members (members_to_stacks), or expands the trainer's stacks, the smaller layout,
+// into members and folds (stacks_to_members).
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_members_to_stacks, "deepseek-v3",
+                  "megatron:pp=16,ep=16,expert_tensors=members", "vllm:tp=32,dp=8,ep=32",
+                  Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_stacks_to_members, "deepseek-v3",
+                  "megatron:pp=16,ep=16", "vllm:tp=32,dp=8,ep=32,expert_tensors=members",
+                  Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
 // The same refits with one trainer buffer per expert (experts=separate): nothing stacks on the
 // source, so the planner sees every expert slice as its own piece.
 BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_separate_experts, "deepseek-v3",

@@ -142,6 +142,27 @@ TEST(PlannerProperty, SlicesOfOneStackMemberCopyAsTheMembersBlocks) {
   }
 }
 
+// Layouts that name one family with other ranges ([0:4] against [0:2] and [2:4]) agree neither as
+// they are nor after stacking members: both are expanded into members, and the plan executes.
+TEST(PlannerProperty, StacksOfOtherRangesArePlannedAsMembers) {
+  Layout src, dst;
+  const int s = src.AddTensor({"e.[0:4].w", {4, 2, 3}, DType::kBF16}).value();
+  src.PlaceFragment(s, *Box::Make({0, 0, 0}, {4, 2, 3}), 0, "w", 0, {6, 3, 1});
+  const int lo = dst.AddTensor({"e.[0:2].w", {2, 2, 3}, DType::kBF16}).value();
+  const int hi = dst.AddTensor({"e.[2:4].w", {2, 2, 3}, DType::kBF16}).value();
+  dst.PlaceFragment(lo, *Box::Make({0, 0, 0}, {2, 2, 3}), 1, "a", 0, {6, 3, 1});
+  dst.PlaceFragment(hi, *Box::Make({0, 0, 0}, {2, 2, 3}), 1, "b", 0, {6, 3, 1});
+  EXPECT_FALSE(TensorStacksAgree(src, dst));
+  const Topology topology = Topology::Uniform(2, 1);
+  for (Strategy strategy : {Strategy::kReshard, Strategy::kGatherBroadcast}) {
+    Result<PlanResult> r = MakePlan(strategy, src, dst, topology);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+    Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+    EXPECT_TRUE(exec.ok()) << StrategyName(strategy) << ": " << exec.ToString();
+  }
+}
+
 TEST(PlannerDeterminism, TwoRunsGiveIdenticalJson) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 50; ++i) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/layout/validate.h"
 
 namespace ferry {
@@ -132,6 +134,82 @@ TEST(TensorStacksAgreeTest, StacksMustBeNamedAlike) {
   EXPECT_FALSE(TensorStacksAgree(Named({"e.[0:4].w"}), Named({"e.3.w"})));
   // Other ranges of one family.
   EXPECT_FALSE(TensorStacksAgree(Named({"e.[0:4].w"}), Named({"e.[0:2].w"})));
+}
+
+// Members listed one by one: experts 0..3 of "e.<j>.w" [2, 3] on rank 0 in buffer "w" at a
+// stride of 8 elements (16 bytes), expert 4 on rank 1, expert 5 in buffer "w" of rank 0 but off
+// the stride, and a tensor that only looks like a member.
+Layout MemberLayout() {
+  Layout l;
+  for (int e = 0; e < 6; ++e) l.AddTensor({"e." + std::to_string(e) + ".w", {2, 3}, DType::kBF16}).value();
+  l.AddTensor({"e.7.w", {2, 3}, DType::kBF16}).value();   // outside the stack's range [0:6)
+  l.AddTensor({"f.1.w", {2, 3}, DType::kBF16}).value();   // another family
+  for (int e = 0; e < 4; ++e) {
+    l.PlaceFragment(e, Box::FromShape({2, 3}), 0, "w", e * 16, {3, 1});
+  }
+  l.PlaceFragment(4, Box::FromShape({2, 3}), 1, "w", 0, {3, 1});
+  l.PlaceFragment(5, Box::FromShape({2, 3}), 0, "w", 100, {3, 1});
+  l.AppendFragment(6, Box::FromShape({2, 3}), 0, "e7");
+  l.AppendFragment(7, Box::FromShape({2, 3}), 0, "f1");
+  l.AddPadding(5, *Box::Make({1, 0}, {2, 3}));
+  return l;
+}
+
+TEST(StackMembersTest, MembersBecomeStackFragmentsAndRunsMerge) {
+  const Layout members = MemberLayout();
+  const TensorSpec stack{"e.[0:6].w", {6, 2, 3}, DType::kBF16};
+  int64_t stacked = -1;
+  Result<Layout> l = StackMembers(members, {stack}, &stacked);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(stacked, 6);
+  ASSERT_EQ(l->tensors.size(), 3u);  // e.7.w, f.1.w, then the stack
+  EXPECT_EQ(l->tensors[0].name, "e.7.w");
+  EXPECT_EQ(l->tensors[1].name, "f.1.w");
+  EXPECT_EQ(l->tensors[2].name, "e.[0:6].w");
+  ASSERT_EQ(l->fragments.size(), 5u);
+  // Experts 0..3: one fragment, 8 elements from one member to the next.
+  EXPECT_EQ(l->fragments[0].tensor, 2);
+  EXPECT_EQ(l->fragments[0].box, *Box::Make({0, 0, 0}, {4, 2, 3}));
+  EXPECT_EQ(l->fragments[0].loc.strides[0], 8);
+  EXPECT_EQ(l->fragments[0].loc.strides[1], 3);
+  EXPECT_EQ(l->fragments[1].box, *Box::Make({4, 0, 0}, {5, 2, 3}));  // another rank
+  EXPECT_EQ(l->fragments[1].loc.rank, 1);
+  EXPECT_EQ(l->fragments[2].box, *Box::Make({5, 0, 0}, {6, 2, 3}));  // off the stride
+  EXPECT_EQ(l->fragments[2].loc.byte_offset, 100);
+  EXPECT_EQ(l->fragments[3].tensor, 0);
+  EXPECT_EQ(l->fragments[4].tensor, 1);
+  ASSERT_EQ(l->padding.size(), 1u);
+  EXPECT_EQ(l->padding[0].tensor, 2);
+  EXPECT_EQ(l->padding[0].box, *Box::Make({5, 1, 0}, {6, 2, 3}));
+  // Expanding the stacks again gives back the members' fragments.
+  Result<Layout> again = UnstackTensors(*l);
+  ASSERT_TRUE(again.ok());
+  auto placed = [](const Layout& x) {
+    std::vector<std::string> out;
+    for (const Fragment& f : x.fragments) {
+      out.push_back(x.tensors[f.tensor].name + f.box.ToString() + std::to_string(f.loc.rank) +
+                    x.buffers[f.loc.buffer].name + std::to_string(f.loc.byte_offset) + "/" +
+                    std::to_string(f.loc.strides[0]) + "," + std::to_string(f.loc.strides[1]));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(placed(*again), placed(members));
+}
+
+TEST(StackMembersTest, MembersOfAnotherShapeAreErrorsAndUnknownStacksAreLeftOut) {
+  Layout wrong;
+  wrong.AddTensor({"e.1.w", {3, 2}, DType::kBF16}).value();
+  const TensorSpec stack{"e.[0:6].w", {6, 2, 3}, DType::kBF16};
+  EXPECT_NE(StackMembers(wrong, {stack}).status().message().find("member 1"), std::string::npos);
+  Layout other;
+  other.AddTensor({"g.1.w", {2, 3}, DType::kBF16}).value();
+  int64_t stacked = -1;
+  Result<Layout> same = StackMembers(other, {stack}, &stacked);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(stacked, 0);
+  EXPECT_EQ(same->tensors.size(), 1u);  // no empty stack added
+  EXPECT_FALSE(StackMembers(other, {{"e.[0:6].w", {5, 2, 3}, DType::kBF16}}).ok());
 }
 
 TEST(CheckCompatibleTest, ComparesMembersWhenStacksDiffer) {
