@@ -87,6 +87,28 @@ struct UniqueBox {
   int holders_end = 0;
 };
 
+// Whether the unique source boxes of a tensor of at least 2 dims are each one whole index of dim 0
+// ([e, e + 1) x the rest of the shape, as a trainer holds a tensor stack with one buffer per
+// member); then unit_of[e] is the unique box of index e, or -1 where none holds it.
+bool HeldMemberByMember(const std::vector<UniqueBox>& unique, const TensorSpec& spec,
+                        std::vector<int>& unit_of) {
+  const int ndim = static_cast<int>(spec.shape.size());
+  if (ndim < 2 || unique.size() < 2) return false;
+  for (const UniqueBox& u : unique) {
+    if (u.box.ndim != ndim || u.box.hi[0] - u.box.lo[0] != 1) return false;
+    for (int d = 1; d < ndim; ++d) {
+      if (u.box.lo[d] != 0 || u.box.hi[d] != spec.shape[static_cast<size_t>(d)]) return false;
+    }
+  }
+  unit_of.assign(static_cast<size_t>(spec.shape[0]), -1);
+  for (size_t i = 0; i < unique.size(); ++i) {
+    int& slot = unit_of[static_cast<size_t>(unique[i].box.lo[0])];
+    if (slot >= 0) return false;  // equal boxes are one unique box; this cannot happen
+    slot = static_cast<int>(i);
+  }
+  return true;
+}
+
 // Interval index over the unique source boxes of one tensor, along one dimension.
 class SweepIndex {
  public:
@@ -598,6 +620,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   SortScratch src_scratch;
   std::vector<UniqueBox> unique;
   std::vector<int> candidates;
+  std::vector<int> unit_of;  // HeldMemberByMember: per index of dim 0, its unique box or -1
   std::vector<int64_t> scratch;
   std::vector<Box> remaining, next_remaining;
   std::vector<int> merged_holders;
@@ -657,6 +680,27 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     }
     const int num_unique = static_cast<int>(unique.size());
     const int num_groups = static_cast<int>(gend - gi);
+    if (HeldMemberByMember(unique, spec, unit_of)) {
+      // A tensor stack the source holds one whole member per fragment (a trainer with a buffer
+      // per expert): each group is cut at its members, each cut held by that member's holders.
+      for (size_t g = gi; g < gend; ++g) {
+        const Box& q = *out.groups[g].box;
+        for (int64_t e = q.lo[0]; e < q.hi[0]; ++e) {
+          const int u = unit_of[static_cast<size_t>(e)];
+          if (u < 0) {
+            return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
+                                   " on rank " +
+                                   std::to_string(dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
+                                   " is not fully covered by source fragments");
+          }
+          Box cut = q;
+          cut.lo[0] = e;
+          cut.hi[0] = e + 1;
+          out.AddPiece(static_cast<int>(g), cut, unique[u].holders_begin, unique[u].holders_end);
+        }
+      }
+      return Status::Ok();
+    }
     if (num_unique == 1 && unique[0].box == Box::FromShape(spec.shape)) {
       // The source holds the tensor whole (replicas of it): each group is one piece.
       for (size_t g = gi; g < gend; ++g) {

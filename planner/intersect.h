@@ -5,7 +5,8 @@
 // its *holders* (source fragments that can supply it). Replicas with equal boxes share one holder
 // list. Cost: sorting plus, per tensor, a sweep along the dimension that separates fragments best
 // (an interval index: boxes sorted by lo with a running max of hi), so work grows with
-// fragments + overlaps, never with all pairs.
+// fragments + overlaps, never with all pairs. A tensor the source holds one whole index of dim 0
+// per box (a tensor stack with a buffer per member) is cut at those indexes directly.
 //
 // Errors: a destination tensor missing in the source, shape or dtype mismatch, a fragment box
 // outside its tensor, a destination element that no source fragment covers. Deterministic.
