@@ -680,6 +680,13 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     }
     const int num_unique = static_cast<int>(unique.size());
     const int num_groups = static_cast<int>(gend - gi);
+    // The error for group g's box, which its source boxes do not cover.
+    auto not_covered = [&](size_t g) {
+      const int rank = dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank;
+      return InvalidArgument("tensor '" + spec.name + "': destination region " +
+                             out.groups[g].box->ToString() + " on rank " + std::to_string(rank) +
+                             " is not fully covered by source fragments");
+    };
     if (HeldMemberByMember(unique, spec, unit_of)) {
       // A tensor stack the source holds one whole member per fragment (a trainer with a buffer
       // per expert): each group is cut at its members, each cut held by that member's holders.
@@ -687,12 +694,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
         const Box& q = *out.groups[g].box;
         for (int64_t e = q.lo[0]; e < q.hi[0]; ++e) {
           const int u = unit_of[static_cast<size_t>(e)];
-          if (u < 0) {
-            return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
-                                   " on rank " +
-                                   std::to_string(dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
-                                   " is not fully covered by source fragments");
-          }
+          if (u < 0) return not_covered(g);
           Box cut = q;
           cut.lo[0] = e;
           cut.hi[0] = e + 1;
@@ -772,12 +774,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
           covered += box.Volume();
           out.AddPiece(static_cast<int>(g), box, unique[u].holders_begin, unique[u].holders_end);
         }
-        if (covered != q.Volume()) {
-          return InvalidArgument("tensor '" + spec.name + "': destination region " + q.ToString() +
-                                 " on rank " +
-                                 std::to_string(dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank) +
-                                 " is not fully covered by source fragments");
-        }
+        if (covered != q.Volume()) return not_covered(g);
         continue;
       }
       // General case: source boxes overlap each other. Carve the group box greedily.

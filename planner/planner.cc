@@ -1406,6 +1406,10 @@ template <typename PlanFn>
 Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destination,
                                       PlanFn plan) {
   if (TensorStacksAgree(source, destination)) return plan(source, destination);
+  auto has_stacks = [](const Layout& layout) {
+    return std::any_of(layout.tensors.begin(), layout.tensors.end(),
+                       [](const TensorSpec& t) { return ParseTensorStackName(t.name).has_value(); });
+  };
   const bool source_smaller = source.fragments.size() <= destination.fragments.size();
   const Layout& smaller = source_smaller ? source : destination;
   const Layout& larger = source_smaller ? destination : source;
@@ -1419,8 +1423,10 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
     int64_t stacked = 0;
     Result<Layout> restacked = StackMembers(smaller, StacksMissingIn(smaller, larger), &stacked);
     if (restacked.ok() && stacked > 0 && agree(*restacked)) return plan_with(*restacked);
-    Result<Layout> expanded = UnstackTensors(smaller);
-    if (expanded.ok() && agree(*expanded)) return plan_with(*expanded);
+    if (has_stacks(smaller)) {
+      Result<Layout> expanded = UnstackTensors(smaller);
+      if (expanded.ok() && agree(*expanded)) return plan_with(*expanded);
+    }
   }
   {
     const std::vector<TensorSpec> for_source = StacksMissingIn(source, destination);
@@ -1438,10 +1444,6 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
     }
   }
   // A layout without stacks is its own expansion: only the others are copied.
-  auto has_stacks = [](const Layout& layout) {
-    return std::any_of(layout.tensors.begin(), layout.tensors.end(),
-                       [](const TensorSpec& t) { return ParseTensorStackName(t.name).has_value(); });
-  };
   Layout source_members, destination_members;
   if (has_stacks(source)) {
     FERRY_ASSIGN_OR_RETURN(source_members, UnstackTensors(source).WithContext("source layout"));

@@ -1,5 +1,5 @@
-// Tensor stack names, the check that two layouts describe their stacks alike, and expansion of
-// stacks into their members.
+// Tensor stack names, the check that two layouts describe their stacks alike, expansion of stacks
+// into their members and stacking of members.
 #include "core/layout/tensor_stack.h"
 
 #include <algorithm>
@@ -192,7 +192,8 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
                             int64_t* stacked) {
   if (stacked != nullptr) *stacked = 0;
   std::vector<TensorStackName> names;
-  std::unordered_map<std::pair<std::string_view, std::string_view>, int, AffixHash> stack_of_affixes;
+  std::unordered_map<std::pair<std::string_view, std::string_view>, int, AffixHash>
+      stack_of_affixes;
   names.reserve(stacks.size());
   for (size_t k = 0; k < stacks.size(); ++k) {
     std::optional<TensorStackName> name = ParseTensorStackName(stacks[k].name);
@@ -218,8 +219,10 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     while (end > 0) {
       const size_t dot = name.rfind('.', end - 1);
       const size_t begin = dot == std::string_view::npos ? 0 : dot + 1;
-      const int64_t number = ParseDecimal(name.substr(begin, end - begin));
-      if (number >= 0) {
+      const std::string_view digits = name.substr(begin, end - begin);
+      const int64_t number = ParseDecimal(digits);
+      // Only the canonical spelling ("7", not "07") is the member MemberName names.
+      if (number >= 0 && (digits.size() == 1 || digits[0] != '0')) {
         const auto it = stack_of_affixes.find({name.substr(0, begin), name.substr(end)});
         if (it != stack_of_affixes.end() && number >= names[it->second].first &&
             number < names[it->second].end) {
@@ -317,7 +320,8 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
   for (const PaddingRegion& p : layout.padding) {
     const size_t t = static_cast<size_t>(p.tensor);
     if (p.tensor < 0 || t >= stack_of.size() || stack_of[t] < 0) {
-      out.padding.push_back({p.tensor >= 0 && t < new_index.size() ? new_index[t] : p.tensor, p.box});
+      const int tensor = p.tensor >= 0 && t < new_index.size() ? new_index[t] : p.tensor;
+      out.padding.push_back({tensor, p.box});
       continue;
     }
     PaddingRegion slice{stack_index[static_cast<size_t>(stack_of[t])], {}};

@@ -144,6 +144,7 @@ Layout MemberLayout() {
   for (int e = 0; e < 6; ++e) l.AddTensor({"e." + std::to_string(e) + ".w", {2, 3}, DType::kBF16}).value();
   l.AddTensor({"e.7.w", {2, 3}, DType::kBF16}).value();   // outside the stack's range [0:6)
   l.AddTensor({"f.1.w", {2, 3}, DType::kBF16}).value();   // another family
+  l.AddTensor({"e.03.w", {2, 3}, DType::kBF16}).value();  // not how member 3 is spelled
   for (int e = 0; e < 4; ++e) {
     l.PlaceFragment(e, Box::FromShape({2, 3}), 0, "w", e * 16, {3, 1});
   }
@@ -151,6 +152,7 @@ Layout MemberLayout() {
   l.PlaceFragment(5, Box::FromShape({2, 3}), 0, "w", 100, {3, 1});
   l.AppendFragment(6, Box::FromShape({2, 3}), 0, "e7");
   l.AppendFragment(7, Box::FromShape({2, 3}), 0, "f1");
+  l.AppendFragment(8, Box::FromShape({2, 3}), 0, "e03");
   l.AddPadding(5, *Box::Make({1, 0}, {2, 3}));
   return l;
 }
@@ -162,13 +164,14 @@ TEST(StackMembersTest, MembersBecomeStackFragmentsAndRunsMerge) {
   Result<Layout> l = StackMembers(members, {stack}, &stacked);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(stacked, 6);
-  ASSERT_EQ(l->tensors.size(), 3u);  // e.7.w, f.1.w, then the stack
+  ASSERT_EQ(l->tensors.size(), 4u);  // e.7.w, f.1.w, e.03.w, then the stack
   EXPECT_EQ(l->tensors[0].name, "e.7.w");
   EXPECT_EQ(l->tensors[1].name, "f.1.w");
-  EXPECT_EQ(l->tensors[2].name, "e.[0:6].w");
-  ASSERT_EQ(l->fragments.size(), 5u);
+  EXPECT_EQ(l->tensors[2].name, "e.03.w");
+  EXPECT_EQ(l->tensors[3].name, "e.[0:6].w");
+  ASSERT_EQ(l->fragments.size(), 6u);
   // Experts 0..3: one fragment, 8 elements from one member to the next.
-  EXPECT_EQ(l->fragments[0].tensor, 2);
+  EXPECT_EQ(l->fragments[0].tensor, 3);
   EXPECT_EQ(l->fragments[0].box, *Box::Make({0, 0, 0}, {4, 2, 3}));
   EXPECT_EQ(l->fragments[0].loc.strides[0], 8);
   EXPECT_EQ(l->fragments[0].loc.strides[1], 3);
@@ -178,8 +181,9 @@ TEST(StackMembersTest, MembersBecomeStackFragmentsAndRunsMerge) {
   EXPECT_EQ(l->fragments[2].loc.byte_offset, 100);
   EXPECT_EQ(l->fragments[3].tensor, 0);
   EXPECT_EQ(l->fragments[4].tensor, 1);
+  EXPECT_EQ(l->fragments[5].tensor, 2);
   ASSERT_EQ(l->padding.size(), 1u);
-  EXPECT_EQ(l->padding[0].tensor, 2);
+  EXPECT_EQ(l->padding[0].tensor, 3);
   EXPECT_EQ(l->padding[0].box, *Box::Make({5, 1, 0}, {6, 2, 3}));
   // Expanding the stacks again gives back the members' fragments.
   Result<Layout> again = UnstackTensors(*l);
