@@ -624,9 +624,11 @@ class VllmWriter : public LayoutWriter {
 
   // FusedMoE over all tp*dp ranks: rank m owns the experts of EP rank m / moe_tp and shard
   // m % moe_tp of each one's FFN. w13_weight is [local experts, 2 * I / moe_tp, hidden] with
-  // [gate shard; up shard] per expert, w2_weight is [local experts, hidden, I / moe_tp]. This is the
-  // hottest loop at scale (DeepSeek-V3 on 512 ranks places ~180k expert fragments), so the stacked
-  // fragments are placed directly into each rank's two buffers, looked up once per layer.
+  // [gate shard; up shard] per expert, w2_weight is [local experts, hidden, I / moe_tp]. As tensor
+  // stacks, each rank holds one fragment of each projection's stack, spanning its local experts
+  // with the buffers' own strides; as members, one per expert. This is the hottest loop at scale
+  // (DeepSeek-V3 on 512 ranks places ~180k member fragments), so fragments are placed directly
+  // into each rank's two buffers, looked up once per layer.
   Status Experts(int64_t l, const std::string& p) {
     const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
     const int64_t moe_tp = world / v_.ep;
@@ -636,14 +638,19 @@ class VllmWriter : public LayoutWriter {
     const int64_t elem = DTypeSize(c_.dtype);
     const std::string w13 = p + "mlp.experts.w13_weight";
     const std::string w2 = p + "mlp.experts.w2_weight";
-    if (stack_experts_) return ExpertStacks(l, w13, w2);
-    // Tensor ids of gate, up and down per expert, added once.
-    std::vector<std::array<int, 3>> ids(c_.num_experts);
-    for (int64_t e = 0; e < c_.num_experts; ++e) {
-      const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
-      for (int j = 0; j < 3; ++j) {
-        FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(ExpertTensorName(c_, l, e, projs[j])));
-        FERRY_ASSIGN_OR_RETURN(ids[e][j], out_.AddTensor(*t));
+    // Tensor ids of gate, up and down: the stacks, or per expert, added once.
+    std::vector<std::array<int, 3>> ids;
+    if (stack_experts_) {
+      FERRY_ASSIGN_OR_RETURN(const auto stacks, AddExpertStacks(l));
+      ids.push_back(stacks);
+    } else {
+      ids.resize(c_.num_experts);
+      for (int64_t e = 0; e < c_.num_experts; ++e) {
+        const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int j = 0; j < 3; ++j) {
+          FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(ExpertTensorName(c_, l, e, projs[j])));
+          FERRY_ASSIGN_OR_RETURN(ids[e][j], out_.AddTensor(*t));
+        }
       }
     }
     const auto w13_strides = RowMajorStrides({per_rank, 2 * inter, hidden});
@@ -659,58 +666,38 @@ class VllmWriter : public LayoutWriter {
       const int64_t shard = m % moe_tp;
       const int b13 = out_.GetOrAddBuffer(rank, w13);
       const int b2 = out_.GetOrAddBuffer(rank, w2);
-      Box rows = Box::FromShape({inter, hidden});
-      rows.lo[0] = shard * inter;
-      rows.hi[0] = (shard + 1) * inter;
-      Box cols = Box::FromShape({hidden, c_.moe_intermediate});
-      cols.lo[1] = shard * inter;
-      cols.hi[1] = (shard + 1) * inter;
-      for (int64_t le = 0; le < per_rank; ++le) {
-        const auto& [gate, up, down] = ids[ep_rank * per_rank + le];
-        const int64_t at13 = le * w13_strides[0] * elem;
-        out_.fragments.push_back({gate, rows, {rank, b13, at13, gate_up_strides}});
-        out_.fragments.push_back(
-            {up, rows, {rank, b13, at13 + inter * w13_strides[1] * elem, gate_up_strides}});
-        out_.fragments.push_back({down, cols, {rank, b2, le * w2_strides[0] * elem, down_strides}});
+      const int64_t up_offset = inter * w13_strides[1] * elem;  // after the gate rows
+      if (stack_experts_) {
+        const auto [gate, up, down] = ids[0];
+        Box rows = Box::FromShape({c_.num_experts, inter, hidden});
+        rows.lo[0] = ep_rank * per_rank;
+        rows.hi[0] = (ep_rank + 1) * per_rank;
+        rows.lo[1] = shard * inter;
+        rows.hi[1] = (shard + 1) * inter;
+        Box cols = Box::FromShape({c_.num_experts, hidden, c_.moe_intermediate});
+        cols.lo[0] = rows.lo[0];
+        cols.hi[0] = rows.hi[0];
+        cols.lo[2] = shard * inter;
+        cols.hi[2] = (shard + 1) * inter;
+        out_.fragments.push_back({gate, rows, {rank, b13, 0, w13_strides}});
+        out_.fragments.push_back({up, rows, {rank, b13, up_offset, w13_strides}});
+        out_.fragments.push_back({down, cols, {rank, b2, 0, w2_strides}});
+      } else {
+        Box rows = Box::FromShape({inter, hidden});
+        rows.lo[0] = shard * inter;
+        rows.hi[0] = (shard + 1) * inter;
+        Box cols = Box::FromShape({hidden, c_.moe_intermediate});
+        cols.lo[1] = shard * inter;
+        cols.hi[1] = (shard + 1) * inter;
+        for (int64_t le = 0; le < per_rank; ++le) {
+          const auto& [gate, up, down] = ids[ep_rank * per_rank + le];
+          const int64_t at13 = le * w13_strides[0] * elem;
+          out_.fragments.push_back({gate, rows, {rank, b13, at13, gate_up_strides}});
+          out_.fragments.push_back({up, rows, {rank, b13, at13 + up_offset, gate_up_strides}});
+          out_.fragments.push_back(
+              {down, cols, {rank, b2, le * w2_strides[0] * elem, down_strides}});
+        }
       }
-      out_.buffers[b13].bytes = std::max(out_.buffers[b13].bytes, per_rank * w13_strides[0] * elem);
-      out_.buffers[b2].bytes = std::max(out_.buffers[b2].bytes, per_rank * w2_strides[0] * elem);
-    }
-    return Status::Ok();
-  }
-
-  // Experts() with the experts as tensor stacks: per rank one fragment of each stack, spanning
-  // its local experts, with w13_weight's and w2_weight's own strides.
-  Status ExpertStacks(int64_t l, const std::string& w13, const std::string& w2) {
-    FERRY_ASSIGN_OR_RETURN(const auto ids, AddExpertStacks(l));
-    const auto [gate, up, down] = ids;
-    const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
-    const int64_t moe_tp = world / v_.ep;
-    const int64_t per_rank = c_.num_experts / v_.ep;
-    const int64_t inter = c_.moe_intermediate / moe_tp;
-    const int64_t hidden = c_.hidden;
-    const int64_t elem = DTypeSize(c_.dtype);
-    const auto w13_strides = RowMajorStrides({per_rank, 2 * inter, hidden});
-    const auto w2_strides = RowMajorStrides({per_rank, hidden, inter});
-    for (int64_t m = 0; m < world; ++m) {
-      const int rank = first_ + static_cast<int>(m);
-      const int64_t ep_rank = m / moe_tp;
-      const int64_t shard = m % moe_tp;
-      const int b13 = out_.GetOrAddBuffer(rank, w13);
-      const int b2 = out_.GetOrAddBuffer(rank, w2);
-      Box rows = Box::FromShape({c_.num_experts, inter, hidden});
-      rows.lo[0] = ep_rank * per_rank;
-      rows.hi[0] = (ep_rank + 1) * per_rank;
-      rows.lo[1] = shard * inter;
-      rows.hi[1] = (shard + 1) * inter;
-      Box cols = Box::FromShape({c_.num_experts, hidden, c_.moe_intermediate});
-      cols.lo[0] = rows.lo[0];
-      cols.hi[0] = rows.hi[0];
-      cols.lo[2] = shard * inter;
-      cols.hi[2] = (shard + 1) * inter;
-      out_.fragments.push_back({gate, rows, {rank, b13, 0, w13_strides}});
-      out_.fragments.push_back({up, rows, {rank, b13, inter * w13_strides[1] * elem, w13_strides}});
-      out_.fragments.push_back({down, cols, {rank, b2, 0, w2_strides}});
       out_.buffers[b13].bytes = std::max(out_.buffers[b13].bytes, per_rank * w13_strides[0] * elem);
       out_.buffers[b2].bytes = std::max(out_.buffers[b2].bytes, per_rank * w2_strides[0] * elem);
     }

@@ -89,13 +89,10 @@ TEST(PlanCommand, PresetReportComparesBothStrategies) {
 // MoE presets name each layer's experts as tensor stacks unless a spec asks for members: the
 // table counts the stacks, and the planner folds only what the layouts list member by member.
 TEST(PlanCommand, ExpertStacksAreCountedAndFoldedOnlyWhenListedByMember) {
-  PlanCommandArgs args;
+  PlanCommandArgs args = SmallPreset();
   args.model = "qwen3-30b-a3b";
-  args.scale = 1.0 / 64;
   args.source_spec = "megatron:tp=2,pp=2,ep=4,etp=1";
   args.destination_spec = "vllm:tp=2,dp=2,ep=4";
-  args.gpus_per_node = 2;
-  args.validate = true;
   Result<PlanReport> stacked = RunPlanCommand(args);
   ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
   const int64_t moe_layers = 48;  // qwen3-30b-a3b: every layer, 128 experts, 3 projections each
