@@ -3,6 +3,7 @@
 #include "core/layout/tensor_stack.h"
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -45,6 +46,45 @@ struct AffixHash {
   }
 };
 
+// Finds which of a set of tensor stacks a tensor name is a member of, by its '.'-separated
+// decimal components (canonical spelling, no leading zeros), without building member names.
+class MemberFinder {
+ public:
+  // `stacks` must outlive the finder.
+  explicit MemberFinder(const std::vector<TensorStackName>& stacks) : stacks_(stacks) {
+    for (size_t k = 0; k < stacks.size(); ++k) {
+      by_affixes_.emplace(std::make_pair(std::string_view(stacks[k].prefix),
+                                         std::string_view(stacks[k].suffix)),
+                          static_cast<int>(k));
+    }
+  }
+  // The stack `name` is a member of and the member's number, or (-1, -1).
+  std::pair<int, int64_t> Find(std::string_view name) const {
+    if (by_affixes_.empty()) return {-1, -1};
+    size_t end = name.size();
+    while (end > 0) {
+      const size_t dot = name.rfind('.', end - 1);
+      const size_t begin = dot == std::string_view::npos ? 0 : dot + 1;
+      const std::string_view digits = name.substr(begin, end - begin);
+      const int64_t number = ParseDecimal(digits);
+      if (number >= 0 && (digits.size() == 1 || digits[0] != '0')) {
+        const auto it = by_affixes_.find({name.substr(0, begin), name.substr(end)});
+        if (it != by_affixes_.end() && number >= stacks_[it->second].first &&
+            number < stacks_[it->second].end) {
+          return {it->second, number};
+        }
+      }
+      if (dot == std::string_view::npos) break;
+      end = dot;
+    }
+    return {-1, -1};
+  }
+
+ private:
+  const std::vector<TensorStackName>& stacks_;
+  std::unordered_map<std::pair<std::string_view, std::string_view>, int, AffixHash> by_affixes_;
+};
+
 }  // namespace
 
 std::string TensorStackName::MemberName(int64_t member) const {
@@ -82,16 +122,14 @@ bool TensorStacksAgree(const Layout& source, const Layout& destination) {
     destination_stacks.insert(t.name);
   }
   // A source stack the destination does not have: the destination must not name its members.
-  std::unordered_set<std::string_view> destination_names;
+  std::vector<TensorStackName> missing;
   for (std::string_view name : source_stacks) {
-    if (destination_stacks.count(name)) continue;
-    if (destination_names.empty()) {
-      for (const TensorSpec& t : destination.tensors) destination_names.insert(t.name);
-    }
-    const TensorStackName stack = *ParseTensorStackName(name);
-    for (int64_t m = stack.first; m < stack.end; ++m) {
-      if (destination_names.count(stack.MemberName(m))) return false;
-    }
+    if (!destination_stacks.count(name)) missing.push_back(*ParseTensorStackName(name));
+  }
+  if (missing.empty()) return true;
+  const MemberFinder finder(missing);
+  for (const TensorSpec& t : destination.tensors) {
+    if (finder.Find(t.name).first >= 0) return false;
   }
   return true;
 }
@@ -102,14 +140,21 @@ Result<Layout> UnstackTensors(const Layout& layout) {
   // Per tensor of `layout`: the first of its tensors in `out` (its members, or itself).
   std::vector<int> first_of(layout.tensors.size());
   std::vector<char> stacked(layout.tensors.size(), 0);
-  std::unordered_set<std::string> plain_names;
-  for (const TensorSpec& t : layout.tensors) {
-    if (!ParseTensorStackName(t.name)) plain_names.insert(t.name);
+  std::vector<std::optional<TensorStackName>> stacks(layout.tensors.size());
+  std::unordered_set<std::string_view> plain_names;
+  size_t tensors = 0;
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    stacks[i] = ParseTensorStackName(layout.tensors[i].name);
+    if (!stacks[i]) plain_names.insert(layout.tensors[i].name);
+    tensors += stacks[i] ? static_cast<size_t>(stacks[i]->size()) : 1;
   }
+  out.tensors.reserve(tensors);
+  std::string name;
+  char digits[24];
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
     first_of[i] = static_cast<int>(out.tensors.size());
-    const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
+    const std::optional<TensorStackName>& stack = stacks[i];
     if (!stack) {
       out.tensors.push_back(t);
       continue;
@@ -121,14 +166,17 @@ Result<Layout> UnstackTensors(const Layout& layout) {
                              " followed by the members' shape");
     }
     stacked[i] = 1;
-    TensorSpec member{"", std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()), t.dtype};
+    const std::vector<int64_t> member_shape(t.shape.begin() + 1, t.shape.end());
     for (int64_t m = stack->first; m < stack->end; ++m) {
-      member.name = stack->MemberName(m);
-      if (plain_names.count(member.name)) {
-        return InvalidArgument("tensor '" + member.name + "' is also member " +
-                               std::to_string(m) + " of tensor stack '" + t.name + "'");
+      // MemberName(m), built in one buffer.
+      const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, m);
+      (void)ec;
+      name.assign(stack->prefix).append(digits, end).append(stack->suffix);
+      if (plain_names.count(name)) {
+        return InvalidArgument("tensor '" + name + "' is also member " + std::to_string(m) +
+                               " of tensor stack '" + t.name + "'");
       }
-      out.tensors.push_back(member);
+      out.tensors.push_back({name, member_shape, t.dtype});
     }
   }
   // Member i of a stack box [lo, hi) x rest: the box `rest`, one dim-0 stride further per member.
@@ -192,8 +240,6 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
                             int64_t* stacked) {
   if (stacked != nullptr) *stacked = 0;
   std::vector<TensorStackName> names;
-  std::unordered_map<std::pair<std::string_view, std::string_view>, int, AffixHash>
-      stack_of_affixes;
   names.reserve(stacks.size());
   for (size_t k = 0; k < stacks.size(); ++k) {
     std::optional<TensorStackName> name = ParseTensorStackName(stacks[k].name);
@@ -202,49 +248,28 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     }
     names.push_back(std::move(*name));
   }
-  for (size_t k = 0; k < names.size(); ++k) {
-    stack_of_affixes.emplace(std::make_pair(std::string_view(names[k].prefix),
-                                            std::string_view(names[k].suffix)),
-                             static_cast<int>(k));
-  }
+  const MemberFinder finder(names);
   // Per tensor of `layout`: its stack (or -1) and index in it.
   std::vector<int> stack_of(layout.tensors.size(), -1);
   std::vector<int64_t> index_of(layout.tensors.size(), 0);
   std::vector<char> used(stacks.size(), 0);
   int64_t members = 0;
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
-    const std::string_view name = layout.tensors[t].name;
-    // Every all-digit component, last first, is a candidate for the stack's range.
-    size_t end = name.size();
-    while (end > 0) {
-      const size_t dot = name.rfind('.', end - 1);
-      const size_t begin = dot == std::string_view::npos ? 0 : dot + 1;
-      const std::string_view digits = name.substr(begin, end - begin);
-      const int64_t number = ParseDecimal(digits);
-      // Only the canonical spelling ("7", not "07") is the member MemberName names.
-      if (number >= 0 && (digits.size() == 1 || digits[0] != '0')) {
-        const auto it = stack_of_affixes.find({name.substr(0, begin), name.substr(end)});
-        if (it != stack_of_affixes.end() && number >= names[it->second].first &&
-            number < names[it->second].end) {
-          const TensorSpec& spec = stacks[static_cast<size_t>(it->second)];
-          const TensorSpec& member = layout.tensors[t];
-          if (member.dtype != spec.dtype ||
-              !std::equal(member.shape.begin(), member.shape.end(), spec.shape.begin() + 1,
-                          spec.shape.end())) {
-            return InvalidArgument("tensor '" + member.name + "' has the name of member " +
-                                   std::to_string(number) + " of tensor stack '" + spec.name +
-                                   "' but not its member shape and dtype");
-          }
-          stack_of[t] = it->second;
-          index_of[t] = number - names[it->second].first;
-          used[static_cast<size_t>(it->second)] = 1;
-          ++members;
-          break;
-        }
-      }
-      if (dot == std::string_view::npos) break;
-      end = dot;
+    const auto [k, number] = finder.Find(layout.tensors[t].name);
+    if (k < 0) continue;
+    const TensorSpec& spec = stacks[static_cast<size_t>(k)];
+    const TensorSpec& member = layout.tensors[t];
+    if (member.dtype != spec.dtype ||
+        !std::equal(member.shape.begin(), member.shape.end(), spec.shape.begin() + 1,
+                    spec.shape.end())) {
+      return InvalidArgument("tensor '" + member.name + "' has the name of member " +
+                             std::to_string(number) + " of tensor stack '" + spec.name +
+                             "' but not its member shape and dtype");
     }
+    stack_of[t] = k;
+    index_of[t] = number - names[static_cast<size_t>(k)].first;
+    used[static_cast<size_t>(k)] = 1;
+    ++members;
   }
   Layout out;
   out.buffers = layout.buffers;
