@@ -572,8 +572,7 @@ void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_
   if (into.piece_boxes.empty()) {
     into.piece_boxes = std::move(more.piece_boxes);  // box_offset is 0: indexes stay
   } else {
-    into.piece_boxes.insert(into.piece_boxes.end(), more.piece_boxes.begin(),
-                            more.piece_boxes.end());
+    for (size_t i = 0; i < more.piece_boxes.size(); ++i) into.piece_boxes.push_back(more.piece_boxes[i]);
   }
   into.source_ranks.insert(into.source_ranks.end(), more.source_ranks.begin(),
                            more.source_ranks.end());

@@ -16,6 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include "core/base/status.h"
@@ -41,12 +44,42 @@ struct Piece {
   int holders_end = 0;
 };
 
+// Boxes stored in blocks of 1,024 that never move: appending writes a box once, where a vector
+// would copy all of them each time it regrows (Kimi-K2 with a buffer per expert has 1.1M piece
+// boxes of 136 bytes). References stay valid until the list is destroyed. Not thread-safe.
+class BoxList {
+  static_assert(std::is_trivially_copyable_v<Box> && std::is_trivially_destructible_v<Box>);
+
+ public:
+  BoxList() = default;
+  BoxList(BoxList&&) noexcept = default;
+  BoxList& operator=(BoxList&&) noexcept = default;
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Box& operator[](size_t i) const { return blocks_[i >> kShift].get()[i & kMask]; }
+  void push_back(const Box& box) {
+    if ((size_ & kMask) == 0) blocks_.emplace_back(static_cast<Box*>(::operator new(kBlockBytes)));
+    new (blocks_.back().get() + (size_ & kMask)) Box(box);  // Box is trivially destructible
+    ++size_;
+  }
+
+ private:
+  static constexpr size_t kShift = 10, kMask = (size_t{1} << kShift) - 1;
+  static constexpr size_t kBlockBytes = sizeof(Box) << kShift;
+  struct Free {
+    void operator()(Box* block) const { ::operator delete(block); }
+  };
+  std::vector<std::unique_ptr<Box, Free>> blocks_;  // each holds 1 << kShift boxes' storage
+  size_t size_ = 0;
+};
+
 struct Intersection {
   std::vector<FragmentGroup> groups;  // sorted by (dst tensor, box)
   std::vector<int> group_frags;       // destination fragment ids
   std::vector<Piece> pieces;          // sorted by group; pieces of a group are disjoint
   std::vector<int> holders;           // source fragment ids
-  std::vector<Box> piece_boxes;       // boxes of the pieces smaller than their group
+  BoxList piece_boxes;                // boxes of the pieces smaller than their group
   std::vector<int> source_ranks;       // rank of each source fragment, by fragment id
   std::vector<int> destination_ranks;  // rank of each destination fragment, by fragment id
 
