@@ -361,6 +361,26 @@ TEST(IntersectProperty, StacksHeldMemberByMemberMatchTheReference) {
   EXPECT_LT(ok, cases - cases / 20);  // and some miss one
 }
 
+// BoxList keeps every box where it was first written: references taken early stay valid across
+// blocks, values read back equal, and a moved list keeps them.
+TEST(BoxListTest, BoxesStayPutAcrossBlocks) {
+  BoxList list;
+  EXPECT_TRUE(list.empty());
+  std::vector<const Box*> where;
+  for (int i = 0; i < 3000; ++i) {
+    list.push_back(*Box::Make({i, 0}, {i + 1, i % 7 + 1}));
+    where.push_back(&list[static_cast<size_t>(i)]);
+  }
+  ASSERT_EQ(list.size(), 3000u);
+  for (int i = 0; i < 3000; ++i) {
+    EXPECT_EQ(&list[static_cast<size_t>(i)], where[static_cast<size_t>(i)]);
+    EXPECT_EQ(list[static_cast<size_t>(i)], *Box::Make({i, 0}, {i + 1, i % 7 + 1}));
+  }
+  BoxList moved = std::move(list);
+  EXPECT_EQ(moved.size(), 3000u);
+  EXPECT_EQ(&moved[2999], where[2999]);
+}
+
 // Takes the fragments marked in a mask, as stack folding's diverters do.
 class MaskDiverter final : public FragmentDiverter {
  public:
