@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -224,7 +225,15 @@ class TreeTable {
  private:
   int num_ranks_;
   std::vector<int> begin_, end_, ranks_, parent_;
-  std::map<std::vector<int>, int> index_;
+  // Hash of a tree's key (ranks and parents interleaved).
+  struct KeyHash {
+    size_t operator()(const std::vector<int>& key) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (int v : key) h = (h ^ static_cast<uint32_t>(v)) * 0xff51afd7ed558ccdull;
+      return static_cast<size_t>(h ^ (h >> 32));
+    }
+  };
+  std::unordered_map<std::vector<int>, int, KeyHash> index_;  // ids in order of first use
   std::vector<int> key_;
 };
 
