@@ -59,7 +59,9 @@ class BoxList {
   bool empty() const { return size_ == 0; }
   const Box& operator[](size_t i) const { return blocks_[i >> kShift].get()[i & kMask]; }
   void push_back(const Box& box) {
-    if ((size_ & kMask) == 0) blocks_.emplace_back(static_cast<Box*>(::operator new(kBlockBytes)));
+    if ((size_ & kMask) == 0) {
+      blocks_.emplace_back(static_cast<Box*>(::operator new(kBlockBytes)));
+    }
     new (blocks_.back().get() + (size_ & kMask)) Box(box);  // Box is trivially destructible
     ++size_;
   }

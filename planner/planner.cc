@@ -1416,8 +1416,9 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
                                       PlanFn plan) {
   if (TensorStacksAgree(source, destination)) return plan(source, destination);
   auto has_stacks = [](const Layout& layout) {
-    return std::any_of(layout.tensors.begin(), layout.tensors.end(),
-                       [](const TensorSpec& t) { return ParseTensorStackName(t.name).has_value(); });
+    return std::any_of(layout.tensors.begin(), layout.tensors.end(), [](const TensorSpec& t) {
+      return ParseTensorStackName(t.name).has_value();
+    });
   };
   const bool source_smaller = source.fragments.size() <= destination.fragments.size();
   const Layout& smaller = source_smaller ? source : destination;

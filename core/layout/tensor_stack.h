@@ -58,12 +58,11 @@ Result<Layout> UnstackTensors(const Layout& layout);
 // fragment becomes the box [e - first, e - first + 1) x its box, and a run of consecutive members
 // on one rank with equal boxes and strides whose byte offsets in one buffer advance by one positive
 // stride (a multiple of the element size) becomes one fragment with that dim-0 stride. Members
-// are found by name (a '.'-separated decimal component without leading zeros in the place of the
-// stack's range);
-// stacks none of whose members the layout lists are not added. Other tensors, buffers and
-// padding are kept (members' padding becomes the stack's). `stacked` is set to the number of
-// tensors replaced. Errors: a member whose shape or dtype is not the stack's member shape and
-// dtype, or a stack that is not a valid tensor stack. O(tensors + fragments).
+// are found by name: a '.'-separated decimal component without leading zeros in the place of the
+// stack's range. Stacks none of whose members the layout lists are not added. Other tensors,
+// buffers and padding are kept (members' padding becomes the stack's). `stacked` is set to the
+// number of tensors replaced. Errors: a member whose shape or dtype is not the stack's member
+// shape and dtype, or a stack that is not a valid tensor stack. O(tensors + fragments).
 Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>& stacks,
                             int64_t* stacked = nullptr);
 

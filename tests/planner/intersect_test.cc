@@ -340,7 +340,8 @@ TEST(IntersectProperty, StacksHeldMemberByMemberMatchTheReference) {
     t.name = "layers.0.experts.[0:" + std::to_string(t.shape[0]) + "].w";
     source.tensors = {t};
     destination.tensors = {t};
-    const int missing = Uniform(rng, 0, 9) == 0 ? Uniform(rng, 0, static_cast<int>(t.shape[0]) - 1) : -1;
+    const int missing =
+        Uniform(rng, 0, 9) == 0 ? Uniform(rng, 0, static_cast<int>(t.shape[0]) - 1) : -1;
     for (int64_t e = 0; e < t.shape[0]; ++e) {
       if (e == missing) continue;
       for (int r = Uniform(rng, 0, 3) == 0 ? 2 : 1; r > 0; --r) {

@@ -370,8 +370,8 @@ void AddStackedSide(std::mt19937_64& rng, Layout& layout,
       for (const TensorSpec& m : members) ids.push_back(layout.AddTensor(m).value());
     }
     // Members [first, first + count) of `box` as one fragment of the stack.
-    auto place_stack = [&](int first, int count, const Box& box, int rank, const std::string& buffer,
-                           int64_t offset, int64_t member_stride,
+    auto place_stack = [&](int first, int count, const Box& box, int rank,
+                           const std::string& buffer, int64_t offset, int64_t member_stride,
                            const std::array<int64_t, kMaxDims>& strides) {
       Box stacked;
       stacked.ndim = box.ndim + 1;

@@ -268,7 +268,8 @@ class MegatronWriter : public LayoutWriter {
     // EP rank's local experts together, unless in separate buffers).
     const int64_t expert_fragments =
         moe_layers * c_.num_experts * 3 * m_.etp /
-        std::max<int64_t>(1, stack_experts_ && !m_.separate_expert_buffers ? c_.num_experts / m_.ep : 1);
+        std::max<int64_t>(
+            1, stack_experts_ && !m_.separate_expert_buffers ? c_.num_experts / m_.ep : 1);
     // Two buffers (linear_fc1, linear_fc2) per expert, or per EP rank when stacked.
     const int64_t expert_buffers =
         moe_layers * (m_.separate_expert_buffers ? c_.num_experts : m_.ep) * 2 * m_.etp;

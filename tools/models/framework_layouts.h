@@ -15,6 +15,10 @@
 //      pure expert tensor parallelism; ep=tp*dp: vLLM's --enable-expert-parallel). Attention and
 //      dense weights are replicated over DP. Vocab padded to 64*tp. engines=N repeats the whole
 //      engine N times on the next ranks (independent instances, each with every expert).
+//  Either framework: expert_tensors=stacks (the default) names each MoE layer's routed experts as
+//      one tensor stack per projection, whose fragments span a rank's local experts;
+//      expert_tensors=members lists the checkpoint's per-expert tensors (FrameworkSpec::
+//      stack_expert_tensors).
 //
 // Pure functions; thread-safe.
 #pragma once

@@ -36,9 +36,10 @@ TEST(TensorStackNameTest, ParsesTheLastRangeComponent) {
 }
 
 TEST(TensorStackNameTest, RejectsWhatIsNotARange) {
-  for (const char* name : {"model.layers.3.weight", "a.[3:3].b", "a.[5:2].b", "a.[:4].b", "a.[0:].b",
-                           "a.[a:b].b", "a.x[0:4].b", "a.[0:4]x.b", "a.[0-4].b", "a.[0:4",
-                           "a.[0:1234567890123456789].b", "a.[-1:4].b", "a.[0:4:8].b", ""}) {
+  for (const char* name :
+       {"model.layers.3.weight", "a.[3:3].b", "a.[5:2].b", "a.[:4].b", "a.[0:].b", "a.[a:b].b",
+        "a.x[0:4].b", "a.[0:4]x.b", "a.[0-4].b", "a.[0:4", "a.[0:1234567890123456789].b",
+        "a.[-1:4].b", "a.[0:4:8].b", ""}) {
     EXPECT_FALSE(ParseTensorStackName(name).has_value()) << name;
   }
 }
@@ -100,8 +101,9 @@ TEST(UnstackTensorsTest, BadStacksAreErrors) {
   Layout wrong_count;
   wrong_count.AddTensor({"e.[0:4].w", {3, 3}, DType::kBF16}).value();
   EXPECT_NE(UnstackTensors(wrong_count).status().message().find("4 members"), std::string::npos);
-  EXPECT_NE(ValidateLayout(wrong_count, {std::nullopt, false}).message().find("[4, <member shape>]"),
-            std::string::npos);
+  EXPECT_NE(
+      ValidateLayout(wrong_count, {std::nullopt, false}).message().find("[4, <member shape>]"),
+      std::string::npos);
   Layout one_dim;
   one_dim.AddTensor({"e.[0:4].w", {4}, DType::kBF16}).value();
   EXPECT_FALSE(UnstackTensors(one_dim).ok());
@@ -130,7 +132,8 @@ TEST(TensorStacksAgreeTest, StacksMustBeNamedAlike) {
   // A source stack the destination does not use at all.
   EXPECT_TRUE(TensorStacksAgree(Named({"a", "e.[0:4].w"}), Named({"a"})));
   // The destination stacks what the source lists member by member, or the other way round.
-  EXPECT_FALSE(TensorStacksAgree(Named({"e.0.w", "e.1.w", "e.2.w", "e.3.w"}), Named({"e.[0:4].w"})));
+  EXPECT_FALSE(
+      TensorStacksAgree(Named({"e.0.w", "e.1.w", "e.2.w", "e.3.w"}), Named({"e.[0:4].w"})));
   EXPECT_FALSE(TensorStacksAgree(Named({"e.[0:4].w"}), Named({"e.3.w"})));
   // Other ranges of one family.
   EXPECT_FALSE(TensorStacksAgree(Named({"e.[0:4].w"}), Named({"e.[0:2].w"})));
@@ -141,7 +144,9 @@ TEST(TensorStacksAgreeTest, StacksMustBeNamedAlike) {
 // the stride, and a tensor that only looks like a member.
 Layout MemberLayout() {
   Layout l;
-  for (int e = 0; e < 6; ++e) l.AddTensor({"e." + std::to_string(e) + ".w", {2, 3}, DType::kBF16}).value();
+  for (int e = 0; e < 6; ++e) {
+    l.AddTensor({"e." + std::to_string(e) + ".w", {2, 3}, DType::kBF16}).value();
+  }
   l.AddTensor({"e.7.w", {2, 3}, DType::kBF16}).value();   // outside the stack's range [0:6)
   l.AddTensor({"f.1.w", {2, 3}, DType::kBF16}).value();   // another family
   l.AddTensor({"e.03.w", {2, 3}, DType::kBF16}).value();  // not how member 3 is spelled

@@ -162,11 +162,12 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
   EXPECT_EQ(Spec("megatron:ep=4,experts=separate,expert_tensors=members").ToString(),
             "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate,expert_tensors=members");
 
-  for (const char* bad : {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4",
-                          "vllm:pp=2", "megatron:tp=x", "megatron:tp=", "megatron:experts=fused",
-                          "megatron:experts", "vllm:experts=separate",
-                          "megatron:experts=stacked,experts=separate", "vllm:expert_tensors=stacked",
-                          "megatron:expert_tensors", "vllm:expert_tensors=members,expert_tensors=stacks"}) {
+  for (const char* bad :
+       {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4", "vllm:pp=2",
+        "megatron:tp=x", "megatron:tp=", "megatron:experts=fused", "megatron:experts",
+        "vllm:experts=separate", "megatron:experts=stacked,experts=separate",
+        "vllm:expert_tensors=stacked", "megatron:expert_tensors",
+        "vllm:expert_tensors=members,expert_tensors=stacks"}) {
     EXPECT_FALSE(ParseFrameworkSpec(bad).ok()) << bad;
   }
   // Qwen3-235B has 4 KV heads: Megatron cannot split its query groups 8 ways.
@@ -403,9 +404,10 @@ using PlacedFragment = std::tuple<std::string, std::string, int, std::string, in
 std::vector<PlacedFragment> Placed(const Layout& l) {
   std::vector<PlacedFragment> out;
   for (const Fragment& f : l.fragments) {
-    out.emplace_back(l.tensors[f.tensor].name, f.box.ToString(), f.loc.rank,
-                     l.buffers[f.loc.buffer].name, f.loc.byte_offset,
-                     std::vector<int64_t>(f.loc.strides.begin(), f.loc.strides.begin() + f.box.ndim));
+    out.emplace_back(
+        l.tensors[f.tensor].name, f.box.ToString(), f.loc.rank, l.buffers[f.loc.buffer].name,
+        f.loc.byte_offset,
+        std::vector<int64_t>(f.loc.strides.begin(), f.loc.strides.begin() + f.box.ndim));
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -434,7 +436,8 @@ TEST(FrameworkLayoutTest, ExpertStacksHoldTheMembersBytes) {
       for (const BufferSpec& b : stacked.buffers) EXPECT_EQ((sizes[{b.rank, b.name}]), b.bytes);
       int stacks = 0;
       for (const TensorSpec& t : stacked.tensors) stacks += ParseTensorStackName(t.name) ? 1 : 0;
-      EXPECT_EQ(stacked.tensors.size() - stacks, members.tensors.size() - stacks * p.config().num_experts);
+      EXPECT_EQ(stacked.tensors.size() - stacks,
+                members.tensors.size() - stacks * p.config().num_experts);
       if (spec.find("separate") == std::string::npos) {
         EXPECT_LT(stacked.fragments.size(), members.fragments.size());
       } else {  // one buffer per expert: one fragment per expert either way
