@@ -8,7 +8,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -1388,19 +1387,6 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), topology),
                                 std::max(1, topology.NumNodes()));
   return result;
-}
-
-// The tensor stacks of `from` that `layout` does not have.
-std::vector<TensorSpec> StacksMissingIn(const Layout& layout, const Layout& from) {
-  std::unordered_set<std::string_view> have;
-  for (const TensorSpec& t : layout.tensors) {
-    if (ParseTensorStackName(t.name)) have.insert(t.name);
-  }
-  std::vector<TensorSpec> missing;
-  for (const TensorSpec& t : from.tensors) {
-    if (ParseTensorStackName(t.name) && !have.count(t.name)) missing.push_back(t);
-  }
-  return missing;
 }
 
 // Calls `plan` with the layouts when their tensor stacks agree (core/layout/tensor_stack.h).

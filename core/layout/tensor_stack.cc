@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/strings.h"
 
 namespace ferry {
 namespace {
@@ -111,20 +112,31 @@ std::optional<TensorStackName> ParseTensorStackName(std::string_view name) {
   }
 }
 
+Status CheckTensorStackShape(const TensorSpec& tensor, const TensorStackName& stack) {
+  if (tensor.shape.size() >= 2 && tensor.shape[0] == stack.size()) return Status::Ok();
+  return InvalidArgument("tensor stack '" + tensor.name + "' has " + std::to_string(stack.size()) +
+                         " members, so its shape must be [" + std::to_string(stack.size()) +
+                         ", <member shape>], not " + FormatInts(tensor.shape));
+}
+
+std::vector<TensorSpec> StacksMissingIn(const Layout& layout, const Layout& from) {
+  std::unordered_set<std::string_view> have;
+  for (const TensorSpec& t : layout.tensors) {
+    if (ParseTensorStackName(t.name)) have.insert(t.name);
+  }
+  std::vector<TensorSpec> missing;
+  for (const TensorSpec& t : from.tensors) {
+    if (ParseTensorStackName(t.name) && !have.count(t.name)) missing.push_back(t);
+  }
+  return missing;
+}
+
 bool TensorStacksAgree(const Layout& source, const Layout& destination) {
-  std::unordered_set<std::string_view> source_stacks, destination_stacks;
-  for (const TensorSpec& t : source.tensors) {
-    if (ParseTensorStackName(t.name)) source_stacks.insert(t.name);
-  }
-  for (const TensorSpec& t : destination.tensors) {
-    if (!ParseTensorStackName(t.name)) continue;
-    if (!source_stacks.count(t.name)) return false;
-    destination_stacks.insert(t.name);
-  }
+  if (!StacksMissingIn(source, destination).empty()) return false;
   // A source stack the destination does not have: the destination must not name its members.
   std::vector<TensorStackName> missing;
-  for (std::string_view name : source_stacks) {
-    if (!destination_stacks.count(name)) missing.push_back(*ParseTensorStackName(name));
+  for (const TensorSpec& t : StacksMissingIn(destination, source)) {
+    missing.push_back(*ParseTensorStackName(t.name));
   }
   if (missing.empty()) return true;
   const MemberFinder finder(missing);
@@ -139,7 +151,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
   out.buffers = layout.buffers;
   // Per tensor of `layout`: the first of its tensors in `out` (its members, or itself).
   std::vector<int> first_of(layout.tensors.size());
-  std::vector<char> stacked(layout.tensors.size(), 0);
+  // Per tensor of `layout`: its stack name, if it is a stack.
   std::vector<std::optional<TensorStackName>> stacks(layout.tensors.size());
   std::unordered_set<std::string_view> plain_names;
   size_t tensors = 0;
@@ -159,13 +171,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
       out.tensors.push_back(t);
       continue;
     }
-    if (t.shape.size() < 2 || t.shape[0] != stack->size()) {
-      return InvalidArgument("tensor stack '" + t.name + "' has " +
-                             std::to_string(stack->size()) + " members but its shape does not " +
-                             "start with " + std::to_string(stack->size()) +
-                             " followed by the members' shape");
-    }
-    stacked[i] = 1;
+    FERRY_RETURN_IF_ERROR(CheckTensorStackShape(t, *stack));
     const std::vector<int64_t> member_shape(t.shape.begin() + 1, t.shape.end());
     for (int64_t m = stack->first; m < stack->end; ++m) {
       // MemberName(m), built in one buffer.
@@ -189,16 +195,19 @@ Result<Layout> UnstackTensors(const Layout& layout) {
     }
     return member;
   };
+  // Whether tensor index `t` (unchecked) is a stack.
+  auto is_stack = [&](int t) {
+    return t >= 0 && static_cast<size_t>(t) < stacks.size() && stacks[static_cast<size_t>(t)];
+  };
   size_t fragments = 0;
   for (const Fragment& f : layout.fragments) {
-    const bool is_stack = f.tensor >= 0 && static_cast<size_t>(f.tensor) < stacked.size() &&
-                          stacked[static_cast<size_t>(f.tensor)];
-    fragments += is_stack ? static_cast<size_t>(std::max<int64_t>(0, f.box.Extent(0))) : 1;
+    fragments +=
+        is_stack(f.tensor) ? static_cast<size_t>(std::max<int64_t>(0, f.box.Extent(0))) : 1;
   }
   out.fragments.reserve(fragments);
   for (const Fragment& f : layout.fragments) {
     const size_t t = static_cast<size_t>(f.tensor);
-    if (f.tensor < 0 || t >= stacked.size() || !stacked[t]) {
+    if (!is_stack(f.tensor)) {
       Fragment copy = f;
       if (f.tensor >= 0 && t < first_of.size()) copy.tensor = first_of[t];
       out.fragments.push_back(copy);
@@ -224,7 +233,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
   }
   for (const PaddingRegion& p : layout.padding) {
     const size_t t = static_cast<size_t>(p.tensor);
-    if (p.tensor < 0 || t >= stacked.size() || !stacked[t]) {
+    if (!is_stack(p.tensor)) {
       out.padding.push_back({p.tensor >= 0 && t < first_of.size() ? first_of[t] : p.tensor, p.box});
       continue;
     }
@@ -243,9 +252,8 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
   names.reserve(stacks.size());
   for (size_t k = 0; k < stacks.size(); ++k) {
     std::optional<TensorStackName> name = ParseTensorStackName(stacks[k].name);
-    if (!name || stacks[k].shape.size() < 2 || stacks[k].shape[0] != name->size()) {
-      return InvalidArgument("'" + stacks[k].name + "' is not a tensor stack of its shape");
-    }
+    if (!name) return InvalidArgument("'" + stacks[k].name + "' is not a tensor stack name");
+    FERRY_RETURN_IF_ERROR(CheckTensorStackShape(stacks[k], *name));
     names.push_back(std::move(*name));
   }
   const MemberFinder finder(names);
@@ -293,7 +301,19 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     int64_t last_offset = 0;
     int64_t stride = 0;
   };
-  std::unordered_map<uint64_t, Run> runs;
+  std::unordered_map<uint64_t, Run> runs;  // key: stack << 32 | buffer (a buffer is on one rank)
+  // The box `box` of member `index`: [index, index + 1) x box.
+  auto stacked_box = [](const Box& box, int64_t index) {
+    Box out_box;
+    out_box.ndim = box.ndim + 1;
+    out_box.lo[0] = index;
+    out_box.hi[0] = index + 1;
+    for (int d = 0; d < box.ndim; ++d) {
+      out_box.lo[d + 1] = box.lo[d];
+      out_box.hi[d + 1] = box.hi[d];
+    }
+    return out_box;
+  };
   out.fragments.reserve(layout.fragments.size());
   for (const Fragment& f : layout.fragments) {
     const size_t t = static_cast<size_t>(f.tensor);
@@ -309,8 +329,7 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     Run& run = runs[static_cast<uint64_t>(k) << 32 | static_cast<uint32_t>(f.loc.buffer)];
     if (run.fragment >= 0 && run.next == index) {
       Fragment& open = out.fragments[static_cast<size_t>(run.fragment)];
-      bool same = open.loc.rank == f.loc.rank && open.loc.buffer == f.loc.buffer &&
-                  open.box.ndim == f.box.ndim + 1;
+      bool same = open.box.ndim == f.box.ndim + 1;
       for (int d = 0; same && d < f.box.ndim; ++d) {
         same = open.box.lo[d + 1] == f.box.lo[d] && open.box.hi[d + 1] == f.box.hi[d] &&
                open.loc.strides[d + 1] == f.loc.strides[d];
@@ -327,18 +346,11 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     }
     Fragment slice;
     slice.tensor = stack_index[k];
-    slice.box.ndim = f.box.ndim + 1;
-    slice.box.lo[0] = index;
-    slice.box.hi[0] = index + 1;
+    slice.box = stacked_box(f.box, index);
     slice.loc = f.loc;
-    int64_t volume = 1;
-    for (int d = 0; d < f.box.ndim; ++d) {
-      slice.box.lo[d + 1] = f.box.lo[d];
-      slice.box.hi[d + 1] = f.box.hi[d];
-      slice.loc.strides[d + 1] = f.loc.strides[d];
-      volume *= std::max<int64_t>(1, f.box.hi[d] - f.box.lo[d]);
-    }
-    slice.loc.strides[0] = volume;  // one member: any positive stride describes it
+    for (int d = 0; d < f.box.ndim; ++d) slice.loc.strides[d + 1] = f.loc.strides[d];
+    // One member: any positive stride describes it; the member's volume, as if dense.
+    slice.loc.strides[0] = std::max<int64_t>(1, f.box.Volume());
     run = {static_cast<int64_t>(out.fragments.size()), index + 1, f.loc.byte_offset, 0};
     out.fragments.push_back(slice);
   }
@@ -349,15 +361,8 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
       out.padding.push_back({tensor, p.box});
       continue;
     }
-    PaddingRegion slice{stack_index[static_cast<size_t>(stack_of[t])], {}};
-    slice.box.ndim = p.box.ndim + 1;
-    slice.box.lo[0] = index_of[t];
-    slice.box.hi[0] = index_of[t] + 1;
-    for (int d = 0; d < p.box.ndim; ++d) {
-      slice.box.lo[d + 1] = p.box.lo[d];
-      slice.box.hi[d + 1] = p.box.hi[d];
-    }
-    out.padding.push_back(slice);
+    out.padding.push_back(
+        {stack_index[static_cast<size_t>(stack_of[t])], stacked_box(p.box, index_of[t])});
   }
   if (stacked != nullptr) *stacked = members;
   return out;

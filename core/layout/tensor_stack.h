@@ -41,6 +41,14 @@ struct TensorStackName {
 // digits; "[3:3]", "[5:2]", "[:4]", "[a:b]" or "x[0:4]" are not stack components.
 std::optional<TensorStackName> ParseTensorStackName(std::string_view name);
 
+// OK when `tensor`'s shape fits its stack name `stack`: at least 2 dims, the first of them the
+// number of members; otherwise InvalidArgument naming the tensor and the shape it needs.
+Status CheckTensorStackShape(const TensorSpec& tensor, const TensorStackName& stack);
+
+// The tensor stacks of `from` (its tensors with a stack name) that `layout` has no tensor of the
+// same name for, in `from`'s order.
+std::vector<TensorSpec> StacksMissingIn(const Layout& layout, const Layout& from);
+
 // Whether planning `source` into `destination` can take their tensor stacks as they are: every
 // destination stack is a source tensor of the same name, and no destination tensor is a member of
 // a source stack that the destination does not have. O(tensors); reads only names.

@@ -89,11 +89,7 @@ Status CheckTensors(const Layout& l) {
   for (const TensorSpec& t : l.tensors) {
     const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
     if (!stack) continue;
-    if (t.shape.size() < 2 || t.shape[0] != stack->size()) {
-      return InvalidArgument("tensor stack '" + t.name + "' has " + std::to_string(stack->size()) +
-                             " members, so its shape must be [" + std::to_string(stack->size()) +
-                             ", <member shape>], not " + FormatInts(t.shape));
-    }
+    FERRY_RETURN_IF_ERROR(CheckTensorStackShape(t, *stack));
     for (int64_t m = stack->first; m < stack->end; ++m) {
       if (names.count(stack->MemberName(m))) {
         return InvalidArgument("tensor '" + stack->MemberName(m) + "' is also member " +

@@ -103,7 +103,7 @@ class LayoutOracle {
     for (const TensorSpec& t : layout.tensors) {
       Entry e;
       const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
-      if (stack && t.shape.size() >= 2 && t.shape[0] == stack->size()) {
+      if (stack && CheckTensorStackShape(t, *stack).ok()) {
         e.member_elements = t.NumElements() / t.shape[0];
         for (int64_t m = stack->first; m < stack->end; ++m) {
           e.name_hashes.push_back(OracleNameHash(stack->MemberName(m)));
