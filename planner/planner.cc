@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -1406,6 +1407,16 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
       return ParseTensorStackName(t.name).has_value();
     });
   };
+  // `layout` with its members of `other`'s stacks stacked; nullopt when it lists none of them or
+  // they do not fit the stacks.
+  auto restacked = [](const Layout& layout, const Layout& other) -> std::optional<Layout> {
+    const std::vector<TensorSpec> missing = StacksMissingIn(layout, other);
+    if (missing.empty()) return std::nullopt;
+    int64_t members = 0;
+    Result<Layout> out = StackMembers(layout, missing, &members);
+    if (!out.ok() || members == 0) return std::nullopt;
+    return std::move(*out);
+  };
   const bool source_smaller = source.fragments.size() <= destination.fragments.size();
   const Layout& smaller = source_smaller ? source : destination;
   const Layout& larger = source_smaller ? destination : source;
@@ -1415,27 +1426,19 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
   auto plan_with = [&](const Layout& small) {
     return source_smaller ? plan(small, larger) : plan(larger, small);
   };
-  {
-    int64_t stacked = 0;
-    Result<Layout> restacked = StackMembers(smaller, StacksMissingIn(smaller, larger), &stacked);
-    if (restacked.ok() && stacked > 0 && agree(*restacked)) return plan_with(*restacked);
-    if (has_stacks(smaller)) {
-      Result<Layout> expanded = UnstackTensors(smaller);
-      if (expanded.ok() && agree(*expanded)) return plan_with(*expanded);
-    }
+  const std::optional<Layout> smaller_restacked = restacked(smaller, larger);
+  if (smaller_restacked && agree(*smaller_restacked)) return plan_with(*smaller_restacked);
+  if (has_stacks(smaller)) {
+    Result<Layout> expanded = UnstackTensors(smaller);
+    if (expanded.ok() && agree(*expanded)) return plan_with(*expanded);
   }
   {
-    const std::vector<TensorSpec> for_source = StacksMissingIn(source, destination);
-    const std::vector<TensorSpec> for_destination = StacksMissingIn(destination, source);
-    Result<Layout> restacked_source = Layout{}, restacked_destination = Layout{};
-    int64_t source_members = 0, destination_members = 0;
-    if (!for_source.empty()) restacked_source = StackMembers(source, for_source, &source_members);
-    if (!for_destination.empty()) {
-      restacked_destination = StackMembers(destination, for_destination, &destination_members);
-    }
-    if (restacked_source.ok() && restacked_destination.ok()) {
-      const Layout& s = source_members > 0 ? *restacked_source : source;
-      const Layout& d = destination_members > 0 ? *restacked_destination : destination;
+    const std::optional<Layout> larger_restacked = restacked(larger, smaller);
+    if (smaller_restacked || larger_restacked) {
+      const Layout& small = smaller_restacked ? *smaller_restacked : smaller;
+      const Layout& large = larger_restacked ? *larger_restacked : larger;
+      const Layout& s = source_smaller ? small : large;
+      const Layout& d = source_smaller ? large : small;
       if (TensorStacksAgree(s, d)) return plan(s, d);
     }
   }
