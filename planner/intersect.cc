@@ -572,8 +572,9 @@ void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_
   if (into.piece_boxes.empty()) {
     into.piece_boxes = std::move(more.piece_boxes);  // box_offset is 0: indexes stay
   } else {
-    for (size_t i = 0; i < more.piece_boxes.size(); ++i)
+    for (size_t i = 0; i < more.piece_boxes.size(); ++i) {
       into.piece_boxes.push_back(more.piece_boxes[i]);
+    }
   }
   into.source_ranks.insert(into.source_ranks.end(), more.source_ranks.begin(),
                            more.source_ranks.end());
