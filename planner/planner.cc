@@ -196,7 +196,9 @@ Status CheckTopology(const Topology& topology, int num_ranks) {
   return Status::Ok();
 }
 
-// Delivery trees: tree id < num_ranks is the single rank `id`; larger ids index the table.
+// Delivery trees: tree id < num_ranks is the single rank `id`; larger ids index the table. Each
+// interned tree also keeps its members' children, flat, for emission (which walks a tree once per
+// message sent down it).
 class TreeTable {
  public:
   explicit TreeTable(int num_ranks) : num_ranks_(num_ranks) {}
@@ -210,10 +212,24 @@ class TreeTable {
     }
     auto [it, inserted] = index_.try_emplace(key_, num_ranks_ + static_cast<int>(begin_.size()));
     if (inserted) {
-      begin_.push_back(static_cast<int>(ranks_.size()));
+      const int begin = static_cast<int>(ranks_.size());
+      const int size = static_cast<int>(ranks.size());
+      begin_.push_back(begin);
       ranks_.insert(ranks_.end(), ranks.begin(), ranks.end());
       parent_.insert(parent_.end(), parent.begin(), parent.end());
       end_.push_back(static_cast<int>(ranks_.size()));
+      // Member i's children are children_[child_begin_[c + i], child_begin_[c + i + 1]) with c
+      // the tree's child_offset_, in member order: a counting sort of the members by parent.
+      const int c = static_cast<int>(child_begin_.size());
+      child_offset_.push_back(c);
+      child_begin_.resize(static_cast<size_t>(c + size + 1), 0);
+      children_.resize(static_cast<size_t>(begin + size));
+      int* counts = child_begin_.data() + c;
+      for (int i = 1; i < size; ++i) ++counts[parent[i] + 1];
+      counts[0] = begin;
+      for (int i = 0; i < size; ++i) counts[i + 1] += counts[i];
+      fill_.assign(counts, counts + size);
+      for (int i = 1; i < size; ++i) children_[fill_[parent[i]]++] = i;
     }
     return it->second;
   }
@@ -221,10 +237,27 @@ class TreeTable {
   int Size(int tree) const { return tree < num_ranks_ ? 1 : end_[tree - num_ranks_] - begin_[tree - num_ranks_]; }
   int Rank(int tree, int i) const { return tree < num_ranks_ ? tree : ranks_[begin_[tree - num_ranks_] + i]; }
   int Parent(int tree, int i) const { return tree < num_ranks_ ? -1 : parent_[begin_[tree - num_ranks_] + i]; }
+  // An interned tree (tree >= num_ranks) as flat arrays: its member ranks, parents and, per member
+  // i, its children (member indexes) children[child_begin[i] .. child_begin[i + 1]).
+  struct Shape {
+    const int* ranks;
+    const int* parent;
+    const int* child_begin;
+    const int* children;
+  };
+  Shape ShapeOf(int tree) const {
+    const int begin = begin_[tree - num_ranks_];
+    return {ranks_.data() + begin, parent_.data() + begin,
+            child_begin_.data() + child_offset_[tree - num_ranks_], children_.data()};
+  }
 
  private:
   int num_ranks_;
   std::vector<int> begin_, end_, ranks_, parent_;
+  std::vector<int> child_offset_;  // per tree, its members' first entry in child_begin_
+  std::vector<int> child_begin_;   // per member, plus one past each tree's last
+  std::vector<int> children_;      // by position in ranks_ (the last slot of a tree is unused)
+  std::vector<int> fill_;
   // Hash of a tree's key (ranks and parents interleaved).
   struct KeyHash {
     size_t operator()(const std::vector<int>& key) const {
@@ -919,9 +952,26 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     plan.dep_list.push_back(dep);
     op.deps_end = op.deps_begin + 1;
   };
-  int64_t next_message = 0;
+  // Appends an op of `kind` on `rank` in place (assigning its id) for the caller to fill in.
+  auto new_op = [&plan](OpKind kind, int rank, int round) -> Op& {
+    const int id = static_cast<int>(plan.ops.size());
+    Op& op = plan.ops.emplace_back();
+    op.id = id;
+    op.kind = kind;
+    op.rank = rank;
+    op.round = round;
+    return op;
+  };
+  // Topology::Link on the node table already at hand.
+  auto link = [&node_of](int from, int to) {
+    return from == to ? LinkClass::kSameRank
+                      : node_of[from] == node_of[to] ? LinkClass::kSameNode : LinkClass::kNetwork;
+  };
+  // Per tree member, by position: the message it receives and its Recv's round (parents come
+  // before their children, so a member's entries are written before they are read).
   std::vector<int64_t> message_of;
-  std::vector<int> child_begin, child_list, child_fill, recv_round;
+  std::vector<int> recv_round;
+  int64_t next_message = 0;
   int round = 0;
   int last_sender = -1;
   for (size_t mi = 0; mi < messages.size(); ++mi) {
@@ -948,26 +998,22 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     const int count = m.last - m.first;
     const Delivery& d0 = deliveries[m.first];
     const DeliveryTarget& t0 = targets[m.first];
-    // Sender side.
-    Op send;
-    send.kind = OpKind::kSend;
-    send.rank = m.sender;
-    send.peer = trees.Rank(m.tree, 0);
-    send.bytes = m.bytes;
-    send.round = round;
-    send.link = topology.Link(send.rank, send.peer);
-    send.message = next_message++;
+    // The tree: one rank (no children), or an interned shape.
+    const int size = trees.Size(m.tree);
+    const bool single = size == 1;
+    const TreeTable::Shape shape = single ? TreeTable::Shape{} : trees.ShapeOf(m.tree);
+    const int root = single ? m.tree : shape.ranks[0];
+    // Sender side: a Pack into a staging slot unless one contiguous region is sent as it lies.
+    ByteRange sent;
+    int pack_id = -1;
     {
       const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
       if (count == 1 && src0.contiguous) {
-        send.data = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
+        sent = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
       } else {
         const int slot = plan.AddSlot(m.sender, m.bytes);
-        Op pack;
-        pack.kind = OpKind::kPack;
-        pack.rank = m.sender;
+        Op& pack = new_op(OpKind::kPack, m.sender, round);
         pack.bytes = m.bytes;
-        pack.round = round;
         pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
         for (int k = m.first; k < m.last; ++k) {
@@ -978,60 +1024,56 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
-        depend_on(send, plan.AddOp(std::move(pack)));
-        send.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
+        pack_id = pack.id;
+        sent = ByteRange(Space::kStaging, slot, 0, m.bytes);
       }
     }
-    const int64_t first_message = send.message;
-    plan.AddOp(std::move(send));
-    // Tree side.
-    const int size = trees.Size(m.tree);
-    // Children of each member, flat: child_list[child_begin[i] .. child_begin[i + 1]).
-    child_begin.assign(size + 1, 0);
-    for (int i = 1; i < size; ++i) ++child_begin[trees.Parent(m.tree, i) + 1];
-    for (int i = 0; i < size; ++i) child_begin[i + 1] += child_begin[i];
-    child_fill.assign(child_begin.begin(), child_begin.end() - 1);
-    child_list.resize(std::max(0, size - 1));
-    for (int i = 1; i < size; ++i) child_list[child_fill[trees.Parent(m.tree, i)]++] = i;
-    message_of.assign(size, -1);
-    message_of[0] = first_message;
-    recv_round.assign(size, round);
+    {
+      Op& send = new_op(OpKind::kSend, m.sender, round);
+      send.peer = root;
+      send.bytes = m.bytes;
+      send.link = link(m.sender, root);
+      send.message = next_message++;
+      send.data = sent;
+      if (pack_id >= 0) depend_on(send, pack_id);
+      if (static_cast<int>(message_of.size()) < size) {
+        message_of.resize(size);
+        recv_round.resize(size);
+      }
+      message_of[0] = send.message;
+      recv_round[0] = round;
+    }
+    // Tree side: per member a Recv (into its fragment when it is the one contiguous place the
+    // message lands, else into a slot, then an Unpack), and a Forward to each child.
     for (int i = 0; i < size; ++i) {
-      const int rank = trees.Rank(m.tree, i);
-      const int from = trees.Parent(m.tree, i) < 0 ? m.sender : trees.Rank(m.tree, trees.Parent(m.tree, i));
-      Op recv;
-      recv.kind = OpKind::kRecv;
-      recv.rank = rank;
+      const int rank = single ? root : shape.ranks[i];
+      const int parent = single ? -1 : shape.parent[i];
+      const int from = parent < 0 ? m.sender : shape.ranks[parent];
+      const int first_child = single ? 0 : shape.child_begin[i];
+      const int end_child = single ? 0 : shape.child_begin[i + 1];
+      Op& recv = new_op(OpKind::kRecv, rank, recv_round[i]);
       recv.peer = from;
       recv.bytes = m.bytes;
-      recv.round = recv_round[i];
-      recv.link = topology.Link(from, rank);
+      recv.link = link(from, rank);
       recv.message = message_of[i];
-      bool direct = false;
-      if (count == 1 && child_begin[i] == child_begin[i + 1]) {
+      if (count == 1 && first_child == end_child) {
         const int frag = MemberFragment(d0, member_fragments, i);
         if (frag != kLookUp) {
           const CopySide dst = FragmentSide(dst_frags[frag], t0.dtype, Space::kDestination, *t0.box);
           if (dst.contiguous) {
             recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
-            direct = true;
+            continue;
           }
         }
       }
-      if (direct) {
-        plan.AddOp(std::move(recv));
-        continue;
-      }
       const int slot = plan.AddSlot(rank, m.bytes);
       recv.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
-      const int recv_id = plan.AddOp(std::move(recv));
-      Op unpack;
-      unpack.kind = OpKind::kUnpack;
-      unpack.rank = rank;
-      unpack.round = recv_round[i];
+      const int recv_id = recv.id;
+      Op& unpack = new_op(OpKind::kUnpack, rank, recv_round[i]);
       depend_on(unpack, recv_id);
       unpack.copies_begin = static_cast<int>(plan.copies.size());
       int64_t offset = 0;
+      int64_t unpacked = 0;
       for (int k = m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
         const DeliveryTarget& t = targets[k];
@@ -1042,27 +1084,24 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         for (const int* it = lo; it != hi; ++it) {
           AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
                         FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box), *t.box);
-          unpack.bytes += d.bytes;
+          unpacked += d.bytes;
         }
         offset += d.bytes;
       }
+      unpack.bytes = unpacked;
       unpack.copies_end = static_cast<int>(plan.copies.size());
-      plan.AddOp(std::move(unpack));
-      for (int c = 0; c < child_begin[i + 1] - child_begin[i]; ++c) {
-        const int child = child_list[child_begin[i] + c];
-        Op fwd;
-        fwd.kind = OpKind::kForward;
-        fwd.rank = rank;
-        fwd.peer = trees.Rank(m.tree, child);
+      for (int c = first_child; c < end_child; ++c) {
+        const int child = shape.children[c];
+        const int peer = shape.ranks[child];
+        Op& fwd = new_op(OpKind::kForward, rank, recv_round[i] + 1 + (c - first_child));
+        fwd.peer = peer;
         fwd.bytes = m.bytes;
-        fwd.round = recv_round[i] + 1 + static_cast<int>(c);
-        fwd.link = topology.Link(rank, fwd.peer);
+        fwd.link = link(rank, peer);
         fwd.message = next_message++;
         fwd.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
         depend_on(fwd, recv_id);
         message_of[child] = fwd.message;
         recv_round[child] = fwd.round;
-        plan.AddOp(std::move(fwd));
       }
     }
   }
