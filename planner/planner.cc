@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -203,17 +202,34 @@ class TreeTable {
  public:
   explicit TreeTable(int num_ranks) : num_ranks_(num_ranks) {}
   // `ranks[i]`'s parent is ranks[parent[i]], or the sender when parent[i] < 0; parents first.
+  // Trees are looked up by a hash of ranks and parents in an open-addressing table of tree ids,
+  // each hit compared with the stored tree.
   int Intern(const std::vector<int>& ranks, const std::vector<int>& parent) {
     if (ranks.size() == 1) return ranks[0];
-    key_.clear();
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      key_.push_back(ranks[i]);
-      key_.push_back(parent[i]);
+    const int size = static_cast<int>(ranks.size());
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < size; ++i) {
+      h = (h ^ static_cast<uint32_t>(ranks[i])) * 0xff51afd7ed558ccdull;
+      h = (h ^ static_cast<uint32_t>(parent[i])) * 0xff51afd7ed558ccdull;
     }
-    auto [it, inserted] = index_.try_emplace(key_, num_ranks_ + static_cast<int>(begin_.size()));
-    if (inserted) {
+    if (2 * (begin_.size() + 1) > slots_.size()) Rehash();
+    const size_t mask = slots_.size() - 1;
+    size_t at = SlotOf(h, mask);
+    for (;; at = (at + 1) & mask) {
+      const int t = slots_[at];
+      if (t < 0) break;
+      const int begin = begin_[t];
+      if (hashes_[t] == h && end_[t] - begin == size &&
+          std::equal(ranks.begin(), ranks.end(), ranks_.begin() + begin) &&
+          std::equal(parent.begin(), parent.end(), parent_.begin() + begin)) {
+        return num_ranks_ + t;
+      }
+    }
+    const int id = static_cast<int>(begin_.size());
+    slots_[at] = id;
+    hashes_.push_back(h);
+    {
       const int begin = static_cast<int>(ranks_.size());
-      const int size = static_cast<int>(ranks.size());
       begin_.push_back(begin);
       ranks_.insert(ranks_.end(), ranks.begin(), ranks.end());
       parent_.insert(parent_.end(), parent.begin(), parent.end());
@@ -231,7 +247,7 @@ class TreeTable {
       fill_.assign(counts, counts + size);
       for (int i = 1; i < size; ++i) children_[fill_[parent[i]]++] = i;
     }
-    return it->second;
+    return num_ranks_ + id;
   }
   int NumTrees() const { return num_ranks_ + static_cast<int>(begin_.size()); }
   int Size(int tree) const { return tree < num_ranks_ ? 1 : end_[tree - num_ranks_] - begin_[tree - num_ranks_]; }
@@ -258,16 +274,20 @@ class TreeTable {
   std::vector<int> child_begin_;   // per member, plus one past each tree's last
   std::vector<int> children_;      // by position in ranks_ (the last slot of a tree is unused)
   std::vector<int> fill_;
-  // Hash of a tree's key (ranks and parents interleaved).
-  struct KeyHash {
-    size_t operator()(const std::vector<int>& key) const {
-      uint64_t h = 0x9e3779b97f4a7c15ull;
-      for (int v : key) h = (h ^ static_cast<uint32_t>(v)) * 0xff51afd7ed558ccdull;
-      return static_cast<size_t>(h ^ (h >> 32));
+  std::vector<uint64_t> hashes_;  // per tree, its hash
+  std::vector<int> slots_;        // the open-addressing table: tree index (id - num_ranks), or -1
+
+  static size_t SlotOf(uint64_t hash, size_t mask) { return static_cast<size_t>(hash ^ (hash >> 29)) & mask; }
+  // Doubles the table (at least 1024 slots) and reinserts every tree.
+  void Rehash() {
+    slots_.assign(std::max<size_t>(1024, slots_.size() * 2), -1);
+    const size_t mask = slots_.size() - 1;
+    for (size_t t = 0; t < hashes_.size(); ++t) {
+      size_t at = SlotOf(hashes_[t], mask);
+      while (slots_[at] >= 0) at = (at + 1) & mask;
+      slots_[at] = static_cast<int>(t);
     }
-  };
-  std::unordered_map<std::vector<int>, int, KeyHash> index_;  // ids in order of first use
-  std::vector<int> key_;
+  }
 };
 
 // One chunk of one piece bound for one delivery tree. Its candidates (the source fragments that
