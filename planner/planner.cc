@@ -321,12 +321,16 @@ struct DeliveryTarget {
   DType dtype = DType::kUInt8;
 };
 
+// A destination fragment of piece `piece` on a rank that also holds it (source fragment `src`).
+struct LocalCopy {
+  int rank, piece, src, dst;
+};
+
 struct Message {
   int sender = 0;
   int tree = 0;
-  int first = 0, last = 0;  // range of deliveries (sorted by sender, tree, index)
+  int first = 0, last = 0;  // range of deliveries (sorted by sender, distance, tree, index)
   int64_t bytes = 0;
-  int distance = 0;         // (root node - sender node) mod nodes: round order
 };
 
 // The dtype of each of `layout`'s tensors, by index.
@@ -457,6 +461,258 @@ class FragmentTable {
   const Fragment* stacked_;
 };
 
+// What emission reads: the intersection, the routed and selected deliveries (sorted by message,
+// with their targets) and the messages in round order.
+struct EmitInputs {
+  const Intersection& inter;
+  const PlanFacts& facts;
+  const FragmentTable& src_frags;
+  const FragmentTable& dst_frags;
+  const TreeTable& trees;
+  const std::vector<LocalCopy>& local_copies;
+  const std::vector<Delivery>& deliveries;
+  const std::vector<DeliveryTarget>& targets;
+  const std::vector<int>& member_fragments;
+  const std::vector<Message>& messages;
+  int num_ranks;
+};
+
+// Appends the plan's ops, slots, deps and copy pairs. A function of its own (not inlined into the
+// planner) so that the compiler allocates registers for this loop alone.
+[[gnu::noinline]] void EmitOps(const EmitInputs& in, TransferPlan& plan) {
+  const Intersection& inter = in.inter;
+  const PlanFacts& facts = in.facts;
+  const FragmentTable& src_frags = in.src_frags;
+  const FragmentTable& dst_frags = in.dst_frags;
+  const TreeTable& trees = in.trees;
+  const std::vector<LocalCopy>& local_copies = in.local_copies;
+  const std::vector<Delivery>& deliveries = in.deliveries;
+  const std::vector<DeliveryTarget>& targets = in.targets;
+  const std::vector<int>& member_fragments = in.member_fragments;
+  const std::vector<Message>& messages = in.messages;
+  const int num_ranks = in.num_ranks;
+  const std::vector<int>& dst_rank = facts.destination_rank;
+  const std::vector<int>& node_of = facts.node_of_rank;
+  // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags: what
+  // emission reads for a tree member whose fragment routing left as kLookUp (a group of one
+  // fragment never is: its delivery carries that fragment).
+  auto fragments_on_rank = [&](const FragmentGroup& g, int rank) {
+    const int* begin = inter.group_frags.data() + g.frags_begin;
+    const int* end = inter.group_frags.data() + g.frags_end;
+    const int* lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
+    const int* hi = lo;
+    while (hi != end && dst_rank[*hi] == rank) ++hi;
+    return std::make_pair(lo, hi);
+  };
+  // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
+  // sort by rank).
+  {
+    // Upper bounds: per message a Pack and a Send, per tree member a Recv, an Unpack and a Forward
+    // to each child (one per member but the root); a copy pair per delivery on the sender and per
+    // destination fragment on each member; a dep per Send, Unpack and Forward.
+    size_t ops_bound = static_cast<size_t>(num_ranks), slots_bound = 0, deps_bound = 0;
+    size_t copies_bound = local_copies.size();
+    for (const Message& m : messages) {
+      const size_t size = static_cast<size_t>(trees.Size(m.tree));
+      const size_t count = static_cast<size_t>(m.last - m.first);
+      ops_bound += 2 + 3 * size;
+      slots_bound += 1 + size;
+      deps_bound += 1 + 2 * size;
+      copies_bound += count * (1 + size);
+    }
+    ReserveFresh(plan.ops, ops_bound);
+    ReserveFresh(plan.slots, slots_bound);
+    ReserveFresh(plan.dep_list, deps_bound);
+    ReserveFresh(plan.copies, copies_bound);
+  }
+  {
+    std::vector<int> rank_begin(num_ranks + 1, 0);
+    for (const LocalCopy& c : local_copies) ++rank_begin[c.rank + 1];
+    for (int r = 0; r < num_ranks; ++r) rank_begin[r + 1] += rank_begin[r];
+    std::vector<int> by_rank(local_copies.size());
+    std::vector<int> fill(rank_begin.begin(), rank_begin.end() - 1);
+    for (size_t i = 0; i < local_copies.size(); ++i) by_rank[fill[local_copies[i].rank]++] = static_cast<int>(i);
+    for (int r = 0; r < num_ranks; ++r) {
+      if (rank_begin[r] == rank_begin[r + 1]) continue;
+      Op op;
+      op.kind = OpKind::kCopy;
+      op.rank = r;
+      op.link = LinkClass::kSameRank;
+      op.copies_begin = static_cast<int>(plan.copies.size());
+      for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
+        const LocalCopy& c = local_copies[by_rank[k]];
+        const Box& box = inter.BoxOf(inter.pieces[c.piece]);
+        const Fragment& dst = dst_frags[c.dst];
+        const DType dtype = facts.piece_dtype[c.piece];
+        AppendBoxCopy(plan, FragmentSide(src_frags[c.src], dtype, Space::kSource, box),
+                      FragmentSide(dst, dtype, Space::kDestination, box), box);
+        op.bytes += facts.piece_bytes[c.piece];
+      }
+      op.copies_end = static_cast<int>(plan.copies.size());
+      plan.AddOp(std::move(op));
+    }
+  }
+  // Appends `dep` to the plan's dep list as `op`'s only dependency.
+  auto depend_on = [&plan](Op& op, int dep) {
+    op.deps_begin = static_cast<int>(plan.dep_list.size());
+    plan.dep_list.push_back(dep);
+    op.deps_end = op.deps_begin + 1;
+  };
+  // Appends an op of `kind` on `rank` in place (assigning its id) for the caller to fill in.
+  auto new_op = [&plan](OpKind kind, int rank, int round) -> Op& {
+    const int id = static_cast<int>(plan.ops.size());
+    Op& op = plan.ops.emplace_back();
+    op.id = id;
+    op.kind = kind;
+    op.rank = rank;
+    op.round = round;
+    return op;
+  };
+  // Topology::Link on the node table already at hand.
+  auto link = [&node_of](int from, int to) {
+    return from == to ? LinkClass::kSameRank
+                      : node_of[from] == node_of[to] ? LinkClass::kSameNode : LinkClass::kNetwork;
+  };
+  // Per tree member, by position: the message it receives and its Recv's round (parents come
+  // before their children, so a member's entries are written before they are read).
+  std::vector<int64_t> message_of;
+  std::vector<int> recv_round;
+  int64_t next_message = 0;
+  int round = 0;
+  int last_sender = -1;
+  for (size_t mi = 0; mi < messages.size(); ++mi) {
+    const Message& m = messages[mi];
+    if (mi + 1 < messages.size()) {
+      // The next message's fragments (source locations, destination boxes and locations) start
+      // loading while this one is emitted.
+      const Message& next = messages[mi + 1];
+      const int next_size = trees.Size(next.tree);
+      int budget = 64;  // destination fragments prefetched per message
+      for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
+        __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
+        __builtin_prefetch(targets[k].box);
+        for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
+          const int frag = MemberFragment(deliveries[k], member_fragments, i);
+          if (frag == kLookUp) continue;
+          __builtin_prefetch(&dst_frags[frag].box.lo);
+          __builtin_prefetch(&dst_frags[frag].loc);
+        }
+      }
+    }
+    round = m.sender == last_sender ? round + 1 : 0;
+    last_sender = m.sender;
+    const int count = m.last - m.first;
+    const Delivery& d0 = deliveries[m.first];
+    const DeliveryTarget& t0 = targets[m.first];
+    // The tree: one rank (no children), or an interned shape.
+    const int size = trees.Size(m.tree);
+    const bool single = size == 1;
+    const TreeTable::Shape shape = single ? TreeTable::Shape{} : trees.ShapeOf(m.tree);
+    const int root = single ? m.tree : shape.ranks[0];
+    // Sender side: a Pack into a staging slot unless one contiguous region is sent as it lies.
+    ByteRange sent;
+    int pack_id = -1;
+    {
+      const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
+      if (count == 1 && src0.contiguous) {
+        sent = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
+      } else {
+        const int slot = plan.AddSlot(m.sender, m.bytes);
+        Op& pack = new_op(OpKind::kPack, m.sender, round);
+        pack.bytes = m.bytes;
+        pack.copies_begin = static_cast<int>(plan.copies.size());
+        int64_t offset = 0;
+        for (int k = m.first; k < m.last; ++k) {
+          const Delivery& d = deliveries[k];
+          const DeliveryTarget& t = targets[k];
+          AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], t.dtype, Space::kSource, *t.box),
+                        SlotSide(slot, offset, t.dtype), *t.box);
+          offset += d.bytes;
+        }
+        pack.copies_end = static_cast<int>(plan.copies.size());
+        pack_id = pack.id;
+        sent = ByteRange(Space::kStaging, slot, 0, m.bytes);
+      }
+    }
+    {
+      Op& send = new_op(OpKind::kSend, m.sender, round);
+      send.peer = root;
+      send.bytes = m.bytes;
+      send.link = link(m.sender, root);
+      send.message = next_message++;
+      send.data = sent;
+      if (pack_id >= 0) depend_on(send, pack_id);
+      if (static_cast<int>(message_of.size()) < size) {
+        message_of.resize(size);
+        recv_round.resize(size);
+      }
+      message_of[0] = send.message;
+      recv_round[0] = round;
+    }
+    // Tree side: per member a Recv (into its fragment when it is the one contiguous place the
+    // message lands, else into a slot, then an Unpack), and a Forward to each child.
+    for (int i = 0; i < size; ++i) {
+      const int rank = single ? root : shape.ranks[i];
+      const int parent = single ? -1 : shape.parent[i];
+      const int from = parent < 0 ? m.sender : shape.ranks[parent];
+      const int first_child = single ? 0 : shape.child_begin[i];
+      const int end_child = single ? 0 : shape.child_begin[i + 1];
+      Op& recv = new_op(OpKind::kRecv, rank, recv_round[i]);
+      recv.peer = from;
+      recv.bytes = m.bytes;
+      recv.link = link(from, rank);
+      recv.message = message_of[i];
+      if (count == 1 && first_child == end_child) {
+        const int frag = MemberFragment(d0, member_fragments, i);
+        if (frag != kLookUp) {
+          const CopySide dst = FragmentSide(dst_frags[frag], t0.dtype, Space::kDestination, *t0.box);
+          if (dst.contiguous) {
+            recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
+            continue;
+          }
+        }
+      }
+      const int slot = plan.AddSlot(rank, m.bytes);
+      recv.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
+      const int recv_id = recv.id;
+      Op& unpack = new_op(OpKind::kUnpack, rank, recv_round[i]);
+      depend_on(unpack, recv_id);
+      unpack.copies_begin = static_cast<int>(plan.copies.size());
+      int64_t offset = 0;
+      int64_t unpacked = 0;
+      for (int k = m.first; k < m.last; ++k) {
+        const Delivery& d = deliveries[k];
+        const DeliveryTarget& t = targets[k];
+        // The member's fragments of the piece: the one routing recorded, else the group's on it.
+        const int frag = MemberFragment(d, member_fragments, i);
+        const auto [lo, hi] = frag != kLookUp ? std::make_pair(&frag, &frag + 1)
+                                              : fragments_on_rank(*t.group, rank);
+        for (const int* it = lo; it != hi; ++it) {
+          AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
+                        FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box), *t.box);
+          unpacked += d.bytes;
+        }
+        offset += d.bytes;
+      }
+      unpack.bytes = unpacked;
+      unpack.copies_end = static_cast<int>(plan.copies.size());
+      for (int c = first_child; c < end_child; ++c) {
+        const int child = shape.children[c];
+        const int peer = shape.ranks[child];
+        Op& fwd = new_op(OpKind::kForward, rank, recv_round[i] + 1 + (c - first_child));
+        fwd.peer = peer;
+        fwd.bytes = m.bytes;
+        fwd.link = link(rank, peer);
+        fwd.message = next_message++;
+        fwd.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
+        depend_on(fwd, recv_id);
+        message_of[child] = fwd.message;
+        recv_round[child] = fwd.round;
+      }
+    }
+  }
+}
+
 // The reshard planner proper, on the layouts as given or (with `fold`) on the layouts without
 // their folded fragments plus the stack layouts, whose fragments and tensors are numbered after
 // the layouts' own. `clock` started with the planning; `fold_seconds` is already spent.
@@ -507,10 +763,6 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   result.phases.intersect = clock.Lap();
 
   // Routing: local copies, intra-node deliveries and network deliveries (chunked).
-  // A destination fragment of piece `piece` on a rank that also holds it (source fragment `src`).
-  struct LocalCopy {
-    int rank, piece, src, dst;
-  };
   std::vector<LocalCopy> local_copies;
   std::vector<Delivery> deliveries;
   std::vector<int> intra_pool;
@@ -799,21 +1051,12 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
 
   result.phases.select = clock.Lap();
 
-  // Coalesce deliveries by (sender, tree) into messages of at most one chunk.
-  // Order (sender, tree, delivery index): a stable counting sort by sender, then, within each
-  // sender's range (small, so it stays in cache), a stable counting sort by tree.
+  // Coalesce deliveries by (sender, tree) into messages of at most one chunk, in round order: each
+  // sender visits destination nodes in rotated order, the distance (root node - sender node) mod
+  // nodes. Order (sender, distance, tree, delivery index): a stable counting sort by sender, then,
+  // within each sender's range (small, so it stays in cache), a stable counting sort by tree, the
+  // trees taken by (distance, tree).
   std::vector<DeliveryTarget> targets;  // by sorted delivery
-  // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags: what
-  // emission reads for a tree member whose fragment routing left as kLookUp (a group of one
-  // fragment never is: its delivery carries that fragment).
-  auto fragments_on_rank = [&](const FragmentGroup& g, int rank) {
-    const int* begin = inter.group_frags.data() + g.frags_begin;
-    const int* end = inter.group_frags.data() + g.frags_end;
-    const int* lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
-    const int* hi = lo;
-    while (hi != end && dst_rank[*hi] == rank) ++hi;
-    return std::make_pair(lo, hi);
-  };
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
@@ -831,22 +1074,29 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         tree_at[k] = deliveries[i].tree;
       }
       std::vector<int> tree_next(trees.NumTrees(), 0);  // per tree: count, then next position
-      std::vector<int> present;                          // the sender's trees, ascending
+      // The sender's trees by (distance, tree): the distance (root node - sender node) mod nodes
+      // above the tree, so that messages come in round order.
+      std::vector<int64_t> present;
       for (int sender = 0; sender < num_ranks; ++sender) {
         const int begin = sender_begin[sender], end = sender_begin[sender + 1];
         present.clear();
         for (int k = begin; k < end; ++k) {
-          if (tree_next[tree_at[k]]++ == 0) present.push_back(tree_at[k]);
+          const int tree = tree_at[k];
+          if (tree_next[tree]++ == 0) {
+            const int64_t distance = (node_of[trees.Rank(tree, 0)] - node_of[sender] + num_nodes) % num_nodes;
+            present.push_back(distance << 32 | tree);
+          }
         }
         std::sort(present.begin(), present.end());
         int position = begin;
-        for (int tree : present) {
+        for (const int64_t key : present) {
+          const int tree = static_cast<int>(key & 0xffffffff);
           const int count = tree_next[tree];
           tree_next[tree] = position;
           position += count;
         }
         for (int k = begin; k < end; ++k) order[tree_next[tree_at[k]]++] = by_sender[k];
-        for (int tree : present) tree_next[tree] = 0;
+        for (const int64_t key : present) tree_next[static_cast<int>(key & 0xffffffff)] = 0;
       }
     }
     // Deliveries in that order: the passes below read them sequentially.
@@ -898,233 +1148,16 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         ++j;
       }
       m.last = static_cast<int>(j);
-      m.distance = (node_of[trees.Rank(tree, 0)] - node_of[s] + num_nodes) % num_nodes;
       messages.push_back(m);
       i = j;
     }
   }
-  // Rounds: each sender visits destination nodes in rotated order. Messages already come by
-  // sender, so a stable counting sort by (sender, distance) orders them.
-  {
-    std::vector<int> key_begin(static_cast<size_t>(num_ranks) * num_nodes + 1, 0);
-    auto key = [&](const Message& m) { return static_cast<size_t>(m.sender) * num_nodes + m.distance; };
-    for (const Message& m : messages) ++key_begin[key(m) + 1];
-    for (size_t k = 0; k + 1 < key_begin.size(); ++k) key_begin[k + 1] += key_begin[k];
-    std::vector<Message> sorted;
-    GrowFresh(sorted, messages.size());
-    for (const Message& m : messages) sorted[key_begin[key(m)]++] = m;
-    messages.swap(sorted);
-  }
 
   result.phases.order = clock.Lap();
 
-  // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
-  // sort by rank).
-  {
-    // Upper bounds: per message a Pack and a Send, per tree member a Recv, an Unpack and a Forward
-    // to each child (one per member but the root); a copy pair per delivery on the sender and per
-    // destination fragment on each member; a dep per Send, Unpack and Forward.
-    size_t ops_bound = static_cast<size_t>(num_ranks), slots_bound = 0, deps_bound = 0;
-    size_t copies_bound = local_copies.size();
-    for (const Message& m : messages) {
-      const size_t size = static_cast<size_t>(trees.Size(m.tree));
-      const size_t count = static_cast<size_t>(m.last - m.first);
-      ops_bound += 2 + 3 * size;
-      slots_bound += 1 + size;
-      deps_bound += 1 + 2 * size;
-      copies_bound += count * (1 + size);
-    }
-    ReserveFresh(plan.ops, ops_bound);
-    ReserveFresh(plan.slots, slots_bound);
-    ReserveFresh(plan.dep_list, deps_bound);
-    ReserveFresh(plan.copies, copies_bound);
-  }
-  {
-    std::vector<int> rank_begin(num_ranks + 1, 0);
-    for (const LocalCopy& c : local_copies) ++rank_begin[c.rank + 1];
-    for (int r = 0; r < num_ranks; ++r) rank_begin[r + 1] += rank_begin[r];
-    std::vector<int> by_rank(local_copies.size());
-    std::vector<int> fill(rank_begin.begin(), rank_begin.end() - 1);
-    for (size_t i = 0; i < local_copies.size(); ++i) by_rank[fill[local_copies[i].rank]++] = static_cast<int>(i);
-    for (int r = 0; r < num_ranks; ++r) {
-      if (rank_begin[r] == rank_begin[r + 1]) continue;
-      Op op;
-      op.kind = OpKind::kCopy;
-      op.rank = r;
-      op.link = LinkClass::kSameRank;
-      op.copies_begin = static_cast<int>(plan.copies.size());
-      for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
-        const LocalCopy& c = local_copies[by_rank[k]];
-        const Box& box = inter.BoxOf(inter.pieces[c.piece]);
-        const Fragment& dst = dst_frags[c.dst];
-        const DType dtype = facts.piece_dtype[c.piece];
-        AppendBoxCopy(plan, FragmentSide(src_frags[c.src], dtype, Space::kSource, box),
-                      FragmentSide(dst, dtype, Space::kDestination, box), box);
-        op.bytes += facts.piece_bytes[c.piece];
-      }
-      op.copies_end = static_cast<int>(plan.copies.size());
-      plan.AddOp(std::move(op));
-    }
-  }
-  // Appends `dep` to the plan's dep list as `op`'s only dependency.
-  auto depend_on = [&plan](Op& op, int dep) {
-    op.deps_begin = static_cast<int>(plan.dep_list.size());
-    plan.dep_list.push_back(dep);
-    op.deps_end = op.deps_begin + 1;
-  };
-  // Appends an op of `kind` on `rank` in place (assigning its id) for the caller to fill in.
-  auto new_op = [&plan](OpKind kind, int rank, int round) -> Op& {
-    const int id = static_cast<int>(plan.ops.size());
-    Op& op = plan.ops.emplace_back();
-    op.id = id;
-    op.kind = kind;
-    op.rank = rank;
-    op.round = round;
-    return op;
-  };
-  // Topology::Link on the node table already at hand.
-  auto link = [&node_of](int from, int to) {
-    return from == to ? LinkClass::kSameRank
-                      : node_of[from] == node_of[to] ? LinkClass::kSameNode : LinkClass::kNetwork;
-  };
-  // Per tree member, by position: the message it receives and its Recv's round (parents come
-  // before their children, so a member's entries are written before they are read).
-  std::vector<int64_t> message_of;
-  std::vector<int> recv_round;
-  int64_t next_message = 0;
-  int round = 0;
-  int last_sender = -1;
-  for (size_t mi = 0; mi < messages.size(); ++mi) {
-    const Message& m = messages[mi];
-    if (mi + 1 < messages.size()) {
-      // The next message's fragments (source locations, destination boxes and locations) start
-      // loading while this one is emitted.
-      const Message& next = messages[mi + 1];
-      const int next_size = trees.Size(next.tree);
-      int budget = 64;  // destination fragments prefetched per message
-      for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
-        __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
-        __builtin_prefetch(targets[k].box);
-        for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
-          const int frag = MemberFragment(deliveries[k], member_fragments, i);
-          if (frag == kLookUp) continue;
-          __builtin_prefetch(&dst_frags[frag].box.lo);
-          __builtin_prefetch(&dst_frags[frag].loc);
-        }
-      }
-    }
-    round = m.sender == last_sender ? round + 1 : 0;
-    last_sender = m.sender;
-    const int count = m.last - m.first;
-    const Delivery& d0 = deliveries[m.first];
-    const DeliveryTarget& t0 = targets[m.first];
-    // The tree: one rank (no children), or an interned shape.
-    const int size = trees.Size(m.tree);
-    const bool single = size == 1;
-    const TreeTable::Shape shape = single ? TreeTable::Shape{} : trees.ShapeOf(m.tree);
-    const int root = single ? m.tree : shape.ranks[0];
-    // Sender side: a Pack into a staging slot unless one contiguous region is sent as it lies.
-    ByteRange sent;
-    int pack_id = -1;
-    {
-      const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
-      if (count == 1 && src0.contiguous) {
-        sent = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
-      } else {
-        const int slot = plan.AddSlot(m.sender, m.bytes);
-        Op& pack = new_op(OpKind::kPack, m.sender, round);
-        pack.bytes = m.bytes;
-        pack.copies_begin = static_cast<int>(plan.copies.size());
-        int64_t offset = 0;
-        for (int k = m.first; k < m.last; ++k) {
-          const Delivery& d = deliveries[k];
-          const DeliveryTarget& t = targets[k];
-          AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], t.dtype, Space::kSource, *t.box),
-                        SlotSide(slot, offset, t.dtype), *t.box);
-          offset += d.bytes;
-        }
-        pack.copies_end = static_cast<int>(plan.copies.size());
-        pack_id = pack.id;
-        sent = ByteRange(Space::kStaging, slot, 0, m.bytes);
-      }
-    }
-    {
-      Op& send = new_op(OpKind::kSend, m.sender, round);
-      send.peer = root;
-      send.bytes = m.bytes;
-      send.link = link(m.sender, root);
-      send.message = next_message++;
-      send.data = sent;
-      if (pack_id >= 0) depend_on(send, pack_id);
-      if (static_cast<int>(message_of.size()) < size) {
-        message_of.resize(size);
-        recv_round.resize(size);
-      }
-      message_of[0] = send.message;
-      recv_round[0] = round;
-    }
-    // Tree side: per member a Recv (into its fragment when it is the one contiguous place the
-    // message lands, else into a slot, then an Unpack), and a Forward to each child.
-    for (int i = 0; i < size; ++i) {
-      const int rank = single ? root : shape.ranks[i];
-      const int parent = single ? -1 : shape.parent[i];
-      const int from = parent < 0 ? m.sender : shape.ranks[parent];
-      const int first_child = single ? 0 : shape.child_begin[i];
-      const int end_child = single ? 0 : shape.child_begin[i + 1];
-      Op& recv = new_op(OpKind::kRecv, rank, recv_round[i]);
-      recv.peer = from;
-      recv.bytes = m.bytes;
-      recv.link = link(from, rank);
-      recv.message = message_of[i];
-      if (count == 1 && first_child == end_child) {
-        const int frag = MemberFragment(d0, member_fragments, i);
-        if (frag != kLookUp) {
-          const CopySide dst = FragmentSide(dst_frags[frag], t0.dtype, Space::kDestination, *t0.box);
-          if (dst.contiguous) {
-            recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
-            continue;
-          }
-        }
-      }
-      const int slot = plan.AddSlot(rank, m.bytes);
-      recv.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
-      const int recv_id = recv.id;
-      Op& unpack = new_op(OpKind::kUnpack, rank, recv_round[i]);
-      depend_on(unpack, recv_id);
-      unpack.copies_begin = static_cast<int>(plan.copies.size());
-      int64_t offset = 0;
-      int64_t unpacked = 0;
-      for (int k = m.first; k < m.last; ++k) {
-        const Delivery& d = deliveries[k];
-        const DeliveryTarget& t = targets[k];
-        // The member's fragments of the piece: the one routing recorded, else the group's on it.
-        const int frag = MemberFragment(d, member_fragments, i);
-        const auto [lo, hi] = frag != kLookUp ? std::make_pair(&frag, &frag + 1)
-                                              : fragments_on_rank(*t.group, rank);
-        for (const int* it = lo; it != hi; ++it) {
-          AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
-                        FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box), *t.box);
-          unpacked += d.bytes;
-        }
-        offset += d.bytes;
-      }
-      unpack.bytes = unpacked;
-      unpack.copies_end = static_cast<int>(plan.copies.size());
-      for (int c = first_child; c < end_child; ++c) {
-        const int child = shape.children[c];
-        const int peer = shape.ranks[child];
-        Op& fwd = new_op(OpKind::kForward, rank, recv_round[i] + 1 + (c - first_child));
-        fwd.peer = peer;
-        fwd.bytes = m.bytes;
-        fwd.link = link(rank, peer);
-        fwd.message = next_message++;
-        fwd.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
-        depend_on(fwd, recv_id);
-        message_of[child] = fwd.message;
-        recv_round[child] = fwd.round;
-      }
-    }
-  }
+  EmitOps({inter, facts, src_frags, dst_frags, trees, local_copies, deliveries, targets,
+           member_fragments, messages, num_ranks},
+          plan);
   result.phases.emit = clock.Lap();
   return result;
 }
