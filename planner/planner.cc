@@ -559,10 +559,10 @@ struct EmitInputs {
     op.deps_end = op.deps_begin + 1;
   };
   // Appends an op of `kind` on `rank` in place (assigning its id) for the caller to fill in.
-  auto new_op = [&plan](OpKind kind, int rank, int round) -> Op& {
-    const int id = static_cast<int>(plan.ops.size());
+  int next_id = static_cast<int>(plan.ops.size());
+  auto new_op = [&plan, &next_id](OpKind kind, int rank, int round) -> Op& {
     Op& op = plan.ops.emplace_back();
-    op.id = id;
+    op.id = next_id++;
     op.kind = kind;
     op.rank = rank;
     op.round = round;
@@ -622,7 +622,9 @@ struct EmitInputs {
         pack.bytes = m.bytes;
         pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
-        for (int k = m.first; k < m.last; ++k) {
+        AppendBoxCopy(plan, src0, SlotSide(slot, 0, t0.dtype), *t0.box);
+        offset += d0.bytes;
+        for (int k = m.first + 1; k < m.last; ++k) {
           const Delivery& d = deliveries[k];
           const DeliveryTarget& t = targets[k];
           AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], t.dtype, Space::kSource, *t.box),
@@ -662,14 +664,15 @@ struct EmitInputs {
       recv.bytes = m.bytes;
       recv.link = link(from, rank);
       recv.message = message_of[i];
-      if (count == 1 && first_child == end_child) {
-        const int frag = MemberFragment(d0, member_fragments, i);
-        if (frag != kLookUp) {
-          const CopySide dst = FragmentSide(dst_frags[frag], t0.dtype, Space::kDestination, *t0.box);
-          if (dst.contiguous) {
-            recv.data = ByteRange(Space::kDestination, dst.end.buffer, dst.end.offset, m.bytes);
-            continue;
-          }
+      // A message of one delivery to a member with one fragment of it (most): that fragment's
+      // place, where the Recv lands when it is contiguous and the member forwards nothing.
+      const int frag0 = count == 1 ? MemberFragment(d0, member_fragments, i) : kLookUp;
+      CopySide dst0;
+      if (frag0 != kLookUp) {
+        dst0 = FragmentSide(dst_frags[frag0], t0.dtype, Space::kDestination, *t0.box);
+        if (dst0.contiguous && first_child == end_child) {
+          recv.data = ByteRange(Space::kDestination, dst0.end.buffer, dst0.end.offset, m.bytes);
+          continue;
         }
       }
       const int slot = plan.AddSlot(rank, m.bytes);
@@ -680,7 +683,11 @@ struct EmitInputs {
       unpack.copies_begin = static_cast<int>(plan.copies.size());
       int64_t offset = 0;
       int64_t unpacked = 0;
-      for (int k = m.first; k < m.last; ++k) {
+      if (frag0 != kLookUp) {
+        AppendBoxCopy(plan, SlotSide(slot, 0, t0.dtype), dst0, *t0.box);
+        unpacked = d0.bytes;
+      }
+      for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
         const Delivery& d = deliveries[k];
         const DeliveryTarget& t = targets[k];
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
