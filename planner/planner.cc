@@ -919,7 +919,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         }
         leader_load[member_ranks[best]] += piece_bytes;
         net_node_begin.push_back(static_cast<int>(net_ranks.size()));
-        for (size_t k = 0; k < j - i; ++k) net_ranks.push_back(member_ranks[i + (best - i + k) % (j - i)]);
+        for (size_t k = best; k < j; ++k) net_ranks.push_back(member_ranks[k]);
+        for (size_t k = i; k < best; ++k) net_ranks.push_back(member_ranks[k]);
       } else {
         for (size_t k = i; k < j; ++k) {
           net_node_begin.push_back(static_cast<int>(net_ranks.size()));
