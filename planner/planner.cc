@@ -578,6 +578,24 @@ struct EmitInputs {
   std::vector<int64_t> message_of;
   std::vector<int> recv_round;
   int64_t next_message = 0;
+  // Member i (on `rank`) of a tree of `shape` relays what its Recv `recv_id` landed (`data`) to
+  // each of its children, children[first_child, end_child), one round after another.
+  auto forward = [&](const TreeTable::Shape& shape, int first_child, int end_child, int i, int rank,
+                     ByteRange data, int recv_id) {
+    for (int c = first_child; c < end_child; ++c) {
+      const int child = shape.children[c];
+      const int peer = shape.ranks[child];
+      Op& fwd = new_op(OpKind::kForward, rank, recv_round[i] + 1 + (c - first_child));
+      fwd.peer = peer;
+      fwd.bytes = data.bytes;
+      fwd.link = link(rank, peer);
+      fwd.message = next_message++;
+      fwd.data = data;
+      depend_on(fwd, recv_id);
+      message_of[child] = fwd.message;
+      recv_round[child] = fwd.round;
+    }
+  };
   int round = 0;
   int last_sender = -1;
   for (size_t mi = 0; mi < messages.size(); ++mi) {
@@ -651,8 +669,9 @@ struct EmitInputs {
       message_of[0] = send.message;
       recv_round[0] = round;
     }
-    // Tree side: per member a Recv (into its fragment when it is the one contiguous place the
-    // message lands, else into a slot, then an Unpack), and a Forward to each child.
+    // Tree side: per member a Recv (into its fragment when that is the one contiguous place the
+    // message is for, else into a slot, then an Unpack), and a Forward to each child of what the
+    // Recv landed.
     for (int i = 0; i < size; ++i) {
       const int rank = single ? root : shape.ranks[i];
       const int parent = single ? -1 : shape.parent[i];
@@ -665,19 +684,21 @@ struct EmitInputs {
       recv.link = link(from, rank);
       recv.message = message_of[i];
       // A message of one delivery to a member with one fragment of it (most): that fragment's
-      // place, where the Recv lands when it is contiguous and the member forwards nothing.
+      // place. When it is contiguous the message lands there, and the member's Forwards relay it
+      // from there: no staging slot, no Unpack.
       const int frag0 = count == 1 ? MemberFragment(d0, member_fragments, i) : kLookUp;
       CopySide dst0;
       if (frag0 != kLookUp) {
         dst0 = FragmentSide(dst_frags[frag0], t0.dtype, Space::kDestination, *t0.box);
-        if (dst0.contiguous && first_child == end_child) {
-          recv.data = ByteRange(Space::kDestination, dst0.end.buffer, dst0.end.offset, m.bytes);
-          continue;
-        }
+      }
+      const int recv_id = recv.id;
+      if (frag0 != kLookUp && dst0.contiguous) {
+        recv.data = ByteRange(Space::kDestination, dst0.end.buffer, dst0.end.offset, m.bytes);
+        forward(shape, first_child, end_child, i, rank, recv.data, recv_id);
+        continue;
       }
       const int slot = plan.AddSlot(rank, m.bytes);
       recv.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
-      const int recv_id = recv.id;
       Op& unpack = new_op(OpKind::kUnpack, rank, recv_round[i]);
       depend_on(unpack, recv_id);
       unpack.copies_begin = static_cast<int>(plan.copies.size());
@@ -703,19 +724,8 @@ struct EmitInputs {
       }
       unpack.bytes = unpacked;
       unpack.copies_end = static_cast<int>(plan.copies.size());
-      for (int c = first_child; c < end_child; ++c) {
-        const int child = shape.children[c];
-        const int peer = shape.ranks[child];
-        Op& fwd = new_op(OpKind::kForward, rank, recv_round[i] + 1 + (c - first_child));
-        fwd.peer = peer;
-        fwd.bytes = m.bytes;
-        fwd.link = link(rank, peer);
-        fwd.message = next_message++;
-        fwd.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
-        depend_on(fwd, recv_id);
-        message_of[child] = fwd.message;
-        recv_round[child] = fwd.round;
-      }
+      forward(shape, first_child, end_child, i, rank, ByteRange(Space::kStaging, slot, 0, m.bytes),
+              recv_id);
     }
   }
 }

@@ -12,7 +12,8 @@
 //   Recv     peer -> contiguous bytes (a staging slot or a contiguous destination region)
 //   Unpack   one staging slot -> strided regions of destination buffers
 //   Convert  like Copy/Unpack, with a dtype change (from.dtype != to.dtype)
-//   Forward  relays a received staging slot to the next peer (a Send whose data came by Recv)
+//   Forward  relays what a Recv it depends on received (where that Recv landed: a staging slot
+//            or a destination region) to the next peer
 //
 // Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
 // Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two

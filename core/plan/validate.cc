@@ -247,8 +247,20 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
           return InvalidArgument(OpName(op) + ": carries " + std::to_string(op.data.NumBytes()) +
                                  " bytes but declares " + std::to_string(op.bytes));
         }
-        if (op.kind == OpKind::kForward && op.data.space != Space::kStaging) {
-          return InvalidArgument(OpName(op) + ": forwards data that is not in a staging slot");
+        if (op.kind == OpKind::kForward) {
+          // It relays bytes a Recv it depends on received, as they landed (in a staging slot or
+          // in the destination region they are for).
+          bool relays_a_recv = false;
+          for (int dep : plan.Deps(op)) {
+            const Op& recv = plan.ops[dep];
+            relays_a_recv = relays_a_recv ||
+                            (recv.kind == OpKind::kRecv && recv.data.space == op.data.space &&
+                             recv.data.buffer == op.data.buffer &&
+                             recv.data.offset == op.data.offset && recv.data.bytes == op.data.bytes);
+          }
+          if (!relays_a_recv) {
+            return InvalidArgument(OpName(op) + ": forwards bytes that no Recv it depends on received");
+          }
         }
         if (op.kind == OpKind::kRecv && op.data.space == Space::kSource) {
           return InvalidArgument(OpName(op) + ": receives into a source buffer");

@@ -5,6 +5,8 @@
 //   * copy pairs move the same number of elements (and, except Convert, the same element size);
 //   * every Recv is matched by exactly one Send/Forward with the same message id, swapped
 //     rank/peer and equal byte count, and every Send/Forward by exactly one Recv;
+//   * a Forward relays the bytes of a Recv it depends on, where that Recv landed (same space,
+//     buffer, offset and size);
 //   * deps name earlier-or-later ops of the same rank, and the whole graph (deps plus
 //     Send->Recv edges) is acyclic;
 //   * every byte of every destination fragment is written exactly once, and no other destination

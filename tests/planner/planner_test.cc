@@ -272,6 +272,39 @@ TEST(PlannerRouting, ARankHoldingABoxTwiceGetsEveryCopy) {
   }
 }
 
+// A replicated tensor fans out in a chain through the GPUs of a node. Each member's copy is one
+// contiguous place, so every chunk lands there and is forwarded from there: no staging slot and no
+// Unpack anywhere.
+TEST(PlannerRouting, FanOutMembersReceiveInPlaceAndForwardFromThere) {
+  Layout src, dst;
+  const TensorSpec spec{"norm", {16, 8}, DType::kFP32};
+  src.AppendFragment(src.AddTensor(spec).value(), Box::FromShape({16, 8}), 0, "norm");
+  const int t = dst.AddTensor(spec).value();
+  for (int rank : {4, 5, 6, 7}) dst.AppendFragment(t, Box::FromShape({16, 8}), rank, "norm");
+  const Topology topology = Topology::Uniform(8, 4);  // source on node 0, the replicas on node 1
+  PlannerOptions options;
+  options.network_chunk_bytes = 128;
+  options.fanout_chunk_bytes = 128;  // four chunks of the 512 bytes
+  Result<PlanResult> r = PlanReshard(src, dst, topology, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+  Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+  EXPECT_TRUE(exec.ok()) << exec.ToString();
+  EXPECT_TRUE(r->plan.slots.empty());
+  int forwards = 0;
+  for (const Op& op : r->plan.ops) {
+    EXPECT_NE(op.kind, OpKind::kUnpack);
+    if (op.kind != OpKind::kForward) continue;
+    ++forwards;
+    ASSERT_EQ(op.NumDeps(), 1);
+    const Op& recv = r->plan.ops[r->plan.Deps(op)[0]];
+    EXPECT_EQ(recv.kind, OpKind::kRecv);
+    EXPECT_EQ(op.data.space, Space::kDestination);
+    EXPECT_EQ(op.data.offset, recv.data.offset);
+  }
+  EXPECT_EQ(forwards, 3 * 4);  // three hops down the chain, per chunk
+}
+
 TEST(PlannerRouting, WithoutHierarchyReplicatedBytesCrossTwice) {
   Preset p = MakeReplicatedPreset(2, 8, 1, 8, 1);
   PlannerOptions options;

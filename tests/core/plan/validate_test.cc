@@ -74,6 +74,63 @@ TEST(ValidatePlan, RejectsOutOfRangeRegionsAndRanks) {
   ExpectInvalid(u, "outside [0, 1)");
 }
 
+// Rank 0 sends its 16 source bytes to rank 1, which receives them straight into its destination
+// replica and forwards them from there to rank 2 (received straight into its replica as well).
+struct RelayPlan {
+  Layout source, destination;
+  TransferPlan plan;
+  int recv1 = 0, forward = 0;
+};
+
+RelayPlan MakeRelayPlan() {
+  RelayPlan t;
+  const int a = t.source.AddTensor({"a", {4}, DType::kFP32}).value();
+  t.source.AppendFragment(a, Box::FromShape({4}), 0, "a");
+  const int b = t.destination.AddTensor({"a", {4}, DType::kFP32}).value();
+  t.destination.AppendFragment(b, Box::FromShape({4}), 1, "a");
+  t.destination.AppendFragment(b, Box::FromShape({4}), 2, "a");
+  t.plan.num_ranks = 3;
+  t.plan.source_buffers = t.source.buffers;
+  t.plan.destination_buffers = t.destination.buffers;
+  auto message = [&](OpKind kind, int rank, int peer, int64_t id, ByteRange data) {
+    Op op;
+    op.kind = kind;
+    op.rank = rank;
+    op.peer = peer;
+    op.message = id;
+    op.bytes = 16;
+    op.link = LinkClass::kNetwork;
+    op.data = data;
+    return op;
+  };
+  t.plan.AddOp(message(OpKind::kSend, 0, 1, 0, ByteRange(Space::kSource, 0, 0, 16)));
+  t.recv1 = t.plan.AddOp(message(OpKind::kRecv, 1, 0, 0, ByteRange(Space::kDestination, 0, 0, 16)));
+  t.forward = t.plan.AddOp(
+      message(OpKind::kForward, 1, 2, 1, ByteRange(Space::kDestination, 0, 0, 16)), {t.recv1});
+  t.plan.AddOp(message(OpKind::kRecv, 2, 1, 1, ByteRange(Space::kDestination, 1, 0, 16)));
+  return t;
+}
+
+TEST(ValidatePlan, ForwardRelaysWhatItsRecvLandedEvenInADestinationRegion) {
+  RelayPlan t = MakeRelayPlan();
+  EXPECT_TRUE(ValidatePlan(t.plan, t.source, t.destination).ok());
+
+  const std::string error = "forwards bytes that no Recv it depends on received";
+  RelayPlan unordered = MakeRelayPlan();
+  unordered.plan.SetDeps(unordered.forward, {});
+  Status s = ValidatePlan(unordered.plan, unordered.source, unordered.destination);
+  EXPECT_NE(s.message().find(error), std::string::npos) << s.ToString();
+
+  RelayPlan elsewhere = MakeRelayPlan();
+  elsewhere.plan.ops[elsewhere.forward].data = ByteRange(Space::kDestination, 0, 4, 12);
+  elsewhere.plan.ops[elsewhere.forward].bytes = 12;
+  for (Op& op : elsewhere.plan.ops) {
+    if (op.message == 1) op.bytes = op.data.bytes = 12;
+  }
+  s = ValidatePlan(elsewhere.plan, elsewhere.source, elsewhere.destination);
+  EXPECT_NE(s.message().find(error), std::string::npos) << s.ToString();
+}
+
 TEST(RegionRuns, CollapsesDenseDimsAndSplitsStrided) {
   Region r;
   r.dtype = DType::kFP32;
