@@ -943,6 +943,18 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     const int net_nodes = static_cast<int>(net_node_begin.size()) - 1;
     // Trees: one per network node, or one relayed chain of node leaders.
     auto emit_tree = [&](int first_node, int count) {
+      if (count == 1 && net_node_begin[first_node + 1] - net_node_begin[first_node] == 1) {
+        // A tree of one rank (the piece's only member on that node): the rank is the tree.
+        const int rank = net_ranks[net_node_begin[first_node]];
+        Delivery d;
+        d.piece = static_cast<int>(p);
+        d.tree = rank;
+        d.members = one_member(rank_fragment[rank]);
+        d.cand_begin = piece.holders_begin;
+        d.cand_end = piece.holders_end;
+        add_chunks(d, p, options.network_chunk_bytes);
+        return;
+      }
       tree_ranks.clear();
       tree_parent.clear();
       int prev_leader = -1;
