@@ -309,15 +309,21 @@ struct Delivery {
   int members = 0;
 };
 constexpr int kLookUp = -1;
-// Member i's entry (see Delivery::members).
-inline int MemberFragment(const Delivery& d, const std::vector<int>& member_fragments, int i) {
+// Member i's entry (see Delivery::members) of a Delivery or SortedDelivery.
+template <typename AnyDelivery>
+inline int MemberFragment(const AnyDelivery& d, const std::vector<int>& member_fragments, int i) {
   return d.members < 0 ? ~d.members : member_fragments[static_cast<size_t>(d.members + i)];
 }
 
-// What emission reads of a delivery's piece: its box (the chunk's when cut), group and dtype.
-struct DeliveryTarget {
+// A delivery as emission reads it, in message order: its box (the chunk's when cut), group,
+// dtype, size, tree, sender and tree members' fragments (as Delivery::members). 40 bytes.
+struct SortedDelivery {
   const Box* box = nullptr;
   const FragmentGroup* group = nullptr;
+  int64_t bytes = 0;
+  int tree = 0;
+  int sender_frag = -1;
+  int members = 0;
   DType dtype = DType::kUInt8;
 };
 
@@ -461,8 +467,8 @@ class FragmentTable {
   const Fragment* stacked_;
 };
 
-// What emission reads: the intersection, the routed and selected deliveries (sorted by message,
-// with their targets) and the messages in round order.
+// What emission reads: the intersection, the routed and selected deliveries (sorted by message)
+// and the messages in round order.
 struct EmitInputs {
   const Intersection& inter;
   const PlanFacts& facts;
@@ -470,8 +476,7 @@ struct EmitInputs {
   const FragmentTable& dst_frags;
   const TreeTable& trees;
   const std::vector<LocalCopy>& local_copies;
-  const std::vector<Delivery>& deliveries;
-  const std::vector<DeliveryTarget>& targets;
+  const std::vector<SortedDelivery>& deliveries;
   const std::vector<int>& member_fragments;
   const std::vector<Message>& messages;
   int num_ranks;
@@ -486,8 +491,7 @@ struct EmitInputs {
   const FragmentTable& dst_frags = in.dst_frags;
   const TreeTable& trees = in.trees;
   const std::vector<LocalCopy>& local_copies = in.local_copies;
-  const std::vector<Delivery>& deliveries = in.deliveries;
-  const std::vector<DeliveryTarget>& targets = in.targets;
+  const std::vector<SortedDelivery>& deliveries = in.deliveries;
   const std::vector<int>& member_fragments = in.member_fragments;
   const std::vector<Message>& messages = in.messages;
   const int num_ranks = in.num_ranks;
@@ -608,7 +612,7 @@ struct EmitInputs {
       int budget = 64;  // destination fragments prefetched per message
       for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
         __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
-        __builtin_prefetch(targets[k].box);
+        __builtin_prefetch(deliveries[k].box);
         for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
           const int frag = MemberFragment(deliveries[k], member_fragments, i);
           if (frag == kLookUp) continue;
@@ -620,8 +624,8 @@ struct EmitInputs {
     round = m.sender == last_sender ? round + 1 : 0;
     last_sender = m.sender;
     const int count = m.last - m.first;
-    const Delivery& d0 = deliveries[m.first];
-    const DeliveryTarget& t0 = targets[m.first];
+    const SortedDelivery& d0 = deliveries[m.first];
+    const SortedDelivery& t0 = d0;
     // The tree: one rank (no children), or an interned shape.
     const int size = trees.Size(m.tree);
     const bool single = size == 1;
@@ -643,8 +647,8 @@ struct EmitInputs {
         AppendBoxCopy(plan, src0, SlotSide(slot, 0, t0.dtype), *t0.box);
         offset += d0.bytes;
         for (int k = m.first + 1; k < m.last; ++k) {
-          const Delivery& d = deliveries[k];
-          const DeliveryTarget& t = targets[k];
+          const SortedDelivery& d = deliveries[k];
+          const SortedDelivery& t = d;
           AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], t.dtype, Space::kSource, *t.box),
                         SlotSide(slot, offset, t.dtype), *t.box);
           offset += d.bytes;
@@ -709,8 +713,8 @@ struct EmitInputs {
         unpacked = d0.bytes;
       }
       for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
-        const Delivery& d = deliveries[k];
-        const DeliveryTarget& t = targets[k];
+        const SortedDelivery& d = deliveries[k];
+        const SortedDelivery& t = d;
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
         const auto [lo, hi] = frag != kLookUp ? std::make_pair(&frag, &frag + 1)
@@ -1086,7 +1090,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // nodes. Order (sender, distance, tree, delivery index): a stable counting sort by sender, then,
   // within each sender's range (small, so it stays in cache), a stable counting sort by tree, the
   // trees taken by (distance, tree).
-  std::vector<DeliveryTarget> targets;  // by sorted delivery
+  std::vector<SortedDelivery> sorted;  // the deliveries in message order
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
@@ -1129,14 +1133,11 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         for (const int64_t key : present) tree_next[static_cast<int>(key & 0xffffffff)] = 0;
       }
     }
-    // Deliveries in that order: the passes below read them sequentially.
-    std::vector<Delivery> sorted;
+    // Deliveries in that order, with what emission reads of each (box, group, dtype): the passes
+    // below read them sequentially. The lookups are independent from one delivery to the next, so
+    // their cache misses overlap here, where emission would wait for each chain piece -> group ->
+    // box in turn. The list is appended in order, so its memory is written once.
     ReserveFresh(sorted, deliveries.size());
-    // The same pass looks up what emission reads per delivery (box, group, dtype): the lookups
-    // are independent from one delivery to the next, so their cache misses overlap here, where
-    // emission would wait for each chain piece -> group -> box in turn. Both lists are appended
-    // in order, so their memory is written once.
-    ReserveFresh(targets, deliveries.size());
     // `order` gathers deliveries from all over the list: each is fetched 16 iterations ahead, its
     // piece 8 ahead (once the delivery has arrived) and the piece's group 4 ahead. This machine:
     // the gather's median time 12 -> 7.3 ms for DeepSeek-V3.
@@ -1151,20 +1152,24 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         __builtin_prefetch(&inter.groups[ahead.group]);
       }
       const Delivery& d = deliveries[order[k]];
-      sorted.push_back(d);
       const Piece& piece = inter.pieces[d.piece];
-      const FragmentGroup& g = inter.groups[piece.group];
-      targets.push_back({d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk], &g,
-                         facts.piece_dtype[d.piece]});
+      SortedDelivery& out = sorted.emplace_back();
+      out.box = d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk];
+      out.group = &inter.groups[piece.group];
+      out.bytes = d.bytes;
+      out.tree = d.tree;
+      out.sender_frag = d.sender_frag;
+      out.members = d.members;
+      out.dtype = facts.piece_dtype[d.piece];
     }
-    deliveries.swap(sorted);
   }
+  std::vector<Delivery>().swap(deliveries);  // all read: its memory goes back before emission
   std::vector<Message> messages;
-  ReserveFresh(messages, deliveries.size());
+  ReserveFresh(messages, sorted.size());
   for (int s = 0; s < num_ranks; ++s) {
     const size_t sender_end = static_cast<size_t>(sender_begin[s + 1]);
     for (size_t i = static_cast<size_t>(sender_begin[s]); i < sender_end;) {
-      const int tree = deliveries[i].tree;
+      const int tree = sorted[i].tree;
       const int64_t cap = trees.Size(tree) > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
       Message m;
       m.sender = s;
@@ -1172,9 +1177,9 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       m.first = static_cast<int>(i);
       m.bytes = 0;
       size_t j = i;
-      while (j < sender_end && deliveries[j].tree == tree &&
-             (j == i || m.bytes + deliveries[j].bytes <= cap)) {
-        m.bytes += deliveries[j].bytes;
+      while (j < sender_end && sorted[j].tree == tree &&
+             (j == i || m.bytes + sorted[j].bytes <= cap)) {
+        m.bytes += sorted[j].bytes;
         ++j;
       }
       m.last = static_cast<int>(j);
@@ -1185,8 +1190,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
 
   result.phases.order = clock.Lap();
 
-  EmitOps({inter, facts, src_frags, dst_frags, trees, local_copies, deliveries, targets,
-           member_fragments, messages, num_ranks},
+  EmitOps({inter, facts, src_frags, dst_frags, trees, local_copies, sorted, member_fragments,
+           messages, num_ranks},
           plan);
   result.phases.emit = clock.Lap();
   return result;
