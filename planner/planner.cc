@@ -60,8 +60,8 @@ struct CopySide {
   bool contiguous = true;   // Region::IsContiguous of the side
 };
 
-// FragmentSide for boxes of `kDims` dims (any number when 0): the loop unrolls for the common 1 and
-// 2 dims.
+// FragmentSide for boxes of `kDims` dims (any number when 0): the loop unrolls for the common 1, 2
+// and 3 dims (3: slices of tensor stacks).
 template <int kDims>
 [[gnu::always_inline]] inline CopySide FragmentSideOfRank(const Fragment& f, DType dtype, Space space,
                                                          const Box& box) {
@@ -92,6 +92,7 @@ template <int kDims>
 [[gnu::always_inline]] inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space,
                                                    const Box& box) {
   if (box.ndim == 2) return FragmentSideOfRank<2>(f, dtype, space, box);
+  if (box.ndim == 3) return FragmentSideOfRank<3>(f, dtype, space, box);
   if (box.ndim == 1) return FragmentSideOfRank<1>(f, dtype, space, box);
   return FragmentSideOfRank<0>(f, dtype, space, box);
 }

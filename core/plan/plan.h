@@ -263,13 +263,15 @@ struct TransferPlan {
   // sharing an equal geometry record already in copy_dims when one is found.
   void AppendCopy(const Region& from, const Region& to);
   // The same for a pair whose sides share `shape` (`ndim` values), without building Regions.
-  // Inline, with 1 and 2 dims unrolled: the planner appends a million of these.
+  // Inline, with 1, 2 and 3 dims unrolled: the planner appends a million of these.
   [[gnu::always_inline]] void AppendCopy(const CopyEnd& from, const CopyEnd& to, int ndim,
                                          const int64_t* shape) {
     if (ndim == 2) {
       AppendSharedShapeCopy<2>(from, to, ndim, shape);
     } else if (ndim == 1) {
       AppendSharedShapeCopy<1>(from, to, ndim, shape);
+    } else if (ndim == 3) {
+      AppendSharedShapeCopy<3>(from, to, ndim, shape);
     } else {
       AppendSharedShapeCopy<0>(from, to, ndim, shape);
     }
