@@ -735,63 +735,31 @@ struct EmitInputs {
   }
 }
 
-// The reshard planner proper, on the layouts as given or (with `fold`) on the layouts without
-// their folded fragments plus the stack layouts, whose fragments and tensors are numbered after
-// the layouts' own. `clock` started with the planning; `fold_seconds` is already spent.
-Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
-                                 StackFold* fold, const Topology& topology,
-                                 const PlannerOptions& options, PhaseClock& clock,
-                                 double fold_seconds) {
-  // The plan's compact copies of the buffer tables, made first: the ranks are counted on them.
-  PlanResult result;
-  result.phases.fold = fold_seconds;
-  TransferPlan& plan = result.plan;
-  plan.source_buffers = source.buffers;
-  plan.destination_buffers = destination.buffers;
-  const int num_ranks = NumRanksOf(plan.source_buffers, plan.destination_buffers);
-  FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
-  Intersection inter;
-  std::vector<DType> dtype_of_destination_tensor = DTypesOf(destination);
-  if (fold != nullptr) {
-    FERRY_ASSIGN_OR_RETURN(
-        inter, IntersectLayouts(source, destination, &fold->source, &fold->destination));
-    FERRY_ASSIGN_OR_RETURN(Intersection stacked,
-                           IntersectLayouts(fold->source.stacks(), fold->destination.stacks()));
-    AppendIntersection(inter, std::move(stacked), static_cast<int>(source.tensors.size()),
-                       static_cast<int>(destination.tensors.size()));
-    const std::vector<DType> stacked_dtypes = DTypesOf(fold->destination.stacks());
-    dtype_of_destination_tensor.insert(dtype_of_destination_tensor.end(), stacked_dtypes.begin(),
-                                       stacked_dtypes.end());
-  } else {
-    FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination));
-  }
-  const FragmentTable src_frags(source, fold != nullptr ? &fold->source.stacks() : nullptr);
-  const FragmentTable dst_frags(destination,
-                                fold != nullptr ? &fold->destination.stacks() : nullptr);
-  const int num_nodes = std::max(1, topology.NumNodes());
-
-  plan.strategy = "reshard";
-  plan.num_ranks = num_ranks;
-
-  const PlanFacts facts(inter, dtype_of_destination_tensor, topology);
-  const std::vector<int>& src_rank = facts.source_rank;
-  const std::vector<int>& dst_rank = facts.destination_rank;
-  result.demand = ComputeDemand(inter, facts, num_nodes);
-  const NetworkDemand& demand = result.demand;
-  const LowerBound bound = ComputeLowerBound(demand, topology);
-  const bool relay = options.relay == RelayMode::kOn ||
-                     (options.relay == RelayMode::kAuto &&
-                      bound.source_egress_seconds > bound.destination_ingress_seconds);
-  result.phases.intersect = clock.Lap();
-
-  // Routing: local copies, intra-node deliveries and network deliveries (chunked).
+// What routing makes of the intersection: local copies, and deliveries (one per piece, tree and
+// chunk) whose candidates are piece holders or, past them, entries of intra_pool.
+struct Routes {
   std::vector<LocalCopy> local_copies;
   std::vector<Delivery> deliveries;
-  std::vector<int> intra_pool;
+  std::vector<int> intra_pool;        // same-node holders, candidates numbered after the holders
+  std::vector<Box> chunk_boxes;       // the boxes of deliveries that carry part of a piece
+  std::vector<int> member_fragments;  // tree members' fragments (Delivery::members)
+};
+
+// Routing: local copies, intra-node deliveries and network deliveries (chunked), their trees
+// interned in `trees`. A function of its own (not inlined into the planner) so that the compiler
+// allocates registers for this loop alone.
+[[gnu::noinline]] void RouteDeliveries(const Intersection& inter, const PlanFacts& facts,
+                                       const PlannerOptions& options, bool relay, int num_ranks,
+                                       int num_nodes, TreeTable& trees, Routes& routes) {
+  std::vector<LocalCopy>& local_copies = routes.local_copies;
+  std::vector<Delivery>& deliveries = routes.deliveries;
+  std::vector<int>& intra_pool = routes.intra_pool;
+  std::vector<Box>& chunk_boxes = routes.chunk_boxes;
+  std::vector<int>& member_fragments = routes.member_fragments;
+  const std::vector<int>& src_rank = facts.source_rank;
+  const std::vector<int>& dst_rank = facts.destination_rank;
   std::vector<int64_t> leader_load(num_ranks, 0);
-  TreeTable trees(num_ranks);
   std::vector<Box> chunks;
-  std::vector<Box> chunk_boxes;  // the boxes of deliveries that carry part of a piece
   // Adds `d` for piece p (`bytes` long) once per chunk of at most `cap` bytes (the piece whole
   // when it fits).
   auto add_chunks = [&](Delivery d, size_t p, int64_t cap) {
@@ -818,9 +786,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   std::vector<int> net_node_begin;  // per network node: range into net_ranks
   std::vector<int> net_ranks;
   std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
-  // Per delivery, its tree members' destination fragments (Delivery::members); per rank, piece-
-  // local, its one fragment of the piece's group (kLookUp: several).
-  std::vector<int> member_fragments;
+  // Per rank, piece-local, its one fragment of the piece's group (kLookUp: several).
   // Delivery::members of a tree of one rank whose fragment is `frag` (or kLookUp).
   auto one_member = [&member_fragments](int frag) {
     if (frag != kLookUp) return ~frag;
@@ -992,6 +958,67 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) rank_holder[src_rank[inter.holders[h]]] = -1;
   }
 
+}
+
+// The reshard planner proper, on the layouts as given or (with `fold`) on the layouts without
+// their folded fragments plus the stack layouts, whose fragments and tensors are numbered after
+// the layouts' own. `clock` started with the planning; `fold_seconds` is already spent.
+Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
+                                 StackFold* fold, const Topology& topology,
+                                 const PlannerOptions& options, PhaseClock& clock,
+                                 double fold_seconds) {
+  // The plan's compact copies of the buffer tables, made first: the ranks are counted on them.
+  PlanResult result;
+  result.phases.fold = fold_seconds;
+  TransferPlan& plan = result.plan;
+  plan.source_buffers = source.buffers;
+  plan.destination_buffers = destination.buffers;
+  const int num_ranks = NumRanksOf(plan.source_buffers, plan.destination_buffers);
+  FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
+  Intersection inter;
+  std::vector<DType> dtype_of_destination_tensor = DTypesOf(destination);
+  if (fold != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(
+        inter, IntersectLayouts(source, destination, &fold->source, &fold->destination));
+    FERRY_ASSIGN_OR_RETURN(Intersection stacked,
+                           IntersectLayouts(fold->source.stacks(), fold->destination.stacks()));
+    AppendIntersection(inter, std::move(stacked), static_cast<int>(source.tensors.size()),
+                       static_cast<int>(destination.tensors.size()));
+    const std::vector<DType> stacked_dtypes = DTypesOf(fold->destination.stacks());
+    dtype_of_destination_tensor.insert(dtype_of_destination_tensor.end(), stacked_dtypes.begin(),
+                                       stacked_dtypes.end());
+  } else {
+    FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination));
+  }
+  const FragmentTable src_frags(source, fold != nullptr ? &fold->source.stacks() : nullptr);
+  const FragmentTable dst_frags(destination,
+                                fold != nullptr ? &fold->destination.stacks() : nullptr);
+  const int num_nodes = std::max(1, topology.NumNodes());
+
+  plan.strategy = "reshard";
+  plan.num_ranks = num_ranks;
+
+  const PlanFacts facts(inter, dtype_of_destination_tensor, topology);
+  const std::vector<int>& src_rank = facts.source_rank;
+  result.demand = ComputeDemand(inter, facts, num_nodes);
+  const NetworkDemand& demand = result.demand;
+  const LowerBound bound = ComputeLowerBound(demand, topology);
+  const bool relay = options.relay == RelayMode::kOn ||
+                     (options.relay == RelayMode::kAuto &&
+                      bound.source_egress_seconds > bound.destination_ingress_seconds);
+  result.phases.intersect = clock.Lap();
+
+  // Routing: local copies, intra-node deliveries and network deliveries (chunked).
+  TreeTable trees(num_ranks);
+  Routes routes;
+  RouteDeliveries(inter, facts, options, relay, num_ranks, num_nodes, trees, routes);
+  const std::vector<LocalCopy>& local_copies = routes.local_copies;
+  std::vector<Delivery>& deliveries = routes.deliveries;
+  const std::vector<int>& intra_pool = routes.intra_pool;
+  const std::vector<Box>& chunk_boxes = routes.chunk_boxes;
+  const std::vector<int>& member_fragments = routes.member_fragments;
+  const std::vector<int>& node_of = facts.node_of_rank;
+  const int num_holders = static_cast<int>(inter.holders.size());
   result.phases.route = clock.Lap();
 
   // Source selection. Deliveries with one candidate are assigned first (their load is fixed); the
@@ -1044,43 +1071,53 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       std::sort(by_size.begin(), by_size.end());
       for (size_t k = 0; k < by_size.size(); ++k) flexible[k] = by_size[k].second;
     }
-    // Per candidate number: its rank and that rank's local device, read in order by the scans
-    // below (each delivery scans all its candidates; Kimi-K2's attention has 64 holders a piece).
-    std::vector<int> cand_rank(static_cast<size_t>(num_holders) + intra_pool.size());
-    std::vector<int> cand_device(cand_rank.size());
-    for (size_t c = 0; c < cand_rank.size(); ++c) {
-      cand_rank[c] = src_rank[candidate(static_cast<int>(c))];
-      cand_device[c] = device_of[cand_rank[c]];
+    // Per candidate number: its rank, that rank's local device and node, read in order by the
+    // scans below (each delivery scans all its candidates; Kimi-K2's attention has 64 holders a
+    // piece).
+    struct Candidate {
+      int rank, device, node;
+    };
+    std::vector<Candidate> cands(static_cast<size_t>(num_holders) + intra_pool.size());
+    for (size_t c = 0; c < cands.size(); ++c) {
+      const int rank = src_rank[candidate(static_cast<int>(c))];
+      cands[c] = {rank, device_of[rank], node_of[rank]};
     }
     for (int di : flexible) {
       Delivery& d = deliveries[di];
-      const bool intra = d.cand_begin >= num_holders;
-      std::vector<int64_t>& load = intra ? intra_out : net_out;
-      const int leader_device = device_of[trees.Rank(d.tree, 0)];
-      const int64_t off_rail_penalty = intra ? 0 : d.bytes / 64 + 1;
-      // Lower score wins; on a tie, the lower node load (read only then; 0 within a node).
-      int best = d.cand_begin;
-      int64_t best_score = load[cand_rank[best]] + (cand_device[best] != leader_device ? off_rail_penalty : 0);
-      int64_t best_node_load = intra ? 0 : node_out[node_of[cand_rank[best]]];
-      for (int c = d.cand_begin + 1; c < d.cand_end; ++c) {
-        const int64_t score = load[cand_rank[c]] + (cand_device[c] != leader_device ? off_rail_penalty : 0);
-        if (score > best_score) continue;
-        if (score < best_score) {
-          best = c;
-          best_score = score;
-          best_node_load = intra ? 0 : node_out[node_of[cand_rank[c]]];
-        } else if (!intra) {
-          const int64_t nl = node_out[node_of[cand_rank[c]]];
-          if (nl < best_node_load) {
+      const Candidate* first = cands.data() + d.cand_begin;
+      const Candidate* last = cands.data() + d.cand_end;
+      const Candidate* best = first;
+      if (d.cand_begin >= num_holders) {
+        // Within the receiver's node: the least intra-node load.
+        int64_t best_load = intra_out[best->rank];
+        for (const Candidate* c = first + 1; c < last; ++c) {
+          if (intra_out[c->rank] < best_load) {
             best = c;
-            best_node_load = nl;
+            best_load = intra_out[c->rank];
           }
         }
+        intra_out[best->rank] += d.bytes;
+      } else {
+        // Lower score wins, the score being the network load plus a penalty off the leader's
+        // rail; on a tie, the lower node load.
+        const int leader_device = device_of[trees.Rank(d.tree, 0)];
+        const int64_t off_rail_penalty = d.bytes / 64 + 1;
+        int64_t best_score = net_out[best->rank] + (best->device != leader_device ? off_rail_penalty : 0);
+        int64_t best_node_load = node_out[best->node];
+        for (const Candidate* c = first + 1; c < last; ++c) {
+          const int64_t score = net_out[c->rank] + (c->device != leader_device ? off_rail_penalty : 0);
+          if (score > best_score) continue;
+          const int64_t node_load = node_out[c->node];
+          if (score < best_score || node_load < best_node_load) {
+            best = c;
+            best_score = score;
+            best_node_load = node_load;
+          }
+        }
+        net_out[best->rank] += d.bytes;
+        node_out[best->node] += d.bytes;
       }
-      d.sender_frag = candidate(best);
-      const int rank = cand_rank[best];
-      load[rank] += d.bytes;
-      if (!intra) node_out[node_of[rank]] += d.bytes;
+      d.sender_frag = candidate(static_cast<int>(best - cands.data()));
     }
   }
 
