@@ -387,43 +387,47 @@ NetworkDemand ComputeDemand(const Intersection& inter, const PlanFacts& facts, i
     for (int rank : facts.source_rank) holder_node[node_of[rank]] = 1;
     demand.source_nodes = static_cast<int>(std::count(holder_node.begin(), holder_node.end(), 1));
   }
-  std::vector<int> mark(num_nodes, -1);     // piece index that last marked the node as holder
+  // The nodes of a piece's holders, marked with a generation number that changes with the holder
+  // range: consecutive pieces of one tensor mostly share their holders (a source holding it whole),
+  // and then their nodes are not looked up again.
+  std::vector<int> mark(num_nodes, -1);     // generation that last marked the node as a holder's
   std::vector<int> needed(num_nodes, -1);   // piece index that last counted the node
+  int generation = -1;
+  int holders_begin = -1, holders_end = -1;  // the range the marks are for
+  int holder_nodes = 0, only_node = -1;      // how many nodes hold it; the last one marked
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
     const int64_t bytes = facts.piece_bytes[p];
+    if (piece.holders_begin != holders_begin || piece.holders_end != holders_end) {
+      ++generation;
+      holders_begin = piece.holders_begin;
+      holders_end = piece.holders_end;
+      holder_nodes = 0;
+      only_node = -1;
+      for (int h = holders_begin; h < holders_end; ++h) {
+        const int node = node_of[facts.source_rank[inter.holders[h]]];
+        if (mark[node] != generation) {
+          mark[node] = generation;
+          ++holder_nodes;
+          only_node = node;
+        }
+      }
+    }
     if (g.frags_end - g.frags_begin == 1) {
       // One destination fragment: needed on its node unless a holder is there.
       const int node = node_of[facts.destination_rank[inter.group_frags[g.frags_begin]]];
-      bool held_on_node = false, one_holder_node = true;
-      int first_node = -1;
-      for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-        const int holder_node = node_of[facts.source_rank[inter.holders[h]]];
-        held_on_node = held_on_node || holder_node == node;
-        if (first_node < 0) first_node = holder_node;
-        one_holder_node = one_holder_node && holder_node == first_node;
-      }
-      if (!held_on_node) {
+      if (mark[node] != generation) {
         demand.destination_node_bytes[node] += bytes;
         demand.must_leave_bytes += bytes;
-        if (one_holder_node && first_node >= 0) demand.source_node_bytes[first_node] += bytes;
+        if (holder_nodes == 1) demand.source_node_bytes[only_node] += bytes;
       }
       continue;
-    }
-    int holder_nodes = 0, only_node = -1;
-    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-      const int node = node_of[facts.source_rank[inter.holders[h]]];
-      if (mark[node] != static_cast<int>(p)) {
-        mark[node] = static_cast<int>(p);
-        ++holder_nodes;
-        only_node = node;
-      }
     }
     bool must_leave = false;
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
       const int node = node_of[facts.destination_rank[inter.group_frags[i]]];
-      if (mark[node] == static_cast<int>(p) || needed[node] == static_cast<int>(p)) continue;
+      if (mark[node] == generation || needed[node] == static_cast<int>(p)) continue;
       needed[node] = static_cast<int>(p);
       demand.destination_node_bytes[node] += bytes;
       must_leave = true;
