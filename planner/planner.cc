@@ -789,16 +789,21 @@ struct Routes {
   std::vector<int> tree_ranks, tree_parent;
   std::vector<int> net_node_begin;  // per network node: range into net_ranks
   std::vector<int> net_ranks;
-  std::vector<int> rank_holder(num_ranks, -1);  // piece-local: a holder fragment on this rank
-  // Per rank, piece-local, its one fragment of the piece's group (kLookUp: several).
   // Delivery::members of a tree of one rank whose fragment is `frag` (or kLookUp).
   auto one_member = [&member_fragments](int frag) {
     if (frag != kLookUp) return ~frag;
     member_fragments.push_back(kLookUp);
     return static_cast<int>(member_fragments.size()) - 1;
   };
+  // Per rank, piece-local, its one fragment of the piece's group (kLookUp: several).
   std::vector<int> rank_fragment(num_ranks, kLookUp);
-  std::vector<int> holder_node_mark(num_nodes, -1);  // last piece with a holder on the node
+  // The ranks and nodes of a piece's holders: rank_holder (a holder fragment on the rank, the
+  // last one, else -1) and holder_node_mark (the generation that marked the node as a holder's)
+  // are kept while consecutive pieces share one holder range (pieces of a tensor held whole).
+  std::vector<int> rank_holder(num_ranks, -1);
+  std::vector<int> holder_node_mark(num_nodes, -1);
+  int generation = -1;
+  int marked_begin = 0, marked_end = 0;  // the holder range marked
   const int num_holders = static_cast<int>(inter.holders.size());
   // About one delivery per destination fragment and network node or chunk (159k of DeepSeek-V3's
   // 263k, 415k of Kimi-K2's 530k), and a member entry per fan-out member: reserving for each
@@ -809,6 +814,17 @@ struct Routes {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
     const int64_t piece_bytes = facts.piece_bytes[p];
+    if (piece.holders_begin != marked_begin || piece.holders_end != marked_end || generation < 0) {
+      for (int h = marked_begin; h < marked_end; ++h) rank_holder[src_rank[inter.holders[h]]] = -1;
+      ++generation;
+      marked_begin = piece.holders_begin;
+      marked_end = piece.holders_end;
+      for (int h = marked_begin; h < marked_end; ++h) {
+        const int rank = src_rank[inter.holders[h]];
+        rank_holder[rank] = inter.holders[h];
+        holder_node_mark[node_of[rank]] = generation;
+      }
+    }
     if (g.frags_end - g.frags_begin == 1) {
       // One destination fragment (most pieces of expert weights): the general path below reduced
       // to its outcome. A holder on the rank copies locally (the last such holder, as there);
@@ -816,13 +832,8 @@ struct Routes {
       const int frag = inter.group_frags[g.frags_begin];
       const int rank = dst_rank[frag];
       const int node = node_of[rank];
-      int local = -1;
-      bool on_node = false;
-      for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-        const int holder_rank = src_rank[inter.holders[h]];
-        if (holder_rank == rank) local = inter.holders[h];
-        on_node = on_node || node_of[holder_rank] == node;
-      }
+      const int local = rank_holder[rank];
+      const bool on_node = holder_node_mark[node] == generation;
       if (local >= 0) {
         local_copies.push_back({rank, static_cast<int>(p), local, frag});
         continue;
@@ -844,11 +855,6 @@ struct Routes {
       }
       add_chunks(d, p, options.network_chunk_bytes);
       continue;
-    }
-    for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
-      const int rank = src_rank[inter.holders[h]];
-      rank_holder[rank] = inter.holders[h];
-      holder_node_mark[node_of[rank]] = static_cast<int>(p);
     }
     // Members: distinct ranks of the group, by rank (group_frags is sorted by rank).
     member_ranks.clear();
@@ -877,7 +883,7 @@ struct Routes {
       size_t j = i;
       while (j < member_ranks.size() && node_of[member_ranks[j]] == node) ++j;
       local_holders.clear();
-      if (holder_node_mark[node] == static_cast<int>(p)) {
+      if (holder_node_mark[node] == generation) {
         for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
           if (node_of[src_rank[inter.holders[h]]] == node) local_holders.push_back(inter.holders[h]);
         }
@@ -959,7 +965,6 @@ struct Routes {
         for (int n = 0; n < net_nodes; ++n) emit_tree(n, 1);
       }
     }
-    for (int h = piece.holders_begin; h < piece.holders_end; ++h) rank_holder[src_rank[inter.holders[h]]] = -1;
   }
 
 }
