@@ -278,7 +278,9 @@ class TreeTable {
   std::vector<uint64_t> hashes_;  // per tree, its hash
   std::vector<int> slots_;        // the open-addressing table: tree index (id - num_ranks), or -1
 
-  static size_t SlotOf(uint64_t hash, size_t mask) { return static_cast<size_t>(hash ^ (hash >> 29)) & mask; }
+  static size_t SlotOf(uint64_t hash, size_t mask) {
+    return static_cast<size_t>(hash ^ (hash >> 29)) & mask;
+  }
   // Doubles the table (at least 1024 slots) and reinserts every tree.
   void Rehash() {
     slots_.assign(std::max<size_t>(1024, slots_.size() * 2), -1);
@@ -508,7 +510,8 @@ struct EmitInputs {
   auto fragments_on_rank = [&](const FragmentGroup& g, int rank) {
     const int* begin = inter.group_frags.data() + g.frags_begin;
     const int* end = inter.group_frags.data() + g.frags_end;
-    const int* lo = std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
+    const int* lo =
+        std::lower_bound(begin, end, rank, [&](int f, int r) { return dst_rank[f] < r; });
     const int* hi = lo;
     while (hi != end && dst_rank[*hi] == rank) ++hi;
     return std::make_pair(lo, hi);
@@ -540,7 +543,9 @@ struct EmitInputs {
     for (int r = 0; r < num_ranks; ++r) rank_begin[r + 1] += rank_begin[r];
     std::vector<int> by_rank(local_copies.size());
     std::vector<int> fill(rank_begin.begin(), rank_begin.end() - 1);
-    for (size_t i = 0; i < local_copies.size(); ++i) by_rank[fill[local_copies[i].rank]++] = static_cast<int>(i);
+    for (size_t i = 0; i < local_copies.size(); ++i) {
+      by_rank[fill[local_copies[i].rank]++] = static_cast<int>(i);
+    }
     for (int r = 0; r < num_ranks; ++r) {
       if (rank_begin[r] == rank_begin[r + 1]) continue;
       Op op;
@@ -579,8 +584,8 @@ struct EmitInputs {
   };
   // Topology::Link on the node table already at hand.
   auto link = [&node_of](int from, int to) {
-    return from == to ? LinkClass::kSameRank
-                      : node_of[from] == node_of[to] ? LinkClass::kSameNode : LinkClass::kNetwork;
+    if (from == to) return LinkClass::kSameRank;
+    return node_of[from] == node_of[to] ? LinkClass::kSameNode : LinkClass::kNetwork;
   };
   // Per tree member, by position: the message it receives and its Recv's round (parents come
   // before their children, so a member's entries are written before they are read).
@@ -630,7 +635,6 @@ struct EmitInputs {
     last_sender = m.sender;
     const int count = m.last - m.first;
     const SortedDelivery& d0 = deliveries[m.first];
-    const SortedDelivery& t0 = d0;
     // The tree: one rank (no children), or an interned shape.
     const int size = trees.Size(m.tree);
     const bool single = size == 1;
@@ -640,7 +644,8 @@ struct EmitInputs {
     ByteRange sent;
     int pack_id = -1;
     {
-      const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], t0.dtype, Space::kSource, *t0.box);
+      const CopySide src0 =
+          FragmentSide(src_frags[d0.sender_frag], d0.dtype, Space::kSource, *d0.box);
       if (count == 1 && src0.contiguous) {
         sent = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
       } else {
@@ -649,13 +654,13 @@ struct EmitInputs {
         pack.bytes = m.bytes;
         pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
-        AppendBoxCopy(plan, src0, SlotSide(slot, 0, t0.dtype), *t0.box);
+        AppendBoxCopy(plan, src0, SlotSide(slot, 0, d0.dtype), *d0.box);
         offset += d0.bytes;
         for (int k = m.first + 1; k < m.last; ++k) {
           const SortedDelivery& d = deliveries[k];
-          const SortedDelivery& t = d;
-          AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], t.dtype, Space::kSource, *t.box),
-                        SlotSide(slot, offset, t.dtype), *t.box);
+          AppendBoxCopy(plan,
+                        FragmentSide(src_frags[d.sender_frag], d.dtype, Space::kSource, *d.box),
+                        SlotSide(slot, offset, d.dtype), *d.box);
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -698,7 +703,7 @@ struct EmitInputs {
       const int frag0 = count == 1 ? MemberFragment(d0, member_fragments, i) : kLookUp;
       CopySide dst0;
       if (frag0 != kLookUp) {
-        dst0 = FragmentSide(dst_frags[frag0], t0.dtype, Space::kDestination, *t0.box);
+        dst0 = FragmentSide(dst_frags[frag0], d0.dtype, Space::kDestination, *d0.box);
       }
       const int recv_id = recv.id;
       if (frag0 != kLookUp && dst0.contiguous) {
@@ -714,19 +719,18 @@ struct EmitInputs {
       int64_t offset = 0;
       int64_t unpacked = 0;
       if (frag0 != kLookUp) {
-        AppendBoxCopy(plan, SlotSide(slot, 0, t0.dtype), dst0, *t0.box);
+        AppendBoxCopy(plan, SlotSide(slot, 0, d0.dtype), dst0, *d0.box);
         unpacked = d0.bytes;
       }
       for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
         const SortedDelivery& d = deliveries[k];
-        const SortedDelivery& t = d;
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
-        const auto [lo, hi] = frag != kLookUp ? std::make_pair(&frag, &frag + 1)
-                                              : fragments_on_rank(*t.group, rank);
+        const auto [lo, hi] =
+            frag != kLookUp ? std::make_pair(&frag, &frag + 1) : fragments_on_rank(*d.group, rank);
         for (const int* it = lo; it != hi; ++it) {
-          AppendBoxCopy(plan, SlotSide(slot, offset, t.dtype),
-                        FragmentSide(dst_frags[*it], t.dtype, Space::kDestination, *t.box), *t.box);
+          AppendBoxCopy(plan, SlotSide(slot, offset, d.dtype),
+                        FragmentSide(dst_frags[*it], d.dtype, Space::kDestination, *d.box), *d.box);
           unpacked += d.bytes;
         }
         offset += d.bytes;
@@ -966,16 +970,14 @@ struct Routes {
       }
     }
   }
-
 }
 
 // The reshard planner proper, on the layouts as given or (with `fold`) on the layouts without
 // their folded fragments plus the stack layouts, whose fragments and tensors are numbered after
 // the layouts' own. `clock` started with the planning; `fold_seconds` is already spent.
-Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination,
-                                 StackFold* fold, const Topology& topology,
-                                 const PlannerOptions& options, PhaseClock& clock,
-                                 double fold_seconds) {
+Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination, StackFold* fold,
+                                 const Topology& topology, const PlannerOptions& options,
+                                 PhaseClock& clock, double fold_seconds) {
   // The plan's compact copies of the buffer tables, made first: the ranks are counted on them.
   PlanResult result;
   result.phases.fold = fold_seconds;
@@ -1111,10 +1113,12 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         // rail; on a tie, the lower node load.
         const int leader_device = device_of[trees.Rank(d.tree, 0)];
         const int64_t off_rail_penalty = d.bytes / 64 + 1;
-        int64_t best_score = net_out[best->rank] + (best->device != leader_device ? off_rail_penalty : 0);
+        int64_t best_score =
+            net_out[best->rank] + (best->device != leader_device ? off_rail_penalty : 0);
         int64_t best_node_load = node_out[best->node];
         for (const Candidate* c = first + 1; c < last; ++c) {
-          const int64_t score = net_out[c->rank] + (c->device != leader_device ? off_rail_penalty : 0);
+          const int64_t score =
+              net_out[c->rank] + (c->device != leader_device ? off_rail_penalty : 0);
           if (score > best_score) continue;
           const int64_t node_load = node_out[c->node];
           if (score < best_score || node_load < best_node_load) {
@@ -1164,7 +1168,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
         for (int k = begin; k < end; ++k) {
           const int tree = tree_at[k];
           if (tree_next[tree]++ == 0) {
-            const int64_t distance = (node_of[trees.Rank(tree, 0)] - node_of[sender] + num_nodes) % num_nodes;
+            const int64_t distance =
+                (node_of[trees.Rank(tree, 0)] - node_of[sender] + num_nodes) % num_nodes;
             present.push_back(distance << 32 | tree);
           }
         }

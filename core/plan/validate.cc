@@ -253,13 +253,15 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
           bool relays_a_recv = false;
           for (int dep : plan.Deps(op)) {
             const Op& recv = plan.ops[dep];
-            relays_a_recv = relays_a_recv ||
-                            (recv.kind == OpKind::kRecv && recv.data.space == op.data.space &&
-                             recv.data.buffer == op.data.buffer &&
-                             recv.data.offset == op.data.offset && recv.data.bytes == op.data.bytes);
+            relays_a_recv =
+                relays_a_recv ||
+                (recv.kind == OpKind::kRecv && recv.data.space == op.data.space &&
+                 recv.data.buffer == op.data.buffer && recv.data.offset == op.data.offset &&
+                 recv.data.bytes == op.data.bytes);
           }
           if (!relays_a_recv) {
-            return InvalidArgument(OpName(op) + ": forwards bytes that no Recv it depends on received");
+            return InvalidArgument(OpName(op) +
+                                   ": forwards bytes that no Recv it depends on received");
           }
         }
         if (op.kind == OpKind::kRecv && op.data.space == Space::kSource) {
