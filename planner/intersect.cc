@@ -145,11 +145,24 @@ class SweepIndex {
   std::vector<int64_t> max_hi_;
 };
 
-// Distinct lo values along `dim` among `boxes`.
+// Distinct lo values along `dim` among `boxes`. Boxes mostly come in order along the dim (or share
+// one value there): then the distinct values are counted as they go, without a sort.
 template <typename GetBox>
 int DistinctLo(int count, GetBox get, int dim, std::vector<int64_t>& scratch) {
   scratch.clear();
-  for (int i = 0; i < count; ++i) scratch.push_back(get(i).lo[dim]);
+  bool ascending = true;
+  int distinct = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t lo = get(i).lo[dim];
+    if (!scratch.empty()) {
+      ascending = ascending && lo >= scratch.back();
+      distinct += lo != scratch.back();
+    } else {
+      distinct = 1;
+    }
+    scratch.push_back(lo);
+  }
+  if (ascending) return distinct;
   std::sort(scratch.begin(), scratch.end());
   return static_cast<int>(std::unique(scratch.begin(), scratch.end()) - scratch.begin());
 }
