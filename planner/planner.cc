@@ -253,7 +253,6 @@ class TreeTable {
   int NumTrees() const { return num_ranks_ + static_cast<int>(begin_.size()); }
   int Size(int tree) const { return tree < num_ranks_ ? 1 : end_[tree - num_ranks_] - begin_[tree - num_ranks_]; }
   int Rank(int tree, int i) const { return tree < num_ranks_ ? tree : ranks_[begin_[tree - num_ranks_] + i]; }
-  int Parent(int tree, int i) const { return tree < num_ranks_ ? -1 : parent_[begin_[tree - num_ranks_] + i]; }
   // An interned tree (tree >= num_ranks) as flat arrays: its member ranks, parents and, per member
   // i, its children (member indexes) children[child_begin[i] .. child_begin[i + 1]).
   struct Shape {
@@ -377,6 +376,50 @@ struct PlanFacts {
   }
 };
 
+// The holders of the piece at hand: on which nodes they are, how many nodes, and a holder
+// fragment per rank. Marks are kept while consecutive pieces share one holder range (the pieces
+// of a tensor its source holds whole), so their holders are looked up once per range.
+class HolderMarks {
+ public:
+  HolderMarks(const Intersection& inter, const PlanFacts& facts, int num_ranks, int num_nodes)
+      : inter_(inter), facts_(facts), rank_holder_(num_ranks, -1), node_mark_(num_nodes, -1) {}
+  // Marks `piece`'s holders, unless they are the range marked already.
+  void Mark(const Piece& piece) {
+    if (piece.holders_begin == begin_ && piece.holders_end == end_) return;
+    for (int h = begin_; h < end_; ++h) rank_holder_[facts_.source_rank[inter_.holders[h]]] = -1;
+    ++generation_;
+    begin_ = piece.holders_begin;
+    end_ = piece.holders_end;
+    holder_nodes_ = 0;
+    only_node_ = -1;
+    for (int h = begin_; h < end_; ++h) {
+      const int rank = facts_.source_rank[inter_.holders[h]];
+      const int node = facts_.node_of_rank[rank];
+      rank_holder_[rank] = inter_.holders[h];
+      if (node_mark_[node] != generation_) {
+        node_mark_[node] = generation_;
+        ++holder_nodes_;
+        only_node_ = node;
+      }
+    }
+  }
+  // A holder fragment on `rank` (the last in holder order), or -1.
+  int HolderOn(int rank) const { return rank_holder_[rank]; }
+  bool HeldOnNode(int node) const { return node_mark_[node] == generation_; }
+  // The number of nodes holding the piece, and the one when it is one.
+  int HolderNodes() const { return holder_nodes_; }
+  int OnlyNode() const { return only_node_; }
+
+ private:
+  const Intersection& inter_;
+  const PlanFacts& facts_;
+  std::vector<int> rank_holder_;
+  std::vector<int> node_mark_;  // the generation that last marked the node as a holder's
+  int generation_ = -1;
+  int begin_ = -1, end_ = -1;  // the holder range marked
+  int holder_nodes_ = 0, only_node_ = -1;
+};
+
 // What the layouts force onto the network: per piece, each destination node without a holder
 // needs it once.
 NetworkDemand ComputeDemand(const Intersection& inter, const PlanFacts& facts, int num_nodes) {
@@ -389,54 +432,34 @@ NetworkDemand ComputeDemand(const Intersection& inter, const PlanFacts& facts, i
     for (int rank : facts.source_rank) holder_node[node_of[rank]] = 1;
     demand.source_nodes = static_cast<int>(std::count(holder_node.begin(), holder_node.end(), 1));
   }
-  // The nodes of a piece's holders, marked with a generation number that changes with the holder
-  // range: consecutive pieces of one tensor mostly share their holders (a source holding it whole),
-  // and then their nodes are not looked up again.
-  std::vector<int> mark(num_nodes, -1);     // generation that last marked the node as a holder's
-  std::vector<int> needed(num_nodes, -1);   // piece index that last counted the node
-  int generation = -1;
-  int holders_begin = -1, holders_end = -1;  // the range the marks are for
-  int holder_nodes = 0, only_node = -1;      // how many nodes hold it; the last one marked
+  HolderMarks holders(inter, facts, static_cast<int>(facts.node_of_rank.size()), num_nodes);
+  std::vector<int> needed(num_nodes, -1);  // piece index that last counted the node
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
     const int64_t bytes = facts.piece_bytes[p];
-    if (piece.holders_begin != holders_begin || piece.holders_end != holders_end) {
-      ++generation;
-      holders_begin = piece.holders_begin;
-      holders_end = piece.holders_end;
-      holder_nodes = 0;
-      only_node = -1;
-      for (int h = holders_begin; h < holders_end; ++h) {
-        const int node = node_of[facts.source_rank[inter.holders[h]]];
-        if (mark[node] != generation) {
-          mark[node] = generation;
-          ++holder_nodes;
-          only_node = node;
-        }
-      }
-    }
+    holders.Mark(piece);
     if (g.frags_end - g.frags_begin == 1) {
       // One destination fragment: needed on its node unless a holder is there.
       const int node = node_of[facts.destination_rank[inter.group_frags[g.frags_begin]]];
-      if (mark[node] != generation) {
+      if (!holders.HeldOnNode(node)) {
         demand.destination_node_bytes[node] += bytes;
         demand.must_leave_bytes += bytes;
-        if (holder_nodes == 1) demand.source_node_bytes[only_node] += bytes;
+        if (holders.HolderNodes() == 1) demand.source_node_bytes[holders.OnlyNode()] += bytes;
       }
       continue;
     }
     bool must_leave = false;
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
       const int node = node_of[facts.destination_rank[inter.group_frags[i]]];
-      if (mark[node] == generation || needed[node] == static_cast<int>(p)) continue;
+      if (holders.HeldOnNode(node) || needed[node] == static_cast<int>(p)) continue;
       needed[node] = static_cast<int>(p);
       demand.destination_node_bytes[node] += bytes;
       must_leave = true;
     }
     if (must_leave) {
       demand.must_leave_bytes += bytes;
-      if (holder_nodes == 1) demand.source_node_bytes[only_node] += bytes;
+      if (holders.HolderNodes() == 1) demand.source_node_bytes[holders.OnlyNode()] += bytes;
     }
   }
   return demand;
@@ -801,13 +824,7 @@ struct Routes {
   };
   // Per rank, piece-local, its one fragment of the piece's group (kLookUp: several).
   std::vector<int> rank_fragment(num_ranks, kLookUp);
-  // The ranks and nodes of a piece's holders: rank_holder (a holder fragment on the rank, the
-  // last one, else -1) and holder_node_mark (the generation that marked the node as a holder's)
-  // are kept while consecutive pieces share one holder range (pieces of a tensor held whole).
-  std::vector<int> rank_holder(num_ranks, -1);
-  std::vector<int> holder_node_mark(num_nodes, -1);
-  int generation = -1;
-  int marked_begin = 0, marked_end = 0;  // the holder range marked
+  HolderMarks holders(inter, facts, num_ranks, num_nodes);
   const int num_holders = static_cast<int>(inter.holders.size());
   // About one delivery per destination fragment and network node or chunk (159k of DeepSeek-V3's
   // 263k, 415k of Kimi-K2's 530k), and a member entry per fan-out member: reserving for each
@@ -818,17 +835,7 @@ struct Routes {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
     const int64_t piece_bytes = facts.piece_bytes[p];
-    if (piece.holders_begin != marked_begin || piece.holders_end != marked_end || generation < 0) {
-      for (int h = marked_begin; h < marked_end; ++h) rank_holder[src_rank[inter.holders[h]]] = -1;
-      ++generation;
-      marked_begin = piece.holders_begin;
-      marked_end = piece.holders_end;
-      for (int h = marked_begin; h < marked_end; ++h) {
-        const int rank = src_rank[inter.holders[h]];
-        rank_holder[rank] = inter.holders[h];
-        holder_node_mark[node_of[rank]] = generation;
-      }
-    }
+    holders.Mark(piece);
     if (g.frags_end - g.frags_begin == 1) {
       // One destination fragment (most pieces of expert weights): the general path below reduced
       // to its outcome. A holder on the rank copies locally (the last such holder, as there);
@@ -836,8 +843,8 @@ struct Routes {
       const int frag = inter.group_frags[g.frags_begin];
       const int rank = dst_rank[frag];
       const int node = node_of[rank];
-      const int local = rank_holder[rank];
-      const bool on_node = holder_node_mark[node] == generation;
+      const int local = holders.HolderOn(rank);
+      const bool on_node = holders.HeldOnNode(node);
       if (local >= 0) {
         local_copies.push_back({rank, static_cast<int>(p), local, frag});
         continue;
@@ -864,8 +871,9 @@ struct Routes {
     member_ranks.clear();
     for (int i = g.frags_begin; i < g.frags_end; ++i) {
       const int rank = dst_rank[inter.group_frags[i]];
-      if (rank_holder[rank] >= 0) {
-        local_copies.push_back({rank, static_cast<int>(p), rank_holder[rank], inter.group_frags[i]});
+      if (holders.HolderOn(rank) >= 0) {
+        local_copies.push_back(
+            {rank, static_cast<int>(p), holders.HolderOn(rank), inter.group_frags[i]});
         continue;
       }
       if (member_ranks.empty() || member_ranks.back() != rank) {
@@ -887,7 +895,7 @@ struct Routes {
       size_t j = i;
       while (j < member_ranks.size() && node_of[member_ranks[j]] == node) ++j;
       local_holders.clear();
-      if (holder_node_mark[node] == generation) {
+      if (holders.HeldOnNode(node)) {
         for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
           if (node_of[src_rank[inter.holders[h]]] == node) local_holders.push_back(inter.holders[h]);
         }
