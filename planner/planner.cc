@@ -612,19 +612,19 @@ struct EmitInputs {
   };
   // Per tree member, by position: the message it receives and its Recv's round (parents come
   // before their children, so a member's entries are written before they are read).
-  std::vector<int64_t> message_of;
+  std::vector<int> message_of;
   std::vector<int> recv_round;
-  int64_t next_message = 0;
-  // Member i (on `rank`) of a tree of `shape` relays what its Recv `recv_id` landed (`data`) to
-  // each of its children, children[first_child, end_child), one round after another.
+  int next_message = 0;
+  // Member i (on `rank`) of a tree of `shape` relays what its Recv `recv_id` landed (`bytes` at
+  // `data`) to each of its children, children[first_child, end_child), one round after another.
   auto forward = [&](const TreeTable::Shape& shape, int first_child, int end_child, int i, int rank,
-                     ByteRange data, int recv_id) {
+                     DataPlace data, int64_t bytes, int recv_id) {
     for (int c = first_child; c < end_child; ++c) {
       const int child = shape.children[c];
       const int peer = shape.ranks[child];
       Op& fwd = new_op(OpKind::kForward, rank, recv_round[i] + 1 + (c - first_child));
       fwd.peer = peer;
-      fwd.bytes = data.bytes;
+      fwd.bytes = bytes;
       fwd.link = link(rank, peer);
       fwd.message = next_message++;
       fwd.data = data;
@@ -664,13 +664,13 @@ struct EmitInputs {
     const TreeTable::Shape shape = single ? TreeTable::Shape{} : trees.ShapeOf(m.tree);
     const int root = single ? m.tree : shape.ranks[0];
     // Sender side: a Pack into a staging slot unless one contiguous region is sent as it lies.
-    ByteRange sent;
+    DataPlace sent;
     int pack_id = -1;
     {
       const CopySide src0 =
           FragmentSide(src_frags[d0.sender_frag], d0.dtype, Space::kSource, *d0.box);
       if (count == 1 && src0.contiguous) {
-        sent = ByteRange(Space::kSource, src0.end.buffer, src0.end.offset, m.bytes);
+        sent = {Space::kSource, src0.end.buffer, src0.end.offset};
       } else {
         const int slot = plan.AddSlot(m.sender, m.bytes);
         Op& pack = new_op(OpKind::kPack, m.sender, round);
@@ -688,7 +688,7 @@ struct EmitInputs {
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
         pack_id = pack.id;
-        sent = ByteRange(Space::kStaging, slot, 0, m.bytes);
+        sent = {Space::kStaging, slot, 0};
       }
     }
     {
@@ -730,12 +730,12 @@ struct EmitInputs {
       }
       const int recv_id = recv.id;
       if (frag0 != kLookUp && dst0.contiguous) {
-        recv.data = ByteRange(Space::kDestination, dst0.end.buffer, dst0.end.offset, m.bytes);
-        forward(shape, first_child, end_child, i, rank, recv.data, recv_id);
+        recv.data = {Space::kDestination, dst0.end.buffer, dst0.end.offset};
+        forward(shape, first_child, end_child, i, rank, recv.data, m.bytes, recv_id);
         continue;
       }
       const int slot = plan.AddSlot(rank, m.bytes);
-      recv.data = ByteRange(Space::kStaging, slot, 0, m.bytes);
+      recv.data = {Space::kStaging, slot, 0};
       Op& unpack = new_op(OpKind::kUnpack, rank, recv_round[i]);
       depend_on(unpack, recv_id);
       unpack.copies_begin = static_cast<int>(plan.copies.size());
@@ -760,7 +760,7 @@ struct EmitInputs {
       }
       unpack.bytes = unpacked;
       unpack.copies_end = static_cast<int>(plan.copies.size());
-      forward(shape, first_child, end_child, i, rank, ByteRange(Space::kStaging, slot, 0, m.bytes),
+      forward(shape, first_child, end_child, i, rank, DataPlace{Space::kStaging, slot, 0}, m.bytes,
               recv_id);
     }
   }
@@ -1370,7 +1370,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   // root's receive from it likewise), so buckets fill in order instead of all sharing the root's
   // ingress until the end.
   std::vector<int> last_send(num_ranks, -1), last_recv(num_ranks, -1);
-  int64_t next_message = 0;
+  int next_message = 0;
   for (size_t i = 0; i < items.size();) {
     const int bucket = items[i].bucket, holder = items[i].holder_rank;
     size_t j = i;
@@ -1422,7 +1422,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
       send.round = bucket;
       send.link = topology.Link(holder, root);
       send.message = next_message++;
-      send.data = ByteRange(Space::kStaging, slot, 0, bytes);
+      send.data = {Space::kStaging, slot, 0};
       std::vector<int> send_deps = {pack_id};
       if (last_send[holder] >= 0) send_deps.push_back(last_send[holder]);
       Op recv = send;
@@ -1431,7 +1431,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
       recv.peer = holder;
       std::vector<int> recv_deps;
       if (last_recv[holder] >= 0) recv_deps.push_back(last_recv[holder]);
-      recv.data = ByteRange(Space::kStaging, remote_slot, 0, bytes);
+      recv.data = {Space::kStaging, remote_slot, 0};
       last_send[holder] = plan.AddOp(std::move(send), send_deps);
       const int recv_id = plan.AddOp(std::move(recv), recv_deps);
       last_recv[holder] = recv_id;
@@ -1530,7 +1530,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
         send.link = topology.Link(from, to);
         send.message = next_message++;
         const int from_slot = from == root ? root_slot[b] : slot_of[from];
-        send.data = ByteRange(Space::kStaging, from_slot, offset, bytes);
+        send.data = {Space::kStaging, from_slot, offset};
         Op recv;
         recv.kind = OpKind::kRecv;
         recv.rank = to;
@@ -1539,7 +1539,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
         recv.round = send.round;
         recv.link = send.link;
         recv.message = send.message;
-        recv.data = ByteRange(Space::kStaging, slot_of[to], offset, bytes);
+        recv.data = {Space::kStaging, slot_of[to], offset};
         if (from == root) {
           plan.AddOp(std::move(send), bucket_ready[b]);
         } else {

@@ -232,7 +232,7 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
         w.Member("message", op.message);
         w.Member("link", LinkClassName(op.link));
         w.Key("data");
-        WriteRegion(w, op.data);
+        WriteRegion(w, op.Data());
         break;
       default:
         w.Key("copies");

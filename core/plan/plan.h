@@ -222,24 +222,43 @@ class BufferTable {
   std::vector<Entry> entries_;
 };
 
+// Where a Send/Forward's bytes start, or where a Recv's bytes land: a buffer and a byte offset in
+// it. The size is the op's `bytes` (Op::Data() gives the whole ByteRange).
+struct DataPlace {
+  Space space = Space::kStaging;
+  int buffer = 0;
+  int64_t offset = 0;
+};
+
+// One op: 64 bytes, one cache line (a refit's plan has hundreds of thousands).
 struct Op {
   int id = 0;  // index in TransferPlan::ops
   OpKind kind = OpKind::kCopy;
+  LinkClass link = LinkClass::kSameRank;
   int rank = 0;                         // the rank that executes it
   int peer = -1;                        // Send/Recv/Forward: the other rank
-  int64_t message = -1;                 // Send/Forward/Recv: pairs a sender with its receiver
-  int64_t bytes = 0;                    // payload bytes moved by this op
-  LinkClass link = LinkClass::kSameRank;
+  // Send/Forward/Recv: pairs a sender with its receiver. Non-negative; like op ids, below 2^31.
+  int message = -1;
   int round = 0;                        // scheduling round (lower first)
+  int64_t bytes = 0;                    // payload bytes moved by this op
   // Ops on the same rank that must complete first: TransferPlan::dep_list[deps_begin, deps_end).
   int deps_begin = 0, deps_end = 0;
   // Copy/Pack/Unpack/Convert: TransferPlan::copies[copies_begin, copies_end).
   int copies_begin = 0, copies_end = 0;
-  ByteRange data;                       // Send/Forward: what is sent; Recv: where it lands
+  // Send/Forward: where the `bytes` sent start; Recv: where they land.
+  DataPlace data;
 
   int NumDeps() const { return deps_end - deps_begin; }
   int NumCopies() const { return copies_end - copies_begin; }
+  // Send/Forward/Recv: the bytes moved, [data.offset, data.offset + bytes) of data's buffer.
+  ByteRange Data() const { return ByteRange(data.space, data.buffer, data.offset, bytes); }
+  // Send/Forward/Recv: sets `data` and `bytes` to `range`'s.
+  void SetData(const ByteRange& range) {
+    data = {range.space, range.buffer, range.offset};
+    bytes = range.bytes;
+  }
 };
+static_assert(sizeof(Op) == 64, "an Op is one cache line");
 
 struct TransferPlan {
   std::string strategy;  // "reshard" or "gather-broadcast"

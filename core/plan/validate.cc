@@ -242,11 +242,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
         if (op.peer < 0 || op.peer >= n || op.peer == op.rank) {
           return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
         }
-        FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.data, "message data"));
-        if (op.data.NumBytes() != op.bytes) {
-          return InvalidArgument(OpName(op) + ": carries " + std::to_string(op.data.NumBytes()) +
-                                 " bytes but declares " + std::to_string(op.bytes));
-        }
+        FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.Data(), "message data"));
         if (op.kind == OpKind::kForward) {
           // It relays bytes a Recv it depends on received, as they landed (in a staging slot or
           // in the destination region they are for).
@@ -257,7 +253,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                 relays_a_recv ||
                 (recv.kind == OpKind::kRecv && recv.data.space == op.data.space &&
                  recv.data.buffer == op.data.buffer && recv.data.offset == op.data.offset &&
-                 recv.data.bytes == op.data.bytes);
+                 recv.bytes == op.bytes);
           }
           if (!relays_a_recv) {
             return InvalidArgument(OpName(op) +
@@ -335,7 +331,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
   std::vector<ByteRun> scratch;
   for (const Op& op : plan.ops) {
     if (op.kind == OpKind::kRecv) {
-      if (op.data.space == Space::kDestination) AppendBufferRuns(op.data, op.id, written, scratch);
+      if (op.data.space == Space::kDestination) AppendBufferRuns(op.Data(), op.id, written, scratch);
       continue;
     }
     for (const CopyPair& c : plan.Copies(op)) {

@@ -69,7 +69,7 @@ T Get(const uint8_t*& p) {
 std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
   const int num_ops = static_cast<int>(plan.ops.size());
   int64_t max_message = -1;
-  for (const Op& op : plan.ops) max_message = std::max(max_message, op.message);
+  for (const Op& op : plan.ops) max_message = std::max<int64_t>(max_message, op.message);
   // Messages are numbered densely by the planner; a sparse numbering only costs memory.
   std::vector<int> recv_of_message(static_cast<size_t>(max_message + 1), -1);
   std::vector<int> dependents(num_ops, 0), only_dependent(num_ops, -1);
@@ -91,7 +91,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     const Op& recv = plan.ops[recv_id];
     if (send.rank != rank && recv.rank != rank) continue;
     if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || recv.NumDeps() != 0 ||
-        recv.bytes != send.bytes || send.data.NumBytes() != recv.data.NumBytes()) {
+        recv.bytes != send.bytes) {
       continue;
     }
     DirectRead d;
@@ -100,11 +100,11 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     d.receiver = recv.rank;
     d.send_op = send.id;
     d.recv_op = recv.id;
-    d.bytes = send.data.NumBytes();
+    d.bytes = send.bytes;
     // Sender side: one contiguous source region, or the Pack that fills the sent slot.
     std::vector<Span> from;
     if (send.NumDeps() == 0 && send.data.space == Space::kSource) {
-      from.push_back({0, send.data, send.data});
+      from.push_back({0, send.Data(), send.Data()});
     } else if (send.NumDeps() == 1 && send.data.space == Space::kStaging && send.data.offset == 0) {
       const Op& pack = plan.ops[plan.Deps(send)[0]];
       if (pack.kind != OpKind::kPack || pack.NumDeps() != 0 || dependents[pack.id] != 1) continue;
@@ -122,7 +122,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     // Receiver side: one contiguous destination region, or the one Unpack of the received slot.
     std::vector<Span> to;
     if (recv.data.space == Space::kDestination && dependents[recv.id] == 0) {
-      to.push_back({0, recv.data, recv.data});
+      to.push_back({0, recv.Data(), recv.Data()});
     } else if (recv.data.space == Space::kStaging && recv.data.offset == 0 && dependents[recv.id] == 1) {
       const Op& unpack = plan.ops[only_dependent[recv.id]];
       if (unpack.kind != OpKind::kUnpack || unpack.NumDeps() != 1) continue;
@@ -140,11 +140,11 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     // Meet the two sides at the message's byte offsets.
     bool ok = true;
     if (d.pack_op < 0 && d.unpack_op < 0) {
-      d.copies.push_back({send.data, recv.data});
+      d.copies.push_back({send.Data(), recv.Data()});
     } else if (d.pack_op < 0) {
-      for (const Span& t : to) d.copies.push_back({Rebase(t.staged, send.data, t.offset), t.region});
+      for (const Span& t : to) d.copies.push_back({Rebase(t.staged, send.Data(), t.offset), t.region});
     } else if (d.unpack_op < 0) {
-      for (const Span& f : from) d.copies.push_back({f.region, Rebase(f.staged, recv.data, f.offset)});
+      for (const Span& f : from) d.copies.push_back({f.region, Rebase(f.staged, recv.Data(), f.offset)});
     } else {
       std::map<int64_t, size_t> at_offset;
       for (size_t i = 0; i < from.size(); ++i) at_offset.emplace(from[i].offset, i);

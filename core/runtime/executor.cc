@@ -334,7 +334,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
       AddSlotRefs(pair.from, slots_of[i]);
       AddSlotRefs(pair.to, slots_of[i]);
     }
-    if (IsNetwork(op.kind)) AddSlotRefs(op.data, slots_of[i]);
+    if (IsNetwork(op.kind)) AddSlotRefs(op.Data(), slots_of[i]);
     for (int slot : slots_of[i]) {
       if (slot < 0 || slot >= static_cast<int>(plan.slots.size()) || plan.slots[slot].rank != rank) {
         return InvalidArgument(Describe(op, comm_) + " uses staging slot " + std::to_string(slot) +
@@ -699,11 +699,11 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
     if (role[i] == Role::kRead) return start_read(i);
     const Op& op = plan.ops[ids[i]];
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
-    FERRY_ASSIGN_OR_RETURN(char* at, base_of(op.data));
+    FERRY_ASSIGN_OR_RETURN(char* at, base_of(op.Data()));
     const void* block = op.data.space == Space::kStaging
                             ? static_cast<const void*>(arena_.get())
                             : (op.data.space == Space::kSource ? memory.source : memory.destination)[op.data.buffer].base;
-    LocalBuffer buffer{handle_of.at({t, block}), at - static_cast<const char*>(block), op.data.NumBytes()};
+    LocalBuffer buffer{handle_of.at({t, block}), at - static_cast<const char*>(block), op.bytes};
     Result<RequestId> id = op.kind == OpKind::kRecv ? t->PostRecv(op.peer, comm_.Tag(op.message), buffer)
                                                     : t->PostSend(op.peer, comm_.Tag(op.message), buffer);
     if (!id.ok()) return id.status();
@@ -854,15 +854,15 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
           continue;
         }
         if (op.kind == OpKind::kRecv) {
-          if (completions[c].bytes != op.data.NumBytes()) {
+          if (completions[c].bytes != op.bytes) {
             failure = OutOfRange(Describe(op, comm_) + ": received " +
                                  std::to_string(completions[c].bytes) + " bytes, expected " +
-                                 std::to_string(op.data.NumBytes()));
+                                 std::to_string(op.bytes));
             continue;
           }
           stats.bytes_received += completions[c].bytes;
         } else {
-          stats.bytes_sent += op.data.NumBytes();
+          stats.bytes_sent += op.bytes;
         }
         complete(i);
       }

@@ -178,7 +178,7 @@ Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Lay
           break;
         case OpKind::kSend:
         case OpKind::kForward: {
-          std::vector<uint8_t>& src = mem.Buffer(op.data);
+          std::vector<uint8_t>& src = mem.Buffer(op.Data());
           in_flight[op.message].assign(src.begin() + op.data.offset,
                                        src.begin() + op.data.offset + op.bytes);
           break;
@@ -191,7 +191,7 @@ Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Lay
                             std::to_string(payload.size()) + " bytes, expected " +
                             std::to_string(op.bytes));
           }
-          for (int64_t k = 0; k < op.bytes; ++k) Write(mem, op.data, op.data.offset + k, payload[k]);
+          for (int64_t k = 0; k < op.bytes; ++k) Write(mem, op.Data(), op.data.offset + k, payload[k]);
           break;
         }
       }

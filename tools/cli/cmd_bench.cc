@@ -84,13 +84,13 @@ TransferPlan StreamPlan(int64_t size, int64_t messages, int64_t buffer_bytes) {
     send.message = i;
     send.bytes = size;
     send.link = LinkClass::kSameNode;
-    send.data = ByteRange(Space::kSource, 0, offset, size);
+    send.SetData(ByteRange(Space::kSource, 0, offset, size));
     plan.AddOp(send);
     Op recv = send;
     recv.kind = OpKind::kRecv;
     recv.rank = 1;
     recv.peer = 0;
-    recv.data = ByteRange(Space::kDestination, 0, offset, size);
+    recv.SetData(ByteRange(Space::kDestination, 0, offset, size));
     plan.AddOp(recv);
   }
   return plan;

@@ -46,13 +46,13 @@ inline TinyPlan MakeTinyPlan() {
   send.message = 0;
   send.bytes = 16;
   send.link = LinkClass::kNetwork;
-  send.data = ByteRange(Space::kSource, 0, 0, 16);
+  send.SetData(ByteRange(Space::kSource, 0, 0, 16));
   t.send = t.plan.AddOp(send);
   Op recv = send;
   recv.kind = OpKind::kRecv;
   recv.rank = 1;
   recv.peer = 0;
-  recv.data = ByteRange(Space::kStaging, slot, 0, 16);
+  recv.SetData(ByteRange(Space::kStaging, slot, 0, 16));
   t.recv = t.plan.AddOp(recv);
   Op unpack;
   unpack.kind = OpKind::kUnpack;

@@ -41,7 +41,6 @@ TEST(ValidatePlan, RejectsUnmatchedRecvAndSizeMismatch) {
   ExpectInvalid(t, "endpoints");
   TinyPlan u = MakeTinyPlan();
   u.plan.ops[u.recv].bytes = 8;
-  u.plan.ops[u.recv].data.bytes = 8;
   ExpectInvalid(u, "receives 8");
 }
 
@@ -100,7 +99,7 @@ RelayPlan MakeRelayPlan() {
     op.message = id;
     op.bytes = 16;
     op.link = LinkClass::kNetwork;
-    op.data = data;
+    op.SetData(data);
     return op;
   };
   t.plan.AddOp(message(OpKind::kSend, 0, 1, 0, ByteRange(Space::kSource, 0, 0, 16)));
@@ -122,10 +121,9 @@ TEST(ValidatePlan, ForwardRelaysWhatItsRecvLandedEvenInADestinationRegion) {
   EXPECT_NE(s.message().find(error), std::string::npos) << s.ToString();
 
   RelayPlan elsewhere = MakeRelayPlan();
-  elsewhere.plan.ops[elsewhere.forward].data = ByteRange(Space::kDestination, 0, 4, 12);
-  elsewhere.plan.ops[elsewhere.forward].bytes = 12;
+  elsewhere.plan.ops[elsewhere.forward].SetData(ByteRange(Space::kDestination, 0, 4, 12));
   for (Op& op : elsewhere.plan.ops) {
-    if (op.message == 1) op.bytes = op.data.bytes = 12;
+    if (op.message == 1) op.bytes = 12;
   }
   s = ValidatePlan(elsewhere.plan, elsewhere.source, elsewhere.destination);
   EXPECT_NE(s.message().find(error), std::string::npos) << s.ToString();

@@ -83,13 +83,13 @@ TransferPlan OneMessage(int64_t bytes) {
   send.peer = 2;
   send.message = 7;
   send.bytes = bytes;
-  send.data = ByteRange(Space::kSource, 0, 0, bytes);
+  send.SetData(ByteRange(Space::kSource, 0, 0, bytes));
   plan.AddOp(send);
   Op recv = send;
   recv.kind = OpKind::kRecv;
   recv.rank = 2;
   recv.peer = 0;
-  recv.data = ByteRange(Space::kDestination, 0, 0, bytes);
+  recv.SetData(ByteRange(Space::kDestination, 0, 0, bytes));
   plan.AddOp(recv);
   return plan;
 }
@@ -147,13 +147,13 @@ TEST(CommunicatorTest, RunsAPlanOverLocalWithinANodeAndTcpAcross) {
     send.peer = peer;
     send.message = 100 + peer;
     send.bytes = bytes;
-    send.data = ByteRange(Space::kSource, 0, 0, bytes);
+    send.SetData(ByteRange(Space::kSource, 0, 0, bytes));
     plan.AddOp(send);
     Op recv = send;
     recv.kind = OpKind::kRecv;
     recv.rank = peer;
     recv.peer = 0;
-    recv.data = ByteRange(Space::kDestination, peer, 0, bytes);
+    recv.SetData(ByteRange(Space::kDestination, peer, 0, bytes));
     plan.AddOp(recv);
   }
   world.Run([&](Communicator& comm) {
@@ -236,11 +236,11 @@ TEST(CommunicatorTest, ExecutorKeepsRegistrationsAcrossRefitsUntilForgotten) {
   send.peer = 0;
   send.message = 1;
   send.bytes = 4096;
-  send.data = ByteRange(Space::kSource, 0, 0, 4096);
+  send.SetData(ByteRange(Space::kSource, 0, 0, 4096));
   plan.AddOp(send);
   Op recv = send;
   recv.kind = OpKind::kRecv;
-  recv.data = ByteRange(Space::kDestination, 0, 0, 4096);
+  recv.SetData(ByteRange(Space::kDestination, 0, 0, 4096));
   plan.AddOp(recv);
   std::vector<uint8_t> a(4096, 9), b(4096, 0);
   RankMemory memory{{{a.data(), 4096, MemoryKind::kHost, -1}}, {{b.data(), 4096, MemoryKind::kHost, -1}}};

@@ -22,11 +22,11 @@ TransferPlan PackedPlan(LinkClass link) {
       pack, {},
       {{Fp32Matrix(Space::kSource, 0, 0, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
        {Fp32Matrix(Space::kSource, 0, 16, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
-  Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 7, .bytes = 128, .link = link};
-  send.data = ByteRange(Space::kStaging, send_slot, 0, 128);
+  Op send{.kind = OpKind::kSend, .link = link, .rank = 0, .peer = 1, .message = 7, .bytes = 128};
+  send.SetData(ByteRange(Space::kStaging, send_slot, 0, 128));
   plan.AddOp(send, {pack_id});
-  Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 7, .bytes = 128, .link = link};
-  recv.data = ByteRange(Space::kStaging, recv_slot, 0, 128);
+  Op recv{.kind = OpKind::kRecv, .link = link, .rank = 1, .peer = 0, .message = 7, .bytes = 128};
+  recv.SetData(ByteRange(Space::kStaging, recv_slot, 0, 128));
   const int recv_id = plan.AddOp(recv);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
   plan.AddOp(unpack, {recv_id},
@@ -87,13 +87,13 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
   plan.destination_buffers = {{1, "d", 4096}};
   // Send straight from source bytes [1024, 1152), unpack as a [4, 8] block.
   const int slot = plan.AddSlot(1, 128);
-  Op send{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 0, .bytes = 128,
-          .link = LinkClass::kSameNode};
-  send.data = ByteRange(Space::kSource, 0, 1024, 128);
+  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 0,
+          .bytes = 128};
+  send.SetData(ByteRange(Space::kSource, 0, 1024, 128));
   plan.AddOp(send);
-  Op recv{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 0, .bytes = 128,
-          .link = LinkClass::kSameNode};
-  recv.data = ByteRange(Space::kStaging, slot, 0, 128);
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 0,
+          .bytes = 128};
+  recv.SetData(ByteRange(Space::kStaging, slot, 0, 128));
   const int recv_id = plan.AddOp(recv);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
   plan.AddOp(unpack, {recv_id},
@@ -103,13 +103,13 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
   Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 64};
   const int pack_id = plan.AddOp(
       pack, {}, {{Fp32Matrix(Space::kSource, 0, 0, 2, 8, 16), Fp32Matrix(Space::kStaging, send_slot, 0, 2, 8, 8)}});
-  Op send2{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = 64,
-           .link = LinkClass::kSameNode};
-  send2.data = ByteRange(Space::kStaging, send_slot, 0, 64);
+  Op send2{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 1,
+           .bytes = 64};
+  send2.SetData(ByteRange(Space::kStaging, send_slot, 0, 64));
   plan.AddOp(send2, {pack_id});
-  Op recv2{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = 64,
-           .link = LinkClass::kSameNode};
-  recv2.data = ByteRange(Space::kDestination, 0, 2048, 64);
+  Op recv2{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 1,
+           .bytes = 64};
+  recv2.SetData(ByteRange(Space::kDestination, 0, 2048, 64));
   plan.AddOp(recv2);
 
   const std::vector<DirectRead> found = FindDirectReads(plan, 1);
@@ -134,8 +134,8 @@ TEST(DirectReadTest, RelayedAndMismatchedMessagesKeepTheStagedPath) {
   // A Forward reads the received slot: the message must land in staging.
   TransferPlan relayed = PackedPlan(LinkClass::kSameNode);
   relayed.num_ranks = 3;
-  Op forward{.kind = OpKind::kForward, .rank = 1, .peer = 2, .message = 8, .bytes = 128,
-             .link = LinkClass::kSameNode};
+  Op forward{.kind = OpKind::kForward, .link = LinkClass::kSameNode, .rank = 1, .peer = 2,
+             .message = 8, .bytes = 128};
   forward.data = relayed.ops[2].data;
   relayed.AddOp(forward, {2});
   EXPECT_TRUE(FindDirectReads(relayed, 1).empty());

@@ -95,11 +95,11 @@ void BM_ExecutorManySmallMessages(benchmark::State& state) {
     send.peer = 0;
     send.message = m;
     send.bytes = size;
-    send.data = ByteRange(Space::kSource, 0, m * size, size);
+    send.SetData(ByteRange(Space::kSource, 0, m * size, size));
     plan.AddOp(send);
     Op recv = send;
     recv.kind = OpKind::kRecv;
-    recv.data = ByteRange(Space::kStaging, slot, 0, size);
+    recv.SetData(ByteRange(Space::kStaging, slot, 0, size));
     int r = plan.AddOp(recv);
     Op unpack;
     unpack.kind = OpKind::kUnpack;

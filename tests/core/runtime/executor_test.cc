@@ -87,41 +87,38 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
   int pa = plan.AddOp(pack_a, {},
                       {{Fp32Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
                         Fp32Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}});
-  Op send_a{.kind = OpKind::kSend, .rank = 0, .peer = 1, .message = 1, .bytes = half,
-            .link = link};
-  send_a.data = ByteRange(Space::kStaging, slot_a, 0, half);
+  Op send_a{.kind = OpKind::kSend, .link = link, .rank = 0, .peer = 1, .message = 1, .bytes = half};
+  send_a.SetData(ByteRange(Space::kStaging, slot_a, 0, half));
   plan.AddOp(send_a, {pa});
-  Op pack_b{.kind = OpKind::kPack, .rank = 0, .bytes = half, .round = 1};
+  Op pack_b{.kind = OpKind::kPack, .rank = 0, .round = 1, .bytes = half};
   int pb = plan.AddOp(pack_b, {},
                       {{Fp32Matrix(Space::kSource, 0, 512 * 4, kRows, 512, kCols),
                         Fp32Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}});
-  Op send_b{.kind = OpKind::kSend, .rank = 0, .peer = 2, .message = 2, .bytes = half,
-            .link = link, .round = 1};
-  send_b.data = ByteRange(Space::kStaging, slot_b, 0, half);
+  Op send_b{.kind = OpKind::kSend, .link = link, .rank = 0, .peer = 2, .message = 2, .round = 1,
+            .bytes = half};
+  send_b.SetData(ByteRange(Space::kStaging, slot_b, 0, half));
   plan.AddOp(send_b, {pb});
-  Op copy{.kind = OpKind::kCopy, .rank = 0, .bytes = 32 * kCols * 4, .link = LinkClass::kSameRank};
+  Op copy{.kind = OpKind::kCopy, .link = LinkClass::kSameRank, .rank = 0, .bytes = 32 * kCols * 4};
   plan.AddOp(copy, {},
              {{Fp32Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
                Fp32Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}});
-  Op recv_c{.kind = OpKind::kRecv, .rank = 1, .peer = 0, .message = 1, .bytes = half,
-            .link = link};
-  recv_c.data = ByteRange(Space::kStaging, slot_c, 0, half);
+  Op recv_c{.kind = OpKind::kRecv, .link = link, .rank = 1, .peer = 0, .message = 1, .bytes = half};
+  recv_c.SetData(ByteRange(Space::kStaging, slot_c, 0, half));
   int rc = plan.AddOp(recv_c);
   Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half};
   plan.AddOp(unpack, {rc},
              {{Fp32Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
                Fp32Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
-  Op recv_relayed{.kind = OpKind::kRecv, .rank = 1, .peer = 2, .message = 3, .bytes = half,
-                  .link = link};
-  recv_relayed.data = ByteRange(Space::kDestination, 3, 0, half);
+  Op recv_relayed{.kind = OpKind::kRecv, .link = link, .rank = 1, .peer = 2, .message = 3,
+                  .bytes = half};
+  recv_relayed.SetData(ByteRange(Space::kDestination, 3, 0, half));
   plan.AddOp(recv_relayed);
-  Op recv_d{.kind = OpKind::kRecv, .rank = 2, .peer = 0, .message = 2, .bytes = half,
-            .link = link};
-  recv_d.data = ByteRange(Space::kDestination, 2, 0, half);
+  Op recv_d{.kind = OpKind::kRecv, .link = link, .rank = 2, .peer = 0, .message = 2, .bytes = half};
+  recv_d.SetData(ByteRange(Space::kDestination, 2, 0, half));
   int rd = plan.AddOp(recv_d);
-  Op forward{.kind = OpKind::kForward, .rank = 2, .peer = 1, .message = 3, .bytes = half,
-             .link = link};
-  forward.data = ByteRange(Space::kDestination, 2, 0, half);
+  Op forward{.kind = OpKind::kForward, .link = link, .rank = 2, .peer = 1, .message = 3,
+             .bytes = half};
+  forward.SetData(ByteRange(Space::kDestination, 2, 0, half));
   plan.AddOp(forward, {rd});
   return plan;
 }
@@ -331,9 +328,9 @@ TEST(ExecutorTest, DeadlineNamesTheStuckReceive) {
   TransferPlan plan;
   plan.num_ranks = 2;
   plan.destination_buffers = {{0, "d", 1024}};
-  Op recv{.kind = OpKind::kRecv, .rank = 0, .peer = 1, .message = 9, .bytes = 1024,
-          .link = LinkClass::kNetwork};
-  recv.data = ByteRange(Space::kDestination, 0, 0, 1024);
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kNetwork, .rank = 0, .peer = 1, .message = 9,
+          .bytes = 1024};
+  recv.SetData(ByteRange(Space::kDestination, 0, 0, 1024));
   plan.AddOp(recv);
   auto codes = RunRanks(2, 30, [&](int rank, int port) {
     auto joined = Join(rank, 2, port);

@@ -37,13 +37,13 @@ TEST(SessionTest, TwoProcessesJoinFromTheEnvironmentAndRunAPlan) {
   send.peer = 1;
   send.message = 1;
   send.bytes = bytes;
-  send.data = ByteRange(Space::kSource, 0, 0, bytes);
+  send.SetData(ByteRange(Space::kSource, 0, 0, bytes));
   plan.AddOp(send);
   Op recv = send;
   recv.kind = OpKind::kRecv;
   recv.rank = 1;
   recv.peer = 0;
-  recv.data = ByteRange(Space::kDestination, 0, 0, bytes);
+  recv.SetData(ByteRange(Space::kDestination, 0, 0, bytes));
   plan.AddOp(recv);
 
   std::vector<pid_t> children;
