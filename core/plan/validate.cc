@@ -242,6 +242,10 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
         if (op.peer < 0 || op.peer >= n || op.peer == op.rank) {
           return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
         }
+        if (op.message < 0) {
+          return InvalidArgument(OpName(op) + ": message id " + std::to_string(op.message) +
+                                 " is negative");
+        }
         FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.Data(), "message data"));
         if (op.kind == OpKind::kForward) {
           // It relays bytes a Recv it depends on received, as they landed (in a staging slot or

@@ -3,8 +3,9 @@
 //   * ranks of ops, peers, buffers and slots lie in [0, num_ranks);
 //   * every region lies inside its buffer or slot, and that buffer or slot is on the op's rank;
 //   * copy pairs move the same number of elements (and, except Convert, the same element size);
-//   * every Recv is matched by exactly one Send/Forward with the same message id, swapped
-//     rank/peer and equal byte count, and every Send/Forward by exactly one Recv;
+//   * message ids are non-negative, and every Recv is matched by exactly one Send/Forward with
+//     the same message id, swapped rank/peer and equal byte count, and every Send/Forward by
+//     exactly one Recv;
 //   * a Forward relays the bytes of a Recv it depends on, where that Recv landed (same space,
 //     buffer, offset and size);
 //   * deps name earlier-or-later ops of the same rank, and the whole graph (deps plus

@@ -39,6 +39,10 @@ TEST(ValidatePlan, RejectsUnmatchedRecvAndSizeMismatch) {
   TinyPlan t = MakeTinyPlan();
   t.plan.ops[t.recv].message = 5;
   ExpectInvalid(t, "endpoints");
+  TinyPlan negative = MakeTinyPlan();
+  negative.plan.ops[negative.send].message = -1;
+  negative.plan.ops[negative.recv].message = -1;
+  ExpectInvalid(negative, "message id -1 is negative");
   TinyPlan u = MakeTinyPlan();
   u.plan.ops[u.recv].bytes = 8;
   ExpectInvalid(u, "receives 8");
