@@ -89,7 +89,16 @@ class MemberFinder {
 }  // namespace
 
 std::string TensorStackName::MemberName(int64_t member) const {
-  return prefix + std::to_string(member) + suffix;
+  std::string name;
+  AssignMemberName(member, name);
+  return name;
+}
+
+void TensorStackName::AssignMemberName(int64_t member, std::string& out) const {
+  char digits[24];
+  const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, member);
+  (void)ec;  // 24 characters hold any int64
+  out.assign(prefix).append(digits, end).append(suffix);
 }
 
 std::string TensorStackName::ToString() const {
@@ -162,7 +171,6 @@ Result<Layout> UnstackTensors(const Layout& layout) {
   }
   out.tensors.reserve(tensors);
   std::string name;
-  char digits[24];
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
     first_of[i] = static_cast<int>(out.tensors.size());
@@ -174,10 +182,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
     FERRY_RETURN_IF_ERROR(CheckTensorStackShape(t, *stack));
     const std::vector<int64_t> member_shape(t.shape.begin() + 1, t.shape.end());
     for (int64_t m = stack->first; m < stack->end; ++m) {
-      // MemberName(m), built in one buffer.
-      const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, m);
-      (void)ec;
-      name.assign(stack->prefix).append(digits, end).append(stack->suffix);
+      stack->AssignMemberName(m, name);
       if (plain_names.count(name)) {
         return InvalidArgument("tensor '" + name + "' is also member " + std::to_string(m) +
                                " of tensor stack '" + t.name + "'");

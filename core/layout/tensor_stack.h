@@ -33,6 +33,8 @@ struct TensorStackName {
   int64_t size() const { return end - first; }
   // "<prefix><member><suffix>", member in [first, end).
   std::string MemberName(int64_t member) const;
+  // Replaces `out` with MemberName(member), reusing its storage (for loops over many members).
+  void AssignMemberName(int64_t member, std::string& out) const;
   // "<prefix>[first:end]<suffix>".
   std::string ToString() const;
 };
