@@ -1,13 +1,16 @@
 // Planning speed (Google Benchmark) on the real framework layouts of the model presets
 // (tools/models: Megatron-LM trainer -> vLLM engine, 8 GPUs per node, destination after the
-// source ranks). Counters: ranks, tensors, fragments, ops, the peak resident memory of the
-// process so far and the planner's share of it (plan_MiB), and for reshard the last run's time per
-// planner pass (intersect_ms ... emit_ms, PlanPhaseSeconds). BM_MemoryFloor measures, for the target
-// rows, what any planner of this IR pays in memory traffic alone, to compare side by side.
+// source ranks). Counters: ranks, tensors, fragments, ops, the CPU time per plan split into user
+// and kernel time (user_ms, sys_ms: the kernel's share is first touches of fresh pages, see
+// RunPlan) with the page faults, the peak resident memory of the process so far and the planner's
+// share of it (plan_MiB), and for reshard the last run's time per planner pass (intersect_ms ...
+// emit_ms, PlanPhaseSeconds). BM_MemoryFloor measures, for the target rows, what any planner of
+// this IR pays in memory traffic alone, to compare side by side.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -47,6 +50,11 @@ double PeakMiB() {
   return kib / 1024.0;
 }
 
+// A getrusage time, in ms.
+double Milliseconds(const timeval& t) {
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
+}
+
 // Resets VmHWM to the current resident size (Linux: "5" > /proc/self/clear_refs).
 void ResetPeak() {
   std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
@@ -60,6 +68,8 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
   ResetPeak();
   int64_t ops = 0;
   PlanPhaseSeconds phases;
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
   for (auto _ : state) {
     Result<PlanResult> plan = MakePlan(strategy, refit.source, refit.destination, refit.topology);
     if (!plan.ok()) {
@@ -72,6 +82,16 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  // CPU time per plan, split: user_ms is the planner's own work (with its cache misses), sys_ms
+  // the kernel's, nearly all of it first touches of fresh pages (zeroing them; in a VM, faults in
+  // the host too). faults counts those first touches (one per 4 KiB page, or per 2 MiB huge page).
+  // Linux charges each scheduler tick to user or system time as it samples it, so one run's split
+  // is coarse; their sum is the CPU time.
+  const double runs =
+      static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["user_ms"] = (Milliseconds(usage.ru_utime) - Milliseconds(before.ru_utime)) / runs;
+  state.counters["sys_ms"] = (Milliseconds(usage.ru_stime) - Milliseconds(before.ru_stime)) / runs;
+  state.counters["faults"] = static_cast<double>(usage.ru_minflt - before.ru_minflt) / runs;
   state.counters["ranks"] = refit.topology.NumRanks();
   state.counters["tensors"] = static_cast<double>(refit.destination.tensors.size());
   state.counters["fragments"] =
