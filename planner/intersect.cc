@@ -554,6 +554,22 @@ void Intersection::AddPiece(int group, const Box& box, int holders_begin, int ho
   pieces.push_back(p);
 }
 
+void Intersection::AddMemberPiece(int group, int64_t member, int holders_begin, int holders_end) {
+  const Box& box = *groups[group].box;
+  if (box.Extent(0) == 1 || member > kMaxMemberCut) {
+    Box cut = box;
+    CutAtMember(cut, member);
+    AddPiece(group, cut, holders_begin, holders_end);
+    return;
+  }
+  Piece p;
+  p.group = group;
+  p.box = -2 - static_cast<int>(member);
+  p.holders_begin = holders_begin;
+  p.holders_end = holders_end;
+  pieces.push_back(p);
+}
+
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination) {
   return IntersectLayouts(source, destination, nullptr, nullptr);
 }
@@ -704,15 +720,14 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     if (HeldMemberByMember(unique, spec, unit_of)) {
       // A tensor stack the source holds one whole member per fragment (a trainer with a buffer
       // per expert): each group is cut at its members, each cut held by that member's holders.
+      // The cuts are member cuts: no box of their own (1.1M of 136 bytes for Kimi-K2).
       for (size_t g = gi; g < gend; ++g) {
         const Box& q = *out.groups[g].box;
         for (int64_t e = q.lo[0]; e < q.hi[0]; ++e) {
           const int u = unit_of[static_cast<size_t>(e)];
           if (u < 0) return not_covered(g);
-          Box cut = q;
-          cut.lo[0] = e;
-          cut.hi[0] = e + 1;
-          out.AddPiece(static_cast<int>(g), cut, unique[u].holders_begin, unique[u].holders_end);
+          out.AddMemberPiece(static_cast<int>(g), e, unique[u].holders_begin,
+                             unique[u].holders_end);
         }
       }
       return Status::Ok();

@@ -38,8 +38,11 @@ struct FragmentGroup {
 
 struct Piece {
   int group = 0;
-  int box = -1;            // inside the group's box: Intersection::piece_boxes[box], or the
-                           // group's box itself when < 0 (most pieces)
+  int box = -1;            // inside the group's box: Intersection::piece_boxes[box] when >= 0;
+                           // the group's box itself when -1 (most pieces); when <= -2, the group's
+                           // box cut at one index m = -2 - box of dim 0 (a *member cut*: a slice
+                           // of one member of a tensor stack that the source holds member by
+                           // member), which needs no box of its own
   int holders_begin = 0;   // range in Intersection::holders (source fragment ids, by rank)
   int holders_end = 0;
 };
@@ -85,9 +88,41 @@ struct Intersection {
   std::vector<int> source_ranks;       // rank of each source fragment, by fragment id
   std::vector<int> destination_ranks;  // rank of each destination fragment, by fragment id
 
-  const Box& BoxOf(const Piece& p) const { return p.box < 0 ? *groups[p.group].box : piece_boxes[p.box]; }
+  // The largest dim-0 index a member cut encodes (Piece::box); AddMemberPiece stores the box of a
+  // cut past it. Small enough for emission's records to carry it in 16 bits.
+  static constexpr int64_t kMaxMemberCut = 32767;
+
+  // The dim-0 index of a member cut, or -1 when `p` is none.
+  static int MemberOf(const Piece& p) { return p.box <= -2 ? -2 - p.box : -1; }
+  // The box `p` covers, built for a member cut.
+  Box BoxOf(const Piece& p) const {
+    if (p.box >= 0) return piece_boxes[static_cast<size_t>(p.box)];
+    Box box = *groups[p.group].box;
+    if (p.box <= -2) CutAtMember(box, MemberOf(p));
+    return box;
+  }
+  // Where `p`'s box is stored (its group's or piece_boxes), or null for a member cut.
+  const Box* StoredBoxOf(const Piece& p) const {
+    return p.box >= 0    ? &piece_boxes[static_cast<size_t>(p.box)]
+           : p.box == -1 ? groups[p.group].box
+                         : nullptr;
+  }
+  // Elements in `p`'s box, without building it.
+  int64_t VolumeOf(const Piece& p) const {
+    if (p.box >= 0) return piece_boxes[static_cast<size_t>(p.box)].Volume();
+    const FragmentGroup& g = groups[p.group];
+    return p.box == -1 ? g.volume : g.volume / g.box->Extent(0);
+  }
+  // `box` restricted to index `member` of dim 0 (which it contains).
+  static void CutAtMember(Box& box, int64_t member) {
+    box.lo[0] = member;
+    box.hi[0] = member + 1;
+  }
   // Appends a piece of group `group` with box `box` (inside the group's box).
   void AddPiece(int group, const Box& box, int holders_begin, int holders_end);
+  // Appends the piece of group `group` at index `member` of dim 0 (inside the group's box): a
+  // member cut, unless it is the whole group or past kMaxMemberCut (then as AddPiece).
+  void AddMemberPiece(int group, int64_t member, int holders_begin, int holders_end);
 };
 
 // Takes fragments out of a layout as the intersection's fragment pass reads them (stack folding

@@ -317,8 +317,9 @@ inline int MemberFragment(const AnyDelivery& d, const std::vector<int>& member_f
   return d.members < 0 ? ~d.members : member_fragments[static_cast<size_t>(d.members + i)];
 }
 
-// A delivery as emission reads it, in message order: its box (the chunk's when cut), group,
-// dtype, size, tree, sender and tree members' fragments (as Delivery::members). 40 bytes.
+// A delivery as emission reads it, in message order: its box (the chunk's when cut; for a member
+// cut its group's box, cut at `member`), group, dtype, size, tree, sender and tree members'
+// fragments (as Delivery::members). 40 bytes.
 struct SortedDelivery {
   const Box* box = nullptr;
   const FragmentGroup* group = nullptr;
@@ -327,7 +328,26 @@ struct SortedDelivery {
   int sender_frag = -1;
   int members = 0;
   DType dtype = DType::kUInt8;
+  int16_t member = -1;  // Intersection::MemberOf the piece (at most kMaxMemberCut), or -1
 };
+static_assert(sizeof(SortedDelivery) == 40, "emission reads one record per delivery");
+static_assert(Intersection::kMaxMemberCut <= INT16_MAX, "a member cut fits SortedDelivery::member");
+
+// The box of delivery `d`: the one it points to, or for a member cut that box cut at its member,
+// built into `storage`.
+inline const Box& DeliveryBox(const SortedDelivery& d, Box& storage) {
+  if (d.member < 0) return *d.box;
+  storage = *d.box;
+  Intersection::CutAtMember(storage, d.member);
+  return storage;
+}
+
+// The box of piece `p`: where it is stored, else (a member cut) built into `storage`.
+inline const Box& PieceBox(const Intersection& inter, const Piece& p, Box& storage) {
+  if (const Box* stored = inter.StoredBoxOf(p)) return *stored;
+  storage = inter.BoxOf(p);
+  return storage;
+}
 
 // A destination fragment of piece `piece` on a rank that also holds it (source fragment `src`).
 struct LocalCopy {
@@ -370,8 +390,7 @@ struct PlanFacts {
           dtype_of_destination_tensor[inter.groups[inter.pieces[p].group].dst_tensor];
       piece_dtype[p] = dtype;
       const Piece& piece = inter.pieces[p];
-      const int64_t volume = piece.box < 0 ? inter.groups[piece.group].volume : inter.piece_boxes[piece.box].Volume();
-      piece_bytes[p] = volume * DTypeSize(dtype);
+      piece_bytes[p] = inter.VolumeOf(piece) * DTypeSize(dtype);
     }
   }
 };
@@ -539,6 +558,9 @@ struct EmitInputs {
     while (hi != end && dst_rank[*hi] == rank) ++hi;
     return std::make_pair(lo, hi);
   };
+  // Member cuts' boxes are built here (DeliveryBox, PieceBox): one for a message's first
+  // delivery, read throughout the message, and one for the delivery at hand.
+  Box member_box, first_member_box;
   // Emit ops. Local copies first: one Copy op per rank, copies in piece order (a stable counting
   // sort by rank).
   {
@@ -578,7 +600,7 @@ struct EmitInputs {
       op.copies_begin = static_cast<int>(plan.copies.size());
       for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
         const LocalCopy& c = local_copies[by_rank[k]];
-        const Box& box = inter.BoxOf(inter.pieces[c.piece]);
+        const Box& box = PieceBox(inter, inter.pieces[c.piece], member_box);
         const Fragment& dst = dst_frags[c.dst];
         const DType dtype = facts.piece_dtype[c.piece];
         AppendBoxCopy(plan, FragmentSide(src_frags[c.src], dtype, Space::kSource, box),
@@ -658,6 +680,7 @@ struct EmitInputs {
     last_sender = m.sender;
     const int count = m.last - m.first;
     const SortedDelivery& d0 = deliveries[m.first];
+    const Box& box0 = DeliveryBox(d0, first_member_box);
     // The tree: one rank (no children), or an interned shape.
     const int size = trees.Size(m.tree);
     const bool single = size == 1;
@@ -667,8 +690,7 @@ struct EmitInputs {
     DataPlace sent;
     int pack_id = -1;
     {
-      const CopySide src0 =
-          FragmentSide(src_frags[d0.sender_frag], d0.dtype, Space::kSource, *d0.box);
+      const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], d0.dtype, Space::kSource, box0);
       if (count == 1 && src0.contiguous) {
         sent = {Space::kSource, src0.end.buffer, src0.end.offset};
       } else {
@@ -677,13 +699,13 @@ struct EmitInputs {
         pack.bytes = m.bytes;
         pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
-        AppendBoxCopy(plan, src0, SlotSide(slot, 0, d0.dtype), *d0.box);
+        AppendBoxCopy(plan, src0, SlotSide(slot, 0, d0.dtype), box0);
         offset += d0.bytes;
         for (int k = m.first + 1; k < m.last; ++k) {
           const SortedDelivery& d = deliveries[k];
-          AppendBoxCopy(plan,
-                        FragmentSide(src_frags[d.sender_frag], d.dtype, Space::kSource, *d.box),
-                        SlotSide(slot, offset, d.dtype), *d.box);
+          const Box& box = DeliveryBox(d, member_box);
+          AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], d.dtype, Space::kSource, box),
+                        SlotSide(slot, offset, d.dtype), box);
           offset += d.bytes;
         }
         pack.copies_end = static_cast<int>(plan.copies.size());
@@ -726,7 +748,7 @@ struct EmitInputs {
       const int frag0 = count == 1 ? MemberFragment(d0, member_fragments, i) : kLookUp;
       CopySide dst0;
       if (frag0 != kLookUp) {
-        dst0 = FragmentSide(dst_frags[frag0], d0.dtype, Space::kDestination, *d0.box);
+        dst0 = FragmentSide(dst_frags[frag0], d0.dtype, Space::kDestination, box0);
       }
       const int recv_id = recv.id;
       if (frag0 != kLookUp && dst0.contiguous) {
@@ -742,18 +764,19 @@ struct EmitInputs {
       int64_t offset = 0;
       int64_t unpacked = 0;
       if (frag0 != kLookUp) {
-        AppendBoxCopy(plan, SlotSide(slot, 0, d0.dtype), dst0, *d0.box);
+        AppendBoxCopy(plan, SlotSide(slot, 0, d0.dtype), dst0, box0);
         unpacked = d0.bytes;
       }
       for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
         const SortedDelivery& d = deliveries[k];
+        const Box& box = DeliveryBox(d, member_box);
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
         const auto [lo, hi] =
             frag != kLookUp ? std::make_pair(&frag, &frag + 1) : fragments_on_rank(*d.group, rank);
         for (const int* it = lo; it != hi; ++it) {
           AppendBoxCopy(plan, SlotSide(slot, offset, d.dtype),
-                        FragmentSide(dst_frags[*it], d.dtype, Space::kDestination, *d.box), *d.box);
+                        FragmentSide(dst_frags[*it], d.dtype, Space::kDestination, box), box);
           unpacked += d.bytes;
         }
         offset += d.bytes;
@@ -1214,7 +1237,14 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       const Delivery& d = deliveries[order[k]];
       const Piece& piece = inter.pieces[d.piece];
       SortedDelivery& out = sorted.emplace_back();
-      out.box = d.chunk < 0 ? &inter.BoxOf(piece) : &chunk_boxes[d.chunk];
+      if (d.chunk >= 0) {
+        out.box = &chunk_boxes[d.chunk];
+      } else if (const Box* stored = inter.StoredBoxOf(piece)) {
+        out.box = stored;
+      } else {
+        out.box = inter.groups[piece.group].box;
+        out.member = static_cast<int16_t>(Intersection::MemberOf(piece));
+      }
       out.group = &inter.groups[piece.group];
       out.bytes = d.bytes;
       out.tree = d.tree;
@@ -1358,7 +1388,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
       if (best < 0 || load[r] < load[source.fragments[best].loc.rank]) best = f;
     }
     const int r = source.fragments[best].loc.rank;
-    load[r] += inter.BoxOf(piece).Volume() * DTypeSize(destination.tensors[t].dtype);
+    load[r] += inter.VolumeOf(piece) * DTypeSize(destination.tensors[t].dtype);
     items.push_back({bucket_of[t], r, static_cast<int>(p), best});
   }
   std::stable_sort(items.begin(), items.end(), [](const GatherItem& a, const GatherItem& b) {
@@ -1380,8 +1410,11 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
     int64_t bytes = 0;
     int slot = -1, remote_slot = -1;
     if (holder != root) {
-      for (size_t k = i; k < j; ++k) bytes += inter.BoxOf(inter.pieces[items[k].piece]).Volume() *
-                                              DTypeSize(destination.tensors[inter.groups[inter.pieces[items[k].piece].group].dst_tensor].dtype);
+      for (size_t k = i; k < j; ++k) {
+        const Piece& piece = inter.pieces[items[k].piece];
+        bytes += inter.VolumeOf(piece) *
+                 DTypeSize(destination.tensors[inter.groups[piece.group].dst_tensor].dtype);
+      }
       slot = plan.AddSlot(holder, bytes);
       remote_slot = plan.AddSlot(root, bytes);
     }
@@ -1389,15 +1422,17 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
     for (size_t k = i; k < j; ++k) {
       const Piece& piece = inter.pieces[items[k].piece];
       const int t = inter.groups[piece.group].dst_tensor;
-      const Region src = FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, inter.BoxOf(piece));
-      const Region dst = bucket_region(t, root_slot[bucket], inter.BoxOf(piece));
+      const Box box = inter.BoxOf(piece);
+      const Region src =
+          FragmentRegion(source, source.fragments[items[k].frag], Space::kSource, box);
+      const Region dst = bucket_region(t, root_slot[bucket], box);
       if (holder == root) {
         to_bucket.push_back({src, dst});
       } else {
         const DType dt = destination.tensors[t].dtype;
-        packs.push_back({src, SlotRegion(slot, offset, dt, inter.BoxOf(piece))});
-        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, inter.BoxOf(piece)), dst});
-        offset += inter.BoxOf(piece).Volume() * DTypeSize(dt);
+        packs.push_back({src, SlotRegion(slot, offset, dt, box)});
+        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, box), dst});
+        offset += box.Volume() * DTypeSize(dt);
       }
     }
     if (holder == root) {
