@@ -334,9 +334,10 @@ static_assert(sizeof(SortedDelivery) == 40, "emission reads one record per deliv
 static_assert(Intersection::kMaxMemberCut <= INT16_MAX, "a member cut fits SortedDelivery::member");
 
 // The box of delivery `d`: the one it points to, or for a member cut that box cut at its member,
-// built into `storage`.
+// built into `storage`. `kMemberCuts` false: no delivery is a member cut.
+template <bool kMemberCuts>
 inline const Box& DeliveryBox(const SortedDelivery& d, Box& storage) {
-  if (d.member < 0) return *d.box;
+  if (!kMemberCuts || d.member < 0) return *d.box;
   storage = *d.box;
   Intersection::CutAtMember(storage, d.member);
   return storage;
@@ -532,7 +533,9 @@ struct EmitInputs {
 };
 
 // Appends the plan's ops, slots, deps and copy pairs. A function of its own (not inlined into the
-// planner) so that the compiler allocates registers for this loop alone.
+// planner) so that the compiler allocates registers for this loop alone. `kMemberCuts`: whether
+// any delivery is a member cut (SortedDelivery::member); without, its boxes are read as they are.
+template <bool kMemberCuts>
 [[gnu::noinline]] void EmitOps(const EmitInputs& in, TransferPlan& plan) {
   const Intersection& inter = in.inter;
   const PlanFacts& facts = in.facts;
@@ -680,7 +683,8 @@ struct EmitInputs {
     last_sender = m.sender;
     const int count = m.last - m.first;
     const SortedDelivery& d0 = deliveries[m.first];
-    const Box& box0 = DeliveryBox(d0, first_member_box);
+    // Built at each use: holding the reference across the message costs the loops below registers.
+    auto box0 = [&]() -> const Box& { return DeliveryBox<kMemberCuts>(d0, first_member_box); };
     // The tree: one rank (no children), or an interned shape.
     const int size = trees.Size(m.tree);
     const bool single = size == 1;
@@ -690,7 +694,8 @@ struct EmitInputs {
     DataPlace sent;
     int pack_id = -1;
     {
-      const CopySide src0 = FragmentSide(src_frags[d0.sender_frag], d0.dtype, Space::kSource, box0);
+      const CopySide src0 =
+          FragmentSide(src_frags[d0.sender_frag], d0.dtype, Space::kSource, box0());
       if (count == 1 && src0.contiguous) {
         sent = {Space::kSource, src0.end.buffer, src0.end.offset};
       } else {
@@ -699,11 +704,11 @@ struct EmitInputs {
         pack.bytes = m.bytes;
         pack.copies_begin = static_cast<int>(plan.copies.size());
         int64_t offset = 0;
-        AppendBoxCopy(plan, src0, SlotSide(slot, 0, d0.dtype), box0);
+        AppendBoxCopy(plan, src0, SlotSide(slot, 0, d0.dtype), box0());
         offset += d0.bytes;
         for (int k = m.first + 1; k < m.last; ++k) {
           const SortedDelivery& d = deliveries[k];
-          const Box& box = DeliveryBox(d, member_box);
+          const Box& box = DeliveryBox<kMemberCuts>(d, member_box);
           AppendBoxCopy(plan, FragmentSide(src_frags[d.sender_frag], d.dtype, Space::kSource, box),
                         SlotSide(slot, offset, d.dtype), box);
           offset += d.bytes;
@@ -748,7 +753,7 @@ struct EmitInputs {
       const int frag0 = count == 1 ? MemberFragment(d0, member_fragments, i) : kLookUp;
       CopySide dst0;
       if (frag0 != kLookUp) {
-        dst0 = FragmentSide(dst_frags[frag0], d0.dtype, Space::kDestination, box0);
+        dst0 = FragmentSide(dst_frags[frag0], d0.dtype, Space::kDestination, box0());
       }
       const int recv_id = recv.id;
       if (frag0 != kLookUp && dst0.contiguous) {
@@ -764,17 +769,17 @@ struct EmitInputs {
       int64_t offset = 0;
       int64_t unpacked = 0;
       if (frag0 != kLookUp) {
-        AppendBoxCopy(plan, SlotSide(slot, 0, d0.dtype), dst0, box0);
+        AppendBoxCopy(plan, SlotSide(slot, 0, d0.dtype), dst0, box0());
         unpacked = d0.bytes;
       }
       for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
         const SortedDelivery& d = deliveries[k];
-        const Box& box = DeliveryBox(d, member_box);
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
         const auto [lo, hi] =
             frag != kLookUp ? std::make_pair(&frag, &frag + 1) : fragments_on_rank(*d.group, rank);
         for (const int* it = lo; it != hi; ++it) {
+          const Box& box = DeliveryBox<kMemberCuts>(d, member_box);
           AppendBoxCopy(plan, SlotSide(slot, offset, d.dtype),
                         FragmentSide(dst_frags[*it], d.dtype, Space::kDestination, box), box);
           unpacked += d.bytes;
@@ -813,6 +818,7 @@ struct Routes {
   const std::vector<int>& src_rank = facts.source_rank;
   const std::vector<int>& dst_rank = facts.destination_rank;
   std::vector<int64_t> leader_load(num_ranks, 0);
+  Box member_box;  // a member cut's box, built to be chunked
   std::vector<Box> chunks;
   // Adds `d` for piece p (`bytes` long) once per chunk of at most `cap` bytes (the piece whole
   // when it fits).
@@ -825,7 +831,7 @@ struct Routes {
     }
     const int64_t esize = DTypeSize(facts.piece_dtype[p]);
     chunks.clear();
-    ChunkBox(inter.BoxOf(inter.pieces[p]), esize, cap, chunks);
+    ChunkBox(PieceBox(inter, inter.pieces[p], member_box), esize, cap, chunks);
     for (const Box& c : chunks) {
       d.chunk = static_cast<int>(chunk_boxes.size());
       chunk_boxes.push_back(c);
@@ -1173,6 +1179,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // within each sender's range (small, so it stays in cache), a stable counting sort by tree, the
   // trees taken by (distance, tree).
   std::vector<SortedDelivery> sorted;  // the deliveries in message order
+  bool member_cuts = false;            // whether any of them is a member cut
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
@@ -1237,15 +1244,17 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       const Delivery& d = deliveries[order[k]];
       const Piece& piece = inter.pieces[d.piece];
       SortedDelivery& out = sorted.emplace_back();
+      const FragmentGroup& group = inter.groups[piece.group];
       if (d.chunk >= 0) {
         out.box = &chunk_boxes[d.chunk];
-      } else if (const Box* stored = inter.StoredBoxOf(piece)) {
-        out.box = stored;
+      } else if (piece.box >= 0) {
+        out.box = &inter.piece_boxes[static_cast<size_t>(piece.box)];
       } else {
-        out.box = inter.groups[piece.group].box;
+        out.box = group.box;  // cut at the member for a member cut
         out.member = static_cast<int16_t>(Intersection::MemberOf(piece));
+        member_cuts |= out.member >= 0;
       }
-      out.group = &inter.groups[piece.group];
+      out.group = &group;
       out.bytes = d.bytes;
       out.tree = d.tree;
       out.sender_frag = d.sender_frag;
@@ -1280,9 +1289,13 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
 
   result.phases.order = clock.Lap();
 
-  EmitOps({inter, facts, src_frags, dst_frags, trees, local_copies, sorted, member_fragments,
-           messages, num_ranks},
-          plan);
+  const EmitInputs emit_inputs{inter,        facts,  src_frags,        dst_frags, trees,
+                               local_copies, sorted, member_fragments, messages,  num_ranks};
+  if (member_cuts) {
+    EmitOps<true>(emit_inputs, plan);
+  } else {
+    EmitOps<false>(emit_inputs, plan);
+  }
   result.phases.emit = clock.Lap();
   return result;
 }
