@@ -401,6 +401,30 @@ TEST(Intersect, MemberCutsStoreNoBoxes) {
   EXPECT_EQ(inter.VolumeOf(whole), 6);
 }
 
+// Member cuts past Intersection::kMaxMemberCut store their boxes, as other pieces do.
+TEST(Intersect, MemberCutsPastTheLimitStoreTheirBoxes) {
+  const int64_t members = Intersection::kMaxMemberCut + 3;
+  const TensorSpec stack{
+      "experts.[0:" + std::to_string(members) + "].w", {members, 2}, DType::kBF16};
+  Layout source, destination;
+  const int s = source.AddTensor(stack).value();
+  for (int64_t e = 0; e < members; ++e) {
+    source.PlaceFragment(s, *Box::Make({e, 0}, {e + 1, 2}), 0, "w." + std::to_string(e), 0, {2, 1});
+  }
+  const int d = destination.AddTensor(stack).value();
+  destination.AppendFragment(d, Box::FromShape(stack.shape), 1, "w");
+  Result<Intersection> r = IntersectLayouts(source, destination);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->pieces.size(), static_cast<size_t>(members));
+  EXPECT_EQ(r->piece_boxes.size(), 2u);  // members kMaxMemberCut + 1 and + 2
+  for (int64_t e : {int64_t{0}, Intersection::kMaxMemberCut, members - 1}) {
+    const Piece& p = r->pieces[static_cast<size_t>(e)];
+    EXPECT_EQ(Intersection::MemberOf(p), e <= Intersection::kMaxMemberCut ? e : -1);
+    EXPECT_EQ(r->BoxOf(p), *Box::Make({e, 0}, {e + 1, 2}));
+    EXPECT_EQ(r->VolumeOf(p), 2);
+  }
+}
+
 // BoxList keeps every box where it was first written: references taken early stay valid across
 // blocks, values read back equal, and a moved list keeps them.
 TEST(BoxListTest, BoxesStayPutAcrossBlocks) {
