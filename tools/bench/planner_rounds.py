@@ -57,7 +57,11 @@ def run_once(binary, row, core):
                    f"--benchmark_out={out.name}"]
         if core is not None:
             command = ["taskset", "-c", str(core)] + command
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+        except OSError as error:  # no such binary, or no taskset
+            raise RuntimeError(f"{binary}:{row} could not start: {error}") from error
         try:
             with open(out.name) as f:
                 results = [b for b in json.load(f).get("benchmarks", [])

@@ -100,6 +100,13 @@ class PlannerRoundsTest(unittest.TestCase):
             kept = [json.loads(line)["entry"] for line in f]
         self.assertEqual(kept, [fast + ":row"])  # round 1 ran fast first, then broken failed
 
+    def test_a_missing_binary_is_named(self):
+        missing = os.path.join(self.dir, "no_such_bench")
+        with redirect_stderr(io.StringIO()) as err:
+            rc = planner_rounds.main(["run", "--rounds", "1", missing + ":row"])
+        self.assertEqual(rc, 1)
+        self.assertIn(missing + ":row could not start", err.getvalue())
+
     def test_bad_arguments_are_refused(self):
         with redirect_stderr(io.StringIO()):
             with self.assertRaises(SystemExit):
