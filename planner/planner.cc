@@ -449,7 +449,9 @@ NetworkDemand ComputeDemand(const Intersection& inter, const PlanFacts& facts, i
   demand.source_node_bytes.assign(num_nodes, 0);
   {
     std::vector<char> holder_node(num_nodes, 0);
-    for (int rank : facts.source_rank) holder_node[node_of[rank]] = 1;
+    for (int rank : facts.source_rank) {
+      if (rank >= 0) holder_node[node_of[rank]] = 1;  // a fragment stack folding took reads -1
+    }
     demand.source_nodes = static_cast<int>(std::count(holder_node.begin(), holder_node.end(), 1));
   }
   HolderMarks holders(inter, facts, static_cast<int>(facts.node_of_rank.size()), num_nodes);
