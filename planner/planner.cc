@@ -1249,12 +1249,12 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       const FragmentGroup& group = inter.groups[piece.group];
       if (d.chunk >= 0) {
         out.box = &chunk_boxes[d.chunk];
-      } else if (piece.box >= 0) {
-        out.box = &inter.piece_boxes[static_cast<size_t>(piece.box)];
-      } else {
-        out.box = group.box;  // cut at the member for a member cut
+      } else if (const Box* stored = inter.StoredBoxOf(piece)) {
+        out.box = stored;
+      } else {  // a member cut: its group's box, cut at the member
+        out.box = group.box;
         out.member = static_cast<int16_t>(Intersection::MemberOf(piece));
-        member_cuts |= out.member >= 0;
+        member_cuts = true;
       }
       out.group = &group;
       out.bytes = d.bytes;

@@ -82,7 +82,6 @@ TransferPlan StreamPlan(int64_t size, int64_t messages, int64_t buffer_bytes) {
     send.rank = 0;
     send.peer = 1;
     send.message = i;
-    send.bytes = size;
     send.link = LinkClass::kSameNode;
     send.SetData(ByteRange(Space::kSource, 0, offset, size));
     plan.AddOp(send);
