@@ -179,6 +179,14 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// The largest message for a delivery tree of `size` ranks: one rank, a chain inside one node, or a
+// chain `relayed` between nodes' leaders (its ranks node by node, so its first and last ranks are
+// on different nodes).
+int64_t ChunkCap(const PlannerOptions& options, int size, bool relayed) {
+  if (size == 1) return options.network_chunk_bytes;
+  return relayed ? options.relay_chunk_bytes : options.fanout_chunk_bytes;
+}
+
 // One more than the highest rank owning a buffer of either table.
 int NumRanksOf(const BufferTable& a, const BufferTable& b) {
   int n = 0;
@@ -999,7 +1007,7 @@ struct Routes {
       for (int rank : tree_ranks) member_fragments.push_back(rank_fragment[rank]);
       d.cand_begin = piece.holders_begin;
       d.cand_end = piece.holders_end;
-      add_chunks(d, p, tree_ranks.size() > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes);
+      add_chunks(d, p, ChunkCap(options, static_cast<int>(tree_ranks.size()), count > 1));
     };
     if (net_nodes > 0) {
       if (relay && net_nodes > 1) {
@@ -1271,7 +1279,10 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     const size_t sender_end = static_cast<size_t>(sender_begin[s + 1]);
     for (size_t i = static_cast<size_t>(sender_begin[s]); i < sender_end;) {
       const int tree = sorted[i].tree;
-      const int64_t cap = trees.Size(tree) > 1 ? options.fanout_chunk_bytes : options.network_chunk_bytes;
+      const int size = trees.Size(tree);
+      const int64_t cap =
+          ChunkCap(options, size,
+                   size > 1 && node_of[trees.Rank(tree, 0)] != node_of[trees.Rank(tree, size - 1)]);
       Message m;
       m.sender = s;
       m.tree = tree;
@@ -1696,7 +1707,8 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
 
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                                const Topology& topology, const PlannerOptions& options) {
-  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64) {
+  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64 ||
+      options.relay_chunk_bytes < 64) {
     return InvalidArgument("chunk sizes must be at least 64 bytes");
   }
   PhaseClock clock;

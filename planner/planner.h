@@ -11,7 +11,8 @@
 //    a chain inside the node (hierarchical routing). When the sources' egress bounds the
 //    refit more than the destinations' ingress, chunks needed on several destination nodes are
 //    relayed leader to leader instead of being sent again by a source. Large pieces are cut into
-//    chunks (network_chunk_bytes, fanout_chunk_bytes for fanned-out data); small pieces bound for
+//    chunks (network_chunk_bytes; fanout_chunk_bytes for chains inside a node, relay_chunk_bytes
+//    for chains relayed between nodes, so that they pipeline); small pieces bound for
 //    the same peer are coalesced into one message (Pack -> Send -> Recv -> Unpack). Each sender's
 //    messages are ordered in rounds that visit destination nodes in a rotated order (no incast).
 //  * gather-and-broadcast (PlanGatherBroadcast): the refit public RL stacks use today. Source rank
@@ -49,7 +50,14 @@ enum class RelayMode { kAuto, kOff, kOn };
 
 struct PlannerOptions {
   int64_t network_chunk_bytes = int64_t{32} << 20;  // largest message over the network
-  int64_t fanout_chunk_bytes = int64_t{8} << 20;    // largest message that fans out in a node
+  // Largest message of a chain inside one destination node (fan-out). Each hop waits for a whole
+  // chunk, so the chain's tail after the network's last byte is (members - 1) chunks over NVLink.
+  // 16 MiB: for 8-GPU nodes the simulator predicts the same refit time as 8 MiB on DGX H100/H200
+  // and EFA clusters, with ~11% fewer ops for DeepSeek-V3; 32 MiB costs ~2% (docs/BENCHMARKS.md).
+  int64_t fanout_chunk_bytes = int64_t{16} << 20;
+  // Largest message of a chain relayed between destination nodes' leaders: its hops cross the
+  // network, so each costs a chunk at NIC speed; 8 MiB is the simulator's best on GB200 NVL72.
+  int64_t relay_chunk_bytes = int64_t{8} << 20;
   bool hierarchical = true;  // cross the network once per destination node, then fan out
   RelayMode relay = RelayMode::kAuto;  // relay between destination nodes (auto: if sources bound)
   int64_t bucket_bytes = int64_t{5} << 30;  // gather-and-broadcast bucket size

@@ -283,6 +283,7 @@ void RandomRoutingOptions(std::mt19937_64& rng, PlannerOptions& options) {
   const int64_t chunks[] = {64, 96, 256, 1 << 20};
   options.network_chunk_bytes = chunks[Uniform(rng, 0, 3)];
   options.fanout_chunk_bytes = chunks[Uniform(rng, 0, 3)];
+  options.relay_chunk_bytes = chunks[Uniform(rng, 0, 3)];
   options.hierarchical = Uniform(rng, 0, 3) != 0;
   const RelayMode relays[] = {RelayMode::kAuto, RelayMode::kOff, RelayMode::kOn};
   options.relay = relays[Uniform(rng, 0, 2)];

@@ -223,6 +223,7 @@ TEST(PlannerRouting, InterNodeBytesIntoEachNodeCountedOnce) {
     options.relay = relay;
     options.network_chunk_bytes = 1 << 20;
     options.fanout_chunk_bytes = 256 << 10;
+    options.relay_chunk_bytes = 128 << 10;
     Result<PlanResult> r = PlanReshard(p.source, p.destination, p.topology, options);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_TRUE(ValidatePlan(r->plan, p.source, p.destination).ok());
@@ -237,6 +238,51 @@ TEST(PlannerRouting, InterNodeBytesIntoEachNodeCountedOnce) {
     EXPECT_GT(stats.bytes_by_link[static_cast<int>(LinkClass::kSameNode)], 0);
     EXPECT_GT(stats.lower_bound.seconds, 0);
     EXPECT_GE(stats.predicted_seconds, stats.lower_bound.seconds * 0.999);
+  }
+}
+
+// A chain inside one node is cut at fanout_chunk_bytes, a chain relayed between nodes' leaders at
+// relay_chunk_bytes (its hops cross the network), and a delivery to one rank at
+// network_chunk_bytes.
+TEST(PlannerRouting, FanOutAndRelayedChainsHaveTheirOwnChunkSizes) {
+  Layout src, dst;
+  const TensorSpec spec{"w", {64, 64}, DType::kFP32};  // 16 KiB
+  src.AppendFragment(src.AddTensor(spec).value(), Box::FromShape({64, 64}), 0, "w");
+  const int t = dst.AddTensor(spec).value();
+  for (int rank = 4; rank < 12; ++rank) dst.AppendFragment(t, Box::FromShape({64, 64}), rank, "w");
+  const Topology topology = Topology::Uniform(12, 4);  // the replicas on nodes 1 and 2
+  for (RelayMode relay : {RelayMode::kOff, RelayMode::kOn}) {
+    PlannerOptions options;
+    options.relay = relay;
+    options.network_chunk_bytes = 16 << 10;
+    options.fanout_chunk_bytes = 4 << 10;
+    options.relay_chunk_bytes = 1 << 10;
+    Result<PlanResult> r = PlanReshard(src, dst, topology, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+    Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+    EXPECT_TRUE(exec.ok()) << exec.ToString();
+    const int64_t chunk = relay == RelayMode::kOn ? 1 << 10 : 4 << 10;
+    int sends = 0, forwards = 0, network_forwards = 0;
+    for (const Op& op : r->plan.ops) {
+      if (op.kind != OpKind::kSend && op.kind != OpKind::kForward) continue;
+      EXPECT_EQ(op.bytes, chunk) << OpKindName(op.kind) << " on rank " << op.rank;
+      (op.kind == OpKind::kSend ? sends : forwards) += 1;
+      if (op.kind == OpKind::kForward && op.link == LinkClass::kNetwork) ++network_forwards;
+    }
+    const int chunks = static_cast<int>((16 << 10) / chunk);
+    if (relay == RelayMode::kOn) {
+      // One chain through both nodes: each chunk sent once, then forwarded to 7 ranks, one of
+      // them the next node's leader.
+      EXPECT_EQ(sends, chunks);
+      EXPECT_EQ(forwards, 7 * chunks);
+      EXPECT_EQ(network_forwards, chunks);
+    } else {
+      // A chain per node: each chunk sent to both leaders, each forwarding it to 3 ranks.
+      EXPECT_EQ(sends, 2 * chunks);
+      EXPECT_EQ(forwards, 6 * chunks);
+      EXPECT_EQ(network_forwards, 0);
+    }
   }
 }
 

@@ -423,6 +423,7 @@ Status RunRankOrError(const RunArgs& args) {
   PlannerOptions planner_options;
   planner_options.network_chunk_bytes = chunk_bytes;
   planner_options.fanout_chunk_bytes = std::min(planner_options.fanout_chunk_bytes, chunk_bytes);
+  planner_options.relay_chunk_bytes = std::min(planner_options.relay_chunk_bytes, chunk_bytes);
   std::vector<TransferPlan> plans;
   for (Strategy strategy : args.strategies) {
     const auto start = Clock::now();

@@ -33,6 +33,8 @@ struct SimulateArgs {
   std::string trace_path;
   std::string svg_path;
   int64_t network_chunk_bytes = 0;
+  int64_t fanout_chunk_bytes = 0;
+  int64_t relay_chunk_bytes = 0;
   int64_t bucket_bytes = 0;
   int64_t broadcast_chunk_bytes = 0;
   std::string dtype;  // empty: the preset's
@@ -130,6 +132,8 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
   PlannerOptions planner_options;
   if (args.network_chunk_bytes > 0) planner_options.network_chunk_bytes = args.network_chunk_bytes;
+  if (args.fanout_chunk_bytes > 0) planner_options.fanout_chunk_bytes = args.fanout_chunk_bytes;
+  if (args.relay_chunk_bytes > 0) planner_options.relay_chunk_bytes = args.relay_chunk_bytes;
   if (args.bucket_bytes > 0) planner_options.bucket_bytes = args.bucket_bytes;
   if (args.flat) {
     planner_options.hierarchical = false;
@@ -241,6 +245,12 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--svg", args->svg_path, "write an SVG of per-node network ingress over time");
   cmd->add_option("--network-chunk-bytes", args->network_chunk_bytes,
                   "planner: largest network message (default: the planner's)");
+  cmd->add_option("--fanout-chunk-bytes", args->fanout_chunk_bytes,
+                  "planner: largest message of a fan-out chain inside a node (default: the "
+                  "planner's)");
+  cmd->add_option("--relay-chunk-bytes", args->relay_chunk_bytes,
+                  "planner: largest message of a chain relayed between nodes (default: the "
+                  "planner's)");
   cmd->add_option("--bucket-bytes", args->bucket_bytes,
                   "gather-and-broadcast bucket size (default: the planner's)");
   cmd->add_option("--broadcast-chunk-bytes", args->broadcast_chunk_bytes,
