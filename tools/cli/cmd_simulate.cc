@@ -131,9 +131,10 @@ Status RunSimulate(const SimulateArgs& args) {
                          sim::RankMapping::FromTopology(topology, cluster));
   FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
   PlannerOptions planner_options;
-  if (args.network_chunk_bytes > 0) planner_options.network_chunk_bytes = args.network_chunk_bytes;
-  if (args.fanout_chunk_bytes > 0) planner_options.fanout_chunk_bytes = args.fanout_chunk_bytes;
-  if (args.relay_chunk_bytes > 0) planner_options.relay_chunk_bytes = args.relay_chunk_bytes;
+  // Chunk sizes given (non-zero) go to the planner, which rejects sizes under 64 bytes.
+  if (args.network_chunk_bytes != 0) planner_options.network_chunk_bytes = args.network_chunk_bytes;
+  if (args.fanout_chunk_bytes != 0) planner_options.fanout_chunk_bytes = args.fanout_chunk_bytes;
+  if (args.relay_chunk_bytes != 0) planner_options.relay_chunk_bytes = args.relay_chunk_bytes;
   if (args.bucket_bytes > 0) planner_options.bucket_bytes = args.bucket_bytes;
   if (args.flat) {
     planner_options.hierarchical = false;
@@ -271,10 +272,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->callback([args, exit_code]() {
     Status s = RunSimulate(*args);
-    if (!s.ok()) {
-      std::cerr << "ferry simulate: " << s.ToString() << "\n";
-      *exit_code = 1;
-    }
+    if (!s.ok()) std::cerr << "ferry simulate: " << s.ToString() << "\n";
+    *exit_code = s.ok() ? 0 : 1;
   });
 }
 

@@ -1,0 +1,84 @@
+// Tests of `ferry simulate` through its CLI11 subcommand: the report on a scaled preset, the
+// planner's chunk sizes taken from --network-chunk-bytes / --fanout-chunk-bytes /
+// --relay-chunk-bytes (smaller chunks, more ops), and a size the planner rejects.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/cli/commands.h"
+
+namespace ferry::cli {
+namespace {
+
+int RunCli(std::vector<std::string> argv) {
+  CLI::App app{"ferry"};
+  int exit_code = -1;
+  AddSimulateCommand(app, &exit_code);
+  argv.insert(argv.begin(), "ferry");
+  std::vector<char*> ptrs;
+  for (std::string& s : argv) ptrs.push_back(s.data());
+  try {
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}
+
+// DeepSeek-V3 at 1/64 from 4 trainer GPUs to 8 engine GPUs on two 8-GPU nodes: the engines'
+// replicated tensors fan out inside the second node.
+std::vector<std::string> SmallRefit(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {"simulate", "--model", "deepseek-v3", "--scale", "1/64",
+                                   "--src", "megatron:pp=2,ep=2", "--dst", "vllm:tp=4,dp=2,ep=4",
+                                   "--cluster", "dgx-h100", "--no-baseline"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The reshard plan's op count from the report's "ops" row, or -1.
+long ReshardOps(const std::string& report) {
+  std::istringstream in(report);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string first;
+    long ops = -1;
+    if (words >> first && first == "ops" && words >> ops) return ops;
+  }
+  return -1;
+}
+
+long SimulatedOps(std::vector<std::string> extra) {
+  testing::internal::CaptureStdout();
+  const int code = RunCli(SmallRefit(std::move(extra)));
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("predicted time"), std::string::npos) << out;
+  return ReshardOps(out);
+}
+
+TEST(SimulateCommand, ChunkSizeOptionsReachThePlanner) {
+  const long defaults = SimulatedOps({});
+  ASSERT_GT(defaults, 0);
+  // 64 KiB chunks cut what the defaults (32, 16 and 8 MiB) send whole.
+  EXPECT_GT(SimulatedOps({"--fanout-chunk-bytes", "65536"}), defaults);
+  EXPECT_GT(SimulatedOps({"--network-chunk-bytes", "65536"}), defaults);
+  // Every chain of this refit stays inside its node: no relays, so the relay size changes nothing.
+  EXPECT_EQ(SimulatedOps({"--relay-chunk-bytes", "65536"}), defaults);
+}
+
+TEST(SimulateCommand, RejectsChunksThePlannerCannotUse) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int code = RunCli(SmallRefit({"--relay-chunk-bytes", "-1"}));
+  testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(err.find("chunk sizes must be at least 64 bytes"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace ferry::cli
