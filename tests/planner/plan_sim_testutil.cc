@@ -2,6 +2,7 @@
 #include "tests/planner/plan_sim_testutil.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -477,6 +478,13 @@ RandomCase MakeRandomStackedCase(std::mt19937_64& rng, bool name_stacks) {
   c.topology = Topology::Uniform(max_rank + 1, Uniform(rng, 1, 4));
   RandomRoutingOptions(rng, c.options);
   return c;
+}
+
+uint64_t PropertySeed(uint64_t seed) {
+  const char* value = std::getenv("FERRY_PROPERTY_SEED");
+  if (value == nullptr || *value == '\0') return seed;
+  const uint64_t n = std::strtoull(value, nullptr, 10);
+  return seed ^ (n + 1) * 0x9e3779b97f4a7c15ull;
 }
 
 RandomCase MakeRandomCase(std::mt19937_64& rng) {

@@ -26,6 +26,13 @@ uint8_t OracleByte(const std::string& name, int64_t flat, int k);
 // written exactly once, and that no other destination byte was written.
 Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination);
 
+// The seed of a property test: `seed`, or, with FERRY_PROPERTY_SEED=n in the environment, a seed
+// derived from both, so that a soak runs other cases than CI does:
+//   for n in 1 2 3; do bazel test --test_env=FERRY_PROPERTY_SEED=$n //tests/planner:planner_test;
+//   done
+// Callers name the seed in use in their failure messages, so a failing case can be replayed.
+uint64_t PropertySeed(uint64_t seed);
+
 struct RandomCase {
   Layout source;
   Layout destination;

@@ -24,7 +24,9 @@ namespace ferry {
 namespace {
 
 TEST(PlannerProperty, RandomLayoutsExecuteExactly) {
-  std::mt19937_64 rng(20240611);
+  const uint64_t seed = testing::PropertySeed(20240611);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   int planned = 0;
   for (int i = 0; i < 2500; ++i) {
     testing::RandomCase c = testing::MakeRandomCase(rng);
@@ -46,7 +48,9 @@ TEST(PlannerProperty, RandomLayoutsExecuteExactly) {
 // Stack folding (planner/fold_stacks.h) changes which tensors the planner sees, never what the
 // plan does: plans of folded layouts must execute exactly against the original layouts.
 TEST(PlannerProperty, StackedLayoutsExecuteExactly) {
-  std::mt19937_64 rng(20261129);
+  const uint64_t seed = testing::PropertySeed(20261129);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   int folded = 0;
   for (int i = 0; i < 1500; ++i) {
     testing::RandomCase c = testing::MakeRandomStackedCase(rng);
@@ -73,7 +77,9 @@ TEST(PlannerProperty, StackedLayoutsExecuteExactly) {
 // layouts expanded into members. Either way the plan must execute exactly against the layouts as
 // given, where the oracle reads a stack's elements as its members'.
 TEST(PlannerProperty, TensorStacksExecuteExactly) {
-  std::mt19937_64 rng(20261130);
+  const uint64_t seed = testing::PropertySeed(20261130);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   int alike = 0, mixed = 0;
   for (int i = 0; i < 1000; ++i) {
     testing::RandomCase c = testing::MakeRandomStackedCase(rng, /*name_stacks=*/true);
