@@ -189,10 +189,7 @@ int64_t ChunkCap(const PlannerOptions& options, int size, bool relayed) {
 
 // One more than the highest rank owning a buffer of either table.
 int NumRanksOf(const BufferTable& a, const BufferTable& b) {
-  int n = 0;
-  for (const BufferTable::Entry& buf : a) n = std::max(n, buf.rank + 1);
-  for (const BufferTable::Entry& buf : b) n = std::max(n, buf.rank + 1);
-  return n;
+  return std::max(a.NumRanks(), b.NumRanks());
 }
 
 Status CheckTopology(const Topology& topology, int num_ranks) {

@@ -55,8 +55,13 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
 }
 
 BufferTable::BufferTable(const std::vector<BufferSpec>& buffers) {
-  entries_.reserve(buffers.size());  // written once (216k entries for DeepSeek-V3's destination)
-  for (const BufferSpec& b : buffers) entries_.push_back({b.rank, b.bytes});
+  entries_.reserve(buffers.size());  // written once (258k entries for DeepSeek-V3's destination)
+  int max_rank = -1;
+  for (const BufferSpec& b : buffers) {
+    entries_.push_back({b.rank, b.bytes});
+    max_rank = std::max(max_rank, b.rank);
+  }
+  num_ranks_ = max_rank + 1;
 }
 
 BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {

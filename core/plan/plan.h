@@ -216,10 +216,16 @@ class BufferTable {
   const Entry& operator[](size_t i) const { return entries_[i]; }
   Iterator begin() const { return entries_.begin(); }
   Iterator end() const { return entries_.end(); }
-  void push_back(const BufferSpec& buffer) { entries_.push_back({buffer.rank, buffer.bytes}); }
+  void push_back(const BufferSpec& buffer) {
+    entries_.push_back({buffer.rank, buffer.bytes});
+    num_ranks_ = std::max(num_ranks_, buffer.rank + 1);
+  }
+  // One more than the highest rank owning a buffer (0 when empty), kept as entries are added.
+  int NumRanks() const { return num_ranks_; }
 
  private:
   std::vector<Entry> entries_;
+  int num_ranks_ = 0;
 };
 
 // Where a Send/Forward's bytes start, or where a Recv's bytes land: a buffer and a byte offset in

@@ -34,6 +34,20 @@ void ExpectSameRegion(const Region& a, const Region& b) {
   EXPECT_EQ(a.strides, b.strides);
 }
 
+// A buffer table keeps (rank, bytes) per buffer and counts the ranks as buffers are added.
+TEST(BufferTable, KeepsRanksAndSizesAndCountsRanks) {
+  EXPECT_EQ(BufferTable().NumRanks(), 0);
+  const std::vector<BufferSpec> specs = {{3, "a", 100}, {7, "b", 200}, {0, "c", 300}};
+  BufferTable table(specs);
+  ASSERT_EQ(table.size(), 3u);
+  EXPECT_EQ(table[1].rank, 7);
+  EXPECT_EQ(table[1].bytes, 200);
+  EXPECT_EQ(table.NumRanks(), 8);
+  table.push_back({11, "d", 8});
+  EXPECT_EQ(table.NumRanks(), 12);
+  EXPECT_EQ(BufferTable({{2, "x", 1}}).NumRanks(), 3);
+}
+
 TEST(TransferPlan, CopyPairsRoundTripThroughThePackedForm) {
   const std::vector<CopyPair> pairs = {
       // Strided source -> dense staging (a Pack): shape stored once, no staging strides.
