@@ -9,10 +9,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/layout/layout.h"
 #include "core/layout/layout_io.h"
+#include "tests/tools/cli/run_cli_testutil.h"
 #include "tools/cli/cmd_plan.h"
 #include "tools/cli/commands.h"
 
@@ -232,18 +234,7 @@ TEST(PlanCommand, BadInputsGiveClearErrors) {
 }
 
 int RunCli(std::vector<std::string> argv) {
-  CLI::App app{"ferry"};
-  int exit_code = -1;
-  AddPlanCommand(app, &exit_code);
-  argv.insert(argv.begin(), "ferry");
-  std::vector<char*> ptrs;
-  for (std::string& s : argv) ptrs.push_back(s.data());
-  try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return exit_code;
+  return RunSubcommand(AddPlanCommand, std::move(argv));
 }
 
 TEST(PlanCommand, CliExitCodes) {

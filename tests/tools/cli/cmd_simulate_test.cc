@@ -6,26 +6,17 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "tests/tools/cli/run_cli_testutil.h"
 #include "tools/cli/commands.h"
 
 namespace ferry::cli {
 namespace {
 
 int RunCli(std::vector<std::string> argv) {
-  CLI::App app{"ferry"};
-  int exit_code = -1;
-  AddSimulateCommand(app, &exit_code);
-  argv.insert(argv.begin(), "ferry");
-  std::vector<char*> ptrs;
-  for (std::string& s : argv) ptrs.push_back(s.data());
-  try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return exit_code;
+  return RunSubcommand(AddSimulateCommand, std::move(argv));
 }
 
 // DeepSeek-V3 at 1/64 from 4 trainer GPUs to 8 engine GPUs on two 8-GPU nodes: the engines'
