@@ -77,7 +77,8 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const P
   report.strategy = strategy;
   const std::string name(StrategyName(strategy));
   const auto start = std::chrono::steady_clock::now();
-  Result<PlanResult> result = MakePlan(strategy, in.source, in.destination, in.topology);
+  Result<PlanResult> result =
+      MakePlan(strategy, in.source, in.destination, in.topology, args.options);
   report.planning_seconds = SecondsSince(start);
   if (!result.ok()) {
     return result.status().WithContext(name + " planning failed");
@@ -253,6 +254,15 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--json", args->json_file, "Write the plan as JSON to this file");
   cmd->add_option("--dot", args->dot_file, "Write the plan as Graphviz DOT to this file");
   cmd->add_flag("--validate", args->validate, "Check both plans with the plan validator");
+  cmd->add_option("--network-chunk-bytes", args->options.network_chunk_bytes,
+                  "Largest message to one rank over the network")
+      ->capture_default_str();
+  cmd->add_option("--fanout-chunk-bytes", args->options.fanout_chunk_bytes,
+                  "Largest message of a fan-out chain inside a node")
+      ->capture_default_str();
+  cmd->add_option("--relay-chunk-bytes", args->options.relay_chunk_bytes,
+                  "Largest message of a chain relayed between nodes")
+      ->capture_default_str();
   cmd->callback([args, strategy, scale, exit_code] {
     Result<double> parsed_scale = models::ParseScale(*scale);
     if (!parsed_scale.ok()) {

@@ -31,6 +31,9 @@ struct PlanCommandArgs {
   Strategy strategy = Strategy::kReshard;
   std::string json_file, dot_file;
   bool validate = false;    // run ValidatePlan on both plans (slow on large plans)
+  // The planner's options for both strategies (chunk sizes: the CLI's --network-chunk-bytes,
+  // --fanout-chunk-bytes and --relay-chunk-bytes).
+  PlannerOptions options;
   // Called with one line per step as the command goes (layouts built, each plan made, validated,
   // written; before a file is written too, as a large plan takes a while), on the calling thread.
   // Null: silent. The CLI prints the lines to stderr.

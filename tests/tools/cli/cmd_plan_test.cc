@@ -233,6 +233,25 @@ TEST(PlanCommand, BadInputsGiveClearErrors) {
   }
 }
 
+// The chunk sizes reach the planner: smaller fan-out and network chunks mean more messages; a
+// size the planner cannot use fails with its message.
+TEST(PlanCommand, ChunkSizesReachThePlanner) {
+  const Result<PlanReport> defaults = RunPlanCommand(SmallPreset());
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  PlanCommandArgs small = SmallPreset();
+  small.options.network_chunk_bytes = 64 << 10;
+  small.options.fanout_chunk_bytes = 64 << 10;
+  const Result<PlanReport> chunked = RunPlanCommand(small);
+  ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
+  EXPECT_GT(chunked->reshard.stats.messages, defaults->reshard.stats.messages);
+  PlanCommandArgs bad = SmallPreset();
+  bad.options.relay_chunk_bytes = 0;
+  const Result<PlanReport> rejected = RunPlanCommand(bad);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().message().find("at least 64 bytes"), std::string::npos)
+      << rejected.status().message();
+}
+
 int RunCli(std::vector<std::string> argv) {
   return RunSubcommand(AddPlanCommand, std::move(argv));
 }
@@ -244,6 +263,13 @@ TEST(PlanCommand, CliExitCodes) {
             0);
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_NE(out.find("predicted time"), std::string::npos) << out;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(
+      RunCli({"plan", "--model", "llama-3.1-8b", "--scale", "1/64", "--src", "megatron:tp=2,pp=2",
+              "--dst", "vllm:tp=2,dp=2", "--gpus-per-node", "2", "--fanout-chunk-bytes", "65536",
+              "--relay-chunk-bytes", "65536", "--network-chunk-bytes", "65536"}),
+      0);
+  testing::internal::GetCapturedStdout();
   testing::internal::CaptureStderr();
   EXPECT_EQ(RunCli({"plan", "--model", "no-such-model", "--src", "megatron:tp=1", "--dst",
                     "vllm:tp=1"}),
