@@ -27,10 +27,9 @@ uint8_t OracleByte(const std::string& name, int64_t flat, int k);
 Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination);
 
 // The seed of a property test: `seed`, or, with FERRY_PROPERTY_SEED=n in the environment, a seed
-// derived from both, so that a soak runs other cases than CI does:
-//   for n in 1 2 3; do bazel test --test_env=FERRY_PROPERTY_SEED=$n //tests/planner:planner_test;
-//   done
-// Callers name the seed in use in their failure messages, so a failing case can be replayed.
+// derived from both, so that a soak runs other cases than CI does (bazel test
+// --test_env=FERRY_PROPERTY_SEED=n //tests/planner:planner_test, for n = 1, 2, ...). Callers name
+// the seed in use in their failure messages, so a failing case can be replayed.
 uint64_t PropertySeed(uint64_t seed);
 
 struct RandomCase {
