@@ -247,9 +247,8 @@ TEST(PlannerRouting, InterNodeBytesIntoEachNodeCountedOnce) {
   }
 }
 
-// A chain inside one node is cut at fanout_chunk_bytes, a chain relayed between nodes' leaders at
-// relay_chunk_bytes (its hops cross the network), and a delivery to one rank at
-// network_chunk_bytes.
+// A chain inside one node is cut at fanout_chunk_bytes and a chain relayed between nodes' leaders
+// at relay_chunk_bytes (its hops cross the network), not at network_chunk_bytes (the whole tensor).
 TEST(PlannerRouting, FanOutAndRelayedChainsHaveTheirOwnChunkSizes) {
   Layout src, dst;
   const TensorSpec spec{"w", {64, 64}, DType::kFP32};  // 16 KiB
