@@ -179,12 +179,12 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-// The largest message for a delivery tree of `size` ranks: one rank, a chain inside one node, or a
-// chain `relayed` between nodes' leaders (its ranks node by node, so its first and last ranks are
-// on different nodes).
-int64_t ChunkCap(const PlannerOptions& options, int size, bool relayed) {
+// The largest message for a delivery tree of `size` ranks whose first and last ranks are on nodes
+// `first_node` and `last_node`: one rank, a chain inside one node, or a chain relayed between
+// nodes' leaders (its ranks node by node, so its first and last ranks are on different nodes).
+int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int last_node) {
   if (size == 1) return options.network_chunk_bytes;
-  return relayed ? options.relay_chunk_bytes : options.fanout_chunk_bytes;
+  return first_node != last_node ? options.relay_chunk_bytes : options.fanout_chunk_bytes;
 }
 
 // One more than the highest rank owning a buffer of either table.
@@ -1004,7 +1004,9 @@ struct Routes {
       for (int rank : tree_ranks) member_fragments.push_back(rank_fragment[rank]);
       d.cand_begin = piece.holders_begin;
       d.cand_end = piece.holders_end;
-      add_chunks(d, p, ChunkCap(options, static_cast<int>(tree_ranks.size()), count > 1));
+      add_chunks(d, p,
+                 ChunkCap(options, static_cast<int>(tree_ranks.size()), node_of[tree_ranks.front()],
+                          node_of[tree_ranks.back()]));
     };
     if (net_nodes > 0) {
       if (relay && net_nodes > 1) {
@@ -1277,9 +1279,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     for (size_t i = static_cast<size_t>(sender_begin[s]); i < sender_end;) {
       const int tree = sorted[i].tree;
       const int size = trees.Size(tree);
-      const int64_t cap =
-          ChunkCap(options, size,
-                   size > 1 && node_of[trees.Rank(tree, 0)] != node_of[trees.Rank(tree, size - 1)]);
+      const int64_t cap = ChunkCap(options, size, node_of[trees.Rank(tree, 0)],
+                                   node_of[trees.Rank(tree, size - 1)]);
       Message m;
       m.sender = s;
       m.tree = tree;
