@@ -125,27 +125,26 @@ struct Membership {
 
 // A hash of where and how a fragment lies: `seed`, its rank, buffer, box and strides. Fragments
 // that can join one run have equal placement hashes for equal seeds.
-uint64_t PlacementHash(uint64_t seed, const Fragment& f) {
-  const int ndim = f.box.ndim;
-  uint64_t h = Mix(Mix(Mix(seed, static_cast<uint64_t>(f.loc.rank)),
-                       static_cast<uint64_t>(f.loc.buffer)),
+uint64_t PlacementHash(uint64_t seed, const FragmentView& f) {
+  const int ndim = f.ndim;
+  uint64_t h = Mix(Mix(Mix(seed, static_cast<uint64_t>(f.rank)), static_cast<uint64_t>(f.buffer)),
                    static_cast<uint64_t>(ndim));
   for (int d = 0; d < ndim; ++d) {
-    h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.box.lo[d])), static_cast<uint64_t>(f.box.hi[d])),
-            static_cast<uint64_t>(f.loc.strides[d]));
+    h = Mix(Mix(Mix(h, static_cast<uint64_t>(f.lo[d])), static_cast<uint64_t>(f.hi[d])),
+            static_cast<uint64_t>(f.strides[d]));
   }
   return h;
 }
 
 // Whether `g`, from its dim `first` on, lies as `f` does: same rank and buffer, equal box and
 // strides (first = 1 compares a stack fragment with a member's).
-[[gnu::always_inline]] inline bool SamePlacement(const Fragment& g, int first, const Fragment& f) {
-  const int ndim = f.box.ndim;
-  bool same = g.loc.rank == f.loc.rank && g.loc.buffer == f.loc.buffer &&
-              g.box.ndim == ndim + first;
+[[gnu::always_inline]] inline bool SamePlacement(const FragmentView& g, int first,
+                                                 const FragmentView& f) {
+  const int ndim = f.ndim;
+  bool same = g.rank == f.rank && g.buffer == f.buffer && g.ndim == ndim + first;
   for (int d = 0; same && d < ndim; ++d) {
-    same = g.box.lo[d + first] == f.box.lo[d] && g.box.hi[d + first] == f.box.hi[d] &&
-           g.loc.strides[d + first] == f.loc.strides[d];
+    same = g.lo[d + first] == f.lo[d] && g.hi[d + first] == f.hi[d] &&
+           g.strides[d + first] == f.strides[d];
   }
   return same;
 }
@@ -157,35 +156,38 @@ uint64_t PlacementHash(uint64_t seed, const Fragment& f) {
 // stop here. (Its runs need not be of one family, so it may say yes where nothing folds.)
 bool HasStackedRuns(const Layout& layout) {
   struct Probe {
-    const Fragment* last = nullptr;
+    int64_t last = -1;  // fragment id
     int64_t stride = 0;
     int count = 0;
   };
   constexpr int kTableBits = 10;
   std::vector<Probe> table(size_t{1} << kTableBits);
-  for (const Fragment& f : layout.fragments) {
-    if (f.box.ndim < 1 || f.box.ndim > kMaxDims) continue;
+  const FragmentTable& fragments = layout.fragments;
+  for (size_t i = 0; i < fragments.size(); ++i) {
+    const FragmentView f = fragments.View(i);
+    if (f.ndim < 1 || f.ndim > kMaxDims) continue;
     Probe& p = table[PlacementHash(0, f) >> (64 - kTableBits)];
-    if (p.last != nullptr) {
-      const Fragment& g = *p.last;
+    const int64_t id = static_cast<int64_t>(i);
+    if (p.last >= 0) {
+      const FragmentView g = fragments.View(static_cast<size_t>(p.last));
       const bool same = g.tensor != f.tensor && SamePlacement(g, 0, f);
-      const int64_t step = f.loc.byte_offset - g.loc.byte_offset;
+      const int64_t step = f.byte_offset - g.byte_offset;
       if (same && step > 0 && (p.count == 1 || step == p.stride)) {
-        p = {&f, step, p.count + 1};
+        p = {id, step, p.count + 1};
         if (p.count >= 3) return true;
         continue;
       }
     }
-    p = {&f, 0, 1};
+    p = {id, 0, 1};
   }
   return false;
 }
 
 }  // namespace
 
-bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize) {
-  const int ndim = f.box.ndim;
-  std::vector<Fragment>& out = stacks_.fragments;
+bool StackSide::Merge(const FragmentView& f, int stack, int position, int64_t esize) {
+  const int ndim = f.ndim;
+  FragmentTable& out = stacks_.fragments;
   // The run `f` may continue: the run this stack used last first (a layout writes a rank's members
   // one after another, interleaving a few stacks, such as an expert's gate, up and down slices),
   // compared by stack and position before its fragment is read; a run there that lies as `f` does
@@ -195,7 +197,7 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
   auto continued_at = [&](size_t slot) {
     const Run& r = runs_[slot];
     return r.stack == stack && r.next_position == position &&
-           SamePlacement(out[static_cast<size_t>(r.fragment)], 1, f);
+           SamePlacement(out.View(static_cast<size_t>(r.fragment)), 1, f);
   };
   size_t& last = last_run_of_stack_[static_cast<size_t>(stack)];
   size_t slot = last;
@@ -207,47 +209,45 @@ bool StackSide::Merge(const Fragment& f, int stack, int position, int64_t esize)
   last = slot;
   Run& run = runs_[slot];
   if (continues) {
-    const int64_t step = f.loc.byte_offset - run.last_offset;
+    const int64_t step = f.byte_offset - run.last_offset;
     if (run.stride == 0 ? step > 0 && step % esize == 0 : step == run.stride) {
-      Fragment& g = out[static_cast<size_t>(run.fragment)];
+      const size_t g = static_cast<size_t>(run.fragment);
       if (run.stride == 0) {  // the second member sets the stride; later ones keep to it
         run.stride = step;
-        g.loc.strides[0] = step / esize;
+        out.MutableStrides(g)[0] = step / esize;
       }
-      g.box.hi[0] = position + 1;
+      out.MutableHi(g)[0] = position + 1;
       run.next_position = position + 1;
-      run.last_offset = f.loc.byte_offset;
+      run.last_offset = f.byte_offset;
       return false;
     }
   }
-  run = {static_cast<int64_t>(out.size()), position + 1, stack, f.loc.byte_offset, 0};
-  Fragment& g = out.emplace_back();
-  g.tensor = stack;
-  g.box.ndim = ndim + 1;
-  g.box.lo[0] = position;
-  g.box.hi[0] = position + 1;
-  g.loc.rank = f.loc.rank;
-  g.loc.buffer = f.loc.buffer;
-  g.loc.byte_offset = f.loc.byte_offset;
+  run = {static_cast<int64_t>(out.size()), position + 1, stack, f.byte_offset, 0};
+  const int n = ndim + 1;
+  int64_t* lo = out.Append(stack, n, f.rank, f.buffer, f.byte_offset);
+  int64_t* hi = lo + n;
+  int64_t* strides = hi + n;
+  lo[0] = position;
+  hi[0] = position + 1;
   // A one-member run's stride is that of a dense stack of such boxes, so a contiguous fragment
   // stays contiguous.
-  g.loc.strides[0] = f.loc.strides[0] * std::max<int64_t>(1, f.box.hi[0] - f.box.lo[0]);
+  strides[0] = f.strides[0] * std::max<int64_t>(1, f.hi[0] - f.lo[0]);
   for (int d = 0; d < ndim; ++d) {
-    g.box.lo[d + 1] = f.box.lo[d];
-    g.box.hi[d + 1] = f.box.hi[d];
-    g.loc.strides[d + 1] = f.loc.strides[d];
+    lo[d + 1] = f.lo[d];
+    hi[d + 1] = f.hi[d];
+    strides[d + 1] = f.strides[d];
   }
   return true;
 }
 
-bool StackSide::Divert(const Fragment& fragment, size_t id) {
+bool StackSide::Divert(const FragmentTable& fragments, size_t id) {
   if (!folded_.empty()) return folded_[id] != 0;
-  const int t = fragment.tensor;
+  const int t = fragments.Tensor(id);
   if (t < 0 || static_cast<size_t>(t) >= member_of_tensor_.size()) return false;
   const StackMember m = member_of_tensor_[t];
-  const int ndim = fragment.box.ndim;
+  const int ndim = fragments.Ndim(id);
   if (m.stack < 0 || ndim < 1 || ndim >= kMaxDims) return false;
-  Merge(fragment, m.stack, m.position, m.esize);
+  Merge(fragments.View(id), m.stack, m.position, m.esize);
   return true;
 }
 
@@ -329,17 +329,18 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     const size_t n = first.fragments.size();
     first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
     first_side.last_run_of_stack_.assign(families.size(), 0);
-    ReserveFresh(first_side.stacks_.fragments, n);  // only what is written is touched
+    first_side.stacks_.fragments.reserve(n);  // only what is written is touched
     GrowFresh(first_side.folded_, n);
     ReserveFresh(folded_ids, n);
-    const Fragment* frags = first.fragments.data();
+    const FragmentTable& frags = first.fragments;
     bool merged = false;
     for (size_t i = 0; i < n; ++i) {
-      const Fragment& f = frags[i];
-      if (f.tensor < 0 || static_cast<size_t>(f.tensor) >= member.size()) continue;
-      const Membership m = member[f.tensor];
+      const int tensor = frags.Tensor(i);
+      if (tensor < 0 || static_cast<size_t>(tensor) >= member.size()) continue;
+      const Membership m = member[tensor];
       if (m.family < 0) continue;
-      if (f.box.ndim < 1 || f.box.ndim >= kMaxDims) {
+      const FragmentView f = frags.View(i);
+      if (f.ndim < 1 || f.ndim >= kMaxDims) {
         partly_folded[static_cast<size_t>(f.tensor)] = 1;
         continue;
       }
@@ -433,14 +434,14 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     if (families[family].stack < 0) first_side.folded_[static_cast<size_t>(id)] = 0;
   }
   size_t kept = 0;
-  std::vector<Fragment>& first_fragments = first_side.stacks_.fragments;
+  FragmentTable& first_fragments = first_side.stacks_.fragments;
   for (size_t k = 0; k < first_fragments.size(); ++k) {
-    const int stack = families[first_fragments[k].tensor].stack;
+    const int stack = families[first_fragments.Tensor(k)].stack;
     if (stack < 0) continue;
-    if (kept != k) first_fragments[kept] = first_fragments[k];
-    first_fragments[kept++].tensor = stack;
+    if (kept != k) first_fragments.CopyWithin(kept, k);
+    first_fragments.SetTensor(kept++, stack);
   }
-  first_fragments.resize(kept);
+  first_fragments.Truncate(kept);
   first_side.runs_ = {};
   first_side.last_run_of_stack_ = {};
 
@@ -449,7 +450,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
   second_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
   second_side.last_run_of_stack_.assign(stacks.size(), 0);
-  ReserveFresh(second_side.stacks_.fragments, second.fragments.size());
+  second_side.stacks_.fragments.reserve(second.fragments.size());
   second_side.member_of_tensor_.assign(second.tensors.size(), {});
   for (size_t t = 0; t < second.tensors.size(); ++t) {
     const Membership m = second_member[t];

@@ -46,7 +46,7 @@ class StackSide final : public FragmentDiverter {
   // True when fragment `id` of the layout is part of a stack fragment (merging it into the stacks
   // on the side merged during the intersection's pass): the intersection leaves it out. Offer
   // each fragment once, in id order.
-  bool Divert(const Fragment& fragment, size_t id) override;
+  bool Divert(const FragmentTable& fragments, size_t id) override;
   // True for a member of a folded family all of whose fragments Divert takes (on the side merged
   // during the pass, every member: a fragment it would not take is invalid, and fails planning).
   bool TakesWholeTensor(int tensor) const override {
@@ -72,7 +72,7 @@ class StackSide final : public FragmentDiverter {
   };
   // Merges member `position` of stack `stack` (elements of `esize` bytes) into an open run or
   // starts a stack fragment; true when it started one.
-  bool Merge(const Fragment& f, int stack, int position, int64_t esize);
+  bool Merge(const FragmentView& f, int stack, int position, int64_t esize);
 
   std::vector<uint8_t> folded_;  // merged up front: by fragment id, 1 when in a stack fragment
   std::vector<uint8_t> whole_tensor_;  // merged up front: by tensor, TakesWholeTensor

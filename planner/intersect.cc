@@ -1,14 +1,15 @@
 // Fragment intersection: groups, interval index per tensor, disjoint pieces with holders.
 //
-// Speed: a refit's layouts hold hundreds of thousands of fragments of ~224 bytes each, so merely
-// reading them all once costs most of the time budget (memory bandwidth). Each fragment is read
-// exactly once, in index order: that pass validates it and writes a 16-byte sort key (the box
-// packed in 64 bits, rank, id); a counting sort moves the keys by tensor, and sorting, grouping and
-// the common "source holds the tensor whole" case then run on the keys only. Fragments are read
-// again (by index) only for tensors whose boxes do not pack (more than 2 dims, or dims too wide),
-// and for the tensors whose source is sharded (the interval sweep below). Tensor names are
-// compared at equal indices first; hashing only when that fails or the source's names are not
-// known to be distinct. The result matches the straightforward version kept in
+// Speed: a refit's layouts hold hundreds of thousands of fragments (a 96-byte FragmentTable record
+// each), so merely reading them all once costs much of the time budget (memory bandwidth). Each
+// fragment is read exactly once, in index order: that pass validates it and writes a 16-byte sort
+// key (the box packed in 64 bits, rank, id); a counting sort moves the keys by tensor, and
+// sorting, grouping and the common "source holds the tensor whole" case then run on the keys only.
+// Fragments are read again (by index) only for tensors whose boxes do not pack (more than 2 dims,
+// or dims too wide), and for the tensors whose source is sharded (the interval sweep below).
+// Tensor names are compared at equal indices first; hashing only when that fails or the source's
+// names are not known to be distinct. Groups keep their boxes (Intersection::group_boxes), so the
+// result does not point into the layouts. The result matches the straightforward version kept in
 // tests/planner/intersect_reference.cc field by field (tests/planner/intersect_test.cc).
 #include "planner/intersect.h"
 
@@ -26,19 +27,7 @@
 namespace ferry {
 namespace {
 
-// Box's order and equality (lexicographic on ndim, lo, hi), inline: the fragment sorts and the
-// grouping compare millions of boxes.
-int CompareBoxes(const Box& a, const Box& b) {
-  if (a.ndim != b.ndim) return a.ndim < b.ndim ? -1 : 1;
-  for (int d = 0; d < a.ndim; ++d) {
-    if (a.lo[d] != b.lo[d]) return a.lo[d] < b.lo[d] ? -1 : 1;
-  }
-  for (int d = 0; d < a.ndim; ++d) {
-    if (a.hi[d] != b.hi[d]) return a.hi[d] < b.hi[d] ? -1 : 1;
-  }
-  return 0;
-}
-
+// Box's equality, inline: the grouping compares millions of boxes.
 bool SameBox(const Box& a, const Box& b) {
   if (a.ndim != b.ndim) return false;
   for (int d = 0; d < a.ndim; ++d) {
@@ -47,15 +36,33 @@ bool SameBox(const Box& a, const Box& b) {
   return true;
 }
 
-bool BoxInside(const Box& box, const TensorSpec& t) {
-  bool ok = box.ndim == static_cast<int>(t.shape.size());
-  for (int d = 0; ok && d < box.ndim; ++d) {
-    ok = box.lo[d] >= 0 && box.lo[d] <= box.hi[d] && box.hi[d] <= t.shape[d];
+// Box's order (lexicographic on ndim, lo, hi) for two fragments of one table, read in place.
+int CompareFragmentBoxes(const FragmentTable& table, size_t i, size_t j) {
+  const int n = table.Ndim(i), m = table.Ndim(j);
+  if (n != m) return n < m ? -1 : 1;
+  const int count = FragmentTable::Count(n);
+  const int64_t* a = table.Lo(i);
+  const int64_t* b = table.Lo(j);
+  for (int d = 0; d < 2 * count; ++d) {  // lo, then hi
+    if (a[d] != b[d]) return a[d] < b[d] ? -1 : 1;
+  }
+  return 0;
+}
+
+// Whether fragment `i`'s box lies inside tensor `t`'s shape (and has its dims).
+bool BoxInside(const FragmentTable& table, size_t i, const TensorSpec& t) {
+  const int ndim = table.Ndim(i);
+  bool ok = ndim == static_cast<int>(t.shape.size()) && ndim <= kMaxDims;
+  const int64_t* lo = table.Lo(i);
+  const int64_t* hi = table.Hi(i);
+  for (int d = 0; ok && d < ndim; ++d) {
+    ok = lo[d] >= 0 && lo[d] <= hi[d] && hi[d] <= t.shape[d];
   }
   return ok;
 }
 
-Status OutsideError(const Layout& layout, const Fragment& f, size_t index, const char* side) {
+Status OutsideError(const Layout& layout, size_t index, const char* side) {
+  const Fragment f = layout.fragments[index];
   const TensorSpec& t = layout.tensors[f.tensor];
   return InvalidArgument(std::string(side) + " fragment " + std::to_string(index) + " of '" +
                          t.name + "' on rank " + std::to_string(f.loc.rank) + ": box " +
@@ -261,41 +268,47 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   begin.assign(num_tensors + 1, 0);
   bool by_tensor = true;  // fragments already ordered by tensor
   int previous = 0;
-  const Fragment* frags = layout.fragments.data();
+  const FragmentTable& frags = layout.fragments;
   for (size_t i = 0; i < n; ++i) {
-    if (diverter != nullptr && diverter->Divert(frags[i], i)) {
+    if (diverter != nullptr && diverter->Divert(frags, i)) {
       ranks[i] = -1;
       continue;
     }
-    const Fragment& f = frags[i];
-    const int t = f.tensor;
+    const int t = frags.Tensor(i);
+    const int rank = frags.Rank(i);
     if (t < 0 || static_cast<size_t>(t) >= num_tensors) {
       return InvalidArgument(std::string(side) + " fragment " + std::to_string(i) + " on rank " +
-                             std::to_string(f.loc.rank) + " names tensor " + std::to_string(t) +
+                             std::to_string(rank) + " names tensor " + std::to_string(t) +
                              " but the layout has " + std::to_string(num_tensors) + " tensors");
     }
     const TensorInfo& ti = info[t];
     FragKey& key = keys[kept];
     if (ti.compact) {
-      const uint64_t lo0 = static_cast<uint64_t>(f.box.lo[0]), hi0 = static_cast<uint64_t>(f.box.hi[0]);
+      // A fragment of another ndim fails the test below; its values are read within the pool.
+      const int ndim = frags.Ndim(i);
+      const int64_t* lo = frags.Lo(i);
+      const int64_t* hi = frags.Hi(i);
+      const bool dims_ok = ndim == ti.ndim;
+      const uint64_t lo0 = dims_ok ? static_cast<uint64_t>(lo[0]) : 0;
+      const uint64_t hi0 = dims_ok ? static_cast<uint64_t>(hi[0]) : 0;
       uint64_t lo1 = 0, hi1 = 0;
       // As unsigned, lo <= hi <= shape also rules out negative values.
-      bool ok = f.box.ndim == ti.ndim && lo0 <= hi0 && hi0 <= ti.shape0;
-      if (ti.ndim == 2) {
-        lo1 = static_cast<uint64_t>(f.box.lo[1]);
-        hi1 = static_cast<uint64_t>(f.box.hi[1]);
+      bool ok = dims_ok && lo0 <= hi0 && hi0 <= ti.shape0;
+      if (ti.ndim == 2 && dims_ok) {
+        lo1 = static_cast<uint64_t>(lo[1]);
+        hi1 = static_cast<uint64_t>(hi[1]);
         ok = ok && lo1 <= hi1 && hi1 <= ti.shape1;
       }
-      if (!ok) return OutsideError(layout, f, i, side);
+      if (!ok) return OutsideError(layout, i, side);
       key.box = ti.Pack(lo0, lo1, hi0, hi1);
     } else {
-      if (!BoxInside(f.box, layout.tensors[t])) return OutsideError(layout, f, i, side);
+      if (!BoxInside(frags, i, layout.tensors[t])) return OutsideError(layout, i, side);
       key.box = 0;
     }
-    key.rank_id = static_cast<uint64_t>(static_cast<uint32_t>(f.loc.rank) ^ 0x80000000u) << 32 |
+    key.rank_id = static_cast<uint64_t>(static_cast<uint32_t>(rank) ^ 0x80000000u) << 32 |
                   static_cast<uint32_t>(i);
     tensor_of[kept++] = t;
-    ranks[i] = f.loc.rank;
+    ranks[i] = rank;
     ++begin[t + 1];
     by_tensor = by_tensor && t >= previous;
     previous = t;
@@ -378,7 +391,7 @@ struct SortScratch {
 };
 
 // Sorts the keys of tensor t's fragments by (box, rank, id), in place; returns them.
-const FragKey* SortTensor(FragmentKeys& fk, int t, bool compact, const Fragment* frags,
+const FragKey* SortTensor(FragmentKeys& fk, int t, bool compact, const FragmentTable& frags,
                           SortScratch& scratch) {
   FragKey* first = fk.TensorKeys(t);
   FragKey* last = first + (fk.tensor_begin[t + 1] - fk.tensor_begin[t]);
@@ -388,7 +401,7 @@ const FragKey* SortTensor(FragmentKeys& fk, int t, bool compact, const Fragment*
     return first;
   }
   auto less = [&](const FragKey& a, const FragKey& b) {
-    if (const int c = CompareBoxes(frags[a.id()].box, frags[b.id()].box); c != 0) return c < 0;
+    if (const int c = CompareFragmentBoxes(frags, a.id(), b.id()); c != 0) return c < 0;
     return a.rank_id < b.rank_id;
   };
   SortRuns(first, last, less, scratch.buffer, scratch.runs);
@@ -589,6 +602,10 @@ void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_
     g.frags_end += group_frag_offset;
     into.groups.push_back(g);
   }
+  // Group i's box is group_boxes[i]; the list may move as it grows, so every group is pointed at
+  // its box again.
+  into.group_boxes.insert(into.group_boxes.end(), more.group_boxes.begin(), more.group_boxes.end());
+  for (size_t i = 0; i < into.groups.size(); ++i) into.groups[i].box = &into.group_boxes[i];
   for (int f : more.group_frags) into.group_frags.push_back(f + dst_frag_offset);
   for (Piece p : more.pieces) {
     p.group += group_offset;
@@ -629,8 +646,8 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       ReadFragments(source, src_info, "source", source_diverter, src, out.source_ranks));
   FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination",
                                       destination_diverter, dst, out.destination_ranks));
-  const Fragment* src_frags = source.fragments.data();
-  const Fragment* dst_frags = destination.fragments.data();
+  const FragmentTable& src_frags = source.fragments;
+  const FragmentTable& dst_frags = destination.fragments;
 
   // Groups: runs of one box within a destination tensor; group_frags holds every destination
   // fragment not diverted (those of empty boxes too, in no group). Each tensor's groups are then
@@ -638,11 +655,13 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   const size_t num_dst_frags = destination.fragments.size();
   out.group_frags.reserve(num_dst_frags);
   out.groups.reserve(num_dst_frags);
+  out.group_boxes.reserve(num_dst_frags);  // at most a group per fragment: boxes never move
   SortScratch sort_scratch;
   out.pieces.reserve(num_dst_frags);
   out.holders.reserve(source.fragments.size());
   AdviseHugePages(out.group_frags);
   AdviseHugePages(out.groups);
+  AdviseHugePages(out.group_boxes);
   AdviseHugePages(out.pieces);
 
   // Cuts the groups [gi, gend) of destination tensor `dst_tensor` into pieces: indexes the unique
@@ -696,12 +715,12 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 
     unique.clear();
     for (int i = src_begin; i < src_end;) {
-      const Box& box = src_frags[src_keys[i].id()].box;
+      const int first = src_keys[i].id();
       int j = i + 1;
-      while (j < src_end && SameBox(src_frags[src_keys[j].id()].box, box)) ++j;
-      if (!box.Empty()) {
+      while (j < src_end && src_frags.SameBox(src_keys[j].id(), first)) ++j;
+      if (src_frags.Volume(first) > 0) {
         UniqueBox u;
-        u.box = box;
+        u.box = src_frags.BoxOf(first);
         u.holders_begin = holders_base + (i - src_begin);
         u.holders_end = holders_base + (j - src_begin);
         unique.push_back(u);
@@ -712,7 +731,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     const int num_groups = static_cast<int>(gend - gi);
     // The error for group g's box, which its source boxes do not cover.
     auto not_covered = [&](size_t g) {
-      const int rank = dst_frags[out.group_frags[out.groups[g].frags_begin]].loc.rank;
+      const int rank = dst_frags.Rank(out.group_frags[out.groups[g].frags_begin]);
       return InvalidArgument("tensor '" + spec.name + "': destination region " +
                              out.groups[g].box->ToString() + " on rank " + std::to_string(rank) +
                              " is not fully covered by source fragments");
@@ -824,7 +843,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
             }
           }
           std::sort(merged_holders.begin(), merged_holders.end(), [&](int a, int b) {
-            const int ra = src_frags[a].loc.rank, rb = src_frags[b].loc.rank;
+            const int ra = src_frags.Rank(a), rb = src_frags.Rank(b);
             return ra != rb ? ra < rb : a < b;
           });
           const int holders_begin = static_cast<int>(out.holders.size());
@@ -855,23 +874,25 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
     const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
     for (int i = 0; i < end;) {
       const FragKey& k = keys[i];
-      const Box& box = dst_frags[k.id()].box;
       FragmentGroup g;
       g.dst_tensor = t;
       g.src_tensor = src_of_dst[t];
-      g.box = &box;
       g.frags_begin = base + i;
       int j = i;
       if (compact) {
         for (; j < end && keys[j].SameBox(k); ++j) out.group_frags.push_back(keys[j].id());
       } else {
-        for (; j < end && SameBox(dst_frags[keys[j].id()].box, box); ++j) {
+        for (; j < end && dst_frags.SameBox(keys[j].id(), k.id()); ++j) {
           out.group_frags.push_back(keys[j].id());
         }
       }
       g.frags_end = base + j;
-      g.volume = compact ? dst_info[t].Volume(k.box) : box.Volume();
-      if (g.volume > 0) out.groups.push_back(g);
+      g.volume = compact ? dst_info[t].Volume(k.box) : dst_frags.Volume(k.id());
+      if (g.volume > 0) {
+        out.group_boxes.push_back(dst_frags.BoxOf(k.id()));
+        g.box = &out.group_boxes.back();
+        out.groups.push_back(g);
+      }
       i = j;
     }
     // Pieces right after the groups, while they are in the cache.

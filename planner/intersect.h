@@ -30,7 +30,7 @@ namespace ferry {
 struct FragmentGroup {
   int dst_tensor = 0;    // index into destination.tensors
   int src_tensor = 0;    // index into source.tensors
-  const Box* box = nullptr;  // its fragments' box (points into the destination layout)
+  const Box* box = nullptr;  // its fragments' box: Intersection::group_boxes[its index]
   int frags_begin = 0;   // range in Intersection::group_frags (sorted by rank, then fragment)
   int frags_end = 0;
   int64_t volume = 0;    // elements in `box` (read without touching the destination layout)
@@ -80,10 +80,19 @@ class BoxList {
 };
 
 struct Intersection {
+  Intersection() = default;
+  Intersection(Intersection&&) noexcept = default;
+  Intersection& operator=(Intersection&&) noexcept = default;
+  Intersection(const Intersection&) = delete;  // the groups point into group_boxes
+  Intersection& operator=(const Intersection&) = delete;
+
   std::vector<FragmentGroup> groups;  // sorted by (dst tensor, box)
   std::vector<int> group_frags;       // destination fragment ids
   std::vector<Piece> pieces;          // sorted by group; pieces of a group are disjoint
   std::vector<int> holders;           // source fragment ids
+  // The groups' boxes, by group (FragmentGroup::box points at its own): reserved for one group per
+  // destination fragment, so that they never move while groups are added.
+  std::vector<Box> group_boxes;
   BoxList piece_boxes;                // boxes of the pieces smaller than their group
   std::vector<int> source_ranks;       // rank of each source fragment, by fragment id
   std::vector<int> destination_ranks;  // rank of each destination fragment, by fragment id
@@ -132,7 +141,7 @@ class FragmentDiverter {
   virtual ~FragmentDiverter() = default;
   // Called once per fragment, in id order, before the pass validates it; true leaves fragment
   // `id` out of the intersection.
-  virtual bool Divert(const Fragment& fragment, size_t id) = 0;
+  virtual bool Divert(const FragmentTable& fragments, size_t id) = 0;
   // True when Divert will take every fragment of tensor `tensor`: the intersection then neither
   // maps it to the other layout's tensor nor checks their shapes (the diverter answers for that).
   // A fragment of such a tensor that Divert does not take fails the intersection.
@@ -142,7 +151,6 @@ class FragmentDiverter {
   }
 };
 
-// The result points into `destination` (FragmentGroup::box): it must outlive the Intersection.
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination);
 // The same with the fragments the diverters take (either may be null) left out: they hold
 // nothing, need nothing, and their ranks read -1. Fragment ids stay those of the layouts.
@@ -152,8 +160,7 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
 
 // Appends `more`, an intersection of two further layouts, to `into`: their fragments are numbered
 // after `into`'s (ids offset by its source_ranks / destination_ranks sizes) and their tensors
-// after the first layouts' (indexes offset by `src_tensor_offset` / `dst_tensor_offset`). Group
-// boxes keep pointing into the further destination layout, which must outlive `into`. `more` is
+// after the first layouts' (indexes offset by `src_tensor_offset` / `dst_tensor_offset`). `more` is
 // consumed: its piece boxes (136 bytes each, 185k for Kimi-K2's stacks) are moved, not copied,
 // when `into` has none.
 void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_offset,

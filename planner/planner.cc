@@ -54,6 +54,12 @@ Region SlotRegion(int slot, int64_t offset, DType dtype, const Box& box) {
   return r;
 }
 
+// Fragment `index` of `table`.
+struct FragmentAt {
+  const FragmentTable* table;
+  size_t index;
+};
+
 // One side of a copy pair whose shape is a box: a fragment's buffer or a dense staging block.
 struct CopySide {
   CopyEnd end;              // strides null: dense row-major (stored without strides)
@@ -63,34 +69,37 @@ struct CopySide {
 // FragmentSide for boxes of `kDims` dims (any number when 0): the loop unrolls for the common 1, 2
 // and 3 dims (3: slices of tensor stacks).
 template <int kDims>
-[[gnu::always_inline]] inline CopySide FragmentSideOfRank(const Fragment& f, DType dtype, Space space,
-                                                         const Box& box) {
+[[gnu::always_inline]] inline CopySide FragmentSideOfRank(const FragmentAt& f, DType dtype,
+                                                          Space space, const Box& box) {
   CopySide s;
   s.end.space = space;
-  s.end.buffer = f.loc.buffer;
+  s.end.buffer = f.table->Buffer(f.index);
   s.end.dtype = dtype;
   const int64_t esize = DTypeSize(dtype);
-  int64_t offset = f.loc.byte_offset;
+  int64_t offset = f.table->ByteOffset(f.index);
+  const int n = kDims > 0 ? kDims : box.ndim;
+  const int64_t* lo = f.table->ValuesOf(f.index, n);
+  const int64_t* strides = lo + 2 * n;
   bool dense = true;
   int64_t dense_stride = 1, contiguous_stride = 1;
-  for (int d = (kDims > 0 ? kDims : box.ndim) - 1; d >= 0; --d) {
+  for (int d = n - 1; d >= 0; --d) {
     const int64_t extent = box.hi[d] - box.lo[d];
-    const int64_t stride = f.loc.strides[d];
-    offset += (box.lo[d] - f.box.lo[d]) * stride * esize;
+    const int64_t stride = strides[d];
+    offset += (box.lo[d] - lo[d]) * stride * esize;
     dense = dense && stride == dense_stride;
     dense_stride *= std::max<int64_t>(1, extent);
     s.contiguous = s.contiguous && (extent == 1 || stride == contiguous_stride);
     contiguous_stride *= extent;
   }
   s.end.offset = offset;
-  s.end.strides = dense ? nullptr : f.loc.strides.data();
+  s.end.strides = dense ? nullptr : strides;
   return s;
 }
 
 // `box` (inside fragment f's box, of type `dtype`) in the fragment's buffer; the same place as
 // FragmentRegion. Strides equal to the box's row-major strides are left out (dense).
-[[gnu::always_inline]] inline CopySide FragmentSide(const Fragment& f, DType dtype, Space space,
-                                                   const Box& box) {
+[[gnu::always_inline]] inline CopySide FragmentSide(const FragmentAt& f, DType dtype, Space space,
+                                                    const Box& box) {
   if (box.ndim == 2) return FragmentSideOfRank<2>(f, dtype, space, box);
   if (box.ndim == 3) return FragmentSideOfRank<3>(f, dtype, space, box);
   if (box.ndim == 1) return FragmentSideOfRank<1>(f, dtype, space, box);
@@ -375,8 +384,8 @@ std::vector<DType> DTypesOf(const Layout& layout) {
   return dtypes;
 }
 
-// Compact facts the planner's passes read many times (a Fragment is ~224 bytes, so reading its
-// rank again and again costs a cache miss each time).
+// Compact facts the planner's passes read many times (a fragment's record is 96 bytes, so reading
+// its rank again and again costs a cache miss each time).
 struct PlanFacts {
   std::vector<int> node_of_rank;
   const std::vector<int>& source_rank;       // by source fragment (the intersection's)
@@ -508,20 +517,29 @@ Result<Strategy> ParseStrategy(std::string_view name) {
 namespace {
 
 // Fragments by id: a layout's own, then (ids from its count on) those of its stack layout.
-class FragmentTable {
+class FragmentsById {
  public:
-  FragmentTable(const Layout& layout, const Layout* stacks)
-      : own_(layout.fragments.data()),
+  FragmentsById(const Layout& layout, const Layout* stacks)
+      : own_(&layout.fragments),
         count_(layout.fragments.size()),
-        stacked_(stacks != nullptr ? stacks->fragments.data() : nullptr) {}
-  const Fragment& operator[](size_t id) const {
-    return id < count_ ? own_[id] : stacked_[id - count_];
+        stacked_(stacks != nullptr ? &stacks->fragments : nullptr) {}
+  FragmentAt operator[](size_t id) const {
+    return id < count_ ? FragmentAt{own_, id} : FragmentAt{stacked_, id - count_};
+  }
+  // Starts loading fragment `id`'s record (its values are in it). Always inlined, as
+  // FragmentTable::PrefetchRecord.
+  [[gnu::always_inline]] void Prefetch(size_t id) const {
+    if (id < count_) {
+      own_->PrefetchRecord(id);
+    } else {
+      stacked_->PrefetchRecord(id - count_);
+    }
   }
 
  private:
-  const Fragment* own_;
+  const FragmentTable* own_;
   size_t count_;
-  const Fragment* stacked_;
+  const FragmentTable* stacked_;
 };
 
 // What emission reads: the intersection, the routed and selected deliveries (sorted by message)
@@ -529,8 +547,8 @@ class FragmentTable {
 struct EmitInputs {
   const Intersection& inter;
   const PlanFacts& facts;
-  const FragmentTable& src_frags;
-  const FragmentTable& dst_frags;
+  const FragmentsById& src_frags;
+  const FragmentsById& dst_frags;
   const TreeTable& trees;
   const std::vector<LocalCopy>& local_copies;
   const std::vector<SortedDelivery>& deliveries;
@@ -546,8 +564,8 @@ template <bool kMemberCuts>
 [[gnu::noinline]] void EmitOps(const EmitInputs& in, TransferPlan& plan) {
   const Intersection& inter = in.inter;
   const PlanFacts& facts = in.facts;
-  const FragmentTable& src_frags = in.src_frags;
-  const FragmentTable& dst_frags = in.dst_frags;
+  const FragmentsById& src_frags = in.src_frags;
+  const FragmentsById& dst_frags = in.dst_frags;
   const TreeTable& trees = in.trees;
   const std::vector<LocalCopy>& local_copies = in.local_copies;
   const std::vector<SortedDelivery>& deliveries = in.deliveries;
@@ -611,7 +629,7 @@ template <bool kMemberCuts>
       for (int k = rank_begin[r]; k < rank_begin[r + 1]; ++k) {
         const LocalCopy& c = local_copies[by_rank[k]];
         const Box& box = PieceBox(inter, inter.pieces[c.piece], member_box);
-        const Fragment& dst = dst_frags[c.dst];
+        const FragmentAt dst = dst_frags[c.dst];
         const DType dtype = facts.piece_dtype[c.piece];
         AppendBoxCopy(plan, FragmentSide(src_frags[c.src], dtype, Space::kSource, box),
                       FragmentSide(dst, dtype, Space::kDestination, box), box);
@@ -676,13 +694,12 @@ template <bool kMemberCuts>
       const int next_size = trees.Size(next.tree);
       int budget = 64;  // destination fragments prefetched per message
       for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
-        __builtin_prefetch(&src_frags[deliveries[k].sender_frag].loc);
+        src_frags.Prefetch(deliveries[k].sender_frag);
         __builtin_prefetch(deliveries[k].box);
         for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
           const int frag = MemberFragment(deliveries[k], member_fragments, i);
           if (frag == kLookUp) continue;
-          __builtin_prefetch(&dst_frags[frag].box.lo);
-          __builtin_prefetch(&dst_frags[frag].loc);
+          dst_frags.Prefetch(frag);
         }
       }
     }
@@ -781,6 +798,13 @@ template <bool kMemberCuts>
       }
       for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
         const SortedDelivery& d = deliveries[k];
+        // A message of many deliveries outruns the prefetch ahead of it: its member's fragments
+        // further on start loading here.
+        constexpr int kAhead = 8;
+        if (k + kAhead < m.last) {
+          const int ahead = MemberFragment(deliveries[k + kAhead], member_fragments, i);
+          if (ahead != kLookUp) dst_frags.Prefetch(ahead);
+        }
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
         const auto [lo, hi] =
@@ -1047,8 +1071,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   } else {
     FERRY_ASSIGN_OR_RETURN(inter, IntersectLayouts(source, destination));
   }
-  const FragmentTable src_frags(source, fold != nullptr ? &fold->source.stacks() : nullptr);
-  const FragmentTable dst_frags(destination,
+  const FragmentsById src_frags(source, fold != nullptr ? &fold->source.stacks() : nullptr);
+  const FragmentsById dst_frags(destination,
                                 fold != nullptr ? &fold->destination.stacks() : nullptr);
   const int num_nodes = std::max(1, topology.NumNodes());
 
@@ -1404,14 +1428,14 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
     int best = -1;
     for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
       const int f = inter.holders[h];
-      const int r = source.fragments[f].loc.rank;
+      const int r = source.fragments.Rank(f);
       if (r == root) {
         best = f;
         break;
       }
-      if (best < 0 || load[r] < load[source.fragments[best].loc.rank]) best = f;
+      if (best < 0 || load[r] < load[source.fragments.Rank(best)]) best = f;
     }
-    const int r = source.fragments[best].loc.rank;
+    const int r = source.fragments.Rank(best);
     load[r] += inter.VolumeOf(piece) * DTypeSize(destination.tensors[t].dtype);
     items.push_back({bucket_of[t], r, static_cast<int>(p), best});
   }
@@ -1533,10 +1557,9 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   std::vector<int> frag_order(destination.fragments.size());
   std::iota(frag_order.begin(), frag_order.end(), 0);
   std::stable_sort(frag_order.begin(), frag_order.end(), [&](int a, int b) {
-    const Fragment& fa = destination.fragments[a];
-    const Fragment& fb = destination.fragments[b];
-    if (fa.loc.rank != fb.loc.rank) return fa.loc.rank < fb.loc.rank;
-    return bucket_of[fa.tensor] < bucket_of[fb.tensor];
+    const FragmentTable& fragments = destination.fragments;
+    if (fragments.Rank(a) != fragments.Rank(b)) return fragments.Rank(a) < fragments.Rank(b);
+    return bucket_of[fragments.Tensor(a)] < bucket_of[fragments.Tensor(b)];
   });
   // Adds the Unpack of `rank`'s fragments of `bucket` from staging slot `slot`, after `deps`,
   // unless the rank has none.
@@ -1549,13 +1572,15 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
     unpack_copies.clear();
     auto lo = std::lower_bound(frag_order.begin(), frag_order.end(), std::make_pair(rank, bucket),
                                [&](int f, const std::pair<int, int>& key) {
-                                 const Fragment& fr = destination.fragments[f];
-                                 return std::make_pair(fr.loc.rank, bucket_of[fr.tensor]) < key;
+                                 const FragmentTable& fragments = destination.fragments;
+                                 return std::make_pair(fragments.Rank(f),
+                                                       bucket_of[fragments.Tensor(f)]) < key;
                                });
     for (auto it = lo; it != frag_order.end(); ++it) {
-      const Fragment& f = destination.fragments[*it];
-      if (f.loc.rank != rank || bucket_of[f.tensor] != bucket) break;
-      if (f.box.Empty()) continue;
+      const FragmentTable& fragments = destination.fragments;
+      if (fragments.Rank(*it) != rank || bucket_of[fragments.Tensor(*it)] != bucket) break;
+      if (fragments.Volume(*it) == 0) continue;
+      const Fragment f = fragments[*it];
       unpack_copies.push_back({bucket_region(f.tensor, slot, f.box),
                                FragmentRegion(destination, f, Space::kDestination, f.box)});
       unpack.bytes += unpack_copies.back().to.NumBytes();

@@ -25,6 +25,7 @@
 #include "core/base/dtype.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
+#include "core/layout/fragment_table.h"
 
 namespace ferry {
 
@@ -44,21 +45,6 @@ struct BufferSpec {
   int64_t bytes = 0;  // size; at least the end of every fragment placed in it
 };
 
-struct Location {
-  int rank = 0;
-  int buffer = 0;           // index into Layout::buffers; buffers[buffer].rank == rank
-  int64_t byte_offset = 0;  // of the box's first element within the buffer
-  std::array<int64_t, kMaxDims> strides{};  // element strides, one per box dim, all > 0
-};
-
-struct Fragment {
-  int tensor = 0;  // index into Layout::tensors
-  Box box;         // region of the logical tensor
-  Location loc;
-
-  int64_t NumElements() const { return box.Volume(); }
-};
-
 // A region of a tensor that no fragment needs to cover (vocab padding, for example).
 struct PaddingRegion {
   int tensor = 0;
@@ -72,7 +58,7 @@ class Layout {
  public:
   std::vector<TensorSpec> tensors;
   std::vector<BufferSpec> buffers;
-  std::vector<Fragment> fragments;
+  FragmentTable fragments;  // compact: see fragment_table.h
   std::vector<PaddingRegion> padding;
 
   // Adds a tensor; fails if the name exists with another shape or dtype, returns the existing

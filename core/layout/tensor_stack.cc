@@ -333,17 +333,18 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     const int64_t esize = DTypeSize(stacks[k].dtype);
     Run& run = runs[static_cast<uint64_t>(k) << 32 | static_cast<uint32_t>(f.loc.buffer)];
     if (run.fragment >= 0 && run.next == index) {
-      Fragment& open = out.fragments[static_cast<size_t>(run.fragment)];
-      bool same = open.box.ndim == f.box.ndim + 1;
+      const size_t open = static_cast<size_t>(run.fragment);
+      FragmentTable& table = out.fragments;
+      bool same = table.Ndim(open) == f.box.ndim + 1;
       for (int d = 0; same && d < f.box.ndim; ++d) {
-        same = open.box.lo[d + 1] == f.box.lo[d] && open.box.hi[d + 1] == f.box.hi[d] &&
-               open.loc.strides[d + 1] == f.loc.strides[d];
+        same = table.Lo(open)[d + 1] == f.box.lo[d] && table.Hi(open)[d + 1] == f.box.hi[d] &&
+               table.Strides(open)[d + 1] == f.loc.strides[d];
       }
       const int64_t step = f.loc.byte_offset - run.last_offset;
       if (same && step > 0 && step % esize == 0 && (run.stride == 0 || step == run.stride)) {
         run.stride = step;
-        open.loc.strides[0] = step / esize;
-        ++open.box.hi[0];
+        table.MutableStrides(open)[0] = step / esize;
+        ++table.MutableHi(open)[0];
         ++run.next;
         run.last_offset = f.loc.byte_offset;
         continue;

@@ -48,7 +48,7 @@ void StackHalves(Layout& l, const std::string& proj, int rows, int cols) {
 std::vector<uint8_t> Offer(StackSide& side, const Layout& layout) {
   std::vector<uint8_t> taken;
   for (size_t i = 0; i < layout.fragments.size(); ++i) {
-    taken.push_back(side.Divert(layout.fragments[i], i) ? 1 : 0);
+    taken.push_back(side.Divert(layout.fragments, i) ? 1 : 0);
   }
   return taken;
 }
@@ -91,12 +91,12 @@ TEST(FoldStacks, ABrokenStrideStartsANewRun) {
   Layout src, dst;
   StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3);
   // Member 3 sits one element further than the stride puts it.
-  src.fragments[3].loc.byte_offset += 2;
+  src.fragments.Edit(3, [&](Fragment& frag) { frag.loc.byte_offset += 2; });
   src.buffers[src.fragments[3].loc.buffer].bytes += 2;
   StackHalves(dst, "gate_proj", 8, 16);
   StackFold fold;
   ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
-  const std::vector<Fragment>& frags = fold.source.stacks().fragments;
+  const FragmentTable& frags = fold.source.stacks().fragments;
   ASSERT_EQ(frags.size(), 2u);
   EXPECT_EQ(frags[0].box.hi[0], 3);
   EXPECT_EQ(frags[1].box.lo[0], 3);

@@ -199,13 +199,13 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   // Groups.
   out.group_frags.reserve(dst_order.size());
   out.groups.reserve(dst_order.size());
+  out.group_boxes.reserve(dst_order.size());  // boxes never move: groups point at them
   for (size_t i = 0; i < dst_order.size();) {
-    const Fragment& f = destination.fragments[dst_order[i]];
+    const Fragment f = destination.fragments[dst_order[i]];
     size_t j = i;
     FragmentGroup g;
     g.dst_tensor = f.tensor;
     g.src_tensor = src_of_dst[f.tensor];
-    g.box = &f.box;
     g.frags_begin = static_cast<int>(out.group_frags.size());
     while (j < dst_order.size() && destination.fragments[dst_order[j]].tensor == f.tensor &&
            SameBox(destination.fragments[dst_order[j]].box, f.box)) {
@@ -213,7 +213,11 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
       ++j;
     }
     g.frags_end = static_cast<int>(out.group_frags.size());
-    if (!f.box.Empty()) out.groups.push_back(g);
+    if (!f.box.Empty()) {
+      out.group_boxes.push_back(f.box);
+      g.box = &out.group_boxes.back();
+      out.groups.push_back(g);
+    }
     i = j;
   }
   out.pieces.reserve(out.groups.size());

@@ -22,6 +22,13 @@
 namespace ferry {
 namespace {
 
+// Puts the fragments in a random order.
+void Shuffle(FragmentTable& fragments, std::mt19937_64& rng) {
+  std::vector<Fragment> shuffled = fragments.ToVector();
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  fragments.Assign(shuffled);
+}
+
 // Empty when `a` and `b` are identical, else the first difference. Pieces compare by the boxes
 // they cover: the reference stores a member cut's box, IntersectLayouts encodes it in the piece.
 std::string Difference(const Intersection& a, const Intersection& b) {
@@ -34,7 +41,7 @@ std::string Difference(const Intersection& a, const Intersection& b) {
   for (size_t i = 0; i < a.groups.size(); ++i) {
     const FragmentGroup& x = a.groups[i];
     const FragmentGroup& y = b.groups[i];
-    if (x.dst_tensor != y.dst_tensor || x.src_tensor != y.src_tensor || x.box != y.box ||
+    if (x.dst_tensor != y.dst_tensor || x.src_tensor != y.src_tensor || !same_box(*x.box, *y.box) ||
         x.frags_begin != y.frags_begin || x.frags_end != y.frags_end) {
       return "group " + std::to_string(i);
     }
@@ -227,9 +234,11 @@ RandomPair MakeRandomPair(std::mt19937_64& rng) {
     }
     // Sometimes the whole tensor (replicated), the planner's common case.
     if (Uniform(rng, 0, 3) == 0) {
-      p.source.fragments.erase(std::remove_if(p.source.fragments.begin(), p.source.fragments.end(),
-                                              [&](const Fragment& f) { return f.tensor == t; }),
-                               p.source.fragments.end());
+      std::vector<Fragment> kept = p.source.fragments.ToVector();
+      kept.erase(std::remove_if(kept.begin(), kept.end(),
+                                [&](const Fragment& f) { return f.tensor == t; }),
+                 kept.end());
+      p.source.fragments.Assign(kept);
       for (int r = Uniform(rng, 1, 3); r > 0; --r) {
         Fragment f;
         f.tensor = t;
@@ -252,17 +261,20 @@ RandomPair MakeRandomPair(std::mt19937_64& rng) {
   // Fragment order: by tensor (as built), shuffled, or by rank.
   for (Layout* l : {&p.source, &p.destination}) {
     const int order = Uniform(rng, 0, 2);
-    if (order == 1) std::shuffle(l->fragments.begin(), l->fragments.end(), rng);
+    if (order == 1) Shuffle(l->fragments, rng);
     if (order == 2) {
-      std::stable_sort(l->fragments.begin(), l->fragments.end(),
-                       [](const Fragment& a, const Fragment& b) { return a.loc.rank < b.loc.rank; });
+      std::vector<Fragment> fragments = l->fragments.ToVector();
+      std::stable_sort(
+          fragments.begin(), fragments.end(),
+          [](const Fragment& a, const Fragment& b) { return a.loc.rank < b.loc.rank; });
+      l->fragments.Assign(fragments);
     }
   }
   // Broken inputs.
   switch (Uniform(rng, 0, 19)) {
     case 0:  // a source fragment lost: destination regions uncovered
       if (!p.source.fragments.empty()) {
-        p.source.fragments.erase(p.source.fragments.begin() + Uniform(rng, 0, static_cast<int>(p.source.fragments.size()) - 1));
+        p.source.fragments.Erase(Uniform(rng, 0, static_cast<int>(p.source.fragments.size()) - 1));
       }
       break;
     case 1:  // a destination tensor missing in the source
@@ -281,21 +293,32 @@ RandomPair MakeRandomPair(std::mt19937_64& rng) {
     case 4: {  // a box outside its tensor (on either side)
       Layout& l = Uniform(rng, 0, 1) ? p.source : p.destination;
       if (l.fragments.empty()) break;
-      Fragment& f = l.fragments[Uniform(rng, 0, static_cast<int>(l.fragments.size()) - 1)];
-      const int d = Uniform(rng, 0, f.box.ndim - 1);
-      switch (Uniform(rng, 0, 4)) {
-        case 0: f.box.lo[d] = -1; break;
-        case 1: f.box.hi[d] = l.tensors[f.tensor].shape[d] + 1; break;
-        case 2: f.box.lo[d] = f.box.hi[d] + 1; break;
-        case 3: f.box.ndim = f.box.ndim == 1 ? 2 : f.box.ndim - 1; break;
-        default: f.box.hi[d] = -1; break;
-      }
+      l.fragments.Edit(Uniform(rng, 0, static_cast<int>(l.fragments.size()) - 1), [&](Fragment& f) {
+        const int d = Uniform(rng, 0, f.box.ndim - 1);
+        switch (Uniform(rng, 0, 4)) {
+          case 0:
+            f.box.lo[d] = -1;
+            break;
+          case 1:
+            f.box.hi[d] = l.tensors[f.tensor].shape[d] + 1;
+            break;
+          case 2:
+            f.box.lo[d] = f.box.hi[d] + 1;
+            break;
+          case 3:
+            f.box.ndim = f.box.ndim == 1 ? 2 : f.box.ndim - 1;
+            break;
+          default:
+            f.box.hi[d] = -1;
+            break;
+        }
+      });
       break;
     }
     case 5:  // the source sharding with a hole: a source box shrunk
-      for (Fragment& f : p.source.fragments) {
-        if (f.box.hi[0] > f.box.lo[0]) {
-          --f.box.hi[0];
+      for (size_t i = 0; i < p.source.fragments.size(); ++i) {
+        if (p.source.fragments.Hi(i)[0] > p.source.fragments.Lo(i)[0]) {
+          --p.source.fragments.MutableHi(i)[0];
           break;
         }
       }
@@ -351,7 +374,7 @@ TEST(IntersectProperty, StacksHeldMemberByMemberMatchTheReference) {
         source.fragments.push_back(f);
       }
     }
-    if (Uniform(rng, 0, 1)) std::shuffle(source.fragments.begin(), source.fragments.end(), rng);
+    if (Uniform(rng, 0, 1)) Shuffle(source.fragments, rng);
     AddGrid(rng, destination, 0, Uniform(rng, 1, 4));
     ExpectSameAsReference(source, destination, "case " + std::to_string(i), &ok);
     if (HasFatalFailure() || HasFailure()) return;
@@ -449,7 +472,7 @@ TEST(BoxListTest, BoxesStayPutAcrossBlocks) {
 class MaskDiverter final : public FragmentDiverter {
  public:
   explicit MaskDiverter(std::vector<uint8_t> take) : take_(std::move(take)) {}
-  bool Divert(const Fragment&, size_t id) override { return take_[id] != 0; }
+  bool Divert(const FragmentTable&, size_t id) override { return take_[id] != 0; }
 
  private:
   std::vector<uint8_t> take_;
@@ -491,10 +514,6 @@ TEST(IntersectProperty, DivertedFragmentsAreLeftOut) {
     // Renumber the expected result's fragment ids to the originals.
     for (int& f : expected->group_frags) f = dst_kept[f];
     for (int& h : expected->holders) h = src_kept[h];
-    // A group's box points at its first fragment's box: in the original layout here too.
-    for (FragmentGroup& g : expected->groups) {
-      g.box = &p.destination.fragments[expected->group_frags[g.frags_begin]].box;
-    }
     ASSERT_EQ(Difference(*now, *expected), "") << "case " << i;
     for (size_t f = 0; f < take_dst.size(); ++f) {
       ASSERT_EQ(now->destination_ranks[f], take_dst[f] ? -1 : p.destination.fragments[f].loc.rank);
@@ -517,7 +536,9 @@ class TensorDiverter final : public FragmentDiverter {
     }
     if (!partial) last_ = layout.fragments.size();
   }
-  bool Divert(const Fragment& f, size_t id) override { return f.tensor == tensor_ && id != last_; }
+  bool Divert(const FragmentTable& fragments, size_t id) override {
+    return fragments.Tensor(id) == tensor_ && id != last_;
+  }
   bool TakesWholeTensor(int tensor) const override { return tensor == tensor_; }
 
  private:
@@ -579,7 +600,7 @@ TEST(IntersectProperty, ManyTensorsMatchTheReference) {
       append(p.source, q.source, "#" + std::to_string(part));
       append(p.destination, q.destination, "#" + std::to_string(part));
     }
-    if (i % 2 == 1) std::shuffle(p.destination.fragments.begin(), p.destination.fragments.end(), rng);
+    if (i % 2 == 1) Shuffle(p.destination.fragments, rng);
     ExpectSameAsReference(p.source, p.destination, "big case " + std::to_string(i));
     if (HasFailure()) return;
   }
@@ -600,7 +621,7 @@ TEST(IntersectErrors, MessagesNameTheProblem) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("is not fully covered"), std::string::npos)
       << r.status().ToString();
-  source.fragments[0].box = Box::Make({0, 0}, {4, 5}).value();
+  source.fragments.Edit(0, [&](Fragment& frag) { frag.box = Box::Make({0, 0}, {4, 5}).value(); });
   r = IntersectLayouts(source, destination);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("outside the tensor's shape"), std::string::npos)

@@ -470,8 +470,10 @@ RandomCase MakeRandomStackedCase(std::mt19937_64& rng, bool name_stacks) {
   for (const BufferSpec& b : c.source.buffers) max_rank = std::max(max_rank, b.rank);
   if (Uniform(rng, 0, 1) == 1) {
     for (BufferSpec& b : c.destination.buffers) b.rank += max_rank + 1;
-    for (Fragment& f : c.destination.fragments) {
-      f.loc.rank = c.destination.buffers[f.loc.buffer].rank;
+    FragmentTable& fragments = c.destination.fragments;
+    for (size_t i = 0; i < fragments.size(); ++i) {
+      fragments.Edit(i,
+                     [&](Fragment& f) { f.loc.rank = c.destination.buffers[f.loc.buffer].rank; });
     }
   }
   for (const BufferSpec& b : c.destination.buffers) max_rank = std::max(max_rank, b.rank);
@@ -512,7 +514,10 @@ RandomCase MakeRandomCase(std::mt19937_64& rng) {
   for (BufferSpec& b : dst_local.buffers) {
     if (b.rank < num_ranks) b.rank += dst_base;
   }
-  for (Fragment& f : dst_local.fragments) f.loc.rank = dst_local.buffers[f.loc.buffer].rank;
+  for (size_t i = 0; i < dst_local.fragments.size(); ++i) {
+    dst_local.fragments.Edit(
+        i, [&](Fragment& f) { f.loc.rank = dst_local.buffers[f.loc.buffer].rank; });
+  }
   c.destination = std::move(dst_local);
   const int total = spare_base + next_spare + 1;
   c.topology = Topology::Uniform(total, Uniform(rng, 1, 4));

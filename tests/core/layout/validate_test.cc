@@ -82,14 +82,14 @@ TEST(ValidateTest, MissingSourceTensor) {
 
 TEST(ValidateTest, BoxOutOfBounds) {
   Layout l = ColumnLayout();
-  l.fragments[1].box = B({4, 0}, {9, 8});
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.box = B({4, 0}, {9, 8}); });
   l.buffers[1].bytes = 1000;
   ExpectError(ValidateLayout(l), {"'w'", "[4:9, 0:8)", "rank 1", "out of bounds", "[8, 8]"});
 }
 
 TEST(ValidateTest, BoxWithWrongRank) {
   Layout l = ColumnLayout();
-  l.fragments[0].box = B({0}, {4});
+  l.fragments.Edit(0, [&](Fragment& frag) { frag.box = B({0}, {4}); });
   ExpectError(ValidateLayout(l), {"'w'", "[0:4)", "rank 0", "1 dims"});
 }
 
@@ -103,12 +103,12 @@ TEST(ValidateTest, ContiguousFragmentsOverlapInMemory) {
   ExpectError(ValidateLayout(l),
               {"'a'", "'b'", "[0:4, 0:4)", "[0:4)", "rank 2", "'buf'", "overlap in memory"});
   // Placed right after, they are fine.
-  l.fragments[1].loc.byte_offset = 64;
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.byte_offset = 64; });
   l.buffers[0].bytes = 80;
   EXPECT_OK(ValidateLayout(l));
   // The same byte offset in another buffer of the same rank is fine too.
-  l.fragments[1].loc.byte_offset = 0;
-  l.fragments[1].loc.buffer = l.GetOrAddBuffer(2, "other");
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.byte_offset = 0; });
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.buffer = l.GetOrAddBuffer(2, "other"); });
   l.buffers[l.fragments[1].loc.buffer].bytes = 16;
   EXPECT_OK(ValidateLayout(l));
 }
@@ -124,7 +124,7 @@ TEST(ValidateTest, StridedColumnStripsInterleaveWithoutOverlap) {
   l.PlaceFragment(z, B({0, 0}, {4, 1}), 0, "fused", 10, {6, 1});
   EXPECT_OK(ValidateLayout(l));
   // Shift y one column left: its first column now shares bytes with x's second column.
-  l.fragments[1].loc.byte_offset = 2;
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.byte_offset = 2; });
   ExpectError(ValidateLayout(l), {"'x'", "'y'", "rank 0", "'fused'", "overlap in memory"});
   EXPECT_EQ(ValidateLayout(l).message().find("conservative"), std::string::npos);
 }
@@ -138,7 +138,9 @@ TEST(ValidateTest, InterleavedRowsDifferentDtypes) {
   l.PlaceFragment(a, B({0, 0}, {3, 4}), 0, "buf", 0, {8, 1});    // row stride 32 bytes
   l.PlaceFragment(b, B({0, 0}, {3, 8}), 0, "buf", 16, {16, 1});  // row stride 32 bytes
   EXPECT_OK(ValidateLayout(l));
-  l.fragments[1].loc.byte_offset = 14;  // b's first element now overlaps a's last column
+  l.fragments.Edit(1, [&](Fragment& frag) {
+    frag.loc.byte_offset = 14;
+  });  // b's first element now overlaps a's last column
   ExpectError(ValidateLayout(l), {"'a'", "'b'", "overlap in memory"});
 }
 
@@ -175,7 +177,7 @@ TEST(ValidateTest, UncoveredRegionInsideSecondDim) {
   Layout l;
   EXPECT_OK(AddMeshSharded(l, {"w", {8, 6}, DType::kBF16}, DeviceMesh::Iota({2, 2}),
                            {Shard(0), Shard(1)}));
-  l.fragments.erase(l.fragments.begin() + 1);  // rank 1's [0:4, 3:6)
+  l.fragments.Erase(1);  // rank 1's [0:4, 3:6)
   ExpectError(ValidateLayout(l), {"'w'", "region [0:4, 3:6)", "[0, 2, 3]"});
   // Padding covering only part of the hole is not enough.
   l.AddPadding(0, B({0, 3}, {4, 5}));
@@ -184,10 +186,10 @@ TEST(ValidateTest, UncoveredRegionInsideSecondDim) {
 
 TEST(ValidateTest, ZeroAndNegativeStride) {
   Layout l = ColumnLayout();
-  l.fragments[1].loc.strides[1] = 0;
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.strides[1] = 0; });
   ExpectError(ValidateLayout(l), {"'w'", "[4:8, 0:8)", "rank 1", "non-positive stride 0", "dim 1"});
-  l.fragments[1].loc.strides[1] = 1;
-  l.fragments[1].loc.strides[0] = -8;
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.strides[1] = 1; });
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.strides[0] = -8; });
   ExpectError(ValidateLayout(l), {"'w'", "rank 1", "non-positive stride -8", "dim 0"});
 }
 
@@ -209,7 +211,7 @@ TEST(ValidateTest, FragmentOutsideItsBuffer) {
 
 TEST(ValidateTest, FragmentOnAnotherRanksBuffer) {
   Layout l = ColumnLayout();
-  l.fragments[1].loc.buffer = 0;
+  l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.buffer = 0; });
   ExpectError(ValidateLayout(l), {"'w'", "rank 1", "buffer 'w' of rank 0"});
 }
 
