@@ -322,7 +322,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   const Layout& second = source_first ? destination : source;
   StackSide& first_side = source_first ? out.source : out.destination;
   StackSide& second_side = source_first ? out.destination : out.source;
-  std::vector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
+  RetainedVector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
   // By tensor of the side merged first: 1 when a fragment of the member could not be folded.
   std::vector<uint8_t> partly_folded(first.tensors.size(), 0);
   auto merge_first_side = [&](const std::vector<Membership>& member) {

@@ -2,9 +2,12 @@
 // memory (ops, copy pairs, scratch); at 4 KiB per page fault that is tens of thousands of faults,
 // several microseconds each in a VM. Asking the kernel for transparent huge pages under a vector's
 // reserved capacity before its first touch cuts that to a few hundred. Only a hint: where it is
-// refused (THP disabled, not Linux) nothing changes but the speed. Also ScratchVector, for scratch
-// that is written before it is read and so need not be zeroed first.
+// refused (THP disabled, not Linux) nothing changes but the speed. (A RetainedVector's large
+// blocks are advised already; the advice is harmless twice.) Also ScratchVector, for scratch that
+// is written before it is read and so need not be zeroed first, on retained memory.
 #pragma once
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include <sys/mman.h>
+#include "core/base/retained_memory.h"
 
 namespace ferry {
 
@@ -46,12 +49,12 @@ void GrowFresh(std::vector<T, Allocator>& v, size_t n) {
   v.resize(n);
 }
 
-// An allocator whose construct() without arguments default-initializes: resize() then leaves
+// A RetainedAllocator whose construct() without arguments default-initializes: resize() then leaves
 // trivial elements unwritten, so a pass that writes every element it reads writes the memory once
 // (besides the kernel's zeroing of fresh pages) instead of after a pass of zeros. 14 MB of scratch
 // for DeepSeek-V3's destination fragments were written twice before.
 template <typename T>
-struct UninitializedAllocator : std::allocator<T> {
+struct UninitializedAllocator : RetainedAllocator<T> {
   template <typename U>
   struct rebind {
     using other = UninitializedAllocator<U>;

@@ -255,7 +255,7 @@ struct FragmentKeys {
 // fills `out`, reading each fragment once. Fragments `diverter` (if any) takes are left out: in
 // no tensor's keys, rank -1.
 Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
-                     FragmentDiverter* diverter, FragmentKeys& out, std::vector<int>& ranks) {
+                     FragmentDiverter* diverter, FragmentKeys& out, RetainedVector<int>& ranks) {
   const size_t n = layout.fragments.size();
   const size_t num_tensors = layout.tensors.size();
   GrowFresh(out.keys, n);

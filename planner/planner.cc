@@ -327,7 +327,8 @@ struct Delivery {
 constexpr int kLookUp = -1;
 // Member i's entry (see Delivery::members) of a Delivery or SortedDelivery.
 template <typename AnyDelivery>
-inline int MemberFragment(const AnyDelivery& d, const std::vector<int>& member_fragments, int i) {
+inline int MemberFragment(const AnyDelivery& d, const RetainedVector<int>& member_fragments,
+                          int i) {
   return d.members < 0 ? ~d.members : member_fragments[static_cast<size_t>(d.members + i)];
 }
 
@@ -388,8 +389,8 @@ std::vector<DType> DTypesOf(const Layout& layout) {
 // its rank again and again costs a cache miss each time).
 struct PlanFacts {
   std::vector<int> node_of_rank;
-  const std::vector<int>& source_rank;       // by source fragment (the intersection's)
-  const std::vector<int>& destination_rank;  // by destination fragment
+  const RetainedVector<int>& source_rank;       // by source fragment (the intersection's)
+  const RetainedVector<int>& destination_rank;  // by destination fragment
   std::vector<int64_t> piece_bytes;   // by piece of the intersection
   std::vector<DType> piece_dtype;     // by piece
 
@@ -551,9 +552,9 @@ struct EmitInputs {
   const FragmentsById& dst_frags;
   const TreeTable& trees;
   const std::vector<LocalCopy>& local_copies;
-  const std::vector<SortedDelivery>& deliveries;
-  const std::vector<int>& member_fragments;
-  const std::vector<Message>& messages;
+  const RetainedVector<SortedDelivery>& deliveries;
+  const RetainedVector<int>& member_fragments;
+  const RetainedVector<Message>& messages;
   int num_ranks;
 };
 
@@ -568,11 +569,11 @@ template <bool kMemberCuts>
   const FragmentsById& dst_frags = in.dst_frags;
   const TreeTable& trees = in.trees;
   const std::vector<LocalCopy>& local_copies = in.local_copies;
-  const std::vector<SortedDelivery>& deliveries = in.deliveries;
-  const std::vector<int>& member_fragments = in.member_fragments;
-  const std::vector<Message>& messages = in.messages;
+  const RetainedVector<SortedDelivery>& deliveries = in.deliveries;
+  const RetainedVector<int>& member_fragments = in.member_fragments;
+  const RetainedVector<Message>& messages = in.messages;
   const int num_ranks = in.num_ranks;
-  const std::vector<int>& dst_rank = facts.destination_rank;
+  const RetainedVector<int>& dst_rank = facts.destination_rank;
   const std::vector<int>& node_of = facts.node_of_rank;
   // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags: what
   // emission reads for a tree member whose fragment routing left as kLookUp (a group of one
@@ -829,10 +830,10 @@ template <bool kMemberCuts>
 // chunk) whose candidates are piece holders or, past them, entries of intra_pool.
 struct Routes {
   std::vector<LocalCopy> local_copies;
-  std::vector<Delivery> deliveries;
+  RetainedVector<Delivery> deliveries;
   std::vector<int> intra_pool;        // same-node holders, candidates numbered after the holders
   std::vector<Box> chunk_boxes;       // the boxes of deliveries that carry part of a piece
-  std::vector<int> member_fragments;  // tree members' fragments (Delivery::members)
+  RetainedVector<int> member_fragments;  // tree members' fragments (Delivery::members)
 };
 
 // Routing: local copies, intra-node deliveries and network deliveries (chunked), their trees
@@ -842,12 +843,12 @@ struct Routes {
                                        const PlannerOptions& options, bool relay, int num_ranks,
                                        int num_nodes, TreeTable& trees, Routes& routes) {
   std::vector<LocalCopy>& local_copies = routes.local_copies;
-  std::vector<Delivery>& deliveries = routes.deliveries;
+  RetainedVector<Delivery>& deliveries = routes.deliveries;
   std::vector<int>& intra_pool = routes.intra_pool;
   std::vector<Box>& chunk_boxes = routes.chunk_boxes;
-  std::vector<int>& member_fragments = routes.member_fragments;
-  const std::vector<int>& src_rank = facts.source_rank;
-  const std::vector<int>& dst_rank = facts.destination_rank;
+  RetainedVector<int>& member_fragments = routes.member_fragments;
+  const RetainedVector<int>& src_rank = facts.source_rank;
+  const RetainedVector<int>& dst_rank = facts.destination_rank;
   std::vector<int64_t> leader_load(num_ranks, 0);
   Box member_box;  // a member cut's box, built to be chunked
   std::vector<Box> chunks;
@@ -1080,7 +1081,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   plan.num_ranks = num_ranks;
 
   const PlanFacts facts(inter, dtype_of_destination_tensor, topology);
-  const std::vector<int>& src_rank = facts.source_rank;
+  const RetainedVector<int>& src_rank = facts.source_rank;
   result.demand = ComputeDemand(inter, facts, num_nodes);
   const NetworkDemand& demand = result.demand;
   const LowerBound bound = ComputeLowerBound(demand, topology);
@@ -1094,10 +1095,10 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   Routes routes;
   RouteDeliveries(inter, facts, options, relay, num_ranks, num_nodes, trees, routes);
   const std::vector<LocalCopy>& local_copies = routes.local_copies;
-  std::vector<Delivery>& deliveries = routes.deliveries;
+  RetainedVector<Delivery>& deliveries = routes.deliveries;
   const std::vector<int>& intra_pool = routes.intra_pool;
   const std::vector<Box>& chunk_boxes = routes.chunk_boxes;
-  const std::vector<int>& member_fragments = routes.member_fragments;
+  const RetainedVector<int>& member_fragments = routes.member_fragments;
   const std::vector<int>& node_of = facts.node_of_rank;
   const int num_holders = static_cast<int>(inter.holders.size());
   result.phases.route = clock.Lap();
@@ -1211,7 +1212,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // nodes. Order (sender, distance, tree, delivery index): a stable counting sort by sender, then,
   // within each sender's range (small, so it stays in cache), a stable counting sort by tree, the
   // trees taken by (distance, tree).
-  std::vector<SortedDelivery> sorted;  // the deliveries in message order
+  RetainedVector<SortedDelivery> sorted;  // the deliveries in message order
   bool member_cuts = false;            // whether any of them is a member cut
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
@@ -1295,8 +1296,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       out.dtype = facts.piece_dtype[d.piece];
     }
   }
-  std::vector<Delivery>().swap(deliveries);  // all read: its memory goes back before emission
-  std::vector<Message> messages;
+  RetainedVector<Delivery>().swap(deliveries);  // all read: its memory goes back before emission
+  RetainedVector<Message> messages;
   ReserveFresh(messages, sorted.size());
   for (int s = 0; s < num_ranks; ++s) {
     const size_t sender_end = static_cast<size_t>(sender_begin[s + 1]);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/retained_memory.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
 #include "core/layout/layout.h"
@@ -206,7 +207,7 @@ class BufferTable {
     int rank = 0;
     int64_t bytes = 0;
   };
-  using Iterator = std::vector<Entry>::const_iterator;
+  using Iterator = RetainedVector<Entry>::const_iterator;
 
   BufferTable() = default;
   BufferTable(const std::vector<BufferSpec>& buffers);       // NOLINT: a layout's table converts
@@ -224,7 +225,7 @@ class BufferTable {
   int NumRanks() const { return num_ranks_; }
 
  private:
-  std::vector<Entry> entries_;
+  RetainedVector<Entry> entries_;
   int num_ranks_ = 0;
 };
 
@@ -271,11 +272,13 @@ struct TransferPlan {
   int num_ranks = 0;     // ranks are 0..num_ranks-1
   BufferTable source_buffers;       // the source layout's buffers, by index
   BufferTable destination_buffers;  // the destination layout's buffers, by index
-  std::vector<StagingSlot> slots;
-  std::vector<Op> ops;
-  std::vector<int> dep_list;        // every op's deps, each op's a range (Op::deps_begin/end)
-  std::vector<PackedCopy> copies;  // every op's copy pairs, each op's a range
-  std::vector<int64_t> copy_dims;   // the packed copies' geometry records
+  // The lists are RetainedVectors (core/base/retained_memory.h): a plan's tens of MiB of ops and
+  // copy pairs reuse the memory of plans freed before it.
+  RetainedVector<StagingSlot> slots;
+  RetainedVector<Op> ops;
+  RetainedVector<int> dep_list;       // every op's deps, each op's a range (Op::deps_begin/end)
+  RetainedVector<PackedCopy> copies;  // every op's copy pairs, each op's a range
+  RetainedVector<int64_t> copy_dims;  // the packed copies' geometry records
 
   // An op's deps and copy pairs. The span and range stay valid until the lists grow.
   std::span<const int> Deps(const Op& op) const {

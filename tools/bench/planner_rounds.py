@@ -12,10 +12,14 @@ in an order that rotates from round to round, and compares entries round by roun
       command line, real_ms, counters.
       Progress goes to stderr. A run that fails or prints no result stops the harness (exit 1)
       after naming the entry and its output, with every earlier line kept.
-  planner_rounds.py summary FILE
+  planner_rounds.py summary [--first] FILE
       Per row, each entry: runs, median wall time (fastest-slowest), the median over rounds of its
-      ratio to the row's first entry on the command line, the rounds it was faster in, and the medians of its counters
-      (per-pass ms, user_ms, sys_ms, faults, peak RSS).
+      ratio to the row's first entry on the command line, the rounds it was faster in, and the
+      medians of its counters (per-pass ms, user_ms, sys_ms, faults, peak RSS).
+      planner_bench times a process's first plan, on fresh memory, before its loop (first_ms), and
+      the loop times later plans, which reuse the memory the first retained. --first compares
+      first plans: first_ms where a run has it, else its wall time (a binary older than first_ms,
+      whose one timed plan in a fresh process was its first).
 
 Example (device, two builds of the bench copied into .devbin/pbench/):
   tools/bench/planner_rounds.py run --rounds 20 --out $OUT/ds.jsonl \\
@@ -32,8 +36,8 @@ import subprocess
 import sys
 import tempfile
 
-COUNTERS = ("fold_ms", "intersect_ms", "route_ms", "select_ms", "order_ms", "emit_ms", "user_ms",
-            "sys_ms", "faults", "peak_rss_MiB")
+COUNTERS = ("first_ms", "fold_ms", "intersect_ms", "route_ms", "select_ms", "order_ms", "emit_ms",
+            "user_ms", "sys_ms", "faults", "peak_rss_MiB")
 
 
 def parse_entry(text):
@@ -99,8 +103,13 @@ def run(args):
     return 0
 
 
-def summarize(lines):
-    """Summary lines (strings) of the JSON lines `lines`; see the module's docstring."""
+def summarize(lines, first=False):
+    """Summary lines (strings) of the JSON lines `lines`; see the module's docstring. `first`:
+    time each run by its first plan (first_ms, else real_ms)."""
+
+    def time_of(record):
+        return record["counters"].get("first_ms", record["real_ms"]) if first else record["real_ms"]
+
     runs = {}  # entry -> {round: record}
     index = {}  # entry -> its place in the command line
     for text in lines:
@@ -117,9 +126,9 @@ def summarize(lines):
         base = runs[entries[0]]
         for entry in entries:
             mine = runs[entry]
-            times = [x["real_ms"] for x in mine.values()]
-            paired = [mine[r]["real_ms"] / base[r]["real_ms"] for r in mine if r in base]
-            faster = sum(1 for r in mine if r in base and mine[r]["real_ms"] < base[r]["real_ms"])
+            times = [time_of(x) for x in mine.values()]
+            paired = [time_of(mine[r]) / time_of(base[r]) for r in mine if r in base]
+            faster = sum(1 for r in mine if r in base and time_of(mine[r]) < time_of(base[r]))
             counters = " ".join(
                 f"{k}={statistics.median(x['counters'][k] for x in mine.values()):.1f}"
                 for k in COUNTERS if all(k in x["counters"] for x in mine.values()))
@@ -141,6 +150,8 @@ def main(argv):
     run_parser.add_argument("--out", default=None, help="append JSON lines here (default stdout)")
     run_parser.add_argument("entries", nargs="+", help="BINARY:ROW")
     summary_parser = commands.add_parser("summary", help="medians and paired ratios of a run")
+    summary_parser.add_argument("--first", action="store_true",
+                                help="compare first plans (first_ms, else the wall time)")
     summary_parser.add_argument("file")
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -153,7 +164,7 @@ def main(argv):
                 parser.error(str(error))
         return run(args)
     with open(args.file) as f:
-        print("\n".join(summarize(f)))
+        print("\n".join(summarize(f, first=args.first)))
     return 0
 
 

@@ -7,7 +7,7 @@ import stat
 import sys
 import tempfile
 import unittest
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 
 from tools.bench import planner_rounds
 
@@ -82,6 +82,30 @@ class PlannerRoundsTest(unittest.TestCase):
         self.assertIn("median 22.0 ms (21.0-23.0) paired ratio 1.833, faster in 0 of 3",
                       summary[2])
         self.assertIn("emit_ms=10.0", summary[2])
+
+    def test_first_compares_first_plans(self):
+        # A new binary reports its first plan as first_ms; an old one's wall time was its first.
+        records = [
+            {"round": 1, "entry": "old:row", "index": 0, "real_ms": 60.0, "counters": {}},
+            {"round": 1, "entry": "new:row", "index": 1, "real_ms": 45.0,
+             "counters": {"first_ms": 57.0}},
+            {"round": 2, "entry": "old:row", "index": 0, "real_ms": 62.0, "counters": {}},
+            {"round": 2, "entry": "new:row", "index": 1, "real_ms": 46.0,
+             "counters": {"first_ms": 65.1}},
+        ]
+        lines = [json.dumps(r) for r in records]
+        later = planner_rounds.summarize(lines)
+        self.assertIn("median 45.5 ms (45.0-46.0) paired ratio 0.746, faster in 2 of 2", later[2])
+        first = planner_rounds.summarize(lines, first=True)
+        # 57 / 60 = 0.95 and 65.1 / 62 = 1.05: median 1.000.
+        self.assertIn("median 61.0 ms (57.0-65.1) paired ratio 1.000, faster in 1 of 2", first[2])
+        self.assertIn("first_ms=61.0", first[2])
+        out = os.path.join(self.dir, "runs.jsonl")
+        with open(out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        with redirect_stdout(io.StringIO()) as printed:
+            self.assertEqual(planner_rounds.main(["summary", "--first", out]), 0)
+        self.assertIn("paired ratio 1.000", printed.getvalue())
 
     def test_a_failing_run_stops_with_earlier_lines_kept(self):
         fast, broken = self.fake("fast", 10), self.fake("broken", 10)
