@@ -284,7 +284,8 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
     const TensorInfo& ti = info[t];
     FragKey& key = keys[kept];
     if (ti.compact) {
-      // A fragment of another ndim fails the test below; its values are read within the pool.
+      // A fragment of another ndim fails the test below without its values being read (it may
+      // have fewer).
       const int ndim = frags.Ndim(i);
       const int64_t* lo = frags.Lo(i);
       const int64_t* hi = frags.Hi(i);
