@@ -40,7 +40,7 @@ std::vector<int64_t> Box::Shape() const {
   return s;
 }
 
-int64_t Box::Volume() const {
+int64_t BoxVolume(int ndim, const int64_t* lo, const int64_t* hi) {
   if (ndim == 0) return 0;
   int64_t v = 1;
   for (int d = 0; d < ndim; ++d) {
@@ -50,6 +50,8 @@ int64_t Box::Volume() const {
   }
   return v;
 }
+
+int64_t Box::Volume() const { return BoxVolume(ndim, lo.data(), hi.data()); }
 
 bool Box::Empty() const { return Volume() == 0; }
 

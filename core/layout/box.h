@@ -14,6 +14,10 @@ namespace ferry {
 
 inline constexpr int kMaxDims = 8;
 
+// Elements in the box [lo, hi) of `ndim` dims (arrays of ndim values); 0 for no dims or an empty
+// extent. Box::Volume, and FragmentTable's in-place count of a fragment's box.
+int64_t BoxVolume(int ndim, const int64_t* lo, const int64_t* hi);
+
 struct Box {
   int ndim = 0;
   std::array<int64_t, kMaxDims> lo{};

@@ -89,13 +89,7 @@ int64_t FragmentTable::Volume(size_t i) const {
   if (r.ndim <= 0) return 0;
   const int n = Count(r.ndim);
   const int64_t* v = ValuesOf(r);
-  int64_t volume = 1;
-  for (int d = 0; d < n; ++d) {
-    const int64_t e = v[n + d] - v[d];
-    if (e <= 0) return 0;
-    volume *= e;
-  }
-  return volume;
+  return BoxVolume(n, v, v + n);
 }
 
 bool FragmentTable::SameBox(size_t i, size_t j) const {
