@@ -37,10 +37,7 @@ void FragmentTable::Write(Record& r, const Fragment& f, bool in_place) {
   r.buffer = f.loc.buffer;
   r.ndim = f.box.ndim;
   r.byte_offset = f.loc.byte_offset;
-  if (!Inline(r.ndim) && !reuse) {
-    r.values[0] = static_cast<int64_t>(pool_.size());
-    pool_.resize(pool_.size() + 3 * static_cast<size_t>(n));
-  }
+  if (!reuse) PlaceValues(r);
   int64_t* v = MutableValuesOf(r);
   for (int d = 0; d < n; ++d) {
     v[d] = f.box.lo[d];

@@ -106,10 +106,7 @@ class FragmentTable {
     r.buffer = buffer;
     r.ndim = ndim;
     r.byte_offset = byte_offset;
-    if (!Inline(ndim)) {
-      r.values[0] = static_cast<int64_t>(pool_.size());
-      pool_.resize(pool_.size() + 3 * static_cast<size_t>(Count(ndim)));
-    }
+    PlaceValues(r);
     return MutableValuesOf(r);
   }
   // Replaces fragment `i` (its values are rewritten in place when they fit, else appended).
@@ -123,7 +120,7 @@ class FragmentTable {
   }
   // Replaces every fragment with `fragments`, in order.
   void Assign(const std::vector<Fragment>& fragments);
-  // Room for `n` fragments of `ndim` dims without reallocating.
+  // Room for `n` fragments (their records) without reallocating.
   void reserve(size_t n) { records_.reserve(n); }
   void clear() {
     records_.clear();
@@ -163,10 +160,7 @@ class FragmentTable {
   }
   // Lo, hi and strides of fragment `i`, which has `ndim` dims (its Ndim): their address then needs
   // no read of the record first (for ndim <= 3), so a cache miss on the record is waited for once.
-  const int64_t* ValuesOf(size_t i, int ndim) const {
-    const Record& r = records_[i];
-    return Inline(ndim) ? r.values : pool_.data() + r.values[0];
-  }
+  const int64_t* ValuesOf(size_t i, int ndim) const { return ValuesOf(records_[i], ndim); }
   Box BoxOf(size_t i) const;
   // Elements in fragment `i`'s box (0 when empty), as Box::Volume.
   int64_t Volume(size_t i) const;
@@ -196,11 +190,17 @@ class FragmentTable {
     int64_t values[3 * kInlineDims];
   };
   static_assert(sizeof(Record) == 96);
-  const int64_t* ValuesOf(const Record& r) const {
-    return Inline(r.ndim) ? r.values : pool_.data() + r.values[0];
+  // Where the values of `r`, a record of `ndim` dims, are.
+  const int64_t* ValuesOf(const Record& r, int ndim) const {
+    return Inline(ndim) ? r.values : pool_.data() + r.values[0];
   }
-  int64_t* MutableValuesOf(Record& r) {
-    return Inline(r.ndim) ? r.values : pool_.data() + r.values[0];
+  const int64_t* ValuesOf(const Record& r) const { return ValuesOf(r, r.ndim); }
+  int64_t* MutableValuesOf(Record& r) { return const_cast<int64_t*>(ValuesOf(r)); }
+  // Gives `r` (its ndim set) room for its values in the pool when they do not fit inline.
+  void PlaceValues(Record& r) {
+    if (Inline(r.ndim)) return;
+    r.values[0] = static_cast<int64_t>(pool_.size());
+    pool_.resize(pool_.size() + 3 * static_cast<size_t>(Count(r.ndim)));
   }
 
   void Write(Record& r, const Fragment& f, bool in_place);
