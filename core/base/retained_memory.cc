@@ -46,12 +46,14 @@ void* MapAligned(size_t size) {
   return reinterpret_cast<void*>(aligned);
 }
 
+// FERRY_RETAINED_MEMORY_MIB when it is a number, else 256 MiB.
 size_t LimitFromEnvironment() {
+  constexpr size_t kDefaultLimit = size_t{256} << 20;
   const char* text = std::getenv("FERRY_RETAINED_MEMORY_MIB");
-  if (text == nullptr || *text == '\0') return size_t{256} << 20;
+  if (text == nullptr || *text == '\0') return kDefaultLimit;
   char* end = nullptr;
   const unsigned long long mib = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0') return size_t{256} << 20;
+  if (end == text || *end != '\0') return kDefaultLimit;
   return static_cast<size_t>(mib) << 20;
 }
 
@@ -75,19 +77,16 @@ class Keeper {
     blocks_.erase(it);
     return block;
   }
-  // The mapped size of `block` if it was taken from the kept blocks (it may be larger than the
-  // size its allocation asked for), else `size`.
-  size_t SizeOf(void* block, size_t size) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = sizes_.find(block);
-    if (it == sizes_.end()) return size;
-    const size_t taken = it->second;
-    sizes_.erase(it);
-    return taken;
-  }
+  // Takes back a freed block, mapped with `size` bytes unless it was taken from the kept blocks
+  // (then it may be larger than its allocation asked for): kept while the limit allows, else
+  // unmapped.
   void Give(void* block, size_t size) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = sizes_.find(block); it != sizes_.end()) {
+        size = it->second;
+        sizes_.erase(it);
+      }
       if (kept_ + size <= limit_) {
         blocks_.emplace(size, block);
         kept_ += size;
@@ -154,8 +153,7 @@ void FreeRetained(void* block, size_t bytes) noexcept {
     ::operator delete(block);
     return;
   }
-  Keeper& keeper = Keeper::Get();
-  keeper.Give(block, keeper.SizeOf(block, MappedSize(bytes)));
+  Keeper::Get().Give(block, MappedSize(bytes));
 }
 
 size_t RetainedBytes() { return Keeper::Get().Kept(); }
