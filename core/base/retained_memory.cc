@@ -3,12 +3,16 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
+#include <set>
+#include <utility>
+#include <vector>
 
 namespace ferry {
 namespace {
@@ -57,8 +61,12 @@ size_t LimitFromEnvironment() {
   return static_cast<size_t>(mib) << 20;
 }
 
-// The kept blocks by mapped size. Never destroyed: vectors freed during static destruction still
-// find it.
+// The kept memory: *pieces*, runs of whole 2 MiB chunks, each inside one kernel mapping (VMA).
+// An allocation takes the smallest piece that holds it, splitting off the rest; when none does,
+// it maps a fresh range and moves kept pieces into its front with mremap, which hands over their
+// pages, filled already, without copying or zeroing them (only the range's tail, if the pieces do
+// not cover it, is fresh). So whatever was freed, in whatever sizes, serves the next allocations.
+// Never destroyed: vectors freed during static destruction still find it.
 class Keeper {
  public:
   static Keeper& Get() {
@@ -66,67 +74,158 @@ class Keeper {
     return *keeper;
   }
 
+  // `size` bytes (a multiple of kHugePage) from the kept pieces, the rest of it fresh; null when
+  // nothing is kept (or the system has no mappings left).
   void* Take(size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
-    // The smallest kept block that fits and is at most twice the size asked for.
-    auto it = blocks_.lower_bound(size);
-    if (it == blocks_.end() || it->first > 2 * size) return nullptr;
-    void* block = it->second;
-    kept_ -= it->first;
-    sizes_[block] = it->first;
-    blocks_.erase(it);
+    if (by_size_.empty()) return nullptr;
+    if (auto fit = by_size_.lower_bound({size, 0}); fit != by_size_.end()) {
+      const uintptr_t at = fit->second;
+      const Piece piece = Remove(at);
+      if (piece.size > size) Insert(at + size, {piece.size - size, piece.mapping});
+      kept_ -= size;
+      in_use_[at] = {{size, piece.mapping}};
+      return reinterpret_cast<void*>(at);
+    }
+    void* fresh = MapAligned(size);
+    if (fresh == nullptr) return nullptr;
+    mapped_ += size;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(fresh);
+    std::vector<Segment>& segments = in_use_[base];
+    size_t filled = 0;
+    while (filled < size && !by_size_.empty()) {
+      const uintptr_t at = std::prev(by_size_.end())->second;  // the largest piece
+      const Piece piece = Remove(at);
+      const size_t moved = std::min(piece.size, size - filled);
+      void* to = mremap(reinterpret_cast<void*>(at), moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED,
+                        reinterpret_cast<void*>(base + filled));
+      if (to == MAP_FAILED) {
+        // Not one mapping after all: give the piece back to the system and stop moving.
+        munmap(reinterpret_cast<void*>(at), piece.size);
+        kept_ -= piece.size;
+        mapped_ -= piece.size;
+        break;
+      }
+      if (piece.size > moved) Insert(at + moved, {piece.size - moved, piece.mapping});
+      kept_ -= moved;
+      mapped_ -= moved;                              // counted in the new range now
+      segments.push_back({moved, next_mapping_++});  // moved pages are a mapping of their own
+      filled += moved;
+    }
+    if (filled < size) segments.push_back({size - filled, next_mapping_++});
+    return fresh;
+  }
+
+  // Maps `size` fresh bytes, recording the block as one piece of a new mapping.
+  void* Map(size_t size) {
+    void* block = MapAligned(size);
+    if (block == nullptr) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_[reinterpret_cast<uintptr_t>(block)] = {{size, next_mapping_++}};
+    mapped_ += size;
     return block;
   }
-  // Takes back a freed block, mapped with `size` bytes unless it was taken from the kept blocks
-  // (then it may be larger than its allocation asked for): kept while the limit allows, else
+
+  // Takes back a block Take or Map returned: its pieces are kept while the limit allows, else
   // unmapped.
-  void Give(void* block, size_t size) {
+  void Give(void* block) {
+    std::vector<std::pair<uintptr_t, size_t>> released;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (auto it = sizes_.find(block); it != sizes_.end()) {
-        size = it->second;
-        sizes_.erase(it);
+      auto it = in_use_.find(reinterpret_cast<uintptr_t>(block));
+      if (it == in_use_.end()) return;  // not a block of ours: nothing to do
+      uintptr_t at = it->first;
+      for (const Segment& segment : it->second) {
+        if (kept_ + segment.size <= limit_) {
+          Insert(at, {segment.size, segment.mapping});
+          kept_ += segment.size;
+        } else {
+          released.emplace_back(at, segment.size);
+          mapped_ -= segment.size;
+        }
+        at += segment.size;
       }
-      if (kept_ + size <= limit_) {
-        blocks_.emplace(size, block);
-        kept_ += size;
-        return;
-      }
+      in_use_.erase(it);
     }
-    munmap(block, size);
+    for (const auto& [at, size] : released) munmap(reinterpret_cast<void*>(at), size);
   }
   size_t Kept() {
     std::lock_guard<std::mutex> lock(mutex_);
     return kept_;
   }
+  size_t Mapped() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return mapped_;
+  }
   size_t Limit() {
     std::lock_guard<std::mutex> lock(mutex_);
     return limit_;
   }
-  // Sets the limit and returns kept blocks to the system, the largest first, until the bytes kept
+  // Sets the limit and returns kept pieces to the system, the largest first, until the bytes kept
   // are at most `keep` (the limit, or 0 to release all).
   void SetLimit(size_t limit, size_t keep) {
-    std::multimap<size_t, void*> released;
+    std::vector<std::pair<uintptr_t, size_t>> released;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       limit_ = limit;
       while (kept_ > keep) {
-        auto last = std::prev(blocks_.end());
-        kept_ -= last->first;
-        released.insert(*last);
-        blocks_.erase(last);
+        const uintptr_t at = std::prev(by_size_.end())->second;
+        const Piece piece = Remove(at);
+        kept_ -= piece.size;
+        mapped_ -= piece.size;
+        released.emplace_back(at, piece.size);
       }
     }
-    for (const auto& [size, block] : released) munmap(block, size);
+    for (const auto& [at, size] : released) munmap(reinterpret_cast<void*>(at), size);
   }
 
  private:
+  // A run of kept chunks, and which mapping it lies in: pieces of one mapping that meet are one
+  // piece again (mremap moves a range of one mapping only, so pieces of two never merge).
+  struct Piece {
+    size_t size = 0;
+    uint64_t mapping = 0;
+  };
+  // A part of a block in use: pieces it was made of, in address order.
+  struct Segment {
+    size_t size = 0;
+    uint64_t mapping = 0;
+  };
+
   Keeper() : limit_(LimitFromEnvironment()) {}
 
+  // Adds a piece at `at`, merged with its neighbours of the same mapping (kept_ unchanged).
+  void Insert(uintptr_t at, Piece piece) {
+    if (auto next = pieces_.find(at + piece.size);
+        next != pieces_.end() && next->second.mapping == piece.mapping) {
+      piece.size += Remove(next->first).size;
+    }
+    if (auto next = pieces_.lower_bound(at); next != pieces_.begin()) {
+      const auto before = std::prev(next);
+      if (before->first + before->second.size == at && before->second.mapping == piece.mapping) {
+        at = before->first;
+        piece.size += Remove(at).size;
+      }
+    }
+    pieces_[at] = piece;
+    by_size_.insert({piece.size, at});
+  }
+  // Removes the piece at `at` from both indexes and returns it (kept_ unchanged).
+  Piece Remove(uintptr_t at) {
+    auto it = pieces_.find(at);
+    const Piece piece = it->second;
+    by_size_.erase({piece.size, at});
+    pieces_.erase(it);
+    return piece;
+  }
+
   std::mutex mutex_;
-  std::multimap<size_t, void*> blocks_;  // kept: mapped size -> block
-  std::map<void*, size_t> sizes_;        // in use, taken from the kept blocks: block -> size
-  size_t kept_ = 0;
+  std::map<uintptr_t, Piece> pieces_;                 // kept, by address
+  std::set<std::pair<size_t, uintptr_t>> by_size_;    // kept: (size, address)
+  std::map<uintptr_t, std::vector<Segment>> in_use_;  // blocks handed out, by address
+  uint64_t next_mapping_ = 0;
+  size_t kept_ = 0;    // bytes in pieces_
+  size_t mapped_ = 0;  // bytes in pieces_ and in_use_
   size_t limit_;
 };
 
@@ -137,11 +236,11 @@ void* AllocateRetained(size_t bytes) {
   const size_t size = MappedSize(bytes);
   Keeper& keeper = Keeper::Get();
   if (void* block = keeper.Take(size)) return block;
-  void* block = MapAligned(size);
+  void* block = keeper.Map(size);
   if (block == nullptr) {
     // Out of mappings: what is kept goes back first.
     ReleaseRetained();
-    block = MapAligned(size);
+    block = keeper.Map(size);
     if (block == nullptr) throw std::bad_alloc();
   }
   return block;
@@ -153,10 +252,11 @@ void FreeRetained(void* block, size_t bytes) noexcept {
     ::operator delete(block);
     return;
   }
-  Keeper::Get().Give(block, MappedSize(bytes));
+  Keeper::Get().Give(block);
 }
 
 size_t RetainedBytes() { return Keeper::Get().Kept(); }
+size_t RetainedMappedBytes() { return kPassThrough ? 0 : Keeper::Get().Mapped(); }
 void SetRetainedLimit(size_t bytes) { Keeper::Get().SetLimit(bytes, bytes); }
 size_t RetainedLimit() { return Keeper::Get().Limit(); }
 void ReleaseRetained() {

@@ -4,15 +4,20 @@
 // scratch). glibc maps allocations this large anew each time and unmaps them when freed, so every
 // plan made in a process pays the kernel again for mapping and zeroing them: a fifth of
 // DeepSeek-V3's planning time when planned over and over. Blocks of at least kRetainedMinBytes are
-// mapped here instead, 2 MiB-aligned with transparent huge pages advised, and when freed are kept
-// for the next allocation they fit (up to a limit on the bytes kept): a process that plans again
-// reuses warm memory. The first plan in a process pays as before.
+// mapped here instead, 2 MiB-aligned with transparent huge pages advised, and what is freed is
+// kept (up to a limit on the bytes kept) in runs of whole 2 MiB pages, *pieces*, for the next
+// allocations, whatever their sizes: a smaller block takes the front of a piece; a larger one than
+// any piece maps a fresh range and has kept pieces moved into its front with mremap(2), which
+// hands their pages over as they are (filled already: not copied, not zeroed again). So a process
+// that plans again reuses warm memory, and even its first plan reuses what its own earlier passes
+// (and the building of its layouts, whose fragment tables live here too) have freed.
 //
 // The limit is 256 MiB unless the environment variable FERRY_RETAINED_MEMORY_MIB (read once, at
 // the first use) or SetRetainedLimit says otherwise; 0 keeps nothing. Under AddressSanitizer every
 // block comes from operator new, so that the sanitizer still sees overflows and uses after free.
+// Contents of a block handed out again are whatever was last written there.
 //
-// Thread-safe: one mutex guards the kept blocks (allocations this large are few).
+// Thread-safe: one mutex guards the kept pieces (allocations this large are few).
 #pragma once
 
 #include <cstddef>
@@ -23,14 +28,19 @@ namespace ferry {
 
 inline constexpr size_t kRetainedMinBytes = size_t{1} << 20;
 
-// `bytes` of memory (aligned for any type): a kept block that fits, else a fresh mapping, for
-// kRetainedMinBytes or more; operator new below that. Throws std::bad_alloc when none is left.
+// `bytes` of memory (aligned for any type), for kRetainedMinBytes or more: from the kept pieces
+// as far as they go, the rest freshly mapped; operator new below that. Throws std::bad_alloc when
+// none is left.
 void* AllocateRetained(size_t bytes);
-// Frees what AllocateRetained(bytes) returned, keeping a large block while the limit allows.
+// Frees what AllocateRetained(bytes) returned, keeping a large block's pages while the limit
+// allows.
 void FreeRetained(void* block, size_t bytes) noexcept;
 
 // Bytes of freed blocks kept for reuse now.
 size_t RetainedBytes();
+// Bytes mapped for blocks of kRetainedMinBytes or more now: in use plus kept (0 under
+// AddressSanitizer).
+size_t RetainedMappedBytes();
 // Sets the limit on the bytes kept, returning blocks over it to the system.
 void SetRetainedLimit(size_t bytes);
 size_t RetainedLimit();

@@ -10,6 +10,9 @@
 // is next written. Values past a fragment's ndim are not kept (they read 0), nor is an ndim outside
 // [0, kMaxDims] given more than kMaxDims values (it is kept as is for the validator to report).
 //
+// The records and the pool are RetainedVectors (core/base/retained_memory.h): the blocks a growing
+// table leaves behind, and a freed table's, serve the planner's lists and scratch.
+//
 // A plain value type: not thread-safe for mutation, safe to share read-only.
 #pragma once
 
@@ -19,6 +22,7 @@
 #include <iterator>
 #include <vector>
 
+#include "core/base/retained_memory.h"
 #include "core/layout/box.h"
 
 namespace ferry {
@@ -205,8 +209,8 @@ class FragmentTable {
 
   void Write(Record& r, const Fragment& f, bool in_place);
 
-  std::vector<Record> records_;
-  std::vector<int64_t> pool_;  // values of fragments of more than kInlineDims dims
+  RetainedVector<Record> records_;
+  RetainedVector<int64_t> pool_;  // values of fragments of more than kInlineDims dims
 };
 
 }  // namespace ferry
