@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -149,6 +150,58 @@ TEST_F(RetainedMemory, ThreadsKeepTheirBlocksApart) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+}
+
+// Blocks of random sizes allocated and freed in random order, with the limit changed now and then:
+// every block keeps its own contents, is 2 MiB-aligned, and the bytes kept never pass the limit
+// nor the bytes mapped.
+TEST_F(RetainedMemory, RandomAllocationsKeepContentsAndAccounts) {
+  struct Live {
+    unsigned char* block;
+    size_t bytes;
+    unsigned char fill;
+  };
+  std::mt19937 random(20261130);
+  std::vector<Live> live;
+  size_t limit = 64 * kMiB;
+  SetRetainedLimit(limit);
+  for (int step = 0; step < 600; ++step) {
+    const int action = static_cast<int>(random() % 10);
+    if (action < 5 || live.empty()) {
+      const size_t bytes = kMiB + random() % (12 * kMiB);
+      const auto fill = static_cast<unsigned char>(1 + step % 250);
+      auto* block = static_cast<unsigned char*>(AllocateRetained(bytes));
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(block) % (2 * kMiB), 0u);
+      // Writes a page in eight, as a growing vector might: moved pages must keep these.
+      for (size_t k = 0; k < bytes; k += 8 * 4096) block[k] = fill;
+      block[bytes - 1] = fill;
+      live.push_back({block, bytes, fill});
+    } else if (action < 9) {
+      const size_t i = random() % live.size();
+      const Live l = live[i];
+      for (size_t k = 0; k < l.bytes; k += 8 * 4096)
+        ASSERT_EQ(l.block[k], l.fill) << "step " << step;
+      ASSERT_EQ(l.block[l.bytes - 1], l.fill) << "step " << step;
+      FreeRetained(l.block, l.bytes);
+      live[i] = live.back();
+      live.pop_back();
+    } else {
+      limit = (random() % 96) * kMiB;
+      SetRetainedLimit(limit);
+    }
+    ASSERT_LE(RetainedBytes(), limit) << "step " << step;
+    ASSERT_LE(RetainedBytes(), RetainedMappedBytes()) << "step " << step;
+  }
+  size_t in_use = 0;
+  for (const Live& l : live) {
+    for (size_t k = 0; k < l.bytes; k += 8 * 4096) ASSERT_EQ(l.block[k], l.fill);
+    in_use += (l.bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+    FreeRetained(l.block, l.bytes);
+  }
+  EXPECT_EQ(RetainedMappedBytes() - RetainedBytes(), 0u);  // nothing in use is left
+  EXPECT_GT(in_use, 0u);
+  ReleaseRetained();
+  EXPECT_EQ(RetainedMappedBytes(), 0u);
 }
 
 TEST(RetainedMemoryUnderSanitizer, BlocksStillWork) {
