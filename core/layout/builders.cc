@@ -285,7 +285,7 @@ Status AddVocabParallel(Layout& layout, const TensorSpec& tensor, const std::vec
       layout.PlaceFragment(t, box, rank, buffer, base, RowMajorStrides(box.Shape()));
     }
     // Room for the padded rows, which are not fragments.
-    layout.buffers[b].bytes = std::max(layout.buffers[b].bytes, base + rows_per_rank * row_bytes);
+    layout.buffers.GrowBytes(static_cast<size_t>(b), base + rows_per_rank * row_bytes);
   }
   return Status::Ok();
 }
@@ -398,7 +398,7 @@ Status AddFsdpFlatSharded(Layout& layout, const std::vector<TensorSpec>& tensors
                              strides);
       }
     }
-    layout.buffers[b].bytes = std::max(layout.buffers[b].bytes, base + chunk * elem);
+    layout.buffers.GrowBytes(static_cast<size_t>(b), base + chunk * elem);
   }
   return Status::Ok();
 }
@@ -461,7 +461,7 @@ Status AddFusedConcat(Layout& layout, int rank, const std::string& buffer_name,
   int64_t fused_elements = 1;
   for (int64_t s : fused_shape) fused_elements *= s;
   const int b = layout.GetOrAddBuffer(rank, buffer_name);
-  layout.buffers[b].bytes = std::max(layout.buffers[b].bytes, base_offset + fused_elements * elem);
+  layout.buffers.GrowBytes(static_cast<size_t>(b), base_offset + fused_elements * elem);
   return Status::Ok();
 }
 

@@ -149,7 +149,7 @@ int Layout::PlaceFragment(int tensor, const Box& box, int rank, const std::strin
   f.loc.strides = strides;
   fragments.push_back(f);
   auto [offset, length] = FragmentSpan(f);
-  buffers[b].bytes = std::max(buffers[b].bytes, offset + length);
+  buffers.GrowBytes(static_cast<size_t>(b), offset + length);
   return static_cast<int>(fragments.size()) - 1;
 }
 

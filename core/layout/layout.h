@@ -25,6 +25,7 @@
 #include "core/base/dtype.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
+#include "core/layout/buffer_list.h"
 #include "core/layout/fragment_table.h"
 
 namespace ferry {
@@ -36,13 +37,6 @@ struct TensorSpec {
 
   int64_t NumElements() const;
   int64_t NumBytes() const { return NumElements() * DTypeSize(dtype); }
-};
-
-// A named memory region on one rank (a parameter, a fused parameter, a flat FSDP buffer).
-struct BufferSpec {
-  int rank = 0;
-  std::string name;   // unique per rank
-  int64_t bytes = 0;  // size; at least the end of every fragment placed in it
 };
 
 // A region of a tensor that no fragment needs to cover (vocab padding, for example).
@@ -57,7 +51,7 @@ std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape)
 class Layout {
  public:
   std::vector<TensorSpec> tensors;
-  std::vector<BufferSpec> buffers;
+  BufferList buffers;       // BufferSpecs by index, with a table a plan shares: buffer_list.h
   FragmentTable fragments;  // compact: see fragment_table.h
   std::vector<PaddingRegion> padding;
 

@@ -242,7 +242,8 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
       layout.PlaceFragment(t, box, rank, buffer, offset, strides);
     }
   }
-  for (const auto& [index, bytes] : declared_bytes) layout.buffers[index].bytes = bytes;
+  for (const auto& [index, bytes] : declared_bytes)
+    layout.buffers.SetBytes(static_cast<size_t>(index), bytes);
 
   const YAML::Node padding = root["padding"];
   if (padding.IsDefined() && !padding.IsNull()) {

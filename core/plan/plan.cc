@@ -54,18 +54,30 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
   return r;
 }
 
-BufferTable::BufferTable(const std::vector<BufferSpec>& buffers) {
-  entries_.reserve(buffers.size());  // written once (258k entries for DeepSeek-V3's destination)
-  int max_rank = -1;
-  for (const BufferSpec& b : buffers) {
-    entries_.push_back({b.rank, b.bytes});
-    max_rank = std::max(max_rank, b.rank);
-  }
-  num_ranks_ = max_rank + 1;
-}
-
 BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
   for (const BufferSpec& b : buffers) push_back(b);
+}
+
+const BufferExtents& BufferTable::Entries() const {
+  static const BufferExtents empty;
+  return entries_ != nullptr ? *entries_ : empty;
+}
+
+void BufferTable::push_back(const BufferSpec& buffer) {
+  // Into a table of its own (a copy while another holder shares it: theirs must not change).
+  // Every table is made non-const (make_shared<BufferExtents>), so one held by this table alone
+  // may be written.
+  std::shared_ptr<BufferExtents> own;
+  if (entries_ == nullptr) {
+    own = std::make_shared<BufferExtents>();
+  } else if (entries_.use_count() == 1) {
+    own = std::const_pointer_cast<BufferExtents>(entries_);
+  } else {
+    own = std::make_shared<BufferExtents>(*entries_);
+  }
+  own->push_back({buffer.rank, buffer.bytes});
+  entries_ = std::move(own);
+  num_ranks_ = std::max(num_ranks_, buffer.rank + 1);
 }
 
 int TransferPlan::AddOp(Op op, const std::vector<int>& deps, const std::vector<CopyPair>& pairs) {

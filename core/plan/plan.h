@@ -28,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -199,33 +200,32 @@ struct StagingSlot {
   int64_t bytes = 0;
 };
 
-// A plan's copy of a layout's buffer table: the rank and size of each buffer, by index (names stay
-// in the layouts: copying 200k names cost more than planning some models). Entries are values.
+// A plan's buffer table: the rank and size of each of a layout's buffers, by index (names stay in
+// the layouts). Made from a layout's BufferList it shares the list's table of extents, copying
+// nothing; the table never changes while the plan holds it (the list copies it first when edited).
+// Copies of a BufferTable share it too; push_back makes it the table's own first.
 class BufferTable {
  public:
-  struct Entry {
-    int rank = 0;
-    int64_t bytes = 0;
-  };
-  using Iterator = RetainedVector<Entry>::const_iterator;
+  using Entry = BufferExtent;
+  using Iterator = BufferExtents::const_iterator;
 
   BufferTable() = default;
-  BufferTable(const std::vector<BufferSpec>& buffers);       // NOLINT: a layout's table converts
-  BufferTable(std::initializer_list<BufferSpec> buffers);    // NOLINT
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
-  const Entry& operator[](size_t i) const { return entries_[i]; }
-  Iterator begin() const { return entries_.begin(); }
-  Iterator end() const { return entries_.end(); }
-  void push_back(const BufferSpec& buffer) {
-    entries_.push_back({buffer.rank, buffer.bytes});
-    num_ranks_ = std::max(num_ranks_, buffer.rank + 1);
-  }
+  BufferTable(const BufferList& buffers)  // NOLINT: a layout's list converts
+      : entries_(buffers.Extents()), num_ranks_(buffers.NumRanks()) {}
+  BufferTable(std::initializer_list<BufferSpec> buffers);  // NOLINT
+  size_t size() const { return Entries().size(); }
+  bool empty() const { return Entries().empty(); }
+  const Entry& operator[](size_t i) const { return Entries()[i]; }
+  Iterator begin() const { return Entries().begin(); }
+  Iterator end() const { return Entries().end(); }
+  void push_back(const BufferSpec& buffer);
   // One more than the highest rank owning a buffer (0 when empty), kept as entries are added.
   int NumRanks() const { return num_ranks_; }
 
  private:
-  RetainedVector<Entry> entries_;
+  const BufferExtents& Entries() const;
+
+  std::shared_ptr<const BufferExtents> entries_;  // null when empty
   int num_ranks_ = 0;
 };
 

@@ -92,7 +92,10 @@ TEST(FoldStacks, ABrokenStrideStartsANewRun) {
   StackExperts(src, "gate_proj", 8, 16, 0, "fc1", 0, 3);
   // Member 3 sits one element further than the stride puts it.
   src.fragments.Edit(3, [&](Fragment& frag) { frag.loc.byte_offset += 2; });
-  src.buffers[src.fragments[3].loc.buffer].bytes += 2;
+  {
+    const size_t b = static_cast<size_t>(src.fragments[3].loc.buffer);
+    src.buffers.SetBytes(b, src.buffers[b].bytes + 2);
+  }
   StackHalves(dst, "gate_proj", 8, 16);
   StackFold fold;
   ASSERT_TRUE(FoldTensorStacks(src, dst, fold));
@@ -166,8 +169,8 @@ TEST(FoldStacks, MembersAreNamedByTheirLastNumber) {
     Fragment copy = src.fragments[i];
     copy.loc.rank = 1;
     copy.loc.buffer = dst.GetOrAddBuffer(1, src.buffers[static_cast<size_t>(copy.loc.buffer)].name);
-    dst.buffers[static_cast<size_t>(copy.loc.buffer)].bytes =
-        src.buffers[static_cast<size_t>(src.fragments[i].loc.buffer)].bytes;
+    dst.buffers.SetBytes(static_cast<size_t>(copy.loc.buffer),
+                         src.buffers[static_cast<size_t>(src.fragments[i].loc.buffer)].bytes);
     dst.fragments.push_back(copy);
   }
   StackFold fold;

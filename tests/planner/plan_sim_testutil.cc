@@ -469,7 +469,9 @@ RandomCase MakeRandomStackedCase(std::mt19937_64& rng, bool name_stacks) {
   int max_rank = 0;
   for (const BufferSpec& b : c.source.buffers) max_rank = std::max(max_rank, b.rank);
   if (Uniform(rng, 0, 1) == 1) {
-    for (BufferSpec& b : c.destination.buffers) b.rank += max_rank + 1;
+    for (size_t b = 0; b < c.destination.buffers.size(); ++b) {
+      c.destination.buffers.SetRank(b, c.destination.buffers[b].rank + max_rank + 1);
+    }
     FragmentTable& fragments = c.destination.fragments;
     for (size_t i = 0; i < fragments.size(); ++i) {
       fragments.Edit(i,
@@ -511,8 +513,9 @@ RandomCase MakeRandomCase(std::mt19937_64& rng) {
   Layout dst_local;
   AddSide(rng, dst_local, tensors, num_ranks, spare_base, next_spare, Uniform(rng, 0, 1) == 1);
   // Shift destination ranks (spares keep their numbers).
-  for (BufferSpec& b : dst_local.buffers) {
-    if (b.rank < num_ranks) b.rank += dst_base;
+  for (size_t b = 0; b < dst_local.buffers.size(); ++b) {
+    const int rank = dst_local.buffers[b].rank;
+    if (rank < num_ranks) dst_local.buffers.SetRank(b, rank + dst_base);
   }
   for (size_t i = 0; i < dst_local.fragments.size(); ++i) {
     dst_local.fragments.Edit(

@@ -699,8 +699,8 @@ class VllmWriter : public LayoutWriter {
               {down, cols, {rank, b2, le * w2_strides[0] * elem, down_strides}});
         }
       }
-      out_.buffers[b13].bytes = std::max(out_.buffers[b13].bytes, per_rank * w13_strides[0] * elem);
-      out_.buffers[b2].bytes = std::max(out_.buffers[b2].bytes, per_rank * w2_strides[0] * elem);
+      out_.buffers.GrowBytes(static_cast<size_t>(b13), per_rank * w13_strides[0] * elem);
+      out_.buffers.GrowBytes(static_cast<size_t>(b2), per_rank * w2_strides[0] * elem);
     }
     return Status::Ok();
   }

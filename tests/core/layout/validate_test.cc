@@ -83,7 +83,7 @@ TEST(ValidateTest, MissingSourceTensor) {
 TEST(ValidateTest, BoxOutOfBounds) {
   Layout l = ColumnLayout();
   l.fragments.Edit(1, [&](Fragment& frag) { frag.box = B({4, 0}, {9, 8}); });
-  l.buffers[1].bytes = 1000;
+  l.buffers.SetBytes(1, 1000);
   ExpectError(ValidateLayout(l), {"'w'", "[4:9, 0:8)", "rank 1", "out of bounds", "[8, 8]"});
 }
 
@@ -104,12 +104,12 @@ TEST(ValidateTest, ContiguousFragmentsOverlapInMemory) {
               {"'a'", "'b'", "[0:4, 0:4)", "[0:4)", "rank 2", "'buf'", "overlap in memory"});
   // Placed right after, they are fine.
   l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.byte_offset = 64; });
-  l.buffers[0].bytes = 80;
+  l.buffers.SetBytes(0, 80);
   EXPECT_OK(ValidateLayout(l));
   // The same byte offset in another buffer of the same rank is fine too.
   l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.byte_offset = 0; });
   l.fragments.Edit(1, [&](Fragment& frag) { frag.loc.buffer = l.GetOrAddBuffer(2, "other"); });
-  l.buffers[l.fragments[1].loc.buffer].bytes = 16;
+  l.buffers.SetBytes(static_cast<size_t>(l.fragments[1].loc.buffer), 16);
   EXPECT_OK(ValidateLayout(l));
 }
 
@@ -204,7 +204,7 @@ TEST(ValidateTest, UnknownRank) {
 
 TEST(ValidateTest, FragmentOutsideItsBuffer) {
   Layout l = ColumnLayout();
-  l.buffers[1].bytes = 60;
+  l.buffers.SetBytes(1, 60);
   ExpectError(ValidateLayout(l),
               {"'w'", "[4:8, 0:8)", "rank 1", "bytes [0, 64)", "outside buffer 'w' of 60 bytes"});
 }

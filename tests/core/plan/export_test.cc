@@ -42,7 +42,7 @@ TEST(PlanExport, StreamedJsonIsNlohmannDumpAtEveryIndent) {
   TinyPlan t = MakeTinyPlan();
   t.plan.strategy = "reshard \"quoted\"";
   // Names that need escaping: quote, backslash, control characters, and UTF-8 kept as it is.
-  t.source.buffers[0].name = "a\"b\\c\nd\te\x01f\x1f\u00e9";
+  t.source.buffers.SetName(0, "a\"b\\c\nd\te\x01f\x1f\u00e9");
   const Layout* source = &t.source;
   const Layout* destination = &t.destination;
   for (int indent : {-1, 0, 2, 4}) {

@@ -37,7 +37,8 @@ void ExpectSameRegion(const Region& a, const Region& b) {
 // A buffer table keeps (rank, bytes) per buffer and counts the ranks as buffers are added.
 TEST(BufferTable, KeepsRanksAndSizesAndCountsRanks) {
   EXPECT_EQ(BufferTable().NumRanks(), 0);
-  const std::vector<BufferSpec> specs = {{3, "a", 100}, {7, "b", 200}, {0, "c", 300}};
+  EXPECT_TRUE(BufferTable().empty());
+  const BufferList specs = {{3, "a", 100}, {7, "b", 200}, {0, "c", 300}};
   BufferTable table(specs);
   ASSERT_EQ(table.size(), 3u);
   EXPECT_EQ(table[1].rank, 7);
@@ -45,7 +46,26 @@ TEST(BufferTable, KeepsRanksAndSizesAndCountsRanks) {
   EXPECT_EQ(table.NumRanks(), 8);
   table.push_back({11, "d", 8});
   EXPECT_EQ(table.NumRanks(), 12);
+  EXPECT_EQ(specs.size(), 3u);  // the list's own table is untouched
+  EXPECT_EQ(specs.Extents()->size(), 3u);
   EXPECT_EQ(BufferTable({{2, "x", 1}}).NumRanks(), 3);
+}
+
+// A table made from a layout's buffer list shares the list's extents (no copy), and keeps what it
+// was made from when the list is edited afterwards.
+TEST(BufferTable, SharesTheListsTableAndKeepsItWhenTheListChanges) {
+  BufferList list = {{0, "a", 10}, {1, "b", 20}};
+  BufferTable table(list);
+  EXPECT_EQ(&table[0], &(*list.Extents())[0]);  // shared, not copied
+  list.SetBytes(1, 99);
+  list.push_back({5, "c", 30});
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[1].bytes, 20);
+  EXPECT_EQ(table.NumRanks(), 2);
+  EXPECT_EQ((*list.Extents())[1].bytes, 99);
+  EXPECT_EQ(list.NumRanks(), 6);
+  const BufferTable copy = table;  // copies share as well
+  EXPECT_EQ(&copy[0], &table[0]);
 }
 
 TEST(TransferPlan, CopyPairsRoundTripThroughThePackedForm) {
