@@ -225,7 +225,7 @@ class BufferTable {
  private:
   const BufferExtents& Entries() const;
 
-  std::shared_ptr<const BufferExtents> entries_;  // null when empty
+  std::shared_ptr<const BufferExtents> entries_;  // null in a default-made table
   int num_ranks_ = 0;
 };
 
