@@ -61,12 +61,15 @@ size_t LimitFromEnvironment() {
   return static_cast<size_t>(mib) << 20;
 }
 
-// The kept memory: *pieces*, runs of whole 2 MiB chunks, each inside one kernel mapping (VMA).
-// An allocation takes the smallest piece that holds it, splitting off the rest; when none does,
-// it maps a fresh range and moves kept pieces into its front with mremap, which hands over their
+// The kept memory: *pieces*, runs of whole 2 MiB chunks each inside one kernel mapping (VMA),
+// and *runs*, stretches of contiguous kept pieces (of one mapping or several). A block takes the
+// front of the smallest run that holds it: no move, whatever mappings the run spans, so a block
+// freed and asked for again in the same size comes back as it was. When no run holds it, a fresh
+// range is mapped and kept pieces are moved into its front with mremap, which hands over their
 // pages, filled already, without copying or zeroing them (only the range's tail, if the pieces do
-// not cover it, is fresh). So whatever was freed, in whatever sizes, serves the next allocations.
-// Never destroyed: vectors freed during static destruction still find it.
+// not cover it, is fresh); mremap moves a range of one mapping only, hence the pieces. So whatever
+// was freed, in whatever sizes, serves the next allocations. Never destroyed: vectors freed during
+// static destruction still find it.
 class Keeper {
  public:
   static Keeper& Get() {
@@ -78,13 +81,11 @@ class Keeper {
   // nothing is kept (or the system has no mappings left).
   void* Take(size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (by_size_.empty()) return nullptr;
-    if (auto fit = by_size_.lower_bound({size, 0}); fit != by_size_.end()) {
+    if (runs_by_size_.empty()) return nullptr;
+    if (auto fit = runs_by_size_.lower_bound({size, 0}); fit != runs_by_size_.end()) {
       const uintptr_t at = fit->second;
-      const Piece piece = Remove(at);
-      if (piece.size > size) Insert(at + size, {piece.size - size, piece.mapping});
+      in_use_[at] = Remove(at, size);
       kept_ -= size;
-      in_use_[at] = {{size, piece.mapping}};
       return reinterpret_cast<void*>(at);
     }
     void* fresh = MapAligned(size);
@@ -93,12 +94,15 @@ class Keeper {
     const uintptr_t base = reinterpret_cast<uintptr_t>(fresh);
     std::vector<Segment>& segments = in_use_[base];
     size_t filled = 0;
-    while (filled < size && !by_size_.empty()) {
-      const uintptr_t at = std::prev(by_size_.end())->second;  // the largest piece
-      const Piece piece = Remove(at);
+    // The largest runs first, each piece by piece in address order: pieces that lay side by side
+    // land side by side.
+    while (filled < size && !runs_by_size_.empty()) {
+      const uintptr_t at = std::prev(runs_by_size_.end())->second;
+      const Piece piece = pieces_.at(at);  // a run starts with a piece
       const size_t moved = std::min(piece.size, size - filled);
       void* to = mremap(reinterpret_cast<void*>(at), moved, moved, MREMAP_MAYMOVE | MREMAP_FIXED,
                         reinterpret_cast<void*>(base + filled));
+      Remove(at, to == MAP_FAILED ? piece.size : moved);
       if (to == MAP_FAILED) {
         // Not one mapping after all: give the piece back to the system and stop moving.
         munmap(reinterpret_cast<void*>(at), piece.size);
@@ -106,7 +110,6 @@ class Keeper {
         mapped_ -= piece.size;
         break;
       }
-      if (piece.size > moved) Insert(at + moved, {piece.size - moved, piece.mapping});
       kept_ -= moved;
       mapped_ -= moved;                              // counted in the new range now
       segments.push_back({moved, next_mapping_++});  // moved pages are a mapping of their own
@@ -137,7 +140,7 @@ class Keeper {
       uintptr_t at = it->first;
       for (const Segment& segment : it->second) {
         if (kept_ + segment.size <= limit_) {
-          Insert(at, {segment.size, segment.mapping});
+          Insert(at, segment);
           kept_ += segment.size;
         } else {
           released.emplace_back(at, segment.size);
@@ -161,7 +164,7 @@ class Keeper {
     std::lock_guard<std::mutex> lock(mutex_);
     return limit_;
   }
-  // Sets the limit and returns kept pieces to the system, the largest first, until the bytes kept
+  // Sets the limit and returns kept runs to the system, the largest first, until the bytes kept
   // are at most `keep` (the limit, or 0 to release all).
   void SetLimit(size_t limit, size_t keep) {
     std::vector<std::pair<uintptr_t, size_t>> released;
@@ -169,60 +172,103 @@ class Keeper {
       std::lock_guard<std::mutex> lock(mutex_);
       limit_ = limit;
       while (kept_ > keep) {
-        const uintptr_t at = std::prev(by_size_.end())->second;
-        const Piece piece = Remove(at);
-        kept_ -= piece.size;
-        mapped_ -= piece.size;
-        released.emplace_back(at, piece.size);
+        const auto [size, at] = *std::prev(runs_by_size_.end());
+        Remove(at, size);
+        kept_ -= size;
+        mapped_ -= size;
+        released.emplace_back(at, size);
       }
     }
     for (const auto& [at, size] : released) munmap(reinterpret_cast<void*>(at), size);
   }
 
  private:
-  // A run of kept chunks, and which mapping it lies in: pieces of one mapping that meet are one
-  // piece again (mremap moves a range of one mapping only, so pieces of two never merge).
+  // A stretch of kept chunks, and which mapping it lies in: pieces of one mapping that meet are
+  // one piece again; pieces of two never are.
   struct Piece {
     size_t size = 0;
     uint64_t mapping = 0;
   };
-  // A part of a block in use: pieces it was made of, in address order.
-  struct Segment {
-    size_t size = 0;
-    uint64_t mapping = 0;
-  };
+  // A part of a block in use: a piece it was made of, in address order.
+  using Segment = Piece;
 
   Keeper() : limit_(LimitFromEnvironment()) {}
 
-  // Adds a piece at `at`, merged with its neighbours of the same mapping (kept_ unchanged).
+  // Keeps `piece` at `at`: joined with its neighbours of the same mapping into one piece, and with
+  // all the kept pieces it meets into one run (kept_ unchanged).
   void Insert(uintptr_t at, Piece piece) {
+    AddRun(at, piece.size);
     if (auto next = pieces_.find(at + piece.size);
         next != pieces_.end() && next->second.mapping == piece.mapping) {
-      piece.size += Remove(next->first).size;
+      piece.size += next->second.size;
+      pieces_.erase(next);
     }
     if (auto next = pieces_.lower_bound(at); next != pieces_.begin()) {
       const auto before = std::prev(next);
       if (before->first + before->second.size == at && before->second.mapping == piece.mapping) {
         at = before->first;
-        piece.size += Remove(at).size;
+        piece.size += before->second.size;
+        pieces_.erase(before);
       }
     }
     pieces_[at] = piece;
-    by_size_.insert({piece.size, at});
   }
-  // Removes the piece at `at` from both indexes and returns it (kept_ unchanged).
-  Piece Remove(uintptr_t at) {
-    auto it = pieces_.find(at);
-    const Piece piece = it->second;
-    by_size_.erase({piece.size, at});
-    pieces_.erase(it);
-    return piece;
+  // Adds [at, at + size) to the runs, joined with the runs it meets.
+  void AddRun(uintptr_t at, size_t size) {
+    if (auto next = runs_.find(at + size); next != runs_.end()) {
+      size += next->second;
+      runs_by_size_.erase({next->second, next->first});
+      runs_.erase(next);
+    }
+    if (auto next = runs_.lower_bound(at); next != runs_.begin()) {
+      const auto before = std::prev(next);
+      if (before->first + before->second == at) {
+        at = before->first;
+        size += before->second;
+        runs_by_size_.erase({before->second, before->first});
+        runs_.erase(before);
+      }
+    }
+    runs_[at] = size;
+    runs_by_size_.insert({size, at});
+  }
+  // Takes [at, at + size), which starts a piece and lies in one run, out of the kept pieces and
+  // runs, and returns its parts by mapping (kept_ unchanged).
+  std::vector<Segment> Remove(uintptr_t at, size_t size) {
+    // The run: cut [at, at + size) out of it.
+    auto run = std::prev(runs_.upper_bound(at));
+    const uintptr_t run_at = run->first;
+    const size_t run_size = run->second;
+    runs_by_size_.erase({run_size, run_at});
+    runs_.erase(run);
+    if (at > run_at) {
+      runs_[run_at] = at - run_at;
+      runs_by_size_.insert({at - run_at, run_at});
+    }
+    if (at + size < run_at + run_size) {
+      runs_[at + size] = run_at + run_size - (at + size);
+      runs_by_size_.insert({run_at + run_size - (at + size), at + size});
+    }
+    // The pieces: whole ones, and the front of the last.
+    std::vector<Segment> parts;
+    uintptr_t cursor = at;
+    while (cursor < at + size) {
+      auto it = pieces_.find(cursor);
+      const Piece piece = it->second;
+      pieces_.erase(it);
+      const size_t taken = std::min(piece.size, at + size - cursor);
+      parts.push_back({taken, piece.mapping});
+      if (taken < piece.size) pieces_[cursor + taken] = {piece.size - taken, piece.mapping};
+      cursor += taken;
+    }
+    return parts;
   }
 
   std::mutex mutex_;
-  std::map<uintptr_t, Piece> pieces_;                 // kept, by address
-  std::set<std::pair<size_t, uintptr_t>> by_size_;    // kept: (size, address)
-  std::map<uintptr_t, std::vector<Segment>> in_use_;  // blocks handed out, by address
+  std::map<uintptr_t, Piece> pieces_;                    // kept, by address
+  std::map<uintptr_t, size_t> runs_;                     // kept, contiguous: address -> size
+  std::set<std::pair<size_t, uintptr_t>> runs_by_size_;  // (size, address)
+  std::map<uintptr_t, std::vector<Segment>> in_use_;     // blocks handed out: their parts
   uint64_t next_mapping_ = 0;
   size_t kept_ = 0;    // bytes in pieces_
   size_t mapped_ = 0;  // bytes in pieces_ and in_use_

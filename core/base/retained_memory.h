@@ -5,10 +5,11 @@
 // plan made in a process pays the kernel again for mapping and zeroing them: a fifth of
 // DeepSeek-V3's planning time when planned over and over. Blocks of at least kRetainedMinBytes are
 // mapped here instead, 2 MiB-aligned with transparent huge pages advised, and what is freed is
-// kept (up to a limit on the bytes kept) in runs of whole 2 MiB pages, *pieces*, for the next
-// allocations, whatever their sizes: a smaller block takes the front of a piece; a larger one than
-// any piece maps a fresh range and has kept pieces moved into its front with mremap(2), which
-// hands their pages over as they are (filled already: not copied, not zeroed again). So a process
+// kept (up to a limit on the bytes kept) in runs of whole 2 MiB pages for the next allocations,
+// whatever their sizes: a block takes the front of the smallest kept run that holds it (a run may
+// span several mappings: a block freed and asked for again comes back where it was); a larger
+// one than any run maps a fresh range and has kept pages moved into its front with mremap(2),
+// which hands them over as they are (filled already: not copied, not zeroed again). So a process
 // that plans again reuses warm memory, and even its first plan reuses what its own earlier passes
 // (and the building of its layouts, whose fragment tables live here too) have freed.
 //
