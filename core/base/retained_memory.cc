@@ -61,8 +61,8 @@ size_t LimitFromEnvironment() {
   return static_cast<size_t>(mib) << 20;
 }
 
-// The kept memory: *pieces*, runs of whole 2 MiB chunks each inside one kernel mapping (VMA),
-// and *runs*, stretches of contiguous kept pieces (of one mapping or several). A block takes the
+// The kept memory: *pieces*, stretches of whole 2 MiB chunks each inside one kernel mapping
+// (VMA), and *runs*, stretches of contiguous kept pieces (of one mapping or several). A block takes the
 // front of the smallest run that holds it: no move, whatever mappings the run spans, so a block
 // freed and asked for again in the same size comes back as it was. When no run holds it, a fresh
 // range is mapped and kept pieces are moved into its front with mremap, which hands over their
