@@ -77,11 +77,10 @@ class Keeper {
     return *keeper;
   }
 
-  // `size` bytes (a multiple of kHugePage) from the kept pieces, the rest of it fresh; null when
-  // nothing is kept (or the system has no mappings left).
+  // `size` bytes (a multiple of kHugePage) from the kept pieces as far as they go, the rest of it
+  // fresh (all of it when nothing is kept); null when the system has no mappings left.
   void* Take(size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (runs_by_size_.empty()) return nullptr;
     if (auto fit = runs_by_size_.lower_bound({size, 0}); fit != runs_by_size_.end()) {
       const uintptr_t at = fit->second;
       in_use_[at] = Remove(at, size);
@@ -119,17 +118,7 @@ class Keeper {
     return fresh;
   }
 
-  // Maps `size` fresh bytes, recording the block as one piece of a new mapping.
-  void* Map(size_t size) {
-    void* block = MapAligned(size);
-    if (block == nullptr) return nullptr;
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_use_[reinterpret_cast<uintptr_t>(block)] = {{size, next_mapping_++}};
-    mapped_ += size;
-    return block;
-  }
-
-  // Takes back a block Take or Map returned: its pieces are kept while the limit allows, else
+  // Takes back a block Take returned: its pieces are kept while the limit allows, else
   // unmapped.
   void Give(void* block) {
     std::vector<std::pair<uintptr_t, size_t>> released;
@@ -215,22 +204,26 @@ class Keeper {
   }
   // Adds [at, at + size) to the runs, joined with the runs it meets.
   void AddRun(uintptr_t at, size_t size) {
-    if (auto next = runs_.find(at + size); next != runs_.end()) {
-      size += next->second;
-      runs_by_size_.erase({next->second, next->first});
-      runs_.erase(next);
-    }
+    if (auto next = runs_.find(at + size); next != runs_.end()) size += EraseRun(next);
     if (auto next = runs_.lower_bound(at); next != runs_.begin()) {
       const auto before = std::prev(next);
       if (before->first + before->second == at) {
         at = before->first;
-        size += before->second;
-        runs_by_size_.erase({before->second, before->first});
-        runs_.erase(before);
+        size += EraseRun(before);
       }
     }
+    PutRun(at, size);
+  }
+  // The two indexes of the runs, kept in step: a run in, a run out (returning its size).
+  void PutRun(uintptr_t at, size_t size) {
     runs_[at] = size;
     runs_by_size_.insert({size, at});
+  }
+  size_t EraseRun(std::map<uintptr_t, size_t>::iterator run) {
+    const size_t size = run->second;
+    runs_by_size_.erase({size, run->first});
+    runs_.erase(run);
+    return size;
   }
   // Takes [at, at + size), which starts a piece and lies in one run, out of the kept pieces and
   // runs, and returns its parts by mapping (kept_ unchanged).
@@ -238,17 +231,9 @@ class Keeper {
     // The run: cut [at, at + size) out of it.
     auto run = std::prev(runs_.upper_bound(at));
     const uintptr_t run_at = run->first;
-    const size_t run_size = run->second;
-    runs_by_size_.erase({run_size, run_at});
-    runs_.erase(run);
-    if (at > run_at) {
-      runs_[run_at] = at - run_at;
-      runs_by_size_.insert({at - run_at, run_at});
-    }
-    if (at + size < run_at + run_size) {
-      runs_[at + size] = run_at + run_size - (at + size);
-      runs_by_size_.insert({run_at + run_size - (at + size), at + size});
-    }
+    const size_t run_size = EraseRun(run);
+    if (at > run_at) PutRun(run_at, at - run_at);
+    if (at + size < run_at + run_size) PutRun(at + size, run_at + run_size - (at + size));
     // The pieces: whole ones, and the front of the last.
     std::vector<Segment> parts;
     uintptr_t cursor = at;
@@ -282,14 +267,10 @@ void* AllocateRetained(size_t bytes) {
   const size_t size = MappedSize(bytes);
   Keeper& keeper = Keeper::Get();
   if (void* block = keeper.Take(size)) return block;
-  void* block = keeper.Map(size);
-  if (block == nullptr) {
-    // Out of mappings: what is kept goes back first.
-    ReleaseRetained();
-    block = keeper.Map(size);
-    if (block == nullptr) throw std::bad_alloc();
-  }
-  return block;
+  // Out of mappings: what is kept goes back first.
+  ReleaseRetained();
+  if (void* block = keeper.Take(size)) return block;
+  throw std::bad_alloc();
 }
 
 void FreeRetained(void* block, size_t bytes) noexcept {
