@@ -11,22 +11,22 @@ BufferList::BufferList(std::initializer_list<BufferSpec> buffers) {
   for (const BufferSpec& b : buffers) push_back(b);
 }
 
-BufferExtents& BufferList::OwnExtents() {
-  if (extents_ == nullptr) {
-    extents_ = std::make_shared<BufferExtents>();
-  } else if (extents_.use_count() > 1) {
-    extents_ = std::make_shared<BufferExtents>(*extents_);
+BufferExtents& OwnExtents(std::shared_ptr<const BufferExtents>& table) {
+  if (table == nullptr) {
+    table = std::make_shared<BufferExtents>();
+  } else if (table.use_count() > 1) {
+    table = std::make_shared<BufferExtents>(*table);
   }
-  return *extents_;
+  return const_cast<BufferExtents&>(*table);
 }
 
 void BufferList::reserve(size_t n) {
   specs_.reserve(n);
-  OwnExtents().reserve(n);
+  OwnExtents(extents_).reserve(n);
 }
 
 void BufferList::push_back(BufferSpec buffer) {
-  OwnExtents().push_back({buffer.rank, buffer.bytes});
+  OwnExtents(extents_).push_back({buffer.rank, buffer.bytes});
   num_ranks_ = std::max(num_ranks_, buffer.rank + 1);
   specs_.push_back(std::move(buffer));
 }
@@ -39,13 +39,13 @@ void BufferList::clear() {
 
 void BufferList::SetBytes(size_t i, int64_t bytes) {
   specs_[i].bytes = bytes;
-  OwnExtents()[i].bytes = bytes;
+  OwnExtents(extents_)[i].bytes = bytes;
 }
 
 void BufferList::SetRank(size_t i, int rank) {
   const int old = specs_[i].rank;
   specs_[i].rank = rank;
-  OwnExtents()[i].rank = rank;
+  OwnExtents(extents_)[i].rank = rank;
   if (rank + 1 >= num_ranks_) {
     num_ranks_ = rank + 1;
   } else if (old + 1 == num_ranks_) {  // it held the highest rank: count again

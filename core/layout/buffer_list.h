@@ -36,6 +36,11 @@ struct BufferExtent {
 };
 using BufferExtents = RetainedVector<BufferExtent>;
 
+// `table` made its holder's own (a copy when another holder shares it: theirs must not change;
+// a new one when null), writable. Every table is made by make_shared<BufferExtents>, so one held
+// alone may be written through its const pointer.
+BufferExtents& OwnExtents(std::shared_ptr<const BufferExtents>& table);
+
 class BufferList {
  public:
   using const_iterator = std::vector<BufferSpec>::const_iterator;
@@ -68,11 +73,8 @@ class BufferList {
   std::shared_ptr<const BufferExtents> Extents() const;
 
  private:
-  // The table, made this list's own first when anyone else holds it.
-  BufferExtents& OwnExtents();
-
   std::vector<BufferSpec> specs_;
-  std::shared_ptr<BufferExtents> extents_;  // null until the first buffer
+  std::shared_ptr<const BufferExtents> extents_;  // null until the first buffer
   int num_ranks_ = 0;
 };
 

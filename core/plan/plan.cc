@@ -54,29 +54,13 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
   return r;
 }
 
-BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
-  for (const BufferSpec& b : buffers) push_back(b);
-}
-
 const BufferExtents& BufferTable::Entries() const {
   static const BufferExtents empty;
   return entries_ != nullptr ? *entries_ : empty;
 }
 
 void BufferTable::push_back(const BufferSpec& buffer) {
-  // Into a table of its own (a copy while another holder shares it: theirs must not change).
-  // Every table is made non-const (make_shared<BufferExtents>), so one held by this table alone
-  // may be written.
-  std::shared_ptr<BufferExtents> own;
-  if (entries_ == nullptr) {
-    own = std::make_shared<BufferExtents>();
-  } else if (entries_.use_count() == 1) {
-    own = std::const_pointer_cast<BufferExtents>(entries_);
-  } else {
-    own = std::make_shared<BufferExtents>(*entries_);
-  }
-  own->push_back({buffer.rank, buffer.bytes});
-  entries_ = std::move(own);
+  OwnExtents(entries_).push_back({buffer.rank, buffer.bytes});
   num_ranks_ = std::max(num_ranks_, buffer.rank + 1);
 }
 

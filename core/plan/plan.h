@@ -212,7 +212,8 @@ class BufferTable {
   BufferTable() = default;
   BufferTable(const BufferList& buffers)  // NOLINT: a layout's list converts
       : entries_(buffers.Extents()), num_ranks_(buffers.NumRanks()) {}
-  BufferTable(std::initializer_list<BufferSpec> buffers);  // NOLINT
+  BufferTable(std::initializer_list<BufferSpec> buffers)  // NOLINT
+      : BufferTable(BufferList(buffers)) {}
   size_t size() const { return Entries().size(); }
   bool empty() const { return Entries().empty(); }
   const Entry& operator[](size_t i) const { return Entries()[i]; }
