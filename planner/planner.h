@@ -39,34 +39,13 @@
 #include "core/layout/topology.h"
 #include "core/plan/plan.h"
 #include "core/plan/stats.h"
+#include "planner/options.h"
 
 namespace ferry {
 
 enum class Strategy { kReshard, kGatherBroadcast };
 std::string_view StrategyName(Strategy strategy);  // "reshard", "gather-broadcast"
 Result<Strategy> ParseStrategy(std::string_view name);
-
-enum class RelayMode { kAuto, kOff, kOn };
-
-struct PlannerOptions {
-  int64_t network_chunk_bytes = int64_t{32} << 20;  // largest message over the network
-  // Largest message of a chain inside one destination node (fan-out). Each hop waits for a whole
-  // chunk, so the chain's tail after the network's last byte is (members - 1) chunks over NVLink.
-  // 16 MiB: for 8-GPU nodes the simulator predicts the same refit time as 8 MiB on DGX H100/H200
-  // and EFA clusters, with ~11% fewer ops for DeepSeek-V3; 32 MiB costs ~2% (docs/BENCHMARKS.md).
-  int64_t fanout_chunk_bytes = int64_t{16} << 20;
-  // Largest message of a chain relayed between destination nodes' leaders: its hops cross the
-  // network, so each costs a chunk at NIC speed. On GB200 NVL72 (relayed chains of five network
-  // hops) the simulator predicts the same for 4 and 8 MiB, and 4-11% more for 12 and 16 MiB.
-  int64_t relay_chunk_bytes = int64_t{8} << 20;
-  bool hierarchical = true;  // cross the network once per destination node, then fan out
-  RelayMode relay = RelayMode::kAuto;  // relay between destination nodes (auto: if sources bound)
-  int64_t bucket_bytes = int64_t{5} << 30;  // gather-and-broadcast bucket size
-  // Gather-and-broadcast: largest message of the pipelined broadcast. 256 MiB keeps DeepSeek-V3 at
-  // 256 destination ranks near 1.3 M messages while the pipeline fill (one chunk per hop) stays a
-  // few percent of the refit.
-  int64_t broadcast_chunk_bytes = int64_t{256} << 20;
-};
 
 // Wall time of the reshard planner's passes, in seconds (zero for gather-and-broadcast): where a
 // slow plan spends its time, without a profiler.

@@ -219,17 +219,17 @@ bool IsNetwork(OpKind kind) {
 }  // namespace
 
 Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm) {
-  const Config& config = comm.config();
-  FERRY_ASSIGN_OR_RETURN(int64_t threads, config.GetInt("executor.copy_threads"));
-  FERRY_ASSIGN_OR_RETURN(int64_t budget, config.GetBytes("executor.staging_budget"));
-  FERRY_ASSIGN_OR_RETURN(int64_t in_flight, config.GetInt("executor.max_in_flight"));
-  FERRY_ASSIGN_OR_RETURN(bool cache, config.GetBool("executor.cache_registrations"));
-  FERRY_ASSIGN_OR_RETURN(bool direct, config.GetBool("executor.direct_intra_node"));
-  if (threads <= 0) threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
-  if (budget <= 0) return InvalidArgument("executor.staging_budget must be positive");
-  if (in_flight <= 0) return InvalidArgument("executor.max_in_flight must be positive");
-  return std::unique_ptr<Executor>(
-      new Executor(comm, static_cast<int>(threads), budget, static_cast<int>(in_flight), cache, direct));
+  FERRY_ASSIGN_OR_RETURN(ExecutorOptions options, ExecutorOptions::FromConfig(comm.config()));
+  return Create(comm, options);
+}
+
+Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm, const ExecutorOptions& options) {
+  int threads = options.copy_threads;
+  if (threads <= 0) threads = std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+  if (options.staging_budget <= 0) return InvalidArgument("executor.staging_budget must be positive");
+  if (options.max_in_flight <= 0) return InvalidArgument("executor.max_in_flight must be positive");
+  return std::unique_ptr<Executor>(new Executor(comm, threads, options.staging_budget, options.max_in_flight,
+                                                options.cache_registrations, options.direct_intra_node));
 }
 
 Executor::Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight,

@@ -26,6 +26,7 @@
 #include "core/plan/plan.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/direct_read.h"
+#include "core/runtime/executor_options.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/transport.h"
 
@@ -52,8 +53,9 @@ struct ExecutorStats {
 
 class Executor {
  public:
-  // Reads executor.* options from the communicator's config. `comm` must outlive the executor.
+  // `comm` must outlive the executor. The first form reads ExecutorOptions from comm.config().
   static Result<std::unique_ptr<Executor>> Create(Communicator& comm);
+  static Result<std::unique_ptr<Executor>> Create(Communicator& comm, const ExecutorOptions& options);
   ~Executor();
 
   // Runs this rank's ops of `plan`; returns when all completed, or on the first failure, or at

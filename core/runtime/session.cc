@@ -24,7 +24,7 @@ Result<std::unique_ptr<Session>> Session::Join(const BootstrapInfo& info, Config
 
 Result<std::unique_ptr<Session>> Session::JoinFromEnvironment(const std::string& yaml_path) {
   FERRY_ASSIGN_OR_RETURN(BootstrapInfo info, BootstrapFromProcessEnvironment());
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   if (!yaml_path.empty()) FERRY_RETURN_IF_ERROR(config.LoadYamlFile(yaml_path));
   FERRY_RETURN_IF_ERROR(config.ApplyProcessEnvironment());
   return Join(info, std::move(config));

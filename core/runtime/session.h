@@ -12,7 +12,7 @@
 
 #include "core/runtime/bootstrap.h"
 #include "core/runtime/communicator.h"
-#include "core/runtime/config.h"
+#include "core/base/config.h"
 #include "core/runtime/executor.h"
 
 namespace ferry {

@@ -1,6 +1,9 @@
 // TransportRegistry and small helpers of the Transport interface.
 #include "core/runtime/transport.h"
 
+#include "core/runtime/executor_options.h"
+#include "core/runtime/runtime_options.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -94,8 +97,10 @@ std::vector<TransportRegistration> TransportRegistry::Registrations() const {
   return all;
 }
 
-Config DefaultConfig(const TransportRegistry& registry) {
+Config RuntimeConfig(const TransportRegistry& registry) {
   std::vector<OptionSpec> table = CoreOptions();
+  std::vector<OptionSpec> executor_options = ExecutorOptions::Table().Specs();
+  table.insert(table.end(), executor_options.begin(), executor_options.end());
   std::vector<OptionSpec> transport_options = registry.AllOptions();
   table.insert(table.end(), transport_options.begin(), transport_options.end());
   return Config(std::move(table));

@@ -47,7 +47,7 @@
 
 #include "core/base/deadline.h"
 #include "core/base/status.h"
-#include "core/runtime/config.h"
+#include "core/base/config.h"
 #include "core/runtime/store.h"
 
 namespace ferry {
@@ -260,8 +260,9 @@ class TransportRegistry {
   std::map<std::string, TransportRegistration, std::less<>> registrations_;
 };
 
-// CoreOptions() plus every option of every transport in `registry`, at their defaults.
-Config DefaultConfig(const TransportRegistry& registry = TransportRegistry::Default());
+// The runtime's options at their defaults: CoreOptions(), ExecutorOptions' table and every option of
+// every transport in `registry`. ferry::DefaultConfig() (core/refit/config.h) adds the planner's.
+Config RuntimeConfig(const TransportRegistry& registry = TransportRegistry::Default());
 
 // Registers a transport into TransportRegistry::Default() when constructed. Define one static
 // instance per transport package:

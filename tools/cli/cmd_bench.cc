@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/refit/config.h"
 #include "core/runtime/bootstrap.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/executor.h"

@@ -1,9 +1,9 @@
-// `ferry config`: prints every option (core and every linked transport) with its value, default,
+// `ferry config`: prints every option (planner, runtime and every linked transport) with its value, default,
 // environment variable and help, after applying an optional YAML file and the FERRY_* environment.
 #include <cstdio>
 #include <string>
 
-#include "core/runtime/config.h"
+#include "core/refit/config.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
 

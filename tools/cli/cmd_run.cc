@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/base/strings.h"
+#include "core/refit/config.h"
 #include "core/runtime/bootstrap.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/session.h"

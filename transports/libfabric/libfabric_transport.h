@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/runtime/config.h"
+#include "core/base/config.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {

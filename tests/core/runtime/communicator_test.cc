@@ -40,7 +40,7 @@ struct ThreadWorld {
     for (auto& t : threads) t.join();
   }
   int size;
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   InMemoryStore store;
 };
 
@@ -62,7 +62,7 @@ TEST(CommunicatorTest, LinkClassesPickTransportsFromConfig) {
 
 TEST(CommunicatorTest, UnknownTransportIsAClearError) {
   InMemoryStore store;
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("transport.same_rank", "carrier-pigeon").ok());
   CommunicatorOptions options;
   options.store = &store;
@@ -219,7 +219,7 @@ TEST(CommunicatorTest, ExecutorKeepsRegistrationsAcrossRefitsUntilForgotten) {
                              }})
                   .ok());
   InMemoryStore store;
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("transport.same_rank", "counting").ok());
   CommunicatorOptions options;
   options.store = &store;

@@ -1,18 +1,21 @@
-// Config: defaults, YAML loading, FERRY_* overrides, typed getters and the listing.
-#include "core/runtime/config.h"
+// Config over the runtime's option tables: defaults, YAML loading, FERRY_* overrides, typed getters,
+// the listing, and transports contributing their options.
+#include "core/base/config.h"
 
 #include <gtest/gtest.h>
 
+#include "core/runtime/executor_options.h"
+#include "core/runtime/runtime_options.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
 namespace {
 
 TEST(ConfigTest, DefaultsYamlThenEnvironmentWins) {
-  Config config(CoreOptions());
+  Config config = RuntimeConfig();
   EXPECT_EQ(*config.GetString("transport.network"), "tcp");
   ASSERT_TRUE(config.LoadYamlString("transport:\n  network: ucx\n  intra_node: local\n"
-                                    "executor.chunk_bytes: 8MiB\n").ok());
+                                    "executor.max_in_flight: 8\n").ok());
   EXPECT_EQ(*config.GetString("transport.network"), "ucx");
   EXPECT_EQ(config.SourceOf("transport.network"), "yaml");
   ASSERT_TRUE(config.ApplyEnvironment({"FERRY_TRANSPORT_NETWORK=libfabric", "FERRY_TOKEN=secret",
@@ -21,18 +24,25 @@ TEST(ConfigTest, DefaultsYamlThenEnvironmentWins) {
   EXPECT_EQ(*config.GetString("transport.network"), "libfabric");
   EXPECT_EQ(config.SourceOf("transport.network"), "env");
   EXPECT_EQ(*config.GetString("transport.intra_node"), "local");
-  EXPECT_EQ(*config.GetBytes("executor.chunk_bytes"), 8 << 20);
-  EXPECT_EQ(*config.GetBytes("executor.staging_budget"), 256 << 20);
+  Result<ExecutorOptions> executor = ExecutorOptions::FromConfig(config);
+  ASSERT_TRUE(executor.ok()) << executor.status().ToString();
+  EXPECT_EQ(executor->max_in_flight, 8);
+  EXPECT_EQ(executor->staging_budget, 256 << 20);
 }
 
 TEST(ConfigTest, UnknownOptionsAndBadValuesAreErrors) {
-  Config config(CoreOptions());
+  Config config = RuntimeConfig();
   Status unknown = config.LoadYamlString("transport:\n  netwrok: ucx\n");
   EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.message().find("transport.netwrok"), std::string::npos);
   EXPECT_FALSE(config.LoadYamlString("[1, 2").ok());
   ASSERT_TRUE(config.Set("executor.max_in_flight", "many").ok());
   EXPECT_FALSE(config.GetInt("executor.max_in_flight").ok());
+  Status bad = ExecutorOptions::FromConfig(config).status();
+  EXPECT_NE(bad.message().find("executor.max_in_flight"), std::string::npos) << bad.ToString();
+  ASSERT_TRUE(config.Set("executor.max_in_flight", "0").ok());
+  bad = ExecutorOptions::FromConfig(config).status();
+  EXPECT_NE(bad.message().find("must be at least 1"), std::string::npos) << bad.ToString();
   EXPECT_FALSE(config.GetString("no.such.option").ok());
 }
 
@@ -80,7 +90,7 @@ TEST(ConfigTest, RegistryContributesTransportOptions) {
   EXPECT_FALSE(registry.Register({"bad", "", {{"speed", "1", "unprefixed"}}, [](const TransportContext&) -> Result<std::unique_ptr<Transport>> {
                                     return Unimplemented("bad");
                                   }}).ok());
-  Config config = DefaultConfig(registry);
+  Config config = RuntimeConfig(registry);
   ASSERT_TRUE(config.ApplyEnvironment({"FERRY_FAKE_SPEED=9"}).ok());
   EXPECT_EQ(*config.GetInt("fake.speed"), 9);
   auto missing = registry.Create("nope", TransportContext{});

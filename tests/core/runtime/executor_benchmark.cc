@@ -26,7 +26,7 @@ BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 void BM_ExecutorCopy(benchmark::State& state) {
   const bool strided = state.range(0) != 0;
   InMemoryStore store;
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   (void)config.Set("executor.copy_threads", std::to_string(state.range(1)));
   CommunicatorOptions options;
   options.store = &store;
@@ -77,7 +77,7 @@ void BM_ExecutorManySmallMessages(benchmark::State& state) {
   const int messages = static_cast<int>(state.range(0));
   const int64_t size = 4096;
   InMemoryStore store;
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   (void)config.Set("executor.copy_threads", "1");
   CommunicatorOptions options;
   options.store = &store;

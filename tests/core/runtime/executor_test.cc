@@ -124,7 +124,7 @@ TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
 }
 
 struct Rank {
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   Rendezvous rendezvous;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Executor> executor;

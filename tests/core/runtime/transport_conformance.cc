@@ -47,7 +47,7 @@ std::string ConformanceParamsName(const ::testing::TestParamInfo<ConformancePara
 Result<TransportWorld> CreateTransportWorld(const ConformanceParams& params, int size,
                                             Deadline deadline) {
   TransportWorld world;
-  world.config = std::make_unique<Config>(DefaultConfig());
+  world.config = std::make_unique<Config>(RuntimeConfig());
   for (const auto& [name, value] : params.options) FERRY_RETURN_IF_ERROR(world.config->Set(name, value));
   world.store = std::make_unique<InMemoryStore>();
   std::string group = "conformance-" + std::to_string(::getpid()) + "-" +

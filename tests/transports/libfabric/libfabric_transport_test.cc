@@ -22,12 +22,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(LibfabricTransportTest, RegisteredByName) {
   EXPECT_TRUE(TransportRegistry::Default().Contains("libfabric"));
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   EXPECT_EQ(*config.GetString("libfabric.provider"), "tcp");
 }
 
 TEST(LibfabricTransportTest, UnknownProviderIsAClearError) {
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("libfabric.provider", "no-such-provider").ok());
   TransportContext context;
   context.config = &config;
@@ -38,7 +38,7 @@ TEST(LibfabricTransportTest, UnknownProviderIsAClearError) {
 }
 
 TEST(LibfabricTransportTest, TwoSidedOnlyAndShmStaysOnTheNode) {
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("libfabric.provider", "shm").ok());
   TransportContext context;
   context.config = &config;

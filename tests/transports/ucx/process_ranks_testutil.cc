@@ -50,7 +50,7 @@ Status RunChild(int rank, int size, int port, const TransportUnderTest& under_te
 }  // namespace
 
 Result<Config> MakeConfig(const TransportUnderTest& transport) {
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   for (const auto& [name, value] : transport.options) {
     FERRY_RETURN_IF_ERROR(config.Set(name, value));
   }

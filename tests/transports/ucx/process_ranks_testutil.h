@@ -14,7 +14,7 @@
 
 #include "core/base/deadline.h"
 #include "core/base/status.h"
-#include "core/runtime/config.h"
+#include "core/base/config.h"
 #include "core/runtime/store.h"
 #include "core/runtime/transport.h"
 

@@ -17,12 +17,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(UcxTransportTest, RegisteredByName) {
   EXPECT_TRUE(TransportRegistry::Default().Contains("ucx"));
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   EXPECT_EQ(*config.GetString("ucx.error_mode"), "peer");
 }
 
 TEST(UcxTransportTest, RejectsUnknownErrorMode) {
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("ucx.error_mode", "sometimes").ok());
   TransportContext context;
   context.config = &config;
@@ -33,7 +33,7 @@ TEST(UcxTransportTest, RejectsUnknownErrorMode) {
 }
 
 TEST(UcxTransportTest, RejectsCudaMemoryAndForeignHandles) {
-  Config config = DefaultConfig();
+  Config config = RuntimeConfig();
   TransportContext context;
   context.config = &config;
   auto transport = TransportRegistry::Default().Create("ucx", context);

@@ -1,8 +1,9 @@
-// Config: ferry's one option table (name, default, help) and the values in effect. Values come from
-// the defaults, then a YAML file, then FERRY_* environment variables (highest priority). Option
+// Config: a table of options (name, default, help) and the values in effect. Values come from the
+// defaults, then a YAML file, then FERRY_* environment variables (highest priority). Option
 // "transport.network" is overridden by FERRY_TRANSPORT_NETWORK: upper-case, '.' becomes '_'.
-// Transports contribute their own options through their registration (transport.h), so
-// `ferry config` lists everything that can be set.
+// Each component owns its part of the table (core/base/option_table.h: the planner's, the
+// executor's, the communicator's, each transport's); ferry::DefaultConfig() (core/refit/config.h)
+// assembles them, so `ferry config` lists everything that can be set.
 //
 // Config is a plain value: build it on one thread, then share it read-only.
 #pragma once
@@ -23,17 +24,12 @@ struct OptionSpec {
   std::string help;           // one line: what it does and what values it takes
 };
 
-// The runtime's own options: transports per link class, chunk size, staging budget, threads,
-// deadlines.
-const std::vector<OptionSpec>& CoreOptions();
-
 // FERRY_TRANSPORT_NETWORK for "transport.network".
 std::string EnvironmentName(std::string_view option_name);
 
 class Config {
  public:
   // A config holding `table`'s defaults. Option names must be unique.
-  // (DefaultConfig() in transport.h adds every registered transport's options to CoreOptions().)
   explicit Config(std::vector<OptionSpec> table);
 
   // Applies "name: value" pairs from a YAML document. Nested maps flatten with dots

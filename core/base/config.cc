@@ -1,5 +1,5 @@
-// Config: the core option table, YAML/env loading, typed getters and the `ferry config` listing.
-#include "core/runtime/config.h"
+// Config: YAML/env loading, typed getters and the `ferry config` listing.
+#include "core/base/config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -16,34 +16,6 @@
 extern char** environ;
 
 namespace ferry {
-
-const std::vector<OptionSpec>& CoreOptions() {
-  static const std::vector<OptionSpec>* options = new std::vector<OptionSpec>{
-      {"transport.network", "tcp",
-       "transport between ranks on different nodes (tcp, ucx, libfabric, ...)"},
-      {"transport.intra_node", "tcp",
-       "transport between ranks on the same node (tcp, ucx, libfabric, local, ...)"},
-      {"transport.same_rank", "local", "transport for messages a rank sends to itself"},
-      {"executor.chunk_bytes", "4MiB",
-       "largest message the planner emits; bigger transfers are split so relays pipeline"},
-      {"executor.staging_budget", "1GiB",
-       "most bytes of staging slots one rank holds at once; ops wait for space beyond it"},
-      {"executor.copy_threads", "0",
-       "threads for pack/unpack/copy on one rank, the executor thread included (0 = one per hardware thread, at most 8)"},
-      {"executor.max_in_flight", "256", "most posted sends and receives per rank at once"},
-      {"executor.cache_registrations", "true",
-       "keep user buffers registered with transports across refits (buffers must stay allocated; "
-       "Executor::ForgetRegistrations releases them)"},
-      {"executor.direct_intra_node", "true",
-       "between ranks of one node, the receiver copies straight from the sender's source buffers "
-       "(one copy instead of pack, transport, unpack); every rank must use the same value"},
-      {"deadline.connect", "60s", "bootstrap: store rendezvous and transport connection"},
-      {"deadline.refit", "300s", "one refit (executing a plan) from start to finish"},
-      {"deadline.abort", "5s", "Communicator::Abort returns within this"},
-      {"deadline.store", "60s", "one store request (set, get, barrier)"},
-  };
-  return *options;
-}
 
 std::string EnvironmentName(std::string_view option_name) {
   std::string env = "FERRY_";

@@ -1,0 +1,28 @@
+// The executor's option table.
+#include "core/runtime/executor_options.h"
+
+namespace ferry {
+
+const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
+  static const OptionTable<ExecutorOptions>* table = [] {
+    auto* t = new OptionTable<ExecutorOptions>();
+    t->Bytes("executor.staging_budget", &ExecutorOptions::staging_budget,
+             "most bytes of staging slots one rank holds at once; ops wait for space beyond it")
+        .Int("executor.copy_threads", &ExecutorOptions::copy_threads,
+             "threads for pack/unpack/copy on one rank, the executor thread included (0 = one per "
+             "hardware thread, at most 8)")
+        .Int("executor.max_in_flight", &ExecutorOptions::max_in_flight,
+             "most posted sends and receives per rank at once", 1)
+        .Bool("executor.cache_registrations", &ExecutorOptions::cache_registrations,
+              "keep user buffers registered with transports across refits (buffers must stay "
+              "allocated; Executor::ForgetRegistrations releases them)")
+        .Bool("executor.direct_intra_node", &ExecutorOptions::direct_intra_node,
+              "between ranks of one node, the receiver copies straight from the sender's source "
+              "buffers (one copy instead of pack, transport, unpack); every rank must use the "
+              "same value");
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace ferry

@@ -1,0 +1,31 @@
+// ExecutorOptions: how one rank's executor runs its part of a plan (staging budget, copy threads,
+// messages in flight, registration caching, direct reads between ranks of one node), read once
+// from a Config through its option table.
+#pragma once
+
+#include <cstdint>
+
+#include "core/base/config.h"
+#include "core/base/option_table.h"
+#include "core/base/status.h"
+
+namespace ferry {
+
+struct ExecutorOptions {
+  // Most bytes of staging slots one rank holds at once; ops wait for space beyond it.
+  int64_t staging_budget = int64_t{1} << 30;
+  // Threads for pack/unpack/copy on one rank, the executor thread included; 0 = one per hardware
+  // thread, at most 8.
+  int copy_threads = 0;
+  int max_in_flight = 256;  // posted sends and receives per rank at once
+  // Keep user buffers registered with transports across runs (Executor::ForgetRegistrations).
+  bool cache_registrations = true;
+  // Between ranks of one node the receiver copies straight from the sender's source buffers.
+  bool direct_intra_node = true;
+
+  // executor.* options: name, default (the values above), help.
+  static const OptionTable<ExecutorOptions>& Table();
+  static Result<ExecutorOptions> FromConfig(const Config& config) { return Table().Read(config); }
+};
+
+}  // namespace ferry

@@ -1,0 +1,30 @@
+// The planner's option table.
+#include "planner/options.h"
+
+namespace ferry {
+
+const OptionTable<PlannerOptions>& PlannerOptions::Table() {
+  static const OptionTable<PlannerOptions>* table = [] {
+    auto* t = new OptionTable<PlannerOptions>();
+    t->Bytes("planner.network_chunk_bytes", &PlannerOptions::network_chunk_bytes,
+             "largest message between nodes; bigger transfers are split so relays and fan-out pipeline")
+        .Bytes("planner.fanout_chunk_bytes", &PlannerOptions::fanout_chunk_bytes,
+               "largest message of a fan-out chain inside a destination node")
+        .Bytes("planner.relay_chunk_bytes", &PlannerOptions::relay_chunk_bytes,
+               "largest message of a chain relayed between destination nodes")
+        .Bool("planner.hierarchical", &PlannerOptions::hierarchical,
+              "bytes several ranks of a node need cross the network once, then fan out inside it")
+        .Choice("planner.relay", &PlannerOptions::relay,
+                {{"auto", RelayMode::kAuto}, {"off", RelayMode::kOff}, {"on", RelayMode::kOn}},
+                "relay chunks between destination nodes' leaders (auto: when the sources' egress "
+                "bounds the refit)")
+        .Bytes("planner.bucket_bytes", &PlannerOptions::bucket_bytes,
+               "gather-and-broadcast baseline: bucket size")
+        .Bytes("planner.broadcast_chunk_bytes", &PlannerOptions::broadcast_chunk_bytes,
+               "gather-and-broadcast baseline: largest message of the pipelined broadcast");
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace ferry

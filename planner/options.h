@@ -1,0 +1,39 @@
+// PlannerOptions: the planner's knobs (chunk sizes, hierarchical routing, relays, the baseline's
+// buckets), with their option table so that every tool and the library facade read them from one
+// Config (planner.* options) with one set of defaults.
+#pragma once
+
+#include <cstdint>
+
+#include "core/base/config.h"
+#include "core/base/option_table.h"
+#include "core/base/status.h"
+
+namespace ferry {
+
+enum class RelayMode { kAuto, kOff, kOn };
+
+struct PlannerOptions {
+  int64_t network_chunk_bytes = int64_t{32} << 20;  // largest message over the network
+  // Largest message of a chain inside one destination node (fan-out). Each hop waits for a whole
+  // chunk, so the chain's tail after the network's last byte is (members - 1) chunks over NVLink;
+  // for 8-GPU nodes the simulator predicts the same refit time for 8 and 16 MiB, with fewer ops
+  // for 16.
+  int64_t fanout_chunk_bytes = int64_t{16} << 20;
+  // Largest message of a chain relayed between destination nodes' leaders: its hops cross the
+  // network, so each costs a chunk at NIC speed; the simulator favours 4-8 MiB on GB200 NVL72.
+  int64_t relay_chunk_bytes = int64_t{8} << 20;
+  bool hierarchical = true;  // cross the network once per destination node, then fan out
+  RelayMode relay = RelayMode::kAuto;  // relay between destination nodes (auto: if sources bound)
+  int64_t bucket_bytes = int64_t{5} << 30;  // gather-and-broadcast bucket size
+  // Gather-and-broadcast: largest message of the pipelined broadcast; large enough to keep the
+  // message count of a 256-rank refit near a million, small enough that the pipeline fill (one
+  // chunk per hop) stays a few percent of the refit.
+  int64_t broadcast_chunk_bytes = int64_t{256} << 20;
+
+  // planner.* options: name, default (the values above), help.
+  static const OptionTable<PlannerOptions>& Table();
+  static Result<PlannerOptions> FromConfig(const Config& config) { return Table().Read(config); }
+};
+
+}  // namespace ferry
