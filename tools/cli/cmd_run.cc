@@ -417,14 +417,7 @@ Status RunRankOrError(const RunArgs& args) {
                            " ranks but the refit needs " + std::to_string(in.ranks));
   }
   FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
-  // executor.chunk_bytes is the largest message the planner emits: smaller chunks let pack, send
-  // and unpack of one peer's data overlap.
-  FERRY_ASSIGN_OR_RETURN(int64_t chunk_bytes, config.GetBytes("executor.chunk_bytes"));
-  if (chunk_bytes <= 0) return InvalidArgument("executor.chunk_bytes must be positive");
-  PlannerOptions planner_options;
-  planner_options.network_chunk_bytes = chunk_bytes;
-  planner_options.fanout_chunk_bytes = std::min(planner_options.fanout_chunk_bytes, chunk_bytes);
-  planner_options.relay_chunk_bytes = std::min(planner_options.relay_chunk_bytes, chunk_bytes);
+  FERRY_ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptions::FromConfig(config));
   std::vector<TransferPlan> plans;
   for (Strategy strategy : args.strategies) {
     const auto start = Clock::now();
