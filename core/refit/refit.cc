@@ -1,0 +1,161 @@
+// RefitPlan (planning from a Config) and Refit (a plan bound to a session: registration, runs).
+#include "core/refit/refit.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "core/refit/topology_check.h"
+
+namespace ferry {
+
+Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(Layout source, Layout destination,
+                                                         Topology topology, Strategy strategy,
+                                                         const Config& config) {
+  FERRY_ASSIGN_OR_RETURN(PlannerOptions options, PlannerOptions::FromConfig(config));
+  return Make(std::move(source), std::move(destination), std::move(topology), strategy, options);
+}
+
+Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(Layout source, Layout destination,
+                                                         Topology topology, Strategy strategy,
+                                                         const PlannerOptions& options) {
+  std::shared_ptr<RefitPlan> refit(new RefitPlan());
+  refit->source_ = std::move(source);
+  refit->destination_ = std::move(destination);
+  refit->topology_ = std::move(topology);
+  refit->strategy_ = strategy;
+  refit->options_ = options;
+  const auto start = std::chrono::steady_clock::now();
+  Result<PlanResult> planned =
+      MakePlan(strategy, refit->source_, refit->destination_, refit->topology_, options);
+  if (!planned.ok()) {
+    return planned.status().WithContext(std::string(StrategyName(strategy)) + " planning");
+  }
+  refit->planning_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  refit->planned_ = std::move(*planned);
+  return std::shared_ptr<const RefitPlan>(std::move(refit));
+}
+
+PlanStats RefitPlan::Stats() const { return ComputePlanStats(plan(), topology_, &planned_.demand); }
+
+namespace {
+
+// Bytes `rank`'s ops move out of it, by link class: Copy and Convert ops (same_rank) and sends by
+// their link.
+std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank) {
+  std::array<int64_t, 3> bytes{};
+  for (int id : plan.OpsOfRank(rank)) {
+    const Op& op = plan.ops[id];
+    if (op.kind == OpKind::kCopy || op.kind == OpKind::kConvert || op.kind == OpKind::kSend ||
+        op.kind == OpKind::kForward) {
+      bytes[static_cast<int>(op.link)] += op.bytes;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Refit>> Refit::Create(Session& session, std::shared_ptr<const RefitPlan> plan) {
+  if (plan == nullptr) return InvalidArgument("Refit::Create: no plan");
+  Communicator& communicator = session.communicator();
+  if (plan->plan().num_ranks != communicator.size()) {
+    return InvalidArgument("the plan is for " + std::to_string(plan->plan().num_ranks) +
+                           " ranks but the session has " + std::to_string(communicator.size()));
+  }
+  FERRY_RETURN_IF_ERROR(CheckTopologyMatches(plan->topology(), communicator)
+                            .WithContext("rank " + std::to_string(communicator.rank())));
+  FERRY_ASSIGN_OR_RETURN(double refit_seconds, session.config().GetSeconds("deadline.refit"));
+  std::unique_ptr<Refit> refit(new Refit(session, std::move(plan)));
+  refit->refit_seconds_ = refit_seconds;
+  return refit;
+}
+
+Refit::Refit(Session& session, std::shared_ptr<const RefitPlan> plan)
+    : session_(session), plan_(std::move(plan)) {
+  memory_.source.resize(plan_->plan().source_buffers.size());
+  memory_.destination.resize(plan_->plan().destination_buffers.size());
+  bytes_by_link_ = BytesByLink(plan_->plan(), session_.communicator().rank());
+}
+
+Status Refit::Register(Space space, int buffer, MemoryDesc memory) {
+  const bool is_source = space == Space::kSource;
+  const Layout& layout = is_source ? plan_->source() : plan_->destination();
+  const std::string side = is_source ? "source" : "destination";
+  const int rank = session_.communicator().rank();
+  if (buffer < 0 || buffer >= static_cast<int>(layout.buffers.size())) {
+    return InvalidArgument(side + " buffer " + std::to_string(buffer) + " does not exist (the layout has " +
+                           std::to_string(layout.buffers.size()) + ")");
+  }
+  const BufferSpec& spec = layout.buffers[buffer];
+  const std::string what = side + " buffer '" + spec.name + "'";
+  if (spec.rank != rank) {
+    return InvalidArgument(what + " belongs to rank " + std::to_string(spec.rank) + ", not to rank " +
+                           std::to_string(rank));
+  }
+  if (memory.base == nullptr) return InvalidArgument(what + ": no memory (null base)");
+  if (memory.bytes < spec.bytes) {
+    return InvalidArgument(what + " needs " + std::to_string(spec.bytes) + " bytes; the memory given has " +
+                           std::to_string(memory.bytes));
+  }
+  (is_source ? memory_.source : memory_.destination)[buffer] = memory;
+  return Status::Ok();
+}
+
+Result<int> Refit::BufferNamed(Space space, std::string_view name) const {
+  const bool is_source = space == Space::kSource;
+  const Layout& layout = is_source ? plan_->source() : plan_->destination();
+  const int rank = session_.communicator().rank();
+  for (size_t b = 0; b < layout.buffers.size(); ++b) {
+    if (layout.buffers[b].rank == rank && layout.buffers[b].name == name) return static_cast<int>(b);
+  }
+  return NotFound(std::string(is_source ? "source" : "destination") + " layout has no buffer '" +
+                  std::string(name) + "' on rank " + std::to_string(rank));
+}
+
+Status Refit::RegisterSource(int buffer, MemoryDesc memory) { return Register(Space::kSource, buffer, memory); }
+
+Status Refit::RegisterDestination(int buffer, MemoryDesc memory) {
+  return Register(Space::kDestination, buffer, memory);
+}
+
+Status Refit::RegisterSource(std::string_view name, MemoryDesc memory) {
+  FERRY_ASSIGN_OR_RETURN(int buffer, BufferNamed(Space::kSource, name));
+  return Register(Space::kSource, buffer, memory);
+}
+
+Status Refit::RegisterDestination(std::string_view name, MemoryDesc memory) {
+  FERRY_ASSIGN_OR_RETURN(int buffer, BufferNamed(Space::kDestination, name));
+  return Register(Space::kDestination, buffer, memory);
+}
+
+Status Refit::CheckRegistered(Space space) const {
+  const bool is_source = space == Space::kSource;
+  const Layout& layout = is_source ? plan_->source() : plan_->destination();
+  const std::vector<MemoryDesc>& memory = is_source ? memory_.source : memory_.destination;
+  const int rank = session_.communicator().rank();
+  for (size_t b = 0; b < layout.buffers.size(); ++b) {
+    if (layout.buffers[b].rank == rank && memory[b].base == nullptr) {
+      return FailedPrecondition(std::string(is_source ? "source" : "destination") + " buffer '" +
+                                layout.buffers[b].name + "' of rank " + std::to_string(rank) +
+                                " is not registered");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<RefitStats> Refit::Run() { return Run(Deadline::AfterSeconds(refit_seconds_)); }
+
+Result<RefitStats> Refit::Run(Deadline deadline) {
+  FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kSource));
+  FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
+  const auto start = std::chrono::steady_clock::now();
+  RefitStats stats;
+  FERRY_ASSIGN_OR_RETURN(stats.executor, session_.executor().Run(plan_->plan(), memory_, deadline));
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.bytes_by_link = bytes_by_link_;
+  return stats;
+}
+
+}  // namespace ferry

@@ -1,0 +1,118 @@
+// The library facade: a refit planned once, then run on the caller's buffers as often as the
+// caller asks. The CLI's plan, simulate, bench, run and demo, and the Python package, go through it,
+// so that one configuration gives one plan everywhere.
+//
+//   RefitPlan  layouts + topology + strategy + Config (planner.* options) -> a TransferPlan and its
+//              statistics. Needs no session: `ferry plan` and `ferry simulate` stop here.
+//   Refit      a RefitPlan bound to a Session: this rank registers its buffers (by name or index)
+//              and runs its part of the plan; each Run reports this rank's statistics.
+//
+// Threading: a RefitPlan is immutable once made and may be shared between threads and Refits.
+// A Refit is driven by one thread at a time; Run blocks that thread until this rank's part is
+// done, fails, or its deadline passes. The session's communicator may be aborted from another
+// thread meanwhile, which makes Run fail promptly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/base/config.h"
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "core/layout/topology.h"
+#include "core/plan/plan.h"
+#include "core/plan/stats.h"
+#include "core/runtime/executor.h"
+#include "core/runtime/session.h"
+#include "planner/planner.h"
+
+namespace ferry {
+
+class RefitPlan {
+ public:
+  // Plans `strategy` for moving `source` to `destination` on `topology`, with the planner.*
+  // options of `config` (or `options`). Errors name what is wrong with the inputs (shapes,
+  // dtypes, uncovered elements, ranks outside the topology) or with an option.
+  static Result<std::shared_ptr<const RefitPlan>> Make(Layout source, Layout destination,
+                                                       Topology topology, Strategy strategy,
+                                                       const Config& config);
+  static Result<std::shared_ptr<const RefitPlan>> Make(Layout source, Layout destination,
+                                                       Topology topology, Strategy strategy,
+                                                       const PlannerOptions& options);
+
+  const TransferPlan& plan() const { return planned_.plan; }
+  const PlanResult& planned() const { return planned_; }  // plan, network demand, phase times
+  const Layout& source() const { return source_; }
+  const Layout& destination() const { return destination_; }
+  const Topology& topology() const { return topology_; }
+  Strategy strategy() const { return strategy_; }
+  const PlannerOptions& options() const { return options_; }
+  double planning_seconds() const { return planning_seconds_; }
+  // Ops, messages, bytes by link class, node ingress/egress, lower bound, predicted time.
+  PlanStats Stats() const;
+
+ private:
+  RefitPlan() = default;
+
+  Layout source_, destination_;
+  Topology topology_;
+  Strategy strategy_ = Strategy::kReshard;
+  PlannerOptions options_;
+  PlanResult planned_;
+  double planning_seconds_ = 0;
+};
+
+// One rank's numbers for one Run.
+struct RefitStats {
+  double seconds = 0;  // this rank's Run, start to finish
+  // Bytes this rank's part of the plan moves out of it, by LinkClass (index =
+  // static_cast<int>(LinkClass)): local copies (same_rank), messages to or reads by ranks of its
+  // node (same_node), messages to other nodes (network).
+  std::array<int64_t, 3> bytes_by_link{};
+  ExecutorStats executor;  // what the executor did: sent, received, copied, read directly, staging
+};
+
+class Refit {
+ public:
+  // Binds `plan` to `session`. Checks that the plan is for the session's world size and that the
+  // plan's topology agrees with where the communicator found each rank (same node or not); the
+  // error names the first rank that disagrees. `session` must outlive the Refit.
+  static Result<std::unique_ptr<Refit>> Create(Session& session,
+                                               std::shared_ptr<const RefitPlan> plan);
+
+  // This rank's memory behind a buffer of the source or destination layout, by index or by the
+  // layout's buffer name. The buffer must belong to this rank and `memory` must be at least its
+  // size. The caller owns the memory; it must stay valid and at the same address for every later
+  // Run (re-register after moving it). Host memory today; CUDA memory is refused by Run.
+  Status RegisterSource(int buffer, MemoryDesc memory);
+  Status RegisterDestination(int buffer, MemoryDesc memory);
+  Status RegisterSource(std::string_view name, MemoryDesc memory);
+  Status RegisterDestination(std::string_view name, MemoryDesc memory);
+
+  // Runs this rank's part of the plan; every rank of the plan calls it. Fails, naming the buffer,
+  // while one of this rank's buffers is unregistered. On failure the communicator is aborted (so
+  // peers fail fast); recreate it (session.communicator().Recreate) before the next Run. The
+  // first form's deadline is the config's deadline.refit.
+  Result<RefitStats> Run();
+  Result<RefitStats> Run(Deadline deadline);
+
+  const RefitPlan& plan() const { return *plan_; }
+
+ private:
+  Refit(Session& session, std::shared_ptr<const RefitPlan> plan);
+  Status Register(Space space, int buffer, MemoryDesc memory);
+  Result<int> BufferNamed(Space space, std::string_view name) const;
+  Status CheckRegistered(Space space) const;
+
+  Session& session_;
+  std::shared_ptr<const RefitPlan> plan_;
+  RankMemory memory_;
+  std::array<int64_t, 3> bytes_by_link_{};
+  double refit_seconds_ = 0;
+};
+
+}  // namespace ferry

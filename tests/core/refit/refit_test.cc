@@ -1,0 +1,208 @@
+// The library facade: RefitPlan reads the planner's options from a Config; Refit binds a plan to a
+// session (checking the topology against the communicator), takes buffers by name or index with
+// their sizes and owners checked, and runs the same plan many times over tcp between threads.
+#include "core/refit/refit.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/layout/builders.h"
+#include "core/refit/config.h"
+#include "core/runtime/socket_util.h"
+#include "core/layout/topology.h"
+
+namespace ferry {
+namespace {
+
+constexpr int64_t kRows = 64, kCols = 48;
+
+// One fp32 [64, 48] tensor "w": rows split over source ranks 0 and 1, columns split over
+// destination ranks 2 and 3. Buffers are named after the tensor.
+struct Layouts {
+  Layout source, destination;
+};
+
+Layouts RowsToColumns() {
+  Layouts l;
+  const TensorSpec w{"w", {kRows, kCols}, DType::kFP32};
+  EXPECT_TRUE(AddColumnParallel(l.source, w, {0, 1}).ok());
+  EXPECT_TRUE(AddRowParallel(l.destination, w, {2, 3}).ok());
+  return l;
+}
+
+TEST(RefitPlanTest, PlansWithTheConfigsPlannerOptions) {
+  Layouts l = RowsToColumns();
+  Config config = DefaultConfig();
+  auto whole = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_TRUE(config.Set("planner.network_chunk_bytes", "1KiB").ok());
+  auto chunked = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config);
+  ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
+  EXPECT_EQ((*chunked)->options().network_chunk_bytes, 1024);
+  EXPECT_GT((*chunked)->Stats().network_messages, (*whole)->Stats().network_messages);
+  EXPECT_EQ((*chunked)->Stats().bytes_by_link, (*whole)->Stats().bytes_by_link);
+
+  ASSERT_TRUE(config.Set("planner.network_chunk_bytes", "0").ok());
+  Status bad = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config)
+                   .status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("planner.network_chunk_bytes"), std::string::npos) << bad.ToString();
+  ASSERT_TRUE(config.Set("planner.network_chunk_bytes", "4MiB").ok());
+  ASSERT_TRUE(config.Set("planner.relay", "sometimes").ok());
+  bad = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config).status();
+  EXPECT_NE(bad.message().find("'sometimes' is not one of auto, off, on"), std::string::npos) << bad.ToString();
+}
+
+TEST(RefitPlanTest, EveryLayersOptionsAreInTheDefaultConfig) {
+  const Config config = DefaultConfig();
+  for (const char* name : {"planner.fanout_chunk_bytes", "executor.staging_budget", "deadline.refit",
+                           "transport.network", "tcp.address"}) {
+    EXPECT_TRUE(config.GetString(name).ok()) << name;
+  }
+  EXPECT_EQ(*config.GetString("planner.network_chunk_bytes"), "32MiB");
+  EXPECT_EQ(PlannerOptions::FromConfig(config)->network_chunk_bytes, PlannerOptions{}.network_chunk_bytes);
+}
+
+// What one rank's thread reports back.
+struct RankOutcome {
+  Status status;
+  std::vector<float> destination;  // the rank's destination buffer after the runs
+  RefitStats stats;
+};
+
+// Joins `size` ranks as threads over tcp, each on the node `node_of_rank` says, calls
+// `body(rank, session, outcome)` on each, then finishes the sessions together.
+template <typename Body>
+std::vector<RankOutcome> RunRanks(int size, const std::vector<int>& node_of_rank, Body body) {
+  auto probe = ListenTcp("127.0.0.1", 0);
+  EXPECT_TRUE(probe.ok());
+  const int port = probe->port;
+  ::close(probe->fd);
+  std::vector<RankOutcome> outcomes(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      Config config = DefaultConfig();
+      for (const char* option : {"transport.network", "transport.intra_node"}) {
+        EXPECT_TRUE(config.Set(option, "tcp").ok());
+      }
+      EXPECT_TRUE(config.Set("tcp.address", "127.0.0.1").ok());
+      EXPECT_TRUE(config.Set("deadline.connect", "20s").ok());
+      EXPECT_TRUE(config.Set("deadline.refit", "20s").ok());
+      BootstrapInfo info;
+      info.rank = rank;
+      info.size = size;
+      info.store_host = "127.0.0.1";
+      info.store_port = port;
+      info.token = "refit-test";
+      auto session = Session::Join(info, std::move(config), node_of_rank);
+      if (!session.ok()) {
+        outcomes[rank].status = session.status();
+        return;
+      }
+      body(rank, **session, outcomes[rank]);
+      // Every rank meets at the last barrier, failed or not, so rank 0 keeps the store up for all.
+      Status finished = (*session)->Finish();
+      if (outcomes[rank].status.ok()) outcomes[rank].status = finished;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return outcomes;
+}
+
+MemoryDesc Host(std::vector<float>& data) {
+  return MemoryDesc{data.data(), static_cast<int64_t>(data.size() * sizeof(float)), MemoryKind::kHost, -1};
+}
+
+TEST(RefitTest, RunsOnePlanManyTimesOnBuffersRegisteredByName) {
+  Layouts l = RowsToColumns();
+  auto plan = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard,
+                              DefaultConfig());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto outcomes = RunRanks(4, {0, 1, 2, 3}, [&](int rank, Session& session, RankOutcome& out) {
+    auto refit = Refit::Create(session, *plan);
+    if (!refit.ok()) {
+      out.status = refit.status();
+      return;
+    }
+    std::vector<float> source(kRows / 2 * kCols), destination(kRows * kCols / 2);
+    if (rank < 2) {
+      // Source rank r holds rows [32 r, 32 r + 32): element (i, j) = i * 1000 + j.
+      for (int64_t i = 0; i < kRows / 2; ++i) {
+        for (int64_t j = 0; j < kCols; ++j) source[i * kCols + j] = static_cast<float>((i + 32 * rank) * 1000 + j);
+      }
+      out.status = (*refit)->RegisterSource("w", Host(source));
+    } else {
+      out.status = (*refit)->RegisterDestination("w", Host(destination));
+    }
+    for (int step = 0; step < 3 && out.status.ok(); ++step) {
+      std::fill(destination.begin(), destination.end(), -1.0f);
+      Result<RefitStats> stats = (*refit)->Run();
+      out.status = stats.status();
+      if (stats.ok()) out.stats = *stats;
+    }
+    out.destination = destination;
+  });
+  for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(outcomes[rank].status.ok()) << rank << ": " << outcomes[rank].status.ToString();
+  for (int rank = 2; rank < 4; ++rank) {
+    // Destination rank 2 + c holds columns [24 c, 24 c + 24) of every row.
+    const int c = rank - 2;
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t j = 0; j < kCols / 2; ++j) {
+        ASSERT_EQ(outcomes[rank].destination[i * kCols / 2 + j], static_cast<float>(i * 1000 + j + 24 * c))
+            << "rank " << rank << " row " << i << " col " << j;
+      }
+    }
+  }
+  // Each source rank sends its rows' halves to both destinations over the network: 32 x 48 floats.
+  EXPECT_EQ(outcomes[0].stats.bytes_by_link[static_cast<int>(LinkClass::kNetwork)], kRows / 2 * kCols * 4);
+  EXPECT_EQ(outcomes[0].stats.executor.bytes_sent, kRows / 2 * kCols * 4);
+  EXPECT_GT(outcomes[2].stats.seconds, 0);
+}
+
+TEST(RefitTest, RegistrationNamesWhatIsWrong) {
+  Layouts l = RowsToColumns();
+  auto plan = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard,
+                              DefaultConfig());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto outcomes = RunRanks(4, {0, 1, 2, 3}, [&](int rank, Session& session, RankOutcome& out) {
+    auto refit = Refit::Create(session, *plan);
+    if (!refit.ok() || rank != 0) {
+      out.status = refit.status();
+      return;
+    }
+    std::vector<float> small(10), enough(kRows / 2 * kCols);
+    auto expect = [&](Status s, const std::string& text) {
+      if (s.ok() || s.message().find(text) == std::string::npos) {
+        out.status = Internal("expected an error with '" + text + "', got " + s.ToString());
+      }
+    };
+    expect((*refit)->RegisterSource("nope", Host(enough)), "no buffer 'nope' on rank 0");
+    expect((*refit)->RegisterSource("w", Host(small)), "needs 6144 bytes; the memory given has 40");
+    expect((*refit)->RegisterDestination(0, Host(enough)), "belongs to rank 2, not to rank 0");
+    expect((*refit)->RegisterSource(7, Host(enough)), "source buffer 7 does not exist");
+    if (out.status.ok()) expect((*refit)->Run().status(), "source buffer 'w' of rank 0 is not registered");
+  });
+  for (int rank = 0; rank < 4; ++rank) EXPECT_TRUE(outcomes[rank].status.ok()) << rank << ": " << outcomes[rank].status.ToString();
+}
+
+TEST(RefitTest, ATopologyThatDisagreesWithTheHostsIsRefusedNamingTheRank) {
+  Layouts l = RowsToColumns();
+  // The plan puts all four ranks on one node; the communicator is told ranks 2 and 3 are elsewhere.
+  auto plan = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 4), Strategy::kReshard,
+                              DefaultConfig());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto outcomes = RunRanks(4, {0, 0, 1, 1}, [&](int, Session& session, RankOutcome& out) {
+    out.status = Refit::Create(session, *plan).status();
+  });
+  EXPECT_EQ(outcomes[0].status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(outcomes[0].status.message().find("rank 2 disagrees with the plan's topology"), std::string::npos)
+      << outcomes[0].status.ToString();
+  EXPECT_NE(outcomes[3].status.message().find("rank 0 disagrees"), std::string::npos)
+      << outcomes[3].status.ToString();
+}
+
+}  // namespace
+}  // namespace ferry
