@@ -3,15 +3,19 @@
 
 namespace ferry {
 
+// PlanReshard refuses smaller chunks; the table refuses them first, naming the option.
+constexpr int64_t kSmallestChunk = 64;
+
 const OptionTable<PlannerOptions>& PlannerOptions::Table() {
   static const OptionTable<PlannerOptions>* table = [] {
     auto* t = new OptionTable<PlannerOptions>();
     t->Bytes("planner.network_chunk_bytes", &PlannerOptions::network_chunk_bytes,
-             "largest message between nodes; bigger transfers are split so relays and fan-out pipeline")
+             "largest message between nodes; bigger transfers are split so relays and fan-out pipeline",
+             kSmallestChunk)
         .Bytes("planner.fanout_chunk_bytes", &PlannerOptions::fanout_chunk_bytes,
-               "largest message of a fan-out chain inside a destination node")
+               "largest message of a fan-out chain inside a destination node", kSmallestChunk)
         .Bytes("planner.relay_chunk_bytes", &PlannerOptions::relay_chunk_bytes,
-               "largest message of a chain relayed between destination nodes")
+               "largest message of a chain relayed between destination nodes", kSmallestChunk)
         .Bool("planner.hierarchical", &PlannerOptions::hierarchical,
               "bytes several ranks of a node need cross the network once, then fan out inside it")
         .Choice("planner.relay", &PlannerOptions::relay,
@@ -21,7 +25,7 @@ const OptionTable<PlannerOptions>& PlannerOptions::Table() {
         .Bytes("planner.bucket_bytes", &PlannerOptions::bucket_bytes,
                "gather-and-broadcast baseline: bucket size")
         .Bytes("planner.broadcast_chunk_bytes", &PlannerOptions::broadcast_chunk_bytes,
-               "gather-and-broadcast baseline: largest message of the pipelined broadcast");
+               "gather-and-broadcast baseline: largest message of the pipelined broadcast", kSmallestChunk);
     return t;
   }();
   return *table;

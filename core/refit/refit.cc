@@ -12,13 +12,24 @@ namespace ferry {
 Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(Layout source, Layout destination,
                                                          Topology topology, Strategy strategy,
                                                          const Config& config) {
+  return Make(std::make_shared<const Layout>(std::move(source)),
+              std::make_shared<const Layout>(std::move(destination)), std::move(topology), strategy,
+              config);
+}
+
+Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(std::shared_ptr<const Layout> source,
+                                                         std::shared_ptr<const Layout> destination,
+                                                         Topology topology, Strategy strategy,
+                                                         const Config& config) {
   FERRY_ASSIGN_OR_RETURN(PlannerOptions options, PlannerOptions::FromConfig(config));
   return Make(std::move(source), std::move(destination), std::move(topology), strategy, options);
 }
 
-Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(Layout source, Layout destination,
+Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(std::shared_ptr<const Layout> source,
+                                                         std::shared_ptr<const Layout> destination,
                                                          Topology topology, Strategy strategy,
                                                          const PlannerOptions& options) {
+  if (source == nullptr || destination == nullptr) return InvalidArgument("RefitPlan::Make: no layout");
   std::shared_ptr<RefitPlan> refit(new RefitPlan());
   refit->source_ = std::move(source);
   refit->destination_ = std::move(destination);
@@ -27,7 +38,7 @@ Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(Layout source, Layout d
   refit->options_ = options;
   const auto start = std::chrono::steady_clock::now();
   Result<PlanResult> planned =
-      MakePlan(strategy, refit->source_, refit->destination_, refit->topology_, options);
+      MakePlan(strategy, *refit->source_, *refit->destination_, refit->topology_, options);
   if (!planned.ok()) {
     return planned.status().WithContext(std::string(StrategyName(strategy)) + " planning");
   }
@@ -72,8 +83,18 @@ Result<std::unique_ptr<Refit>> Refit::Create(Session& session, std::shared_ptr<c
   return refit;
 }
 
+Result<std::unique_ptr<Refit>> Refit::Create(Session& session, std::shared_ptr<const RefitPlan> plan,
+                                             const ExecutorOptions& executor_options) {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                         Executor::Create(session.communicator(), executor_options));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Refit> refit, Create(session, std::move(plan)));
+  refit->own_executor_ = std::move(executor);
+  refit->executor_ = refit->own_executor_.get();
+  return refit;
+}
+
 Refit::Refit(Session& session, std::shared_ptr<const RefitPlan> plan)
-    : session_(session), plan_(std::move(plan)) {
+    : session_(session), plan_(std::move(plan)), executor_(&session.executor()) {
   memory_.source.resize(plan_->plan().source_buffers.size());
   memory_.destination.resize(plan_->plan().destination_buffers.size());
   bytes_by_link_ = BytesByLink(plan_->plan(), session_.communicator().rank());
@@ -152,7 +173,7 @@ Result<RefitStats> Refit::Run(Deadline deadline) {
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
   const auto start = std::chrono::steady_clock::now();
   RefitStats stats;
-  FERRY_ASSIGN_OR_RETURN(stats.executor, session_.executor().Run(plan_->plan(), memory_, deadline));
+  FERRY_ASSIGN_OR_RETURN(stats.executor, executor_->Run(plan_->plan(), memory_, deadline));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.bytes_by_link = bytes_by_link_;
   return stats;

@@ -36,18 +36,26 @@ class RefitPlan {
  public:
   // Plans `strategy` for moving `source` to `destination` on `topology`, with the planner.*
   // options of `config` (or `options`). Errors name what is wrong with the inputs (shapes,
-  // dtypes, uncovered elements, ranks outside the topology) or with an option.
-  static Result<std::shared_ptr<const RefitPlan>> Make(Layout source, Layout destination,
+  // dtypes, uncovered elements, ranks outside the topology) or with an option. The plan keeps the
+  // layouts (shared, read-only): registration by buffer name and verification read them.
+  static Result<std::shared_ptr<const RefitPlan>> Make(std::shared_ptr<const Layout> source,
+                                                       std::shared_ptr<const Layout> destination,
+                                                       Topology topology, Strategy strategy,
+                                                       const PlannerOptions& options);
+  static Result<std::shared_ptr<const RefitPlan>> Make(std::shared_ptr<const Layout> source,
+                                                       std::shared_ptr<const Layout> destination,
                                                        Topology topology, Strategy strategy,
                                                        const Config& config);
   static Result<std::shared_ptr<const RefitPlan>> Make(Layout source, Layout destination,
                                                        Topology topology, Strategy strategy,
-                                                       const PlannerOptions& options);
+                                                       const Config& config);
 
   const TransferPlan& plan() const { return planned_.plan; }
   const PlanResult& planned() const { return planned_; }  // plan, network demand, phase times
-  const Layout& source() const { return source_; }
-  const Layout& destination() const { return destination_; }
+  const Layout& source() const { return *source_; }
+  const Layout& destination() const { return *destination_; }
+  const std::shared_ptr<const Layout>& shared_source() const { return source_; }
+  const std::shared_ptr<const Layout>& shared_destination() const { return destination_; }
   const Topology& topology() const { return topology_; }
   Strategy strategy() const { return strategy_; }
   const PlannerOptions& options() const { return options_; }
@@ -58,7 +66,7 @@ class RefitPlan {
  private:
   RefitPlan() = default;
 
-  Layout source_, destination_;
+  std::shared_ptr<const Layout> source_, destination_;
   Topology topology_;
   Strategy strategy_ = Strategy::kReshard;
   PlannerOptions options_;
@@ -83,6 +91,11 @@ class Refit {
   // error names the first rank that disagrees. `session` must outlive the Refit.
   static Result<std::unique_ptr<Refit>> Create(Session& session,
                                                std::shared_ptr<const RefitPlan> plan);
+  // The same, run by an executor of the Refit's own on the session's communicator with
+  // `executor_options` instead of the session's (every rank must pass the same; used to compare,
+  // say, direct reads on and off in one session).
+  static Result<std::unique_ptr<Refit>> Create(Session& session, std::shared_ptr<const RefitPlan> plan,
+                                               const ExecutorOptions& executor_options);
 
   // This rank's memory behind a buffer of the source or destination layout, by index or by the
   // layout's buffer name. The buffer must belong to this rank and `memory` must be at least its
@@ -110,6 +123,8 @@ class Refit {
 
   Session& session_;
   std::shared_ptr<const RefitPlan> plan_;
+  std::unique_ptr<Executor> own_executor_;  // set when created with executor options
+  Executor* executor_;                      // own_executor_ or the session's
   RankMemory memory_;
   std::array<int64_t, 3> bytes_by_link_{};
   double refit_seconds_ = 0;

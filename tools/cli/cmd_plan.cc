@@ -17,6 +17,7 @@
 #include "core/layout/tensor_stack.h"
 #include "core/plan/export.h"
 #include "core/plan/validate.h"
+#include "core/refit/refit.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/refit_inputs.h"
 #include "tools/models/framework_layouts.h"
@@ -72,17 +73,15 @@ Status ExportFile(const PlanCommandArgs& args, const std::string& what, const st
   return Status::Ok();
 }
 
-Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const PlanCommandArgs& args) {
+Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const Config& config,
+                               const PlanCommandArgs& args) {
   StrategyReport report;
   report.strategy = strategy;
   const std::string name(StrategyName(strategy));
-  const auto start = std::chrono::steady_clock::now();
-  Result<PlanResult> result =
-      MakePlan(strategy, in.source, in.destination, in.topology, args.options);
-  report.planning_seconds = SecondsSince(start);
-  if (!result.ok()) {
-    return result.status().WithContext(name + " planning failed");
-  }
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const RefitPlan> refit,
+                         RefitPlan::Make(in.source, in.destination, in.topology, strategy, config));
+  report.planning_seconds = refit->planning_seconds();
+  const PlanResult* result = &refit->planned();
   Progress(args, name + ": planned in " + Seconds(report.planning_seconds) + " (" +
                      Count(static_cast<int64_t>(result->plan.ops.size())) + " ops, " +
                      Count(static_cast<int64_t>(result->plan.copies.size())) + " copy pairs)");
@@ -95,7 +94,7 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const P
   }
   report.phases = result->phases;
   report.stacks = result->stacks;
-  report.stats = ComputePlanStats(result->plan, in.topology, &result->demand);
+  report.stats = refit->Stats();
   report.transfers = CountTransfers(result->plan);
   if (strategy == args.strategy) {
     const TransferPlan& plan = result->plan;
@@ -162,8 +161,9 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
     report.destination_bytes +=
         f.NumElements() * DTypeSize(in->destination.tensors[f.tensor].dtype);
   }
-  FERRY_ASSIGN_OR_RETURN(report.reshard, PlanOne(Strategy::kReshard, *in, args));
-  FERRY_ASSIGN_OR_RETURN(report.gather_broadcast, PlanOne(Strategy::kGatherBroadcast, *in, args));
+  FERRY_ASSIGN_OR_RETURN(const Config config, LoadConfig(args.config));
+  FERRY_ASSIGN_OR_RETURN(report.reshard, PlanOne(Strategy::kReshard, *in, config, args));
+  FERRY_ASSIGN_OR_RETURN(report.gather_broadcast, PlanOne(Strategy::kGatherBroadcast, *in, config, args));
   return report;
 }
 
@@ -254,15 +254,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--json", args->json_file, "Write the plan as JSON to this file");
   cmd->add_option("--dot", args->dot_file, "Write the plan as Graphviz DOT to this file");
   cmd->add_flag("--validate", args->validate, "Check both plans with the plan validator");
-  cmd->add_option("--network-chunk-bytes", args->options.network_chunk_bytes,
-                  "Largest message to one rank over the network")
-      ->capture_default_str();
-  cmd->add_option("--fanout-chunk-bytes", args->options.fanout_chunk_bytes,
-                  "Largest message of a fan-out chain inside a node")
-      ->capture_default_str();
-  cmd->add_option("--relay-chunk-bytes", args->options.relay_chunk_bytes,
-                  "Largest message of a chain relayed between nodes")
-      ->capture_default_str();
+  AddConfigOptions(*cmd, args->config);
   cmd->callback([args, strategy, scale, exit_code] {
     Result<double> parsed_scale = models::ParseScale(*scale);
     if (!parsed_scale.ok()) {

@@ -13,6 +13,7 @@
 #include "core/base/status.h"
 #include "core/plan/stats.h"
 #include "planner/planner.h"
+#include "tools/cli/cli_config.h"
 
 namespace ferry::cli {
 
@@ -31,9 +32,9 @@ struct PlanCommandArgs {
   Strategy strategy = Strategy::kReshard;
   std::string json_file, dot_file;
   bool validate = false;    // run ValidatePlan on both plans (slow on large plans)
-  // The planner's options for both strategies (chunk sizes: the CLI's --network-chunk-bytes,
-  // --fanout-chunk-bytes and --relay-chunk-bytes).
-  PlannerOptions options;
+  // --config / --set: the planner.* options of both plans (chunk sizes, hierarchical, relay,
+  // the baseline's buckets), read as `ferry run` reads them, so both plan the same thing.
+  ConfigArgs config;
   // Called with one line per step as the command goes (layouts built, each plan made, validated,
   // written; before a file is written too, as a large plan takes a while), on the calling thread.
   // Null: silent. The CLI prints the lines to stderr.
@@ -60,7 +61,8 @@ struct PlanReport {
   StrategyReport reshard, gather_broadcast;
 };
 
-// Builds the layouts, plans with both strategies and writes the requested files. Errors
+// Builds the layouts, plans with both strategies through the library facade (RefitPlan, with the
+// configuration's planner options) and writes the requested files. Errors
 // (InvalidArgument / NotFound) name the bad input: unknown model, bad framework spec, a spec that
 // does not fit the model, unreadable or incompatible layout files, a missing argument.
 Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args);

@@ -2,10 +2,11 @@
 //
 // Without a launcher, `ferry run` starts one process per rank on this machine (local_launch.h) and
 // supervises them; under torchrun / mpirun / srun it is one of the launcher's ranks. Each rank
-// builds the layouts and plans locally (planning is deterministic), joins a Session, allocates its
-// source and destination buffers, fills the sources with the refit pattern (refit_pattern.h), runs
-// the plan(s) through the Executor, verifies every destination byte, and rank 0 prints progress
-// and the report. `ferry demo` is `ferry run` with the README's configuration and both strategies.
+// (run_rank.h) builds the layouts and plans locally through the library facade (planning is
+// deterministic), joins a Session, allocates its source and destination buffers, fills the sources
+// with the refit pattern (refit_pattern.h), runs the plan(s) through core/refit's Refit, verifies
+// every destination byte, and rank 0 prints progress and the report. `ferry demo` is `ferry run`
+// with the README's configuration and both strategies.
 //
 // Functions here are for the CLI and its tests; RunRank and RunCommand block and are meant for
 // the main thread.
@@ -44,6 +45,10 @@ struct RunArgs {
   // Each rank compares its open file descriptors and resident memory after the warm-up refits
   // with after the measured ones, and fails when fds grew or RSS grew by more than 2 MiB.
   bool leak_check = false;
+  std::string save_plan_file;  // rank 0 writes the plan it executes (the first strategy's) as JSON
+  // Ranks take their nodes from the topology instead of host names: the local launcher sets it,
+  // so that a refit planned for several nodes runs on this one machine as planned.
+  bool pretend_nodes = false;
 };
 
 // The layouts and topology one refit needs, built the same way on every rank (ranks = the

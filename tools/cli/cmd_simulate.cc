@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "core/base/strings.h"
+#include "core/refit/refit.h"
 #include "planner/planner.h"
+#include "tools/cli/cli_config.h"
 #include "tools/cli/commands.h"
 #include "tools/models/framework_layouts.h"
 #include "tools/models/presets.h"
@@ -32,15 +34,13 @@ struct SimulateArgs {
   bool colocated = false;
   std::string trace_path;
   std::string svg_path;
-  int64_t network_chunk_bytes = 0;
-  int64_t fanout_chunk_bytes = 0;
-  int64_t relay_chunk_bytes = 0;
-  int64_t bucket_bytes = 0;
-  int64_t broadcast_chunk_bytes = 0;
+  ConfigArgs config;  // --config / --set: the planner.* options, as `ferry plan` and `run` read them
   std::string dtype;  // empty: the preset's
   bool no_baseline = false;  // skip the gather-and-broadcast plan (it is slow to simulate at scale)
   int max_in_flight = sim::SimOptions{}.max_in_flight;
-  bool flat = false;  // reshard without hierarchical fan-out or relays (reference-style M2N)
+  // Reshard without hierarchical fan-out or relays (reference-style M2N): shorthand for
+  // --set planner.hierarchical=false --set planner.relay=off.
+  bool flat = false;
   int propagation_rounds = sim::SimOptions{}.propagation_rounds;
 };
 
@@ -55,48 +55,55 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Result<StrategyRun> PlanAndSimulate(Strategy strategy, const models::RefitLayouts& refit,
-                                    const Topology& topology, const PlannerOptions& planner_options,
+// The layouts of the refit, shared by both plans.
+struct SharedLayouts {
+  std::shared_ptr<const Layout> source, destination;
+};
+
+Result<std::shared_ptr<const RefitPlan>> PlanFor(Strategy strategy, const SharedLayouts& layouts,
+                                                 const Topology& topology, const Config& config) {
+  return RefitPlan::Make(layouts.source, layouts.destination, topology, strategy, config);
+}
+
+Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layouts,
+                                    const Topology& topology, const Config& config,
                                     const sim::ClusterSpec& cluster,
                                     const sim::RankMapping& mapping, bool record,
                                     int propagation_rounds, int max_in_flight,
                                     NetworkDemand* demand) {
   StrategyRun run;
   run.name = std::string(StrategyName(strategy));
-  auto t0 = std::chrono::steady_clock::now();
-  Result<PlanResult> planned =
-      MakePlan(strategy, refit.source, refit.destination, topology, planner_options);
-  if (!planned.ok()) return planned.status().WithContext("planning " + run.name);
-  run.plan_seconds = Since(t0);
-  if (demand != nullptr) *demand = planned->demand;
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const RefitPlan> planned,
+                         PlanFor(strategy, layouts, topology, config));
+  run.plan_seconds = planned->planning_seconds();
+  if (demand != nullptr) *demand = planned->planned().demand;
   sim::SimOptions options;
   options.record_op_times = record;
   options.record_ingress = record;
   options.propagation_rounds = propagation_rounds;
   options.max_in_flight = max_in_flight;
-  t0 = std::chrono::steady_clock::now();
-  Result<sim::SimResult> simulated = sim::Simulate(planned->plan, cluster, mapping, options);
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<sim::SimResult> simulated = sim::Simulate(planned->plan(), cluster, mapping, options);
   if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
   run.sim_seconds = Since(t0);
   run.result = std::move(*simulated);
   return run;
 }
 
-Status WriteReports(const SimulateArgs& args, const models::RefitLayouts& refit,
-                    const Topology& topology, const PlannerOptions& planner_options,
+Status WriteReports(const SimulateArgs& args, const SharedLayouts& layouts,
+                    const Topology& topology, const Config& config,
                     const sim::ClusterSpec& cluster, const sim::RankMapping& mapping) {
-  Result<PlanResult> planned = MakePlan(Strategy::kReshard, refit.source, refit.destination,
-                                        topology, planner_options);
-  if (!planned.ok()) return planned.status();
+  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const RefitPlan> planned,
+                         PlanFor(Strategy::kReshard, layouts, topology, config));
   sim::SimOptions options;
   options.record_op_times = !args.trace_path.empty();
   options.record_ingress = !args.svg_path.empty();
   options.propagation_rounds = args.propagation_rounds;
   options.max_in_flight = args.max_in_flight;
   FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
-                         sim::Simulate(planned->plan, cluster, mapping, options));
+                         sim::Simulate(planned->plan(), cluster, mapping, options));
   if (!args.trace_path.empty()) {
-    FERRY_ASSIGN_OR_RETURN(std::string json, sim::ChromeTraceJson(planned->plan, r));
+    FERRY_ASSIGN_OR_RETURN(std::string json, sim::ChromeTraceJson(planned->plan(), r));
     FERRY_RETURN_IF_ERROR(sim::WriteTextFile(args.trace_path, json));
     std::printf("wrote Chrome trace of the reshard plan to %s\n", args.trace_path.c_str());
   }
@@ -130,19 +137,14 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
                          sim::RankMapping::FromTopology(topology, cluster));
   FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
-  PlannerOptions planner_options;
-  // Chunk sizes given (non-zero) go to the planner, which rejects sizes under 64 bytes.
-  if (args.network_chunk_bytes != 0) planner_options.network_chunk_bytes = args.network_chunk_bytes;
-  if (args.fanout_chunk_bytes != 0) planner_options.fanout_chunk_bytes = args.fanout_chunk_bytes;
-  if (args.relay_chunk_bytes != 0) planner_options.relay_chunk_bytes = args.relay_chunk_bytes;
-  if (args.bucket_bytes > 0) planner_options.bucket_bytes = args.bucket_bytes;
+  ConfigArgs config_args = args.config;
   if (args.flat) {
-    planner_options.hierarchical = false;
-    planner_options.relay = RelayMode::kOff;
+    config_args.settings.insert(config_args.settings.begin(),
+                                {"planner.hierarchical=false", "planner.relay=off"});
   }
-  if (args.broadcast_chunk_bytes > 0) {
-    planner_options.broadcast_chunk_bytes = args.broadcast_chunk_bytes;
-  }
+  FERRY_ASSIGN_OR_RETURN(const Config options, LoadConfig(config_args));
+  const SharedLayouts layouts{std::make_shared<const Layout>(std::move(refit.source)),
+                              std::make_shared<const Layout>(std::move(refit.destination))};
 
   std::printf("model    %s (%s)\n", preset.config().name.c_str(),
               FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
@@ -157,19 +159,19 @@ Status RunSimulate(const SimulateArgs& args) {
 
   NetworkDemand demand;
   FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
-                         PlanAndSimulate(Strategy::kReshard, refit, topology, planner_options,
+                         PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
                                          cluster, mapping, false, args.propagation_rounds,
                                          args.max_in_flight, &demand));
   StrategyRun baseline;
   baseline.name = "gather-broadcast (skipped)";
   if (!args.no_baseline) {
-    FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, refit, topology,
-                                                     planner_options, cluster, mapping, false,
+    FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
+                                                     options, cluster, mapping, false,
                                                      args.propagation_rounds, args.max_in_flight,
                                                      nullptr));
   }
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
-                         sim::ComputeLowerBound(refit.source, refit.destination, cluster, mapping));
+                         sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
   ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
   double lower = bound.seconds;
   std::string limit = bound.limit;
@@ -216,7 +218,7 @@ Status RunSimulate(const SimulateArgs& args) {
                 sim::CriticalPathText(run->result).c_str());
   }
   if (!args.trace_path.empty() || !args.svg_path.empty()) {
-    FERRY_RETURN_IF_ERROR(WriteReports(args, refit, topology, planner_options, cluster, mapping));
+    FERRY_RETURN_IF_ERROR(WriteReports(args, layouts, topology, options, cluster, mapping));
   }
   return Status::Ok();
 }
@@ -244,19 +246,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--colocated", args->colocated, "destination ranks on the source's GPUs");
   cmd->add_option("--trace", args->trace_path, "write a Chrome-trace JSON of the reshard plan");
   cmd->add_option("--svg", args->svg_path, "write an SVG of per-node network ingress over time");
-  cmd->add_option("--network-chunk-bytes", args->network_chunk_bytes,
-                  "planner: largest network message (default: the planner's)");
-  cmd->add_option("--fanout-chunk-bytes", args->fanout_chunk_bytes,
-                  "planner: largest message of a fan-out chain inside a node (default: the "
-                  "planner's)");
-  cmd->add_option("--relay-chunk-bytes", args->relay_chunk_bytes,
-                  "planner: largest message of a chain relayed between nodes (default: the "
-                  "planner's)");
-  cmd->add_option("--bucket-bytes", args->bucket_bytes,
-                  "gather-and-broadcast bucket size (default: the planner's)");
-  cmd->add_option("--broadcast-chunk-bytes", args->broadcast_chunk_bytes,
-                  "gather-and-broadcast: chunk size of the pipelined broadcast (default: the "
-                  "planner's)");
+  AddConfigOptions(*cmd, args->config);
   cmd->add_flag("--no-baseline", args->no_baseline,
                 "skip the gather-and-broadcast plan (slow to simulate with thousands of GPUs)");
   cmd->add_option("--max-in-flight", args->max_in_flight,

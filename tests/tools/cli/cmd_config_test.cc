@@ -30,17 +30,18 @@ TEST(CmdConfigTest, PrintsEveryOptionWithDefaultsAndEnvironmentOverrides) {
   EXPECT_NE(out.find("transport.network = local   (from env)"), std::string::npos) << out;
   EXPECT_NE(out.find("FERRY_TRANSPORT_INTRA_NODE"), std::string::npos);
   EXPECT_NE(out.find("executor.staging_budget"), std::string::npos);
+  EXPECT_NE(out.find("planner.fanout_chunk_bytes = 16MiB"), std::string::npos) << "planner options are listed";
   EXPECT_NE(out.find("tcp.address"), std::string::npos) << "transport options are listed too";
   EXPECT_NE(out.find("transports linked in: libfabric, local, tcp, ucx"), std::string::npos) << out;
 }
 
 TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {
   std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/ferry.yaml";
-  std::ofstream(path) << "executor:\n  chunk_bytes: 16MiB\n";
+  std::ofstream(path) << "planner:\n  network_chunk_bytes: 16MiB\n";
   std::string out;
   EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 0);
-  EXPECT_NE(out.find("executor.chunk_bytes = 16MiB   (from yaml)"), std::string::npos) << out;
-  std::ofstream(path) << "executor:\n  chunk_size: 16MiB\n";
+  EXPECT_NE(out.find("planner.network_chunk_bytes = 16MiB   (from yaml)"), std::string::npos) << out;
+  std::ofstream(path) << "executor:\n  chunk_bytes: 16MiB\n";
   EXPECT_EQ(RunConfig({"--file", path}, &out), 2);
 }
 

@@ -233,23 +233,30 @@ TEST(PlanCommand, BadInputsGiveClearErrors) {
   }
 }
 
-// The chunk sizes reach the planner: smaller fan-out and network chunks mean more messages; a
-// size the planner cannot use fails with its message.
+// The chunk sizes reach the planner through --set: smaller fan-out and network chunks mean more
+// messages; a size the planner cannot use fails naming the option.
 TEST(PlanCommand, ChunkSizesReachThePlanner) {
   const Result<PlanReport> defaults = RunPlanCommand(SmallPreset());
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
   PlanCommandArgs small = SmallPreset();
-  small.options.network_chunk_bytes = 64 << 10;
-  small.options.fanout_chunk_bytes = 64 << 10;
+  small.config.settings = {"planner.network_chunk_bytes=64KiB", "planner.fanout_chunk_bytes=64KiB"};
   const Result<PlanReport> chunked = RunPlanCommand(small);
   ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
   EXPECT_GT(chunked->reshard.stats.messages, defaults->reshard.stats.messages);
   PlanCommandArgs bad = SmallPreset();
-  bad.options.relay_chunk_bytes = 0;
+  bad.config.settings = {"planner.relay_chunk_bytes=0"};
   const Result<PlanReport> rejected = RunPlanCommand(bad);
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("at least 64 bytes"), std::string::npos)
+  EXPECT_NE(rejected.status().message().find("'planner.relay_chunk_bytes' is 0; it must be at least 64"),
+            std::string::npos)
       << rejected.status().message();
+}
+
+// A YAML config file in the test's scratch directory.
+std::string ConfigFile(const std::string& yaml) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/plan_config.yaml";
+  std::ofstream(path) << yaml;
+  return path;
 }
 
 int RunCli(std::vector<std::string> argv) {
@@ -266,8 +273,8 @@ TEST(PlanCommand, CliExitCodes) {
   testing::internal::CaptureStdout();
   EXPECT_EQ(
       RunCli({"plan", "--model", "llama-3.1-8b", "--scale", "1/64", "--src", "megatron:tp=2,pp=2",
-              "--dst", "vllm:tp=2,dp=2", "--gpus-per-node", "2", "--fanout-chunk-bytes", "65536",
-              "--relay-chunk-bytes", "65536", "--network-chunk-bytes", "65536"}),
+              "--dst", "vllm:tp=2,dp=2", "--gpus-per-node", "2", "--set", "planner.fanout_chunk_bytes=64KiB",
+              "--set", "planner.relay_chunk_bytes=65536", "--config", ConfigFile("planner:\n  network_chunk_bytes: 64KiB\n")}),
       0);
   testing::internal::GetCapturedStdout();
   testing::internal::CaptureStderr();

@@ -1,6 +1,6 @@
 // Tests of `ferry simulate` through its CLI11 subcommand: the report on a scaled preset, the
-// planner's chunk sizes taken from --network-chunk-bytes / --fanout-chunk-bytes /
-// --relay-chunk-bytes (smaller chunks, more ops), and a size the planner rejects.
+// planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
+// size the planner cannot use, refused naming the option.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -55,20 +55,20 @@ TEST(SimulateCommand, ChunkSizeOptionsReachThePlanner) {
   const long defaults = SimulatedOps({});
   ASSERT_GT(defaults, 0);
   // 64 KiB chunks cut what the defaults (32, 16 and 8 MiB) send whole.
-  EXPECT_GT(SimulatedOps({"--fanout-chunk-bytes", "65536"}), defaults);
-  EXPECT_GT(SimulatedOps({"--network-chunk-bytes", "65536"}), defaults);
+  EXPECT_GT(SimulatedOps({"--set", "planner.fanout_chunk_bytes=65536"}), defaults);
+  EXPECT_GT(SimulatedOps({"--set", "planner.network_chunk_bytes=64KiB"}), defaults);
   // Every chain of this refit stays inside its node: no relays, so the relay size changes nothing.
-  EXPECT_EQ(SimulatedOps({"--relay-chunk-bytes", "65536"}), defaults);
+  EXPECT_EQ(SimulatedOps({"--set", "planner.relay_chunk_bytes=65536"}), defaults);
 }
 
 TEST(SimulateCommand, RejectsChunksThePlannerCannotUse) {
   testing::internal::CaptureStdout();
   testing::internal::CaptureStderr();
-  const int code = RunCli(SmallRefit({"--relay-chunk-bytes", "-1"}));
+  const int code = RunCli(SmallRefit({"--set", "planner.relay_chunk_bytes=32"}));
   testing::internal::GetCapturedStdout();
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 1);
-  EXPECT_NE(err.find("chunk sizes must be at least 64 bytes"), std::string::npos) << err;
+  EXPECT_NE(err.find("'planner.relay_chunk_bytes' is 32; it must be at least 64"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -102,8 +102,11 @@ TEST(RunIntegrationTest, QwenMoeFusedW13OverUcxBothStrategies) {
                         "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2", "--colocated",
                         "--transport", "ucx", "--strategy", "both", "--verify"},
                        120);
-  ExpectVerified(o, 2);
+  // reshard, reshard through the transport alone, gather-broadcast.
+  ExpectVerified(o, 3);
   EXPECT_NE(TransportsInUse(o.output).find("ucx"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("both through the transport alone (direct reads off)"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("reshard with direct reads between ranks of one node is"), std::string::npos) << o.output;
   // One node: reshard messages go as direct reads (the baseline's relayed chunks cannot).
   const size_t row = o.output.find("read from peers directly");
   ASSERT_NE(row, std::string::npos) << o.output;
@@ -129,6 +132,44 @@ TEST(RunIntegrationTest, UnevenStridedFusedLayoutFilesOverTcp) {
                        60);
   ExpectVerified(o, 2);
   EXPECT_NE(o.output.find("5 local processes"), std::string::npos) << o.output;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `ferry plan --json` and the plan `ferry run` executes (--save-plan) are the same bytes for the
+// same configuration: a YAML file, FERRY_* variables and --set all reach both. Two pretend nodes of
+// four ranks, so that the plan has network messages, fan-out and chunking to differ in.
+TEST(RunIntegrationTest, ThePlanFerryPlanPrintsIsThePlanFerryRunExecutes) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/planner.yaml") << "planner:\n  fanout_chunk_bytes: 128KiB\n";
+  ::setenv("FERRY_PLANNER_RELAY_CHUNK_BYTES", "64KiB", 1);
+  const std::vector<std::string> refit = {"--model", "llama-3.1-8b", "--scale", "1/64", "--src", "megatron:tp=2,pp=2",
+                                          "--dst", "vllm:tp=2,dp=2", "--gpus-per-node", "4", "--config",
+                                          dir + "/planner.yaml", "--set", "planner.network_chunk_bytes=256KiB"};
+  std::vector<std::string> plan = {"plan"};
+  plan.insert(plan.end(), refit.begin(), refit.end());
+  plan.insert(plan.end(), {"--json", dir + "/planned.json"});
+  std::vector<std::string> run = {"run"};
+  run.insert(run.end(), refit.begin(), refit.end());
+  run.insert(run.end(), {"--transport", "tcp", "--verify", "--save-plan", dir + "/executed.json"});
+  const Outcome planned = RunFerry(plan, 60);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const Outcome executed = RunFerry(run, 90);
+  ::unsetenv("FERRY_PLANNER_RELAY_CHUNK_BYTES");
+  ExpectVerified(executed, 1);
+  const std::string a = ReadText(dir + "/planned.json"), b = ReadText(dir + "/executed.json");
+  ASSERT_GT(a.size(), 1000u);
+  EXPECT_TRUE(a == b) << "ferry plan wrote " << a.size() << " bytes, ferry run executed " << b.size();
+  // And the configuration mattered: the default chunk sizes give another plan.
+  plan.resize(plan.size() - 6);
+  plan.insert(plan.end(), {"--json", dir + "/default.json"});
+  ASSERT_EQ(RunFerry(plan, 60).exit_code, 0);
+  EXPECT_NE(ReadText(dir + "/default.json"), a);
 }
 
 TEST(RunIntegrationTest, TwoHundredRefitsInOneCommunicatorLeakNothing) {

@@ -1,0 +1,393 @@
+// One rank of `ferry run`: plans, session, buffers, the variants' refits, verification, report.
+#include "tools/cli/run_rank.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <unistd.h>
+
+#include "core/base/strings.h"
+#include "core/plan/export.h"
+#include "core/refit/refit.h"
+#include "core/runtime/bootstrap.h"
+#include "core/runtime/session.h"
+#include "tools/cli/cli_config.h"
+#include "tools/cli/host_buffers.h"
+#include "tools/cli/refit_pattern.h"
+#include "tools/cli/run_report.h"
+
+namespace ferry::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Rank 0's progress and report lines: flushed at once so they interleave sanely with other
+// ranks' errors on a shared terminal.
+void Say(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void Say(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+  std::fflush(stdout);
+}
+
+// Prints "still running" lines every few seconds while a long refit blocks rank 0.
+class Ticker {
+ public:
+  Ticker(bool enabled, std::string what) : what_(std::move(what)) {
+    if (!enabled) return;
+    thread_ = std::thread([this] {
+      const auto start = Clock::now();
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::seconds(2), [this] { return done_; })) {
+        Say("    ... %s running, %.0f s\n", what_.c_str(), std::chrono::duration<double>(Clock::now() - start).count());
+      }
+    });
+  }
+  ~Ticker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t FragmentBytes(const Layout& layout) {
+  int64_t n = 0;
+  for (const Fragment& f : layout.fragments) n += f.NumElements() * DTypeSize(layout.tensors[f.tensor].dtype);
+  return n;
+}
+
+int64_t OpenFileDescriptors() {
+  int64_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator();
+       ++it) {
+    ++n;
+  }
+  return n;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// Whether --leak-check bounds the growth of resident memory. Not under AddressSanitizer: its
+// quarantine holds freed memory by design (and LeakSanitizer checks the heap at exit instead).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCheckResidentGrowth = false;
+#else
+constexpr bool kCheckResidentGrowth = true;
+#endif
+
+// The config of every rank: defaults < --config < FERRY_* < --transport < --set; the refit deadline
+// no longer than --timeout unless set explicitly.
+Result<Config> RankConfig(const RunArgs& args) {
+  ConfigArgs config_args{args.config_file,
+                         {"transport.network=" + args.transport, "transport.intra_node=" + args.transport}};
+  config_args.settings.insert(config_args.settings.end(), args.settings.begin(), args.settings.end());
+  FERRY_ASSIGN_OR_RETURN(Config config, LoadConfig(config_args));
+  FERRY_ASSIGN_OR_RETURN(double refit_seconds, config.GetSeconds("deadline.refit"));
+  if (config.SourceOf("deadline.refit") == "default" && refit_seconds > args.timeout_seconds) {
+    FERRY_RETURN_IF_ERROR(config.Set("deadline.refit", std::to_string(args.timeout_seconds) + "s"));
+  }
+  return config;
+}
+
+// What the run compares. With both strategies and direct reads on, reshard runs twice: as
+// configured, and through the transport alone like the baseline, so that the report can tell the
+// two effects apart.
+std::vector<RunVariant> Variants(const RunArgs& args, bool direct_reads) {
+  const bool both = args.strategies.size() == 2;
+  std::vector<RunVariant> variants;
+  for (Strategy strategy : args.strategies) {
+    if (strategy == Strategy::kReshard) {
+      variants.push_back({"reshard", strategy, direct_reads});
+      if (both && direct_reads) variants.push_back({"reshard (transport only)", strategy, false});
+    } else {
+      variants.push_back({std::string(StrategyName(strategy)), strategy, both ? false : direct_reads});
+    }
+  }
+  return variants;
+}
+
+// Everything one rank's refits share.
+struct RankContext {
+  const RunArgs& args;
+  const RefitInputs& in;
+  int rank = 0, size = 0;
+  Session& session;
+  HostBuffers& sources;
+  HostBuffers& destinations;
+  Deadline store_deadline() const { return Deadline::AfterSeconds(120); }
+};
+
+Status RegisterBuffers(Refit& refit, const RankContext& c) {
+  const Layout& source = refit.plan().source();
+  const Layout& destination = refit.plan().destination();
+  for (size_t b = 0; b < source.buffers.size(); ++b) {
+    if (source.buffers[b].rank == c.rank) FERRY_RETURN_IF_ERROR(refit.RegisterSource(static_cast<int>(b), c.sources.Desc(b)));
+  }
+  for (size_t b = 0; b < destination.buffers.size(); ++b) {
+    if (destination.buffers[b].rank == c.rank) {
+      FERRY_RETURN_IF_ERROR(refit.RegisterDestination(static_cast<int>(b), c.destinations.Desc(b)));
+    }
+  }
+  return Status::Ok();
+}
+
+// One refit of `variant` on every rank; rank 0 gets the aggregate.
+Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Refit& refit, const std::string& key,
+                            const std::string& what) {
+  FERRY_RETURN_IF_ERROR(Barrier(c.session.store(), key + "/start", c.size, c.store_deadline())
+                            .WithContext("barrier before " + what));
+  RankSample sample;
+  {
+    Ticker ticker(c.rank == 0, what);
+    sample.start_ns = NowNanos();
+    Result<RefitStats> stats = refit.Run();
+    sample.end_ns = NowNanos();
+    if (!stats.ok()) return stats.status().WithContext("rank " + std::to_string(c.rank) + ": " + what);
+    sample.bytes_sent = stats->executor.bytes_sent;
+    sample.bytes_copied = stats->executor.bytes_copied;
+    sample.bytes_read_direct = stats->executor.bytes_read_direct;
+    sample.peak_staging = stats->executor.peak_staging_bytes;
+    sample.executor_seconds = stats->executor.seconds;
+  }
+  FERRY_ASSIGN_OR_RETURN(RefitSample all,
+                         ShareSample(c.session.store(), key, c.rank, c.size, sample, c.store_deadline()));
+  if (c.rank == 0) {
+    Say("  %-24s %-20s %10s  %7.2f GB/s\n", variant.name.c_str(), what.substr(variant.name.size() + 1).c_str(),
+        FormatSeconds(all.seconds, 1, false).c_str(),
+        static_cast<double>(FragmentBytes(c.in.destination)) / all.seconds / 1e9);
+  }
+  return all;
+}
+
+// --leak-check: open fds must not grow, nor resident memory by more than 2 MiB.
+struct LeakProbe {
+  int64_t fds = OpenFileDescriptors(), rss = ResidentBytes();
+};
+
+Status CheckLeaks(const RankContext& c, const RunVariant& variant, const LeakProbe& before) {
+  const LeakProbe after;
+  if (after.fds > before.fds || (kCheckResidentGrowth && after.rss - before.rss > (int64_t{2} << 20))) {
+    return Internal("rank " + std::to_string(c.rank) + ": " + variant.name + " leaks across " +
+                    std::to_string(c.args.iterations) + " refits: open fds " + std::to_string(before.fds) + " -> " +
+                    std::to_string(after.fds) + ", RSS " + FormatBytes(static_cast<double>(before.rss)) + " -> " +
+                    FormatBytes(static_cast<double>(after.rss)));
+  }
+  if (c.rank == 0) {
+    Say("  %-24s leak check over %d refits: open fds %lld -> %lld, RSS %s -> %s (rank 0)%s\n", variant.name.c_str(),
+        c.args.iterations, static_cast<long long>(before.fds), static_cast<long long>(after.fds),
+        FormatBytes(static_cast<double>(before.rss)).c_str(), FormatBytes(static_cast<double>(after.rss)).c_str(),
+        kCheckResidentGrowth ? "" : "; RSS not bounded under AddressSanitizer");
+  }
+  return Status::Ok();
+}
+
+// Every rank checks its destination bytes against the pattern; rank 0 gathers the verdicts.
+Status Verify(const RankContext& c, const RunVariant& variant) {
+  const auto start = Clock::now();
+  Result<int64_t> checked = VerifyPattern(c.in.destination, RankBuffers{c.rank, c.destinations.pointers()});
+  const std::string prefix = "run/" + variant.name + "/verify/rank";
+  const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();
+  FERRY_RETURN_IF_ERROR(c.session.store().Set(
+      prefix + std::to_string(c.rank),
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()), c.store_deadline()));
+  if (!checked.ok()) return checked.status().WithContext(variant.name);
+  if (c.rank != 0) return Status::Ok();
+  int64_t bytes = 0;
+  for (int r = 0; r < c.size; ++r) {
+    FERRY_ASSIGN_OR_RETURN(Bytes v, c.session.store().Get(prefix + std::to_string(r), c.store_deadline()));
+    const std::string text(v.begin(), v.end());
+    if (text.rfind("ok ", 0) != 0) {
+      return Internal(variant.name + ": rank " + std::to_string(r) + " failed verification: " + text.substr(5));
+    }
+    bytes += std::atoll(text.c_str() + 3);
+  }
+  Say("  %-24s verified %s on %d ranks: bit-exact (%.2f s)\n", variant.name.c_str(),
+      FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
+      std::chrono::duration<double>(Clock::now() - start).count());
+  return Status::Ok();
+}
+
+// Warm-up and measured refits of one variant, then the leak check and verification. Returns the
+// measured samples on rank 0 (empty elsewhere).
+Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, const RunVariant& variant, Refit& refit) {
+  std::vector<RefitSample> samples;
+  LeakProbe before;
+  for (int it = 0; it < c.args.warmup + c.args.iterations; ++it) {
+    const bool measured = it >= c.args.warmup;
+    if (it == c.args.warmup) before = LeakProbe();
+    if (c.args.verify) c.destinations.Zero();
+    const std::string what =
+        variant.name + (measured ? " refit " + std::to_string(it - c.args.warmup + 1) + "/" +
+                                       std::to_string(c.args.iterations)
+                                 : " warm-up " + std::to_string(it + 1));
+    FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, "run/" + variant.name + "/" + std::to_string(it), what));
+    if (measured && c.rank == 0) samples.push_back(all);
+  }
+  if (c.args.leak_check) FERRY_RETURN_IF_ERROR(CheckLeaks(c, variant, before));
+  if (c.args.verify) FERRY_RETURN_IF_ERROR(Verify(c, variant));
+  return samples;
+}
+
+// Binds `plan` to the session for `variant`: the session's executor when the variant runs as
+// configured, else an executor of the Refit's own with direct reads switched.
+Result<std::unique_ptr<Refit>> BindVariant(const RankContext& c, const RunVariant& variant,
+                                           std::shared_ptr<const RefitPlan> plan) {
+  FERRY_ASSIGN_OR_RETURN(ExecutorOptions options, ExecutorOptions::FromConfig(c.session.config()));
+  std::unique_ptr<Refit> refit;
+  if (options.direct_intra_node == variant.direct_reads) {
+    FERRY_ASSIGN_OR_RETURN(refit, Refit::Create(c.session, std::move(plan)));
+  } else {
+    options.direct_intra_node = variant.direct_reads;
+    FERRY_ASSIGN_OR_RETURN(refit, Refit::Create(c.session, std::move(plan), options));
+  }
+  FERRY_RETURN_IF_ERROR(RegisterBuffers(*refit, c));
+  return refit;
+}
+
+// Plans every strategy of the run (each rank plans locally; planning is deterministic).
+Result<std::map<Strategy, std::shared_ptr<const RefitPlan>>> PlanStrategies(const RunArgs& args, const RefitInputs& in,
+                                                                            const Config& config, bool lead,
+                                                                            double started) {
+  auto source = std::make_shared<const Layout>(in.source);
+  auto destination = std::make_shared<const Layout>(in.destination);
+  std::map<Strategy, std::shared_ptr<const RefitPlan>> plans;
+  for (Strategy strategy : args.strategies) {
+    FERRY_ASSIGN_OR_RETURN(plans[strategy], RefitPlan::Make(source, destination, in.topology, strategy, config));
+    const TransferPlan& plan = plans[strategy]->plan();
+    if (!lead) continue;
+    int64_t messages = 0;
+    for (const Op& op : plan.ops) messages += op.kind == OpKind::kRecv ? 1 : 0;
+    Say("[%5.1fs] planned %-16s %zu ops, %lld messages, %zu staging slots (%.2f s)\n", started,
+        std::string(StrategyName(strategy)).c_str(), plan.ops.size(), static_cast<long long>(messages),
+        plan.slots.size(), plans[strategy]->planning_seconds());
+  }
+  if (lead && !args.save_plan_file.empty()) {
+    const RefitPlan& saved = *plans.at(args.strategies.front());
+    FERRY_RETURN_IF_ERROR(WritePlanJsonFile(args.save_plan_file, saved.plan(), -1, &saved.source(),
+                                            &saved.destination())
+                              .WithContext("--save-plan"));
+  }
+  return plans;
+}
+
+// --results: one CSV row per variant, labelled with the transport and the --set options.
+Status AppendResults(const RunArgs& args, int ranks, int64_t delivered, double memcpy_bps,
+                     const std::vector<VariantSummary>& summaries) {
+  if (args.results_file.empty()) return Status::Ok();
+  std::ofstream out(args.results_file, std::ios::app);
+  std::string label = args.transport;
+  for (std::string setting : args.settings) {
+    std::replace(setting.begin(), setting.end(), ',', '+');
+    label += " " + setting;
+  }
+  for (const VariantSummary& s : summaries) {
+    out << label << ',' << s.variant.name << ',' << ranks << ',' << delivered << ',' << s.mean << ',' << s.best
+        << ',' << static_cast<double>(delivered) / s.mean / 1e9 << ',' << memcpy_bps / 1e9 << ','
+        << s.last.bytes_sent << ',' << s.last.peak_staging_max << '\n';
+  }
+  if (!out) return IoError("cannot write --results " + args.results_file);
+  return Status::Ok();
+}
+
+// The ranks' nodes as the topology has them, when the local launcher pretends several nodes on
+// this machine; empty (host names decide) under a real launcher.
+std::vector<int> PretendedNodes(const RunArgs& args, const Topology& topology) {
+  std::vector<int> nodes;
+  if (!args.pretend_nodes) return nodes;
+  for (int r = 0; r < topology.NumRanks(); ++r) nodes.push_back(topology.NodeOf(r));
+  return nodes;
+}
+
+}  // namespace
+
+Status RunRankOrError(const RunArgs& args) {
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  FERRY_ASSIGN_OR_RETURN(BootstrapInfo info, BootstrapFromProcessEnvironment());
+  const bool lead = info.rank == 0;
+  FERRY_ASSIGN_OR_RETURN(RefitInputs in, BuildRefitInputs(args));
+  if (info.size != in.ranks) {
+    return InvalidArgument("the launcher started " + std::to_string(info.size) + " ranks but the refit needs " +
+                           std::to_string(in.ranks));
+  }
+  FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
+  FERRY_ASSIGN_OR_RETURN(auto plans, PlanStrategies(args, in, config, lead, elapsed()));
+  Result<std::unique_ptr<Session>> joined = Session::Join(info, config, PretendedNodes(args, in.topology));
+  if (!joined.ok()) return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
+  Session& session = **joined;
+  if (lead) {
+    std::string transports;
+    for (Transport* t : session.communicator().transports()) {
+      transports += (transports.empty() ? "" : ", ") + std::string(t->name());
+    }
+    Say("[%5.1fs] %d ranks joined; transports in use: %s\n", elapsed(), info.size, transports.c_str());
+  }
+  HostBuffers sources(in.source.buffers, info.rank, "sources");
+  HostBuffers destinations(in.destination.buffers, info.rank, "destinations");
+  if (!sources.complete() || !destinations.complete()) {
+    return Unavailable("rank " + std::to_string(info.rank) + ": out of host memory for " +
+                       FormatBytes(static_cast<double>(sources.total() + destinations.total())) + " of buffers");
+  }
+  FERRY_RETURN_IF_ERROR(FillPattern(in.source, RankBuffers{info.rank, sources.pointers()}));
+  RankContext context{args, in, info.rank, info.size, session, sources, destinations};
+  FERRY_RETURN_IF_ERROR(Barrier(session.store(), "run/filled", info.size, context.store_deadline()));
+  const int64_t delivered = FragmentBytes(in.destination);
+  double memcpy_bps = 0;
+  if (lead) {
+    Say("[%5.1fs] buffers allocated and filled: %s of sources, %s of destinations\n", elapsed(),
+        FormatBytes(static_cast<double>(FragmentBytes(in.source))).c_str(),
+        FormatBytes(static_cast<double>(delivered)).c_str());
+    memcpy_bps = MeasureMemcpy(delivered);
+    Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", elapsed(),
+        FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
+  }
+  FERRY_RETURN_IF_ERROR(Barrier(session.store(), "run/memcpy", info.size, context.store_deadline()));
+  FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor_options, ExecutorOptions::FromConfig(config));
+  std::vector<VariantSummary> summaries;
+  for (const RunVariant& variant : Variants(args, executor_options.direct_intra_node)) {
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Refit> refit, BindVariant(context, variant, plans.at(variant.strategy)));
+    FERRY_ASSIGN_OR_RETURN(std::vector<RefitSample> samples, RunVariantRefits(context, variant, *refit));
+    if (lead) summaries.push_back(Summarize(variant, samples));
+  }
+  if (lead) {
+    Say("%s", FormatRunReport(in.description, delivered, memcpy_bps, summaries, args.iterations).c_str());
+    FERRY_RETURN_IF_ERROR(AppendResults(args, info.size, delivered, memcpy_bps, summaries));
+  }
+  FERRY_RETURN_IF_ERROR(session.Finish());
+  if (lead) Say("[%5.1fs] done\n", elapsed());
+  return Status::Ok();
+}
+
+}  // namespace ferry::cli

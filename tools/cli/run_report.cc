@@ -1,0 +1,164 @@
+// `ferry run`'s samples, their aggregation on rank 0, the memcpy reference and the report table.
+#include "tools/cli/run_report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+
+#include "core/base/strings.h"
+
+namespace ferry::cli {
+
+std::string RankSample::Encode() const {
+  std::ostringstream out;
+  out << start_ns << ' ' << end_ns << ' ' << bytes_sent << ' ' << bytes_copied << ' ' << peak_staging << ' '
+      << executor_seconds << ' ' << bytes_read_direct;
+  return out.str();
+}
+
+Result<RankSample> RankSample::Decode(const std::string& text) {
+  RankSample s;
+  std::istringstream in(text);
+  if (!(in >> s.start_ns >> s.end_ns >> s.bytes_sent >> s.bytes_copied >> s.peak_staging >> s.executor_seconds >>
+        s.bytes_read_direct)) {
+    return InvalidArgument("not a refit sample: '" + text.substr(0, 64) + "'");
+  }
+  return s;
+}
+
+Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, int size,
+                                const RankSample& sample, Deadline deadline) {
+  const std::string encoded = sample.Encode();
+  FERRY_RETURN_IF_ERROR(store.Set(
+      key + "/rank" + std::to_string(rank),
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()), deadline));
+  RefitSample all;
+  if (rank != 0) return all;
+  int64_t first = INT64_MAX, last = 0;
+  for (int r = 0; r < size; ++r) {
+    FERRY_ASSIGN_OR_RETURN(Bytes value, store.Get(key + "/rank" + std::to_string(r), deadline));
+    FERRY_ASSIGN_OR_RETURN(RankSample s, RankSample::Decode(std::string(value.begin(), value.end())));
+    first = std::min(first, s.start_ns);
+    last = std::max(last, s.end_ns);
+    all.bytes_sent += s.bytes_sent;
+    all.bytes_copied += s.bytes_copied;
+    all.bytes_read_direct += s.bytes_read_direct;
+    all.longest_rank_seconds = std::max(all.longest_rank_seconds, s.executor_seconds);
+    all.peak_staging_max = std::max(all.peak_staging_max, s.peak_staging);
+    all.peak_staging_sum += s.peak_staging;
+  }
+  all.seconds = static_cast<double>(last - first) * 1e-9;
+  return all;
+}
+
+VariantSummary Summarize(const RunVariant& variant, const std::vector<RefitSample>& samples) {
+  VariantSummary s;
+  s.variant = variant;
+  s.best = 1e30;
+  for (const RefitSample& r : samples) {
+    s.mean += r.seconds / static_cast<double>(samples.size());
+    s.best = std::min(s.best, r.seconds);
+  }
+  if (!samples.empty()) s.last = samples.back();
+  return s;
+}
+
+double MeasureMemcpy(int64_t bytes) {
+  bytes = std::max<int64_t>(bytes, int64_t{1} << 20);
+  std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
+  std::memset(a.get(), 1, bytes);
+  std::memset(b.get(), 2, bytes);
+  constexpr int kPasses = 7;
+  std::vector<double> seconds;
+  for (int i = 0; i < kPasses; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(b.get(), a.get(), bytes);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (b[bytes / 2] != 1) std::abort();  // keeps the copy observable
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + kPasses / 2, seconds.end());
+  return static_cast<double>(bytes) / seconds[kPasses / 2];
+}
+
+namespace {
+
+const VariantSummary* Find(const std::vector<VariantSummary>& summaries, Strategy strategy, bool direct_reads) {
+  for (const VariantSummary& s : summaries) {
+    if (s.variant.strategy == strategy && s.variant.direct_reads == direct_reads) return &s;
+  }
+  return nullptr;
+}
+
+// The ratios that mean something: reshard against the baseline on the same footing (both
+// through the transport), and reshard as it runs by default (direct reads) against the baseline.
+std::string Ratios(const std::vector<VariantSummary>& summaries, int iterations) {
+  const VariantSummary* baseline = Find(summaries, Strategy::kGatherBroadcast, false);
+  if (baseline == nullptr) baseline = Find(summaries, Strategy::kGatherBroadcast, true);
+  if (baseline == nullptr) return "";
+  std::string out;
+  char line[256];
+  if (const VariantSummary* transport = Find(summaries, Strategy::kReshard, false)) {
+    std::snprintf(line, sizeof line,
+                  "  reshard is %.2fx faster than gather-broadcast, both through the transport alone "
+                  "(direct reads off)\n",
+                  baseline->mean / transport->mean);
+    out += line;
+  }
+  if (const VariantSummary* direct = Find(summaries, Strategy::kReshard, true)) {
+    std::snprintf(line, sizeof line,
+                  "  reshard with direct reads between ranks of one node is %.2fx faster than "
+                  "gather-broadcast\n",
+                  baseline->mean / direct->mean);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  (mean of %d refits each, same transport, same run)\n", iterations);
+  return out.empty() ? "" : out + line;
+}
+
+}  // namespace
+
+std::string FormatRunReport(const std::string& description, int64_t delivered, double memcpy_bps,
+                            const std::vector<VariantSummary>& summaries, int iterations) {
+  std::string out = "\n" + description + "\n";
+  char cell[64];
+  auto row = [&](const char* label, auto value) {
+    std::snprintf(cell, sizeof cell, "  %-26s", label);
+    out += cell;
+    for (const VariantSummary& s : summaries) {
+      std::snprintf(cell, sizeof cell, " %24s", value(s).c_str());
+      out += cell;
+    }
+    out += "\n";
+  };
+  auto text = [](const char* format, double value) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, format, value);
+    return std::string(buf);
+  };
+  auto bytes = [](int64_t n) { return FormatBytes(static_cast<double>(n)); };
+  const double total = static_cast<double>(delivered);
+  row("", [](const VariantSummary& s) { return s.variant.name; });
+  row("refit time (mean)", [](const VariantSummary& s) { return FormatSeconds(s.mean, 1, false); });
+  row("refit time (best)", [](const VariantSummary& s) { return FormatSeconds(s.best, 1, false); });
+  row("slowest rank's own run",
+      [](const VariantSummary& s) { return FormatSeconds(s.last.longest_rank_seconds, 1, false); });
+  row("bandwidth (mean)", [&](const VariantSummary& s) { return text("%.2f GB/s", total / s.mean / 1e9); });
+  row("vs memcpy", [&](const VariantSummary& s) { return text("%.0f%%", 100.0 * total / s.mean / memcpy_bps); });
+  row("delivered", [&](const VariantSummary&) { return bytes(delivered); });
+  row("sent by transports", [&](const VariantSummary& s) { return bytes(s.last.bytes_sent); });
+  row("read from peers directly", [&](const VariantSummary& s) { return bytes(s.last.bytes_read_direct); });
+  row("copied in ranks", [&](const VariantSummary& s) { return bytes(s.last.bytes_copied); });
+  row("peak staging/rank", [&](const VariantSummary& s) { return bytes(s.last.peak_staging_max); });
+  row("peak staging sum", [&](const VariantSummary& s) { return bytes(s.last.peak_staging_sum); });
+  out += "  bandwidth = bytes delivered to destination fragments / time from the first rank's start to the "
+         "last rank's end\n";
+  out += "  vs memcpy = that bandwidth / one thread's memcpy of buffers of the delivered size (median of 7)\n";
+  return out + Ratios(summaries, iterations);
+}
+
+}  // namespace ferry::cli

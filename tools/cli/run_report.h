@@ -1,0 +1,66 @@
+// `ferry run`'s numbers: what each rank measures per refit, how rank 0 gathers them through the
+// store, the memcpy reference, and the report table with its labelled ratios. Pure functions apart
+// from the store and MeasureMemcpy's copying; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+#include "core/runtime/store.h"
+#include "planner/planner.h"
+
+namespace ferry::cli {
+
+// One rank's numbers for one refit, passed to rank 0 through the store.
+struct RankSample {
+  int64_t start_ns = 0, end_ns = 0;  // wall clock (system_clock), comparable across ranks
+  int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
+  double executor_seconds = 0;
+
+  std::string Encode() const;
+  // Fails on text that is not an encoded sample (the store is shared by every rank).
+  static Result<RankSample> Decode(const std::string& text);
+};
+
+// All ranks' numbers for one refit, as rank 0 sees them.
+struct RefitSample {
+  double seconds = 0;  // first rank's start to last rank's end
+  int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
+  int64_t bytes_read_direct = 0;
+  double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
+};
+
+// Publishes this rank's sample under `key`; rank 0 (only) then gathers all `size` and returns
+// their aggregate, other ranks an empty sample.
+Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, int size,
+                                const RankSample& sample, Deadline deadline);
+
+// One way of running a refit that the report compares: a strategy, and whether ranks of one node
+// read each other's memory directly (executor.direct_intra_node) or go through the transport.
+struct RunVariant {
+  std::string name;  // "reshard", "reshard (transport only)", "gather-broadcast"
+  Strategy strategy = Strategy::kReshard;
+  bool direct_reads = true;
+};
+
+struct VariantSummary {
+  RunVariant variant;
+  double mean = 0, best = 0;
+  RefitSample last;
+};
+
+VariantSummary Summarize(const RunVariant& variant, const std::vector<RefitSample>& samples);
+
+// Single-threaded memcpy bandwidth in bytes per second for buffers of `bytes` (at least 1 MiB):
+// the median of several copies between two buffers touched beforehand.
+double MeasureMemcpy(int64_t bytes);
+
+// The side-by-side table (time, bandwidth, bytes, staging per variant) and the ratios between
+// reshard and gather-broadcast, each labelled with what it compares.
+std::string FormatRunReport(const std::string& description, int64_t delivered, double memcpy_bps,
+                            const std::vector<VariantSummary>& summaries, int iterations);
+
+}  // namespace ferry::cli
