@@ -18,8 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "planner/fresh_memory.h"
-#include "planner/tensor_prefetch.h"
 
 namespace ferry {
 namespace {
@@ -265,7 +263,6 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   constexpr int kRecentFamilies = 4;
   int recent[kRecentFamilies] = {-1, -1, -1, -1};  // most recently joined first
   for (size_t t = 0; t < source.tensors.size(); ++t) {
-    PrefetchNameAndShape(source.tensors, t + kPrefetchAhead);
     const TensorSpec& spec = source.tensors[t];
     if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
     int family_index = -1;
@@ -322,7 +319,7 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
   const Layout& second = source_first ? destination : source;
   StackSide& first_side = source_first ? out.source : out.destination;
   StackSide& second_side = source_first ? out.destination : out.source;
-  RetainedVector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
+  std::vector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
   // By tensor of the side merged first: 1 when a fragment of the member could not be folded.
   std::vector<uint8_t> partly_folded(first.tensors.size(), 0);
   auto merge_first_side = [&](const std::vector<Membership>& member) {
@@ -330,8 +327,8 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
     first_side.last_run_of_stack_.assign(families.size(), 0);
     first_side.stacks_.fragments.reserve(n);  // only what is written is touched
-    GrowFresh(first_side.folded_, n);
-    ReserveFresh(folded_ids, n);
+    first_side.folded_.resize(n);
+    folded_ids.reserve(n);
     const FragmentTable& frags = first.fragments;
     bool merged = false;
     for (size_t i = 0; i < n; ++i) {
@@ -375,7 +372,6 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
     dst_member[t] = {family_index, position};
   };
   for (size_t t = 0; t < destination.tensors.size(); ++t) {
-    PrefetchNameAndShape(destination.tensors, t + kPrefetchAhead);
     const TensorSpec& spec = destination.tensors[t];
     if (t < source.tensors.size()) {
       const TensorSpec& same = source.tensors[t];

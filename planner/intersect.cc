@@ -21,8 +21,6 @@
 #include <string_view>
 #include <utility>
 
-#include "planner/fresh_memory.h"
-#include "planner/tensor_prefetch.h"
 
 namespace ferry {
 namespace {
@@ -242,10 +240,10 @@ struct KeyLess {
 // others in id order (a key carries its fragment's id), so a layout whose stacked experts are
 // diverted (356k of DeepSeek-V3's 574k destination fragments) writes and sorts only the rest.
 struct FragmentKeys {
-  ScratchVector<FragKey> keys;    // in fragment id order, diverted ones left out
-  ScratchVector<int> tensor_of;   // the tensor of each key
+  std::vector<FragKey> keys;    // in fragment id order, diverted ones left out
+  std::vector<int> tensor_of;   // the tensor of each key
   bool by_tensor = false;         // fragments come ordered by tensor: `keys` serve as `sorted`
-  ScratchVector<FragKey> sorted;  // by tensor (then as SortTensor leaves them)
+  std::vector<FragKey> sorted;  // by tensor (then as SortTensor leaves them)
   std::vector<int> tensor_begin;  // tensor t: sorted[tensor_begin[t] .. tensor_begin[t + 1])
 
   FragKey* TensorKeys(int t) { return (by_tensor ? keys.data() : sorted.data()) + tensor_begin[t]; }
@@ -255,12 +253,12 @@ struct FragmentKeys {
 // fills `out`, reading each fragment once. Fragments `diverter` (if any) takes are left out: in
 // no tensor's keys, rank -1.
 Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, const char* side,
-                     FragmentDiverter* diverter, FragmentKeys& out, RetainedVector<int>& ranks) {
+                     FragmentDiverter* diverter, FragmentKeys& out, std::vector<int>& ranks) {
   const size_t n = layout.fragments.size();
   const size_t num_tensors = layout.tensors.size();
-  GrowFresh(out.keys, n);
-  GrowFresh(out.tensor_of, n);
-  GrowFresh(ranks, n);
+  out.keys.resize(n);
+  out.tensor_of.resize(n);
+  ranks.resize(n);
   FragKey* keys = out.keys.data();
   int* tensor_of = out.tensor_of.data();
   size_t kept = 0;  // keys written
@@ -318,7 +316,7 @@ Status ReadFragments(const Layout& layout, const std::vector<TensorInfo>& info, 
   out.by_tensor = by_tensor;
   if (!by_tensor) {
     // Counting sort by tensor (stable: id order within a tensor).
-    GrowFresh(out.sorted, kept);
+    out.sorted.resize(kept);
     FragKey* sorted = out.sorted.data();
     std::vector<int> next(begin.begin(), begin.end() - 1);
     for (size_t k = 0; k < kept; ++k) sorted[next[tensor_of[k]]++] = keys[k];
@@ -419,9 +417,8 @@ class NameIndex {
     mask_ = size - 1;
     slots_.assign(size, 0);
   }
-  // The tag of a name, for Insert; Prefetch(tag) fetches its slot ahead of the insert.
+  // The tag of a name, for Insert.
   static uint64_t Tag(std::string_view name) { return Hash(name) & ~uint64_t{0xffffffff}; }
-  void Prefetch(uint64_t tag) const { __builtin_prefetch(&slots_[tag >> 32 & mask_]); }
   // Indexes tensor t, whose name has tag `tag` (after all tensors before it); false if an earlier
   // tensor has its name.
   bool Insert(int t, uint64_t tag) {
@@ -496,35 +493,18 @@ Status MapTensors(const Layout& source, const Layout& destination,
   };
   // Source names known distinct (the layout's own name index says so; the usual case): every
   // tensor is the first of its name, and lookups go to the layout. Otherwise an index of our own,
-  // filled in tensor order, with tags computed a few tensors ahead and their slots fetched
-  // meanwhile (the table is too large for the cache after the layouts have streamed through it).
+  // filled in tensor order.
   const bool distinct = source.TensorNamesKnownDistinct();
   std::optional<NameIndex> names;
-  std::vector<uint64_t> tags;
-  constexpr int kTagsAhead = 8;
-  if (!distinct) {
-    names.emplace(src);
-    tags.resize(num_src);
-    for (int t = 0; t < std::min(num_src, kTagsAhead); ++t) tags[t] = NameIndex::Tag(src[t].name);
-  }
+  if (!distinct) names.emplace(src);
   bool all_matched = true;
   for (int t = 0; t < std::max(num_src, num_dst); ++t) {
     bool first = false;  // source tensor t is the first of its name
     if (t < num_src) {
-      PrefetchNameAndShape(src, t + kPrefetchAhead);
       src_info[t] = Describe(src[t].shape);
-      if (distinct) {
-        first = true;
-      } else {
-        if (t + kTagsAhead < num_src) {
-          tags[t + kTagsAhead] = NameIndex::Tag(src[t + kTagsAhead].name);
-          names->Prefetch(tags[t + kTagsAhead]);
-        }
-        first = names->Insert(t, tags[t]);
-      }
+      first = distinct || names->Insert(t, NameIndex::Tag(src[t].name));
     }
     if (t < num_dst && !taken(t)) {
-      PrefetchNameAndShape(dst, t + kPrefetchAhead);
       if (first && src[t].name == dst[t].name && matches(t, t)) {
         src_of_dst[t] = t;
         dst_info[t] = src_info[t];
@@ -660,10 +640,6 @@ Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destin
   SortScratch sort_scratch;
   out.pieces.reserve(num_dst_frags);
   out.holders.reserve(source.fragments.size());
-  AdviseHugePages(out.group_frags);
-  AdviseHugePages(out.groups);
-  AdviseHugePages(out.group_boxes);
-  AdviseHugePages(out.pieces);
 
   // Cuts the groups [gi, gend) of destination tensor `dst_tensor` into pieces: indexes the unique
   // source boxes of its source tensor (their fragments appended to the holders).

@@ -21,7 +21,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/base/retained_memory.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
 #include "core/layout/layout.h"
@@ -87,18 +86,16 @@ struct Intersection {
   Intersection(const Intersection&) = delete;  // the groups point into group_boxes
   Intersection& operator=(const Intersection&) = delete;
 
-  // The lists are RetainedVectors (core/base/retained_memory.h): a plan reuses the memory of the
-  // intersections before it.
-  RetainedVector<FragmentGroup> groups;  // sorted by (dst tensor, box)
-  RetainedVector<int> group_frags;       // destination fragment ids
-  RetainedVector<Piece> pieces;          // sorted by group; pieces of a group are disjoint
-  RetainedVector<int> holders;           // source fragment ids
+  std::vector<FragmentGroup> groups;  // sorted by (dst tensor, box)
+  std::vector<int> group_frags;       // destination fragment ids
+  std::vector<Piece> pieces;          // sorted by group; pieces of a group are disjoint
+  std::vector<int> holders;           // source fragment ids
   // The groups' boxes, by group (FragmentGroup::box points at its own): reserved for one group per
   // destination fragment, so that they never move while groups are added.
-  RetainedVector<Box> group_boxes;
+  std::vector<Box> group_boxes;
   BoxList piece_boxes;                // boxes of the pieces smaller than their group
-  RetainedVector<int> source_ranks;   // rank of each source fragment, by fragment id
-  RetainedVector<int> destination_ranks;  // rank of each destination fragment, by fragment id
+  std::vector<int> source_ranks;   // rank of each source fragment, by fragment id
+  std::vector<int> destination_ranks;  // rank of each destination fragment, by fragment id
 
   // The largest dim-0 index a member cut encodes (Piece::box); AddMemberPiece stores the box of a
   // cut past it. Small enough for emission's records to carry it in 16 bits.

@@ -13,7 +13,6 @@
 
 #include "core/layout/tensor_stack.h"
 #include "planner/fold_stacks.h"
-#include "planner/fresh_memory.h"
 #include "planner/intersect.h"
 
 namespace ferry {
@@ -327,7 +326,7 @@ struct Delivery {
 constexpr int kLookUp = -1;
 // Member i's entry (see Delivery::members) of a Delivery or SortedDelivery.
 template <typename AnyDelivery>
-inline int MemberFragment(const AnyDelivery& d, const RetainedVector<int>& member_fragments,
+inline int MemberFragment(const AnyDelivery& d, const std::vector<int>& member_fragments,
                           int i) {
   return d.members < 0 ? ~d.members : member_fragments[static_cast<size_t>(d.members + i)];
 }
@@ -389,8 +388,8 @@ std::vector<DType> DTypesOf(const Layout& layout) {
 // its rank again and again costs a cache miss each time).
 struct PlanFacts {
   std::vector<int> node_of_rank;
-  const RetainedVector<int>& source_rank;       // by source fragment (the intersection's)
-  const RetainedVector<int>& destination_rank;  // by destination fragment
+  const std::vector<int>& source_rank;       // by source fragment (the intersection's)
+  const std::vector<int>& destination_rank;  // by destination fragment
   std::vector<int64_t> piece_bytes;   // by piece of the intersection
   std::vector<DType> piece_dtype;     // by piece
 
@@ -527,15 +526,6 @@ class FragmentsById {
   FragmentAt operator[](size_t id) const {
     return id < count_ ? FragmentAt{own_, id} : FragmentAt{stacked_, id - count_};
   }
-  // Starts loading fragment `id`'s record (its values are in it). Always inlined, as
-  // FragmentTable::PrefetchRecord.
-  [[gnu::always_inline]] void Prefetch(size_t id) const {
-    if (id < count_) {
-      own_->PrefetchRecord(id);
-    } else {
-      stacked_->PrefetchRecord(id - count_);
-    }
-  }
 
  private:
   const FragmentTable* own_;
@@ -552,9 +542,9 @@ struct EmitInputs {
   const FragmentsById& dst_frags;
   const TreeTable& trees;
   const std::vector<LocalCopy>& local_copies;
-  const RetainedVector<SortedDelivery>& deliveries;
-  const RetainedVector<int>& member_fragments;
-  const RetainedVector<Message>& messages;
+  const std::vector<SortedDelivery>& deliveries;
+  const std::vector<int>& member_fragments;
+  const std::vector<Message>& messages;
   int num_ranks;
 };
 
@@ -569,11 +559,11 @@ template <bool kMemberCuts>
   const FragmentsById& dst_frags = in.dst_frags;
   const TreeTable& trees = in.trees;
   const std::vector<LocalCopy>& local_copies = in.local_copies;
-  const RetainedVector<SortedDelivery>& deliveries = in.deliveries;
-  const RetainedVector<int>& member_fragments = in.member_fragments;
-  const RetainedVector<Message>& messages = in.messages;
+  const std::vector<SortedDelivery>& deliveries = in.deliveries;
+  const std::vector<int>& member_fragments = in.member_fragments;
+  const std::vector<Message>& messages = in.messages;
   const int num_ranks = in.num_ranks;
-  const RetainedVector<int>& dst_rank = facts.destination_rank;
+  const std::vector<int>& dst_rank = facts.destination_rank;
   const std::vector<int>& node_of = facts.node_of_rank;
   // The destination fragments of group `g` on `rank`, a range of Intersection::group_frags: what
   // emission reads for a tree member whose fragment routing left as kLookUp (a group of one
@@ -606,10 +596,10 @@ template <bool kMemberCuts>
       deps_bound += 1 + 2 * size;
       copies_bound += count * (1 + size);
     }
-    ReserveFresh(plan.ops, ops_bound);
-    ReserveFresh(plan.slots, slots_bound);
-    ReserveFresh(plan.dep_list, deps_bound);
-    ReserveFresh(plan.copies, copies_bound);
+    plan.ops.reserve(ops_bound);
+    plan.slots.reserve(slots_bound);
+    plan.dep_list.reserve(deps_bound);
+    plan.copies.reserve(copies_bound);
   }
   {
     std::vector<int> rank_begin(num_ranks + 1, 0);
@@ -688,22 +678,6 @@ template <bool kMemberCuts>
   int last_sender = -1;
   for (size_t mi = 0; mi < messages.size(); ++mi) {
     const Message& m = messages[mi];
-    if (mi + 1 < messages.size()) {
-      // The next message's fragments (source locations, destination boxes and locations) start
-      // loading while this one is emitted.
-      const Message& next = messages[mi + 1];
-      const int next_size = trees.Size(next.tree);
-      int budget = 64;  // destination fragments prefetched per message
-      for (int k = next.first; k < std::min(next.last, next.first + 32); ++k) {
-        src_frags.Prefetch(deliveries[k].sender_frag);
-        __builtin_prefetch(deliveries[k].box);
-        for (int i = 0; i < next_size && budget > 0; ++i, --budget) {
-          const int frag = MemberFragment(deliveries[k], member_fragments, i);
-          if (frag == kLookUp) continue;
-          dst_frags.Prefetch(frag);
-        }
-      }
-    }
     round = m.sender == last_sender ? round + 1 : 0;
     last_sender = m.sender;
     const int count = m.last - m.first;
@@ -799,13 +773,6 @@ template <bool kMemberCuts>
       }
       for (int k = frag0 != kLookUp ? m.last : m.first; k < m.last; ++k) {
         const SortedDelivery& d = deliveries[k];
-        // A message of many deliveries outruns the prefetch ahead of it: its member's fragments
-        // further on start loading here.
-        constexpr int kAhead = 8;
-        if (k + kAhead < m.last) {
-          const int ahead = MemberFragment(deliveries[k + kAhead], member_fragments, i);
-          if (ahead != kLookUp) dst_frags.Prefetch(ahead);
-        }
         // The member's fragments of the piece: the one routing recorded, else the group's on it.
         const int frag = MemberFragment(d, member_fragments, i);
         const auto [lo, hi] =
@@ -830,10 +797,10 @@ template <bool kMemberCuts>
 // chunk) whose candidates are piece holders or, past them, entries of intra_pool.
 struct Routes {
   std::vector<LocalCopy> local_copies;
-  RetainedVector<Delivery> deliveries;
+  std::vector<Delivery> deliveries;
   std::vector<int> intra_pool;        // same-node holders, candidates numbered after the holders
   std::vector<Box> chunk_boxes;       // the boxes of deliveries that carry part of a piece
-  RetainedVector<int> member_fragments;  // tree members' fragments (Delivery::members)
+  std::vector<int> member_fragments;  // tree members' fragments (Delivery::members)
 };
 
 // Routing: local copies, intra-node deliveries and network deliveries (chunked), their trees
@@ -843,12 +810,12 @@ struct Routes {
                                        const PlannerOptions& options, bool relay, int num_ranks,
                                        int num_nodes, TreeTable& trees, Routes& routes) {
   std::vector<LocalCopy>& local_copies = routes.local_copies;
-  RetainedVector<Delivery>& deliveries = routes.deliveries;
+  std::vector<Delivery>& deliveries = routes.deliveries;
   std::vector<int>& intra_pool = routes.intra_pool;
   std::vector<Box>& chunk_boxes = routes.chunk_boxes;
-  RetainedVector<int>& member_fragments = routes.member_fragments;
-  const RetainedVector<int>& src_rank = facts.source_rank;
-  const RetainedVector<int>& dst_rank = facts.destination_rank;
+  std::vector<int>& member_fragments = routes.member_fragments;
+  const std::vector<int>& src_rank = facts.source_rank;
+  const std::vector<int>& dst_rank = facts.destination_rank;
   std::vector<int64_t> leader_load(num_ranks, 0);
   Box member_box;  // a member cut's box, built to be chunked
   std::vector<Box> chunks;
@@ -890,8 +857,8 @@ struct Routes {
   // About one delivery per destination fragment and network node or chunk (159k of DeepSeek-V3's
   // 263k, 415k of Kimi-K2's 530k), and a member entry per fan-out member: reserving for each
   // destination fragment spares most regrowth copies, and only what is written is touched.
-  ReserveFresh(deliveries, std::max(inter.pieces.size(), inter.group_frags.size()));
-  ReserveFresh(member_fragments, inter.group_frags.size());
+  deliveries.reserve(std::max(inter.pieces.size(), inter.group_frags.size()));
+  member_fragments.reserve(inter.group_frags.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
     const FragmentGroup& g = inter.groups[piece.group];
@@ -1081,7 +1048,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   plan.num_ranks = num_ranks;
 
   const PlanFacts facts(inter, dtype_of_destination_tensor, topology);
-  const RetainedVector<int>& src_rank = facts.source_rank;
+  const std::vector<int>& src_rank = facts.source_rank;
   result.demand = ComputeDemand(inter, facts, num_nodes);
   const NetworkDemand& demand = result.demand;
   const LowerBound bound = ComputeLowerBound(demand, topology);
@@ -1095,10 +1062,10 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   Routes routes;
   RouteDeliveries(inter, facts, options, relay, num_ranks, num_nodes, trees, routes);
   const std::vector<LocalCopy>& local_copies = routes.local_copies;
-  RetainedVector<Delivery>& deliveries = routes.deliveries;
+  std::vector<Delivery>& deliveries = routes.deliveries;
   const std::vector<int>& intra_pool = routes.intra_pool;
   const std::vector<Box>& chunk_boxes = routes.chunk_boxes;
-  const RetainedVector<int>& member_fragments = routes.member_fragments;
+  const std::vector<int>& member_fragments = routes.member_fragments;
   const std::vector<int>& node_of = facts.node_of_rank;
   const int num_holders = static_cast<int>(inter.holders.size());
   result.phases.route = clock.Lap();
@@ -1112,17 +1079,13 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     auto candidate = [&](int c) { return c < num_holders ? inter.holders[c] : intra_pool[c - num_holders]; };
     std::vector<int> device_of(num_ranks);
     for (int r = 0; r < num_ranks; ++r) device_of[r] = topology.ranks[r].local_device;
-    // LPT order (bytes descending, then index): `flexible` is in index order, so a stable radix
-    // sort on the bytes (two 16-bit digits) when every size fits in 32 bits (chunked deliveries
-    // always do at the default chunk sizes), else a sort of pairs.
-    ScratchVector<int> flexible;
-    ReserveFresh(flexible, deliveries.size());
-    bool small_sizes = deliveries.size() <= 0xffffffffu;
+    // LPT order: bytes descending, then index (`flexible` is in index order and the sort stable).
+    std::vector<int> flexible;
+    flexible.reserve(deliveries.size());
     for (size_t i = 0; i < deliveries.size(); ++i) {
       Delivery& d = deliveries[i];
       if (d.cand_end - d.cand_begin > 1) {
         flexible.push_back(static_cast<int>(i));
-        small_sizes = small_sizes && d.bytes <= 0xffffffff;
         continue;
       }
       const bool intra = d.cand_begin >= num_holders;
@@ -1131,28 +1094,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       (intra ? intra_out : net_out)[rank] += d.bytes;
       if (!intra) node_out[node_of[rank]] += d.bytes;
     }
-    if (small_sizes) {
-      ScratchVector<int> sorted;
-      GrowFresh(sorted, flexible.size());
-      std::vector<int> count(0x10001);
-      for (int shift : {0, 16}) {
-        auto digit = [&](int di) {
-          return ((0xffffffffu - static_cast<uint32_t>(deliveries[di].bytes)) >> shift) & 0xffffu;
-        };
-        std::fill(count.begin(), count.end(), 0);
-        for (int di : flexible) ++count[digit(di) + 1];
-        for (size_t v = 0; v + 1 < count.size(); ++v) count[v + 1] += count[v];
-        for (int di : flexible) sorted[count[digit(di)]++] = di;
-        flexible.swap(sorted);
-      }
-    } else {
-      std::vector<std::pair<int64_t, int>> by_size(flexible.size());
-      for (size_t k = 0; k < flexible.size(); ++k) {
-        by_size[k] = {-deliveries[flexible[k]].bytes, flexible[k]};
-      }
-      std::sort(by_size.begin(), by_size.end());
-      for (size_t k = 0; k < by_size.size(); ++k) flexible[k] = by_size[k].second;
-    }
+    std::stable_sort(flexible.begin(), flexible.end(),
+                     [&](int a, int b) { return deliveries[a].bytes > deliveries[b].bytes; });
     // Per candidate number: its rank, that rank's local device and node, read in order by the
     // scans below (each delivery scans all its candidates; Kimi-K2's attention has 64 holders a
     // piece).
@@ -1212,18 +1155,18 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   // nodes. Order (sender, distance, tree, delivery index): a stable counting sort by sender, then,
   // within each sender's range (small, so it stays in cache), a stable counting sort by tree, the
   // trees taken by (distance, tree).
-  RetainedVector<SortedDelivery> sorted;  // the deliveries in message order
+  std::vector<SortedDelivery> sorted;  // the deliveries in message order
   bool member_cuts = false;            // whether any of them is a member cut
   std::vector<int> sender_begin(num_ranks + 1, 0);
   for (const Delivery& d : deliveries) ++sender_begin[src_rank[d.sender_frag] + 1];
   for (int r = 0; r < num_ranks; ++r) sender_begin[r + 1] += sender_begin[r];
   {
-    ScratchVector<int> order;
-    GrowFresh(order, deliveries.size());
+    std::vector<int> order;
+    order.resize(deliveries.size());
     {
-      ScratchVector<int> by_sender, tree_at;  // delivery index and its tree, by sender
-      GrowFresh(by_sender, deliveries.size());
-      GrowFresh(tree_at, deliveries.size());
+      std::vector<int> by_sender, tree_at;  // delivery index and its tree, by sender
+      by_sender.resize(deliveries.size());
+      tree_at.resize(deliveries.size());
       std::vector<int> fill(sender_begin.begin(), sender_begin.end() - 1);
       for (size_t i = 0; i < deliveries.size(); ++i) {
         const int k = fill[src_rank[deliveries[i].sender_frag]]++;
@@ -1261,20 +1204,8 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
     // below read them sequentially. The lookups are independent from one delivery to the next, so
     // their cache misses overlap here, where emission would wait for each chain piece -> group ->
     // box in turn. The list is appended in order, so its memory is written once.
-    ReserveFresh(sorted, deliveries.size());
-    // `order` gathers deliveries from all over the list: each is fetched 16 iterations ahead, its
-    // piece 8 ahead (once the delivery has arrived) and the piece's group 4 ahead. This machine:
-    // the gather's median time 12 -> 7.3 ms for DeepSeek-V3.
-    constexpr size_t kAhead = 16;
+    sorted.reserve(deliveries.size());
     for (size_t k = 0; k < order.size(); ++k) {
-      if (k + kAhead < order.size()) __builtin_prefetch(&deliveries[order[k + kAhead]]);
-      if (k + kAhead / 2 < order.size()) {
-        __builtin_prefetch(&inter.pieces[deliveries[order[k + kAhead / 2]].piece]);
-      }
-      if (k + kAhead / 4 < order.size()) {
-        const Piece& ahead = inter.pieces[deliveries[order[k + kAhead / 4]].piece];
-        __builtin_prefetch(&inter.groups[ahead.group]);
-      }
       const Delivery& d = deliveries[order[k]];
       const Piece& piece = inter.pieces[d.piece];
       SortedDelivery& out = sorted.emplace_back();
@@ -1296,9 +1227,9 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
       out.dtype = facts.piece_dtype[d.piece];
     }
   }
-  RetainedVector<Delivery>().swap(deliveries);  // all read: its memory goes back before emission
-  RetainedVector<Message> messages;
-  ReserveFresh(messages, sorted.size());
+  std::vector<Delivery>().swap(deliveries);  // all read: its memory goes back before emission
+  std::vector<Message> messages;
+  messages.reserve(sorted.size());
   for (int s = 0; s < num_ranks; ++s) {
     const size_t sender_end = static_cast<size_t>(sender_begin[s + 1]);
     for (size_t i = static_cast<size_t>(sender_begin[s]); i < sender_end;) {

@@ -10,9 +10,6 @@
 // is next written. Values past a fragment's ndim are not kept (they read 0), nor is an ndim outside
 // [0, kMaxDims] given more than kMaxDims values (it is kept as is for the validator to report).
 //
-// The records and the pool are RetainedVectors (core/base/retained_memory.h): the blocks a growing
-// table leaves behind, and a freed table's, serve the planner's lists and scratch.
-//
 // A plain value type: not thread-safe for mutation, safe to share read-only.
 #pragma once
 
@@ -22,7 +19,6 @@
 #include <iterator>
 #include <vector>
 
-#include "core/base/retained_memory.h"
 #include "core/layout/box.h"
 
 namespace ferry {
@@ -155,13 +151,6 @@ class FragmentTable {
     const int64_t* v = ValuesOf(r);
     return {r.tensor, r.ndim, r.rank, r.buffer, r.byte_offset, v, v + n, v + 2 * n};
   }
-  // Starts loading fragment `i`'s record (both cache lines it may span). Always inlined: GCC takes
-  // a call to a function that only prefetches for one without effects, and drops it.
-  [[gnu::always_inline]] void PrefetchRecord(size_t i) const {
-    const char* r = reinterpret_cast<const char*>(records_.data() + i);
-    __builtin_prefetch(r);
-    __builtin_prefetch(r + sizeof(Record) - 1);
-  }
   // Lo, hi and strides of fragment `i`, which has `ndim` dims (its Ndim): their address then needs
   // no read of the record first (for ndim <= 3), so a cache miss on the record is waited for once.
   const int64_t* ValuesOf(size_t i, int ndim) const { return ValuesOf(records_[i], ndim); }
@@ -209,8 +198,8 @@ class FragmentTable {
 
   void Write(Record& r, const Fragment& f, bool in_place);
 
-  RetainedVector<Record> records_;
-  RetainedVector<int64_t> pool_;  // values of fragments of more than kInlineDims dims
+  std::vector<Record> records_;
+  std::vector<int64_t> pool_;  // values of fragments of more than kInlineDims dims
 };
 
 }  // namespace ferry

@@ -51,7 +51,7 @@ std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape)
 class Layout {
  public:
   std::vector<TensorSpec> tensors;
-  BufferList buffers;       // BufferSpecs by index, with a table a plan shares: buffer_list.h
+  BufferList buffers;       // BufferSpecs by index: buffer_list.h
   FragmentTable fragments;  // compact: see fragment_table.h
   std::vector<PaddingRegion> padding;
 

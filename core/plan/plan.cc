@@ -54,13 +54,18 @@ Region Region::Bytes(Space space, int buffer, int64_t offset, int64_t bytes) {
   return r;
 }
 
-const BufferExtents& BufferTable::Entries() const {
-  static const BufferExtents empty;
-  return entries_ != nullptr ? *entries_ : empty;
+BufferTable::BufferTable(const BufferList& buffers) : num_ranks_(buffers.NumRanks()) {
+  entries_.reserve(buffers.size());
+  for (const BufferSpec& b : buffers) entries_.push_back({b.rank, b.bytes});
+}
+
+BufferTable::BufferTable(std::initializer_list<BufferSpec> buffers) {
+  entries_.reserve(buffers.size());
+  for (const BufferSpec& b : buffers) push_back(b);
 }
 
 void BufferTable::push_back(const BufferSpec& buffer) {
-  OwnExtents(entries_).push_back({buffer.rank, buffer.bytes});
+  entries_.push_back({buffer.rank, buffer.bytes});
   num_ranks_ = std::max(num_ranks_, buffer.rank + 1);
 }
 

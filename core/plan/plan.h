@@ -36,7 +36,6 @@
 #include <vector>
 
 #include "core/base/dtype.h"
-#include "core/base/retained_memory.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
 #include "core/layout/layout.h"
@@ -201,32 +200,29 @@ struct StagingSlot {
 };
 
 // A plan's buffer table: the rank and size of each of a layout's buffers, by index (names stay in
-// the layouts). Made from a layout's BufferList it shares the list's table of extents, copying
-// nothing; the table never changes while the plan holds it (the list copies it first when edited).
-// Copies of a BufferTable share it too; push_back makes it the table's own first.
+// the layouts). A plain copy of the layout's (rank, bytes), so a plan owns what it reads.
 class BufferTable {
  public:
-  using Entry = BufferExtent;
-  using Iterator = BufferExtents::const_iterator;
+  struct Entry {
+    int rank = 0;
+    int64_t bytes = 0;
+  };
+  using Iterator = std::vector<Entry>::const_iterator;
 
   BufferTable() = default;
-  BufferTable(const BufferList& buffers)  // NOLINT: a layout's list converts
-      : entries_(buffers.Extents()), num_ranks_(buffers.NumRanks()) {}
-  BufferTable(std::initializer_list<BufferSpec> buffers)  // NOLINT
-      : BufferTable(BufferList(buffers)) {}
-  size_t size() const { return Entries().size(); }
-  bool empty() const { return Entries().empty(); }
-  const Entry& operator[](size_t i) const { return Entries()[i]; }
-  Iterator begin() const { return Entries().begin(); }
-  Iterator end() const { return Entries().end(); }
+  BufferTable(const BufferList& buffers);                  // NOLINT: a layout's list converts
+  BufferTable(std::initializer_list<BufferSpec> buffers);  // NOLINT
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  const Entry& operator[](size_t i) const { return entries_[i]; }
+  Iterator begin() const { return entries_.begin(); }
+  Iterator end() const { return entries_.end(); }
   void push_back(const BufferSpec& buffer);
   // One more than the highest rank owning a buffer (0 when empty), kept as entries are added.
   int NumRanks() const { return num_ranks_; }
 
  private:
-  const BufferExtents& Entries() const;
-
-  std::shared_ptr<const BufferExtents> entries_;  // null in a default-made table
+  std::vector<Entry> entries_;
   int num_ranks_ = 0;
 };
 
@@ -273,13 +269,11 @@ struct TransferPlan {
   int num_ranks = 0;     // ranks are 0..num_ranks-1
   BufferTable source_buffers;       // the source layout's buffers, by index
   BufferTable destination_buffers;  // the destination layout's buffers, by index
-  // The lists are RetainedVectors (core/base/retained_memory.h): a plan's tens of MiB of ops and
-  // copy pairs reuse the memory of plans freed before it.
-  RetainedVector<StagingSlot> slots;
-  RetainedVector<Op> ops;
-  RetainedVector<int> dep_list;       // every op's deps, each op's a range (Op::deps_begin/end)
-  RetainedVector<PackedCopy> copies;  // every op's copy pairs, each op's a range
-  RetainedVector<int64_t> copy_dims;  // the packed copies' geometry records
+  std::vector<StagingSlot> slots;
+  std::vector<Op> ops;
+  std::vector<int> dep_list;       // every op's deps, each op's a range (Op::deps_begin/end)
+  std::vector<PackedCopy> copies;  // every op's copy pairs, each op's a range
+  std::vector<int64_t> copy_dims;  // the packed copies' geometry records
 
   // An op's deps and copy pairs. The span and range stay valid until the lists grow.
   std::span<const int> Deps(const Op& op) const {

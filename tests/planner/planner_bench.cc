@@ -1,14 +1,13 @@
 // Planning speed (Google Benchmark) on the real framework layouts of the model presets
 // (tools/models: Megatron-LM trainer -> vLLM engine, 8 GPUs per node, destination after the
-// source ranks). The loop times a process's later plans, which reuse the memory earlier ones
-// retained; first_ms is the first plan on fresh memory, made before the loop (RunPlan). Counters:
-// ranks, tensors, fragments, ops, the CPU time per plan split into user and kernel time (user_ms,
-// sys_ms: the kernel's share is first touches of fresh pages, see RunPlan) with the page faults,
-// the peak resident memory of the process so far, the planner's share of it in the first plan
-// (plan_MiB), the memory retained after the loop (retained_MiB), and for reshard the last run's
-// time per planner pass (intersect_ms ... emit_ms, PlanPhaseSeconds). BM_MemoryFloor measures, for
-// the target rows, what any planner of this IR pays in memory traffic alone, to compare side by
-// side.
+// source ranks). first_ms is the process's first plan of the refit, made before the loop (run one
+// benchmark per process, --benchmark_filter, to time a fresh process's first plan); the loop times
+// later plans. Counters: ranks, tensors, fragments, ops, the CPU time per plan split into user and
+// kernel time (user_ms, sys_ms) with the page faults, the peak resident memory of the process so
+// far, the planner's share of it in the first plan (plan_MiB), and for reshard the last run's time
+// per planner pass (fold_ms ... emit_ms, PlanPhaseSeconds).
+//   bazel build -c opt //tests/planner:planner_bench
+//   bazel-bin/tests/planner/planner_bench --benchmark_filter='deepseek_v3_engines8$'
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -20,8 +19,6 @@
 #include <string>
 #include <utility>
 
-#include "core/base/retained_memory.h"
-#include "planner/fresh_memory.h"
 #include "planner/planner.h"
 #include "tests/planner/refit_layouts_testutil.h"
 
@@ -67,10 +64,7 @@ void ResetPeak() {
 }
 
 void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strategy strategy) {
-  // The first plan, untimed by the loop, on fresh memory as a new process makes it: nothing kept
-  // from earlier plans (core/base/retained_memory.h). Its time is first_ms and its memory plan_MiB;
-  // the loop then times the later plans, which reuse the memory this one retained.
-  ReleaseRetained();
+  // The first plan, untimed by the loop: its time is first_ms and its memory plan_MiB.
   const double resident_before = ResidentMiB();
   ResetPeak();
   double first_ms = 0;
@@ -101,11 +95,9 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  // CPU time per plan, split: user_ms is the planner's own work (with its cache misses), sys_ms
-  // the kernel's, nearly all of it first touches of fresh pages (zeroing them; in a VM, faults in
-  // the host too). faults counts those first touches (one per 4 KiB page, or per 2 MiB huge page).
-  // Linux charges each scheduler tick to user or system time as it samples it, so one run's split
-  // is coarse; their sum is the CPU time.
+  // CPU time per plan, split: user_ms is the planner's own work, sys_ms the kernel's (mostly
+  // first touches of fresh pages, which faults counts). Linux charges each scheduler tick to user
+  // or system time as it samples it, so one run's split is coarse; their sum is the CPU time.
   const double runs =
       static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
   state.counters["user_ms"] = (Milliseconds(usage.ru_utime) - Milliseconds(before.ru_utime)) / runs;
@@ -130,7 +122,6 @@ void RunPlan(benchmark::State& state, const models::RefitLayouts& refit, Strateg
   // underestimate of fresh allocations; the layouts themselves are the caller's).
   state.counters["plan_MiB"] = plan_mib;
   state.counters["first_ms"] = first_ms;
-  state.counters["retained_MiB"] = static_cast<double>(RetainedBytes()) / (1024.0 * 1024.0);
 }
 
 void BM_Refit(benchmark::State& state, const char* model, const char* src, const char* dst,
@@ -138,69 +129,13 @@ void BM_Refit(benchmark::State& state, const char* model, const char* src, const
   RunPlan(state, CachedRefit(model, src, dst), strategy);
 }
 
-// The memory floor of a reshard plan in this IR, on the same layouts: streaming both layouts'
-// fragments once (the intersection must read every one: a 96-byte record each) and writing as
-// many ops and copy pairs as the plan has into fresh vectors, appended the way the planner appends
-// them (reserved on huge pages). A planner of these layouts and this plan pays at least this
-// before it computes anything; the reshard row of the same model shows how far above it planning
-// is. Counters: the last iteration's read_fragments_ms and write_plan_ms, and the plan's sizes.
-void BM_MemoryFloor(benchmark::State& state, const char* model, const char* src, const char* dst) {
-  const models::RefitLayouts& refit = CachedRefit(model, src, dst);
-  size_t num_ops = 0, num_copies = 0;
-  {
-    Result<PlanResult> plan = PlanReshard(refit.source, refit.destination, refit.topology);
-    if (!plan.ok()) {
-      state.SkipWithError(plan.status().ToString().c_str());
-      return;
-    }
-    num_ops = plan->plan.ops.size();
-    num_copies = plan->plan.copies.size();
-  }
-  using Clock = std::chrono::steady_clock;
-  double read_seconds = 0, write_seconds = 0;
-  for (auto _ : state) {
-    const auto start = Clock::now();
-    int64_t sum = 0;
-    for (const Layout* layout : {&refit.source, &refit.destination}) {
-      for (size_t i = 0; i < layout->fragments.size(); ++i) {
-        const FragmentView f = layout->fragments.View(i);
-        sum += f.tensor + f.lo[0] + f.hi[0] + f.buffer + f.byte_offset + f.strides[0];
-      }
-    }
-    benchmark::DoNotOptimize(sum);
-    const auto read_done = Clock::now();
-    {
-      std::vector<Op> ops;
-      std::vector<PackedCopy> copies;
-      ReserveFresh(ops, num_ops);
-      ReserveFresh(copies, num_copies);
-      for (size_t i = 0; i < num_ops; ++i) {
-        Op op;
-        op.id = static_cast<int>(i);
-        ops.push_back(op);
-      }
-      for (size_t i = 0; i < num_copies; ++i) {
-        copies.push_back({static_cast<int64_t>(i), static_cast<int64_t>(i), 0, 0, 0});
-      }
-      benchmark::DoNotOptimize(ops.data());
-      benchmark::DoNotOptimize(copies.data());
-      benchmark::ClobberMemory();
-    }
-    const auto write_done = Clock::now();
-    read_seconds = std::chrono::duration<double>(read_done - start).count();
-    write_seconds = std::chrono::duration<double>(write_done - read_done).count();
-  }
-  state.counters["fragments"] =
-      static_cast<double>(refit.source.fragments.size() + refit.destination.fragments.size());
-  state.counters["ops"] = static_cast<double>(num_ops);
-  state.counters["copies"] = static_cast<double>(num_copies);
-  state.counters["read_fragments_ms"] = read_seconds * 1e3;
-  state.counters["write_plan_ms"] = write_seconds * 1e3;
-}
-
-// The targets: DeepSeek-V3 at 256 -> 256 ranks, Kimi-K2 at 1024 -> 512 ranks, with vLLM's
-// expert parallelism (ep=32: each expert on one group of tp*dp/ep = 8 ranks), on the layouts as
-// the presets build them: each layer's experts as tensor stacks, as both frameworks store them.
+// The guards: DeepSeek-V3 from Megatron PP16xEP16 to vLLM TP32 in 8 engines (512 ranks), and
+// Kimi-K2 at 1024 -> 512 ranks, on the layouts as the presets build them: each layer's experts as
+// tensor stacks, as both frameworks store them. Also DeepSeek-V3 to one vLLM engine of DP8 with
+// expert parallelism (ep=32: each expert on one group of tp*dp/ep = 8 ranks).
+BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_engines8, "deepseek-v3", "megatron:pp=16,ep=16",
+                  "vllm:tp=32,ep=32,engines=8", Strategy::kReshard)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_pp16ep16_to_tp32dp8ep32, "deepseek-v3",
                   "megatron:pp=16,ep=16", "vllm:tp=32,dp=8,ep=32", Strategy::kReshard)
     ->Unit(benchmark::kMillisecond);
@@ -241,12 +176,6 @@ BENCHMARK_CAPTURE(BM_Refit, kimi_k2_pp16ep64_separate_experts, "kimi-k2",
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Refit, deepseek_v3_gather_broadcast, "deepseek-v3", "megatron:pp=16,ep=16",
                   "vllm:tp=32,dp=8,ep=32", Strategy::kGatherBroadcast)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MemoryFloor, deepseek_v3_pp16ep16_to_tp32dp8ep32, "deepseek-v3",
-                  "megatron:pp=16,ep=16", "vllm:tp=32,dp=8,ep=32")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MemoryFloor, kimi_k2_pp16ep64_to_tp32dp16ep32, "kimi-k2",
-                  "megatron:pp=16,ep=64", "vllm:tp=32,dp=16,ep=32")
     ->Unit(benchmark::kMillisecond);
 // vLLM without expert parallelism (ep=1): every expert's FFN split over all tp*dp ranks, so each
 // expert tensor becomes tp*dp fragments (millions in all at 256 ranks). Shown at 64 ranks.

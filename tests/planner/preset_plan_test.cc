@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "core/base/retained_memory.h"
 #include "core/plan/stats.h"
 #include "core/plan/validate.h"
 #include "planner/planner.h"
@@ -124,40 +123,6 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
       }
     }
   }
-}
-
-// A process's later plans reuse the memory its earlier ones retained (core/base/retained_memory.h):
-// the second plan's large blocks are the first one's, and nothing new is mapped for them.
-TEST(PresetPlans, LaterPlansReuseTheMemoryOfEarlierOnes) {
-  if (!RetainsMemory()) GTEST_SKIP() << "built with AddressSanitizer: nothing is kept";
-  Result<models::ModelPreset> preset = models::MakePreset("deepseek-v3");
-  ASSERT_TRUE(preset.ok());
-  models::RefitOptions options;
-  options.gpus_per_node = 8;
-  Result<models::RefitLayouts> refit = models::BuildRefitLayouts(
-      *preset, models::ParseFrameworkSpec("megatron:pp=4,ep=8").value(),
-      models::ParseFrameworkSpec("vllm:tp=8,dp=2,ep=16").value(), options);
-  ASSERT_TRUE(refit.ok()) << refit.status().ToString();
-  ReleaseRetained();
-  size_t ops = 0;
-  {
-    Result<PlanResult> first = PlanReshard(refit->source, refit->destination, refit->topology);
-    ASSERT_TRUE(first.ok()) << first.status().ToString();
-    ops = first->plan.ops.size();
-    // Large enough that its op list is a retained block.
-    ASSERT_GE(first->plan.ops.capacity() * sizeof(Op), kRetainedMinBytes);
-  }
-  const size_t retained = RetainedBytes();
-  const size_t mapped = RetainedMappedBytes();
-  EXPECT_GT(retained, 0u);
-  {
-    Result<PlanResult> second = PlanReshard(refit->source, refit->destination, refit->topology);
-    ASSERT_TRUE(second.ok()) << second.status().ToString();
-    EXPECT_EQ(second->plan.ops.size(), ops);
-    EXPECT_LT(RetainedBytes(), retained);  // its blocks are the retained ones, in use
-  }
-  EXPECT_EQ(RetainedBytes(), retained);      // and back
-  EXPECT_EQ(RetainedMappedBytes(), mapped);  // nothing new was mapped
 }
 
 }  // namespace
