@@ -22,9 +22,10 @@ Result<std::unique_ptr<Session>> Session::Join(const BootstrapInfo& info, Config
   return session;
 }
 
-Result<std::unique_ptr<Session>> Session::JoinFromEnvironment(const std::string& yaml_path) {
+Result<std::unique_ptr<Session>> Session::JoinFromEnvironment(const std::string& yaml_path,
+                                                              Config defaults) {
   FERRY_ASSIGN_OR_RETURN(BootstrapInfo info, BootstrapFromProcessEnvironment());
-  Config config = RuntimeConfig();
+  Config config = std::move(defaults);
   if (!yaml_path.empty()) FERRY_RETURN_IF_ERROR(config.LoadYamlFile(yaml_path));
   FERRY_RETURN_IF_ERROR(config.ApplyProcessEnvironment());
   return Join(info, std::move(config));

@@ -14,6 +14,7 @@
 #include "core/runtime/communicator.h"
 #include "core/base/config.h"
 #include "core/runtime/executor.h"
+#include "core/runtime/transport.h"
 
 namespace ferry {
 
@@ -24,8 +25,10 @@ class Session {
   static Result<std::unique_ptr<Session>> Join(const BootstrapInfo& info, Config config,
                                                std::vector<int> node_of_rank = {});
   // Reads the process environment for bootstrap info and FERRY_* overrides, after applying
-  // `yaml_path` (skipped when empty) over the defaults.
-  static Result<std::unique_ptr<Session>> JoinFromEnvironment(const std::string& yaml_path);
+  // `yaml_path` (skipped when empty) over `defaults`: the runtime's options, or
+  // ferry::DefaultConfig() (core/refit/config.h) when the file also holds planner options.
+  static Result<std::unique_ptr<Session>> JoinFromEnvironment(const std::string& yaml_path,
+                                                              Config defaults = RuntimeConfig());
   ~Session();
 
   const BootstrapInfo& info() const { return info_; }
