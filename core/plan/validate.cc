@@ -147,9 +147,11 @@ void AppendRegionRuns(const Region& region, std::vector<ByteRun>& runs) {
   }
 }
 
-Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout& destination) {
+namespace {
+
+// Every buffer and staging slot of the plan lies on a rank of the plan.
+Status CheckBufferTables(const TransferPlan& plan, const Layout& source, const Layout& destination) {
   const int n = plan.num_ranks;
-  const int num_ops = static_cast<int>(plan.ops.size());
   if (plan.source_buffers.size() != source.buffers.size() ||
       plan.destination_buffers.size() != destination.buffers.size()) {
     return InvalidArgument("plan buffer tables do not match the layouts (" +
@@ -179,135 +181,138 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
                              std::to_string(plan.slots[s].rank) + " or a negative size");
     }
   }
+  return Status::Ok();
+}
 
-  // Per-op checks; collect message endpoints.
+// Op i's id, rank, dependency and copy ranges, and its dependencies (same rank, existing ops).
+Status CheckOpStructure(const TransferPlan& plan, int i) {
+  const Op& op = plan.ops[i];
+  const int n = plan.num_ranks;
+  const int num_ops = static_cast<int>(plan.ops.size());
+  if (op.id != i) return InvalidArgument("op at index " + std::to_string(i) + " has id " + std::to_string(op.id));
+  if (op.rank < 0 || op.rank >= n) {
+    return InvalidArgument(OpName(op) + ": rank outside [0, " + std::to_string(n) + ")");
+  }
+  if (op.deps_begin < 0 || op.deps_begin > op.deps_end || op.deps_end > static_cast<int>(plan.dep_list.size())) {
+    return InvalidArgument(OpName(op) + ": deps range [" + std::to_string(op.deps_begin) + ", " +
+                           std::to_string(op.deps_end) + ") is outside the plan's dep list (" +
+                           std::to_string(plan.dep_list.size()) + ")");
+  }
+  if (op.copies_begin < 0 || op.copies_begin > op.copies_end ||
+      op.copies_end > static_cast<int>(plan.copies.size())) {
+    return InvalidArgument(OpName(op) + ": copies range [" + std::to_string(op.copies_begin) + ", " +
+                           std::to_string(op.copies_end) + ") is outside the plan's copy list (" +
+                           std::to_string(plan.copies.size()) + ")");
+  }
+  for (int dep : plan.Deps(op)) {
+    if (dep < 0 || dep >= num_ops || dep == i) {
+      return InvalidArgument(OpName(op) + ": dependency " + std::to_string(dep) + " is not an op");
+    }
+    if (plan.ops[dep].rank != op.rank) {
+      return InvalidArgument(OpName(op) + ": depends on op " + std::to_string(dep) + " of another rank (" +
+                             std::to_string(plan.ops[dep].rank) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// A Copy, Pack, Unpack or Convert: regions in bounds, element counts and sizes agree, no writes
+// into source buffers.
+Status CheckCopies(const TransferPlan& plan, const Op& op) {
+  for (const CopyPair& c : plan.Copies(op)) {
+    FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.from, "copy source"));
+    FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.to, "copy target"));
+    if (c.from.NumElements() != c.to.NumElements()) {
+      return InvalidArgument(OpName(op) + ": copy of " + std::to_string(c.from.NumElements()) +
+                             " elements into " + std::to_string(c.to.NumElements()));
+    }
+    if (op.kind != OpKind::kConvert && DTypeSize(c.from.dtype) != DTypeSize(c.to.dtype)) {
+      return InvalidArgument(OpName(op) + ": copy changes the element size; use Convert");
+    }
+    if (c.to.space == Space::kSource) return InvalidArgument(OpName(op) + ": writes into a source buffer");
+  }
+  return Status::Ok();
+}
+
+// A Send, Forward or Recv: a valid peer and message id, data in bounds; a Forward relays bytes a
+// Recv it depends on received, as they landed (in a staging slot or in the destination region
+// they are for); a Recv does not write into a source buffer.
+Status CheckMessageOp(const TransferPlan& plan, const Op& op) {
+  if (op.peer < 0 || op.peer >= plan.num_ranks || op.peer == op.rank) {
+    return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
+  }
+  if (op.message < 0) {
+    return InvalidArgument(OpName(op) + ": message id " + std::to_string(op.message) + " is negative");
+  }
+  FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.Data(), "message data"));
+  if (op.kind == OpKind::kForward) {
+    bool relays_a_recv = false;
+    for (int dep : plan.Deps(op)) {
+      const Op& recv = plan.ops[dep];
+      relays_a_recv = relays_a_recv || (recv.kind == OpKind::kRecv && recv.data.space == op.data.space &&
+                                        recv.data.buffer == op.data.buffer && recv.data.offset == op.data.offset &&
+                                        recv.bytes == op.bytes);
+    }
+    if (!relays_a_recv) return InvalidArgument(OpName(op) + ": forwards bytes that no Recv it depends on received");
+  }
+  if (op.kind == OpKind::kRecv && op.data.space == Space::kSource) {
+    return InvalidArgument(OpName(op) + ": receives into a source buffer");
+  }
+  return Status::Ok();
+}
+
+bool IsMessageOp(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv; }
+
+// Each message has exactly one Send/Forward and one Recv that agree on ranks and size; adds the
+// message's edge (sender -> receiver) to `successors` and `indegree`.
+Status MatchMessages(const TransferPlan& plan, std::vector<std::vector<int>>& successors,
+                     std::vector<int>& indegree) {
   struct Endpoint {
     int64_t message;
     int op;
     bool is_recv;
   };
   std::vector<Endpoint> endpoints;
-  for (int i = 0; i < num_ops; ++i) {
-    const Op& op = plan.ops[i];
-    if (op.id != i) return InvalidArgument("op at index " + std::to_string(i) + " has id " +
-                                           std::to_string(op.id));
-    if (op.rank < 0 || op.rank >= n) {
-      return InvalidArgument(OpName(op) + ": rank outside [0, " + std::to_string(n) + ")");
-    }
-    if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
-        op.deps_end > static_cast<int>(plan.dep_list.size())) {
-      return InvalidArgument(OpName(op) + ": deps range [" + std::to_string(op.deps_begin) + ", " +
-                             std::to_string(op.deps_end) + ") is outside the plan's dep list (" +
-                             std::to_string(plan.dep_list.size()) + ")");
-    }
-    if (op.copies_begin < 0 || op.copies_begin > op.copies_end ||
-        op.copies_end > static_cast<int>(plan.copies.size())) {
-      return InvalidArgument(OpName(op) + ": copies range [" + std::to_string(op.copies_begin) +
-                             ", " + std::to_string(op.copies_end) +
-                             ") is outside the plan's copy list (" +
-                             std::to_string(plan.copies.size()) + ")");
-    }
-    for (int dep : plan.Deps(op)) {
-      if (dep < 0 || dep >= num_ops || dep == i) {
-        return InvalidArgument(OpName(op) + ": dependency " + std::to_string(dep) + " is not an op");
-      }
-      if (plan.ops[dep].rank != op.rank) {
-        return InvalidArgument(OpName(op) + ": depends on op " + std::to_string(dep) +
-                               " of another rank (" + std::to_string(plan.ops[dep].rank) + ")");
-      }
-    }
-    switch (op.kind) {
-      case OpKind::kCopy:
-      case OpKind::kPack:
-      case OpKind::kUnpack:
-      case OpKind::kConvert:
-        for (const CopyPair& c : plan.Copies(op)) {
-          FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.from, "copy source"));
-          FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, c.to, "copy target"));
-          if (c.from.NumElements() != c.to.NumElements()) {
-            return InvalidArgument(OpName(op) + ": copy of " + std::to_string(c.from.NumElements()) +
-                                   " elements into " + std::to_string(c.to.NumElements()));
-          }
-          if (op.kind != OpKind::kConvert && DTypeSize(c.from.dtype) != DTypeSize(c.to.dtype)) {
-            return InvalidArgument(OpName(op) + ": copy changes the element size; use Convert");
-          }
-          if (c.to.space == Space::kSource) {
-            return InvalidArgument(OpName(op) + ": writes into a source buffer");
-          }
-        }
-        break;
-      case OpKind::kSend:
-      case OpKind::kForward:
-      case OpKind::kRecv: {
-        if (op.peer < 0 || op.peer >= n || op.peer == op.rank) {
-          return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
-        }
-        if (op.message < 0) {
-          return InvalidArgument(OpName(op) + ": message id " + std::to_string(op.message) +
-                                 " is negative");
-        }
-        FERRY_RETURN_IF_ERROR(CheckRegion(plan, op, op.Data(), "message data"));
-        if (op.kind == OpKind::kForward) {
-          // It relays bytes a Recv it depends on received, as they landed (in a staging slot or
-          // in the destination region they are for).
-          bool relays_a_recv = false;
-          for (int dep : plan.Deps(op)) {
-            const Op& recv = plan.ops[dep];
-            relays_a_recv =
-                relays_a_recv ||
-                (recv.kind == OpKind::kRecv && recv.data.space == op.data.space &&
-                 recv.data.buffer == op.data.buffer && recv.data.offset == op.data.offset &&
-                 recv.bytes == op.bytes);
-          }
-          if (!relays_a_recv) {
-            return InvalidArgument(OpName(op) +
-                                   ": forwards bytes that no Recv it depends on received");
-          }
-        }
-        if (op.kind == OpKind::kRecv && op.data.space == Space::kSource) {
-          return InvalidArgument(OpName(op) + ": receives into a source buffer");
-        }
-        endpoints.push_back({op.message, i, op.kind == OpKind::kRecv});
-        break;
-      }
-    }
+  for (const Op& op : plan.ops) {
+    if (IsMessageOp(op.kind)) endpoints.push_back({op.message, op.id, op.kind == OpKind::kRecv});
   }
-
-  // Message matching.
   std::sort(endpoints.begin(), endpoints.end(), [](const Endpoint& a, const Endpoint& b) {
     if (a.message != b.message) return a.message < b.message;
     if (a.is_recv != b.is_recv) return a.is_recv < b.is_recv;
     return a.op < b.op;
   });
-  std::vector<std::vector<int>> successors(num_ops);
-  std::vector<int> indegree(num_ops, 0);
   for (size_t i = 0; i < endpoints.size();) {
     size_t j = i;
     while (j < endpoints.size() && endpoints[j].message == endpoints[i].message) ++j;
     const int64_t message = endpoints[i].message;
     if (j - i != 2 || endpoints[i].is_recv || !endpoints[i + 1].is_recv) {
-      return InvalidArgument("message " + std::to_string(message) + " has " +
-                             std::to_string(j - i) +
+      return InvalidArgument("message " + std::to_string(message) + " has " + std::to_string(j - i) +
                              " endpoints; it needs exactly one Send/Forward and one Recv");
     }
     const Op& send = plan.ops[endpoints[i].op];
     const Op& recv = plan.ops[endpoints[i + 1].op];
     if (send.peer != recv.rank || recv.peer != send.rank) {
-      return InvalidArgument("message " + std::to_string(message) + ": " + OpName(send) +
-                             " targets rank " + std::to_string(send.peer) + " but " +
-                             OpName(recv) + " expects it from rank " + std::to_string(recv.peer));
+      return InvalidArgument("message " + std::to_string(message) + ": " + OpName(send) + " targets rank " +
+                             std::to_string(send.peer) + " but " + OpName(recv) + " expects it from rank " +
+                             std::to_string(recv.peer));
     }
     if (send.bytes != recv.bytes) {
-      return InvalidArgument("message " + std::to_string(message) + ": sends " +
-                             std::to_string(send.bytes) + " bytes, receives " +
-                             std::to_string(recv.bytes));
+      return InvalidArgument("message " + std::to_string(message) + ": sends " + std::to_string(send.bytes) +
+                             " bytes, receives " + std::to_string(recv.bytes));
     }
     successors[send.id].push_back(recv.id);
     ++indegree[recv.id];
     i = j;
   }
+  return Status::Ok();
+}
 
-  // Acyclic (Kahn).
+// No cycle through dependencies and messages (Kahn's algorithm over both kinds of edge).
+Status CheckAcyclic(const TransferPlan& plan) {
+  const int num_ops = static_cast<int>(plan.ops.size());
+  std::vector<std::vector<int>> successors(num_ops);
+  std::vector<int> indegree(num_ops, 0);
+  FERRY_RETURN_IF_ERROR(MatchMessages(plan, successors, indegree));
   for (const Op& op : plan.ops) {
     indegree[op.id] += op.NumDeps();
     for (int dep : plan.Deps(op)) successors[dep].push_back(op.id);
@@ -329,8 +334,12 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
     return InvalidArgument("the plan has a dependency cycle (" + std::to_string(num_ops - visited) +
                            " ops never become ready)");
   }
+  return Status::Ok();
+}
 
-  // Destination bytes written exactly once.
+// The destination bytes the plan writes (Recvs and copies into destination buffers), merged;
+// bytes written twice are an error.
+Result<std::vector<BufferRun>> WrittenRuns(const TransferPlan& plan, const Layout& destination) {
   std::vector<BufferRun> written;
   std::vector<ByteRun> scratch;
   for (const Op& op : plan.ops) {
@@ -343,7 +352,13 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
     }
   }
   FERRY_RETURN_IF_ERROR(SortAndMerge(written, /*overlap_is_error=*/true, destination));
+  return written;
+}
+
+// The bytes of every destination fragment, merged.
+Result<std::vector<BufferRun>> ExpectedRuns(const Layout& destination) {
   std::vector<BufferRun> expected;
+  std::vector<ByteRun> scratch;
   for (const Fragment& f : destination.fragments) {
     Region r;
     r.space = Space::kDestination;
@@ -358,40 +373,57 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
     AppendBufferRuns(r, -1, expected, scratch);
   }
   FERRY_RETURN_IF_ERROR(SortAndMerge(expected, /*overlap_is_error=*/false, destination));
+  return expected;
+}
+
+// Every destination fragment's bytes are written exactly once and nothing else is written.
+Status CheckDestinationWrittenOnce(const TransferPlan& plan, const Layout& destination) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<BufferRun> written, WrittenRuns(plan, destination));
+  FERRY_ASSIGN_OR_RETURN(std::vector<BufferRun> expected, ExpectedRuns(destination));
   auto before = [](const BufferRun& x, const BufferRun& y) {
     return x.buffer < y.buffer || (x.buffer == y.buffer && x.offset < y.offset);
   };
   for (size_t i = 0; i < std::max(written.size(), expected.size()); ++i) {
     const bool has_w = i < written.size();
     const bool has_e = i < expected.size();
-    if (has_w && has_e && written[i].buffer == expected[i].buffer &&
-        written[i].offset == expected[i].offset && written[i].length == expected[i].length) {
+    if (has_w && has_e && written[i].buffer == expected[i].buffer && written[i].offset == expected[i].offset &&
+        written[i].length == expected[i].length) {
       continue;
     }
     if (has_e && (!has_w || before(expected[i], written[i]) ||
-                  (written[i].buffer == expected[i].buffer &&
-                   written[i].offset == expected[i].offset &&
+                  (written[i].buffer == expected[i].buffer && written[i].offset == expected[i].offset &&
                    written[i].length < expected[i].length))) {
       const BufferRun& e = expected[i];
       const BufferSpec& b = destination.buffers[e.buffer];
       int64_t gap = has_w && written[i].buffer == e.buffer && written[i].offset == e.offset
                         ? e.offset + written[i].length
                         : e.offset;
-      return InvalidArgument("destination buffer '" + b.name + "' on rank " +
-                             std::to_string(b.rank) + ": byte " + std::to_string(gap) +
-                             " of a destination fragment is never written");
+      return InvalidArgument("destination buffer '" + b.name + "' on rank " + std::to_string(b.rank) + ": byte " +
+                             std::to_string(gap) + " of a destination fragment is never written");
     }
     const BufferRun& w = written[i];
     const BufferSpec& b = destination.buffers[w.buffer];
     int64_t stray = has_e && expected[i].buffer == w.buffer && expected[i].offset == w.offset
                         ? w.offset + expected[i].length
                         : w.offset;
-    return InvalidArgument("destination buffer '" + b.name + "' on rank " +
-                           std::to_string(b.rank) + ": byte " + std::to_string(stray) +
-                           " is written by op " + std::to_string(w.op) +
+    return InvalidArgument("destination buffer '" + b.name + "' on rank " + std::to_string(b.rank) + ": byte " +
+                           std::to_string(stray) + " is written by op " + std::to_string(w.op) +
                            " but belongs to no destination fragment");
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout& destination) {
+  FERRY_RETURN_IF_ERROR(CheckBufferTables(plan, source, destination));
+  for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) {
+    FERRY_RETURN_IF_ERROR(CheckOpStructure(plan, i));
+    const Op& op = plan.ops[i];
+    FERRY_RETURN_IF_ERROR(IsMessageOp(op.kind) ? CheckMessageOp(plan, op) : CheckCopies(plan, op));
+  }
+  FERRY_RETURN_IF_ERROR(CheckAcyclic(plan));
+  return CheckDestinationWrittenOnce(plan, destination);
 }
 
 }  // namespace ferry
