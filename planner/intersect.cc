@@ -1,16 +1,15 @@
 // Fragment intersection: groups, interval index per tensor, disjoint pieces with holders.
 //
-// Speed: a refit's layouts hold hundreds of thousands of fragments (a 96-byte FragmentTable record
-// each), so merely reading them all once costs much of the time budget (memory bandwidth). Each
-// fragment is read exactly once, in index order: that pass validates it and writes a 16-byte sort
+// A refit's layouts hold hundreds of thousands of fragments (a 96-byte FragmentTable record each),
+// so each fragment is read exactly once, in index order: that pass validates it and writes a 16-byte sort
 // key (the box packed in 64 bits, rank, id); a counting sort moves the keys by tensor, and
 // sorting, grouping and the common "source holds the tensor whole" case then run on the keys only.
 // Fragments are read again (by index) only for tensors whose boxes do not pack (more than 2 dims,
 // or dims too wide), and for the tensors whose source is sharded (the interval sweep below).
 // Tensor names are compared at equal indices first; hashing only when that fails or the source's
 // names are not known to be distinct. Groups keep their boxes (Intersection::group_boxes), so the
-// result does not point into the layouts. The result matches the straightforward version kept in
-// tests/planner/intersect_reference.cc field by field (tests/planner/intersect_test.cc).
+// result does not point into the layouts. tests/planner/intersect_test.cc checks results against
+// the layouts themselves.
 #include "planner/intersect.h"
 
 #include <algorithm>
@@ -240,8 +239,8 @@ struct KeyLess {
 // others in id order (a key carries its fragment's id), so a layout whose stacked experts are
 // diverted (356k of DeepSeek-V3's 574k destination fragments) writes and sorts only the rest.
 struct FragmentKeys {
-  std::vector<FragKey> keys;    // in fragment id order, diverted ones left out
-  std::vector<int> tensor_of;   // the tensor of each key
+  std::vector<FragKey> keys;      // in fragment id order, diverted ones left out
+  std::vector<int> tensor_of;     // the tensor of each key
   bool by_tensor = false;         // fragments come ordered by tensor: `keys` serve as `sorted`
   std::vector<FragKey> sorted;  // by tensor (then as SortTensor leaves them)
   std::vector<int> tensor_begin;  // tensor t: sorted[tensor_begin[t] .. tensor_begin[t + 1])

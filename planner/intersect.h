@@ -93,8 +93,8 @@ struct Intersection {
   // The groups' boxes, by group (FragmentGroup::box points at its own): reserved for one group per
   // destination fragment, so that they never move while groups are added.
   std::vector<Box> group_boxes;
-  BoxList piece_boxes;                // boxes of the pieces smaller than their group
-  std::vector<int> source_ranks;   // rank of each source fragment, by fragment id
+  BoxList piece_boxes;                 // boxes of the pieces smaller than their group
+  std::vector<int> source_ranks;       // rank of each source fragment, by fragment id
   std::vector<int> destination_ranks;  // rank of each destination fragment, by fragment id
 
   // The largest dim-0 index a member cut encodes (Piece::box); AddMemberPiece stores the box of a

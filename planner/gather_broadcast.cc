@@ -1,0 +1,418 @@
+// PlanGatherBroadcastOf: buckets, the gather to the root, and the pipelined broadcast.
+#include "planner/gather_broadcast.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "planner/demand.h"
+#include "planner/intersect.h"
+#include "planner/plan_facts.h"
+
+namespace ferry {
+namespace {
+
+// Region of `box` (inside fragment f's box) in the fragment's buffer.
+Region FragmentRegion(const Layout& layout, const Fragment& f, Space space, const Box& box) {
+  Region r;
+  r.space = space;
+  r.buffer = f.loc.buffer;
+  r.dtype = layout.tensors[f.tensor].dtype;
+  const int64_t esize = DTypeSize(r.dtype);
+  r.ndim = box.ndim;
+  int64_t offset = f.loc.byte_offset;
+  for (int d = 0; d < box.ndim; ++d) {
+    offset += (box.lo[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
+    r.shape[d] = box.Extent(d);
+    r.strides[d] = f.loc.strides[d];
+  }
+  r.offset = offset;
+  return r;
+}
+
+// A dense row-major block of `box`'s shape at `offset` of staging slot `slot`.
+Region SlotRegion(int slot, int64_t offset, DType dtype, const Box& box) {
+  Region r;
+  r.space = Space::kStaging;
+  r.buffer = slot;
+  r.offset = offset;
+  r.dtype = dtype;
+  r.ndim = box.ndim;
+  int64_t stride = 1;
+  for (int d = box.ndim - 1; d >= 0; --d) {
+    r.shape[d] = box.Extent(d);
+    r.strides[d] = stride;
+    stride *= std::max<int64_t>(1, box.Extent(d));
+  }
+  return r;
+}
+
+// A piece of the root's whole tensors, gathered from the source fragment `frag` on `holder_rank`.
+struct GatherItem {
+  int bucket, holder_rank, piece, frag;
+};
+
+class GatherBroadcast {
+ public:
+  GatherBroadcast(const Layout& source, const Layout& destination, const Topology& topology,
+                  const PlannerOptions& options, TransferPlan& plan)
+      : source_(source),
+        destination_(destination),
+        topology_(topology),
+        options_(options),
+        plan_(plan) {}
+
+  // Plans into `plan`, the buffer tables set, ranks below `num_ranks`; `direct` becomes the
+  // intersection of the layouts themselves (for the demand).
+  Status Plan(int num_ranks, Intersection& direct) {
+    num_ranks_ = num_ranks;
+    root_ = num_ranks;
+    for (const BufferSpec& b : source_.buffers) root_ = std::min(root_, b.rank);
+    // The root's view: every destination tensor whole, row-major, concatenated in tensor order.
+    Layout whole;
+    for (const TensorSpec& t : destination_.tensors) {
+      FERRY_ASSIGN_OR_RETURN(int ti, whole.AddTensor(t));
+      tensor_offset_.push_back(whole.buffers.empty() ? 0 : whole.buffers[0].bytes);
+      whole.AppendFragment(ti, Box::FromShape(t.shape), root_, "gather");
+    }
+    FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source_, whole));
+    // Also checks that every destination tensor exists in the source with the same shape/dtype.
+    FERRY_ASSIGN_OR_RETURN(direct, IntersectLayouts(source_, destination_));
+    MakeBuckets();
+    plan_.strategy = "gather-broadcast";
+    plan_.num_ranks = num_ranks;
+    for (int64_t bytes : bucket_bytes_) root_slot_.push_back(plan_.AddSlot(root_, bytes));
+    bucket_ready_.resize(bucket_bytes_.size());
+    Gather(inter);
+    Broadcast();
+    return Status::Ok();
+  }
+
+ private:
+  // Buckets: consecutive tensors up to bucket_bytes (a larger tensor gets its own bucket).
+  void MakeBuckets() {
+    const int num_tensors = static_cast<int>(destination_.tensors.size());
+    bucket_of_.resize(num_tensors);
+    for (int t = 0; t < num_tensors; ++t) {
+      const int64_t bytes = destination_.tensors[t].NumBytes();
+      if (bucket_bytes_.empty() || bucket_bytes_.back() + bytes > options_.bucket_bytes) {
+        bucket_start_.push_back(tensor_offset_[t]);
+        bucket_bytes_.push_back(0);
+      }
+      bucket_of_[t] = static_cast<int>(bucket_bytes_.size()) - 1;
+      bucket_bytes_.back() += bytes;
+    }
+  }
+
+  // Region of `box` of tensor t inside bucket slot `slot` (row-major whole tensor).
+  Region BucketRegion(int t, int slot, const Box& box) const {
+    const TensorSpec& spec = destination_.tensors[t];
+    Fragment f;
+    f.tensor = t;
+    f.box = Box::FromShape(spec.shape);
+    f.loc.rank = root_;
+    f.loc.buffer = slot;
+    f.loc.byte_offset = tensor_offset_[t] - bucket_start_[bucket_of_[t]];
+    f.loc.strides = RowMajorStrides(spec.shape);
+    return FragmentRegion(destination_, f, Space::kStaging, box);
+  }
+
+  // Gather: each piece from its least-loaded holder (the root itself when it holds it), the
+  // pieces of one bucket and holder in one message.
+  void Gather(const Intersection& inter) {
+    std::vector<GatherItem> items;
+    std::vector<int64_t> load(num_ranks_, 0);
+    for (size_t p = 0; p < inter.pieces.size(); ++p) {
+      const Piece& piece = inter.pieces[p];
+      const int t = inter.groups[piece.group].dst_tensor;
+      int best = -1;
+      for (int h = piece.holders_begin; h < piece.holders_end; ++h) {
+        const int f = inter.holders[h];
+        const int r = source_.fragments.Rank(f);
+        if (r == root_) {
+          best = f;
+          break;
+        }
+        if (best < 0 || load[r] < load[source_.fragments.Rank(best)]) best = f;
+      }
+      const int r = source_.fragments.Rank(best);
+      load[r] += inter.VolumeOf(piece) * DTypeSize(destination_.tensors[t].dtype);
+      items.push_back({bucket_of_[t], r, static_cast<int>(p), best});
+    }
+    std::stable_sort(items.begin(), items.end(), [](const GatherItem& a, const GatherItem& b) {
+      if (a.bucket != b.bucket) return a.bucket < b.bucket;
+      return a.holder_rank < b.holder_rank;
+    });
+    last_send_.assign(num_ranks_, -1);
+    last_recv_.assign(num_ranks_, -1);
+    for (size_t i = 0; i < items.size();) {
+      size_t j = i;
+      while (j < items.size() && items[j].bucket == items[i].bucket &&
+             items[j].holder_rank == items[i].holder_rank) {
+        ++j;
+      }
+      GatherFrom(inter, items.data() + i, items.data() + j);
+      i = j;
+    }
+  }
+
+  // The gather of items [first, last), of one bucket and holder: a Copy on the root, or a Pack,
+  // Send, Recv and Unpack. A holder sends its pieces bucket after bucket (each send waits for its
+  // previous one, and the root's receive from it likewise), so buckets fill in order.
+  void GatherFrom(const Intersection& inter, const GatherItem* first, const GatherItem* last) {
+    const int bucket = first->bucket, holder = first->holder_rank;
+    std::vector<CopyPair> to_bucket, packs;
+    int64_t bytes = 0;
+    int slot = -1, remote_slot = -1;
+    if (holder != root_) {
+      for (const GatherItem* it = first; it != last; ++it) {
+        const Piece& piece = inter.pieces[it->piece];
+        bytes += inter.VolumeOf(piece) *
+                 DTypeSize(destination_.tensors[inter.groups[piece.group].dst_tensor].dtype);
+      }
+      slot = plan_.AddSlot(holder, bytes);
+      remote_slot = plan_.AddSlot(root_, bytes);
+    }
+    int64_t offset = 0;
+    for (const GatherItem* it = first; it != last; ++it) {
+      const Piece& piece = inter.pieces[it->piece];
+      const int t = inter.groups[piece.group].dst_tensor;
+      const Box box = inter.BoxOf(piece);
+      const Region src = FragmentRegion(source_, source_.fragments[it->frag], Space::kSource, box);
+      const Region dst = BucketRegion(t, root_slot_[bucket], box);
+      if (holder == root_) {
+        to_bucket.push_back({src, dst});
+      } else {
+        const DType dt = destination_.tensors[t].dtype;
+        packs.push_back({src, SlotRegion(slot, offset, dt, box)});
+        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, box), dst});
+        offset += box.Volume() * DTypeSize(dt);
+      }
+    }
+    if (holder == root_) {
+      Op copy;
+      copy.kind = OpKind::kCopy;
+      copy.rank = root_;
+      copy.round = bucket;
+      for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
+      bucket_ready_[bucket].push_back(plan_.AddOp(std::move(copy), {}, to_bucket));
+      return;
+    }
+    Op pack;
+    pack.kind = OpKind::kPack;
+    pack.rank = holder;
+    pack.bytes = bytes;
+    pack.round = bucket;
+    const int pack_id = plan_.AddOp(std::move(pack), {}, packs);
+    Op send;
+    send.kind = OpKind::kSend;
+    send.rank = holder;
+    send.peer = root_;
+    send.bytes = bytes;
+    send.round = bucket;
+    send.link = topology_.Link(holder, root_);
+    send.message = next_message_++;
+    send.data = {Space::kStaging, slot, 0};
+    std::vector<int> send_deps = {pack_id};
+    if (last_send_[holder] >= 0) send_deps.push_back(last_send_[holder]);
+    Op recv = send;
+    recv.kind = OpKind::kRecv;
+    recv.rank = root_;
+    recv.peer = holder;
+    std::vector<int> recv_deps;
+    if (last_recv_[holder] >= 0) recv_deps.push_back(last_recv_[holder]);
+    recv.data = {Space::kStaging, remote_slot, 0};
+    last_send_[holder] = plan_.AddOp(std::move(send), send_deps);
+    const int recv_id = plan_.AddOp(std::move(recv), recv_deps);
+    last_recv_[holder] = recv_id;
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = root_;
+    unpack.bytes = bytes;
+    unpack.round = bucket;
+    bucket_ready_[bucket].push_back(plan_.AddOp(std::move(unpack), {recv_id}, to_bucket));
+  }
+
+  // Destination ranks other than the root, per node, by local device.
+  void GroupDestinationsByNode() {
+    std::vector<int> order = destination_.Ranks();
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      const RankPlacement& pa = topology_.ranks[a];
+      const RankPlacement& pb = topology_.ranks[b];
+      if (pa.node != pb.node) return pa.node < pb.node;
+      return pa.local_device < pb.local_device;
+    });
+    int last_node = -1;
+    for (int rank : order) {
+      if (rank == root_) continue;
+      if (topology_.ranks[rank].node != last_node) node_members_.emplace_back();
+      last_node = topology_.ranks[rank].node;
+      node_members_.back().push_back(rank);
+    }
+  }
+
+  // Broadcast, pipelined as NCCL does across nodes: each bucket is cut into chunks of
+  // broadcast_chunk_bytes; chunk c travels on channel k = c mod (GPUs a node): the root sends it
+  // to the channel's leader on the first destination node (local GPU k, so consecutive chunks use
+  // different rails), each leader forwards it to the next node's leader (same rail) and down a
+  // chain through the other destination GPUs of its node, starting after itself. Every hop is a
+  // Forward of one chunk, so chunks flow down the chains concurrently.
+  void Broadcast() {
+    const std::vector<int> dst_ranks = destination_.Ranks();
+    const bool root_is_destination =
+        std::binary_search(dst_ranks.begin(), dst_ranks.end(), root_);
+    GroupDestinationsByNode();
+    frag_order_.resize(destination_.fragments.size());
+    std::iota(frag_order_.begin(), frag_order_.end(), 0);
+    std::stable_sort(frag_order_.begin(), frag_order_.end(),
+                     [&](int a, int b) { return RankAndBucket(a) < RankAndBucket(b); });
+    int64_t chunk_counter = 0;  // chunks of all buckets so far: picks the channel
+    for (int b = 0; b < static_cast<int>(bucket_bytes_.size()); ++b) {
+      if (root_is_destination) AddUnpack(root_, b, root_slot_[b], bucket_ready_[b]);
+      slot_of_.clear();
+      recvs_.clear();
+      for (const std::vector<int>& members : node_members_) {
+        for (int rank : members) slot_of_[rank] = plan_.AddSlot(rank, bucket_bytes_[b]);
+      }
+      const int64_t chunk_bytes = options_.broadcast_chunk_bytes;
+      const int64_t num_chunks = (bucket_bytes_[b] + chunk_bytes - 1) / chunk_bytes;
+      for (int64_t c = 0; c < num_chunks; ++c, ++chunk_counter) {
+        const int64_t offset = c * chunk_bytes;
+        BroadcastChunk(b, offset, std::min(chunk_bytes, bucket_bytes_[b] - offset), chunk_counter);
+      }
+      for (const std::vector<int>& members : node_members_) {
+        for (int rank : members) AddUnpack(rank, b, slot_of_[rank], recvs_[rank]);
+      }
+    }
+  }
+
+  // One chunk (`bytes` at `offset` of bucket b) down the chain of node leaders and each node's
+  // chain; `counter` numbers it among all buckets' chunks.
+  void BroadcastChunk(int b, int64_t offset, int64_t bytes, int64_t counter) {
+    const int base_round = static_cast<int>(counter);
+    int prev_leader = root_, prev_recv = -1, depth = 0;
+    for (const std::vector<int>& members : node_members_) {
+      const int n = static_cast<int>(members.size());
+      const int k = static_cast<int>(counter % n);
+      const int leader = members[k];
+      const int leader_recv =
+          Hop(b, offset, bytes, prev_leader, prev_recv, leader, base_round + depth);
+      int prev = leader, prev_local_recv = leader_recv;
+      for (int i = 1; i < n; ++i) {
+        const int rank = members[(k + i) % n];
+        prev_local_recv =
+            Hop(b, offset, bytes, prev, prev_local_recv, rank, base_round + depth + i);
+        prev = rank;
+      }
+      prev_leader = leader;
+      prev_recv = leader_recv;
+      ++depth;
+    }
+  }
+
+  // One hop of a chunk of bucket b: `from` (the root, or a rank holding the chunk after Recv
+  // `from_recv`) sends it to `to` in `round`; returns `to`'s Recv.
+  int Hop(int b, int64_t offset, int64_t bytes, int from, int from_recv, int to, int round) {
+    Op send;
+    send.kind = from == root_ ? OpKind::kSend : OpKind::kForward;
+    send.rank = from;
+    send.peer = to;
+    send.bytes = bytes;
+    send.round = round;
+    send.link = topology_.Link(from, to);
+    send.message = next_message_++;
+    const int from_slot = from == root_ ? root_slot_[b] : slot_of_[from];
+    send.data = {Space::kStaging, from_slot, offset};
+    Op recv;
+    recv.kind = OpKind::kRecv;
+    recv.rank = to;
+    recv.peer = from;
+    recv.bytes = bytes;
+    recv.round = send.round;
+    recv.link = send.link;
+    recv.message = send.message;
+    recv.data = {Space::kStaging, slot_of_[to], offset};
+    if (from == root_) {
+      plan_.AddOp(std::move(send), bucket_ready_[b]);
+    } else {
+      plan_.AddOp(std::move(send), {from_recv});
+    }
+    const int recv_id = plan_.AddOp(std::move(recv));
+    recvs_[to].push_back(recv_id);
+    return recv_id;
+  }
+
+  std::pair<int, int> RankAndBucket(int fragment) const {
+    const FragmentTable& fragments = destination_.fragments;
+    return {fragments.Rank(fragment), bucket_of_[fragments.Tensor(fragment)]};
+  }
+
+  // Adds the Unpack of `rank`'s fragments of `bucket` from staging slot `slot`, after `deps`,
+  // unless the rank has none.
+  void AddUnpack(int rank, int bucket, int slot, const std::vector<int>& deps) {
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = rank;
+    unpack.round = bucket;
+    std::vector<CopyPair> copies;
+    const std::pair<int, int> key(rank, bucket);
+    auto it = std::lower_bound(frag_order_.begin(), frag_order_.end(), key,
+                               [&](int f, const std::pair<int, int>& k) {
+                                 return RankAndBucket(f) < k;
+                               });
+    for (; it != frag_order_.end() && RankAndBucket(*it) == key; ++it) {
+      if (destination_.fragments.Volume(*it) == 0) continue;
+      const Fragment f = destination_.fragments[*it];
+      copies.push_back({BucketRegion(f.tensor, slot, f.box),
+                        FragmentRegion(destination_, f, Space::kDestination, f.box)});
+      unpack.bytes += copies.back().to.NumBytes();
+    }
+    if (!copies.empty()) plan_.AddOp(std::move(unpack), deps, copies);
+  }
+
+  const Layout& source_;
+  const Layout& destination_;
+  const Topology& topology_;
+  const PlannerOptions& options_;
+  TransferPlan& plan_;
+  int num_ranks_ = 0;
+  int root_ = 0;
+  int next_message_ = 0;
+  std::vector<int64_t> tensor_offset_;  // byte offset of each tensor in the concatenation
+  std::vector<int> bucket_of_;          // by tensor
+  std::vector<int64_t> bucket_start_, bucket_bytes_;
+  std::vector<int> root_slot_;                  // by bucket
+  std::vector<std::vector<int>> bucket_ready_;  // by bucket: root ops its broadcast waits for
+  std::vector<int> last_send_, last_recv_;      // by holder: its last gather Send, root's Recv
+  std::vector<std::vector<int>> node_members_;  // destination ranks other than the root, by node
+  std::vector<int> frag_order_;                 // destination fragments by (rank, bucket)
+  std::map<int, int> slot_of_;                  // rank -> its slot for the current bucket
+  std::map<int, std::vector<int>> recvs_;       // rank -> its Recv ops of the current bucket
+};
+
+}  // namespace
+
+Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& destination,
+                                         const Topology& topology, const PlannerOptions& options) {
+  if (options.bucket_bytes < 1) return InvalidArgument("bucket size must be positive");
+  if (options.broadcast_chunk_bytes < 1) {
+    return InvalidArgument("broadcast chunk size must be positive");
+  }
+  PlanResult result;
+  result.plan.source_buffers = source.buffers;
+  result.plan.destination_buffers = destination.buffers;
+  const int num_ranks = NumRanksOf(result.plan.source_buffers, result.plan.destination_buffers);
+  FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
+  if (source.fragments.empty()) return InvalidArgument("the source layout has no fragments");
+  Intersection direct;
+  FERRY_RETURN_IF_ERROR(GatherBroadcast(source, destination, topology, options, result.plan)
+                            .Plan(num_ranks, direct));
+  // The physical limit is the same whichever plan runs.
+  result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), topology),
+                                std::max(1, topology.NumNodes()));
+  return result;
+}
+
+}  // namespace ferry
