@@ -1,0 +1,119 @@
+// Helpers for the framework layout tests (framework_layouts_testutil.h).
+#include "tests/tools/models/framework_layouts_testutil.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "core/layout/tensor_stack.h"
+#include "core/layout/validate.h"
+
+namespace ferry::models {
+
+ModelPreset Preset(const std::string& name, double scale) {
+  Result<ModelPreset> p = MakePreset(name, scale);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+FrameworkSpec Spec(const std::string& text) {
+  Result<FrameworkSpec> s = ParseFrameworkSpec(text);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.value();
+}
+
+Layout BuildAsSpecified(const ModelPreset& p, const std::string& spec, int first_rank) {
+  Result<Layout> l = BuildFrameworkLayout(p, Spec(spec), first_rank);
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  Status valid = ValidateLayout(*l);
+  EXPECT_TRUE(valid.ok()) << spec << ": " << valid.ToString();
+  return std::move(l).value();
+}
+
+Layout Build(const ModelPreset& p, const std::string& spec, int first_rank) {
+  Result<Layout> members = UnstackTensors(BuildAsSpecified(p, spec, first_rank));
+  EXPECT_TRUE(members.ok()) << members.status().ToString();
+  Status valid = ValidateLayout(*members);
+  EXPECT_TRUE(valid.ok()) << spec << " (members): " << valid.ToString();
+  return std::move(members).value();
+}
+
+std::vector<Fragment> FragmentsIn(const Layout& l, int rank, const std::string& buffer,
+                                  const std::string& hf_name) {
+  std::vector<Fragment> out;
+  int b = l.FindBuffer(rank, buffer);
+  int t = l.FindTensor(hf_name);
+  for (const Fragment& f : l.fragments) {
+    if (f.loc.buffer == b && f.tensor == t) out.push_back(f);
+  }
+  return out;
+}
+
+void ExpectCoverage(const Layout& l, const ModelPreset& p,
+                    const std::function<int(const std::string&)>& expected) {
+  ASSERT_EQ(l.tensors.size(), p.tensors().size());
+  std::vector<std::vector<uint16_t>> counts(l.tensors.size());
+  for (size_t t = 0; t < l.tensors.size(); ++t) counts[t].assign(l.tensors[t].NumElements(), 0);
+  for (const Fragment& f : l.fragments) {
+    const TensorSpec& t = l.tensors[f.tensor];
+    const auto strides = RowMajorStrides(t.shape);
+    const int nd = f.box.ndim;
+    std::vector<int64_t> idx(f.box.lo.begin(), f.box.lo.begin() + nd);
+    if (f.box.Empty()) continue;
+    while (true) {
+      int64_t flat = 0;
+      for (int d = 0; d < nd; ++d) flat += idx[d] * strides[d];
+      ++counts[f.tensor][flat];
+      int d = nd - 1;
+      while (d >= 0 && ++idx[d] == f.box.hi[d]) {
+        idx[d] = f.box.lo[d];
+        --d;
+      }
+      if (d < 0) break;
+    }
+  }
+  for (size_t t = 0; t < l.tensors.size(); ++t) {
+    const int want = expected(l.tensors[t].name);
+    for (size_t i = 0; i < counts[t].size(); ++i) {
+      if (counts[t][i] != want) {
+        ADD_FAILURE() << l.tensors[t].name << " element " << i << " covered " << counts[t][i]
+                      << " times, expected " << want;
+        break;
+      }
+    }
+  }
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> spans;
+  for (const Fragment& f : l.fragments) spans[f.loc.buffer].push_back(l.FragmentSpan(f));
+  for (auto& [b, list] : spans) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 0; i < list.size(); ++i) {
+      ASSERT_LE(list[i].first + list[i].second, l.buffers[b].bytes) << l.buffers[b].name;
+      if (i > 0) {
+        ASSERT_LE(list[i - 1].first + list[i - 1].second, list[i].first)
+            << "overlap in " << l.buffers[b].name << " on rank " << l.buffers[b].rank;
+      }
+    }
+  }
+}
+
+bool IsExpert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+
+bool TpReplicated(const std::string& name) {
+  for (const char* part : {"layernorm", "_norm.", "norm.weight", "norm_f.", "mlp.gate.",
+                           "q_a_proj", "kv_a_proj_with_mqa"}) {
+    if (name.find(part) != std::string::npos) return name.find("mixer.norm.") == std::string::npos;
+  }
+  return false;
+}
+
+std::function<int(const std::string&)> Copies(int dp, int tp, int expert_copies) {
+  return [=](const std::string& n) {
+    if (IsExpert(n)) return expert_copies;
+    return TpReplicated(n) ? dp * tp : dp;
+  };
+}
+
+}  // namespace ferry::models

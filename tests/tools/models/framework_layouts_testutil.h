@@ -1,0 +1,45 @@
+// Helpers for the framework layout tests (tests/tools/models/*_layout*_test.cc): presets and specs
+// that must parse, layouts built and validated, fragments looked up by buffer and tensor, and an
+// exact element-coverage check of a whole layout.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/models/framework_layouts.h"
+
+namespace ferry::models {
+
+ModelPreset Preset(const std::string& name, double scale);
+
+FrameworkSpec Spec(const std::string& text);
+
+// Builds the layout as `spec` says and checks it passes core/layout's ValidateLayout (bounds,
+// buffers, memory overlap, full coverage).
+Layout BuildAsSpecified(const ModelPreset& p, const std::string& spec, int first_rank = 0);
+
+// The layout with its expert stacks (the default) expanded into the checkpoint's expert tensors,
+// which the hand-checked tests name; valid as well.
+Layout Build(const ModelPreset& p, const std::string& spec, int first_rank = 0);
+
+// Fragments of `hf_name` placed in buffer `buffer` on `rank`, in placement order.
+std::vector<Fragment> FragmentsIn(const Layout& l, int rank, const std::string& buffer,
+                                  const std::string& hf_name);
+
+// Asserts every element of every tensor is covered exactly expected(name) times, that fragments of
+// one buffer do not overlap in memory and fit in it, and that the layout holds every model tensor.
+void ExpectCoverage(const Layout& l, const ModelPreset& p,
+                    const std::function<int(const std::string&)>& expected);
+
+bool IsExpert(const std::string& name);
+
+// Weights every TP rank holds whole: norms (not Mamba's gated norm, which is TP-sharded), routers,
+// MLA's down projections.
+bool TpReplicated(const std::string& name);
+
+// Expected copies of each element: experts once per expert-DP replica, TP-replicated weights on
+// every rank of each DP replica, everything else once per DP replica.
+std::function<int(const std::string&)> Copies(int dp, int tp, int expert_copies);
+
+}  // namespace ferry::models

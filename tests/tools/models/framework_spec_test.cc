@@ -1,0 +1,64 @@
+// Tests for tools/models/framework_spec: parsing, canonical text, defaults and the divisibility
+// checks of resolving a spec against a model.
+#include "tools/models/framework_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace ferry::models {
+namespace {
+
+FrameworkSpec Spec(const std::string& text) {
+  Result<FrameworkSpec> s = ParseFrameworkSpec(text);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.value();
+}
+
+TEST(FrameworkSpecTest, ParsesAndResolves) {
+  FrameworkSpec m = Spec("megatron:tp=2,pp=4,ep=16");
+  EXPECT_EQ(m.kind, FrameworkSpec::Kind::kMegatron);
+  EXPECT_EQ(m.megatron.tp, 2);
+  EXPECT_EQ(m.megatron.pp, 4);
+  EXPECT_EQ(m.megatron.ep, 16);
+  ModelConfig qwen = PresetConfig("qwen3-235b-a22b").value();
+  FrameworkSpec r = ResolveFrameworkSpec(m, qwen).value();
+  EXPECT_EQ(r.megatron.etp, 2);  // Megatron's default: etp = tp
+  EXPECT_EQ(r.megatron.dp, 16);  // 2 * 16 / 2
+  EXPECT_EQ(NumRanks(r), 128);
+  EXPECT_EQ(r.ToString(), "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1");
+  FrameworkSpec v = Spec("vllm:tp=8, dp=2 ,ep=16");
+  EXPECT_EQ(NumRanks(v), 16);
+  EXPECT_EQ(v.ToString(), "vllm:tp=8,dp=2,ep=16");
+  EXPECT_EQ(NumRanks(Spec("vllm")), 1);
+  EXPECT_FALSE(m.megatron.separate_expert_buffers);
+  FrameworkSpec separate = Spec("megatron:ep=4,experts=separate");
+  EXPECT_TRUE(separate.megatron.separate_expert_buffers);
+  EXPECT_EQ(separate.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate");
+  EXPECT_FALSE(Spec("megatron:ep=4,experts=stacked").megatron.separate_expert_buffers);
+  EXPECT_TRUE(m.stack_expert_tensors);
+  EXPECT_TRUE(Spec("vllm:ep=2,expert_tensors=stacks").stack_expert_tensors);
+  FrameworkSpec members = Spec("vllm:tp=2,ep=2,expert_tensors=members");
+  EXPECT_FALSE(members.stack_expert_tensors);
+  EXPECT_EQ(members.ToString(), "vllm:tp=2,dp=1,ep=2,expert_tensors=members");
+  EXPECT_EQ(Spec("megatron:ep=4,experts=separate,expert_tensors=members").ToString(),
+            "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate,expert_tensors=members");
+
+  for (const char* bad :
+       {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4", "vllm:pp=2",
+        "megatron:tp=x", "megatron:tp=", "megatron:experts=fused", "megatron:experts",
+        "vllm:experts=separate", "megatron:experts=stacked,experts=separate",
+        "vllm:expert_tensors=stacked", "megatron:expert_tensors",
+        "vllm:expert_tensors=members,expert_tensors=stacks"}) {
+    EXPECT_FALSE(ParseFrameworkSpec(bad).ok()) << bad;
+  }
+  // Qwen3-235B has 4 KV heads: Megatron cannot split its query groups 8 ways.
+  Result<FrameworkSpec> tp8 = ResolveFrameworkSpec(Spec("megatron:tp=8"), qwen);
+  ASSERT_FALSE(tp8.ok());
+  EXPECT_NE(tp8.status().message().find("num_kv_heads"), std::string::npos);
+  EXPECT_FALSE(ResolveFrameworkSpec(Spec("vllm:tp=2,ep=3"), qwen).ok());
+  EXPECT_FALSE(ResolveFrameworkSpec(Spec("megatron:ep=2"), PresetConfig("llama-3.1-8b").value()).ok());
+}
+
+}  // namespace
+}  // namespace ferry::models

@@ -1,0 +1,72 @@
+// Framework specs: the text a user writes to name a framework's parallelism
+// ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
+// resolved against a model (defaults filled, divisibility checked) and counted in ranks.
+//
+//  megatron:tp=,pp=,ep=,etp=,dp=,cp=,experts=stacked|separate   ranks = tp*cp*dp*pp
+//      (tools/models/megatron_layout.h). etp defaults to tp (as in Megatron); dp defaults to the
+//      smallest value that fits ep*etp.
+//  vllm:tp=,dp=,ep=,engines=                                    ranks = tp*dp*engines
+//      (tools/models/vllm_layout.h).
+//  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "core/base/status.h"
+#include "tools/models/presets.h"
+
+namespace ferry::models {
+
+struct MegatronParallel {
+  int tp = 1, pp = 1, ep = 1;
+  int etp = 0;  // 0: same as tp
+  int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
+  int cp = 1;
+  // Where a rank keeps its local experts of a layer: false (the default, "experts=stacked"): in
+  // one linear_fc1 and one linear_fc2 buffer, local expert after local expert (the contiguous
+  // parameter storage of Megatron-Core's grouped experts and DDP buffers, in ascending order);
+  // true ("experts=separate"): one buffer per local expert, linear_fc1.weight<i>, as
+  // SequentialMLP parameters are allocated one by one.
+  bool separate_expert_buffers = false;
+};
+
+struct VllmParallel {
+  int tp = 1, dp = 1, ep = 1;
+  // Independent engine instances, each of tp*dp ranks holding a whole copy of the model (the usual
+  // RL rollout fleet: "TP32 x DP8" there means 8 engines of 32 GPUs). Within one engine, dp is
+  // vLLM's own data parallelism, whose MoE layers span all of the engine's tp*dp ranks.
+  int engines = 1;
+};
+
+struct FrameworkSpec {
+  enum class Kind { kMegatron, kVllm };
+  Kind kind = Kind::kMegatron;
+  MegatronParallel megatron;
+  VllmParallel vllm;
+  // How the layout names a MoE layer's routed experts ("expert_tensors=stacks|members", either
+  // framework): true (the default), as one tensor stack per projection,
+  // "model.layers.<l>.mlp.experts.[0:E].gate_proj.weight" of shape [E, ...] (core/layout/
+  // tensor_stack.h), the way both frameworks store them; false, as the checkpoint's E tensors
+  // "model.layers.<l>.mlp.experts.<e>.gate_proj.weight". The bytes and buffers are the same either
+  // way; layouts that name experts alike plan fastest (docs/planner.md).
+  bool stack_expert_tensors = true;
+
+  // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or
+  // "vllm:tp=8,dp=2,ep=16" (",engines=N" when N > 1, ",expert_tensors=members" when not stacked).
+  std::string ToString() const;
+};
+
+// Parses "megatron:tp=2,pp=4,ep=16" or "vllm:tp=8,dp=2,ep=16". Unknown keys, repeated keys,
+// non-positive or non-numeric values are errors.
+Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text);
+
+// Fills the defaults (Megatron etp and dp) for `model` and checks every divisibility the framework
+// needs (heads, KV groups, FFN sizes, experts, Mamba heads and groups, layers vs pipeline stages).
+Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const ModelConfig& model);
+
+// Number of ranks of a resolved spec.
+int NumRanks(const FrameworkSpec& resolved);
+
+}  // namespace ferry::models

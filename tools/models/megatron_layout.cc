@@ -1,0 +1,277 @@
+// The Megatron-LM layout of a model preset (tools/models/megatron_layout.h): MegatronWriter builds
+// one replica with core/layout's builders and copies it to the DP/CP and expert-DP replicas.
+#include "tools/models/megatron_layout.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/layout/builders.h"
+#include "tools/models/layout_writer.h"
+
+namespace ferry::models {
+
+namespace {
+
+constexpr int64_t kMegatronVocabPad = 128;  // Megatron's --make-vocab-size-divisible-by default
+
+class MegatronWriter : public LayoutWriter {
+ public:
+  MegatronWriter(const ModelPreset& preset, const MegatronParallel& m, bool stack_experts,
+                 int first_rank, Layout& out)
+      : LayoutWriter(preset, stack_experts, out), m_(m), first_(first_rank) {
+    stage_size_ = m.tp * m.cp * m.dp;
+    edp_ = stage_size_ / (m.ep * m.etp);
+  }
+
+  // Builds DP/CP replica 0 of the dense weights and expert-DP replica 0 of the experts with the
+  // builders, then copies them to the other replicas.
+  Status Build() {
+    FERRY_ASSIGN_OR_RETURN(std::vector<int> stage_of,
+                           PipelineStages(static_cast<int>(c_.num_layers), m_.pp));
+    std::vector<std::string> prefix(c_.num_layers);
+    int local = 0;
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      if (l > 0 && stage_of[l - 1] != stage_of[l]) local = 0;
+      prefix[l] = "decoder.layers." + Num(local++) + ".";
+    }
+    Section dense = BeginSection(out_);
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      Status st = Layer(l, stage_of[l], prefix[l]);
+      if (!st.ok()) {
+        return st.WithContext("megatron layer " + Num(l) + " (stage " + Num(stage_of[l]) + ")");
+      }
+    }
+    const int last = m_.pp - 1;
+    FERRY_RETURN_IF_ERROR(
+        Vocab(EmbeddingName(), TpGroup(0), kMegatronVocabPad, "embedding.word_embeddings.weight"));
+    FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), TpGroup(last),
+                                     c_.family == ModelFamily::kNemotronH
+                                         ? "decoder.final_norm.weight"
+                                         : "decoder.final_layernorm.weight"));
+    FERRY_RETURN_IF_ERROR(
+        Vocab(OutputName(), TpGroup(last), kMegatronVocabPad, "output_layer.weight"));
+    EndSection(out_, dense);
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks: each
+    // EP rank's local experts together, unless in separate buffers).
+    const int64_t expert_fragments =
+        moe_layers * c_.num_experts * 3 * m_.etp /
+        std::max<int64_t>(
+            1, stack_experts_ && !m_.separate_expert_buffers ? c_.num_experts / m_.ep : 1);
+    // Two buffers (linear_fc1, linear_fc2) per expert, or per EP rank when stacked.
+    const int64_t expert_buffers =
+        moe_layers * (m_.separate_expert_buffers ? c_.num_experts : m_.ep) * 2 * m_.etp;
+    const size_t replicas = static_cast<size_t>(m_.cp * m_.dp);
+    out_.fragments.reserve((dense.fragments_end - dense.fragments_begin) * replicas +
+                           static_cast<size_t>(expert_fragments * edp_));
+    out_.buffers.reserve((dense.buffers_end - dense.buffers_begin) * replicas +
+                         static_cast<size_t>(expert_buffers * edp_));
+    Section experts = BeginSection(out_);
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      if (!c_.IsMoeLayer(l)) continue;
+      Status st = Experts(l, stage_of[l], prefix[l]);
+      if (!st.ok()) return st.WithContext("megatron experts of layer " + Num(l));
+    }
+    EndSection(out_, experts);
+    FERRY_RETURN_IF_ERROR(CloneSection(out_, dense, Shifts(m_.cp * m_.dp, m_.tp)));
+    return CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep));
+  }
+
+ private:
+  // The TP group of DP/CP replica 0 of stage s; weights replicated over TP live on all of it.
+  std::vector<int> TpGroup(int s) const {
+    std::vector<int> r(m_.tp);
+    std::iota(r.begin(), r.end(), first_ + stage_size_ * s);
+    return r;
+  }
+
+  Status Layer(int64_t l, int s, const std::string& p) {
+    switch (c_.KindOfLayer(l)) {
+      case LayerKind::kDecoder: {
+        if (c_.IsMla()) {
+          FERRY_RETURN_IF_ERROR(Replicated(H(l, "input_layernorm.weight"), TpGroup(s),
+                                           p + "input_layernorm.weight"));
+          FERRY_RETURN_IF_ERROR(MlaAttention(l, s, p));
+        } else {
+          FERRY_RETURN_IF_ERROR(GqaAttention(l, s, p, "self_attn.", "input_layernorm.weight"));
+        }
+        if (c_.IsMoeLayer(l)) return Moe(l, s, p);
+        return DenseMlp(l, s, p, "post_attention_layernorm.weight", "mlp.");
+      }
+      case LayerKind::kAttention: return GqaAttention(l, s, p, "mixer.", "norm.weight");
+      case LayerKind::kMlp: return DenseMlp(l, s, p, "norm.weight", "mixer.");
+      case LayerKind::kMamba: {
+        FERRY_RETURN_IF_ERROR(
+            Replicated(H(l, "norm.weight"), TpGroup(s), p + "mixer.in_proj.layer_norm_weight"));
+        return MambaMixer(l, TpGroup(s), [&](const std::string& x) { return p + "mixer." + x; },
+                          "A_log");
+      }
+    }
+    return Internal("unknown layer kind");
+  }
+
+  Status GqaAttention(int64_t l, int s, const std::string& p, const std::string& module,
+                      const std::string& norm) {
+    const std::string qkv = p + "self_attention.linear_qkv.";
+    FERRY_RETURN_IF_ERROR(Replicated(H(l, norm), TpGroup(s), qkv + "layer_norm_weight"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.weight"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.weight"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj.weight"));
+    FERRY_RETURN_IF_ERROR(AddMegatronQkvInterleaved(out_, *q, *k, *v, static_cast<int>(c_.num_heads),
+                                                    static_cast<int>(c_.num_kv_heads), c_.head_dim,
+                                                    TpGroup(s), qkv + "weight"));
+    if (c_.qk_norm) {
+      FERRY_RETURN_IF_ERROR(Replicated(H(l, module + "q_norm.weight"), TpGroup(s),
+                                       p + "self_attention.q_layernorm.weight"));
+      FERRY_RETURN_IF_ERROR(Replicated(H(l, module + "k_norm.weight"), TpGroup(s),
+                                       p + "self_attention.k_layernorm.weight"));
+    }
+    return Row(H(l, module + "o_proj.weight"), TpGroup(s), p + "self_attention.linear_proj.weight");
+  }
+
+  Status MlaAttention(int64_t l, int s, const std::string& p) {
+    const std::string a = p + "self_attention.";
+    const std::vector<int> all = TpGroup(s);
+    const std::vector<int>& g = all;
+    if (c_.q_lora_rank > 0) {
+      FERRY_RETURN_IF_ERROR(
+          Replicated(H(l, "self_attn.q_a_proj.weight"), all, a + "linear_q_down_proj.weight"));
+      FERRY_RETURN_IF_ERROR(Replicated(H(l, "self_attn.q_a_layernorm.weight"), all,
+                                       a + "linear_q_up_proj.layer_norm_weight"));
+    }
+    FERRY_RETURN_IF_ERROR(Replicated(H(l, "self_attn.kv_a_proj_with_mqa.weight"), all,
+                                     a + "linear_kv_down_proj.weight"));
+    FERRY_RETURN_IF_ERROR(Replicated(H(l, "self_attn.kv_a_layernorm.weight"), all,
+                                     a + "linear_kv_up_proj.layer_norm_weight"));
+    if (c_.q_lora_rank > 0) {
+      FERRY_RETURN_IF_ERROR(
+          Column(H(l, "self_attn.q_b_proj.weight"), g, a + "linear_q_up_proj.weight"));
+    } else {
+      FERRY_RETURN_IF_ERROR(Column(H(l, "self_attn.q_proj.weight"), g, a + "linear_q_proj.weight"));
+    }
+    FERRY_RETURN_IF_ERROR(
+        Column(H(l, "self_attn.kv_b_proj.weight"), g, a + "linear_kv_up_proj.weight"));
+    return Row(H(l, "self_attn.o_proj.weight"), g, a + "linear_proj.weight");
+  }
+
+  // Dense MLP: linear_fc1 = [gate; up] per TP shard (SwiGLU) or up alone (Nemotron-H's relu^2).
+  Status DenseMlp(int64_t l, int s, const std::string& p, const std::string& norm,
+                  const std::string& module) {
+    FERRY_RETURN_IF_ERROR(Replicated(H(l, norm), TpGroup(s), p + "mlp.linear_fc1.layer_norm_weight"));
+    const std::vector<int> g = TpGroup(s);
+    if (c_.family != ModelFamily::kNemotronH) {
+      FERRY_RETURN_IF_ERROR(GateUp(H(l, module + "gate_proj.weight"), H(l, module + "up_proj.weight"),
+                                   g, p + "mlp.linear_fc1.weight"));
+    } else {
+      FERRY_RETURN_IF_ERROR(Column(H(l, module + "up_proj.weight"), g, p + "mlp.linear_fc1.weight"));
+    }
+    return Row(H(l, module + "down_proj.weight"), g, p + "mlp.linear_fc2.weight");
+  }
+
+  // The MoE layer's router, norm and shared expert (replica 0; experts come from Experts()).
+  Status Moe(int64_t l, int s, const std::string& p) {
+    const std::vector<int> g = TpGroup(s);
+    FERRY_RETURN_IF_ERROR(
+        Replicated(H(l, "post_attention_layernorm.weight"), g, p + "pre_mlp_layernorm.weight"));
+    FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), g, p + "mlp.router.weight"));
+    if (c_.router_bias) {
+      FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.e_score_correction_bias"), g,
+                                       p + "mlp.router.expert_bias"));
+    }
+    if (c_.num_shared_experts == 0) return Status::Ok();
+    FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.shared_experts.gate_proj.weight"),
+                                 H(l, "mlp.shared_experts.up_proj.weight"), g,
+                                 p + "mlp.shared_experts.linear_fc1.weight"));
+    return Row(H(l, "mlp.shared_experts.down_proj.weight"), g,
+               p + "mlp.shared_experts.linear_fc2.weight");
+  }
+
+  // Expert-DP replica 0 of the routed experts: EP rank r owns experts [r*E/ep, (r+1)*E/ep), each
+  // split over its ETP group as linear_fc1 = [gate; up] shards and linear_fc2, stacked by local
+  // expert in one buffer each (or one buffer per local expert, linear_fc1.weight<local>).
+  Status Experts(int64_t l, int s, const std::string& p) {
+    if (stack_experts_) return ExpertStacks(l, s, p);
+    const int64_t per_rank = c_.num_experts / m_.ep;
+    const int64_t fc1_bytes = 2 * (c_.moe_intermediate / m_.etp) * c_.hidden * DTypeSize(c_.dtype);
+    const bool separate = m_.separate_expert_buffers;
+    auto suffix = [&](int64_t le) { return separate ? Num(le) : std::string(); };
+    std::vector<int> group(m_.etp);
+    for (int ep = 0; ep < m_.ep; ++ep) {
+      std::iota(group.begin(), group.end(), first_ + stage_size_ * s + m_.etp * ep);
+      for (int64_t le = 0; le < per_rank; ++le) {
+        const int64_t e = ep * per_rank + le;
+        FERRY_RETURN_IF_ERROR(GateUp(ExpertTensorName(c_, l, e, "gate_proj"),
+                                     ExpertTensorName(c_, l, e, "up_proj"), group,
+                                     p + "mlp.experts.linear_fc1.weight" + suffix(le),
+                                     separate ? 0 : le * fc1_bytes));
+        FERRY_RETURN_IF_ERROR(Row(ExpertTensorName(c_, l, e, "down_proj"), group,
+                                  p + "mlp.experts.linear_fc2.weight" + suffix(le)));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Experts() with the experts as tensor stacks: the same bytes in the same buffers, one fragment
+  // per projection, EP rank and ETP shard spanning the rank's local experts (one per local expert
+  // with separate buffers).
+  Status ExpertStacks(int64_t l, int s, const std::string& p) {
+    FERRY_ASSIGN_OR_RETURN(const auto ids, AddExpertStacks(l));
+    const auto [gate, up, down] = ids;
+    const int64_t per_rank = c_.num_experts / m_.ep;
+    const int64_t inter = c_.moe_intermediate / m_.etp;
+    const int64_t hidden = c_.hidden;
+    const int64_t elem = DTypeSize(c_.dtype);
+    const bool separate = m_.separate_expert_buffers;
+    // linear_fc1 per local expert: [gate shard; up shard] of `inter` rows each; linear_fc2 per
+    // local expert: [hidden, inter].
+    const std::array<int64_t, kMaxDims> fc1_strides{2 * inter * hidden, hidden, 1};
+    const std::array<int64_t, kMaxDims> fc2_strides{hidden * inter, inter, 1};
+    for (int ep = 0; ep < m_.ep; ++ep) {
+      for (int i = 0; i < m_.etp; ++i) {
+        const int rank = first_ + stage_size_ * s + m_.etp * ep + i;
+        // Experts [first, first + count) of this rank in buffers named with `suffix`.
+        auto place = [&](int64_t first, int64_t count, const std::string& suffix) {
+          Box rows = Box::FromShape({count, inter, hidden});
+          rows.lo[0] = first;
+          rows.hi[0] = first + count;
+          rows.lo[1] = i * inter;
+          rows.hi[1] = (i + 1) * inter;
+          Box cols = Box::FromShape({count, hidden, inter});
+          cols.lo[0] = first;
+          cols.hi[0] = first + count;
+          cols.lo[2] = i * inter;
+          cols.hi[2] = (i + 1) * inter;
+          const std::string fc1 = p + "mlp.experts.linear_fc1.weight" + suffix;
+          const std::string fc2 = p + "mlp.experts.linear_fc2.weight" + suffix;
+          out_.PlaceFragment(gate, rows, rank, fc1, 0, fc1_strides);
+          out_.PlaceFragment(up, rows, rank, fc1, inter * hidden * elem, fc1_strides);
+          out_.PlaceFragment(down, cols, rank, fc2, 0, fc2_strides);
+        };
+        if (!separate) {
+          place(ep * per_rank, per_rank, "");
+          continue;
+        }
+        for (int64_t le = 0; le < per_rank; ++le) place(ep * per_rank + le, 1, Num(le));
+      }
+    }
+    return Status::Ok();
+  }
+
+  MegatronParallel m_;
+  int first_;
+  int stage_size_ = 0;
+  int edp_ = 0;
+};
+
+}  // namespace
+
+Status BuildMegatronLayout(const ModelPreset& preset, const MegatronParallel& resolved,
+                           bool stack_expert_tensors, int first_rank, Layout& out) {
+  return MegatronWriter(preset, resolved, stack_expert_tensors, first_rank, out).Build();
+}
+
+}  // namespace ferry::models

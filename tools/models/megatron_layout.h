@@ -1,0 +1,28 @@
+// Megatron-LM (the trainer side): where Megatron-Core keeps each weight of a ModelPreset, as
+// fragments in buffers that carry Megatron's own parameter names.
+//
+// Ranks = tp*cp*dp*pp, ordered tp fastest, then cp, dp, pp (Megatron's "tp-cp-ep-dp-pp"); experts
+// use etp fastest, then ep, expert-dp, pp. Fusions: linear_qkv interleaved per query group,
+// linear_fc1 = [gate; up] per TP shard, a rank's local experts of a layer stacked in one
+// linear_fc1 and one linear_fc2 buffer (or linear_fc1.weight<e>/linear_fc2.weight<e> per local
+// expert with experts=separate; ETP splits the expert FFN), vocab-parallel embedding/output
+// (padded to 128*tp), layers split over pipeline stages (local layer numbers per stage), DP and CP
+// ranks hold replicas.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "tools/models/framework_spec.h"
+#include "tools/models/presets.h"
+
+namespace ferry::models {
+
+// Appends the Megatron layout of `preset` under `resolved` (ResolveFrameworkSpec's etp and dp
+// filled in) on ranks first_rank .. first_rank + NumRanks - 1 to `out`. `stack_expert_tensors`:
+// FrameworkSpec::stack_expert_tensors.
+Status BuildMegatronLayout(const ModelPreset& preset, const MegatronParallel& resolved,
+                           bool stack_expert_tensors, int first_rank, Layout& out);
+
+}  // namespace ferry::models

@@ -1,0 +1,28 @@
+// vLLM (the inference side): where a vLLM engine keeps each weight of a ModelPreset, as fragments
+// in buffers that carry vLLM's own parameter names.
+//
+// Ranks = tp*dp per engine, rank = dp_rank*tp + tp_rank. qkv_proj = [q; k; v] per TP shard (KV
+// heads replicated when tp > kv heads), gate_up_proj, MoE w13_weight (stacked [gate; up] per local
+// expert) and w2_weight. MoE layers span all tp*dp ranks as in vLLM: ep of them own experts, each
+// expert's FFN split over tp*dp/ep ranks (ep=1: pure expert tensor parallelism; ep=tp*dp: vLLM's
+// --enable-expert-parallel). Attention and dense weights are replicated over DP. Vocab padded to
+// 64*tp. engines=N repeats the whole engine N times on the next ranks (independent instances,
+// each with every expert).
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+#include "tools/models/framework_spec.h"
+#include "tools/models/presets.h"
+
+namespace ferry::models {
+
+// Appends the vLLM layout of `preset` under `resolved` on ranks first_rank ..
+// first_rank + tp*dp*engines - 1 to `out`. `stack_expert_tensors`:
+// FrameworkSpec::stack_expert_tensors.
+Status BuildVllmLayout(const ModelPreset& preset, const VllmParallel& resolved,
+                       bool stack_expert_tensors, int first_rank, Layout& out);
+
+}  // namespace ferry::models
