@@ -9,9 +9,9 @@
 // Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
 // Transport registrations are kept across runs of one communicator epoch (see
-// ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its peer and the transport,
-// aborts the communicator (so peers fail fast instead of waiting out their deadlines) and is
-// returned; the caller recreates the communicator before the next run.
+// ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its
+// peer and the transport, aborts the communicator (so peers fail fast instead of waiting out their
+// deadlines) and is returned; the caller recreates the communicator before the next run.
 //
 // Threading: one Run at a time per Executor; Run blocks its caller. The communicator may be
 // aborted from another thread during Run, which then fails promptly.

@@ -108,7 +108,8 @@ Status RankRun::BuildDependencies() {
     }
     if (IsNetwork(op.kind)) AddSlotRefs(op.Data(), slots_of_[i]);
     for (int slot : slots_of_[i]) {
-      if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) || plan_.slots[slot].rank != rank_) {
+      if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) ||
+          plan_.slots[slot].rank != rank_) {
         return InvalidArgument(Describe(i) + " uses staging slot " + std::to_string(slot) +
                                " that is not a slot of rank " + std::to_string(rank_));
       }
@@ -152,9 +153,12 @@ Status RankRun::RegisterMemory() {
     used_transports_.insert(*t);
     Status registered;
     if (roles_.role[i] != DirectRole::kStaged) {
-      registered = RegisterBlock(*t, res_.control.data(), static_cast<int64_t>(res_.control.size()), false);
+      registered = RegisterBlock(*t, res_.control.data(), static_cast<int64_t>(res_.control.size()),
+                                 /*cacheable=*/false);
     } else if (op.data.space == Space::kStaging) {
-      if (res_.arena.bytes() > 0) registered = RegisterBlock(*t, res_.arena.data(), res_.arena.bytes(), true);
+      if (res_.arena.bytes() > 0) {
+        registered = RegisterBlock(*t, res_.arena.data(), res_.arena.bytes(), /*cacheable=*/true);
+      }
     } else {
       const auto& table = op.data.space == Space::kSource ? memory_.source : memory_.destination;
       if (op.data.buffer < 0 || op.data.buffer >= static_cast<int>(table.size())) {
@@ -164,7 +168,9 @@ Status RankRun::RegisterMemory() {
       registered = RegisterBlock(*t, table[op.data.buffer].base, table[op.data.buffer].bytes,
                                  res_.options.cache_registrations);
     }
-    if (!registered.ok()) return std::move(registered).WithContext(Describe(i) + ": registering memory");
+    if (!registered.ok()) {
+      return std::move(registered).WithContext(Describe(i) + ": registering memory");
+    }
   }
   return Status::Ok();
 }
@@ -323,12 +329,14 @@ Status RankRun::StartNetwork(int i) {
   const Op& op = OpAt(i);
   FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
-  const void* block = op.data.space == Space::kStaging
-                          ? static_cast<const void*>(res_.arena.data())
-                          : (op.data.space == Space::kSource ? memory_.source : memory_.destination)[op.data.buffer].base;
+  const std::vector<MemoryDesc>& table =
+      op.data.space == Space::kSource ? memory_.source : memory_.destination;
+  const void* block = op.data.space == Space::kStaging ? static_cast<const void*>(res_.arena.data())
+                                                       : table[op.data.buffer].base;
   LocalBuffer buffer{handle_of_.at({t, block}), at - static_cast<const char*>(block), op.bytes};
-  Result<RequestId> id = op.kind == OpKind::kRecv ? t->PostRecv(op.peer, comm_.Tag(op.message), buffer)
-                                                  : t->PostSend(op.peer, comm_.Tag(op.message), buffer);
+  const uint64_t tag = comm_.Tag(op.message);
+  Result<RequestId> id = op.kind == OpKind::kRecv ? t->PostRecv(op.peer, tag, buffer)
+                                                  : t->PostSend(op.peer, tag, buffer);
   if (!id.ok()) return id.status();
   Track(i, t, *id);
   return Status::Ok();
@@ -348,7 +356,8 @@ Status RankRun::PostControl(int i, bool send, uint64_t tag, int64_t offset, int6
   const Op& op = OpAt(i);
   FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
   LocalBuffer buffer{handle_of_.at({t, res_.control.data()}), offset, bytes};
-  Result<RequestId> id = send ? t->PostSend(op.peer, tag, buffer) : t->PostRecv(op.peer, tag, buffer);
+  Result<RequestId> id =
+      send ? t->PostSend(op.peer, tag, buffer) : t->PostRecv(op.peer, tag, buffer);
   if (!id.ok()) return id.status();
   Track(i, t, *id);
   ++requests_left_[i];
@@ -434,7 +443,8 @@ void RankRun::PollCopies() {
     helped = res_.pool.RunOne();
   }
   auto wait = std::chrono::microseconds(in_flight_ == 0 ? 2000 : (helped ? 0 : 100));
-  for (auto& [i, status] : res_.pool.Done(copies_running_ > 0 ? wait : std::chrono::microseconds(0))) {
+  if (copies_running_ == 0) wait = std::chrono::microseconds(0);
+  for (auto& [i, status] : res_.pool.Done(wait)) {
     OnCopiesDone(i, status);
   }
 }
@@ -515,7 +525,9 @@ void RankRun::OnRequestDone(int i, const Completion& completion) {
     stats_.bytes_received += completion.bytes;
   } else {
     stats_.bytes_sent += op.bytes;
-    (op.link == LinkClass::kNetwork ? stats_.bytes_sent_network : stats_.bytes_sent_intra_node) += op.bytes;
+    int64_t& by_link =
+        op.link == LinkClass::kNetwork ? stats_.bytes_sent_network : stats_.bytes_sent_intra_node;
+    by_link += op.bytes;
   }
   Complete(i);
 }
@@ -538,7 +550,8 @@ Result<ExecutorStats> RankRun::Finish() {
   ReleaseRunRegistrations();
   res_.peer_mappings.Sweep();
   stats_.ops = n_;
-  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  stats_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return stats_;
 }
 
@@ -583,13 +596,17 @@ Result<char*> RankRun::BaseOf(const Region& r) const {
     }
     return res_.arena.data() + it->second + r.offset;
   }
-  const std::vector<MemoryDesc>& table = r.space == Space::kSource ? memory_.source : memory_.destination;
-  if (r.buffer < 0 || r.buffer >= static_cast<int>(table.size()) || table[r.buffer].base == nullptr) {
+  const std::vector<MemoryDesc>& table =
+      r.space == Space::kSource ? memory_.source : memory_.destination;
+  if (r.buffer < 0 || r.buffer >= static_cast<int>(table.size()) ||
+      table[r.buffer].base == nullptr) {
     return InvalidArgument(std::string(SpaceName(r.space)) + " buffer " + std::to_string(r.buffer) +
                            " has no memory on rank " + std::to_string(rank_));
   }
   const MemoryDesc& desc = table[r.buffer];
-  if (desc.kind != MemoryKind::kHost) return Unimplemented("the host executor cannot touch CUDA memory yet");
+  if (desc.kind != MemoryKind::kHost) {
+    return Unimplemented("the host executor cannot touch CUDA memory yet");
+  }
   return static_cast<char*>(desc.base) + r.offset;
 }
 
