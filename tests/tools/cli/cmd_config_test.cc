@@ -36,10 +36,10 @@ TEST(CmdConfigTest, PrintsEveryOptionWithDefaultsAndEnvironmentOverrides) {
 
 TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {
   std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/ferry.yaml";
-  std::ofstream(path) << "executor:\n  chunk_bytes: 16MiB\n";
+  std::ofstream(path) << "executor:\n  staging_budget: 16MiB\n";
   std::string out;
   EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 0);
-  EXPECT_NE(out.find("executor.chunk_bytes = 16MiB   (from yaml)"), std::string::npos) << out;
+  EXPECT_NE(out.find("executor.staging_budget = 16MiB   (from yaml)"), std::string::npos) << out;
   std::ofstream(path) << "executor:\n  chunk_size: 16MiB\n";
   EXPECT_EQ(RunConfig({"--file", path}, &out), 2);
 }
