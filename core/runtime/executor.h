@@ -9,12 +9,17 @@
 // Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
 // Transport registrations are kept across runs of one communicator epoch (see
-// ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its peer and the transport,
-// aborts the communicator (so peers fail fast instead of waiting out their deadlines) and is
-// returned; the caller recreates the communicator before the next run.
+// ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its
+// peer and the transport, aborts the communicator (so peers fail fast instead of waiting out their
+// deadlines) and is returned; the caller recreates the communicator before the next run.
 //
 // Threading: one Run at a time per Executor; Run blocks its caller. The communicator may be
 // aborted from another thread during Run, which then fails promptly.
+//
+// Inside: each Run is a RankRun (core/runtime/rank_run.h, internal), which borrows the state kept
+// here across runs: the copy pool (copy_pool.h), the staging arena (staging_arena.h), cached
+// registrations (registration_cache.h), peer mappings (peer_memory.h) and the direct-read cache
+// (direct_read_protocol.h).
 #pragma once
 
 #include <cstdint>
@@ -25,9 +30,11 @@
 #include "core/base/status.h"
 #include "core/plan/plan.h"
 #include "core/runtime/communicator.h"
-#include "core/runtime/direct_read.h"
+#include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor_options.h"
 #include "core/runtime/peer_memory.h"
+#include "core/runtime/registration_cache.h"
+#include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
@@ -43,7 +50,9 @@ struct RankMemory {
 struct ExecutorStats {
   double seconds = 0;
   int ops = 0;
-  int64_t bytes_sent = 0;
+  int64_t bytes_sent = 0;             // by staged Send/Forward ops (direct reads send none)
+  int64_t bytes_sent_intra_node = 0;  // of bytes_sent, over links the plan marks same-node
+  int64_t bytes_sent_network = 0;     // of bytes_sent, over links the plan marks network
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert and direct reads
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
@@ -67,42 +76,17 @@ class Executor {
   // buffer that was used in a Run, if the same address may come back with the same size.
   void ForgetRegistrations();
 
-  class CopyPool;
-
  private:
-  Executor(Communicator& comm, int threads, int64_t budget, int max_in_flight,
-           bool cache_registrations, bool direct_intra_node);
-
-  struct CachedRegistration {
-    Transport* transport;
-    const void* base;
-    int64_t bytes;
-    MemoryHandle handle;
-  };
+  Executor(Communicator& comm, const ExecutorOptions& options);
 
   Communicator& comm_;
-  bool cache_user_registrations_;
-  bool direct_intra_node_;
-  PeerMappings peer_mappings_;   // same-node peers' shared source buffers, mapped read-only
-  std::vector<uint8_t> control_;  // direct-read offers, registered per run
-  // FindDirectReads of the plans run last (at most kDirectCacheSize, most recent first), keyed by
-  // address and PlanFingerprint: callers that alternate a few plans (a refit and a probe) neither
-  // recompute nor free an analysis of thousands of messages on every run.
-  struct DirectCacheEntry {
-    const TransferPlan* plan;
-    uint64_t fingerprint;
-    std::vector<DirectRead> reads;
-  };
-  static constexpr size_t kDirectCacheSize = 4;
-  std::vector<DirectCacheEntry> direct_cache_;
-  std::vector<DirectRead> no_direct_reads_;
-  std::vector<CachedRegistration> registration_cache_;  // valid for cache_epoch_ only
-  uint64_t cache_epoch_ = 0;
-  int64_t staging_budget_;
-  int max_in_flight_;
+  const ExecutorOptions options_;  // copy_threads resolved to a count
   std::unique_ptr<CopyPool> pool_;
-  std::unique_ptr<char[]> arena_;  // the staging arena, reused across runs
-  int64_t arena_bytes_ = 0;
+  StagingArena arena_;
+  RegistrationCache registrations_;
+  PeerMappings peer_mappings_;    // same-node peers' shared source buffers, mapped read-only
+  std::vector<uint8_t> control_;  // direct-read offers, registered per run
+  DirectReadCache direct_reads_;
 };
 
 }  // namespace ferry

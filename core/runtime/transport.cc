@@ -1,4 +1,4 @@
-// TransportRegistry and small helpers of the Transport interface.
+// The Transport interface's default methods, TransportRegistry and small helpers of the interface.
 #include "core/runtime/transport.h"
 
 #include "core/runtime/executor_options.h"
@@ -135,6 +135,22 @@ std::string TransportContext::Option(std::string_view name, std::string fallback
   if (config == nullptr) return fallback;
   auto value = config->GetString(name);
   return value.ok() ? *value : fallback;
+}
+
+Result<Bytes> Transport::RemoteKey(MemoryHandle) {
+  return Unimplemented(std::string(name()) + " is two-sided only: no remote keys");
+}
+
+Result<RequestId> Transport::PostPut(int, uint64_t, const LocalBuffer&, const RemoteBuffer&) {
+  return Unimplemented(std::string(name()) + " is two-sided only: no put");
+}
+
+Result<RequestId> Transport::PostRecvNotify(int, uint64_t) {
+  return Unimplemented(std::string(name()) + " is two-sided only: no put notifications");
+}
+
+Status Transport::Cancel(RequestId) {
+  return Unimplemented(std::string(name()) + " cannot cancel a request");
 }
 
 int TakeCompletions(std::deque<Completion>& ready, std::span<Completion> out) {

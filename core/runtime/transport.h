@@ -3,6 +3,12 @@
 // "cuda_ipc"). The executor talks only to this interface; it never knows which class it holds, and
 // a transport never sees a layout or a plan.
 //
+// Required and optional methods: every transport implements the two-sided path (endpoint info,
+// Connect, Register/DeregisterMemory, PostSend, PostRecv, Poll, Abort), which is all that the
+// executor and the communicator call. The one-sided methods (RemoteKey, PostPut, PostRecvNotify)
+// and Cancel have defaults that return kUnimplemented, NIXL-style; capabilities() says which ones
+// a transport offers.
+//
 // Life of a transport (one instance per rank, per communicator epoch):
 //   1. TransportRegistry::Create(name, context)    -> a fresh instance for (rank, size, epoch)
 //   2. LocalEndpointInfo()                          -> opaque bytes, published through the Store
@@ -72,7 +78,8 @@ struct TransportCapabilities {
   bool host_memory = true;    // can register and move host memory
   bool cuda_memory = false;   // can register and move CUDA device memory directly (GPU-direct)
   bool two_sided = true;      // PostSend / PostRecv
-  bool one_sided = false;     // PostPut / PostRecvNotify with remote keys
+  bool one_sided = false;     // PostPut / PostRecvNotify / RemoteKey (else they are kUnimplemented)
+  bool cancel = false;        // Cancel (else it is kUnimplemented)
   bool strided = false;       // reserved: accepts strided descriptors (none of today's do)
   bool grouped = false;       // BeginGroup/EndGroup are meaningful (NCCL)
   bool inter_node = true;     // can reach ranks on other nodes (false for local, cuda_ipc)
@@ -177,9 +184,9 @@ class Transport {
   // Releases a registration. Requests still using it must have completed. Non-blocking.
   virtual Status DeregisterMemory(MemoryHandle memory) = 0;
 
-  // Opaque bytes that let a peer PostPut into this registration. Only for one-sided transports;
-  // others return kUnimplemented. Non-blocking.
-  virtual Result<Bytes> RemoteKey(MemoryHandle memory) = 0;
+  // Opaque bytes that let a peer PostPut into this registration. Non-blocking. Only for
+  // one-sided transports (capabilities().one_sided); the default returns kUnimplemented.
+  virtual Result<Bytes> RemoteKey(MemoryHandle memory);
 
   // Starts sending `buffer` to `peer` under `tag`. Non-blocking: returns a request id at once; the
   // buffer must stay untouched until the request completes in Poll. Zero-byte messages are legal
@@ -193,13 +200,14 @@ class Transport {
 
   // One-sided: writes `local` into the peer's memory at `remote`, then delivers a notification
   // (peer = this rank, `tag`) that completes the peer's matching PostRecvNotify. Non-blocking. The
-  // local completion means the local buffer may be reused. kUnimplemented unless one_sided.
+  // local completion means the local buffer may be reused. Only for one-sided transports; the
+  // default returns kUnimplemented. The executor does not use it (yet).
   virtual Result<RequestId> PostPut(int peer, uint64_t tag, const LocalBuffer& local,
-                                    const RemoteBuffer& remote) = 0;
+                                    const RemoteBuffer& remote);
 
   // One-sided, target side: completes when the put (peer, tag) has landed; `bytes` is its size.
-  // kUnimplemented unless one_sided.
-  virtual Result<RequestId> PostRecvNotify(int peer, uint64_t tag) = 0;
+  // Non-blocking. Only for one-sided transports; the default returns kUnimplemented.
+  virtual Result<RequestId> PostRecvNotify(int peer, uint64_t tag);
 
   // Drives progress and returns completions: writes up to out.size() of them and returns how many.
   // Waits until at least one request completes or `deadline` passes (then returns 0: not an
@@ -211,8 +219,9 @@ class Transport {
 
   // Cancels a pending request: it completes (in a later Poll) with kAborted unless it already
   // finished. A cancelled send or receive may leave its peer's matching request pending; callers
-  // cancel only while tearing the exchange down. Non-blocking.
-  virtual Status Cancel(RequestId request) = 0;
+  // cancel only while tearing the exchange down. Non-blocking. Only where capabilities().cancel;
+  // the default returns kUnimplemented (the executor tears down with Abort instead).
+  virtual Status Cancel(RequestId request);
 
   // Grouping for transports that need it (capabilities().grouped); no-ops elsewhere.
   virtual Status BeginGroup() { return Status::Ok(); }

@@ -11,15 +11,14 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "core/runtime/abort_state.h"
 #include "transports/libfabric/peer_watch.h"
 
 namespace ferry {
@@ -83,12 +82,8 @@ class LibfabricTransport final : public Transport {
   Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override;
   Result<MemoryHandle> RegisterMemory(const MemoryDesc& memory) override;
   Status DeregisterMemory(MemoryHandle memory) override;
-  Result<Bytes> RemoteKey(MemoryHandle memory) override;
   Result<RequestId> PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) override;
   Result<RequestId> PostRecv(int peer, uint64_t tag, const LocalBuffer& buffer) override;
-  Result<RequestId> PostPut(int peer, uint64_t tag, const LocalBuffer& local,
-                            const RemoteBuffer& remote) override;
-  Result<RequestId> PostRecvNotify(int peer, uint64_t tag) override;
   Result<int> Poll(std::span<Completion> out, Deadline deadline) override;
   Status Cancel(RequestId request) override;
   void Abort(const Status& reason) override;
@@ -158,9 +153,7 @@ class LibfabricTransport final : public Transport {
   std::deque<Op*> backlog_;  // posts the provider refused with FI_EAGAIN, retried in order
   std::deque<Completion> ready_;
 
-  std::atomic<bool> aborted_{false};
-  mutable std::mutex abort_mu_;
-  Status abort_reason_;
+  AbortState abort_{"libfabric"};
 };
 
 LibfabricTransport::~LibfabricTransport() {
@@ -258,6 +251,7 @@ TransportCapabilities LibfabricTransport::capabilities() const {
   caps.cuda_memory = false;
   caps.two_sided = true;
   caps.one_sided = false;
+  caps.cancel = true;
   caps.inter_node = provider_ != "shm";
   if (chosen_ != nullptr && chosen_->ep_attr->max_msg_size < static_cast<size_t>(INT64_MAX)) {
     caps.max_message_bytes = static_cast<int64_t>(chosen_->ep_attr->max_msg_size);
@@ -267,13 +261,7 @@ TransportCapabilities LibfabricTransport::capabilities() const {
   return caps;
 }
 
-Status LibfabricTransport::CheckUsable() const {
-  if (aborted_.load()) {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    return Status(StatusCode::kAborted, "libfabric transport aborted: " + abort_reason_.ToString());
-  }
-  return Status::Ok();
-}
+Status LibfabricTransport::CheckUsable() const { return abort_.status(); }
 
 Result<Bytes> LibfabricTransport::LocalEndpointInfo() {
   FERRY_RETURN_IF_ERROR(CheckUsable());
@@ -378,19 +366,6 @@ Status LibfabricTransport::DeregisterMemory(MemoryHandle memory) {
   if (it->second.mr != nullptr) fi_close(&it->second.mr->fid);
   registrations_.erase(it);
   return Status::Ok();
-}
-
-Result<Bytes> LibfabricTransport::RemoteKey(MemoryHandle) {
-  return Unimplemented("the libfabric transport is two-sided only (no remote keys)");
-}
-
-Result<RequestId> LibfabricTransport::PostPut(int, uint64_t, const LocalBuffer&,
-                                              const RemoteBuffer&) {
-  return Unimplemented("the libfabric transport is two-sided only (no PostPut)");
-}
-
-Result<RequestId> LibfabricTransport::PostRecvNotify(int, uint64_t) {
-  return Unimplemented("the libfabric transport is two-sided only (no PostRecvNotify)");
 }
 
 Result<void*> LibfabricTransport::Resolve(const LocalBuffer& buffer, void** desc) const {
@@ -558,14 +533,7 @@ Status LibfabricTransport::Cancel(RequestId request) {
   return Status::Ok();
 }
 
-void LibfabricTransport::Abort(const Status& reason) {
-  {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    if (aborted_.load()) return;
-    abort_reason_ = reason.ok() ? Aborted("abort requested") : reason;
-  }
-  aborted_.store(true);
-}
+void LibfabricTransport::Abort(const Status& reason) { abort_.Abort(reason); }
 
 void LibfabricTransport::DrainAbort() {
   Status reason = CheckUsable();
@@ -580,12 +548,12 @@ void LibfabricTransport::DrainAbort() {
 Result<int> LibfabricTransport::Poll(std::span<Completion> out, Deadline deadline) {
   int idle_rounds = 0;
   while (true) {
-    if (aborted_.load()) {
-      DrainAbort();
+    if (abort_.aborted()) {
+      if (abort_.TakeDrain()) DrainAbort();
       if (ready_.empty()) return CheckUsable();
     } else {
       ReadCompletions();
-      while (!backlog_.empty() && !aborted_.load()) {
+      while (!backlog_.empty() && !abort_.aborted()) {
         Op* op = backlog_.front();
         if (!Issue(op)) break;
         backlog_.pop_front();

@@ -2,13 +2,14 @@
 // matched on (sender, tag) in posting order and copied by whichever side arrives second.
 #include "transports/local/local_transport.h"
 
-#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <unordered_map>
+
+#include "core/runtime/abort_state.h"
 
 namespace ferry {
 
@@ -93,6 +94,7 @@ class LocalTransport final : public Transport {
     caps.host_memory = true;
     caps.two_sided = true;
     caps.one_sided = true;
+    caps.cancel = true;
     caps.inter_node = false;
     caps.latency_seconds = 1e-6;
     caps.bandwidth_bytes_per_second = 10e9;
@@ -117,9 +119,9 @@ class LocalTransport final : public Transport {
       return FailedPrecondition("local: already connected to peer " + std::to_string(peer));
     }
     bool present = group_->changed.wait_until(lock, deadline.when(), [&] {
-      return aborted_ || group_->members.count(peer) != 0;
+      return abort_.aborted() || group_->members.count(peer) != 0;
     });
-    if (aborted_) return AbortedLocked();
+    if (abort_.aborted()) return abort_.status();
     if (!present) {
       return DeadlineExceeded("local: peer " + std::to_string(peer) +
                               " did not join this process's group before the deadline");
@@ -236,7 +238,7 @@ class LocalTransport final : public Transport {
 
   Result<RequestId> PostRecvNotify(int peer, uint64_t tag) override {
     std::lock_guard<std::mutex> lock(group_->mu);
-    if (aborted_) return AbortedLocked();
+    if (abort_.aborted()) return abort_.status();
     if (connected_.count(peer) == 0) {
       return FailedPrecondition("local: peer " + std::to_string(peer) + " is not connected");
     }
@@ -258,10 +260,9 @@ class LocalTransport final : public Transport {
   Result<int> Poll(std::span<Completion> out, Deadline deadline) override {
     std::unique_lock<std::mutex> lock(group_->mu);
     group_->changed.wait_until(lock, deadline.when(),
-                               [&] { return aborted_ || !completions_.empty(); });
-    if (aborted_ && !abort_handled_) {
-      abort_handled_ = true;
-      Status status = AbortedLocked();
+                               [&] { return abort_.aborted() || !completions_.empty(); });
+    if (abort_.TakeDrain()) {
+      Status status = abort_.status();
       std::vector<RequestId> ids;
       for (const auto& [id, peer] : pending_) ids.push_back(id);
       for (RequestId id : ids) CancelLocked(id, status);
@@ -271,7 +272,7 @@ class LocalTransport final : public Transport {
       out[n++] = std::move(completions_.front());
       completions_.pop_front();
     }
-    if (n == 0 && aborted_) return AbortedLocked();
+    if (n == 0 && abort_.aborted()) return abort_.status();
     return n;
   }
 
@@ -282,25 +283,20 @@ class LocalTransport final : public Transport {
   }
 
   void Abort(const Status& reason) override {
+    if (!abort_.Abort(reason)) return;
+    // Under the group's lock, so that a waiter between its check and its wait is not missed.
     std::lock_guard<std::mutex> lock(group_->mu);
-    if (aborted_) return;
-    aborted_ = true;
-    abort_reason_ = reason;
     group_->changed.notify_all();
   }
 
  private:
-  Status AbortedLocked() const {
-    return Aborted("local transport aborted: " + abort_reason_.message());
-  }
-
   LocalTransport* MemberLocked(int peer) const {
     auto it = group_->members.find(peer);
     return it == group_->members.end() ? nullptr : it->second;
   }
 
   Result<char*> ResolveLocked(int peer, const LocalBuffer& buffer) {
-    if (aborted_) return AbortedLocked();
+    if (abort_.aborted()) return abort_.status();
     if (peer < 0 || peer >= size_) return InvalidArgument("local: no peer " + std::to_string(peer));
     if (connected_.count(peer) == 0) {
       return FailedPrecondition("local: peer " + std::to_string(peer) + " is not connected");
@@ -396,9 +392,7 @@ class LocalTransport final : public Transport {
   std::map<Key, std::deque<RequestId>> notify_posted_;
   std::map<Key, std::deque<int64_t>> notify_arrived_;
   std::deque<Completion> completions_;
-  bool aborted_ = false;
-  bool abort_handled_ = false;
-  Status abort_reason_;
+  AbortState abort_{"local"};  // thread-safe on its own
 };
 
 }  // namespace

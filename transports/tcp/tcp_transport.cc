@@ -7,14 +7,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <unordered_map>
 
+#include "core/runtime/abort_state.h"
 #include "core/runtime/socket_util.h"
 
 namespace ferry {
@@ -108,6 +107,7 @@ class TcpTransport final : public Transport {
     TransportCapabilities caps;
     caps.host_memory = true;
     caps.two_sided = true;
+    caps.cancel = true;
     caps.latency_seconds = 30e-6;
     caps.bandwidth_bytes_per_second = 2e9;
     return caps;
@@ -119,7 +119,7 @@ class TcpTransport final : public Transport {
   }
 
   Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override {
-    if (aborted_) return AbortedStatus();
+    if (abort_.aborted()) return abort_.status();
     if (peer < 0 || peer >= size_) return InvalidArgument("tcp: no peer " + std::to_string(peer));
     Peer& p = peers_[peer];
     if (p.connect_called) {
@@ -190,10 +190,6 @@ class TcpTransport final : public Transport {
     return Status::Ok();
   }
 
-  Result<Bytes> RemoteKey(MemoryHandle) override {
-    return Unimplemented("tcp is two-sided only: no remote keys");
-  }
-
   Result<RequestId> PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) override {
     FERRY_ASSIGN_OR_RETURN(char* data, Resolve(peer, buffer));
     Request* r = NewRequest(peer, tag, true, data, buffer.bytes);
@@ -234,18 +230,11 @@ class TcpTransport final : public Transport {
     return id;
   }
 
-  Result<RequestId> PostPut(int, uint64_t, const LocalBuffer&, const RemoteBuffer&) override {
-    return Unimplemented("tcp is two-sided only: no put");
-  }
-  Result<RequestId> PostRecvNotify(int, uint64_t) override {
-    return Unimplemented("tcp is two-sided only: no put notifications");
-  }
-
   Result<int> Poll(std::span<Completion> out, Deadline deadline) override {
     while (true) {
-      if (aborted_ && !abort_handled_) HandleAbort();
+      if (abort_.TakeDrain()) HandleAbort();
       if (!ready_.empty()) return TakeCompletions(ready_, out);
-      if (aborted_) return AbortedStatus();
+      if (abort_.aborted()) return abort_.status();
       epoll_event events[64];
       int timeout = deadline.Expired() ? 0 : deadline.RemainingMillis();
       int n = ::epoll_wait(epoll_fd_, events, 64, timeout);
@@ -310,12 +299,7 @@ class TcpTransport final : public Transport {
   }
 
   void Abort(const Status& reason) override {
-    {
-      std::lock_guard<std::mutex> lock(abort_mu_);
-      if (aborted_) return;
-      abort_reason_ = reason;
-      aborted_ = true;
-    }
+    if (!abort_.Abort(reason)) return;
     for (Peer& peer : peers_) {
       if (peer.fd >= 0) ::shutdown(peer.fd, SHUT_RDWR);
     }
@@ -326,17 +310,12 @@ class TcpTransport final : public Transport {
  private:
   static constexpr uint64_t kWakeKey = ~0ull;
 
-  Status AbortedStatus() {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    return Aborted("tcp transport aborted: " + abort_reason_.message());
-  }
-
   std::string PeerFailure(int peer) const {
     return "peer " + std::to_string(peer) + " (tcp): " + peers_[peer].failure;
   }
 
   Result<char*> Resolve(int peer, const LocalBuffer& buffer) {
-    if (aborted_) return AbortedStatus();
+    if (abort_.aborted()) return abort_.status();
     if (peer < 0 || peer >= size_) return InvalidArgument("tcp: no peer " + std::to_string(peer));
     if (!peers_[peer].connected) {
       return FailedPrecondition("tcp: peer " + std::to_string(peer) + " is not connected");
@@ -548,7 +527,7 @@ class TcpTransport final : public Transport {
     if (n > 0) return true;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     if (n < 0 && errno == EINTR) return false;  // level-triggered epoll calls again
-    if (aborted_) return false;
+    if (abort_.aborted()) return false;
     FailPeer(peer, n == 0 ? "connection closed (the peer exited or aborted)"
                           : std::string("receive failed: ") + std::strerror(errno));
     return false;
@@ -580,9 +559,10 @@ class TcpTransport final : public Transport {
     }
   }
 
+  // Fails every pending request with the abort status and closes every connection; once, on the
+  // thread that polls.
   void HandleAbort() {
-    abort_handled_ = true;
-    Status status = AbortedStatus();
+    Status status = abort_.status();
     std::vector<Request*> pending;
     for (auto& [id, request] : requests_) pending.push_back(request.get());
     for (Request* r : pending) Complete(r, status);
@@ -614,10 +594,7 @@ class TcpTransport final : public Transport {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   RequestId next_request_ = 1;
   std::deque<Completion> ready_;
-  std::atomic<bool> aborted_{false};
-  bool abort_handled_ = false;
-  std::mutex abort_mu_;
-  Status abort_reason_;
+  AbortState abort_{"tcp"};
 };
 
 }  // namespace

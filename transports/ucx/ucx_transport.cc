@@ -5,14 +5,14 @@
 
 #include <ucp/api/ucp.h>
 
-#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
+
+#include "core/runtime/abort_state.h"
 
 namespace ferry {
 namespace {
@@ -149,9 +149,7 @@ class UcxTransport final : public Transport {
   // Rendezvous arrivals matched inside the AM callback; their data receive starts after progress.
   std::deque<std::pair<Op*, Arrival>> deferred_;
 
-  std::atomic<bool> aborted_{false};
-  mutable std::mutex abort_mu_;
-  Status abort_reason_;
+  AbortState abort_{"ucx"};
 };
 
 UcxTransport::~UcxTransport() {
@@ -159,7 +157,7 @@ UcxTransport::~UcxTransport() {
     // Flush-close every endpoint so that data already handed to UCX reaches live peers; force the
     // close of any that do not finish in time (dead peers, aborted transport).
     std::vector<ucs_status_ptr_t> closing;
-    const bool force = aborted_.load();
+    const bool force = abort_.aborted();
     for (auto& [rank, peer] : peers_) {
       if (peer->ep == nullptr) continue;
       ucp_request_param_t param{};
@@ -249,19 +247,14 @@ TransportCapabilities UcxTransport::capabilities() const {
   caps.cuda_memory = false;
   caps.two_sided = true;
   caps.one_sided = true;
+  caps.cancel = true;
   caps.inter_node = true;
   caps.latency_seconds = 5e-6;
   caps.bandwidth_bytes_per_second = 2e9;
   return caps;
 }
 
-Status UcxTransport::CheckUsable() const {
-  if (aborted_.load()) {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    return Status(StatusCode::kAborted, "ucx transport aborted: " + abort_reason_.ToString());
-  }
-  return Status::Ok();
-}
+Status UcxTransport::CheckUsable() const { return abort_.status(); }
 
 Result<Bytes> UcxTransport::LocalEndpointInfo() {
   FERRY_RETURN_IF_ERROR(CheckUsable());
@@ -807,21 +800,10 @@ Status UcxTransport::Cancel(RequestId request) {
   return Status::Ok();
 }
 
-void UcxTransport::Abort(const Status& reason) {
-  {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    if (aborted_.load()) return;
-    abort_reason_ = reason.ok() ? Aborted("abort requested") : reason;
-  }
-  aborted_.store(true);
-}
+void UcxTransport::Abort(const Status& reason) { abort_.Abort(reason); }
 
 void UcxTransport::DrainAbort() {
-  Status reason;
-  {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    reason = Status(StatusCode::kAborted, "ucx transport aborted: " + abort_reason_.ToString());
-  }
+  const Status reason = abort_.status();
   std::vector<Op*> pending;
   for (auto& [id, op] : ops_) {
     if (!op->reported) pending.push_back(op.get());
@@ -835,8 +817,8 @@ void UcxTransport::DrainAbort() {
 Result<int> UcxTransport::Poll(std::span<Completion> out, Deadline deadline) {
   int idle_rounds = 0;
   while (true) {
-    if (aborted_.load()) {
-      DrainAbort();
+    if (abort_.aborted()) {
+      if (abort_.TakeDrain()) DrainAbort();
       if (ready_.empty()) return CheckUsable();
     } else {
       while (ucp_worker_progress(worker_) != 0) {

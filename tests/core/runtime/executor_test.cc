@@ -229,6 +229,8 @@ TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
       if (!Verify(r, rank)) return 2;
       if (stats->peak_staging_bytes > 1100 * 1024) return 3;
       if (rank == 0 && stats->bytes_sent != 2 * kRows * 512 * 4) return 4;
+      // Every link of this plan is a network link.
+      if (stats->bytes_sent_network != stats->bytes_sent || stats->bytes_sent_intra_node != 0) return 6;
     }
     return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
   });
@@ -263,6 +265,8 @@ void RunSameNode(bool shared, bool direct) {
       }
       // Rank 0 sends message 2 staged, and message 1 too unless it goes direct.
       if (rank == 0 && stats->bytes_sent != (direct ? 1 : 2) * kRows * 512 * 4) return 4;
+      // Every link of this plan is a same-node link.
+      if (stats->bytes_sent_intra_node != stats->bytes_sent || stats->bytes_sent_network != 0) return 7;
       for (const MemoryDesc& d : r.memory.destination) {  // the next refit must write it all again
         for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
       }

@@ -144,6 +144,23 @@ TEST_P(TransportConformanceTest, NameAndCapabilities) {
   EXPECT_GT(caps.bandwidth_bytes_per_second, 0);
 }
 
+TEST_P(TransportConformanceTest, OptionalMethodsAreUnimplementedUnlessOffered) {
+  FERRY_ASSERT_OK_AND_ASSIGN(TransportWorld world, CreateTransportWorld(GetParam(), 2, TestDeadline()));
+  Transport& t = *world.ranks[0];
+  const TransportCapabilities caps = t.capabilities();
+  std::vector<uint8_t> buffer(64);
+  MemoryHandle handle = MustRegister(t, buffer);
+  if (!caps.one_sided) {
+    EXPECT_EQ(t.RemoteKey(handle).status().code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(t.PostPut(1, 5, Whole(handle, buffer), RemoteBuffer{}).status().code(),
+              StatusCode::kUnimplemented);
+    EXPECT_EQ(t.PostRecvNotify(1, 5).status().code(), StatusCode::kUnimplemented);
+  }
+  if (!caps.cancel) {
+    EXPECT_EQ(t.Cancel(1).code(), StatusCode::kUnimplemented);
+  }
+}
+
 TEST_P(TransportConformanceTest, SizesFromZeroBytes) {
   FERRY_ASSERT_OK_AND_ASSIGN(TransportWorld world, CreateTransportWorld(GetParam(), 2, TestDeadline()));
   if (!world.ranks[0]->capabilities().two_sided) GTEST_SKIP() << "not two-sided";
@@ -347,6 +364,7 @@ TEST_P(TransportConformanceTest, AbortFromAnotherThreadEndsPendingRequests) {
 TEST_P(TransportConformanceTest, CancelledReceiveCompletesAborted) {
   FERRY_ASSERT_OK_AND_ASSIGN(TransportWorld world, CreateTransportWorld(GetParam(), 2, TestDeadline()));
   if (!world.ranks[0]->capabilities().two_sided) GTEST_SKIP() << "not two-sided";
+  if (!world.ranks[0]->capabilities().cancel) GTEST_SKIP() << "cannot cancel";
   Driver driver(world);
   std::vector<uint8_t> received(64);
   MemoryHandle hr = MustRegister(*world.ranks[1], received);

@@ -1,0 +1,170 @@
+// The executor's side of the direct-read exchange: see direct_read_protocol.h.
+#include "core/runtime/direct_read_protocol.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ferry {
+
+const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, int rank) {
+  const uint64_t fingerprint = PlanFingerprint(plan);
+  auto hit = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+    return e.plan == &plan && e.fingerprint == fingerprint;
+  });
+  if (hit == entries_.end()) {
+    if (entries_.size() == kSize) entries_.pop_back();
+    entries_.insert(entries_.begin(), {&plan, fingerprint, FindDirectReads(plan, rank)});
+  } else if (hit != entries_.begin()) {
+    std::rotate(entries_.begin(), hit, hit + 1);
+  }
+  return entries_.front().reads;
+}
+
+DirectReadRoles DirectReadRoles::Assign(const std::vector<DirectRead>& directs, int rank,
+                                        const std::unordered_map<int, int>& local, int num_ops) {
+  DirectReadRoles roles;
+  roles.role.assign(num_ops, DirectRole::kStaged);
+  roles.direct_of.assign(num_ops, -1);
+  roles.control_offset.assign(directs.size(), 0);
+  for (size_t k = 0; k < directs.size(); ++k) {
+    const DirectRead& d = directs[k];
+    auto mark = [&](int op, DirectRole r) {
+      if (op < 0) return;
+      auto it = local.find(op);
+      if (it == local.end()) return;
+      roles.role[it->second] = r;
+      roles.direct_of[it->second] = static_cast<int>(k);
+    };
+    if (d.sender == rank) {
+      mark(d.send_op, DirectRole::kOffer);
+      mark(d.pack_op, DirectRole::kElided);
+    }
+    if (d.receiver == rank) {
+      mark(d.recv_op, DirectRole::kRead);
+      mark(d.unpack_op, DirectRole::kElided);
+    }
+    roles.control_offset[k] = roles.control_bytes;
+    roles.control_bytes += (DirectReadOfferBytes(d.source_buffers.size()) + 63) / 64 * 64;
+  }
+  return roles;
+}
+
+Result<int64_t> OfferWriter::Write(const DirectRead& read, std::span<uint8_t> slot) {
+  std::vector<PeerBuffer> buffers(read.source_buffers.size());
+  for (size_t j = 0; j < buffers.size(); ++j) {
+    const int b = read.source_buffers[j];
+    if (b < 0 || b >= static_cast<int>(source_.size()) || source_[b].base == nullptr) {
+      return InvalidArgument("source buffer " + std::to_string(b) + " has no memory on rank " +
+                             std::to_string(rank_));
+    }
+    if (source_[b].kind != MemoryKind::kHost) {
+      return Unimplemented("direct reads of CUDA memory need the CUDA IPC path");
+    }
+    if (described_.empty()) {
+      described_.resize(source_.size());
+      is_described_.assign(source_.size(), 0);
+    }
+    if (!is_described_[b]) {
+      FERRY_ASSIGN_OR_RETURN(described_[b], describer_.Describe(source_[b]));
+      is_described_[b] = 1;
+    }
+    buffers[j] = described_[b];
+  }
+  const int64_t offer_bytes = DirectReadOfferBytes(buffers.size());
+  EncodeDirectReadOffer(ProcessIdentity::Self(), buffers,
+                        slot.first(static_cast<size_t>(offer_bytes)));
+  return offer_bytes;
+}
+
+Status CheckOfferSize(const DirectRead& read, int64_t received) {
+  const int64_t expected = DirectReadOfferBytes(read.source_buffers.size());
+  if (received == expected) return Status::Ok();
+  return InvalidArgument("direct-read offer of " + std::to_string(received) +
+                         " bytes, expected " + std::to_string(expected) +
+                         " (do both ranks set executor.direct_intra_node alike?)");
+}
+
+namespace {
+
+// Where each offered buffer is mapped in this process (null: not shared, read it through
+// process_vm_readv). Buffers of one shared file (ferry run puts a rank's buffers in one) share
+// its mapping: it is looked up once per file, not per buffer.
+Result<std::vector<const char*>> MapOfferedBuffers(const DirectRead& read,
+                                                   const ProcessIdentity& owner,
+                                                   const std::vector<PeerBuffer>& buffers,
+                                                   PeerMappings& mappings) {
+  std::vector<const char*> mapped(buffers.size(), nullptr);
+  const PeerBuffer* last = nullptr;
+  PeerMappings::File file;
+  for (size_t j = 0; j < buffers.size(); ++j) {
+    const PeerBuffer& b = buffers[j];
+    if (b.shared_fd < 0) continue;
+    if (last == nullptr || last->shared_fd != b.shared_fd || last->inode != b.inode) {
+      FERRY_ASSIGN_OR_RETURN(file, mappings.MapFile(owner, b));
+      last = &b;
+    }
+    if (b.shared_offset < 0 || b.shared_offset + b.bytes > file.length) {
+      return OutOfRange("peer " + std::to_string(read.sender) + "'s buffer " +
+                        std::to_string(read.source_buffers[j]) + " lies outside its shared file");
+    }
+    mapped[j] = file.base + b.shared_offset;
+  }
+  return mapped;
+}
+
+}  // namespace
+
+Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
+                             const std::vector<MemoryDesc>& destination, int rank,
+                             PeerMappings& mappings, std::vector<CopyEnds>& ends) {
+  ProcessIdentity owner;
+  std::vector<PeerBuffer> buffers;
+  FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), owner, buffers));
+  if (owner.boot_id != ProcessIdentity::Self().boot_id) {
+    return FailedPrecondition("peer " + std::to_string(read.sender) +
+                              " runs on another machine, but the plan links it as same-node; fix "
+                              "the topology or set executor.direct_intra_node=false");
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<const char*> mapped,
+                         MapOfferedBuffers(read, owner, buffers, mappings));
+  ends.clear();
+  ends.reserve(read.reads.size());
+  int64_t bytes = 0;
+  for (size_t c = 0; c < read.reads.size(); ++c) {
+    const DirectRead::Read& r = read.reads[c];
+    const CopyGeometry& g = read.geometries[c];
+    const size_t j = static_cast<size_t>(r.source);
+    if (r.from_offset < 0 || r.from_offset + r.from_span > buffers[j].bytes) {
+      return OutOfRange("source region of " + std::to_string(r.from_span) + " bytes at " +
+                        std::to_string(r.from_offset) + " is outside peer " +
+                        std::to_string(read.sender) + "'s buffer " +
+                        std::to_string(read.source_buffers[j]) + " of " +
+                        std::to_string(buffers[j].bytes) + " bytes");
+    }
+    // The destination side, checked inline (a general region lookup per pair costs more than a
+    // small copy).
+    const int b = r.to_buffer;
+    if (b < 0 || b >= static_cast<int>(destination.size()) || destination[b].base == nullptr ||
+        destination[b].kind != MemoryKind::kHost || r.to_offset < 0 ||
+        r.to_offset + r.to_span > destination[b].bytes) {
+      return InvalidArgument("destination buffer " + std::to_string(b) + " on rank " +
+                             std::to_string(rank) +
+                             " has no host memory covering a region the plan writes");
+    }
+    char* to = static_cast<char*>(destination[b].base) + r.to_offset;
+    if (mapped[j] != nullptr) {
+      ends.push_back({mapped[j] + r.from_offset, to, 0});
+    } else {
+      if (!g.contiguous_run()) {
+        return Unimplemented("a direct read through process_vm_readv needs contiguous rows; "
+                             "allocate source buffers with SharedHostMemory");
+      }
+      ends.push_back({reinterpret_cast<const char*>(buffers[j].address + r.from_offset), to,
+                      owner.pid});
+    }
+    bytes += g.bytes();
+  }
+  return bytes;
+}
+
+}  // namespace ferry

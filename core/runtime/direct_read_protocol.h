@@ -1,0 +1,99 @@
+// The direct-read exchange as the executor runs it: which part each of this rank's ops plays, the
+// control buffer the offers travel in, writing an offer, and turning a received offer into checked
+// copies. What a direct read is and which messages qualify: core/runtime/direct_read.h.
+//
+// Per message (both ranks derive the same list from the plan, FindDirectReads):
+//   sender, its Send (role kOffer): posts a 0-byte receive for the receiver's *done* (AckTag),
+//     then sends the *offer* (Tag) from the message's control slot; the Send completes when both
+//     requests have, i.e. after the receiver copied, so the source buffers stay untouched while
+//     the peer reads them.
+//   receiver, its Recv (role kRead): receives the offer (Tag) into the message's control slot,
+//     checks its size (CheckOfferSize), resolves it into copies (ResolveOffer), runs them, then
+//     sends a 0-byte *done* (AckTag); the Recv completes when *done* has gone out.
+//   the message's Pack and Unpack (role kElided): complete without work.
+// Other ops (kStaged) take the staged path: staging slots and ordinary sends and receives.
+//
+// Thread-safety: none; everything here belongs to the executor thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+#include "core/runtime/copy_pool.h"
+#include "core/runtime/direct_read.h"
+#include "core/runtime/peer_memory.h"
+#include "core/runtime/transport.h"
+
+namespace ferry {
+
+enum class DirectRole : uint8_t { kStaged, kElided, kOffer, kRead };
+
+// FindDirectReads of the plans run last (at most kSize, most recent first), keyed by address and
+// PlanFingerprint: callers that alternate a few plans (a refit and a probe) neither recompute nor
+// free an analysis of thousands of messages on every run.
+class DirectReadCache {
+ public:
+  static constexpr size_t kSize = 4;
+  // The direct reads of `rank` in `plan`, computed on a miss. Valid until the next call.
+  const std::vector<DirectRead>& Find(const TransferPlan& plan, int rank);
+
+ private:
+  struct Entry {
+    const TransferPlan* plan;
+    uint64_t fingerprint;
+    std::vector<DirectRead> reads;
+  };
+  std::vector<Entry> entries_;
+};
+
+// This rank's part in a run's direct reads, by local op index (the op's index in
+// TransferPlan::OpsOfRank), and each message's slot in the control buffer: 64-byte aligned,
+// DirectReadOfferBytes long, one per direct read.
+struct DirectReadRoles {
+  std::vector<DirectRole> role;         // by local op index
+  std::vector<int> direct_of;           // by local op index: index in the direct reads, or -1
+  std::vector<int64_t> control_offset;  // by direct read
+  int64_t control_bytes = 0;            // the control buffer's size
+
+  // `local` maps this rank's op ids to local indexes; `num_ops` is their number.
+  static DirectReadRoles Assign(const std::vector<DirectRead>& directs, int rank,
+                                const std::unordered_map<int, int>& local, int num_ops);
+};
+
+// Sender: writes offers of this rank's source buffers, describing each buffer once per run.
+class OfferWriter {
+ public:
+  // `source` is the run's source memory (RankMemory::source); it must outlive the writer.
+  OfferWriter(const std::vector<MemoryDesc>& source, int rank) : source_(source), rank_(rank) {}
+
+  // Encodes the offer of `read` into `slot`, which must hold DirectReadOfferBytes(
+  // read.source_buffers.size()) bytes, and returns that size. Fails when a source buffer has no
+  // host memory on this rank.
+  Result<int64_t> Write(const DirectRead& read, std::span<uint8_t> slot);
+
+ private:
+  const std::vector<MemoryDesc>& source_;
+  const int rank_;
+  std::vector<PeerBuffer> described_;  // by source buffer, once is_described_
+  std::vector<char> is_described_;
+  BufferDescriber describer_;
+};
+
+// Receiver: an offer of `received` bytes must be exactly the size both ranks expect for `read`;
+// anything else means the ranks disagree about direct reads.
+Status CheckOfferSize(const DirectRead& read, int64_t received);
+
+// Receiver: decodes the offer in `offer`, maps the sender's shared files through `mappings`
+// (cached there), and checks every region of `read` against the offered buffers and this rank's
+// `destination` memory. Fills `ends` (one per copy of `read`, for read.geometries) and returns the
+// bytes the copies write. Fails when the sender is on another machine, a region lies outside its
+// buffer, or a strided copy would have to go through process_vm_readv.
+Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
+                             const std::vector<MemoryDesc>& destination, int rank,
+                             PeerMappings& mappings, std::vector<CopyEnds>& ends);
+
+}  // namespace ferry

@@ -1,0 +1,613 @@
+// RankRun: see rank_run.h.
+#include "core/runtime/rank_run.h"
+
+#include <algorithm>
+
+#include "core/base/strings.h"
+
+namespace ferry {
+namespace {
+
+void AddSlotRefs(const Region& r, std::vector<int>& slots) {
+  if (r.space == Space::kStaging &&
+      std::find(slots.begin(), slots.end(), r.buffer) == slots.end()) {
+    slots.push_back(r.buffer);
+  }
+}
+
+bool IsNetwork(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
+}
+
+}  // namespace
+
+RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
+                 const RankMemory& memory, Deadline deadline)
+    : res_(resources),
+      comm_(resources.comm),
+      plan_(plan),
+      memory_(memory),
+      deadline_(deadline),
+      rank_(resources.comm.rank()),
+      started_(std::chrono::steady_clock::now()),
+      offers_(memory.source, resources.comm.rank()),
+      ready_network_(ReadyOrder{&plan_, &ids_}),
+      ready_local_(ReadyOrder{&plan_, &ids_}) {}
+
+Result<ExecutorStats> RankRun::Execute() {
+  FERRY_RETURN_IF_ERROR(CheckRunnable());
+  ids_ = plan_.OpsOfRank(rank_);
+  n_ = static_cast<int>(ids_.size());
+  for (int i = 0; i < n_; ++i) local_[ids_[i]] = i;
+  AssignDirectRoles();
+  FERRY_RETURN_IF_ERROR(BuildDependencies());
+  FERRY_RETURN_IF_ERROR(ReserveStaging());
+  if (Status registered = RegisterMemory(); !registered.ok()) {
+    ReleaseRunRegistrations();
+    return registered;
+  }
+  for (int i = 0; i < n_; ++i) {
+    if (deps_left_[i] == 0) MakeReady(i);
+  }
+  geometries_.resize(n_);
+  items_.resize(n_);
+  requests_left_.assign(n_, 0);
+  offer_received_.assign(n_, 0);
+  Drive();
+  if (!failure_.ok()) return AbortRun();
+  return Finish();
+}
+
+// --- set-up -----------------------------------------------------------------------------------
+
+Status RankRun::CheckRunnable() const {
+  if (plan_.num_ranks != comm_.size()) {
+    return InvalidArgument("plan is for " + std::to_string(plan_.num_ranks) +
+                           " ranks, the communicator has " + std::to_string(comm_.size()));
+  }
+  if (comm_.aborted()) {
+    return comm_.abort_reason().WithContext("executor: communicator is aborted; recreate it first");
+  }
+  return Status::Ok();
+}
+
+// Same-node messages carried as one copy by the receiver: which of this rank's ops take part, and
+// the control buffer their offers travel in.
+void RankRun::AssignDirectRoles() {
+  static const std::vector<DirectRead> kNone;
+  directs_ = res_.options.direct_intra_node ? &res_.direct_reads.Find(plan_, rank_) : &kNone;
+  roles_ = DirectReadRoles::Assign(*directs_, rank_, local_, n_);
+  if (static_cast<int64_t>(res_.control.size()) < roles_.control_bytes) {
+    res_.control.resize(static_cast<size_t>(roles_.control_bytes));
+  }
+}
+
+// Counts each op's deps (which must be earlier ops of this rank) and the staging slots it uses
+// (which must be this rank's), and checks that the largest slot fits the staging budget.
+Status RankRun::BuildDependencies() {
+  deps_left_.assign(n_, 0);
+  dependents_.resize(n_);
+  slots_of_.resize(n_);
+  int64_t largest_slot = 0, total_slots = 0;
+  for (int i = 0; i < n_; ++i) {
+    const Op& op = OpAt(i);
+    for (int dep : plan_.Deps(op)) {
+      auto it = local_.find(dep);
+      if (it == local_.end() || it->second >= i) {
+        return InvalidArgument("op " + std::to_string(op.id) + " depends on op " +
+                               std::to_string(dep) + ", which is not an earlier op of rank " +
+                               std::to_string(rank_));
+      }
+      ++deps_left_[i];
+      dependents_[it->second].push_back(i);
+    }
+    if (roles_.role[i] != DirectRole::kStaged) continue;  // direct reads use no staging
+    for (const CopyPair& pair : plan_.Copies(op)) {
+      AddSlotRefs(pair.from, slots_of_[i]);
+      AddSlotRefs(pair.to, slots_of_[i]);
+    }
+    if (IsNetwork(op.kind)) AddSlotRefs(op.Data(), slots_of_[i]);
+    for (int slot : slots_of_[i]) {
+      if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) ||
+          plan_.slots[slot].rank != rank_) {
+        return InvalidArgument(Describe(i) + " uses staging slot " + std::to_string(slot) +
+                               " that is not a slot of rank " + std::to_string(rank_));
+      }
+      if (slot_uses_[slot]++ == 0) {
+        largest_slot = std::max(largest_slot, plan_.slots[slot].bytes);
+        total_slots += plan_.slots[slot].bytes;
+      }
+    }
+  }
+  const int64_t budget = res_.options.staging_budget;
+  if (largest_slot > budget) {
+    return InvalidArgument("a staging slot of " + FormatBytes(static_cast<double>(largest_slot)) +
+                           " exceeds executor.staging_budget (" +
+                           FormatBytes(static_cast<double>(budget)) + ")");
+  }
+  arena_needed_ = std::min(budget, total_slots + 256 * static_cast<int64_t>(slot_uses_.size()));
+  return Status::Ok();
+}
+
+// Grows the arena when this plan's slots need more than it has (dropping the old block's cached
+// registrations first) and resets the allocator over it.
+Status RankRun::ReserveStaging() {
+  res_.registrations.SetEpoch(comm_.epoch());
+  if (arena_needed_ > res_.arena.bytes()) {
+    res_.registrations.Release(res_.arena.data());
+    res_.arena.Reallocate(arena_needed_);
+  }
+  stats_.staging_arena_bytes = res_.arena.bytes();
+  allocator_.Reset(res_.arena.bytes());
+  return Status::Ok();
+}
+
+// Registers, with every transport this rank posts on, the memory its network ops send from or
+// receive into: the control buffer for direct reads, the arena for staged data, user buffers.
+Status RankRun::RegisterMemory() {
+  for (int i = 0; i < n_; ++i) {
+    const Op& op = OpAt(i);
+    if (!IsNetwork(op.kind)) continue;
+    auto t = comm_.TransportFor(op.peer);
+    if (!t.ok()) return t.status().WithContext(Describe(i));
+    used_transports_.insert(*t);
+    Status registered;
+    if (roles_.role[i] != DirectRole::kStaged) {
+      registered = RegisterBlock(*t, res_.control.data(), static_cast<int64_t>(res_.control.size()),
+                                 /*cacheable=*/false);
+    } else if (op.data.space == Space::kStaging) {
+      if (res_.arena.bytes() > 0) {
+        registered = RegisterBlock(*t, res_.arena.data(), res_.arena.bytes(), /*cacheable=*/true);
+      }
+    } else {
+      const auto& table = op.data.space == Space::kSource ? memory_.source : memory_.destination;
+      if (op.data.buffer < 0 || op.data.buffer >= static_cast<int>(table.size())) {
+        return InvalidArgument(Describe(i) + ": buffer " + std::to_string(op.data.buffer) +
+                               " has no memory");
+      }
+      registered = RegisterBlock(*t, table[op.data.buffer].base, table[op.data.buffer].bytes,
+                                 res_.options.cache_registrations);
+    }
+    if (!registered.ok()) {
+      return std::move(registered).WithContext(Describe(i) + ": registering memory");
+    }
+  }
+  return Status::Ok();
+}
+
+// Registers [base, base + bytes) with `transport` once per run, reusing a cached registration;
+// `cacheable` ones go to the cache, the others are released at the end of the run.
+Status RankRun::RegisterBlock(Transport* transport, void* base, int64_t bytes, bool cacheable) {
+  if (handle_of_.count({transport, base}) != 0) return Status::Ok();
+  if (MemoryHandle cached = res_.registrations.Find(transport, base, bytes); cached.valid()) {
+    handle_of_[{transport, base}] = cached;
+    return Status::Ok();
+  }
+  FERRY_ASSIGN_OR_RETURN(MemoryHandle h,
+                         transport->RegisterMemory(MemoryDesc{base, bytes, MemoryKind::kHost, -1}));
+  handle_of_[{transport, base}] = h;
+  if (cacheable) {
+    res_.registrations.Add(transport, base, bytes, h);
+  } else {
+    run_registrations_.push_back({transport, h});
+  }
+  return Status::Ok();
+}
+
+void RankRun::ReleaseRunRegistrations() {
+  for (const RunRegistration& r : run_registrations_) (void)r.transport->DeregisterMemory(r.handle);
+}
+
+// --- scheduling -------------------------------------------------------------------------------
+
+void RankRun::MakeReady(int i) {
+  (IsNetwork(OpAt(i).kind) ? ready_network_ : ready_local_).insert(i);
+  ++readied_;
+}
+
+// Op i is done: frees the slots no later op uses and readies the ops that waited only for it.
+void RankRun::Complete(int i) {
+  ++completed_;
+  for (int slot : slots_of_[i]) {
+    if (--slot_uses_[slot] == 0) {
+      allocator_.Free(slot_offset_.at(slot));
+      slot_offset_.erase(slot);
+    }
+  }
+  for (int d : dependents_[i]) {
+    if (--deps_left_[d] == 0) MakeReady(d);
+  }
+}
+
+// Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
+// messages from arriving unexpected), then local copies. Staging is granted in that order too:
+// once one op cannot get its slots, later ones needing slots wait (no overtaking).
+Status RankRun::StartReady() {
+  int64_t seen = -1;
+  while (seen != readied_) {  // inline completions may ready more ops: scan again
+    seen = readied_;
+    staging_blocked_ = false;
+    for (auto it = ready_network_.begin();
+         it != ready_network_.end() && in_flight_ < res_.options.max_in_flight;) {
+      int i = *it;
+      FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
+      it = started ? ready_network_.erase(it) : std::next(it);
+    }
+    for (auto it = ready_local_.begin(); it != ready_local_.end();) {
+      int i = *it;
+      it = ready_local_.erase(it);
+      FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
+      if (!started) {
+        ready_local_.insert(i);
+        it = ready_local_.upper_bound(i);
+      } else if (readied_ != seen) {
+        break;  // an inline copy readied ops (maybe earlier ones): rescan from the start
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Starts op i if its staging slots can be granted; false when it must wait for space.
+Result<bool> RankRun::TryStart(int i) {
+  if (roles_.role[i] == DirectRole::kElided) {  // a Pack or Unpack a direct read makes unnecessary
+    Complete(i);
+    return true;
+  }
+  if (!GrantStaging(i)) return false;
+  const Op& op = OpAt(i);
+  Status started = IsNetwork(op.kind) ? StartNetwork(i) : StartCopy(i);
+  if (!started.ok()) return started.WithContext(Describe(i));
+  return true;
+}
+
+// Allocates op i's slots that are not allocated yet, all or none. Fails (and blocks later ops of
+// this scan that need space) when the arena has no room.
+bool RankRun::GrantStaging(int i) {
+  bool needs_space = false;
+  for (int slot : slots_of_[i]) needs_space |= slot_offset_.count(slot) == 0;
+  if (!needs_space) return true;
+  if (staging_blocked_) return false;
+  std::vector<std::pair<int, int64_t>> got;
+  for (int slot : slots_of_[i]) {
+    if (slot_offset_.count(slot) != 0) continue;
+    int64_t offset = allocator_.Allocate(plan_.slots[slot].bytes);
+    if (offset < 0) {
+      for (auto& [s, o] : got) {
+        allocator_.Free(o);
+        slot_offset_.erase(s);
+      }
+      staging_blocked_ = true;
+      return false;
+    }
+    slot_offset_[slot] = offset;
+    got.emplace_back(slot, offset);
+  }
+  stats_.peak_staging_bytes = std::max(stats_.peak_staging_bytes, allocator_.in_use());
+  return true;
+}
+
+// A Copy, Pack, Unpack or Convert: its pairs' geometries and addresses, then the copies.
+Status RankRun::StartCopy(int i) {
+  const Op& op = OpAt(i);
+  auto& geos = geometries_[i];
+  geos.clear();
+  geos.reserve(static_cast<size_t>(op.NumCopies()));
+  std::vector<CopyEnds> ends;
+  ends.reserve(static_cast<size_t>(op.NumCopies()));
+  int64_t bytes = 0;
+  for (const CopyPair& pair : plan_.Copies(op)) {
+    FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
+    if (op.kind != OpKind::kConvert && pair.from.dtype != pair.to.dtype) {
+      return InvalidArgument("dtype changes only in convert ops");
+    }
+    FERRY_ASSIGN_OR_RETURN(char* from, BaseOf(pair.from));
+    FERRY_ASSIGN_OR_RETURN(char* to, BaseOf(pair.to));
+    bytes += g.bytes();
+    geos.push_back(g);
+    ends.push_back({from, to, 0});
+  }
+  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, geos, ends, bytes));
+  if (done) Complete(i);
+  return Status::Ok();
+}
+
+// Runs op i's copies inline or on the pool (CopyPool::Start); true when they already ran.
+// `geometries` must outlive the op (geometries_[i] or a cached DirectRead's).
+Result<bool> RankRun::DispatchCopies(int i, std::span<const CopyGeometry> geometries,
+                                     std::span<const CopyEnds> ends, int64_t bytes) {
+  stats_.bytes_copied += bytes;
+  FERRY_ASSIGN_OR_RETURN(bool done, res_.pool.Start(i, geometries, ends, bytes, items_[i]));
+  if (!done) ++copies_running_;
+  return done;
+}
+
+// A staged Send, Forward or Recv: one post of its bytes; direct reads start their exchange.
+Status RankRun::StartNetwork(int i) {
+  if (roles_.role[i] == DirectRole::kOffer) return StartOffer(i);
+  if (roles_.role[i] == DirectRole::kRead) return StartRead(i);
+  const Op& op = OpAt(i);
+  FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
+  FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
+  const std::vector<MemoryDesc>& table =
+      op.data.space == Space::kSource ? memory_.source : memory_.destination;
+  const void* block = op.data.space == Space::kStaging ? static_cast<const void*>(res_.arena.data())
+                                                       : table[op.data.buffer].base;
+  LocalBuffer buffer{handle_of_.at({t, block}), at - static_cast<const char*>(block), op.bytes};
+  const uint64_t tag = comm_.Tag(op.message);
+  Result<RequestId> id = op.kind == OpKind::kRecv ? t->PostRecv(op.peer, tag, buffer)
+                                                  : t->PostSend(op.peer, tag, buffer);
+  if (!id.ok()) return id.status();
+  Track(i, t, *id);
+  return Status::Ok();
+}
+
+// Request `request` on `transport` belongs to op i until it completes.
+void RankRun::Track(int i, Transport* transport, RequestId request) {
+  request_op_[{transport, request}] = i;
+  ++pending_per_transport_[transport];
+  ++in_flight_;
+}
+
+// --- direct reads -----------------------------------------------------------------------------
+
+// Posts a control message of op i's direct read: `bytes` at `offset` of the control buffer.
+Status RankRun::PostControl(int i, bool send, uint64_t tag, int64_t offset, int64_t bytes) {
+  const Op& op = OpAt(i);
+  FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
+  LocalBuffer buffer{handle_of_.at({t, res_.control.data()}), offset, bytes};
+  Result<RequestId> id =
+      send ? t->PostSend(op.peer, tag, buffer) : t->PostRecv(op.peer, tag, buffer);
+  if (!id.ok()) return id.status();
+  Track(i, t, *id);
+  ++requests_left_[i];
+  return Status::Ok();
+}
+
+// Sender: offer the source buffers the message reads, and wait for the receiver's "done".
+Status RankRun::StartOffer(int i) {
+  const int k = roles_.direct_of[i];
+  const int64_t offset = roles_.control_offset[k];
+  FERRY_ASSIGN_OR_RETURN(int64_t offer_bytes,
+                         offers_.Write((*directs_)[k], std::span<uint8_t>(res_.control).subspan(
+                                                           static_cast<size_t>(offset))));
+  const int64_t message = OpAt(i).message;
+  FERRY_RETURN_IF_ERROR(PostControl(i, false, comm_.AckTag(message), offset, 0));
+  return PostControl(i, true, comm_.Tag(message), offset, offer_bytes);
+}
+
+// Receiver: wait for the offer.
+Status RankRun::StartRead(int i) {
+  const int k = roles_.direct_of[i];
+  const DirectRead& d = (*directs_)[k];
+  return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k],
+                     DirectReadOfferBytes(d.source_buffers.size()));
+}
+
+// Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is shared,
+// else read through process_vm_readv) into this rank's destination buffers.
+Status RankRun::CopyRead(int i) {
+  const int k = roles_.direct_of[i];
+  const DirectRead& d = (*directs_)[k];
+  const auto offer = std::span<const uint8_t>(res_.control).subspan(
+      static_cast<size_t>(roles_.control_offset[k]),
+      static_cast<size_t>(DirectReadOfferBytes(d.source_buffers.size())));
+  std::vector<CopyEnds> ends;
+  FERRY_ASSIGN_OR_RETURN(int64_t bytes, ResolveOffer(d, offer, memory_.destination, rank_,
+                                                     res_.peer_mappings, ends));
+  stats_.bytes_read_direct += bytes;
+  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, ends, bytes));
+  return done ? FinishRead(i) : Status::Ok();
+}
+
+// Receiver, copies done: tell the sender its buffers are free.
+Status RankRun::FinishRead(int i) {
+  const int k = roles_.direct_of[i];
+  return PostControl(i, true, comm_.AckTag((*directs_)[k].message), roles_.control_offset[k], 0);
+}
+
+// --- progress ---------------------------------------------------------------------------------
+
+// Starts what is ready, then waits for copies and transports, until every op completed or the
+// first failure (left in failure_).
+void RankRun::Drive() {
+  while (completed_ < n_ && failure_.ok()) {
+    failure_ = StartReady();
+    if (!failure_.ok() || completed_ == n_) break;
+    if (in_flight_ == 0 && copies_running_ == 0) {
+      failure_ = Internal("executor stalled on rank " + std::to_string(rank_) + " with " +
+                          std::to_string(n_ - completed_) +
+                          " ops left: the staging budget cannot hold the next op's slots");
+      break;
+    }
+    if (comm_.aborted()) {
+      failure_ = comm_.abort_reason().WithContext("communicator aborted during the run");
+      break;
+    }
+    PollCopies();
+    if (!failure_.ok()) break;
+    PollTransports();
+    if (failure_.ok() && deadline_.Expired() && completed_ < n_) failure_ = DeadlineFailure();
+  }
+}
+
+// Helps with the copies rather than spin (all of them while no message is in flight, else one
+// task of ~512 KiB between two polls), then collects the ops whose copies finished, waiting a
+// little for one when there is nothing to help with.
+void RankRun::PollCopies() {
+  bool helped = false;
+  if (in_flight_ == 0) {
+    while (res_.pool.RunOne()) {
+    }
+  } else {
+    helped = res_.pool.RunOne();
+  }
+  auto wait = std::chrono::microseconds(in_flight_ == 0 ? 2000 : (helped ? 0 : 100));
+  if (copies_running_ == 0) wait = std::chrono::microseconds(0);
+  for (auto& [i, status] : res_.pool.Done(wait)) {
+    OnCopiesDone(i, status);
+  }
+}
+
+void RankRun::OnCopiesDone(int i, const Status& status) {
+  --copies_running_;
+  if (!status.ok() && failure_.ok()) failure_ = status.WithContext(Describe(i));
+  if (roles_.role[i] == DirectRole::kRead) {
+    if (failure_.ok()) {
+      Status done = FinishRead(i);
+      if (!done.ok()) failure_ = done.WithContext(Describe(i));
+    }
+    return;
+  }
+  Complete(i);
+}
+
+// Network progress on every transport with requests pending: block briefly only when no copy
+// can finish meanwhile and only one transport is busy.
+void RankRun::PollTransports() {
+  int busy_transports = 0;
+  for (auto& [t, count] : pending_per_transport_) busy_transports += count > 0;
+  for (auto& [t, count] : pending_per_transport_) {
+    if (count == 0) continue;
+    Deadline poll_deadline = (copies_running_ > 0 || busy_transports > 1)
+                                 ? Deadline::After(std::chrono::nanoseconds(0))
+                                 : Deadline::After(std::chrono::milliseconds(20)).Min(deadline_);
+    PollTransport(t, count, poll_deadline);
+    if (!failure_.ok()) break;
+  }
+}
+
+void RankRun::PollTransport(Transport* transport, int& pending, Deadline poll_deadline) {
+  auto got = transport->Poll(completions_, poll_deadline);
+  if (!got.ok()) {
+    failure_ = got.status().WithContext(std::string(transport->name()) + " transport on rank " +
+                                        std::to_string(rank_));
+    return;
+  }
+  for (int c = 0; c < *got; ++c) {
+    auto it = request_op_.find({transport, completions_[c].request});
+    if (it == request_op_.end()) continue;
+    int i = it->second;
+    request_op_.erase(it);
+    --pending;
+    --in_flight_;
+    OnRequestDone(i, completions_[c]);
+  }
+}
+
+// A request of op i completed: a staged op completes with it; a direct read's op when its last
+// control request did (the receiver's offer arriving starts its copies first).
+void RankRun::OnRequestDone(int i, const Completion& completion) {
+  if (!completion.status.ok()) {
+    if (failure_.ok()) failure_ = completion.status.WithContext(Describe(i));
+    return;
+  }
+  const DirectRole role = roles_.role[i];
+  if (role != DirectRole::kStaged) {
+    if (--requests_left_[i] > 0) return;
+    if (role == DirectRole::kRead && !offer_received_[i]) {
+      offer_received_[i] = 1;
+      Status read = CheckOfferSize((*directs_)[roles_.direct_of[i]], completion.bytes);
+      if (read.ok()) read = CopyRead(i);
+      if (!read.ok() && failure_.ok()) failure_ = read.WithContext(Describe(i));
+      return;
+    }
+    Complete(i);
+    return;
+  }
+  const Op& op = OpAt(i);
+  if (op.kind == OpKind::kRecv) {
+    if (completion.bytes != op.bytes) {
+      failure_ = OutOfRange(Describe(i) + ": received " + std::to_string(completion.bytes) +
+                            " bytes, expected " + std::to_string(op.bytes));
+      return;
+    }
+    stats_.bytes_received += completion.bytes;
+  } else {
+    stats_.bytes_sent += op.bytes;
+    int64_t& by_link =
+        op.link == LinkClass::kNetwork ? stats_.bytes_sent_network : stats_.bytes_sent_intra_node;
+    by_link += op.bytes;
+  }
+  Complete(i);
+}
+
+Status RankRun::DeadlineFailure() const {
+  std::string pending;
+  int shown = 0;
+  for (auto& [key, i] : request_op_) {
+    if (shown++ == 3) break;
+    pending += (pending.empty() ? "" : "; ") + Describe(i);
+  }
+  return DeadlineExceeded("rank " + std::to_string(rank_) + ": refit deadline passed with " +
+                          std::to_string(n_ - completed_) + " of " + std::to_string(n_) +
+                          " ops unfinished" + (pending.empty() ? "" : ", waiting for " + pending));
+}
+
+// --- the end ----------------------------------------------------------------------------------
+
+Result<ExecutorStats> RankRun::Finish() {
+  ReleaseRunRegistrations();
+  res_.peer_mappings.Sweep();
+  stats_.ops = n_;
+  stats_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return stats_;
+}
+
+// Fails fast everywhere: aborting the communicator closes our links, so peers fail at once
+// instead of waiting out their deadlines. Then collects what the transports and the copy pool
+// still report, so that nothing of this run outlives it, and returns the failure.
+Status RankRun::AbortRun() {
+  comm_.Abort(failure_);
+  for (Transport* t : used_transports_) {
+    for (int i = 0; i < 4; ++i) {
+      auto got = t->Poll(completions_, Deadline::After(std::chrono::nanoseconds(0)));
+      if (!got.ok() || *got == 0) break;
+    }
+  }
+  res_.pool.Drain();
+  (void)res_.pool.Done(std::chrono::microseconds(0));
+  ReleaseRunRegistrations();
+  return failure_;
+}
+
+// --- helpers ----------------------------------------------------------------------------------
+
+std::string RankRun::Describe(int i) const {
+  const Op& op = OpAt(i);
+  std::string text = "op " + std::to_string(op.id) + " (" + std::string(OpKindName(op.kind));
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) {
+    text += " of message " + std::to_string(op.message) + " to peer " + std::to_string(op.peer) +
+            " over " + comm_.TransportNameFor(op.peer);
+  } else if (op.kind == OpKind::kRecv) {
+    text += " of message " + std::to_string(op.message) + " from peer " + std::to_string(op.peer) +
+            " over " + comm_.TransportNameFor(op.peer);
+  }
+  return text + ", " + FormatBytes(static_cast<double>(op.bytes)) + ")";
+}
+
+Result<char*> RankRun::BaseOf(const Region& r) const {
+  if (r.space == Space::kStaging) {
+    auto it = slot_offset_.find(r.buffer);
+    if (it == slot_offset_.end()) return Internal("staging slot used before allocation");
+    if (r.offset < 0 || r.offset + r.NumBytes() > plan_.slots[r.buffer].bytes) {
+      return OutOfRange("region outside staging slot " + std::to_string(r.buffer));
+    }
+    return res_.arena.data() + it->second + r.offset;
+  }
+  const std::vector<MemoryDesc>& table =
+      r.space == Space::kSource ? memory_.source : memory_.destination;
+  if (r.buffer < 0 || r.buffer >= static_cast<int>(table.size()) ||
+      table[r.buffer].base == nullptr) {
+    return InvalidArgument(std::string(SpaceName(r.space)) + " buffer " + std::to_string(r.buffer) +
+                           " has no memory on rank " + std::to_string(rank_));
+  }
+  const MemoryDesc& desc = table[r.buffer];
+  if (desc.kind != MemoryKind::kHost) {
+    return Unimplemented("the host executor cannot touch CUDA memory yet");
+  }
+  return static_cast<char*>(desc.base) + r.offset;
+}
+
+}  // namespace ferry

@@ -1,0 +1,184 @@
+// RankRun: one Executor::Run, one rank's part of a plan from set-up to its last completion. The
+// Executor keeps what outlives a run (ExecutorResources: the copy pool, the staging arena,
+// cached registrations, peer mappings, the direct-read cache) and creates a RankRun per call;
+// the RankRun owns everything else: dependency counts, staging slots, this run's registrations,
+// the requests in flight and the statistics.
+//
+// Phases, each a method below:
+//   set-up      CheckRunnable, AssignDirectRoles, BuildDependencies (deps and staging slots,
+//               validated), ReserveStaging (the arena), RegisterMemory (every transport this rank
+//               posts on)
+//   scheduling  StartReady starts ready ops in (round, id) order: TryStart grants staging
+//               (GrantStaging), then StartCopy or StartNetwork; a direct read's ops start with
+//               StartOffer / StartRead instead (direct_read_protocol.h)
+//   progress    PollCopies and PollTransports hand finished work to OnCopiesDone /
+//               OnRequestDone, which Complete ops and so ready their dependents
+//   the end     Finish on success; AbortRun on the first failure (it aborts the communicator so
+//               that peers fail fast)
+//
+// Internal to core/runtime (a private header of the executor library). Not thread-safe: a
+// RankRun lives on the thread that called Executor::Run and is used once (Execute).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/base/deadline.h"
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+#include "core/runtime/communicator.h"
+#include "core/runtime/copy_pool.h"
+#include "core/runtime/direct_read_protocol.h"
+#include "core/runtime/executor.h"
+#include "core/runtime/peer_memory.h"
+#include "core/runtime/registration_cache.h"
+#include "core/runtime/staging_arena.h"
+#include "core/runtime/transport.h"
+
+namespace ferry {
+
+// What a RankRun borrows from its Executor: state kept across runs. Every reference outlives the
+// run.
+struct ExecutorResources {
+  Communicator& comm;
+  const ExecutorOptions& options;  // copy_threads already resolved
+  CopyPool& pool;
+  StagingArena& arena;
+  RegistrationCache& registrations;  // the arena's and, when cached, user buffers'
+  PeerMappings& peer_mappings;       // same-node peers' shared source buffers, mapped read-only
+  std::vector<uint8_t>& control;     // direct-read offers, registered per run
+  DirectReadCache& direct_reads;     // only used when options.direct_intra_node
+};
+
+class RankRun {
+ public:
+  // `plan`, `memory` and `resources` must outlive the run.
+  RankRun(const ExecutorResources& resources, const TransferPlan& plan, const RankMemory& memory,
+          Deadline deadline);
+  RankRun(const RankRun&) = delete;
+  RankRun& operator=(const RankRun&) = delete;
+
+  // Runs this rank's ops; see Executor::Run for the contract. Call once.
+  Result<ExecutorStats> Execute();
+
+ private:
+  // Ready ops are kept ordered by (round, local index).
+  struct ReadyOrder {
+    const TransferPlan* plan;
+    const std::vector<int>* ids;
+    bool operator()(int a, int b) const {
+      const Op& x = plan->ops[(*ids)[a]];
+      const Op& y = plan->ops[(*ids)[b]];
+      return x.round != y.round ? x.round < y.round : a < b;
+    }
+  };
+  // A registration made for this run only, released at its end.
+  struct RunRegistration {
+    Transport* transport;
+    MemoryHandle handle;
+  };
+
+  // --- set-up ---
+  Status CheckRunnable() const;
+  void AssignDirectRoles();
+  Status BuildDependencies();
+  Status ReserveStaging();
+  Status RegisterMemory();
+  Status RegisterBlock(Transport* transport, void* base, int64_t bytes, bool cacheable);
+  void ReleaseRunRegistrations();
+
+  // --- scheduling ---
+  void MakeReady(int i);
+  void Complete(int i);
+  Status StartReady();
+  Result<bool> TryStart(int i);
+  bool GrantStaging(int i);
+  Status StartCopy(int i);
+  Result<bool> DispatchCopies(int i, std::span<const CopyGeometry> geometries,
+                              std::span<const CopyEnds> ends, int64_t bytes);
+  Status StartNetwork(int i);
+  void Track(int i, Transport* transport, RequestId request);
+
+  // --- direct reads (direct_read_protocol.h) ---
+  Status PostControl(int i, bool send, uint64_t tag, int64_t offset, int64_t bytes);
+  Status StartOffer(int i);
+  Status StartRead(int i);
+  Status CopyRead(int i);
+  Status FinishRead(int i);
+
+  // --- progress ---
+  void Drive();
+  void PollCopies();
+  void PollTransports();
+  void PollTransport(Transport* transport, int& pending, Deadline poll_deadline);
+  void OnCopiesDone(int i, const Status& status);
+  void OnRequestDone(int i, const Completion& completion);
+  Status DeadlineFailure() const;
+
+  // --- the end ---
+  Result<ExecutorStats> Finish();
+  Status AbortRun();
+
+  const Op& OpAt(int i) const { return plan_.ops[ids_[i]]; }
+  std::string Describe(int i) const;
+  // The address of region `r` in this rank's memory or in its staging slot (allocated by now).
+  Result<char*> BaseOf(const Region& r) const;
+
+  const ExecutorResources& res_;
+  Communicator& comm_;
+  const TransferPlan& plan_;
+  const RankMemory& memory_;
+  const Deadline deadline_;
+  const int rank_;
+  const std::chrono::steady_clock::time_point started_;
+  ExecutorStats stats_;
+
+  // This rank's ops: ids_[i] is the plan op id of local index i.
+  std::vector<int> ids_;
+  int n_ = 0;
+  std::unordered_map<int, int> local_;  // op id -> local index
+
+  // Direct reads of this run and this rank's role in them.
+  const std::vector<DirectRead>* directs_ = nullptr;
+  DirectReadRoles roles_;
+  std::vector<int> requests_left_;   // by op: control requests still pending
+  std::vector<char> offer_received_;  // by op (receiver): the offer came, the copies started
+  OfferWriter offers_;
+
+  // Dependencies and staging slots.
+  std::vector<int> deps_left_;
+  std::vector<std::vector<int>> dependents_;
+  std::vector<std::vector<int>> slots_of_;
+  std::map<int, int> slot_uses_;          // slot -> ops still using it
+  std::map<int, int64_t> slot_offset_;    // slot -> offset in the arena, while allocated
+  int64_t arena_needed_ = 0;
+  ArenaAllocator allocator_;
+  bool staging_blocked_ = false;  // this scan, an earlier op could not get its slots
+
+  // Registrations.
+  std::vector<RunRegistration> run_registrations_;
+  std::map<std::pair<Transport*, const void*>, MemoryHandle> handle_of_;  // (transport, base)
+  std::set<Transport*> used_transports_;
+
+  // Scheduling and progress.
+  std::set<int, ReadyOrder> ready_network_, ready_local_;  // network and local apart, so that a
+                                                          // full in-flight window costs nothing
+  int64_t readied_ = 0;  // ops made ready so far; a change means another scan may start more
+  std::vector<std::vector<CopyGeometry>> geometries_;  // by op, while its copies run
+  std::vector<std::vector<CopyItem>> items_;            // by op, while its copies run
+  std::map<std::pair<Transport*, RequestId>, int> request_op_;
+  std::map<Transport*, int> pending_per_transport_;
+  int in_flight_ = 0, copies_running_ = 0, completed_ = 0;
+  Status failure_;
+  std::array<Completion, 64> completions_;
+};
+
+}  // namespace ferry

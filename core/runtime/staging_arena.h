@@ -1,0 +1,47 @@
+// The staging arena: one block of host memory that holds a rank's staging slots (the packed bytes
+// of messages on their way out or in), kept by the executor across runs, and the first-fit
+// allocator that carves a run's slots out of it.
+//
+// Ownership: StagingArena owns its block; a reallocation frees the old one, so whoever registered
+// it with a transport must deregister it first. ArenaAllocator only hands out offsets.
+// Thread-safety: none; both belong to the executor thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+namespace ferry {
+
+class StagingArena {
+ public:
+  char* data() const { return data_.get(); }  // null while empty
+  int64_t bytes() const { return bytes_; }
+  // Replaces the block by one of `bytes` bytes (uninitialised: staging is always written before it
+  // is read). The old block's address is no longer valid.
+  void Reallocate(int64_t bytes);
+
+ private:
+  std::unique_ptr<char[]> data_;
+  int64_t bytes_ = 0;
+};
+
+// First-fit allocator over [0, capacity) of the arena, in 256-byte units.
+class ArenaAllocator {
+ public:
+  // Forgets every allocation and manages [0, capacity).
+  void Reset(int64_t capacity);
+  // Returns the offset of `bytes` free bytes, or -1 when no free block is large enough.
+  int64_t Allocate(int64_t bytes);
+  // Frees the allocation at `offset` (an offset Allocate returned), merging free neighbours.
+  void Free(int64_t offset);
+  int64_t in_use() const { return in_use_; }
+
+ private:
+  std::map<int64_t, int64_t> free_;               // offset -> bytes
+  std::unordered_map<int64_t, int64_t> used_;     // offset -> bytes
+  int64_t in_use_ = 0;
+};
+
+}  // namespace ferry
