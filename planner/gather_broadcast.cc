@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "planner/demand.h"
+#include "planner/distinct_pieces.h"
 #include "planner/intersect.h"
 #include "planner/plan_facts.h"
 
@@ -409,7 +410,8 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   Intersection direct;
   FERRY_RETURN_IF_ERROR(GatherBroadcast(source, destination, topology, options, result.plan)
                             .Plan(num_ranks, direct));
-  // The physical limit is the same whichever plan runs.
+  // The physical limit is the same whichever plan runs: distinct bytes, as the reshard plan's.
+  SplitOverlappingGroups(direct);
   result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), topology),
                                 std::max(1, topology.NumNodes()));
   return result;

@@ -12,6 +12,7 @@
 
 #include "core/layout/tensor_stack.h"
 #include "planner/demand.h"
+#include "planner/distinct_pieces.h"
 #include "planner/emit.h"
 #include "planner/fold_stacks.h"
 #include "planner/gather_broadcast.h"
@@ -84,6 +85,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   std::vector<DType> dtypes;
   FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectForPlan(source, destination, fold, dtypes));
+  SplitOverlappingGroups(inter);  // each distinct byte a node needs enters it once
   const int num_nodes = std::max(1, topology.NumNodes());
   plan.strategy = "reshard";
   plan.num_ranks = num_ranks;

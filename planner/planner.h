@@ -8,7 +8,9 @@
 //    bytes per source rank and node (same rank -> Copy; a holder on the destination's node -> a
 //    direct intra-node message; otherwise the network). Bytes that several GPUs of one
 //    destination node need cross the network once, to a leader chosen by load, and fan out along
-//    a chain inside the node (hierarchical routing). When the sources' egress bounds the
+//    a chain inside the node (hierarchical routing); destination boxes that overlap without being
+//    equal are first cut into cells that are equal or disjoint, so that this holds for each
+//    distinct byte (planner/distinct_pieces.h). When the sources' egress bounds the
 //    refit more than the destinations' ingress, chunks needed on several destination nodes are
 //    relayed leader to leader instead of being sent again by a source. Large pieces are cut into
 //    chunks (network_chunk_bytes; fanout_chunk_bytes for chains inside a node, relay_chunk_bytes
