@@ -70,6 +70,7 @@ class Emitter {
   Emitter(const EmitInputs& in, TransferPlan& plan) : in_(in), plan_(plan) {}
 
   void Run() {
+    Reserve();
     EmitLocalCopies();
     int round = 0, last_sender = -1;
     for (const Message& m : in_.order.messages) {
@@ -86,6 +87,26 @@ class Emitter {
     TreeTable::Shape shape;
     int Rank(int i, int root) const { return size == 1 ? root : shape.ranks[i]; }
   };
+
+  // Reserves the plan's lists for their upper bounds (each regrowth would copy them): per
+  // message a Pack and a Send, per tree member a Recv, an Unpack and a Forward to each child; a
+  // copy pair per delivery on the sender and per destination fragment on each member; a dep per
+  // Send, Unpack and Forward.
+  void Reserve() {
+    size_t ops = static_cast<size_t>(in_.num_ranks), slots = 0, deps = 0;
+    size_t copies = in_.routes.local_copies.size();
+    for (const Message& m : in_.order.messages) {
+      const size_t size = static_cast<size_t>(in_.trees.Size(m.tree));
+      ops += 2 + 3 * size;
+      slots += 1 + size;
+      deps += 1 + 2 * size;
+      copies += static_cast<size_t>(m.last - m.first) * (1 + size);
+    }
+    plan_.ops.reserve(ops);
+    plan_.slots.reserve(slots);
+    plan_.dep_list.reserve(deps);
+    plan_.copies.reserve(copies);
+  }
 
   // One Copy op per rank with local copies, its copies in piece order.
   void EmitLocalCopies() {
