@@ -608,273 +608,303 @@ void AppendIntersection(Intersection& into, Intersection&& more, int src_tensor_
                                 more.destination_ranks.end());
 }
 
+namespace {
+
+// Cuts one destination tensor's groups into pieces, each held by the source fragments that hold
+// its box: indexes the unique source boxes of the tensor's source tensor (their fragments are
+// appended to out.holders) and intersects every group box with them. Holds the scratch that the
+// tensors of one IntersectLayouts call reuse.
+class GroupCutter {
+ public:
+  GroupCutter(const Layout& source, const Layout& destination, const std::vector<TensorInfo>& src_info,
+              FragmentKeys& src, Intersection& out)
+      : destination_(destination), src_frags_(source.fragments), dst_frags_(destination.fragments),
+        src_info_(src_info), src_(src), out_(out) {}
+
+  // Cuts the groups [gi, gend) of destination tensor `dst_tensor`.
+  Status Cut(int dst_tensor, size_t gi, size_t gend) {
+    spec_ = &destination_.tensors[dst_tensor];
+    gi_ = gi;
+    gend_ = gend;
+    const int st = out_.groups[gi].src_tensor;
+    src_keys_ = SortTensor(src_, st, src_info_[st].compact, src_frags_, src_scratch_);
+    src_count_ = src_.tensor_begin[st + 1] - src_.tensor_begin[st];
+    holders_base_ = static_cast<int>(out_.holders.size());
+    for (int i = 0; i < src_count_; ++i) out_.holders.push_back(src_keys_[i].id());
+    if (src_info_[st].compact && CutWholeCompact(src_info_[st])) return Status::Ok();
+    CollectUniqueBoxes();
+    if (HeldMemberByMember(unique_, *spec_, unit_of_)) return CutMemberByMember();
+    if (unique_.size() == 1 && unique_[0].box == Box::FromShape(spec_->shape)) {
+      // The source holds the tensor whole (replicas of it): each group is one piece.
+      for (size_t g = gi_; g < gend_; ++g) AddWholePiece(g, unique_[0].holders_begin, unique_[0].holders_end);
+      return Status::Ok();
+    }
+    brute_ = static_cast<int64_t>(unique_.size()) * static_cast<int64_t>(gend_ - gi_) <= 256;
+    if (!brute_) index_.Build(unique_, SweepDim());
+    const bool disjoint = SourcesDisjoint();
+    for (size_t g = gi_; g < gend_; ++g) {
+      FERRY_RETURN_IF_ERROR(disjoint ? CutDisjoint(g) : CarveOverlapping(g));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  void AddWholePiece(size_t g, int holders_begin, int holders_end) {
+    Piece p;
+    p.group = static_cast<int>(g);
+    p.holders_begin = holders_begin;
+    p.holders_end = holders_end;
+    out_.pieces.push_back(p);
+  }
+
+  // A compact source that holds the tensor whole (replicas of it, besides empty boxes): each
+  // group is one piece. False when the source holds anything else.
+  bool CutWholeCompact(const TensorInfo& ti) {
+    const uint64_t whole = ti.Whole();
+    int whole_begin = -1, whole_end = -1;
+    for (int i = 0; i < src_count_; ++i) {
+      const FragKey& k = src_keys_[i];
+      if (ti.Volume(k.box) == 0) continue;
+      if (k.box != whole) return false;
+      if (whole_begin < 0) whole_begin = i;
+      whole_end = i + 1;
+    }
+    if (whole_begin < 0) return false;
+    for (size_t g = gi_; g < gend_; ++g) AddWholePiece(g, holders_base_ + whole_begin, holders_base_ + whole_end);
+    return true;
+  }
+
+  // The distinct non-empty source boxes, each with the run of holders that hold it.
+  void CollectUniqueBoxes() {
+    unique_.clear();
+    for (int i = 0; i < src_count_;) {
+      const int first = src_keys_[i].id();
+      int j = i + 1;
+      while (j < src_count_ && src_frags_.SameBox(src_keys_[j].id(), first)) ++j;
+      if (src_frags_.Volume(first) > 0) {
+        UniqueBox u;
+        u.box = src_frags_.BoxOf(first);
+        u.holders_begin = holders_base_ + i;
+        u.holders_end = holders_base_ + j;
+        unique_.push_back(u);
+      }
+      i = j;
+    }
+  }
+
+  // The error for group g's box, which its source boxes do not cover.
+  Status NotCovered(size_t g) const {
+    const int rank = dst_frags_.Rank(out_.group_frags[out_.groups[g].frags_begin]);
+    return InvalidArgument("tensor '" + spec_->name + "': destination region " + out_.groups[g].box->ToString() +
+                           " on rank " + std::to_string(rank) + " is not fully covered by source fragments");
+  }
+
+  // A tensor stack the source holds one whole member per fragment (a trainer with a buffer per
+  // expert): each group is cut at its members, each cut held by that member's holders. The cuts
+  // are member cuts, with no box of their own.
+  Status CutMemberByMember() {
+    for (size_t g = gi_; g < gend_; ++g) {
+      const Box& q = *out_.groups[g].box;
+      for (int64_t e = q.lo[0]; e < q.hi[0]; ++e) {
+        const int u = unit_of_[static_cast<size_t>(e)];
+        if (u < 0) return NotCovered(g);
+        out_.AddMemberPiece(static_cast<int>(g), e, unique_[u].holders_begin, unique_[u].holders_end);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The dimension along which both sides' boxes start at the most distinct places: the sweep
+  // index's axis.
+  int SweepDim() {
+    const int num_unique = static_cast<int>(unique_.size());
+    const int num_groups = static_cast<int>(gend_ - gi_);
+    int best_dim = 0, best_min = -1, best_sum = -1;
+    for (int d = 0; d < static_cast<int>(spec_->shape.size()); ++d) {
+      const int ks = DistinctLo(num_unique, [&](int i) -> const Box& { return unique_[i].box; }, d, scratch_);
+      const int kd =
+          DistinctLo(num_groups, [&](int i) -> const Box& { return *out_.groups[gi_ + i].box; }, d, scratch_);
+      const int mn = std::min(ks, kd), sum = ks + kd;
+      if (mn > best_min || (mn == best_min && sum > best_sum)) {
+        best_min = mn;
+        best_sum = sum;
+        best_dim = d;
+      }
+    }
+    return best_dim;
+  }
+
+  // candidates_ = the unique source boxes that intersect `q`, in index order.
+  void Query(const Box& q) {
+    candidates_.clear();
+    if (brute_) {
+      for (int u = 0; u < static_cast<int>(unique_.size()); ++u) {
+        if (unique_[u].box.Intersects(q)) candidates_.push_back(u);
+      }
+      return;
+    }
+    index_.Query(unique_, q, candidates_);
+    std::sort(candidates_.begin(), candidates_.end());
+  }
+
+  // Whether the unique source boxes are pairwise disjoint (one sharding, any number of replicas).
+  bool SourcesDisjoint() {
+    int64_t volume = 0;
+    for (const UniqueBox& u : unique_) volume += u.box.Volume();
+    if (volume > spec_->NumElements()) return false;
+    if (unique_.size() <= 1) return true;
+    for (const UniqueBox& u : unique_) {
+      Query(u.box);
+      if (candidates_.size() != 1) return false;
+    }
+    return true;
+  }
+
+  // Disjoint sources: group g's pieces are its intersections with the source boxes.
+  Status CutDisjoint(size_t g) {
+    const Box& q = *out_.groups[g].box;
+    Query(q);
+    if (candidates_.size() == 1 && unique_[candidates_[0]].box.Contains(q)) {
+      // Inside one source box (a slice of a larger shard): the piece is the group's box.
+      AddWholePiece(g, unique_[candidates_[0]].holders_begin, unique_[candidates_[0]].holders_end);
+      return Status::Ok();
+    }
+    int64_t covered = 0;
+    for (int u : candidates_) {
+      const Box box = q.Intersect(unique_[u].box);
+      covered += box.Volume();
+      out_.AddPiece(static_cast<int>(g), box, unique_[u].holders_begin, unique_[u].holders_end);
+    }
+    return covered == q.Volume() ? Status::Ok() : NotCovered(g);
+  }
+
+  // Source boxes overlap each other: carve group g's box greedily, each carved box held by every
+  // source box that contains it (holders sorted by rank).
+  Status CarveOverlapping(size_t g) {
+    Query(*out_.groups[g].box);
+    remaining_.assign(1, *out_.groups[g].box);
+    for (int u : candidates_) {
+      next_remaining_.clear();
+      for (const Box& r : remaining_) {
+        const Box x = r.Intersect(unique_[u].box);
+        if (x.Empty()) {
+          next_remaining_.push_back(r);
+          continue;
+        }
+        AddCarvedPiece(g, x);
+        Subtract(r, x, next_remaining_);
+      }
+      remaining_.swap(next_remaining_);
+      if (remaining_.empty()) break;
+    }
+    if (remaining_.empty()) return Status::Ok();
+    return InvalidArgument("tensor '" + spec_->name + "': destination region " + remaining_.front().ToString() +
+                           " is not covered by any source fragment");
+  }
+
+  void AddCarvedPiece(size_t g, const Box& x) {
+    merged_holders_.clear();
+    for (int v : candidates_) {
+      if (unique_[v].box.Contains(x)) {
+        merged_holders_.insert(merged_holders_.end(), out_.holders.begin() + unique_[v].holders_begin,
+                               out_.holders.begin() + unique_[v].holders_end);
+      }
+    }
+    std::sort(merged_holders_.begin(), merged_holders_.end(), [&](int a, int b) {
+      const int ra = src_frags_.Rank(a), rb = src_frags_.Rank(b);
+      return ra != rb ? ra < rb : a < b;
+    });
+    const int holders_begin = static_cast<int>(out_.holders.size());
+    out_.holders.insert(out_.holders.end(), merged_holders_.begin(), merged_holders_.end());
+    out_.AddPiece(static_cast<int>(g), x, holders_begin, static_cast<int>(out_.holders.size()));
+  }
+
+  const Layout& destination_;
+  const FragmentTable& src_frags_;
+  const FragmentTable& dst_frags_;
+  const std::vector<TensorInfo>& src_info_;
+  FragmentKeys& src_;
+  Intersection& out_;
+  // The tensor being cut.
+  const TensorSpec* spec_ = nullptr;
+  size_t gi_ = 0, gend_ = 0;
+  const FragKey* src_keys_ = nullptr;
+  int src_count_ = 0, holders_base_ = 0;
+  bool brute_ = true;
+  // Scratch reused across tensors.
+  SortScratch src_scratch_;
+  std::vector<UniqueBox> unique_;
+  std::vector<int> candidates_;
+  std::vector<int> unit_of_;  // HeldMemberByMember: per index of dim 0, its unique box or -1
+  std::vector<int64_t> scratch_;
+  std::vector<Box> remaining_, next_remaining_;
+  std::vector<int> merged_holders_;
+  SweepIndex index_;
+};
+
+// Appends destination tensor t's groups (runs of one box; group_frags holds every fragment not
+// diverted, those of empty boxes too, in no group) to `out`.
+void GroupTensor(int t, const Layout& destination, const TensorInfo& info, int src_tensor, FragmentKeys& dst,
+                 SortScratch& sort_scratch, Intersection& out) {
+  const FragmentTable& dst_frags = destination.fragments;
+  const bool compact = info.compact;
+  const int base = dst.tensor_begin[t];
+  const int end = dst.tensor_begin[t + 1] - base;
+  const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
+  for (int i = 0; i < end;) {
+    const FragKey& k = keys[i];
+    FragmentGroup g;
+    g.dst_tensor = t;
+    g.src_tensor = src_tensor;
+    g.frags_begin = base + i;
+    int j = i;
+    if (compact) {
+      for (; j < end && keys[j].SameBox(k); ++j) out.group_frags.push_back(keys[j].id());
+    } else {
+      for (; j < end && dst_frags.SameBox(keys[j].id(), k.id()); ++j) out.group_frags.push_back(keys[j].id());
+    }
+    g.frags_end = base + j;
+    g.volume = compact ? info.Volume(k.box) : dst_frags.Volume(k.id());
+    if (g.volume > 0) {
+      out.group_boxes.push_back(dst_frags.BoxOf(k.id()));
+      g.box = &out.group_boxes.back();
+      out.groups.push_back(g);
+    }
+    i = j;
+  }
+}
+
+}  // namespace
+
 Result<Intersection> IntersectLayouts(const Layout& source, const Layout& destination,
                                       FragmentDiverter* source_diverter,
                                       FragmentDiverter* destination_diverter) {
   Intersection out;
-  const int num_dst_tensors = static_cast<int>(destination.tensors.size());
-
   std::vector<TensorInfo> src_info, dst_info;
   std::vector<int> src_of_dst;
-  FERRY_RETURN_IF_ERROR(
-      MapTensors(source, destination, destination_diverter, src_info, src_of_dst, dst_info));
-
+  FERRY_RETURN_IF_ERROR(MapTensors(source, destination, destination_diverter, src_info, src_of_dst, dst_info));
   // Both sides' fragments validated, then sorted by (tensor, box, rank, id) one tensor at a time.
-  // Scratch: 36 bytes per fragment, freed on return.
   FragmentKeys src, dst;
+  FERRY_RETURN_IF_ERROR(ReadFragments(source, src_info, "source", source_diverter, src, out.source_ranks));
   FERRY_RETURN_IF_ERROR(
-      ReadFragments(source, src_info, "source", source_diverter, src, out.source_ranks));
-  FERRY_RETURN_IF_ERROR(ReadFragments(destination, dst_info, "destination",
-                                      destination_diverter, dst, out.destination_ranks));
-  const FragmentTable& src_frags = source.fragments;
-  const FragmentTable& dst_frags = destination.fragments;
-
-  // Groups: runs of one box within a destination tensor; group_frags holds every destination
-  // fragment not diverted (those of empty boxes too, in no group). Each tensor's groups are then
-  // cut into pieces.
+      ReadFragments(destination, dst_info, "destination", destination_diverter, dst, out.destination_ranks));
   const size_t num_dst_frags = destination.fragments.size();
   out.group_frags.reserve(num_dst_frags);
   out.groups.reserve(num_dst_frags);
   out.group_boxes.reserve(num_dst_frags);  // at most a group per fragment: boxes never move
-  SortScratch sort_scratch;
   out.pieces.reserve(num_dst_frags);
   out.holders.reserve(source.fragments.size());
-
-  // Cuts the groups [gi, gend) of destination tensor `dst_tensor` into pieces: indexes the unique
-  // source boxes of its source tensor (their fragments appended to the holders).
-  SortScratch src_scratch;
-  std::vector<UniqueBox> unique;
-  std::vector<int> candidates;
-  std::vector<int> unit_of;  // HeldMemberByMember: per index of dim 0, its unique box or -1
-  std::vector<int64_t> scratch;
-  std::vector<Box> remaining, next_remaining;
-  std::vector<int> merged_holders;
-  SweepIndex index;
-  auto cut_groups = [&](int dst_tensor, size_t gi, size_t gend) -> Status {
-    const TensorSpec& spec = destination.tensors[dst_tensor];
-    const int st = out.groups[gi].src_tensor;
-    const FragKey* src_keys = SortTensor(src, st, src_info[st].compact, src_frags, src_scratch);
-    const int src_begin = 0, src_end = src.tensor_begin[st + 1] - src.tensor_begin[st];
-    const int holders_base = static_cast<int>(out.holders.size());
-    for (int i = src_begin; i < src_end; ++i) out.holders.push_back(src_keys[i].id());
-
-    const TensorInfo& ti = src_info[st];
-    if (ti.compact) {
-      // The source holds the tensor whole (replicas of it, besides empty boxes): each group is
-      // one piece.
-      const uint64_t whole = ti.Whole();
-      int whole_begin = -1, whole_end = -1;
-      bool only_whole = true;
-      for (int i = src_begin; i < src_end && only_whole; ++i) {
-        const FragKey& k = src_keys[i];
-        if (ti.Volume(k.box) == 0) continue;
-        if (k.box == whole) {
-          if (whole_begin < 0) whole_begin = i;
-          whole_end = i + 1;
-        } else {
-          only_whole = false;
-        }
-      }
-      if (only_whole && whole_begin >= 0) {
-        const int hb = holders_base + (whole_begin - src_begin);
-        const int he = holders_base + (whole_end - src_begin);
-        for (size_t g = gi; g < gend; ++g) {
-          Piece p;
-          p.group = static_cast<int>(g);
-          p.holders_begin = hb;
-          p.holders_end = he;
-          out.pieces.push_back(p);
-        }
-        return Status::Ok();
-      }
-    }
-
-    unique.clear();
-    for (int i = src_begin; i < src_end;) {
-      const int first = src_keys[i].id();
-      int j = i + 1;
-      while (j < src_end && src_frags.SameBox(src_keys[j].id(), first)) ++j;
-      if (src_frags.Volume(first) > 0) {
-        UniqueBox u;
-        u.box = src_frags.BoxOf(first);
-        u.holders_begin = holders_base + (i - src_begin);
-        u.holders_end = holders_base + (j - src_begin);
-        unique.push_back(u);
-      }
-      i = j;
-    }
-    const int num_unique = static_cast<int>(unique.size());
-    const int num_groups = static_cast<int>(gend - gi);
-    // The error for group g's box, which its source boxes do not cover.
-    auto not_covered = [&](size_t g) {
-      const int rank = dst_frags.Rank(out.group_frags[out.groups[g].frags_begin]);
-      return InvalidArgument("tensor '" + spec.name + "': destination region " +
-                             out.groups[g].box->ToString() + " on rank " + std::to_string(rank) +
-                             " is not fully covered by source fragments");
-    };
-    if (HeldMemberByMember(unique, spec, unit_of)) {
-      // A tensor stack the source holds one whole member per fragment (a trainer with a buffer
-      // per expert): each group is cut at its members, each cut held by that member's holders.
-      // The cuts are member cuts: no box of their own (1.1M of 136 bytes for Kimi-K2).
-      for (size_t g = gi; g < gend; ++g) {
-        const Box& q = *out.groups[g].box;
-        for (int64_t e = q.lo[0]; e < q.hi[0]; ++e) {
-          const int u = unit_of[static_cast<size_t>(e)];
-          if (u < 0) return not_covered(g);
-          out.AddMemberPiece(static_cast<int>(g), e, unique[u].holders_begin,
-                             unique[u].holders_end);
-        }
-      }
-      return Status::Ok();
-    }
-    if (num_unique == 1 && unique[0].box == Box::FromShape(spec.shape)) {
-      // The source holds the tensor whole (replicas of it): each group is one piece.
-      for (size_t g = gi; g < gend; ++g) {
-        Piece p;
-        p.group = static_cast<int>(g);
-        p.holders_begin = unique[0].holders_begin;
-        p.holders_end = unique[0].holders_end;
-        out.pieces.push_back(p);
-      }
-      return Status::Ok();
-    }
-    const bool brute = static_cast<int64_t>(num_unique) * num_groups <= 256;
-    if (!brute) {
-      // Sweep along the dimension that separates both sides best.
-      int best_dim = 0;
-      int best_min = -1, best_sum = -1;
-      for (int d = 0; d < static_cast<int>(spec.shape.size()); ++d) {
-        int ks = DistinctLo(num_unique, [&](int i) -> const Box& { return unique[i].box; }, d,
-                            scratch);
-        int kd = DistinctLo(num_groups, [&](int i) -> const Box& { return *out.groups[gi + i].box; },
-                            d, scratch);
-        int mn = std::min(ks, kd), sum = ks + kd;
-        if (mn > best_min || (mn == best_min && sum > best_sum)) {
-          best_min = mn;
-          best_sum = sum;
-          best_dim = d;
-        }
-      }
-      index.Build(unique, best_dim);
-    }
-    auto query = [&](const Box& q) {
-      candidates.clear();
-      if (brute) {
-        for (int u = 0; u < num_unique; ++u) {
-          if (unique[u].box.Intersects(q)) candidates.push_back(u);
-        }
-      } else {
-        index.Query(unique, q, candidates);
-        std::sort(candidates.begin(), candidates.end());
-      }
-    };
-    // Are the unique source boxes pairwise disjoint (one sharding, any number of replicas)?
-    bool disjoint = true;
-    {
-      int64_t volume = 0;
-      for (const UniqueBox& u : unique) volume += u.box.Volume();
-      if (volume > spec.NumElements()) disjoint = false;
-      for (int u = 0; disjoint && u < num_unique && num_unique > 1; ++u) {
-        query(unique[u].box);
-        disjoint = candidates.size() == 1;
-      }
-    }
-    for (size_t g = gi; g < gend; ++g) {
-      const Box& q = *out.groups[g].box;
-      query(q);
-      if (disjoint) {
-        if (candidates.size() == 1 && unique[candidates[0]].box.Contains(q)) {
-          // Inside one source box (a slice of a larger shard): the piece is the group's box.
-          Piece p;
-          p.group = static_cast<int>(g);
-          p.holders_begin = unique[candidates[0]].holders_begin;
-          p.holders_end = unique[candidates[0]].holders_end;
-          out.pieces.push_back(p);
-          continue;
-        }
-        int64_t covered = 0;
-        for (int u : candidates) {
-          const Box box = q.Intersect(unique[u].box);
-          covered += box.Volume();
-          out.AddPiece(static_cast<int>(g), box, unique[u].holders_begin, unique[u].holders_end);
-        }
-        if (covered != q.Volume()) return not_covered(g);
-        continue;
-      }
-      // General case: source boxes overlap each other. Carve the group box greedily.
-      remaining.assign(1, q);
-      for (int u : candidates) {
-        next_remaining.clear();
-        for (const Box& r : remaining) {
-          Box x = r.Intersect(unique[u].box);
-          if (x.Empty()) {
-            next_remaining.push_back(r);
-            continue;
-          }
-          merged_holders.clear();
-          for (int v : candidates) {
-            if (unique[v].box.Contains(x)) {
-              merged_holders.insert(merged_holders.end(), out.holders.begin() + unique[v].holders_begin,
-                                    out.holders.begin() + unique[v].holders_end);
-            }
-          }
-          std::sort(merged_holders.begin(), merged_holders.end(), [&](int a, int b) {
-            const int ra = src_frags.Rank(a), rb = src_frags.Rank(b);
-            return ra != rb ? ra < rb : a < b;
-          });
-          const int holders_begin = static_cast<int>(out.holders.size());
-          out.holders.insert(out.holders.end(), merged_holders.begin(), merged_holders.end());
-          out.AddPiece(static_cast<int>(g), x, holders_begin, static_cast<int>(out.holders.size()));
-          Subtract(r, x, next_remaining);
-        }
-        remaining.swap(next_remaining);
-        if (remaining.empty()) break;
-      }
-      if (!remaining.empty()) {
-        return InvalidArgument("tensor '" + spec.name + "': destination region " +
-                               remaining.front().ToString() + " is not covered by any source fragment");
-      }
-    }
-    return Status::Ok();
-  };
-
-  for (int t = 0; t < num_dst_tensors; ++t) {
-    const size_t first_group = out.groups.size();
-    const bool compact = dst_info[t].compact;
-    const int base = dst.tensor_begin[t];
-    const int end = dst.tensor_begin[t + 1] - base;
-    if (src_of_dst[t] < 0 && end > 0) {
+  SortScratch sort_scratch;
+  GroupCutter cutter(source, destination, src_info, src, out);
+  for (int t = 0; t < static_cast<int>(destination.tensors.size()); ++t) {
+    if (src_of_dst[t] < 0 && dst.tensor_begin[t + 1] > dst.tensor_begin[t]) {
       return InvalidArgument("destination tensor '" + destination.tensors[t].name +
                              "' has fragments its diverter said it would take");
     }
-    const FragKey* keys = SortTensor(dst, t, compact, dst_frags, sort_scratch);
-    for (int i = 0; i < end;) {
-      const FragKey& k = keys[i];
-      FragmentGroup g;
-      g.dst_tensor = t;
-      g.src_tensor = src_of_dst[t];
-      g.frags_begin = base + i;
-      int j = i;
-      if (compact) {
-        for (; j < end && keys[j].SameBox(k); ++j) out.group_frags.push_back(keys[j].id());
-      } else {
-        for (; j < end && dst_frags.SameBox(keys[j].id(), k.id()); ++j) {
-          out.group_frags.push_back(keys[j].id());
-        }
-      }
-      g.frags_end = base + j;
-      g.volume = compact ? dst_info[t].Volume(k.box) : dst_frags.Volume(k.id());
-      if (g.volume > 0) {
-        out.group_boxes.push_back(dst_frags.BoxOf(k.id()));
-        g.box = &out.group_boxes.back();
-        out.groups.push_back(g);
-      }
-      i = j;
-    }
+    const size_t first_group = out.groups.size();
+    GroupTensor(t, destination, dst_info[t], src_of_dst[t], dst, sort_scratch, out);
     // Pieces right after the groups, while they are in the cache.
-    if (out.groups.size() > first_group) {
-      FERRY_RETURN_IF_ERROR(cut_groups(t, first_group, out.groups.size()));
-    }
+    if (out.groups.size() > first_group) FERRY_RETURN_IF_ERROR(cutter.Cut(t, first_group, out.groups.size()));
   }
   return out;
 }
