@@ -249,87 +249,136 @@ bool StackSide::Divert(const FragmentTable& fragments, size_t id) {
   return true;
 }
 
-bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out) {
-  const bool source_first = source.fragments.size() <= destination.fragments.size();
-  if (!HasStackedRuns(source_first ? source : destination)) return false;
+// FoldTensorStacks' state for one pair of layouts: the source's tensor families, each tensor's
+// membership on both sides, and the order in which the sides are merged (the smaller up front).
+class StackFolder {
+ public:
+  StackFolder(const Layout& source, const Layout& destination, StackFold& out)
+      : source_(source), destination_(destination), out_(out),
+        source_first_(source.fragments.size() <= destination.fragments.size()),
+        first_(source_first_ ? source : destination), second_(source_first_ ? destination : source) {}
+
+  bool Fold() {
+    if (!HasStackedRuns(first_)) return false;
+    FindSourceFamilies();
+    if (families_.empty()) return false;
+    SealFamilies();
+    out_ = StackFold();
+    ForgetBroken(src_member_);
+    if (source_first_ && !MergeFirstSide(src_member_)) return false;
+    JoinDestination();
+    // A destination tensor whose name matches a member's but whose shape or dtype does not hashes
+    // elsewhere and stays unfolded; its source member may be folded, so the folded layouts then
+    // fail to plan, and the caller plans the originals to report the mismatch.
+    ForgetBroken(src_member_);
+    ForgetBroken(dst_member_);
+    if (!source_first_ && !MergeFirstSide(dst_member_)) return false;
+    std::vector<TensorSpec> stacks = MakeStacks();
+    if (stacks.empty()) return false;
+    KeepFirstSideStacks();
+    PrepareSecondSide(stacks.size());
+    out_.stacks = static_cast<int>(stacks.size());
+    FirstSide().stacks_.tensors = stacks;
+    SecondSide().stacks_.tensors = std::move(stacks);
+    return true;
+  }
+
+ private:
+  StackSide& FirstSide() { return source_first_ ? out_.source : out_.destination; }
+  StackSide& SecondSide() { return source_first_ ? out_.destination : out_.source; }
+
   // Families of the source's tensors. Members of a family mostly come near each other (a layer's
   // experts, interleaving a few families), so a tensor is first matched against the families
   // recently joined (MatchesFamily) and only otherwise parsed and hashed. A tensor that matches
   // a family's key is the one the hash would find: the first family of each hash is the only one
   // ever created with it.
-  std::vector<Family> families;
-  std::unordered_map<uint64_t, int> family_of_hash;
-  std::vector<Membership> src_member(source.tensors.size());
-  constexpr int kRecentFamilies = 4;
-  int recent[kRecentFamilies] = {-1, -1, -1, -1};  // most recently joined first
-  for (size_t t = 0; t < source.tensors.size(); ++t) {
-    const TensorSpec& spec = source.tensors[t];
-    if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
-    int family_index = -1;
-    NumberComponent n;
-    for (int k = 0; k < kRecentFamilies && recent[k] >= 0; ++k) {
-      const Family& candidate = families[static_cast<size_t>(recent[k])];
-      if (MatchesFamily(source.tensors[candidate.first], candidate.first_number, spec, n)) {
-        family_index = recent[k];
-        std::copy_backward(recent, recent + k, recent + k + 1);
-        break;
+  void FindSourceFamilies() {
+    src_member_.assign(source_.tensors.size(), {});
+    for (size_t t = 0; t < source_.tensors.size(); ++t) {
+      const TensorSpec& spec = source_.tensors[t];
+      if (spec.shape.empty() || spec.shape.size() >= static_cast<size_t>(kMaxDims)) continue;
+      NumberComponent n;
+      int family_index = MatchRecentFamily(spec, n);
+      if (family_index < 0) {
+        family_index = FamilyByHash(t, n);
+        if (family_index < 0) continue;
+        std::copy_backward(recent_, recent_ + kRecentFamilies - 1, recent_ + kRecentFamilies);
       }
+      recent_[0] = family_index;
+      families_[static_cast<size_t>(family_index)].members.emplace_back(n.value, static_cast<int>(t));
+      src_member_[t].family = family_index;
     }
-    if (family_index < 0) {
-      n = FindNumber(spec.name);
-      if (n.value < 0) continue;
-      const auto [it, inserted] = family_of_hash.try_emplace(FamilyHash(spec.name, n, spec),
-                                                             static_cast<int>(families.size()));
-      if (inserted) {
-        families.emplace_back();
-        families.back().first = static_cast<int>(t);
-        families.back().first_number = n;
-        families.back().esize = DTypeSize(spec.dtype);
-      } else if (!SameKey(source.tensors[families[it->second].first],
-                          families[it->second].first_number, spec, n)) {
-        continue;
-      }
-      family_index = it->second;
-      std::copy_backward(recent, recent + kRecentFamilies - 1, recent + kRecentFamilies);
-    }
-    recent[0] = family_index;
-    families[static_cast<size_t>(family_index)].members.emplace_back(n.value, static_cast<int>(t));
-    src_member[t].family = family_index;
-  }
-  if (families.empty()) return false;
-  for (Family& family : families) {
-    if (!std::is_sorted(family.members.begin(), family.members.end())) {
-      std::sort(family.members.begin(), family.members.end());
-    }
-    for (size_t i = 1; i < family.members.size(); ++i) {
-      family.broken |= family.members[i - 1].first == family.members[i].first;
-    }
-    family.broken |= family.members.size() < 2;
-    for (size_t i = 0; i < family.members.size(); ++i) {
-      src_member[family.members[i].second].position = static_cast<int>(i);
-    }
-    family.destination.assign(family.members.size(), -1);
   }
 
-  // The smaller side is merged first, up front: a family is kept (planned as a stack) when its
-  // fragments merged there. When that side is the source, it is merged before the destination's
-  // names are read, which are then not read at all if nothing merged.
-  out = StackFold();
-  const Layout& first = source_first ? source : destination;
-  const Layout& second = source_first ? destination : source;
-  StackSide& first_side = source_first ? out.source : out.destination;
-  StackSide& second_side = source_first ? out.destination : out.source;
-  std::vector<std::pair<int, int>> folded_ids;  // (family, fragment id) merged up front
-  // By tensor of the side merged first: 1 when a fragment of the member could not be folded.
-  std::vector<uint8_t> partly_folded(first.tensors.size(), 0);
-  auto merge_first_side = [&](const std::vector<Membership>& member) {
-    const size_t n = first.fragments.size();
-    first_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
-    first_side.last_run_of_stack_.assign(families.size(), 0);
-    first_side.stacks_.fragments.reserve(n);  // only what is written is touched
-    first_side.folded_.resize(n);
-    folded_ids.reserve(n);
-    const FragmentTable& frags = first.fragments;
+  // A recently joined family that `spec` belongs to (moved to the front of the recent list), or -1.
+  int MatchRecentFamily(const TensorSpec& spec, NumberComponent& n) {
+    for (int k = 0; k < kRecentFamilies && recent_[k] >= 0; ++k) {
+      const Family& candidate = families_[static_cast<size_t>(recent_[k])];
+      if (MatchesFamily(source_.tensors[candidate.first], candidate.first_number, spec, n)) {
+        const int family_index = recent_[k];
+        std::copy_backward(recent_, recent_ + k, recent_ + k + 1);
+        return family_index;
+      }
+    }
+    return -1;
+  }
+
+  // Source tensor t's family by the hash of its name without its number (a new family when the
+  // hash is new), or -1 when its name has no number or it collides with another family's key.
+  int FamilyByHash(size_t t, NumberComponent& n) {
+    const TensorSpec& spec = source_.tensors[t];
+    n = FindNumber(spec.name);
+    if (n.value < 0) return -1;
+    const auto [it, inserted] =
+        family_of_hash_.try_emplace(FamilyHash(spec.name, n, spec), static_cast<int>(families_.size()));
+    if (inserted) {
+      families_.emplace_back();
+      families_.back().first = static_cast<int>(t);
+      families_.back().first_number = n;
+      families_.back().esize = DTypeSize(spec.dtype);
+    } else if (!SameKey(source_.tensors[families_[it->second].first], families_[it->second].first_number, spec, n)) {
+      return -1;
+    }
+    return it->second;
+  }
+
+  // Members in number order, each source tensor's position; a family with repeated numbers or
+  // fewer than two members is broken (planned as it is).
+  void SealFamilies() {
+    for (Family& family : families_) {
+      if (!std::is_sorted(family.members.begin(), family.members.end())) {
+        std::sort(family.members.begin(), family.members.end());
+      }
+      for (size_t i = 1; i < family.members.size(); ++i) {
+        family.broken |= family.members[i - 1].first == family.members[i].first;
+      }
+      family.broken |= family.members.size() < 2;
+      for (size_t i = 0; i < family.members.size(); ++i) {
+        src_member_[family.members[i].second].position = static_cast<int>(i);
+      }
+      family.destination.assign(family.members.size(), -1);
+    }
+  }
+
+  // Members of broken families are planned as they are.
+  void ForgetBroken(std::vector<Membership>& member) const {
+    for (Membership& m : member) {
+      if (m.family >= 0 && families_[m.family].broken) m = {};
+    }
+  }
+
+  // Merges the side merged first, up front: a family is kept (planned as a stack) when its
+  // fragments merged there. True when some fragments merged.
+  bool MergeFirstSide(const std::vector<Membership>& member) {
+    StackSide& side = FirstSide();
+    const size_t n = first_.fragments.size();
+    side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+    side.last_run_of_stack_.assign(families_.size(), 0);
+    side.stacks_.fragments.reserve(n);  // only what is written is touched
+    side.folded_.resize(n);
+    folded_ids_.reserve(n);
+    partly_folded_.assign(first_.tensors.size(), 0);
+    const FragmentTable& frags = first_.fragments;
     bool merged = false;
     for (size_t i = 0; i < n; ++i) {
       const int tensor = frags.Tensor(i);
@@ -338,132 +387,146 @@ bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold
       if (m.family < 0) continue;
       const FragmentView f = frags.View(i);
       if (f.ndim < 1 || f.ndim >= kMaxDims) {
-        partly_folded[static_cast<size_t>(f.tensor)] = 1;
+        partly_folded_[static_cast<size_t>(f.tensor)] = 1;
         continue;
       }
-      Family& family = families[m.family];
+      Family& family = families_[m.family];
       ++family.first_in;
-      if (first_side.Merge(f, m.family, m.position, family.esize)) {
+      if (side.Merge(f, m.family, m.position, family.esize)) {
         ++family.first_out;
       } else {
         merged = true;
       }
-      first_side.folded_[i] = 1;
-      folded_ids.emplace_back(m.family, static_cast<int>(i));
+      side.folded_[i] = 1;
+      folded_ids_.emplace_back(m.family, static_cast<int>(i));
     }
     return merged;
-  };
-  // Members of broken families are planned as they are.
-  auto forget_broken = [&](std::vector<Membership>& member) {
-    for (Membership& m : member) {
-      if (m.family >= 0 && families[m.family].broken) m = {};
-    }
-  };
-  forget_broken(src_member);
-  if (source_first && !merge_first_side(src_member)) return false;
+  }
 
   // The destination's tensors join their families by name: most often the source tensor of the
   // same index has the name, and the destination tensor its membership; the others are looked up.
-  std::vector<Membership> dst_member(destination.tensors.size());
-  auto join = [&](size_t t, int family_index, int position) {
-    Family& family = families[family_index];
-    family.broken |= family.destination[static_cast<size_t>(position)] >= 0;  // the name twice
-    family.destination[static_cast<size_t>(position)] = static_cast<int>(t);
-    dst_member[t] = {family_index, position};
-  };
-  for (size_t t = 0; t < destination.tensors.size(); ++t) {
-    const TensorSpec& spec = destination.tensors[t];
-    if (t < source.tensors.size()) {
-      const TensorSpec& same = source.tensors[t];
-      if (same.name == spec.name && same.dtype == spec.dtype && same.shape == spec.shape) {
-        if (src_member[t].family >= 0) join(t, src_member[t].family, src_member[t].position);
-        continue;
+  void JoinDestination() {
+    dst_member_.assign(destination_.tensors.size(), {});
+    for (size_t t = 0; t < destination_.tensors.size(); ++t) {
+      const TensorSpec& spec = destination_.tensors[t];
+      if (t < source_.tensors.size()) {
+        const TensorSpec& same = source_.tensors[t];
+        if (same.name == spec.name && same.dtype == spec.dtype && same.shape == spec.shape) {
+          if (src_member_[t].family >= 0) Join(t, src_member_[t].family, src_member_[t].position);
+          continue;
+        }
       }
+      LookUpDestination(t, spec);
     }
+  }
+
+  void LookUpDestination(size_t t, const TensorSpec& spec) {
     const NumberComponent n = FindNumber(spec.name);
-    if (n.value < 0 || spec.shape.empty()) continue;
-    const auto it = family_of_hash.find(FamilyHash(spec.name, n, spec));
-    if (it == family_of_hash.end()) continue;
-    Family& family = families[it->second];
-    if (family.broken) continue;
-    if (!SameKey(source.tensors[family.first], family.first_number, spec, n)) {
-      // Same hash, different key: not this family. If it differs only in shape or dtype the
-      // hash would differ too, so this is a collision and the tensor simply stays unfolded.
-      continue;
-    }
-    const auto at = std::lower_bound(family.members.begin(), family.members.end(),
-                                      std::make_pair(n.value, -1));
+    if (n.value < 0 || spec.shape.empty()) return;
+    const auto it = family_of_hash_.find(FamilyHash(spec.name, n, spec));
+    if (it == family_of_hash_.end()) return;
+    Family& family = families_[it->second];
+    // Same hash, different key: not this family. If it differs only in shape or dtype the hash
+    // would differ too, so this is a collision and the tensor simply stays unfolded.
+    if (family.broken || !SameKey(source_.tensors[family.first], family.first_number, spec, n)) return;
+    const auto at = std::lower_bound(family.members.begin(), family.members.end(), std::make_pair(n.value, -1));
     if (at == family.members.end() || at->first != n.value) {
       family.broken = true;  // no such source member: planning reports it
-      continue;
+      return;
     }
-    join(t, it->second, static_cast<int>(at - family.members.begin()));
+    Join(t, it->second, static_cast<int>(at - family.members.begin()));
   }
-  // A destination tensor whose name matches a member's but whose shape or dtype does not hashes
-  // elsewhere and stays unfolded; its source member may be folded, so the folded layouts then fail
-  // to plan, and the caller plans the originals to report the mismatch.
-  forget_broken(src_member);
-  forget_broken(dst_member);
-  if (!source_first && !merge_first_side(dst_member)) return false;
 
-  std::vector<TensorSpec> stacks;
-  for (Family& family : families) {
-    if (family.broken || family.first_out >= family.first_in) continue;
-    family.stack = static_cast<int>(stacks.size());
-    const TensorSpec& spec = source.tensors[family.first];
-    TensorSpec stack;
-    const std::string_view name = spec.name;
-    // A control character keeps the stack's name apart from any real tensor's.
-    stack.name = std::string(name.substr(0, family.first_number.begin)) + "*" +
-                 std::string(name.substr(family.first_number.end)) + "\x1f" +
-                 std::to_string(family.stack);
-    stack.shape.reserve(spec.shape.size() + 1);
-    stack.shape.push_back(static_cast<int64_t>(family.members.size()));
-    stack.shape.insert(stack.shape.end(), spec.shape.begin(), spec.shape.end());
-    stack.dtype = spec.dtype;
-    stacks.push_back(std::move(stack));
+  void Join(size_t t, int family_index, int position) {
+    Family& family = families_[family_index];
+    family.broken |= family.destination[static_cast<size_t>(position)] >= 0;  // the name twice
+    family.destination[static_cast<size_t>(position)] = static_cast<int>(t);
+    dst_member_[t] = {family_index, position};
   }
-  if (stacks.empty()) return false;
+
+  // One stacked tensor per kept family (not broken, and merged on the side merged first).
+  std::vector<TensorSpec> MakeStacks() {
+    std::vector<TensorSpec> stacks;
+    for (Family& family : families_) {
+      if (family.broken || family.first_out >= family.first_in) continue;
+      family.stack = static_cast<int>(stacks.size());
+      const TensorSpec& spec = source_.tensors[family.first];
+      TensorSpec stack;
+      const std::string_view name = spec.name;
+      // A control character keeps the stack's name apart from any real tensor's.
+      stack.name = std::string(name.substr(0, family.first_number.begin)) + "*" +
+                   std::string(name.substr(family.first_number.end)) + "\x1f" + std::to_string(family.stack);
+      stack.shape.reserve(spec.shape.size() + 1);
+      stack.shape.push_back(static_cast<int64_t>(family.members.size()));
+      stack.shape.insert(stack.shape.end(), spec.shape.begin(), spec.shape.end());
+      stack.dtype = spec.dtype;
+      stacks.push_back(std::move(stack));
+    }
+    return stacks;
+  }
+
   // The first side's fragments of families not kept (merged nothing there, or broken by the
   // destination) go back to being planned as they are; their stack fragments are dropped.
-  for (const auto& [family, id] : folded_ids) {
-    if (families[family].stack < 0) first_side.folded_[static_cast<size_t>(id)] = 0;
+  void KeepFirstSideStacks() {
+    StackSide& side = FirstSide();
+    for (const auto& [family, id] : folded_ids_) {
+      if (families_[family].stack < 0) side.folded_[static_cast<size_t>(id)] = 0;
+    }
+    size_t kept = 0;
+    FragmentTable& fragments = side.stacks_.fragments;
+    for (size_t k = 0; k < fragments.size(); ++k) {
+      const int stack = families_[fragments.Tensor(k)].stack;
+      if (stack < 0) continue;
+      if (kept != k) fragments.CopyWithin(kept, k);
+      fragments.SetTensor(kept++, stack);
+    }
+    fragments.Truncate(kept);
+    side.runs_ = {};
+    side.last_run_of_stack_ = {};
+    const std::vector<Membership>& member = source_first_ ? src_member_ : dst_member_;
+    side.whole_tensor_.assign(first_.tensors.size(), 0);
+    for (size_t t = 0; t < first_.tensors.size(); ++t) {
+      const Membership m = member[t];
+      side.whole_tensor_[t] = m.family >= 0 && families_[m.family].stack >= 0 && !partly_folded_[t];
+    }
   }
-  size_t kept = 0;
-  FragmentTable& first_fragments = first_side.stacks_.fragments;
-  for (size_t k = 0; k < first_fragments.size(); ++k) {
-    const int stack = families[first_fragments.Tensor(k)].stack;
-    if (stack < 0) continue;
-    if (kept != k) first_fragments.CopyWithin(kept, k);
-    first_fragments.SetTensor(kept++, stack);
-  }
-  first_fragments.Truncate(kept);
-  first_side.runs_ = {};
-  first_side.last_run_of_stack_ = {};
 
   // The second side is merged as the intersection reads it (StackSide::Divert): the kept
   // families' members, straight into their stacks.
-  const std::vector<Membership>& second_member = source_first ? dst_member : src_member;
-  second_side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
-  second_side.last_run_of_stack_.assign(stacks.size(), 0);
-  second_side.stacks_.fragments.reserve(second.fragments.size());
-  second_side.member_of_tensor_.assign(second.tensors.size(), {});
-  for (size_t t = 0; t < second.tensors.size(); ++t) {
-    const Membership m = second_member[t];
-    if (m.family < 0 || families[m.family].stack < 0) continue;
-    const Family& family = families[m.family];
-    second_side.member_of_tensor_[t] = {family.stack, m.position, static_cast<int>(family.esize)};
+  void PrepareSecondSide(size_t num_stacks) {
+    StackSide& side = SecondSide();
+    const std::vector<Membership>& member = source_first_ ? dst_member_ : src_member_;
+    side.runs_.assign(size_t{1} << StackSide::kRunTableBits, {});
+    side.last_run_of_stack_.assign(num_stacks, 0);
+    side.stacks_.fragments.reserve(second_.fragments.size());
+    side.member_of_tensor_.assign(second_.tensors.size(), {});
+    for (size_t t = 0; t < second_.tensors.size(); ++t) {
+      const Membership m = member[t];
+      if (m.family < 0 || families_[m.family].stack < 0) continue;
+      const Family& family = families_[m.family];
+      side.member_of_tensor_[t] = {family.stack, m.position, static_cast<int>(family.esize)};
+    }
   }
-  const std::vector<Membership>& first_member = source_first ? src_member : dst_member;
-  first_side.whole_tensor_.assign(first.tensors.size(), 0);
-  for (size_t t = 0; t < first.tensors.size(); ++t) {
-    const Membership m = first_member[t];
-    first_side.whole_tensor_[t] = m.family >= 0 && families[m.family].stack >= 0 && !partly_folded[t];
-  }
-  out.stacks = static_cast<int>(stacks.size());
-  first_side.stacks_.tensors = stacks;
-  second_side.stacks_.tensors = std::move(stacks);
-  return true;
+
+  static constexpr int kRecentFamilies = 4;
+
+  const Layout& source_;
+  const Layout& destination_;
+  StackFold& out_;
+  const bool source_first_;
+  const Layout& first_;   // the side merged up front (the one with fewer fragments)
+  const Layout& second_;  // the side merged during the intersection's pass
+  std::vector<Family> families_;
+  std::unordered_map<uint64_t, int> family_of_hash_;
+  int recent_[kRecentFamilies] = {-1, -1, -1, -1};  // most recently joined first
+  std::vector<Membership> src_member_, dst_member_;
+  std::vector<std::pair<int, int>> folded_ids_;  // (family, fragment id) merged up front
+  // By tensor of the side merged first: 1 when a fragment of the member could not be folded.
+  std::vector<uint8_t> partly_folded_;
+};
+
+bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out) {
+  return StackFolder(source, destination, out).Fold();
 }
 
 }  // namespace ferry

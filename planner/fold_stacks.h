@@ -39,6 +39,7 @@
 namespace ferry {
 
 struct StackFold;
+class StackFolder;
 
 // One layout's part of a fold. Not thread-safe.
 class StackSide final : public FragmentDiverter {
@@ -60,7 +61,7 @@ class StackSide final : public FragmentDiverter {
   const Layout& stacks() const { return stacks_; }
 
  private:
-  friend bool FoldTensorStacks(const Layout& source, const Layout& destination, StackFold& out);
+  friend class StackFolder;  // fold_stacks.cc: FoldTensorStacks' state
   static constexpr int kRunTableBits = 12;
   // An open run: a stack fragment that may still grow by the next member.
   struct Run {
