@@ -428,7 +428,7 @@ Status RankRun::CopyRead(int i) {
   stats_.bytes_read_direct += bytes;
   if (on_gpu) {
     stats_.bytes_copied += bytes;
-    return LaunchGpu(i, d.geometries, ends, GpuNext::kFinishRead);
+    return QueueGpuRead(i, d.geometries, ends);
   }
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
@@ -463,6 +463,7 @@ void RankRun::Drive() {
     PollGpu();
     if (!failure_.ok()) break;
     PollTransports();
+    if (failure_.ok()) failure_ = FlushGpuReads();
     if (failure_.ok() && deadline_.Expired() && completed_ < n_) failure_ = DeadlineFailure();
   }
 }

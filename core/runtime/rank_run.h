@@ -19,7 +19,9 @@
 //               lie in CUDA memory run as one batched kernel launch each (LaunchGpu) and complete
 //               when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
 //               through a bounce slot of the pinned staging arena (StartBounced); direct reads of
-//               CUDA buffers run as one kernel reading the peer's memory through CUDA IPC.
+//               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
+//               in one progress sweep in one kernel (QueueGpuRead, FlushGpuReads): processes
+//               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
 //
 // Internal to core/runtime (a private header of the executor library). Not thread-safe: a
 // RankRun lives on the thread that called Executor::Run and is used once (Execute).
@@ -133,6 +135,9 @@ class RankRun {
   void AddBounce(int i);
   Status LaunchGpu(int i, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
                    GpuNext next);
+  Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
+                      std::span<const CopyEnds> ends);
+  Status FlushGpuReads();
   Status StartBounced(int i);
   Status BounceIn(int i);
   void PollGpu();
@@ -195,7 +200,9 @@ class RankRun {
   std::vector<int> bounce_of_;            // by op: its bounce slot, or -1
   std::vector<int64_t> bounce_bytes_;     // by bounce slot - plan_.slots.size()
   std::vector<GpuNext> gpu_next_;         // by op: what follows its kernel
-  std::map<int64_t, int> gpu_ops_;        // ticket -> op, while its kernel runs
+  std::map<int64_t, std::vector<int>> gpu_ops_;  // ticket -> ops, while their kernel runs
+  std::vector<int> reads_queued_;                // direct reads waiting for FlushGpuReads
+  std::vector<cuda::StridedCopy> read_copies_;   // their copies, in order
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

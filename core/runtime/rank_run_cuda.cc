@@ -106,8 +106,33 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
     copies.push_back(copy);
   }
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(copies));
-  gpu_ops_[ticket] = i;
+  gpu_ops_[ticket] = {i};
   gpu_next_[i] = next;
+  return Status::Ok();
+}
+
+// A direct read's copies wait for FlushGpuReads, so that the reads whose offers arrive together
+// share one kernel.
+Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
+                             std::span<const CopyEnds> ends) {
+  for (size_t c = 0; c < geometries.size(); ++c) {
+    FERRY_ASSIGN_OR_RETURN(cuda::StridedCopy copy, ToStridedCopy(geometries[c], ends[c]));
+    read_copies_.push_back(copy);
+  }
+  reads_queued_.push_back(i);
+  gpu_next_[i] = GpuNext::kFinishRead;
+  return Status::Ok();
+}
+
+// Launches every queued direct read as one kernel; each sends its "done" when it finished.
+Status RankRun::FlushGpuReads() {
+  if (reads_queued_.empty()) return Status::Ok();
+  Result<int64_t> ticket = res_.gpu->Launch(read_copies_);
+  read_copies_.clear();
+  std::vector<int> ops;
+  ops.swap(reads_queued_);
+  if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
+  gpu_ops_[*ticket] = std::move(ops);
   return Status::Ok();
 }
 
@@ -119,7 +144,7 @@ Status RankRun::StartBounced(int i) {
   if (op.kind == OpKind::kRecv) return PostData(i, bounce, res_.arena.data());
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(at, bounce, op.bytes)}));
-  gpu_ops_[ticket] = i;
+  gpu_ops_[ticket] = {i};
   gpu_next_[i] = GpuNext::kPostSend;
   return Status::Ok();
 }
@@ -130,7 +155,7 @@ Status RankRun::BounceIn(int i) {
   const char* bounce = res_.arena.data() + slot_offset_.at(bounce_of_[i]);
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(bounce, at, op.bytes)}));
-  gpu_ops_[ticket] = i;
+  gpu_ops_[ticket] = {i};
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
@@ -145,14 +170,14 @@ void RankRun::PollGpu() {
     auto it = gpu_ops_.begin();
     Result<bool> finished = res_.gpu->Finished(it->first);
     if (!finished.ok()) {
-      failure_ = finished.status().WithContext(Describe(it->second));
+      failure_ = finished.status().WithContext(Describe(it->second.front()));
       return;
     }
     if (!*finished) break;
-    const int i = it->second;
+    const std::vector<int> ops = std::move(it->second);
     gpu_ops_.erase(it);
     any = true;
-    OnGpuDone(i);
+    for (int i : ops) OnGpuDone(i);
   }
   if (!any && in_flight_ == 0 && copies_running_ == 0) std::this_thread::yield();
 }
@@ -176,7 +201,7 @@ void RankRun::OnGpuDone(int i) {
 // After a failure: waits for this run's kernels, so none still reads a peer's memory or writes
 // staging once the run has returned.
 void RankRun::DrainGpu() {
-  for (auto& [ticket, i] : gpu_ops_) {
+  for (auto& [ticket, ops] : gpu_ops_) {
     while (true) {
       Result<bool> finished = res_.gpu->Finished(ticket);
       if (!finished.ok() || *finished) break;
@@ -184,6 +209,8 @@ void RankRun::DrainGpu() {
     }
   }
   gpu_ops_.clear();
+  reads_queued_.clear();
+  read_copies_.clear();
 }
 
 }  // namespace ferry
