@@ -124,7 +124,9 @@ Result<MemoryKind> ReadMemoryKind(const DirectRead& read, const std::vector<Peer
   for (const PeerBuffer& b : buffers) mixed |= b.kind != kind;
   for (const DirectRead::Read& r : read.reads) {
     const int b = r.to_buffer;
-    if (b >= 0 && b < static_cast<int>(destination.size())) mixed |= destination[b].kind != kind;
+    if (b >= 0 && b < static_cast<int>(destination.size()) && destination[b].base != nullptr) {
+      mixed |= destination[b].kind != kind;
+    }
   }
   if (mixed) {
     return Unimplemented("direct read of message " + std::to_string(read.message) +
@@ -148,7 +150,10 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
   }
   FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, destination));
   on_gpu = kind == MemoryKind::kCuda;
-  const int device = on_gpu && !read.reads.empty() ? destination[read.reads[0].to_buffer].device : -1;
+  int device = -1;  // this rank's, where the peer's allocations are opened
+  for (const MemoryDesc& m : destination) {
+    if (m.base != nullptr && m.kind == MemoryKind::kCuda) device = m.device;
+  }
   FERRY_ASSIGN_OR_RETURN(std::vector<const char*> mapped,
                          MapOfferedBuffers(read, owner, buffers, peers, device));
   ends.clear();
