@@ -2,7 +2,8 @@
 // three-rank plan with every buffer in device memory. Over network links its Pack and Unpack run
 // as kernels into and out of pinned staging, and the Recv straight into a CUDA region, the Forward
 // from one, go through bounce slots; on one node message 1 goes as a GPU direct read through CUDA
-// IPC. Needs a GPU: where there is none every test reports itself SKIPPED.
+// IPC. Needs a GPU: where there is none these report themselves SKIPPED, and one more test checks
+// that CUDA memory then fails cleanly.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -91,6 +92,35 @@ void RunOnDevice(bool one_node) {
 }
 
 TEST(ExecutorCudaTest, PackUnpackBounceAndCopyOnDeviceMemoryOverTcp) { RunOnDevice(false); }
+
+// Where there is no GPU, a run given CUDA memory fails at once, naming the missing device, before
+// any op touches the (here fake) device addresses.
+TEST(ExecutorCudaTest, WithoutAGpuCudaMemoryFailsNamingTheDevice) {
+  if (HaveGpu()) GTEST_SKIP() << "a CUDA device is visible: this checks the machine without one";
+  TransferPlan plan = ThreeRankPlan();
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    static char fake[1];
+    for (const BufferTable::Entry& spec : plan.source_buffers) {
+      r.memory.source.push_back(spec.rank == rank ? MemoryDesc{fake, spec.bytes, MemoryKind::kCuda, 0}
+                                                  : MemoryDesc{});
+    }
+    for (const BufferTable::Entry& spec : plan.destination_buffers) {
+      r.memory.destination.push_back(
+          spec.rank == rank ? MemoryDesc{fake, spec.bytes, MemoryKind::kCuda, 0} : MemoryDesc{});
+    }
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(10));
+    if (stats.ok()) return 2;
+    if (stats.status().code() != StatusCode::kFailedPrecondition ||
+        stats.status().message().find("CUDA device 0 does not exist") == std::string::npos) {
+      return Report(stats.status());
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
 TEST(ExecutorCudaTest, SameNodeMessageIsOneKernelReadingThePeerThroughCudaIpc) { RunOnDevice(true); }
 
 }  // namespace
