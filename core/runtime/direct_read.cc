@@ -9,10 +9,12 @@ namespace ferry {
 namespace {
 
 constexpr uint32_t kOfferMagic = 0x52445246;  // "FRDR"
-constexpr uint32_t kOfferVersion = 1;
+// Version 2 adds, per buffer, its memory kind (in version 1's padding word), CUDA device,
+// allocation size and 64-byte CUDA IPC handle; host buffers send them zeroed.
+constexpr uint32_t kOfferVersion = 2;
 constexpr size_t kBootIdBytes = 40;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4;
-constexpr size_t kEntryBytes = 8 + 8 + 4 + 4 + 8 + 8;
+constexpr size_t kEntryBytes = 8 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + kCudaIpcHandleBytes;
 
 // A region of the message's bytes: [offset, offset + NumBytes) of the message holds `region`'s
 // elements in row-major order.
@@ -229,9 +231,14 @@ void EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuf
     Put<uint64_t>(p, b.address);
     Put<int64_t>(p, b.bytes);
     Put<int32_t>(p, b.shared_fd);
-    Put<int32_t>(p, 0);
+    Put<int32_t>(p, static_cast<int32_t>(b.kind));
     Put<int64_t>(p, b.shared_offset);
     Put<uint64_t>(p, b.inode);
+    Put<int32_t>(p, b.device);
+    Put<int32_t>(p, 0);
+    Put<int64_t>(p, b.allocation_bytes);
+    std::memcpy(p, b.ipc_handle.data(), kCudaIpcHandleBytes);
+    p += kCudaIpcHandleBytes;
   }
 }
 
@@ -256,9 +263,27 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
     b.address = Get<uint64_t>(p);
     b.bytes = Get<int64_t>(p);
     b.shared_fd = Get<int32_t>(p);
-    (void)Get<int32_t>(p);
+    const int32_t kind = Get<int32_t>(p);
     b.shared_offset = Get<int64_t>(p);
     b.inode = Get<uint64_t>(p);
+    b.device = Get<int32_t>(p);
+    (void)Get<int32_t>(p);
+    b.allocation_bytes = Get<int64_t>(p);
+    std::memcpy(b.ipc_handle.data(), p, kCudaIpcHandleBytes);
+    p += kCudaIpcHandleBytes;
+    if (kind != static_cast<int32_t>(MemoryKind::kHost) &&
+        kind != static_cast<int32_t>(MemoryKind::kCuda)) {
+      return InvalidArgument("direct-read offer names an unknown memory kind " + std::to_string(kind));
+    }
+    b.kind = static_cast<MemoryKind>(kind);
+    if (b.bytes < 0 || (b.kind == MemoryKind::kCuda &&
+                        (b.device < 0 || b.shared_offset < 0 ||
+                         b.shared_offset + b.bytes > b.allocation_bytes))) {
+      return InvalidArgument("direct-read offer: a CUDA buffer of " + std::to_string(b.bytes) +
+                             " bytes at " + std::to_string(b.shared_offset) +
+                             " lies outside its allocation of " +
+                             std::to_string(b.allocation_bytes) + " bytes");
+    }
   }
   return Status::Ok();
 }

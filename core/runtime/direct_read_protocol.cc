@@ -57,15 +57,14 @@ Result<int64_t> OfferWriter::Write(const DirectRead& read, std::span<uint8_t> sl
       return InvalidArgument("source buffer " + std::to_string(b) + " has no memory on rank " +
                              std::to_string(rank_));
     }
-    if (source_[b].kind != MemoryKind::kHost) {
-      return Unimplemented("direct reads of CUDA memory need the CUDA IPC path");
-    }
     if (described_.empty()) {
       described_.resize(source_.size());
       is_described_.assign(source_.size(), 0);
     }
     if (!is_described_[b]) {
-      FERRY_ASSIGN_OR_RETURN(described_[b], describer_.Describe(source_[b]));
+      FERRY_ASSIGN_OR_RETURN(described_[b], source_[b].kind == MemoryKind::kCuda
+                                                ? cuda_exports_.Describe(source_[b])
+                                                : describer_.Describe(source_[b]));
       is_described_[b] = 1;
     }
     buffers[j] = described_[b];
@@ -88,19 +87,24 @@ namespace {
 
 // Where each offered buffer is mapped in this process (null: not shared, read it through
 // process_vm_readv). Buffers of one shared file (ferry run puts a rank's buffers in one) share
-// its mapping: it is looked up once per file, not per buffer.
+// its mapping: it is looked up once per file, not per buffer. CUDA buffers are opened through
+// CUDA IPC on `device`, once per peer allocation.
 Result<std::vector<const char*>> MapOfferedBuffers(const DirectRead& read,
                                                    const ProcessIdentity& owner,
                                                    const std::vector<PeerBuffer>& buffers,
-                                                   PeerMappings& mappings) {
+                                                   PeerMemory& peers, int device) {
   std::vector<const char*> mapped(buffers.size(), nullptr);
   const PeerBuffer* last = nullptr;
   PeerMappings::File file;
   for (size_t j = 0; j < buffers.size(); ++j) {
     const PeerBuffer& b = buffers[j];
+    if (b.kind == MemoryKind::kCuda) {
+      FERRY_ASSIGN_OR_RETURN(mapped[j], peers.cuda.Map(owner.pid, b, device));
+      continue;
+    }
     if (b.shared_fd < 0) continue;
     if (last == nullptr || last->shared_fd != b.shared_fd || last->inode != b.inode) {
-      FERRY_ASSIGN_OR_RETURN(file, mappings.MapFile(owner, b));
+      FERRY_ASSIGN_OR_RETURN(file, peers.host.MapFile(owner, b));
       last = &b;
     }
     if (b.shared_offset < 0 || b.shared_offset + b.bytes > file.length) {
@@ -112,11 +116,30 @@ Result<std::vector<const char*>> MapOfferedBuffers(const DirectRead& read,
   return mapped;
 }
 
+// The memory kind all of a read's buffers share, or an error when host and CUDA buffers mix.
+Result<MemoryKind> ReadMemoryKind(const DirectRead& read, const std::vector<PeerBuffer>& buffers,
+                                  const std::vector<MemoryDesc>& destination) {
+  const MemoryKind kind = buffers.empty() ? MemoryKind::kHost : buffers.front().kind;
+  bool mixed = false;
+  for (const PeerBuffer& b : buffers) mixed |= b.kind != kind;
+  for (const DirectRead::Read& r : read.reads) {
+    const int b = r.to_buffer;
+    if (b >= 0 && b < static_cast<int>(destination.size()) && destination[b].base != nullptr) {
+      mixed |= destination[b].kind != kind;
+    }
+  }
+  if (mixed) {
+    return Unimplemented("direct read of message " + std::to_string(read.message) +
+                         " mixes host and CUDA buffers; set executor.direct_intra_node=false");
+  }
+  return kind;
+}
+
 }  // namespace
 
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
-                             PeerMappings& mappings, std::vector<CopyEnds>& ends) {
+                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu) {
   ProcessIdentity owner;
   std::vector<PeerBuffer> buffers;
   FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), owner, buffers));
@@ -125,8 +148,14 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
                               " runs on another machine, but the plan links it as same-node; fix "
                               "the topology or set executor.direct_intra_node=false");
   }
+  FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, destination));
+  on_gpu = kind == MemoryKind::kCuda;
+  int device = -1;  // this rank's, where the peer's allocations are opened
+  for (const MemoryDesc& m : destination) {
+    if (m.base != nullptr && m.kind == MemoryKind::kCuda) device = m.device;
+  }
   FERRY_ASSIGN_OR_RETURN(std::vector<const char*> mapped,
-                         MapOfferedBuffers(read, owner, buffers, mappings));
+                         MapOfferedBuffers(read, owner, buffers, peers, device));
   ends.clear();
   ends.reserve(read.reads.size());
   int64_t bytes = 0;
@@ -145,11 +174,12 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
     // small copy).
     const int b = r.to_buffer;
     if (b < 0 || b >= static_cast<int>(destination.size()) || destination[b].base == nullptr ||
-        destination[b].kind != MemoryKind::kHost || r.to_offset < 0 ||
+        destination[b].kind != kind || r.to_offset < 0 ||
         r.to_offset + r.to_span > destination[b].bytes) {
       return InvalidArgument("destination buffer " + std::to_string(b) + " on rank " +
                              std::to_string(rank) +
-                             " has no host memory covering a region the plan writes");
+                             " has no " + std::string(MemoryKindName(kind)) +
+                             " memory covering a region the plan writes");
     }
     char* to = static_cast<char*>(destination[b].base) + r.to_offset;
     if (mapped[j] != nullptr) {

@@ -25,6 +25,7 @@
 #include "core/plan/plan.h"
 #include "core/runtime/copy_pool.h"
 #include "core/runtime/direct_read.h"
+#include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/transport.h"
 
@@ -67,12 +68,14 @@ struct DirectReadRoles {
 // Sender: writes offers of this rank's source buffers, describing each buffer once per run.
 class OfferWriter {
  public:
-  // `source` is the run's source memory (RankMemory::source); it must outlive the writer.
-  OfferWriter(const std::vector<MemoryDesc>& source, int rank) : source_(source), rank_(rank) {}
+  // `source` is the run's source memory (RankMemory::source); it and `cuda_exports` (the
+  // executor's, kept across runs) must outlive the writer.
+  OfferWriter(const std::vector<MemoryDesc>& source, int rank, CudaExports& cuda_exports)
+      : source_(source), rank_(rank), cuda_exports_(cuda_exports) {}
 
   // Encodes the offer of `read` into `slot`, which must hold DirectReadOfferBytes(
   // read.source_buffers.size()) bytes, and returns that size. Fails when a source buffer has no
-  // host memory on this rank.
+  // memory on this rank or cannot be described (CUDA memory not from cudaMalloc).
   Result<int64_t> Write(const DirectRead& read, std::span<uint8_t> slot);
 
  private:
@@ -81,19 +84,28 @@ class OfferWriter {
   std::vector<PeerBuffer> described_;  // by source buffer, once is_described_
   std::vector<char> is_described_;
   BufferDescriber describer_;
+  CudaExports& cuda_exports_;
 };
 
 // Receiver: an offer of `received` bytes must be exactly the size both ranks expect for `read`;
 // anything else means the ranks disagree about direct reads.
 Status CheckOfferSize(const DirectRead& read, int64_t received);
 
-// Receiver: decodes the offer in `offer`, maps the sender's shared files through `mappings`
-// (cached there), and checks every region of `read` against the offered buffers and this rank's
-// `destination` memory. Fills `ends` (one per copy of `read`, for read.geometries) and returns the
-// bytes the copies write. Fails when the sender is on another machine, a region lies outside its
-// buffer, or a strided copy would have to go through process_vm_readv.
+// A peer's memory as this process reaches it: host files mapped, CUDA allocations opened.
+struct PeerMemory {
+  PeerMappings& host;
+  PeerCudaMappings& cuda;
+};
+
+// Receiver: decodes the offer in `offer`, maps the sender's shared files or opens its CUDA
+// allocations through `peers` (cached there), and checks every region of `read` against the
+// offered buffers and this rank's `destination` memory. Fills `ends` (one per copy of `read`, for
+// read.geometries), sets `on_gpu` when they are device addresses (the copies then run as one
+// kernel) and returns the bytes the copies write. Fails when the sender is on another machine, a
+// region lies outside its buffer, host and CUDA buffers mix, or a strided copy would have to go
+// through process_vm_readv.
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
-                             PeerMappings& mappings, std::vector<CopyEnds>& ends);
+                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu);
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "core/cuda/copy_stream.h"
 #include "core/runtime/copy_pool.h"
 #include "core/runtime/rank_run.h"
 
@@ -35,12 +36,15 @@ Executor::~Executor() { ForgetRegistrations(); }
 void Executor::ForgetRegistrations() {
   registrations_.Clear(/*deregister=*/comm_.epoch() == registrations_.epoch() && !comm_.aborted());
   peer_mappings_.Clear();
+  peer_cuda_.Clear();
+  cuda_exports_.Clear();
 }
 
 Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& memory,
                                     Deadline deadline) {
   const ExecutorResources resources{comm_,         options_,       *pool_,   arena_,
-                                    registrations_, peer_mappings_, control_, direct_reads_};
+                                    registrations_, peer_mappings_, control_, direct_reads_,
+                                    peer_cuda_,     cuda_exports_,  gpu_};
   RankRun run(resources, plan, memory, deadline);
   return run.Execute();
 }

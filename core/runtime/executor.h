@@ -6,6 +6,11 @@
 // Messages between ranks of one node go as direct reads when executor.direct_intra_node is on
 // (core/runtime/direct_read.h): the receiver copies from the sender's source buffers once. Which
 // messages qualify is worked out once per plan and cached (by address and PlanFingerprint).
+// Ops whose regions lie in CUDA memory (MemoryKind::kCuda) run as one batched kernel launch per
+// op on the executor's CUDA stream, completion seen through CUDA events; staging is then pinned
+// host memory that the kernel packs into and unpacks from, and sends or receives of CUDA regions
+// go through it (no transport has GPU-direct yet). Direct reads of CUDA buffers open the sender's
+// allocations through CUDA IPC and move the whole message with one kernel.
 // Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
 // Transport registrations are kept across runs of one communicator epoch (see
@@ -32,12 +37,16 @@
 #include "core/runtime/communicator.h"
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor_options.h"
+#include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
 #include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
+namespace cuda {
+class CopyStream;
+}  // namespace cuda
 
 // The real memory behind a plan's buffers on this rank, indexed like TransferPlan::source_buffers
 // and destination_buffers. Entries of buffers on other ranks are ignored (may be empty). The
@@ -72,8 +81,9 @@ class Executor {
   Result<ExecutorStats> Run(const TransferPlan& plan, const RankMemory& memory, Deadline deadline);
 
   // Releases the transport registrations kept across runs (the staging arena's always; user
-  // buffers' when executor.cache_registrations is on). Call it before freeing or reallocating a
-  // buffer that was used in a Run, if the same address may come back with the same size.
+  // buffers' when executor.cache_registrations is on), and with the latter the CUDA IPC exports
+  // of source buffers. Call it before freeing or reallocating a buffer that was used in a Run, if
+  // the same address may come back with the same size.
   void ForgetRegistrations();
 
  private:
@@ -87,6 +97,9 @@ class Executor {
   PeerMappings peer_mappings_;    // same-node peers' shared source buffers, mapped read-only
   std::vector<uint8_t> control_;  // direct-read offers, registered per run
   DirectReadCache direct_reads_;
+  PeerCudaMappings peer_cuda_;              // same-node peers' CUDA allocations, opened via IPC
+  CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
+  std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
 };
 
 }  // namespace ferry

@@ -92,6 +92,7 @@ const ProcessIdentity& ProcessIdentity::Self() {
 }
 
 Result<PeerBuffer> BufferDescriber::Describe(const MemoryDesc& memory) {
+  if (memory.kind != MemoryKind::kHost) return InvalidArgument("not host memory");
   PeerBuffer buffer;
   buffer.address = reinterpret_cast<uint64_t>(memory.base);
   buffer.bytes = memory.bytes;

@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -68,17 +69,23 @@ struct ProcessIdentity {
   static const ProcessIdentity& Self();
 };
 
+inline constexpr size_t kCudaIpcHandleBytes = 64;
+
 // One buffer of a peer as its owner describes it.
 struct PeerBuffer {
-  uint64_t address = 0;  // base address in the owner's address space
+  uint64_t address = 0;  // base address in the owner's address space (a device address for kCuda)
   int64_t bytes = 0;
-  int shared_fd = -1;    // the owner's fd of the file behind it, or -1
-  int64_t shared_offset = 0;
+  int shared_fd = -1;    // host: the owner's fd of the file behind it, or -1
+  int64_t shared_offset = 0;  // host: offset in that file; kCuda: offset in its allocation
   uint64_t inode = 0;    // of that file (guards against a recycled fd)
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;               // kCuda: the owner's device ordinal
+  int64_t allocation_bytes = 0;  // kCuda: size of the cudaMalloc allocation holding the buffer
+  std::array<uint8_t, kCudaIpcHandleBytes> ipc_handle{};  // kCuda: the allocation's IPC handle
 };
 
-// Describes this process's `memory` for peers. fstat()s the shared file once per fd: keep one
-// describer for the buffers of one run.
+// Describes this process's host `memory` for peers. fstat()s the shared file once per fd: keep one
+// describer for the buffers of one run. (CUDA memory: CudaExports, peer_cuda_memory.h.)
 class BufferDescriber {
  public:
   Result<PeerBuffer> Describe(const MemoryDesc& memory);

@@ -30,12 +30,13 @@ RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
       deadline_(deadline),
       rank_(resources.comm.rank()),
       started_(std::chrono::steady_clock::now()),
-      offers_(memory.source, resources.comm.rank()),
+      offers_(memory.source, resources.comm.rank(), resources.cuda_exports),
       ready_network_(ReadyOrder{&plan_, &ids_}),
       ready_local_(ReadyOrder{&plan_, &ids_}) {}
 
 Result<ExecutorStats> RankRun::Execute() {
   FERRY_RETURN_IF_ERROR(CheckRunnable());
+  FERRY_RETURN_IF_ERROR(PrepareGpu());
   ids_ = plan_.OpsOfRank(rank_);
   n_ = static_cast<int>(ids_.size());
   for (int i = 0; i < n_; ++i) local_[ids_[i]] = i;
@@ -53,6 +54,7 @@ Result<ExecutorStats> RankRun::Execute() {
   items_.resize(n_);
   requests_left_.assign(n_, 0);
   offer_received_.assign(n_, 0);
+  gpu_next_.assign(n_, GpuNext::kComplete);
   Drive();
   if (!failure_.ok()) return AbortRun();
   return Finish();
@@ -88,6 +90,7 @@ Status RankRun::BuildDependencies() {
   deps_left_.assign(n_, 0);
   dependents_.resize(n_);
   slots_of_.resize(n_);
+  bounce_of_.assign(n_, -1);
   int64_t largest_slot = 0, total_slots = 0;
   for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
@@ -118,6 +121,11 @@ Status RankRun::BuildDependencies() {
         total_slots += plan_.slots[slot].bytes;
       }
     }
+    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data())) {
+      AddBounce(i);
+      largest_slot = std::max(largest_slot, op.bytes);
+      total_slots += op.bytes;
+    }
   }
   const int64_t budget = res_.options.staging_budget;
   if (largest_slot > budget) {
@@ -133,9 +141,10 @@ Status RankRun::BuildDependencies() {
 // registrations first) and resets the allocator over it.
 Status RankRun::ReserveStaging() {
   res_.registrations.SetEpoch(comm_.epoch());
-  if (arena_needed_ > res_.arena.bytes()) {
+  if (arena_needed_ > res_.arena.bytes() || (on_gpu_ && !res_.arena.pinned())) {
     res_.registrations.Release(res_.arena.data());
-    res_.arena.Reallocate(arena_needed_);
+    FERRY_RETURN_IF_ERROR(res_.arena.Reallocate(std::max(arena_needed_, res_.arena.bytes()), on_gpu_)
+                              .WithContext("staging arena"));
   }
   stats_.staging_arena_bytes = res_.arena.bytes();
   allocator_.Reset(res_.arena.bytes());
@@ -155,7 +164,7 @@ Status RankRun::RegisterMemory() {
     if (roles_.role[i] != DirectRole::kStaged) {
       registered = RegisterBlock(*t, res_.control.data(), static_cast<int64_t>(res_.control.size()),
                                  /*cacheable=*/false);
-    } else if (op.data.space == Space::kStaging) {
+    } else if (op.data.space == Space::kStaging || bounce_of_[i] >= 0) {
       if (res_.arena.bytes() > 0) {
         registered = RegisterBlock(*t, res_.arena.data(), res_.arena.bytes(), /*cacheable=*/true);
       }
@@ -271,7 +280,7 @@ bool RankRun::GrantStaging(int i) {
   std::vector<std::pair<int, int64_t>> got;
   for (int slot : slots_of_[i]) {
     if (slot_offset_.count(slot) != 0) continue;
-    int64_t offset = allocator_.Allocate(plan_.slots[slot].bytes);
+    int64_t offset = allocator_.Allocate(SlotBytes(slot));
     if (offset < 0) {
       for (auto& [s, o] : got) {
         allocator_.Free(o);
@@ -296,6 +305,7 @@ Status RankRun::StartCopy(int i) {
   std::vector<CopyEnds> ends;
   ends.reserve(static_cast<size_t>(op.NumCopies()));
   int64_t bytes = 0;
+  bool gpu = false, pageable = false;
   for (const CopyPair& pair : plan_.Copies(op)) {
     FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
     if (op.kind != OpKind::kConvert && pair.from.dtype != pair.to.dtype) {
@@ -306,6 +316,17 @@ Status RankRun::StartCopy(int i) {
     bytes += g.bytes();
     geos.push_back(g);
     ends.push_back({from, to, 0});
+    gpu |= OnGpu(pair.from) || OnGpu(pair.to);
+    pageable |= (pair.from.space != Space::kStaging && !OnGpu(pair.from)) ||
+                (pair.to.space != Space::kStaging && !OnGpu(pair.to));
+  }
+  if (gpu) {
+    if (pageable) {
+      return Unimplemented("a copy between CUDA memory and pageable host memory (register host "
+                           "buffers of a CUDA refit as CUDA or staging)");
+    }
+    stats_.bytes_copied += bytes;
+    return LaunchGpu(i, geos, ends, GpuNext::kComplete);
   }
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, geos, ends, bytes));
   if (done) Complete(i);
@@ -326,13 +347,20 @@ Result<bool> RankRun::DispatchCopies(int i, std::span<const CopyGeometry> geomet
 Status RankRun::StartNetwork(int i) {
   if (roles_.role[i] == DirectRole::kOffer) return StartOffer(i);
   if (roles_.role[i] == DirectRole::kRead) return StartRead(i);
+  if (bounce_of_[i] >= 0) return StartBounced(i);
   const Op& op = OpAt(i);
-  FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   const std::vector<MemoryDesc>& table =
       op.data.space == Space::kSource ? memory_.source : memory_.destination;
   const void* block = op.data.space == Space::kStaging ? static_cast<const void*>(res_.arena.data())
                                                        : table[op.data.buffer].base;
+  return PostData(i, at, block);
+}
+
+// Posts op i's send or receive of its op.bytes at `at`, inside the registered `block`.
+Status RankRun::PostData(int i, char* at, const void* block) {
+  const Op& op = OpAt(i);
+  FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
   LocalBuffer buffer{handle_of_.at({t, block}), at - static_cast<const char*>(block), op.bytes};
   const uint64_t tag = comm_.Tag(op.message);
   Result<RequestId> id = op.kind == OpKind::kRecv ? t->PostRecv(op.peer, tag, buffer)
@@ -393,9 +421,15 @@ Status RankRun::CopyRead(int i) {
       static_cast<size_t>(roles_.control_offset[k]),
       static_cast<size_t>(DirectReadOfferBytes(d.source_buffers.size())));
   std::vector<CopyEnds> ends;
-  FERRY_ASSIGN_OR_RETURN(int64_t bytes, ResolveOffer(d, offer, memory_.destination, rank_,
-                                                     res_.peer_mappings, ends));
+  PeerMemory peers{res_.peer_mappings, res_.peer_cuda};
+  bool on_gpu = false;
+  FERRY_ASSIGN_OR_RETURN(int64_t bytes, ResolveOffer(d, offer, memory_.destination, rank_, peers,
+                                                     ends, on_gpu));
   stats_.bytes_read_direct += bytes;
+  if (on_gpu) {
+    stats_.bytes_copied += bytes;
+    return QueueGpuRead(i, d.geometries, ends);
+  }
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
 }
@@ -414,7 +448,7 @@ void RankRun::Drive() {
   while (completed_ < n_ && failure_.ok()) {
     failure_ = StartReady();
     if (!failure_.ok() || completed_ == n_) break;
-    if (in_flight_ == 0 && copies_running_ == 0) {
+    if (in_flight_ == 0 && copies_running_ == 0 && gpu_ops_.empty()) {
       failure_ = Internal("executor stalled on rank " + std::to_string(rank_) + " with " +
                           std::to_string(n_ - completed_) +
                           " ops left: the staging budget cannot hold the next op's slots");
@@ -426,7 +460,10 @@ void RankRun::Drive() {
     }
     PollCopies();
     if (!failure_.ok()) break;
+    PollGpu();
+    if (!failure_.ok()) break;
     PollTransports();
+    if (failure_.ok()) failure_ = FlushGpuReads();
     if (failure_.ok() && deadline_.Expired() && completed_ < n_) failure_ = DeadlineFailure();
   }
 }
@@ -469,7 +506,7 @@ void RankRun::PollTransports() {
   for (auto& [t, count] : pending_per_transport_) busy_transports += count > 0;
   for (auto& [t, count] : pending_per_transport_) {
     if (count == 0) continue;
-    Deadline poll_deadline = (copies_running_ > 0 || busy_transports > 1)
+    Deadline poll_deadline = (copies_running_ > 0 || !gpu_ops_.empty() || busy_transports > 1)
                                  ? Deadline::After(std::chrono::nanoseconds(0))
                                  : Deadline::After(std::chrono::milliseconds(20)).Min(deadline_);
     PollTransport(t, count, poll_deadline);
@@ -523,6 +560,11 @@ void RankRun::OnRequestDone(int i, const Completion& completion) {
       return;
     }
     stats_.bytes_received += completion.bytes;
+    if (bounce_of_[i] >= 0) {
+      Status in = BounceIn(i);
+      if (!in.ok() && failure_.ok()) failure_ = in.WithContext(Describe(i));
+      return;
+    }
   } else {
     stats_.bytes_sent += op.bytes;
     int64_t& by_link =
@@ -549,6 +591,8 @@ Status RankRun::DeadlineFailure() const {
 Result<ExecutorStats> RankRun::Finish() {
   ReleaseRunRegistrations();
   res_.peer_mappings.Sweep();
+  res_.peer_cuda.Sweep();
+  if (!res_.options.cache_registrations) res_.cuda_exports.Clear();
   stats_.ops = n_;
   stats_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -568,6 +612,7 @@ Status RankRun::AbortRun() {
   }
   res_.pool.Drain();
   (void)res_.pool.Done(std::chrono::microseconds(0));
+  DrainGpu();
   ReleaseRunRegistrations();
   return failure_;
 }
@@ -591,7 +636,7 @@ Result<char*> RankRun::BaseOf(const Region& r) const {
   if (r.space == Space::kStaging) {
     auto it = slot_offset_.find(r.buffer);
     if (it == slot_offset_.end()) return Internal("staging slot used before allocation");
-    if (r.offset < 0 || r.offset + r.NumBytes() > plan_.slots[r.buffer].bytes) {
+    if (r.offset < 0 || r.offset + r.NumBytes() > SlotBytes(r.buffer)) {
       return OutOfRange("region outside staging slot " + std::to_string(r.buffer));
     }
     return res_.arena.data() + it->second + r.offset;
@@ -603,11 +648,7 @@ Result<char*> RankRun::BaseOf(const Region& r) const {
     return InvalidArgument(std::string(SpaceName(r.space)) + " buffer " + std::to_string(r.buffer) +
                            " has no memory on rank " + std::to_string(rank_));
   }
-  const MemoryDesc& desc = table[r.buffer];
-  if (desc.kind != MemoryKind::kHost) {
-    return Unimplemented("the host executor cannot touch CUDA memory yet");
-  }
-  return static_cast<char*>(desc.base) + r.offset;
+  return static_cast<char*>(table[r.buffer].base) + r.offset;
 }
 
 }  // namespace ferry

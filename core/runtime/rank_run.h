@@ -15,6 +15,13 @@
 //               OnRequestDone, which Complete ops and so ready their dependents
 //   the end     Finish on success; AbortRun on the first failure (it aborts the communicator so
 //               that peers fail fast)
+//   CUDA memory (rank_run_cuda.cc) PrepareGpu picks the device and the stream; ops whose regions
+//               lie in CUDA memory run as one batched kernel launch each (LaunchGpu) and complete
+//               when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
+//               through a bounce slot of the pinned staging arena (StartBounced); direct reads of
+//               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
+//               in one progress sweep in one kernel (QueueGpuRead, FlushGpuReads): processes
+//               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
 //
 // Internal to core/runtime (a private header of the executor library). Not thread-safe: a
 // RankRun lives on the thread that called Executor::Run and is used once (Execute).
@@ -24,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -35,9 +43,11 @@
 #include "core/base/status.h"
 #include "core/plan/plan.h"
 #include "core/runtime/communicator.h"
+#include "core/cuda/copy_stream.h"
 #include "core/runtime/copy_pool.h"
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor.h"
+#include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
 #include "core/runtime/staging_arena.h"
@@ -56,6 +66,9 @@ struct ExecutorResources {
   PeerMappings& peer_mappings;       // same-node peers' shared source buffers, mapped read-only
   std::vector<uint8_t>& control;     // direct-read offers, registered per run
   DirectReadCache& direct_reads;     // only used when options.direct_intra_node
+  PeerCudaMappings& peer_cuda;       // same-node peers' CUDA allocations, opened through IPC
+  CudaExports& cuda_exports;         // this rank's CUDA source buffers as offered to peers
+  std::unique_ptr<cuda::CopyStream>& gpu;  // created by the first run that touches CUDA memory
 };
 
 class RankRun {
@@ -105,6 +118,7 @@ class RankRun {
   Result<bool> DispatchCopies(int i, std::span<const CopyGeometry> geometries,
                               std::span<const CopyEnds> ends, int64_t bytes);
   Status StartNetwork(int i);
+  Status PostData(int i, char* at, const void* block);
   void Track(int i, Transport* transport, RequestId request);
 
   // --- direct reads (direct_read_protocol.h) ---
@@ -113,6 +127,22 @@ class RankRun {
   Status StartRead(int i);
   Status CopyRead(int i);
   Status FinishRead(int i);
+
+  // --- CUDA memory (rank_run_cuda.cc) ---
+  enum class GpuNext : uint8_t { kComplete, kFinishRead, kPostSend };
+  Status PrepareGpu();
+  bool OnGpu(const Region& r) const;
+  void AddBounce(int i);
+  Status LaunchGpu(int i, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
+                   GpuNext next);
+  Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
+                      std::span<const CopyEnds> ends);
+  Status FlushGpuReads();
+  Status StartBounced(int i);
+  Status BounceIn(int i);
+  void PollGpu();
+  void OnGpuDone(int i);
+  void DrainGpu();
 
   // --- progress ---
   void Drive();
@@ -128,6 +158,8 @@ class RankRun {
   Status AbortRun();
 
   const Op& OpAt(int i) const { return plan_.ops[ids_[i]]; }
+  // Bytes of staging slot `slot`: a plan slot, or from plan_.slots.size() on a bounce slot.
+  int64_t SlotBytes(int slot) const;
   std::string Describe(int i) const;
   // The address of region `r` in this rank's memory or in its staging slot (allocated by now).
   Result<char*> BaseOf(const Region& r) const;
@@ -162,6 +194,15 @@ class RankRun {
   int64_t arena_needed_ = 0;
   ArenaAllocator allocator_;
   bool staging_blocked_ = false;  // this scan, an earlier op could not get its slots
+
+  // CUDA memory.
+  bool on_gpu_ = false;                   // this rank's memory includes CUDA buffers
+  std::vector<int> bounce_of_;            // by op: its bounce slot, or -1
+  std::vector<int64_t> bounce_bytes_;     // by bounce slot - plan_.slots.size()
+  std::vector<GpuNext> gpu_next_;         // by op: what follows its kernel
+  std::map<int64_t, std::vector<int>> gpu_ops_;  // ticket -> ops, while their kernel runs
+  std::vector<int> reads_queued_;                // direct reads waiting for FlushGpuReads
+  std::vector<cuda::StridedCopy> read_copies_;   // their copies, in order
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

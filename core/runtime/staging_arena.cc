@@ -4,11 +4,35 @@
 #include <algorithm>
 #include <iterator>
 
+#include "core/cuda/copy_stream.h"
+
 namespace ferry {
 
-void StagingArena::Reallocate(int64_t bytes) {
-  data_.reset(new char[static_cast<size_t>(bytes)]);
+StagingArena::~StagingArena() { Free(); }
+
+void StagingArena::Free() {
+  if (data_ != nullptr) {
+    if (pinned_) {
+      (void)cuda::PinnedFree(data_);
+    } else {
+      delete[] data_;
+    }
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+Status StagingArena::Reallocate(int64_t bytes, bool pinned) {
+  Free();
+  pinned_ = pinned;
+  if (pinned) {
+    FERRY_ASSIGN_OR_RETURN(void* p, cuda::PinnedAlloc(bytes));
+    data_ = static_cast<char*>(p);
+  } else {
+    data_ = new char[static_cast<size_t>(std::max<int64_t>(bytes, 1))];
+  }
   bytes_ = bytes;
+  return Status::Ok();
 }
 
 void ArenaAllocator::Reset(int64_t capacity) {

@@ -1,6 +1,8 @@
 // The staging arena: one block of host memory that holds a rank's staging slots (the packed bytes
 // of messages on their way out or in), kept by the executor across runs, and the first-fit
-// allocator that carves a run's slots out of it.
+// allocator that carves a run's slots out of it. For runs that touch CUDA memory the block is
+// pinned (page-locked and mapped, core/cuda/copy_stream.h): the copy kernel packs into it and
+// unpacks from it directly, and transports without GPU-direct send and receive it as host memory.
 //
 // Ownership: StagingArena owns its block; a reallocation frees the old one, so whoever registered
 // it with a transport must deregister it first. ArenaAllocator only hands out offsets.
@@ -12,19 +14,30 @@
 #include <memory>
 #include <unordered_map>
 
+#include "core/base/status.h"
+
 namespace ferry {
 
 class StagingArena {
  public:
-  char* data() const { return data_.get(); }  // null while empty
+  StagingArena() = default;
+  StagingArena(const StagingArena&) = delete;
+  StagingArena& operator=(const StagingArena&) = delete;
+  ~StagingArena();
+
+  char* data() const { return data_; }  // null while empty
   int64_t bytes() const { return bytes_; }
+  bool pinned() const { return pinned_; }
   // Replaces the block by one of `bytes` bytes (uninitialised: staging is always written before it
-  // is read). The old block's address is no longer valid.
-  void Reallocate(int64_t bytes);
+  // is read), pinned when `pinned`. The old block's address is no longer valid. Fails only when
+  // pinned memory cannot be had (no GPU, or the driver refuses).
+  Status Reallocate(int64_t bytes, bool pinned);
 
  private:
-  std::unique_ptr<char[]> data_;
+  void Free();
+  char* data_ = nullptr;
   int64_t bytes_ = 0;
+  bool pinned_ = false;
 };
 
 // First-fit allocator over [0, capacity) of the arena, in 256-byte units.

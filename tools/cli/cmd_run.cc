@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/cuda/batched_copy.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/local_launch.h"
@@ -38,6 +39,8 @@ void AddCommonOptions(CLI::App& cmd, RunArgs& args, std::string& strategy) {
   cmd.add_option("--results", args.results_file, "append one CSV row per strategy to this file");
   cmd.add_option("--save-plan", args.save_plan_file,
                  "rank 0 writes the plan it executes (the first strategy's) as JSON, as `ferry plan --json` does");
+  cmd.add_option("--memory", args.memory, "where buffers live: host or cuda (needs a GPU)")
+      ->check(CLI::IsMember({"host", "cuda"}));
   cmd.add_flag("--pretend-nodes", args.pretend_nodes,
                "ranks take their nodes from the topology, not from host names (set by the local launcher)")
       ->group("");
@@ -110,6 +113,7 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
   add("--results", args.results_file);
   add("--save-plan", args.save_plan_file);
   if (args.pretend_nodes) argv.push_back("--pretend-nodes");
+  add("--memory", args.memory);
   return argv;
 }
 
@@ -134,9 +138,14 @@ int RunCommand(const RunArgs& args) {
                  JoinNames(TransportRegistry::Default().Names()).c_str());
     return 1;
   }
+  if (args.memory == "cuda" && cuda::DeviceCount() == 0) {
+    std::fprintf(stderr, "ferry run: --memory cuda: no CUDA device is visible here (no GPU, no "
+                         "driver, or CUDA_VISIBLE_DEVICES hides them); use --memory host\n");
+    return 1;
+  }
   if (!args.label.empty()) std::printf("%s\n", args.label.c_str());
-  std::printf("ferry run: %s\n  %d local processes, transport %s, %s%s\n", in->description.c_str(),
-      in->ranks, args.transport.c_str(),
+  std::printf("ferry run: %s\n  %d local processes, %s memory, transport %s, %s%s\n",
+      in->description.c_str(), in->ranks, args.memory.c_str(), args.transport.c_str(),
       args.strategies.size() == 2 ? "reshard then gather-broadcast" :
                                     std::string(StrategyName(args.strategies[0])).c_str(),
       args.verify ? ", verified" : "");
@@ -233,6 +242,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       }
     }
     demo_args->label = "ferry demo: a verified refit on this machine, reshard vs gather-and-broadcast";
+    if (cuda::DeviceCount() > 0) {
+      demo_args->memory = "cuda";
+      demo_args->label += ", on CUDA memory (" + cuda::DeviceName(0) + ")";
+    } else {
+      demo_args->label += ", on host memory: no CUDA device is visible here";
+    }
     *exit_code = RunCommand(*demo_args);
   });
 }

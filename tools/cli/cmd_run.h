@@ -49,6 +49,9 @@ struct RunArgs {
   // Ranks take their nodes from the topology instead of host names: the local launcher sets it,
   // so that a refit planned for several nodes runs on this one machine as planned.
   bool pretend_nodes = false;
+  // Where the buffers live: "host" (shareable host memory) or "cuda" (one cudaMalloc per side per
+  // rank, on device rank % visible devices).
+  std::string memory = "host";
 };
 
 // The layouts and topology one refit needs, built the same way on every rank (ranks = the

@@ -17,11 +17,13 @@
 #include <unistd.h>
 
 #include "core/base/strings.h"
+#include "core/cuda/batched_copy.h"
 #include "core/plan/export.h"
 #include "core/refit/refit.h"
 #include "core/runtime/bootstrap.h"
 #include "core/runtime/session.h"
 #include "tools/cli/cli_config.h"
+#include "tools/cli/device_buffers.h"
 #include "tools/cli/host_buffers.h"
 #include "tools/cli/refit_pattern.h"
 #include "tools/cli/run_report.h"
@@ -144,8 +146,10 @@ struct RankContext {
   const RefitInputs& in;
   int rank = 0, size = 0;
   Session& session;
-  HostBuffers& sources;
+  HostBuffers& sources;       // the buffers (--memory host) or their host mirrors (cuda)
   HostBuffers& destinations;
+  DeviceBuffers* device_sources = nullptr;  // --memory cuda: the buffers the refit moves
+  DeviceBuffers* device_destinations = nullptr;
   Deadline store_deadline() const { return Deadline::AfterSeconds(120); }
 };
 
@@ -153,12 +157,15 @@ Status RegisterBuffers(Refit& refit, const RankContext& c) {
   const Layout& source = refit.plan().source();
   const Layout& destination = refit.plan().destination();
   for (size_t b = 0; b < source.buffers.size(); ++b) {
-    if (source.buffers[b].rank == c.rank) FERRY_RETURN_IF_ERROR(refit.RegisterSource(static_cast<int>(b), c.sources.Desc(b)));
+    if (source.buffers[b].rank != c.rank) continue;
+    const MemoryDesc desc = c.device_sources != nullptr ? c.device_sources->Desc(b) : c.sources.Desc(b);
+    FERRY_RETURN_IF_ERROR(refit.RegisterSource(static_cast<int>(b), desc));
   }
   for (size_t b = 0; b < destination.buffers.size(); ++b) {
-    if (destination.buffers[b].rank == c.rank) {
-      FERRY_RETURN_IF_ERROR(refit.RegisterDestination(static_cast<int>(b), c.destinations.Desc(b)));
-    }
+    if (destination.buffers[b].rank != c.rank) continue;
+    const MemoryDesc desc =
+        c.device_destinations != nullptr ? c.device_destinations->Desc(b) : c.destinations.Desc(b);
+    FERRY_RETURN_IF_ERROR(refit.RegisterDestination(static_cast<int>(b), desc));
   }
   return Status::Ok();
 }
@@ -216,6 +223,9 @@ Status CheckLeaks(const RankContext& c, const RunVariant& variant, const LeakPro
 // Every rank checks its destination bytes against the pattern; rank 0 gathers the verdicts.
 Status Verify(const RankContext& c, const RunVariant& variant) {
   const auto start = Clock::now();
+  if (c.device_destinations != nullptr) {
+    FERRY_RETURN_IF_ERROR(c.device_destinations->Download(c.destinations).WithContext("copying destinations down"));
+  }
   Result<int64_t> checked = VerifyPattern(c.in.destination, RankBuffers{c.rank, c.destinations.pointers()});
   const std::string prefix = "run/" + variant.name + "/verify/rank";
   const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();
@@ -247,7 +257,10 @@ Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, const Ru
   for (int it = 0; it < c.args.warmup + c.args.iterations; ++it) {
     const bool measured = it >= c.args.warmup;
     if (it == c.args.warmup) before = LeakProbe();
-    if (c.args.verify) c.destinations.Zero();
+    if (c.args.verify) {
+      c.destinations.Zero();
+      if (c.device_destinations != nullptr) FERRY_RETURN_IF_ERROR(c.device_destinations->Zero());
+    }
     const std::string what =
         variant.name + (measured ? " refit " + std::to_string(it - c.args.warmup + 1) + "/" +
                                        std::to_string(c.args.iterations)
@@ -330,6 +343,42 @@ std::vector<int> PretendedNodes(const RunArgs& args, const Topology& topology) {
   return nodes;
 }
 
+// --memory cuda: the rank's buffers on device rank % visible devices, sources filled from their
+// host mirror.
+Status AllocateDeviceBuffers(const RefitInputs& in, int rank, const HostBuffers& sources,
+                             std::unique_ptr<DeviceBuffers>& device_sources,
+                             std::unique_ptr<DeviceBuffers>& device_destinations) {
+  const int devices = cuda::DeviceCount();
+  if (devices == 0) return FailedPrecondition("no CUDA device is visible to this rank");
+  FERRY_ASSIGN_OR_RETURN(device_sources, DeviceBuffers::Allocate(in.source.buffers, rank, rank % devices));
+  FERRY_ASSIGN_OR_RETURN(device_destinations, DeviceBuffers::Allocate(in.destination.buffers, rank, rank % devices));
+  return device_sources->Upload(sources);
+}
+
+// Bytes per second of one device-to-device cudaMemcpy of `bytes` on this rank's device (median of
+// 7 after a warm-up), the reference of a CUDA refit.
+Result<double> MeasureDeviceCopy(int64_t bytes) {
+  FERRY_ASSIGN_OR_RETURN(void* a, cuda::DeviceAlloc(bytes));
+  Result<void*> b = cuda::DeviceAlloc(bytes);
+  if (!b.ok()) {
+    (void)cuda::DeviceFree(a);
+    return b.status();
+  }
+  std::vector<double> seconds;
+  Status status;
+  for (int i = 0; i < 8 && status.ok(); ++i) {
+    const auto start = Clock::now();
+    status = cuda::CopyDeviceToDeviceAsync(*b, a, bytes, nullptr);
+    if (status.ok()) status = cuda::SynchronizeStream(nullptr);
+    if (i > 0) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  (void)cuda::DeviceFree(a);
+  (void)cuda::DeviceFree(*b);
+  FERRY_RETURN_IF_ERROR(status);
+  std::sort(seconds.begin(), seconds.end());
+  return static_cast<double>(bytes) / seconds[seconds.size() / 2];
+}
+
 }  // namespace
 
 Status RunRankOrError(const RunArgs& args) {
@@ -362,6 +411,13 @@ Status RunRankOrError(const RunArgs& args) {
   }
   FERRY_RETURN_IF_ERROR(FillPattern(in.source, RankBuffers{info.rank, sources.pointers()}));
   RankContext context{args, in, info.rank, info.size, session, sources, destinations};
+  std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
+  if (args.memory == "cuda") {
+    FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, sources, device_sources, device_destinations)
+                              .WithContext("rank " + std::to_string(info.rank) + ": --memory cuda"));
+    context.device_sources = device_sources.get();
+    context.device_destinations = device_destinations.get();
+  }
   FERRY_RETURN_IF_ERROR(Barrier(session.store(), "run/filled", info.size, context.store_deadline()));
   const int64_t delivered = FragmentBytes(in.destination);
   double memcpy_bps = 0;
@@ -369,9 +425,15 @@ Status RunRankOrError(const RunArgs& args) {
     Say("[%5.1fs] buffers allocated and filled: %s of sources, %s of destinations\n", elapsed(),
         FormatBytes(static_cast<double>(FragmentBytes(in.source))).c_str(),
         FormatBytes(static_cast<double>(delivered)).c_str());
-    memcpy_bps = MeasureMemcpy(delivered);
-    Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", elapsed(),
-        FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
+    if (args.memory == "cuda") {
+      FERRY_ASSIGN_OR_RETURN(memcpy_bps, MeasureDeviceCopy(delivered));
+      Say("[%5.1fs] plain cudaMemcpy D2D of %s on this GPU (one process, median of 7): %.2f GB/s\n", elapsed(),
+          FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
+    } else {
+      memcpy_bps = MeasureMemcpy(delivered);
+      Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", elapsed(),
+          FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
+    }
   }
   FERRY_RETURN_IF_ERROR(Barrier(session.store(), "run/memcpy", info.size, context.store_deadline()));
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor_options, ExecutorOptions::FromConfig(config));

@@ -170,6 +170,46 @@ TEST(DirectReadTest, OfferRoundTripsAndRejectsTheWrongSize) {
   EXPECT_EQ(DecodeDirectReadOffer(garbage, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
 }
 
+// Version 2 of the offer: a CUDA buffer carries its kind, device, allocation size and IPC handle;
+// a buffer outside its allocation, an unknown kind or a version-1 offer are rejected.
+TEST(DirectReadTest, OfferCarriesCudaIpcHandlesAndChecksTheirBounds) {
+  ProcessIdentity owner{77, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
+  PeerBuffer cuda_buffer;
+  cuda_buffer.address = 0x7e0000200000;
+  cuda_buffer.bytes = 1 << 20;
+  cuda_buffer.kind = MemoryKind::kCuda;
+  cuda_buffer.device = 3;
+  cuda_buffer.shared_offset = 4096;
+  cuda_buffer.allocation_bytes = (1 << 20) + 4096;
+  for (size_t i = 0; i < cuda_buffer.ipc_handle.size(); ++i) cuda_buffer.ipc_handle[i] = static_cast<uint8_t>(i * 3);
+  std::vector<PeerBuffer> buffers = {{0x7f0000001000, 4096, 5, 256, 99}, cuda_buffer};
+  std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(2)));
+  EncodeDirectReadOffer(owner, buffers, wire);
+  ProcessIdentity got;
+  std::vector<PeerBuffer> got_buffers;
+  ASSERT_TRUE(DecodeDirectReadOffer(wire, 2, got, got_buffers).ok());
+  EXPECT_EQ(got_buffers[0].kind, MemoryKind::kHost);
+  EXPECT_EQ(got_buffers[1].kind, MemoryKind::kCuda);
+  EXPECT_EQ(got_buffers[1].device, 3);
+  EXPECT_EQ(got_buffers[1].shared_offset, 4096);
+  EXPECT_EQ(got_buffers[1].allocation_bytes, (1 << 20) + 4096);
+  EXPECT_EQ(got_buffers[1].ipc_handle, cuda_buffer.ipc_handle);
+
+  buffers[1].allocation_bytes = 1 << 20;  // the buffer now ends past its allocation
+  EncodeDirectReadOffer(owner, buffers, wire);
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+
+  buffers[1].allocation_bytes = (1 << 20) + 4096;
+  EncodeDirectReadOffer(owner, buffers, wire);
+  std::vector<uint8_t> bad_kind = wire;
+  const size_t kind_at = 4 + 4 + 8 + 40 + 4 + 4 + (DirectReadOfferBytes(1) - DirectReadOfferBytes(0)) + 8 + 8 + 4;
+  bad_kind[kind_at] = 9;
+  EXPECT_EQ(DecodeDirectReadOffer(bad_kind, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> version_one = wire;
+  version_one[4] = 1;
+  EXPECT_EQ(DecodeDirectReadOffer(version_one, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(DirectReadTest, FingerprintFollowsTheOps) {
   const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
   TransferPlan changed = plan;

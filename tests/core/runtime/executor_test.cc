@@ -18,149 +18,10 @@
 #include "core/runtime/socket_util.h"
 #include "core/runtime/transport.h"
 #include "tests/core/plan/plan_fixture.h"
+#include "tests/core/runtime/executor_testutil.h"
 
 namespace ferry {
 namespace {
-
-constexpr int kRows = 512, kCols = 1024;  // the source tensor: fp32 [512, 1024], 2 MiB
-
-// Forks `size` ranks running body(rank, port); returns their exit codes (-SIGKILL when killed).
-std::vector<int> RunRanks(int size, double deadline_seconds,
-                          const std::function<int(int rank, int port)>& body) {
-  auto probe = ListenTcp("127.0.0.1", 0);
-  EXPECT_TRUE(probe.ok());
-  int port = probe->port;
-  ::close(probe->fd);
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < size; ++rank) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::alarm(static_cast<unsigned>(deadline_seconds) + 5);  // a child never outlives the test
-      int code = body(rank, port);
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    children.push_back(pid);
-  }
-  std::vector<int> codes(static_cast<size_t>(size), -SIGKILL);
-  Deadline deadline = Deadline::AfterSeconds(deadline_seconds);
-  int left = size;
-  while (left > 0 && !deadline.Expired()) {
-    for (int rank = 0; rank < size; ++rank) {
-      if (children[rank] == 0) continue;
-      int status = 0;
-      if (::waitpid(children[rank], &status, WNOHANG) == children[rank]) {
-        codes[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-        children[rank] = 0;
-        --left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (pid_t pid : children) {
-    if (pid != 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  return codes;
-}
-
-float Value(int64_t row, int64_t col) { return static_cast<float>(row * 10000 + col); }
-
-// Rank 0 holds the tensor. Rank 1 gets columns [0, 512) (packed, sent, unpacked) and, relayed by
-// rank 2, a copy of rank 2's part; rank 2 gets columns [512, 1024) received straight into its
-// destination buffer; rank 0 keeps rows [0, 32) by a local copy.
-TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork) {
-  TransferPlan plan;
-  plan.strategy = "reshard";
-  plan.num_ranks = 3;
-  plan.source_buffers = {{0, "w", kRows * kCols * 4}};
-  plan.destination_buffers = {{0, "rows", 32 * kCols * 4},
-                              {1, "left", kRows * 512 * 4},
-                              {2, "right", kRows * 512 * 4},
-                              {1, "relayed", kRows * 512 * 4}};
-  const int64_t half = kRows * 512 * 4;
-  int slot_a = plan.AddSlot(0, half), slot_b = plan.AddSlot(0, half), slot_c = plan.AddSlot(1, half);
-  Op pack_a{.kind = OpKind::kPack, .rank = 0, .bytes = half};
-  int pa = plan.AddOp(pack_a, {},
-                      {{Fp32Matrix(Space::kSource, 0, 0, kRows, 512, kCols),
-                        Fp32Matrix(Space::kStaging, slot_a, 0, kRows, 512, 512)}});
-  Op send_a{.kind = OpKind::kSend, .link = link, .rank = 0, .peer = 1, .message = 1, .bytes = half};
-  send_a.SetData(ByteRange(Space::kStaging, slot_a, 0, half));
-  plan.AddOp(send_a, {pa});
-  Op pack_b{.kind = OpKind::kPack, .rank = 0, .round = 1, .bytes = half};
-  int pb = plan.AddOp(pack_b, {},
-                      {{Fp32Matrix(Space::kSource, 0, 512 * 4, kRows, 512, kCols),
-                        Fp32Matrix(Space::kStaging, slot_b, 0, kRows, 512, 512)}});
-  Op send_b{.kind = OpKind::kSend, .link = link, .rank = 0, .peer = 2, .message = 2, .round = 1,
-            .bytes = half};
-  send_b.SetData(ByteRange(Space::kStaging, slot_b, 0, half));
-  plan.AddOp(send_b, {pb});
-  Op copy{.kind = OpKind::kCopy, .link = LinkClass::kSameRank, .rank = 0, .bytes = 32 * kCols * 4};
-  plan.AddOp(copy, {},
-             {{Fp32Matrix(Space::kSource, 0, 0, 32, kCols, kCols),
-               Fp32Matrix(Space::kDestination, 0, 0, 32, kCols, kCols)}});
-  Op recv_c{.kind = OpKind::kRecv, .link = link, .rank = 1, .peer = 0, .message = 1, .bytes = half};
-  recv_c.SetData(ByteRange(Space::kStaging, slot_c, 0, half));
-  int rc = plan.AddOp(recv_c);
-  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = half};
-  plan.AddOp(unpack, {rc},
-             {{Fp32Matrix(Space::kStaging, slot_c, 0, kRows, 512, 512),
-               Fp32Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
-  Op recv_relayed{.kind = OpKind::kRecv, .link = link, .rank = 1, .peer = 2, .message = 3,
-                  .bytes = half};
-  recv_relayed.SetData(ByteRange(Space::kDestination, 3, 0, half));
-  plan.AddOp(recv_relayed);
-  Op recv_d{.kind = OpKind::kRecv, .link = link, .rank = 2, .peer = 0, .message = 2, .bytes = half};
-  recv_d.SetData(ByteRange(Space::kDestination, 2, 0, half));
-  int rd = plan.AddOp(recv_d);
-  Op forward{.kind = OpKind::kForward, .link = link, .rank = 2, .peer = 1, .message = 3,
-             .bytes = half};
-  forward.SetData(ByteRange(Space::kDestination, 2, 0, half));
-  plan.AddOp(forward, {rd});
-  return plan;
-}
-
-struct Rank {
-  Config config = RuntimeConfig();
-  Rendezvous rendezvous;
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Executor> executor;
-  std::vector<std::vector<float>> storage;
-  std::vector<SharedHostMemory> shared;
-  RankMemory memory;
-};
-
-// Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network)
-// unless `one_node`.
-Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
-                                   const std::vector<std::string>& settings = {},
-                                   bool one_node = false) {
-  auto r = std::make_unique<Rank>();
-  for (const std::string& s : settings) {
-    size_t eq = s.find('=');
-    FERRY_RETURN_IF_ERROR(r->config.Set(s.substr(0, eq), s.substr(eq + 1)));
-  }
-  FERRY_RETURN_IF_ERROR(r->config.Set("tcp.address", "127.0.0.1"));
-  BootstrapInfo info;
-  info.rank = rank;
-  info.size = size;
-  info.store_host = "127.0.0.1";
-  info.store_port = port;
-  info.token = "executor-test";
-  FERRY_ASSIGN_OR_RETURN(r->rendezvous, StartRendezvous(info, Deadline::AfterSeconds(20)));
-  CommunicatorOptions options;
-  options.rank = rank;
-  options.size = size;
-  options.store = r->rendezvous.store.get();
-  options.config = &r->config;
-  for (int i = 0; i < size; ++i) options.node_of_rank.push_back(one_node ? 0 : i);
-  FERRY_ASSIGN_OR_RETURN(r->comm, Communicator::Create(options, Deadline::AfterSeconds(20)));
-  FERRY_ASSIGN_OR_RETURN(r->executor, Executor::Create(*r->comm));
-  return r;
-}
 
 // Plain heap memory, or (shared) each buffer in its own memfd block that same-node peers can map.
 void Allocate(Rank& r, const TransferPlan& plan, int rank, bool shared = false) {
@@ -210,10 +71,6 @@ bool Verify(const Rank& r, int rank) {
   return true;
 }
 
-int Report(const Status& status) {
-  std::fprintf(stderr, "rank failed: %s\n", status.ToString().c_str());
-  return 1;
-}
 
 TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
   TransferPlan plan = ThreeRankPlan();

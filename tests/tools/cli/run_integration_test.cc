@@ -1,6 +1,7 @@
 // `ferry run` end to end: the real binary launches one process per rank and verifies every
 // destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
-// uneven and strided layouts from files, a leak check over 200 refits, and failures that must
+// uneven and strided layouts from files, --memory cuda (or its error where there is no GPU), a
+// leak check over 200 refits, and failures that must
 // end with every rank process gone. Each case runs under a deadline and kills the process group.
 #include <gtest/gtest.h>
 
@@ -189,6 +190,22 @@ TEST(RunIntegrationTest, UnknownTransportIsAClearErrorBeforeAnyProcessStarts) {
                        30);
   EXPECT_EQ(o.exit_code, 1) << o.output;
   EXPECT_NE(o.output.find("--transport carrier-pigeon: unknown"), std::string::npos) << o.output;
+}
+
+// --memory cuda: without a GPU a clear error before any process starts; with one, a verified
+// refit of CUDA buffers.
+TEST(RunIntegrationTest, CudaMemoryRunsVerifiedOrSaysThereIsNoGpu) {
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
+                        "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
+                        "tcp", "--memory", "cuda", "--verify"},
+                       60);
+  if (o.exit_code == 0) {
+    EXPECT_NE(o.output.find("cuda memory"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("bit-exact"), std::string::npos) << o.output;
+  } else {
+    EXPECT_EQ(o.exit_code, 1) << o.output;
+    EXPECT_NE(o.output.find("--memory cuda: no CUDA device is visible"), std::string::npos) << o.output;
+  }
 }
 
 TEST(RunIntegrationTest, TimeoutKillsEveryRankAndSaysSo) {

@@ -1,0 +1,65 @@
+// CopyStream: a CUDA stream on one device on which the executor enqueues batched copies (one
+// kernel launch each, core/cuda/batched_copy.h) and learns of their completion through CUDA events
+// — never by synchronising the device. Also pinned (page-locked, mapped) host memory, which the
+// copy kernel reads and writes directly: the staging of CUDA data for transports without
+// GPU-direct.
+//
+// Plain C++ (no CUDA types), so the runtime can use it without nvcc.
+// Thread-safety: a CopyStream belongs to one thread at a time (the executor's); every call sets
+// that thread's current device to the stream's first. Pinned allocation functions are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/cuda/batched_copy.h"
+
+namespace ferry::cuda {
+
+class CopyStream {
+ public:
+  // A non-blocking stream on `device`. Fails when there is no such device.
+  static Result<std::unique_ptr<CopyStream>> Create(int device);
+  ~CopyStream();
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+
+  int device() const { return device_; }
+  void* stream() const { return stream_; }  // the cudaStream_t
+
+  // Enqueues `copies` as one kernel launch followed by an event; returns the ticket that
+  // Finished() asks about. Non-blocking. `copies` may be freed on return.
+  Result<int64_t> Launch(const std::vector<StridedCopy>& copies);
+  // True when the work of `ticket` (and everything enqueued before it) has finished; the first
+  // asynchronous error of the stream otherwise. A finished ticket's event is recycled: ask once.
+  Result<bool> Finished(int64_t ticket);
+
+ private:
+  CopyStream(int device, void* stream) : device_(device), stream_(stream) {}
+  Result<void*> TakeEvent();
+
+  int device_;
+  void* stream_;
+  struct Pending {
+    int64_t ticket;
+    void* event;
+  };
+  std::deque<Pending> pending_;  // in ticket order
+  std::vector<void*> free_events_;
+  int64_t next_ticket_ = 1;
+};
+
+// Page-locked host memory, portable to every context and mapped into the device address space
+// (with unified addressing the host pointer is the device pointer). Blocking.
+Result<void*> PinnedAlloc(int64_t bytes);
+Status PinnedFree(void* ptr);
+
+// cudaMemset(ptr, 0, bytes) on device memory, blocking; for tools and tests.
+Status ZeroDevice(void* ptr, int64_t bytes);
+// Selects `device` for the calling thread.
+Status SetDevice(int device);
+
+}  // namespace ferry::cuda

@@ -1,0 +1,216 @@
+// RankRun on CUDA memory: the device and stream, ops as batched kernel launches tracked by CUDA
+// events, and the bounce slots that carry sends and receives of CUDA regions through pinned host
+// memory. See rank_run.h.
+#include <thread>
+
+#include "core/cuda/batched_copy.h"
+#include "core/runtime/rank_run.h"
+
+namespace ferry {
+namespace {
+
+// One CopyGeometry between `ends` as the kernel's strided copy: the outer dims, then the row.
+Result<cuda::StridedCopy> ToStridedCopy(const CopyGeometry& g, const CopyEnds& ends) {
+  if (g.from_dtype != g.to_dtype) {
+    return Unimplemented("dtype conversion on CUDA memory is not built yet");
+  }
+  if (ends.pid != 0) return Internal("a CUDA copy cannot read another process's address space");
+  if (g.outer_dims + 1 > cuda::kMaxCopyDims) {
+    return Unimplemented("a CUDA copy of " + std::to_string(g.outer_dims + 1) + " dims (at most " +
+                         std::to_string(cuda::kMaxCopyDims) + ")");
+  }
+  cuda::StridedCopy c;
+  c.src = ends.from;
+  c.dst = ends.to;
+  c.ndim = g.outer_dims + 1;
+  c.elem_size = DTypeSize(g.from_dtype);
+  for (int d = 0; d < g.outer_dims; ++d) {
+    c.shape[d] = g.extent[d];
+    c.src_strides[d] = g.from_stride[d];
+    c.dst_strides[d] = g.to_stride[d];
+  }
+  c.shape[g.outer_dims] = g.run;
+  c.src_strides[g.outer_dims] = g.from_inner;
+  c.dst_strides[g.outer_dims] = g.to_inner;
+  return c;
+}
+
+// A contiguous copy of `bytes` bytes.
+cuda::StridedCopy Contiguous(const char* from, char* to, int64_t bytes) {
+  cuda::StridedCopy c;
+  c.src = from;
+  c.dst = to;
+  c.ndim = 1;
+  c.elem_size = 1;
+  c.shape[0] = bytes;
+  c.src_strides[0] = 1;
+  c.dst_strides[0] = 1;
+  return c;
+}
+
+}  // namespace
+
+// Finds whether this rank's memory includes CUDA buffers (all on one device) and, the first time,
+// creates the executor's stream on that device.
+Status RankRun::PrepareGpu() {
+  int device = -1;
+  for (const auto* table : {&memory_.source, &memory_.destination}) {
+    for (const MemoryDesc& m : *table) {
+      if (m.base == nullptr || m.kind != MemoryKind::kCuda) continue;
+      if (device >= 0 && m.device != device) {
+        return Unimplemented("rank " + std::to_string(rank_) + " has CUDA buffers on devices " +
+                             std::to_string(device) + " and " + std::to_string(m.device) +
+                             "; one executor drives one device");
+      }
+      device = m.device;
+    }
+  }
+  on_gpu_ = device >= 0;
+  if (!on_gpu_) return Status::Ok();
+  if (res_.gpu != nullptr && res_.gpu->device() != device) res_.gpu.reset();
+  if (res_.gpu == nullptr) {
+    FERRY_ASSIGN_OR_RETURN(res_.gpu, cuda::CopyStream::Create(device));
+  }
+  return Status::Ok();
+}
+
+bool RankRun::OnGpu(const Region& r) const {
+  if (!on_gpu_ || r.space == Space::kStaging) return false;
+  const auto& table = r.space == Space::kSource ? memory_.source : memory_.destination;
+  return r.buffer >= 0 && r.buffer < static_cast<int>(table.size()) &&
+         table[r.buffer].kind == MemoryKind::kCuda;
+}
+
+int64_t RankRun::SlotBytes(int slot) const {
+  const int plan_slots = static_cast<int>(plan_.slots.size());
+  return slot < plan_slots ? plan_.slots[slot].bytes : bounce_bytes_[slot - plan_slots];
+}
+
+// Op i sends or receives a CUDA region and no transport has GPU-direct: it gets a slot of its own
+// in the (pinned) staging arena, its bounce buffer.
+void RankRun::AddBounce(int i) {
+  const int slot = static_cast<int>(plan_.slots.size() + bounce_bytes_.size());
+  bounce_bytes_.push_back(OpAt(i).bytes);
+  bounce_of_[i] = slot;
+  slots_of_[i].push_back(slot);
+  ++slot_uses_[slot];
+}
+
+// Enqueues op i's copies as one kernel on the executor's stream; `next` runs when it finished.
+Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
+                          std::span<const CopyEnds> ends, GpuNext next) {
+  std::vector<cuda::StridedCopy> copies;
+  copies.reserve(geometries.size());
+  for (size_t c = 0; c < geometries.size(); ++c) {
+    FERRY_ASSIGN_OR_RETURN(cuda::StridedCopy copy, ToStridedCopy(geometries[c], ends[c]));
+    copies.push_back(copy);
+  }
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(copies));
+  gpu_ops_[ticket] = {i};
+  gpu_next_[i] = next;
+  return Status::Ok();
+}
+
+// A direct read's copies wait for FlushGpuReads, so that the reads whose offers arrive together
+// share one kernel.
+Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
+                             std::span<const CopyEnds> ends) {
+  for (size_t c = 0; c < geometries.size(); ++c) {
+    FERRY_ASSIGN_OR_RETURN(cuda::StridedCopy copy, ToStridedCopy(geometries[c], ends[c]));
+    read_copies_.push_back(copy);
+  }
+  reads_queued_.push_back(i);
+  gpu_next_[i] = GpuNext::kFinishRead;
+  return Status::Ok();
+}
+
+// Launches every queued direct read as one kernel; each sends its "done" when it finished.
+Status RankRun::FlushGpuReads() {
+  if (reads_queued_.empty()) return Status::Ok();
+  Result<int64_t> ticket = res_.gpu->Launch(read_copies_);
+  read_copies_.clear();
+  std::vector<int> ops;
+  ops.swap(reads_queued_);
+  if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
+  gpu_ops_[*ticket] = std::move(ops);
+  return Status::Ok();
+}
+
+// A Send whose data lies in CUDA memory copies it to its bounce slot first (then PostData, from
+// OnGpuDone); a Recv receives into its bounce slot (then BounceIn, from OnRequestDone).
+Status RankRun::StartBounced(int i) {
+  const Op& op = OpAt(i);
+  char* bounce = res_.arena.data() + slot_offset_.at(bounce_of_[i]);
+  if (op.kind == OpKind::kRecv) return PostData(i, bounce, res_.arena.data());
+  FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(at, bounce, op.bytes)}));
+  gpu_ops_[ticket] = {i};
+  gpu_next_[i] = GpuNext::kPostSend;
+  return Status::Ok();
+}
+
+// A bounced Recv's bytes arrived: copy them up into the CUDA region, then the op completes.
+Status RankRun::BounceIn(int i) {
+  const Op& op = OpAt(i);
+  const char* bounce = res_.arena.data() + slot_offset_.at(bounce_of_[i]);
+  FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(bounce, at, op.bytes)}));
+  gpu_ops_[ticket] = {i};
+  gpu_next_[i] = GpuNext::kComplete;
+  return Status::Ok();
+}
+
+// Collects the kernels that finished, in launch order (one stream: a later one cannot finish
+// first). Yields the processor when none did and nothing else is pending, so that ranks sharing
+// a machine are not starved by spinning ones.
+void RankRun::PollGpu() {
+  if (gpu_ops_.empty()) return;
+  bool any = false;
+  while (!gpu_ops_.empty() && failure_.ok()) {
+    auto it = gpu_ops_.begin();
+    Result<bool> finished = res_.gpu->Finished(it->first);
+    if (!finished.ok()) {
+      failure_ = finished.status().WithContext(Describe(it->second.front()));
+      return;
+    }
+    if (!*finished) break;
+    const std::vector<int> ops = std::move(it->second);
+    gpu_ops_.erase(it);
+    any = true;
+    for (int i : ops) OnGpuDone(i);
+  }
+  if (!any && in_flight_ == 0 && copies_running_ == 0) std::this_thread::yield();
+}
+
+void RankRun::OnGpuDone(int i) {
+  Status next;
+  switch (gpu_next_[i]) {
+    case GpuNext::kComplete:
+      Complete(i);
+      return;
+    case GpuNext::kFinishRead:
+      next = FinishRead(i);
+      break;
+    case GpuNext::kPostSend:
+      next = PostData(i, res_.arena.data() + slot_offset_.at(bounce_of_[i]), res_.arena.data());
+      break;
+  }
+  if (!next.ok() && failure_.ok()) failure_ = next.WithContext(Describe(i));
+}
+
+// After a failure: waits for this run's kernels, so none still reads a peer's memory or writes
+// staging once the run has returned.
+void RankRun::DrainGpu() {
+  for (auto& [ticket, ops] : gpu_ops_) {
+    while (true) {
+      Result<bool> finished = res_.gpu->Finished(ticket);
+      if (!finished.ok() || *finished) break;
+      std::this_thread::yield();
+    }
+  }
+  gpu_ops_.clear();
+  reads_queued_.clear();
+  read_copies_.clear();
+}
+
+}  // namespace ferry

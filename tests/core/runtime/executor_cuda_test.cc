@@ -1,0 +1,127 @@
+// The executor on CUDA memory, over real processes (tests/core/runtime/executor_testutil.h): the
+// three-rank plan with every buffer in device memory. Over network links its Pack and Unpack run
+// as kernels into and out of pinned staging, and the Recv straight into a CUDA region, the Forward
+// from one, go through bounce slots; on one node message 1 goes as a GPU direct read through CUDA
+// IPC. Needs a GPU: where there is none these report themselves SKIPPED, and one more test checks
+// that CUDA memory then fails cleanly.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "core/cuda/batched_copy.h"
+#include "core/runtime/executor.h"
+#include "tests/core/runtime/executor_testutil.h"
+
+namespace ferry {
+namespace {
+
+// Asked in a child process: the test process itself must not initialise CUDA before forking ranks.
+bool HaveGpu() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(cuda::DeviceCount() > 0 ? 0 : 1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Every buffer of this rank in its own cudaMalloc allocation: sources hold the tensor, the
+// destinations -1.
+Status AllocateDevice(Rank& r, const TransferPlan& plan, int rank) {
+  auto fill = [&](const BufferTable& specs, std::vector<MemoryDesc>& out, bool source) -> Status {
+    for (const BufferTable::Entry& spec : specs) {
+      if (spec.rank != rank) {
+        out.push_back({});
+        continue;
+      }
+      FERRY_ASSIGN_OR_RETURN(void* p, cuda::DeviceAlloc(spec.bytes));
+      std::vector<float> host(static_cast<size_t>(spec.bytes / 4), -1.0f);
+      for (int64_t i = 0; source && i < spec.bytes / 4; ++i) host[i] = Value(i / kCols, i % kCols);
+      FERRY_RETURN_IF_ERROR(cuda::CopyToDevice(p, host.data(), spec.bytes));
+      out.push_back({p, spec.bytes, MemoryKind::kCuda, 0});
+    }
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(fill(plan.source_buffers, r.memory.source, true));
+  return fill(plan.destination_buffers, r.memory.destination, false);
+}
+
+// Copies destination `buffer` down and compares element i with expected(i); then poisons it.
+bool CheckAndPoison(const Rank& r, int buffer, const std::function<float(int64_t)>& expected) {
+  const MemoryDesc& d = r.memory.destination[buffer];
+  std::vector<float> host(static_cast<size_t>(d.bytes / 4));
+  if (!cuda::CopyToHost(host.data(), d.base, d.bytes).ok()) return false;
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (host[i] != expected(static_cast<int64_t>(i))) return false;
+  }
+  std::fill(host.begin(), host.end(), -1.0f);
+  return cuda::CopyToDevice(d.base, host.data(), d.bytes).ok();
+}
+
+bool VerifyDevice(const Rank& r, int rank) {
+  if (rank == 0) return CheckAndPoison(r, 0, [](int64_t i) { return Value(i / kCols, i % kCols); });
+  auto left = [](int64_t i) { return Value(i / 512, i % 512); };
+  auto right = [](int64_t i) { return Value(i / 512, 512 + i % 512); };
+  if (rank == 1) return CheckAndPoison(r, 1, left) && CheckAndPoison(r, 3, right);
+  return CheckAndPoison(r, 2, right);
+}
+
+// Three refits of the three-rank plan on CUDA memory; `one_node` makes message 1 a direct read.
+void RunOnDevice(bool one_node) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
+  TransferPlan plan = ThreeRankPlan(one_node ? LinkClass::kSameNode : LinkClass::kNetwork);
+  auto codes = RunRanks(3, 90, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port, {"executor.staging_budget=1100KiB"}, one_node);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    if (Status s = AllocateDevice(r, plan, rank); !s.ok()) return Report(s);
+    for (int refit = 0; refit < 3; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok()) return Report(stats.status());
+      if (!VerifyDevice(r, rank)) return 2;
+      const int64_t direct = rank == 1 && one_node ? kRows * 512 * 4 : 0;
+      if (stats->bytes_read_direct != direct) return 3;
+      // Staging is pinned and bounded: the bounce slots count against the budget too.
+      if (stats->peak_staging_bytes > 1100 * 1024) return 4;
+    }
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+TEST(ExecutorCudaTest, PackUnpackBounceAndCopyOnDeviceMemoryOverTcp) { RunOnDevice(false); }
+
+// Where there is no GPU, a run given CUDA memory fails at once, naming the missing device, before
+// any op touches the (here fake) device addresses.
+TEST(ExecutorCudaTest, WithoutAGpuCudaMemoryFailsNamingTheDevice) {
+  if (HaveGpu()) GTEST_SKIP() << "a CUDA device is visible: this checks the machine without one";
+  TransferPlan plan = ThreeRankPlan();
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    static char fake[1];
+    for (const BufferTable::Entry& spec : plan.source_buffers) {
+      r.memory.source.push_back(spec.rank == rank ? MemoryDesc{fake, spec.bytes, MemoryKind::kCuda, 0}
+                                                  : MemoryDesc{});
+    }
+    for (const BufferTable::Entry& spec : plan.destination_buffers) {
+      r.memory.destination.push_back(
+          spec.rank == rank ? MemoryDesc{fake, spec.bytes, MemoryKind::kCuda, 0} : MemoryDesc{});
+    }
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(10));
+    if (stats.ok()) return 2;
+    if (stats.status().code() != StatusCode::kFailedPrecondition ||
+        stats.status().message().find("CUDA device 0 does not exist") == std::string::npos) {
+      return Report(stats.status());
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+TEST(ExecutorCudaTest, SameNodeMessageIsOneKernelReadingThePeerThroughCudaIpc) { RunOnDevice(true); }
+
+}  // namespace
+}  // namespace ferry

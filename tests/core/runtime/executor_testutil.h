@@ -1,0 +1,50 @@
+// Helpers of the executor's multi-process tests: forked ranks with deadlines, the three-rank
+// plan they run, and joining a communicator over the TCP store. Test-only; not thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/config.h"
+#include "core/runtime/bootstrap.h"
+#include "core/runtime/communicator.h"
+#include "core/runtime/executor.h"
+#include "core/runtime/peer_memory.h"
+#include "core/runtime/transport.h"
+
+namespace ferry {
+
+inline constexpr int kRows = 512, kCols = 1024;  // the source tensor: fp32 [512, 1024], 2 MiB
+
+// Forks `size` ranks running body(rank, port); returns their exit codes (-SIGKILL when killed).
+std::vector<int> RunRanks(int size, double deadline_seconds,
+                          const std::function<int(int rank, int port)>& body);
+
+inline float Value(int64_t row, int64_t col) { return static_cast<float>(row * 10000 + col); }
+
+// Rank 0 holds the tensor. Rank 1 gets columns [0, 512) (packed, sent, unpacked) and, relayed by
+// rank 2, a copy of rank 2's part; rank 2 gets columns [512, 1024) received straight into its
+// destination buffer; rank 0 keeps rows [0, 32) by a local copy.
+TransferPlan ThreeRankPlan(LinkClass link = LinkClass::kNetwork);
+
+struct Rank {
+  Config config = RuntimeConfig();
+  Rendezvous rendezvous;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Executor> executor;
+  std::vector<std::vector<float>> storage;
+  std::vector<SharedHostMemory> shared;
+  RankMemory memory;
+};
+
+// Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network)
+// unless `one_node`.
+Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
+                                   const std::vector<std::string>& settings = {},
+                                   bool one_node = false);
+
+int Report(const Status& status);
+
+}  // namespace ferry

@@ -1,0 +1,45 @@
+// DeviceBuffers: one rank's buffers of one side of a refit in CUDA memory, 256-byte aligned and
+// carved out of one cudaMalloc allocation (as a trainer's weights sit in a few allocator
+// segments), mirrored by the HostBuffers that hold the pattern: Upload copies the mirror up (the
+// sources' fill), Download copies the device bytes down (before verifying destinations). Used by
+// `ferry run --memory cuda`; blocking calls; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/layout/buffer_list.h"
+#include "core/runtime/transport.h"
+#include "tools/cli/host_buffers.h"
+
+namespace ferry::cli {
+
+class DeviceBuffers {
+ public:
+  // Allocates every buffer of `specs` that belongs to `rank` on CUDA device `device`.
+  static Result<std::unique_ptr<DeviceBuffers>> Allocate(const BufferList& specs, int rank,
+                                                         int device);
+  ~DeviceBuffers();
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+
+  // Buffer `buffer` of `specs` on this rank: {base, bytes, kCuda, device}.
+  MemoryDesc Desc(size_t buffer) const;
+  Status Zero();
+  Status Upload(const HostBuffers& mirror);
+  Status Download(HostBuffers& mirror) const;
+  int64_t total() const { return total_; }
+
+ private:
+  DeviceBuffers() = default;
+  char* block_ = nullptr;
+  int64_t block_bytes_ = 0;
+  int device_ = 0;
+  std::vector<int64_t> offsets_, bytes_;
+  int64_t total_ = 0;
+};
+
+}  // namespace ferry::cli

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The GPU suite of issue 25, for a machine with an NVIDIA GPU and no Bazel: the GPU tests, the
+# batched-copy benchmark, the multi-process copy ceilings and verified `ferry run --memory cuda`
+# refits (Qwen3-30B-A3B scaled, Megatron TP2xEP2 -> vLLM TP2xDP2, 8 processes on GPU 0), printed
+# as one table at the end.
+#
+# Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
+#   BIN_DIR holds ferry, batched_copy_test, batched_copy_bench, ipc_copy_ceiling,
+#   executor_cuda_test and staging_arena_test (built elsewhere: bazel build //tools/cli:ferry
+#   //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
+#   //tests/core/runtime:staging_arena_test), and optionally lib/ with shared libraries the
+#   machine lacks (used only when ldd finds something missing). SCALEs default to 1/16.
+# Writes its logs under $OUT (or /tmp/gpu_suite) and exits non-zero when a test or refit failed.
+set -u
+BIN=$(cd "${1:?usage: gpu_suite.sh BIN_DIR [SCALE...]}" && pwd)
+shift
+SCALES=("${@:-1/16}")
+LOG=${OUT:-/tmp/gpu_suite}
+mkdir -p "$LOG"
+export NCCL_NVLS_ENABLE=0
+FAILED=0
+ROWS=()
+
+row() { ROWS+=("$(printf '%-58s %s' "$1" "$2")"); }
+
+if ldd "$BIN/ferry" | grep -q 'not found'; then
+  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "gpu_suite: using carried libraries in $BIN/lib"
+fi
+if ldd "$BIN/ferry" | grep 'not found'; then
+  echo "gpu_suite: ferry cannot start here" >&2
+  exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+
+# GPU tests (gtest binaries; each skips visibly without a GPU).
+for t in batched_copy_test staging_arena_test executor_cuda_test; do
+  if timeout 180 "$BIN/$t" > "$LOG/$t.log" 2>&1; then
+    row "test $t" "passed ($(grep -c '^\[       OK' "$LOG/$t.log") ok, $(grep -c '^\[  SKIPPED' "$LOG/$t.log") skipped)"
+  else
+    row "test $t" "FAILED (see $t.log)"
+    tail -20 "$LOG/$t.log"
+    FAILED=1
+  fi
+done
+
+# The kernel benchmark, printed as it is.
+timeout 120 "$BIN/batched_copy_bench" 2>&1 | tee "$LOG/batched_copy_bench.log"
+
+# Ceilings with 8 processes (and 1 and 2 for reference), bytes per process about what each
+# process of the refit delivers.
+ceiling() {  # mode procs bytes -> GB/s
+  timeout 120 "$BIN/ipc_copy_ceiling" --mode "$1" --procs "$2" --bytes "$3" --iters 20 2>&1 |
+    tee -a "$LOG/ceiling.log" | sed -n 's/.*: \([0-9.]*\) GB\/s written/\1/p'
+}
+
+# The baseline gathers the whole model into one staging slot on rank 0 (3.6 GiB at scale 1/4):
+# the staging budget is raised above the default 1 GiB for every variant alike.
+refit() {  # scale transport strategy -> appends CSV rows to $LOG/refit_SCALE.csv
+  timeout 300 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$1" --src megatron:tp=2,ep=2 \
+    --dst vllm:tp=2,dp=2 --memory cuda --verify --transport "$2" --strategy "$3" \
+    --warmup 2 --iterations 5 --timeout 280 --set executor.staging_budget=8GiB --results "$LOG/refit_${1//\//_}.csv" 2>&1 |
+    grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
+  return "${PIPESTATUS[0]}"
+}
+
+for scale in "${SCALES[@]}"; do
+  tag=${scale//\//_}
+  rm -f "$LOG/refit_$tag.csv"
+  if ! refit "$scale" tcp both; then
+    row "refit $scale" "FAILED (see refit.log)"
+    FAILED=1
+    continue
+  fi
+  delivered=$(head -1 "$LOG/refit_$tag.csv" | cut -d, -f4)
+  per_proc=$(( (delivered / 8 + 255) / 256 * 256 ))
+  d2d1=$(ceiling d2d 1 $((per_proc * 8)))
+  d2d8=$(ceiling d2d 8 "$per_proc")
+  ipc2=$(ceiling ipc 2 $((per_proc * 4)))
+  ipc4=$(ceiling ipc 4 $((per_proc * 2)))
+  ipc8=$(ceiling ipc 8 "$per_proc")
+  row "ceiling $scale: cudaMemcpy D2D, 1 process, $((per_proc * 8 >> 20)) MiB" "$d2d1 GB/s"
+  row "ceiling $scale: cudaMemcpy D2D, 8 processes" "$d2d8 GB/s"
+  row "ceiling $scale: CUDA-IPC copy kernel, 2 processes" "$ipc2 GB/s"
+  row "ceiling $scale: CUDA-IPC copy kernel, 4 processes" "$ipc4 GB/s"
+  row "ceiling $scale: CUDA-IPC copy kernel, 8 processes" "$ipc8 GB/s"
+  gb=""
+  while IFS=, read -r label variant ranks bytes mean best gbps memcpy sent peak; do
+    [ "$variant" = "gather-broadcast" ] && gb=$gbps
+  done < "$LOG/refit_$tag.csv"
+  while IFS=, read -r label variant ranks bytes mean best gbps memcpy sent peak; do
+    ratio=$(awk -v a="$gbps" -v b="$ipc8" 'BEGIN { printf "%.0f%%", 100 * a / b }')
+    vs_gb=$(awk -v a="$gbps" -v b="$gb" 'BEGIN { if (b > 0) printf "%.2fx", a / b }')
+    row "refit $scale $variant ($((bytes >> 20)) MiB, 8 procs, verified)" \
+        "$gbps GB/s, mean $(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }'); $ratio of IPC ceiling; $vs_gb of gather-broadcast"
+  done < "$LOG/refit_$tag.csv"
+done
+
+echo
+echo "== gpu_suite: $(head -1 "$LOG/gpu.txt") =="
+printf '%s\n' "${ROWS[@]}" | tee "$LOG/table.txt"
+exit $FAILED
