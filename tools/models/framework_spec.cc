@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "core/base/strings.h"
+#include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
 
@@ -67,6 +69,9 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   if (st.ok() && !c.IsMla()) {
     st = CheckDivides("num_kv_heads (query groups)", c.num_kv_heads, "tp", m.tp);
   }
+  if (st.ok()) {
+    st = MegatronPaddedVocab(c.vocab, m.tp, m.vocab_divisible_by, m.pad_vocab).status();
+  }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
     if (st.ok()) st = CheckDivides("moe_intermediate", c.moe_intermediate, "etp", m.etp);
@@ -87,6 +92,7 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
     st = InvalidArgument("num_kv_heads " + Num(c.num_kv_heads) + " and tp " + Num(v.tp) +
                          " do not divide one another");
   }
+  if (st.ok()) st = VllmPaddedVocab(c.vocab, v.tp).status();
   if (st.ok() && c.IsMoe()) {
     const int64_t world = static_cast<int64_t>(v.tp) * v.dp;
     st = CheckDivides("tp*dp", world, "ep", v.ep);
@@ -109,28 +115,85 @@ std::string FrameworkSpec::ToString() const {
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
   s += ",cp=" + Num(m.cp);
+  if (m.vocab_divisible_by != 128) s += ",vocab_divisible_by=" + Num(m.vocab_divisible_by);
+  if (!m.pad_vocab) s += ",pad_vocab=no";
   return (m.separate_expert_buffers ? s + ",experts=separate" : s) + naming;
 }
 
+namespace {
+
+// One key of a spec: a positive integer stored in `number`, or a word that `word` checks and
+// stores.
+struct SpecKey {
+  std::string name;
+  int* number = nullptr;
+  std::function<Status(const std::string&)> word;
+};
+
+// A word-valued key accepting exactly `a` (sets *flag to flag_for_a) or `b`.
+SpecKey WordKey(const std::string& name, const std::string& a, const std::string& b, bool* flag,
+                bool flag_for_a) {
+  return {name, nullptr, [=](const std::string& value) {
+            if (value != a && value != b) {
+              return InvalidArgument("bad value '" + value + "' for " + name + ": expected " + a +
+                                     " or " + b);
+            }
+            *flag = (value == a) == flag_for_a;
+            return Status::Ok();
+          }};
+}
+
+std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
+  MegatronParallel& m = spec.megatron;
+  return {{"tp", &m.tp, {}},
+          {"pp", &m.pp, {}},
+          {"ep", &m.ep, {}},
+          {"etp", &m.etp, {}},
+          {"dp", &m.dp, {}},
+          {"cp", &m.cp, {}},
+          {"vocab_divisible_by", &m.vocab_divisible_by, {}},
+          WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
+          WordKey("experts", "separate", "stacked", &m.separate_expert_buffers, true),
+          WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
+}
+
+std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
+  VllmParallel& v = spec.vllm;
+  return {{"tp", &v.tp, {}},
+          {"dp", &v.dp, {}},
+          {"ep", &v.ep, {}},
+          {"engines", &v.engines, {}},
+          WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
+}
+
+Status ParseNumber(const SpecKey& key, const std::string& value) {
+  char* end = nullptr;
+  const long parsed = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || end != value.c_str() + value.size() || parsed < 1 || parsed > (1 << 20)) {
+    return InvalidArgument("bad value '" + value + "' for " + key.name +
+                           ": expected a positive integer");
+  }
+  *key.number = static_cast<int>(parsed);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N,experts=stacked|separate or "
-      "vllm:tp=N,dp=N,ep=N,engines=N, either with expert_tensors=stacks|members; every key "
-      "optional)";
+      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,pad_vocab=yes|no,"
+      "experts=stacked|separate or vllm:tp=N,dp=N,ep=N,engines=N, either with "
+      "expert_tensors=stacks|members; every key optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
   FrameworkSpec spec;
-  std::vector<std::pair<std::string, int*>> keys;
+  std::vector<SpecKey> keys;
   if (name == "megatron") {
     spec.kind = FrameworkSpec::Kind::kMegatron;
-    MegatronParallel& m = spec.megatron;
-    keys = {{"tp", &m.tp}, {"pp", &m.pp}, {"ep", &m.ep}, {"etp", &m.etp},
-            {"dp", &m.dp}, {"cp", &m.cp}, {"experts", nullptr}, {"expert_tensors", nullptr}};
+    keys = MegatronKeys(spec);
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
-    VllmParallel& v = spec.vllm;
-    keys = {{"tp", &v.tp}, {"dp", &v.dp}, {"ep", &v.ep}, {"engines", &v.engines},
-            {"expert_tensors", nullptr}};
+    keys = VllmKeys(spec);
   } else {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
@@ -141,7 +204,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
     if (kv.empty()) continue;
     const size_t eq = kv.find('=');
     const std::string key = Trim(kv.substr(0, eq));
-    auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
+    auto it = std::find_if(keys.begin(), keys.end(), [&](const SpecKey& k) { return k.name == key; });
     if (it == keys.end()) {
       return InvalidArgument("unknown key '" + key + "' for " + name + " in '" + text + "'" + usage);
     }
@@ -149,29 +212,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       return InvalidArgument("key '" + key + "' given twice in '" + text + "'");
     }
     const std::string value = eq == std::string::npos ? "" : Trim(kv.substr(eq + 1));
-    if (key == "experts") {
-      if (value != "stacked" && value != "separate") {
-        return InvalidArgument("bad value '" + value + "' for experts in '" + text +
-                               "': expected stacked or separate");
-      }
-      spec.megatron.separate_expert_buffers = value == "separate";
-      continue;
-    }
-    if (key == "expert_tensors") {
-      if (value != "stacks" && value != "members") {
-        return InvalidArgument("bad value '" + value + "' for expert_tensors in '" + text +
-                               "': expected stacks or members");
-      }
-      spec.stack_expert_tensors = value == "stacks";
-      continue;
-    }
-    char* end = nullptr;
-    const long parsed = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || end != value.c_str() + value.size() || parsed < 1 || parsed > (1 << 20)) {
-      return InvalidArgument("bad value '" + value + "' for " + key + " in '" + text +
-                             "': expected a positive integer");
-    }
-    *it->second = static_cast<int>(parsed);
+    Status st = it->number != nullptr ? ParseNumber(*it, value) : it->word(value);
+    if (!st.ok()) return st.WithContext("in '" + text + "'");
   }
   return spec;
 }

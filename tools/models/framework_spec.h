@@ -2,9 +2,11 @@
 // ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
-//  megatron:tp=,pp=,ep=,etp=,dp=,cp=,experts=stacked|separate   ranks = tp*cp*dp*pp
-//      (tools/models/megatron_layout.h). etp defaults to tp (as in Megatron); dp defaults to the
-//      smallest value that fits ep*etp.
+//  megatron:tp=,pp=,ep=,etp=,dp=,cp=,experts=stacked|separate,vocab_divisible_by=,pad_vocab=
+//      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). etp defaults to tp (as in Megatron);
+//      dp defaults to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is
+//      Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
+//      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
 //  vllm:tp=,dp=,ep=,engines=                                    ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h).
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
@@ -30,6 +32,12 @@ struct MegatronParallel {
   // true ("experts=separate"): one buffer per local expert, linear_fc1.weight<i>, as
   // SequentialMLP parameters are allocated one by one.
   bool separate_expert_buffers = false;
+  // Vocabulary padding of the embedding and output layer. pad_vocab (Megatron-LM's default): the
+  // vocabulary is padded to a multiple of vocab_divisible_by * tp, every TP rank holding
+  // padded / tp rows, the padding rows last; !pad_vocab (Megatron-Bridge's should_pad_vocab=False):
+  // the checkpoint's vocabulary as is, which tp must divide.
+  int vocab_divisible_by = 128;
+  bool pad_vocab = true;
 };
 
 struct VllmParallel {

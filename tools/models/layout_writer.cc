@@ -104,9 +104,15 @@ Status LayoutWriter::Row(const std::string& hf_name, const std::vector<int>& tp_
 }
 
 Status LayoutWriter::Vocab(const std::string& hf_name, const std::vector<int>& tp_ranks,
-                           int64_t pad, const std::string& buffer) {
+                           int64_t rows_per_rank, const std::string& buffer) {
   FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(hf_name));
-  return AddVocabParallel(out_, *t, tp_ranks, pad, buffer);
+  const int64_t padded = rows_per_rank * static_cast<int64_t>(tp_ranks.size());
+  if (padded < t->shape[0]) {
+    return Internal("'" + t->name + "': " + Num(padded) + " padded rows for a vocabulary of " +
+                    Num(t->shape[0]));
+  }
+  // A pad multiple of rows_per_rank rounds the vocabulary up to exactly `padded` rows.
+  return AddVocabParallel(out_, *t, tp_ranks, rows_per_rank, buffer);
 }
 
 Status LayoutWriter::GateUp(const std::string& gate_name, const std::string& up_name,

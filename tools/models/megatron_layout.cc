@@ -10,12 +10,11 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
 
 namespace {
-
-constexpr int64_t kMegatronVocabPad = 128;  // Megatron's --make-vocab-size-divisible-by default
 
 class MegatronWriter : public LayoutWriter {
  public:
@@ -45,14 +44,18 @@ class MegatronWriter : public LayoutWriter {
       }
     }
     const int last = m_.pp - 1;
+    FERRY_ASSIGN_OR_RETURN(const int64_t padded, MegatronPaddedVocab(c_.vocab, m_.tp,
+                                                                     m_.vocab_divisible_by,
+                                                                     m_.pad_vocab));
+    // megatron/core/tensor_parallel/layers.py VocabParallelEmbedding: padded / tp rows a TP rank
     FERRY_RETURN_IF_ERROR(
-        Vocab(EmbeddingName(), TpGroup(0), kMegatronVocabPad, "embedding.word_embeddings.weight"));
+        Vocab(EmbeddingName(), TpGroup(0), padded / m_.tp, "embedding.word_embeddings.weight"));
     FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), TpGroup(last),
                                      c_.family == ModelFamily::kNemotronH
                                          ? "decoder.final_norm.weight"
                                          : "decoder.final_layernorm.weight"));
-    FERRY_RETURN_IF_ERROR(
-        Vocab(OutputName(), TpGroup(last), kMegatronVocabPad, "output_layer.weight"));
+    // megatron/core/tensor_parallel/layers.py ColumnParallelLinear over the padded vocabulary
+    FERRY_RETURN_IF_ERROR(Vocab(OutputName(), TpGroup(last), padded / m_.tp, "output_layer.weight"));
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;

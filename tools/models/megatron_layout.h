@@ -6,8 +6,8 @@
 // linear_fc1 = [gate; up] per TP shard, a rank's local experts of a layer stacked in one
 // linear_fc1 and one linear_fc2 buffer (or linear_fc1.weight<e>/linear_fc2.weight<e> per local
 // expert with experts=separate; ETP splits the expert FFN), vocab-parallel embedding/output
-// (padded to 128*tp), layers split over pipeline stages (local layer numbers per stage), DP and CP
-// ranks hold replicas.
+// (padded as tools/models/vocab_padding.h says), layers split over pipeline stages (local layer
+// numbers per stage), DP and CP ranks hold replicas.
 //
 // Pure functions; thread-safe.
 #pragma once

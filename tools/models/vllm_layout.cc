@@ -10,12 +10,11 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
 
 namespace {
-
-constexpr int64_t kVllmVocabPad = 64;  // vLLM's DEFAULT_VOCAB_PADDING_SIZE
 
 class VllmWriter : public LayoutWriter {
  public:
@@ -39,7 +38,9 @@ class VllmWriter : public LayoutWriter {
  private:
   Status BuildEngine() {
     Section dense = BeginSection(out_);
-    FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), all_, kVllmVocabPad, "model.embed_tokens.weight"));
+    FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, v_.tp));
+    // vllm/model_executor/layers/vocab_parallel_embedding.py: num_embeddings_per_partition rows
+    FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), all_, padded / v_.tp, "model.embed_tokens.weight"));
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       Status st = Layer(l, "model.layers." + Num(l) + ".");
       if (!st.ok()) return st.WithContext("vllm layer " + Num(l));
@@ -47,7 +48,8 @@ class VllmWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_,
                                      c_.family == ModelFamily::kNemotronH ? "model.norm_f.weight"
                                                                           : "model.norm.weight"));
-    FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, kVllmVocabPad, "lm_head.weight"));
+    // vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: the embedding's split
+    FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, padded / v_.tp, "lm_head.weight"));
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
