@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/base/strings.h"
+#include "tools/models/pipeline_stages.h"
 #include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
@@ -62,10 +63,8 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     const int tpcp = m.tp * m.cp;
     m.dp = c.IsMoe() ? std::lcm(tpcp, m.ep * m.etp) / tpcp : 1;
   }
-  if (m.pp > c.num_layers) {
-    return InvalidArgument("pp " + Num(m.pp) + " exceeds the " + Num(c.num_layers) + " layers");
-  }
-  Status st = CheckTensorParallel(c, m.tp);
+  Status st = MegatronStageOfLayer(c.num_layers, m.pp, m.first, m.last).status();
+  if (st.ok()) st = CheckTensorParallel(c, m.tp);
   if (st.ok() && !c.IsMla()) {
     st = CheckDivides("num_kv_heads (query groups)", c.num_kv_heads, "tp", m.tp);
   }
@@ -111,7 +110,10 @@ std::string FrameworkSpec::ToString() const {
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") + naming;
   }
   const MegatronParallel& m = megatron;
-  std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp) + ",ep=" + Num(m.ep);
+  std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
+  if (m.first > 0) s += ",first=" + Num(m.first);
+  if (m.last > 0) s += ",last=" + Num(m.last);
+  s += ",ep=" + Num(m.ep);
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
   s += ",cp=" + Num(m.cp);
@@ -147,6 +149,8 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
   MegatronParallel& m = spec.megatron;
   return {{"tp", &m.tp, {}},
           {"pp", &m.pp, {}},
+          {"first", &m.first, {}},
+          {"last", &m.last, {}},
           {"ep", &m.ep, {}},
           {"etp", &m.etp, {}},
           {"dp", &m.dp, {}},
@@ -181,7 +185,7 @@ Status ParseNumber(const SpecKey& key, const std::string& value) {
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,pad_vocab=yes|no,"
+      " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,pad_vocab=yes|no,"
       "experts=stacked|separate or vllm:tp=N,dp=N,ep=N,engines=N, either with "
       "expert_tensors=stacks|members; every key optional)";
   const size_t colon = text.find(':');

@@ -2,8 +2,9 @@
 // ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
-//  megatron:tp=,pp=,ep=,etp=,dp=,cp=,experts=stacked|separate,vocab_divisible_by=,pad_vocab=
-//      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). etp defaults to tp (as in Megatron);
+//  megatron:tp=,pp=,first=,last=,ep=,etp=,dp=,cp=,experts=stacked|separate,vocab_divisible_by=,
+//      pad_vocab=   ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of
+//      the first/last pipeline stage (tools/models/pipeline_stages.h). etp defaults to tp (as in Megatron);
 //      dp defaults to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is
 //      Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
@@ -23,6 +24,9 @@ namespace ferry::models {
 
 struct MegatronParallel {
   int tp = 1, pp = 1, ep = 1;
+  // Layers of the first / last pipeline stage (Megatron's --decoder-first-pipeline-num-layers /
+  // --decoder-last-pipeline-num-layers); 0: not given, the stages split the layers evenly.
+  int first = 0, last = 0;
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;

@@ -10,6 +10,7 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/pipeline_stages.h"
 #include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
@@ -29,8 +30,9 @@ class MegatronWriter : public LayoutWriter {
   // builders, then copies them to the other replicas.
   Status Build() {
     FERRY_ASSIGN_OR_RETURN(std::vector<int> stage_of,
-                           PipelineStages(static_cast<int>(c_.num_layers), m_.pp));
+                           MegatronStageOfLayer(c_.num_layers, m_.pp, m_.first, m_.last));
     std::vector<std::string> prefix(c_.num_layers);
+    // megatron/core/transformer/transformer_block.py: a stage's self.layers count from 0
     int local = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       if (l > 0 && stage_of[l - 1] != stage_of[l]) local = 0;

@@ -43,8 +43,8 @@ TEST(FrameworkLayoutTest, ExpertStacksHoldTheMembersBytes) {
                                      {"deepseek-v3", 1.0 / 64}}) {
     ModelPreset p = Preset(model, scale);
     for (const std::string spec :
-         {"megatron:tp=2,pp=2,ep=4,etp=1", "megatron:tp=2,pp=2,ep=4,etp=2",
-          "megatron:tp=2,pp=2,ep=4,etp=1,experts=separate", "vllm:tp=2,dp=2,ep=4", "vllm:tp=2,dp=2",
+         {"megatron:tp=2,pp=2,first=31,ep=4,etp=1", "megatron:tp=2,pp=2,first=31,ep=4,etp=2",
+          "megatron:tp=2,pp=2,first=31,ep=4,etp=1,experts=separate", "vllm:tp=2,dp=2,ep=4", "vllm:tp=2,dp=2",
           "vllm:tp=2,dp=2,ep=4,engines=2"}) {
       SCOPED_TRACE(std::string(model) + " " + spec);
       const Layout stacked = BuildAsSpecified(p, spec, 3);
@@ -103,8 +103,8 @@ TEST(FrameworkLayoutSpeedTest, DeepseekAndKimiAtScale) {
     ModelPreset p = Preset(model, 1.0);
     const std::clock_t cpu_start = std::clock();
     const auto start = std::chrono::steady_clock::now();
-    Result<RefitLayouts> r = BuildRefitLayouts(p, Spec("megatron:tp=1,pp=16,ep=64"),  // 1024 ranks
-                                               Spec("vllm:tp=8,dp=64,ep=128"));     // 512 ranks
+    Result<RefitLayouts> r = BuildRefitLayouts(p, Spec("megatron:tp=1,pp=16,first=3,last=2,ep=64"),  // 1024
+                                               Spec("vllm:tp=8,dp=16,ep=128,engines=4"));     // 512
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;

@@ -16,7 +16,7 @@ FrameworkSpec Spec(const std::string& text) {
 }
 
 TEST(FrameworkSpecTest, ParsesAndResolves) {
-  FrameworkSpec m = Spec("megatron:tp=2,pp=4,ep=16");
+  FrameworkSpec m = Spec("megatron:tp=2,pp=4,first=23,last=23,ep=16");  // 94 = 23 + 2*24 + 23
   EXPECT_EQ(m.kind, FrameworkSpec::Kind::kMegatron);
   EXPECT_EQ(m.megatron.tp, 2);
   EXPECT_EQ(m.megatron.pp, 4);
@@ -26,7 +26,7 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
   EXPECT_EQ(r.megatron.etp, 2);  // Megatron's default: etp = tp
   EXPECT_EQ(r.megatron.dp, 16);  // 2 * 16 / 2
   EXPECT_EQ(NumRanks(r), 128);
-  EXPECT_EQ(r.ToString(), "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1");
+  EXPECT_EQ(r.ToString(), "megatron:tp=2,pp=4,first=23,last=23,ep=16,etp=2,dp=16,cp=1");
   FrameworkSpec v = Spec("vllm:tp=8, dp=2 ,ep=16");
   EXPECT_EQ(NumRanks(v), 16);
   EXPECT_EQ(v.ToString(), "vllm:tp=8,dp=2,ep=16");

@@ -115,7 +115,7 @@ TEST(MegatronLayoutTest, MoeExpertOwnershipAndReplication) {
 
 TEST(MegatronLayoutTest, DeepseekAndNemotronCoverage) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
-  Layout l = Build(ds, "megatron:tp=2,pp=4,ep=8,etp=1");  // dp 4, expert-dp 1
+  Layout l = Build(ds, "megatron:tp=2,pp=4,first=16,last=15,ep=8,etp=1");  // dp 4, expert-dp 1
   ExpectCoverage(l, ds, Copies(4, 2, 1));
   EXPECT_GE(l.FindBuffer(0, "decoder.layers.0.self_attention.linear_kv_up_proj.weight"), 0);
   EXPECT_GE(l.FindBuffer(0, "decoder.layers.3.mlp.shared_experts.linear_fc1.weight"), 0);
