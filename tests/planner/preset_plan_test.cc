@@ -59,7 +59,7 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
   const std::vector<PresetCase> cases = {
       {"llama-3.1-8b", 1.0 / 64, "megatron:tp=2,pp=2", "vllm:tp=2,dp=4", 2, false},
       {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4", 2, true},
-      {"deepseek-v3", 1.0 / 256, "megatron:pp=2,ep=4", "vllm:tp=4,dp=2,ep=8", 4, true},
+      {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4", "vllm:tp=4,dp=2,ep=8", 4, true},
   };
   // How each side names the experts: as tensor stacks (the presets' default) on both, which
   // needs no folding; member by member on both, which the planner folds; and stacks on one side

@@ -82,6 +82,23 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   return st;
 }
 
+// vLLM's two MoE modes (vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make):
+// without --enable-expert-parallel (ep=1) every expert's FFN is split over all tp*dp ranks; with it
+// the expert-parallel size is tp*dp, each rank holding whole experts (uneven counts allowed, the
+// first ranks one more). No other ep exists.
+Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
+  const int64_t world = static_cast<int64_t>(v.tp) * v.dp;
+  if (v.ep != 1 && v.ep != world) {
+    return InvalidArgument(
+        "vLLM has no ep=" + Num(v.ep) + " for tp=" + Num(v.tp) + ", dp=" + Num(v.dp) +
+        ": with --enable-expert-parallel its MoE layers' expert-parallel size is tp*dp = " +
+        Num(world) + " (each rank holding whole experts); without it ep is 1 and every expert's "
+        "FFN is split over all " + Num(world) + " ranks");
+  }
+  if (v.ep == 1) return CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp", world);
+  return Status::Ok();
+}
+
 // vLLM: KV heads and tp divide one another (KV heads are replicated when tp exceeds them); the
 // engine's tp*dp ranks split into ep expert owners, each expert's FFN over the rest.
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
@@ -92,12 +109,7 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
                          " do not divide one another");
   }
   if (st.ok()) st = VllmPaddedVocab(c.vocab, v.tp).status();
-  if (st.ok() && c.IsMoe()) {
-    const int64_t world = static_cast<int64_t>(v.tp) * v.dp;
-    st = CheckDivides("tp*dp", world, "ep", v.ep);
-    if (st.ok()) st = CheckDivides("num_experts", c.num_experts, "ep", v.ep);
-    if (st.ok()) st = CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp/ep", world / v.ep);
-  }
+  if (st.ok() && c.IsMoe()) st = CheckVllmExpertParallel(v, c);
   return st;
 }
 

@@ -9,7 +9,8 @@
 //      Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
 //  vllm:tp=,dp=,ep=,engines=                                    ranks = tp*dp*engines
-//      (tools/models/vllm_layout.h).
+//      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
+//      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank).
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
