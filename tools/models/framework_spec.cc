@@ -71,6 +71,9 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   if (st.ok()) {
     st = MegatronPaddedVocab(c.vocab, m.tp, m.vocab_divisible_by, m.pad_vocab).status();
   }
+  if (st.ok() && c.IsMoe() && m.experts == MegatronExpertStorage::kLegacyGrouped && m.etp != 1) {
+    st = InvalidArgument("experts=legacy_grouped is modelled with etp=1 only");
+  }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
     if (st.ok()) st = CheckDivides("moe_intermediate", c.moe_intermediate, "etp", m.etp);
@@ -131,7 +134,10 @@ std::string FrameworkSpec::ToString() const {
   s += ",cp=" + Num(m.cp);
   if (m.vocab_divisible_by != 128) s += ",vocab_divisible_by=" + Num(m.vocab_divisible_by);
   if (!m.pad_vocab) s += ",pad_vocab=no";
-  return (m.separate_expert_buffers ? s + ",experts=separate" : s) + naming;
+  if (m.experts != MegatronExpertStorage::kSequential) {
+    s += std::string(",experts=") + ExpertStorageName(m.experts);
+  }
+  return s + naming;
 }
 
 namespace {
@@ -169,7 +175,11 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           {"cp", &m.cp, {}},
           {"vocab_divisible_by", &m.vocab_divisible_by, {}},
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
-          WordKey("experts", "separate", "stacked", &m.separate_expert_buffers, true),
+          {"experts", nullptr,
+           [&m](const std::string& value) -> Status {
+             FERRY_ASSIGN_OR_RETURN(m.experts, ParseExpertStorage(value));
+             return Status::Ok();
+           }},
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -197,9 +207,10 @@ Status ParseNumber(const SpecKey& key, const std::string& value) {
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,pad_vocab=yes|no,"
-      "experts=stacked|separate or vllm:tp=N,dp=N,ep=N,engines=N, either with "
-      "expert_tensors=stacks|members; every key optional)";
+      " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,"
+      "pad_vocab=yes|no,experts=sequential|grouped|single_grouped|legacy_grouped or "
+      "vllm:tp=N,dp=N,ep=N,engines=N, either with expert_tensors=stacks|members; every key "
+      "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
   FrameworkSpec spec;

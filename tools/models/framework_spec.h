@@ -2,11 +2,11 @@
 // ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
-//  megatron:tp=,pp=,first=,last=,ep=,etp=,dp=,cp=,experts=stacked|separate,vocab_divisible_by=,
-//      pad_vocab=   ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of
-//      the first/last pipeline stage (tools/models/pipeline_stages.h). etp defaults to tp (as in Megatron);
-//      dp defaults to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is
-//      Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
+//  megatron:tp=,pp=,first=,last=,ep=,etp=,dp=,cp=,experts=,vocab_divisible_by=,pad_vocab=
+//      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
+//      pipeline stage (tools/models/pipeline_stages.h). experts: Megatron-Core's expert module
+//      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
+//      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
 //  vllm:tp=,dp=,ep=,engines=                                    ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/base/status.h"
+#include "tools/models/megatron_expert_storage.h"
 #include "tools/models/presets.h"
 
 namespace ferry::models {
@@ -31,12 +32,10 @@ struct MegatronParallel {
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;
-  // Where a rank keeps its local experts of a layer: false (the default, "experts=stacked"): in
-  // one linear_fc1 and one linear_fc2 buffer, local expert after local expert (the contiguous
-  // parameter storage of Megatron-Core's grouped experts and DDP buffers, in ascending order);
-  // true ("experts=separate"): one buffer per local expert, linear_fc1.weight<i>, as
-  // SequentialMLP parameters are allocated one by one.
-  bool separate_expert_buffers = false;
+  // Which Megatron-Core expert module holds a rank's local experts of a layer, and so their
+  // parameters (tools/models/megatron_expert_storage.h). Default: Megatron-Core's own
+  // (moe_grouped_gemm=False: SequentialMLP).
+  MegatronExpertStorage experts = MegatronExpertStorage::kSequential;
   // Vocabulary padding of the embedding and output layer. pad_vocab (Megatron-LM's default): the
   // vocabulary is padded to a multiple of vocab_divisible_by * tp, every TP rank holding
   // padded / tp rows, the padding rows last; !pad_vocab (Megatron-Bridge's should_pad_vocab=False):

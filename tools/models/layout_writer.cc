@@ -74,6 +74,24 @@ Result<std::array<int, 3>> LayoutWriter::AddExpertStacks(int64_t l) {
   return ids;
 }
 
+Result<std::vector<std::array<int, 3>>> LayoutWriter::AddExpertTensors(int64_t l) {
+  std::vector<std::array<int, 3>> ids;
+  if (stack_experts_) {
+    FERRY_ASSIGN_OR_RETURN(const auto stacks, AddExpertStacks(l));
+    ids.push_back(stacks);
+    return ids;
+  }
+  ids.resize(static_cast<size_t>(c_.num_experts));
+  const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
+  for (int64_t e = 0; e < c_.num_experts; ++e) {
+    for (int j = 0; j < 3; ++j) {
+      FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(ExpertTensorName(c_, l, e, projs[j])));
+      FERRY_ASSIGN_OR_RETURN(ids[e][j], out_.AddTensor(*t));
+    }
+  }
+  return ids;
+}
+
 Result<const TensorSpec*> LayoutWriter::Get(const std::string& name) const {
   const TensorSpec* t = preset_.Find(name);
   if (t == nullptr) return Internal("model '" + c_.name + "' has no tensor '" + name + "'");

@@ -53,6 +53,9 @@ class LayoutWriter {
   // Adds the tensor stacks of layer `l`'s routed experts (gate, up, down: [E, ...member shape],
   // checked against the preset's expert tensors) and returns their indexes.
   Result<std::array<int, 3>> AddExpertStacks(int64_t l);
+  // The tensor ids of layer l's gate, up and down: one entry (the stacks, when stack_experts_) or
+  // one per expert (the checkpoint's tensors), indexed by global expert.
+  Result<std::vector<std::array<int, 3>>> AddExpertTensors(int64_t l);
 
   Result<const TensorSpec*> Get(const std::string& name) const;
   Result<const TensorSpec*> LayerTensor(int64_t layer, const std::string& suffix) const;

@@ -208,26 +208,7 @@ class VllmWriter : public LayoutWriter {
   struct ExpertGeometry {
     int64_t inter, hidden, elem;  // inter: a shard's FFN rows
   };
-  using ExpertIds = std::array<int, 3>;  // gate, up, down
-
-  // The tensor ids of layer l's gate, up and down: one entry (the stacks) or one per expert.
-  Result<std::vector<ExpertIds>> AddExpertTensors(int64_t l) {
-    std::vector<ExpertIds> ids;
-    if (stack_experts_) {
-      FERRY_ASSIGN_OR_RETURN(const auto stacks, AddExpertStacks(l));
-      ids.push_back(stacks);
-      return ids;
-    }
-    ids.resize(c_.num_experts);
-    const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
-    for (int64_t e = 0; e < c_.num_experts; ++e) {
-      for (int j = 0; j < 3; ++j) {
-        FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(ExpertTensorName(c_, l, e, projs[j])));
-        FERRY_ASSIGN_OR_RETURN(ids[e][j], out_.AddTensor(*t));
-      }
-    }
-    return ids;
-  }
+  using ExpertIds = std::array<int, 3>;  // gate, up, down (LayoutWriter::AddExpertTensors)
 
   // Experts [first, first + count), FFN shard `shard`, into `rank`'s w13_weight and w2_weight.
   void PlaceRankExperts(const std::string& p, const std::vector<ExpertIds>& ids,

@@ -31,23 +31,27 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
   EXPECT_EQ(NumRanks(v), 16);
   EXPECT_EQ(v.ToString(), "vllm:tp=8,dp=2,ep=16");
   EXPECT_EQ(NumRanks(Spec("vllm")), 1);
-  EXPECT_FALSE(m.megatron.separate_expert_buffers);
-  FrameworkSpec separate = Spec("megatron:ep=4,experts=separate");
-  EXPECT_TRUE(separate.megatron.separate_expert_buffers);
-  EXPECT_EQ(separate.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate");
-  EXPECT_FALSE(Spec("megatron:ep=4,experts=stacked").megatron.separate_expert_buffers);
+  EXPECT_EQ(m.megatron.experts, MegatronExpertStorage::kSequential);  // Megatron-Core's default
+  FrameworkSpec grouped = Spec("megatron:ep=4,experts=grouped");
+  EXPECT_EQ(grouped.megatron.experts, MegatronExpertStorage::kGrouped);
+  EXPECT_EQ(grouped.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=grouped");
+  EXPECT_EQ(Spec("megatron:ep=4,experts=single_grouped").megatron.experts,
+            MegatronExpertStorage::kSingleGrouped);
+  EXPECT_EQ(Spec("megatron:ep=4,experts=legacy_grouped").megatron.experts,
+            MegatronExpertStorage::kLegacyGrouped);
   EXPECT_TRUE(m.stack_expert_tensors);
   EXPECT_TRUE(Spec("vllm:ep=2,expert_tensors=stacks").stack_expert_tensors);
   FrameworkSpec members = Spec("vllm:tp=2,ep=2,expert_tensors=members");
   EXPECT_FALSE(members.stack_expert_tensors);
   EXPECT_EQ(members.ToString(), "vllm:tp=2,dp=1,ep=2,expert_tensors=members");
-  EXPECT_EQ(Spec("megatron:ep=4,experts=separate,expert_tensors=members").ToString(),
-            "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate,expert_tensors=members");
+  EXPECT_EQ(Spec("megatron:ep=4,experts=grouped,expert_tensors=members").ToString(),
+            "megatron:tp=1,pp=1,ep=4,cp=1,experts=grouped,expert_tensors=members");
 
   for (const char* bad :
        {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4", "vllm:pp=2",
         "megatron:tp=x", "megatron:tp=", "megatron:experts=fused", "megatron:experts",
-        "vllm:experts=separate", "megatron:experts=stacked,experts=separate",
+        "vllm:experts=grouped", "megatron:experts=separate", "megatron:experts=stacked",
+        "megatron:experts=grouped,experts=sequential",
         "vllm:expert_tensors=stacked", "megatron:expert_tensors",
         "vllm:expert_tensors=members,expert_tensors=stacks"}) {
     EXPECT_FALSE(ParseFrameworkSpec(bad).ok()) << bad;
