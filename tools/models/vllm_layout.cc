@@ -103,9 +103,27 @@ class VllmWriter : public LayoutWriter {
         return Row(H(l, "mixer.down_proj.weight"), all_, p + "mixer.down_proj.weight");
       case LayerKind::kMamba:
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "norm.weight"), all_, p + "norm.weight"));
-        return MambaMixer(l, all_, [&](const std::string& x) { return p + "mixer." + x; }, "A");
+        FERRY_RETURN_IF_ERROR(
+            MambaMixer(l, all_, [&](const std::string& x) { return p + "mixer." + x; }, "A"));
+        return MarkMambaA(l, p + "mixer.A");
     }
     return Internal("unknown layer kind");
+  }
+
+  // vllm/model_executor/layers/mamba/mamba_mixer2.py: A is an fp32 parameter of heads/tp values
+  // loaded as -exp(A_log): the buffer holds fp32 values of another meaning than A_log's bytes.
+  Status MarkMambaA(int64_t l, const std::string& buffer) {
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* a_log, LayerTensor(l, "mixer.A_log"));
+    const int t = out_.FindTensor(a_log->name);
+    if (t < 0) return Internal("'" + a_log->name + "' was not placed");
+    out_.transforms.push_back({t, "A = -exp(A_log)", DType::kFP32});
+    for (int rank : all_) {
+      const int b = out_.FindBuffer(rank, buffer);
+      if (b < 0) return Internal("no buffer '" + buffer + "' on rank " + Num(rank));
+      out_.buffers.SetBytes(static_cast<size_t>(b),
+                            c_.mamba_num_heads / v_.tp * DTypeSize(DType::kFP32));
+    }
+    return Status::Ok();
   }
 
   // qkv_proj per TP rank: [q heads of the rank; its KV heads (k); the same (v)]. With tp > kv
