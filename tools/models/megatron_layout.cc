@@ -57,8 +57,13 @@ class MegatronWriter : public LayoutWriter {
                                      c_.family == ModelFamily::kNemotronH
                                          ? "decoder.final_norm.weight"
                                          : "decoder.final_layernorm.weight"));
-    // megatron/core/tensor_parallel/layers.py ColumnParallelLinear over the padded vocabulary
-    FERRY_RETURN_IF_ERROR(Vocab(OutputName(), TpGroup(last), padded / m_.tp, "output_layer.weight"));
+    // megatron/core/models/gpt/gpt_model.py: with tied embeddings the output layer allocates no
+    // weight on a stage that also holds the embedding (pp=1); a later last stage keeps its own copy
+    if (!c_.tie_embeddings || m_.pp > 1) {
+      // megatron/core/tensor_parallel/layers.py ColumnParallelLinear over the padded vocabulary
+      FERRY_RETURN_IF_ERROR(
+          Vocab(OutputName(), TpGroup(last), padded / m_.tp, "output_layer.weight"));
+    }
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;

@@ -60,8 +60,11 @@ class VllmWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_,
                                      c_.family == ModelFamily::kNemotronH ? "model.norm_f.weight"
                                                                           : "model.norm.weight"));
-    // vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: the embedding's split
-    FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, padded / v_.tp, "lm_head.weight"));
+    // vllm/model_executor/models/llama.py: tied, lm_head is embed_tokens (tie_weights), one buffer
+    if (!c_.tie_embeddings) {
+      // vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: the embedding's split
+      FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, padded / v_.tp, "lm_head.weight"));
+    }
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;

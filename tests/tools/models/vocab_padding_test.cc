@@ -45,8 +45,9 @@ TEST(VocabPaddingTest, VllmPadsTo64ThenSplitsOverTp) {
 }
 
 // A small dense model whose vocabulary is `vocab`: 12 heads so tp 2, 3 and 4 all divide.
-ModelPreset SmallModel(int64_t vocab) {
+ModelPreset SmallModel(int64_t vocab, bool tied = false) {
   ModelConfig c;
+  c.tie_embeddings = tied;
   c.name = "small-vocab-" + std::to_string(vocab);
   c.hidden = 24;
   c.num_layers = 2;
@@ -111,6 +112,23 @@ TEST(VocabPaddingTest, MegatronAndBridgeEmbeddingRows) {
   Result<Layout> uneven = BuildFrameworkLayout(p, Spec("megatron:tp=4,pad_vocab=no"));
   ASSERT_FALSE(uneven.ok());
   EXPECT_NE(uneven.status().message().find("1010 is not divisible by 4"), std::string::npos);
+}
+
+// Tied embeddings: vLLM's lm_head is embed_tokens itself (vllm/model_executor/models/llama.py
+// tie_weights), so there is no lm_head buffer; Megatron's output layer allocates no weight where
+// the embedding is on the same stage (megatron/core/models/gpt/gpt_model.py
+// skip_weight_param_allocation), while a separate last stage keeps a copy.
+TEST(VocabPaddingTest, TiedEmbeddings) {
+  ModelPreset p = SmallModel(1010, /*tied=*/true);
+  const std::string embed = "model.embed_tokens.weight";
+  Layout v = Build(p, "vllm:tp=2");
+  ExpectCoverage(v, p, [](const std::string& n) { return TpReplicated(n) ? 2 : 1; });
+  EXPECT_EQ(v.FindBuffer(0, "lm_head.weight"), -1);
+  Layout one_stage = Build(p, "megatron:tp=2");
+  EXPECT_EQ(one_stage.FindBuffer(0, "output_layer.weight"), -1);
+  Layout two_stages = Build(p, "megatron:tp=2,pp=2");
+  ExpectRows(two_stages, 3, "output_layer.weight", embed, 512, 1010, 512);
+  ExpectRows(two_stages, 1, "embedding.word_embeddings.weight", embed, 512, 1010, 512);
 }
 
 }  // namespace
