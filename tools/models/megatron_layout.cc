@@ -117,6 +117,7 @@ class MegatronWriter : public LayoutWriter {
       case LayerKind::kMamba: {
         FERRY_RETURN_IF_ERROR(
             Replicated(H(l, "norm.weight"), TpGroup(s), p + "mixer.in_proj.layer_norm_weight"));
+        // megatron/core/ssm/mamba_mixer.py: in_proj [z; x; B; C; dt] per TP rank, A_log as is
         return MambaMixer(l, TpGroup(s), [&](const std::string& x) { return p + "mixer." + x; },
                           "A_log");
       }
@@ -131,6 +132,7 @@ class MegatronWriter : public LayoutWriter {
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.weight"));
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.weight"));
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj.weight"));
+    // megatron/core/transformer/attention.py SelfAttention: linear_qkv per query group [q; k; v]
     FERRY_RETURN_IF_ERROR(AddMegatronQkvInterleaved(out_, *q, *k, *v, static_cast<int>(c_.num_heads),
                                                     static_cast<int>(c_.num_kv_heads), c_.head_dim,
                                                     TpGroup(s), qkv + "weight"));
@@ -143,6 +145,8 @@ class MegatronWriter : public LayoutWriter {
     return Row(H(l, module + "o_proj.weight"), TpGroup(s), p + "self_attention.linear_proj.weight");
   }
 
+  // megatron/core/transformer/multi_latent_attention.py: down projections duplicated over TP,
+  // their norms fused into the up projections (layer_norm_weight), up projections split by head
   Status MlaAttention(int64_t l, int s, const std::string& p) {
     const std::string a = p + "self_attention.";
     const std::vector<int> all = TpGroup(s);
@@ -174,6 +178,7 @@ class MegatronWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, norm), TpGroup(s), p + "mlp.linear_fc1.layer_norm_weight"));
     const std::vector<int> g = TpGroup(s);
     if (c_.family != ModelFamily::kNemotronH) {
+      // src/megatron/bridge/models/conversion/param_mapping.py GatedMLPMapping: [gate_i; up_i]
       FERRY_RETURN_IF_ERROR(GateUp(H(l, module + "gate_proj.weight"), H(l, module + "up_proj.weight"),
                                    g, p + "mlp.linear_fc1.weight"));
     } else {
@@ -187,12 +192,15 @@ class MegatronWriter : public LayoutWriter {
     const std::vector<int> g = TpGroup(s);
     FERRY_RETURN_IF_ERROR(
         Replicated(H(l, "post_attention_layernorm.weight"), g, p + "pre_mlp_layernorm.weight"));
+    // megatron/core/transformer/moe/router.py TopKRouter: weight [E, hidden] and the fp32
+    // expert_bias buffer, whole on every rank
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), g, p + "mlp.router.weight"));
     if (c_.router_bias) {
       FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.e_score_correction_bias"), g,
                                        p + "mlp.router.expert_bias"));
     }
     if (c_.num_shared_experts == 0) return Status::Ok();
+    // megatron/core/transformer/moe/shared_experts.py SharedExpertMLP: a TP-split MLP
     FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.shared_experts.gate_proj.weight"),
                                  H(l, "mlp.shared_experts.up_proj.weight"), g,
                                  p + "mlp.shared_experts.linear_fc1.weight"));

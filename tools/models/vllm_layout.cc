@@ -93,6 +93,7 @@ class VllmWriter : public LayoutWriter {
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "post_attention_layernorm.weight"), all_,
                                          p + "post_attention_layernorm.weight"));
         if (c_.IsMoeLayer(l)) return Moe(l, p);
+        // vllm/model_executor/layers/linear.py MergedColumnParallelLinear: [gate_i; up_i]
         FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.gate_proj.weight"), H(l, "mlp.up_proj.weight"), all_,
                                      p + "mlp.gate_up_proj.weight"));
         return Row(H(l, "mlp.down_proj.weight"), all_, p + "mlp.down_proj.weight");
@@ -131,6 +132,7 @@ class VllmWriter : public LayoutWriter {
 
   // qkv_proj per TP rank: [q heads of the rank; its KV heads (k); the same (v)]. With tp > kv
   // heads, each KV head is replicated on tp / kv consecutive ranks.
+  // vllm/model_executor/layers/linear.py QKVParallelLinear (num_kv_head_replicas = tp / kv)
   Status GqaAttention(int64_t l, const std::string& p, const std::string& module) {
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.weight"));
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.weight"));
@@ -155,6 +157,7 @@ class VllmWriter : public LayoutWriter {
 
   // vLLM's DeepSeek MLA: fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa] replicated (with a
   // q LoRA), q_b_proj / kv_b_proj column-parallel over heads, o_proj row-parallel.
+  // vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention
   Status MlaAttention(int64_t l, const std::string& p) {
     const std::string a = p + "self_attn.";
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* kv_a, LayerTensor(l, "self_attn.kv_a_proj_with_mqa.weight"));
@@ -183,6 +186,8 @@ class VllmWriter : public LayoutWriter {
   }
 
   // The MoE layer's router and shared expert (DP replica 0).
+  // vllm/model_executor/models/deepseek_v2.py DeepseekV2MoE: gate a ReplicatedLinear with the
+  // fp32 e_score_correction_bias, shared experts a TP-split MLP over the engine's TP group
   Status Moe(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), all_, p + "mlp.gate.weight"));
     if (c_.router_bias) {
