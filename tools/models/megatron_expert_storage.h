@@ -42,7 +42,6 @@ struct ExpertShard {
   int64_t first = 0, count = 0;  // global experts [first, first + count)
   int64_t shard = 0;             // ETP shard index
   int64_t inter = 0, hidden = 0, elem = 0;  // rows of a shard, hidden size, bytes an element
-  int64_t num_experts = 0, moe_intermediate = 0;  // the stacks' shapes
 };
 
 // Places the fragments of one rank's experts (`s`) as `storage` keeps them, buffers named after

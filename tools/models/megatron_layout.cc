@@ -219,8 +219,6 @@ class MegatronWriter : public LayoutWriter {
     shard.inter = c_.moe_intermediate / m_.etp;
     shard.hidden = c_.hidden;
     shard.elem = DTypeSize(c_.dtype);
-    shard.num_experts = c_.num_experts;
-    shard.moe_intermediate = c_.moe_intermediate;
     for (int ep = 0; ep < m_.ep; ++ep) {
       for (int i = 0; i < m_.etp; ++i) {
         shard.rank = first_ + stage_size_ * s + m_.etp * ep + i;
