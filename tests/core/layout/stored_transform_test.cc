@@ -7,6 +7,7 @@
 
 #include "core/layout/layout.h"
 #include "core/layout/layout_io.h"
+#include "core/layout/tensor_stack.h"
 #include "core/layout/validate.h"
 
 namespace ferry {
@@ -55,6 +56,21 @@ TEST(StoredTransformTest, PlansRefuseThem) {
   Layout bad = MambaA();
   bad.transforms[0].tensor = 3;
   EXPECT_FALSE(ValidateLayout(bad).ok());
+}
+
+TEST(StoredTransformTest, KeptThroughStackRewrites) {
+  Layout l;
+  const int t = l.AddTensor({"e.[0:2].w", {2, 4}, DType::kBF16}).value();
+  l.PlaceFragment(t, Box::FromShape({2, 4}), 0, "w", 0, {4, 1});
+  l.transforms.push_back({t, "w = derived(w)", DType::kFP32});
+  Result<Layout> members = UnstackTensors(l);
+  ASSERT_TRUE(members.ok()) << members.status().ToString();
+  ASSERT_EQ(members->transforms.size(), 2u);
+  EXPECT_EQ(members->tensors[members->transforms[1].tensor].name, "e.1.w");
+  Result<Layout> stacked = StackMembers(*members, {l.tensors[0]});
+  ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+  ASSERT_EQ(stacked->transforms.size(), 1u);
+  EXPECT_EQ(stacked->tensors[stacked->transforms[0].tensor].name, "e.[0:2].w");
 }
 
 }  // namespace
