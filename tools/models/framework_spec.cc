@@ -98,6 +98,17 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         Num(world) + " (each rank holding whole experts); without it ep is 1 and every expert's "
         "FFN is split over all " + Num(world) + " ranks");
   }
+  if (v.ep == 1 && v.round_robin_experts) {
+    return InvalidArgument("placement=round_robin places experts over expert-parallel ranks; "
+                           "it needs ep = tp*dp > 1");
+  }
+  // vllm/model_executor/layers/fused_moe/layer.py determine_expert_placement_strategy
+  if (v.round_robin_experts && c.expert_groups <= 1) {
+    return InvalidArgument(
+        "vLLM supports round-robin expert placement only for models with multiple expert groups "
+        "and no redundant experts (it falls back to linear placement); '" + c.name + "' has " +
+        Num(c.expert_groups) + " expert group(s)");
+  }
   if (v.ep == 1) return CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp", world);
   return Status::Ok();
 }
@@ -122,7 +133,8 @@ std::string FrameworkSpec::ToString() const {
   const std::string naming = stack_expert_tensors ? "" : ",expert_tensors=members";
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
-           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") + naming;
+           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
+           (vllm.round_robin_experts ? ",placement=round_robin" : "") + naming;
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
@@ -189,6 +201,7 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"dp", &v.dp, {}},
           {"ep", &v.ep, {}},
           {"engines", &v.engines, {}},
+          WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -209,7 +222,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
       " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,"
       "pad_vocab=yes|no,experts=sequential|grouped|single_grouped|legacy_grouped or "
-      "vllm:tp=N,dp=N,ep=N,engines=N, either with expert_tensors=stacks|members; every key "
+      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));

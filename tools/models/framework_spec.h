@@ -8,9 +8,10 @@
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
-//  vllm:tp=,dp=,ep=,engines=                                    ranks = tp*dp*engines
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin          ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
-//      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank).
+//      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
+//      vLLM's --expert-placement-strategy.
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -50,6 +51,9 @@ struct VllmParallel {
   // RL rollout fleet: "TP32 x DP8" there means 8 engines of 32 GPUs). Within one engine, dp is
   // vLLM's own data parallelism, whose MoE layers span all of the engine's tp*dp ranks.
   int engines = 1;
+  // vLLM's --expert-placement-strategy: false "linear" (the default: an EP rank's experts are
+  // consecutive), true "round_robin" (EP rank r holds experts r, r + ep, ...).
+  bool round_robin_experts = false;
 };
 
 struct FrameworkSpec {

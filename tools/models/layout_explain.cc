@@ -79,8 +79,11 @@ void ExpertRules(const FrameworkSpec& r, const std::string& t, std::vector<Layou
   if (r.kind == FrameworkSpec::Kind::kVllm) {
     out.push_back({r.vllm.ep == 1 ? "FusedMoE without expert parallelism: every expert's FFN "
                                     "split over all tp*dp ranks (w13 = [gate_i; up_i], w2)"
-                                  : "FusedMoE with expert parallelism, ep = tp*dp: whole experts "
-                                    "a rank, the first E mod ep ranks one more",
+                                  : r.vllm.round_robin_experts
+                                        ? "FusedMoE with expert parallelism, ep = tp*dp, "
+                                          "round-robin: rank r holds experts r, r + ep, ..."
+                                        : "FusedMoE with expert parallelism, ep = tp*dp: whole "
+                                          "experts a rank, the first E mod ep ranks one more",
                    std::string(kVllm) + "vllm/model_executor/layers/fused_moe/config.py"});
     return;
   }

@@ -224,9 +224,12 @@ class VllmWriter : public LayoutWriter {
       const int64_t base = c_.num_experts / v_.ep;
       const int64_t extra = c_.num_experts % v_.ep;
       const int64_t count = base + (ep_rank < extra ? 1 : 0);
-      const int64_t first = ep_rank * base + std::min(ep_rank, extra);
       if (count == 0) continue;  // an EP rank without experts holds empty weights
-      PlaceRankExperts(p, ids, g, first_ + static_cast<int>(m), m % moe_tp, first, count);
+      // "round_robin": experts ep_rank, ep_rank + ep, ... (torch.arange(ep_rank, E, ep))
+      const bool rr = v_.round_robin_experts;
+      const int64_t first = rr ? ep_rank : ep_rank * base + std::min(ep_rank, extra);
+      PlaceRankExperts(p, ids, g, first_ + static_cast<int>(m), m % moe_tp, first, count,
+                       rr ? v_.ep : 1);
     }
     return Status::Ok();
   }
@@ -236,10 +239,12 @@ class VllmWriter : public LayoutWriter {
   };
   using ExpertIds = std::array<int, 3>;  // gate, up, down (LayoutWriter::AddExpertTensors)
 
-  // Experts [first, first + count), FFN shard `shard`, into `rank`'s w13_weight and w2_weight.
+  // Experts first, first + step, ... (count of them), FFN shard `shard`, into `rank`'s
+  // w13_weight and w2_weight, local expert after local expert. As stacks, consecutive experts
+  // (step 1) are one fragment a projection, others one a projection and expert.
   void PlaceRankExperts(const std::string& p, const std::vector<ExpertIds>& ids,
                         const ExpertGeometry& g, int rank, int64_t shard, int64_t first,
-                        int64_t count) {
+                        int64_t count, int64_t step) {
     const int b13 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w13_weight");
     const int b2 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w2_weight");
     const auto w13 = RowMajorStrides({count, 2 * g.inter, g.hidden});
@@ -257,15 +262,21 @@ class VllmWriter : public LayoutWriter {
     cols.hi[2] = (shard + 1) * g.inter;
     if (stack_experts_) {
       const auto [gate, up, down] = ids[0];
-      out_.fragments.push_back({gate, rows, {rank, b13, 0, w13}});
-      out_.fragments.push_back({up, rows, {rank, b13, up_offset, w13}});
-      out_.fragments.push_back({down, cols, {rank, b2, 0, w2}});
+      const int64_t runs = step == 1 ? 1 : count;  // fragments a projection
+      for (int64_t le = 0; le < runs; ++le) {
+        rows.lo[0] = cols.lo[0] = first + le * step;
+        rows.hi[0] = cols.hi[0] = step == 1 ? first + count : first + le * step + 1;
+        const int64_t at13 = le * w13[0] * g.elem, at2 = le * w2[0] * g.elem;
+        out_.fragments.push_back({gate, rows, {rank, b13, at13, w13}});
+        out_.fragments.push_back({up, rows, {rank, b13, at13 + up_offset, w13}});
+        out_.fragments.push_back({down, cols, {rank, b2, at2, w2}});
+      }
     } else {
       const Box member_rows = MemberBox(rows);
       const Box member_cols = MemberBox(cols);
       const std::array<int64_t, kMaxDims> gate_up{w13[1], w13[2]}, down{w2[1], w2[2]};
       for (int64_t le = 0; le < count; ++le) {
-        const auto& [gate, up, dn] = ids[first + le];
+        const auto& [gate, up, dn] = ids[first + le * step];
         const int64_t at13 = le * w13[0] * g.elem;
         out_.fragments.push_back({gate, member_rows, {rank, b13, at13, gate_up}});
         out_.fragments.push_back({up, member_rows, {rank, b13, at13 + up_offset, gate_up}});

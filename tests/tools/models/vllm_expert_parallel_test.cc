@@ -15,9 +15,10 @@
 namespace ferry::models {
 namespace {
 
-// One MoE layer of `experts` experts (FFN 16, hidden 32, bf16).
-ModelPreset SmallMoe(int64_t experts) {
+// One MoE layer of `experts` experts (FFN 16, hidden 32, bf16) routed in `groups` groups.
+ModelPreset SmallMoe(int64_t experts, int64_t groups = 0) {
   ModelConfig c;
+  c.expert_groups = groups;
   c.name = "small-moe-" + std::to_string(experts);
   c.family = ModelFamily::kQwen3Moe;
   c.hidden = 32;
@@ -71,6 +72,33 @@ TEST(VllmExpertParallelTest, FewerExpertsThanRanks) {
   Layout l = BuildAsSpecified(p, "vllm:tp=4,ep=4");
   EXPECT_GE(l.FindBuffer(2, kW13), 0);
   EXPECT_EQ(l.FindBuffer(3, kW13), -1);  // EP rank 3 owns no expert
+}
+
+// "round_robin" (determine_expert_map): EP rank r holds torch.arange(r, E, ep); for 10 experts
+// over ep 4, rank 1 holds 1, 5, 9 as local experts 0, 1, 2. vLLM keeps it only for models with
+// several expert groups (layer.py determine_expert_placement_strategy).
+TEST(VllmExpertParallelTest, RoundRobinPlacement) {
+  ModelPreset p = SmallMoe(10, /*groups=*/2);
+  for (const char* naming : {"", ",expert_tensors=members"}) {
+    SCOPED_TRACE(naming);
+    Layout l = Build(p, std::string("vllm:tp=2,dp=2,ep=4,placement=round_robin") + naming);
+    const int64_t expert = 2 * 16 * 32 * 2;  // bytes of one expert's w13
+    const int64_t experts[3] = {1, 5, 9};
+    for (int le = 0; le < 3; ++le) {
+      auto gate = FragmentsIn(l, 1, kW13, "model.layers.0.mlp.experts." +
+                                              std::to_string(experts[le]) + ".gate_proj.weight");
+      ASSERT_EQ(gate.size(), 1u) << le;
+      EXPECT_EQ(gate[0].loc.byte_offset, le * expert);
+    }
+    EXPECT_EQ(l.buffers[l.FindBuffer(3, kW13)].bytes, 2 * expert);  // experts 3 and 7
+  }
+  EXPECT_EQ(Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin").ToString(),
+            "vllm:tp=2,dp=2,ep=4,placement=round_robin");
+  Result<Layout> ungrouped =
+      BuildFrameworkLayout(SmallMoe(10), Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin"));
+  ASSERT_FALSE(ungrouped.ok());
+  EXPECT_NE(ungrouped.status().message().find("multiple expert groups"), std::string::npos);
+  EXPECT_FALSE(BuildFrameworkLayout(p, Spec("vllm:tp=2,dp=2,placement=round_robin")).ok());
 }
 
 TEST(VllmExpertParallelTest, OnlyOneAndTpTimesDpExist) {
