@@ -208,6 +208,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       options.relay_chunk_bytes < 64) {
     return InvalidArgument("chunk sizes must be at least 64 bytes");
   }
+  FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, destination));
   PhaseClock clock;
   return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
     return PlanReshardWithFold(s, d, topology, options, clock);
@@ -216,6 +217,7 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
 
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
                                        const Topology& topology, const PlannerOptions& options) {
+  FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, destination));
   return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
     return PlanGatherBroadcastOf(s, d, topology, options);
   });

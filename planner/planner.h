@@ -70,6 +70,8 @@ struct PlanResult {
   int stacks = 0;
 };
 
+// Both refuse layouts that store a tensor transformed (StoredTransform, core/layout/layout.h),
+// naming the tensor and its transform: a plan copies bytes as they are.
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                                const Topology& topology, const PlannerOptions& options = {});
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,

@@ -182,4 +182,21 @@ std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f) const {
   return {f.loc.byte_offset, (last + 1) * elem};
 }
 
+Status CheckNoStoredTransforms(const Layout& source, const Layout& destination) {
+  for (const Layout* l : {&destination, &source}) {
+    if (l->transforms.empty()) continue;
+    const StoredTransform& t = l->transforms.front();
+    const std::string name = t.tensor >= 0 && t.tensor < static_cast<int>(l->tensors.size())
+                                 ? l->tensors[t.tensor].name
+                                 : "#" + std::to_string(t.tensor);
+    const bool dst = l == &destination;
+    return InvalidArgument(
+        std::string(dst ? "destination" : "source") + " tensor '" + name + "' is stored as " +
+        t.transform + " (" + std::string(DTypeName(t.stored_dtype)) + "), not as the checkpoint holds it: a " +
+        (dst ? "raw copy into it" : "raw copy out of it") +
+        " would give values of another meaning, and ferry has no transform op yet");
+  }
+  return Status::Ok();
+}
+
 }  // namespace ferry

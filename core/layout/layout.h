@@ -45,6 +45,18 @@ struct PaddingRegion {
   Box box;
 };
 
+// A tensor that a layout's owner keeps transformed rather than as the checkpoint holds it (vLLM's
+// Mamba A = -exp(A_log) in fp32, an FP8 weight with block scales, a matrix derived after loading):
+// its fragments say where the stored values lie, counting offsets and strides in elements of
+// `stored_dtype`. Copying the other side's bytes into them, or reading them as the tensor, would
+// give values of another meaning, so plans refuse such layouts (CheckNoStoredTransforms) until
+// transform ops exist.
+struct StoredTransform {
+  int tensor = 0;
+  std::string transform;  // what is stored, e.g. "A = -exp(A_log)"
+  DType stored_dtype = DType::kFP32;
+};
+
 // Row-major element strides for a box of this shape.
 std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape);
 
@@ -54,6 +66,7 @@ class Layout {
   BufferList buffers;       // BufferSpecs by index: buffer_list.h
   FragmentTable fragments;  // compact: see fragment_table.h
   std::vector<PaddingRegion> padding;
+  std::vector<StoredTransform> transforms;
 
   // Adds a tensor; fails if the name exists with another shape or dtype, returns the existing
   // index if it exists with the same ones.
@@ -100,5 +113,9 @@ class Layout {
   size_t tensors_indexed_ = 0;
   size_t buffers_indexed_ = 0;
 };
+
+// Ok when neither layout stores a tensor transformed; otherwise InvalidArgument naming the first
+// such tensor, its side and its transform: plans copy bytes as they are.
+Status CheckNoStoredTransforms(const Layout& source, const Layout& destination);
 
 }  // namespace ferry

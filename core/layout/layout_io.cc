@@ -139,9 +139,33 @@ Result<YAML::Node> ParseDocument(const std::string& text) {
   }
 }
 
+// `transforms`: [{tensor, transform, dtype}], tensors stored transformed (StoredTransform).
+Status ReadTransforms(const YAML::Node& transforms, Layout& layout) {
+  if (!transforms.IsDefined() || transforms.IsNull()) return Status::Ok();
+  if (!transforms.IsSequence()) return Bad(transforms, "transforms", "expected a list");
+  for (size_t i = 0; i < transforms.size(); ++i) {
+    const std::string path = Index("transforms", i);
+    const YAML::Node& n = transforms[i];
+    FERRY_RETURN_IF_ERROR(CheckMap(n, path, {"tensor", "transform", "dtype"}));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(n, path, "tensor"));
+    FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
+    const int t = layout.FindTensor(tensor);
+    if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+    FERRY_ASSIGN_OR_RETURN(YAML::Node what_node, Required(n, path, "transform"));
+    FERRY_ASSIGN_OR_RETURN(std::string what, ReadString(what_node, Join(path, "transform")));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node dtype_node, Required(n, path, "dtype"));
+    FERRY_ASSIGN_OR_RETURN(std::string dname, ReadString(dtype_node, Join(path, "dtype")));
+    Result<DType> dtype = ParseDType(dname);
+    if (!dtype.ok()) return Bad(dtype_node, Join(path, "dtype"), dtype.status().message());
+    layout.transforms.push_back({t, what, *dtype});
+  }
+  return Status::Ok();
+}
+
 Result<Layout> ParseLayoutNode(const YAML::Node& root) {
   FERRY_RETURN_IF_ERROR(
-      CheckMap(root, "", {"format", "version", "tensors", "buffers", "fragments", "padding"}));
+      CheckMap(root, "",
+               {"format", "version", "tensors", "buffers", "fragments", "padding", "transforms"}));
   if (root["format"].IsDefined()) {
     FERRY_ASSIGN_OR_RETURN(std::string format, ReadString(root["format"], "format"));
     if (format != "ferry-layout") {
@@ -261,6 +285,7 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
       layout.AddPadding(t, box);
     }
   }
+  FERRY_RETURN_IF_ERROR(ReadTransforms(root["transforms"], layout));
   return layout;
 }
 
@@ -445,6 +470,18 @@ std::string LayoutToYaml(const Layout& layout) {
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
+  if (!layout.transforms.empty()) {
+    out << YAML::Key << "transforms" << YAML::Value << YAML::BeginSeq;
+    for (const StoredTransform& t : layout.transforms) {
+      out << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "tensor" << YAML::Value;
+      EmitTensorRef(out, layout, t.tensor);
+      out << YAML::Key << "transform" << YAML::Value << t.transform;
+      out << YAML::Key << "dtype" << YAML::Value << std::string(DTypeName(t.stored_dtype));
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
   if (!layout.padding.empty()) {
     out << YAML::Key << "padding" << YAML::Value << YAML::BeginSeq;
     for (const PaddingRegion& p : layout.padding) {

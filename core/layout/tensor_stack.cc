@@ -247,6 +247,14 @@ Result<Layout> UnstackTensors(const Layout& layout) {
       out.padding.push_back({first_of[t] + static_cast<int>(j), unstack_box(p.box)});
     }
   }
+  for (const StoredTransform& x : layout.transforms) {  // a stack's transform is each member's
+    const size_t t = static_cast<size_t>(x.tensor);
+    if (x.tensor < 0 || t >= first_of.size()) continue;
+    const int64_t members = is_stack(x.tensor) ? layout.tensors[t].shape[0] : 1;
+    for (int64_t j = 0; j < members; ++j) {
+      out.transforms.push_back({first_of[t] + static_cast<int>(j), x.transform, x.stored_dtype});
+    }
+  }
   return out;
 }
 
@@ -369,6 +377,16 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
     }
     out.padding.push_back(
         {stack_index[static_cast<size_t>(stack_of[t])], stacked_box(p.box, index_of[t])});
+  }
+  for (const StoredTransform& x : layout.transforms) {  // members' transforms become the stack's
+    const size_t t = static_cast<size_t>(x.tensor);
+    if (x.tensor < 0 || t >= new_index.size()) continue;
+    const int tensor =
+        t < stack_of.size() && stack_of[t] >= 0 ? stack_index[static_cast<size_t>(stack_of[t])]
+                                                : new_index[t];
+    const bool seen = std::any_of(out.transforms.begin(), out.transforms.end(),
+                                  [&](const StoredTransform& y) { return y.tensor == tensor; });
+    if (!seen) out.transforms.push_back({tensor, x.transform, x.stored_dtype});
   }
   if (stacked != nullptr) *stacked = members;
   return out;

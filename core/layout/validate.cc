@@ -449,6 +449,13 @@ Status ValidateLayout(const Layout& layout, const ValidateOptions& options) {
                              "' does not match its shape " + FormatInts(t.shape));
     }
   }
+  for (const StoredTransform& t : layout.transforms) {
+    if (t.tensor < 0 || t.tensor >= static_cast<int>(layout.tensors.size())) {
+      return InvalidArgument("stored transform '" + t.transform + "' refers to tensor index " +
+                             std::to_string(t.tensor) + " but the layout has " +
+                             std::to_string(layout.tensors.size()) + " tensors");
+    }
+  }
   FERRY_RETURN_IF_ERROR(CheckMemoryOverlap(layout));
   if (options.require_full_coverage) FERRY_RETURN_IF_ERROR(CheckCoverage(layout));
   return Status::Ok();

@@ -178,9 +178,9 @@ TEST(IntersectPresets, FrameworkLayoutsAreDescribedExactly) {
       {"qwen3-30b-a3b", "1/16", "megatron:tp=2,ep=2", "vllm:tp=2,dp=2"},
       {"qwen3-30b-a3b", "1/16", "megatron:tp=2,pp=2,ep=4", "vllm:tp=4,dp=2,ep=8"},
       {"qwen3-30b-a3b", "1/16", "megatron:pp=4,ep=8", "vllm:tp=2,dp=4,ep=1"},
-      {"deepseek-v3", "1/64", "megatron:pp=4,ep=4", "vllm:tp=4,dp=2,ep=8"},
-      {"deepseek-v3", "1/64", "megatron:tp=2,pp=2,ep=8", "vllm:tp=8,dp=1,ep=1"},
-      {"deepseek-v3", "1/64", "megatron:pp=2,ep=16", "vllm:tp=16,dp=2,ep=4"},
+      {"deepseek-v3", "1/64", "megatron:pp=4,ep=4,first=16,last=15", "vllm:tp=4,dp=2,ep=8"},
+      {"deepseek-v3", "1/64", "megatron:tp=2,pp=2,first=31,ep=8", "vllm:tp=8,dp=1,ep=1"},
+      {"deepseek-v3", "1/64", "megatron:pp=2,first=31,ep=16", "vllm:tp=16,dp=2,ep=32"},
       {"nemotron-h-8b", "1/16", "megatron:tp=2,pp=2", "vllm:tp=4,dp=2"},
   };
   for (const Case& c : cases) {

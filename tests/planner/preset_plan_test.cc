@@ -58,9 +58,13 @@ int64_t NodeNeedBytes(const Layout& destination, const Topology& topology, int n
 TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
   const std::vector<PresetCase> cases = {
       {"llama-3.1-8b", 1.0 / 64, "megatron:tp=2,pp=2", "vllm:tp=2,dp=4", 2, false},
-      {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4", 2, true},
-      {"deepseek-v3", 1.0 / 256, "megatron:pp=2,ep=4", "vllm:tp=4,dp=2,ep=8", 4, true},
+      {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1,experts=single_grouped",
+       "vllm:tp=2,dp=2,ep=4", 2, true},
+      {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4,experts=single_grouped",
+       "vllm:tp=4,dp=2,ep=8", 4, true},
   };
+  // The MoE sources keep a rank's experts in one buffer (experts=single_grouped), so that member
+  // by member they form constant-stride families the planner can fold.
   // How each side names the experts: as tensor stacks (the presets' default) on both, which
   // needs no folding; member by member on both, which the planner folds; and stacks on one side
   // with members on the other, where the planner rewrites the smaller layout: stacking its

@@ -1,5 +1,6 @@
 // `ferry layout`: builds a model preset's layout under a framework spec and prints its summary
-// (optionally validating it and saving it as YAML), or loads a layout file and validates it.
+// (optionally validating it and saving it as YAML), or one tensor's fragments and the rules behind
+// them (--explain), or loads a layout file and validates it.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "core/layout/validate.h"
 #include "tools/cli/commands.h"
 #include "tools/models/framework_layouts.h"
+#include "tools/models/layout_explain.h"
 #include "tools/models/layout_summary.h"
 #include "tools/models/presets.h"
 
@@ -29,6 +31,7 @@ struct LayoutOptions {
   std::string save;
   std::string save_topology;
   std::string validate;
+  std::string explain;
 };
 
 int Fail(const Status& status) {
@@ -80,6 +83,13 @@ int BuildAndSummarize(const LayoutOptions& o) {
   const double build_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!layout.ok()) return Fail(layout.status());
+  if (!o.explain.empty()) {
+    Result<std::string> text =
+        models::ExplainTensor(preset->config(), *resolved, *layout, o.explain);
+    if (!text.ok()) return Fail(text.status());
+    std::cout << *text;
+    return 0;
+  }
 
   const models::LayoutSummary summary =
       models::SummarizeLayout(*layout, preset->config().name, resolved->ToString());
@@ -111,13 +121,15 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<LayoutOptions>();
   CLI::App* cmd = app.add_subcommand(
       "layout",
-      "Build a model preset's layout under a framework (megatron:tp=,pp=,ep=,etp=,dp=,cp= or "
-      "vllm:tp=,dp=,ep=) and print a summary; or validate a layout file");
+      "Build a model preset's layout under a framework (megatron:tp=,pp=,first=,last=,ep=,etp=,"
+      "dp=,cp= or vllm:tp=,dp=,ep=) and print a summary or explain one tensor; or validate a "
+      "layout file");
   std::string models_help = "model preset:";
   for (const std::string& name : models::PresetNames()) models_help += " " + name;
   cmd->add_option("--model", options->model, models_help);
   cmd->add_option("--framework", options->framework,
-                  "framework spec, e.g. megatron:tp=2,pp=4,ep=16 or vllm:tp=8,dp=2,ep=16");
+                  "framework spec, e.g. megatron:tp=2,pp=4,first=23,last=23,ep=16 or "
+                  "vllm:tp=8,dp=2,ep=16");
   cmd->add_option("--scale", options->scale,
                   "shrink the model's dims by this factor (e.g. 1/64), keeping its structure")
       ->capture_default_str();
@@ -132,6 +144,9 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--validate", options->validate,
                   "load this layout file (YAML/JSON) and validate it; exits 1 with the reason");
   cmd->add_flag("--list-models", options->list_models, "list the model presets");
+  cmd->add_option("--explain", options->explain,
+                  "print this tensor's fragments rank by rank and the rules (with their upstream "
+                  "files) that placed them, instead of the summary");
   cmd->callback([options, exit_code] {
     if (!options->validate.empty()) {
       *exit_code = ValidateFile(options->validate);

@@ -243,8 +243,8 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
     return names;
   }() + ")");
   cmd->add_option("--scale", *scale, "Shrink the preset's wide dims by this factor (0, 1], e.g. 1/64");
-  cmd->add_option("--src", args->source_spec, "Source framework, e.g. megatron:pp=16,ep=16");
-  cmd->add_option("--dst", args->destination_spec, "Destination framework, e.g. vllm:tp=32,dp=8,ep=32");
+  cmd->add_option("--src", args->source_spec, "Source framework, e.g. megatron:pp=16,ep=16,first=3,last=2");
+  cmd->add_option("--dst", args->destination_spec, "Destination framework, e.g. vllm:tp=32,ep=32,engines=8");
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node (default 8)");
   cmd->add_flag("--colocated", args->colocated, "Destination on the source's ranks");
   cmd->add_option("--src-layout", args->source_layout_file, "Source layout file (YAML/JSON)");

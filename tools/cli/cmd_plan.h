@@ -22,7 +22,7 @@ struct PlanCommandArgs {
   std::string model;
   double scale = 1.0;       // shrink the preset's wide dims (tests, quick looks)
   std::string source_spec;  // "megatron:pp=16,ep=16"
-  std::string destination_spec;  // "vllm:tp=32,dp=8,ep=32"
+  std::string destination_spec;  // "vllm:tp=32,ep=32,engines=8"
   int gpus_per_node = 8;
   bool colocated = false;   // destination on the source's ranks
   // File mode (instead of a preset): layouts in YAML/JSON (docs/layout-format.md), optional

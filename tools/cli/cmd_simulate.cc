@@ -27,7 +27,7 @@ namespace {
 struct SimulateArgs {
   std::string model = "deepseek-v3";
   std::string scale = "1";
-  std::string source = "megatron:pp=16,ep=16";
+  std::string source = "megatron:pp=16,ep=16,first=3,last=2";
   // The published RL rollout fleet: 8 independent engines of 32 GPUs.
   std::string destination = "vllm:tp=32,ep=32,engines=8";
   std::string cluster = "dgx-h100";
@@ -235,7 +235,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--scale", args->scale, "shrink the model's wide dims, e.g. 1/64")
       ->capture_default_str();
-  cmd->add_option("--src", args->source, "trainer layout, e.g. megatron:pp=16,ep=16")
+  cmd->add_option("--src", args->source, "trainer layout, e.g. megatron:pp=16,ep=16,first=3,last=2")
       ->capture_default_str();
   cmd->add_option("--dst", args->destination,
                   "inference layout, e.g. vllm:tp=32,ep=32,engines=8 (engines: independent copies)")

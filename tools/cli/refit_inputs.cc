@@ -20,7 +20,7 @@ Status CheckGpusPerNode(int gpus_per_node) {
 Result<RefitInputs> PresetInputs(const RefitSourceArgs& args) {
   if (args.source_spec.empty() || args.destination_spec.empty()) {
     return InvalidArgument("--model needs both --src and --dst framework specs, e.g. --src "
-                           "megatron:pp=16,ep=16 --dst vllm:tp=32,ep=32,engines=8");
+                           "megatron:pp=16,ep=16,first=3,last=2 --dst vllm:tp=32,ep=32,engines=8");
   }
   Result<models::ModelPreset> preset = models::MakePreset(args.model, args.scale);
   if (!preset.ok()) return preset.status().WithContext("--model " + args.model);

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "core/base/strings.h"
+#include "tools/models/pipeline_stages.h"
+#include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
 
@@ -60,12 +63,16 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     const int tpcp = m.tp * m.cp;
     m.dp = c.IsMoe() ? std::lcm(tpcp, m.ep * m.etp) / tpcp : 1;
   }
-  if (m.pp > c.num_layers) {
-    return InvalidArgument("pp " + Num(m.pp) + " exceeds the " + Num(c.num_layers) + " layers");
-  }
-  Status st = CheckTensorParallel(c, m.tp);
+  Status st = MegatronStageOfLayer(c.num_layers, m.pp, m.first, m.last).status();
+  if (st.ok()) st = CheckTensorParallel(c, m.tp);
   if (st.ok() && !c.IsMla()) {
     st = CheckDivides("num_kv_heads (query groups)", c.num_kv_heads, "tp", m.tp);
+  }
+  if (st.ok()) {
+    st = MegatronPaddedVocab(c.vocab, m.tp, m.vocab_divisible_by, m.pad_vocab).status();
+  }
+  if (st.ok() && c.IsMoe() && m.experts == MegatronExpertStorage::kLegacyGrouped && m.etp != 1) {
+    st = InvalidArgument("experts=legacy_grouped is modelled with etp=1 only");
   }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
@@ -78,6 +85,34 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   return st;
 }
 
+// vLLM's two MoE modes (vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make):
+// without --enable-expert-parallel (ep=1) every expert's FFN is split over all tp*dp ranks; with it
+// the expert-parallel size is tp*dp, each rank holding whole experts (uneven counts allowed, the
+// first ranks one more). No other ep exists.
+Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
+  const int64_t world = static_cast<int64_t>(v.tp) * v.dp;
+  if (v.ep != 1 && v.ep != world) {
+    return InvalidArgument(
+        "vLLM has no ep=" + Num(v.ep) + " for tp=" + Num(v.tp) + ", dp=" + Num(v.dp) +
+        ": with --enable-expert-parallel its MoE layers' expert-parallel size is tp*dp = " +
+        Num(world) + " (each rank holding whole experts); without it ep is 1 and every expert's "
+        "FFN is split over all " + Num(world) + " ranks");
+  }
+  if (v.ep == 1 && v.round_robin_experts) {
+    return InvalidArgument("placement=round_robin places experts over expert-parallel ranks; "
+                           "it needs ep = tp*dp > 1");
+  }
+  // vllm/model_executor/layers/fused_moe/layer.py determine_expert_placement_strategy
+  if (v.round_robin_experts && c.expert_groups <= 1) {
+    return InvalidArgument(
+        "vLLM supports round-robin expert placement only for models with multiple expert groups "
+        "and no redundant experts (it falls back to linear placement); '" + c.name + "' has " +
+        Num(c.expert_groups) + " expert group(s)");
+  }
+  if (v.ep == 1) return CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp", world);
+  return Status::Ok();
+}
+
 // vLLM: KV heads and tp divide one another (KV heads are replicated when tp exceeds them); the
 // engine's tp*dp ranks split into ep expert owners, each expert's FFN over the rest.
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
@@ -87,12 +122,8 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
     st = InvalidArgument("num_kv_heads " + Num(c.num_kv_heads) + " and tp " + Num(v.tp) +
                          " do not divide one another");
   }
-  if (st.ok() && c.IsMoe()) {
-    const int64_t world = static_cast<int64_t>(v.tp) * v.dp;
-    st = CheckDivides("tp*dp", world, "ep", v.ep);
-    if (st.ok()) st = CheckDivides("num_experts", c.num_experts, "ep", v.ep);
-    if (st.ok()) st = CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp/ep", world / v.ep);
-  }
+  if (st.ok()) st = VllmPaddedVocab(c.vocab, v.tp).status();
+  if (st.ok() && c.IsMoe()) st = CheckVllmExpertParallel(v, c);
   return st;
 }
 
@@ -102,35 +133,107 @@ std::string FrameworkSpec::ToString() const {
   const std::string naming = stack_expert_tensors ? "" : ",expert_tensors=members";
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
-           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") + naming;
+           (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
+           (vllm.round_robin_experts ? ",placement=round_robin" : "") + naming;
   }
   const MegatronParallel& m = megatron;
-  std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp) + ",ep=" + Num(m.ep);
+  std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
+  if (m.first > 0) s += ",first=" + Num(m.first);
+  if (m.last > 0) s += ",last=" + Num(m.last);
+  s += ",ep=" + Num(m.ep);
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
   s += ",cp=" + Num(m.cp);
-  return (m.separate_expert_buffers ? s + ",experts=separate" : s) + naming;
+  if (m.vocab_divisible_by != 128) s += ",vocab_divisible_by=" + Num(m.vocab_divisible_by);
+  if (!m.pad_vocab) s += ",pad_vocab=no";
+  if (m.experts != MegatronExpertStorage::kSequential) {
+    s += std::string(",experts=") + ExpertStorageName(m.experts);
+  }
+  return s + naming;
 }
+
+namespace {
+
+// One key of a spec: a positive integer stored in `number`, or a word that `word` checks and
+// stores.
+struct SpecKey {
+  std::string name;
+  int* number = nullptr;
+  std::function<Status(const std::string&)> word;
+};
+
+// A word-valued key accepting exactly `a` (sets *flag to flag_for_a) or `b`.
+SpecKey WordKey(const std::string& name, const std::string& a, const std::string& b, bool* flag,
+                bool flag_for_a) {
+  return {name, nullptr, [=](const std::string& value) {
+            if (value != a && value != b) {
+              return InvalidArgument("bad value '" + value + "' for " + name + ": expected " + a +
+                                     " or " + b);
+            }
+            *flag = (value == a) == flag_for_a;
+            return Status::Ok();
+          }};
+}
+
+std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
+  MegatronParallel& m = spec.megatron;
+  return {{"tp", &m.tp, {}},
+          {"pp", &m.pp, {}},
+          {"first", &m.first, {}},
+          {"last", &m.last, {}},
+          {"ep", &m.ep, {}},
+          {"etp", &m.etp, {}},
+          {"dp", &m.dp, {}},
+          {"cp", &m.cp, {}},
+          {"vocab_divisible_by", &m.vocab_divisible_by, {}},
+          WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
+          {"experts", nullptr,
+           [&m](const std::string& value) -> Status {
+             FERRY_ASSIGN_OR_RETURN(m.experts, ParseExpertStorage(value));
+             return Status::Ok();
+           }},
+          WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
+}
+
+std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
+  VllmParallel& v = spec.vllm;
+  return {{"tp", &v.tp, {}},
+          {"dp", &v.dp, {}},
+          {"ep", &v.ep, {}},
+          {"engines", &v.engines, {}},
+          WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
+          WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
+}
+
+Status ParseNumber(const SpecKey& key, const std::string& value) {
+  char* end = nullptr;
+  const long parsed = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || end != value.c_str() + value.size() || parsed < 1 || parsed > (1 << 20)) {
+    return InvalidArgument("bad value '" + value + "' for " + key.name +
+                           ": expected a positive integer");
+  }
+  *key.number = static_cast<int>(parsed);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,ep=N,etp=N,dp=N,cp=N,experts=stacked|separate or "
-      "vllm:tp=N,dp=N,ep=N,engines=N, either with expert_tensors=stacks|members; every key "
+      " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,"
+      "pad_vocab=yes|no,experts=sequential|grouped|single_grouped|legacy_grouped or "
+      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
   FrameworkSpec spec;
-  std::vector<std::pair<std::string, int*>> keys;
+  std::vector<SpecKey> keys;
   if (name == "megatron") {
     spec.kind = FrameworkSpec::Kind::kMegatron;
-    MegatronParallel& m = spec.megatron;
-    keys = {{"tp", &m.tp}, {"pp", &m.pp}, {"ep", &m.ep}, {"etp", &m.etp},
-            {"dp", &m.dp}, {"cp", &m.cp}, {"experts", nullptr}, {"expert_tensors", nullptr}};
+    keys = MegatronKeys(spec);
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
-    VllmParallel& v = spec.vllm;
-    keys = {{"tp", &v.tp}, {"dp", &v.dp}, {"ep", &v.ep}, {"engines", &v.engines},
-            {"expert_tensors", nullptr}};
+    keys = VllmKeys(spec);
   } else {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
@@ -141,7 +244,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
     if (kv.empty()) continue;
     const size_t eq = kv.find('=');
     const std::string key = Trim(kv.substr(0, eq));
-    auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; });
+    auto it = std::find_if(keys.begin(), keys.end(), [&](const SpecKey& k) { return k.name == key; });
     if (it == keys.end()) {
       return InvalidArgument("unknown key '" + key + "' for " + name + " in '" + text + "'" + usage);
     }
@@ -149,29 +252,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       return InvalidArgument("key '" + key + "' given twice in '" + text + "'");
     }
     const std::string value = eq == std::string::npos ? "" : Trim(kv.substr(eq + 1));
-    if (key == "experts") {
-      if (value != "stacked" && value != "separate") {
-        return InvalidArgument("bad value '" + value + "' for experts in '" + text +
-                               "': expected stacked or separate");
-      }
-      spec.megatron.separate_expert_buffers = value == "separate";
-      continue;
-    }
-    if (key == "expert_tensors") {
-      if (value != "stacks" && value != "members") {
-        return InvalidArgument("bad value '" + value + "' for expert_tensors in '" + text +
-                               "': expected stacks or members");
-      }
-      spec.stack_expert_tensors = value == "stacks";
-      continue;
-    }
-    char* end = nullptr;
-    const long parsed = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || end != value.c_str() + value.size() || parsed < 1 || parsed > (1 << 20)) {
-      return InvalidArgument("bad value '" + value + "' for " + key + " in '" + text +
-                             "': expected a positive integer");
-    }
-    *it->second = static_cast<int>(parsed);
+    Status st = it->number != nullptr ? ParseNumber(*it, value) : it->word(value);
+    if (!st.ok()) return st.WithContext("in '" + text + "'");
   }
   return spec;
 }

@@ -2,11 +2,16 @@
 // ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
-//  megatron:tp=,pp=,ep=,etp=,dp=,cp=,experts=stacked|separate   ranks = tp*cp*dp*pp
-//      (tools/models/megatron_layout.h). etp defaults to tp (as in Megatron); dp defaults to the
-//      smallest value that fits ep*etp.
-//  vllm:tp=,dp=,ep=,engines=                                    ranks = tp*dp*engines
-//      (tools/models/vllm_layout.h).
+//  megatron:tp=,pp=,first=,last=,ep=,etp=,dp=,cp=,experts=,vocab_divisible_by=,pad_vocab=
+//      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
+//      pipeline stage (tools/models/pipeline_stages.h). experts: Megatron-Core's expert module
+//      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
+//      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
+//      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin          ranks = tp*dp*engines
+//      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
+//      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
+//      vLLM's --expert-placement-strategy.
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -15,21 +20,29 @@
 #include <string>
 
 #include "core/base/status.h"
+#include "tools/models/megatron_expert_storage.h"
 #include "tools/models/presets.h"
 
 namespace ferry::models {
 
 struct MegatronParallel {
   int tp = 1, pp = 1, ep = 1;
+  // Layers of the first / last pipeline stage (Megatron's --decoder-first-pipeline-num-layers /
+  // --decoder-last-pipeline-num-layers); 0: not given, the stages split the layers evenly.
+  int first = 0, last = 0;
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;
-  // Where a rank keeps its local experts of a layer: false (the default, "experts=stacked"): in
-  // one linear_fc1 and one linear_fc2 buffer, local expert after local expert (the contiguous
-  // parameter storage of Megatron-Core's grouped experts and DDP buffers, in ascending order);
-  // true ("experts=separate"): one buffer per local expert, linear_fc1.weight<i>, as
-  // SequentialMLP parameters are allocated one by one.
-  bool separate_expert_buffers = false;
+  // Which Megatron-Core expert module holds a rank's local experts of a layer, and so their
+  // parameters (tools/models/megatron_expert_storage.h). Default: Megatron-Core's own
+  // (moe_grouped_gemm=False: SequentialMLP).
+  MegatronExpertStorage experts = MegatronExpertStorage::kSequential;
+  // Vocabulary padding of the embedding and output layer. pad_vocab (Megatron-LM's default): the
+  // vocabulary is padded to a multiple of vocab_divisible_by * tp, every TP rank holding
+  // padded / tp rows, the padding rows last; !pad_vocab (Megatron-Bridge's should_pad_vocab=False):
+  // the checkpoint's vocabulary as is, which tp must divide.
+  int vocab_divisible_by = 128;
+  bool pad_vocab = true;
 };
 
 struct VllmParallel {
@@ -38,6 +51,9 @@ struct VllmParallel {
   // RL rollout fleet: "TP32 x DP8" there means 8 engines of 32 GPUs). Within one engine, dp is
   // vLLM's own data parallelism, whose MoE layers span all of the engine's tp*dp ranks.
   int engines = 1;
+  // vLLM's --expert-placement-strategy: false "linear" (the default: an EP rank's experts are
+  // consecutive), true "round_robin" (EP rank r holds experts r, r + ep, ...).
+  bool round_robin_experts = false;
 };
 
 struct FrameworkSpec {

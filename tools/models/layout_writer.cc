@@ -74,6 +74,24 @@ Result<std::array<int, 3>> LayoutWriter::AddExpertStacks(int64_t l) {
   return ids;
 }
 
+Result<std::vector<std::array<int, 3>>> LayoutWriter::AddExpertTensors(int64_t l) {
+  std::vector<std::array<int, 3>> ids;
+  if (stack_experts_) {
+    FERRY_ASSIGN_OR_RETURN(const auto stacks, AddExpertStacks(l));
+    ids.push_back(stacks);
+    return ids;
+  }
+  ids.resize(static_cast<size_t>(c_.num_experts));
+  const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
+  for (int64_t e = 0; e < c_.num_experts; ++e) {
+    for (int j = 0; j < 3; ++j) {
+      FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(ExpertTensorName(c_, l, e, projs[j])));
+      FERRY_ASSIGN_OR_RETURN(ids[e][j], out_.AddTensor(*t));
+    }
+  }
+  return ids;
+}
+
 Result<const TensorSpec*> LayoutWriter::Get(const std::string& name) const {
   const TensorSpec* t = preset_.Find(name);
   if (t == nullptr) return Internal("model '" + c_.name + "' has no tensor '" + name + "'");
@@ -104,9 +122,15 @@ Status LayoutWriter::Row(const std::string& hf_name, const std::vector<int>& tp_
 }
 
 Status LayoutWriter::Vocab(const std::string& hf_name, const std::vector<int>& tp_ranks,
-                           int64_t pad, const std::string& buffer) {
+                           int64_t rows_per_rank, const std::string& buffer) {
   FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(hf_name));
-  return AddVocabParallel(out_, *t, tp_ranks, pad, buffer);
+  const int64_t padded = rows_per_rank * static_cast<int64_t>(tp_ranks.size());
+  if (padded < t->shape[0]) {
+    return Internal("'" + t->name + "': " + Num(padded) + " padded rows for a vocabulary of " +
+                    Num(t->shape[0]));
+  }
+  // A pad multiple of rows_per_rank rounds the vocabulary up to exactly `padded` rows.
+  return AddVocabParallel(out_, *t, tp_ranks, rows_per_rank, buffer);
 }
 
 Status LayoutWriter::GateUp(const std::string& gate_name, const std::string& up_name,

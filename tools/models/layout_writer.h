@@ -53,6 +53,9 @@ class LayoutWriter {
   // Adds the tensor stacks of layer `l`'s routed experts (gate, up, down: [E, ...member shape],
   // checked against the preset's expert tensors) and returns their indexes.
   Result<std::array<int, 3>> AddExpertStacks(int64_t l);
+  // The tensor ids of layer l's gate, up and down: one entry (the stacks, when stack_experts_) or
+  // one per expert (the checkpoint's tensors), indexed by global expert.
+  Result<std::vector<std::array<int, 3>>> AddExpertTensors(int64_t l);
 
   Result<const TensorSpec*> Get(const std::string& name) const;
   Result<const TensorSpec*> LayerTensor(int64_t layer, const std::string& suffix) const;
@@ -63,8 +66,11 @@ class LayoutWriter {
                 const std::string& buffer);
   Status Row(const std::string& hf_name, const std::vector<int>& tp_ranks,
              const std::string& buffer);
-  Status Vocab(const std::string& hf_name, const std::vector<int>& tp_ranks, int64_t pad,
-               const std::string& buffer);
+  // Vocab-parallel rows: TP rank i holds rows [i*rows_per_rank, (i+1)*rows_per_rank) of the
+  // padded vocabulary (tools/models/vocab_padding.h) in a buffer of rows_per_rank rows; rows past
+  // the tensor's vocabulary are padding, in no fragment. rows_per_rank * tp >= the vocabulary.
+  Status Vocab(const std::string& hf_name, const std::vector<int>& tp_ranks,
+               int64_t rows_per_rank, const std::string& buffer);
 
   // [gate shard i; up shard i] per rank of `tp_ranks`, at `base_offset` of each rank's buffer.
   Status GateUp(const std::string& gate_name, const std::string& up_name,

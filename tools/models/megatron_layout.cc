@@ -10,12 +10,13 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/megatron_expert_storage.h"
+#include "tools/models/pipeline_stages.h"
+#include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
 
 namespace {
-
-constexpr int64_t kMegatronVocabPad = 128;  // Megatron's --make-vocab-size-divisible-by default
 
 class MegatronWriter : public LayoutWriter {
  public:
@@ -30,8 +31,9 @@ class MegatronWriter : public LayoutWriter {
   // builders, then copies them to the other replicas.
   Status Build() {
     FERRY_ASSIGN_OR_RETURN(std::vector<int> stage_of,
-                           PipelineStages(static_cast<int>(c_.num_layers), m_.pp));
+                           MegatronStageOfLayer(c_.num_layers, m_.pp, m_.first, m_.last));
     std::vector<std::string> prefix(c_.num_layers);
+    // megatron/core/transformer/transformer_block.py: a stage's self.layers count from 0
     int local = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       if (l > 0 && stage_of[l - 1] != stage_of[l]) local = 0;
@@ -45,26 +47,34 @@ class MegatronWriter : public LayoutWriter {
       }
     }
     const int last = m_.pp - 1;
+    FERRY_ASSIGN_OR_RETURN(const int64_t padded, MegatronPaddedVocab(c_.vocab, m_.tp,
+                                                                     m_.vocab_divisible_by,
+                                                                     m_.pad_vocab));
+    // megatron/core/tensor_parallel/layers.py VocabParallelEmbedding: padded / tp rows a TP rank
     FERRY_RETURN_IF_ERROR(
-        Vocab(EmbeddingName(), TpGroup(0), kMegatronVocabPad, "embedding.word_embeddings.weight"));
+        Vocab(EmbeddingName(), TpGroup(0), padded / m_.tp, "embedding.word_embeddings.weight"));
     FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), TpGroup(last),
                                      c_.family == ModelFamily::kNemotronH
                                          ? "decoder.final_norm.weight"
                                          : "decoder.final_layernorm.weight"));
-    FERRY_RETURN_IF_ERROR(
-        Vocab(OutputName(), TpGroup(last), kMegatronVocabPad, "output_layer.weight"));
+    // megatron/core/models/gpt/gpt_model.py: with tied embeddings the output layer allocates no
+    // weight on a stage that also holds the embedding (pp=1); a later last stage keeps its own copy
+    if (!c_.tie_embeddings || m_.pp > 1) {
+      // megatron/core/tensor_parallel/layers.py ColumnParallelLinear over the padded vocabulary
+      FERRY_RETURN_IF_ERROR(
+          Vocab(OutputName(), TpGroup(last), padded / m_.tp, "output_layer.weight"));
+    }
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
-    // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks: each
-    // EP rank's local experts together, unless in separate buffers).
-    const int64_t expert_fragments =
-        moe_layers * c_.num_experts * 3 * m_.etp /
-        std::max<int64_t>(
-            1, stack_experts_ && !m_.separate_expert_buffers ? c_.num_experts / m_.ep : 1);
-    // Two buffers (linear_fc1, linear_fc2) per expert, or per EP rank when stacked.
-    const int64_t expert_buffers =
-        moe_layers * (m_.separate_expert_buffers ? c_.num_experts : m_.ep) * 2 * m_.etp;
+    // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks in a
+    // shared buffer: each EP rank's local experts together), in two buffers per expert or per EP
+    // rank.
+    const bool shared = m_.experts == MegatronExpertStorage::kSingleGrouped ||
+                        m_.experts == MegatronExpertStorage::kLegacyGrouped;
+    const int64_t expert_fragments = moe_layers * c_.num_experts * 3 * m_.etp /
+                                     (stack_experts_ && shared ? c_.num_experts / m_.ep : 1);
+    const int64_t expert_buffers = moe_layers * (shared ? m_.ep : c_.num_experts) * 2 * m_.etp;
     const size_t replicas = static_cast<size_t>(m_.cp * m_.dp);
     out_.fragments.reserve((dense.fragments_end - dense.fragments_begin) * replicas +
                            static_cast<size_t>(expert_fragments * edp_));
@@ -107,6 +117,7 @@ class MegatronWriter : public LayoutWriter {
       case LayerKind::kMamba: {
         FERRY_RETURN_IF_ERROR(
             Replicated(H(l, "norm.weight"), TpGroup(s), p + "mixer.in_proj.layer_norm_weight"));
+        // megatron/core/ssm/mamba_mixer.py: in_proj [z; x; B; C; dt] per TP rank, A_log as is
         return MambaMixer(l, TpGroup(s), [&](const std::string& x) { return p + "mixer." + x; },
                           "A_log");
       }
@@ -121,6 +132,7 @@ class MegatronWriter : public LayoutWriter {
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.weight"));
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.weight"));
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj.weight"));
+    // megatron/core/transformer/attention.py SelfAttention: linear_qkv per query group [q; k; v]
     FERRY_RETURN_IF_ERROR(AddMegatronQkvInterleaved(out_, *q, *k, *v, static_cast<int>(c_.num_heads),
                                                     static_cast<int>(c_.num_kv_heads), c_.head_dim,
                                                     TpGroup(s), qkv + "weight"));
@@ -133,6 +145,8 @@ class MegatronWriter : public LayoutWriter {
     return Row(H(l, module + "o_proj.weight"), TpGroup(s), p + "self_attention.linear_proj.weight");
   }
 
+  // megatron/core/transformer/multi_latent_attention.py: down projections duplicated over TP,
+  // their norms fused into the up projections (layer_norm_weight), up projections split by head
   Status MlaAttention(int64_t l, int s, const std::string& p) {
     const std::string a = p + "self_attention.";
     const std::vector<int> all = TpGroup(s);
@@ -164,6 +178,7 @@ class MegatronWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, norm), TpGroup(s), p + "mlp.linear_fc1.layer_norm_weight"));
     const std::vector<int> g = TpGroup(s);
     if (c_.family != ModelFamily::kNemotronH) {
+      // src/megatron/bridge/models/conversion/param_mapping.py GatedMLPMapping: [gate_i; up_i]
       FERRY_RETURN_IF_ERROR(GateUp(H(l, module + "gate_proj.weight"), H(l, module + "up_proj.weight"),
                                    g, p + "mlp.linear_fc1.weight"));
     } else {
@@ -177,12 +192,15 @@ class MegatronWriter : public LayoutWriter {
     const std::vector<int> g = TpGroup(s);
     FERRY_RETURN_IF_ERROR(
         Replicated(H(l, "post_attention_layernorm.weight"), g, p + "pre_mlp_layernorm.weight"));
+    // megatron/core/transformer/moe/router.py TopKRouter: weight [E, hidden] and the fp32
+    // expert_bias buffer, whole on every rank
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), g, p + "mlp.router.weight"));
     if (c_.router_bias) {
       FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.e_score_correction_bias"), g,
                                        p + "mlp.router.expert_bias"));
     }
     if (c_.num_shared_experts == 0) return Status::Ok();
+    // megatron/core/transformer/moe/shared_experts.py SharedExpertMLP: a TP-split MLP
     FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.shared_experts.gate_proj.weight"),
                                  H(l, "mlp.shared_experts.up_proj.weight"), g,
                                  p + "mlp.shared_experts.linear_fc1.weight"));
@@ -191,71 +209,22 @@ class MegatronWriter : public LayoutWriter {
   }
 
   // Expert-DP replica 0 of the routed experts: EP rank r owns experts [r*E/ep, (r+1)*E/ep), each
-  // split over its ETP group as linear_fc1 = [gate; up] shards and linear_fc2, stacked by local
-  // expert in one buffer each (or one buffer per local expert, linear_fc1.weight<local>).
+  // split over its ETP group (etp fastest within the stage), kept as m_.experts says.
   Status Experts(int64_t l, int s, const std::string& p) {
-    if (stack_experts_) return ExpertStacks(l, s, p);
+    FERRY_ASSIGN_OR_RETURN(const auto ids, AddExpertTensors(l));
+    // megatron/core/transformer/moe/moe_layer.py: local_expert_indices_offset = ep_rank * E/ep
     const int64_t per_rank = c_.num_experts / m_.ep;
-    const int64_t fc1_bytes = 2 * (c_.moe_intermediate / m_.etp) * c_.hidden * DTypeSize(c_.dtype);
-    const bool separate = m_.separate_expert_buffers;
-    auto suffix = [&](int64_t le) { return separate ? Num(le) : std::string(); };
-    std::vector<int> group(m_.etp);
-    for (int ep = 0; ep < m_.ep; ++ep) {
-      std::iota(group.begin(), group.end(), first_ + stage_size_ * s + m_.etp * ep);
-      for (int64_t le = 0; le < per_rank; ++le) {
-        const int64_t e = ep * per_rank + le;
-        FERRY_RETURN_IF_ERROR(GateUp(ExpertTensorName(c_, l, e, "gate_proj"),
-                                     ExpertTensorName(c_, l, e, "up_proj"), group,
-                                     p + "mlp.experts.linear_fc1.weight" + suffix(le),
-                                     separate ? 0 : le * fc1_bytes));
-        FERRY_RETURN_IF_ERROR(Row(ExpertTensorName(c_, l, e, "down_proj"), group,
-                                  p + "mlp.experts.linear_fc2.weight" + suffix(le)));
-      }
-    }
-    return Status::Ok();
-  }
-
-  // Experts() with the experts as tensor stacks: the same bytes in the same buffers, one fragment
-  // per projection, EP rank and ETP shard spanning the rank's local experts (one per local expert
-  // with separate buffers).
-  Status ExpertStacks(int64_t l, int s, const std::string& p) {
-    FERRY_ASSIGN_OR_RETURN(const auto ids, AddExpertStacks(l));
-    const auto [gate, up, down] = ids;
-    const int64_t per_rank = c_.num_experts / m_.ep;
-    const int64_t inter = c_.moe_intermediate / m_.etp;
-    const int64_t hidden = c_.hidden;
-    const int64_t elem = DTypeSize(c_.dtype);
-    const bool separate = m_.separate_expert_buffers;
-    // linear_fc1 per local expert: [gate shard; up shard] of `inter` rows each; linear_fc2 per
-    // local expert: [hidden, inter].
-    const std::array<int64_t, kMaxDims> fc1_strides{2 * inter * hidden, hidden, 1};
-    const std::array<int64_t, kMaxDims> fc2_strides{hidden * inter, inter, 1};
+    ExpertShard shard;
+    shard.count = per_rank;
+    shard.inter = c_.moe_intermediate / m_.etp;
+    shard.hidden = c_.hidden;
+    shard.elem = DTypeSize(c_.dtype);
     for (int ep = 0; ep < m_.ep; ++ep) {
       for (int i = 0; i < m_.etp; ++i) {
-        const int rank = first_ + stage_size_ * s + m_.etp * ep + i;
-        // Experts [first, first + count) of this rank in buffers named with `suffix`.
-        auto place = [&](int64_t first, int64_t count, const std::string& suffix) {
-          Box rows = Box::FromShape({count, inter, hidden});
-          rows.lo[0] = first;
-          rows.hi[0] = first + count;
-          rows.lo[1] = i * inter;
-          rows.hi[1] = (i + 1) * inter;
-          Box cols = Box::FromShape({count, hidden, inter});
-          cols.lo[0] = first;
-          cols.hi[0] = first + count;
-          cols.lo[2] = i * inter;
-          cols.hi[2] = (i + 1) * inter;
-          const std::string fc1 = p + "mlp.experts.linear_fc1.weight" + suffix;
-          const std::string fc2 = p + "mlp.experts.linear_fc2.weight" + suffix;
-          out_.PlaceFragment(gate, rows, rank, fc1, 0, fc1_strides);
-          out_.PlaceFragment(up, rows, rank, fc1, inter * hidden * elem, fc1_strides);
-          out_.PlaceFragment(down, cols, rank, fc2, 0, fc2_strides);
-        };
-        if (!separate) {
-          place(ep * per_rank, per_rank, "");
-          continue;
-        }
-        for (int64_t le = 0; le < per_rank; ++le) place(ep * per_rank + le, 1, Num(le));
+        shard.rank = first_ + stage_size_ * s + m_.etp * ep + i;
+        shard.first = ep * per_rank;
+        shard.shard = i;
+        PlaceMegatronExperts(out_, m_.experts, p + "mlp.experts.", ids, shard);
       }
     }
     return Status::Ok();

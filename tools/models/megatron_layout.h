@@ -3,11 +3,10 @@
 //
 // Ranks = tp*cp*dp*pp, ordered tp fastest, then cp, dp, pp (Megatron's "tp-cp-ep-dp-pp"); experts
 // use etp fastest, then ep, expert-dp, pp. Fusions: linear_qkv interleaved per query group,
-// linear_fc1 = [gate; up] per TP shard, a rank's local experts of a layer stacked in one
-// linear_fc1 and one linear_fc2 buffer (or linear_fc1.weight<e>/linear_fc2.weight<e> per local
-// expert with experts=separate; ETP splits the expert FFN), vocab-parallel embedding/output
-// (padded to 128*tp), layers split over pipeline stages (local layer numbers per stage), DP and CP
-// ranks hold replicas.
+// linear_fc1 = [gate; up] per TP shard, a rank's local experts kept as the chosen expert module
+// keeps them (tools/models/megatron_expert_storage.h; ETP splits the expert FFN), vocab-parallel embedding/output
+// (padded as tools/models/vocab_padding.h says), layers split over pipeline stages (local layer
+// numbers per stage), DP and CP ranks hold replicas.
 //
 // Pure functions; thread-safe.
 #pragma once

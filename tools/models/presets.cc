@@ -52,7 +52,7 @@ ModelConfig Qwen3Moe(std::string name, int64_t hidden, int64_t layers, int64_t h
 }
 
 ModelConfig DeepseekV3Like(std::string name, int64_t heads, int64_t experts, int64_t dense_layers,
-                           int64_t vocab, double published) {
+                           int64_t vocab, int64_t expert_groups, double published) {
   ModelConfig c;
   c.name = std::move(name);
   c.family = ModelFamily::kDeepseekV3;
@@ -73,6 +73,7 @@ ModelConfig DeepseekV3Like(std::string name, int64_t heads, int64_t experts, int
   c.moe_intermediate = 2048;
   c.first_dense_layers = dense_layers;
   c.router_bias = true;
+  c.expert_groups = expert_groups;
   c.published_params = published;
   return c;
 }
@@ -104,8 +105,8 @@ std::vector<ModelConfig> AllPresets() {
       Llama("llama-3.1-70b", 8192, 80, 64, 8, 28672, 70.6e9),
       Qwen3Moe("qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 768, 30.5e9),
       Qwen3Moe("qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 1536, 235e9),
-      DeepseekV3Like("deepseek-v3", 128, 256, 3, 129280, 671e9),
-      DeepseekV3Like("kimi-k2", 64, 384, 1, 163840, 1.03e12),
+      DeepseekV3Like("deepseek-v3", 128, 256, 3, 129280, 8, 671e9),  // n_group 8
+      DeepseekV3Like("kimi-k2", 64, 384, 1, 163840, 1, 1.03e12),     // n_group 1
       NemotronH8B(),
   };
 }

@@ -54,6 +54,7 @@ struct ModelConfig {
   int64_t moe_intermediate = 0;
   int64_t first_dense_layers = 0;
   bool router_bias = false;  // DeepSeek's e_score_correction_bias (fp32)
+  int64_t expert_groups = 0;  // DeepSeek's n_group: experts routed in groups (0: no groups)
 
   // Multi-head latent attention (DeepSeek-V3). Active when kv_lora_rank > 0.
   int64_t q_lora_rank = 0;

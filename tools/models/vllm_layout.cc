@@ -3,6 +3,7 @@
 // replica 0 to the other DP ranks and the whole engine to the other engines.
 #include "tools/models/vllm_layout.h"
 
+#include <algorithm>
 #include <array>
 #include <numeric>
 #include <string>
@@ -10,12 +11,22 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
 
 namespace {
 
-constexpr int64_t kVllmVocabPad = 64;  // vLLM's DEFAULT_VOCAB_PADDING_SIZE
+// A stack box's member box: dim 0 (the member index) dropped.
+Box MemberBox(const Box& stack) {
+  Box b;
+  b.ndim = stack.ndim - 1;
+  for (int d = 1; d < stack.ndim; ++d) {
+    b.lo[d - 1] = stack.lo[d];
+    b.hi[d - 1] = stack.hi[d];
+  }
+  return b;
+}
 
 class VllmWriter : public LayoutWriter {
  public:
@@ -39,7 +50,9 @@ class VllmWriter : public LayoutWriter {
  private:
   Status BuildEngine() {
     Section dense = BeginSection(out_);
-    FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), all_, kVllmVocabPad, "model.embed_tokens.weight"));
+    FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, v_.tp));
+    // vllm/model_executor/layers/vocab_parallel_embedding.py: num_embeddings_per_partition rows
+    FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), all_, padded / v_.tp, "model.embed_tokens.weight"));
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       Status st = Layer(l, "model.layers." + Num(l) + ".");
       if (!st.ok()) return st.WithContext("vllm layer " + Num(l));
@@ -47,7 +60,11 @@ class VllmWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_,
                                      c_.family == ModelFamily::kNemotronH ? "model.norm_f.weight"
                                                                           : "model.norm.weight"));
-    FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, kVllmVocabPad, "lm_head.weight"));
+    // vllm/model_executor/models/llama.py: tied, lm_head is embed_tokens (tie_weights), one buffer
+    if (!c_.tie_embeddings) {
+      // vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: the embedding's split
+      FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, padded / v_.tp, "lm_head.weight"));
+    }
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
@@ -76,6 +93,7 @@ class VllmWriter : public LayoutWriter {
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "post_attention_layernorm.weight"), all_,
                                          p + "post_attention_layernorm.weight"));
         if (c_.IsMoeLayer(l)) return Moe(l, p);
+        // vllm/model_executor/layers/linear.py MergedColumnParallelLinear: [gate_i; up_i]
         FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.gate_proj.weight"), H(l, "mlp.up_proj.weight"), all_,
                                      p + "mlp.gate_up_proj.weight"));
         return Row(H(l, "mlp.down_proj.weight"), all_, p + "mlp.down_proj.weight");
@@ -89,13 +107,32 @@ class VllmWriter : public LayoutWriter {
         return Row(H(l, "mixer.down_proj.weight"), all_, p + "mixer.down_proj.weight");
       case LayerKind::kMamba:
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "norm.weight"), all_, p + "norm.weight"));
-        return MambaMixer(l, all_, [&](const std::string& x) { return p + "mixer." + x; }, "A");
+        FERRY_RETURN_IF_ERROR(
+            MambaMixer(l, all_, [&](const std::string& x) { return p + "mixer." + x; }, "A"));
+        return MarkMambaA(l, p + "mixer.A");
     }
     return Internal("unknown layer kind");
   }
 
+  // vllm/model_executor/layers/mamba/mamba_mixer2.py: A is an fp32 parameter of heads/tp values
+  // loaded as -exp(A_log): the buffer holds fp32 values of another meaning than A_log's bytes.
+  Status MarkMambaA(int64_t l, const std::string& buffer) {
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* a_log, LayerTensor(l, "mixer.A_log"));
+    const int t = out_.FindTensor(a_log->name);
+    if (t < 0) return Internal("'" + a_log->name + "' was not placed");
+    out_.transforms.push_back({t, "A = -exp(A_log)", DType::kFP32});
+    for (int rank : all_) {
+      const int b = out_.FindBuffer(rank, buffer);
+      if (b < 0) return Internal("no buffer '" + buffer + "' on rank " + Num(rank));
+      out_.buffers.SetBytes(static_cast<size_t>(b),
+                            c_.mamba_num_heads / v_.tp * DTypeSize(DType::kFP32));
+    }
+    return Status::Ok();
+  }
+
   // qkv_proj per TP rank: [q heads of the rank; its KV heads (k); the same (v)]. With tp > kv
   // heads, each KV head is replicated on tp / kv consecutive ranks.
+  // vllm/model_executor/layers/linear.py QKVParallelLinear (num_kv_head_replicas = tp / kv)
   Status GqaAttention(int64_t l, const std::string& p, const std::string& module) {
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.weight"));
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.weight"));
@@ -120,6 +157,7 @@ class VllmWriter : public LayoutWriter {
 
   // vLLM's DeepSeek MLA: fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa] replicated (with a
   // q LoRA), q_b_proj / kv_b_proj column-parallel over heads, o_proj row-parallel.
+  // vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention
   Status MlaAttention(int64_t l, const std::string& p) {
     const std::string a = p + "self_attn.";
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* kv_a, LayerTensor(l, "self_attn.kv_a_proj_with_mqa.weight"));
@@ -148,6 +186,8 @@ class VllmWriter : public LayoutWriter {
   }
 
   // The MoE layer's router and shared expert (DP replica 0).
+  // vllm/model_executor/models/deepseek_v2.py DeepseekV2MoE: gate a ReplicatedLinear with the
+  // fp32 e_score_correction_bias, shared experts a TP-split MLP over the engine's TP group
   Status Moe(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), all_, p + "mlp.gate.weight"));
     if (c_.router_bias) {
@@ -162,86 +202,89 @@ class VllmWriter : public LayoutWriter {
                p + "mlp.shared_experts.down_proj.weight");
   }
 
-  // FusedMoE over all tp*dp ranks: rank m owns the experts of EP rank m / moe_tp and shard
-  // m % moe_tp of each one's FFN. w13_weight is [local experts, 2 * I / moe_tp, hidden] with
-  // [gate shard; up shard] per expert, w2_weight is [local experts, hidden, I / moe_tp]. As tensor
-  // stacks, each rank holds one fragment of each projection's stack, spanning its local experts
-  // with the buffers' own strides; as members, one per expert. With members this loop places most
-  // of a large MoE layout's fragments, so it writes them straight into each rank's two buffers,
-  // looked up once per layer, instead of going through the builders.
+  // FusedMoE over all tp*dp ranks. Without expert parallelism (ep = 1) every rank m holds shard m
+  // of every expert's FFN; with it (ep = tp*dp) rank m holds whole experts, ep rank m's share.
+  // w13_weight is [local experts, 2 * I / moe_tp, hidden] with [gate shard; up shard] per expert,
+  // w2_weight is [local experts, hidden, I / moe_tp]. As tensor stacks, each rank holds one
+  // fragment of each projection's stack, spanning its local experts with the buffers' own strides;
+  // as members, one per expert. With members this loop places most of a large MoE layout's
+  // fragments, so it writes them straight into each rank's two buffers instead of going through
+  // the builders.
   Status Experts(int64_t l, const std::string& p) {
     const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
+    // vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make: ep = 1 flattens
+    // TP over tp*dp (rank dp_rank*tp + tp_rank); ep = tp*dp gives each rank whole experts
     const int64_t moe_tp = world / v_.ep;
-    const int64_t per_rank = c_.num_experts / v_.ep;
-    const int64_t inter = c_.moe_intermediate / moe_tp;
-    const int64_t hidden = c_.hidden;
-    const int64_t elem = DTypeSize(c_.dtype);
-    const std::string w13 = p + "mlp.experts.w13_weight";
-    const std::string w2 = p + "mlp.experts.w2_weight";
-    // Tensor ids of gate, up and down: the stacks, or per expert, added once.
-    std::vector<std::array<int, 3>> ids;
-    if (stack_experts_) {
-      FERRY_ASSIGN_OR_RETURN(const auto stacks, AddExpertStacks(l));
-      ids.push_back(stacks);
-    } else {
-      ids.resize(c_.num_experts);
-      for (int64_t e = 0; e < c_.num_experts; ++e) {
-        const char* projs[3] = {"gate_proj", "up_proj", "down_proj"};
-        for (int j = 0; j < 3; ++j) {
-          FERRY_ASSIGN_OR_RETURN(const TensorSpec* t, Get(ExpertTensorName(c_, l, e, projs[j])));
-          FERRY_ASSIGN_OR_RETURN(ids[e][j], out_.AddTensor(*t));
-        }
-      }
-    }
-    const auto w13_strides = RowMajorStrides({per_rank, 2 * inter, hidden});
-    const auto w2_strides = RowMajorStrides({per_rank, hidden, inter});
-    std::array<int64_t, kMaxDims> gate_up_strides{}, down_strides{};
-    gate_up_strides[0] = w13_strides[1];
-    gate_up_strides[1] = w13_strides[2];
-    down_strides[0] = w2_strides[1];
-    down_strides[1] = w2_strides[2];
+    ExpertGeometry g{c_.moe_intermediate / moe_tp, c_.hidden, DTypeSize(c_.dtype)};
+    FERRY_ASSIGN_OR_RETURN(const std::vector<ExpertIds> ids, AddExpertTensors(l));
     for (int64_t m = 0; m < world; ++m) {
-      const int rank = first_ + static_cast<int>(m);
       const int64_t ep_rank = m / moe_tp;
-      const int64_t shard = m % moe_tp;
-      const int b13 = out_.GetOrAddBuffer(rank, w13);
-      const int b2 = out_.GetOrAddBuffer(rank, w2);
-      const int64_t up_offset = inter * w13_strides[1] * elem;  // after the gate rows
-      if (stack_experts_) {
-        const auto [gate, up, down] = ids[0];
-        Box rows = Box::FromShape({c_.num_experts, inter, hidden});
-        rows.lo[0] = ep_rank * per_rank;
-        rows.hi[0] = (ep_rank + 1) * per_rank;
-        rows.lo[1] = shard * inter;
-        rows.hi[1] = (shard + 1) * inter;
-        Box cols = Box::FromShape({c_.num_experts, hidden, c_.moe_intermediate});
-        cols.lo[0] = rows.lo[0];
-        cols.hi[0] = rows.hi[0];
-        cols.lo[2] = shard * inter;
-        cols.hi[2] = (shard + 1) * inter;
-        out_.fragments.push_back({gate, rows, {rank, b13, 0, w13_strides}});
-        out_.fragments.push_back({up, rows, {rank, b13, up_offset, w13_strides}});
-        out_.fragments.push_back({down, cols, {rank, b2, 0, w2_strides}});
-      } else {
-        Box rows = Box::FromShape({inter, hidden});
-        rows.lo[0] = shard * inter;
-        rows.hi[0] = (shard + 1) * inter;
-        Box cols = Box::FromShape({hidden, c_.moe_intermediate});
-        cols.lo[1] = shard * inter;
-        cols.hi[1] = (shard + 1) * inter;
-        for (int64_t le = 0; le < per_rank; ++le) {
-          const auto& [gate, up, down] = ids[ep_rank * per_rank + le];
-          const int64_t at13 = le * w13_strides[0] * elem;
-          out_.fragments.push_back({gate, rows, {rank, b13, at13, gate_up_strides}});
-          out_.fragments.push_back({up, rows, {rank, b13, at13 + up_offset, gate_up_strides}});
-          out_.fragments.push_back(
-              {down, cols, {rank, b2, le * w2_strides[0] * elem, down_strides}});
-        }
-      }
-      out_.buffers.GrowBytes(static_cast<size_t>(b13), per_rank * w13_strides[0] * elem);
-      out_.buffers.GrowBytes(static_cast<size_t>(b2), per_rank * w2_strides[0] * elem);
+      // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
+      // the first num_experts % ep ranks take one expert more
+      const int64_t base = c_.num_experts / v_.ep;
+      const int64_t extra = c_.num_experts % v_.ep;
+      const int64_t count = base + (ep_rank < extra ? 1 : 0);
+      if (count == 0) continue;  // an EP rank without experts holds empty weights
+      // "round_robin": experts ep_rank, ep_rank + ep, ... (torch.arange(ep_rank, E, ep))
+      const bool rr = v_.round_robin_experts;
+      const int64_t first = rr ? ep_rank : ep_rank * base + std::min(ep_rank, extra);
+      PlaceRankExperts(p, ids, g, first_ + static_cast<int>(m), m % moe_tp, first, count,
+                       rr ? v_.ep : 1);
     }
     return Status::Ok();
+  }
+
+  struct ExpertGeometry {
+    int64_t inter, hidden, elem;  // inter: a shard's FFN rows
+  };
+  using ExpertIds = std::array<int, 3>;  // gate, up, down (LayoutWriter::AddExpertTensors)
+
+  // Experts first, first + step, ... (count of them), FFN shard `shard`, into `rank`'s
+  // w13_weight and w2_weight, local expert after local expert. As stacks, consecutive experts
+  // (step 1) are one fragment a projection, others one a projection and expert.
+  void PlaceRankExperts(const std::string& p, const std::vector<ExpertIds>& ids,
+                        const ExpertGeometry& g, int rank, int64_t shard, int64_t first,
+                        int64_t count, int64_t step) {
+    const int b13 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w13_weight");
+    const int b2 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w2_weight");
+    const auto w13 = RowMajorStrides({count, 2 * g.inter, g.hidden});
+    const auto w2 = RowMajorStrides({count, g.hidden, g.inter});
+    const int64_t up_offset = g.inter * w13[1] * g.elem;  // after the gate rows
+    Box rows = Box::FromShape({c_.num_experts, c_.moe_intermediate, g.hidden});
+    rows.lo[0] = first;
+    rows.hi[0] = first + count;
+    rows.lo[1] = shard * g.inter;
+    rows.hi[1] = (shard + 1) * g.inter;
+    Box cols = Box::FromShape({c_.num_experts, g.hidden, c_.moe_intermediate});
+    cols.lo[0] = first;
+    cols.hi[0] = first + count;
+    cols.lo[2] = shard * g.inter;
+    cols.hi[2] = (shard + 1) * g.inter;
+    if (stack_experts_) {
+      const auto [gate, up, down] = ids[0];
+      const int64_t runs = step == 1 ? 1 : count;  // fragments a projection
+      for (int64_t le = 0; le < runs; ++le) {
+        rows.lo[0] = cols.lo[0] = first + le * step;
+        rows.hi[0] = cols.hi[0] = step == 1 ? first + count : first + le * step + 1;
+        const int64_t at13 = le * w13[0] * g.elem, at2 = le * w2[0] * g.elem;
+        out_.fragments.push_back({gate, rows, {rank, b13, at13, w13}});
+        out_.fragments.push_back({up, rows, {rank, b13, at13 + up_offset, w13}});
+        out_.fragments.push_back({down, cols, {rank, b2, at2, w2}});
+      }
+    } else {
+      const Box member_rows = MemberBox(rows);
+      const Box member_cols = MemberBox(cols);
+      const std::array<int64_t, kMaxDims> gate_up{w13[1], w13[2]}, down{w2[1], w2[2]};
+      for (int64_t le = 0; le < count; ++le) {
+        const auto& [gate, up, dn] = ids[first + le * step];
+        const int64_t at13 = le * w13[0] * g.elem;
+        out_.fragments.push_back({gate, member_rows, {rank, b13, at13, gate_up}});
+        out_.fragments.push_back({up, member_rows, {rank, b13, at13 + up_offset, gate_up}});
+        out_.fragments.push_back({dn, member_cols, {rank, b2, le * w2[0] * g.elem, down}});
+      }
+    }
+    out_.buffers.GrowBytes(static_cast<size_t>(b13), count * w13[0] * g.elem);
+    out_.buffers.GrowBytes(static_cast<size_t>(b2), count * w2[0] * g.elem);
   }
 
   VllmParallel v_;

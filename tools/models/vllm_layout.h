@@ -3,11 +3,12 @@
 //
 // Ranks = tp*dp per engine, rank = dp_rank*tp + tp_rank. qkv_proj = [q; k; v] per TP shard (KV
 // heads replicated when tp > kv heads), gate_up_proj, MoE w13_weight (stacked [gate; up] per local
-// expert) and w2_weight. MoE layers span all tp*dp ranks as in vLLM: ep of them own experts, each
-// expert's FFN split over tp*dp/ep ranks (ep=1: pure expert tensor parallelism; ep=tp*dp: vLLM's
-// --enable-expert-parallel). Attention and dense weights are replicated over DP. Vocab padded to
-// 64*tp. engines=N repeats the whole engine N times on the next ranks (independent instances,
-// each with every expert).
+// expert) and w2_weight. MoE layers span all tp*dp ranks as in vLLM: with ep=1 every expert's FFN
+// is split over them, with ep=tp*dp (--enable-expert-parallel) each holds whole experts, the first
+// E mod ep one more. Attention and dense weights are replicated over DP. Vocab padded to a
+// multiple of 64 and split over tp (tools/models/vocab_padding.h). Mamba's A is marked as stored
+// transformed (fp32 -exp(A_log)). engines=N repeats the whole engine N times on the next ranks
+// (independent instances, each with every expert).
 //
 // Pure functions; thread-safe.
 #pragma once

@@ -23,7 +23,7 @@ int RunCli(std::vector<std::string> argv) {
 // replicated tensors fan out inside the second node.
 std::vector<std::string> SmallRefit(std::vector<std::string> extra) {
   std::vector<std::string> argv = {"simulate", "--model", "deepseek-v3", "--scale", "1/64",
-                                   "--src", "megatron:pp=2,ep=2", "--dst", "vllm:tp=4,dp=2,ep=4",
+                                   "--src", "megatron:pp=2,first=31,ep=2", "--dst", "vllm:tp=4,dp=2,ep=8",
                                    "--cluster", "dgx-h100", "--no-baseline"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;

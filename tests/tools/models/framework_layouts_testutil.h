@@ -27,8 +27,9 @@ Layout Build(const ModelPreset& p, const std::string& spec, int first_rank = 0);
 std::vector<Fragment> FragmentsIn(const Layout& l, int rank, const std::string& buffer,
                                   const std::string& hf_name);
 
-// Asserts every element of every tensor is covered exactly expected(name) times, that fragments of
-// one buffer do not overlap in memory and fit in it, and that the layout holds every model tensor.
+// Asserts every element of every tensor is covered exactly expected(name) times, that dense
+// fragments of one buffer do not overlap in memory and fit in it, and that the layout holds every
+// model tensor.
 void ExpectCoverage(const Layout& l, const ModelPreset& p,
                     const std::function<int(const std::string&)>& expected);
 

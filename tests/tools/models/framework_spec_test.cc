@@ -16,7 +16,7 @@ FrameworkSpec Spec(const std::string& text) {
 }
 
 TEST(FrameworkSpecTest, ParsesAndResolves) {
-  FrameworkSpec m = Spec("megatron:tp=2,pp=4,ep=16");
+  FrameworkSpec m = Spec("megatron:tp=2,pp=4,first=23,last=23,ep=16");  // 94 = 23 + 2*24 + 23
   EXPECT_EQ(m.kind, FrameworkSpec::Kind::kMegatron);
   EXPECT_EQ(m.megatron.tp, 2);
   EXPECT_EQ(m.megatron.pp, 4);
@@ -26,28 +26,32 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
   EXPECT_EQ(r.megatron.etp, 2);  // Megatron's default: etp = tp
   EXPECT_EQ(r.megatron.dp, 16);  // 2 * 16 / 2
   EXPECT_EQ(NumRanks(r), 128);
-  EXPECT_EQ(r.ToString(), "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1");
+  EXPECT_EQ(r.ToString(), "megatron:tp=2,pp=4,first=23,last=23,ep=16,etp=2,dp=16,cp=1");
   FrameworkSpec v = Spec("vllm:tp=8, dp=2 ,ep=16");
   EXPECT_EQ(NumRanks(v), 16);
   EXPECT_EQ(v.ToString(), "vllm:tp=8,dp=2,ep=16");
   EXPECT_EQ(NumRanks(Spec("vllm")), 1);
-  EXPECT_FALSE(m.megatron.separate_expert_buffers);
-  FrameworkSpec separate = Spec("megatron:ep=4,experts=separate");
-  EXPECT_TRUE(separate.megatron.separate_expert_buffers);
-  EXPECT_EQ(separate.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate");
-  EXPECT_FALSE(Spec("megatron:ep=4,experts=stacked").megatron.separate_expert_buffers);
+  EXPECT_EQ(m.megatron.experts, MegatronExpertStorage::kSequential);  // Megatron-Core's default
+  FrameworkSpec grouped = Spec("megatron:ep=4,experts=grouped");
+  EXPECT_EQ(grouped.megatron.experts, MegatronExpertStorage::kGrouped);
+  EXPECT_EQ(grouped.ToString(), "megatron:tp=1,pp=1,ep=4,cp=1,experts=grouped");
+  EXPECT_EQ(Spec("megatron:ep=4,experts=single_grouped").megatron.experts,
+            MegatronExpertStorage::kSingleGrouped);
+  EXPECT_EQ(Spec("megatron:ep=4,experts=legacy_grouped").megatron.experts,
+            MegatronExpertStorage::kLegacyGrouped);
   EXPECT_TRUE(m.stack_expert_tensors);
   EXPECT_TRUE(Spec("vllm:ep=2,expert_tensors=stacks").stack_expert_tensors);
   FrameworkSpec members = Spec("vllm:tp=2,ep=2,expert_tensors=members");
   EXPECT_FALSE(members.stack_expert_tensors);
   EXPECT_EQ(members.ToString(), "vllm:tp=2,dp=1,ep=2,expert_tensors=members");
-  EXPECT_EQ(Spec("megatron:ep=4,experts=separate,expert_tensors=members").ToString(),
-            "megatron:tp=1,pp=1,ep=4,cp=1,experts=separate,expert_tensors=members");
+  EXPECT_EQ(Spec("megatron:ep=4,experts=grouped,expert_tensors=members").ToString(),
+            "megatron:tp=1,pp=1,ep=4,cp=1,experts=grouped,expert_tensors=members");
 
   for (const char* bad :
        {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4", "vllm:pp=2",
         "megatron:tp=x", "megatron:tp=", "megatron:experts=fused", "megatron:experts",
-        "vllm:experts=separate", "megatron:experts=stacked,experts=separate",
+        "vllm:experts=grouped", "megatron:experts=separate", "megatron:experts=stacked",
+        "megatron:experts=grouped,experts=sequential",
         "vllm:expert_tensors=stacked", "megatron:expert_tensors",
         "vllm:expert_tensors=members,expert_tensors=stacks"}) {
     EXPECT_FALSE(ParseFrameworkSpec(bad).ok()) << bad;

@@ -77,7 +77,7 @@ TEST(MegatronLayoutTest, FirstRankOffsetsEveryRank) {
 TEST(MegatronLayoutTest, MoeExpertOwnershipAndReplication) {
   ModelPreset p = Preset("qwen3-30b-a3b", 1.0 / 64);  // 128 experts, moe_intermediate 16
   // tp=2, ep=4, etp=1: dp = lcm(2, 4) / 2 = 2, 4 ranks a stage, expert-dp 1.
-  Layout l = Build(p, "megatron:tp=2,pp=2,ep=4,etp=1");
+  Layout l = Build(p, "megatron:tp=2,pp=2,ep=4,etp=1,experts=single_grouped");
   EXPECT_EQ(l.Ranks().size(), 8u);
   ExpectCoverage(l, p, Copies(2, 2, 1));
   // Expert 40 of layer 3 (stage 0): EP rank 1 (experts 32..63), local index 8, on rank 1. The
@@ -94,8 +94,8 @@ TEST(MegatronLayoutTest, MoeExpertOwnershipAndReplication) {
                           "model.layers.24.mlp.experts.127.down_proj.weight");
   ASSERT_EQ(down.size(), 1u);
   EXPECT_EQ(down[0].loc.byte_offset, 31 * 32 * 16 * 2);
-  // experts=separate: one buffer per local expert, as before stacking.
-  Layout separate = Build(p, "megatron:tp=2,pp=2,ep=4,etp=1,experts=separate");
+  // experts=grouped: one buffer per local expert.
+  Layout separate = Build(p, "megatron:tp=2,pp=2,ep=4,etp=1,experts=grouped");
   ExpectCoverage(separate, p, Copies(2, 2, 1));
   auto own = FragmentsIn(separate, 1, "decoder.layers.3.mlp.experts.linear_fc1.weight8",
                          "model.layers.3.mlp.experts.40.up_proj.weight");
@@ -104,7 +104,7 @@ TEST(MegatronLayoutTest, MoeExpertOwnershipAndReplication) {
   EXPECT_EQ(FragmentsIn(separate, 7, "decoder.layers.0.mlp.experts.linear_fc2.weight31",
                         "model.layers.24.mlp.experts.127.down_proj.weight").size(), 1u);
   // With etp=2 each expert FFN is split over 2 ranks and expert-dp is 2.
-  Layout etp = Build(p, "megatron:tp=2,ep=2,etp=2,dp=4");
+  Layout etp = Build(p, "megatron:tp=2,ep=2,etp=2,dp=4,experts=single_grouped");
   ExpectCoverage(etp, p, Copies(4, 2, 2));
   auto half = FragmentsIn(etp, 1, "decoder.layers.0.mlp.experts.linear_fc1.weight",
                           "model.layers.0.mlp.experts.0.gate_proj.weight");
@@ -115,7 +115,7 @@ TEST(MegatronLayoutTest, MoeExpertOwnershipAndReplication) {
 
 TEST(MegatronLayoutTest, DeepseekAndNemotronCoverage) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
-  Layout l = Build(ds, "megatron:tp=2,pp=4,ep=8,etp=1");  // dp 4, expert-dp 1
+  Layout l = Build(ds, "megatron:tp=2,pp=4,first=16,last=15,ep=8,etp=1");  // dp 4, expert-dp 1
   ExpectCoverage(l, ds, Copies(4, 2, 1));
   EXPECT_GE(l.FindBuffer(0, "decoder.layers.0.self_attention.linear_kv_up_proj.weight"), 0);
   EXPECT_GE(l.FindBuffer(0, "decoder.layers.3.mlp.shared_experts.linear_fc1.weight"), 0);

@@ -106,7 +106,22 @@ TEST(VllmLayoutTest, DeepseekAndNemotronCoverage) {
   ModelPreset nh = Preset("nemotron-h-8b", 1.0 / 16);
   Layout m = Build(nh, "vllm:tp=4,dp=2");
   ExpectCoverage(m, nh, Copies(2, 4, 0));
-  EXPECT_GE(m.FindBuffer(0, "model.layers.0.mixer.A"), 0);
+  // vllm/model_executor/layers/mamba/mamba_mixer2.py: A = -exp(A_log), fp32, heads / tp values.
+  const int a = m.FindBuffer(0, "model.layers.0.mixer.A");
+  ASSERT_GE(a, 0);
+  EXPECT_EQ(m.buffers[a].bytes, nh.config().mamba_num_heads / 4 * 4);
+  const Layout stored = BuildAsSpecified(nh, "vllm:tp=4,dp=2");
+  ASSERT_EQ(stored.transforms.size(), 24u);  // one per Mamba layer
+  EXPECT_EQ(stored.tensors[stored.transforms[0].tensor].name, "backbone.layers.0.mixer.A_log");
+  EXPECT_EQ(stored.transforms[0].stored_dtype, DType::kFP32);
+  RefitLayouts refit =
+      BuildRefitLayouts(nh, Spec("megatron:tp=2"), Spec("vllm:tp=4,dp=2")).value();
+  Status refused = CheckNoStoredTransforms(refit.source, refit.destination);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("'backbone.layers.0.mixer.A_log' is stored as A = -exp(A_log)"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(refit.source.transforms.empty());  // Megatron keeps A_log as the checkpoint does
 }
 
 }  // namespace

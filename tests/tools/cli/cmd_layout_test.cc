@@ -1,0 +1,49 @@
+// Tests of `ferry layout --explain` through its CLI11 subcommand: one tensor's fragments rank by
+// rank with the rules and upstream files behind them, and an unknown tensor refused by name.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/tools/cli/run_cli_testutil.h"
+#include "tools/cli/commands.h"
+
+namespace ferry::cli {
+namespace {
+
+int RunCli(std::vector<std::string> argv, std::string* out) {
+  ::testing::internal::CaptureStdout();
+  const int code = RunSubcommand(AddLayoutCommand, std::move(argv));
+  *out = ::testing::internal::GetCapturedStdout();
+  return code;
+}
+
+TEST(CmdLayoutTest, ExplainsOneTensor) {
+  // Llama-3.1-8B at 1/64: vocabulary 2016 rows (128256/64 rounded up to 16), padded to 2048 by
+  // vLLM's 64 and split over tp 2: rank 1 holds rows 1024..2015 of its 1024-row buffer.
+  std::string out;
+  ASSERT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
+                    "vllm:tp=2", "--explain", "model.embed_tokens.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 1  model.embed_tokens.weight  [1024:2016, 0:64)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("vllm/model_executor/layers/vocab_parallel_embedding.py"), std::string::npos);
+  // An expert named by its checkpoint name, held as a stack by default.
+  ASSERT_EQ(RunCli({"layout", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--framework",
+                    "megatron:tp=2,pp=2,ep=4,etp=1,experts=grouped", "--explain",
+                    "model.layers.30.mlp.experts.5.up_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 4  decoder.layers.6.mlp.experts.linear_fc1.weight5"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("megatron/core/transformer/transformer_block.py"), std::string::npos);
+  EXPECT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
+                    "vllm:tp=2", "--explain", "no.such.tensor"},
+                   &out),
+            1);
+}
+
+}  // namespace
+}  // namespace ferry::cli

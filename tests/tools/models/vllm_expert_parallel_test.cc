@@ -1,0 +1,115 @@
+// vLLM's MoE parallel modes, hand-worked from the upstream code:
+//  - vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make: with
+//    enable_expert_parallel the EP size is tp*dp and EP rank = dp_rank * tp + tp_rank (its
+//    docstring: "TP = 2, DP = 2 and EP = True ... device 2: TP = {1, 0} DP = {2, 1} EP = {4, 2}");
+//    without it the MoE TP size is tp*dp, each rank a shard of every expert;
+//  - vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map ("linear"):
+//    base = E // ep, remainder = E % ep, rank r holds base + (r < remainder) experts from
+//    r * base + min(r, remainder).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/tools/models/framework_layouts_testutil.h"
+
+namespace ferry::models {
+namespace {
+
+// One MoE layer of `experts` experts (FFN 16, hidden 32, bf16) routed in `groups` groups.
+ModelPreset SmallMoe(int64_t experts, int64_t groups = 0) {
+  ModelConfig c;
+  c.expert_groups = groups;
+  c.name = "small-moe-" + std::to_string(experts);
+  c.family = ModelFamily::kQwen3Moe;
+  c.hidden = 32;
+  c.num_layers = 1;
+  c.vocab = 64;
+  c.num_heads = 4;
+  c.num_kv_heads = 4;
+  c.head_dim = 8;
+  c.num_experts = experts;
+  c.moe_intermediate = 16;
+  Result<ModelPreset> p = ModelPreset::FromConfig(c);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+const char* kW13 = "model.layers.0.mlp.experts.w13_weight";
+const char* kGateStack = "model.layers.0.mlp.experts.[0:10].gate_proj.weight";
+
+TEST(VllmExpertParallelTest, UnevenExpertsLinearPlacement) {
+  ModelPreset p = SmallMoe(10);
+  // tp 2, dp 2, EP on: ep 4; 10 experts -> 3, 3, 2, 2 from 0, 3, 6, 8.
+  Layout l = BuildAsSpecified(p, "vllm:tp=2,dp=2,ep=4");
+  const int64_t counts[4] = {3, 3, 2, 2}, firsts[4] = {0, 3, 6, 8};
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    auto gate = FragmentsIn(l, rank, kW13, kGateStack);
+    ASSERT_EQ(gate.size(), 1u);
+    EXPECT_EQ(gate[0].box.lo[0], firsts[rank]);
+    EXPECT_EQ(gate[0].box.hi[0], firsts[rank] + counts[rank]);
+    EXPECT_EQ(gate[0].box.lo[1], 0);  // whole experts: rows 0..15
+    EXPECT_EQ(gate[0].box.hi[1], 16);
+    EXPECT_EQ(l.buffers[l.FindBuffer(rank, kW13)].bytes, counts[rank] * 2 * 16 * 32 * 2);
+  }
+}
+
+TEST(VllmExpertParallelTest, WithoutExpertParallelEveryRankHoldsAShard) {
+  ModelPreset p = SmallMoe(10);
+  // ep 1: the MoE TP size is tp*dp = 4; rank 3 (dp 1, tp 1) holds FFN rows 12..15 of all 10.
+  Layout l = BuildAsSpecified(p, "vllm:tp=2,dp=2");
+  auto gate = FragmentsIn(l, 3, kW13, kGateStack);
+  ASSERT_EQ(gate.size(), 1u);
+  EXPECT_EQ(gate[0].box.lo[0], 0);
+  EXPECT_EQ(gate[0].box.hi[0], 10);
+  EXPECT_EQ(gate[0].box.lo[1], 12);
+  EXPECT_EQ(gate[0].box.hi[1], 16);
+  EXPECT_EQ(l.buffers[l.FindBuffer(3, kW13)].bytes, 10 * 2 * 4 * 32 * 2);
+}
+
+TEST(VllmExpertParallelTest, FewerExpertsThanRanks) {
+  ModelPreset p = SmallMoe(3);
+  Layout l = BuildAsSpecified(p, "vllm:tp=4,ep=4");
+  EXPECT_GE(l.FindBuffer(2, kW13), 0);
+  EXPECT_EQ(l.FindBuffer(3, kW13), -1);  // EP rank 3 owns no expert
+}
+
+// "round_robin" (determine_expert_map): EP rank r holds torch.arange(r, E, ep); for 10 experts
+// over ep 4, rank 1 holds 1, 5, 9 as local experts 0, 1, 2. vLLM keeps it only for models with
+// several expert groups (layer.py determine_expert_placement_strategy).
+TEST(VllmExpertParallelTest, RoundRobinPlacement) {
+  ModelPreset p = SmallMoe(10, /*groups=*/2);
+  for (const char* naming : {"", ",expert_tensors=members"}) {
+    SCOPED_TRACE(naming);
+    Layout l = Build(p, std::string("vllm:tp=2,dp=2,ep=4,placement=round_robin") + naming);
+    const int64_t expert = 2 * 16 * 32 * 2;  // bytes of one expert's w13
+    const int64_t experts[3] = {1, 5, 9};
+    for (int le = 0; le < 3; ++le) {
+      auto gate = FragmentsIn(l, 1, kW13, "model.layers.0.mlp.experts." +
+                                              std::to_string(experts[le]) + ".gate_proj.weight");
+      ASSERT_EQ(gate.size(), 1u) << le;
+      EXPECT_EQ(gate[0].loc.byte_offset, le * expert);
+    }
+    EXPECT_EQ(l.buffers[l.FindBuffer(3, kW13)].bytes, 2 * expert);  // experts 3 and 7
+  }
+  EXPECT_EQ(Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin").ToString(),
+            "vllm:tp=2,dp=2,ep=4,placement=round_robin");
+  Result<Layout> ungrouped =
+      BuildFrameworkLayout(SmallMoe(10), Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin"));
+  ASSERT_FALSE(ungrouped.ok());
+  EXPECT_NE(ungrouped.status().message().find("multiple expert groups"), std::string::npos);
+  EXPECT_FALSE(BuildFrameworkLayout(p, Spec("vllm:tp=2,dp=2,placement=round_robin")).ok());
+}
+
+TEST(VllmExpertParallelTest, OnlyOneAndTpTimesDpExist) {
+  ModelPreset p = SmallMoe(10);
+  for (const char* bad : {"vllm:tp=2,dp=2,ep=2", "vllm:tp=4,ep=2", "vllm:tp=2,dp=4,ep=4"}) {
+    Result<Layout> l = BuildFrameworkLayout(p, Spec(bad));
+    ASSERT_FALSE(l.ok()) << bad;
+    EXPECT_NE(l.status().message().find("vLLM has no ep="), std::string::npos) << bad;
+    EXPECT_NE(l.status().message().find("--enable-expert-parallel"), std::string::npos) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::models

@@ -1,0 +1,206 @@
+// `ferry layout --explain` (tools/models/layout_explain.h): the rules behind one tensor's
+// fragments, matched on its checkpoint name, and the fragments themselves.
+#include "tools/models/layout_explain.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/base/strings.h"
+#include "core/layout/tensor_stack.h"
+
+namespace ferry::models {
+
+namespace {
+
+const char* kMegatron = "NVIDIA/Megatron-LM ";
+const char* kBridge = "NVIDIA-NeMo/Megatron-Bridge ";
+const char* kVllm = "vllm-project/vllm ";
+
+bool Has(const std::string& name, const char* part) {
+  return name.find(part) != std::string::npos;
+}
+
+std::string N(int64_t v) { return std::to_string(v); }
+
+void VocabRules(const ModelConfig& c, const FrameworkSpec& r, std::vector<LayoutRule>& out) {
+  if (r.kind == FrameworkSpec::Kind::kVllm) {
+    out.push_back({"vocabulary padded to a multiple of 64, then split into tp=" + N(r.vllm.tp) +
+                       " equal row blocks; padding rows at the end",
+                   std::string(kVllm) + "vllm/model_executor/layers/vocab_parallel_embedding.py"});
+    if (c.tie_embeddings) {
+      out.push_back({"tied: lm_head is embed_tokens, one buffer",
+                     std::string(kVllm) + "vllm/model_executor/models/llama.py"});
+    }
+    return;
+  }
+  const MegatronParallel& m = r.megatron;
+  if (m.pad_vocab) {
+    out.push_back({"vocabulary padded to a multiple of vocab_divisible_by*tp = " +
+                       N(int64_t{m.vocab_divisible_by} * m.tp) + ", split into tp equal blocks",
+                   std::string(kMegatron) + "megatron/core/tokenizers/utils/build_tokenizer.py"});
+  } else {
+    out.push_back({"vocabulary unpadded (should_pad_vocab=False), split into tp equal blocks",
+                   std::string(kBridge) + "src/megatron/bridge/models/gpt_provider.py"});
+  }
+  out.push_back({"embedding on the first stage, output layer on the last",
+                 std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
+}
+
+void AttentionRules(const FrameworkSpec& r, const ModelConfig& c, const std::string& t,
+                    std::vector<LayoutRule>& out) {
+  const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
+  if (Has(t, "q_proj.") || Has(t, "k_proj.") || Has(t, "v_proj.")) {
+    if (vllm) {
+      out.push_back({"qkv_proj per TP rank = [its q heads; its KV heads (k); (v)]" +
+                         std::string(r.vllm.tp > c.num_kv_heads
+                                         ? "; each KV head replicated on tp/kv ranks"
+                                         : ""),
+                     std::string(kVllm) + "vllm/model_executor/layers/linear.py"});
+    } else {
+      out.push_back({"linear_qkv interleaved per query group [q heads; k; v], groups split by tp",
+                     std::string(kMegatron) + "megatron/core/transformer/attention.py"});
+    }
+  } else if (Has(t, "o_proj.")) {
+    out.push_back({"row-parallel: columns split by tp",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/layers/linear.py"
+                        : std::string(kMegatron) + "megatron/core/tensor_parallel/layers.py"});
+  } else if (Has(t, "_a_proj") || Has(t, "_b_proj") || Has(t, "a_layernorm")) {
+    out.push_back({vllm ? "MLA: fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa] replicated, "
+                          "q_b/kv_b column-parallel by head"
+                        : "MLA: down projections duplicated, norms fused into the up "
+                          "projections, up projections column-parallel by head",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/models/deepseek_v2.py"
+                        : std::string(kMegatron) +
+                              "megatron/core/transformer/multi_latent_attention.py"});
+  }
+}
+
+void ExpertRules(const FrameworkSpec& r, const std::string& t, std::vector<LayoutRule>& out) {
+  if (r.kind == FrameworkSpec::Kind::kVllm) {
+    out.push_back({r.vllm.ep == 1 ? "FusedMoE without expert parallelism: every expert's FFN "
+                                    "split over all tp*dp ranks (w13 = [gate_i; up_i], w2)"
+                                  : r.vllm.round_robin_experts
+                                        ? "FusedMoE with expert parallelism, ep = tp*dp, "
+                                          "round-robin: rank r holds experts r, r + ep, ..."
+                                        : "FusedMoE with expert parallelism, ep = tp*dp: whole "
+                                          "experts a rank, the first E mod ep ranks one more",
+                   std::string(kVllm) + "vllm/model_executor/layers/fused_moe/config.py"});
+    return;
+  }
+  out.push_back({std::string("experts=") + ExpertStorageName(r.megatron.experts) +
+                     ": EP rank r holds experts [r*E/ep, (r+1)*E/ep), each FFN split over etp",
+                 std::string(kMegatron) + "megatron/core/transformer/moe/experts.py"});
+  if (Has(t, "[")) out.push_back({"named as a tensor stack of all experts", "ferry"});
+}
+
+void OtherRules(const ModelConfig& c, const FrameworkSpec& r, const std::string& t,
+                std::vector<LayoutRule>& out) {
+  const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
+  if (Has(t, "mixer.") && c.family == ModelFamily::kNemotronH && !Has(t, "proj.weight")) {
+    out.push_back({"Mamba-2 mixer split by head and group over tp",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/layers/mamba/mamba_mixer2.py"
+                        : std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
+    if (vllm && Has(t, "A_log")) {
+      out.push_back({"stored transformed: A = -exp(A_log) in fp32; plans refuse it",
+                     std::string(kVllm) + "vllm/model_executor/layers/mamba/mamba_mixer2.py"});
+    }
+  } else if (Has(t, "mixer.in_proj")) {
+    out.push_back({"Mamba-2 in_proj per TP rank = [z_i; x_i; B_i; C_i; dt_i]",
+                   std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
+  } else if (Has(t, "gate_proj.") || Has(t, "up_proj.")) {
+    out.push_back({"[gate_i; up_i] per TP rank in one fc1 / gate_up_proj buffer",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/layers/linear.py"
+                        : std::string(kBridge) +
+                              "src/megatron/bridge/models/conversion/param_mapping.py"});
+  } else if (Has(t, "down_proj.") || Has(t, "out_proj.")) {
+    out.push_back({"row-parallel: columns split by tp",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/layers/linear.py"
+                        : std::string(kMegatron) + "megatron/core/tensor_parallel/layers.py"});
+  } else if (Has(t, "mlp.gate.")) {
+    out.push_back({"router weight (and fp32 score-correction bias) whole on every rank",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/models/deepseek_v2.py"
+                        : std::string(kMegatron) + "megatron/core/transformer/moe/router.py"});
+  } else if (Has(t, "norm")) {
+    out.push_back({"norm weight whole on every TP rank", "ferry (replicated)"});
+  }
+  if (Has(t, "shared_experts")) {
+    out.push_back({"shared experts: a dense MLP split over the TP group",
+                   vllm ? std::string(kVllm) + "vllm/model_executor/models/deepseek_v2.py"
+                        : std::string(kMegatron) +
+                              "megatron/core/transformer/moe/shared_experts.py"});
+  }
+}
+
+}  // namespace
+
+std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
+                                       const std::string& t) {
+  std::vector<LayoutRule> out;
+  const bool layer = Has(t, ".layers.");
+  if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
+  if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
+    const MegatronParallel& m = r.megatron;
+    out.push_back({"pipeline stage: " + std::string(m.first > 0 || m.last > 0
+                                                        ? "first=" + N(m.first) + ", last=" +
+                                                              N(m.last) + ", the rest even"
+                                                        : "layers split evenly over pp=" +
+                                                              N(m.pp)) +
+                       "; local layer numbers per stage",
+                   std::string(kMegatron) + "megatron/core/transformer/transformer_block.py"});
+  }
+  if (Has(t, ".mlp.experts.")) {
+    ExpertRules(r, t, out);
+  } else if (Has(t, "self_attn.") || (Has(t, "mixer.") && Has(t, "_proj") &&
+                                      (Has(t, "q_proj") || Has(t, "k_proj") ||
+                                       Has(t, "v_proj") || Has(t, "o_proj")))) {
+    AttentionRules(r, c, t, out);
+  }
+  if (!Has(t, ".mlp.experts.") && !Has(t, "self_attn.") && layer) OtherRules(c, r, t, out);
+  if (Has(t, "self_attn.") && Has(t, "norm")) OtherRules(c, r, t, out);
+  const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
+  out.push_back({vllm ? "dp replicas copy the engine's TP group (MoE layers span tp*dp), engines "
+                        "copy the whole engine"
+                      : "dp and cp ranks hold replicas; experts replicated over expert-dp",
+                 vllm ? std::string(kVllm) + "vllm/model_executor/layers/fused_moe/config.py"
+                      : std::string(kMegatron) + "megatron/core/parallel_state.py"});
+  return out;
+}
+
+Result<std::string> ExplainTensor(const ModelConfig& c, const FrameworkSpec& r,
+                                  const Layout& layout, const std::string& tensor) {
+  const Layout* l = &layout;
+  Layout members;
+  if (l->FindTensor(tensor) < 0 && Has(tensor, ".mlp.experts.")) {
+    FERRY_ASSIGN_OR_RETURN(members, UnstackTensors(layout));
+    l = &members;
+  }
+  const int t = l->FindTensor(tensor);
+  if (t < 0) return NotFound("the layout has no tensor '" + tensor + "'");
+  const TensorSpec& spec = l->tensors[t];
+  std::ostringstream os;
+  os << spec.name << " " << FormatInts(spec.shape) << " " << DTypeName(spec.dtype) << " under "
+     << r.ToString() << "\n";
+  std::vector<Fragment> frags;
+  for (const Fragment& f : l->fragments) {
+    if (f.tensor == t) frags.push_back(f);
+  }
+  std::stable_sort(frags.begin(), frags.end(),
+                   [](const Fragment& a, const Fragment& b) { return a.loc.rank < b.loc.rank; });
+  for (const Fragment& f : frags) {
+    const std::vector<int64_t> strides(f.loc.strides.begin(), f.loc.strides.begin() + f.box.ndim);
+    os << "  rank " << f.loc.rank << "  " << l->buffers[f.loc.buffer].name << "  "
+       << f.box.ToString() << "  at byte " << f.loc.byte_offset << "  strides "
+       << FormatInts(strides) << "\n";
+  }
+  for (const StoredTransform& s : l->transforms) {
+    if (s.tensor != t) continue;
+    os << "  stored as " << s.transform << " (" << DTypeName(s.stored_dtype) << ")\n";
+  }
+  os << "rules:\n";
+  for (const LayoutRule& rule : RulesForTensor(c, r, spec.name)) {
+    os << "  - " << rule.rule << "  [" << rule.upstream << "]\n";
+  }
+  return os.str();
+}
+
+}  // namespace ferry::models
