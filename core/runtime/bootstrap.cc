@@ -76,6 +76,8 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
     return InvalidArgument("no store address: set MASTER_ADDR or FERRY_STORE_ADDR to rank 0's host");
   }
   info.store_host = *host;
+  const std::string* bind = Find(env, "FERRY_STORE_BIND");
+  info.store_bind = bind != nullptr && !bind->empty() ? *bind : info.store_host;
   const char* port_var = Find(env, "FERRY_STORE_PORT") != nullptr ? "FERRY_STORE_PORT" : "MASTER_PORT";
   FERRY_ASSIGN_OR_RETURN(info.store_port, IntVar(env, port_var, 0, true));
   if (info.store_port < 1 || info.store_port > 65535) {
@@ -102,8 +104,14 @@ Result<BootstrapInfo> BootstrapFromProcessEnvironment() {
 Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline) {
   Rendezvous rendezvous;
   if (info.rank == 0) {
-    auto server = TcpStoreServer::Start("", info.store_port, info.token);
-    if (!server.ok()) return server.status().WithContext("rank 0 starting the store");
+    const std::string& bind = info.store_bind.empty() ? info.store_host : info.store_bind;
+    auto server = TcpStoreServer::Start(bind, info.store_port, info.token);
+    if (!server.ok()) {
+      return server.status().WithContext(
+          "rank 0 starting the store on " + bind +
+          " (the store listens on MASTER_ADDR/FERRY_STORE_ADDR; set FERRY_STORE_BIND to the local "
+          "address to listen on when that name is not one of this host's)");
+    }
     rendezvous.server = std::move(*server);
   }
   auto client = TcpStoreClient::Connect(info.store_host, info.store_port, info.token, deadline);
