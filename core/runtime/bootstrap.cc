@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "core/layout/limits.h"
+
 extern char** environ;
 
 namespace ferry {
@@ -66,6 +68,10 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
   FERRY_ASSIGN_OR_RETURN(info.local_rank, IntVar(env, scheme->local_rank, 0, false));
   FERRY_ASSIGN_OR_RETURN(info.local_size, IntVar(env, scheme->local_size, 1, false));
   if (info.size < 1) return InvalidArgument(std::string(scheme->size) + " must be at least 1");
+  if (info.size > kMaxRanks) {
+    return InvalidArgument(std::string(scheme->size) + "=" + std::to_string(info.size) +
+                           " is over the limit of " + std::to_string(kMaxRanks) + " ranks (kMaxRanks)");
+  }
   if (info.rank >= info.size) {
     return InvalidArgument(std::string(scheme->rank) + "=" + std::to_string(info.rank) +
                            " is not below " + scheme->size + "=" + std::to_string(info.size));

@@ -112,6 +112,13 @@ TEST(BootstrapTest, StoreListensOnlyOnTheJobsInterface) {
   EXPECT_FALSE(ListenTcp("", 0).ok()) << "an empty address must not mean every interface";
 }
 
+TEST(BootstrapTest, WorldSizesOverTheRankLimitAreRefused) {
+  auto huge = BootstrapFromEnvironment({{"RANK", "0"}, {"WORLD_SIZE", "500000"}, {"MASTER_ADDR", "h"},
+                                        {"MASTER_PORT", "29500"}, {"FERRY_TOKEN", "t"}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("kMaxRanks"), std::string::npos) << huge.status().ToString();
+}
+
 TEST(BootstrapTest, StoreBindComesFromFerryStoreBind) {
   auto info = BootstrapFromEnvironment({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "node0"},
                                         {"MASTER_PORT", "29500"}, {"FERRY_TOKEN", "t"},
