@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 namespace ferry {
@@ -259,6 +260,14 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
     (void)Get<int32_t>(p);
     b.shared_offset = Get<int64_t>(p);
     b.inode = Get<uint64_t>(p);
+    // Bounds are checked against the plan and the mapped file later; here what no honest sender
+    // writes: negative sizes or offsets, pids and fds out of range.
+    if (b.bytes < 0 || b.shared_offset < 0 || b.shared_fd < -1) {
+      return InvalidArgument("direct-read offer with a negative size, offset or fd");
+    }
+  }
+  if (owner.pid <= 0 || owner.pid > std::numeric_limits<pid_t>::max()) {
+    return InvalidArgument("direct-read offer from pid " + std::to_string(owner.pid));
   }
   return Status::Ok();
 }
