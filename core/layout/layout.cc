@@ -183,7 +183,9 @@ std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f) const {
   if (f.box.Empty()) return {f.loc.byte_offset, 0};
   // Saturating: a hostile fragment's span pins at kSaturated, which validation refuses.
   int64_t last = 0;
-  for (int d = 0; d < f.box.ndim; ++d) last = SatAdd(last, SatMul(f.box.Extent(d) - 1, f.loc.strides[d]));
+  for (int d = 0; d < f.box.ndim; ++d) {
+    last = SatAdd(last, SatMul(f.box.Extent(d) - 1, f.loc.strides[d]));
+  }
   return {f.loc.byte_offset, SatMul(SatAdd(last, 1), elem)};
 }
 

@@ -481,8 +481,9 @@ Status ValidateLayout(const Layout& layout, const ValidateOptions& options) {
     }
     for (int d = 0; d < p.box.ndim; ++d) {
       if (p.box.lo[d] < 0 || p.box.lo[d] > p.box.hi[d] || p.box.hi[d] > t.shape[d]) {
-        return InvalidArgument("padding region " + p.box.ToString() + " is out of bounds of tensor '" +
-                               t.name + "' shape " + FormatInts(t.shape) + " in dim " + std::to_string(d));
+        return InvalidArgument("padding region " + p.box.ToString() +
+                               " is out of bounds of tensor '" + t.name + "' shape " +
+                               FormatInts(t.shape) + " in dim " + std::to_string(d));
       }
     }
   }

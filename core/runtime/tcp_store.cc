@@ -61,7 +61,9 @@ Result<Bytes> CheckStoreHello(const std::string& token, const Nonce& nonce,
                               std::span<const uint8_t> hello) {
   Bytes expected = StoreHelloMac(token, nonce);
   Bytes got(hello.begin(), hello.end());
-  if (!DigestEqual(ToDigest(got), ToDigest(expected))) return InvalidArgument("wrong token (not FERRY_TOKEN of this job)");
+  if (!DigestEqual(ToDigest(got), ToDigest(expected))) {
+    return InvalidArgument("wrong token (not FERRY_TOKEN of this job)");
+  }
   Digest ack = StoreAckMac(token, nonce, got);
   return Bytes(ack.begin(), ack.end());
 }
@@ -91,7 +93,8 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
   options.max_pending = limits.max_pending;
   options.hello_timeout = limits.hello_timeout;
   server->handshakes_ = std::make_unique<HandshakeAcceptor>(
-      listener.fd, options, [key = server->token_](const Nonce& nonce, std::span<const uint8_t> hello) {
+      listener.fd, options,
+      [key = server->token_](const Nonce& nonce, std::span<const uint8_t> hello) {
         return CheckStoreHello(key, nonce, hello);
       });
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
@@ -177,7 +180,8 @@ Status TcpStoreServer::ServeOne(int fd) {
   if (op < kSet || op > kWait) return InvalidArgument("store: unknown op");
   std::string key(key_len, '\0');
   FERRY_RETURN_IF_ERROR(ReadAll(fd, key.data(), key_len, io));
-  Deadline deadline = Deadline::After(std::chrono::milliseconds(std::min<uint64_t>(millis, kMaxWaitMillis)));
+  Deadline deadline =
+      Deadline::After(std::chrono::milliseconds(std::min<uint64_t>(millis, kMaxWaitMillis)));
   Status status;
   Bytes payload;
   if (op == kSet) {
@@ -220,7 +224,9 @@ Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::strin
   auto reply = ClientHandshake(
       *fd, kMagic, [&](const Nonce& nonce) { return StoreHelloMac(token, nonce); }, 32, deadline);
   if (!reply.ok()) {
-    if (reply.status().code() == StatusCode::kDeadlineExceeded) return reply.status().WithContext(where);
+    if (reply.status().code() == StatusCode::kDeadlineExceeded) {
+      return reply.status().WithContext(where);
+    }
     return Unavailable(where + " rejected the connection (is FERRY_TOKEN the same on every rank?): " +
                        reply.status().message());
   }

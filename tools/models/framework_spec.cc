@@ -66,14 +66,16 @@ Status CheckWorld(const std::string& what, int64_t world) {
 }
 
 Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
-  FERRY_RETURN_IF_ERROR(CheckWorld("megatron tp*pp*cp*max(dp,1)", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, std::max(m.dp, 1)))));
+  FERRY_RETURN_IF_ERROR(CheckWorld("megatron tp*pp*cp*max(dp,1)",
+                                   SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, std::max(m.dp, 1)))));
   FERRY_RETURN_IF_ERROR(CheckWorld("megatron ep*etp", SatMul(m.ep, std::max(m.etp, m.tp))));
   if (m.etp == 0) m.etp = m.tp;
   if (!c.IsMoe() && m.ep != 1) return InvalidArgument("the model has no experts; ep must be 1");
   if (m.dp == 0) {
     const int tpcp = m.tp * m.cp;
     m.dp = c.IsMoe() ? std::lcm(tpcp, m.ep * m.etp) / tpcp : 1;
-    FERRY_RETURN_IF_ERROR(CheckWorld("megatron tp*pp*cp*dp", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, m.dp))));
+    FERRY_RETURN_IF_ERROR(
+        CheckWorld("megatron tp*pp*cp*dp", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, m.dp))));
   }
   if (m.pp > c.num_layers) {
     return InvalidArgument("pp " + Num(m.pp) + " exceeds the " + Num(c.num_layers) + " layers");

@@ -183,11 +183,13 @@ LibfabricTransport::~LibfabricTransport() {
 
 Status LibfabricTransport::Init() {
   if (context_.secret.empty()) {
-    return InvalidArgument("libfabric: no secret in the transport context to authenticate peers with");
+    return InvalidArgument(
+        "libfabric: no secret in the transport context to authenticate peers with");
   }
   for (int r = 0; r < context_.size; ++r) {
-    send_key_.push_back(TagKey(DerivePairAuthenticator(context_.secret, "libfabric", context_.rank, r)));
-    recv_key_.push_back(TagKey(DerivePairAuthenticator(context_.secret, "libfabric", r, context_.rank)));
+    const std::string& secret = context_.secret;
+    send_key_.push_back(TagKey(DerivePairAuthenticator(secret, "libfabric", context_.rank, r)));
+    recv_key_.push_back(TagKey(DerivePairAuthenticator(secret, "libfabric", r, context_.rank)));
   }
   provider_ = context_.Option("libfabric.provider", "tcp");
   const std::string domain = context_.Option("libfabric.domain", "");

@@ -35,11 +35,14 @@ Status PeerWatch::Listen(const std::string& advertised_host) {
   port_ = static_cast<uint16_t>(listener->port);
   RankHelloExpect expect{&secret_, rank_, size_, epoch_};
   acceptor_ = std::make_unique<HandshakeAcceptor>(
-      listen_fd_, RankHelloOptions(kWatchHello, "libfabric peer watch of rank " + std::to_string(rank_)),
+      listen_fd_,
+      RankHelloOptions(kWatchHello, "libfabric peer watch of rank " + std::to_string(rank_)),
       [this, expect](const Nonce& nonce, std::span<const uint8_t> hello) -> Result<Bytes> {
-        FERRY_ASSIGN_OR_RETURN(RankHelloChecked checked, CheckRankHello(kWatchHello, expect, nonce, hello));
+        FERRY_ASSIGN_OR_RETURN(RankHelloChecked checked,
+                               CheckRankHello(kWatchHello, expect, nonce, hello));
         if (accepted_.count(checked.from_rank) != 0 || watched_.count(checked.from_rank) != 0) {
-          return FailedPrecondition("rank " + std::to_string(checked.from_rank) + " is already watched");
+          return FailedPrecondition("rank " + std::to_string(checked.from_rank) +
+                                    " is already watched");
         }
         return checked.ack;
       });
@@ -57,7 +60,8 @@ Status PeerWatch::Connect(int peer, const std::string& host, uint16_t port, Dead
   if (proved.ok()) proved = SetNonBlocking(*fd);
   if (!proved.ok()) {
     close(*fd);
-    return proved.WithContext(who + ": peer watch connection to " + host + ":" + std::to_string(port));
+    return proved.WithContext(who + ": peer watch connection to " + host + ":" +
+                              std::to_string(port));
   }
   watched_[peer] = *fd;
   return Status::Ok();

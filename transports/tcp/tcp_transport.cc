@@ -90,10 +90,13 @@ class TcpTransport final : public Transport {
   }
 
   Status Init(const TransportContext& context) {
-    if (secret_.empty()) return InvalidArgument("tcp: no secret in the transport context to authenticate peers with");
+    if (secret_.empty()) {
+      return InvalidArgument("tcp: no secret in the transport context to authenticate peers with");
+    }
     const std::string address = context.Option("tcp.address", "");
     if (address == "0.0.0.0") {
-      return InvalidArgument("tcp.address=0.0.0.0: name the address peers connect to (it is also the one listened on)");
+      return InvalidArgument(
+          "tcp.address=0.0.0.0: name the address peers connect to (it is also the one listened on)");
     }
     advertised_ = address.empty() ? LocalAddress() : address;
     // Listen where peers are told to connect, never on every interface by default.
@@ -108,10 +111,13 @@ class TcpTransport final : public Transport {
     HandshakeOptions options = RankHelloOptions(kTcpHello, "tcp rank " + std::to_string(rank_));
     RankHelloExpect expect{&secret_, rank_, size_, epoch_};
     acceptor_ = std::make_unique<HandshakeAcceptor>(
-        listener_.fd, options, [this, expect](const Nonce& nonce, std::span<const uint8_t> hello) -> Result<Bytes> {
-          FERRY_ASSIGN_OR_RETURN(RankHelloChecked checked, CheckRankHello(kTcpHello, expect, nonce, hello));
+        listener_.fd, options,
+        [this, expect](const Nonce& nonce, std::span<const uint8_t> hello) -> Result<Bytes> {
+          FERRY_ASSIGN_OR_RETURN(RankHelloChecked checked,
+                                 CheckRankHello(kTcpHello, expect, nonce, hello));
           if (peers_[checked.from_rank].connected) {
-            return FailedPrecondition("rank " + std::to_string(checked.from_rank) + " is already connected");
+            return FailedPrecondition("rank " + std::to_string(checked.from_rank) +
+                                      " is already connected");
           }
           return checked.ack;
         });
