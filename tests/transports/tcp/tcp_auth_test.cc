@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "core/runtime/handshake.h"
@@ -115,6 +116,58 @@ TEST(TcpAuthTest, ImpostorsAreRefusedAndRealRanksConnect) {
   auto done = driver.WaitAll({{0, *send}, {1, *recv}}, Deadline::AfterSeconds(10));
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_EQ(in, out);
+}
+
+int CountEntries(const char* dir) {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++count;
+  return count;
+}
+
+// 150 garbage and silent connections reach rank 1's listener before rank 0 does: rank 1's
+// acceptor (64 handshakes at most, oldest dropped) still lets rank 0 in, and once the transports
+// are gone this process's descriptors and threads are back where they were.
+TEST(TcpAuthTest, AFloodOfStrangersDoesNotKeepRankZeroOut) {
+  const int fds_before = CountEntries("/proc/self/fd");
+  const int tasks_before = CountEntries("/proc/self/task");
+  {
+    Config config(RuntimeConfig());
+    ASSERT_TRUE(config.Set("tcp.address", "127.0.0.1").ok());
+    TransportWorld world;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto t = MakeRank(config, rank, 1, "flood-secret");
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      world.ranks.push_back(std::move(*t));
+    }
+    Bytes info0 = *world.ranks[0]->LocalEndpointInfo();
+    Bytes info1 = *world.ranks[1]->LocalEndpointInfo();
+    Deadline deadline = Deadline::AfterSeconds(20);
+    Status connected[2];
+    std::thread rank1([&] {
+      connected[1] = world.ranks[1]->Connect(0, info0, deadline);
+      if (connected[1].ok()) connected[1] = world.ranks[1]->Connect(1, info1, deadline);
+    });
+    // The flood arrives while rank 1 waits for rank 0, then rank 0 comes last.
+    std::vector<int> flood;
+    for (int i = 0; i < 150; ++i) {
+      auto fd = ConnectTcp("127.0.0.1", PortOf(info1), Deadline::AfterSeconds(2));
+      ASSERT_TRUE(fd.ok()) << "stranger " << i << ": " << fd.status().ToString();
+      if (i % 2 == 0) {
+        uint8_t garbage[48];
+        std::memset(garbage, i, sizeof(garbage));
+        ::send(*fd, garbage, sizeof(garbage), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      flood.push_back(*fd);
+    }
+    connected[0] = world.ranks[0]->Connect(0, info0, deadline);
+    if (connected[0].ok()) connected[0] = world.ranks[0]->Connect(1, info1, deadline);
+    rank1.join();
+    EXPECT_TRUE(connected[0].ok()) << connected[0].ToString();
+    EXPECT_TRUE(connected[1].ok()) << connected[1].ToString();
+    for (int fd : flood) ::close(fd);
+  }
+  EXPECT_EQ(CountEntries("/proc/self/fd"), fds_before);
+  EXPECT_EQ(CountEntries("/proc/self/task"), tasks_before);
 }
 
 TEST(TcpAuthTest, RefusesAContextWithoutSecretOrAWildcardAddress) {
