@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <new>
 #include <unordered_map>
 
 #include "core/runtime/abort_state.h"
@@ -21,6 +22,10 @@
 namespace ferry {
 
 namespace {
+
+// Largest message a header may announce (1 TiB): a corrupt or hostile header fails its peer
+// instead of sizing a buffer from it.
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
 
 // Connections between tcp ranks open with the rank hello (core/runtime/rank_hello.h).
 constexpr RankHelloProtocol kTcpHello{{'F', 'R', 'Y', 'T'}, "ferry-tcp"};
@@ -481,7 +486,15 @@ class TcpTransport final : public Transport {
       }
     } else {
       auto message = std::make_shared<Unexpected>();
-      message->data.resize(static_cast<size_t>(size));
+      try {
+        message->data.resize(static_cast<size_t>(size));
+      } catch (const std::bad_alloc&) {
+        // Buffering a message no receive is posted for: out of memory fails this peer only.
+        p.in_payload = false;
+        FailPeer(peer, "cannot buffer an unexpected message of " + std::to_string(size) +
+                           " bytes: out of memory");
+        return;
+      }
       p.payload_unexpected = message;
       p.payload_at = message->data.data();
       p.unexpected[p.header.tag].push_back(std::move(message));
@@ -516,6 +529,12 @@ class TcpTransport final : public Transport {
         if (!HandleRead(peer, n)) return;
         p.header_got += n;
         if (p.header_got == static_cast<int64_t>(sizeof(Header))) {
+          if (p.header.bytes > kMaxMessageBytes) {
+            FailPeer(peer, "malformed message header: " + std::to_string(p.header.bytes) +
+                               " bytes, over the limit of " + std::to_string(kMaxMessageBytes) +
+                               " (kMaxMessageBytes)");
+            return;
+          }
           StartPayload(peer);
           if (p.payload_left == 0) FinishPayload(peer);
         }
