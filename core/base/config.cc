@@ -3,7 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -194,7 +196,15 @@ Result<int64_t> ParseBytes(std::string_view text_view) {
     if (suffix == name) scale = factor;
   }
   if (scale == 0) return InvalidArgument("'" + text + "': unknown byte suffix '" + suffix + "'");
-  return static_cast<int64_t>(number * scale);
+  if (std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(digits), '.') > 1) {
+    return InvalidArgument("'" + text + "' is not a byte size");
+  }
+  const double bytes = number * scale;
+  if (!std::isfinite(bytes) || bytes > static_cast<double>(kMaxByteSize)) {
+    return InvalidArgument("'" + text + "' is over the limit of " + std::to_string(kMaxByteSize) +
+                           " bytes (kMaxByteSize)");
+  }
+  return static_cast<int64_t>(bytes);
 }
 
 Result<double> ParseSeconds(std::string_view text_view) {
@@ -212,8 +222,13 @@ Result<double> ParseSeconds(std::string_view text_view) {
   }
   char* end = nullptr;
   double value = std::strtod(number.c_str(), &end);
-  if (number.empty() || *end != '\0' || value < 0) {
+  if (number.empty() || *end != '\0' || !(value >= 0) || !std::isfinite(value)) {
     return InvalidArgument("'" + text + "' is not a duration (e.g. 30s, 500ms, 2m)");
+  }
+  if (value * scale > kMaxDurationSeconds) {
+    return InvalidArgument("'" + text + "' is over the limit of " +
+                           std::to_string(static_cast<int64_t>(kMaxDurationSeconds)) +
+                           " seconds (kMaxDurationSeconds: 30 days)");
   }
   return value * scale;
 }

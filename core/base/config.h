@@ -66,6 +66,10 @@ class Config {
   std::map<std::string, std::string, std::less<>> sources_;
 };
 
+// Limits on option values: a byte size above kMaxByteSize (1 PiB) or a duration above
+// kMaxDurationSeconds (30 days), NaN or infinity is refused with the limit named.
+inline constexpr int64_t kMaxByteSize = int64_t{1} << 50;
+inline constexpr double kMaxDurationSeconds = 30.0 * 24 * 3600;
 Result<int64_t> ParseBytes(std::string_view text);
 Result<double> ParseSeconds(std::string_view text);
 

@@ -40,23 +40,27 @@ inline std::string SecondsText(double seconds) {
 template <typename S>
 class OptionTable {
  public:
-  // A byte size ("4MiB"); `minimum` is the smallest value accepted.
-  OptionTable& Bytes(std::string name, int64_t S::*field, std::string help, int64_t minimum = 1) {
+  // A byte size ("4MiB") in [minimum, maximum].
+  OptionTable& Bytes(std::string name, int64_t S::*field, std::string help, int64_t minimum = 1,
+                     int64_t maximum = kMaxByteSize) {
     return Add(std::move(name), ByteSizeText(S{}.*field), std::move(help),
-               [name, field, minimum](const Config& config, S& out) -> Status {
+               [name, field, minimum, maximum](const Config& config, S& out) -> Status {
                  FERRY_ASSIGN_OR_RETURN(int64_t value, config.GetBytes(name));
                  if (value < minimum) return AtLeast(name, value, ByteSizeText(minimum));
+                 if (value > maximum) return AtMost(name, value, ByteSizeText(maximum));
                  out.*field = value;
                  return Status::Ok();
                });
   }
 
-  OptionTable& Int(std::string name, int S::*field, std::string help, int minimum = 0) {
+  // An integer in [minimum, maximum].
+  OptionTable& Int(std::string name, int S::*field, std::string help, int minimum = 0,
+                   int maximum = 1 << 20) {
     return Add(std::move(name), std::to_string(S{}.*field), std::move(help),
-               [name, field, minimum](const Config& config, S& out) -> Status {
+               [name, field, minimum, maximum](const Config& config, S& out) -> Status {
                  FERRY_ASSIGN_OR_RETURN(int64_t value, config.GetInt(name));
                  if (value < minimum) return AtLeast(name, value, std::to_string(minimum));
-                 if (value > INT32_MAX) return InvalidArgument("option '" + name + "': too large");
+                 if (value > maximum) return AtMost(name, value, std::to_string(maximum));
                  out.*field = static_cast<int>(value);
                  return Status::Ok();
                });
@@ -70,12 +74,13 @@ class OptionTable {
                });
   }
 
-  // A duration ("30s", "500ms"), stored in seconds; it must be positive.
+  // A duration ("30s", "500ms"), stored in seconds; it must be positive (Config::GetSeconds
+  // refuses NaN, infinity and more than kMaxDurationSeconds).
   OptionTable& Seconds(std::string name, double S::*field, std::string help) {
     return Add(std::move(name), SecondsText(S{}.*field), std::move(help),
                [name, field](const Config& config, S& out) -> Status {
                  FERRY_ASSIGN_OR_RETURN(double value, config.GetSeconds(name));
-                 if (value <= 0) return InvalidArgument("option '" + name + "' must be positive");
+                 if (!(value > 0)) return InvalidArgument("option '" + name + "' must be positive");
                  out.*field = value;
                  return Status::Ok();
                });
@@ -132,6 +137,11 @@ class OptionTable {
   static Status AtLeast(const std::string& name, int64_t value, const std::string& minimum) {
     return InvalidArgument("option '" + name + "' is " + std::to_string(value) + "; it must be at least " +
                            minimum);
+  }
+
+  static Status AtMost(const std::string& name, int64_t value, const std::string& maximum) {
+    return InvalidArgument("option '" + name + "' is " + std::to_string(value) + "; it must be at most " +
+                           maximum);
   }
 
   std::vector<Field> fields_;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/base/checked_math.h"
+
 namespace ferry {
 
 Box Box::FromShape(const std::vector<int64_t>& shape) {
@@ -46,7 +48,7 @@ int64_t BoxVolume(int ndim, const int64_t* lo, const int64_t* hi) {
   for (int d = 0; d < ndim; ++d) {
     int64_t e = hi[d] - lo[d];
     if (e <= 0) return 0;
-    v *= e;
+    v = SatMul(v, e);  // hostile boxes saturate; validation refuses them by kMaxBytes
   }
   return v;
 }

@@ -4,20 +4,24 @@
 #include <algorithm>
 #include <set>
 
+#include "core/base/checked_math.h"
+
 namespace ferry {
 
 int64_t TensorSpec::NumElements() const {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) n = SatMul(n, s);  // saturates on hostile shapes (validation refuses)
   return n;
 }
+
+int64_t TensorSpec::NumBytes() const { return SatMul(NumElements(), DTypeSize(dtype)); }
 
 std::array<int64_t, kMaxDims> RowMajorStrides(const std::vector<int64_t>& shape) {
   std::array<int64_t, kMaxDims> strides{};
   int64_t stride = 1;
   for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
     strides[d] = stride;
-    stride *= std::max<int64_t>(shape[d], 1);
+    stride = SatMul(stride, std::max<int64_t>(shape[d], 1));
   }
   return strides;
 }
@@ -149,7 +153,7 @@ int Layout::PlaceFragment(int tensor, const Box& box, int rank, const std::strin
   f.loc.strides = strides;
   fragments.push_back(f);
   auto [offset, length] = FragmentSpan(f);
-  buffers.GrowBytes(static_cast<size_t>(b), offset + length);
+  buffers.GrowBytes(static_cast<size_t>(b), SatAdd(offset, length));
   return static_cast<int>(fragments.size()) - 1;
 }
 
@@ -177,9 +181,12 @@ int64_t Layout::LogicalBytes() const {
 std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f) const {
   int64_t elem = DTypeSize(tensors[f.tensor].dtype);
   if (f.box.Empty()) return {f.loc.byte_offset, 0};
+  // Saturating: a hostile fragment's span pins at kSaturated, which validation refuses.
   int64_t last = 0;
-  for (int d = 0; d < f.box.ndim; ++d) last += (f.box.Extent(d) - 1) * f.loc.strides[d];
-  return {f.loc.byte_offset, (last + 1) * elem};
+  for (int d = 0; d < f.box.ndim; ++d) {
+    last = SatAdd(last, SatMul(f.box.Extent(d) - 1, f.loc.strides[d]));
+  }
+  return {f.loc.byte_offset, SatMul(SatAdd(last, 1), elem)};
 }
 
 Status CheckNoStoredTransforms(const Layout& source, const Layout& destination) {

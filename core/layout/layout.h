@@ -35,8 +35,9 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // global shape, 1 to 8 dims
   DType dtype = DType::kBF16;
 
+  // Both saturate at kSaturated (core/base/checked_math.h) rather than overflow.
   int64_t NumElements() const;
-  int64_t NumBytes() const { return NumElements() * DTypeSize(dtype); }
+  int64_t NumBytes() const;
 };
 
 // A region of a tensor that no fragment needs to cover (vocab padding, for example).

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/layout/limits.h"
+
 namespace ferry {
 namespace {
 
@@ -318,11 +320,19 @@ Result<Topology> ParseTopologyNode(const YAML::Node& root) {
     FERRY_ASSIGN_OR_RETURN(int num_ranks, ReadSmallInt(n, "uniform.num_ranks", 1));
     FERRY_ASSIGN_OR_RETURN(YAML::Node g, Required(u, "uniform", "gpus_per_node"));
     FERRY_ASSIGN_OR_RETURN(int gpus, ReadSmallInt(g, "uniform.gpus_per_node", 1));
+    if (num_ranks > kMaxRanks || gpus > kMaxRanks) {
+      return Bad(u, "uniform", "num_ranks and gpus_per_node are at most " +
+                                   std::to_string(kMaxRanks) + " (kMaxRanks)");
+    }
     topo = Topology::Uniform(num_ranks, gpus);
   } else {
     const YAML::Node& ranks = root["ranks"];
     if (!ranks.IsSequence() || ranks.size() == 0) {
       return Bad(ranks, "ranks", "expected a non-empty list, one entry per rank");
+    }
+    if (ranks.size() > static_cast<size_t>(kMaxRanks)) {
+      return Bad(ranks, "ranks", std::to_string(ranks.size()) + " ranks, over the limit of " +
+                                     std::to_string(kMaxRanks) + " (kMaxRanks)");
     }
     for (size_t i = 0; i < ranks.size(); ++i) {
       const std::string path = Index("ranks", i);
@@ -333,6 +343,10 @@ Result<Topology> ParseTopologyNode(const YAML::Node& root) {
       FERRY_ASSIGN_OR_RETURN(p.node, ReadSmallInt(node, Join(path, "node"), 0));
       FERRY_ASSIGN_OR_RETURN(YAML::Node dev, Required(r, path, "local_device"));
       FERRY_ASSIGN_OR_RETURN(p.local_device, ReadSmallInt(dev, Join(path, "local_device"), 0));
+      if (p.node >= kMaxRanks || p.local_device >= kMaxRanks) {
+        return Bad(r, path, "node and local_device are below " + std::to_string(kMaxRanks) +
+                                " (kMaxRanks)");
+      }
       if (r["nics"].IsDefined()) {
         FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> nics, ReadInts(r["nics"], Join(path, "nics")));
         for (int64_t nic : nics) {
@@ -397,8 +411,15 @@ void EmitTensorRef(YAML::Emitter& out, const Layout& l, int tensor) {
 }
 
 Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return IoError("cannot open '" + path + "' for reading");
+  const std::streamoff size = in.tellg();
+  if (size > kMaxInputFileBytes) {
+    return InvalidArgument("'" + path + "' has " + std::to_string(size) +
+                           " bytes, over the limit of " + std::to_string(kMaxInputFileBytes) +
+                           " for a layout or topology file (kMaxInputFileBytes)");
+  }
+  in.seekg(0);
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return IoError("cannot read '" + path + "'");

@@ -30,7 +30,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/checked_math.h"
 #include "core/base/strings.h"
+#include "core/layout/limits.h"
 #include "core/layout/tensor_stack.h"
 
 namespace ferry {
@@ -84,11 +86,21 @@ Status CheckTensors(const Layout& l) {
                                " with non-positive extent in dim " + std::to_string(d));
       }
     }
+    if (t.NumBytes() > kMaxBytes) {
+      return InvalidArgument("tensor '" + t.name + "' of shape " + FormatInts(t.shape) + " (" +
+                             std::string(DTypeName(t.dtype)) + ") is over the limit of " +
+                             std::to_string(kMaxBytes) + " bytes per tensor (kMaxBytes)");
+    }
   }
   // Tensor stacks (core/layout/tensor_stack.h): [members, ...member shape], no member named twice.
   for (const TensorSpec& t : l.tensors) {
     const std::optional<TensorStackName> stack = ParseTensorStackName(t.name);
     if (!stack) continue;
+    if (stack->size() > kMaxStackMembers) {
+      return InvalidArgument("tensor stack '" + t.name + "' has " + std::to_string(stack->size()) +
+                             " members, over the limit of " + std::to_string(kMaxStackMembers) +
+                             " (kMaxStackMembers)");
+    }
     FERRY_RETURN_IF_ERROR(CheckTensorStackShape(t, *stack));
     for (int64_t m = stack->first; m < stack->end; ++m) {
       if (names.count(stack->MemberName(m))) {
@@ -102,6 +114,10 @@ Status CheckTensors(const Layout& l) {
 
 Status CheckRank(int rank, const ValidateOptions& o, const std::string& what) {
   if (rank < 0) return InvalidArgument(what + " is on negative rank " + std::to_string(rank));
+  if (rank >= kMaxRanks) {
+    return InvalidArgument(what + " is on rank " + std::to_string(rank) + ", over the limit of " +
+                           std::to_string(kMaxRanks) + " ranks (kMaxRanks)");
+  }
   if (o.known_ranks && !o.known_ranks->count(rank)) {
     std::string known = o.known_ranks->empty()
                             ? std::string("none")
@@ -125,6 +141,10 @@ Status CheckBuffers(const Layout& l, const ValidateOptions& o) {
                              " has no name");
     }
     if (b.bytes < 0) return InvalidArgument(what + " has negative size");
+    if (b.bytes > kMaxBytes) {
+      return InvalidArgument(what + " has " + std::to_string(b.bytes) + " bytes, over the limit of " +
+                             std::to_string(kMaxBytes) + " (kMaxBytes)");
+    }
     if (!keys.insert(std::to_string(b.rank) + '\n' + b.name).second) {
       return InvalidArgument(what + " is declared twice");
     }
@@ -143,7 +163,8 @@ Status CheckFragment(const Layout& l, size_t i, const ValidateOptions& o) {
   const TensorSpec& t = l.tensors[f.tensor];
   // Built only on the error path: validation runs over 100k+ fragments.
   auto what = [&] { return Describe(l, i); };
-  if (f.loc.rank < 0 || (o.known_ranks && !o.known_ranks->count(f.loc.rank))) {
+  if (f.loc.rank < 0 || f.loc.rank >= kMaxRanks ||
+      (o.known_ranks && !o.known_ranks->count(f.loc.rank))) {
     return CheckRank(f.loc.rank, o, what());
   }
   if (f.box.ndim != static_cast<int>(t.shape.size())) {
@@ -159,6 +180,11 @@ Status CheckFragment(const Layout& l, size_t i, const ValidateOptions& o) {
       return InvalidArgument(what() + " has non-positive stride " +
                              std::to_string(f.loc.strides[d]) + " in dim " + std::to_string(d));
     }
+    if (f.loc.strides[d] > kMaxBytes) {
+      return InvalidArgument(what() + " has stride " + std::to_string(f.loc.strides[d]) +
+                             " in dim " + std::to_string(d) + ", over the limit of " +
+                             std::to_string(kMaxBytes) + " (kMaxBytes)");
+    }
   }
   if (f.loc.buffer < 0 || f.loc.buffer >= static_cast<int>(l.buffers.size())) {
     return InvalidArgument(what() + " refers to buffer index " + std::to_string(f.loc.buffer) +
@@ -173,7 +199,12 @@ Status CheckFragment(const Layout& l, size_t i, const ValidateOptions& o) {
     return InvalidArgument(what() + " has negative byte offset " +
                            std::to_string(f.loc.byte_offset));
   }
-  auto [offset, length] = l.FragmentSpan(f);
+  auto [offset, length] = l.FragmentSpan(f);  // saturating
+  if (SatAdd(offset, length) > kMaxBytes) {
+    return InvalidArgument(what() + " reaches past byte " + std::to_string(kMaxBytes) +
+                           " of its buffer (byte offset " + std::to_string(offset) +
+                           ", span of its strides), over the limit (kMaxBytes)");
+  }
   if (offset + length > b.bytes) {
     return InvalidArgument(what() + " occupies bytes [" + std::to_string(offset) + ", " +
                            std::to_string(offset + length) + ") outside buffer '" + b.name +
@@ -447,6 +478,13 @@ Status ValidateLayout(const Layout& layout, const ValidateOptions& options) {
     if (p.box.ndim != static_cast<int>(t.shape.size())) {
       return InvalidArgument("padding region " + p.box.ToString() + " of tensor '" + t.name +
                              "' does not match its shape " + FormatInts(t.shape));
+    }
+    for (int d = 0; d < p.box.ndim; ++d) {
+      if (p.box.lo[d] < 0 || p.box.lo[d] > p.box.hi[d] || p.box.hi[d] > t.shape[d]) {
+        return InvalidArgument("padding region " + p.box.ToString() +
+                               " is out of bounds of tensor '" + t.name + "' shape " +
+                               FormatInts(t.shape) + " in dim " + std::to_string(d));
+      }
     }
   }
   for (const StoredTransform& t : layout.transforms) {

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "core/layout/limits.h"
+
 extern char** environ;
 
 namespace ferry {
@@ -66,6 +68,10 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
   FERRY_ASSIGN_OR_RETURN(info.local_rank, IntVar(env, scheme->local_rank, 0, false));
   FERRY_ASSIGN_OR_RETURN(info.local_size, IntVar(env, scheme->local_size, 1, false));
   if (info.size < 1) return InvalidArgument(std::string(scheme->size) + " must be at least 1");
+  if (info.size > kMaxRanks) {
+    return InvalidArgument(std::string(scheme->size) + "=" + std::to_string(info.size) +
+                           " is over the limit of " + std::to_string(kMaxRanks) + " ranks (kMaxRanks)");
+  }
   if (info.rank >= info.size) {
     return InvalidArgument(std::string(scheme->rank) + "=" + std::to_string(info.rank) +
                            " is not below " + scheme->size + "=" + std::to_string(info.size));
@@ -76,6 +82,8 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
     return InvalidArgument("no store address: set MASTER_ADDR or FERRY_STORE_ADDR to rank 0's host");
   }
   info.store_host = *host;
+  const std::string* bind = Find(env, "FERRY_STORE_BIND");
+  info.store_bind = bind != nullptr && !bind->empty() ? *bind : info.store_host;
   const char* port_var = Find(env, "FERRY_STORE_PORT") != nullptr ? "FERRY_STORE_PORT" : "MASTER_PORT";
   FERRY_ASSIGN_OR_RETURN(info.store_port, IntVar(env, port_var, 0, true));
   if (info.store_port < 1 || info.store_port > 65535) {
@@ -102,8 +110,14 @@ Result<BootstrapInfo> BootstrapFromProcessEnvironment() {
 Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline) {
   Rendezvous rendezvous;
   if (info.rank == 0) {
-    auto server = TcpStoreServer::Start("", info.store_port, info.token);
-    if (!server.ok()) return server.status().WithContext("rank 0 starting the store");
+    const std::string& bind = info.store_bind.empty() ? info.store_host : info.store_bind;
+    auto server = TcpStoreServer::Start(bind, info.store_port, info.token);
+    if (!server.ok()) {
+      return server.status().WithContext(
+          "rank 0 starting the store on " + bind +
+          " (the store listens on MASTER_ADDR/FERRY_STORE_ADDR; set FERRY_STORE_BIND to the local "
+          "address to listen on when that name is not one of this host's)");
+    }
     rendezvous.server = std::move(*server);
   }
   auto client = TcpStoreClient::Connect(info.store_host, info.store_port, info.token, deadline);

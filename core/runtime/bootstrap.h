@@ -21,6 +21,9 @@ struct BootstrapInfo {
   int local_rank = 0;
   int local_size = 1;
   std::string store_host;  // rank 0 hosts the store here
+  // The address rank 0's store listens on: FERRY_STORE_BIND, else store_host (the interface the
+  // job uses). Never every interface unless asked for by name ("0.0.0.0").
+  std::string store_bind;
   int store_port = 0;
   std::string token;  // FERRY_TOKEN
 };
@@ -31,7 +34,7 @@ struct BootstrapInfo {
 //             OMPI_COMM_WORLD_LOCAL_SIZE
 //   Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
 // The store address is FERRY_STORE_ADDR/FERRY_STORE_PORT if set, else MASTER_ADDR/MASTER_PORT;
-// the token is FERRY_TOKEN. Fails with a message naming the missing or malformed variable.
+// the token is FERRY_TOKEN; FERRY_STORE_BIND overrides the address the store listens on. Fails with a message naming the missing or malformed variable.
 Result<BootstrapInfo> BootstrapFromEnvironment(const std::map<std::string, std::string>& environment);
 Result<BootstrapInfo> BootstrapFromProcessEnvironment();
 
@@ -42,7 +45,7 @@ struct Rendezvous {
   std::unique_ptr<Store> store;
 };
 
-// Rank 0 listens on info.store_port (all interfaces); everyone connects to store_host:store_port
+// Rank 0 listens on info.store_bind (store_host when empty) : store_port; everyone connects to store_host:store_port
 // presenting info.token, retrying until `deadline`.
 Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline);
 

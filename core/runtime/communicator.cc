@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "core/base/hmac.h"
 #include "core/runtime/socket_util.h"
 
 namespace ferry {
@@ -103,6 +104,7 @@ Status Communicator::Connect(Deadline deadline) {
     context.config = options_.config;
     context.store = options_.store;
     context.group_key = group_key_ + "/" + prefix + name;
+    context.secret = DigestHex(HmacSha256(group_key_, "ferry-transport-secret/" + prefix + name));
     FERRY_ASSIGN_OR_RETURN(auto transport, options_.registry->Create(name, context));
     FERRY_ASSIGN_OR_RETURN(Bytes info, transport->LocalEndpointInfo());
     FERRY_RETURN_IF_ERROR(

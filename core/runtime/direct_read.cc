@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 namespace ferry {
@@ -271,19 +272,26 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
     b.allocation_bytes = Get<int64_t>(p);
     std::memcpy(b.ipc_handle.data(), p, kCudaIpcHandleBytes);
     p += kCudaIpcHandleBytes;
-    if (kind != static_cast<int32_t>(MemoryKind::kHost) &&
-        kind != static_cast<int32_t>(MemoryKind::kCuda)) {
+    if (kind != static_cast<int32_t>(MemoryKind::kHost) && kind != static_cast<int32_t>(MemoryKind::kCuda)) {
       return InvalidArgument("direct-read offer names an unknown memory kind " + std::to_string(kind));
     }
     b.kind = static_cast<MemoryKind>(kind);
-    if (b.bytes < 0 || (b.kind == MemoryKind::kCuda &&
-                        (b.device < 0 || b.shared_offset < 0 ||
-                         b.shared_offset + b.bytes > b.allocation_bytes))) {
-      return InvalidArgument("direct-read offer: a CUDA buffer of " + std::to_string(b.bytes) +
-                             " bytes at " + std::to_string(b.shared_offset) +
-                             " lies outside its allocation of " +
+    // Bounds are checked against the plan and the mapped file or allocation later; here what no
+    // honest sender writes: negative sizes or offsets, fds out of range, a CUDA buffer outside its
+    // allocation (compared without overflow).
+    if (b.bytes < 0 || b.shared_offset < 0 || b.shared_fd < -1) {
+      return InvalidArgument("direct-read offer with a negative size, offset or fd");
+    }
+    if (b.kind == MemoryKind::kCuda &&
+        (b.device < 0 || b.allocation_bytes < 0 || b.shared_offset > b.allocation_bytes ||
+         b.bytes > b.allocation_bytes - b.shared_offset)) {
+      return InvalidArgument("direct-read offer: a CUDA buffer of " + std::to_string(b.bytes) + " bytes at " +
+                             std::to_string(b.shared_offset) + " lies outside its allocation of " +
                              std::to_string(b.allocation_bytes) + " bytes");
     }
+  }
+  if (owner.pid <= 0 || owner.pid > std::numeric_limits<pid_t>::max()) {
+    return InvalidArgument("direct-read offer from pid " + std::to_string(owner.pid));
   }
   return Status::Ok();
 }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/base/checked_math.h"
+
 namespace ferry {
 
 const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, int rank) {
@@ -107,7 +109,8 @@ Result<std::vector<const char*>> MapOfferedBuffers(const DirectRead& read,
       FERRY_ASSIGN_OR_RETURN(file, peers.host.MapFile(owner, b));
       last = &b;
     }
-    if (b.shared_offset < 0 || b.shared_offset + b.bytes > file.length) {
+    // Saturating: an offset and size near int64's end must not wrap into range.
+    if (b.shared_offset < 0 || b.bytes < 0 || SatAdd(b.shared_offset, b.bytes) > file.length) {
       return OutOfRange("peer " + std::to_string(read.sender) + "'s buffer " +
                         std::to_string(read.source_buffers[j]) + " lies outside its shared file");
     }
@@ -163,7 +166,7 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
     const DirectRead::Read& r = read.reads[c];
     const CopyGeometry& g = read.geometries[c];
     const size_t j = static_cast<size_t>(r.source);
-    if (r.from_offset < 0 || r.from_offset + r.from_span > buffers[j].bytes) {
+    if (r.from_offset < 0 || SatAdd(r.from_offset, r.from_span) > buffers[j].bytes) {
       return OutOfRange("source region of " + std::to_string(r.from_span) + " bytes at " +
                         std::to_string(r.from_offset) + " is outside peer " +
                         std::to_string(read.sender) + "'s buffer " +
@@ -175,7 +178,7 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
     const int b = r.to_buffer;
     if (b < 0 || b >= static_cast<int>(destination.size()) || destination[b].base == nullptr ||
         destination[b].kind != kind || r.to_offset < 0 ||
-        r.to_offset + r.to_span > destination[b].bytes) {
+        SatAdd(r.to_offset, r.to_span) > destination[b].bytes) {
       return InvalidArgument("destination buffer " + std::to_string(b) + " on rank " +
                              std::to_string(rank) +
                              " has no " + std::string(MemoryKindName(kind)) +

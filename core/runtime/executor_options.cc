@@ -3,6 +3,10 @@
 
 namespace ferry {
 
+// Threads one rank's copy pool may start: far above any useful count, far below what a host
+// survives.
+constexpr int kMaxCopyThreads = 256;
+
 const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
   static const OptionTable<ExecutorOptions>* table = [] {
     auto* t = new OptionTable<ExecutorOptions>();
@@ -10,9 +14,10 @@ const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
              "most bytes of staging slots one rank holds at once; ops wait for space beyond it")
         .Int("executor.copy_threads", &ExecutorOptions::copy_threads,
              "threads for pack/unpack/copy on one rank, the executor thread included (0 = one per "
-             "hardware thread, at most 8)")
+             "hardware thread, at most 8)",
+             0, kMaxCopyThreads)
         .Int("executor.max_in_flight", &ExecutorOptions::max_in_flight,
-             "most posted sends and receives per rank at once", 1)
+             "most posted sends and receives per rank at once", 1, 1 << 16)
         .Bool("executor.cache_registrations", &ExecutorOptions::cache_registrations,
               "keep user buffers registered with transports across refits (buffers must stay "
               "allocated; Executor::ForgetRegistrations releases them)")

@@ -58,6 +58,9 @@ Result<int> WaitFor(int fd, short events, Deadline deadline) {
 }  // namespace
 
 Result<Listener> ListenTcp(const std::string& host, int port) {
+  if (host.empty()) {
+    return InvalidArgument("listening needs an address: name the interface (\"0.0.0.0\" for all)");
+  }
   FERRY_ASSIGN_OR_RETURN(sockaddr_in addr, Resolve(host, port));
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return IoError(Errno("socket"));
@@ -68,7 +71,7 @@ Result<Listener> ListenTcp(const std::string& host, int port) {
     ::close(fd);
     return s;
   }
-  if (::listen(fd, 1024) != 0) {
+  if (::listen(fd, kListenBacklog) != 0) {
     Status s = IoError(Errno("listen"));
     ::close(fd);
     return s;

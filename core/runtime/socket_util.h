@@ -11,12 +11,16 @@
 
 namespace ferry {
 
+inline constexpr int kListenBacklog = 128;
+
 struct Listener {
   int fd = -1;
   int port = 0;  // the bound port (useful when asked for port 0)
 };
 
-// Listens on `host` ("" or "0.0.0.0" for every interface) and `port` (0 picks a free one).
+// Listens on `host` and `port` (0 picks a free one). Every interface only when asked for by name
+// ("0.0.0.0"); an empty host is an error, so that no listener opens to every network by default.
+// The backlog is small (kListenBacklog): connections beyond it wait in the peer's kernel.
 Result<Listener> ListenTcp(const std::string& host, int port);
 // Connects to host:port, retrying refused connections until `deadline` (the listener may not be
 // up yet). The returned socket is blocking with TCP_NODELAY set.

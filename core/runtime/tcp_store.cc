@@ -4,18 +4,22 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
+#include "core/base/hmac.h"
+#include "core/runtime/handshake.h"
 #include "core/runtime/socket_util.h"
 
 namespace ferry {
 
 namespace {
 
-constexpr char kMagic[4] = {'F', 'R', 'Y', 'S'};
-constexpr uint32_t kMaxToken = 4096;
+constexpr Magic kMagic = {'F', 'R', 'Y', 'S'};
 constexpr uint32_t kMaxKey = 1 << 16;
 constexpr uint32_t kMaxValue = 64u << 20;
+constexpr uint64_t kMaxWaitMillis = 7ull * 24 * 3600 * 1000;  // a week: "never" in practice
 enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4 };
 
 void PutU32(Bytes& out, uint32_t v) {
@@ -29,19 +33,70 @@ void PutU64(Bytes& out, uint64_t v) {
   out.insert(out.end(), b, b + 8);
 }
 
+Digest ToDigest(const Bytes& bytes) {
+  Digest d{};
+  if (bytes.size() == d.size()) std::memcpy(d.data(), bytes.data(), d.size());
+  return d;
+}
+
+Bytes StoreHelloMac(const std::string& token, const Nonce& nonce) {
+  Bytes message;
+  std::string label = "ferry-store-hello";
+  message.insert(message.end(), label.begin(), label.end());
+  message.insert(message.end(), nonce.begin(), nonce.end());
+  Digest mac = HmacSha256(token, message);
+  return Bytes(mac.begin(), mac.end());
+}
+
+Digest StoreAckMac(const std::string& token, const Nonce& nonce, const Bytes& hello_mac) {
+  Bytes message;
+  std::string label = "ferry-store-ack";
+  message.insert(message.end(), label.begin(), label.end());
+  message.insert(message.end(), nonce.begin(), nonce.end());
+  message.insert(message.end(), hello_mac.begin(), hello_mac.end());
+  return HmacSha256(token, message);
+}
+
+Result<Bytes> CheckStoreHello(const std::string& token, const Nonce& nonce,
+                              std::span<const uint8_t> hello) {
+  Bytes expected = StoreHelloMac(token, nonce);
+  Bytes got(hello.begin(), hello.end());
+  if (!DigestEqual(ToDigest(got), ToDigest(expected))) {
+    return InvalidArgument("wrong token (not FERRY_TOKEN of this job)");
+  }
+  Digest ack = StoreAckMac(token, nonce, got);
+  return Bytes(ack.begin(), ack.end());
+}
+
 // Deadline carried over the wire as milliseconds left (the hosts' clocks need not agree).
 uint64_t MillisLeft(Deadline d) { return static_cast<uint64_t>(d.RemainingMillis()); }
 
 }  // namespace
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, int port,
-                                                              std::string token) {
+                                                              std::string token,
+                                                              StoreServerLimits limits) {
   if (token.empty()) return InvalidArgument("the store needs a non-empty token (set FERRY_TOKEN)");
+  if (limits.max_connections < 1 || limits.max_pending < 1) {
+    return InvalidArgument("the store's connection caps must be at least 1");
+  }
   FERRY_ASSIGN_OR_RETURN(Listener listener, ListenTcp(host, port));
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->listen_fd_ = listener.fd;
   server->port_ = listener.port;
   server->token_ = std::move(token);
+  server->limits_ = limits;
+  HandshakeOptions options;
+  options.what = "the store";
+  options.magic = kMagic;
+  options.hello_bytes = 32;
+  options.max_pending = limits.max_pending;
+  options.hello_timeout = limits.hello_timeout;
+  server->handshakes_ = std::make_unique<HandshakeAcceptor>(
+      listener.fd, options,
+      [key = server->token_](const Nonce& nonce, std::span<const uint8_t> hello) {
+        return CheckStoreHello(key, nonce, hello);
+      });
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -49,99 +104,114 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
 TcpStoreServer::~TcpStoreServer() {
   stopping_ = true;
   data_.Close();
-  ::shutdown(listen_fd_, SHUT_RDWR);
   if (acceptor_.joinable()) acceptor_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
+    for (auto& w : workers_) ::shutdown(w->fd, SHUT_RDWR);
   }
-  for (std::thread& t : workers_) t.join();
-  for (int fd : connections_) ::close(fd);
+  for (auto& w : workers_) w->thread.join();
+  for (auto& w : workers_) ::close(w->fd);
+  handshakes_.reset();
   ::close(listen_fd_);
+}
+
+int TcpStoreServer::rejected() const { return handshakes_->rejected() + over_cap_.load(); }
+
+int TcpStoreServer::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int count = 0;
+  for (const auto& w : workers_) count += w->done ? 0 : 1;
+  return count;
+}
+
+void TcpStoreServer::Reap() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : workers_) {
+    if (!w->done) continue;
+    w->thread.join();
+    ::close(w->fd);
+    w.reset();
+  }
+  std::erase_if(workers_, [](const std::unique_ptr<Worker>& w) { return w == nullptr; });
 }
 
 void TcpStoreServer::AcceptLoop() {
   while (!stopping_) {
-    auto fd = AcceptTcp(listen_fd_, Deadline::After(std::chrono::milliseconds(100)));
-    if (!fd.ok()) {
-      if (stopping_) return;
+    auto accepted = handshakes_->Next(Deadline::After(std::chrono::milliseconds(100)));
+    Reap();
+    if (!accepted.ok() || accepted->fd < 0) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || static_cast<int>(workers_.size()) >= limits_.max_connections) {
+      if (!stopping_ && ++over_cap_ <= 8) {
+        std::fprintf(stderr, "ferry: the store refused an authenticated connection: %d open (the cap)\n",
+                     limits_.max_connections);
+      }
+      ::close(accepted->fd);
       continue;
     }
-    if (*fd < 0) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
-      ::close(*fd);
-      return;
-    }
-    connections_.push_back(*fd);
-    workers_.emplace_back([this, c = *fd] { Serve(c); });
+    auto worker = std::make_unique<Worker>();
+    Worker* w = worker.get();
+    w->fd = accepted->fd;
+    w->thread = std::thread([this, w] {
+      Serve(w->fd);
+      std::lock_guard<std::mutex> done_lock(mu_);
+      w->done = true;
+    });
+    workers_.push_back(std::move(worker));
   }
 }
 
 void TcpStoreServer::Serve(int fd) {
-  // The hello must arrive promptly; a silent stranger is dropped.
-  Deadline hello_deadline = Deadline::AfterSeconds(10);
-  char magic[4];
-  uint32_t token_len = 0;
-  bool accepted = ReadAll(fd, magic, 4, hello_deadline).ok() &&
-                  std::memcmp(magic, kMagic, 4) == 0 &&
-                  ReadAll(fd, &token_len, 4, hello_deadline).ok() && token_len <= kMaxToken;
-  std::string token(accepted ? token_len : 0, '\0');
-  accepted = accepted && ReadAll(fd, token.data(), token_len, hello_deadline).ok() &&
-             token == token_;
-  if (!accepted) {
-    ++rejected_;
-    ::shutdown(fd, SHUT_RDWR);
-    return;
-  }
-  uint8_t ok = 'K';
-  if (!WriteAll(fd, &ok, 1, hello_deadline).ok()) return;
   while (!stopping_) {
-    uint8_t op = 0;
-    uint64_t millis = 0;
-    uint32_t key_len = 0;
-    if (!ReadAll(fd, &op, 1, Deadline::Never()).ok()) return;
-    Deadline io = Deadline::AfterSeconds(30);
-    if (!ReadAll(fd, &millis, 8, io).ok() || !ReadAll(fd, &key_len, 4, io).ok() ||
-        key_len > kMaxKey) {
-      return;
-    }
-    std::string key(key_len, '\0');
-    if (!ReadAll(fd, key.data(), key_len, io).ok()) return;
-    Deadline deadline = Deadline::After(std::chrono::milliseconds(millis));
-    Status status;
-    Bytes payload;
-    if (op == kSet) {
-      uint32_t len = 0;
-      if (!ReadAll(fd, &len, 4, io).ok() || len > kMaxValue) return;
-      Bytes value(len);
-      if (!ReadAll(fd, value.data(), len, io).ok()) return;
-      status = data_.Set(key, value, deadline);
-    } else if (op == kGet) {
-      auto value = data_.Get(key, deadline);
-      if (value.ok()) payload = std::move(*value);
-      status = value.status();
-      if (value.ok()) status = Status::Ok();
-    } else if (op == kAdd || op == kWait) {
-      int64_t number = 0;
-      if (!ReadAll(fd, &number, 8, io).ok()) return;
-      if (op == kAdd) {
-        auto sum = data_.Add(key, number, deadline);
-        if (sum.ok()) PutU64(payload, static_cast<uint64_t>(*sum));
-        status = sum.ok() ? Status::Ok() : sum.status();
-      } else {
-        status = data_.WaitAtLeast(key, number, deadline);
-      }
-    } else {
-      return;
-    }
-    Bytes reply;
-    reply.push_back(static_cast<uint8_t>(status.code()));
-    if (!status.ok()) payload.assign(status.message().begin(), status.message().end());
-    PutU32(reply, static_cast<uint32_t>(payload.size()));
-    reply.insert(reply.end(), payload.begin(), payload.end());
-    if (!WriteAll(fd, reply.data(), static_cast<int64_t>(reply.size()), io).ok()) return;
+    if (!ServeOne(fd).ok()) return;
   }
+}
+
+// One request and its reply. An error ends the connection (malformed request or closed socket).
+Status TcpStoreServer::ServeOne(int fd) {
+  uint8_t op = 0;
+  uint64_t millis = 0;
+  uint32_t key_len = 0;
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, &op, 1, Deadline::Never()));
+  Deadline io = Deadline::AfterSeconds(30);
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, &millis, 8, io));
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, &key_len, 4, io));
+  if (key_len > kMaxKey) return InvalidArgument("store: key over the limit");
+  if (op < kSet || op > kWait) return InvalidArgument("store: unknown op");
+  std::string key(key_len, '\0');
+  FERRY_RETURN_IF_ERROR(ReadAll(fd, key.data(), key_len, io));
+  Deadline deadline =
+      Deadline::After(std::chrono::milliseconds(std::min<uint64_t>(millis, kMaxWaitMillis)));
+  Status status;
+  Bytes payload;
+  if (op == kSet) {
+    uint32_t len = 0;
+    FERRY_RETURN_IF_ERROR(ReadAll(fd, &len, 4, io));
+    if (len > kMaxValue) return InvalidArgument("store: value over the limit");
+    Bytes value(len);
+    FERRY_RETURN_IF_ERROR(ReadAll(fd, value.data(), len, io));
+    status = data_.Set(key, value, deadline);
+  } else if (op == kGet) {
+    auto value = data_.Get(key, deadline);
+    status = value.status();
+    if (value.ok()) payload = std::move(*value);
+  } else {
+    int64_t number = 0;
+    FERRY_RETURN_IF_ERROR(ReadAll(fd, &number, 8, io));
+    if (op == kAdd) {
+      auto sum = data_.Add(key, number, deadline);
+      if (sum.ok()) PutU64(payload, static_cast<uint64_t>(*sum));
+      status = sum.status();
+    } else {
+      status = data_.WaitAtLeast(key, number, deadline);
+    }
+  }
+  Bytes reply;
+  reply.push_back(static_cast<uint8_t>(status.code()));
+  if (!status.ok()) payload.assign(status.message().begin(), status.message().end());
+  PutU32(reply, static_cast<uint32_t>(payload.size()));
+  reply.insert(reply.end(), payload.begin(), payload.end());
+  return WriteAll(fd, reply.data(), static_cast<int64_t>(reply.size()), io);
 }
 
 Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host, int port,
@@ -151,15 +221,18 @@ Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::strin
   auto fd = ConnectTcp(host, port, deadline);
   if (!fd.ok()) return fd.status().WithContext(where);
   std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(*fd));
-  Bytes hello(kMagic, kMagic + 4);
-  PutU32(hello, static_cast<uint32_t>(token.size()));
-  hello.insert(hello.end(), token.begin(), token.end());
-  Status sent = WriteAll(*fd, hello.data(), static_cast<int64_t>(hello.size()), deadline);
-  uint8_t answer = 0;
-  Status got = sent.ok() ? ReadAll(*fd, &answer, 1, deadline) : sent;
-  if (!got.ok() || answer != 'K') {
-    if (got.code() == StatusCode::kDeadlineExceeded) return got.WithContext(where);
-    return Unavailable(where + " rejected the connection (is FERRY_TOKEN the same on every rank?)");
+  auto reply = ClientHandshake(
+      *fd, kMagic, [&](const Nonce& nonce) { return StoreHelloMac(token, nonce); }, 32, deadline);
+  if (!reply.ok()) {
+    if (reply.status().code() == StatusCode::kDeadlineExceeded) {
+      return reply.status().WithContext(where);
+    }
+    return Unavailable(where + " rejected the connection (is FERRY_TOKEN the same on every rank?): " +
+                       reply.status().message());
+  }
+  Bytes mac = StoreHelloMac(token, reply->nonce);
+  if (!DigestEqual(ToDigest(reply->reply), StoreAckMac(token, reply->nonce, mac))) {
+    return Unavailable(where + " answered without proof of the token: not this job's store");
   }
   return client;
 }
@@ -189,6 +262,9 @@ Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const By
   uint32_t len = 0;
   if (status.ok()) status = ReadAll(fd_, &code, 1, io);
   if (status.ok()) status = ReadAll(fd_, &len, 4, io);
+  if (status.ok() && len > kMaxValue + kMaxKey) {
+    status = IoError("store reply of " + std::to_string(len) + " bytes is over the limit");
+  }
   Bytes payload(status.ok() ? len : 0);
   if (status.ok()) status = ReadAll(fd_, payload.data(), len, io);
   if (!status.ok()) {

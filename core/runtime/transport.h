@@ -152,6 +152,11 @@ struct TransportContext {
   // Identifies the group of processes that may share memory without connecting ("local" uses it
   // to find its peers in the same process). Same value on every rank of one communicator epoch.
   std::string group_key;
+  // A secret shared by every rank of this communicator, epoch and transport and by no one else
+  // (derived from a random key that travels only through the token-authenticated store).
+  // Transports authenticate every peer connection with it before accepting a byte of payload;
+  // one of another epoch or job holds another secret. Must not be empty.
+  std::string secret;
 };
 
 class Transport {

@@ -163,6 +163,7 @@ int RunCommand(const RunArgs& args) {
       {"FERRY_TCP_ADDRESS", "127.0.0.1"},
       {"FERRY_UCX_TLS", "sm,tcp"},
       {"FERRY_LIBFABRIC_DOMAIN", "lo"},
+      {"FERRY_LIBFABRIC_WATCH_HOST", "127.0.0.1"},
   };
   for (const auto& [name, value] : local_defaults) {
     if (std::getenv(name) == nullptr) launch.environment.emplace_back(name, value);

@@ -70,6 +70,12 @@ std::string LaunchResult::Describe(double timeout_seconds) const {
 
 Result<LaunchResult> LaunchLocalRanks(const LaunchOptions& options) {
   if (options.ranks < 1) return InvalidArgument("local launch needs at least one rank");
+  if (options.ranks > kMaxLocalRanks) {
+    return InvalidArgument("local launch starts one process per rank on this machine: " +
+                           std::to_string(options.ranks) + " ranks is over the limit of " +
+                           std::to_string(kMaxLocalRanks) +
+                           " (kMaxLocalRanks); run larger refits under a launcher across hosts");
+  }
   if (options.argv.empty()) return InvalidArgument("local launch needs an argv");
   FERRY_ASSIGN_OR_RETURN(Listener probe, ListenTcp("127.0.0.1", 0));
   const int port = probe.port;

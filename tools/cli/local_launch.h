@@ -22,6 +22,9 @@ namespace ferry::cli {
 // rank of several: RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK or SLURM_PROCID with SLURM_NTASKS > 1.
 bool LaunchedAsRank();
 
+// Processes one local launch may start (one per rank, all on this machine).
+inline constexpr int kMaxLocalRanks = 1024;
+
 struct LaunchOptions {
   std::vector<std::string> argv;  // argv[0] is shown in messages; the binary is /proc/self/exe
   int ranks = 1;

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/checked_math.h"
 #include "core/base/strings.h"
+#include "core/layout/limits.h"
 #include "tools/models/pipeline_stages.h"
 #include "tools/models/vocab_padding.h"
 
@@ -56,12 +58,27 @@ Status CheckTensorParallel(const ModelConfig& c, int tp) {
 // Megatron: etp defaults to tp and dp to the smallest value whose stage fits ep*etp; pp must not
 // exceed the layers, and heads, query groups, experts and the expert FFN must divide as the layout
 // needs.
+// A framework's ranks (the product of its parallel sizes) within kMaxRanks, checked in int64
+// before anything multiplies them as int or builds a layout of that many ranks.
+Status CheckWorld(const std::string& what, int64_t world) {
+  if (world > kMaxRanks) {
+    return InvalidArgument(what + " = " + std::to_string(world) + " ranks, over the limit of " +
+                           std::to_string(kMaxRanks) + " (kMaxRanks)");
+  }
+  return Status::Ok();
+}
+
 Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
+  FERRY_RETURN_IF_ERROR(CheckWorld("megatron tp*pp*cp*max(dp,1)",
+                                   SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, std::max(m.dp, 1)))));
+  FERRY_RETURN_IF_ERROR(CheckWorld("megatron ep*etp", SatMul(m.ep, std::max(m.etp, m.tp))));
   if (m.etp == 0) m.etp = m.tp;
   if (!c.IsMoe() && m.ep != 1) return InvalidArgument("the model has no experts; ep must be 1");
   if (m.dp == 0) {
     const int tpcp = m.tp * m.cp;
     m.dp = c.IsMoe() ? std::lcm(tpcp, m.ep * m.etp) / tpcp : 1;
+    FERRY_RETURN_IF_ERROR(
+        CheckWorld("megatron tp*pp*cp*dp", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, m.dp))));
   }
   Status st = MegatronStageOfLayer(c.num_layers, m.pp, m.first, m.last).status();
   if (st.ok()) st = CheckTensorParallel(c, m.tp);
@@ -116,6 +133,8 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 // vLLM: KV heads and tp divide one another (KV heads are replicated when tp exceeds them); the
 // engine's tp*dp ranks split into ep expert owners, each expert's FFN over the rest.
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
+  FERRY_RETURN_IF_ERROR(CheckWorld("vllm tp*dp*engines", SatMul(SatMul(v.tp, v.dp), v.engines)));
+  FERRY_RETURN_IF_ERROR(CheckWorld("vllm ep", v.ep));
   if (!c.IsMoe() && v.ep != 1) return InvalidArgument("the model has no experts; ep must be 1");
   Status st = CheckTensorParallel(c, v.tp);
   if (st.ok() && !c.IsMla() && c.num_kv_heads % v.tp != 0 && v.tp % c.num_kv_heads != 0) {

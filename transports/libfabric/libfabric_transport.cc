@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "core/runtime/abort_state.h"
+#include "core/runtime/handshake.h"
 #include "transports/libfabric/peer_watch.h"
 
 namespace ferry {
@@ -68,10 +69,16 @@ void AppendBlob(Bytes& out, const void* data, size_t size) {
   AppendBytes(out, data, size);
 }
 
+uint64_t TagKey(const PairAuthenticator& auth) {
+  uint64_t key = 0;
+  std::memcpy(&key, auth.data(), sizeof(key));
+  return key;
+}
+
 class LibfabricTransport final : public Transport {
  public:
   explicit LibfabricTransport(const TransportContext& context)
-      : context_(context), watch_(context.rank, context.epoch) {}
+      : context_(context), watch_(context.rank, context.size, context.epoch, context.secret) {}
   ~LibfabricTransport() override;
 
   Status Init();
@@ -134,6 +141,10 @@ class LibfabricTransport final : public Transport {
 
   TransportContext context_;
   PeerWatch watch_;
+  // Per peer, the 64-bit key XORed into the tags of what we send it / receive from it (from
+  // DerivePairAuthenticator): a message from anyone without the secret matches no receive.
+  std::vector<uint64_t> send_key_;
+  std::vector<uint64_t> recv_key_;
   double grace_seconds_ = 0.2;
   fi_info* info_ = nullptr;    // everything fi_getinfo offered (owned)
   fi_info* chosen_ = nullptr;  // the entry in use (part of info_)
@@ -171,6 +182,15 @@ LibfabricTransport::~LibfabricTransport() {
 }
 
 Status LibfabricTransport::Init() {
+  if (context_.secret.empty()) {
+    return InvalidArgument(
+        "libfabric: no secret in the transport context to authenticate peers with");
+  }
+  for (int r = 0; r < context_.size; ++r) {
+    const std::string& secret = context_.secret;
+    send_key_.push_back(TagKey(DerivePairAuthenticator(secret, "libfabric", context_.rank, r)));
+    recv_key_.push_back(TagKey(DerivePairAuthenticator(secret, "libfabric", r, context_.rank)));
+  }
   provider_ = context_.Option("libfabric.provider", "tcp");
   const std::string domain = context_.Option("libfabric.domain", "");
   const std::string watch_host = context_.Option("libfabric.watch_host", "");
@@ -422,9 +442,12 @@ Result<RequestId> LibfabricTransport::Post(bool is_send, int peer_rank, uint64_t
 
 bool LibfabricTransport::Issue(Op* op) {
   const fi_addr_t address = peers_.at(op->peer).address;
+  // The wire tag is keyed per direction: only a holder of the secret can match our receives.
+  const size_t peer = static_cast<size_t>(op->peer);
+  const uint64_t wire_tag = op->tag ^ (op->is_send ? send_key_[peer] : recv_key_[peer]);
   ssize_t rc = op->is_send
-                   ? fi_tsend(ep_, op->data, op->bytes, op->desc, address, op->tag, &op->context)
-                   : fi_trecv(ep_, op->data, op->bytes, op->desc, address, op->tag, 0,
+                   ? fi_tsend(ep_, op->data, op->bytes, op->desc, address, wire_tag, &op->context)
+                   : fi_trecv(ep_, op->data, op->bytes, op->desc, address, wire_tag, 0,
                               &op->context);
   if (rc == -FI_EAGAIN) return false;
   if (rc != 0) {
@@ -576,8 +599,8 @@ std::vector<OptionSpec> LibfabricTransportOptions() {
       {"libfabric.domain", "",
        "libfabric domain (NIC) name, e.g. 'lo' or 'eth0' for tcp; '' takes the provider's first"},
       {"libfabric.watch_host", "",
-       "host name or address peers use for the peer-watch TCP connection that detects dead "
-       "peers; '' uses this host's name"},
+       "address peers use for the peer-watch TCP connection that detects dead peers, and the "
+       "one it listens on; '' uses this host's first non-loopback IPv4 address"},
       {"libfabric.peer_exit_grace", "200ms",
        "after a peer's watch connection closes, how long its messages already on the way may "
        "still complete before its pending requests fail"},

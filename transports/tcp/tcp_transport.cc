@@ -11,22 +11,24 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <new>
 #include <unordered_map>
 
 #include "core/runtime/abort_state.h"
+#include "core/runtime/handshake.h"
 #include "core/runtime/socket_util.h"
+#include "core/runtime/rank_hello.h"
 
 namespace ferry {
 
 namespace {
 
-constexpr char kHelloMagic[4] = {'F', 'R', 'Y', 'T'};
+// Largest message a header may announce (1 TiB): a corrupt or hostile header fails its peer
+// instead of sizing a buffer from it.
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
 
-struct Hello {
-  char magic[4];
-  uint32_t rank;
-  uint64_t epoch;
-};
+// Connections between tcp ranks open with the rank hello (core/runtime/rank_hello.h).
+constexpr RankHelloProtocol kTcpHello{{'F', 'R', 'Y', 'T'}, "ferry-tcp"};
 
 struct Header {
   uint64_t tag;
@@ -76,9 +78,14 @@ struct Peer {
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(const TransportContext& context)
-      : rank_(context.rank), size_(context.size), epoch_(context.epoch), peers_(context.size) {}
+      : rank_(context.rank),
+        size_(context.size),
+        epoch_(context.epoch),
+        secret_(context.secret),
+        peers_(context.size) {}
 
   ~TcpTransport() override {
+    acceptor_.reset();
     for (Peer& peer : peers_) {
       if (peer.fd >= 0) ::close(peer.fd);
     }
@@ -88,9 +95,17 @@ class TcpTransport final : public Transport {
   }
 
   Status Init(const TransportContext& context) {
+    if (secret_.empty()) {
+      return InvalidArgument("tcp: no secret in the transport context to authenticate peers with");
+    }
     const std::string address = context.Option("tcp.address", "");
+    if (address == "0.0.0.0") {
+      return InvalidArgument(
+          "tcp.address=0.0.0.0: name the address peers connect to (it is also the one listened on)");
+    }
     advertised_ = address.empty() ? LocalAddress() : address;
-    FERRY_ASSIGN_OR_RETURN(listener_, ListenTcp(address.empty() ? "" : address, 0));
+    // Listen where peers are told to connect, never on every interface by default.
+    FERRY_ASSIGN_OR_RETURN(listener_, ListenTcp(advertised_, 0));
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (epoll_fd_ < 0 || wake_fd_ < 0) return IoError("tcp: cannot create epoll/eventfd");
@@ -98,6 +113,19 @@ class TcpTransport final : public Transport {
     ev.events = EPOLLIN;
     ev.data.u64 = kWakeKey;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    HandshakeOptions options = RankHelloOptions(kTcpHello, "tcp rank " + std::to_string(rank_));
+    RankHelloExpect expect{&secret_, rank_, size_, epoch_};
+    acceptor_ = std::make_unique<HandshakeAcceptor>(
+        listener_.fd, options,
+        [this, expect](const Nonce& nonce, std::span<const uint8_t> hello) -> Result<Bytes> {
+          FERRY_ASSIGN_OR_RETURN(RankHelloChecked checked,
+                                 CheckRankHello(kTcpHello, expect, nonce, hello));
+          if (peers_[checked.from_rank].connected) {
+            return FailedPrecondition("rank " + std::to_string(checked.from_rank) +
+                                      " is already connected");
+          }
+          return checked.ack;
+        });
     return Status::Ok();
   }
 
@@ -139,36 +167,24 @@ class TcpTransport final : public Transport {
       int port = std::atoi(info.substr(colon + 1).c_str());
       auto fd = ConnectTcp(info.substr(0, colon), port, deadline);
       if (!fd.ok()) return fd.status().WithContext(where);
-      Hello hello{};
-      std::memcpy(hello.magic, kHelloMagic, 4);
-      hello.rank = static_cast<uint32_t>(rank_);
-      hello.epoch = epoch_;
-      Status sent = WriteAll(*fd, &hello, sizeof(hello), deadline);
-      if (!sent.ok()) {
+      Status proved = ProveRank(*fd, kTcpHello, secret_, rank_, peer, epoch_, deadline);
+      if (!proved.ok()) {
         ::close(*fd);
-        return sent.WithContext(where);
+        return proved.WithContext(where);
       }
       return Attach(peer, *fd);
     }
-    // The lower rank connects to us: accept until its connection arrives, keeping others.
+    // The lower rank connects to us: accept until its connection arrives, keeping other ranks'
+    // (each authenticated by the acceptor; strangers are closed and logged there).
     while (!p.connected) {
-      auto fd = AcceptTcp(listener_.fd, deadline);
-      if (!fd.ok()) return fd.status().WithContext(where);
-      if (*fd < 0) {
-        if (deadline.Expired()) {
-          return DeadlineExceeded(where + ": the peer did not connect before the deadline");
-        }
-        continue;
+      auto accepted = acceptor_->Next(deadline);
+      if (!accepted.ok()) return accepted.status().WithContext(where);
+      if (accepted->fd < 0) {
+        return DeadlineExceeded(where + ": the peer did not connect before the deadline");
       }
-      Hello hello{};
-      Status got = ReadAll(*fd, &hello, sizeof(hello), Deadline::AfterSeconds(5).Min(deadline));
-      int from = static_cast<int>(hello.rank);
-      if (!got.ok() || std::memcmp(hello.magic, kHelloMagic, 4) != 0 || hello.epoch != epoch_ ||
-          from >= rank_ || peers_[from].connected) {
-        ::close(*fd);  // a stranger, a duplicate or an older epoch
-        continue;
-      }
-      FERRY_RETURN_IF_ERROR(Attach(from, *fd));
+      uint32_t from = 0;
+      std::memcpy(&from, accepted->hello.data(), 4);
+      FERRY_RETURN_IF_ERROR(Attach(static_cast<int>(from), accepted->fd));
     }
     return Status::Ok();
   }
@@ -470,7 +486,15 @@ class TcpTransport final : public Transport {
       }
     } else {
       auto message = std::make_shared<Unexpected>();
-      message->data.resize(static_cast<size_t>(size));
+      try {
+        message->data.resize(static_cast<size_t>(size));
+      } catch (const std::bad_alloc&) {
+        // Buffering a message no receive is posted for: out of memory fails this peer only.
+        p.in_payload = false;
+        FailPeer(peer, "cannot buffer an unexpected message of " + std::to_string(size) +
+                           " bytes: out of memory");
+        return;
+      }
       p.payload_unexpected = message;
       p.payload_at = message->data.data();
       p.unexpected[p.header.tag].push_back(std::move(message));
@@ -505,6 +529,12 @@ class TcpTransport final : public Transport {
         if (!HandleRead(peer, n)) return;
         p.header_got += n;
         if (p.header_got == static_cast<int64_t>(sizeof(Header))) {
+          if (p.header.bytes > kMaxMessageBytes) {
+            FailPeer(peer, "malformed message header: " + std::to_string(p.header.bytes) +
+                               " bytes, over the limit of " + std::to_string(kMaxMessageBytes) +
+                               " (kMaxMessageBytes)");
+            return;
+          }
           StartPayload(peer);
           if (p.payload_left == 0) FinishPayload(peer);
         }
@@ -584,8 +614,10 @@ class TcpTransport final : public Transport {
   const int rank_;
   const int size_;
   const uint64_t epoch_;
+  const std::string secret_;
   std::string advertised_;
   Listener listener_;
+  std::unique_ptr<HandshakeAcceptor> acceptor_;  // authenticates connections on listener_
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::vector<Peer> peers_;
@@ -610,8 +642,8 @@ TransportRegistration TcpTransportRegistration() {
       "tcp",
       "plain TCP sockets (host memory, two-sided); works everywhere, no dependency",
       {{"tcp.address", "",
-        "address advertised to peers and listened on (empty: first non-loopback IPv4, all "
-        "interfaces)"}},
+        "address advertised to peers and listened on (empty: this host's first non-loopback "
+        "IPv4; \"0.0.0.0\" is refused: peers need an address to connect to)"}},
       &CreateTcpTransport,
   };
 }

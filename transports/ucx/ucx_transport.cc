@@ -5,6 +5,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "core/runtime/abort_state.h"
+#include "core/runtime/handshake.h"
 
 namespace ferry {
 namespace {
@@ -33,6 +35,9 @@ struct AmHeader {
   int32_t reserved = 0;
   uint64_t tag = 0;
   uint64_t notify_bytes = 0;  // kNotify: size of the put it announces
+  // DerivePairAuthenticator(secret, "ucx", sender, receiver): proves the sender holds this
+  // communicator epoch's secret; messages without the right one are dropped unread.
+  PairAuthenticator auth{};
 };
 
 std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
@@ -132,7 +137,15 @@ class UcxTransport final : public Transport {
   void FailPeer(Peer& peer, ucs_status_t status);
   void DrainAbort();
 
+  // Fills the header fields every message carries: epoch, sender and the authenticator for `peer`.
+  void Stamp(AmHeader& header, int peer) const;
+  // Whether `h` carries the authenticator its claimed sender would; logs the first refusals.
+  bool Authentic(const AmHeader& h);
+
   TransportContext context_;
+  std::vector<PairAuthenticator> send_auth_;     // per receiver: what we put in our headers
+  std::vector<PairAuthenticator> expected_auth_; // per sender: what its headers must carry
+  int refused_ = 0;
   bool peer_error_mode_ = true;
   double close_timeout_seconds_ = 2.0;
   ucp_context_h ucp_ = nullptr;
@@ -193,6 +206,13 @@ UcxTransport::~UcxTransport() {
 }
 
 Status UcxTransport::Init() {
+  if (context_.secret.empty()) {
+    return InvalidArgument("ucx: no secret in the transport context to authenticate peers with");
+  }
+  for (int r = 0; r < context_.size; ++r) {
+    send_auth_.push_back(DerivePairAuthenticator(context_.secret, "ucx", context_.rank, r));
+    expected_auth_.push_back(DerivePairAuthenticator(context_.secret, "ucx", r, context_.rank));
+  }
   const std::string tls = context_.Option("ucx.tls", "");
   const std::string error_mode = context_.Option("ucx.error_mode", "peer");
   if (error_mode != "peer" && error_mode != "none") {
@@ -553,6 +573,26 @@ void UcxTransport::FailPeer(Peer& peer, ucs_status_t status) {
   for (Op* op : waiting) Finish(op, peer.failure, 0);
 }
 
+void UcxTransport::Stamp(AmHeader& header, int peer) const {
+  header.epoch = context_.epoch;
+  header.sender = context_.rank;
+  header.auth = send_auth_[static_cast<size_t>(peer)];
+}
+
+bool UcxTransport::Authentic(const AmHeader& h) {
+  const PairAuthenticator& expected = expected_auth_[static_cast<size_t>(h.sender)];
+  uint8_t diff = 0;
+  for (size_t i = 0; i < expected.size(); ++i) diff |= expected[i] ^ h.auth[i];
+  if (diff == 0) return true;
+  if (++refused_ <= 8) {
+    std::fprintf(stderr,
+                 "ferry: ucx rank %d dropped a message claiming to be from rank %d: wrong "
+                 "authenticator (not a rank of this communicator epoch)\n",
+                 context_.rank, h.sender);
+  }
+  return false;
+}
+
 ucs_status_t UcxTransport::OnActiveMessage(void* arg, const void* header, size_t header_length,
                                            void* data, size_t length,
                                            const ucp_am_recv_param_t* param) {
@@ -562,6 +602,7 @@ ucs_status_t UcxTransport::OnActiveMessage(void* arg, const void* header, size_t
   std::memcpy(&h, header, sizeof(h));
   if (h.magic != kHeaderMagic || h.epoch != self->context_.epoch) return UCS_OK;  // stale epoch
   if (h.sender < 0 || h.sender >= self->context_.size) return UCS_OK;
+  if (!self->Authentic(h)) return UCS_OK;  // an impostor: never matched, never copied
 
   Arrival arrival;
   arrival.kind = h.kind;
@@ -665,8 +706,7 @@ Result<RequestId> UcxTransport::PostSend(int peer_rank, uint64_t tag, const Loca
     return op->id;
   }
   op->header.kind = MessageKind::kData;
-  op->header.epoch = context_.epoch;
-  op->header.sender = context_.rank;
+  Stamp(op->header, peer_rank);
   op->header.tag = tag;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -718,8 +758,7 @@ Result<RequestId> UcxTransport::PostPut(int peer_rank, uint64_t tag, const Local
   Op* op = NewOp(OpKind::kPut, peer_rank, tag);
   op->data = data;
   op->capacity = static_cast<size_t>(local.bytes);
-  op->header.epoch = context_.epoch;
-  op->header.sender = context_.rank;
+  Stamp(op->header, peer_rank);
   op->header.tag = tag;
   const RequestId id = op->id;
   if (!peer->failure.ok()) {

@@ -91,5 +91,45 @@ TEST(BootstrapTest, RendezvousRankZeroHostsAndOthersJoin) {
   EXPECT_EQ(*value, (Bytes{1, 2}));
 }
 
+// The store listens on the interface the job uses (loopback here), not on every interface: the
+// host's other address does not reach it.
+TEST(BootstrapTest, StoreListensOnlyOnTheJobsInterface) {
+  std::string other = LocalAddress();
+  if (other == "127.0.0.1") GTEST_SKIP() << "this host has no non-loopback IPv4 address";
+  auto probe = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(probe.ok());
+  int port = probe->port;
+  ::close(probe->fd);
+  BootstrapInfo info;
+  info.store_host = "127.0.0.1";
+  info.store_port = port;
+  info.token = "tok";
+  auto host = StartRendezvous(info, Deadline::AfterSeconds(5));
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  auto outside = ConnectTcp(other, port, Deadline::AfterSeconds(0.3));
+  EXPECT_FALSE(outside.ok()) << "the store answered on " << other;
+  if (outside.ok()) ::close(*outside);
+  EXPECT_FALSE(ListenTcp("", 0).ok()) << "an empty address must not mean every interface";
+}
+
+TEST(BootstrapTest, WorldSizesOverTheRankLimitAreRefused) {
+  auto huge = BootstrapFromEnvironment({{"RANK", "0"}, {"WORLD_SIZE", "500000"}, {"MASTER_ADDR", "h"},
+                                        {"MASTER_PORT", "29500"}, {"FERRY_TOKEN", "t"}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("kMaxRanks"), std::string::npos) << huge.status().ToString();
+}
+
+TEST(BootstrapTest, StoreBindComesFromFerryStoreBind) {
+  auto info = BootstrapFromEnvironment({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "node0"},
+                                        {"MASTER_PORT", "29500"}, {"FERRY_TOKEN", "t"},
+                                        {"FERRY_STORE_BIND", "10.0.0.5"}});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->store_bind, "10.0.0.5");
+  auto plain = BootstrapFromEnvironment({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "node0"},
+                                         {"MASTER_PORT", "29500"}, {"FERRY_TOKEN", "t"}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->store_bind, "node0");
+}
+
 }  // namespace
 }  // namespace ferry

@@ -59,6 +59,32 @@ TEST(ConfigTest, ParsesSizesAndDurations) {
   EXPECT_FALSE(ParseSeconds("soon").ok());
 }
 
+// NaN, infinity and absurd values are refused with the limit named, not read as a number.
+TEST(ConfigTest, RefusesNanInfiniteAndAbsurdValues) {
+  for (const char* text : {"nan", "nans", "inf", "infs", "-1s", "1e400s", "1e308m"}) {
+    EXPECT_FALSE(ParseSeconds(text).ok()) << text;
+  }
+  Status long_wait = ParseSeconds("3000000s").status();
+  EXPECT_NE(long_wait.message().find("kMaxDurationSeconds"), std::string::npos) << long_wait.ToString();
+  EXPECT_DOUBLE_EQ(*ParseSeconds("86400s"), 86400);
+  Status huge = ParseBytes("99999999999999999999TiB").status();
+  EXPECT_NE(huge.message().find("kMaxByteSize"), std::string::npos) << huge.ToString();
+  EXPECT_FALSE(ParseBytes("1.2.3KiB").ok());
+  Config config = RuntimeConfig();
+  ASSERT_TRUE(config.Set("deadline.refit", "nan").ok());
+  EXPECT_FALSE(config.GetSeconds("deadline.refit").ok());
+  ASSERT_TRUE(config.Set("executor.copy_threads", "100000").ok());
+  Status threads = ExecutorOptions::FromConfig(config).status();
+  EXPECT_NE(threads.message().find("executor.copy_threads"), std::string::npos) << threads.ToString();
+  EXPECT_NE(threads.message().find("at most 256"), std::string::npos) << threads.ToString();
+  ASSERT_TRUE(config.Set("executor.copy_threads", "4").ok());
+  ASSERT_TRUE(config.Set("executor.staging_budget", "2PiB").ok());
+  EXPECT_FALSE(ExecutorOptions::FromConfig(config).ok());
+  ASSERT_TRUE(config.Set("executor.staging_budget", "4096TiB").ok());
+  Status budget = ExecutorOptions::FromConfig(config).status();
+  EXPECT_NE(budget.message().find("kMaxByteSize"), std::string::npos) << budget.ToString();
+}
+
 TEST(ConfigTest, DescribeListsEveryOptionWithDefaultEnvAndHelp) {
   Config config(CoreOptions());
   ASSERT_TRUE(config.ApplyEnvironment({"FERRY_DEADLINE_ABORT=1s"}).ok());

@@ -210,6 +210,24 @@ TEST(DirectReadTest, OfferCarriesCudaIpcHandlesAndChecksTheirBounds) {
   EXPECT_EQ(DecodeDirectReadOffer(version_one, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
 }
 
+// A forged offer's sizes and offsets cannot wrap into range: negative ones are refused on decode.
+TEST(DirectReadTest, OfferWithNegativeSizesOrBadPidIsRefused) {
+  ProcessIdentity owner{1234, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
+  std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(1)), 0);
+  ProcessIdentity got;
+  std::vector<PeerBuffer> got_buffers;
+  for (PeerBuffer forged : {PeerBuffer{0x1000, -5, 5, 0, 1}, PeerBuffer{0x1000, 64, 5, -1, 1},
+                            PeerBuffer{0x1000, 64, -7, 0, 1}}) {
+    EncodeDirectReadOffer(owner, {&forged, 1}, wire);
+    EXPECT_EQ(DecodeDirectReadOffer(wire, 1, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  }
+  PeerBuffer fine{0x1000, 64, 5, 0, 1};
+  EncodeDirectReadOffer(ProcessIdentity{-1, owner.boot_id}, {&fine, 1}, wire);
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 1, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  EncodeDirectReadOffer(owner, {&fine, 1}, wire);
+  EXPECT_TRUE(DecodeDirectReadOffer(wire, 1, got, got_buffers).ok());
+}
+
 TEST(DirectReadTest, FingerprintFollowsTheOps) {
   const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
   TransferPlan changed = plan;

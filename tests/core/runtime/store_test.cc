@@ -4,7 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "core/runtime/socket_util.h"
 #include "core/runtime/store.h"
@@ -78,10 +81,14 @@ TEST(TcpStoreTest, RejectsWrongOrMissingToken) {
   auto wrong = TcpStoreClient::Connect("127.0.0.1", port, "guess", Deadline::AfterSeconds(5));
   EXPECT_EQ(wrong.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(wrong.status().message().find("FERRY_TOKEN"), std::string::npos);
-  // A raw connection that sends a request without any hello is dropped, never answered.
+  // A raw connection that answers the challenge with a request instead of a hello is dropped,
+  // never answered.
   auto raw = ConnectTcp("127.0.0.1", port, Deadline::AfterSeconds(5));
   ASSERT_TRUE(raw.ok());
-  uint8_t junk[16] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 'k', 'e', 'y'};
+  uint8_t challenge[20];
+  ASSERT_TRUE(ReadAll(*raw, challenge, sizeof(challenge), Deadline::AfterSeconds(5)).ok());
+  EXPECT_EQ(std::string(challenge, challenge + 4), "FRYS");
+  uint8_t junk[32] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 'k', 'e', 'y'};
   ASSERT_TRUE(WriteAll(*raw, junk, sizeof(junk), Deadline::AfterSeconds(5)).ok());
   uint8_t reply = 0;
   Status read = ReadAll(*raw, &reply, 1, Deadline::AfterSeconds(5));
@@ -92,6 +99,93 @@ TEST(TcpStoreTest, RejectsWrongOrMissingToken) {
   }
   EXPECT_EQ((*server)->rejected(), 2);
   EXPECT_FALSE(TcpStoreServer::Start("127.0.0.1", 0, "").ok());
+}
+
+// Entries of a /proc directory: open file descriptors or threads of this process.
+int CountEntries(const char* dir) {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++count;
+  return count;
+}
+
+// Waits (up to 5 s) until this process's fds and threads are back to `fds`/`tasks`.
+bool BackToBaseline(int fds, int tasks) {
+  for (int i = 0; i < 500; ++i) {
+    if (CountEntries("/proc/self/fd") <= fds && CountEntries("/proc/self/task") <= tasks) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A bounded flood on loopback, half silent connections and half garbage, while four real ranks
+// join and meet at a barrier: they all get in, the flood is refused, and the server's sockets
+// and threads return to what they were before the flood.
+TEST(TcpStoreTest, SurvivesAFloodAndReturnsToBaseline) {
+  StoreServerLimits limits;
+  limits.max_pending = 16;
+  limits.hello_timeout = std::chrono::milliseconds(500);
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok", limits);
+  ASSERT_TRUE(server.ok());
+  int port = (*server)->port();
+  const int fds_before = CountEntries("/proc/self/fd");
+  const int tasks_before = CountEntries("/proc/self/task");
+  std::vector<int> flood;
+  for (int i = 0; i < 200; ++i) {
+    auto fd = ConnectTcp("127.0.0.1", port, Deadline::AfterSeconds(5));
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    if (i % 2 == 0) {
+      uint8_t garbage[64];
+      for (int b = 0; b < 64; ++b) garbage[b] = static_cast<uint8_t>(i * 31 + b);
+      ::send(*fd, garbage, sizeof(garbage), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    flood.push_back(*fd);
+  }
+  std::vector<Status> joined(4, Unavailable("not run"));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] {
+      auto client = TcpStoreClient::Connect("127.0.0.1", port, "tok", Deadline::AfterSeconds(10));
+      if (!client.ok()) {
+        joined[r] = client.status();
+        return;
+      }
+      joined[r] = Barrier(**client, "joined", 4, Deadline::AfterSeconds(10));
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(joined[r].ok()) << "rank " << r << ": " << joined[r].ToString();
+  for (int fd : flood) ::close(fd);
+  EXPECT_GE((*server)->rejected(), 100);
+  bool baseline = BackToBaseline(fds_before, tasks_before);
+  std::printf("flood: fds %d before, %d after; threads %d before, %d after; %d refused\n",
+              fds_before, CountEntries("/proc/self/fd"), tasks_before,
+              CountEntries("/proc/self/task"), (*server)->rejected());
+  EXPECT_TRUE(baseline) << "fds or threads did not return to their baseline";
+  EXPECT_EQ((*server)->active(), 0);
+}
+
+// Authenticated connections beyond the cap are refused; one that closes is reaped, making room.
+TEST(TcpStoreTest, CapsAuthenticatedConnectionsAndReapsClosedOnes) {
+  StoreServerLimits limits;
+  limits.max_connections = 2;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok", limits);
+  ASSERT_TRUE(server.ok());
+  int port = (*server)->port();
+  auto a = TcpStoreClient::Connect("127.0.0.1", port, "tok", Deadline::AfterSeconds(5));
+  auto b = TcpStoreClient::Connect("127.0.0.1", port, "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Set("k", B("v"), Deadline::AfterSeconds(5)).ok());
+  ASSERT_TRUE((*b)->Get("k", Deadline::AfterSeconds(5)).ok());
+  auto c = TcpStoreClient::Connect("127.0.0.1", port, "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(c.ok());  // the handshake passes; the server then closes it (over the cap)
+  EXPECT_FALSE((*c)->Get("k", Deadline::AfterSeconds(2)).ok());
+  a->reset();
+  for (int i = 0; i < 200 && (*server)->active() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto d = TcpStoreClient::Connect("127.0.0.1", port, "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE((*d)->Get("k", Deadline::AfterSeconds(5)).ok());
 }
 
 TEST(TcpStoreTest, ConnectToNobodyFailsAtTheDeadline) {

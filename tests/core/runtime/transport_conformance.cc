@@ -60,6 +60,7 @@ Result<TransportWorld> CreateTransportWorld(const ConformanceParams& params, int
     context.config = world.config.get();
     context.store = world.store.get();
     context.group_key = group;
+    context.secret = "conformance-secret-" + group;
     FERRY_ASSIGN_OR_RETURN(auto transport,
                            TransportRegistry::Default().Create(params.transport, context));
     world.ranks.push_back(std::move(transport));
@@ -159,6 +160,48 @@ TEST_P(TransportConformanceTest, OptionalMethodsAreUnimplementedUnlessOffered) {
   if (!caps.cancel) {
     EXPECT_EQ(t.Cancel(1).code(), StatusCode::kUnimplemented);
   }
+}
+
+// A process that knows rank 1's endpoint info but not the communicator's secret connects as rank
+// 0 and sends on the tag rank 1 waits on: its connection is refused or its message dropped, and
+// the real rank 0's message lands.
+TEST_P(TransportConformanceTest, ImpostorWithoutTheSecretDeliversNothing) {
+  if (GetParam().transport == "local") GTEST_SKIP() << "local joins threads of one process: no wire";
+  FERRY_ASSERT_OK_AND_ASSIGN(TransportWorld world, CreateTransportWorld(GetParam(), 2, TestDeadline()));
+  if (!world.ranks[0]->capabilities().two_sided) GTEST_SKIP() << "not two-sided";
+  TransportContext context;
+  context.rank = 0;
+  context.size = 2;
+  context.epoch = 1;
+  context.config = world.config.get();
+  context.store = world.store.get();
+  context.group_key = "impostor";
+  context.secret = "a guessed secret";
+  FERRY_ASSERT_OK_AND_ASSIGN(auto impostor, TransportRegistry::Default().Create(GetParam().transport, context));
+  FERRY_ASSERT_OK_AND_ASSIGN(Bytes info1, world.ranks[1]->LocalEndpointInfo());
+  std::vector<uint8_t> received(4096, 0), forged(4096, 0xEE), real(4096, 0x07);
+  MemoryHandle recv_handle = MustRegister(*world.ranks[1], received);
+  MemoryHandle real_handle = MustRegister(*world.ranks[0], real);
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId recv, world.ranks[1]->PostRecv(0, 77, Whole(recv_handle, received)));
+  Driver driver(world);
+  Status connected = impostor->Connect(1, info1, Deadline::AfterSeconds(1));
+  if (connected.ok()) {
+    MemoryHandle forged_handle = MustRegister(*impostor, forged);
+    auto sent = impostor->PostSend(1, 77, Whole(forged_handle, forged));
+    Completion completions[4];
+    for (int i = 0; i < 100; ++i) {  // half a second for the forged message to arrive
+      (void)impostor->Poll(completions, Deadline::After(std::chrono::nanoseconds(0)));
+      ASSERT_TRUE(driver.PollOnce().ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    (void)sent;
+  }
+  EXPECT_FALSE(driver.Wait(1, recv, Deadline::After(std::chrono::milliseconds(50))).ok())
+      << "rank 1's receive completed with the impostor's message";
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId send, world.ranks[0]->PostSend(1, 77, Whole(real_handle, real)));
+  FERRY_ASSERT_OK_AND_ASSIGN(auto done, driver.WaitAll({{0, send}, {1, recv}}, TestDeadline()));
+  ASSERT_TRUE(done[1].status.ok()) << done[1].status.ToString();
+  EXPECT_EQ(received, real);
 }
 
 TEST_P(TransportConformanceTest, SizesFromZeroBytes) {

@@ -15,6 +15,18 @@ FrameworkSpec Spec(const std::string& text) {
   return s.value();
 }
 
+// Specs whose parallel sizes multiply past kMaxRanks are refused before any layout is built (the
+// product of two legal sizes, 2^20 each, also overflows int).
+TEST(FrameworkSpecTest, WorldsBeyondTheRankLimitAreRefused) {
+  ModelConfig qwen = PresetConfig("qwen3-235b-a22b").value();
+  for (const char* text : {"vllm:tp=4,dp=1048576", "vllm:tp=4,engines=1048576",
+                           "megatron:tp=4,cp=1048576,dp=1048576", "megatron:tp=4,dp=100000"}) {
+    Result<FrameworkSpec> r = ResolveFrameworkSpec(Spec(text), qwen);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find("kMaxRanks"), std::string::npos) << r.status().ToString();
+  }
+}
+
 TEST(FrameworkSpecTest, ParsesAndResolves) {
   FrameworkSpec m = Spec("megatron:tp=2,pp=4,first=23,last=23,ep=16");  // 94 = 23 + 2*24 + 23
   EXPECT_EQ(m.kind, FrameworkSpec::Kind::kMegatron);

@@ -30,6 +30,7 @@ TEST(LibfabricTransportTest, UnknownProviderIsAClearError) {
   Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("libfabric.provider", "no-such-provider").ok());
   TransportContext context;
+  context.secret = "transport-test-secret";
   context.config = &config;
   auto transport = TransportRegistry::Default().Create("libfabric", context);
   ASSERT_FALSE(transport.ok());
@@ -41,6 +42,7 @@ TEST(LibfabricTransportTest, TwoSidedOnlyAndShmStaysOnTheNode) {
   Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("libfabric.provider", "shm").ok());
   TransportContext context;
+  context.secret = "transport-test-secret";
   context.config = &config;
   auto transport = TransportRegistry::Default().Create("libfabric", context);
   ASSERT_TRUE(transport.ok()) << transport.status().ToString();

@@ -1,5 +1,5 @@
-// PeerWatch: the dial/accept handshake in either order, refusal of other epochs, and close
-// detection — in one process, two watches standing for two ranks.
+// PeerWatch: the dial/accept handshake in either order, refusal of other epochs and of strangers
+// without the secret, and close detection — in one process, watches standing for ranks.
 #include "transports/libfabric/peer_watch.h"
 
 #include <thread>
@@ -10,8 +10,8 @@ namespace ferry {
 namespace {
 
 TEST(PeerWatchTest, DetectsPeerGoneWhicheverSideConnectsFirst) {
-  PeerWatch low(0, 7);
-  auto high = std::make_unique<PeerWatch>(1, 7);
+  PeerWatch low(0, 2, 7, "s");
+  auto high = std::make_unique<PeerWatch>(1, 2, 7, "s");
   ASSERT_TRUE(low.Listen("127.0.0.1").ok());
   ASSERT_TRUE(high->Listen("127.0.0.1").ok());
   // The accepting side (higher rank) calls first; the dialer follows from another thread.
@@ -31,14 +31,25 @@ TEST(PeerWatchTest, DetectsPeerGoneWhicheverSideConnectsFirst) {
   EXPECT_TRUE(low.PollGone().empty());  // reported once
 }
 
-TEST(PeerWatchTest, RefusesAnotherEpoch) {
-  PeerWatch stranger(0, 6);
-  PeerWatch high(1, 7);
-  ASSERT_TRUE(stranger.Listen("127.0.0.1").ok());
+// A watch of another epoch (its secret differs too) and one holding a guessed secret dial rank 1
+// as rank 0: both are refused, and rank 1 never takes them for rank 0.
+TEST(PeerWatchTest, RefusesAnotherEpochAndAWrongSecret) {
+  PeerWatch other_epoch(0, 2, 6, "secret of epoch 6");
+  PeerWatch guessed(0, 2, 7, "guess");
+  PeerWatch high(1, 2, 7, "secret of epoch 7");
+  ASSERT_TRUE(other_epoch.Listen("127.0.0.1").ok());
+  ASSERT_TRUE(guessed.Listen("127.0.0.1").ok());
   ASSERT_TRUE(high.Listen("127.0.0.1").ok());
-  ASSERT_TRUE(stranger.Connect(1, high.host(), high.port(), Deadline::AfterSeconds(5)).ok());
-  Status status = high.Connect(0, stranger.host(), stranger.port(), Deadline::AfterSeconds(0.5));
+  Status dialed[2];
+  std::thread a([&] { dialed[0] = other_epoch.Connect(1, high.host(), high.port(), Deadline::AfterSeconds(2)); });
+  std::thread b([&] { dialed[1] = guessed.Connect(1, high.host(), high.port(), Deadline::AfterSeconds(2)); });
+  Status status = high.Connect(0, "127.0.0.1", 1, Deadline::AfterSeconds(1));
+  a.join();
+  b.join();
   EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded) << status.ToString();
+  EXPECT_FALSE(dialed[0].ok());
+  EXPECT_FALSE(dialed[1].ok());
+  EXPECT_FALSE(PeerWatch(0, 2, 7, "").Listen("127.0.0.1").ok()) << "a watch needs a secret";
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ Status RunChild(int rank, int size, int port, const TransportUnderTest& under_te
   FERRY_ASSIGN_OR_RETURN(auto store, TcpStoreClient::Connect("127.0.0.1", port, kToken, deadline));
   FERRY_ASSIGN_OR_RETURN(Config config, MakeConfig(under_test));
   TransportContext context;
+  context.secret = "transport-test-secret";
   context.rank = rank;
   context.size = size;
   context.epoch = 1;

@@ -45,6 +45,7 @@ TransportCapabilities ProbeCapabilities(const TransportUnderTest& under_test) {
   auto config = MakeConfig(under_test);
   EXPECT_TRUE(config.ok()) << config.status().ToString();
   TransportContext context;
+  context.secret = "transport-test-secret";
   context.config = &*config;
   auto transport = TransportRegistry::Default().Create(under_test.name, context);
   EXPECT_TRUE(transport.ok()) << transport.status().ToString();
@@ -328,6 +329,7 @@ TEST_P(TransportProcessTest, ConnectRefusesOtherEpochAndWrongRank) {
   Status status = RunRanks(1, GetParam(), [&](RankEnv& env) -> Status {
     FERRY_ASSIGN_OR_RETURN(Config config, MakeConfig(GetParam()));
     TransportContext context;
+    context.secret = "transport-test-secret";
     context.rank = 0;
     context.size = 2;
     context.epoch = 2;

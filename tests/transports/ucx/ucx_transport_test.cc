@@ -25,6 +25,7 @@ TEST(UcxTransportTest, RejectsUnknownErrorMode) {
   Config config = RuntimeConfig();
   ASSERT_TRUE(config.Set("ucx.error_mode", "sometimes").ok());
   TransportContext context;
+  context.secret = "transport-test-secret";
   context.config = &config;
   auto transport = TransportRegistry::Default().Create("ucx", context);
   ASSERT_FALSE(transport.ok());
@@ -35,6 +36,7 @@ TEST(UcxTransportTest, RejectsUnknownErrorMode) {
 TEST(UcxTransportTest, RejectsCudaMemoryAndForeignHandles) {
   Config config = RuntimeConfig();
   TransportContext context;
+  context.secret = "transport-test-secret";
   context.config = &config;
   auto transport = TransportRegistry::Default().Create("ucx", context);
   ASSERT_TRUE(transport.ok()) << transport.status().ToString();
