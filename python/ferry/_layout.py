@@ -81,8 +81,9 @@ class Layout:
     @staticmethod
     def from_shards(shards: Iterable[Shard | Mapping[str, Any]]) -> "Layout":
         """A layout from the local tensors of every rank (gather each rank's list first: every
-        rank of a refit plans from the same two layouts). Overlaps are refused; coverage is not
-        required here (ferry.plan reports elements nobody holds)."""
+        rank of a refit plans from the same two layouts). Raises FerryError for a box outside its
+        tensor or a name given two shapes or dtypes; coverage is not required here (validate()
+        and ferry.plan report elements nobody holds)."""
         rows = []
         for s in shards:
             s = s if isinstance(s, Shard) else Shard(**s)
