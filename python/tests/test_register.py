@@ -116,3 +116,16 @@ def test_two_sessions_on_two_threads_release_the_gil():
     assert not errors, errors
     np.testing.assert_array_equal(outputs[0], w[:, :3])
     np.testing.assert_array_equal(outputs[1], w[:, 3:])
+
+
+def test_from_env_names_the_missing_variable(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ferry.FerryError, match="RANK|rank"):
+        ferry.Session.from_env()
+
+
+def test_session_store_must_be_host_and_port():
+    with pytest.raises(ValueError, match="host:port"):
+        ferry.Session(rank=0, world_size=1, store="localhost")
