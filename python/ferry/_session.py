@@ -8,11 +8,12 @@ GIL while they wait. A Session and its Refits are driven by one thread at a time
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import json
+from typing import Any, Iterable, Mapping
 
 from . import _ferry
-from ._arrays import dtype_matches, host_array
-from ._layout import Layout
+from ._arrays import dtype_matches, dtype_name, host_array
+from ._layout import Layout, Shard
 from ._plan import Plan, Stats
 
 
@@ -63,6 +64,20 @@ class Session:
         per_node = gpus_per_node or self._impl.local_world_size
         plan_impl = self._impl.plan(src._impl, dst._impl, strategy, topology, per_node)
         return Refit(self, Plan(plan_impl, src, dst))
+
+    def all_gather_shards(self, shards: Iterable[Shard | Mapping[str, Any]]) -> list[Shard]:
+        """Every rank's shards, in rank order, from each rank's own list (its `rank` fields
+        default to this rank): what Layout.from_shards needs, so that each rank describes only
+        the tensors it holds. Every rank of the session calls it, in the same order as its other
+        gathers. Blocks (GIL released) until all ranks' lists arrived or deadline.store passes."""
+        mine = []
+        for s in shards:
+            s = s if isinstance(s, Shard) else Shard(**{"rank": self.rank, **s})
+            mine.append({"name": s.name, "shape": list(s.shape), "dtype": dtype_name(s.dtype),
+                         "lo": list(s.lo), "hi": list(s.hi), "rank": int(s.rank),
+                         "buffer": s.buffer})
+        gathered = self._impl.all_gather(json.dumps(mine))
+        return [Shard(**row) for value in gathered for row in json.loads(value)]
 
     def recreate(self, timeout: float = 60.0) -> None:
         """After a failed run: every rank calls it to replace the transports (a new epoch)."""

@@ -32,7 +32,35 @@ Config SessionConfig(const py::object& source) {
 
 struct SessionHandle {
   std::unique_ptr<Session> session;
+  int64_t gathers = 0;  // AllGather calls so far: every rank makes the same sequence
 };
+
+// Every rank passes its bytes; each gets every rank's, in rank order, through the session's store
+// (keys python/all_gather/<call>/<rank>). Blocks, GIL released, until all arrived or
+// deadline.store passes.
+std::vector<py::bytes> AllGather(SessionHandle& handle, const std::string& mine) {
+  Session& s = *handle.session;
+  const std::string prefix = "python/all_gather/" + std::to_string(handle.gathers++) + "/";
+  double seconds = Unwrap(s.config().GetSeconds("deadline.store"));
+  std::vector<std::string> values(static_cast<size_t>(s.info().size));
+  Status status = Status::Ok();
+  {
+    py::gil_scoped_release release;
+    Deadline deadline = Deadline::AfterSeconds(seconds);
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(mine.data()), mine.size());
+    status = s.store().Set(prefix + std::to_string(s.info().rank), bytes, deadline);
+    for (size_t r = 0; status.ok() && r < values.size(); ++r) {
+      Result<Bytes> got = s.store().Get(prefix + std::to_string(r), deadline);
+      if (!got.ok()) {
+        status = got.status().WithContext("all_gather: rank " + std::to_string(r));
+      } else {
+        values[r].assign(got->begin(), got->end());
+      }
+    }
+  }
+  ThrowIfError(status);
+  return {values.begin(), values.end()};
+}
 
 struct RefitHandle {
   std::unique_ptr<Refit> refit;
@@ -138,6 +166,7 @@ void BindSession(py::module_& m) {
                                    h.session->config());
            })
       .def("bind", &Bind, py::keep_alive<0, 1>())
+      .def("all_gather", &AllGather)
       .def("recreate",
            [](SessionHandle& h, double timeout_seconds) {
              Session& s = *h.session;

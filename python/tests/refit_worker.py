@@ -1,7 +1,8 @@
-"""One rank of the multi-process refit tests (test_refit.py): builds the test layouts with
-ferry.Layout.from_shards, joins the session through ferry's TCP store on 127.0.0.1, registers
-numpy arrays or CPU torch tensors, runs the refit for several steps and checks every destination
-element against the value the source held. Exits 0 when all match.
+"""One rank of the multi-process refit tests (test_refit.py): joins the session through ferry's
+TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
+(Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays or CPU torch
+tensors, runs the refit for several steps and checks every destination element against the value
+the source held. Exits 0 when all match.
 
     refit_worker.py SCENARIO BACKEND RANK PORT     SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch
 """
@@ -71,9 +72,15 @@ def main() -> int:
     scenario, backend, rank, port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     m, n = {"2to2": (2, 2), "4to2": (4, 2)}[scenario]
     src_shards, dst_shards = shards(m, n)
-    src, dst = ferry.Layout.from_shards(src_shards), ferry.Layout.from_shards(dst_shards)
     with ferry.Session(rank=rank, world_size=m + n, store=f"127.0.0.1:{port}",
                        token="test-refit") as session:
+        # Each rank describes only the shards it holds; the session gathers everyone's.
+        gathered = session.all_gather_shards(
+            [s for s in src_shards + dst_shards if s.rank == rank])
+        src = ferry.Layout.from_shards([s for s in gathered if s.rank < m])
+        dst = ferry.Layout.from_shards([s for s in gathered if s.rank >= m])
+        whole = ferry.Layout.from_shards(src_shards)  # what one rank knowing everything builds
+        assert sorted(src.fragments()) == sorted(whole.fragments()), "gathered layout differs"
         refit = session.refit(src, dst)
         arrays = {**allocate(src, rank, backend), **allocate(dst, rank, backend)}
         for name, array in arrays.items():
