@@ -2,8 +2,9 @@
 // share (ferry errors as Python exceptions, a Config from what Python passes). Every class here
 // wraps the library facade (core/refit, core/layout, tools/models); none reimplements it.
 //
-// GIL: bindings hold the GIL except where a call can block on other processes (joining a session,
-// running a refit, finishing), which release it for the duration.
+// GIL: bindings hold the GIL except where a call can block on other processes or compute for long
+// (joining a session, gathering, planning, running a refit, recreating, finishing), which release
+// it for the duration and touch no Python object meanwhile.
 #pragma once
 
 #include <pybind11/pybind11.h>

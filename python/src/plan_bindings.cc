@@ -79,8 +79,12 @@ PlanHandle MakePlanHandle(const LayoutHandle& source, const LayoutHandle& destin
   } else {
     topo = Unwrap(LoadTopologyFile(py::str(topology).cast<std::string>()));
   }
-  return PlanHandle{Unwrap(RefitPlan::Make(source.shared(), destination.shared(), std::move(topo),
-                                           parsed, config))};
+  Result<std::shared_ptr<const RefitPlan>> made = Status(StatusCode::kInternal, "not planned");
+  {
+    py::gil_scoped_release release;  // planning reads only the layouts, never a Python object
+    made = RefitPlan::Make(source.shared(), destination.shared(), std::move(topo), parsed, config);
+  }
+  return PlanHandle{Unwrap(std::move(made))};
 }
 
 void BindPlan(py::module_& m) {

@@ -17,9 +17,8 @@ struct PlanHandle {
 
 // Plans `strategy` ("reshard" or "gather-broadcast") from `source` to `destination` with the
 // planner options of `config`. `topology`: None (every rank either layout uses, `gpus_per_node`
-// per node) or a topology file path (str). Holds the GIL
-// (planning is CPU work that touches no Python object, but is short for the layouts Python builds;
-// large presets plan in a few hundred ms).
+// per node) or a topology file path (str). Releases the GIL while planning (CPU work on the
+// layouts alone: a few ms for small layouts, a few hundred for the largest presets).
 PlanHandle MakePlanHandle(const LayoutHandle& source, const LayoutHandle& destination,
                           const std::string& strategy, const pybind11::object& topology,
                           int gpus_per_node, const Config& config);
