@@ -6,5 +6,5 @@ set -euo pipefail
 runfiles="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 export PYTHONPATH="$runfiles/python/site:$runfiles/python/tests:$runfiles/examples"
 cd "$runfiles"
-exec /usr/bin/python3 -m pytest -q -p no:cacheprovider --basetemp="${TEST_TMPDIR}/pytest" \
+exec /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider --basetemp="${TEST_TMPDIR}/pytest" \
     python/tests examples "$@"

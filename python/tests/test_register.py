@@ -79,6 +79,8 @@ def test_torch_tensors_register_zero_copy(session):
         refit.register("src", w.t())
     with pytest.raises(TypeError, match="bf16|fp32"):
         refit.register("src", torch.zeros(48, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="meta tensor; this build moves host memory only"):
+        refit.register("src", torch.empty(24, device="meta"))
     refit.register("src", w)
     refit.register("left", out[0])
     refit.register("right", out[1])
