@@ -51,6 +51,11 @@ TEST(InMemoryStoreTest, BarrierAndClose) {
   closer.join();
 }
 
+TEST(InMemoryStoreTest, FinalBarrierOfOneRankReturnsAtOnce) {
+  InMemoryStore store;
+  EXPECT_TRUE(FinalBarrier(store, "alone", 0, 1, 0, Deadline::AfterSeconds(5)).ok());
+}
+
 TEST(TcpStoreTest, ClientsWithTheTokenShareValuesAndCounters) {
   auto server = TcpStoreServer::Start("127.0.0.1", 0, "s3cret");
   ASSERT_TRUE(server.ok()) << server.status().ToString();

@@ -1,0 +1,23 @@
+"""Runs examples/trainer_to_engine.py (four processes, killed at its deadline) and checks that both
+engine replicas matched the trainer's logits after every step."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch", reason="the trainer -> engine example needs torch (python3-torch)")
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "trainer_to_engine.py")
+
+
+def test_engine_logits_match_the_trainer_after_every_step():
+    done = subprocess.run([sys.executable, EXAMPLE, "--steps", "3", "--deadline", "150"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank in (2, 3):
+        for step in range(3):
+            line = next((l for l in done.stdout.splitlines()
+                         if l.startswith(f"engine rank {rank} step {step}:")), None)
+            assert line is not None and "logits" in line, done.stdout + done.stderr

@@ -1,0 +1,27 @@
+"""ferry: move sharded tensors between groups of ranks laid out differently (the weight refit
+from RL trainers to inference engines), over the library facade core/refit.
+
+    import ferry
+    src = ferry.Layout.preset("llama-3.1-8b", "megatron:tp=2", scale="1/64")
+    dst = ferry.Layout.preset("llama-3.1-8b", "vllm:tp=1,dp=2", scale="1/64", first_rank=2)
+    print(ferry.plan(src, dst).stats)                    # offline, no session
+
+    with ferry.Session.from_env() as session:            # torchrun / mpirun / srun
+        refit = session.refit(src, dst)                  # plans once
+        for b in src.buffers(session.rank): refit.register(b.name, my_tensors[b.name])
+        stats = refit.run()                              # every step
+
+Host memory only in this build: numpy arrays and CPU torch tensors. Errors from ferry raise
+ferry.FerryError (a RuntimeError) carrying ferry's message.
+"""
+
+from ._ferry import FerryError, describe_config
+from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
+from ._plan import Plan, Stats, plan
+from ._session import Refit, Session
+from ._views import fragment_view
+
+__all__ = [
+    "BufferInfo", "FerryError", "FragmentInfo", "Layout", "Plan", "Refit", "Session", "Shard",
+    "Stats", "TensorInfo", "describe_config", "fragment_view", "plan",
+]

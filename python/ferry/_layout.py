@@ -1,0 +1,147 @@
+"""ferry.Layout: every fragment of every tensor on one side of a refit, and the ways to make one.
+
+A Layout is immutable once made and wraps the core Layout (core/layout/layout.h) without copying
+it into Python; the lists it returns are snapshots. Thread-safe to read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+from . import _ferry
+from ._arrays import dtype_name
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One local tensor a rank holds: the global tensor's name, shape and dtype, the box
+    [lo, hi) of it this tensor holds, the rank, and the buffer it lives in (default: its name).
+    The box's elements are stored contiguous row-major, one after the other in the buffer in the
+    order the shards are listed."""
+
+    name: str
+    shape: Sequence[int]
+    dtype: Any
+    lo: Sequence[int]
+    hi: Sequence[int]
+    rank: int
+    buffer: str | None = None
+
+
+class TensorInfo(NamedTuple):
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class BufferInfo(NamedTuple):
+    rank: int
+    name: str
+    bytes: int
+
+
+class FragmentInfo(NamedTuple):
+    """A box [lo, hi) of `tensor` stored in `buffer` on `rank`: element i of the box is at byte
+    byte_offset + sum((i[d] - lo[d]) * strides[d]) * itemsize (strides in elements)."""
+
+    tensor: str
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    rank: int
+    buffer: str
+    byte_offset: int
+    strides: tuple[int, ...]
+
+
+class Layout:
+    """All fragments of all tensors on one side (source or destination) of a refit."""
+
+    def __init__(self, impl: _ferry.Layout):
+        self._impl = impl
+
+    @staticmethod
+    def preset(model: str, framework: str, scale: str | float | None = None,
+               first_rank: int = 0) -> "Layout":
+        """A model preset under a framework spec, on ranks first_rank.. (as `ferry layout`):
+        "megatron:tp=2,pp=2" is a trainer (source) side, "vllm:tp=1,dp=2" an inference
+        (destination) side. `scale` shrinks the wide dims ("1/64" or 1/64)."""
+        text = "" if scale is None else (scale if isinstance(scale, str) else repr(float(scale)))
+        return Layout(_ferry.Layout.preset(model, framework, text, first_rank))
+
+    @staticmethod
+    def load(path: str) -> "Layout":
+        """A layout file (YAML or JSON, docs/layout-format.md)."""
+        return Layout(_ferry.Layout.load(str(path)))
+
+    @staticmethod
+    def from_yaml(text: str) -> "Layout":
+        return Layout(_ferry.Layout.from_yaml(text))
+
+    @staticmethod
+    def from_shards(shards: Iterable[Shard | Mapping[str, Any]]) -> "Layout":
+        """A layout from the local tensors of every rank (gather each rank's list first: every
+        rank of a refit plans from the same two layouts). Raises FerryError for a box outside its
+        tensor or a name given two shapes or dtypes; coverage is not required here (validate()
+        and ferry.plan report elements nobody holds)."""
+        rows = []
+        for s in shards:
+            s = s if isinstance(s, Shard) else Shard(**s)
+            rows.append((s.name, list(s.shape), dtype_name(s.dtype), list(s.lo), list(s.hi),
+                         int(s.rank), s.buffer or ""))
+        return Layout(_ferry.Layout.from_shards(rows))
+
+    @staticmethod
+    def from_dtensors(tensors: Mapping[str, Any], first_rank: int = 0) -> "Layout":
+        """A layout from torch DTensors (name -> DTensor) with Shard(dim)/Replicate() placements:
+        each mesh rank r holds its shard in buffer `name` on ferry rank first_rank + r. Every rank
+        can build it alone: the mesh and placements say where every shard is."""
+        rows = []
+        for name, t in tensors.items():
+            placements = []
+            for p in t.placements:
+                if p.is_shard():
+                    placements.append(("shard", int(p.dim)))
+                elif p.is_replicate():
+                    placements.append(("replicate", 0))
+                else:
+                    raise ValueError(f"{name}: placement {p} is neither Shard nor Replicate; "
+                                     "redistribute partial tensors before a refit")
+            mesh = t.device_mesh.mesh
+            ranks = [first_rank + int(r) for r in mesh.flatten().tolist()]
+            rows.append((name, list(t.shape), dtype_name(t.dtype), list(mesh.shape), ranks,
+                         placements, name))
+        return Layout(_ferry.Layout.from_meshes(rows))
+
+    def save(self, path: str) -> None:
+        """Writes the layout as YAML (JSON when the path ends in .json is still YAML-readable)."""
+        self._impl.save(str(path))
+
+    def to_yaml(self) -> str:
+        return self._impl.to_yaml()
+
+    def validate(self) -> None:
+        """Raises FerryError naming the tensor, ranks and region at fault (as `ferry layout
+        --validate`): overlaps, boxes out of bounds, elements no fragment covers."""
+        self._impl.validate()
+
+    @property
+    def ranks(self) -> list[int]:
+        return list(self._impl.ranks())
+
+    @property
+    def tensors(self) -> list[TensorInfo]:
+        return [TensorInfo(n, tuple(s), d) for n, s, d in self._impl.tensors()]
+
+    def buffers(self, rank: int | None = None) -> list[BufferInfo]:
+        """The buffers (of every rank, or of `rank`): what each rank registers before a run."""
+        return [BufferInfo(*b) for b in self._impl.buffers() if rank is None or b[0] == rank]
+
+    def fragments(self, rank: int | None = None) -> list[FragmentInfo]:
+        rows = self._impl.fragments(-1 if rank is None else rank)
+        return [FragmentInfo(r["tensor"], tuple(r["lo"]), tuple(r["hi"]), r["rank"], r["buffer"],
+                             r["byte_offset"], tuple(r["strides"])) for r in rows]
+
+    def __repr__(self) -> str:
+        return (f"ferry.Layout({len(self._impl.tensors())} tensors, "
+                f"{len(self._impl.buffers())} buffers, ranks {self.ranks})")

@@ -1,0 +1,162 @@
+"""ferry.Session and ferry.Refit: joining the ranks of a refit and running a plan, step after
+step, on numpy arrays and CPU torch tensors the caller owns (zero-copy).
+
+Blocking and the GIL: Session(...) / Session.from_env wait for every rank (deadline.connect);
+Refit.run waits for this rank's part of the plan (deadline.refit, or `timeout`). Both release the
+GIL while they wait. A Session and its Refits are driven by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping
+
+from . import _ferry
+from ._arrays import dtype_matches, dtype_name, host_array
+from ._layout import Layout, Shard
+from ._plan import Plan, Stats
+
+
+
+class Session:
+    """One process's membership in a group of ranks: the rendezvous store (hosted by rank 0),
+    the communicator with its transports, and the configuration.
+
+    Session(rank=, world_size=, store="host:port", token=) joins explicitly; rank 0 listens on
+    the store's port. `config`: None, a YAML file or a dict of options (`ferry config` lists them),
+    applied over FERRY_* variables. `nodes`: the node of each rank (default: by host name)."""
+
+    def __init__(self, rank: int, world_size: int, store: str, token: str = "",
+                 config: str | Mapping[str, Any] | None = None, local_rank: int | None = None,
+                 local_world_size: int | None = None, nodes: list[int] | None = None,
+                 _impl: Any = None):
+        if _impl is None:
+            host, sep, port = store.rpartition(":")
+            if not sep or not port.isdigit():
+                raise ValueError(f"store must be 'host:port', got {store!r}")
+            _impl = _ferry.Session.join(
+                rank, world_size, host, int(port), token, config,
+                rank if local_rank is None else local_rank,
+                world_size if local_world_size is None else local_world_size, nodes or [])
+        self._impl = _impl
+
+    @classmethod
+    def from_env(cls, config: str | Mapping[str, Any] | None = None) -> "Session":
+        """Joins as the launcher says: torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+        Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_*); FERRY_STORE_ADDR/FERRY_STORE_PORT and
+        FERRY_TOKEN override. Raises FerryError naming a missing variable."""
+        return cls(0, 0, "", _impl=_ferry.Session.from_env(config))
+
+    @property
+    def rank(self) -> int:
+        return self._impl.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._impl.world_size
+
+    def refit(self, src: Layout, dst: Layout, strategy: str = "reshard",
+              topology: str | None = None, gpus_per_node: int | None = None) -> "Refit":
+        """Plans once (with the session's planner options) and binds the plan to this session;
+        every rank calls it with the same layouts. The plan's topology (a file, or every rank at
+        `gpus_per_node` per node, default: the launcher's local world size) must agree with where
+        the ranks really run."""
+        per_node = gpus_per_node or self._impl.local_world_size
+        plan_impl = self._impl.plan(src._impl, dst._impl, strategy, topology, per_node)
+        return Refit(self, Plan(plan_impl, src, dst))
+
+    def all_gather_shards(self, shards: Iterable[Shard | Mapping[str, Any]]) -> list[Shard]:
+        """Every rank's shards, in rank order, from each rank's own list (its `rank` fields
+        default to this rank): what Layout.from_shards needs, so that each rank describes only
+        the tensors it holds. Every rank of the session calls it, in the same order as its other
+        gathers. Blocks (GIL released) until all ranks' lists arrived or deadline.store passes."""
+        mine = []
+        for s in shards:
+            s = s if isinstance(s, Shard) else Shard(**{"rank": self.rank, **s})
+            mine.append({"name": s.name, "shape": list(s.shape), "dtype": dtype_name(s.dtype),
+                         "lo": list(s.lo), "hi": list(s.hi), "rank": int(s.rank),
+                         "buffer": s.buffer})
+        gathered = self._impl.all_gather(json.dumps(mine))
+        return [Shard(**row) for value in gathered for row in json.loads(value)]
+
+    def recreate(self, timeout: float = 60.0) -> None:
+        """After a failed run: every rank calls it to replace the transports (a new epoch)."""
+        self._impl.recreate(timeout)
+
+    def finish(self) -> None:
+        """The last barrier (rank 0 hosts the store and must outlive the others' use of it).
+        Call before the process exits; `with Session(...) as s:` does."""
+        self._impl.finish()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finish()
+
+
+class Refit:
+    """A plan bound to a session: register this rank's buffers once, then run() every step.
+
+    register() keeps a reference to each array, so its storage stays alive; ferry reads source
+    arrays and writes destination arrays in place during run(), and nothing else may write them
+    then. Re-register an array after replacing it."""
+
+    def __init__(self, session: Session, plan: Plan):
+        self.session = session
+        self.plan = plan
+        self._impl = session._impl.bind(plan._impl)
+        self._arrays: dict[tuple[str, str], Any] = {}
+        rank = session.rank
+        self._dtypes = {side: _buffer_dtypes(layout, rank)
+                        for side, layout in (("source", plan.source),
+                                             ("destination", plan.destination))}
+        self._sizes = {side: {b.name: b.bytes for b in layout.buffers(rank)}
+                       for side, layout in (("source", plan.source),
+                                            ("destination", plan.destination))}
+
+    def register(self, name: str, tensor: Any, side: str | None = None) -> None:
+        """This rank's array behind buffer `name` of the source or destination layout (`side`
+        is needed only when both layouts have a buffer of that name on this rank). The array
+        must be C-contiguous host memory of at least the buffer's size and of its dtype (uint8
+        for raw bytes; numpy holds bf16/fp8 as int16/uint16/uint8)."""
+        side = side or self._side_of(name)
+        if name not in self._sizes.get(side, {}):
+            raise KeyError(f"no {side} buffer named {name!r} on rank {self.session.rank}")
+        array = host_array(tensor, f"buffer {name!r}")
+        need = self._sizes[side][name]
+        if array.nbytes < need:
+            raise ValueError(f"buffer {name!r}: the array has {array.nbytes} bytes, the "
+                             f"{side} layout needs {need} on rank {self.session.rank}")
+        for dtype in self._dtypes[side][name]:
+            if not dtype_matches(array, dtype):
+                raise TypeError(f"buffer {name!r} holds {dtype} elements, the array is "
+                                f"{array.dtype or 'of another dtype'}")
+        self._impl.register(side, name, array.address, array.nbytes)
+        self._arrays[(side, name)] = tensor
+
+    def run(self, timeout: float | None = None) -> Stats:
+        """Runs this rank's part of the plan; every rank calls it. Blocks (GIL released) until
+        done, failed or `timeout` seconds (default: the config's deadline.refit). Raises
+        FerryError naming an unregistered buffer or what failed; after a failure call
+        session.recreate() on every rank before the next run."""
+        return Stats(**self._impl.run(timeout or 0.0))
+
+    def _side_of(self, name: str) -> str:
+        sides = [s for s in ("source", "destination") if name in self._sizes[s]]
+        if len(sides) == 1:
+            return sides[0]
+        if not sides:
+            raise KeyError(f"rank {self.session.rank} has no buffer named {name!r} in either "
+                           "layout")
+        raise ValueError(f"both layouts have a buffer {name!r} on rank {self.session.rank}; "
+                         "pass side='source' or side='destination'")
+
+
+def _buffer_dtypes(layout: Layout, rank: int) -> dict[str, set[str]]:
+    dtypes = {t.name: t.dtype for t in layout.tensors}
+    out: dict[str, set[str]] = {}
+    for f in layout.fragments(rank):
+        out.setdefault(f.buffer, set()).add(dtypes[f.tensor])
+    return out

@@ -1,0 +1,186 @@
+// ferry._ferry.Session and ferry._ferry.Refit: joining the ranks of a refit (explicitly or from the
+// launcher's environment) and running a plan on buffers Python owns.
+//
+// GIL: Join, Run, Recreate and Finish wait on other processes; they release the GIL, so other
+// Python threads run meanwhile. A Refit keeps its Session alive (keep_alive), and a Session must
+// not be used from two threads at once (as core/runtime/session.h).
+#include <pybind11/stl.h>
+
+#include "core/runtime/bootstrap.h"
+#include "core/runtime/session.h"
+#include "python/src/bindings.h"
+#include "python/src/plan_handle.h"
+
+namespace py = pybind11;
+
+namespace ferry::python {
+namespace {
+
+// Direct reads between ranks of one node read the sender's memory through process_vm_readv unless
+// it is a shared mapping (SharedHostMemory), and process_vm_readv reads contiguous rows only
+// (core/runtime/direct_read_protocol.cc). Arrays Python registers are ordinary memory whose
+// fragments are often strided, so a session for Python turns direct reads off unless the caller
+// set executor.direct_intra_node (file, FERRY_* or dict): same-node messages then go through the
+// intra-node transport.
+Config SessionConfig(const py::object& source) {
+  Config config = ConfigFrom(source);
+  const char* option = "executor.direct_intra_node";
+  std::string origin = config.SourceOf(option);
+  if (origin.empty() || origin == "default") ThrowIfError(config.Set(option, "false"));
+  return config;
+}
+
+struct SessionHandle {
+  std::unique_ptr<Session> session;
+  int64_t gathers = 0;  // AllGather calls so far: every rank makes the same sequence
+};
+
+// Every rank passes its bytes; each gets every rank's, in rank order, through the session's store
+// (keys python/all_gather/<call>/<rank>). Blocks, GIL released, until all arrived or
+// deadline.store passes.
+std::vector<py::bytes> AllGather(SessionHandle& handle, const std::string& mine) {
+  Session& s = *handle.session;
+  const std::string prefix = "python/all_gather/" + std::to_string(handle.gathers++) + "/";
+  double seconds = Unwrap(s.config().GetSeconds("deadline.store"));
+  std::vector<std::string> values(static_cast<size_t>(s.info().size));
+  Status status = Status::Ok();
+  {
+    py::gil_scoped_release release;
+    Deadline deadline = Deadline::AfterSeconds(seconds);
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(mine.data()), mine.size());
+    status = s.store().Set(prefix + std::to_string(s.info().rank), bytes, deadline);
+    for (size_t r = 0; status.ok() && r < values.size(); ++r) {
+      Result<Bytes> got = s.store().Get(prefix + std::to_string(r), deadline);
+      if (!got.ok()) {
+        status = got.status().WithContext("all_gather: rank " + std::to_string(r));
+      } else {
+        values[r].assign(got->begin(), got->end());
+      }
+    }
+  }
+  ThrowIfError(status);
+  return {values.begin(), values.end()};
+}
+
+struct RefitHandle {
+  std::unique_ptr<Refit> refit;
+};
+
+SessionHandle Join(int rank, int world_size, const std::string& store_host, int store_port,
+                   const std::string& token, const py::object& config, int local_rank,
+                   int local_world_size, std::vector<int> node_of_rank) {
+  BootstrapInfo info;
+  info.launcher = "explicit";
+  info.rank = rank;
+  info.size = world_size;
+  info.local_rank = local_rank;
+  info.local_size = local_world_size;
+  info.store_host = store_host;
+  info.store_port = store_port;
+  info.token = token;
+  Config parsed = SessionConfig(config);
+  Result<std::unique_ptr<Session>> joined = Status(StatusCode::kInternal, "not joined");
+  {
+    py::gil_scoped_release release;
+    joined = Session::Join(info, std::move(parsed), std::move(node_of_rank));
+  }
+  return SessionHandle{Unwrap(std::move(joined))};
+}
+
+SessionHandle JoinFromEnvironment(const py::object& config) {
+  BootstrapInfo info = Unwrap(BootstrapFromProcessEnvironment());
+  Config parsed = SessionConfig(config);
+  Result<std::unique_ptr<Session>> joined = Status(StatusCode::kInternal, "not joined");
+  {
+    py::gil_scoped_release release;
+    joined = Session::Join(info, std::move(parsed));
+  }
+  return SessionHandle{Unwrap(std::move(joined))};
+}
+
+RefitHandle Bind(SessionHandle& handle, const PlanHandle& plan) {
+  return RefitHandle{Unwrap(Refit::Create(*handle.session, plan.plan))};
+}
+
+void Register(RefitHandle& handle, const std::string& side, const std::string& name,
+              uintptr_t address, int64_t bytes) {
+  MemoryDesc memory;
+  memory.base = reinterpret_cast<void*>(address);
+  memory.bytes = bytes;
+  memory.kind = MemoryKind::kHost;
+  if (side == "source") {
+    ThrowIfError(handle.refit->RegisterSource(name, memory));
+  } else if (side == "destination") {
+    ThrowIfError(handle.refit->RegisterDestination(name, memory));
+  } else {
+    throw py::value_error("side must be 'source' or 'destination', not '" + side + "'");
+  }
+}
+
+py::dict Run(RefitHandle& handle, double timeout_seconds) {
+  Result<RefitStats> stats = Status(StatusCode::kInternal, "not run");
+  {
+    py::gil_scoped_release release;
+    stats = timeout_seconds > 0 ? handle.refit->Run(Deadline::AfterSeconds(timeout_seconds))
+                                : handle.refit->Run();
+  }
+  RefitStats s = Unwrap(std::move(stats));
+  py::dict d;
+  d["seconds"] = s.seconds;
+  d["bytes_same_rank"] = s.bytes_by_link[0];
+  d["bytes_same_node"] = s.bytes_by_link[1];
+  d["bytes_network"] = s.bytes_by_link[2];
+  d["ops"] = s.executor.ops;
+  d["bytes_sent"] = s.executor.bytes_sent;
+  d["bytes_received"] = s.executor.bytes_received;
+  d["bytes_copied"] = s.executor.bytes_copied;
+  d["bytes_read_direct"] = s.executor.bytes_read_direct;
+  d["peak_staging_bytes"] = s.executor.peak_staging_bytes;
+  return d;
+}
+
+Status Blocking(const std::function<Status()>& call) {
+  py::gil_scoped_release release;
+  return call();
+}
+
+}  // namespace
+
+void BindSession(py::module_& m) {
+  py::class_<SessionHandle>(m, "Session")
+      .def_static("join", &Join, py::arg("rank"), py::arg("world_size"), py::arg("store_host"),
+                  py::arg("store_port"), py::arg("token"), py::arg("config"),
+                  py::arg("local_rank"), py::arg("local_world_size"), py::arg("node_of_rank"))
+      .def_static("from_env", &JoinFromEnvironment, py::arg("config"))
+      .def_property_readonly("rank", [](const SessionHandle& h) { return h.session->info().rank; })
+      .def_property_readonly("world_size",
+                             [](const SessionHandle& h) { return h.session->info().size; })
+      .def_property_readonly("local_world_size",
+                             [](const SessionHandle& h) { return h.session->info().local_size; })
+      .def_property_readonly("launcher",
+                             [](const SessionHandle& h) { return h.session->info().launcher; })
+      .def("plan",
+           [](SessionHandle& h, const LayoutHandle& source, const LayoutHandle& destination,
+              const std::string& strategy, const py::object& topology, int gpus_per_node) {
+             return MakePlanHandle(source, destination, strategy, topology, gpus_per_node,
+                                   h.session->config());
+           })
+      .def("bind", &Bind, py::keep_alive<0, 1>())
+      .def("all_gather", &AllGather)
+      .def("recreate",
+           [](SessionHandle& h, double timeout_seconds) {
+             Session& s = *h.session;
+             ThrowIfError(Blocking([&] {
+               return s.communicator().Recreate(Deadline::AfterSeconds(timeout_seconds));
+             }));
+           })
+      .def("finish", [](SessionHandle& h) {
+        Session& s = *h.session;
+        ThrowIfError(Blocking([&] { return s.Finish(); }));
+      });
+  py::class_<RefitHandle>(m, "Refit")
+      .def("register", &Register)
+      .def("run", &Run, py::arg("timeout_seconds"));
+}
+
+}  // namespace ferry::python

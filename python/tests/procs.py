@@ -1,0 +1,58 @@
+"""Running one Python process per rank for the multi-process tests: a free 127.0.0.1 port for
+ferry's TCP store, the children's environment (the package importable), and a deadline after
+which every child still running is killed (the tests never hang)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Finished:
+    rank: int
+    returncode: int
+    output: str
+
+
+def run_ranks(argv_of_rank, world_size: int, deadline_s: float = 60.0) -> list[Finished]:
+    """Starts `world_size` processes (`argv_of_rank(rank, port)` each, run by this interpreter)
+    and waits for all of them until `deadline_s`; kills every one still running then. Returns
+    each rank's exit code and combined output; a killed rank's code is -9."""
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    procs = [subprocess.Popen([sys.executable, *argv_of_rank(rank, port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in range(world_size)]
+    results = []
+    try:
+        for rank, p in enumerate(procs):
+            try:
+                out, _ = p.communicate(timeout=deadline_s)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                out, _ = p.communicate()
+                out += f"\n[killed after the {deadline_s:.0f} s deadline]"
+            results.append(Finished(rank, p.returncode, out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+def assert_all_ok(results: list[Finished]) -> None:
+    failed = [r for r in results if r.returncode != 0]
+    assert not failed, "\n".join(f"--- rank {r.rank} exited {r.returncode}:\n{r.output}"
+                                 for r in failed)

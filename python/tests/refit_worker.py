@@ -1,0 +1,105 @@
+"""One rank of the multi-process refit tests (test_refit.py): joins the session through ferry's
+TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
+(Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays or CPU torch
+tensors, runs the refit for several steps and checks every destination element against the value
+the source held. Exits 0 when all match.
+
+    refit_worker.py SCENARIO BACKEND RANK PORT     SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import ferry
+
+# Global tensors: name -> (shape, numpy dtype).
+# One source buffer holds them all, in this order (each dtype aligned).
+TENSORS = {"e": ((4, 6, 3), np.float64), "w": ((12, 10), np.float32), "b": ((7,), np.int32)}
+
+
+def rows(n: int, parts: int, i: int) -> tuple[int, int]:
+    step = -(-n // parts)
+    return min(i * step, n), min((i + 1) * step, n)
+
+
+def shards(m: int, n: int) -> tuple[list[ferry.Shard], list[ferry.Shard]]:
+    """Sources on ranks 0..m-1 split every tensor along dim 0; destinations on m..m+n-1 split
+    w along dim 1, e along dim 2 and replicate b."""
+    src, dst = [], []
+    for name, (shape, dtype) in TENSORS.items():
+        for r in range(m):
+            lo, hi = rows(shape[0], m, r)
+            src.append(ferry.Shard(name, shape, dtype, [lo] + [0] * (len(shape) - 1),
+                                   [hi] + list(shape[1:]), r, "params"))
+        for r in range(n):
+            d = {"w": 1, "b": None, "e": 2}[name]
+            lo, hi = [0] * len(shape), list(shape)
+            if d is not None:
+                lo[d], hi[d] = rows(shape[d], n, r)
+            dst.append(ferry.Shard(name, shape, dtype, lo, hi, m + r, "weights_" + name))
+    return src, dst
+
+
+def expected(name: str, step: int) -> np.ndarray:
+    shape, dtype = TENSORS[name]
+    values = np.arange(np.prod(shape), dtype=np.int64).reshape(shape)
+    return (values * (step + 1) + 1000 * step).astype(dtype)
+
+
+def allocate(layout: ferry.Layout, rank: int, backend: str) -> dict:
+    arrays = {}
+    for b in layout.buffers(rank):
+        if backend == "torch":
+            import torch
+            arrays[b.name] = torch.zeros(b.bytes, dtype=torch.uint8)
+        else:
+            arrays[b.name] = np.zeros(b.bytes, dtype=np.uint8)
+    return arrays
+
+
+def dtype_of(layout: ferry.Layout) -> dict:
+    return {t.name: t.dtype for t in layout.tensors}
+
+
+def as_numpy(view):
+    return view.numpy() if hasattr(view, "numpy") else view
+
+
+def main() -> int:
+    scenario, backend, rank, port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    m, n = {"2to2": (2, 2), "4to2": (4, 2)}[scenario]
+    src_shards, dst_shards = shards(m, n)
+    with ferry.Session(rank=rank, world_size=m + n, store=f"127.0.0.1:{port}",
+                       token="test-refit") as session:
+        # Each rank describes only the shards it holds; the session gathers everyone's.
+        gathered = session.all_gather_shards(
+            [s for s in src_shards + dst_shards if s.rank == rank])
+        src = ferry.Layout.from_shards([s for s in gathered if s.rank < m])
+        dst = ferry.Layout.from_shards([s for s in gathered if s.rank >= m])
+        whole = ferry.Layout.from_shards(src_shards)  # what one rank knowing everything builds
+        assert sorted(src.fragments()) == sorted(whole.fragments()), "gathered layout differs"
+        refit = session.refit(src, dst)
+        arrays = {**allocate(src, rank, backend), **allocate(dst, rank, backend)}
+        for name, array in arrays.items():
+            refit.register(name, array)
+        for step in range(3):
+            for f in src.fragments(rank):
+                view = ferry.fragment_view(arrays[f.buffer], f, dtype_of(src)[f.tensor])
+                box = tuple(slice(l, h) for l, h in zip(f.lo, f.hi))
+                as_numpy(view)[...] = expected(f.tensor, step)[box]
+            stats = refit.run(timeout=30)
+            for f in dst.fragments(rank):
+                view = as_numpy(ferry.fragment_view(arrays[f.buffer], f, dtype_of(dst)[f.tensor]))
+                box = tuple(slice(l, h) for l, h in zip(f.lo, f.hi))
+                if not np.array_equal(view, expected(f.tensor, step)[box]):
+                    print(f"rank {rank} step {step}: {f.tensor}{box} differs", file=sys.stderr)
+                    return 1
+            print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Refit.register and Refit.run in one process: a one-rank session whose source and destination
+both live on rank 0 (a local copy), the checks on what is registered, and two sessions in one
+process on two threads (which joins and runs only because ferry releases the GIL while it waits)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import ferry
+from procs import free_port
+
+# Short deadlines: a test that would hang fails within seconds instead.
+CONFIG = {"deadline.connect": "20s", "deadline.refit": "20s"}
+
+
+def layouts(dst_rank=0):
+    src = ferry.Layout.from_shards([ferry.Shard("w", (4, 6), "fp32", (0, 0), (4, 6), 0, "src")])
+    dst = ferry.Layout.from_shards([
+        ferry.Shard("w", (4, 6), "fp32", (0, 0), (4, 3), dst_rank, "left"),
+        ferry.Shard("w", (4, 6), "fp32", (0, 3), (4, 6), dst_rank, "right")])
+    return src, dst
+
+
+def one_rank_session():
+    return ferry.Session(rank=0, world_size=1, store=f"127.0.0.1:{free_port()}", token="t",
+                         config=CONFIG)
+
+
+@pytest.fixture
+def session():
+    s = one_rank_session()
+    yield s
+    s.finish()
+
+
+def test_local_refit_writes_the_callers_arrays(session):
+    src, dst = layouts()
+    refit = session.refit(src, dst)
+    w = np.arange(24, dtype=np.float32).reshape(4, 6)
+    left, right = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.float32)
+    refit.register("src", w)
+    refit.register("left", left)
+    refit.register("right", right)
+    for step in range(3):
+        w[...] = np.arange(24).reshape(4, 6) * (step + 1)
+        stats = refit.run()
+        assert stats.bytes_same_rank == 96 and stats.seconds >= 0
+        np.testing.assert_array_equal(left, w[:, :3])
+        np.testing.assert_array_equal(right, w[:, 3:])
+
+
+def test_registration_errors_name_the_buffer():
+    # A failed run aborts the session's communicator: this one-rank session is dropped after it
+    # without the final barrier (no other rank waits for it).
+    session = one_rank_session()
+    refit = session.refit(*layouts())
+    with pytest.raises(KeyError, match="nope"):
+        refit.register("nope", np.zeros(24, np.float32))
+    with pytest.raises(ValueError, match="'src'.*40 bytes.*needs 96"):
+        refit.register("src", np.zeros(10, np.float32))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        refit.register("src", np.zeros((6, 8), np.float32).T[:, :4])
+    with pytest.raises(TypeError, match="fp32.*fp64|fp32"):
+        refit.register("src", np.zeros(24, np.float64))
+    with pytest.raises(TypeError, match="numpy array or a CPU torch tensor"):
+        refit.register("src", [0.0] * 24)
+    refit.register("src", np.zeros(96, np.uint8))  # raw bytes are accepted
+    with pytest.raises(ferry.FerryError, match="left"):
+        refit.run()  # "left" and "right" are unregistered
+
+
+def test_torch_tensors_register_zero_copy(session):
+    torch = pytest.importorskip("torch")
+    refit = session.refit(*layouts())
+    w = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    out = torch.zeros(2, 4, 3)
+    with pytest.raises(ValueError, match="not contiguous"):
+        refit.register("src", w.t())
+    with pytest.raises(TypeError, match="bf16|fp32"):
+        refit.register("src", torch.zeros(48, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="meta tensor; this build moves host memory only"):
+        refit.register("src", torch.empty(24, device="meta"))
+    refit.register("src", w)
+    refit.register("left", out[0])
+    refit.register("right", out[1])
+    refit.run()
+    assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:])
+
+
+def test_two_sessions_on_two_threads_release_the_gil():
+    src, dst = layouts(dst_rank=1)
+    port = free_port()
+    outputs = {0: np.zeros((4, 3), np.float32), 1: np.zeros((4, 3), np.float32)}
+    w = np.arange(24, dtype=np.float32).reshape(4, 6)
+    errors = []
+
+    def rank_main(rank):
+        try:
+            with ferry.Session(rank=rank, world_size=2, store=f"127.0.0.1:{port}", token="t",
+                               config=CONFIG) as s:
+                refit = s.refit(src, dst)
+                if rank == 0:
+                    refit.register("src", w)
+                else:
+                    refit.register("left", outputs[0])
+                    refit.register("right", outputs[1])
+                refit.run()
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a rank did not finish within 60 s"
+    assert not errors, errors
+    np.testing.assert_array_equal(outputs[0], w[:, :3])
+    np.testing.assert_array_equal(outputs[1], w[:, 3:])
+
+
+def test_from_env_names_the_missing_variable(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ferry.FerryError, match="RANK|rank"):
+        ferry.Session.from_env()
+
+
+def test_session_store_must_be_host_and_port():
+    with pytest.raises(ValueError, match="host:port"):
+        ferry.Session(rank=0, world_size=1, store="localhost")
