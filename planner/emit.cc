@@ -5,6 +5,8 @@
 #include <array>
 #include <utility>
 
+#include "planner/conversion.h"
+
 namespace ferry {
 namespace {
 
@@ -108,7 +110,8 @@ class Emitter {
     plan_.copies.reserve(copies);
   }
 
-  // One Copy op per rank with local copies, its copies in piece order.
+  // One Copy op per rank with local copies, its copies in piece order; a Convert instead when a
+  // copy changes the dtype.
   void EmitLocalCopies() {
     const std::vector<LocalCopy>& copies = in_.routes.local_copies;
     std::vector<int> by_rank(copies.size());
@@ -126,7 +129,9 @@ class Emitter {
         const LocalCopy& c = copies[by_rank[k]];
         const Box& box = PieceBox(in_.inter, in_.inter.pieces[c.piece], storage);
         const DType dtype = in_.facts.piece_dtype[c.piece];
-        AppendBoxCopy(plan_, FragmentSide(in_.src_frags[c.src], dtype, Space::kSource, box),
+        const DType source_dtype = in_.facts.piece_source_dtype[c.piece];
+        if (source_dtype != dtype) op.kind = OpKind::kConvert;
+        AppendBoxCopy(plan_, FragmentSide(in_.src_frags[c.src], source_dtype, Space::kSource, box),
                       FragmentSide(in_.dst_frags[c.dst], dtype, Space::kDestination, box), box);
         op.bytes += in_.facts.piece_bytes[c.piece];
       }
@@ -159,29 +164,36 @@ class Emitter {
   }
 
   // The sender's side of message `m`: where its bytes start, after a Pack into a staging slot
-  // (its id in `pack_id`) unless the message is one contiguous region sent as it lies.
+  // (its id in `pack_id`) unless the message is one contiguous region sent as it lies. The Pack
+  // is a Convert when it narrows a delivery to its WireDType.
   DataPlace EmitPack(const Message& m, int round, int* pack_id) {
     const std::vector<SortedDelivery>& deliveries = in_.order.deliveries;
     const SortedDelivery& d0 = deliveries[m.first];
     Box storage;
     const Box& box0 = DeliveryBox(d0, storage);
-    const CopySide src0 = FragmentSide(in_.src_frags[d0.sender_frag], d0.dtype, Space::kSource,
-                                       box0);
-    if (m.last - m.first == 1 && src0.contiguous) {
+    const CopySide src0 = FragmentSide(in_.src_frags[d0.sender_frag], d0.source_dtype,
+                                       Space::kSource, box0);
+    if (m.last - m.first == 1 && src0.contiguous &&
+        WireDType(d0.source_dtype, d0.dtype) == d0.source_dtype) {
       return {Space::kSource, src0.end.buffer, src0.end.offset};
     }
     const int slot = plan_.AddSlot(m.sender, m.bytes);
     *pack_id = NewOp(OpKind::kPack, m.sender, round);
     const int copies_begin = static_cast<int>(plan_.copies.size());
     int64_t offset = 0;
+    bool converts = false;
     for (int k = m.first; k < m.last; ++k) {
       const SortedDelivery& d = deliveries[k];
       const Box& box = DeliveryBox(d, storage);
-      AppendBoxCopy(plan_, FragmentSide(in_.src_frags[d.sender_frag], d.dtype, Space::kSource, box),
-                    SlotSide(slot, offset, d.dtype), box);
+      const DType wire = WireDType(d.source_dtype, d.dtype);
+      converts = converts || wire != d.source_dtype;
+      AppendBoxCopy(plan_,
+                    FragmentSide(in_.src_frags[d.sender_frag], d.source_dtype, Space::kSource, box),
+                    SlotSide(slot, offset, wire), box);
       offset += d.bytes;
     }
     Op& pack = plan_.ops[*pack_id];
+    if (converts) pack.kind = OpKind::kConvert;
     pack.bytes = m.bytes;
     pack.copies_begin = copies_begin;
     pack.copies_end = static_cast<int>(plan_.copies.size());
@@ -206,7 +218,7 @@ class Emitter {
     const SortedDelivery& d0 = in_.order.deliveries[m.first];
     const int frag0 =
         m.last - m.first == 1 ? MemberFragment(d0, in_.routes.member_fragments, i) : kLookUp;
-    if (frag0 != kLookUp) {
+    if (frag0 != kLookUp && WireDType(d0.source_dtype, d0.dtype) == d0.dtype) {
       Box storage;
       const CopySide dst0 = FragmentSide(in_.dst_frags[frag0], d0.dtype, Space::kDestination,
                                          DeliveryBox(d0, storage));
@@ -223,12 +235,14 @@ class Emitter {
     Forward(tree, i, rank, DataPlace{Space::kStaging, slot, 0}, m.bytes, recv_id);
   }
 
-  // The Unpack of message `m` from `slot` into member i's (on `rank`) fragments, after its Recv.
+  // The Unpack of message `m` from `slot` into member i's (on `rank`) fragments, after its Recv;
+  // a Convert when it widens a delivery from its WireDType to the destination dtype.
   void EmitUnpack(const Message& m, int i, int rank, int slot, int recv_id) {
     const int unpack_id = NewOp(OpKind::kUnpack, rank, recv_round_[i]);
     DependOn(unpack_id, recv_id);
     const int copies_begin = static_cast<int>(plan_.copies.size());
     int64_t offset = 0, unpacked = 0;
+    bool converts = false;
     Box storage;
     for (int k = m.first; k < m.last; ++k) {
       const SortedDelivery& d = in_.order.deliveries[k];
@@ -237,14 +251,17 @@ class Emitter {
       const auto [lo, hi] =
           frag != kLookUp ? std::make_pair(&frag, &frag + 1) : FragmentsOnRank(*d.group, rank);
       const Box& box = DeliveryBox(d, storage);
+      const DType wire = WireDType(d.source_dtype, d.dtype);
+      converts = converts || wire != d.dtype;
       for (const int* it = lo; it != hi; ++it) {
-        AppendBoxCopy(plan_, SlotSide(slot, offset, d.dtype),
+        AppendBoxCopy(plan_, SlotSide(slot, offset, wire),
                       FragmentSide(in_.dst_frags[*it], d.dtype, Space::kDestination, box), box);
         unpacked += d.bytes;
       }
       offset += d.bytes;
     }
     Op& unpack = plan_.ops[unpack_id];
+    if (converts) unpack.kind = OpKind::kConvert;
     unpack.bytes = unpacked;
     unpack.copies_begin = copies_begin;
     unpack.copies_end = static_cast<int>(plan_.copies.size());

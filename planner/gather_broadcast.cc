@@ -79,8 +79,19 @@ class GatherBroadcast {
       whole.AppendFragment(ti, Box::FromShape(t.shape), root_, "gather");
     }
     FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source_, whole));
-    // Also checks that every destination tensor exists in the source with the same shape/dtype.
+    // Also checks that every destination tensor exists in the source with the same shape and a
+    // dtype; the baseline moves bytes as they are, so the dtypes must be equal too.
     FERRY_ASSIGN_OR_RETURN(direct, IntersectLayouts(source_, destination_));
+    for (const FragmentGroup& g : direct.groups) {
+      const TensorSpec& s = source_.tensors[g.src_tensor];
+      const TensorSpec& d = destination_.tensors[g.dst_tensor];
+      if (s.dtype != d.dtype) {
+        return InvalidArgument("tensor '" + d.name + "' is " + std::string(DTypeName(s.dtype)) +
+                               " in the source and " + std::string(DTypeName(d.dtype)) +
+                               " in the destination: the gather-broadcast baseline does not "
+                               "convert (the reshard planner does)");
+      }
+    }
     MakeBuckets();
     plan_.strategy = "gather-broadcast";
     plan_.num_ranks = num_ranks;
@@ -412,7 +423,7 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
                             .Plan(num_ranks, direct));
   // The physical limit is the same whichever plan runs: distinct bytes, as the reshard plan's.
   SplitOverlappingGroups(direct);
-  result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), topology),
+  result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), DTypesOf(source), topology),
                                 std::max(1, topology.NumNodes()));
   return result;
 }

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <utility>
 
+#include "planner/conversion.h"
 
 namespace ferry {
 namespace {
@@ -467,7 +468,7 @@ class NameIndex {
 };
 
 // Destination tensor -> source tensor by name (a repeated source name maps to its first tensor),
-// with equal shape and dtype; describes the tensors of both sides for the fragment pass. The
+// with equal shape and equal dtypes or dtypes the planner converts (planner/conversion.h); describes the tensors of both sides for the fragment pass. The
 // first destination tensor in order that is missing or differs is the error. Destination tensors
 // the diverter takes whole are skipped (-1): their fragments never reach the pass.
 //
@@ -484,7 +485,8 @@ Status MapTensors(const Layout& source, const Layout& destination,
   src_of_dst.assign(num_dst, -1);
   dst_info.resize(num_dst);
   auto matches = [&](int t, int st) {
-    return SameShape(src_info[st], src[st].shape, dst[t].shape) && src[st].dtype == dst[t].dtype;
+    return SameShape(src_info[st], src[st].shape, dst[t].shape) &&
+           (src[st].dtype == dst[t].dtype || PlannerConverts(src[st].dtype, dst[t].dtype));
   };
   // Destination tensors whose fragments the diverter takes are left unmapped (-1).
   auto taken = [&](int t) {
@@ -521,6 +523,12 @@ Status MapTensors(const Layout& source, const Layout& destination,
       return InvalidArgument("destination tensor '" + d.name + "' does not exist in the source");
     }
     const TensorSpec& s = src[st];
+    if (!matches(t, st) && SameShape(src_info[st], s.shape, d.shape)) {
+      return InvalidArgument("tensor '" + d.name + "' is " + std::string(DTypeName(s.dtype)) +
+                             " in the source and " + std::string(DTypeName(d.dtype)) +
+                             " in the destination, a conversion ferry does not plan (it plans "
+                             "bf16/fp16/fp32 among each other and to fp8_e4m3/fp8_e5m2)");
+    }
     if (!matches(t, st)) {
       return InvalidArgument("tensor '" + d.name + "' is " + Box::FromShape(s.shape).ToString() +
                              " " + std::string(DTypeName(s.dtype)) + " in the source but " +

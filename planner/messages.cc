@@ -28,6 +28,7 @@ SortedDelivery Sorted(const Intersection& inter, const PlanFacts& facts, const R
   out.sender_frag = d.sender_frag;
   out.members = d.members;
   out.dtype = facts.piece_dtype[d.piece];
+  out.source_dtype = facts.piece_source_dtype[d.piece];
   return out;
 }
 

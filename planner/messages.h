@@ -27,7 +27,8 @@ struct SortedDelivery {
   int tree = 0;
   int sender_frag = -1;
   int members = 0;
-  DType dtype = DType::kUInt8;
+  DType dtype = DType::kUInt8;         // the destination tensor's
+  DType source_dtype = DType::kUInt8;  // the source tensor's (another when the planner converts)
   int member = -1;  // Intersection::MemberOf the piece, or -1
 };
 

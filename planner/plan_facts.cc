@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "planner/conversion.h"
+
 namespace ferry {
 
 std::vector<DType> DTypesOf(const Layout& layout) {
@@ -28,17 +30,21 @@ Status CheckTopology(const Topology& topology, int num_ranks) {
 
 PlanFacts::PlanFacts(const Intersection& inter,
                      const std::vector<DType>& dtype_of_destination_tensor,
-                     const Topology& topology)
+                     const std::vector<DType>& dtype_of_source_tensor, const Topology& topology)
     : source_rank(inter.source_ranks), destination_rank(inter.destination_ranks) {
   node_of_rank.resize(topology.ranks.size());
   for (size_t r = 0; r < topology.ranks.size(); ++r) node_of_rank[r] = topology.ranks[r].node;
   piece_bytes.resize(inter.pieces.size());
   piece_dtype.resize(inter.pieces.size());
+  piece_source_dtype.resize(inter.pieces.size());
   for (size_t p = 0; p < inter.pieces.size(); ++p) {
     const Piece& piece = inter.pieces[p];
-    const DType dtype = dtype_of_destination_tensor[inter.groups[piece.group].dst_tensor];
+    const FragmentGroup& group = inter.groups[piece.group];
+    const DType dtype = dtype_of_destination_tensor[group.dst_tensor];
+    const DType source_dtype = dtype_of_source_tensor[group.src_tensor];
     piece_dtype[p] = dtype;
-    piece_bytes[p] = inter.VolumeOf(piece) * DTypeSize(dtype);
+    piece_source_dtype[p] = source_dtype;
+    piece_bytes[p] = inter.VolumeOf(piece) * DTypeSize(WireDType(source_dtype, dtype));
   }
 }
 

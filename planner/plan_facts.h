@@ -34,14 +34,18 @@ inline const Box& PieceBox(const Intersection& inter, const Piece& p, Box& stora
 // Facts the passes read many times, in compact arrays (reading a rank out of a 96-byte fragment
 // record each time would cost a cache miss each time).
 struct PlanFacts {
+  // The dtype vectors are by tensor index of the intersection's destination and source sides.
   PlanFacts(const Intersection& inter, const std::vector<DType>& dtype_of_destination_tensor,
-            const Topology& topology);
+            const std::vector<DType>& dtype_of_source_tensor, const Topology& topology);
 
   std::vector<int> node_of_rank;
   const std::vector<int>& source_rank;       // by source fragment (the intersection's)
   const std::vector<int>& destination_rank;  // by destination fragment
-  std::vector<int64_t> piece_bytes;          // by piece of the intersection
-  std::vector<DType> piece_dtype;            // by piece
+  // By piece of the intersection: its bytes as they travel (in WireDType, planner/conversion.h),
+  // its destination tensor's dtype and its source tensor's (equal unless the planner converts).
+  std::vector<int64_t> piece_bytes;
+  std::vector<DType> piece_dtype;
+  std::vector<DType> piece_source_dtype;
 };
 
 // The holders of the piece at hand: on which nodes they are, how many nodes, and a holder

@@ -54,10 +54,13 @@ class PhaseClock {
 
 // The intersection of the layouts: as given, or (with `fold`) of the layouts without their
 // folded fragments followed by that of the stack layouts, whose fragments and tensors are
-// numbered after the layouts' own. `dtypes` gets the destination tensors' dtypes, numbered alike.
+// numbered after the layouts' own. `dtypes` gets the destination tensors' dtypes, numbered alike,
+// and `source_dtypes` the source tensors'.
 Result<Intersection> IntersectForPlan(const Layout& source, const Layout& destination,
-                                      StackFold* fold, std::vector<DType>& dtypes) {
+                                      StackFold* fold, std::vector<DType>& dtypes,
+                                      std::vector<DType>& source_dtypes) {
   dtypes = DTypesOf(destination);
+  source_dtypes = DTypesOf(source);
   if (fold == nullptr) return IntersectLayouts(source, destination);
   FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source, destination, &fold->source,
                                                               &fold->destination));
@@ -67,6 +70,9 @@ Result<Intersection> IntersectForPlan(const Layout& source, const Layout& destin
                      static_cast<int>(destination.tensors.size()));
   const std::vector<DType> stacked_dtypes = DTypesOf(fold->destination.stacks());
   dtypes.insert(dtypes.end(), stacked_dtypes.begin(), stacked_dtypes.end());
+  const std::vector<DType> stacked_source_dtypes = DTypesOf(fold->source.stacks());
+  source_dtypes.insert(source_dtypes.end(), stacked_source_dtypes.begin(),
+                       stacked_source_dtypes.end());
   return inter;
 }
 
@@ -83,13 +89,14 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   plan.destination_buffers = destination.buffers;
   const int num_ranks = NumRanksOf(plan.source_buffers, plan.destination_buffers);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
-  std::vector<DType> dtypes;
-  FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectForPlan(source, destination, fold, dtypes));
+  std::vector<DType> dtypes, source_dtypes;
+  FERRY_ASSIGN_OR_RETURN(Intersection inter,
+                         IntersectForPlan(source, destination, fold, dtypes, source_dtypes));
   SplitOverlappingGroups(inter);  // each distinct byte a node needs enters it once
   const int num_nodes = std::max(1, topology.NumNodes());
   plan.strategy = "reshard";
   plan.num_ranks = num_ranks;
-  const PlanFacts facts(inter, dtypes, topology);
+  const PlanFacts facts(inter, dtypes, source_dtypes, topology);
   result.demand = ComputeDemand(inter, facts, num_nodes);
   // Relay between destination nodes when the sources' egress bounds the refit more than the
   // destinations' ingress.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 
+#include "planner/conversion.h"
+
 namespace ferry {
 
 int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int last_node) {
@@ -218,7 +220,7 @@ class Router {
       routes_.deliveries.push_back(d);
       return;
     }
-    const int64_t esize = DTypeSize(facts_.piece_dtype[p]);
+    const int64_t esize = DTypeSize(WireDType(facts_.piece_source_dtype[p], facts_.piece_dtype[p]));
     chunks_.clear();
     Box storage;
     ChunkBox(PieceBox(inter_, inter_.pieces[p], storage), esize, cap, chunks_);

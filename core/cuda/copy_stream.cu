@@ -48,9 +48,11 @@ Result<void*> CopyStream::TakeEvent() {
   return static_cast<void*>(event);
 }
 
-Result<int64_t> CopyStream::Launch(const std::vector<StridedCopy>& copies) {
+Result<int64_t> CopyStream::Launch(const std::vector<StridedCopy>& copies,
+                                   const std::vector<StridedConvert>& converts) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   FERRY_RETURN_IF_ERROR(LaunchBatchedCopy(copies, stream_));
+  FERRY_RETURN_IF_ERROR(LaunchBatchedConvert(converts, stream_));
   FERRY_ASSIGN_OR_RETURN(void* event, TakeEvent());
   Status recorded = CudaStatus(
       cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream_)),

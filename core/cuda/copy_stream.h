@@ -1,6 +1,6 @@
-// CopyStream: a CUDA stream on one device on which the executor enqueues batched copies (one
-// kernel launch each, core/cuda/batched_copy.h) and learns of their completion through CUDA events
-// — never by synchronising the device. Also pinned (page-locked, mapped) host memory, which the
+// CopyStream: a CUDA stream on one device on which the executor enqueues batched copies and
+// conversions (a kernel launch each, core/cuda/batched_copy.h and batched_convert.h) and learns
+// of their completion through CUDA events — never by synchronising the device. Also pinned (page-locked, mapped) host memory, which the
 // copy kernel reads and writes directly: the staging of CUDA data for transports without
 // GPU-direct.
 //
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/cuda/batched_convert.h"
 #include "core/cuda/batched_copy.h"
 
 namespace ferry::cuda {
@@ -30,9 +31,11 @@ class CopyStream {
   int device() const { return device_; }
   void* stream() const { return stream_; }  // the cudaStream_t
 
-  // Enqueues `copies` as one kernel launch followed by an event; returns the ticket that
-  // Finished() asks about. Non-blocking. `copies` may be freed on return.
-  Result<int64_t> Launch(const std::vector<StridedCopy>& copies);
+  // Enqueues `copies` as one kernel launch and `converts` as another (core/cuda/batched_convert.h;
+  // none when empty), followed by an event; returns the ticket that Finished() asks about.
+  // Non-blocking. The vectors may be freed on return.
+  Result<int64_t> Launch(const std::vector<StridedCopy>& copies,
+                         const std::vector<StridedConvert>& converts = {});
   // True when the work of `ticket` (and everything enqueued before it) has finished; the first
   // asynchronous error of the stream otherwise. A finished ticket's event is recycled: ask once.
   Result<bool> Finished(int64_t ticket);

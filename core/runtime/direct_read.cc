@@ -25,13 +25,16 @@ struct Span {
   Region staged;  // how the bytes sit in the message (dense); equals region for contiguous sides
 };
 
-bool SameShape(const Region& a, const Region& b) {
-  if (a.ndim != b.ndim || a.dtype != b.dtype) return false;
+// Equal ndim and extents (a Pack or Unpack that converts changes the dtype, not the shape).
+bool SameExtents(const Region& a, const Region& b) {
+  if (a.ndim != b.ndim) return false;
   for (int d = 0; d < a.ndim; ++d) {
     if (a.shape[d] != b.shape[d]) return false;
   }
   return true;
 }
+
+bool SameShape(const Region& a, const Region& b) { return a.dtype == b.dtype && SameExtents(a, b); }
 
 // `staged`'s shape and dtype, densely at `offset` bytes into `base` (a contiguous user region).
 Region Rebase(const Region& staged, const Region& base, int64_t offset) {
@@ -110,11 +113,12 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       from.push_back({0, send.Data(), send.Data()});
     } else if (send.NumDeps() == 1 && send.data.space == Space::kStaging && send.data.offset == 0) {
       const Op& pack = plan.ops[plan.Deps(send)[0]];
-      if (pack.kind != OpKind::kPack || pack.NumDeps() != 0 || dependents[pack.id] != 1) continue;
+      const bool packs = pack.kind == OpKind::kPack || pack.kind == OpKind::kConvert;
+      if (!packs || pack.NumDeps() != 0 || dependents[pack.id] != 1) continue;
       bool ok = true;
       for (const CopyPair& c : plan.Copies(pack)) {
         ok = ok && c.from.space == Space::kSource && c.to.space == Space::kStaging &&
-             c.to.buffer == send.data.buffer && c.to.IsContiguous() && SameShape(c.from, c.to);
+             c.to.buffer == send.data.buffer && c.to.IsContiguous() && SameExtents(c.from, c.to);
         from.push_back({c.to.offset, c.from, c.to});
       }
       if (!ok) continue;
@@ -128,11 +132,12 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       to.push_back({0, recv.Data(), recv.Data()});
     } else if (recv.data.space == Space::kStaging && recv.data.offset == 0 && dependents[recv.id] == 1) {
       const Op& unpack = plan.ops[only_dependent[recv.id]];
-      if (unpack.kind != OpKind::kUnpack || unpack.NumDeps() != 1) continue;
+      const bool unpacks = unpack.kind == OpKind::kUnpack || unpack.kind == OpKind::kConvert;
+      if (!unpacks || unpack.NumDeps() != 1) continue;
       bool ok = true;
       for (const CopyPair& c : plan.Copies(unpack)) {
         ok = ok && c.from.space == Space::kStaging && c.from.buffer == recv.data.buffer &&
-             c.to.space == Space::kDestination && c.from.IsContiguous() && SameShape(c.from, c.to);
+             c.to.space == Space::kDestination && c.from.IsContiguous() && SameExtents(c.from, c.to);
         to.push_back({c.from.offset, c.to, c.from});
       }
       if (!ok) continue;

@@ -40,8 +40,9 @@ struct DirectRead {
   int64_t bytes = 0;
   std::vector<int> source_buffers;  // the sender's source buffers the copies read, ascending
   // The message as copies: `from` a region of a sender's source buffer, `to` a region of a
-  // receiver's destination buffer, same shape and dtype. Only on the receiver (empty on the
-  // sender), with per copy its geometry and what a run needs of it, compactly (`reads`: the
+  // receiver's destination buffer, same shape (dtypes differ where the message converts: the
+  // copy converts in one step, as the Pack or Unpack would have). Only on the receiver (empty on
+  // the sender), with per copy its geometry and what a run needs of it, compactly (`reads`: the
   // executor walks these every refit, not the 300-byte CopyPairs).
   struct Read {
     int64_t from_offset;  // in the sender's buffer source_buffers[source]

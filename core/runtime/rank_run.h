@@ -203,6 +203,7 @@ class RankRun {
   std::map<int64_t, std::vector<int>> gpu_ops_;  // ticket -> ops, while their kernel runs
   std::vector<int> reads_queued_;                // direct reads waiting for FlushGpuReads
   std::vector<cuda::StridedCopy> read_copies_;   // their copies, in order
+  std::vector<cuda::StridedConvert> read_converts_;  // and their conversions
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

@@ -1,6 +1,6 @@
-// RankRun on CUDA memory: the device and stream, ops as batched kernel launches tracked by CUDA
-// events, and the bounce slots that carry sends and receives of CUDA regions through pinned host
-// memory. See rank_run.h.
+// RankRun on CUDA memory: the device and stream, ops as batched kernel launches (copies, and
+// conversions where a pair changes dtype) tracked by CUDA events, and the bounce slots that carry
+// sends and receives of CUDA regions through pinned host memory. See rank_run.h.
 #include <thread>
 
 #include "core/cuda/batched_copy.h"
@@ -9,30 +9,44 @@
 namespace ferry {
 namespace {
 
-// One CopyGeometry between `ends` as the kernel's strided copy: the outer dims, then the row.
-Result<cuda::StridedCopy> ToStridedCopy(const CopyGeometry& g, const CopyEnds& ends) {
-  if (g.from_dtype != g.to_dtype) {
-    return Unimplemented("dtype conversion on CUDA memory is not built yet");
-  }
+// Appends one CopyGeometry between `ends` as the kernels' work: a strided copy to `copies`, or a
+// strided conversion to `converts` when the dtypes differ; the outer dims, then the row.
+Status AppendGpuWork(const CopyGeometry& g, const CopyEnds& ends,
+                     std::vector<cuda::StridedCopy>& copies,
+                     std::vector<cuda::StridedConvert>& converts) {
   if (ends.pid != 0) return Internal("a CUDA copy cannot read another process's address space");
   if (g.outer_dims + 1 > cuda::kMaxCopyDims) {
     return Unimplemented("a CUDA copy of " + std::to_string(g.outer_dims + 1) + " dims (at most " +
                          std::to_string(cuda::kMaxCopyDims) + ")");
   }
+  auto fill = [&g](auto& c) {
+    c.ndim = g.outer_dims + 1;
+    for (int d = 0; d < g.outer_dims; ++d) {
+      c.shape[d] = g.extent[d];
+      c.src_strides[d] = g.from_stride[d];
+      c.dst_strides[d] = g.to_stride[d];
+    }
+    c.shape[g.outer_dims] = g.run;
+    c.src_strides[g.outer_dims] = g.from_inner;
+    c.dst_strides[g.outer_dims] = g.to_inner;
+  };
+  if (g.from_dtype != g.to_dtype) {
+    cuda::StridedConvert c;
+    c.src = ends.from;
+    c.dst = ends.to;
+    c.src_dtype = g.from_dtype;
+    c.dst_dtype = g.to_dtype;
+    fill(c);
+    converts.push_back(c);
+    return Status::Ok();
+  }
   cuda::StridedCopy c;
   c.src = ends.from;
   c.dst = ends.to;
-  c.ndim = g.outer_dims + 1;
   c.elem_size = DTypeSize(g.from_dtype);
-  for (int d = 0; d < g.outer_dims; ++d) {
-    c.shape[d] = g.extent[d];
-    c.src_strides[d] = g.from_stride[d];
-    c.dst_strides[d] = g.to_stride[d];
-  }
-  c.shape[g.outer_dims] = g.run;
-  c.src_strides[g.outer_dims] = g.from_inner;
-  c.dst_strides[g.outer_dims] = g.to_inner;
-  return c;
+  fill(c);
+  copies.push_back(c);
+  return Status::Ok();
 }
 
 // A contiguous copy of `bytes` bytes.
@@ -100,12 +114,12 @@ void RankRun::AddBounce(int i) {
 Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
                           std::span<const CopyEnds> ends, GpuNext next) {
   std::vector<cuda::StridedCopy> copies;
+  std::vector<cuda::StridedConvert> converts;
   copies.reserve(geometries.size());
   for (size_t c = 0; c < geometries.size(); ++c) {
-    FERRY_ASSIGN_OR_RETURN(cuda::StridedCopy copy, ToStridedCopy(geometries[c], ends[c]));
-    copies.push_back(copy);
+    FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], copies, converts));
   }
-  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(copies));
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(copies, converts));
   gpu_ops_[ticket] = {i};
   gpu_next_[i] = next;
   return Status::Ok();
@@ -116,8 +130,7 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
 Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                              std::span<const CopyEnds> ends) {
   for (size_t c = 0; c < geometries.size(); ++c) {
-    FERRY_ASSIGN_OR_RETURN(cuda::StridedCopy copy, ToStridedCopy(geometries[c], ends[c]));
-    read_copies_.push_back(copy);
+    FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], read_copies_, read_converts_));
   }
   reads_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;
@@ -127,8 +140,9 @@ Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
 // Launches every queued direct read as one kernel; each sends its "done" when it finished.
 Status RankRun::FlushGpuReads() {
   if (reads_queued_.empty()) return Status::Ok();
-  Result<int64_t> ticket = res_.gpu->Launch(read_copies_);
+  Result<int64_t> ticket = res_.gpu->Launch(read_copies_, read_converts_);
   read_copies_.clear();
+  read_converts_.clear();
   std::vector<int> ops;
   ops.swap(reads_queued_);
   if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
@@ -211,6 +225,7 @@ void RankRun::DrainGpu() {
   gpu_ops_.clear();
   reads_queued_.clear();
   read_copies_.clear();
+  read_converts_.clear();
 }
 
 }  // namespace ferry

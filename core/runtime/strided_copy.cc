@@ -1,5 +1,8 @@
-// Strided copy geometry, slicing and kernels (memcpy runs, element loops, dtype conversion).
+// Strided copy geometry, slicing and kernels (memcpy runs, element loops, dtype conversion: between
+// float dtypes by core/base/float_convert.h, the CPU reference every path shares).
 #include "core/runtime/strided_copy.h"
+
+#include "core/base/float_convert.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,67 +16,6 @@ namespace ferry {
 
 namespace {
 
-float HalfToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ffu, bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400u) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  uint32_t sign = (bits >> 16) & 0x8000u;
-  int32_t exponent = static_cast<int32_t>((bits >> 23) & 0xff) - 127 + 15;
-  uint32_t mantissa = bits & 0x7fffffu;
-  if (((bits >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mantissa ? 0x200u : 0));
-  if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (exponent <= 0) {
-    if (exponent < -10) return static_cast<uint16_t>(sign);
-    mantissa |= 0x800000u;
-    uint32_t shift = static_cast<uint32_t>(14 - exponent);
-    uint32_t half = mantissa >> shift;
-    uint32_t rest = mantissa & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = sign | (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
-  uint32_t rest = mantissa & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // round to nearest even
-  return static_cast<uint16_t>(half);
-}
-
-float BF16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 template <typename T>
 T LoadAs(const char* p) {
   T v;
@@ -85,13 +27,11 @@ void StoreAs(char* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
-bool Convertible(DType d) { return d != DType::kFP8E4M3 && d != DType::kFP8E5M2; }
-
+// One element as a double: the float dtypes through core/base/float_convert.h (exact), the
+// others directly. Conversions between two float dtypes skip this (ConvertElement).
 double Load(DType d, const char* p) {
+  if (IsConvertibleFloat(d)) return LoadAsFloat(d, reinterpret_cast<const unsigned char*>(p));
   switch (d) {
-    case DType::kBF16: return BF16ToFloat(LoadAs<uint16_t>(p));
-    case DType::kFP16: return HalfToFloat(LoadAs<uint16_t>(p));
-    case DType::kFP32: return LoadAs<float>(p);
     case DType::kFP64: return LoadAs<double>(p);
     case DType::kInt8: return LoadAs<int8_t>(p);
     case DType::kInt16: return LoadAs<int16_t>(p);
@@ -103,10 +43,11 @@ double Load(DType d, const char* p) {
 }
 
 void Store(DType d, char* p, double v) {
+  if (IsConvertibleFloat(d)) {
+    StoreFromFloat(d, reinterpret_cast<unsigned char*>(p), static_cast<float>(v));
+    return;
+  }
   switch (d) {
-    case DType::kBF16: StoreAs(p, FloatToBF16(static_cast<float>(v))); break;
-    case DType::kFP16: StoreAs(p, FloatToHalf(static_cast<float>(v))); break;
-    case DType::kFP32: StoreAs(p, static_cast<float>(v)); break;
     case DType::kFP64: StoreAs(p, v); break;
     case DType::kInt8: StoreAs(p, static_cast<int8_t>(std::lround(v))); break;
     case DType::kInt16: StoreAs(p, static_cast<int16_t>(std::lround(v))); break;
@@ -127,10 +68,6 @@ Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to) {
   if (from.ndim != to.ndim) return InvalidArgument("copy between regions of different rank");
   for (int d = 0; d < from.ndim; ++d) {
     if (from.shape[d] != to.shape[d]) return InvalidArgument("copy between regions of different shape");
-  }
-  if (from.dtype != to.dtype && (!Convertible(from.dtype) || !Convertible(to.dtype))) {
-    return Unimplemented("conversion " + std::string(DTypeName(from.dtype)) + " -> " +
-                         std::string(DTypeName(to.dtype)) + " is not supported on the host");
   }
   CopyGeometry g;
   g.from_dtype = from.dtype;
@@ -263,6 +200,13 @@ inline void StreamFence() {
 #endif
 }
 
+// A row of a conversion between two float dtypes, element by element (core/base/float_convert.h).
+void ConvertRow(const CopyGeometry& g, const unsigned char* src, unsigned char* dst) {
+  for (int64_t j = 0; j < g.run; ++j) {
+    ConvertElement(g.from_dtype, g.to_dtype, src + j * g.from_inner, dst + j * g.to_inner);
+  }
+}
+
 // A row of n bytes, streamed when long.
 inline void CopyAnyRow(char* dst, const char* src, size_t n) {
   if (n >= kStreamBytes) {
@@ -322,6 +266,8 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
             std::memcpy(dst + j * g.to_inner, src + j * g.from_inner, static_cast<size_t>(fsize));
           }
       }
+    } else if (IsConvertibleFloat(g.from_dtype) && IsConvertibleFloat(g.to_dtype)) {
+      ConvertRow(g, reinterpret_cast<const unsigned char*>(src), reinterpret_cast<unsigned char*>(dst));
     } else {
       for (int64_t j = 0; j < g.run; ++j) {
         Store(g.to_dtype, dst + j * g.to_inner, Load(g.from_dtype, src + j * g.from_inner));

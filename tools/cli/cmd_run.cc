@@ -78,6 +78,7 @@ Result<RefitInputs> BuildRefitInputs(const RunArgs& args) {
   source.source_layout_file = args.source_layout_file;
   source.destination_layout_file = args.destination_layout_file;
   source.gpus_per_node = args.gpus_per_node;
+  source.destination_dtype = args.destination_dtype;
   return LoadRefitInputs(source);
 }
 
@@ -97,6 +98,7 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
   add("--dst-layout", args.destination_layout_file);
   if (args.colocated) argv.push_back("--colocated");
   add("--gpus-per-node", std::to_string(args.gpus_per_node));
+  add("--dst-dtype", args.destination_dtype);
   add("--transport", args.transport);
   std::string strategy = args.strategies.size() == 2 ? "both"
                                                      : std::string(StrategyName(args.strategies[0]));
@@ -195,6 +197,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_option("--dst-layout", args->destination_layout_file, "destination layout file");
   run->add_flag("--colocated", args->colocated, "destination on the source's ranks");
   run->add_option("--gpus-per-node", args->gpus_per_node, "ranks per node in the topology");
+  run->add_option("--dst-dtype", args->destination_dtype,
+                  "destination weights (>= 2-dim bf16/fp16 tensors) in this dtype: fp8_e4m3, "
+                  "fp8_e5m2, bf16, fp16 or fp32; the plan converts");
   run->add_flag("--verify", args->verify, "check every destination byte after each strategy");
   run->add_flag("--leak-check", args->leak_check,
                 "fail when open fds or RSS (> 2 MiB) grow over the measured refits");

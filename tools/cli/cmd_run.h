@@ -31,6 +31,8 @@ struct RunArgs {
   std::string source_layout_file, destination_layout_file;
   bool colocated = false;
   int gpus_per_node = 8;
+  // The destination's weights in this dtype (RefitSourceArgs::destination_dtype); empty: as laid out.
+  std::string destination_dtype;
 
   std::string transport = "tcp";  // for both link classes between ranks (same node, network)
   std::vector<Strategy> strategies = {Strategy::kReshard};

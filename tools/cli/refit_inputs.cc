@@ -1,12 +1,17 @@
-// LoadRefitInputs: preset layouts or layout files, validated, with their topology.
+// LoadRefitInputs: preset layouts or layout files, validated, with their topology; --dst-dtype
+// rewrites the destination's weights to another dtype.
 #include "tools/cli/refit_inputs.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 #include <utility>
 
+#include "core/base/dtype.h"
 #include "core/layout/layout_io.h"
 #include "core/layout/validate.h"
 #include "tools/models/framework_layouts.h"
+#include "planner/conversion.h"
 #include "tools/models/presets.h"
 
 namespace ferry::cli {
@@ -82,11 +87,94 @@ Result<RefitInputs> FileInputs(const RefitSourceArgs& args) {
   return in;
 }
 
+// Which tensors of `layout` hold `dtype` after --dst-dtype (RefitSourceArgs::destination_dtype):
+// the weights, less those sharing a buffer with a tensor that keeps another dtype.
+std::vector<char> ConvertedTensors(const Layout& layout, DType dtype) {
+  std::vector<char> converts(layout.tensors.size());
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    const TensorSpec& spec = layout.tensors[t];
+    converts[t] = spec.shape.size() >= 2 && spec.dtype != dtype &&
+                  (spec.dtype == DType::kBF16 || spec.dtype == DType::kFP16);
+  }
+  for (bool changed = true; changed;) {  // until no buffer mixes kinds
+    changed = false;
+    std::vector<int> kind(layout.buffers.size(), -1);  // per buffer: its fragments' kind
+    std::vector<char> mixed(layout.buffers.size(), 0);
+    for (const Fragment& f : layout.fragments) {
+      const int k = converts[f.tensor] ? static_cast<int>(layout.tensors[f.tensor].dtype) : 255;
+      if (kind[f.loc.buffer] < 0) kind[f.loc.buffer] = k;
+      mixed[f.loc.buffer] |= kind[f.loc.buffer] != k;
+    }
+    for (const Fragment& f : layout.fragments) {
+      if (converts[f.tensor] && mixed[f.loc.buffer]) {
+        converts[f.tensor] = 0;
+        changed = true;
+      }
+    }
+  }
+  return converts;
+}
+
+// `layout` with the weights (ConvertedTensors) in `dtype`: their buffers rescaled by the ratio
+// of element sizes, every other buffer as it was. Buffer and fragment indexes stay the same.
+Result<Layout> WithWeightsIn(const Layout& layout, DType dtype) {
+  const std::vector<char> converts = ConvertedTensors(layout, dtype);
+  Layout out;
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    TensorSpec spec = layout.tensors[t];
+    if (converts[t]) spec.dtype = dtype;
+    FERRY_RETURN_IF_ERROR(out.AddTensor(spec).status());
+  }
+  std::vector<int64_t> old_size(layout.buffers.size(), 0);  // element size of a converted buffer
+  for (const Fragment& f : layout.fragments) {
+    if (converts[f.tensor]) old_size[f.loc.buffer] = DTypeSize(layout.tensors[f.tensor].dtype);
+  }
+  for (const BufferSpec& b : layout.buffers) out.GetOrAddBuffer(b.rank, b.name);
+  for (const Fragment& f : layout.fragments) {
+    const int64_t esize = old_size[f.loc.buffer];
+    if (esize > 0 && f.loc.byte_offset % esize != 0) {
+      return InvalidArgument("--dst-dtype: tensor '" + layout.tensors[f.tensor].name +
+                             "' starts at byte " + std::to_string(f.loc.byte_offset) +
+                             " of its buffer, not on an element boundary");
+    }
+    const int64_t offset = esize > 0 ? f.loc.byte_offset / esize * DTypeSize(dtype) : f.loc.byte_offset;
+    out.PlaceFragment(f.tensor, f.box, f.loc.rank, layout.buffers[f.loc.buffer].name, offset,
+                      f.loc.strides);
+  }
+  for (size_t b = 0; b < layout.buffers.size(); ++b) {
+    const int64_t esize = old_size[b];
+    out.buffers.SetBytes(b, esize > 0 ? (layout.buffers[b].bytes + esize - 1) / esize * DTypeSize(dtype)
+                                      : layout.buffers[b].bytes);
+  }
+  out.padding = layout.padding;
+  return out;
+}
+
+// Applies --dst-dtype to `in` (see RefitSourceArgs::destination_dtype).
+Status ApplyDestinationDType(const std::string& name, RefitInputs& in) {
+  Result<DType> dtype = ParseDType(name);
+  if (!dtype.ok()) return dtype.status().WithContext("--dst-dtype " + name);
+  if (!PlannerConverts(DType::kBF16, *dtype) && *dtype != DType::kBF16) {
+    return InvalidArgument("--dst-dtype " + name + ": ferry converts weights to bf16, fp16, fp32, "
+                           "fp8_e4m3 or fp8_e5m2");
+  }
+  FERRY_ASSIGN_OR_RETURN(Layout converted, WithWeightsIn(in.destination, *dtype));
+  for (size_t t = 0; t < converted.tensors.size(); ++t) {
+    in.weights_converted |= converted.tensors[t].dtype != in.destination.tensors[t].dtype;
+  }
+  in.destination = std::move(converted);
+  in.description += " (weights as " + std::string(DTypeName(*dtype)) + ")";
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<RefitInputs> LoadRefitInputs(const RefitSourceArgs& args) {
   Result<RefitInputs> in = args.model.empty() ? FileInputs(args) : PresetInputs(args);
   if (!in.ok()) return in;
+  if (!args.destination_dtype.empty()) {
+    FERRY_RETURN_IF_ERROR(ApplyDestinationDType(args.destination_dtype, *in));
+  }
   int max_rank = -1;
   for (const Layout* l : {&in->source, &in->destination}) {
     for (int r : l->Ranks()) max_rank = std::max(max_rank, r);

@@ -21,6 +21,12 @@ struct RefitSourceArgs {
   // used, gpus_per_node per node).
   std::string source_layout_file, destination_layout_file, topology_file;
   int gpus_per_node = 8;
+  // Either mode: a dtype name ("fp8_e4m3", "bf16", ...) for the destination's weights, or empty
+  // (the layouts' dtypes). The weights are the tensors of two or more dims held in bf16 or fp16;
+  // 1-dim tensors (norms, biases) and fp32 tensors (routers, for example) keep their dtype, as
+  // engines loading an fp8 checkpoint keep them. A buffer holding both kinds keeps its tensors'
+  // dtypes (its bytes could not be rescaled). The planner then converts (planner/conversion.h).
+  std::string destination_dtype;
 };
 
 struct RefitInputs {
@@ -28,6 +34,7 @@ struct RefitInputs {
   Layout source, destination;
   Topology topology;
   int ranks = 0;  // highest rank either layout uses + 1
+  bool weights_converted = false;  // --dst-dtype changed the destination's weights' dtype
 };
 
 // Builds the preset layouts (model set) or loads, validates and checks the compatibility of the

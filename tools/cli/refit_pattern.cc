@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/base/dtype.h"
+#include "core/base/float_convert.h"
 
 namespace ferry::cli {
 namespace {
@@ -81,6 +82,21 @@ Status CheckBuffers(const Layout& layout, const RankBuffers& buffers) {
   return Status::Ok();
 }
 
+// The dtype the pattern of destination tensor `t` was written in: its source tensor's.
+DType PatternDType(const TensorSpec& t, const Layout* source) {
+  if (source == nullptr) return t.dtype;
+  const int s = source->FindTensor(t.name);
+  return s < 0 ? t.dtype : source->tensors[s].dtype;
+}
+
+// The low bytes of `word` as an element of `from`, converted to `to` (in the low bytes).
+uint64_t Converted(uint64_t word, DType from, DType to) {
+  uint64_t out = 0;
+  ConvertElement(from, to, reinterpret_cast<const unsigned char*>(&word),
+                 reinterpret_cast<unsigned char*>(&out));
+  return out;
+}
+
 }  // namespace
 
 uint64_t PatternSeed(const std::string& tensor_name) {
@@ -115,7 +131,8 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers) {
   return Status::Ok();
 }
 
-Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers) {
+Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
+                              const Layout* source) {
   FERRY_RETURN_IF_ERROR(CheckBuffers(layout, buffers));
   int64_t checked = 0;
   for (const Fragment& f : layout.fragments) {
@@ -123,13 +140,15 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers) 
     const TensorSpec& t = layout.tensors[f.tensor];
     const uint64_t seed = PatternSeed(t.name);
     const int64_t esize = DTypeSize(t.dtype);
+    const DType from = PatternDType(t, source);
     const char* base = buffers.buffers[f.loc.buffer];
     int64_t mismatches = 0, first_index = -1;
     std::string first_expected, first_actual;
     ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
       const char* p = base + offset;
       for (int64_t i = 0; i < count; ++i, p += stride) {
-        const uint64_t word = PatternWord(seed, global + i);
+        uint64_t word = PatternWord(seed, global + i);
+        if (from != t.dtype) word = Converted(word, from, t.dtype);
         if (std::memcmp(p, &word, esize) != 0) {
           if (mismatches++ == 0) {
             first_index = global + i;

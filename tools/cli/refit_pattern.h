@@ -2,7 +2,8 @@
 // fragments against: element i of tensor t holds the low DTypeSize bytes of PatternWord(t, i),
 // where i is the element's row-major index in the tensor's global shape and t is identified by its
 // name. Replicas of one element therefore agree on every rank, and any misplaced, missing or
-// duplicated element shows up as a mismatch.
+// duplicated element shows up as a mismatch. A destination tensor of another dtype than its
+// source holds the source's pattern converted (VerifyPattern's `source`).
 //
 // Pure functions over caller-owned memory; thread-safe for disjoint buffers.
 #pragma once
@@ -32,8 +33,12 @@ struct RankBuffers {
 Status FillPattern(const Layout& layout, const RankBuffers& buffers);
 
 // Checks every element of every fragment of `layout` held by `buffers.rank`. Returns the bytes
-// checked, or Internal (a delivery bug) naming the rank, buffer, tensor, element coordinates, expected and actual
-// bytes of the first mismatch (and how many elements mismatched in that fragment).
-Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers);
+// checked, or Internal (a delivery bug) naming the rank, buffer, tensor, element coordinates,
+// expected and actual bytes of the first mismatch (and how many elements mismatched in that
+// fragment). With `source` (the layout FillPattern filled), a tensor that `source` holds in
+// another dtype is expected to hold the source pattern converted by the CPU reference
+// (core/base/float_convert.h), as a refit that converts delivers it.
+Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
+                              const Layout* source = nullptr);
 
 }  // namespace ferry::cli

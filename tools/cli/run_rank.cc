@@ -226,7 +226,7 @@ Status Verify(const RankContext& c, const RunVariant& variant) {
   if (c.device_destinations != nullptr) {
     FERRY_RETURN_IF_ERROR(c.device_destinations->Download(c.destinations).WithContext("copying destinations down"));
   }
-  Result<int64_t> checked = VerifyPattern(c.in.destination, RankBuffers{c.rank, c.destinations.pointers()});
+  Result<int64_t> checked = VerifyPattern(c.in.destination, RankBuffers{c.rank, c.destinations.pointers()}, &c.in.source);
   const std::string prefix = "run/" + variant.name + "/verify/rank";
   const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();
   FERRY_RETURN_IF_ERROR(c.session.store().Set(
@@ -243,8 +243,9 @@ Status Verify(const RankContext& c, const RunVariant& variant) {
     }
     bytes += std::atoll(text.c_str() + 3);
   }
-  Say("  %-24s verified %s on %d ranks: bit-exact (%.2f s)\n", variant.name.c_str(),
+  Say("  %-24s verified %s on %d ranks: %s (%.2f s)\n", variant.name.c_str(),
       FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
+      c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact",
       std::chrono::duration<double>(Clock::now() - start).count());
   return Status::Ok();
 }

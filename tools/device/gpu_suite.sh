@@ -5,7 +5,7 @@
 # as one table at the end.
 #
 # Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
-#   BIN_DIR holds ferry, batched_copy_test, batched_copy_bench, ipc_copy_ceiling,
+#   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, batched_copy_bench, ipc_copy_ceiling,
 #   executor_cuda_test and staging_arena_test (built elsewhere: bazel build //tools/cli:ferry
 #   //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
 #   //tests/core/runtime:staging_arena_test), and optionally lib/ with shared libraries the
@@ -35,7 +35,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
 # GPU tests (gtest binaries; each skips visibly without a GPU).
-for t in batched_copy_test staging_arena_test executor_cuda_test; do
+for t in batched_copy_test batched_convert_test staging_arena_test executor_cuda_test; do
   if timeout 180 "$BIN/$t" > "$LOG/$t.log" 2>&1; then
     row "test $t" "passed ($(grep -c '^\[       OK' "$LOG/$t.log") ok, $(grep -c '^\[  SKIPPED' "$LOG/$t.log") skipped)"
   else

@@ -25,6 +25,56 @@ TEST(RefitInputsTest, PresetModeBuildsBothLayoutsAndCountsRanks) {
   EXPECT_EQ(colocated->ranks, 4);
 }
 
+// --dst-dtype: the weights (>= 2-dim bf16 tensors) change dtype, 1-dim tensors keep theirs, and
+// the buffers holding converted tensors shrink by the element sizes' ratio.
+TEST(RefitInputsTest, DestinationDTypeConvertsTheWeightsOnly) {
+  RefitSourceArgs args;
+  args.model = "qwen3-30b-a3b";
+  args.scale = 1.0 / 64;
+  args.source_spec = "megatron:tp=2,ep=2";
+  args.destination_spec = "vllm:tp=2";
+  Result<RefitInputs> plain = LoadRefitInputs(args);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  args.destination_dtype = "fp8_e4m3";
+  Result<RefitInputs> in = LoadRefitInputs(args);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  EXPECT_TRUE(in->weights_converted);
+  EXPECT_NE(in->description.find("(weights as fp8_e4m3)"), std::string::npos) << in->description;
+  int converted = 0, kept = 0;
+  for (size_t t = 0; t < in->destination.tensors.size(); ++t) {
+    const TensorSpec& before = plain->destination.tensors[t];
+    const TensorSpec& after = in->destination.tensors[t];
+    if (before.shape.size() >= 2 && before.dtype == DType::kBF16) {
+      EXPECT_EQ(after.dtype, DType::kFP8E4M3) << after.name;
+      ++converted;
+    } else {
+      EXPECT_EQ(after.dtype, before.dtype) << after.name;
+      ++kept;
+    }
+  }
+  EXPECT_GT(converted, 0);
+  EXPECT_GT(kept, 0);  // the norms
+  int64_t bytes_before = 0, bytes_after = 0;
+  for (const BufferSpec& b : plain->destination.buffers) bytes_before += b.bytes;
+  for (const BufferSpec& b : in->destination.buffers) bytes_after += b.bytes;
+  EXPECT_LT(bytes_after, bytes_before * 6 / 10);  // mostly weights: about half
+  args.destination_dtype = "int8";
+  EXPECT_NE(LoadRefitInputs(args).status().message().find("--dst-dtype int8"), std::string::npos);
+}
+
+// A weight sharing a buffer with a tensor that keeps its dtype keeps its own (the buffer's bytes
+// could not be rescaled): uneven_dst.yaml fuses w (bf16) with b (fp32) on ranks 2 and 3.
+TEST(RefitInputsTest, DestinationDTypeLeavesMixedBuffersAlone) {
+  RefitSourceArgs args;
+  args.source_layout_file = "tests/tools/cli/testdata/uneven_src.yaml";
+  args.destination_layout_file = "tests/tools/cli/testdata/uneven_dst.yaml";
+  args.destination_dtype = "fp8_e4m3";
+  Result<RefitInputs> in = LoadRefitInputs(args);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  EXPECT_FALSE(in->weights_converted);
+  EXPECT_EQ(in->destination.tensors[0].dtype, DType::kBF16);
+}
+
 TEST(RefitInputsTest, ErrorsNameTheArgument) {
   RefitSourceArgs preset;
   preset.model = "llama-3.1-8b";

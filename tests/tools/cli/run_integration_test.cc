@@ -115,6 +115,21 @@ TEST(RunIntegrationTest, QwenMoeFusedW13OverUcxBothStrategies) {
       << o.output;
 }
 
+// fp8 weights on the destination: verified against the CPU reference, with direct reads (the
+// receiver converts while reading) and through tcp alone (the sender packs and converts).
+TEST(RunIntegrationTest, Fp8DestinationWeightsVerifiedWithAndWithoutDirectReads) {
+  for (const char* direct : {"true", "false"}) {
+    Outcome o = RunFerry({"run", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
+                          "megatron:tp=2,ep=2", "--dst", "vllm:tp=2", "--dst-dtype", "fp8_e4m3",
+                          "--verify", "--iterations", "1", "--warmup", "0", "--set",
+                          std::string("executor.direct_intra_node=") + direct},
+                         120);
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    EXPECT_EQ(Count(o.output, "bit-exact to the CPU conversion reference"), 1) << o.output;
+    EXPECT_NE(o.output.find("(weights as fp8_e4m3)"), std::string::npos) << o.output;
+  }
+}
+
 // The next two turn direct reads off so that the transport carries every byte.
 TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
   Outcome o = RunFerry({"run", "--model", "llama-3.1-8b", "--scale", "1/64", "--src",

@@ -1,0 +1,180 @@
+// Element conversions between the floating-point dtypes (bf16, fp16, fp32, fp8 e4m3, fp8 e5m2):
+// the CPU reference that the host copies, the CUDA convert kernel (core/cuda/batched_convert.cu
+// compiles this same header) and `ferry run --verify` all use, so every path gives the same bits.
+//
+// Every conversion goes through fp32, which holds every value of the other four exactly, so a
+// conversion rounds once:
+//   - to fp32: exact.
+//   - to bf16 / fp16: IEEE round-to-nearest-even; overflow gives ±inf, NaN stays a quiet NaN
+//     (sign kept), subnormals are kept (no flush to zero).
+//   - to fp8 e4m3 (OCP "e4m3fn": bias 7, max ±448, no infinities, NaN = S.1111.111): round to
+//     nearest even with saturation, as the OCP FP8 spec's saturation mode: finite values beyond
+//     ±448 (after rounding) give ±448, ±inf gives ±448, NaN gives NaN (0x7f, sign kept).
+//   - to fp8 e5m2 (OCP: bias 15, max ±57344, has infinities): round to nearest even; finite
+//     values beyond ±57344 saturate to ±57344, ±inf stays ±inf, NaN gives a quiet NaN (0x7e,
+//     sign kept).
+// Subnormal results round to nearest even on the subnormal grid; results below half the
+// smallest subnormal give ±0.
+//
+// Plain functions on bit patterns, callable from host and device code (FERRY_HD). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/base/dtype.h"
+
+#if defined(__CUDACC__)
+#define FERRY_HD __host__ __device__
+#else
+#define FERRY_HD
+#endif
+
+namespace ferry {
+
+FERRY_HD inline uint32_t FloatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+#endif
+}
+
+FERRY_HD inline float BitsToFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+// A small binary float format: `exp_bits` exponent bits, `man_bits` mantissa bits, bias
+// 2^(exp_bits-1) - 1, and no infinity/NaN exponent when `finite_only` (e4m3fn: only S.1111.111
+// is NaN).
+struct SmallFloat {
+  int exp_bits;
+  int man_bits;
+  bool finite_only;
+};
+inline constexpr SmallFloat kHalfFormat{5, 10, false};
+inline constexpr SmallFloat kE4M3Format{4, 3, true};
+inline constexpr SmallFloat kE5M2Format{5, 2, false};
+
+// A small float's bits (sign in bit exp_bits + man_bits) as fp32 (exact).
+FERRY_HD inline float SmallToFloat(uint32_t bits, SmallFloat fmt) {
+  const int width = fmt.exp_bits + fmt.man_bits;
+  const uint32_t sign = (bits >> width & 1u) << 31;
+  const uint32_t exp_max = (1u << fmt.exp_bits) - 1;
+  const int bias = (1 << (fmt.exp_bits - 1)) - 1;
+  uint32_t exponent = bits >> fmt.man_bits & exp_max;
+  uint32_t mantissa = bits & ((1u << fmt.man_bits) - 1);
+  if (fmt.finite_only ? (exponent == exp_max && mantissa == (1u << fmt.man_bits) - 1)
+                      : exponent == exp_max) {
+    if (fmt.finite_only || mantissa != 0) {
+      return BitsToFloat(sign | 0x7fc00000u | (mantissa << (23 - fmt.man_bits)));  // NaN
+    }
+    return BitsToFloat(sign | 0x7f800000u);  // inf
+  }
+  if (exponent == 0) {
+    if (mantissa == 0) return BitsToFloat(sign);
+    int e = 1 - bias;  // normalise the subnormal
+    while ((mantissa & (1u << fmt.man_bits)) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    mantissa &= (1u << fmt.man_bits) - 1;
+    return BitsToFloat(sign | static_cast<uint32_t>(e + 127) << 23 | mantissa << (23 - fmt.man_bits));
+  }
+  return BitsToFloat(sign | (exponent - bias + 127) << 23 | mantissa << (23 - fmt.man_bits));
+}
+
+// fp32 -> a small float, rounded to nearest even. Finite overflow gives ±inf when `saturate` is
+// false, else the largest finite value; see the file comment for inf and NaN.
+FERRY_HD inline uint32_t FloatToSmall(float f, SmallFloat fmt, bool saturate) {
+  const uint32_t bits = FloatBits(f);
+  const int width = fmt.exp_bits + fmt.man_bits;
+  const uint32_t sign = (bits >> 31) << width;
+  const uint32_t abs = bits & 0x7fffffffu;
+  const uint32_t exp_max = (1u << fmt.exp_bits) - 1;
+  const uint32_t man_mask = (1u << fmt.man_bits) - 1;
+  // The largest finite magnitude, the infinity and the quiet NaN, as bits without the sign.
+  const uint32_t max_finite = fmt.finite_only ? (exp_max << fmt.man_bits | (man_mask - 1))
+                                              : ((exp_max - 1) << fmt.man_bits | man_mask);
+  const uint32_t nan = fmt.finite_only ? (exp_max << fmt.man_bits | man_mask)
+                                       : (exp_max << fmt.man_bits | 1u << (fmt.man_bits - 1));
+  const uint32_t inf = fmt.finite_only ? max_finite : exp_max << fmt.man_bits;
+  if (abs > 0x7f800000u) return sign | nan;
+  if (abs == 0x7f800000u) return sign | inf;
+  const int float_exp = static_cast<int>(abs >> 23);
+  if (float_exp == 0) return sign;  // fp32 subnormals are far below every small float's range
+  const int bias = (1 << (fmt.exp_bits - 1)) - 1;
+  const int exp = float_exp - 127 + bias;  // the target's biased exponent, if normal
+  const uint32_t significand = (abs & 0x7fffffu) | 0x800000u;
+  const int shift = 23 - fmt.man_bits + (exp >= 1 ? 0 : 1 - exp);
+  if (shift > 24) return sign;  // below half the smallest subnormal
+  uint32_t q = significand >> shift;
+  const uint32_t rest = significand & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+  if (rest > halfway || (rest == halfway && (q & 1u) != 0)) ++q;
+  // Normal: (exp - 1) << man_bits plus q, which holds the implicit bit (a carry moves the
+  // exponent up); subnormal: q alone (q == 1 << man_bits is the smallest normal).
+  const uint64_t out = (exp >= 1 ? static_cast<uint64_t>(exp - 1) << fmt.man_bits : 0) + q;
+  if (out > max_finite) return sign | (saturate ? max_finite : inf);
+  return sign | static_cast<uint32_t>(out);
+}
+
+FERRY_HD inline float BF16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+
+FERRY_HD inline uint16_t FloatToBF16(float f) {
+  uint32_t bits = FloatBits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// True for the dtypes this header converts between.
+FERRY_HD inline bool IsConvertibleFloat(DType d) {
+  return d == DType::kBF16 || d == DType::kFP16 || d == DType::kFP32 || d == DType::kFP8E4M3 ||
+         d == DType::kFP8E5M2;
+}
+
+// Bytes of one element of `d` (IsConvertibleFloat); DTypeSize for device code.
+FERRY_HD inline int FloatBytes(DType d) {
+  return d == DType::kFP32 ? 4 : (d == DType::kBF16 || d == DType::kFP16) ? 2 : 1;
+}
+
+// One element of dtype `d` (IsConvertibleFloat) at `p` (any alignment) as fp32.
+FERRY_HD inline float LoadAsFloat(DType d, const unsigned char* p) {
+  uint32_t bits = 0;
+  for (int i = FloatBytes(d) - 1; i >= 0; --i) bits = bits << 8 | p[i];  // little-endian
+  switch (d) {
+    case DType::kBF16: return BF16ToFloat(static_cast<uint16_t>(bits));
+    case DType::kFP16: return SmallToFloat(bits, kHalfFormat);
+    case DType::kFP8E4M3: return SmallToFloat(bits, kE4M3Format);
+    case DType::kFP8E5M2: return SmallToFloat(bits, kE5M2Format);
+    default: return BitsToFloat(bits);
+  }
+}
+
+// Stores `v` as one element of dtype `d` (IsConvertibleFloat) at `p` (any alignment).
+FERRY_HD inline void StoreFromFloat(DType d, unsigned char* p, float v) {
+  uint32_t bits;
+  switch (d) {
+    case DType::kBF16: bits = FloatToBF16(v); break;
+    case DType::kFP16: bits = FloatToSmall(v, kHalfFormat, false); break;
+    case DType::kFP8E4M3: bits = FloatToSmall(v, kE4M3Format, true); break;
+    case DType::kFP8E5M2: bits = FloatToSmall(v, kE5M2Format, true); break;
+    default: bits = FloatBits(v); break;
+  }
+  for (int i = 0; i < FloatBytes(d); ++i) p[i] = static_cast<unsigned char>(bits >> (8 * i));
+}
+
+// Converts one element `from` -> `to` (both IsConvertibleFloat).
+FERRY_HD inline void ConvertElement(DType from, DType to, const unsigned char* src, unsigned char* dst) {
+  StoreFromFloat(to, dst, LoadAsFloat(from, src));
+}
+
+}  // namespace ferry
