@@ -1,7 +1,7 @@
 // CopyPool: see copy_pool.h.
 #include "core/runtime/copy_pool.h"
 
-#include "core/runtime/peer_memory.h"
+#include "core/runtime/peer_read.h"
 
 namespace ferry {
 namespace {

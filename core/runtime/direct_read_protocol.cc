@@ -187,11 +187,7 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
     char* to = static_cast<char*>(destination[b].base) + r.to_offset;
     if (mapped[j] != nullptr) {
       ends.push_back({mapped[j] + r.from_offset, to, 0});
-    } else {
-      if (!g.contiguous_run()) {
-        return Unimplemented("a direct read through process_vm_readv needs contiguous rows; "
-                             "allocate source buffers with SharedHostMemory");
-      }
+    } else {  // ordinary memory: process_vm_readv, any geometry (peer_read.h)
       ends.push_back({reinterpret_cast<const char*>(buffers[j].address + r.from_offset), to,
                       owner.pid});
     }

@@ -102,8 +102,8 @@ struct PeerMemory {
 // offered buffers and this rank's `destination` memory. Fills `ends` (one per copy of `read`, for
 // read.geometries), sets `on_gpu` when they are device addresses (the copies then run as one
 // kernel) and returns the bytes the copies write. Fails when the sender is on another machine, a
-// region lies outside its buffer, host and CUDA buffers mix, or a strided copy would have to go
-// through process_vm_readv.
+// region lies outside its buffer, or host and CUDA buffers mix. Copies from ordinary (unmapped)
+// host memory get the sender's pid in their CopyEnds: they run through process_vm_readv.
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
                              PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu);

@@ -1,11 +1,9 @@
-// Peer memory: memfd-backed shareable host memory, mappings of peers' buffers, and
-// process_vm_readv reads of peers' address spaces.
+// Peer memory: memfd-backed shareable host memory and mappings of peers' buffers.
 #include "core/runtime/peer_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <utility>
-#include <vector>
 
 namespace ferry {
 namespace {
@@ -170,53 +167,6 @@ void PeerMappings::Sweep() {
 void PeerMappings::Clear() {
   for (auto& [key, m] : maps_) ::munmap(m.base, m.length);
   maps_.clear();
-}
-
-Status ReadFromPeer(int64_t pid, const CopyGeometry& g, const CopySlice& slice,
-                    uint64_t from_address, char* to) {
-  if (!g.contiguous_run() || g.from_dtype != g.to_dtype) {
-    return InvalidArgument("process_vm_readv copies need contiguous rows of one dtype");
-  }
-  constexpr int kBatch = 1024;  // IOV_MAX
-  iovec local[kBatch], remote[kBatch];
-  int count = 0;
-  int64_t expected = 0;
-  auto flush = [&]() -> Status {
-    if (count == 0) return Status::Ok();
-    const ssize_t got = ::process_vm_readv(static_cast<pid_t>(pid), local, count, remote, count, 0);
-    if (got != expected) {
-      const int error = got < 0 ? errno : EFAULT;
-      if (error == EPERM || error == EACCES) {
-        return FailedPrecondition("process_vm_readv from peer process " + std::to_string(pid) +
-                                ": " + Errno(error) +
-                                " (allow ptrace between the ranks, allocate buffers with "
-                                "SharedHostMemory, or set executor.direct_intra_node=false)");
-      }
-      return Unavailable("process_vm_readv from peer process " + std::to_string(pid) + ": " +
-                         (got < 0 ? Errno(error) : "short read"));
-    }
-    count = 0;
-    expected = 0;
-    return Status::Ok();
-  };
-  auto add = [&](uint64_t from, char* dst, int64_t bytes) -> Status {
-    if (bytes == 0) return Status::Ok();
-    local[count] = {dst, static_cast<size_t>(bytes)};
-    remote[count] = {reinterpret_cast<void*>(from), static_cast<size_t>(bytes)};
-    expected += bytes;
-    if (++count == kBatch) return flush();
-    return Status::Ok();
-  };
-  if (slice.row_begin == slice.row_end) {
-    FERRY_RETURN_IF_ERROR(add(from_address + slice.byte_begin, to + slice.byte_begin, slice.byte_end - slice.byte_begin));
-    return flush();
-  }
-  const int64_t row_bytes = g.run * DTypeSize(g.from_dtype);
-  RowWalker rows(g, slice.row_begin);
-  for (int64_t row = slice.row_begin; row < slice.row_end; ++row, rows.Next()) {
-    FERRY_RETURN_IF_ERROR(add(from_address + static_cast<uint64_t>(rows.from_offset()), to + rows.to_offset(), row_bytes));
-  }
-  return flush();
 }
 
 }  // namespace ferry

@@ -8,14 +8,14 @@
 //    opens /proc/<pid>/fd/<fd> and maps it read-only (PeerMappings, cached), then copies with
 //    ordinary loads and stores — the fast path for the many short rows of strided shards;
 //  * cross-memory attach: for any other host memory, process_vm_readv reads the sender's
-//    address space (ReadFromPeer), one system call per up to 1024 contiguous runs.
+//    address space, strided regions included (ReadFromPeer, core/runtime/peer_read.h).
 // Both need the peer on the same host under the same user (ptrace "read" access to it); a
 // process identity (pid + boot id) travels with every address so a wrong pairing fails loudly
 // instead of reading another process.
 //
 // Thread-safety: SharedHostMemory is a plain owner (not shared between threads while moved);
 // PeerMappings is not thread-safe (the executor thread maps, copy threads only read the mapped
-// memory); ReadFromPeer is thread-safe.
+// memory).
 #pragma once
 
 #include <sys/types.h>
@@ -27,7 +27,6 @@
 #include <tuple>
 
 #include "core/base/status.h"
-#include "core/runtime/strided_copy.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
@@ -127,11 +126,5 @@ class PeerMappings {
   // (pid, fd, inode)
   std::map<std::tuple<int64_t, int, uint64_t>, Mapping> maps_;
 };
-
-// Copies one slice of `geometry` from the address space of process `pid` (row r's bytes at
-// `from_address` + its from-offset) to local memory at `to`, with process_vm_readv. Only for
-// copies whose rows are contiguous runs of equal dtype (geometry.contiguous_run()).
-Status ReadFromPeer(int64_t pid, const CopyGeometry& geometry, const CopySlice& slice,
-                    uint64_t from_address, char* to);
 
 }  // namespace ferry
