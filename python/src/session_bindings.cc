@@ -6,6 +6,8 @@
 // not be used from two threads at once (as core/runtime/session.h).
 #include <pybind11/stl.h>
 
+#include <fstream>
+
 #include "core/runtime/bootstrap.h"
 #include "core/runtime/session.h"
 #include "python/src/bindings.h"
@@ -16,17 +18,26 @@ namespace py = pybind11;
 namespace ferry::python {
 namespace {
 
-// Direct reads between ranks of one node read the sender's memory through process_vm_readv unless
-// it is a shared mapping (SharedHostMemory), and process_vm_readv reads contiguous rows only
-// (core/runtime/direct_read_protocol.cc). Arrays Python registers are ordinary memory whose
-// fragments are often strided, so a session for Python turns direct reads off unless the caller
-// set executor.direct_intra_node (file, FERRY_* or dict): same-node messages then go through the
-// intra-node transport.
+// Yama's kernel.yama.ptrace_scope >= 1 (Ubuntu's default is 1): sibling processes may not read
+// each other with process_vm_readv unless one names the other with PR_SET_PTRACER.
+bool PtraceRestricted() {
+  std::ifstream in("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  return (in >> scope) && scope >= 1;
+}
+
+// Direct reads between ranks of one node read the ordinary memory Python registers through
+// process_vm_readv (any geometry, core/runtime/peer_read.h), which needs ptrace access between the
+// ranks. Where Yama withholds it, a session for Python turns executor.direct_intra_node off unless
+// the caller set it (file, FERRY_* or dict): same-node messages then go through the intra-node
+// transport. Elsewhere the option keeps its default (on).
 Config SessionConfig(const py::object& source) {
   Config config = ConfigFrom(source);
   const char* option = "executor.direct_intra_node";
-  std::string origin = config.SourceOf(option);
-  if (origin.empty() || origin == "default") ThrowIfError(config.Set(option, "false"));
+  const std::string origin = config.SourceOf(option);
+  if ((origin.empty() || origin == "default") && PtraceRestricted()) {
+    ThrowIfError(config.Set(option, "false"));
+  }
   return config;
 }
 

@@ -2,7 +2,7 @@
 TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
 (Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays or CPU torch
 tensors, runs the refit for several steps and checks every destination element against the value
-the source held. Exits 0 when all match.
+the source held, and prints the bytes read directly from peers and sent. Exits 0 when all match.
 
     refit_worker.py SCENARIO BACKEND RANK PORT     SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch
 """
@@ -97,7 +97,8 @@ def main() -> int:
                 if not np.array_equal(view, expected(f.tensor, step)[box]):
                     print(f"rank {rank} step {step}: {f.tensor}{box} differs", file=sys.stderr)
                     return 1
-            print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s")
+            print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s, "
+                  f"{stats.bytes_read_direct} bytes read directly, {stats.bytes_sent} sent")
     return 0
 
 

@@ -1,8 +1,11 @@
 """Multi-process refits: one Python process per rank (refit_worker.py), joined through ferry's TCP
 store on 127.0.0.1, 2 -> 2 and 4 -> 2, on numpy arrays and CPU torch tensors, three steps each,
-every destination element checked by the ranks themselves. Children are killed at the deadline."""
+every destination element checked by the ranks themselves. All ranks share this machine, so with
+the default config the receivers read the senders' arrays directly (process_vm_readv of strided
+fragments) unless Yama restricts ptrace. Children are killed at the deadline."""
 
 import os
+import re
 
 import pytest
 
@@ -19,5 +22,20 @@ def test_refit_across_processes(scenario, ranks, backend):
     results = run_ranks(lambda rank, port: [WORKER, scenario, backend, str(rank), str(port)],
                         ranks, deadline_s=90)
     assert_all_ok(results)
+    direct = 0
     for r in results:
         assert f"rank {r.rank} step 2: ok" in r.output, r.output
+        step = re.search(r"step 2: ok in \S+ s, (\d+) bytes read directly, (\d+) sent", r.output)
+        assert step, r.output
+        direct += int(step.group(1))
+    if not ptrace_restricted():
+        assert direct > 0, "direct reads are on by default in Python sessions"
+
+
+def ptrace_restricted() -> bool:
+    """Yama's ptrace_scope >= 1: Python sessions then stage same-node messages by default."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return int(f.read()) >= 1
+    except (OSError, ValueError):
+        return False
