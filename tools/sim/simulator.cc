@@ -52,6 +52,10 @@ struct Flow {
   int num_links = 0;
   double cap = kInf;  // per-flow rate limit (a kernel's or a stream's own throughput)
   double bytes = 0;
+  // Service it needs from its links: bytes plus its fixed cost (a kernel launch, a message's
+  // posting and rendezvous) as the bytes its links could have moved meanwhile, so that fixed costs
+  // occupy the GPU, NVLink port or NIC they run on (a message rate) instead of overlapping freely.
+  double work = 0;
   double tail = 0;  // latency after the last byte
   int op_a = -1;
   int op_b = -1;
@@ -133,6 +137,7 @@ class Engine {
   void PostMessageOp(int op, double t);
   void StartLocalOp(int op, double t);
   void StartMessage(int sender, int receiver, double t);
+  void StartFlow(int id, double overhead, double t);
   void OnFlowStart(int f, double t);
   void OnFlowFinish(int f, double t);
   void OnOpDone(int op, double t);
@@ -182,8 +187,8 @@ class Engine {
   std::vector<double> ready_, start_, end_;
   std::vector<int> flow_of_op_;
   int64_t num_messages_ = 0;
-  // Per rank: message ops posted and not complete; those waiting for a post, least (round, id) on
-  // top (SimOptions::max_in_flight).
+  // Per rank: sends and forwards posted and not complete; those waiting for a post, least
+  // (round, id) on top (SimOptions::max_in_flight). Receives are posted when ready.
   std::vector<int> posted_;
   std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
                                   std::greater<std::pair<int, int>>>>
@@ -352,7 +357,7 @@ void Engine::OnReady(int op, double t) {
     StartLocalOp(op, t);
     return;
   }
-  if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
+  if (IsSender(o.kind) && opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
     waiting_[o.rank].push({o.round, op});
     return;
   }
@@ -362,7 +367,7 @@ void Engine::OnReady(int op, double t) {
 void Engine::PostMessageOp(int op, double t) {
   ready_[op] = t;
   const Op& o = plan_.ops[op];
-  ++posted_[o.rank];
+  if (IsSender(o.kind)) ++posted_[o.rank];
   int p = partner_[op];
   if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
   if (IsSender(o.kind)) {
@@ -389,7 +394,7 @@ void Engine::StartLocalOp(int op, double t) {
   int id = static_cast<int>(flows_.size());
   flows_.push_back(f);
   flow_of_op_[op] = id;
-  Push(t + c_.kernel_overhead, EventType::kFlowStart, id);
+  StartFlow(id, c_.kernel_overhead, t);
 }
 
 void Engine::StartMessage(int sender, int receiver, double t) {
@@ -455,7 +460,18 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   flows_.push_back(f);
   flow_of_op_[sender] = id;
   flow_of_op_[receiver] = id;
-  Push(t + overhead, EventType::kFlowStart, id);
+  StartFlow(id, overhead, t);
+}
+
+// Starts flow `id` at t, its fixed cost `overhead` (seconds) charged as service on its links at
+// the rate it would get alone: uncontended, it takes overhead + bytes / rate as before; sharing a
+// link, every member's fixed cost takes the link's time.
+void Engine::StartFlow(int id, double overhead, double t) {
+  Flow& f = flows_[id];
+  double alone = f.cap;
+  for (int k = 0; k < f.num_links; ++k) alone = std::min(alone, res_[f.links[k]].capacity);
+  f.work = f.bytes + (alone < kInf ? overhead * alone : 0);
+  Push(t, EventType::kFlowStart, id);
 }
 
 int Engine::ClassOf(const Flow& f) {
@@ -489,7 +505,7 @@ void Engine::OnFlowStart(int id, double t) {
   Flow& f = flows_[id];
   if (f.op_a >= 0) start_[f.op_a] = t;
   if (f.op_b >= 0) start_[f.op_b] = t;
-  if (f.bytes <= 0) {
+  if (f.work <= 0) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
     return;
@@ -497,7 +513,7 @@ void Engine::OnFlowStart(int id, double t) {
   const int cid = ClassOf(f);
   FlowClass& c = classes_[cid];
   Settle(c, t);
-  c.finishing.push({c.service + f.bytes, id});
+  c.finishing.push({c.service + f.work, id});
   if (c.members++ == 0) {
     c.rate = 0;
     for (int k = 0; k < c.num_links; ++k) {
@@ -752,7 +768,7 @@ void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
 void Engine::OnOpDone(int op, double t) {
   end_[op] = t;
   const Op& o = plan_.ops[op];
-  if (IsMessageOp(o.kind)) {
+  if (IsSender(o.kind)) {
     --posted_[o.rank];
     auto& queue = waiting_[o.rank];
     if (!queue.empty()) {
@@ -869,7 +885,7 @@ Result<SimResult> Engine::Run() {
   for (int i = 0; i < n; ++i) {
     if (pending_[i] != 0) continue;
     const Op& o = plan_.ops[i];
-    if (opt_.max_in_flight > 0 && IsMessageOp(o.kind)) {
+    if (opt_.max_in_flight > 0 && IsSender(o.kind)) {
       waiting_[o.rank].push({o.round, i});
     } else {
       OnReady(i, 0.0);

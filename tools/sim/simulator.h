@@ -62,12 +62,14 @@ struct SimOptions {
   // events of one instant. The default, 1 us, is below every per-message overhead of the presets
   // and moves the DeepSeek-V3 prediction by < 0.1% while cutting recomputations ~10x.
   double rate_batch_window = 1e-6;
-  // Most sends and receives a rank has posted at once, as the executor's executor.max_in_flight
-  // (256 by default there): a message op whose deps are done waits, in (round, id) order, until
-  // one of its rank's posted messages completes. 0 (default): unlimited, every ready message op is
-  // posted at once (the plan's ideal; a cap of 256 predicts DeepSeek-V3 256->256 at 227 ms instead
-  // of 148 ms through head-of-line blocking, see docs/simulator.md).
-  int max_in_flight = 0;
+  // Most sends and forwards a rank has posted at once, as the executor's executor.max_in_flight
+  // (core/runtime/executor_options.h, 256 by default; the same default here): a sender whose
+  // deps are done waits, in (round, id) order, until one of its rank's posted sends completes.
+  // Receives take no slot: the executor's transports keep a message that arrives before its
+  // receive is posted (transports/tcp/tcp_transport.cc, `Unexpected`), so a receive's slot never
+  // holds a sender back; counting them made ranks whose windows were full of receives wait for
+  // each other's sends (a deadlock at windows <= 16 on DeepSeek-V3). 0: unlimited.
+  int max_in_flight = 256;
 };
 
 struct OpTime {
