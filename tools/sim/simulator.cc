@@ -134,7 +134,7 @@ class Engine {
     events_.push(Event{t, seq_++, type, id});
   }
   void OnReady(int op, double t);
-  void PostMessageOp(int op, double t);
+  void Admit(int sender, double t);
   void StartLocalOp(int op, double t);
   void StartMessage(int sender, int receiver, double t);
   void StartFlow(int id, double overhead, double t);
@@ -187,8 +187,8 @@ class Engine {
   std::vector<double> ready_, start_, end_;
   std::vector<int> flow_of_op_;
   int64_t num_messages_ = 0;
-  // Per rank: sends and forwards posted and not complete; those waiting for a post, least
-  // (round, id) on top (SimOptions::max_in_flight). Receives are posted when ready.
+  // Per rank: messages it sends that are moving; senders whose message could start but waits for
+  // the window, least (round, id) on top (SimOptions::max_in_flight).
   std::vector<int> posted_;
   std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
                                   std::greater<std::pair<int, int>>>>
@@ -357,24 +357,22 @@ void Engine::OnReady(int op, double t) {
     StartLocalOp(op, t);
     return;
   }
-  if (IsSender(o.kind) && opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
-    waiting_[o.rank].push({o.round, op});
-    return;
-  }
-  PostMessageOp(op, t);
+  ready_[op] = t;
+  const int p = partner_[op];
+  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
+  Admit(IsSender(o.kind) ? op : p, t);
 }
 
-void Engine::PostMessageOp(int op, double t) {
-  ready_[op] = t;
-  const Op& o = plan_.ops[op];
-  if (IsSender(o.kind)) ++posted_[o.rank];
-  int p = partner_[op];
-  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
-  if (IsSender(o.kind)) {
-    StartMessage(op, p, t);
-  } else {
-    StartMessage(p, op, t);
+// Both sides of sender op `sender`'s message are ready: it starts now if its rank has fewer than
+// max_in_flight messages moving, else it waits for one to finish, in (round, id) order.
+void Engine::Admit(int sender, double t) {
+  const Op& o = plan_.ops[sender];
+  if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
+    waiting_[o.rank].push({o.round, sender});
+    return;
   }
+  ++posted_[o.rank];
+  StartMessage(sender, partner_[sender], t);
 }
 
 void Engine::StartLocalOp(int op, double t) {
@@ -774,7 +772,8 @@ void Engine::OnOpDone(int op, double t) {
     if (!queue.empty()) {
       const int next = queue.top().second;
       queue.pop();
-      PostMessageOp(next, t);
+      ++posted_[o.rank];
+      StartMessage(next, partner_[next], t);
     }
   }
   for (int i = dependents_begin_[op]; i < dependents_begin_[op + 1]; ++i) {
@@ -885,8 +884,11 @@ Result<SimResult> Engine::Run() {
   for (int i = 0; i < n; ++i) {
     if (pending_[i] != 0) continue;
     const Op& o = plan_.ops[i];
-    if (opt_.max_in_flight > 0 && IsSender(o.kind)) {
-      waiting_[o.rank].push({o.round, i});
+    if (opt_.max_in_flight > 0 && IsMessageOp(o.kind)) {
+      ready_[i] = 0.0;
+      const int p = partner_[i];
+      const int sender = IsSender(o.kind) ? i : p;
+      if (ready_[p] >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
     } else {
       OnReady(i, 0.0);
     }
@@ -896,7 +898,8 @@ Result<SimResult> Engine::Run() {
     while (!queue.empty() && posted_[rank] < opt_.max_in_flight) {
       const int op = queue.top().second;
       queue.pop();
-      PostMessageOp(op, 0.0);
+      ++posted_[rank];
+      StartMessage(op, partner_[op], 0.0);
     }
   }
   while (!events_.empty() || !finish_heap_.Empty()) {
@@ -928,10 +931,7 @@ Result<SimResult> Engine::Run() {
   if (never > 0) {
     const Op& o = plan_.ops[example];
     std::string why = pending_[example] > 0 ? "waits on deps that never finish (a cycle?)"
-                      : ready_[example] < 0
-                          ? "was never posted: its rank's max_in_flight posted messages all wait "
-                            "for partners (deadlock under the in-flight limit)"
-                          : "waits for its message partner, which never ran";
+                                            : "waits for its message partner, which never ran";
     return InvalidArgument(std::to_string(never) + " ops never ran; e.g. op " +
                            std::to_string(example) + " (" + std::string(OpKindName(o.kind)) +
                            " on rank " + std::to_string(o.rank) + ") " + why);

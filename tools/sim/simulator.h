@@ -62,13 +62,15 @@ struct SimOptions {
   // events of one instant. The default, 1 us, is below every per-message overhead of the presets
   // and moves the DeepSeek-V3 prediction by < 0.1% while cutting recomputations ~10x.
   double rate_batch_window = 1e-6;
-  // Most sends and forwards a rank has posted at once, as the executor's executor.max_in_flight
-  // (core/runtime/executor_options.h, 256 by default; the same default here): a sender whose
-  // deps are done waits, in (round, id) order, until one of its rank's posted sends completes.
-  // Receives take no slot: the executor's transports keep a message that arrives before its
-  // receive is posted (transports/tcp/tcp_transport.cc, `Unexpected`), so a receive's slot never
-  // holds a sender back; counting them made ranks whose windows were full of receives wait for
-  // each other's sends (a deadlock at windows <= 16 on DeepSeek-V3). 0: unlimited.
+  // Most messages a rank sends at once, as the executor's executor.max_in_flight
+  // (core/runtime/executor_options.h, 256 by default; the same default here): a message whose
+  // sender and receiver are both ready waits, in (round, id) order on its sender's rank, until one
+  // of the rank's moving messages finishes. A send whose receiver is not ready yet holds no slot:
+  // the executor's transports keep a message that arrives before its receive is posted
+  // (transports/tcp/tcp_transport.cc, `Unexpected`), so a slot never waits on a receiver; holding
+  // slots for sends or receives whose partner was not ready deadlocked windows <= 16 on
+  // DeepSeek-V3 (ranks waiting for each other's slots) and, at 256, stretched it 4.5x. Only moving
+  // messages hold slots, so no window deadlocks. 0: unlimited.
   int max_in_flight = 256;
 };
 
