@@ -67,10 +67,9 @@ struct SimOptions {
   // sender and receiver are both ready waits, in (round, id) order on its sender's rank, until one
   // of the rank's moving messages finishes. A send whose receiver is not ready yet holds no slot:
   // the executor's transports keep a message that arrives before its receive is posted
-  // (transports/tcp/tcp_transport.cc, `Unexpected`), so a slot never waits on a receiver; holding
-  // slots for sends or receives whose partner was not ready deadlocked windows <= 16 on
-  // DeepSeek-V3 (ranks waiting for each other's slots) and, at 256, stretched it 4.5x. Only moving
-  // messages hold slots, so no window deadlocks. 0: unlimited.
+  // (transports/tcp/tcp_transport.cc, `Unexpected`), so a slot never waits on a receiver. Slots
+  // held by sends or receives whose partner was not ready let ranks wait for each other's slots
+  // (a deadlock); only moving messages hold slots here, so no window deadlocks. 0: unlimited.
   int max_in_flight = 256;
 };
 
