@@ -2,7 +2,8 @@
 // finishes.
 //
 // Model. Every op becomes an activity that needs a set of links (resources with a capacity in
-// bytes/s) for `bytes`, after a fixed start-up cost and before a fixed latency:
+// bytes/s) for `bytes` plus its fixed start-up cost (charged as time on those links, so fixed costs
+// of ops sharing a link add up), before a fixed latency:
 //   Copy                  gpu_mem[g] at copy_bandwidth (host_mem[node] for host-memory ranks)
 //   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth
 //   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
