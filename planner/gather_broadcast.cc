@@ -71,6 +71,10 @@ class GatherBroadcast {
     num_ranks_ = num_ranks;
     root_ = num_ranks;
     for (const BufferSpec& b : source_.buffers) root_ = std::min(root_, b.rank);
+    for (int r = 0; r < num_ranks_ && r < static_cast<int>(topology_.ranks.size()); ++r) {
+      const RankPlacement& p = topology_.ranks[r];
+      if (p.node == topology_.ranks[root_].node) root_node_rank_.emplace(p.local_device, r);
+    }
     // The root's view: every destination tensor whole, row-major, concatenated in tensor order.
     Layout whole;
     for (const TensorSpec& t : destination_.tensors) {
@@ -236,7 +240,30 @@ class GatherBroadcast {
     std::vector<int> recv_deps;
     if (last_recv_[holder] >= 0) recv_deps.push_back(last_recv_[holder]);
     recv.data = {Space::kStaging, remote_slot, 0};
-    last_send_[holder] = plan_.AddOp(std::move(send), send_deps);
+    const int relay = RootNodeRelay(holder);
+    if (relay >= 0) {
+      // Cross the network on the holder's rail into the root's node, then NVLink to the root.
+      send.peer = relay;
+      send.link = topology_.Link(holder, relay);
+      Op relay_recv = send;
+      relay_recv.kind = OpKind::kRecv;
+      relay_recv.rank = relay;
+      relay_recv.peer = holder;
+      relay_recv.data = {Space::kStaging, plan_.AddSlot(relay, bytes), 0};
+      Op forward = relay_recv;
+      forward.kind = OpKind::kForward;
+      forward.peer = root_;
+      forward.link = topology_.Link(relay, root_);
+      forward.message = next_message_++;
+      recv.peer = relay;
+      recv.link = forward.link;
+      recv.message = forward.message;
+      last_send_[holder] = plan_.AddOp(std::move(send), send_deps);
+      const int relay_recv_id = plan_.AddOp(std::move(relay_recv));
+      plan_.AddOp(std::move(forward), {relay_recv_id});
+    } else {
+      last_send_[holder] = plan_.AddOp(std::move(send), send_deps);
+    }
     const int recv_id = plan_.AddOp(std::move(recv), recv_deps);
     last_recv_[holder] = recv_id;
     Op unpack;
@@ -245,6 +272,16 @@ class GatherBroadcast {
     unpack.bytes = bytes;
     unpack.round = bucket;
     bucket_ready_[bucket].push_back(plan_.AddOp(std::move(unpack), {recv_id}, to_bucket));
+  }
+
+  // The rank of the root's node on `rank`'s rail (same local device) that relays its traffic
+  // to or from the root, or -1 when `rank` is on the root's node, is the root's rail-mate, or
+  // the root's node has no rank on that rail.
+  int RootNodeRelay(int rank) const {
+    const RankPlacement& p = topology_.ranks[rank];
+    if (p.node == topology_.ranks[root_].node) return -1;
+    auto it = root_node_rank_.find(p.local_device);
+    return it == root_node_rank_.end() || it->second == root_ ? -1 : it->second;
   }
 
   // Destination ranks other than the root, per node, by local device.
@@ -309,6 +346,14 @@ class GatherBroadcast {
       const int n = static_cast<int>(members.size());
       const int k = static_cast<int>(counter % n);
       const int leader = members[k];
+      const int relay = prev_leader == root_ ? RootNodeRelay(leader) : -1;
+      if (relay >= 0) {
+        // NCCL's ring leaves the root's node through the channel's GPU and NIC, not the root's.
+        if (!slot_of_.count(relay)) slot_of_[relay] = plan_.AddSlot(relay, bucket_bytes_[b]);
+        prev_recv = Hop(b, offset, bytes, root_, -1, relay, base_round);
+        prev_leader = relay;
+        ++depth;
+      }
       const int leader_recv =
           Hop(b, offset, bytes, prev_leader, prev_recv, leader, base_round + depth);
       int prev = leader, prev_local_recv = leader_recv;
@@ -402,6 +447,7 @@ class GatherBroadcast {
   std::vector<int> frag_order_;                 // destination fragments by (rank, bucket)
   std::map<int, int> slot_of_;                  // rank -> its slot for the current bucket
   std::map<int, std::vector<int>> recvs_;       // rank -> its Recv ops of the current bucket
+  std::map<int, int> root_node_rank_;           // local device -> rank, on the root's node
 };
 
 }  // namespace

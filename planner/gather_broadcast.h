@@ -15,6 +15,15 @@ namespace ferry {
 // chain of node leaders across nodes (the leader, hence the rail, rotates per chunk) and a chain
 // inside each node; every destination rank receives the whole bucket and keeps its slice. The
 // layouts' tensor stacks must agree (core/layout/tensor_stack.h).
+//
+// As NeMo RL runs it (NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py packed_broadcast_producer,
+// megatron_policy_worker.py broadcast_weights_for_collective): every trainer rank exports full
+// tensors through Megatron's PP broadcasts and TP/EP all-gathers, so the bytes rank 0 lacks enter
+// its node on every GPU's rail, not through rank 0's NIC alone. Here a piece held on another node
+// crosses the network to the root node's GPU on the holder's rail and is forwarded to rank 0 over
+// NVLink. The broadcast is NCCL's ring (broadcast has no other algorithm: NVIDIA/nccl
+// src/graph/tuning.cc; src/device/broadcast.h), one ring per channel, each leaving a node through
+// its own GPU and NIC: chunk c leaves the root's node through the GPU on channel c's rail.
 Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& destination,
                                          const Topology& topology, const PlannerOptions& options);
 

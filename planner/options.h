@@ -25,7 +25,11 @@ struct PlannerOptions {
   int64_t relay_chunk_bytes = int64_t{8} << 20;
   bool hierarchical = true;  // cross the network once per destination node, then fan out
   RelayMode relay = RelayMode::kAuto;  // relay between destination nodes (auto: if sources bound)
-  int64_t bucket_bytes = int64_t{5} << 30;  // gather-and-broadcast bucket size
+  // Gather-and-broadcast bucket size: NeMo RL's packed broadcast fills buckets of
+  // NRL_REFIT_BUFFER_MEMORY_RATIO (0.02) x GPU memory, at most 5 GiB
+  // (NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py, get_target_packed_tensor_size): 1.6 GiB on an
+  // 80 GB H100 (2.8 GiB on a 141 GB H200, --set planner.bucket_bytes to match).
+  int64_t bucket_bytes = (int64_t{80} << 30) / 50;
   // Gather-and-broadcast: largest message of the pipelined broadcast; large enough to keep the
   // message count of a 256-rank refit near a million, small enough that the pipeline fill (one
   // chunk per hop) stays a few percent of the refit.

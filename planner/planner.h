@@ -19,10 +19,11 @@
 //    messages are ordered in rounds that visit destination nodes in a rotated order (no incast).
 //  * gather-and-broadcast (PlanGatherBroadcast): the refit public RL stacks use today. Source rank
 //    0 (the lowest source rank) gathers every tensor whole (the part of the trainers' all-gather
-//    that reaches it), packs tensors into buckets (bucket_bytes, default 5 GiB) and broadcasts each
-//    bucket, pipelined in chunks of broadcast_chunk_bytes as NCCL does: a chain of node leaders
-//    across nodes (the leader, hence the rail, rotates per chunk) and a chain inside each node;
-//    every destination rank receives the whole bucket and keeps its slice.
+//    that reaches it, entering its node on every rail), packs tensors into buckets (bucket_bytes,
+//    default NeMo RL's 1.6 GiB) and broadcasts each bucket, pipelined in chunks of
+//    broadcast_chunk_bytes as NCCL's ring does: out of the root's node through the channel's GPU
+//    and NIC, then a chain of node leaders across nodes (the leader, hence the rail, rotates per
+//    chunk) and a chain inside each node; every destination rank keeps its slice.
 //
 // Layouts that describe a family differently, one as a tensor stack and the other member by
 // member (core/layout/tensor_stack.h), are planned (both strategies) after the layout with fewer

@@ -250,7 +250,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-baseline", args->no_baseline,
                 "skip the gather-and-broadcast plan (slow to simulate with thousands of GPUs)");
   cmd->add_option("--max-in-flight", args->max_in_flight,
-                  "simulator: most sends and receives a rank has posted at once (0: unlimited)")
+                  "simulator: most sends a rank has posted at once, as executor.max_in_flight (0: unlimited)")
       ->capture_default_str();
   cmd->add_flag("--flat", args->flat,
                 "reshard plan without hierarchical fan-out or relays: every destination GPU "

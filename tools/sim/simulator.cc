@@ -52,6 +52,10 @@ struct Flow {
   int num_links = 0;
   double cap = kInf;  // per-flow rate limit (a kernel's or a stream's own throughput)
   double bytes = 0;
+  // Service it needs from its links: bytes plus its fixed cost (a kernel launch, a message's
+  // posting and rendezvous) as the bytes its links could have moved meanwhile, so that fixed costs
+  // occupy the GPU, NVLink port or NIC they run on (a message rate) instead of overlapping freely.
+  double work = 0;
   double tail = 0;  // latency after the last byte
   int op_a = -1;
   int op_b = -1;
@@ -130,9 +134,10 @@ class Engine {
     events_.push(Event{t, seq_++, type, id});
   }
   void OnReady(int op, double t);
-  void PostMessageOp(int op, double t);
+  void Admit(int sender, double t);
   void StartLocalOp(int op, double t);
   void StartMessage(int sender, int receiver, double t);
+  void StartFlow(int id, double overhead, double t);
   void OnFlowStart(int f, double t);
   void OnFlowFinish(int f, double t);
   void OnOpDone(int op, double t);
@@ -182,8 +187,8 @@ class Engine {
   std::vector<double> ready_, start_, end_;
   std::vector<int> flow_of_op_;
   int64_t num_messages_ = 0;
-  // Per rank: message ops posted and not complete; those waiting for a post, least (round, id) on
-  // top (SimOptions::max_in_flight).
+  // Per rank: messages it sends that are moving; senders whose message could start but waits for
+  // the window, least (round, id) on top (SimOptions::max_in_flight).
   std::vector<int> posted_;
   std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
                                   std::greater<std::pair<int, int>>>>
@@ -352,24 +357,22 @@ void Engine::OnReady(int op, double t) {
     StartLocalOp(op, t);
     return;
   }
-  if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
-    waiting_[o.rank].push({o.round, op});
-    return;
-  }
-  PostMessageOp(op, t);
+  ready_[op] = t;
+  const int p = partner_[op];
+  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
+  Admit(IsSender(o.kind) ? op : p, t);
 }
 
-void Engine::PostMessageOp(int op, double t) {
-  ready_[op] = t;
-  const Op& o = plan_.ops[op];
-  ++posted_[o.rank];
-  int p = partner_[op];
-  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
-  if (IsSender(o.kind)) {
-    StartMessage(op, p, t);
-  } else {
-    StartMessage(p, op, t);
+// Both sides of sender op `sender`'s message are ready: it starts now if its rank has fewer than
+// max_in_flight messages moving, else it waits for one to finish, in (round, id) order.
+void Engine::Admit(int sender, double t) {
+  const Op& o = plan_.ops[sender];
+  if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
+    waiting_[o.rank].push({o.round, sender});
+    return;
   }
+  ++posted_[o.rank];
+  StartMessage(sender, partner_[sender], t);
 }
 
 void Engine::StartLocalOp(int op, double t) {
@@ -389,7 +392,7 @@ void Engine::StartLocalOp(int op, double t) {
   int id = static_cast<int>(flows_.size());
   flows_.push_back(f);
   flow_of_op_[op] = id;
-  Push(t + c_.kernel_overhead, EventType::kFlowStart, id);
+  StartFlow(id, c_.kernel_overhead, t);
 }
 
 void Engine::StartMessage(int sender, int receiver, double t) {
@@ -455,7 +458,18 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   flows_.push_back(f);
   flow_of_op_[sender] = id;
   flow_of_op_[receiver] = id;
-  Push(t + overhead, EventType::kFlowStart, id);
+  StartFlow(id, overhead, t);
+}
+
+// Starts flow `id` at t, its fixed cost `overhead` (seconds) charged as service on its links at
+// the rate it would get alone: uncontended, it takes overhead + bytes / rate as before; sharing a
+// link, every member's fixed cost takes the link's time.
+void Engine::StartFlow(int id, double overhead, double t) {
+  Flow& f = flows_[id];
+  double alone = f.cap;
+  for (int k = 0; k < f.num_links; ++k) alone = std::min(alone, res_[f.links[k]].capacity);
+  f.work = f.bytes + (alone < kInf ? overhead * alone : 0);
+  Push(t, EventType::kFlowStart, id);
 }
 
 int Engine::ClassOf(const Flow& f) {
@@ -489,7 +503,7 @@ void Engine::OnFlowStart(int id, double t) {
   Flow& f = flows_[id];
   if (f.op_a >= 0) start_[f.op_a] = t;
   if (f.op_b >= 0) start_[f.op_b] = t;
-  if (f.bytes <= 0) {
+  if (f.work <= 0) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
     return;
@@ -497,7 +511,7 @@ void Engine::OnFlowStart(int id, double t) {
   const int cid = ClassOf(f);
   FlowClass& c = classes_[cid];
   Settle(c, t);
-  c.finishing.push({c.service + f.bytes, id});
+  c.finishing.push({c.service + f.work, id});
   if (c.members++ == 0) {
     c.rate = 0;
     for (int k = 0; k < c.num_links; ++k) {
@@ -752,13 +766,14 @@ void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
 void Engine::OnOpDone(int op, double t) {
   end_[op] = t;
   const Op& o = plan_.ops[op];
-  if (IsMessageOp(o.kind)) {
+  if (IsSender(o.kind)) {
     --posted_[o.rank];
     auto& queue = waiting_[o.rank];
     if (!queue.empty()) {
       const int next = queue.top().second;
       queue.pop();
-      PostMessageOp(next, t);
+      ++posted_[o.rank];
+      StartMessage(next, partner_[next], t);
     }
   }
   for (int i = dependents_begin_[op]; i < dependents_begin_[op + 1]; ++i) {
@@ -870,7 +885,10 @@ Result<SimResult> Engine::Run() {
     if (pending_[i] != 0) continue;
     const Op& o = plan_.ops[i];
     if (opt_.max_in_flight > 0 && IsMessageOp(o.kind)) {
-      waiting_[o.rank].push({o.round, i});
+      ready_[i] = 0.0;
+      const int p = partner_[i];
+      const int sender = IsSender(o.kind) ? i : p;
+      if (ready_[p] >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
     } else {
       OnReady(i, 0.0);
     }
@@ -880,7 +898,8 @@ Result<SimResult> Engine::Run() {
     while (!queue.empty() && posted_[rank] < opt_.max_in_flight) {
       const int op = queue.top().second;
       queue.pop();
-      PostMessageOp(op, 0.0);
+      ++posted_[rank];
+      StartMessage(op, partner_[op], 0.0);
     }
   }
   while (!events_.empty() || !finish_heap_.Empty()) {
@@ -912,10 +931,7 @@ Result<SimResult> Engine::Run() {
   if (never > 0) {
     const Op& o = plan_.ops[example];
     std::string why = pending_[example] > 0 ? "waits on deps that never finish (a cycle?)"
-                      : ready_[example] < 0
-                          ? "was never posted: its rank's max_in_flight posted messages all wait "
-                            "for partners (deadlock under the in-flight limit)"
-                          : "waits for its message partner, which never ran";
+                                            : "waits for its message partner, which never ran";
     return InvalidArgument(std::to_string(never) + " ops never ran; e.g. op " +
                            std::to_string(example) + " (" + std::string(OpKindName(o.kind)) +
                            " on rank " + std::to_string(o.rank) + ") " + why);

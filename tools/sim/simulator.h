@@ -2,7 +2,8 @@
 // finishes.
 //
 // Model. Every op becomes an activity that needs a set of links (resources with a capacity in
-// bytes/s) for `bytes`, after a fixed start-up cost and before a fixed latency:
+// bytes/s) for `bytes` plus its fixed start-up cost (charged as time on those links, so fixed costs
+// of ops sharing a link add up), before a fixed latency:
 //   Copy                  gpu_mem[g] at copy_bandwidth (host_mem[node] for host-memory ranks)
 //   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth
 //   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
@@ -62,12 +63,15 @@ struct SimOptions {
   // events of one instant. The default, 1 us, is below every per-message overhead of the presets
   // and moves the DeepSeek-V3 prediction by < 0.1% while cutting recomputations ~10x.
   double rate_batch_window = 1e-6;
-  // Most sends and receives a rank has posted at once, as the executor's executor.max_in_flight
-  // (256 by default there): a message op whose deps are done waits, in (round, id) order, until
-  // one of its rank's posted messages completes. 0 (default): unlimited, every ready message op is
-  // posted at once (the plan's ideal; a cap of 256 predicts DeepSeek-V3 256->256 at 227 ms instead
-  // of 148 ms through head-of-line blocking, see docs/simulator.md).
-  int max_in_flight = 0;
+  // Most messages a rank sends at once, as the executor's executor.max_in_flight
+  // (core/runtime/executor_options.h, 256 by default; the same default here): a message whose
+  // sender and receiver are both ready waits, in (round, id) order on its sender's rank, until one
+  // of the rank's moving messages finishes. A send whose receiver is not ready yet holds no slot:
+  // the executor's transports keep a message that arrives before its receive is posted
+  // (transports/tcp/tcp_transport.cc, `Unexpected`), so a slot never waits on a receiver. Slots
+  // held by sends or receives whose partner was not ready let ranks wait for each other's slots
+  // (a deadlock); only moving messages hold slots here, so no window deadlocks. 0: unlimited.
+  int max_in_flight = 256;
 };
 
 struct OpTime {

@@ -85,7 +85,27 @@ TEST(SimulatorTest, OneNetworkFlowTakesBytesOverBandwidthPlusFixedCosts) {
   EXPECT_EQ(r.num_messages, 1);
   EXPECT_DOUBLE_EQ(r.network_bytes, 1e9);
   ASSERT_EQ(r.op_times.size(), 2u);
-  EXPECT_NEAR(r.op_times[0].start, 2e-3, 1e-12);
+  // The message starts when posted; its fixed cost is link time before the bytes.
+  EXPECT_NEAR(r.op_times[0].start, 0, 1e-12);
+}
+
+// 100 small messages from one NIC: each message's 10 us fixed cost occupies the NIC, so they take
+// 100 x (10 us + 1 us) one after the other, not one overhead in all; ten times the overhead, about
+// ten times the time. Copies on one GPU likewise serialise their launch costs.
+TEST(SimulatorTest, FixedCostsOccupyTheLinkTheyRunOn) {
+  PlanBuilder b(4);
+  for (int i = 0; i < 100; ++i) b.Message(0, 2, 1000);
+  ClusterSpec c = TestCluster();
+  c.nic_message_overhead = 10e-6;
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 100 * 11e-6, 1e-7);
+  c.nic_message_overhead = 100e-6;
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 100 * 101e-6, 1e-6);
+
+  PlanBuilder copies(1);
+  for (int i = 0; i < 100; ++i) copies.Local(OpKind::kCopy, 0, 100'000);
+  ClusterSpec k = TestCluster();
+  k.kernel_overhead = 5e-6;
+  EXPECT_NEAR(SimulatePlan(copies.plan(), k).total_time, 100 * (5e-6 + 1e-6), 1e-7);
 }
 
 TEST(SimulatorTest, EfficiencyScalesNicBandwidth) {
@@ -139,7 +159,8 @@ TEST(SimulatorTest, ChainOfCopySendUnpackAddsUp) {
   c.kernel_overhead = 1e-3;
   SimResult r = SimulatePlan(b.plan(), c);
   EXPECT_NEAR(r.total_time, 3.002, 1e-9);
-  EXPECT_NEAR(r.op_times[unpack].start, 2.002, 1e-9);
+  // The unpack starts when the message ends; its launch cost is GPU time before its bytes.
+  EXPECT_NEAR(r.op_times[unpack].start, 2.001, 1e-9);
   // The critical path is the whole chain, first op first.
   ASSERT_EQ(r.critical_path.size(), 3u);
   EXPECT_EQ(r.critical_path[0].op, copy);
@@ -321,6 +342,23 @@ TEST(SimulatorTest, MaxInFlightLimitsPostedMessagesPerRank) {
   SimOptions bad;
   bad.max_in_flight = -1;
   EXPECT_FALSE(Simulate(b.plan(), cluster, RankMapping::Identity(10), bad).ok());
+}
+
+// Ranks 0 and 2 each receive from the other before they send to it (receives in round 0, sends
+// in round 1). Had receives taken window slots, each rank's one slot would hold its receive and
+// neither send would ever be posted; receives are posted when ready, so any window completes.
+TEST(SimulatorTest, NoWindowDeadlocksCrossedExchanges) {
+  PlanBuilder b(4);
+  std::pair<int, int> to2 = b.Message(0, 2, 1'000'000);
+  std::pair<int, int> to0 = b.Message(2, 0, 1'000'000);
+  b.plan().ops[to2.first].round = 1;
+  b.plan().ops[to0.first].round = 1;
+  for (int window : {1, 2, 0}) {
+    SimOptions options;
+    options.max_in_flight = window;
+    EXPECT_NEAR(SimulatePlan(b.plan(), TestCluster(), options).total_time, 1e-3, 1e-9)
+        << "window " << window;
+  }
 }
 
 // A (0 -> 2, 1 GB) runs alone until B (1 -> 2, 0.5 GB) joins at 0.25 s behind a 25 GB copy; then
