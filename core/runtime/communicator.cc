@@ -244,12 +244,20 @@ void Communicator::Abort(const Status& reason) {
   }
 }
 
+Status Communicator::WithCause(Status failure) {
+  auto heartbeat = options_.config->GetSeconds("deadline.heartbeat");
+  const Deadline wait = Deadline::AfterSeconds(3 * (heartbeat.ok() ? *heartbeat : 0.1));
+  while (!aborted_ && !wait.Expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (!aborted_) return failure;
+  return Status(failure.code(), failure.message() + "; cause: " + abort_reason().message());
+}
+
 Status Communicator::Barrier(std::string_view name, Deadline deadline) {
   const std::string key = "barrier/" + std::string(name);
   const std::string what = "barrier '" + std::string(name) + "'";
   if (aborted_) return abort_reason().WithContext(what);
   auto arrived = options_.store->Add(key, 1, deadline);
-  if (!arrived.ok()) return arrived.status().WithContext(what);
+  if (!arrived.ok()) return WithCause(arrived.status()).WithContext(what);
   // Waits in short slices, checking for an abort between them.
   while (true) {
     Deadline slice = Deadline::After(std::chrono::milliseconds(100));
@@ -258,7 +266,7 @@ Status Communicator::Barrier(std::string_view name, Deadline deadline) {
     if (status.ok()) return status;
     if (aborted_) return abort_reason().WithContext(what);
     if (status.code() != StatusCode::kDeadlineExceeded || deadline.Expired()) {
-      return std::move(status).WithContext(what);
+      return WithCause(std::move(status)).WithContext(what);
     }
   }
 }

@@ -92,6 +92,9 @@ class Communicator {
  private:
   explicit Communicator(CommunicatorOptions options) : options_(std::move(options)) {}
   Status Connect(Deadline deadline);
+  // `failure` (of the store: its host may have died) with the communicator's abort reason added
+  // when the peer monitor reports one within three heartbeats; else `failure` itself.
+  Status WithCause(Status failure);
   // Connects a PeerMonitor to every peer through the store keys under `prefix` and starts it.
   Status StartMonitor(const std::string& prefix, Deadline deadline);
   void DropTransports();
