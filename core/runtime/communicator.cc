@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <random>
 #include <set>
@@ -123,7 +124,57 @@ Status Communicator::Connect(Deadline deadline) {
       }
     }
   }
-  return Barrier(*options_.store, prefix + "connected", options_.size, deadline);
+  FERRY_RETURN_IF_ERROR(StartMonitor(prefix, deadline));
+  return ::ferry::Barrier(*options_.store, prefix + "connected", options_.size, deadline);
+}
+
+Status Communicator::StartMonitor(const std::string& prefix, Deadline deadline) {
+  if (options_.size == 1) return Status::Ok();
+  const Config& config = *options_.config;
+  PeerMonitorOptions o;
+  o.rank = options_.rank;
+  o.size = options_.size;
+  o.epoch = epoch_;
+  o.secret = DigestHex(HmacSha256(group_key_, "ferry-watch-secret/" + prefix));
+  FERRY_ASSIGN_OR_RETURN(o.heartbeat_s, config.GetSeconds("deadline.heartbeat"));
+  FERRY_ASSIGN_OR_RETURN(o.peer_dead_s, config.GetSeconds("deadline.peer_dead"));
+  if (!(o.heartbeat_s > 0) || !(o.peer_dead_s >= 2 * o.heartbeat_s)) {
+    return InvalidArgument("deadline.peer_dead (" + std::to_string(o.peer_dead_s) +
+                           " s) must be at least twice deadline.heartbeat (" +
+                           std::to_string(o.heartbeat_s) + " s), which must be positive");
+  }
+  auto connect = config.GetSeconds("deadline.connect");
+  o.first_beat_s = connect.ok() ? *connect : 60.0;
+  auto host = config.GetString("watch.host");
+  if (host.ok() && !host->empty()) {
+    o.host = *host;
+  } else if (auto tcp_host = config.GetString("tcp.host"); tcp_host.ok()) {
+    o.host = *tcp_host;
+  }
+  auto monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why) { Abort(why); });
+  FERRY_RETURN_IF_ERROR(monitor->Listen());
+  const std::string key = prefix + "watch/";
+  FERRY_RETURN_IF_ERROR(options_.store->Set(
+      key + std::to_string(options_.rank),
+      ToBytes(monitor->host() + " " + std::to_string(monitor->port())), deadline));
+  for (int peer = 0; peer < options_.size; ++peer) {
+    if (peer == options_.rank) continue;
+    const std::string who = "peer monitor of rank " + std::to_string(peer);
+    auto info = options_.store->Get(key + std::to_string(peer), deadline);
+    if (!info.ok()) return info.status().WithContext(who);
+    const std::string text = FromBytes(*info);
+    const size_t space = text.rfind(' ');
+    if (space == std::string::npos) return InvalidArgument(who + ": malformed address '" + text + "'");
+    const int port = std::atoi(text.c_str() + space + 1);
+    if (port <= 0 || port > 65535) return InvalidArgument(who + ": bad port in '" + text + "'");
+    FERRY_RETURN_IF_ERROR(monitor->Connect(peer, text.substr(0, space),
+                                           static_cast<uint16_t>(port), deadline)
+                              .WithContext(who));
+  }
+  monitor->Start();
+  std::lock_guard<std::mutex> lock(mu_);
+  monitor_ = std::move(monitor);
+  return Status::Ok();
 }
 
 Result<Transport*> Communicator::TransportFor(int peer) {
@@ -152,12 +203,16 @@ Status Communicator::abort_reason() const {
 }
 
 void Communicator::Abort(const Status& reason) {
+  PeerMonitor* monitor = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
     abort_reason_ = reason.ok() ? Aborted("communicator aborted") : reason;
     aborted_ = true;
+    monitor = monitor_.get();
   }
+  // Peers hear the reason before they see this rank's links close (Announce waits for it).
+  if (monitor != nullptr) monitor->Announce(abort_reason());
   double seconds = options_.config->GetSeconds("deadline.abort").ok()
                        ? *options_.config->GetSeconds("deadline.abort")
                        : 5.0;
@@ -189,7 +244,41 @@ void Communicator::Abort(const Status& reason) {
   }
 }
 
+Status Communicator::WithCause(Status failure) {
+  auto heartbeat = options_.config->GetSeconds("deadline.heartbeat");
+  const Deadline wait = Deadline::AfterSeconds(3 * (heartbeat.ok() ? *heartbeat : 0.1));
+  while (!aborted_ && !wait.Expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (!aborted_) return failure;
+  return Status(failure.code(), failure.message() + "; cause: " + abort_reason().message());
+}
+
+Status Communicator::Barrier(std::string_view name, Deadline deadline) {
+  const std::string key = "barrier/" + std::string(name);
+  const std::string what = "barrier '" + std::string(name) + "'";
+  if (aborted_) return abort_reason().WithContext(what);
+  auto arrived = options_.store->Add(key, 1, deadline);
+  if (!arrived.ok()) return WithCause(arrived.status()).WithContext(what);
+  // Waits in short slices, checking for an abort between them.
+  while (true) {
+    Deadline slice = Deadline::After(std::chrono::milliseconds(100));
+    if (deadline.when() < slice.when()) slice = deadline;
+    Status status = options_.store->WaitAtLeast(key, options_.size, slice);
+    if (status.ok()) return status;
+    if (aborted_) return abort_reason().WithContext(what);
+    if (status.code() != StatusCode::kDeadlineExceeded || deadline.Expired()) {
+      return WithCause(std::move(status)).WithContext(what);
+    }
+  }
+}
+
 void Communicator::DropTransports() {
+  // The monitor goes first, outside the lock: its thread may be inside Abort, which takes it.
+  std::unique_ptr<PeerMonitor> monitor;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    monitor = std::move(monitor_);
+  }
+  monitor.reset();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [name, transport] : transports_) {
     // A quarantined transport may still be inside a hung call: never destroy it under that call.

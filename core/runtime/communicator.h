@@ -4,7 +4,13 @@
 //   Create   every rank calls it; it publishes endpoint info through the store under the epoch's
 //            keys, connects every transport to every peer that uses it, and meets at a barrier.
 //   Abort    any thread; returns within deadline.abort even when peers are dead or a transport's
-//            Abort hangs (that transport is quarantined: never waited on, never destroyed).
+//            Abort hangs (that transport is quarantined: never waited on, never destroyed). The
+//            reason is sent to every peer, whose communicators abort with it in turn.
+//   Monitor  a PeerMonitor (peer_monitor.h) watches every peer over its own authenticated
+//            connection and aborts the communicator, naming the rank at fault, when a peer dies
+//            or closes its connection (at once), stays silent for deadline.peer_dead (stopped or
+//            hung), or announces an abort. Independent of the transports, so every transport
+//            gets the same bound.
 //   Recreate every rank calls it after a failure; it replaces the transports with fresh ones for
 //            epoch + 1. Transports refuse connections of other epochs and tags carry the epoch,
 //            so messages from an old epoch are dropped.
@@ -25,6 +31,7 @@
 #include "core/base/status.h"
 #include "core/layout/topology.h"
 #include "core/base/config.h"
+#include "core/runtime/peer_monitor.h"
 #include "core/runtime/store.h"
 #include "core/runtime/transport.h"
 
@@ -73,6 +80,11 @@ class Communicator {
   bool aborted() const { return aborted_.load(); }
   Status abort_reason() const;
 
+  // A store barrier of `name` among this communicator's ranks that also ends, with the abort
+  // reason, as soon as the communicator aborts (a peer died or hung): survivors between refits do
+  // not wait out `deadline` for a rank that will never arrive. Blocks; the executor's thread.
+  Status Barrier(std::string_view name, Deadline deadline);
+
   // Every rank calls it: drops the transports (quarantined ones are leaked, not waited on) and
   // connects fresh ones for epoch + 1.
   Status Recreate(Deadline deadline);
@@ -80,6 +92,11 @@ class Communicator {
  private:
   explicit Communicator(CommunicatorOptions options) : options_(std::move(options)) {}
   Status Connect(Deadline deadline);
+  // `failure` (of the store: its host may have died) with the communicator's abort reason added
+  // when the peer monitor reports one within three heartbeats; else `failure` itself.
+  Status WithCause(Status failure);
+  // Connects a PeerMonitor to every peer through the store keys under `prefix` and starts it.
+  Status StartMonitor(const std::string& prefix, Deadline deadline);
   void DropTransports();
 
   CommunicatorOptions options_;
@@ -89,8 +106,9 @@ class Communicator {
   std::vector<std::string> transport_of_peer_;  // transport name per peer
   std::map<std::string, std::unique_ptr<Transport>> transports_;
   std::map<std::string, bool> quarantined_;
+  std::unique_ptr<PeerMonitor> monitor_;  // guarded by mu_ (the pointer; the monitor is thread-safe)
   std::atomic<bool> aborted_{false};
-  mutable std::mutex mu_;  // guards abort_reason_ and quarantined_
+  mutable std::mutex mu_;  // guards abort_reason_, quarantined_ and monitor_
   Status abort_reason_;
 };
 

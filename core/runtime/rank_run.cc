@@ -2,6 +2,8 @@
 #include "core/runtime/rank_run.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "core/base/strings.h"
 
@@ -602,7 +604,25 @@ Result<ExecutorStats> RankRun::Finish() {
 // Fails fast everywhere: aborting the communicator closes our links, so peers fail at once
 // instead of waiting out their deadlines. Then collects what the transports and the copy pool
 // still report, so that nothing of this run outlives it, and returns the failure.
+void RankRun::AwaitCause() {
+  const StatusCode code = failure_.code();
+  if (code != StatusCode::kUnavailable && code != StatusCode::kAborted &&
+      code != StatusCode::kIoError) {
+    return;
+  }
+  auto heartbeat = comm_.config().GetSeconds("deadline.heartbeat");
+  const Deadline wait = Deadline::AfterSeconds(3 * (heartbeat.ok() ? *heartbeat : 0.1));
+  while (!comm_.aborted() && !wait.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!comm_.aborted()) return;
+  const std::string cause = comm_.abort_reason().message();
+  if (failure_.message().find(cause) != std::string::npos) return;  // already says it
+  failure_ = Status(code, failure_.message() + "; cause: " + cause);
+}
+
 Status RankRun::AbortRun() {
+  AwaitCause();
   comm_.Abort(failure_);
   for (Transport* t : used_transports_) {
     for (int i = 0; i < 4; ++i) {

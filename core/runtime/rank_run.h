@@ -156,6 +156,10 @@ class RankRun {
   // --- the end ---
   Result<ExecutorStats> Finish();
   Status AbortRun();
+  // A link failure seen here is often the echo of a failure elsewhere (a peer that aborted closes
+  // its links): waits up to three heartbeats for the peer monitor to report the cause, and adds
+  // it to failure_, so that the error names the rank at fault rather than a neighbour.
+  void AwaitCause();
 
   const Op& OpAt(int i) const { return plan_.ops[ids_[i]]; }
   // Bytes of staging slot `slot`: a plan slot, or from plan_.slots.size() on a bounce slot.

@@ -14,6 +14,14 @@ const std::vector<OptionSpec>& CoreOptions() {
       {"deadline.refit", "300s", "one refit (executing a plan) from start to finish"},
       {"deadline.abort", "5s", "Communicator::Abort returns within this"},
       {"deadline.store", "60s", "one store request (set, get, barrier)"},
+      {"deadline.heartbeat", "100ms",
+       "interval of the peer monitor's heartbeats; an abort reaches every rank within about this"},
+      {"deadline.peer_dead", "5s",
+       "a peer silent this long (stopped, hung, unreachable) fails the communicator, naming it; "
+       "a dead peer's closed connection is seen at once"},
+      {"watch.host", "",
+       "address the peer monitor listens on and advertises (empty: tcp.host, else this host's "
+       "first non-loopback address)"},
   };
   return *options;
 }

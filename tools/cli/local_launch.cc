@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -21,6 +22,16 @@ namespace {
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// With FERRY_LAUNCH_TRACE set, says on stderr when each rank's exit was reaped (CLOCK_REALTIME ns),
+// for the kill harness (tools/kill_harness.py) to time detection by.
+void TraceExit(int rank) {
+  if (Env("FERRY_LAUNCH_TRACE") == nullptr) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  std::fprintf(stderr, "ferry-launch: rank %d exited at %lld\n", rank, static_cast<long long>(ns));
 }
 
 }  // namespace
@@ -140,6 +151,7 @@ Result<LaunchResult> LaunchLocalRanks(const LaunchOptions& options) {
       pids[r] = -1;
       --running;
       RankExit& e = result.exits[r];
+      TraceExit(r);
       if (WIFSIGNALED(status)) {
         e.signaled = true;
         e.signal = WTERMSIG(status);
@@ -163,6 +175,7 @@ Result<LaunchResult> LaunchLocalRanks(const LaunchOptions& options) {
         if (pids[r] <= 0) continue;
         int status = 0;
         ::waitpid(pids[r], &status, 0);
+        TraceExit(r);
         result.exits[r].signaled = WIFSIGNALED(status);
         result.exits[r].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         pids[r] = -1;

@@ -24,6 +24,7 @@
 #include "core/runtime/session.h"
 #include "tools/cli/cli_config.h"
 #include "tools/cli/device_buffers.h"
+#include "tools/cli/fault_injection.h"
 #include "tools/cli/host_buffers.h"
 #include "tools/cli/refit_pattern.h"
 #include "tools/cli/run_report.h"
@@ -150,7 +151,9 @@ struct RankContext {
   HostBuffers& destinations;
   DeviceBuffers* device_sources = nullptr;  // --memory cuda: the buffers the refit moves
   DeviceBuffers* device_destinations = nullptr;
-  Deadline store_deadline() const { return Deadline::AfterSeconds(120); }
+  double store_seconds = 60;   // the config's deadline.store
+  Fault fault;                 // FERRY_INJECT_FAULT (the kill harness); rank -1: none
+  Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
 };
 
 Status RegisterBuffers(Refit& refit, const RankContext& c) {
@@ -173,7 +176,7 @@ Status RegisterBuffers(Refit& refit, const RankContext& c) {
 // One refit of `variant` on every rank; rank 0 gets the aggregate.
 Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Refit& refit, const std::string& key,
                             const std::string& what) {
-  FERRY_RETURN_IF_ERROR(Barrier(c.session.store(), key + "/start", c.size, c.store_deadline())
+  FERRY_RETURN_IF_ERROR(c.session.communicator().Barrier(key + "/start", c.store_deadline())
                             .WithContext("barrier before " + what));
   RankSample sample;
   {
@@ -189,7 +192,9 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
     sample.executor_seconds = stats->executor.seconds;
   }
   FERRY_ASSIGN_OR_RETURN(RefitSample all,
-                         ShareSample(c.session.store(), key, c.rank, c.size, sample, c.store_deadline()));
+                         ShareSample(c.session.store(), key, c.rank, c.size, sample, c.store_deadline(), [&] {
+                           return c.session.communicator().Barrier(key + "/published", c.store_deadline());
+                         }));
   if (c.rank == 0) {
     Say("  %-24s %-20s %10s  %7.2f GB/s\n", variant.name.c_str(), what.substr(variant.name.size() + 1).c_str(),
         FormatSeconds(all.seconds, 1, false).c_str(),
@@ -266,7 +271,10 @@ Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, const Ru
         variant.name + (measured ? " refit " + std::to_string(it - c.args.warmup + 1) + "/" +
                                        std::to_string(c.args.iterations)
                                  : " warm-up " + std::to_string(it + 1));
+    // A fault goes off in the first measured refit of the first variant only: the process is gone.
+    if (it == c.args.warmup) MaybeInjectFault(c.fault, c.rank, true);
     FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, "run/" + variant.name + "/" + std::to_string(it), what));
+    if (it == c.args.warmup) MaybeInjectFault(c.fault, c.rank, false);
     if (measured && c.rank == 0) samples.push_back(all);
   }
   if (c.args.leak_check) FERRY_RETURN_IF_ERROR(CheckLeaks(c, variant, before));
@@ -411,7 +419,9 @@ Status RunRankOrError(const RunArgs& args) {
                        FormatBytes(static_cast<double>(sources.total() + destinations.total())) + " of buffers");
   }
   FERRY_RETURN_IF_ERROR(FillPattern(in.source, RankBuffers{info.rank, sources.pointers()}));
-  RankContext context{args, in, info.rank, info.size, session, sources, destinations};
+  RankContext context{args, in, info.rank, info.size, session, sources, destinations, nullptr, nullptr, 60, Fault{}};
+  FERRY_ASSIGN_OR_RETURN(context.store_seconds, config.GetSeconds("deadline.store"));
+  FERRY_ASSIGN_OR_RETURN(context.fault, FaultFromEnvironment());
   std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
   if (args.memory == "cuda") {
     FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, sources, device_sources, device_destinations)
@@ -419,7 +429,7 @@ Status RunRankOrError(const RunArgs& args) {
     context.device_sources = device_sources.get();
     context.device_destinations = device_destinations.get();
   }
-  FERRY_RETURN_IF_ERROR(Barrier(session.store(), "run/filled", info.size, context.store_deadline()));
+  FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/filled", context.store_deadline()));
   const int64_t delivered = FragmentBytes(in.destination);
   double memcpy_bps = 0;
   if (lead) {
@@ -436,7 +446,7 @@ Status RunRankOrError(const RunArgs& args) {
           FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
     }
   }
-  FERRY_RETURN_IF_ERROR(Barrier(session.store(), "run/memcpy", info.size, context.store_deadline()));
+  FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/memcpy", context.store_deadline()));
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor_options, ExecutorOptions::FromConfig(config));
   std::vector<VariantSummary> summaries;
   for (const RunVariant& variant : Variants(args, executor_options.direct_intra_node)) {

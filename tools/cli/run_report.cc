@@ -32,11 +32,13 @@ Result<RankSample> RankSample::Decode(const std::string& text) {
 }
 
 Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, int size,
-                                const RankSample& sample, Deadline deadline) {
+                                const RankSample& sample, Deadline deadline,
+                                const std::function<Status()>& published) {
   const std::string encoded = sample.Encode();
   FERRY_RETURN_IF_ERROR(store.Set(
       key + "/rank" + std::to_string(rank),
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()), deadline));
+  FERRY_RETURN_IF_ERROR(published());
   RefitSample all;
   if (rank != 0) return all;
   int64_t first = INT64_MAX, last = 0;

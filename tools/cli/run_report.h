@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,12 @@ struct RefitSample {
   double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
 };
 
-// Publishes this rank's sample under `key`; rank 0 (only) then gathers all `size` and returns
-// their aggregate, other ranks an empty sample.
+// Publishes this rank's sample under `key`, then calls `published` (every rank: a barrier that
+// ends early when a rank failed, so rank 0 never waits for a sample that will not come); rank 0
+// (only) then gathers all `size` and returns their aggregate, other ranks an empty sample.
 Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, int size,
-                                const RankSample& sample, Deadline deadline);
+                                const RankSample& sample, Deadline deadline,
+                                const std::function<Status()>& published);
 
 // One way of running a refit that the report compares: a strategy, and whether ranks of one node
 // read each other's memory directly (executor.direct_intra_node) or go through the transport.

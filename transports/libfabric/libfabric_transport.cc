@@ -20,7 +20,7 @@
 
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
-#include "transports/libfabric/peer_watch.h"
+#include "core/runtime/peer_watch.h"
 
 namespace ferry {
 namespace {

@@ -132,6 +132,45 @@ TEST(CommunicatorTest, AbortThenRecreateDropsOldEpochMessages) {
   });
 }
 
+// An abort on one rank reaches the others through the peer monitor within a few heartbeats, with
+// its reason, instead of each waiting out its own deadline.
+TEST(CommunicatorTest, AnAbortPropagatesToEveryRankNamingItsOrigin) {
+  ThreadWorld world(3);
+  world.Run([&](Communicator& comm) {
+    ASSERT_TRUE(Barrier(world.store, "up", 3, Deadline::AfterSeconds(20)).ok());
+    const auto started = std::chrono::steady_clock::now();
+    if (comm.rank() == 1) comm.Abort(Unavailable("rank 1's executor lost its GPU"));
+    while (!comm.aborted() && std::chrono::steady_clock::now() - started < std::chrono::seconds(5)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+    ASSERT_TRUE(comm.aborted());
+    if (comm.rank() != 1) {
+      EXPECT_NE(comm.abort_reason().ToString().find("rank 1 aborted: "), std::string::npos)
+          << comm.abort_reason().ToString();
+      EXPECT_NE(comm.abort_reason().ToString().find("lost its GPU"), std::string::npos);
+    }
+    ASSERT_TRUE(Barrier(world.store, "down", 3, Deadline::AfterSeconds(20)).ok());
+  });
+}
+
+// Ranks waiting at a barrier for a rank that failed leave it with the failure, not at the deadline.
+TEST(CommunicatorTest, ABarrierEndsWhenTheCommunicatorAborts) {
+  ThreadWorld world(3);
+  world.Run([&](Communicator& comm) {
+    ASSERT_TRUE(Barrier(world.store, "up", 3, Deadline::AfterSeconds(20)).ok());
+    if (comm.rank() == 1) {
+      comm.Abort(Unavailable("rank 1 failed"));  // and never comes to the barrier
+    } else {
+      const auto started = std::chrono::steady_clock::now();
+      Status waited = comm.Barrier("never", Deadline::AfterSeconds(20));
+      EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+      EXPECT_NE(waited.ToString().find("rank 1 failed"), std::string::npos) << waited.ToString();
+    }
+    ASSERT_TRUE(Barrier(world.store, "down", 3, Deadline::AfterSeconds(20)).ok());
+  });
+}
+
 TEST(CommunicatorTest, RunsAPlanOverLocalWithinANodeAndTcpAcross) {
   ThreadWorld world(3);
   // Rank 0 sends 3 MiB to rank 1 (local) and to rank 2 (tcp), and to itself (same-rank local).

@@ -1,11 +1,13 @@
 // PeerWatch (see peer_watch.h): the listening socket, the dial/accept handshake with the rank
-// hello, and close detection with poll().
-#include "transports/libfabric/peer_watch.h"
+// hello, close detection with poll(), and the control frames ('H' heartbeat, 'B' goodbye,
+// 'A' + 4-byte little-endian length + reason: abort).
+#include "core/runtime/peer_watch.h"
 
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,6 +18,9 @@ namespace ferry {
 namespace {
 
 constexpr RankHelloProtocol kWatchHello{{'F', 'E', 'F', 'W'}, "ferry-libfabric-watch"};
+constexpr uint8_t kHeartbeat = 'H';
+constexpr uint8_t kBye = 'B';
+constexpr uint8_t kAbort = 'A';
 
 }  // namespace
 
@@ -64,6 +69,7 @@ Status PeerWatch::Connect(int peer, const std::string& host, uint16_t port, Dead
                               std::to_string(port));
   }
   watched_[peer] = *fd;
+  heard_at_[peer] = std::chrono::steady_clock::now();
   return Status::Ok();
 }
 
@@ -71,6 +77,7 @@ Status PeerWatch::AcceptFrom(int peer, Deadline deadline) {
   while (true) {
     if (auto it = accepted_.find(peer); it != accepted_.end()) {
       watched_[peer] = it->second;
+      heard_at_[peer] = std::chrono::steady_clock::now();
       accepted_.erase(it);
       return Status::Ok();
     }
@@ -88,24 +95,101 @@ Status PeerWatch::AcceptFrom(int peer, Deadline deadline) {
 
 std::vector<int> PeerWatch::PollGone() {
   std::vector<int> gone;
-  if (watched_.empty()) return gone;
+  for (const Event& event : Poll(0)) {
+    if (event.kind == Event::kGone) gone.push_back(event.rank);
+  }
+  return gone;
+}
+
+void PeerWatch::SendFrame(const std::vector<uint8_t>& frame) {
+  for (auto& [rank, fd] : watched_) {
+    (void)send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+void PeerWatch::SendHeartbeat() { SendFrame({kHeartbeat}); }
+void PeerWatch::SendBye() { SendFrame({kBye}); }
+
+void PeerWatch::SendAbort(const std::string& reason) {
+  const uint32_t length = static_cast<uint32_t>(std::min(reason.size(), kMaxReason));
+  std::vector<uint8_t> frame(5 + length);
+  frame[0] = kAbort;
+  std::memcpy(frame.data() + 1, &length, 4);
+  if (length > 0) std::memcpy(frame.data() + 5, reason.data(), length);
+  SendFrame(frame);
+}
+
+bool PeerWatch::ParseFrames(int peer, std::vector<Event>& events) {
+  std::vector<uint8_t>& in = inbox_[peer];
+  size_t at = 0;
+  while (at < in.size()) {
+    if (in[at] == kHeartbeat) {
+      ++at;
+    } else if (in[at] == kBye) {
+      events.push_back(Event{Event::kBye, peer, ""});
+      ++at;
+    } else if (in[at] == kAbort) {
+      if (in.size() - at < 5) break;
+      uint32_t length = 0;
+      std::memcpy(&length, in.data() + at + 1, 4);
+      if (length > kMaxReason) return false;
+      if (in.size() - at - 5 < length) break;
+      const char* text = reinterpret_cast<const char*>(in.data() + at + 5);
+      events.push_back(Event{Event::kAbort, peer, std::string(text, length)});
+      at += 5 + length;
+    } else {
+      return false;
+    }
+  }
+  in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(at));
+  return true;
+}
+
+std::vector<PeerWatch::Event> PeerWatch::Poll(int timeout_ms, int wake_fd) {
+  std::vector<Event> events;
   std::vector<pollfd> fds;
   std::vector<int> ranks;
   for (auto& [rank, fd] : watched_) {
     fds.push_back(pollfd{fd, POLLIN, 0});
     ranks.push_back(rank);
   }
-  if (poll(fds.data(), fds.size(), 0) <= 0) return gone;
-  for (size_t i = 0; i < fds.size(); ++i) {
+  const size_t peers = fds.size();
+  if (wake_fd >= 0) fds.push_back(pollfd{wake_fd, POLLIN, 0});
+  if (fds.empty() || poll(fds.data(), fds.size(), timeout_ms) <= 0) return events;
+  for (size_t i = 0; i < peers; ++i) {
     if (fds[i].revents == 0) continue;
-    char scratch[64];
+    const int rank = ranks[i];
+    uint8_t scratch[4096];
     ssize_t n = recv(fds[i].fd, scratch, sizeof(scratch), MSG_DONTWAIT);
-    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) continue;  // stray bytes
-    close(fds[i].fd);
-    watched_.erase(ranks[i]);
-    gone.push_back(ranks[i]);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    bool closed = n <= 0;
+    if (!closed) {
+      heard_at_[rank] = std::chrono::steady_clock::now();
+      inbox_[rank].insert(inbox_[rank].end(), scratch, scratch + n);
+      closed = !ParseFrames(rank, events);  // a malformed frame: treat the peer as gone
+    }
+    const bool bye = !events.empty() && events.back().rank == rank &&
+                     events.back().kind == Event::kBye;
+    if (closed) events.push_back(Event{Event::kGone, rank, ""});
+    if (closed || bye) {
+      close(fds[i].fd);
+      watched_.erase(rank);
+      heard_at_.erase(rank);
+      inbox_.erase(rank);
+    }
   }
-  return gone;
+  return events;
+}
+
+std::chrono::steady_clock::time_point PeerWatch::heard_at(int peer) const {
+  auto it = heard_at_.find(peer);
+  return it == heard_at_.end() ? std::chrono::steady_clock::time_point{} : it->second;
+}
+
+std::vector<int> PeerWatch::watched() const {
+  std::vector<int> ranks;
+  for (auto& [rank, fd] : watched_) ranks.push_back(rank);
+  return ranks;
 }
 
 }  // namespace ferry

@@ -1,6 +1,6 @@
 // PeerWatch: the dial/accept handshake in either order, refusal of other epochs and of strangers
 // without the secret, and close detection — in one process, watches standing for ranks.
-#include "transports/libfabric/peer_watch.h"
+#include "core/runtime/peer_watch.h"
 
 #include <thread>
 

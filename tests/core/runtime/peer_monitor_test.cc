@@ -1,0 +1,98 @@
+// PeerMonitor: a peer that dies, one that stops (never beats), one that announces an abort, and
+// one that leaves in order — each seen within its bound and reported naming that peer.
+#include "core/runtime/peer_monitor.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Rank 0 runs a PeerMonitor; rank 1 is a bare PeerWatch the test drives (it never heartbeats
+// unless told to).
+struct Pair {
+  Pair() {
+    PeerMonitorOptions o{0, 2, 3, "secret", "127.0.0.1", 0.05, 0.5, 0.5};
+    monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why) {
+      failure.set_value(why);
+    });
+    peer = std::make_unique<PeerWatch>(1, 2, 3, "secret");
+    EXPECT_TRUE(monitor->Listen().ok());
+    EXPECT_TRUE(peer->Listen("127.0.0.1").ok());
+    std::thread accept([&] {
+      EXPECT_TRUE(peer->Connect(0, monitor->host(), monitor->port(), Deadline::AfterSeconds(5)).ok());
+    });
+    EXPECT_TRUE(monitor->Connect(1, peer->host(), peer->port(), Deadline::AfterSeconds(5)).ok());
+    accept.join();
+    monitor->Start();
+    started = Clock::now();
+  }
+  // The failure reported, and how long after `since` it came; fails the test after 5 s.
+  Status Await(Clock::time_point since, double* seconds) {
+    auto future = failure.get_future();
+    if (future.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      return DeadlineExceeded("no failure reported");
+    }
+    *seconds = std::chrono::duration<double>(Clock::now() - since).count();
+    return future.get();
+  }
+  std::promise<Status> failure;
+  std::unique_ptr<PeerMonitor> monitor;
+  std::unique_ptr<PeerWatch> peer;
+  Clock::time_point started;
+};
+
+TEST(PeerMonitorTest, AClosedConnectionNamesTheDeadRankAtOnce) {
+  Pair pair;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto died = Clock::now();
+  pair.peer.reset();  // closes without a goodbye, as a killed process does
+  double seconds = 0;
+  Status why = pair.Await(died, &seconds);
+  EXPECT_EQ(why.code(), StatusCode::kUnavailable) << why.ToString();
+  EXPECT_NE(why.ToString().find("rank 1 died"), std::string::npos) << why.ToString();
+  EXPECT_LT(seconds, 0.4);
+}
+
+TEST(PeerMonitorTest, ASilentPeerIsDeclaredHungAfterPeerDead) {
+  Pair pair;  // the bare watch never heartbeats: a stopped process
+  double seconds = 0;
+  Status why = pair.Await(pair.started, &seconds);
+  EXPECT_NE(why.ToString().find("rank 1 sent no heartbeat"), std::string::npos) << why.ToString();
+  EXPECT_GE(seconds, 0.45);
+  EXPECT_LT(seconds, 1.5);
+}
+
+TEST(PeerMonitorTest, AnAnnouncedAbortCarriesItsReason) {
+  Pair pair;
+  pair.peer->SendAbort("rank 7 died or closed its connection");
+  double seconds = 0;
+  Status why = pair.Await(pair.started, &seconds);
+  EXPECT_EQ(why.code(), StatusCode::kAborted);
+  EXPECT_NE(why.ToString().find("rank 1 aborted: rank 7 died"), std::string::npos)
+      << why.ToString();
+}
+
+TEST(PeerMonitorTest, AGoodbyeIsNotAFailureAndAnnounceReachesThePeer) {
+  Pair pair;
+  pair.monitor->Announce(Aborted("executor failed"));
+  std::string reason;
+  const Deadline deadline = Deadline::AfterSeconds(5);
+  while (reason.empty() && !deadline.Expired()) {
+    for (const auto& event : pair.peer->Poll(50)) {
+      if (event.kind == PeerWatch::Event::kAbort) reason = event.reason;
+    }
+  }
+  EXPECT_NE(reason.find("executor failed"), std::string::npos) << reason;
+  pair.peer->SendBye();
+  pair.peer.reset();
+  auto future = pair.failure.get_future();
+  EXPECT_EQ(future.wait_for(std::chrono::milliseconds(800)), std::future_status::timeout);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,70 @@
+// The kill harness on every host transport, a few trials: a rank SIGKILLed mid-refit (direct reads
+// on) and one SIGSTOPped between refits (direct reads off, deadline.peer_dead 2 s) are detected by
+// every survivor within the bound, each names the faulty rank, and none is left for the launcher.
+#include <gtest/gtest.h>
+
+#include "tools/kill/kill_trial.h"
+
+namespace ferry::kill {
+namespace {
+
+TrialSpec Spec(const std::string& transport) {
+  TrialSpec spec;
+  spec.ferry = "tools/cli/ferry";
+  spec.transport = transport;
+  spec.timeout_s = 40;
+  return spec;
+}
+
+class KillHarnessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KillHarnessTest, AKilledRankIsNamedByEverySurvivorWithinOneSecond) {
+  TrialSpec spec = Spec(GetParam());
+  spec.fault = "kill";
+  spec.moment = "mid";
+  auto trial = RunTrial(spec);
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();
+  EXPECT_LT(trial->seconds, 1.0) << trial->output;
+  EXPECT_TRUE(trial->named) << trial->output;
+  EXPECT_TRUE(trial->on_their_own) << trial->output;
+}
+
+TEST_P(KillHarnessTest, AStoppedRankIsNamedWithinThePeerDeadline) {
+  TrialSpec spec = Spec(GetParam());
+  spec.fault = "stop";
+  spec.moment = "between";
+  spec.direct_reads = false;
+  spec.peer_dead_s = 2.0;  // short for CI, long enough that a busy machine is not taken for a hung one
+  auto trial = RunTrial(spec);
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();
+  EXPECT_LT(trial->seconds, spec.peer_dead_s + 1.0) << trial->output;
+  EXPECT_TRUE(trial->named) << trial->output;
+  EXPECT_TRUE(trial->on_their_own) << trial->output;
+}
+
+INSTANTIATE_TEST_SUITE_P(HostTransports, KillHarnessTest,
+                         ::testing::Values("tcp", "ucx", "libfabric"));
+
+// Rank 0 hosts the store: survivors whose store requests fail when it dies still name rank 0
+// (the store's error gets the peer monitor's cause), not the store connection.
+TEST(KillHarnessStoreHostTest, TheStoreHostsDeathIsNamed) {
+  TrialSpec spec = Spec("tcp");
+  spec.rank = 0;
+  spec.fault = "kill";
+  spec.moment = "between";
+  auto trial = RunTrial(spec);
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();
+  EXPECT_LT(trial->seconds, 1.0) << trial->output;
+  EXPECT_TRUE(trial->named) << trial->output;
+  EXPECT_TRUE(trial->on_their_own) << trial->output;
+}
+
+TEST(KillTrialTest, QuantileIsNearestRank) {
+  EXPECT_EQ(Quantile({}, 0.5), 0);
+  EXPECT_EQ(Quantile({3, 1, 2}, 0.5), 2);
+  EXPECT_EQ(Quantile({3, 1, 2}, 1.0), 3);
+  EXPECT_EQ(Quantile({3, 1, 2}, 0.0), 1);
+}
+
+}  // namespace
+}  // namespace ferry::kill

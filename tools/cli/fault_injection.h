@@ -1,0 +1,31 @@
+// Fault injection for `ferry run` (used by the kill harness, tools/kill_harness.py): with
+// FERRY_INJECT_FAULT="<rank>:<kill|stop>:<mid|between>" in the environment, that rank sends
+// itself SIGKILL or SIGSTOP either while its first measured refit runs (`mid`: from a thread, as
+// the refit starts) or right after that refit, before the next barrier (`between`). Just before,
+// it writes "ferry-fault: rank R <kind> at <ns>" (CLOCK_REALTIME) to stderr, from which the
+// harness measures detection. Unset: nothing happens.
+//
+// Threading: Parse once from main's thread; the injection points may run on any thread.
+#pragma once
+
+#include <string>
+
+#include "core/base/status.h"
+
+namespace ferry::cli {
+
+struct Fault {
+  int rank = -1;          // -1: no fault
+  int signal = 0;         // SIGKILL or SIGSTOP
+  std::string kind;       // "kill" or "stop"
+  bool mid_refit = true;  // false: between refits
+};
+
+// The fault FERRY_INJECT_FAULT asks for (rank -1 when unset), or an error naming what is wrong.
+Result<Fault> FaultFromEnvironment();
+
+// Fires `fault` when it is this rank's and the moment matches: `starting` is true as a refit
+// starts (a detached thread fires a `mid` fault), false once it has finished (`between`).
+void MaybeInjectFault(const Fault& fault, int rank, bool starting);
+
+}  // namespace ferry::cli
