@@ -13,6 +13,7 @@
 #include "core/base/status.h"
 #include "core/layout/buffer_list.h"
 #include "core/runtime/transport.h"
+#include "tools/cli/buffer_carving.h"
 #include "tools/cli/host_buffers.h"
 
 namespace ferry::cli {
@@ -31,15 +32,13 @@ class DeviceBuffers {
   Status Zero();
   Status Upload(const HostBuffers& mirror);
   Status Download(HostBuffers& mirror) const;
-  int64_t total() const { return total_; }
+  int64_t total() const { return carving_.total; }
 
  private:
   DeviceBuffers() = default;
+  BufferCarving carving_;
   char* block_ = nullptr;
-  int64_t block_bytes_ = 0;
   int device_ = 0;
-  std::vector<int64_t> offsets_, bytes_;
-  int64_t total_ = 0;
 };
 
 }  // namespace ferry::cli

@@ -11,6 +11,7 @@
 #include "core/layout/buffer_list.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/transport.h"
+#include "tools/cli/buffer_carving.h"
 
 namespace ferry::cli {
 
@@ -23,16 +24,17 @@ class HostBuffers {
   bool complete() const { return complete_; }
   // Per buffer of `specs`: its memory on this rank, null for other ranks' buffers.
   const std::vector<char*>& pointers() const { return pointers_; }
-  MemoryDesc Desc(size_t buffer) const { return block_.Sub(offsets_[buffer], bytes_[buffer]); }
+  MemoryDesc Desc(size_t buffer) const {
+    return block_.Sub(carving_.offsets[buffer], carving_.bytes[buffer]);
+  }
   // Zeroes every buffer of this rank (before a verified refit).
   void Zero();
-  int64_t total() const { return total_; }
+  int64_t total() const { return carving_.total; }
 
  private:
+  BufferCarving carving_;
   SharedHostMemory block_;
   std::vector<char*> pointers_;
-  std::vector<int64_t> offsets_, bytes_;
-  int64_t total_ = 0;
   bool complete_ = false;
 };
 
