@@ -172,6 +172,12 @@ std::map<int, int64_t> Layout::BytesPerRank() const {
   return bytes;
 }
 
+int64_t Layout::FragmentBytes() const {
+  int64_t total = 0;
+  for (const Fragment& f : fragments) total += f.box.Volume() * DTypeSize(tensors[f.tensor].dtype);
+  return total;
+}
+
 int64_t Layout::LogicalBytes() const {
   int64_t total = 0;
   for (const TensorSpec& t : tensors) total += t.NumBytes();

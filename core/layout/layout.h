@@ -97,6 +97,9 @@ class Layout {
   std::vector<int> Ranks() const;
   // Bytes of fragment data held per rank (replicas counted on each rank).
   std::map<int, int64_t> BytesPerRank() const;
+  // Bytes of fragment data on all ranks (replicas counted on each rank): what a refit delivers
+  // into this layout when it is the destination.
+  int64_t FragmentBytes() const;
   // Total bytes of all logical tensors (each counted once).
   int64_t LogicalBytes() const;
 

@@ -157,10 +157,7 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   }
   report.source_fragments = static_cast<int64_t>(in->source.fragments.size());
   report.destination_fragments = static_cast<int64_t>(in->destination.fragments.size());
-  for (const Fragment& f : in->destination.fragments) {
-    report.destination_bytes +=
-        f.NumElements() * DTypeSize(in->destination.tensors[f.tensor].dtype);
-  }
+  report.destination_bytes = in->destination.FragmentBytes();
   FERRY_ASSIGN_OR_RETURN(const Config config, LoadConfig(args.config));
   FERRY_ASSIGN_OR_RETURN(report.reshard, PlanOne(Strategy::kReshard, *in, config, args));
   FERRY_ASSIGN_OR_RETURN(report.gather_broadcast, PlanOne(Strategy::kGatherBroadcast, *in, config, args));

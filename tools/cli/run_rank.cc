@@ -80,12 +80,6 @@ int64_t NowNanos() {
       .count();
 }
 
-int64_t FragmentBytes(const Layout& layout) {
-  int64_t n = 0;
-  for (const Fragment& f : layout.fragments) n += f.NumElements() * DTypeSize(layout.tensors[f.tensor].dtype);
-  return n;
-}
-
 int64_t OpenFileDescriptors() {
   int64_t n = 0;
   for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator();
@@ -149,10 +143,11 @@ struct RankContext {
   Session& session;
   HostBuffers& sources;       // the buffers (--memory host) or their host mirrors (cuda)
   HostBuffers& destinations;
+  int64_t delivered = 0;       // bytes of the destination layout's fragments
   DeviceBuffers* device_sources = nullptr;  // --memory cuda: the buffers the refit moves
   DeviceBuffers* device_destinations = nullptr;
   double store_seconds = 60;   // the config's deadline.store
-  Fault fault;                 // FERRY_INJECT_FAULT (the kill harness); rank -1: none
+  Fault fault{};               // FERRY_INJECT_FAULT (the kill harness); rank -1: none
   Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
 };
 
@@ -198,7 +193,7 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
   if (c.rank == 0) {
     Say("  %-24s %-20s %10s  %7.2f GB/s\n", variant.name.c_str(), what.substr(variant.name.size() + 1).c_str(),
         FormatSeconds(all.seconds, 1, false).c_str(),
-        static_cast<double>(FragmentBytes(c.in.destination)) / all.seconds / 1e9);
+        static_cast<double>(c.delivered) / all.seconds / 1e9);
   }
   return all;
 }
@@ -419,7 +414,9 @@ Status RunRankOrError(const RunArgs& args) {
                        FormatBytes(static_cast<double>(sources.total() + destinations.total())) + " of buffers");
   }
   FERRY_RETURN_IF_ERROR(FillPattern(in.source, RankBuffers{info.rank, sources.pointers()}));
-  RankContext context{args, in, info.rank, info.size, session, sources, destinations, nullptr, nullptr, 60, Fault{}};
+  RankContext context{.args = args, .in = in, .rank = info.rank, .size = info.size, .session = session,
+                      .sources = sources, .destinations = destinations,
+                      .delivered = in.destination.FragmentBytes()};
   FERRY_ASSIGN_OR_RETURN(context.store_seconds, config.GetSeconds("deadline.store"));
   FERRY_ASSIGN_OR_RETURN(context.fault, FaultFromEnvironment());
   std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
@@ -430,11 +427,11 @@ Status RunRankOrError(const RunArgs& args) {
     context.device_destinations = device_destinations.get();
   }
   FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/filled", context.store_deadline()));
-  const int64_t delivered = FragmentBytes(in.destination);
+  const int64_t delivered = context.delivered;
   double memcpy_bps = 0;
   if (lead) {
     Say("[%5.1fs] buffers allocated and filled: %s of sources, %s of destinations\n", elapsed(),
-        FormatBytes(static_cast<double>(FragmentBytes(in.source))).c_str(),
+        FormatBytes(static_cast<double>(in.source.FragmentBytes())).c_str(),
         FormatBytes(static_cast<double>(delivered)).c_str());
     if (args.memory == "cuda") {
       FERRY_ASSIGN_OR_RETURN(memcpy_bps, MeasureDeviceCopy(delivered));
