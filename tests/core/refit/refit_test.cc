@@ -32,26 +32,31 @@ Layouts RowsToColumns() {
   return l;
 }
 
-TEST(RefitPlanTest, PlansWithTheConfigsPlannerOptions) {
+// The reshard plan of RowsToColumns on four ranks, `gpus_per_node` to a node.
+Result<std::shared_ptr<const RefitPlan>> PlanRowsToColumns(int gpus_per_node, const Config& config) {
   Layouts l = RowsToColumns();
+  return RefitPlan::Make(std::move(l.source), std::move(l.destination), Topology::Uniform(4, gpus_per_node),
+                         Strategy::kReshard, config);
+}
+
+TEST(RefitPlanTest, PlansWithTheConfigsPlannerOptions) {
   Config config = DefaultConfig();
-  auto whole = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config);
+  auto whole = PlanRowsToColumns(1, config);
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
   ASSERT_TRUE(config.Set("planner.network_chunk_bytes", "1KiB").ok());
-  auto chunked = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config);
+  auto chunked = PlanRowsToColumns(1, config);
   ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
   EXPECT_EQ((*chunked)->options().network_chunk_bytes, 1024);
   EXPECT_GT((*chunked)->Stats().network_messages, (*whole)->Stats().network_messages);
   EXPECT_EQ((*chunked)->Stats().bytes_by_link, (*whole)->Stats().bytes_by_link);
 
   ASSERT_TRUE(config.Set("planner.network_chunk_bytes", "0").ok());
-  Status bad = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config)
-                   .status();
+  Status bad = PlanRowsToColumns(1, config).status();
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("planner.network_chunk_bytes"), std::string::npos) << bad.ToString();
   ASSERT_TRUE(config.Set("planner.network_chunk_bytes", "4MiB").ok());
   ASSERT_TRUE(config.Set("planner.relay", "sometimes").ok());
-  bad = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard, config).status();
+  bad = PlanRowsToColumns(1, config).status();
   EXPECT_NE(bad.message().find("'sometimes' is not one of auto, off, on"), std::string::npos) << bad.ToString();
 }
 
@@ -117,9 +122,7 @@ MemoryDesc Host(std::vector<float>& data) {
 }
 
 TEST(RefitTest, RunsOnePlanManyTimesOnBuffersRegisteredByName) {
-  Layouts l = RowsToColumns();
-  auto plan = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard,
-                              DefaultConfig());
+  auto plan = PlanRowsToColumns(1, DefaultConfig());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   auto outcomes = RunRanks(4, {0, 1, 2, 3}, [&](int rank, Session& session, RankOutcome& out) {
     auto refit = Refit::Create(session, *plan);
@@ -163,9 +166,7 @@ TEST(RefitTest, RunsOnePlanManyTimesOnBuffersRegisteredByName) {
 }
 
 TEST(RefitTest, RegistrationNamesWhatIsWrong) {
-  Layouts l = RowsToColumns();
-  auto plan = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 1), Strategy::kReshard,
-                              DefaultConfig());
+  auto plan = PlanRowsToColumns(1, DefaultConfig());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   auto outcomes = RunRanks(4, {0, 1, 2, 3}, [&](int rank, Session& session, RankOutcome& out) {
     auto refit = Refit::Create(session, *plan);
@@ -189,10 +190,8 @@ TEST(RefitTest, RegistrationNamesWhatIsWrong) {
 }
 
 TEST(RefitTest, ATopologyThatDisagreesWithTheHostsIsRefusedNamingTheRank) {
-  Layouts l = RowsToColumns();
   // The plan puts all four ranks on one node; the communicator is told ranks 2 and 3 are elsewhere.
-  auto plan = RefitPlan::Make(l.source, l.destination, Topology::Uniform(4, 4), Strategy::kReshard,
-                              DefaultConfig());
+  auto plan = PlanRowsToColumns(4, DefaultConfig());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   auto outcomes = RunRanks(4, {0, 0, 1, 1}, [&](int, Session& session, RankOutcome& out) {
     out.status = Refit::Create(session, *plan).status();
