@@ -29,6 +29,7 @@ import tempfile
 import torch
 
 import ferry
+from rank_processes import wait_all
 import tiny_llama as model
 
 TRAINER = "megatron:tp=2"
@@ -150,18 +151,7 @@ def launch(steps: int, deadline_s: float) -> int:
                        FERRY_EXAMPLE_DIR=out_dir)
             procs.append(subprocess.Popen([sys.executable, __file__, "--steps", str(steps)],
                                           env=env))
-        try:
-            codes = [p.wait(timeout=deadline_s) for p in procs]
-        except subprocess.TimeoutExpired:
-            print(f"trainer_to_engine: ranks still running after {deadline_s} s; killed",
-                  file=sys.stderr)
-            codes = [1]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-    return max(abs(c) for c in codes)
+        return wait_all(procs, deadline_s, "trainer_to_engine")
 
 
 def main() -> int:

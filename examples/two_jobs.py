@@ -27,6 +27,7 @@ import zlib
 import numpy as np
 
 import ferry
+from rank_processes import wait_all
 
 MODEL, SCALE = "qwen3-30b-a3b", "1/64"
 TRAINER, ENGINE = "megatron:tp=2,ep=2,etp=1", "vllm:tp=2"  # 2 ranks each
@@ -87,17 +88,7 @@ def launch_here(steps: int, deadline_s: float) -> int:
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, job, "--store", store, "--token", "two-jobs",
                  "--steps", str(steps)], env=env))
-    try:
-        codes = [p.wait(timeout=deadline_s) for p in procs]
-    except subprocess.TimeoutExpired:
-        print(f"two_jobs: ranks still running after {deadline_s} s; killed", file=sys.stderr)
-        codes = [1]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return max(abs(c) for c in codes)
+    return wait_all(procs, deadline_s, "two_jobs")
 
 
 def main() -> int:
