@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <utility>
+#include <vector>
 
 namespace ferry {
 namespace {
@@ -30,6 +32,29 @@ SortedDelivery Sorted(const Intersection& inter, const PlanFacts& facts, const R
   out.dtype = facts.piece_dtype[d.piece];
   out.source_dtype = facts.piece_source_dtype[d.piece];
   return out;
+}
+
+// Reorders one sender's `messages`, which come grouped by destination distance in rotated order,
+// so that consecutive messages go to different nodes: the first message to every distance, then
+// the second to every distance, and so on (each distance keeps its own order). The executor posts
+// a rank's sends in this order with at most executor.max_in_flight in the air, so whatever the
+// window, every destination node's NICs get work from the start instead of a few nodes taking all
+// of every rank's first window (docs/simulator.md, "In-flight window").
+template <typename DistanceOf>
+void InterleaveNodes(std::span<Message> messages, const DistanceOf& distance_of) {
+  std::vector<std::pair<int64_t, int>> keys(messages.size());
+  int64_t distance = -1, nth = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const int64_t d = distance_of(messages[i]);
+    nth = d == distance ? nth + 1 : 0;
+    distance = d;
+    keys[i] = {nth << 32 | d, static_cast<int>(i)};
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<Message> reordered;
+  reordered.reserve(messages.size());
+  for (const auto& key : keys) reordered.push_back(messages[key.second]);
+  std::copy(reordered.begin(), reordered.end(), messages.begin());
 }
 
 }  // namespace
@@ -66,6 +91,7 @@ MessageOrder OrderMessages(const Intersection& inter, const PlanFacts& facts,
   }
   const std::vector<SortedDelivery>& sorted = out.deliveries;
   for (int sender = 0; sender < num_ranks; ++sender) {
+    const size_t first_message = out.messages.size();
     const size_t end = static_cast<size_t>(sender_begin[sender + 1]);
     for (size_t i = static_cast<size_t>(sender_begin[sender]); i < end;) {
       Message m;
@@ -84,6 +110,11 @@ MessageOrder OrderMessages(const Intersection& inter, const PlanFacts& facts,
       out.messages.push_back(m);
       i = j;
     }
+    InterleaveNodes(std::span<Message>(out.messages).subspan(first_message),
+                    [&](const Message& m) {
+                      return (node_of[trees.Rank(m.tree, 0)] - node_of[sender] + num_nodes) %
+                             num_nodes;
+                    });
   }
   return out;
 }

@@ -1,7 +1,9 @@
 // Messages of a reshard plan and their order: deliveries of one sender to one tree coalesced into
-// messages of at most one chunk, each sender's messages in rounds that visit destination nodes in
-// a rotated order (the distance from the sender's node), so that senders do not all target one
-// node at once. Internal to //planner.
+// messages of at most one chunk, each sender's messages in rounds that cycle through the
+// destination nodes in a rotated order (the distance from the sender's node): one message to each
+// node in turn, so that senders do not all target one node at once and any prefix of a rank's
+// sends (what its in-flight window holds) spreads over every node it sends to. Internal to
+// //planner.
 #pragma once
 
 #include <cstdint>
@@ -51,12 +53,14 @@ struct Message {
 
 struct MessageOrder {
   std::vector<SortedDelivery> deliveries;  // by (sender, distance, tree, delivery index)
-  std::vector<Message> messages;           // in that order
+  std::vector<Message> messages;           // by sender; each sender's cycling through nodes
 };
 
 // Orders `routes`' deliveries (their senders selected) by sender, then by the distance
 // (root node - sender node) mod nodes of their tree, then tree, then index, and cuts each run of
-// one sender and tree into messages of at most the tree's chunk size (ChunkCap).
+// one sender and tree into messages of at most the tree's chunk size (ChunkCap); then each
+// sender's messages take one distance after another in turn (the first to every distance, the
+// second to every distance, ...).
 MessageOrder OrderMessages(const Intersection& inter, const PlanFacts& facts,
                            const PlannerOptions& options, const TreeTable& trees,
                            const Routes& routes, int num_nodes);

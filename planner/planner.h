@@ -16,7 +16,8 @@
 //    chunks (network_chunk_bytes; fanout_chunk_bytes for chains inside a node, relay_chunk_bytes
 //    for chains relayed between nodes, so that they pipeline); small pieces bound for
 //    the same peer are coalesced into one message (Pack -> Send -> Recv -> Unpack). Each sender's
-//    messages are ordered in rounds that visit destination nodes in a rotated order (no incast).
+//    messages are ordered in rounds that cycle through destination nodes, one message each, from a
+//    rotated start (no incast, and any in-flight window keeps every destination node busy).
 //  * gather-and-broadcast (PlanGatherBroadcast): the refit public RL stacks use today. Source rank
 //    0 (the lowest source rank) gathers every tensor whole (the part of the trainers' all-gather
 //    that reaches it, entering its node on every rail), packs tensors into buckets (bucket_bytes,

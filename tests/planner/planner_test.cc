@@ -247,6 +247,34 @@ TEST(PlannerRouting, InterNodeBytesIntoEachNodeCountedOnce) {
   }
 }
 
+// The executor posts a rank's sends in (round, id) order with at most executor.max_in_flight in
+// the air, so each rank's network sends cycle through the destination nodes: any run of as many
+// sends as the rank has destination nodes reaches every one of them.
+TEST(PlannerOrder, EachRanksSendsCycleThroughDestinationNodes) {
+  Preset p = MakeReplicatedPreset(6, 8, 1, 8, 3);  // source node 0, destination nodes 1 to 3
+  PlannerOptions options;
+  options.relay = RelayMode::kOff;
+  options.network_chunk_bytes = 64 << 10;  // 8 to 24 messages per (rank, node)
+  Result<PlanResult> r = PlanReshard(p.source, p.destination, p.topology, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::map<int, std::vector<const Op*>> sends;  // by rank
+  for (const Op& op : r->plan.ops) {
+    if (op.kind == OpKind::kSend && op.link == LinkClass::kNetwork) sends[op.rank].push_back(&op);
+  }
+  ASSERT_EQ(sends.size(), 8u);
+  for (auto& [rank, ops] : sends) {
+    std::sort(ops.begin(), ops.end(), [](const Op* a, const Op* b) {
+      return std::pair(a->round, a->id) < std::pair(b->round, b->id);
+    });
+    ASSERT_GE(ops.size(), 3u * 8);
+    for (size_t i = 0; i + 3 <= 3 * 8; ++i) {
+      std::set<int> nodes;
+      for (size_t k = i; k < i + 3; ++k) nodes.insert(p.topology.NodeOf(ops[k]->peer));
+      EXPECT_EQ(nodes.size(), 3u) << "rank " << rank << ", sends " << i << " to " << i + 2;
+    }
+  }
+}
+
 // A chain inside one node is cut at fanout_chunk_bytes and a chain relayed between nodes' leaders
 // at relay_chunk_bytes (its hops cross the network), not at network_chunk_bytes (the whole tensor).
 TEST(PlannerRouting, FanOutAndRelayedChainsHaveTheirOwnChunkSizes) {
