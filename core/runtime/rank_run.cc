@@ -87,13 +87,12 @@ void RankRun::AssignDirectRoles() {
 }
 
 // Counts each op's deps (which must be earlier ops of this rank) and the staging slots it uses
-// (which must be this rank's), and checks that the largest slot fits the staging budget.
+// (which must be this rank's), and checks that every op's slots fit the staging budget together.
 Status RankRun::BuildDependencies() {
   deps_left_.assign(n_, 0);
   dependents_.resize(n_);
   slots_of_.resize(n_);
   bounce_of_.assign(n_, -1);
-  int64_t largest_slot = 0, total_slots = 0;
   for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
     for (int dep : plan_.Deps(op)) {
@@ -118,24 +117,31 @@ Status RankRun::BuildDependencies() {
         return InvalidArgument(Describe(i) + " uses staging slot " + std::to_string(slot) +
                                " that is not a slot of rank " + std::to_string(rank_));
       }
-      if (slot_uses_[slot]++ == 0) {
-        largest_slot = std::max(largest_slot, plan_.slots[slot].bytes);
-        total_slots += plan_.slots[slot].bytes;
-      }
+      ++slot_uses_[slot];
     }
-    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data())) {
-      AddBounce(i);
-      largest_slot = std::max(largest_slot, op.bytes);
-      total_slots += op.bytes;
-    }
+    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data())) AddBounce(i);
   }
+  return CheckStagingFits();
+}
+
+// Every op's slots, as the arena grants them (ArenaAllocator::Granted), must fit the staging
+// budget at once (an op gets all its slots or waits); sizes the arena for all slots together,
+// capped by the budget.
+Status RankRun::CheckStagingFits() {
   const int64_t budget = res_.options.staging_budget;
-  if (largest_slot > budget) {
-    return InvalidArgument("a staging slot of " + FormatBytes(static_cast<double>(largest_slot)) +
-                           " exceeds executor.staging_budget (" +
-                           FormatBytes(static_cast<double>(budget)) + ")");
+  int64_t total = 0;
+  for (const auto& [slot, uses] : slot_uses_) total += ArenaAllocator::Granted(SlotBytes(slot));
+  for (int i = 0; i < n_; ++i) {
+    int64_t need = 0;
+    for (int slot : slots_of_[i]) need += ArenaAllocator::Granted(SlotBytes(slot));
+    if (need > budget) {
+      return InvalidArgument(Describe(i) + " needs " + FormatBytes(static_cast<double>(need)) +
+                             " of staging at once (its slots in 256-byte units), more than "
+                             "executor.staging_budget (" +
+                             FormatBytes(static_cast<double>(budget)) + ")");
+    }
   }
-  arena_needed_ = std::min(budget, total_slots + 256 * static_cast<int64_t>(slot_uses_.size()));
+  arena_needed_ = std::min(budget, total);
   return Status::Ok();
 }
 

@@ -133,6 +133,7 @@ class RankRun {
   Status PrepareGpu();
   bool OnGpu(const Region& r) const;
   void AddBounce(int i);
+  Status CheckStagingFits();
   Status LaunchGpu(int i, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
                    GpuNext next);
   Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,

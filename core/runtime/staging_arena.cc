@@ -43,7 +43,7 @@ void ArenaAllocator::Reset(int64_t capacity) {
 }
 
 int64_t ArenaAllocator::Allocate(int64_t bytes) {
-  bytes = std::max<int64_t>((bytes + 255) & ~int64_t{255}, 256);
+  bytes = Granted(bytes);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < bytes) continue;
     int64_t offset = it->first, size = it->second;

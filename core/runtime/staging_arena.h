@@ -9,6 +9,7 @@
 // Thread-safety: none; both belong to the executor thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,6 +48,8 @@ class ArenaAllocator {
   void Reset(int64_t capacity);
   // Returns the offset of `bytes` free bytes, or -1 when no free block is large enough.
   int64_t Allocate(int64_t bytes);
+  // What an allocation of `bytes` takes of the arena: whole 256-byte units, at least one.
+  static int64_t Granted(int64_t bytes) { return std::max<int64_t>((bytes + 255) & ~int64_t{255}, 256); }
   // Frees the allocation at `offset` (an offset Allocate returned), merging free neighbours.
   void Free(int64_t offset);
   int64_t in_use() const { return in_use_; }

@@ -94,6 +94,32 @@ TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 
+// The arena grants whole 256-byte units, so a slot of 1 MiB + 1 byte takes 1 MiB + 256: with
+// exactly 1 MiB + 1 of budget the rank holding it is refused at set-up, naming the op and the
+// budget, instead of starting and finding later that the slot never fits; its peers fail too.
+TEST(ExecutorTest, StagingBudgetIsCheckedInTheArenasUnits) {
+  TransferPlan plan = ThreeRankPlan();
+  ASSERT_FALSE(plan.slots.empty());
+  plan.slots[0].bytes += 1;
+  const int owner = plan.slots[0].rank;
+  const std::string budget = std::to_string(plan.slots[0].bytes);
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port, {"executor.staging_budget=" + budget});
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    Allocate(r, plan, rank);
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(20));
+    if (stats.ok()) return 1;
+    const std::string message = stats.status().message();
+    if (rank != owner) return 0;
+    const bool named = message.find("of staging at once") != std::string::npos &&
+                       message.find("executor.staging_budget") != std::string::npos;
+    if (!named) std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
+    return named ? 0 : 2;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
 // Ranks of one node: message 1 (rank 0 -> 1, pack/unpack) goes as a direct read, by mapping rank
 // 0's memfd buffer (shared) or through process_vm_readv (plain memory); message 2 feeds a Forward,
 // so it and the relayed message 3 keep the staged path. With executor.direct_intra_node=false
