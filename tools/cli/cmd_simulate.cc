@@ -11,6 +11,7 @@
 
 #include "core/base/strings.h"
 #include "core/refit/refit.h"
+#include "core/runtime/executor_options.h"
 #include "planner/planner.h"
 #include "tools/cli/cli_config.h"
 #include "tools/cli/commands.h"
@@ -37,7 +38,9 @@ struct SimulateArgs {
   ConfigArgs config;  // --config / --set: the planner.* options, as `ferry plan` and `run` read them
   std::string dtype;  // empty: the preset's
   bool no_baseline = false;  // skip the gather-and-broadcast plan (it is slow to simulate at scale)
-  int max_in_flight = sim::SimOptions{}.max_in_flight;
+  // The window the simulator gives each rank; -1: the config's executor.max_in_flight, the window
+  // `ferry run` would use with the same --config/--set.
+  int max_in_flight = -1;
   // Reshard without hierarchical fan-out or relays (reference-style M2N): shorthand for
   // --set planner.hierarchical=false --set planner.relay=off.
   bool flat = false;
@@ -143,6 +146,11 @@ Status RunSimulate(const SimulateArgs& args) {
                                 {"planner.hierarchical=false", "planner.relay=off"});
   }
   FERRY_ASSIGN_OR_RETURN(const Config options, LoadConfig(config_args));
+  SimulateArgs resolved = args;
+  if (resolved.max_in_flight < 0) {
+    FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
+    resolved.max_in_flight = executor.max_in_flight;
+  }
   const SharedLayouts layouts{std::make_shared<const Layout>(std::move(refit.source)),
                               std::make_shared<const Layout>(std::move(refit.destination))};
 
@@ -161,13 +169,13 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
                          PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
                                          cluster, mapping, false, args.propagation_rounds,
-                                         args.max_in_flight, &demand));
+                                         resolved.max_in_flight, &demand));
   StrategyRun baseline;
   baseline.name = "gather-broadcast (skipped)";
   if (!args.no_baseline) {
     FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
                                                      options, cluster, mapping, false,
-                                                     args.propagation_rounds, args.max_in_flight,
+                                                     args.propagation_rounds, resolved.max_in_flight,
                                                      nullptr));
   }
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
@@ -218,7 +226,7 @@ Status RunSimulate(const SimulateArgs& args) {
                 sim::CriticalPathText(run->result).c_str());
   }
   if (!args.trace_path.empty() || !args.svg_path.empty()) {
-    FERRY_RETURN_IF_ERROR(WriteReports(args, layouts, topology, options, cluster, mapping));
+    FERRY_RETURN_IF_ERROR(WriteReports(resolved, layouts, topology, options, cluster, mapping));
   }
   return Status::Ok();
 }
@@ -250,8 +258,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-baseline", args->no_baseline,
                 "skip the gather-and-broadcast plan (slow to simulate with thousands of GPUs)");
   cmd->add_option("--max-in-flight", args->max_in_flight,
-                  "simulator: most sends a rank has posted at once, as executor.max_in_flight (0: unlimited)")
-      ->capture_default_str();
+                  "simulator: most messages a rank has moving at once (0: unlimited); by default the "
+                  "config's executor.max_in_flight, as `ferry run` would use");
   cmd->add_flag("--flat", args->flat,
                 "reshard plan without hierarchical fan-out or relays: every destination GPU "
                 "fetches its bytes from a source directly (the published M2N reshard's shape)");

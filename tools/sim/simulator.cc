@@ -27,6 +27,7 @@ std::string_view ResourceKindName(ResourceKind kind) {
     case ResourceKind::kPcieD2H: return "pcie_d2h";
     case ResourceKind::kPcieH2D: return "pcie_h2d";
     case ResourceKind::kHostMem: return "host_mem";
+    case ResourceKind::kLoopback: return "loopback";
   }
   return "unknown";
 }
@@ -330,6 +331,7 @@ void Engine::BuildResources() {
       {gpus, c_.pcie_bandwidth},                                                     // pcie_d2h
       {gpus, c_.pcie_bandwidth},                                                     // pcie_h2d
       {nodes, c_.host_memory_bandwidth},                                             // host_mem
+      {nodes, c_.host_message_bandwidth},                                            // loopback
   }};
   offset_[0] = 0;
   for (int k = 0; k < kNumResourceKinds; ++k) offset_[k + 1] = offset_[k] + layout[k].first;
@@ -416,6 +418,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   } else if (na == nb) {
     if (c_.host_memory_ranks) {
       add(Res(ResourceKind::kHostMem, na));
+      if (c_.host_message_bandwidth > 0) add(Res(ResourceKind::kLoopback, na));
       f.cap = c_.host_copy_bandwidth;
     } else {
       add(Res(ResourceKind::kNvlinkOut, ga));
@@ -796,6 +799,7 @@ std::string Engine::DescribeResource(int r) const {
     case ResourceKind::kSpineUp:
     case ResourceKind::kSpineDown:
     case ResourceKind::kHostMem:
+    case ResourceKind::kLoopback:
       out << "node " << res.index;
       break;
     default:

@@ -264,6 +264,27 @@ TEST(SimulatorTest, ManyFlowsOnOneLinkFinishTogether) {
   EXPECT_NEAR(r.total_time, 1.0, 1e-6);
 }
 
+// Host-memory ranks: two messages of one node at 1 GB/s a stream take 1 s each side by side, but
+// through a loopback limited to 1 GB/s for the whole node (TCP on few cores) they take 2 s.
+TEST(SimulatorTest, LoopbackBandwidthIsSharedByEveryMessageOfTheNode) {
+  PlanBuilder b(4);
+  b.Message(0, 1, 1'000'000'000);
+  b.Message(2, 3, 1'000'000'000);
+  ClusterSpec c = TestCluster();
+  c.gpus_per_node = 4;
+  c.nics_per_node = 1;
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = 1e9;
+  c.host_memory_bandwidth = 100e9;
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 1.0, 1e-6);
+  c.host_message_bandwidth = 1e9;
+  SimResult r = SimulatePlan(b.plan(), c);
+  EXPECT_NEAR(r.total_time, 2.0, 1e-6);
+  ASSERT_FALSE(r.critical_path.empty());
+  EXPECT_NE(r.critical_path.back().description.find("loopback[node 0]"), std::string::npos)
+      << r.critical_path.back().description;
+}
+
 TEST(SimulatorTest, RejectsMalformedPlans) {
   ClusterSpec c = TestCluster();
   {
