@@ -229,6 +229,8 @@ Status RunSimulate(const SimulateArgs& args) {
   std::printf("%-24s %18s %18s %14s\n", "simulator cpu (1 thread)",
               FormatSeconds(reshard.sim_cpu_seconds).c_str(),
               FormatSeconds(baseline.sim_cpu_seconds).c_str(), "");
+  std::printf("%-24s %18d %18d %14s\n", "most classes on a link", reshard.result.peak_link_classes,
+              baseline.result.peak_link_classes, "");
   std::printf("lower bound limited by: %s\n", limit.c_str());
   std::printf("speed-up of ferry over gather-broadcast: %.2fx\n\n",
               reshard.result.total_time > 0

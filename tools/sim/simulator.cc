@@ -179,6 +179,7 @@ class Engine {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
+  int peak_link_classes_ = 0;  // most flow classes active on one link at once
 
   // Per op.
   std::vector<int> pending_;        // deps not yet complete
@@ -521,6 +522,7 @@ void Engine::OnFlowStart(int id, double t) {
       Resource& r = res_[c.links[k]];
       c.pos[k] = static_cast<int>(r.classes.size());
       r.classes.push_back(cid);
+      peak_link_classes_ = std::max(peak_link_classes_, static_cast<int>(r.classes.size()));
     }
   } else {
     // The newcomer takes its share at the class's current rate until Recompute says otherwise.
@@ -945,6 +947,7 @@ Result<SimResult> Engine::Run() {
   result.num_ops = n;
   result.num_messages = num_messages_;
   result.num_events = num_events_;
+  result.peak_link_classes = peak_link_classes_;
   result.network_bytes = network_bytes_;
   result.nvlink_bytes = nvlink_bytes_;
   result.local_bytes = local_bytes_;

@@ -110,6 +110,8 @@ struct SimResult {
   int64_t num_ops = 0;
   int64_t num_messages = 0;
   int64_t num_events = 0;
+  // Most flow classes sharing one link at once: what one rate recomputation on that link walks.
+  int peak_link_classes = 0;
   double network_bytes = 0;
   double nvlink_bytes = 0;
   double local_bytes = 0;  // copies, pack/unpack and same-GPU messages
