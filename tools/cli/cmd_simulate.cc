@@ -130,76 +130,10 @@ Status WriteReports(const SimulateArgs& args, const SharedLayouts& layouts,
   return Status::Ok();
 }
 
-Status RunSimulate(const SimulateArgs& args) {
-  FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
-  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::PresetConfig(args.model));
-  FERRY_ASSIGN_OR_RETURN(config, models::ScaleConfig(config, scale));
-  if (!args.dtype.empty()) {
-    // Weights stored in another dtype (e.g. FP8 inference weights); fp32 tensors stay fp32.
-    FERRY_ASSIGN_OR_RETURN(config.dtype, ParseDType(args.dtype));
-  }
-  FERRY_ASSIGN_OR_RETURN(models::ModelPreset preset, models::ModelPreset::FromConfig(config));
-  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec src, models::ParseFrameworkSpec(args.source));
-  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec dst, models::ParseFrameworkSpec(args.destination));
-  FERRY_ASSIGN_OR_RETURN(sim::ClusterSpec cluster, sim::LoadCluster(args.cluster));
-  models::RefitOptions refit_options;
-  refit_options.colocated = args.colocated;
-  refit_options.gpus_per_node = cluster.gpus_per_node;
-  FERRY_ASSIGN_OR_RETURN(models::RefitLayouts refit,
-                         models::BuildRefitLayouts(preset, src, dst, refit_options));
-  const int num_ranks = refit.topology.NumRanks();
-  Topology topology = sim::TopologyForCluster(cluster, num_ranks);
-  FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
-                         sim::RankMapping::FromTopology(topology, cluster));
-  FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
-  ConfigArgs config_args = args.config;
-  if (args.flat) {
-    config_args.settings.insert(config_args.settings.begin(),
-                                {"planner.hierarchical=false", "planner.relay=off"});
-  }
-  FERRY_ASSIGN_OR_RETURN(const Config options, LoadConfig(config_args));
-  SimulateArgs resolved = args;
-  if (resolved.max_in_flight < 0) {
-    FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
-    resolved.max_in_flight = executor.max_in_flight;
-  }
-  const SharedLayouts layouts{std::make_shared<const Layout>(std::move(refit.source)),
-                              std::make_shared<const Layout>(std::move(refit.destination))};
-
-  std::printf("model    %s (%s)\n", preset.config().name.c_str(),
-              FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
-  std::printf("source   %s on ranks 0..%d\n", refit.source_spec.ToString().c_str(),
-              models::NumRanks(refit.source_spec) - 1);
-  std::printf("dest     %s on ranks %d..%d%s\n", refit.destination_spec.ToString().c_str(),
-              refit.destination_first_rank,
-              refit.destination_first_rank + models::NumRanks(refit.destination_spec) - 1,
-              args.colocated ? " (colocated)" : "");
-  std::printf("cluster  %s, %d GPUs in %d nodes\n\n", cluster.Summary().c_str(),
-              cluster.TotalGpus(), cluster.num_nodes);
-
-  NetworkDemand demand;
-  FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
-                         PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
-                                         cluster, mapping, false, args.propagation_rounds,
-                                         resolved.max_in_flight, &demand));
-  StrategyRun baseline;
-  baseline.name = "gather-broadcast (skipped)";
-  if (!args.no_baseline) {
-    FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
-                                                     options, cluster, mapping, false,
-                                                     args.propagation_rounds, resolved.max_in_flight,
-                                                     nullptr));
-  }
-  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
-                         sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
-  ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
-  double lower = bound.seconds;
-  std::string limit = bound.limit;
-  if (demand_bound.source_egress_seconds > lower) {
-    lower = demand_bound.source_egress_seconds;
-    limit = "source egress (bytes only some source nodes hold)";
-  }
-
+// The side-by-side report: predicted times, bytes, ops, simulator costs, link utilisation and
+// the critical path of each plan simulated.
+void PrintComparison(const StrategyRun& reshard, const StrategyRun& baseline, double lower,
+                     const std::string& limit, double bound_network_bytes) {
   std::printf("%-24s %18s %18s %14s\n", "", "ferry reshard", "gather-broadcast", "lower bound");
   std::printf("%-24s %18s %18s %14s\n", "predicted time",
               FormatSeconds(reshard.result.total_time).c_str(),
@@ -211,7 +145,7 @@ Status RunSimulate(const SimulateArgs& args) {
   std::printf("%-24s %18s %18s %14s\n", "network bytes",
               FormatBytes(reshard.result.network_bytes).c_str(),
               FormatBytes(baseline.result.network_bytes).c_str(),
-              FormatBytes(bound.total_network_bytes).c_str());
+              FormatBytes(bound_network_bytes).c_str());
   std::printf("%-24s %18s %18s %14s\n", "nvlink bytes",
               FormatBytes(reshard.result.nvlink_bytes).c_str(),
               FormatBytes(baseline.result.nvlink_bytes).c_str(), "");
@@ -242,6 +176,92 @@ Status RunSimulate(const SimulateArgs& args) {
     std::printf("%s: critical path\n%s\n", run->name.c_str(),
                 sim::CriticalPathText(run->result).c_str());
   }
+}
+
+// The options both plans are made with (--config/--set, and --flat's planner settings); resolves
+// args->max_in_flight from executor.max_in_flight when it was not given.
+Result<Config> SimulationConfig(SimulateArgs* args) {
+  ConfigArgs config_args = args->config;
+  if (args->flat) {
+    config_args.settings.insert(config_args.settings.begin(),
+                                {"planner.hierarchical=false", "planner.relay=off"});
+  }
+  FERRY_ASSIGN_OR_RETURN(Config options, LoadConfig(config_args));
+  if (args->max_in_flight < 0) {
+    FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
+    args->max_in_flight = executor.max_in_flight;
+  }
+  return options;
+}
+
+// What is simulated: the model, both sides' layouts and ranks, and the cluster.
+void PrintInputs(const models::ModelPreset& preset, const models::RefitLayouts& refit,
+                 const sim::ClusterSpec& cluster, bool colocated) {
+  std::printf("model    %s (%s)\n", preset.config().name.c_str(),
+              FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
+  std::printf("source   %s on ranks 0..%d\n", refit.source_spec.ToString().c_str(),
+              models::NumRanks(refit.source_spec) - 1);
+  std::printf("dest     %s on ranks %d..%d%s\n", refit.destination_spec.ToString().c_str(),
+              refit.destination_first_rank,
+              refit.destination_first_rank + models::NumRanks(refit.destination_spec) - 1,
+              colocated ? " (colocated)" : "");
+  std::printf("cluster  %s, %d GPUs in %d nodes\n\n", cluster.Summary().c_str(),
+              cluster.TotalGpus(), cluster.num_nodes);
+}
+
+Status RunSimulate(const SimulateArgs& args) {
+  FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
+  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::PresetConfig(args.model));
+  FERRY_ASSIGN_OR_RETURN(config, models::ScaleConfig(config, scale));
+  if (!args.dtype.empty()) {
+    // Weights stored in another dtype (e.g. FP8 inference weights); fp32 tensors stay fp32.
+    FERRY_ASSIGN_OR_RETURN(config.dtype, ParseDType(args.dtype));
+  }
+  FERRY_ASSIGN_OR_RETURN(models::ModelPreset preset, models::ModelPreset::FromConfig(config));
+  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec src, models::ParseFrameworkSpec(args.source));
+  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec dst, models::ParseFrameworkSpec(args.destination));
+  FERRY_ASSIGN_OR_RETURN(sim::ClusterSpec cluster, sim::LoadCluster(args.cluster));
+  models::RefitOptions refit_options;
+  refit_options.colocated = args.colocated;
+  refit_options.gpus_per_node = cluster.gpus_per_node;
+  FERRY_ASSIGN_OR_RETURN(models::RefitLayouts refit,
+                         models::BuildRefitLayouts(preset, src, dst, refit_options));
+  const int num_ranks = refit.topology.NumRanks();
+  Topology topology = sim::TopologyForCluster(cluster, num_ranks);
+  FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
+                         sim::RankMapping::FromTopology(topology, cluster));
+  FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
+  SimulateArgs resolved = args;
+  FERRY_ASSIGN_OR_RETURN(const Config options, SimulationConfig(&resolved));
+  const SharedLayouts layouts{std::make_shared<const Layout>(std::move(refit.source)),
+                              std::make_shared<const Layout>(std::move(refit.destination))};
+
+  PrintInputs(preset, refit, cluster, args.colocated);
+
+  NetworkDemand demand;
+  FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
+                         PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
+                                         cluster, mapping, false, args.propagation_rounds,
+                                         resolved.max_in_flight, &demand));
+  StrategyRun baseline;
+  baseline.name = "gather-broadcast (skipped)";
+  if (!args.no_baseline) {
+    FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
+                                                     options, cluster, mapping, false,
+                                                     args.propagation_rounds, resolved.max_in_flight,
+                                                     nullptr));
+  }
+  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
+                         sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
+  ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
+  double lower = bound.seconds;
+  std::string limit = bound.limit;
+  if (demand_bound.source_egress_seconds > lower) {
+    lower = demand_bound.source_egress_seconds;
+    limit = "source egress (bytes only some source nodes hold)";
+  }
+
+  PrintComparison(reshard, baseline, lower, limit, bound.total_network_bytes);
   if (!args.trace_path.empty() || !args.svg_path.empty()) {
     FERRY_RETURN_IF_ERROR(WriteReports(resolved, layouts, topology, options, cluster, mapping));
   }
@@ -276,7 +296,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                 "skip the gather-and-broadcast plan (slow to simulate with thousands of GPUs)");
   cmd->add_option("--max-in-flight", args->max_in_flight,
                   "simulator: most messages a rank has moving at once (0: unlimited); by default the "
-                  "config's executor.max_in_flight, as `ferry run` would use");
+                  "config's executor.max_in_flight, as `ferry run` would use")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--flat", args->flat,
                 "reshard plan without hierarchical fan-out or relays: every destination GPU "
                 "fetches its bytes from a source directly (the published M2N reshard's shape)");
