@@ -297,7 +297,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-in-flight", args->max_in_flight,
                   "simulator: most messages a rank has moving at once (0: unlimited); by default the "
                   "config's executor.max_in_flight, as `ferry run` would use")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_flag("--flat", args->flat,
                 "reshard plan without hierarchical fan-out or relays: every destination GPU "
                 "fetches its bytes from a source directly (the published M2N reshard's shape)");

@@ -71,12 +71,16 @@ def write_clusters(links, out):
         "gpus_per_node: 8", "num_nodes: 1", "nics_per_node: 1", "host_memory_ranks: true",
         f"host_copy_bandwidth: {direct_rate:.4g}",
         f"host_memory_bandwidth: {direct_rate * cores:.4g}",
+        # Read by the lower bound and the summary line only (host-memory ranks use the above).
+        f"copy_bandwidth: {direct_rate:.4g}", f"pack_bandwidth: {direct_rate:.4g}",
         "nvlink_latency: 0us", "kernel_overhead: 2us",
     ]
     files = {
-        "this-host.yaml": common + ["name: this-host", f"nvlink_message_overhead: {direct_cost:.4g}"],
+        "this-host.yaml": common + ["name: this-host", f"nvlink_message_overhead: {direct_cost:.4g}",
+                                    f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}"],
         "this-host-tcp.yaml": common + ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_cost:.4g}",
-                                        f"host_message_bandwidth: {tcp_rate:.4g}"],
+                                        f"host_message_bandwidth: {tcp_rate:.4g}",
+                                        f"nvlink_bandwidth: {tcp_rate:.4g}", f"nic_bandwidth: {tcp_rate:.4g}"],
     }
     header = (f"# Written by tools/sim/calibrate_host.py from `ferry bench transports` on a host of "
               f"{cores} cores:\n# direct read {direct_rate / 1e9:.2f} GB/s + {direct_cost * 1e6:.1f} us a "
