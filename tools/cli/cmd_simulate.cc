@@ -4,6 +4,7 @@
 // Chrome-trace timeline and an SVG of per-node network ingress (of the reshard plan).
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "core/base/strings.h"
 #include "core/refit/refit.h"
+#include "core/runtime/executor_options.h"
 #include "planner/planner.h"
 #include "tools/cli/cli_config.h"
 #include "tools/cli/commands.h"
@@ -37,7 +39,9 @@ struct SimulateArgs {
   ConfigArgs config;  // --config / --set: the planner.* options, as `ferry plan` and `run` read them
   std::string dtype;  // empty: the preset's
   bool no_baseline = false;  // skip the gather-and-broadcast plan (it is slow to simulate at scale)
-  int max_in_flight = sim::SimOptions{}.max_in_flight;
+  // The window the simulator gives each rank; -1: the config's executor.max_in_flight, the window
+  // `ferry run` would use with the same --config/--set.
+  int max_in_flight = -1;
   // Reshard without hierarchical fan-out or relays (reference-style M2N): shorthand for
   // --set planner.hierarchical=false --set planner.relay=off.
   bool flat = false;
@@ -49,7 +53,16 @@ struct StrategyRun {
   sim::SimResult result;
   double plan_seconds = 0;  // wall time of the planner
   double sim_seconds = 0;   // wall time of the simulator
+  double sim_cpu_seconds = 0;  // CPU time of the simulator's thread (steady on a loaded machine)
 };
+
+// CPU time the calling thread has used: the simulator runs on one thread, so this is its cost
+// whatever else shares the machine.
+double ThreadCpuSeconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -83,9 +96,11 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layo
   options.propagation_rounds = propagation_rounds;
   options.max_in_flight = max_in_flight;
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ThreadCpuSeconds();
   Result<sim::SimResult> simulated = sim::Simulate(planned->plan(), cluster, mapping, options);
   if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
   run.sim_seconds = Since(t0);
+  run.sim_cpu_seconds = ThreadCpuSeconds() - cpu0;
   run.result = std::move(*simulated);
   return run;
 }
@@ -115,6 +130,85 @@ Status WriteReports(const SimulateArgs& args, const SharedLayouts& layouts,
   return Status::Ok();
 }
 
+// The side-by-side report: predicted times, bytes, ops, simulator costs, link utilisation and
+// the critical path of each plan simulated.
+void PrintComparison(const StrategyRun& reshard, const StrategyRun& baseline, double lower,
+                     const std::string& limit, double bound_network_bytes) {
+  std::printf("%-24s %18s %18s %14s\n", "", "ferry reshard", "gather-broadcast", "lower bound");
+  std::printf("%-24s %18s %18s %14s\n", "predicted time",
+              FormatSeconds(reshard.result.total_time).c_str(),
+              FormatSeconds(baseline.result.total_time).c_str(),
+              FormatSeconds(lower).c_str());
+  std::printf("%-24s %17.2fx %17.2fx %14s\n", "vs lower bound",
+              lower > 0 ? reshard.result.total_time / lower : 0,
+              lower > 0 ? baseline.result.total_time / lower : 0, "1.00x");
+  std::printf("%-24s %18s %18s %14s\n", "network bytes",
+              FormatBytes(reshard.result.network_bytes).c_str(),
+              FormatBytes(baseline.result.network_bytes).c_str(),
+              FormatBytes(bound_network_bytes).c_str());
+  std::printf("%-24s %18s %18s %14s\n", "nvlink bytes",
+              FormatBytes(reshard.result.nvlink_bytes).c_str(),
+              FormatBytes(baseline.result.nvlink_bytes).c_str(), "");
+  std::printf("%-24s %18lld %18lld %14s\n", "ops",
+              static_cast<long long>(reshard.result.num_ops),
+              static_cast<long long>(baseline.result.num_ops), "");
+  std::printf("%-24s %18lld %18lld %14s\n", "messages",
+              static_cast<long long>(reshard.result.num_messages),
+              static_cast<long long>(baseline.result.num_messages), "");
+  std::printf("%-24s %18s %18s %14s\n", "planner / simulator wall",
+              (FormatSeconds(reshard.plan_seconds) + " / " +
+               FormatSeconds(reshard.sim_seconds)).c_str(),
+              (FormatSeconds(baseline.plan_seconds) + " / " +
+               FormatSeconds(baseline.sim_seconds)).c_str(), "");
+  std::printf("%-24s %18s %18s %14s\n", "simulator cpu (1 thread)",
+              FormatSeconds(reshard.sim_cpu_seconds).c_str(),
+              FormatSeconds(baseline.sim_cpu_seconds).c_str(), "");
+  std::printf("%-24s %18d %18d %14s\n", "most classes on a link", reshard.result.peak_link_classes,
+              baseline.result.peak_link_classes, "");
+  std::printf("lower bound limited by: %s\n", limit.c_str());
+  std::printf("speed-up of ferry over gather-broadcast: %.2fx\n\n",
+              reshard.result.total_time > 0
+                  ? baseline.result.total_time / reshard.result.total_time : 0);
+  for (const StrategyRun* run : {&reshard, &baseline}) {
+    if (run->result.num_ops == 0) continue;
+    std::printf("%s: link utilisation\n%s", run->name.c_str(),
+                sim::UtilisationTable(run->result).c_str());
+    std::printf("%s: critical path\n%s\n", run->name.c_str(),
+                sim::CriticalPathText(run->result).c_str());
+  }
+}
+
+// The options both plans are made with (--config/--set, and --flat's planner settings); resolves
+// args->max_in_flight from executor.max_in_flight when it was not given.
+Result<Config> SimulationConfig(SimulateArgs* args) {
+  ConfigArgs config_args = args->config;
+  if (args->flat) {
+    config_args.settings.insert(config_args.settings.begin(),
+                                {"planner.hierarchical=false", "planner.relay=off"});
+  }
+  FERRY_ASSIGN_OR_RETURN(Config options, LoadConfig(config_args));
+  if (args->max_in_flight < 0) {
+    FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
+    args->max_in_flight = executor.max_in_flight;
+  }
+  return options;
+}
+
+// What is simulated: the model, both sides' layouts and ranks, and the cluster.
+void PrintInputs(const models::ModelPreset& preset, const models::RefitLayouts& refit,
+                 const sim::ClusterSpec& cluster, bool colocated) {
+  std::printf("model    %s (%s)\n", preset.config().name.c_str(),
+              FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
+  std::printf("source   %s on ranks 0..%d\n", refit.source_spec.ToString().c_str(),
+              models::NumRanks(refit.source_spec) - 1);
+  std::printf("dest     %s on ranks %d..%d%s\n", refit.destination_spec.ToString().c_str(),
+              refit.destination_first_rank,
+              refit.destination_first_rank + models::NumRanks(refit.destination_spec) - 1,
+              colocated ? " (colocated)" : "");
+  std::printf("cluster  %s, %d GPUs in %d nodes\n\n", cluster.Summary().c_str(),
+              cluster.TotalGpus(), cluster.num_nodes);
+}
+
 Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
   FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::PresetConfig(args.model));
@@ -137,37 +231,24 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
                          sim::RankMapping::FromTopology(topology, cluster));
   FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
-  ConfigArgs config_args = args.config;
-  if (args.flat) {
-    config_args.settings.insert(config_args.settings.begin(),
-                                {"planner.hierarchical=false", "planner.relay=off"});
-  }
-  FERRY_ASSIGN_OR_RETURN(const Config options, LoadConfig(config_args));
+  SimulateArgs resolved = args;
+  FERRY_ASSIGN_OR_RETURN(const Config options, SimulationConfig(&resolved));
   const SharedLayouts layouts{std::make_shared<const Layout>(std::move(refit.source)),
                               std::make_shared<const Layout>(std::move(refit.destination))};
 
-  std::printf("model    %s (%s)\n", preset.config().name.c_str(),
-              FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
-  std::printf("source   %s on ranks 0..%d\n", refit.source_spec.ToString().c_str(),
-              models::NumRanks(refit.source_spec) - 1);
-  std::printf("dest     %s on ranks %d..%d%s\n", refit.destination_spec.ToString().c_str(),
-              refit.destination_first_rank,
-              refit.destination_first_rank + models::NumRanks(refit.destination_spec) - 1,
-              args.colocated ? " (colocated)" : "");
-  std::printf("cluster  %s, %d GPUs in %d nodes\n\n", cluster.Summary().c_str(),
-              cluster.TotalGpus(), cluster.num_nodes);
+  PrintInputs(preset, refit, cluster, args.colocated);
 
   NetworkDemand demand;
   FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
                          PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
                                          cluster, mapping, false, args.propagation_rounds,
-                                         args.max_in_flight, &demand));
+                                         resolved.max_in_flight, &demand));
   StrategyRun baseline;
   baseline.name = "gather-broadcast (skipped)";
   if (!args.no_baseline) {
     FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
                                                      options, cluster, mapping, false,
-                                                     args.propagation_rounds, args.max_in_flight,
+                                                     args.propagation_rounds, resolved.max_in_flight,
                                                      nullptr));
   }
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
@@ -180,45 +261,9 @@ Status RunSimulate(const SimulateArgs& args) {
     limit = "source egress (bytes only some source nodes hold)";
   }
 
-  std::printf("%-24s %18s %18s %14s\n", "", "ferry reshard", "gather-broadcast", "lower bound");
-  std::printf("%-24s %18s %18s %14s\n", "predicted time",
-              FormatSeconds(reshard.result.total_time).c_str(),
-              FormatSeconds(baseline.result.total_time).c_str(),
-              FormatSeconds(lower).c_str());
-  std::printf("%-24s %17.2fx %17.2fx %14s\n", "vs lower bound",
-              lower > 0 ? reshard.result.total_time / lower : 0,
-              lower > 0 ? baseline.result.total_time / lower : 0, "1.00x");
-  std::printf("%-24s %18s %18s %14s\n", "network bytes",
-              FormatBytes(reshard.result.network_bytes).c_str(),
-              FormatBytes(baseline.result.network_bytes).c_str(),
-              FormatBytes(bound.total_network_bytes).c_str());
-  std::printf("%-24s %18s %18s %14s\n", "nvlink bytes",
-              FormatBytes(reshard.result.nvlink_bytes).c_str(),
-              FormatBytes(baseline.result.nvlink_bytes).c_str(), "");
-  std::printf("%-24s %18lld %18lld %14s\n", "ops",
-              static_cast<long long>(reshard.result.num_ops),
-              static_cast<long long>(baseline.result.num_ops), "");
-  std::printf("%-24s %18lld %18lld %14s\n", "messages",
-              static_cast<long long>(reshard.result.num_messages),
-              static_cast<long long>(baseline.result.num_messages), "");
-  std::printf("%-24s %18s %18s %14s\n", "planner / simulator wall",
-              (FormatSeconds(reshard.plan_seconds) + " / " +
-               FormatSeconds(reshard.sim_seconds)).c_str(),
-              (FormatSeconds(baseline.plan_seconds) + " / " +
-               FormatSeconds(baseline.sim_seconds)).c_str(), "");
-  std::printf("lower bound limited by: %s\n", limit.c_str());
-  std::printf("speed-up of ferry over gather-broadcast: %.2fx\n\n",
-              reshard.result.total_time > 0
-                  ? baseline.result.total_time / reshard.result.total_time : 0);
-  for (const StrategyRun* run : {&reshard, &baseline}) {
-    if (run->result.num_ops == 0) continue;
-    std::printf("%s: link utilisation\n%s", run->name.c_str(),
-                sim::UtilisationTable(run->result).c_str());
-    std::printf("%s: critical path\n%s\n", run->name.c_str(),
-                sim::CriticalPathText(run->result).c_str());
-  }
+  PrintComparison(reshard, baseline, lower, limit, bound.total_network_bytes);
   if (!args.trace_path.empty() || !args.svg_path.empty()) {
-    FERRY_RETURN_IF_ERROR(WriteReports(args, layouts, topology, options, cluster, mapping));
+    FERRY_RETURN_IF_ERROR(WriteReports(resolved, layouts, topology, options, cluster, mapping));
   }
   return Status::Ok();
 }
@@ -250,8 +295,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-baseline", args->no_baseline,
                 "skip the gather-and-broadcast plan (slow to simulate with thousands of GPUs)");
   cmd->add_option("--max-in-flight", args->max_in_flight,
-                  "simulator: most sends a rank has posted at once, as executor.max_in_flight (0: unlimited)")
-      ->capture_default_str();
+                  "simulator: most messages a rank has moving at once (0: unlimited); by default the "
+                  "config's executor.max_in_flight, as `ferry run` would use")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_flag("--flat", args->flat,
                 "reshard plan without hierarchical fan-out or relays: every destination GPU "
                 "fetches its bytes from a source directly (the published M2N reshard's shape)");

@@ -58,6 +58,11 @@ struct ClusterSpec {
   // host memory at host_copy_bandwidth per stream, sharing host_memory_bandwidth.
   bool host_memory_ranks = false;
   double host_copy_bandwidth = 10e9;
+  // Messages between host-memory ranks of one node share this much per node, whatever the number
+  // of streams: a transport whose CPU work, not memory, is the limit (TCP loopback through the
+  // kernel on a few cores). 0: no limit beyond host_copy_bandwidth and host_memory_bandwidth
+  // (direct reads, one memcpy a message).
+  double host_message_bandwidth = 0;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
   int NicOfLocalGpu(int local_gpu) const;

@@ -27,6 +27,7 @@ std::string_view ResourceKindName(ResourceKind kind) {
     case ResourceKind::kPcieD2H: return "pcie_d2h";
     case ResourceKind::kPcieH2D: return "pcie_h2d";
     case ResourceKind::kHostMem: return "host_mem";
+    case ResourceKind::kLoopback: return "loopback";
   }
   return "unknown";
 }
@@ -178,6 +179,7 @@ class Engine {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
+  int peak_link_classes_ = 0;  // most flow classes active on one link at once
 
   // Per op.
   std::vector<int> pending_;        // deps not yet complete
@@ -330,6 +332,7 @@ void Engine::BuildResources() {
       {gpus, c_.pcie_bandwidth},                                                     // pcie_d2h
       {gpus, c_.pcie_bandwidth},                                                     // pcie_h2d
       {nodes, c_.host_memory_bandwidth},                                             // host_mem
+      {nodes, c_.host_message_bandwidth},                                            // loopback
   }};
   offset_[0] = 0;
   for (int k = 0; k < kNumResourceKinds; ++k) offset_[k + 1] = offset_[k] + layout[k].first;
@@ -416,6 +419,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   } else if (na == nb) {
     if (c_.host_memory_ranks) {
       add(Res(ResourceKind::kHostMem, na));
+      if (c_.host_message_bandwidth > 0) add(Res(ResourceKind::kLoopback, na));
       f.cap = c_.host_copy_bandwidth;
     } else {
       add(Res(ResourceKind::kNvlinkOut, ga));
@@ -518,6 +522,7 @@ void Engine::OnFlowStart(int id, double t) {
       Resource& r = res_[c.links[k]];
       c.pos[k] = static_cast<int>(r.classes.size());
       r.classes.push_back(cid);
+      peak_link_classes_ = std::max(peak_link_classes_, static_cast<int>(r.classes.size()));
     }
   } else {
     // The newcomer takes its share at the class's current rate until Recompute says otherwise.
@@ -796,6 +801,7 @@ std::string Engine::DescribeResource(int r) const {
     case ResourceKind::kSpineUp:
     case ResourceKind::kSpineDown:
     case ResourceKind::kHostMem:
+    case ResourceKind::kLoopback:
       out << "node " << res.index;
       break;
     default:
@@ -941,6 +947,7 @@ Result<SimResult> Engine::Run() {
   result.num_ops = n;
   result.num_messages = num_messages_;
   result.num_events = num_events_;
+  result.peak_link_classes = peak_link_classes_;
   result.network_bytes = network_bytes_;
   result.nvlink_bytes = nvlink_bytes_;
   result.local_bytes = local_bytes_;

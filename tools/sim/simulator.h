@@ -9,7 +9,9 @@
 //   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
 //                         sender and the receiver are ready (their deps completed):
 //                           same GPU     gpu_mem[g]
-//                           same node    nvlink_out[src gpu] + nvlink_in[dst gpu]
+//                           same node    nvlink_out[src gpu] + nvlink_in[dst gpu]; between
+//                                        host-memory ranks host_mem[node] (+ loopback[node] when
+//                                        host_message_bandwidth is set: the transport's own limit)
 //                           network      nic_tx[src nic] + nic_rx[dst nic] (+ spine_up/spine_down
 //                                        for cross-rail traffic when the spine is oversubscribed;
 //                                        + pcie and host_mem on both ends, and one staging chunk
@@ -45,8 +47,9 @@ enum class ResourceKind : uint8_t {
   kPcieD2H,
   kPcieH2D,
   kHostMem,
+  kLoopback,  // per node: messages between host-memory ranks of one node (host_message_bandwidth)
 };
-inline constexpr int kNumResourceKinds = 10;
+inline constexpr int kNumResourceKinds = 11;
 std::string_view ResourceKindName(ResourceKind kind);  // "gpu_mem", "nvlink_out", ...
 
 struct SimOptions {
@@ -107,6 +110,8 @@ struct SimResult {
   int64_t num_ops = 0;
   int64_t num_messages = 0;
   int64_t num_events = 0;
+  // Most flow classes sharing one link at once: what one rate recomputation on that link walks.
+  int peak_link_classes = 0;
   double network_bytes = 0;
   double nvlink_bytes = 0;
   double local_bytes = 0;  // copies, pack/unpack and same-GPU messages

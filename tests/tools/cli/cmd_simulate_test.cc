@@ -1,6 +1,7 @@
 // Tests of `ferry simulate` through its CLI11 subcommand: the report on a scaled preset, the
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
-// size the planner cannot use, refused naming the option.
+// size the planner cannot use, refused naming the option, and the window taken from
+// executor.max_in_flight as `ferry run` would.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -59,6 +60,25 @@ TEST(SimulateCommand, ChunkSizeOptionsReachThePlanner) {
   EXPECT_GT(SimulatedOps({"--set", "planner.network_chunk_bytes=64KiB"}), defaults);
   // Every chain of this refit stays inside its node: no relays, so the relay size changes nothing.
   EXPECT_EQ(SimulatedOps({"--set", "planner.relay_chunk_bytes=65536"}), defaults);
+}
+
+// The report's "predicted time" row, or "" when it has none.
+std::string PredictedRow(std::vector<std::string> extra) {
+  testing::internal::CaptureStdout();
+  const int code = RunCli(SmallRefit(std::move(extra)));
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0) << out;
+  const size_t at = out.find("predicted time");
+  return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
+}
+
+TEST(SimulateCommand, WindowIsTheExecutorsMaxInFlightOption) {
+  const std::string defaults = PredictedRow({});
+  const std::string one_by_option = PredictedRow({"--set", "executor.max_in_flight=1"});
+  ASSERT_FALSE(defaults.empty());
+  EXPECT_NE(one_by_option, defaults);
+  EXPECT_EQ(one_by_option, PredictedRow({"--max-in-flight", "1"}));
+  EXPECT_EQ(defaults, PredictedRow({"--set", "executor.max_in_flight=256"}));
 }
 
 TEST(SimulateCommand, RejectsChunksThePlannerCannotUse) {

@@ -1,22 +1,26 @@
 // `ferry run` end to end: the real binary launches one process per rank and verifies every
 // destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
 // uneven and strided layouts from files, --memory cuda (or its error where there is no GPU), a
-// leak check over 200 refits, and failures that must
-// end with every rank process gone. Each case runs under a deadline and kills the process group.
+// leak check over 200 refits, the smallest staging budget with a window of one message, and failures
+// that must end with every rank process gone. Each case runs under a deadline and kills the process group.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -186,6 +190,60 @@ TEST(RunIntegrationTest, ThePlanFerryPlanPrintsIsThePlanFerryRunExecutes) {
   plan.insert(plan.end(), {"--json", dir + "/default.json"});
   ASSERT_EQ(RunFerry(plan, 60).exit_code, 0);
   EXPECT_NE(ReadText(dir + "/default.json"), a);
+}
+
+// The smallest staging budget a plan can run in: the most bytes one op's staging slots take at
+// once, each rounded up as the executor's arena allocates (core/runtime/staging_arena.cc: 256-byte
+// granules), from the plan `ferry plan --json` writes.
+int64_t SmallestStagingBudget(const std::string& plan_json) {
+  const nlohmann::json plan = nlohmann::json::parse(ReadText(plan_json));
+  auto granted = [&](int slot) {
+    const int64_t bytes = plan.at("slots").at(slot).at("bytes").get<int64_t>();
+    return std::max<int64_t>((bytes + 255) / 256 * 256, 256);
+  };
+  int64_t smallest = 0;
+  for (const nlohmann::json& op : plan.at("ops")) {
+    std::vector<int> slots;
+    auto add = [&](const nlohmann::json& region) {
+      if (region.at("space") != "staging") return;
+      const int slot = region.at("buffer").get<int>();
+      if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
+    };
+    if (op.contains("data")) add(op.at("data"));
+    if (op.contains("copies")) {
+      for (const nlohmann::json& pair : op.at("copies")) {
+        add(pair.at("from"));
+        add(pair.at("to"));
+      }
+    }
+    int64_t bytes = 0;
+    for (int slot : slots) bytes += granted(slot);
+    smallest = std::max(smallest, bytes);
+  }
+  return smallest;
+}
+
+// Every message staged (direct reads off), the staging budget as small as the plan allows and one
+// message in flight per rank: the reshard still completes bit-exact, so no op waits for staging
+// space or a window slot that only another waiting op could free.
+TEST(RunIntegrationTest, ReshardCompletesWithTheSmallestStagingBudgetAndAWindowOfOne) {
+  const std::vector<std::string> refit = {"--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
+                                          "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2"};
+  const std::string plan_json = std::string(std::getenv("TEST_TMPDIR")) + "/smallest.json";
+  std::vector<std::string> plan = {"plan", "--strategy", "reshard", "--json", plan_json};
+  plan.insert(plan.end(), refit.begin(), refit.end());
+  ASSERT_EQ(RunFerry(plan, 60).exit_code, 0);
+  const int64_t budget = SmallestStagingBudget(plan_json);
+  ASSERT_GT(budget, 0);
+  std::vector<std::string> run = {"run", "--strategy", "reshard", "--transport", "tcp", "--verify",
+                                  "--iterations", "2", "--warmup", "0", "--set",
+                                  "executor.direct_intra_node=false", "--set",
+                                  "executor.max_in_flight=1", "--set",
+                                  "executor.staging_budget=" + std::to_string(budget)};
+  run.insert(run.end(), refit.begin(), refit.end());
+  Outcome o = RunFerry(run, 90);
+  ExpectVerified(o, 1);
+  EXPECT_NE(o.output.find("peak staging/rank"), std::string::npos) << o.output;
 }
 
 TEST(RunIntegrationTest, TwoHundredRefitsInOneCommunicatorLeakNothing) {

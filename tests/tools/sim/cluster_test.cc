@@ -65,11 +65,14 @@ TEST(ClusterTest, YamlRejectsUnknownKeysAndBadValues) {
 }
 
 TEST(ClusterTest, ShippedClusterFilesLoad) {
-  for (const char* path : {"tools/sim/clusters/this-host.yaml", "tools/sim/clusters/h200-single.yaml"}) {
+  for (const char* path : {"tools/sim/clusters/this-host.yaml", "tools/sim/clusters/this-host-tcp.yaml",
+                           "tools/sim/clusters/h200-single.yaml"}) {
     Result<ClusterSpec> c = LoadCluster(path);
     ASSERT_TRUE(c.ok()) << path << ": " << c.status().ToString();
   }
   EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_memory_ranks);
+  EXPECT_EQ(LoadCluster("tools/sim/clusters/this-host.yaml")->host_message_bandwidth, 0);
+  EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_bandwidth, 0);
   EXPECT_FALSE(LoadCluster("/no/such/file.yaml").ok());
 }
 

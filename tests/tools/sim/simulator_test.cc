@@ -262,6 +262,29 @@ TEST(SimulatorTest, ManyFlowsOnOneLinkFinishTogether) {
   for (int i = 0; i < 100; ++i) b.Message(0, 2, 10'000'000);
   SimResult r = SimulatePlan(b.plan());
   EXPECT_NEAR(r.total_time, 1.0, 1e-6);
+  EXPECT_EQ(r.peak_link_classes, 1);  // 100 flows with the same links form one class
+}
+
+// Host-memory ranks: two messages of one node at 1 GB/s a stream take 1 s each side by side, but
+// through a loopback limited to 1 GB/s for the whole node (TCP on few cores) they take 2 s.
+TEST(SimulatorTest, LoopbackBandwidthIsSharedByEveryMessageOfTheNode) {
+  PlanBuilder b(4);
+  b.Message(0, 1, 1'000'000'000);
+  b.Message(2, 3, 1'000'000'000);
+  ClusterSpec c = TestCluster();
+  c.gpus_per_node = 4;
+  c.nics_per_node = 1;
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = 1e9;
+  c.host_memory_bandwidth = 100e9;
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 1.0, 1e-6);
+  c.host_message_bandwidth = 1e9;
+  SimResult r = SimulatePlan(b.plan(), c);
+  EXPECT_NEAR(r.total_time, 2.0, 1e-6);
+  EXPECT_EQ(r.peak_link_classes, 1);  // same links (host_mem, loopback of node 0): one class
+  ASSERT_FALSE(r.critical_path.empty());
+  EXPECT_NE(r.critical_path.back().description.find("loopback[node 0]"), std::string::npos)
+      << r.critical_path.back().description;
 }
 
 TEST(SimulatorTest, RejectsMalformedPlans) {
