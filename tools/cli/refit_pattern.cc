@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/base/checksum_term.h"
 #include "core/base/dtype.h"
 #include "core/base/float_convert.h"
 
@@ -170,6 +171,28 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
     checked += f.NumElements() * esize;
   }
   return checked;
+}
+
+std::vector<uint64_t> PatternChecksums(const Layout& layout, int rank, const Layout* source) {
+  std::vector<uint64_t> sums;
+  for (const Fragment& f : layout.fragments) {
+    if (f.loc.rank != rank) continue;
+    const TensorSpec& t = layout.tensors[f.tensor];
+    const uint64_t seed = PatternSeed(t.name);
+    const DType from = PatternDType(t, source);
+    const int64_t esize = DTypeSize(t.dtype);
+    const uint64_t mask = esize >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * esize)) - 1;
+    uint64_t sum = 0, element = 0;
+    ForEachRow(layout, f, [&](int64_t global, int64_t, int64_t count, int64_t) {
+      for (int64_t i = 0; i < count; ++i) {
+        uint64_t word = PatternWord(seed, global + i);
+        if (from != t.dtype) word = Converted(word, from, t.dtype);
+        sum += BoxChecksumTerm(element++, word & mask);
+      }
+    });
+    sums.push_back(sum);
+  }
+  return sums;
 }
 
 }  // namespace ferry::cli

@@ -41,4 +41,9 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers);
 Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
                               const Layout* source = nullptr);
 
+// The checksum (core/base/checksum_term.h) each fragment of `layout` held by `rank` has when it
+// holds the pattern (converted from `source`'s dtype as VerifyPattern expects), one per such
+// fragment in layout order, computed from the layout alone: no buffer is read.
+std::vector<uint64_t> PatternChecksums(const Layout& layout, int rank, const Layout* source = nullptr);
+
 }  // namespace ferry::cli
