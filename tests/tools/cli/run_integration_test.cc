@@ -207,8 +207,8 @@ TEST(RunIntegrationTest, UnknownTransportIsAClearErrorBeforeAnyProcessStarts) {
   EXPECT_NE(o.output.find("--transport carrier-pigeon: unknown"), std::string::npos) << o.output;
 }
 
-// --memory cuda: without a GPU a clear error before any process starts; with one, a verified
-// refit of CUDA buffers.
+// --memory cuda: without a GPU a clear error before any process starts; with one, a refit of CUDA
+// buffers verified by checksums on the GPU.
 TEST(RunIntegrationTest, CudaMemoryRunsVerifiedOrSaysThereIsNoGpu) {
   Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
                         "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
@@ -216,7 +216,7 @@ TEST(RunIntegrationTest, CudaMemoryRunsVerifiedOrSaysThereIsNoGpu) {
                        60);
   if (o.exit_code == 0) {
     EXPECT_NE(o.output.find("cuda memory"), std::string::npos) << o.output;
-    EXPECT_NE(o.output.find("bit-exact"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("bit-exact, by fragment checksums on the GPU"), std::string::npos) << o.output;
   } else {
     EXPECT_EQ(o.exit_code, 1) << o.output;
     EXPECT_NE(o.output.find("--memory cuda: no CUDA device is visible"), std::string::npos) << o.output;
