@@ -85,6 +85,61 @@ TEST(PatternChecksumTest, BuffersMustMatchTheLayout) {
   EXPECT_TRUE(FragmentBoxes(layout, RankBuffers{0, {nullptr}}).ok());
 }
 
+TEST(PatternChecksumTest, PatternBoxesGiveEachElementItsGlobalIndex) {
+  const Layout layout = SplitColumns();
+  Result<std::vector<PatternBox>> boxes = FragmentPatternBoxes(layout, 1);
+  ASSERT_TRUE(boxes.ok()) << boxes.status().ToString();
+  ASSERT_EQ(boxes->size(), 2u);
+  const PatternBox& right = (*boxes)[1];  // columns 2..5 of a 4 x 6 tensor
+  EXPECT_EQ(right.first_index, 2);
+  EXPECT_EQ(right.shape[0], 4);
+  EXPECT_EQ(right.shape[1], 4);
+  EXPECT_EQ(right.index_strides[0], 6);
+  EXPECT_EQ(right.index_strides[1], 1);
+  EXPECT_EQ(right.seed, PatternSeed("w"));
+}
+
+// A 3-dim fp32 tensor cut into uneven boxes on two ranks, and its bf16 and fp8 destinations.
+struct ThreeDims {
+  Layout source, destination;
+  ThreeDims() {
+    const int s = *source.AddTensor({"experts.w13", {5, 7, 9}, DType::kFP32});
+    source.AppendFragment(s, Box::FromShape({5, 7, 9}), 0, "all");
+    const int d = *destination.AddTensor({"experts.w13", {5, 7, 9}, DType::kBF16});
+    const int e = *destination.AddTensor({"experts.w13_fp8", {5, 7, 9}, DType::kFP8E4M3});
+    (void)source.AddTensor({"experts.w13_fp8", {5, 7, 9}, DType::kFP32});
+    for (int t : {d, e}) {
+      for (int64_t lo : {0, 3}) {
+        Box b = Box::FromShape({5, 7, 9});
+        b.lo[1] = lo;
+        b.hi[1] = lo == 0 ? 3 : 7;
+        b.lo[2] = 1;
+        destination.AppendFragment(t, b, lo == 0 ? 0 : 1, "dst");
+      }
+    }
+  }
+};
+
+TEST(PatternChecksumGpuTest, PatternChecksumsOnTheGpuEqualTheCpuReference) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  const ThreeDims case3;
+  for (int rank : {0, 1}) {
+    for (const Layout* source : {static_cast<const Layout*>(nullptr), &case3.source}) {
+      Result<std::vector<PatternBox>> boxes = FragmentPatternBoxes(case3.destination, rank, source);
+      ASSERT_TRUE(boxes.ok()) << boxes.status().ToString();
+      Result<std::vector<uint64_t>> sums = PatternBoxChecksums(*boxes);
+      ASSERT_TRUE(sums.ok()) << sums.status().ToString();
+      EXPECT_EQ(*sums, PatternChecksums(case3.destination, rank, source)) << "rank " << rank;
+    }
+  }
+  const Layout split = SplitColumns();
+  Result<std::vector<PatternBox>> boxes = FragmentPatternBoxes(split, 1);
+  ASSERT_TRUE(boxes.ok());
+  Result<std::vector<uint64_t>> sums = PatternBoxChecksums(*boxes);
+  ASSERT_TRUE(sums.ok()) << sums.status().ToString();
+  EXPECT_EQ(*sums, PatternChecksums(split, 1));
+}
+
 TEST(PatternChecksumGpuTest, DeviceCheckPassesAndNamesAWrongByte) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
   const Layout layout = SplitColumns();
