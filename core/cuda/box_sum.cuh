@@ -35,14 +35,13 @@ struct SumDescriptor {
 inline constexpr int kSumThreads = 256;
 inline constexpr int64_t kSumElementsPerBlock = kSumThreads * 16;
 
-// Position offset of element `e` (row-major over the box) from the box's base. `Index` is uint32_t
-// when the box's extents and element count fit, since 64-bit division is several times slower.
+// Position offset of row `row` (row-major over the box's dims but the last) from the box's base.
+// `Index` is uint32_t when the box's extents and element count fit, since 64-bit division is
+// several times slower.
 template <typename Index>
-__device__ inline int64_t SumElementOffset(const SumDescriptor& d, Index e) {
-  const int last = d.ndim - 1;
-  Index row = e / static_cast<Index>(d.shape[last]);
-  int64_t offset = static_cast<int64_t>(e - row * static_cast<Index>(d.shape[last])) * d.strides[last];
-  for (int dim = last - 1; dim >= 0; --dim) {
+__device__ inline int64_t SumRowOffset(const SumDescriptor& d, Index row) {
+  int64_t offset = 0;
+  for (int dim = d.ndim - 2; dim >= 0; --dim) {
     const Index extent = static_cast<Index>(d.shape[dim]);
     const Index next = row / extent;
     offset += static_cast<int64_t>(row - next * extent) * d.strides[dim];
@@ -51,11 +50,29 @@ __device__ inline int64_t SumElementOffset(const SumDescriptor& d, Index e) {
   return offset;
 }
 
+// The sum of the terms of elements begin + threadIdx.x, + blockDim.x, ... below `end`. The thread
+// divides once to find its first element's row and column, then steps through rows and columns
+// by addition; only a change of row costs the divisions of SumRowOffset.
 template <typename Index, typename Term>
 __device__ inline unsigned long long SumRange(const SumDescriptor& d, int64_t begin, int64_t end, const Term& term) {
+  const Index first = static_cast<Index>(begin + threadIdx.x);
+  if (static_cast<int64_t>(first) >= end) return 0;
+  const Index length = static_cast<Index>(d.shape[d.ndim - 1]);
+  const int64_t inner_stride = d.strides[d.ndim - 1];
+  const Index step = blockDim.x, row_step = step / length, col_step = step - row_step * length;
+  Index row = first / length, col = first - row * length;
+  int64_t row_offset = SumRowOffset<Index>(d, row);
   unsigned long long acc = 0;
-  for (Index e = static_cast<Index>(begin + threadIdx.x); e < static_cast<Index>(end); e += blockDim.x) {
-    acc += term(d, static_cast<uint64_t>(e), d.base + SumElementOffset<Index>(d, e));
+  for (Index e = first; static_cast<int64_t>(e) < end; e += step) {
+    acc += term(d, static_cast<uint64_t>(e), d.base + row_offset + static_cast<int64_t>(col) * inner_stride);
+    const Index before = row;
+    row += row_step;
+    col += col_step;
+    if (col >= length) {
+      col -= length;
+      ++row;
+    }
+    if (row != before && d.ndim > 1) row_offset = SumRowOffset<Index>(d, row);
   }
   return acc;
 }
