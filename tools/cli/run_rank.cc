@@ -239,6 +239,10 @@ Result<int64_t> CheckDestinations(const RankContext& c) {
 // Every rank checks its destination bytes against the pattern; rank 0 gathers the verdicts.
 Status Verify(const RankContext& c, const RunVariant& variant) {
   const auto start = Clock::now();
+  const bool on_device = c.device_destinations != nullptr;
+  FERRY_RETURN_IF_ERROR(MaybeCorrupt(c.fault, c.rank, c.in.destination,
+                                     on_device ? c.device_destinations->pointers() : c.destinations.pointers(),
+                                     on_device).status());
   Result<int64_t> checked = CheckDestinations(c);
   const std::string prefix = "run/" + variant.name + "/verify/rank";
   const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();

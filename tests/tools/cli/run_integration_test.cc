@@ -223,6 +223,30 @@ TEST(RunIntegrationTest, CudaMemoryRunsVerifiedOrSaysThereIsNoGpu) {
   }
 }
 
+// --verify catches a wrong byte and names where it is: FERRY_INJECT_FAULT flips one bit of rank
+// 3's first destination fragment (tensor w) after the refits. Host memory always; CUDA memory (the
+// check by GPU checksums) where a GPU is visible.
+TEST(RunIntegrationTest, VerifyNamesTheRankAndTensorOfAWrongByte) {
+  ::setenv("FERRY_INJECT_FAULT", "3:corrupt:verify", 1);
+  for (const std::string memory : {"host", "cuda"}) {
+    Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml", "--dst-layout",
+                          "tests/tools/cli/testdata/uneven_dst.yaml", "--transport", "tcp", "--memory", memory,
+                          "--verify", "--iterations", "1", "--warmup", "0"},
+                         60);
+    if (memory == "cuda" && o.output.find("no CUDA device is visible") != std::string::npos) {
+      std::printf("SKIPPED the CUDA case: no CUDA device on this machine\n");
+      continue;
+    }
+    EXPECT_EQ(o.exit_code, 1) << memory << ": " << o.output;
+    EXPECT_NE(o.output.find("rank 3 failed verification"), std::string::npos) << memory << ": " << o.output;
+    EXPECT_NE(o.output.find("tensor 'w' element [0, 1]"), std::string::npos) << memory << ": " << o.output;
+    if (memory == "cuda") {
+      EXPECT_NE(o.output.find("tensor 'w' fragment"), std::string::npos) << o.output;
+    }
+  }
+  ::unsetenv("FERRY_INJECT_FAULT");
+}
+
 TEST(RunIntegrationTest, TimeoutKillsEveryRankAndSaysSo) {
   // 300 ms cannot even plan this refit: the launcher must kill all ranks and report it.
   Outcome o = RunFerry({"run", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
