@@ -68,7 +68,8 @@ Result<std::vector<uint64_t>> PatternBoxChecksums(const std::vector<PatternBox>&
   if (descriptors.empty()) return std::vector<uint64_t>(boxes.size(), 0);
   PatternParams* table = nullptr;
   const size_t bytes = params.size() * sizeof(PatternParams);
-  FERRY_RETURN_IF_ERROR(cuda::CudaCall(cudaMalloc(reinterpret_cast<void**>(&table), bytes), "cudaMalloc(pattern params)"));
+  FERRY_RETURN_IF_ERROR(
+      cuda::CudaCall(cudaMalloc(reinterpret_cast<void**>(&table), bytes), "cudaMalloc(pattern params)"));
   const Status copied =
       cuda::CudaCall(cudaMemcpy(table, params.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy(pattern params)");
   Result<std::vector<uint64_t>> sums =

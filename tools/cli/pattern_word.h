@@ -31,7 +31,8 @@ FERRY_HD inline uint64_t PatternElement(uint64_t seed, int64_t index, DType from
   uint64_t word = PatternWord(seed, index);
   if (from != to) {
     uint64_t converted = 0;
-    ConvertElement(from, to, reinterpret_cast<const unsigned char*>(&word), reinterpret_cast<unsigned char*>(&converted));
+    ConvertElement(from, to, reinterpret_cast<const unsigned char*>(&word),
+                   reinterpret_cast<unsigned char*>(&converted));
     word = converted;
   }
   return word & mask;

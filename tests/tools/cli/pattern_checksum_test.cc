@@ -69,7 +69,8 @@ TEST(PatternChecksumTest, AWrongByteIsNamedByRankTensorAndFragment) {
   const RankBuffers buffers{1, {bytes.data()}};
   ASSERT_TRUE(FillPattern(layout, buffers).ok());
   bytes[64 + 5 * 2 + 1] ^= 0x40;  // element (1, 3): the second fragment
-  const Status status = CompareFragmentChecksums(layout, 1, PatternChecksums(layout, 1), HostChecksums(layout, buffers));
+  const Status status =
+      CompareFragmentChecksums(layout, 1, PatternChecksums(layout, 1), HostChecksums(layout, buffers));
   ASSERT_FALSE(status.ok());
   const std::string& message = status.message();
   EXPECT_NE(message.find("rank 1 buffer 'fused' tensor 'w' fragment " + layout.fragments[1].box.ToString()),
@@ -157,8 +158,8 @@ TEST(PatternChecksumGpuTest, DeviceCheckPassesAndNamesAWrongByte) {
   ASSERT_TRUE(cuda::CopyToDevice(static_cast<char*>(*device) + 3 * 16, &wrong, 1).ok());
   Result<int64_t> bad = VerifyPatternOnDevice(layout, on_device);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("rank 1 buffer 'fused' tensor 'w' fragment " + layout.fragments[0].box.ToString()),
-            std::string::npos) << bad.status().message();
+  const std::string where = "rank 1 buffer 'fused' tensor 'w' fragment " + layout.fragments[0].box.ToString();
+  EXPECT_NE(bad.status().message().find(where), std::string::npos) << bad.status().message();
   ASSERT_TRUE(cuda::DeviceFree(*device).ok());
 }
 
