@@ -25,6 +25,14 @@ MemoryDesc DeviceBuffers::Desc(size_t buffer) const {
   return MemoryDesc{block_ + carving_.offsets[buffer], carving_.bytes[buffer], MemoryKind::kCuda, device_};
 }
 
+std::vector<char*> DeviceBuffers::pointers() const {
+  std::vector<char*> out(carving_.offsets.size(), nullptr);
+  for (size_t b = 0; b < out.size(); ++b) {
+    if (carving_.offsets[b] >= 0) out[b] = block_ + carving_.offsets[b];
+  }
+  return out;
+}
+
 Status DeviceBuffers::Zero() { return cuda::ZeroDevice(block_, carving_.block_bytes); }
 
 Status DeviceBuffers::Upload(const HostBuffers& mirror) {

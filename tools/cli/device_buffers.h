@@ -1,7 +1,7 @@
 // DeviceBuffers: one rank's buffers of one side of a refit in CUDA memory, 256-byte aligned and
 // carved out of one cudaMalloc allocation (as a trainer's weights sit in a few allocator
 // segments), mirrored by the HostBuffers that hold the pattern: Upload copies the mirror up (the
-// sources' fill), Download copies the device bytes down (before verifying destinations). Used by
+// sources' fill), Download copies the device bytes down (to name the element a failed check found). Used by
 // `ferry run --memory cuda`; blocking calls; not thread-safe.
 #pragma once
 
@@ -29,6 +29,8 @@ class DeviceBuffers {
 
   // Buffer `buffer` of `specs` on this rank: {base, bytes, kCuda, device}.
   MemoryDesc Desc(size_t buffer) const;
+  // Device pointers, one per buffer of `specs`: null for buffers of other ranks.
+  std::vector<char*> pointers() const;
   Status Zero();
   Status Upload(const HostBuffers& mirror);
   Status Download(HostBuffers& mirror) const;

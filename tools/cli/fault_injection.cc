@@ -1,6 +1,8 @@
 // Fault injection for `ferry run` (see fault_injection.h): parsing FERRY_INJECT_FAULT and firing.
 #include "tools/cli/fault_injection.h"
 
+#include "core/cuda/batched_copy.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -32,7 +34,8 @@ Result<Fault> FaultFromEnvironment() {
   const size_t first = spec.find(':');
   const size_t second = first == std::string::npos ? first : spec.find(':', first + 1);
   if (second == std::string::npos) {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': expected <rank>:<kill|stop>:<mid|between>");
+    return InvalidArgument("FERRY_INJECT_FAULT='" + spec +
+                           "': expected <rank>:<kill|stop>:<mid|between> or <rank>:corrupt:verify");
   }
   char* end = nullptr;
   const long rank = std::strtol(spec.c_str(), &end, 10);
@@ -41,23 +44,50 @@ Result<Fault> FaultFromEnvironment() {
   if (end != spec.c_str() + first || rank < 0 || rank > 1 << 20) {
     return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the rank is not a number");
   }
-  if (kind != "kill" && kind != "stop") {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the fault is kill or stop");
+  if (kind != "kill" && kind != "stop" && kind != "corrupt") {
+    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the fault is kill, stop or corrupt");
   }
-  if (moment != "mid" && moment != "between") {
+  if (kind == "corrupt" && moment != "verify") {
+    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': corrupt happens at verify");
+  }
+  if (kind != "corrupt" && moment != "mid" && moment != "between") {
     return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the moment is mid or between");
   }
   fault.rank = static_cast<int>(rank);
   fault.kind = kind;
-  fault.signal = kind == "kill" ? SIGKILL : SIGSTOP;
+  fault.signal = kind == "kill" ? SIGKILL : kind == "stop" ? SIGSTOP : 0;
   fault.mid_refit = moment == "mid";
   return fault;
 }
 
 void MaybeInjectFault(const Fault& fault, int rank, bool starting) {
-  if (fault.rank != rank || fault.mid_refit != starting) return;
+  if (fault.rank != rank || fault.signal == 0 || fault.mid_refit != starting) return;
   if (!starting) return Fire(fault, rank);
   std::thread([fault, rank] { Fire(fault, rank); }).detach();
+}
+
+Result<std::string> MaybeCorrupt(const Fault& fault, int rank, const Layout& destination,
+                                 const std::vector<char*>& buffers, bool on_device) {
+  if (fault.rank != rank || fault.kind != "corrupt") return std::string();
+  for (const Fragment& f : destination.fragments) {
+    if (f.loc.rank != rank || f.NumElements() == 0) continue;
+    if (f.loc.buffer >= static_cast<int>(buffers.size()) || buffers[f.loc.buffer] == nullptr) {
+      return InvalidArgument("corrupt: rank " + std::to_string(rank) + " has no memory for its first fragment");
+    }
+    char* at = buffers[f.loc.buffer] + f.loc.byte_offset;
+    char byte = 0;
+    if (on_device) FERRY_RETURN_IF_ERROR(cuda::CopyToHost(&byte, at, 1));
+    byte = static_cast<char>(byte ^ 1);
+    if (on_device) {
+      FERRY_RETURN_IF_ERROR(cuda::CopyToDevice(at, &byte, 1));
+    } else {
+      *at = byte;
+    }
+    const std::string& tensor = destination.tensors[f.tensor].name;
+    std::fprintf(stderr, "ferry-fault: rank %d corrupts tensor '%s'\n", rank, tensor.c_str());
+    return tensor;
+  }
+  return std::string();
 }
 
 }  // namespace ferry::cli

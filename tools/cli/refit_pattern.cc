@@ -4,8 +4,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/base/checksum_term.h"
 #include "core/base/dtype.h"
-#include "core/base/float_convert.h"
 
 namespace ferry::cli {
 namespace {
@@ -82,20 +82,6 @@ Status CheckBuffers(const Layout& layout, const RankBuffers& buffers) {
   return Status::Ok();
 }
 
-// The dtype the pattern of destination tensor `t` was written in: its source tensor's.
-DType PatternDType(const TensorSpec& t, const Layout* source) {
-  if (source == nullptr) return t.dtype;
-  const int s = source->FindTensor(t.name);
-  return s < 0 ? t.dtype : source->tensors[s].dtype;
-}
-
-// The low bytes of `word` as an element of `from`, converted to `to` (in the low bytes).
-uint64_t Converted(uint64_t word, DType from, DType to) {
-  uint64_t out = 0;
-  ConvertElement(from, to, reinterpret_cast<const unsigned char*>(&word),
-                 reinterpret_cast<unsigned char*>(&out));
-  return out;
-}
 
 }  // namespace
 
@@ -103,13 +89,6 @@ uint64_t PatternSeed(const std::string& tensor_name) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : tensor_name) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-uint64_t PatternWord(uint64_t seed, int64_t index) {
-  uint64_t x = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;  // splitmix64
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
 }
 
 Status FillPattern(const Layout& layout, const RankBuffers& buffers) {
@@ -141,14 +120,14 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
     const uint64_t seed = PatternSeed(t.name);
     const int64_t esize = DTypeSize(t.dtype);
     const DType from = PatternDType(t, source);
+    const uint64_t mask = ElementMask(t.dtype);
     const char* base = buffers.buffers[f.loc.buffer];
     int64_t mismatches = 0, first_index = -1;
     std::string first_expected, first_actual;
     ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
       const char* p = base + offset;
       for (int64_t i = 0; i < count; ++i, p += stride) {
-        uint64_t word = PatternWord(seed, global + i);
-        if (from != t.dtype) word = Converted(word, from, t.dtype);
+        const uint64_t word = PatternElement(seed, global + i, from, t.dtype, mask);
         if (std::memcmp(p, &word, esize) != 0) {
           if (mismatches++ == 0) {
             first_index = global + i;
@@ -170,6 +149,31 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
     checked += f.NumElements() * esize;
   }
   return checked;
+}
+
+DType PatternDType(const TensorSpec& t, const Layout* source) {
+  if (source == nullptr) return t.dtype;
+  const int s = source->FindTensor(t.name);
+  return s < 0 ? t.dtype : source->tensors[s].dtype;
+}
+
+std::vector<uint64_t> PatternChecksums(const Layout& layout, int rank, const Layout* source) {
+  std::vector<uint64_t> sums;
+  for (const Fragment& f : layout.fragments) {
+    if (f.loc.rank != rank) continue;
+    const TensorSpec& t = layout.tensors[f.tensor];
+    const uint64_t seed = PatternSeed(t.name);
+    const DType from = PatternDType(t, source);
+    const uint64_t mask = ElementMask(t.dtype);
+    uint64_t sum = 0, element = 0;
+    ForEachRow(layout, f, [&](int64_t global, int64_t, int64_t count, int64_t) {
+      for (int64_t i = 0; i < count; ++i) {
+        sum += BoxChecksumTerm(element++, PatternElement(seed, global + i, from, t.dtype, mask));
+      }
+    });
+    sums.push_back(sum);
+  }
+  return sums;
 }
 
 }  // namespace ferry::cli

@@ -14,12 +14,12 @@
 
 #include "core/base/status.h"
 #include "core/layout/layout.h"
+#include "tools/cli/pattern_word.h"
 
 namespace ferry::cli {
 
-// The 64-bit pattern word of element `index` of the tensor named `tensor_name`.
+// The seed of the tensor named `tensor_name`; PatternWord (pattern_word.h) gives its elements.
 uint64_t PatternSeed(const std::string& tensor_name);
-uint64_t PatternWord(uint64_t seed, int64_t index);
 
 // Host memory of one side's buffers on one rank: buffers[b] points at layout.buffers[b]'s bytes
 // when that buffer lives on `rank`, and may be null otherwise.
@@ -40,5 +40,14 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers);
 // (core/base/float_convert.h), as a refit that converts delivers it.
 Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
                               const Layout* source = nullptr);
+
+// The dtype the pattern of destination tensor `t` was written in: `source`'s tensor of that name's,
+// else its own.
+DType PatternDType(const TensorSpec& t, const Layout* source);
+
+// The checksum (core/base/checksum_term.h) each fragment of `layout` held by `rank` has when it
+// holds the pattern (converted from `source`'s dtype as VerifyPattern expects), one per such
+// fragment in layout order, computed from the layout alone: no buffer is read.
+std::vector<uint64_t> PatternChecksums(const Layout& layout, int rank, const Layout* source = nullptr);
 
 }  // namespace ferry::cli

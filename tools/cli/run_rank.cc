@@ -25,6 +25,7 @@
 #include "tools/cli/cli_config.h"
 #include "tools/cli/device_buffers.h"
 #include "tools/cli/fault_injection.h"
+#include "tools/cli/pattern_checksum.h"
 #include "tools/cli/host_buffers.h"
 #include "tools/cli/refit_pattern.h"
 #include "tools/cli/run_report.h"
@@ -220,13 +221,29 @@ Status CheckLeaks(const RankContext& c, const RunVariant& variant, const LeakPro
   return Status::Ok();
 }
 
+// This rank's destination check: on the GPU by fragment checksums when the destinations are CUDA
+// memory (the bytes stay there; only after a mismatch are they copied down, so that the host check
+// names the first wrong element), else element by element on the host.
+Result<int64_t> CheckDestinations(const RankContext& c) {
+  const RankBuffers host{c.rank, c.destinations.pointers()};
+  if (c.device_destinations == nullptr) return VerifyPattern(c.in.destination, host, &c.in.source);
+  Result<int64_t> on_device =
+      VerifyPatternOnDevice(c.in.destination, RankBuffers{c.rank, c.device_destinations->pointers()}, &c.in.source);
+  if (on_device.ok() || on_device.status().code() != StatusCode::kInternal) return on_device;
+  FERRY_RETURN_IF_ERROR(c.device_destinations->Download(c.destinations).WithContext("copying destinations down"));
+  Result<int64_t> on_host = VerifyPattern(c.in.destination, host, &c.in.source);
+  if (on_host.ok()) return on_device.status();
+  return Internal(on_device.status().message() + "; first wrong element: " + on_host.status().message());
+}
+
 // Every rank checks its destination bytes against the pattern; rank 0 gathers the verdicts.
 Status Verify(const RankContext& c, const RunVariant& variant) {
   const auto start = Clock::now();
-  if (c.device_destinations != nullptr) {
-    FERRY_RETURN_IF_ERROR(c.device_destinations->Download(c.destinations).WithContext("copying destinations down"));
-  }
-  Result<int64_t> checked = VerifyPattern(c.in.destination, RankBuffers{c.rank, c.destinations.pointers()}, &c.in.source);
+  const bool on_device = c.device_destinations != nullptr;
+  FERRY_RETURN_IF_ERROR(MaybeCorrupt(c.fault, c.rank, c.in.destination,
+                                     on_device ? c.device_destinations->pointers() : c.destinations.pointers(),
+                                     on_device).status());
+  Result<int64_t> checked = CheckDestinations(c);
   const std::string prefix = "run/" + variant.name + "/verify/rank";
   const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();
   FERRY_RETURN_IF_ERROR(c.session.store().Set(
@@ -243,9 +260,10 @@ Status Verify(const RankContext& c, const RunVariant& variant) {
     }
     bytes += std::atoll(text.c_str() + 3);
   }
-  Say("  %-24s verified %s on %d ranks: %s (%.2f s)\n", variant.name.c_str(),
+  Say("  %-24s verified %s on %d ranks: %s%s (%.2f s)\n", variant.name.c_str(),
       FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
       c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact",
+      c.device_destinations != nullptr ? ", by fragment checksums on the GPU" : "",
       std::chrono::duration<double>(Clock::now() - start).count());
   return Status::Ok();
 }

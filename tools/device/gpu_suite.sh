@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The GPU suite of issue 25, for a machine with an NVIDIA GPU and no Bazel: the GPU tests, the
-# batched-copy benchmark, the multi-process copy ceilings and verified `ferry run --memory cuda`
-# refits (Qwen3-30B-A3B scaled, Megatron TP2xEP2 -> vLLM TP2xDP2, 8 processes on GPU 0), printed
-# as one table at the end.
+# batched-copy and checksum benchmarks, the multi-process copy ceilings and `ferry run --memory
+# cuda` refits verified by fragment checksums on the GPU (Qwen3-30B-A3B scaled, Megatron TP2xEP2 ->
+# vLLM TP2xDP2, 8 processes on GPU 0), printed as one table at the end.
 #
 # Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
-#   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, batched_copy_bench, ipc_copy_ceiling,
-#   executor_cuda_test and staging_arena_test (built elsewhere: bazel build //tools/cli:ferry
+#   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, box_checksum_test,
+#   pattern_checksum_test, batched_copy_bench, box_checksum_bench, ipc_copy_ceiling,
+#   executor_cuda_test and staging_arena_test (built elsewhere: bazel build -c opt //tools/cli:ferry
 #   //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
-#   //tests/core/runtime:staging_arena_test), and optionally lib/ with shared libraries the
+#   //tests/core/runtime:staging_arena_test //tests/tools/cli:pattern_checksum_test), and optionally lib/ with shared libraries the
 #   machine lacks (used only when ldd finds something missing). SCALEs default to 1/16.
 # Writes its logs under $OUT (or /tmp/gpu_suite) and exits non-zero when a test or refit failed.
 set -u
@@ -35,7 +36,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
 # GPU tests (gtest binaries; each skips visibly without a GPU).
-for t in batched_copy_test batched_convert_test staging_arena_test executor_cuda_test; do
+for t in batched_copy_test batched_convert_test box_checksum_test pattern_checksum_test \
+         staging_arena_test executor_cuda_test; do
   if timeout 180 "$BIN/$t" > "$LOG/$t.log" 2>&1; then
     row "test $t" "passed ($(grep -c '^\[       OK' "$LOG/$t.log") ok, $(grep -c '^\[  SKIPPED' "$LOG/$t.log") skipped)"
   else
@@ -45,8 +47,9 @@ for t in batched_copy_test batched_convert_test staging_arena_test executor_cuda
   fi
 done
 
-# The kernel benchmark, printed as it is.
+# The kernel benchmarks, printed as they are.
 timeout 120 "$BIN/batched_copy_bench" 2>&1 | tee "$LOG/batched_copy_bench.log"
+timeout 120 "$BIN/box_checksum_bench" 2>&1 | tee "$LOG/box_checksum_bench.log"
 
 # Ceilings with 8 processes (and 1 and 2 for reference), bytes per process about what each
 # process of the refit delivers.

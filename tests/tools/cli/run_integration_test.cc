@@ -265,8 +265,8 @@ TEST(RunIntegrationTest, UnknownTransportIsAClearErrorBeforeAnyProcessStarts) {
   EXPECT_NE(o.output.find("--transport carrier-pigeon: unknown"), std::string::npos) << o.output;
 }
 
-// --memory cuda: without a GPU a clear error before any process starts; with one, a verified
-// refit of CUDA buffers.
+// --memory cuda: without a GPU a clear error before any process starts; with one, a refit of CUDA
+// buffers verified by checksums on the GPU.
 TEST(RunIntegrationTest, CudaMemoryRunsVerifiedOrSaysThereIsNoGpu) {
   Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
                         "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
@@ -274,11 +274,35 @@ TEST(RunIntegrationTest, CudaMemoryRunsVerifiedOrSaysThereIsNoGpu) {
                        60);
   if (o.exit_code == 0) {
     EXPECT_NE(o.output.find("cuda memory"), std::string::npos) << o.output;
-    EXPECT_NE(o.output.find("bit-exact"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("bit-exact, by fragment checksums on the GPU"), std::string::npos) << o.output;
   } else {
     EXPECT_EQ(o.exit_code, 1) << o.output;
     EXPECT_NE(o.output.find("--memory cuda: no CUDA device is visible"), std::string::npos) << o.output;
   }
+}
+
+// --verify catches a wrong byte and names where it is: FERRY_INJECT_FAULT flips one bit of rank
+// 3's first destination fragment (tensor w) after the refits. Host memory always; CUDA memory (the
+// check by GPU checksums) where a GPU is visible.
+TEST(RunIntegrationTest, VerifyNamesTheRankAndTensorOfAWrongByte) {
+  ::setenv("FERRY_INJECT_FAULT", "3:corrupt:verify", 1);
+  for (const std::string memory : {"host", "cuda"}) {
+    Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml", "--dst-layout",
+                          "tests/tools/cli/testdata/uneven_dst.yaml", "--transport", "tcp", "--memory", memory,
+                          "--verify", "--iterations", "1", "--warmup", "0"},
+                         60);
+    if (memory == "cuda" && o.output.find("no CUDA device is visible") != std::string::npos) {
+      std::printf("SKIPPED the CUDA case: no CUDA device on this machine\n");
+      continue;
+    }
+    EXPECT_EQ(o.exit_code, 1) << memory << ": " << o.output;
+    EXPECT_NE(o.output.find("rank 3 failed verification"), std::string::npos) << memory << ": " << o.output;
+    EXPECT_NE(o.output.find("tensor 'w' element [0, 1]"), std::string::npos) << memory << ": " << o.output;
+    if (memory == "cuda") {
+      EXPECT_NE(o.output.find("tensor 'w' fragment"), std::string::npos) << o.output;
+    }
+  }
+  ::unsetenv("FERRY_INJECT_FAULT");
 }
 
 TEST(RunIntegrationTest, TimeoutKillsEveryRankAndSaysSo) {

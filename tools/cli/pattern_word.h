@@ -1,0 +1,41 @@
+// The element values of the refit test pattern (see refit_pattern.h), callable from host and device
+// code (FERRY_HD) so that the CPU check and the GPU checksum kernel of tools/cli/pattern_checksum_gpu.cu
+// compute the same bits. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "core/base/dtype.h"
+#include "core/base/float_convert.h"
+
+namespace ferry::cli {
+
+// The 64-bit pattern word of element `index` of the tensor whose seed is `seed` (splitmix64).
+FERRY_HD inline uint64_t PatternWord(uint64_t seed, int64_t index) {
+  uint64_t x = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The mask of an element of `dtype` in a uint64_t: its DTypeSize low bytes.
+inline uint64_t ElementMask(DType dtype) {
+  const int64_t size = DTypeSize(dtype);
+  return size >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * size)) - 1;
+}
+
+// The bytes element `index` holds in a tensor of dtype `to` whose source held the pattern in
+// `from`, as a little-endian integer (`mask` is ElementMask(to)): the pattern word's low bytes,
+// converted by the CPU reference (core/base/float_convert.h) when the dtypes differ.
+FERRY_HD inline uint64_t PatternElement(uint64_t seed, int64_t index, DType from, DType to, uint64_t mask) {
+  uint64_t word = PatternWord(seed, index);
+  if (from != to) {
+    uint64_t converted = 0;
+    ConvertElement(from, to, reinterpret_cast<const unsigned char*>(&word),
+                   reinterpret_cast<unsigned char*>(&converted));
+    word = converted;
+  }
+  return word & mask;
+}
+
+}  // namespace ferry::cli
