@@ -27,6 +27,11 @@ Status CheckDeviceMemory(const std::string& what, const MemoryDesc& memory) {
 
 }  // namespace
 
+Result<int> CudaDeviceOf(const void* address) {
+  FERRY_ASSIGN_OR_RETURN(cuda::DevicePointer pointer, cuda::DescribeDevicePointer(address));
+  return pointer.device;
+}
+
 Status CheckMemory(const std::string& what, const MemoryDesc& memory, int64_t needed) {
   if (memory.base == nullptr) return InvalidArgument(what + ": no memory (null base)");
   if (memory.bytes < needed) {
