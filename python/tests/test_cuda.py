@@ -10,7 +10,7 @@ import pytest
 
 import ferry
 from procs import assert_all_ok, run_ranks
-from test_register import CONFIG, layouts, one_rank_session
+from test_register import DlpackOnly, layouts, one_rank_session, session  # noqa: F401
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -18,26 +18,6 @@ if not torch.cuda.is_available():
                 allow_module_level=True)
 
 WORKER = os.path.join(os.path.dirname(__file__), "refit_worker.py")
-
-
-class DlpackOnly:
-    """An array seen only through DLPack, as JAX's or another library's would be."""
-
-    def __init__(self, tensor):
-        self._tensor = tensor
-
-    def __dlpack__(self, stream=None):
-        return self._tensor.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self._tensor.__dlpack_device__()
-
-
-@pytest.fixture
-def session():
-    s = one_rank_session()
-    yield s
-    s.finish()
 
 
 def test_cuda_tensors_refit_in_place_after_kernels_on_torchs_stream(session):

@@ -89,16 +89,17 @@ def test_torch_tensors_register_zero_copy(session):
 
 
 class DlpackOnly:
-    """An array seen only through DLPack (here numpy's export of host memory)."""
+    """An array seen only through DLPack, as JAX's or another library's would be; `device`
+    overrides the (device type, id) the array reports."""
 
-    def __init__(self, array, device=(1, 0)):
+    def __init__(self, array, device=None):
         self._array, self._device = array, device
 
     def __dlpack__(self, stream=None):
         return self._array.__dlpack__()
 
     def __dlpack_device__(self):
-        return self._device
+        return self._device or self._array.__dlpack_device__()
 
 
 def test_dlpack_arrays_register_zero_copy(session):
