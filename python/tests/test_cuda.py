@@ -60,7 +60,7 @@ def test_cuda_registration_errors_name_the_buffer():
     cupy = pytest.importorskip("cupy")
     with pytest.raises(ValueError, match="'src'.*not C-contiguous"):
         refit.register("src", cupy.zeros((6, 8), cupy.float32).T[:, :4])
-    managed = cupy.cuda.MemoryPointer(cupy.cuda.malloc_managed(96), 0)
+    managed = cupy.cuda.malloc_managed(96)  # a MemoryPointer to managed memory
     with pytest.raises(ValueError, match="'src'.*managed"):
         refit.register("src", cupy.ndarray((24,), cupy.float32, managed))
     session.finish()

@@ -17,17 +17,17 @@ DROPPED = {"-fuse-ld=gold", "-Wl,--start-lib", "-Wl,--end-lib", "-B/usr/bin", "-
 
 
 def arguments(execroot: str) -> list[str]:
+    """The link's arguments after the compiler driver. Where Bazel wrote them to a params file
+    (the last argument, "@path"), that file holds the whole line and the rest repeats part of it."""
     actions = json.load(sys.stdin)["actions"]
     if len(actions) != 1:
         sys.exit(f"link_inputs: expected one link action, got {len(actions)}")
-    out = []
-    for arg in actions[0]["arguments"][1:]:  # [0] is the compiler driver
-        if arg.startswith("@"):  # a params file: its lines are more arguments
-            with open(os.path.join(execroot, arg[1:])) as f:
-                out.extend(line.strip() for line in f if line.strip())
-        else:
-            out.append(arg)
-    return out
+    args = actions[0]["arguments"][1:]
+    params = [a for a in args if a.startswith("@")]
+    if params:
+        with open(os.path.join(execroot, params[-1][1:])) as f:
+            return [line.strip() for line in f if line.strip()]
+    return args
 
 
 def main() -> int:

@@ -35,7 +35,10 @@ pack() {
     tr ' \\' '\n\n' | grep -E '^(core|planner|python|tools|transports)/.*\.(h|cc)$' | sort -u |
     while read -r f; do mkdir -p "$dir/src/$(dirname "$f")" && cp "$f" "$dir/src/$f"; done
   cp python/src/*.cc "$dir/src/python/src/"
-  cp -r python/ferry python/tests examples "$dir/"
+  mkdir -p "$dir/package" "$dir/tests" "$dir/examples"
+  cp python/ferry/*.py python/ferry/*.pyi python/ferry/py.typed "$dir/package/"
+  cp python/tests/*.py "$dir/tests/"
+  cp examples/*.py "$dir/examples/"
   cp bazel-bin/tests/core/refit/refit_cuda_test "$dir/bin/"
   du -sh "$dir"
 }
@@ -61,7 +64,7 @@ test_there() {
   done
   wait
   (cd "$dir" && g++ -shared -o "$work/site/ferry/_ferry$suffix" "$work"/*.o $(cat link.args) -L"$work/libs")
-  cp "$dir"/ferry/*.py "$dir"/ferry/*.pyi "$work/site/ferry/"
+  cp "$dir"/package/* "$work/site/ferry/"
   export PYTHONPATH="$work/site:$dir/tests:$dir/examples"
   python3 -c 'import ferry, torch; print("import ferry: ok; torch", torch.__version__, "cuda", torch.cuda.is_available())'
   run() {  # name command... -> log, pass/fail line
