@@ -5,11 +5,12 @@
 # pybind11 headers, and linked there with the core's objects exactly as Bazel links _ferry.so.
 # Then the GPU tests run: the facade's refit_cuda_test, and the pytest suites that need CUDA or a
 # torch with DTensor (test_cuda.py, test_dtensor.py, the example on CUDA) with the registration
-# and layout suites (the module on that Python).
+# and layout suites (the module on that Python), then python/bench/direct_reads.py on CUDA tensors.
 #
 #   tools/device/python_gpu.sh pack DIR        here (Bazel): builds and fills DIR (about 10 MiB)
 #   tools/device/python_gpu.sh test DIR [LIB]  there: builds the module, runs the tests; LIB holds
-#                                              shared libraries that machine lacks (UCX, libfabric)
+#                                              shared libraries that machine lacks (UCX, libfabric);
+#                                              PYTEST_FILES="tests/test_cuda.py ..." narrows pytest
 #
 # `test` writes its logs under $OUT (or /tmp/python_gpu) and exits non-zero when a step failed.
 # Why not build the module here: Debian's Python is 3.11 and a CPython extension is built for one
@@ -39,6 +40,7 @@ pack() {
   cp python/ferry/*.py python/ferry/*.pyi python/ferry/py.typed "$dir/package/"
   cp python/tests/*.py "$dir/tests/"
   cp examples/*.py "$dir/examples/"
+  mkdir -p "$dir/bench" && cp python/bench/*.py "$dir/bench/"
   cp bazel-bin/tests/core/refit/refit_cuda_test "$dir/bin/"
   du -sh "$dir"
 }
@@ -72,10 +74,14 @@ test_there() {
     grep -E '^\[  (PASSED|SKIPPED) |passed|skipped' "$log/$1.log" | tail -3 || true
   }
   run refit_cuda_test "$dir/bin/refit_cuda_test"
-  # The suites CUDA and DTensor change, and the import and registration checks on this Python.
-  run pytest python3 -m pytest -q -rs -p no:cacheprovider "$dir/tests/test_cuda.py" \
-    "$dir/tests/test_dtensor.py" "$dir/tests/test_register.py" "$dir/tests/test_layout.py" \
-    "$dir/examples/test_trainer_to_engine.py"
+  # The suites CUDA and DTensor change, and the import and registration checks on this Python
+  # (PYTEST_FILES, paths under DIR, narrows them).
+  local files=()
+  for f in ${PYTEST_FILES:-tests/test_cuda.py tests/test_dtensor.py tests/test_register.py \
+      tests/test_layout.py examples/test_trainer_to_engine.py}; do files+=("$dir/$f"); done
+  run pytest python3 -m pytest -q -rs -p no:cacheprovider "${files[@]}"
+  # Python refits of CUDA tensors, 64 MiB over 4 processes on one GPU: CUDA IPC reads vs staged.
+  run direct_reads_cuda python3 "$dir/bench/direct_reads.py" cuda && tail -3 "$log/direct_reads_cuda.log"
   return $failed
 }
 
