@@ -106,20 +106,22 @@ int RefitOnDevice(const std::shared_ptr<const RefitPlan>& plan, int rank, int po
   return (*session)->Finish().ok() ? 0 : 3;
 }
 
+// Four ranks' refits on device memory, planned with `gpus_per_node` and joined on `nodes`.
+void ExpectRefitsOnDevice(int gpus_per_node, const std::vector<int>& nodes) {
+  auto plan = PlanRowsToColumns(gpus_per_node);
+  ASSERT_NE(plan, nullptr);
+  auto codes = RunRanks(4, 90, [&](int rank, int port) { return RefitOnDevice(plan, rank, port, nodes); });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+}
+
 TEST(RefitCudaTest, RefitsCudaBuffersOnOneNodeThroughCudaIpc) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the facade's CUDA path is not exercised";
-  auto plan = PlanRowsToColumns(4);
-  ASSERT_NE(plan, nullptr);
-  auto codes = RunRanks(4, 90, [&](int rank, int port) { return RefitOnDevice(plan, rank, port, {0, 0, 0, 0}); });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+  ExpectRefitsOnDevice(4, {0, 0, 0, 0});
 }
 
 TEST(RefitCudaTest, RefitsCudaBuffersAcrossNodesStagedOverTcp) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the facade's CUDA path is not exercised";
-  auto plan = PlanRowsToColumns(1);
-  ASSERT_NE(plan, nullptr);
-  auto codes = RunRanks(4, 90, [&](int rank, int port) { return RefitOnDevice(plan, rank, port, {0, 1, 2, 3}); });
-  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+  ExpectRefitsOnDevice(1, {0, 1, 2, 3});
 }
 
 // Rank 0 registers memory that is not what it claims; the error must name the buffer and the fault.
