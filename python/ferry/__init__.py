@@ -16,6 +16,8 @@ __cuda_array_interface__ (CuPy, Numba) or DLPack, all zero-copy. Errors from fer
 ferry.FerryError (a RuntimeError) carrying ferry's message.
 """
 
+__version__ = "0.1.0"  # the wheel's version (python/BUILD.bazel, WHEEL_VERSION)
+
 from ._ferry import FerryError, describe_config
 from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
 from ._plan import Plan, Stats, plan
