@@ -7,7 +7,7 @@
 # torch with DTensor (test_cuda.py, test_dtensor.py, the example on CUDA) with the registration
 # and layout suites (the module on that Python), then python/bench/direct_reads.py on CUDA tensors.
 #
-#   tools/device/python_gpu.sh pack DIR        here (Bazel): builds and fills DIR (about 10 MiB)
+#   tools/device/python_gpu.sh pack DIR        here (Bazel): builds and fills DIR (about 40 MiB)
 #   tools/device/python_gpu.sh test DIR [LIB]  there: builds the module, runs the tests; LIB holds
 #                                              shared libraries that machine lacks (UCX, libfabric);
 #                                              PYTEST_FILES="tests/test_cuda.py ..." narrows pytest
@@ -60,11 +60,13 @@ test_there() {
     for l in "$lib"/*.so.*; do b=$(basename "$l"); ln -sf "$(cd "$lib" && pwd)/$b" "$work/libs/${b%%.so.*}.so"; done
     export LD_LIBRARY_PATH="$(cd "$lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
+  local pids=()
   for f in "$dir"/src/python/src/*.cc; do
     g++ -std=c++20 -O2 -fPIC -fvisibility=hidden -Wall -Wno-missing-field-initializers \
       -I"$dir/src" $pybind -c "$f" -o "$work/$(basename "$f" .cc).o" &
+    pids+=($!)
   done
-  wait
+  for p in "${pids[@]}"; do wait "$p" || { echo "python_gpu: compiling python/src failed" >&2; exit 1; }; done
   (cd "$dir" && g++ -shared -o "$work/site/ferry/_ferry$suffix" "$work"/*.o $(cat link.args) -L"$work/libs")
   cp "$dir"/package/* "$work/site/ferry/"
   export PYTHONPATH="$work/site:$dir/tests:$dir/examples"
