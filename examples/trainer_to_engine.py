@@ -13,7 +13,11 @@ Megatron TP shard in the buffers ferry reads: the layouts and bytes moved are a 
 the tensor-parallel compute is not modelled. Logits match bit for bit when the fused and separate
 matmuls round alike; the check allows 1e-4 of the logits' largest magnitude otherwise.
 
-    tools/ferry python examples/trainer_to_engine.py [--steps 3]   # starts the 4 ranks itself
+With --device cuda every rank's buffers are CUDA tensors on device 0 (the refit moves device
+memory: GPU direct reads between the ranks through CUDA IPC, or staged over tcp); the models
+still compute on the CPU from copies of those buffers, so the logits compare as on the CPU.
+
+    tools/ferry python examples/trainer_to_engine.py [--steps 3] [--device cuda]   # starts 4 ranks
     torchrun --nproc-per-node 4 examples/trainer_to_engine.py      # or one rank per process
 """
 
@@ -44,8 +48,9 @@ def layouts() -> tuple[ferry.Layout, ferry.Layout]:
     return src, dst
 
 
-def bf16_buffers(layout: ferry.Layout, rank: int) -> dict[str, torch.Tensor]:
-    return {b.name: torch.zeros(b.bytes // 2, dtype=torch.bfloat16) for b in layout.buffers(rank)}
+def bf16_buffers(layout: ferry.Layout, rank: int, device: str) -> dict[str, torch.Tensor]:
+    return {b.name: torch.zeros(b.bytes // 2, dtype=torch.bfloat16, device=device)
+            for b in layout.buffers(rank)}
 
 
 def box(f: ferry.FragmentInfo) -> tuple[slice, ...]:
@@ -59,9 +64,10 @@ def batches() -> tuple[torch.Tensor, torch.Tensor]:
     return train, evaluate
 
 
-def trainer(session: ferry.Session, refit: ferry.Refit, steps: int, out_dir: str) -> None:
+def trainer(session: ferry.Session, refit: ferry.Refit, steps: int, out_dir: str,
+            device: str) -> None:
     src = refit.plan.source
-    buffers = bf16_buffers(src, session.rank)
+    buffers = bf16_buffers(src, session.rank, device)
     for name, buffer in buffers.items():
         refit.register(name, buffer)
     masters = {n: torch.nn.Parameter(w) for n, w in model.init_weights(seed=0).items()}
@@ -90,20 +96,21 @@ def trainer(session: ferry.Session, refit: ferry.Refit, steps: int, out_dir: str
 
 
 def engine_weights(dst: ferry.Layout, rank: int, buffers: dict[str, torch.Tensor]):
-    """fp32 copies of the engine's weights as vLLM holds them: fused qkv_proj and gate_up_proj
-    buffers whole, every other tensor through its fragment (one per tensor at TP1)."""
+    """fp32 CPU copies of the engine's weights as vLLM holds them: fused qkv_proj and
+    gate_up_proj buffers whole, every other tensor through its fragment (one per tensor at TP1)."""
     weights = {}
     for f in dst.fragments(rank):
         if f.buffer.endswith(("qkv_proj.weight", "gate_up_proj.weight")):
-            weights[f.buffer] = buffers[f.buffer].view(-1, model.HIDDEN).float()
+            weights[f.buffer] = buffers[f.buffer].view(-1, model.HIDDEN).float().cpu()
         else:
-            weights[f.tensor] = ferry.fragment_view(buffers[f.buffer], f, "bf16").float()
+            weights[f.tensor] = ferry.fragment_view(buffers[f.buffer], f, "bf16").float().cpu()
     return weights
 
 
-def engine(session: ferry.Session, refit: ferry.Refit, steps: int, out_dir: str) -> None:
+def engine(session: ferry.Session, refit: ferry.Refit, steps: int, out_dir: str,
+           device: str) -> None:
     dst = refit.plan.destination
-    buffers = bf16_buffers(dst, session.rank)
+    buffers = bf16_buffers(dst, session.rank, device)
     for name, buffer in buffers.items():
         refit.register(name, buffer)
     _, evaluate = batches()
@@ -127,16 +134,16 @@ def engine(session: ferry.Session, refit: ferry.Refit, steps: int, out_dir: str)
         previous = logits
 
 
-def run_rank(steps: int, out_dir: str) -> None:
+def run_rank(steps: int, out_dir: str, device: str) -> None:
     torch.set_num_threads(1)
     src, dst = layouts()
     with ferry.Session.from_env(config={"deadline.refit": "60s"}) as session:
         refit = session.refit(src, dst)
         role = trainer if session.rank < TRAINER_RANKS else engine
-        role(session, refit, steps, out_dir)
+        role(session, refit, steps, out_dir, device)
 
 
-def launch(steps: int, deadline_s: float) -> int:
+def launch(steps: int, deadline_s: float, device: str) -> int:
     """Starts the four ranks as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR/PORT) and waits for
     them until `deadline_s`, killing every rank still running then."""
     with socket.socket() as s:
@@ -149,8 +156,8 @@ def launch(steps: int, deadline_s: float) -> int:
                        LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port), FERRY_TOKEN="trainer-to-engine",
                        FERRY_EXAMPLE_DIR=out_dir)
-            procs.append(subprocess.Popen([sys.executable, __file__, "--steps", str(steps)],
-                                          env=env))
+            procs.append(subprocess.Popen([sys.executable, __file__, "--steps", str(steps),
+                                           "--device", device], env=env))
         return wait_all(procs, deadline_s, "trainer_to_engine")
 
 
@@ -158,14 +165,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=120.0, help="seconds, for all ranks")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where every rank's buffers live (cuda: device 0)")
     args = parser.parse_args()
+    device = "cuda:0" if args.device == "cuda" else "cpu"
     if "RANK" not in os.environ:
-        return launch(args.steps, args.deadline)
+        return launch(args.steps, args.deadline, args.device)
     out_dir = os.environ.get("FERRY_EXAMPLE_DIR")
     if out_dir is None:  # under torchrun: rank 0's directory must be shared by every rank
         out_dir = os.path.join(tempfile.gettempdir(), "ferry-trainer-to-engine")
         os.makedirs(out_dir, exist_ok=True)
-    run_rank(args.steps, out_dir)
+    run_rank(args.steps, out_dir, device)
     return 0
 
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/cuda/ipc.h"
+#include "core/cuda/pointer.h"
 
 namespace ferry::cuda {
 namespace {
@@ -16,25 +17,6 @@ Status CudaStatus(cudaError_t err, const std::string& what) {
   if (err == cudaSuccess) return Status::Ok();
   cudaGetLastError();
   return Internal(what + ": " + cudaGetErrorString(err));
-}
-
-using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-
-// cuMemGetAddressRange through the runtime's driver entry point (no link against libcuda).
-Result<GetAddressRange> AddressRangeFunction() {
-  static void* fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<void*>(nullptr);
-    }
-    return f;
-  }();
-  if (fn == nullptr) return Unavailable("the CUDA driver has no cuMemGetAddressRange");
-  return reinterpret_cast<GetAddressRange>(fn);
 }
 
 struct Opened {
@@ -55,12 +37,10 @@ std::map<IpcHandle, Opened>& OpenedTable() {
 }  // namespace
 
 Result<IpcExport> ExportIpcMemory(const void* ptr) {
-  FERRY_ASSIGN_OR_RETURN(GetAddressRange range, AddressRangeFunction());
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  if (range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
-    return InvalidArgument("CUDA IPC: pointer is not in a device allocation of this process");
-  }
+  Result<Allocation> allocation = AllocationOf(ptr);
+  if (!allocation.ok()) return allocation.status().WithContext("CUDA IPC");
+  const auto base = static_cast<CUdeviceptr>(allocation->base);
+  const auto size = static_cast<size_t>(allocation->bytes);
   cudaIpcMemHandle_t handle;
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)),
                                    "cudaIpcGetMemHandle (the buffer must come from cudaMalloc)"));

@@ -2,9 +2,12 @@
 #include "core/refit/refit.h"
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <utility>
 
+#include "core/cuda/pointer.h"
+#include "core/refit/memory_check.h"
 #include "core/refit/topology_check.h"
 
 namespace ferry {
@@ -66,6 +69,20 @@ std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank) {
   return bytes;
 }
 
+// The executor reads and writes CUDA buffers on a stream of its own, which does not wait for the
+// caller's streams (torch's current stream, CuPy's, ...): work the caller queued on each device of
+// its buffers is finished first, so the sources hold what the caller wrote.
+Status WaitForCallersDeviceWork(const RankMemory& memory) {
+  std::set<int> devices;
+  for (const auto* table : {&memory.source, &memory.destination}) {
+    for (const MemoryDesc& m : *table) {
+      if (m.base != nullptr && m.kind == MemoryKind::kCuda) devices.insert(m.device);
+    }
+  }
+  for (int device : devices) FERRY_RETURN_IF_ERROR(cuda::SynchronizeDevice(device));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Refit>> Refit::Create(Session& session, std::shared_ptr<const RefitPlan> plan) {
@@ -115,11 +132,7 @@ Status Refit::Register(Space space, int buffer, MemoryDesc memory) {
     return InvalidArgument(what + " belongs to rank " + std::to_string(spec.rank) + ", not to rank " +
                            std::to_string(rank));
   }
-  if (memory.base == nullptr) return InvalidArgument(what + ": no memory (null base)");
-  if (memory.bytes < spec.bytes) {
-    return InvalidArgument(what + " needs " + std::to_string(spec.bytes) + " bytes; the memory given has " +
-                           std::to_string(memory.bytes));
-  }
+  FERRY_RETURN_IF_ERROR(CheckMemory(what, memory, spec.bytes));
   (is_source ? memory_.source : memory_.destination)[buffer] = memory;
   return Status::Ok();
 }
@@ -172,6 +185,7 @@ Result<RefitStats> Refit::Run(Deadline deadline) {
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kSource));
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
   const auto start = std::chrono::steady_clock::now();
+  FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_));
   RefitStats stats;
   FERRY_ASSIGN_OR_RETURN(stats.executor, executor_->Run(plan_->plan(), memory_, deadline));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -100,16 +100,22 @@ class Refit {
   // This rank's memory behind a buffer of the source or destination layout, by index or by the
   // layout's buffer name. The buffer must belong to this rank and `memory` must be at least its
   // size. The caller owns the memory; it must stay valid and at the same address for every later
-  // Run (re-register after moving it). Host memory today; CUDA memory is refused by Run.
+  // Run (re-register after moving it). Host memory (kHost) or CUDA device memory (kCuda, from
+  // cudaMalloc or an allocator over it, such as torch's): CUDA memory must be on the device it
+  // names and hold the buffer inside one allocation (core/refit/memory_check.h), and all of a
+  // rank's CUDA buffers must be on one device. Blocking: for CUDA memory, a driver query (the
+  // first initialises CUDA in this process).
   Status RegisterSource(int buffer, MemoryDesc memory);
   Status RegisterDestination(int buffer, MemoryDesc memory);
   Status RegisterSource(std::string_view name, MemoryDesc memory);
   Status RegisterDestination(std::string_view name, MemoryDesc memory);
 
-  // Runs this rank's part of the plan; every rank of the plan calls it. Fails, naming the buffer,
-  // while one of this rank's buffers is unregistered. On failure the communicator is aborted (so
-  // peers fail fast); recreate it (session.communicator().Recreate) before the next Run. The
-  // first form's deadline is the config's deadline.refit.
+  // Runs this rank's part of the plan; every rank of the plan calls it. With CUDA buffers it first
+  // waits for all work this process queued on their device (any stream), so the caller need not
+  // synchronise its writes to the sources; when it returns, the destinations are written. Fails,
+  // naming the buffer, while one of this rank's buffers is unregistered. On failure the
+  // communicator is aborted (so peers fail fast); recreate it (session.communicator().Recreate)
+  // before the next Run. The first form's deadline is the config's deadline.refit.
   Result<RefitStats> Run();
   Result<RefitStats> Run(Deadline deadline);
 

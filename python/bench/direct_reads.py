@@ -1,15 +1,18 @@
-"""Direct reads on vs off for a Python refit of ordinary memory (numpy arrays), in one run.
+"""Direct reads on vs off for a Python refit of ordinary memory (numpy arrays) or of CUDA tensors
+(torch, every rank on device 0), in one run.
 
 Four processes on this machine, ranks 0-1 holding TENSORS split along dim 0 and ranks 2-3 wanting
 them split along dim 1 (the destination fragments are strided: every row of a fragment is a
 piece of a source row). Each configuration joins a fresh session, registers numpy arrays (not
 memfd memory, so direct reads go through process_vm_readv), runs STEPS refits and checks every
-destination element of the last. The two configurations alternate for ROUNDS rounds (a shared
+destination element of the last. On CUDA tensors a direct read is one kernel reading the peer's
+allocation through CUDA IPC; off, the bytes are staged through pinned memory and tcp. The two
+configurations alternate for ROUNDS rounds (a shared
 machine's load then weighs on both alike); prints, per configuration, the median over all refits
 (each session's first left out) of the slowest rank's time, and the ratio.
 
-    tools/ferry python python/bench/direct_reads.py            # the driver
-    (internally: direct_reads.py worker RANK PORT DIRECT)
+    tools/ferry python python/bench/direct_reads.py [cuda]     # the driver (numpy, or CUDA)
+    (internally: direct_reads.py worker RANK PORT DIRECT DEVICE)
 """
 
 from __future__ import annotations
@@ -48,7 +51,28 @@ def expected(name: str, step: int) -> np.ndarray:
     return np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) + step
 
 
-def worker(rank: int, port: int, direct: bool) -> int:
+def buffers(layout: ferry.Layout, rank: int, device: str) -> dict:
+    """Zeroed byte arrays for this rank's buffers: numpy, or torch tensors on `device`."""
+    if device == "cpu":
+        return {b.name: np.zeros(b.bytes, dtype=np.uint8) for b in layout.buffers(rank)}
+    import torch
+    return {b.name: torch.zeros(b.bytes, dtype=torch.uint8, device=device)
+            for b in layout.buffers(rank)}
+
+
+def as_numpy(view) -> np.ndarray:
+    return view.cpu().numpy() if hasattr(view, "cpu") else view
+
+
+def write(view, values: np.ndarray) -> None:
+    if hasattr(view, "copy_"):
+        import torch
+        view.copy_(torch.from_numpy(values))
+    else:
+        view[...] = values
+
+
+def worker(rank: int, port: int, direct: bool, device: str) -> int:
     """One rank: joins, runs STEPS refits, prints each refit's seconds; 0 when the data matches."""
     src_shards, dst_shards = shards()
     config = {"executor.direct_intra_node": "true" if direct else "false"}
@@ -57,19 +81,19 @@ def worker(rank: int, port: int, direct: bool) -> int:
         src, dst = ferry.Layout.from_shards(src_shards), ferry.Layout.from_shards(dst_shards)
         refit = session.refit(src, dst)
         layout = src if rank < SOURCES else dst
-        arrays = {b.name: np.zeros(b.bytes, dtype=np.uint8) for b in layout.buffers(rank)}
+        arrays = buffers(layout, rank, device)
         for name, array in arrays.items():
             refit.register(name, array)
         for step in range(STEPS):
             for f in src.fragments(rank):
                 box = tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))
-                ferry.fragment_view(arrays[f.buffer], f, "fp32")[...] = expected(f.tensor, step)[box]
+                write(ferry.fragment_view(arrays[f.buffer], f, "fp32"), expected(f.tensor, step)[box])
             session.all_gather_shards([])  # a barrier: the sources are filled before anyone runs
             stats = refit.run(timeout=120)
             print(f"step {step} seconds {stats.seconds:.6f} direct_bytes {stats.bytes_read_direct}")
         for f in dst.fragments(rank):
             box = tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))
-            if not np.array_equal(ferry.fragment_view(arrays[f.buffer], f, "fp32"),
+            if not np.array_equal(as_numpy(ferry.fragment_view(arrays[f.buffer], f, "fp32")),
                                   expected(f.tensor, STEPS - 1)[box]):
                 print(f"rank {rank}: {f.tensor}{box} differs", file=sys.stderr)
                 return 1
@@ -82,12 +106,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_configuration(direct: bool) -> tuple[list[float], int]:
+def run_configuration(direct: bool, device: str) -> tuple[list[float], int]:
     """Runs the ranks (killed at the deadline); per refit after the first, the slowest rank's
     time, and the bytes the destination ranks read directly in the last refit."""
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), str(port), str(int(direct))],
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), str(port), str(int(direct)),
+                               device],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(SOURCES + DESTINATIONS)]
     outputs = []
@@ -109,18 +134,19 @@ def run_configuration(direct: bool) -> tuple[list[float], int]:
 
 
 def main() -> int:
-    if len(sys.argv) == 5 and sys.argv[1] == "worker":
-        return worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1")
+    if len(sys.argv) == 6 and sys.argv[1] == "worker":
+        return worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5])
+    device = "cuda:0" if sys.argv[1:] == ["cuda"] else "cpu"
     total = sum(r * c * 4 for r, c in TENSORS.values())
     times = {True: [], False: []}
     read = {}
     for _ in range(ROUNDS):
         for direct in (True, False):
-            refits, read[direct] = run_configuration(direct)
+            refits, read[direct] = run_configuration(direct, device)
             times[direct] += refits
     median = {direct: statistics.median(t) for direct, t in times.items()}
     for direct in (True, False):
-        print(f"direct reads {'on ' if direct else 'off'}: {median[direct] * 1e3:8.1f} ms per refit of "
+        print(f"{device}: direct reads {'on ' if direct else 'off'}: {median[direct] * 1e3:8.1f} ms per refit of "
               f"{total >> 20} MiB ({total / median[direct] / 2**30:5.2f} GiB/s), "
               f"{read[direct] >> 20} MiB read directly; refits (ms): "
               f"{' '.join(str(round(t * 1e3)) for t in times[direct])}")

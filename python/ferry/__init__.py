@@ -11,9 +11,12 @@ from RL trainers to inference engines), over the library facade core/refit.
         for b in src.buffers(session.rank): refit.register(b.name, my_tensors[b.name])
         stats = refit.run()                              # every step
 
-Host memory only in this build: numpy arrays and CPU torch tensors. Errors from ferry raise
+Arrays: numpy, torch tensors on the CPU or a CUDA device, and other libraries' arrays through
+__cuda_array_interface__ (CuPy, Numba) or DLPack, all zero-copy. Errors from ferry raise
 ferry.FerryError (a RuntimeError) carrying ferry's message.
 """
+
+__version__ = "0.1.0"  # the wheel's version (python/BUILD.bazel, WHEEL_VERSION)
 
 from ._ferry import FerryError, describe_config
 from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo

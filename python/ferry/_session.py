@@ -1,5 +1,6 @@
 """ferry.Session and ferry.Refit: joining the ranks of a refit and running a plan, step after
-step, on numpy arrays and CPU torch tensors the caller owns (zero-copy).
+step, on arrays the caller owns (zero-copy): numpy arrays, torch tensors on the CPU or a CUDA
+device, and CUDA or host arrays of other libraries through __cuda_array_interface__ or DLPack.
 
 Blocking and the GIL: Session(...) / Session.from_env wait for every rank (deadline.connect);
 Refit.run waits for this rank's part of the plan (deadline.refit, or `timeout`). Both release the
@@ -12,7 +13,7 @@ import json
 from typing import Any, Iterable, Mapping
 
 from . import _ferry
-from ._arrays import dtype_matches, dtype_name, host_array
+from ._arrays import array_memory, dtype_matches, dtype_name
 from ._layout import Layout, Shard
 from ._plan import Plan, Stats
 
@@ -101,7 +102,7 @@ class Refit:
 
     register() keeps a reference to each array, so its storage stays alive; ferry reads source
     arrays and writes destination arrays in place during run(), and nothing else may write them
-    then. Re-register an array after replacing it."""
+    then (host or CUDA). Re-register an array after replacing it."""
 
     def __init__(self, session: Session, plan: Plan):
         self.session = session
@@ -118,13 +119,16 @@ class Refit:
 
     def register(self, name: str, tensor: Any, side: str | None = None) -> None:
         """This rank's array behind buffer `name` of the source or destination layout (`side`
-        is needed only when both layouts have a buffer of that name on this rank). The array
-        must be C-contiguous host memory of at least the buffer's size and of its dtype (uint8
-        for raw bytes; numpy holds bf16/fp8 as int16/uint16/uint8)."""
+        is needed only when both layouts have a buffer of that name on this rank): a numpy
+        array, a torch tensor on the CPU or a CUDA device, or an array exporting
+        __cuda_array_interface__ (CuPy, Numba) or __dlpack__ (JAX, ...). It must be C-contiguous
+        and writable, of at least the buffer's size and of its dtype (uint8 for raw bytes; numpy
+        holds bf16/fp8 as int16/uint16/uint8). CUDA memory must be ordinary device memory (as
+        torch's and CuPy's allocators give), and all of a rank's CUDA arrays on one device."""
         side = side or self._side_of(name)
         if name not in self._sizes.get(side, {}):
             raise KeyError(f"no {side} buffer named {name!r} on rank {self.session.rank}")
-        array = host_array(tensor, f"buffer {name!r}")
+        array = array_memory(tensor, f"buffer {name!r}")
         need = self._sizes[side][name]
         if array.nbytes < need:
             raise ValueError(f"buffer {name!r}: the array has {array.nbytes} bytes, the "
@@ -133,15 +137,28 @@ class Refit:
             if not dtype_matches(array, dtype):
                 raise TypeError(f"buffer {name!r} holds {dtype} elements, the array is "
                                 f"{array.dtype or 'of another dtype'}")
-        self._impl.register(side, name, array.address, array.nbytes)
-        self._arrays[(side, name)] = tensor
+        self._check_one_device(name, side, array.device)
+        self._impl.register(side, name, array.address, array.nbytes, array.device)
+        self._arrays[(side, name)] = (tensor, array)
 
     def run(self, timeout: float | None = None) -> Stats:
         """Runs this rank's part of the plan; every rank calls it. Blocks (GIL released) until
-        done, failed or `timeout` seconds (default: the config's deadline.refit). Raises
+        done, failed or `timeout` seconds (default: the config's deadline.refit). With CUDA
+        arrays it first waits for all work this process queued on their device (any stream), so
+        sources written by kernels need no synchronisation; on return the destinations are
+        written. Raises
         FerryError naming an unregistered buffer or what failed; after a failure call
         session.recreate() on every rank before the next run."""
         return Stats(**self._impl.run(timeout or 0.0))
+
+    def _check_one_device(self, name: str, side: str, device: int) -> None:
+        """One executor drives one CUDA device: a rank's CUDA arrays must share it."""
+        for (other_side, other), (_, memory) in self._arrays.items():
+            if device >= 0 and memory.device >= 0 and memory.device != device and \
+                    (other_side, other) != (side, name):
+                raise ValueError(f"buffer {name!r} is on CUDA device {device} but buffer "
+                                 f"{other!r} is on device {memory.device}; a rank's CUDA arrays "
+                                 "must share one device")
 
     def _side_of(self, name: str) -> str:
         sides = [s for s in ("source", "destination") if name in self._sizes[s]]

@@ -31,6 +31,7 @@ Config ConfigFrom(const pybind11::object& source);
 
 void BindErrors(pybind11::module_& m);
 void BindLayout(pybind11::module_& m);
+void BindMemory(pybind11::module_& m);
 void BindPlan(pybind11::module_& m);
 void BindSession(pybind11::module_& m);
 

@@ -51,6 +51,7 @@ PYBIND11_MODULE(_ferry, m) {
   m.doc() = "ferry's compiled core: layouts, plans, sessions and refits (use the ferry package).";
   ferry::python::BindErrors(m);
   ferry::python::BindLayout(m);
+  ferry::python::BindMemory(m);
   ferry::python::BindPlan(m);
   ferry::python::BindSession(m);
 }

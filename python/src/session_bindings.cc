@@ -113,12 +113,14 @@ RefitHandle Bind(SessionHandle& handle, const PlanHandle& plan) {
   return RefitHandle{Unwrap(Refit::Create(*handle.session, plan.plan))};
 }
 
+// `device` -1: host memory; otherwise CUDA memory on that device (checked by the facade).
 void Register(RefitHandle& handle, const std::string& side, const std::string& name,
-              uintptr_t address, int64_t bytes) {
+              uintptr_t address, int64_t bytes, int device) {
   MemoryDesc memory;
   memory.base = reinterpret_cast<void*>(address);
   memory.bytes = bytes;
-  memory.kind = MemoryKind::kHost;
+  memory.kind = device < 0 ? MemoryKind::kHost : MemoryKind::kCuda;
+  memory.device = device < 0 ? -1 : device;
   if (side == "source") {
     ThrowIfError(handle.refit->RegisterSource(name, memory));
   } else if (side == "destination") {
@@ -190,7 +192,8 @@ void BindSession(py::module_& m) {
         ThrowIfError(Blocking([&] { return s.Finish(); }));
       });
   py::class_<RefitHandle>(m, "Refit")
-      .def("register", &Register)
+      .def("register", &Register, py::arg("side"), py::arg("name"), py::arg("address"),
+           py::arg("bytes"), py::arg("device") = -1)
       .def("run", &Run, py::arg("timeout_seconds"));
 }
 

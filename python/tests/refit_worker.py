@@ -1,10 +1,11 @@
 """One rank of the multi-process refit tests (test_refit.py): joins the session through ferry's
 TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
-(Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays or CPU torch
-tensors, runs the refit for several steps and checks every destination element against the value
-the source held, and prints the bytes read directly from peers and sent. Exits 0 when all match.
+(Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays, CPU torch tensors
+or CUDA torch tensors (every rank on device 0), runs the refit for several steps and checks every
+destination element against the value the source held, and prints the bytes read directly from
+peers and sent. Exits 0 when all match.
 
-    refit_worker.py SCENARIO BACKEND RANK PORT     SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch
+    refit_worker.py SCENARIO BACKEND RANK PORT   SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch | cuda
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ def expected(name: str, step: int) -> np.ndarray:
 def allocate(layout: ferry.Layout, rank: int, backend: str) -> dict:
     arrays = {}
     for b in layout.buffers(rank):
-        if backend == "torch":
+        if backend in ("torch", "cuda"):
             import torch
-            arrays[b.name] = torch.zeros(b.bytes, dtype=torch.uint8)
+            device = "cuda:0" if backend == "cuda" else "cpu"
+            arrays[b.name] = torch.zeros(b.bytes, dtype=torch.uint8, device=device)
         else:
             arrays[b.name] = np.zeros(b.bytes, dtype=np.uint8)
     return arrays
@@ -65,7 +67,16 @@ def dtype_of(layout: ferry.Layout) -> dict:
 
 
 def as_numpy(view):
-    return view.numpy() if hasattr(view, "numpy") else view
+    return view.cpu().numpy() if hasattr(view, "numpy") else view
+
+
+def write(view, values: np.ndarray) -> None:
+    """Fills a fragment's view (numpy, or torch on any device) with `values`."""
+    if hasattr(view, "copy_"):
+        import torch
+        view.copy_(torch.from_numpy(np.ascontiguousarray(values)))
+    else:
+        view[...] = values
 
 
 def main() -> int:
@@ -89,7 +100,7 @@ def main() -> int:
             for f in src.fragments(rank):
                 view = ferry.fragment_view(arrays[f.buffer], f, dtype_of(src)[f.tensor])
                 box = tuple(slice(l, h) for l, h in zip(f.lo, f.hi))
-                as_numpy(view)[...] = expected(f.tensor, step)[box]
+                write(view, expected(f.tensor, step)[box])
             stats = refit.run(timeout=30)
             for f in dst.fragments(rank):
                 view = as_numpy(ferry.fragment_view(arrays[f.buffer], f, dtype_of(dst)[f.tensor]))

@@ -63,7 +63,7 @@ def test_registration_errors_name_the_buffer():
         refit.register("src", np.zeros((6, 8), np.float32).T[:, :4])
     with pytest.raises(TypeError, match="fp32.*fp64|fp32"):
         refit.register("src", np.zeros(24, np.float64))
-    with pytest.raises(TypeError, match="numpy array or a CPU torch tensor"):
+    with pytest.raises(TypeError, match="numpy array, a torch tensor, or an array with"):
         refit.register("src", [0.0] * 24)
     refit.register("src", np.zeros(96, np.uint8))  # raw bytes are accepted
     with pytest.raises(ferry.FerryError, match="left"):
@@ -79,13 +79,61 @@ def test_torch_tensors_register_zero_copy(session):
         refit.register("src", w.t())
     with pytest.raises(TypeError, match="bf16|fp32"):
         refit.register("src", torch.zeros(48, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="meta tensor; this build moves host memory only"):
+    with pytest.raises(ValueError, match="meta tensor; ferry moves CPU and CUDA memory"):
         refit.register("src", torch.empty(24, device="meta"))
     refit.register("src", w)
     refit.register("left", out[0])
     refit.register("right", out[1])
     refit.run()
     assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:])
+
+
+class DlpackOnly:
+    """An array seen only through DLPack, as JAX's or another library's would be; `device`
+    overrides the (device type, id) the array reports."""
+
+    def __init__(self, array, device=None):
+        self._array, self._device = array, device
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._device or self._array.__dlpack_device__()
+
+
+def test_dlpack_arrays_register_zero_copy(session):
+    refit = session.refit(*layouts())
+    w = np.arange(24, dtype=np.float32).reshape(4, 6)
+    left, right = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.float32)
+    refit.register("src", DlpackOnly(w))
+    refit.register("left", DlpackOnly(left))
+    refit.register("right", DlpackOnly(right))
+    refit.run()
+    np.testing.assert_array_equal(left, w[:, :3])
+    np.testing.assert_array_equal(right, w[:, 3:])
+
+
+def test_dlpack_and_cuda_interface_errors_name_the_buffer():
+    session = one_rank_session()
+    refit = session.refit(*layouts())
+    with pytest.raises(ValueError, match="'src'.*not C-contiguous"):
+        refit.register("src", DlpackOnly(np.zeros((6, 8), np.float32).T[:, :4]))
+    with pytest.raises(TypeError, match="'src' holds fp32.*int32"):
+        refit.register("src", DlpackOnly(np.zeros(24, np.int32)))
+    with pytest.raises(ValueError, match="'src': DLPack device type 4"):
+        refit.register("src", DlpackOnly(np.zeros(24, np.float32), device=(4, 0)))
+    host = np.zeros(24, np.float32)
+
+    class HostPretendingCuda:
+        __cuda_array_interface__ = {"shape": (24,), "typestr": "<f4", "version": 3,
+                                    "data": (host.ctypes.data, False), "strides": None}
+
+    # Without a GPU: no device is visible; with one: the pointer is not device memory.
+    with pytest.raises(ValueError, match="'src': __cuda_array_interface__ memory: .*"
+                                         "(no CUDA device|not device memory)"):
+        refit.register("src", HostPretendingCuda())
+    session.finish()
 
 
 def test_two_sessions_on_two_threads_release_the_gil():

@@ -1,0 +1,45 @@
+// CheckMemory: see memory_check.h.
+#include "core/refit/memory_check.h"
+
+#include "core/cuda/pointer.h"
+
+namespace ferry {
+namespace {
+
+Status CheckDeviceMemory(const std::string& what, const MemoryDesc& memory) {
+  if (memory.device < 0) {
+    return InvalidArgument(what + ": CUDA memory needs a device ordinal, got " +
+                           std::to_string(memory.device));
+  }
+  Result<cuda::DevicePointer> pointer = cuda::DescribeDevicePointer(memory.base);
+  if (!pointer.ok()) return pointer.status().WithContext(what);
+  if (pointer->device != memory.device) {
+    return InvalidArgument(what + ": the memory is on CUDA device " + std::to_string(pointer->device) +
+                           ", not on device " + std::to_string(memory.device) + " as registered");
+  }
+  if (pointer->bytes_from_pointer < memory.bytes) {
+    return InvalidArgument(what + ": " + std::to_string(memory.bytes) + " bytes registered but only " +
+                           std::to_string(pointer->bytes_from_pointer) +
+                           " remain in the device allocation from that address");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<int> CudaDeviceOf(const void* address) {
+  FERRY_ASSIGN_OR_RETURN(cuda::DevicePointer pointer, cuda::DescribeDevicePointer(address));
+  return pointer.device;
+}
+
+Status CheckMemory(const std::string& what, const MemoryDesc& memory, int64_t needed) {
+  if (memory.base == nullptr) return InvalidArgument(what + ": no memory (null base)");
+  if (memory.bytes < needed) {
+    return InvalidArgument(what + " needs " + std::to_string(needed) + " bytes; the memory given has " +
+                           std::to_string(memory.bytes));
+  }
+  if (memory.kind == MemoryKind::kCuda) return CheckDeviceMemory(what, memory);
+  return Status::Ok();
+}
+
+}  // namespace ferry

@@ -1,0 +1,75 @@
+"""CUDA arrays through ferry.Refit.register, zero-copy: torch CUDA tensors, CuPy arrays
+(__cuda_array_interface__) and DLPack exports, in one process and across processes (one per rank,
+all on device 0, the receivers reading the senders' allocations through CUDA IPC or staged over
+tcp), every destination element checked; and registration errors that name the buffer. Needs torch
+with a CUDA device (the GPU machine, tools/device/python_gpu.sh); skipped visibly elsewhere."""
+
+import os
+
+import pytest
+
+import ferry
+from procs import assert_all_ok, run_ranks
+from test_register import DlpackOnly, layouts, one_rank_session, session  # noqa: F401
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to torch: CUDA registration is not exercised",
+                allow_module_level=True)
+
+WORKER = os.path.join(os.path.dirname(__file__), "refit_worker.py")
+
+
+def test_cuda_tensors_refit_in_place_after_kernels_on_torchs_stream(session):
+    refit = session.refit(*layouts())
+    w = torch.zeros(4, 6, device="cuda")
+    out = torch.full((2, 4, 3), -1.0, device="cuda")
+    refit.register("src", w)
+    refit.register("left", out[0])
+    refit.register("right", out[1])
+    for step in range(3):
+        # Written by kernels on torch's stream, not synchronised here: run() waits for them.
+        w.copy_(torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6) * (step + 2))
+        stats = refit.run()
+        assert stats.bytes_same_rank == 96
+        assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:]), step
+
+
+def test_cupy_and_dlpack_arrays_register_zero_copy(session):
+    cupy = pytest.importorskip("cupy")
+    refit = session.refit(*layouts())
+    w = cupy.arange(24, dtype=cupy.float32).reshape(4, 6)
+    left, right = torch.zeros(4, 3, device="cuda"), torch.zeros(4, 3, device="cuda")
+    refit.register("src", w)  # __cuda_array_interface__
+    refit.register("left", DlpackOnly(left))
+    refit.register("right", DlpackOnly(right))
+    refit.run()
+    expected = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)
+    assert torch.equal(left, expected[:, :3]) and torch.equal(right, expected[:, 3:])
+
+
+def test_cuda_registration_errors_name_the_buffer():
+    session = one_rank_session()
+    refit = session.refit(*layouts())
+    with pytest.raises(ValueError, match="'src'.*not contiguous"):
+        refit.register("src", torch.zeros(6, 8, device="cuda").t()[:, :4])
+    with pytest.raises(TypeError, match="'src' holds fp32.*fp16"):
+        refit.register("src", torch.zeros(48, dtype=torch.float16, device="cuda"))
+    with pytest.raises(ValueError, match="'src'.*40 bytes.*needs 96"):
+        refit.register("src", torch.zeros(10, device="cuda"))
+    cupy = pytest.importorskip("cupy")
+    with pytest.raises(ValueError, match="'src'.*not C-contiguous"):
+        refit.register("src", cupy.zeros((6, 8), cupy.float32).T[:, :4])
+    managed = cupy.cuda.malloc_managed(96)  # a MemoryPointer to managed memory
+    with pytest.raises(ValueError, match="'src'.*managed"):
+        refit.register("src", cupy.ndarray((24,), cupy.float32, managed))
+    session.finish()
+
+
+@pytest.mark.parametrize("scenario,ranks", [("2to2", 4), ("4to2", 6)])
+def test_cuda_refit_across_processes(scenario, ranks):
+    results = run_ranks(lambda rank, port: [WORKER, scenario, "cuda", str(rank), str(port)],
+                        ranks, deadline_s=120)
+    assert_all_ok(results)
+    for r in results:
+        assert f"rank {r.rank} step 2: ok" in r.output, r.output
