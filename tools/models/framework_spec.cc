@@ -80,7 +80,13 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     FERRY_RETURN_IF_ERROR(
         CheckWorld("megatron tp*pp*cp*dp", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, m.dp))));
   }
-  Status st = MegatronStageOfLayer(c.num_layers, m.pp, m.first, m.last).status();
+  Status st = MegatronPipelineOf(c.num_layers, PipelineArgs(m)).status();
+  if (st.ok() && c.family == ModelFamily::kNemotronH &&
+      (m.vstages > 0 || m.vstage_layers > 0 || !m.layout.empty())) {
+    st = InvalidArgument("Megatron splits a hybrid model's pipeline by its --hybrid-layer-pattern, "
+                         "which ferry does not model; vstages, vstage_layers and layout are for "
+                         "GPT models");
+  }
   if (st.ok()) st = CheckTensorParallel(c, m.tp);
   if (st.ok() && !c.IsMla()) {
     st = CheckDivides("num_kv_heads (query groups)", c.num_kv_heads, "tp", m.tp);
@@ -159,6 +165,8 @@ std::string FrameworkSpec::ToString() const {
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
   if (m.first > 0) s += ",first=" + Num(m.first);
   if (m.last > 0) s += ",last=" + Num(m.last);
+  if (m.vstages > 0) s += ",vstages=" + Num(m.vstages);
+  if (m.vstage_layers > 0) s += ",vstage_layers=" + Num(m.vstage_layers);
   s += ",ep=" + Num(m.ep);
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
@@ -168,7 +176,13 @@ std::string FrameworkSpec::ToString() const {
   if (m.experts != MegatronExpertStorage::kSequential) {
     s += std::string(",experts=") + ExpertStorageName(m.experts);
   }
-  return s + naming;
+  s += naming;
+  if (!m.layout.empty()) s += ",layout=" + m.layout;
+  return s;
+}
+
+MegatronPipelineArgs PipelineArgs(const MegatronParallel& m) {
+  return {m.pp, m.first, m.last, m.vstages, m.vstage_layers, m.layout};
 }
 
 namespace {
@@ -200,6 +214,8 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           {"pp", &m.pp, {}},
           {"first", &m.first, {}},
           {"last", &m.last, {}},
+          {"vstages", &m.vstages, {}},
+          {"vstage_layers", &m.vstage_layers, {}},
           {"ep", &m.ep, {}},
           {"etp", &m.etp, {}},
           {"dp", &m.dp, {}},
@@ -235,12 +251,27 @@ Status ParseNumber(const SpecKey& key, const std::string& value) {
   return Status::Ok();
 }
 
+// Removes the trailing "layout=STRING" key from a Megatron spec's `body` and returns STRING
+// (empty when the key is absent): Megatron's layout strings may hold commas, so the key is last.
+Result<std::string> TakeLayoutKey(std::string& body) {
+  size_t at = body.rfind("layout=");
+  while (at != std::string::npos && at > 0 && body[at - 1] != ',' && body[at - 1] != ' ') {
+    at = body.rfind("layout=", at - 1);
+  }
+  if (at == std::string::npos) return std::string();
+  const std::string layout = Trim(body.substr(at + 7));
+  if (layout.empty()) return InvalidArgument("empty layout= in megatron spec '" + body + "'");
+  body.erase(at);
+  return layout;
+}
+
 }  // namespace
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,"
-      "pad_vocab=yes|no,experts=sequential|grouped|single_grouped|legacy_grouped or "
+      " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
+      "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
+      "legacy_grouped,layout=STRING (last) or "
       "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
@@ -257,8 +288,12 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
   if (colon == std::string::npos) return spec;
+  std::string body = text.substr(colon + 1);
+  if (spec.kind == FrameworkSpec::Kind::kMegatron) {
+    FERRY_ASSIGN_OR_RETURN(spec.megatron.layout, TakeLayoutKey(body));
+  }
   std::set<std::string> seen;
-  for (const std::string& item : Split(text.substr(colon + 1), ',')) {
+  for (const std::string& item : Split(body, ',')) {
     const std::string kv = Trim(item);
     if (kv.empty()) continue;
     const size_t eq = kv.find('=');

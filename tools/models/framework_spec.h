@@ -2,9 +2,12 @@
 // ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
-//  megatron:tp=,pp=,first=,last=,ep=,etp=,dp=,cp=,experts=,vocab_divisible_by=,pad_vocab=
+//  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
+//           vocab_divisible_by=,pad_vocab=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
-//      pipeline stage (tools/models/pipeline_stages.h). experts: Megatron-Core's expert module
+//      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
+//      --pipeline-model-parallel-layout string, the last key (it may hold commas)
+//      (tools/models/pipeline_stages.h). experts: Megatron-Core's expert module
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
@@ -21,6 +24,7 @@
 
 #include "core/base/status.h"
 #include "tools/models/megatron_expert_storage.h"
+#include "tools/models/pipeline_stages.h"
 #include "tools/models/presets.h"
 
 namespace ferry::models {
@@ -30,6 +34,12 @@ struct MegatronParallel {
   // Layers of the first / last pipeline stage (Megatron's --decoder-first-pipeline-num-layers /
   // --decoder-last-pipeline-num-layers); 0: not given, the stages split the layers evenly.
   int first = 0, last = 0;
+  // Interleaving: model chunks per pipeline rank (--num-virtual-stages-per-pipeline-rank) or layers
+  // per chunk (--num-layers-per-virtual-pipeline-stage); 0: not given.
+  int vstages = 0, vstage_layers = 0;
+  // Megatron's explicit --pipeline-model-parallel-layout string (tools/models/pipeline_layout.h);
+  // empty: not given.
+  std::string layout;
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;
@@ -44,6 +54,9 @@ struct MegatronParallel {
   int vocab_divisible_by = 128;
   bool pad_vocab = true;
 };
+
+// The pipeline arguments of `m` (tools/models/pipeline_stages.h).
+MegatronPipelineArgs PipelineArgs(const MegatronParallel& m);
 
 struct VllmParallel {
   int tp = 1, dp = 1, ep = 1;

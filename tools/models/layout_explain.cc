@@ -131,6 +131,17 @@ void OtherRules(const ModelConfig& c, const FrameworkSpec& r, const std::string&
   }
 }
 
+// How a Megatron spec assigns layers to pipeline ranks and model chunks, in words.
+std::string PipelineRule(const MegatronParallel& m) {
+  if (!m.layout.empty()) return "explicit layout " + m.layout + " (stage i: chunk i/pp of rank i%pp)";
+  std::string s = m.first > 0 || m.last > 0
+                      ? "first=" + N(m.first) + ", last=" + N(m.last) + ", the rest even"
+                      : "layers split evenly over pp=" + N(m.pp);
+  if (m.vstages > 0) s += ", " + N(m.vstages) + " interleaved model chunks a rank";
+  if (m.vstage_layers > 0) s += ", interleaved chunks of " + N(m.vstage_layers) + " layers";
+  return s;
+}
+
 }  // namespace
 
 std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
@@ -140,13 +151,11 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
   if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
     const MegatronParallel& m = r.megatron;
-    out.push_back({"pipeline stage: " + std::string(m.first > 0 || m.last > 0
-                                                        ? "first=" + N(m.first) + ", last=" +
-                                                              N(m.last) + ", the rest even"
-                                                        : "layers split evenly over pp=" +
-                                                              N(m.pp)) +
-                       "; local layer numbers per stage",
-                   std::string(kMegatron) + "megatron/core/transformer/transformer_block.py"});
+    out.push_back({"pipeline stage: " + PipelineRule(m) + "; local layer numbers per model chunk",
+                   std::string(kMegatron) +
+                       (m.layout.empty()
+                            ? "megatron/core/transformer/transformer_block.py"
+                            : "megatron/core/transformer/pipeline_parallel_layer_layout.py")});
   }
   if (Has(t, ".mlp.experts.")) {
     ExpertRules(r, t, out);

@@ -39,6 +39,18 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
   EXPECT_NE(out.find("rank 4  decoder.layers.6.mlp.experts.linear_fc1.weight5"), std::string::npos)
       << out;
   EXPECT_NE(out.find("megatron/core/transformer/transformer_block.py"), std::string::npos);
+  // Megatron's layout string over pp 2: stage i is chunk i / 2 of rank i % 2, so layer 17 is the
+  // second layer of stage 2 ("t*8" after "Et*8|t*8|"): chunk 1 of rank 0.
+  ASSERT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
+                    "megatron:pp=2,layout=Et*8|t*8|t*8|t*8L", "--explain",
+                    "model.layers.17.self_attn.o_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 0  model1.decoder.layers.1.self_attention.linear_proj.weight"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("megatron/core/transformer/pipeline_parallel_layer_layout.py"),
+            std::string::npos);
   EXPECT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
                     "vllm:tp=2", "--explain", "no.such.tensor"},
                    &out),
