@@ -94,6 +94,19 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   if (st.ok()) {
     st = MegatronPaddedVocab(c.vocab, m.tp, m.vocab_divisible_by, m.pad_vocab).status();
   }
+  if (st.ok() && m.overlap_grad_reduce && !m.distopt_buffers) {
+    st = InvalidArgument("overlap_grad_reduce=yes only changes the distributed optimizer's "
+                         "buffers; give buffers=distopt");
+  }
+  if (st.ok() && m.distopt_buffers && c.family == ModelFamily::kNemotronH) {
+    st = InvalidArgument("buffers=distopt: the parameter order of Megatron's hybrid (Mamba) "
+                         "layers is not modelled");
+  }
+  if (st.ok() && m.distopt_buffers && c.IsMoe() &&
+      m.experts == MegatronExpertStorage::kLegacyGrouped) {
+    st = InvalidArgument("buffers=distopt: the legacy GroupedMLP's buffer grouping is not "
+                         "modelled (experts=legacy_grouped)");
+  }
   if (st.ok() && c.IsMoe() && m.experts == MegatronExpertStorage::kLegacyGrouped && m.etp != 1) {
     st = InvalidArgument("experts=legacy_grouped is modelled with etp=1 only");
   }
@@ -176,6 +189,8 @@ std::string FrameworkSpec::ToString() const {
   if (m.experts != MegatronExpertStorage::kSequential) {
     s += std::string(",experts=") + ExpertStorageName(m.experts);
   }
+  if (m.distopt_buffers) s += ",buffers=distopt";
+  if (m.overlap_grad_reduce) s += ",overlap_grad_reduce=yes";
   s += naming;
   if (!m.layout.empty()) s += ",layout=" + m.layout;
   return s;
@@ -222,6 +237,8 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           {"cp", &m.cp, {}},
           {"vocab_divisible_by", &m.vocab_divisible_by, {}},
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
+          WordKey("buffers", "distopt", "params", &m.distopt_buffers, true),
+          WordKey("overlap_grad_reduce", "yes", "no", &m.overlap_grad_reduce, true),
           {"experts", nullptr,
            [&m](const std::string& value) -> Status {
              FERRY_ASSIGN_OR_RETURN(m.experts, ParseExpertStorage(value));
@@ -271,7 +288,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
-      "legacy_grouped,layout=STRING (last) or "
+      "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,layout=STRING (last) or "
       "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');

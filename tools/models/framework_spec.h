@@ -3,11 +3,12 @@
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
 //  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
-//           vocab_divisible_by=,pad_vocab=,layout=
+//           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
 //      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
 //      --pipeline-model-parallel-layout string, the last key (it may hold commas)
-//      (tools/models/pipeline_stages.h). experts: Megatron-Core's expert module
+//      (tools/models/pipeline_stages.h). buffers=distopt: parameters in the distributed
+//      optimizer's contiguous buffers (tools/models/megatron_param_buffers.h). experts: Megatron-Core's expert module
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
@@ -53,6 +54,12 @@ struct MegatronParallel {
   // the checkpoint's vocabulary as is, which tp must divide.
   int vocab_divisible_by = 128;
   bool pad_vocab = true;
+  // Where the parameters live: false, each in its own tensor (plain DDP, the default); true
+  // ("buffers=distopt", --use-distributed-optimizer), in the DDP contiguous param_data buffers of
+  // each model chunk at the distributed optimizer's offsets (tools/models/megatron_param_buffers.h).
+  bool distopt_buffers = false;
+  // --overlap-grad-reduce: buckets in the distributed optimizer's buffers ("overlap_grad_reduce=yes").
+  bool overlap_grad_reduce = false;
 };
 
 // The pipeline arguments of `m` (tools/models/pipeline_stages.h).

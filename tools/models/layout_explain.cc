@@ -166,6 +166,13 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   }
   if (!Has(t, ".mlp.experts.") && !Has(t, "self_attn.") && layer) OtherRules(c, r, t, out);
   if (Has(t, "self_attn.") && Has(t, "norm")) OtherRules(c, r, t, out);
+  if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {
+    out.push_back({"buffers=distopt: in its model chunk's DDP param_data buffer, parameters in "
+                   "reverse named_parameters() order, starts aligned to 64 elements, bucket ends "
+                   "padded to lcm(dp, 128); experts in expert_parallel_buffers when ep > 1 or "
+                   "etp != tp",
+                   std::string(kMegatron) + "megatron/core/optimizer/distrib_optimizer.py"});
+  }
   const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
   out.push_back({vllm ? "dp replicas copy the engine's TP group (MoE layers span tp*dp), engines "
                         "copy the whole engine"

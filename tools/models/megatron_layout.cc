@@ -11,6 +11,7 @@
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/megatron_expert_storage.h"
+#include "tools/models/megatron_param_buffers.h"
 #include "tools/models/pipeline_stages.h"
 #include "tools/models/vocab_padding.h"
 
@@ -93,7 +94,22 @@ class MegatronWriter : public LayoutWriter {
     }
     EndSection(out_, experts);
     FERRY_RETURN_IF_ERROR(CloneSection(out_, dense, Shifts(m_.cp * m_.dp, m_.tp)));
-    return CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep));
+    FERRY_RETURN_IF_ERROR(CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep)));
+    if (!m_.distopt_buffers) return Status::Ok();
+    MegatronBufferGroups groups;
+    groups.first_rank = first_;
+    groups.num_ranks = stage_size_ * m_.pp;
+    groups.stage_size = stage_size_;
+    groups.dp_cp = m_.dp * m_.cp;
+    groups.expert_dp = edp_;
+    // megatron/core/extensions/transformer_engine.py: expert parameters use the expert
+    // data-parallel group (allreduce=False) when ep > 1 or etp != tp
+    groups.experts_separate = m_.ep > 1 || m_.etp != m_.tp;
+    // megatron/core/models/common/language_module/language_module.py: shared_embedding
+    groups.shared_embedding = c_.tie_embeddings && m_.pp > 1;
+    groups.overlap_grad_reduce = m_.overlap_grad_reduce;
+    FERRY_ASSIGN_OR_RETURN(out_, PackMegatronParamBuffers(out_, groups));
+    return Status::Ok();
   }
 
  private:
