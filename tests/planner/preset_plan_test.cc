@@ -60,6 +60,10 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
       {"llama-3.1-8b", 1.0 / 64, "megatron:tp=2,pp=2", "vllm:tp=2,dp=4", 2, false},
       {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1,experts=single_grouped",
        "vllm:tp=2,dp=2,ep=4", 2, true},
+      // EPLB's redundant experts: 4 physical replicas of logical experts 0-3 on the last EP rank
+      // cost no network bytes beyond what each node needs.
+      {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1,experts=single_grouped",
+       "vllm:tp=2,dp=2,ep=4,redundant=4", 2, true},
       {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4,experts=single_grouped",
        "vllm:tp=4,dp=2,ep=8", 4, true},
   };

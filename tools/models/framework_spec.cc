@@ -121,6 +121,26 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   return st;
 }
 
+// EPLB's redundant experts: vllm/config/parallel.py ParallelConfig._validate_parallel_config (EPLB
+// needs expert parallelism over more than one rank) and
+// vllm/model_executor/layers/fused_moe/expert_map_manager.py (no round-robin with redundant
+// experts). Called with ep = tp*dp.
+Status CheckRedundantExperts(const VllmParallel& v, const ModelConfig& c) {
+  if (v.redundant_experts == 0) return Status::Ok();
+  if (v.round_robin_experts) {
+    return InvalidArgument("vLLM supports round-robin expert placement only with no redundant "
+                           "experts (it falls back to linear placement); drop placement=round_robin "
+                           "or redundant=" + Num(v.redundant_experts));
+  }
+  const int64_t physical = c.num_experts + v.redundant_experts;
+  if ((physical + v.ep - 1) / v.ep > c.num_experts) {
+    return InvalidArgument("redundant=" + Num(v.redundant_experts) + " puts more than " +
+                           Num(c.num_experts) + " physical experts on one rank, so a rank would "
+                           "hold one logical expert twice, which ferry does not model");
+  }
+  return Status::Ok();
+}
+
 // vLLM's two MoE modes (vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make):
 // without --enable-expert-parallel (ep=1) every expert's FFN is split over all tp*dp ranks; with it
 // the expert-parallel size is tp*dp, each rank holding whole experts (uneven counts allowed, the
@@ -134,6 +154,14 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         Num(world) + " (each rank holding whole experts); without it ep is 1 and every expert's "
         "FFN is split over all " + Num(world) + " ranks");
   }
+  if (v.redundant_experts > 0 && (v.ep == 1 || world <= 1)) {
+    return InvalidArgument(world <= 1 ? "vLLM rejects redundant experts here: EPLB requires "
+                                        "tensor, prefill-context, or data parallelism, but got TP=" +
+                                            Num(v.tp) + ", DP=" + Num(v.dp)
+                                      : "vLLM rejects redundant experts without expert "
+                                        "parallelism: enable_expert_parallel must be True to use "
+                                        "EPLB (give ep = tp*dp = " + Num(world) + ")");
+  }
   if (v.ep == 1 && v.round_robin_experts) {
     return InvalidArgument("placement=round_robin places experts over expert-parallel ranks; "
                            "it needs ep = tp*dp > 1");
@@ -146,7 +174,7 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         Num(c.expert_groups) + " expert group(s)");
   }
   if (v.ep == 1) return CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp", world);
-  return Status::Ok();
+  return CheckRedundantExperts(v, c);
 }
 
 // vLLM: KV heads and tp divide one another (KV heads are replicated when tp exceeds them); the
@@ -154,7 +182,9 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm tp*dp*engines", SatMul(SatMul(v.tp, v.dp), v.engines)));
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm ep", v.ep));
-  if (!c.IsMoe() && v.ep != 1) return InvalidArgument("the model has no experts; ep must be 1");
+  if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0)) {
+    return InvalidArgument("the model has no experts; ep must be 1 and redundant unset");
+  }
   Status st = CheckTensorParallel(c, v.tp);
   if (st.ok() && !c.IsMla() && c.num_kv_heads % v.tp != 0 && v.tp % c.num_kv_heads != 0) {
     st = InvalidArgument("num_kv_heads " + Num(c.num_kv_heads) + " and tp " + Num(v.tp) +
@@ -172,7 +202,8 @@ std::string FrameworkSpec::ToString() const {
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
-           (vllm.round_robin_experts ? ",placement=round_robin" : "") + naming;
+           (vllm.round_robin_experts ? ",placement=round_robin" : "") +
+           (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") + naming;
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
@@ -254,6 +285,7 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"ep", &v.ep, {}},
           {"engines", &v.engines, {}},
           WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
+          {"redundant", &v.redundant_experts, {}},
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -289,7 +321,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,layout=STRING (last) or "
-      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin, either with expert_tensors=stacks|members; every key "
+      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));

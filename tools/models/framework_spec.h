@@ -12,10 +12,10 @@
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin          ranks = tp*dp*engines
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=   ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
-//      vLLM's --expert-placement-strategy.
+//      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts.
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -74,6 +74,11 @@ struct VllmParallel {
   // vLLM's --expert-placement-strategy: false "linear" (the default: an EP rank's experts are
   // consecutive), true "round_robin" (EP rank r holds experts r, r + ep, ...).
   bool round_robin_experts = false;
+  // EPLB's redundant experts (--enable-eplb with num_redundant_experts, "redundant=N"): the ep
+  // ranks hold E + N physical experts placed linearly, physical p holding logical expert p for
+  // p < E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
+  // build_initial_global_physical_to_logical_map): replicas of those experts.
+  int redundant_experts = 0;
 };
 
 struct FrameworkSpec {

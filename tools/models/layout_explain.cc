@@ -85,6 +85,12 @@ void ExpertRules(const FrameworkSpec& r, const std::string& t, std::vector<Layou
                                         : "FusedMoE with expert parallelism, ep = tp*dp: whole "
                                           "experts a rank, the first E mod ep ranks one more",
                    std::string(kVllm) + "vllm/model_executor/layers/fused_moe/config.py"});
+    if (r.vllm.redundant_experts > 0) {
+      out.push_back({"EPLB: " + N(r.vllm.redundant_experts) + " redundant physical experts after "
+                     "the E logical ones, physical p holding logical (p - E) mod E; placed "
+                     "linearly with them",
+                     std::string(kVllm) + "vllm/distributed/eplb/eplb_state.py"});
+    }
     return;
   }
   out.push_back({std::string("experts=") + ExpertStorageName(r.megatron.experts) +
