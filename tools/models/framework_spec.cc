@@ -107,9 +107,6 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     st = InvalidArgument("buffers=distopt: the legacy GroupedMLP's buffer grouping is not "
                          "modelled (experts=legacy_grouped)");
   }
-  if (st.ok() && c.IsMoe() && m.experts == MegatronExpertStorage::kLegacyGrouped && m.etp != 1) {
-    st = InvalidArgument("experts=legacy_grouped is modelled with etp=1 only");
-  }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
     if (st.ok()) st = CheckDivides("moe_intermediate", c.moe_intermediate, "etp", m.etp);
