@@ -51,6 +51,21 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
       << out;
   EXPECT_NE(out.find("megatron/core/transformer/pipeline_parallel_layer_layout.py"),
             std::string::npos);
+  // The distributed optimizer's buffer: layer 31's down_proj, last in named_parameters(), first
+  // in the buffer.
+  ASSERT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
+                    "megatron:buffers=distopt", "--explain", "model.layers.31.mlp.down_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 0  buffers.0.param_data"), std::string::npos) << out;
+  EXPECT_NE(out.find("megatron/core/optimizer/distrib_optimizer.py"), std::string::npos);
+  ASSERT_EQ(RunCli({"layout", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--framework",
+                    "vllm:tp=2,ep=2,redundant=2", "--explain",
+                    "model.layers.0.mlp.experts.0.up_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 1  model.layers.0.mlp.experts.w13_weight"), std::string::npos) << out;
+  EXPECT_NE(out.find("vllm/distributed/eplb/eplb_state.py"), std::string::npos);
   EXPECT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
                     "vllm:tp=2", "--explain", "no.such.tensor"},
                    &out),
