@@ -126,8 +126,8 @@ Status CheckRedundantExperts(const VllmParallel& v, const ModelConfig& c) {
   if (v.redundant_experts == 0) return Status::Ok();
   if (v.round_robin_experts) {
     return InvalidArgument("vLLM supports round-robin expert placement only with no redundant "
-                           "experts (it falls back to linear placement); drop placement=round_robin "
-                           "or redundant=" + Num(v.redundant_experts));
+                           "experts (it falls back to linear placement); drop "
+                           "placement=round_robin or redundant=" + Num(v.redundant_experts));
   }
   const int64_t physical = c.num_experts + v.redundant_experts;
   if ((physical + v.ep - 1) / v.ep > c.num_experts) {
@@ -153,8 +153,8 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
   }
   if (v.redundant_experts > 0 && (v.ep == 1 || world <= 1)) {
     return InvalidArgument(world <= 1 ? "vLLM rejects redundant experts here: EPLB requires "
-                                        "tensor, prefill-context, or data parallelism, but got TP=" +
-                                            Num(v.tp) + ", DP=" + Num(v.dp)
+                                        "tensor, prefill-context, or data parallelism, but got "
+                                        "TP=" + Num(v.tp) + ", DP=" + Num(v.dp)
                                       : "vLLM rejects redundant experts without expert "
                                         "parallelism: enable_expert_parallel must be True to use "
                                         "EPLB (give ep = tp*dp = " + Num(world) + ")");
@@ -188,6 +188,9 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
                          " do not divide one another");
   }
   if (st.ok()) st = VllmPaddedVocab(c.vocab, v.tp).status();
+  if (st.ok() && v.fp8_block_weights && c.family == ModelFamily::kNemotronH) {
+    st = InvalidArgument("quant=fp8_block: FP8 block quantization of Mamba mixers is not modelled");
+  }
   if (st.ok() && c.IsMoe()) st = CheckVllmExpertParallel(v, c);
   return st;
 }
@@ -200,7 +203,8 @@ std::string FrameworkSpec::ToString() const {
     return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
            (vllm.round_robin_experts ? ",placement=round_robin" : "") +
-           (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") + naming;
+           (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
+           (vllm.fp8_block_weights ? ",quant=fp8_block" : "") + naming;
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
@@ -283,6 +287,7 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"engines", &v.engines, {}},
           WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
           {"redundant", &v.redundant_experts, {}},
+          WordKey("quant", "fp8_block", "none", &v.fp8_block_weights, true),
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -318,7 +323,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,layout=STRING (last) or "
-      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N, either with expert_tensors=stacks|members; every key "
+      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,"
+      "quant=none|fp8_block, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));

@@ -12,10 +12,12 @@
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=   ranks = tp*dp*engines
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,quant=none|fp8_block
+//      ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
-//      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts.
+//      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts; quant:
+//      the checkpoint's FP8 block quantization.
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -79,6 +81,10 @@ struct VllmParallel {
   // p < E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
   // build_initial_global_physical_to_logical_map): replicas of those experts.
   int redundant_experts = 0;
+  // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
+  // weight_block_size [128, 128]) and vLLM holds its projections so
+  // (tools/models/fp8_block_weights.h); plans refuse them until a block-scaled conversion exists.
+  bool fp8_block_weights = false;
 };
 
 struct FrameworkSpec {

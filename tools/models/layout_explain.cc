@@ -7,6 +7,7 @@
 
 #include "core/base/strings.h"
 #include "core/layout/tensor_stack.h"
+#include "tools/models/fp8_block_weights.h"
 
 namespace ferry::models {
 
@@ -172,6 +173,13 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   }
   if (!Has(t, ".mlp.experts.") && !Has(t, "self_attn.") && layer) OtherRules(c, r, t, out);
   if (Has(t, "self_attn.") && Has(t, "norm")) OtherRules(c, r, t, out);
+  if (r.kind == FrameworkSpec::Kind::kVllm && r.vllm.fp8_block_weights &&
+      IsFp8BlockQuantized(t)) {
+    out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, with fp32 weight_scale_inv "
+                   "per 128x128 block of the rank's partition; plans refuse it (no block-scaled "
+                   "conversion)",
+                   std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
+  }
   if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {
     out.push_back({"buffers=distopt: in its model chunk's DDP param_data buffer, parameters in "
                    "reverse named_parameters() order, starts aligned to 64 elements, bucket ends "

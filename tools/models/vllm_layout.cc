@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/layout/builders.h"
+#include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/vocab_padding.h"
 
@@ -43,6 +45,9 @@ class VllmWriter : public LayoutWriter {
   Status Build() {
     Section engine = BeginSection(out_);
     FERRY_RETURN_IF_ERROR(BuildEngine());
+    if (v_.fp8_block_weights) {
+      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_));
+    }
     EndSection(out_, engine);
     return CloneSection(out_, engine, Shifts(v_.engines, v_.tp * v_.dp));
   }
@@ -300,6 +305,8 @@ class VllmWriter : public LayoutWriter {
     }
     out_.buffers.GrowBytes(static_cast<size_t>(b13), r.slots * w13[0] * g.elem);
     out_.buffers.GrowBytes(static_cast<size_t>(b2), r.slots * w2[0] * g.elem);
+    fp8_experts_[b13] = {r.slots, 2 * g.inter, g.hidden};
+    fp8_experts_[b2] = {r.slots, g.hidden, g.inter};
   }
 
   // Physical experts [start, start + count) of one rank, as runs of consecutive logical experts:
@@ -322,6 +329,7 @@ class VllmWriter : public LayoutWriter {
 
   VllmParallel v_;
   int first_;
+  std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int> all_;  // the TP group of DP replica 0
 };
 

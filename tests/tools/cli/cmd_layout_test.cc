@@ -54,7 +54,8 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
   // The distributed optimizer's buffer: layer 31's down_proj, last in named_parameters(), first
   // in the buffer.
   ASSERT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
-                    "megatron:buffers=distopt", "--explain", "model.layers.31.mlp.down_proj.weight"},
+                    "megatron:buffers=distopt", "--explain",
+                    "model.layers.31.mlp.down_proj.weight"},
                    &out),
             0);
   EXPECT_NE(out.find("rank 0  buffers.0.param_data"), std::string::npos) << out;

@@ -34,7 +34,8 @@ TEST(MegatronParamBuffersTest, ParamOrder) {
               key("decoder.layers.0.self_attention.linear_qkv.weight"));
   EXPECT_TRUE(key("decoder.layers.0.mlp.linear_fc2.weight") <
               key("decoder.layers.1.self_attention.linear_proj.weight"));
-  EXPECT_TRUE(key("embedding.word_embeddings.weight") < key("decoder.layers.0.mlp.linear_fc1.weight"));
+  EXPECT_TRUE(key("embedding.word_embeddings.weight") <
+              key("decoder.layers.0.mlp.linear_fc1.weight"));
   EXPECT_TRUE(key("decoder.final_layernorm.weight") < key("output_layer.weight"));
   EXPECT_TRUE(key("decoder.layers.3.mlp.experts.local_experts.0.linear_fc2.weight") <
               key("decoder.layers.3.mlp.experts.local_experts.1.linear_fc1.weight"));

@@ -215,7 +215,8 @@ TEST(PipelineStagesTest, SpecAndLayout) {
 
 TEST(PipelineStagesTest, InterleavedChunksInTheLayout) {
   // llama-3.1-8b's 32 layers over pp 4 with 2 chunks a rank: chunk v of rank p holds layers
-  // 16v + 4p .. 16v + 4p + 3, named model<v>.decoder.layers.0-3 (megatron/training/checkpointing.py).
+  // 16v + 4p .. 16v + 4p + 3, named model<v>.decoder.layers.0-3
+  // (megatron/training/checkpointing.py).
   ModelPreset p = Preset("llama-3.1-8b", 1.0 / 64);
   Layout l = BuildAsSpecified(p, "megatron:pp=4,vstages=2");
   EXPECT_EQ(FragmentsIn(l, 1, "model1.decoder.layers.0.self_attention.linear_proj.weight",

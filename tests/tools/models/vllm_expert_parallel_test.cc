@@ -22,21 +22,12 @@ namespace {
 
 // One MoE layer of `experts` experts (FFN 16, hidden 32, bf16) routed in `groups` groups.
 ModelPreset SmallMoe(int64_t experts, int64_t groups = 0) {
-  ModelConfig c;
+  ModelConfig c = OneLayerConfig("small-moe-" + std::to_string(experts), ModelFamily::kQwen3Moe,
+                                 32, 4, 4, 8, 64);
   c.expert_groups = groups;
-  c.name = "small-moe-" + std::to_string(experts);
-  c.family = ModelFamily::kQwen3Moe;
-  c.hidden = 32;
-  c.num_layers = 1;
-  c.vocab = 64;
-  c.num_heads = 4;
-  c.num_kv_heads = 4;
-  c.head_dim = 8;
   c.num_experts = experts;
   c.moe_intermediate = 16;
-  Result<ModelPreset> p = ModelPreset::FromConfig(c);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(p).value();
+  return PresetOf(c);
 }
 
 const char* kW13 = "model.layers.0.mlp.experts.w13_weight";
