@@ -532,4 +532,30 @@ RandomCase MakeRandomCase(std::mt19937_64& rng) {
   return c;
 }
 
+Result<int64_t> NodeNeedBytes(const Layout& destination, const Topology& topology, int node) {
+  std::map<int, std::vector<Box>> boxes;  // tensor -> distinct boxes on the node
+  for (const Fragment& f : destination.fragments) {
+    if (topology.NodeOf(f.loc.rank) != node) continue;
+    std::vector<Box>& seen = boxes[f.tensor];
+    bool known = false;
+    for (const Box& b : seen) {
+      if (b == f.box) {
+        known = true;
+      } else if (b.Intersects(f.box)) {
+        return Internal(destination.tensors[static_cast<size_t>(f.tensor)].name + ": " +
+                        b.ToString() + " and " + f.box.ToString() + " partly overlap on node " +
+                        std::to_string(node));
+      }
+    }
+    if (!known) seen.push_back(f.box);
+  }
+  int64_t bytes = 0;
+  for (const auto& [tensor, list] : boxes) {
+    for (const Box& b : list) {
+      bytes += b.Volume() * DTypeSize(destination.tensors[static_cast<size_t>(tensor)].dtype);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace ferry::testing

@@ -26,6 +26,11 @@ uint8_t OracleByte(const std::string& name, int64_t flat, int k);
 // written exactly once, and that no other destination byte was written.
 Status ExecuteAndCheck(const TransferPlan& plan, const Layout& source, const Layout& destination);
 
+// Bytes the GPUs of `node` hold of `destination`, each element once: what must cross the network
+// into the node when every source sits elsewhere. A node's fragments of one tensor must be
+// replicas (equal boxes) or disjoint; a partial overlap is an error naming both boxes.
+Result<int64_t> NodeNeedBytes(const Layout& destination, const Topology& topology, int node);
+
 // The seed of a property test: `seed`, or, with FERRY_PROPERTY_SEED=n in the environment, a seed
 // derived from both, so that a soak runs other cases than CI does (bazel test
 // --test_env=FERRY_PROPERTY_SEED=n //tests/planner:planner_test, for n = 1, 2, ...). Callers name

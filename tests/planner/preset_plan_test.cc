@@ -28,33 +28,6 @@ struct PresetCase {
   bool moe;
 };
 
-// Bytes the GPUs of `node` hold of the destination layout, each element once: a node's
-// fragments of one tensor are replicas (equal boxes) or disjoint shards in these presets, which
-// is checked here rather than assumed.
-int64_t NodeNeedBytes(const Layout& destination, const Topology& topology, int node) {
-  std::map<int, std::vector<Box>> boxes;  // tensor -> distinct boxes on the node
-  for (const Fragment& f : destination.fragments) {
-    if (topology.NodeOf(f.loc.rank) != node) continue;
-    std::vector<Box>& seen = boxes[f.tensor];
-    bool known = false;
-    for (const Box& b : seen) {
-      if (b == f.box) {
-        known = true;
-      } else {
-        EXPECT_FALSE(b.Intersects(f.box))
-            << destination.tensors[f.tensor].name << ": " << b.ToString() << " and "
-            << f.box.ToString() << " partly overlap on node " << node;
-      }
-    }
-    if (!known) seen.push_back(f.box);
-  }
-  int64_t bytes = 0;
-  for (const auto& [tensor, list] : boxes) {
-    for (const Box& b : list) bytes += b.Volume() * DTypeSize(destination.tensors[tensor].dtype);
-  }
-  return bytes;
-}
-
 TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
   const std::vector<PresetCase> cases = {
       {"llama-3.1-8b", 1.0 / 64, "megatron:tp=2,pp=2", "vllm:tp=2,dp=4", 2, false},
@@ -120,7 +93,9 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
       ASSERT_GE(destination_nodes.size(), 2u);
       for (int node : destination_nodes) {
         // The sources sit on other nodes: all a node needs crosses the network, and only once.
-        const int64_t need = NodeNeedBytes(destination, topology, node);
+        Result<int64_t> need_or = testing::NodeNeedBytes(destination, topology, node);
+        ASSERT_TRUE(need_or.ok()) << need_or.status().ToString();
+        const int64_t need = *need_or;
         EXPECT_GT(need, 0);
         EXPECT_EQ(r->demand.destination_node_bytes[node], need) << "node " << node;
         EXPECT_EQ(stats.node_network_ingress[node], need) << "node " << node;

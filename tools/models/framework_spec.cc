@@ -80,7 +80,13 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     FERRY_RETURN_IF_ERROR(
         CheckWorld("megatron tp*pp*cp*dp", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, m.dp))));
   }
-  Status st = MegatronStageOfLayer(c.num_layers, m.pp, m.first, m.last).status();
+  Status st = MegatronPipelineOf(c.num_layers, PipelineArgs(m)).status();
+  if (st.ok() && c.family == ModelFamily::kNemotronH &&
+      (m.vstages > 0 || m.vstage_layers > 0 || !m.layout.empty())) {
+    st = InvalidArgument("Megatron splits a hybrid model's pipeline by its --hybrid-layer-pattern, "
+                         "which ferry does not model; vstages, vstage_layers and layout are for "
+                         "GPT models");
+  }
   if (st.ok()) st = CheckTensorParallel(c, m.tp);
   if (st.ok() && !c.IsMla()) {
     st = CheckDivides("num_kv_heads (query groups)", c.num_kv_heads, "tp", m.tp);
@@ -88,8 +94,18 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   if (st.ok()) {
     st = MegatronPaddedVocab(c.vocab, m.tp, m.vocab_divisible_by, m.pad_vocab).status();
   }
-  if (st.ok() && c.IsMoe() && m.experts == MegatronExpertStorage::kLegacyGrouped && m.etp != 1) {
-    st = InvalidArgument("experts=legacy_grouped is modelled with etp=1 only");
+  if (st.ok() && m.overlap_grad_reduce && !m.distopt_buffers) {
+    st = InvalidArgument("overlap_grad_reduce=yes only changes the distributed optimizer's "
+                         "buffers; give buffers=distopt");
+  }
+  if (st.ok() && m.distopt_buffers && c.family == ModelFamily::kNemotronH) {
+    st = InvalidArgument("buffers=distopt: the parameter order of Megatron's hybrid (Mamba) "
+                         "layers is not modelled");
+  }
+  if (st.ok() && m.distopt_buffers && c.IsMoe() &&
+      m.experts == MegatronExpertStorage::kLegacyGrouped) {
+    st = InvalidArgument("buffers=distopt: the legacy GroupedMLP's buffer grouping is not "
+                         "modelled (experts=legacy_grouped)");
   }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
@@ -100,6 +116,26 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     }
   }
   return st;
+}
+
+// EPLB's redundant experts: vllm/config/parallel.py ParallelConfig._validate_parallel_config (EPLB
+// needs expert parallelism over more than one rank) and
+// vllm/model_executor/layers/fused_moe/expert_map_manager.py (no round-robin with redundant
+// experts). Called with ep = tp*dp.
+Status CheckRedundantExperts(const VllmParallel& v, const ModelConfig& c) {
+  if (v.redundant_experts == 0) return Status::Ok();
+  if (v.round_robin_experts) {
+    return InvalidArgument("vLLM supports round-robin expert placement only with no redundant "
+                           "experts (it falls back to linear placement); drop "
+                           "placement=round_robin or redundant=" + Num(v.redundant_experts));
+  }
+  const int64_t physical = c.num_experts + v.redundant_experts;
+  if ((physical + v.ep - 1) / v.ep > c.num_experts) {
+    return InvalidArgument("redundant=" + Num(v.redundant_experts) + " puts more than " +
+                           Num(c.num_experts) + " physical experts on one rank, so a rank would "
+                           "hold one logical expert twice, which ferry does not model");
+  }
+  return Status::Ok();
 }
 
 // vLLM's two MoE modes (vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make):
@@ -115,6 +151,14 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         Num(world) + " (each rank holding whole experts); without it ep is 1 and every expert's "
         "FFN is split over all " + Num(world) + " ranks");
   }
+  if (v.redundant_experts > 0 && (v.ep == 1 || world <= 1)) {
+    return InvalidArgument(world <= 1 ? "vLLM rejects redundant experts here: EPLB requires "
+                                        "tensor, prefill-context, or data parallelism, but got "
+                                        "TP=" + Num(v.tp) + ", DP=" + Num(v.dp)
+                                      : "vLLM rejects redundant experts without expert "
+                                        "parallelism: enable_expert_parallel must be True to use "
+                                        "EPLB (give ep = tp*dp = " + Num(world) + ")");
+  }
   if (v.ep == 1 && v.round_robin_experts) {
     return InvalidArgument("placement=round_robin places experts over expert-parallel ranks; "
                            "it needs ep = tp*dp > 1");
@@ -127,7 +171,7 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         Num(c.expert_groups) + " expert group(s)");
   }
   if (v.ep == 1) return CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp", world);
-  return Status::Ok();
+  return CheckRedundantExperts(v, c);
 }
 
 // vLLM: KV heads and tp divide one another (KV heads are replicated when tp exceeds them); the
@@ -135,13 +179,18 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm tp*dp*engines", SatMul(SatMul(v.tp, v.dp), v.engines)));
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm ep", v.ep));
-  if (!c.IsMoe() && v.ep != 1) return InvalidArgument("the model has no experts; ep must be 1");
+  if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0)) {
+    return InvalidArgument("the model has no experts; ep must be 1 and redundant unset");
+  }
   Status st = CheckTensorParallel(c, v.tp);
   if (st.ok() && !c.IsMla() && c.num_kv_heads % v.tp != 0 && v.tp % c.num_kv_heads != 0) {
     st = InvalidArgument("num_kv_heads " + Num(c.num_kv_heads) + " and tp " + Num(v.tp) +
                          " do not divide one another");
   }
   if (st.ok()) st = VllmPaddedVocab(c.vocab, v.tp).status();
+  if (st.ok() && v.fp8_block_weights && c.family == ModelFamily::kNemotronH) {
+    st = InvalidArgument("quant=fp8_block: FP8 block quantization of Mamba mixers is not modelled");
+  }
   if (st.ok() && c.IsMoe()) st = CheckVllmExpertParallel(v, c);
   return st;
 }
@@ -153,12 +202,16 @@ std::string FrameworkSpec::ToString() const {
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
-           (vllm.round_robin_experts ? ",placement=round_robin" : "") + naming;
+           (vllm.round_robin_experts ? ",placement=round_robin" : "") +
+           (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
+           (vllm.fp8_block_weights ? ",quant=fp8_block" : "") + naming;
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
   if (m.first > 0) s += ",first=" + Num(m.first);
   if (m.last > 0) s += ",last=" + Num(m.last);
+  if (m.vstages > 0) s += ",vstages=" + Num(m.vstages);
+  if (m.vstage_layers > 0) s += ",vstage_layers=" + Num(m.vstage_layers);
   s += ",ep=" + Num(m.ep);
   if (m.etp > 0) s += ",etp=" + Num(m.etp);
   if (m.dp > 0) s += ",dp=" + Num(m.dp);
@@ -168,7 +221,15 @@ std::string FrameworkSpec::ToString() const {
   if (m.experts != MegatronExpertStorage::kSequential) {
     s += std::string(",experts=") + ExpertStorageName(m.experts);
   }
-  return s + naming;
+  if (m.distopt_buffers) s += ",buffers=distopt";
+  if (m.overlap_grad_reduce) s += ",overlap_grad_reduce=yes";
+  s += naming;
+  if (!m.layout.empty()) s += ",layout=" + m.layout;
+  return s;
+}
+
+MegatronPipelineArgs PipelineArgs(const MegatronParallel& m) {
+  return {m.pp, m.first, m.last, m.vstages, m.vstage_layers, m.layout};
 }
 
 namespace {
@@ -200,12 +261,16 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           {"pp", &m.pp, {}},
           {"first", &m.first, {}},
           {"last", &m.last, {}},
+          {"vstages", &m.vstages, {}},
+          {"vstage_layers", &m.vstage_layers, {}},
           {"ep", &m.ep, {}},
           {"etp", &m.etp, {}},
           {"dp", &m.dp, {}},
           {"cp", &m.cp, {}},
           {"vocab_divisible_by", &m.vocab_divisible_by, {}},
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
+          WordKey("buffers", "distopt", "params", &m.distopt_buffers, true),
+          WordKey("overlap_grad_reduce", "yes", "no", &m.overlap_grad_reduce, true),
           {"experts", nullptr,
            [&m](const std::string& value) -> Status {
              FERRY_ASSIGN_OR_RETURN(m.experts, ParseExpertStorage(value));
@@ -221,6 +286,8 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"ep", &v.ep, {}},
           {"engines", &v.engines, {}},
           WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
+          {"redundant", &v.redundant_experts, {}},
+          WordKey("quant", "fp8_block", "none", &v.fp8_block_weights, true),
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -235,13 +302,29 @@ Status ParseNumber(const SpecKey& key, const std::string& value) {
   return Status::Ok();
 }
 
+// Removes the trailing "layout=STRING" key from a Megatron spec's `body` and returns STRING
+// (empty when the key is absent): Megatron's layout strings may hold commas, so the key is last.
+Result<std::string> TakeLayoutKey(std::string& body) {
+  size_t at = body.rfind("layout=");
+  while (at != std::string::npos && at > 0 && body[at - 1] != ',' && body[at - 1] != ' ') {
+    at = body.rfind("layout=", at - 1);
+  }
+  if (at == std::string::npos) return std::string();
+  const std::string layout = Trim(body.substr(at + 7));
+  if (layout.empty()) return InvalidArgument("empty layout= in megatron spec '" + body + "'");
+  body.erase(at);
+  return layout;
+}
+
 }  // namespace
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
-      " (expected megatron:tp=N,pp=N,first=N,last=N,ep=N,etp=N,dp=N,cp=N,vocab_divisible_by=N,"
-      "pad_vocab=yes|no,experts=sequential|grouped|single_grouped|legacy_grouped or "
-      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin, either with expert_tensors=stacks|members; every key "
+      " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
+      "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
+      "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,layout=STRING (last) or "
+      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,"
+      "quant=none|fp8_block, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
@@ -257,8 +340,12 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
   if (colon == std::string::npos) return spec;
+  std::string body = text.substr(colon + 1);
+  if (spec.kind == FrameworkSpec::Kind::kMegatron) {
+    FERRY_ASSIGN_OR_RETURN(spec.megatron.layout, TakeLayoutKey(body));
+  }
   std::set<std::string> seen;
-  for (const std::string& item : Split(text.substr(colon + 1), ',')) {
+  for (const std::string& item : Split(body, ',')) {
     const std::string kv = Trim(item);
     if (kv.empty()) continue;
     const size_t eq = kv.find('=');

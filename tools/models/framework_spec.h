@@ -2,16 +2,22 @@
 // ("megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16,engines=4"), parsed into a FrameworkSpec,
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
-//  megatron:tp=,pp=,first=,last=,ep=,etp=,dp=,cp=,experts=,vocab_divisible_by=,pad_vocab=
+//  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
+//           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
-//      pipeline stage (tools/models/pipeline_stages.h). experts: Megatron-Core's expert module
+//      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
+//      --pipeline-model-parallel-layout string, the last key (it may hold commas)
+//      (tools/models/pipeline_stages.h). buffers=distopt: parameters in the distributed
+//      optimizer's contiguous buffers (tools/models/megatron_param_buffers.h). experts: Megatron-Core's expert module
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin          ranks = tp*dp*engines
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,quant=none|fp8_block
+//      ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
-//      vLLM's --expert-placement-strategy.
+//      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts; quant:
+//      the checkpoint's FP8 block quantization.
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -21,6 +27,7 @@
 
 #include "core/base/status.h"
 #include "tools/models/megatron_expert_storage.h"
+#include "tools/models/pipeline_stages.h"
 #include "tools/models/presets.h"
 
 namespace ferry::models {
@@ -30,6 +37,12 @@ struct MegatronParallel {
   // Layers of the first / last pipeline stage (Megatron's --decoder-first-pipeline-num-layers /
   // --decoder-last-pipeline-num-layers); 0: not given, the stages split the layers evenly.
   int first = 0, last = 0;
+  // Interleaving: model chunks per pipeline rank (--num-virtual-stages-per-pipeline-rank) or layers
+  // per chunk (--num-layers-per-virtual-pipeline-stage); 0: not given.
+  int vstages = 0, vstage_layers = 0;
+  // Megatron's explicit --pipeline-model-parallel-layout string (tools/models/pipeline_layout.h);
+  // empty: not given.
+  std::string layout;
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;
@@ -43,7 +56,16 @@ struct MegatronParallel {
   // the checkpoint's vocabulary as is, which tp must divide.
   int vocab_divisible_by = 128;
   bool pad_vocab = true;
+  // Where the parameters live: false, each in its own tensor (plain DDP, the default); true
+  // ("buffers=distopt", --use-distributed-optimizer), in the DDP contiguous param_data buffers of
+  // each model chunk at the distributed optimizer's offsets (tools/models/megatron_param_buffers.h).
+  bool distopt_buffers = false;
+  // --overlap-grad-reduce: buckets in the distributed optimizer's buffers ("overlap_grad_reduce=yes").
+  bool overlap_grad_reduce = false;
 };
+
+// The pipeline arguments of `m` (tools/models/pipeline_stages.h).
+MegatronPipelineArgs PipelineArgs(const MegatronParallel& m);
 
 struct VllmParallel {
   int tp = 1, dp = 1, ep = 1;
@@ -54,6 +76,15 @@ struct VllmParallel {
   // vLLM's --expert-placement-strategy: false "linear" (the default: an EP rank's experts are
   // consecutive), true "round_robin" (EP rank r holds experts r, r + ep, ...).
   bool round_robin_experts = false;
+  // EPLB's redundant experts (--enable-eplb with num_redundant_experts, "redundant=N"): the ep
+  // ranks hold E + N physical experts placed linearly, physical p holding logical expert p for
+  // p < E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
+  // build_initial_global_physical_to_logical_map): replicas of those experts.
+  int redundant_experts = 0;
+  // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
+  // weight_block_size [128, 128]) and vLLM holds its projections so
+  // (tools/models/fp8_block_weights.h); plans refuse them until a block-scaled conversion exists.
+  bool fp8_block_weights = false;
 };
 
 struct FrameworkSpec {

@@ -7,6 +7,7 @@
 
 #include "core/base/strings.h"
 #include "core/layout/tensor_stack.h"
+#include "tools/models/fp8_block_weights.h"
 
 namespace ferry::models {
 
@@ -85,6 +86,12 @@ void ExpertRules(const FrameworkSpec& r, const std::string& t, std::vector<Layou
                                         : "FusedMoE with expert parallelism, ep = tp*dp: whole "
                                           "experts a rank, the first E mod ep ranks one more",
                    std::string(kVllm) + "vllm/model_executor/layers/fused_moe/config.py"});
+    if (r.vllm.redundant_experts > 0) {
+      out.push_back({"EPLB: " + N(r.vllm.redundant_experts) + " redundant physical experts after "
+                     "the E logical ones, physical p holding logical (p - E) mod E; placed "
+                     "linearly with them",
+                     std::string(kVllm) + "vllm/distributed/eplb/eplb_state.py"});
+    }
     return;
   }
   out.push_back({std::string("experts=") + ExpertStorageName(r.megatron.experts) +
@@ -131,6 +138,17 @@ void OtherRules(const ModelConfig& c, const FrameworkSpec& r, const std::string&
   }
 }
 
+// How a Megatron spec assigns layers to pipeline ranks and model chunks, in words.
+std::string PipelineRule(const MegatronParallel& m) {
+  if (!m.layout.empty()) return "explicit layout " + m.layout + " (stage i: chunk i/pp of rank i%pp)";
+  std::string s = m.first > 0 || m.last > 0
+                      ? "first=" + N(m.first) + ", last=" + N(m.last) + ", the rest even"
+                      : "layers split evenly over pp=" + N(m.pp);
+  if (m.vstages > 0) s += ", " + N(m.vstages) + " interleaved model chunks a rank";
+  if (m.vstage_layers > 0) s += ", interleaved chunks of " + N(m.vstage_layers) + " layers";
+  return s;
+}
+
 }  // namespace
 
 std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
@@ -140,13 +158,11 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
   if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
     const MegatronParallel& m = r.megatron;
-    out.push_back({"pipeline stage: " + std::string(m.first > 0 || m.last > 0
-                                                        ? "first=" + N(m.first) + ", last=" +
-                                                              N(m.last) + ", the rest even"
-                                                        : "layers split evenly over pp=" +
-                                                              N(m.pp)) +
-                       "; local layer numbers per stage",
-                   std::string(kMegatron) + "megatron/core/transformer/transformer_block.py"});
+    out.push_back({"pipeline stage: " + PipelineRule(m) + "; local layer numbers per model chunk",
+                   std::string(kMegatron) +
+                       (m.layout.empty()
+                            ? "megatron/core/transformer/transformer_block.py"
+                            : "megatron/core/transformer/pipeline_parallel_layer_layout.py")});
   }
   if (Has(t, ".mlp.experts.")) {
     ExpertRules(r, t, out);
@@ -157,6 +173,20 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   }
   if (!Has(t, ".mlp.experts.") && !Has(t, "self_attn.") && layer) OtherRules(c, r, t, out);
   if (Has(t, "self_attn.") && Has(t, "norm")) OtherRules(c, r, t, out);
+  if (r.kind == FrameworkSpec::Kind::kVllm && r.vllm.fp8_block_weights &&
+      IsFp8BlockQuantized(t)) {
+    out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, with fp32 weight_scale_inv "
+                   "per 128x128 block of the rank's partition; plans refuse it (no block-scaled "
+                   "conversion)",
+                   std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
+  }
+  if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {
+    out.push_back({"buffers=distopt: in its model chunk's DDP param_data buffer, parameters in "
+                   "reverse named_parameters() order, starts aligned to 64 elements, bucket ends "
+                   "padded to lcm(dp, 128); experts in expert_parallel_buffers when ep > 1 or "
+                   "etp != tp",
+                   std::string(kMegatron) + "megatron/core/optimizer/distrib_optimizer.py"});
+  }
   const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
   out.push_back({vllm ? "dp replicas copy the engine's TP group (MoE layers span tp*dp), engines "
                         "copy the whole engine"

@@ -11,6 +11,7 @@
 #include "core/layout/builders.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/megatron_expert_storage.h"
+#include "tools/models/megatron_param_buffers.h"
 #include "tools/models/pipeline_stages.h"
 #include "tools/models/vocab_padding.h"
 
@@ -30,15 +31,18 @@ class MegatronWriter : public LayoutWriter {
   // Builds DP/CP replica 0 of the dense weights and expert-DP replica 0 of the experts with the
   // builders, then copies them to the other replicas.
   Status Build() {
-    FERRY_ASSIGN_OR_RETURN(std::vector<int> stage_of,
-                           MegatronStageOfLayer(c_.num_layers, m_.pp, m_.first, m_.last));
+    FERRY_ASSIGN_OR_RETURN(const MegatronPipeline pipeline,
+                           MegatronPipelineOf(c_.num_layers, PipelineArgs(m_)));
+    std::vector<int> stage_of(c_.num_layers);
     std::vector<std::string> prefix(c_.num_layers);
-    // megatron/core/transformer/transformer_block.py: a stage's self.layers count from 0
-    int local = 0;
     for (int64_t l = 0; l < c_.num_layers; ++l) {
-      if (l > 0 && stage_of[l - 1] != stage_of[l]) local = 0;
-      prefix[l] = "decoder.layers." + Num(local++) + ".";
+      const LayerPlace& at = pipeline.layers[static_cast<size_t>(l)];
+      stage_of[l] = at.pp_rank;
+      // megatron/core/transformer/transformer_block.py: a model chunk's self.layers count from 0
+      prefix[l] = Chunk(pipeline.vpp, at.vstage) + "decoder.layers." + Num(at.local) + ".";
     }
+    const std::string first_chunk = Chunk(pipeline.vpp, 0);
+    const std::string last_chunk = Chunk(pipeline.vpp, pipeline.vpp - 1);
     Section dense = BeginSection(out_);
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       Status st = Layer(l, stage_of[l], prefix[l]);
@@ -50,19 +54,21 @@ class MegatronWriter : public LayoutWriter {
     FERRY_ASSIGN_OR_RETURN(const int64_t padded, MegatronPaddedVocab(c_.vocab, m_.tp,
                                                                      m_.vocab_divisible_by,
                                                                      m_.pad_vocab));
+    // megatron/training/training.py get_model: the embedding is in chunk 0 of the first rank
+    // (pre_process), the final norm and output layer in the last chunk of the last (post_process)
     // megatron/core/tensor_parallel/layers.py VocabParallelEmbedding: padded / tp rows a TP rank
-    FERRY_RETURN_IF_ERROR(
-        Vocab(EmbeddingName(), TpGroup(0), padded / m_.tp, "embedding.word_embeddings.weight"));
+    FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), TpGroup(0), padded / m_.tp,
+                                first_chunk + "embedding.word_embeddings.weight"));
     FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), TpGroup(last),
-                                     c_.family == ModelFamily::kNemotronH
-                                         ? "decoder.final_norm.weight"
-                                         : "decoder.final_layernorm.weight"));
+                                     last_chunk + (c_.family == ModelFamily::kNemotronH
+                                                       ? "decoder.final_norm.weight"
+                                                       : "decoder.final_layernorm.weight")));
     // megatron/core/models/gpt/gpt_model.py: with tied embeddings the output layer allocates no
     // weight on a stage that also holds the embedding (pp=1); a later last stage keeps its own copy
     if (!c_.tie_embeddings || m_.pp > 1) {
       // megatron/core/tensor_parallel/layers.py ColumnParallelLinear over the padded vocabulary
       FERRY_RETURN_IF_ERROR(
-          Vocab(OutputName(), TpGroup(last), padded / m_.tp, "output_layer.weight"));
+          Vocab(OutputName(), TpGroup(last), padded / m_.tp, last_chunk + "output_layer.weight"));
     }
     EndSection(out_, dense);
     int64_t moe_layers = 0;
@@ -88,10 +94,29 @@ class MegatronWriter : public LayoutWriter {
     }
     EndSection(out_, experts);
     FERRY_RETURN_IF_ERROR(CloneSection(out_, dense, Shifts(m_.cp * m_.dp, m_.tp)));
-    return CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep));
+    FERRY_RETURN_IF_ERROR(CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep)));
+    if (!m_.distopt_buffers) return Status::Ok();
+    MegatronBufferGroups groups;
+    groups.first_rank = first_;
+    groups.num_ranks = stage_size_ * m_.pp;
+    groups.stage_size = stage_size_;
+    groups.dp_cp = m_.dp * m_.cp;
+    groups.expert_dp = edp_;
+    // megatron/core/extensions/transformer_engine.py: expert parameters use the expert
+    // data-parallel group (allreduce=False) when ep > 1 or etp != tp
+    groups.experts_separate = m_.ep > 1 || m_.etp != m_.tp;
+    // megatron/core/models/common/language_module/language_module.py: shared_embedding
+    groups.shared_embedding = c_.tie_embeddings && m_.pp > 1;
+    groups.overlap_grad_reduce = m_.overlap_grad_reduce;
+    FERRY_ASSIGN_OR_RETURN(out_, PackMegatronParamBuffers(out_, groups));
+    return Status::Ok();
   }
 
  private:
+  // The name prefix of model chunk v's parameters: with interleaving a rank holds vpp models,
+  // checkpointed as "model<v>" (megatron/training/checkpointing.py); none without.
+  static std::string Chunk(int vpp, int v) { return vpp > 1 ? "model" + Num(v) + "." : ""; }
+
   // The TP group of DP/CP replica 0 of stage s; weights replicated over TP live on all of it.
   std::vector<int> TpGroup(int s) const {
     std::vector<int> r(m_.tp);

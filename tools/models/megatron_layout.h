@@ -5,8 +5,9 @@
 // use etp fastest, then ep, expert-dp, pp. Fusions: linear_qkv interleaved per query group,
 // linear_fc1 = [gate; up] per TP shard, a rank's local experts kept as the chosen expert module
 // keeps them (tools/models/megatron_expert_storage.h; ETP splits the expert FFN), vocab-parallel embedding/output
-// (padded as tools/models/vocab_padding.h says), layers split over pipeline stages (local layer
-// numbers per stage), DP and CP ranks hold replicas.
+// (padded as tools/models/vocab_padding.h says), layers split over pipeline stages and their
+// interleaved model chunks (tools/models/pipeline_stages.h; local layer numbers per chunk, chunk v
+// named "model<v>." when a rank holds several), DP and CP ranks hold replicas.
 //
 // Pure functions; thread-safe.
 #pragma once

@@ -1,21 +1,52 @@
-// Megatron's assignment of decoder layers to pipeline stages, with the checks Megatron makes: an
-// even split (num_layers divisible by pp), or the first and/or last stage given its own layer
-// count (--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, in a spec
-// `first=N,last=M`) and the layers left split evenly over the middle stages. A configuration
-// Megatron rejects is rejected here with Megatron's reason; nothing is reinterpreted.
+// Megatron's assignment of decoder layers to pipeline ranks and, with interleaving, to the model
+// chunks (virtual stages) of each rank, with the checks Megatron makes. Four ways, as Megatron's
+// arguments give them:
+//  - an even split (num_layers divisible by pp);
+//  - the first and/or last rank given its own layer count (--decoder-first-pipeline-num-layers /
+//    --decoder-last-pipeline-num-layers, in a spec `first=N,last=M`), the rest split evenly over
+//    the middle ranks;
+//  - either of those interleaved over `vstages` model chunks per rank
+//    (--num-virtual-stages-per-pipeline-rank) or chunks of `vstage_layers` layers
+//    (--num-layers-per-virtual-pipeline-stage): each rank's layers divide evenly over its chunks,
+//    and the layers run chunk 0 of every rank, then chunk 1 of every rank, ...;
+//  - an explicit layout string (--pipeline-model-parallel-layout, tools/models/pipeline_layout.h).
+// A configuration Megatron rejects is rejected here with Megatron's reason; nothing is
+// reinterpreted.
 //
-// Pure function; thread-safe.
+// Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/base/status.h"
 
 namespace ferry::models {
 
-// stage_of[layer] for num_layers layers over pp stages. first / last: layers of the first / last
-// stage, 0 when not given (Megatron's None).
-Result<std::vector<int>> MegatronStageOfLayer(int64_t num_layers, int pp, int first, int last);
+// Megatron's pipeline arguments; 0 / empty: not given (Megatron's None).
+struct MegatronPipelineArgs {
+  int pp = 1;
+  int first = 0, last = 0;
+  int vstages = 0;
+  int vstage_layers = 0;
+  std::string layout;
+};
+
+// Where one decoder layer lives: pipeline rank, model chunk (virtual stage) of that rank, and its
+// number among the chunk's layers (the `decoder.layers.<local>` of the chunk's parameters).
+struct LayerPlace {
+  int pp_rank = 0;
+  int vstage = 0;
+  int local = 0;
+};
+
+struct MegatronPipeline {
+  int vpp = 1;                     // model chunks per pipeline rank
+  std::vector<LayerPlace> layers;  // one per decoder layer, in layer order
+};
+
+// The placement of `num_layers` decoder layers under `args`, or Megatron's reason for rejecting it.
+Result<MegatronPipeline> MegatronPipelineOf(int64_t num_layers, const MegatronPipelineArgs& args);
 
 }  // namespace ferry::models

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/layout/builders.h"
+#include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/vocab_padding.h"
 
@@ -43,6 +45,9 @@ class VllmWriter : public LayoutWriter {
   Status Build() {
     Section engine = BeginSection(out_);
     FERRY_RETURN_IF_ERROR(BuildEngine());
+    if (v_.fp8_block_weights) {
+      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_));
+    }
     EndSection(out_, engine);
     return CloneSection(out_, engine, Shifts(v_.engines, v_.tp * v_.dp));
   }
@@ -217,19 +222,25 @@ class VllmWriter : public LayoutWriter {
     const int64_t moe_tp = world / v_.ep;
     ExpertGeometry g{c_.moe_intermediate / moe_tp, c_.hidden, DTypeSize(c_.dtype)};
     FERRY_ASSIGN_OR_RETURN(const std::vector<ExpertIds> ids, AddExpertTensors(l));
+    // vllm/model_executor/layers/fused_moe/layer.py: with EPLB the layer's global experts are the
+    // physical ones, logical + redundant
+    const int64_t physical = c_.num_experts + v_.redundant_experts;
     for (int64_t m = 0; m < world; ++m) {
       const int64_t ep_rank = m / moe_tp;
       // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
       // the first num_experts % ep ranks take one expert more
-      const int64_t base = c_.num_experts / v_.ep;
-      const int64_t extra = c_.num_experts % v_.ep;
+      const int64_t base = physical / v_.ep;
+      const int64_t extra = physical % v_.ep;
       const int64_t count = base + (ep_rank < extra ? 1 : 0);
       if (count == 0) continue;  // an EP rank without experts holds empty weights
-      // "round_robin": experts ep_rank, ep_rank + ep, ... (torch.arange(ep_rank, E, ep))
-      const bool rr = v_.round_robin_experts;
-      const int64_t first = rr ? ep_rank : ep_rank * base + std::min(ep_rank, extra);
-      PlaceRankExperts(p, ids, g, first_ + static_cast<int>(m), m % moe_tp, first, count,
-                       rr ? v_.ep : 1);
+      const int rank = first_ + static_cast<int>(m);
+      if (v_.round_robin_experts) {
+        // "round_robin": experts ep_rank, ep_rank + ep, ... (torch.arange(ep_rank, E, ep))
+        PlaceRankExperts(p, ids, g, {rank, m % moe_tp, ep_rank, count, v_.ep, 0, count});
+        continue;
+      }
+      const int64_t start = ep_rank * base + std::min(ep_rank, extra);
+      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, start, count);
     }
     return Status::Ok();
   }
@@ -239,12 +250,19 @@ class VllmWriter : public LayoutWriter {
   };
   using ExpertIds = std::array<int, 3>;  // gate, up, down (LayoutWriter::AddExpertTensors)
 
-  // Experts first, first + step, ... (count of them), FFN shard `shard`, into `rank`'s
-  // w13_weight and w2_weight, local expert after local expert. As stacks, consecutive experts
-  // (step 1) are one fragment a projection, others one a projection and expert.
+  // A run of a rank's local experts: logical experts first, first + step, ... (count of them),
+  // FFN shard `shard`, at local expert slots local, local + 1, ... of the rank's `slots`.
+  struct ExpertRun {
+    int rank = 0;
+    int64_t shard = 0, first = 0, count = 0, step = 1, local = 0, slots = 0;
+  };
+
+  // One run into its rank's w13_weight and w2_weight, local expert after local expert. As stacks,
+  // consecutive experts (step 1) are one fragment a projection, others one a projection and expert.
   void PlaceRankExperts(const std::string& p, const std::vector<ExpertIds>& ids,
-                        const ExpertGeometry& g, int rank, int64_t shard, int64_t first,
-                        int64_t count, int64_t step) {
+                        const ExpertGeometry& g, const ExpertRun& r) {
+    const int rank = r.rank;
+    const int64_t shard = r.shard, first = r.first, count = r.count, step = r.step;
     const int b13 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w13_weight");
     const int b2 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w2_weight");
     const auto w13 = RowMajorStrides({count, 2 * g.inter, g.hidden});
@@ -266,7 +284,8 @@ class VllmWriter : public LayoutWriter {
       for (int64_t le = 0; le < runs; ++le) {
         rows.lo[0] = cols.lo[0] = first + le * step;
         rows.hi[0] = cols.hi[0] = step == 1 ? first + count : first + le * step + 1;
-        const int64_t at13 = le * w13[0] * g.elem, at2 = le * w2[0] * g.elem;
+        const int64_t at13 = (r.local + le) * w13[0] * g.elem;
+        const int64_t at2 = (r.local + le) * w2[0] * g.elem;
         out_.fragments.push_back({gate, rows, {rank, b13, at13, w13}});
         out_.fragments.push_back({up, rows, {rank, b13, at13 + up_offset, w13}});
         out_.fragments.push_back({down, cols, {rank, b2, at2, w2}});
@@ -277,18 +296,40 @@ class VllmWriter : public LayoutWriter {
       const std::array<int64_t, kMaxDims> gate_up{w13[1], w13[2]}, down{w2[1], w2[2]};
       for (int64_t le = 0; le < count; ++le) {
         const auto& [gate, up, dn] = ids[first + le * step];
-        const int64_t at13 = le * w13[0] * g.elem;
+        const int64_t at13 = (r.local + le) * w13[0] * g.elem;
+        const int64_t at2 = (r.local + le) * w2[0] * g.elem;
         out_.fragments.push_back({gate, member_rows, {rank, b13, at13, gate_up}});
         out_.fragments.push_back({up, member_rows, {rank, b13, at13 + up_offset, gate_up}});
-        out_.fragments.push_back({dn, member_cols, {rank, b2, le * w2[0] * g.elem, down}});
+        out_.fragments.push_back({dn, member_cols, {rank, b2, at2, down}});
       }
     }
-    out_.buffers.GrowBytes(static_cast<size_t>(b13), count * w13[0] * g.elem);
-    out_.buffers.GrowBytes(static_cast<size_t>(b2), count * w2[0] * g.elem);
+    out_.buffers.GrowBytes(static_cast<size_t>(b13), r.slots * w13[0] * g.elem);
+    out_.buffers.GrowBytes(static_cast<size_t>(b2), r.slots * w2[0] * g.elem);
+    fp8_experts_[b13] = {r.slots, 2 * g.inter, g.hidden};
+    fp8_experts_[b2] = {r.slots, g.hidden, g.inter};
+  }
+
+  // Physical experts [start, start + count) of one rank, as runs of consecutive logical experts:
+  // physical p holds logical p below E, then (p - E) mod E
+  // (vllm/distributed/eplb/eplb_state.py build_initial_global_physical_to_logical_map, which
+  // FusedMoE.make_expert_params_mapping loads from).
+  void PlacePhysicalExperts(const std::string& p, const std::vector<ExpertIds>& ids,
+                            const ExpertGeometry& g, int rank, int64_t shard, int64_t start,
+                            int64_t count) {
+    const int64_t e = c_.num_experts;
+    auto logical = [e](int64_t phys) { return phys < e ? phys : (phys - e) % e; };
+    int64_t run = 0;
+    while (run < count) {
+      int64_t len = 1;
+      while (run + len < count && logical(start + run + len) == logical(start + run) + len) ++len;
+      PlaceRankExperts(p, ids, g, {rank, shard, logical(start + run), len, 1, run, count});
+      run += len;
+    }
   }
 
   VllmParallel v_;
   int first_;
+  std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int> all_;  // the TP group of DP replica 0
 };
 

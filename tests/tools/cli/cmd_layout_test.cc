@@ -39,6 +39,34 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
   EXPECT_NE(out.find("rank 4  decoder.layers.6.mlp.experts.linear_fc1.weight5"), std::string::npos)
       << out;
   EXPECT_NE(out.find("megatron/core/transformer/transformer_block.py"), std::string::npos);
+  // Megatron's layout string over pp 2: stage i is chunk i / 2 of rank i % 2, so layer 17 is the
+  // second layer of stage 2 ("t*8" after "Et*8|t*8|"): chunk 1 of rank 0.
+  ASSERT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
+                    "megatron:pp=2,layout=Et*8|t*8|t*8|t*8L", "--explain",
+                    "model.layers.17.self_attn.o_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 0  model1.decoder.layers.1.self_attention.linear_proj.weight"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("megatron/core/transformer/pipeline_parallel_layer_layout.py"),
+            std::string::npos);
+  // The distributed optimizer's buffer: layer 31's down_proj, last in named_parameters(), first
+  // in the buffer.
+  ASSERT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
+                    "megatron:buffers=distopt", "--explain",
+                    "model.layers.31.mlp.down_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 0  buffers.0.param_data"), std::string::npos) << out;
+  EXPECT_NE(out.find("megatron/core/optimizer/distrib_optimizer.py"), std::string::npos);
+  ASSERT_EQ(RunCli({"layout", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--framework",
+                    "vllm:tp=2,ep=2,redundant=2", "--explain",
+                    "model.layers.0.mlp.experts.0.up_proj.weight"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 1  model.layers.0.mlp.experts.w13_weight"), std::string::npos) << out;
+  EXPECT_NE(out.find("vllm/distributed/eplb/eplb_state.py"), std::string::npos);
   EXPECT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
                     "vllm:tp=2", "--explain", "no.such.tensor"},
                    &out),

@@ -19,6 +19,26 @@ ModelPreset Preset(const std::string& name, double scale) {
   return std::move(p).value();
 }
 
+ModelConfig OneLayerConfig(const std::string& name, ModelFamily family, int64_t hidden,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t vocab) {
+  ModelConfig c;
+  c.name = name;
+  c.family = family;
+  c.hidden = hidden;
+  c.num_layers = 1;
+  c.vocab = vocab;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  return c;
+}
+
+ModelPreset PresetOf(const ModelConfig& c) {
+  Result<ModelPreset> p = ModelPreset::FromConfig(c);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
 FrameworkSpec Spec(const std::string& text) {
   Result<FrameworkSpec> s = ParseFrameworkSpec(text);
   EXPECT_TRUE(s.ok()) << s.status().ToString();

@@ -13,6 +13,14 @@ namespace ferry::models {
 
 ModelPreset Preset(const std::string& name, double scale);
 
+// A one-layer model for hand-worked cases: `heads` attention heads and `kv_heads` KV heads of
+// `head_dim` over `hidden`, a vocabulary of `vocab`; the caller sets its MLP or experts.
+ModelConfig OneLayerConfig(const std::string& name, ModelFamily family, int64_t hidden,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t vocab);
+
+// The preset of a config that must be valid.
+ModelPreset PresetOf(const ModelConfig& c);
+
 FrameworkSpec Spec(const std::string& text);
 
 // Builds the layout as `spec` says and checks it passes core/layout's ValidateLayout (bounds,

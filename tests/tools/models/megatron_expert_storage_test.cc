@@ -6,8 +6,8 @@
 //    linear_fc1 [2*16, 32] = [gate; up] and linear_fc2 [32, 16];
 //  - TEGroupedMLP (megatron/core/extensions/transformer_engine.py TEGroupedLinear): weight<i>;
 //  - moe_single_grouped_weight: the per-expert weights stacked on dim 0;
-//  - GroupedMLP (experts.py before 2caa681a1d): weight1 [32, 2 * 2*16] read as
-//    weight1.view(2, 32, -1), weight2 [2*16, 32] read as weight2.view(2, -1, 32).
+//  - GroupedMLP (experts.py before 2caa681a1d): weight1 [32, 2 * 2*16 / etp] read as
+//    weight1.view(2, 32, -1), weight2 [2*16 / etp, 32] read as weight2.view(2, -1, 32).
 #include "tools/models/megatron_expert_storage.h"
 
 #include <gtest/gtest.h>
@@ -21,20 +21,10 @@ namespace ferry::models {
 namespace {
 
 ModelPreset FourExperts() {
-  ModelConfig c;
-  c.name = "four-experts";
-  c.family = ModelFamily::kQwen3Moe;
-  c.hidden = 32;
-  c.num_layers = 1;
-  c.vocab = 256;
-  c.num_heads = 4;
-  c.num_kv_heads = 4;
-  c.head_dim = 8;
+  ModelConfig c = OneLayerConfig("four-experts", ModelFamily::kQwen3Moe, 32, 4, 4, 8, 256);
   c.num_experts = 4;
   c.moe_intermediate = 16;
-  Result<ModelPreset> p = ModelPreset::FromConfig(c);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(p).value();
+  return PresetOf(c);
 }
 
 const std::string kExperts = "decoder.layers.0.mlp.experts.";
@@ -48,9 +38,9 @@ struct Expected {
   std::array<int64_t, 2> strides;
 };
 
-void ExpectAt(const Layout& l, const std::string& tensor, const Expected& e) {
+void ExpectAt(const Layout& l, const std::string& tensor, const Expected& e, int rank = 1) {
   SCOPED_TRACE(tensor + " in " + e.buffer);
-  auto f = FragmentsIn(l, 1, kExperts + e.buffer, tensor);
+  auto f = FragmentsIn(l, rank, kExperts + e.buffer, tensor);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].loc.byte_offset, e.byte_offset);
   EXPECT_EQ(f[0].loc.strides[0], e.strides[0]);
@@ -97,8 +87,27 @@ TEST(MegatronExpertStorageTest, LegacyGroupedMlpTransposed) {
   ExpectExpert3("megatron:ep=2,experts=legacy_grouped", {"weight1", 32 * 32 * 2, {1, 32}},
                 {"weight1", (32 * 32 + 16) * 2, {1, 32}}, {"weight2", 16 * 32 * 2, {1, 32}},
                 2 * 32 * 32 * 2);
+}
+
+TEST(MegatronExpertStorageTest, LegacyGroupedMlpWithExpertTensorParallel) {
+  // tp=etp=2, ep=2: rank 3 = EP rank 1, ETP shard 1 (experts 2 and 3, FFN rows 8..15).
+  // GroupedMLP: weight1 [32, 2*16*2 / 2] read as view(2, 32, 16), each expert's 16 columns
+  // chunked into [gate shard; up shard] (glu's torch.chunk(x, 2, dim=-1); sharded_state_dict
+  // puts them at tp_rank and tp_rank + tp of 2*tp pieces); weight2 [2*16 / 2, 32] as
+  // view(2, 8, 32).
+  // Expert 3 = local 1: gate[8 + j][h] at 32*16 + h*16 + j, up 8 further, down[h][8 + j] at
+  // 8*32 + j*32 + h.
   ModelPreset p = FourExperts();
-  EXPECT_FALSE(BuildFrameworkLayout(p, Spec("megatron:tp=2,ep=2,experts=legacy_grouped")).ok());
+  Layout l = Build(p, "megatron:tp=2,ep=2,etp=2,experts=legacy_grouped");
+  ExpectCoverage(l, p, Copies(2, 2, 1));
+  ExpectAt(l, kGate3, {"weight1", 32 * 16 * 2, {1, 16}}, 3);
+  ExpectAt(l, kUp3, {"weight1", (32 * 16 + 8) * 2, {1, 16}}, 3);
+  ExpectAt(l, kDown3, {"weight2", 8 * 32 * 2, {1, 32}}, 3);
+  auto gate = FragmentsIn(l, 3, kExperts + "weight1", kGate3);
+  ASSERT_EQ(gate.size(), 1u);
+  EXPECT_EQ(gate[0].box.lo[0], 8);
+  EXPECT_EQ(gate[0].box.hi[0], 16);
+  EXPECT_EQ(l.buffers[l.FindBuffer(3, kExperts + "weight1")].bytes, 32 * 32 * 2);
 }
 
 TEST(MegatronExpertStorageTest, ExpertTensorParallelShard) {

@@ -5,7 +5,12 @@
 //    without it the MoE TP size is tp*dp, each rank a shard of every expert;
 //  - vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map ("linear"):
 //    base = E // ep, remainder = E % ep, rank r holds base + (r < remainder) experts from
-//    r * base + min(r, remainder).
+//    r * base + min(r, remainder);
+//  - EPLB's redundant experts: the layer's experts are the E + R physical ones
+//    (vllm/model_executor/layers/fused_moe/layer.py), placed as above, physical p loading logical
+//    expert p below E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
+//    build_initial_global_physical_to_logical_map, read by FusedMoE.make_expert_params_mapping);
+//    vllm/config/parallel.py refuses EPLB without expert parallelism or with one rank.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,21 +22,12 @@ namespace {
 
 // One MoE layer of `experts` experts (FFN 16, hidden 32, bf16) routed in `groups` groups.
 ModelPreset SmallMoe(int64_t experts, int64_t groups = 0) {
-  ModelConfig c;
+  ModelConfig c = OneLayerConfig("small-moe-" + std::to_string(experts), ModelFamily::kQwen3Moe,
+                                 32, 4, 4, 8, 64);
   c.expert_groups = groups;
-  c.name = "small-moe-" + std::to_string(experts);
-  c.family = ModelFamily::kQwen3Moe;
-  c.hidden = 32;
-  c.num_layers = 1;
-  c.vocab = 64;
-  c.num_heads = 4;
-  c.num_kv_heads = 4;
-  c.head_dim = 8;
   c.num_experts = experts;
   c.moe_intermediate = 16;
-  Result<ModelPreset> p = ModelPreset::FromConfig(c);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(p).value();
+  return PresetOf(c);
 }
 
 const char* kW13 = "model.layers.0.mlp.experts.w13_weight";
@@ -99,6 +95,55 @@ TEST(VllmExpertParallelTest, RoundRobinPlacement) {
   ASSERT_FALSE(ungrouped.ok());
   EXPECT_NE(ungrouped.status().message().find("multiple expert groups"), std::string::npos);
   EXPECT_FALSE(BuildFrameworkLayout(p, Spec("vllm:tp=2,dp=2,placement=round_robin")).ok());
+}
+
+TEST(VllmExpertParallelTest, RedundantExpertsReplicateTheFirstLogicalExperts) {
+  ModelPreset p = SmallMoe(10);
+  const int64_t expert = 2 * 16 * 32 * 2;  // bytes of one expert's w13
+  // 10 + 2 physical over ep 4: 3 a rank; rank 3 holds physical 9, 10, 11 = logical 9, 0, 1.
+  Layout stacks = BuildAsSpecified(p, "vllm:tp=2,dp=2,ep=4,redundant=2");
+  auto gate = FragmentsIn(stacks, 3, kW13, kGateStack);
+  ASSERT_EQ(gate.size(), 2u);
+  EXPECT_EQ(gate[0].box.lo[0], 9);
+  EXPECT_EQ(gate[0].loc.byte_offset, 0);
+  EXPECT_EQ(gate[1].box.lo[0], 0);
+  EXPECT_EQ(gate[1].box.hi[0], 2);
+  EXPECT_EQ(gate[1].loc.byte_offset, expert);
+  EXPECT_EQ(stacks.buffers[stacks.FindBuffer(3, kW13)].bytes, 3 * expert);
+  Layout members = Build(p, "vllm:tp=2,dp=2,ep=4,redundant=2");
+  auto expert0 = FragmentsIn(members, 3, kW13, "model.layers.0.mlp.experts.0.gate_proj.weight");
+  ASSERT_EQ(expert0.size(), 1u);
+  EXPECT_EQ(expert0[0].loc.byte_offset, expert);
+  EXPECT_EQ(FragmentsIn(members, 0, kW13, "model.layers.0.mlp.experts.0.gate_proj.weight").size(),
+            1u);
+  ExpectCoverage(members, p, [](const std::string& n) {
+    if (!IsExpert(n)) return Copies(2, 2, 1)(n);
+    const bool replicated = n.find(".experts.0.") != std::string::npos ||
+                            n.find(".experts.1.") != std::string::npos;
+    return replicated ? 2 : 1;
+  });
+  // 10 + 3 over ep 4: 4, 3, 3, 3 from 0, 4, 7, 10; rank 3 holds logical 0, 1, 2.
+  Layout uneven = BuildAsSpecified(p, "vllm:tp=2,dp=2,ep=4,redundant=3");
+  auto last = FragmentsIn(uneven, 3, kW13, kGateStack);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].box.lo[0], 0);
+  EXPECT_EQ(last[0].box.hi[0], 3);
+  EXPECT_EQ(uneven.buffers[uneven.FindBuffer(0, kW13)].bytes, 4 * expert);
+  EXPECT_EQ(Spec("vllm:tp=2,dp=2,ep=4,redundant=3").ToString(), "vllm:tp=2,dp=2,ep=4,redundant=3");
+}
+
+TEST(VllmExpertParallelTest, RedundantExpertsRefusedAsVllmRefusesThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"vllm:tp=2,dp=2,redundant=2", "enable_expert_parallel must be True to use EPLB"},
+      {"vllm:redundant=2", "EPLB requires tensor, prefill-context, or data parallelism"},
+      {"vllm:tp=2,dp=2,ep=4,placement=round_robin,redundant=2", "no redundant experts"},
+      {"vllm:tp=2,ep=2,redundant=30", "hold one logical expert twice"},
+  };
+  for (const auto& [spec, reason] : cases) {
+    Result<Layout> l = BuildFrameworkLayout(SmallMoe(10, /*groups=*/2), Spec(spec));
+    ASSERT_FALSE(l.ok()) << spec;
+    EXPECT_NE(l.status().message().find(reason), std::string::npos) << l.status().message();
+  }
 }
 
 TEST(VllmExpertParallelTest, OnlyOneAndTpTimesDpExist) {

@@ -1,0 +1,113 @@
+// vLLM's FP8 block-quantized weights (tools/models/fp8_block_weights), hand-worked from
+// vllm/model_executor/layers/quantization/fp8.py (weight_scale_inv of
+// [ceil(out/128), ceil(in/128)] fp32 per partition, fp8 e4m3 weights) and
+// vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape, for one
+// decoder layer: hidden 256, 2 heads and 1 KV head of 128, FFN 512, over vLLM tp=2.
+#include "tools/models/fp8_block_weights.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "planner/planner.h"
+#include "tests/tools/models/framework_layouts_testutil.h"
+
+namespace ferry::models {
+namespace {
+
+ModelConfig OneLayer(int64_t intermediate) {
+  ModelConfig c = OneLayerConfig("one-layer", ModelFamily::kLlama, 256, 2, 1, 128, 512);
+  c.intermediate = intermediate;
+  return c;
+}
+
+// The same layer with 4 routed experts of FFN `moe_intermediate` instead of the MLP.
+ModelPreset OneMoeLayer(int64_t moe_intermediate) {
+  ModelConfig c = OneLayer(512);
+  c.family = ModelFamily::kQwen3Moe;
+  c.num_experts = 4;
+  c.moe_intermediate = moe_intermediate;
+  return PresetOf(c);
+}
+
+const std::string kLayer = "model.layers.0.";
+
+int64_t BytesOf(const Layout& l, int rank, const std::string& buffer) {
+  const int b = l.FindBuffer(rank, buffer);
+  return b < 0 ? -1 : l.buffers[static_cast<size_t>(b)].bytes;
+}
+
+TEST(Fp8BlockWeightsTest, ProjectionsInFp8WithBlockScales) {
+  ModelPreset p = PresetOf(OneLayer(512));
+  Layout l = Build(p, "vllm:tp=2,quant=fp8_block");
+  // qkv_proj per rank: q 128 rows, the replicated KV head's k and v 128 each, of 256 columns: one
+  // byte an element, k after q's 128 * 256; scales ceil(384/128) x ceil(256/128) = 3 x 2 fp32.
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "self_attn.qkv_proj.weight"), 384 * 256);
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "self_attn.qkv_proj.weight_scale_inv"), 3 * 2 * 4);
+  auto k = FragmentsIn(l, 1, kLayer + "self_attn.qkv_proj.weight", kLayer + "self_attn.k_proj.weight");
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0].loc.byte_offset, 128 * 256);
+  // o_proj row-parallel [256, 128]: 2 x 1 blocks; gate_up [2 * 256, 256]: 4 x 2; down [256, 256].
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "self_attn.o_proj.weight_scale_inv"), 2 * 1 * 4);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "mlp.gate_up_proj.weight"), 512 * 256);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "mlp.gate_up_proj.weight_scale_inv"), 4 * 2 * 4);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "mlp.down_proj.weight_scale_inv"), 2 * 2 * 4);
+  auto up = FragmentsIn(l, 0, kLayer + "mlp.gate_up_proj.weight", kLayer + "mlp.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].loc.byte_offset, 256 * 256);
+  // Marked and fp8; the embedding and norms keep bf16.
+  const int o = l.FindTensor(kLayer + "self_attn.o_proj.weight");
+  EXPECT_EQ(l.tensors[static_cast<size_t>(o)].dtype, DType::kFP8E4M3);
+  EXPECT_EQ(l.tensors[static_cast<size_t>(l.FindTensor("model.embed_tokens.weight"))].dtype,
+            DType::kBF16);
+  bool marked = false;
+  for (const StoredTransform& t : l.transforms) marked = marked || t.tensor == o;
+  EXPECT_TRUE(marked);
+  EXPECT_FALSE(IsFp8BlockQuantized("model.layers.3.mlp.gate.weight"));
+  EXPECT_TRUE(IsFp8BlockQuantized("model.layers.3.self_attn.kv_a_proj_with_mqa.weight"));
+}
+
+TEST(Fp8BlockWeightsTest, ExpertScalesPerLocalExpert) {
+  // ep 2: 2 local experts a rank. Fp8MoEMethod: w13_weight_scale_inv
+  // [2, 2 * ceil(128/128), ceil(256/128)], w2_weight_scale_inv [2, ceil(256/128), ceil(128/128)].
+  Layout l = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block");
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.w13_weight"), 2 * 256 * 256);
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.w13_weight_scale_inv"), 2 * 2 * 2 * 4);
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.w2_weight_scale_inv"), 2 * 2 * 1 * 4);
+  // FFN 192: "The output_size of gate's and up's weight = 192 ..." even without a split.
+  Result<Layout> bad = BuildFrameworkLayout(OneMoeLayer(192), Spec("vllm:tp=2,ep=2,quant=fp8_block"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("The output_size of gate's and up's weight = 192 is not "
+                                        "divisible by weight quantization block_n = 128."),
+            std::string::npos)
+      << bad.status().message();
+}
+
+TEST(Fp8BlockWeightsTest, RejectedAsVllmRejectsIt) {
+  // FFN 384 over tp 2: gate_up's output partitions of 192 rows.
+  Result<Layout> l =
+      BuildFrameworkLayout(PresetOf(OneLayer(384)), Spec("vllm:tp=2,quant=fp8_block"));
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find(
+                "Weight output_partition_size = 192 is not divisible by weight quantization "
+                "block_n = 128."),
+            std::string::npos)
+      << l.status().message();
+}
+
+TEST(Fp8BlockWeightsTest, PlansRefuseThemByName) {
+  ModelPreset p = PresetOf(OneLayer(512));
+  RefitOptions options;
+  options.gpus_per_node = 2;
+  Result<RefitLayouts> refit =
+      BuildRefitLayouts(p, Spec("megatron:tp=1"), Spec("vllm:tp=2,quant=fp8_block"), options);
+  ASSERT_TRUE(refit.ok()) << refit.status().ToString();
+  Result<PlanResult> plan = PlanReshard(refit->source, refit->destination, refit->topology);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("_proj.weight' is stored as fp8 e4m3 in 128x128 blocks"),
+            std::string::npos)
+      << plan.status().message();
+}
+
+}  // namespace
+}  // namespace ferry::models

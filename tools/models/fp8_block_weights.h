@@ -1,0 +1,47 @@
+// vLLM's FP8 block-quantized weights (a checkpoint whose quantization_config is fp8 with
+// weight_block_size [128, 128], as DeepSeek-V3's and Kimi-K2's): every linear projection of the
+// decoder layers holds fp8 e4m3 values, one byte each, beside a weight_scale_inv parameter of
+// fp32 scales, one per 128x128 block of the rank's partition. Embeddings, the output layer, norms
+// and routers stay in the model's dtype.
+//
+// StoreFp8BlockWeights rewrites a vLLM layout to that storage: the projections' tensors become
+// fp8 e4m3 marked with a StoredTransform (their values are the bf16 weights divided by per-block
+// scales, which no plain cast produces, so plans refuse them by name until a block-scaled
+// conversion exists), their fragments move to one-byte offsets, and each projection buffer gets
+// its "<name>_scale_inv" buffer. vLLM's shape checks come first, with its messages.
+// Follows vllm/model_executor/layers/quantization/fp8.py (Fp8LinearMethod and Fp8MoEMethod
+// create_weights: weight_scale_inv [ceil(out/128), ceil(in/128)], w13_weight_scale_inv
+// [experts, 2 * ceil(I/128), ceil(H/128)], w2_weight_scale_inv [experts, ceil(H/128),
+// ceil(I/128)]) and vllm/model_executor/layers/quantization/utils/fp8_utils.py
+// validate_fp8_block_shape.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/layout/layout.h"
+
+namespace ferry::models {
+
+inline constexpr int64_t kFp8Block = 128;
+
+// Whether the checkpoint tensor `name` is block-quantized: a decoder layer's *_proj weight
+// (attention, MLP, shared and routed experts), not the router (mlp.gate).
+bool IsFp8BlockQuantized(const std::string& name);
+
+// A buffer of `matrices` [rows, cols] matrices (an expert buffer: one matrix a local expert).
+struct MatrixStack {
+  int64_t matrices = 1, rows = 0, cols = 0;
+};
+
+// Rewrites the buffers from index `buffers_begin` on. `experts` gives the expert buffers'
+// geometry by buffer index; other buffers are one row-major matrix, read from their fragments.
+Status StoreFp8BlockWeights(Layout& layout, size_t buffers_begin,
+                            const std::map<int, MatrixStack>& experts);
+
+}  // namespace ferry::models
