@@ -19,7 +19,9 @@
 // deadlines) and is returned; the caller recreates the communicator before the next run.
 //
 // Threading: one Run at a time per Executor; Run blocks its caller. The communicator may be
-// aborted from another thread during Run, which then fails promptly.
+// aborted from another thread during Run, which then fails promptly. A watchdog thread
+// (run_watchdog.h) aborts the communicator when a transport call holds Run's thread more than
+// 0.5 s past the deadline, so a hung call ends in an error too.
 //
 // Inside: each Run is a RankRun (core/runtime/rank_run.h, internal), which borrows the state kept
 // here across runs: the copy pool (copy_pool.h), the staging arena (staging_arena.h), cached
@@ -40,6 +42,7 @@
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
+#include "core/runtime/run_watchdog.h"
 #include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
 
@@ -100,6 +103,7 @@ class Executor {
   PeerCudaMappings peer_cuda_;              // same-node peers' CUDA allocations, opened via IPC
   CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
   std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
+  RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
 };
 
 }  // namespace ferry
