@@ -30,7 +30,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/deadline.h"
@@ -59,6 +62,17 @@ struct RankMemory {
   std::vector<MemoryDesc> destination;
 };
 
+// The plan payload one way of moving bytes carried for one rank: a transport by its configured
+// name ("tcp", "local", "fault"), or kDirectReadPath for same-node direct reads (whose bytes the
+// reader copies; the sender sends nothing). Direct-read offers and acks are control messages and
+// are not counted, so the received bytes of every path add up to the plan's message bytes.
+struct TransportTraffic {
+  int64_t bytes_sent = 0, messages_sent = 0;
+  int64_t bytes_received = 0, messages_received = 0;
+  TransportTraffic& operator+=(const TransportTraffic& other);
+};
+inline constexpr std::string_view kDirectReadPath = "direct_read";
+
 struct ExecutorStats {
   double seconds = 0;
   int ops = 0;
@@ -70,6 +84,7 @@ struct ExecutorStats {
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
+  std::map<std::string, TransportTraffic> by_transport;  // per transport name and kDirectReadPath
 };
 
 class Executor {

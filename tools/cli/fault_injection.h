@@ -3,7 +3,9 @@
 // itself SIGKILL or SIGSTOP either while its first measured refit runs (`mid`: from a thread, as
 // the refit starts) or right after that refit, before the next barrier (`between`). Just before,
 // it writes "ferry-fault: rank R <kind> at <ns>" (CLOCK_REALTIME) to stderr, from which the
-// harness measures detection. Unset: nothing happens.
+// harness measures detection. Unset: nothing happens. The announcement and signal are the fault
+// transport's (transports/fault/fault_signal.h), which injects the same kill or stop at a chosen
+// transport call instead (fault.action=kill|stop); this file adds only the refit-moment trigger.
 //
 // Threading: Parse once from main's thread; the injection points may run on any thread.
 #pragma once
