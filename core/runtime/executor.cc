@@ -24,14 +24,6 @@ Deadline WatchdogDeadline(Deadline run) {
 
 }  // namespace
 
-TransportTraffic& TransportTraffic::operator+=(const TransportTraffic& other) {
-  bytes_sent += other.bytes_sent;
-  messages_sent += other.messages_sent;
-  bytes_received += other.bytes_received;
-  messages_received += other.messages_received;
-  return *this;
-}
-
 Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm) {
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions options, ExecutorOptions::FromConfig(comm.config()));
   return Create(comm, options);

@@ -48,6 +48,7 @@
 #include "core/runtime/run_watchdog.h"
 #include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
+#include "core/runtime/transport_traffic.h"
 
 namespace ferry {
 namespace cuda {
@@ -61,17 +62,6 @@ struct RankMemory {
   std::vector<MemoryDesc> source;
   std::vector<MemoryDesc> destination;
 };
-
-// The plan payload one way of moving bytes carried for one rank: a transport by its configured
-// name ("tcp", "local", "fault"), or kDirectReadPath for same-node direct reads (whose bytes the
-// reader copies; the sender sends nothing). Direct-read offers and acks are control messages and
-// are not counted, so the received bytes of every path add up to the plan's message bytes.
-struct TransportTraffic {
-  int64_t bytes_sent = 0, messages_sent = 0;
-  int64_t bytes_received = 0, messages_received = 0;
-  TransportTraffic& operator+=(const TransportTraffic& other);
-};
-inline constexpr std::string_view kDirectReadPath = "direct_read";
 
 struct ExecutorStats {
   double seconds = 0;
