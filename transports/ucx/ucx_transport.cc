@@ -70,7 +70,9 @@ class UcxTransport final : public Transport {
   enum class OpKind { kSend, kRecv, kPut, kRecvNotify };
 
   // One posted request. Owned by ops_; stays alive while UCX holds a callback to it
-  // (ucx_pending > 0) even after it was reported, so late callbacks never touch freed memory.
+  // (ucx_pending > 0) or deferred_ holds it (deferred), even after it was reported, so late
+  // callbacks and the deferred rendezvous never touch freed memory: a peer's death can fail the
+  // request inside the same progress sweep that matched its rendezvous arrival.
   struct Op {
     UcxTransport* self = nullptr;
     RequestId id = 0;
@@ -83,6 +85,7 @@ class UcxTransport final : public Transport {
     ucp_rkey_h rkey = nullptr;
     AmHeader header;       // stays valid until the send completes
     int ucx_pending = 0;   // UCX requests that will still call back with this op
+    bool deferred = false; // in deferred_, waiting for its rendezvous receive to start
     bool reported = false;
     Status failure;        // first error seen by a multi-stage op (put)
   };
@@ -167,6 +170,16 @@ class UcxTransport final : public Transport {
 
 UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
+    // Arrivals still held go back to UCX first: releasing a rendezvous one answers its sender
+    // (ucp_am_data_release sends the ATS, src/ucp/core/ucp_am.c), which needs the endpoint open.
+    for (auto& [key, queue] : unexpected_) {
+      for (Arrival& arrival : queue) {
+        if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
+      }
+    }
+    for (auto& [op, arrival] : deferred_) {
+      if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
+    }
     // Flush-close every endpoint so that data already handed to UCX reaches live peers; force the
     // close of any that do not finish in time (dead peers, aborted transport).
     std::vector<ucs_status_ptr_t> closing;
@@ -188,14 +201,6 @@ UcxTransport::~UcxTransport() {
         ucp_worker_progress(worker_);
       }
       ucp_request_free(request);
-    }
-    for (auto& [key, queue] : unexpected_) {
-      for (Arrival& arrival : queue) {
-        if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
-      }
-    }
-    for (auto& [op, arrival] : deferred_) {
-      if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
     }
     for (auto& [id, registration] : registrations_) {
       if (registration.memh != nullptr) ucp_mem_unmap(ucp_, registration.memh);
@@ -463,7 +468,7 @@ void UcxTransport::Finish(Op* op, Status status, int64_t bytes) {
 }
 
 void UcxTransport::ReleaseIfDone(Op* op) {
-  if (!op->reported || op->ucx_pending > 0) return;
+  if (!op->reported || op->ucx_pending > 0 || op->deferred) return;
   if (op->kind == OpKind::kRecv || op->kind == OpKind::kRecvNotify) {
     auto it = posted_.find(MatchKey{op->kind == OpKind::kRecv ? MessageKind::kData
                                                                : MessageKind::kNotify,
@@ -636,6 +641,7 @@ ucs_status_t UcxTransport::OnActiveMessage(void* arg, const void* header, size_t
     if (rendezvous) {
       arrival.ucx_data = data;
       arrival.rendezvous = true;
+      op->deferred = true;
       self->deferred_.emplace_back(op, std::move(arrival));
       return UCS_INPROGRESS;
     }
@@ -865,6 +871,7 @@ Result<int> UcxTransport::Poll(std::span<Completion> out, Deadline deadline) {
       while (!deferred_.empty()) {
         auto [op, arrival] = std::move(deferred_.front());
         deferred_.pop_front();
+        op->deferred = false;
         if (op->reported) {
           if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
           ReleaseIfDone(op);
