@@ -413,6 +413,10 @@ Status RunRankOrError(const RunArgs& args) {
       transports += (transports.empty() ? "" : ", ") + std::string(t->name());
     }
     Say("[%5.1fs] %d ranks joined; transports in use: %s\n", elapsed(), info.size, transports.c_str());
+    for (Transport* t : session.communicator().transports()) {
+      const std::string links = t->DescribeLinks();
+      if (!links.empty()) Say("         %s links of rank 0: %s\n", std::string(t->name()).c_str(), links.c_str());
+    }
   }
   HostBuffers sources(in.source.buffers, info.rank, "sources");
   HostBuffers destinations(in.destination.buffers, info.rank, "destinations");

@@ -38,6 +38,7 @@ class FaultTransport final : public Transport {
 
   std::string_view name() const override { return "fault"; }
   TransportCapabilities capabilities() const override { return inner_->capabilities(); }
+  std::string DescribeLinks() const override { return inner_->DescribeLinks(); }
   Result<Bytes> LocalEndpointInfo() override { return inner_->LocalEndpointInfo(); }
   Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override;
   Result<MemoryHandle> RegisterMemory(const MemoryDesc& memory) override;

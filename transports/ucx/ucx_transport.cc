@@ -15,6 +15,7 @@
 
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
+#include "transports/ucx/ucx_lanes.h"
 
 namespace ferry {
 namespace {
@@ -52,6 +53,7 @@ class UcxTransport final : public Transport {
 
   std::string_view name() const override { return "ucx"; }
   TransportCapabilities capabilities() const override;
+  std::string DescribeLinks() const override { return ucx::SummarizeLanes(lanes_of_peer_); }
   Result<Bytes> LocalEndpointInfo() override;
   Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override;
   Result<MemoryHandle> RegisterMemory(const MemoryDesc& memory) override;
@@ -137,6 +139,10 @@ class UcxTransport final : public Transport {
   // (OK when UCX completed it at once or will call back, the error otherwise).
   ucs_status_t Track(Op* op, ucs_status_ptr_t request);
   void SendNotify(Op* op);
+  // Records the lanes UCX selected for `peer` and checks them against ucx.tls: shared memory asked
+  // for but a same-host peer reached over loopback is reported (stderr, once), or refused under
+  // ucx.strict_tls.
+  Status CheckLanes(int peer, ucp_ep_h ep);
   void FailPeer(Peer& peer, ucs_status_t status);
   void DrainAbort();
 
@@ -150,6 +156,10 @@ class UcxTransport final : public Transport {
   std::vector<PairAuthenticator> expected_auth_; // per sender: what its headers must carry
   int refused_ = 0;
   bool peer_error_mode_ = true;
+  std::string tls_;          // ucx.tls as asked
+  bool strict_tls_ = false;  // ucx.strict_tls
+  bool warned_tls_ = false;
+  std::map<int, std::vector<std::string>> lanes_of_peer_;  // what UCX selected, per peer
   double close_timeout_seconds_ = 2.0;
   ucp_context_h ucp_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -219,6 +229,12 @@ Status UcxTransport::Init() {
     expected_auth_.push_back(DerivePairAuthenticator(context_.secret, "ucx", r, context_.rank));
   }
   const std::string tls = context_.Option("ucx.tls", "");
+  tls_ = tls;
+  const std::string strict = context_.Option("ucx.strict_tls", "false");
+  if (strict != "true" && strict != "false") {
+    return InvalidArgument("ucx.strict_tls must be true or false, got '" + strict + "'");
+  }
+  strict_tls_ = strict == "true";
   const std::string error_mode = context_.Option("ucx.error_mode", "peer");
   if (error_mode != "peer" && error_mode != "none") {
     return InvalidArgument("ucx.error_mode must be 'peer' or 'none', got '" + error_mode + "'");
@@ -349,7 +365,30 @@ Status UcxTransport::Connect(int peer_rank, std::span<const uint8_t> info, Deadl
     }
     return Unavailable(who + ": ucp_ep_create: " + UcsError(status) + hint);
   }
+  ucp_ep_h ep = peer->ep;
   peers_.emplace(peer_rank, std::move(peer));
+  return CheckLanes(peer_rank, ep);
+}
+
+Status UcxTransport::CheckLanes(int peer, ucp_ep_h ep) {
+  const std::vector<std::string>& lanes = lanes_of_peer_[peer] = ucx::EndpointLanes(ep);
+  if (peer == context_.rank || !ucx::AsksForSharedMemory(tls_) || ucx::UsesSharedMemory(lanes) ||
+      !ucx::ThroughLoopback(lanes)) {
+    return Status::Ok();
+  }
+  const std::string what =
+      "ucx rank " + std::to_string(context_.rank) + ": ucx.tls=" + tls_ +
+      " asks for shared memory, but UCX reaches peer " + std::to_string(peer) +
+      " on this host through " + ucx::SummarizeLanes({{peer, lanes}}) +
+      (peer_error_mode_ ? " (ucx.error_mode=peer: UCX 1.13 drops its shared-memory transports; "
+                          "ucx.error_mode=none keeps them, and ferry's peer monitor still detects "
+                          "dead peers)"
+                        : "");
+  if (strict_tls_) return FailedPrecondition(what + "; refused because ucx.strict_tls=true");
+  if (!warned_tls_) {
+    warned_tls_ = true;
+    std::fprintf(stderr, "ferry: WARNING: %s\n", what.c_str());
+  }
   return Status::Ok();
 }
 
@@ -896,6 +935,9 @@ std::vector<OptionSpec> UcxTransportOptions() {
       {"ucx.error_mode", "peer",
        "'peer': a dead peer fails its requests (needs a UCX transport with peer failure "
        "detection, e.g. tcp or rc); 'none': no detection, only deadlines catch dead peers"},
+      {"ucx.strict_tls", "false",
+       "true: refuse to connect when ucx.tls asks for shared memory but UCX reaches a peer on this "
+       "host over loopback instead; false: warn once on stderr"},
       {"ucx.close_timeout", "2s",
        "how long destroying the transport waits for endpoints to flush before forcing them shut"},
   };
