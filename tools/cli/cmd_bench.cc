@@ -42,10 +42,8 @@ std::vector<BenchTransport> BenchTransports() {
   return {
       {"tcp", "tcp", {"tcp.address=127.0.0.1"}, false},
       // UCX 1.13 drops shared memory in error mode peer (ferry's default): this series runs over
-      // tcp on loopback, the next one (error mode none; ferry's peer monitor detects deaths) over
-      // shared memory.
+      // tcp on loopback, as `ferry run` prints ("ucx links of rank 0: tcp/lo ...").
       {"ucx sm+tcp", "ucx", {"ucx.tls=sm,tcp"}, false},
-      {"ucx sm (mode none)", "ucx", {"ucx.tls=sm,tcp", "ucx.error_mode=none"}, false},
       {"ucx tcp", "ucx", {"ucx.tls=tcp"}, false},
       {"libfabric tcp", "libfabric", {"libfabric.provider=tcp", "libfabric.domain=lo"}, false},
       {"libfabric shm", "libfabric", {"libfabric.provider=shm"}, false},

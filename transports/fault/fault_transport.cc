@@ -101,22 +101,22 @@ Result<MemoryHandle> FaultTransport::RegisterMemory(const MemoryDesc& memory) {
   return inner_->RegisterMemory(memory);
 }
 
-Result<RequestId> FaultTransport::PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) {
-  const int64_t call = Count(FaultOp::kSend, peer);
-  if (Hits(FaultOp::kSend, call)) {
-    if (spec_.action == FaultAction::kDrop) return Dropped(FaultOp::kSend, call, buffer.bytes);
-    FERRY_RETURN_IF_ERROR(Strike(FaultOp::kSend, call));
+Result<RequestId> FaultTransport::Post(FaultOp op, int peer, const LocalBuffer& buffer,
+                                       const std::function<Result<RequestId>()>& forward) {
+  const int64_t call = Count(op, peer);
+  if (Hits(op, call)) {
+    if (spec_.action == FaultAction::kDrop) return Dropped(op, call, buffer.bytes);
+    FERRY_RETURN_IF_ERROR(Strike(op, call));
   }
-  return inner_->PostSend(peer, tag, buffer);
+  return forward();
+}
+
+Result<RequestId> FaultTransport::PostSend(int peer, uint64_t tag, const LocalBuffer& buffer) {
+  return Post(FaultOp::kSend, peer, buffer, [&] { return inner_->PostSend(peer, tag, buffer); });
 }
 
 Result<RequestId> FaultTransport::PostRecv(int peer, uint64_t tag, const LocalBuffer& buffer) {
-  const int64_t call = Count(FaultOp::kRecv, peer);
-  if (Hits(FaultOp::kRecv, call)) {
-    if (spec_.action == FaultAction::kDrop) return Dropped(FaultOp::kRecv, call, buffer.bytes);
-    FERRY_RETURN_IF_ERROR(Strike(FaultOp::kRecv, call));
-  }
-  return inner_->PostRecv(peer, tag, buffer);
+  return Post(FaultOp::kRecv, peer, buffer, [&] { return inner_->PostRecv(peer, tag, buffer); });
 }
 
 Result<int> FaultTransport::Poll(std::span<Completion> out, Deadline deadline) {

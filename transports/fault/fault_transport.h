@@ -20,6 +20,7 @@
 #include <array>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -70,6 +71,9 @@ class FaultTransport final : public Transport {
   bool WaitForAbort(double seconds);
   Status AbortedStatus() const;
   Result<RequestId> Dropped(FaultOp op, int64_t call, int64_t bytes);
+  // PostSend and PostRecv: counts the call, drops or strikes it when hit, else calls `forward`.
+  Result<RequestId> Post(FaultOp op, int peer, const LocalBuffer& buffer,
+                         const std::function<Result<RequestId>()>& forward);
 
   const FaultSpec spec_;
   const int rank_;
