@@ -140,7 +140,9 @@ class Refit:
         """Runs this rank's part of the plan; every rank calls it. Blocks (GIL released) until
         done, failed or `timeout` seconds (default: the config's deadline.refit). Raises
         FerryError naming an unregistered buffer or what failed; after a failure call
-        session.recreate() on every rank before the next run."""
+        session.recreate() on every rank before the next run. The stats include
+        bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
+        to this rank."""
         return Stats(**self._impl.run(timeout or 0.0))
 
     def _side_of(self, name: str) -> str:

@@ -230,11 +230,14 @@ Status UcxTransport::Init() {
   }
   const std::string tls = context_.Option("ucx.tls", "");
   tls_ = tls;
-  const std::string strict = context_.Option("ucx.strict_tls", "false");
-  if (strict != "true" && strict != "false") {
-    return InvalidArgument("ucx.strict_tls must be true or false, got '" + strict + "'");
+  if (context_.config != nullptr) {
+    auto strict = context_.config->GetBool("ucx.strict_tls");
+    if (strict.ok()) {
+      strict_tls_ = *strict;
+    } else if (strict.status().code() == StatusCode::kInvalidArgument) {
+      return strict.status();  // present but not a boolean; absent (a bare Config) means false
+    }
   }
-  strict_tls_ = strict == "true";
   const std::string error_mode = context_.Option("ucx.error_mode", "peer");
   if (error_mode != "peer" && error_mode != "none") {
     return InvalidArgument("ucx.error_mode must be 'peer' or 'none', got '" + error_mode + "'");
