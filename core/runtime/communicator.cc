@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <condition_variable>
 #include <random>
@@ -211,12 +212,12 @@ void Communicator::Abort(const Status& reason) {
     aborted_ = true;
     monitor = monitor_.get();
   }
+  // The bound covers everything below, the announcement included.
+  const auto configured = options_.config->GetSeconds("deadline.abort");
+  const double seconds = configured.ok() ? *configured : 5.0;
+  const Deadline deadline = Deadline::AfterSeconds(seconds);
   // Peers hear the reason before they see this rank's links close (Announce waits for it).
   if (monitor != nullptr) monitor->Announce(abort_reason());
-  double seconds = options_.config->GetSeconds("deadline.abort").ok()
-                       ? *options_.config->GetSeconds("deadline.abort")
-                       : 5.0;
-  Deadline deadline = Deadline::AfterSeconds(seconds);
   // Each transport aborts on its own thread; one that does not return in time is quarantined.
   struct Done {
     std::mutex mu;
@@ -240,8 +241,20 @@ void Communicator::Abort(const Status& reason) {
                       [&] { return done->finished.size() == transports_.size(); });
   std::lock_guard<std::mutex> guard(mu_);
   for (auto& [name, transport] : transports_) {
-    if (done->finished.count(name) == 0) quarantined_[name] = true;
+    if (done->finished.count(name) != 0) continue;
+    quarantined_[name] = true;
+    const std::string entry = name + " (epoch " + std::to_string(epoch_) + ")";
+    quarantine_log_.push_back(entry);
+    std::fprintf(stderr,
+                 "ferry: rank %d: transport %s did not return from Abort within deadline.abort "
+                 "(%g s); quarantined: never waited on, never destroyed\n",
+                 options_.rank, entry.c_str(), seconds);
   }
+}
+
+std::vector<std::string> Communicator::quarantined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return quarantine_log_;
 }
 
 Status Communicator::WithCause(Status failure) {

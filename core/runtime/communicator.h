@@ -79,6 +79,10 @@ class Communicator {
   void Abort(const Status& reason);
   bool aborted() const { return aborted_.load(); }
   Status abort_reason() const;
+  // Every transport, of this epoch or an earlier one, whose Abort did not return within
+  // deadline.abort ("fault (epoch 1)"), oldest first. Each was also reported on stderr when it
+  // was quarantined. Any thread.
+  std::vector<std::string> quarantined() const;
 
   // A store barrier of `name` among this communicator's ranks that also ends, with the abort
   // reason, as soon as the communicator aborts (a peer died or hung): survivors between refits do
@@ -105,10 +109,11 @@ class Communicator {
   std::vector<int> node_of_rank_;
   std::vector<std::string> transport_of_peer_;  // transport name per peer
   std::map<std::string, std::unique_ptr<Transport>> transports_;
-  std::map<std::string, bool> quarantined_;
+  std::map<std::string, bool> quarantined_;      // of this epoch's transports
+  std::vector<std::string> quarantine_log_;      // every epoch's, for quarantined()
   std::unique_ptr<PeerMonitor> monitor_;  // guarded by mu_ (the pointer; the monitor is thread-safe)
   std::atomic<bool> aborted_{false};
-  mutable std::mutex mu_;  // guards abort_reason_, quarantined_ and monitor_
+  mutable std::mutex mu_;  // guards abort_reason_, quarantined_, quarantine_log_ and monitor_
   Status abort_reason_;
 };
 

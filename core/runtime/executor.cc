@@ -10,6 +10,19 @@
 #include "core/runtime/rank_run.h"
 
 namespace ferry {
+namespace {
+
+// How long after the run's deadline the watchdog aborts a run whose thread is stuck in a call.
+constexpr std::chrono::milliseconds kWatchdogGrace{500};
+
+Deadline WatchdogDeadline(Deadline run) {
+  if (run.when() == Deadline::Never().when()) return run;
+  return Deadline::After(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             run.when() - Deadline::Clock::now()) +
+                         kWatchdogGrace);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Executor>> Executor::Create(Communicator& comm) {
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions options, ExecutorOptions::FromConfig(comm.config()));
@@ -46,7 +59,16 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
                                     registrations_, peer_mappings_, control_, direct_reads_,
                                     peer_cuda_,     cuda_exports_,  gpu_};
   RankRun run(resources, plan, memory, deadline);
-  return run.Execute();
+  // A transport call hung on this thread past the deadline (plus a grace in which the run's own
+  // deadline check normally fires) is ended by aborting the communicator.
+  Communicator* comm = &comm_;
+  watchdog_.Arm(WatchdogDeadline(deadline), [comm] {
+    comm->Abort(DeadlineExceeded("rank " + std::to_string(comm->rank()) +
+                                 ": refit deadline passed while a transport call held the executor"));
+  });
+  Result<ExecutorStats> result = run.Execute();
+  watchdog_.Disarm();
+  return result;
 }
 
 }  // namespace ferry

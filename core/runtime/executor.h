@@ -19,7 +19,9 @@
 // deadlines) and is returned; the caller recreates the communicator before the next run.
 //
 // Threading: one Run at a time per Executor; Run blocks its caller. The communicator may be
-// aborted from another thread during Run, which then fails promptly.
+// aborted from another thread during Run, which then fails promptly. A watchdog thread
+// (run_watchdog.h) aborts the communicator when a transport call holds Run's thread more than
+// 0.5 s past the deadline, so a hung call ends in an error too.
 //
 // Inside: each Run is a RankRun (core/runtime/rank_run.h, internal), which borrows the state kept
 // here across runs: the copy pool (copy_pool.h), the staging arena (staging_arena.h), cached
@@ -28,7 +30,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/deadline.h"
@@ -40,8 +45,10 @@
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
+#include "core/runtime/run_watchdog.h"
 #include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
+#include "core/runtime/transport_traffic.h"
 
 namespace ferry {
 namespace cuda {
@@ -67,6 +74,7 @@ struct ExecutorStats {
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
+  std::map<std::string, TransportTraffic> by_transport;  // per transport name and kDirectReadPath
 };
 
 class Executor {
@@ -100,6 +108,7 @@ class Executor {
   PeerCudaMappings peer_cuda_;              // same-node peers' CUDA allocations, opened via IPC
   CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
   std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
+  RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
 };
 
 }  // namespace ferry

@@ -434,6 +434,9 @@ Status RankRun::CopyRead(int i) {
   FERRY_ASSIGN_OR_RETURN(int64_t bytes, ResolveOffer(d, offer, memory_.destination, rank_, peers,
                                                      ends, on_gpu));
   stats_.bytes_read_direct += bytes;
+  TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
+  path.bytes_received += bytes;
+  ++path.messages_received;
   if (on_gpu) {
     stats_.bytes_copied += bytes;
     return QueueGpuRead(i, d.geometries, ends);
@@ -568,6 +571,9 @@ void RankRun::OnRequestDone(int i, const Completion& completion) {
       return;
     }
     stats_.bytes_received += completion.bytes;
+    TransportTraffic& traffic = stats_.by_transport[comm_.TransportNameFor(op.peer)];
+    traffic.bytes_received += completion.bytes;
+    ++traffic.messages_received;
     if (bounce_of_[i] >= 0) {
       Status in = BounceIn(i);
       if (!in.ok() && failure_.ok()) failure_ = in.WithContext(Describe(i));
@@ -578,6 +584,9 @@ void RankRun::OnRequestDone(int i, const Completion& completion) {
     int64_t& by_link =
         op.link == LinkClass::kNetwork ? stats_.bytes_sent_network : stats_.bytes_sent_intra_node;
     by_link += op.bytes;
+    TransportTraffic& traffic = stats_.by_transport[comm_.TransportNameFor(op.peer)];
+    traffic.bytes_sent += op.bytes;
+    ++traffic.messages_sent;
   }
   Complete(i);
 }

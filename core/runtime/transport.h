@@ -169,6 +169,11 @@ class Transport {
   // Fixed for the life of the instance. Any thread.
   virtual TransportCapabilities capabilities() const = 0;
 
+  // What actually carries bytes to the connected peers, when the transport delegates that choice
+  // to a library and can ask it ("tcp/lo to peers 1,2; posix/memory to peer 3" for ucx's lanes);
+  // empty when there is nothing to add to name(). Call after Connect, from the driving thread.
+  virtual std::string DescribeLinks() const { return ""; }
+
   // Opaque bytes a peer passes to Connect() to reach this rank (address, port, worker address...).
   // Non-blocking. Valid until the instance is destroyed.
   virtual Result<Bytes> LocalEndpointInfo() = 0;

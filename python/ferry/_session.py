@@ -148,7 +148,9 @@ class Refit:
         sources written by kernels need no synchronisation; on return the destinations are
         written. Raises
         FerryError naming an unregistered buffer or what failed; after a failure call
-        session.recreate() on every rank before the next run."""
+        session.recreate() on every rank before the next run. The stats include
+        bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
+        to this rank."""
         return Stats(**self._impl.run(timeout or 0.0))
 
     def _check_one_device(self, name: str, side: str, device: int) -> None:

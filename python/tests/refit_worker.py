@@ -108,6 +108,11 @@ def main() -> int:
                 if not np.array_equal(view, expected(f.tensor, step)[box]):
                     print(f"rank {rank} step {step}: {f.tensor}{box} differs", file=sys.stderr)
                     return 1
+            carried = sum(stats.bytes_received_by_transport.values())
+            if carried != stats.bytes_received + stats.bytes_read_direct:
+                print(f"rank {rank} step {step}: transports carried {carried} bytes, received "
+                      f"{stats.bytes_received} + {stats.bytes_read_direct} read directly", file=sys.stderr)
+                return 1
             print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s, "
                   f"{stats.bytes_read_direct} bytes read directly, {stats.bytes_sent} sent")
     return 0

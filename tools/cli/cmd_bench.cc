@@ -41,6 +41,8 @@ struct BenchTransport {
 std::vector<BenchTransport> BenchTransports() {
   return {
       {"tcp", "tcp", {"tcp.address=127.0.0.1"}, false},
+      // UCX 1.13 drops shared memory in error mode peer (ferry's default): this series runs over
+      // tcp on loopback, as `ferry run` prints ("ucx links of rank 0: tcp/lo ...").
       {"ucx sm+tcp", "ucx", {"ucx.tls=sm,tcp"}, false},
       {"ucx tcp", "ucx", {"ucx.tls=tcp"}, false},
       {"libfabric tcp", "libfabric", {"libfabric.provider=tcp", "libfabric.domain=lo"}, false},
@@ -376,7 +378,7 @@ int BenchTransportsCommand(const BenchArgs& args) {
     const std::string plan_csv = args.out_dir + "/plan.csv";
     if (Status s = WriteFile(plan_csv,
                              "transport,strategy,ranks,delivered_bytes,mean_seconds,best_seconds,"
-                             "GBps,memcpy_GBps,bytes_sent,peak_staging_bytes\n");
+                             "GBps,memcpy_GBps,bytes_sent,peak_staging_bytes,bytes_received_by_transport\n");
         !s.ok()) {
       std::fprintf(stderr, "ferry bench: %s\n", s.ToString().c_str());
       return 1;

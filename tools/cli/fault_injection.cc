@@ -2,27 +2,18 @@
 #include "tools/cli/fault_injection.h"
 
 #include "core/cuda/batched_copy.h"
+#include "transports/fault/fault_signal.h"
 
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 namespace ferry::cli {
 namespace {
 
-void Fire(const Fault& fault, int rank) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
-  std::fprintf(stderr, "ferry-fault: rank %d %s at %lld\n", rank, fault.kind.c_str(),
-               static_cast<long long>(ns));
-  std::fflush(stderr);
-  ::kill(::getpid(), fault.signal);
-}
+void Fire(const Fault& fault, int rank) { fault::AnnounceAndSignal(rank, fault.kind); }
 
 }  // namespace
 

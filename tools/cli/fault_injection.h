@@ -5,7 +5,10 @@
 // (`between`). Just before, it writes "ferry-fault: rank R <kind> at <ns>" (CLOCK_REALTIME) to
 // stderr, from which the harness measures detection. With "<rank>:corrupt:verify" that rank flips
 // one bit of its first destination fragment's first byte (in CUDA memory too) just before each
-// --verify check, which must then fail naming that rank and tensor. Unset: nothing happens.
+// --verify check, which must then fail naming that rank and tensor. Unset: nothing happens. The
+// announcement and signal are the fault transport's (transports/fault/fault_signal.h), which
+// injects the same kill or stop at a chosen transport call instead (fault.action=kill|stop); this
+// file adds only the refit-moment triggers.
 //
 // Threading: Parse once from main's thread; the injection points may run on any thread.
 #pragma once

@@ -186,6 +186,7 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
     sample.bytes_read_direct = stats->executor.bytes_read_direct;
     sample.peak_staging = stats->executor.peak_staging_bytes;
     sample.executor_seconds = stats->executor.seconds;
+    sample.by_transport = stats->executor.by_transport;
   }
   FERRY_ASSIGN_OR_RETURN(RefitSample all,
                          ShareSample(c.session.store(), key, c.rank, c.size, sample, c.store_deadline(), [&] {
@@ -350,7 +351,13 @@ Status AppendResults(const RunArgs& args, int ranks, int64_t delivered, double m
   for (const VariantSummary& s : summaries) {
     out << label << ',' << s.variant.name << ',' << ranks << ',' << delivered << ',' << s.mean << ',' << s.best
         << ',' << static_cast<double>(delivered) / s.mean / 1e9 << ',' << memcpy_bps / 1e9 << ','
-        << s.last.bytes_sent << ',' << s.last.peak_staging_max << '\n';
+        << s.last.bytes_sent << ',' << s.last.peak_staging_max << ',';
+    const char* separator = "";
+    for (const auto& [path, traffic] : s.last.by_transport) {
+      out << separator << path << '=' << traffic.bytes_received;
+      separator = ";";
+    }
+    out << '\n';
   }
   if (!out) return IoError("cannot write --results " + args.results_file);
   return Status::Ok();
@@ -424,6 +431,10 @@ Status RunRankOrError(const RunArgs& args) {
       transports += (transports.empty() ? "" : ", ") + std::string(t->name());
     }
     Say("[%5.1fs] %d ranks joined; transports in use: %s\n", elapsed(), info.size, transports.c_str());
+    for (Transport* t : session.communicator().transports()) {
+      const std::string links = t->DescribeLinks();
+      if (!links.empty()) Say("         %s links of rank 0: %s\n", std::string(t->name()).c_str(), links.c_str());
+    }
   }
   HostBuffers sources(in.source.buffers, info.rank, "sources");
   HostBuffers destinations(in.destination.buffers, info.rank, "destinations");

@@ -3,30 +3,70 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "core/base/strings.h"
 
 namespace ferry::cli {
 
+namespace {
+
+// Bounds on a sample's per-transport entries: the store is shared by every rank, so a sample is
+// untrusted text.
+constexpr size_t kMaxPaths = 64, kMaxPathName = 64;
+
+bool IsPathName(const std::string& name) {
+  if (name.empty() || name.size() > kMaxPathName) return false;
+  for (char ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string RankSample::Encode() const {
   std::ostringstream out;
   out << start_ns << ' ' << end_ns << ' ' << bytes_sent << ' ' << bytes_copied << ' ' << peak_staging << ' '
-      << executor_seconds << ' ' << bytes_read_direct;
+      << executor_seconds << ' ' << bytes_read_direct << ' ' << by_transport.size();
+  for (const auto& [name, t] : by_transport) {
+    out << ' ' << name << ' ' << t.bytes_sent << ' ' << t.messages_sent << ' ' << t.bytes_received << ' '
+        << t.messages_received;
+  }
   return out.str();
 }
 
 Result<RankSample> RankSample::Decode(const std::string& text) {
   RankSample s;
   std::istringstream in(text);
+  size_t paths = 0;
+  const std::string what = "not a refit sample: '" + text.substr(0, 64) + "'";
   if (!(in >> s.start_ns >> s.end_ns >> s.bytes_sent >> s.bytes_copied >> s.peak_staging >> s.executor_seconds >>
-        s.bytes_read_direct)) {
-    return InvalidArgument("not a refit sample: '" + text.substr(0, 64) + "'");
+        s.bytes_read_direct >> paths)) {
+    return InvalidArgument(what);
+  }
+  if (paths > kMaxPaths) {
+    return InvalidArgument(what + ": " + std::to_string(paths) + " transports, at most " + std::to_string(kMaxPaths));
+  }
+  for (size_t i = 0; i < paths; ++i) {
+    std::string name;
+    TransportTraffic t;
+    if (!(in >> name >> t.bytes_sent >> t.messages_sent >> t.bytes_received >> t.messages_received)) {
+      return InvalidArgument(what + ": transport entry " + std::to_string(i) + " is cut short");
+    }
+    if (!IsPathName(name) || t.bytes_sent < 0 || t.messages_sent < 0 || t.bytes_received < 0 ||
+        t.messages_received < 0) {
+      return InvalidArgument(what + ": transport entry " + std::to_string(i) + " ('" + name.substr(0, kMaxPathName) +
+                             "') has a bad name or a negative count");
+    }
+    s.by_transport[name] = t;
   }
   return s;
 }
@@ -50,6 +90,7 @@ Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, 
     all.bytes_sent += s.bytes_sent;
     all.bytes_copied += s.bytes_copied;
     all.bytes_read_direct += s.bytes_read_direct;
+    for (const auto& [name, traffic] : s.by_transport) all.by_transport[name] += traffic;
     all.longest_rank_seconds = std::max(all.longest_rank_seconds, s.executor_seconds);
     all.peak_staging_max = std::max(all.peak_staging_max, s.peak_staging);
     all.peak_staging_sum += s.peak_staging;
@@ -122,6 +163,15 @@ std::string Ratios(const std::vector<VariantSummary>& summaries, int iterations)
   return out.empty() ? "" : out + line;
 }
 
+// Every transport (and the direct-read path) that moved bytes in any variant, sorted.
+std::set<std::string> PathNames(const std::vector<VariantSummary>& summaries) {
+  std::set<std::string> names;
+  for (const VariantSummary& s : summaries) {
+    for (const auto& [name, traffic] : s.last.by_transport) names.insert(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 std::string FormatRunReport(const std::string& description, int64_t delivered, double memcpy_bps,
@@ -154,11 +204,21 @@ std::string FormatRunReport(const std::string& description, int64_t delivered, d
   row("delivered", [&](const VariantSummary&) { return bytes(delivered); });
   row("sent by transports", [&](const VariantSummary& s) { return bytes(s.last.bytes_sent); });
   row("read from peers directly", [&](const VariantSummary& s) { return bytes(s.last.bytes_read_direct); });
+  for (const std::string& path : PathNames(summaries)) {
+    const std::string label = "received over " + path;
+    row(label.c_str(), [&](const VariantSummary& s) {
+      auto it = s.last.by_transport.find(path);
+      if (it == s.last.by_transport.end()) return std::string("-");
+      return bytes(it->second.bytes_received) + " in " + std::to_string(it->second.messages_received) + " msgs";
+    });
+  }
   row("copied in ranks", [&](const VariantSummary& s) { return bytes(s.last.bytes_copied); });
   row("peak staging/rank", [&](const VariantSummary& s) { return bytes(s.last.peak_staging_max); });
   row("peak staging sum", [&](const VariantSummary& s) { return bytes(s.last.peak_staging_sum); });
   out += "  bandwidth = bytes delivered to destination fragments / time from the first rank's start to the "
          "last rank's end\n";
+  out += "  received over <path> = plan bytes (and messages) that transport, or direct reads, carried in the "
+         "last refit, all ranks\n";
   out += "  vs memcpy = that bandwidth / one thread's memcpy of buffers of the delivered size (median of 7)\n";
   return out + Ratios(summaries, iterations);
 }

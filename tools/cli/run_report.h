@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/base/deadline.h"
 #include "core/base/status.h"
 #include "core/runtime/store.h"
+#include "core/runtime/transport_traffic.h"
 #include "planner/planner.h"
 
 namespace ferry::cli {
@@ -20,6 +22,7 @@ struct RankSample {
   int64_t start_ns = 0, end_ns = 0;  // wall clock (system_clock), comparable across ranks
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
   double executor_seconds = 0;
+  std::map<std::string, TransportTraffic> by_transport;  // ExecutorStats::by_transport
 
   std::string Encode() const;
   // Fails on text that is not an encoded sample (the store is shared by every rank).
@@ -32,6 +35,7 @@ struct RefitSample {
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
   int64_t bytes_read_direct = 0;
   double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
+  std::map<std::string, TransportTraffic> by_transport;  // summed over the ranks
 };
 
 // Publishes this rank's sample under `key`, then calls `published` (every rank: a barrier that

@@ -15,6 +15,7 @@
 
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
+#include "transports/ucx/ucx_lanes.h"
 
 namespace ferry {
 namespace {
@@ -52,6 +53,7 @@ class UcxTransport final : public Transport {
 
   std::string_view name() const override { return "ucx"; }
   TransportCapabilities capabilities() const override;
+  std::string DescribeLinks() const override { return ucx::SummarizeLanes(lanes_of_peer_); }
   Result<Bytes> LocalEndpointInfo() override;
   Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override;
   Result<MemoryHandle> RegisterMemory(const MemoryDesc& memory) override;
@@ -70,7 +72,9 @@ class UcxTransport final : public Transport {
   enum class OpKind { kSend, kRecv, kPut, kRecvNotify };
 
   // One posted request. Owned by ops_; stays alive while UCX holds a callback to it
-  // (ucx_pending > 0) even after it was reported, so late callbacks never touch freed memory.
+  // (ucx_pending > 0) or deferred_ holds it (deferred), even after it was reported, so late
+  // callbacks and the deferred rendezvous never touch freed memory: a peer's death can fail the
+  // request inside the same progress sweep that matched its rendezvous arrival.
   struct Op {
     UcxTransport* self = nullptr;
     RequestId id = 0;
@@ -83,6 +87,7 @@ class UcxTransport final : public Transport {
     ucp_rkey_h rkey = nullptr;
     AmHeader header;       // stays valid until the send completes
     int ucx_pending = 0;   // UCX requests that will still call back with this op
+    bool deferred = false; // in deferred_, waiting for its rendezvous receive to start
     bool reported = false;
     Status failure;        // first error seen by a multi-stage op (put)
   };
@@ -134,6 +139,10 @@ class UcxTransport final : public Transport {
   // (OK when UCX completed it at once or will call back, the error otherwise).
   ucs_status_t Track(Op* op, ucs_status_ptr_t request);
   void SendNotify(Op* op);
+  // Records the lanes UCX selected for `peer` and checks them against ucx.tls: shared memory asked
+  // for but a same-host peer reached over loopback is reported (stderr, once), or refused under
+  // ucx.strict_tls.
+  Status CheckLanes(int peer, ucp_ep_h ep);
   void FailPeer(Peer& peer, ucs_status_t status);
   void DrainAbort();
 
@@ -147,6 +156,10 @@ class UcxTransport final : public Transport {
   std::vector<PairAuthenticator> expected_auth_; // per sender: what its headers must carry
   int refused_ = 0;
   bool peer_error_mode_ = true;
+  std::string tls_;          // ucx.tls as asked
+  bool strict_tls_ = false;  // ucx.strict_tls
+  bool warned_tls_ = false;
+  std::map<int, std::vector<std::string>> lanes_of_peer_;  // what UCX selected, per peer
   double close_timeout_seconds_ = 2.0;
   ucp_context_h ucp_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -167,6 +180,16 @@ class UcxTransport final : public Transport {
 
 UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
+    // Arrivals still held go back to UCX first: releasing a rendezvous one answers its sender
+    // (ucp_am_data_release sends the ATS, src/ucp/core/ucp_am.c), which needs the endpoint open.
+    for (auto& [key, queue] : unexpected_) {
+      for (Arrival& arrival : queue) {
+        if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
+      }
+    }
+    for (auto& [op, arrival] : deferred_) {
+      if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
+    }
     // Flush-close every endpoint so that data already handed to UCX reaches live peers; force the
     // close of any that do not finish in time (dead peers, aborted transport).
     std::vector<ucs_status_ptr_t> closing;
@@ -189,14 +212,6 @@ UcxTransport::~UcxTransport() {
       }
       ucp_request_free(request);
     }
-    for (auto& [key, queue] : unexpected_) {
-      for (Arrival& arrival : queue) {
-        if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
-      }
-    }
-    for (auto& [op, arrival] : deferred_) {
-      if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
-    }
     for (auto& [id, registration] : registrations_) {
       if (registration.memh != nullptr) ucp_mem_unmap(ucp_, registration.memh);
     }
@@ -214,6 +229,15 @@ Status UcxTransport::Init() {
     expected_auth_.push_back(DerivePairAuthenticator(context_.secret, "ucx", r, context_.rank));
   }
   const std::string tls = context_.Option("ucx.tls", "");
+  tls_ = tls;
+  if (context_.config != nullptr) {
+    auto strict = context_.config->GetBool("ucx.strict_tls");
+    if (strict.ok()) {
+      strict_tls_ = *strict;
+    } else if (strict.status().code() == StatusCode::kInvalidArgument) {
+      return strict.status();  // present but not a boolean; absent (a bare Config) means false
+    }
+  }
   const std::string error_mode = context_.Option("ucx.error_mode", "peer");
   if (error_mode != "peer" && error_mode != "none") {
     return InvalidArgument("ucx.error_mode must be 'peer' or 'none', got '" + error_mode + "'");
@@ -344,7 +368,30 @@ Status UcxTransport::Connect(int peer_rank, std::span<const uint8_t> info, Deadl
     }
     return Unavailable(who + ": ucp_ep_create: " + UcsError(status) + hint);
   }
+  ucp_ep_h ep = peer->ep;
   peers_.emplace(peer_rank, std::move(peer));
+  return CheckLanes(peer_rank, ep);
+}
+
+Status UcxTransport::CheckLanes(int peer, ucp_ep_h ep) {
+  const std::vector<std::string>& lanes = lanes_of_peer_[peer] = ucx::EndpointLanes(ep);
+  if (peer == context_.rank || !ucx::AsksForSharedMemory(tls_) || ucx::UsesSharedMemory(lanes) ||
+      !ucx::ThroughLoopback(lanes)) {
+    return Status::Ok();
+  }
+  const std::string what =
+      "ucx rank " + std::to_string(context_.rank) + ": ucx.tls=" + tls_ +
+      " asks for shared memory, but UCX reaches peer " + std::to_string(peer) +
+      " on this host through " + ucx::SummarizeLanes({{peer, lanes}}) +
+      (peer_error_mode_ ? " (ucx.error_mode=peer: UCX 1.13 drops its shared-memory transports; "
+                          "ucx.error_mode=none keeps them, and ferry's peer monitor still detects "
+                          "dead peers)"
+                        : "");
+  if (strict_tls_) return FailedPrecondition(what + "; refused because ucx.strict_tls=true");
+  if (!warned_tls_) {
+    warned_tls_ = true;
+    std::fprintf(stderr, "ferry: WARNING: %s\n", what.c_str());
+  }
   return Status::Ok();
 }
 
@@ -463,7 +510,7 @@ void UcxTransport::Finish(Op* op, Status status, int64_t bytes) {
 }
 
 void UcxTransport::ReleaseIfDone(Op* op) {
-  if (!op->reported || op->ucx_pending > 0) return;
+  if (!op->reported || op->ucx_pending > 0 || op->deferred) return;
   if (op->kind == OpKind::kRecv || op->kind == OpKind::kRecvNotify) {
     auto it = posted_.find(MatchKey{op->kind == OpKind::kRecv ? MessageKind::kData
                                                                : MessageKind::kNotify,
@@ -636,6 +683,7 @@ ucs_status_t UcxTransport::OnActiveMessage(void* arg, const void* header, size_t
     if (rendezvous) {
       arrival.ucx_data = data;
       arrival.rendezvous = true;
+      op->deferred = true;
       self->deferred_.emplace_back(op, std::move(arrival));
       return UCS_INPROGRESS;
     }
@@ -865,6 +913,7 @@ Result<int> UcxTransport::Poll(std::span<Completion> out, Deadline deadline) {
       while (!deferred_.empty()) {
         auto [op, arrival] = std::move(deferred_.front());
         deferred_.pop_front();
+        op->deferred = false;
         if (op->reported) {
           if (arrival.ucx_data != nullptr) ucp_am_data_release(worker_, arrival.ucx_data);
           ReleaseIfDone(op);
@@ -889,6 +938,9 @@ std::vector<OptionSpec> UcxTransportOptions() {
       {"ucx.error_mode", "peer",
        "'peer': a dead peer fails its requests (needs a UCX transport with peer failure "
        "detection, e.g. tcp or rc); 'none': no detection, only deadlines catch dead peers"},
+      {"ucx.strict_tls", "false",
+       "true: refuse to connect when ucx.tls asks for shared memory but UCX reaches a peer on this "
+       "host over loopback instead; false: warn once on stderr"},
       {"ucx.close_timeout", "2s",
        "how long destroying the transport waits for endpoints to flush before forcing them shut"},
   };

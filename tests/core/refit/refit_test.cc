@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "core/layout/builders.h"
@@ -79,8 +81,10 @@ struct RankOutcome {
 
 // Joins `size` ranks as threads over tcp, each on the node `node_of_rank` says, calls
 // `body(rank, session, outcome)` on each, then finishes the sessions together.
+// `settings` ("name=value") apply after the test's defaults.
 template <typename Body>
-std::vector<RankOutcome> RunRanks(int size, const std::vector<int>& node_of_rank, Body body) {
+std::vector<RankOutcome> RunRanks(int size, const std::vector<int>& node_of_rank, Body body,
+                                  const std::vector<std::string>& settings = {}) {
   auto probe = ListenTcp("127.0.0.1", 0);
   EXPECT_TRUE(probe.ok());
   const int port = probe->port;
@@ -96,6 +100,10 @@ std::vector<RankOutcome> RunRanks(int size, const std::vector<int>& node_of_rank
       EXPECT_TRUE(config.Set("tcp.address", "127.0.0.1").ok());
       EXPECT_TRUE(config.Set("deadline.connect", "20s").ok());
       EXPECT_TRUE(config.Set("deadline.refit", "20s").ok());
+      for (const std::string& setting : settings) {
+        const size_t eq = setting.find('=');
+        EXPECT_TRUE(config.Set(setting.substr(0, eq), setting.substr(eq + 1)).ok()) << setting;
+      }
       BootstrapInfo info;
       info.rank = rank;
       info.size = size;
@@ -201,6 +209,63 @@ TEST(RefitTest, ATopologyThatDisagreesWithTheHostsIsRefusedNamingTheRank) {
       << outcomes[0].status.ToString();
   EXPECT_NE(outcomes[3].status.message().find("rank 0 disagrees"), std::string::npos)
       << outcomes[3].status.ToString();
+}
+
+// Message bytes the plan sends over each link class, from its Send and Forward ops.
+std::array<int64_t, 3> MessageBytesByLink(const TransferPlan& plan) {
+  std::array<int64_t, 3> bytes{};
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) bytes[static_cast<int>(op.link)] += op.bytes;
+  }
+  return bytes;
+}
+
+// One plan over two transports at once: two pretend nodes of two ranks, tcp between the nodes and
+// local (threads of this process) plus direct reads inside them. The rows of w live on node 0
+// (ranks 0, 1); ranks 1, 2 and 3 want all of it, so rank 1 reads rank 0's half inside node 0,
+// and node 1 receives w once over the network and fans it out inside. Each transport's received
+// bytes, summed over the ranks, equal the plan's message bytes of the link class it serves.
+TEST(RefitTest, MixedTransportsCarryWhatThePlansLinkClassesSay) {
+  const TensorSpec w{"w", {kRows, kCols}, DType::kFP32};
+  Layout source, destination;
+  ASSERT_TRUE(AddColumnParallel(source, w, {0, 1}).ok());
+  ASSERT_TRUE(AddReplicated(destination, w, {1, 2, 3}).ok());
+  auto plan = RefitPlan::Make(std::move(source), std::move(destination), Topology::Uniform(4, 2),
+                              Strategy::kReshard, DefaultConfig());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::array<int64_t, 3> expected = MessageBytesByLink((*plan)->plan());
+  ASSERT_GT(expected[static_cast<int>(LinkClass::kNetwork)], 0);
+  ASSERT_GT(expected[static_cast<int>(LinkClass::kSameNode)], 0);
+  auto outcomes = RunRanks(
+      4, {0, 0, 1, 1},
+      [&](int rank, Session& session, RankOutcome& out) {
+        auto refit = Refit::Create(session, *plan);
+        if (!refit.ok()) {
+          out.status = refit.status();
+          return;
+        }
+        std::vector<float> rows(kRows / 2 * kCols, static_cast<float>(rank)), all(kRows * kCols);
+        if (rank < 2) out.status = (*refit)->RegisterSource("w", Host(rows));
+        if (rank > 0 && out.status.ok()) out.status = (*refit)->RegisterDestination("w", Host(all));
+        Result<RefitStats> stats = out.status.ok() ? (*refit)->Run() : Result<RefitStats>(out.status);
+        out.status = stats.status();
+        if (stats.ok()) out.stats = *stats;
+      },
+      {"transport.network=tcp", "transport.intra_node=local", "executor.direct_intra_node=true"});
+  std::map<std::string, TransportTraffic> total;
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(outcomes[rank].status.ok()) << rank << ": " << outcomes[rank].status.ToString();
+    for (const auto& [name, traffic] : outcomes[rank].stats.executor.by_transport) total[name] += traffic;
+  }
+  for (const auto& [name, traffic] : total) {
+    EXPECT_TRUE(name == "tcp" || name == "local" || name == kDirectReadPath) << "unexpected path " << name;
+  }
+  const int64_t network = expected[static_cast<int>(LinkClass::kNetwork)];
+  const int64_t same_node = expected[static_cast<int>(LinkClass::kSameNode)];
+  EXPECT_EQ(total["tcp"].bytes_received, network);
+  EXPECT_EQ(total["tcp"].bytes_sent, network);
+  EXPECT_EQ(total["local"].bytes_received + total[std::string(kDirectReadPath)].bytes_received, same_node);
+  EXPECT_GT(total[std::string(kDirectReadPath)].bytes_received, 0) << "rank 1 reads rank 0's half directly";
 }
 
 }  // namespace

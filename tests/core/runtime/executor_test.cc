@@ -23,55 +23,6 @@
 namespace ferry {
 namespace {
 
-// Plain heap memory, or (shared) each buffer in its own memfd block that same-node peers can map.
-void Allocate(Rank& r, const TransferPlan& plan, int rank, bool shared = false) {
-  auto fill = [&](const BufferTable& specs, std::vector<MemoryDesc>& out, bool source) {
-    for (const BufferTable::Entry& spec : specs) {
-      if (spec.rank != rank) {
-        out.push_back({});
-        continue;
-      }
-      float* data = nullptr;
-      if (shared) {
-        r.shared.push_back(std::move(SharedHostMemory::Allocate(spec.bytes, "ferry-test").value()));
-        data = reinterpret_cast<float*>(r.shared.back().data());
-        out.push_back(r.shared.back().desc());
-      } else {
-        r.storage.emplace_back(static_cast<size_t>(spec.bytes / 4), -1.0f);
-        data = r.storage.back().data();
-        out.push_back({data, spec.bytes, MemoryKind::kHost, -1});
-      }
-      for (int64_t i = 0; i < spec.bytes / 4; ++i) data[i] = source ? Value(i / kCols, i % kCols) : -1.0f;
-    }
-  };
-  r.storage.reserve(16);
-  r.shared.reserve(16);
-  fill(plan.source_buffers, r.memory.source, true);
-  fill(plan.destination_buffers, r.memory.destination, false);
-}
-
-bool Verify(const Rank& r, int rank) {
-  auto dest = [&](int buffer) { return static_cast<const float*>(r.memory.destination[buffer].base); };
-  if (rank == 0) {
-    for (int64_t i = 0; i < 32 * kCols; ++i) {
-      if (dest(0)[i] != Value(i / kCols, i % kCols)) return false;
-    }
-  }
-  if (rank == 1) {
-    for (int64_t i = 0; i < kRows * 512; ++i) {
-      if (dest(1)[i] != Value(i / 512, i % 512)) return false;
-      if (dest(3)[i] != Value(i / 512, 512 + i % 512)) return false;
-    }
-  }
-  if (rank == 2) {
-    for (int64_t i = 0; i < kRows * 512; ++i) {
-      if (dest(2)[i] != Value(i / 512, 512 + i % 512)) return false;
-    }
-  }
-  return true;
-}
-
-
 TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
   TransferPlan plan = ThreeRankPlan();
   auto codes = RunRanks(3, 60, [&](int rank, int port) {
@@ -79,11 +30,11 @@ TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
     auto joined = Join(rank, 3, port, {"executor.staging_budget=1100KiB", "executor.copy_threads=2"});
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     for (int refit = 0; refit < 3; ++refit) {
       auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
       if (!stats.ok()) return Report(stats.status());
-      if (!Verify(r, rank)) return 2;
+      if (!VerifyThreeRankPlan(r, rank)) return 2;
       if (stats->peak_staging_bytes > 1100 * 1024) return 3;
       if (rank == 0 && stats->bytes_sent != 2 * kRows * 512 * 4) return 4;
       // Every link of this plan is a network link.
@@ -131,7 +82,7 @@ void RunSameNode(bool shared, bool direct) {
                        /*one_node=*/true);
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank, shared);
+    AllocateHost(r, plan, rank, shared);
     for (int refit = 0; refit < 3; ++refit) {
       auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
       if (!stats.ok() && stats.status().message().find("process_vm_readv from peer") != std::string::npos &&
@@ -139,7 +90,7 @@ void RunSameNode(bool shared, bool direct) {
         return 6;  // ptrace access between processes is denied on this machine
       }
       if (!stats.ok()) return Report(stats.status());
-      if (!Verify(r, rank)) return 2;
+      if (!VerifyThreeRankPlan(r, rank)) return 2;
       const int64_t direct_bytes = rank == 1 && direct ? kRows * 512 * 4 : 0;
       if (stats->bytes_read_direct != direct_bytes) {
         std::fprintf(stderr, "rank %d read %lld bytes directly\n", rank,
@@ -225,7 +176,7 @@ TEST(ExecutorTest, StridedSameNodeMessageIsOneCopyThroughProcessVmReadv) {
                        /*one_node=*/true);
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);  // ordinary heap memory: no memfd to map
+    AllocateHost(r, plan, rank);  // ordinary heap memory: no memfd to map
     for (int refit = 0; refit < 2; ++refit) {
       auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
       if (!stats.ok() && stats.status().code() == StatusCode::kFailedPrecondition &&
@@ -259,7 +210,7 @@ TEST(ExecutorTest, DirectReaderOfADeadSenderFailsNamingThePeer) {
       std::this_thread::sleep_for(std::chrono::seconds(3));
       return 0;
     }
-    Allocate(r, plan, rank, true);
+    AllocateHost(r, plan, rank, true);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
     if (stats.ok()) return 10;
     std::string message = stats.status().message();
@@ -277,7 +228,7 @@ TEST(ExecutorTest, PeerThatExitsFailsTheOthersNamingOpPeerAndTransport) {
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
     if (rank == 2) ::_exit(0);  // dies without running its part
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
     // Rank 0 only sends: its 1 MiB messages may all fit in socket buffers before rank 2 dies.
     if (stats.ok()) return rank == 0 ? 0 : 10;
@@ -304,7 +255,7 @@ TEST(ExecutorTest, DeadlineNamesTheStuckReceive) {
     auto joined = Join(rank, 2, port);
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     if (rank == 1) {  // alive but never sends
       return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
     }

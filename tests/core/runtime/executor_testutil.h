@@ -39,6 +39,14 @@ struct Rank {
   RankMemory memory;
 };
 
+// Fills `r.memory` with this rank's buffers of `plan`: plain heap memory, or (shared) each buffer
+// in its own memfd block that same-node peers can map. Sources hold Value(row, col) of the
+// kRows x kCols tensor, destinations -1.
+void AllocateHost(Rank& r, const TransferPlan& plan, int rank, bool shared = false);
+
+// Whether this rank's destination buffers hold what ThreeRankPlan delivers to it.
+bool VerifyThreeRankPlan(const Rank& r, int rank);
+
 // Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network)
 // unless `one_node`.
 Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,

@@ -246,6 +246,38 @@ TEST(RunIntegrationTest, ReshardCompletesWithTheSmallestStagingBudgetAndAWindowO
   EXPECT_NE(o.output.find("peak staging/rank"), std::string::npos) << o.output;
 }
 
+// The rest of the line that starts with `label` (trimmed), or "" when there is none.
+std::string RowValue(const std::string& output, const std::string& label) {
+  const size_t at = output.find(label);
+  if (at == std::string::npos) return "";
+  std::string rest = output.substr(at + label.size(), output.find('\n', at) - at - label.size());
+  rest.erase(0, rest.find_first_not_of(' '));
+  return rest;
+}
+
+// One plan over two transports: two pretend nodes of four ranks, tcp between them and ucx inside.
+// `ferry run` says what each carried, and tcp's bytes are the plan's network bytes (`ferry plan`).
+TEST(RunIntegrationTest, MixedTransportsReportWhatEachCarried) {
+  const std::vector<std::string> refit = {"--model", "llama-3.1-8b", "--scale", "1/64", "--src", "megatron:tp=2,pp=2",
+                                          "--dst", "vllm:tp=2,dp=2", "--gpus-per-node", "4"};
+  std::vector<std::string> run = {"run"};
+  run.insert(run.end(), refit.begin(), refit.end());
+  run.insert(run.end(), {"--transport", "tcp", "--set", "transport.intra_node=ucx", "--verify", "--iterations",
+                         "1", "--warmup", "0"});
+  const Outcome executed = RunFerry(run, 90);
+  ExpectVerified(executed, 1);
+  std::vector<std::string> plan = {"plan"};
+  plan.insert(plan.end(), refit.begin(), refit.end());
+  const Outcome planned = RunFerry(plan, 60);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const std::string network = RowValue(planned.output, "bytes network");
+  ASSERT_FALSE(network.empty()) << planned.output;
+  const std::string tcp = RowValue(executed.output, "received over tcp");
+  ASSERT_FALSE(tcp.empty()) << executed.output;
+  EXPECT_EQ(network.substr(0, network.find("  ")), tcp.substr(0, tcp.find(" in "))) << executed.output;
+  EXPECT_NE(RowValue(executed.output, "received over ucx").find("msgs"), std::string::npos) << executed.output;
+}
+
 TEST(RunIntegrationTest, TwoHundredRefitsInOneCommunicatorLeakNothing) {
   Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
                         "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
