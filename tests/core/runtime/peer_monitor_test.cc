@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <future>
 #include <thread>
 
@@ -17,7 +19,8 @@ using Clock = std::chrono::steady_clock;
 struct Pair {
   Pair() {
     PeerMonitorOptions o{0, 2, 3, "secret", "127.0.0.1", 0.05, 0.5, 0.5};
-    monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why) {
+    monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why, int lost_rank) {
+      lost = lost_rank;
       failure.set_value(why);
     });
     peer = std::make_unique<PeerWatch>(1, 2, 3, "secret");
@@ -41,6 +44,7 @@ struct Pair {
     return future.get();
   }
   std::promise<Status> failure;
+  std::atomic<int> lost{-2};  // the lost rank reported with the failure
   std::unique_ptr<PeerMonitor> monitor;
   std::unique_ptr<PeerWatch> peer;
   Clock::time_point started;
@@ -67,6 +71,24 @@ TEST(PeerMonitorTest, ASilentPeerIsDeclaredHungAfterPeerDead) {
   EXPECT_LT(seconds, 1.5);
 }
 
+// A peer that heartbeats and then stops (heartbeat 50 ms, peer_dead 0.5 s) is reported within
+// peer_dead - heartbeat of its last heartbeat, so that the rank aborts within peer_dead of the stop.
+TEST(PeerMonitorTest, AStopIsReportedWithinPeerDeadNotAfterIt) {
+  Pair pair;
+  Clock::time_point last_beat;
+  for (int i = 0; i < 12; ++i) {  // past first_beat_s: the stop limit applies
+    pair.peer->SendHeartbeat();
+    last_beat = Clock::now();
+    (void)pair.peer->Poll(50);
+  }
+  double seconds = 0;
+  Status why = pair.Await(last_beat, &seconds);
+  EXPECT_NE(why.ToString().find("rank 1 sent no heartbeat"), std::string::npos) << why.ToString();
+  EXPECT_GE(seconds, 0.5 - 2 * 0.05 - 0.02);
+  EXPECT_LT(seconds, 0.5 - 0.05);
+  EXPECT_EQ(pair.lost, 1);
+}
+
 TEST(PeerMonitorTest, AnAnnouncedAbortCarriesItsReason) {
   Pair pair;
   pair.peer->SendAbort("rank 7 died or closed its connection");
@@ -75,6 +97,7 @@ TEST(PeerMonitorTest, AnAnnouncedAbortCarriesItsReason) {
   EXPECT_EQ(why.code(), StatusCode::kAborted);
   EXPECT_NE(why.ToString().find("rank 1 aborted: rank 7 died"), std::string::npos)
       << why.ToString();
+  EXPECT_EQ(pair.lost, -1) << "an announced abort is no lost process";
 }
 
 TEST(PeerMonitorTest, AGoodbyeIsNotAFailureAndAnnounceReachesThePeer) {
