@@ -57,7 +57,7 @@ int PeerMonitor::WaitMillis() {
 
 void PeerMonitor::SendAnnouncement() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!announce_.empty()) watch_.SendAbort(announce_);
+  if (!announce_.empty()) watch_.SendAbort(announce_, announce_lost_);
   announce_.clear();
   sent_.notify_all();
 }
@@ -67,11 +67,12 @@ void PeerMonitor::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void PeerMonitor::Announce(const Status& reason) {
+void PeerMonitor::Announce(const Status& reason, int lost_rank) {
   std::unique_lock<std::mutex> lock(mu_);
   if (announced_) return;
   announced_ = true;
   announce_ = reason.ToString();
+  announce_lost_ = lost_rank;
   if (announce_.empty()) announce_ = "abort requested";
   if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
   Wake();
@@ -84,7 +85,7 @@ void PeerMonitor::Run() {
     int lost_rank = -1;
     Status failure = Tick(lost_rank);
     if (failure.ok()) continue;
-    Announce(failure);
+    Announce(failure, lost_rank);
     SendAnnouncement();
     on_failure_(failure, lost_rank);
     // Keep beating and relaying a later announcement until stopped, so that peers still running
@@ -109,7 +110,10 @@ Status PeerMonitor::Tick(int& lost_rank) {
   SendAnnouncement();
   for (const PeerWatch::Event& event : watch_.Poll(WaitMillis(), wake_fd_)) {
     const std::string who = "rank " + std::to_string(event.rank);
-    if (event.kind == PeerWatch::Event::kAbort) return Aborted(who + " aborted: " + event.reason);
+    if (event.kind == PeerWatch::Event::kAbort) {
+      lost_rank = event.lost_rank;
+      return Aborted(who + " aborted: " + event.reason);
+    }
     if (event.kind == PeerWatch::Event::kGone) {
       lost_rank = event.rank;
       return Unavailable(who + " died or closed its connection (seen by rank " +

@@ -48,8 +48,9 @@ struct PeerMonitorOptions {
 
 class PeerMonitor {
  public:
-  // `why` names the rank at fault; `lost_rank` is that rank when its process died or stopped (it
-  // will not answer again: a store it hosts is gone too), -1 when it announced an abort.
+  // `why` names the rank at fault; `lost_rank` is the rank whose process died or stopped (it will
+  // not answer again: a store it hosts is gone too), seen here or by the peer whose abort this
+  // is; -1 when no lost process caused the failure.
   using OnFailure = std::function<void(const Status& why, int lost_rank)>;
   PeerMonitor(PeerMonitorOptions options, OnFailure on_failure);
   ~PeerMonitor();
@@ -68,7 +69,8 @@ class PeerMonitor {
   // Sends `reason` to every peer as this rank's abort (the first call only). Any thread; from
   // another thread than the monitor's it waits until the monitor has sent it (at most two
   // heartbeats), so that peers hear the reason before they see this rank's links close.
-  void Announce(const Status& reason);
+  // `lost_rank`: the rank whose lost process caused it (peers then know too), or -1.
+  void Announce(const Status& reason, int lost_rank = -1);
 
  private:
   void Run();
@@ -95,6 +97,7 @@ class PeerMonitor {
   std::mutex mu_;
   std::condition_variable sent_;  // signalled when announce_ has been sent
   std::string announce_;  // guarded by mu_: reason to send, empty when none
+  int announce_lost_ = -1;  // guarded by mu_: the lost rank sent with it
   bool announced_ = false;  // guarded by mu_
   std::chrono::steady_clock::time_point started_;    // set by Start
   std::chrono::steady_clock::time_point last_beat_;  // monitor thread
