@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "core/runtime/handshake.h"
 #include "core/runtime/rank_hello.h"
