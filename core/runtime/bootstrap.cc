@@ -94,6 +94,11 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
     return InvalidArgument("FERRY_TOKEN is not set: every rank needs the same secret token");
   }
   info.token = *token;
+  const std::string* replacement = Find(env, "FERRY_REPLACEMENT");
+  if (replacement != nullptr && !replacement->empty() && *replacement != "0") {
+    if (*replacement != "1") return InvalidArgument("FERRY_REPLACEMENT must be 0 or 1, not '" + *replacement + "'");
+    info.replacement = true;
+  }
   return info;
 }
 
@@ -120,7 +125,8 @@ Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline)
     }
     rendezvous.server = std::move(*server);
   }
-  auto client = TcpStoreClient::Connect(info.store_host, info.store_port, info.token, deadline);
+  auto client = TcpStoreClient::Connect(info.store_host, info.store_port, info.token, deadline,
+                                        std::chrono::duration<double>(info.store_reply_grace_s));
   if (!client.ok()) {
     return client.status().WithContext("rank " + std::to_string(info.rank) + " joining the store");
   }

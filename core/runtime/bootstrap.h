@@ -26,6 +26,12 @@ struct BootstrapInfo {
   std::string store_bind;
   int store_port = 0;
   std::string token;  // FERRY_TOKEN
+  // How long a store client waits for the store host's reply beyond what the request itself may
+  // take (Session sets deadline.peer_dead): a stopped store host fails requests within it.
+  double store_reply_grace_s = 5.0;
+  // FERRY_REPLACEMENT=1: this process replaces a rank whose process failed and joins the
+  // survivors' next epoch (CommunicatorOptions::replacement).
+  bool replacement = false;
 };
 
 // Reads the launcher variables from `environment` (name -> value):

@@ -32,6 +32,22 @@ std::string RandomKey() {
   return text;
 }
 
+constexpr std::string_view kLatestEpochKey = "epoch/connected";
+
+// The latest epoch every rank connected (rank 0 records it after each Connect), waiting for the
+// first one.
+Result<uint64_t> LatestEpoch(Store& store, Deadline deadline) {
+  auto value = store.Get(kLatestEpochKey, deadline);
+  if (!value.ok()) return value.status().WithContext("reading the epoch to join");
+  const std::string text = FromBytes(*value);
+  char* end = nullptr;
+  const unsigned long long epoch = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || epoch == 0 || epoch >= (1ull << 16) - 1) {
+    return InvalidArgument("the store's latest epoch '" + text + "' is not an epoch");
+  }
+  return static_cast<uint64_t>(epoch);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions options,
@@ -50,13 +66,15 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions o
   std::unique_ptr<Communicator> comm(new Communicator(std::move(options)));
   const CommunicatorOptions& o = comm->options_;
   std::string where = "communicator rank " + std::to_string(o.rank);
-  // A key shared by all ranks (rank 0 picks it) for transports that group ranks of one process.
-  if (o.rank == 0) {
-    FERRY_RETURN_IF_ERROR(o.store->Set("group_key", ToBytes(RandomKey()), deadline).WithContext(where));
+  // A key shared by all ranks, from which every secret of every epoch derives: the store's job
+  // secret (never on the wire) keyed by a fresh value rank 0 picks for this group (on the wire),
+  // so that reading the store's traffic reveals no secret and no two groups share one.
+  if (o.rank == 0 && !o.replacement) {
+    FERRY_RETURN_IF_ERROR(o.store->Set("group_nonce", ToBytes(RandomKey()), deadline).WithContext(where));
   }
-  auto key = o.store->Get("group_key", deadline);
-  if (!key.ok()) return key.status().WithContext(where + ": waiting for rank 0");
-  comm->group_key_ = FromBytes(*key);
+  auto nonce = o.store->Get("group_nonce", deadline);
+  if (!nonce.ok()) return nonce.status().WithContext(where + ": waiting for rank 0");
+  comm->group_key_ = DigestHex(HmacSha256(o.store->JobSecret(), "ferry-group/" + FromBytes(*nonce)));
   comm->node_of_rank_ = o.node_of_rank;
   if (comm->node_of_rank_.empty()) {
     FERRY_RETURN_IF_ERROR(
@@ -70,6 +88,11 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions o
     }
   }
   comm->epoch_ = 1;
+  if (o.replacement) {
+    FERRY_ASSIGN_OR_RETURN(comm->epoch_, LatestEpoch(*o.store, deadline));
+    ++comm->epoch_;
+    where += " replacing a failed process at epoch " + std::to_string(comm->epoch_);
+  }
   FERRY_RETURN_IF_ERROR(comm->Connect(deadline).WithContext(where));
   return comm;
 }
@@ -125,8 +148,30 @@ Status Communicator::Connect(Deadline deadline) {
       }
     }
   }
+  FERRY_RETURN_IF_ERROR(IdentifyNodePeers(prefix, deadline));
   FERRY_RETURN_IF_ERROR(StartMonitor(prefix, deadline));
-  return ::ferry::Barrier(*options_.store, prefix + "connected", options_.size, deadline);
+  FERRY_RETURN_IF_ERROR(::ferry::Barrier(*options_.store, prefix + "connected", options_.size, deadline));
+  // Every rank connected this epoch: the one a replacement process joins after (see Create).
+  if (options_.rank != 0) return Status::Ok();
+  return options_.store->Set(kLatestEpochKey, ToBytes(std::to_string(epoch_)), deadline);
+}
+
+Status Communicator::IdentifyNodePeers(const std::string& prefix, Deadline deadline) {
+  processes_.reset();
+  auto direct = options_.config->GetBool("executor.direct_intra_node");
+  if (direct.ok() && !*direct) return Status::Ok();
+  PeerProcessOptions o;
+  o.rank = options_.rank;
+  o.size = options_.size;
+  o.epoch = epoch_;
+  for (int peer = 0; peer < options_.size; ++peer) {
+    if (LinkTo(peer) == LinkClass::kSameNode) o.peers.push_back(peer);
+  }
+  if (o.peers.empty()) return Status::Ok();
+  o.secret = DigestHex(HmacSha256(group_key_, "ferry-node-secret/" + prefix));
+  o.socket_name = "ferry/" + DigestHex(HmacSha256(group_key_, "ferry-node-socket/" + prefix)).substr(0, 32);
+  FERRY_ASSIGN_OR_RETURN(processes_, PeerProcesses::Connect(std::move(o), deadline));
+  return Status::Ok();
 }
 
 Status Communicator::StartMonitor(const std::string& prefix, Deadline deadline) {
@@ -139,9 +184,9 @@ Status Communicator::StartMonitor(const std::string& prefix, Deadline deadline) 
   o.secret = DigestHex(HmacSha256(group_key_, "ferry-watch-secret/" + prefix));
   FERRY_ASSIGN_OR_RETURN(o.heartbeat_s, config.GetSeconds("deadline.heartbeat"));
   FERRY_ASSIGN_OR_RETURN(o.peer_dead_s, config.GetSeconds("deadline.peer_dead"));
-  if (!(o.heartbeat_s > 0) || !(o.peer_dead_s >= 2 * o.heartbeat_s)) {
+  if (!(o.heartbeat_s > 0) || !(o.peer_dead_s >= 4 * o.heartbeat_s)) {
     return InvalidArgument("deadline.peer_dead (" + std::to_string(o.peer_dead_s) +
-                           " s) must be at least twice deadline.heartbeat (" +
+                           " s) must be at least four times deadline.heartbeat (" +
                            std::to_string(o.heartbeat_s) + " s), which must be positive");
   }
   auto connect = config.GetSeconds("deadline.connect");
@@ -152,7 +197,10 @@ Status Communicator::StartMonitor(const std::string& prefix, Deadline deadline) 
   } else if (auto tcp_host = config.GetString("tcp.host"); tcp_host.ok()) {
     o.host = *tcp_host;
   }
-  auto monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why) { Abort(why); });
+  auto monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why, int lost_rank) {
+    if (lost_rank >= 0 && lost_rank == options_.store_host_rank) options_.store->Close();
+    Abort(why);
+  });
   FERRY_RETURN_IF_ERROR(monitor->Listen());
   const std::string key = prefix + "watch/";
   FERRY_RETURN_IF_ERROR(options_.store->Set(

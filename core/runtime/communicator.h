@@ -11,8 +11,12 @@
 //            or closes its connection (at once), stays silent for deadline.peer_dead (stopped or
 //            hung), or announces an abort. Independent of the transports, so every transport
 //            gets the same bound.
+//   Identify for same-node peers (unless executor.direct_intra_node is off) it learns which
+//            process each one is from the kernel, over authenticated Unix-domain sockets
+//            (peer_process.h); direct reads use those pids, never one a message names.
 //   Recreate every rank calls it after a failure; it replaces the transports with fresh ones for
-//            epoch + 1. Transports refuse connections of other epochs and tags carry the epoch,
+//            epoch + 1. A rank whose process died is replaced by a fresh process that calls
+//            Create with `replacement` set: it joins at that same epoch. Transports refuse connections of other epochs and tags carry the epoch,
 //            so messages from an old epoch are dropped.
 //
 // Threading: Abort() and the const accessors may be called from any thread. Everything else, and
@@ -32,6 +36,7 @@
 #include "core/layout/topology.h"
 #include "core/base/config.h"
 #include "core/runtime/peer_monitor.h"
+#include "core/runtime/peer_process.h"
 #include "core/runtime/store.h"
 #include "core/runtime/transport.h"
 
@@ -46,6 +51,14 @@ struct CommunicatorOptions {
   // nodes); empty: ranks with the same host name share a node.
   std::vector<int> node_of_rank;
   const TransportRegistry* registry = &TransportRegistry::Default();
+  // The rank whose process hosts `store` (Session: 0), or -1. When the peer monitor finds that
+  // rank dead or stopped, the store is closed, so that requests in progress on other threads end
+  // at once with the abort that names it instead of waiting out their deadlines.
+  int store_host_rank = -1;
+  // This process replaces a rank whose process failed: it joins the epoch the survivors reach
+  // with their next Recreate (the one after the latest epoch that connected, which the store
+  // records) instead of epoch 1. The survivors' Recreate waits for it (by its deadline).
+  bool replacement = false;
 };
 
 class Communicator {
@@ -74,6 +87,11 @@ class Communicator {
   // bit 47 set, so plan messages must stay below 2^47.
   uint64_t AckTag(int64_t message) const { return Tag(message) | (1ull << 47); }
 
+  // The processes behind this epoch's same-node peers, verified by the kernel when the epoch
+  // connected; null when none were (no same-node peer, or executor.direct_intra_node off). Valid
+  // until Recreate; the executor's thread.
+  const PeerProcesses* peer_processes() const { return processes_.get(); }
+
   // Fails every transport with `reason`; returns within the config's deadline.abort. Idempotent;
   // any thread. After it, TransportFor fails until Recreate.
   void Abort(const Status& reason);
@@ -101,6 +119,8 @@ class Communicator {
   Status WithCause(Status failure);
   // Connects a PeerMonitor to every peer through the store keys under `prefix` and starts it.
   Status StartMonitor(const std::string& prefix, Deadline deadline);
+  // Verifies the processes of this rank's same-node peers (PeerProcesses) for the epoch `prefix`.
+  Status IdentifyNodePeers(const std::string& prefix, Deadline deadline);
   void DropTransports();
 
   CommunicatorOptions options_;
@@ -111,6 +131,7 @@ class Communicator {
   std::map<std::string, std::unique_ptr<Transport>> transports_;
   std::map<std::string, bool> quarantined_;      // of this epoch's transports
   std::vector<std::string> quarantine_log_;      // every epoch's, for quarantined()
+  std::unique_ptr<PeerProcesses> processes_;
   std::unique_ptr<PeerMonitor> monitor_;  // guarded by mu_ (the pointer; the monitor is thread-safe)
   std::atomic<bool> aborted_{false};
   mutable std::mutex mu_;  // guards abort_reason_, quarantined_, quarantine_log_ and monitor_

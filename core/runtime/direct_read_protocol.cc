@@ -119,6 +119,25 @@ Result<std::vector<const char*>> MapOfferedBuffers(const DirectRead& read,
   return mapped;
 }
 
+// The offer's pid must be the process the kernel verified as the sender rank's: a rank (or a
+// forger on the wire) naming another process would make this rank copy that process's memory.
+Status CheckOfferOwner(const DirectRead& read, const ProcessIdentity& owner,
+                       const PeerProcesses* processes) {
+  const std::string sender = "rank " + std::to_string(read.sender);
+  if (processes == nullptr) {
+    return FailedPrecondition("direct read from " + sender +
+                              ": no same-node peer process was verified for this communicator");
+  }
+  FERRY_ASSIGN_OR_RETURN(int64_t verified, processes->Pid(read.sender));
+  if (owner.pid != verified) {
+    return FailedPrecondition("forged direct-read offer for message " + std::to_string(read.message) +
+                              ": it names process " + std::to_string(owner.pid) + ", but " + sender +
+                              " is process " + std::to_string(verified) +
+                              " (verified by the kernel over the node socket); refused");
+  }
+  return Status::Ok();
+}
+
 // The memory kind all of a read's buffers share, or an error when host and CUDA buffers mix.
 Result<MemoryKind> ReadMemoryKind(const DirectRead& read, const std::vector<PeerBuffer>& buffers,
                                   const std::vector<MemoryDesc>& destination) {
@@ -151,6 +170,7 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
                               " runs on another machine, but the plan links it as same-node; fix "
                               "the topology or set executor.direct_intra_node=false");
   }
+  FERRY_RETURN_IF_ERROR(CheckOfferOwner(read, owner, peers.processes));
   FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, destination));
   on_gpu = kind == MemoryKind::kCuda;
   int device = -1;  // this rank's, where the peer's allocations are opened
@@ -159,6 +179,8 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
   }
   FERRY_ASSIGN_OR_RETURN(std::vector<const char*> mapped,
                          MapOfferedBuffers(read, owner, buffers, peers, device));
+  // The files were opened through /proc/<pid>: the pid still named the verified process then.
+  FERRY_RETURN_IF_ERROR(peers.processes->CheckAlive(read.sender));
   ends.clear();
   ends.reserve(read.reads.size());
   int64_t bytes = 0;

@@ -27,6 +27,7 @@
 #include "core/runtime/direct_read.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
+#include "core/runtime/peer_process.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
@@ -91,10 +92,12 @@ class OfferWriter {
 // anything else means the ranks disagree about direct reads.
 Status CheckOfferSize(const DirectRead& read, int64_t received);
 
-// A peer's memory as this process reaches it: host files mapped, CUDA allocations opened.
+// A peer's memory as this process reaches it: host files mapped, CUDA allocations opened, and
+// which process each same-node peer rank is (kernel-verified; null when none was verified).
 struct PeerMemory {
   PeerMappings& host;
   PeerCudaMappings& cuda;
+  const PeerProcesses* processes;
 };
 
 // Receiver: decodes the offer in `offer`, maps the sender's shared files or opens its CUDA
@@ -102,8 +105,12 @@ struct PeerMemory {
 // offered buffers and this rank's `destination` memory. Fills `ends` (one per copy of `read`, for
 // read.geometries), sets `on_gpu` when they are device addresses (the copies then run as one
 // kernel) and returns the bytes the copies write. Fails when the sender is on another machine, a
-// region lies outside its buffer, or host and CUDA buffers mix. Copies from ordinary (unmapped)
-// host memory get the sender's pid in their CopyEnds: they run through process_vm_readv.
+// region lies outside its buffer, or host and CUDA buffers mix, and refuses (kFailedPrecondition,
+// naming the rank and both pids) an offer whose pid is not the sender rank's verified process
+// (peers.processes): the memory read is always the authenticated sender's own. Copies from
+// ordinary (unmapped) host memory get that pid in their CopyEnds: they run through
+// process_vm_readv, and the caller checks the process is still alive after them
+// (PeerProcesses::CheckAlive) before trusting what they read.
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
                              PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu);

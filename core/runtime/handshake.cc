@@ -23,10 +23,18 @@ namespace {
 constexpr size_t kChallengeBytes = 4 + 16;
 constexpr int kAcceptPerRound = 256;  // bounds one round's work under a flood
 
+// address:port for TCP; the process id the kernel reports for a Unix-domain socket.
 std::string PeerAddress(int fd) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown peer";
+  sockaddr_storage storage{};
+  socklen_t len = sizeof(storage);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&storage), &len) != 0) return "unknown peer";
+  if (storage.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t cred_len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) return "a local process";
+    return "local process " + std::to_string(cred.pid);
+  }
+  const auto& addr = reinterpret_cast<const sockaddr_in&>(storage);
   char text[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
   return std::string(text) + ":" + std::to_string(ntohs(addr.sin_port));

@@ -9,9 +9,10 @@
 //    ordinary loads and stores — the fast path for the many short rows of strided shards;
 //  * cross-memory attach: for any other host memory, process_vm_readv reads the sender's
 //    address space, strided regions included (ReadFromPeer, core/runtime/peer_read.h).
-// Both need the peer on the same host under the same user (ptrace "read" access to it); a
-// process identity (pid + boot id) travels with every address so a wrong pairing fails loudly
-// instead of reading another process.
+// Both need the peer on the same host under the same user (ptrace "read" access to it). A process
+// identity (pid + boot id) travels with every address, but the pid used is the one the kernel
+// verified for the sending rank (core/runtime/peer_process.h): an offer naming another process
+// is refused instead of read.
 //
 // Thread-safety: SharedHostMemory is a plain owner (not shared between threads while moved);
 // PeerMappings is not thread-safe (the executor thread maps, copy threads only read the mapped

@@ -48,16 +48,16 @@ void PeerMonitor::MaybeBeat() {
 int PeerMonitor::WaitMillis() {
   uint64_t drained = 0;
   if (wake_fd_ >= 0) (void)!::read(wake_fd_, &drained, sizeof(drained));
-  const auto next = last_beat_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                     std::chrono::duration<double>(options_.heartbeat_s));
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      next - std::chrono::steady_clock::now());
-  return std::max<int>(1, static_cast<int>(left.count()) + 1);
+  const auto next = std::min(next_expiry_,
+                             last_beat_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                              std::chrono::duration<double>(options_.heartbeat_s)));
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
+  return std::max<int>(1, static_cast<int>(left.count()));
 }
 
 void PeerMonitor::SendAnnouncement() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!announce_.empty()) watch_.SendAbort(announce_);
+  if (!announce_.empty()) watch_.SendAbort(announce_, announce_lost_);
   announce_.clear();
   sent_.notify_all();
 }
@@ -67,11 +67,12 @@ void PeerMonitor::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void PeerMonitor::Announce(const Status& reason) {
+void PeerMonitor::Announce(const Status& reason, int lost_rank) {
   std::unique_lock<std::mutex> lock(mu_);
   if (announced_) return;
   announced_ = true;
   announce_ = reason.ToString();
+  announce_lost_ = lost_rank;
   if (announce_.empty()) announce_ = "abort requested";
   if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
   Wake();
@@ -81,11 +82,12 @@ void PeerMonitor::Announce(const Status& reason) {
 
 void PeerMonitor::Run() {
   while (!stop_) {
-    Status failure = Tick();
+    int lost_rank = -1;
+    Status failure = Tick(lost_rank);
     if (failure.ok()) continue;
-    Announce(failure);
+    Announce(failure, lost_rank);
     SendAnnouncement();
-    on_failure_(failure);
+    on_failure_(failure, lost_rank);
     // Keep beating and relaying a later announcement until stopped, so that peers still running
     // hear this rank's reason rather than silence.
     while (!stop_) {
@@ -96,24 +98,38 @@ void PeerMonitor::Run() {
   }
 }
 
-Status PeerMonitor::Tick() {
+double PeerMonitor::SilenceLimit(std::chrono::steady_clock::time_point heard) const {
+  // A peer that stops right after a heartbeat has been silent for up to one interval already
+  // when its next one is due; one more interval is left for this rank to abort and report.
+  const double stop_limit = options_.peer_dead_s - 2 * options_.heartbeat_s;
+  return heard > started_ ? stop_limit : std::max(stop_limit, options_.first_beat_s);
+}
+
+Status PeerMonitor::Tick(int& lost_rank) {
   MaybeBeat();
   SendAnnouncement();
   for (const PeerWatch::Event& event : watch_.Poll(WaitMillis(), wake_fd_)) {
     const std::string who = "rank " + std::to_string(event.rank);
-    if (event.kind == PeerWatch::Event::kAbort) return Aborted(who + " aborted: " + event.reason);
+    if (event.kind == PeerWatch::Event::kAbort) {
+      lost_rank = event.lost_rank;
+      return Aborted(who + " aborted: " + event.reason);
+    }
     if (event.kind == PeerWatch::Event::kGone) {
+      lost_rank = event.rank;
       return Unavailable(who + " died or closed its connection (seen by rank " +
                          std::to_string(options_.rank) + "'s peer monitor)");
     }
   }
   const auto now = std::chrono::steady_clock::now();
+  next_expiry_ = std::chrono::steady_clock::time_point::max();
   for (int peer : watch_.watched()) {
     const auto heard = watch_.heard_at(peer);
-    const double limit = heard > started_ ? options_.peer_dead_s
-                                          : std::max(options_.peer_dead_s, options_.first_beat_s);
+    const double limit = SilenceLimit(heard);
+    next_expiry_ = std::min(next_expiry_, heard + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                      std::chrono::duration<double>(limit)));
     const double silent = std::chrono::duration<double>(now - heard).count();
-    if (silent > limit) {
+    if (silent >= limit) {
+      lost_rank = peer;
       return Unavailable("rank " + std::to_string(peer) + " sent no heartbeat for " +
                          Seconds(silent) + " s (stopped or hung; deadline.peer_dead is " +
                          Seconds(options_.peer_dead_s) + " s)");

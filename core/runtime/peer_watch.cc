@@ -1,6 +1,6 @@
 // PeerWatch (see peer_watch.h): the listening socket, the dial/accept handshake with the rank
 // hello, close detection with poll(), and the control frames ('H' heartbeat, 'B' goodbye,
-// 'A' + 4-byte little-endian length + reason: abort).
+// 'A' + 4-byte little-endian reason length + 4-byte lost rank or -1 + reason: abort).
 #include "core/runtime/peer_watch.h"
 
 #include <poll.h>
@@ -21,6 +21,7 @@ constexpr RankHelloProtocol kWatchHello{{'F', 'E', 'F', 'W'}, "ferry-libfabric-w
 constexpr uint8_t kHeartbeat = 'H';
 constexpr uint8_t kBye = 'B';
 constexpr uint8_t kAbort = 'A';
+constexpr size_t kAbortHeader = 1 + 4 + 4;  // 'A', u32 reason length, i32 lost rank
 
 }  // namespace
 
@@ -110,12 +111,14 @@ void PeerWatch::SendFrame(const std::vector<uint8_t>& frame) {
 void PeerWatch::SendHeartbeat() { SendFrame({kHeartbeat}); }
 void PeerWatch::SendBye() { SendFrame({kBye}); }
 
-void PeerWatch::SendAbort(const std::string& reason) {
+void PeerWatch::SendAbort(const std::string& reason, int lost_rank) {
   const uint32_t length = static_cast<uint32_t>(std::min(reason.size(), kMaxReason));
-  std::vector<uint8_t> frame(5 + length);
+  const int32_t lost = lost_rank;
+  std::vector<uint8_t> frame(kAbortHeader + length);
   frame[0] = kAbort;
   std::memcpy(frame.data() + 1, &length, 4);
-  if (length > 0) std::memcpy(frame.data() + 5, reason.data(), length);
+  std::memcpy(frame.data() + 5, &lost, 4);
+  if (length > 0) std::memcpy(frame.data() + kAbortHeader, reason.data(), length);
   SendFrame(frame);
 }
 
@@ -129,14 +132,16 @@ bool PeerWatch::ParseFrames(int peer, std::vector<Event>& events) {
       events.push_back(Event{Event::kBye, peer, ""});
       ++at;
     } else if (in[at] == kAbort) {
-      if (in.size() - at < 5) break;
+      if (in.size() - at < kAbortHeader) break;
       uint32_t length = 0;
+      int32_t lost = -1;
       std::memcpy(&length, in.data() + at + 1, 4);
-      if (length > kMaxReason) return false;
-      if (in.size() - at - 5 < length) break;
-      const char* text = reinterpret_cast<const char*>(in.data() + at + 5);
-      events.push_back(Event{Event::kAbort, peer, std::string(text, length)});
-      at += 5 + length;
+      std::memcpy(&lost, in.data() + at + 5, 4);
+      if (length > kMaxReason || lost < -1 || lost >= size_) return false;
+      if (in.size() - at - kAbortHeader < length) break;
+      const char* text = reinterpret_cast<const char*>(in.data() + at + kAbortHeader);
+      events.push_back(Event{Event::kAbort, peer, std::string(text, length), lost});
+      at += kAbortHeader + length;
     } else {
       return false;
     }

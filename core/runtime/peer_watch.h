@@ -50,18 +50,21 @@ class PeerWatch {
   std::vector<int> PollGone();
 
   // Control frames. A heartbeat says "alive"; a goodbye says "closing on purpose, not dead"; an
-  // abort carries the reason this rank aborted (at most kMaxReason bytes).
+  // abort carries the reason this rank aborted (at most kMaxReason bytes) and, when a lost peer
+  // process caused it, that peer's rank.
   static constexpr size_t kMaxReason = 1024;
   struct Event {
     enum Kind { kGone, kBye, kAbort } kind;
     int rank;
     std::string reason;  // kAbort only
+    int lost_rank = -1;  // kAbort only: the rank whose lost process caused it, or -1
   };
   // Writes a frame to every watched peer without blocking; a peer whose socket buffer is full
   // misses it (it is not reading, which its own silence will show).
   void SendHeartbeat();
   void SendBye();
-  void SendAbort(const std::string& reason);
+  // `lost_rank`: the rank whose process died or stopped, when that caused the abort, else -1.
+  void SendAbort(const std::string& reason, int lost_rank = -1);
   // Waits up to `timeout_ms` for input (or for `wake_fd`, when given, to become readable; it is
   // not read), then reads every peer. Returns what happened since the last call (heartbeats only
   // refresh heard_at). A peer gone or saying goodbye is unwatched.

@@ -9,12 +9,16 @@ namespace ferry {
 
 namespace {
 
+constexpr size_t kClientNonceAt = 16;
+constexpr size_t kMacAt = kClientNonceAt + 16;
+
 Digest HelloMac(const RankHelloProtocol& protocol, const std::string& secret, const Nonce& nonce,
-                uint32_t from, uint32_t to, uint64_t epoch) {
+                const Nonce& client_nonce, uint32_t from, uint32_t to, uint64_t epoch) {
   Bytes message(protocol.label.begin(), protocol.label.end());
   std::string suffix = "-hello";
   message.insert(message.end(), suffix.begin(), suffix.end());
   message.insert(message.end(), nonce.begin(), nonce.end());
+  message.insert(message.end(), client_nonce.begin(), client_nonce.end());
   AppendRaw(message, from);
   AppendRaw(message, to);
   AppendRaw(message, epoch);
@@ -24,12 +28,14 @@ Digest HelloMac(const RankHelloProtocol& protocol, const std::string& secret, co
 }  // namespace
 
 Bytes MakeRankHello(const RankHelloProtocol& protocol, const std::string& secret,
-                    const Nonce& nonce, int from_rank, int to_rank, uint64_t epoch) {
+                    const Nonce& nonce, const Nonce& client_nonce, int from_rank, int to_rank,
+                    uint64_t epoch) {
   Bytes hello;
   AppendRaw(hello, static_cast<uint32_t>(from_rank));
   AppendRaw(hello, static_cast<uint32_t>(to_rank));
   AppendRaw(hello, epoch);
-  Digest mac = HelloMac(protocol, secret, nonce, static_cast<uint32_t>(from_rank),
+  hello.insert(hello.end(), client_nonce.begin(), client_nonce.end());
+  Digest mac = HelloMac(protocol, secret, nonce, client_nonce, static_cast<uint32_t>(from_rank),
                         static_cast<uint32_t>(to_rank), epoch);
   hello.insert(hello.end(), mac.begin(), mac.end());
   return hello;
@@ -58,11 +64,13 @@ Result<RankHelloChecked> CheckRankHello(const RankHelloProtocol& protocol,
   std::memcpy(&from, hello.data(), 4);
   std::memcpy(&to, hello.data() + 4, 4);
   std::memcpy(&epoch, hello.data() + 8, 8);
+  Nonce client_nonce{};
+  std::memcpy(client_nonce.data(), hello.data() + kClientNonceAt, client_nonce.size());
   Digest mac{};
-  std::memcpy(mac.data(), hello.data() + 16, 32);
+  std::memcpy(mac.data(), hello.data() + kMacAt, mac.size());
   // The MAC first: a stranger learns nothing about which of the fields below it got wrong.
   if (expect.secret == nullptr ||
-      !DigestEqual(mac, HelloMac(protocol, *expect.secret, nonce, from, to, epoch))) {
+      !DigestEqual(mac, HelloMac(protocol, *expect.secret, nonce, client_nonce, from, to, epoch))) {
     return InvalidArgument("authentication failed (not a rank of this communicator epoch)");
   }
   if (epoch != expect.epoch) {
@@ -85,10 +93,11 @@ Result<RankHelloChecked> CheckRankHello(const RankHelloProtocol& protocol,
 Status ProveRank(int fd, const RankHelloProtocol& protocol, const std::string& secret,
                  int from_rank, int to_rank, uint64_t epoch, Deadline deadline) {
   Bytes sent;
+  const Nonce client_nonce = RandomNonce();
   auto reply = ClientHandshake(
       fd, protocol.magic,
       [&](const Nonce& nonce) {
-        sent = MakeRankHello(protocol, secret, nonce, from_rank, to_rank, epoch);
+        sent = MakeRankHello(protocol, secret, nonce, client_nonce, from_rank, to_rank, epoch);
         return sent;
       },
       kRankAckBytes, deadline);

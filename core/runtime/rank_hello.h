@@ -3,11 +3,14 @@
 // (the tcp transport, libfabric's peer watch), each with its own magic and label, so a hello for
 // one cannot be replayed to another.
 //
-// Hello (48 bytes, little-endian): u32 from_rank, u32 to_rank, u64 epoch, mac[32] =
-// HMAC-SHA-256(secret, label "-hello" nonce from_rank to_rank epoch). The accepting rank answers
-// HMAC-SHA-256(secret, label "-ack" nonce mac), which the connecting rank checks, so both ends
-// know the other holds this communicator epoch's secret. Pure functions but ProveRank (blocking,
-// by its deadline).
+// Hello (64 bytes, little-endian): u32 from_rank, u32 to_rank, u64 epoch, client_nonce[16],
+// mac[32] = HMAC-SHA-256(secret, label "-hello" nonce client_nonce from_rank to_rank epoch), where
+// `nonce` is the listener's fresh challenge and `client_nonce` the connecting rank's own fresh one.
+// The accepting rank answers HMAC-SHA-256(secret, label "-ack" nonce mac), which the connecting
+// rank checks, so both ends know the other holds this communicator epoch's secret. Each side's
+// proof covers a nonce the other just drew: a hello or an ack recorded off the wire does not
+// verify on any later connection (a replay is refused in either direction). Pure functions but
+// ProveRank (blocking, by its deadline).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +24,7 @@
 
 namespace ferry {
 
-inline constexpr size_t kRankHelloBytes = 4 + 4 + 8 + 32;
+inline constexpr size_t kRankHelloBytes = 4 + 4 + 8 + 16 + 32;
 inline constexpr size_t kRankAckBytes = 32;
 
 struct RankHelloProtocol {
@@ -29,8 +32,11 @@ struct RankHelloProtocol {
   std::string_view label;  // "tcp", "libfabric-watch"
 };
 
+// `nonce`: the listener's challenge; `client_nonce`: drawn fresh by the connecting rank
+// (RandomNonce) for this connection only.
 Bytes MakeRankHello(const RankHelloProtocol& protocol, const std::string& secret,
-                    const Nonce& nonce, int from_rank, int to_rank, uint64_t epoch);
+                    const Nonce& nonce, const Nonce& client_nonce, int from_rank, int to_rank,
+                    uint64_t epoch);
 
 // What an accepting rank expects of a hello.
 struct RankHelloExpect {
@@ -53,8 +59,8 @@ Result<RankHelloChecked> CheckRankHello(const RankHelloProtocol& protocol,
 Bytes RankHelloAck(const RankHelloProtocol& protocol, const std::string& secret, const Nonce& nonce,
                    std::span<const uint8_t> hello);
 
-// The connecting side on socket `fd`: answers the listener's challenge with our hello and checks
-// its ack. Blocks until done or `deadline`.
+// The connecting side on socket `fd`: answers the listener's challenge with our hello (with a
+// fresh client nonce) and checks its ack. Blocks until done or `deadline`.
 Status ProveRank(int fd, const RankHelloProtocol& protocol, const std::string& secret,
                  int from_rank, int to_rank, uint64_t epoch, Deadline deadline);
 

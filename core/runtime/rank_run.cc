@@ -429,7 +429,7 @@ Status RankRun::CopyRead(int i) {
       static_cast<size_t>(roles_.control_offset[k]),
       static_cast<size_t>(DirectReadOfferBytes(d.source_buffers.size())));
   std::vector<CopyEnds> ends;
-  PeerMemory peers{res_.peer_mappings, res_.peer_cuda};
+  PeerMemory peers{res_.peer_mappings, res_.peer_cuda, comm_.peer_processes()};
   bool on_gpu = false;
   FERRY_ASSIGN_OR_RETURN(int64_t bytes, ResolveOffer(d, offer, memory_.destination, rank_, peers,
                                                      ends, on_gpu));
@@ -445,9 +445,11 @@ Status RankRun::CopyRead(int i) {
   return done ? FinishRead(i) : Status::Ok();
 }
 
-// Receiver, copies done: tell the sender its buffers are free.
+// Receiver, copies done: the sender's verified process is still alive (so the pid the copies
+// read through was still its), then tell the sender its buffers are free.
 Status RankRun::FinishRead(int i) {
   const int k = roles_.direct_of[i];
+  FERRY_RETURN_IF_ERROR(comm_.peer_processes()->CheckAlive((*directs_)[k].sender));
   return PostControl(i, true, comm_.AckTag((*directs_)[k].message), roles_.control_offset[k], 0);
 }
 

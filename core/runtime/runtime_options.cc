@@ -17,8 +17,9 @@ const std::vector<OptionSpec>& CoreOptions() {
       {"deadline.heartbeat", "100ms",
        "interval of the peer monitor's heartbeats; an abort reaches every rank within about this"},
       {"deadline.peer_dead", "5s",
-       "a peer silent this long (stopped, hung, unreachable) fails the communicator, naming it; "
-       "a dead peer's closed connection is seen at once"},
+       "a peer that stops (hung, unreachable) fails the communicator within this, naming it "
+       "(after peer_dead - 2 heartbeats of silence; at least 4 heartbeats); a dead peer's closed "
+       "connection is seen at once; store requests to a stopped store host fail within it too"},
       {"watch.host", "",
        "address the peer monitor listens on and advertises (empty: tcp.host, else this host's "
        "first non-loopback address)"},

@@ -8,13 +8,16 @@ Result<std::unique_ptr<Session>> Session::Join(const BootstrapInfo& info, Config
   std::unique_ptr<Session> session(new Session());
   session->info_ = info;
   session->config_ = std::make_unique<Config>(std::move(config));
+  FERRY_ASSIGN_OR_RETURN(session->info_.store_reply_grace_s, session->config_->GetSeconds("deadline.peer_dead"));
   FERRY_ASSIGN_OR_RETURN(double connect_seconds, session->config_->GetSeconds("deadline.connect"));
   Deadline deadline = Deadline::AfterSeconds(connect_seconds);
-  FERRY_ASSIGN_OR_RETURN(session->rendezvous_, StartRendezvous(info, deadline));
+  FERRY_ASSIGN_OR_RETURN(session->rendezvous_, StartRendezvous(session->info_, deadline));
   CommunicatorOptions options;
   options.rank = info.rank;
   options.size = info.size;
   options.store = session->rendezvous_.store.get();
+  options.store_host_rank = 0;  // StartRendezvous: rank 0 hosts the store
+  options.replacement = info.replacement;
   options.config = session->config_.get();
   options.node_of_rank = std::move(node_of_rank);
   FERRY_ASSIGN_OR_RETURN(session->communicator_, Communicator::Create(options, deadline));

@@ -1,6 +1,8 @@
 // InMemoryStore and the store Barrier.
 #include "core/runtime/store.h"
 
+#include "core/base/hmac.h"
+
 #include <string>
 
 namespace ferry {
@@ -19,6 +21,11 @@ bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, 
 }
 
 }  // namespace
+
+std::string InMemoryStore::RandomSecret() {
+  const std::array<uint8_t, 16> nonce = RandomNonce();
+  return std::string(nonce.begin(), nonce.end());
+}
 
 Status InMemoryStore::Set(std::string_view key, std::span<const uint8_t> value, Deadline) {
   {

@@ -46,6 +46,11 @@ class Store {
 
   // Makes every pending and future call fail with kAborted promptly. Idempotent; any thread.
   virtual void Close() = 0;
+
+  // A secret every member of this store holds and that never crosses the wire (TcpStoreClient:
+  // derived from the token; InMemoryStore: random per store). Ranks key their per-epoch secrets
+  // with it, so whoever reads the store's traffic learns none of them. Any thread.
+  virtual const std::string& JobSecret() const = 0;
 };
 
 // Every rank calls Barrier(store, name, size, deadline) with the same `name` (unique per use, e.g.
@@ -67,8 +72,11 @@ class InMemoryStore final : public Store {
   Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
   Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) override;
   void Close() override;
+  const std::string& JobSecret() const override { return secret_; }
 
  private:
+  const std::string secret_ = RandomSecret();
+  static std::string RandomSecret();
   std::mutex mu_;
   std::condition_variable changed_;
   bool closed_ = false;

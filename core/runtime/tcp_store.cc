@@ -39,39 +39,44 @@ Digest ToDigest(const Bytes& bytes) {
   return d;
 }
 
-Bytes StoreHelloMac(const std::string& token, const Nonce& nonce) {
-  Bytes message;
-  std::string label = "ferry-store-hello";
-  message.insert(message.end(), label.begin(), label.end());
+// HMAC-SHA-256(token, label nonce tail).
+Digest TokenMac(const std::string& token, std::string_view label, const Nonce& nonce,
+                std::span<const uint8_t> tail) {
+  Bytes message(label.begin(), label.end());
   message.insert(message.end(), nonce.begin(), nonce.end());
-  Digest mac = HmacSha256(token, message);
-  return Bytes(mac.begin(), mac.end());
-}
-
-Digest StoreAckMac(const std::string& token, const Nonce& nonce, const Bytes& hello_mac) {
-  Bytes message;
-  std::string label = "ferry-store-ack";
-  message.insert(message.end(), label.begin(), label.end());
-  message.insert(message.end(), nonce.begin(), nonce.end());
-  message.insert(message.end(), hello_mac.begin(), hello_mac.end());
+  message.insert(message.end(), tail.begin(), tail.end());
   return HmacSha256(token, message);
 }
 
 Result<Bytes> CheckStoreHello(const std::string& token, const Nonce& nonce,
                               std::span<const uint8_t> hello) {
-  Bytes expected = StoreHelloMac(token, nonce);
-  Bytes got(hello.begin(), hello.end());
-  if (!DigestEqual(ToDigest(got), ToDigest(expected))) {
+  if (hello.size() != kStoreHelloBytes) return InvalidArgument("malformed store hello");
+  Nonce client_nonce{};
+  std::memcpy(client_nonce.data(), hello.data(), client_nonce.size());
+  const Bytes expected = MakeStoreHello(token, nonce, client_nonce);
+  if (!DigestEqual(ToDigest(Bytes(hello.begin() + 16, hello.end())),
+                   ToDigest(Bytes(expected.begin() + 16, expected.end())))) {
     return InvalidArgument("wrong token (not FERRY_TOKEN of this job)");
   }
-  Digest ack = StoreAckMac(token, nonce, got);
-  return Bytes(ack.begin(), ack.end());
+  return StoreHelloAck(token, nonce, hello);
 }
 
 // Deadline carried over the wire as milliseconds left (the hosts' clocks need not agree).
 uint64_t MillisLeft(Deadline d) { return static_cast<uint64_t>(d.RemainingMillis()); }
 
 }  // namespace
+
+Bytes MakeStoreHello(const std::string& token, const Nonce& nonce, const Nonce& client_nonce) {
+  const Digest mac = TokenMac(token, "ferry-store-hello", nonce, client_nonce);
+  Bytes hello(client_nonce.begin(), client_nonce.end());
+  hello.insert(hello.end(), mac.begin(), mac.end());
+  return hello;
+}
+
+Bytes StoreHelloAck(const std::string& token, const Nonce& nonce, std::span<const uint8_t> hello) {
+  const Digest ack = TokenMac(token, "ferry-store-ack", nonce, hello);
+  return Bytes(ack.begin(), ack.end());
+}
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, int port,
                                                               std::string token,
@@ -89,7 +94,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
   HandshakeOptions options;
   options.what = "the store";
   options.magic = kMagic;
-  options.hello_bytes = 32;
+  options.hello_bytes = kStoreHelloBytes;
   options.max_pending = limits.max_pending;
   options.hello_timeout = limits.hello_timeout;
   server->handshakes_ = std::make_unique<HandshakeAcceptor>(
@@ -216,13 +221,20 @@ Status TcpStoreServer::ServeOne(int fd) {
 
 Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host, int port,
                                                                 const std::string& token,
-                                                                Deadline deadline) {
+                                                                Deadline deadline,
+                                                                std::chrono::duration<double> reply_grace) {
   std::string where = "store " + host + ":" + std::to_string(port);
   auto fd = ConnectTcp(host, port, deadline);
   if (!fd.ok()) return fd.status().WithContext(where);
-  std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(*fd));
+  const Digest job_secret = HmacSha256(token, "ferry-job-secret");
+  std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(
+      *fd, where, reply_grace, std::string(job_secret.begin(), job_secret.end())));
+  const Nonce client_nonce = RandomNonce();
+  Bytes hello;
   auto reply = ClientHandshake(
-      *fd, kMagic, [&](const Nonce& nonce) { return StoreHelloMac(token, nonce); }, 32, deadline);
+      *fd, kMagic,
+      [&](const Nonce& nonce) { return hello = MakeStoreHello(token, nonce, client_nonce); },
+      32, deadline);
   if (!reply.ok()) {
     if (reply.status().code() == StatusCode::kDeadlineExceeded) {
       return reply.status().WithContext(where);
@@ -230,8 +242,7 @@ Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::strin
     return Unavailable(where + " rejected the connection (is FERRY_TOKEN the same on every rank?): " +
                        reply.status().message());
   }
-  Bytes mac = StoreHelloMac(token, reply->nonce);
-  if (!DigestEqual(ToDigest(reply->reply), StoreAckMac(token, reply->nonce, mac))) {
+  if (!DigestEqual(ToDigest(reply->reply), ToDigest(StoreHelloAck(token, reply->nonce, hello)))) {
     return Unavailable(where + " answered without proof of the token: not this job's store");
   }
   return client;
@@ -254,13 +265,22 @@ Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const By
   request.insert(request.end(), key.begin(), key.end());
   request.insert(request.end(), body.begin(), body.end());
   std::lock_guard<std::mutex> lock(mu_);
-  // The server answers by `deadline`; allow it a little longer to deliver the reply.
-  Deadline io = Deadline::After(deadline.Remaining() + std::chrono::seconds(5));
+  if (!broken_.ok()) return broken_;
+  const auto grace = std::chrono::duration_cast<Deadline::Clock::duration>(reply_grace_);
+  // The server answers by `deadline` (Set and Add at once); a reply later than `grace` beyond
+  // that means the host is stopped, hung or unreachable.
+  Deadline io = Deadline::After(deadline.Remaining() + grace);
   if (deadline.when() == Deadline::Clock::time_point::max()) io = Deadline::Never();
   Status status = WriteAll(fd_, request.data(), static_cast<int64_t>(request.size()), io);
+  if (op == kSet || op == kAdd) io = Deadline::After(grace);
   uint8_t code = 0;
   uint32_t len = 0;
   if (status.ok()) status = ReadAll(fd_, &code, 1, io);
+  if (status.code() == StatusCode::kDeadlineExceeded) {
+    status = DeadlineExceeded("no reply from the " + where_ + " within " +
+                              std::to_string(reply_grace_.count()) +
+                              " s beyond the request's deadline (its host is stopped, hung or unreachable)");
+  }
   if (status.ok()) status = ReadAll(fd_, &len, 4, io);
   if (status.ok() && len > kMaxValue + kMaxKey) {
     status = IoError("store reply of " + std::to_string(len) + " bytes is over the limit");
@@ -269,6 +289,9 @@ Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const By
   if (status.ok()) status = ReadAll(fd_, payload.data(), len, io);
   if (!status.ok()) {
     if (closed_) return Aborted("store closed");
+    // A reply may still be on its way: later requests would read it as theirs.
+    broken_ = status.WithContext("an earlier store request");
+    ::shutdown(fd_, SHUT_RDWR);
     return status.WithContext("store request for key '" + std::string(key) + "'");
   }
   if (code != 0) {

@@ -4,8 +4,10 @@
 // answer, counted and logged, and its client gets kUnavailable.
 //
 // Wire format (little-endian): the handshake of core/runtime/handshake.h with magic "FRYS":
-// server -> "FRYS" nonce[16]; client -> mac[32] = HMAC-SHA-256(token, "ferry-store-hello" nonce);
-// server -> HMAC-SHA-256(token, "ferry-store-ack" nonce mac), which the client checks.
+// server -> "FRYS" nonce[16]; client -> client_nonce[16] mac[32], mac = HMAC-SHA-256(token,
+// "ferry-store-hello" nonce client_nonce); server -> HMAC-SHA-256(token, "ferry-store-ack" nonce
+// client_nonce mac), which the client checks. Both nonces are fresh per connection, so neither a
+// recorded hello (to a real store) nor a recorded ack (from a fake one) verifies again.
 // Request = u8 op, u64 deadline_millis, u32 key_len, key, then per op: Set u32 len + value,
 // Add i64 delta, WaitAtLeast i64 target. Reply = u8 status code, u32 len, payload (value, i64
 // counter or error text).
@@ -19,9 +21,16 @@
 #include <thread>
 #include <vector>
 
+#include "core/runtime/handshake.h"
 #include "core/runtime/store.h"
 
 namespace ferry {
+
+// The client's hello: client_nonce[16] then its MAC over the server's challenge `nonce` and it.
+inline constexpr size_t kStoreHelloBytes = 16 + 32;
+Bytes MakeStoreHello(const std::string& token, const Nonce& nonce, const Nonce& client_nonce);
+// The server's answer to `hello` (32 bytes), proving it holds the token too.
+Bytes StoreHelloAck(const std::string& token, const Nonce& nonce, std::span<const uint8_t> hello);
 
 // Bounds on what a flood of connections can take from the server.
 struct StoreServerLimits {
@@ -74,10 +83,15 @@ class TcpStoreServer {
 // A client connection. Thread-safe: requests from several threads are serialised on one socket.
 class TcpStoreClient final : public Store {
  public:
-  // Connects (retrying until `deadline` while the server starts) and presents `token`.
-  static Result<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, int port,
-                                                         const std::string& token,
-                                                         Deadline deadline);
+  // Connects (retrying until `deadline` while the server starts) and presents `token`. A request
+  // then fails (kDeadlineExceeded, naming the store host) when no reply has come `reply_grace`
+  // after it was sent (Set, Add: the server answers those at once) or after its deadline (Get,
+  // WaitAtLeast): a stopped or hung store host is reported within that bound. A request that
+  // fails on the connection (not with the server's answer) leaves it unusable: later requests
+  // return that failure.
+  static Result<std::unique_ptr<TcpStoreClient>> Connect(
+      const std::string& host, int port, const std::string& token, Deadline deadline,
+      std::chrono::duration<double> reply_grace = std::chrono::seconds(5));
   ~TcpStoreClient() override;
 
   Status Set(std::string_view key, std::span<const uint8_t> value, Deadline deadline) override;
@@ -85,13 +99,21 @@ class TcpStoreClient final : public Store {
   Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
   Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) override;
   void Close() override;
+  // HMAC-SHA-256(token, "ferry-job-secret"), computed here: the token's stand-in for keys.
+  const std::string& JobSecret() const override { return job_secret_; }
 
  private:
-  explicit TcpStoreClient(int fd) : fd_(fd) {}
+  TcpStoreClient(int fd, std::string where, std::chrono::duration<double> reply_grace,
+                 std::string job_secret)
+      : fd_(fd), where_(std::move(where)), reply_grace_(reply_grace), job_secret_(std::move(job_secret)) {}
   Result<Bytes> Request(uint8_t op, std::string_view key, const Bytes& body, Deadline deadline);
 
   std::mutex mu_;
   int fd_;
+  const std::string where_;  // "store host:port", for errors
+  const std::chrono::duration<double> reply_grace_;
+  const std::string job_secret_;
+  Status broken_;  // guarded by mu_: the failure that left the connection unusable
   std::atomic<bool> closed_{false};
 };
 

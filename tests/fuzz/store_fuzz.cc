@@ -26,14 +26,7 @@ namespace {
 constexpr char kToken[] = "fuzz-token";
 constexpr Magic kStoreMagic = {'F', 'R', 'Y', 'S'};
 
-Bytes HelloMac(const Nonce& nonce) {
-  Bytes message;
-  std::string label = "ferry-store-hello";
-  message.insert(message.end(), label.begin(), label.end());
-  message.insert(message.end(), nonce.begin(), nonce.end());
-  Digest mac = HmacSha256(kToken, message);
-  return Bytes(mac.begin(), mac.end());
-}
+Bytes Hello(const Nonce& nonce) { return MakeStoreHello(kToken, nonce, RandomNonce()); }
 
 // The server under test. Recreated every so often: a fuzzed Wait may hold its thread until a
 // deadline far away, and destroying the server is what wakes such waits.
@@ -64,7 +57,7 @@ void ToServer(std::span<const uint8_t> bytes, bool authenticated) {
   if (!fd.ok()) std::abort();  // the server must stay reachable
   Deadline deadline = Deadline::AfterSeconds(2);
   if (authenticated) {
-    auto reply = ClientHandshake(*fd, kStoreMagic, &HelloMac, 32, deadline);
+    auto reply = ClientHandshake(*fd, kStoreMagic, &Hello, 32, deadline);
     if (!reply.ok()) std::abort();  // a real client must still get in
   }
   (void)WriteAll(*fd, bytes.data(), static_cast<int64_t>(bytes.size()), deadline);
@@ -85,15 +78,10 @@ void ToClient(std::span<const uint8_t> bytes) {
     Nonce nonce = RandomNonce();
     Bytes challenge(kStoreMagic.begin(), kStoreMagic.end());
     challenge.insert(challenge.end(), nonce.begin(), nonce.end());
-    uint8_t hello[32];
+    uint8_t hello[kStoreHelloBytes];
     Deadline d = Deadline::AfterSeconds(2);
-    if (WriteAll(*fd, challenge.data(), 20, d).ok() && ReadAll(*fd, hello, 32, d).ok()) {
-      Bytes message;
-      std::string label = "ferry-store-ack";
-      message.insert(message.end(), label.begin(), label.end());
-      message.insert(message.end(), nonce.begin(), nonce.end());
-      message.insert(message.end(), hello, hello + 32);
-      Digest ack = HmacSha256(kToken, message);
+    if (WriteAll(*fd, challenge.data(), 20, d).ok() && ReadAll(*fd, hello, sizeof(hello), d).ok()) {
+      const Bytes ack = StoreHelloAck(kToken, nonce, hello);
       (void)WriteAll(*fd, ack.data(), 32, d);
       (void)WriteAll(*fd, bytes.data(), static_cast<int64_t>(bytes.size()), d);
     }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <map>
 #include <thread>
 
 #include "core/runtime/socket_util.h"
@@ -44,6 +45,20 @@ TEST(BootstrapTest, OpenMpiAndSlurmWithFerryStoreAddress) {
   ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
   EXPECT_EQ(slurm->launcher, "slurm");
   EXPECT_EQ(slurm->size, 2);
+}
+
+TEST(BootstrapTest, FerryReplacementMarksAReplacementProcess) {
+  std::map<std::string, std::string> env = {{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
+                                            {"MASTER_PORT", "1"}, {"FERRY_TOKEN", "t"}};
+  EXPECT_FALSE(BootstrapFromEnvironment(env)->replacement);
+  env["FERRY_REPLACEMENT"] = "1";
+  EXPECT_TRUE(BootstrapFromEnvironment(env)->replacement);
+  env["FERRY_REPLACEMENT"] = "0";
+  EXPECT_FALSE(BootstrapFromEnvironment(env)->replacement);
+  env["FERRY_REPLACEMENT"] = "yes please";
+  auto bad = BootstrapFromEnvironment(env);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FERRY_REPLACEMENT"), std::string::npos);
 }
 
 TEST(BootstrapTest, ClearErrors) {

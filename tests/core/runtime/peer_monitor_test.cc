@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <future>
 #include <thread>
 
@@ -16,11 +18,13 @@ using Clock = std::chrono::steady_clock;
 // unless told to).
 struct Pair {
   Pair() {
-    PeerMonitorOptions o{0, 2, 3, "secret", "127.0.0.1", 0.05, 0.5, 0.5};
-    monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why) {
+    // A communicator of 8 of which only ranks 0 and 1 take part (rank numbers up to 7 are valid).
+    PeerMonitorOptions o{0, 8, 3, "secret", "127.0.0.1", 0.05, 0.5, 0.5};
+    monitor = std::make_unique<PeerMonitor>(o, [this](const Status& why, int lost_rank) {
+      lost = lost_rank;
       failure.set_value(why);
     });
-    peer = std::make_unique<PeerWatch>(1, 2, 3, "secret");
+    peer = std::make_unique<PeerWatch>(1, 8, 3, "secret");
     EXPECT_TRUE(monitor->Listen().ok());
     EXPECT_TRUE(peer->Listen("127.0.0.1").ok());
     std::thread accept([&] {
@@ -41,6 +45,7 @@ struct Pair {
     return future.get();
   }
   std::promise<Status> failure;
+  std::atomic<int> lost{-2};  // the lost rank reported with the failure
   std::unique_ptr<PeerMonitor> monitor;
   std::unique_ptr<PeerWatch> peer;
   Clock::time_point started;
@@ -67,14 +72,35 @@ TEST(PeerMonitorTest, ASilentPeerIsDeclaredHungAfterPeerDead) {
   EXPECT_LT(seconds, 1.5);
 }
 
-TEST(PeerMonitorTest, AnAnnouncedAbortCarriesItsReason) {
+// A peer that heartbeats and then stops (heartbeat 50 ms, peer_dead 0.5 s) is reported within
+// peer_dead - heartbeat of its last heartbeat, so that the rank aborts within peer_dead of the stop.
+TEST(PeerMonitorTest, AStopIsReportedWithinPeerDeadNotAfterIt) {
   Pair pair;
-  pair.peer->SendAbort("rank 7 died or closed its connection");
+  Clock::time_point last_beat;
+  for (int i = 0; i < 12; ++i) {  // past first_beat_s: the stop limit applies
+    pair.peer->SendHeartbeat();
+    last_beat = Clock::now();
+    (void)pair.peer->Poll(50);
+  }
+  double seconds = 0;
+  Status why = pair.Await(last_beat, &seconds);
+  EXPECT_NE(why.ToString().find("rank 1 sent no heartbeat"), std::string::npos) << why.ToString();
+  EXPECT_GE(seconds, 0.5 - 2 * 0.05 - 0.02);
+  EXPECT_LT(seconds, 0.5 - 0.05);
+  EXPECT_EQ(pair.lost, 1);
+}
+
+// The reason and the lost rank travel with the abort: a rank that hears of rank 7's death from a
+// peer knows rank 7's process is gone (a store it hosted too).
+TEST(PeerMonitorTest, AnAnnouncedAbortCarriesItsReasonAndLostRank) {
+  Pair pair;
+  pair.peer->SendAbort("rank 7 died or closed its connection", 7);
   double seconds = 0;
   Status why = pair.Await(pair.started, &seconds);
   EXPECT_EQ(why.code(), StatusCode::kAborted);
   EXPECT_NE(why.ToString().find("rank 1 aborted: rank 7 died"), std::string::npos)
       << why.ToString();
+  EXPECT_EQ(pair.lost, 7);
 }
 
 TEST(PeerMonitorTest, AGoodbyeIsNotAFailureAndAnnounceReachesThePeer) {

@@ -1,6 +1,9 @@
 // Stores: the in-memory store, and the TCP store's token check, waits and deadlines.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "core/runtime/socket_util.h"
+#include "tests/core/runtime/handshake_replay_testutil.h"
 #include "core/runtime/store.h"
 #include "core/runtime/tcp_store.h"
 
@@ -93,7 +97,7 @@ TEST(TcpStoreTest, RejectsWrongOrMissingToken) {
   uint8_t challenge[20];
   ASSERT_TRUE(ReadAll(*raw, challenge, sizeof(challenge), Deadline::AfterSeconds(5)).ok());
   EXPECT_EQ(std::string(challenge, challenge + 4), "FRYS");
-  uint8_t junk[32] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 'k', 'e', 'y'};
+  uint8_t junk[kStoreHelloBytes] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 'k', 'e', 'y'};
   ASSERT_TRUE(WriteAll(*raw, junk, sizeof(junk), Deadline::AfterSeconds(5)).ok());
   uint8_t reply = 0;
   Status read = ReadAll(*raw, &reply, 1, Deadline::AfterSeconds(5));
@@ -104,6 +108,96 @@ TEST(TcpStoreTest, RejectsWrongOrMissingToken) {
   }
   EXPECT_EQ((*server)->rejected(), 2);
   EXPECT_FALSE(TcpStoreServer::Start("127.0.0.1", 0, "").ok());
+}
+
+// A sniffer that recorded a real client's handshake can replay neither half: the store sends a
+// fresh challenge (the recorded hello's MAC no longer verifies) and the client draws a fresh
+// nonce (a fake store's recorded ack no longer verifies).
+TEST(TcpStoreTest, ARecordedHandshakeDoesNotReplay) {
+  using testing::HandshakeRecorder;
+  using testing::ReplayHelloTo;
+  using testing::ReplayingListener;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "job-token");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  HandshakeRecorder recorder((*server)->port(), kStoreHelloBytes, 32);
+  auto real = TcpStoreClient::Connect("127.0.0.1", recorder.port(), "job-token", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(real.ok()) << real.status().ToString();
+  auto recorded = recorder.Wait();
+  ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+  EXPECT_FALSE(ReplayHelloTo((*server)->port(), *recorded)) << "the store accepted a replayed hello";
+  ReplayingListener fake(*recorded);
+  auto fooled = TcpStoreClient::Connect("127.0.0.1", fake.port(), "job-token", Deadline::AfterSeconds(5));
+  ASSERT_FALSE(fooled.ok()) << "a client accepted a replayed store";
+  EXPECT_NE(fooled.status().message().find("without proof of the token"), std::string::npos)
+      << fooled.status().ToString();
+}
+
+// The job secret the ranks key everything with comes from the token on each client and never
+// from the store's traffic: equal for clients of one token, different for another token, and
+// not the token itself; every in-process store has its own.
+TEST(TcpStoreTest, TheJobSecretDerivesFromTheTokenNotFromTheWire) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok");
+  ASSERT_TRUE(server.ok());
+  auto a = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "tok", Deadline::AfterSeconds(5));
+  auto b = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->JobSecret(), (*b)->JobSecret());
+  EXPECT_EQ((*a)->JobSecret().size(), 32u);
+  EXPECT_EQ((*a)->JobSecret().find("tok"), std::string::npos);
+  auto other = TcpStoreServer::Start("127.0.0.1", 0, "other");
+  ASSERT_TRUE(other.ok());
+  auto c = TcpStoreClient::Connect("127.0.0.1", (*other)->port(), "other", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE((*a)->JobSecret(), (*c)->JobSecret());
+  InMemoryStore one, two;
+  EXPECT_NE(one.JobSecret(), two.JobSecret());
+  EXPECT_FALSE(one.JobSecret().empty());
+}
+
+// A stopped store host (SIGSTOP of the process that serves it): requests fail within the
+// client's reply grace, naming the store, instead of waiting out their deadlines; the connection
+// is then unusable rather than out of step.
+TEST(TcpStoreTest, AStoppedStoreHostFailsRequestsWithinTheReplyGrace) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t host = ::fork();
+  if (host == 0) {
+    ::alarm(30);
+    auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok");
+    const int port = server.ok() ? (*server)->port() : -1;
+    (void)!::write(ready[1], &port, sizeof(port));
+    while (true) ::pause();
+  }
+  struct KillOnExit {  // a stopped child ignores its alarm: it must be killed on every path
+    pid_t pid;
+    ~KillOnExit() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{host};
+  int port = -1;
+  ASSERT_EQ(::read(ready[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  auto client = TcpStoreClient::Connect("127.0.0.1", port, "tok", Deadline::AfterSeconds(5),
+                                        std::chrono::milliseconds(500));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Set("k", B("v"), Deadline::AfterSeconds(5)).ok());
+  ::kill(host, SIGSTOP);
+  int stopped = 0;
+  ASSERT_EQ(::waitpid(host, &stopped, WUNTRACED), host);
+  ASSERT_TRUE(WIFSTOPPED(stopped));
+  const auto start = std::chrono::steady_clock::now();
+  auto added = (*client)->Add("n", 1, Deadline::AfterSeconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Status later = (*client)->WaitAtLeast("n", 1, Deadline::AfterSeconds(60));
+  ::close(ready[0]);
+  ::close(ready[1]);
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(added.status().message().find("no reply from the store 127.0.0.1:" + std::to_string(port)),
+            std::string::npos) << added.status().ToString();
+  EXPECT_GE(seconds, 0.45);
+  EXPECT_LT(seconds, 1.5);
+  EXPECT_FALSE(later.ok()) << "a request after a lost reply must not read that reply";
 }
 
 // Entries of a /proc directory: open file descriptors or threads of this process.

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/base/hmac.h"
 #include "core/runtime/handshake.h"
 #include "core/runtime/socket_util.h"
 #include "tests/core/runtime/transport_conformance.h"
 #include "core/runtime/rank_hello.h"
+#include "tests/core/runtime/handshake_replay_testutil.h"
 
 namespace ferry::testing {
 namespace {
@@ -70,20 +72,20 @@ TEST(TcpAuthTest, ImpostorsAreRefusedAndRealRanksConnect) {
   std::vector<std::thread> impostors;
   std::vector<int> fds(5, -1);
   impostors.emplace_back([&] {
-    fds[0] = Impostor(port, [](const Nonce&) { return Bytes(48, 0xAB); });  // garbage
+    fds[0] = Impostor(port, [](const Nonce&) { return Bytes(kRankHelloBytes, 0xAB); });  // garbage
   });
   impostors.emplace_back([&] {  // the pre-authentication hello: "FRYT", rank 0, epoch 1
     fds[1] = Impostor(port, [](const Nonce&) {
       Bytes old{'F', 'R', 'Y', 'T', 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
-      old.resize(48, 0);
+      old.resize(kRankHelloBytes, 0);
       return old;
     });
   });
   impostors.emplace_back([&] {  // a well-formed hello as rank 0 under a guessed secret
-    fds[2] = Impostor(port, [](const Nonce& n) { return MakeRankHello(kTcp, "guess", n, 0, 1, 1); });
+    fds[2] = Impostor(port, [](const Nonce& n) { return MakeRankHello(kTcp, "guess", n, RandomNonce(), 0, 1, 1); });
   });
   impostors.emplace_back([&] {  // a rank of epoch 2 (its secret differs) at this epoch's rank
-    fds[3] = Impostor(port, [](const Nonce& n) { return MakeRankHello(kTcp, "epoch-2-secret", n, 0, 1, 2); });
+    fds[3] = Impostor(port, [](const Nonce& n) { return MakeRankHello(kTcp, "epoch-2-secret", n, RandomNonce(), 0, 1, 2); });
   });
   impostors.emplace_back([&] { fds[4] = Impostor(port, [](const Nonce&) { return Bytes(); }); });
   Deadline deadline = Deadline::AfterSeconds(20);
@@ -223,23 +225,68 @@ TEST(TcpAuthTest, RefusesAContextWithoutSecretOrAWildcardAddress) {
   EXPECT_FALSE(MakeRank(config, 0, 1, "s").ok());
 }
 
+// The rank hello as the tcp transport and the peer watch run it (HandshakeAcceptor with
+// CheckRankHello on one side, ProveRank on the other): a handshake recorded off the wire replays
+// in neither direction.
+TEST(RankHelloTest, ARecordedHandshakeDoesNotReplay) {
+  auto listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  const std::string secret = "epoch-secret";
+  const RankHelloExpect expect{&secret, 1, 2, 7};
+  HandshakeAcceptor acceptor(listener->fd, RankHelloOptions(kTcp, "rank 1"),
+                             [&](const Nonce& nonce, std::span<const uint8_t> hello) -> Result<Bytes> {
+                               FERRY_ASSIGN_OR_RETURN(RankHelloChecked checked,
+                                                      CheckRankHello(kTcp, expect, nonce, hello));
+                               return checked.ack;
+                             });
+  int accepted[2] = {-1, -1};
+  std::thread rank1([&] {
+    for (int& fd : accepted) {
+      auto next = acceptor.Next(Deadline::AfterSeconds(3));
+      if (next.ok()) fd = next->fd;
+    }
+  });
+  HandshakeRecorder recorder(listener->port, kRankHelloBytes, kRankAckBytes);
+  auto rank0 = ConnectTcp("127.0.0.1", recorder.port(), Deadline::AfterSeconds(5));
+  ASSERT_TRUE(rank0.ok());
+  Status proved = ProveRank(*rank0, kTcp, secret, 0, 1, 7, Deadline::AfterSeconds(5));
+  auto recorded = recorder.Wait();
+  ASSERT_TRUE(proved.ok()) << proved.ToString();
+  ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+  EXPECT_FALSE(ReplayHelloTo(listener->port, *recorded)) << "rank 1 accepted a replayed hello";
+  rank1.join();
+  EXPECT_GE(accepted[0], 0) << "the real rank 0 was refused";
+  EXPECT_EQ(accepted[1], -1) << "the replayed hello reached rank 1's transport";
+  // Rank 0 dialling a fake rank 1 that replays the recorded challenge and ack.
+  ReplayingListener fake(*recorded);
+  auto fooled = ConnectTcp("127.0.0.1", fake.port(), Deadline::AfterSeconds(5));
+  ASSERT_TRUE(fooled.ok());
+  Status replayed = ProveRank(*fooled, kTcp, secret, 0, 1, 7, Deadline::AfterSeconds(5));
+  EXPECT_EQ(replayed.code(), StatusCode::kUnavailable) << replayed.ToString();
+  for (int fd : {*rank0, *fooled, accepted[0], listener->fd}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 TEST(RankHelloTest, ChecksEveryField) {
   Nonce nonce{};
   nonce[0] = 9;
+  Nonce client{};
+  client[0] = 4;
   RankHelloExpect expect;
   std::string secret = "s";
   expect.secret = &secret;
   expect.my_rank = 3;
   expect.size = 4;
   expect.epoch = 5;
-  EXPECT_TRUE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, 1, 3, 5)).ok());
-  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "t", nonce, 1, 3, 5)).ok());
-  EXPECT_FALSE(CheckRankHello(kTcp, expect, Nonce{}, MakeRankHello(kTcp, "s", nonce, 1, 3, 5)).ok());  // replay
-  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, 1, 3, 4)).ok());
-  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, 1, 2, 5)).ok());
-  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, 3, 3, 5)).ok());
-  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, -1, 3, 5)).ok());
-  Bytes short_hello = MakeRankHello(kTcp, "s", nonce, 1, 3, 5);
+  EXPECT_TRUE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, client, 1, 3, 5)).ok());
+  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "t", nonce, client, 1, 3, 5)).ok());
+  EXPECT_FALSE(CheckRankHello(kTcp, expect, Nonce{}, MakeRankHello(kTcp, "s", nonce, client, 1, 3, 5)).ok());  // replay
+  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, client, 1, 3, 4)).ok());
+  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, client, 1, 2, 5)).ok());
+  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, client, 3, 3, 5)).ok());
+  EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, MakeRankHello(kTcp, "s", nonce, client, -1, 3, 5)).ok());
+  Bytes short_hello = MakeRankHello(kTcp, "s", nonce, client, 1, 3, 5);
   short_hello.pop_back();
   EXPECT_FALSE(CheckRankHello(kTcp, expect, nonce, short_hello).ok());
 }
