@@ -58,7 +58,7 @@ TEST(ExecutorTest, StagingBudgetIsCheckedInTheArenasUnits) {
     auto joined = Join(rank, 3, port, {"executor.staging_budget=" + budget});
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(20));
     if (stats.ok()) return 1;
     const std::string message = stats.status().message();

@@ -193,53 +193,6 @@ Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
   return r;
 }
 
-void Allocate(Rank& r, const TransferPlan& plan, int rank, bool shared) {
-  auto fill = [&](const BufferTable& specs, std::vector<MemoryDesc>& out, bool source) {
-    for (const BufferTable::Entry& spec : specs) {
-      if (spec.rank != rank) {
-        out.push_back({});
-        continue;
-      }
-      float* data = nullptr;
-      if (shared) {
-        r.shared.push_back(std::move(SharedHostMemory::Allocate(spec.bytes, "ferry-test").value()));
-        data = reinterpret_cast<float*>(r.shared.back().data());
-        out.push_back(r.shared.back().desc());
-      } else {
-        r.storage.emplace_back(static_cast<size_t>(spec.bytes / 4), -1.0f);
-        data = r.storage.back().data();
-        out.push_back({data, spec.bytes, MemoryKind::kHost, -1});
-      }
-      for (int64_t i = 0; i < spec.bytes / 4; ++i) data[i] = source ? Value(i / kCols, i % kCols) : -1.0f;
-    }
-  };
-  r.storage.reserve(16);
-  r.shared.reserve(16);
-  fill(plan.source_buffers, r.memory.source, true);
-  fill(plan.destination_buffers, r.memory.destination, false);
-}
-
-bool Verify(const Rank& r, int rank) {
-  auto dest = [&](int buffer) { return static_cast<const float*>(r.memory.destination[buffer].base); };
-  if (rank == 0) {
-    for (int64_t i = 0; i < 32 * kCols; ++i) {
-      if (dest(0)[i] != Value(i / kCols, i % kCols)) return false;
-    }
-  }
-  if (rank == 1) {
-    for (int64_t i = 0; i < kRows * 512; ++i) {
-      if (dest(1)[i] != Value(i / 512, i % 512)) return false;
-      if (dest(3)[i] != Value(i / 512, 512 + i % 512)) return false;
-    }
-  }
-  if (rank == 2) {
-    for (int64_t i = 0; i < kRows * 512; ++i) {
-      if (dest(2)[i] != Value(i / 512, 512 + i % 512)) return false;
-    }
-  }
-  return true;
-}
-
 int Report(const Status& status) {
   std::fprintf(stderr, "rank failed: %s\n", status.ToString().c_str());
   return 1;

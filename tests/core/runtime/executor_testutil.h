@@ -53,11 +53,6 @@ Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
                                    const std::vector<std::string>& settings = {},
                                    bool one_node = false, bool replacement = false);
 
-// Rank `rank`'s buffers of `plan`: sources filled with Value, destinations with -1. Plain heap
-// memory, or (shared) each buffer in its own memfd block that same-node peers can map.
-void Allocate(Rank& r, const TransferPlan& plan, int rank, bool shared = false);
-// Whether rank `rank`'s destination buffers hold what ThreeRankPlan delivers to it.
-bool Verify(const Rank& r, int rank);
 
 int Report(const Status& status);
 

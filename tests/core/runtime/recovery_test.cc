@@ -34,10 +34,10 @@ int Survivor(const TransferPlan& plan, int rank, int port, const std::vector<std
   auto joined = Join(rank, 3, port, settings);
   if (!joined.ok()) return Report(joined.status());
   Rank& r = **joined;
-  Allocate(r, plan, rank);
+  AllocateHost(r, plan, rank);
   auto first = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
   if (!first.ok()) return Report(first.status());
-  if (!Verify(r, rank)) return 2;
+  if (!VerifyThreeRankPlan(r, rank)) return 2;
   if (!r.comm->Barrier("first-refit", Deadline::AfterSeconds(20)).ok()) return 4;
   // Rank 2 dies now; this refit may fail on its own link first or on the monitor's abort.
   (void)r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
@@ -51,7 +51,7 @@ int Survivor(const TransferPlan& plan, int rank, int port, const std::vector<std
   }
   auto recovered = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
   if (!recovered.ok()) return Report(recovered.status());
-  if (!Verify(r, rank)) return 3;
+  if (!VerifyThreeRankPlan(r, rank)) return 3;
   return FinalBarrier(*r.rendezvous.store, "recovered", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
 }
 
@@ -64,10 +64,10 @@ int Replacement(const TransferPlan& plan, int port, const std::vector<std::strin
   if (!joined.ok()) return Report(joined.status());
   Rank& r = **joined;
   if (r.comm->epoch() != 2) return 21;
-  Allocate(r, plan, 2);
+  AllocateHost(r, plan, 2);
   auto refit = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
   if (!refit.ok()) return Report(refit.status());
-  if (!Verify(r, 2)) return 22;
+  if (!VerifyThreeRankPlan(r, 2)) return 22;
   return FinalBarrier(*r.rendezvous.store, "recovered", 2, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 23;
 }
 
@@ -89,9 +89,9 @@ TEST_P(RecoveryTest, AKilledRankIsReplacedAtTheNextEpochAndTheNextRefitVerifies)
     if (process != 2) return Survivor(plan, process, port, settings);
     auto joined = Join(2, 3, port, settings);
     if (!joined.ok()) return Report(joined.status());
-    Allocate(**joined, plan, 2);
+    AllocateHost(**joined, plan, 2);
     auto first = (*joined)->executor->Run(plan, (*joined)->memory, Deadline::AfterSeconds(30));
-    if (!first.ok() || !Verify(**joined, 2)) return 30;
+    if (!first.ok() || !VerifyThreeRankPlan(**joined, 2)) return 30;
     if (!(*joined)->comm->Barrier("first-refit", Deadline::AfterSeconds(20)).ok()) return 32;
     ::kill(::getpid(), SIGKILL);
     return 31;
