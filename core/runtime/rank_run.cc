@@ -45,7 +45,9 @@ Result<ExecutorStats> RankRun::Execute() {
   AssignDirectRoles();
   FERRY_RETURN_IF_ERROR(BuildDependencies());
   FERRY_RETURN_IF_ERROR(ReserveStaging());
-  if (Status registered = RegisterMemory(); !registered.ok()) {
+  Status registered = RegisterMemory();
+  if (registered.ok()) registered = CountGroupedRounds();
+  if (!registered.ok()) {
     ReleaseRunRegistrations();
     return registered;
   }
@@ -123,7 +125,8 @@ Status RankRun::BuildDependencies() {
         total_slots += plan_.slots[slot].bytes;
       }
     }
-    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data())) {
+    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data()) &&
+        !MovesCuda(op.peer)) {
       AddBounce(i);
       largest_slot = std::max(largest_slot, op.bytes);
       total_slots += op.bytes;
@@ -156,19 +159,23 @@ Status RankRun::ReserveStaging() {
 // Registers, with every transport this rank posts on, the memory its network ops send from or
 // receive into: the control buffer for direct reads, the arena for staged data, user buffers.
 Status RankRun::RegisterMemory() {
+  transport_of_.assign(n_, nullptr);
   for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
     if (!IsNetwork(op.kind)) continue;
     auto t = comm_.TransportFor(op.peer);
     if (!t.ok()) return t.status().WithContext(Describe(i));
     used_transports_.insert(*t);
+    transport_of_[i] = *t;
     Status registered;
     if (roles_.role[i] != DirectRole::kStaged) {
-      registered = RegisterBlock(*t, res_.control.data(), static_cast<int64_t>(res_.control.size()),
-                                 /*cacheable=*/false);
+      registered = RegisterBlock(
+          *t, {res_.control.data(), static_cast<int64_t>(res_.control.size()), MemoryKind::kHost, -1},
+          /*cacheable=*/false);
     } else if (op.data.space == Space::kStaging || bounce_of_[i] >= 0) {
       if (res_.arena.bytes() > 0) {
-        registered = RegisterBlock(*t, res_.arena.data(), res_.arena.bytes(), /*cacheable=*/true);
+        registered = RegisterBlock(*t, {res_.arena.data(), res_.arena.bytes(), MemoryKind::kHost, -1},
+                                   /*cacheable=*/true);
       }
     } else {
       const auto& table = op.data.space == Space::kSource ? memory_.source : memory_.destination;
@@ -176,8 +183,7 @@ Status RankRun::RegisterMemory() {
         return InvalidArgument(Describe(i) + ": buffer " + std::to_string(op.data.buffer) +
                                " has no memory");
       }
-      registered = RegisterBlock(*t, table[op.data.buffer].base, table[op.data.buffer].bytes,
-                                 res_.options.cache_registrations);
+      registered = RegisterBlock(*t, table[op.data.buffer], res_.options.cache_registrations);
     }
     if (!registered.ok()) {
       return std::move(registered).WithContext(Describe(i) + ": registering memory");
@@ -186,23 +192,28 @@ Status RankRun::RegisterMemory() {
   return Status::Ok();
 }
 
-// Registers [base, base + bytes) with `transport` once per run, reusing a cached registration;
-// `cacheable` ones go to the cache, the others are released at the end of the run.
-Status RankRun::RegisterBlock(Transport* transport, void* base, int64_t bytes, bool cacheable) {
+// Registers `block` with `transport` once per run, reusing a cached registration; `cacheable`
+// ones go to the cache, the others are released at the end of the run.
+Status RankRun::RegisterBlock(Transport* transport, const MemoryDesc& block, bool cacheable) {
+  void* const base = block.base;
   if (handle_of_.count({transport, base}) != 0) return Status::Ok();
-  if (MemoryHandle cached = res_.registrations.Find(transport, base, bytes); cached.valid()) {
+  if (MemoryHandle cached = res_.registrations.Find(transport, base, block.bytes); cached.valid()) {
     handle_of_[{transport, base}] = cached;
     return Status::Ok();
   }
-  FERRY_ASSIGN_OR_RETURN(MemoryHandle h,
-                         transport->RegisterMemory(MemoryDesc{base, bytes, MemoryKind::kHost, -1}));
+  FERRY_ASSIGN_OR_RETURN(MemoryHandle h, transport->RegisterMemory(block));
   handle_of_[{transport, base}] = h;
   if (cacheable) {
-    res_.registrations.Add(transport, base, bytes, h);
+    res_.registrations.Add(transport, base, block.bytes, h);
   } else {
     run_registrations_.push_back({transport, h});
   }
   return Status::Ok();
+}
+
+bool RankRun::MovesCuda(int peer) {
+  auto t = comm_.TransportFor(peer);
+  return t.ok() && (*t)->capabilities().cuda_memory;
 }
 
 void RankRun::ReleaseRunRegistrations() {
@@ -212,6 +223,7 @@ void RankRun::ReleaseRunRegistrations() {
 // --- scheduling -------------------------------------------------------------------------------
 
 void RankRun::MakeReady(int i) {
+  if (IsNetwork(OpAt(i).kind)) ReadyGrouped(i);
   (IsNetwork(OpAt(i).kind) ? ready_network_ : ready_local_).insert(i);
   ++readied_;
 }
@@ -238,9 +250,14 @@ Status RankRun::StartReady() {
   while (seen != readied_) {  // inline completions may ready more ops: scan again
     seen = readied_;
     staging_blocked_ = false;
+    FERRY_RETURN_IF_ERROR(StartGroupedRounds());
     for (auto it = ready_network_.begin();
          it != ready_network_.end() && in_flight_ < res_.options.max_in_flight;) {
       int i = *it;
+      if (Grouped(i)) {  // posted a whole round at a time, by StartGroupedRounds
+        ++it;
+        continue;
+      }
       FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
       it = started ? ready_network_.erase(it) : std::next(it);
     }

@@ -1,0 +1,100 @@
+// RankRun for grouped transports (capabilities().grouped: NCCL): a rank's sends and receives of one
+// round on such a transport are posted together, between one BeginGroup and EndGroup, once all of
+// them are ready, and rounds go out in ascending order. Why: NCCL matches by issue order and runs
+// each group's ops together; when every rank issues round r as one group, on every link both ends
+// hold the same messages in the same group (the plan puts a Send and its Recv in the same round),
+// so every group completes (transports/nccl/nccl_transport.h gives the full argument). Splitting
+// a round could leave one end's group waiting for ops the other end holds back, so a round is
+// never cut by executor.max_in_flight, and a plan in which a network op waits on a network op of
+// its own or a later round cannot run round by round and is refused before anything is posted.
+#include "core/runtime/rank_run.h"
+
+namespace ferry {
+namespace {
+
+bool IsNetworkKind(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
+}
+
+}  // namespace
+
+bool RankRun::Grouped(int i) const {
+  return transport_of_[i] != nullptr && transport_of_[i]->capabilities().grouped;
+}
+
+// The earliest round of the network ops that op i waits on, directly or through local ops (a
+// Send's Pack); INT32_MAX when none.
+int RankRun::NetworkDepRound(int i) const {
+  int earliest = INT32_MAX;
+  for (int dep : plan_.Deps(OpAt(i))) {
+    const int d = local_.at(dep);
+    const Op& op = OpAt(d);
+    earliest = std::min(earliest, IsNetworkKind(op.kind) ? op.round : NetworkDepRound(d));
+  }
+  return earliest;
+}
+
+// Counts, per grouped transport and round, the network ops still to become ready, and refuses
+// what cannot run round by round: direct reads and bounced CUDA data over a grouped transport, and
+// network ops that wait on network ops of their own or a later round.
+Status RankRun::CountGroupedRounds() {
+  for (int i = 0; i < n_; ++i) {
+    if (!Grouped(i)) continue;
+    const Op& op = OpAt(i);
+    const std::string transport(transport_of_[i]->name());
+    if (roles_.role[i] != DirectRole::kStaged) {
+      return InvalidArgument(Describe(i) + ": direct reads over the grouped transport " + transport +
+                             "; set executor.direct_intra_node=false");
+    }
+    if (bounce_of_[i] >= 0) {
+      return Unimplemented(Describe(i) + ": " + transport + " needs CUDA data staged, which a "
+                           "grouped transport cannot post round by round");
+    }
+    for (int dep : plan_.Deps(op)) {
+      const int d = local_.at(dep);
+      const int dep_round = IsNetworkKind(OpAt(d).kind) ? OpAt(d).round : NetworkDepRound(d);
+      if (dep_round >= op.round) {
+        return InvalidArgument(Describe(i) + " (round " + std::to_string(op.round) +
+                               ") waits on a network op of round " + std::to_string(dep_round) +
+                               "; " + transport + " posts round by round and needs it earlier");
+      }
+    }
+    ++rounds_unready_[transport_of_[i]][op.round];
+  }
+  return Status::Ok();
+}
+
+// Op i became ready: one fewer op for its round to wait for.
+void RankRun::ReadyGrouped(int i) {
+  if (Grouped(i)) --rounds_unready_[transport_of_[i]][OpAt(i).round];
+}
+
+// Posts, for each grouped transport, every round whose ops are all ready, lowest first, each as
+// one group. A round whose staging cannot all be granted at once fails the run (never split).
+Status RankRun::StartGroupedRounds() {
+  for (auto& [transport, rounds] : rounds_unready_) {
+    while (!rounds.empty() && rounds.begin()->second == 0) {
+      const int round = rounds.begin()->first;
+      rounds.erase(rounds.begin());
+      std::vector<int> ops;
+      for (int i : ready_network_) {
+        if (transport_of_[i] == transport && OpAt(i).round == round) ops.push_back(i);
+      }
+      FERRY_RETURN_IF_ERROR(transport->BeginGroup());
+      for (int i : ops) {
+        ready_network_.erase(i);
+        FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
+        if (!started) {
+          (void)transport->EndGroup();
+          return FailedPrecondition(Describe(i) + ": executor.staging_budget cannot hold round " +
+                                    std::to_string(round) + " of " +
+                                    std::string(transport->name()) + " at once");
+        }
+      }
+      FERRY_RETURN_IF_ERROR(transport->EndGroup());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ferry
