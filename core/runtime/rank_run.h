@@ -136,6 +136,7 @@ class RankRun {
   // --- grouped transports (rank_run_grouped.cc) ---
   bool Grouped(int i) const;
   int NetworkDepRound(int i) const;
+  Status CheckMessageRounds() const;
   Status CountGroupedRounds();
   void ReadyGrouped(int i);
   Status StartGroupedRounds();

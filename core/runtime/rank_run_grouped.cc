@@ -9,6 +9,9 @@
 // its own or a later round cannot run round by round and is refused before anything is posted.
 #include "core/runtime/rank_run.h"
 
+#include <climits>
+#include <unordered_map>
+
 namespace ferry {
 namespace {
 
@@ -34,10 +37,35 @@ int RankRun::NetworkDepRound(int i) const {
   return earliest;
 }
 
+// Every message of the plan has its Send (or Forward) and its Recv in one round: both ends post it
+// in the same group. The planner guarantees it (planner/emit.cc gives a Recv its sender's round);
+// a hand-made plan may not, and every rank then refuses it alike (each holds the whole plan).
+Status RankRun::CheckMessageRounds() const {
+  std::unordered_map<int64_t, std::pair<int, int>> rounds;  // message -> (send round, recv round)
+  for (const Op& op : plan_.ops) {
+    if (!IsNetworkKind(op.kind)) continue;
+    auto& [send, recv] = rounds.try_emplace(op.message, -1, -1).first->second;
+    (op.kind == OpKind::kRecv ? recv : send) = op.round;
+  }
+  for (const auto& [message, ends] : rounds) {
+    if (ends.first != ends.second) {
+      return InvalidArgument("message " + std::to_string(message) + " is sent in round " +
+                             std::to_string(ends.first) + " and received in round " +
+                             std::to_string(ends.second) + "; a grouped transport posts both ends "
+                             "in one group and needs one round");
+    }
+  }
+  return Status::Ok();
+}
+
 // Counts, per grouped transport and round, the network ops still to become ready, and refuses
-// what cannot run round by round: direct reads and bounced CUDA data over a grouped transport, and
-// network ops that wait on network ops of their own or a later round.
+// what cannot run round by round: direct reads and bounced CUDA data over a grouped transport,
+// messages whose ends lie in different rounds, and network ops that wait on network ops of their
+// own or a later round.
 Status RankRun::CountGroupedRounds() {
+  bool any = false;
+  for (int i = 0; i < n_ && !any; ++i) any = Grouped(i);
+  if (any) FERRY_RETURN_IF_ERROR(CheckMessageRounds());
   for (int i = 0; i < n_; ++i) {
     if (!Grouped(i)) continue;
     const Op& op = OpAt(i);
@@ -53,7 +81,7 @@ Status RankRun::CountGroupedRounds() {
     for (int dep : plan_.Deps(op)) {
       const int d = local_.at(dep);
       const int dep_round = IsNetworkKind(OpAt(d).kind) ? OpAt(d).round : NetworkDepRound(d);
-      if (dep_round >= op.round) {
+      if (dep_round != INT32_MAX && dep_round >= op.round) {
         return InvalidArgument(Describe(i) + " (round " + std::to_string(op.round) +
                                ") waits on a network op of round " + std::to_string(dep_round) +
                                "; " + transport + " posts round by round and needs it earlier");
