@@ -144,16 +144,43 @@ Status RankRun::BuildDependencies() {
 
 // Grows the arena when this plan's slots need more than it has (dropping the old block's cached
 // registrations first) and resets the allocator over it.
+// The arena is device memory when StagesOnDevice, else pinned for runs that touch CUDA memory.
 Status RankRun::ReserveStaging() {
   res_.registrations.SetEpoch(comm_.epoch());
-  if (arena_needed_ > res_.arena.bytes() || (on_gpu_ && !res_.arena.pinned())) {
+  FERRY_ASSIGN_OR_RETURN(device_staging_, StagesOnDevice());
+  const bool wrong_kind = device_staging_ ? !res_.arena.on_device()
+                                          : res_.arena.on_device() || (on_gpu_ && !res_.arena.pinned());
+  if (arena_needed_ > res_.arena.bytes() || wrong_kind) {
     res_.registrations.Release(res_.arena.data());
-    FERRY_RETURN_IF_ERROR(res_.arena.Reallocate(std::max(arena_needed_, res_.arena.bytes()), on_gpu_)
-                              .WithContext("staging arena"));
+    const int64_t bytes = std::max(arena_needed_, res_.arena.bytes());
+    Status allocated = device_staging_ ? res_.arena.ReallocateOnDevice(bytes, res_.gpu->device())
+                                       : res_.arena.Reallocate(bytes, on_gpu_);
+    FERRY_RETURN_IF_ERROR(std::move(allocated).WithContext("staging arena"));
   }
   stats_.staging_arena_bytes = res_.arena.bytes();
   allocator_.Reset(res_.arena.bytes());
   return Status::Ok();
+}
+
+// Whether this rank's staging must be device memory: its memory is CUDA and the transports its
+// staged messages go through move CUDA memory only (NCCL). One arena cannot serve those and a
+// transport that needs host memory at once; that mix is refused, naming both.
+Result<bool> RankRun::StagesOnDevice() {
+  if (!on_gpu_) return false;
+  std::string device_only, host;
+  for (int i = 0; i < n_; ++i) {
+    const Op& op = OpAt(i);
+    if (!IsNetwork(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
+    if (op.data.space != Space::kStaging && bounce_of_[i] < 0) continue;
+    FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
+    (t->capabilities().host_memory ? host : device_only) = std::string(t->name());
+  }
+  if (!device_only.empty() && !host.empty()) {
+    return Unimplemented("rank " + std::to_string(rank_) + " stages messages for " + device_only +
+                         " (CUDA memory only) and for " + host + " (host memory) in one run; use "
+                         "one kind of transport for the links of a CUDA refit");
+  }
+  return !device_only.empty();
 }
 
 // Registers, with every transport this rank posts on, the memory its network ops send from or
@@ -174,7 +201,8 @@ Status RankRun::RegisterMemory() {
           /*cacheable=*/false);
     } else if (op.data.space == Space::kStaging || bounce_of_[i] >= 0) {
       if (res_.arena.bytes() > 0) {
-        registered = RegisterBlock(*t, {res_.arena.data(), res_.arena.bytes(), MemoryKind::kHost, -1},
+        const MemoryKind kind = res_.arena.on_device() ? MemoryKind::kCuda : MemoryKind::kHost;
+        registered = RegisterBlock(*t, {res_.arena.data(), res_.arena.bytes(), kind, res_.arena.device()},
                                    /*cacheable=*/true);
       }
     } else {
@@ -335,7 +363,8 @@ Status RankRun::StartCopy(int i) {
     bytes += g.bytes();
     geos.push_back(g);
     ends.push_back({from, to, 0});
-    gpu |= OnGpu(pair.from) || OnGpu(pair.to);
+    gpu |= OnGpu(pair.from) || OnGpu(pair.to) ||
+           (device_staging_ && (pair.from.space == Space::kStaging || pair.to.space == Space::kStaging));
     pageable |= (pair.from.space != Space::kStaging && !OnGpu(pair.from)) ||
                 (pair.to.space != Space::kStaging && !OnGpu(pair.to));
   }

@@ -107,6 +107,7 @@ class RankRun {
   void AssignDirectRoles();
   Status BuildDependencies();
   Status ReserveStaging();
+  Result<bool> StagesOnDevice();
   Status RegisterMemory();
   Status RegisterBlock(Transport* transport, const MemoryDesc& block, bool cacheable);
   // Whether the transport that carries messages to `peer` moves CUDA memory itself (no bounce).
@@ -214,6 +215,7 @@ class RankRun {
 
   // CUDA memory.
   bool on_gpu_ = false;                   // this rank's memory includes CUDA buffers
+  bool device_staging_ = false;           // the staging arena is device memory (StagesOnDevice)
   std::vector<int> bounce_of_;            // by op: its bounce slot, or -1
   std::vector<int64_t> bounce_bytes_;     // by bounce slot - plan_.slots.size()
   std::vector<GpuNext> gpu_next_;         // by op: what follows its kernel
