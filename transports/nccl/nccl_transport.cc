@@ -84,10 +84,12 @@ class NcclTransport final : public Transport {
 
   Status SetUpDevice();
   Result<RequestId> Post(bool send, int peer, uint64_t tag, const LocalBuffer& buffer);
-  Status Issue();
+  void Seal();
+  Status Pump();
   Status IssueOps(const std::vector<DeferredOp>& ops);
   Status Progress();
   void Fail(const Status& status);
+  void Advance();
 
   const TransportContext context_;
   const NcclOptions options_;
@@ -102,6 +104,7 @@ class NcclTransport final : public Transport {
   RequestId next_request_ = 1;
   bool in_group_ = false;
   DeferredGroup deferred_;
+  std::deque<std::vector<DeferredOp>> sealed_;  // groups waiting for their turn to be issued
   std::deque<Batch> batches_;  // issued, in issue order (events complete in this order)
   std::deque<Completion> ready_;
   Status failure_;  // the first error of the communicator; every request after it fails with it
@@ -198,18 +201,36 @@ Status NcclTransport::EndGroup() {
   if (!in_group_) return FailedPrecondition("nccl: EndGroup without BeginGroup");
   in_group_ = false;
   FERRY_RETURN_IF_ERROR(abort_.status());
-  return Issue();
+  Seal();
+  Advance();
+  return Status::Ok();  // a failed group fails its requests, reported by Poll
 }
 
-// Issues the deferred ops as one NCCL group (nothing when there are none).
-Status NcclTransport::Issue() {
-  if (deferred_.empty()) return Status::Ok();
-  std::vector<DeferredOp> ops = deferred_.Take();
-  Status issued = failure_.ok() ? IssueOps(ops) : failure_;
-  Batch batch{std::move(ops), nullptr};
-  batches_.push_back(std::move(batch));
-  if (!issued.ok()) Fail(issued);
-  return Status::Ok();  // a failed batch fails its requests, reported by Poll
+// The ops deferred so far become one group, in (peer, tag) order, queued for Pump.
+void NcclTransport::Seal() {
+  if (!deferred_.empty()) sealed_.push_back(deferred_.Take());
+}
+
+// Issues sealed groups, one at a time: while NCCL is still enqueuing a group of a non-blocking
+// communicator (ncclInProgress) it takes no other call on it, so the next group waits until the
+// previous one's event is recorded (Progress). Never blocks.
+Status NcclTransport::Pump() {
+  while (true) {
+    FERRY_RETURN_IF_ERROR(Progress());
+    const bool enqueuing = !batches_.empty() && batches_.back().event == nullptr;
+    if (sealed_.empty() || enqueuing) return Status::Ok();
+    std::vector<DeferredOp> ops = std::move(sealed_.front());
+    sealed_.pop_front();
+    Status issued = IssueOps(ops);
+    batches_.push_back(Batch{std::move(ops), nullptr});
+    FERRY_RETURN_IF_ERROR(issued);
+  }
+}
+
+// Pump, failing every request when the communicator or a call failed.
+void NcclTransport::Advance() {
+  if (!failure_.ok() || abort_.aborted()) return;
+  if (Status s = Pump(); !s.ok()) Fail(s);
 }
 
 // ncclGroupStart, each op in order, ncclGroupEnd: ncclGroupEnd is always called once the group
@@ -247,7 +268,7 @@ Status NcclTransport::IssueOps(const std::vector<DeferredOp>& ops) {
 // Records the event of every batch NCCL has finished enqueuing (the communicator leaves
 // ncclInProgress), or fails everything when the communicator reports an error.
 Status NcclTransport::Progress() {
-  if (!failure_.ok() || batches_.empty() || batches_.back().event != nullptr) return Status::Ok();
+  if (batches_.empty() || batches_.back().event != nullptr) return Status::Ok();
   FERRY_ASSIGN_OR_RETURN(ncclResult_t state, comm_->AsyncState());
   if (state == ncclInProgress) return Status::Ok();
   if (state != ncclSuccess) {
@@ -274,16 +295,18 @@ void NcclTransport::Fail(const Status& status) {
     for (const DeferredOp& op : batch.ops) ready_.push_back({op.request, status, 0});
     batch.ops.clear();
   }
-  for (const DeferredOp& op : deferred_.Take()) ready_.push_back({op.request, status, 0});
+  Seal();
+  for (const std::vector<DeferredOp>& group : sealed_) {
+    for (const DeferredOp& op : group) ready_.push_back({op.request, status, 0});
+  }
+  sealed_.clear();
 }
 
 Result<int> NcclTransport::Poll(std::span<Completion> out, Deadline deadline) {
   for (int idle = 0;; ++idle) {
     if (abort_.TakeDrain()) Fail(abort_.status());
-    if (!abort_.aborted()) {
-      if (!in_group_) FERRY_RETURN_IF_ERROR(Issue());
-      if (Status s = Progress(); !s.ok()) Fail(s);
-    }
+    if (!in_group_) Seal();
+    Advance();
     while (!abort_.aborted() && !batches_.empty() && batches_.front().event != nullptr) {
       cudaError_t e = cudaEventQuery(batches_.front().event);
       if (e == cudaErrorNotReady) break;

@@ -12,7 +12,10 @@
 // Grouping and matching. NCCL matches by issue order per peer pair and has no tags; ferry matches
 // by (peer, tag). Posts are deferred: those between BeginGroup and EndGroup are issued at EndGroup,
 // those outside a group at the next Poll, each batch as one ncclGroupStart/End ordered by
-// (peer, tag) (deferred_group.h). Completions come from a CUDA event recorded after each batch.
+// (peer, tag) (deferred_group.h). Batches go out one at a time: NCCL takes no call on a
+// non-blocking communicator still enqueuing a group, so the next one waits (inside Poll, never
+// blocking) until ncclCommGetAsyncError leaves ncclInProgress. Completions come from a CUDA event
+// recorded after each batch.
 //
 // Why this cannot deadlock, given the executor's round-synchronous use (core/runtime/
 // rank_run_grouped.cc): the plan puts every Send and its Recv in the same round, and each rank
