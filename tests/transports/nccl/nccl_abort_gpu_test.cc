@@ -41,9 +41,12 @@ Result<Rendezvous> Join(int rank, int port) {
 // CUDA is first touched here, in the forked child (CUDA does not survive a fork).
 constexpr int kNoGpu = 77;
 int Survivor(int port, const std::string& library) {
-  if (!HaveGpu()) return kNoGpu;
   auto rendezvous = Join(0, port);
   if (!rendezvous.ok()) return Report(rendezvous.status());
+  if (!HaveGpu()) {  // an empty id sends the helper home instead of into SIGSTOP
+    (void)rendezvous->store->Set("e0/nccl/unique_id", Bytes{}, Deadline::AfterSeconds(5));
+    return kNoGpu;
+  }
   auto rank = CreateNcclRank(0, 2, rendezvous->store.get(), library, {"deadline.abort=2s"});
   if (!rank.ok()) return Report(rank.status());
   auto start = Clock::now();
@@ -73,7 +76,8 @@ int Survivor(int port, const std::string& library) {
 int StoppedHelper(int port) {
   auto rendezvous = Join(1, port);
   if (!rendezvous.ok()) return Report(rendezvous.status());
-  if (!rendezvous->store->Get("e0/nccl/unique_id", Deadline::AfterSeconds(20)).ok()) return 7;
+  auto id = rendezvous->store->Get("e0/nccl/unique_id", Deadline::AfterSeconds(20));
+  if (!id.ok() || id->empty()) return 7;
   ::raise(SIGSTOP);
   return 0;
 }
@@ -82,7 +86,7 @@ TEST(NcclAbortTest, AbortReturnsWhenAPeerIsStoppedDuringInit) {
   const std::string library = FindNcclLibrary();
   if (library.empty()) GTEST_SKIP() << "SKIPPED: no loadable libnccl.so.2";
   // The helper stays stopped until RunRanks' deadline kills it: -SIGKILL is its expected code.
-  // Without a GPU the survivor leaves at once and the helper's store read fails (7).
+  // Without a GPU the survivor publishes an empty id and leaves; the helper returns 7.
   auto codes = RunRanks(2, 15, [&](int rank, int port) {
     return rank == 0 ? Survivor(port, library) : StoppedHelper(port);
   });
