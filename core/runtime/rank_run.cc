@@ -323,7 +323,7 @@ bool RankRun::GrantStaging(int i) {
   bool needs_space = false;
   for (int slot : slots_of_[i]) needs_space |= slot_offset_.count(slot) == 0;
   if (!needs_space) return true;
-  if (staging_blocked_) return false;
+  if (staging_blocked_ || AheadOfGroupedRounds(i)) return false;
   std::vector<std::pair<int, int64_t>> got;
   for (int slot : slots_of_[i]) {
     if (slot_offset_.count(slot) != 0) continue;

@@ -140,6 +140,8 @@ class RankRun {
   Status CheckMessageRounds() const;
   Status CountGroupedRounds();
   void ReadyGrouped(int i);
+  bool AheadOfGroupedRounds(int i) const;
+  bool GrantRound(const std::vector<int>& ops);
   Status StartGroupedRounds();
 
   // --- CUDA memory (rank_run_cuda.cc) ---

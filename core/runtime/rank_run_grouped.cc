@@ -61,7 +61,8 @@ Status RankRun::CheckMessageRounds() const {
 // Counts, per grouped transport and round, the network ops still to become ready, and refuses
 // what cannot run round by round: direct reads and bounced CUDA data over a grouped transport,
 // messages whose ends lie in different rounds, and network ops that wait on network ops of their
-// own or a later round.
+// own or a later round. Staging is granted a round at a time (GrantRound), and local ops do not
+// take staging ahead of the rounds still to post (AheadOfGroupedRounds).
 Status RankRun::CountGroupedRounds() {
   bool any = false;
   for (int i = 0; i < n_ && !any; ++i) any = Grouped(i);
@@ -80,6 +81,11 @@ Status RankRun::CountGroupedRounds() {
     }
     for (int dep : plan_.Deps(op)) {
       const int d = local_.at(dep);
+      if (OpAt(d).round > op.round) {
+        return InvalidArgument(Describe(i) + " (round " + std::to_string(op.round) + ") waits on " +
+                               Describe(d) + " of round " + std::to_string(OpAt(d).round) +
+                               "; " + transport + " posts round by round and needs it no later");
+      }
       const int dep_round = IsNetworkKind(OpAt(d).kind) ? OpAt(d).round : NetworkDepRound(d);
       if (dep_round != INT32_MAX && dep_round >= op.round) {
         return InvalidArgument(Describe(i) + " (round " + std::to_string(op.round) +
@@ -97,26 +103,60 @@ void RankRun::ReadyGrouped(int i) {
   if (Grouped(i)) --rounds_unready_[transport_of_[i]][OpAt(i).round];
 }
 
-// Posts, for each grouped transport, every round whose ops are all ready, lowest first, each as
-// one group. A round whose staging cannot all be granted at once fails the run (never split).
+// A local op (Pack, Unpack, Copy) of a round after the lowest grouped round not yet posted must
+// not take staging yet: packs running rounds ahead would fill the arena with slots that free only
+// after their own later rounds, leaving no room for the receives of the round that must go first.
+bool RankRun::AheadOfGroupedRounds(int i) const {
+  if (IsNetworkKind(OpAt(i).kind)) return false;
+  for (const auto& [transport, rounds] : rounds_unready_) {
+    if (!rounds.empty() && OpAt(i).round > rounds.begin()->first) return true;
+  }
+  return false;
+}
+
+// Grants the staging of every op of one round, all or none: when one op cannot have its slots,
+// frees what this call granted and blocks the arena for the rest of the scan; the round is tried
+// again once completions free space.
+bool RankRun::GrantRound(const std::vector<int>& ops) {
+  std::vector<int> granted;  // slots this call allocated
+  for (int i : ops) {
+    std::vector<int> missing;
+    for (int slot : slots_of_[i]) {
+      if (slot_offset_.count(slot) == 0) missing.push_back(slot);
+    }
+    if (!GrantStaging(i)) {
+      for (int slot : granted) {
+        if (slot_offset_.count(slot) == 0) continue;
+        allocator_.Free(slot_offset_.at(slot));
+        slot_offset_.erase(slot);
+      }
+      staging_blocked_ = true;
+      return false;
+    }
+    granted.insert(granted.end(), missing.begin(), missing.end());
+  }
+  return true;
+}
+
+// Posts, for each grouped transport, every round whose ops are all ready and whose staging can all
+// be granted, lowest first, each as one group (never split).
 Status RankRun::StartGroupedRounds() {
   for (auto& [transport, rounds] : rounds_unready_) {
     while (!rounds.empty() && rounds.begin()->second == 0) {
       const int round = rounds.begin()->first;
-      rounds.erase(rounds.begin());
       std::vector<int> ops;
       for (int i : ready_network_) {
         if (transport_of_[i] == transport && OpAt(i).round == round) ops.push_back(i);
       }
+      if (!GrantRound(ops)) break;
+      rounds.erase(rounds.begin());
       FERRY_RETURN_IF_ERROR(transport->BeginGroup());
       for (int i : ops) {
         ready_network_.erase(i);
         FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
         if (!started) {
           (void)transport->EndGroup();
-          return FailedPrecondition(Describe(i) + ": executor.staging_budget cannot hold round " +
-                                    std::to_string(round) + " of " +
-                                    std::string(transport->name()) + " at once");
+          return Internal(Describe(i) + ": staging granted for its round, yet it did not start");
         }
       }
       FERRY_RETURN_IF_ERROR(transport->EndGroup());

@@ -7,7 +7,9 @@
 
 #include <set>
 
+#include "core/layout/layout.h"
 #include "core/runtime/executor.h"
+#include "planner/planner.h"
 #include "tests/core/runtime/executor_testutil.h"
 
 namespace ferry {
@@ -71,11 +73,12 @@ const TransportRegistrar kGroupedTcp({"grouped_tcp", "tcp that asks to be groupe
                                       }});
 
 // ThreeRankPlan with each message's ends in one round and the relay a round after what it relays:
-// messages 1 (0 -> 1) and 2 (0 -> 2) in round 0, message 3 (2 -> 1, forwarding 2) in round 1.
+// messages 1 (0 -> 1) and 2 (0 -> 2) and their Packs in round 0, message 3 (2 -> 1, forwarding 2)
+// in round 1.
 TransferPlan RoundConsistentPlan() {
   TransferPlan plan = ThreeRankPlan();
   for (Op& op : plan.ops) {
-    if (op.message == 1 || op.message == 2) op.round = 0;
+    if (op.message == 1 || op.message == 2 || op.kind == OpKind::kPack) op.round = 0;
     if (op.message == 3) op.round = 1;
   }
   return plan;
@@ -156,6 +159,48 @@ TEST(ExecutorGroupedTest, PlansThatCannotRunRoundByRoundAreRefused) {
     return g != nullptr && g->group_sizes.empty() && g->posts_outside_groups == 0 ? 0 : 3;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+// One rank moving a 4 MiB fp32 matrix to itself (planner.same_rank=transport) between two column
+// splits of one buffer, so every message is packed and unpacked, in 16 chunks of 256 KiB, one per
+// round, through a staging budget of four slots. Packs run on the copy pool (asynchronously, as
+// they do on the GPU) and must not run rounds ahead and fill the arena, or the round that must go
+// first finds no room for its receive and the run stalls.
+TEST(ExecutorGroupedTest, PacksDoNotRunAheadOfTheRoundsThatMustGoFirst) {
+  const TensorSpec spec{"w", {1024, 1024}, DType::kFP32};
+  const std::array<int64_t, kMaxDims> row_major = {1024, 1};
+  Layout src, dst;
+  const int s = src.AddTensor(spec).value(), d = dst.AddTensor(spec).value();
+  for (int64_t c : {0, 512}) {
+    src.PlaceFragment(s, Box::Make({0, c}, {1024, c + 512}).value(), 0, "w", c * 4, row_major);
+  }
+  for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, 256}, {256, 768}, {768, 1024}}) {
+    dst.PlaceFragment(d, Box::Make({0, lo}, {1024, hi}).value(), 0, "w", lo * 4, row_major);
+  }
+  PlannerOptions options;
+  options.same_rank = SameRankMode::kTransport;
+  options.network_chunk_bytes = 256 << 10;
+  auto planned = PlanReshard(src, dst, Topology::Uniform(1, 1), options);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  const TransferPlan& plan = planned->plan;
+  auto codes = RunRanks(1, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 1, port,
+                       {"transport.same_rank=grouped_tcp", "executor.staging_budget=1MiB",
+                        "executor.copy_threads=2"});
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    Allocate(r, plan, rank);
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+    if (!stats.ok()) return Report(stats.status());
+    const auto* got = static_cast<const float*>(r.memory.destination[0].base);
+    for (int64_t i = 0; i < 1024 * 1024; ++i) {
+      if (got[i] != Value(i / kCols, i % kCols)) return 2;
+    }
+    GroupedTcp* g = GroupedOf(r);
+    if (g == nullptr || g->posts_outside_groups != 0 || g->group_sizes.size() < 8) return 3;
+    return stats->peak_staging_bytes <= (1 << 20) ? 0 : 4;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0}));
 }
 
 }  // namespace
