@@ -22,6 +22,10 @@ const OptionTable<PlannerOptions>& PlannerOptions::Table() {
                 {{"auto", RelayMode::kAuto}, {"off", RelayMode::kOff}, {"on", RelayMode::kOn}},
                 "relay chunks between destination nodes' leaders (auto: when the sources' egress "
                 "bounds the refit)")
+        .Choice("planner.same_rank", &PlannerOptions::same_rank,
+                {{"copy", SameRankMode::kCopy}, {"transport", SameRankMode::kTransport}},
+                "bytes a rank holds for itself: one local copy, or a message to itself over "
+                "transport.same_rank (exercises that transport on one rank)")
         .Bytes("planner.bucket_bytes", &PlannerOptions::bucket_bytes,
                "gather-and-broadcast baseline: bucket size")
         .Bytes("planner.broadcast_chunk_bytes", &PlannerOptions::broadcast_chunk_bytes,

@@ -13,6 +13,12 @@ namespace ferry {
 
 enum class RelayMode { kAuto, kOff, kOn };
 
+// How bytes a destination rank already holds as a source reach its destination fragment: one
+// local Copy op (kCopy), or a message to itself, Pack/Send/Recv/Unpack over the communicator's
+// transport.same_rank (kTransport), which exercises a transport (NCCL send/recv to self) on one
+// rank.
+enum class SameRankMode { kCopy, kTransport };
+
 struct PlannerOptions {
   int64_t network_chunk_bytes = int64_t{32} << 20;  // largest message over the network
   // Largest message of a chain inside one destination node (fan-out). Each hop waits for a whole
@@ -25,6 +31,7 @@ struct PlannerOptions {
   int64_t relay_chunk_bytes = int64_t{8} << 20;
   bool hierarchical = true;  // cross the network once per destination node, then fan out
   RelayMode relay = RelayMode::kAuto;  // relay between destination nodes (auto: if sources bound)
+  SameRankMode same_rank = SameRankMode::kCopy;
   // Gather-and-broadcast bucket size: NeMo RL's packed broadcast fills buckets of
   // NRL_REFIT_BUFFER_MEMORY_RATIO (0.02) x GPU memory, at most 5 GiB
   // (NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py, get_target_packed_tensor_size): 1.6 GiB on an

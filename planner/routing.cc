@@ -100,7 +100,11 @@ class Router {
       const int frag = inter_.group_frags[i];
       const int rank = facts_.destination_rank[frag];
       if (holders_.HolderOn(rank) >= 0) {
-        routes_.local_copies.push_back({rank, p, holders_.HolderOn(rank), frag});
+        if (options_.same_rank == SameRankMode::kTransport) {
+          RouteToSelf(p, rank, frag);
+        } else {
+          routes_.local_copies.push_back({rank, p, holders_.HolderOn(rank), frag});
+        }
         continue;
       }
       if (member_ranks_.empty() || member_ranks_.back() != rank) {  // group_frags is by rank
@@ -115,6 +119,16 @@ class Router {
     if (!std::is_sorted(member_ranks_.begin(), member_ranks_.end(), by_node)) {
       std::stable_sort(member_ranks_.begin(), member_ranks_.end(), by_node);
     }
+  }
+
+  // planner.same_rank=transport: piece p reaches fragment `frag` of `rank`, which holds the piece,
+  // as a message from the rank to itself, its only candidate the rank's own holder.
+  void RouteToSelf(int p, int rank, int frag) {
+    const int cand_begin = num_holders_ + static_cast<int>(routes_.intra_pool.size());
+    routes_.intra_pool.push_back(holders_.HolderOn(rank));
+    Delivery d = NewDelivery(p, rank, cand_begin, cand_begin + 1);
+    d.members = OneMember(frag);
+    AddChunks(d, options_.network_chunk_bytes);
   }
 
   // Per destination node of the members: direct deliveries from holders on that node, or the

@@ -234,11 +234,12 @@ Status CheckCopies(const TransferPlan& plan, const Op& op) {
   return Status::Ok();
 }
 
-// A Send, Forward or Recv: a valid peer and message id, data in bounds; a Forward relays bytes a
+// A Send, Forward or Recv: a valid peer (itself too: planner.same_rank=transport sends a rank's
+// own bytes through its same-rank transport) and message id, data in bounds; a Forward relays bytes a
 // Recv it depends on received, as they landed (in a staging slot or in the destination region
 // they are for); a Recv does not write into a source buffer.
 Status CheckMessageOp(const TransferPlan& plan, const Op& op) {
-  if (op.peer < 0 || op.peer >= plan.num_ranks || op.peer == op.rank) {
+  if (op.peer < 0 || op.peer >= plan.num_ranks) {
     return InvalidArgument(OpName(op) + ": peer " + std::to_string(op.peer) + " is invalid");
   }
   if (op.message < 0) {

@@ -45,7 +45,9 @@ Result<ExecutorStats> RankRun::Execute() {
   AssignDirectRoles();
   FERRY_RETURN_IF_ERROR(BuildDependencies());
   FERRY_RETURN_IF_ERROR(ReserveStaging());
-  if (Status registered = RegisterMemory(); !registered.ok()) {
+  Status registered = RegisterMemory();
+  if (registered.ok()) registered = CountGroupedRounds();
+  if (!registered.ok()) {
     ReleaseRunRegistrations();
     return registered;
   }
@@ -119,7 +121,10 @@ Status RankRun::BuildDependencies() {
       }
       ++slot_uses_[slot];
     }
-    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data())) AddBounce(i);
+    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data()) &&
+        !MovesCuda(op.peer)) {
+      AddBounce(i);
+    }
   }
   return CheckStagingFits();
 }
@@ -147,34 +152,66 @@ Status RankRun::CheckStagingFits() {
 
 // Grows the arena when this plan's slots need more than it has (dropping the old block's cached
 // registrations first) and resets the allocator over it.
+// The arena is device memory when StagesOnDevice, else pinned for runs that touch CUDA memory.
 Status RankRun::ReserveStaging() {
   res_.registrations.SetEpoch(comm_.epoch());
-  if (arena_needed_ > res_.arena.bytes() || (on_gpu_ && !res_.arena.pinned())) {
+  FERRY_ASSIGN_OR_RETURN(device_staging_, StagesOnDevice());
+  const bool wrong_kind = device_staging_ ? !res_.arena.on_device()
+                                          : res_.arena.on_device() || (on_gpu_ && !res_.arena.pinned());
+  if (arena_needed_ > res_.arena.bytes() || wrong_kind) {
     res_.registrations.Release(res_.arena.data());
-    FERRY_RETURN_IF_ERROR(res_.arena.Reallocate(std::max(arena_needed_, res_.arena.bytes()), on_gpu_)
-                              .WithContext("staging arena"));
+    const int64_t bytes = std::max(arena_needed_, res_.arena.bytes());
+    Status allocated = device_staging_ ? res_.arena.ReallocateOnDevice(bytes, res_.gpu->device())
+                                       : res_.arena.Reallocate(bytes, on_gpu_);
+    FERRY_RETURN_IF_ERROR(std::move(allocated).WithContext("staging arena"));
   }
   stats_.staging_arena_bytes = res_.arena.bytes();
   allocator_.Reset(res_.arena.bytes());
   return Status::Ok();
 }
 
+// Whether this rank's staging must be device memory: its memory is CUDA and the transports its
+// staged messages go through move CUDA memory only (NCCL). One arena cannot serve those and a
+// transport that needs host memory at once; that mix is refused, naming both.
+Result<bool> RankRun::StagesOnDevice() {
+  if (!on_gpu_) return false;
+  std::string device_only, host;
+  for (int i = 0; i < n_; ++i) {
+    const Op& op = OpAt(i);
+    if (!IsNetwork(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
+    if (op.data.space != Space::kStaging && bounce_of_[i] < 0) continue;
+    FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
+    (t->capabilities().host_memory ? host : device_only) = std::string(t->name());
+  }
+  if (!device_only.empty() && !host.empty()) {
+    return Unimplemented("rank " + std::to_string(rank_) + " stages messages for " + device_only +
+                         " (CUDA memory only) and for " + host + " (host memory) in one run; use "
+                         "one kind of transport for the links of a CUDA refit");
+  }
+  return !device_only.empty();
+}
+
 // Registers, with every transport this rank posts on, the memory its network ops send from or
 // receive into: the control buffer for direct reads, the arena for staged data, user buffers.
 Status RankRun::RegisterMemory() {
+  transport_of_.assign(n_, nullptr);
   for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
     if (!IsNetwork(op.kind)) continue;
     auto t = comm_.TransportFor(op.peer);
     if (!t.ok()) return t.status().WithContext(Describe(i));
     used_transports_.insert(*t);
+    transport_of_[i] = *t;
     Status registered;
     if (roles_.role[i] != DirectRole::kStaged) {
-      registered = RegisterBlock(*t, res_.control.data(), static_cast<int64_t>(res_.control.size()),
-                                 /*cacheable=*/false);
+      registered = RegisterBlock(
+          *t, {res_.control.data(), static_cast<int64_t>(res_.control.size()), MemoryKind::kHost, -1},
+          /*cacheable=*/false);
     } else if (op.data.space == Space::kStaging || bounce_of_[i] >= 0) {
       if (res_.arena.bytes() > 0) {
-        registered = RegisterBlock(*t, res_.arena.data(), res_.arena.bytes(), /*cacheable=*/true);
+        const MemoryKind kind = res_.arena.on_device() ? MemoryKind::kCuda : MemoryKind::kHost;
+        registered = RegisterBlock(*t, {res_.arena.data(), res_.arena.bytes(), kind, res_.arena.device()},
+                                   /*cacheable=*/true);
       }
     } else {
       const auto& table = op.data.space == Space::kSource ? memory_.source : memory_.destination;
@@ -182,8 +219,7 @@ Status RankRun::RegisterMemory() {
         return InvalidArgument(Describe(i) + ": buffer " + std::to_string(op.data.buffer) +
                                " has no memory");
       }
-      registered = RegisterBlock(*t, table[op.data.buffer].base, table[op.data.buffer].bytes,
-                                 res_.options.cache_registrations);
+      registered = RegisterBlock(*t, table[op.data.buffer], res_.options.cache_registrations);
     }
     if (!registered.ok()) {
       return std::move(registered).WithContext(Describe(i) + ": registering memory");
@@ -192,23 +228,28 @@ Status RankRun::RegisterMemory() {
   return Status::Ok();
 }
 
-// Registers [base, base + bytes) with `transport` once per run, reusing a cached registration;
-// `cacheable` ones go to the cache, the others are released at the end of the run.
-Status RankRun::RegisterBlock(Transport* transport, void* base, int64_t bytes, bool cacheable) {
+// Registers `block` with `transport` once per run, reusing a cached registration; `cacheable`
+// ones go to the cache, the others are released at the end of the run.
+Status RankRun::RegisterBlock(Transport* transport, const MemoryDesc& block, bool cacheable) {
+  void* const base = block.base;
   if (handle_of_.count({transport, base}) != 0) return Status::Ok();
-  if (MemoryHandle cached = res_.registrations.Find(transport, base, bytes); cached.valid()) {
+  if (MemoryHandle cached = res_.registrations.Find(transport, base, block.bytes); cached.valid()) {
     handle_of_[{transport, base}] = cached;
     return Status::Ok();
   }
-  FERRY_ASSIGN_OR_RETURN(MemoryHandle h,
-                         transport->RegisterMemory(MemoryDesc{base, bytes, MemoryKind::kHost, -1}));
+  FERRY_ASSIGN_OR_RETURN(MemoryHandle h, transport->RegisterMemory(block));
   handle_of_[{transport, base}] = h;
   if (cacheable) {
-    res_.registrations.Add(transport, base, bytes, h);
+    res_.registrations.Add(transport, base, block.bytes, h);
   } else {
     run_registrations_.push_back({transport, h});
   }
   return Status::Ok();
+}
+
+bool RankRun::MovesCuda(int peer) {
+  auto t = comm_.TransportFor(peer);
+  return t.ok() && (*t)->capabilities().cuda_memory;
 }
 
 void RankRun::ReleaseRunRegistrations() {
@@ -218,6 +259,7 @@ void RankRun::ReleaseRunRegistrations() {
 // --- scheduling -------------------------------------------------------------------------------
 
 void RankRun::MakeReady(int i) {
+  if (IsNetwork(OpAt(i).kind)) ReadyGrouped(i);
   (IsNetwork(OpAt(i).kind) ? ready_network_ : ready_local_).insert(i);
   ++readied_;
 }
@@ -244,9 +286,14 @@ Status RankRun::StartReady() {
   while (seen != readied_) {  // inline completions may ready more ops: scan again
     seen = readied_;
     staging_blocked_ = false;
+    FERRY_RETURN_IF_ERROR(StartGroupedRounds());
     for (auto it = ready_network_.begin();
          it != ready_network_.end() && in_flight_ < res_.options.max_in_flight;) {
       int i = *it;
+      if (Grouped(i)) {  // posted a whole round at a time, by StartGroupedRounds
+        ++it;
+        continue;
+      }
       FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
       it = started ? ready_network_.erase(it) : std::next(it);
     }
@@ -284,7 +331,7 @@ bool RankRun::GrantStaging(int i) {
   bool needs_space = false;
   for (int slot : slots_of_[i]) needs_space |= slot_offset_.count(slot) == 0;
   if (!needs_space) return true;
-  if (staging_blocked_) return false;
+  if (staging_blocked_ || AheadOfGroupedRounds(i)) return false;
   std::vector<std::pair<int, int64_t>> got;
   for (int slot : slots_of_[i]) {
     if (slot_offset_.count(slot) != 0) continue;
@@ -324,7 +371,8 @@ Status RankRun::StartCopy(int i) {
     bytes += g.bytes();
     geos.push_back(g);
     ends.push_back({from, to, 0});
-    gpu |= OnGpu(pair.from) || OnGpu(pair.to);
+    gpu |= OnGpu(pair.from) || OnGpu(pair.to) ||
+           (device_staging_ && (pair.from.space == Space::kStaging || pair.to.space == Space::kStaging));
     pageable |= (pair.from.space != Space::kStaging && !OnGpu(pair.from)) ||
                 (pair.to.space != Space::kStaging && !OnGpu(pair.to));
   }

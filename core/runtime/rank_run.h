@@ -15,6 +15,9 @@
 //               OnRequestDone, which Complete ops and so ready their dependents
 //   the end     Finish on success; AbortRun on the first failure (it aborts the communicator so
 //               that peers fail fast)
+//   grouped transports (rank_run_grouped.cc) a rank's ops of one round on a grouped transport
+//               (NCCL) are posted as one group once all are ready, rounds in order
+//               (CountGroupedRounds, StartGroupedRounds); the in-flight window never splits one
 //   CUDA memory (rank_run_cuda.cc) PrepareGpu picks the device and the stream; ops whose regions
 //               lie in CUDA memory run as one batched kernel launch each (LaunchGpu) and complete
 //               when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
@@ -104,8 +107,11 @@ class RankRun {
   void AssignDirectRoles();
   Status BuildDependencies();
   Status ReserveStaging();
+  Result<bool> StagesOnDevice();
   Status RegisterMemory();
-  Status RegisterBlock(Transport* transport, void* base, int64_t bytes, bool cacheable);
+  Status RegisterBlock(Transport* transport, const MemoryDesc& block, bool cacheable);
+  // Whether the transport that carries messages to `peer` moves CUDA memory itself (no bounce).
+  bool MovesCuda(int peer);
   void ReleaseRunRegistrations();
 
   // --- scheduling ---
@@ -127,6 +133,16 @@ class RankRun {
   Status StartRead(int i);
   Status CopyRead(int i);
   Status FinishRead(int i);
+
+  // --- grouped transports (rank_run_grouped.cc) ---
+  bool Grouped(int i) const;
+  int NetworkDepRound(int i) const;
+  Status CheckMessageRounds() const;
+  Status CountGroupedRounds();
+  void ReadyGrouped(int i);
+  bool AheadOfGroupedRounds(int i) const;
+  bool GrantRound(const std::vector<int>& ops);
+  Status StartGroupedRounds();
 
   // --- CUDA memory (rank_run_cuda.cc) ---
   enum class GpuNext : uint8_t { kComplete, kFinishRead, kPostSend };
@@ -202,6 +218,7 @@ class RankRun {
 
   // CUDA memory.
   bool on_gpu_ = false;                   // this rank's memory includes CUDA buffers
+  bool device_staging_ = false;           // the staging arena is device memory (StagesOnDevice)
   std::vector<int> bounce_of_;            // by op: its bounce slot, or -1
   std::vector<int64_t> bounce_bytes_;     // by bounce slot - plan_.slots.size()
   std::vector<GpuNext> gpu_next_;         // by op: what follows its kernel
@@ -214,6 +231,9 @@ class RankRun {
   std::vector<RunRegistration> run_registrations_;
   std::map<std::pair<Transport*, const void*>, MemoryHandle> handle_of_;  // (transport, base)
   std::set<Transport*> used_transports_;
+  std::vector<Transport*> transport_of_;  // by op: the transport a network op posts on, else null
+  // Grouped transports: per round, this rank's ops on it not yet ready (rounds still to post).
+  std::map<Transport*, std::map<int, int>> rounds_unready_;
 
   // Scheduling and progress.
   std::set<int, ReadyOrder> ready_network_, ready_local_;  // network and local apart, so that a

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "core/cuda/batched_copy.h"
 #include "core/cuda/copy_stream.h"
 
 namespace ferry {
@@ -12,7 +13,9 @@ StagingArena::~StagingArena() { Free(); }
 
 void StagingArena::Free() {
   if (data_ != nullptr) {
-    if (pinned_) {
+    if (device_ >= 0) {
+      (void)cuda::DeviceFree(data_);
+    } else if (pinned_) {
       (void)cuda::PinnedFree(data_);
     } else {
       delete[] data_;
@@ -20,6 +23,7 @@ void StagingArena::Free() {
   }
   data_ = nullptr;
   bytes_ = 0;
+  device_ = -1;
 }
 
 Status StagingArena::Reallocate(int64_t bytes, bool pinned) {
@@ -32,6 +36,17 @@ Status StagingArena::Reallocate(int64_t bytes, bool pinned) {
     data_ = new char[static_cast<size_t>(std::max<int64_t>(bytes, 1))];
   }
   bytes_ = bytes;
+  return Status::Ok();
+}
+
+Status StagingArena::ReallocateOnDevice(int64_t bytes, int device) {
+  Free();
+  pinned_ = false;
+  FERRY_RETURN_IF_ERROR(cuda::SetDevice(device));
+  FERRY_ASSIGN_OR_RETURN(void* p, cuda::DeviceAlloc(bytes));
+  data_ = static_cast<char*>(p);
+  bytes_ = bytes;
+  device_ = device;
   return Status::Ok();
 }
 

@@ -3,6 +3,9 @@
 // allocator that carves a run's slots out of it. For runs that touch CUDA memory the block is
 // pinned (page-locked and mapped, core/cuda/copy_stream.h): the copy kernel packs into it and
 // unpacks from it directly, and transports without GPU-direct send and receive it as host memory.
+// For ranks whose every transport moves CUDA memory and refuses host memory (NCCL) the block is
+// device memory instead (ReallocateOnDevice): the copy kernel packs into it and the transport
+// sends from it, with no host memory in the path.
 //
 // Ownership: StagingArena owns its block; a reallocation frees the old one, so whoever registered
 // it with a transport must deregister it first. ArenaAllocator only hands out offsets.
@@ -29,16 +32,22 @@ class StagingArena {
   char* data() const { return data_; }  // null while empty
   int64_t bytes() const { return bytes_; }
   bool pinned() const { return pinned_; }
+  bool on_device() const { return device_ >= 0; }
+  int device() const { return device_; }  // -1 unless on_device()
   // Replaces the block by one of `bytes` bytes (uninitialised: staging is always written before it
   // is read), pinned when `pinned`. The old block's address is no longer valid. Fails only when
   // pinned memory cannot be had (no GPU, or the driver refuses).
   Status Reallocate(int64_t bytes, bool pinned);
+  // Replaces the block by `bytes` of device memory on CUDA device `device` (the executor's stream's
+  // device, current on the calling thread).
+  Status ReallocateOnDevice(int64_t bytes, int device);
 
  private:
   void Free();
   char* data_ = nullptr;
   int64_t bytes_ = 0;
   bool pinned_ = false;
+  int device_ = -1;
 };
 
 // First-fit allocator over [0, capacity) of the arena, in 256-byte units.

@@ -351,6 +351,73 @@ TEST(PlannerRouting, ARankHoldingABoxTwiceGetsEveryCopy) {
   }
 }
 
+// planner.same_rank=transport: bytes a rank holds for itself become messages to itself, so random
+// layouts still execute exactly, with no Copy op left; and every message's Send (or Forward) and
+// Recv share a round, which grouped transports (NCCL) rely on.
+TEST(PlannerSameRank, TransportModeSendsToItselfAndExecutesExactly) {
+  const uint64_t seed = testing::PropertySeed(20261202);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int self_messages = 0;
+  for (int i = 0; i < 500; ++i) {
+    testing::RandomCase c = testing::MakeRandomCase(rng);
+    c.options.same_rank = SameRankMode::kTransport;
+    Result<PlanResult> r = PlanReshard(c.source, c.destination, c.topology, c.options);
+    ASSERT_TRUE(r.ok()) << "case " << i << ": " << r.status().ToString();
+    ASSERT_TRUE(ValidatePlan(r->plan, c.source, c.destination).ok()) << "case " << i;
+    Status exec = testing::ExecuteAndCheck(r->plan, c.source, c.destination);
+    ASSERT_TRUE(exec.ok()) << "case " << i << ": " << exec.ToString();
+    std::map<int64_t, int> round_of_send;
+    for (const Op& op : r->plan.ops) {
+      ASSERT_NE(op.kind, OpKind::kCopy) << "case " << i;
+      if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) round_of_send[op.message] = op.round;
+      self_messages += op.kind == OpKind::kSend && op.peer == op.rank;
+    }
+    for (const Op& op : r->plan.ops) {
+      if (op.kind != OpKind::kRecv) continue;
+      EXPECT_EQ(op.round, round_of_send.at(op.message)) << "case " << i;
+    }
+  }
+  EXPECT_GT(self_messages, 0);
+}
+
+// One rank holding a tensor in rows and wanting it in columns: by default one Copy op; with
+// planner.same_rank=transport messages to itself, packed from the strided column blocks.
+TEST(PlannerSameRank, OneRankTransposeBecomesMessagesToItself) {
+  Layout src, dst;
+  const TensorSpec spec{"w", {8, 8}, DType::kFP32};
+  const int s = src.AddTensor(spec).value();
+  src.AppendFragment(s, Box::FromShape({8, 8}), 0, "src");
+  const int d = dst.AddTensor(spec).value();
+  dst.AppendFragment(d, Box::Make({0, 0}, {8, 4}).value(), 0, "left");
+  dst.AppendFragment(d, Box::Make({0, 4}, {8, 8}).value(), 0, "right");
+  const Topology topology = Topology::Uniform(1, 1);
+  PlannerOptions options;
+  Result<PlanResult> copied = PlanReshard(src, dst, topology, options);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  std::map<OpKind, int> kinds;
+  for (const Op& op : copied->plan.ops) ++kinds[op.kind];
+  EXPECT_EQ(kinds, (std::map<OpKind, int>{{OpKind::kCopy, 1}}));
+
+  options.same_rank = SameRankMode::kTransport;
+  Result<PlanResult> sent = PlanReshard(src, dst, topology, options);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  ASSERT_TRUE(ValidatePlan(sent->plan, src, dst).ok());
+  EXPECT_TRUE(testing::ExecuteAndCheck(sent->plan, src, dst).ok());
+  kinds.clear();
+  for (const Op& op : sent->plan.ops) {
+    ++kinds[op.kind];
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+      EXPECT_EQ(op.peer, 0);
+      EXPECT_EQ(op.link, LinkClass::kSameRank);
+    }
+  }
+  EXPECT_EQ(kinds[OpKind::kCopy], 0);
+  EXPECT_GE(kinds[OpKind::kSend], 1);
+  EXPECT_EQ(kinds[OpKind::kRecv], kinds[OpKind::kSend]);
+  EXPECT_EQ(kinds[OpKind::kPack], kinds[OpKind::kSend]);  // column blocks are strided in the rows
+}
+
 // A replicated tensor fans out in a chain through the GPUs of a node. Each member's copy is one
 // contiguous place, so every chunk lands there and is forwarded from there: no staging slot and no
 // Unpack anywhere.

@@ -32,9 +32,10 @@ TEST(CmdConfigTest, PrintsEveryOptionWithDefaultsAndEnvironmentOverrides) {
   EXPECT_NE(out.find("executor.staging_budget"), std::string::npos);
   EXPECT_NE(out.find("planner.fanout_chunk_bytes = 16MiB"), std::string::npos) << "planner options are listed";
   EXPECT_NE(out.find("tcp.address"), std::string::npos) << "transport options are listed too";
-  EXPECT_NE(out.find("transports linked in: fault, libfabric, local, tcp, ucx"), std::string::npos) << out;
+  EXPECT_NE(out.find("transports linked in: fault, libfabric, local, nccl, tcp, ucx"), std::string::npos) << out;
   EXPECT_NE(out.find("fault.action = none"), std::string::npos) << "the fault transport's options too";
   EXPECT_NE(out.find("ucx.strict_tls = false"), std::string::npos) << out;
+  EXPECT_NE(out.find("nccl.library = libnccl.so.2"), std::string::npos) << out;
 }
 
 TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {

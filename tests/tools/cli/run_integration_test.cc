@@ -144,6 +144,29 @@ TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
   EXPECT_NE(TransportsInUse(o.output).find("libfabric"), std::string::npos) << o.output;
 }
 
+// planner.same_rank=transport on colocated ranks: every byte a rank holds for itself travels as a
+// message to itself over transport.same_rank (tcp loopback, then the in-process local transport),
+// verified; the default keeps them local copies and the transports send nothing.
+TEST(RunIntegrationTest, SameRankBytesThroughTheSameRankTransport) {
+  const std::vector<std::string> refit = {"run", "--model", "llama-3.1-8b", "--scale", "1/64",
+                                          "--src", "megatron:tp=2", "--dst", "vllm:tp=2",
+                                          "--colocated", "--transport", "tcp", "--verify",
+                                          "--iterations", "1", "--warmup", "0"};
+  for (const char* same_rank : {"tcp", "local"}) {
+    std::vector<std::string> args = refit;
+    args.insert(args.end(), {"--set", std::string("transport.same_rank=") + same_rank, "--set",
+                             "planner.same_rank=transport"});
+    Outcome o = RunFerry(args, 60);
+    ExpectVerified(o, 1);
+    EXPECT_NE(o.output.find("2 messages"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("sent by transports                         3.76 MiB"), std::string::npos)
+        << o.output;
+  }
+  Outcome copied = RunFerry(refit, 60);
+  ExpectVerified(copied, 1);
+  EXPECT_NE(copied.output.find("0 messages"), std::string::npos) << copied.output;
+}
+
 TEST(RunIntegrationTest, UnevenStridedFusedLayoutFilesOverTcp) {
   Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/uneven_src.yaml",
                         "--dst-layout", "tests/tools/cli/testdata/uneven_dst.yaml", "--transport",
