@@ -84,24 +84,6 @@ TransferPlan RoundConsistentPlan() {
   return plan;
 }
 
-void Allocate(Rank& r, const TransferPlan& plan, int rank) {
-  auto fill = [&](const BufferTable& specs, std::vector<MemoryDesc>& out, bool source) {
-    for (const BufferTable::Entry& spec : specs) {
-      if (spec.rank != rank) {
-        out.push_back({});
-        continue;
-      }
-      r.storage.emplace_back(static_cast<size_t>(spec.bytes / 4), -1.0f);
-      float* data = r.storage.back().data();
-      out.push_back({data, spec.bytes, MemoryKind::kHost, -1});
-      for (int64_t i = 0; i < spec.bytes / 4; ++i) data[i] = source ? Value(i / kCols, i % kCols) : -1.0f;
-    }
-  };
-  r.storage.reserve(16);
-  fill(plan.source_buffers, r.memory.source, true);
-  fill(plan.destination_buffers, r.memory.destination, false);
-}
-
 // Rank 2's relayed copy of columns [512, 1024) reached rank 1's buffer 3 (the last hop).
 bool RelayArrived(const Rank& r) {
   const auto* got = static_cast<const float*>(r.memory.destination[3].base);
@@ -126,7 +108,7 @@ TEST(ExecutorGroupedTest, EachRoundIsOneGroupEvenWithAWindowOfOne) {
                         "executor.direct_intra_node=false"});
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
     if (!stats.ok()) return Report(stats.status());
     if (rank == 1 && !RelayArrived(r)) return 2;
@@ -150,7 +132,7 @@ TEST(ExecutorGroupedTest, PlansThatCannotRunRoundByRoundAreRefused) {
                        {"transport.network=grouped_tcp", "executor.direct_intra_node=false"});
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
     if (stats.ok()) return 2;
     const std::string why = stats.status().message();
@@ -189,7 +171,7 @@ TEST(ExecutorGroupedTest, PacksDoNotRunAheadOfTheRoundsThatMustGoFirst) {
                         "executor.copy_threads=2"});
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    Allocate(r, plan, rank);
+    AllocateHost(r, plan, rank);
     auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
     if (!stats.ok()) return Report(stats.status());
     const auto* got = static_cast<const float*>(r.memory.destination[0].base);
