@@ -110,11 +110,9 @@ MessageOrder OrderMessages(const Intersection& inter, const PlanFacts& facts,
       out.messages.push_back(m);
       i = j;
     }
+    // A message's distance is its first delivery's, already in that delivery's sort key.
     InterleaveNodes(std::span<Message>(out.messages).subspan(first_message),
-                    [&](const Message& m) {
-                      return (node_of[trees.Rank(m.tree, 0)] - node_of[sender] + num_nodes) %
-                             num_nodes;
-                    });
+                    [&](const Message& m) { return keys[m.first].first >> 32; });
   }
   return out;
 }
