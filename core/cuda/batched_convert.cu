@@ -56,58 +56,89 @@ Status CudaStatus(cudaError_t err, const char* what) {
   return Internal(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
+Status CheckConvert(const StridedConvert& c, size_t i) {
+  if (c.ndim < 1 || c.ndim > kMaxCopyDims) {
+    return InvalidArgument("batched convert " + std::to_string(i) + ": ndim " +
+                           std::to_string(c.ndim) + " outside [1, " +
+                           std::to_string(kMaxCopyDims) + "]");
+  }
+  if (!IsConvertibleFloat(c.src_dtype) || !IsConvertibleFloat(c.dst_dtype)) {
+    return InvalidArgument("batched convert " + std::to_string(i) + ": no CUDA conversion " +
+                           std::string(DTypeName(c.src_dtype)) + " -> " +
+                           std::string(DTypeName(c.dst_dtype)));
+  }
+  return Status::Ok();
+}
+
+ConvertDescriptor Describe(const StridedConvert& c) {
+  ConvertDescriptor d{};
+  d.src = static_cast<const unsigned char*>(c.src);
+  d.dst = static_cast<unsigned char*>(c.dst);
+  d.src_dtype = c.src_dtype;
+  d.dst_dtype = c.dst_dtype;
+  d.ndim = c.ndim;
+  d.elements = 1;
+  for (int dim = 0; dim < c.ndim; ++dim) {
+    d.shape[dim] = c.shape[dim];
+    d.src_strides[dim] = c.src_strides[dim];
+    d.dst_strides[dim] = c.dst_strides[dim];
+    d.elements *= c.shape[dim];
+  }
+  return d;
+}
+
 }  // namespace
 
-Status LaunchBatchedConvert(const std::vector<StridedConvert>& converts, void* stream_ptr) {
+Result<std::unique_ptr<ConvertTable>> ConvertTable::Upload(
+    const std::vector<StridedConvert>& converts, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   std::vector<ConvertDescriptor> descriptors;
   descriptors.reserve(converts.size());
   int64_t blocks = 0;
   for (size_t i = 0; i < converts.size(); ++i) {
-    const StridedConvert& c = converts[i];
-    if (c.ndim < 1 || c.ndim > kMaxCopyDims) {
-      return InvalidArgument("batched convert " + std::to_string(i) + ": ndim " +
-                             std::to_string(c.ndim) + " outside [1, " +
-                             std::to_string(kMaxCopyDims) + "]");
-    }
-    if (!IsConvertibleFloat(c.src_dtype) || !IsConvertibleFloat(c.dst_dtype)) {
-      return InvalidArgument("batched convert " + std::to_string(i) + ": no CUDA conversion " +
-                             std::string(DTypeName(c.src_dtype)) + " -> " +
-                             std::string(DTypeName(c.dst_dtype)));
-    }
-    ConvertDescriptor d{};
-    d.src = static_cast<const unsigned char*>(c.src);
-    d.dst = static_cast<unsigned char*>(c.dst);
-    d.src_dtype = c.src_dtype;
-    d.dst_dtype = c.dst_dtype;
-    d.ndim = c.ndim;
-    d.elements = 1;
-    for (int dim = 0; dim < c.ndim; ++dim) {
-      d.shape[dim] = c.shape[dim];
-      d.src_strides[dim] = c.src_strides[dim];
-      d.dst_strides[dim] = c.dst_strides[dim];
-      d.elements *= c.shape[dim];
-    }
+    FERRY_RETURN_IF_ERROR(CheckConvert(converts[i], i));
+    ConvertDescriptor d = Describe(converts[i]);
     if (d.elements == 0) continue;
     d.first_block = blocks;
     blocks += (d.elements + kElementsPerBlock - 1) / kElementsPerBlock;
     descriptors.push_back(d);
   }
-  if (descriptors.empty()) return Status::Ok();
   if (blocks > 0x7fffffff) return InvalidArgument("batched convert too large for one launch");
-  const size_t table_bytes = descriptors.size() * sizeof(ConvertDescriptor);
   ConvertDescriptor* table = nullptr;
-  FERRY_RETURN_IF_ERROR(CudaStatus(
-      cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
-      "cudaMallocAsync(convert descriptors)"));
-  // From pageable memory the copy is staged before cudaMemcpyAsync returns (see batched_copy.cu).
-  FERRY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
-      "cudaMemcpyAsync(convert descriptors)"));
-  BatchedConvertKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      table, static_cast<int>(descriptors.size()));
-  FERRY_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "BatchedConvertKernel launch"));
-  return CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(convert descriptors)");
+  if (!descriptors.empty()) {
+    const size_t table_bytes = descriptors.size() * sizeof(ConvertDescriptor);
+    FERRY_RETURN_IF_ERROR(CudaStatus(
+        cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
+        "cudaMallocAsync(convert descriptors)"));
+    // From pageable memory the copy is staged before cudaMemcpyAsync returns (see batched_copy.cu).
+    Status copied = CudaStatus(
+        cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(convert descriptors)");
+    if (!copied.ok()) {
+      cudaFreeAsync(table, stream);
+      return copied;
+    }
+  }
+  return std::unique_ptr<ConvertTable>(
+      new ConvertTable(stream_ptr, table, static_cast<int64_t>(descriptors.size()), blocks));
+}
+
+ConvertTable::~ConvertTable() {
+  if (table_ != nullptr) cudaFreeAsync(table_, static_cast<cudaStream_t>(stream_));
+}
+
+Status ConvertTable::Launch() const {
+  if (count_ == 0) return Status::Ok();
+  BatchedConvertKernel<<<static_cast<unsigned>(blocks_), kThreads, 0,
+                         static_cast<cudaStream_t>(stream_)>>>(
+      static_cast<const ConvertDescriptor*>(table_), static_cast<int>(count_));
+  return CudaStatus(cudaGetLastError(), "BatchedConvertKernel launch");
+}
+
+Status LaunchBatchedConvert(const std::vector<StridedConvert>& converts, void* stream) {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<ConvertTable> table,
+                         ConvertTable::Upload(converts, stream));
+  return table->Launch();  // the table's memory is freed after the kernel, in stream order
 }
 
 }  // namespace ferry::cuda

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/base/dtype.h"
@@ -27,6 +28,32 @@ struct StridedConvert {
   std::array<int64_t, kMaxCopyDims> shape{};
   std::array<int64_t, kMaxCopyDims> src_strides{};
   std::array<int64_t, kMaxCopyDims> dst_strides{};
+};
+
+// A batched conversion's descriptors uploaded once and launched any number of times, as
+// CopyTable (batched_copy.h) for copies, with the same contract.
+class ConvertTable {
+ public:
+  // Builds the descriptors of `converts` (checked as LaunchBatchedConvert checks them) and
+  // uploads them, ordered on `stream`. Non-blocking.
+  static Result<std::unique_ptr<ConvertTable>> Upload(const std::vector<StridedConvert>& converts,
+                                                      void* stream);
+  // Frees the descriptors ordered on the Upload stream, which must still exist.
+  ~ConvertTable();
+  ConvertTable(const ConvertTable&) = delete;
+  ConvertTable& operator=(const ConvertTable&) = delete;
+
+  // Enqueues every conversion as one kernel launch on the Upload stream (none when empty).
+  Status Launch() const;
+  int64_t converts() const { return count_; }
+
+ private:
+  ConvertTable(void* stream, void* table, int64_t count, int64_t blocks)
+      : stream_(stream), table_(table), count_(count), blocks_(blocks) {}
+  void* stream_;
+  void* table_;  // device memory: count_ descriptors, or nullptr when empty
+  int64_t count_;
+  int64_t blocks_;
 };
 
 // Enqueues every conversion in `converts` on `stream` (a cudaStream_t, nullptr = default stream)

@@ -93,6 +93,29 @@ int VectorBytes(const CopyDescriptor& d) {
   return 1;
 }
 
+constexpr int64_t kWordsPerBlock = kThreads * 8;
+
+// The kernel's view of one copy: rows of the innermost dimension when it is dense on both sides,
+// else rows of one element.
+CopyDescriptor Describe(const StridedCopy& c) {
+  CopyDescriptor d{};
+  d.src = static_cast<const unsigned char*>(c.src);
+  d.dst = static_cast<unsigned char*>(c.dst);
+  const int last = c.ndim - 1;
+  const bool dense_rows = c.src_strides[last] == c.elem_size && c.dst_strides[last] == c.elem_size;
+  d.outer_dims = dense_rows ? last : c.ndim;
+  d.row_bytes = dense_rows ? c.shape[last] * c.elem_size : c.elem_size;
+  d.num_rows = 1;
+  for (int dim = 0; dim < d.outer_dims; ++dim) {
+    d.shape[dim] = c.shape[dim];
+    d.src_strides[dim] = c.src_strides[dim];
+    d.dst_strides[dim] = c.dst_strides[dim];
+    d.num_rows *= c.shape[dim];
+  }
+  d.vector_bytes = VectorBytes(d);
+  return d;
+}
+
 }  // namespace
 
 int DeviceCount() {
@@ -112,9 +135,9 @@ std::string DeviceName(int device) {
          std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
 }
 
-Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream_ptr) {
+Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCopy>& copies,
+                                                     void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  constexpr int64_t kWordsPerBlock = kThreads * 8;
   std::vector<CopyDescriptor> descriptors;
   descriptors.reserve(copies.size());
   int64_t blocks = 0;
@@ -126,41 +149,47 @@ Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream_pt
     int64_t elements = 1;
     for (int d = 0; d < c.ndim; ++d) elements *= c.shape[d];
     if (elements == 0) continue;
-    CopyDescriptor d{};
-    d.src = static_cast<const unsigned char*>(c.src);
-    d.dst = static_cast<unsigned char*>(c.dst);
-    const int last = c.ndim - 1;
-    const bool dense_rows = c.src_strides[last] == c.elem_size && c.dst_strides[last] == c.elem_size;
-    d.outer_dims = dense_rows ? last : c.ndim;
-    d.row_bytes = dense_rows ? c.shape[last] * c.elem_size : c.elem_size;
-    d.num_rows = 1;
-    for (int dim = 0; dim < d.outer_dims; ++dim) {
-      d.shape[dim] = c.shape[dim];
-      d.src_strides[dim] = c.src_strides[dim];
-      d.dst_strides[dim] = c.dst_strides[dim];
-      d.num_rows *= c.shape[dim];
-    }
-    d.vector_bytes = VectorBytes(d);
-    int64_t words = d.num_rows * (d.row_bytes / d.vector_bytes);
+    descriptors.push_back(Describe(c));
+    CopyDescriptor& d = descriptors.back();
     d.first_block = blocks;
-    blocks += (words + kWordsPerBlock - 1) / kWordsPerBlock;
-    descriptors.push_back(d);
+    blocks += (d.num_rows * (d.row_bytes / d.vector_bytes) + kWordsPerBlock - 1) / kWordsPerBlock;
   }
-  if (descriptors.empty()) return Status::Ok();
   if (blocks > 0x7fffffff) return InvalidArgument("batched copy too large for one launch");
-  const size_t table_bytes = descriptors.size() * sizeof(CopyDescriptor);
   CopyDescriptor* table = nullptr;
-  FERRY_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
-                                   "cudaMallocAsync(copy descriptors)"));
-  FERRY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
-      "cudaMemcpyAsync(copy descriptors)"));
-  // The host vector must outlive the async copy from pageable memory: cudaMemcpyAsync from pageable
-  // host memory is staged synchronously before it returns, so `descriptors` may go out of scope.
-  BatchedCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      table, static_cast<int>(descriptors.size()), kWordsPerBlock);
-  FERRY_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "BatchedCopyKernel launch"));
-  return CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(copy descriptors)");
+  if (!descriptors.empty()) {
+    const size_t table_bytes = descriptors.size() * sizeof(CopyDescriptor);
+    FERRY_RETURN_IF_ERROR(CudaStatus(
+        cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
+        "cudaMallocAsync(copy descriptors)"));
+    // From pageable host memory the copy is staged before cudaMemcpyAsync returns, so
+    // `descriptors` may go out of scope.
+    Status copied = CudaStatus(
+        cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(copy descriptors)");
+    if (!copied.ok()) {
+      cudaFreeAsync(table, stream);
+      return copied;
+    }
+  }
+  return std::unique_ptr<CopyTable>(
+      new CopyTable(stream_ptr, table, static_cast<int64_t>(descriptors.size()), blocks));
+}
+
+CopyTable::~CopyTable() {
+  if (table_ != nullptr) cudaFreeAsync(table_, static_cast<cudaStream_t>(stream_));
+}
+
+Status CopyTable::Launch() const {
+  if (count_ == 0) return Status::Ok();
+  BatchedCopyKernel<<<static_cast<unsigned>(blocks_), kThreads, 0,
+                      static_cast<cudaStream_t>(stream_)>>>(
+      static_cast<const CopyDescriptor*>(table_), static_cast<int>(count_), kWordsPerBlock);
+  return CudaStatus(cudaGetLastError(), "BatchedCopyKernel launch");
+}
+
+Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream) {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CopyTable> table, CopyTable::Upload(copies, stream));
+  return table->Launch();  // the table's memory is freed after the kernel, in stream order
 }
 
 Status SynchronizeStream(void* stream) {

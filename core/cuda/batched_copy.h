@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,37 @@ std::string DeviceName(int device);
 // during execution surface at the next synchronisation. The descriptor array is copied to the
 // device before returning, so `copies` may be freed immediately.
 Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream);
+
+// A batched copy's descriptors uploaded to device memory once and launched any number of times:
+// a direct read of a reused plan copies the same regions every refit, and describing ~20,000
+// regions again each time (building ~230 bytes a region and moving them from pageable memory)
+// costs more than copying their bytes. Owns its device memory; one thread at a time.
+class CopyTable {
+ public:
+  // Builds the descriptors of `copies` (checked as LaunchBatchedCopy checks them) and uploads
+  // them, ordered on `stream` (a cudaStream_t on the current device). Non-blocking; `copies` may
+  // be freed on return.
+  static Result<std::unique_ptr<CopyTable>> Upload(const std::vector<StridedCopy>& copies,
+                                                   void* stream);
+  // Frees the descriptors ordered on the stream given to Upload (after every launch enqueued
+  // there), which must still exist.
+  ~CopyTable();
+  CopyTable(const CopyTable&) = delete;
+  CopyTable& operator=(const CopyTable&) = delete;
+
+  // Enqueues every copy as one kernel launch on the Upload stream (none when the table is empty).
+  // Non-blocking.
+  Status Launch() const;
+  int64_t copies() const { return count_; }
+
+ private:
+  CopyTable(void* stream, void* table, int64_t count, int64_t blocks)
+      : stream_(stream), table_(table), count_(count), blocks_(blocks) {}
+  void* stream_;
+  void* table_;  // device memory: count_ descriptors, or nullptr when empty
+  int64_t count_;
+  int64_t blocks_;
+};
 
 // Blocks until all work on `stream` is done; returns the first asynchronous error.
 Status SynchronizeStream(void* stream);

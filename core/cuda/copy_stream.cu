@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 #include "core/cuda/copy_stream.h"
 
@@ -50,9 +51,37 @@ Result<void*> CopyStream::TakeEvent() {
 
 Result<int64_t> CopyStream::Launch(const std::vector<StridedCopy>& copies,
                                    const std::vector<StridedConvert>& converts) {
+  return Launch({}, copies, converts);
+}
+
+Result<int64_t> CopyStream::Launch(std::span<const WorkTables* const> tables,
+                                   const std::vector<StridedCopy>& copies,
+                                   const std::vector<StridedConvert>& converts) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  for (const WorkTables* t : tables) {
+    if (t->copies != nullptr) FERRY_RETURN_IF_ERROR(t->copies->Launch());
+    if (t->converts != nullptr) FERRY_RETURN_IF_ERROR(t->converts->Launch());
+  }
   FERRY_RETURN_IF_ERROR(LaunchBatchedCopy(copies, stream_));
   FERRY_RETURN_IF_ERROR(LaunchBatchedConvert(converts, stream_));
+  return RecordTicket();
+}
+
+Result<std::unique_ptr<WorkTables>> CopyStream::Upload(const std::vector<StridedCopy>& copies,
+                                                       const std::vector<StridedConvert>& converts) {
+  FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  auto tables = std::make_unique<WorkTables>();
+  if (!copies.empty()) {
+    FERRY_ASSIGN_OR_RETURN(tables->copies, CopyTable::Upload(copies, stream_));
+  }
+  if (!converts.empty()) {
+    FERRY_ASSIGN_OR_RETURN(tables->converts, ConvertTable::Upload(converts, stream_));
+  }
+  return Result<std::unique_ptr<WorkTables>>(std::move(tables));
+}
+
+// An event after everything enqueued so far, as the next ticket.
+Result<int64_t> CopyStream::RecordTicket() {
   FERRY_ASSIGN_OR_RETURN(void* event, TakeEvent());
   Status recorded = CudaStatus(
       cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream_)),

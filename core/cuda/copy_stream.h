@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/base/status.h"
@@ -19,6 +20,13 @@
 #include "core/cuda/batched_copy.h"
 
 namespace ferry::cuda {
+
+// The copies and conversions of one piece of recurring work (a direct read of a reused plan),
+// uploaded once by CopyStream::Upload and launched by CopyStream::Launch as often as needed.
+struct WorkTables {
+  std::unique_ptr<CopyTable> copies;
+  std::unique_ptr<ConvertTable> converts;
+};
 
 class CopyStream {
  public:
@@ -36,6 +44,15 @@ class CopyStream {
   // Non-blocking. The vectors may be freed on return.
   Result<int64_t> Launch(const std::vector<StridedCopy>& copies,
                          const std::vector<StridedConvert>& converts = {});
+  // Enqueues the work of each of `tables`, then `copies` and `converts`, followed by one event;
+  // a ticket as above. Non-blocking.
+  Result<int64_t> Launch(std::span<const WorkTables* const> tables,
+                         const std::vector<StridedCopy>& copies,
+                         const std::vector<StridedConvert>& converts);
+  // Uploads the descriptors of `copies` and `converts` for launches on this stream. Non-blocking.
+  // The tables must be destroyed before the stream.
+  Result<std::unique_ptr<WorkTables>> Upload(const std::vector<StridedCopy>& copies,
+                                             const std::vector<StridedConvert>& converts);
   // True when the work of `ticket` (and everything enqueued before it) has finished; the first
   // asynchronous error of the stream otherwise. A finished ticket's event is recycled: ask once.
   Result<bool> Finished(int64_t ticket);
@@ -43,6 +60,7 @@ class CopyStream {
  private:
   CopyStream(int device, void* stream) : device_(device), stream_(stream) {}
   Result<void*> TakeEvent();
+  Result<int64_t> RecordTicket();
 
   int device_;
   void* stream_;

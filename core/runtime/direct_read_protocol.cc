@@ -15,7 +15,8 @@ const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, i
   });
   if (hit == entries_.end()) {
     if (entries_.size() == kSize) entries_.pop_back();
-    entries_.insert(entries_.begin(), {&plan, fingerprint, FindDirectReads(plan, rank)});
+    entries_.insert(entries_.begin(),
+                    {&plan, fingerprint, next_generation_++, FindDirectReads(plan, rank)});
   } else if (hit != entries_.begin()) {
     std::rotate(entries_.begin(), hit, hit + 1);
   }

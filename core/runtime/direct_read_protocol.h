@@ -42,14 +42,19 @@ class DirectReadCache {
   static constexpr size_t kSize = 4;
   // The direct reads of `rank` in `plan`, computed on a miss. Valid until the next call.
   const std::vector<DirectRead>& Find(const TransferPlan& plan, int rank);
+  // Which analysis the last Find returned: a number of this cache's that no other analysis had
+  // or will have (what GpuReadTables keys a read's device work by).
+  uint64_t generation() const { return entries_.empty() ? 0 : entries_.front().generation; }
 
  private:
   struct Entry {
     const TransferPlan* plan;
     uint64_t fingerprint;
+    uint64_t generation;
     std::vector<DirectRead> reads;
   };
   std::vector<Entry> entries_;
+  uint64_t next_generation_ = 1;
 };
 
 // This rank's part in a run's direct reads, by local op index (the op's index in

@@ -42,6 +42,7 @@
 #include "core/runtime/communicator.h"
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor_options.h"
+#include "core/runtime/gpu_read_tables.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
@@ -108,6 +109,7 @@ class Executor {
   PeerCudaMappings peer_cuda_;              // same-node peers' CUDA allocations, opened via IPC
   CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
   std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
+  GpuReadTables gpu_tables_;                // on gpu_ (declared after it: freed before it)
   RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
 };
 

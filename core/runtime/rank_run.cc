@@ -82,6 +82,7 @@ Status RankRun::CheckRunnable() const {
 void RankRun::AssignDirectRoles() {
   static const std::vector<DirectRead> kNone;
   directs_ = res_.options.direct_intra_node ? &res_.direct_reads.Find(plan_, rank_) : &kNone;
+  directs_generation_ = res_.direct_reads.generation();
   roles_ = DirectReadRoles::Assign(*directs_, rank_, local_, n_);
   if (static_cast<int64_t>(res_.control.size()) < roles_.control_bytes) {
     res_.control.resize(static_cast<size_t>(roles_.control_bytes));

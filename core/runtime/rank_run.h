@@ -50,6 +50,7 @@
 #include "core/runtime/copy_pool.h"
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor.h"
+#include "core/runtime/gpu_read_tables.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
@@ -72,6 +73,7 @@ struct ExecutorResources {
   PeerCudaMappings& peer_cuda;       // same-node peers' CUDA allocations, opened through IPC
   CudaExports& cuda_exports;         // this rank's CUDA source buffers as offered to peers
   std::unique_ptr<cuda::CopyStream>& gpu;  // created by the first run that touches CUDA memory
+  GpuReadTables& gpu_tables;               // direct reads' device work, uploaded on `gpu`
 };
 
 class RankRun {
@@ -201,6 +203,7 @@ class RankRun {
 
   // Direct reads of this run and this rank's role in them.
   const std::vector<DirectRead>* directs_ = nullptr;
+  uint64_t directs_generation_ = 0;  // DirectReadCache::generation of directs_
   DirectReadRoles roles_;
   std::vector<int> requests_left_;   // by op: control requests still pending
   std::vector<char> offer_received_;  // by op (receiver): the offer came, the copies started
@@ -223,9 +226,8 @@ class RankRun {
   std::vector<int64_t> bounce_bytes_;     // by bounce slot - plan_.slots.size()
   std::vector<GpuNext> gpu_next_;         // by op: what follows its kernel
   std::map<int64_t, std::vector<int>> gpu_ops_;  // ticket -> ops, while their kernel runs
-  std::vector<int> reads_queued_;                // direct reads waiting for FlushGpuReads
-  std::vector<cuda::StridedCopy> read_copies_;   // their copies, in order
-  std::vector<cuda::StridedConvert> read_converts_;  // and their conversions
+  std::vector<int> reads_queued_;                     // direct reads waiting for FlushGpuReads
+  std::vector<const cuda::WorkTables*> read_tables_;  // their device work, in order
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

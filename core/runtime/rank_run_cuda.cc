@@ -81,7 +81,10 @@ Status RankRun::PrepareGpu() {
   }
   on_gpu_ = device >= 0;
   if (!on_gpu_) return Status::Ok();
-  if (res_.gpu != nullptr && res_.gpu->device() != device) res_.gpu.reset();
+  if (res_.gpu != nullptr && res_.gpu->device() != device) {
+    res_.gpu_tables.Clear();  // their memory is freed on the old stream
+    res_.gpu.reset();
+  }
   if (res_.gpu == nullptr) {
     FERRY_ASSIGN_OR_RETURN(res_.gpu, cuda::CopyStream::Create(device));
   }
@@ -125,24 +128,34 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
   return Status::Ok();
 }
 
-// A direct read's copies wait for FlushGpuReads, so that the reads whose offers arrive together
-// share one kernel.
+// A direct read's work comes from the device-resident tables of earlier runs of the plan when
+// its regions lie at the same addresses (gpu_read_tables.h), else is described and uploaded now.
+// It waits for FlushGpuReads, so that the reads whose offers arrive together are launched
+// together, under one event.
 Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                              std::span<const CopyEnds> ends) {
-  for (size_t c = 0; c < geometries.size(); ++c) {
-    FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], read_copies_, read_converts_));
-  }
+  auto describe = [&](std::vector<cuda::StridedCopy>& copies,
+                      std::vector<cuda::StridedConvert>& converts) {
+    for (size_t c = 0; c < geometries.size(); ++c) {
+      FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], copies, converts));
+    }
+    return Status::Ok();
+  };
+  FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
+                         res_.gpu_tables.Find(directs_generation_, roles_.direct_of[i], ends,
+                                              describe, *res_.gpu));
+  read_tables_.push_back(tables);
   reads_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;
   return Status::Ok();
 }
 
-// Launches every queued direct read as one kernel; each sends its "done" when it finished.
+// Launches every queued direct read's work under one event; each sends its "done" when it
+// finished.
 Status RankRun::FlushGpuReads() {
   if (reads_queued_.empty()) return Status::Ok();
-  Result<int64_t> ticket = res_.gpu->Launch(read_copies_, read_converts_);
-  read_copies_.clear();
-  read_converts_.clear();
+  Result<int64_t> ticket = res_.gpu->Launch(read_tables_, {}, {});
+  read_tables_.clear();
   std::vector<int> ops;
   ops.swap(reads_queued_);
   if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
@@ -224,8 +237,7 @@ void RankRun::DrainGpu() {
   }
   gpu_ops_.clear();
   reads_queued_.clear();
-  read_copies_.clear();
-  read_converts_.clear();
+  read_tables_.clear();
 }
 
 }  // namespace ferry

@@ -68,8 +68,22 @@ bool VerifyDevice(const Rank& r, int rank) {
   return CheckAndPoison(r, 2, right);
 }
 
-// Three refits of the three-rank plan on CUDA memory; `one_node` makes message 1 a direct read.
-void RunOnDevice(bool one_node) {
+// Rank 1's destination buffers in new allocations (the old ones stay allocated, so the new
+// addresses differ): the next refit must write the new ones, not where earlier runs wrote.
+Status MoveDestinations(Rank& r) {
+  for (int b : {1, 3}) {
+    MemoryDesc& d = r.memory.destination[b];
+    FERRY_ASSIGN_OR_RETURN(void* p, cuda::DeviceAlloc(d.bytes));
+    std::vector<float> poison(static_cast<size_t>(d.bytes / 4), -1.0f);
+    FERRY_RETURN_IF_ERROR(cuda::CopyToDevice(p, poison.data(), d.bytes));
+    d.base = p;
+  }
+  return Status::Ok();
+}
+
+// Three refits of the three-rank plan on CUDA memory; `one_node` makes message 1 a direct read;
+// `move` gives rank 1 new destination buffers before the third.
+void RunOnDevice(bool one_node, bool move = false) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
   TransferPlan plan = ThreeRankPlan(one_node ? LinkClass::kSameNode : LinkClass::kNetwork);
   auto codes = RunRanks(3, 90, [&](int rank, int port) {
@@ -78,6 +92,9 @@ void RunOnDevice(bool one_node) {
     Rank& r = **joined;
     if (Status s = AllocateDevice(r, plan, rank); !s.ok()) return Report(s);
     for (int refit = 0; refit < 3; ++refit) {
+      if (move && refit == 2 && rank == 1) {
+        if (Status s = MoveDestinations(r); !s.ok()) return Report(s);
+      }
       auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
       if (!stats.ok()) return Report(stats.status());
       if (!VerifyDevice(r, rank)) return 2;
@@ -123,6 +140,10 @@ TEST(ExecutorCudaTest, WithoutAGpuCudaMemoryFailsNamingTheDevice) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 TEST(ExecutorCudaTest, SameNodeMessageIsOneKernelReadingThePeerThroughCudaIpc) { RunOnDevice(true); }
+
+// A direct read's device work is kept across runs (core/runtime/gpu_read_tables.h): refits 2 and
+// 3 reuse it, and when the receiver's buffers move it is built again for the new addresses.
+TEST(ExecutorCudaTest, DirectReadIntoMovedDestinationsWritesTheNewBuffers) { RunOnDevice(true, true); }
 
 }  // namespace
 }  // namespace ferry
