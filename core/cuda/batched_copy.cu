@@ -2,8 +2,10 @@
 //
 // Each copy is viewed as rows: the innermost dimension is a row of `shape[ndim-1] * elem_size` bytes
 // when that dimension is dense (stride == elem_size) in both source and destination; otherwise each
-// element is a row. A grid-stride loop over (copy, row, 16-byte word) moves 16 bytes per thread and
-// iteration when both row starts and the row length allow it, else 4 bytes, else single bytes.
+// element is a row. Rows move in words of 16 bytes when both row starts and the row length allow
+// it, else 4 bytes, else single bytes. A block moves at most kWordsPerBlock words: one segment of a
+// long row (its offsets computed once per block), or several whole short rows. Each thread loads
+// all its words of the block before storing any, so many loads are in flight per thread.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,10 +19,12 @@ namespace {
 struct CopyDescriptor {
   const unsigned char* src;
   unsigned char* dst;
-  int outer_dims;      // dims other than the row dim
-  int vector_bytes;    // 16, 4 or 1
-  int64_t row_bytes;
+  int outer_dims;        // dims other than the row dim
+  int vector_bytes;      // 16, 4 or 1
+  int64_t words_per_row;
   int64_t num_rows;
+  int64_t blocks_per_row;  // long rows: a block moves one segment of one row; else 0
+  int64_t rows_per_block;  // short rows: a block moves whole rows; else 0
   int64_t shape[kMaxCopyDims];
   int64_t src_strides[kMaxCopyDims];
   int64_t dst_strides[kMaxCopyDims];
@@ -28,9 +32,16 @@ struct CopyDescriptor {
 };
 
 constexpr int kThreads = 256;
+constexpr int kUnroll = 8;  // words a thread moves per block, all loaded before any is stored
+constexpr int64_t kWordsPerBlock = kThreads * kUnroll;
 
 __device__ inline void RowOffsets(const CopyDescriptor& d, int64_t row, int64_t* src_off,
                                   int64_t* dst_off) {
+  if (d.outer_dims == 1) {  // a matrix: no division
+    *src_off = row * d.src_strides[0];
+    *dst_off = row * d.dst_strides[0];
+    return;
+  }
   int64_t s = 0, t = 0;
   for (int dim = d.outer_dims - 1; dim >= 0; --dim) {
     int64_t idx = row % d.shape[dim];
@@ -42,35 +53,88 @@ __device__ inline void RowOffsets(const CopyDescriptor& d, int64_t row, int64_t*
   *dst_off = t;
 }
 
+// One segment of a row: `words` (at most kWordsPerBlock) consecutive words.
+template <typename Word>
+__device__ inline void CopySegment(const unsigned char* src, unsigned char* dst, int words) {
+  const Word* from = reinterpret_cast<const Word*>(src);
+  Word* to = reinterpret_cast<Word*>(dst);
+  Word v[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int w = threadIdx.x + u * kThreads;
+    if (w < words) v[u] = from[w];
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int w = threadIdx.x + u * kThreads;
+    if (w < words) to[w] = v[u];
+  }
+}
+
+// Whole rows `first_row` .. `first_row + rows - 1`, together at most kWordsPerBlock words.
+template <typename Word>
+__device__ inline void CopyRows(const CopyDescriptor& d, int64_t first_row, int rows) {
+  const unsigned words_per_row = static_cast<unsigned>(d.words_per_row);
+  const unsigned total = static_cast<unsigned>(rows) * words_per_row;
+  Word v[kUnroll];
+  Word* to[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const unsigned i = threadIdx.x + u * kThreads;
+    if (i >= total) continue;
+    const unsigned r = i / words_per_row;
+    const unsigned w = i - r * words_per_row;
+    int64_t src_off, dst_off;
+    RowOffsets(d, first_row + r, &src_off, &dst_off);
+    v[u] = reinterpret_cast<const Word*>(d.src + src_off)[w];
+    to[u] = reinterpret_cast<Word*>(d.dst + dst_off) + w;
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (threadIdx.x + u * kThreads < total) *to[u] = v[u];
+  }
+}
+
+template <typename Word>
+__device__ inline void CopyBlock(const CopyDescriptor& d, int64_t local_block) {
+  if (d.blocks_per_row > 0) {
+    const int64_t row = local_block / d.blocks_per_row;
+    const int64_t begin = (local_block - row * d.blocks_per_row) * kWordsPerBlock;
+    int64_t src_off, dst_off;
+    RowOffsets(d, row, &src_off, &dst_off);
+    const int64_t byte = begin * static_cast<int64_t>(sizeof(Word));
+    CopySegment<Word>(d.src + src_off + byte, d.dst + dst_off + byte,
+                      static_cast<int>(min(kWordsPerBlock, d.words_per_row - begin)));
+    return;
+  }
+  const int64_t first_row = local_block * d.rows_per_block;
+  CopyRows<Word>(d, first_row, static_cast<int>(min(d.rows_per_block, d.num_rows - first_row)));
+}
+
+// Every kBlocksPerHint-th block's copy, so that a block finds its own among a few copies (a
+// binary search over all of them costs a chain of dependent loads per block, as much as a small
+// block's copying).
+constexpr int64_t kBlocksPerHint = 8;
+
 __global__ void BatchedCopyKernel(const CopyDescriptor* descriptors, int num_copies,
-                                  int64_t words_per_block) {
-  // Find this block's copy by binary search over first_block.
-  int lo = 0, hi = num_copies - 1;
+                                  const int32_t* hints, int64_t num_hints) {
+  // Find this block's copy by binary search over first_block, between two hints.
   const int64_t block = blockIdx.x;
+  const int64_t hint = block / kBlocksPerHint;
+  int lo = hints[hint];
+  int hi = hint + 1 < num_hints ? hints[hint + 1] : num_copies - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
     if (descriptors[mid].first_block <= block) lo = mid; else hi = mid - 1;
   }
   const CopyDescriptor& d = descriptors[lo];
   const int64_t local_block = block - d.first_block;
-  const int64_t words_per_row = d.row_bytes / d.vector_bytes;
-  const int64_t total_words = words_per_row * d.num_rows;
-  const int64_t begin = local_block * words_per_block;
-  const int64_t end = min(total_words, begin + words_per_block);
-  for (int64_t w = begin + threadIdx.x; w < end; w += blockDim.x) {
-    const int64_t row = w / words_per_row;
-    const int64_t col = (w - row * words_per_row) * d.vector_bytes;
-    int64_t src_off, dst_off;
-    RowOffsets(d, row, &src_off, &dst_off);
-    const unsigned char* s = d.src + src_off + col;
-    unsigned char* t = d.dst + dst_off + col;
-    if (d.vector_bytes == 16) {
-      *reinterpret_cast<uint4*>(t) = *reinterpret_cast<const uint4*>(s);
-    } else if (d.vector_bytes == 4) {
-      *reinterpret_cast<uint32_t*>(t) = *reinterpret_cast<const uint32_t*>(s);
-    } else {
-      *t = *s;
-    }
+  if (d.vector_bytes == 16) {
+    CopyBlock<uint4>(d, local_block);
+  } else if (d.vector_bytes == 4) {
+    CopyBlock<uint32_t>(d, local_block);
+  } else {
+    CopyBlock<unsigned char>(d, local_block);
   }
 }
 
@@ -79,10 +143,10 @@ Status CudaStatus(cudaError_t err, const char* what) {
   return Internal(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-// Largest of 16/4/1 dividing the row length and every row's start address in both buffers.
-int VectorBytes(const CopyDescriptor& d) {
+// Largest of 16/4/1 dividing `row_bytes` and every row's start address in both buffers.
+int VectorBytes(const CopyDescriptor& d, int64_t row_bytes) {
   uintptr_t bits = reinterpret_cast<uintptr_t>(d.src) | reinterpret_cast<uintptr_t>(d.dst) |
-                   static_cast<uintptr_t>(d.row_bytes);
+                   static_cast<uintptr_t>(row_bytes);
   for (int dim = 0; dim < d.outer_dims; ++dim) {
     if (d.shape[dim] > 1) {
       bits |= static_cast<uintptr_t>(d.src_strides[dim]) | static_cast<uintptr_t>(d.dst_strides[dim]);
@@ -93,10 +157,9 @@ int VectorBytes(const CopyDescriptor& d) {
   return 1;
 }
 
-constexpr int64_t kWordsPerBlock = kThreads * 8;
-
 // The kernel's view of one copy: rows of the innermost dimension when it is dense on both sides,
-// else rows of one element.
+// else rows of one element; a block per segment of kWordsPerBlock words of a long row, or per
+// run of whole short rows.
 CopyDescriptor Describe(const StridedCopy& c) {
   CopyDescriptor d{};
   d.src = static_cast<const unsigned char*>(c.src);
@@ -104,7 +167,7 @@ CopyDescriptor Describe(const StridedCopy& c) {
   const int last = c.ndim - 1;
   const bool dense_rows = c.src_strides[last] == c.elem_size && c.dst_strides[last] == c.elem_size;
   d.outer_dims = dense_rows ? last : c.ndim;
-  d.row_bytes = dense_rows ? c.shape[last] * c.elem_size : c.elem_size;
+  const int64_t row_bytes = dense_rows ? c.shape[last] * c.elem_size : c.elem_size;
   d.num_rows = 1;
   for (int dim = 0; dim < d.outer_dims; ++dim) {
     d.shape[dim] = c.shape[dim];
@@ -112,8 +175,20 @@ CopyDescriptor Describe(const StridedCopy& c) {
     d.dst_strides[dim] = c.dst_strides[dim];
     d.num_rows *= c.shape[dim];
   }
-  d.vector_bytes = VectorBytes(d);
+  d.vector_bytes = VectorBytes(d, row_bytes);
+  d.words_per_row = row_bytes / d.vector_bytes;
+  if (d.words_per_row >= kWordsPerBlock / 2) {
+    d.blocks_per_row = (d.words_per_row + kWordsPerBlock - 1) / kWordsPerBlock;
+  } else {
+    d.rows_per_block = kWordsPerBlock / d.words_per_row;
+  }
   return d;
+}
+
+// Blocks the kernel spends on `d`.
+int64_t Blocks(const CopyDescriptor& d) {
+  if (d.blocks_per_row > 0) return d.num_rows * d.blocks_per_row;
+  return (d.num_rows + d.rows_per_block - 1) / d.rows_per_block;
 }
 
 }  // namespace
@@ -152,20 +227,35 @@ Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCo
     descriptors.push_back(Describe(c));
     CopyDescriptor& d = descriptors.back();
     d.first_block = blocks;
-    blocks += (d.num_rows * (d.row_bytes / d.vector_bytes) + kWordsPerBlock - 1) / kWordsPerBlock;
+    blocks += Blocks(d);
   }
   if (blocks > 0x7fffffff) return InvalidArgument("batched copy too large for one launch");
+  std::vector<int32_t> hints;
+  hints.reserve(static_cast<size_t>((blocks + kBlocksPerHint - 1) / kBlocksPerHint));
+  for (size_t c = 0; c < descriptors.size(); ++c) {
+    const int64_t end = descriptors[c].first_block + Blocks(descriptors[c]);
+    while (static_cast<int64_t>(hints.size()) * kBlocksPerHint < end) {
+      hints.push_back(static_cast<int32_t>(c));
+    }
+  }
   CopyDescriptor* table = nullptr;
   if (!descriptors.empty()) {
-    const size_t table_bytes = descriptors.size() * sizeof(CopyDescriptor);
+    // The descriptors, then the hints, in one allocation.
+    const size_t descriptor_bytes = descriptors.size() * sizeof(CopyDescriptor);
+    const size_t hint_bytes = hints.size() * sizeof(int32_t);
     FERRY_RETURN_IF_ERROR(CudaStatus(
-        cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
+        cudaMallocAsync(reinterpret_cast<void**>(&table), descriptor_bytes + hint_bytes, stream),
         "cudaMallocAsync(copy descriptors)"));
     // From pageable host memory the copy is staged before cudaMemcpyAsync returns, so
-    // `descriptors` may go out of scope.
+    // `descriptors` and `hints` may go out of scope.
     Status copied = CudaStatus(
-        cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
+        cudaMemcpyAsync(table, descriptors.data(), descriptor_bytes, cudaMemcpyHostToDevice, stream),
         "cudaMemcpyAsync(copy descriptors)");
+    if (copied.ok()) {
+      copied = CudaStatus(cudaMemcpyAsync(table + descriptors.size(), hints.data(), hint_bytes,
+                                          cudaMemcpyHostToDevice, stream),
+                          "cudaMemcpyAsync(copy hints)");
+    }
     if (!copied.ok()) {
       cudaFreeAsync(table, stream);
       return copied;
@@ -183,7 +273,9 @@ Status CopyTable::Launch() const {
   if (count_ == 0) return Status::Ok();
   BatchedCopyKernel<<<static_cast<unsigned>(blocks_), kThreads, 0,
                       static_cast<cudaStream_t>(stream_)>>>(
-      static_cast<const CopyDescriptor*>(table_), static_cast<int>(count_), kWordsPerBlock);
+      static_cast<const CopyDescriptor*>(table_), static_cast<int>(count_),
+      reinterpret_cast<const int32_t*>(static_cast<const CopyDescriptor*>(table_) + count_),
+      (blocks_ + kBlocksPerHint - 1) / kBlocksPerHint);
   return CudaStatus(cudaGetLastError(), "BatchedCopyKernel launch");
 }
 
@@ -217,6 +309,13 @@ Status CopyDeviceToDeviceAsync(void* dst, const void* src, int64_t bytes, void* 
   return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                                     static_cast<cudaStream_t>(stream)),
                     "cudaMemcpyAsync D2D");
+}
+
+Status CopyDeviceToDevice2DAsync(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
+                                 int64_t width, int64_t height, void* stream) {
+  return CudaStatus(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                                      cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                    "cudaMemcpy2DAsync D2D");
 }
 
 }  // namespace ferry::cuda

@@ -81,5 +81,9 @@ Status CopyToDevice(void* dst, const void* src, int64_t bytes);
 Status CopyToHost(void* dst, const void* src, int64_t bytes);
 // cudaMemcpyAsync device-to-device on `stream`: the reference the copy kernel is measured against.
 Status CopyDeviceToDeviceAsync(void* dst, const void* src, int64_t bytes, void* stream);
+// cudaMemcpy2DAsync device-to-device on `stream` (`height` rows of `width` bytes): what a copy per
+// strided fragment costs, for the benchmark.
+Status CopyDeviceToDevice2DAsync(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch,
+                                 int64_t width, int64_t height, void* stream);
 
 }  // namespace ferry::cuda

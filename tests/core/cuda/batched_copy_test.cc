@@ -75,6 +75,48 @@ TEST_F(BatchedCopyTest, ManyStridedRegionsMatchReference) {
   EXPECT_TRUE(DeviceFree(*dst).ok());
 }
 
+// Rows longer than a block's share (a block per segment), rows just under it (several rows a
+// block), odd lengths and alignments, and copies of hundreds of blocks next to one-block copies:
+// each block must find its own copy and segment.
+TEST_F(BatchedCopyTest, LongAndShortRowsAcrossManyBlocksMatchReference) {
+  constexpr int64_t kBytes = 48 << 20;
+  std::mt19937_64 rng(11);
+  std::vector<unsigned char> host_src(kBytes), expected(kBytes, 0xCD), actual(kBytes);
+  for (auto& b : host_src) b = static_cast<unsigned char>(rng());
+  auto src = DeviceAlloc(kBytes);
+  auto dst = DeviceAlloc(kBytes);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_TRUE(CopyToDevice(*src, host_src.data(), kBytes).ok());
+  ASSERT_TRUE(CopyToDevice(*dst, expected.data(), kBytes).ok());
+  std::vector<StridedCopy> copies;
+  int64_t dst_offset = 0;
+  for (int i = 0; i < 60; ++i) {
+    StridedCopy c;
+    c.elem_size = i % 3 == 0 ? 1 : 2;
+    c.ndim = 2;
+    const int64_t row_elems = i % 2 == 0 ? 1 + static_cast<int64_t>(rng() % 40000)
+                                         : 1 + static_cast<int64_t>(rng() % 600);
+    c.shape = {1 + static_cast<int64_t>(rng() % 24), row_elems};
+    c.dst_strides = {row_elems * c.elem_size, c.elem_size};
+    c.src_strides = {(row_elems + static_cast<int64_t>(rng() % 64)) * c.elem_size, c.elem_size};
+    const int64_t src_offset = static_cast<int64_t>(rng() % (kBytes / 2)) & ~int64_t{15};
+    dst_offset += static_cast<int64_t>(rng() % 2) * c.elem_size;  // sometimes not 16-aligned
+    c.src = static_cast<unsigned char*>(*src) + src_offset;
+    c.dst = static_cast<unsigned char*>(*dst) + dst_offset;
+    copies.push_back(c);
+    StridedCopy host = c;
+    ReferenceCopy(host, host_src.data() + src_offset, expected.data() + dst_offset);
+    dst_offset += (c.shape[0] * c.dst_strides[0] + 15) / 16 * 16;
+  }
+  ASSERT_LT(dst_offset, kBytes);
+  ASSERT_TRUE(LaunchBatchedCopy(copies, nullptr).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  ASSERT_TRUE(CopyToHost(actual.data(), *dst, kBytes).ok());
+  EXPECT_EQ(std::memcmp(actual.data(), expected.data(), kBytes), 0);
+  EXPECT_TRUE(DeviceFree(*src).ok());
+  EXPECT_TRUE(DeviceFree(*dst).ok());
+}
+
 TEST_F(BatchedCopyTest, LargeDenseCopyUsesWideWords) {
   constexpr int64_t kBytes = 64 << 20;
   std::vector<unsigned char> host(kBytes), back(kBytes);
