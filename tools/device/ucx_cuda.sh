@@ -88,6 +88,7 @@ perftest() {  # bytes -> row
   timeout 100 "$UCX/bin/ucx_perftest" 127.0.0.1 -p "$port" -t tag_bw -m cuda -s "$1" -n 200 \
     -w 20 > "$out" 2>&1
   local rc=$?
+  [ $rc -eq 0 ] || kill "$server" 2>/dev/null
   wait "$server"
   local mibs
   mibs=$(awk '/Final:/ { print $7 }' "$out")

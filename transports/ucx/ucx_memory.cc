@@ -22,11 +22,15 @@ uint64_t ContextMemoryTypes(ucp_context_h context) {
 }
 
 std::string MemoryTypeNames(uint64_t memory_types) {
+  // Named here, not read from libucs's ucs_memory_type_names: an executable referencing that array
+  // gets a copy of it sized by the UCX it was linked against (a copy relocation), which a newer
+  // libucs, with more memory types, would then read past. Values from ucs/memory/memory_type.h.
+  static constexpr const char* kNames[] = {"host", "cuda", "cuda-managed", "rocm", "rocm-managed"};
+  constexpr int kNamed = static_cast<int>(sizeof(kNames) / sizeof(kNames[0]));
   std::string names;
   for (int type = 0; type < 64; ++type) {
     if (type == UCS_MEMORY_TYPE_HOST || (memory_types & (uint64_t{1} << type)) == 0) continue;
-    const std::string name = type < UCS_MEMORY_TYPE_LAST ? ucs_memory_type_names[type]
-                                                         : "type " + std::to_string(type);
+    const std::string name = type < kNamed ? kNames[type] : "type " + std::to_string(type);
     names += (names.empty() ? "" : ",") + name;
   }
   return names.empty() ? "none" : names;

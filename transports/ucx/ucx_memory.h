@@ -31,8 +31,8 @@ Result<CudaMode> ParseCudaMode(std::string_view text);
 // always supported and may be absent from the mask (UCX 1.13 lists only detected types).
 uint64_t ContextMemoryTypes(ucp_context_h context);
 
-// "cuda,cuda-managed" for a mask of memory types (names of ucs_memory_type_names; "host" left
-// out, "type N" for types this build's headers do not name); "none" when only host remains.
+// "cuda,cuda-managed" for a mask of memory types (UCX's names; "host" left out, "type N" for
+// types past rocm-managed); "none" when only host remains.
 std::string MemoryTypeNames(uint64_t memory_types);
 
 // Whether the transport moves CUDA memory: under auto, when the loaded UCX supports it; under on,
