@@ -61,10 +61,10 @@ grep "ucx links of rank 0" "$LOG/ucx_cuda_gpu_test.log" | head -1
 refit() {  # name cuda-mode -> row
   local csv="$LOG/refit_$1.csv"
   rm -f "$csv"
-  timeout 400 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$SCALE" --src megatron:tp=2,ep=2 \
+  timeout 240 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$SCALE" --src megatron:tp=2,ep=2 \
     --dst vllm:tp=2,dp=2 --memory cuda --verify --transport ucx --strategy reshard \
     --set executor.direct_intra_node=false --set "ucx.cuda=$2" --warmup 2 --iterations 5 \
-    --timeout 380 --results "$csv" > "$LOG/refit_$1.log" 2>&1
+    --timeout 220 --results "$csv" > "$LOG/refit_$1.log" 2>&1
   local rc=$?
   grep -E "links of rank 0|bit-exact|verified|refit time|GB/s|rror" "$LOG/refit_$1.log" | grep -v '\.\.\. '
   if [ $rc -ne 0 ] || [ ! -s "$csv" ]; then
