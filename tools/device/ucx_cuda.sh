@@ -48,7 +48,7 @@ row "ucx_info: UCX $version, CUDA transports" "${cuda_tls:-none}"
 [ -n "$cuda_tls" ] || FAILED=1
 
 # The transport's GPU test (fails, rather than skips, when this UCX has no CUDA).
-if timeout 300 "$BIN/ucx_cuda_gpu_test" > "$LOG/ucx_cuda_gpu_test.log" 2>&1; then
+if timeout 150 "$BIN/ucx_cuda_gpu_test" > "$LOG/ucx_cuda_gpu_test.log" 2>&1; then
   row "test ucx_cuda_gpu_test" "passed ($(grep -c '^\[       OK' "$LOG/ucx_cuda_gpu_test.log") ok, $(grep -c '^\[  SKIPPED' "$LOG/ucx_cuda_gpu_test.log") skipped)"
 else
   row "test ucx_cuda_gpu_test" "FAILED (see ucx_cuda_gpu_test.log)"

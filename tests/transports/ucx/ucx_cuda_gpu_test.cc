@@ -23,7 +23,7 @@
 namespace ferry::testing {
 namespace {
 
-constexpr double kTimeoutSeconds = 120;
+constexpr double kTimeoutSeconds = 60;
 
 // What a forked child finds: bit 0 a CUDA device, bit 1 a UCX that supports CUDA memory.
 int Probe() {
@@ -150,7 +150,7 @@ TEST_F(UcxCudaTest, MessagesBetweenDeviceAndHostMemory) {
       posted.push_back(h2d);
       posted.push_back(d2h);
     }
-    FERRY_ASSIGN_OR_RETURN(auto done, WaitAll(t, posted, Deadline::AfterSeconds(60)));
+    FERRY_ASSIGN_OR_RETURN(auto done, WaitAll(t, posted, Deadline::AfterSeconds(45)));
     for (RequestId id : posted) FERRY_RETURN_IF_ERROR(done[id].status);
     if (env.rank == 0) return Status::Ok();
     offset = 8192;
@@ -176,7 +176,7 @@ TEST_F(UcxCudaTest, PutDeviceToDevice) {
       FERRY_ASSIGN_OR_RETURN(Bytes key, t.RemoteKey(device.handle));
       FERRY_RETURN_IF_ERROR(env.store->Set("t/key", key, Deadline::AfterSeconds(10)));
       FERRY_ASSIGN_OR_RETURN(RequestId notify, t.PostRecvNotify(0, 21));
-      FERRY_ASSIGN_OR_RETURN(auto done, WaitAll(t, {notify}, Deadline::AfterSeconds(60)));
+      FERRY_ASSIGN_OR_RETURN(auto done, WaitAll(t, {notify}, Deadline::AfterSeconds(45)));
       FERRY_RETURN_IF_ERROR(done[notify].status);
       return CheckDevice(device.data + 4096, kBytes - 4096, 21);
     }
@@ -184,7 +184,7 @@ TEST_F(UcxCudaTest, PutDeviceToDevice) {
     FERRY_RETURN_IF_ERROR(FillDevice(device.data, kBytes - 4096, 21));
     FERRY_ASSIGN_OR_RETURN(RequestId put, t.PostPut(1, 21, {device.handle, 0, kBytes - 4096},
                                                     RemoteBuffer{key, 4096}));
-    FERRY_ASSIGN_OR_RETURN(auto done, WaitAll(t, {put}, Deadline::AfterSeconds(60)));
+    FERRY_ASSIGN_OR_RETURN(auto done, WaitAll(t, {put}, Deadline::AfterSeconds(45)));
     return done[put].status;
   }, kTimeoutSeconds);
   EXPECT_TRUE(status.ok()) << status.ToString();
