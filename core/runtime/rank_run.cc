@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/base/strings.h"
+#include "core/runtime/staging_memory.h"
 
 namespace ferry {
 namespace {
@@ -171,25 +172,19 @@ Status RankRun::ReserveStaging() {
   return Status::Ok();
 }
 
-// Whether this rank's staging must be device memory: its memory is CUDA and the transports its
-// staged messages go through move CUDA memory only (NCCL). One arena cannot serve those and a
-// transport that needs host memory at once; that mix is refused, naming both.
+// Whether this rank's staging is device memory: StageOnDevice of the transports its staged
+// messages go through (staging_memory.h).
 Result<bool> RankRun::StagesOnDevice() {
-  if (!on_gpu_) return false;
-  std::string device_only, host;
-  for (int i = 0; i < n_; ++i) {
+  std::vector<StagingTransport> transports;
+  for (int i = 0; on_gpu_ && i < n_; ++i) {
     const Op& op = OpAt(i);
     if (!IsNetwork(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
     if (op.data.space != Space::kStaging && bounce_of_[i] < 0) continue;
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
-    (t->capabilities().host_memory ? host : device_only) = std::string(t->name());
+    const TransportCapabilities caps = t->capabilities();
+    transports.push_back({std::string(t->name()), caps.host_memory, caps.cuda_memory});
   }
-  if (!device_only.empty() && !host.empty()) {
-    return Unimplemented("rank " + std::to_string(rank_) + " stages messages for " + device_only +
-                         " (CUDA memory only) and for " + host + " (host memory) in one run; use "
-                         "one kind of transport for the links of a CUDA refit");
-  }
-  return !device_only.empty();
+  return StageOnDevice(rank_, on_gpu_, transports);
 }
 
 // Registers, with every transport this rank posts on, the memory its network ops send from or

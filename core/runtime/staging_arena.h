@@ -3,9 +3,9 @@
 // allocator that carves a run's slots out of it. For runs that touch CUDA memory the block is
 // pinned (page-locked and mapped, core/cuda/copy_stream.h): the copy kernel packs into it and
 // unpacks from it directly, and transports without GPU-direct send and receive it as host memory.
-// For ranks whose every transport moves CUDA memory and refuses host memory (NCCL) the block is
-// device memory instead (ReallocateOnDevice): the copy kernel packs into it and the transport
-// sends from it, with no host memory in the path.
+// For ranks whose every staging transport moves CUDA memory (NCCL, UCX with CUDA support;
+// staging_memory.h decides) the block is device memory instead (ReallocateOnDevice): the copy
+// kernel packs into it and the transport sends from it, with no host memory in the path.
 //
 // Ownership: StagingArena owns its block; a reallocation frees the old one, so whoever registered
 // it with a transport must deregister it first. ArenaAllocator only hands out offsets.

@@ -160,10 +160,12 @@ int RunCommand(const RunArgs& args) {
   launch.argv = RunArgv(rank_args);
   launch.ranks = in->ranks;
   launch.timeout_seconds = args.timeout_seconds;
-  // Defaults that suit processes of one machine, unless the caller chose otherwise.
+  // Defaults that suit processes of one machine, unless the caller chose otherwise. On CUDA
+  // memory UCX may also use its CUDA transports (ucx.cuda=auto still asks UCX whether it has
+  // them): UCX_TLS=sm,tcp alone would leave it no memory type but host.
   const std::pair<const char*, const char*> local_defaults[] = {
       {"FERRY_TCP_ADDRESS", "127.0.0.1"},
-      {"FERRY_UCX_TLS", "sm,tcp"},
+      {"FERRY_UCX_TLS", args.memory == "cuda" ? "sm,tcp,cuda_copy,cuda_ipc" : "sm,tcp"},
       {"FERRY_LIBFABRIC_DOMAIN", "lo"},
       {"FERRY_LIBFABRIC_WATCH_HOST", "127.0.0.1"},
   };

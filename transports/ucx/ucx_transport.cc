@@ -1,6 +1,7 @@
 // UcxTransport: the "ucx" Transport (see ucx_transport.h) — UCP context/worker/endpoints, the
 // active-message matching engine for two-sided messages, one-sided put + notify, memory
-// registration with ucp_mem_map, and the registration under the name "ucx".
+// registration with ucp_mem_map (host, and CUDA where the loaded UCX supports it), and the
+// registration under the name "ucx".
 #include "transports/ucx/ucx_transport.h"
 
 #include <ucp/api/ucp.h>
@@ -16,6 +17,7 @@
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
 #include "transports/ucx/ucx_lanes.h"
+#include "transports/ucx/ucx_memory.h"
 
 namespace ferry {
 namespace {
@@ -43,6 +45,12 @@ struct AmHeader {
 
 std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
 
+// Senders to a rank that moves CUDA memory send data rendezvous; a message that still came eager
+// and in memory UCX would not let us keep cannot be written into a CUDA receive buffer.
+constexpr const char* kEagerIntoCuda =
+    "an eager message into CUDA memory arrived without a descriptor UCX lets us keep (the sender "
+    "does not move CUDA memory: run every rank with the same UCX and ucx.cuda)";
+
 
 class UcxTransport final : public Transport {
  public:
@@ -53,7 +61,7 @@ class UcxTransport final : public Transport {
 
   std::string_view name() const override { return "ucx"; }
   TransportCapabilities capabilities() const override;
-  std::string DescribeLinks() const override { return ucx::SummarizeLanes(lanes_of_peer_); }
+  std::string DescribeLinks() const override;
   Result<Bytes> LocalEndpointInfo() override;
   Status Connect(int peer, std::span<const uint8_t> peer_info, Deadline deadline) override;
   Result<MemoryHandle> RegisterMemory(const MemoryDesc& memory) override;
@@ -71,6 +79,11 @@ class UcxTransport final : public Transport {
  private:
   enum class OpKind { kSend, kRecv, kPut, kRecvNotify };
 
+  struct Registration {
+    MemoryDesc desc;
+    ucp_mem_h memh = nullptr;  // null for zero-byte blocks
+  };
+
   // One posted request. Owned by ops_; stays alive while UCX holds a callback to it
   // (ucx_pending > 0) or deferred_ holds it (deferred), even after it was reported, so late
   // callbacks and the deferred rendezvous never touch freed memory: a peer's death can fail the
@@ -82,6 +95,8 @@ class UcxTransport final : public Transport {
     int peer = 0;
     uint64_t tag = 0;
     void* data = nullptr;  // send source / receive destination / put source
+    bool cuda = false;         // `data` is CUDA memory
+    ucp_mem_h memh = nullptr;  // the registration of the block `data` lies in (CUDA only)
     size_t capacity = 0;   // bytes to send, or the receive buffer's size
     uint64_t remote_address = 0;
     ucp_rkey_h rkey = nullptr;
@@ -101,15 +116,13 @@ class UcxTransport final : public Transport {
     size_t length = 0;
   };
 
-  struct Registration {
-    MemoryDesc desc;
-    ucp_mem_h memh = nullptr;  // null for zero-byte blocks
-  };
-
   struct Peer {
     UcxTransport* self = nullptr;
     int rank = -1;
     ucp_ep_h ep = nullptr;
+    // The peer moves CUDA memory (its endpoint info says so): data messages to it go rendezvous,
+    // so that its UCX writes them into whatever memory its receive names.
+    bool accepts_cuda = false;
     Status failure;  // set once the endpoint reported an error
     std::map<Bytes, ucp_rkey_h> rkeys;  // unpacked remote keys by their packed bytes
   };
@@ -126,7 +139,12 @@ class UcxTransport final : public Transport {
 
   Status CheckUsable() const;
   Result<Peer*> FindPeer(int peer);
-  Result<void*> Resolve(const LocalBuffer& buffer) const;
+  // The address of `buffer` and the registration it lies in.
+  Result<std::pair<void*, const Registration*>> Resolve(const LocalBuffer& buffer) const;
+  // Names `op`'s memory to UCX in `param`: memory type and handle for CUDA blocks.
+  static void DescribeMemory(const Op& op, ucp_request_param_t& param);
+  // Whether `op` receives into CUDA memory.
+  static bool IntoCuda(const Op& op);
   Op* NewOp(OpKind kind, int peer, uint64_t tag);
   void Finish(Op* op, Status status, int64_t bytes);
   void ReleaseIfDone(Op* op);
@@ -159,6 +177,8 @@ class UcxTransport final : public Transport {
   std::string tls_;          // ucx.tls as asked
   bool strict_tls_ = false;  // ucx.strict_tls
   bool warned_tls_ = false;
+  bool cuda_ = false;                      // moves CUDA memory (ucx.cuda and what UCX supports)
+  std::vector<std::string> cuda_transports_;  // the UCX transports that can carry it
   std::map<int, std::vector<std::string>> lanes_of_peer_;  // what UCX selected, per peer
   double close_timeout_seconds_ = 2.0;
   ucp_context_h ucp_ = nullptr;
@@ -243,6 +263,8 @@ Status UcxTransport::Init() {
     return InvalidArgument("ucx.error_mode must be 'peer' or 'none', got '" + error_mode + "'");
   }
   peer_error_mode_ = error_mode == "peer";
+  FERRY_ASSIGN_OR_RETURN(const ucx::CudaMode cuda_mode,
+                         ucx::ParseCudaMode(context_.Option("ucx.cuda", "auto")));
   if (context_.config != nullptr) {
     auto timeout = context_.config->GetSeconds("ucx.close_timeout");
     if (timeout.ok()) close_timeout_seconds_ = *timeout;
@@ -266,6 +288,9 @@ Status UcxTransport::Init() {
   status = ucp_init(&params, config, &ucp_);
   ucp_config_release(config);
   if (status != UCS_OK) return Unavailable("ucp_init: " + UcsError(status));
+  FERRY_ASSIGN_OR_RETURN(cuda_, ucx::DecideCuda(cuda_mode, ucx::ContextMemoryTypes(ucp_),
+                                                ucp_get_version_string()));
+  if (cuda_) cuda_transports_ = ucx::CudaTransports(ucx::ContextResources(ucp_));
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -288,7 +313,7 @@ Status UcxTransport::Init() {
 TransportCapabilities UcxTransport::capabilities() const {
   TransportCapabilities caps;
   caps.host_memory = true;
-  caps.cuda_memory = false;
+  caps.cuda_memory = cuda_;
   caps.two_sided = true;
   caps.one_sided = true;
   caps.cancel = true;
@@ -296,6 +321,15 @@ TransportCapabilities UcxTransport::capabilities() const {
   caps.latency_seconds = 5e-6;
   caps.bandwidth_bytes_per_second = 2e9;
   return caps;
+}
+
+std::string UcxTransport::DescribeLinks() const {
+  const std::string lanes = ucx::SummarizeLanes(lanes_of_peer_);
+  if (!cuda_) return lanes;
+  std::string through;
+  for (const std::string& tl : cuda_transports_) through += (through.empty() ? "" : ",") + tl;
+  return "CUDA memory through UCX " + std::string(ucp_get_version_string()) + " (" +
+         (through.empty() ? "no cuda transport listed" : through) + "); " + lanes;
 }
 
 Status UcxTransport::CheckUsable() const { return abort_.status(); }
@@ -309,10 +343,12 @@ Result<Bytes> UcxTransport::LocalEndpointInfo() {
   Bytes info;
   const int32_t rank = context_.rank;
   const uint8_t peer_mode = peer_error_mode_ ? 1 : 0;
+  const uint8_t accepts_cuda = cuda_ ? 1 : 0;
   AppendBytes(info, &kInfoMagic, sizeof(kInfoMagic));
   AppendBytes(info, &context_.epoch, sizeof(context_.epoch));
   AppendBytes(info, &rank, sizeof(rank));
   AppendBytes(info, &peer_mode, sizeof(peer_mode));
+  AppendBytes(info, &accepts_cuda, sizeof(accepts_cuda));
   AppendBytes(info, address, length);
   ucp_worker_release_address(worker_, address);
   return info;
@@ -323,7 +359,7 @@ Status UcxTransport::Connect(int peer_rank, std::span<const uint8_t> info, Deadl
   FERRY_RETURN_IF_ERROR(CheckUsable());
   FERRY_RETURN_IF_ERROR(CheckConnectablePeer(peer_rank, context_.size, peers_.count(peer_rank) != 0));
   const std::string who = "peer " + std::to_string(peer_rank);
-  constexpr size_t kPrefix = sizeof(uint32_t) + sizeof(uint64_t) + sizeof(int32_t) + 1;
+  constexpr size_t kPrefix = sizeof(uint32_t) + sizeof(uint64_t) + sizeof(int32_t) + 2;
   if (info.size() <= kPrefix) {
     return Unavailable(who + ": endpoint info of " + std::to_string(info.size()) +
                        " bytes is not ucx endpoint info");
@@ -332,10 +368,12 @@ Status UcxTransport::Connect(int peer_rank, std::span<const uint8_t> info, Deadl
   uint64_t epoch = 0;
   int32_t rank = 0;
   uint8_t peer_mode = 0;
+  uint8_t accepts_cuda = 0;
   std::memcpy(&magic, info.data(), sizeof(magic));
   std::memcpy(&epoch, info.data() + 4, sizeof(epoch));
   std::memcpy(&rank, info.data() + 12, sizeof(rank));
   std::memcpy(&peer_mode, info.data() + 16, sizeof(peer_mode));
+  std::memcpy(&accepts_cuda, info.data() + 17, sizeof(accepts_cuda));
   if (magic != kInfoMagic) return Unavailable(who + ": endpoint info is not from a ucx transport");
   if (epoch != context_.epoch) {
     return Unavailable(who + ": endpoint info is from epoch " + std::to_string(epoch) +
@@ -351,6 +389,7 @@ Status UcxTransport::Connect(int peer_rank, std::span<const uint8_t> info, Deadl
   auto peer = std::make_unique<Peer>();
   peer->self = this;
   peer->rank = peer_rank;
+  peer->accepts_cuda = accepts_cuda == 1;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -397,9 +436,10 @@ Status UcxTransport::CheckLanes(int peer, ucp_ep_h ep) {
 
 Result<MemoryHandle> UcxTransport::RegisterMemory(const MemoryDesc& memory) {
   FERRY_RETURN_IF_ERROR(CheckUsable());
-  if (memory.kind != MemoryKind::kHost) {
-    return Unimplemented("ucx transport registers host memory only, not " +
-                         std::string(MemoryKindName(memory.kind)));
+  if (memory.kind == MemoryKind::kCuda && !cuda_) {
+    return Unimplemented(std::string("ucx transport registers host memory only, not cuda: ") +
+                         "the loaded UCX " + ucp_get_version_string() +
+                         " supports no CUDA memory or ucx.cuda=off");
   }
   if (memory.bytes < 0 || (memory.bytes > 0 && memory.base == nullptr)) {
     return InvalidArgument("RegisterMemory: bad block (base " +
@@ -413,10 +453,14 @@ Result<MemoryHandle> UcxTransport::RegisterMemory(const MemoryDesc& memory) {
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     params.address = memory.base;
     params.length = static_cast<size_t>(memory.bytes);
+    if (memory.kind == MemoryKind::kCuda) {
+      params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+      params.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     ucs_status_t status = ucp_mem_map(ucp_, &params, &registration.memh);
     if (status != UCS_OK) {
-      return Unavailable("ucp_mem_map of " + std::to_string(memory.bytes) +
-                         " bytes: " + UcsError(status));
+      return Unavailable("ucp_mem_map of " + std::to_string(memory.bytes) + " bytes of " +
+                         std::string(MemoryKindName(memory.kind)) + " memory: " + UcsError(status));
     }
   }
   const uint64_t id = next_registration_++;
@@ -464,7 +508,8 @@ Result<UcxTransport::Peer*> UcxTransport::FindPeer(int peer) {
   return it->second.get();
 }
 
-Result<void*> UcxTransport::Resolve(const LocalBuffer& buffer) const {
+Result<std::pair<void*, const UcxTransport::Registration*>> UcxTransport::Resolve(
+    const LocalBuffer& buffer) const {
   auto it = registrations_.find(buffer.memory.id);
   if (it == registrations_.end()) {
     return InvalidArgument("buffer uses unknown memory handle " +
@@ -476,8 +521,21 @@ Result<void*> UcxTransport::Resolve(const LocalBuffer& buffer) const {
                       std::to_string(buffer.bytes) + ") lies outside its registered block of " +
                       std::to_string(desc.bytes) + " bytes");
   }
-  return static_cast<void*>(static_cast<char*>(desc.base) + buffer.offset);
+  return std::pair<void*, const Registration*>(static_cast<char*>(desc.base) + buffer.offset,
+                                               &it->second);
 }
+
+void UcxTransport::DescribeMemory(const Op& op, ucp_request_param_t& param) {
+  if (!op.cuda) return;
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memory_type = UCS_MEMORY_TYPE_CUDA;
+  if (op.memh != nullptr) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = op.memh;
+  }
+}
+
+bool UcxTransport::IntoCuda(const Op& op) { return op.kind == OpKind::kRecv && op.cuda; }
 
 UcxTransport::Op* UcxTransport::NewOp(OpKind kind, int peer, uint64_t tag) {
   auto op = std::make_unique<Op>();
@@ -680,9 +738,15 @@ ucs_status_t UcxTransport::OnActiveMessage(void* arg, const void* header, size_t
                                   "-byte receive buffer"), 0);
       return rendezvous ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
     }
-    if (rendezvous) {
+    // CUDA memory is written by UCX (ucp_am_recv_data_nbx, which knows memory types), never by
+    // memcpy: eager data into it must be a descriptor UCX lets us keep.
+    if (rendezvous || (IntoCuda(*op) && length > 0)) {
+      if (!rendezvous && !persistent) {
+        self->Finish(op, Unimplemented(kEagerIntoCuda), 0);
+        return UCS_OK;
+      }
       arrival.ucx_data = data;
-      arrival.rendezvous = true;
+      arrival.rendezvous = rendezvous;
       op->deferred = true;
       self->deferred_.emplace_back(op, std::move(arrival));
       return UCS_INPROGRESS;
@@ -719,15 +783,20 @@ void UcxTransport::Deliver(Op* op, Arrival arrival) {
                           "-byte receive buffer"), 0);
     return;
   }
-  if (arrival.rendezvous) {
+  if (arrival.rendezvous || (IntoCuda(*op) && arrival.length > 0)) {
+    if (arrival.ucx_data == nullptr) {
+      Finish(op, Unimplemented(kEagerIntoCuda), 0);
+      return;
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = &UcxTransport::OnRecvDataDone;
     param.user_data = op;
+    DescribeMemory(*op, param);
     ucs_status_t status = Track(
         op, ucp_am_recv_data_nbx(worker_, arrival.ucx_data, op->data, arrival.length, &param));
     if (status != UCS_OK) {
-      Finish(op, Unavailable("receiving rendezvous data: " + UcsError(status)), 0);
+      Finish(op, Unavailable("receiving data: " + UcsError(status)), 0);
     } else if (op->ucx_pending == 0) {
       Finish(op, Status::Ok(), static_cast<int64_t>(arrival.length));
     }
@@ -745,9 +814,12 @@ void UcxTransport::Deliver(Op* op, Arrival arrival) {
 Result<RequestId> UcxTransport::PostSend(int peer_rank, uint64_t tag, const LocalBuffer& buffer) {
   FERRY_RETURN_IF_ERROR(CheckUsable());
   FERRY_ASSIGN_OR_RETURN(Peer * peer, FindPeer(peer_rank));
-  FERRY_ASSIGN_OR_RETURN(void* data, Resolve(buffer));
+  FERRY_ASSIGN_OR_RETURN(auto resolved, Resolve(buffer));
+  void* const data = resolved.first;
   Op* op = NewOp(OpKind::kSend, peer_rank, tag);
   op->data = data;
+  op->cuda = resolved.second->desc.kind == MemoryKind::kCuda;
+  op->memh = resolved.second->memh;
   op->capacity = static_cast<size_t>(buffer.bytes);
   if (!peer->failure.ok()) {
     Finish(op, peer->failure, 0);
@@ -760,6 +832,11 @@ Result<RequestId> UcxTransport::PostSend(int peer_rank, uint64_t tag, const Loca
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransport::OnSendDone;
   param.user_data = op;
+  DescribeMemory(*op, param);
+  if (peer->accepts_cuda && op->capacity > 0) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_RNDV;
+  }
   ucs_status_t status = Track(op, ucp_am_send_nbx(peer->ep, kAmId, &op->header, sizeof(op->header),
                                                   data, op->capacity, &param));
   const RequestId id = op->id;
@@ -774,9 +851,12 @@ Result<RequestId> UcxTransport::PostSend(int peer_rank, uint64_t tag, const Loca
 Result<RequestId> UcxTransport::PostRecv(int peer_rank, uint64_t tag, const LocalBuffer& buffer) {
   FERRY_RETURN_IF_ERROR(CheckUsable());
   FERRY_ASSIGN_OR_RETURN(Peer * peer, FindPeer(peer_rank));
-  FERRY_ASSIGN_OR_RETURN(void* data, Resolve(buffer));
+  FERRY_ASSIGN_OR_RETURN(auto resolved, Resolve(buffer));
+  void* const data = resolved.first;
   Op* op = NewOp(OpKind::kRecv, peer_rank, tag);
   op->data = data;
+  op->cuda = resolved.second->desc.kind == MemoryKind::kCuda;
+  op->memh = resolved.second->memh;
   op->capacity = static_cast<size_t>(buffer.bytes);
   const RequestId id = op->id;
   MatchOrPost(op, *peer, MatchKey{MessageKind::kData, peer_rank, tag});
@@ -787,7 +867,8 @@ Result<RequestId> UcxTransport::PostPut(int peer_rank, uint64_t tag, const Local
                                         const RemoteBuffer& remote) {
   FERRY_RETURN_IF_ERROR(CheckUsable());
   FERRY_ASSIGN_OR_RETURN(Peer * peer, FindPeer(peer_rank));
-  FERRY_ASSIGN_OR_RETURN(void* data, Resolve(local));
+  FERRY_ASSIGN_OR_RETURN(auto resolved, Resolve(local));
+  void* const data = resolved.first;
   constexpr size_t kKeyPrefix = sizeof(uint64_t) + sizeof(int64_t);
   if (remote.remote_key.size() < kKeyPrefix) {
     return InvalidArgument("PostPut: remote key of " + std::to_string(remote.remote_key.size()) +
@@ -805,6 +886,8 @@ Result<RequestId> UcxTransport::PostPut(int peer_rank, uint64_t tag, const Local
   }
   Op* op = NewOp(OpKind::kPut, peer_rank, tag);
   op->data = data;
+  op->cuda = resolved.second->desc.kind == MemoryKind::kCuda;
+  op->memh = resolved.second->memh;
   op->capacity = static_cast<size_t>(local.bytes);
   Stamp(op->header, peer_rank);
   op->header.tag = tag;
@@ -829,6 +912,7 @@ Result<RequestId> UcxTransport::PostPut(int peer_rank, uint64_t tag, const Local
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &UcxTransport::OnPutDataDone;
     param.user_data = op;
+    DescribeMemory(*op, param);
     ucs_status_t status =
         Track(op, ucp_put_nbx(peer->ep, data, op->capacity,
                               remote_base + static_cast<uint64_t>(remote.offset), cached->second,
@@ -941,6 +1025,9 @@ std::vector<OptionSpec> UcxTransportOptions() {
       {"ucx.strict_tls", "false",
        "true: refuse to connect when ucx.tls asks for shared memory but UCX reaches a peer on this "
        "host over loopback instead; false: warn once on stderr"},
+      {"ucx.cuda", "auto",
+       "CUDA memory: 'auto' moves it through UCX when the loaded UCX supports it (else the executor "
+       "stages it through pinned host memory); 'on' fails when it does not; 'off' never"},
       {"ucx.close_timeout", "2s",
        "how long destroying the transport waits for endpoints to flush before forcing them shut"},
   };

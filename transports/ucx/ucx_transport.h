@@ -15,6 +15,13 @@
 // shared-memory transports cannot report peer failure, so with ucx.error_mode=peer they carry no
 // endpoint there; UCX_TLS=tcp (or sm,tcp) is what works with peer failure detection on such a
 // version.
+//
+// Memory: host always; CUDA when the loaded UCX reports CUDA among its memory types and ucx.cuda
+// is not off (ucx_memory.h). CUDA blocks are registered with ucp_mem_map as CUDA memory, and every
+// send, receive and put of CUDA memory names its memory type and handle, so UCX moves it with its
+// CUDA transports (cuda_ipc between processes of one node, cuda_copy through host memory, or the
+// network's GPU-direct path); data messages to a rank that moves CUDA memory go rendezvous, so its
+// UCX, not a memcpy, writes them into the receive buffer.
 #pragma once
 
 #include <memory>
@@ -26,7 +33,8 @@
 
 namespace ferry {
 
-// This transport's options ("ucx.tls", "ucx.error_mode", "ucx.close_timeout").
+// This transport's options ("ucx.tls", "ucx.error_mode", "ucx.strict_tls", "ucx.cuda",
+// "ucx.close_timeout").
 std::vector<OptionSpec> UcxTransportOptions();
 
 // Creates an instance for `context` (rank, size, epoch, options). Does not contact peers.
