@@ -63,4 +63,28 @@ SealRefusal MessageSeal::Open(int sender, std::span<const uint8_t> header, size_
   return windows_[static_cast<size_t>(sender)].Accept(sequence) ? SealRefusal::kNone : SealRefusal::kReplayed;
 }
 
+TagSeal::TagSeal(const std::string& secret, std::string_view transport, int rank, int size) {
+  for (int r = 0; r < size; ++r) {
+    send_keys_.push_back(DerivePairAuthenticator(secret, transport, rank, r));
+    recv_keys_.push_back(DerivePairAuthenticator(secret, transport, r, rank));
+  }
+}
+
+uint64_t TagSeal::WireTag(const PairAuthenticator& key, uint64_t tag, uint64_t n) {
+  uint8_t message[16];
+  std::memcpy(message, &tag, 8);
+  std::memcpy(message + 8, &n, 8);
+  const Digest digest = HmacSha256(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
+                                   std::span<const uint8_t>(message, sizeof(message)));
+  uint64_t mask = 0;
+  std::memcpy(&mask, digest.data(), sizeof(mask));
+  return tag ^ mask;
+}
+
+uint64_t TagSeal::Next(const std::vector<PairAuthenticator>& keys,
+                       std::map<std::pair<int, uint64_t>, uint64_t>& uses, int peer, uint64_t tag) {
+  const uint64_t n = ++uses[{peer, tag}];
+  return WireTag(keys[static_cast<size_t>(peer)], tag, n);
+}
+
 }  // namespace ferry

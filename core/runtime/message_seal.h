@@ -12,8 +12,21 @@
 // altered header opens nothing at all; a message of another epoch or job fails its MAC (its
 // secret differs).
 //
+// TagSeal does the same for a transport whose only field the library controls is the 64-bit
+// tag the provider matches on (libfabric): the n-th message with plan tag T from one rank to
+// another (n from 1) goes with wire tag T XOR the first 8 bytes of HMAC(pair key, T, n). Both
+// sides count the uses of T per peer and direction — sends at the sender, receives in the order
+// they are posted at the receiver — so a receive matches only the message sent for it: a copy of
+// an earlier message carries an earlier n and matches nothing (the provider holds it as
+// unexpected until the endpoint closes), and without the secret no tag matches at all. A
+// cancelled receive has used its number: later messages of that tag from that peer then match
+// nothing, so cancel only what will not be received again in this epoch.
+//
 // Not thread-safe: one instance per transport, driven by its progress thread.
 #pragma once
+
+#include <map>
+#include <utility>
 
 #include <cstdint>
 #include <span>
@@ -60,6 +73,25 @@ class MessageSeal {
   std::vector<PairAuthenticator> recv_keys_;  // per sender
   std::vector<uint64_t> next_sequence_;       // per receiver: the last one sent
   std::vector<ReplayWindow> windows_;         // per sender
+};
+
+class TagSeal {
+ public:
+  // This rank's keys for `size` ranks of one transport instance, from the epoch's `secret`.
+  TagSeal(const std::string& secret, std::string_view transport, int rank, int size);
+  // The wire tag of the next send of `tag` to `peer` / the next receive of `tag` posted for `peer`.
+  uint64_t NextSend(int peer, uint64_t tag) { return Next(send_keys_, sends_, peer, tag); }
+  uint64_t NextReceive(int peer, uint64_t tag) { return Next(recv_keys_, receives_, peer, tag); }
+  // The wire tag of use `n` (from 1) of `tag` under `key`.
+  static uint64_t WireTag(const PairAuthenticator& key, uint64_t tag, uint64_t n);
+
+ private:
+  uint64_t Next(const std::vector<PairAuthenticator>& keys, std::map<std::pair<int, uint64_t>, uint64_t>& uses,
+                int peer, uint64_t tag);
+
+  std::vector<PairAuthenticator> send_keys_;  // per receiver
+  std::vector<PairAuthenticator> recv_keys_;  // per sender
+  std::map<std::pair<int, uint64_t>, uint64_t> sends_, receives_;  // (peer, tag) -> uses so far
 };
 
 }  // namespace ferry

@@ -1,7 +1,8 @@
 // MessageSeal and ReplayWindow: a sealed header opens once at its receiver; the same bytes sent
 // again (a replay of a message copied off the wire), a header with a changed field, one sealed
 // for another receiver or with another epoch's secret do not; sequence numbers may arrive out of
-// order within the window, not below it.
+// order within the window, not below it. TagSeal: the n-th receive of a tag matches only the
+// n-th send of it, so the wire tag of a recorded message matches no later receive.
 #include "core/runtime/message_seal.h"
 
 #include <gtest/gtest.h>
@@ -80,6 +81,22 @@ TEST(ReplayWindowTest, EachNumberOnceOutOfOrderWithinTheWindowNothingBelowIt) {
   EXPECT_FALSE(w.Accept(5000 + 3 * ReplayWindow::kReplayWindow));
   EXPECT_TRUE(w.Accept(5000 + 3 * ReplayWindow::kReplayWindow - 1));
   EXPECT_FALSE(w.Accept(5000));
+}
+
+TEST(TagSealTest, TheNthReceiveMatchesOnlyTheNthSendSoARecordedTagMatchesNothingLater) {
+  TagSeal rank0("epoch-1-secret", "libfabric", 0, 2), rank1("epoch-1-secret", "libfabric", 1, 2);
+  const uint64_t tag = (uint64_t{1} << 48) | 42;
+  const uint64_t first_send = rank0.NextSend(1, tag);
+  const uint64_t first_receive = rank1.NextReceive(0, tag);
+  EXPECT_EQ(first_send, first_receive);
+  EXPECT_NE(first_send, tag);  // keyed: a stranger cannot guess it
+  const uint64_t second_receive = rank1.NextReceive(0, tag);
+  EXPECT_NE(second_receive, first_send);  // the first message, replayed, does not match the second
+  EXPECT_EQ(rank0.NextSend(1, tag), second_receive);
+  // Keyed per direction and per tag; another epoch's secret gives other tags.
+  EXPECT_NE(rank1.NextSend(0, tag), TagSeal("epoch-1-secret", "libfabric", 1, 2).NextReceive(0, tag));
+  EXPECT_NE(rank0.NextSend(1, tag + 1), TagSeal("epoch-1-secret", "libfabric", 1, 2).NextReceive(0, tag));
+  EXPECT_NE(TagSeal("epoch-2-secret", "libfabric", 0, 2).NextSend(1, tag), first_send);
 }
 
 }  // namespace
