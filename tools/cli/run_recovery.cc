@@ -91,7 +91,8 @@ void Report(const RecoveryContext& c, const std::vector<Entry>& entries, const R
     if (std::sscanf(text.c_str(), "%d %lld %n", &faulty, &fault_ns, &used) == 2) what = text.substr(used);
   }
   if (!what.empty()) c.say("  fault injected: rank " + std::to_string(faulty) + " " + what);
-  const std::string culprit = "rank " + std::to_string(faulty) + " ";
+  // An error names the culprit as "rank N ..." (the monitor, an abort) or "peer N ..." (a link).
+  const std::string culprit = "rank " + std::to_string(faulty) + " ", link = "peer " + std::to_string(faulty) + " ";
   bool all_named = faulty >= 0;
   double slowest_ms = 0;
   std::string replacements;
@@ -102,7 +103,8 @@ void Report(const RecoveryContext& c, const std::vector<Entry>& entries, const R
     }
     const double ms = fault_ns > 0 ? static_cast<double>(e.ns - fault_ns) * 1e-6 : -1;
     slowest_ms = std::max(slowest_ms, ms);
-    const bool named = faulty >= 0 && e.reason.find(culprit) != std::string::npos;
+    const bool named =
+        faulty >= 0 && (e.reason.find(culprit) != std::string::npos || e.reason.find(link) != std::string::npos);
     all_named = all_named && named;
     char head[96];
     if (ms >= 0) {
