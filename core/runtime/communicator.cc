@@ -251,12 +251,18 @@ Status Communicator::abort_reason() const {
   return abort_reason_;
 }
 
+std::chrono::system_clock::time_point Communicator::aborted_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return aborted_at_;
+}
+
 void Communicator::Abort(const Status& reason) {
   PeerMonitor* monitor = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
     abort_reason_ = reason.ok() ? Aborted("communicator aborted") : reason;
+    aborted_at_ = std::chrono::system_clock::now();
     aborted_ = true;
     monitor = monitor_.get();
   }
@@ -359,6 +365,7 @@ Status Communicator::Recreate(Deadline deadline) {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = false;
     abort_reason_ = Status::Ok();
+    aborted_at_ = {};
   }
   return Connect(deadline).WithContext("recreating communicator rank " +
                                        std::to_string(options_.rank) + " at epoch " +

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -97,6 +98,9 @@ class Communicator {
   void Abort(const Status& reason);
   bool aborted() const { return aborted_.load(); }
   Status abort_reason() const;
+  // When this epoch aborted (the wall clock, CLOCK_REALTIME, at the first Abort), so that callers
+  // can time detection against a fault's own timestamp; the epoch of the clock while not aborted.
+  std::chrono::system_clock::time_point aborted_at() const;
   // Every transport, of this epoch or an earlier one, whose Abort did not return within
   // deadline.abort ("fault (epoch 1)"), oldest first. Each was also reported on stderr when it
   // was quarantined. Any thread.
@@ -134,8 +138,9 @@ class Communicator {
   std::unique_ptr<PeerProcesses> processes_;
   std::unique_ptr<PeerMonitor> monitor_;  // guarded by mu_ (the pointer; the monitor is thread-safe)
   std::atomic<bool> aborted_{false};
-  mutable std::mutex mu_;  // guards abort_reason_, quarantined_, quarantine_log_ and monitor_
+  mutable std::mutex mu_;  // guards abort_reason_, aborted_at_, quarantined_, quarantine_log_ and monitor_
   Status abort_reason_;
+  std::chrono::system_clock::time_point aborted_at_{};
 };
 
 }  // namespace ferry

@@ -86,7 +86,9 @@ class Executor {
   ~Executor();
 
   // Runs this rank's ops of `plan`; returns when all completed, or on the first failure, or at
-  // `deadline` (kDeadlineExceeded naming the ops still pending).
+  // `deadline` (kDeadlineExceeded naming the ops still pending). Any failure, one of the set-up
+  // (a plan this rank cannot run, staging that does not fit) included, aborts the communicator,
+  // so that peers waiting for this rank fail at once, naming it; Recreate before the next Run.
   Result<ExecutorStats> Run(const TransferPlan& plan, const RankMemory& memory, Deadline deadline);
 
   // Releases the transport registrations kept across runs (the staging arena's always; user

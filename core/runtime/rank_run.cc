@@ -38,19 +38,12 @@ RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
       ready_local_(ReadyOrder{&plan_, &ids_}) {}
 
 Result<ExecutorStats> RankRun::Execute() {
-  FERRY_RETURN_IF_ERROR(CheckRunnable());
-  FERRY_RETURN_IF_ERROR(PrepareGpu());
-  ids_ = plan_.OpsOfRank(rank_);
-  n_ = static_cast<int>(ids_.size());
-  for (int i = 0; i < n_; ++i) local_[ids_[i]] = i;
-  AssignDirectRoles();
-  FERRY_RETURN_IF_ERROR(BuildDependencies());
-  FERRY_RETURN_IF_ERROR(ReserveStaging());
-  Status registered = RegisterMemory();
-  if (registered.ok()) registered = CountGroupedRounds();
-  if (!registered.ok()) {
-    ReleaseRunRegistrations();
-    return registered;
+  if (Status ready = SetUp(); !ready.ok()) {
+    // The peers wait for this rank's messages: abort, so that they fail now, naming this rank,
+    // instead of at their deadlines.
+    comm_.Abort(Status(ready.code(), "rank " + std::to_string(rank_) + " could not start the refit: " +
+                                         ready.message()));
+    return ready;
   }
   for (int i = 0; i < n_; ++i) {
     if (deps_left_[i] == 0) MakeReady(i);
@@ -66,6 +59,21 @@ Result<ExecutorStats> RankRun::Execute() {
 }
 
 // --- set-up -----------------------------------------------------------------------------------
+
+Status RankRun::SetUp() {
+  FERRY_RETURN_IF_ERROR(CheckRunnable());
+  FERRY_RETURN_IF_ERROR(PrepareGpu());
+  ids_ = plan_.OpsOfRank(rank_);
+  n_ = static_cast<int>(ids_.size());
+  for (int i = 0; i < n_; ++i) local_[ids_[i]] = i;
+  AssignDirectRoles();
+  FERRY_RETURN_IF_ERROR(BuildDependencies());
+  FERRY_RETURN_IF_ERROR(ReserveStaging());
+  Status registered = RegisterMemory();
+  if (registered.ok()) registered = CountGroupedRounds();
+  if (!registered.ok()) ReleaseRunRegistrations();
+  return registered;
+}
 
 Status RankRun::CheckRunnable() const {
   if (plan_.num_ranks != comm_.size()) {

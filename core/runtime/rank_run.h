@@ -14,7 +14,7 @@
 //   progress    PollCopies and PollTransports hand finished work to OnCopiesDone /
 //               OnRequestDone, which Complete ops and so ready their dependents
 //   the end     Finish on success; AbortRun on the first failure (it aborts the communicator so
-//               that peers fail fast)
+//               that peers fail fast; so does a failure of the set-up)
 //   grouped transports (rank_run_grouped.cc) a rank's ops of one round on a grouped transport
 //               (NCCL) are posted as one group once all are ready, rounds in order
 //               (CountGroupedRounds, StartGroupedRounds); the in-flight window never splits one
@@ -88,6 +88,9 @@ class RankRun {
   Result<ExecutorStats> Execute();
 
  private:
+  // The set-up phase, in order; a failure leaves nothing registered for this run. Execute aborts
+  // the communicator on it, as on any later failure.
+  Status SetUp();
   // Ready ops are kept ordered by (round, local index).
   struct ReadyOrder {
     const TransferPlan* plan;

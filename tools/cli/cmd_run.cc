@@ -10,6 +10,7 @@
 #include "core/cuda/batched_copy.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/fault_injection.h"
 #include "tools/cli/local_launch.h"
 #include "tools/cli/run_rank.h"
 #include "tools/models/framework_layouts.h"
@@ -116,6 +117,8 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
   add("--save-plan", args.save_plan_file);
   if (args.pretend_nodes) argv.push_back("--pretend-nodes");
   add("--memory", args.memory);
+  add("--inject-fault", args.inject_fault);
+  if (args.recover) argv.push_back("--recover");
   return argv;
 }
 
@@ -128,8 +131,32 @@ int RunRank(const RunArgs& args) {
   return 1;
 }
 
+// --inject-fault and --recover: the fault parses, and a recovery can follow it.
+Status CheckFaultOptions(const RunArgs& args) {
+  FERRY_ASSIGN_OR_RETURN(Fault fault, ParseFault(args.inject_fault, "--inject-fault"));
+  if (!args.recover) return Status::Ok();
+  if (args.leak_check) return InvalidArgument("--recover and --leak-check do not go together (a recovery opens new links)");
+  if (fault.rank < 0) return Status::Ok();
+  if (fault.rank == 0) {
+    return InvalidArgument("--recover: rank 0 hosts the store and cannot be replaced; inject the fault into another rank");
+  }
+  if (fault.kind != "kill") {
+    return InvalidArgument("--recover replaces a rank whose process died: inject a kill (a stopped rank is named "
+                           "by the survivors but never exits, so the launcher cannot replace it)");
+  }
+  if (fault.refit > args.iterations || (!fault.mid_refit && fault.refit == args.iterations)) {
+    return InvalidArgument("--recover: the fault must leave a measured refit to recover into (--iterations " +
+                           std::to_string(args.iterations) + ")");
+  }
+  return Status::Ok();
+}
+
 int RunCommand(const RunArgs& args) {
   if (LaunchedAsRank()) return RunRank(args);
+  if (Status s = CheckFaultOptions(args); !s.ok()) {
+    std::fprintf(stderr, "ferry run: %s\n", s.ToString().c_str());
+    return 1;
+  }
   Result<RefitInputs> in = BuildRefitInputs(args);
   if (!in.ok()) {
     std::fprintf(stderr, "ferry run: %s\n", in.status().ToString().c_str());
@@ -160,6 +187,7 @@ int RunCommand(const RunArgs& args) {
   launch.argv = RunArgv(rank_args);
   launch.ranks = in->ranks;
   launch.timeout_seconds = args.timeout_seconds;
+  launch.replace_failed = args.recover;
   // Defaults that suit processes of one machine, unless the caller chose otherwise. On CUDA
   // memory UCX may also use its CUDA transports (ucx.cuda=auto still asks UCX whether it has
   // them): UCX_TLS=sm,tcp alone would leave it no memory type but host.
@@ -181,6 +209,11 @@ int RunCommand(const RunArgs& args) {
     std::fprintf(stderr, "ferry run: failed: %s\n",
                  result->Describe(args.timeout_seconds).c_str());
     return 1;
+  }
+  for (const RankExit& e : result->replaced) {
+    std::printf("ferry run: completed with rank %d replaced (its first process %s)\n", e.rank,
+                e.signaled ? ("died of signal " + std::to_string(e.signal)).c_str()
+                           : ("exited with status " + std::to_string(e.exit_code)).c_str());
   }
   return 0;
 }
@@ -205,6 +238,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_flag("--verify", args->verify, "check every destination byte after each strategy");
   run->add_flag("--leak-check", args->leak_check,
                 "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
+  run->add_option("--inject-fault", args->inject_fault,
+                  "make one rank fail: <rank>:<kill|stop>:<mid|between|mid=N|after=N> (N: a measured refit, "
+                  "from 1) or <rank>:corrupt:verify; as FERRY_INJECT_FAULT (docs/faults.md)");
+  run->add_flag("--recover", args->recover,
+                "after a failed refit, replace a rank whose process died (not rank 0), move every rank to the "
+                "next epoch and go on with the remaining refits, each verified with --verify");
   AddCommonOptions(*run, *args, *strategy);
   run->callback([args, strategy, exit_code] {
     if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {

@@ -54,6 +54,12 @@ struct RunArgs {
   // Where the buffers live: "host" (shareable host memory) or "cuda" (one cudaMalloc per side per
   // rank, on device rank % visible devices).
   std::string memory = "host";
+  // A fault for one rank to inject (fault_injection.h: "2:kill:after=2"); empty: FERRY_INJECT_FAULT.
+  std::string inject_fault;
+  // Recover from a failed refit: the local launcher replaces a rank (not rank 0) whose process
+  // died, every rank moves to the next epoch (Communicator::Recreate) and the run goes on from
+  // the earliest refit a survivor did not finish; with --verify every refit is verified.
+  bool recover = false;
 };
 
 // The layouts and topology one refit needs, built the same way on every rank (ranks = the

@@ -17,42 +17,61 @@ void Fire(const Fault& fault, int rank) { fault::AnnounceAndSignal(rank, fault.k
 
 }  // namespace
 
-Result<Fault> FaultFromEnvironment() {
+Result<Fault> ParseFault(const std::string& spec, const std::string& source) {
   Fault fault;
-  const char* text = std::getenv("FERRY_INJECT_FAULT");
-  if (text == nullptr || *text == '\0') return fault;
-  const std::string spec(text);
+  if (spec.empty()) return fault;
+  const std::string where = source + "='" + spec + "'";
   const size_t first = spec.find(':');
   const size_t second = first == std::string::npos ? first : spec.find(':', first + 1);
   if (second == std::string::npos) {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec +
-                           "': expected <rank>:<kill|stop>:<mid|between> or <rank>:corrupt:verify");
+    return InvalidArgument(where + ": expected <rank>:<kill|stop>:<mid|between|mid=N|after=N> or "
+                           "<rank>:corrupt:verify");
   }
   char* end = nullptr;
   const long rank = std::strtol(spec.c_str(), &end, 10);
   const std::string kind = spec.substr(first + 1, second - first - 1);
   const std::string moment = spec.substr(second + 1);
   if (end != spec.c_str() + first || rank < 0 || rank > 1 << 20) {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the rank is not a number");
+    return InvalidArgument(where + ": the rank is not a number");
   }
   if (kind != "kill" && kind != "stop" && kind != "corrupt") {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the fault is kill, stop or corrupt");
+    return InvalidArgument(where + ": the fault is kill, stop or corrupt");
   }
-  if (kind == "corrupt" && moment != "verify") {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': corrupt happens at verify");
-  }
-  if (kind != "corrupt" && moment != "mid" && moment != "between") {
-    return InvalidArgument("FERRY_INJECT_FAULT='" + spec + "': the moment is mid or between");
-  }
+  if (kind == "corrupt" && moment != "verify") return InvalidArgument(where + ": corrupt happens at verify");
   fault.rank = static_cast<int>(rank);
   fault.kind = kind;
   fault.signal = kind == "kill" ? SIGKILL : kind == "stop" ? SIGSTOP : 0;
-  fault.mid_refit = moment == "mid";
+  if (kind == "corrupt") return fault;
+  const size_t equals = moment.find('=');
+  const std::string when = moment.substr(0, equals);
+  if (when != "mid" && when != "between" && when != "after") {
+    return InvalidArgument(where + ": the moment is mid, between, mid=N or after=N");
+  }
+  fault.mid_refit = when == "mid";
+  if (equals == std::string::npos) {
+    if (when == "after") return InvalidArgument(where + ": after needs the refit: after=N");
+    return fault;
+  }
+  const std::string number = moment.substr(equals + 1);
+  const long refit = std::strtol(number.c_str(), &end, 10);
+  if (when == "between" || number.empty() || *end != '\0' || refit < 1 || refit > 1'000'000) {
+    return InvalidArgument(where + ": the refit in mid=N or after=N is a number from 1 (a measured refit)");
+  }
+  fault.refit = static_cast<int>(refit);
   return fault;
 }
 
-void MaybeInjectFault(const Fault& fault, int rank, bool starting) {
-  if (fault.rank != rank || fault.signal == 0 || fault.mid_refit != starting) return;
+Result<Fault> FaultFromEnvironment() {
+  const char* text = std::getenv("FERRY_INJECT_FAULT");
+  return ParseFault(text == nullptr ? "" : text, "FERRY_INJECT_FAULT");
+}
+
+bool FaultDue(const Fault& fault, int rank, bool starting, int refit) {
+  return fault.rank == rank && fault.signal != 0 && fault.mid_refit == starting && fault.refit == refit;
+}
+
+void MaybeInjectFault(const Fault& fault, int rank, bool starting, int refit) {
+  if (!FaultDue(fault, rank, starting, refit)) return;
   if (!starting) return Fire(fault, rank);
   std::thread([fault, rank] { Fire(fault, rank); }).detach();
 }

@@ -1,14 +1,16 @@
-// Fault injection for `ferry run` (used by the kill harness, tools/kill_harness.py, and by the
-// tests of --verify): with FERRY_INJECT_FAULT="<rank>:<kill|stop>:<mid|between>" in the
-// environment, that rank sends itself SIGKILL or SIGSTOP either while its first measured refit runs
-// (`mid`: from a thread, as the refit starts) or right after that refit, before the next barrier
-// (`between`). Just before, it writes "ferry-fault: rank R <kind> at <ns>" (CLOCK_REALTIME) to
-// stderr, from which the harness measures detection. With "<rank>:corrupt:verify" that rank flips
-// one bit of its first destination fragment's first byte (in CUDA memory too) just before each
-// --verify check, which must then fail naming that rank and tensor. Unset: nothing happens. The
-// announcement and signal are the fault transport's (transports/fault/fault_signal.h), which
-// injects the same kill or stop at a chosen transport call instead (fault.action=kill|stop); this
-// file adds only the refit-moment triggers.
+// Fault injection for `ferry run` (used by the kill harness, tools/kill, by the tests of --verify
+// and by `ferry run --inject-fault ... --recover`): with FERRY_INJECT_FAULT (or --inject-fault)
+// "<rank>:<kill|stop>:<moment>", that rank sends itself SIGKILL or SIGSTOP either while a measured
+// refit runs (`mid`, `mid=N`: from a thread, as the N-th measured refit starts) or right after
+// it, before the next barrier (`between`, `after=N`: once the N-th measured refit has finished
+// and, with per-refit verification, been verified). N counts measured refits from 1; `mid` and
+// `between` mean N = 1. Just before, it writes "ferry-fault: rank R <kind> at <ns>"
+// (CLOCK_REALTIME) to stderr, from which the harness measures detection. With
+// "<rank>:corrupt:verify" that rank flips one bit of its first destination fragment's first byte
+// (in CUDA memory too) just before each --verify check, which must then fail naming that rank and
+// tensor. Unset: nothing happens. The announcement and signal are the fault transport's
+// (transports/fault/fault_signal.h), which injects the same kill or stop at a chosen transport
+// call instead (fault.action=kill|stop); this file adds only the refit-moment triggers.
 //
 // Threading: Parse once from main's thread; the injection points may run on any thread.
 #pragma once
@@ -25,15 +27,24 @@ struct Fault {
   int rank = -1;          // -1: no fault
   int signal = 0;         // SIGKILL or SIGSTOP; 0 for "corrupt"
   std::string kind;       // "kill", "stop" or "corrupt"
-  bool mid_refit = true;  // false: between refits (kill and stop)
+  bool mid_refit = true;  // false: after the refit (kill and stop)
+  int refit = 1;          // the measured refit (from 1) it goes off in or after
 };
+
+// The fault `spec` asks for (rank -1 when empty), or an error naming what is wrong; `source`
+// names where the spec came from in that error (FERRY_INJECT_FAULT, --inject-fault).
+Result<Fault> ParseFault(const std::string& spec, const std::string& source);
 
 // The fault FERRY_INJECT_FAULT asks for (rank -1 when unset), or an error naming what is wrong.
 Result<Fault> FaultFromEnvironment();
 
-// Fires `fault` when it is this rank's and the moment matches: `starting` is true as a refit
-// starts (a detached thread fires a `mid` fault), false once it has finished (`between`).
-void MaybeInjectFault(const Fault& fault, int rank, bool starting);
+// Whether `fault` fires on `rank` at this moment: `starting` is true as measured refit `refit`
+// (from 1) starts, false once it has finished.
+bool FaultDue(const Fault& fault, int rank, bool starting, int refit);
+
+// Fires `fault` when FaultDue (a detached thread fires a `mid` fault, so that it lands while the
+// refit runs).
+void MaybeInjectFault(const Fault& fault, int rank, bool starting, int refit);
 
 // A "corrupt" fault of this rank: flips the lowest bit of the first byte of the first non-empty
 // fragment of `destination` on `rank`, whose buffers are `buffers` (CUDA memory when `on_device`).

@@ -62,6 +62,12 @@ bool LaunchResult::ok() const {
   return true;
 }
 
+// How one process ended: "died of signal 9 (Killed)" or "exited with status 1".
+std::string HowItEnded(const RankExit& e) {
+  if (e.signaled) return "died of signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")";
+  return "exited with status " + std::to_string(e.exit_code);
+}
+
 std::string LaunchResult::Describe(double timeout_seconds) const {
   std::string out;
   auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
@@ -70,14 +76,139 @@ std::string LaunchResult::Describe(double timeout_seconds) const {
     const std::string who = "rank " + std::to_string(e.rank);
     if (e.killed_by_launcher) {
       if (!timed_out) add(who + " killed after another rank failed");
-    } else if (e.signaled) {
-      add(who + " died of signal " + std::to_string(e.signal) + " (" + strsignal(e.signal) + ")");
-    } else if (e.exit_code != 0) {
-      add(who + " exited with status " + std::to_string(e.exit_code));
+    } else if (e.signaled || e.exit_code != 0) {
+      add(who + " " + HowItEnded(e));
     }
   }
   return out;
 }
+
+namespace {
+
+// The processes of one launch and what the children share.
+class Launch {
+ public:
+  Launch(const LaunchOptions& options, int port) : options_(options), pids_(options.ranks, -1) {
+    env_.push_back("WORLD_SIZE=" + std::to_string(options.ranks));
+    env_.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.ranks));
+    env_.push_back("MASTER_ADDR=127.0.0.1");
+    env_.push_back("MASTER_PORT=" + std::to_string(port));
+    env_.push_back("FERRY_TOKEN=" + RandomToken());
+    for (const auto& [k, v] : options.environment) env_.push_back(k + "=" + v);
+    for (const std::string& a : options.argv) argv_.push_back(const_cast<char*>(a.c_str()));
+    argv_.push_back(nullptr);
+    result_.exits.resize(options.ranks);
+    for (int r = 0; r < options.ranks; ++r) result_.exits[r].rank = r;
+    replaced_.assign(options.ranks, false);
+  }
+
+  // Forks and execs rank `r` (as a replacement process when `replacement`).
+  Status Spawn(int r, bool replacement) {
+    std::vector<std::string> rank_env = env_;
+    rank_env.push_back("RANK=" + std::to_string(r));
+    rank_env.push_back("LOCAL_RANK=" + std::to_string(r));
+    if (replacement) rank_env.push_back("FERRY_REPLACEMENT=1");
+    const pid_t pid = ::fork();
+    if (pid < 0) return Unavailable("local launch: fork for rank " + std::to_string(r) + ": " + std::strerror(errno));
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent_) ::_exit(127);  // the launcher died before prctl
+      for (const std::string& e : rank_env) ::putenv(const_cast<char*>(e.c_str()));
+      ::execv("/proc/self/exe", argv_.data());
+      std::fprintf(stderr, "rank %d: exec %s: %s\n", r, argv_[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    pids_[r] = pid;
+    ++running_;
+    return Status::Ok();
+  }
+
+  // Kills every running child with SIGKILL and reaps it (marked killed by the launcher).
+  void KillAll() {
+    for (int r = 0; r < options_.ranks; ++r) {
+      if (pids_[r] > 0) ::kill(pids_[r], SIGKILL);
+    }
+    for (int r = 0; r < options_.ranks; ++r) {
+      if (pids_[r] <= 0) continue;
+      int status = 0;
+      ::waitpid(pids_[r], &status, 0);
+      TraceExit(r);
+      RankExit& e = result_.exits[r];
+      e.killed_by_launcher = true;
+      e.signaled = WIFSIGNALED(status);
+      e.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      pids_[r] = -1;
+      --running_;
+    }
+  }
+
+  // Reaps the children that ended; returns whether any did. A failed rank is replaced when the
+  // options allow it, else it starts the grace period of the others.
+  Result<bool> Reap() {
+    bool reaped = false;
+    for (int r = 0; r < options_.ranks; ++r) {
+      int status = 0;
+      if (pids_[r] <= 0 || ::waitpid(pids_[r], &status, WNOHANG) != pids_[r]) continue;
+      reaped = true;
+      pids_[r] = -1;
+      --running_;
+      TraceExit(r);
+      RankExit e{.rank = r};
+      e.signaled = WIFSIGNALED(status);
+      e.signal = e.signaled ? WTERMSIG(status) : 0;
+      e.exit_code = e.signaled ? 0 : WEXITSTATUS(status);
+      result_.exits[r] = e;
+      if (!e.signaled && e.exit_code == 0) continue;
+      if (options_.replace_failed && r != 0 && !replaced_[r] && !failed_) {
+        replaced_[r] = true;
+        result_.replaced.push_back(e);
+        std::printf("ferry run: launcher: rank %d %s; starting its replacement (FERRY_REPLACEMENT=1)\n", r,
+                    HowItEnded(e).c_str());
+        std::fflush(stdout);
+        FERRY_RETURN_IF_ERROR(Spawn(r, /*replacement=*/true));
+      } else if (!failed_) {
+        failed_ = true;
+        grace_ = Deadline::AfterSeconds(options_.failure_grace_seconds);
+      }
+    }
+    return reaped;
+  }
+
+  // Supervises until every child has ended, the deadline passes, or a failure's grace runs out.
+  Result<LaunchResult> Supervise() {
+    const Deadline deadline = Deadline::AfterSeconds(options_.timeout_seconds);
+    while (running_ > 0) {
+      Result<bool> reaped = Reap();
+      if (!reaped.ok()) {
+        KillAll();
+        return reaped.status();
+      }
+      if (running_ == 0) break;
+      const bool timeout = deadline.Expired();
+      if (timeout || (failed_ && grace_.Expired())) {
+        result_.timed_out = timeout && !failed_;
+        KillAll();
+        break;
+      }
+      if (!*reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return result_;
+  }
+
+ private:
+  const LaunchOptions& options_;
+  const pid_t parent_ = ::getpid();
+  std::vector<std::string> env_;
+  std::vector<char*> argv_;
+  std::vector<pid_t> pids_;
+  std::vector<bool> replaced_;
+  int running_ = 0;
+  bool failed_ = false;
+  Deadline grace_ = Deadline::AfterSeconds(1e9);
+  LaunchResult result_;
+};
+
+}  // namespace
 
 Result<LaunchResult> LaunchLocalRanks(const LaunchOptions& options) {
   if (options.ranks < 1) return InvalidArgument("local launch needs at least one rank");
@@ -91,100 +222,14 @@ Result<LaunchResult> LaunchLocalRanks(const LaunchOptions& options) {
   FERRY_ASSIGN_OR_RETURN(Listener probe, ListenTcp("127.0.0.1", 0));
   const int port = probe.port;
   ::close(probe.fd);
-
-  std::vector<std::string> env_strings;
-  env_strings.push_back("WORLD_SIZE=" + std::to_string(options.ranks));
-  env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.ranks));
-  env_strings.push_back("MASTER_ADDR=127.0.0.1");
-  env_strings.push_back("MASTER_PORT=" + std::to_string(port));
-  env_strings.push_back("FERRY_TOKEN=" + RandomToken());
-  for (const auto& [k, v] : options.environment) env_strings.push_back(k + "=" + v);
-  std::vector<char*> argv;
-  for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-
-  const pid_t parent = ::getpid();
-  std::vector<pid_t> pids(options.ranks, -1);
-  LaunchResult result;
-  result.exits.resize(options.ranks);
-  auto kill_all = [&](int signal) {
-    for (int r = 0; r < options.ranks; ++r) {
-      if (pids[r] > 0) ::kill(pids[r], signal);
-    }
-  };
+  Launch launch(options, port);
   for (int r = 0; r < options.ranks; ++r) {
-    result.exits[r].rank = r;
-    std::vector<std::string> rank_env = env_strings;
-    rank_env.push_back("RANK=" + std::to_string(r));
-    rank_env.push_back("LOCAL_RANK=" + std::to_string(r));
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      const std::string error = std::strerror(errno);
-      kill_all(SIGKILL);
-      for (pid_t p : pids) {
-        if (p > 0) ::waitpid(p, nullptr, 0);
-      }
-      return Unavailable("local launch: fork for rank " + std::to_string(r) + ": " + error);
+    if (Status spawned = launch.Spawn(r, /*replacement=*/false); !spawned.ok()) {
+      launch.KillAll();
+      return spawned;
     }
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
-      for (const std::string& e : rank_env) ::putenv(const_cast<char*>(e.c_str()));
-      ::execv("/proc/self/exe", argv.data());
-      std::fprintf(stderr, "rank %d: exec %s: %s\n", r, argv[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    pids[r] = pid;
   }
-
-  const Deadline deadline = Deadline::AfterSeconds(options.timeout_seconds);
-  Deadline grace = Deadline::AfterSeconds(1e9);
-  bool failed = false;
-  int running = options.ranks;
-  while (running > 0) {
-    bool reaped = false;
-    for (int r = 0; r < options.ranks; ++r) {
-      if (pids[r] <= 0) continue;
-      int status = 0;
-      if (::waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
-      reaped = true;
-      pids[r] = -1;
-      --running;
-      RankExit& e = result.exits[r];
-      TraceExit(r);
-      if (WIFSIGNALED(status)) {
-        e.signaled = true;
-        e.signal = WTERMSIG(status);
-      } else {
-        e.exit_code = WEXITSTATUS(status);
-      }
-      if ((e.signaled || e.exit_code != 0) && !e.killed_by_launcher && !failed) {
-        failed = true;
-        grace = Deadline::AfterSeconds(options.failure_grace_seconds);
-      }
-    }
-    if (running == 0) break;
-    const bool timeout = deadline.Expired();
-    if (timeout || (failed && grace.Expired())) {
-      result.timed_out = timeout && !failed;
-      for (int r = 0; r < options.ranks; ++r) {
-        if (pids[r] > 0) result.exits[r].killed_by_launcher = true;
-      }
-      kill_all(SIGKILL);
-      for (int r = 0; r < options.ranks; ++r) {
-        if (pids[r] <= 0) continue;
-        int status = 0;
-        ::waitpid(pids[r], &status, 0);
-        TraceExit(r);
-        result.exits[r].signaled = WIFSIGNALED(status);
-        result.exits[r].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        pids[r] = -1;
-      }
-      break;
-    }
-    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return result;
+  return launch.Supervise();
 }
 
 }  // namespace ferry::cli

@@ -5,7 +5,10 @@
 //  - every child dies with its parent (PR_SET_PDEATHSIG), so a killed launcher leaves no orphans;
 //  - when a child fails, the others get `failure_grace_seconds` to fail on their own (their
 //    communicator aborts), then are killed;
-//  - at `timeout_seconds` every child still running is killed.
+//  - at `timeout_seconds` every child still running is killed;
+//  - with `replace_failed`, a rank other than 0 (the store host) whose process fails is instead
+//    started again, once, as its replacement (FERRY_REPLACEMENT=1: it joins the survivors' next
+//    epoch, core/runtime/communicator.h), and the run goes on.
 // The call blocks until every child has been reaped. Not thread-safe (uses fork); call it from
 // the main thread of a process that runs no other threads.
 #pragma once
@@ -31,6 +34,8 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> environment;  // extra variables for children
   double timeout_seconds = 300;
   double failure_grace_seconds = 5;
+  // Restart a failed rank (not rank 0) once, as a replacement process; says so on stdout.
+  bool replace_failed = false;
 };
 
 struct RankExit {
@@ -42,10 +47,12 @@ struct RankExit {
 };
 
 struct LaunchResult {
-  std::vector<RankExit> exits;  // one per rank, by rank
+  std::vector<RankExit> exits;  // one per rank, by rank: its last process
+  std::vector<RankExit> replaced;  // processes that failed and were replaced, in order
   bool timed_out = false;
   bool ok() const;
   // "rank 3 exited with status 1; rank 5 killed after rank 3 failed", or "" when ok.
+  // Replaced processes are not failures of the run (see `replaced`).
   std::string Describe(double timeout_seconds) const;
 };
 

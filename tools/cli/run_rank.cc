@@ -28,6 +28,7 @@
 #include "tools/cli/pattern_checksum.h"
 #include "tools/cli/host_buffers.h"
 #include "tools/cli/refit_pattern.h"
+#include "tools/cli/run_recovery.h"
 #include "tools/cli/run_report.h"
 
 namespace ferry::cli {
@@ -148,8 +149,12 @@ struct RankContext {
   DeviceBuffers* device_sources = nullptr;  // --memory cuda: the buffers the refit moves
   DeviceBuffers* device_destinations = nullptr;
   double store_seconds = 60;   // the config's deadline.store
-  Fault fault{};               // FERRY_INJECT_FAULT (the kill harness); rank -1: none
+  Fault fault{};               // --inject-fault or FERRY_INJECT_FAULT; rank -1: none
+  RecoveryContext* recovery = nullptr;  // --recover
+  RecoveryLog* recovery_log = nullptr;  // rank 0, --recover
   Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
+  // Per-refit verification: with --recover every refit after a fault is checked on its own.
+  bool verify_each() const { return args.verify && args.recover; }
 };
 
 Status RegisterBuffers(Refit& refit, const RankContext& c) {
@@ -238,14 +243,15 @@ Result<int64_t> CheckDestinations(const RankContext& c) {
 }
 
 // Every rank checks its destination bytes against the pattern; rank 0 gathers the verdicts.
-Status Verify(const RankContext& c, const RunVariant& variant) {
+// `what` names the refit(s) checked; `key` makes the verdicts' store keys unique to them.
+Status Verify(const RankContext& c, const RunVariant& variant, const std::string& what, const std::string& key) {
   const auto start = Clock::now();
   const bool on_device = c.device_destinations != nullptr;
   FERRY_RETURN_IF_ERROR(MaybeCorrupt(c.fault, c.rank, c.in.destination,
                                      on_device ? c.device_destinations->pointers() : c.destinations.pointers(),
                                      on_device).status());
   Result<int64_t> checked = CheckDestinations(c);
-  const std::string prefix = "run/" + variant.name + "/verify/rank";
+  const std::string prefix = key + "/verify/rank";
   const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();
   FERRY_RETURN_IF_ERROR(c.session.store().Set(
       prefix + std::to_string(c.rank),
@@ -261,7 +267,7 @@ Status Verify(const RankContext& c, const RunVariant& variant) {
     }
     bytes += std::atoll(text.c_str() + 3);
   }
-  Say("  %-24s verified %s on %d ranks: %s%s (%.2f s)\n", variant.name.c_str(),
+  Say("  %-24s verified %s on %d ranks: %s%s (%.2f s)\n", what.c_str(),
       FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
       c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact",
       c.device_destinations != nullptr ? ", by fragment checksums on the GPU" : "",
@@ -269,30 +275,67 @@ Status Verify(const RankContext& c, const RunVariant& variant) {
   return Status::Ok();
 }
 
-// Warm-up and measured refits of one variant, then the leak check and verification. Returns the
-// measured samples on rank 0 (empty elsewhere).
-Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, const RunVariant& variant, Refit& refit) {
+// What refit `it` of `variant` is called in progress lines ("reshard refit 3/5", "reshard warm-up 1").
+std::string RefitName(const RankContext& c, const RunVariant& variant, int it) {
+  if (it < c.args.warmup) return variant.name + " warm-up " + std::to_string(it + 1);
+  return variant.name + " refit " + std::to_string(it - c.args.warmup + 1) + "/" + std::to_string(c.args.iterations);
+}
+
+// The injected fault of this rank, if due now (`starting` refit `it` or having finished it):
+// recorded in the store first under --recover (for rank 0's report), then fired.
+void FaultPoint(const RankContext& c, const RunPoint& at, bool starting) {
+  const int measured = at.iteration - c.args.warmup + 1;
+  if (measured < 1 || !FaultDue(c.fault, c.rank, starting, measured)) return;
+  if (c.recovery != nullptr) (void)RecordFault(*c.recovery, c.fault, at);
+  MaybeInjectFault(c.fault, c.rank, starting, measured);
+}
+
+// One refit of a variant: zeroed destinations (--verify), the refit and its sample, and with
+// --recover its own verification; the injected fault at its moment.
+Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, Refit& refit, const RunPoint& at) {
+  if (c.args.verify) {
+    c.destinations.Zero();
+    if (c.device_destinations != nullptr) FERRY_RETURN_IF_ERROR(c.device_destinations->Zero());
+  }
+  const std::string what = RefitName(c, variant, at.iteration);
+  const std::string key = "run/" + variant.name + "/e" + std::to_string(c.session.communicator().epoch()) + "/" +
+                          std::to_string(at.iteration);
+  FaultPoint(c, at, true);
+  FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, key, what));
+  if (c.verify_each() && at.iteration >= c.args.warmup) {
+    const std::string label = what + ", epoch " + std::to_string(c.session.communicator().epoch());
+    FERRY_RETURN_IF_ERROR(Verify(c, variant, label, key));
+  }
+  FaultPoint(c, at, false);
+  return all;
+}
+
+// Warm-up and measured refits of one variant from `first` (a replacement process starts where
+// the survivors resume), then the leak check and verification. Under --recover a refit that
+// fails because the communicator aborted is followed by recovery and the run resumes where every
+// rank agrees. Returns the measured samples on rank 0 (empty elsewhere).
+Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, int v, const RunVariant& variant, Refit& refit,
+                                                  int first) {
   std::vector<RefitSample> samples;
   LeakProbe before;
-  for (int it = 0; it < c.args.warmup + c.args.iterations; ++it) {
-    const bool measured = it >= c.args.warmup;
+  for (int it = first; it < c.args.warmup + c.args.iterations; ++it) {
     if (it == c.args.warmup) before = LeakProbe();
-    if (c.args.verify) {
-      c.destinations.Zero();
-      if (c.device_destinations != nullptr) FERRY_RETURN_IF_ERROR(c.device_destinations->Zero());
+    Result<RefitSample> all = RefitStep(c, variant, refit, RunPoint{v, it});
+    if (!all.ok()) {
+      if (c.recovery == nullptr) return all.status();
+      FERRY_ASSIGN_OR_RETURN(RunPoint resume,
+                             RecoverAfterFailure(*c.recovery, RunPoint{v, it}, all.status(), c.recovery_log));
+      if (resume.variant != v) return Internal("recovery: ranks stopped in different variants");
+      it = resume.iteration - 1;
+      continue;
     }
-    const std::string what =
-        variant.name + (measured ? " refit " + std::to_string(it - c.args.warmup + 1) + "/" +
-                                       std::to_string(c.args.iterations)
-                                 : " warm-up " + std::to_string(it + 1));
-    // A fault goes off in the first measured refit of the first variant only: the process is gone.
-    if (it == c.args.warmup) MaybeInjectFault(c.fault, c.rank, true);
-    FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, "run/" + variant.name + "/" + std::to_string(it), what));
-    if (it == c.args.warmup) MaybeInjectFault(c.fault, c.rank, false);
-    if (measured && c.rank == 0) samples.push_back(all);
+    if (it >= c.args.warmup && c.rank == 0) {
+      samples.resize(static_cast<size_t>(it - c.args.warmup));  // drops refits done again after a recovery
+      samples.push_back(*all);
+    }
   }
   if (c.args.leak_check) FERRY_RETURN_IF_ERROR(CheckLeaks(c, variant, before));
-  if (c.args.verify) FERRY_RETURN_IF_ERROR(Verify(c, variant));
+  if (c.args.verify && !c.verify_each()) FERRY_RETURN_IF_ERROR(Verify(c, variant, variant.name, "run/" + variant.name));
   return samples;
 }
 
@@ -408,6 +451,34 @@ Result<double> MeasureDeviceCopy(int64_t bytes) {
   return static_cast<double>(bytes) / seconds[seconds.size() / 2];
 }
 
+// Every variant's refits from `resume` on, rank 0's report (and recovery summary), and the
+// session's final barrier. `started` is the seconds since the rank started, for the last line.
+Status RunVariantsAndFinish(const RankContext& c, const std::vector<RunVariant>& variants,
+                            const std::map<Strategy, std::shared_ptr<const RefitPlan>>& plans, const RunPoint& resume,
+                            double memcpy_bps, double started) {
+  const auto t0 = Clock::now();
+  std::vector<VariantSummary> summaries;
+  for (int v = resume.variant; v < static_cast<int>(variants.size()); ++v) {
+    const RunVariant& variant = variants[v];
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Refit> refit, BindVariant(c, variant, plans.at(variant.strategy)));
+    const int first = v == resume.variant ? resume.iteration : 0;
+    FERRY_ASSIGN_OR_RETURN(std::vector<RefitSample> samples, RunVariantRefits(c, v, variant, *refit, first));
+    if (c.rank == 0) summaries.push_back(Summarize(variant, samples));
+  }
+  if (c.rank == 0) {
+    Say("%s", FormatRunReport(c.in.description, c.delivered, memcpy_bps, summaries, c.args.iterations).c_str());
+    FERRY_RETURN_IF_ERROR(AppendResults(c.args, c.size, c.delivered, memcpy_bps, summaries));
+  }
+  if (c.recovery_log != nullptr) {
+    Say("recovered from %d failure(s)%s\n", c.recovery_log->recoveries,
+        c.recovery_log->recoveries > 0 && c.args.verify ? "; every refit after each recovery verified" : "");
+    for (const std::string& line : c.recovery_log->lines) Say("  %s\n", line.c_str());
+  }
+  FERRY_RETURN_IF_ERROR(c.session.Finish());
+  if (c.rank == 0) Say("[%5.1fs] done\n", started + std::chrono::duration<double>(Clock::now() - t0).count());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunRankOrError(const RunArgs& args) {
@@ -447,13 +518,30 @@ Status RunRankOrError(const RunArgs& args) {
                       .sources = sources, .destinations = destinations,
                       .delivered = in.destination.FragmentBytes()};
   FERRY_ASSIGN_OR_RETURN(context.store_seconds, config.GetSeconds("deadline.store"));
-  FERRY_ASSIGN_OR_RETURN(context.fault, FaultFromEnvironment());
+  FERRY_ASSIGN_OR_RETURN(context.fault, args.inject_fault.empty() ? FaultFromEnvironment()
+                                                                  : ParseFault(args.inject_fault, "--inject-fault"));
+  if (info.replacement) context.fault = Fault{};  // its predecessor's fault has happened
   std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
   if (args.memory == "cuda") {
     FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, sources, device_sources, device_destinations)
                               .WithContext("rank " + std::to_string(info.rank) + ": --memory cuda"));
     context.device_sources = device_sources.get();
     context.device_destinations = device_destinations.get();
+  }
+  FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor_options, ExecutorOptions::FromConfig(config));
+  const std::vector<RunVariant> variants = Variants(args, executor_options.direct_intra_node);
+  RecoveryContext recovery{.session = session, .rank = info.rank, .size = info.size,
+                           .store_seconds = context.store_seconds,
+                           .describe = [&](const RunPoint& p) { return RefitName(context, variants[p.variant], p.iteration); },
+                           .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
+  FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
+  RecoveryLog recovery_log;
+  if (args.recover) context.recovery = &recovery;
+  if (args.recover && lead) context.recovery_log = &recovery_log;
+  // A replacement process joins where the survivors resume; the start-up barriers are behind them.
+  if (info.replacement) {
+    FERRY_ASSIGN_OR_RETURN(RunPoint resume, JoinAsReplacement(recovery));
+    return RunVariantsAndFinish(context, variants, plans, resume, 0, 0);
   }
   FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/filled", context.store_deadline()));
   const int64_t delivered = context.delivered;
@@ -473,20 +561,7 @@ Status RunRankOrError(const RunArgs& args) {
     }
   }
   FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/memcpy", context.store_deadline()));
-  FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor_options, ExecutorOptions::FromConfig(config));
-  std::vector<VariantSummary> summaries;
-  for (const RunVariant& variant : Variants(args, executor_options.direct_intra_node)) {
-    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Refit> refit, BindVariant(context, variant, plans.at(variant.strategy)));
-    FERRY_ASSIGN_OR_RETURN(std::vector<RefitSample> samples, RunVariantRefits(context, variant, *refit));
-    if (lead) summaries.push_back(Summarize(variant, samples));
-  }
-  if (lead) {
-    Say("%s", FormatRunReport(in.description, delivered, memcpy_bps, summaries, args.iterations).c_str());
-    FERRY_RETURN_IF_ERROR(AppendResults(args, info.size, delivered, memcpy_bps, summaries));
-  }
-  FERRY_RETURN_IF_ERROR(session.Finish());
-  if (lead) Say("[%5.1fs] done\n", elapsed());
-  return Status::Ok();
+  return RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed());
 }
 
 }  // namespace ferry::cli

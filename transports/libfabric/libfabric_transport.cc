@@ -14,12 +14,14 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
+#include "core/runtime/message_seal.h"
 #include "core/runtime/peer_watch.h"
 
 namespace ferry {
@@ -69,12 +71,6 @@ void AppendBlob(Bytes& out, const void* data, size_t size) {
   AppendBytes(out, data, size);
 }
 
-uint64_t TagKey(const PairAuthenticator& auth) {
-  uint64_t key = 0;
-  std::memcpy(&key, auth.data(), sizeof(key));
-  return key;
-}
-
 class LibfabricTransport final : public Transport {
  public:
   explicit LibfabricTransport(const TransportContext& context)
@@ -106,6 +102,7 @@ class LibfabricTransport final : public Transport {
     bool is_send = true;
     int peer = 0;
     uint64_t tag = 0;
+    uint64_t wire_tag = 0;  // TagSeal's, fixed at the post (a refused post is issued again)
     void* data = nullptr;
     size_t bytes = 0;
     void* desc = nullptr;
@@ -141,10 +138,10 @@ class LibfabricTransport final : public Transport {
 
   TransportContext context_;
   PeerWatch watch_;
-  // Per peer, the 64-bit key XORed into the tags of what we send it / receive from it (from
-  // DerivePairAuthenticator): a message from anyone without the secret matches no receive.
-  std::vector<uint64_t> send_key_;
-  std::vector<uint64_t> recv_key_;
+  // The wire tag of every send and receive (core/runtime/message_seal.h): keyed per direction and
+  // per use of a tag, so that a message from anyone without the secret, or a copy of an earlier
+  // one, matches no receive.
+  std::unique_ptr<TagSeal> tags_;
   double grace_seconds_ = 0.2;
   fi_info* info_ = nullptr;    // everything fi_getinfo offered (owned)
   fi_info* chosen_ = nullptr;  // the entry in use (part of info_)
@@ -186,11 +183,7 @@ Status LibfabricTransport::Init() {
     return InvalidArgument(
         "libfabric: no secret in the transport context to authenticate peers with");
   }
-  for (int r = 0; r < context_.size; ++r) {
-    const std::string& secret = context_.secret;
-    send_key_.push_back(TagKey(DerivePairAuthenticator(secret, "libfabric", context_.rank, r)));
-    recv_key_.push_back(TagKey(DerivePairAuthenticator(secret, "libfabric", r, context_.rank)));
-  }
+  tags_ = std::make_unique<TagSeal>(context_.secret, "libfabric", context_.rank, context_.size);
   provider_ = context_.Option("libfabric.provider", "tcp");
   const std::string domain = context_.Option("libfabric.domain", "");
   const std::string watch_host = context_.Option("libfabric.watch_host", "");
@@ -427,6 +420,7 @@ Result<RequestId> LibfabricTransport::Post(bool is_send, int peer_rank, uint64_t
   op->is_send = is_send;
   op->peer = peer_rank;
   op->tag = tag;
+  op->wire_tag = is_send ? tags_->NextSend(peer_rank, tag) : tags_->NextReceive(peer_rank, tag);
   op->data = data;
   op->bytes = static_cast<size_t>(buffer.bytes);
   op->desc = desc;
@@ -442,9 +436,7 @@ Result<RequestId> LibfabricTransport::Post(bool is_send, int peer_rank, uint64_t
 
 bool LibfabricTransport::Issue(Op* op) {
   const fi_addr_t address = peers_.at(op->peer).address;
-  // The wire tag is keyed per direction: only a holder of the secret can match our receives.
-  const size_t peer = static_cast<size_t>(op->peer);
-  const uint64_t wire_tag = op->tag ^ (op->is_send ? send_key_[peer] : recv_key_[peer]);
+  const uint64_t wire_tag = op->wire_tag;
   ssize_t rc = op->is_send
                    ? fi_tsend(ep_, op->data, op->bytes, op->desc, address, wire_tag, &op->context)
                    : fi_trecv(ep_, op->data, op->bytes, op->desc, address, wire_tag, 0,

@@ -6,16 +6,20 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
+#include "core/runtime/message_seal.h"
 #include "transports/ucx/ucx_lanes.h"
 #include "transports/ucx/ucx_memory.h"
 
@@ -38,10 +42,13 @@ struct AmHeader {
   int32_t reserved = 0;
   uint64_t tag = 0;
   uint64_t notify_bytes = 0;  // kNotify: size of the put it announces
-  // DerivePairAuthenticator(secret, "ucx", sender, receiver): proves the sender holds this
-  // communicator epoch's secret; messages without the right one are dropped unread.
+  // MessageSeal (core/runtime/message_seal.h): the sender's sequence number towards this
+  // receiver and a MAC of the header under the pair's key. A message without the right MAC, or
+  // whose sequence number was already accepted (a replay), is dropped unread.
+  uint64_t sequence = 0;
   PairAuthenticator auth{};
 };
+static_assert(sizeof(AmHeader) == 64, "AmHeader has no padding: its MAC covers every byte");
 
 std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
 
@@ -164,14 +171,16 @@ class UcxTransport final : public Transport {
   void FailPeer(Peer& peer, ucs_status_t status);
   void DrainAbort();
 
-  // Fills the header fields every message carries: epoch, sender and the authenticator for `peer`.
-  void Stamp(AmHeader& header, int peer) const;
-  // Whether `h` carries the authenticator its claimed sender would; logs the first refusals.
+  // Fills the header fields every message carries: epoch and sender.
+  void Stamp(AmHeader& header) const;
+  // Seals a header whose fields are final for `peer`: sequence number and MAC (MessageSeal).
+  void Seal(AmHeader& header, int peer);
+  // Whether `h` carries its claimed sender's MAC and a sequence number not yet accepted; logs the
+  // first refusals.
   bool Authentic(const AmHeader& h);
 
   TransportContext context_;
-  std::vector<PairAuthenticator> send_auth_;     // per receiver: what we put in our headers
-  std::vector<PairAuthenticator> expected_auth_; // per sender: what its headers must carry
+  std::unique_ptr<MessageSeal> seal_;  // set by Init
   int refused_ = 0;
   bool peer_error_mode_ = true;
   std::string tls_;          // ucx.tls as asked
@@ -244,10 +253,7 @@ Status UcxTransport::Init() {
   if (context_.secret.empty()) {
     return InvalidArgument("ucx: no secret in the transport context to authenticate peers with");
   }
-  for (int r = 0; r < context_.size; ++r) {
-    send_auth_.push_back(DerivePairAuthenticator(context_.secret, "ucx", context_.rank, r));
-    expected_auth_.push_back(DerivePairAuthenticator(context_.secret, "ucx", r, context_.rank));
-  }
+  seal_ = std::make_unique<MessageSeal>(context_.secret, "ucx", context_.rank, context_.size);
   const std::string tls = context_.Option("ucx.tls", "");
   tls_ = tls;
   if (context_.config != nullptr) {
@@ -645,6 +651,7 @@ void UcxTransport::SendNotify(Op* op) {
   }
   op->header.kind = MessageKind::kNotify;
   op->header.notify_bytes = op->capacity;
+  Seal(op->header, op->peer);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransport::OnSendDone;
@@ -678,22 +685,27 @@ void UcxTransport::FailPeer(Peer& peer, ucs_status_t status) {
   for (Op* op : waiting) Finish(op, peer.failure, 0);
 }
 
-void UcxTransport::Stamp(AmHeader& header, int peer) const {
+void UcxTransport::Stamp(AmHeader& header) const {
   header.epoch = context_.epoch;
   header.sender = context_.rank;
-  header.auth = send_auth_[static_cast<size_t>(peer)];
+}
+
+void UcxTransport::Seal(AmHeader& header, int peer) {
+  seal_->Seal(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&header), sizeof(header)), &header.sequence,
+              &header.auth);
 }
 
 bool UcxTransport::Authentic(const AmHeader& h) {
-  const PairAuthenticator& expected = expected_auth_[static_cast<size_t>(h.sender)];
-  uint8_t diff = 0;
-  for (size_t i = 0; i < expected.size(); ++i) diff |= expected[i] ^ h.auth[i];
-  if (diff == 0) return true;
+  const SealRefusal refusal =
+      seal_->Open(h.sender, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&h), sizeof(h)),
+                  offsetof(AmHeader, auth), h.sequence);
+  if (refusal == SealRefusal::kNone) return true;
   if (++refused_ <= 8) {
-    std::fprintf(stderr,
-                 "ferry: ucx rank %d dropped a message claiming to be from rank %d: wrong "
-                 "authenticator (not a rank of this communicator epoch)\n",
-                 context_.rank, h.sender);
+    std::fprintf(stderr, "ferry: ucx rank %d dropped a message claiming to be from rank %d: %s\n", context_.rank,
+                 h.sender,
+                 refusal == SealRefusal::kReplayed
+                     ? ("its sequence number " + std::to_string(h.sequence) + " was already accepted (a replay)").c_str()
+                     : "wrong authenticator (not a rank of this communicator epoch)");
   }
   return false;
 }
@@ -826,8 +838,9 @@ Result<RequestId> UcxTransport::PostSend(int peer_rank, uint64_t tag, const Loca
     return op->id;
   }
   op->header.kind = MessageKind::kData;
-  Stamp(op->header, peer_rank);
+  Stamp(op->header);
   op->header.tag = tag;
+  Seal(op->header, peer_rank);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransport::OnSendDone;
@@ -889,8 +902,8 @@ Result<RequestId> UcxTransport::PostPut(int peer_rank, uint64_t tag, const Local
   op->cuda = resolved.second->desc.kind == MemoryKind::kCuda;
   op->memh = resolved.second->memh;
   op->capacity = static_cast<size_t>(local.bytes);
-  Stamp(op->header, peer_rank);
-  op->header.tag = tag;
+  Stamp(op->header);
+  op->header.tag = tag;  // sealed when the notify goes (SendNotify)
   const RequestId id = op->id;
   if (!peer->failure.ok()) {
     Finish(op, peer->failure, 0);

@@ -52,6 +52,8 @@ Result<TransportWorld> CreateTransportWorld(const ConformanceParams& params, int
   world.store = std::make_unique<InMemoryStore>();
   std::string group = "conformance-" + std::to_string(::getpid()) + "-" +
                       std::to_string(world_counter.fetch_add(1));
+  world.group_key = group;
+  world.secret = "conformance-secret-" + group;
   for (int rank = 0; rank < size; ++rank) {
     TransportContext context;
     context.rank = rank;
@@ -202,6 +204,60 @@ TEST_P(TransportConformanceTest, ImpostorWithoutTheSecretDeliversNothing) {
   FERRY_ASSERT_OK_AND_ASSIGN(auto done, driver.WaitAll({{0, send}, {1, recv}}, TestDeadline()));
   ASSERT_TRUE(done[1].status.ok()) << done[1].status.ToString();
   EXPECT_EQ(received, real);
+}
+
+// Someone who copied rank 0's first message to rank 1 off the wire sends it again (a clone of
+// rank 0 holding the secret produces exactly those bytes: its first message on that tag), with
+// other data: rank 1's next receive on that tag must not take it, and the real second message
+// lands. Transports that authenticate connections instead (tcp: a hello that does not replay,
+// tcp_auth_test) cannot be fed a copy, and local has no wire. libfabric's peer watch admits one
+// process per rank, so no second instance can send as rank 0 here; message_seal_test's
+// TagSealTest shows that the copy's wire tag matches no later receive.
+TEST_P(TransportConformanceTest, ACopyOfAnEarlierMessageDeliversNothing) {
+  const std::string& name = GetParam().transport;
+  auto inner = GetParam().options.find("fault.inner");  // the fault transport's wire is its inner one's
+  const std::string wire = name != "fault" ? name : inner == GetParam().options.end() ? "tcp" : inner->second;
+  if (wire == "local" || wire == "tcp") GTEST_SKIP() << "authenticates connections, not messages";
+  if (wire == "libfabric") GTEST_SKIP() << "one process per rank (peer watch); see TagSealTest";
+  FERRY_ASSERT_OK_AND_ASSIGN(TransportWorld world, CreateTransportWorld(GetParam(), 2, TestDeadline()));
+  if (!world.ranks[0]->capabilities().two_sided) GTEST_SKIP() << "not two-sided";
+  std::vector<uint8_t> received(4096, 0), first(4096, 0x01), forged(4096, 0xEE), second(4096, 0x02);
+  MemoryHandle recv_handle = MustRegister(*world.ranks[1], received);
+  MemoryHandle first_handle = MustRegister(*world.ranks[0], first);
+  MemoryHandle second_handle = MustRegister(*world.ranks[0], second);
+  Driver driver(world);
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId recv1, world.ranks[1]->PostRecv(0, 77, Whole(recv_handle, received)));
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId send1, world.ranks[0]->PostSend(1, 77, Whole(first_handle, first)));
+  FERRY_ASSERT_OK_AND_ASSIGN(auto done, driver.WaitAll({{0, send1}, {1, recv1}}, TestDeadline()));
+  ASSERT_TRUE(done[1].status.ok()) << done[1].status.ToString();
+  ASSERT_EQ(received, first);
+  TransportContext context;
+  context.rank = 0;
+  context.size = 2;
+  context.epoch = 1;
+  context.config = world.config.get();
+  context.store = world.store.get();
+  context.group_key = world.group_key;
+  context.secret = world.secret;
+  FERRY_ASSERT_OK_AND_ASSIGN(auto copier, TransportRegistry::Default().Create(name, context));
+  FERRY_ASSERT_OK_AND_ASSIGN(Bytes info1, world.ranks[1]->LocalEndpointInfo());
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId recv2, world.ranks[1]->PostRecv(0, 77, Whole(recv_handle, received)));
+  ASSERT_TRUE(copier->Connect(1, info1, Deadline::AfterSeconds(2)).ok());
+  MemoryHandle forged_handle = MustRegister(*copier, forged);
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId copy, copier->PostSend(1, 77, Whole(forged_handle, forged)));
+  Completion completions[4];
+  for (int i = 0; i < 100; ++i) {  // half a second for the copy to arrive
+    (void)copier->Poll(completions, Deadline::After(std::chrono::nanoseconds(0)));
+    ASSERT_TRUE(driver.PollOnce().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  (void)copy;
+  EXPECT_FALSE(driver.Wait(1, recv2, Deadline::After(std::chrono::milliseconds(50))).ok())
+      << "rank 1's second receive took the copy of the first message";
+  FERRY_ASSERT_OK_AND_ASSIGN(RequestId send2, world.ranks[0]->PostSend(1, 77, Whole(second_handle, second)));
+  FERRY_ASSERT_OK_AND_ASSIGN(done, driver.WaitAll({{0, send2}, {1, recv2}}, TestDeadline()));
+  ASSERT_TRUE(done[1].status.ok()) << done[1].status.ToString();
+  EXPECT_EQ(received, second);
 }
 
 TEST_P(TransportConformanceTest, SizesFromZeroBytes) {

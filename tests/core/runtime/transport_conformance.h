@@ -45,6 +45,7 @@ struct TransportWorld {
   std::unique_ptr<Config> config;
   std::unique_ptr<InMemoryStore> store;
   std::vector<std::unique_ptr<Transport>> ranks;
+  std::string group_key, secret;  // every rank's TransportContext's
 };
 Result<TransportWorld> CreateTransportWorld(const ConformanceParams& params, int size,
                                             Deadline deadline);

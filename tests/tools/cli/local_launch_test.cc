@@ -1,9 +1,17 @@
-// LaunchLocalRanks refuses rank counts a single machine cannot host, before forking anything.
+// LaunchLocalRanks refuses rank counts a single machine cannot host, before forking anything; with
+// replace_failed it starts a failed rank again once, as a replacement (FERRY_REPLACEMENT=1), but
+// never rank 0 and never twice. The ranks are this test binary run again with a filter that
+// selects LocalLaunchChild.Rank, which acts as LAUNCH_TEST_FAIL says.
 #include "tools/cli/local_launch.h"
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 
 namespace ferry::cli {
 namespace {
@@ -25,6 +33,55 @@ TEST(LocalLaunchTest, RefusesHundredsOfThousandsOfRanksBeforeForking) {
   EXPECT_NE(result.status().message().find("kMaxLocalRanks"), std::string::npos)
       << result.status().ToString();
   EXPECT_EQ(Threads(), threads);
+}
+
+// A rank process of the tests below: LAUNCH_TEST_FAIL="<rank>" makes that rank's first process
+// die of SIGKILL; "<rank>:again" makes its replacement fail too (status 3).
+TEST(LocalLaunchChild, Rank) {
+  const char* fail = std::getenv("LAUNCH_TEST_FAIL");
+  if (fail == nullptr) GTEST_SKIP() << "runs only as a launched rank";
+  const std::string spec = fail;
+  const int rank = std::atoi(std::getenv("RANK"));
+  const bool replacement = std::getenv("FERRY_REPLACEMENT") != nullptr;
+  if (rank != std::atoi(spec.c_str())) ::_exit(0);
+  if (!replacement) ::raise(SIGKILL);
+  ::_exit(spec.find(":again") != std::string::npos ? 3 : 0);
+}
+
+Result<LaunchResult> LaunchFailing(const std::string& fail) {
+  LaunchOptions options;
+  options.argv = {"local_launch_test", "--gtest_filter=LocalLaunchChild.Rank"};
+  options.ranks = 3;
+  options.timeout_seconds = 30;
+  options.failure_grace_seconds = 1;
+  options.replace_failed = true;
+  options.environment = {{"LAUNCH_TEST_FAIL", fail}};
+  return LaunchLocalRanks(options);
+}
+
+TEST(LocalLaunchTest, AFailedRankIsReplacedOnceAndTheLaunchSucceeds) {
+  Result<LaunchResult> result = LaunchFailing("2");
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->ok()) << result->Describe(30);
+  ASSERT_EQ(result->replaced.size(), 1u);
+  EXPECT_EQ(result->replaced[0].rank, 2);
+  EXPECT_TRUE(result->replaced[0].signaled);
+  EXPECT_EQ(result->replaced[0].signal, SIGKILL);
+  EXPECT_EQ(result->exits[2].exit_code, 0);
+  EXPECT_FALSE(result->exits[2].signaled);
+}
+
+TEST(LocalLaunchTest, RankZeroAndASecondFailureAreNotReplaced) {
+  Result<LaunchResult> host = LaunchFailing("0");
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_FALSE(host->ok());
+  EXPECT_TRUE(host->replaced.empty());
+  EXPECT_NE(host->Describe(30).find("rank 0 died of signal 9"), std::string::npos) << host->Describe(30);
+  Result<LaunchResult> again = LaunchFailing("1:again");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(again->ok());
+  EXPECT_EQ(again->replaced.size(), 1u);
+  EXPECT_NE(again->Describe(30).find("rank 1 exited with status 3"), std::string::npos) << again->Describe(30);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// Recovery inside `ferry run --recover`: after a refit fails because the communicator aborted (a
+// rank died, stopped, or failed), every live rank recreates the communicator at the next epoch —
+// the local launcher has meanwhile started a replacement for a rank whose process died
+// (FERRY_REPLACEMENT=1, local_launch.h), which joins that epoch — and all ranks, the replacement
+// included, agree through the store on the refit to resume at: the earliest one a survivor did
+// not finish. Rank 0 reports, through `say`, the fault (as the faulty rank recorded it before
+// firing, RecordFault), which survivor detected it after how many milliseconds and with what
+// error, and when the replacement had joined; it keeps a summary for the end of the run.
+//
+// Blocking: every function waits on the store or the communicator, bounded by the deadlines
+// given. Threading: the rank's main thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/runtime/session.h"
+#include "tools/cli/fault_injection.h"
+
+namespace ferry::cli {
+
+// Where a rank is in a run: variant index and iteration (warm-ups first, from 0).
+struct RunPoint {
+  int variant = 0;
+  int iteration = 0;
+  bool operator<(const RunPoint& o) const {
+    return variant != o.variant ? variant < o.variant : iteration < o.iteration;
+  }
+};
+
+// What the ranks share while recovering.
+struct RecoveryContext {
+  Session& session;
+  int rank = 0;
+  int size = 1;
+  double connect_seconds = 60;  // deadline.connect: how long Recreate waits for the replacement
+  double store_seconds = 60;    // deadline.store
+  // Names a point for people ("reshard refit 3/5").
+  std::function<std::string(const RunPoint&)> describe;
+  // Rank 0's progress lines.
+  std::function<void(const std::string&)> say;
+};
+
+// Rank 0's record of the recoveries of a run, for its final summary.
+struct RecoveryLog {
+  int recoveries = 0;
+  std::vector<std::string> lines;  // one per recovery
+};
+
+// The faulty rank, just before `fault` fires at `point`: writes when and what to the store, so
+// that rank 0 can time every survivor's detection against it.
+Status RecordFault(const RecoveryContext& c, const Fault& fault, const RunPoint& point);
+
+// A survivor whose refit at `failed_at` failed with `failure`: recreates the communicator (fails
+// when it was not aborted: nothing to recover from), agrees with every rank on the point to
+// resume at, and returns it. Rank 0 reports and appends to `log`.
+Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure,
+                                     RecoveryLog* log);
+
+// A replacement process, once joined: agrees with the survivors on the point to resume at.
+Result<RunPoint> JoinAsReplacement(const RecoveryContext& c);
+
+}  // namespace ferry::cli
