@@ -1,6 +1,6 @@
 """Builds the ferry wheel (PEP 427) from the assembled package (//python:site): the pure-Python
-files and the compiled _ferry module, with METADATA, WHEEL and RECORD (sha256 of every file) in
-ferry-VERSION.dist-info. The tag is the running interpreter's (cpXY-cpXY-PLATFORM): run it with
+files and the compiled _ferry module, with METADATA, WHEEL, entry_points.txt (vLLM's plugin hook)
+and RECORD (sha256 of every file) in ferry-VERSION.dist-info. The tag is the running interpreter's (cpXY-cpXY-PLATFORM): run it with
 the interpreter the extension was built for. The wheel links UCX and libfabric from the system
 (Debian's libucx0 and libfabric1), so it is a platform wheel for machines like this one, not a
 manylinux one.
@@ -39,6 +39,9 @@ def metadata(version: str) -> dict[str, bytes]:
                              "Requires-Dist: numpy\n").encode(),
         f"{info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: ferry make_wheel.py\n"
                           f"Root-Is-Purelib: false\nTag: {tag()}\n").encode(),
+        # vLLM loads its general plugins in every process (vllm/plugins/__init__.py,
+        # load_general_plugins): this one registers the "ferry" weight-transfer backend.
+        f"{info}/entry_points.txt": b"[vllm.general_plugins]\nferry = ferry.vllm:register\n",
     }
 
 

@@ -24,13 +24,14 @@ class Finished:
     output: str
 
 
-def run_ranks(argv_of_rank, world_size: int, deadline_s: float = 60.0) -> list[Finished]:
-    """Starts `world_size` processes (`argv_of_rank(rank, port)` each, run by this interpreter)
-    and waits for all of them until `deadline_s`; kills every one still running then. Returns
+def run_ranks(argv_of_rank, world_size: int, deadline_s: float = 60.0,
+              python: str = sys.executable) -> list[Finished]:
+    """Starts `world_size` processes (`argv_of_rank(rank, port)` each, run by `python`, default
+    this interpreter) and waits for all of them until `deadline_s`; kills every one still running then. Returns
     each rank's exit code and combined output; a killed rank's code is -9."""
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    procs = [subprocess.Popen([sys.executable, *argv_of_rank(rank, port)], env=env,
+    procs = [subprocess.Popen([python, *argv_of_rank(rank, port)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for rank in range(world_size)]
     results = []

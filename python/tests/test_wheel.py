@@ -38,6 +38,8 @@ def test_record_lists_every_file_with_its_hash():
         assert "ferry/_ferry.so" in names and "ferry/__init__.py" in names
         assert f"Version: {ferry.__version__}" in wheel.read(
             record.replace("RECORD", "METADATA")).decode()
+        plugins = wheel.read(record.replace("RECORD", "entry_points.txt")).decode()
+        assert "[vllm.general_plugins]\nferry = ferry.vllm:register" in plugins
 
 
 def test_pip_installs_it_and_ferry_imports_from_there_alone(tmp_path):

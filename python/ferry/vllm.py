@@ -1,0 +1,303 @@
+"""ferry as a vLLM weight-transfer backend ("ferry"): the worker-side engine that receives a
+trainer's weights straight into a vLLM worker's parameter storage, and the trainer-side engine
+that sends them, both through one ferry plan made at init and run every update.
+
+vLLM's RL weight-sync API (vllm/distributed/weight_transfer/, vLLM 0.33.0) drives both sides:
+
+    # every vLLM worker process (and the trainer): make "ferry" known to vLLM's factories
+    ferry.vllm.register()                  # or the wheel's vllm.general_plugins entry point
+    llm = LLM(..., weight_transfer_config=WeightTransferConfig(backend="ferry"))
+
+    # every trainer rank
+    info = ferry.vllm.FerryTrainerInitInfo(store="trainer0:29600", num_trainer_ranks=2,
+                                           num_workers=4, token="job-7", rank=my_rank)
+    engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+    for step in ...:
+        train_step(); engine.send_weights()
+
+`source` is a vLLM `WeightSource` whose `iter_local` yields this rank's piece of each parameter
+as its `ParamMeta` (owners, mesh, Shard/Replicate placements) declares it: vLLM's `ModuleSource`
+over an FSDP2/DTensor module, or a Megatron-style source yielding each rank's tensor-parallel
+shards under checkpoint (Hugging Face) names. Every trainer rank sends its own shards; no rank
+gathers the full model.
+
+The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
+worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank
+num_trainer_ranks + w. At init every rank joins the ferry session, the trainer ranks' shards and
+the workers' parameter boxes (ferry._vllm_layout) are exchanged through ferry's store, and every
+rank makes the same plan; each update then runs it. The trainer's source tensors and the
+workers' parameters are registered zero-copy (a trainer tensor that is not contiguous or not of
+the wire dtype is staged in a copy made once).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import torch
+from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
+                                                   TrainerWeightTransferEngine,
+                                                   VLLMWeightSyncClient, WeightSource,
+                                                   WeightTransferEngine,
+                                                   WeightTransferInitInfo,
+                                                   WeightTransferUpdateInfo)
+from vllm.distributed.weight_transfer.factory import (WeightTransferEngineFactory,
+                                                      WeightTransferTrainerFactory)
+
+from ._layout import Layout, Shard
+from ._session import Refit, Session
+from ._source_layout import trainer_shards
+from ._vllm_layout import engine_shards
+
+BACKEND = "ferry"
+
+
+@dataclass
+class FerryWeightTransferInitInfo(WeightTransferInitInfo):
+    """What every vLLM worker needs to join the trainer's ferry session (sent by the trainer's
+    sender through `init_weight_transfer_engine`)."""
+
+    store: str
+    """"host:port" of ferry's store, hosted by trainer rank 0."""
+    world_size: int
+    """Trainer ranks plus vLLM workers."""
+    rank_offset: int
+    """The ferry rank of vLLM worker 0: the number of trainer ranks."""
+    token: str = ""
+    """The job's ferry token: ranks with another token are refused."""
+    config: dict[str, Any] | None = None
+    """ferry options (`ferry config` lists them), as for ferry.Session."""
+
+
+@dataclass
+class FerryWeightTransferUpdateInfo(WeightTransferUpdateInfo):
+    """One update: its number, counted by the trainer from 0; a worker refuses an update that
+    is not the next one it expects (its plan would pair with another round's)."""
+
+    round: int = 0
+
+
+class FerryWeightTransferEngine(
+        WeightTransferEngine[FerryWeightTransferInitInfo, FerryWeightTransferUpdateInfo]):
+    """The worker side: one ferry rank per vLLM worker, writing the trainer's weights into the
+    worker's parameters in place. start/finish_weight_update do nothing (no layerwise reload:
+    the bytes land where vLLM's loaders would put them). Driven by one thread (vLLM's worker)."""
+
+    init_info_cls = FerryWeightTransferInitInfo
+    update_info_cls = FerryWeightTransferUpdateInfo
+    supports_draft_weight_update = False  # the plan is bound to the target model's parameters
+
+    def __init__(self, config: Any, vllm_config: Any, device: torch.device,
+                 model: torch.nn.Module) -> None:
+        super().__init__(config, vllm_config, device, model)
+        self.session: Session | None = None
+        self.refit: Refit | None = None
+        self.rounds = 0
+
+    def worker_rank(self, init_info: FerryWeightTransferInitInfo) -> int:
+        """This worker's ferry rank, numbered as vLLM's NCCL backend numbers workers
+        (vllm/distributed/weight_transfer/nccl_common.py, `_worker_group_rank`)."""
+        parallel = self.parallel_config
+        return (init_info.rank_offset + parallel.data_parallel_index * parallel.world_size +
+                parallel.rank)
+
+    def init_transfer_engine(self, init_info: FerryWeightTransferInitInfo) -> None:
+        """Joins the session, exchanges layouts and plans; blocks until every trainer rank and
+        worker did (ferry's deadline.connect and deadline.store bound it)."""
+        rank = self.worker_rank(init_info)
+        self.session = Session(rank, init_info.world_size, init_info.store, init_info.token,
+                               init_info.config)
+        source = self.session.all_gather_shards([])  # the trainer ranks' shards
+        shards, buffers = engine_shards(self.model, {s.name: s for s in source}, rank)
+        destination = self.session.all_gather_shards(shards)
+        self.refit = self.session.refit(Layout.from_shards(source),
+                                        Layout.from_shards(destination))
+        for name, tensor in buffers.items():
+            self.refit.register(name, tensor, side="destination")
+        self.rounds = 0
+
+    def start_weight_update(self) -> None:
+        self._require_init()
+
+    def finish_weight_update(self) -> None:
+        self._require_init()
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        """Receives one update. Unlike the base class it does not synchronize the accelerator
+        afterwards: ferry's run returns with the parameters written (CUDA included)."""
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def receive_weights(self, update_info: FerryWeightTransferUpdateInfo) -> None:
+        refit = self._require_init()
+        if update_info.round != self.rounds:
+            raise ValueError(f"ferry weight update {update_info.round} arrived, this worker "
+                             f"expects update {self.rounds}")
+        refit.run()
+        self.rounds += 1
+
+    def shutdown(self) -> None:
+        """Leaves the session (its last barrier: every rank shuts down)."""
+        if self.session is not None:
+            self.session.finish()
+        self.session, self.refit = None, None
+
+    def _require_init(self) -> Refit:
+        if self.refit is None:
+            raise RuntimeError("the ferry weight transfer engine is not initialized: call "
+                               "init_weight_transfer_engine first")
+        return self.refit
+
+
+@dataclass
+class FerryTrainerInitInfo(TrainerInitInfo):
+    """Every trainer rank's init info (`rank`, keyword-only, is the trainer rank)."""
+
+    backend: ClassVar[str] = BACKEND
+    store: str
+    """"host:port" where trainer rank 0 hosts ferry's store (reachable by every worker)."""
+    num_trainer_ranks: int
+    num_workers: int
+    """vLLM workers over every data-parallel replica (TP x PP x DP)."""
+    token: str = ""
+    config: dict[str, Any] | None = None
+    """ferry options for every rank (ferry.Session's `config`)."""
+
+    def worker_init_info(self) -> dict[str, Any]:
+        """The workers' init payload (FerryWeightTransferInitInfo as a dict)."""
+        return asdict(FerryWeightTransferInitInfo(
+            store=self.store, world_size=self.num_trainer_ranks + self.num_workers,
+            rank_offset=self.num_trainer_ranks, token=self.token, config=self.config))
+
+
+class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerInitInfo]):
+    """The trainer side: every trainer rank sends the shards it holds. The sender (rank 0)
+    also drives the workers through the client, its RPCs running while ferry moves the bytes.
+    Driven by one thread per rank."""
+
+    init_info_cls = FerryTrainerInitInfo
+
+    def __init__(self, *, client: VLLMWeightSyncClient, source: WeightSource,
+                 is_sender: bool = True, rank: int = 0) -> None:
+        super().__init__(client=client, source=source, is_sender=is_sender, rank=rank)
+        self.session: Session | None = None
+        self.refit: Refit | None = None
+        self.rounds = 0
+        self._shards: dict[str, Shard] = {}
+        self._registered: dict[str, tuple[int, int]] = {}
+        self._staging: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def trainer_init(cls, init_info: FerryTrainerInitInfo, *, client: VLLMWeightSyncClient,
+                     source: WeightSource | None = None) -> "FerryTrainerWeightTransferEngine":
+        """Joins the ferry session with every worker and plans; on the sender, the workers'
+        init RPC runs meanwhile (both wait for each other in the session's rendezvous)."""
+        if source is None or not source.implements_iter_local():
+            raise TypeError("the ferry backend sends each rank's own shards: it needs a "
+                            "WeightSource that implements iter_local()")
+        engine = cls(client=client, source=source, is_sender=init_info.is_sender,
+                     rank=init_info.rank)
+        if not engine.is_sender:
+            engine._join(init_info)
+            return engine
+        _concurrently(lambda: client.init_weight_transfer_engine(init_info.worker_init_info()),
+                      lambda: engine._join(init_info))
+        return engine
+
+    def _join(self, info: FerryTrainerInitInfo) -> None:
+        self.session = Session(info.rank, info.num_trainer_ranks + info.num_workers, info.store,
+                               info.token, info.config)
+        mine = trainer_shards(self.source.metadata, info.rank, info.num_trainer_ranks)
+        self._shards = {s.name: s for s in mine}
+        source = self.session.all_gather_shards(mine)
+        destination = self.session.all_gather_shards([])  # the workers' parameter boxes
+        self.refit = self.session.refit(Layout.from_shards(source),
+                                        Layout.from_shards(destination))
+
+    def send_weights(self) -> None:
+        """One update on every trainer rank: registers what `iter_local` yields (again only
+        where a tensor's storage moved), then runs the plan; the sender wraps it in the
+        workers' start/update/finish RPCs. Blocks until this rank's part and, on the sender,
+        the workers' update are done."""
+        if self.refit is None:
+            raise RuntimeError("trainer_init must run before send_weights")
+        self._register_local()
+        if not self.is_sender:
+            self.refit.run()
+            self.rounds += 1
+            return
+        self.client.start_weight_update()
+        update = asdict(FerryWeightTransferUpdateInfo(round=self.rounds))
+        _concurrently(lambda: self.client.update_weights(update), self.refit.run)
+        self.client.finish_weight_update()
+        self.rounds += 1
+
+    def _register_local(self) -> None:
+        seen = set()
+        for name, tensor in self.source.iter_local():
+            shard = self._shards.get(name)
+            if shard is None:
+                raise ValueError(f"trainer rank {self.rank}: iter_local yielded {name!r}, "
+                                 "which its metadata does not give this rank")
+            box = tuple(h - l for l, h in zip(shard.lo, shard.hi))
+            if tuple(tensor.shape) != box:
+                raise ValueError(f"trainer rank {self.rank}: {name} is {list(tensor.shape)}, "
+                                 f"its metadata gives this rank {list(box)}")
+            self._register(name, tensor, shard.dtype)
+            seen.add(name)
+        missing = sorted(set(self._shards) - seen)
+        if missing:
+            raise ValueError(f"trainer rank {self.rank}: iter_local did not yield "
+                             f"{missing[:5]} ({len(missing)} in all) that it owns")
+
+    def _register(self, name: str, tensor: torch.Tensor, dtype: Any) -> None:
+        if tensor.is_contiguous() and tensor.dtype == dtype:
+            key = (tensor.data_ptr(), tensor.numel())
+            if self._registered.get(name) != key:
+                self.refit.register(name, tensor, side="source")
+                self._registered[name] = key
+            return
+        staging = self._staging.get(name)
+        if staging is None:
+            staging = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
+            self._staging[name] = staging
+            self.refit.register(name, staging, side="source")
+            self._registered[name] = (staging.data_ptr(), staging.numel())
+        staging.copy_(tensor)
+
+    def shutdown(self) -> None:
+        """Leaves the session (its last barrier: every rank shuts down)."""
+        if self.session is not None:
+            self.session.finish()
+        self.session, self.refit = None, None
+
+
+def _concurrently(rpc, work) -> None:
+    """Runs `rpc` on a thread while `work` runs here; raises the first error. When `work`
+    fails the thread is not waited for (its peer may never answer, as vLLM's NCCL backend
+    notes)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-vllm-rpc")
+    try:
+        future = pool.submit(rpc)
+        work()
+        future.result()
+    finally:
+        pool.shutdown(wait=False)
+
+
+_register_lock = threading.Lock()
+
+
+def register() -> None:
+    """Registers the "ferry" backend in vLLM's worker and trainer factories; idempotent. Every
+    process that creates an engine needs it before: the vLLM workers (through the wheel's
+    `vllm.general_plugins` entry point, or the caller's own plugin) and the trainer."""
+    with _register_lock:
+        for factory, cls in ((WeightTransferEngineFactory, "FerryWeightTransferEngine"),
+                             (WeightTransferTrainerFactory, "FerryTrainerWeightTransferEngine")):
+            try:
+                factory.register_engine(BACKEND, __name__, cls)
+            except ValueError:
+                pass  # already registered

@@ -1,0 +1,139 @@
+"""The layouts of the vLLM backend without vLLM: the trainer's boxes from vLLM-style parameter
+metadata (torch.chunk splits, 2-D meshes, replication) and a vLLM worker's boxes from modules
+that carry the attributes vLLM's layers carry (fused QKV with replicated KV heads, merged
+gate/up, row parallel, padded vocab), checked against hand-computed boxes, and the errors that
+refuse what ferry cannot deliver. test_vllm.py runs both against vLLM itself."""
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the vLLM layouts are of torch modules")
+
+from ferry import Layout
+from ferry._source_layout import chunk_range, param_box, trainer_shards
+from ferry._vllm_layout import engine_shards
+
+
+def meta(name, shape, owners=None, mesh_shape=None, placements=None):
+    return SimpleNamespace(name=name, shape=shape, dtype=torch.bfloat16, owners=owners,
+                           mesh_shape=mesh_shape, placements=placements)
+
+
+def shard(dim):
+    return SimpleNamespace(dim=dim)
+
+
+REPLICATE = SimpleNamespace()
+
+
+@pytest.mark.parametrize("n,parts", [(10, 4), (7, 3), (2, 4), (8, 2)])
+def test_chunks_split_as_torch_chunk_does(n, parts):
+    pieces = torch.arange(n).chunk(parts)
+    for i in range(parts):
+        start, stop = chunk_range(0, n, parts, i)
+        want = pieces[i].tolist() if i < len(pieces) else []
+        assert list(range(start, stop)) == want
+
+
+def test_trainer_boxes_of_a_2d_mesh_shard_the_outer_axis_first():
+    m = meta("w", (8, 6), owners=(4, 5, 6, 7), mesh_shape=(2, 2),
+             placements=(shard(0), shard(0)))
+    assert [param_box(m, r, 8) for r in (4, 5, 6, 7)] == [
+        ([0, 0], [2, 6]), ([2, 0], [4, 6]), ([4, 0], [6, 6]), ([6, 0], [8, 6])]
+    m = meta("w", (8, 6), owners=(0, 1, 2, 3), mesh_shape=(2, 2),
+             placements=(REPLICATE, shard(1)))
+    assert param_box(m, 2, 4) == ([0, 0], [8, 3]) and param_box(m, 3, 4) == ([0, 3], [8, 6])
+
+
+def test_trainer_shards_skip_what_a_rank_does_not_own():
+    metas = [meta("norm", (4,)), meta("w", (3, 2), owners=(0, 1, 2, 3),
+                                      placements=(shard(0),))]
+    assert [(s.name, list(s.lo), list(s.hi)) for s in trainer_shards(metas, 3, 4)] == \
+        [("norm", [0], [4])]  # torch.chunk gives rank 3 nothing of 3 rows
+    with pytest.raises(ValueError, match="outside the 4 trainer ranks"):
+        trainer_shards(metas, 4, 4)
+
+
+def linear(rows, cols, **attrs):
+    module = torch.nn.Module()
+    module.weight = torch.nn.Parameter(torch.zeros(rows, cols, dtype=torch.bfloat16))
+    module.weight.output_dim, module.weight.input_dim = 0, 1
+    for k, v in attrs.items():
+        setattr(module, k, v)
+    return module
+
+
+def tp_model(tp_rank):
+    """TP4 rank `tp_rank` of: 8 query heads and 2 KV heads of size 2 (each KV head on two
+    ranks), MLP 8, hidden 4, vocab 10 padded to 64 (16 rows a rank)."""
+    model, attn, mlp = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+    attn.qkv_proj = linear(2 * 2 + 2 * 2, 4, tp_rank=tp_rank, tp_size=4, num_heads=2,
+                           num_kv_heads=1, head_size=2, num_kv_head_replicas=2,
+                           output_sizes=[16, 8, 8], gather_output=False)
+    attn.o_proj = linear(4, 4, tp_rank=tp_rank, tp_size=4, input_is_parallel=True)
+    mlp.gate_up_proj = linear(2 + 2, 4, tp_rank=tp_rank, tp_size=4, output_sizes=[8, 8],
+                              gather_output=False)
+    model.attn, model.mlp = attn, mlp
+    indices = SimpleNamespace(org_vocab_start_index=min(16 * tp_rank, 10),
+                              org_vocab_end_index=min(16 * tp_rank + 16, 10))
+    model.embed = linear(16, 4, tp_rank=tp_rank, tp_size=4, shard_indices=indices)
+    model.norm = torch.nn.Module()
+    model.norm.weight = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    model.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"],
+                                    "gate_up_proj": ["gate_proj", "up_proj"]}
+    return model
+
+
+SENT = {n: SimpleNamespace(shape=s, dtype="bf16") for n, s in {
+    "attn.q_proj.weight": (16, 4), "attn.k_proj.weight": (4, 4), "attn.v_proj.weight": (4, 4),
+    "attn.o_proj.weight": (4, 16), "mlp.gate_proj.weight": (8, 4), "mlp.up_proj.weight": (8, 4),
+    "embed.weight": (10, 4), "norm.weight": (4,)}.items()}
+
+
+def boxes(shards):
+    return [(s.buffer, s.name, list(s.lo), list(s.hi)) for s in shards]
+
+
+def test_worker_boxes_follow_vllms_loaders():
+    shards, _ = engine_shards(tp_model(3), SENT, rank=9)
+    assert boxes(shards) == [
+        ("attn.qkv_proj.weight", "attn.q_proj.weight", [12, 0], [16, 4]),
+        ("attn.qkv_proj.weight", "attn.k_proj.weight", [2, 0], [4, 4]),  # KV head 3 // 2
+        ("attn.qkv_proj.weight", "attn.v_proj.weight", [2, 0], [4, 4]),
+        ("attn.o_proj.weight", "attn.o_proj.weight", [0, 12], [4, 16]),
+        ("mlp.gate_up_proj.weight", "mlp.gate_proj.weight", [6, 0], [8, 4]),
+        ("mlp.gate_up_proj.weight", "mlp.up_proj.weight", [6, 0], [8, 4]),
+        ("embed.weight", "embed.weight", [10, 0], [10, 4]),  # rank 3 holds only padding
+        ("norm.weight", "norm.weight", [0], [4])]
+    assert all(s.rank == 9 for s in shards)
+    embed = [b for b in boxes(engine_shards(tp_model(0), SENT, 0)[0]) if b[0] == "embed.weight"]
+    assert embed == [("embed.weight", "embed.weight", [0, 0], [10, 4])]
+
+
+def test_worker_buffers_are_the_parameters_storage():
+    model = tp_model(1)
+    _, buffers = engine_shards(model, SENT, 0)
+    for name, param in model.named_parameters():
+        assert buffers[name].data_ptr() == param.data_ptr()
+
+
+def test_a_destination_layout_from_every_tp_rank_covers_the_checkpoint():
+    shards = [s for r in range(4) for s in engine_shards(tp_model(r), SENT, r)[0]]
+    layout = Layout.from_shards(shards)
+    layout.validate()  # every element of every checkpoint tensor is held somewhere
+    sizes = {b.name: b.bytes for b in layout.buffers(1)}
+    assert sizes["attn.qkv_proj.weight"] == 8 * 4 * 2
+
+
+def test_what_ferry_cannot_deliver_is_refused_by_name():
+    missing = {k: v for k, v in SENT.items() if k != "attn.v_proj.weight"}
+    with pytest.raises(ValueError, match="qkv_proj.weight: the trainer sends no tensor "
+                                         "'attn.v_proj.weight'"):
+        engine_shards(tp_model(0), missing, 0)
+    fp32 = dict(SENT, **{"norm.weight": SimpleNamespace(shape=(4,), dtype="fp32")})
+    with pytest.raises(ValueError, match="norm.weight is torch.bfloat16 but the trainer sends"):
+        engine_shards(tp_model(0), fp32, 0)
+    wide = dict(SENT, **{"norm.weight": SimpleNamespace(shape=(5,), dtype="bf16")})
+    with pytest.raises(ValueError, match="does not hold norm.weight"):
+        engine_shards(tp_model(0), wide, 0)

@@ -1,0 +1,301 @@
+"""One rank of the vLLM backend test (test_vllm.py), run by the vLLM environment's python.
+
+Ranks 0..1 are a Megatron-style TP2 trainer: a vLLM `WeightSource` whose metadata shards q/k/v,
+gate/up, the embedding and the LM head on dim 0 and o/down on dim 1 over both ranks (norms
+replicated), and whose `iter_local` yields each rank's shards, updated in place every step. The
+trainer drives the workers through vLLM's `WeightTransferTrainerFactory` and a
+`VLLMWeightSyncClient` over 127.0.0.1 sockets (vLLM's control plane is HTTP or Ray).
+
+The other ranks are vLLM workers, two data-parallel replicas of TP2, whose model is built from
+vLLM's own layers (QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear,
+VocabParallelEmbedding, ParallelLMHead) on the CPU, named as vLLM's Llama names them; norms are
+plain parameters, as in vLLM's RMSNorm. Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every
+update a worker loads the same step's full checkpoint into a second copy of its model through
+vLLM's own weight loaders and requires every parameter of the refitted model to equal it byte
+for byte.
+
+    python vllm_worker.py RANK STORE_PORT DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import types
+from functools import cached_property
+from multiprocessing.connection import Client, Listener
+
+import torch
+
+import vllm.distributed.parallel_state as parallel_state
+from vllm.config.parallel import ParallelConfig
+from vllm.config.weight_transfer import WeightTransferConfig
+from vllm.distributed.weight_transfer import (ParamMeta, Shard, WeightSource,
+                                              WeightTransferEngineFactory,
+                                              WeightTransferTrainerFactory)
+
+import ferry
+import ferry.vllm
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS = 16, 8, 1, 2, 24, 100, 2
+TRAINERS, STEPS, AUTH = 2, 3, b"ferry-vllm-test"
+TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank holds it)
+DTYPE = torch.bfloat16
+
+
+def checkpoint_shapes() -> dict[str, tuple[int, ...]]:
+    shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
+              "lm_head.weight": (VOCAB, HIDDEN)}
+    for l in range(LAYERS):
+        p = f"model.layers.{l}."
+        shapes.update({
+            p + "input_layernorm.weight": (HIDDEN,),
+            p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
+            p + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
+            p + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
+            p + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
+            p + "post_attention_layernorm.weight": (HIDDEN,),
+            p + "mlp.gate_proj.weight": (MLP, HIDDEN),
+            p + "mlp.up_proj.weight": (MLP, HIDDEN),
+            p + "mlp.down_proj.weight": (HIDDEN, MLP)})
+    return shapes
+
+
+def checkpoint(step: int) -> dict[str, torch.Tensor]:
+    """The full weights after trainer step `step`: random, different every step."""
+    g = torch.Generator().manual_seed(1000 + step)
+    return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in checkpoint_shapes().items()}
+
+
+def megatron_dim(name: str) -> int | None:
+    """The dim Megatron's TP shards a tensor on (None: replicated)."""
+    if name.endswith(("o_proj.weight", "down_proj.weight")):
+        return 1
+    return None if "norm" in name else 0
+
+
+class MegatronTP2Source(WeightSource):
+    """A TP2 trainer's shards under checkpoint names; `step` rewrites them in place."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.local = {m.name: torch.empty(0, dtype=DTYPE) for m in self.metadata}
+
+    @cached_property
+    def metadata(self) -> list[ParamMeta]:
+        metas = []
+        for name, shape in checkpoint_shapes().items():
+            dim = megatron_dim(name)
+            metas.append(ParamMeta(name, DTYPE, shape) if dim is None else
+                         ParamMeta(name, DTYPE, shape, owners=tuple(range(TRAINERS)),
+                                   placements=(Shard(dim),)))
+        return metas
+
+    def step(self, step: int) -> None:
+        for name, full in checkpoint(step).items():
+            dim = megatron_dim(name)
+            mine = full if dim is None else full.chunk(TRAINERS, dim)[self.rank]
+            if self.local[name].numel() == 0:
+                self.local[name] = mine.contiguous().clone()
+            else:
+                self.local[name].copy_(mine)
+
+    def iter_local(self):
+        yield from self.local.items()
+
+
+class SocketClient:
+    """A VLLMWeightSyncClient over every worker's control socket: each call runs on all
+    workers (as vLLM's collective_rpc does) and returns when all answered."""
+
+    def __init__(self, addresses):
+        self.conns = [Client(a, authkey=AUTH) for a in addresses]
+
+    def _call(self, method, arg=None):
+        for c in self.conns:
+            c.send((method, arg))
+        errors = [r for r in (c.recv() for c in self.conns) if r != "ok"]
+        if errors:
+            raise RuntimeError(f"{method} failed on a worker: {errors[0]}")
+
+    def init_weight_transfer_engine(self, init_info):
+        self._call("init_weight_transfer_engine", init_info)
+
+    def start_weight_update(self):
+        self._call("start_weight_update")
+
+    def update_weights(self, update_info):
+        self._call("update_weights", update_info)
+
+    def finish_weight_update(self, weight_version=None):
+        self._call("finish_weight_update")
+
+    def shutdown(self):
+        self._call("shutdown")
+
+
+def trainer(args, workers: int) -> None:
+    source = MegatronTP2Source(args.rank)
+    source.step(0)
+    client = SocketClient(wait_addresses(args.dir, workers)) if args.rank == 0 else None
+    info = ferry.vllm.FerryTrainerInitInfo(
+        store=f"127.0.0.1:{args.port}", num_trainer_ranks=TRAINERS, num_workers=workers,
+        token="vllm-test", config={"deadline.refit": "60s"}, rank=args.rank)
+    engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+    assert isinstance(engine, ferry.vllm.FerryTrainerWeightTransferEngine)
+    for step in range(STEPS):
+        if step:
+            source.step(step)
+        engine.send_weights()
+        print(f"trainer rank {args.rank} step {step}: sent", flush=True)
+    if client is not None:
+        ferry.vllm._concurrently(client.shutdown, engine.shutdown)
+    else:
+        engine.shutdown()
+
+
+def wait_addresses(directory: str, workers: int, deadline_s: float = 120.0):
+    paths = [os.path.join(directory, f"worker-{w}") for w in range(workers)]
+    end = time.monotonic() + deadline_s
+    while not all(os.path.exists(p) for p in paths):
+        if time.monotonic() > end:
+            raise TimeoutError("workers did not open their control sockets")
+        time.sleep(0.1)
+    return [("127.0.0.1", int(open(p).read())) for p in paths]
+
+
+def vllm_model(tp_rank: int, tp: int) -> torch.nn.Module:
+    """vLLM's Llama parameters at TP rank `tp_rank` of `tp`, from vLLM's layers."""
+    from vllm.model_executor.layers.linear import (MergedColumnParallelLinear,
+                                                   QKVParallelLinear, RowParallelLinear)
+    from vllm.model_executor.layers.vocab_parallel_embedding import (ParallelLMHead,
+                                                                     VocabParallelEmbedding)
+    # vLLM's layers read their TP rank and size from the TP group (parallel_state.get_tp_group).
+    parallel_state._TP = types.SimpleNamespace(rank_in_group=tp_rank, world_size=tp)
+
+    def norm():
+        m = torch.nn.Module()
+        m.weight = torch.nn.Parameter(torch.zeros(HIDDEN, dtype=DTYPE), requires_grad=False)
+        return m
+
+    def layer():
+        m, attn, mlp = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+        kw = dict(bias=False, params_dtype=DTYPE)
+        attn.qkv_proj = QKVParallelLinear(HIDDEN, HEAD_DIM, HEADS, KV_HEADS, **kw)
+        attn.o_proj = RowParallelLinear(HEADS * HEAD_DIM, HIDDEN, **kw)
+        mlp.gate_up_proj = MergedColumnParallelLinear(HIDDEN, [MLP, MLP], **kw)
+        mlp.down_proj = RowParallelLinear(MLP, HIDDEN, **kw)
+        m.self_attn, m.mlp = attn, mlp
+        m.input_layernorm, m.post_attention_layernorm = norm(), norm()
+        return m
+
+    model, inner = torch.nn.Module(), torch.nn.Module()
+    inner.embed_tokens = VocabParallelEmbedding(VOCAB, HIDDEN, params_dtype=DTYPE)
+    inner.layers = torch.nn.ModuleList(layer() for _ in range(LAYERS))
+    inner.norm = norm()
+    model.model = inner
+    model.lm_head = ParallelLMHead(VOCAB, HIDDEN, params_dtype=DTYPE)
+    # vllm/model_executor/models/llama.py, LlamaForCausalLM.packed_modules_mapping
+    model.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"],
+                                    "gate_up_proj": ["gate_proj", "up_proj"]}
+    for p in model.parameters():
+        p.data.zero_()
+    return model
+
+
+def load_with_vllm(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """What vLLM's Llama load_weights does with a checkpoint: fused shards through their
+    loaders' shard ids, every other parameter through its own loader."""
+    params = dict(model.named_parameters())
+    fused = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"),
+             "v_proj": ("qkv_proj", "v"), "gate_proj": ("gate_up_proj", 0),
+             "up_proj": ("gate_up_proj", 1)}
+    for name, w in weights.items():
+        module = name.split(".")[-2]
+        if module in fused:
+            target, shard_id = fused[module]
+            param = params[name.replace(module, target)]
+            param.weight_loader(param, w, shard_id)
+        else:
+            param = params[name]
+            loader = getattr(param, "weight_loader", None)
+            if loader is None:
+                param.data.copy_(w)
+            else:
+                loader(param, w)
+
+
+def verify(model, tp_rank: int, tp: int, step: int, rank: int) -> str:
+    expected = vllm_model(tp_rank, tp)
+    load_with_vllm(expected, checkpoint(step))
+    got = dict(model.named_parameters())
+    for name, want in expected.named_parameters():
+        if not torch.equal(got[name].data.view(torch.int16), want.data.view(torch.int16)):
+            raise AssertionError(f"worker rank {rank} step {step}: {name} differs from what "
+                                 "vLLM's loaders make of the checkpoint")
+    return f"{len(got)} parameters byte-exact"
+
+
+def worker(args, tp: int, dp: int) -> None:
+    index = args.rank - TRAINERS
+    dp_rank, tp_rank = divmod(index, tp)
+    model = vllm_model(tp_rank, tp)
+    parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
+                              data_parallel_rank=dp_rank)
+    parallel.rank = tp_rank
+    vllm_config = types.SimpleNamespace(parallel_config=parallel, model_config=None)
+    engine = WeightTransferEngineFactory.create_engine(
+        WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
+    assert isinstance(engine, ferry.vllm.FerryWeightTransferEngine)
+    with Listener(("127.0.0.1", 0), authkey=AUTH) as listener:
+        path = os.path.join(args.dir, f"worker-{index}")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(listener.address[1]))
+        os.replace(path + ".tmp", path)
+        with listener.accept() as conn:
+            serve(conn, engine, model, tp_rank, tp, args.rank)
+
+
+def serve(conn, engine, model, tp_rank: int, tp: int, rank: int) -> None:
+    """vLLM's worker side of the weight-sync RPCs (vllm/v1/worker/gpu_worker.py)."""
+    while True:
+        method, arg = conn.recv()
+        try:
+            if method == "init_weight_transfer_engine":
+                engine.init_transfer_engine(engine.parse_init_info(arg))
+            elif method == "update_weights":
+                engine.update_weights(arg)
+                step = arg["round"]
+                print(f"worker rank {rank} step {step}: "
+                      f"{verify(model, tp_rank, tp, step, rank)}", flush=True)
+            elif method == "shutdown":
+                engine.shutdown()
+            else:
+                getattr(engine, method)()
+        except Exception as e:
+            conn.send(f"{type(e).__name__}: {e}")
+            raise
+        conn.send("ok")
+        if method == "shutdown":
+            return
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("rank", type=int)
+    parser.add_argument("port", type=int)
+    parser.add_argument("dir")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    ferry.vllm.register()
+    if args.rank < TRAINERS:
+        trainer(args, TP * DP)
+    else:
+        worker(args, TP, DP)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
