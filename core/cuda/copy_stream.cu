@@ -49,10 +49,12 @@ Result<void*> CopyStream::TakeEvent() {
 }
 
 Result<int64_t> CopyStream::Launch(const std::vector<StridedCopy>& copies,
-                                   const std::vector<StridedConvert>& converts) {
+                                   const std::vector<StridedConvert>& converts,
+                                   const std::vector<BlockQuantizeJob>& quantizes) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   FERRY_RETURN_IF_ERROR(LaunchBatchedCopy(copies, stream_));
   FERRY_RETURN_IF_ERROR(LaunchBatchedConvert(converts, stream_));
+  FERRY_RETURN_IF_ERROR(LaunchBlockQuantize(quantizes, stream_));
   FERRY_ASSIGN_OR_RETURN(void* event, TakeEvent());
   Status recorded = CudaStatus(
       cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream_)),

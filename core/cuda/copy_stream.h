@@ -17,6 +17,7 @@
 #include "core/base/status.h"
 #include "core/cuda/batched_convert.h"
 #include "core/cuda/batched_copy.h"
+#include "core/cuda/block_quantize.h"
 
 namespace ferry::cuda {
 
@@ -31,11 +32,13 @@ class CopyStream {
   int device() const { return device_; }
   void* stream() const { return stream_; }  // the cudaStream_t
 
-  // Enqueues `copies` as one kernel launch and `converts` as another (core/cuda/batched_convert.h;
-  // none when empty), followed by an event; returns the ticket that Finished() asks about.
-  // Non-blocking. The vectors may be freed on return.
+  // Enqueues `copies` as one kernel launch, `converts` as another (core/cuda/batched_convert.h)
+  // and `quantizes` as a third (core/cuda/block_quantize.h; none when empty), followed by an
+  // event; returns the ticket that Finished() asks about. Non-blocking. The vectors may be freed
+  // on return.
   Result<int64_t> Launch(const std::vector<StridedCopy>& copies,
-                         const std::vector<StridedConvert>& converts = {});
+                         const std::vector<StridedConvert>& converts = {},
+                         const std::vector<BlockQuantizeJob>& quantizes = {});
   // True when the work of `ticket` (and everything enqueued before it) has finished; the first
   // asynchronous error of the stream otherwise. A finished ticket's event is recycled: ask once.
   Result<bool> Finished(int64_t ticket);

@@ -125,6 +125,14 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
   return Status::Ok();
 }
 
+// Enqueues Quantize op i's job as one kernel on the executor's stream; it completes when done.
+Status RankRun::LaunchQuantize(int i, const cuda::BlockQuantizeJob& job) {
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({}, {}, {job}));
+  gpu_ops_[ticket] = {i};
+  gpu_next_[i] = GpuNext::kComplete;
+  return Status::Ok();
+}
+
 // A direct read's copies wait for FlushGpuReads, so that the reads whose offers arrive together
 // share one kernel.
 Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
