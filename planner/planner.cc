@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/layout/tensor_stack.h"
+#include "planner/block_quantize.h"
 #include "planner/demand.h"
 #include "planner/distinct_pieces.h"
 #include "planner/emit.h"
@@ -215,15 +216,26 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       options.relay_chunk_bytes < 64) {
     return InvalidArgument("chunk sizes must be at least 64 bytes");
   }
-  FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, destination));
+  // Block-scaled fp8 destinations are planned as twins of the source's dtype, then quantized.
+  FERRY_ASSIGN_OR_RETURN(const BlockQuantizeLayout quantize, PrepareBlockQuantize(source, destination));
+  const Layout& planned = quantize.twins.empty() ? destination : quantize.destination;
+  FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, planned));
   PhaseClock clock;
-  return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
+  Result<PlanResult> result = WithAgreeingStacks(source, planned, [&](const Layout& s, const Layout& d) {
     return PlanReshardWithFold(s, d, topology, options, clock);
   });
+  if (result.ok()) FinishBlockQuantize(quantize, destination, result->plan);
+  return result;
 }
 
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,
                                        const Topology& topology, const PlannerOptions& options) {
+  if (!destination.block_scaled.empty()) {
+    return InvalidArgument("the gather-and-broadcast baseline does not quantize into block-scaled fp8 "
+                           "buffers (destination buffer '" +
+                           destination.buffers[static_cast<size_t>(destination.block_scaled.front().buffer)].name +
+                           "'); the reshard strategy does");
+  }
   FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, destination));
   return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
     return PlanGatherBroadcastOf(s, d, topology, options);

@@ -73,7 +73,10 @@ struct PlanResult {
 };
 
 // Both refuse layouts that store a tensor transformed (StoredTransform, core/layout/layout.h),
-// naming the tensor and its transform: a plan copies bytes as they are.
+// naming the tensor and its transform: a plan copies bytes as they are. The one exception is
+// PlanReshard's block-scaled fp8 destination (Layout::block_scaled): it delivers the source's
+// values into staging on the destination rank and quantizes them there with Quantize ops
+// (planner/block_quantize.h); the gather-and-broadcast baseline refuses it.
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                                const Topology& topology, const PlannerOptions& options = {});
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,

@@ -80,6 +80,12 @@ Result<std::unique_ptr<WorkTables>> CopyStream::Upload(const std::vector<Strided
   return Result<std::unique_ptr<WorkTables>>(std::move(tables));
 }
 
+Result<int64_t> CopyStream::Quantize(const std::vector<BlockQuantizeJob>& quantizes) {
+  FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  FERRY_RETURN_IF_ERROR(LaunchBlockQuantize(quantizes, stream_));
+  return RecordTicket();
+}
+
 // An event after everything enqueued so far, as the next ticket.
 Result<int64_t> CopyStream::RecordTicket() {
   FERRY_ASSIGN_OR_RETURN(void* event, TakeEvent());

@@ -18,6 +18,7 @@
 #include "core/base/status.h"
 #include "core/cuda/batched_convert.h"
 #include "core/cuda/batched_copy.h"
+#include "core/cuda/block_quantize.h"
 
 namespace ferry::cuda {
 
@@ -53,6 +54,9 @@ class CopyStream {
   // The tables must be destroyed before the stream.
   Result<std::unique_ptr<WorkTables>> Upload(const std::vector<StridedCopy>& copies,
                                              const std::vector<StridedConvert>& converts);
+  // Enqueues `quantizes` as one kernel launch (core/cuda/block_quantize.h), followed by an event;
+  // a ticket as above. Non-blocking.
+  Result<int64_t> Quantize(const std::vector<BlockQuantizeJob>& quantizes);
   // True when the work of `ticket` (and everything enqueued before it) has finished; the first
   // asynchronous error of the stream otherwise. A finished ticket's event is recycled: ask once.
   Result<bool> Finished(int64_t ticket);

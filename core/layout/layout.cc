@@ -195,6 +195,23 @@ std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f) const {
   return {f.loc.byte_offset, SatMul(SatAdd(last, 1), elem)};
 }
 
+std::vector<char> BlockScaledTensorMask(const Layout& layout) {
+  std::vector<char> tensors(layout.tensors.size(), 0);
+  if (layout.block_scaled.empty()) return tensors;
+  std::vector<char> scaled(layout.buffers.size(), 0);
+  for (const BlockScaledBuffer& s : layout.block_scaled) {
+    if (s.buffer >= 0 && static_cast<size_t>(s.buffer) < scaled.size()) scaled[static_cast<size_t>(s.buffer)] = 1;
+  }
+  for (const Fragment& f : layout.fragments) {
+    if (f.loc.buffer >= 0 && static_cast<size_t>(f.loc.buffer) < scaled.size() &&
+        scaled[static_cast<size_t>(f.loc.buffer)] && f.tensor >= 0 &&
+        static_cast<size_t>(f.tensor) < tensors.size()) {
+      tensors[static_cast<size_t>(f.tensor)] = 1;
+    }
+  }
+  return tensors;
+}
+
 Status CheckNoStoredTransforms(const Layout& source, const Layout& destination) {
   for (const Layout* l : {&destination, &source}) {
     if (l->transforms.empty()) continue;
@@ -207,7 +224,7 @@ Status CheckNoStoredTransforms(const Layout& source, const Layout& destination) 
         std::string(dst ? "destination" : "source") + " tensor '" + name + "' is stored as " +
         t.transform + " (" + std::string(DTypeName(t.stored_dtype)) + "), not as the checkpoint holds it: a " +
         (dst ? "raw copy into it" : "raw copy out of it") +
-        " would give values of another meaning, and ferry has no transform op yet");
+        " would give values of another meaning, and ferry has no op for this transform");
   }
   return Status::Ok();
 }

@@ -50,12 +50,23 @@ struct PaddingRegion {
 // Mamba A = -exp(A_log) in fp32, an FP8 weight with block scales, a matrix derived after loading):
 // its fragments say where the stored values lie, counting offsets and strides in elements of
 // `stored_dtype`. Copying the other side's bytes into them, or reading them as the tensor, would
-// give values of another meaning, so plans refuse such layouts (CheckNoStoredTransforms) until
-// transform ops exist.
+// give values of another meaning, so plans refuse such layouts (CheckNoStoredTransforms), except
+// the fp8 tensors of block-scaled buffers (BlockScaledBuffer), which the reshard planner quantizes.
 struct StoredTransform {
   int tensor = 0;
   std::string transform;  // what is stored, e.g. "A = -exp(A_log)"
   DType stored_dtype = DType::kFP32;
+};
+
+// A buffer that holds block-scaled fp8 (vLLM's quant=fp8_block, core/base/fp8_block.h):
+// `matrices` dense row-major [rows, cols] e4m3fn matrices, one byte an element, quantized in
+// 128x128 blocks of each matrix, whose scale_inv lie in buffer `scales` (same rank) as dense fp32
+// [matrices, ceil(rows/128), ceil(cols/128)]. The tensors with fragments in `buffer` carry a
+// StoredTransform; the planner quantizes into such a buffer (planner/block_quantize.h).
+struct BlockScaledBuffer {
+  int buffer = 0;
+  int scales = 0;
+  int64_t matrices = 1, rows = 0, cols = 0;
 };
 
 // Row-major element strides for a box of this shape.
@@ -68,6 +79,7 @@ class Layout {
   FragmentTable fragments;  // compact: see fragment_table.h
   std::vector<PaddingRegion> padding;
   std::vector<StoredTransform> transforms;
+  std::vector<BlockScaledBuffer> block_scaled;
 
   // Adds a tensor; fails if the name exists with another shape or dtype, returns the existing
   // index if it exists with the same ones.
@@ -117,6 +129,9 @@ class Layout {
   size_t tensors_indexed_ = 0;
   size_t buffers_indexed_ = 0;
 };
+
+// Per tensor of `layout`: whether it has a fragment in a block-scaled buffer (block_scaled).
+std::vector<char> BlockScaledTensorMask(const Layout& layout);
 
 // Ok when neither layout stores a tensor transformed; otherwise InvalidArgument naming the first
 // such tensor, its side and its transform: plans copy bytes as they are.

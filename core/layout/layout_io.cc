@@ -164,10 +164,40 @@ Status ReadTransforms(const YAML::Node& transforms, Layout& layout) {
   return Status::Ok();
 }
 
+// `block_scaled`: [{rank, buffer, scales, matrices, rows, cols}], buffers holding block-scaled
+// fp8 (BlockScaledBuffer), both buffers named on `rank`.
+Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
+  if (!list.IsDefined() || list.IsNull()) return Status::Ok();
+  if (!list.IsSequence()) return Bad(list, "block_scaled", "expected a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = Index("block_scaled", i);
+    const YAML::Node& n = list[i];
+    FERRY_RETURN_IF_ERROR(CheckMap(n, path, {"rank", "buffer", "scales", "matrices", "rows", "cols"}));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(n, path, "rank"));
+    FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
+    BlockScaledBuffer b;
+    for (auto [key, index] : {std::pair<const char*, int*>{"buffer", &b.buffer}, {"scales", &b.scales}}) {
+      FERRY_ASSIGN_OR_RETURN(YAML::Node node, Required(n, path, key));
+      FERRY_ASSIGN_OR_RETURN(std::string name, ReadString(node, Join(path, key)));
+      *index = layout.FindBuffer(rank, name);
+      if (*index < 0) return Bad(node, Join(path, key), "no buffer '" + name + "' on rank " + std::to_string(rank));
+    }
+    for (auto [key, value] : {std::pair<const char*, int64_t*>{"matrices", &b.matrices}, {"rows", &b.rows},
+                              {"cols", &b.cols}}) {
+      if (!n[key].IsDefined() && std::string(key) == "matrices") continue;  // default 1
+      FERRY_ASSIGN_OR_RETURN(YAML::Node node, Required(n, path, key));
+      FERRY_ASSIGN_OR_RETURN(*value, ReadInt(node, Join(path, key)));
+    }
+    layout.block_scaled.push_back(b);
+  }
+  return Status::Ok();
+}
+
 Result<Layout> ParseLayoutNode(const YAML::Node& root) {
   FERRY_RETURN_IF_ERROR(
       CheckMap(root, "",
-               {"format", "version", "tensors", "buffers", "fragments", "padding", "transforms"}));
+               {"format", "version", "tensors", "buffers", "fragments", "padding", "transforms",
+                "block_scaled"}));
   if (root["format"].IsDefined()) {
     FERRY_ASSIGN_OR_RETURN(std::string format, ReadString(root["format"], "format"));
     if (format != "ferry-layout") {
@@ -288,6 +318,7 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
     }
   }
   FERRY_RETURN_IF_ERROR(ReadTransforms(root["transforms"], layout));
+  FERRY_RETURN_IF_ERROR(ReadBlockScaled(root["block_scaled"], layout));
   return layout;
 }
 
@@ -499,6 +530,28 @@ std::string LayoutToYaml(const Layout& layout) {
       EmitTensorRef(out, layout, t.tensor);
       out << YAML::Key << "transform" << YAML::Value << t.transform;
       out << YAML::Key << "dtype" << YAML::Value << std::string(DTypeName(t.stored_dtype));
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (!layout.block_scaled.empty()) {
+    out << YAML::Key << "block_scaled" << YAML::Value << YAML::BeginSeq;
+    for (const BlockScaledBuffer& b : layout.block_scaled) {
+      auto name = [&](int index) {
+        return index >= 0 && index < static_cast<int>(layout.buffers.size())
+                   ? layout.buffers[static_cast<size_t>(index)].name
+                   : std::to_string(index);
+      };
+      const int rank = b.buffer >= 0 && b.buffer < static_cast<int>(layout.buffers.size())
+                           ? layout.buffers[static_cast<size_t>(b.buffer)].rank
+                           : -1;
+      out << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "rank" << YAML::Value << rank;
+      out << YAML::Key << "buffer" << YAML::Value << name(b.buffer);
+      out << YAML::Key << "scales" << YAML::Value << name(b.scales);
+      out << YAML::Key << "matrices" << YAML::Value << b.matrices;
+      out << YAML::Key << "rows" << YAML::Value << b.rows;
+      out << YAML::Key << "cols" << YAML::Value << b.cols;
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;

@@ -158,6 +158,7 @@ bool TensorStacksAgree(const Layout& source, const Layout& destination) {
 Result<Layout> UnstackTensors(const Layout& layout) {
   Layout out;
   out.buffers = layout.buffers;
+  out.block_scaled = layout.block_scaled;
   // Per tensor of `layout`: the first of its tensors in `out` (its members, or itself).
   std::vector<int> first_of(layout.tensors.size());
   // Per tensor of `layout`: its stack name, if it is a stack.
@@ -294,6 +295,7 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
   }
   Layout out;
   out.buffers = layout.buffers;
+  out.block_scaled = layout.block_scaled;
   std::vector<int> new_index(layout.tensors.size(), -1);
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
     if (stack_of[t] >= 0) continue;

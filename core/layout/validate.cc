@@ -327,6 +327,36 @@ PairOverlap FragmentsOverlap(const StridedBytes& a, const StridedBytes& b) {
   return PairOverlap::kConservative;  // spans already overlap
 }
 
+// Each block-scaled buffer pair (BlockScaledBuffer): buffers of the layout on one rank, sizes
+// that multiply without overflow and match the buffers' bytes, and no buffer listed twice.
+Status CheckBlockScaled(const Layout& l) {
+  const int n = static_cast<int>(l.buffers.size());
+  std::unordered_set<int> seen;
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    const std::string what = "block-scaled buffer #" + std::to_string(s.buffer);
+    if (s.buffer < 0 || s.buffer >= n || s.scales < 0 || s.scales >= n || s.buffer == s.scales) {
+      return InvalidArgument(what + ": buffer or scales #" + std::to_string(s.scales) +
+                             " outside the layout's " + std::to_string(n) + " buffers");
+    }
+    if (!seen.insert(s.buffer).second || !seen.insert(s.scales).second) {
+      return InvalidArgument(what + ": a buffer listed twice in block_scaled");
+    }
+    const BufferSpec& b = l.buffers[static_cast<size_t>(s.buffer)];
+    const BufferSpec& k = l.buffers[static_cast<size_t>(s.scales)];
+    if (b.rank != k.rank || s.matrices < 1 || s.rows < 1 || s.cols < 1) {
+      return InvalidArgument(what + " ('" + b.name + "'): scales on another rank or empty matrices");
+    }
+    const int64_t blocks = SatMul(SatMul(s.matrices, (s.rows + 127) / 128), (s.cols + 127) / 128);
+    if (SatMul(SatMul(s.matrices, s.rows), s.cols) != b.bytes || SatMul(blocks, 4) != k.bytes) {
+      return InvalidArgument(what + " ('" + b.name + "'): " + std::to_string(s.matrices) + " x [" +
+                             std::to_string(s.rows) + ", " + std::to_string(s.cols) +
+                             "] fp8 matrices do not match its " + std::to_string(b.bytes) +
+                             " bytes or their scales' " + std::to_string(k.bytes));
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckMemoryOverlap(const Layout& l) {
   std::vector<std::vector<int>> by_buffer(l.buffers.size());
   for (size_t i = 0; i < l.fragments.size(); ++i) {
@@ -494,6 +524,7 @@ Status ValidateLayout(const Layout& layout, const ValidateOptions& options) {
                              std::to_string(layout.tensors.size()) + " tensors");
     }
   }
+  FERRY_RETURN_IF_ERROR(CheckBlockScaled(layout));
   FERRY_RETURN_IF_ERROR(CheckMemoryOverlap(layout));
   if (options.require_full_coverage) FERRY_RETURN_IF_ERROR(CheckCoverage(layout));
   return Status::Ok();
@@ -510,13 +541,15 @@ Status CheckCompatible(const Layout& source, const Layout& destination) {
   for (size_t i = 0; i < source.tensors.size(); ++i) {
     source_index.emplace(source.tensors[i].name, static_cast<int>(i));
   }
+  // A block-scaled tensor's fp8 dtype is the quantization its layout asks for.
+  const std::vector<char> quantized = BlockScaledTensorMask(destination);
   for (size_t d = 0; d < destination.tensors.size(); ++d) {
     const TensorSpec& dt = destination.tensors[d];
     auto it = source_index.find(dt.name);
     const bool missing = it == source_index.end();
     const TensorSpec* st = missing ? nullptr : &source.tensors[it->second];
     const bool shape_differs = st && st->shape != dt.shape;
-    const bool dtype_differs = st && st->dtype != dt.dtype;
+    const bool dtype_differs = st && st->dtype != dt.dtype && !quantized[d];
     if (!missing && !shape_differs && !dtype_differs) continue;
     const std::string dst_ranks = RankList(RanksByTensor(destination)[static_cast<int>(d)]);
     if (missing) {

@@ -234,6 +234,12 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
         w.Key("data");
         WriteRegion(w, op.Data());
         break;
+      case OpKind::kQuantize:
+        if (op.NumCopies() > 0) {
+          w.Key("scales");
+          WriteRegion(w, QuantizeScales(op, plan.Copy(op.copies_begin).from));
+        }
+        [[fallthrough]];
       default:
         w.Key("copies");
         w.BeginArray();

@@ -14,6 +14,7 @@ std::string_view OpKindName(OpKind kind) {
     case OpKind::kUnpack: return "unpack";
     case OpKind::kConvert: return "convert";
     case OpKind::kForward: return "forward";
+    case OpKind::kQuantize: return "quantize";
   }
   return "unknown";
 }

@@ -14,6 +14,11 @@
 //   Convert  like Copy/Unpack, with a dtype change (from.dtype != to.dtype)
 //   Forward  relays what a Recv it depends on received (where that Recv landed: a staging slot
 //            or a destination region) to the next peer
+//   Quantize block-scaled fp8 of one matrix stack (core/base/fp8_block.h): its one copy pair
+//            reads the dense values (bf16, fp16 or fp32; [rows, cols] or [matrices, rows, cols])
+//            and writes them as e4m3fn into a dense region of the same shape; `data` is where
+//            the scales go: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)] in a
+//            destination buffer (QuantizeScales)
 //
 // Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
 // Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two
@@ -43,7 +48,7 @@
 
 namespace ferry {
 
-enum class OpKind : uint8_t { kCopy, kPack, kSend, kRecv, kUnpack, kConvert, kForward };
+enum class OpKind : uint8_t { kCopy, kPack, kSend, kRecv, kUnpack, kConvert, kForward, kQuantize };
 std::string_view OpKindName(OpKind kind);  // "copy", "pack", ...
 
 enum class Space : uint8_t {
@@ -249,7 +254,8 @@ struct Op {
   int deps_begin = 0, deps_end = 0;
   // Copy/Pack/Unpack/Convert: TransferPlan::copies[copies_begin, copies_end).
   int copies_begin = 0, copies_end = 0;
-  // Send/Forward: where the `bytes` sent start; Recv: where they land.
+  // Send/Forward: where the `bytes` sent start; Recv: where they land; Quantize: where its
+  // scales start.
   DataPlace data;
 
   int NumDeps() const { return deps_end - deps_begin; }
@@ -263,6 +269,23 @@ struct Op {
   }
 };
 static_assert(sizeof(Op) == 64, "an Op is one cache line");
+
+// A Quantize op's shape of matrices: its values' `matrices` x [rows, cols] (from a 2- or 3-dim
+// region; a region of another ndim gives matrices 0).
+struct QuantizeShape {
+  int64_t matrices = 0, rows = 0, cols = 0;
+  int64_t ScaleBytes() const { return matrices * ((rows + 127) / 128) * ((cols + 127) / 128) * 4; }
+};
+inline QuantizeShape QuantizeShapeOf(const Region& values) {
+  if (values.ndim == 2) return {1, values.shape[0], values.shape[1]};
+  if (values.ndim == 3) return {values.shape[0], values.shape[1], values.shape[2]};
+  return {};
+}
+// Where a Quantize op writes its scales: op.data for QuantizeShapeOf(values).ScaleBytes() bytes.
+inline ByteRange QuantizeScales(const Op& op, const Region& values) {
+  return ByteRange(op.data.space, op.data.buffer, op.data.offset,
+                   QuantizeShapeOf(values).ScaleBytes());
+}
 
 struct TransferPlan {
   std::string strategy;  // "reshard" or "gather-broadcast"

@@ -40,7 +40,8 @@ PlanStats ComputePlanStats(const TransferPlan& plan, const Topology& topology,
       case OpKind::kCopy:
       case OpKind::kConvert:
       case OpKind::kPack:
-      case OpKind::kUnpack: {
+      case OpKind::kUnpack:
+      case OpKind::kQuantize: {
         int64_t bytes = 0;
         for (const CopyPair& c : plan.Copies(op)) bytes += c.to.NumBytes();
         local[op.rank] += bytes;

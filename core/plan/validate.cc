@@ -226,12 +226,30 @@ Status CheckCopies(const TransferPlan& plan, const Op& op) {
       return InvalidArgument(OpName(op) + ": copy of " + std::to_string(c.from.NumElements()) +
                              " elements into " + std::to_string(c.to.NumElements()));
     }
-    if (op.kind != OpKind::kConvert && DTypeSize(c.from.dtype) != DTypeSize(c.to.dtype)) {
+    if (op.kind != OpKind::kConvert && op.kind != OpKind::kQuantize &&
+        DTypeSize(c.from.dtype) != DTypeSize(c.to.dtype)) {
       return InvalidArgument(OpName(op) + ": copy changes the element size; use Convert");
     }
     if (c.to.space == Space::kSource) return InvalidArgument(OpName(op) + ": writes into a source buffer");
   }
   return Status::Ok();
+}
+
+// A Quantize: one pair of equal dense 2- or 3-dim shapes, a float to e4m3fn, and its scales in
+// bounds of a destination buffer.
+Status CheckQuantize(const TransferPlan& plan, const Op& op) {
+  if (op.NumCopies() != 1) return InvalidArgument(OpName(op) + ": quantizes one region, not " + std::to_string(op.NumCopies()));
+  const CopyPair c = plan.Copy(op.copies_begin);
+  const QuantizeShape q = QuantizeShapeOf(c.from);
+  bool same = c.from.ndim == c.to.ndim && q.matrices > 0;
+  for (int d = 0; same && d < c.from.ndim; ++d) same = c.from.shape[d] == c.to.shape[d];
+  const bool wide = c.from.dtype == DType::kBF16 || c.from.dtype == DType::kFP16 || c.from.dtype == DType::kFP32;
+  if (!same || !wide || c.to.dtype != DType::kFP8E4M3 || !c.from.IsContiguous() || !c.to.IsContiguous()) {
+    return InvalidArgument(OpName(op) + ": quantizes dense [matrices,] rows x cols of bf16, fp16 or fp32 into "
+                           "fp8_e4m3 of the same shape");
+  }
+  if (op.data.space != Space::kDestination) return InvalidArgument(OpName(op) + ": scales outside a destination buffer");
+  return CheckRegion(plan, op, QuantizeScales(op, c.from), "scales");
 }
 
 // A Send, Forward or Recv: a valid peer (itself too: planner.same_rank=transport sends a rank's
@@ -351,6 +369,9 @@ Result<std::vector<BufferRun>> WrittenRuns(const TransferPlan& plan, const Layou
     for (const CopyPair& c : plan.Copies(op)) {
       if (c.to.space == Space::kDestination) AppendBufferRuns(c.to, op.id, written, scratch);
     }
+    if (op.kind == OpKind::kQuantize && op.NumCopies() == 1) {
+      AppendBufferRuns(QuantizeScales(op, plan.Copy(op.copies_begin).from), op.id, written, scratch);
+    }
   }
   FERRY_RETURN_IF_ERROR(SortAndMerge(written, /*overlap_is_error=*/true, destination));
   return written;
@@ -372,6 +393,10 @@ Result<std::vector<BufferRun>> ExpectedRuns(const Layout& destination) {
       r.strides[d] = f.loc.strides[d];
     }
     AppendBufferRuns(r, -1, expected, scratch);
+  }
+  for (const BlockScaledBuffer& s : destination.block_scaled) {  // scales are written whole
+    const int64_t bytes = destination.buffers[static_cast<size_t>(s.scales)].bytes;
+    AppendBufferRuns(Region::Bytes(Space::kDestination, s.scales, 0, bytes), -1, expected, scratch);
   }
   FERRY_RETURN_IF_ERROR(SortAndMerge(expected, /*overlap_is_error=*/false, destination));
   return expected;
@@ -422,6 +447,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
     FERRY_RETURN_IF_ERROR(CheckOpStructure(plan, i));
     const Op& op = plan.ops[i];
     FERRY_RETURN_IF_ERROR(IsMessageOp(op.kind) ? CheckMessageOp(plan, op) : CheckCopies(plan, op));
+    if (op.kind == OpKind::kQuantize) FERRY_RETURN_IF_ERROR(CheckQuantize(plan, op));
   }
   FERRY_RETURN_IF_ERROR(CheckAcyclic(plan));
   return CheckDestinationWrittenOnce(plan, destination);

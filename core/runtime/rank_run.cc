@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/base/fp8_block.h"
 #include "core/base/strings.h"
 #include "core/runtime/staging_memory.h"
 
@@ -358,6 +359,7 @@ bool RankRun::GrantStaging(int i) {
 // A Copy, Pack, Unpack or Convert: its pairs' geometries and addresses, then the copies.
 Status RankRun::StartCopy(int i) {
   const Op& op = OpAt(i);
+  if (op.kind == OpKind::kQuantize) return StartQuantize(i);
   auto& geos = geometries_[i];
   geos.clear();
   geos.reserve(static_cast<size_t>(op.NumCopies()));
@@ -390,6 +392,43 @@ Status RankRun::StartCopy(int i) {
   }
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, geos, ends, bytes));
   if (done) Complete(i);
+  return Status::Ok();
+}
+
+// A Quantize: the block-scaled fp8 of its one matrix stack (core/base/fp8_block.h), inline on
+// host memory, as one kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory.
+Status RankRun::StartQuantize(int i) {
+  const Op& op = OpAt(i);
+  if (op.NumCopies() != 1) return InvalidArgument("a quantize op has one copy pair");
+  const CopyPair pair = plan_.Copy(op.copies_begin);
+  const QuantizeShape q = QuantizeShapeOf(pair.from);
+  const ByteRange scales = QuantizeScales(op, pair.from);
+  if (q.matrices < 1 || !pair.from.IsContiguous() || !pair.to.IsContiguous() ||
+      pair.to.dtype != DType::kFP8E4M3 || pair.to.NumElements() != pair.from.NumElements()) {
+    return InvalidArgument("a quantize op reads and writes dense matrices of one shape, into fp8_e4m3");
+  }
+  FERRY_ASSIGN_OR_RETURN(char* from, BaseOf(pair.from));
+  FERRY_ASSIGN_OR_RETURN(char* to, BaseOf(pair.to));
+  FERRY_ASSIGN_OR_RETURN(char* scale_base, BaseOf(scales));
+  if (reinterpret_cast<uintptr_t>(scale_base) % alignof(float) != 0) {
+    return InvalidArgument("quantize scales not 4-byte aligned");
+  }
+  stats_.bytes_copied += pair.from.NumBytes();
+  const bool staging_on_gpu = device_staging_ && pair.from.space == Space::kStaging;
+  if (OnGpu(pair.to) || OnGpu(scales) || OnGpu(pair.from) || staging_on_gpu) {
+    if (!OnGpu(pair.to) || !OnGpu(scales)) {
+      return Unimplemented("a quantize op between CUDA memory and pageable host memory");
+    }
+    return LaunchQuantize(i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols});
+  }
+  if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
+      pair.from.dtype != DType::kFP32) {
+    return InvalidArgument("no block quantization from " + std::string(DTypeName(pair.from.dtype)));
+  }
+  Fp8BlockQuantizeMatrices(pair.from.dtype, reinterpret_cast<const unsigned char*>(from), q.matrices,
+                           q.rows, q.cols, reinterpret_cast<unsigned char*>(to),
+                           reinterpret_cast<float*>(scale_base));
+  Complete(i);
   return Status::Ok();
 }
 

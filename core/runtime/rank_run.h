@@ -19,7 +19,8 @@
 //               (NCCL) are posted as one group once all are ready, rounds in order
 //               (CountGroupedRounds, StartGroupedRounds); the in-flight window never splits one
 //   CUDA memory (rank_run_cuda.cc) PrepareGpu picks the device and the stream; ops whose regions
-//               lie in CUDA memory run as one batched kernel launch each (LaunchGpu) and complete
+//               lie in CUDA memory run as one batched kernel launch each (LaunchGpu; a Quantize
+//               op's, LaunchQuantize: core/cuda/block_quantize.h) and complete
 //               when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
 //               through a bounce slot of the pinned staging arena (StartBounced); direct reads of
 //               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
@@ -126,6 +127,7 @@ class RankRun {
   Result<bool> TryStart(int i);
   bool GrantStaging(int i);
   Status StartCopy(int i);
+  Status StartQuantize(int i);
   Result<bool> DispatchCopies(int i, std::span<const CopyGeometry> geometries,
                               std::span<const CopyEnds> ends, int64_t bytes);
   Status StartNetwork(int i);
@@ -157,6 +159,7 @@ class RankRun {
   Status CheckStagingFits();
   Status LaunchGpu(int i, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
                    GpuNext next);
+  Status LaunchQuantize(int i, const cuda::BlockQuantizeJob& job);
   Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                       std::span<const CopyEnds> ends);
   Status FlushGpuReads();

@@ -128,6 +128,14 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
   return Status::Ok();
 }
 
+// Enqueues Quantize op i's job as one kernel on the executor's stream; it completes when done.
+Status RankRun::LaunchQuantize(int i, const cuda::BlockQuantizeJob& job) {
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Quantize({job}));
+  gpu_ops_[ticket] = {i};
+  gpu_next_[i] = GpuNext::kComplete;
+  return Status::Ok();
+}
+
 // A direct read's work comes from the device-resident tables of earlier runs of the plan when
 // its regions lie at the same addresses (gpu_read_tables.h), else is described and uploaded now.
 // It waits for FlushGpuReads, so that the reads whose offers arrive together are launched

@@ -160,7 +160,14 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   report.destination_bytes = in->destination.FragmentBytes();
   FERRY_ASSIGN_OR_RETURN(const Config config, LoadConfig(args.config));
   FERRY_ASSIGN_OR_RETURN(report.reshard, PlanOne(Strategy::kReshard, *in, config, args));
-  FERRY_ASSIGN_OR_RETURN(report.gather_broadcast, PlanOne(Strategy::kGatherBroadcast, *in, config, args));
+  Result<StrategyReport> baseline = PlanOne(Strategy::kGatherBroadcast, *in, config, args);
+  if (baseline.ok()) {
+    report.gather_broadcast = *baseline;
+  } else if (!in->destination.block_scaled.empty() && args.strategy == Strategy::kReshard) {
+    report.gather_broadcast_refused = baseline.status().message();
+  } else {
+    return baseline.status();
+  }
   return report;
 }
 
@@ -168,7 +175,9 @@ std::string FormatPlanReport(const PlanReport& r) {
   std::vector<std::array<std::string, 3>> rows;
   const StrategyReport& a = r.reshard;
   const StrategyReport& b = r.gather_broadcast;
+  const bool refused = !r.gather_broadcast_refused.empty();
   auto row = [&](std::string name, std::string x, std::string y) {
+    if (refused) y = name.empty() ? std::string(StrategyName(Strategy::kGatherBroadcast)) : "-";
     rows.push_back({std::move(name), std::move(x), std::move(y)});
   };
   auto bytes = [](int64_t n) { return FormatBytes(static_cast<double>(n)); };
@@ -213,6 +222,7 @@ std::string FormatPlanReport(const PlanReport& r) {
     }
     out << "\n";
   }
+  if (refused) out << "\ngather-broadcast: " << r.gather_broadcast_refused << "\n";
   const PlanPhaseSeconds& p = a.phases;
   out << "\nreshard planning: fold stacks " << Seconds(p.fold) << " ("
       << (a.stacks > 0 ? Count(a.stacks) + " stacks" : "none to fold") << "), intersect "

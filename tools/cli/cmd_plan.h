@@ -59,6 +59,9 @@ struct PlanReport {
   int64_t source_fragments = 0, destination_fragments = 0;
   int64_t destination_bytes = 0;  // bytes of all destination fragments
   StrategyReport reshard, gather_broadcast;
+  // Why the baseline has no plan, when the destination holds block-scaled fp8, which only the
+  // reshard planner quantizes (then `gather_broadcast` is empty); else empty.
+  std::string gather_broadcast_refused;
 };
 
 // Builds the layouts, plans with both strategies through the library facade (RefitPlan, with the

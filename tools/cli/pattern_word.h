@@ -4,11 +4,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/base/dtype.h"
 #include "core/base/float_convert.h"
 
 namespace ferry::cli {
+
+// The seed of the tensor named `tensor_name` (FNV-1a); PatternWord gives its elements.
+inline uint64_t PatternSeed(const std::string& tensor_name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : tensor_name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
 
 // The 64-bit pattern word of element `index` of the tensor whose seed is `seed` (splitmix64).
 FERRY_HD inline uint64_t PatternWord(uint64_t seed, int64_t index) {
@@ -16,6 +24,21 @@ FERRY_HD inline uint64_t PatternWord(uint64_t seed, int64_t index) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+// The pattern word of an element of a tensor that the destination stores block-scaled
+// (Layout::block_scaled): PatternWord with the exponent of its `dtype` element pinned to finite
+// normal values (bf16 and fp32 in [2^-15, 2), fp16 in [2^-7, 2); other dtypes as PatternWord),
+// since random bits would put an inf or NaN into nearly every 128x128 block and make every scale
+// NaN.
+FERRY_HD inline uint64_t FinitePatternWord(uint64_t seed, int64_t index, DType dtype) {
+  const uint64_t word = PatternWord(seed, index);
+  switch (dtype) {
+    case DType::kBF16: return (word & ~uint64_t{0x7800}) | 0x3800;  // exponent 0b0111xxxx
+    case DType::kFP32: return (word & ~uint64_t{0x78000000}) | 0x38000000;
+    case DType::kFP16: return (word & ~uint64_t{0x6000}) | 0x2000;  // exponent 0b01xxx
+    default: return word;
+  }
 }
 
 // The mask of an element of `dtype` in a uint64_t: its DTypeSize low bytes.

@@ -147,6 +147,8 @@ Result<Layout> WithWeightsIn(const Layout& layout, DType dtype) {
                                       : layout.buffers[b].bytes);
   }
   out.padding = layout.padding;
+  out.transforms = layout.transforms;
+  out.block_scaled = layout.block_scaled;
   return out;
 }
 

@@ -2,46 +2,17 @@
 #include "tools/cli/refit_pattern.h"
 
 #include <cstring>
+#include <string>
+#include <unordered_set>
 #include <sstream>
 
 #include "core/base/checksum_term.h"
 #include "core/base/dtype.h"
+#include "tools/cli/block_scaled_pattern.h"
+#include "tools/cli/fragment_rows.h"
 
 namespace ferry::cli {
 namespace {
-
-// Calls row(global_index_of_first, byte_offset_of_first, count, byte_stride) for every innermost
-// row of `f`, where the row's elements have consecutive global indexes.
-template <typename RowFn>
-void ForEachRow(const Layout& layout, const Fragment& f, RowFn&& row) {
-  const TensorSpec& t = layout.tensors[f.tensor];
-  const int ndim = static_cast<int>(t.shape.size());
-  const int64_t esize = DTypeSize(t.dtype);
-  std::vector<int64_t> global_stride(ndim, 1);
-  for (int d = ndim - 2; d >= 0; --d) global_stride[d] = global_stride[d + 1] * t.shape[d + 1];
-  const int last = ndim - 1;
-  const int64_t count = f.box.hi[last] - f.box.lo[last];
-  if (count <= 0) return;
-  std::vector<int64_t> idx(ndim);
-  for (int d = 0; d < ndim; ++d) {
-    idx[d] = f.box.lo[d];
-    if (f.box.hi[d] <= f.box.lo[d]) return;
-  }
-  while (true) {
-    int64_t global = 0, offset = f.loc.byte_offset;
-    for (int d = 0; d < ndim; ++d) {
-      global += idx[d] * global_stride[d];
-      offset += (idx[d] - f.box.lo[d]) * f.loc.strides[d] * esize;
-    }
-    row(global, offset, count, f.loc.strides[last] * esize);
-    int d = last - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < f.box.hi[d]) break;
-      idx[d] = f.box.lo[d];
-    }
-    if (d < 0) return;
-  }
-}
 
 std::string Hex(const char* bytes, int64_t n) {
   static const char* digits = "0123456789abcdef";
@@ -85,24 +56,22 @@ Status CheckBuffers(const Layout& layout, const RankBuffers& buffers) {
 
 }  // namespace
 
-uint64_t PatternSeed(const std::string& tensor_name) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : tensor_name) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-Status FillPattern(const Layout& layout, const RankBuffers& buffers) {
+Status FillPattern(const Layout& layout, const RankBuffers& buffers, const Layout* destination) {
   FERRY_RETURN_IF_ERROR(CheckBuffers(layout, buffers));
+  const std::unordered_set<std::string> finite =
+      destination != nullptr ? BlockScaledTensors(*destination) : std::unordered_set<std::string>{};
   for (const Fragment& f : layout.fragments) {
     if (f.loc.rank != buffers.rank) continue;
     const TensorSpec& t = layout.tensors[f.tensor];
     const uint64_t seed = PatternSeed(t.name);
     const int64_t esize = DTypeSize(t.dtype);
+    const bool is_finite = finite.count(t.name) > 0;
     char* base = buffers.buffers[f.loc.buffer];
     ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
       char* p = base + offset;
       for (int64_t i = 0; i < count; ++i, p += stride) {
-        const uint64_t word = PatternWord(seed, global + i);
+        const uint64_t word =
+            is_finite ? FinitePatternWord(seed, global + i, t.dtype) : PatternWord(seed, global + i);
         std::memcpy(p, &word, esize);
       }
     });
@@ -113,9 +82,15 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers) {
 Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
                               const Layout* source) {
   FERRY_RETURN_IF_ERROR(CheckBuffers(layout, buffers));
+  std::vector<char> scaled(layout.buffers.size(), 0);
+  for (const BlockScaledBuffer& s : layout.block_scaled) scaled[static_cast<size_t>(s.buffer)] = 1;
   int64_t checked = 0;
+  if (!layout.block_scaled.empty()) {
+    if (source == nullptr) return InvalidArgument("verify: block-scaled buffers need the source layout");
+    FERRY_ASSIGN_OR_RETURN(checked, VerifyBlockScaled(layout, buffers.rank, buffers.buffers, *source));
+  }
   for (const Fragment& f : layout.fragments) {
-    if (f.loc.rank != buffers.rank) continue;
+    if (f.loc.rank != buffers.rank || scaled[static_cast<size_t>(f.loc.buffer)]) continue;
     const TensorSpec& t = layout.tensors[f.tensor];
     const uint64_t seed = PatternSeed(t.name);
     const int64_t esize = DTypeSize(t.dtype);

@@ -18,9 +18,6 @@
 
 namespace ferry::cli {
 
-// The seed of the tensor named `tensor_name`; PatternWord (pattern_word.h) gives its elements.
-uint64_t PatternSeed(const std::string& tensor_name);
-
 // Host memory of one side's buffers on one rank: buffers[b] points at layout.buffers[b]'s bytes
 // when that buffer lives on `rank`, and may be null otherwise.
 struct RankBuffers {
@@ -29,15 +26,17 @@ struct RankBuffers {
 };
 
 // Writes the pattern into every fragment of `layout` held by `buffers.rank`. Bytes outside
-// fragments (padding, gaps) are left as they are.
-Status FillPattern(const Layout& layout, const RankBuffers& buffers);
+// fragments (padding, gaps) are left as they are. With `destination`, tensors it stores
+// block-scaled get FinitePatternWord (block_scaled_pattern.h).
+Status FillPattern(const Layout& layout, const RankBuffers& buffers, const Layout* destination = nullptr);
 
 // Checks every element of every fragment of `layout` held by `buffers.rank`. Returns the bytes
 // checked, or Internal (a delivery bug) naming the rank, buffer, tensor, element coordinates,
 // expected and actual bytes of the first mismatch (and how many elements mismatched in that
 // fragment). With `source` (the layout FillPattern filled), a tensor that `source` holds in
 // another dtype is expected to hold the source pattern converted by the CPU reference
-// (core/base/float_convert.h), as a refit that converts delivers it.
+// (core/base/float_convert.h), as a refit that converts delivers it, and block-scaled buffers
+// (and their scales) hold the source's pattern quantized (VerifyBlockScaled; `source` required).
 Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
                               const Layout* source = nullptr);
 

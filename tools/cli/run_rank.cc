@@ -229,10 +229,15 @@ Status CheckLeaks(const RankContext& c, const RunVariant& variant, const LeakPro
 
 // This rank's destination check: on the GPU by fragment checksums when the destinations are CUDA
 // memory (the bytes stay there; only after a mismatch are they copied down, so that the host check
-// names the first wrong element), else element by element on the host.
+// names the first wrong element), else element by element on the host. A destination with
+// block-scaled fp8 buffers is copied down and checked on the host (VerifyBlockScaled).
 Result<int64_t> CheckDestinations(const RankContext& c) {
   const RankBuffers host{c.rank, c.destinations.pointers()};
   if (c.device_destinations == nullptr) return VerifyPattern(c.in.destination, host, &c.in.source);
+  if (!c.in.destination.block_scaled.empty()) {  // the fp8 values and scales are checked on the host
+    FERRY_RETURN_IF_ERROR(c.device_destinations->Download(c.destinations).WithContext("copying destinations down"));
+    return VerifyPattern(c.in.destination, host, &c.in.source);
+  }
   Result<int64_t> on_device =
       VerifyPatternOnDevice(c.in.destination, RankBuffers{c.rank, c.device_destinations->pointers()}, &c.in.source);
   if (on_device.ok() || on_device.status().code() != StatusCode::kInternal) return on_device;
@@ -267,10 +272,12 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
     }
     bytes += std::atoll(text.c_str() + 3);
   }
-  Say("  %-24s verified %s on %d ranks: %s%s (%.2f s)\n", what.c_str(),
+  const bool quantized = !c.in.destination.block_scaled.empty();
+  Say("  %-24s verified %s on %d ranks: %s%s%s (%.2f s)\n", what.c_str(),
       FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
       c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact",
-      c.device_destinations != nullptr ? ", by fragment checksums on the GPU" : "",
+      quantized ? ", fp8 values and scales to the CPU block-quantization reference" : "",
+      c.device_destinations != nullptr && !quantized ? ", by fragment checksums on the GPU" : "",
       std::chrono::duration<double>(Clock::now() - start).count());
   return Status::Ok();
 }
@@ -513,7 +520,7 @@ Status RunRankOrError(const RunArgs& args) {
     return Unavailable("rank " + std::to_string(info.rank) + ": out of host memory for " +
                        FormatBytes(static_cast<double>(sources.total() + destinations.total())) + " of buffers");
   }
-  FERRY_RETURN_IF_ERROR(FillPattern(in.source, RankBuffers{info.rank, sources.pointers()}));
+  FERRY_RETURN_IF_ERROR(FillPattern(in.source, RankBuffers{info.rank, sources.pointers()}, &in.destination));
   RankContext context{.args = args, .in = in, .rank = info.rank, .size = info.size, .session = session,
                       .sources = sources, .destinations = destinations,
                       .delivered = in.destination.FragmentBytes()};

@@ -110,6 +110,7 @@ Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
     l.buffers.SetBytes(static_cast<size_t>(scales),
                        m->matrices * CeilDiv(m->rows, kFp8Block) * CeilDiv(m->cols, kFp8Block) *
                            DTypeSize(DType::kFP32));
+    l.block_scaled.push_back({b, scales, m->matrices, m->rows, m->cols});
     for (const Fragment& f : frags) tensors.insert(f.tensor);
   }
   for (size_t i = 0; i < l.fragments.size(); ++i) {
@@ -121,9 +122,7 @@ Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
   }
   for (int t : tensors) {
     l.tensors[static_cast<size_t>(t)].dtype = DType::kFP8E4M3;
-    l.transforms.push_back({t, "fp8 e4m3 in 128x128 blocks scaled by weight_scale_inv (vLLM block "
-                               "quantization; no plain cast gives it)",
-                            DType::kFP8E4M3});
+    l.transforms.push_back({t, std::string(kFp8BlockTransform), DType::kFP8E4M3});
   }
   return Status::Ok();
 }

@@ -6,9 +6,10 @@
 //
 // StoreFp8BlockWeights rewrites a vLLM layout to that storage: the projections' tensors become
 // fp8 e4m3 marked with a StoredTransform (their values are the bf16 weights divided by per-block
-// scales, which no plain cast produces, so plans refuse them by name until a block-scaled
-// conversion exists), their fragments move to one-byte offsets, and each projection buffer gets
-// its "<name>_scale_inv" buffer. vLLM's shape checks come first, with its messages.
+// scales, which no plain cast produces), their fragments move to one-byte offsets, and each
+// projection buffer gets its "<name>_scale_inv" buffer, the pair listed in the layout's
+// block_scaled, so that the planner quantizes into them (planner/block_quantize.h). vLLM's shape
+// checks come first, with its messages.
 // Follows vllm/model_executor/layers/quantization/fp8.py (Fp8LinearMethod and Fp8MoEMethod
 // create_weights: weight_scale_inv [ceil(out/128), ceil(in/128)], w13_weight_scale_inv
 // [experts, 2 * ceil(I/128), ceil(H/128)], w2_weight_scale_inv [experts, ceil(H/128),
@@ -29,6 +30,8 @@
 namespace ferry::models {
 
 inline constexpr int64_t kFp8Block = 128;
+inline constexpr const char* kFp8BlockTransform =
+    "fp8 e4m3 in 128x128 blocks scaled by weight_scale_inv (vLLM block quantization)";
 
 // Whether the checkpoint tensor `name` is block-quantized: a decoder layer's *_proj weight
 // (attention, MLP, shared and routed experts), not the router (mlp.gate).

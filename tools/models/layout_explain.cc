@@ -176,8 +176,8 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   if (r.kind == FrameworkSpec::Kind::kVllm && r.vllm.fp8_block_weights &&
       IsFp8BlockQuantized(t)) {
     out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, with fp32 weight_scale_inv "
-                   "per 128x128 block of the rank's partition; plans refuse it (no block-scaled "
-                   "conversion)",
+                   "per 128x128 block of the rank's partition; the reshard plan quantizes into it "
+                   "(Quantize ops, planner/block_quantize.h)",
                    std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
   }
   if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {

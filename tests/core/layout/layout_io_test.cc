@@ -95,6 +95,42 @@ TEST(LayoutIoTest, RoundTripThroughFile) {
   ExpectSameLayout(l, *back);
 }
 
+TEST(LayoutIoTest, BlockScaledBuffersRoundTripAndAreValidated) {
+  // One [256, 130] fp8 matrix and its 2 x 2 fp32 scales on rank 1.
+  Layout l;
+  const int t = l.AddTensor({"layers.0.x_proj.weight", {256, 130}, DType::kFP8E4M3}).value();
+  l.AppendFragment(t, B({0, 0}, {256, 130}), 1, "x");
+  const int scales = l.GetOrAddBuffer(1, "x_scale_inv");
+  l.buffers.SetBytes(static_cast<size_t>(scales), 16);
+  l.transforms.push_back({t, "fp8 e4m3 in 128x128 blocks", DType::kFP8E4M3});
+  l.block_scaled.push_back({l.FindBuffer(1, "x"), scales, 1, 256, 130});
+  ASSERT_TRUE(ValidateLayout(l).ok()) << ValidateLayout(l).ToString();
+  const std::string text = LayoutToYaml(l);
+  Result<Layout> back = ParseLayoutYaml(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << text;
+  ASSERT_EQ(back->block_scaled.size(), 1u);
+  const BlockScaledBuffer& b = back->block_scaled[0];
+  EXPECT_EQ(b.buffer, back->FindBuffer(1, "x"));
+  EXPECT_EQ(b.scales, back->FindBuffer(1, "x_scale_inv"));
+  EXPECT_EQ(b.matrices, 1);
+  EXPECT_EQ(b.rows, 256);
+  EXPECT_EQ(b.cols, 130);
+  EXPECT_EQ(LayoutToYaml(*back), text);
+  // Scales of the wrong size (3 blocks' worth) are named.
+  l.buffers.SetBytes(static_cast<size_t>(scales), 12);
+  const Status bad = ValidateLayout(l);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("do not match its 33280 bytes or their scales' 12"), std::string::npos)
+      << bad.ToString();
+  // A buffer name that the file does not declare.
+  Result<Layout> unknown = ParseLayoutYaml(
+      "tensors: [{name: w, shape: [4], dtype: fp8_e4m3}]\nfragments: [{tensor: w, box: [[0, 4]], rank: 0}]\n"
+      "block_scaled: [{rank: 0, buffer: w, scales: w_scale_inv, rows: 1, cols: 4}]\n");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("block_scaled[0].scales"), std::string::npos)
+      << unknown.status().ToString();
+}
+
 TEST(LayoutIoTest, JsonInputWithDefaults) {
   // Fragments without byte_offset are appended row-major; buffer defaults to the tensor's name.
   const std::string json = R"({

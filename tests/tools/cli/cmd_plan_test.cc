@@ -187,6 +187,29 @@ TEST(PlanCommand, LayoutFiles) {
       << bad.status().message();
 }
 
+TEST(PlanCommand, BlockScaledDestinationPlansReshardAndSaysWhyNoBaseline) {
+  PlanCommandArgs args;
+  args.source_layout_file = "tests/tools/cli/testdata/fp8_block_src.yaml";
+  args.destination_layout_file = "tests/tools/cli/testdata/fp8_block_dst.yaml";
+  args.validate = true;
+  Result<PlanReport> report = RunPlanCommand(args);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_GT(report->reshard.stats.ops, 0);
+  EXPECT_NE(report->gather_broadcast_refused.find("does not quantize"), std::string::npos)
+      << report->gather_broadcast_refused;
+  const std::string text = FormatPlanReport(*report);
+  EXPECT_NE(text.find("gather-broadcast: gather-broadcast planning: the gather-and-broadcast baseline does not quantize"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("reshard  gather-broadcast"), std::string::npos) << text;
+  const size_t ops = text.find("\nops");
+  ASSERT_NE(ops, std::string::npos) << text;
+  const std::string ops_row = text.substr(ops + 1, text.find('\n', ops + 1) - ops - 1);
+  EXPECT_EQ(ops_row.back(), '-') << ops_row;
+  // Exporting the baseline's plan is asked for, so its refusal is the error.
+  args.strategy = Strategy::kGatherBroadcast;
+  EXPECT_FALSE(RunPlanCommand(args).ok());
+}
+
 struct BadCase {
   const char* what;
   PlanCommandArgs args;

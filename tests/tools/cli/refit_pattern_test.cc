@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/base/fp8_block.h"
+
 namespace ferry::cli {
 namespace {
 
@@ -39,6 +41,47 @@ TEST(RefitPatternTest, ReplicasAgreeAndStridedFragmentsVerify) {
   EXPECT_NE(bad.status().message().find("tensor 'w' element [1, 3]"), std::string::npos)
       << bad.status().message();
   EXPECT_NE(bad.status().message().find("1 of 16 elements"), std::string::npos);
+}
+
+// A block-scaled destination: the source gets finite values, and the fp8 values and scales must
+// be the reference quantization of them; a wrong scale or value is named by block or element.
+TEST(RefitPatternTest, BlockScaledBuffersAreCheckedValuesAndScales) {
+  Layout source;
+  const int w = *source.AddTensor({"layers.0.w_proj.weight", {130, 129}, DType::kBF16});
+  source.AppendFragment(w, Box::FromShape({130, 129}), 0, "w");
+  Layout destination;
+  const int dw = *destination.AddTensor({"layers.0.w_proj.weight", {130, 129}, DType::kFP8E4M3});
+  destination.AppendFragment(dw, Box::FromShape({130, 129}), 0, "w");
+  const int scales = destination.GetOrAddBuffer(0, "w_scale_inv");
+  destination.buffers.SetBytes(static_cast<size_t>(scales), 2 * 2 * 4);
+  destination.block_scaled.push_back({0, scales, 1, 130, 129});
+
+  std::vector<char> src(static_cast<size_t>(source.buffers[0].bytes));
+  ASSERT_TRUE(FillPattern(source, RankBuffers{0, {src.data()}}, &destination).ok());
+  for (size_t i = 0; i < src.size(); i += 2) {  // bf16 exponents 0b0111xxxx: finite, normal, < 2
+    const int exponent = (static_cast<unsigned char>(src[i + 1]) & 0x7f) >> 3;
+    ASSERT_EQ(exponent, 7) << i;
+  }
+  std::vector<char> dst(130 * 129);
+  std::vector<float> scale(4);
+  Fp8BlockQuantizeMatrices(DType::kBF16, reinterpret_cast<const unsigned char*>(src.data()), 1, 130, 129,
+                           reinterpret_cast<unsigned char*>(dst.data()), scale.data());
+  const RankBuffers buffers{0, {dst.data(), reinterpret_cast<char*>(scale.data())}};
+  Result<int64_t> checked = VerifyPattern(destination, buffers, &source);
+  ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+  EXPECT_EQ(*checked, 130 * 129 + 16);
+
+  scale[3] *= 2.0f;
+  Result<int64_t> bad_scale = VerifyPattern(destination, buffers, &source);
+  ASSERT_FALSE(bad_scale.ok());
+  EXPECT_NE(bad_scale.status().message().find("buffer 'w' scale_inv block 3"), std::string::npos)
+      << bad_scale.status().message();
+  scale[3] /= 2.0f;
+  dst[129 * 129 + 128] ^= 1;
+  Result<int64_t> bad_value = VerifyPattern(destination, buffers, &source);
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_NE(bad_value.status().message().find("matrix 0 element [129, 128]"), std::string::npos)
+      << bad_value.status().message();
 }
 
 TEST(RefitPatternTest, OtherRanksAndMissingMemory) {

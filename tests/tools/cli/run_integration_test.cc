@@ -70,6 +70,40 @@ TEST(RunIntegrationTest, Fp8DestinationWeightsVerifiedWithAndWithoutDirectReads)
   }
 }
 
+// Block-scaled fp8 destinations (testdata/fp8_block_*.yaml): blocks gathering rows and columns
+// from both source ranks and two tensors, partial edge blocks, a stack of experts split per
+// matrix; values and scales verified against the CPU block-quantization reference, over tcp
+// alone and with direct reads (the twins' deliveries go staged either way).
+TEST(RunIntegrationTest, BlockScaledFp8DestinationQuantizedAndVerified) {
+  for (const char* direct : {"true", "false"}) {
+    Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
+                          "tests/tools/cli/testdata/fp8_block_dst.yaml", "--strategy", "reshard", "--verify",
+                          "--iterations", "2", "--warmup", "0", "--set",
+                          std::string("executor.direct_intra_node=") + direct},
+                         60);
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    EXPECT_EQ(Count(o.output, "fp8 values and scales to the CPU block-quantization reference"), 1) << o.output;
+  }
+}
+
+// A flipped fp8 byte is named by buffer, matrix and element; the baseline refuses to quantize.
+TEST(RunIntegrationTest, BlockScaledFp8VerifyNamesAWrongByteAndTheBaselineRefuses) {
+  ::setenv("FERRY_INJECT_FAULT", "2:corrupt:verify", 1);
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
+                        "tests/tools/cli/testdata/fp8_block_dst.yaml", "--strategy", "reshard", "--verify",
+                        "--iterations", "1", "--warmup", "0"},
+                       60);
+  ::unsetenv("FERRY_INJECT_FAULT");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_NE(o.output.find("rank 2 failed verification"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("buffer 'ab' matrix 0 element [0, 0]"), std::string::npos) << o.output;
+  Outcome baseline = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
+                               "tests/tools/cli/testdata/fp8_block_dst.yaml", "--strategy", "gather-broadcast"},
+                              60);
+  EXPECT_NE(baseline.exit_code, 0) << baseline.output;
+  EXPECT_NE(baseline.output.find("does not quantize"), std::string::npos) << baseline.output;
+}
+
 // The next two turn direct reads off so that the transport carries every byte.
 TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
   Outcome o = RunFerry({"run", "--model", "llama-3.1-8b", "--scale", "1/64", "--src",

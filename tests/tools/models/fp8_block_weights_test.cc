@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "core/plan/plan.h"
 #include "planner/planner.h"
 #include "tests/tools/models/framework_layouts_testutil.h"
 
@@ -95,18 +96,44 @@ TEST(Fp8BlockWeightsTest, RejectedAsVllmRejectsIt) {
       << l.status().message();
 }
 
-TEST(Fp8BlockWeightsTest, PlansRefuseThemByName) {
+TEST(Fp8BlockWeightsTest, ListedAsBlockScaledAndQuantizedByThePlan) {
   ModelPreset p = PresetOf(OneLayer(512));
   RefitOptions options;
   options.gpus_per_node = 2;
   Result<RefitLayouts> refit =
       BuildRefitLayouts(p, Spec("megatron:tp=1"), Spec("vllm:tp=2,quant=fp8_block"), options);
   ASSERT_TRUE(refit.ok()) << refit.status().ToString();
-  Result<PlanResult> plan = PlanReshard(refit->source, refit->destination, refit->topology);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("_proj.weight' is stored as fp8 e4m3 in 128x128 blocks"),
-            std::string::npos)
-      << plan.status().message();
+  const Layout& l = refit->destination;
+  // Per rank: qkv_proj [384, 256], o_proj [256, 128], gate_up_proj [512, 256], down_proj [256, 256].
+  ASSERT_EQ(l.block_scaled.size(), 8u);
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    const std::string& name = l.buffers[static_cast<size_t>(s.buffer)].name;
+    EXPECT_EQ(l.buffers[static_cast<size_t>(s.scales)].name, name + "_scale_inv");
+    if (name == kLayer + "self_attn.qkv_proj.weight") {
+      EXPECT_EQ(s.matrices, 1);
+      EXPECT_EQ(s.rows, 384);
+      EXPECT_EQ(s.cols, 256);
+    }
+  }
+  Result<PlanResult> plan = PlanReshard(refit->source, l, refit->topology);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int quantizes = 0;
+  for (const Op& op : plan->plan.ops) quantizes += op.kind == OpKind::kQuantize;
+  EXPECT_EQ(quantizes, 8);
+}
+
+TEST(Fp8BlockWeightsTest, ExpertBuffersAreStacksOfMatrices) {
+  Layout l = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block");
+  const int w13 = l.FindBuffer(1, kLayer + "mlp.experts.w13_weight");
+  bool found = false;
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    if (s.buffer != w13) continue;
+    found = true;
+    EXPECT_EQ(s.matrices, 2);  // two local experts, each gate and up of 128 rows over 256 columns
+    EXPECT_EQ(s.rows, 256);
+    EXPECT_EQ(s.cols, 256);
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace

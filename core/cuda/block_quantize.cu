@@ -1,0 +1,135 @@
+// The block-quantize kernel of core/cuda/block_quantize.h: a grid over (job, 128x128 block), the
+// block of a CUDA block found by binary search over the jobs' prefix sums of blocks. 256 threads
+// walk the block's elements (thread t: column t % 128, every second row), reduce |x| in shared
+// memory with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep), thread 0 writes the scale,
+// then every thread casts its elements with the block's multiplier. Elements are loaded byte by
+// byte (LoadAsFloat): a staging slot may start at any byte.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/base/fp8_block.h"
+#include "core/cuda/block_quantize.h"
+
+namespace ferry::cuda {
+namespace {
+
+struct QuantizeDescriptor {
+  const unsigned char* src;
+  unsigned char* dst;
+  float* scales;
+  DType src_dtype;
+  int64_t rows, cols, block_rows, block_cols;
+  int64_t first_block;  // prefix sum of 128x128 blocks over jobs
+};
+
+constexpr int kThreads = 256;
+constexpr int kBlock = static_cast<int>(kFp8BlockSize);
+
+__global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int count) {
+  int lo = 0, hi = count - 1;
+  const int64_t block = blockIdx.x;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (descriptors[mid].first_block <= block) lo = mid; else hi = mid - 1;
+  }
+  const QuantizeDescriptor& d = descriptors[lo];
+  const int64_t k = block - d.first_block;
+  const int64_t per_matrix = d.block_rows * d.block_cols;
+  const int64_t m = k / per_matrix, br = k % per_matrix / d.block_cols, bc = k % d.block_cols;
+  const int64_t r0 = br * kBlock, c0 = bc * kBlock;
+  const int64_t r1 = min(d.rows, r0 + kBlock), c = c0 + threadIdx.x % kBlock;
+  const int64_t base = m * d.rows * d.cols;
+  const int elem = FloatBytes(d.src_dtype);
+  float amax = 0.0f;
+  if (c < d.cols) {
+    for (int64_t r = r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
+      amax = Fp8BlockAmaxStep(amax, LoadAsFloat(d.src_dtype, d.src + (base + r * d.cols + c) * elem));
+    }
+  }
+  __shared__ float partial[kThreads];
+  __shared__ float multiplier;
+  partial[threadIdx.x] = amax;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      partial[threadIdx.x] = Fp8BlockAmaxStep(partial[threadIdx.x], partial[threadIdx.x + half]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const float scale_inv = Fp8BlockScaleInv(partial[0]);
+    d.scales[k] = scale_inv;
+    multiplier = Fp8BlockMultiplier(scale_inv);
+  }
+  __syncthreads();
+  if (c >= d.cols) return;
+  for (int64_t r = r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
+    const int64_t i = base + r * d.cols + c;
+    d.dst[i] = Fp8BlockQuantize(LoadAsFloat(d.src_dtype, d.src + i * elem), multiplier);
+  }
+}
+
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Internal(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+Status CheckJob(const BlockQuantizeJob& j, size_t i) {
+  const std::string name = "block quantize job " + std::to_string(i);
+  if (j.src_dtype != DType::kBF16 && j.src_dtype != DType::kFP16 && j.src_dtype != DType::kFP32) {
+    return InvalidArgument(name + ": no block quantization from " +
+                           std::string(DTypeName(j.src_dtype)));
+  }
+  if (j.matrices < 0 || j.rows < 0 || j.cols < 0) {
+    return InvalidArgument(name + ": negative size");
+  }
+  if (reinterpret_cast<uintptr_t>(j.scales) % 4 != 0) {
+    return InvalidArgument(name + ": scales not 4-byte aligned");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  std::vector<QuantizeDescriptor> descriptors;
+  descriptors.reserve(jobs.size());
+  int64_t blocks = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const BlockQuantizeJob& j = jobs[i];
+    FERRY_RETURN_IF_ERROR(CheckJob(j, i));
+    QuantizeDescriptor d{};
+    d.src = static_cast<const unsigned char*>(j.src);
+    d.dst = static_cast<unsigned char*>(j.dst);
+    d.scales = static_cast<float*>(j.scales);
+    d.src_dtype = j.src_dtype;
+    d.rows = j.rows;
+    d.cols = j.cols;
+    d.block_rows = (j.rows + kBlock - 1) / kBlock;
+    d.block_cols = (j.cols + kBlock - 1) / kBlock;
+    const int64_t count = j.matrices * d.block_rows * d.block_cols;
+    if (count == 0) continue;
+    d.first_block = blocks;
+    blocks += count;
+    descriptors.push_back(d);
+  }
+  if (descriptors.empty()) return Status::Ok();
+  if (blocks > 0x7fffffff) return InvalidArgument("block quantize too large for one launch");
+  const size_t table_bytes = descriptors.size() * sizeof(QuantizeDescriptor);
+  QuantizeDescriptor* table = nullptr;
+  FERRY_RETURN_IF_ERROR(CudaStatus(
+      cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
+      "cudaMallocAsync(quantize descriptors)"));
+  // From pageable memory the copy is staged before cudaMemcpyAsync returns (see batched_copy.cu).
+  FERRY_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
+      "cudaMemcpyAsync(quantize descriptors)"));
+  BlockQuantizeKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      table, static_cast<int>(descriptors.size()));
+  FERRY_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "BlockQuantizeKernel launch"));
+  return CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,110 @@
+// The block-quantize kernel on a GPU: bf16, fp16 and fp32 stacks of matrices with partial edge
+// blocks, at odd byte offsets, several jobs in one launch, blocks of very different magnitudes
+// (down to the subnormal range), an all-zero block, and blocks holding ±inf or NaN; fp8 values and
+// scales must equal the CPU reference (core/base/fp8_block.h) bit for bit. Without a GPU each test
+// reports itself SKIPPED.
+#include "core/cuda/block_quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/base/fp8_block.h"
+#include "core/cuda/batched_copy.h"
+
+namespace ferry::cuda {
+namespace {
+
+// [matrices, rows, cols] of `dtype`: every 128x128 block gets its own magnitude 2^e (e from -130,
+// subnormal for fp32 and bf16, to 20); block 0 is all zero, block 1 holds -inf, block 2 a NaN,
+// block 3 a subnormal of the dtype beside zeros (where the first block row has 4 blocks).
+std::vector<unsigned char> Matrices(DType dtype, int64_t matrices, int64_t rows, int64_t cols,
+                                    std::mt19937& rng) {
+  const int64_t elem = DTypeSize(dtype), bc = (cols + 127) / 128;
+  std::vector<unsigned char> bytes(static_cast<size_t>(matrices * rows * cols * elem));
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<int> exps;
+  const int64_t blocks = matrices * ((rows + 127) / 128) * bc;
+  for (int64_t b = 0; b < blocks; ++b) exps.push_back(static_cast<int>(rng() % 151) - 130);
+  for (int64_t i = 0; i < matrices * rows * cols; ++i) {
+    const int64_t m = i / (rows * cols), r = i % (rows * cols) / cols, c = i % cols;
+    const int64_t b = (m * ((rows + 127) / 128) + r / 128) * bc + c / 128;
+    float v = std::ldexp(unit(rng), exps[static_cast<size_t>(b)]);
+    if (b == 0 || b == 3) v = 0.0f;
+    StoreFromFloat(dtype, bytes.data() + i * elem, v);
+  }
+  if (cols <= 3 * 128) return bytes;  // the special blocks need 4 blocks in the first block row
+  StoreFromFloat(dtype, bytes.data() + 1 * 128 * elem + 5 * elem, -INFINITY);
+  StoreFromFloat(dtype, bytes.data() + 2 * 128 * elem + 7 * elem, NAN);
+  bytes[static_cast<size_t>(3 * 128 * elem)] = 1;  // the smallest positive subnormal
+  return bytes;
+}
+
+TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  std::mt19937 rng(23);
+  struct Case {
+    DType dtype;
+    int64_t matrices, rows, cols, offset;
+    std::vector<unsigned char> src;
+    void *dsrc = nullptr, *ddst = nullptr, *dscales = nullptr;
+  };
+  std::vector<Case> cases = {{DType::kBF16, 3, 300, 515, 1, {}},
+                             {DType::kFP16, 1, 129, 700, 3, {}},
+                             {DType::kFP32, 2, 256, 384, 0, {}},
+                             {DType::kBF16, 1, 7, 9, 5, {}}};
+  std::vector<BlockQuantizeJob> jobs;
+  for (Case& c : cases) {
+    c.src = Matrices(c.dtype, c.matrices, c.rows, c.cols, rng);
+    const int64_t n = c.matrices * c.rows * c.cols;
+    const int64_t blocks = c.matrices * ((c.rows + 127) / 128) * ((c.cols + 127) / 128);
+    Result<void*> s = DeviceAlloc(static_cast<int64_t>(c.src.size()) + c.offset);
+    Result<void*> d = DeviceAlloc(n + c.offset);
+    Result<void*> k = DeviceAlloc(blocks * 4);
+    ASSERT_TRUE(s.ok() && d.ok() && k.ok());
+    c.dsrc = *s;
+    c.ddst = *d;
+    c.dscales = *k;
+    ASSERT_TRUE(CopyToDevice(static_cast<char*>(c.dsrc) + c.offset, c.src.data(),
+                             static_cast<int64_t>(c.src.size())).ok());
+    jobs.push_back({static_cast<char*>(c.dsrc) + c.offset, static_cast<char*>(c.ddst) + c.offset,
+                    c.dscales, c.dtype, c.matrices, c.rows, c.cols});
+  }
+  ASSERT_TRUE(LaunchBlockQuantize(jobs, nullptr).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  for (const Case& c : cases) {
+    const int64_t n = c.matrices * c.rows * c.cols;
+    const int64_t blocks = c.matrices * ((c.rows + 127) / 128) * ((c.cols + 127) / 128);
+    std::vector<unsigned char> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    std::vector<float> want_scales(static_cast<size_t>(blocks)), got_scales(static_cast<size_t>(blocks));
+    Fp8BlockQuantizeMatrices(c.dtype, c.src.data(), c.matrices, c.rows, c.cols, want.data(),
+                             want_scales.data());
+    ASSERT_TRUE(CopyToHost(got.data(), static_cast<char*>(c.ddst) + c.offset, n).ok());
+    ASSERT_TRUE(CopyToHost(got_scales.data(), c.dscales, blocks * 4).ok());
+    for (int64_t b = 0; b < blocks; ++b) {
+      ASSERT_EQ(std::memcmp(&want_scales[static_cast<size_t>(b)], &got_scales[static_cast<size_t>(b)], 4), 0)
+          << DTypeName(c.dtype) << " block " << b;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(want[static_cast<size_t>(i)], got[static_cast<size_t>(i)]) << DTypeName(c.dtype) << " element " << i;
+    }
+    EXPECT_TRUE(DeviceFree(c.dsrc).ok());
+    EXPECT_TRUE(DeviceFree(c.ddst).ok());
+    EXPECT_TRUE(DeviceFree(c.dscales).ok());
+  }
+}
+
+TEST(BlockQuantizeTest, UnsupportedDtypeIsAnErrorNamingIt) {
+  BlockQuantizeJob j;
+  j.src_dtype = DType::kFP8E4M3;
+  j.rows = j.cols = 4;
+  Status s = LaunchBlockQuantize({j}, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("fp8_e4m3"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace ferry::cuda

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Block-scaled fp8 (128x128 blocks, vLLM's quant=fp8_block) on a machine with an NVIDIA GPU and no
+# Bazel: the GPU block-quantize kernel test and the CPU reference test, then verified
+# `ferry run --memory cuda` refits of Llama-3.1-8B at scale 1/4, Megatron TP2 -> vLLM TP2 with
+# the projections block-quantized (4 processes on GPU 0; Quantize ops as CUDA kernels, fp8 values
+# and scales copied down and checked against the CPU reference), and the same refit in host
+# memory (Quantize ops on the CPU) for comparison.
+#
+# Usage: tools/device/gpu_fp8block.sh BIN_DIR [LIB_DIR]
+#   BIN_DIR holds ferry, block_quantize_test and fp8_block_test (bazel build //tools/cli:ferry
+#   //tests/core/cuda:block_quantize_test //tests/core/base:fp8_block_test); LIB_DIR (default
+#   BIN_DIR/lib) shared libraries the machine lacks. Logs under $OUT (or /tmp/gpu_fp8block); exits
+#   non-zero when a test failed or was skipped, or a refit failed.
+set -u
+BIN=$(cd "${1:?usage: gpu_fp8block.sh BIN_DIR [LIB_DIR]}" && pwd)
+LIB=${2:-$BIN/lib}
+LOG=${OUT:-/tmp/gpu_fp8block}
+mkdir -p "$LOG"
+export NCCL_NVLS_ENABLE=0
+if ldd "$BIN/ferry" | grep -q 'not found'; then
+  export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+FAILED=0
+for t in block_quantize_test fp8_block_test; do
+  timeout 120 "$BIN/$t" 2>&1 | tee "$LOG/$t.log" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) '
+  [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
+  if grep -q '^\[  SKIPPED \]' "$LOG/$t.log"; then FAILED=1; fi
+done
+for memory in cuda host; do
+  echo "== refit --memory $memory, vllm:tp=2,quant=fp8_block =="
+  timeout 280 "$BIN/ferry" run --model llama-3.1-8b --scale 1/4 --src megatron:tp=2 \
+    --dst vllm:tp=2,quant=fp8_block --strategy reshard --memory $memory --verify --warmup 1 \
+    --iterations 3 --timeout 260 --results "$LOG/refit.csv" 2>&1 | grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
+done
+cat "$LOG/refit.csv"
+exit $FAILED
