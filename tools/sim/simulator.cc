@@ -67,18 +67,24 @@ struct Flow {
 // Active flows with identical links and cap always get the same max-min rate, so they are
 // allocated as one class of `members` flows (generalised processor sharing): `service` is the
 // bytes each member has received since the class was created; a member finishes when service
-// reaches the service at its start plus its bytes.
+// reaches the service at its start plus its bytes. FlowClass holds what every rate recomputation
+// that touches the class reads and writes (kept small: recomputations visit classes at random);
+// ClassMembers what only a member's start or finish needs.
 struct FlowClass {
   std::array<int, kMaxFlowLinks> links{};
-  std::array<int, kMaxFlowLinks> pos{};  // position of this class in links[k]'s class list
   int num_links = 0;
-  double cap = kInf;
   int members = 0;
+  int ingress_node = -1;
+  int bottleneck = -1;
+  double cap = kInf;
   double rate = 0;  // per member
   double service = 0;
   double t_last = 0;
-  int ingress_node = -1;
-  int bottleneck = -1;
+  double next_finish = 0;  // finish service of the member due first (members > 0)
+};
+
+struct ClassMembers {
+  std::array<int, kMaxFlowLinks> pos{};  // position of the class in links[k]'s class list
   // (finish service, flow id), smallest first.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
                       std::greater<std::pair<double, int>>>
@@ -145,7 +151,12 @@ class Engine {
   void Settle(FlowClass& c, double now);
   int ClassOf(const Flow& f);
   void ScheduleClassFinish(int cid, double now);
-  void Recompute(std::vector<int> seed_links, double now);
+  // Rate recomputation of FlushDirty, in rounds (see Recompute), each of the four steps below.
+  void Recompute(double now);
+  bool CollectAffected(int round);
+  void GatherLocalLinks(double now);
+  void FillProgressively();
+  void ApplyRates(double now);
   // Records that class `cid` gained or lost members: its links join the seed set of the next
   // FlushDirty, which recomputes rates once for all changes at the same instant.
   void MarkDirty(int cid, double now);
@@ -174,6 +185,7 @@ class Engine {
   std::vector<Resource> res_;
   std::vector<Flow> flows_;
   std::vector<FlowClass> classes_;
+  std::vector<ClassMembers> class_members_;  // parallel to classes_
   std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
   FinishHeap finish_heap_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
@@ -200,7 +212,7 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
-  std::vector<int> scratch_affected_, scratch_links_;
+  std::vector<int> seed_links_, affected_, local_links_;
   std::vector<double> new_rate_;
   std::vector<int> new_bottleneck_;
   std::vector<char> fixed_;
@@ -488,7 +500,8 @@ int Engine::ClassOf(const Flow& f) {
     c.num_links = f.num_links;
     c.cap = f.cap;
     c.ingress_node = f.ingress_node;
-    classes_.push_back(std::move(c));
+    classes_.push_back(c);
+    class_members_.emplace_back();
   }
   return it->second;
 }
@@ -499,7 +512,7 @@ void Engine::ScheduleClassFinish(int cid, double now) {
     finish_heap_.Remove(cid);
     return;
   }
-  double left = std::max(0.0, c.finishing.top().first - c.service);
+  double left = std::max(0.0, c.next_finish - c.service);
   finish_heap_.Set(cid, now + left / c.rate);
 }
 
@@ -514,13 +527,15 @@ void Engine::OnFlowStart(int id, double t) {
   }
   const int cid = ClassOf(f);
   FlowClass& c = classes_[cid];
+  ClassMembers& m = class_members_[cid];
   Settle(c, t);
-  c.finishing.push({c.service + f.work, id});
+  m.finishing.push({c.service + f.work, id});
+  c.next_finish = m.finishing.top().first;
   if (c.members++ == 0) {
     c.rate = 0;
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
-      c.pos[k] = static_cast<int>(r.classes.size());
+      m.pos[k] = static_cast<int>(r.classes.size());
       r.classes.push_back(cid);
       peak_link_classes_ = std::max(peak_link_classes_, static_cast<int>(r.classes.size()));
     }
@@ -544,11 +559,12 @@ void Engine::Settle(FlowClass& c, double now) {
 
 void Engine::OnFlowFinish(int cid, double t) {
   FlowClass& c = classes_[cid];
+  ClassMembers& cm = class_members_[cid];
   Settle(c, t);
   const double slack = 1e-9 * std::max(1.0, c.service);
-  while (c.members > 0 && c.finishing.top().first <= c.service + slack) {
-    int id = c.finishing.top().second;
-    c.finishing.pop();
+  while (c.members > 0 && cm.finishing.top().first <= c.service + slack) {
+    int id = cm.finishing.top().second;
+    cm.finishing.pop();
     --c.members;
     Flow& f = flows_[id];
     f.bottleneck = c.bottleneck;
@@ -560,18 +576,19 @@ void Engine::OnFlowFinish(int cid, double t) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
   }
+  if (c.members > 0) c.next_finish = cm.finishing.top().first;
   if (c.members == 0) {
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
-      int p = c.pos[k];
+      int p = cm.pos[k];
       int moved = r.classes.back();
       r.classes[p] = moved;
       r.classes.pop_back();
       if (moved != cid) {
-        FlowClass& m = classes_[moved];
+        const FlowClass& m = classes_[moved];
         for (int j = 0; j < m.num_links; ++j) {
           if (m.links[j] == c.links[k]) {
-            m.pos[j] = p;
+            class_members_[moved].pos[j] = p;
             break;
           }
         }
@@ -603,9 +620,9 @@ void Engine::MarkDirty(int cid, double now) {
 void Engine::FlushDirty(double now) {
   if (dirty_classes_.empty()) return;
   for (int l : dirty_links_) link_dirty_[l] = 0;
-  std::vector<int> seeds;
-  seeds.swap(dirty_links_);
-  Recompute(std::move(seeds), now);
+  seed_links_.swap(dirty_links_);
+  dirty_links_.clear();
+  Recompute(now);
   for (int cid : dirty_classes_) {
     class_dirty_[cid] = 0;
     ScheduleClassFinish(cid, now);
@@ -613,131 +630,166 @@ void Engine::FlushDirty(double now) {
   dirty_classes_.clear();
 }
 
-// Progressive filling over the active classes on `seed_links`, with every other class's rate held
-// fixed; then the same for the links of classes whose rate dropped, up to propagation_rounds times.
-void Engine::Recompute(std::vector<int> seed_links, double now) {
-  std::vector<int>& affected = scratch_affected_;
-  std::vector<int>& local_links = scratch_links_;
-  for (int round = 0; round <= opt_.propagation_rounds && !seed_links.empty(); ++round) {
-    ++stamp_;
-    if (flow_mark_.size() < classes_.size()) {
-      flow_mark_.resize(classes_.size(), 0);
-    }
-    affected.clear();
-    for (int l : seed_links) {
-      for (int cid : res_[l].classes) {
-        if (flow_mark_[cid] != stamp_) {
-          flow_mark_[cid] = stamp_;
-          affected.push_back(cid);
-        }
+// Progressive filling over the active classes on the seed links, with every other class's rate
+// held fixed; then the same for the links of classes whose rate dropped, up to propagation_rounds
+// times.
+void Engine::Recompute(double now) {
+  for (int round = 0; round <= opt_.propagation_rounds && !seed_links_.empty(); ++round) {
+    if (!CollectAffected(round)) break;
+    GatherLocalLinks(now);
+    FillProgressively();
+    ApplyRates(now);
+  }
+}
+
+// affected_ = the active classes on the seed links, each once; false when there are none, or when
+// a propagation round (round > 0) would recompute more than propagation_budget of them.
+bool Engine::CollectAffected(int round) {
+  ++stamp_;
+  if (flow_mark_.size() < classes_.size()) flow_mark_.resize(classes_.size(), 0);
+  affected_.clear();
+  for (int l : seed_links_) {
+    for (int cid : res_[l].classes) {
+      if (flow_mark_[cid] != stamp_) {
+        flow_mark_[cid] = stamp_;
+        affected_.push_back(cid);
       }
     }
-    if (affected.empty()) break;
-    if (round > 0 && static_cast<int>(affected.size()) > opt_.propagation_budget) break;
-    local_links.clear();
-    member_slot_.clear();
-    member_next_.clear();
-    for (size_t i = 0; i < affected.size(); ++i) {
-      FlowClass& c = classes_[affected[i]];
-      Settle(c, now);
-      for (int k = 0; k < c.num_links; ++k) {
-        int l = c.links[k];
-        if (link_mark_[l] != stamp_) {
-          link_mark_[l] = stamp_;
-          local_links.push_back(l);
-          residual_[l] = res_[l].capacity - res_[l].allocated;
-          count_[l] = 0;
-          link_head_[l] = -1;
-        }
-        member_slot_.push_back(static_cast<int>(i));
-        member_next_.push_back(link_head_[l]);
-        link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
-        residual_[l] += c.rate * c.members;
-        count_[l] += c.members;
+  }
+  if (affected_.empty()) return false;
+  return round == 0 || static_cast<int>(affected_.size()) <= opt_.propagation_budget;
+}
+
+// Settles the affected classes at `now` and collects their links (local_links_): each link's
+// capacity left by the classes held fixed (residual_), its affected members (count_) and the list
+// of its affected classes (link_head_ / member_next_ / member_slot_).
+void Engine::GatherLocalLinks(double now) {
+  local_links_.clear();
+  member_slot_.clear();
+  member_next_.clear();
+  for (size_t i = 0; i < affected_.size(); ++i) {
+    FlowClass& c = classes_[affected_[i]];
+    Settle(c, now);
+    for (int k = 0; k < c.num_links; ++k) {
+      const int l = c.links[k];
+      if (link_mark_[l] != stamp_) {
+        link_mark_[l] = stamp_;
+        local_links_.push_back(l);
+        residual_[l] = res_[l].capacity - res_[l].allocated;
+        count_[l] = 0;
+        link_head_[l] = -1;
       }
+      member_slot_.push_back(static_cast<int>(i));
+      member_next_.push_back(link_head_[l]);
+      link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
+      residual_[l] += c.rate * c.members;
+      count_[l] += c.members;
     }
-    const size_t n = affected.size();
-    new_rate_.assign(n, 0);
-    new_bottleneck_.assign(n, -1);
-    fixed_.assign(n, 0);
-    size_t unfixed = n;
-    // Progressive filling with a heap of link fair shares: the link with the smallest share
-    // (residual / unfixed members) fixes all its unfixed classes at that share; fixing can only
-    // raise the shares of the other links, so each class and link update costs O(log links).
-    auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
-    using Entry = std::pair<double, int>;
-    link_heap_.clear();
-    auto push = [this](double v, int l) {
-      link_heap_.push_back({v, l});
-      std::push_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-    };
-    for (int l : local_links) {
-      if (count_[l] > 0) push(share(l), l);
+  }
+}
+
+// Max-min rates of the affected classes on the local links (new_rate_, new_bottleneck_): the link
+// with the smallest fair share (residual / unfixed members), or the smallest per-flow cap if that
+// is lower, fixes its unfixed classes at that level, until every class is fixed. Fixing a class at
+// a level no higher than any share only raises its other links' shares, so the heap of shares is
+// refreshed lazily: every link keeps an entry no higher than its current share, and an entry below
+// it is updated when it reaches the top. The link picked is the one the eager heap (an entry pushed
+// at every change) picks: the least share, ties to the lower link id.
+void Engine::FillProgressively() {
+  const size_t n = affected_.size();
+  new_rate_.assign(n, 0);
+  new_bottleneck_.assign(n, -1);
+  fixed_.assign(n, 0);
+  size_t unfixed = n;
+  auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
+  using Entry = std::pair<double, int>;
+  link_heap_.clear();
+  for (int l : local_links_) {
+    if (count_[l] > 0) link_heap_.push_back({share(l), l});
+  }
+  std::make_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+  cap_order_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (classes_[affected_[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
+  }
+  std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
+    return classes_[affected_[x]].cap < classes_[affected_[y]].cap;
+  });
+  size_t next_cap = 0;
+  auto push = [this](double v, int l) {
+    link_heap_.push_back({v, l});
+    std::push_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+  };
+  auto pop = [this] {
+    std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+    link_heap_.pop_back();
+  };
+  auto fix = [&](int i, double level, int bottleneck) {
+    fixed_[i] = 1;
+    new_rate_[i] = level;
+    new_bottleneck_[i] = bottleneck;
+    --unfixed;
+    const FlowClass& c = classes_[affected_[i]];
+    for (int k = 0; k < c.num_links; ++k) {
+      const int l = c.links[k];
+      const double before = share(l);
+      residual_[l] -= level * c.members;
+      count_[l] -= c.members;
+      // Rounding can lower a share by an ulp: queue the lower value, as the refresh only raises.
+      if (count_[l] > 0 && share(l) < before) push(share(l), l);
     }
-    cap_order_.clear();
-    for (size_t i = 0; i < n; ++i) {
-      if (classes_[affected[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
-    }
-    std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
-      return classes_[affected[x]].cap < classes_[affected[y]].cap;
-    });
-    size_t next_cap = 0;
-    auto fix = [&](int i, double level, int bottleneck) {
-      fixed_[i] = 1;
-      new_rate_[i] = level;
-      new_bottleneck_[i] = bottleneck;
-      --unfixed;
-      const FlowClass& c = classes_[affected[i]];
-      for (int k = 0; k < c.num_links; ++k) {
-        int l = c.links[k];
-        residual_[l] -= level * c.members;
-        count_[l] -= c.members;
-        if (count_[l] > 0) push(share(l), l);
-      }
-    };
-    while (unfixed > 0) {
-      while (!link_heap_.empty()) {
-        const Entry& top = link_heap_.front();
-        if (count_[top.second] > 0 && top.first == share(top.second)) break;
-        std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-        link_heap_.pop_back();
-      }
-      while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
-      const double link_level = link_heap_.empty() ? kInf : link_heap_.front().first;
-      const double cap_level =
-          next_cap < cap_order_.size() ? classes_[affected[cap_order_[next_cap]]].cap : kInf;
-      if (link_heap_.empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
-      if (cap_level <= link_level) {
-        fix(cap_order_[next_cap], cap_level, -1);
+  };
+  while (unfixed > 0) {
+    while (!link_heap_.empty()) {
+      const auto [stored, l] = link_heap_.front();
+      if (count_[l] == 0) {
+        pop();
         continue;
       }
-      const int l = link_heap_.front().second;
-      std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-      link_heap_.pop_back();
-      for (int e = link_head_[l]; e >= 0; e = member_next_[e]) {
-        const int i = member_slot_[e];
-        if (!fixed_[i]) fix(i, link_level, l);
-      }
+      const double current = share(l);
+      if (stored == current) break;
+      pop();
+      push(current, l);
     }
-    seed_links.clear();
-    ++stamp_;  // fresh link marks for the next round's seed set
-    for (size_t i = 0; i < n; ++i) {
-      const int cid = affected[i];
-      FlowClass& c = classes_[cid];
-      const double old = c.rate;
-      const double rate = new_rate_[i];
-      c.bottleneck = new_bottleneck_[i];
-      if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
-      for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
-      c.rate = rate;
-      ScheduleClassFinish(cid, now);
-      if (rate < old) {
-        for (int k = 0; k < c.num_links; ++k) {
-          int l = c.links[k];
-          if (link_mark_[l] != stamp_) {
-            link_mark_[l] = stamp_;
-            seed_links.push_back(l);
-          }
+    while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
+    const double link_level = link_heap_.empty() ? kInf : link_heap_.front().first;
+    const double cap_level =
+        next_cap < cap_order_.size() ? classes_[affected_[cap_order_[next_cap]]].cap : kInf;
+    if (link_heap_.empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
+    if (cap_level <= link_level) {
+      fix(cap_order_[next_cap], cap_level, -1);
+      continue;
+    }
+    const int l = link_heap_.front().second;
+    pop();
+    for (int e = link_head_[l]; e >= 0; e = member_next_[e]) {
+      const int i = member_slot_[e];
+      if (!fixed_[i]) fix(i, link_level, l);
+    }
+  }
+}
+
+// Moves the affected classes to their new rates (rescheduling their next finish); the links of
+// those whose rate dropped become the next round's seed links.
+void Engine::ApplyRates(double now) {
+  seed_links_.clear();
+  ++stamp_;  // fresh link marks for the next round's seed set
+  for (size_t i = 0; i < affected_.size(); ++i) {
+    const int cid = affected_[i];
+    FlowClass& c = classes_[cid];
+    const double old = c.rate;
+    const double rate = new_rate_[i];
+    c.bottleneck = new_bottleneck_[i];
+    if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
+    for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
+    c.rate = rate;
+    ScheduleClassFinish(cid, now);
+    if (rate < old) {
+      for (int k = 0; k < c.num_links; ++k) {
+        const int l = c.links[k];
+        if (link_mark_[l] != stamp_) {
+          link_mark_[l] = stamp_;
+          seed_links_.push_back(l);
         }
       }
     }
