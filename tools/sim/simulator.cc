@@ -12,6 +12,7 @@
 
 #include "core/base/strings.h"
 #include "tools/sim/finish_heap.h"
+#include "tools/sim/share_heap.h"
 
 namespace ferry::sim {
 
@@ -68,8 +69,10 @@ struct Flow {
 // allocated as one class of `members` flows (generalised processor sharing): `service` is the
 // bytes each member has received since the class was created; a member finishes when service
 // reaches the service at its start plus its bytes. FlowClass holds what every rate recomputation
-// that touches the class reads and writes (kept small: recomputations visit classes at random);
-// ClassMembers what only a member's start or finish needs.
+// that touches the class reads and writes. Recomputations visit classes at random, so the active
+// classes live in a dense array of slots (reused as classes go idle and come back) rather than
+// among every class the run ever had; ClassRecord, by class id, keeps an idle class's state and
+// what only a member's start or finish needs.
 struct FlowClass {
   std::array<int, kMaxFlowLinks> links{};
   int num_links = 0;
@@ -81,10 +84,13 @@ struct FlowClass {
   double service = 0;
   double t_last = 0;
   double next_finish = 0;  // finish service of the member due first (members > 0)
+  int cid = -1;            // class id (of its ClassRecord)
 };
 
-struct ClassMembers {
-  std::array<int, kMaxFlowLinks> pos{};  // position of the class in links[k]'s class list
+struct ClassRecord {
+  FlowClass parked;  // the class's state while idle; its links, cap and ingress node always
+  int slot = -1;     // its slot while it has members, -1 when idle
+  std::array<int, kMaxFlowLinks> pos{};  // position of its slot in links[k]'s class list
   // (finish service, flow id), smallest first.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
                       std::greater<std::pair<double, int>>>
@@ -150,7 +156,10 @@ class Engine {
   void OnOpDone(int op, double t);
   void Settle(FlowClass& c, double now);
   int ClassOf(const Flow& f);
+  int Activate(int cid);      // gives idle class `cid` a slot, returns it
+  void Deactivate(int slot);  // parks the class of `slot` (no members left) and frees the slot
   void ScheduleClassFinish(int cid, double now);
+  void ScheduleFinish(const FlowClass& c, double now);
   // Rate recomputation of FlushDirty, in rounds (see Recompute), each of the four steps below.
   void Recompute(double now);
   bool CollectAffected(int round);
@@ -184,8 +193,9 @@ class Engine {
   std::array<int, kNumResourceKinds + 1> offset_{};
   std::vector<Resource> res_;
   std::vector<Flow> flows_;
-  std::vector<FlowClass> classes_;
-  std::vector<ClassMembers> class_members_;  // parallel to classes_
+  std::vector<ClassRecord> classes_;  // by class id
+  std::vector<FlowClass> active_;     // by slot: the classes with members
+  std::vector<int> free_slots_;
   std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
   FinishHeap finish_heap_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
@@ -212,11 +222,12 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
-  std::vector<int> seed_links_, affected_, local_links_;
+  std::vector<int> seed_links_, local_links_;
+  std::vector<int> affected_;  // slots of the classes recomputed in the current round
   std::vector<double> new_rate_;
   std::vector<int> new_bottleneck_;
   std::vector<char> fixed_;
-  std::vector<std::pair<double, int>> link_heap_;
+  ShareHeap link_heap_;
   std::vector<int> cap_order_;
   // The affected classes on each local link of the current round: a list per link through
   // member_next_ starting at link_head_[l], each entry an index into the affected list.
@@ -495,25 +506,54 @@ int Engine::ClassOf(const Flow& f) {
   key.cap = f.cap;
   auto [it, inserted] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
   if (inserted) {
-    FlowClass c;
+    ClassRecord& record = classes_.emplace_back();
+    FlowClass& c = record.parked;
     c.links = f.links;
     c.num_links = f.num_links;
     c.cap = f.cap;
     c.ingress_node = f.ingress_node;
-    classes_.push_back(c);
-    class_members_.emplace_back();
+    c.cid = it->second;
   }
   return it->second;
 }
 
+int Engine::Activate(int cid) {
+  int slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<int>(active_.size());
+    active_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  active_[slot] = classes_[cid].parked;
+  classes_[cid].slot = slot;
+  return slot;
+}
+
+void Engine::Deactivate(int slot) {
+  ClassRecord& record = classes_[active_[slot].cid];
+  record.parked = active_[slot];
+  record.slot = -1;
+  free_slots_.push_back(slot);
+}
+
 void Engine::ScheduleClassFinish(int cid, double now) {
-  FlowClass& c = classes_[cid];
-  if (c.members == 0 || c.rate <= 0) {
+  const int slot = classes_[cid].slot;
+  if (slot < 0) {
     finish_heap_.Remove(cid);
     return;
   }
+  ScheduleFinish(active_[slot], now);
+}
+
+void Engine::ScheduleFinish(const FlowClass& c, double now) {
+  if (c.members == 0 || c.rate <= 0) {
+    finish_heap_.Remove(c.cid);
+    return;
+  }
   double left = std::max(0.0, c.next_finish - c.service);
-  finish_heap_.Set(cid, now + left / c.rate);
+  finish_heap_.Set(c.cid, now + left / c.rate);
 }
 
 void Engine::OnFlowStart(int id, double t) {
@@ -526,8 +566,9 @@ void Engine::OnFlowStart(int id, double t) {
     return;
   }
   const int cid = ClassOf(f);
-  FlowClass& c = classes_[cid];
-  ClassMembers& m = class_members_[cid];
+  ClassRecord& m = classes_[cid];
+  const int slot = m.slot >= 0 ? m.slot : Activate(cid);
+  FlowClass& c = active_[slot];
   Settle(c, t);
   m.finishing.push({c.service + f.work, id});
   c.next_finish = m.finishing.top().first;
@@ -536,7 +577,7 @@ void Engine::OnFlowStart(int id, double t) {
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
       m.pos[k] = static_cast<int>(r.classes.size());
-      r.classes.push_back(cid);
+      r.classes.push_back(slot);
       peak_link_classes_ = std::max(peak_link_classes_, static_cast<int>(r.classes.size()));
     }
   } else {
@@ -558,8 +599,9 @@ void Engine::Settle(FlowClass& c, double now) {
 }
 
 void Engine::OnFlowFinish(int cid, double t) {
-  FlowClass& c = classes_[cid];
-  ClassMembers& cm = class_members_[cid];
+  ClassRecord& cm = classes_[cid];
+  const int slot = cm.slot;
+  FlowClass& c = active_[slot];
   Settle(c, t);
   const double slack = 1e-9 * std::max(1.0, c.service);
   while (c.members > 0 && cm.finishing.top().first <= c.service + slack) {
@@ -584,11 +626,11 @@ void Engine::OnFlowFinish(int cid, double t) {
       int moved = r.classes.back();
       r.classes[p] = moved;
       r.classes.pop_back();
-      if (moved != cid) {
-        const FlowClass& m = classes_[moved];
+      if (moved != slot) {
+        const FlowClass& m = active_[moved];
         for (int j = 0; j < m.num_links; ++j) {
           if (m.links[j] == c.links[k]) {
-            class_members_[moved].pos[j] = p;
+            classes_[m.cid].pos[j] = p;
             break;
           }
         }
@@ -596,6 +638,7 @@ void Engine::OnFlowFinish(int cid, double t) {
       if (r.classes.empty()) r.allocated = 0;
     }
     c.rate = 0;
+    Deactivate(slot);
   }
   MarkDirty(cid, t);
 }
@@ -607,7 +650,7 @@ void Engine::MarkDirty(int cid, double now) {
     class_dirty_[cid] = 1;
     dirty_classes_.push_back(cid);
   }
-  const FlowClass& c = classes_[cid];
+  const FlowClass& c = classes_[cid].parked;  // its links: the same idle or active
   for (int k = 0; k < c.num_links; ++k) {
     const int l = c.links[k];
     if (!link_dirty_[l]) {
@@ -646,13 +689,13 @@ void Engine::Recompute(double now) {
 // a propagation round (round > 0) would recompute more than propagation_budget of them.
 bool Engine::CollectAffected(int round) {
   ++stamp_;
-  if (flow_mark_.size() < classes_.size()) flow_mark_.resize(classes_.size(), 0);
+  if (flow_mark_.size() < active_.size()) flow_mark_.resize(active_.size(), 0);
   affected_.clear();
   for (int l : seed_links_) {
-    for (int cid : res_[l].classes) {
-      if (flow_mark_[cid] != stamp_) {
-        flow_mark_[cid] = stamp_;
-        affected_.push_back(cid);
+    for (int slot : res_[l].classes) {
+      if (flow_mark_[slot] != stamp_) {
+        flow_mark_[slot] = stamp_;
+        affected_.push_back(slot);
       }
     }
   }
@@ -668,7 +711,7 @@ void Engine::GatherLocalLinks(double now) {
   member_slot_.clear();
   member_next_.clear();
   for (size_t i = 0; i < affected_.size(); ++i) {
-    FlowClass& c = classes_[affected_[i]];
+    FlowClass& c = active_[affected_[i]];
     Settle(c, now);
     for (int k = 0; k < c.num_links; ++k) {
       const int l = c.links[k];
@@ -702,66 +745,62 @@ void Engine::FillProgressively() {
   fixed_.assign(n, 0);
   size_t unfixed = n;
   auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
-  using Entry = std::pair<double, int>;
-  link_heap_.clear();
+  link_heap_.Clear();
   for (int l : local_links_) {
-    if (count_[l] > 0) link_heap_.push_back({share(l), l});
+    if (count_[l] > 0) link_heap_.Append(share(l), l);
   }
-  std::make_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
+  link_heap_.Build();
   cap_order_.clear();
   for (size_t i = 0; i < n; ++i) {
-    if (classes_[affected_[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
+    if (active_[affected_[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
   }
   std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
-    return classes_[affected_[x]].cap < classes_[affected_[y]].cap;
+    return active_[affected_[x]].cap < active_[affected_[y]].cap;
   });
   size_t next_cap = 0;
-  auto push = [this](double v, int l) {
-    link_heap_.push_back({v, l});
-    std::push_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-  };
-  auto pop = [this] {
-    std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-    link_heap_.pop_back();
-  };
   auto fix = [&](int i, double level, int bottleneck) {
     fixed_[i] = 1;
     new_rate_[i] = level;
     new_bottleneck_[i] = bottleneck;
     --unfixed;
-    const FlowClass& c = classes_[affected_[i]];
+    const FlowClass& c = active_[affected_[i]];
     for (int k = 0; k < c.num_links; ++k) {
       const int l = c.links[k];
+      if (count_[l] == c.members) {  // its last unfixed class: the link leaves the filling
+        residual_[l] -= level * c.members;
+        count_[l] = 0;
+        continue;
+      }
       const double before = share(l);
       residual_[l] -= level * c.members;
       count_[l] -= c.members;
       // Rounding can lower a share by an ulp: queue the lower value, as the refresh only raises.
-      if (count_[l] > 0 && share(l) < before) push(share(l), l);
+      const double after = share(l);
+      if (after < before) link_heap_.Push(after, l);
     }
   };
   while (unfixed > 0) {
-    while (!link_heap_.empty()) {
-      const auto [stored, l] = link_heap_.front();
+    while (!link_heap_.Empty()) {
+      const auto [stored, l] = link_heap_.Top();
       if (count_[l] == 0) {
-        pop();
+        link_heap_.Pop();
         continue;
       }
       const double current = share(l);
       if (stored == current) break;
-      pop();
-      push(current, l);
+      link_heap_.ReplaceTop(current, l);
     }
     while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
-    const double link_level = link_heap_.empty() ? kInf : link_heap_.front().first;
+    const double link_level = link_heap_.Empty() ? kInf : link_heap_.Top().first;
     const double cap_level =
-        next_cap < cap_order_.size() ? classes_[affected_[cap_order_[next_cap]]].cap : kInf;
-    if (link_heap_.empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
+        next_cap < cap_order_.size() ? active_[affected_[cap_order_[next_cap]]].cap : kInf;
+    if (link_heap_.Empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
     if (cap_level <= link_level) {
       fix(cap_order_[next_cap], cap_level, -1);
       continue;
     }
-    const int l = link_heap_.front().second;
-    pop();
+    const int l = link_heap_.Top().second;
+    link_heap_.Pop();
     for (int e = link_head_[l]; e >= 0; e = member_next_[e]) {
       const int i = member_slot_[e];
       if (!fixed_[i]) fix(i, link_level, l);
@@ -775,15 +814,14 @@ void Engine::ApplyRates(double now) {
   seed_links_.clear();
   ++stamp_;  // fresh link marks for the next round's seed set
   for (size_t i = 0; i < affected_.size(); ++i) {
-    const int cid = affected_[i];
-    FlowClass& c = classes_[cid];
+    FlowClass& c = active_[affected_[i]];
     const double old = c.rate;
     const double rate = new_rate_[i];
     c.bottleneck = new_bottleneck_[i];
     if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
     for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
     c.rate = rate;
-    ScheduleClassFinish(cid, now);
+    ScheduleFinish(c, now);
     if (rate < old) {
       for (int k = 0; k < c.num_links; ++k) {
         const int l = c.links[k];
