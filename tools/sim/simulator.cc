@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <queue>
@@ -97,18 +98,19 @@ struct ClassRecord {
       finishing;
 };
 
-struct ClassKey {
-  std::array<int, kMaxFlowLinks> links{};
-  double cap = kInf;
-  bool operator==(const ClassKey& o) const { return links == o.links && cap == o.cap; }
-};
-struct ClassKeyHash {
-  size_t operator()(const ClassKey& k) const {
-    size_t h = std::hash<double>()(k.cap);
-    for (int l : k.links) h = h * 1000003u ^ static_cast<size_t>(l + 1);
-    return h;
+// A flow's class key: its links and cap.
+uint64_t ClassKeyHash(const Flow& f) {
+  uint64_t h = std::hash<double>()(f.cap);
+  for (int k = 0; k < f.num_links; ++k) h = h * 1000003u ^ static_cast<uint64_t>(f.links[k] + 1);
+  return h * 0x9E3779B97F4A7C15ull;  // spread into the high bits, which pick the table slot
+}
+bool SameClassKey(const FlowClass& c, const Flow& f) {
+  if (c.num_links != f.num_links || c.cap != f.cap) return false;
+  for (int k = 0; k < f.num_links; ++k) {
+    if (c.links[k] != f.links[k]) return false;
   }
-};
+  return true;
+}
 
 enum class EventType : uint8_t { kFlowStart, kOpDone };
 
@@ -155,7 +157,8 @@ class Engine {
   void OnFlowFinish(int f, double t);
   void OnOpDone(int op, double t);
   void Settle(FlowClass& c, double now);
-  int ClassOf(const Flow& f);
+  int ClassOf(const Flow& f);  // the class of f's key, created idle on first use
+  void GrowClassIndex();
   int Activate(int cid);      // gives idle class `cid` a slot, returns it
   void Deactivate(int slot);  // parks the class of `slot` (no members left) and frees the slot
   void ScheduleClassFinish(int cid, double now);
@@ -196,12 +199,16 @@ class Engine {
   std::vector<ClassRecord> classes_;  // by class id
   std::vector<FlowClass> active_;     // by slot: the classes with members
   std::vector<int> free_slots_;
-  std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
+  // Class ids by key (ClassKeyHash / SameClassKey): open addressing with linear probing in a
+  // power-of-two table kept at most half full; an entry is (key hash, id), id -1 when empty.
+  std::vector<std::pair<uint64_t, int>> class_index_;
+  int class_index_shift_ = 64;  // slot = hash >> shift
   FinishHeap finish_heap_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
   int peak_link_classes_ = 0;  // most flow classes active on one link at once
+  int64_t num_recomputations_ = 0, num_class_updates_ = 0;  // SimResult's
 
   // Per op.
   std::vector<int> pending_;        // deps not yet complete
@@ -500,21 +507,38 @@ void Engine::StartFlow(int id, double overhead, double t) {
 }
 
 int Engine::ClassOf(const Flow& f) {
-  ClassKey key;
-  key.links.fill(-1);
-  for (int k = 0; k < f.num_links; ++k) key.links[k] = f.links[k];
-  key.cap = f.cap;
-  auto [it, inserted] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
-  if (inserted) {
-    ClassRecord& record = classes_.emplace_back();
-    FlowClass& c = record.parked;
-    c.links = f.links;
-    c.num_links = f.num_links;
-    c.cap = f.cap;
-    c.ingress_node = f.ingress_node;
-    c.cid = it->second;
+  if (2 * (classes_.size() + 1) > class_index_.size()) GrowClassIndex();
+  const uint64_t h = ClassKeyHash(f);
+  const size_t mask = class_index_.size() - 1;
+  for (size_t i = h >> class_index_shift_;; i = (i + 1) & mask) {
+    auto& [hash, id] = class_index_[i];
+    if (id < 0) {
+      hash = h;
+      id = static_cast<int>(classes_.size());
+      FlowClass& c = classes_.emplace_back().parked;
+      c.links = f.links;
+      c.num_links = f.num_links;
+      c.cap = f.cap;
+      c.ingress_node = f.ingress_node;
+      c.cid = id;
+      return id;
+    }
+    if (hash == h && SameClassKey(classes_[id].parked, f)) return id;
   }
-  return it->second;
+}
+
+void Engine::GrowClassIndex() {
+  std::vector<std::pair<uint64_t, int>> old;
+  old.swap(class_index_);
+  const size_t size = std::max<size_t>(1024, 2 * old.size());
+  class_index_.assign(size, {0, -1});
+  class_index_shift_ = 64 - std::countr_zero(size);
+  for (const auto& [hash, id] : old) {
+    if (id < 0) continue;
+    size_t i = hash >> class_index_shift_;
+    while (class_index_[i].second >= 0) i = (i + 1) & (size - 1);
+    class_index_[i] = {hash, id};
+  }
 }
 
 int Engine::Activate(int cid) {
@@ -665,6 +689,7 @@ void Engine::FlushDirty(double now) {
   for (int l : dirty_links_) link_dirty_[l] = 0;
   seed_links_.swap(dirty_links_);
   dirty_links_.clear();
+  ++num_recomputations_;
   Recompute(now);
   for (int cid : dirty_classes_) {
     class_dirty_[cid] = 0;
@@ -679,6 +704,7 @@ void Engine::FlushDirty(double now) {
 void Engine::Recompute(double now) {
   for (int round = 0; round <= opt_.propagation_rounds && !seed_links_.empty(); ++round) {
     if (!CollectAffected(round)) break;
+    num_class_updates_ += static_cast<int64_t>(affected_.size());
     GatherLocalLinks(now);
     FillProgressively();
     ApplyRates(now);
@@ -1038,6 +1064,8 @@ Result<SimResult> Engine::Run() {
   result.num_messages = num_messages_;
   result.num_events = num_events_;
   result.peak_link_classes = peak_link_classes_;
+  result.num_recomputations = num_recomputations_;
+  result.num_class_updates = num_class_updates_;
   result.network_bytes = network_bytes_;
   result.nvlink_bytes = nvlink_bytes_;
   result.local_bytes = local_bytes_;

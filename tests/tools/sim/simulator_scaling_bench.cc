@@ -4,9 +4,11 @@
 //   bazel build -c opt //tests/tools/sim:simulator_scaling_bench
 //   taskset -c 0 bazel-bin/tests/tools/sim/simulator_scaling_bench             # curve + presets
 //   bazel-bin/tests/tools/sim/simulator_scaling_bench --case ds-256 [--window N] # one case
-// One line per case: GPUs, messages, simulator events, the simulator's thread CPU seconds, its
-// CPU per message, the child's peak RSS (planner + plan + simulator), the predicted time, and a
-// digest of every op's end time (to check that two builds predict the same, bit for bit).
+// One line per case: GPUs, messages, simulator events, flow-class rate updates per message
+// (SimResult::num_class_updates) and the most classes on one link (peak), the simulator's thread
+// CPU seconds and CPU per message, the child's peak RSS (planner + plan + simulator), the predicted
+// time, and a digest of every op's end time (to check that two builds predict the same, bit for
+// bit).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,9 +92,11 @@ int RunCase(const Case& c, int window) {
   if (!r.ok()) return fail(r.status());
   double digest = 0;
   for (const OpTime& t : r->op_times) digest += t.end;
-  std::printf("%-10s %6d %10lld %11lld %9.3f %9.2f", c.name, topology.NumRanks(),
-              static_cast<long long>(r->num_messages), static_cast<long long>(r->num_events), cpu,
-              cpu / static_cast<double>(r->num_messages) * 1e6);
+  const double messages = static_cast<double>(r->num_messages);
+  std::printf("%-10s %6d %10lld %11lld %9.1f %5d %9.3f %9.2f", c.name, topology.NumRanks(),
+              static_cast<long long>(r->num_messages), static_cast<long long>(r->num_events),
+              static_cast<double>(r->num_class_updates) / messages, r->peak_link_classes, cpu,
+              cpu / messages * 1e6);
   std::printf(" %%RSS%% %.9f %.17g\n", r->total_time, digest);
   return 0;
 }
@@ -147,8 +151,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   std::printf("window %s; dgx-h100; reshard plan; one child process a case\n", window.c_str());
-  std::printf("%-10s %6s %10s %11s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages", "events",
-              "sim_cpu_s", "us/msg", "rss_MiB", "predicted_s", "digest");
+  std::printf("%-10s %6s %10s %11s %9s %5s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages",
+              "events", "upd/msg", "peak", "sim_cpu_s", "us/msg", "rss_MiB", "predicted_s", "digest");
   bool ok = true;
   for (const Case& c : kCases) ok = RunChild(argv[0], c, window) && ok;
   return ok ? 0 : 1;

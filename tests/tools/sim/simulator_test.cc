@@ -88,6 +88,10 @@ TEST(SimulatorTest, OneNetworkFlowTakesBytesOverBandwidthPlusFixedCosts) {
   ASSERT_EQ(r.op_times.size(), 2u);
   // The message starts when posted; its fixed cost is link time before the bytes.
   EXPECT_NEAR(r.op_times[0].start, 0, 1e-12);
+  // Rates are recomputed when it starts (its class: one update) and when it finishes (no class
+  // left on its links: none).
+  EXPECT_EQ(r.num_recomputations, 2);
+  EXPECT_EQ(r.num_class_updates, 1);
 }
 
 // 100 small messages from one NIC: each message's 10 us fixed cost occupies the NIC, so they take
