@@ -1,46 +1,53 @@
-// FinishHeap: the simulator's queue of flow classes by next finish time, indexed by class id so
-// that a rate change moves one entry instead of queueing a new event. Internal to tools/sim.
+// FinishHeap: the simulator's queue of active flow classes by next finish time, indexed by the
+// class's slot so that a rate change moves one entry instead of queueing a new event. Internal to
+// tools/sim.
 #pragma once
 
-#include <utility>
 #include <vector>
 
 namespace ferry::sim {
 
-// Min-heap of ids by time, with O(log n) update and removal by id; ties go to the lower id. The
-// times live in the heap's entries, so that sifting compares neighbouring memory.
+// Min-heap of handles (small dense ints) by time, with O(log n) update and removal by handle; ties
+// go to the lower `tie` (the class id, whatever slot the class has). Times and ties live in the
+// heap's entries, so that sifting compares neighbouring memory.
 class FinishHeap {
  public:
   bool Empty() const { return heap_.empty(); }
-  int Top() const { return heap_.front().second; }
-  double TopTime() const { return heap_.front().first; }
-  void Set(int id, double t) {
-    if (id >= static_cast<int>(pos_.size())) pos_.resize(id + 1, -1);
-    if (pos_[id] < 0) {
-      pos_[id] = static_cast<int>(heap_.size());
-      heap_.push_back({t, id});
+  int Top() const { return heap_.front().handle; }
+  double TopTime() const { return heap_.front().time; }
+  void Set(int handle, double t, int tie) {
+    if (handle >= static_cast<int>(pos_.size())) pos_.resize(handle + 1, -1);
+    if (pos_[handle] < 0) {
+      pos_[handle] = static_cast<int>(heap_.size());
+      heap_.push_back({t, tie, handle});
     } else {
-      heap_[pos_[id]].first = t;
+      heap_[pos_[handle]].time = t;
+      heap_[pos_[handle]].tie = tie;
     }
-    SiftDown(SiftUp(pos_[id]));
+    SiftDown(SiftUp(pos_[handle]));
   }
-  void Remove(int id) {
-    if (id >= static_cast<int>(pos_.size()) || pos_[id] < 0) return;
-    const int p = pos_[id];
+  void Remove(int handle) {
+    if (handle >= static_cast<int>(pos_.size()) || pos_[handle] < 0) return;
+    const int p = pos_[handle];
     const Entry last = heap_.back();
     heap_.pop_back();
-    pos_[id] = -1;
-    if (last.second == id) return;
+    pos_[handle] = -1;
+    if (last.handle == handle) return;
     heap_[p] = last;
-    pos_[last.second] = p;
+    pos_[last.handle] = p;
     SiftDown(SiftUp(p));
   }
 
  private:
-  using Entry = std::pair<double, int>;  // (time, id): pair order is the heap order
+  struct Entry {
+    double time;
+    int tie;
+    int handle;
+    bool operator<(const Entry& o) const { return time < o.time || (time == o.time && tie < o.tie); }
+  };
   void Place(int p, const Entry& e) {
     heap_[p] = e;
-    pos_[e.second] = p;
+    pos_[e.handle] = p;
   }
   int SiftUp(int p) {
     const Entry e = heap_[p];
@@ -67,7 +74,7 @@ class FinishHeap {
     Place(p, e);
   }
   std::vector<Entry> heap_;
-  std::vector<int> pos_;  // heap position of each id, -1 when absent
+  std::vector<int> pos_;  // heap position of each handle, -1 when absent
 };
 
 }  // namespace ferry::sim

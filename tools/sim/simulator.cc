@@ -161,8 +161,11 @@ class Engine {
   void GrowClassIndex();
   int Activate(int cid);      // gives idle class `cid` a slot, returns it
   void Deactivate(int slot);  // parks the class of `slot` (no members left) and frees the slot
+  // Queues the next finish of class `cid` (of the class in `slot`) at its current rate; a class
+  // without members or rate has none. Idle classes are never queued: a class goes idle only in
+  // OnFlowFinish, after its entry left the queue.
   void ScheduleClassFinish(int cid, double now);
-  void ScheduleFinish(const FlowClass& c, double now);
+  void ScheduleFinish(int slot, double now);
   // Rate recomputation of FlushDirty, in rounds (see Recompute), each of the four steps below.
   void Recompute(double now);
   bool CollectAffected(int round);
@@ -564,20 +567,17 @@ void Engine::Deactivate(int slot) {
 
 void Engine::ScheduleClassFinish(int cid, double now) {
   const int slot = classes_[cid].slot;
-  if (slot < 0) {
-    finish_heap_.Remove(cid);
-    return;
-  }
-  ScheduleFinish(active_[slot], now);
+  if (slot >= 0) ScheduleFinish(slot, now);
 }
 
-void Engine::ScheduleFinish(const FlowClass& c, double now) {
+void Engine::ScheduleFinish(int slot, double now) {
+  const FlowClass& c = active_[slot];
   if (c.members == 0 || c.rate <= 0) {
-    finish_heap_.Remove(c.cid);
+    finish_heap_.Remove(slot);
     return;
   }
   double left = std::max(0.0, c.next_finish - c.service);
-  finish_heap_.Set(c.cid, now + left / c.rate);
+  finish_heap_.Set(slot, now + left / c.rate, c.cid);
 }
 
 void Engine::OnFlowStart(int id, double t) {
@@ -722,6 +722,9 @@ bool Engine::CollectAffected(int round) {
       if (flow_mark_[slot] != stamp_) {
         flow_mark_[slot] = stamp_;
         affected_.push_back(slot);
+        // GatherLocalLinks reads it next: start loading both of its cache lines.
+        __builtin_prefetch(&active_[slot]);
+        __builtin_prefetch(reinterpret_cast<const char*>(&active_[slot]) + 64);
       }
     }
   }
@@ -847,7 +850,7 @@ void Engine::ApplyRates(double now) {
     if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
     for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
     c.rate = rate;
-    ScheduleFinish(c, now);
+    ScheduleFinish(affected_[i], now);
     if (rate < old) {
       for (int k = 0; k < c.num_links; ++k) {
         const int l = c.links[k];
@@ -1028,9 +1031,10 @@ Result<SimResult> Engine::Run() {
     ++num_events_;
     if (!finish_heap_.Empty() &&
         (events_.empty() || finish_heap_.TopTime() <= events_.top().t)) {
-      int cid = finish_heap_.Top();
+      const int slot = finish_heap_.Top();
+      const int cid = active_[slot].cid;
       double t = finish_heap_.TopTime();
-      finish_heap_.Remove(cid);
+      finish_heap_.Remove(slot);
       OnFlowFinish(cid, t);
       FlushUnlessMoreAt(t);
       continue;
