@@ -89,7 +89,7 @@ struct FlowClass {
 };
 
 struct ClassRecord {
-  FlowClass parked;  // the class's state while idle; its links, cap and ingress node always
+  FlowClass parked;  // its state while idle; its links, cap and ingress node are always valid
   int slot = -1;     // its slot while it has members, -1 when idle
   std::array<int, kMaxFlowLinks> pos{};  // position of its slot in links[k]'s class list
   // (finish service, flow id), smallest first.
