@@ -1,74 +1,80 @@
-// FinishHeap: the simulator's queue of flow classes by next finish time, indexed by class id so
-// that a rate change moves one entry instead of queueing a new event. Internal to tools/sim.
+// FinishHeap: the simulator's queue of active flow classes by next finish time, indexed by the
+// class's slot so that a rate change moves one entry instead of queueing a new event. Internal to
+// tools/sim.
 #pragma once
 
 #include <vector>
 
 namespace ferry::sim {
 
-// Min-heap of ids by time, with O(log n) update and removal by id; ties go to the lower id.
+// Min-heap of handles (small dense ints) by time, with O(log n) update and removal by handle; ties
+// go to the lower `tie` (the class id, whatever slot the class has). Times and ties live in the
+// heap's entries, so that sifting compares neighbouring memory.
 class FinishHeap {
  public:
   bool Empty() const { return heap_.empty(); }
-  int Top() const { return heap_.front(); }
-  double TopTime() const { return time_[heap_.front()]; }
-  void Set(int id, double t) {
-    if (id >= static_cast<int>(pos_.size())) {
-      pos_.resize(id + 1, -1);
-      time_.resize(id + 1, 0);
+  int Top() const { return heap_.front().handle; }
+  double TopTime() const { return heap_.front().time; }
+  void Set(int handle, double t, int tie) {
+    if (handle >= static_cast<int>(pos_.size())) pos_.resize(handle + 1, -1);
+    if (pos_[handle] < 0) {
+      pos_[handle] = static_cast<int>(heap_.size());
+      heap_.push_back({t, tie, handle});
+    } else {
+      heap_[pos_[handle]].time = t;
+      heap_[pos_[handle]].tie = tie;
     }
-    time_[id] = t;
-    if (pos_[id] < 0) {
-      pos_[id] = static_cast<int>(heap_.size());
-      heap_.push_back(id);
-    }
-    SiftDown(SiftUp(pos_[id]));
+    SiftDown(SiftUp(pos_[handle]));
   }
-  void Remove(int id) {
-    if (id >= static_cast<int>(pos_.size()) || pos_[id] < 0) return;
-    int p = pos_[id];
-    int last = heap_.back();
+  void Remove(int handle) {
+    if (handle >= static_cast<int>(pos_.size()) || pos_[handle] < 0) return;
+    const int p = pos_[handle];
+    const Entry last = heap_.back();
     heap_.pop_back();
-    pos_[id] = -1;
-    if (last == id) return;
+    pos_[handle] = -1;
+    if (last.handle == handle) return;
     heap_[p] = last;
-    pos_[last] = p;
+    pos_[last.handle] = p;
     SiftDown(SiftUp(p));
   }
 
  private:
-  bool Less(int a, int b) const { return time_[a] < time_[b] || (time_[a] == time_[b] && a < b); }
-  void Place(int p, int id) {
-    heap_[p] = id;
-    pos_[id] = p;
+  struct Entry {
+    double time;
+    int tie;
+    int handle;
+    bool operator<(const Entry& o) const { return time < o.time || (time == o.time && tie < o.tie); }
+  };
+  void Place(int p, const Entry& e) {
+    heap_[p] = e;
+    pos_[e.handle] = p;
   }
   int SiftUp(int p) {
-    int id = heap_[p];
+    const Entry e = heap_[p];
     while (p > 0) {
-      int parent = (p - 1) / 2;
-      if (!Less(id, heap_[parent])) break;
+      const int parent = (p - 1) / 2;
+      if (!(e < heap_[parent])) break;
       Place(p, heap_[parent]);
       p = parent;
     }
-    Place(p, id);
+    Place(p, e);
     return p;
   }
   void SiftDown(int p) {
-    int id = heap_[p];
+    const Entry e = heap_[p];
     const int n = static_cast<int>(heap_.size());
     while (true) {
       int child = 2 * p + 1;
       if (child >= n) break;
-      if (child + 1 < n && Less(heap_[child + 1], heap_[child])) ++child;
-      if (!Less(heap_[child], id)) break;
+      if (child + 1 < n && heap_[child + 1] < heap_[child]) ++child;
+      if (!(heap_[child] < e)) break;
       Place(p, heap_[child]);
       p = child;
     }
-    Place(p, id);
+    Place(p, e);
   }
-  std::vector<int> heap_;
-  std::vector<int> pos_;  // heap position of each id, -1 when absent
-  std::vector<double> time_;
+  std::vector<Entry> heap_;
+  std::vector<int> pos_;  // heap position of each handle, -1 when absent
 };
 
 }  // namespace ferry::sim

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <queue>
@@ -12,6 +13,7 @@
 
 #include "core/base/strings.h"
 #include "tools/sim/finish_heap.h"
+#include "tools/sim/share_heap.h"
 
 namespace ferry::sim {
 
@@ -67,36 +69,48 @@ struct Flow {
 // Active flows with identical links and cap always get the same max-min rate, so they are
 // allocated as one class of `members` flows (generalised processor sharing): `service` is the
 // bytes each member has received since the class was created; a member finishes when service
-// reaches the service at its start plus its bytes.
+// reaches the service at its start plus its bytes. FlowClass holds what every rate recomputation
+// that touches the class reads and writes. Recomputations visit classes at random, so the active
+// classes live in a dense array of slots (reused as classes go idle and come back) rather than
+// among every class the run ever had; ClassRecord, by class id, keeps an idle class's state and
+// what only a member's start or finish needs.
 struct FlowClass {
   std::array<int, kMaxFlowLinks> links{};
-  std::array<int, kMaxFlowLinks> pos{};  // position of this class in links[k]'s class list
   int num_links = 0;
-  double cap = kInf;
   int members = 0;
+  int ingress_node = -1;
+  int bottleneck = -1;
+  double cap = kInf;
   double rate = 0;  // per member
   double service = 0;
   double t_last = 0;
-  int ingress_node = -1;
-  int bottleneck = -1;
+  double next_finish = 0;  // finish service of the member due first (members > 0)
+  int cid = -1;            // class id (of its ClassRecord)
+};
+
+struct ClassRecord {
+  FlowClass parked;  // its state while idle; its links, cap and ingress node are always valid
+  int slot = -1;     // its slot while it has members, -1 when idle
+  std::array<int, kMaxFlowLinks> pos{};  // position of its slot in links[k]'s class list
   // (finish service, flow id), smallest first.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
                       std::greater<std::pair<double, int>>>
       finishing;
 };
 
-struct ClassKey {
-  std::array<int, kMaxFlowLinks> links{};
-  double cap = kInf;
-  bool operator==(const ClassKey& o) const { return links == o.links && cap == o.cap; }
-};
-struct ClassKeyHash {
-  size_t operator()(const ClassKey& k) const {
-    size_t h = std::hash<double>()(k.cap);
-    for (int l : k.links) h = h * 1000003u ^ static_cast<size_t>(l + 1);
-    return h;
+// A flow's class key: its links and cap.
+uint64_t ClassKeyHash(const Flow& f) {
+  uint64_t h = std::hash<double>()(f.cap);
+  for (int k = 0; k < f.num_links; ++k) h = h * 1000003u ^ static_cast<uint64_t>(f.links[k] + 1);
+  return h * 0x9E3779B97F4A7C15ull;  // spread into the high bits, which pick the table slot
+}
+bool SameClassKey(const FlowClass& c, const Flow& f) {
+  if (c.num_links != f.num_links || c.cap != f.cap) return false;
+  for (int k = 0; k < f.num_links; ++k) {
+    if (c.links[k] != f.links[k]) return false;
   }
-};
+  return true;
+}
 
 enum class EventType : uint8_t { kFlowStart, kOpDone };
 
@@ -143,9 +157,21 @@ class Engine {
   void OnFlowFinish(int f, double t);
   void OnOpDone(int op, double t);
   void Settle(FlowClass& c, double now);
-  int ClassOf(const Flow& f);
+  int ClassOf(const Flow& f);  // the class of f's key, created idle on first use
+  void GrowClassIndex();
+  int Activate(int cid);      // gives idle class `cid` a slot, returns it
+  void Deactivate(int slot);  // parks the class of `slot` (no members left) and frees the slot
+  // Queues the next finish of class `cid` (of the class in `slot`) at its current rate; a class
+  // without members or rate has none. Idle classes are never queued: a class goes idle only in
+  // OnFlowFinish, after its entry left the queue.
   void ScheduleClassFinish(int cid, double now);
-  void Recompute(std::vector<int> seed_links, double now);
+  void ScheduleFinish(int slot, double now);
+  // Rate recomputation of FlushDirty, in rounds (see Recompute), each of the four steps below.
+  void Recompute(double now);
+  bool CollectAffected(int round);
+  void GatherLocalLinks(double now);
+  void FillProgressively();
+  void ApplyRates(double now);
   // Records that class `cid` gained or lost members: its links join the seed set of the next
   // FlushDirty, which recomputes rates once for all changes at the same instant.
   void MarkDirty(int cid, double now);
@@ -173,13 +199,19 @@ class Engine {
   std::array<int, kNumResourceKinds + 1> offset_{};
   std::vector<Resource> res_;
   std::vector<Flow> flows_;
-  std::vector<FlowClass> classes_;
-  std::unordered_map<ClassKey, int, ClassKeyHash> class_ids_;
+  std::vector<ClassRecord> classes_;  // by class id
+  std::vector<FlowClass> active_;     // by slot: the classes with members
+  std::vector<int> free_slots_;
+  // Class ids by key (ClassKeyHash / SameClassKey): open addressing with linear probing in a
+  // power-of-two table kept at most half full; an entry is (key hash, id), id -1 when empty.
+  std::vector<std::pair<uint64_t, int>> class_index_;
+  int class_index_shift_ = 64;  // slot = hash >> shift
   FinishHeap finish_heap_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
   int peak_link_classes_ = 0;  // most flow classes active on one link at once
+  int64_t num_recomputations_ = 0, num_class_updates_ = 0;  // SimResult's
 
   // Per op.
   std::vector<int> pending_;        // deps not yet complete
@@ -200,11 +232,12 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
-  std::vector<int> scratch_affected_, scratch_links_;
+  std::vector<int> seed_links_, local_links_;
+  std::vector<int> affected_;  // slots of the classes recomputed in the current round
   std::vector<double> new_rate_;
   std::vector<int> new_bottleneck_;
   std::vector<char> fixed_;
-  std::vector<std::pair<double, int>> link_heap_;
+  ShareHeap link_heap_;
   std::vector<int> cap_order_;
   // The affected classes on each local link of the current round: a list per link through
   // member_next_ starting at link_head_[l], each entry an index into the affected list.
@@ -477,30 +510,74 @@ void Engine::StartFlow(int id, double overhead, double t) {
 }
 
 int Engine::ClassOf(const Flow& f) {
-  ClassKey key;
-  key.links.fill(-1);
-  for (int k = 0; k < f.num_links; ++k) key.links[k] = f.links[k];
-  key.cap = f.cap;
-  auto [it, inserted] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
-  if (inserted) {
-    FlowClass c;
-    c.links = f.links;
-    c.num_links = f.num_links;
-    c.cap = f.cap;
-    c.ingress_node = f.ingress_node;
-    classes_.push_back(std::move(c));
+  if (2 * (classes_.size() + 1) > class_index_.size()) GrowClassIndex();
+  const uint64_t h = ClassKeyHash(f);
+  const size_t mask = class_index_.size() - 1;
+  for (size_t i = h >> class_index_shift_;; i = (i + 1) & mask) {
+    auto& [hash, id] = class_index_[i];
+    if (id < 0) {
+      hash = h;
+      id = static_cast<int>(classes_.size());
+      FlowClass& c = classes_.emplace_back().parked;
+      c.links = f.links;
+      c.num_links = f.num_links;
+      c.cap = f.cap;
+      c.ingress_node = f.ingress_node;
+      c.cid = id;
+      return id;
+    }
+    if (hash == h && SameClassKey(classes_[id].parked, f)) return id;
   }
-  return it->second;
+}
+
+void Engine::GrowClassIndex() {
+  std::vector<std::pair<uint64_t, int>> old;
+  old.swap(class_index_);
+  const size_t size = std::max<size_t>(1024, 2 * old.size());
+  class_index_.assign(size, {0, -1});
+  class_index_shift_ = 64 - std::countr_zero(size);
+  for (const auto& [hash, id] : old) {
+    if (id < 0) continue;
+    size_t i = hash >> class_index_shift_;
+    while (class_index_[i].second >= 0) i = (i + 1) & (size - 1);
+    class_index_[i] = {hash, id};
+  }
+}
+
+int Engine::Activate(int cid) {
+  int slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<int>(active_.size());
+    active_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  active_[slot] = classes_[cid].parked;
+  classes_[cid].slot = slot;
+  return slot;
+}
+
+void Engine::Deactivate(int slot) {
+  ClassRecord& record = classes_[active_[slot].cid];
+  record.parked = active_[slot];
+  record.slot = -1;
+  free_slots_.push_back(slot);
 }
 
 void Engine::ScheduleClassFinish(int cid, double now) {
-  FlowClass& c = classes_[cid];
+  const int slot = classes_[cid].slot;
+  if (slot >= 0) ScheduleFinish(slot, now);
+}
+
+void Engine::ScheduleFinish(int slot, double now) {
+  const FlowClass& c = active_[slot];
   if (c.members == 0 || c.rate <= 0) {
-    finish_heap_.Remove(cid);
+    finish_heap_.Remove(slot);
     return;
   }
-  double left = std::max(0.0, c.finishing.top().first - c.service);
-  finish_heap_.Set(cid, now + left / c.rate);
+  double left = std::max(0.0, c.next_finish - c.service);
+  finish_heap_.Set(slot, now + left / c.rate, c.cid);
 }
 
 void Engine::OnFlowStart(int id, double t) {
@@ -513,15 +590,18 @@ void Engine::OnFlowStart(int id, double t) {
     return;
   }
   const int cid = ClassOf(f);
-  FlowClass& c = classes_[cid];
+  ClassRecord& m = classes_[cid];
+  const int slot = m.slot >= 0 ? m.slot : Activate(cid);
+  FlowClass& c = active_[slot];
   Settle(c, t);
-  c.finishing.push({c.service + f.work, id});
+  m.finishing.push({c.service + f.work, id});
+  c.next_finish = m.finishing.top().first;
   if (c.members++ == 0) {
     c.rate = 0;
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
-      c.pos[k] = static_cast<int>(r.classes.size());
-      r.classes.push_back(cid);
+      m.pos[k] = static_cast<int>(r.classes.size());
+      r.classes.push_back(slot);
       peak_link_classes_ = std::max(peak_link_classes_, static_cast<int>(r.classes.size()));
     }
   } else {
@@ -543,12 +623,14 @@ void Engine::Settle(FlowClass& c, double now) {
 }
 
 void Engine::OnFlowFinish(int cid, double t) {
-  FlowClass& c = classes_[cid];
+  ClassRecord& cm = classes_[cid];
+  const int slot = cm.slot;
+  FlowClass& c = active_[slot];
   Settle(c, t);
   const double slack = 1e-9 * std::max(1.0, c.service);
-  while (c.members > 0 && c.finishing.top().first <= c.service + slack) {
-    int id = c.finishing.top().second;
-    c.finishing.pop();
+  while (c.members > 0 && cm.finishing.top().first <= c.service + slack) {
+    int id = cm.finishing.top().second;
+    cm.finishing.pop();
     --c.members;
     Flow& f = flows_[id];
     f.bottleneck = c.bottleneck;
@@ -560,18 +642,19 @@ void Engine::OnFlowFinish(int cid, double t) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
   }
+  if (c.members > 0) c.next_finish = cm.finishing.top().first;
   if (c.members == 0) {
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
-      int p = c.pos[k];
+      int p = cm.pos[k];
       int moved = r.classes.back();
       r.classes[p] = moved;
       r.classes.pop_back();
-      if (moved != cid) {
-        FlowClass& m = classes_[moved];
+      if (moved != slot) {
+        const FlowClass& m = active_[moved];
         for (int j = 0; j < m.num_links; ++j) {
           if (m.links[j] == c.links[k]) {
-            m.pos[j] = p;
+            classes_[m.cid].pos[j] = p;
             break;
           }
         }
@@ -579,6 +662,7 @@ void Engine::OnFlowFinish(int cid, double t) {
       if (r.classes.empty()) r.allocated = 0;
     }
     c.rate = 0;
+    Deactivate(slot);
   }
   MarkDirty(cid, t);
 }
@@ -590,7 +674,7 @@ void Engine::MarkDirty(int cid, double now) {
     class_dirty_[cid] = 1;
     dirty_classes_.push_back(cid);
   }
-  const FlowClass& c = classes_[cid];
+  const FlowClass& c = classes_[cid].parked;  // its links: the same idle or active
   for (int k = 0; k < c.num_links; ++k) {
     const int l = c.links[k];
     if (!link_dirty_[l]) {
@@ -603,9 +687,10 @@ void Engine::MarkDirty(int cid, double now) {
 void Engine::FlushDirty(double now) {
   if (dirty_classes_.empty()) return;
   for (int l : dirty_links_) link_dirty_[l] = 0;
-  std::vector<int> seeds;
-  seeds.swap(dirty_links_);
-  Recompute(std::move(seeds), now);
+  seed_links_.swap(dirty_links_);
+  dirty_links_.clear();
+  ++num_recomputations_;
+  Recompute(now);
   for (int cid : dirty_classes_) {
     class_dirty_[cid] = 0;
     ScheduleClassFinish(cid, now);
@@ -613,131 +698,165 @@ void Engine::FlushDirty(double now) {
   dirty_classes_.clear();
 }
 
-// Progressive filling over the active classes on `seed_links`, with every other class's rate held
-// fixed; then the same for the links of classes whose rate dropped, up to propagation_rounds times.
-void Engine::Recompute(std::vector<int> seed_links, double now) {
-  std::vector<int>& affected = scratch_affected_;
-  std::vector<int>& local_links = scratch_links_;
-  for (int round = 0; round <= opt_.propagation_rounds && !seed_links.empty(); ++round) {
-    ++stamp_;
-    if (flow_mark_.size() < classes_.size()) {
-      flow_mark_.resize(classes_.size(), 0);
-    }
-    affected.clear();
-    for (int l : seed_links) {
-      for (int cid : res_[l].classes) {
-        if (flow_mark_[cid] != stamp_) {
-          flow_mark_[cid] = stamp_;
-          affected.push_back(cid);
-        }
+// Progressive filling over the active classes on the seed links, with every other class's rate
+// held fixed; then the same for the links of classes whose rate dropped, up to propagation_rounds
+// times.
+void Engine::Recompute(double now) {
+  for (int round = 0; round <= opt_.propagation_rounds && !seed_links_.empty(); ++round) {
+    if (!CollectAffected(round)) break;
+    num_class_updates_ += static_cast<int64_t>(affected_.size());
+    GatherLocalLinks(now);
+    FillProgressively();
+    ApplyRates(now);
+  }
+}
+
+// affected_ = the active classes on the seed links, each once; false when there are none, or when
+// a propagation round (round > 0) would recompute more than propagation_budget of them.
+bool Engine::CollectAffected(int round) {
+  ++stamp_;
+  if (flow_mark_.size() < active_.size()) flow_mark_.resize(active_.size(), 0);
+  affected_.clear();
+  for (int l : seed_links_) {
+    for (int slot : res_[l].classes) {
+      if (flow_mark_[slot] != stamp_) {
+        flow_mark_[slot] = stamp_;
+        affected_.push_back(slot);
+        // GatherLocalLinks reads it next: start loading both of its cache lines.
+        __builtin_prefetch(&active_[slot]);
+        __builtin_prefetch(reinterpret_cast<const char*>(&active_[slot]) + 64);
       }
     }
-    if (affected.empty()) break;
-    if (round > 0 && static_cast<int>(affected.size()) > opt_.propagation_budget) break;
-    local_links.clear();
-    member_slot_.clear();
-    member_next_.clear();
-    for (size_t i = 0; i < affected.size(); ++i) {
-      FlowClass& c = classes_[affected[i]];
-      Settle(c, now);
-      for (int k = 0; k < c.num_links; ++k) {
-        int l = c.links[k];
-        if (link_mark_[l] != stamp_) {
-          link_mark_[l] = stamp_;
-          local_links.push_back(l);
-          residual_[l] = res_[l].capacity - res_[l].allocated;
-          count_[l] = 0;
-          link_head_[l] = -1;
-        }
-        member_slot_.push_back(static_cast<int>(i));
-        member_next_.push_back(link_head_[l]);
-        link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
-        residual_[l] += c.rate * c.members;
-        count_[l] += c.members;
+  }
+  if (affected_.empty()) return false;
+  return round == 0 || static_cast<int>(affected_.size()) <= opt_.propagation_budget;
+}
+
+// Settles the affected classes at `now` and collects their links (local_links_): each link's
+// capacity left by the classes held fixed (residual_), its affected members (count_) and the list
+// of its affected classes (link_head_ / member_next_ / member_slot_).
+void Engine::GatherLocalLinks(double now) {
+  local_links_.clear();
+  member_slot_.clear();
+  member_next_.clear();
+  for (size_t i = 0; i < affected_.size(); ++i) {
+    FlowClass& c = active_[affected_[i]];
+    Settle(c, now);
+    for (int k = 0; k < c.num_links; ++k) {
+      const int l = c.links[k];
+      if (link_mark_[l] != stamp_) {
+        link_mark_[l] = stamp_;
+        local_links_.push_back(l);
+        residual_[l] = res_[l].capacity - res_[l].allocated;
+        count_[l] = 0;
+        link_head_[l] = -1;
       }
+      member_slot_.push_back(static_cast<int>(i));
+      member_next_.push_back(link_head_[l]);
+      link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
+      residual_[l] += c.rate * c.members;
+      count_[l] += c.members;
     }
-    const size_t n = affected.size();
-    new_rate_.assign(n, 0);
-    new_bottleneck_.assign(n, -1);
-    fixed_.assign(n, 0);
-    size_t unfixed = n;
-    // Progressive filling with a heap of link fair shares: the link with the smallest share
-    // (residual / unfixed members) fixes all its unfixed classes at that share; fixing can only
-    // raise the shares of the other links, so each class and link update costs O(log links).
-    auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
-    using Entry = std::pair<double, int>;
-    link_heap_.clear();
-    auto push = [this](double v, int l) {
-      link_heap_.push_back({v, l});
-      std::push_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-    };
-    for (int l : local_links) {
-      if (count_[l] > 0) push(share(l), l);
-    }
-    cap_order_.clear();
-    for (size_t i = 0; i < n; ++i) {
-      if (classes_[affected[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
-    }
-    std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
-      return classes_[affected[x]].cap < classes_[affected[y]].cap;
-    });
-    size_t next_cap = 0;
-    auto fix = [&](int i, double level, int bottleneck) {
-      fixed_[i] = 1;
-      new_rate_[i] = level;
-      new_bottleneck_[i] = bottleneck;
-      --unfixed;
-      const FlowClass& c = classes_[affected[i]];
-      for (int k = 0; k < c.num_links; ++k) {
-        int l = c.links[k];
+  }
+}
+
+// Max-min rates of the affected classes on the local links (new_rate_, new_bottleneck_): the link
+// with the smallest fair share (residual / unfixed members), or the smallest per-flow cap if that
+// is lower, fixes its unfixed classes at that level, until every class is fixed. Fixing a class at
+// a level no higher than any share only raises its other links' shares, so the heap of shares is
+// refreshed lazily: every link keeps an entry no higher than its current share, and an entry below
+// it is updated when it reaches the top. The link picked is the one the eager heap (an entry pushed
+// at every change) picks: the least share, ties to the lower link id.
+void Engine::FillProgressively() {
+  const size_t n = affected_.size();
+  new_rate_.assign(n, 0);
+  new_bottleneck_.assign(n, -1);
+  fixed_.assign(n, 0);
+  size_t unfixed = n;
+  auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
+  link_heap_.Clear();
+  for (int l : local_links_) {
+    if (count_[l] > 0) link_heap_.Append(share(l), l);
+  }
+  link_heap_.Build();
+  cap_order_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (active_[affected_[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
+  }
+  std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
+    return active_[affected_[x]].cap < active_[affected_[y]].cap;
+  });
+  size_t next_cap = 0;
+  auto fix = [&](int i, double level, int bottleneck) {
+    fixed_[i] = 1;
+    new_rate_[i] = level;
+    new_bottleneck_[i] = bottleneck;
+    --unfixed;
+    const FlowClass& c = active_[affected_[i]];
+    for (int k = 0; k < c.num_links; ++k) {
+      const int l = c.links[k];
+      if (count_[l] == c.members) {  // its last unfixed class: the link leaves the filling
         residual_[l] -= level * c.members;
-        count_[l] -= c.members;
-        if (count_[l] > 0) push(share(l), l);
-      }
-    };
-    while (unfixed > 0) {
-      while (!link_heap_.empty()) {
-        const Entry& top = link_heap_.front();
-        if (count_[top.second] > 0 && top.first == share(top.second)) break;
-        std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-        link_heap_.pop_back();
-      }
-      while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
-      const double link_level = link_heap_.empty() ? kInf : link_heap_.front().first;
-      const double cap_level =
-          next_cap < cap_order_.size() ? classes_[affected[cap_order_[next_cap]]].cap : kInf;
-      if (link_heap_.empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
-      if (cap_level <= link_level) {
-        fix(cap_order_[next_cap], cap_level, -1);
+        count_[l] = 0;
         continue;
       }
-      const int l = link_heap_.front().second;
-      std::pop_heap(link_heap_.begin(), link_heap_.end(), std::greater<Entry>());
-      link_heap_.pop_back();
-      for (int e = link_head_[l]; e >= 0; e = member_next_[e]) {
-        const int i = member_slot_[e];
-        if (!fixed_[i]) fix(i, link_level, l);
-      }
+      const double before = share(l);
+      residual_[l] -= level * c.members;
+      count_[l] -= c.members;
+      // Rounding can lower a share by an ulp: queue the lower value, as the refresh only raises.
+      const double after = share(l);
+      if (after < before) link_heap_.Push(after, l);
     }
-    seed_links.clear();
-    ++stamp_;  // fresh link marks for the next round's seed set
-    for (size_t i = 0; i < n; ++i) {
-      const int cid = affected[i];
-      FlowClass& c = classes_[cid];
-      const double old = c.rate;
-      const double rate = new_rate_[i];
-      c.bottleneck = new_bottleneck_[i];
-      if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
-      for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
-      c.rate = rate;
-      ScheduleClassFinish(cid, now);
-      if (rate < old) {
-        for (int k = 0; k < c.num_links; ++k) {
-          int l = c.links[k];
-          if (link_mark_[l] != stamp_) {
-            link_mark_[l] = stamp_;
-            seed_links.push_back(l);
-          }
+  };
+  while (unfixed > 0) {
+    while (!link_heap_.Empty()) {
+      const auto [stored, l] = link_heap_.Top();
+      if (count_[l] == 0) {
+        link_heap_.Pop();
+        continue;
+      }
+      const double current = share(l);
+      if (stored == current) break;
+      link_heap_.ReplaceTop(current, l);
+    }
+    while (next_cap < cap_order_.size() && fixed_[cap_order_[next_cap]]) ++next_cap;
+    const double link_level = link_heap_.Empty() ? kInf : link_heap_.Top().first;
+    const double cap_level =
+        next_cap < cap_order_.size() ? active_[affected_[cap_order_[next_cap]]].cap : kInf;
+    if (link_heap_.Empty() && next_cap >= cap_order_.size()) break;  // defensive: no constraint
+    if (cap_level <= link_level) {
+      fix(cap_order_[next_cap], cap_level, -1);
+      continue;
+    }
+    const int l = link_heap_.Top().second;
+    link_heap_.Pop();
+    for (int e = link_head_[l]; e >= 0; e = member_next_[e]) {
+      const int i = member_slot_[e];
+      if (!fixed_[i]) fix(i, link_level, l);
+    }
+  }
+}
+
+// Moves the affected classes to their new rates (rescheduling their next finish); the links of
+// those whose rate dropped become the next round's seed links.
+void Engine::ApplyRates(double now) {
+  seed_links_.clear();
+  ++stamp_;  // fresh link marks for the next round's seed set
+  for (size_t i = 0; i < affected_.size(); ++i) {
+    FlowClass& c = active_[affected_[i]];
+    const double old = c.rate;
+    const double rate = new_rate_[i];
+    c.bottleneck = new_bottleneck_[i];
+    if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
+    for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
+    c.rate = rate;
+    ScheduleFinish(affected_[i], now);
+    if (rate < old) {
+      for (int k = 0; k < c.num_links; ++k) {
+        const int l = c.links[k];
+        if (link_mark_[l] != stamp_) {
+          link_mark_[l] = stamp_;
+          seed_links_.push_back(l);
         }
       }
     }
@@ -912,9 +1031,10 @@ Result<SimResult> Engine::Run() {
     ++num_events_;
     if (!finish_heap_.Empty() &&
         (events_.empty() || finish_heap_.TopTime() <= events_.top().t)) {
-      int cid = finish_heap_.Top();
+      const int slot = finish_heap_.Top();
+      const int cid = active_[slot].cid;
       double t = finish_heap_.TopTime();
-      finish_heap_.Remove(cid);
+      finish_heap_.Remove(slot);
       OnFlowFinish(cid, t);
       FlushUnlessMoreAt(t);
       continue;
@@ -948,6 +1068,8 @@ Result<SimResult> Engine::Run() {
   result.num_messages = num_messages_;
   result.num_events = num_events_;
   result.peak_link_classes = peak_link_classes_;
+  result.num_recomputations = num_recomputations_;
+  result.num_class_updates = num_class_updates_;
   result.network_bytes = network_bytes_;
   result.nvlink_bytes = nvlink_bytes_;
   result.local_bytes = local_bytes_;

@@ -112,6 +112,10 @@ struct SimResult {
   int64_t num_events = 0;
   // Most flow classes sharing one link at once: what one rate recomputation on that link walks.
   int peak_link_classes = 0;
+  // Rate recomputations (batches of flow starts and finishes) and the flow classes they
+  // recomputed, summed over every propagation round: the simulator's work grows with the second.
+  int64_t num_recomputations = 0;
+  int64_t num_class_updates = 0;
   double network_bytes = 0;
   double nvlink_bytes = 0;
   double local_bytes = 0;  // copies, pack/unpack and same-GPU messages

@@ -1,5 +1,5 @@
-// Speed benchmarks of the simulator (targets: DeepSeek-V3 256 -> 256 GPUs in <= 2 s and 4096 GPUs
-// in <= 30 s on one core). Synthetic reshard-shaped plans of the same message counts.
+// Speed benchmarks of the simulator alone on synthetic reshard-shaped plans of DeepSeek-V3's
+// message counts (the planner's plans, with the targets: simulator_scaling_bench.cc).
 //   bazel run -c opt //tests/tools/sim:simulator_benchmark
 #include <benchmark/benchmark.h>
 

@@ -1,6 +1,7 @@
-// Tests for the simulator: hand-computed times for one flow, shared links (max-min fairness), a
-// chain of dependent ops, fan-out, store-and-forward relays, rendezvous of Send/Recv, host staging,
-// the critical path, and rejection of malformed plans.
+// Tests for the simulator: hand-computed times for one flow, shared links (max-min fairness, the
+// order in which progressive filling fixes links, classes going idle and returning), a chain of
+// dependent ops, fan-out, store-and-forward relays, rendezvous of Send/Recv, host staging, the
+// critical path, and rejection of malformed plans.
 #include "tools/sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +88,10 @@ TEST(SimulatorTest, OneNetworkFlowTakesBytesOverBandwidthPlusFixedCosts) {
   ASSERT_EQ(r.op_times.size(), 2u);
   // The message starts when posted; its fixed cost is link time before the bytes.
   EXPECT_NEAR(r.op_times[0].start, 0, 1e-12);
+  // Rates are recomputed when it starts (its class: one update) and when it finishes (no class
+  // left on its links: none).
+  EXPECT_EQ(r.num_recomputations, 2);
+  EXPECT_EQ(r.num_class_updates, 1);
 }
 
 // 100 small messages from one NIC: each message's 10 us fixed cost occupies the NIC, so they take
@@ -255,6 +260,45 @@ TEST(SimulatorTest, IngressSeriesAccountsForEveryNetworkByte) {
   for (double v : r.ingress.bytes[1]) node1 += v;
   EXPECT_NEAR(node1, 1.3e9, 1e3);
   EXPECT_GE(r.ingress.bucket_seconds * 16, r.total_time);
+}
+
+TEST(SimulatorTest, ProgressiveFillingFixesLinksInOrderOfTheirRisingShares) {
+  // Ranks are GPUs, 2 a node, NIC = GPU; every link 1 GB/s. Links: X = tx of r0 (F1, F2, F8),
+  // Y = rx of r2 (F1, F6), Z = rx of r3 (F2..F5). Shares: Z 1/4, X 1/3, Y 1/2. Z fixes F2..F5 at
+  // 1/4, which raises X's share to (1 - 1/4) / 2 = 3/8 (above its first 1/3, still below Y's 1/2):
+  // X fixes F1 and F8 at 3/8, and F6 gets what Y has left, 5/8. Each flow carries 1 s of its rate,
+  // so every op ends at t = 1 exactly when the rates are these.
+  PlanBuilder b(9);
+  b.Message(0, 2, 375'000'000);  // F1: X, Y
+  b.Message(0, 3, 250'000'000);  // F2: X, Z
+  b.Message(1, 3, 250'000'000);  // F3: Z
+  b.Message(4, 3, 250'000'000);  // F4: Z
+  b.Message(5, 3, 250'000'000);  // F5: Z
+  b.Message(6, 2, 625'000'000);  // F6: Y
+  b.Message(0, 8, 375'000'000);  // F8: X
+  SimResult r = SimulatePlan(b.plan());
+  for (size_t op = 0; op < r.op_times.size(); ++op) {
+    EXPECT_NEAR(r.op_times[op].end, 1.0, 1e-9) << "op " << op;
+  }
+}
+
+TEST(SimulatorTest, AClassThatGoesIdleAndReturnsKeepsItsLinksAndRates) {
+  // P (r0 -> r2, 1 GB) runs alone at 1 GB/s. Q (r1 -> r5, 0.5 GB) ends at 0.5 s, its class goes
+  // idle, and at that instant R (r5 -> r2, 0.5 GB, after Q's receive) starts beside P on r2's rx
+  // link while S (r1 -> r5 again, 0.25 GB, after Q's send) brings Q's class back. S runs alone at
+  // 1 GB/s to 0.75 s; P's last 0.5 GB and R share r2's rx at 0.5 GB/s each until 1.5 s.
+  PlanBuilder b(6);
+  auto p = b.Message(0, 2, 1'000'000'000);
+  auto q = b.Message(1, 5, 500'000'000);
+  auto r = b.Message(5, 2, 500'000'000, {q.second});
+  auto s = b.Message(1, 5, 250'000'000, {q.first});
+  SimResult result = SimulatePlan(b.plan());
+  EXPECT_NEAR(result.op_times[q.second].end, 0.5, 1e-9);
+  EXPECT_NEAR(result.op_times[s.second].start, 0.5, 1e-9);
+  EXPECT_NEAR(result.op_times[s.second].end, 0.75, 1e-9);
+  EXPECT_NEAR(result.op_times[r.second].start, 0.5, 1e-9);
+  EXPECT_NEAR(result.op_times[r.second].end, 1.5, 1e-9);
+  EXPECT_NEAR(result.op_times[p.second].end, 1.5, 1e-9);
 }
 
 TEST(SimulatorTest, ManyFlowsOnOneLinkFinishTogether) {

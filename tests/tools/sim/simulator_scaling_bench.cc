@@ -1,0 +1,169 @@
+// Simulator speed against plan size: the CPU time and peak memory of `ferry simulate`'s reshard
+// simulation (planner output, default window) on the model presets' framework layouts, from 128 to
+// 4096 GPUs, each case in a fresh child process so that its peak RSS is its own.
+//   bazel build -c opt //tests/tools/sim:simulator_scaling_bench
+//   taskset -c 0 bazel-bin/tests/tools/sim/simulator_scaling_bench             # every case
+//   bazel-bin/tests/tools/sim/simulator_scaling_bench --case ds-256 [--window N] # one case
+// One line per case: GPUs, messages, simulator events, flow-class rate updates per message
+// (SimResult::num_class_updates) and the most classes on one link (peak), the simulator's thread
+// CPU seconds and CPU per message, the child's peak RSS (planner + plan + simulator), the predicted
+// time, and a digest of every op's end time (to check that two builds predict the same, bit for
+// bit).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "planner/planner.h"
+#include "tools/models/framework_layouts.h"
+#include "tools/models/framework_spec.h"
+#include "tools/models/presets.h"
+#include "tools/sim/cluster.h"
+#include "tools/sim/simulator.h"
+
+namespace ferry::sim {
+namespace {
+
+struct Case {
+  const char* name;
+  const char* model;
+  const char* source;
+  const char* destination;
+};
+
+// DeepSeek-V3 weak scaling as docs/simulator.md's "ferry at scale" (every destination node needs
+// the same quarter of the model), then Kimi-K2 at 4096 GPUs. (Qwen3-235B-A22B at 4096 GPUs, TP8
+// engines, is left out: it did not finish in 9 minutes of CPU.)
+const Case kCases[] = {
+    {"ds-64", "deepseek-v3", "megatron:pp=16,ep=4,first=3,last=2", "vllm:tp=32,ep=32,engines=2"},
+    {"ds-128", "deepseek-v3", "megatron:pp=16,ep=8,first=3,last=2", "vllm:tp=32,ep=32,engines=4"},
+    {"ds-256", "deepseek-v3", "megatron:pp=16,ep=16,first=3,last=2", "vllm:tp=32,ep=32,engines=8"},
+    {"ds-512", "deepseek-v3", "megatron:pp=16,ep=32,first=3,last=2", "vllm:tp=32,ep=32,engines=16"},
+    {"ds-1024", "deepseek-v3", "megatron:pp=16,ep=64,first=3,last=2", "vllm:tp=32,ep=32,engines=32"},
+    {"ds-2048", "deepseek-v3", "megatron:pp=16,ep=128,first=3,last=2", "vllm:tp=32,ep=32,engines=64"},
+    {"kimi-2048", "kimi-k2", "megatron:pp=16,ep=128,first=3,last=2", "vllm:tp=32,ep=32,engines=64"},
+};
+
+double ThreadCpuSeconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+// Plans the case's reshard on dgx-h100 as `ferry simulate` does, simulates it with `window`, and
+// prints its line (without the RSS, which the parent adds). Returns the process exit code.
+int RunCase(const Case& c, int window) {
+  auto fail = [&c](const Status& s) {
+    std::fprintf(stderr, "%s: %s\n", c.name, s.ToString().c_str());
+    return 1;
+  };
+  Result<models::ModelPreset> preset = models::MakePreset(c.model);
+  if (!preset.ok()) return fail(preset.status());
+  Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(c.source);
+  Result<models::FrameworkSpec> dst = models::ParseFrameworkSpec(c.destination);
+  if (!src.ok()) return fail(src.status());
+  if (!dst.ok()) return fail(dst.status());
+  Result<ClusterSpec> cluster = ClusterPreset("dgx-h100");
+  if (!cluster.ok()) return fail(cluster.status());
+  models::RefitOptions refit_options;
+  refit_options.gpus_per_node = cluster->gpus_per_node;
+  Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, refit_options);
+  if (!refit.ok()) return fail(refit.status());
+  const Topology topology = TopologyForCluster(*cluster, refit->topology.NumRanks());
+  Result<RankMapping> mapping = RankMapping::FromTopology(topology, *cluster);
+  if (!mapping.ok()) return fail(mapping.status());
+  Result<PlanResult> planned =
+      MakePlan(Strategy::kReshard, refit->source, refit->destination, topology);
+  if (!planned.ok()) return fail(planned.status());
+  SimOptions options;
+  options.record_op_times = true;
+  options.max_in_flight = window;
+  const double cpu0 = ThreadCpuSeconds();
+  Result<SimResult> r = Simulate(planned->plan, *cluster, *mapping, options);
+  const double cpu = ThreadCpuSeconds() - cpu0;
+  if (!r.ok()) return fail(r.status());
+  double digest = 0;
+  for (const OpTime& t : r->op_times) digest += t.end;
+  const double messages = static_cast<double>(r->num_messages);
+  std::printf("%-10s %6d %10lld %11lld %9.1f %5d %9.3f %9.2f", c.name, topology.NumRanks(),
+              static_cast<long long>(r->num_messages), static_cast<long long>(r->num_events),
+              static_cast<double>(r->num_class_updates) / messages, r->peak_link_classes, cpu,
+              cpu / messages * 1e6);
+  std::printf(" %%RSS%% %.9f %.17g\n", r->total_time, digest);
+  return 0;
+}
+
+// Runs `--case name` in a child process and prints its line with the child's peak RSS.
+bool RunChild(const char* self, const Case& c, const std::string& window) {
+  int fds[2];
+  if (::pipe(fds) != 0) return false;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execl(self, self, "--case", c.name, "--window", window.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  const size_t mark = out.find("%RSS%");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || mark == std::string::npos) {
+    std::printf("%-10s failed\n", c.name);
+    return false;
+  }
+  char rss[32];
+  std::snprintf(rss, sizeof rss, "%8.0f", static_cast<double>(usage.ru_maxrss) / 1024.0);
+  out.replace(mark, 5, rss);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  std::string only;
+  std::string window = std::to_string(SimOptions{}.max_in_flight);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--case") == 0) only = argv[i + 1];
+    else if (std::strcmp(argv[i], "--window") == 0) window = argv[i + 1];
+  }
+  char* end = nullptr;
+  const long window_value = std::strtol(window.c_str(), &end, 10);
+  if (end == window.c_str() || *end != '\0' || window_value < 0 || window_value > (1 << 30)) {
+    std::fprintf(stderr, "--window %s: expected a message count >= 0 (0: unlimited)\n",
+                 window.c_str());
+    return 2;
+  }
+  for (const Case& c : kCases) {
+    if (!only.empty() && only == c.name) return RunCase(c, static_cast<int>(window_value));
+  }
+  if (!only.empty()) {
+    std::fprintf(stderr, "unknown case %s\n", only.c_str());
+    return 2;
+  }
+  std::printf("window %s; dgx-h100; reshard plan; one child process a case\n", window.c_str());
+  std::printf("%-10s %6s %10s %11s %9s %5s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages",
+              "events", "upd/msg", "peak", "sim_cpu_s", "us/msg", "rss_MiB", "predicted_s", "digest");
+  bool ok = true;
+  for (const Case& c : kCases) ok = RunChild(argv[0], c, window) && ok;
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ferry::sim
+
+int main(int argc, char** argv) { return ferry::sim::Main(argc, argv); }
