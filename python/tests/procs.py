@@ -5,13 +5,38 @@ which every child still running is killed (the tests never hang)."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
+    """A port free now and outside the kernel's ephemeral range: the ranks bind it only once they
+    have started (seconds later when they import torch or vLLM), and a port the kernel hands out
+    for bind(0) could meanwhile go to another test's listener, which the ranks would then dial."""
+    low, high = _ephemeral_ports()
+    candidates = [p for p in range(10000, 65536) if not low <= p <= high]
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        port = rng.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -5,6 +5,7 @@
 // Each case has its own deadline and kills the process group.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,16 @@ TEST_P(RunRecoveryTest, AKilledRankIsReplacedAndTheRemainingRefitsVerify) {
 
 INSTANTIATE_TEST_SUITE_P(HostTransports, RunRecoveryTest, ::testing::Values("tcp", "ucx", "libfabric"));
 
-TEST(RunRecoveryTest, ARankKilledDuringARefitIsReplacedAndThatRefitRunsAgain) {
-  ExpectRecovered(RunFerry(RecoverArgs("tcp", "2:kill:mid=2"), 90), 2);
+// The kill lands while refit 2 runs, or, when that refit is quicker than the killing thread,
+// just after every rank finished it: the run resumes at the first refit not finished everywhere.
+TEST(RunRecoveryTest, ARankKilledDuringARefitIsReplacedAndTheFirstUnfinishedRefitRunsAgain) {
+  const Outcome o = RunFerry(RecoverArgs("tcp", "2:kill:mid=2"), 90);
+  const std::string resuming = "resuming at reshard refit ";
+  const size_t at = o.output.find(resuming);
+  ASSERT_NE(at, std::string::npos) << o.output;
+  const int first = std::atoi(o.output.c_str() + at + resuming.size());
+  EXPECT_TRUE(first == 2 || first == 3) << o.output;
+  ExpectRecovered(o, first);
 }
 
 TEST(RunRecoveryTest, FaultsThatCannotBeRecoveredAreRefusedBeforeAnyProcessStarts) {
