@@ -6,52 +6,18 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <random>
 #include <vector>
 
 #include "core/base/float_convert.h"
 #include "core/plan/validate.h"
-#include "core/runtime/strided_copy.h"
 #include "planner/planner.h"
+#include "tests/planner/host_run_testutil.h"
 
 namespace ferry {
 namespace {
 
-// Runs `plan` in op order (a Send's bytes wait by message for their Recv) on host buffers.
-struct HostRun {
-  std::vector<std::vector<uint8_t>> source, destination, slots;
-
-  explicit HostRun(const TransferPlan& plan) {
-    for (const auto& b : plan.source_buffers) source.emplace_back(b.bytes);
-    for (const auto& b : plan.destination_buffers) destination.emplace_back(b.bytes);
-    for (const StagingSlot& s : plan.slots) slots.emplace_back(s.bytes);
-  }
-  uint8_t* At(Space space, int buffer, int64_t offset) {
-    auto& list = space == Space::kSource ? source : space == Space::kDestination ? destination : slots;
-    return list[buffer].data() + offset;
-  }
-  void Run(const TransferPlan& plan) {
-    std::map<int, std::vector<uint8_t>> sent;
-    for (const Op& op : plan.ops) {
-      if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) {
-        const uint8_t* p = At(op.data.space, op.data.buffer, op.data.offset);
-        sent[op.message].assign(p, p + op.bytes);
-      } else if (op.kind == OpKind::kRecv) {
-        ASSERT_EQ(sent.count(op.message), 1u);
-        std::memcpy(At(op.data.space, op.data.buffer, op.data.offset), sent[op.message].data(), op.bytes);
-      } else {
-        for (const CopyPair& c : plan.Copies(op)) {
-          Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
-          ASSERT_TRUE(g.ok()) << g.status().ToString();
-          const char* from = reinterpret_cast<const char*>(At(c.from.space, c.from.buffer, c.from.offset));
-          char* to = reinterpret_cast<char*>(At(c.to.space, c.to.buffer, c.to.offset));
-          ASSERT_TRUE(RunCopySlice(*g, WholeCopy(*g), from, to).ok());
-        }
-      }
-    }
-  }
-};
+using ::ferry::testing::HostRun;
 
 // A [rows, cols] tensor `name` of `dtype`: whole on `rank`, or split by columns over `ranks`.
 void Place(Layout& layout, DType dtype, const std::vector<int>& ranks, int64_t rows, int64_t cols) {
