@@ -9,6 +9,7 @@
 
 #include "core/base/float_convert.h"
 #include "core/cuda/batched_convert.h"
+#include "core/cuda/device_table.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -49,11 +50,6 @@ __global__ void BatchedConvertKernel(const ConvertDescriptor* descriptors, int c
     }
     ConvertElement(d.src_dtype, d.dst_dtype, d.src + src_off, d.dst + dst_off);
   }
-}
-
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 Status CheckConvert(const StridedConvert& c, size_t i) {
@@ -104,20 +100,10 @@ Result<std::unique_ptr<ConvertTable>> ConvertTable::Upload(
     descriptors.push_back(d);
   }
   if (blocks > 0x7fffffff) return InvalidArgument("batched convert too large for one launch");
-  ConvertDescriptor* table = nullptr;
+  void* table = nullptr;
   if (!descriptors.empty()) {
-    const size_t table_bytes = descriptors.size() * sizeof(ConvertDescriptor);
-    FERRY_RETURN_IF_ERROR(CudaStatus(
-        cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
-        "cudaMallocAsync(convert descriptors)"));
-    // From pageable memory the copy is staged before cudaMemcpyAsync returns (see batched_copy.cu).
-    Status copied = CudaStatus(
-        cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(convert descriptors)");
-    if (!copied.ok()) {
-      cudaFreeAsync(table, stream);
-      return copied;
-    }
+    FERRY_ASSIGN_OR_RETURN(
+        table, UploadTable({std::as_bytes(std::span(descriptors))}, stream, "convert descriptors"));
   }
   return std::unique_ptr<ConvertTable>(
       new ConvertTable(stream_ptr, table, static_cast<int64_t>(descriptors.size()), blocks));

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/cuda/batched_copy.h"
+#include "core/cuda/device_table.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -138,11 +139,6 @@ __global__ void BatchedCopyKernel(const CopyDescriptor* descriptors, int num_cop
   }
 }
 
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 // Largest of 16/4/1 dividing `row_bytes` and every row's start address in both buffers.
 int VectorBytes(const CopyDescriptor& d, int64_t row_bytes) {
   uintptr_t bits = reinterpret_cast<uintptr_t>(d.src) | reinterpret_cast<uintptr_t>(d.dst) |
@@ -238,28 +234,12 @@ Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCo
       hints.push_back(static_cast<int32_t>(c));
     }
   }
-  CopyDescriptor* table = nullptr;
+  void* table = nullptr;
   if (!descriptors.empty()) {
     // The descriptors, then the hints, in one allocation.
-    const size_t descriptor_bytes = descriptors.size() * sizeof(CopyDescriptor);
-    const size_t hint_bytes = hints.size() * sizeof(int32_t);
-    FERRY_RETURN_IF_ERROR(CudaStatus(
-        cudaMallocAsync(reinterpret_cast<void**>(&table), descriptor_bytes + hint_bytes, stream),
-        "cudaMallocAsync(copy descriptors)"));
-    // From pageable host memory the copy is staged before cudaMemcpyAsync returns, so
-    // `descriptors` and `hints` may go out of scope.
-    Status copied = CudaStatus(
-        cudaMemcpyAsync(table, descriptors.data(), descriptor_bytes, cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync(copy descriptors)");
-    if (copied.ok()) {
-      copied = CudaStatus(cudaMemcpyAsync(table + descriptors.size(), hints.data(), hint_bytes,
-                                          cudaMemcpyHostToDevice, stream),
-                          "cudaMemcpyAsync(copy hints)");
-    }
-    if (!copied.ok()) {
-      cudaFreeAsync(table, stream);
-      return copied;
-    }
+    FERRY_ASSIGN_OR_RETURN(table, UploadTable({std::as_bytes(std::span(descriptors)),
+                                               std::as_bytes(std::span(hints))},
+                                              stream, "copy descriptors"));
   }
   return std::unique_ptr<CopyTable>(
       new CopyTable(stream_ptr, table, static_cast<int64_t>(descriptors.size()), blocks));

@@ -10,6 +10,7 @@
 
 #include "core/base/fp8_block.h"
 #include "core/cuda/block_quantize.h"
+#include "core/cuda/device_table.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -70,11 +71,6 @@ __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int c
   }
 }
 
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 Status CheckJob(const BlockQuantizeJob& j, size_t i) {
   const std::string name = "block quantize job " + std::to_string(i);
   if (j.src_dtype != DType::kBF16 && j.src_dtype != DType::kFP16 && j.src_dtype != DType::kFP32) {
@@ -117,19 +113,13 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
   }
   if (descriptors.empty()) return Status::Ok();
   if (blocks > 0x7fffffff) return InvalidArgument("block quantize too large for one launch");
-  const size_t table_bytes = descriptors.size() * sizeof(QuantizeDescriptor);
-  QuantizeDescriptor* table = nullptr;
-  FERRY_RETURN_IF_ERROR(CudaStatus(
-      cudaMallocAsync(reinterpret_cast<void**>(&table), table_bytes, stream),
-      "cudaMallocAsync(quantize descriptors)"));
-  // From pageable memory the copy is staged before cudaMemcpyAsync returns (see batched_copy.cu).
-  FERRY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(table, descriptors.data(), table_bytes, cudaMemcpyHostToDevice, stream),
-      "cudaMemcpyAsync(quantize descriptors)"));
+  FERRY_ASSIGN_OR_RETURN(
+      void* table, UploadTable({std::as_bytes(std::span(descriptors))}, stream, "quantize descriptors"));
   BlockQuantizeKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      table, static_cast<int>(descriptors.size()));
-  FERRY_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "BlockQuantizeKernel launch"));
-  return CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
+      static_cast<const QuantizeDescriptor*>(table), static_cast<int>(descriptors.size()));
+  const Status launched = CudaStatus(cudaGetLastError(), "BlockQuantizeKernel launch");
+  const Status freed = CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
+  return launched.ok() ? freed : launched;
 }
 
 }  // namespace ferry::cuda

@@ -5,17 +5,9 @@
 #include <utility>
 
 #include "core/cuda/copy_stream.h"
+#include "core/cuda/device_table.cuh"
 
 namespace ferry::cuda {
-namespace {
-
-Status CudaStatus(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Internal(what + ": " + cudaGetErrorString(err));
-}
-
-}  // namespace
-
 Result<std::unique_ptr<CopyStream>> CopyStream::Create(int device) {
   const int count = DeviceCount();
   if (device < 0 || device >= count) {
