@@ -8,12 +8,17 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 namespace ferry::cli {
 namespace {
 
-void Fire(const Fault& fault, int rank) { fault::AnnounceAndSignal(rank, fault.kind); }
+// Fires at most once per process: a `mid` fault's thread and the refit's end may both reach it.
+void Fire(const Fault& fault, int rank) {
+  static std::once_flag fired;
+  std::call_once(fired, [&] { fault::AnnounceAndSignal(rank, fault.kind); });
+}
 
 }  // namespace
 
@@ -71,6 +76,9 @@ bool FaultDue(const Fault& fault, int rank, bool starting, int refit) {
 }
 
 void MaybeInjectFault(const Fault& fault, int rank, bool starting, int refit) {
+  const bool mid_refit_ended = !starting && fault.mid_refit && fault.rank == rank && fault.signal != 0 &&
+                               fault.refit == refit;
+  if (mid_refit_ended) return Fire(fault, rank);
   if (!FaultDue(fault, rank, starting, refit)) return;
   if (!starting) return Fire(fault, rank);
   std::thread([fault, rank] { Fire(fault, rank); }).detach();

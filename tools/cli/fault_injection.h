@@ -43,7 +43,9 @@ Result<Fault> FaultFromEnvironment();
 bool FaultDue(const Fault& fault, int rank, bool starting, int refit);
 
 // Fires `fault` when FaultDue (a detached thread fires a `mid` fault, so that it lands while the
-// refit runs).
+// refit runs). Called as a `mid` fault's refit finishes, it fires that fault now if its thread
+// has not yet run: on a loaded machine the thread may be scheduled late, and a kill landing after
+// the last refit would leave no refit for the survivors to notice it in.
 void MaybeInjectFault(const Fault& fault, int rank, bool starting, int refit);
 
 // A "corrupt" fault of this rank: flips the lowest bit of the first byte of the first non-empty

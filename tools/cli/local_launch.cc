@@ -159,7 +159,9 @@ class Launch {
       e.exit_code = e.signaled ? 0 : WEXITSTATUS(status);
       result_.exits[r] = e;
       if (!e.signaled && e.exit_code == 0) continue;
-      if (options_.replace_failed && r != 0 && !replaced_[r] && !failed_) {
+      // Rank 0 hosts the store: once it has exited, a replacement would have no job to join.
+      const bool store_host_running = pids_[0] > 0;
+      if (options_.replace_failed && r != 0 && !replaced_[r] && !failed_ && store_host_running) {
         replaced_[r] = true;
         result_.replaced.push_back(e);
         std::printf("ferry run: launcher: rank %d %s; starting its replacement (FERRY_REPLACEMENT=1)\n", r,

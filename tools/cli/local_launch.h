@@ -8,7 +8,8 @@
 //  - at `timeout_seconds` every child still running is killed;
 //  - with `replace_failed`, a rank other than 0 (the store host) whose process fails is instead
 //    started again, once, as its replacement (FERRY_REPLACEMENT=1: it joins the survivors' next
-//    epoch, core/runtime/communicator.h), and the run goes on.
+//    epoch, core/runtime/communicator.h), and the run goes on; not once rank 0 has exited, when
+//    there is no job left to join.
 // The call blocks until every child has been reaped. Not thread-safe (uses fork); call it from
 // the main thread of a process that runs no other threads.
 #pragma once

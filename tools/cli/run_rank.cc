@@ -289,10 +289,12 @@ std::string RefitName(const RankContext& c, const RunVariant& variant, int it) {
 }
 
 // The injected fault of this rank, if due now (`starting` refit `it` or having finished it):
-// recorded in the store first under --recover (for rank 0's report), then fired.
+// recorded in the store first under --recover (for rank 0's report), then fired. A `mid` fault
+// whose thread has not yet fired is fired as its refit finishes (recorded when it started).
 void FaultPoint(const RankContext& c, const RunPoint& at, bool starting) {
   const int measured = at.iteration - c.args.warmup + 1;
-  if (measured < 1 || !FaultDue(c.fault, c.rank, starting, measured)) return;
+  if (measured < 1) return;
+  if (!FaultDue(c.fault, c.rank, starting, measured)) return MaybeInjectFault(c.fault, c.rank, starting, measured);
   if (c.recovery != nullptr) (void)RecordFault(*c.recovery, c.fault, at);
   MaybeInjectFault(c.fault, c.rank, starting, measured);
 }

@@ -36,14 +36,20 @@ TEST(LocalLaunchTest, RefusesHundredsOfThousandsOfRanksBeforeForking) {
 }
 
 // A rank process of the tests below: LAUNCH_TEST_FAIL="<rank>" makes that rank's first process
-// die of SIGKILL; "<rank>:again" makes its replacement fail too (status 3).
+// die of SIGKILL; "<rank>:again" makes its replacement fail too (status 3); "<rank>:late" makes it
+// die only after the others (rank 0, the store host, among them) have exited. The others exit 0
+// after a while, as rank 0 of a real job outlives a replacement.
 TEST(LocalLaunchChild, Rank) {
   const char* fail = std::getenv("LAUNCH_TEST_FAIL");
   if (fail == nullptr) GTEST_SKIP() << "runs only as a launched rank";
   const std::string spec = fail;
   const int rank = std::atoi(std::getenv("RANK"));
   const bool replacement = std::getenv("FERRY_REPLACEMENT") != nullptr;
-  if (rank != std::atoi(spec.c_str())) ::_exit(0);
+  if (rank != std::atoi(spec.c_str())) {
+    ::usleep(1'500'000);
+    ::_exit(0);
+  }
+  if (spec.find(":late") != std::string::npos) ::usleep(4'000'000);
   if (!replacement) ::raise(SIGKILL);
   ::_exit(spec.find(":again") != std::string::npos ? 3 : 0);
 }
@@ -82,6 +88,17 @@ TEST(LocalLaunchTest, RankZeroAndASecondFailureAreNotReplaced) {
   EXPECT_FALSE(again->ok());
   EXPECT_EQ(again->replaced.size(), 1u);
   EXPECT_NE(again->Describe(30).find("rank 1 exited with status 3"), std::string::npos) << again->Describe(30);
+}
+
+// A rank that dies once rank 0 has gone has no store to rejoin: a replacement would wait for
+// peers that are gone until the run's deadline.
+TEST(LocalLaunchTest, ARankThatDiesAfterTheStoreHostExitedIsNotReplaced) {
+  Result<LaunchResult> late = LaunchFailing("2:late");
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  EXPECT_FALSE(late->ok());
+  EXPECT_FALSE(late->timed_out);
+  EXPECT_TRUE(late->replaced.empty());
+  EXPECT_NE(late->Describe(30).find("rank 2 died of signal 9"), std::string::npos) << late->Describe(30);
 }
 
 }  // namespace
