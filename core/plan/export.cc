@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/plan/staging_layout.h"
+
 namespace ferry {
 namespace {
 
@@ -196,6 +198,7 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
   w.BeginObject();
   w.Member("strategy", plan.strategy);
   w.Member("num_ranks", plan.num_ranks);
+  if (Result<int64_t> needed = PlanOrderStagingBytes(plan); needed.ok()) w.Member("staging_needed", *needed);
   w.Key("source_buffers");
   WriteBuffers(w, plan.source_buffers, source);
   w.Key("destination_buffers");

@@ -14,6 +14,8 @@ namespace ferry {
 
 // `indent` < 0 gives compact JSON, else nlohmann::json's dump(indent) layout. Buffers are listed
 // by rank and size; given the layouts the plan was made from, with their names too.
+// `staging_needed` is PlanOrderStagingBytes (staging_layout.h): the smallest
+// executor.staging_budget that runs the plan with every message staged.
 //
 // WritePlanJson writes to `out` as it reads the plan: no memory beyond the stream's buffer, for
 // plans of any size. PlanToJson returns the same text as a string (for tests and small plans);

@@ -13,6 +13,9 @@
 // allocations through CUDA IPC and move the whole message with one kernel.
 // Staging slots live in one arena of at most executor.staging_budget bytes, allocated when the first
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
+// When a run's slots do not all fit the budget at once, the budget must hold their plan-order
+// layout (core/plan/staging_layout.h; else the run fails before any op starts), which is kept
+// for the op first in plan order (staging_placement.h): no run stalls for staging.
 // Transport registrations are kept across runs of one communicator epoch (see
 // ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its
 // peer and the transport, aborts the communicator (so peers fail fast instead of waiting out their

@@ -19,6 +19,11 @@ void AddSlotRefs(const Region& r, std::vector<int>& slots) {
   }
 }
 
+// "2.98 MiB = 3124736 bytes": readable, and exact where a budget is one byte short.
+std::string BytesExactly(int64_t bytes) {
+  return FormatBytes(static_cast<double>(bytes)) + " = " + std::to_string(bytes) + " bytes";
+}
+
 bool IsNetwork(OpKind kind) {
   return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
 }
@@ -140,24 +145,44 @@ Status RankRun::BuildDependencies() {
   return CheckStagingFits();
 }
 
-// Every op's slots, as the arena grants them (ArenaAllocator::Granted), must fit the staging
-// budget at once (an op gets all its slots or waits); sizes the arena for all slots together,
-// capped by the budget.
+// Every op's slots, as the arena grants them (FirstFitAllocator::Granted), must fit the staging
+// budget at once (an op gets all its slots or waits). When the run's slots do not all fit the
+// budget together, the budget must also hold their plan-order layout (staging_layout.h), which
+// the placement then keeps for the op plan order waits for (staging_placement.h); ranks that post
+// on a grouped transport take space round by round instead, and are checked op by op only.
 Status RankRun::CheckStagingFits() {
   const int64_t budget = res_.options.staging_budget;
   int64_t total = 0;
-  for (const auto& [slot, uses] : slot_uses_) total += ArenaAllocator::Granted(SlotBytes(slot));
+  for (const auto& [slot, uses] : slot_uses_) total += FirstFitAllocator::Granted(SlotBytes(slot));
+  arena_needed_ = std::min(budget, total);
+  tight_layout_.reset();
   for (int i = 0; i < n_; ++i) {
     int64_t need = 0;
-    for (int slot : slots_of_[i]) need += ArenaAllocator::Granted(SlotBytes(slot));
+    for (int slot : slots_of_[i]) need += FirstFitAllocator::Granted(SlotBytes(slot));
     if (need > budget) {
-      return InvalidArgument(Describe(i) + " needs " + FormatBytes(static_cast<double>(need)) +
+      return InvalidArgument(Describe(i) + " needs " + BytesExactly(need) +
                              " of staging at once (its slots in 256-byte units), more than "
-                             "executor.staging_budget (" +
-                             FormatBytes(static_cast<double>(budget)) + ")");
+                             "executor.staging_budget (" + BytesExactly(budget) + ")");
     }
   }
-  arena_needed_ = std::min(budget, total);
+  if (total <= budget) return Status::Ok();
+  for (int i = 0; i < n_; ++i) {
+    if (!IsNetwork(OpAt(i).kind)) continue;
+    FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(OpAt(i).peer));
+    if (t->capabilities().grouped) return Status::Ok();
+  }
+  std::vector<int> round(static_cast<size_t>(n_));
+  for (int i = 0; i < n_; ++i) round[static_cast<size_t>(i)] = OpAt(i).round;
+  FERRY_ASSIGN_OR_RETURN(StagingLayout layout,
+                         LayOutStagingInPlanOrder(round, dependents_, slots_of_,
+                                                  [this](int slot) { return SlotBytes(slot); }));
+  if (layout.extent > budget) {
+    return InvalidArgument("rank " + std::to_string(rank_) + " needs " + BytesExactly(layout.extent) +
+                           " of staging for its slots as its ops take them in plan order (first fit, "
+                           "256-byte units; `ferry plan` prints the plan's need), more than "
+                           "executor.staging_budget (" + BytesExactly(budget) + ")");
+  }
+  tight_layout_ = std::move(layout);
   return Status::Ok();
 }
 
@@ -177,7 +202,13 @@ Status RankRun::ReserveStaging() {
     FERRY_RETURN_IF_ERROR(std::move(allocated).WithContext("staging arena"));
   }
   stats_.staging_arena_bytes = res_.arena.bytes();
-  allocator_.Reset(res_.arena.bytes());
+  if (tight_layout_) {
+    placement_.ResetTight(std::move(*tight_layout_), res_.arena.bytes());
+  } else {
+    placement_.ResetLoose(res_.arena.bytes());
+  }
+  op_started_.assign(static_cast<size_t>(n_), 0);
+  first_unstarted_ = 0;
   return Status::Ok();
 }
 
@@ -273,10 +304,7 @@ void RankRun::MakeReady(int i) {
 void RankRun::Complete(int i) {
   ++completed_;
   for (int slot : slots_of_[i]) {
-    if (--slot_uses_[slot] == 0) {
-      allocator_.Free(slot_offset_.at(slot));
-      slot_offset_.erase(slot);
-    }
+    if (--slot_uses_[slot] == 0) placement_.Release(slot);
   }
   for (int d : dependents_[i]) {
     if (--deps_left_[d] == 0) MakeReady(d);
@@ -285,11 +313,14 @@ void RankRun::Complete(int i) {
 
 // Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
 // messages from arriving unexpected), then local copies. Staging is granted in that order too:
-// once one op cannot get its slots, later ones needing slots wait (no overtaking).
+// once one op cannot get its slots, later ones needing slots wait (no overtaking), except the op
+// first in plan order, which has its own place (GrantStaging).
 Status RankRun::StartReady() {
-  int64_t seen = -1;
-  while (seen != readied_) {  // inline completions may ready more ops: scan again
-    seen = readied_;
+  int64_t seen_readied = -1, seen_completed = -1;
+  // Inline completions may ready more ops or free staging an op of this scan waited for: scan again.
+  while (seen_readied != readied_ || seen_completed != completed_) {
+    seen_readied = readied_;
+    seen_completed = completed_;
     staging_blocked_ = false;
     FERRY_RETURN_IF_ERROR(StartGroupedRounds());
     for (auto it = ready_network_.begin();
@@ -309,7 +340,7 @@ Status RankRun::StartReady() {
       if (!started) {
         ready_local_.insert(i);
         it = ready_local_.upper_bound(i);
-      } else if (readied_ != seen) {
+      } else if (readied_ != seen_readied) {
         break;  // an inline copy readied ops (maybe earlier ones): rescan from the start
       }
     }
@@ -320,39 +351,44 @@ Status RankRun::StartReady() {
 // Starts op i if its staging slots can be granted; false when it must wait for space.
 Result<bool> RankRun::TryStart(int i) {
   if (roles_.role[i] == DirectRole::kElided) {  // a Pack or Unpack a direct read makes unnecessary
+    op_started_[static_cast<size_t>(i)] = 1;
     Complete(i);
     return true;
   }
   if (!GrantStaging(i)) return false;
+  op_started_[static_cast<size_t>(i)] = 1;
   const Op& op = OpAt(i);
   Status started = IsNetwork(op.kind) ? StartNetwork(i) : StartCopy(i);
   if (!started.ok()) return started.WithContext(Describe(i));
   return true;
 }
 
-// Allocates op i's slots that are not allocated yet, all or none. Fails (and blocks later ops of
-// this scan that need space) when the arena has no room.
-bool RankRun::GrantStaging(int i) {
-  bool needs_space = false;
-  for (int slot : slots_of_[i]) needs_space |= slot_offset_.count(slot) == 0;
-  if (!needs_space) return true;
-  if (staging_blocked_ || AheadOfGroupedRounds(i)) return false;
-  std::vector<std::pair<int, int64_t>> got;
-  for (int slot : slots_of_[i]) {
-    if (slot_offset_.count(slot) != 0) continue;
-    int64_t offset = allocator_.Allocate(SlotBytes(slot));
-    if (offset < 0) {
-      for (auto& [s, o] : got) {
-        allocator_.Free(o);
-        slot_offset_.erase(s);
-      }
-      staging_blocked_ = true;
-      return false;
-    }
-    slot_offset_[slot] = offset;
-    got.emplace_back(slot, offset);
+// Whether op i is the first op in plan order not started yet (tight placement only).
+bool RankRun::FirstUnstarted(int i) {
+  const std::vector<int>& order = placement_.order();
+  while (first_unstarted_ < order.size() && op_started_[static_cast<size_t>(order[first_unstarted_])]) {
+    ++first_unstarted_;
   }
-  stats_.peak_staging_bytes = std::max(stats_.peak_staging_bytes, allocator_.in_use());
+  return first_unstarted_ < order.size() && order[first_unstarted_] == i;
+}
+
+// Allocates op i's slots that are not allocated yet, all or none: the first op in plan order not
+// yet started at its plan-order offsets, any other first fit. Fails when there is no room now; a
+// first-fit failure blocks later ops of this scan that need space (no overtaking).
+bool RankRun::GrantStaging(int i) {
+  const auto bytes = [this](int slot) { return SlotBytes(slot); };
+  bool needs_space = false;
+  for (int slot : slots_of_[i]) needs_space |= !placement_.Placed(slot);
+  if (!needs_space) return true;
+  if (placement_.tight() && FirstUnstarted(i)) {
+    if (!placement_.Place(slots_of_[i], true, bytes)) return false;
+  } else if (staging_blocked_ || AheadOfGroupedRounds(i)) {
+    return false;
+  } else if (!placement_.Place(slots_of_[i], false, bytes)) {
+    staging_blocked_ = true;
+    return false;
+  }
+  stats_.peak_staging_bytes = std::max(stats_.peak_staging_bytes, placement_.in_use());
   return true;
 }
 
@@ -762,12 +798,12 @@ std::string RankRun::Describe(int i) const {
 
 Result<char*> RankRun::BaseOf(const Region& r) const {
   if (r.space == Space::kStaging) {
-    auto it = slot_offset_.find(r.buffer);
-    if (it == slot_offset_.end()) return Internal("staging slot used before allocation");
+    const int64_t slot_offset = placement_.OffsetOf(r.buffer);
+    if (slot_offset < 0) return Internal("staging slot used before allocation");
     if (r.offset < 0 || r.offset + r.NumBytes() > SlotBytes(r.buffer)) {
       return OutOfRange("region outside staging slot " + std::to_string(r.buffer));
     }
-    return res_.arena.data() + it->second + r.offset;
+    return res_.arena.data() + slot_offset + r.offset;
   }
   const std::vector<MemoryDesc>& table =
       r.space == Space::kSource ? memory_.source : memory_.destination;

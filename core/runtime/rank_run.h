@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -56,6 +57,7 @@
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
 #include "core/runtime/staging_arena.h"
+#include "core/runtime/staging_placement.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
@@ -126,6 +128,7 @@ class RankRun {
   Status StartReady();
   Result<bool> TryStart(int i);
   bool GrantStaging(int i);
+  bool FirstUnstarted(int i);
   Status StartCopy(int i);
   Status StartQuantize(int i);
   Result<bool> DispatchCopies(int i, std::span<const CopyGeometry> geometries,
@@ -220,9 +223,11 @@ class RankRun {
   std::vector<std::vector<int>> dependents_;
   std::vector<std::vector<int>> slots_of_;
   std::map<int, int> slot_uses_;          // slot -> ops still using it
-  std::map<int, int64_t> slot_offset_;    // slot -> offset in the arena, while allocated
   int64_t arena_needed_ = 0;
-  ArenaAllocator allocator_;
+  std::optional<StagingLayout> tight_layout_;  // when the run's slots do not all fit the budget
+  StagingPlacement placement_;
+  std::vector<char> op_started_;  // by op: started (or elided)
+  size_t first_unstarted_ = 0;  // in placement_.order(): the first op not started
   bool staging_blocked_ = false;  // this scan, an earlier op could not get its slots
 
   // CUDA memory.

@@ -175,7 +175,7 @@ Status RankRun::FlushGpuReads() {
 // OnGpuDone); a Recv receives into its bounce slot (then BounceIn, from OnRequestDone).
 Status RankRun::StartBounced(int i) {
   const Op& op = OpAt(i);
-  char* bounce = res_.arena.data() + slot_offset_.at(bounce_of_[i]);
+  char* bounce = res_.arena.data() + placement_.OffsetOf(bounce_of_[i]);
   if (op.kind == OpKind::kRecv) return PostData(i, bounce, res_.arena.data());
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(at, bounce, op.bytes)}));
@@ -187,7 +187,7 @@ Status RankRun::StartBounced(int i) {
 // A bounced Recv's bytes arrived: copy them up into the CUDA region, then the op completes.
 Status RankRun::BounceIn(int i) {
   const Op& op = OpAt(i);
-  const char* bounce = res_.arena.data() + slot_offset_.at(bounce_of_[i]);
+  const char* bounce = res_.arena.data() + placement_.OffsetOf(bounce_of_[i]);
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(bounce, at, op.bytes)}));
   gpu_ops_[ticket] = {i};
@@ -227,7 +227,7 @@ void RankRun::OnGpuDone(int i) {
       next = FinishRead(i);
       break;
     case GpuNext::kPostSend:
-      next = PostData(i, res_.arena.data() + slot_offset_.at(bounce_of_[i]), res_.arena.data());
+      next = PostData(i, res_.arena.data() + placement_.OffsetOf(bounce_of_[i]), res_.arena.data());
       break;
   }
   if (!next.ok() && failure_.ok()) failure_ = next.WithContext(Describe(i));

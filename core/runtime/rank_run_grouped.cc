@@ -122,13 +122,11 @@ bool RankRun::GrantRound(const std::vector<int>& ops) {
   for (int i : ops) {
     std::vector<int> missing;
     for (int slot : slots_of_[i]) {
-      if (slot_offset_.count(slot) == 0) missing.push_back(slot);
+      if (!placement_.Placed(slot)) missing.push_back(slot);
     }
     if (!GrantStaging(i)) {
       for (int slot : granted) {
-        if (slot_offset_.count(slot) == 0) continue;
-        allocator_.Free(slot_offset_.at(slot));
-        slot_offset_.erase(slot);
+        if (placement_.Placed(slot)) placement_.Release(slot);
       }
       staging_blocked_ = true;
       return false;

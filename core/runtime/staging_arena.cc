@@ -1,4 +1,4 @@
-// StagingArena and ArenaAllocator: see staging_arena.h.
+// StagingArena: see staging_arena.h.
 #include "core/runtime/staging_arena.h"
 
 #include <algorithm>
@@ -48,46 +48,6 @@ Status StagingArena::ReallocateOnDevice(int64_t bytes, int device) {
   bytes_ = bytes;
   device_ = device;
   return Status::Ok();
-}
-
-void ArenaAllocator::Reset(int64_t capacity) {
-  free_.clear();
-  used_.clear();
-  in_use_ = 0;
-  free_[0] = capacity;
-}
-
-int64_t ArenaAllocator::Allocate(int64_t bytes) {
-  bytes = Granted(bytes);
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < bytes) continue;
-    int64_t offset = it->first, size = it->second;
-    free_.erase(it);
-    if (size > bytes) free_[offset + bytes] = size - bytes;
-    used_[offset] = bytes;
-    in_use_ += bytes;
-    return offset;
-  }
-  return -1;
-}
-
-void ArenaAllocator::Free(int64_t offset) {
-  int64_t bytes = used_.at(offset);
-  used_.erase(offset);
-  in_use_ -= bytes;
-  auto it = free_.emplace(offset, bytes).first;
-  auto next = std::next(it);
-  if (next != free_.end() && it->first + it->second == next->first) {
-    it->second += next->second;
-    free_.erase(next);
-  }
-  if (it != free_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second == it->first) {
-      prev->second += it->second;
-      free_.erase(it);
-    }
-  }
 }
 
 }  // namespace ferry

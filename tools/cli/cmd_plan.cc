@@ -16,6 +16,7 @@
 #include "core/base/strings.h"
 #include "core/layout/tensor_stack.h"
 #include "core/plan/export.h"
+#include "core/plan/staging_layout.h"
 #include "core/plan/validate.h"
 #include "core/refit/refit.h"
 #include "tools/cli/commands.h"
@@ -96,6 +97,7 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const C
   report.stacks = result->stacks;
   report.stats = refit->Stats();
   report.transfers = CountTransfers(result->plan);
+  FERRY_ASSIGN_OR_RETURN(report.staging_needed, PlanOrderStagingBytes(result->plan));
   if (strategy == args.strategy) {
     const TransferPlan& plan = result->plan;
     if (!args.json_file.empty()) {
@@ -195,6 +197,7 @@ std::string FormatPlanReport(const PlanReport& r) {
       bytes(b.stats.pack_bytes + b.stats.unpack_bytes));
   row("max node ingress", bytes(a.stats.max_node_ingress), bytes(b.stats.max_node_ingress));
   row("max node egress", bytes(a.stats.max_node_egress), bytes(b.stats.max_node_egress));
+  row("staging needed per rank", bytes(a.staging_needed), bytes(b.staging_needed));
   row("longest message chain", Count(a.stats.longest_message_chain),
       Count(b.stats.longest_message_chain));
   row("lower bound", Seconds(a.stats.lower_bound.seconds), Seconds(b.stats.lower_bound.seconds));

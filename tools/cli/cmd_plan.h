@@ -48,6 +48,9 @@ struct StrategyReport {
   double planning_seconds = 0;  // wall time of the planner call
   PlanPhaseSeconds phases;      // the planner's passes (reshard only)
   int stacks = 0;               // tensor families planned as stacks (reshard only)
+  // The smallest executor.staging_budget that runs the plan with every message staged
+  // (PlanOrderStagingBytes, core/plan/staging_layout.h).
+  int64_t staging_needed = 0;
 };
 
 struct PlanReport {

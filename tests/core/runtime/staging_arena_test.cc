@@ -1,4 +1,4 @@
-// ArenaAllocator: first fit in 256-byte units, all-or-nothing blocks, neighbours merged on free.
+// StagingArena: the block it holds, host or pinned.
 #include "core/runtime/staging_arena.h"
 
 #include "core/cuda/batched_copy.h"
@@ -7,28 +7,6 @@
 
 namespace ferry {
 namespace {
-
-TEST(ArenaAllocatorTest, FirstFitRoundsUpAndRefusesWhatDoesNotFit) {
-  ArenaAllocator a;
-  a.Reset(1024);
-  EXPECT_EQ(a.Allocate(1), 0);      // rounded up to 256
-  EXPECT_EQ(a.Allocate(300), 256);  // rounded up to 512
-  EXPECT_EQ(a.in_use(), 768);
-  EXPECT_EQ(a.Allocate(512), -1);
-  EXPECT_EQ(a.Allocate(256), 768);
-}
-
-TEST(ArenaAllocatorTest, FreedNeighboursMergeIntoOneBlock) {
-  ArenaAllocator a;
-  a.Reset(768);
-  const int64_t x = a.Allocate(256), y = a.Allocate(256), z = a.Allocate(256);
-  a.Free(x);
-  a.Free(z);
-  EXPECT_EQ(a.Allocate(512), -1);  // two free blocks of 256, not adjacent
-  a.Free(y);
-  EXPECT_EQ(a.in_use(), 0);
-  EXPECT_EQ(a.Allocate(768), 0);
-}
 
 TEST(StagingArenaTest, ReallocateReplacesTheBlock) {
   StagingArena arena;

@@ -185,58 +185,54 @@ TEST(RunIntegrationTest, ThePlanFerryPlanPrintsIsThePlanFerryRunExecutes) {
   EXPECT_NE(ReadText(dir + "/default.json"), a);
 }
 
-// The smallest staging budget a plan can run in: the most bytes one op's staging slots take at
-// once, each rounded up as the executor's arena allocates (core/runtime/staging_arena.cc: 256-byte
-// granules), from the plan `ferry plan --json` writes.
+// The smallest staging budget a plan runs in, as `ferry plan --json` states it (staging_needed:
+// core/plan/staging_layout.h).
 int64_t SmallestStagingBudget(const std::string& plan_json) {
-  const nlohmann::json plan = nlohmann::json::parse(ReadText(plan_json));
-  auto granted = [&](int slot) {
-    const int64_t bytes = plan.at("slots").at(slot).at("bytes").get<int64_t>();
-    return std::max<int64_t>((bytes + 255) / 256 * 256, 256);
-  };
-  int64_t smallest = 0;
-  for (const nlohmann::json& op : plan.at("ops")) {
-    std::vector<int> slots;
-    auto add = [&](const nlohmann::json& region) {
-      if (region.at("space") != "staging") return;
-      const int slot = region.at("buffer").get<int>();
-      if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
-    };
-    if (op.contains("data")) add(op.at("data"));
-    if (op.contains("copies")) {
-      for (const nlohmann::json& pair : op.at("copies")) {
-        add(pair.at("from"));
-        add(pair.at("to"));
-      }
-    }
-    int64_t bytes = 0;
-    for (int slot : slots) bytes += granted(slot);
-    smallest = std::max(smallest, bytes);
-  }
-  return smallest;
+  return nlohmann::json::parse(ReadText(plan_json)).at("staging_needed").get<int64_t>();
 }
 
-// Every message staged (direct reads off), the staging budget as small as the plan allows and one
-// message in flight per rank: the reshard still completes bit-exact, so no op waits for staging
-// space or a window slot that only another waiting op could free.
-TEST(RunIntegrationTest, ReshardCompletesWithTheSmallestStagingBudgetAndAWindowOfOne) {
-  const std::vector<std::string> refit = {"--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
-                                          "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2"};
-  const std::string plan_json = std::string(std::getenv("TEST_TMPDIR")) + "/smallest.json";
+// Runs `refit` (ferry's refit arguments) with every message staged (direct reads off), the staging
+// budget `ferry plan` states the plan needs and one message in flight per rank: it must still
+// complete verified, so no op waits for staging space or a window slot that only another waiting
+// op could free. One byte less is refused before any op runs, naming the need.
+void ExpectRunsInTheSmallestStagingBudget(const std::vector<std::string>& refit, const std::string& name) {
+  const std::string plan_json = std::string(std::getenv("TEST_TMPDIR")) + "/" + name + ".json";
   std::vector<std::string> plan = {"plan", "--strategy", "reshard", "--json", plan_json};
   plan.insert(plan.end(), refit.begin(), refit.end());
   ASSERT_EQ(RunFerry(plan, 60).exit_code, 0);
   const int64_t budget = SmallestStagingBudget(plan_json);
   ASSERT_GT(budget, 0);
-  std::vector<std::string> run = {"run", "--strategy", "reshard", "--transport", "tcp", "--verify",
-                                  "--iterations", "2", "--warmup", "0", "--set",
-                                  "executor.direct_intra_node=false", "--set",
-                                  "executor.max_in_flight=1", "--set",
-                                  "executor.staging_budget=" + std::to_string(budget)};
-  run.insert(run.end(), refit.begin(), refit.end());
-  Outcome o = RunFerry(run, 90);
-  ExpectVerified(o, 1);
-  EXPECT_NE(o.output.find("peak staging/rank"), std::string::npos) << o.output;
+  auto run = [&](int64_t bytes) {
+    std::vector<std::string> args = {"run", "--strategy", "reshard", "--transport", "tcp", "--verify",
+                                     "--iterations", "2", "--warmup", "0", "--set",
+                                     "executor.direct_intra_node=false", "--set", "executor.max_in_flight=1",
+                                     "--set", "executor.staging_budget=" + std::to_string(bytes)};
+    args.insert(args.end(), refit.begin(), refit.end());
+    return RunFerry(args, 90);
+  };
+  const Outcome fits = run(budget);
+  ExpectVerified(fits, 1);
+  EXPECT_NE(fits.output.find("peak staging/rank"), std::string::npos) << fits.output;
+  const Outcome short_by_one = run(budget - 1);
+  EXPECT_EQ(short_by_one.exit_code, 1) << short_by_one.output;
+  EXPECT_NE(short_by_one.output.find(" = " + std::to_string(budget - 1) + " bytes)"), std::string::npos)
+      << short_by_one.output;
+  EXPECT_NE(short_by_one.output.find(" = " + std::to_string(budget) + " bytes of staging"), std::string::npos)
+      << short_by_one.output;
+}
+
+TEST(RunIntegrationTest, ReshardCompletesWithTheSmallestStagingBudgetAndAWindowOfOne) {
+  ExpectRunsInTheSmallestStagingBudget({"--model", "qwen3-30b-a3b", "--scale", "1/64", "--src", "megatron:tp=2,ep=2",
+                                        "--dst", "vllm:tp=2,dp=2"},
+                                       "qwen3");
+}
+
+// Block-scaled fp8 destinations keep each matrix's bf16 rows in a slot until it is quantized, over
+// several receives: the case where slots outlive the op that took them.
+TEST(RunIntegrationTest, BlockQuantizingCompletesWithTheSmallestStagingBudgetAndAWindowOfOne) {
+  ExpectRunsInTheSmallestStagingBudget({"--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
+                                        "tests/tools/cli/testdata/fp8_block_dst.yaml"},
+                                       "fp8_block");
 }
 
 // The rest of the line that starts with `label` (trimmed), or "" when there is none.

@@ -1,0 +1,65 @@
+// Where a rank's staging slots lie in its staging arena: the first-fit allocator that places
+// them (in 256-byte units), and the plan-order layout, from which the executor's staging contract
+// follows.
+//
+// The plan-order layout runs a rank's ops one at a time, in plan order (lowest (round, index)
+// first among the ops whose dependencies are done), each taking its slots that are not placed yet
+// from the first-fit allocator and freeing, once done, the slots no later op uses. Its extent is
+// the staging that rank needs: the executor refuses a smaller executor.staging_budget before
+// running anything, and with at least that much it never waits for space that only a waiting op
+// could free (core/runtime/executor.h says how it uses the layout).
+//
+// Thread-safety: none; values and functions without shared state.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plan/plan.h"
+
+namespace ferry {
+
+// First-fit allocator over [0, capacity), in 256-byte units. Hands out offsets only.
+class FirstFitAllocator {
+ public:
+  // Forgets every allocation and manages [0, capacity).
+  void Reset(int64_t capacity);
+  // Returns the offset of `bytes` free bytes, or -1 when no free block is large enough.
+  int64_t Allocate(int64_t bytes);
+  // What an allocation of `bytes` takes: whole 256-byte units, at least one.
+  static int64_t Granted(int64_t bytes) { return std::max<int64_t>((bytes + 255) & ~int64_t{255}, 256); }
+  // Frees the allocation at `offset` (an offset Allocate returned), merging free neighbours.
+  void Free(int64_t offset);
+  int64_t in_use() const { return in_use_; }
+
+ private:
+  std::map<int64_t, int64_t> free_;            // offset -> bytes
+  std::unordered_map<int64_t, int64_t> used_;  // offset -> bytes
+  int64_t in_use_ = 0;
+};
+
+struct StagingLayout {
+  std::vector<int> order;                   // the rank's ops (local indices) in plan order
+  std::unordered_map<int, int64_t> offset;  // slot -> its offset in the arena
+  int64_t extent = 0;                       // bytes of arena the layout reaches
+};
+
+// The plan-order layout of one rank's ops, by local index i: `round[i]`, `dependents[i]` (the
+// local ops that wait for op i) and `slots[i]` (the distinct slots op i uses); `slot_bytes(s)` is
+// slot s's size. Fails when the dependencies form a cycle.
+Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
+                                               const std::vector<std::vector<int>>& dependents,
+                                               const std::vector<std::vector<int>>& slots,
+                                               const std::function<int64_t(int)>& slot_bytes);
+
+// The most staging one rank of `plan` needs in plan order when every message is staged (direct
+// reads off) and no CUDA data bounces through host memory: the smallest executor.staging_budget
+// that runs the plan so.
+Result<int64_t> PlanOrderStagingBytes(const TransferPlan& plan);
+
+}  // namespace ferry

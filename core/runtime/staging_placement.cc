@@ -1,0 +1,86 @@
+// Placing a run's staging slots in the arena (see staging_placement.h).
+#include "core/runtime/staging_placement.h"
+
+#include <utility>
+
+namespace ferry {
+
+void StagingPlacement::ResetLoose(int64_t capacity) {
+  tight_ = false;
+  layout_ = StagingLayout{};
+  spare_.Reset(capacity);
+  offset_.clear();
+  in_order_.clear();
+  held_.clear();
+  in_order_bytes_ = 0;
+}
+
+void StagingPlacement::ResetTight(StagingLayout layout, int64_t capacity) {
+  ResetLoose(capacity - layout.extent);
+  layout_ = std::move(layout);
+  tight_ = true;
+}
+
+bool StagingPlacement::Place(const std::vector<int>& slots, bool in_order,
+                             const std::function<int64_t(int)>& slot_bytes) {
+  std::vector<int> missing;
+  for (int slot : slots) {
+    if (!Placed(slot)) missing.push_back(slot);
+  }
+  if (missing.empty()) return true;
+  return tight_ && in_order ? PlaceInOrder(missing, slot_bytes) : PlaceFirstFit(missing, slot_bytes);
+}
+
+bool StagingPlacement::PlaceInOrder(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes) {
+  for (int slot : missing) {
+    const int64_t begin = layout_.offset.at(slot);
+    if (OverlapsHeld(begin, begin + FirstFitAllocator::Granted(slot_bytes(slot)))) return false;
+  }
+  for (int slot : missing) {
+    const int64_t begin = layout_.offset.at(slot), bytes = FirstFitAllocator::Granted(slot_bytes(slot));
+    held_[begin] = begin + bytes;
+    offset_[slot] = begin;
+    in_order_.insert(slot);
+    in_order_bytes_ += bytes;
+  }
+  return true;
+}
+
+bool StagingPlacement::PlaceFirstFit(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes) {
+  const int64_t base = tight_ ? layout_.extent : 0;
+  std::vector<int> placed;
+  for (int slot : missing) {
+    const int64_t at = spare_.Allocate(slot_bytes(slot));
+    if (at < 0) {
+      for (int s : placed) Release(s);
+      return false;
+    }
+    offset_[slot] = base + at;
+    placed.push_back(slot);
+  }
+  return true;
+}
+
+bool StagingPlacement::OverlapsHeld(int64_t begin, int64_t end) const {
+  auto it = held_.lower_bound(end);  // the first range starting at or after `end` cannot overlap
+  if (it == held_.begin()) return false;
+  return std::prev(it)->second > begin;  // ranges are disjoint: only the last one before may
+}
+
+void StagingPlacement::Release(int slot) {
+  const int64_t at = offset_.at(slot);
+  offset_.erase(slot);
+  if (in_order_.erase(slot) != 0) {
+    in_order_bytes_ -= held_.at(at) - at;
+    held_.erase(at);
+    return;
+  }
+  spare_.Free(at - (tight_ ? layout_.extent : 0));
+}
+
+int64_t StagingPlacement::OffsetOf(int slot) const {
+  auto it = offset_.find(slot);
+  return it == offset_.end() ? -1 : it->second;
+}
+
+}  // namespace ferry

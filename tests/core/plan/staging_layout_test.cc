@@ -1,0 +1,111 @@
+// The first-fit allocator and the plan-order staging layout (core/plan/staging_layout.h), on
+// cases worked by hand.
+#include "core/plan/staging_layout.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry {
+namespace {
+
+TEST(FirstFitAllocatorTest, FirstFitRoundsUpAndRefusesWhatDoesNotFit) {
+  FirstFitAllocator a;
+  a.Reset(1024);
+  EXPECT_EQ(a.Allocate(1), 0);      // rounded up to 256
+  EXPECT_EQ(a.Allocate(300), 256);  // rounded up to 512
+  EXPECT_EQ(a.in_use(), 768);
+  EXPECT_EQ(a.Allocate(512), -1);
+  EXPECT_EQ(a.Allocate(256), 768);
+}
+
+TEST(FirstFitAllocatorTest, FreedNeighboursMergeIntoOneBlock) {
+  FirstFitAllocator a;
+  a.Reset(768);
+  const int64_t x = a.Allocate(256), y = a.Allocate(256), z = a.Allocate(256);
+  a.Free(x);
+  a.Free(z);
+  EXPECT_EQ(a.Allocate(512), -1);  // two free blocks of 256, not adjacent
+  a.Free(y);
+  EXPECT_EQ(a.in_use(), 0);
+  EXPECT_EQ(a.Allocate(768), 0);
+}
+
+// A rank that quantizes received rows (planner/block_quantize.cc): two receives (slots A, B),
+// each unpacked into the bf16 twins of the matrices it feeds (T1..T4), and a quantize per twin.
+// Plan order: recv A, unpack A (-> T1, T2, T3), recv B, unpack B (-> T1, T4), the quantizes.
+// By hand, in 256-byte units: A (79400 B -> 311 units) at 0; T1 (350) at 311, T2 and T3 (132
+// each) at 661 and 793; A is freed; B (437) fits in no hole and goes at 925; T4 (132) fits in A's
+// hole at 0. The extent is 925 + 437 units, although no op uses more than 744 units at once.
+TEST(StagingLayoutTest, PlacesSlotsFirstFitInPlanOrder) {
+  enum { A, B, T1, T2, T3, T4 };
+  const std::vector<int64_t> bytes = {79400, 111620, 89600, 33540, 33540, 33540};
+  const std::vector<int> round(8, 1);
+  const std::vector<std::vector<int>> dependents = {{1}, {4, 5, 6}, {3}, {4, 7}, {}, {}, {}, {}};
+  const std::vector<std::vector<int>> slots = {{A}, {A, T1, T2, T3}, {B}, {B, T1, T4}, {T1}, {T2}, {T3}, {T4}};
+  Result<StagingLayout> layout =
+      LayOutStagingInPlanOrder(round, dependents, slots, [&](int s) { return bytes[static_cast<size_t>(s)]; });
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(layout->offset.at(A), 0);
+  EXPECT_EQ(layout->offset.at(T1), 311 * 256);
+  EXPECT_EQ(layout->offset.at(T2), 661 * 256);
+  EXPECT_EQ(layout->offset.at(T3), 793 * 256);
+  EXPECT_EQ(layout->offset.at(B), 925 * 256);
+  EXPECT_EQ(layout->offset.at(T4), 0);
+  EXPECT_EQ(layout->extent, (925 + 437) * 256);
+}
+
+// Rounds come first, then the index; an op waits for its dependencies whatever its round.
+TEST(StagingLayoutTest, PlanOrderIsRoundThenIndexAmongReadyOps) {
+  const std::vector<int> round = {2, 0, 1, 0};
+  const std::vector<std::vector<int>> dependents = {{}, {}, {3}, {}};  // op 3 waits for op 2
+  const std::vector<std::vector<int>> slots(4);
+  Result<StagingLayout> layout = LayOutStagingInPlanOrder(round, dependents, slots, [](int) { return 0; });
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->order, (std::vector<int>{1, 2, 3, 0}));
+  EXPECT_EQ(layout->extent, 0);
+}
+
+TEST(StagingLayoutTest, RefusesACycle) {
+  const std::vector<std::vector<int>> dependents = {{1}, {0}, {}};
+  Result<StagingLayout> layout =
+      LayOutStagingInPlanOrder({0, 0, 0}, dependents, std::vector<std::vector<int>>(3), [](int) { return 0; });
+  ASSERT_FALSE(layout.ok());
+  EXPECT_NE(layout.status().message().find("2 ops wait on each other in a cycle"), std::string::npos);
+}
+
+// Rank 0 packs two messages into slots of 1000 and 3000 bytes and sends each; rank 1 receives
+// both into one slot of 5000 bytes and unpacks. Rank 0 in plan order: pack 1 (4 units at 0), send
+// 1 (frees them), pack 2 (12 units at 0): 12 units. Rank 1: 20 units. The plan needs 20 units.
+TEST(StagingLayoutTest, APlanNeedsTheLargestRanksLayout) {
+  TransferPlan plan;
+  const int s1 = plan.AddSlot(0, 1000), s2 = plan.AddSlot(0, 3000), r = plan.AddSlot(1, 5000);
+  auto op = [](OpKind kind, int rank, int round, Space space, int buffer) {
+    Op o;
+    o.kind = kind;
+    o.rank = rank;
+    o.round = round;
+    o.data = {space, buffer, 0};
+    return o;
+  };
+  const Region src{Space::kSource, 0, 0, DType::kUInt8, 1, {1000}, {1}};
+  const Region to_s1{Space::kStaging, s1, 0, DType::kUInt8, 1, {1000}, {1}};
+  const Region to_s2{Space::kStaging, s2, 0, DType::kUInt8, 1, {1000}, {1}};
+  const int pack1 = plan.AddOp(op(OpKind::kPack, 0, 0, Space::kStaging, 0), {}, {{src, to_s1}});
+  plan.AddOp(op(OpKind::kSend, 0, 0, Space::kStaging, s1), {pack1});
+  const int pack2 = plan.AddOp(op(OpKind::kPack, 0, 1, Space::kStaging, 0), {}, {{src, to_s2}});
+  plan.AddOp(op(OpKind::kSend, 0, 1, Space::kStaging, s2), {pack2});
+  const int recv = plan.AddOp(op(OpKind::kRecv, 1, 0, Space::kStaging, r), {});
+  const Region from_r{Space::kStaging, r, 0, DType::kUInt8, 1, {1000}, {1}};
+  const Region dst{Space::kDestination, 0, 0, DType::kUInt8, 1, {1000}, {1}};
+  plan.AddOp(op(OpKind::kUnpack, 1, 0, Space::kStaging, 0), {recv}, {{from_r, dst}});
+  Result<int64_t> needed = PlanOrderStagingBytes(plan);
+  ASSERT_TRUE(needed.ok()) << needed.status().ToString();
+  EXPECT_EQ(*needed, 20 * 256);
+  plan.slots.pop_back();
+  Result<int64_t> broken = PlanOrderStagingBytes(plan);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("uses a staging slot the plan lacks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry
