@@ -101,8 +101,20 @@ class GatherBroadcast {
     plan_.num_ranks = num_ranks;
     for (int64_t bytes : bucket_bytes_) root_slot_.push_back(plan_.AddSlot(root_, bytes));
     bucket_ready_.resize(bucket_bytes_.size());
-    Gather(inter);
-    Broadcast();
+    const std::vector<GatherItem> items = GatherItems(inter);
+    last_send_.assign(num_ranks_, -1);
+    last_recv_.assign(num_ranks_, -1);
+    PrepareBroadcast();
+    size_t i = 0;
+    for (int b = 0; b < static_cast<int>(bucket_bytes_.size()); ++b) {
+      while (i < items.size() && items[i].bucket == b) {
+        size_t j = i;
+        while (j < items.size() && items[j].bucket == b && items[j].holder_rank == items[i].holder_rank) ++j;
+        GatherFrom(inter, items.data() + i, items.data() + j);
+        i = j;
+      }
+      BroadcastBucket(b);
+    }
     return Status::Ok();
   }
 
@@ -135,9 +147,9 @@ class GatherBroadcast {
     return FragmentRegion(destination_, f, Space::kStaging, box);
   }
 
-  // Gather: each piece from its least-loaded holder (the root itself when it holds it), the
-  // pieces of one bucket and holder in one message.
-  void Gather(const Intersection& inter) {
+  // The gather: each piece from its least-loaded holder (the root itself when it holds it), in
+  // (bucket, holder) order; the pieces of one bucket and holder travel in one message.
+  std::vector<GatherItem> GatherItems(const Intersection& inter) const {
     std::vector<GatherItem> items;
     std::vector<int64_t> load(num_ranks_, 0);
     for (size_t p = 0; p < inter.pieces.size(); ++p) {
@@ -161,17 +173,14 @@ class GatherBroadcast {
       if (a.bucket != b.bucket) return a.bucket < b.bucket;
       return a.holder_rank < b.holder_rank;
     });
-    last_send_.assign(num_ranks_, -1);
-    last_recv_.assign(num_ranks_, -1);
-    for (size_t i = 0; i < items.size();) {
-      size_t j = i;
-      while (j < items.size() && items[j].bucket == items[i].bucket &&
-             items[j].holder_rank == items[i].holder_rank) {
-        ++j;
-      }
-      GatherFrom(inter, items.data() + i, items.data() + j);
-      i = j;
-    }
+    return items;
+  }
+
+  // The ops on `rank` that must finish before it fills bucket b: those that read its buffer for
+  // bucket b - broadcast_buffers (the buffer it reuses), none for the first buckets.
+  std::vector<int> BufferFree(int rank, int b) const {
+    auto it = slot_readers_.find({rank, b - options_.broadcast_buffers});
+    return it == slot_readers_.end() ? std::vector<int>{} : it->second;
   }
 
   // The gather of items [first, last), of one bucket and holder: a Copy on the root, or a Pack,
@@ -213,7 +222,7 @@ class GatherBroadcast {
       copy.rank = root_;
       copy.round = bucket;
       for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
-      bucket_ready_[bucket].push_back(plan_.AddOp(std::move(copy), {}, to_bucket));
+      bucket_ready_[bucket].push_back(plan_.AddOp(std::move(copy), BufferFree(root_, bucket), to_bucket));
       return;
     }
     Op pack;
@@ -237,7 +246,7 @@ class GatherBroadcast {
     recv.kind = OpKind::kRecv;
     recv.rank = root_;
     recv.peer = holder;
-    std::vector<int> recv_deps;
+    std::vector<int> recv_deps = BufferFree(root_, bucket);
     if (last_recv_[holder] >= 0) recv_deps.push_back(last_recv_[holder]);
     recv.data = {Space::kStaging, remote_slot, 0};
     const int relay = RootNodeRelay(holder);
@@ -307,33 +316,34 @@ class GatherBroadcast {
   // to the channel's leader on the first destination node (local GPU k, so consecutive chunks use
   // different rails), each leader forwards it to the next node's leader (same rail) and down a
   // chain through the other destination GPUs of its node, starting after itself. Every hop is a
-  // Forward of one chunk, so chunks flow down the chains concurrently.
-  void Broadcast() {
+  // Forward of one chunk, so chunks flow down the chains concurrently. This prepares the chains
+  // and the destination fragments' order; BroadcastBucket plans one bucket.
+  void PrepareBroadcast() {
     const std::vector<int> dst_ranks = destination_.Ranks();
-    const bool root_is_destination =
-        std::binary_search(dst_ranks.begin(), dst_ranks.end(), root_);
+    root_is_destination_ = std::binary_search(dst_ranks.begin(), dst_ranks.end(), root_);
     GroupDestinationsByNode();
     frag_order_.resize(destination_.fragments.size());
     std::iota(frag_order_.begin(), frag_order_.end(), 0);
     std::stable_sort(frag_order_.begin(), frag_order_.end(),
                      [&](int a, int b) { return RankAndBucket(a) < RankAndBucket(b); });
-    int64_t chunk_counter = 0;  // chunks of all buckets so far: picks the channel
-    for (int b = 0; b < static_cast<int>(bucket_bytes_.size()); ++b) {
-      if (root_is_destination) AddUnpack(root_, b, root_slot_[b], bucket_ready_[b]);
-      slot_of_.clear();
-      recvs_.clear();
-      for (const std::vector<int>& members : node_members_) {
-        for (int rank : members) slot_of_[rank] = plan_.AddSlot(rank, bucket_bytes_[b]);
-      }
-      const int64_t chunk_bytes = options_.broadcast_chunk_bytes;
-      const int64_t num_chunks = (bucket_bytes_[b] + chunk_bytes - 1) / chunk_bytes;
-      for (int64_t c = 0; c < num_chunks; ++c, ++chunk_counter) {
-        const int64_t offset = c * chunk_bytes;
-        BroadcastChunk(b, offset, std::min(chunk_bytes, bucket_bytes_[b] - offset), chunk_counter);
-      }
-      for (const std::vector<int>& members : node_members_) {
-        for (int rank : members) AddUnpack(rank, b, slot_of_[rank], recvs_[rank]);
-      }
+  }
+
+  // Bucket b's broadcast, once its gather is planned.
+  void BroadcastBucket(int b) {
+    if (root_is_destination_) AddUnpack(root_, b, root_slot_[b], bucket_ready_[b]);
+    slot_of_.clear();
+    recvs_.clear();
+    for (const std::vector<int>& members : node_members_) {
+      for (int rank : members) slot_of_[rank] = plan_.AddSlot(rank, bucket_bytes_[b]);
+    }
+    const int64_t chunk_bytes = options_.broadcast_chunk_bytes;
+    const int64_t num_chunks = (bucket_bytes_[b] + chunk_bytes - 1) / chunk_bytes;
+    for (int64_t c = 0; c < num_chunks; ++c, ++chunk_counter_) {
+      const int64_t offset = c * chunk_bytes;
+      BroadcastChunk(b, offset, std::min(chunk_bytes, bucket_bytes_[b] - offset), chunk_counter_);
+    }
+    for (const std::vector<int>& members : node_members_) {
+      for (int rank : members) AddUnpack(rank, b, slot_of_[rank], recvs_[rank]);
     }
   }
 
@@ -391,12 +401,9 @@ class GatherBroadcast {
     recv.link = send.link;
     recv.message = send.message;
     recv.data = {Space::kStaging, slot_of_[to], offset};
-    if (from == root_) {
-      plan_.AddOp(std::move(send), bucket_ready_[b]);
-    } else {
-      plan_.AddOp(std::move(send), {from_recv});
-    }
-    const int recv_id = plan_.AddOp(std::move(recv));
+    const int send_id = plan_.AddOp(std::move(send), from == root_ ? bucket_ready_[b] : std::vector<int>{from_recv});
+    slot_readers_[{from, b}].push_back(send_id);
+    const int recv_id = plan_.AddOp(std::move(recv), BufferFree(to, b));
     recvs_[to].push_back(recv_id);
     return recv_id;
   }
@@ -426,7 +433,7 @@ class GatherBroadcast {
                         FragmentRegion(destination_, f, Space::kDestination, f.box)});
       unpack.bytes += copies.back().to.NumBytes();
     }
-    if (!copies.empty()) plan_.AddOp(std::move(unpack), deps, copies);
+    if (!copies.empty()) slot_readers_[{rank, bucket}].push_back(plan_.AddOp(std::move(unpack), deps, copies));
   }
 
   const Layout& source_;
@@ -448,6 +455,11 @@ class GatherBroadcast {
   std::map<int, int> slot_of_;                  // rank -> its slot for the current bucket
   std::map<int, std::vector<int>> recvs_;       // rank -> its Recv ops of the current bucket
   std::map<int, int> root_node_rank_;           // local device -> rank, on the root's node
+  // (rank, bucket) -> the ops that read that rank's buffer of the bucket (sends, forwards, its
+  // unpack): what filling the buffer again waits for (BufferFree).
+  std::map<std::pair<int, int>, std::vector<int>> slot_readers_;
+  bool root_is_destination_ = false;
+  int64_t chunk_counter_ = 0;  // chunks of all buckets so far: picks the channel
 };
 
 }  // namespace

@@ -29,7 +29,11 @@ const OptionTable<PlannerOptions>& PlannerOptions::Table() {
         .Bytes("planner.bucket_bytes", &PlannerOptions::bucket_bytes,
                "gather-and-broadcast baseline: bucket size")
         .Bytes("planner.broadcast_chunk_bytes", &PlannerOptions::broadcast_chunk_bytes,
-               "gather-and-broadcast baseline: largest message of the pipelined broadcast", kSmallestChunk);
+               "gather-and-broadcast baseline: largest message of the pipelined broadcast", kSmallestChunk)
+        .Int("planner.broadcast_buffers", &PlannerOptions::broadcast_buffers,
+             "gather-and-broadcast baseline: bucket buffers a rank cycles through (NeMo RL's "
+             "NRL_REFIT_NUM_BUFFERS)",
+             1, 1 << 20);
     return t;
   }();
   return *table;

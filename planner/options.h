@@ -41,6 +41,11 @@ struct PlannerOptions {
   // message count of a 256-rank refit near a million, small enough that the pipeline fill (one
   // chunk per hop) stays a few percent of the refit.
   int64_t broadcast_chunk_bytes = int64_t{256} << 20;
+  // Gather-and-broadcast: bucket buffers each rank cycles through, as NeMo RL's producer and
+  // consumer do (NRL_REFIT_NUM_BUFFERS, 2: NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py, which
+  // synchronises a buffer's previous broadcast before filling it again): a rank fills bucket b
+  // only once it has finished with bucket b - broadcast_buffers.
+  int broadcast_buffers = 2;
 
   // planner.* options: name, default (the values above), help.
   static const OptionTable<PlannerOptions>& Table();

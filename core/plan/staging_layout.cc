@@ -79,31 +79,86 @@ Result<std::vector<int>> PlanOrder(const std::vector<int>& round, const std::vec
 
 }  // namespace
 
+namespace {
+
+// A slot's size (granted) and the positions in plan order of its first and last use.
+struct SlotLife {
+  int slot;
+  int64_t bytes;
+  int first, last;
+};
+
+// Offsets for `lives` such that slots used at a common position never overlap: largest first,
+// each at the lowest offset clear of the placed slots whose lives overlap its own (greedy by
+// size, which packs close to the most bytes ever live at once). Quadratic in the slots.
+void PlaceBySize(std::vector<SlotLife>& lives, StagingLayout& layout) {
+  std::stable_sort(lives.begin(), lives.end(), [](const SlotLife& a, const SlotLife& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
+  });
+  std::vector<std::pair<int64_t, int64_t>> placed_ranges;  // (offset, end) by index in `lives`
+  std::vector<std::pair<int64_t, int64_t>> clash;
+  for (size_t i = 0; i < lives.size(); ++i) {
+    clash.clear();
+    for (size_t j = 0; j < i; ++j) {
+      if (lives[j].first <= lives[i].last && lives[i].first <= lives[j].last) clash.push_back(placed_ranges[j]);
+    }
+    std::sort(clash.begin(), clash.end());
+    int64_t at = 0;
+    for (const auto& [begin, end] : clash) {
+      if (begin - at >= lives[i].bytes) break;
+      at = std::max(at, end);
+    }
+    placed_ranges.emplace_back(at, at + lives[i].bytes);
+    layout.offset[lives[i].slot] = at;
+    layout.extent = std::max(layout.extent, at + lives[i].bytes);
+  }
+}
+
+// Offsets for `lives` as a first-fit allocator gives them, slots taken and freed in plan order:
+// for ranks with more slots than PlaceBySize is quick for.
+void PlaceFirstFit(const std::vector<SlotLife>& lives, int positions, StagingLayout& layout) {
+  std::vector<std::vector<int>> starting(static_cast<size_t>(positions)), ending(static_cast<size_t>(positions));
+  int64_t total = 0;
+  for (size_t i = 0; i < lives.size(); ++i) {
+    starting[static_cast<size_t>(lives[i].first)].push_back(static_cast<int>(i));
+    ending[static_cast<size_t>(lives[i].last)].push_back(static_cast<int>(i));
+    total += lives[i].bytes;
+  }
+  FirstFitAllocator allocator;
+  allocator.Reset(total);  // room for every slot at once: first fit never fails
+  for (int t = 0; t < positions; ++t) {
+    for (int i : starting[static_cast<size_t>(t)]) {
+      const int64_t at = allocator.Allocate(lives[static_cast<size_t>(i)].bytes);
+      layout.offset[lives[static_cast<size_t>(i)].slot] = at;
+      layout.extent = std::max(layout.extent, at + lives[static_cast<size_t>(i)].bytes);
+    }
+    for (int i : ending[static_cast<size_t>(t)]) allocator.Free(layout.offset.at(lives[static_cast<size_t>(i)].slot));
+  }
+}
+
+constexpr size_t kMostSlotsPlacedBySize = 20000;
+
+}  // namespace
+
 Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
                                                const std::vector<std::vector<int>>& dependents,
                                                const std::vector<std::vector<int>>& slots,
                                                const std::function<int64_t(int)>& slot_bytes) {
   StagingLayout layout;
   FERRY_ASSIGN_OR_RETURN(layout.order, PlanOrder(round, dependents));
-  std::unordered_map<int, int> uses;  // slot -> ops still to use it
-  int64_t total = 0;
-  for (const std::vector<int>& used : slots) {
-    for (int s : used) {
-      if (uses[s]++ == 0) total += FirstFitAllocator::Granted(slot_bytes(s));
+  std::unordered_map<int, size_t> life_of;  // slot -> index in lives
+  std::vector<SlotLife> lives;
+  for (size_t t = 0; t < layout.order.size(); ++t) {
+    for (int s : slots[static_cast<size_t>(layout.order[t])]) {
+      auto [it, added] = life_of.emplace(s, lives.size());
+      if (added) lives.push_back({s, FirstFitAllocator::Granted(slot_bytes(s)), static_cast<int>(t), 0});
+      lives[it->second].last = static_cast<int>(t);
     }
   }
-  FirstFitAllocator allocator;
-  allocator.Reset(total);  // room for every slot at once: first fit never fails
-  for (int i : layout.order) {
-    for (int s : slots[static_cast<size_t>(i)]) {
-      if (layout.offset.count(s) != 0) continue;
-      const int64_t at = allocator.Allocate(slot_bytes(s));
-      layout.offset[s] = at;
-      layout.extent = std::max(layout.extent, at + FirstFitAllocator::Granted(slot_bytes(s)));
-    }
-    for (int s : slots[static_cast<size_t>(i)]) {
-      if (--uses[s] == 0) allocator.Free(layout.offset.at(s));
-    }
+  if (lives.size() <= kMostSlotsPlacedBySize) {
+    PlaceBySize(lives, layout);
+  } else {
+    PlaceFirstFit(lives, static_cast<int>(layout.order.size()), layout);
   }
   return layout;
 }

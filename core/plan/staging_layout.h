@@ -3,9 +3,10 @@
 // follows.
 //
 // The plan-order layout runs a rank's ops one at a time, in plan order (lowest (round, index)
-// first among the ops whose dependencies are done), each taking its slots that are not placed yet
-// from the first-fit allocator and freeing, once done, the slots no later op uses. Its extent is
-// the staging that rank needs: the executor refuses a smaller executor.staging_budget before
+// first among the ops whose dependencies are done): a slot lives from the first op that uses it to
+// the last, and two slots live at once never overlap. Slots are placed largest first, each at the
+// lowest offset clear of those whose lives overlap its own (greedy by size; first fit in plan
+// order on ranks with more than 20,000 slots). Its extent is the staging that rank needs: the executor refuses a smaller executor.staging_budget before
 // running anything, and with at least that much it never waits for space that only a waiting op
 // could free (core/runtime/executor.h says how it uses the layout).
 //

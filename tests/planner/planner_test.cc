@@ -16,6 +16,7 @@
 
 #include "core/layout/tensor_stack.h"
 #include "core/plan/export.h"
+#include "core/plan/staging_layout.h"
 #include "core/plan/stats.h"
 #include "core/plan/validate.h"
 #include "tests/planner/plan_sim_testutil.h"
@@ -557,6 +558,56 @@ TEST(PlannerBaseline, GatherAndBroadcastUseEveryRailOfTheRootsNode) {
   EXPECT_EQ(out_rails.size(), 8u);
   // Rank 0 sends only its own rail's share of the broadcast.
   EXPECT_LE(root_network, node0_network / 8 + (int64_t{1} << 20));
+}
+
+// NeMo RL cycles NRL_REFIT_NUM_BUFFERS (2) bucket buffers (nemo_rl/utils/packed_tensor.py: a
+// buffer's previous broadcast is synchronised before it is filled again): rank 0 fills bucket b
+// only after everything that reads its bucket b - 2 (the sends of its broadcast) is done. Six
+// one-layer buckets: slots 0-5 are rank 0's bucket buffers.
+TEST(PlannerBaseline, GatherBroadcastCyclesTwoBucketBuffersAsNemoRlDoes) {
+  Preset p = MakeReplicatedPreset(6, 8, 1, 8, 2);
+  PlannerOptions options;
+  options.bucket_bytes = 9 << 20;
+  options.broadcast_chunk_bytes = 2 << 20;
+  Result<PlanResult> gb = PlanGatherBroadcast(p.source, p.destination, p.topology, options);
+  ASSERT_TRUE(gb.ok()) << gb.status().ToString();
+  ASSERT_TRUE(ValidatePlan(gb->plan, p.source, p.destination).ok());
+  ASSERT_TRUE(testing::ExecuteAndCheck(gb->plan, p.source, p.destination).ok());
+  const TransferPlan& plan = gb->plan;
+  std::map<int, std::set<int>> ancestors;  // rank 0's ops, in id order
+  std::map<int, std::vector<int>> writers, readers;  // bucket slot -> rank 0's ops filling / reading it
+  for (const Op& op : plan.ops) {
+    if (op.rank != 0) continue;
+    std::set<int>& mine = ancestors[op.id];
+    for (int d : plan.Deps(op)) {
+      mine.insert(d);
+      mine.insert(ancestors[d].begin(), ancestors[d].end());
+    }
+    for (const CopyPair& c : plan.Copies(op)) {
+      if (c.to.space == Space::kStaging && c.to.buffer < 6) writers[c.to.buffer].push_back(op.id);
+    }
+    if (op.kind == OpKind::kSend && op.data.buffer < 6) readers[op.data.buffer].push_back(op.id);
+  }
+  ASSERT_EQ(writers.size(), 6u);
+  for (int b = 2; b < 6; ++b) {
+    ASSERT_FALSE(readers[b - 2].empty());
+    for (int w : writers[b]) {
+      for (int r : readers[b - 2]) EXPECT_TRUE(ancestors[w].count(r)) << "bucket " << b << ": op " << w << " before " << r;
+    }
+  }
+  EXPECT_FALSE(ancestors[writers[1].front()].count(readers[0].front()));  // two buffers: no wait yet
+  // The staging a run needs follows the buffers: with two, rank 0 holds two bucket buffers and
+  // one bucket's gathered pieces, a destination rank two buckets; more without a bound.
+  auto needed = [&](int buffers) {
+    options.broadcast_buffers = buffers;
+    Result<PlanResult> r = PlanGatherBroadcast(p.source, p.destination, p.topology, options);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? PlanOrderStagingBytes(r->plan).value() : 0;
+  };
+  const int64_t one = needed(1), two = needed(2), unbounded = needed(1000);
+  EXPECT_LT(one, two);
+  EXPECT_LE(two, 3 * options.bucket_bytes);
+  EXPECT_LT(two, unbounded);
 }
 
 TEST(PlannerErrors, RejectsBadInput) {

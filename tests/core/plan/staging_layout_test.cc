@@ -32,25 +32,54 @@ TEST(FirstFitAllocatorTest, FreedNeighboursMergeIntoOneBlock) {
 // A rank that quantizes received rows (planner/block_quantize.cc): two receives (slots A, B),
 // each unpacked into the bf16 twins of the matrices it feeds (T1..T4), and a quantize per twin.
 // Plan order: recv A, unpack A (-> T1, T2, T3), recv B, unpack B (-> T1, T4), the quantizes.
-// By hand, in 256-byte units: A (79400 B -> 311 units) at 0; T1 (350) at 311, T2 and T3 (132
-// each) at 661 and 793; A is freed; B (437) fits in no hole and goes at 925; T4 (132) fits in A's
-// hole at 0. The extent is 925 + 437 units, although no op uses more than 744 units at once.
-TEST(StagingLayoutTest, PlacesSlotsFirstFitInPlanOrder) {
+// In 256-byte units and positions in that order: A 311 units [0, 1], T1 350 [1, 4], T2 132 [1, 5],
+// T3 132 [1, 6], B 437 [2, 3], T4 132 [3, 7]. Largest first: B at 0; T1 clears B: 437; A overlaps
+// only T1 and fits below it: 0; T2 clears A, B, T1: 787; T3: 919; T4 clears B, T1, T2, T3: 1051.
+// The extent, 1183 units, is what is live at position 3 (B, T1..T4): no layout can do with less.
+struct QuantizingRank {
   enum { A, B, T1, T2, T3, T4 };
-  const std::vector<int64_t> bytes = {79400, 111620, 89600, 33540, 33540, 33540};
-  const std::vector<int> round(8, 1);
-  const std::vector<std::vector<int>> dependents = {{1}, {4, 5, 6}, {3}, {4, 7}, {}, {}, {}, {}};
-  const std::vector<std::vector<int>> slots = {{A}, {A, T1, T2, T3}, {B}, {B, T1, T4}, {T1}, {T2}, {T3}, {T4}};
+  std::vector<int64_t> bytes = {79400, 111620, 89600, 33540, 33540, 33540};
+  std::vector<int> round = std::vector<int>(8, 1);
+  std::vector<std::vector<int>> dependents = {{1}, {4, 5, 6}, {3}, {4, 7}, {}, {}, {}, {}};
+  std::vector<std::vector<int>> slots = {{A}, {A, T1, T2, T3}, {B}, {B, T1, T4}, {T1}, {T2}, {T3}, {T4}};
+};
+
+TEST(StagingLayoutTest, PlacesTheLargestSlotsFirstClearOfThoseLiveAtTheSameTime) {
+  QuantizingRank r;
   Result<StagingLayout> layout =
-      LayOutStagingInPlanOrder(round, dependents, slots, [&](int s) { return bytes[static_cast<size_t>(s)]; });
+      LayOutStagingInPlanOrder(r.round, r.dependents, r.slots, [&](int s) { return r.bytes[static_cast<size_t>(s)]; });
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   EXPECT_EQ(layout->order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(layout->offset.at(A), 0);
-  EXPECT_EQ(layout->offset.at(T1), 311 * 256);
-  EXPECT_EQ(layout->offset.at(T2), 661 * 256);
-  EXPECT_EQ(layout->offset.at(T3), 793 * 256);
-  EXPECT_EQ(layout->offset.at(B), 925 * 256);
-  EXPECT_EQ(layout->offset.at(T4), 0);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::B), 0);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::T1), 437 * 256);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::A), 0);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::T2), 787 * 256);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::T3), 919 * 256);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::T4), 1051 * 256);
+  EXPECT_EQ(layout->extent, 1183 * 256);
+}
+
+// Past 20,000 slots a rank's slots are placed first fit as plan order takes and frees them: here
+// the same rank followed by 20,000 one-unit slots, each used by one op of a chain after the
+// quantizes. First fit: A at 0; T1 at 311, T2 at 661, T3 at 793; A freed; B fits in no hole: 925;
+// T4 in A's hole at 0; the small slots then reuse offset 0. Extent 925 + 437 units.
+TEST(StagingLayoutTest, PlacesFirstFitInPlanOrderWhenARankHasVeryManySlots) {
+  QuantizingRank r;
+  const int extra = 20000;
+  for (int k = 0; k < extra; ++k) {
+    const int op = static_cast<int>(r.round.size());
+    r.dependents[static_cast<size_t>(op - 1)].push_back(op);
+    r.round.push_back(1);
+    r.dependents.emplace_back();
+    r.slots.push_back({static_cast<int>(r.bytes.size())});
+    r.bytes.push_back(1);
+  }
+  Result<StagingLayout> layout =
+      LayOutStagingInPlanOrder(r.round, r.dependents, r.slots, [&](int s) { return r.bytes[static_cast<size_t>(s)]; });
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->offset.at(QuantizingRank::B), 925 * 256);
+  EXPECT_EQ(layout->offset.at(QuantizingRank::T4), 0);
+  EXPECT_EQ(layout->offset.at(6 + extra - 1), 0);
   EXPECT_EQ(layout->extent, (925 + 437) * 256);
 }
 

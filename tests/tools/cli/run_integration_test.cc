@@ -195,15 +195,16 @@ int64_t SmallestStagingBudget(const std::string& plan_json) {
 // budget `ferry plan` states the plan needs and one message in flight per rank: it must still
 // complete verified, so no op waits for staging space or a window slot that only another waiting
 // op could free. One byte less is refused before any op runs, naming the need.
-void ExpectRunsInTheSmallestStagingBudget(const std::vector<std::string>& refit, const std::string& name) {
+void ExpectRunsInTheSmallestStagingBudget(const std::vector<std::string>& refit, const std::string& name,
+                                          const std::string& strategy = "reshard") {
   const std::string plan_json = std::string(std::getenv("TEST_TMPDIR")) + "/" + name + ".json";
-  std::vector<std::string> plan = {"plan", "--strategy", "reshard", "--json", plan_json};
+  std::vector<std::string> plan = {"plan", "--strategy", strategy, "--json", plan_json};
   plan.insert(plan.end(), refit.begin(), refit.end());
   ASSERT_EQ(RunFerry(plan, 60).exit_code, 0);
   const int64_t budget = SmallestStagingBudget(plan_json);
   ASSERT_GT(budget, 0);
   auto run = [&](int64_t bytes) {
-    std::vector<std::string> args = {"run", "--strategy", "reshard", "--transport", "tcp", "--verify",
+    std::vector<std::string> args = {"run", "--strategy", strategy, "--transport", "tcp", "--verify",
                                      "--iterations", "2", "--warmup", "0", "--set",
                                      "executor.direct_intra_node=false", "--set", "executor.max_in_flight=1",
                                      "--set", "executor.staging_budget=" + std::to_string(bytes)};
@@ -225,6 +226,14 @@ TEST(RunIntegrationTest, ReshardCompletesWithTheSmallestStagingBudgetAndAWindowO
   ExpectRunsInTheSmallestStagingBudget({"--model", "qwen3-30b-a3b", "--scale", "1/64", "--src", "megatron:tp=2,ep=2",
                                         "--dst", "vllm:tp=2,dp=2"},
                                        "qwen3");
+}
+
+// The baseline cycles two bucket buffers per rank (planner/gather_broadcast.cc), so it too runs in
+// the staging its plan states.
+TEST(RunIntegrationTest, GatherBroadcastCompletesWithTheSmallestStagingBudgetAndAWindowOfOne) {
+  ExpectRunsInTheSmallestStagingBudget({"--model", "qwen3-30b-a3b", "--scale", "1/64", "--src", "megatron:tp=2,ep=2",
+                                        "--dst", "vllm:tp=2,dp=2"},
+                                       "qwen3_gb", "gather-broadcast");
 }
 
 // Block-scaled fp8 destinations keep each matrix's bf16 rows in a slot until it is quantized, over
