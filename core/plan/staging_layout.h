@@ -1,14 +1,15 @@
-// Where a rank's staging slots lie in its staging arena: the first-fit allocator that places
-// them (in 256-byte units), and the plan-order layout, from which the executor's staging contract
-// follows.
+// Where a rank's staging slots lie in its staging arena: the first-fit allocator the executor
+// places slots with at run time (in 256-byte units), and the plan-order layout, from which the
+// executor's staging contract follows.
 //
 // The plan-order layout runs a rank's ops one at a time, in plan order (lowest (round, index)
 // first among the ops whose dependencies are done): a slot lives from the first op that uses it to
 // the last, and two slots live at once never overlap. Slots are placed largest first, each at the
 // lowest offset clear of those whose lives overlap its own (greedy by size; first fit in plan
-// order on ranks with more than 20,000 slots). Its extent is the staging that rank needs: the executor refuses a smaller executor.staging_budget before
-// running anything, and with at least that much it never waits for space that only a waiting op
-// could free (core/runtime/executor.h says how it uses the layout).
+// order on ranks with more than 20,000 slots). Its extent is the staging that rank needs: the
+// executor refuses a smaller executor.staging_budget before running anything, and with at least
+// that much it never waits for space that only a waiting op could free (core/runtime/executor.h
+// says how it uses the layout).
 //
 // Thread-safety: none; values and functions without shared state.
 #pragma once

@@ -178,8 +178,8 @@ Status RankRun::CheckStagingFits() {
                                                   [this](int slot) { return SlotBytes(slot); }));
   if (layout.extent > budget) {
     return InvalidArgument("rank " + std::to_string(rank_) + " needs " + BytesExactly(layout.extent) +
-                           " of staging for its slots as its ops take them in plan order (first fit, "
-                           "256-byte units; `ferry plan` prints the plan's need), more than "
+                           " of staging for its slots as its ops take them in plan order (256-byte "
+                           "units; `ferry plan` prints the plan's need), more than "
                            "executor.staging_budget (" + BytesExactly(budget) + ")");
   }
   tight_layout_ = std::move(layout);
