@@ -237,9 +237,11 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
                            "'); the reshard strategy does");
   }
   FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, destination));
-  return WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) {
-    return PlanGatherBroadcastOf(s, d, topology, options);
-  });
+  // NeMo RL packs tensor by tensor, a layer's experts one by one (nemo_rl/utils/packed_tensor.py),
+  // so buckets are cut between the members of tensor stacks, not around whole stacks.
+  FERRY_ASSIGN_OR_RETURN(const Layout s, UnstackTensors(source).WithContext("source layout"));
+  FERRY_ASSIGN_OR_RETURN(const Layout d, UnstackTensors(destination).WithContext("destination layout"));
+  return PlanGatherBroadcastOf(s, d, topology, options);
 }
 
 Result<PlanResult> MakePlan(Strategy strategy, const Layout& source, const Layout& destination,
