@@ -121,6 +121,7 @@ TEST(HybridPipelineStagesTest, NemotronHLayouts) {
                         "model1.decoder.layers.0.mixer.A_log", "backbone.layers.26.mixer.A_log")
                 .size(),
             1u);
+  EXPECT_FALSE(ParseFrameworkSpec("megatron:pp=2,pattern=").ok());
   Result<Layout> gpt = BuildFrameworkLayout(Preset("llama-3.1-8b", 1.0 / 64),
                                             Spec("megatron:pp=2,pattern=M|M"));
   ASSERT_FALSE(gpt.ok());
