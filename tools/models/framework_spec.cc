@@ -13,6 +13,7 @@
 #include "core/base/checked_math.h"
 #include "core/base/strings.h"
 #include "core/layout/limits.h"
+#include "tools/models/hybrid_pipeline_stages.h"
 #include "tools/models/pipeline_stages.h"
 #include "tools/models/vocab_padding.h"
 
@@ -80,13 +81,7 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
     FERRY_RETURN_IF_ERROR(
         CheckWorld("megatron tp*pp*cp*dp", SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, m.dp))));
   }
-  Status st = MegatronPipelineOf(c.num_layers, PipelineArgs(m)).status();
-  if (st.ok() && c.family == ModelFamily::kNemotronH &&
-      (m.vstages > 0 || m.vstage_layers > 0 || !m.layout.empty())) {
-    st = InvalidArgument("Megatron splits a hybrid model's pipeline by its --hybrid-layer-pattern, "
-                         "which ferry does not model; vstages, vstage_layers and layout are for "
-                         "GPT models");
-  }
+  Status st = MegatronPipelineFor(c, m).status();
   if (st.ok()) st = CheckTensorParallel(c, m.tp);
   if (st.ok() && !c.IsMla()) {
     st = CheckDivides("num_kv_heads (query groups)", c.num_kv_heads, "tp", m.tp);
@@ -97,10 +92,6 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   if (st.ok() && m.overlap_grad_reduce && !m.distopt_buffers) {
     st = InvalidArgument("overlap_grad_reduce=yes only changes the distributed optimizer's "
                          "buffers; give buffers=distopt");
-  }
-  if (st.ok() && m.distopt_buffers && c.family == ModelFamily::kNemotronH) {
-    st = InvalidArgument("buffers=distopt: the parameter order of Megatron's hybrid (Mamba) "
-                         "layers is not modelled");
   }
   if (st.ok() && m.distopt_buffers && c.IsMoe() &&
       m.experts == MegatronExpertStorage::kLegacyGrouped) {
@@ -224,12 +215,24 @@ std::string FrameworkSpec::ToString() const {
   if (m.distopt_buffers) s += ",buffers=distopt";
   if (m.overlap_grad_reduce) s += ",overlap_grad_reduce=yes";
   s += naming;
+  if (!m.hybrid_pattern.empty()) s += ",pattern=" + m.hybrid_pattern;
   if (!m.layout.empty()) s += ",layout=" + m.layout;
   return s;
 }
 
 MegatronPipelineArgs PipelineArgs(const MegatronParallel& m) {
-  return {m.pp, m.first, m.last, m.vstages, m.vstage_layers, m.layout};
+  return {m.pp, m.first, m.last, m.vstages, m.vstage_layers, m.layout, m.hybrid_pattern};
+}
+
+Result<MegatronPipeline> MegatronPipelineFor(const ModelConfig& c, const MegatronParallel& m) {
+  if (c.family == ModelFamily::kNemotronH) {
+    return MegatronHybridPipelineOf(c.hybrid_pattern, PipelineArgs(m));
+  }
+  if (!m.hybrid_pattern.empty()) {
+    return InvalidArgument("pattern= is Megatron's --hybrid-layer-pattern, for hybrid (Mamba) "
+                           "models; '" + c.name + "' is a GPT model");
+  }
+  return MegatronPipelineOf(c.num_layers, PipelineArgs(m));
 }
 
 namespace {
@@ -271,6 +274,12 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
           WordKey("buffers", "distopt", "params", &m.distopt_buffers, true),
           WordKey("overlap_grad_reduce", "yes", "no", &m.overlap_grad_reduce, true),
+          {"pattern", nullptr,
+           [&m](const std::string& value) -> Status {
+             if (value.empty()) return InvalidArgument("empty pattern= in megatron spec");
+             m.hybrid_pattern = value;
+             return Status::Ok();
+           }},
           {"experts", nullptr,
            [&m](const std::string& value) -> Status {
              FERRY_ASSIGN_OR_RETURN(m.experts, ParseExpertStorage(value));
@@ -322,7 +331,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   const std::string usage =
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
-      "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,layout=STRING (last) or "
+      "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
+      "layout=STRING (last) or "
       "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,"
       "quant=none|fp8_block, either with expert_tensors=stacks|members; every key "
       "optional)";

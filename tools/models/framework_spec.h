@@ -3,11 +3,13 @@
 // resolved against a model (defaults filled, divisibility checked) and counted in ranks.
 //
 //  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
-//           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,layout=
+//           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,pattern=,
+//           layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
 //      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
 //      --pipeline-model-parallel-layout string, the last key (it may hold commas)
-//      (tools/models/pipeline_stages.h). buffers=distopt: parameters in the distributed
+//      (tools/models/pipeline_stages.h). pattern: a hybrid model's --hybrid-layer-pattern with
+//      '|' stage boundaries (tools/models/hybrid_pipeline_stages.h). buffers=distopt: parameters in the distributed
 //      optimizer's contiguous buffers (tools/models/megatron_param_buffers.h). experts: Megatron-Core's expert module
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
@@ -43,6 +45,9 @@ struct MegatronParallel {
   // Megatron's explicit --pipeline-model-parallel-layout string (tools/models/pipeline_layout.h);
   // empty: not given.
   std::string layout;
+  // A hybrid model's --hybrid-layer-pattern with '|' pipeline stage boundaries
+  // (tools/models/hybrid_pipeline_stages.h); empty: the model's pattern without any.
+  std::string hybrid_pattern;
   int etp = 0;  // 0: same as tp
   int dp = 0;   // 0: smallest dp with tp*cp*dp a multiple of ep*etp
   int cp = 1;
@@ -66,6 +71,11 @@ struct MegatronParallel {
 
 // The pipeline arguments of `m` (tools/models/pipeline_stages.h).
 MegatronPipelineArgs PipelineArgs(const MegatronParallel& m);
+
+// Where Megatron puts each decoder layer of model `c` under `m`: its hybrid layer pattern's split
+// for a hybrid model (tools/models/hybrid_pipeline_stages.h), the GPT split otherwise
+// (tools/models/pipeline_stages.h); or Megatron's reason for rejecting `m`.
+Result<MegatronPipeline> MegatronPipelineFor(const ModelConfig& c, const MegatronParallel& m);
 
 struct VllmParallel {
   int tp = 1, dp = 1, ep = 1;

@@ -138,6 +138,23 @@ void OtherRules(const ModelConfig& c, const FrameworkSpec& r, const std::string&
   }
 }
 
+// How a Megatron spec assigns a hybrid model's layers to pipeline ranks and model chunks.
+LayoutRule HybridPipelineRule(const MegatronParallel& m) {
+  const std::string where =
+      std::string(kMegatron) + "megatron/core/models/hybrid/hybrid_layer_allocation.py";
+  if (!m.hybrid_pattern.empty()) {
+    return {"pipeline stage: --hybrid-layer-pattern " + m.hybrid_pattern +
+                " ('|' segment i: chunk i/pp of rank i%pp); local layer numbers per segment",
+            where};
+  }
+  return {"pipeline stage: hybrid pattern without '|' split " +
+              (m.first > 0 || m.last > 0 ? "first=" + N(m.first) + ", last=" + N(m.last) +
+                                               ", the rest even"
+                                         : "evenly over pp=" + N(m.pp)) +
+              "; local layer numbers per stage",
+          where};
+}
+
 // How a Megatron spec assigns layers to pipeline ranks and model chunks, in words.
 std::string PipelineRule(const MegatronParallel& m) {
   if (!m.layout.empty()) return "explicit layout " + m.layout + " (stage i: chunk i/pp of rank i%pp)";
@@ -156,7 +173,10 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   std::vector<LayoutRule> out;
   const bool layer = Has(t, ".layers.");
   if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
-  if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
+  if (layer && r.kind == FrameworkSpec::Kind::kMegatron &&
+      c.family == ModelFamily::kNemotronH) {
+    out.push_back(HybridPipelineRule(r.megatron));
+  } else if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
     const MegatronParallel& m = r.megatron;
     out.push_back({"pipeline stage: " + PipelineRule(m) + "; local layer numbers per model chunk",
                    std::string(kMegatron) +
@@ -186,6 +206,13 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
                    "padded to lcm(dp, 128); experts in expert_parallel_buffers when ep > 1 or "
                    "etp != tp",
                    std::string(kMegatron) + "megatron/core/optimizer/distrib_optimizer.py"});
+    if (c.family == ModelFamily::kNemotronH &&
+        (Has(t, "mixer.conv1d.") || Has(t, "mixer.dt_bias") || Has(t, "mixer.A_log") ||
+         Has(t, "mixer.D"))) {
+      out.push_back({"Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, D) "
+                     "come before its in_proj, norm and out_proj in named_parameters()",
+                     std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
+    }
   }
   const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
   out.push_back({vllm ? "dp replicas copy the engine's TP group (MoE layers span tp*dp), engines "

@@ -31,14 +31,14 @@ class MegatronWriter : public LayoutWriter {
   // Builds DP/CP replica 0 of the dense weights and expert-DP replica 0 of the experts with the
   // builders, then copies them to the other replicas.
   Status Build() {
-    FERRY_ASSIGN_OR_RETURN(const MegatronPipeline pipeline,
-                           MegatronPipelineOf(c_.num_layers, PipelineArgs(m_)));
+    FERRY_ASSIGN_OR_RETURN(const MegatronPipeline pipeline, MegatronPipelineFor(c_, m_));
     std::vector<int> stage_of(c_.num_layers);
     std::vector<std::string> prefix(c_.num_layers);
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       const LayerPlace& at = pipeline.layers[static_cast<size_t>(l)];
       stage_of[l] = at.pp_rank;
-      // megatron/core/transformer/transformer_block.py: a model chunk's self.layers count from 0
+      // megatron/core/transformer/transformer_block.py (megatron/core/models/hybrid/
+      // hybrid_block.py for hybrid models): a model chunk's self.layers count from 0
       prefix[l] = Chunk(pipeline.vpp, at.vstage) + "decoder.layers." + Num(at.local) + ".";
     }
     const std::string first_chunk = Chunk(pipeline.vpp, 0);

@@ -49,6 +49,24 @@ const char* const kLayerParams[] = {
 };
 constexpr int64_t kExpertsItem = 18;  // index of "mlp.experts." above
 
+// A hybrid model's Mamba layer (megatron/core/ssm/mamba_layer.py MambaLayer: the mixer, then an
+// IdentityOp norm, its RMSNorm fused into in_proj). megatron/core/ssm/mamba_mixer.py MambaMixer
+// registers conv1d_weight, conv1d_bias, dt_bias, A_log and D as its own parameters, which
+// named_parameters() visits before any child module's: in_proj (Transformer Engine's
+// layer_norm_weight, weight), norm, out_proj. The layout names the conv parameters by their
+// checkpoint keys, conv1d.weight and conv1d.bias (MambaMixer.sharded_state_dict).
+const char* const kMambaLayerParams[] = {
+    "mixer.conv1d.weight",
+    "mixer.conv1d.bias",
+    "mixer.dt_bias",
+    "mixer.A_log",
+    "mixer.D",
+    "mixer.in_proj.layer_norm_weight",
+    "mixer.in_proj.weight",
+    "mixer.norm.weight",
+    "mixer.out_proj.weight",
+};
+
 // The decimal number that is all of `text`, or -1.
 int64_t Number(const std::string& text) {
   if (text.empty() || text.size() > 9) return -1;
@@ -100,10 +118,13 @@ bool ParamOrderKey::operator<(const ParamOrderKey& o) const {
 }
 
 // megatron/core/models/gpt/gpt_model.py GPTModel: embedding, decoder (layers, final_layernorm),
-// output_layer
+// output_layer; megatron/core/models/hybrid/hybrid_model.py HybridModel likewise, its decoder
+// (megatron/core/models/hybrid/hybrid_block.py HybridStack) ending in final_norm
 Result<ParamOrderKey> MegatronParamOrder(const std::string& name) {
   if (name == "embedding.word_embeddings.weight") return ParamOrderKey{0, 0, 0, 0};
-  if (name == "decoder.final_layernorm.weight") return ParamOrderKey{2, 0, 0, 0};
+  if (name == "decoder.final_layernorm.weight" || name == "decoder.final_norm.weight") {
+    return ParamOrderKey{2, 0, 0, 0};
+  }
   if (name == "output_layer.weight") return ParamOrderKey{3, 0, 0, 0};
   // megatron/core/transformer/moe/router.py TopKRouter: expert_bias is a registered buffer
   const std::string bias = "mlp.router.expert_bias";
@@ -123,6 +144,12 @@ Result<ParamOrderKey> MegatronParamOrder(const std::string& name) {
         return ParamOrderKey{1, layer, item, sub};
       }
       if (rest == kLayerParams[item]) return ParamOrderKey{1, layer, item, 0};
+    }
+    // a layer is either a transformer layer or a Mamba layer, so the tables never share a layer;
+    // Mamba items count on past the transformer table's so no item means two things
+    const int64_t mamba_base = static_cast<int64_t>(std::size(kLayerParams));
+    for (int64_t item = 0; item < static_cast<int64_t>(std::size(kMambaLayerParams)); ++item) {
+      if (rest == kMambaLayerParams[item]) return ParamOrderKey{1, layer, mamba_base + item, 0};
     }
   }
   return InvalidArgument("no Megatron parameter order is modelled for '" + name + "'");

@@ -5,6 +5,9 @@
 // named_parameters() does and moves each parameter's fragments into its group's buffer at the
 // offset the distributed optimizer gives it (tools/models/distributed_optimizer_buffer.h).
 //
+// GPT models (megatron/core/models/gpt/gpt_model.py) and hybrid Mamba models
+// (megatron/core/models/hybrid/hybrid_model.py) alike.
+//
 // Follows megatron/core/distributed/distributed_data_parallel.py (trainable params in
 // named_parameters() order, grouped by group_params_for_buffers in
 // megatron/core/distributed/param_and_grad_buffer.py; buffers and expert_parallel_buffers; no

@@ -31,6 +31,9 @@ struct MegatronPipelineArgs {
   int vstages = 0;
   int vstage_layers = 0;
   std::string layout;
+  // A hybrid model's --hybrid-layer-pattern with '|' stage boundaries
+  // (tools/models/hybrid_pipeline_stages.h); empty for GPT models and for an unsplit pattern.
+  std::string hybrid_pattern;
 };
 
 // Where one decoder layer lives: pipeline rank, model chunk (virtual stage) of that rank, and its

@@ -73,5 +73,23 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
             1);
 }
 
+TEST(CmdLayoutTest, ExplainsAHybridModelsPipelineAndBuffers) {
+  // nemotron-h-8b's pattern in four '|' segments of 13, 14, 15 and 10 layers over pp 2: layer 26
+  // ends the second segment, chunk 0 of pipeline rank 1 (ranks 2 and 3 with tp 2), and sits in
+  // that chunk's distributed-optimizer buffer.
+  const std::string piped = "M-M-M-M*-M-M-|M-M-M*-M-M-M-M|-M*-M-M-M-M-M*-|M-M-M-M-M-";
+  std::string out;
+  ASSERT_EQ(RunCli({"layout", "--model", "nemotron-h-8b", "--scale", "1/64", "--framework",
+                    "megatron:tp=2,pp=2,buffers=distopt,pattern=" + piped, "--explain",
+                    "backbone.layers.26.mixer.A_log"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("rank 2  model0.buffers.0.param_data  [0:64)"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 3  model0.buffers.0.param_data  [64:128)"), std::string::npos) << out;
+  EXPECT_NE(out.find("megatron/core/models/hybrid/hybrid_layer_allocation.py"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("own parameters"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ferry::cli

@@ -1,8 +1,9 @@
 // `ferry run` end to end: the real binary launches one process per rank and verifies every
 // destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
-// uneven and strided layouts from files, --memory cuda (or its error where there is no GPU), a
-// leak check over 200 refits, the smallest staging budget with a window of one message, and failures
-// that must end with every rank process gone. Each case runs under a deadline and kills the process group.
+// uneven and strided layouts from files, a hybrid Mamba model from distributed-optimizer buffers,
+// --memory cuda (or its error where there is no GPU), a leak check over 200 refits, the smallest
+// staging budget with a window of one message, and failures that must end with every rank process
+// gone. Each case runs under a deadline and kills the process group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,6 +113,22 @@ TEST(RunIntegrationTest, LlamaFusedQkvGateUpOverLibfabric) {
                        90);
   ExpectVerified(o, 1);
   EXPECT_NE(TransportsInUse(o.output).find("libfabric"), std::string::npos) << o.output;
+}
+
+// nemotron-h-8b (hybrid Mamba-2) read from Megatron's distributed-optimizer buffers: over pp=2 with
+// --overlap-grad-reduce, and over a '|' pattern of four segments (two model chunks a rank) with
+// the transport carrying every byte; the destination is Megatron on one rank.
+TEST(RunIntegrationTest, HybridMambaModelFromDistributedOptimizerBuffers) {
+  const std::string piped = "M-M-M-M*-M-M-|M-M-M*-M-M-M-M|-M*-M-M-M-M-M*-|M-M-M-M-M-";
+  for (const std::string& src :
+       {std::string("megatron:tp=2,pp=2,buffers=distopt,overlap_grad_reduce=yes"),
+        "megatron:tp=2,pp=2,buffers=distopt,pattern=" + piped}) {
+    Outcome o = RunFerry({"run", "--model", "nemotron-h-8b", "--scale", "1/64", "--src", src,
+                          "--dst", "megatron:tp=1", "--transport", "tcp", "--verify", "--set",
+                          "executor.direct_intra_node=false"},
+                         60);
+    ExpectVerified(o, 1);
+  }
 }
 
 // planner.same_rank=transport on colocated ranks: every byte a rank holds for itself travels as a

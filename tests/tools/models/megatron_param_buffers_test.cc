@@ -2,8 +2,9 @@
 // parameters at the offsets worked by hand from megatron/core/distributed/
 // distributed_data_parallel.py (named_parameters() order, reversed in the buffer), the module
 // registration order of megatron/core/models/gpt/gpt_model.py, transformer_layer.py,
-// attention.py and Transformer Engine's layernorm_linear.py, and megatron/core/optimizer/
-// param_layout.py's padding.
+// attention.py and Transformer Engine's layernorm_linear.py (for hybrid models
+// megatron/core/models/hybrid/hybrid_model.py, hybrid_block.py, megatron/core/ssm/mamba_layer.py
+// and mamba_mixer.py), and megatron/core/optimizer/param_layout.py's padding.
 #include "tools/models/megatron_param_buffers.h"
 
 #include <gtest/gtest.h>
@@ -45,8 +46,135 @@ TEST(MegatronParamBuffersTest, ParamOrder) {
               key("decoder.layers.3.mlp.experts.linear_fc1.weight0"));
   EXPECT_EQ(MegatronParamOrder("decoder.layers.3.mlp.router.expert_bias").status().code(),
             StatusCode::kNotFound);
-  EXPECT_EQ(MegatronParamOrder("decoder.layers.3.mixer.in_proj.weight").status().code(),
+  EXPECT_EQ(MegatronParamOrder("decoder.layers.3.mixer.in_proj.bias").status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(MegatronParamBuffersTest, MambaParamOrder) {
+  // MambaMixer's own parameters (conv1d_weight, conv1d_bias, dt_bias, A_log, D, in the order
+  // __init__ creates them) come before its child modules' (in_proj, norm, out_proj); the hybrid
+  // stack's final norm is final_norm.
+  auto key = [](const std::string& n) { return MegatronParamOrder(n).value(); };
+  const std::vector<std::string> order = {
+      "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "in_proj.layer_norm_weight",
+      "in_proj.weight", "norm.weight", "out_proj.weight"};
+  for (size_t i = 1; i < order.size(); ++i) {
+    EXPECT_TRUE(key("decoder.layers.0.mixer." + order[i - 1]) <
+                key("decoder.layers.0.mixer." + order[i]))
+        << order[i - 1] << " before " << order[i];
+  }
+  EXPECT_TRUE(key("decoder.layers.0.mixer.out_proj.weight") <
+              key("decoder.layers.1.self_attention.linear_proj.weight"));
+  EXPECT_TRUE(key("decoder.layers.2.mlp.linear_fc2.weight") < key("decoder.final_norm.weight"));
+  EXPECT_TRUE(key("decoder.final_norm.weight") < key("output_layer.weight"));
+}
+
+// The byte offset of the first fragment of `hf_name` in `buffer` on `rank`, or -1.
+int64_t StartOf(const Layout& l, int rank, const std::string& buffer, const std::string& hf_name) {
+  std::vector<Fragment> f = FragmentsIn(l, rank, buffer, hf_name);
+  return f.empty() ? -1 : f[0].loc.byte_offset;
+}
+
+// A three-layer hybrid model "M*-" small enough to work by hand: hidden 16, vocabulary 64
+// (padded to 256 for tp=2: 128 rows a rank), attention 4 heads / 2 KV heads of 4, MLP 32, Mamba
+// 4 heads of 4, 2 groups of state 4, conv kernel 4.
+ModelPreset ThreeLayerHybrid() {
+  ModelConfig c = OneLayerConfig("hybrid-3", ModelFamily::kNemotronH, 16, 4, 2, 4, 64);
+  c.num_layers = 3;
+  c.hybrid_pattern = "M*-";
+  c.intermediate = 32;
+  c.mamba_num_heads = 4;
+  c.mamba_head_dim = 4;
+  c.mamba_groups = 2;
+  c.ssm_state_size = 4;
+  c.conv_kernel = 4;
+  return PresetOf(c);
+}
+
+TEST(MegatronParamBuffersTest, HybridModelWorkedByHand) {
+  // tp=2, rank 0, elements per parameter in named_parameters() order: embedding 128*16 = 2048;
+  // layer 0 (M): conv1d.weight 16*1*4 = 64, conv1d.bias 16, dt_bias 2, A_log 2, D 2,
+  // in_proj.layer_norm_weight 16, in_proj.weight (52/2 = 26)*16 = 416, norm 8, out_proj 16*8 = 128;
+  // layer 1 (*): linear_proj 16*8 = 128, linear_qkv.layer_norm_weight 16, linear_qkv (32/2)*16 =
+  // 256; layer 2 (-): linear_fc1.layer_norm_weight 16, linear_fc1 16*16 = 256, linear_fc2 256;
+  // final_norm 16; output_layer 2048. Reversed, each start padded to 64 elements:
+  //   output_layer 0, final_norm 2048, fc2 2112, fc1 2368, fc1 norm 2624, qkv 2688, qkv norm 2944,
+  //   linear_proj 3008, out_proj 3136, mixer norm 3264, in_proj 3328, in_proj norm 3776, D 3840,
+  //   A_log 3904, dt_bias 3968, conv1d.bias 4032, conv1d.weight 4096, embedding 4160;
+  // the bucket ends at 4160 + 2048 = 6208, padded to lcm(dp 1, 128): 6272 elements.
+  ModelPreset p = ThreeLayerHybrid();
+  Layout l = BuildAsSpecified(p, "megatron:tp=2,buffers=distopt");
+  const std::string buf = "buffers.0.param_data";
+  const std::vector<std::pair<std::string, int64_t>> expected = {
+      {"lm_head.weight", 0},
+      {"backbone.norm_f.weight", 2048},
+      {"backbone.layers.2.mixer.down_proj.weight", 2112},
+      {"backbone.layers.2.mixer.up_proj.weight", 2368},
+      {"backbone.layers.2.norm.weight", 2624},
+      {"backbone.layers.1.mixer.q_proj.weight", 2688},
+      {"backbone.layers.1.norm.weight", 2944},
+      {"backbone.layers.1.mixer.o_proj.weight", 3008},
+      {"backbone.layers.0.mixer.out_proj.weight", 3136},
+      {"backbone.layers.0.mixer.norm.weight", 3264},
+      {"backbone.layers.0.mixer.in_proj.weight", 3328},
+      {"backbone.layers.0.norm.weight", 3776},
+      {"backbone.layers.0.mixer.D", 3840},
+      {"backbone.layers.0.mixer.A_log", 3904},
+      {"backbone.layers.0.mixer.dt_bias", 3968},
+      {"backbone.layers.0.mixer.conv1d.bias", 4032},
+      {"backbone.layers.0.mixer.conv1d.weight", 4096},
+      {"backbone.embeddings.weight", 4160},
+  };
+  // Rank 1's vocabulary rows (128-255) are all padding: its output layer and embedding hold no
+  // fragment, though their space is there.
+  for (const auto& [name, element] : expected) {
+    EXPECT_EQ(StartOf(l, 0, buf, name), element * 2) << name;
+    if (name.find("layers") != std::string::npos) {
+      EXPECT_EQ(StartOf(l, 1, buf, name), element * 2) << name;
+    }
+  }
+  const int b0 = l.FindBuffer(0, buf);
+  ASSERT_GE(b0, 0);
+  EXPECT_EQ(l.buffers[static_cast<size_t>(b0)].bytes, 6272 * 2);
+  EXPECT_EQ(l.buffers.size(), 2u);  // one param_data buffer a rank
+  ExpectCoverage(l, p, Copies(1, 2, 0));
+}
+
+TEST(MegatronParamBuffersTest, HybridModelOverPipeStages) {
+  // pattern=M*|- on pp=2: stage 1 (ranks 2, 3) builds the '-' layer as decoder.layers.0, then the
+  // final norm and the output layer. Reversed: output_layer 0, final_norm 2048, fc2 2112, fc1
+  // 2368, fc1 norm 2624, ending at 2640, padded to 128: 2688 elements.
+  ModelPreset p = ThreeLayerHybrid();
+  Layout plain = BuildAsSpecified(p, "megatron:tp=2,pp=2,pattern=M*|-");
+  EXPECT_GE(plain.FindBuffer(2, "decoder.layers.0.mlp.linear_fc2.weight"), 0);
+  EXPECT_GE(plain.FindBuffer(0, "decoder.layers.1.self_attention.linear_proj.weight"), 0);
+  Layout l = BuildAsSpecified(p, "megatron:tp=2,pp=2,buffers=distopt,pattern=M*|-");
+  const std::string buf = "buffers.0.param_data";
+  EXPECT_EQ(StartOf(l, 2, buf, "backbone.layers.2.mixer.down_proj.weight"), 2112 * 2);
+  EXPECT_EQ(StartOf(l, 3, buf, "backbone.layers.2.norm.weight"), 2624 * 2);
+  const int b2 = l.FindBuffer(2, buf);
+  ASSERT_GE(b2, 0);
+  EXPECT_EQ(l.buffers[static_cast<size_t>(b2)].bytes, 2688 * 2);
+  // Stage 0 (layers 0 and 1, the embedding) starts with layer 1's linear_qkv at 0, its norm at 256,
+  // linear_proj at pad64(272) = 320, then layer 0 from its out_proj at pad64(448) = 448.
+  EXPECT_EQ(StartOf(l, 0, buf, "backbone.layers.1.mixer.q_proj.weight"), 0);
+  EXPECT_EQ(StartOf(l, 1, buf, "backbone.layers.1.norm.weight"), 256 * 2);
+  EXPECT_EQ(StartOf(l, 0, buf, "backbone.layers.1.mixer.o_proj.weight"), 320 * 2);
+  EXPECT_EQ(StartOf(l, 1, buf, "backbone.layers.0.mixer.out_proj.weight"), 448 * 2);
+  ExpectCoverage(l, p, Copies(1, 2, 0));
+}
+
+TEST(MegatronParamBuffersTest, NemotronHUnderTheDistributedOptimizer) {
+  // The full-size preset (with --overlap-grad-reduce: 40M-element buckets on pipeline rank 0),
+  // validated (bounds, no overlap, full coverage) by BuildAsSpecified.
+  ModelPreset p = Preset("nemotron-h-8b", 1.0);
+  for (const std::string spec :
+       {"megatron:tp=2,buffers=distopt", "megatron:tp=2,pp=2,buffers=distopt",
+        "megatron:tp=2,pp=2,buffers=distopt,overlap_grad_reduce=yes"}) {
+    Layout l = BuildAsSpecified(p, spec);
+    EXPECT_GE(l.FindBuffer(0, "buffers.0.param_data"), 0) << spec;
+    EXPECT_EQ(l.FindBuffer(0, "embedding.word_embeddings.weight"), -1) << spec;
+  }
 }
 
 TEST(MegatronParamBuffersTest, DenseModelInOneBufferPerChunk) {
@@ -104,8 +232,8 @@ TEST(MegatronParamBuffersTest, ChunksAndRefusals) {
   Layout l = BuildAsSpecified(p, "megatron:pp=4,vstages=2,buffers=distopt");
   EXPECT_GE(l.FindBuffer(0, "model0.buffers.0.param_data"), 0);
   EXPECT_GE(l.FindBuffer(0, "model1.buffers.0.param_data"), 0);
-  EXPECT_FALSE(BuildFrameworkLayout(Preset("nemotron-h-8b", 1.0 / 64),
-                                    Spec("megatron:buffers=distopt")).ok());
+  EXPECT_FALSE(BuildFrameworkLayout(Preset("qwen3-30b-a3b", 1.0 / 64),
+                                    Spec("megatron:experts=legacy_grouped,buffers=distopt")).ok());
   EXPECT_FALSE(BuildFrameworkLayout(p, Spec("megatron:overlap_grad_reduce=yes")).ok());
   EXPECT_EQ(Spec("megatron:buffers=distopt,overlap_grad_reduce=yes").ToString(),
             "megatron:tp=1,pp=1,ep=1,cp=1,buffers=distopt,overlap_grad_reduce=yes");

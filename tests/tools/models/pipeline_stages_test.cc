@@ -20,7 +20,7 @@ namespace {
 
 MegatronPipelineArgs Args(int pp, int first = 0, int last = 0, int vstages = 0,
                           int vstage_layers = 0, std::string layout = "") {
-  return {pp, first, last, vstages, vstage_layers, std::move(layout)};
+  return {pp, first, last, vstages, vstage_layers, std::move(layout), ""};
 }
 
 // Pipeline rank of each layer.
