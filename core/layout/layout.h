@@ -141,7 +141,9 @@ std::vector<DType> StoredDTypes(const Layout& layout);
 std::vector<char> BlockScaledTensorMask(const Layout& layout);
 
 // Ok when neither layout stores a tensor transformed; otherwise InvalidArgument naming the first
-// such tensor, its side and its transform: plans copy bytes as they are.
+// such tensor, its side and its transform: plans copy bytes as they are. The planner calls it on
+// the layouts it plans after taking out the transforms it applies (planner/planner.h), so what is
+// left is what it has no op for.
 Status CheckNoStoredTransforms(const Layout& source, const Layout& destination);
 
 }  // namespace ferry
