@@ -39,6 +39,39 @@ Result<std::vector<TensorFn>> TensorFunctions(const Layout& source, const Layout
   return fns;
 }
 
+// Moves each fragment of a tensor with an element function into a twin of its own (dense, of the
+// source's dtype, appended to out.destination's buffers), recording the twins.
+void MoveIntoTwins(const Layout& destination, const std::vector<TensorFn>& fns, ElementTransformLayout& out) {
+  Layout& l = out.destination;
+  FragmentTable moved;
+  moved.reserve(destination.fragments.size());
+  size_t index = 0;
+  for (Fragment f : destination.fragments) {
+    const TensorFn& t = fns[static_cast<size_t>(f.tensor)];
+    if (t.fn != ElementFn::kNone) {
+      const std::vector<int64_t> shape = f.box.Shape();
+      TransformTwin twin;
+      twin.rank = f.loc.rank;
+      twin.to = Region{Space::kDestination, f.loc.buffer, f.loc.byte_offset, DType::kFP32, f.box.ndim, {}, f.loc.strides};
+      std::copy(shape.begin(), shape.end(), twin.to.shape.begin());
+      twin.dtype = t.from;
+      twin.fn = t.fn;
+      twin.twin = l.GetOrAddBuffer(f.loc.rank, destination.buffers[static_cast<size_t>(f.loc.buffer)].name +
+                                                   " [fragment " + std::to_string(index) + " of '" +
+                                                   l.tensors[static_cast<size_t>(f.tensor)].name + "' as " +
+                                                   std::string(DTypeName(t.from)) + "]");
+      l.buffers.SetBytes(static_cast<size_t>(twin.twin), f.box.Volume() * DTypeSize(t.from));
+      out.twins.push_back(twin);
+      f.loc.buffer = twin.twin;
+      f.loc.byte_offset = 0;
+      f.loc.strides = RowMajorStrides(shape);
+    }
+    moved.push_back(f);
+    ++index;
+  }
+  l.fragments = std::move(moved);
+}
+
 }  // namespace
 
 Result<ElementTransformLayout> PrepareElementTransforms(const Layout& source, const Layout& destination) {
@@ -56,33 +89,7 @@ Result<ElementTransformLayout> PrepareElementTransforms(const Layout& source, co
   for (size_t t = 0; t < fns.size(); ++t) {
     if (fns[t].fn != ElementFn::kNone) l.tensors[t].dtype = fns[t].from;
   }
-  FragmentTable moved;
-  moved.reserve(destination.fragments.size());
-  size_t index = 0;
-  for (Fragment f : destination.fragments) {
-    const ElementFn fn = fns[static_cast<size_t>(f.tensor)].fn;
-    if (fn != ElementFn::kNone) {
-      const TensorSpec& t = l.tensors[static_cast<size_t>(f.tensor)];
-      const std::vector<int64_t> shape = f.box.Shape();
-      TransformTwin twin;
-      twin.rank = f.loc.rank;
-      twin.to = Region{Space::kDestination, f.loc.buffer, f.loc.byte_offset, DType::kFP32, f.box.ndim, {}, f.loc.strides};
-      std::copy(shape.begin(), shape.end(), twin.to.shape.begin());
-      twin.dtype = t.dtype;
-      twin.fn = fn;
-      twin.twin = l.GetOrAddBuffer(f.loc.rank, destination.buffers[static_cast<size_t>(f.loc.buffer)].name +
-                                                   " [fragment " + std::to_string(index) + " of '" + t.name +
-                                                   "' as " + std::string(DTypeName(t.dtype)) + "]");
-      l.buffers.SetBytes(static_cast<size_t>(twin.twin), f.box.Volume() * DTypeSize(t.dtype));
-      out.twins.push_back(twin);
-      f.loc.buffer = twin.twin;
-      f.loc.byte_offset = 0;
-      f.loc.strides = RowMajorStrides(shape);
-    }
-    moved.push_back(f);
-    ++index;
-  }
-  l.fragments = std::move(moved);
+  MoveIntoTwins(destination, fns, out);
   return out;
 }
 
