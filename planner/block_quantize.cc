@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "planner/twin_slots.h"
+
 namespace ferry {
 namespace {
 
@@ -168,58 +170,19 @@ Result<BlockQuantizeLayout> PrepareBlockQuantize(const Layout& source, const Lay
   return out;
 }
 
-namespace {
-
-// Region `r` of a twin as its staging slot; true when it was one.
-bool ToSlot(Space& space, int& buffer, const std::vector<int>& slot_of_buffer, size_t first_twin) {
-  if (space != Space::kDestination || static_cast<size_t>(buffer) < first_twin) return false;
-  space = Space::kStaging;
-  buffer = slot_of_buffer[static_cast<size_t>(buffer) - first_twin];
-  return true;
-}
-
-}  // namespace
-
 void FinishBlockQuantize(const BlockQuantizeLayout& prepared, const Layout& destination,
                          TransferPlan& plan) {
   if (prepared.twins.empty()) return;
   const size_t first = prepared.original_buffers;
   std::vector<int> slot_of_buffer(prepared.destination.buffers.size() - first, -1);
-  std::map<int, size_t> twin_of_slot;
-  for (size_t k = 0; k < prepared.twins.size(); ++k) {
-    const QuantizeTwin& t = prepared.twins[k];
-    const int slot = plan.AddSlot(t.rank, t.rows * t.cols * DTypeSize(t.dtype));
-    slot_of_buffer[static_cast<size_t>(t.twin) - first] = slot;
-    twin_of_slot[slot] = k;
+  for (const QuantizeTwin& t : prepared.twins) {
+    slot_of_buffer[static_cast<size_t>(t.twin) - first] = plan.AddSlot(t.rank, t.rows * t.cols * DTypeSize(t.dtype));
   }
-  std::vector<std::vector<int>> users(prepared.twins.size());
-  const int num_ops = static_cast<int>(plan.ops.size());
-  for (int id = 0; id < num_ops; ++id) {
-    Op& op = plan.ops[static_cast<size_t>(id)];
-    if (ToSlot(op.data.space, op.data.buffer, slot_of_buffer, first)) {
-      users[twin_of_slot[op.data.buffer]].push_back(id);
-    }
-    bool touches = false;
-    for (int j = op.copies_begin; j < op.copies_end && !touches; ++j) {
-      const PairGeometry g = plan.GeometryOf(j);
-      touches = (g.to_space == Space::kDestination && static_cast<size_t>(plan.copies[j].to_buffer) >= first) ||
-                (g.from_space == Space::kDestination && static_cast<size_t>(plan.copies[j].from_buffer) >= first);
-    }
-    if (!touches) continue;
-    std::vector<CopyPair> pairs(plan.Copies(op).begin(), plan.Copies(op).end());
-    for (CopyPair& c : pairs) {
-      for (Region* r : {&c.from, &c.to}) {
-        if (ToSlot(r->space, r->buffer, slot_of_buffer, first)) users[twin_of_slot[r->buffer]].push_back(id);
-      }
-    }
-    plan.SetCopies(id, pairs);
-  }
+  const std::vector<std::vector<int>> users = TwinsToSlots(plan, first, slot_of_buffer);
   plan.destination_buffers = destination.buffers;
   for (size_t k = 0; k < prepared.twins.size(); ++k) {
     const QuantizeTwin& t = prepared.twins[k];
-    std::vector<int>& deps = users[k];
-    std::sort(deps.begin(), deps.end());
-    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    const std::vector<int>& deps = users[static_cast<size_t>(t.twin) - first];
     const int64_t block_rows = (t.rows + 127) / 128, block_cols = (t.cols + 127) / 128;
     Op q;
     q.kind = OpKind::kQuantize;

@@ -14,6 +14,7 @@
 #include "planner/block_quantize.h"
 #include "planner/demand.h"
 #include "planner/distinct_pieces.h"
+#include "planner/element_transforms.h"
 #include "planner/emit.h"
 #include "planner/fold_stacks.h"
 #include "planner/gather_broadcast.h"
@@ -216,15 +217,21 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
       options.relay_chunk_bytes < 64) {
     return InvalidArgument("chunk sizes must be at least 64 bytes");
   }
-  // Block-scaled fp8 destinations are planned as twins of the source's dtype, then quantized.
+  // Block-scaled fp8 destinations are planned as twins of the source's dtype, then quantized;
+  // tensors stored through an element function likewise, then converted.
   FERRY_ASSIGN_OR_RETURN(const BlockQuantizeLayout quantize, PrepareBlockQuantize(source, destination));
-  const Layout& planned = quantize.twins.empty() ? destination : quantize.destination;
+  const Layout& quantized = quantize.twins.empty() ? destination : quantize.destination;
+  FERRY_ASSIGN_OR_RETURN(const ElementTransformLayout transform, PrepareElementTransforms(source, quantized));
+  const Layout& planned = transform.twins.empty() ? quantized : transform.destination;
   FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, planned));
   PhaseClock clock;
   Result<PlanResult> result = WithAgreeingStacks(source, planned, [&](const Layout& s, const Layout& d) {
     return PlanReshardWithFold(s, d, topology, options, clock);
   });
-  if (result.ok()) FinishBlockQuantize(quantize, destination, result->plan);
+  if (result.ok()) {
+    FinishElementTransforms(transform, quantized, result->plan);
+    FinishBlockQuantize(quantize, destination, result->plan);
+  }
   return result;
 }
 
@@ -236,12 +243,16 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
                            destination.buffers[static_cast<size_t>(destination.block_scaled.front().buffer)].name +
                            "'); the reshard strategy does");
   }
-  FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, destination));
+  FERRY_ASSIGN_OR_RETURN(const ElementTransformLayout transform, PrepareElementTransforms(source, destination));
+  const Layout& planned = transform.twins.empty() ? destination : transform.destination;
+  FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, planned));
   // NeMo RL packs tensor by tensor, a layer's experts one by one (nemo_rl/utils/packed_tensor.py),
   // so buckets are cut between the members of tensor stacks, not around whole stacks.
   FERRY_ASSIGN_OR_RETURN(const Layout s, UnstackTensors(source).WithContext("source layout"));
-  FERRY_ASSIGN_OR_RETURN(const Layout d, UnstackTensors(destination).WithContext("destination layout"));
-  return PlanGatherBroadcastOf(s, d, topology, options);
+  FERRY_ASSIGN_OR_RETURN(const Layout d, UnstackTensors(planned).WithContext("destination layout"));
+  Result<PlanResult> result = PlanGatherBroadcastOf(s, d, topology, options);
+  if (result.ok()) FinishElementTransforms(transform, destination, result->plan);
+  return result;
 }
 
 Result<PlanResult> MakePlan(Strategy strategy, const Layout& source, const Layout& destination,

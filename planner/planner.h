@@ -73,10 +73,12 @@ struct PlanResult {
 };
 
 // Both refuse layouts that store a tensor transformed (StoredTransform, core/layout/layout.h),
-// naming the tensor and its transform: a plan copies bytes as they are. The one exception is
-// PlanReshard's block-scaled fp8 destination (Layout::block_scaled): it delivers the source's
-// values into staging on the destination rank and quantizes them there with Quantize ops
-// (planner/block_quantize.h); the gather-and-broadcast baseline refuses it.
+// naming the tensor and its transform: a plan copies bytes as they are. The exceptions are
+// destination transforms the planner applies on the destination rank, after delivering the
+// source's values into staging there: an element function (vLLM's Mamba A = -exp(A_log) in fp32;
+// both strategies) in a Convert op whose pair carries it (planner/element_transforms.h), and
+// PlanReshard's block-scaled fp8 destination (Layout::block_scaled) in Quantize ops
+// (planner/block_quantize.h; the gather-and-broadcast baseline refuses it).
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                                const Topology& topology, const PlannerOptions& options = {});
 Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& destination,

@@ -1,12 +1,13 @@
 // The batched convert kernel of core/cuda/batched_convert.h: a grid over (conversion, element),
 // each block converting up to kElementsPerBlock consecutive elements (row-major over the shape)
 // of one conversion, found by binary search over the blocks' prefix sums. Elements are loaded and
-// stored byte by byte (ConvertElement): staging packs regions of different dtypes back to back,
-// so a region may start at any byte.
+// stored byte by byte (TransformElement: the conversion and any element function): staging packs
+// regions of different dtypes back to back, so a region may start at any byte.
 #include <cuda_runtime.h>
 
 #include <string>
 
+#include "core/base/element_fn.h"
 #include "core/base/float_convert.h"
 #include "core/cuda/batched_convert.h"
 #include "core/cuda/device_table.cuh"
@@ -19,6 +20,7 @@ struct ConvertDescriptor {
   unsigned char* dst;
   DType src_dtype;
   DType dst_dtype;
+  ElementFn fn;
   int ndim;
   int64_t elements;
   int64_t shape[kMaxCopyDims];
@@ -48,7 +50,7 @@ __global__ void BatchedConvertKernel(const ConvertDescriptor* descriptors, int c
       src_off += idx * d.src_strides[dim];
       dst_off += idx * d.dst_strides[dim];
     }
-    ConvertElement(d.src_dtype, d.dst_dtype, d.src + src_off, d.dst + dst_off);
+    TransformElement(d.fn, d.src_dtype, d.dst_dtype, d.src + src_off, d.dst + dst_off);
   }
 }
 
@@ -63,6 +65,12 @@ Status CheckConvert(const StridedConvert& c, size_t i) {
                            std::string(DTypeName(c.src_dtype)) + " -> " +
                            std::string(DTypeName(c.dst_dtype)));
   }
+  if (!ElementFnApplies(c.fn, c.src_dtype, c.dst_dtype)) {
+    return InvalidArgument("batched convert " + std::to_string(i) + ": " +
+                           std::string(ElementFnName(c.fn)) + " does not apply from " +
+                           std::string(DTypeName(c.src_dtype)) + " to " +
+                           std::string(DTypeName(c.dst_dtype)));
+  }
   return Status::Ok();
 }
 
@@ -72,6 +80,7 @@ ConvertDescriptor Describe(const StridedConvert& c) {
   d.dst = static_cast<unsigned char*>(c.dst);
   d.src_dtype = c.src_dtype;
   d.dst_dtype = c.dst_dtype;
+  d.fn = c.fn;
   d.ndim = c.ndim;
   d.elements = 1;
   for (int dim = 0; dim < c.ndim; ++dim) {

@@ -1,7 +1,9 @@
 // Batched strided conversions on a CUDA device: the Convert ops of the GPU path. One launch
 // converts many strided regions (each up to kMaxCopyDims dims) between device buffers (or
 // mapped pinned host memory), element by element with the CPU reference of
-// core/base/float_convert.h compiled for the device, so the bits equal the host path's.
+// core/base/float_convert.h compiled for the device, so the bits equal the host path's; an
+// element function (core/base/element_fn.h) runs with the device's math (expf: within 2 ulp of
+// the host's std::exp).
 //
 // Plain C++ (no CUDA types). Thread-safety: as batched_copy.h; a launch is ordered on its stream.
 #pragma once
@@ -12,18 +14,22 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/element_fn.h"
 #include "core/base/status.h"
 #include "core/cuda/batched_copy.h"
 
 namespace ferry::cuda {
 
 // One strided conversion of `shape` elements from `src_dtype` to `dst_dtype` (both bf16, fp16,
-// fp32, fp8_e4m3 or fp8_e5m2). Strides are in bytes, per side; any alignment.
+// fp32, fp8_e4m3 or fp8_e5m2), applying `fn` to each element's fp32 value (core/base/element_fn.h;
+// its pair of dtypes must be one ElementFnApplies accepts). Strides are in bytes, per side; any
+// alignment.
 struct StridedConvert {
   const void* src = nullptr;  // device pointer
   void* dst = nullptr;        // device pointer
   DType src_dtype = DType::kFP32;
   DType dst_dtype = DType::kFP32;
+  ElementFn fn = ElementFn::kNone;
   int ndim = 1;
   std::array<int64_t, kMaxCopyDims> shape{};
   std::array<int64_t, kMaxCopyDims> src_strides{};

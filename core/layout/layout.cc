@@ -212,6 +212,15 @@ std::vector<char> BlockScaledTensorMask(const Layout& layout) {
   return tensors;
 }
 
+std::vector<DType> StoredDTypes(const Layout& layout) {
+  std::vector<DType> dtypes(layout.tensors.size());
+  for (size_t t = 0; t < dtypes.size(); ++t) dtypes[t] = layout.tensors[t].dtype;
+  for (const StoredTransform& x : layout.transforms) {
+    if (x.tensor >= 0 && static_cast<size_t>(x.tensor) < dtypes.size()) dtypes[static_cast<size_t>(x.tensor)] = x.stored_dtype;
+  }
+  return dtypes;
+}
+
 Status CheckNoStoredTransforms(const Layout& source, const Layout& destination) {
   for (const Layout* l : {&destination, &source}) {
     if (l->transforms.empty()) continue;

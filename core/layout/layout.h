@@ -51,7 +51,10 @@ struct PaddingRegion {
 // its fragments say where the stored values lie, counting offsets and strides in elements of
 // `stored_dtype`. Copying the other side's bytes into them, or reading them as the tensor, would
 // give values of another meaning, so plans refuse such layouts (CheckNoStoredTransforms), except
-// the fp8 tensors of block-scaled buffers (BlockScaledBuffer), which the reshard planner quantizes.
+// where the planner applies the transform: the fp8 tensors of block-scaled buffers
+// (BlockScaledBuffer), which the reshard planner quantizes, and transforms that are an element
+// function (core/base/element_fn.h ElementFnTransform: "A = -exp(A_log)" into fp32), which plans
+// apply in Convert ops on the destination rank (planner/element_transforms.h).
 struct StoredTransform {
   int tensor = 0;
   std::string transform;  // what is stored, e.g. "A = -exp(A_log)"
@@ -130,11 +133,17 @@ class Layout {
   size_t buffers_indexed_ = 0;
 };
 
+// Per tensor of `layout`: the dtype its fragments' elements are stored in, its StoredTransform's
+// stored_dtype when it has one, else its own dtype.
+std::vector<DType> StoredDTypes(const Layout& layout);
+
 // Per tensor of `layout`: whether it has a fragment in a block-scaled buffer (block_scaled).
 std::vector<char> BlockScaledTensorMask(const Layout& layout);
 
 // Ok when neither layout stores a tensor transformed; otherwise InvalidArgument naming the first
-// such tensor, its side and its transform: plans copy bytes as they are.
+// such tensor, its side and its transform: plans copy bytes as they are. The planner calls it on
+// the layouts it plans after taking out the transforms it applies (planner/planner.h), so what is
+// left is what it has no op for.
 Status CheckNoStoredTransforms(const Layout& source, const Layout& destination);
 
 }  // namespace ferry

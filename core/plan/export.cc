@@ -252,6 +252,7 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
           WriteRegion(w, c.from);
           w.Key("to");
           WriteRegion(w, c.to);
+          if (c.fn != ElementFn::kNone) w.Member("fn", ElementFnName(c.fn));
           w.EndObject();
         }
         w.EndArray();

@@ -86,7 +86,7 @@ void TransferPlan::SetDeps(int id, const std::vector<int>& deps) {
 
 void TransferPlan::SetCopies(int id, const std::vector<CopyPair>& pairs) {
   const int begin = static_cast<int>(copies.size());
-  for (const CopyPair& c : pairs) AppendCopy(c.from, c.to);
+  for (const CopyPair& c : pairs) AppendCopy(c.from, c.to, c.fn);
   ops[id].copies_begin = begin;
   ops[id].copies_end = static_cast<int>(copies.size());
 }
@@ -116,8 +116,9 @@ int StoredDims(int ndim) { return std::clamp(ndim, 0, kMaxDims); }
 
 }  // namespace
 
-void TransferPlan::AppendCopy(const Region& from, const Region& to) {
+void TransferPlan::AppendCopy(const Region& from, const Region& to, ElementFn element_fn) {
   PairGeometry g;
+  g.fn = element_fn;
   g.from_space = from.space;
   g.to_space = to.space;
   g.from_dtype = from.dtype;
@@ -160,6 +161,7 @@ CopyPair TransferPlan::Copy(int index) const {
   const int64_t* dims = copy_dims.data() + p.geometry;
   const PairGeometry g = PairGeometry::FromHeader(*dims++);
   CopyPair c;
+  c.fn = g.fn;
   c.from.space = g.from_space;
   c.from.buffer = p.from_buffer;
   c.from.offset = p.from_offset;

@@ -11,7 +11,9 @@
 //   Send     contiguous bytes (a staging slot or a contiguous user region) -> peer
 //   Recv     peer -> contiguous bytes (a staging slot or a contiguous destination region)
 //   Unpack   one staging slot -> strided regions of destination buffers
-//   Convert  like Copy/Unpack, with a dtype change (from.dtype != to.dtype)
+//   Convert  like Copy/Pack/Unpack, with a dtype change (from.dtype != to.dtype) and/or an
+//            element function (CopyPair::fn, core/base/element_fn.h: the transform of a tensor
+//            the destination stores transformed, such as vLLM's Mamba A = -exp(A_log))
 //   Forward  relays what a Recv it depends on received (where that Recv landed: a staging slot
 //            or a destination region) to the next peer
 //   Quantize block-scaled fp8 of one matrix stack (core/base/fp8_block.h): its one copy pair
@@ -23,7 +25,7 @@
 // Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
 // Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two
 // per op. Copy pairs are stored packed (PackedCopy: 32 bytes of buffers and offsets, plus a shared
-// geometry record of spaces, dtypes, shapes and strides) and unpacked into CopyPair values when
+// geometry record of spaces, dtypes, element function, shapes and strides) and unpacked into CopyPair values when
 // read; a pair takes ~32 bytes instead of ~300.
 //
 // Plans are plain values; building one is single-threaded, reading one is thread-safe.
@@ -41,6 +43,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/element_fn.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
 #include "core/layout/layout.h"
@@ -95,10 +98,13 @@ struct ByteRange {
 struct CopyPair {
   Region from;
   Region to;  // same shape (element count per dim) as `from`
+  // Applied to each element on the way (Convert ops only); kNone copies or converts the value.
+  ElementFn fn = ElementFn::kNone;
 };
 
 // A CopyPair as TransferPlan stores it: per pair only where each side starts (buffer and byte
-// offset). The rest, the pair's *geometry* (spaces, dtypes, ndims, shapes, strides), is a record in
+// offset). The rest, the pair's *geometry* (spaces, dtypes, element function, ndims, shapes,
+// strides), is a record in
 // TransferPlan::copy_dims at `geometry`, which every pair of the same geometry shares (a refit's
 // million pairs have a few thousand geometries). A record is a header word (PairGeometry::Header)
 // then from's shape (from_ndim values), to's shape unless kSharedShape, from's strides unless
@@ -113,8 +119,10 @@ struct PackedCopy {
   int to_buffer = 0;
 };
 
-// The header word of a geometry record: spaces, dtypes, ndims and flags in one int64. An ndim
-// outside [0, kMaxDims] is kept as -1 or kMaxDims + 1 (invalid, for the validator to report).
+// The header word of a geometry record: spaces, dtypes, ndims, flags and the element function in
+// one int64 (kNone, 0, in the top byte: the header of a pair without one is what it was before
+// element functions existed). An ndim outside [0, kMaxDims] is kept as -1 or kMaxDims + 1
+// (invalid, for the validator to report).
 struct PairGeometry {
   static constexpr uint8_t kSharedShape = 1, kFromDense = 2, kToDense = 4;
   Space from_space = Space::kStaging;
@@ -124,6 +132,7 @@ struct PairGeometry {
   int8_t from_ndim = 0;
   int8_t to_ndim = 0;
   uint8_t flags = 0;
+  ElementFn fn = ElementFn::kNone;
 
   int64_t Header() const {
     return static_cast<int64_t>(static_cast<uint64_t>(from_space) |
@@ -132,7 +141,8 @@ struct PairGeometry {
                                 static_cast<uint64_t>(to_dtype) << 24 |
                                 static_cast<uint64_t>(static_cast<uint8_t>(from_ndim)) << 32 |
                                 static_cast<uint64_t>(static_cast<uint8_t>(to_ndim)) << 40 |
-                                static_cast<uint64_t>(flags) << 48);
+                                static_cast<uint64_t>(flags) << 48 |
+                                static_cast<uint64_t>(fn) << 56);
   }
   static PairGeometry FromHeader(int64_t header) {
     const uint64_t h = static_cast<uint64_t>(header);
@@ -144,6 +154,7 @@ struct PairGeometry {
     g.from_ndim = static_cast<int8_t>(h >> 32 & 0xff);
     g.to_ndim = static_cast<int8_t>(h >> 40 & 0xff);
     g.flags = static_cast<uint8_t>(h >> 48 & 0xff);
+    g.fn = static_cast<ElementFn>(h >> 56 & 0xff);
     return g;
   }
 };
@@ -307,7 +318,7 @@ struct TransferPlan {
   CopyPair Copy(int index) const;
   // Packs a copy pair onto the end of `copies` (an op's pairs must be appended consecutively),
   // sharing an equal geometry record already in copy_dims when one is found.
-  void AppendCopy(const Region& from, const Region& to);
+  void AppendCopy(const Region& from, const Region& to, ElementFn fn = ElementFn::kNone);
   // The same for a pair whose sides share `shape` (`ndim` values), without building Regions.
   // Inline, with 1, 2 and 3 dims unrolled: the planner appends a million of these.
   [[gnu::always_inline]] void AppendCopy(const CopyEnd& from, const CopyEnd& to, int ndim,

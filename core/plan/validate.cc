@@ -230,6 +230,14 @@ Status CheckCopies(const TransferPlan& plan, const Op& op) {
         DTypeSize(c.from.dtype) != DTypeSize(c.to.dtype)) {
       return InvalidArgument(OpName(op) + ": copy changes the element size; use Convert");
     }
+    if (c.fn != ElementFn::kNone &&
+        (op.kind != OpKind::kConvert || !ElementFnApplies(c.fn, c.from.dtype, c.to.dtype))) {
+      return InvalidArgument(OpName(op) + ": copy applies " + std::string(ElementFnName(c.fn)) +
+                             " from " + std::string(DTypeName(c.from.dtype)) + " to " +
+                             std::string(DTypeName(c.to.dtype)) +
+                             "; element functions run in Convert ops, neg_exp from bf16, fp16 or "
+                             "fp32 into fp32");
+    }
     if (c.to.space == Space::kSource) return InvalidArgument(OpName(op) + ": writes into a source buffer");
   }
   return Status::Ok();
@@ -381,12 +389,13 @@ Result<std::vector<BufferRun>> WrittenRuns(const TransferPlan& plan, const Layou
 Result<std::vector<BufferRun>> ExpectedRuns(const Layout& destination) {
   std::vector<BufferRun> expected;
   std::vector<ByteRun> scratch;
+  const std::vector<DType> stored = StoredDTypes(destination);
   for (const Fragment& f : destination.fragments) {
     Region r;
     r.space = Space::kDestination;
     r.buffer = f.loc.buffer;
     r.offset = f.loc.byte_offset;
-    r.dtype = destination.tensors[f.tensor].dtype;
+    r.dtype = stored[static_cast<size_t>(f.tensor)];
     r.ndim = f.box.ndim;
     for (int d = 0; d < f.box.ndim; ++d) {
       r.shape[d] = f.box.Extent(d);

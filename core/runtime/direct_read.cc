@@ -136,8 +136,10 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       if (!unpacks || unpack.NumDeps() != 1) continue;
       bool ok = true;
       for (const CopyPair& c : plan.Copies(unpack)) {
+        // A pair with an element function keeps its staged Convert: the read copies values.
         ok = ok && c.from.space == Space::kStaging && c.from.buffer == recv.data.buffer &&
-             c.to.space == Space::kDestination && c.from.IsContiguous() && SameExtents(c.from, c.to);
+             c.to.space == Space::kDestination && c.from.IsContiguous() && SameExtents(c.from, c.to) &&
+             c.fn == ElementFn::kNone;
         to.push_back({c.from.offset, c.to, c.from});
       }
       if (!ok) continue;

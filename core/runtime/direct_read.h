@@ -15,7 +15,8 @@
 // Both ends decide from the plan alone (FindDirectReads is deterministic), so they agree on which
 // messages go direct without talking about it. The sender's Send completes only after the
 // receiver's copy, so source buffers stay untouched while a peer reads them (the refit contract).
-// Messages relayed onward (Forward) and messages between different nodes keep the staged path.
+// Messages relayed onward (Forward), messages between different nodes and messages whose Unpack
+// applies an element function (a Convert pair with CopyPair::fn) keep the staged path.
 #pragma once
 
 #include <cstdint>

@@ -404,9 +404,9 @@ Status RankRun::StartCopy(int i) {
   int64_t bytes = 0;
   bool gpu = false, pageable = false;
   for (const CopyPair& pair : plan_.Copies(op)) {
-    FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to));
-    if (op.kind != OpKind::kConvert && pair.from.dtype != pair.to.dtype) {
-      return InvalidArgument("dtype changes only in convert ops");
+    FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to, pair.fn));
+    if (op.kind != OpKind::kConvert && (pair.from.dtype != pair.to.dtype || pair.fn != ElementFn::kNone)) {
+      return InvalidArgument("dtype changes and element functions only in convert ops");
     }
     FERRY_ASSIGN_OR_RETURN(char* from, BaseOf(pair.from));
     FERRY_ASSIGN_OR_RETURN(char* to, BaseOf(pair.to));

@@ -1,5 +1,5 @@
 // RankRun on CUDA memory: the device and stream, ops as batched kernel launches (copies, and
-// conversions where a pair changes dtype) tracked by CUDA events, and the bounce slots that carry
+// conversions where a pair changes dtype or applies an element function) tracked by CUDA events, and the bounce slots that carry
 // sends and receives of CUDA regions through pinned host memory. See rank_run.h.
 #include <thread>
 
@@ -10,7 +10,8 @@ namespace ferry {
 namespace {
 
 // Appends one CopyGeometry between `ends` as the kernels' work: a strided copy to `copies`, or a
-// strided conversion to `converts` when the dtypes differ; the outer dims, then the row.
+// strided conversion to `converts` when the dtypes differ or an element function applies; the
+// outer dims, then the row.
 Status AppendGpuWork(const CopyGeometry& g, const CopyEnds& ends,
                      std::vector<cuda::StridedCopy>& copies,
                      std::vector<cuda::StridedConvert>& converts) {
@@ -30,12 +31,13 @@ Status AppendGpuWork(const CopyGeometry& g, const CopyEnds& ends,
     c.src_strides[g.outer_dims] = g.from_inner;
     c.dst_strides[g.outer_dims] = g.to_inner;
   };
-  if (g.from_dtype != g.to_dtype) {
+  if (g.from_dtype != g.to_dtype || g.fn != ElementFn::kNone) {
     cuda::StridedConvert c;
     c.src = ends.from;
     c.dst = ends.to;
     c.src_dtype = g.from_dtype;
     c.dst_dtype = g.to_dtype;
+    c.fn = g.fn;
     fill(c);
     converts.push_back(c);
     return Status::Ok();

@@ -60,7 +60,11 @@ void Store(DType d, char* p, double v) {
 
 }  // namespace
 
-Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to) {
+Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to, ElementFn fn) {
+  if (!ElementFnApplies(fn, from.dtype, to.dtype)) {
+    return InvalidArgument("copy applying " + std::string(ElementFnName(fn)) + " from " +
+                           std::string(DTypeName(from.dtype)) + " to " + std::string(DTypeName(to.dtype)));
+  }
   if (from.NumElements() != to.NumElements()) {
     return InvalidArgument("copy from " + std::to_string(from.NumElements()) + " elements to " +
                            std::to_string(to.NumElements()));
@@ -72,6 +76,7 @@ Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to) {
   CopyGeometry g;
   g.from_dtype = from.dtype;
   g.to_dtype = to.dtype;
+  g.fn = fn;
   int64_t fsize = DTypeSize(from.dtype), tsize = DTypeSize(to.dtype);
   // Dims with extent > 1, outermost first, strides in bytes (fixed arrays: this runs once per
   // copy pair of every refit, so no allocation).
@@ -200,8 +205,15 @@ inline void StreamFence() {
 #endif
 }
 
-// A row of a conversion between two float dtypes, element by element (core/base/float_convert.h).
+// A row of a conversion between two float dtypes, element by element (core/base/float_convert.h),
+// applying the element function when there is one (core/base/element_fn.h).
 void ConvertRow(const CopyGeometry& g, const unsigned char* src, unsigned char* dst) {
+  if (g.fn != ElementFn::kNone) {
+    for (int64_t j = 0; j < g.run; ++j) {
+      TransformElement(g.fn, g.from_dtype, g.to_dtype, src + j * g.from_inner, dst + j * g.to_inner);
+    }
+    return;
+  }
   for (int64_t j = 0; j < g.run; ++j) {
     ConvertElement(g.from_dtype, g.to_dtype, src + j * g.from_inner, dst + j * g.to_inner);
   }
@@ -228,7 +240,7 @@ Status RunCopySlice(const CopyGeometry& g, const CopySlice& slice, const char* f
     return Status::Ok();
   }
   const int64_t fsize = DTypeSize(g.from_dtype);
-  const bool same = g.from_dtype == g.to_dtype;
+  const bool same = g.from_dtype == g.to_dtype && g.fn == ElementFn::kNone;
   const bool memcpy_rows = g.contiguous_run();
   if (memcpy_rows && g.outer_dims == 1) {  // the common matrix case: no odometer
     const size_t n = static_cast<size_t>(g.run * fsize);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/base/element_fn.h"
 #include "core/base/status.h"
 #include "core/plan/plan.h"
 
@@ -17,6 +18,7 @@ namespace ferry {
 struct CopyGeometry {
   DType from_dtype = DType::kUInt8;
   DType to_dtype = DType::kUInt8;
+  ElementFn fn = ElementFn::kNone;  // applied to each element (core/base/element_fn.h)
   int outer_dims = 0;                      // dims iterated per row
   std::array<int64_t, kMaxDims> extent{};  // outer extents
   std::array<int64_t, kMaxDims> from_stride{};  // bytes
@@ -28,13 +30,16 @@ struct CopyGeometry {
   // A row is one memcpy.
   bool contiguous_run() const {
     const int64_t size = DTypeSize(from_dtype);
-    return from_dtype == to_dtype && (run <= 1 || (from_inner == size && to_inner == size));
+    return from_dtype == to_dtype && fn == ElementFn::kNone &&
+           (run <= 1 || (from_inner == size && to_inner == size));
   }
   int64_t bytes() const { return rows * run * DTypeSize(to_dtype); }  // destination bytes written
 };
 
-// Validates that `from` and `to` have the same shape and builds the geometry.
-Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to);
+// Validates that `from` and `to` have the same shape (and, with an element function, that it
+// applies to their dtypes: ElementFnApplies) and builds the geometry.
+Result<CopyGeometry> MakeCopyGeometry(const Region& from, const Region& to,
+                                      ElementFn fn = ElementFn::kNone);
 
 // A piece of a copy: rows [row_begin, row_end); when the copy is a single contiguous run split by
 // bytes, [byte_begin, byte_end) of that run instead (row_begin = row_end = 0).
@@ -85,7 +90,7 @@ inline CopySlice WholeCopy(const CopyGeometry& geometry) { return {0, geometry.r
 // Splits a copy into about bytes / target_bytes slices (at most max_slices, at least 1).
 std::vector<CopySlice> SliceCopy(const CopyGeometry& geometry, int64_t target_bytes, int max_slices);
 
-// Copies (converting dtypes when they differ) one slice. `from` and `to` point at the regions'
+// Copies (converting dtypes when they differ, applying the geometry's element function) one slice. `from` and `to` point at the regions'
 // byte offset 0 (buffer base + Region::offset).
 Status RunCopySlice(const CopyGeometry& geometry, const CopySlice& slice, const char* from, char* to);
 

@@ -40,7 +40,7 @@ void HostRun::Run(const TransferPlan& plan) {
                                reinterpret_cast<float*>(At(op.data.space, op.data.buffer, op.data.offset)));
     } else {
       for (const CopyPair& c : plan.Copies(op)) {
-        Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
+        Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to, c.fn);
         ASSERT_TRUE(g.ok()) << g.status().ToString();
         const char* from = reinterpret_cast<const char*>(At(c.from.space, c.from.buffer, c.from.offset));
         char* to = reinterpret_cast<char*>(At(c.to.space, c.to.buffer, c.to.offset));

@@ -1,7 +1,8 @@
 // Test helper for the planner: HostRun, a plain interpreter of a TransferPlan on host byte arrays
 // (one per source buffer, destination buffer and staging slot), running the ops in op order: a
-// Send's or Forward's bytes wait by message for their Recv, copies and conversions run through
-// core/runtime/strided_copy, and a Quantize op runs the CPU reference (core/base/fp8_block.h).
+// Send's or Forward's bytes wait by message for their Recv, copies and conversions (with their
+// pairs' element functions) run through core/runtime/strided_copy, and a Quantize op runs the CPU
+// reference (core/base/fp8_block.h).
 // Failures are gtest assertion failures of the calling test.
 #pragma once
 

@@ -28,9 +28,10 @@ std::vector<unsigned char> SourceImage(const Layout& layout, const BlockScaledBu
   const int64_t elem = DTypeSize(dtype);
   std::vector<unsigned char> image(static_cast<size_t>(s.matrices * s.rows * s.cols * elem));
   for (const Fragment& f : frags) {
-    const uint64_t seed = PatternSeed(layout.tensors[static_cast<size_t>(f.tensor)].name);
+    const TensorSpec& t = layout.tensors[static_cast<size_t>(f.tensor)];
+    const uint64_t seed = PatternSeed(t.name);
     // fp8 fragments: byte offsets and strides are element positions in the buffer.
-    ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
+    ForEachRow(layout, f, DTypeSize(t.dtype), [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
       for (int64_t i = 0; i < count; ++i) {
         const uint64_t word = FinitePatternWord(seed, global + i, dtype);
         std::memcpy(image.data() + (offset + i * stride) * elem, &word, static_cast<size_t>(elem));

@@ -11,12 +11,13 @@
 namespace ferry::cli {
 
 // Calls row(global_index_of_first, byte_offset_of_first, count, byte_stride) for every innermost
-// row of `f`, where the row's elements have consecutive global indexes.
+// row of `f`, whose elements are stored `esize` bytes each (the tensor's dtype, or the stored
+// dtype of a tensor stored transformed: StoredDTypes), where the row's elements have consecutive
+// global indexes.
 template <typename RowFn>
-inline void ForEachRow(const Layout& layout, const Fragment& f, RowFn&& row) {
+inline void ForEachRow(const Layout& layout, const Fragment& f, int64_t esize, RowFn&& row) {
   const TensorSpec& t = layout.tensors[f.tensor];
   const int ndim = static_cast<int>(t.shape.size());
-  const int64_t esize = DTypeSize(t.dtype);
   std::vector<int64_t> global_stride(ndim, 1);
   for (int d = ndim - 2; d >= 0; --d) global_stride[d] = global_stride[d + 1] * t.shape[d + 1];
   const int last = ndim - 1;

@@ -23,6 +23,7 @@ Result<std::vector<cuda::StridedCopy>> FragmentBoxes(const Layout& layout, const
                            " buffer pointers for a layout of " + std::to_string(layout.buffers.size()) + " buffers");
   }
   std::vector<cuda::StridedCopy> boxes;
+  const std::vector<StoredForm> forms = StoredForms(layout);
   for (const Fragment& f : layout.fragments) {
     if (f.loc.rank != buffers.rank) continue;
     const TensorSpec& t = layout.tensors[f.tensor];
@@ -38,7 +39,7 @@ Result<std::vector<cuda::StridedCopy>> FragmentBoxes(const Layout& layout, const
     cuda::StridedCopy box;
     box.src = buffers.buffers[f.loc.buffer] + f.loc.byte_offset;
     box.ndim = ndim;
-    box.elem_size = DTypeSize(t.dtype);
+    box.elem_size = DTypeSize(forms[static_cast<size_t>(f.tensor)].dtype);
     for (int d = 0; d < ndim; ++d) {
       box.shape[d] = f.box.hi[d] - f.box.lo[d];
       box.src_strides[d] = f.loc.strides[d] * box.elem_size;
@@ -50,6 +51,7 @@ Result<std::vector<cuda::StridedCopy>> FragmentBoxes(const Layout& layout, const
 
 Result<std::vector<PatternBox>> FragmentPatternBoxes(const Layout& layout, int rank, const Layout* source) {
   std::vector<PatternBox> boxes;
+  const std::vector<StoredForm> forms = StoredForms(layout);
   for (const Fragment& f : layout.fragments) {
     if (f.loc.rank != rank) continue;
     const TensorSpec& t = layout.tensors[f.tensor];
@@ -59,7 +61,8 @@ Result<std::vector<PatternBox>> FragmentPatternBoxes(const Layout& layout, int r
     }
     PatternBox box;
     box.seed = PatternSeed(t.name);
-    box.to = t.dtype;
+    box.to = forms[static_cast<size_t>(f.tensor)].dtype;
+    box.fn = forms[static_cast<size_t>(f.tensor)].fn;
     box.from = PatternDType(t, source);
     box.ndim = ndim;
     int64_t stride = 1;

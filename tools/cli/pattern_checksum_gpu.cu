@@ -19,6 +19,7 @@ struct PatternParams {
   uint64_t mask;
   DType from;
   DType to;
+  ElementFn fn;
 };
 
 // The checksum term of the pattern element of global index `position` in box `d.box`.
@@ -26,7 +27,7 @@ struct PatternTerm {
   const PatternParams* params;  // device memory, one per box
   __device__ uint64_t operator()(const cuda::SumDescriptor& d, uint64_t e, int64_t position) const {
     const PatternParams p = params[d.box];
-    return BoxChecksumTerm(e, PatternElement(p.seed, position, p.from, p.to, p.mask));
+    return BoxChecksumTerm(e, PatternElement(p.seed, position, p.from, p.to, p.mask, p.fn));
   }
 };
 
@@ -36,6 +37,10 @@ Status CheckPatternBox(const PatternBox& b, size_t i, int64_t* elements) {
   if (b.from != b.to && (!IsConvertibleFloat(b.from) || !IsConvertibleFloat(b.to))) {
     return InvalidArgument(name + "no conversion " + std::string(DTypeName(b.from)) + " -> " +
                            std::string(DTypeName(b.to)));
+  }
+  if (!ElementFnApplies(b.fn, b.from, b.to)) {
+    return InvalidArgument(name + std::string(ElementFnName(b.fn)) + " does not apply from " +
+                           std::string(DTypeName(b.from)) + " to " + std::string(DTypeName(b.to)));
   }
   *elements = 1;
   for (int d = 0; d < b.ndim; ++d) {
@@ -54,7 +59,7 @@ Result<std::vector<uint64_t>> PatternBoxChecksums(const std::vector<PatternBox>&
     const PatternBox& b = boxes[i];
     int64_t elements = 0;
     FERRY_RETURN_IF_ERROR(CheckPatternBox(b, i, &elements));
-    params[i] = PatternParams{b.seed, ElementMask(b.to), b.from, b.to};
+    params[i] = PatternParams{b.seed, ElementMask(b.to), b.from, b.to, b.fn};
     if (elements == 0) continue;
     cuda::SumDescriptor d{};
     d.base = b.first_index;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/element_fn.h"
 #include "core/base/status.h"
 #include "core/cuda/batched_copy.h"
 
@@ -20,7 +21,8 @@ namespace ferry::cli {
 struct PatternBox {
   uint64_t seed = 0;       // PatternSeed of the tensor
   DType from = DType::kBF16;  // the dtype the source holds the pattern in
-  DType to = DType::kBF16;    // the fragment's dtype
+  DType to = DType::kBF16;    // the fragment's (stored) dtype
+  ElementFn fn = ElementFn::kNone;  // what the destination stores of the pattern
   int ndim = 1;
   int64_t first_index = 0;
   std::array<int64_t, cuda::kMaxCopyDims> shape{};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/base/dtype.h"
+#include "core/base/element_fn.h"
 #include "core/base/float_convert.h"
 
 namespace ferry::cli {
@@ -49,13 +50,16 @@ inline uint64_t ElementMask(DType dtype) {
 
 // The bytes element `index` holds in a tensor of dtype `to` whose source held the pattern in
 // `from`, as a little-endian integer (`mask` is ElementMask(to)): the pattern word's low bytes,
-// converted by the CPU reference (core/base/float_convert.h) when the dtypes differ.
-FERRY_HD inline uint64_t PatternElement(uint64_t seed, int64_t index, DType from, DType to, uint64_t mask) {
+// converted by the CPU reference (core/base/float_convert.h) when the dtypes differ, and with
+// `fn` applied (core/base/element_fn.h) for a tensor the destination stores through it (on the
+// device with the device's math, as the CUDA convert kernel computes it).
+FERRY_HD inline uint64_t PatternElement(uint64_t seed, int64_t index, DType from, DType to, uint64_t mask,
+                                        ElementFn fn = ElementFn::kNone) {
   uint64_t word = PatternWord(seed, index);
-  if (from != to) {
+  if (from != to || fn != ElementFn::kNone) {
     uint64_t converted = 0;
-    ConvertElement(from, to, reinterpret_cast<const unsigned char*>(&word),
-                   reinterpret_cast<unsigned char*>(&converted));
+    TransformElement(fn, from, to, reinterpret_cast<const unsigned char*>(&word),
+                     reinterpret_cast<unsigned char*>(&converted));
     word = converted;
   }
   return word & mask;

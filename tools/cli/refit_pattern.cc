@@ -67,7 +67,7 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers, const Layou
     const int64_t esize = DTypeSize(t.dtype);
     const bool is_finite = finite.count(t.name) > 0;
     char* base = buffers.buffers[f.loc.buffer];
-    ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
+    ForEachRow(layout, f, esize, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
       char* p = base + offset;
       for (int64_t i = 0; i < count; ++i, p += stride) {
         const uint64_t word =
@@ -85,6 +85,7 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
   std::vector<char> scaled(layout.buffers.size(), 0);
   for (const BlockScaledBuffer& s : layout.block_scaled) scaled[static_cast<size_t>(s.buffer)] = 1;
   int64_t checked = 0;
+  const std::vector<StoredForm> forms = StoredForms(layout);
   if (!layout.block_scaled.empty()) {
     if (source == nullptr) return InvalidArgument("verify: block-scaled buffers need the source layout");
     FERRY_ASSIGN_OR_RETURN(checked, VerifyBlockScaled(layout, buffers.rank, buffers.buffers, *source));
@@ -92,17 +93,18 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
   for (const Fragment& f : layout.fragments) {
     if (f.loc.rank != buffers.rank || scaled[static_cast<size_t>(f.loc.buffer)]) continue;
     const TensorSpec& t = layout.tensors[f.tensor];
+    const StoredForm form = forms[static_cast<size_t>(f.tensor)];
     const uint64_t seed = PatternSeed(t.name);
-    const int64_t esize = DTypeSize(t.dtype);
+    const int64_t esize = DTypeSize(form.dtype);
     const DType from = PatternDType(t, source);
-    const uint64_t mask = ElementMask(t.dtype);
+    const uint64_t mask = ElementMask(form.dtype);
     const char* base = buffers.buffers[f.loc.buffer];
     int64_t mismatches = 0, first_index = -1;
     std::string first_expected, first_actual;
-    ForEachRow(layout, f, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
+    ForEachRow(layout, f, esize, [&](int64_t global, int64_t offset, int64_t count, int64_t stride) {
       const char* p = base + offset;
       for (int64_t i = 0; i < count; ++i, p += stride) {
-        const uint64_t word = PatternElement(seed, global + i, from, t.dtype, mask);
+        const uint64_t word = PatternElement(seed, global + i, from, form.dtype, mask, form.fn);
         if (std::memcmp(p, &word, esize) != 0) {
           if (mismatches++ == 0) {
             first_index = global + i;
@@ -126,6 +128,16 @@ Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
   return checked;
 }
 
+std::vector<StoredForm> StoredForms(const Layout& layout) {
+  std::vector<StoredForm> forms(layout.tensors.size());
+  for (size_t t = 0; t < forms.size(); ++t) forms[t].dtype = layout.tensors[t].dtype;
+  for (const StoredTransform& x : layout.transforms) {
+    if (x.tensor < 0 || static_cast<size_t>(x.tensor) >= forms.size()) continue;
+    forms[static_cast<size_t>(x.tensor)] = {x.stored_dtype, ElementFnOfTransform(x.transform)};
+  }
+  return forms;
+}
+
 DType PatternDType(const TensorSpec& t, const Layout* source) {
   if (source == nullptr) return t.dtype;
   const int s = source->FindTensor(t.name);
@@ -134,16 +146,18 @@ DType PatternDType(const TensorSpec& t, const Layout* source) {
 
 std::vector<uint64_t> PatternChecksums(const Layout& layout, int rank, const Layout* source) {
   std::vector<uint64_t> sums;
+  const std::vector<StoredForm> forms = StoredForms(layout);
   for (const Fragment& f : layout.fragments) {
     if (f.loc.rank != rank) continue;
     const TensorSpec& t = layout.tensors[f.tensor];
+    const StoredForm form = forms[static_cast<size_t>(f.tensor)];
     const uint64_t seed = PatternSeed(t.name);
     const DType from = PatternDType(t, source);
-    const uint64_t mask = ElementMask(t.dtype);
+    const uint64_t mask = ElementMask(form.dtype);
     uint64_t sum = 0, element = 0;
-    ForEachRow(layout, f, [&](int64_t global, int64_t, int64_t count, int64_t) {
+    ForEachRow(layout, f, DTypeSize(form.dtype), [&](int64_t global, int64_t, int64_t count, int64_t) {
       for (int64_t i = 0; i < count; ++i) {
-        sum += BoxChecksumTerm(element++, PatternElement(seed, global + i, from, t.dtype, mask));
+        sum += BoxChecksumTerm(element++, PatternElement(seed, global + i, from, form.dtype, mask, form.fn));
       }
     });
     sums.push_back(sum);

@@ -3,7 +3,9 @@
 // where i is the element's row-major index in the tensor's global shape and t is identified by its
 // name. Replicas of one element therefore agree on every rank, and any misplaced, missing or
 // duplicated element shows up as a mismatch. A destination tensor of another dtype than its
-// source holds the source's pattern converted (VerifyPattern's `source`).
+// source holds the source's pattern converted (VerifyPattern's `source`), and one the destination
+// stores through an element function (vLLM's Mamba A = -exp(A_log), core/base/element_fn.h)
+// holds that function of the source's pattern, in its stored dtype (StoredForms).
 //
 // Pure functions over caller-owned memory; thread-safe for disjoint buffers.
 #pragma once
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/element_fn.h"
 #include "core/base/status.h"
 #include "core/layout/layout.h"
 #include "tools/cli/pattern_word.h"
@@ -35,10 +38,20 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers, const Layou
 // expected and actual bytes of the first mismatch (and how many elements mismatched in that
 // fragment). With `source` (the layout FillPattern filled), a tensor that `source` holds in
 // another dtype is expected to hold the source pattern converted by the CPU reference
-// (core/base/float_convert.h), as a refit that converts delivers it, and block-scaled buffers
+// (core/base/float_convert.h), as a refit that converts delivers it, a tensor stored through an
+// element function that function of it (StoredForms; bit for bit against the host's math), and block-scaled buffers
 // (and their scales) hold the source's pattern quantized (VerifyBlockScaled; `source` required).
 Result<int64_t> VerifyPattern(const Layout& layout, const RankBuffers& buffers,
                               const Layout* source = nullptr);
+
+// How each tensor of `layout` is stored: its dtype, or for a tensor with a StoredTransform the
+// stored dtype and the transform's element function (kNone for one that is not a function, such
+// as block-scaled fp8).
+struct StoredForm {
+  DType dtype = DType::kBF16;
+  ElementFn fn = ElementFn::kNone;
+};
+std::vector<StoredForm> StoredForms(const Layout& layout);
 
 // The dtype the pattern of destination tensor `t` was written in: `source`'s tensor of that name's,
 // else its own.

@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "core/base/element_fn.h"
 #include "core/base/strings.h"
 #include "core/cuda/batched_copy.h"
 #include "core/plan/export.h"
@@ -273,9 +274,16 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
     bytes += std::atoll(text.c_str() + 3);
   }
   const bool quantized = !c.in.destination.block_scaled.empty();
-  Say("  %-24s verified %s on %d ranks: %s%s%s (%.2f s)\n", what.c_str(),
+  const bool element_fns = std::any_of(
+      c.in.destination.transforms.begin(), c.in.destination.transforms.end(),
+      [](const StoredTransform& x) { return ElementFnOfTransform(x.transform) != ElementFn::kNone; });
+  // The host checks against std::exp, the GPU against its own expf (core/base/element_fn.h).
+  const char* transformed = !element_fns                        ? ""
+                            : c.device_destinations != nullptr ? ", A = -exp(A_log) to the GPU's expf"
+                                                               : ", A = -exp(A_log) to the CPU reference (std::exp)";
+  Say("  %-24s verified %s on %d ranks: %s%s%s%s (%.2f s)\n", what.c_str(),
       FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
-      c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact",
+      c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact", transformed,
       quantized ? ", fp8 values and scales to the CPU block-quantization reference" : "",
       c.device_destinations != nullptr && !quantized ? ", by fragment checksums on the GPU" : "",
       std::chrono::duration<double>(Clock::now() - start).count());

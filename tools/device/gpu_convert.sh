@@ -2,7 +2,9 @@
 # The dtype-conversion runs of issue 25 on a machine with an NVIDIA GPU and no Bazel: the GPU
 # convert kernel test, then verified `ferry run --memory cuda` refits of Qwen3-30B-A3B scaled,
 # Megatron TP2xEP2 -> vLLM TP2 (4 -> 2 ranks, 6 processes on GPU 0, GPU direct reads through CUDA
-# IPC) with the destination's weights as fp8 e4m3, as fp32, and unconverted for comparison.
+# IPC) with the destination's weights as fp8 e4m3, as fp32, and unconverted for comparison; then
+# nemotron-h-8b scaled, Megatron TP2 -> vLLM TP1, whose Mamba A the GPU writes as fp32
+# -exp(A_log) (checked against the GPU's own expf by fragment checksums).
 #
 # Usage: tools/device/gpu_convert.sh BIN_DIR [SCALE]
 #   BIN_DIR holds ferry and batched_convert_test (bazel build //tools/cli:ferry
@@ -30,5 +32,10 @@ for dtype in fp8_e4m3 fp32 ""; do
     --timeout 180 --results "$LOG/refit.csv" 2>&1 | grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
   [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
 done
+echo "== refit nemotron-h-8b: Mamba A = -exp(A_log) =="
+timeout 200 "$BIN/ferry" run --model nemotron-h-8b --scale "$SCALE" --src megatron:tp=2 --dst vllm:tp=1 \
+  --memory cuda --verify --warmup 1 --iterations 2 --timeout 180 --results "$LOG/refit.csv" 2>&1 |
+  grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
+[ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
 cat "$LOG/refit.csv"
 exit $FAILED

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/base/element_fn.h"
 #include "core/base/strings.h"
 #include "core/layout/tensor_stack.h"
 #include "tools/models/fp8_block_weights.h"
@@ -108,7 +109,8 @@ void OtherRules(const ModelConfig& c, const FrameworkSpec& r, const std::string&
                    vllm ? std::string(kVllm) + "vllm/model_executor/layers/mamba/mamba_mixer2.py"
                         : std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
     if (vllm && Has(t, "A_log")) {
-      out.push_back({"stored transformed: A = -exp(A_log) in fp32; plans refuse it",
+      out.push_back({"stored transformed: A = -exp(A_log) in fp32; plans send A_log and apply it on "
+                     "the destination rank",
                      std::string(kVllm) + "vllm/model_executor/layers/mamba/mamba_mixer2.py"});
     }
   } else if (Has(t, "mixer.in_proj")) {
@@ -251,7 +253,13 @@ Result<std::string> ExplainTensor(const ModelConfig& c, const FrameworkSpec& r,
   }
   for (const StoredTransform& s : l->transforms) {
     if (s.tensor != t) continue;
-    os << "  stored as " << s.transform << " (" << DTypeName(s.stored_dtype) << ")\n";
+    const ElementFn fn = ElementFnOfTransform(s.transform);
+    os << "  stored as " << s.transform << " (" << DTypeName(s.stored_dtype) << ")";
+    if (fn != ElementFn::kNone) {
+      os << ": plans send the source's values and apply it (Convert with " << ElementFnName(fn)
+         << " on the destination rank)";
+    }
+    os << "\n";
   }
   os << "rules:\n";
   for (const LayoutRule& rule : RulesForTensor(c, r, spec.name)) {

@@ -5,7 +5,8 @@
 // bytes/s) for `bytes` plus its fixed start-up cost (charged as time on those links, so fixed costs
 // of ops sharing a link add up), before a fixed latency:
 //   Copy                  gpu_mem[g] at copy_bandwidth (host_mem[node] for host-memory ranks)
-//   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth
+//   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth (a Convert applying an
+//                         element function, Mamba's -exp, too: memory-bound like any)
 //   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
 //                         sender and the receiver are ready (their deps completed):
 //                           same GPU     gpu_mem[g]

@@ -1,16 +1,20 @@
 // The batched convert kernel on a GPU: every float dtype pair, strided and dense sides at odd byte
 // offsets, random bit patterns (NaN, ±inf, subnormals, overflow included) plus a list of special
 // values, several conversions in one launch; the result must equal the CPU reference
-// (ConvertElement) bit for bit. Without a GPU each test reports itself SKIPPED.
+// (ConvertElement) bit for bit; -exp(A_log) (an element function) within expf's 2 ulp of the CPU
+// reference. Without a GPU the kernel tests report themselves SKIPPED.
 #include "core/cuda/batched_convert.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include "core/base/element_fn.h"
 #include "core/base/float_convert.h"
 
 namespace ferry::cuda {
@@ -90,6 +94,100 @@ TEST(BatchedConvertTest, EveryPairMatchesTheCpuReferenceBitForBit) {
     EXPECT_TRUE(DeviceFree(c.dsrc).ok());
     EXPECT_TRUE(DeviceFree(c.ddst).ok());
   }
+}
+
+// Distance in fp32 ulps between two non-NaN values (adjacent floats are 1 apart; +0 and -0 are 0
+// apart; the infinities are one past the largest finite values).
+int64_t UlpDistance(uint32_t a, uint32_t b) {
+  auto key = [](uint32_t bits) {
+    const int64_t magnitude = bits & 0x7fffffffu;
+    return (bits >> 31) != 0 ? -magnitude : magnitude;
+  };
+  const int64_t d = key(a) - key(b);
+  return d < 0 ? -d : d;
+}
+
+// -exp(x) rounded to fp32 from its double-precision value (within half an fp32 ulp of exact), as
+// fp32 bits; beyond the largest fp32 it is -inf.
+uint32_t NearNegExp(float x) {
+  const double e = -std::exp(static_cast<double>(x));
+  const float f = e < -static_cast<double>(std::numeric_limits<float>::max()) ? -INFINITY : static_cast<float>(e);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+// vLLM's Mamba A = -exp(A_log) (core/base/element_fn.h) from bf16, fp16 and fp32 into fp32, strided
+// on both sides. The device computes expf, not correctly rounded: its documented maximum error is
+// 2 ulp over the full range (CUDA C++ Programming Guide, "Mathematical Functions", single
+// precision), so each finite result must lie within 2 ulp of -exp computed in double and rounded
+// to fp32; infinities and signed zeros equal the CPU reference's (std::exp), and a NaN stays a
+// NaN. How many results differ from the CPU reference is printed.
+TEST(BatchedConvertTest, NegExpIsWithinExpfsTwoUlpOfTheCpuReference) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  std::mt19937 rng(26);
+  const int64_t elements = 100003;
+  for (DType from : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+    const int64_t fs = DTypeSize(from);
+    std::vector<unsigned char> src = SourceBytes(from, elements * 2, rng);  // every other element
+    const float extra[] = {0.f, 1.f, -2.f, 88.f, 89.f, -87.f, -104.f, -200.f};
+    for (size_t i = 0; i < std::size(extra); ++i) {
+      StoreFromFloat(from, src.data() + (40 + 2 * i) * fs, extra[i]);
+    }
+    Result<void*> dsrc = DeviceAlloc(static_cast<int64_t>(src.size()));
+    Result<void*> ddst = DeviceAlloc(elements * 3 * 4);
+    ASSERT_TRUE(dsrc.ok() && ddst.ok());
+    ASSERT_TRUE(CopyToDevice(*dsrc, src.data(), static_cast<int64_t>(src.size())).ok());
+    StridedConvert k;
+    k.src = *dsrc;
+    k.dst = *ddst;
+    k.src_dtype = from;
+    k.dst_dtype = DType::kFP32;
+    k.fn = ElementFn::kNegExp;
+    k.ndim = 1;
+    k.shape = {elements};
+    k.src_strides = {2 * fs};
+    k.dst_strides = {3 * 4};
+    ASSERT_TRUE(LaunchBatchedConvert({k}, nullptr).ok());
+    ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+    std::vector<unsigned char> got(static_cast<size_t>(elements * 3 * 4));
+    ASSERT_TRUE(CopyToHost(got.data(), *ddst, static_cast<int64_t>(got.size())).ok());
+    int64_t inexact = 0;
+    for (int64_t e = 0; e < elements; ++e) {
+      unsigned char want_bytes[4];
+      TransformElement(ElementFn::kNegExp, from, DType::kFP32, src.data() + 2 * e * fs, want_bytes);
+      uint32_t want, have;
+      std::memcpy(&want, want_bytes, 4);
+      std::memcpy(&have, got.data() + 3 * 4 * e, 4);
+      const bool want_nan = (want & 0x7fffffffu) > 0x7f800000u, have_nan = (have & 0x7fffffffu) > 0x7f800000u;
+      ASSERT_EQ(have_nan, want_nan) << DTypeName(from) << " element " << e;
+      if (want_nan) continue;
+      const bool special = (want & 0x7fffffffu) == 0x7f800000u || (want & 0x7fffffffu) == 0;
+      if (special) {
+        ASSERT_EQ(have, want) << DTypeName(from) << " element " << e << ": infinities and zeros are exact";
+        continue;
+      }
+      const float x = LoadAsFloat(from, src.data() + 2 * e * fs);
+      ASSERT_LE(UlpDistance(have, NearNegExp(x)), 2) << DTypeName(from) << " element " << e << " x " << x;
+      inexact += have != want;
+    }
+    std::printf("%s -> fp32 neg_exp: %lld of %lld elements differ from the host's by 1-2 ulp\n",
+                std::string(DTypeName(from)).c_str(), static_cast<long long>(inexact),
+                static_cast<long long>(elements));
+    EXPECT_TRUE(DeviceFree(*dsrc).ok());
+    EXPECT_TRUE(DeviceFree(*ddst).ok());
+  }
+}
+
+TEST(BatchedConvertTest, NegExpIntoAnythingButFp32IsAnErrorNamingIt) {
+  StridedConvert k;
+  k.src_dtype = DType::kBF16;
+  k.dst_dtype = DType::kBF16;
+  k.fn = ElementFn::kNegExp;
+  k.shape = {4};
+  Status s = LaunchBatchedConvert({k}, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("neg_exp does not apply from bf16 to bf16"), std::string::npos) << s.ToString();
 }
 
 TEST(BatchedConvertTest, UnsupportedDtypeIsAnErrorNamingIt) {

@@ -1,6 +1,7 @@
 // Tests for StoredTransform (core/layout/layout.h): tensors a layout keeps transformed are kept
-// through the YAML form, checked by ValidateLayout, and refused for plans by
-// CheckNoStoredTransforms with the tensor and the transform named.
+// through the YAML form, checked by ValidateLayout, give their fragments' element dtype
+// (StoredDTypes), and are refused by CheckNoStoredTransforms with the tensor and the transform
+// named (what the planner has no op for).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -39,6 +40,15 @@ TEST(StoredTransformTest, RoundTripsThroughYaml) {
       "transforms: [{tensor: v, transform: x, dtype: fp32}]\n");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown tensor 'v'"), std::string::npos);
+}
+
+TEST(StoredTransformTest, FragmentsAreStoredInTheTransformsDtype) {
+  Layout l = MambaA();
+  const int other = l.AddTensor({"mixer.D", {4}, DType::kBF16}).value();
+  const std::vector<DType> stored = StoredDTypes(l);
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(stored[0], DType::kFP32);
+  EXPECT_EQ(stored[static_cast<size_t>(other)], DType::kBF16);
 }
 
 TEST(StoredTransformTest, PlansRefuseThem) {

@@ -30,6 +30,23 @@ TEST(PlanExport, JsonRoundTripsFields) {
   EXPECT_EQ(j["ops"][2]["copies"][0]["to"]["space"], "destination");
 }
 
+// A pair's element function is written as "fn" where it has one, and left out where it has none.
+TEST(PlanExport, JsonNamesAPairsElementFunction) {
+  TinyPlan t = MakeTinyPlan();
+  Op convert;
+  convert.kind = OpKind::kConvert;
+  convert.rank = 1;
+  Region from = Region::Bytes(Space::kStaging, 0, 0, 16);
+  from.dtype = DType::kFP32;
+  from.shape[0] = 4;
+  Region to = from;
+  to.space = Space::kDestination;
+  t.plan.AddOp(convert, {t.unpack}, {{from, to, ElementFn::kNegExp}});
+  nlohmann::json j = nlohmann::json::parse(PlanToJson(t.plan));
+  EXPECT_EQ(j["ops"][3]["copies"][0]["fn"], "neg_exp");
+  EXPECT_FALSE(j["ops"][2]["copies"][0].contains("fn"));
+}
+
 // Reads a whole file.
 std::string ReadFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);

@@ -97,6 +97,26 @@ TEST(TransferPlan, CopyPairsRoundTripThroughThePackedForm) {
   EXPECT_EQ(plan.copies[1].geometry - plan.copies[0].geometry, 5);
 }
 
+// A pair's element function (vLLM's Mamba -exp) is part of its geometry: it round-trips, and a
+// pair of the same regions without one keeps a header of its own, as pairs had before.
+TEST(TransferPlan, ElementFunctionsRoundTripAndKeepAGeometryOfTheirOwn) {
+  const Region from = Strided(Space::kStaging, 0, 0, DType::kBF16, {8}, {1});
+  const Region to = Strided(Space::kDestination, 1, 32, DType::kFP32, {8}, {1});
+  TransferPlan plan;
+  Op op;
+  op.kind = OpKind::kConvert;
+  const int id = plan.AddOp(op, {}, {{from, to, ElementFn::kNegExp}, {from, to}});
+  const CopyPair neg_exp = plan.Copy(plan.ops[id].copies_begin);
+  const CopyPair plain = plan.Copy(plan.ops[id].copies_begin + 1);
+  EXPECT_EQ(neg_exp.fn, ElementFn::kNegExp);
+  EXPECT_EQ(plain.fn, ElementFn::kNone);
+  ExpectSameRegion(neg_exp.from, from);
+  ExpectSameRegion(neg_exp.to, to);
+  EXPECT_NE(plan.copies[0].geometry, plan.copies[1].geometry);
+  EXPECT_EQ(plan.GeometryOf(0).fn, ElementFn::kNegExp);
+  EXPECT_EQ(static_cast<uint64_t>(plan.copy_dims[static_cast<size_t>(plan.copies[1].geometry)]) >> 56, 0u);
+}
+
 TEST(TransferPlan, PairsOfOneGeometryShareItsRecord) {
   TransferPlan plan;
   // Eight rows of a strided source, each packed into its own place in a slot: one geometry.

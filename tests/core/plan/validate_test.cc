@@ -19,6 +19,22 @@ TEST(ValidatePlan, AcceptsTinyPlan) {
   EXPECT_TRUE(ValidatePlan(t.plan, t.source, t.destination).ok());
 }
 
+// Element functions run in Convert ops, neg_exp from a wide float into fp32 only.
+TEST(ValidatePlan, RejectsAnElementFunctionOutsideAConvertOrIntoAnotherDtype) {
+  TinyPlan t = MakeTinyPlan();
+  CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];
+  c.from.dtype = c.to.dtype = DType::kFP32;
+  c.from.shape[0] = c.to.shape[0] = 4;
+  c.fn = ElementFn::kNegExp;
+  t.plan.SetCopies(t.unpack, {c});
+  ExpectInvalid(t, "copy applies neg_exp from fp32 to fp32; element functions run in Convert ops");
+  t.plan.ops[t.unpack].kind = OpKind::kConvert;
+  EXPECT_TRUE(ValidatePlan(t.plan, t.source, t.destination).ok());
+  c.from.dtype = c.to.dtype = DType::kInt32;
+  t.plan.SetCopies(t.unpack, {c});
+  ExpectInvalid(t, "copy applies neg_exp from int32 to int32");
+}
+
 TEST(ValidatePlan, RejectsMissingWrite) {
   TinyPlan t = MakeTinyPlan();
   CopyPair c = t.plan.Copies(t.plan.ops[t.unpack])[0];

@@ -1,15 +1,20 @@
 // The library facade: RefitPlan reads the planner's options from a Config; Refit binds a plan to a
 // session (checking the topology against the communicator), takes buffers by name or index with
-// their sizes and owners checked, and runs the same plan many times over tcp between threads.
+// their sizes and owners checked, and runs the same plan many times over tcp between threads; a
+// destination stored transformed (vLLM's Mamba A) holds the transform of the source's values.
 #include "core/refit/refit.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 #include <thread>
 
+#include "core/base/float_convert.h"
 #include "core/layout/builders.h"
 #include "core/refit/config.h"
 #include "core/runtime/socket_util.h"
@@ -266,6 +271,71 @@ TEST(RefitTest, MixedTransportsCarryWhatThePlansLinkClassesSay) {
   EXPECT_EQ(total["tcp"].bytes_sent, network);
   EXPECT_EQ(total["local"].bytes_received + total[std::string(kDirectReadPath)].bytes_received, same_node);
   EXPECT_GT(total[std::string(kDirectReadPath)].bytes_received, 0) << "rank 1 reads rank 0's half directly";
+}
+
+// vLLM's Mamba A (vllm/model_executor/layers/mamba/mamba_mixer2.py: fp32 -exp(A_log), split by
+// head over TP) refit from Megatron's bf16 A_log split by head over ranks 0 and 1 into vLLM TP2 on
+// ranks 2 and 3, over tcp between four nodes and inside one node with direct reads on (each
+// message then fills one rank's A whole, which a direct read would copy without the function if
+// it took the Convert's place): ranks 2 and 3 hold, bit for bit, the CPU reference
+// -std::exp(float(A_log)) of their heads, random bf16 bits (NaN, infinities and subnormals among
+// them).
+void RefitMambaA(const std::vector<int>& node_of_rank, const std::vector<std::string>& settings) {
+  constexpr int64_t kHeads = 256, kHalf = kHeads / 2;
+  const std::string name = "backbone.layers.0.mixer.A_log";
+  Layout source, destination;
+  const int s = source.AddTensor({name, {kHeads}, DType::kBF16}).value();
+  const int d = destination.AddTensor({name, {kHeads}, DType::kBF16}).value();
+  for (int r = 0; r < 2; ++r) {
+    const Box heads = Box::Make({r * kHalf}, {(r + 1) * kHalf}).value();
+    source.AppendFragment(s, heads, r, "A_log");
+    destination.PlaceFragment(d, heads, 2 + r, "A", 0, RowMajorStrides({kHalf}));
+    destination.buffers.SetBytes(static_cast<size_t>(destination.FindBuffer(2 + r, "A")), kHalf * 4);
+  }
+  destination.transforms.push_back({d, "A = -exp(A_log)", DType::kFP32});
+  const int nodes = *std::max_element(node_of_rank.begin(), node_of_rank.end()) + 1;
+  auto plan = RefitPlan::Make(std::move(source), std::move(destination), Topology::Uniform(4, 4 / nodes),
+                              Strategy::kReshard, DefaultConfig());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::vector<uint16_t> a_log(kHeads);
+  std::mt19937 rng(23);
+  for (uint16_t& bits : a_log) bits = static_cast<uint16_t>(rng());
+  a_log[0] = 0x7f80;           // +inf
+  a_log[1] = 0xff80;           // -inf
+  a_log[kHalf] = 0x7fc1;       // NaN
+  a_log[kHalf + 1] = 0x0001;   // the smallest bf16 subnormal
+  auto outcomes = RunRanks(
+      4, node_of_rank,
+      [&](int rank, Session& session, RankOutcome& out) {
+        auto refit = Refit::Create(session, *plan);
+        if (!refit.ok()) {
+          out.status = refit.status();
+          return;
+        }
+        std::vector<uint16_t> half(a_log.begin() + rank % 2 * kHalf, a_log.begin() + (rank % 2 + 1) * kHalf);
+        const MemoryDesc half_memory{half.data(), kHalf * 2, MemoryKind::kHost, -1};
+        std::vector<float> a(kHalf, 0.0f);
+        out.status = rank < 2 ? (*refit)->RegisterSource("A_log", half_memory) : (*refit)->RegisterDestination("A", Host(a));
+        Result<RefitStats> stats = out.status.ok() ? (*refit)->Run() : Result<RefitStats>(out.status);
+        out.status = stats.status();
+        out.destination = a;
+      },
+      settings);
+  for (int rank = 0; rank < 4; ++rank) ASSERT_TRUE(outcomes[rank].status.ok()) << rank << ": " << outcomes[rank].status.ToString();
+  for (int64_t head = 0; head < kHeads; ++head) {
+    const uint16_t bits = a_log[static_cast<size_t>(head)];
+    const float want = -std::exp(BF16ToFloat(bits));
+    uint32_t want_bits, got_bits;
+    std::memcpy(&want_bits, &want, 4);
+    std::memcpy(&got_bits, &outcomes[2 + head / kHalf].destination[static_cast<size_t>(head % kHalf)], 4);
+    ASSERT_EQ(got_bits, want_bits) << "head " << head << " A_log bits " << bits;
+  }
+}
+
+TEST(RefitTest, MambaAIsMinusExpOfALogBitForBitOverTcp) { RefitMambaA({0, 1, 2, 3}, {}); }
+
+TEST(RefitTest, MambaAIsMinusExpOfALogBitForBitWithDirectReads) {
+  RefitMambaA({0, 0, 0, 0}, {"transport.intra_node=local", "executor.direct_intra_node=true"});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -90,6 +91,33 @@ TEST(StridedCopyTest, ConvertsFp32ToBf16AndFp16) {
   EXPECT_EQ(half[0], 0x3c00);
   EXPECT_EQ(half[3], 0x7bff);  // 65504, the largest half
   for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(round_trip[i], values[i], std::abs(values[i]) * 1e-3 + 1e-6);
+}
+
+// An element function (vLLM's Mamba A = -exp(A_log)) applies to every element, also between two
+// fp32 regions of one layout (no memcpy fast path), dense or strided; it only reads wide floats.
+TEST(StridedCopyTest, NegExpAppliesToEveryElementOfDenseAndStridedCopies) {
+  const std::vector<float> a_log = {0.0f, 1.0f, -2.0f, INFINITY, -INFINITY, 0.5f};
+  const int64_t n = static_cast<int64_t>(a_log.size());
+  std::vector<float> dense(a_log.size()), strided(2 * a_log.size(), 7.0f);
+  auto g = MakeCopyGeometry(R(DType::kFP32, {n}, {1}), R(DType::kFP32, {n}, {1}), ElementFn::kNegExp);
+  auto h = MakeCopyGeometry(R(DType::kFP32, {2, n / 2}, {n / 2, 1}), R(DType::kFP32, {2, n / 2}, {n, 2}),
+                            ElementFn::kNegExp);
+  ASSERT_TRUE(g.ok() && h.ok());
+  EXPECT_FALSE(g->contiguous_run());
+  RunAll(*g, reinterpret_cast<const char*>(a_log.data()), reinterpret_cast<char*>(dense.data()), 1 << 20, 1);
+  RunAll(*h, reinterpret_cast<const char*>(a_log.data()), reinterpret_cast<char*>(strided.data()), 8, 4);
+  const uint32_t want[] = {0xbf800000u, 0xc02df854u, 0xbe0a9555u, 0xff800000u, 0x80000000u, 0xbfd3094cu};
+  for (size_t i = 0; i < a_log.size(); ++i) {
+    uint32_t got;
+    std::memcpy(&got, &dense[i], 4);
+    EXPECT_EQ(got, want[i]) << "element " << i;
+    std::memcpy(&got, &strided[2 * i], 4);
+    EXPECT_EQ(got, want[i]) << "strided element " << i;
+    EXPECT_EQ(strided[2 * i + 1], 7.0f) << "gap " << i << " untouched";
+  }
+  Result<CopyGeometry> ints = MakeCopyGeometry(R(DType::kInt32, {n}, {1}), R(DType::kFP32, {n}, {1}), ElementFn::kNegExp);
+  ASSERT_FALSE(ints.ok());
+  EXPECT_NE(ints.status().message().find("applying neg_exp from int32 to fp32"), std::string::npos);
 }
 
 TEST(StridedCopyTest, RejectsShapeMismatch) {

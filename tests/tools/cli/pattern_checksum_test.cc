@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/base/float_convert.h"
@@ -43,6 +44,33 @@ TEST(PatternChecksumTest, LayoutPredictsTheChecksumsOfFilledBuffers) {
   ASSERT_EQ(expected.size(), 2u);
   EXPECT_EQ(HostChecksums(layout, buffers), expected);
   EXPECT_TRUE(PatternChecksums(layout, 0).empty());
+}
+
+// vLLM's Mamba A: fp32 -exp of the source's bf16 pattern, its boxes read as fp32 with neg_exp.
+TEST(PatternChecksumTest, DestinationsStoredThroughAnElementFunctionPredictTheirChecksums) {
+  Layout source;
+  const int s = *source.AddTensor({"A_log", {40}, DType::kBF16});
+  source.AppendFragment(s, Box::FromShape({40}), 0, "A_log");
+  Layout destination;
+  const int d = *destination.AddTensor({"A_log", {40}, DType::kBF16});
+  destination.PlaceFragment(d, Box::FromShape({40}), 0, "A", 0, {1});
+  destination.buffers.SetBytes(0, 40 * 4);
+  destination.transforms.push_back({d, "A = -exp(A_log)", DType::kFP32});
+  std::vector<float> a(40), widened(40);
+  for (int64_t i = 0; i < 40; ++i) {
+    widened[static_cast<size_t>(i)] = BF16ToFloat(static_cast<uint16_t>(PatternWord(PatternSeed("A_log"), i)));
+    a[static_cast<size_t>(i)] = -std::exp(widened[static_cast<size_t>(i)]);
+  }
+  const RankBuffers buffers{0, {reinterpret_cast<char*>(a.data())}};
+  EXPECT_EQ(HostChecksums(destination, buffers), PatternChecksums(destination, 0, &source));
+  // A_log merely widened to fp32, as a Convert without the function would leave it, differs.
+  const RankBuffers plain{0, {reinterpret_cast<char*>(widened.data())}};
+  EXPECT_NE(HostChecksums(destination, plain), PatternChecksums(destination, 0, &source));
+  Result<std::vector<PatternBox>> boxes = FragmentPatternBoxes(destination, 0, &source);
+  ASSERT_TRUE(boxes.ok());
+  EXPECT_EQ((*boxes)[0].from, DType::kBF16);
+  EXPECT_EQ((*boxes)[0].to, DType::kFP32);
+  EXPECT_EQ((*boxes)[0].fn, ElementFn::kNegExp);
 }
 
 TEST(PatternChecksumTest, ConvertedDestinationsHoldTheConvertedPattern) {

@@ -1,12 +1,15 @@
-// The refit pattern: replicas agree, strided fragments are filled element by element, and a
-// misplaced element is reported with its tensor and coordinates.
+// The refit pattern: replicas agree, strided fragments are filled element by element, a tensor
+// stored through an element function holds it of the pattern, and a misplaced element is reported
+// with its tensor and coordinates.
 #include "tools/cli/refit_pattern.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/base/float_convert.h"
 #include "core/base/fp8_block.h"
 
 namespace ferry::cli {
@@ -41,6 +44,43 @@ TEST(RefitPatternTest, ReplicasAgreeAndStridedFragmentsVerify) {
   EXPECT_NE(bad.status().message().find("tensor 'w' element [1, 3]"), std::string::npos)
       << bad.status().message();
   EXPECT_NE(bad.status().message().find("1 of 16 elements"), std::string::npos);
+}
+
+// vLLM's Mamba A: the destination stores fp32 -exp of the source's bf16 pattern, at fp32 offsets,
+// and must hold exactly what the CPU reference makes of it.
+TEST(RefitPatternTest, ATensorStoredThroughAnElementFunctionHoldsItOfThePattern) {
+  Layout source;
+  const int s = *source.AddTensor({"mixer.A_log", {6}, DType::kBF16});
+  source.AppendFragment(s, Box::FromShape({6}), 0, "A_log");
+  Layout destination;
+  const int d = *destination.AddTensor({"mixer.A_log", {6}, DType::kBF16});
+  Box tail = Box::FromShape({6});
+  tail.lo[0] = 2;
+  destination.PlaceFragment(d, tail, 0, "A", 8, {1});  // heads 2..5 after two fp32 of padding
+  destination.buffers.SetBytes(0, 6 * 4);
+  destination.transforms.push_back({d, "A = -exp(A_log)", DType::kFP32});
+
+  std::vector<char> src(static_cast<size_t>(source.buffers[0].bytes));
+  std::vector<char> dst(static_cast<size_t>(destination.buffers[0].bytes));
+  ASSERT_TRUE(FillPattern(source, RankBuffers{0, {src.data()}}).ok());
+  for (int head = 2; head < 6; ++head) {
+    uint16_t a_log;
+    std::memcpy(&a_log, &src[static_cast<size_t>(head) * 2], 2);
+    const float a = -std::exp(BF16ToFloat(a_log));
+    std::memcpy(&dst[static_cast<size_t>(head) * 4], &a, 4);
+  }
+  Result<int64_t> checked = VerifyPattern(destination, RankBuffers{0, {dst.data()}}, &source);
+  ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+  EXPECT_EQ(*checked, 4 * 4);
+  const std::vector<StoredForm> forms = StoredForms(destination);
+  EXPECT_EQ(forms[0].dtype, DType::kFP32);
+  EXPECT_EQ(forms[0].fn, ElementFn::kNegExp);
+
+  std::memcpy(&dst[12], &src[6], 2);  // head 3 holding A_log's bytes, as a plain copy would
+  Result<int64_t> bad = VerifyPattern(destination, RankBuffers{0, {dst.data()}}, &source);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tensor 'mixer.A_log' element [3]"), std::string::npos)
+      << bad.status().message();
 }
 
 // A block-scaled destination: the source gets finite values, and the fp8 values and scales must

@@ -1,9 +1,10 @@
 // `ferry run` end to end: the real binary launches one process per rank and verifies every
 // destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
-// uneven and strided layouts from files, a hybrid Mamba model from distributed-optimizer buffers,
-// --memory cuda (or its error where there is no GPU), a leak check over 200 refits, the smallest
-// staging budget with a window of one message, and failures that must end with every rank process
-// gone. Each case runs under a deadline and kills the process group.
+// vLLM's Mamba A stored as -exp(A_log), uneven and strided layouts from files, a hybrid Mamba
+// model from distributed-optimizer buffers, --memory cuda (or its error where there is no GPU), a
+// leak check over 200 refits, the smallest staging budget with a window of one message, and
+// failures that must end with every rank process gone. Each case runs under a deadline and kills
+// the process group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +85,24 @@ TEST(RunIntegrationTest, BlockScaledFp8DestinationQuantizedAndVerified) {
                          60);
     EXPECT_EQ(o.exit_code, 0) << o.output;
     EXPECT_EQ(Count(o.output, "fp8 values and scales to the CPU block-quantization reference"), 1) << o.output;
+  }
+}
+
+// nemotron-h-8b's Mamba mixers: vLLM stores A as fp32 -exp(A_log), Megatron A_log as is. Megatron
+// TP2 -> vLLM TP1 with both strategies, with direct reads and through tcp alone: the verify
+// expects -std::exp of the source pattern in every A, bit for bit, so a plan that copied or
+// merely widened A_log fails it.
+TEST(RunIntegrationTest, NemotronMambaAIsMinusExpOfALogVerified) {
+  for (const char* direct : {"true", "false"}) {
+    Outcome o = RunFerry({"run", "--model", "nemotron-h-8b", "--scale", "1/16", "--src", "megatron:tp=2",
+                          "--dst", "vllm:tp=1", "--strategy", "both", "--verify", "--iterations", "1",
+                          "--warmup", "0", "--set", std::string("executor.direct_intra_node=") + direct},
+                         120);
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    // reshard, (with direct reads) reshard through the transport alone, gather-broadcast.
+    const int strategies = std::string(direct) == "true" ? 3 : 2;
+    EXPECT_EQ(Count(o.output, "bit-exact, A = -exp(A_log) to the CPU reference (std::exp)"), strategies)
+        << o.output;
   }
 }
 
