@@ -178,41 +178,48 @@ bool IsMessage(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kF
 
 }  // namespace
 
-Result<int64_t> PlanOrderStagingBytes(const TransferPlan& plan) {
-  std::vector<std::vector<int>> ops_of_rank;
+Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan) {
+  std::vector<RankStagingOps> ranks(static_cast<size_t>(std::max(plan.num_ranks, 0)));
   for (const Op& op : plan.ops) {
     if (op.rank < 0) return InvalidArgument("op " + std::to_string(op.id) + " has a negative rank");
-    if (static_cast<size_t>(op.rank) >= ops_of_rank.size()) ops_of_rank.resize(static_cast<size_t>(op.rank) + 1);
-    ops_of_rank[static_cast<size_t>(op.rank)].push_back(op.id);
+    if (static_cast<size_t>(op.rank) >= ranks.size()) ranks.resize(static_cast<size_t>(op.rank) + 1);
+    ranks[static_cast<size_t>(op.rank)].ids.push_back(op.id);
   }
-  const auto bytes = [&](int s) { return plan.slots[static_cast<size_t>(s)].bytes; };
-  int64_t most = 0;
-  for (size_t rank = 0; rank < ops_of_rank.size(); ++rank) {
-    const std::vector<int>& ids = ops_of_rank[rank];
+  for (RankStagingOps& r : ranks) {
     std::unordered_map<int, int> local;
-    for (size_t i = 0; i < ids.size(); ++i) local[ids[i]] = static_cast<int>(i);
-    std::vector<int> round(ids.size());
-    std::vector<std::vector<int>> dependents(ids.size()), slots(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Op& op = plan.ops[static_cast<size_t>(ids[i])];
-      round[i] = op.round;
+    for (size_t i = 0; i < r.ids.size(); ++i) local[r.ids[i]] = static_cast<int>(i);
+    r.round.resize(r.ids.size());
+    r.dependents.resize(r.ids.size());
+    r.slots.resize(r.ids.size());
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      const Op& op = plan.ops[static_cast<size_t>(r.ids[i])];
+      r.round[i] = op.round;
       for (int dep : plan.Deps(op)) {
         auto it = local.find(dep);
         if (it == local.end()) {
           return InvalidArgument("op " + std::to_string(op.id) + " depends on op " + std::to_string(dep) +
                                  " of another rank");
         }
-        dependents[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
+        r.dependents[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
       }
       bool known = true;
       for (const CopyPair& pair : plan.Copies(op)) {
-        known &= AddSlot(plan, pair.from.space, pair.from.buffer, slots[i]);
-        known &= AddSlot(plan, pair.to.space, pair.to.buffer, slots[i]);
+        known &= AddSlot(plan, pair.from.space, pair.from.buffer, r.slots[i]);
+        known &= AddSlot(plan, pair.to.space, pair.to.buffer, r.slots[i]);
       }
-      if (IsMessage(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, slots[i]);
+      if (IsMessage(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, r.slots[i]);
       if (!known) return InvalidArgument("op " + std::to_string(op.id) + " uses a staging slot the plan lacks");
     }
-    FERRY_ASSIGN_OR_RETURN(StagingLayout layout, LayOutStagingInPlanOrder(round, dependents, slots, bytes));
+  }
+  return ranks;
+}
+
+Result<int64_t> PlanOrderStagingBytes(const TransferPlan& plan) {
+  FERRY_ASSIGN_OR_RETURN(const std::vector<RankStagingOps> ranks, StagingOpsByRank(plan));
+  const auto bytes = [&](int s) { return plan.slots[static_cast<size_t>(s)].bytes; };
+  int64_t most = 0;
+  for (const RankStagingOps& r : ranks) {
+    FERRY_ASSIGN_OR_RETURN(StagingLayout layout, LayOutStagingInPlanOrder(r.round, r.dependents, r.slots, bytes));
     most = std::max(most, layout.extent);
   }
   return most;

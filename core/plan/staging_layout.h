@@ -59,6 +59,19 @@ Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
                                                const std::vector<std::vector<int>>& slots,
                                                const std::function<int64_t(int)>& slot_bytes);
 
+// One rank's ops as the plan-order layout reads them, every message staged: plan op ids by local
+// index, and by local index its round, the local ops that wait for it and the distinct slots it
+// uses.
+struct RankStagingOps {
+  std::vector<int> ids;
+  std::vector<int> round;
+  std::vector<std::vector<int>> dependents, slots;
+};
+
+// Every rank's ops (index = rank), or an error naming an op that depends on another rank's op or
+// uses a slot the plan lacks.
+Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan);
+
 // The most staging one rank of `plan` needs in plan order when every message is staged (direct
 // reads off) and no CUDA data bounces through host memory: the smallest executor.staging_budget
 // that runs the plan so.

@@ -15,7 +15,7 @@
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
 // When a run's slots do not all fit the budget at once, the budget must hold their plan-order
 // layout (core/plan/staging_layout.h; else the run fails before any op starts), which is kept
-// for the op first in plan order (staging_placement.h): no run stalls for staging.
+// for the op first in plan order (core/plan/staging_placement.h): no run stalls for staging.
 // Transport registrations are kept across runs of one communicator epoch (see
 // ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its
 // peer and the transport, aborts the communicator (so peers fail fast instead of waiting out their

@@ -148,8 +148,9 @@ Status RankRun::BuildDependencies() {
 // Every op's slots, as the arena grants them (FirstFitAllocator::Granted), must fit the staging
 // budget at once (an op gets all its slots or waits). When the run's slots do not all fit the
 // budget together, the budget must also hold their plan-order layout (staging_layout.h), which
-// the placement then keeps for the op plan order waits for (staging_placement.h); ranks that post
-// on a grouped transport take space round by round instead, and are checked op by op only.
+// the placement then keeps for the op plan order waits for (core/plan/staging_placement.h);
+// ranks that post on a grouped transport take space round by round instead, and are checked op
+// by op only.
 Status RankRun::CheckStagingFits() {
   const int64_t budget = res_.options.staging_budget;
   int64_t total = 0;

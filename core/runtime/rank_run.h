@@ -47,6 +47,7 @@
 #include "core/base/deadline.h"
 #include "core/base/status.h"
 #include "core/plan/plan.h"
+#include "core/plan/staging_placement.h"
 #include "core/runtime/communicator.h"
 #include "core/cuda/copy_stream.h"
 #include "core/runtime/copy_pool.h"
@@ -57,7 +58,6 @@
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
 #include "core/runtime/staging_arena.h"
-#include "core/runtime/staging_placement.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {

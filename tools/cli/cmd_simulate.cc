@@ -42,6 +42,10 @@ struct SimulateArgs {
   // The window the simulator gives each rank; -1: the config's executor.max_in_flight, the window
   // `ferry run` would use with the same --config/--set.
   int max_in_flight = -1;
+  // The staging budget the simulator gives each rank ("64MiB", "0": unlimited); empty: the
+  // config's executor.staging_budget. Resolved into staging_budget.
+  std::string staging_budget_text;
+  int64_t staging_budget = -1;
   // Reshard without hierarchical fan-out or relays (reference-style M2N): shorthand for
   // --set planner.hierarchical=false --set planner.relay=off.
   bool flat = false;
@@ -78,11 +82,19 @@ Result<std::shared_ptr<const RefitPlan>> PlanFor(Strategy strategy, const Shared
   return RefitPlan::Make(layouts.source, layouts.destination, topology, strategy, config);
 }
 
+// The simulator's options from resolved arguments (SimulationConfig).
+sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
+  sim::SimOptions options;
+  options.propagation_rounds = args.propagation_rounds;
+  options.max_in_flight = args.max_in_flight;
+  options.staging_budget = args.staging_budget;
+  return options;
+}
+
 Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layouts,
                                     const Topology& topology, const Config& config,
                                     const sim::ClusterSpec& cluster,
-                                    const sim::RankMapping& mapping, bool record,
-                                    int propagation_rounds, int max_in_flight,
+                                    const sim::RankMapping& mapping, const sim::SimOptions& options,
                                     NetworkDemand* demand) {
   StrategyRun run;
   run.name = std::string(StrategyName(strategy));
@@ -90,11 +102,6 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layo
                          PlanFor(strategy, layouts, topology, config));
   run.plan_seconds = planned->planning_seconds();
   if (demand != nullptr) *demand = planned->planned().demand;
-  sim::SimOptions options;
-  options.record_op_times = record;
-  options.record_ingress = record;
-  options.propagation_rounds = propagation_rounds;
-  options.max_in_flight = max_in_flight;
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
   Result<sim::SimResult> simulated = sim::Simulate(planned->plan(), cluster, mapping, options);
@@ -110,11 +117,9 @@ Status WriteReports(const SimulateArgs& args, const SharedLayouts& layouts,
                     const sim::ClusterSpec& cluster, const sim::RankMapping& mapping) {
   FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const RefitPlan> planned,
                          PlanFor(Strategy::kReshard, layouts, topology, config));
-  sim::SimOptions options;
+  sim::SimOptions options = SimulatorOptions(args);
   options.record_op_times = !args.trace_path.empty();
   options.record_ingress = !args.svg_path.empty();
-  options.propagation_rounds = args.propagation_rounds;
-  options.max_in_flight = args.max_in_flight;
   FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
                          sim::Simulate(planned->plan(), cluster, mapping, options));
   if (!args.trace_path.empty()) {
@@ -155,6 +160,9 @@ void PrintComparison(const StrategyRun& reshard, const StrategyRun& baseline, do
   std::printf("%-24s %18lld %18lld %14s\n", "messages",
               static_cast<long long>(reshard.result.num_messages),
               static_cast<long long>(baseline.result.num_messages), "");
+  std::printf("%-24s %18lld %18lld %14s\n", "ops waiting for staging",
+              static_cast<long long>(reshard.result.staging_waits),
+              static_cast<long long>(baseline.result.staging_waits), "");
   std::printf("%-24s %18s %18s %14s\n", "planner / simulator wall",
               (FormatSeconds(reshard.plan_seconds) + " / " +
                FormatSeconds(reshard.sim_seconds)).c_str(),
@@ -179,7 +187,7 @@ void PrintComparison(const StrategyRun& reshard, const StrategyRun& baseline, do
 }
 
 // The options both plans are made with (--config/--set, and --flat's planner settings); resolves
-// args->max_in_flight from executor.max_in_flight when it was not given.
+// args->max_in_flight and args->staging_budget from the executor's options when not given.
 Result<Config> SimulationConfig(SimulateArgs* args) {
   ConfigArgs config_args = args->config;
   if (args->flat) {
@@ -187,9 +195,13 @@ Result<Config> SimulationConfig(SimulateArgs* args) {
                                 {"planner.hierarchical=false", "planner.relay=off"});
   }
   FERRY_ASSIGN_OR_RETURN(Config options, LoadConfig(config_args));
-  if (args->max_in_flight < 0) {
-    FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
-    args->max_in_flight = executor.max_in_flight;
+  FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
+  if (args->max_in_flight < 0) args->max_in_flight = executor.max_in_flight;
+  if (args->staging_budget_text.empty()) {
+    args->staging_budget = executor.staging_budget;
+  } else {
+    FERRY_ASSIGN_OR_RETURN(args->staging_budget,
+                           ParseBytes(args->staging_budget_text).WithContext("--staging-budget"));
   }
   return options;
 }
@@ -241,14 +253,16 @@ Status RunSimulate(const SimulateArgs& args) {
   NetworkDemand demand;
   FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
                          PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
-                                         cluster, mapping, false, args.propagation_rounds,
-                                         resolved.max_in_flight, &demand));
+                                         cluster, mapping, SimulatorOptions(resolved), &demand));
   StrategyRun baseline;
   baseline.name = "gather-broadcast (skipped)";
   if (!args.no_baseline) {
+    // The baseline's bucket buffers are NeMo RL's GPU memory, not ferry's staging: its plan
+    // bounds them itself (two buffers a rank, planner/gather_broadcast.cc), so no budget applies.
+    sim::SimOptions baseline_options = SimulatorOptions(resolved);
+    baseline_options.staging_budget = 0;
     FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
-                                                     options, cluster, mapping, false,
-                                                     args.propagation_rounds, resolved.max_in_flight,
+                                                     options, cluster, mapping, baseline_options,
                                                      nullptr));
   }
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
@@ -298,6 +312,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "simulator: most messages a rank has moving at once (0: unlimited); by default the "
                   "config's executor.max_in_flight, as `ferry run` would use")
       ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--staging-budget", args->staging_budget_text,
+                  "simulator: staging a rank holds at once, e.g. 256MiB (0: unlimited); by default "
+                  "the config's executor.staging_budget, as `ferry run` would use");
   cmd->add_flag("--flat", args->flat,
                 "reshard plan without hierarchical fan-out or relays: every destination GPU "
                 "fetches its bytes from a source directly (the published M2N reshard's shape)");

@@ -14,6 +14,7 @@
 #include "core/base/strings.h"
 #include "tools/sim/finish_heap.h"
 #include "tools/sim/share_heap.h"
+#include "tools/sim/staging_gate.h"
 
 namespace ferry::sim {
 
@@ -149,6 +150,7 @@ class Engine {
     events_.push(Event{t, seq_++, type, id});
   }
   void OnReady(int op, double t);
+  void BecomeReady(int op, double t);
   void Admit(int sender, double t);
   void StartLocalOp(int op, double t);
   void StartMessage(int sender, int receiver, double t);
@@ -227,6 +229,8 @@ class Engine {
   std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
                                   std::greater<std::pair<int, int>>>>
       waiting_;
+  StagingGate staging_;               // ops waiting for their rank's staging (SimOptions::staging_budget)
+  std::vector<int> staging_admitted_;  // scratch: ops a finish let through the gate
 
   // Scratch for Recompute (stamped marks avoid clearing).
   std::vector<uint32_t> flow_mark_, link_mark_;
@@ -272,6 +276,7 @@ Status Engine::Prepare() {
   posted_.assign(plan_.num_ranks, 0);
   waiting_.assign(plan_.num_ranks, {});
   if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
+  if (opt_.staging_budget < 0) return InvalidArgument("staging_budget must be >= 0");
   std::vector<int> count(n + 1, 0);
   std::unordered_map<int64_t, std::pair<int, int>> messages;  // id -> (sender, receiver)
   messages.reserve(n);
@@ -347,6 +352,7 @@ Status Engine::Prepare() {
   for (int i = 0; i < n; ++i) {
     for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
   }
+  FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget));
   return Status::Ok();
 }
 
@@ -386,7 +392,12 @@ void Engine::BuildResources() {
   if (opt_.record_ingress) ingress_.assign(nodes, std::vector<double>(opt_.ingress_buckets, 0.0));
 }
 
+// Op `op`'s deps completed at t: it becomes ready once its rank can place its staging slots.
 void Engine::OnReady(int op, double t) {
+  if (staging_.Admit(op)) BecomeReady(op, t);
+}
+
+void Engine::BecomeReady(int op, double t) {
   const Op& o = plan_.ops[op];
   if (!IsMessageOp(o.kind)) {
     ready_[op] = t;
@@ -900,6 +911,9 @@ void Engine::OnOpDone(int op, double t) {
       StartMessage(next, partner_[next], t);
     }
   }
+  staging_admitted_.clear();
+  staging_.Finish(op, staging_admitted_);
+  for (int a : staging_admitted_) BecomeReady(a, t);
   for (int i = dependents_begin_[op]; i < dependents_begin_[op + 1]; ++i) {
     int d = dependents_[i];
     cause_[d] = op;  // events arrive in time order, so the last completing dep wins
@@ -1004,10 +1018,19 @@ Result<SimResult> Engine::Run() {
     }
   }
   flows_.reserve(n);
-  // Ops ready at the start: message ops are posted per rank in (round, id) order, as the executor
-  // does with everything ready at once.
+  // Ops ready at the start: their staging is granted per rank in (round, id) order, and message
+  // ops are posted per rank in (round, id) order, as the executor does with everything ready at
+  // once.
+  std::vector<int> initial;
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] != 0) continue;
+    if (pending_[i] == 0) initial.push_back(i);
+  }
+  std::stable_sort(initial.begin(), initial.end(),
+                   [&](int a, int b) { return plan_.ops[a].round < plan_.ops[b].round; });
+  std::vector<char> admitted(n, 0);
+  for (int i : initial) admitted[i] = staging_.Admit(i);
+  for (int i = 0; i < n; ++i) {
+    if (pending_[i] != 0 || !admitted[i]) continue;
     const Op& o = plan_.ops[i];
     if (opt_.max_in_flight > 0 && IsMessageOp(o.kind)) {
       ready_[i] = 0.0;
@@ -1015,7 +1038,7 @@ Result<SimResult> Engine::Run() {
       const int sender = IsSender(o.kind) ? i : p;
       if (ready_[p] >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
     } else {
-      OnReady(i, 0.0);
+      BecomeReady(i, 0.0);
     }
   }
   for (int rank = 0; rank < plan_.num_ranks; ++rank) {
@@ -1056,8 +1079,9 @@ Result<SimResult> Engine::Run() {
   }
   if (never > 0) {
     const Op& o = plan_.ops[example];
-    std::string why = pending_[example] > 0 ? "waits on deps that never finish (a cycle?)"
-                                            : "waits for its message partner, which never ran";
+    std::string why = pending_[example] > 0      ? "waits on deps that never finish (a cycle?)"
+                      : staging_.Waiting(example) ? "waits for staging that never frees"
+                                                  : "waits for its message partner, which never ran";
     return InvalidArgument(std::to_string(never) + " ops never ran; e.g. op " +
                            std::to_string(example) + " (" + std::string(OpKindName(o.kind)) +
                            " on rank " + std::to_string(o.rank) + ") " + why);
@@ -1070,6 +1094,7 @@ Result<SimResult> Engine::Run() {
   result.peak_link_classes = peak_link_classes_;
   result.num_recomputations = num_recomputations_;
   result.num_class_updates = num_class_updates_;
+  result.staging_waits = staging_.waits();
   result.network_bytes = network_bytes_;
   result.nvlink_bytes = nvlink_bytes_;
   result.local_bytes = local_bytes_;

@@ -22,7 +22,8 @@
 // the links they touch, then propagated to the links of the flows
 // whose rate dropped (`propagation_rounds` times, each within `propagation_budget` flow classes) —
 // never globally per event. A Forward can only start after the Recv it depends on finished, so
-// relays are store-and-forward per chunk.
+// relays are store-and-forward per chunk. An op also waits, as in the executor, until its rank can
+// place its staging slots within the staging budget (staging_gate.h).
 //
 // Simulate() is a pure function of its inputs; it is thread-safe and allocates its own state.
 #pragma once
@@ -76,6 +77,12 @@ struct SimOptions {
   // held by sends or receives whose partner was not ready let ranks wait for each other's slots
   // (a deadlock); only moving messages hold slots here, so no window deadlocks. 0: unlimited.
   int max_in_flight = 256;
+  // Bytes of staging slots a rank holds at once, as the executor's executor.staging_budget
+  // (1 GiB by default, the same default here): an op whose slots are not placed yet waits until
+  // its rank can place them by the executor's policy (core/plan/staging_placement.h, replayed by
+  // staging_gate.h), and a plan a rank cannot run in the budget is refused as `ferry run` refuses
+  // it. 0: unlimited.
+  int64_t staging_budget = int64_t{1} << 30;
 };
 
 struct OpTime {
@@ -117,6 +124,7 @@ struct SimResult {
   // recomputed, summed over every propagation round: the simulator's work grows with the second.
   int64_t num_recomputations = 0;
   int64_t num_class_updates = 0;
+  int64_t staging_waits = 0;  // ops that found their rank's staging full when they became ready
   double network_bytes = 0;
   double nvlink_bytes = 0;
   double local_bytes = 0;  // copies, pack/unpack and same-GPU messages

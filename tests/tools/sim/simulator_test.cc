@@ -428,6 +428,48 @@ TEST(SimulatorTest, NoWindowDeadlocksCrossedExchanges) {
   }
 }
 
+// Rank 0 receives four 1000-byte messages from ranks 2, 3, 4 and 5 (other nodes, one NIC each),
+// each into its own staging slot that an Unpack then empties. Unlimited, the four share rank 0's
+// NIC, 4 us, then the four Unpacks share its 100 GB/s of memory, 40 ns. With the staging budget at the plan's need (one 1024-byte slot: the plan-order layout
+// puts every slot at offset 0), a receive waits for the previous Unpack to free the slot, as the
+// executor's placement makes it: 4 x (1 us + 20 ns, an Unpack alone at 50 GB/s). Less than that is refused, naming the need.
+TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
+  PlanBuilder b(6);
+  TransferPlan& plan = b.plan();
+  for (int k = 0; k < 4; ++k) {
+    const int slot = plan.AddSlot(0, 1000);
+    const auto [send, recv] = b.Message(2 + k, 0, 1000);
+    plan.ops[send].data = {Space::kSource, 0, 0};
+    plan.ops[recv].data = {Space::kStaging, slot, 0};
+    plan.ops[recv].round = k;
+    const Region from{Space::kStaging, slot, 0, DType::kUInt8, 1, {1000}, {1}};
+    const Region to{Space::kDestination, 0, 1000 * k, DType::kUInt8, 1, {1000}, {1}};
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = 0;
+    unpack.round = k;
+    unpack.bytes = 1000;
+    plan.AddOp(unpack, {recv}, {{from, to}});
+  }
+  SimOptions unlimited;
+  unlimited.staging_budget = 0;
+  EXPECT_NEAR(SimulatePlan(plan, TestCluster(), unlimited).total_time, 4e-6 + 40e-9, 1e-10);
+  SimOptions tight;
+  tight.staging_budget = 1024;
+  const SimResult waited = SimulatePlan(plan, TestCluster(), tight);
+  EXPECT_NEAR(waited.total_time, 4 * (1e-6 + 20e-9), 1e-10);
+  EXPECT_EQ(waited.staging_waits, 3);
+  SimOptions roomy;  // every slot fits at once: nobody waits
+  roomy.staging_budget = 4096;
+  EXPECT_EQ(SimulatePlan(plan, TestCluster(), roomy).staging_waits, 0);
+  SimOptions small;
+  small.staging_budget = 1023;
+  Result<SimResult> refused = Simulate(plan, TestCluster(), RankMapping::Identity(6), small);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rank 0 needs 1024 bytes of staging"), std::string::npos)
+      << refused.status().ToString();
+}
+
 // A (0 -> 2, 1 GB) runs alone until B (1 -> 2, 0.5 GB) joins at 0.25 s behind a 25 GB copy; then
 // they share node 1's NIC: B ends at 1.25 s, A at 1.5 s. Batching rate recomputations within
 // rate_batch_window must not change that beyond the window, and exactly-simultaneous batching

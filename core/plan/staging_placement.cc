@@ -1,5 +1,5 @@
 // Placing a run's staging slots in the arena (see staging_placement.h).
-#include "core/runtime/staging_placement.h"
+#include "core/plan/staging_placement.h"
 
 #include <utility>
 

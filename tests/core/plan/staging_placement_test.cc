@@ -1,6 +1,6 @@
 // StagingPlacement: loose first fit over the arena; tight, the plan-order layout kept for the op
 // first in plan order and everything else first fit after it.
-#include "core/runtime/staging_placement.h"
+#include "core/plan/staging_placement.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
-// Where a run's staging slots lie in the rank's staging arena, while they are allocated.
+// Where a run's staging slots lie in the rank's staging arena, while they are allocated: the
+// executor's policy (core/runtime/rank_run.cc), which the simulator replays (tools/sim).
 //
 // Loose (every slot of the run fits in the arena at once): first fit over the whole arena, which
 // then never fails. Tight (they do not): the arena's first `extent` bytes hold the plan-order
@@ -7,9 +8,9 @@
 // plan order but whose last op is still running; ops that run ahead of plan order take space
 // first fit from the rest of the arena and never from the layout's. So the op plan order waits for
 // always gets its space once what runs before it finishes: no run stalls for staging when the
-// arena holds the layout (executor.h).
+// arena holds the layout (core/runtime/executor.h).
 //
-// Thread-safety: none; it belongs to the executor thread.
+// Thread-safety: none; one per rank and run, used by one thread.
 #pragma once
 
 #include <cstdint>

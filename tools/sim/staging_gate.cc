@@ -1,0 +1,109 @@
+// The staging budget in the simulator (see staging_gate.h).
+#include "tools/sim/staging_gate.h"
+
+#include <string>
+
+namespace ferry::sim {
+
+Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) {
+  StagingGate gate;
+  gate.plan_ = &plan;
+  gate.local_.assign(plan.ops.size(), -1);
+  gate.uses_.assign(plan.slots.size(), 0);
+  if (budget <= 0 || plan.slots.empty()) return gate;  // unlimited, or a plan that stages nothing
+  FERRY_ASSIGN_OR_RETURN(std::vector<RankStagingOps> ops, StagingOpsByRank(plan));
+  const auto bytes = [&](int s) { return plan.slots[static_cast<size_t>(s)].bytes; };
+  gate.ranks_.resize(ops.size());
+  for (size_t rank = 0; rank < ops.size(); ++rank) {
+    RankStagingOps& o = ops[rank];
+    Rank& r = gate.ranks_[rank];
+    int64_t total = 0;
+    for (size_t i = 0; i < o.ids.size(); ++i) {
+      gate.local_[static_cast<size_t>(o.ids[i])] = static_cast<int>(i);
+      for (int s : o.slots[i]) {
+        if (gate.uses_[static_cast<size_t>(s)]++ == 0) total += FirstFitAllocator::Granted(bytes(s));
+      }
+    }
+    if (total <= budget) continue;  // every slot fits at once: the executor never waits either
+    FERRY_ASSIGN_OR_RETURN(StagingLayout layout, LayOutStagingInPlanOrder(o.round, o.dependents, o.slots, bytes));
+    if (layout.extent > budget) {
+      return InvalidArgument("rank " + std::to_string(rank) + " needs " + std::to_string(layout.extent) +
+                             " bytes of staging for its slots in plan order, more than the staging budget (" +
+                             std::to_string(budget) + " bytes), which the executor refuses");
+    }
+    r.tight = true;
+    r.started.assign(o.ids.size(), 0);
+    r.ids = std::move(o.ids);
+    r.slots = std::move(o.slots);
+    r.placement.ResetTight(std::move(layout), budget);
+  }
+  return gate;
+}
+
+int StagingGate::FirstUnstarted(Rank& r) {
+  const std::vector<int>& order = r.placement.order();
+  while (r.first_unstarted < order.size() && r.started[static_cast<size_t>(order[r.first_unstarted])]) {
+    ++r.first_unstarted;
+  }
+  return r.first_unstarted < order.size() ? order[r.first_unstarted] : -1;
+}
+
+// Places op `local`'s slots as the executor would (core/runtime/rank_run.cc, GrantStaging): the
+// op first in plan order at its layout offsets, any other first fit unless an earlier waiting op
+// could not (`blocked`: no overtaking).
+bool StagingGate::TryPlace(Rank& r, int local, bool blocked) {
+  const auto bytes = [&](int s) { return plan_->slots[static_cast<size_t>(s)].bytes; };
+  const std::vector<int>& slots = r.slots[static_cast<size_t>(local)];
+  bool placed = true;
+  for (int s : slots) placed &= r.placement.Placed(s);
+  if (!placed) {
+    if (FirstUnstarted(r) == local) {
+      placed = r.placement.Place(slots, true, bytes);
+    } else {
+      placed = !blocked && r.placement.Place(slots, false, bytes);
+    }
+  }
+  if (placed) r.started[static_cast<size_t>(local)] = 1;
+  return placed;
+}
+
+bool StagingGate::Admit(int op) {
+  const Op& o = plan_->ops[static_cast<size_t>(op)];
+  if (ranks_.empty() || !ranks_[static_cast<size_t>(o.rank)].tight) return true;
+  Rank& r = ranks_[static_cast<size_t>(o.rank)];
+  const bool blocked = !r.waiting.empty() && *r.waiting.begin() < std::make_pair(o.round, op);
+  if (TryPlace(r, local_[static_cast<size_t>(op)], blocked)) return true;
+  r.waiting.insert({o.round, op});
+  ++waits_;
+  return false;
+}
+
+void StagingGate::Finish(int op, std::vector<int>& admitted) {
+  const Op& o = plan_->ops[static_cast<size_t>(op)];
+  if (ranks_.empty() || !ranks_[static_cast<size_t>(o.rank)].tight) return;
+  Rank& r = ranks_[static_cast<size_t>(o.rank)];
+  for (int s : r.slots[static_cast<size_t>(local_[static_cast<size_t>(op)])]) {
+    if (--uses_[static_cast<size_t>(s)] == 0) r.placement.Release(s);
+  }
+  while (!r.waiting.empty()) {  // in (round, id) order until one cannot start: no overtaking
+    const int first = r.waiting.begin()->second;
+    if (!TryPlace(r, local_[static_cast<size_t>(first)], false)) break;
+    admitted.push_back(first);
+    r.waiting.erase(r.waiting.begin());
+  }
+  for (int head = FirstUnstarted(r); head >= 0; head = FirstUnstarted(r)) {  // except the first in plan order
+    const int op_id = r.ids[static_cast<size_t>(head)];
+    const std::pair<int, int> key(plan_->ops[static_cast<size_t>(op_id)].round, op_id);
+    if (r.waiting.count(key) == 0 || !TryPlace(r, head, true)) break;
+    admitted.push_back(op_id);
+    r.waiting.erase(key);
+  }
+}
+
+bool StagingGate::Waiting(int op) const {
+  const Op& o = plan_->ops[static_cast<size_t>(op)];
+  if (ranks_.empty()) return false;
+  return ranks_[static_cast<size_t>(o.rank)].waiting.count({o.round, op}) != 0;
+}
+
+}  // namespace ferry::sim
