@@ -114,8 +114,7 @@ void PlaceBySize(std::vector<SlotLife>& lives, StagingLayout& layout) {
   }
 }
 
-// Offsets for `lives` as a first-fit allocator gives them, slots taken and freed in plan order:
-// for ranks with more slots than PlaceBySize is quick for.
+// Offsets for `lives` as a first-fit allocator gives them, slots taken and freed in plan order.
 void PlaceFirstFit(const std::vector<SlotLife>& lives, int positions, StagingLayout& layout) {
   std::vector<std::vector<int>> starting(static_cast<size_t>(positions)), ending(static_cast<size_t>(positions));
   int64_t total = 0;
@@ -134,6 +133,18 @@ void PlaceFirstFit(const std::vector<SlotLife>& lives, int positions, StagingLay
     }
     for (int i : ending[static_cast<size_t>(t)]) allocator.Free(layout.offset.at(lives[static_cast<size_t>(i)].slot));
   }
+}
+
+// The most bytes of slots live at one position: no layout has a smaller extent.
+int64_t PeakLiveBytes(const std::vector<SlotLife>& lives, int positions) {
+  std::vector<int64_t> change(static_cast<size_t>(positions) + 1, 0);
+  for (const SlotLife& l : lives) {
+    change[static_cast<size_t>(l.first)] += l.bytes;
+    change[static_cast<size_t>(l.last) + 1] -= l.bytes;
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t c : change) peak = std::max(peak, live += c);
+  return peak;
 }
 
 constexpr size_t kMostSlotsPlacedBySize = 20000;
@@ -155,12 +166,13 @@ Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
       lives[it->second].last = static_cast<int>(t);
     }
   }
-  if (lives.size() <= kMostSlotsPlacedBySize) {
-    PlaceBySize(lives, layout);
-  } else {
-    PlaceFirstFit(lives, static_cast<int>(layout.order.size()), layout);
-  }
-  return layout;
+  const int positions = static_cast<int>(layout.order.size());
+  PlaceFirstFit(lives, positions, layout);
+  if (layout.extent <= PeakLiveBytes(lives, positions) || lives.size() > kMostSlotsPlacedBySize) return layout;
+  StagingLayout by_size;
+  by_size.order = std::move(layout.order);
+  PlaceBySize(lives, by_size);
+  return by_size;
 }
 
 namespace {

@@ -4,9 +4,10 @@
 //
 // The plan-order layout runs a rank's ops one at a time, in plan order (lowest (round, index)
 // first among the ops whose dependencies are done): a slot lives from the first op that uses it to
-// the last, and two slots live at once never overlap. Slots are placed largest first, each at the
-// lowest offset clear of those whose lives overlap its own (greedy by size; first fit in plan
-// order on ranks with more than 20,000 slots). Its extent is the staging that rank needs: the
+// the last, and two slots live at once never overlap. Slots are placed first fit as plan order
+// takes and frees them; where that leaves holes (its extent exceeds the most bytes ever live at
+// once) and the rank has at most 20,000 slots, they are placed instead largest first, each at the
+// lowest offset clear of those whose lives overlap its own (greedy by size). Its extent is the staging that rank needs: the
 // executor refuses a smaller executor.staging_budget before running anything, and with at least
 // that much it never waits for space that only a waiting op could free (core/runtime/executor.h
 // says how it uses the layout).
