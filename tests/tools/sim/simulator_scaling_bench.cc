@@ -4,6 +4,7 @@
 //   bazel build -c opt //tests/tools/sim:simulator_scaling_bench
 //   taskset -c 0 bazel-bin/tests/tools/sim/simulator_scaling_bench             # every case
 //   bazel-bin/tests/tools/sim/simulator_scaling_bench --case ds-256 [--window N] # one case
+//   ... [--staging BYTES]   the staging budget per rank (default 1 GiB as the executor's; 0: none)
 // One line per case: GPUs, messages, simulator events, flow-class rate updates per message
 // (SimResult::num_class_updates) and the most classes on one link (peak), the simulator's thread
 // CPU seconds and CPU per message, the child's peak RSS (planner + plan + simulator), the predicted
@@ -59,7 +60,7 @@ double ThreadCpuSeconds() {
 
 // Plans the case's reshard on dgx-h100 as `ferry simulate` does, simulates it with `window`, and
 // prints its line (without the RSS, which the parent adds). Returns the process exit code.
-int RunCase(const Case& c, int window) {
+int RunCase(const Case& c, int window, int64_t staging) {
   auto fail = [&c](const Status& s) {
     std::fprintf(stderr, "%s: %s\n", c.name, s.ToString().c_str());
     return 1;
@@ -85,6 +86,7 @@ int RunCase(const Case& c, int window) {
   SimOptions options;
   options.record_op_times = true;
   options.max_in_flight = window;
+  options.staging_budget = staging;
   const double cpu0 = ThreadCpuSeconds();
   Result<SimResult> r = Simulate(planned->plan, *cluster, *mapping, options);
   const double cpu = ThreadCpuSeconds() - cpu0;
@@ -101,7 +103,7 @@ int RunCase(const Case& c, int window) {
 }
 
 // Runs `--case name` in a child process and prints its line with the child's peak RSS.
-bool RunChild(const char* self, const Case& c, const std::string& window) {
+bool RunChild(const char* self, const Case& c, const std::string& window, const std::string& staging) {
   int fds[2];
   if (::pipe(fds) != 0) return false;
   const pid_t pid = ::fork();
@@ -109,7 +111,8 @@ bool RunChild(const char* self, const Case& c, const std::string& window) {
     ::dup2(fds[1], STDOUT_FILENO);
     ::close(fds[0]);
     ::close(fds[1]);
-    ::execl(self, self, "--case", c.name, "--window", window.c_str(), static_cast<char*>(nullptr));
+    ::execl(self, self, "--case", c.name, "--window", window.c_str(), "--staging", staging.c_str(),
+            static_cast<char*>(nullptr));
     std::_Exit(127);
   }
   ::close(fds[1]);
@@ -137,9 +140,11 @@ bool RunChild(const char* self, const Case& c, const std::string& window) {
 int Main(int argc, char** argv) {
   std::string only;
   std::string window = std::to_string(SimOptions{}.max_in_flight);
+  std::string staging = std::to_string(SimOptions{}.staging_budget);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--case") == 0) only = argv[i + 1];
     else if (std::strcmp(argv[i], "--window") == 0) window = argv[i + 1];
+    else if (std::strcmp(argv[i], "--staging") == 0) staging = argv[i + 1];
   }
   char* end = nullptr;
   const long window_value = std::strtol(window.c_str(), &end, 10);
@@ -148,18 +153,26 @@ int Main(int argc, char** argv) {
                  window.c_str());
     return 2;
   }
+  const long long staging_value = std::strtoll(staging.c_str(), &end, 10);
+  if (end == staging.c_str() || *end != '\0' || staging_value < 0) {
+    std::fprintf(stderr, "--staging %s: expected bytes >= 0 (0: unlimited)\n", staging.c_str());
+    return 2;
+  }
   for (const Case& c : kCases) {
-    if (!only.empty() && only == c.name) return RunCase(c, static_cast<int>(window_value));
+    if (!only.empty() && only == c.name) {
+      return RunCase(c, static_cast<int>(window_value), static_cast<int64_t>(staging_value));
+    }
   }
   if (!only.empty()) {
     std::fprintf(stderr, "unknown case %s\n", only.c_str());
     return 2;
   }
-  std::printf("window %s; dgx-h100; reshard plan; one child process a case\n", window.c_str());
+  std::printf("window %s, staging budget %s bytes; dgx-h100; reshard plan; one child process a case\n",
+              window.c_str(), staging.c_str());
   std::printf("%-10s %6s %10s %11s %9s %5s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages",
               "events", "upd/msg", "peak", "sim_cpu_s", "us/msg", "rss_MiB", "predicted_s", "digest");
   bool ok = true;
-  for (const Case& c : kCases) ok = RunChild(argv[0], c, window) && ok;
+  for (const Case& c : kCases) ok = RunChild(argv[0], c, window, staging) && ok;
   return ok ? 0 : 1;
 }
 
