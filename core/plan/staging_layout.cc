@@ -175,6 +175,27 @@ Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
   return by_size;
 }
 
+Result<StagingLayout> StagingLayoutCache::LayOut(const std::vector<int>& round,
+                                                 const std::vector<std::vector<int>>& dependents,
+                                                 const std::vector<std::vector<int>>& slots,
+                                                 const std::function<int64_t(int)>& slot_bytes) {
+  std::vector<int64_t> bytes;
+  for (const std::vector<int>& used : slots) {
+    for (int s : used) bytes.push_back(slot_bytes(s));
+  }
+  if (valid_ && round == round_ && dependents == dependents_ && slots == slots_ && bytes == bytes_) {
+    return layout_;
+  }
+  valid_ = false;
+  FERRY_ASSIGN_OR_RETURN(layout_, LayOutStagingInPlanOrder(round, dependents, slots, slot_bytes));
+  round_ = round;
+  dependents_ = dependents;
+  slots_ = slots;
+  bytes_ = std::move(bytes);
+  valid_ = true;
+  return layout_;
+}
+
 namespace {
 
 // Adds `buffer` to `slots` when `space` is staging and it is not there yet; false when it is not

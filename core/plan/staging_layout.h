@@ -60,6 +60,23 @@ Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
                                                const std::vector<std::vector<int>>& slots,
                                                const std::function<int64_t(int)>& slot_bytes);
 
+// LayOutStagingInPlanOrder that remembers its last inputs and layout, and returns that layout
+// again for equal inputs (compared in full): an executor runs one plan refit after refit.
+// Thread-safety: none.
+class StagingLayoutCache {
+ public:
+  Result<StagingLayout> LayOut(const std::vector<int>& round, const std::vector<std::vector<int>>& dependents,
+                               const std::vector<std::vector<int>>& slots,
+                               const std::function<int64_t(int)>& slot_bytes);
+
+ private:
+  bool valid_ = false;
+  std::vector<int> round_;
+  std::vector<std::vector<int>> dependents_, slots_;
+  std::vector<int64_t> bytes_;  // each slot reference's size, in the order of slots_
+  StagingLayout layout_;
+};
+
 // One rank's ops as the plan-order layout reads them, every message staged: plan op ids by local
 // index, and by local index its round, the local ops that wait for it and the distinct slots it
 // uses.

@@ -15,7 +15,8 @@
 // op using a slot starts and freed when the last one completes; ops wait for space in plan order.
 // When a run's slots do not all fit the budget at once, the budget must hold their plan-order
 // layout (core/plan/staging_layout.h; else the run fails before any op starts), which is kept
-// for the op first in plan order (core/plan/staging_placement.h): no run stalls for staging.
+// for the op first in plan order (core/plan/staging_placement.h): no run stalls for staging. The
+// layout is kept for the next run while that run's ops and slots stay the same.
 // Transport registrations are kept across runs of one communicator epoch (see
 // ForgetRegistrations). Every wait is bounded by the Run deadline. A failure names the op, its
 // peer and the transport, aborts the communicator (so peers fail fast instead of waiting out their
@@ -42,6 +43,7 @@
 #include "core/base/deadline.h"
 #include "core/base/status.h"
 #include "core/plan/plan.h"
+#include "core/plan/staging_layout.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor_options.h"
@@ -115,6 +117,7 @@ class Executor {
   CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
   std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
   GpuReadTables gpu_tables_;                // on gpu_ (declared after it: freed before it)
+  StagingLayoutCache staging_layouts_;      // the last run's plan-order staging layout
   RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
 };
 

@@ -175,8 +175,8 @@ Status RankRun::CheckStagingFits() {
   std::vector<int> round(static_cast<size_t>(n_));
   for (int i = 0; i < n_; ++i) round[static_cast<size_t>(i)] = OpAt(i).round;
   FERRY_ASSIGN_OR_RETURN(StagingLayout layout,
-                         LayOutStagingInPlanOrder(round, dependents_, slots_of_,
-                                                  [this](int slot) { return SlotBytes(slot); }));
+                         res_.staging_layouts.LayOut(round, dependents_, slots_of_,
+                                                     [this](int slot) { return SlotBytes(slot); }));
   if (layout.extent > budget) {
     return InvalidArgument("rank " + std::to_string(rank_) + " needs " + BytesExactly(layout.extent) +
                            " of staging for its slots as its ops take them in plan order (256-byte "

@@ -47,6 +47,7 @@
 #include "core/base/deadline.h"
 #include "core/base/status.h"
 #include "core/plan/plan.h"
+#include "core/plan/staging_layout.h"
 #include "core/plan/staging_placement.h"
 #include "core/runtime/communicator.h"
 #include "core/cuda/copy_stream.h"
@@ -77,6 +78,7 @@ struct ExecutorResources {
   CudaExports& cuda_exports;         // this rank's CUDA source buffers as offered to peers
   std::unique_ptr<cuda::CopyStream>& gpu;  // created by the first run that touches CUDA memory
   GpuReadTables& gpu_tables;               // direct reads' device work, uploaded on `gpu`
+  StagingLayoutCache& staging_layouts;      // the last plan-order staging layout
 };
 
 class RankRun {

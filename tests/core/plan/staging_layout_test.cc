@@ -83,6 +83,34 @@ TEST(StagingLayoutTest, PlacesFirstFitInPlanOrderWhenARankHasVeryManySlots) {
   EXPECT_EQ(layout->extent, (925 + 437) * 256);
 }
 
+// The cache returns its layout again for equal inputs, and lays out anew when a slot's size or an
+// op's slots change.
+TEST(StagingLayoutCacheTest, KeepsTheLayoutWhileTheInputsStayEqual) {
+  QuantizingRank r;
+  StagingLayoutCache cache;
+  auto bytes = [&](int s) { return r.bytes[static_cast<size_t>(s)]; };
+  Result<StagingLayout> first = cache.LayOut(r.round, r.dependents, r.slots, bytes);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->extent, 1183 * 256);
+  Result<StagingLayout> again = cache.LayOut(r.round, r.dependents, r.slots, bytes);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->offset, first->offset);
+  // Each change must give the fresh layout of the new inputs, which differs from the last one.
+  auto expect_fresh = [&](const std::string& change, const StagingLayout& before) {
+    Result<StagingLayout> cached = cache.LayOut(r.round, r.dependents, r.slots, bytes);
+    Result<StagingLayout> fresh = LayOutStagingInPlanOrder(r.round, r.dependents, r.slots, bytes);
+    ASSERT_TRUE(cached.ok() && fresh.ok()) << change;
+    EXPECT_EQ(cached->offset, fresh->offset) << change;
+    EXPECT_EQ(cached->extent, fresh->extent) << change;
+    EXPECT_NE(fresh->offset, before.offset) << change;
+  };
+  r.bytes[QuantizingRank::B] = 256;  // B shrinks to one unit
+  expect_fresh("B's size", *first);
+  const StagingLayout shrunk = *cache.LayOut(r.round, r.dependents, r.slots, bytes);
+  r.slots[2] = {QuantizingRank::T4};  // recv B lands in T4's slot: T4 lives from position 2
+  expect_fresh("recv B's slot", shrunk);
+}
+
 // Rounds come first, then the index; an op waits for its dependencies whatever its round.
 TEST(StagingLayoutTest, PlanOrderIsRoundThenIndexAmongReadyOps) {
   const std::vector<int> round = {2, 0, 1, 0};
