@@ -207,8 +207,6 @@ bool AddSlot(const TransferPlan& plan, Space space, int buffer, std::vector<int>
   return true;
 }
 
-bool IsMessage(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv; }
-
 }  // namespace
 
 Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan) {
@@ -240,7 +238,7 @@ Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan) {
         known &= AddSlot(plan, pair.from.space, pair.from.buffer, r.slots[i]);
         known &= AddSlot(plan, pair.to.space, pair.to.buffer, r.slots[i]);
       }
-      if (IsMessage(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, r.slots[i]);
+      if (IsMessageKind(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, r.slots[i]);
       if (!known) return InvalidArgument("op " + std::to_string(op.id) + " uses a staging slot the plan lacks");
     }
   }

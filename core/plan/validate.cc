@@ -288,7 +288,6 @@ Status CheckMessageOp(const TransferPlan& plan, const Op& op) {
   return Status::Ok();
 }
 
-bool IsMessageOp(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv; }
 
 // Each message has exactly one Send/Forward and one Recv that agree on ranks and size; adds the
 // message's edge (sender -> receiver) to `successors` and `indegree`.
@@ -301,7 +300,7 @@ Status MatchMessages(const TransferPlan& plan, std::vector<std::vector<int>>& su
   };
   std::vector<Endpoint> endpoints;
   for (const Op& op : plan.ops) {
-    if (IsMessageOp(op.kind)) endpoints.push_back({op.message, op.id, op.kind == OpKind::kRecv});
+    if (IsMessageKind(op.kind)) endpoints.push_back({op.message, op.id, op.kind == OpKind::kRecv});
   }
   std::sort(endpoints.begin(), endpoints.end(), [](const Endpoint& a, const Endpoint& b) {
     if (a.message != b.message) return a.message < b.message;
@@ -455,7 +454,7 @@ Status ValidatePlan(const TransferPlan& plan, const Layout& source, const Layout
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) {
     FERRY_RETURN_IF_ERROR(CheckOpStructure(plan, i));
     const Op& op = plan.ops[i];
-    FERRY_RETURN_IF_ERROR(IsMessageOp(op.kind) ? CheckMessageOp(plan, op) : CheckCopies(plan, op));
+    FERRY_RETURN_IF_ERROR(IsMessageKind(op.kind) ? CheckMessageOp(plan, op) : CheckCopies(plan, op));
     if (op.kind == OpKind::kQuantize) FERRY_RETURN_IF_ERROR(CheckQuantize(plan, op));
   }
   FERRY_RETURN_IF_ERROR(CheckAcyclic(plan));

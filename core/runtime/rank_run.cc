@@ -24,10 +24,6 @@ std::string BytesExactly(int64_t bytes) {
   return FormatBytes(static_cast<double>(bytes)) + " = " + std::to_string(bytes) + " bytes";
 }
 
-bool IsNetwork(OpKind kind) {
-  return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
-}
-
 }  // namespace
 
 RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
@@ -128,7 +124,7 @@ Status RankRun::BuildDependencies() {
       AddSlotRefs(pair.from, slots_of_[i]);
       AddSlotRefs(pair.to, slots_of_[i]);
     }
-    if (IsNetwork(op.kind)) AddSlotRefs(op.Data(), slots_of_[i]);
+    if (IsMessageKind(op.kind)) AddSlotRefs(op.Data(), slots_of_[i]);
     for (int slot : slots_of_[i]) {
       if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) ||
           plan_.slots[slot].rank != rank_) {
@@ -137,7 +133,7 @@ Status RankRun::BuildDependencies() {
       }
       ++slot_uses_[slot];
     }
-    if (IsNetwork(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data()) &&
+    if (IsMessageKind(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data()) &&
         !MovesCuda(op.peer)) {
       AddBounce(i);
     }
@@ -168,7 +164,7 @@ Status RankRun::CheckStagingFits() {
   }
   if (total <= budget) return Status::Ok();
   for (int i = 0; i < n_; ++i) {
-    if (!IsNetwork(OpAt(i).kind)) continue;
+    if (!IsMessageKind(OpAt(i).kind)) continue;
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(OpAt(i).peer));
     if (t->capabilities().grouped) return Status::Ok();
   }
@@ -219,7 +215,7 @@ Result<bool> RankRun::StagesOnDevice() {
   std::vector<StagingTransport> transports;
   for (int i = 0; on_gpu_ && i < n_; ++i) {
     const Op& op = OpAt(i);
-    if (!IsNetwork(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
+    if (!IsMessageKind(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
     if (op.data.space != Space::kStaging && bounce_of_[i] < 0) continue;
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
     const TransportCapabilities caps = t->capabilities();
@@ -234,7 +230,7 @@ Status RankRun::RegisterMemory() {
   transport_of_.assign(n_, nullptr);
   for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
-    if (!IsNetwork(op.kind)) continue;
+    if (!IsMessageKind(op.kind)) continue;
     auto t = comm_.TransportFor(op.peer);
     if (!t.ok()) return t.status().WithContext(Describe(i));
     used_transports_.insert(*t);
@@ -296,8 +292,8 @@ void RankRun::ReleaseRunRegistrations() {
 // --- scheduling -------------------------------------------------------------------------------
 
 void RankRun::MakeReady(int i) {
-  if (IsNetwork(OpAt(i).kind)) ReadyGrouped(i);
-  (IsNetwork(OpAt(i).kind) ? ready_network_ : ready_local_).insert(i);
+  if (IsMessageKind(OpAt(i).kind)) ReadyGrouped(i);
+  (IsMessageKind(OpAt(i).kind) ? ready_network_ : ready_local_).insert(i);
   ++readied_;
 }
 
@@ -359,7 +355,7 @@ Result<bool> RankRun::TryStart(int i) {
   if (!GrantStaging(i)) return false;
   op_started_[static_cast<size_t>(i)] = 1;
   const Op& op = OpAt(i);
-  Status started = IsNetwork(op.kind) ? StartNetwork(i) : StartCopy(i);
+  Status started = IsMessageKind(op.kind) ? StartNetwork(i) : StartCopy(i);
   if (!started.ok()) return started.WithContext(Describe(i));
   return true;
 }

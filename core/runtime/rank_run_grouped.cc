@@ -13,13 +13,6 @@
 #include <unordered_map>
 
 namespace ferry {
-namespace {
-
-bool IsNetworkKind(OpKind kind) {
-  return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
-}
-
-}  // namespace
 
 bool RankRun::Grouped(int i) const {
   return transport_of_[i] != nullptr && transport_of_[i]->capabilities().grouped;
@@ -32,7 +25,7 @@ int RankRun::NetworkDepRound(int i) const {
   for (int dep : plan_.Deps(OpAt(i))) {
     const int d = local_.at(dep);
     const Op& op = OpAt(d);
-    earliest = std::min(earliest, IsNetworkKind(op.kind) ? op.round : NetworkDepRound(d));
+    earliest = std::min(earliest, IsMessageKind(op.kind) ? op.round : NetworkDepRound(d));
   }
   return earliest;
 }
@@ -43,7 +36,7 @@ int RankRun::NetworkDepRound(int i) const {
 Status RankRun::CheckMessageRounds() const {
   std::unordered_map<int64_t, std::pair<int, int>> rounds;  // message -> (send round, recv round)
   for (const Op& op : plan_.ops) {
-    if (!IsNetworkKind(op.kind)) continue;
+    if (!IsMessageKind(op.kind)) continue;
     auto& [send, recv] = rounds.try_emplace(op.message, -1, -1).first->second;
     (op.kind == OpKind::kRecv ? recv : send) = op.round;
   }
@@ -86,7 +79,7 @@ Status RankRun::CountGroupedRounds() {
                                Describe(d) + " of round " + std::to_string(OpAt(d).round) +
                                "; " + transport + " posts round by round and needs it no later");
       }
-      const int dep_round = IsNetworkKind(OpAt(d).kind) ? OpAt(d).round : NetworkDepRound(d);
+      const int dep_round = IsMessageKind(OpAt(d).kind) ? OpAt(d).round : NetworkDepRound(d);
       if (dep_round != INT32_MAX && dep_round >= op.round) {
         return InvalidArgument(Describe(i) + " (round " + std::to_string(op.round) +
                                ") waits on a network op of round " + std::to_string(dep_round) +
@@ -107,7 +100,7 @@ void RankRun::ReadyGrouped(int i) {
 // not take staging yet: packs running rounds ahead would fill the arena with slots that free only
 // after their own later rounds, leaving no room for the receives of the round that must go first.
 bool RankRun::AheadOfGroupedRounds(int i) const {
-  if (IsNetworkKind(OpAt(i).kind)) return false;
+  if (IsMessageKind(OpAt(i).kind)) return false;
   for (const auto& [transport, rounds] : rounds_unready_) {
     if (!rounds.empty() && OpAt(i).round > rounds.begin()->first) return true;
   }

@@ -123,9 +123,6 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
-bool IsMessageOp(OpKind k) {
-  return k == OpKind::kSend || k == OpKind::kRecv || k == OpKind::kForward;
-}
 bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
 
 class Engine {
@@ -305,7 +302,7 @@ Status Engine::Prepare() {
       ++count[d];
     }
     pending_[i] = op.NumDeps();
-    if (IsMessageOp(op.kind)) {
+    if (IsMessageKind(op.kind)) {
       if (op.peer < 0 || op.peer >= plan_.num_ranks) {
         return InvalidArgument(where + " has invalid peer " + std::to_string(op.peer));
       }
@@ -399,7 +396,7 @@ void Engine::OnReady(int op, double t) {
 
 void Engine::BecomeReady(int op, double t) {
   const Op& o = plan_.ops[op];
-  if (!IsMessageOp(o.kind)) {
+  if (!IsMessageKind(o.kind)) {
     ready_[op] = t;
     StartLocalOp(op, t);
     return;
@@ -947,7 +944,7 @@ std::string Engine::DescribeResource(int r) const {
 std::string Engine::DescribeOp(int op) const {
   const Op& o = plan_.ops[op];
   std::ostringstream out;
-  if (IsMessageOp(o.kind)) {
+  if (IsMessageKind(o.kind)) {
     int s = IsSender(o.kind) ? op : partner_[op];
     const Op& so = plan_.ops[s];
     int ga = GpuOf(so.rank), gb = GpuOf(so.peer);
@@ -1032,7 +1029,7 @@ Result<SimResult> Engine::Run() {
   for (int i = 0; i < n; ++i) {
     if (pending_[i] != 0 || !admitted[i]) continue;
     const Op& o = plan_.ops[i];
-    if (opt_.max_in_flight > 0 && IsMessageOp(o.kind)) {
+    if (opt_.max_in_flight > 0 && IsMessageKind(o.kind)) {
       ready_[i] = 0.0;
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
