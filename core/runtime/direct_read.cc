@@ -10,12 +10,15 @@ namespace ferry {
 namespace {
 
 constexpr uint32_t kOfferMagic = 0x52445246;  // "FRDR"
-// Version 2 adds, per buffer, its memory kind (in version 1's padding word), CUDA device,
-// allocation size and 64-byte CUDA IPC handle; host buffers send them zeroed.
-constexpr uint32_t kOfferVersion = 2;
+// Version 3: header of magic, version, pid, boot id, number of buffers, flags (bit 0: abbreviated)
+// and the entries' digest; per buffer its address, size, shared file, memory kind, CUDA device,
+// allocation size and 64-byte CUDA IPC handle (host buffers send the CUDA fields zeroed).
+constexpr uint32_t kOfferVersion = 3;
+constexpr uint32_t kAbbreviatedFlag = 1;
 constexpr size_t kBootIdBytes = 40;
-constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4 + 8;
 constexpr size_t kEntryBytes = 8 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + kCudaIpcHandleBytes;
+static_assert(kEntryBytes % 8 == 0, "the digest reads entries as 64-bit words");
 
 // A region of the message's bytes: [offset, offset + NumBytes) of the message holds `region`'s
 // elements in row-major order.
@@ -224,17 +227,40 @@ int64_t DirectReadOfferBytes(size_t num_buffers) {
   return static_cast<int64_t>(kHeaderBytes + num_buffers * kEntryBytes);
 }
 
-void EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
-                           std::span<uint8_t> out) {
-  uint8_t* p = out.data();
+int64_t AbbreviatedOfferBytes() { return static_cast<int64_t>(kHeaderBytes); }
+
+namespace {
+
+// FNV-1a over 64-bit words (entries are whole words: kEntryBytes % 8 == 0).
+uint64_t EntriesDigest(std::span<const uint8_t> entries) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t at = 0; at + 8 <= entries.size(); at += 8) {
+    uint64_t word;
+    std::memcpy(&word, entries.data() + at, 8);
+    h ^= word;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void PutHeader(uint8_t*& p, const ProcessIdentity& owner, size_t num_buffers, uint32_t flags,
+               uint64_t digest) {
   Put<uint32_t>(p, kOfferMagic);
   Put<uint32_t>(p, kOfferVersion);
   Put<int64_t>(p, owner.pid);
   std::memset(p, 0, kBootIdBytes);
   std::memcpy(p, owner.boot_id.data(), std::min(owner.boot_id.size(), kBootIdBytes));
   p += kBootIdBytes;
-  Put<uint32_t>(p, static_cast<uint32_t>(buffers.size()));
-  Put<uint32_t>(p, 0);
+  Put<uint32_t>(p, static_cast<uint32_t>(num_buffers));
+  Put<uint32_t>(p, flags);
+  Put<uint64_t>(p, digest);
+}
+
+}  // namespace
+
+uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
+                               std::span<uint8_t> out) {
+  uint8_t* p = out.data() + kHeaderBytes;
   for (const PeerBuffer& b : buffers) {
     Put<uint64_t>(p, b.address);
     Put<int64_t>(p, b.bytes);
@@ -248,24 +274,51 @@ void EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuf
     std::memcpy(p, b.ipc_handle.data(), kCudaIpcHandleBytes);
     p += kCudaIpcHandleBytes;
   }
+  const uint64_t digest = EntriesDigest(out.subspan(kHeaderBytes, buffers.size() * kEntryBytes));
+  uint8_t* h = out.data();
+  PutHeader(h, owner, buffers.size(), 0, digest);
+  return digest;
+}
+
+void EncodeAbbreviatedOffer(const ProcessIdentity& owner, size_t num_buffers, uint64_t digest,
+                            std::span<uint8_t> out) {
+  uint8_t* p = out.data();
+  PutHeader(p, owner, num_buffers, kAbbreviatedFlag, digest);
 }
 
 Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
-                             ProcessIdentity& owner, std::vector<PeerBuffer>& buffers) {
-  if (bytes.size() != static_cast<size_t>(DirectReadOfferBytes(num_buffers))) {
+                             OfferHeader& header, std::vector<PeerBuffer>& buffers) {
+  const size_t full_bytes = static_cast<size_t>(DirectReadOfferBytes(num_buffers));
+  if (bytes.size() != full_bytes && bytes.size() != kHeaderBytes) {
     return InvalidArgument("direct-read offer of " + std::to_string(bytes.size()) + " bytes, expected " +
-                           std::to_string(DirectReadOfferBytes(num_buffers)));
+                           std::to_string(DirectReadOfferBytes(num_buffers)) + " (or " +
+                           std::to_string(kHeaderBytes) + " abbreviated)");
   }
   const uint8_t* p = bytes.data();
   if (Get<uint32_t>(p) != kOfferMagic || Get<uint32_t>(p) != kOfferVersion) {
     return InvalidArgument("not a direct-read offer (bad magic or version)");
   }
-  owner.pid = Get<int64_t>(p);
+  header.owner.pid = Get<int64_t>(p);
   const char* boot = reinterpret_cast<const char*>(p);
-  owner.boot_id.assign(boot, strnlen(boot, kBootIdBytes));
+  header.owner.boot_id.assign(boot, strnlen(boot, kBootIdBytes));
   p += kBootIdBytes;
   if (Get<uint32_t>(p) != num_buffers) return InvalidArgument("direct-read offer names the wrong number of buffers");
-  (void)Get<uint32_t>(p);
+  const uint32_t flags = Get<uint32_t>(p);
+  header.digest = Get<uint64_t>(p);
+  header.abbreviated = (flags & kAbbreviatedFlag) != 0;
+  if ((flags & ~kAbbreviatedFlag) != 0 ||
+      bytes.size() != (header.abbreviated ? kHeaderBytes : full_bytes)) {
+    return InvalidArgument("direct-read offer with flags " + std::to_string(flags) + " in " +
+                           std::to_string(bytes.size()) + " bytes");
+  }
+  if (header.owner.pid <= 0 || header.owner.pid > std::numeric_limits<pid_t>::max()) {
+    return InvalidArgument("direct-read offer from pid " + std::to_string(header.owner.pid));
+  }
+  buffers.clear();
+  if (header.abbreviated) return Status::Ok();
+  if (EntriesDigest(bytes.subspan(kHeaderBytes)) != header.digest) {
+    return InvalidArgument("direct-read offer whose digest does not match its entries");
+  }
   buffers.resize(num_buffers);
   for (PeerBuffer& b : buffers) {
     b.address = Get<uint64_t>(p);
@@ -296,9 +349,6 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
                              std::to_string(b.shared_offset) + " lies outside its allocation of " +
                              std::to_string(b.allocation_bytes) + " bytes");
     }
-  }
-  if (owner.pid <= 0 || owner.pid > std::numeric_limits<pid_t>::max()) {
-    return InvalidArgument("direct-read offer from pid " + std::to_string(owner.pid));
   }
   return Status::Ok();
 }

@@ -71,14 +71,34 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);
 uint64_t PlanFingerprint(const TransferPlan& plan);
 
 // The offer a sender puts on the wire: its identity and, per entry of `source_buffers`, where the
-// buffer lives. Fixed size for a given number of buffers, so the receiver can post an exact
-// receive.
+// buffer lives, with a digest of those entries. A repeated refit reads the same buffers every
+// step, so after the receiver has taken a full offer the sender may send an *abbreviated* one:
+// the same header, the same digest, no entries; the receiver then uses the entries it holds for
+// that digest (offer_history.h) or asks for the full offer again. The digest is FNV-1a over the
+// entries' bytes: it tells honest peers' caches apart, not attackers (the channel is authenticated
+// and a full offer is checked in full).
+struct OfferHeader {
+  ProcessIdentity owner;
+  bool abbreviated = false;
+  uint64_t digest = 0;
+};
+
+// Bytes of a full offer of `num_buffers` buffers (the receiver posts this much), and of an
+// abbreviated one.
 int64_t DirectReadOfferBytes(size_t num_buffers);
-// Writes the offer into `out`, which must hold DirectReadOfferBytes(buffers.size()) bytes.
-void EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
-                           std::span<uint8_t> out);
-// Fails with kInvalidArgument on a malformed offer or a different number of buffers.
+int64_t AbbreviatedOfferBytes();
+// Writes the full offer into `out`, which must hold DirectReadOfferBytes(buffers.size()) bytes;
+// returns its digest.
+uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
+                               std::span<uint8_t> out);
+// Writes an abbreviated offer for `num_buffers` buffers of digest `digest` into `out`, which must
+// hold AbbreviatedOfferBytes().
+void EncodeAbbreviatedOffer(const ProcessIdentity& owner, size_t num_buffers, uint64_t digest,
+                            std::span<uint8_t> out);
+// Decodes a full or abbreviated offer for `num_buffers` buffers (`buffers` is left empty for an
+// abbreviated one). Fails with kInvalidArgument on a malformed offer, one of another size, one
+// naming a different number of buffers, or a full offer whose digest does not match its entries.
 Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
-                             ProcessIdentity& owner, std::vector<PeerBuffer>& buffers);
+                             OfferHeader& header, std::vector<PeerBuffer>& buffers);
 
 }  // namespace ferry

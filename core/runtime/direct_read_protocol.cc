@@ -2,6 +2,8 @@
 #include "core/runtime/direct_read_protocol.h"
 
 #include <algorithm>
+#include <array>
+#include <set>
 #include <string>
 
 #include "core/base/checked_math.h"
@@ -47,13 +49,30 @@ DirectReadRoles DirectReadRoles::Assign(const std::vector<DirectRead>& directs, 
       mark(d.unpack_op, DirectRole::kElided);
     }
     roles.control_offset[k] = roles.control_bytes;
-    roles.control_bytes += (DirectReadOfferBytes(d.source_buffers.size()) + 63) / 64 * 64;
+    roles.control_bytes += (DirectReadOfferBytes(d.source_buffers.size()) + kAnswerBytes + 63) / 64 * 64;
   }
   return roles;
 }
 
-Result<int64_t> OfferWriter::Write(const DirectRead& read, std::span<uint8_t> slot) {
+namespace {
+
+bool SameSources(const std::vector<MemorySnapshot>& kept, const DirectRead& read,
+                 const std::vector<MemoryDesc>& source) {
+  if (kept.size() != read.source_buffers.size()) return false;
+  for (size_t j = 0; j < kept.size(); ++j) {
+    const int b = read.source_buffers[j];
+    if (b < 0 || b >= static_cast<int>(source.size()) || !(kept[j] == MemorySnapshot::Of(source[b]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Status OfferWriter::Encode(const DirectRead& read, OfferHistory::Sent& sent) {
   std::vector<PeerBuffer> buffers(read.source_buffers.size());
+  std::vector<MemorySnapshot> sources(buffers.size());
   for (size_t j = 0; j < buffers.size(); ++j) {
     const int b = read.source_buffers[j];
     if (b < 0 || b >= static_cast<int>(source_.size()) || source_[b].base == nullptr) {
@@ -71,19 +90,40 @@ Result<int64_t> OfferWriter::Write(const DirectRead& read, std::span<uint8_t> sl
       is_described_[b] = 1;
     }
     buffers[j] = described_[b];
+    sources[j] = MemorySnapshot::Of(source_[b]);
   }
-  const int64_t offer_bytes = DirectReadOfferBytes(buffers.size());
-  EncodeDirectReadOffer(ProcessIdentity::Self(), buffers,
-                        slot.first(static_cast<size_t>(offer_bytes)));
-  return offer_bytes;
+  sent.full.assign(static_cast<size_t>(DirectReadOfferBytes(buffers.size())), 0);
+  sent.digest = EncodeDirectReadOffer(ProcessIdentity::Self(), buffers, sent.full);
+  sent.sources = std::move(sources);
+  sent.taken = false;
+  return Status::Ok();
+}
+
+Result<int64_t> OfferWriter::Write(uint64_t generation, int index, const DirectRead& read, bool full,
+                                   std::span<uint8_t> slot) {
+  OfferHistory::Sent& sent = history_.SentOf(generation, index);
+  if (sent.full.empty() || !SameSources(sent.sources, read, source_)) {
+    FERRY_RETURN_IF_ERROR(Encode(read, sent));
+  }
+  if (sent.taken && !full) {
+    EncodeAbbreviatedOffer(ProcessIdentity::Self(), read.source_buffers.size(), sent.digest, slot);
+    return AbbreviatedOfferBytes();
+  }
+  std::copy(sent.full.begin(), sent.full.end(), slot.begin());
+  return static_cast<int64_t>(sent.full.size());
+}
+
+void OfferWriter::Acknowledged(uint64_t generation, int index) {
+  history_.SentOf(generation, index).taken = true;
 }
 
 Status CheckOfferSize(const DirectRead& read, int64_t received) {
   const int64_t expected = DirectReadOfferBytes(read.source_buffers.size());
-  if (received == expected) return Status::Ok();
+  if (received == expected || received == AbbreviatedOfferBytes()) return Status::Ok();
   return InvalidArgument("direct-read offer of " + std::to_string(received) +
-                         " bytes, expected " + std::to_string(expected) +
-                         " (do both ranks set executor.direct_intra_node alike?)");
+                         " bytes, expected " + std::to_string(expected) + " (or " +
+                         std::to_string(AbbreviatedOfferBytes()) +
+                         " abbreviated; do both ranks set executor.direct_intra_node alike?)");
 }
 
 namespace {
@@ -160,26 +200,40 @@ Result<MemoryKind> ReadMemoryKind(const DirectRead& read, const std::vector<Peer
 
 }  // namespace
 
-Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
-                             const std::vector<MemoryDesc>& destination, int rank,
-                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu) {
-  ProcessIdentity owner;
-  std::vector<PeerBuffer> buffers;
-  FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), owner, buffers));
+namespace {
+
+// The sender must be on this machine and be the process the kernel verified as its rank.
+Status CheckOfferSender(const DirectRead& read, const ProcessIdentity& owner,
+                        const PeerProcesses* processes) {
   if (owner.boot_id != ProcessIdentity::Self().boot_id) {
     return FailedPrecondition("peer " + std::to_string(read.sender) +
                               " runs on another machine, but the plan links it as same-node; fix "
                               "the topology or set executor.direct_intra_node=false");
   }
-  FERRY_RETURN_IF_ERROR(CheckOfferOwner(read, owner, peers.processes));
-  FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, destination));
-  on_gpu = kind == MemoryKind::kCuda;
-  int device = -1;  // this rank's, where the peer's allocations are opened
+  return CheckOfferOwner(read, owner, processes);
+}
+
+// Maps `buffers` (a checked full offer of `owner`) and checks every region of `read` against them
+// and this rank's `destination`; fills `ends` and `on_gpu`, returns the bytes the copies write.
+// This rank's device, where peers' CUDA allocations are opened (-1: no CUDA destination).
+int DestinationDevice(const std::vector<MemoryDesc>& destination) {
+  int device = -1;
   for (const MemoryDesc& m : destination) {
     if (m.base != nullptr && m.kind == MemoryKind::kCuda) device = m.device;
   }
+  return device;
+}
+
+// `mapped_out`, when given, receives where each buffer was mapped (MapOfferedBuffers).
+Result<int64_t> ResolveBuffers(const DirectRead& read, const ProcessIdentity& owner,
+                               const std::vector<PeerBuffer>& buffers,
+                               const std::vector<MemoryDesc>& destination, int rank,
+                               PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
+                               std::vector<const char*>* mapped_out = nullptr) {
+  FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, destination));
+  on_gpu = kind == MemoryKind::kCuda;
   FERRY_ASSIGN_OR_RETURN(std::vector<const char*> mapped,
-                         MapOfferedBuffers(read, owner, buffers, peers, device));
+                         MapOfferedBuffers(read, owner, buffers, peers, DestinationDevice(destination)));
   // The files were opened through /proc/<pid>: the pid still named the verified process then.
   FERRY_RETURN_IF_ERROR(peers.processes->CheckAlive(read.sender));
   ends.clear();
@@ -187,7 +241,6 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
   int64_t bytes = 0;
   for (size_t c = 0; c < read.reads.size(); ++c) {
     const DirectRead::Read& r = read.reads[c];
-    const CopyGeometry& g = read.geometries[c];
     const size_t j = static_cast<size_t>(r.source);
     if (r.from_offset < 0 || SatAdd(r.from_offset, r.from_span) > buffers[j].bytes) {
       return OutOfRange("source region of " + std::to_string(r.from_span) + " bytes at " +
@@ -214,9 +267,106 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
       ends.push_back({reinterpret_cast<const char*>(buffers[j].address + r.from_offset), to,
                       owner.pid});
     }
-    bytes += g.bytes();
+    bytes += read.geometries[c].bytes();
   }
+  if (mapped_out != nullptr) *mapped_out = std::move(mapped);
   return bytes;
+}
+
+// One pin per shared file or CUDA allocation among `buffers` (OfferHistory::Pin).
+std::vector<OfferHistory::Pin> PinsOf(const std::vector<PeerBuffer>& buffers,
+                                      const std::vector<const char*>& mapped) {
+  std::set<std::pair<int, uint64_t>> files;
+  std::set<std::array<uint8_t, kCudaIpcHandleBytes>> allocations;
+  std::vector<OfferHistory::Pin> pins;
+  for (size_t j = 0; j < buffers.size(); ++j) {
+    const PeerBuffer& b = buffers[j];
+    const bool first = b.kind == MemoryKind::kCuda ? allocations.insert(b.ipc_handle).second
+                       : b.shared_fd >= 0          ? files.insert({b.shared_fd, b.inode}).second
+                                                   : false;
+    if (first) pins.push_back({j, mapped[j]});
+  }
+  return pins;
+}
+
+// Maps the pinned buffers of `taken` again (marking their mappings used this run); false when
+// one is no longer where the copies were resolved for.
+Result<bool> RenewPins(const OfferHistory::Taken& taken, PeerMemory& peers) {
+  for (const OfferHistory::Pin& pin : taken.pins) {
+    const PeerBuffer& b = taken.buffers[pin.buffer];
+    const char* at = nullptr;
+    if (b.kind == MemoryKind::kCuda) {
+      FERRY_ASSIGN_OR_RETURN(at, peers.cuda.Map(taken.header.owner.pid, b, taken.device));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(PeerMappings::File file, peers.host.MapFile(taken.header.owner, b));
+      at = file.base + b.shared_offset;
+    }
+    if (at != pin.at) return false;
+  }
+  return true;
+}
+
+std::vector<MemorySnapshot> Snapshot(const std::vector<MemoryDesc>& table) {
+  std::vector<MemorySnapshot> snapshot;
+  snapshot.reserve(table.size());
+  for (const MemoryDesc& m : table) snapshot.push_back(MemorySnapshot::Of(m));
+  return snapshot;
+}
+
+bool SameMemory(const std::vector<MemorySnapshot>& kept, const std::vector<MemoryDesc>& table) {
+  if (kept.size() != table.size()) return false;
+  for (size_t b = 0; b < kept.size(); ++b) {
+    if (!(kept[b] == MemorySnapshot::Of(table[b]))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
+                             const std::vector<MemoryDesc>& destination, int rank,
+                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu) {
+  OfferHeader header;
+  std::vector<PeerBuffer> buffers;
+  FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
+  if (header.abbreviated) {
+    return FailedPrecondition("abbreviated direct-read offer from rank " + std::to_string(read.sender) +
+                              " where a full one was expected");
+  }
+  FERRY_RETURN_IF_ERROR(CheckOfferSender(read, header.owner, peers.processes));
+  return ResolveBuffers(read, header.owner, buffers, destination, rank, peers, ends, on_gpu);
+}
+
+Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
+                                             const DirectRead& read,
+                                             std::span<const uint8_t> offer,
+                                             const std::vector<MemoryDesc>& destination, int rank,
+                                             PeerMemory& peers, OfferHistory& history) {
+  OfferHeader header;
+  std::vector<PeerBuffer> buffers;
+  FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
+  FERRY_RETURN_IF_ERROR(CheckOfferSender(read, header.owner, peers.processes));
+  OfferHistory::Taken& taken = history.TakenOf(generation, index);
+  if (header.abbreviated) {
+    const bool held = taken.valid && taken.header.digest == header.digest &&
+                      taken.header.owner.pid == header.owner.pid;
+    if (!held) return nullptr;
+    FERRY_ASSIGN_OR_RETURN(bool pinned, RenewPins(taken, peers));
+    if (pinned && SameMemory(taken.destination, destination)) return &taken;
+  } else {
+    taken.header = header;
+    taken.buffers = std::move(buffers);
+  }
+  taken.valid = false;
+  std::vector<const char*> mapped;
+  FERRY_ASSIGN_OR_RETURN(taken.bytes, ResolveBuffers(read, taken.header.owner, taken.buffers,
+                                                     destination, rank, peers, taken.ends,
+                                                     taken.on_gpu, &mapped));
+  taken.pins = PinsOf(taken.buffers, mapped);
+  taken.device = DestinationDevice(destination);
+  taken.destination = Snapshot(destination);
+  taken.valid = true;
+  return &taken;
 }
 
 }  // namespace ferry

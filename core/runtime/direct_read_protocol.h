@@ -3,13 +3,17 @@
 // copies. What a direct read is and which messages qualify: core/runtime/direct_read.h.
 //
 // Per message (both ranks derive the same list from the plan, FindDirectReads):
-//   sender, its Send (role kOffer): posts a 0-byte receive for the receiver's *done* (AckTag),
-//     then sends the *offer* (Tag) from the message's control slot; the Send completes when both
-//     requests have, i.e. after the receiver copied, so the source buffers stay untouched while
-//     the peer reads them.
+//   sender, its Send (role kOffer): posts a receive of up to kAnswerBytes for the receiver's
+//     answer (AckTag), then sends the *offer* (Tag) from the message's control slot: abbreviated
+//     when the receiver took this same offer in an earlier run (offer_history.h), else full. When
+//     both requests completed: a 0-byte answer is *done* (the receiver copied, so the source
+//     buffers stayed untouched while the peer read them) and the Send completes; a 1-byte answer
+//     asks for the full offer, which the sender then sends (once) and waits again.
 //   receiver, its Recv (role kRead): receives the offer (Tag) into the message's control slot,
-//     checks its size (CheckOfferSize), resolves it into copies (ResolveOffer), runs them, then
-//     sends a 0-byte *done* (AckTag); the Recv completes when *done* has gone out.
+//     checks its size (CheckOfferSize), takes it (TakeOffer: resolved into checked copies, or
+//     those of the full offer it holds for an abbreviated one), runs the copies, then sends a
+//     0-byte *done* (AckTag); the Recv completes when *done* has gone out. An abbreviated offer
+//     it holds nothing for is answered with the 1-byte request, and the full offer awaited.
 //   the message's Pack and Unpack (role kElided): complete without work.
 // Other ops (kStaged) take the staged path: staging slots and ordinary sends and receives.
 //
@@ -25,6 +29,7 @@
 #include "core/plan/plan.h"
 #include "core/runtime/copy_pool.h"
 #include "core/runtime/direct_read.h"
+#include "core/runtime/offer_history.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/peer_process.h"
@@ -33,6 +38,9 @@
 namespace ferry {
 
 enum class DirectRole : uint8_t { kStaged, kElided, kOffer, kRead };
+
+// The receiver's answer to an offer: 0 bytes (done) or this many (send the full offer).
+inline constexpr int64_t kAnswerBytes = 1;
 
 // FindDirectReads of the plans run last (at most kSize, most recent first), keyed by address and
 // PlanFingerprint: callers that alternate a few plans (a refit and a probe) neither recompute nor
@@ -59,7 +67,7 @@ class DirectReadCache {
 
 // This rank's part in a run's direct reads, by local op index (the op's index in
 // TransferPlan::OpsOfRank), and each message's slot in the control buffer: 64-byte aligned,
-// DirectReadOfferBytes long, one per direct read.
+// DirectReadOfferBytes long followed by kAnswerBytes for the answer, one per direct read.
 struct DirectReadRoles {
   std::vector<DirectRole> role;         // by local op index
   std::vector<int> direct_of;           // by local op index: index in the direct reads, or -1
@@ -71,30 +79,40 @@ struct DirectReadRoles {
                                 const std::unordered_map<int, int>& local, int num_ops);
 };
 
-// Sender: writes offers of this rank's source buffers, describing each buffer once per run.
+// Sender: writes offers of this rank's source buffers, describing each buffer at most once per run
+// and only when the offer's history (kept across runs) does not hold it encoded already.
 class OfferWriter {
  public:
-  // `source` is the run's source memory (RankMemory::source); it and `cuda_exports` (the
-  // executor's, kept across runs) must outlive the writer.
-  OfferWriter(const std::vector<MemoryDesc>& source, int rank, CudaExports& cuda_exports)
-      : source_(source), rank_(rank), cuda_exports_(cuda_exports) {}
+  // `source` is the run's source memory (RankMemory::source); it, `cuda_exports` and `history`
+  // (the executor's, kept across runs) must outlive the writer.
+  OfferWriter(const std::vector<MemoryDesc>& source, int rank, CudaExports& cuda_exports,
+              OfferHistory& history)
+      : source_(source), rank_(rank), cuda_exports_(cuda_exports), history_(history) {}
 
-  // Encodes the offer of `read` into `slot`, which must hold DirectReadOfferBytes(
-  // read.source_buffers.size()) bytes, and returns that size. Fails when a source buffer has no
-  // memory on this rank or cannot be described (CUDA memory not from cudaMalloc).
-  Result<int64_t> Write(const DirectRead& read, std::span<uint8_t> slot);
+  // Writes the offer of `read`, direct read `index` of analysis `generation`, into `slot`, which
+  // must hold DirectReadOfferBytes(read.source_buffers.size()) bytes, and returns its size: the
+  // abbreviated offer when the receiver acknowledged this same full offer before and `full` is
+  // false, else the full one. Fails when a source buffer has no memory on this rank or cannot be
+  // described (CUDA memory not from cudaMalloc).
+  Result<int64_t> Write(uint64_t generation, int index, const DirectRead& read, bool full,
+                        std::span<uint8_t> slot);
+  // The receiver answered *done* to the offer last written for (generation, index).
+  void Acknowledged(uint64_t generation, int index);
 
  private:
+  Status Encode(const DirectRead& read, OfferHistory::Sent& sent);
+
   const std::vector<MemoryDesc>& source_;
   const int rank_;
   std::vector<PeerBuffer> described_;  // by source buffer, once is_described_
   std::vector<char> is_described_;
   BufferDescriber describer_;
   CudaExports& cuda_exports_;
+  OfferHistory& history_;
 };
 
-// Receiver: an offer of `received` bytes must be exactly the size both ranks expect for `read`;
-// anything else means the ranks disagree about direct reads.
+// Receiver: an offer of `received` bytes must be exactly the full or the abbreviated size both
+// ranks expect for `read`; anything else means the ranks disagree about direct reads.
 Status CheckOfferSize(const DirectRead& read, int64_t received);
 
 // A peer's memory as this process reaches it: host files mapped, CUDA allocations opened, and
@@ -116,8 +134,20 @@ struct PeerMemory {
 // ordinary (unmapped) host memory get that pid in their CopyEnds: they run through
 // process_vm_readv, and the caller checks the process is still alive after them
 // (PeerProcesses::CheckAlive) before trusting what they read.
+// (An abbreviated offer fails here: TakeOffer resolves those from the history.)
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
                              PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu);
+
+// Receiver, through the history: takes the offer of `read`, direct read `index` of analysis
+// `generation`, with ResolveOffer's checks. A full offer is resolved and kept; an abbreviated one
+// returns the copies kept for the full offer of the same digest from the same (verified) process,
+// resolved again if this rank's destination buffers changed since, or null when none is kept
+// (the caller asks for the full offer). The result is valid until the history's next use.
+Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
+                                             const DirectRead& read,
+                                             std::span<const uint8_t> offer,
+                                             const std::vector<MemoryDesc>& destination, int rank,
+                                             PeerMemory& peers, OfferHistory& history);
 
 }  // namespace ferry

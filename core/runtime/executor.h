@@ -48,6 +48,7 @@
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor_options.h"
 #include "core/runtime/gpu_read_tables.h"
+#include "core/runtime/offer_history.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
@@ -78,6 +79,8 @@ struct ExecutorStats {
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert and direct reads
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
+  int64_t offer_bytes_sent = 0;    // direct-read offers sent, full or abbreviated (offer_history.h)
+  int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
   std::map<std::string, TransportTraffic> by_transport;  // per transport name and kDirectReadPath
@@ -117,6 +120,7 @@ class Executor {
   CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
   std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
   GpuReadTables gpu_tables_;                // on gpu_ (declared after it: freed before it)
+  OfferHistory offer_history_;              // direct-read offers of earlier runs
   StagingLayoutCache staging_layouts_;      // the last run's plan-order staging layout
   RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
 };

@@ -35,7 +35,7 @@ RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
       deadline_(deadline),
       rank_(resources.comm.rank()),
       started_(std::chrono::steady_clock::now()),
-      offers_(memory.source, resources.comm.rank(), resources.cuda_exports),
+      offers_(memory.source, resources.comm.rank(), resources.cuda_exports, resources.offer_history),
       ready_network_(ReadyOrder{&plan_, &ids_}),
       ready_local_(ReadyOrder{&plan_, &ids_}) {}
 
@@ -54,6 +54,9 @@ Result<ExecutorStats> RankRun::Execute() {
   items_.resize(n_);
   requests_left_.assign(n_, 0);
   offer_received_.assign(n_, 0);
+  control_request_.assign(n_, 0);
+  control_bytes_.assign(n_, 0);
+  full_offer_.assign(n_, 0);
   gpu_next_.assign(n_, GpuNext::kComplete);
   Drive();
   if (!failure_.ok()) return AbortRun();
@@ -511,8 +514,10 @@ void RankRun::Track(int i, Transport* transport, RequestId request) {
 
 // --- direct reads -----------------------------------------------------------------------------
 
-// Posts a control message of op i's direct read: `bytes` at `offset` of the control buffer.
-Status RankRun::PostControl(int i, bool send, uint64_t tag, int64_t offset, int64_t bytes) {
+// Posts a control message of op i's direct read: `bytes` at `offset` of the control buffer; a
+// receive whose size matters is `remember`ed (control_request_).
+Status RankRun::PostControl(int i, bool send, uint64_t tag, int64_t offset, int64_t bytes,
+                            bool remember) {
   const Op& op = OpAt(i);
   FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
   LocalBuffer buffer{handle_of_.at({t, res_.control.data()}), offset, bytes};
@@ -521,19 +526,50 @@ Status RankRun::PostControl(int i, bool send, uint64_t tag, int64_t offset, int6
   if (!id.ok()) return id.status();
   Track(i, t, *id);
   ++requests_left_[i];
+  if (remember) {
+    control_request_[i] = *id;
+    control_bytes_[i] = 0;
+  }
   return Status::Ok();
 }
 
-// Sender: offer the source buffers the message reads, and wait for the receiver's "done".
-Status RankRun::StartOffer(int i) {
+// Where direct read k's answer lies in the control buffer: just past its offer.
+int64_t RankRun::AnswerOffset(int k) const {
+  return roles_.control_offset[k] + DirectReadOfferBytes((*directs_)[k].source_buffers.size());
+}
+
+// Sender: offer the source buffers the message reads (abbreviated when the receiver holds the
+// offer from an earlier run, unless `full`), and wait for the receiver's answer.
+Status RankRun::StartOffer(int i, bool full) {
   const int k = roles_.direct_of[i];
+  const DirectRead& d = (*directs_)[k];
   const int64_t offset = roles_.control_offset[k];
   FERRY_ASSIGN_OR_RETURN(int64_t offer_bytes,
-                         offers_.Write((*directs_)[k], std::span<uint8_t>(res_.control).subspan(
-                                                           static_cast<size_t>(offset))));
+                         offers_.Write(directs_generation_, k, d, full,
+                                       std::span<uint8_t>(res_.control).subspan(static_cast<size_t>(offset))));
+  full_offer_[i] = offer_bytes == DirectReadOfferBytes(d.source_buffers.size());
+  stats_.offer_bytes_sent += offer_bytes;
+  stats_.full_offers_sent += full_offer_[i];
   const int64_t message = OpAt(i).message;
-  FERRY_RETURN_IF_ERROR(PostControl(i, false, comm_.AckTag(message), offset, 0));
+  FERRY_RETURN_IF_ERROR(PostControl(i, false, comm_.AckTag(message), AnswerOffset(k), kAnswerBytes,
+                                    /*remember=*/true));
   return PostControl(i, true, comm_.Tag(message), offset, offer_bytes);
+}
+
+// Sender, offer out and answer in: *done* completes the Send; a request for the full offer sends
+// it, once.
+Status RankRun::OnAnswer(int i) {
+  const int k = roles_.direct_of[i];
+  if (control_bytes_[i] == kAnswerBytes) {
+    if (full_offer_[i]) {
+      return FailedPrecondition("rank " + std::to_string((*directs_)[k].receiver) +
+                                " asked for the full direct-read offer after receiving it");
+    }
+    return StartOffer(i, /*full=*/true);
+  }
+  offers_.Acknowledged(directs_generation_, k);
+  Complete(i);
+  return Status::Ok();
 }
 
 // Receiver: wait for the offer.
@@ -541,32 +577,51 @@ Status RankRun::StartRead(int i) {
   const int k = roles_.direct_of[i];
   const DirectRead& d = (*directs_)[k];
   return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k],
-                     DirectReadOfferBytes(d.source_buffers.size()));
+                     DirectReadOfferBytes(d.source_buffers.size()), /*remember=*/true);
 }
 
 // Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is shared,
-// else read through process_vm_readv) into this rank's destination buffers.
+// else read through process_vm_readv) into this rank's destination buffers; the copies of an
+// abbreviated offer come from the history (offer_history.h).
 Status RankRun::CopyRead(int i) {
   const int k = roles_.direct_of[i];
   const DirectRead& d = (*directs_)[k];
   const auto offer = std::span<const uint8_t>(res_.control).subspan(
-      static_cast<size_t>(roles_.control_offset[k]),
-      static_cast<size_t>(DirectReadOfferBytes(d.source_buffers.size())));
-  std::vector<CopyEnds> ends;
+      static_cast<size_t>(roles_.control_offset[k]), static_cast<size_t>(control_bytes_[i]));
   PeerMemory peers{res_.peer_mappings, res_.peer_cuda, comm_.peer_processes()};
-  bool on_gpu = false;
-  FERRY_ASSIGN_OR_RETURN(int64_t bytes, ResolveOffer(d, offer, memory_.destination, rank_, peers,
-                                                     ends, on_gpu));
+  FERRY_ASSIGN_OR_RETURN(const OfferHistory::Taken* taken,
+                         TakeOffer(directs_generation_, k, d, offer, memory_.destination, rank_,
+                                   peers, res_.offer_history));
+  if (taken == nullptr) return AskForFullOffer(i);
+  const int64_t bytes = taken->bytes;
   stats_.bytes_read_direct += bytes;
   TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
   path.bytes_received += bytes;
   ++path.messages_received;
-  if (on_gpu) {
+  if (taken->on_gpu) {
     stats_.bytes_copied += bytes;
-    return QueueGpuRead(i, d.geometries, ends);
+    return QueueGpuRead(i, d.geometries, taken->ends);
   }
-  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, ends, bytes));
+  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, taken->ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
+}
+
+// Receiver, an abbreviated offer of nothing this rank holds (it is new, or forgot): answer with
+// the request for the full offer, and wait for it.
+Status RankRun::AskForFullOffer(int i) {
+  const int k = roles_.direct_of[i];
+  const DirectRead& d = (*directs_)[k];
+  if (full_offer_[i]) {
+    return FailedPrecondition("rank " + std::to_string(d.sender) +
+                              " sent an abbreviated direct-read offer again after this rank asked "
+                              "for the full one");
+  }
+  full_offer_[i] = 1;
+  offer_received_[i] = 0;
+  res_.control[static_cast<size_t>(AnswerOffset(k))] = 1;
+  FERRY_RETURN_IF_ERROR(PostControl(i, true, comm_.AckTag(d.message), AnswerOffset(k), kAnswerBytes));
+  return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k],
+                     DirectReadOfferBytes(d.source_buffers.size()), /*remember=*/true);
 }
 
 // Receiver, copies done: the sender's verified process is still alive (so the pid the copies
@@ -678,15 +733,19 @@ void RankRun::OnRequestDone(int i, const Completion& completion) {
   }
   const DirectRole role = roles_.role[i];
   if (role != DirectRole::kStaged) {
+    if (completion.request == control_request_[i]) control_bytes_[i] = completion.bytes;
     if (--requests_left_[i] > 0) return;
+    Status next;
     if (role == DirectRole::kRead && !offer_received_[i]) {
       offer_received_[i] = 1;
-      Status read = CheckOfferSize((*directs_)[roles_.direct_of[i]], completion.bytes);
-      if (read.ok()) read = CopyRead(i);
-      if (!read.ok() && failure_.ok()) failure_ = read.WithContext(Describe(i));
-      return;
+      next = CheckOfferSize((*directs_)[roles_.direct_of[i]], control_bytes_[i]);
+      if (next.ok()) next = CopyRead(i);
+    } else if (role == DirectRole::kOffer) {
+      next = OnAnswer(i);
+    } else {
+      Complete(i);
     }
-    Complete(i);
+    if (!next.ok() && failure_.ok()) failure_ = next.WithContext(Describe(i));
     return;
   }
   const Op& op = OpAt(i);

@@ -79,6 +79,7 @@ struct ExecutorResources {
   std::unique_ptr<cuda::CopyStream>& gpu;  // created by the first run that touches CUDA memory
   GpuReadTables& gpu_tables;               // direct reads' device work, uploaded on `gpu`
   StagingLayoutCache& staging_layouts;      // the last plan-order staging layout
+  OfferHistory& offer_history;              // direct-read offers of earlier runs
 };
 
 class RankRun {
@@ -140,11 +141,15 @@ class RankRun {
   void Track(int i, Transport* transport, RequestId request);
 
   // --- direct reads (direct_read_protocol.h) ---
-  Status PostControl(int i, bool send, uint64_t tag, int64_t offset, int64_t bytes);
-  Status StartOffer(int i);
+  Status PostControl(int i, bool send, uint64_t tag, int64_t offset, int64_t bytes,
+                     bool remember = false);
+  Status StartOffer(int i, bool full = false);
+  Status OnAnswer(int i);
   Status StartRead(int i);
   Status CopyRead(int i);
+  Status AskForFullOffer(int i);
   Status FinishRead(int i);
+  int64_t AnswerOffset(int k) const;
 
   // --- grouped transports (rank_run_grouped.cc) ---
   bool Grouped(int i) const;
@@ -218,6 +223,11 @@ class RankRun {
   DirectReadRoles roles_;
   std::vector<int> requests_left_;   // by op: control requests still pending
   std::vector<char> offer_received_;  // by op (receiver): the offer came, the copies started
+  // By op: the control receive whose size carries meaning (receiver: the offer; sender: the
+  // answer), the size it got, and whether the full offer went (sender) or was asked for (receiver).
+  std::vector<RequestId> control_request_;
+  std::vector<int64_t> control_bytes_;
+  std::vector<char> full_offer_;
   OfferWriter offers_;
 
   // Dependencies and staging slots.

@@ -27,9 +27,9 @@ int RankHelloTarget(const uint8_t* data, size_t size) {
 int OfferTarget(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t num_buffers = data[0] % 8;
-  ProcessIdentity owner;
+  OfferHeader header;
   std::vector<PeerBuffer> buffers;
-  (void)DecodeDirectReadOffer(std::span<const uint8_t>(data + 1, size - 1), num_buffers, owner, buffers);
+  (void)DecodeDirectReadOffer(std::span<const uint8_t>(data + 1, size - 1), num_buffers, header, buffers);
   return 0;
 }
 

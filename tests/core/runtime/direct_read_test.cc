@@ -154,11 +154,12 @@ TEST(DirectReadTest, OfferRoundTripsAndRejectsTheWrongSize) {
   std::vector<PeerBuffer> buffers = {{0x7f0000001000, 4096, 5, 256, 99}, {0x7f0000100000, 64, -1, 0, 0}};
   std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(2)), 0xee);
   EncodeDirectReadOffer(owner, buffers, wire);
-  ProcessIdentity got;
+  OfferHeader got;
   std::vector<PeerBuffer> got_buffers;
   ASSERT_TRUE(DecodeDirectReadOffer(wire, 2, got, got_buffers).ok());
-  EXPECT_EQ(got.pid, 1234);
-  EXPECT_EQ(got.boot_id, owner.boot_id);
+  EXPECT_EQ(got.owner.pid, 1234);
+  EXPECT_EQ(got.owner.boot_id, owner.boot_id);
+  EXPECT_FALSE(got.abbreviated);
   ASSERT_EQ(got_buffers.size(), 2u);
   EXPECT_EQ(got_buffers[0].address, 0x7f0000001000u);
   EXPECT_EQ(got_buffers[0].shared_fd, 5);
@@ -185,7 +186,7 @@ TEST(DirectReadTest, OfferCarriesCudaIpcHandlesAndChecksTheirBounds) {
   std::vector<PeerBuffer> buffers = {{0x7f0000001000, 4096, 5, 256, 99}, cuda_buffer};
   std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(2)));
   EncodeDirectReadOffer(owner, buffers, wire);
-  ProcessIdentity got;
+  OfferHeader got;
   std::vector<PeerBuffer> got_buffers;
   ASSERT_TRUE(DecodeDirectReadOffer(wire, 2, got, got_buffers).ok());
   EXPECT_EQ(got_buffers[0].kind, MemoryKind::kHost);
@@ -200,21 +201,58 @@ TEST(DirectReadTest, OfferCarriesCudaIpcHandlesAndChecksTheirBounds) {
   EXPECT_EQ(DecodeDirectReadOffer(wire, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
 
   buffers[1].allocation_bytes = (1 << 20) + 4096;
+  buffers[0].kind = static_cast<MemoryKind>(9);
   EncodeDirectReadOffer(owner, buffers, wire);
-  std::vector<uint8_t> bad_kind = wire;
-  const size_t kind_at = 4 + 4 + 8 + 40 + 4 + 4 + (DirectReadOfferBytes(1) - DirectReadOfferBytes(0)) + 8 + 8 + 4;
-  bad_kind[kind_at] = 9;
-  EXPECT_EQ(DecodeDirectReadOffer(bad_kind, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
-  std::vector<uint8_t> version_one = wire;
-  version_one[4] = 1;
-  EXPECT_EQ(DecodeDirectReadOffer(version_one, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  buffers[0].kind = MemoryKind::kHost;
+  EncodeDirectReadOffer(owner, buffers, wire);
+  std::vector<uint8_t> version_two = wire;
+  version_two[4] = 2;
+  EXPECT_EQ(DecodeDirectReadOffer(version_two, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+}
+
+// An abbreviated offer is the header alone, with the digest of the full offer's entries; a full
+// offer whose entries do not match its digest, or a flag that does not match the size, is refused.
+TEST(DirectReadTest, AbbreviatedOfferCarriesTheFullOffersDigest) {
+  ProcessIdentity owner{4321, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
+  std::vector<PeerBuffer> buffers = {{0x7f0000001000, 4096, 5, 256, 99}, {0x7f0000100000, 64, -1, 0, 0}};
+  std::vector<uint8_t> full(static_cast<size_t>(DirectReadOfferBytes(2)));
+  const uint64_t digest = EncodeDirectReadOffer(owner, buffers, full);
+  std::vector<uint8_t> moved(full.size());
+  buffers[1].address += 64;
+  EXPECT_NE(EncodeDirectReadOffer(owner, buffers, moved), digest);
+
+  std::vector<uint8_t> abbreviated(static_cast<size_t>(AbbreviatedOfferBytes()));
+  ASSERT_LT(abbreviated.size(), full.size());
+  EncodeAbbreviatedOffer(owner, 2, digest, abbreviated);
+  OfferHeader got;
+  std::vector<PeerBuffer> got_buffers = buffers;
+  ASSERT_TRUE(DecodeDirectReadOffer(abbreviated, 2, got, got_buffers).ok());
+  EXPECT_TRUE(got.abbreviated);
+  EXPECT_EQ(got.digest, digest);
+  EXPECT_EQ(got.owner.pid, 4321);
+  EXPECT_TRUE(got_buffers.empty());
+  EXPECT_EQ(DecodeDirectReadOffer(abbreviated, 3, got, got_buffers).code(), StatusCode::kInvalidArgument);
+
+  ASSERT_TRUE(DecodeDirectReadOffer(full, 2, got, got_buffers).ok());
+  EXPECT_FALSE(got.abbreviated);
+  EXPECT_EQ(got.digest, digest);
+  std::vector<uint8_t> tampered = full;
+  tampered.back() ^= 1;  // an IPC handle byte: the digest no longer matches
+  EXPECT_EQ(DecodeDirectReadOffer(tampered, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> flagged = full;
+  const size_t flags_at = 4 + 4 + 8 + 40 + 4;
+  flagged[flags_at] = 1;  // "abbreviated", in a full offer's size
+  EXPECT_EQ(DecodeDirectReadOffer(flagged, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+  abbreviated[flags_at] = 0;  // "full", in an abbreviated offer's size
+  EXPECT_EQ(DecodeDirectReadOffer(abbreviated, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
 }
 
 // A forged offer's sizes and offsets cannot wrap into range: negative ones are refused on decode.
 TEST(DirectReadTest, OfferWithNegativeSizesOrBadPidIsRefused) {
   ProcessIdentity owner{1234, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
   std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(1)), 0);
-  ProcessIdentity got;
+  OfferHeader got;
   std::vector<PeerBuffer> got_buffers;
   for (PeerBuffer forged : {PeerBuffer{0x1000, -5, 5, 0, 1}, PeerBuffer{0x1000, 64, 5, -1, 1},
                             PeerBuffer{0x1000, 64, -7, 0, 1}}) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/runtime/bootstrap.h"
+#include "core/runtime/direct_read.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/socket_util.h"
 #include "core/runtime/transport.h"
@@ -76,9 +77,14 @@ TEST(ExecutorTest, StagingBudgetIsCheckedInTheArenasUnits) {
 // Ranks of one node: message 1 (rank 0 -> 1, pack/unpack) goes as a direct read, by mapping rank
 // 0's memfd buffer (shared) or through process_vm_readv (plain memory); message 2 feeds a Forward,
 // so it and the relayed message 3 keep the staged path. With executor.direct_intra_node=false
-// everything is staged. Data is checked either way.
-void RunSameNode(bool shared, bool direct) {
+// everything is staged. Data is checked either way. Rank 0's offer is full in the first refit and
+// abbreviated after it (offer_history.h); when the receiver `forgets` its history after refit 1,
+// it asks for the full offer in refit 2 and rank 0 sends both.
+void RunSameNode(bool shared, bool direct, bool forget = false) {
   TransferPlan plan = ThreeRankPlan(LinkClass::kSameNode);
+  const std::vector<DirectRead> reads = FindDirectReads(plan, 0);
+  ASSERT_EQ(reads.size(), 1u);
+  const int64_t full_offer = DirectReadOfferBytes(reads[0].source_buffers.size());
   auto codes = RunRanks(3, 60, [&](int rank, int port) {
     auto joined = Join(rank, 3, port, {std::string("executor.direct_intra_node=") + (direct ? "true" : "false")},
                        /*one_node=*/true);
@@ -101,6 +107,18 @@ void RunSameNode(bool shared, bool direct) {
       }
       // Rank 0 sends message 2 staged, and message 1 too unless it goes direct.
       if (rank == 0 && stats->bytes_sent != (direct ? 1 : 2) * kRows * 512 * 4) return 4;
+      const bool asked_again = forget && refit == 2;
+      const int64_t offered = !direct ? 0
+                              : refit == 0 ? full_offer
+                              : AbbreviatedOfferBytes() + (asked_again ? full_offer : 0);
+      const int full_offers = direct && (refit == 0 || asked_again) ? 1 : 0;
+      if (rank == 0 && (stats->offer_bytes_sent != offered || stats->full_offers_sent != full_offers)) {
+        std::fprintf(stderr, "refit %d: %lld offer bytes in %d full offers, expected %lld in %d\n", refit,
+                     static_cast<long long>(stats->offer_bytes_sent), stats->full_offers_sent,
+                     static_cast<long long>(offered), full_offers);
+        return 8;
+      }
+      if (forget && rank == 1 && refit == 1) r.executor->ForgetRegistrations();
       // Every link of this plan is a same-node link.
       if (stats->bytes_sent_intra_node != stats->bytes_sent || stats->bytes_sent_network != 0) return 7;
       for (const MemoryDesc& d : r.memory.destination) {  // the next refit must write it all again
@@ -116,6 +134,7 @@ void RunSameNode(bool shared, bool direct) {
 TEST(ExecutorTest, SameNodeMessageIsOneCopyFromMappedSharedMemory) { RunSameNode(true, true); }
 TEST(ExecutorTest, SameNodeMessageIsOneCopyThroughProcessVmReadv) { RunSameNode(false, true); }
 TEST(ExecutorTest, SameNodeMessagesAreStagedWhenDirectReadsAreOff) { RunSameNode(true, false); }
+TEST(ExecutorTest, AReceiverThatForgotItsOffersAsksForTheFullOfferAgain) { RunSameNode(true, true, true); }
 
 // Two same-node ranks, one message of two strided copies from rank 0's ordinary heap memory:
 // even columns [0, 512) of the source (small element gaps) into the even elements of rank 1's

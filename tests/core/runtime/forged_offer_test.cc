@@ -101,11 +101,36 @@ TEST(ForgedOfferTest, AnOfferNamingAnotherProcessIsRefused) {
   std::vector<CopyEnds> ends;
   bool on_gpu = false;
   auto honest = ResolveOffer(reads[0], offer, destination, 1, peers, ends, on_gpu);
-  ::kill(third, SIGKILL);
-  ::waitpid(third, nullptr, 0);
   ASSERT_TRUE(honest.ok()) << honest.status().ToString();
   ASSERT_EQ(ends.size(), 1u);
   EXPECT_EQ(std::memcmp(ends[0].from, "THIRD-PARTY-SECRET", 18), 0);
+
+  // Through the history: the full offer is kept, and the same offer abbreviated gets its copies
+  // back; an abbreviated offer naming the third process is refused like a full one, and one of a
+  // digest (or plan analysis) not held gets nothing, so the receiver asks for the full offer.
+  OfferHistory history;
+  const uint64_t digest = EncodeDirectReadOffer(ProcessIdentity::Self(), {&*shared, 1}, offer);
+  auto full = TakeOffer(7, 0, reads[0], offer, destination, 1, peers, history);
+  ASSERT_TRUE(full.ok() && *full != nullptr) << full.status().ToString();
+  std::vector<uint8_t> brief(static_cast<size_t>(AbbreviatedOfferBytes()));
+  EncodeAbbreviatedOffer(ProcessIdentity::Self(), 1, digest, brief);
+  auto held = TakeOffer(7, 0, reads[0], brief, destination, 1, peers, history);
+  ASSERT_TRUE(held.ok() && *held != nullptr) << held.status().ToString();
+  ASSERT_EQ((*held)->ends.size(), 1u);
+  EXPECT_EQ((*held)->ends[0].from, ends[0].from);
+  EncodeAbbreviatedOffer({third, ProcessIdentity::Self().boot_id}, 1, digest, brief);
+  auto forged = TakeOffer(7, 0, reads[0], brief, destination, 1, peers, history);
+  EXPECT_EQ(forged.status().code(), StatusCode::kFailedPrecondition) << forged.status().ToString();
+  EncodeAbbreviatedOffer(ProcessIdentity::Self(), 1, digest ^ 1, brief);
+  auto unknown = TakeOffer(7, 0, reads[0], brief, destination, 1, peers, history);
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(*unknown, nullptr);
+  EncodeAbbreviatedOffer(ProcessIdentity::Self(), 1, digest, brief);
+  auto other_plan = TakeOffer(8, 0, reads[0], brief, destination, 1, peers, history);
+  ASSERT_TRUE(other_plan.ok());
+  EXPECT_EQ(*other_plan, nullptr);
+  ::kill(third, SIGKILL);
+  ::waitpid(third, nullptr, 0);
 }
 
 TEST(ForgedOfferTest, WithoutVerifiedPeersNoOfferResolves) {
