@@ -21,12 +21,19 @@ Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSp
                                     int first_rank) {
   if (first_rank < 0) return InvalidArgument("first rank " + Num(first_rank) + " is negative");
   FERRY_ASSIGN_OR_RETURN(FrameworkSpec resolved, ResolveFrameworkSpec(spec, preset.config()));
+  // The MTP layers the spec holds join the preset's tensors when it lacks them.
+  const ModelPreset* model = &preset;
+  ModelPreset with_mtp;
+  if (MtpLayers(resolved) > preset.config().mtp_layers) {
+    FERRY_ASSIGN_OR_RETURN(with_mtp, WithMtpLayers(preset, MtpLayers(resolved)));
+    model = &with_mtp;
+  }
   Layout layout;
-  layout.tensors.reserve(preset.tensors().size());
+  layout.tensors.reserve(model->tensors().size());
   Status st = resolved.kind == FrameworkSpec::Kind::kMegatron
-                  ? BuildMegatronLayout(preset, resolved.megatron, resolved.stack_expert_tensors,
+                  ? BuildMegatronLayout(*model, resolved.megatron, resolved.stack_expert_tensors,
                                         first_rank, layout)
-                  : BuildVllmLayout(preset, resolved.vllm, resolved.stack_expert_tensors,
+                  : BuildVllmLayout(*model, resolved.vllm, resolved.stack_expert_tensors,
                                     first_rank, layout);
   if (!st.ok()) return st.WithContext("building " + resolved.ToString() + " layout");
   return Result<Layout>(std::move(layout));

@@ -14,7 +14,9 @@
 
 namespace ferry::models {
 
-// The layout of `preset` under `spec` (resolved first) on ranks first_rank .. first_rank+n-1.
+// The layout of `preset` under `spec` (resolved first) on ranks first_rank .. first_rank+n-1. A spec
+// with mtp=N holds the model's first N MTP layers, whose tensors join the preset's
+// (WithMtpLayers) when it lacks them.
 Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSpec& spec,
                                     int first_rank = 0);
 
