@@ -48,6 +48,12 @@ Result<RefitLayouts> BuildRefitLayouts(const ModelPreset& preset, const Framewor
   RefitLayouts out;
   FERRY_ASSIGN_OR_RETURN(out.source_spec, ResolveFrameworkSpec(source, preset.config()));
   FERRY_ASSIGN_OR_RETURN(out.destination_spec, ResolveFrameworkSpec(destination, preset.config()));
+  if (MtpLayers(out.destination_spec) > MtpLayers(out.source_spec)) {
+    return InvalidArgument("the destination holds " + Num(MtpLayers(out.destination_spec)) +
+                           " MTP layer(s) and the source " + Num(MtpLayers(out.source_spec)) +
+                           ": no source for them; give the source mtp=" +
+                           Num(MtpLayers(out.destination_spec)));
+  }
   const int m = NumRanks(out.source_spec);
   const int n = NumRanks(out.destination_spec);
   out.destination_first_rank = options.colocated ? 0 : m;

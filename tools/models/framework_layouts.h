@@ -36,7 +36,8 @@ struct RefitLayouts {
 };
 
 // Source on ranks 0..M-1; destination on M..M+N-1, or on 0..N-1 when colocated. The topology
-// spans max(M+N, ...) ranks (all ranks either side uses), gpus_per_node per node.
+// spans max(M+N, ...) ranks (all ranks either side uses), gpus_per_node per node. A destination
+// with more MTP layers than the source (mtp=) is refused: nothing would feed them.
 Result<RefitLayouts> BuildRefitLayouts(const ModelPreset& preset, const FrameworkSpec& source,
                                        const FrameworkSpec& destination,
                                        const RefitOptions& options = {});
