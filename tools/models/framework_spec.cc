@@ -195,6 +195,10 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
                            Num(c.nextn_layers) + " (num_nextn_predict_layers); give mtp=" +
                            Num(c.nextn_layers));
   }
+  if (v.mtp != 0 && v.redundant_experts > 0) {
+    return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
+                           "modelled");
+  }
   if (v.mtp != 0 && v.fp8_block_weights) {
     return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
                            "modelled");

@@ -104,8 +104,9 @@ class VllmWriter : public LayoutWriter {
   // (RMSNorm), eh_proj a replicated linear (the whole [h, 2h] on every rank), shared_head.norm,
   // and mtp_block a DeepseekV2DecoderLayer sharded as the target's layers (_rewrite_spec_layer_name
   // puts the checkpoint's layer weights under mtp_block). shared_head.head and embed_tokens are the
-  // target's lm_head and embed_tokens (vllm/v1/spec_decode/llm_base_proposer.py load_model shares
-  // them with an MTP drafter), so they hold no bytes of their own.
+  // target's lm_head and embed_tokens (vllm/v1/spec_decode/llm_base_proposer.py
+  // _maybe_share_embeddings and _maybe_share_lm_head: an MTP drafter always shares them, without
+  // pipeline parallelism), so they hold no bytes of their own.
   Status MtpLayer(int64_t i) {
     const int64_t l = c_.num_layers + i;
     const std::string p = "model.layers." + Num(l) + ".";

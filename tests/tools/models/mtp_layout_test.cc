@@ -222,6 +222,7 @@ TEST(MtpLayoutTest, RejectedAsTheFrameworksWould) {
   rejects(Preset("kimi-k2", 1.0 / 64), "vllm:mtp=1", "num_nextn_predict_layers is 0");
   rejects(ds, "megatron:pp=2,first=31,mtp=2", "has 1 multi-token prediction layer(s)");
   rejects(ds, "vllm:tp=2,mtp=1,quant=fp8_block", "FP8 storage of the MTP layer is not modelled");
+  rejects(ds, "vllm:tp=2,ep=2,mtp=1,redundant=2", "EPLB's placement of the drafter's experts");
   rejects(ds, "megatron:pp=2,mtp=1,layout=Et*30|t*31L",
           "Number of mtp layers in layout must match mtp_num_layers");
   rejects(ds, "megatron:pp=2,mtp=1,layout=Et*30m|t*31L",

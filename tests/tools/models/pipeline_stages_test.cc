@@ -155,7 +155,7 @@ TEST(PipelineStagesTest, ParsesAsParseStrToList) {
 
 TEST(PipelineStagesTest, LayoutStringAsMegatronsExample) {
   // docs/user-guide/features/pipeline_parallel_layout.md's DeepSeek-V3 layout for PP16 x VPP2
-  // with its MTP stage left empty (ferry's presets have no MTP layer): stage i is chunk i / 16 of
+  // with its MTP stage left empty (no mtp): stage i is chunk i / 16 of
   // rank i % 16. Chunk 0: rank 0 layers 0-2, rank r layers 2r+1, 2r+2; chunk 1: rank r < 14 layers
   // 33 + 2r, 34 + 2r; rank 14 empty; rank 15 the loss.
   MegatronPipeline p = MegatronPipelineOf(61, Args(16, 0, 0, 0, 0, "Et*3|(tt|)*29,|L")).value();
