@@ -21,12 +21,19 @@ Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSp
                                     int first_rank) {
   if (first_rank < 0) return InvalidArgument("first rank " + Num(first_rank) + " is negative");
   FERRY_ASSIGN_OR_RETURN(FrameworkSpec resolved, ResolveFrameworkSpec(spec, preset.config()));
+  // The MTP layers the spec holds join the preset's tensors when it lacks them.
+  const ModelPreset* model = &preset;
+  ModelPreset with_mtp;
+  if (MtpLayers(resolved) > preset.config().mtp_layers) {
+    FERRY_ASSIGN_OR_RETURN(with_mtp, WithMtpLayers(preset, MtpLayers(resolved)));
+    model = &with_mtp;
+  }
   Layout layout;
-  layout.tensors.reserve(preset.tensors().size());
+  layout.tensors.reserve(model->tensors().size());
   Status st = resolved.kind == FrameworkSpec::Kind::kMegatron
-                  ? BuildMegatronLayout(preset, resolved.megatron, resolved.stack_expert_tensors,
+                  ? BuildMegatronLayout(*model, resolved.megatron, resolved.stack_expert_tensors,
                                         first_rank, layout)
-                  : BuildVllmLayout(preset, resolved.vllm, resolved.stack_expert_tensors,
+                  : BuildVllmLayout(*model, resolved.vllm, resolved.stack_expert_tensors,
                                     first_rank, layout);
   if (!st.ok()) return st.WithContext("building " + resolved.ToString() + " layout");
   return Result<Layout>(std::move(layout));
@@ -41,6 +48,12 @@ Result<RefitLayouts> BuildRefitLayouts(const ModelPreset& preset, const Framewor
   RefitLayouts out;
   FERRY_ASSIGN_OR_RETURN(out.source_spec, ResolveFrameworkSpec(source, preset.config()));
   FERRY_ASSIGN_OR_RETURN(out.destination_spec, ResolveFrameworkSpec(destination, preset.config()));
+  if (MtpLayers(out.destination_spec) > MtpLayers(out.source_spec)) {
+    return InvalidArgument("the destination holds " + Num(MtpLayers(out.destination_spec)) +
+                           " MTP layer(s) and the source " + Num(MtpLayers(out.source_spec)) +
+                           ": no source for them; give the source mtp=" +
+                           Num(MtpLayers(out.destination_spec)));
+  }
   const int m = NumRanks(out.source_spec);
   const int n = NumRanks(out.destination_spec);
   out.destination_first_rank = options.colocated ? 0 : m;

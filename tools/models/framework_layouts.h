@@ -14,7 +14,9 @@
 
 namespace ferry::models {
 
-// The layout of `preset` under `spec` (resolved first) on ranks first_rank .. first_rank+n-1.
+// The layout of `preset` under `spec` (resolved first) on ranks first_rank .. first_rank+n-1. A spec
+// with mtp=N holds the model's first N MTP layers, whose tensors join the preset's
+// (WithMtpLayers) when it lacks them.
 Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSpec& spec,
                                     int first_rank = 0);
 
@@ -34,7 +36,8 @@ struct RefitLayouts {
 };
 
 // Source on ranks 0..M-1; destination on M..M+N-1, or on 0..N-1 when colocated. The topology
-// spans max(M+N, ...) ranks (all ranks either side uses), gpus_per_node per node.
+// spans max(M+N, ...) ranks (all ranks either side uses), gpus_per_node per node. A destination
+// with more MTP layers than the source (mtp=) is refused: nothing would feed them.
 Result<RefitLayouts> BuildRefitLayouts(const ModelPreset& preset, const FrameworkSpec& source,
                                        const FrameworkSpec& destination,
                                        const RefitOptions& options = {});

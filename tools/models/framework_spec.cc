@@ -69,7 +69,24 @@ Status CheckWorld(const std::string& what, int64_t world) {
   return Status::Ok();
 }
 
+// Both frameworks build MTP layers from the checkpoint's num_nextn_predict_layers
+// (src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py mtp_num_layers,
+// vllm/model_executor/models/deepseek_mtp.py DeepSeekMultiTokenPredictor): none without them.
+Status CheckMtp(int mtp, const ModelConfig& c) {
+  if (mtp == 0) return Status::Ok();
+  if (c.nextn_layers == 0) {
+    return InvalidArgument("mtp=" + Num(mtp) + ": '" + c.name + "' has no multi-token prediction "
+                           "layers (its config's num_nextn_predict_layers is 0)");
+  }
+  if (mtp > c.nextn_layers) {
+    return InvalidArgument("mtp=" + Num(mtp) + ": '" + c.name + "' has " + Num(c.nextn_layers) +
+                           " multi-token prediction layer(s) (num_nextn_predict_layers)");
+  }
+  return Status::Ok();
+}
+
 Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
+  FERRY_RETURN_IF_ERROR(CheckMtp(m.mtp, c));
   FERRY_RETURN_IF_ERROR(CheckWorld("megatron tp*pp*cp*max(dp,1)",
                                    SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, std::max(m.dp, 1)))));
   FERRY_RETURN_IF_ERROR(CheckWorld("megatron ep*etp", SatMul(m.ep, std::max(m.etp, m.tp))));
@@ -170,6 +187,22 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm tp*dp*engines", SatMul(SatMul(v.tp, v.dp), v.engines)));
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm ep", v.ep));
+  FERRY_RETURN_IF_ERROR(CheckMtp(v.mtp, c));
+  // vllm/model_executor/models/deepseek_mtp.py: the drafter builds every one of the checkpoint's
+  // MTP layers
+  if (v.mtp != 0 && v.mtp != c.nextn_layers) {
+    return InvalidArgument("vLLM's MTP drafter holds every MTP layer of '" + c.name + "', " +
+                           Num(c.nextn_layers) + " (num_nextn_predict_layers); give mtp=" +
+                           Num(c.nextn_layers));
+  }
+  if (v.mtp != 0 && v.redundant_experts > 0) {
+    return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
+                           "modelled");
+  }
+  if (v.mtp != 0 && v.fp8_block_weights) {
+    return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
+                           "modelled");
+  }
   if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0)) {
     return InvalidArgument("the model has no experts; ep must be 1 and redundant unset");
   }
@@ -195,7 +228,8 @@ std::string FrameworkSpec::ToString() const {
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
            (vllm.round_robin_experts ? ",placement=round_robin" : "") +
            (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
-           (vllm.fp8_block_weights ? ",quant=fp8_block" : "") + naming;
+           (vllm.fp8_block_weights ? ",quant=fp8_block" : "") +
+           (vllm.mtp > 0 ? ",mtp=" + Num(vllm.mtp) : "") + naming;
   }
   const MegatronParallel& m = megatron;
   std::string s = "megatron:tp=" + Num(m.tp) + ",pp=" + Num(m.pp);
@@ -214,6 +248,7 @@ std::string FrameworkSpec::ToString() const {
   }
   if (m.distopt_buffers) s += ",buffers=distopt";
   if (m.overlap_grad_reduce) s += ",overlap_grad_reduce=yes";
+  if (m.mtp > 0) s += ",mtp=" + Num(m.mtp);
   s += naming;
   if (!m.hybrid_pattern.empty()) s += ",pattern=" + m.hybrid_pattern;
   if (!m.layout.empty()) s += ",layout=" + m.layout;
@@ -221,7 +256,7 @@ std::string FrameworkSpec::ToString() const {
 }
 
 MegatronPipelineArgs PipelineArgs(const MegatronParallel& m) {
-  return {m.pp, m.first, m.last, m.vstages, m.vstage_layers, m.layout, m.hybrid_pattern};
+  return {m.pp, m.first, m.last, m.vstages, m.vstage_layers, m.layout, m.hybrid_pattern, m.mtp};
 }
 
 Result<MegatronPipeline> MegatronPipelineFor(const ModelConfig& c, const MegatronParallel& m) {
@@ -243,6 +278,7 @@ struct SpecKey {
   std::string name;
   int* number = nullptr;
   std::function<Status(const std::string&)> word;
+  int min = 1;  // the least number the key takes
 };
 
 // A word-valued key accepting exactly `a` (sets *flag to flag_for_a) or `b`.
@@ -270,6 +306,7 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           {"etp", &m.etp, {}},
           {"dp", &m.dp, {}},
           {"cp", &m.cp, {}},
+          {"mtp", &m.mtp, {}, 0},
           {"vocab_divisible_by", &m.vocab_divisible_by, {}},
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
           WordKey("buffers", "distopt", "params", &m.distopt_buffers, true),
@@ -296,6 +333,7 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"engines", &v.engines, {}},
           WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
           {"redundant", &v.redundant_experts, {}},
+          {"mtp", &v.mtp, {}, 0},
           WordKey("quant", "fp8_block", "none", &v.fp8_block_weights, true),
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
@@ -303,9 +341,10 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
 Status ParseNumber(const SpecKey& key, const std::string& value) {
   char* end = nullptr;
   const long parsed = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || end != value.c_str() + value.size() || parsed < 1 || parsed > (1 << 20)) {
-    return InvalidArgument("bad value '" + value + "' for " + key.name +
-                           ": expected a positive integer");
+  if (value.empty() || end != value.c_str() + value.size() || parsed < key.min ||
+      parsed > (1 << 20)) {
+    return InvalidArgument("bad value '" + value + "' for " + key.name + ": expected " +
+                           (key.min == 0 ? "a non-negative" : "a positive") + " integer");
   }
   *key.number = static_cast<int>(parsed);
   return Status::Ok();
@@ -332,9 +371,9 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
-      "layout=STRING (last) or "
+      "mtp=N,layout=STRING (last) or "
       "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,"
-      "quant=none|fp8_block, either with expert_tensors=stacks|members; every key "
+      "quant=none|fp8_block,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
@@ -382,6 +421,10 @@ Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const Mode
     return st.WithContext("framework " + spec.ToString() + " for model '" + c.name + "'");
   }
   return r;
+}
+
+int MtpLayers(const FrameworkSpec& s) {
+  return s.kind == FrameworkSpec::Kind::kVllm ? s.vllm.mtp : s.megatron.mtp;
 }
 
 int NumRanks(const FrameworkSpec& s) {

@@ -4,7 +4,7 @@
 //
 //  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
 //           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,pattern=,
-//           layout=
+//           mtp=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
 //      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
 //      --pipeline-model-parallel-layout string, the last key (it may hold commas)
@@ -13,13 +13,16 @@
 //      optimizer's contiguous buffers (tools/models/megatron_param_buffers.h). experts: Megatron-Core's expert module
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
-//      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,quant=none|fp8_block
+//      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint). mtp:
+//      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h).
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,quant=none|fp8_block,mtp=
 //      ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
 //      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts; quant:
-//      the checkpoint's FP8 block quantization.
+//      the checkpoint's FP8 block quantization; mtp: the MTP drafter of speculative decoding
+//      (speculative_config method "deepseek_mtp"/"mtp"), which holds every MTP layer of the
+//      checkpoint (tools/models/vllm_layout.h).
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -67,6 +70,9 @@ struct MegatronParallel {
   bool distopt_buffers = false;
   // --overlap-grad-reduce: buckets in the distributed optimizer's buffers ("overlap_grad_reduce=yes").
   bool overlap_grad_reduce = false;
+  // --mtp-num-layers ("mtp=N"; 0, the default, Megatron's None): the first N of the checkpoint's
+  // MTP layers, as the MTP block `mtp.layers.<i>` on the stage MegatronPipelineFor places it.
+  int mtp = 0;
 };
 
 // The pipeline arguments of `m` (tools/models/pipeline_stages.h).
@@ -95,6 +101,9 @@ struct VllmParallel {
   // weight_block_size [128, 128]) and vLLM holds its projections so
   // (tools/models/fp8_block_weights.h); plans refuse them until a block-scaled conversion exists.
   bool fp8_block_weights = false;
+  // "mtp=N": the engine serves with MTP speculative decoding, its drafter holding the checkpoint's
+  // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none.
+  int mtp = 0;
 };
 
 struct FrameworkSpec {
@@ -120,8 +129,12 @@ struct FrameworkSpec {
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text);
 
 // Fills the defaults (Megatron etp and dp) for `model` and checks every divisibility the framework
-// needs (heads, KV groups, FFN sizes, experts, Mamba heads and groups, layers vs pipeline stages).
+// needs (heads, KV groups, FFN sizes, experts, Mamba heads and groups, layers vs pipeline stages)
+// and that the model carries the MTP layers asked for.
 Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const ModelConfig& model);
+
+// The MTP layers `spec` holds (its megatron or vllm mtp).
+int MtpLayers(const FrameworkSpec& spec);
 
 // Number of ranks of a resolved spec.
 int NumRanks(const FrameworkSpec& resolved);

@@ -20,7 +20,7 @@ Result<std::string> GivenPattern(const std::string& model_pattern, const std::st
   if (given.empty()) return model_pattern;
   if (given.find('/') != std::string::npos) {
     return InvalidArgument("pattern=" + given + ": '/' starts multi-token prediction layers, which "
-                           "ferry's presets leave out");
+                           "ferry models for GPT models only (mtp=)");
   }
   std::string layers = given;
   layers.erase(std::remove(layers.begin(), layers.end(), '|'), layers.end());

@@ -3,6 +3,7 @@
 #include "tools/models/layout_explain.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "core/base/element_fn.h"
@@ -140,6 +141,46 @@ void OtherRules(const ModelConfig& c, const FrameworkSpec& r, const std::string&
   }
 }
 
+// The layer number of a "model.layers.<n>." name, or -1.
+int64_t LayerNumber(const std::string& t) {
+  const std::string head = "model.layers.";
+  if (t.rfind(head, 0) != 0) return -1;
+  size_t end = head.size();
+  while (end < t.size() && std::isdigit(static_cast<unsigned char>(t[end]))) ++end;
+  if (end == head.size() || end - head.size() > 9 || end >= t.size() || t[end] != '.') return -1;
+  return std::stoll(t.substr(head.size(), end - head.size()));
+}
+
+// Where an MTP layer's tensor lives (layer num_layers + i of the checkpoint).
+void MtpRules(const ModelConfig& c, const FrameworkSpec& r, int64_t i, const std::string& t,
+              std::vector<LayoutRule>& out) {
+  if (r.kind == FrameworkSpec::Kind::kVllm) {
+    out.push_back({"MTP drafter layer " + N(c.num_layers + i) + " on every rank of the engine: "
+                   "enorm, hnorm, eh_proj, shared_head.norm and mtp_block (a decoder layer "
+                   "sharded as the target's); embed_tokens and shared_head.head are the target's",
+                   std::string(kVllm) + "vllm/model_executor/models/deepseek_mtp.py"});
+    if (Has(t, ".eh_proj.")) {
+      out.push_back({"eh_proj: a replicated linear, the whole [h, 2h] on every rank",
+                     std::string(kVllm) + "vllm/model_executor/models/deepseek_mtp.py"});
+    }
+    return;
+  }
+  const MegatronParallel& m = r.megatron;
+  out.push_back({"MTP layer " + N(i) + " as mtp.layers." + N(i) + " (enorm, hnorm, eh_proj, "
+                 "mtp_model_layer, final_layernorm = shared_head.norm) on " +
+                     (m.layout.empty() ? std::string("the last virtual stage of the last "
+                                                     "pipeline rank")
+                                       : "the stage of the layout's 'm'"),
+                 std::string(kMegatron) + "megatron/core/transformer/multi_token_prediction.py"});
+  out.push_back({"checkpoint model.layers." + N(c.num_layers + i) + ".* <-> mtp.layers." + N(i) +
+                     ".*, the decoder layer under mtp_model_layer",
+                 std::string(kBridge) + "src/megatron/bridge/models/deepseek/common.py"});
+  if (Has(t, ".eh_proj.")) {
+    out.push_back({"eh_proj: ColumnParallelLinear(2h -> h), output rows split by tp",
+                   std::string(kMegatron) + "megatron/core/transformer/multi_token_prediction.py"});
+  }
+}
+
 // How a Megatron spec assigns a hybrid model's layers to pipeline ranks and model chunks.
 LayoutRule HybridPipelineRule(const MegatronParallel& m) {
   const std::string where =
@@ -175,7 +216,16 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   std::vector<LayoutRule> out;
   const bool layer = Has(t, ".layers.");
   if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
-  if (layer && r.kind == FrameworkSpec::Kind::kMegatron &&
+  if (!layer && Has(t, "embed") && r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.mtp > 0 &&
+      r.megatron.pp > 1) {
+    out.push_back({"the MTP block's stage keeps its own copy of the embedding (mtp_process), kept "
+                   "equal to the first stage's",
+                   std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
+  }
+  const int64_t number = LayerNumber(t);
+  if (number >= c.num_layers && MtpLayers(r) > number - c.num_layers) {
+    MtpRules(c, r, number - c.num_layers, t, out);
+  } else if (layer && r.kind == FrameworkSpec::Kind::kMegatron &&
       c.family == ModelFamily::kNemotronH) {
     out.push_back(HybridPipelineRule(r.megatron));
   } else if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
@@ -208,6 +258,12 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
                    "padded to lcm(dp, 128); experts in expert_parallel_buffers when ep > 1 or "
                    "etp != tp",
                    std::string(kMegatron) + "megatron/core/optimizer/distrib_optimizer.py"});
+    if (r.megatron.mtp > 0) {
+      out.push_back({"named_parameters(): embedding, decoder layers, final norm, MTP layers, output "
+                     "layer; with pp > 1 the embedding (every copy) in a bucket of its own "
+                     "(shared_embedding)",
+                     std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
+    }
     if (c.family == ModelFamily::kNemotronH &&
         (Has(t, "mixer.conv1d.") || Has(t, "mixer.dt_bias") || Has(t, "mixer.A_log") ||
          Has(t, "mixer.D"))) {

@@ -70,9 +70,10 @@ class MegatronWriter : public LayoutWriter {
       FERRY_RETURN_IF_ERROR(
           Vocab(OutputName(), TpGroup(last), padded / m_.tp, last_chunk + "output_layer.weight"));
     }
+    FERRY_RETURN_IF_ERROR(MtpBlock(pipeline, padded));
     EndSection(out_, dense);
     int64_t moe_layers = 0;
-    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    for (int64_t l = 0; l < c_.num_layers + m_.mtp; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
     // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks in a
     // shared buffer: each EP rank's local experts together), in two buffers per expert or per EP
     // rank.
@@ -92,6 +93,12 @@ class MegatronWriter : public LayoutWriter {
       Status st = Experts(l, stage_of[l], prefix[l]);
       if (!st.ok()) return st.WithContext("megatron experts of layer " + Num(l));
     }
+    for (int64_t i = 0; i < m_.mtp; ++i) {
+      if (!c_.IsMoeLayer(c_.num_layers + i)) continue;
+      Status st = Experts(c_.num_layers + i, pipeline.mtp.pp_rank,
+                          MtpPrefix(pipeline, i) + "mtp_model_layer.");
+      if (!st.ok()) return st.WithContext("megatron experts of MTP layer " + Num(i));
+    }
     EndSection(out_, experts);
     FERRY_RETURN_IF_ERROR(CloneSection(out_, dense, Shifts(m_.cp * m_.dp, m_.tp)));
     FERRY_RETURN_IF_ERROR(CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep)));
@@ -106,7 +113,8 @@ class MegatronWriter : public LayoutWriter {
     // data-parallel group (allreduce=False) when ep > 1 or etp != tp
     groups.experts_separate = m_.ep > 1 || m_.etp != m_.tp;
     // megatron/core/models/common/language_module/language_module.py: shared_embedding
-    groups.shared_embedding = c_.tie_embeddings && m_.pp > 1;
+    groups.shared_embedding = (c_.tie_embeddings || m_.mtp > 0) && m_.pp > 1;
+    groups.shared_output_layer = c_.tie_embeddings && m_.pp > 1;
     groups.overlap_grad_reduce = m_.overlap_grad_reduce;
     FERRY_ASSIGN_OR_RETURN(out_, PackMegatronParamBuffers(out_, groups));
     return Status::Ok();
@@ -116,6 +124,40 @@ class MegatronWriter : public LayoutWriter {
   // The name prefix of model chunk v's parameters: with interleaving a rank holds vpp models,
   // checkpointed as "model<v>" (megatron/training/checkpointing.py); none without.
   static std::string Chunk(int vpp, int v) { return vpp > 1 ? "model" + Num(v) + "." : ""; }
+
+  // "[model<v>.]mtp.layers.<i>.": MTP layer i in the model chunk that holds the MTP block.
+  static std::string MtpPrefix(const MegatronPipeline& pipeline, int64_t i) {
+    return Chunk(pipeline.vpp, pipeline.mtp.vstage) + "mtp.layers." + Num(i) + ".";
+  }
+
+  // The MTP block (replica 0, routed experts aside), on the stage the pipeline gives it.
+  // megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer: enorm and hnorm
+  // (norms, whole on every TP rank), eh_proj a ColumnParallelLinear(2h -> h, gather_output=False):
+  // TP rank i holds output rows [i*h/tp, (i+1)*h/tp) of [h, 2h] (Megatron-Bridge maps it 1:1 to the
+  // checkpoint's model.layers.<L>.eh_proj.weight, both applied to [enorm(embedding); hnorm(hidden)]),
+  // then the decoder layer as mtp_model_layer and final_layernorm (the checkpoint's
+  // shared_head.norm: src/megatron/bridge/models/deepseek/common.py).
+  Status MtpBlock(const MegatronPipeline& pipeline, int64_t padded) {
+    if (m_.mtp == 0) return Status::Ok();
+    const int s = pipeline.mtp.pp_rank;
+    const std::vector<int> g = TpGroup(s);
+    for (int64_t i = 0; i < m_.mtp; ++i) {
+      const std::string q = MtpPrefix(pipeline, i);
+      FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "enorm.weight"), g, q + "enorm.weight"));
+      FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "hnorm.weight"), g, q + "hnorm.weight"));
+      FERRY_RETURN_IF_ERROR(Column(MtpTensorName(c_, i, "eh_proj.weight"), g, q + "eh_proj.weight"));
+      Status st = Layer(c_.num_layers + i, s, q + "mtp_model_layer.");
+      if (!st.ok()) return st.WithContext("megatron MTP layer " + Num(i) + " (stage " + Num(s) + ")");
+      FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "shared_head.norm.weight"), g,
+                                       q + "final_layernorm.weight"));
+    }
+    // megatron/core/models/gpt/gpt_model.py: a stage with the MTP block builds the embedding
+    // (pre_process or mtp_process); off the first chunk of the first stage it is a copy of the
+    // first stage's, kept equal (language_module.py setup_embeddings_and_output_layer)
+    if (s == 0 && pipeline.mtp.vstage == 0) return Status::Ok();
+    return Vocab(EmbeddingName(), g, padded / m_.tp,
+                 Chunk(pipeline.vpp, pipeline.mtp.vstage) + "embedding.word_embeddings.weight");
+  }
 
   // The TP group of DP/CP replica 0 of stage s; weights replicated over TP live on all of it.
   std::vector<int> TpGroup(int s) const {

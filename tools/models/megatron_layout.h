@@ -7,7 +7,11 @@
 // keeps them (tools/models/megatron_expert_storage.h; ETP splits the expert FFN), vocab-parallel embedding/output
 // (padded as tools/models/vocab_padding.h says), layers split over pipeline stages and their
 // interleaved model chunks (tools/models/pipeline_stages.h; local layer numbers per chunk, chunk v
-// named "model<v>." when a rank holds several), DP and CP ranks hold replicas.
+// named "model<v>." when a rank holds several), DP and CP ranks hold replicas. mtp=N: the MTP
+// block "mtp.layers.<i>.{enorm, hnorm, eh_proj, mtp_model_layer.*, final_layernorm}" on the last
+// virtual stage of the last pipeline rank (or where a layout string's 'm's are), eh_proj
+// column-parallel, with the embedding copy that stage keeps (megatron/core/transformer/
+// multi_token_prediction.py, megatron/core/models/gpt/gpt_model.py).
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -20,7 +24,8 @@
 namespace ferry::models {
 
 // Appends the Megatron layout of `preset` under `resolved` (ResolveFrameworkSpec's etp and dp
-// filled in) on ranks first_rank .. first_rank + NumRanks - 1 to `out`. `stack_expert_tensors`:
+// filled in) on ranks first_rank .. first_rank + NumRanks - 1 to `out`. With resolved.mtp > 0
+// `preset` must hold that many MTP layers (WithMtpLayers). `stack_expert_tensors`:
 // FrameworkSpec::stack_expert_tensors.
 Status BuildMegatronLayout(const ModelPreset& preset, const MegatronParallel& resolved,
                            bool stack_expert_tensors, int first_rank, Layout& out);

@@ -117,7 +117,57 @@ bool ParamOrderKey::operator<(const ParamOrderKey& o) const {
   return std::tie(section, layer, item, sub) < std::tie(o.section, o.layer, o.item, o.sub);
 }
 
+namespace {
+
+// The number of a "<head><n>.<rest>" name (and *rest), or -1 when `name` is not one.
+int64_t NumberedPart(const std::string& name, const std::string& head, std::string* rest) {
+  const size_t dot = name.find('.', head.size());
+  if (!StartsWith(name, head) || dot == std::string::npos) return -1;
+  *rest = name.substr(dot + 1);
+  return Number(name.substr(head.size(), dot - head.size()));
+}
+
+// A transformer or Mamba layer's parameter `rest` in kLayerParams / kMambaLayerParams order, or -1
+// (experts: *sub their order, *expert set).
+Result<int64_t> LayerItem(const std::string& rest, int64_t* sub, bool* expert) {
+  for (int64_t item = 0; item < static_cast<int64_t>(std::size(kLayerParams)); ++item) {
+    if (item == kExpertsItem && StartsWith(rest, kLayerParams[item])) {
+      FERRY_ASSIGN_OR_RETURN(*sub, ExpertOrder(rest.substr(12)));
+      *expert = true;
+      return item;
+    }
+    if (rest == kLayerParams[item]) return item;
+  }
+  // a layer is either a transformer layer or a Mamba layer, so the tables never share a layer;
+  // Mamba items count on past the transformer table's so no item means two things
+  const int64_t mamba_base = static_cast<int64_t>(std::size(kLayerParams));
+  for (int64_t item = 0; item < static_cast<int64_t>(std::size(kMambaLayerParams)); ++item) {
+    if (rest == kMambaLayerParams[item]) return mamba_base + item;
+  }
+  return int64_t{-1};
+}
+
+// An MTP layer's parameters in registration order: megatron/core/transformer/
+// multi_token_prediction.py MultiTokenPredictionLayer.__init__ (enorm, hnorm, eh_proj,
+// mtp_model_layer, final_layernorm).
+Result<int64_t> MtpItem(const std::string& rest, int64_t* sub, bool* expert) {
+  if (rest == "enorm.weight") return int64_t{0};
+  if (rest == "hnorm.weight") return int64_t{1};
+  if (rest == "eh_proj.weight") return int64_t{2};
+  constexpr int64_t kInner = 3;  // then the inner layer's items, then final_layernorm
+  constexpr int64_t kAfterInner =
+      kInner + static_cast<int64_t>(std::size(kLayerParams) + std::size(kMambaLayerParams));
+  if (rest == "final_layernorm.weight") return kAfterInner;
+  const std::string inner = "mtp_model_layer.";
+  if (!StartsWith(rest, inner)) return int64_t{-1};
+  FERRY_ASSIGN_OR_RETURN(const int64_t item, LayerItem(rest.substr(inner.size()), sub, expert));
+  return item < 0 ? -1 : kInner + item;
+}
+
+}  // namespace
+
 // megatron/core/models/gpt/gpt_model.py GPTModel: embedding, decoder (layers, final_layernorm),
+// mtp (megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionBlock.layers),
 // output_layer; megatron/core/models/hybrid/hybrid_model.py HybridModel likewise, its decoder
 // (megatron/core/models/hybrid/hybrid_block.py HybridStack) ending in final_norm
 Result<ParamOrderKey> MegatronParamOrder(const std::string& name) {
@@ -125,32 +175,27 @@ Result<ParamOrderKey> MegatronParamOrder(const std::string& name) {
   if (name == "decoder.final_layernorm.weight" || name == "decoder.final_norm.weight") {
     return ParamOrderKey{2, 0, 0, 0};
   }
-  if (name == "output_layer.weight") return ParamOrderKey{3, 0, 0, 0};
+  if (name == "output_layer.weight") return ParamOrderKey{4, 0, 0, 0};
   // megatron/core/transformer/moe/router.py TopKRouter: expert_bias is a registered buffer
   const std::string bias = "mlp.router.expert_bias";
   if (name.size() >= bias.size() && name.compare(name.size() - bias.size(), bias.size(), bias) == 0) {
     return NotFound("'" + name + "' is a module buffer, not a parameter");
   }
-  const std::string layers = "decoder.layers.";
-  const size_t dot = name.find('.', layers.size());
-  const int64_t layer = StartsWith(name, layers) && dot != std::string::npos
-                            ? Number(name.substr(layers.size(), dot - layers.size()))
-                            : -1;
-  if (layer >= 0) {
-    const std::string rest = name.substr(dot + 1);
-    for (int64_t item = 0; item < static_cast<int64_t>(std::size(kLayerParams)); ++item) {
-      if (item == kExpertsItem && StartsWith(rest, kLayerParams[item])) {
-        FERRY_ASSIGN_OR_RETURN(const int64_t sub, ExpertOrder(rest.substr(12)));
-        return ParamOrderKey{1, layer, item, sub};
-      }
-      if (rest == kLayerParams[item]) return ParamOrderKey{1, layer, item, 0};
-    }
-    // a layer is either a transformer layer or a Mamba layer, so the tables never share a layer;
-    // Mamba items count on past the transformer table's so no item means two things
-    const int64_t mamba_base = static_cast<int64_t>(std::size(kLayerParams));
-    for (int64_t item = 0; item < static_cast<int64_t>(std::size(kMambaLayerParams)); ++item) {
-      if (rest == kMambaLayerParams[item]) return ParamOrderKey{1, layer, mamba_base + item, 0};
-    }
+  std::string rest;
+  ParamOrderKey key;
+  int64_t item = -1;
+  if (const int64_t layer = NumberedPart(name, "decoder.layers.", &rest); layer >= 0) {
+    FERRY_ASSIGN_OR_RETURN(item, LayerItem(rest, &key.sub, &key.expert));
+    key.section = 1;
+    key.layer = layer;
+  } else if (const int64_t mtp = NumberedPart(name, "mtp.layers.", &rest); mtp >= 0) {
+    FERRY_ASSIGN_OR_RETURN(item, MtpItem(rest, &key.sub, &key.expert));
+    key.section = 3;
+    key.layer = mtp;
+  }
+  if (item >= 0) {
+    key.item = item;
+    return key;
   }
   return InvalidArgument("no Megatron parameter order is modelled for '" + name + "'");
 }
@@ -172,20 +217,22 @@ struct Move {
   int64_t bytes = 0;
 };
 
-bool IsSharedEmbedding(const std::string& name) {
-  return name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+bool IsSharedEmbedding(const std::string& name, const MegatronBufferGroups& g) {
+  return (g.shared_embedding && name == "embedding.word_embeddings.weight") ||
+         (g.shared_output_layer && name == "output_layer.weight");
 }
 
 // Lays out one (rank, chunk, dtype, expert) group, already in named_parameters() order, as buffer
 // `name`, and records each member's move.
 Status LayOutGroup(const Layout& in, const std::vector<Param>& group, const std::string& name,
-                   int64_t bucket_size, int dp, bool shared_embedding, std::vector<Move>& moves) {
+                   int64_t bucket_size, int dp, const MegatronBufferGroups& g,
+                   std::vector<Move>& moves) {
   const int64_t elem = DTypeSize(group.front().dtype);
   std::vector<BufferParam> params;
   for (const Param& p : group) {
     const BufferSpec& b = in.buffers[static_cast<size_t>(p.buffer)];
     params.push_back({b.bytes / elem,
-                      shared_embedding && IsSharedEmbedding(SplitChunk(b.name).name)});
+                      IsSharedEmbedding(SplitChunk(b.name).name, g)});
   }
   FERRY_ASSIGN_OR_RETURN(const DistributedOptimizerBuffer laid,
                          LayOutDistributedOptimizerBuffer(params, bucket_size, dp));
@@ -219,7 +266,7 @@ Result<std::vector<Move>> PlanMoves(const Layout& in, const MegatronBufferGroups
     Result<ParamOrderKey> key = MegatronParamOrder(cn.name);
     if (key.status().code() == StatusCode::kNotFound) continue;
     if (!key.ok()) return key.status().WithContext("rank " + std::to_string(spec.rank));
-    const bool expert = g.experts_separate && key->item == kExpertsItem;
+    const bool expert = g.experts_separate && key->expert;
     chunks[{spec.rank, cn.chunk}].push_back({static_cast<int>(b), *key, expert, dtypes[b]});
   }
   std::vector<Move> moves(in.buffers.size());
@@ -251,7 +298,7 @@ Result<std::vector<Move>> PlanMoves(const Layout& in, const MegatronBufferGroups
                   : "buffers." + std::to_string(dense_k++)) +
           ".param_data";
       FERRY_RETURN_IF_ERROR(LayOutGroup(in, group, name, bucket_size,
-                                        expert ? g.expert_dp : g.dp_cp, g.shared_embedding, moves));
+                                        expert ? g.expert_dp : g.dp_cp, g, moves));
     }
   }
   return moves;

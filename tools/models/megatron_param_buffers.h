@@ -32,7 +32,12 @@ struct MegatronBufferGroups {
   int dp_cp = 1;                    // the dense buffers' data-parallel group (dp*cp)
   int expert_dp = 1;                // the expert buffers' data-parallel group
   bool experts_separate = false;    // ep > 1 or etp != tp: experts in expert_parallel_buffers
-  bool shared_embedding = false;    // tied embeddings over several pipeline stages
+  // megatron/core/models/common/language_module/language_module.py
+  // setup_embeddings_and_output_layer marks shared_embedding, over several pipeline stages, on the
+  // embedding with tied embeddings or MTP layers (the MTP stage keeps its own copy), and on the
+  // output layer with tied embeddings.
+  bool shared_embedding = false;
+  bool shared_output_layer = false;
   bool overlap_grad_reduce = false;  // --overlap-grad-reduce: buckets on pipeline rank 0
 };
 
@@ -40,8 +45,9 @@ struct MegatronBufferGroups {
 // "model<v>." chunk prefix) in named_parameters() order, or NotFound when it is no parameter
 // (the router's expert_bias buffer), InvalidArgument when its module order is not modelled.
 struct ParamOrderKey {
-  int section = 0;  // embedding, decoder layers, final norm, output layer
+  int section = 0;  // embedding, decoder layers, final norm, MTP layers, output layer
   int64_t layer = 0, item = 0, sub = 0;
+  bool expert = false;  // a routed expert's parameter (not part of the order)
   bool operator<(const ParamOrderKey& o) const;
 };
 Result<ParamOrderKey> MegatronParamOrder(const std::string& name);

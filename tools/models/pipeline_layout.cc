@@ -93,8 +93,45 @@ Result<std::vector<std::string>> ParseMegatronPipelineLayout(const std::string& 
   return stages;
 }
 
-Result<std::vector<int>> MegatronLayoutLayerCounts(const std::string& text, int pp,
-                                                   int64_t num_layers) {
+namespace {
+
+// validate_layer_layout's MTP checks (megatron/core/transformer/pipeline_parallel_layer_layout.py)
+// on `stages` (string order), with Megatron's messages; the stage holding the MTP layers, or -1.
+Result<int> MtpStage(const std::vector<std::string>& stages, const std::string& flat, int pp,
+                     int64_t mtp_layers, const std::string& why) {
+  const int64_t mtps = std::count(flat.begin(), flat.end(), 'm');
+  if (mtps != mtp_layers) {
+    return InvalidArgument(why + "Number of mtp layers in layout must match mtp_num_layers (" +
+                           Num(mtps) + " m in the layout, mtp=" + Num(mtp_layers) + ")");
+  }
+  if (mtps == 0) return -1;
+  if (flat.find('t', flat.find('m')) != std::string::npos) {
+    return InvalidArgument(why + "decoder layers must be placed before MTP layers");
+  }
+  const int vpp = static_cast<int>(stages.size()) / pp;
+  int at = -1;
+  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
+    const int64_t here = std::count(stages[i].begin(), stages[i].end(), 'm');
+    if (here == 0) continue;
+    if (i / pp != vpp - 1) {
+      return InvalidArgument(why + "Currently we restrict that the MTP should be always in the "
+                             "last virtual pipeline stage of that rank. But got stage " +
+                             Num(i) + " (virtual stage " + Num(i / pp) + " of pipeline rank " +
+                             Num(i % pp) + ")");
+    }
+    if (here != mtp_layers) {
+      return InvalidArgument(why + "All of the MTP layers must be in the same one virtual "
+                             "pipeline stage");
+    }
+    at = i;
+  }
+  return at;
+}
+
+}  // namespace
+
+Result<MegatronLayoutCounts> MegatronLayoutLayerCounts(const std::string& text, int pp,
+                                                       int64_t num_layers, int64_t mtp_layers) {
   FERRY_ASSIGN_OR_RETURN(const std::vector<std::string> stages, ParseMegatronPipelineLayout(text));
   const std::string why = "Megatron rejects the pipeline layout '" + text + "': ";
   if (pp < 1 || stages.size() % static_cast<size_t>(pp) != 0) {
@@ -123,15 +160,12 @@ Result<std::vector<int>> MegatronLayoutLayerCounts(const std::string& text, int 
     return InvalidArgument(why + "Number of decoder layers " + Num(decoders) +
                            " must match num_layers " + Num(num_layers));
   }
-  if (std::count(flat.begin(), flat.end(), 'm') != 0) {
-    return InvalidArgument(why + "Number of mtp layers in layout must match mtp_num_layers (the "
-                           "model's MTP layer is left out of ferry's presets: mtp_num_layers=None)");
-  }
-  std::vector<int> counts;
+  MegatronLayoutCounts out;
+  FERRY_ASSIGN_OR_RETURN(out.mtp_stage, MtpStage(stages, flat, pp, mtp_layers, why));
   for (const std::string& stage : stages) {
-    counts.push_back(static_cast<int>(std::count(stage.begin(), stage.end(), 't')));
+    out.decoders.push_back(static_cast<int>(std::count(stage.begin(), stage.end(), 't')));
   }
-  return counts;
+  return out;
 }
 
 }  // namespace ferry::models

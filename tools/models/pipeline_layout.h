@@ -25,11 +25,18 @@ inline constexpr int64_t kMaxPipelineLayoutChars = int64_t{1} << 20;
 // The stages of `text` in string order, each the symbols ('E', 't', 'm', 'L') it holds.
 Result<std::vector<std::string>> ParseMegatronPipelineLayout(const std::string& text);
 
-// Decoder layers of each stage of `text` (string order: stage v * pp + p is virtual stage v of
-// pipeline rank p), after Megatron's checks for a model of `num_layers` decoder layers and no MTP
-// layer (ferry's presets leave MTP out): the stage count divides by pp, E first and L last, each
-// once, exactly num_layers t's, no m.
-Result<std::vector<int>> MegatronLayoutLayerCounts(const std::string& text, int pp,
-                                                   int64_t num_layers);
+// What a layout string places, stage by stage (string order: stage v * pp + p is virtual stage v
+// of pipeline rank p).
+struct MegatronLayoutCounts {
+  std::vector<int> decoders;  // decoder layers ('t') of each stage
+  int mtp_stage = -1;         // the stage holding every MTP layer ('m'); -1 when there are none
+};
+
+// The stages of `text` after Megatron's checks for a model of `num_layers` decoder layers and
+// `mtp_layers` MTP layers (--mtp-num-layers, 0 for none): the stage count divides by pp, E first
+// and L last, each once, exactly num_layers t's and mtp_layers m's, every m after every t, all of
+// them in one stage, that the last virtual stage of its pipeline rank.
+Result<MegatronLayoutCounts> MegatronLayoutLayerCounts(const std::string& text, int pp,
+                                                       int64_t num_layers, int64_t mtp_layers);
 
 }  // namespace ferry::models

@@ -115,13 +115,21 @@ Result<MegatronPipeline> MegatronPipelineOf(int64_t num_layers, const MegatronPi
     return InvalidArgument("layers, pp, first, last, vstages and vstage_layers must be positive");
   }
   FERRY_ASSIGN_OR_RETURN(int vpp, VirtualStages(num_layers, a));
+  if (a.mtp_layers < 0) return InvalidArgument("mtp must not be negative");
   std::vector<int> counts;
+  MegatronPipeline out;
   if (!a.layout.empty()) {
-    FERRY_ASSIGN_OR_RETURN(counts, MegatronLayoutLayerCounts(a.layout, a.pp, num_layers));
+    FERRY_ASSIGN_OR_RETURN(const MegatronLayoutCounts laid,
+                           MegatronLayoutLayerCounts(a.layout, a.pp, num_layers, a.mtp_layers));
+    counts = laid.decoders;
     vpp = static_cast<int>(counts.size() / static_cast<size_t>(a.pp));
+    if (laid.mtp_stage >= 0) out.mtp = {laid.mtp_stage % a.pp, laid.mtp_stage / a.pp, 0};
   } else {
     FERRY_ASSIGN_OR_RETURN(const std::vector<int64_t> rank_layers, RankLayers(num_layers, a));
     FERRY_ASSIGN_OR_RETURN(counts, ChunkLayers(rank_layers, a, vpp));
+    // megatron/core/transformer/multi_token_prediction.py mtp_on_this_rank: without a layout, the
+    // last pipeline stage; MultiTokenPredictionBlock: its last virtual stage
+    if (a.mtp_layers > 0) out.mtp = {a.pp - 1, vpp - 1, 0};
   }
   // megatron/training/arguments.py: the interleaved schedule needs more than one pipeline rank
   if (vpp > 1 && a.pp == 1) {
@@ -130,7 +138,6 @@ Result<MegatronPipeline> MegatronPipelineOf(int64_t num_layers, const MegatronPi
   }
   // megatron/core/transformer/transformer_layer.py get_transformer_layer_offset: chunk v of rank p
   // starts after every chunk before v on all ranks and chunk v of ranks before p
-  MegatronPipeline out;
   out.vpp = vpp;
   out.layers.reserve(static_cast<size_t>(num_layers));
   for (int v = 0; v < vpp; ++v) {

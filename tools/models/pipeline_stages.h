@@ -34,6 +34,9 @@ struct MegatronPipelineArgs {
   // A hybrid model's --hybrid-layer-pattern with '|' stage boundaries
   // (tools/models/hybrid_pipeline_stages.h); empty for GPT models and for an unsplit pattern.
   std::string hybrid_pattern;
+  // --mtp-num-layers (0: none). Without a layout string the MTP block is on the last virtual stage
+  // of the last pipeline rank; with one, where its 'm's are.
+  int mtp_layers = 0;
 };
 
 // Where one decoder layer lives: pipeline rank, model chunk (virtual stage) of that rank, and its
@@ -47,9 +50,14 @@ struct LayerPlace {
 struct MegatronPipeline {
   int vpp = 1;                     // model chunks per pipeline rank
   std::vector<LayerPlace> layers;  // one per decoder layer, in layer order
+  // Where the MTP block (every MTP layer, `mtp.layers.<i>`) lives; pp_rank -1 without MTP layers.
+  // megatron/core/transformer/multi_token_prediction.py mtp_on_this_rank,
+  // get_mtp_num_layers_to_build
+  LayerPlace mtp{-1, 0, 0};
 };
 
-// The placement of `num_layers` decoder layers under `args`, or Megatron's reason for rejecting it.
+// The placement of `num_layers` decoder layers and args.mtp_layers MTP layers under `args`, or
+// Megatron's reason for rejecting it.
 Result<MegatronPipeline> MegatronPipelineOf(int64_t num_layers, const MegatronPipelineArgs& args);
 
 }  // namespace ferry::models

@@ -52,7 +52,8 @@ ModelConfig Qwen3Moe(std::string name, int64_t hidden, int64_t layers, int64_t h
 }
 
 ModelConfig DeepseekV3Like(std::string name, int64_t heads, int64_t experts, int64_t dense_layers,
-                           int64_t vocab, int64_t expert_groups, double published) {
+                           int64_t vocab, int64_t expert_groups, int64_t nextn_layers,
+                           double published) {
   ModelConfig c;
   c.name = std::move(name);
   c.family = ModelFamily::kDeepseekV3;
@@ -74,6 +75,7 @@ ModelConfig DeepseekV3Like(std::string name, int64_t heads, int64_t experts, int
   c.first_dense_layers = dense_layers;
   c.router_bias = true;
   c.expert_groups = expert_groups;
+  c.nextn_layers = nextn_layers;
   c.published_params = published;
   return c;
 }
@@ -105,8 +107,10 @@ std::vector<ModelConfig> AllPresets() {
       Llama("llama-3.1-70b", 8192, 80, 64, 8, 28672, 70.6e9),
       Qwen3Moe("qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 768, 30.5e9),
       Qwen3Moe("qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 1536, 235e9),
-      DeepseekV3Like("deepseek-v3", 128, 256, 3, 129280, 8, 671e9),  // n_group 8
-      DeepseekV3Like("kimi-k2", 64, 384, 1, 163840, 1, 1.03e12),     // n_group 1
+      // n_group 8, num_nextn_predict_layers 1
+      DeepseekV3Like("deepseek-v3", 128, 256, 3, 129280, 8, 1, 671e9),
+      // n_group 1, num_nextn_predict_layers 0 (its config.json ships no MTP layer)
+      DeepseekV3Like("kimi-k2", 64, 384, 1, 163840, 1, 0, 1.03e12),
       NemotronH8B(),
   };
 }
@@ -151,6 +155,7 @@ class TensorListBuilder {
     }
     Add(c_.family == ModelFamily::kNemotronH ? "backbone.norm_f.weight" : "model.norm.weight", {h});
     if (!c_.tie_embeddings) Add("lm_head.weight", {c_.vocab, h});
+    for (int64_t i = 0; i < c_.mtp_layers; ++i) MtpLayer(c_.num_layers + i);
     return std::move(out_);
   }
 
@@ -219,6 +224,18 @@ class TensorListBuilder {
     }
   }
 
+  // DeepSeek-V3's checkpoint: model.layers.<61 + i>.{enorm, hnorm, eh_proj, shared_head.norm} and
+  // a decoder layer under the same prefix (modeling_deepseek.py / Megatron-Bridge's
+  // src/megatron/bridge/models/deepseek/common.py MTP mappings).
+  void MtpLayer(int64_t l) {
+    const int64_t h = c_.hidden;
+    AddLayer(l, "enorm.weight", {h});
+    AddLayer(l, "hnorm.weight", {h});
+    AddLayer(l, "eh_proj.weight", {h, 2 * h});
+    DecoderLayer(l);
+    AddLayer(l, "shared_head.norm.weight", {h});
+  }
+
   void MambaLayer(int64_t l) {
     const int64_t h = c_.hidden;
     AddLayer(l, "norm.weight", {h});
@@ -255,6 +272,7 @@ LayerKind ModelConfig::KindOfLayer(int64_t layer) const {
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer) const {
+  if (layer >= num_layers) return IsMoeLayer(num_layers - 1);
   return IsMoe() && KindOfLayer(layer) == LayerKind::kDecoder && layer >= first_dense_layers;
 }
 
@@ -290,6 +308,15 @@ Status ModelConfig::Validate() const {
     FERRY_RETURN_IF_ERROR(positive(qk_rope_head_dim, "qk_rope_head_dim"));
     FERRY_RETURN_IF_ERROR(positive(v_head_dim, "v_head_dim"));
   }
+  if (nextn_layers < 0 || mtp_layers < 0 || mtp_layers > nextn_layers) {
+    return InvalidArgument("model '" + name + "': " + std::to_string(mtp_layers) +
+                           " MTP layers asked for, its checkpoint carries " +
+                           std::to_string(nextn_layers) + " (num_nextn_predict_layers)");
+  }
+  if (nextn_layers > 0 && (family == ModelFamily::kNemotronH || tie_embeddings)) {
+    return InvalidArgument("model '" + name + "': MTP layers are modelled for untied GPT models "
+                           "only");
+  }
   if (family == ModelFamily::kNemotronH) {
     if (static_cast<int64_t>(hybrid_pattern.size()) != num_layers) {
       return InvalidArgument("model '" + name + "': hybrid pattern has " +
@@ -312,6 +339,13 @@ Status ModelConfig::Validate() const {
     }
   }
   return Status::Ok();
+}
+
+Result<ModelPreset> WithMtpLayers(const ModelPreset& preset, int64_t mtp_layers) {
+  if (preset.config().mtp_layers == mtp_layers) return preset;
+  ModelConfig c = preset.config();
+  c.mtp_layers = mtp_layers;
+  return ModelPreset::FromConfig(c);
 }
 
 Result<ModelPreset> ModelPreset::FromConfig(const ModelConfig& config) {
@@ -425,6 +459,10 @@ Result<ModelPreset> MakePreset(const std::string& name, double scale) {
 
 std::string LayerTensorName(const ModelConfig& config, int64_t layer, const std::string& suffix) {
   return Prefix(config) + ".layers." + std::to_string(layer) + "." + suffix;
+}
+
+std::string MtpTensorName(const ModelConfig& config, int64_t mtp, const std::string& suffix) {
+  return LayerTensorName(config, config.num_layers + mtp, suffix);
 }
 
 std::string ExpertTensorName(const ModelConfig& config, int64_t layer, int64_t expert,

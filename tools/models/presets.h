@@ -1,8 +1,9 @@
 // Model presets: the weight tensors (Hugging Face names, shapes, dtype) and structural config of real
 // models, from their public configs, for planning and simulating refits without the checkpoints.
 // Families: Llama (dense GQA), Qwen3-MoE (GQA + QK norm + routed experts), DeepSeek-V3 (MLA with
-// q/kv LoRA, dense-then-MoE, shared expert; MTP layer left out) and Nemotron-H (hybrid Mamba-2 /
-// attention / MLP layers). `ScaleConfig` shrinks the dims while keeping the structure, for local runs.
+// q/kv LoRA, dense-then-MoE, shared expert, multi-token prediction layers) and Nemotron-H (hybrid
+// Mamba-2 / attention / MLP layers). `ScaleConfig` shrinks the dims while keeping the structure, for
+// local runs.
 //
 // Everything here is a plain value; functions are pure and thread-safe.
 #pragma once
@@ -72,13 +73,24 @@ struct ModelConfig {
   int64_t mamba_groups = 0;
   int64_t conv_kernel = 0;
 
+  // Multi-token prediction (DeepSeek-V3): the checkpoint's num_nextn_predict_layers MTP layers,
+  // "model.layers.<num_layers + i>.*", each an embedding norm (enorm), a hidden-state norm (hnorm),
+  // eh_proj [hidden, 2*hidden] over [enorm(embedding); hnorm(hidden)], a decoder layer like the last
+  // one and the shared head's norm (shared_head.norm). Their copies of the embedding and output
+  // layer (embed_tokens, shared_head.head) are the model's own, left out. mtp_layers: how many of
+  // them this preset's tensor list holds (0 by default: the published parameter count excludes
+  // them; WithMtpLayers adds them).
+  int64_t nextn_layers = 0;
+  int64_t mtp_layers = 0;
+
   // The parameter count the model's authors publish (0 when unknown, e.g. for a scaled config).
   double published_params = 0;
 
   bool IsMoe() const { return num_experts > 0; }
   bool IsMla() const { return kv_lora_rank > 0; }
   LayerKind KindOfLayer(int64_t layer) const;
-  // True for a decoder layer whose MLP is a mixture of experts.
+  // True for a decoder layer whose MLP is a mixture of experts; an MTP layer (layer >= num_layers)
+  // is one when the last decoder layer is.
   bool IsMoeLayer(int64_t layer) const;
   int64_t MambaInner() const { return mamba_num_heads * mamba_head_dim; }
   // Channels through Mamba's causal conv: x, B and C.
@@ -108,6 +120,10 @@ class ModelPreset {
   std::unordered_map<std::string, int> index_;
 };
 
+// `preset` with its first `mtp_layers` MTP layers' tensors (0: none); InvalidArgument when the
+// model's checkpoint carries fewer (ModelConfig::nextn_layers).
+Result<ModelPreset> WithMtpLayers(const ModelPreset& preset, int64_t mtp_layers);
+
 // Names of the built-in presets: llama-3.1-8b, llama-3.1-70b, qwen3-30b-a3b, qwen3-235b-a22b,
 // deepseek-v3, kimi-k2, nemotron-h-8b.
 std::vector<std::string> PresetNames();
@@ -128,6 +144,8 @@ Result<ModelPreset> MakePreset(const std::string& name, double scale = 1.0);
 // Helpers naming per-layer tensors the way Hugging Face checkpoints do; `prefix` is "model" for
 // most families and "backbone" for Nemotron-H.
 std::string LayerTensorName(const ModelConfig& config, int64_t layer, const std::string& suffix);
+// The checkpoint name of MTP layer `mtp` (0-based): LayerTensorName of layer num_layers + mtp.
+std::string MtpTensorName(const ModelConfig& config, int64_t mtp, const std::string& suffix);
 std::string ExpertTensorName(const ModelConfig& config, int64_t layer, int64_t expert,
                              const std::string& proj);  // proj: gate_proj, up_proj or down_proj
 // The tensor stack of one projection of every routed expert of `layer` (core/layout/

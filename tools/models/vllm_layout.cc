@@ -70,9 +70,13 @@ class VllmWriter : public LayoutWriter {
       // vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: the embedding's split
       FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, padded / v_.tp, "lm_head.weight"));
     }
+    for (int64_t i = 0; i < v_.mtp; ++i) {
+      Status st = MtpLayer(i);
+      if (!st.ok()) return st.WithContext("vllm MTP layer " + Num(i));
+    }
     EndSection(out_, dense);
     int64_t moe_layers = 0;
-    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    for (int64_t l = 0; l < c_.num_layers + v_.mtp; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
     const int64_t world = static_cast<int64_t>(v_.tp) * v_.dp;
     const int64_t expert_fragments =
         moe_layers * world * (stack_experts_ ? 1 : c_.num_experts / v_.ep) * 3;
@@ -86,7 +90,33 @@ class VllmWriter : public LayoutWriter {
       Status st = Experts(l, "model.layers." + Num(l) + ".");
       if (!st.ok()) return st.WithContext("vllm experts of layer " + Num(l));
     }
+    for (int64_t l = c_.num_layers; l < c_.num_layers + v_.mtp; ++l) {
+      if (!c_.IsMoeLayer(l)) continue;
+      Status st = Experts(l, "model.layers." + Num(l) + ".mtp_block.");
+      if (!st.ok()) return st.WithContext("vllm experts of MTP layer " + Num(l));
+    }
     return CloneSection(out_, dense, Shifts(v_.dp, v_.tp));
+  }
+
+  // The drafter's MTP layer i (DP replica 0, routed experts aside), named as its parameters are:
+  // vllm/model_executor/models/deepseek_mtp.py DeepSeekMultiTokenPredictor.layers keyed by the
+  // checkpoint's layer number num_layers + i; DeepSeekMultiTokenPredictorLayer: enorm and hnorm
+  // (RMSNorm), eh_proj a replicated linear (the whole [h, 2h] on every rank), shared_head.norm,
+  // and mtp_block a DeepseekV2DecoderLayer sharded as the target's layers (_rewrite_spec_layer_name
+  // puts the checkpoint's layer weights under mtp_block). shared_head.head and embed_tokens are the
+  // target's lm_head and embed_tokens (vllm/v1/spec_decode/llm_base_proposer.py
+  // _maybe_share_embeddings and _maybe_share_lm_head: an MTP drafter always shares them, without
+  // pipeline parallelism), so they hold no bytes of their own.
+  Status MtpLayer(int64_t i) {
+    const int64_t l = c_.num_layers + i;
+    const std::string p = "model.layers." + Num(l) + ".";
+    FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "enorm.weight"), all_, p + "enorm.weight"));
+    FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "hnorm.weight"), all_, p + "hnorm.weight"));
+    FERRY_RETURN_IF_ERROR(
+        Replicated(MtpTensorName(c_, i, "eh_proj.weight"), all_, p + "eh_proj.weight"));
+    FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "shared_head.norm.weight"), all_,
+                                     p + "shared_head.norm.weight"));
+    return Layer(l, p + "mtp_block.");
   }
 
   Status Layer(int64_t l, const std::string& p) {

@@ -8,7 +8,11 @@
 // E mod ep one more. Attention and dense weights are replicated over DP. Vocab padded to a
 // multiple of 64 and split over tp (tools/models/vocab_padding.h). Mamba's A is marked as stored
 // transformed (fp32 -exp(A_log)). engines=N repeats the whole engine N times on the next ranks
-// (independent instances, each with every expert).
+// (independent instances, each with every expert). mtp=N: the speculative-decoding drafter's MTP
+// layers "model.layers.<L>.{enorm, hnorm, eh_proj, shared_head.norm, mtp_block.*}" (L from
+// num_layers) on every rank of the engine, eh_proj replicated, mtp_block sharded as a decoder
+// layer; the drafter shares the target's embed_tokens and lm_head, so it holds no copy of them
+// (vllm/model_executor/models/deepseek_mtp.py, vllm/v1/spec_decode/llm_base_proposer.py).
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -21,7 +25,8 @@
 namespace ferry::models {
 
 // Appends the vLLM layout of `preset` under `resolved` on ranks first_rank ..
-// first_rank + tp*dp*engines - 1 to `out`. `stack_expert_tensors`:
+// first_rank + tp*dp*engines - 1 to `out`. With resolved.mtp > 0 `preset` must hold that many
+// MTP layers (WithMtpLayers). `stack_expert_tensors`:
 // FrameworkSpec::stack_expert_tensors.
 Status BuildVllmLayout(const ModelPreset& preset, const VllmParallel& resolved,
                        bool stack_expert_tensors, int first_rank, Layout& out);

@@ -1,10 +1,10 @@
 // `ferry run` end to end: the real binary launches one process per rank and verifies every
 // destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
 // vLLM's Mamba A stored as -exp(A_log), uneven and strided layouts from files, a hybrid Mamba
-// model from distributed-optimizer buffers, --memory cuda (or its error where there is no GPU), a
-// leak check over 200 refits, the smallest staging budget with a window of one message, and
-// failures that must end with every rank process gone. Each case runs under a deadline and kills
-// the process group.
+// model from distributed-optimizer buffers, DeepSeek-V3's MTP layer, --memory cuda (or its error
+// where there is no GPU), a leak check over 200 refits, the smallest staging budget with a window
+// of one message, and failures that must end with every rank process gone. Each case runs under a
+// deadline and kills the process group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,6 +104,40 @@ TEST(RunIntegrationTest, NemotronMambaAIsMinusExpOfALogVerified) {
     EXPECT_EQ(Count(o.output, "bit-exact, A = -exp(A_log) to the CPU reference (std::exp)"), strategies)
         << o.output;
   }
+}
+
+// The 4th field of the one row `ferry run --results` appended: bytes delivered to destination
+// fragments; -1 when the file has no such row.
+int64_t DeliveredBytes(const std::string& csv) {
+  std::ifstream in(csv);
+  std::string row;
+  std::getline(in, row);
+  std::stringstream fields(row);
+  std::string field;
+  for (int i = 0; i < 4 && std::getline(fields, field, ','); ++i) {
+  }
+  return field.empty() ? -1 : std::stoll(field);
+}
+
+// DeepSeek-V3 with its MTP layer on both sides: Megatron's MTP block on the last of two pipeline
+// stages -> vLLM's drafter on both TP ranks, every destination byte verified; the drafter's bytes
+// are delivered on top of those of the same refit without MTP.
+TEST(RunIntegrationTest, DeepseekMtpLayerVerified) {
+  int64_t delivered[2] = {0, 0};
+  for (int mtp : {0, 1}) {
+    const std::string on = mtp == 1 ? ",mtp=1" : "";
+    const std::string csv =
+        std::string(std::getenv("TEST_TMPDIR")) + "/mtp" + std::to_string(mtp) + ".csv";
+    Outcome o = RunFerry({"run", "--model", "deepseek-v3", "--scale", "1/256", "--src",
+                          "megatron:tp=2,pp=2,first=31" + on, "--dst", "vllm:tp=2" + on,
+                          "--strategy", "reshard", "--verify", "--iterations", "1", "--warmup",
+                          "0", "--results", csv},
+                         120);
+    ExpectVerified(o, 1);
+    delivered[mtp] = DeliveredBytes(csv);
+  }
+  EXPECT_GT(delivered[0], 0);
+  EXPECT_GT(delivered[1], delivered[0]);
 }
 
 // A flipped fp8 byte is named by buffer, matrix and element; the baseline refuses to quantize.

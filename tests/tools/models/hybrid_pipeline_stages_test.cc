@@ -92,7 +92,7 @@ TEST(HybridPipelineStagesTest, WhatMegatronRejects) {
   MegatronPipelineArgs layout = Args(2);
   layout.layout = "Ettt|tttL";
   EXPECT_TRUE(Says(Rejection("M-M*-M", layout), "--pipeline-model-parallel-layout"));
-  // Not Megatron's rejections: a pattern of other layers, and MTP layers the presets leave out.
+  // Not Megatron's rejections: a pattern of other layers, and MTP layers of a hybrid model.
   EXPECT_TRUE(Says(Rejection("M-M*-M", Args(2, "M-M|-M")), "is not the model's hybrid layer"));
   EXPECT_TRUE(Says(Rejection("M-M*-M", Args(2, "M-M|*-M/M")), "multi-token prediction"));
 }

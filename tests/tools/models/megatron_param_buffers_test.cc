@@ -50,6 +50,62 @@ TEST(MegatronParamBuffersTest, ParamOrder) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(MegatronParamBuffersTest, MtpParamOrder) {
+  // megatron/core/models/gpt/gpt_model.py registers the decoder, then the MTP block, then the
+  // output layer; megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer
+  // enorm, hnorm, eh_proj, mtp_model_layer, final_layernorm.
+  auto key = [](const std::string& n) { return MegatronParamOrder(n).value(); };
+  const std::vector<std::string> order = {
+      "decoder.layers.9.mlp.linear_fc2.weight",
+      "decoder.final_layernorm.weight",
+      "mtp.layers.0.enorm.weight",
+      "mtp.layers.0.hnorm.weight",
+      "mtp.layers.0.eh_proj.weight",
+      "mtp.layers.0.mtp_model_layer.input_layernorm.weight",
+      "mtp.layers.0.mtp_model_layer.self_attention.linear_proj.weight",
+      "mtp.layers.0.mtp_model_layer.mlp.router.weight",
+      "mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc1.weight3",
+      "mtp.layers.0.mtp_model_layer.mlp.shared_experts.linear_fc2.weight",
+      "mtp.layers.0.final_layernorm.weight",
+      "mtp.layers.1.enorm.weight",
+      "output_layer.weight"};
+  for (size_t i = 1; i < order.size(); ++i) {
+    EXPECT_TRUE(key(order[i - 1]) < key(order[i])) << order[i - 1] << " before " << order[i];
+  }
+  // The inner layer's routed experts go with the expert-parallel buffers, as a decoder layer's.
+  EXPECT_TRUE(key("mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc1.weight3").expert);
+  EXPECT_TRUE(key("decoder.layers.3.mlp.experts.local_experts.1.linear_fc2.weight").expert);
+  EXPECT_FALSE(key("mtp.layers.0.mtp_model_layer.mlp.shared_experts.linear_fc1.weight").expert);
+  EXPECT_EQ(MegatronParamOrder("mtp.layers.0.mtp_model_layer.mlp.router.expert_bias").status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(MegatronParamOrder("mtp.layers.0.shared_head.weight").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(MegatronParamBuffersTest, ExpertParallelMtpExpertsInTheExpertBuffers) {
+  // ep 2: the MTP layer's experts join its stage's expert_parallel_buffers, its dense parameters
+  // the stage's buffers.
+  ModelPreset ds = Preset("deepseek-v3", 1.0 / 256);
+  Layout l = BuildAsSpecified(ds, "megatron:pp=2,first=31,ep=2,mtp=1,buffers=distopt");
+  const int t = l.FindTensor("model.layers.61.mlp.experts.[0:256].down_proj.weight");
+  const int eh = l.FindTensor("model.layers.61.eh_proj.weight");
+  ASSERT_GE(t, 0);
+  ASSERT_GE(eh, 0);
+  int experts = 0, projections = 0;
+  for (const Fragment& f : l.fragments) {
+    const std::string& buffer = l.buffers[f.loc.buffer].name;
+    if (f.tensor == t) {
+      EXPECT_EQ(buffer, "expert_parallel_buffers.0.param_data");
+      ++experts;
+    } else if (f.tensor == eh) {
+      EXPECT_EQ(buffer, "buffers.0.param_data");
+      ++projections;
+    }
+  }
+  EXPECT_GT(experts, 0);
+  EXPECT_GT(projections, 0);
+}
+
 TEST(MegatronParamBuffersTest, MambaParamOrder) {
   // MambaMixer's own parameters (conv1d_weight, conv1d_bias, dt_bias, A_log, D, in the order
   // __init__ creates them) come before its child modules' (in_proj, norm, out_proj); the hybrid

@@ -155,7 +155,7 @@ TEST(PipelineStagesTest, ParsesAsParseStrToList) {
 
 TEST(PipelineStagesTest, LayoutStringAsMegatronsExample) {
   // docs/user-guide/features/pipeline_parallel_layout.md's DeepSeek-V3 layout for PP16 x VPP2
-  // with its MTP stage left empty (ferry's presets have no MTP layer): stage i is chunk i / 16 of
+  // with its MTP stage left empty (no mtp): stage i is chunk i / 16 of
   // rank i % 16. Chunk 0: rank 0 layers 0-2, rank r layers 2r+1, 2r+2; chunk 1: rank r < 14 layers
   // 33 + 2r, 34 + 2r; rank 14 empty; rank 15 the loss.
   MegatronPipeline p = MegatronPipelineOf(61, Args(16, 0, 0, 0, 0, "Et*3|(tt|)*29,|L")).value();
@@ -171,6 +171,46 @@ TEST(PipelineStagesTest, LayoutStringAsMegatronsExample) {
   for (const LayerPlace& l : p.layers) EXPECT_FALSE(l.pp_rank >= 14 && l.vstage == 1);
   // No VPP: one stage a rank.
   EXPECT_EQ(Ranks(4, Args(2, 0, 0, 0, 0, "Ettt|tL")), (std::vector<int>{0, 0, 0, 1}));
+}
+
+TEST(PipelineStagesTest, MtpBlockWhereMegatronPutsIt) {
+  // The same document's layout with its MTP layer: "m" is stage 30, chunk 1 of rank 14 (a stage
+  // before the loss's: get_mtp_ranks, "mtp_standalone").
+  MegatronPipelineArgs args = Args(16, 0, 0, 0, 0, "Et*3|(tt|)*29,m|L");
+  args.mtp_layers = 1;
+  MegatronPipeline p = MegatronPipelineOf(61, args).value();
+  EXPECT_EQ(p.mtp.pp_rank, 14);
+  EXPECT_EQ(p.mtp.vstage, 1);
+  // Without a layout string: the last virtual stage of the last rank (mtp_on_this_rank,
+  // MultiTokenPredictionBlock's assertion).
+  MegatronPipelineArgs interleaved = Args(4, 0, 0, 2);
+  interleaved.mtp_layers = 1;
+  p = MegatronPipelineOf(32, interleaved).value();
+  EXPECT_EQ(p.mtp.pp_rank, 3);
+  EXPECT_EQ(p.mtp.vstage, 1);
+  EXPECT_EQ(MegatronPipelineOf(32, Args(4)).value().mtp.pp_rank, -1);
+}
+
+TEST(PipelineStagesTest, RejectsMtpLayoutsAsMegatron) {
+  // megatron/core/transformer/pipeline_parallel_layer_layout.py validate_layer_layout
+  struct Case {
+    int pp, mtp;
+    std::string layout, reason;
+  };
+  const std::vector<Case> cases = {
+      {2, 1, "Et|tL", "Number of mtp layers in layout must match mtp_num_layers (0 m in the layout, "
+                      "mtp=1)"},
+      {2, 1, "Etm|tL", "decoder layers must be placed before MTP layers"},
+      {2, 1, "Et|tm|L|", "MTP should be always in the last virtual pipeline stage"},
+      {3, 2, "Et|tm|mL", "All of the MTP layers must be in the same one virtual pipeline stage"},
+  };
+  for (const Case& c : cases) {
+    Result<MegatronLayoutCounts> r = MegatronLayoutLayerCounts(c.layout, c.pp, 2, c.mtp);
+    ASSERT_FALSE(r.ok()) << c.layout;
+    EXPECT_TRUE(Says(r.status().message(), c.reason)) << c.layout << ": " << r.status().message();
+  }
+  // Two MTP layers together in the last stage are fine.
+  EXPECT_EQ(MegatronLayoutLayerCounts("Et|tmmL", 2, 2, 2).value().mtp_stage, 1);
 }
 
 TEST(PipelineStagesTest, RejectsLayoutsAsMegatron) {

@@ -80,7 +80,7 @@ TEST(PresetsTest, DeepseekV3HasMlaDenseThenMoeAndNoMtp) {
             (std::vector<int64_t>{128 * 256, 512}));
   EXPECT_EQ(p.Find("model.layers.60.self_attn.o_proj.weight")->shape,
             (std::vector<int64_t>{7168, 128 * 128}));
-  EXPECT_EQ(p.Find("model.layers.61.self_attn.o_proj.weight"), nullptr);  // MTP layer left out
+  EXPECT_EQ(p.Find("model.layers.61.self_attn.o_proj.weight"), nullptr);  // MTP only when asked for
 }
 
 TEST(PresetsTest, KimiK2HasOneDenseLayerAnd384Experts) {

@@ -1,0 +1,252 @@
+// Tests for the multi-token prediction (MTP) layers of the framework layouts: hand-worked boxes,
+// buffers and offsets of a tiny DeepSeek-like model with one MTP layer, derived from the upstream
+// code each case names (Megatron-Core's megatron/core/transformer/multi_token_prediction.py and
+// megatron/core/models/gpt/gpt_model.py, Megatron-Bridge's
+// src/megatron/bridge/models/deepseek/common.py, vLLM's
+// vllm/model_executor/models/deepseek_mtp.py and vllm/v1/spec_decode/llm_base_proposer.py), and
+// the configurations the frameworks reject.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/tools/models/framework_layouts_testutil.h"
+#include "tools/models/layout_explain.h"
+
+namespace ferry::models {
+namespace {
+
+// Two decoder layers (hidden 8, MLA with 2 heads, q/kv LoRA ranks 4, nope/rope/v head dims 2, a
+// dense first layer of FFN 16, then 4 routed experts of FFN 4 and a shared expert), a vocabulary
+// of 64 and one MTP layer, model.layers.2.
+ModelConfig TinyDeepseek(bool moe) {
+  ModelConfig c = OneLayerConfig("tiny-ds", ModelFamily::kDeepseekV3, 8, 2, 2, 4, 64);
+  c.num_layers = 2;
+  c.q_lora_rank = 4;
+  c.kv_lora_rank = 4;
+  c.qk_nope_head_dim = 2;
+  c.qk_rope_head_dim = 2;
+  c.v_head_dim = 2;
+  c.intermediate = 16;
+  if (moe) {
+    c.num_experts = 4;
+    c.num_shared_experts = 1;
+    c.moe_intermediate = 4;
+    c.first_dense_layers = 1;
+    c.router_bias = true;
+  }
+  c.nextn_layers = 1;
+  c.mtp_layers = 1;
+  return c;
+}
+
+bool Says(const Status& st, const std::string& part) {
+  return st.message().find(part) != std::string::npos;
+}
+
+TEST(MtpLayoutTest, CheckpointTensorsOfTheMtpLayer) {
+  // DeepSeek-V3's checkpoint: model.layers.61.{enorm, hnorm, eh_proj, shared_head.norm} and the
+  // decoder layer's tensors under the same prefix (a MoE layer like the last one).
+  ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
+  EXPECT_EQ(ds.config().nextn_layers, 1);
+  EXPECT_EQ(ds.Find("model.layers.61.enorm.weight"), nullptr);  // none unless asked for
+  ModelPreset with = WithMtpLayers(ds, 1).value();
+  const int64_t h = ds.config().hidden;
+  EXPECT_EQ(with.Find("model.layers.61.eh_proj.weight")->shape, (std::vector<int64_t>{h, 2 * h}));
+  EXPECT_EQ(with.Find("model.layers.61.shared_head.norm.weight")->shape, (std::vector<int64_t>{h}));
+  EXPECT_NE(with.Find("model.layers.61.mlp.experts.255.down_proj.weight"), nullptr);
+  EXPECT_NE(with.Find("model.layers.61.mlp.gate.e_score_correction_bias"), nullptr);
+  EXPECT_EQ(with.Find("model.layers.61.embed_tokens.weight"), nullptr);  // the model's own
+  EXPECT_FALSE(WithMtpLayers(ds, 2).ok());
+  EXPECT_EQ(Preset("kimi-k2", 1.0 / 64).config().nextn_layers, 0);  // num_nextn_predict_layers 0
+}
+
+TEST(MtpLayoutTest, MegatronMtpBlockOnTheLastStage) {
+  ModelPreset p = PresetOf(TinyDeepseek(true));
+  // tp 2, pp 2, ep 1 (etp = tp): ranks 0-1 stage 0, ranks 2-3 stage 1; the vocabulary padded to a
+  // multiple of 32 * 2 = 64, 32 rows a rank.
+  Layout l = Build(p, "megatron:tp=2,pp=2,vocab_divisible_by=32,mtp=1");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    // the embedding on stage 0 and its copy on the MTP stage
+    if (n == "model.embed_tokens.weight") return 2;
+    return TpReplicated(n) && !IsExpert(n) ? 2 : 1;
+  });
+  // ColumnParallelLinear(2h -> h): TP rank i holds output rows [4i, 4i + 4) of [8, 16].
+  for (int i = 0; i < 2; ++i) {
+    auto eh = FragmentsIn(l, 2 + i, "mtp.layers.0.eh_proj.weight", "model.layers.2.eh_proj.weight");
+    ASSERT_EQ(eh.size(), 1u);
+    EXPECT_EQ(eh[0].box.lo[0], 4 * i);
+    EXPECT_EQ(eh[0].box.hi[0], 4 * i + 4);
+    EXPECT_EQ(eh[0].box.hi[1], 16);
+    EXPECT_EQ(eh[0].loc.byte_offset, 0);
+    EXPECT_EQ(l.buffers[l.FindBuffer(2 + i, "mtp.layers.0.eh_proj.weight")].bytes, 4 * 16 * 2);
+  }
+  EXPECT_EQ(FragmentsIn(l, 3, "mtp.layers.0.enorm.weight", "model.layers.2.enorm.weight").size(), 1u);
+  EXPECT_EQ(FragmentsIn(l, 3, "mtp.layers.0.hnorm.weight", "model.layers.2.hnorm.weight").size(), 1u);
+  // Megatron-Bridge: final_layernorm <-> shared_head.norm, the decoder layer under mtp_model_layer.
+  EXPECT_EQ(FragmentsIn(l, 2, "mtp.layers.0.final_layernorm.weight",
+                        "model.layers.2.shared_head.norm.weight").size(), 1u);
+  auto q_up = FragmentsIn(l, 3, "mtp.layers.0.mtp_model_layer.self_attention.linear_q_up_proj.weight",
+                          "model.layers.2.self_attn.q_b_proj.weight");
+  ASSERT_EQ(q_up.size(), 1u);
+  EXPECT_EQ(q_up[0].box.lo[0], 4);  // head 1's 4 rows of [8, 4]
+  EXPECT_EQ(FragmentsIn(l, 2, "mtp.layers.0.mtp_model_layer.mlp.router.weight",
+                        "model.layers.2.mlp.gate.weight").size(), 1u);
+  // Routed experts as the decoder's (SequentialMLP, ep 1): every expert on both TP ranks, FFN rows
+  // split in two: rank 3 holds expert 3's gate rows [2, 4), then its up rows [2, 4).
+  auto fc1 = "mtp.layers.0.mtp_model_layer.mlp.experts.local_experts.3.linear_fc1.weight";
+  auto up = FragmentsIn(l, 3, fc1, "model.layers.2.mlp.experts.3.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box.lo[0], 2);
+  EXPECT_EQ(up[0].loc.byte_offset, 2 * 8 * 2);
+  // gpt_model.py: the MTP stage builds the embedding too, a copy with the first stage's split.
+  auto copy = FragmentsIn(l, 3, "embedding.word_embeddings.weight", "model.embed_tokens.weight");
+  ASSERT_EQ(copy.size(), 1u);
+  EXPECT_EQ(copy[0].box.lo[0], 32);
+  EXPECT_EQ(copy[0].box.hi[0], 64);
+  // Nothing of it on stage 0; the decoder's last layer stays decoder.layers.0 of stage 1.
+  EXPECT_EQ(l.FindBuffer(0, "mtp.layers.0.eh_proj.weight"), -1);
+  EXPECT_EQ(FragmentsIn(l, 2, "decoder.layers.0.mlp.router.weight",
+                        "model.layers.1.mlp.gate.weight").size(), 1u);
+}
+
+TEST(MtpLayoutTest, MegatronMtpStandaloneByLayoutString) {
+  // "Et|t|m|L" over pp 2: stage 2 ("m") is chunk 1 of rank 0, a stage without the embedding of
+  // chunk 0, so it keeps its own copy (model1.embedding...); the loss is chunk 1 of rank 1.
+  ModelPreset p = PresetOf(TinyDeepseek(false));
+  Layout l = Build(p, "megatron:pp=2,vocab_divisible_by=64,mtp=1,layout=Et|t|m|L");
+  EXPECT_EQ(FragmentsIn(l, 0, "model1.mtp.layers.0.eh_proj.weight",
+                        "model.layers.2.eh_proj.weight").size(), 1u);
+  EXPECT_EQ(FragmentsIn(l, 0, "model1.embedding.word_embeddings.weight",
+                        "model.embed_tokens.weight").size(), 1u);
+  EXPECT_EQ(FragmentsIn(l, 0, "model0.embedding.word_embeddings.weight",
+                        "model.embed_tokens.weight").size(), 1u);
+  EXPECT_GE(l.FindBuffer(1, "model1.output_layer.weight"), 0);
+  EXPECT_EQ(l.FindBuffer(1, "model1.mtp.layers.0.eh_proj.weight"), -1);
+  // On the embedding's own stage (pp 1) there is no second copy.
+  Layout one = Build(p, "megatron:tp=1,vocab_divisible_by=64,mtp=1");
+  EXPECT_EQ(FragmentsIn(one, 0, "embedding.word_embeddings.weight", "model.embed_tokens.weight").size(),
+            1u);
+  EXPECT_GE(one.FindBuffer(0, "mtp.layers.0.enorm.weight"), 0);
+}
+
+TEST(MtpLayoutTest, MegatronDistributedOptimizerOrder) {
+  // Rank 1 (tp 1, pp 2: stage 1) in named_parameters() order: the embedding copy (512 elements,
+  // shared_embedding), decoder.layers.0 (input_layernorm 8, linear_proj 32, linear_q_down_proj 32,
+  // linear_q_up_proj.layer_norm_weight 4, linear_q_up_proj 32, linear_kv_down_proj 48,
+  // linear_kv_up_proj.layer_norm_weight 4, linear_kv_up_proj 32, linear_fc1.layer_norm_weight 8,
+  // linear_fc1 256, linear_fc2 128), decoder.final_layernorm 8, mtp.layers.0 (enorm 8, hnorm 8,
+  // eh_proj 128, mtp_model_layer as decoder.layers.0, final_layernorm 8), output_layer 512.
+  // distrib_optimizer.py lays them out in reverse, each start rounded up to 64, the embedding in a
+  // bucket of its own that starts at the previous bucket's end padded to 128:
+  // output_layer 0, final_layernorm 512, mtp_model_layer.linear_fc2 576, ... its input_layernorm
+  // 1472, eh_proj 1536, hnorm 1664, enorm 1728, decoder.final_layernorm 1792, decoder.layers.0's
+  // linear_fc2 1856, ... its input_layernorm 2752 (ends 2760, bucket end 2816), embedding 2816.
+  ModelPreset p = PresetOf(TinyDeepseek(false));
+  Layout l = Build(p, "megatron:pp=2,vocab_divisible_by=64,mtp=1,buffers=distopt");
+  auto start = [&](const std::string& tensor) {
+    auto f = FragmentsIn(l, 1, "buffers.0.param_data", tensor);
+    EXPECT_EQ(f.size(), 1u) << tensor;
+    return f.empty() ? -1 : f[0].loc.byte_offset / 2;
+  };
+  EXPECT_EQ(start("lm_head.weight"), 0);
+  EXPECT_EQ(start("model.layers.2.shared_head.norm.weight"), 512);
+  EXPECT_EQ(start("model.layers.2.mlp.down_proj.weight"), 576);
+  EXPECT_EQ(start("model.layers.2.input_layernorm.weight"), 1472);
+  EXPECT_EQ(start("model.layers.2.eh_proj.weight"), 1536);
+  EXPECT_EQ(start("model.layers.2.hnorm.weight"), 1664);
+  EXPECT_EQ(start("model.layers.2.enorm.weight"), 1728);
+  EXPECT_EQ(start("model.norm.weight"), 1792);
+  EXPECT_EQ(start("model.layers.1.mlp.down_proj.weight"), 1856);
+  EXPECT_EQ(start("model.layers.1.input_layernorm.weight"), 2752);
+  EXPECT_EQ(start("model.embed_tokens.weight"), 2816);
+  EXPECT_EQ(l.buffers[l.FindBuffer(1, "buffers.0.param_data")].bytes, 3328 * 2);
+}
+
+TEST(MtpLayoutTest, VllmDrafterLayers) {
+  ModelPreset p = PresetOf(TinyDeepseek(true));
+  Layout l = Build(p, "vllm:tp=2,mtp=1");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    return n == "model.layers.2.eh_proj.weight" || (TpReplicated(n) && !IsExpert(n)) ? 2 : 1;
+  });
+  // deepseek_mtp.py: eh_proj a replicated linear, the whole [8, 16] on each rank.
+  for (int rank : {0, 1}) {
+    auto eh = FragmentsIn(l, rank, "model.layers.2.eh_proj.weight", "model.layers.2.eh_proj.weight");
+    ASSERT_EQ(eh.size(), 1u);
+    EXPECT_EQ(eh[0].box.lo[0], 0);
+    EXPECT_EQ(eh[0].box.hi[0], 8);
+    EXPECT_EQ(l.buffers[l.FindBuffer(rank, "model.layers.2.eh_proj.weight")].bytes, 8 * 16 * 2);
+  }
+  EXPECT_EQ(FragmentsIn(l, 1, "model.layers.2.shared_head.norm.weight",
+                        "model.layers.2.shared_head.norm.weight").size(), 1u);
+  // mtp_block: a DeepseekV2DecoderLayer sharded as the target's (q_b_proj by head, FusedMoE).
+  auto q_b = FragmentsIn(l, 1, "model.layers.2.mtp_block.self_attn.q_b_proj.weight",
+                         "model.layers.2.self_attn.q_b_proj.weight");
+  ASSERT_EQ(q_b.size(), 1u);
+  EXPECT_EQ(q_b[0].box.lo[0], 4);
+  // w13 of rank 1 (ep 1, FFN split in two): expert e's [gate rows 2-3; up rows 2-3], 4 rows of 8.
+  auto w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  auto up = FragmentsIn(l, 1, w13, "model.layers.2.mlp.experts.1.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box.lo[0], 2);
+  EXPECT_EQ(up[0].loc.byte_offset, (1 * 4 + 2) * 8 * 2);
+  // llm_base_proposer.py: the drafter shares the target's embed_tokens and lm_head; no copy.
+  for (const BufferSpec& b : l.buffers) {
+    EXPECT_EQ(b.name.find("shared_head.head"), std::string::npos);
+    EXPECT_TRUE(b.name.find("embed_tokens") == std::string::npos ||
+                b.name == "model.embed_tokens.weight");
+  }
+}
+
+TEST(MtpLayoutTest, WithoutMtpTheLayoutsHaveNone) {
+  ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
+  for (const char* spec : {"megatron:tp=2,pp=2,first=31", "vllm:tp=2"}) {
+    Result<Layout> l = BuildFrameworkLayout(ds, Spec(spec));
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(l->FindTensor("model.layers.61.eh_proj.weight"), -1) << spec;
+    EXPECT_EQ(Spec(spec).ToString().find("mtp"), std::string::npos);
+  }
+  EXPECT_EQ(Spec("megatron:mtp=1").ToString(), "megatron:tp=1,pp=1,ep=1,cp=1,mtp=1");
+  EXPECT_EQ(Spec("vllm:mtp=1").ToString(), "vllm:tp=1,dp=1,ep=1,mtp=1");
+}
+
+TEST(MtpLayoutTest, RejectedAsTheFrameworksWould) {
+  ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
+  auto rejects = [](const ModelPreset& p, const std::string& spec, const std::string& why) {
+    Result<Layout> l = BuildFrameworkLayout(p, Spec(spec));
+    ASSERT_FALSE(l.ok()) << spec;
+    EXPECT_TRUE(Says(l.status(), why)) << spec << ": " << l.status().ToString();
+  };
+  rejects(Preset("llama-3.1-8b", 1.0 / 64), "megatron:mtp=1",
+          "has no multi-token prediction layers (its config's num_nextn_predict_layers is 0)");
+  rejects(Preset("kimi-k2", 1.0 / 64), "vllm:mtp=1", "num_nextn_predict_layers is 0");
+  rejects(ds, "megatron:pp=2,first=31,mtp=2", "has 1 multi-token prediction layer(s)");
+  rejects(ds, "vllm:tp=2,mtp=1,quant=fp8_block", "FP8 storage of the MTP layer is not modelled");
+  rejects(ds, "vllm:tp=2,ep=2,mtp=1,redundant=2", "EPLB's placement of the drafter's experts");
+  rejects(ds, "megatron:pp=2,mtp=1,layout=Et*30|t*31L",
+          "Number of mtp layers in layout must match mtp_num_layers");
+  rejects(ds, "megatron:pp=2,mtp=1,layout=Et*30m|t*31L",
+          "decoder layers must be placed before MTP layers");
+  EXPECT_FALSE(ParseFrameworkSpec("megatron:mtp=-1").ok());
+}
+
+TEST(MtpLayoutTest, ExplainNamesTheMtpRules) {
+  ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
+  const FrameworkSpec megatron = ResolveFrameworkSpec(Spec("megatron:tp=2,pp=2,first=31,mtp=1"),
+                                                      ds.config()).value();
+  Layout l = BuildFrameworkLayout(ds, megatron).value();
+  std::string text = ExplainTensor(ds.config(), megatron, l, "model.layers.61.eh_proj.weight").value();
+  EXPECT_NE(text.find("rank 2  mtp.layers.0.eh_proj.weight  [0:56, 0:224)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("megatron/core/transformer/multi_token_prediction.py"), std::string::npos);
+  EXPECT_NE(text.find("src/megatron/bridge/models/deepseek/common.py"), std::string::npos);
+  const FrameworkSpec vllm = ResolveFrameworkSpec(Spec("vllm:tp=2,mtp=1"), ds.config()).value();
+  Layout v = BuildFrameworkLayout(ds, vllm).value();
+  text = ExplainTensor(ds.config(), vllm, v, "model.layers.61.eh_proj.weight").value();
+  EXPECT_NE(text.find("rank 1  model.layers.61.eh_proj.weight  [0:112, 0:224)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("vllm/model_executor/models/deepseek_mtp.py"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::models
