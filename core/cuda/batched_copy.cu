@@ -117,10 +117,10 @@ __device__ inline void CopyBlock(const CopyDescriptor& d, int64_t local_block) {
 // block's copying).
 constexpr int64_t kBlocksPerHint = 8;
 
-// Block `block` of a table's launch: finds its copy by binary search over first_block, between
-// two hints, and moves its part.
-__device__ inline void CopyTableBlock(const CopyDescriptor* descriptors, int num_copies,
-                                      const int32_t* hints, int64_t num_hints, int64_t block) {
+__global__ void BatchedCopyKernel(const CopyDescriptor* descriptors, int num_copies,
+                                  const int32_t* hints, int64_t num_hints) {
+  // Find this block's copy by binary search over first_block, between two hints.
+  const int64_t block = blockIdx.x;
   const int64_t hint = block / kBlocksPerHint;
   int lo = hints[hint];
   int hi = hint + 1 < num_hints ? hints[hint + 1] : num_copies - 1;
@@ -137,34 +137,6 @@ __device__ inline void CopyTableBlock(const CopyDescriptor* descriptors, int num
   } else {
     CopyBlock<unsigned char>(d, local_block);
   }
-}
-
-__global__ void BatchedCopyKernel(const CopyDescriptor* descriptors, int num_copies,
-                                  const int32_t* hints, int64_t num_hints) {
-  CopyTableBlock(descriptors, num_copies, hints, num_hints, blockIdx.x);
-}
-
-// Several uploaded tables launched as one kernel (kernel parameters: ~1.2 KiB of the 4 KiB
-// allowed), so that a receiver's reads that are ready together fill the GPU together rather than
-// one kernel's tail after another's.
-struct TableSet {
-  int count = 0;
-  int64_t first_block[kMaxTablesPerLaunch + 1];  // prefix sum of the tables' blocks
-  const CopyDescriptor* descriptors[kMaxTablesPerLaunch];
-  const int32_t* hints[kMaxTablesPerLaunch];
-  int num_copies[kMaxTablesPerLaunch];
-  int64_t num_hints[kMaxTablesPerLaunch];
-};
-
-__global__ void BatchedCopyTablesKernel(const __grid_constant__ TableSet set) {
-  const int64_t block = blockIdx.x;
-  int lo = 0, hi = set.count - 1;  // the last table whose first block is <= block
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (set.first_block[mid] <= block) lo = mid; else hi = mid - 1;
-  }
-  CopyTableBlock(set.descriptors[lo], set.num_copies[lo], set.hints[lo], set.num_hints[lo],
-                 block - set.first_block[lo]);
 }
 
 // Largest of 16/4/1 dividing `row_bytes` and every row's start address in both buffers.
@@ -285,40 +257,6 @@ Status CopyTable::Launch() const {
       reinterpret_cast<const int32_t*>(static_cast<const CopyDescriptor*>(table_) + count_),
       (blocks_ + kBlocksPerHint - 1) / kBlocksPerHint);
   return CudaStatus(cudaGetLastError(), "BatchedCopyKernel launch");
-}
-
-Status CopyTable::LaunchTogether(std::span<const CopyTable* const> tables) {
-  TableSet set;
-  int64_t blocks = 0;
-  void* stream = nullptr;
-  auto launch = [&]() -> Status {
-    if (set.count == 0) return Status::Ok();
-    set.first_block[set.count] = blocks;
-    BatchedCopyTablesKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                              static_cast<cudaStream_t>(stream)>>>(set);
-    set.count = 0;
-    blocks = 0;
-    return CudaStatus(cudaGetLastError(), "BatchedCopyTablesKernel launch");
-  };
-  for (const CopyTable* t : tables) {
-    if (t == nullptr || t->count_ == 0) continue;
-    if (set.count > 0 && t->stream_ != stream) {
-      return InvalidArgument("batched copy tables launched together must share a stream");
-    }
-    if (set.count == kMaxTablesPerLaunch || blocks + t->blocks_ > 0x7fffffff) {
-      FERRY_RETURN_IF_ERROR(launch());
-    }
-    stream = t->stream_;
-    const auto* descriptors = static_cast<const CopyDescriptor*>(t->table_);
-    set.first_block[set.count] = blocks;
-    set.descriptors[set.count] = descriptors;
-    set.hints[set.count] = reinterpret_cast<const int32_t*>(descriptors + t->count_);
-    set.num_copies[set.count] = static_cast<int>(t->count_);
-    set.num_hints[set.count] = (t->blocks_ + kBlocksPerHint - 1) / kBlocksPerHint;
-    blocks += t->blocks_;
-    ++set.count;
-  }
-  return launch();
 }
 
 Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream) {

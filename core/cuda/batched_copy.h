@@ -9,7 +9,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -18,8 +17,6 @@
 namespace ferry::cuda {
 
 inline constexpr int kMaxCopyDims = 8;
-// Tables CopyTable::LaunchTogether puts in one kernel launch.
-inline constexpr int kMaxTablesPerLaunch = 32;
 
 // One strided copy of `shape` elements of `elem_size` bytes. Strides are in bytes.
 struct StridedCopy {
@@ -63,10 +60,6 @@ class CopyTable {
   // Enqueues every copy as one kernel launch on the Upload stream (none when the table is empty).
   // Non-blocking.
   Status Launch() const;
-  // Enqueues the copies of every table in `tables` (null or empty ones skipped) as one kernel
-  // launch per kMaxTablesPerLaunch tables, on their Upload stream, which they must share.
-  // Non-blocking.
-  static Status LaunchTogether(std::span<const CopyTable* const> tables);
   int64_t copies() const { return count_; }
 
  private:

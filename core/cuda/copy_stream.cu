@@ -50,13 +50,10 @@ Result<int64_t> CopyStream::Launch(std::span<const WorkTables* const> tables,
                                    const std::vector<StridedCopy>& copies,
                                    const std::vector<StridedConvert>& converts) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
-  std::vector<const CopyTable*> copy_tables;
-  copy_tables.reserve(tables.size());
   for (const WorkTables* t : tables) {
-    copy_tables.push_back(t->copies.get());
+    if (t->copies != nullptr) FERRY_RETURN_IF_ERROR(t->copies->Launch());
     if (t->converts != nullptr) FERRY_RETURN_IF_ERROR(t->converts->Launch());
   }
-  FERRY_RETURN_IF_ERROR(CopyTable::LaunchTogether(copy_tables));
   FERRY_RETURN_IF_ERROR(LaunchBatchedCopy(copies, stream_));
   FERRY_RETURN_IF_ERROR(LaunchBatchedConvert(converts, stream_));
   return RecordTicket();

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
 #include <random>
 
 namespace ferry::cuda {
@@ -114,56 +113,6 @@ TEST_F(BatchedCopyTest, LongAndShortRowsAcrossManyBlocksMatchReference) {
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   ASSERT_TRUE(CopyToHost(actual.data(), *dst, kBytes).ok());
   EXPECT_EQ(std::memcmp(actual.data(), expected.data(), kBytes), 0);
-  EXPECT_TRUE(DeviceFree(*src).ok());
-  EXPECT_TRUE(DeviceFree(*dst).ok());
-}
-
-// Tables uploaded apart and launched together (as a receiver launches the direct reads that are
-// ready): more tables than one launch takes, an empty one among them, each of copies of many
-// blocks and of one; every block must find its table, its copy and its segment.
-TEST_F(BatchedCopyTest, TablesLaunchedTogetherMatchReference) {
-  constexpr int64_t kBytes = 32 << 20;
-  std::mt19937_64 rng(13);
-  std::vector<unsigned char> host_src(kBytes), expected(kBytes, 0xEF), actual(kBytes);
-  for (auto& b : host_src) b = static_cast<unsigned char>(rng());
-  auto src = DeviceAlloc(kBytes);
-  auto dst = DeviceAlloc(kBytes);
-  ASSERT_TRUE(src.ok() && dst.ok());
-  ASSERT_TRUE(CopyToDevice(*src, host_src.data(), kBytes).ok());
-  ASSERT_TRUE(CopyToDevice(*dst, expected.data(), kBytes).ok());
-  std::vector<std::unique_ptr<CopyTable>> tables;
-  int64_t dst_offset = 0;
-  for (int t = 0; t < kMaxTablesPerLaunch + 7; ++t) {
-    std::vector<StridedCopy> copies;
-    for (int i = 0; t != 5 && i < 1 + t % 4; ++i) {
-      StridedCopy c;
-      c.elem_size = 2;
-      c.ndim = 2;
-      const int64_t row_elems = i % 2 == 0 ? 1 + static_cast<int64_t>(rng() % 30000)
-                                           : 1 + static_cast<int64_t>(rng() % 300);
-      c.shape = {1 + static_cast<int64_t>(rng() % 8), row_elems};
-      c.dst_strides = {row_elems * 2, 2};
-      c.src_strides = {(row_elems + static_cast<int64_t>(rng() % 32)) * 2, 2};
-      const int64_t src_offset = static_cast<int64_t>(rng() % (kBytes / 2)) & ~int64_t{15};
-      c.src = static_cast<unsigned char*>(*src) + src_offset;
-      c.dst = static_cast<unsigned char*>(*dst) + dst_offset;
-      copies.push_back(c);
-      ReferenceCopy(c, host_src.data() + src_offset, expected.data() + dst_offset);
-      dst_offset += (c.shape[0] * c.dst_strides[0] + 15) / 16 * 16;
-    }
-    auto table = CopyTable::Upload(copies, nullptr);
-    ASSERT_TRUE(table.ok()) << table.status().ToString();
-    tables.push_back(std::move(*table));
-  }
-  ASSERT_LT(dst_offset, kBytes);
-  std::vector<const CopyTable*> together;
-  for (const auto& t : tables) together.push_back(t.get());
-  together.push_back(nullptr);
-  ASSERT_TRUE(CopyTable::LaunchTogether(together).ok());
-  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
-  ASSERT_TRUE(CopyToHost(actual.data(), *dst, kBytes).ok());
-  EXPECT_EQ(std::memcmp(actual.data(), expected.data(), kBytes), 0);
-  tables.clear();
   EXPECT_TRUE(DeviceFree(*src).ok());
   EXPECT_TRUE(DeviceFree(*dst).ok());
 }
