@@ -14,23 +14,30 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS = 64, 32, 8, 2, 224, 2016,
 ROPE_THETA, EPS = 500000.0, 1e-5
 
 
+def llama_shapes(hidden: int, heads: int, kv_heads: int, head_dim: int, mlp: int, vocab: int,
+                 layers: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a Llama model of these dims, by its Hugging Face checkpoint name."""
+    shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,),
+              "lm_head.weight": (vocab, hidden)}
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        shapes.update({
+            p + "input_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": (hidden, heads * head_dim),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "mlp.gate_proj.weight": (mlp, hidden),
+            p + "mlp.up_proj.weight": (mlp, hidden),
+            p + "mlp.down_proj.weight": (hidden, mlp)})
+    return shapes
+
+
 def init_weights(seed: int) -> dict[str, torch.Tensor]:
     """Random fp32 weights of every tensor of the model, the same for the same seed."""
     g = torch.Generator().manual_seed(seed)
-    shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
-              "lm_head.weight": (VOCAB, HIDDEN)}
-    for l in range(LAYERS):
-        p = f"model.layers.{l}."
-        shapes.update({
-            p + "input_layernorm.weight": (HIDDEN,),
-            p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
-            p + "post_attention_layernorm.weight": (HIDDEN,),
-            p + "mlp.gate_proj.weight": (MLP, HIDDEN),
-            p + "mlp.up_proj.weight": (MLP, HIDDEN),
-            p + "mlp.down_proj.weight": (HIDDEN, MLP)})
+    shapes = llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
     return {name: (1.0 + 0.1 * torch.randn(shape, generator=g)) if len(shape) == 1
             else torch.randn(shape, generator=g) * shape[-1] ** -0.5
             for name, shape in shapes.items()}

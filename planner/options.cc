@@ -12,6 +12,10 @@ const OptionTable<PlannerOptions>& PlannerOptions::Table() {
     t->Bytes("planner.network_chunk_bytes", &PlannerOptions::network_chunk_bytes,
              "largest message between nodes; bigger transfers are split so relays and fan-out pipeline",
              kSmallestChunk)
+        .Bytes("planner.same_node_chunk_bytes", &PlannerOptions::same_node_chunk_bytes,
+               "largest message from a source rank to a destination rank of its node (direct "
+               "reads need no staging for it: raise it when they are on)",
+               kSmallestChunk)
         .Bytes("planner.fanout_chunk_bytes", &PlannerOptions::fanout_chunk_bytes,
                "largest message of a fan-out chain inside a destination node", kSmallestChunk)
         .Bytes("planner.relay_chunk_bytes", &PlannerOptions::relay_chunk_bytes,

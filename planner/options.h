@@ -21,6 +21,11 @@ enum class SameRankMode { kCopy, kTransport };
 
 struct PlannerOptions {
   int64_t network_chunk_bytes = int64_t{32} << 20;  // largest message over the network
+  // Largest message from a source rank straight to a destination rank of its node. With direct
+  // reads (executor.direct_intra_node) such a message is one kernel or copy by the receiver and
+  // needs no staging, so larger is cheaper (fewer offers, fewer and fuller kernels); staged, each
+  // message takes a staging slot of its size.
+  int64_t same_node_chunk_bytes = int64_t{32} << 20;
   // Largest message of a chain inside one destination node (fan-out). Each hop waits for a whole
   // chunk, so the chain's tail after the network's last byte is (members - 1) chunks over NVLink;
   // for 8-GPU nodes the simulator predicts the same refit time for 8 and 16 MiB, with fewer ops

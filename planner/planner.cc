@@ -213,8 +213,8 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
 
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
                                const Topology& topology, const PlannerOptions& options) {
-  if (options.network_chunk_bytes < 64 || options.fanout_chunk_bytes < 64 ||
-      options.relay_chunk_bytes < 64) {
+  if (options.network_chunk_bytes < 64 || options.same_node_chunk_bytes < 64 ||
+      options.fanout_chunk_bytes < 64 || options.relay_chunk_bytes < 64) {
     return InvalidArgument("chunk sizes must be at least 64 bytes");
   }
   // Block-scaled fp8 destinations are planned as twins of the source's dtype, then quantized;

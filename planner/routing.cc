@@ -153,7 +153,7 @@ class Router {
         for (size_t k = i; k < j; ++k) {
           Delivery d = NewDelivery(p, member_ranks_[k], cand_begin, cand_end);
           d.members = OneMember(rank_fragment_[member_ranks_[k]]);
-          AddChunks(d, options_.network_chunk_bytes);
+          AddChunks(d, options_.same_node_chunk_bytes);
         }
       } else if (options_.hierarchical) {
         size_t leader = i;

@@ -38,6 +38,7 @@ from vllm.distributed.weight_transfer import (ParamMeta, Shard, WeightSource,
 
 import ferry
 import ferry.vllm
+from tiny_llama import llama_shapes  # examples/tiny_llama.py, on PYTHONPATH
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS = 16, 8, 1, 2, 24, 100, 2
 TRAINERS, STEPS, AUTH = 2, 3, b"ferry-vllm-test"
@@ -46,21 +47,7 @@ DTYPE = torch.bfloat16
 
 
 def checkpoint_shapes() -> dict[str, tuple[int, ...]]:
-    shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
-              "lm_head.weight": (VOCAB, HIDDEN)}
-    for l in range(LAYERS):
-        p = f"model.layers.{l}."
-        shapes.update({
-            p + "input_layernorm.weight": (HIDDEN,),
-            p + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
-            p + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
-            p + "post_attention_layernorm.weight": (HIDDEN,),
-            p + "mlp.gate_proj.weight": (MLP, HIDDEN),
-            p + "mlp.up_proj.weight": (MLP, HIDDEN),
-            p + "mlp.down_proj.weight": (HIDDEN, MLP)})
-    return shapes
+    return llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
 
 
 def checkpoint(step: int) -> dict[str, torch.Tensor]:

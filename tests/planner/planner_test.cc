@@ -320,6 +320,30 @@ TEST(PlannerRouting, FanOutAndRelayedChainsHaveTheirOwnChunkSizes) {
   }
 }
 
+// A message from a holder to a destination rank of its node is cut at same_node_chunk_bytes, a
+// message to another node at network_chunk_bytes.
+TEST(PlannerRouting, SameNodeMessagesHaveTheirOwnChunkSize) {
+  Layout src, dst;
+  const TensorSpec spec{"w", {64, 64}, DType::kFP32};  // 16 KiB
+  src.AppendFragment(src.AddTensor(spec).value(), Box::FromShape({64, 64}), 0, "w");
+  const int t = dst.AddTensor(spec).value();
+  dst.AppendFragment(t, Box::FromShape({64, 64}), 1, "w");  // rank 1: node 0, as rank 0
+  dst.AppendFragment(t, Box::FromShape({64, 64}), 2, "w");  // rank 2: node 1
+  PlannerOptions options;
+  options.network_chunk_bytes = 2 << 10;
+  options.same_node_chunk_bytes = 8 << 10;
+  Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(4, 2), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+  EXPECT_TRUE(exec.ok()) << exec.ToString();
+  std::map<int, std::vector<int64_t>> sent;  // by receiving rank
+  for (const Op& op : r->plan.ops) {
+    if (op.kind == OpKind::kSend) sent[op.peer].push_back(op.bytes);
+  }
+  EXPECT_EQ(sent[1], std::vector<int64_t>(2, 8 << 10));
+  EXPECT_EQ(sent[2], std::vector<int64_t>(8, 2 << 10));
+}
+
 // A rank may hold the same box twice (two buffers): every copy is written, whether the rank gets
 // the bytes straight from a holder on its node, as a member of a node's fan-out tree, or as a
 // tree of its own. Such ranks are the members whose fragments emission looks up in the group.
