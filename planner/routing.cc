@@ -9,8 +9,11 @@
 
 namespace ferry {
 
-int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int last_node) {
-  if (size == 1) return options.network_chunk_bytes;
+int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int last_node,
+                 int sender_node) {
+  if (size == 1) {
+    return sender_node == first_node ? options.same_node_chunk_bytes : options.network_chunk_bytes;
+  }
   return first_node != last_node ? options.relay_chunk_bytes : options.fanout_chunk_bytes;
 }
 
@@ -206,7 +209,7 @@ class Router {
     for (int rank : tree_ranks_) routes_.member_fragments.push_back(rank_fragment_[rank]);
     const std::vector<int>& node_of = facts_.node_of_rank;
     AddChunks(d, ChunkCap(options_, static_cast<int>(tree_ranks_.size()),
-                          node_of[tree_ranks_.front()], node_of[tree_ranks_.back()]));
+                          node_of[tree_ranks_.front()], node_of[tree_ranks_.back()], -1));
   }
 
   static Delivery NewDelivery(int p, int tree, int cand_begin, int cand_end) {

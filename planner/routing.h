@@ -60,9 +60,11 @@ struct Routes {
 };
 
 // The largest message for a delivery tree of `size` ranks whose first and last ranks are on nodes
-// `first_node` and `last_node`: one rank, a chain inside one node, or a chain relayed between
-// nodes' leaders (its ranks node by node, so its first and last ranks are on different nodes).
-int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int last_node);
+// `first_node` and `last_node`, sent from node `sender_node` (-1: another node): one rank of the
+// sender's node or of another, a chain inside one node, or a chain relayed between nodes' leaders
+// (its ranks node by node, so its first and last ranks are on different nodes).
+int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int last_node,
+                 int sender_node);
 
 // Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
 void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out);

@@ -344,6 +344,34 @@ TEST(PlannerRouting, SameNodeMessagesHaveTheirOwnChunkSize) {
   EXPECT_EQ(sent[2], std::vector<int64_t>(8, 2 << 10));
 }
 
+// Small deliveries (a tensor of 64 rows, one fragment per row) are packed into messages up to the
+// same chunk sizes: 8 rows a message to the rank of the holder's node, 2 to the other node.
+TEST(PlannerRouting, SameNodeMessagesArePackedToTheirOwnChunkSize) {
+  Layout src, dst;
+  const TensorSpec spec{"w", {64, 256}, DType::kFP32};  // 1 KiB rows
+  const int s = src.AddTensor(spec).value();
+  const int t = dst.AddTensor(spec).value();
+  for (int64_t row = 0; row < 64; ++row) {
+    const Box box = Box::Make({row, 0}, {row + 1, 256}).value();
+    src.AppendFragment(s, box, 0, "w" + std::to_string(row));
+    dst.AppendFragment(t, box, 1, "w");
+    dst.AppendFragment(t, box, 2, "w");
+  }
+  PlannerOptions options;
+  options.network_chunk_bytes = 2 << 10;
+  options.same_node_chunk_bytes = 8 << 10;
+  Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(4, 2), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+  EXPECT_TRUE(exec.ok()) << exec.ToString();
+  std::map<int, std::vector<int64_t>> sent;  // by receiving rank
+  for (const Op& op : r->plan.ops) {
+    if (op.kind == OpKind::kSend) sent[op.peer].push_back(op.bytes);
+  }
+  EXPECT_EQ(sent[1], std::vector<int64_t>(8, 8 << 10));
+  EXPECT_EQ(sent[2], std::vector<int64_t>(32, 2 << 10));
+}
+
 // A rank may hold the same box twice (two buffers): every copy is written, whether the rank gets
 // the bytes straight from a holder on its node, as a member of a node's fan-out tree, or as a
 // tree of its own. Such ranks are the members whose fragments emission looks up in the group.
