@@ -206,9 +206,11 @@ class Launch {
   // A rank's process failed: its replacement starts when the options allow it and the job can
   // still take one, else the grace period of the others begins.
   Status Failed(const RankExit& e) {
-    // A replacement joins running ranks: not after one finished the job, not after a failure that
-    // ends it, and not for rank 0 when its process hosted the store.
-    const bool replaceable = options_.replace_failed && !failed_ && finished_ == 0 &&
+    // A replacement is for a process that died of a signal (killed, crashed): one that exited with
+    // an error reported a failure of the job, which its replacement would meet again. It joins
+    // running ranks: not after one finished the job, not after a failure that ends it, and not
+    // for rank 0 when its process hosted the store.
+    const bool replaceable = options_.replace_failed && e.signaled && !failed_ && finished_ == 0 &&
                              (options_.launcher_hosts_store || e.rank != 0);
     const int used = static_cast<int>(result_.replaced.size());
     if (replaceable && used < options_.max_replacements) {

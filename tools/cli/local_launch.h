@@ -11,11 +11,13 @@
 //  - when a child fails, the others get `failure_grace_seconds` to fail on their own (their
 //    communicator aborts), then are killed;
 //  - at `timeout_seconds` every child still running is killed;
-//  - with `replace_failed`, a rank whose process fails is instead started again as its
-//    replacement (FERRY_REPLACEMENT=1: it joins the survivors' next epoch,
-//    core/runtime/communicator.h), and the run goes on; any rank, as often as it fails, up to
-//    `max_replacements` in all. Never rank 0 when it hosts the store (its death ends the job), and
-//    never once a rank has finished (exited 0): the job is over, there is nothing to join.
+//  - with `replace_failed`, a rank whose process dies of a signal (killed, crashed) is instead
+//    started again as its replacement (FERRY_REPLACEMENT=1: it joins the survivors' next epoch,
+//    core/runtime/communicator.h), and the run goes on; any rank, as often as it dies, up to
+//    `max_replacements` in all. Not a process that exits with an error status (it reported a
+//    failure of the job, which a new process would meet again), never rank 0 when it hosts the
+//    store (its death ends the job), and never once a rank has finished (exited 0): the job is
+//    over, there is nothing to join.
 // The call blocks until every child has been reaped. Not thread-safe (uses fork); call it from
 // one thread. The children are started with an environment built before fork and execve, so the
 // store's own threads cannot leave a lock held in a child.
@@ -45,7 +47,7 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> environment;  // extra variables for children
   double timeout_seconds = 300;
   double failure_grace_seconds = 5;
-  // Restart a failed rank as a replacement process; says so on stdout.
+  // Restart a rank whose process died of a signal as a replacement process; says so on stdout.
   bool replace_failed = false;
   // Replacements in all (every rank together), from 1 to kMaxReplacements; a failure beyond them
   // fails the launch, saying that the limit was reached.

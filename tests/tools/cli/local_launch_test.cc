@@ -51,7 +51,8 @@ TEST(LocalLaunchTest, RefusesHundredsOfThousandsOfRanksBeforeForking) {
 }
 
 // A rank process of the tests below: LAUNCH_TEST_FAIL="<rank>" makes that rank's first process
-// die of SIGKILL; "<rank>:again" makes its replacements fail too (status 3); "<rank>:late" makes it
+// die of SIGKILL; "<rank>:again" makes its replacements die so too; "<rank>:error" makes its
+// replacement exit with status 3; "<rank>:late" makes it
 // die only after the others (rank 0, the store host, among them) have exited. The others exit 0
 // after a while, as rank 0 of a real job outlives a replacement. "store" makes every rank meet the
 // others at a barrier in the store the launcher serves, then exit 0.
@@ -68,8 +69,8 @@ TEST(LocalLaunchChild, Rank) {
     ::_exit(0);
   }
   if (spec.find(":late") != std::string::npos) ::usleep(4'000'000);
-  if (!replacement) ::raise(SIGKILL);
-  ::_exit(spec.find(":again") != std::string::npos ? 3 : 0);
+  if (!replacement || spec.find(":again") != std::string::npos) ::raise(SIGKILL);
+  ::_exit(spec.find(":error") != std::string::npos ? 3 : 0);
 }
 
 Result<LaunchResult> LaunchFailing(const std::string& fail, bool launcher_hosts_store = true,
@@ -114,23 +115,33 @@ TEST(LocalLaunchTest, RankZeroHostingTheStoreIsNotReplaced) {
   EXPECT_NE(host->Describe(30).find("rank 0 died of signal 9"), std::string::npos) << host->Describe(30);
 }
 
-// A rank whose replacements keep failing is replaced until the limit, then the launch fails,
+// A rank whose replacements keep dying is replaced until the limit, then the launch fails,
 // saying why.
 TEST(LocalLaunchTest, ARankIsReplacedAgainUpToTheLimit) {
   Result<LaunchResult> again = LaunchFailing("1:again", true, /*max_replacements=*/2);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE(again->ok());
   ASSERT_EQ(again->replaced.size(), 2u);
-  EXPECT_TRUE(again->replaced[0].signaled);
-  EXPECT_EQ(again->replaced[1].exit_code, 3);
+  EXPECT_TRUE(again->replaced[1].signaled);
   EXPECT_EQ(again->replacement_limit_reached, 2);
   const std::string why = again->Describe(30);
-  EXPECT_NE(why.find("rank 1 exited with status 3"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 1 died of signal 9"), std::string::npos) << why;
   EXPECT_NE(why.find("all 2 replacements allowed were used"), std::string::npos) << why;
   LaunchOptions absurd;
   absurd.argv = {"/bin/true"};
   absurd.max_replacements = kMaxReplacements + 1;
   EXPECT_NE(LaunchLocalRanks(absurd).status().message().find("kMaxReplacements"), std::string::npos);
+}
+
+// A process that exits with an error status reported a failure of the job: it is not replaced,
+// and the launch fails at once (within the others' grace), not at its deadline.
+TEST(LocalLaunchTest, AProcessThatExitsWithAnErrorIsNotReplaced) {
+  Result<LaunchResult> error = LaunchFailing("2:error");
+  ASSERT_TRUE(error.ok()) << error.status().ToString();
+  EXPECT_FALSE(error->ok());
+  EXPECT_FALSE(error->timed_out);
+  ASSERT_EQ(error->replaced.size(), 1u);  // its first process died of SIGKILL; the second exited 3
+  EXPECT_NE(error->Describe(30).find("rank 2 exited with status 3"), std::string::npos) << error->Describe(30);
 }
 
 // Every rank reaches the store the launcher serves, with the launch's token.

@@ -121,6 +121,19 @@ TEST(RunRecoveryTest, RankZeroThenRankTwoAreReplaced) {
   ExpectFinishedAt(o, 4, 3, 5);
 }
 
+// A wrong byte fails verification without aborting any communicator: the ranks that report it
+// exit with an error, which no replacement could mend; the run fails at once, not at --timeout.
+TEST(RunRecoveryTest, AFailureThatIsNoDeathEndsTheRunWithoutReplacements) {
+  ::setenv("FERRY_INJECT_FAULT", "2:corrupt:verify", 1);
+  const Outcome o = RunFerry(RecoverArgs("tcp", ""), 90);
+  ::unsetenv("FERRY_INJECT_FAULT");
+  EXPECT_FALSE(o.timed_out) << o.output;
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_EQ(o.output.find("starting its replacement"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("rank 2 failed verification"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("ranks still running after"), std::string::npos) << o.output;
+}
+
 TEST(RunRecoveryTest, FaultsThatCannotBeRecoveredAreRefusedBeforeAnyProcessStarts) {
   std::vector<std::string> rank0_hosts = RecoverArgs("tcp", "0:kill:after=1");
   rank0_hosts.insert(rank0_hosts.end(), {"--store-host", "rank0"});
