@@ -123,6 +123,9 @@ class Launch {
     env_.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.ranks));
     env_.push_back("MASTER_ADDR=127.0.0.1");
     env_.push_back("MASTER_PORT=" + std::to_string(port));
+    // Over any store address this process inherited (those take precedence over MASTER_*).
+    env_.push_back("FERRY_STORE_ADDR=127.0.0.1");
+    env_.push_back("FERRY_STORE_PORT=" + std::to_string(port));
     env_.push_back("FERRY_TOKEN=" + token);
     env_.push_back(std::string("FERRY_STORE_EXTERNAL=") + (store_external ? "1" : "0"));
     for (const auto& [k, v] : options.environment) env_.push_back(k + "=" + v);

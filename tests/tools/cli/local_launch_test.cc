@@ -144,9 +144,14 @@ TEST(LocalLaunchTest, AProcessThatExitsWithAnErrorIsNotReplaced) {
   EXPECT_NE(error->Describe(30).find("rank 2 exited with status 3"), std::string::npos) << error->Describe(30);
 }
 
-// Every rank reaches the store the launcher serves, with the launch's token.
+// Every rank reaches the store the launcher serves, with the launch's token, whatever store
+// address the launcher's own environment names.
 TEST(LocalLaunchTest, RanksJoinTheStoreTheLauncherServes) {
+  ::setenv("FERRY_STORE_ADDR", "192.0.2.1", 1);
+  ::setenv("FERRY_STORE_PORT", "1", 1);
   Result<LaunchResult> result = LaunchFailing("store");
+  ::unsetenv("FERRY_STORE_ADDR");
+  ::unsetenv("FERRY_STORE_PORT");
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(result->ok()) << result->Describe(30);
   EXPECT_TRUE(result->replaced.empty());
