@@ -18,6 +18,14 @@ const std::string* Find(const Env& env, const std::string& name) {
   return it == env.end() ? nullptr : &it->second;
 }
 
+// FERRY_<name>: unset or empty or "0" is false, "1" true, anything else an error naming it.
+Result<bool> FlagVar(const Env& env, const std::string& name) {
+  const std::string* text = Find(env, name);
+  if (text == nullptr || text->empty() || *text == "0") return false;
+  if (*text != "1") return InvalidArgument(name + " must be 0 or 1, not '" + *text + "'");
+  return true;
+}
+
 Result<int> IntVar(const Env& env, const std::string& name, int fallback, bool required) {
   const std::string* text = Find(env, name);
   if (text == nullptr) {
@@ -79,7 +87,9 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
   const std::string* host = Find(env, "FERRY_STORE_ADDR");
   if (host == nullptr) host = Find(env, "MASTER_ADDR");
   if (host == nullptr || host->empty()) {
-    return InvalidArgument("no store address: set MASTER_ADDR or FERRY_STORE_ADDR to rank 0's host");
+    return InvalidArgument(
+        "no store address: set MASTER_ADDR or FERRY_STORE_ADDR to the store's host (rank 0's, or "
+        "that of the external store with FERRY_STORE_EXTERNAL=1)");
   }
   info.store_host = *host;
   const std::string* bind = Find(env, "FERRY_STORE_BIND");
@@ -94,12 +104,22 @@ Result<BootstrapInfo> BootstrapFromEnvironment(const Env& env) {
     return InvalidArgument("FERRY_TOKEN is not set: every rank needs the same secret token");
   }
   info.token = *token;
-  const std::string* replacement = Find(env, "FERRY_REPLACEMENT");
-  if (replacement != nullptr && !replacement->empty() && *replacement != "0") {
-    if (*replacement != "1") return InvalidArgument("FERRY_REPLACEMENT must be 0 or 1, not '" + *replacement + "'");
-    info.replacement = true;
-  }
+  FERRY_ASSIGN_OR_RETURN(info.replacement, FlagVar(env, "FERRY_REPLACEMENT"));
+  FERRY_ASSIGN_OR_RETURN(info.store_external, FlagVar(env, "FERRY_STORE_EXTERNAL"));
   return info;
+}
+
+const std::vector<BootstrapVariable>& BootstrapVariables() {
+  static const std::vector<BootstrapVariable> kVariables = {
+      {"FERRY_TOKEN", "the job's secret; every rank and the store must have the same (required)"},
+      {"FERRY_STORE_ADDR", "the store's host (default MASTER_ADDR)"},
+      {"FERRY_STORE_PORT", "the store's port (default MASTER_PORT)"},
+      {"FERRY_STORE_BIND", "the address rank 0's store listens on (default the store's host)"},
+      {"FERRY_STORE_EXTERNAL",
+       "1: the store is served by another process (ferry store, ferry run's launcher), not rank 0"},
+      {"FERRY_REPLACEMENT", "1: this process replaces a failed rank and joins the next epoch"},
+  };
+  return kVariables;
 }
 
 Result<BootstrapInfo> BootstrapFromProcessEnvironment() {
@@ -114,7 +134,7 @@ Result<BootstrapInfo> BootstrapFromProcessEnvironment() {
 
 Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline) {
   Rendezvous rendezvous;
-  if (info.rank == 0) {
+  if (info.rank == 0 && !info.store_external) {
     const std::string& bind = info.store_bind.empty() ? info.store_host : info.store_bind;
     auto server = TcpStoreServer::Start(bind, info.store_port, info.token);
     if (!server.ok()) {
@@ -128,7 +148,8 @@ Result<Rendezvous> StartRendezvous(const BootstrapInfo& info, Deadline deadline)
   auto client = TcpStoreClient::Connect(info.store_host, info.store_port, info.token, deadline,
                                         std::chrono::duration<double>(info.store_reply_grace_s));
   if (!client.ok()) {
-    return client.status().WithContext("rank " + std::to_string(info.rank) + " joining the store");
+    return client.status().WithContext("rank " + std::to_string(info.rank) + " joining the " +
+                                       (info.store_external ? "external store" : "store rank 0 hosts"));
   }
   rendezvous.store = std::move(*client);
   return rendezvous;

@@ -34,8 +34,8 @@ std::string RandomKey() {
 
 constexpr std::string_view kLatestEpochKey = "epoch/connected";
 
-// The latest epoch every rank connected (rank 0 records it after each Connect), waiting for the
-// first one.
+// The latest epoch every rank connected (each rank records it after each Connect, so that it is
+// there whichever rank fails next), waiting for the first one.
 Result<uint64_t> LatestEpoch(Store& store, Deadline deadline) {
   auto value = store.Get(kLatestEpochKey, deadline);
   if (!value.ok()) return value.status().WithContext("reading the epoch to join");
@@ -152,7 +152,6 @@ Status Communicator::Connect(Deadline deadline) {
   FERRY_RETURN_IF_ERROR(StartMonitor(prefix, deadline));
   FERRY_RETURN_IF_ERROR(::ferry::Barrier(*options_.store, prefix + "connected", options_.size, deadline));
   // Every rank connected this epoch: the one a replacement process joins after (see Create).
-  if (options_.rank != 0) return Status::Ok();
   return options_.store->Set(kLatestEpochKey, ToBytes(std::to_string(epoch_)), deadline);
 }
 

@@ -52,7 +52,7 @@ struct CommunicatorOptions {
   // nodes); empty: ranks with the same host name share a node.
   std::vector<int> node_of_rank;
   const TransportRegistry* registry = &TransportRegistry::Default();
-  // The rank whose process hosts `store` (Session: 0), or -1. When the peer monitor finds that
+  // The rank whose process hosts `store` (Session: 0, or -1 with an external store), or -1. When the peer monitor finds that
   // rank dead or stopped, the store is closed, so that requests in progress on other threads end
   // at once with the abort that names it instead of waiting out their deadlines.
   int store_host_rank = -1;

@@ -16,7 +16,9 @@ Result<std::unique_ptr<Session>> Session::Join(const BootstrapInfo& info, Config
   options.rank = info.rank;
   options.size = info.size;
   options.store = session->rendezvous_.store.get();
-  options.store_host_rank = 0;  // StartRendezvous: rank 0 hosts the store
+  // StartRendezvous: rank 0 hosts the store unless it is external; an external store's death is
+  // no rank's (its clients fail their requests, naming the store's address).
+  options.store_host_rank = session->info_.store_external ? -1 : 0;
   options.replacement = info.replacement;
   options.config = session->config_.get();
   options.node_of_rank = std::move(node_of_rank);
@@ -43,8 +45,8 @@ Session::~Session() {
 
 Status Session::Finish() {
   FERRY_ASSIGN_OR_RETURN(double seconds, config_->GetSeconds("deadline.store"));
-  return FinalBarrier(*rendezvous_.store, "session-finish", info_.rank, info_.size, 0,
-                      Deadline::AfterSeconds(seconds));
+  return FinalBarrier(*rendezvous_.store, "session-finish", info_.rank, info_.size,
+                      info_.store_external ? -1 : 0, Deadline::AfterSeconds(seconds));
 }
 
 }  // namespace ferry

@@ -1,5 +1,6 @@
 // Session: everything one process needs to take part in refits, built from what the launcher set:
-// bootstrap info (torchrun / Open MPI / Slurm environment), the rendezvous store (hosted by rank 0),
+// bootstrap info (torchrun / Open MPI / Slurm environment), the rendezvous store (hosted by rank 0,
+// or by another process with FERRY_STORE_EXTERNAL=1),
 // the config, the communicator and an executor. `ferry run` and library users start here.
 //
 // Members are destroyed in dependency order (executor, communicator, store, server). Not
@@ -37,8 +38,9 @@ class Session {
   Communicator& communicator() { return *communicator_; }
   Executor& executor() { return *executor_; }
 
-  // The last barrier: rank 0, which hosts the store, returns only after every rank has passed
-  // it, so no rank loses the store while it still needs it. Call before the process exits.
+  // The last barrier: when rank 0 hosts the store it returns only after every rank has passed
+  // it, so no rank loses the store while it still needs it (an external store outlives them all).
+  // Call before the process exits.
   Status Finish();
 
  private:

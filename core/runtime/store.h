@@ -1,6 +1,6 @@
 // Store: the small key/value service ranks use to rendezvous — exchange transport endpoint info and
-// remote keys, and meet at barriers. The TCP implementation (tcp_store.h) is hosted by rank 0 and
-// requires a shared token; InMemoryStore serves ranks that live in one process (tests, `local`).
+// remote keys, and meet at barriers. The TCP implementation (tcp_store.h) is hosted by rank 0 or by
+// a process of its own (`ferry store`, a launcher) and requires a shared token; InMemoryStore serves ranks that live in one process (tests, `local`).
 //
 // Keys are plain strings; callers namespace them by epoch and transport ("e3/tcp/ep/5") so that a
 // recreated communicator never reads values of an older epoch. Values are opaque bytes.
@@ -58,8 +58,8 @@ class Store {
 Status Barrier(Store& store, std::string_view name, int size, Deadline deadline);
 
 // The last barrier before processes exit. Like Barrier, and in addition `host_rank` (the rank whose
-// process hosts the store) returns only after every other rank has received its answer, so the
-// host exiting cannot cut another rank's barrier short.
+// process hosts the store; -1 when none does) returns only after every other rank has received
+// its answer, so the host exiting cannot cut another rank's barrier short.
 Status FinalBarrier(Store& store, std::string_view name, int rank, int size, int host_rank,
                     Deadline deadline);
 

@@ -290,9 +290,10 @@ Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const By
   if (!status.ok()) {
     if (closed_) return Aborted("store closed");
     // A reply may still be on its way: later requests would read it as theirs.
-    broken_ = status.WithContext("an earlier store request");
+    // Named by address: with an external store no rank's death explains its loss.
+    broken_ = status.WithContext("an earlier request to the " + where_);
     ::shutdown(fd_, SHUT_RDWR);
-    return status.WithContext("store request for key '" + std::string(key) + "'");
+    return status.WithContext("request for key '" + std::string(key) + "' to the " + where_);
   }
   if (code != 0) {
     return Status(static_cast<StatusCode>(code), std::string(payload.begin(), payload.end()));

@@ -1,5 +1,5 @@
-// The TCP store: rank 0 hosts a TcpStoreServer; every rank (rank 0 included) talks to it through a
-// TcpStoreClient. Connections prove they hold the shared token (FERRY_TOKEN) before any request is
+// The TCP store: rank 0 hosts a TcpStoreServer, or a process of its own does (`ferry store`,
+// `ferry run`'s launcher: FERRY_STORE_EXTERNAL=1); every rank talks to it through a TcpStoreClient. Connections prove they hold the shared token (FERRY_TOKEN) before any request is
 // read; the token itself never crosses the wire. A connection that fails is closed without an
 // answer, counted and logged, and its client gets kUnavailable.
 //
@@ -86,9 +86,9 @@ class TcpStoreClient final : public Store {
   // Connects (retrying until `deadline` while the server starts) and presents `token`. A request
   // then fails (kDeadlineExceeded, naming the store host) when no reply has come `reply_grace`
   // after it was sent (Set, Add: the server answers those at once) or after its deadline (Get,
-  // WaitAtLeast): a stopped or hung store host is reported within that bound. A request that
-  // fails on the connection (not with the server's answer) leaves it unusable: later requests
-  // return that failure.
+  // WaitAtLeast): a stopped or hung store host is reported within that bound; a closed connection
+  // (the host died) at once, naming the store's address. A request that fails on the connection
+  // (not with the server's answer) leaves it unusable: later requests return that failure.
   static Result<std::unique_ptr<TcpStoreClient>> Connect(
       const std::string& host, int port, const std::string& token, Deadline deadline,
       std::chrono::duration<double> reply_grace = std::chrono::seconds(5));

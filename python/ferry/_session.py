@@ -85,7 +85,8 @@ class Session:
         self._impl.recreate(timeout)
 
     def finish(self) -> None:
-        """The last barrier (rank 0 hosts the store and must outlive the others' use of it).
+        """The last barrier (when rank 0 hosts the store, it must outlive the others' use of it;
+        an external store, FERRY_STORE_EXTERNAL=1, outlives every rank).
         Call before the process exits; `with Session(...) as s:` does."""
         self._impl.finish()
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/refit/config.h"
+#include "core/runtime/bootstrap.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
 
@@ -34,6 +35,8 @@ void AddConfigCommand(CLI::App& app, int* exit_code) {
       first = false;
     }
     std::printf("\n\n%s", config.Describe().c_str());
+    std::printf("\n# bootstrap variables (read by every rank at start; not options)\n");
+    for (const BootstrapVariable& v : BootstrapVariables()) std::printf("%-22s %s\n", v.name, v.help);
     *exit_code = 0;
   });
 }

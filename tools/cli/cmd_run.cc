@@ -42,6 +42,9 @@ void AddCommonOptions(CLI::App& cmd, RunArgs& args, std::string& strategy) {
                  "rank 0 writes the plan it executes (the first strategy's) as JSON, as `ferry plan --json` does");
   cmd.add_option("--memory", args.memory, "where buffers live: host or cuda (needs a GPU)")
       ->check(CLI::IsMember({"host", "cuda"}));
+  cmd.add_option("--store-host", args.store_host,
+                 "who serves the rendezvous store: launcher (default; rank 0 is an ordinary rank) or rank0")
+      ->check(CLI::IsMember({"launcher", "rank0"}));
   cmd.add_flag("--pretend-nodes", args.pretend_nodes,
                "ranks take their nodes from the topology, not from host names (set by the local launcher)")
       ->group("");
@@ -131,22 +134,29 @@ int RunRank(const RunArgs& args) {
   return 1;
 }
 
-// --inject-fault and --recover: the fault parses, and a recovery can follow it.
+// --inject-fault and --recover: the faults parse, and a recovery can follow each of them.
 Status CheckFaultOptions(const RunArgs& args) {
-  FERRY_ASSIGN_OR_RETURN(Fault fault, ParseFault(args.inject_fault, "--inject-fault"));
+  FERRY_ASSIGN_OR_RETURN(std::vector<Fault> faults, ParseFaults(args.inject_fault, "--inject-fault"));
   if (!args.recover) return Status::Ok();
   if (args.leak_check) return InvalidArgument("--recover and --leak-check do not go together (a recovery opens new links)");
-  if (fault.rank < 0) return Status::Ok();
-  if (fault.rank == 0) {
-    return InvalidArgument("--recover: rank 0 hosts the store and cannot be replaced; inject the fault into another rank");
+  for (const Fault& fault : faults) {
+    const std::string which = "--recover: the fault on rank " + std::to_string(fault.rank);
+    if (fault.rank == 0 && args.store_host == "rank0") {
+      return InvalidArgument(which + ": with --store-host rank0, rank 0 hosts the store and cannot be replaced; "
+                             "inject the fault into another rank, or let the launcher host the store");
+    }
+    if (fault.kind != "kill") {
+      return InvalidArgument(which + ": --recover replaces a rank whose process died: inject a kill (a stopped "
+                             "rank is named by the survivors but never exits, so the launcher cannot replace it)");
+    }
+    if (fault.refit > args.iterations || (!fault.mid_refit && fault.refit == args.iterations)) {
+      return InvalidArgument(which + " must leave a measured refit to recover into (--iterations " +
+                             std::to_string(args.iterations) + ")");
+    }
   }
-  if (fault.kind != "kill") {
-    return InvalidArgument("--recover replaces a rank whose process died: inject a kill (a stopped rank is named "
-                           "by the survivors but never exits, so the launcher cannot replace it)");
-  }
-  if (fault.refit > args.iterations || (!fault.mid_refit && fault.refit == args.iterations)) {
-    return InvalidArgument("--recover: the fault must leave a measured refit to recover into (--iterations " +
-                           std::to_string(args.iterations) + ")");
+  if (static_cast<int>(faults.size()) > args.max_replacements) {
+    return InvalidArgument("--recover: " + std::to_string(faults.size()) + " kills need as many replacements, over "
+                           "--max-replacements " + std::to_string(args.max_replacements));
   }
   return Status::Ok();
 }
@@ -188,6 +198,8 @@ int RunCommand(const RunArgs& args) {
   launch.ranks = in->ranks;
   launch.timeout_seconds = args.timeout_seconds;
   launch.replace_failed = args.recover;
+  launch.max_replacements = args.max_replacements;
+  launch.launcher_hosts_store = args.store_host == "launcher";
   // Defaults that suit processes of one machine, unless the caller chose otherwise. On CUDA
   // memory UCX may also use its CUDA transports (ucx.cuda=auto still asks UCX whether it has
   // them): UCX_TLS=sm,tcp alone would leave it no memory type but host.
@@ -211,7 +223,7 @@ int RunCommand(const RunArgs& args) {
     return 1;
   }
   for (const RankExit& e : result->replaced) {
-    std::printf("ferry run: completed with rank %d replaced (its first process %s)\n", e.rank,
+    std::printf("ferry run: completed with rank %d replaced (a process of it %s)\n", e.rank,
                 e.signaled ? ("died of signal " + std::to_string(e.signal)).c_str()
                            : ("exited with status " + std::to_string(e.exit_code)).c_str());
   }
@@ -239,11 +251,16 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_flag("--leak-check", args->leak_check,
                 "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
   run->add_option("--inject-fault", args->inject_fault,
-                  "make one rank fail: <rank>:<kill|stop>:<mid|between|mid=N|after=N> (N: a measured refit, "
-                  "from 1) or <rank>:corrupt:verify; as FERRY_INJECT_FAULT (docs/faults.md)");
+                  "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|after=N> (N: a measured refit, "
+                  "from 1) or <rank>:corrupt:verify; several separated by commas; as FERRY_INJECT_FAULT "
+                  "(docs/faults.md)");
   run->add_flag("--recover", args->recover,
-                "after a failed refit, replace a rank whose process died (not rank 0), move every rank to the "
-                "next epoch and go on with the remaining refits, each verified with --verify");
+                "after a failed refit, replace a rank whose process died (any rank, as often as it fails, up to "
+                "--max-replacements), move every rank to the next epoch and go on with the remaining refits, "
+                "each verified with --verify");
+  run->add_option("--max-replacements", args->max_replacements,
+                  "with --recover: replacement processes the launcher may start in all (default 4)")
+      ->check(CLI::Range(1, kMaxReplacements));
   AddCommonOptions(*run, *args, *strategy);
   run->callback([args, strategy, exit_code] {
     if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {

@@ -56,10 +56,16 @@ struct RunArgs {
   std::string memory = "host";
   // A fault for one rank to inject (fault_injection.h: "2:kill:after=2"); empty: FERRY_INJECT_FAULT.
   std::string inject_fault;
-  // Recover from a failed refit: the local launcher replaces a rank (not rank 0) whose process
-  // died, every rank moves to the next epoch (Communicator::Recreate) and the run goes on from
-  // the earliest refit a survivor did not finish; with --verify every refit is verified.
+  // Recover from a failed refit: the local launcher replaces a rank whose process died (any rank,
+  // rank 0 included, as often as it fails, up to max_replacements in all), every rank moves to the
+  // next epoch (Communicator::Recreate) and the run goes on from the earliest refit a survivor did
+  // not finish; with --verify every refit is verified.
   bool recover = false;
+  int max_replacements = 4;  // with --recover; 1 to kMaxReplacements (local_launch.h)
+  // Who serves the rendezvous store of a local launch: "launcher" (the launcher process; rank 0 is
+  // an ordinary rank) or "rank0" (rank 0 hosts it, as under a plain torchrun; it cannot then be
+  // replaced).
+  std::string store_host = "launcher";
 };
 
 // The layouts and topology one refit needs, built the same way on every rank (ranks = the

@@ -12,5 +12,6 @@ void AddSimulateCommand(CLI::App& app, int* exit_code);   // ferry simulate
 void AddRunCommand(CLI::App& app, int* exit_code);        // ferry run / ferry demo
 void AddBenchCommand(CLI::App& app, int* exit_code);      // ferry bench
 void AddConfigCommand(CLI::App& app, int* exit_code);     // ferry config
+void AddStoreCommand(CLI::App& app, int* exit_code);      // ferry store
 
 }  // namespace ferry::cli

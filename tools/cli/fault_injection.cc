@@ -66,9 +66,27 @@ Result<Fault> ParseFault(const std::string& spec, const std::string& source) {
   return fault;
 }
 
-Result<Fault> FaultFromEnvironment() {
+Result<std::vector<Fault>> ParseFaults(const std::string& spec, const std::string& source) {
+  std::vector<Fault> faults;
+  if (spec.empty()) return faults;
+  for (size_t begin = 0;;) {
+    const size_t comma = spec.find(',', begin);
+    const std::string one = spec.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (one.empty()) return InvalidArgument(source + "='" + spec + "': an empty fault between commas");
+    if (static_cast<int>(faults.size()) == kMaxFaults) {
+      return InvalidArgument(source + ": more than " + std::to_string(kMaxFaults) + " faults (kMaxFaults)");
+    }
+    FERRY_ASSIGN_OR_RETURN(Fault fault, ParseFault(one, source));
+    fault.index = static_cast<int>(faults.size());
+    faults.push_back(fault);
+    if (comma == std::string::npos) return faults;
+    begin = comma + 1;
+  }
+}
+
+Result<std::vector<Fault>> FaultsFromEnvironment() {
   const char* text = std::getenv("FERRY_INJECT_FAULT");
-  return ParseFault(text == nullptr ? "" : text, "FERRY_INJECT_FAULT");
+  return ParseFaults(text == nullptr ? "" : text, "FERRY_INJECT_FAULT");
 }
 
 bool FaultDue(const Fault& fault, int rank, bool starting, int refit) {

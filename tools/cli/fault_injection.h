@@ -8,7 +8,10 @@
 // (CLOCK_REALTIME) to stderr, from which the harness measures detection. With
 // "<rank>:corrupt:verify" that rank flips one bit of its first destination fragment's first byte
 // (in CUDA memory too) just before each --verify check, which must then fail naming that rank and
-// tensor. Unset: nothing happens. The announcement and signal are the fault transport's
+// tensor. Several faults are separated by commas ("1:kill:after=1,1:kill:after=3", "0:kill:mid=2,
+// 2:kill:after=3"), at most kMaxFaults: under --recover each kill lands on whichever process then
+// holds its rank (a replacement skips the faults its predecessors fired, run_recovery.h).
+// Unset: nothing happens. The announcement and signal are the fault transport's
 // (transports/fault/fault_signal.h), which injects the same kill or stop at a chosen transport
 // call instead (fault.action=kill|stop); this file adds only the refit-moment triggers.
 //
@@ -29,14 +32,22 @@ struct Fault {
   std::string kind;       // "kill", "stop" or "corrupt"
   bool mid_refit = true;  // false: after the refit (kill and stop)
   int refit = 1;          // the measured refit (from 1) it goes off in or after
+  int index = 0;          // its place in the spec's list (ParseFaults), from 0
 };
+
+// Faults one spec may list.
+inline constexpr int kMaxFaults = 16;
 
 // The fault `spec` asks for (rank -1 when empty), or an error naming what is wrong; `source`
 // names where the spec came from in that error (FERRY_INJECT_FAULT, --inject-fault).
 Result<Fault> ParseFault(const std::string& spec, const std::string& source);
 
-// The fault FERRY_INJECT_FAULT asks for (rank -1 when unset), or an error naming what is wrong.
-Result<Fault> FaultFromEnvironment();
+// The faults of a comma-separated `spec`, in its order (none when empty); an error names the
+// fault that is wrong.
+Result<std::vector<Fault>> ParseFaults(const std::string& spec, const std::string& source);
+
+// The faults FERRY_INJECT_FAULT asks for (none when unset), or an error naming what is wrong.
+Result<std::vector<Fault>> FaultsFromEnvironment();
 
 // Whether `fault` fires on `rank` at this moment: `starting` is true as measured refit `refit`
 // (from 1) starts, false once it has finished.

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   ferry::cli::AddConfigCommand(app, &exit_code);
   ferry::cli::AddRunCommand(app, &exit_code);
   ferry::cli::AddBenchCommand(app, &exit_code);
+  ferry::cli::AddStoreCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -150,9 +150,8 @@ struct RankContext {
   DeviceBuffers* device_sources = nullptr;  // --memory cuda: the buffers the refit moves
   DeviceBuffers* device_destinations = nullptr;
   double store_seconds = 60;   // the config's deadline.store
-  Fault fault{};               // --inject-fault or FERRY_INJECT_FAULT; rank -1: none
+  std::vector<Fault> faults{};  // --inject-fault or FERRY_INJECT_FAULT
   RecoveryContext* recovery = nullptr;  // --recover
-  RecoveryLog* recovery_log = nullptr;  // rank 0, --recover
   Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
   // Per-refit verification: with --recover every refit after a fault is checked on its own.
   bool verify_each() const { return args.verify && args.recover; }
@@ -253,9 +252,11 @@ Result<int64_t> CheckDestinations(const RankContext& c) {
 Status Verify(const RankContext& c, const RunVariant& variant, const std::string& what, const std::string& key) {
   const auto start = Clock::now();
   const bool on_device = c.device_destinations != nullptr;
-  FERRY_RETURN_IF_ERROR(MaybeCorrupt(c.fault, c.rank, c.in.destination,
-                                     on_device ? c.device_destinations->pointers() : c.destinations.pointers(),
-                                     on_device).status());
+  for (const Fault& fault : c.faults) {
+    FERRY_RETURN_IF_ERROR(MaybeCorrupt(fault, c.rank, c.in.destination,
+                                       on_device ? c.device_destinations->pointers() : c.destinations.pointers(),
+                                       on_device).status());
+  }
   Result<int64_t> checked = CheckDestinations(c);
   const std::string prefix = key + "/verify/rank";
   const std::string value = checked.ok() ? "ok " + std::to_string(*checked) : "fail " + checked.status().message();
@@ -296,15 +297,19 @@ std::string RefitName(const RankContext& c, const RunVariant& variant, int it) {
   return variant.name + " refit " + std::to_string(it - c.args.warmup + 1) + "/" + std::to_string(c.args.iterations);
 }
 
-// The injected fault of this rank, if due now (`starting` refit `it` or having finished it):
-// recorded in the store first under --recover (for rank 0's report), then fired. A `mid` fault
-// whose thread has not yet fired is fired as its refit finishes (recorded when it started).
+// The injected faults of this rank, if due now (`starting` refit `it` or having finished it):
+// recorded in the store first under --recover (for rank 0's report and the rank's replacement),
+// then fired. A `mid` fault whose thread has not yet fired is fired as its refit finishes
+// (recorded when it started).
 void FaultPoint(const RankContext& c, const RunPoint& at, bool starting) {
   const int measured = at.iteration - c.args.warmup + 1;
   if (measured < 1) return;
-  if (!FaultDue(c.fault, c.rank, starting, measured)) return MaybeInjectFault(c.fault, c.rank, starting, measured);
-  if (c.recovery != nullptr) (void)RecordFault(*c.recovery, c.fault, at);
-  MaybeInjectFault(c.fault, c.rank, starting, measured);
+  for (const Fault& fault : c.faults) {
+    if (FaultDue(fault, c.rank, starting, measured) && c.recovery != nullptr) {
+      (void)RecordFault(*c.recovery, fault, at);
+    }
+    MaybeInjectFault(fault, c.rank, starting, measured);
+  }
 }
 
 // One refit of a variant: zeroed destinations (--verify), the refit and its sample, and with
@@ -330,24 +335,25 @@ Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, R
 // Warm-up and measured refits of one variant from `first` (a replacement process starts where
 // the survivors resume), then the leak check and verification. Under --recover a refit that
 // fails because the communicator aborted is followed by recovery and the run resumes where every
-// rank agrees. Returns the measured samples on rank 0 (empty elsewhere).
+// rank agrees. Returns on rank 0 the samples of the measured refits this process took part in
+// (from `first` on; empty elsewhere).
 Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, int v, const RunVariant& variant, Refit& refit,
                                                   int first) {
   std::vector<RefitSample> samples;
+  const int measured_from = std::max(first, c.args.warmup);
   LeakProbe before;
   for (int it = first; it < c.args.warmup + c.args.iterations; ++it) {
     if (it == c.args.warmup) before = LeakProbe();
     Result<RefitSample> all = RefitStep(c, variant, refit, RunPoint{v, it});
     if (!all.ok()) {
       if (c.recovery == nullptr) return all.status();
-      FERRY_ASSIGN_OR_RETURN(RunPoint resume,
-                             RecoverAfterFailure(*c.recovery, RunPoint{v, it}, all.status(), c.recovery_log));
+      FERRY_ASSIGN_OR_RETURN(RunPoint resume, RecoverAfterFailure(*c.recovery, RunPoint{v, it}, all.status()));
       if (resume.variant != v) return Internal("recovery: ranks stopped in different variants");
       it = resume.iteration - 1;
       continue;
     }
-    if (it >= c.args.warmup && c.rank == 0) {
-      samples.resize(static_cast<size_t>(it - c.args.warmup));  // drops refits done again after a recovery
+    if (it >= measured_from && c.rank == 0) {
+      samples.resize(static_cast<size_t>(it - measured_from));  // drops refits done again after a recovery
       samples.push_back(*all);
     }
   }
@@ -468,6 +474,13 @@ Result<double> MeasureDeviceCopy(int64_t bytes) {
   return static_cast<double>(bytes) / seconds[seconds.size() / 2];
 }
 
+// The copy the report compares a refit with: one cudaMemcpy D2D (--memory cuda) or one memcpy of
+// `bytes`, in bytes per second.
+Result<double> MemcpyReference(const RunArgs& args, int64_t bytes) {
+  if (args.memory == "cuda") return MeasureDeviceCopy(bytes);
+  return MeasureMemcpy(bytes);
+}
+
 // Every variant's refits from `resume` on, rank 0's report (and recovery summary), and the
 // session's final barrier. `started` is the seconds since the rank started, for the last line.
 Status RunVariantsAndFinish(const RankContext& c, const std::vector<RunVariant>& variants,
@@ -475,21 +488,29 @@ Status RunVariantsAndFinish(const RankContext& c, const std::vector<RunVariant>&
                             double memcpy_bps, double started) {
   const auto t0 = Clock::now();
   std::vector<VariantSummary> summaries;
+  int fewest = c.args.iterations;  // measured refits in the report, per variant at least
   for (int v = resume.variant; v < static_cast<int>(variants.size()); ++v) {
     const RunVariant& variant = variants[v];
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Refit> refit, BindVariant(c, variant, plans.at(variant.strategy)));
     const int first = v == resume.variant ? resume.iteration : 0;
     FERRY_ASSIGN_OR_RETURN(std::vector<RefitSample> samples, RunVariantRefits(c, v, variant, *refit, first));
-    if (c.rank == 0) summaries.push_back(Summarize(variant, samples));
+    if (c.rank != 0) continue;
+    summaries.push_back(Summarize(variant, samples));
+    fewest = std::min(fewest, static_cast<int>(samples.size()));
   }
   if (c.rank == 0) {
-    Say("%s", FormatRunReport(c.in.description, c.delivered, memcpy_bps, summaries, c.args.iterations).c_str());
+    if (c.session.info().replacement) {
+      Say("  (rank 0 is a replacement process: the report covers the refits from %s on)\n",
+          RefitName(c, variants[resume.variant], resume.iteration).c_str());
+    }
+    Say("%s", FormatRunReport(c.in.description, c.delivered, memcpy_bps, summaries, fewest).c_str());
     FERRY_RETURN_IF_ERROR(AppendResults(c.args, c.size, c.delivered, memcpy_bps, summaries));
   }
-  if (c.recovery_log != nullptr) {
-    Say("recovered from %d failure(s)%s\n", c.recovery_log->recoveries,
-        c.recovery_log->recoveries > 0 && c.args.verify ? "; every refit after each recovery verified" : "");
-    for (const std::string& line : c.recovery_log->lines) Say("  %s\n", line.c_str());
+  if (c.recovery != nullptr && c.rank == 0) {
+    FERRY_ASSIGN_OR_RETURN(std::vector<std::string> recoveries, RecoveryLog(*c.recovery));
+    Say("recovered from %zu failure(s)%s\n", recoveries.size(),
+        !recoveries.empty() && c.args.verify ? "; every refit after each recovery verified" : "");
+    for (const std::string& line : recoveries) Say("  %s\n", line.c_str());
   }
   FERRY_RETURN_IF_ERROR(c.session.Finish());
   if (c.rank == 0) Say("[%5.1fs] done\n", started + std::chrono::duration<double>(Clock::now() - t0).count());
@@ -535,9 +556,8 @@ Status RunRankOrError(const RunArgs& args) {
                       .sources = sources, .destinations = destinations,
                       .delivered = in.destination.FragmentBytes()};
   FERRY_ASSIGN_OR_RETURN(context.store_seconds, config.GetSeconds("deadline.store"));
-  FERRY_ASSIGN_OR_RETURN(context.fault, args.inject_fault.empty() ? FaultFromEnvironment()
-                                                                  : ParseFault(args.inject_fault, "--inject-fault"));
-  if (info.replacement) context.fault = Fault{};  // its predecessor's fault has happened
+  FERRY_ASSIGN_OR_RETURN(context.faults, args.inject_fault.empty() ? FaultsFromEnvironment()
+                                                                   : ParseFaults(args.inject_fault, "--inject-fault"));
   std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
   if (args.memory == "cuda") {
     FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, sources, device_sources, device_destinations)
@@ -552,13 +572,17 @@ Status RunRankOrError(const RunArgs& args) {
                            .describe = [&](const RunPoint& p) { return RefitName(context, variants[p.variant], p.iteration); },
                            .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
   FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
-  RecoveryLog recovery_log;
   if (args.recover) context.recovery = &recovery;
-  if (args.recover && lead) context.recovery_log = &recovery_log;
-  // A replacement process joins where the survivors resume; the start-up barriers are behind them.
+  // A replacement process joins where the survivors resume; the start-up barriers are behind them,
+  // and so are the faults its predecessors fired.
   if (info.replacement) {
+    FERRY_ASSIGN_OR_RETURN(context.faults, FaultsLeft(recovery, context.faults));
     FERRY_ASSIGN_OR_RETURN(RunPoint resume, JoinAsReplacement(recovery));
-    return RunVariantsAndFinish(context, variants, plans, resume, 0, 0);
+    double memcpy_bps = 0;
+    if (lead) {
+      FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, context.delivered));
+    }
+    return RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed());
   }
   FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/filled", context.store_deadline()));
   const int64_t delivered = context.delivered;
@@ -567,12 +591,11 @@ Status RunRankOrError(const RunArgs& args) {
     Say("[%5.1fs] buffers allocated and filled: %s of sources, %s of destinations\n", elapsed(),
         FormatBytes(static_cast<double>(in.source.FragmentBytes())).c_str(),
         FormatBytes(static_cast<double>(delivered)).c_str());
+    FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, delivered));
     if (args.memory == "cuda") {
-      FERRY_ASSIGN_OR_RETURN(memcpy_bps, MeasureDeviceCopy(delivered));
       Say("[%5.1fs] plain cudaMemcpy D2D of %s on this GPU (one process, median of 7): %.2f GB/s\n", elapsed(),
           FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
     } else {
-      memcpy_bps = MeasureMemcpy(delivered);
       Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", elapsed(),
           FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
     }

@@ -1,7 +1,9 @@
 // Recovery inside `ferry run --recover` (see run_recovery.h). Store keys, per epoch E that a
 // recovery reconnected: run/recover/eE/rank<r> = "s <variant> <iteration> <detected ns> <reason>"
 // from a survivor or "r <joined ns>" from a replacement; run/fault/eE = "<rank> <ns> <what>"
-// from a rank about to fail on purpose in epoch E.
+// from a rank about to fail on purpose in epoch E, and counter run/fault/fired/<index> at 1 once
+// that fault of the list fired; counter run/recovery/count and run/recovery/<n> (from 1) = the
+// n-th recovery's summary line.
 #include "tools/cli/run_recovery.h"
 
 #include <algorithm>
@@ -24,6 +26,10 @@ Status SetText(Store& store, const std::string& key, const std::string& text, De
   return store.Set(key, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
                    deadline);
 }
+
+constexpr char kRecoveryCount[] = "run/recovery/count";
+
+std::string FiredKey(const Fault& fault) { return "run/fault/fired/" + std::to_string(fault.index); }
 
 // One rank's entry of a recovery.
 struct Entry {
@@ -77,8 +83,8 @@ Result<RunPoint> ResumePoint(const std::vector<Entry>& entries) {
   return resume;
 }
 
-// Rank 0: the fault, who detected it when, and the new epoch; one summary line into `log`.
-void Report(const RecoveryContext& c, const std::vector<Entry>& entries, const RunPoint& resume, RecoveryLog* log) {
+// Rank 0: the fault, who detected it when, and the new epoch; the summary line into the store.
+Status Report(const RecoveryContext& c, const std::vector<Entry>& entries, const RunPoint& resume) {
   Communicator& comm = c.session.communicator();
   const std::string fault_key = "run/fault/e" + std::to_string(comm.epoch() - 1);
   auto fault = c.session.store().Get(fault_key, Deadline::AfterSeconds(1));
@@ -123,10 +129,10 @@ void Report(const RecoveryContext& c, const std::vector<Entry>& entries, const R
                                  : "",
                 c.describe(resume).c_str());
   c.say(line);
-  if (log == nullptr) return;
-  ++log->recoveries;
+  const Deadline deadline = Deadline::AfterSeconds(c.store_seconds);
+  FERRY_ASSIGN_OR_RETURN(const int64_t n, c.session.store().Add(kRecoveryCount, 1, deadline));
   std::snprintf(line, sizeof line,
-                "recovery %d: %s; %s; replaced rank %s; epoch %llu; resumed at %s", log->recoveries,
+                "recovery %lld: %s; %s; replaced rank %s; epoch %llu; resumed at %s", static_cast<long long>(n),
                 what.empty() ? "a refit failed" : ("rank " + std::to_string(faulty) + " " + what).c_str(),
                 faulty < 0 ? "culprit unknown"
                            : (std::string(all_named ? "every survivor named rank " : "NOT every survivor named rank ") +
@@ -134,20 +140,46 @@ void Report(const RecoveryContext& c, const std::vector<Entry>& entries, const R
                                  .c_str(),
                 replacements.empty() ? "none" : replacements.c_str(), static_cast<unsigned long long>(comm.epoch()),
                 c.describe(resume).c_str());
-  log->lines.push_back(line);
+  return SetText(c.session.store(), "run/recovery/" + std::to_string(n), line, deadline);
 }
 
 }  // namespace
 
+Result<std::vector<std::string>> RecoveryLog(const RecoveryContext& c) {
+  const Deadline deadline = Deadline::AfterSeconds(c.store_seconds);
+  FERRY_ASSIGN_OR_RETURN(const int64_t count, c.session.store().Add(kRecoveryCount, 0, deadline));
+  std::vector<std::string> lines;
+  for (int64_t n = 1; n <= count; ++n) {
+    FERRY_ASSIGN_OR_RETURN(Bytes line, c.session.store().Get("run/recovery/" + std::to_string(n), deadline));
+    lines.emplace_back(line.begin(), line.end());
+  }
+  return lines;
+}
+
 Status RecordFault(const RecoveryContext& c, const Fault& fault, const RunPoint& point) {
   const std::string what = fault.kind + (fault.mid_refit ? " during " : " after ") + c.describe(point);
   const std::string key = "run/fault/e" + std::to_string(c.session.communicator().epoch());
+  const Deadline deadline = Deadline::AfterSeconds(c.store_seconds);
+  FERRY_RETURN_IF_ERROR(c.session.store().Add(FiredKey(fault), 1, deadline).status());
   return SetText(c.session.store(), key, std::to_string(c.rank) + " " + std::to_string(NowNanos()) + " " + what,
-                 Deadline::AfterSeconds(c.store_seconds));
+                 deadline);
 }
 
-Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure,
-                                     RecoveryLog* log) {
+Result<std::vector<Fault>> FaultsLeft(const RecoveryContext& c, const std::vector<Fault>& faults) {
+  std::vector<Fault> left;
+  for (const Fault& fault : faults) {
+    if (fault.rank == c.rank) {
+      if (fault.signal == 0) continue;
+      FERRY_ASSIGN_OR_RETURN(const int64_t fired,
+                             c.session.store().Add(FiredKey(fault), 0, Deadline::AfterSeconds(c.store_seconds)));
+      if (fired > 0) continue;
+    }
+    left.push_back(fault);
+  }
+  return left;
+}
+
+Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure) {
   Communicator& comm = c.session.communicator();
   if (!comm.aborted()) return failure;  // a failure of this rank alone (a wrong byte): nothing to recover
   const int64_t detected_ns =
@@ -162,13 +194,15 @@ Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& f
                                          std::to_string(failed_at.iteration) + " " + std::to_string(detected_ns) +
                                          " " + reason));
   FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(entries));
-  if (c.rank == 0) Report(c, entries, resume, log);
+  if (c.rank == 0) FERRY_RETURN_IF_ERROR(Report(c, entries, resume));
   return resume;
 }
 
 Result<RunPoint> JoinAsReplacement(const RecoveryContext& c) {
   FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Exchange(c, "r " + std::to_string(NowNanos())));
-  return ResumePoint(entries);
+  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(entries));
+  if (c.rank == 0) FERRY_RETURN_IF_ERROR(Report(c, entries, resume));
+  return resume;
 }
 
 }  // namespace ferry::cli

@@ -3,9 +3,11 @@
 // the local launcher has meanwhile started a replacement for a rank whose process died
 // (FERRY_REPLACEMENT=1, local_launch.h), which joins that epoch — and all ranks, the replacement
 // included, agree through the store on the refit to resume at: the earliest one a survivor did
-// not finish. Rank 0 reports, through `say`, the fault (as the faulty rank recorded it before
-// firing, RecordFault), which survivor detected it after how many milliseconds and with what
-// error, and when the replacement had joined; it keeps a summary for the end of the run.
+// not finish. Rank 0 — a survivor, or rank 0's own replacement — reports, through `say`, the fault
+// (as the faulty rank recorded it before firing, RecordFault), which survivor detected it after
+// how many milliseconds and with what error, and when the replacement had joined; the summary
+// line of each recovery is kept in the store, so that it outlives any one rank's process.
+// Recoveries repeat: each failure moves every rank one epoch on.
 //
 // Blocking: every function waits on the store or the communicator, bounded by the deadlines
 // given. Threading: the rank's main thread.
@@ -44,23 +46,25 @@ struct RecoveryContext {
   std::function<void(const std::string&)> say;
 };
 
-// Rank 0's record of the recoveries of a run, for its final summary.
-struct RecoveryLog {
-  int recoveries = 0;
-  std::vector<std::string> lines;  // one per recovery
-};
+// The summary lines of every recovery of the run so far, in order (one per recovery).
+Result<std::vector<std::string>> RecoveryLog(const RecoveryContext& c);
 
 // The faulty rank, just before `fault` fires at `point`: writes when and what to the store, so
-// that rank 0 can time every survivor's detection against it.
+// that rank 0 can time every survivor's detection against it, and that the fault (by its index)
+// has fired, so that the rank's replacement does not fire it again.
 Status RecordFault(const RecoveryContext& c, const Fault& fault, const RunPoint& point);
+
+// A replacement process: `faults` less those of its rank that a predecessor fired (and less its
+// rank's "corrupt" faults, which were its predecessor's).
+Result<std::vector<Fault>> FaultsLeft(const RecoveryContext& c, const std::vector<Fault>& faults);
 
 // A survivor whose refit at `failed_at` failed with `failure`: recreates the communicator (fails
 // when it was not aborted: nothing to recover from), agrees with every rank on the point to
-// resume at, and returns it. Rank 0 reports and appends to `log`.
-Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure,
-                                     RecoveryLog* log);
+// resume at, and returns it. Rank 0 reports.
+Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure);
 
-// A replacement process, once joined: agrees with the survivors on the point to resume at.
+// A replacement process, once joined: agrees with the survivors on the point to resume at; a
+// replacement rank 0 reports the recovery, as a surviving rank 0 would have.
 Result<RunPoint> JoinAsReplacement(const RecoveryContext& c);
 
 }  // namespace ferry::cli

@@ -5,7 +5,7 @@
 //
 //   bazel run -c opt //tools/kill:kill_harness -- --ferry $PWD/bazel-bin/tools/cli/ferry --runs 20
 //   options: --transports tcp,ucx,libfabric --faults kill:mid,kill:between,stop:mid,stop:between
-//            --rank 2 --peer-dead 5
+//            --rank 2 --peer-dead 5 --store-host launcher|rank0 (who serves the store)
 // Exits 1 when any trial failed to run, was not named, or needed the launcher to end a survivor.
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +31,7 @@ struct Args {
   std::vector<std::string> faults{"kill:mid", "kill:between", "stop:mid", "stop:between"};
   int rank = 2;
   double peer_dead = 5;
+  std::string store_host = "launcher";
 };
 
 bool Parse(int argc, char** argv, Args& args) {
@@ -42,9 +43,11 @@ bool Parse(int argc, char** argv, Args& args) {
     else if (flag == "--faults") args.faults = Split(value);
     else if (flag == "--rank") args.rank = std::atoi(value.c_str());
     else if (flag == "--peer-dead") args.peer_dead = std::atof(value.c_str());
+    else if (flag == "--store-host") args.store_host = value;
     else return false;
   }
-  return argc % 2 == 1 && args.runs > 0 && args.rank >= 0 && args.rank < 8 && args.peer_dead > 0;
+  return argc % 2 == 1 && args.runs > 0 && args.rank >= 0 && args.rank < 8 && args.peer_dead > 0 &&
+         (args.store_host == "launcher" || args.store_host == "rank0");
 }
 
 }  // namespace
@@ -53,7 +56,8 @@ int main(int argc, char** argv) {
   Args args;
   if (!Parse(argc, argv, args)) {
     std::fprintf(stderr, "usage: kill_harness [--ferry PATH] [--runs N] [--transports a,b] "
-                         "[--faults kill:mid,stop:between] [--rank R<8] [--peer-dead SECONDS]\n");
+                         "[--faults kill:mid,stop:between] [--rank R<8] [--peer-dead SECONDS] "
+                         "[--store-host launcher|rank0]\n");
     return 2;
   }
   bool all_good = true;
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
         spec.fault = fault.substr(0, fault.find(':'));
         spec.moment = fault.substr(fault.find(':') + 1);
         spec.peer_dead_s = args.peer_dead;
+        spec.store_host = args.store_host;
         std::vector<double> seconds;
         int named = 0, on_own = 0;
         for (int run = 0; run < args.runs; ++run) {

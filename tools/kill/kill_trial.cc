@@ -23,7 +23,7 @@ std::vector<std::string> Command(const TrialSpec& spec) {
           "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2", "--transport", spec.transport,
           "--iterations", "2", "--warmup", "1", "--timeout", std::to_string(spec.timeout_s),
           "--set", std::string("executor.direct_intra_node=") + (spec.direct_reads ? "true" : "false"),
-          "--set", "deadline.peer_dead=" + std::to_string(spec.peer_dead_s)};
+          "--set", "deadline.peer_dead=" + std::to_string(spec.peer_dead_s), "--store-host", spec.store_host};
 }
 
 // Exits traced for ranks other than `faulty`.

@@ -23,6 +23,9 @@ struct TrialSpec {
   std::string moment = "mid";    // mid | between (refits)
   double peer_dead_s = 5.0;      // deadline.peer_dead for the run
   double timeout_s = 60.0;       // the run's --timeout; the trial is killed a little later
+  // `ferry run --store-host`: "launcher" (rank 0 an ordinary rank) or "rank0" (rank 0 hosts the
+  // store, so that its death or stop is the store host's).
+  std::string store_host = "launcher";
 };
 
 struct TrialResult {

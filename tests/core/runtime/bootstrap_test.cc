@@ -106,6 +106,35 @@ TEST(BootstrapTest, RendezvousRankZeroHostsAndOthersJoin) {
   EXPECT_EQ(*value, (Bytes{1, 2}));
 }
 
+// With FERRY_STORE_EXTERNAL=1 rank 0 starts no server: it connects to the store another process
+// serves, like every other rank (and fails by the deadline, naming it, while none serves).
+TEST(BootstrapTest, WithAnExternalStoreRankZeroOnlyConnects) {
+  std::map<std::string, std::string> env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", "1"}, {"FERRY_TOKEN", "tok"}};
+  EXPECT_FALSE(BootstrapFromEnvironment(env)->store_external);
+  env["FERRY_STORE_EXTERNAL"] = "yes";
+  EXPECT_NE(BootstrapFromEnvironment(env).status().message().find("FERRY_STORE_EXTERNAL"), std::string::npos);
+  env["FERRY_STORE_EXTERNAL"] = "1";
+  auto probe = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(probe.ok());
+  const int port = probe->port;
+  ::close(probe->fd);
+  env["MASTER_PORT"] = std::to_string(port);
+  Result<BootstrapInfo> info = BootstrapFromEnvironment(env);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_TRUE(info->store_external);
+  auto alone = StartRendezvous(*info, Deadline::AfterSeconds(0.3));
+  ASSERT_FALSE(alone.ok()) << "rank 0 must not have hosted the store";
+  EXPECT_NE(alone.status().message().find("external store"), std::string::npos) << alone.status().ToString();
+  auto server = TcpStoreServer::Start("127.0.0.1", port, "tok");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto joined = StartRendezvous(*info, Deadline::AfterSeconds(5));
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_EQ(joined->server, nullptr);
+  EXPECT_EQ(*joined->store->Add("n", 1, Deadline::AfterSeconds(5)), 1);
+  EXPECT_EQ((*server)->active(), 1);
+}
+
 // The store listens on the interface the job uses (loopback here), not on every interface: the
 // host's other address does not reach it.
 TEST(BootstrapTest, StoreListensOnlyOnTheJobsInterface) {

@@ -167,7 +167,7 @@ bool VerifyThreeRankPlan(const Rank& r, int rank) {
 // unless `one_node`.
 Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
                                    const std::vector<std::string>& settings, bool one_node,
-                                   bool replacement) {
+                                   bool replacement, bool external_store) {
   auto r = std::make_unique<Rank>();
   for (const std::string& s : settings) {
     size_t eq = s.find('=');
@@ -180,6 +180,7 @@ Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
   info.store_host = "127.0.0.1";
   info.store_port = port;
   info.token = "executor-test";
+  info.store_external = external_store;
   FERRY_ASSIGN_OR_RETURN(r->rendezvous, StartRendezvous(info, Deadline::AfterSeconds(20)));
   CommunicatorOptions options;
   options.rank = rank;

@@ -48,10 +48,12 @@ void AllocateHost(Rank& r, const TransferPlan& plan, int rank, bool shared = fal
 bool VerifyThreeRankPlan(const Rank& r, int rank);
 
 // Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network)
-// unless `one_node`; as a replacement for a failed process of that rank when `replacement`.
+// unless `one_node`; as a replacement for a failed process of that rank when `replacement`; with
+// `external_store`, rank 0 does not host the store but joins the one another process serves.
 Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
                                    const std::vector<std::string>& settings = {},
-                                   bool one_node = false, bool replacement = false);
+                                   bool one_node = false, bool replacement = false,
+                                   bool external_store = false);
 
 
 int Report(const Status& status);

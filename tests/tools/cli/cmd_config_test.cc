@@ -36,6 +36,8 @@ TEST(CmdConfigTest, PrintsEveryOptionWithDefaultsAndEnvironmentOverrides) {
   EXPECT_NE(out.find("fault.action = none"), std::string::npos) << "the fault transport's options too";
   EXPECT_NE(out.find("ucx.strict_tls = false"), std::string::npos) << out;
   EXPECT_NE(out.find("nccl.library = libnccl.so.2"), std::string::npos) << out;
+  EXPECT_NE(out.find("FERRY_STORE_EXTERNAL"), std::string::npos) << "the bootstrap variables are listed";
+  EXPECT_NE(out.find("FERRY_REPLACEMENT"), std::string::npos) << out;
 }
 
 TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {

@@ -72,6 +72,27 @@ TEST(ParseFaultTest, NamesWhatIsWrong) {
   }
 }
 
+TEST(ParseFaultsTest, ReadsAListInItsOrderAndNamesTheWrongFault) {
+  Result<std::vector<Fault>> two = ParseFaults("0:kill:mid=2,2:kill:after=3", "--inject-fault");
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].rank, 0);
+  EXPECT_TRUE((*two)[0].mid_refit);
+  EXPECT_EQ((*two)[0].refit, 2);
+  EXPECT_EQ((*two)[1].rank, 2);
+  EXPECT_FALSE((*two)[1].mid_refit);
+  EXPECT_EQ((*two)[1].refit, 3);
+  EXPECT_TRUE(ParseFaults("", "--inject-fault")->empty());
+  Result<std::vector<Fault>> bad = ParseFaults("1:kill:after=1,1:kill:later", "--inject-fault");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'1:kill:later'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(ParseFaults("1:kill:after=1,", "--inject-fault").status().message().find("empty fault"),
+            std::string::npos);
+  std::string many;
+  for (int i = 0; i <= kMaxFaults; ++i) many += (i > 0 ? "," : "") + std::string("1:kill:after=1");
+  EXPECT_NE(ParseFaults(many, "--inject-fault").status().message().find("kMaxFaults"), std::string::npos);
+}
+
 TEST(MaybeInjectFaultTest, AnAfterFaultKillsOnlyItsRankOnlyOnceItsRefitFinished) {
   const Fault fault = Parsed("2:kill:after=2");
   EXPECT_EQ(SignalThatEnded([&] { MaybeInjectFault(fault, 2, false, 2); }), SIGKILL);

@@ -1,10 +1,11 @@
 // The kill harness on every host transport, a few trials: a rank SIGKILLed mid-refit (direct reads
 // on) and one SIGSTOPped between refits (direct reads off, deadline.peer_dead 2 s) are detected by
-// every survivor, each names the faulty rank, and none is left for the launcher; the same for the
-// store host (rank 0). The bounds here tell the mechanisms apart (a death seen from its closed
-// connection, a stop from the peer deadline, never a refit or store timeout) with room for a busy
-// CI machine; the targets themselves (1 s for a death) are measured by the harness
-// (tools/kill, the table in docs/BENCHMARKS.md), not by this test.
+// every survivor, each names the faulty rank, and none is left for the launcher; the same for
+// rank 0 hosting the store (--store-host rank0), and for rank 0 when the launcher serves it. The
+// bounds here tell the mechanisms apart (a death seen from its closed connection, a stop from the
+// peer deadline, never a refit or store timeout) with room for a busy CI machine; the targets
+// themselves (1 s for a death) are measured by the harness (tools/kill, the table in
+// docs/BENCHMARKS.md), not by this test.
 #include <gtest/gtest.h>
 
 #include "tools/kill/kill_trial.h"
@@ -61,6 +62,7 @@ INSTANTIATE_TEST_SUITE_P(HostTransports, KillHarnessTest,
 TEST(KillHarnessStoreHostTest, TheStoreHostsDeathIsNamed) {
   TrialSpec spec = Spec("tcp");
   spec.rank = 0;
+  spec.store_host = "rank0";
   spec.fault = "kill";
   spec.moment = "between";
   auto trial = RunTrial(spec);
@@ -75,12 +77,27 @@ TEST(KillHarnessStoreHostTest, TheStoreHostsDeathIsNamed) {
 TEST(KillHarnessStoreHostTest, TheStoreHostsStopIsNamedWithinThePeerDeadline) {
   TrialSpec spec = Spec("tcp");
   spec.rank = 0;
+  spec.store_host = "rank0";
   spec.fault = "stop";
   spec.moment = "between";
   spec.peer_dead_s = 2.0;
   auto trial = RunTrial(spec);
   ASSERT_TRUE(trial.ok()) << trial.status().ToString();
   EXPECT_LT(trial->seconds, spec.peer_dead_s + kTeardown_s) << trial->output;
+  EXPECT_TRUE(trial->named) << trial->output;
+  EXPECT_TRUE(trial->on_their_own) << trial->output;
+}
+
+// The launcher serves the store: rank 0's death is an ordinary rank's, named from its closed
+// connection.
+TEST(KillHarnessStoreHostTest, RankZerosDeathIsNamedWhenTheLauncherServesTheStore) {
+  TrialSpec spec = Spec("tcp");
+  spec.rank = 0;
+  spec.fault = "kill";
+  spec.moment = "mid";
+  auto trial = RunTrial(spec);
+  ASSERT_TRUE(trial.ok()) << trial.status().ToString();
+  EXPECT_LT(trial->seconds, kDeathBound_s) << trial->output;
   EXPECT_TRUE(trial->named) << trial->output;
   EXPECT_TRUE(trial->on_their_own) << trial->output;
 }
