@@ -99,8 +99,11 @@ MessageOrder OrderMessages(const Intersection& inter, const PlanFacts& facts,
       m.tree = sorted[i].tree;
       m.first = static_cast<int>(i);
       const int size = trees.Size(m.tree);
-      const int64_t cap = ChunkCap(options, size, node_of[trees.Rank(m.tree, 0)],
-                                   node_of[trees.Rank(m.tree, size - 1)], node_of[sender]);
+      // A message to itself (planner.same_rank=transport) keeps network_chunk_bytes, as its
+      // deliveries were cut (routing.cc RouteToSelf).
+      const int first = trees.Rank(m.tree, 0);
+      const int64_t cap = ChunkCap(options, size, node_of[first], node_of[trees.Rank(m.tree, size - 1)],
+                                   first == sender ? -1 : node_of[sender]);
       size_t j = i;
       while (j < end && sorted[j].tree == m.tree && (j == i || m.bytes + sorted[j].bytes <= cap)) {
         m.bytes += sorted[j].bytes;
