@@ -24,13 +24,16 @@ class Session:
     the communicator with its transports, and the configuration.
 
     Session(rank=, world_size=, store="host:port", token=) joins explicitly; rank 0 listens on
-    the store's port. `config`: None, a YAML file or a dict of options (`ferry config` lists them),
-    applied over FERRY_* variables. `nodes`: the node of each rank (default: by host name)."""
+    the store's port, unless `store_external`: then a store served by a process of its own
+    (`ferry store --port P`, the same FERRY_TOKEN) is there, and rank 0 is an ordinary rank whose
+    death does not take the store with it. `config`: None, a YAML file or a dict of options
+    (`ferry config` lists them), applied over FERRY_* variables. `nodes`: the node of each rank
+    (default: by host name)."""
 
     def __init__(self, rank: int, world_size: int, store: str, token: str = "",
                  config: str | Mapping[str, Any] | None = None, local_rank: int | None = None,
                  local_world_size: int | None = None, nodes: list[int] | None = None,
-                 _impl: Any = None):
+                 store_external: bool = False, _impl: Any = None):
         if _impl is None:
             host, sep, port = store.rpartition(":")
             if not sep or not port.isdigit():
@@ -38,7 +41,8 @@ class Session:
             _impl = _ferry.Session.join(
                 rank, world_size, host, int(port), token, config,
                 rank if local_rank is None else local_rank,
-                world_size if local_world_size is None else local_world_size, nodes or [])
+                world_size if local_world_size is None else local_world_size, nodes or [],
+                store_external)
         self._impl = _impl
 
     @classmethod

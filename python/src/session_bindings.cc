@@ -79,7 +79,7 @@ struct RefitHandle {
 
 SessionHandle Join(int rank, int world_size, const std::string& store_host, int store_port,
                    const std::string& token, const py::object& config, int local_rank,
-                   int local_world_size, std::vector<int> node_of_rank) {
+                   int local_world_size, std::vector<int> node_of_rank, bool store_external) {
   BootstrapInfo info;
   info.launcher = "explicit";
   info.rank = rank;
@@ -89,6 +89,7 @@ SessionHandle Join(int rank, int world_size, const std::string& store_host, int 
   info.store_host = store_host;
   info.store_port = store_port;
   info.token = token;
+  info.store_external = store_external;
   Config parsed = SessionConfig(config);
   Result<std::unique_ptr<Session>> joined = Status(StatusCode::kInternal, "not joined");
   {
@@ -166,7 +167,8 @@ void BindSession(py::module_& m) {
   py::class_<SessionHandle>(m, "Session")
       .def_static("join", &Join, py::arg("rank"), py::arg("world_size"), py::arg("store_host"),
                   py::arg("store_port"), py::arg("token"), py::arg("config"),
-                  py::arg("local_rank"), py::arg("local_world_size"), py::arg("node_of_rank"))
+                  py::arg("local_rank"), py::arg("local_world_size"), py::arg("node_of_rank"),
+                  py::arg("store_external"))
       .def_static("from_env", &JoinFromEnvironment, py::arg("config"))
       .def_property_readonly("rank", [](const SessionHandle& h) { return h.session->info().rank; })
       .def_property_readonly("world_size",

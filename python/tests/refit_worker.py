@@ -5,7 +5,9 @@ or CUDA torch tensors (every rank on device 0), runs the refit for several steps
 destination element against the value the source held, and prints the bytes read directly from
 peers and sent. Exits 0 when all match.
 
-    refit_worker.py SCENARIO BACKEND RANK PORT   SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch | cuda
+    refit_worker.py SCENARIO BACKEND RANK PORT [external]
+    SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch | cuda; `external`: the store at PORT is served
+    by a `ferry store` process, not by rank 0
 """
 
 from __future__ import annotations
@@ -81,10 +83,11 @@ def write(view, values: np.ndarray) -> None:
 
 def main() -> int:
     scenario, backend, rank, port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    external = sys.argv[5:] == ["external"]
     m, n = {"2to2": (2, 2), "4to2": (4, 2)}[scenario]
     src_shards, dst_shards = shards(m, n)
     with ferry.Session(rank=rank, world_size=m + n, store=f"127.0.0.1:{port}",
-                       token="test-refit") as session:
+                       token="test-refit", store_external=external) as session:
         # Each rank describes only the shards it holds; the session gathers everyone's.
         gathered = session.all_gather_shards(
             [s for s in src_shards + dst_shards if s.rank == rank])

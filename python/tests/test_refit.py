@@ -6,6 +6,7 @@ fragments) unless Yama restricts ptrace. Children are killed at the deadline."""
 
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -30,6 +31,27 @@ def test_refit_across_processes(scenario, ranks, backend):
         direct += int(step.group(1))
     if not ptrace_restricted():
         assert direct > 0, "direct reads are on by default in Python sessions"
+
+
+def test_refit_through_an_external_store():
+    """Four ranks meet at a store served by `ferry store`, a process of its own: rank 0 does not
+    listen (the store already holds the port), and the refit verifies as with rank 0 hosting."""
+    env = dict(os.environ, FERRY_TOKEN="test-refit")
+    store = subprocess.Popen(["tools/cli/ferry", "store", "--port", "0", "--bind", "127.0.0.1"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = store.stdout.readline()
+        served = re.search(r"serving on 127\.0\.0\.1:(\d+)", line)
+        assert served, line
+        port = served.group(1)
+        results = run_ranks(lambda rank, _: [WORKER, "2to2", "numpy", str(rank), port, "external"],
+                            4, deadline_s=90)
+        assert_all_ok(results)
+        for r in results:
+            assert f"rank {r.rank} step 2: ok" in r.output, r.output
+    finally:
+        store.terminate()
+        assert store.wait(timeout=10) == 0
 
 
 def ptrace_restricted() -> bool:
