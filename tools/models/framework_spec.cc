@@ -131,7 +131,11 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
 // vllm/model_executor/layers/fused_moe/expert_map_manager.py (no round-robin with redundant
 // experts). Called with ep = tp*dp.
 Status CheckRedundantExperts(const VllmParallel& v, const ModelConfig& c) {
-  if (v.redundant_experts == 0) return Status::Ok();
+  if (!v.eplb_map.empty() && v.round_robin_experts) {
+    return InvalidArgument("eplb_map= with placement=round_robin: vLLM's EPLB numbers physical "
+                           "experts linearly over the EP ranks");
+  }
+  if (v.redundant_experts == 0 || !v.eplb_map.empty()) return Status::Ok();  // the map decides
   if (v.round_robin_experts) {
     return InvalidArgument("vLLM supports round-robin expert placement only with no redundant "
                            "experts (it falls back to linear placement); drop "
@@ -159,7 +163,7 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         Num(world) + " (each rank holding whole experts); without it ep is 1 and every expert's "
         "FFN is split over all " + Num(world) + " ranks");
   }
-  if (v.redundant_experts > 0 && (v.ep == 1 || world <= 1)) {
+  if ((v.redundant_experts > 0 || !v.eplb_map.empty()) && (v.ep == 1 || world <= 1)) {
     return InvalidArgument(world <= 1 ? "vLLM rejects redundant experts here: EPLB requires "
                                         "tensor, prefill-context, or data parallelism, but got "
                                         "TP=" + Num(v.tp) + ", DP=" + Num(v.dp)
@@ -195,7 +199,7 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
                            Num(c.nextn_layers) + " (num_nextn_predict_layers); give mtp=" +
                            Num(c.nextn_layers));
   }
-  if (v.mtp != 0 && v.redundant_experts > 0) {
+  if (v.mtp != 0 && (v.redundant_experts > 0 || !v.eplb_map.empty())) {
     return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
                            "modelled");
   }
@@ -203,8 +207,8 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
     return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
                            "modelled");
   }
-  if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0)) {
-    return InvalidArgument("the model has no experts; ep must be 1 and redundant unset");
+  if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0 || !v.eplb_map.empty())) {
+    return InvalidArgument("the model has no experts; ep must be 1 and redundant and eplb_map unset");
   }
   Status st = CheckTensorParallel(c, v.tp);
   if (st.ok() && !c.IsMla() && c.num_kv_heads % v.tp != 0 && v.tp % c.num_kv_heads != 0) {
@@ -228,6 +232,7 @@ std::string FrameworkSpec::ToString() const {
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
            (vllm.round_robin_experts ? ",placement=round_robin" : "") +
            (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
+           (vllm.eplb_map.empty() ? "" : ",eplb_map=" + vllm.eplb_map) +
            (vllm.fp8_block_weights ? ",quant=fp8_block" : "") +
            (vllm.mtp > 0 ? ",mtp=" + Num(vllm.mtp) : "") + naming;
   }
@@ -333,6 +338,12 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"engines", &v.engines, {}},
           WordKey("placement", "round_robin", "linear", &v.round_robin_experts, true),
           {"redundant", &v.redundant_experts, {}},
+          {"eplb_map", nullptr,
+           [&v](const std::string& value) -> Status {
+             if (value.empty()) return InvalidArgument("empty eplb_map= in vllm spec");
+             v.eplb_map = value;
+             return Status::Ok();
+           }},
           {"mtp", &v.mtp, {}, 0},
           WordKey("quant", "fp8_block", "none", &v.fp8_block_weights, true),
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
@@ -372,7 +383,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
       "mtp=N,layout=STRING (last) or "
-      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,"
+      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,eplb_map=PATH,"
       "quant=none|fp8_block,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');

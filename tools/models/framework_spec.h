@@ -15,7 +15,7 @@
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint). mtp:
 //      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,quant=none|fp8_block,mtp=
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,quant=none|fp8_block,mtp=
 //      ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
@@ -97,6 +97,9 @@ struct VllmParallel {
   // p < E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
   // build_initial_global_physical_to_logical_map): replicas of those experts.
   int redundant_experts = 0;
+  // "eplb_map=PATH": after EPLB rearranged the experts, the engine's current
+  // physical_to_logical_map (tools/models/eplb_map.h) in place of the initial arrangement above.
+  std::string eplb_map;
   // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
   // weight_block_size [128, 128]) and vLLM holds its projections so
   // (tools/models/fp8_block_weights.h); plans refuse them until a block-scaled conversion exists.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/layout/builders.h"
+#include "tools/models/eplb_map.h"
 #include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/vocab_padding.h"
@@ -43,6 +44,7 @@ class VllmWriter : public LayoutWriter {
   // all tp*dp ranks, then copies replica 0 to the other DP ranks, then the whole engine to the
   // other engines.
   Status Build() {
+    FERRY_RETURN_IF_ERROR(LoadEplbMap());
     Section engine = BeginSection(out_);
     FERRY_RETURN_IF_ERROR(BuildEngine());
     if (v_.fp8_block_weights) {
@@ -255,6 +257,7 @@ class VllmWriter : public LayoutWriter {
     // vllm/model_executor/layers/fused_moe/layer.py: with EPLB the layer's global experts are the
     // physical ones, logical + redundant
     const int64_t physical = c_.num_experts + v_.redundant_experts;
+    const std::vector<int32_t>* arranged = eplb_.empty() ? nullptr : &eplb_[MoeIndex(l)];
     for (int64_t m = 0; m < world; ++m) {
       const int64_t ep_rank = m / moe_tp;
       // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
@@ -270,7 +273,7 @@ class VllmWriter : public LayoutWriter {
         continue;
       }
       const int64_t start = ep_rank * base + std::min(ep_rank, extra);
-      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, start, count);
+      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, start, count, arranged);
     }
     return Status::Ok();
   }
@@ -343,11 +346,16 @@ class VllmWriter : public LayoutWriter {
   // physical p holds logical p below E, then (p - E) mod E
   // (vllm/distributed/eplb/eplb_state.py build_initial_global_physical_to_logical_map, which
   // FusedMoE.make_expert_params_mapping loads from).
+  // Physical experts start .. start + count - 1 of a layer into `rank`'s local slots, each the
+  // logical expert `arranged` names (an EPLB map's row), else the initial arrangement.
   void PlacePhysicalExperts(const std::string& p, const std::vector<ExpertIds>& ids,
                             const ExpertGeometry& g, int rank, int64_t shard, int64_t start,
-                            int64_t count) {
+                            int64_t count, const std::vector<int32_t>* arranged) {
     const int64_t e = c_.num_experts;
-    auto logical = [e](int64_t phys) { return phys < e ? phys : (phys - e) % e; };
+    auto logical = [e, arranged](int64_t phys) -> int64_t {
+      if (arranged != nullptr) return (*arranged)[static_cast<size_t>(phys)];
+      return phys < e ? phys : (phys - e) % e;
+    };
     int64_t run = 0;
     while (run < count) {
       int64_t len = 1;
@@ -357,7 +365,26 @@ class VllmWriter : public LayoutWriter {
     }
   }
 
+  // The map's row of decoder layer l: MoE layers numbered in model order, as vLLM's EplbState
+  // numbers them (model.num_moe_layers).
+  int64_t MoeIndex(int64_t l) const {
+    int64_t index = 0;
+    for (int64_t k = 0; k < l; ++k) index += c_.IsMoeLayer(k) ? 1 : 0;
+    return index;
+  }
+
+  // Reads v_.eplb_map, when given, for this model's MoE layers and physical experts.
+  Status LoadEplbMap() {
+    if (v_.eplb_map.empty()) return Status::Ok();
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMap(v_.eplb_map, moe_layers, c_.num_experts,
+                                              c_.num_experts + v_.redundant_experts));
+    return Status::Ok();
+  }
+
   VllmParallel v_;
+  EplbMap eplb_;  // empty: the initial arrangement
   int first_;
   std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int> all_;  // the TP group of DP replica 0

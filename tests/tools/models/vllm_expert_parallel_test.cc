@@ -10,9 +10,15 @@
 //    (vllm/model_executor/layers/fused_moe/layer.py), placed as above, physical p loading logical
 //    expert p below E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
 //    build_initial_global_physical_to_logical_map, read by FusedMoE.make_expert_params_mapping);
-//    vllm/config/parallel.py refuses EPLB without expert parallelism or with one rank.
+//    vllm/config/parallel.py refuses EPLB without expert parallelism or with one rank;
+//  - after EPLB rearranged the experts, physical expert p (numbered EP rank after EP rank as
+//    above) holds logical expert physical_to_logical_map[moe_layer][p]
+//    (vllm/distributed/eplb/eplb_state.py EplbState, rebalance_execute.py
+//    rearrange_expert_weights_inplace), read from the engine's map ("eplb_map=FILE").
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "tests/tools/models/framework_layouts_testutil.h"
@@ -140,6 +146,76 @@ TEST(VllmExpertParallelTest, RedundantExpertsRefusedAsVllmRefusesThem) {
       {"vllm:tp=2,ep=2,redundant=30", "hold one logical expert twice"},
   };
   for (const auto& [spec, reason] : cases) {
+    Result<Layout> l = BuildFrameworkLayout(SmallMoe(10, /*groups=*/2), Spec(spec));
+    ASSERT_FALSE(l.ok()) << spec;
+    EXPECT_NE(l.status().message().find(reason), std::string::npos) << l.status().message();
+  }
+}
+
+// A file under the test's temporary directory holding `text`; returns its path.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(VllmExpertParallelTest, RearrangedExpertsFollowTheEnginesMap) {
+  ModelPreset p = SmallMoe(10);
+  const int64_t expert = 2 * 16 * 32 * 2;  // bytes of one expert's w13
+  // 10 + 2 physical over ep 4, 3 a rank; the map after a rearrangement: rank 0 holds logical
+  // 5, 6, 7; rank 1 0, 1, 2; rank 2 3, 4, 8; rank 3 9, 5, 0 (5 and 0 replicated).
+  const std::string map = WriteTemp(
+      "eplb.json", R"({"physical_to_logical_map": [[5, 6, 7, 0, 1, 2, 3, 4, 8, 9, 5, 0]]})");
+  const std::string spec = "vllm:tp=2,dp=2,ep=4,redundant=2,eplb_map=" + map;
+  Layout stacks = BuildAsSpecified(p, spec);
+  auto first = FragmentsIn(stacks, 0, kW13, kGateStack);
+  ASSERT_EQ(first.size(), 1u);  // logical 5..7 consecutive: one fragment
+  EXPECT_EQ(first[0].box.lo[0], 5);
+  EXPECT_EQ(first[0].box.hi[0], 8);
+  auto last = FragmentsIn(stacks, 3, kW13, kGateStack);
+  ASSERT_EQ(last.size(), 3u);
+  const int64_t logical[3] = {9, 5, 0};
+  for (int slot = 0; slot < 3; ++slot) {
+    EXPECT_EQ(last[slot].box.lo[0], logical[slot]);
+    EXPECT_EQ(last[slot].box.hi[0], logical[slot] + 1);
+    EXPECT_EQ(last[slot].loc.byte_offset, slot * expert);
+  }
+  Layout members = Build(p, spec);
+  ExpectCoverage(members, p, [](const std::string& n) {
+    if (!IsExpert(n)) return Copies(2, 2, 1)(n);
+    const bool replicated = n.find(".experts.0.") != std::string::npos ||
+                            n.find(".experts.5.") != std::string::npos;
+    return replicated ? 2 : 1;
+  });
+  EXPECT_EQ(Spec(spec).ToString(), spec);
+}
+
+TEST(VllmExpertParallelTest, EplbMapsThatDoNotFitAreRefusedByName) {
+  ModelPreset p = SmallMoe(10);
+  const std::pair<std::string, const char*> files[] = {
+      {"[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]]",
+       "has 2 rows; the model has 1 MoE layers"},
+      {"[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0]]", "expected a list of 12 logical expert ids"},
+      {"[[0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 0, 1]]", "physical expert 9: not a logical expert id"},
+      {"[[0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 0, 1]]", "logical expert 9 has no physical replica"},
+      {"{\"physical_to_logical_map\": 7}", "expected physical_to_logical_map, a list of rows"},
+  };
+  int n = 0;
+  for (const auto& [text, reason] : files) {
+    const std::string path = WriteTemp("bad" + std::to_string(n++) + ".json", text);
+    Result<Layout> l =
+        BuildFrameworkLayout(p, Spec("vllm:tp=2,dp=2,ep=4,redundant=2,eplb_map=" + path));
+    ASSERT_FALSE(l.ok()) << text;
+    EXPECT_NE(l.status().message().find(reason), std::string::npos) << l.status().message();
+  }
+  const std::string good = WriteTemp("good.json", "[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]]");
+  const std::pair<std::string, const char*> specs[] = {
+      {"vllm:tp=2,dp=2,redundant=2,eplb_map=" + good, "enable_expert_parallel must be True"},
+      {"vllm:tp=2,dp=2,ep=4,placement=round_robin,eplb_map=" + good, "numbers physical experts linearly"},
+      {"vllm:tp=2,dp=2,ep=4,redundant=2,eplb_map=/no/such/map.json", "cannot open EPLB map"},
+  };
+  for (const auto& [spec, reason] : specs) {
     Result<Layout> l = BuildFrameworkLayout(SmallMoe(10, /*groups=*/2), Spec(spec));
     ASSERT_FALSE(l.ok()) << spec;
     EXPECT_NE(l.status().message().find(reason), std::string::npos) << l.status().message();

@@ -1,0 +1,85 @@
+// Reading vLLM EPLB's physical-to-logical expert map: see eplb_map.h.
+#include "tools/models/eplb_map.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ferry::models {
+namespace {
+
+Result<std::string> ReadBounded(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return IoError("cannot open EPLB map '" + path + "'");
+  const std::streamoff size = in.tellg();
+  if (size > kMaxEplbMapFileBytes) {
+    return InvalidArgument("EPLB map '" + path + "' has " + std::to_string(size) +
+                           " bytes, over the limit of " + std::to_string(kMaxEplbMapFileBytes));
+  }
+  in.seekg(0);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return IoError("cannot read EPLB map '" + path + "'");
+  return text.str();
+}
+
+// One row: `physical` logical ids in [0, logical), each logical expert present.
+Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, int64_t physical,
+                                     const std::string& where) {
+  if (!node.IsSequence() || static_cast<int64_t>(node.size()) != physical) {
+    return InvalidArgument(where + ": expected a list of " + std::to_string(physical) +
+                           " logical expert ids (one per physical expert)");
+  }
+  std::vector<int32_t> row(static_cast<size_t>(physical));
+  std::vector<char> seen(static_cast<size_t>(logical), 0);
+  for (int64_t p = 0; p < physical; ++p) {
+    int64_t id = -1;
+    if (!YAML::convert<int64_t>::decode(node[static_cast<size_t>(p)], id) || id < 0 || id >= logical) {
+      return InvalidArgument(where + ", physical expert " + std::to_string(p) +
+                             ": not a logical expert id in [0, " + std::to_string(logical) + ")");
+    }
+    row[static_cast<size_t>(p)] = static_cast<int32_t>(id);
+    seen[static_cast<size_t>(id)] = 1;
+  }
+  for (int64_t e = 0; e < logical; ++e) {
+    if (!seen[static_cast<size_t>(e)]) {
+      return InvalidArgument(where + ": logical expert " + std::to_string(e) +
+                             " has no physical replica (vLLM keeps at least one of each)");
+    }
+  }
+  return row;
+}
+
+}  // namespace
+
+Result<EplbMap> ReadEplbMap(const std::string& path, int64_t moe_layers, int64_t logical,
+                            int64_t physical) {
+  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadBounded(path));
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("EPLB map '" + path + "': " + e.what());
+  }
+  const YAML::Node rows = root.IsMap() ? root["physical_to_logical_map"] : root;
+  if (!rows || !rows.IsSequence()) {
+    return InvalidArgument("EPLB map '" + path +
+                           "': expected physical_to_logical_map, a list of rows (one per MoE layer)");
+  }
+  if (static_cast<int64_t>(rows.size()) != moe_layers) {
+    return InvalidArgument("EPLB map '" + path + "' has " + std::to_string(rows.size()) +
+                           " rows; the model has " + std::to_string(moe_layers) + " MoE layers");
+  }
+  EplbMap map;
+  map.reserve(static_cast<size_t>(moe_layers));
+  for (int64_t l = 0; l < moe_layers; ++l) {
+    FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> row,
+                           ReadRow(rows[static_cast<size_t>(l)], logical, physical,
+                                   "EPLB map '" + path + "', row " + std::to_string(l)));
+    map.push_back(std::move(row));
+  }
+  return map;
+}
+
+}  // namespace ferry::models
