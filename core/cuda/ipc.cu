@@ -42,8 +42,12 @@ Result<IpcExport> ExportIpcMemory(const void* ptr) {
   const auto base = static_cast<CUdeviceptr>(allocation->base);
   const auto size = static_cast<size_t>(allocation->bytes);
   cudaIpcMemHandle_t handle;
-  FERRY_RETURN_IF_ERROR(CudaStatus(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)),
-                                   "cudaIpcGetMemHandle (the buffer must come from cudaMalloc)"));
+  FERRY_RETURN_IF_ERROR(CudaStatus(
+      cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)),
+      "cudaIpcGetMemHandle: a GPU direct read offers only cudaMalloc memory through legacy CUDA "
+      "IPC, not cuMem* (VMM) memory such as PyTorch's expandable_segments or vLLM's sleep-mode "
+      "pool; allocate the source with cudaMalloc or set executor.direct_intra_node=false to "
+      "stage it through the transport"));
   IpcExport out;
   static_assert(sizeof(handle) == kIpcHandleBytes);
   std::memcpy(out.handle.data(), &handle, kIpcHandleBytes);
