@@ -21,6 +21,10 @@ std::string FormatBytes(double bytes) {
   return buf;
 }
 
+std::string FormatBytesExactly(int64_t bytes) {
+  return FormatBytes(static_cast<double>(bytes)) + " = " + std::to_string(bytes) + " bytes";
+}
+
 std::string FormatSeconds(double seconds, int ms_decimals, bool microseconds) {
   char buf[64];
   if (seconds >= 1) {

@@ -11,6 +11,8 @@ namespace ferry {
 
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string FormatBytes(double bytes);
+// "2.98 MiB = 3124736 bytes": readable, and exact where a limit is one byte short.
+std::string FormatBytesExactly(int64_t bytes);
 // A duration: "1.500 s" from a second on; below, milliseconds with `ms_decimals` decimals
 // ("12.5 ms"); below a millisecond, microseconds ("850.0 us") when `microseconds`, else still
 // milliseconds ("0.9 ms").

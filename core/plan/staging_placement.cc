@@ -1,7 +1,10 @@
 // Placing a run's staging slots in the arena (see staging_placement.h).
 #include "core/plan/staging_placement.h"
 
+#include <string>
 #include <utility>
+
+#include "core/base/strings.h"
 
 namespace ferry {
 
@@ -81,6 +84,20 @@ void StagingPlacement::Release(int slot) {
 int64_t StagingPlacement::OffsetOf(int slot) const {
   auto it = offset_.find(slot);
   return it == offset_.end() ? -1 : it->second;
+}
+
+Result<std::optional<StagingLayout>> ChooseStagingLayout(
+    int rank, int64_t granted_total, int64_t budget,
+    const std::function<Result<StagingLayout>()>& lay_out) {
+  if (granted_total <= budget) return std::optional<StagingLayout>();
+  FERRY_ASSIGN_OR_RETURN(StagingLayout layout, lay_out());
+  if (layout.extent > budget) {
+    return InvalidArgument("rank " + std::to_string(rank) + " needs " + FormatBytesExactly(layout.extent) +
+                           " of staging for its slots as its ops take them in plan order (256-byte "
+                           "units; `ferry plan` prints the plan's need), more than "
+                           "executor.staging_budget (" + FormatBytesExactly(budget) + ")");
+  }
+  return std::optional<StagingLayout>(std::move(layout));
 }
 
 }  // namespace ferry

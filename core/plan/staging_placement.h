@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/status.h"
 #include "core/plan/staging_layout.h"
 
 namespace ferry {
@@ -59,5 +61,14 @@ class StagingPlacement {
   std::map<int64_t, int64_t> held_;           // the layout's ranges held: begin -> end
   int64_t in_order_bytes_ = 0;
 };
+
+// The executor's staging decision for one rank's run, which the simulator replays: loose (no
+// layout: returns nullopt) when the run's slots, `granted_total` bytes in the arena's units, all
+// fit `budget` at once; else tight, with the plan-order layout `lay_out` makes, which must fit the
+// budget. Fails (kInvalidArgument) naming `rank`, the layout's extent and the budget, each in
+// exact bytes.
+Result<std::optional<StagingLayout>> ChooseStagingLayout(
+    int rank, int64_t granted_total, int64_t budget,
+    const std::function<Result<StagingLayout>()>& lay_out);
 
 }  // namespace ferry

@@ -19,11 +19,6 @@ void AddSlotRefs(const Region& r, std::vector<int>& slots) {
   }
 }
 
-// "2.98 MiB = 3124736 bytes": readable, and exact where a budget is one byte short.
-std::string BytesExactly(int64_t bytes) {
-  return FormatBytes(static_cast<double>(bytes)) + " = " + std::to_string(bytes) + " bytes";
-}
-
 }  // namespace
 
 RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
@@ -160,9 +155,9 @@ Status RankRun::CheckStagingFits() {
     int64_t need = 0;
     for (int slot : slots_of_[i]) need += FirstFitAllocator::Granted(SlotBytes(slot));
     if (need > budget) {
-      return InvalidArgument(Describe(i) + " needs " + BytesExactly(need) +
+      return InvalidArgument(Describe(i) + " needs " + FormatBytesExactly(need) +
                              " of staging at once (its slots in 256-byte units), more than "
-                             "executor.staging_budget (" + BytesExactly(budget) + ")");
+                             "executor.staging_budget (" + FormatBytesExactly(budget) + ")");
     }
   }
   if (total <= budget) return Status::Ok();
@@ -171,18 +166,12 @@ Status RankRun::CheckStagingFits() {
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(OpAt(i).peer));
     if (t->capabilities().grouped) return Status::Ok();
   }
-  std::vector<int> round(static_cast<size_t>(n_));
-  for (int i = 0; i < n_; ++i) round[static_cast<size_t>(i)] = OpAt(i).round;
-  FERRY_ASSIGN_OR_RETURN(StagingLayout layout,
-                         res_.staging_layouts.LayOut(round, dependents_, slots_of_,
-                                                     [this](int slot) { return SlotBytes(slot); }));
-  if (layout.extent > budget) {
-    return InvalidArgument("rank " + std::to_string(rank_) + " needs " + BytesExactly(layout.extent) +
-                           " of staging for its slots as its ops take them in plan order (256-byte "
-                           "units; `ferry plan` prints the plan's need), more than "
-                           "executor.staging_budget (" + BytesExactly(budget) + ")");
-  }
-  tight_layout_ = std::move(layout);
+  FERRY_ASSIGN_OR_RETURN(tight_layout_, ChooseStagingLayout(rank_, total, budget, [this] {
+    std::vector<int> round(static_cast<size_t>(n_));
+    for (int i = 0; i < n_; ++i) round[static_cast<size_t>(i)] = OpAt(i).round;
+    return res_.staging_layouts.LayOut(round, dependents_, slots_of_,
+                                       [this](int slot) { return SlotBytes(slot); });
+  }));
   return Status::Ok();
 }
 

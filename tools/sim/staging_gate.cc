@@ -24,18 +24,17 @@ Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) 
         if (gate.uses_[static_cast<size_t>(s)]++ == 0) total += FirstFitAllocator::Granted(bytes(s));
       }
     }
-    if (total <= budget) continue;  // every slot fits at once: the executor never waits either
-    FERRY_ASSIGN_OR_RETURN(StagingLayout layout, LayOutStagingInPlanOrder(o.round, o.dependents, o.slots, bytes));
-    if (layout.extent > budget) {
-      return InvalidArgument("rank " + std::to_string(rank) + " needs " + std::to_string(layout.extent) +
-                             " bytes of staging for its slots in plan order, more than the staging budget (" +
-                             std::to_string(budget) + " bytes), which the executor refuses");
-    }
+    // Loose (every slot fits at once): the executor never waits either.
+    FERRY_ASSIGN_OR_RETURN(std::optional<StagingLayout> layout,
+                           ChooseStagingLayout(static_cast<int>(rank), total, budget, [&] {
+                             return LayOutStagingInPlanOrder(o.round, o.dependents, o.slots, bytes);
+                           }));
+    if (!layout) continue;
     r.tight = true;
     r.started.assign(o.ids.size(), 0);
     r.ids = std::move(o.ids);
     r.slots = std::move(o.slots);
-    r.placement.ResetTight(std::move(layout), budget);
+    r.placement.ResetTight(std::move(*layout), budget);
   }
   return gate;
 }

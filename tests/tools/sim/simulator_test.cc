@@ -466,7 +466,7 @@ TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
   small.staging_budget = 1023;
   Result<SimResult> refused = Simulate(plan, TestCluster(), RankMapping::Identity(6), small);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("rank 0 needs 1024 bytes of staging"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("rank 0 needs 1.00 KiB = 1024 bytes of staging"), std::string::npos)
       << refused.status().ToString();
 }
 
