@@ -213,8 +213,6 @@ Status CheckOfferSender(const DirectRead& read, const ProcessIdentity& owner,
   return CheckOfferOwner(read, owner, processes);
 }
 
-// Maps `buffers` (a checked full offer of `owner`) and checks every region of `read` against them
-// and this rank's `destination`; fills `ends` and `on_gpu`, returns the bytes the copies write.
 // This rank's device, where peers' CUDA allocations are opened (-1: no CUDA destination).
 int DestinationDevice(const std::vector<MemoryDesc>& destination) {
   int device = -1;
@@ -224,6 +222,8 @@ int DestinationDevice(const std::vector<MemoryDesc>& destination) {
   return device;
 }
 
+// Maps `buffers` (a checked full offer of `owner`) and checks every region of `read` against them
+// and this rank's `destination`; fills `ends` and `on_gpu`, returns the bytes the copies write.
 // `mapped_out`, when given, receives where each buffer was mapped (MapOfferedBuffers).
 Result<int64_t> ResolveBuffers(const DirectRead& read, const ProcessIdentity& owner,
                                const std::vector<PeerBuffer>& buffers,
