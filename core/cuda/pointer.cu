@@ -81,4 +81,17 @@ Status SynchronizeDevice(int device) {
   return Internal("waiting for CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(err));
 }
 
+Status SynchronizeStreamOn(int device, void* stream) {
+  int current = 0;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err == cudaSuccess) err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  const cudaError_t restored = cudaSetDevice(current);
+  if (err == cudaSuccess) err = restored;
+  if (err == cudaSuccess) return Status::Ok();
+  cudaGetLastError();
+  return Internal("waiting for the caller's CUDA stream on device " + std::to_string(device) +
+                  ": " + cudaGetErrorString(err));
+}
+
 }  // namespace ferry::cuda

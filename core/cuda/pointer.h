@@ -38,5 +38,8 @@ Result<DevicePointer> DescribeDevicePointer(const void* ptr);
 // Waits until all work this process queued on `device`, on every stream, has finished
 // (cudaDeviceSynchronize), then restores the calling thread's current device. Blocking.
 Status SynchronizeDevice(int device);
+// Waits until the work queued on `stream` (a cudaStream_t of `device`; null: that device's legacy
+// default stream) has finished, then restores the calling thread's current device. Blocking.
+Status SynchronizeStreamOn(int device, void* stream);
 
 }  // namespace ferry::cuda

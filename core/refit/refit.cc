@@ -70,16 +70,20 @@ std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank) {
 }
 
 // The executor reads and writes CUDA buffers on a stream of its own, which does not wait for the
-// caller's streams (torch's current stream, CuPy's, ...): work the caller queued on each device of
-// its buffers is finished first, so the sources hold what the caller wrote.
-Status WaitForCallersDeviceWork(const RankMemory& memory) {
+// caller's streams (torch's current stream, CuPy's, ...): work the caller queued on the device of
+// its buffers (one device: the executor refuses more) is finished first, so the sources hold what
+// the caller wrote — on every stream of the device, or only on `caller_stream` when one is named.
+Status WaitForCallersDeviceWork(const RankMemory& memory, bool one_stream, void* caller_stream) {
   std::set<int> devices;
   for (const auto* table : {&memory.source, &memory.destination}) {
     for (const MemoryDesc& m : *table) {
       if (m.base != nullptr && m.kind == MemoryKind::kCuda) devices.insert(m.device);
     }
   }
-  for (int device : devices) FERRY_RETURN_IF_ERROR(cuda::SynchronizeDevice(device));
+  for (int device : devices) {
+    FERRY_RETURN_IF_ERROR(one_stream ? cuda::SynchronizeStreamOn(device, caller_stream)
+                                     : cuda::SynchronizeDevice(device));
+  }
   return Status::Ok();
 }
 
@@ -179,13 +183,19 @@ Status Refit::CheckRegistered(Space space) const {
   return Status::Ok();
 }
 
-Result<RefitStats> Refit::Run() { return Run(Deadline::AfterSeconds(refit_seconds_)); }
+Result<RefitStats> Refit::Run() { return Run(DefaultDeadline()); }
 
-Result<RefitStats> Refit::Run(Deadline deadline) {
+Result<RefitStats> Refit::Run(Deadline deadline) { return RunAfter(deadline, false, nullptr); }
+
+Result<RefitStats> Refit::Run(Deadline deadline, void* caller_stream) {
+  return RunAfter(deadline, true, caller_stream);
+}
+
+Result<RefitStats> Refit::RunAfter(Deadline deadline, bool one_stream, void* caller_stream) {
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kSource));
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
   const auto start = std::chrono::steady_clock::now();
-  FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_));
+  FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_, one_stream, caller_stream));
   RefitStats stats;
   FERRY_ASSIGN_OR_RETURN(stats.executor, executor_->Run(plan_->plan(), memory_, deadline));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -118,6 +118,13 @@ class Refit {
   // before the next Run. The first form's deadline is the config's deadline.refit.
   Result<RefitStats> Run();
   Result<RefitStats> Run(Deadline deadline);
+  // As Run(deadline), but with CUDA buffers it waits only for the work queued on `caller_stream`
+  // (a cudaStream_t of the buffers' device, e.g. torch.cuda.current_stream().cuda_stream; null:
+  // the device's legacy default stream) rather than on every stream of the device: the caller
+  // guarantees that no other stream writes the sources or uses the destinations meanwhile.
+  Result<RefitStats> Run(Deadline deadline, void* caller_stream);
+  // The deadline the first Run form uses, from now: the config's deadline.refit.
+  Deadline DefaultDeadline() const { return Deadline::AfterSeconds(refit_seconds_); }
 
   const RefitPlan& plan() const { return *plan_; }
 
@@ -126,6 +133,8 @@ class Refit {
   Status Register(Space space, int buffer, MemoryDesc memory);
   Result<int> BufferNamed(Space space, std::string_view name) const;
   Status CheckRegistered(Space space) const;
+  // Run, after waiting for the caller's CUDA work on `caller_stream` (one_stream) or the device.
+  Result<RefitStats> RunAfter(Deadline deadline, bool one_stream, void* caller_stream);
 
   Session& session_;
   std::shared_ptr<const RefitPlan> plan_;

@@ -19,6 +19,20 @@ from ._plan import Plan, Stats
 
 
 
+def _stream_handle(stream: Any) -> int | None:
+    """The cudaStream_t of a torch.cuda.Stream (.cuda_stream), a CuPy stream (.ptr) or an int."""
+    if stream is None:
+        return None
+    for attribute in ("cuda_stream", "ptr"):
+        if hasattr(stream, attribute):
+            stream = getattr(stream, attribute)
+            break
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise TypeError(f"stream must be a torch.cuda.Stream, a CuPy stream or a non-negative "
+                        f"cudaStream_t handle, got {stream!r}")
+    return stream
+
+
 class Session:
     """One process's membership in a group of ranks: the rendezvous store (hosted by rank 0),
     the communicator with its transports, and the configuration.
@@ -146,17 +160,19 @@ class Refit:
         self._impl.register(side, name, array.address, array.nbytes, array.device)
         self._arrays[(side, name)] = (tensor, array)
 
-    def run(self, timeout: float | None = None) -> Stats:
+    def run(self, timeout: float | None = None, stream: Any = None) -> Stats:
         """Runs this rank's part of the plan; every rank calls it. Blocks (GIL released) until
         done, failed or `timeout` seconds (default: the config's deadline.refit). With CUDA
         arrays it first waits for all work this process queued on their device (any stream), so
-        sources written by kernels need no synchronisation; on return the destinations are
+        sources written by kernels need no synchronisation; with `stream` (a torch.cuda.Stream,
+        a CuPy stream or a cudaStream_t as an int) it waits only for that stream's work, and the
+        caller keeps other streams off the arrays meanwhile. On return the destinations are
         written. Raises
         FerryError naming an unregistered buffer or what failed; after a failure call
         session.recreate() on every rank before the next run. The stats include
         bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
         to this rank."""
-        return Stats(**self._impl.run(timeout or 0.0))
+        return Stats(**self._impl.run(timeout or 0.0, _stream_handle(stream)))
 
     def _check_one_device(self, name: str, side: str, device: int) -> None:
         """One executor drives one CUDA device: a rank's CUDA arrays must share it."""

@@ -131,12 +131,19 @@ void Register(RefitHandle& handle, const std::string& side, const std::string& n
   }
 }
 
-py::dict Run(RefitHandle& handle, double timeout_seconds) {
+// `stream`: the caller's cudaStream_t as an integer, or None to wait for the whole device.
+py::dict Run(RefitHandle& handle, double timeout_seconds, std::optional<uintptr_t> stream) {
   Result<RefitStats> stats = Status(StatusCode::kInternal, "not run");
   {
     py::gil_scoped_release release;
-    stats = timeout_seconds > 0 ? handle.refit->Run(Deadline::AfterSeconds(timeout_seconds))
-                                : handle.refit->Run();
+    if (stream) {
+      const Deadline deadline = timeout_seconds > 0 ? Deadline::AfterSeconds(timeout_seconds)
+                                                    : handle.refit->DefaultDeadline();
+      stats = handle.refit->Run(deadline, reinterpret_cast<void*>(*stream));
+    } else {
+      stats = timeout_seconds > 0 ? handle.refit->Run(Deadline::AfterSeconds(timeout_seconds))
+                                  : handle.refit->Run();
+    }
   }
   RefitStats s = Unwrap(std::move(stats));
   py::dict d;
@@ -199,7 +206,7 @@ void BindSession(py::module_& m) {
   py::class_<RefitHandle>(m, "Refit")
       .def("register", &Register, py::arg("side"), py::arg("name"), py::arg("address"),
            py::arg("bytes"), py::arg("device") = -1)
-      .def("run", &Run, py::arg("timeout_seconds"));
+      .def("run", &Run, py::arg("timeout_seconds"), py::arg("stream"));
 }
 
 }  // namespace ferry::python

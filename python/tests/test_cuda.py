@@ -35,6 +35,22 @@ def test_cuda_tensors_refit_in_place_after_kernels_on_torchs_stream(session):
         assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:]), step
 
 
+def test_run_waits_for_the_named_stream_only(session):
+    refit = session.refit(*layouts())
+    side = torch.cuda.Stream()
+    w = torch.zeros(4, 6, device="cuda")
+    out = torch.full((2, 4, 3), -1.0, device="cuda")
+    refit.register("src", w)
+    refit.register("left", out[0])
+    refit.register("right", out[1])
+    for step in range(3):
+        with torch.cuda.stream(side):  # written on a stream of the caller's choosing
+            w.copy_(torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6) * (step + 2))
+            stats = refit.run(stream=side)
+        assert stats.bytes_same_rank == 96
+        assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:]), step
+
+
 def test_cupy_and_dlpack_arrays_register_zero_copy(session):
     cupy = pytest.importorskip("cupy")
     refit = session.refit(*layouts())

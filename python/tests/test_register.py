@@ -50,6 +50,24 @@ def test_local_refit_writes_the_callers_arrays(session):
         np.testing.assert_array_equal(right, w[:, 3:])
 
 
+def test_run_takes_the_callers_stream_and_refuses_what_is_not_one(session):
+    src, dst = layouts()
+    refit = session.refit(src, dst)
+    w = np.arange(24, dtype=np.float32).reshape(4, 6)
+    left, right = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.float32)
+    for name, array in (("src", w), ("left", left), ("right", right)):
+        refit.register(name, array)
+
+    class TorchLikeStream:  # what run() reads of a torch.cuda.Stream
+        cuda_stream = 0
+
+    assert refit.run(stream=TorchLikeStream()).bytes_same_rank == 96  # host arrays: unused
+    np.testing.assert_array_equal(right, w[:, 3:])
+    for bad in ("default", -1, 1.5, True):
+        with pytest.raises(TypeError, match="stream must be"):
+            refit.run(stream=bad)
+
+
 def test_registration_errors_name_the_buffer():
     # A failed run aborts the session's communicator: this one-rank session is dropped after it
     # without the final barrier (no other rank waits for it).
