@@ -118,7 +118,15 @@ Refit::Refit(Session& session, std::shared_ptr<const RefitPlan> plan)
     : session_(session), plan_(std::move(plan)), executor_(&session.executor()) {
   memory_.source.resize(plan_->plan().source_buffers.size());
   memory_.destination.resize(plan_->plan().destination_buffers.size());
-  bytes_by_link_ = BytesByLink(plan_->plan(), session_.communicator().rank());
+  const int rank = session_.communicator().rank();
+  bytes_by_link_ = BytesByLink(plan_->plan(), rank);
+  for (const Space space : {Space::kSource, Space::kDestination}) {
+    const Layout& layout = space == Space::kSource ? plan_->source() : plan_->destination();
+    std::vector<int>& mine = space == Space::kSource ? own_sources_ : own_destinations_;
+    for (size_t b = 0; b < layout.buffers.size(); ++b) {
+      if (layout.buffers[b].rank == rank) mine.push_back(static_cast<int>(b));
+    }
+  }
 }
 
 Status Refit::Register(Space space, int buffer, MemoryDesc memory) {
@@ -173,8 +181,8 @@ Status Refit::CheckRegistered(Space space) const {
   const Layout& layout = is_source ? plan_->source() : plan_->destination();
   const std::vector<MemoryDesc>& memory = is_source ? memory_.source : memory_.destination;
   const int rank = session_.communicator().rank();
-  for (size_t b = 0; b < layout.buffers.size(); ++b) {
-    if (layout.buffers[b].rank == rank && memory[b].base == nullptr) {
+  for (int b : is_source ? own_sources_ : own_destinations_) {
+    if (memory[static_cast<size_t>(b)].base == nullptr) {
       return FailedPrecondition(std::string(is_source ? "source" : "destination") + " buffer '" +
                                 layout.buffers[b].name + "' of rank " + std::to_string(rank) +
                                 " is not registered");

@@ -141,6 +141,7 @@ class Refit {
   std::unique_ptr<Executor> own_executor_;  // set when created with executor options
   Executor* executor_;                      // own_executor_ or the session's
   RankMemory memory_;
+  std::vector<int> own_sources_, own_destinations_;  // this rank's buffers (Run checks them)
   std::array<int64_t, 3> bytes_by_link_{};
   double refit_seconds_ = 0;
 };

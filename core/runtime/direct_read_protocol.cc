@@ -306,17 +306,28 @@ Result<bool> RenewPins(const OfferHistory::Taken& taken, PeerMemory& peers) {
   return true;
 }
 
-std::vector<MemorySnapshot> Snapshot(const std::vector<MemoryDesc>& table) {
-  std::vector<MemorySnapshot> snapshot;
-  snapshot.reserve(table.size());
-  for (const MemoryDesc& m : table) snapshot.push_back(MemorySnapshot::Of(m));
+// The destination buffers `read` writes (ascending, once each) as they are in `table` now: a read
+// touches a few of a layout's buffers, so a refit compares those, not every buffer of every rank.
+std::vector<std::pair<int, MemorySnapshot>> Snapshot(const DirectRead& read,
+                                                     const std::vector<MemoryDesc>& table) {
+  std::vector<int> buffers;
+  buffers.reserve(read.reads.size());
+  for (const DirectRead::Read& r : read.reads) buffers.push_back(r.to_buffer);
+  std::sort(buffers.begin(), buffers.end());
+  buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+  std::vector<std::pair<int, MemorySnapshot>> snapshot;
+  snapshot.reserve(buffers.size());
+  for (int b : buffers) snapshot.emplace_back(b, MemorySnapshot::Of(table[static_cast<size_t>(b)]));
   return snapshot;
 }
 
-bool SameMemory(const std::vector<MemorySnapshot>& kept, const std::vector<MemoryDesc>& table) {
-  if (kept.size() != table.size()) return false;
-  for (size_t b = 0; b < kept.size(); ++b) {
-    if (!(kept[b] == MemorySnapshot::Of(table[b]))) return false;
+bool SameMemory(const std::vector<std::pair<int, MemorySnapshot>>& kept,
+                const std::vector<MemoryDesc>& table) {
+  for (const auto& [b, snapshot] : kept) {
+    if (b < 0 || b >= static_cast<int>(table.size()) ||
+        !(snapshot == MemorySnapshot::Of(table[static_cast<size_t>(b)]))) {
+      return false;
+    }
   }
   return true;
 }
@@ -364,7 +375,7 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                                      taken.on_gpu, &mapped));
   taken.pins = PinsOf(taken.buffers, mapped);
   taken.device = DestinationDevice(destination);
-  taken.destination = Snapshot(destination);
+  taken.destination = Snapshot(read, destination);
   taken.valid = true;
   return &taken;
 }

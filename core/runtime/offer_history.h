@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -67,7 +68,8 @@ class OfferHistory {
     bool valid = false;
     OfferHeader header;                       // owner and digest of the full offer taken
     std::vector<PeerBuffer> buffers;          // its entries
-    std::vector<MemorySnapshot> destination;  // this rank's destination table when resolved
+    // The destination buffers the copies write, as they were when resolved (buffer, memory).
+    std::vector<std::pair<int, MemorySnapshot>> destination;
     std::vector<Pin> pins;
     int device = -1;                          // where CUDA allocations were opened
     std::vector<CopyEnds> ends;               // one per DirectRead::reads entry

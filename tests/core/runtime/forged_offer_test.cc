@@ -118,6 +118,12 @@ TEST(ForgedOfferTest, AnOfferNamingAnotherProcessIsRefused) {
   ASSERT_TRUE(held.ok() && *held != nullptr) << held.status().ToString();
   ASSERT_EQ((*held)->ends.size(), 1u);
   EXPECT_EQ((*held)->ends[0].from, ends[0].from);
+  // This rank's destination buffer moved: the held offer's copies are resolved again, to it.
+  std::vector<char> moved(kBytes, 0);
+  const std::vector<MemoryDesc> elsewhere = {{moved.data(), kBytes, MemoryKind::kHost, -1}};
+  auto again = TakeOffer(7, 0, reads[0], brief, elsewhere, 1, peers, history);
+  ASSERT_TRUE(again.ok() && *again != nullptr) << again.status().ToString();
+  EXPECT_EQ((*again)->ends[0].to, moved.data());
   EncodeAbbreviatedOffer({third, ProcessIdentity::Self().boot_id}, 1, digest, brief);
   auto forged = TakeOffer(7, 0, reads[0], brief, destination, 1, peers, history);
   EXPECT_EQ(forged.status().code(), StatusCode::kFailedPrecondition) << forged.status().ToString();
