@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <unistd.h>
 
+#include "core/base/file_io.h"
 #include "core/base/strings.h"
 
 extern char** environ;
@@ -95,11 +95,9 @@ Status Config::LoadYamlString(std::string_view yaml) {
 }
 
 Status Config::LoadYamlFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return IoError("cannot open config file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return LoadYamlString(text.str()).WithContext(path);
+  FERRY_ASSIGN_OR_RETURN(const std::string text,
+                         ReadFileAtMost(path, kMaxConfigFileBytes, "config file", "kMaxConfigFileBytes"));
+  return LoadYamlString(text).WithContext(path);
 }
 
 Status Config::ApplyEnvironment(const std::vector<std::string>& environment) {

@@ -27,6 +27,9 @@ struct OptionSpec {
 // FERRY_TRANSPORT_NETWORK for "transport.network".
 std::string EnvironmentName(std::string_view option_name);
 
+// The largest config YAML file LoadYamlFile reads (untrusted input, refused by name beyond it).
+inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
+
 class Config {
  public:
   // A config holding `table`'s defaults. Option names must be unique.

@@ -1,6 +1,7 @@
 // Layout and Topology files: YAML (and JSON, which yaml-cpp reads as YAML) to and from the
 // in-memory types. yaml-cpp's exceptions are caught here and become Status errors naming the key
 // path and line.
+#include "core/base/file_io.h"
 #include "core/layout/layout_io.h"
 
 #include <yaml-cpp/yaml.h>
@@ -442,19 +443,7 @@ void EmitTensorRef(YAML::Emitter& out, const Layout& l, int tensor) {
 }
 
 Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return IoError("cannot open '" + path + "' for reading");
-  const std::streamoff size = in.tellg();
-  if (size > kMaxInputFileBytes) {
-    return InvalidArgument("'" + path + "' has " + std::to_string(size) +
-                           " bytes, over the limit of " + std::to_string(kMaxInputFileBytes) +
-                           " for a layout or topology file (kMaxInputFileBytes)");
-  }
-  in.seekg(0);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return IoError("cannot read '" + path + "'");
-  return text.str();
+  return ReadFileAtMost(path, kMaxInputFileBytes, "layout or topology file", "kMaxInputFileBytes");
 }
 
 Status WriteFile(const std::string& path, const std::string& text) {

@@ -3,26 +3,11 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
-#include <sstream>
+#include "core/base/file_io.h"
+
 
 namespace ferry::models {
 namespace {
-
-Result<std::string> ReadBounded(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return IoError("cannot open EPLB map '" + path + "'");
-  const std::streamoff size = in.tellg();
-  if (size > kMaxEplbMapFileBytes) {
-    return InvalidArgument("EPLB map '" + path + "' has " + std::to_string(size) +
-                           " bytes, over the limit of " + std::to_string(kMaxEplbMapFileBytes));
-  }
-  in.seekg(0);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return IoError("cannot read EPLB map '" + path + "'");
-  return text.str();
-}
 
 // One row: `physical` logical ids in [0, logical), each logical expert present.
 Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, int64_t physical,
@@ -55,7 +40,8 @@ Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, in
 
 Result<EplbMap> ReadEplbMap(const std::string& path, int64_t moe_layers, int64_t logical,
                             int64_t physical) {
-  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadBounded(path));
+  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
+                                                                "kMaxEplbMapFileBytes"));
   YAML::Node root;
   try {
     root = YAML::Load(text);

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
+#include "core/base/file_io.h"
 #include "core/base/strings.h"
 
 namespace ferry::sim {
@@ -319,16 +319,15 @@ Result<ClusterSpec> LoadCluster(std::string_view preset_or_path) {
   for (const std::string& n : ClusterPresetNames()) {
     if (n == preset_or_path) return ClusterPreset(n);
   }
-  std::ifstream in{std::string(preset_or_path)};
-  if (!in) {
+  const std::string path(preset_or_path);
+  Result<std::string> text =
+      ReadFileAtMost(path, kMaxClusterFileBytes, "cluster file", "kMaxClusterFileBytes");
+  if (!text.ok() && text.status().code() == StatusCode::kIoError) {
     Result<ClusterSpec> preset = ClusterPreset(preset_or_path);
-    return preset.status().WithContext("cannot open cluster file '" + std::string(preset_or_path) +
-                                       "'");
+    return preset.status().WithContext("cannot open cluster file '" + path + "'");
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseClusterYaml(buffer.str()).WithContext("cluster file '" +
-                                                    std::string(preset_or_path) + "'");
+  if (!text.ok()) return text.status();
+  return ParseClusterYaml(*text).WithContext("cluster file '" + path + "'");
 }
 
 RankMapping RankMapping::Identity(int num_ranks) {

@@ -85,7 +85,8 @@ Result<ClusterSpec> ClusterPreset(std::string_view name);
 // preset. Bandwidths accept "400Gb/s", "50GB/s", "50e9" (bytes/s); times accept "5us", "2ms",
 // "1e-6" (seconds); sizes accept "4MiB", "1GB", "4194304". Unknown keys are errors.
 Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text);
-// A preset name, or a path to a YAML file.
+// A preset name, or a path to a YAML file of at most kMaxClusterFileBytes.
+inline constexpr int64_t kMaxClusterFileBytes = int64_t{16} << 20;
 Result<ClusterSpec> LoadCluster(std::string_view preset_or_path);
 
 // Quantity parsers used by the YAML loader (exposed for tests and the CLI).
