@@ -121,9 +121,7 @@ void RunSameNode(bool shared, bool direct, bool forget = false) {
       if (forget && rank == 1 && refit == 1) r.executor->ForgetRegistrations();
       // Every link of this plan is a same-node link.
       if (stats->bytes_sent_intra_node != stats->bytes_sent || stats->bytes_sent_network != 0) return 7;
-      for (const MemoryDesc& d : r.memory.destination) {  // the next refit must write it all again
-        for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
-      }
+      PoisonDestinations(r);  // the next refit must write it all again
     }
     return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
   });
@@ -207,10 +205,7 @@ TEST(ExecutorTest, StridedSameNodeMessageIsOneCopyThroughProcessVmReadv) {
       if (!stats.ok()) return Report(stats.status());
       if (rank == 1 && (!VerifyStrided(r) || stats->bytes_read_direct != bytes)) return 2;
       if (stats->bytes_sent != 0) return 3;  // only the offer and done travel, not counted as data
-      for (const MemoryDesc& d : r.memory.destination) {
-        if (d.base == nullptr) continue;
-        for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
-      }
+      PoisonDestinations(r);
     }
     return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
   });

@@ -194,6 +194,40 @@ Result<std::unique_ptr<Rank>> Join(int rank, int size, int port,
   return r;
 }
 
+void PoisonDestinations(Rank& r) {
+  for (const MemoryDesc& d : r.memory.destination) {
+    if (d.base == nullptr) continue;
+    for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
+  }
+}
+
+int AwaitAbortNaming(const Communicator& comm, int lost) {
+  for (int i = 0; i < 1000 && !comm.aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!comm.aborted()) return 11;
+  const std::string reason = comm.abort_reason().ToString();
+  std::fprintf(stderr, "survivor saw: %s\n", reason.c_str());
+  return reason.find("rank " + std::to_string(lost) + " died") != std::string::npos ? 0 : 12;
+}
+
+int SurviveDeathOf(Rank& r, const TransferPlan& plan, int rank, int lost, bool announce,
+                   const std::string& lost_key) {
+  auto first = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+  if (!first.ok()) return Report(first.status());
+  if (!VerifyThreeRankPlan(r, rank)) return 2;
+  if (!r.comm->Barrier("first-refit", Deadline::AfterSeconds(20)).ok()) return 4;
+  // The lost rank dies now; this refit fails on its own link or on the monitor's abort.
+  (void)r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+  if (int code = AwaitAbortNaming(*r.comm, lost); code != 0) return code;
+  if (announce) (void)r.rendezvous.store->Set(lost_key, Bytes{1}, Deadline::AfterSeconds(10));
+  Status recreated = r.comm->Recreate(Deadline::AfterSeconds(30));
+  if (!recreated.ok()) return Report(recreated);
+  if (r.comm->epoch() != 2) return 13;
+  PoisonDestinations(r);
+  auto recovered = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+  if (!recovered.ok()) return Report(recovered.status());
+  return VerifyThreeRankPlan(r, rank) ? 0 : 3;
+}
+
 int Report(const Status& status) {
   std::fprintf(stderr, "rank failed: %s\n", status.ToString().c_str());
   return 1;

@@ -47,6 +47,22 @@ void AllocateHost(Rank& r, const TransferPlan& plan, int rank, bool shared = fal
 // Whether this rank's destination buffers hold what ThreeRankPlan delivers to it.
 bool VerifyThreeRankPlan(const Rank& r, int rank);
 
+// Sets this rank's destination buffers back to -1, as AllocateHost leaves them, so that the next
+// refit must write them all again.
+void PoisonDestinations(Rank& r);
+
+// Waits (up to 10 s) for the communicator to abort: 0 when its reason says "rank <lost> died",
+// 12 when it names something else, 11 when it never aborts.
+int AwaitAbortNaming(const Communicator& comm, int lost);
+
+// A survivor's part in a recovery test over ThreeRankPlan, its memory allocated: a verified refit
+// (else 2), the "first-refit" barrier after which rank `lost` dies (else 4), the refit that fails
+// on that death and the abort naming it (AwaitAbortNaming's codes), `lost_key` set in the store
+// when `announce` (the replacement waits for it), Recreate to epoch 2 (else 13), and a refit with
+// the replacement verified (else 3). 0 when all went so; a failed call is Reported (1).
+int SurviveDeathOf(Rank& r, const TransferPlan& plan, int rank, int lost, bool announce,
+                   const std::string& lost_key);
+
 // Bootstraps rank `rank` of `size`, every rank on its own pretend node (so all links are network)
 // unless `one_node`; as a replacement for a failed process of that rank when `replacement`; with
 // `external_store`, rank 0 does not host the store but joins the one another process serves.

@@ -39,15 +39,6 @@ int StoreProcess(int port, int ranks, bool die_when_ready) {
   return (*client)->WaitAtLeast(kDone, ranks, Deadline::AfterSeconds(80)).ok() ? 0 : 41;
 }
 
-// Waits (up to 10 s) for the communicator to abort; 0 when it did naming rank 0.
-int AwaitAbortNamingRank0(const Communicator& comm) {
-  for (int i = 0; i < 1000 && !comm.aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (!comm.aborted()) return 11;
-  const std::string reason = comm.abort_reason().ToString();
-  std::fprintf(stderr, "survivor saw: %s\n", reason.c_str());
-  return reason.find("rank 0 died") != std::string::npos ? 0 : 12;
-}
-
 // The end of a rank in the job: the last barrier (no rank hosts the store: -1), then done.
 int Finish(Rank& r, int rank) {
   Store& store = *r.rendezvous.store;
@@ -61,23 +52,7 @@ int Survivor(const TransferPlan& plan, int rank, int port) {
   if (!joined.ok()) return Report(joined.status());
   Rank& r = **joined;
   AllocateHost(r, plan, rank);
-  auto first = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-  if (!first.ok()) return Report(first.status());
-  if (!VerifyThreeRankPlan(r, rank)) return 2;
-  if (!r.comm->Barrier("first-refit", Deadline::AfterSeconds(20)).ok()) return 4;
-  // Rank 0 dies now; this refit fails on its link or on the monitor's abort.
-  (void)r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-  if (int code = AwaitAbortNamingRank0(*r.comm); code != 0) return code;
-  if (rank == 1) (void)r.rendezvous.store->Set(kLost, Bytes{1}, Deadline::AfterSeconds(10));
-  Status recreated = r.comm->Recreate(Deadline::AfterSeconds(30));
-  if (!recreated.ok()) return Report(recreated);
-  if (r.comm->epoch() != 2) return 13;
-  for (const MemoryDesc& d : r.memory.destination) {
-    for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
-  }
-  auto recovered = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-  if (!recovered.ok()) return Report(recovered.status());
-  if (!VerifyThreeRankPlan(r, rank)) return 3;
+  if (int code = SurviveDeathOf(r, plan, rank, 0, /*announce=*/rank == 1, kLost); code != 0) return code;
   return Finish(r, rank);
 }
 

@@ -20,38 +20,13 @@ namespace {
 
 constexpr char kLost[] = "test/rank-2-lost";
 
-// Waits (up to 10 s) for the communicator to abort; 0 when it did naming rank 2.
-int AwaitAbortNamingRank2(const Communicator& comm) {
-  for (int i = 0; i < 1000 && !comm.aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (!comm.aborted()) return 11;
-  const std::string reason = comm.abort_reason().ToString();
-  std::fprintf(stderr, "survivor saw: %s\n", reason.c_str());
-  return reason.find("rank 2 died") != std::string::npos ? 0 : 12;
-}
-
 // Ranks 0 and 1: a refit, rank 2's death, Recreate, a refit with its replacement.
 int Survivor(const TransferPlan& plan, int rank, int port, const std::vector<std::string>& settings) {
   auto joined = Join(rank, 3, port, settings);
   if (!joined.ok()) return Report(joined.status());
   Rank& r = **joined;
   AllocateHost(r, plan, rank);
-  auto first = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-  if (!first.ok()) return Report(first.status());
-  if (!VerifyThreeRankPlan(r, rank)) return 2;
-  if (!r.comm->Barrier("first-refit", Deadline::AfterSeconds(20)).ok()) return 4;
-  // Rank 2 dies now; this refit may fail on its own link first or on the monitor's abort.
-  (void)r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-  if (int code = AwaitAbortNamingRank2(*r.comm); code != 0) return code;
-  if (rank == 0) (void)r.rendezvous.store->Set(kLost, Bytes{1}, Deadline::AfterSeconds(10));
-  Status recreated = r.comm->Recreate(Deadline::AfterSeconds(30));
-  if (!recreated.ok()) return Report(recreated);
-  if (r.comm->epoch() != 2) return 13;
-  for (const MemoryDesc& d : r.memory.destination) {
-    for (int64_t i = 0; i < d.bytes / 4; ++i) static_cast<float*>(d.base)[i] = -1.0f;
-  }
-  auto recovered = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
-  if (!recovered.ok()) return Report(recovered.status());
-  if (!VerifyThreeRankPlan(r, rank)) return 3;
+  if (int code = SurviveDeathOf(r, plan, rank, 2, /*announce=*/rank == 0, kLost); code != 0) return code;
   return FinalBarrier(*r.rendezvous.store, "recovered", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
 }
 
