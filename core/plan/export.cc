@@ -193,12 +193,15 @@ Status WriteFile(const std::string& path, const std::function<void(std::ostream&
 }  // namespace
 
 void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, const Layout* source,
-                   const Layout* destination) {
+                   const Layout* destination, std::optional<int64_t> staging_needed) {
   JsonStreamWriter w(out, indent);
   w.BeginObject();
   w.Member("strategy", plan.strategy);
   w.Member("num_ranks", plan.num_ranks);
-  if (Result<int64_t> needed = PlanOrderStagingBytes(plan); needed.ok()) w.Member("staging_needed", *needed);
+  if (!staging_needed) {
+    if (Result<int64_t> needed = PlanOrderStagingBytes(plan); needed.ok()) staging_needed = *needed;
+  }
+  if (staging_needed) w.Member("staging_needed", *staging_needed);
   w.Key("source_buffers");
   WriteBuffers(w, plan.source_buffers, source);
   w.Key("destination_buffers");
@@ -273,8 +276,11 @@ std::string PlanToJson(const TransferPlan& plan, int indent, const Layout* sourc
 }
 
 Status WritePlanJsonFile(const std::string& path, const TransferPlan& plan, int indent,
-                         const Layout* source, const Layout* destination) {
-  return WriteFile(path, [&](std::ostream& out) { WritePlanJson(out, plan, indent, source, destination); });
+                         const Layout* source, const Layout* destination,
+                         std::optional<int64_t> staging_needed) {
+  return WriteFile(path, [&](std::ostream& out) {
+    WritePlanJson(out, plan, indent, source, destination, staging_needed);
+  });
 }
 
 std::string StatsToJson(const PlanStats& s, int indent) {

@@ -102,7 +102,8 @@ Result<StrategyReport> PlanOne(Strategy strategy, const RefitInputs& in, const C
     const TransferPlan& plan = result->plan;
     if (!args.json_file.empty()) {
       FERRY_RETURN_IF_ERROR(ExportFile(args, name + " plan JSON", args.json_file, [&] {
-        return WritePlanJsonFile(args.json_file, plan, -1, &in.source, &in.destination);
+        return WritePlanJsonFile(args.json_file, plan, -1, &in.source, &in.destination,
+                                 report.staging_needed);
       }));
     }
     if (!args.dot_file.empty()) {
