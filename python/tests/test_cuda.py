@@ -20,33 +20,21 @@ if not torch.cuda.is_available():
 WORKER = os.path.join(os.path.dirname(__file__), "refit_worker.py")
 
 
-def test_cuda_tensors_refit_in_place_after_kernels_on_torchs_stream(session):
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_cuda_tensors_refit_in_place_after_kernels_on_torchs_stream(session, side_stream):
+    """Sources written by kernels and not synchronised here: run() waits for the whole device,
+    or with `stream=` for that stream only (the sources written on a stream of the caller's)."""
     refit = session.refit(*layouts())
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
     w = torch.zeros(4, 6, device="cuda")
     out = torch.full((2, 4, 3), -1.0, device="cuda")
     refit.register("src", w)
     refit.register("left", out[0])
     refit.register("right", out[1])
     for step in range(3):
-        # Written by kernels on torch's stream, not synchronised here: run() waits for them.
-        w.copy_(torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6) * (step + 2))
-        stats = refit.run()
-        assert stats.bytes_same_rank == 96
-        assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:]), step
-
-
-def test_run_waits_for_the_named_stream_only(session):
-    refit = session.refit(*layouts())
-    side = torch.cuda.Stream()
-    w = torch.zeros(4, 6, device="cuda")
-    out = torch.full((2, 4, 3), -1.0, device="cuda")
-    refit.register("src", w)
-    refit.register("left", out[0])
-    refit.register("right", out[1])
-    for step in range(3):
-        with torch.cuda.stream(side):  # written on a stream of the caller's choosing
+        with torch.cuda.stream(stream):
             w.copy_(torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6) * (step + 2))
-            stats = refit.run(stream=side)
+            stats = refit.run(stream=stream) if side_stream else refit.run()
         assert stats.bytes_same_rank == 96
         assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:]), step
 
