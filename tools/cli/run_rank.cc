@@ -519,6 +519,19 @@ Status RunVariantsAndFinish(const RankContext& c, const std::vector<RunVariant>&
 
 }  // namespace
 
+// Rank 0: the transports the communicator uses, and what carries each one's bytes.
+void SayTransports(Session& session, double at) {
+  std::string transports;
+  for (Transport* t : session.communicator().transports()) {
+    transports += (transports.empty() ? "" : ", ") + std::string(t->name());
+  }
+  Say("[%5.1fs] %d ranks joined; transports in use: %s\n", at, session.info().size, transports.c_str());
+  for (Transport* t : session.communicator().transports()) {
+    const std::string links = t->DescribeLinks();
+    if (!links.empty()) Say("         %s links of rank 0: %s\n", std::string(t->name()).c_str(), links.c_str());
+  }
+}
+
 Status RunRankOrError(const RunArgs& args) {
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -534,17 +547,7 @@ Status RunRankOrError(const RunArgs& args) {
   Result<std::unique_ptr<Session>> joined = Session::Join(info, config, PretendedNodes(args, in.topology));
   if (!joined.ok()) return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
   Session& session = **joined;
-  if (lead) {
-    std::string transports;
-    for (Transport* t : session.communicator().transports()) {
-      transports += (transports.empty() ? "" : ", ") + std::string(t->name());
-    }
-    Say("[%5.1fs] %d ranks joined; transports in use: %s\n", elapsed(), info.size, transports.c_str());
-    for (Transport* t : session.communicator().transports()) {
-      const std::string links = t->DescribeLinks();
-      if (!links.empty()) Say("         %s links of rank 0: %s\n", std::string(t->name()).c_str(), links.c_str());
-    }
-  }
+  if (lead) SayTransports(session, elapsed());
   HostBuffers sources(in.source.buffers, info.rank, "sources");
   HostBuffers destinations(in.destination.buffers, info.rank, "destinations");
   if (!sources.complete() || !destinations.complete()) {
