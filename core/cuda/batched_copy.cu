@@ -5,7 +5,9 @@
 // element is a row. Rows move in words of 16 bytes when both row starts and the row length allow
 // it, else 4 bytes, else single bytes. A block moves at most kWordsPerBlock words: one segment of a
 // long row (its offsets computed once per block), or several whole short rows. Each thread loads
-// all its words of the block before storing any, so many loads are in flight per thread.
+// all its words of the block before storing any, so many loads are in flight per thread. A block
+// finds its copy in a per-block index uploaded with the descriptors: one load, where a search over
+// the copies would be a chain of dependent loads before the first byte moves.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,8 +34,12 @@ struct CopyDescriptor {
   int64_t first_block;  // prefix sum of blocks over copies
 };
 
-constexpr int kThreads = 256;
+// Small blocks, many resident per SM: a block's start (its copy's descriptor, then its first
+// loads) is a chain of dependent memory accesses, and only other blocks' work hides it. At 128
+// threads and at most 80 registers a thread, six blocks fit an SM.
+constexpr int kThreads = 128;
 constexpr int kUnroll = 8;  // words a thread moves per block, all loaded before any is stored
+constexpr int kMinBlocksPerSm = 6;
 constexpr int64_t kWordsPerBlock = kThreads * kUnroll;
 
 __device__ inline void RowOffsets(const CopyDescriptor& d, int64_t row, int64_t* src_off,
@@ -112,23 +118,11 @@ __device__ inline void CopyBlock(const CopyDescriptor& d, int64_t local_block) {
   CopyRows<Word>(d, first_row, static_cast<int>(min(d.rows_per_block, d.num_rows - first_row)));
 }
 
-// Every kBlocksPerHint-th block's copy, so that a block finds its own among a few copies (a
-// binary search over all of them costs a chain of dependent loads per block, as much as a small
-// block's copying).
-constexpr int64_t kBlocksPerHint = 8;
-
-__global__ void BatchedCopyKernel(const CopyDescriptor* descriptors, int num_copies,
-                                  const int32_t* hints, int64_t num_hints) {
-  // Find this block's copy by binary search over first_block, between two hints.
+// `block_copy[b]` is the copy that block b moves part of.
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+BatchedCopyKernel(const CopyDescriptor* descriptors, const int32_t* block_copy) {
   const int64_t block = blockIdx.x;
-  const int64_t hint = block / kBlocksPerHint;
-  int lo = hints[hint];
-  int hi = hint + 1 < num_hints ? hints[hint + 1] : num_copies - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (descriptors[mid].first_block <= block) lo = mid; else hi = mid - 1;
-  }
-  const CopyDescriptor& d = descriptors[lo];
+  const CopyDescriptor& d = descriptors[block_copy[block]];
   const int64_t local_block = block - d.first_block;
   if (d.vector_bytes == 16) {
     CopyBlock<uint4>(d, local_block);
@@ -226,19 +220,18 @@ Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCo
     blocks += Blocks(d);
   }
   if (blocks > 0x7fffffff) return InvalidArgument("batched copy too large for one launch");
-  std::vector<int32_t> hints;
-  hints.reserve(static_cast<size_t>((blocks + kBlocksPerHint - 1) / kBlocksPerHint));
+  std::vector<int32_t> block_copy(static_cast<size_t>(blocks));
   for (size_t c = 0; c < descriptors.size(); ++c) {
     const int64_t end = descriptors[c].first_block + Blocks(descriptors[c]);
-    while (static_cast<int64_t>(hints.size()) * kBlocksPerHint < end) {
-      hints.push_back(static_cast<int32_t>(c));
+    for (int64_t b = descriptors[c].first_block; b < end; ++b) {
+      block_copy[static_cast<size_t>(b)] = static_cast<int32_t>(c);
     }
   }
   void* table = nullptr;
   if (!descriptors.empty()) {
-    // The descriptors, then the hints, in one allocation.
+    // The descriptors, then the block index, in one allocation.
     FERRY_ASSIGN_OR_RETURN(table, UploadTable({std::as_bytes(std::span(descriptors)),
-                                               std::as_bytes(std::span(hints))},
+                                               std::as_bytes(std::span(block_copy))},
                                               stream, "copy descriptors"));
   }
   return std::unique_ptr<CopyTable>(
@@ -253,9 +246,8 @@ Status CopyTable::Launch() const {
   if (count_ == 0) return Status::Ok();
   BatchedCopyKernel<<<static_cast<unsigned>(blocks_), kThreads, 0,
                       static_cast<cudaStream_t>(stream_)>>>(
-      static_cast<const CopyDescriptor*>(table_), static_cast<int>(count_),
-      reinterpret_cast<const int32_t*>(static_cast<const CopyDescriptor*>(table_) + count_),
-      (blocks_ + kBlocksPerHint - 1) / kBlocksPerHint);
+      static_cast<const CopyDescriptor*>(table_),
+      reinterpret_cast<const int32_t*>(static_cast<const CopyDescriptor*>(table_) + count_));
   return CudaStatus(cudaGetLastError(), "BatchedCopyKernel launch");
 }
 
