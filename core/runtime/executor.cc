@@ -52,6 +52,7 @@ void Executor::ForgetRegistrations() {
   peer_cuda_.Clear();
   cuda_exports_.Clear();
   gpu_tables_.Clear();
+  gpu_op_tables_.Clear();
   offer_history_.Clear();
 }
 
@@ -59,7 +60,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
                                     Deadline deadline) {
   const ExecutorResources resources{comm_,         options_,       *pool_,   arena_,
                                     registrations_, peer_mappings_, control_, direct_reads_,
-                                    peer_cuda_,     cuda_exports_,  gpu_,     gpu_tables_,
+                                    peer_cuda_,     cuda_exports_,  gpu_,     gpu_tables_, gpu_op_tables_,
                                     staging_layouts_, offer_history_};
   offer_history_.ForEpoch(comm_.epoch());
   RankRun run(resources, plan, memory, deadline);

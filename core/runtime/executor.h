@@ -81,6 +81,7 @@ struct ExecutorStats {
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
   int64_t offer_bytes_sent = 0;    // direct-read offers sent, full or abbreviated (offer_history.h)
   int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
+  int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
   std::map<std::string, TransportTraffic> by_transport;  // per transport name and kDirectReadPath
@@ -120,6 +121,7 @@ class Executor {
   CudaExports cuda_exports_;                // this rank's CUDA source buffers as peers see them
   std::unique_ptr<cuda::CopyStream> gpu_;   // the stream CUDA-memory ops run on, once needed
   GpuReadTables gpu_tables_;                // on gpu_ (declared after it: freed before it)
+  GpuReadTables gpu_op_tables_;             // likewise
   OfferHistory offer_history_;              // direct-read offers of earlier runs
   StagingLayoutCache staging_layouts_;      // the last run's plan-order staging layout
   RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline

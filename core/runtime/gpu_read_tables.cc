@@ -32,7 +32,7 @@ Result<const cuda::WorkTables*> GpuReadTables::Find(uint64_t generation, int rea
                                                     std::span<const CopyEnds> ends,
                                                     const Describe& describe,
                                                     cuda::CopyStream& gpu) {
-  if (read < 0) return InvalidArgument("direct read index " + std::to_string(read));
+  if (read < 0) return InvalidArgument("GPU work index " + std::to_string(read));
   Generation& g = GenerationOf(generation);
   if (g.reads.size() <= static_cast<size_t>(read)) g.reads.resize(static_cast<size_t>(read) + 1);
   Read& r = g.reads[static_cast<size_t>(read)];

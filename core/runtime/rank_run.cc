@@ -90,8 +90,9 @@ Status RankRun::CheckRunnable() const {
 // the control buffer their offers travel in.
 void RankRun::AssignDirectRoles() {
   static const std::vector<DirectRead> kNone;
-  directs_ = res_.options.direct_intra_node ? &res_.direct_reads.Find(plan_, rank_) : &kNone;
-  directs_generation_ = res_.direct_reads.generation();
+  const std::vector<DirectRead>& found = res_.direct_reads.Find(plan_, rank_);
+  plan_generation_ = res_.direct_reads.generation();
+  directs_ = res_.options.direct_intra_node ? &found : &kNone;
   roles_ = DirectReadRoles::Assign(*directs_, rank_, local_, n_);
   if (static_cast<int64_t>(res_.control.size()) < roles_.control_bytes) {
     res_.control.resize(static_cast<size_t>(roles_.control_bytes));
@@ -534,7 +535,7 @@ Status RankRun::StartOffer(int i, bool full) {
   const DirectRead& d = (*directs_)[k];
   const int64_t offset = roles_.control_offset[k];
   FERRY_ASSIGN_OR_RETURN(int64_t offer_bytes,
-                         offers_.Write(directs_generation_, k, d, full,
+                         offers_.Write(plan_generation_, k, d, full,
                                        std::span<uint8_t>(res_.control).subspan(static_cast<size_t>(offset))));
   full_offer_[i] = offer_bytes == DirectReadOfferBytes(d.source_buffers.size());
   stats_.offer_bytes_sent += offer_bytes;
@@ -556,7 +557,7 @@ Status RankRun::OnAnswer(int i) {
     }
     return StartOffer(i, /*full=*/true);
   }
-  offers_.Acknowledged(directs_generation_, k);
+  offers_.Acknowledged(plan_generation_, k);
   Complete(i);
   return Status::Ok();
 }
@@ -579,7 +580,7 @@ Status RankRun::CopyRead(int i) {
       static_cast<size_t>(roles_.control_offset[k]), static_cast<size_t>(control_bytes_[i]));
   PeerMemory peers{res_.peer_mappings, res_.peer_cuda, comm_.peer_processes()};
   FERRY_ASSIGN_OR_RETURN(const OfferHistory::Taken* taken,
-                         TakeOffer(directs_generation_, k, d, offer, memory_.destination, rank_,
+                         TakeOffer(plan_generation_, k, d, offer, memory_.destination, rank_,
                                    peers, res_.offer_history));
   if (taken == nullptr) return AskForFullOffer(i);
   const int64_t bytes = taken->bytes;

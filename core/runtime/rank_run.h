@@ -19,7 +19,8 @@
 //               (NCCL) are posted as one group once all are ready, rounds in order
 //               (CountGroupedRounds, StartGroupedRounds); the in-flight window never splits one
 //   CUDA memory (rank_run_cuda.cc) PrepareGpu picks the device and the stream; ops whose regions
-//               lie in CUDA memory run as one batched kernel launch each (LaunchGpu; a Quantize
+//               lie in CUDA memory run as one batched kernel launch each (LaunchGpu, its
+//               descriptors kept on the device from run to run by FindGpuWork; a Quantize
 //               op's, LaunchQuantize: core/cuda/block_quantize.h) and complete
 //               when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
 //               through a bounce slot of the pinned staging arena (StartBounced); direct reads of
@@ -73,11 +74,12 @@ struct ExecutorResources {
   RegistrationCache& registrations;  // the arena's and, when cached, user buffers'
   PeerMappings& peer_mappings;       // same-node peers' shared source buffers, mapped read-only
   std::vector<uint8_t>& control;     // direct-read offers, registered per run
-  DirectReadCache& direct_reads;     // only used when options.direct_intra_node
+  DirectReadCache& direct_reads;     // each plan's direct reads, and its generation (plan identity)
   PeerCudaMappings& peer_cuda;       // same-node peers' CUDA allocations, opened through IPC
   CudaExports& cuda_exports;         // this rank's CUDA source buffers as offered to peers
   std::unique_ptr<cuda::CopyStream>& gpu;  // created by the first run that touches CUDA memory
   GpuReadTables& gpu_tables;               // direct reads' device work, uploaded on `gpu`
+  GpuReadTables& gpu_op_tables;            // Copy/Pack/Unpack ops' device work, likewise
   StagingLayoutCache& staging_layouts;      // the last plan-order staging layout
   OfferHistory& offer_history;              // direct-read offers of earlier runs
 };
@@ -169,6 +171,9 @@ class RankRun {
   Status CheckStagingFits();
   Status LaunchGpu(int i, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
                    GpuNext next);
+  Result<const cuda::WorkTables*> FindGpuWork(GpuReadTables& cache, int index,
+                                              std::span<const CopyGeometry> geometries,
+                                              std::span<const CopyEnds> ends);
   Status LaunchQuantize(int i, const cuda::BlockQuantizeJob& job);
   Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                       std::span<const CopyEnds> ends);
@@ -219,7 +224,7 @@ class RankRun {
 
   // Direct reads of this run and this rank's role in them.
   const std::vector<DirectRead>* directs_ = nullptr;
-  uint64_t directs_generation_ = 0;  // DirectReadCache::generation of directs_
+  uint64_t plan_generation_ = 0;  // DirectReadCache::generation of plan_: keys offers and tables
   DirectReadRoles roles_;
   std::vector<int> requests_left_;   // by op: control requests still pending
   std::vector<char> offer_received_;  // by op (receiver): the offer came, the copies started

@@ -85,6 +85,7 @@ Status RankRun::PrepareGpu() {
   if (!on_gpu_) return Status::Ok();
   if (res_.gpu != nullptr && res_.gpu->device() != device) {
     res_.gpu_tables.Clear();  // their memory is freed on the old stream
+    res_.gpu_op_tables.Clear();
     res_.gpu.reset();
   }
   if (res_.gpu == nullptr) {
@@ -115,16 +116,32 @@ void RankRun::AddBounce(int i) {
   ++slot_uses_[slot];
 }
 
+// The uploaded kernel work of op or direct read `index` (keyed with plan_generation_ in `cache`):
+// an earlier run's when its regions lie at the same addresses (gpu_read_tables.h), else described
+// from `geometries` and `ends` and uploaded now.
+Result<const cuda::WorkTables*> RankRun::FindGpuWork(GpuReadTables& cache, int index,
+                                                     std::span<const CopyGeometry> geometries,
+                                                     std::span<const CopyEnds> ends) {
+  auto describe = [&](std::vector<cuda::StridedCopy>& copies,
+                      std::vector<cuda::StridedConvert>& converts) {
+    for (size_t c = 0; c < geometries.size(); ++c) {
+      FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], copies, converts));
+    }
+    return Status::Ok();
+  };
+  const int64_t built = cache.uploads();
+  Result<const cuda::WorkTables*> tables =
+      cache.Find(plan_generation_, index, ends, describe, *res_.gpu);
+  stats_.gpu_tables_built += static_cast<int>(cache.uploads() - built);
+  return tables;
+}
+
 // Enqueues op i's copies as one kernel on the executor's stream; `next` runs when it finished.
 Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
                           std::span<const CopyEnds> ends, GpuNext next) {
-  std::vector<cuda::StridedCopy> copies;
-  std::vector<cuda::StridedConvert> converts;
-  copies.reserve(geometries.size());
-  for (size_t c = 0; c < geometries.size(); ++c) {
-    FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], copies, converts));
-  }
-  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(copies, converts));
+  FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
+                         FindGpuWork(res_.gpu_op_tables, i, geometries, ends));
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(std::span(&tables, 1), {}, {}));
   gpu_ops_[ticket] = {i};
   gpu_next_[i] = next;
   return Status::Ok();
@@ -138,22 +155,12 @@ Status RankRun::LaunchQuantize(int i, const cuda::BlockQuantizeJob& job) {
   return Status::Ok();
 }
 
-// A direct read's work comes from the device-resident tables of earlier runs of the plan when
-// its regions lie at the same addresses (gpu_read_tables.h), else is described and uploaded now.
-// It waits for FlushGpuReads, so that the reads whose offers arrive together are launched
-// together, under one event.
+// A direct read's work (FindGpuWork) waits for FlushGpuReads, so that the reads whose offers
+// arrive together are launched together, under one event.
 Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                              std::span<const CopyEnds> ends) {
-  auto describe = [&](std::vector<cuda::StridedCopy>& copies,
-                      std::vector<cuda::StridedConvert>& converts) {
-    for (size_t c = 0; c < geometries.size(); ++c) {
-      FERRY_RETURN_IF_ERROR(AppendGpuWork(geometries[c], ends[c], copies, converts));
-    }
-    return Status::Ok();
-  };
   FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
-                         res_.gpu_tables.Find(directs_generation_, roles_.direct_of[i], ends,
-                                              describe, *res_.gpu));
+                         FindGpuWork(res_.gpu_tables, roles_.direct_of[i], geometries, ends));
   read_tables_.push_back(tables);
   reads_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;

@@ -82,7 +82,8 @@ Status MoveDestinations(Rank& r) {
 }
 
 // Three refits of the three-rank plan on CUDA memory; `one_node` makes message 1 a direct read;
-// `move` gives rank 1 new destination buffers before the third.
+// `move` gives rank 1 new destination buffers before the third, which its kernels (an Unpack, or
+// the direct read) must then write.
 void RunOnDevice(bool one_node, bool move = false) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
   TransferPlan plan = ThreeRankPlan(one_node ? LinkClass::kSameNode : LinkClass::kNetwork);
@@ -102,6 +103,11 @@ void RunOnDevice(bool one_node, bool move = false) {
       if (stats->bytes_read_direct != direct) return 3;
       // Staging is pinned and bounded: the bounce slots count against the budget too.
       if (stats->peak_staging_bytes > 1100 * 1024) return 4;
+      // Kernel descriptors (rank 0's Pack and Copy kernels, rank 1's Unpack or direct read) are
+      // built by the first refit and where a region moved; other refits launch the tables
+      // already on the device.
+      const bool rebuilt = (refit == 0 && rank < 2) || (move && refit == 2 && rank == 1);
+      if ((stats->gpu_tables_built > 0) != rebuilt) return 6;
     }
     return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
   });
@@ -109,6 +115,8 @@ void RunOnDevice(bool one_node, bool move = false) {
 }
 
 TEST(ExecutorCudaTest, PackUnpackBounceAndCopyOnDeviceMemoryOverTcp) { RunOnDevice(false); }
+
+TEST(ExecutorCudaTest, UnpackIntoMovedDestinationsWritesTheNewBuffers) { RunOnDevice(false, true); }
 
 // Where there is no GPU, a run given CUDA memory fails at once on every rank, naming the missing
 // device, before any op touches the (here fake) device addresses.
