@@ -5,12 +5,13 @@
 # vLLM TP2xDP2, 8 processes on GPU 0), printed as one table at the end.
 #
 # Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
-#   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, box_checksum_test,
-#   pattern_checksum_test, batched_copy_bench, box_checksum_bench, ipc_copy_ceiling,
-#   executor_cuda_test and staging_arena_test (built elsewhere: bazel build -c opt //tools/cli:ferry
-#   //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
-#   //tests/core/runtime:staging_arena_test //tests/tools/cli:pattern_checksum_test), and optionally lib/ with shared libraries the
-#   machine lacks (used only when ldd finds something missing). SCALEs default to 1/16.
+#   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, block_quantize_test,
+#   box_checksum_test, pattern_checksum_test, batched_copy_bench, box_checksum_bench,
+#   ipc_copy_ceiling, executor_cuda_test and staging_arena_test (built elsewhere: bazel build -c opt
+#   //tools/cli:ferry //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
+#   //tests/core/runtime:staging_arena_test //tests/tools/cli:pattern_checksum_test), and
+#   optionally lib/ with shared libraries the machine lacks (used only when ldd finds something
+#   missing). SCALEs default to 1/16.
 # Writes its logs under $OUT (or /tmp/gpu_suite) and exits non-zero when a test or refit failed.
 set -u
 BIN=$(cd "${1:?usage: gpu_suite.sh BIN_DIR [SCALE...]}" && pwd)
@@ -36,8 +37,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
 # GPU tests (gtest binaries; each skips visibly without a GPU).
-for t in batched_copy_test batched_convert_test box_checksum_test pattern_checksum_test \
-         staging_arena_test executor_cuda_test; do
+for t in batched_copy_test batched_convert_test block_quantize_test box_checksum_test \
+         pattern_checksum_test staging_arena_test executor_cuda_test; do
   if timeout 180 "$BIN/$t" > "$LOG/$t.log" 2>&1; then
     row "test $t" "passed ($(grep -c '^\[       OK' "$LOG/$t.log") ok, $(grep -c '^\[  SKIPPED' "$LOG/$t.log") skipped)"
   else
@@ -83,17 +84,21 @@ for scale in "${SCALES[@]}"; do
   ipc2=$(ceiling ipc 2 $((per_proc * 4)))
   ipc4=$(ceiling ipc 4 $((per_proc * 2)))
   ipc8=$(ceiling ipc 8 "$per_proc")
+  plain2=$(ceiling ipc-plain 2 $((per_proc * 4)))
+  plain4=$(ceiling ipc-plain 4 $((per_proc * 2)))
+  plain8=$(ceiling ipc-plain 8 "$per_proc")
   row "ceiling $scale: cudaMemcpy D2D, 1 process, $((per_proc * 8 >> 20)) MiB" "$d2d1 GB/s"
   row "ceiling $scale: cudaMemcpy D2D, 8 processes" "$d2d8 GB/s"
-  row "ceiling $scale: CUDA-IPC copy kernel, 2 processes" "$ipc2 GB/s"
-  row "ceiling $scale: CUDA-IPC copy kernel, 4 processes" "$ipc4 GB/s"
-  row "ceiling $scale: CUDA-IPC copy kernel, 8 processes" "$ipc8 GB/s"
+  row "ceiling $scale: CUDA-IPC, ferry's copy kernel, 2 / 4 / 8 processes" "$ipc2 / $ipc4 / $ipc8 GB/s"
+  row "ceiling $scale: CUDA-IPC, plain copy kernel, 2 / 4 / 8 processes" "$plain2 / $plain4 / $plain8 GB/s"
+  # The refit is compared with the higher of the two 8-process CUDA-IPC ceilings.
+  ceil8=$(awk -v a="$ipc8" -v b="$plain8" 'BEGIN { print (a > b ? a : b) }')
   gb=""
   while IFS=, read -r label variant ranks bytes mean best gbps memcpy sent peak; do
     [ "$variant" = "gather-broadcast" ] && gb=$gbps
   done < "$LOG/refit_$tag.csv"
   while IFS=, read -r label variant ranks bytes mean best gbps memcpy sent peak; do
-    ratio=$(awk -v a="$gbps" -v b="$ipc8" 'BEGIN { printf "%.0f%%", 100 * a / b }')
+    ratio=$(awk -v a="$gbps" -v b="$ceil8" 'BEGIN { printf "%.0f%%", 100 * a / b }')
     vs_gb=$(awk -v a="$gbps" -v b="$gb" 'BEGIN { if (b > 0) printf "%.2fx", a / b }')
     row "refit $scale $variant ($((bytes >> 20)) MiB, 8 procs, verified)" \
         "$gbps GB/s, mean $(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }'); $ratio of IPC ceiling; $vs_gb of gather-broadcast"

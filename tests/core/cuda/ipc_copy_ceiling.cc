@@ -2,7 +2,9 @@
 // with its own source and destination buffers of --bytes, copying concurrently
 //   d2d:  its own source to its own destination with cudaMemcpyAsync (a plain device copy);
 //   ipc:  the next process's source (opened through CUDA IPC) to its own destination with the
-//         batched copy kernel, which is what a GPU direct read does.
+//         batched copy kernel, which is what a GPU direct read does;
+//   ipc-plain: the same with a plain grid-stride copy kernel (plain_copy.h), a reference that
+//         does not move with ferry's kernel.
 // Bandwidth = bytes written by all processes / (last end - first start), the way `ferry run`
 // counts bytes delivered; each process runs --iters copies after two warm-ups, between barriers.
 // Run: ipc_copy_ceiling --mode ipc --procs 8 --bytes 33554432 --iters 20 (needs a GPU).
@@ -21,6 +23,7 @@
 #include "core/cuda/batched_copy.h"
 #include "core/cuda/copy_stream.h"
 #include "core/cuda/ipc.h"
+#include "tests/core/cuda/plain_copy.h"
 
 namespace ferry::cuda {
 namespace {
@@ -79,13 +82,15 @@ int Child(Shared* s, int rank, int procs, const std::string& mode, int64_t bytes
   s->handles[rank] = exported->handle;
   Barrier(s, 0, procs);
   const void* from = *src;
-  if (mode == "ipc") {
+  const bool ipc = mode == "ipc" || mode == "ipc-plain";
+  if (ipc) {
     auto peer = OpenIpcMemory(s->handles[(rank + 1) % procs], 0);
     CHECK_OK(peer.status());
     from = *peer;
   }
   auto copy = [&]() -> Status {
     if (mode == "d2d") return CopyDeviceToDeviceAsync(*dst, from, bytes, nullptr);
+    if (mode == "ipc-plain") return LaunchPlainCopy(*dst, from, bytes, nullptr);
     return LaunchBatchedCopy({Contiguous(from, *dst, bytes)}, nullptr);
   };
   for (int i = 0; i < 2; ++i) CHECK_OK(copy());
@@ -98,14 +103,14 @@ int Child(Shared* s, int rank, int procs, const std::string& mode, int64_t bytes
   Barrier(s, 2, procs);
   std::vector<unsigned char> back(static_cast<size_t>(bytes));
   CHECK_OK(CopyToHost(back.data(), *dst, bytes));
-  const int owner = mode == "ipc" ? (rank + 1) % procs : rank;
+  const int owner = ipc ? (rank + 1) % procs : rank;
   for (size_t i = 0; i < back.size(); i += 4093) {
     if (back[i] != static_cast<unsigned char>(i * 7 + owner)) {
       std::fprintf(stderr, "rank %d: wrong byte at %zu\n", rank, i);
       return 1;
     }
   }
-  if (mode == "ipc") CHECK_OK(CloseIpcMemory(const_cast<void*>(from)));
+  if (ipc) CHECK_OK(CloseIpcMemory(const_cast<void*>(from)));
   Barrier(s, 3, procs);
   return 0;
 }
@@ -121,8 +126,10 @@ int Main(int argc, char** argv) {
     else if (flag == "--bytes") bytes = std::atoll(argv[i + 1]);
     else if (flag == "--iters") iters = std::atoi(argv[i + 1]);
   }
-  if ((mode != "ipc" && mode != "d2d") || procs < 1 || procs > kMaxProcs || bytes <= 0) {
-    std::fprintf(stderr, "usage: ipc_copy_ceiling --mode ipc|d2d --procs N --bytes B --iters K\n");
+  const bool known = mode == "ipc" || mode == "ipc-plain" || mode == "d2d";
+  if (!known || procs < 1 || procs > kMaxProcs || bytes <= 0) {
+    std::fprintf(stderr,
+                 "usage: ipc_copy_ceiling --mode ipc|ipc-plain|d2d --procs N --bytes B --iters K\n");
     return 2;
   }
   auto* s = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE,
