@@ -444,7 +444,7 @@ Status RankRun::StartQuantize(int i) {
     if (!OnGpu(pair.to) || !OnGpu(scales)) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
-    return LaunchQuantize(i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols});
+    return LaunchQuantize(i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
       pair.from.dtype != DType::kFP32) {
@@ -452,7 +452,7 @@ Status RankRun::StartQuantize(int i) {
   }
   Fp8BlockQuantizeMatrices(pair.from.dtype, reinterpret_cast<const unsigned char*>(from), q.matrices,
                            q.rows, q.cols, reinterpret_cast<unsigned char*>(to),
-                           reinterpret_cast<float*>(scale_base));
+                           reinterpret_cast<float*>(scale_base), op.scale_fmt);
   Complete(i);
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -203,6 +204,10 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
     return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
                            "modelled");
   }
+  if (v.fp8_scale_fmt != Fp8ScaleFormat::kFloat32 && !v.fp8_block_weights) {
+    return InvalidArgument("scale_fmt=" + std::string(Fp8ScaleFormatName(v.fp8_scale_fmt)) +
+                           " without quant=fp8_block: only block-quantized weights have scales");
+  }
   if (v.mtp != 0 && v.fp8_block_weights) {
     return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
                            "modelled");
@@ -234,6 +239,9 @@ std::string FrameworkSpec::ToString() const {
            (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
            (vllm.eplb_map.empty() ? "" : ",eplb_map=" + vllm.eplb_map) +
            (vllm.fp8_block_weights ? ",quant=fp8_block" : "") +
+           (vllm.fp8_scale_fmt != Fp8ScaleFormat::kFloat32
+                ? ",scale_fmt=" + std::string(Fp8ScaleFormatName(vllm.fp8_scale_fmt))
+                : "") +
            (vllm.mtp > 0 ? ",mtp=" + Num(vllm.mtp) : "") + naming;
   }
   const MegatronParallel& m = megatron;
@@ -346,6 +354,15 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
            }},
           {"mtp", &v.mtp, {}, 0},
           WordKey("quant", "fp8_block", "none", &v.fp8_block_weights, true),
+          {"scale_fmt", nullptr,
+           [&v](const std::string& value) -> Status {
+             const std::optional<Fp8ScaleFormat> fmt = ParseFp8ScaleFormat(value);
+             if (!fmt) {
+               return InvalidArgument("bad value '" + value + "' for scale_fmt: expected float32 or ue8m0");
+             }
+             v.fp8_scale_fmt = *fmt;
+             return Status::Ok();
+           }},
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -384,7 +401,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
       "mtp=N,layout=STRING (last) or "
       "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,eplb_map=PATH,"
-      "quant=none|fp8_block,mtp=N, either with expert_tensors=stacks|members; every key "
+      "quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
