@@ -4,7 +4,7 @@
 //
 //  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
 //           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,pattern=,
-//           mtp=,layout=
+//           mtp=,mcore=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
 //      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
 //      --pipeline-model-parallel-layout string, the last key (it may hold commas)
@@ -15,6 +15,7 @@
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint). mtp:
 //      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h).
+//      mcore: the Megatron-Core release (0.18, or 0.19 and later: the default).
 //  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,quant=none|fp8_block,
 //       scale_fmt=float32|ue8m0,mtp=
 //      ranks = tp*dp*engines
@@ -73,6 +74,11 @@ struct MegatronParallel {
   bool distopt_buffers = false;
   // --overlap-grad-reduce: buckets in the distributed optimizer's buffers ("overlap_grad_reduce=yes").
   bool overlap_grad_reduce = false;
+  // "mcore=0.N": the Megatron-Core release the trainer runs, where releases differ in what ferry
+  // models: before 0.19 the Mamba mixer's conv1d is a child module, so the distributed
+  // optimizer's buffers hold its parameters after in_proj's (tools/models/megatron_param_buffers.h).
+  // 19 (the default) stands for 0.19 and later; 18 is the one earlier release modelled.
+  int mcore_minor = 19;
   // --mtp-num-layers ("mtp=N"; 0, the default, Megatron's None): the first N of the checkpoint's
   // MTP layers, as the MTP block `mtp.layers.<i>` on the stage MegatronPipelineFor places it.
   int mtp = 0;

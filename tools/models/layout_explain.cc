@@ -273,8 +273,12 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
     if (c.family == ModelFamily::kNemotronH &&
         (Has(t, "mixer.conv1d.") || Has(t, "mixer.dt_bias") || Has(t, "mixer.A_log") ||
          Has(t, "mixer.D"))) {
-      out.push_back({"Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, D) "
-                     "come before its in_proj, norm and out_proj in named_parameters()",
+      out.push_back({r.megatron.mcore_minor < 19
+                         ? "mcore=0.18: Mamba mixer's own parameters (dt_bias, A_log, D), then "
+                           "in_proj, the conv1d module (weight, bias), norm, out_proj in "
+                           "named_parameters()"
+                         : "Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, "
+                           "D) come before its in_proj, norm and out_proj in named_parameters()",
                      std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
     }
   }
