@@ -7,7 +7,9 @@
 //             vllm/model_executor/layers/quantization/utils/fp8_utils.py
 //             requant_weight_ue8m0_inplace leaves in weight and weight_scale_inv when DeepGEMM
 //             runs with E8M0 scales (vllm/utils/deep_gemm.py is_deep_gemm_e8m0_used); still an
-//             fp32 tensor of the same shape (DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0)
+//             fp32 tensor of the same shape (DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0), which
+//             DeepGEMM keeps as is on SM90 (deepseek-ai/DeepGEMM csrc/apis/layout.hpp
+//             transform_sf_into_required_layout) and packs to int32 on SM100 (not modelled)
 //
 // Plain values and functions; thread-safe.
 #pragma once
