@@ -110,7 +110,7 @@ Status MoveIntoTwins(const Layout& destination, const std::vector<int>& scaled_o
         const int twin = l.GetOrAddBuffer(f.loc.rank, name + " [matrix " + std::to_string(m) + " as " +
                                                           std::string(DTypeName(dtype)) + "]");
         l.buffers.SetBytes(static_cast<size_t>(twin), matrix_elems * DTypeSize(dtype));
-        out.twins.push_back({f.loc.rank, f.loc.buffer, s.scales, m, s.rows, s.cols, dtype, twin});
+        out.twins.push_back({f.loc.rank, f.loc.buffer, s.scales, m, s.rows, s.cols, dtype, twin, s.scale_fmt});
         covered.push_back(0);
       }
       p.loc.buffer = out.twins[it->second].twin;
@@ -186,6 +186,7 @@ void FinishBlockQuantize(const BlockQuantizeLayout& prepared, const Layout& dest
     const int64_t block_rows = (t.rows + 127) / 128, block_cols = (t.cols + 127) / 128;
     Op q;
     q.kind = OpKind::kQuantize;
+    q.scale_fmt = t.scale_fmt;
     q.link = LinkClass::kSameRank;
     q.rank = t.rank;
     for (int d : deps) q.round = std::max(q.round, plan.ops[static_cast<size_t>(d)].round);

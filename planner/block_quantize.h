@@ -38,6 +38,7 @@ struct QuantizeTwin {
   int64_t rows = 0, cols = 0;
   DType dtype = DType::kBF16;  // the twin's: its source tensors' dtype
   int twin = 0;                // the twin buffer's index in BlockQuantizeLayout::destination
+  Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32;  // the buffer's (BlockScaledBuffer)
 };
 
 struct BlockQuantizeLayout {

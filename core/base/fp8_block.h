@@ -24,6 +24,24 @@
 // The e4m3fn cast saturates at ±448 (float_convert.h); a finite scaled value never exceeds 448 by
 // more than its rounding, so this agrees with torch's cast, which gives NaN only from 480 on.
 //
+// UE8M0 scales (Fp8ScaleFormat::kUe8m0, core/base/fp8_scale_format.h): what vLLM holds after
+// vllm/model_executor/layers/quantization/utils/fp8_utils.py requant_weight_ue8m0_inplace ran on
+// the block quantized above (scale_inv s, values q): per block, in fp32,
+//   w         = float(q) * s                       (dequantized with the checkpoint's scale)
+//   amax'     = max |w| over the block
+//   scale_inv = 2^ceil(log2(max(amax', 1e-4f) / 448))   (per_block_cast_to_fp8, use_ue8m0=True)
+//   q'        = e4m3fn(w * (1.0f / scale_inv))
+// so the scale tensor keeps its dtype (fp32) and shape, every value a power of two. ferry rounds
+// up exactly (the next exponent when the mantissa is not 0); torch computes pow(2, ceil(log2(x)))
+// in fp32, which is the same except for an x a few ulps above a power of two, where an fp32 log2
+// may round down to the integer. For a bf16 or fp16 source that never happens: amax' / 448 lies
+// within a few ulps of amax / 448, and an amax of at most 11 significant bits over 448 is either
+// a power of two exactly or ~2^-11 (relative) away from one; an fp32 source can hit it. amax' is
+// float(e4m3fn(amax * multiplier)) * s: the cast and the multiply by s keep the order of |x|.
+// A zero block gets 2^-22 (1e-4 / 448 rounded up); a NaN block stays NaN (scale and values); a
+// block holding ±inf, whose q are ±0 and NaN with s = inf, dequantizes to NaN everywhere
+// (0 * inf), so it becomes a NaN block.
+//
 // Plain functions (FERRY_HD); thread-safe.
 #pragma once
 
@@ -31,6 +49,7 @@
 
 #include "core/base/dtype.h"
 #include "core/base/float_convert.h"
+#include "core/base/fp8_scale_format.h"
 
 namespace ferry {
 
@@ -76,39 +95,91 @@ FERRY_HD inline uint8_t Fp8BlockQuantize(float x, float multiplier) {
   return static_cast<uint8_t>(FloatToSmall(v, kE4M3Format, true));
 }
 
-// Quantizes `matrices` dense row-major [rows, cols] matrices of `src_dtype` (bf16, fp16 or fp32)
-// at `src` into dense e4m3fn matrices at `dst` and their scale_inv at `scales`: dense fp32
-// [matrices, ceil(rows/128), ceil(cols/128)]. Host only; the reference of every other path.
-inline void Fp8BlockQuantizeMatrices(DType src_dtype, const unsigned char* src, int64_t matrices,
-                                     int64_t rows, int64_t cols, unsigned char* dst, float* scales) {
+// The smallest power of two >= v (v > 0; inf stays inf); NaN gives the canonical NaN.
+FERRY_HD inline float Fp8BlockCeilPow2(float v) {
+  if (v != v) return BitsToFloat(0x7fc00000u);
+  const uint32_t bits = FloatBits(v);
+  if ((bits & 0x7fffffu) == 0) return v;
+  return BitsToFloat((bits & 0x7f800000u) + 0x800000u);
+}
+
+// How the elements of one block are quantized, from its |x| maximum (Fp8BlockParamsOf). No
+// member initializers: the CUDA kernel holds one in shared memory.
+struct Fp8BlockParams {
+  float scale_inv;   // what the scale tensor holds
+  float multiplier;  // 1 / the float32 scale_inv: the first quantization
+  bool requantize;   // kUe8m0: requantize float(q) * dequant with `requant`
+  float dequant, requant;
+};
+
+FERRY_HD inline Fp8BlockParams Fp8BlockParamsOf(float amax, Fp8ScaleFormat fmt) {
+  Fp8BlockParams p{0.0f, 0.0f, false, 0.0f, 0.0f};
+  p.scale_inv = Fp8BlockScaleInv(amax);
+  p.multiplier = Fp8BlockMultiplier(p.scale_inv);
+  if (fmt != Fp8ScaleFormat::kUe8m0) return p;
+  const uint8_t qmax = Fp8BlockQuantize(amax, p.multiplier);
+  const float amax_dequantized = Fp8BlockMul(SmallToFloat(qmax, kE4M3Format), p.scale_inv);
+  p.requantize = true;
+  p.dequant = p.scale_inv;
+  p.scale_inv = Fp8BlockCeilPow2(Fp8BlockScaleInv(amax_dequantized));
+  p.requant = Fp8BlockMultiplier(p.scale_inv);
+  return p;
+}
+
+// The e4m3fn bits of element `x` of a block quantized with `p`.
+FERRY_HD inline uint8_t Fp8BlockQuantizeElement(float x, const Fp8BlockParams& p) {
+  const uint8_t q = Fp8BlockQuantize(x, p.multiplier);
+  if (!p.requantize) return q;
+  return Fp8BlockQuantize(Fp8BlockMul(SmallToFloat(q, kE4M3Format), p.dequant), p.requant);
+}
+
+// Quantizes blocks [first, end) of `matrices` dense row-major [rows, cols] matrices of `src_dtype`
+// (bf16, fp16 or fp32) at `src` into dense e4m3fn matrices at `dst` and their scale_inv, in
+// format `fmt`, at `scales`: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)]. Blocks are
+// numbered in that order (matrix, block row, block column). Host only; blocks are independent,
+// so disjoint ranges may run on several threads at once.
+inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, int64_t rows,
+                                   int64_t cols, unsigned char* dst, float* scales,
+                                   Fp8ScaleFormat fmt, int64_t first, int64_t end) {
   const int64_t elem = FloatBytes(src_dtype);
   const int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
   const int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
-  for (int64_t m = 0; m < matrices; ++m) {
-    for (int64_t br = 0; br < block_rows; ++br) {
-      for (int64_t bc = 0; bc < block_cols; ++bc) {
-        const int64_t r0 = br * kFp8BlockSize, c0 = bc * kFp8BlockSize;
-        const int64_t r1 = r0 + kFp8BlockSize < rows ? r0 + kFp8BlockSize : rows;
-        const int64_t c1 = c0 + kFp8BlockSize < cols ? c0 + kFp8BlockSize : cols;
-        const int64_t base = m * rows * cols;
-        float amax = 0.0f;
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t c = c0; c < c1; ++c) {
-            amax = Fp8BlockAmaxStep(amax, LoadAsFloat(src_dtype, src + (base + r * cols + c) * elem));
-          }
-        }
-        const float scale_inv = Fp8BlockScaleInv(amax);
-        scales[(m * block_rows + br) * block_cols + bc] = scale_inv;
-        const float multiplier = Fp8BlockMultiplier(scale_inv);
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t c = c0; c < c1; ++c) {
-            const int64_t i = base + r * cols + c;
-            dst[i] = Fp8BlockQuantize(LoadAsFloat(src_dtype, src + i * elem), multiplier);
-          }
-        }
+  for (int64_t k = first; k < end; ++k) {
+    const int64_t m = k / (block_rows * block_cols);
+    const int64_t r0 = k / block_cols % block_rows * kFp8BlockSize, c0 = k % block_cols * kFp8BlockSize;
+    const int64_t r1 = r0 + kFp8BlockSize < rows ? r0 + kFp8BlockSize : rows;
+    const int64_t c1 = c0 + kFp8BlockSize < cols ? c0 + kFp8BlockSize : cols;
+    const int64_t base = m * rows * cols;
+    float amax = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = c0; c < c1; ++c) {
+        amax = Fp8BlockAmaxStep(amax, LoadAsFloat(src_dtype, src + (base + r * cols + c) * elem));
+      }
+    }
+    const Fp8BlockParams p = Fp8BlockParamsOf(amax, fmt);
+    scales[k] = p.scale_inv;
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t i = base + r * cols + c;
+        dst[i] = Fp8BlockQuantizeElement(LoadAsFloat(src_dtype, src + i * elem), p);
       }
     }
   }
+}
+
+// The number of 128x128 blocks of `matrices` [rows, cols] matrices.
+inline int64_t Fp8BlockCount(int64_t matrices, int64_t rows, int64_t cols) {
+  return matrices * ((rows + kFp8BlockSize - 1) / kFp8BlockSize) *
+         ((cols + kFp8BlockSize - 1) / kFp8BlockSize);
+}
+
+// Every block of the matrices (Fp8BlockQuantizeBlocks) on the calling thread: the reference of
+// every other path.
+inline void Fp8BlockQuantizeMatrices(DType src_dtype, const unsigned char* src, int64_t matrices,
+                                     int64_t rows, int64_t cols, unsigned char* dst, float* scales,
+                                     Fp8ScaleFormat fmt = Fp8ScaleFormat::kFloat32) {
+  Fp8BlockQuantizeBlocks(src_dtype, src, rows, cols, dst, scales, fmt, 0,
+                         Fp8BlockCount(matrices, rows, cols));
 }
 
 }  // namespace ferry

@@ -2,7 +2,8 @@
 // block of a CUDA block found by binary search over the jobs' prefix sums of blocks. 256 threads
 // walk the block's elements (thread t: column t % 128, every second row), reduce |x| in shared
 // memory with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep), thread 0 writes the scale,
-// then every thread casts its elements with the block's multiplier. Elements are loaded byte by
+// then every thread casts its elements with the block's parameters (Fp8BlockParamsOf: UE8M0
+// scales requantize each element in the same thread, no second reduction). Elements are loaded byte by
 // byte (LoadAsFloat): a staging slot may start at any byte.
 #include <cuda_runtime.h>
 
@@ -20,6 +21,7 @@ struct QuantizeDescriptor {
   unsigned char* dst;
   float* scales;
   DType src_dtype;
+  Fp8ScaleFormat scale_fmt;
   int64_t rows, cols, block_rows, block_cols;
   int64_t first_block;  // prefix sum of 128x128 blocks over jobs
 };
@@ -49,7 +51,7 @@ __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int c
     }
   }
   __shared__ float partial[kThreads];
-  __shared__ float multiplier;
+  __shared__ Fp8BlockParams params;
   partial[threadIdx.x] = amax;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
@@ -59,15 +61,14 @@ __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int c
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    const float scale_inv = Fp8BlockScaleInv(partial[0]);
-    d.scales[k] = scale_inv;
-    multiplier = Fp8BlockMultiplier(scale_inv);
+    params = Fp8BlockParamsOf(partial[0], d.scale_fmt);
+    d.scales[k] = params.scale_inv;
   }
   __syncthreads();
   if (c >= d.cols) return;
   for (int64_t r = r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
     const int64_t i = base + r * d.cols + c;
-    d.dst[i] = Fp8BlockQuantize(LoadAsFloat(d.src_dtype, d.src + i * elem), multiplier);
+    d.dst[i] = Fp8BlockQuantizeElement(LoadAsFloat(d.src_dtype, d.src + i * elem), params);
   }
 }
 
@@ -79,6 +80,9 @@ Status CheckJob(const BlockQuantizeJob& j, size_t i) {
   }
   if (j.matrices < 0 || j.rows < 0 || j.cols < 0) {
     return InvalidArgument(name + ": negative size");
+  }
+  if (j.scale_fmt != Fp8ScaleFormat::kFloat32 && j.scale_fmt != Fp8ScaleFormat::kUe8m0) {
+    return InvalidArgument(name + ": unknown scale format");
   }
   if (reinterpret_cast<uintptr_t>(j.scales) % 4 != 0) {
     return InvalidArgument(name + ": scales not 4-byte aligned");
@@ -101,6 +105,7 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
     d.dst = static_cast<unsigned char*>(j.dst);
     d.scales = static_cast<float*>(j.scales);
     d.src_dtype = j.src_dtype;
+    d.scale_fmt = j.scale_fmt;
     d.rows = j.rows;
     d.cols = j.cols;
     d.block_rows = (j.rows + kBlock - 1) / kBlock;

@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/fp8_scale_format.h"
 #include "core/base/status.h"
 
 namespace ferry::cuda {
 
 // `matrices` dense row-major [rows, cols] matrices of `src_dtype` (bf16, fp16 or fp32) at `src`
-// quantized into dense e4m3fn matrices at `dst` and their scale_inv, dense fp32
-// [matrices, ceil(rows/128), ceil(cols/128)], at `scales`. Device pointers (or mapped pinned host
+// quantized into dense e4m3fn matrices at `dst` and their scale_inv in format `scale_fmt`, dense
+// fp32 [matrices, ceil(rows/128), ceil(cols/128)], at `scales`. Device pointers (or mapped pinned host
 // memory); `src` and `dst` may start at any byte, `scales` at any 4-byte boundary.
 struct BlockQuantizeJob {
   const void* src = nullptr;
@@ -24,6 +25,7 @@ struct BlockQuantizeJob {
   void* scales = nullptr;
   DType src_dtype = DType::kBF16;
   int64_t matrices = 1, rows = 0, cols = 0;
+  Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32;
 };
 
 // Enqueues every job on `stream` (a cudaStream_t, nullptr = default stream) as one kernel launch.

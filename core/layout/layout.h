@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/base/dtype.h"
+#include "core/base/fp8_scale_format.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
 #include "core/layout/buffer_list.h"
@@ -64,12 +65,15 @@ struct StoredTransform {
 // A buffer that holds block-scaled fp8 (vLLM's quant=fp8_block, core/base/fp8_block.h):
 // `matrices` dense row-major [rows, cols] e4m3fn matrices, one byte an element, quantized in
 // 128x128 blocks of each matrix, whose scale_inv lie in buffer `scales` (same rank) as dense fp32
-// [matrices, ceil(rows/128), ceil(cols/128)]. The tensors with fragments in `buffer` carry a
-// StoredTransform; the planner quantizes into such a buffer (planner/block_quantize.h).
+// [matrices, ceil(rows/128), ceil(cols/128)], in format `scale_fmt` (core/base/
+// fp8_scale_format.h: any fp32, or powers of two with the values requantized to them). The
+// tensors with fragments in `buffer` carry a StoredTransform; the planner quantizes into such a
+// buffer (planner/block_quantize.h).
 struct BlockScaledBuffer {
   int buffer = 0;
   int scales = 0;
   int64_t matrices = 1, rows = 0, cols = 0;
+  Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32;
 };
 
 // Row-major element strides for a box of this shape.

@@ -8,6 +8,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -165,15 +166,16 @@ Status ReadTransforms(const YAML::Node& transforms, Layout& layout) {
   return Status::Ok();
 }
 
-// `block_scaled`: [{rank, buffer, scales, matrices, rows, cols}], buffers holding block-scaled
-// fp8 (BlockScaledBuffer), both buffers named on `rank`.
+// `block_scaled`: [{rank, buffer, scales, matrices, rows, cols, scale_fmt}], buffers holding
+// block-scaled fp8 (BlockScaledBuffer), both buffers named on `rank`; scale_fmt float32 (the
+// default) or ue8m0.
 Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
   if (!list.IsDefined() || list.IsNull()) return Status::Ok();
   if (!list.IsSequence()) return Bad(list, "block_scaled", "expected a list");
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = Index("block_scaled", i);
     const YAML::Node& n = list[i];
-    FERRY_RETURN_IF_ERROR(CheckMap(n, path, {"rank", "buffer", "scales", "matrices", "rows", "cols"}));
+    FERRY_RETURN_IF_ERROR(CheckMap(n, path, {"rank", "buffer", "scales", "matrices", "rows", "cols", "scale_fmt"}));
     FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(n, path, "rank"));
     FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
     BlockScaledBuffer b;
@@ -188,6 +190,12 @@ Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
       if (!n[key].IsDefined() && std::string(key) == "matrices") continue;  // default 1
       FERRY_ASSIGN_OR_RETURN(YAML::Node node, Required(n, path, key));
       FERRY_ASSIGN_OR_RETURN(*value, ReadInt(node, Join(path, key)));
+    }
+    if (n["scale_fmt"].IsDefined()) {
+      FERRY_ASSIGN_OR_RETURN(std::string fmt, ReadString(n["scale_fmt"], Join(path, "scale_fmt")));
+      const std::optional<Fp8ScaleFormat> parsed = ParseFp8ScaleFormat(fmt);
+      if (!parsed) return Bad(n["scale_fmt"], Join(path, "scale_fmt"), "expected float32 or ue8m0, got '" + fmt + "'");
+      b.scale_fmt = *parsed;
     }
     layout.block_scaled.push_back(b);
   }
@@ -541,6 +549,9 @@ std::string LayoutToYaml(const Layout& layout) {
       out << YAML::Key << "matrices" << YAML::Value << b.matrices;
       out << YAML::Key << "rows" << YAML::Value << b.rows;
       out << YAML::Key << "cols" << YAML::Value << b.cols;
+      if (b.scale_fmt != Fp8ScaleFormat::kFloat32) {
+        out << YAML::Key << "scale_fmt" << YAML::Value << std::string(Fp8ScaleFormatName(b.scale_fmt));
+      }
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;

@@ -245,6 +245,7 @@ void WritePlanJson(std::ostream& out, const TransferPlan& plan, int indent, cons
           w.Key("scales");
           WriteRegion(w, QuantizeScales(op, plan.Copy(op.copies_begin).from));
         }
+        if (op.scale_fmt != Fp8ScaleFormat::kFloat32) w.Member("scale_fmt", Fp8ScaleFormatName(op.scale_fmt));
         [[fallthrough]];
       default:
         w.Key("copies");

@@ -20,7 +20,7 @@
 //            reads the dense values (bf16, fp16 or fp32; [rows, cols] or [matrices, rows, cols])
 //            and writes them as e4m3fn into a dense region of the same shape; `data` is where
 //            the scales go: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)] in a
-//            destination buffer (QuantizeScales)
+//            destination buffer (QuantizeScales), in the op's scale_fmt
 //
 // Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
 // Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two
@@ -44,6 +44,7 @@
 
 #include "core/base/dtype.h"
 #include "core/base/element_fn.h"
+#include "core/base/fp8_scale_format.h"
 #include "core/base/status.h"
 #include "core/layout/box.h"
 #include "core/layout/layout.h"
@@ -259,6 +260,8 @@ struct Op {
   int id = 0;  // index in TransferPlan::ops
   OpKind kind = OpKind::kCopy;
   LinkClass link = LinkClass::kSameRank;
+  // Quantize: the format of the scales it writes, and so how it quantizes (core/base/fp8_block.h).
+  Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32;
   int rank = 0;                         // the rank that executes it
   int peer = -1;                        // Send/Recv/Forward: the other rank
   // Send/Forward/Recv: pairs a sender with its receiver. Non-negative; like op ids, below 2^31.

@@ -1,6 +1,8 @@
 // CopyPool: see copy_pool.h.
 #include "core/runtime/copy_pool.h"
 
+#include <algorithm>
+
 #include "core/runtime/peer_read.h"
 
 namespace ferry {
@@ -18,6 +20,12 @@ int64_t ItemBytes(const CopyItem& item) {
 }  // namespace
 
 Status RunCopyItem(const CopyItem& item) {
+  if (item.quantize != nullptr) {
+    const QuantizeWork& w = *item.quantize;
+    Fp8BlockQuantizeBlocks(w.dtype, w.src, w.rows, w.cols, w.dst, w.scales, w.fmt, item.slice.row_begin,
+                           item.slice.row_end);
+    return Status::Ok();
+  }
   return item.remote_pid != 0 ? ReadFromPeer(item.remote_pid, *item.geometry, item.slice,
                                              reinterpret_cast<uint64_t>(item.from), item.to)
                               : RunCopySlice(*item.geometry, item.slice, item.from, item.to);
@@ -69,6 +77,24 @@ Result<bool> CopyPool::Start(int op, std::span<const CopyGeometry> geometries,
     task_bytes += ItemBytes(items[k]);
   }
   if (tasks.empty()) return true;
+  Submit(op, std::move(tasks));
+  return false;
+}
+
+bool CopyPool::StartQuantize(int op, const QuantizeWork& work, std::vector<CopyItem>& items) {
+  const int64_t blocks = Fp8BlockCount(work.matrices, work.rows, work.cols);
+  const int64_t ranges = std::min<int64_t>(blocks, (threads() + 1) * 4);
+  items.clear();
+  if (blocks <= 1 || threads() == 0) {
+    Fp8BlockQuantizeBlocks(work.dtype, work.src, work.rows, work.cols, work.dst, work.scales, work.fmt, 0, blocks);
+    return true;
+  }
+  std::vector<Task> tasks;
+  items.reserve(static_cast<size_t>(ranges));
+  for (int64_t k = 0; k < ranges; ++k) {
+    items.push_back({nullptr, {blocks * k / ranges, blocks * (k + 1) / ranges, 0, 0}, nullptr, nullptr, 0, &work});
+  }
+  for (CopyItem& item : items) tasks.push_back({&item, 1, op});
   Submit(op, std::move(tasks));
   return false;
 }

@@ -3,8 +3,11 @@
 // An op's copies (Copy, Pack, Unpack, Convert, or a direct read's copies from a peer) run on the
 // executor thread when they are small, else as tasks on the pool: each copy is cut into slices of
 // ~512 KiB (CopyItem), and runs of consecutive items of one op form a task, so that thousands of
-// small copies cost a few lock round trips, not one each. Each submitted op has a counter of tasks
-// left; when it reaches zero the op is reported, with its first failure, through Done().
+// small copies cost a few lock round trips, not one each. A host Quantize op's 128x128 blocks
+// (core/base/fp8_block.h) are work of the same pool: ranges of blocks, one task each
+// (StartQuantize); blocks are independent, so the bytes equal the one-thread reference. Each
+// submitted op has a counter of tasks left; when it reaches zero the op is reported, with its
+// first failure, through Done().
 //
 // Ownership: the pool never owns copy memory; the geometries and items a submitted op's tasks
 // point at must stay valid until Done() reports that op (or Drain() returns).
@@ -24,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/fp8_block.h"
 #include "core/base/status.h"
 #include "core/runtime/strided_copy.h"
 
@@ -37,13 +41,25 @@ struct CopyEnds {
   int64_t pid;
 };
 
-// One piece of copy work: a slice of one copy.
+// One Quantize op's block quantization on host memory: Fp8BlockQuantizeBlocks' arguments.
+struct QuantizeWork {
+  DType dtype = DType::kBF16;
+  const unsigned char* src = nullptr;
+  int64_t matrices = 0, rows = 0, cols = 0;
+  unsigned char* dst = nullptr;
+  float* scales = nullptr;
+  Fp8ScaleFormat fmt = Fp8ScaleFormat::kFloat32;
+};
+
+// One piece of copy work: a slice of one copy, or (quantize set) blocks [slice.row_begin,
+// slice.row_end) of a QuantizeWork (geometry, from and to unused).
 struct CopyItem {
   const CopyGeometry* geometry;
   CopySlice slice;
   const char* from;
   char* to;
   int64_t remote_pid = 0;  // non-zero: `from` is an address in that process (process_vm_readv)
+  const QuantizeWork* quantize = nullptr;
 };
 
 // Runs one item on the calling thread.
@@ -72,6 +88,12 @@ class CopyPool {
   // `geometries` and `items` must outlive the op's tasks. An error from an inline copy is returned.
   Result<bool> Start(int op, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
                      int64_t bytes, std::vector<CopyItem>& items);
+
+  // Runs op `op`'s block quantization `work`: on the calling thread when it is one block or the
+  // pool has no workers (returns true: done), else as about (threads + 1) * 4 ranges of whole
+  // blocks, kept in `items`, one task each (returns false: Done() reports the op). `work` and
+  // `items` must outlive the op's tasks.
+  bool StartQuantize(int op, const QuantizeWork& work, std::vector<CopyItem>& items);
 
   // Queues op `op`'s tasks. `tasks` must not be empty.
   void Submit(int op, std::vector<Task> tasks);

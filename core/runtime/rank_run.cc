@@ -421,8 +421,9 @@ Status RankRun::StartCopy(int i) {
   return Status::Ok();
 }
 
-// A Quantize: the block-scaled fp8 of its one matrix stack (core/base/fp8_block.h), inline on
-// host memory, as one kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory.
+// A Quantize: the block-scaled fp8 of its one matrix stack (core/base/fp8_block.h), on host
+// memory as ranges of blocks on the copy pool (CopyPool::StartQuantize; one block inline), as one
+// kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory.
 Status RankRun::StartQuantize(int i) {
   const Op& op = OpAt(i);
   if (op.NumCopies() != 1) return InvalidArgument("a quantize op has one copy pair");
@@ -445,16 +446,20 @@ Status RankRun::StartQuantize(int i) {
     if (!OnGpu(pair.to) || !OnGpu(scales)) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
-    return LaunchQuantize(i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols});
+    return LaunchQuantize(i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
       pair.from.dtype != DType::kFP32) {
     return InvalidArgument("no block quantization from " + std::string(DTypeName(pair.from.dtype)));
   }
-  Fp8BlockQuantizeMatrices(pair.from.dtype, reinterpret_cast<const unsigned char*>(from), q.matrices,
-                           q.rows, q.cols, reinterpret_cast<unsigned char*>(to),
-                           reinterpret_cast<float*>(scale_base));
-  Complete(i);
+  QuantizeWork& work = quantize_work_[i];
+  work = {pair.from.dtype, reinterpret_cast<const unsigned char*>(from), q.matrices, q.rows, q.cols,
+          reinterpret_cast<unsigned char*>(to), reinterpret_cast<float*>(scale_base), op.scale_fmt};
+  if (res_.pool.StartQuantize(i, work, items_[i])) {
+    Complete(i);
+  } else {
+    ++copies_running_;
+  }
   return Status::Ok();
 }
 

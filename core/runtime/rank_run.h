@@ -271,6 +271,7 @@ class RankRun {
   int64_t readied_ = 0;  // ops made ready so far; a change means another scan may start more
   std::vector<std::vector<CopyGeometry>> geometries_;  // by op, while its copies run
   std::vector<std::vector<CopyItem>> items_;            // by op, while its copies run
+  std::unordered_map<int, QuantizeWork> quantize_work_;  // by host Quantize op, while it runs
   std::map<std::pair<Transport*, RequestId>, int> request_op_;
   std::map<Transport*, int> pending_per_transport_;
   int in_flight_ = 0, copies_running_ = 0, completed_ = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/base/fp8_block.h"
+#include "core/plan/export.h"
 #include "core/plan/validate.h"
 #include "planner/planner.h"
 #include "tests/planner/host_run_testutil.h"
@@ -97,6 +98,47 @@ TEST(BlockQuantizePlanTest, RunningThePlanGivesTheReference) {
   std::vector<uint8_t> want(200 * 260);
   std::vector<float> want_scales(6);
   Fp8BlockQuantizeMatrices(DType::kBF16, whole.data(), 1, 200, 260, want.data(), want_scales.data());
+  EXPECT_EQ(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x"))], want);
+  EXPECT_EQ(std::memcmp(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x_scale_inv"))].data(),
+                        want_scales.data(), 24),
+            0);
+}
+
+// A destination buffer with UE8M0 scales (BlockScaledBuffer::scale_fmt): its Quantize op carries
+// the format, the plan's JSON names it, and running the plan gives the UE8M0 reference.
+TEST(BlockQuantizePlanTest, Ue8m0ScaleFormatReachesTheQuantizeOp) {
+  const Layout src = Source();
+  Layout dst = Destination();
+  dst.block_scaled[0].scale_fmt = Fp8ScaleFormat::kUe8m0;
+  Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(3, 8));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+  int quantizes = 0;
+  for (const Op& op : r->plan.ops) {
+    if (op.kind != OpKind::kQuantize) continue;
+    ++quantizes;
+    EXPECT_EQ(op.scale_fmt, Fp8ScaleFormat::kUe8m0);
+  }
+  EXPECT_EQ(quantizes, 1);
+  EXPECT_NE(PlanToJson(r->plan).find("\"scale_fmt\":\"ue8m0\""), std::string::npos);
+  EXPECT_EQ(PlanToJson(PlanReshard(src, Destination(), Topology::Uniform(3, 8))->plan).find("scale_fmt"),
+            std::string::npos);
+  HostRun run(r->plan);
+  std::vector<uint8_t> whole(200 * 260 * 2);
+  for (int64_t i = 0; i < 200 * 260; ++i) {
+    StoreFromFloat(DType::kBF16, whole.data() + i * 2, static_cast<float>(i % 1999) / 997.0f - 1.0f);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t row = 0; row < 200; ++row) {
+      std::memcpy(run.source[static_cast<size_t>(src.FindBuffer(rank, "x"))].data() + row * 130 * 2,
+                  whole.data() + (row * 260 + rank * 130) * 2, 130 * 2);
+    }
+  }
+  run.Run(r->plan);
+  std::vector<uint8_t> want(200 * 260);
+  std::vector<float> want_scales(6);
+  Fp8BlockQuantizeMatrices(DType::kBF16, whole.data(), 1, 200, 260, want.data(), want_scales.data(),
+                           Fp8ScaleFormat::kUe8m0);
   EXPECT_EQ(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x"))], want);
   EXPECT_EQ(std::memcmp(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x_scale_inv"))].data(),
                         want_scales.data(), 24),

@@ -37,7 +37,8 @@ void HostRun::Run(const TransferPlan& plan) {
       const QuantizeShape q = QuantizeShapeOf(c.from);
       Fp8BlockQuantizeMatrices(c.from.dtype, At(c.from.space, c.from.buffer, c.from.offset), q.matrices,
                                q.rows, q.cols, At(c.to.space, c.to.buffer, c.to.offset),
-                               reinterpret_cast<float*>(At(op.data.space, op.data.buffer, op.data.offset)));
+                               reinterpret_cast<float*>(At(op.data.space, op.data.buffer, op.data.offset)),
+                               op.scale_fmt);
     } else {
       for (const CopyPair& c : plan.Copies(op)) {
         Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to, c.fn);

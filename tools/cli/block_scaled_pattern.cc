@@ -90,7 +90,8 @@ Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vec
     const int64_t blocks = s.matrices * ((s.rows + 127) / 128) * ((s.cols + 127) / 128);
     std::vector<unsigned char> want(static_cast<size_t>(n));
     std::vector<float> want_scales(static_cast<size_t>(blocks));
-    Fp8BlockQuantizeMatrices(dtype, image.data(), s.matrices, s.rows, s.cols, want.data(), want_scales.data());
+    Fp8BlockQuantizeMatrices(dtype, image.data(), s.matrices, s.rows, s.cols, want.data(), want_scales.data(),
+                             s.scale_fmt);
     const std::string what = "verify: rank " + std::to_string(rank) + " buffer '" + name + "'";
     FERRY_RETURN_IF_ERROR(CompareItems(
         want.data(), reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.buffer)]), n, 1,

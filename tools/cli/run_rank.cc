@@ -275,6 +275,8 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
     bytes += std::atoll(text.c_str() + 3);
   }
   const bool quantized = !c.in.destination.block_scaled.empty();
+  const bool ue8m0 = std::any_of(c.in.destination.block_scaled.begin(), c.in.destination.block_scaled.end(),
+                                 [](const BlockScaledBuffer& s) { return s.scale_fmt == Fp8ScaleFormat::kUe8m0; });
   const bool element_fns = std::any_of(
       c.in.destination.transforms.begin(), c.in.destination.transforms.end(),
       [](const StoredTransform& x) { return ElementFnOfTransform(x.transform) != ElementFn::kNone; });
@@ -282,10 +284,11 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
   const char* transformed = !element_fns                        ? ""
                             : c.device_destinations != nullptr ? ", A = -exp(A_log) to the GPU's expf"
                                                                : ", A = -exp(A_log) to the CPU reference (std::exp)";
-  Say("  %-24s verified %s on %d ranks: %s%s%s%s (%.2f s)\n", what.c_str(),
+  Say("  %-24s verified %s on %d ranks: %s%s%s%s%s (%.2f s)\n", what.c_str(),
       FormatBytes(static_cast<double>(bytes)).c_str(), c.size,
       c.in.weights_converted ? "bit-exact to the CPU conversion reference" : "bit-exact", transformed,
       quantized ? ", fp8 values and scales to the CPU block-quantization reference" : "",
+      ue8m0 ? " (UE8M0 scales where the layout asks)" : "",
       c.device_destinations != nullptr && !quantized ? ", by fragment checksums on the GPU" : "",
       std::chrono::duration<double>(Clock::now() - start).count());
   return Status::Ok();

@@ -4,7 +4,8 @@
 # `ferry run --memory cuda` refits of Llama-3.1-8B at scale 1/4, Megatron TP2 -> vLLM TP2 with
 # the projections block-quantized (4 processes on GPU 0; Quantize ops as CUDA kernels, fp8 values
 # and scales copied down and checked against the CPU reference), and the same refit in host
-# memory (Quantize ops on the CPU) for comparison.
+# memory (Quantize ops on the CPU's copy pool) for comparison; each with float32 scales and with
+# UE8M0 scales (scale_fmt=ue8m0).
 #
 # Usage: tools/device/gpu_fp8block.sh BIN_DIR [LIB_DIR]
 #   BIN_DIR holds ferry, block_quantize_test and fp8_block_test (bazel build //tools/cli:ferry
@@ -28,12 +29,14 @@ for t in block_quantize_test fp8_block_test; do
   [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
   if grep -q '^\[  SKIPPED \]' "$LOG/$t.log"; then FAILED=1; fi
 done
-for memory in cuda host; do
-  echo "== refit --memory $memory, vllm:tp=2,quant=fp8_block =="
-  timeout 280 "$BIN/ferry" run --model llama-3.1-8b --scale 1/4 --src megatron:tp=2 \
-    --dst vllm:tp=2,quant=fp8_block --strategy reshard --memory $memory --verify --warmup 1 \
-    --iterations 3 --timeout 260 --results "$LOG/refit.csv" 2>&1 | grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
+for dst in vllm:tp=2,quant=fp8_block vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0; do
+  for memory in cuda host; do
+    echo "== refit --memory $memory, $dst =="
+    timeout 280 "$BIN/ferry" run --model llama-3.1-8b --scale 1/4 --src megatron:tp=2 \
+      --dst "$dst" --strategy reshard --memory $memory --verify --warmup 1 \
+      --iterations 3 --timeout 260 --results "$LOG/refit.csv" 2>&1 | grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
+  done
 done
 cat "$LOG/refit.csv"
 exit $FAILED

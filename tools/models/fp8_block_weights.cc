@@ -77,13 +77,17 @@ Result<MatrixStack> Geometry(const Layout& l, int b, const std::vector<Fragment>
 
 }  // namespace
 
+bool RequantizedToUe8m0(const MatrixStack& m, bool expert) {
+  return expert || (m.rows % 64 == 0 && m.cols % kFp8Block == 0);
+}
+
 bool IsFp8BlockQuantized(const std::string& name) {
   return name.find(".layers.") != std::string::npos &&
          (EndsWith(name, "_proj.weight") || EndsWith(name, "_proj_with_mqa.weight"));
 }
 
 Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
-                            const std::map<int, MatrixStack>& experts) {
+                            const std::map<int, MatrixStack>& experts, Fp8ScaleFormat scale_fmt) {
   std::map<int, std::vector<Fragment>> quantized;  // buffer -> its fragments
   std::set<int> other;                             // buffers holding anything else
   for (const Fragment& f : l.fragments) {
@@ -110,7 +114,9 @@ Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
     l.buffers.SetBytes(static_cast<size_t>(scales),
                        m->matrices * CeilDiv(m->rows, kFp8Block) * CeilDiv(m->cols, kFp8Block) *
                            DTypeSize(DType::kFP32));
-    l.block_scaled.push_back({b, scales, m->matrices, m->rows, m->cols});
+    const bool ue8m0 = scale_fmt == Fp8ScaleFormat::kUe8m0 && RequantizedToUe8m0(*m, experts.count(b) > 0);
+    l.block_scaled.push_back({b, scales, m->matrices, m->rows, m->cols,
+                              ue8m0 ? Fp8ScaleFormat::kUe8m0 : Fp8ScaleFormat::kFloat32});
     for (const Fragment& f : frags) tensors.insert(f.tensor);
   }
   for (size_t i = 0; i < l.fragments.size(); ++i) {

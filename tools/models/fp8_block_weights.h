@@ -24,6 +24,7 @@
 #include <map>
 #include <string>
 
+#include "core/base/fp8_scale_format.h"
 #include "core/base/status.h"
 #include "core/layout/layout.h"
 
@@ -42,9 +43,20 @@ struct MatrixStack {
   int64_t matrices = 1, rows = 0, cols = 0;
 };
 
+// Whether vLLM requantizes a buffer to UE8M0 scales when DeepGEMM runs with E8M0 scales: expert
+// buffers always (vllm/model_executor/layers/fused_moe/oracle/fp8.py, DeepGEMM MoE backend:
+// prepare_fp8_moe_layer_for_deepgemm), a linear weight of [rows, cols] when DeepGEMM runs it
+// (vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear: rows % 64 == 0, cols % 128 == 0,
+// bf16 output; vllm/model_executor/layers/quantization/utils/fp8_utils.py
+// maybe_post_process_fp8_weight_block). Other linear weights keep float32 scales.
+bool RequantizedToUe8m0(const MatrixStack& m, bool expert);
+
 // Rewrites the buffers from index `buffers_begin` on. `experts` gives the expert buffers'
 // geometry by buffer index; other buffers are one row-major matrix, read from their fragments.
+// `scale_fmt` kUe8m0: the engine uses DeepGEMM with E8M0 scales, so the buffers vLLM requantizes
+// (RequantizedToUe8m0) hold UE8M0 scales (core/base/fp8_scale_format.h).
 Status StoreFp8BlockWeights(Layout& layout, size_t buffers_begin,
-                            const std::map<int, MatrixStack>& experts);
+                            const std::map<int, MatrixStack>& experts,
+                            Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32);
 
 }  // namespace ferry::models

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -203,6 +204,10 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
     return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
                            "modelled");
   }
+  if (v.fp8_scale_fmt != Fp8ScaleFormat::kFloat32 && !v.fp8_block_weights) {
+    return InvalidArgument("scale_fmt=" + std::string(Fp8ScaleFormatName(v.fp8_scale_fmt)) +
+                           " without quant=fp8_block: only block-quantized weights have scales");
+  }
   if (v.mtp != 0 && v.fp8_block_weights) {
     return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
                            "modelled");
@@ -234,6 +239,9 @@ std::string FrameworkSpec::ToString() const {
            (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
            (vllm.eplb_map.empty() ? "" : ",eplb_map=" + vllm.eplb_map) +
            (vllm.fp8_block_weights ? ",quant=fp8_block" : "") +
+           (vllm.fp8_scale_fmt != Fp8ScaleFormat::kFloat32
+                ? ",scale_fmt=" + std::string(Fp8ScaleFormatName(vllm.fp8_scale_fmt))
+                : "") +
            (vllm.mtp > 0 ? ",mtp=" + Num(vllm.mtp) : "") + naming;
   }
   const MegatronParallel& m = megatron;
@@ -253,6 +261,7 @@ std::string FrameworkSpec::ToString() const {
   }
   if (m.distopt_buffers) s += ",buffers=distopt";
   if (m.overlap_grad_reduce) s += ",overlap_grad_reduce=yes";
+  if (m.mcore_minor != 19) s += ",mcore=0." + Num(m.mcore_minor);
   if (m.mtp > 0) s += ",mtp=" + Num(m.mtp);
   s += naming;
   if (!m.hybrid_pattern.empty()) s += ",pattern=" + m.hybrid_pattern;
@@ -299,6 +308,32 @@ SpecKey WordKey(const std::string& name, const std::string& a, const std::string
           }};
 }
 
+// "mcore=0.N[.P]": the Megatron-Core release, as MegatronParallel::mcore_minor (18, or 19 for
+// 0.19 and later). The releases whose module order ferry has read: megatron/core/ssm/
+// mamba_mixer.py at core_v0.18.2 and core_v0.19.0; earlier ones are refused.
+Result<int> ParseMcoreRelease(const std::string& value) {
+  std::vector<int64_t> parts;
+  size_t at = 0;
+  while (at <= value.size() && parts.size() < 4) {
+    const size_t dot = std::min(value.find('.', at), value.size());
+    const std::string part = value.substr(at, dot - at);
+    const bool digits = !part.empty() && part.size() <= 6 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) break;
+    parts.push_back(std::strtol(part.c_str(), nullptr, 10));
+    at = dot + 1;
+  }
+  if (at <= value.size() || parts.size() < 2 || parts.size() > 3 || parts[0] != 0) {
+    return InvalidArgument("bad value '" + value + "' for mcore: expected a Megatron-Core release "
+                           "0.N or 0.N.P");
+  }
+  if (parts[1] < 18) {
+    return InvalidArgument("mcore=" + value + ": Megatron-Core releases before 0.18 are not "
+                           "modelled (give 0.18, or 0.19 and later)");
+  }
+  return parts[1] >= 19 ? 19 : 18;
+}
+
 std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
   MegatronParallel& m = spec.megatron;
   return {{"tp", &m.tp, {}},
@@ -316,6 +351,11 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
           WordKey("buffers", "distopt", "params", &m.distopt_buffers, true),
           WordKey("overlap_grad_reduce", "yes", "no", &m.overlap_grad_reduce, true),
+          {"mcore", nullptr,
+           [&m](const std::string& value) -> Status {
+             FERRY_ASSIGN_OR_RETURN(m.mcore_minor, ParseMcoreRelease(value));
+             return Status::Ok();
+           }},
           {"pattern", nullptr,
            [&m](const std::string& value) -> Status {
              if (value.empty()) return InvalidArgument("empty pattern= in megatron spec");
@@ -346,6 +386,15 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
            }},
           {"mtp", &v.mtp, {}, 0},
           WordKey("quant", "fp8_block", "none", &v.fp8_block_weights, true),
+          {"scale_fmt", nullptr,
+           [&v](const std::string& value) -> Status {
+             const std::optional<Fp8ScaleFormat> fmt = ParseFp8ScaleFormat(value);
+             if (!fmt) {
+               return InvalidArgument("bad value '" + value + "' for scale_fmt: expected float32 or ue8m0");
+             }
+             v.fp8_scale_fmt = *fmt;
+             return Status::Ok();
+           }},
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -382,9 +431,9 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
-      "mtp=N,layout=STRING (last) or "
+      "mtp=N,mcore=0.N,layout=STRING (last) or "
       "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,eplb_map=PATH,"
-      "quant=none|fp8_block,mtp=N, either with expert_tensors=stacks|members; every key "
+      "quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));

@@ -4,7 +4,7 @@
 //
 //  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
 //           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,pattern=,
-//           mtp=,layout=
+//           mtp=,mcore=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
 //      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
 //      --pipeline-model-parallel-layout string, the last key (it may hold commas)
@@ -15,12 +15,15 @@
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint). mtp:
 //      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,quant=none|fp8_block,mtp=
+//      mcore: the Megatron-Core release (0.18, or 0.19 and later: the default).
+//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,quant=none|fp8_block,
+//       scale_fmt=float32|ue8m0,mtp=
 //      ranks = tp*dp*engines
 //      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
 //      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts; quant:
-//      the checkpoint's FP8 block quantization; mtp: the MTP drafter of speculative decoding
+//      the checkpoint's FP8 block quantization; scale_fmt: its scales as the engine holds them
+//      (ue8m0: DeepGEMM's power-of-two scales, VLLM_USE_DEEP_GEMM_E8M0); mtp: the MTP drafter of speculative decoding
 //      (speculative_config method "deepseek_mtp"/"mtp"), which holds every MTP layer of the
 //      checkpoint (tools/models/vllm_layout.h).
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
@@ -30,6 +33,7 @@
 
 #include <string>
 
+#include "core/base/fp8_scale_format.h"
 #include "core/base/status.h"
 #include "tools/models/megatron_expert_storage.h"
 #include "tools/models/pipeline_stages.h"
@@ -70,6 +74,11 @@ struct MegatronParallel {
   bool distopt_buffers = false;
   // --overlap-grad-reduce: buckets in the distributed optimizer's buffers ("overlap_grad_reduce=yes").
   bool overlap_grad_reduce = false;
+  // "mcore=0.N": the Megatron-Core release the trainer runs, where releases differ in what ferry
+  // models: before 0.19 the Mamba mixer's conv1d is a child module, so the distributed
+  // optimizer's buffers hold its parameters after in_proj's (tools/models/megatron_param_buffers.h).
+  // 19 (the default) stands for 0.19 and later; 18 is the one earlier release modelled.
+  int mcore_minor = 19;
   // --mtp-num-layers ("mtp=N"; 0, the default, Megatron's None): the first N of the checkpoint's
   // MTP layers, as the MTP block `mtp.layers.<i>` on the stage MegatronPipelineFor places it.
   int mtp = 0;
@@ -104,6 +113,11 @@ struct VllmParallel {
   // weight_block_size [128, 128]) and vLLM holds its projections so
   // (tools/models/fp8_block_weights.h); plans refuse them until a block-scaled conversion exists.
   bool fp8_block_weights = false;
+  // "scale_fmt=float32|ue8m0" (with quant=fp8_block): ue8m0 when the engine runs DeepGEMM with E8M0
+  // scales (VLLM_USE_DEEP_GEMM_E8M0; vllm/utils/deep_gemm.py is_deep_gemm_e8m0_used), which
+  // requantizes the weights it runs to power-of-two scales after loading
+  // (tools/models/fp8_block_weights.h RequantizedToUe8m0, core/base/fp8_block.h).
+  Fp8ScaleFormat fp8_scale_fmt = Fp8ScaleFormat::kFloat32;
   // "mtp=N": the engine serves with MTP speculative decoding, its drafter holding the checkpoint's
   // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none.
   int mtp = 0;

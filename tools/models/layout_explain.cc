@@ -251,6 +251,12 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
                    "per 128x128 block of the rank's partition; the reshard plan quantizes into it "
                    "(Quantize ops, planner/block_quantize.h)",
                    std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
+    if (r.vllm.fp8_scale_fmt == Fp8ScaleFormat::kUe8m0) {
+      out.push_back({"scale_fmt=ue8m0: where DeepGEMM runs the weight (experts; linear partitions "
+                     "of rows % 64 == 0 and cols % 128 == 0), weight_scale_inv holds powers of two "
+                     "and the fp8 values are requantized to them after loading",
+                     std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py"});
+    }
   }
   if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {
     out.push_back({"buffers=distopt: in its model chunk's DDP param_data buffer, parameters in "
@@ -267,8 +273,12 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
     if (c.family == ModelFamily::kNemotronH &&
         (Has(t, "mixer.conv1d.") || Has(t, "mixer.dt_bias") || Has(t, "mixer.A_log") ||
          Has(t, "mixer.D"))) {
-      out.push_back({"Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, D) "
-                     "come before its in_proj, norm and out_proj in named_parameters()",
+      out.push_back({r.megatron.mcore_minor < 19
+                         ? "mcore=0.18: Mamba mixer's own parameters (dt_bias, A_log, D), then "
+                           "in_proj, the conv1d module (weight, bias), norm, out_proj in "
+                           "named_parameters()"
+                         : "Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, "
+                           "D) come before its in_proj, norm and out_proj in named_parameters()",
                      std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
     }
   }

@@ -116,6 +116,8 @@ class MegatronWriter : public LayoutWriter {
     groups.shared_embedding = (c_.tie_embeddings || m_.mtp > 0) && m_.pp > 1;
     groups.shared_output_layer = c_.tie_embeddings && m_.pp > 1;
     groups.overlap_grad_reduce = m_.overlap_grad_reduce;
+    // megatron/core/ssm/mamba_mixer.py before core_v0.19.0: conv1d a child module after in_proj
+    groups.mamba_conv1d_module = m_.mcore_minor < 19;
     FERRY_ASSIGN_OR_RETURN(out_, PackMegatronParamBuffers(out_, groups));
     return Status::Ok();
   }

@@ -67,6 +67,23 @@ const char* const kMambaLayerParams[] = {
     "mixer.out_proj.weight",
 };
 
+// The same layer in Megatron-Core before 0.19 (megatron/core/ssm/mamba_mixer.py at tag
+// core_v0.18.2): MambaMixer.__init__ assigns in_proj, then conv1d as a child nn.Conv1d module
+// (weight, bias), then its own dt_bias, A_log and D, then norm and out_proj; named_parameters()
+// visits the own parameters first, then the children in that order.
+const char* const kMambaLayerParamsBefore019[] = {
+    "mixer.dt_bias",
+    "mixer.A_log",
+    "mixer.D",
+    "mixer.in_proj.layer_norm_weight",
+    "mixer.in_proj.weight",
+    "mixer.conv1d.weight",
+    "mixer.conv1d.bias",
+    "mixer.norm.weight",
+    "mixer.out_proj.weight",
+};
+static_assert(std::size(kMambaLayerParamsBefore019) == std::size(kMambaLayerParams));
+
 // The decimal number that is all of `text`, or -1.
 int64_t Number(const std::string& text) {
   if (text.empty() || text.size() > 9) return -1;
@@ -127,9 +144,10 @@ int64_t NumberedPart(const std::string& name, const std::string& head, std::stri
   return Number(name.substr(head.size(), dot - head.size()));
 }
 
-// A transformer or Mamba layer's parameter `rest` in kLayerParams / kMambaLayerParams order, or -1
-// (experts: *sub their order, *expert set).
-Result<int64_t> LayerItem(const std::string& rest, int64_t* sub, bool* expert) {
+// A transformer or Mamba layer's parameter `rest` in kLayerParams / kMambaLayerParams order
+// (kMambaLayerParamsBefore019 when `conv1d_module`), or -1 (experts: *sub their order, *expert
+// set).
+Result<int64_t> LayerItem(const std::string& rest, bool conv1d_module, int64_t* sub, bool* expert) {
   for (int64_t item = 0; item < static_cast<int64_t>(std::size(kLayerParams)); ++item) {
     if (item == kExpertsItem && StartsWith(rest, kLayerParams[item])) {
       FERRY_ASSIGN_OR_RETURN(*sub, ExpertOrder(rest.substr(12)));
@@ -141,8 +159,9 @@ Result<int64_t> LayerItem(const std::string& rest, int64_t* sub, bool* expert) {
   // a layer is either a transformer layer or a Mamba layer, so the tables never share a layer;
   // Mamba items count on past the transformer table's so no item means two things
   const int64_t mamba_base = static_cast<int64_t>(std::size(kLayerParams));
+  const char* const* mamba = conv1d_module ? kMambaLayerParamsBefore019 : kMambaLayerParams;
   for (int64_t item = 0; item < static_cast<int64_t>(std::size(kMambaLayerParams)); ++item) {
-    if (rest == kMambaLayerParams[item]) return mamba_base + item;
+    if (rest == mamba[item]) return mamba_base + item;
   }
   return int64_t{-1};
 }
@@ -150,7 +169,7 @@ Result<int64_t> LayerItem(const std::string& rest, int64_t* sub, bool* expert) {
 // An MTP layer's parameters in registration order: megatron/core/transformer/
 // multi_token_prediction.py MultiTokenPredictionLayer.__init__ (enorm, hnorm, eh_proj,
 // mtp_model_layer, final_layernorm).
-Result<int64_t> MtpItem(const std::string& rest, int64_t* sub, bool* expert) {
+Result<int64_t> MtpItem(const std::string& rest, bool conv1d_module, int64_t* sub, bool* expert) {
   if (rest == "enorm.weight") return int64_t{0};
   if (rest == "hnorm.weight") return int64_t{1};
   if (rest == "eh_proj.weight") return int64_t{2};
@@ -160,7 +179,8 @@ Result<int64_t> MtpItem(const std::string& rest, int64_t* sub, bool* expert) {
   if (rest == "final_layernorm.weight") return kAfterInner;
   const std::string inner = "mtp_model_layer.";
   if (!StartsWith(rest, inner)) return int64_t{-1};
-  FERRY_ASSIGN_OR_RETURN(const int64_t item, LayerItem(rest.substr(inner.size()), sub, expert));
+  FERRY_ASSIGN_OR_RETURN(const int64_t item,
+                         LayerItem(rest.substr(inner.size()), conv1d_module, sub, expert));
   return item < 0 ? -1 : kInner + item;
 }
 
@@ -170,7 +190,7 @@ Result<int64_t> MtpItem(const std::string& rest, int64_t* sub, bool* expert) {
 // mtp (megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionBlock.layers),
 // output_layer; megatron/core/models/hybrid/hybrid_model.py HybridModel likewise, its decoder
 // (megatron/core/models/hybrid/hybrid_block.py HybridStack) ending in final_norm
-Result<ParamOrderKey> MegatronParamOrder(const std::string& name) {
+Result<ParamOrderKey> MegatronParamOrder(const std::string& name, bool mamba_conv1d_module) {
   if (name == "embedding.word_embeddings.weight") return ParamOrderKey{0, 0, 0, 0};
   if (name == "decoder.final_layernorm.weight" || name == "decoder.final_norm.weight") {
     return ParamOrderKey{2, 0, 0, 0};
@@ -185,11 +205,11 @@ Result<ParamOrderKey> MegatronParamOrder(const std::string& name) {
   ParamOrderKey key;
   int64_t item = -1;
   if (const int64_t layer = NumberedPart(name, "decoder.layers.", &rest); layer >= 0) {
-    FERRY_ASSIGN_OR_RETURN(item, LayerItem(rest, &key.sub, &key.expert));
+    FERRY_ASSIGN_OR_RETURN(item, LayerItem(rest, mamba_conv1d_module, &key.sub, &key.expert));
     key.section = 1;
     key.layer = layer;
   } else if (const int64_t mtp = NumberedPart(name, "mtp.layers.", &rest); mtp >= 0) {
-    FERRY_ASSIGN_OR_RETURN(item, MtpItem(rest, &key.sub, &key.expert));
+    FERRY_ASSIGN_OR_RETURN(item, MtpItem(rest, mamba_conv1d_module, &key.sub, &key.expert));
     key.section = 3;
     key.layer = mtp;
   }
@@ -263,7 +283,7 @@ Result<std::vector<Move>> PlanMoves(const Layout& in, const MegatronBufferGroups
     const BufferSpec& spec = in.buffers[b];
     if (spec.rank < g.first_rank || spec.rank >= g.first_rank + g.num_ranks) continue;
     const ChunkName cn = SplitChunk(spec.name);
-    Result<ParamOrderKey> key = MegatronParamOrder(cn.name);
+    Result<ParamOrderKey> key = MegatronParamOrder(cn.name, g.mamba_conv1d_module);
     if (key.status().code() == StatusCode::kNotFound) continue;
     if (!key.ok()) return key.status().WithContext("rank " + std::to_string(spec.rank));
     const bool expert = g.experts_separate && key->expert;

@@ -39,18 +39,23 @@ struct MegatronBufferGroups {
   bool shared_embedding = false;
   bool shared_output_layer = false;
   bool overlap_grad_reduce = false;  // --overlap-grad-reduce: buckets on pipeline rank 0
+  // Megatron-Core before 0.19: the Mamba mixer's conv1d is a child module registered after
+  // in_proj, so its parameters follow in_proj's instead of leading the mixer's.
+  bool mamba_conv1d_module = false;
 };
 
 // The sort key of Megatron parameter `name` (a buffer name of the Megatron layout, after its
 // "model<v>." chunk prefix) in named_parameters() order, or NotFound when it is no parameter
 // (the router's expert_bias buffer), InvalidArgument when its module order is not modelled.
+// `mamba_conv1d_module`: the Mamba mixer order of Megatron-Core before 0.19
+// (MegatronBufferGroups::mamba_conv1d_module).
 struct ParamOrderKey {
   int section = 0;  // embedding, decoder layers, final norm, MTP layers, output layer
   int64_t layer = 0, item = 0, sub = 0;
   bool expert = false;  // a routed expert's parameter (not part of the order)
   bool operator<(const ParamOrderKey& o) const;
 };
-Result<ParamOrderKey> MegatronParamOrder(const std::string& name);
+Result<ParamOrderKey> MegatronParamOrder(const std::string& name, bool mamba_conv1d_module = false);
 
 // Moves the parameters of ranks [first_rank, first_rank + num_ranks) of `layout` into their
 // chunk's contiguous buffers, named "[model<v>.]buffers.<k>.param_data" and

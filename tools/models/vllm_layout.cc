@@ -48,7 +48,7 @@ class VllmWriter : public LayoutWriter {
     Section engine = BeginSection(out_);
     FERRY_RETURN_IF_ERROR(BuildEngine());
     if (v_.fp8_block_weights) {
-      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_));
+      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_, v_.fp8_scale_fmt));
     }
     EndSection(out_, engine);
     return CloneSection(out_, engine, Shifts(v_.engines, v_.tp * v_.dp));

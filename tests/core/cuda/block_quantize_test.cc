@@ -1,7 +1,8 @@
 // The block-quantize kernel on a GPU: bf16, fp16 and fp32 stacks of matrices with partial edge
 // blocks, at odd byte offsets, several jobs in one launch, blocks of very different magnitudes
-// (down to the subnormal range), an all-zero block, and blocks holding ±inf or NaN; fp8 values and
-// scales must equal the CPU reference (core/base/fp8_block.h) bit for bit. Without a GPU each test
+// (down to the subnormal range), an all-zero block, and blocks holding ±inf or NaN, with float32
+// and UE8M0 scales; fp8 values and scales must equal the CPU reference (core/base/fp8_block.h)
+// bit for bit, and a hand-worked UE8M0 block its expected codes. Without a GPU each test
 // reports itself SKIPPED.
 #include "core/cuda/block_quantize.h"
 
@@ -43,8 +44,8 @@ std::vector<unsigned char> Matrices(DType dtype, int64_t matrices, int64_t rows,
   return bytes;
 }
 
-TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
-  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+// Every case in one launch with scales of format `fmt`, compared with the CPU reference.
+void ExpectTheCpuReference(Fp8ScaleFormat fmt) {
   std::mt19937 rng(23);
   struct Case {
     DType dtype;
@@ -71,7 +72,7 @@ TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
     ASSERT_TRUE(CopyToDevice(static_cast<char*>(c.dsrc) + c.offset, c.src.data(),
                              static_cast<int64_t>(c.src.size())).ok());
     jobs.push_back({static_cast<char*>(c.dsrc) + c.offset, static_cast<char*>(c.ddst) + c.offset,
-                    c.dscales, c.dtype, c.matrices, c.rows, c.cols});
+                    c.dscales, c.dtype, c.matrices, c.rows, c.cols, fmt});
   }
   ASSERT_TRUE(LaunchBlockQuantize(jobs, nullptr).ok());
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
@@ -81,7 +82,7 @@ TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
     std::vector<unsigned char> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
     std::vector<float> want_scales(static_cast<size_t>(blocks)), got_scales(static_cast<size_t>(blocks));
     Fp8BlockQuantizeMatrices(c.dtype, c.src.data(), c.matrices, c.rows, c.cols, want.data(),
-                             want_scales.data());
+                             want_scales.data(), fmt);
     ASSERT_TRUE(CopyToHost(got.data(), static_cast<char*>(c.ddst) + c.offset, n).ok());
     ASSERT_TRUE(CopyToHost(got_scales.data(), c.dscales, blocks * 4).ok());
     for (int64_t b = 0; b < blocks; ++b) {
@@ -95,6 +96,36 @@ TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
     EXPECT_TRUE(DeviceFree(c.ddst).ok());
     EXPECT_TRUE(DeviceFree(c.dscales).ok());
   }
+}
+
+TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  ExpectTheCpuReference(Fp8ScaleFormat::kFloat32);
+}
+
+TEST(BlockQuantizeTest, Ue8m0MatchesTheCpuReferenceBitForBit) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  ExpectTheCpuReference(Fp8ScaleFormat::kUe8m0);
+}
+
+TEST(BlockQuantizeTest, Ue8m0HandWorkedBlock) {
+  // tests/core/base/fp8_block_test.cc Fp8BlockUe8m0Test: {1, -0.5, 0.3} as vLLM's
+  // requant_weight_ue8m0_inplace leaves it (vllm/model_executor/layers/quantization/utils/
+  // fp8_utils.py): scale_inv 2^-8, codes 0x78, 0xf0, 0x69.
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  const float src[3] = {1.0f, -0.5f, 0.3f};
+  Result<void*> s = DeviceAlloc(12), d = DeviceAlloc(3), k = DeviceAlloc(4);
+  ASSERT_TRUE(s.ok() && d.ok() && k.ok());
+  ASSERT_TRUE(CopyToDevice(*s, src, 12).ok());
+  ASSERT_TRUE(LaunchBlockQuantize({{*s, *d, *k, DType::kFP32, 1, 1, 3, Fp8ScaleFormat::kUe8m0}}, nullptr).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  unsigned char q[3];
+  uint32_t scale = 0;
+  ASSERT_TRUE(CopyToHost(q, *d, 3).ok());
+  ASSERT_TRUE(CopyToHost(&scale, *k, 4).ok());
+  EXPECT_EQ(scale, 0x3b800000u);
+  EXPECT_EQ(std::vector<unsigned char>(q, q + 3), (std::vector<unsigned char>{0x78, 0xf0, 0x69}));
+  for (void* p : {*s, *d, *k}) EXPECT_TRUE(DeviceFree(p).ok());
 }
 
 TEST(BlockQuantizeTest, UnsupportedDtypeIsAnErrorNamingIt) {

@@ -115,7 +115,24 @@ TEST(LayoutIoTest, BlockScaledBuffersRoundTripAndAreValidated) {
   EXPECT_EQ(b.matrices, 1);
   EXPECT_EQ(b.rows, 256);
   EXPECT_EQ(b.cols, 130);
+  EXPECT_EQ(b.scale_fmt, Fp8ScaleFormat::kFloat32);
+  EXPECT_EQ(text.find("scale_fmt"), std::string::npos);  // the default is not written
   EXPECT_EQ(LayoutToYaml(*back), text);
+  // UE8M0 scales round-trip as scale_fmt: ue8m0; another format name is refused.
+  l.block_scaled[0].scale_fmt = Fp8ScaleFormat::kUe8m0;
+  const std::string ue8m0 = LayoutToYaml(l);
+  EXPECT_NE(ue8m0.find("scale_fmt: ue8m0"), std::string::npos) << ue8m0;
+  Result<Layout> back_ue8m0 = ParseLayoutYaml(ue8m0);
+  ASSERT_TRUE(back_ue8m0.ok()) << back_ue8m0.status().ToString();
+  EXPECT_EQ(back_ue8m0->block_scaled[0].scale_fmt, Fp8ScaleFormat::kUe8m0);
+  std::string e5m2 = ue8m0;
+  e5m2.replace(e5m2.find("scale_fmt: ue8m0"), 16, "scale_fmt: e5m2");
+  Result<Layout> bad_fmt = ParseLayoutYaml(e5m2);
+  ASSERT_FALSE(bad_fmt.ok());
+  EXPECT_NE(bad_fmt.status().message().find("block_scaled[0].scale_fmt"), std::string::npos);
+  EXPECT_NE(bad_fmt.status().message().find("expected float32 or ue8m0, got 'e5m2'"),
+            std::string::npos) << bad_fmt.status().ToString();
+  l.block_scaled[0].scale_fmt = Fp8ScaleFormat::kFloat32;
   // Scales of the wrong size (3 blocks' worth) are named.
   l.buffers.SetBytes(static_cast<size_t>(scales), 12);
   const Status bad = ValidateLayout(l);

@@ -1,5 +1,8 @@
 // Executor copy throughput against plain memcpy on one rank: a 256 MiB same-rank Copy op (dense,
-// and column-strided as a Pack would be), run through Executor::Run with the copy pool.
+// and column-strided as a Pack would be), run through Executor::Run with the copy pool; and a
+// host Quantize op (block-scaled fp8 of 4 bf16 [4096, 4096] matrices, 128 MiB) with 1 copy thread
+// (the executor thread alone: how every host quantization ran before the copy pool took its
+// blocks) beside 2 and 4.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -7,6 +10,7 @@
 
 #include "core/runtime/communicator.h"
 #include "core/runtime/executor.h"
+#include "tests/core/runtime/quantize_plan_testutil.h"
 
 namespace ferry {
 namespace {
@@ -68,6 +72,21 @@ void BM_ExecutorCopy(benchmark::State& state) {
 BENCHMARK(BM_ExecutorCopy)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->ArgNames({"strided", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_ExecutorQuantize(benchmark::State& state) {
+  const auto fmt = state.range(1) != 0 ? Fp8ScaleFormat::kUe8m0 : Fp8ScaleFormat::kFloat32;
+  testing::QuantizeRank rank(4, 4096, 4096, fmt, static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    auto stats = rank.Run();
+    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(rank.source().size()));
+}
+BENCHMARK(BM_ExecutorQuantize)
+    ->ArgsProduct({{1, 2, 4}, {0, 1}})
+    ->ArgNames({"threads", "ue8m0"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -88,6 +88,19 @@ TEST(RunIntegrationTest, BlockScaledFp8DestinationQuantizedAndVerified) {
   }
 }
 
+// The same refit into UE8M0 scales on two of the three buffers (testdata/fp8_block_ue8m0_dst.yaml):
+// the Quantize ops requantize to power-of-two scales where the layout asks, and the verify checks
+// values and scales against the CPU reference of each buffer's format.
+TEST(RunIntegrationTest, Ue8m0BlockScaledFp8DestinationQuantizedAndVerified) {
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
+                        "tests/tools/cli/testdata/fp8_block_ue8m0_dst.yaml", "--strategy", "reshard", "--verify",
+                        "--iterations", "2", "--warmup", "0"},
+                       60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(Count(o.output, "fp8 values and scales to the CPU block-quantization reference (UE8M0 scales"), 1)
+      << o.output;
+}
+
 // nemotron-h-8b's Mamba mixers: vLLM stores A as fp32 -exp(A_log), Megatron A_log as is. Megatron
 // TP2 -> vLLM TP1 with both strategies, with direct reads and through tcp alone: the verify
 // expects -std::exp of the source pattern in every A, bit for bit, so a plan that copied or

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "core/plan/plan.h"
@@ -134,6 +135,57 @@ TEST(Fp8BlockWeightsTest, ExpertBuffersAreStacksOfMatrices) {
     EXPECT_EQ(s.cols, 256);
   }
   EXPECT_TRUE(found);
+}
+
+// scale_fmt=ue8m0: vLLM requantizes to UE8M0 scales the weights DeepGEMM runs
+// (vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear: rows % 64 == 0 and
+// cols % 128 == 0; vllm/model_executor/layers/quantization/utils/fp8_utils.py
+// maybe_post_process_fp8_weight_block) and every expert buffer (prepare_fp8_moe_layer_for_deepgemm).
+// Hidden 192 at tp=1: qkv_proj [384, 192] and gate_up_proj [1024, 192] have 192 columns, so the
+// triton/cutlass kernels run them with their float32 scales; o_proj [192, 256] and down_proj
+// [192, 512] go to DeepGEMM.
+TEST(Fp8BlockWeightsTest, Ue8m0ScalesWhereDeepGemmRunsTheWeight) {
+  ModelConfig c = OneLayerConfig("one-layer-192", ModelFamily::kLlama, 192, 2, 1, 128, 512);
+  c.intermediate = 512;
+  Layout l = Build(PresetOf(c), "vllm:tp=1,quant=fp8_block,scale_fmt=ue8m0");
+  std::map<std::string, Fp8ScaleFormat> fmt;
+  for (const BlockScaledBuffer& s : l.block_scaled) fmt[l.buffers[static_cast<size_t>(s.buffer)].name] = s.scale_fmt;
+  ASSERT_EQ(fmt.size(), 4u);
+  EXPECT_EQ(fmt[kLayer + "self_attn.qkv_proj.weight"], Fp8ScaleFormat::kFloat32);
+  EXPECT_EQ(fmt[kLayer + "mlp.gate_up_proj.weight"], Fp8ScaleFormat::kFloat32);
+  EXPECT_EQ(fmt[kLayer + "self_attn.o_proj.weight"], Fp8ScaleFormat::kUe8m0);
+  EXPECT_EQ(fmt[kLayer + "mlp.down_proj.weight"], Fp8ScaleFormat::kUe8m0);
+  // Without scale_fmt every buffer keeps float32 scales.
+  for (const BlockScaledBuffer& s : Build(PresetOf(c), "vllm:tp=1,quant=fp8_block").block_scaled) {
+    EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kFloat32);
+  }
+  // Experts: ue8m0 whatever their shape (the FFN partition is whole blocks anyway).
+  Layout moe = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0");
+  int experts = 0;
+  for (const BlockScaledBuffer& s : moe.block_scaled) {
+    if (moe.buffers[static_cast<size_t>(s.buffer)].name.find("mlp.experts.") == std::string::npos) continue;
+    ++experts;
+    EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kUe8m0);
+  }
+  EXPECT_EQ(experts, 4);  // w13 and w2 on each of the 2 ranks
+  EXPECT_FALSE(RequantizedToUe8m0({1, 96, 128}, false));
+  EXPECT_TRUE(RequantizedToUe8m0({1, 576, 128}, false));  // MLA's kv_a_proj_with_mqa: 576 = 9 * 64
+  EXPECT_TRUE(RequantizedToUe8m0({4, 96, 100}, true));
+}
+
+TEST(Fp8BlockWeightsTest, Ue8m0SpecIsParsedPrintedAndNeedsFp8Block) {
+  Result<FrameworkSpec> spec = ParseFrameworkSpec("vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->vllm.fp8_scale_fmt, Fp8ScaleFormat::kUe8m0);
+  EXPECT_NE(spec->ToString().find(",quant=fp8_block,scale_fmt=ue8m0"), std::string::npos) << spec->ToString();
+  Result<FrameworkSpec> bad = ParseFrameworkSpec("vllm:tp=2,quant=fp8_block,scale_fmt=e8m0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad value 'e8m0' for scale_fmt: expected float32 or ue8m0"),
+            std::string::npos) << bad.status().ToString();
+  Result<Layout> alone = BuildFrameworkLayout(PresetOf(OneLayer(512)), Spec("vllm:tp=2,scale_fmt=ue8m0"));
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("scale_fmt=ue8m0 without quant=fp8_block"), std::string::npos)
+      << alone.status().ToString();
 }
 
 }  // namespace

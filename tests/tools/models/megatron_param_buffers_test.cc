@@ -196,6 +196,78 @@ TEST(MegatronParamBuffersTest, HybridModelWorkedByHand) {
   ExpectCoverage(l, p, Copies(1, 2, 0));
 }
 
+// Megatron-Core 0.18 (megatron/core/ssm/mamba_mixer.py at git tag core_v0.18.2): MambaMixer's
+// __init__ assigns in_proj, conv1d (a child nn.Conv1d: weight, bias), then its own dt_bias, A_log,
+// D, then norm and out_proj; named_parameters() visits the mixer's own parameters before its
+// children: dt_bias, A_log, D, in_proj (layer_norm_weight, weight), conv1d (weight, bias), norm,
+// out_proj.
+TEST(MegatronParamBuffersTest, MambaParamOrderBeforeMcore019) {
+  auto key = [](const std::string& n) { return MegatronParamOrder(n, /*mamba_conv1d_module=*/true).value(); };
+  const std::vector<std::string> order = {
+      "dt_bias", "A_log", "D", "in_proj.layer_norm_weight", "in_proj.weight", "conv1d.weight", "conv1d.bias",
+      "norm.weight", "out_proj.weight"};
+  for (size_t i = 1; i < order.size(); ++i) {
+    EXPECT_TRUE(key("decoder.layers.0.mixer." + order[i - 1]) < key("decoder.layers.0.mixer." + order[i]))
+        << order[i - 1] << " before " << order[i];
+  }
+  EXPECT_TRUE(key("decoder.layers.0.mixer.out_proj.weight") <
+              key("decoder.layers.1.self_attention.linear_proj.weight"));
+}
+
+TEST(MegatronParamBuffersTest, HybridModelWorkedByHandForMcore018) {
+  // As HybridModelWorkedByHand, layer 0's mixer in the 0.18 order: dt_bias 2, A_log 2, D 2,
+  // in_proj.layer_norm_weight 16, in_proj.weight 416, conv1d.weight 64, conv1d.bias 16, norm 8,
+  // out_proj 128. Reversed, each start padded to 64 elements: ... out_proj 3136, mixer norm 3264,
+  // conv1d.bias 3328, conv1d.weight 3392, in_proj 3456 (416 elements: next start 3904), in_proj
+  // norm 3904, D 3968, A_log 4032, dt_bias 4096, embedding 4160; the same 6272 elements in all.
+  ModelPreset p = ThreeLayerHybrid();
+  Layout l = BuildAsSpecified(p, "megatron:tp=2,buffers=distopt,mcore=0.18");
+  const std::string buf = "buffers.0.param_data";
+  const std::vector<std::pair<std::string, int64_t>> expected = {
+      {"backbone.layers.1.mixer.o_proj.weight", 3008},
+      {"backbone.layers.0.mixer.out_proj.weight", 3136},
+      {"backbone.layers.0.mixer.norm.weight", 3264},
+      {"backbone.layers.0.mixer.conv1d.bias", 3328},
+      {"backbone.layers.0.mixer.conv1d.weight", 3392},
+      {"backbone.layers.0.mixer.in_proj.weight", 3456},
+      {"backbone.layers.0.norm.weight", 3904},
+      {"backbone.layers.0.mixer.D", 3968},
+      {"backbone.layers.0.mixer.A_log", 4032},
+      {"backbone.layers.0.mixer.dt_bias", 4096},
+      {"backbone.embeddings.weight", 4160},
+  };
+  for (const auto& [name, element] : expected) {
+    EXPECT_EQ(StartOf(l, 0, buf, name), element * 2) << name;
+  }
+  const int b0 = l.FindBuffer(0, buf);
+  ASSERT_GE(b0, 0);
+  EXPECT_EQ(l.buffers[static_cast<size_t>(b0)].bytes, 6272 * 2);
+  ExpectCoverage(l, p, Copies(1, 2, 0));
+}
+
+TEST(MegatronParamBuffersTest, McoreReleaseIsParsedPrintedAndBoundedByWhatWasRead) {
+  for (const char* text : {"megatron:tp=2,mcore=0.18", "megatron:tp=2,mcore=0.18.2"}) {
+    Result<FrameworkSpec> s = ParseFrameworkSpec(text);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->megatron.mcore_minor, 18);
+    EXPECT_NE(s->ToString().find(",mcore=0.18"), std::string::npos) << s->ToString();
+  }
+  Result<FrameworkSpec> later = ParseFrameworkSpec("megatron:tp=2,mcore=0.21");
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->megatron.mcore_minor, 19);
+  EXPECT_EQ(later->ToString().find("mcore"), std::string::npos);
+  Result<FrameworkSpec> old = ParseFrameworkSpec("megatron:tp=2,mcore=0.17");
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find("releases before 0.18 are not modelled"), std::string::npos)
+      << old.status().ToString();
+  for (const char* bad : {"megatron:mcore=1.2", "megatron:mcore=0.", "megatron:mcore=0.18.2.1", "megatron:mcore=v0.18"}) {
+    Result<FrameworkSpec> b = ParseFrameworkSpec(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("for mcore: expected a Megatron-Core release"), std::string::npos)
+        << b.status().ToString();
+  }
+}
+
 TEST(MegatronParamBuffersTest, HybridModelOverPipeStages) {
   // pattern=M*|- on pp=2: stage 1 (ranks 2, 3) builds the '-' layer as decoder.layers.0, then the
   // final norm and the output layer. Reversed: output_layer 0, final_norm 2048, fc2 2112, fc1
