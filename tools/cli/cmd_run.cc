@@ -251,7 +251,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_flag("--leak-check", args->leak_check,
                 "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
   run->add_option("--inject-fault", args->inject_fault,
-                  "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|after=N> (N: a measured refit, "
+                  "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|verify=N|after=N> (N: a measured refit, "
                   "from 1) or <rank>:corrupt:verify; several separated by commas; as FERRY_INJECT_FAULT "
                   "(docs/faults.md)");
   run->add_flag("--recover", args->recover,

@@ -312,6 +312,16 @@ void FaultPoint(const RankContext& c, const RunPoint& at, bool starting) {
   }
 }
 
+// The verify=N faults of this rank, as refit `at`'s transfers have ended here: recorded, then fired.
+void VerifyFaultPoint(const RankContext& c, const RunPoint& at) {
+  const int measured = at.iteration - c.args.warmup + 1;
+  if (measured < 1) return;
+  for (const Fault& fault : c.faults) {
+    if (FaultDueAtVerify(fault, c.rank, measured) && c.recovery != nullptr) (void)RecordFault(*c.recovery, fault, at);
+    MaybeInjectAtVerify(fault, c.rank, measured);
+  }
+}
+
 // One refit of a variant: zeroed destinations (--verify), the refit and its sample, and with
 // --recover its own verification; the injected fault at its moment.
 Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, Refit& refit, const RunPoint& at) {
@@ -324,9 +334,11 @@ Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, R
                           std::to_string(at.iteration);
   FaultPoint(c, at, true);
   FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, key, what));
+  VerifyFaultPoint(c, at);
   if (c.verify_each() && at.iteration >= c.args.warmup) {
     const std::string label = what + ", epoch " + std::to_string(c.session.communicator().epoch());
     FERRY_RETURN_IF_ERROR(Verify(c, variant, label, key));
+    if (c.rank == 0) FERRY_RETURN_IF_ERROR(MarkReported(*c.recovery, at));
   }
   FaultPoint(c, at, false);
   return all;
@@ -576,6 +588,7 @@ Status RunRankOrError(const RunArgs& args) {
                            .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
   FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
   if (args.recover) context.recovery = &recovery;
+  if (context.verify_each()) recovery.reported_from = args.warmup;
   // A replacement process joins where the survivors resume; the start-up barriers are behind them,
   // and so are the faults its predecessors fired.
   if (info.replacement) {

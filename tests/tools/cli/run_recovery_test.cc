@@ -96,6 +96,19 @@ TEST(RunRecoveryTest, RankZeroKilledDuringARefitIsReplacedAndTheRemainingRefitsV
   EXPECT_NE(o.output.find("recovered from 1 failure(s)"), std::string::npos) << o.output;
 }
 
+// Rank 0 dies once refit 2's transfers ended on it, before it verified and reported that refit;
+// the other ranks have finished refit 2 and fail at refit 3's start. Refit 2 counts as unfinished
+// (rank 0 never reported it), so it runs again at epoch 2 and rank 0's replacement reports it:
+// every refit is reported verified once. (Resuming at refit 3 lost refit 2's report: the
+// `mid=2` case above did so whenever its kill landed in that window, 3 of 30 runs.)
+TEST(RunRecoveryTest, RankZeroKilledBeforeReportingAFinishedRefitIsReplacedAndThatRefitRunsAgain) {
+  const Outcome o = RunFerry(RecoverArgs("tcp", "0:kill:verify=2"), 90);
+  ExpectReplaced(o, 0, 2);
+  EXPECT_NE(o.output.find("recovery 1: rank 0 kill before verifying reshard refit 2/4"), std::string::npos) << o.output;
+  EXPECT_EQ(ResumedAt(o, 2), 2) << o.output;
+  ExpectFinishedAt(o, 2, 2);
+}
+
 // Rank 1 dies after refit 1 and its replacement dies after refit 3 (the second fault of the
 // list, which the first replacement must not skip and the second must not fire again).
 TEST(RunRecoveryTest, ARankIsReplacedTwiceEachTimeAtTheNextEpoch) {
