@@ -263,6 +263,9 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
   FERRY_RETURN_IF_ERROR(c.session.store().Set(
       prefix + std::to_string(c.rank),
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()), c.store_deadline()));
+  // Every verdict is in before rank 0 reads them; a rank that dies before its verdict aborts this
+  // wait (rank 0 would otherwise wait out deadline.store for it).
+  FERRY_RETURN_IF_ERROR(c.session.communicator().Barrier(key + "/verified", c.store_deadline()));
   if (!checked.ok()) return checked.status().WithContext(variant.name);
   if (c.rank != 0) return Status::Ok();
   int64_t bytes = 0;

@@ -109,6 +109,15 @@ TEST(RunRecoveryTest, RankZeroKilledBeforeReportingAFinishedRefitIsReplacedAndTh
   ExpectFinishedAt(o, 2, 2);
 }
 
+// Rank 2 dies once refit 2's transfers ended on it, before it gave rank 0 its verdict: rank 0's
+// wait for the verdicts ends with the abort naming rank 2 (not at deadline.store, past the run's
+// --timeout), and refit 2 runs again at epoch 2.
+TEST(RunRecoveryTest, ARankKilledBeforeItsVerdictIsReplacedAndThatRefitRunsAgain) {
+  const Outcome o = RunFerry(RecoverArgs("tcp", "2:kill:verify=2"), 90);
+  EXPECT_EQ(ResumedAt(o, 2), 2) << o.output;
+  ExpectRecovered(o, 2);
+}
+
 // Rank 1 dies after refit 1 and its replacement dies after refit 3 (the second fault of the
 // list, which the first replacement must not skip and the second must not fire again).
 TEST(RunRecoveryTest, ARankIsReplacedTwiceEachTimeAtTheNextEpoch) {
