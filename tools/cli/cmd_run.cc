@@ -128,9 +128,7 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
 int RunRank(const RunArgs& args) {
   Status status = RunRankOrError(args);
   if (status.ok()) return 0;
-  const char* rank = std::getenv("RANK");
-  std::fprintf(stderr, "ferry run: rank %s: %s\n", rank != nullptr ? rank : "?",
-               status.ToString().c_str());
+  ReportRankFailure(status);
   return 1;
 }
 

@@ -33,6 +33,12 @@
 #include "tools/cli/run_report.h"
 
 namespace ferry::cli {
+
+void ReportRankFailure(const Status& failure) {
+  const char* rank = std::getenv("RANK");
+  std::fprintf(stderr, "ferry run: rank %s: %s\n", rank != nullptr ? rank : "?", failure.ToString().c_str());
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -294,6 +300,18 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
   return Status::Ok();
 }
 
+// `failure`, unless the communicator aborted: then nothing this process holds is needed by anyone.
+// Its peers heard the cause before its links closed (Communicator::Abort announces first), none
+// waits on it, and the store is not its own (the launcher's or `ferry store`; a rank 0 that hosts
+// it ends the job either way). So it reports the failure and exits at once, leaving transports,
+// threads, the store connection and its buffers to the kernel instead of tearing them down first.
+Status ExitIfAborted(Session& session, Status failure) {
+  if (failure.ok() || !session.communicator().aborted()) return failure;
+  ReportRankFailure(failure);
+  std::fflush(nullptr);
+  ::_exit(1);
+}
+
 // What refit `it` of `variant` is called in progress lines ("reshard refit 3/5", "reshard warm-up 1").
 std::string RefitName(const RankContext& c, const RunVariant& variant, int it) {
   if (it < c.args.warmup) return variant.name + " warm-up " + std::to_string(it + 1);
@@ -361,7 +379,7 @@ Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, int v, c
     if (it == c.args.warmup) before = LeakProbe();
     Result<RefitSample> all = RefitStep(c, variant, refit, RunPoint{v, it});
     if (!all.ok()) {
-      if (c.recovery == nullptr) return all.status();
+      if (c.recovery == nullptr) return ExitIfAborted(c.session, all.status());
       FERRY_ASSIGN_OR_RETURN(RunPoint resume, RecoverAfterFailure(*c.recovery, RunPoint{v, it}, all.status()));
       if (resume.variant != v) return Internal("recovery: ranks stopped in different variants");
       it = resume.iteration - 1;
@@ -601,9 +619,9 @@ Status RunRankOrError(const RunArgs& args) {
     if (lead) {
       FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, context.delivered));
     }
-    return RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed());
+    return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed()));
   }
-  FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/filled", context.store_deadline()));
+  FERRY_RETURN_IF_ERROR(ExitIfAborted(session, session.communicator().Barrier("run/filled", context.store_deadline())));
   const int64_t delivered = context.delivered;
   double memcpy_bps = 0;
   if (lead) {
@@ -619,8 +637,8 @@ Status RunRankOrError(const RunArgs& args) {
           FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
     }
   }
-  FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/memcpy", context.store_deadline()));
-  return RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed());
+  FERRY_RETURN_IF_ERROR(ExitIfAborted(session, session.communicator().Barrier("run/memcpy", context.store_deadline())));
+  return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed()));
 }
 
 }  // namespace ferry::cli
