@@ -581,6 +581,9 @@ Status RunRankOrError(const RunArgs& args) {
   if (!joined.ok()) return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
   Session& session = **joined;
   if (lead) SayTransports(session, elapsed());
+  if (const std::string notice = args.recover ? session.TakeRecoveryNotice() : ""; !notice.empty()) {
+    std::fprintf(stderr, "%s\n", notice.c_str());
+  }
   HostBuffers sources(in.source.buffers, info.rank, "sources");
   HostBuffers destinations(in.destination.buffers, info.rank, "destinations");
   if (!sources.complete() || !destinations.complete()) {

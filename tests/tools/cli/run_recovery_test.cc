@@ -156,6 +156,18 @@ TEST(RunRecoveryTest, AFailureThatIsNoDeathEndsTheRunWithoutReplacements) {
   EXPECT_EQ(o.output.find("ranks still running after"), std::string::npos) << o.output;
 }
 
+// With rank 0 hosting the store, other ranks are still replaced, and rank 0 says once that it
+// cannot be.
+TEST(RunRecoveryTest, WithRankZeroHostingTheStoreRankTwoIsReplacedAndRankZeroSaysItCannotBe) {
+  std::vector<std::string> args = RecoverArgs("tcp", "2:kill:after=2");
+  args.insert(args.end(), {"--store-host", "rank0"});
+  const Outcome o = RunFerry(args, 90);
+  ExpectRecovered(o, 3);
+  EXPECT_EQ(Count(o.output, "rank 0 hosts the store (FERRY_STORE_EXTERNAL is not set), so rank 0 cannot be replaced"), 1)
+      << o.output;
+  EXPECT_EQ(Count(RunFerry(RecoverArgs("tcp", "2:kill:after=2"), 90).output, "rank 0 cannot be replaced"), 0);
+}
+
 TEST(RunRecoveryTest, FaultsThatCannotBeRecoveredAreRefusedBeforeAnyProcessStarts) {
   std::vector<std::string> rank0_hosts = RecoverArgs("tcp", "0:kill:after=1");
   rank0_hosts.insert(rank0_hosts.end(), {"--store-host", "rank0"});
