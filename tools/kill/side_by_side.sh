@@ -33,8 +33,8 @@ for transport in ${transports//,/ }; do
     for label in before after; do
       binary=$before
       [ $label = after ] && binary=$after
-      "$harness" --ferry "$binary" --runs "$runs" --transports "$transport" --faults "$fault" "${rest[@]}" \
-        | grep '^| [a-z]' | grep -v '^| transport' | sed "s/^| /| $label | /" || status=1
+      table=$("$harness" --ferry "$binary" --runs "$runs" --transports "$transport" --faults "$fault" "${rest[@]}") || status=1
+      grep '^| [a-z]' <<<"$table" | grep -v '^| transport' | sed "s/^| /| $label | /"
     done
   done
 done
