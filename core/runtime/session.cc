@@ -43,6 +43,15 @@ Session::~Session() {
   rendezvous_.server.reset();
 }
 
+std::string Session::TakeRecoveryNotice() {
+  if (info_.store_external || info_.rank != 0 || recovery_noticed_) return "";
+  recovery_noticed_ = true;
+  return "ferry: notice: rank 0 hosts the store (FERRY_STORE_EXTERNAL is not set), so rank 0 cannot be "
+         "replaced: its death takes the store with it and ends the job, while any other rank can be "
+         "replaced. To make rank 0 replaceable too, serve the store with `ferry store` and set "
+         "FERRY_STORE_EXTERNAL=1 on every rank (docs/running.md, \"No rank hosts the store\").";
+}
+
 Status Session::Finish() {
   FERRY_ASSIGN_OR_RETURN(double seconds, config_->GetSeconds("deadline.store"));
   return FinalBarrier(*rendezvous_.store, "session-finish", info_.rank, info_.size,

@@ -43,6 +43,12 @@ class Session {
   // Call before the process exits.
   Status Finish();
 
+  // For a caller that is about to recover (Python Session.recreate, `ferry run --recover`): when
+  // rank 0 hosts the store (no FERRY_STORE_EXTERNAL), a notice that rank 0 cannot be replaced,
+  // since its death takes the store with it, and how to make it replaceable. Returned once per
+  // session and on rank 0 only, so that a job prints it once; empty otherwise. The caller prints it.
+  std::string TakeRecoveryNotice();
+
  private:
   Session() = default;
 
@@ -51,6 +57,7 @@ class Session {
   Rendezvous rendezvous_;
   std::unique_ptr<Communicator> communicator_;
   std::unique_ptr<Executor> executor_;
+  bool recovery_noticed_ = false;
 };
 
 }  // namespace ferry

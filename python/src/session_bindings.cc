@@ -6,6 +6,7 @@
 // not be used from two threads at once (as core/runtime/session.h).
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "core/runtime/bootstrap.h"
@@ -195,6 +196,9 @@ void BindSession(py::module_& m) {
       .def("recreate",
            [](SessionHandle& h, double timeout_seconds) {
              Session& s = *h.session;
+             if (const std::string notice = s.TakeRecoveryNotice(); !notice.empty()) {
+               std::fprintf(stderr, "%s\n", notice.c_str());
+             }
              ThrowIfError(Blocking([&] {
                return s.communicator().Recreate(Deadline::AfterSeconds(timeout_seconds));
              }));

@@ -197,3 +197,10 @@ def test_from_env_names_the_missing_variable(monkeypatch):
 def test_session_store_must_be_host_and_port():
     with pytest.raises(ValueError, match="host:port"):
         ferry.Session(rank=0, world_size=1, store="localhost")
+
+
+def test_recreate_with_rank_zero_hosting_the_store_says_once_that_rank_0_cannot_be_replaced(session, capfd):
+    session.recreate(timeout=20)
+    session.recreate(timeout=20)
+    err = capfd.readouterr().err
+    assert err.count("rank 0 hosts the store (FERRY_STORE_EXTERNAL is not set), so rank 0 cannot be replaced") == 1, err

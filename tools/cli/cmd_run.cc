@@ -128,9 +128,7 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
 int RunRank(const RunArgs& args) {
   Status status = RunRankOrError(args);
   if (status.ok()) return 0;
-  const char* rank = std::getenv("RANK");
-  std::fprintf(stderr, "ferry run: rank %s: %s\n", rank != nullptr ? rank : "?",
-               status.ToString().c_str());
+  ReportRankFailure(status);
   return 1;
 }
 
@@ -251,7 +249,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_flag("--leak-check", args->leak_check,
                 "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
   run->add_option("--inject-fault", args->inject_fault,
-                  "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|after=N> (N: a measured refit, "
+                  "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|verify=N|after=N> (N: a measured refit, "
                   "from 1) or <rank>:corrupt:verify; several separated by commas; as FERRY_INJECT_FAULT "
                   "(docs/faults.md)");
   run->add_flag("--recover", args->recover,

@@ -29,7 +29,7 @@ Result<Fault> ParseFault(const std::string& spec, const std::string& source) {
   const size_t first = spec.find(':');
   const size_t second = first == std::string::npos ? first : spec.find(':', first + 1);
   if (second == std::string::npos) {
-    return InvalidArgument(where + ": expected <rank>:<kill|stop>:<mid|between|mid=N|after=N> or "
+    return InvalidArgument(where + ": expected <rank>:<kill|stop>:<mid|between|mid=N|verify=N|after=N> or "
                            "<rank>:corrupt:verify");
   }
   char* end = nullptr;
@@ -49,18 +49,21 @@ Result<Fault> ParseFault(const std::string& spec, const std::string& source) {
   if (kind == "corrupt") return fault;
   const size_t equals = moment.find('=');
   const std::string when = moment.substr(0, equals);
-  if (when != "mid" && when != "between" && when != "after") {
-    return InvalidArgument(where + ": the moment is mid, between, mid=N or after=N");
+  if (when != "mid" && when != "between" && when != "after" && when != "verify") {
+    return InvalidArgument(where + ": the moment is mid, between, mid=N, verify=N or after=N");
   }
   fault.mid_refit = when == "mid";
+  fault.at_verify = when == "verify";
   if (equals == std::string::npos) {
-    if (when == "after") return InvalidArgument(where + ": after needs the refit: after=N");
+    if (when == "after" || when == "verify") {
+      return InvalidArgument(where + ": " + when + " needs the refit: " + when + "=N");
+    }
     return fault;
   }
   const std::string number = moment.substr(equals + 1);
   const long refit = std::strtol(number.c_str(), &end, 10);
   if (when == "between" || number.empty() || *end != '\0' || refit < 1 || refit > 1'000'000) {
-    return InvalidArgument(where + ": the refit in mid=N or after=N is a number from 1 (a measured refit)");
+    return InvalidArgument(where + ": the refit in mid=N, verify=N or after=N is a number from 1 (a measured refit)");
   }
   fault.refit = static_cast<int>(refit);
   return fault;
@@ -90,7 +93,16 @@ Result<std::vector<Fault>> FaultsFromEnvironment() {
 }
 
 bool FaultDue(const Fault& fault, int rank, bool starting, int refit) {
-  return fault.rank == rank && fault.signal != 0 && fault.mid_refit == starting && fault.refit == refit;
+  return fault.rank == rank && fault.signal != 0 && !fault.at_verify && fault.mid_refit == starting &&
+         fault.refit == refit;
+}
+
+bool FaultDueAtVerify(const Fault& fault, int rank, int refit) {
+  return fault.rank == rank && fault.signal != 0 && fault.at_verify && fault.refit == refit;
+}
+
+void MaybeInjectAtVerify(const Fault& fault, int rank, int refit) {
+  if (FaultDueAtVerify(fault, rank, refit)) Fire(fault, rank);
 }
 
 void MaybeInjectFault(const Fault& fault, int rank, bool starting, int refit) {

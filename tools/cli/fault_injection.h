@@ -1,10 +1,11 @@
 // Fault injection for `ferry run` (used by the kill harness, tools/kill, by the tests of --verify
 // and by `ferry run --inject-fault ... --recover`): with FERRY_INJECT_FAULT (or --inject-fault)
 // "<rank>:<kill|stop>:<moment>", that rank sends itself SIGKILL or SIGSTOP either while a measured
-// refit runs (`mid`, `mid=N`: from a thread, as the N-th measured refit starts) or right after
-// it, before the next barrier (`between`, `after=N`: once the N-th measured refit has finished
-// and, with per-refit verification, been verified). N counts measured refits from 1; `mid` and
-// `between` mean N = 1. Just before, it writes "ferry-fault: rank R <kind> at <ns>"
+// refit runs (`mid`, `mid=N`: from a thread, as the N-th measured refit starts), as its transfers
+// end on this rank (`verify=N`: before its verification and, on rank 0, before the report of
+// it), or right after it, before the next barrier (`between`, `after=N`: once the N-th measured
+// refit has finished and, with per-refit verification, been verified). N counts measured refits
+// from 1; `mid` and `between` mean N = 1. Just before, it writes "ferry-fault: rank R <kind> at <ns>"
 // (CLOCK_REALTIME) to stderr, from which the harness measures detection. With
 // "<rank>:corrupt:verify" that rank flips one bit of its first destination fragment's first byte
 // (in CUDA memory too) just before each --verify check, which must then fail naming that rank and
@@ -31,6 +32,7 @@ struct Fault {
   int signal = 0;         // SIGKILL or SIGSTOP; 0 for "corrupt"
   std::string kind;       // "kill", "stop" or "corrupt"
   bool mid_refit = true;  // false: after the refit (kill and stop)
+  bool at_verify = false;  // verify=N: as the refit's transfers end (mid_refit is false)
   int refit = 1;          // the measured refit (from 1) it goes off in or after
   int index = 0;          // its place in the spec's list (ParseFaults), from 0
 };
@@ -52,6 +54,13 @@ Result<std::vector<Fault>> FaultsFromEnvironment();
 // Whether `fault` fires on `rank` at this moment: `starting` is true as measured refit `refit`
 // (from 1) starts, false once it has finished.
 bool FaultDue(const Fault& fault, int rank, bool starting, int refit);
+
+// Whether `fault` is a verify=N fault of `rank` with N = `refit` (see MaybeInjectAtVerify).
+bool FaultDueAtVerify(const Fault& fault, int rank, int refit);
+
+// Fires `fault` now when FaultDueAtVerify: measured refit `refit`'s transfers have just ended on
+// this rank, and its verification has not begun.
+void MaybeInjectAtVerify(const Fault& fault, int rank, int refit);
 
 // Fires `fault` when FaultDue (a detached thread fires a `mid` fault, so that it lands while the
 // refit runs). Called as a `mid` fault's refit finishes, it fires that fault now if its thread

@@ -33,6 +33,12 @@
 #include "tools/cli/run_report.h"
 
 namespace ferry::cli {
+
+void ReportRankFailure(const Status& failure) {
+  const char* rank = std::getenv("RANK");
+  std::fprintf(stderr, "ferry run: rank %s: %s\n", rank != nullptr ? rank : "?", failure.ToString().c_str());
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -263,6 +269,9 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
   FERRY_RETURN_IF_ERROR(c.session.store().Set(
       prefix + std::to_string(c.rank),
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()), c.store_deadline()));
+  // Every verdict is in before rank 0 reads them; a rank that dies before its verdict aborts this
+  // wait (rank 0 would otherwise wait out deadline.store for it).
+  FERRY_RETURN_IF_ERROR(c.session.communicator().Barrier(key + "/verified", c.store_deadline()));
   if (!checked.ok()) return checked.status().WithContext(variant.name);
   if (c.rank != 0) return Status::Ok();
   int64_t bytes = 0;
@@ -294,6 +303,18 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
   return Status::Ok();
 }
 
+// `failure`, unless the communicator aborted: then nothing this process holds is needed by anyone.
+// Its peers heard the cause before its links closed (Communicator::Abort announces first), none
+// waits on it, and the store is not its own (the launcher's or `ferry store`; a rank 0 that hosts
+// it ends the job either way). So it reports the failure and exits at once, leaving transports,
+// threads, the store connection and its buffers to the kernel instead of tearing them down first.
+Status ExitIfAborted(Session& session, Status failure) {
+  if (failure.ok() || !session.communicator().aborted()) return failure;
+  ReportRankFailure(failure);
+  std::fflush(nullptr);
+  ::_exit(1);
+}
+
 // What refit `it` of `variant` is called in progress lines ("reshard refit 3/5", "reshard warm-up 1").
 std::string RefitName(const RankContext& c, const RunVariant& variant, int it) {
   if (it < c.args.warmup) return variant.name + " warm-up " + std::to_string(it + 1);
@@ -315,6 +336,16 @@ void FaultPoint(const RankContext& c, const RunPoint& at, bool starting) {
   }
 }
 
+// The verify=N faults of this rank, as refit `at`'s transfers have ended here: recorded, then fired.
+void VerifyFaultPoint(const RankContext& c, const RunPoint& at) {
+  const int measured = at.iteration - c.args.warmup + 1;
+  if (measured < 1) return;
+  for (const Fault& fault : c.faults) {
+    if (FaultDueAtVerify(fault, c.rank, measured) && c.recovery != nullptr) (void)RecordFault(*c.recovery, fault, at);
+    MaybeInjectAtVerify(fault, c.rank, measured);
+  }
+}
+
 // One refit of a variant: zeroed destinations (--verify), the refit and its sample, and with
 // --recover its own verification; the injected fault at its moment.
 Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, Refit& refit, const RunPoint& at) {
@@ -327,9 +358,11 @@ Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, R
                           std::to_string(at.iteration);
   FaultPoint(c, at, true);
   FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, key, what));
+  VerifyFaultPoint(c, at);
   if (c.verify_each() && at.iteration >= c.args.warmup) {
     const std::string label = what + ", epoch " + std::to_string(c.session.communicator().epoch());
     FERRY_RETURN_IF_ERROR(Verify(c, variant, label, key));
+    if (c.rank == 0) FERRY_RETURN_IF_ERROR(MarkReported(*c.recovery, at));
   }
   FaultPoint(c, at, false);
   return all;
@@ -349,7 +382,7 @@ Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, int v, c
     if (it == c.args.warmup) before = LeakProbe();
     Result<RefitSample> all = RefitStep(c, variant, refit, RunPoint{v, it});
     if (!all.ok()) {
-      if (c.recovery == nullptr) return all.status();
+      if (c.recovery == nullptr) return ExitIfAborted(c.session, all.status());
       FERRY_ASSIGN_OR_RETURN(RunPoint resume, RecoverAfterFailure(*c.recovery, RunPoint{v, it}, all.status()));
       if (resume.variant != v) return Internal("recovery: ranks stopped in different variants");
       it = resume.iteration - 1;
@@ -551,6 +584,9 @@ Status RunRankOrError(const RunArgs& args) {
   if (!joined.ok()) return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
   Session& session = **joined;
   if (lead) SayTransports(session, elapsed());
+  if (const std::string notice = args.recover ? session.TakeRecoveryNotice() : ""; !notice.empty()) {
+    std::fprintf(stderr, "%s\n", notice.c_str());
+  }
   HostBuffers sources(in.source.buffers, info.rank, "sources");
   HostBuffers destinations(in.destination.buffers, info.rank, "destinations");
   if (!sources.complete() || !destinations.complete()) {
@@ -579,6 +615,7 @@ Status RunRankOrError(const RunArgs& args) {
                            .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
   FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
   if (args.recover) context.recovery = &recovery;
+  if (context.verify_each()) recovery.reported_from = args.warmup;
   // A replacement process joins where the survivors resume; the start-up barriers are behind them,
   // and so are the faults its predecessors fired.
   if (info.replacement) {
@@ -588,9 +625,9 @@ Status RunRankOrError(const RunArgs& args) {
     if (lead) {
       FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, context.delivered));
     }
-    return RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed());
+    return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed()));
   }
-  FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/filled", context.store_deadline()));
+  FERRY_RETURN_IF_ERROR(ExitIfAborted(session, session.communicator().Barrier("run/filled", context.store_deadline())));
   const int64_t delivered = context.delivered;
   double memcpy_bps = 0;
   if (lead) {
@@ -606,8 +643,8 @@ Status RunRankOrError(const RunArgs& args) {
           FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
     }
   }
-  FERRY_RETURN_IF_ERROR(session.communicator().Barrier("run/memcpy", context.store_deadline()));
-  return RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed());
+  FERRY_RETURN_IF_ERROR(ExitIfAborted(session, session.communicator().Barrier("run/memcpy", context.store_deadline())));
+  return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed()));
 }
 
 }  // namespace ferry::cli

@@ -8,7 +8,13 @@
 
 namespace ferry::cli {
 
-// The work of one rank (launcher variables must be set). Errors name the rank and the step.
+// The work of one rank (launcher variables must be set). Errors name the rank and the step. A
+// failure after which this rank's communicator has aborted does not return: the rank reports it
+// (ReportRankFailure) and its process exits with status 1 at once (ExitIfAborted).
 Status RunRankOrError(const RunArgs& args);
+
+// Writes `failure` to stderr as this rank's error: "ferry run: rank R: <status>", the line the
+// launcher's user and the kill harness read.
+void ReportRankFailure(const Status& failure);
 
 }  // namespace ferry::cli

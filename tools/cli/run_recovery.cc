@@ -73,13 +73,26 @@ Result<std::vector<Entry>> Exchange(const RecoveryContext& c, const std::string&
   return entries;
 }
 
-// The earliest point a survivor did not finish.
-Result<RunPoint> ResumePoint(const std::vector<Entry>& entries) {
+std::string ReportedKey(const RunPoint& point) {
+  return "run/reported/" + std::to_string(point.variant) + "/" + std::to_string(point.iteration);
+}
+
+// The earliest point a survivor did not finish, or, when rank 0 reports refits one by one, the
+// first refit before it that rank 0 did not report (it died before it could). Every rank reads
+// the same: rank 0 marks a refit before it starts the next, and reaches no recovery unmarked.
+Result<RunPoint> ResumePoint(const RecoveryContext& c, const std::vector<Entry>& entries) {
   RunPoint resume{std::numeric_limits<int>::max(), 0};
   for (const Entry& e : entries) {
     if (!e.replacement) resume = std::min(resume, e.point);
   }
   if (resume.variant == std::numeric_limits<int>::max()) return Internal("recovery: no survivor said where it was");
+  const Deadline deadline = Deadline::AfterSeconds(c.store_seconds);
+  while (c.reported_from >= 0 && resume.iteration > c.reported_from) {
+    const RunPoint before{resume.variant, resume.iteration - 1};
+    FERRY_ASSIGN_OR_RETURN(const int64_t reported, c.session.store().Add(ReportedKey(before), 0, deadline));
+    if (reported > 0) break;
+    resume = before;
+  }
   return resume;
 }
 
@@ -156,8 +169,13 @@ Result<std::vector<std::string>> RecoveryLog(const RecoveryContext& c) {
   return lines;
 }
 
+Status MarkReported(const RecoveryContext& c, const RunPoint& point) {
+  return c.session.store().Add(ReportedKey(point), 1, Deadline::AfterSeconds(c.store_seconds)).status();
+}
+
 Status RecordFault(const RecoveryContext& c, const Fault& fault, const RunPoint& point) {
-  const std::string what = fault.kind + (fault.mid_refit ? " during " : " after ") + c.describe(point);
+  const char* when = fault.mid_refit ? " during " : fault.at_verify ? " before verifying " : " after ";
+  const std::string what = fault.kind + when + c.describe(point);
   const std::string key = "run/fault/e" + std::to_string(c.session.communicator().epoch());
   const Deadline deadline = Deadline::AfterSeconds(c.store_seconds);
   FERRY_RETURN_IF_ERROR(c.session.store().Add(FiredKey(fault), 1, deadline).status());
@@ -193,14 +211,14 @@ Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& f
                          Exchange(c, "s " + std::to_string(failed_at.variant) + " " +
                                          std::to_string(failed_at.iteration) + " " + std::to_string(detected_ns) +
                                          " " + reason));
-  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(entries));
+  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(c, entries));
   if (c.rank == 0) FERRY_RETURN_IF_ERROR(Report(c, entries, resume));
   return resume;
 }
 
 Result<RunPoint> JoinAsReplacement(const RecoveryContext& c) {
   FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Exchange(c, "r " + std::to_string(NowNanos())));
-  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(entries));
+  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(c, entries));
   if (c.rank == 0) FERRY_RETURN_IF_ERROR(Report(c, entries, resume));
   return resume;
 }

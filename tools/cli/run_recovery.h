@@ -3,7 +3,9 @@
 // the local launcher has meanwhile started a replacement for a rank whose process died
 // (FERRY_REPLACEMENT=1, local_launch.h), which joins that epoch — and all ranks, the replacement
 // included, agree through the store on the refit to resume at: the earliest one a survivor did
-// not finish. Rank 0 — a survivor, or rank 0's own replacement — reports, through `say`, the fault
+// not finish, or that rank 0 did not report when rank 0 reports each refit (--verify: a rank 0
+// that died after every rank finished a refit but before it reported the refit's verification
+// leaves that refit to be run and reported again). Rank 0 — a survivor, or rank 0's own replacement — reports, through `say`, the fault
 // (as the faulty rank recorded it before firing, RecordFault), which survivor detected it after
 // how many milliseconds and with what error, and when the replacement had joined; the summary
 // line of each recovery is kept in the store, so that it outlives any one rank's process.
@@ -44,7 +46,14 @@ struct RecoveryContext {
   std::function<std::string(const RunPoint&)> describe;
   // Rank 0's progress lines.
   std::function<void(const std::string&)> say;
+  // Refits of a variant from this iteration on are reported one by one by rank 0 (MarkReported),
+  // and a recovery resumes no later than the first one not reported; -1: none are.
+  int reported_from = -1;
 };
+
+// Rank 0, once it has reported refit `point` (its verification): recorded in the store, so that a
+// recovery after rank 0's death knows the report was made.
+Status MarkReported(const RecoveryContext& c, const RunPoint& point);
 
 // The summary lines of every recovery of the run so far, in order (one per recovery).
 Result<std::vector<std::string>> RecoveryLog(const RecoveryContext& c);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/runtime/socket_util.h"
+#include "core/runtime/tcp_store.h"
 
 namespace ferry {
 namespace {
@@ -96,6 +97,43 @@ TEST(SessionTest, TwoProcessesJoinFromTheEnvironmentAndRunAPlan) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   }
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+// A one-rank session joined over 127.0.0.1 at `port`; `external`: a store process serves it.
+Result<std::unique_ptr<Session>> JoinAlone(int port, bool external) {
+  BootstrapInfo info;
+  info.rank = 0;
+  info.size = 1;
+  info.store_host = "127.0.0.1";
+  info.store_port = port;
+  info.token = "session-test";
+  info.store_external = external;
+  Config config = RuntimeConfig();
+  FERRY_RETURN_IF_ERROR(config.Set("tcp.address", "127.0.0.1"));
+  FERRY_RETURN_IF_ERROR(config.Set("deadline.connect", "10s"));
+  return Session::Join(info, std::move(config));
+}
+
+TEST(SessionTest, RankZeroHostingTheStoreGetsTheRecoveryNoticeOnce) {
+  auto probe = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(probe.ok());
+  const int port = probe->port;
+  ::close(probe->fd);
+  auto session = JoinAlone(port, /*external=*/false);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  const std::string notice = (*session)->TakeRecoveryNotice();
+  EXPECT_NE(notice.find("rank 0 hosts the store"), std::string::npos) << notice;
+  EXPECT_NE(notice.find("cannot be replaced"), std::string::npos) << notice;
+  EXPECT_NE(notice.find("FERRY_STORE_EXTERNAL=1"), std::string::npos) << notice;
+  EXPECT_EQ((*session)->TakeRecoveryNotice(), "");
+}
+
+TEST(SessionTest, WithAnExternalStoreThereIsNoRecoveryNotice) {
+  auto store = TcpStoreServer::Start("127.0.0.1", 0, "session-test");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto session = JoinAlone((*store)->port(), /*external=*/true);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  EXPECT_EQ((*session)->TakeRecoveryNotice(), "");
 }
 
 }  // namespace

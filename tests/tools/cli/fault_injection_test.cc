@@ -53,15 +53,21 @@ TEST(ParseFaultTest, ReadsRankKindMomentAndRefit) {
   const Fault after = Parsed("1:stop:after=2");
   EXPECT_EQ(after.signal, SIGSTOP);
   EXPECT_FALSE(after.mid_refit);
+  EXPECT_FALSE(after.at_verify);
   EXPECT_EQ(after.refit, 2);
+  const Fault verify = Parsed("0:kill:verify=4");
+  EXPECT_FALSE(verify.mid_refit);
+  EXPECT_TRUE(verify.at_verify);
+  EXPECT_EQ(verify.refit, 4);
   EXPECT_EQ(Parsed("").rank, -1);
 }
 
 TEST(ParseFaultTest, NamesWhatIsWrong) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"2:kill", "expected <rank>:<kill|stop>"}, {"x:kill:mid", "the rank is not a number"},
-      {"2:hang:mid", "kill, stop or corrupt"},   {"2:kill:soon", "mid, between, mid=N or after=N"},
+      {"2:hang:mid", "kill, stop or corrupt"},   {"2:kill:soon", "mid, between, mid=N, verify=N or after=N"},
       {"2:kill:after", "after=N"},               {"2:kill:mid=0", "a number from 1"},
+      {"2:kill:verify", "verify=N"},             {"2:kill:verify=0", "a number from 1"},
       {"2:corrupt:mid", "corrupt happens at verify"},
   };
   for (const auto& [spec, message] : cases) {
@@ -99,6 +105,16 @@ TEST(MaybeInjectFaultTest, AnAfterFaultKillsOnlyItsRankOnlyOnceItsRefitFinished)
   EXPECT_EQ(SignalThatEnded([&] { MaybeInjectFault(fault, 2, true, 2); }), 0);
   EXPECT_EQ(SignalThatEnded([&] { MaybeInjectFault(fault, 2, false, 1); }), 0);
   EXPECT_EQ(SignalThatEnded([&] { MaybeInjectFault(fault, 1, false, 2); }), 0);
+}
+
+// A verify=N fault fires only at its own moment: neither as its refit starts nor once it ended.
+TEST(MaybeInjectFaultTest, AVerifyFaultKillsItsRankOnlyAsItsRefitsTransfersEnd) {
+  const Fault fault = Parsed("0:kill:verify=2");
+  EXPECT_EQ(SignalThatEnded([&] { MaybeInjectAtVerify(fault, 0, 2); }), SIGKILL);
+  EXPECT_EQ(SignalThatEnded([&] { MaybeInjectAtVerify(fault, 0, 1); }), 0);
+  EXPECT_EQ(SignalThatEnded([&] { MaybeInjectAtVerify(fault, 1, 2); }), 0);
+  EXPECT_EQ(SignalThatEnded([&] { MaybeInjectFault(fault, 0, true, 2); }), 0);
+  EXPECT_EQ(SignalThatEnded([&] { MaybeInjectFault(fault, 0, false, 2); }), 0);
 }
 
 TEST(MaybeInjectFaultTest, AMidFaultFiresAsItsRefitStarts) {

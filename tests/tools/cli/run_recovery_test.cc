@@ -96,6 +96,28 @@ TEST(RunRecoveryTest, RankZeroKilledDuringARefitIsReplacedAndTheRemainingRefitsV
   EXPECT_NE(o.output.find("recovered from 1 failure(s)"), std::string::npos) << o.output;
 }
 
+// Rank 0 dies once refit 2's transfers ended on it, before it verified and reported that refit;
+// the other ranks have finished refit 2 and fail at refit 3's start. Refit 2 counts as unfinished
+// (rank 0 never reported it), so it runs again at epoch 2 and rank 0's replacement reports it:
+// every refit is reported verified once. (Resuming at refit 3 lost refit 2's report: the
+// `mid=2` case above did so whenever its kill landed in that window, 3 of 30 runs.)
+TEST(RunRecoveryTest, RankZeroKilledBeforeReportingAFinishedRefitIsReplacedAndThatRefitRunsAgain) {
+  const Outcome o = RunFerry(RecoverArgs("tcp", "0:kill:verify=2"), 90);
+  ExpectReplaced(o, 0, 2);
+  EXPECT_NE(o.output.find("recovery 1: rank 0 kill before verifying reshard refit 2/4"), std::string::npos) << o.output;
+  EXPECT_EQ(ResumedAt(o, 2), 2) << o.output;
+  ExpectFinishedAt(o, 2, 2);
+}
+
+// Rank 2 dies once refit 2's transfers ended on it, before it gave rank 0 its verdict: rank 0's
+// wait for the verdicts ends with the abort naming rank 2 (not at deadline.store, past the run's
+// --timeout), and refit 2 runs again at epoch 2.
+TEST(RunRecoveryTest, ARankKilledBeforeItsVerdictIsReplacedAndThatRefitRunsAgain) {
+  const Outcome o = RunFerry(RecoverArgs("tcp", "2:kill:verify=2"), 90);
+  EXPECT_EQ(ResumedAt(o, 2), 2) << o.output;
+  ExpectRecovered(o, 2);
+}
+
 // Rank 1 dies after refit 1 and its replacement dies after refit 3 (the second fault of the
 // list, which the first replacement must not skip and the second must not fire again).
 TEST(RunRecoveryTest, ARankIsReplacedTwiceEachTimeAtTheNextEpoch) {
@@ -132,6 +154,18 @@ TEST(RunRecoveryTest, AFailureThatIsNoDeathEndsTheRunWithoutReplacements) {
   EXPECT_EQ(o.output.find("starting its replacement"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("rank 2 failed verification"), std::string::npos) << o.output;
   EXPECT_EQ(o.output.find("ranks still running after"), std::string::npos) << o.output;
+}
+
+// With rank 0 hosting the store, other ranks are still replaced, and rank 0 says once that it
+// cannot be.
+TEST(RunRecoveryTest, WithRankZeroHostingTheStoreRankTwoIsReplacedAndRankZeroSaysItCannotBe) {
+  std::vector<std::string> args = RecoverArgs("tcp", "2:kill:after=2");
+  args.insert(args.end(), {"--store-host", "rank0"});
+  const Outcome o = RunFerry(args, 90);
+  ExpectRecovered(o, 3);
+  EXPECT_EQ(Count(o.output, "rank 0 hosts the store (FERRY_STORE_EXTERNAL is not set), so rank 0 cannot be replaced"), 1)
+      << o.output;
+  EXPECT_EQ(Count(RunFerry(RecoverArgs("tcp", "2:kill:after=2"), 90).output, "rank 0 cannot be replaced"), 0);
 }
 
 TEST(RunRecoveryTest, FaultsThatCannotBeRecoveredAreRefusedBeforeAnyProcessStarts) {

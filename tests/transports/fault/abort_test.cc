@@ -150,8 +150,9 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"ErroredSend", {"fault.rank=0", "fault.op=send", "fault.action=error"}, 0, 30,
                   {kNamedCulprit, kNamedCulprit, kNamedCulprit}},
         // Message 1 vanishes: rank 0 and rank 2 finish, rank 1 runs out its deadline waiting for
-        // it and names peer 0.
-        FaultCase{"DroppedSend", {"fault.rank=0", "fault.op=send", "fault.action=drop"}, 0, 2,
+        // it and names peer 0. Rank 0's sends start in the order their packs finish on the copy
+        // threads, so the drop is aimed by peer (fault.peer=1), not by the first send call.
+        FaultCase{"DroppedSend", {"fault.rank=0", "fault.op=send", "fault.peer=1", "fault.action=drop"}, 0, 2,
                   {kSucceeded, kNamedCulprit, kSucceeded}},
         // Rank 0's first send is held for 30 s: ranks 1 and 2 time out naming peer 0, and their
         // abort wakes rank 0's held call.
