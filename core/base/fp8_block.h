@@ -146,7 +146,8 @@ inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, in
   const int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
   for (int64_t k = first; k < end; ++k) {
     const int64_t m = k / (block_rows * block_cols);
-    const int64_t r0 = k / block_cols % block_rows * kFp8BlockSize, c0 = k % block_cols * kFp8BlockSize;
+    const int64_t r0 = k / block_cols % block_rows * kFp8BlockSize;
+    const int64_t c0 = k % block_cols * kFp8BlockSize;
     const int64_t r1 = r0 + kFp8BlockSize < rows ? r0 + kFp8BlockSize : rows;
     const int64_t c1 = c0 + kFp8BlockSize < cols ? c0 + kFp8BlockSize : cols;
     const int64_t base = m * rows * cols;

@@ -194,7 +194,10 @@ Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
     if (n["scale_fmt"].IsDefined()) {
       FERRY_ASSIGN_OR_RETURN(std::string fmt, ReadString(n["scale_fmt"], Join(path, "scale_fmt")));
       const std::optional<Fp8ScaleFormat> parsed = ParseFp8ScaleFormat(fmt);
-      if (!parsed) return Bad(n["scale_fmt"], Join(path, "scale_fmt"), "expected float32 or ue8m0, got '" + fmt + "'");
+      if (!parsed) {
+        return Bad(n["scale_fmt"], Join(path, "scale_fmt"),
+                   "expected float32 or ue8m0, got '" + fmt + "'");
+      }
       b.scale_fmt = *parsed;
     }
     layout.block_scaled.push_back(b);

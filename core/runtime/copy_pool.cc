@@ -22,8 +22,8 @@ int64_t ItemBytes(const CopyItem& item) {
 Status RunCopyItem(const CopyItem& item) {
   if (item.quantize != nullptr) {
     const QuantizeWork& w = *item.quantize;
-    Fp8BlockQuantizeBlocks(w.dtype, w.src, w.rows, w.cols, w.dst, w.scales, w.fmt, item.slice.row_begin,
-                           item.slice.row_end);
+    Fp8BlockQuantizeBlocks(w.dtype, w.src, w.rows, w.cols, w.dst, w.scales, w.fmt,
+                           item.slice.row_begin, item.slice.row_end);
     return Status::Ok();
   }
   return item.remote_pid != 0 ? ReadFromPeer(item.remote_pid, *item.geometry, item.slice,
@@ -86,13 +86,15 @@ bool CopyPool::StartQuantize(int op, const QuantizeWork& work, std::vector<CopyI
   const int64_t ranges = std::min<int64_t>(blocks, (threads() + 1) * 4);
   items.clear();
   if (blocks <= 1 || threads() == 0) {
-    Fp8BlockQuantizeBlocks(work.dtype, work.src, work.rows, work.cols, work.dst, work.scales, work.fmt, 0, blocks);
+    Fp8BlockQuantizeBlocks(work.dtype, work.src, work.rows, work.cols, work.dst, work.scales,
+                           work.fmt, 0, blocks);
     return true;
   }
   std::vector<Task> tasks;
   items.reserve(static_cast<size_t>(ranges));
   for (int64_t k = 0; k < ranges; ++k) {
-    items.push_back({nullptr, {blocks * k / ranges, blocks * (k + 1) / ranges, 0, 0}, nullptr, nullptr, 0, &work});
+    const CopySlice range{blocks * k / ranges, blocks * (k + 1) / ranges, 0, 0};
+    items.push_back({nullptr, range, nullptr, nullptr, 0, &work});
   }
   for (CopyItem& item : items) tasks.push_back({&item, 1, op});
   Submit(op, std::move(tasks));

@@ -60,8 +60,8 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
                                     Deadline deadline) {
   const ExecutorResources resources{comm_,         options_,       *pool_,   arena_,
                                     registrations_, peer_mappings_, control_, direct_reads_,
-                                    peer_cuda_,     cuda_exports_,  gpu_,     gpu_tables_, gpu_op_tables_,
-                                    staging_layouts_, offer_history_};
+                                    peer_cuda_,     cuda_exports_,  gpu_,     gpu_tables_,
+                                    gpu_op_tables_, staging_layouts_, offer_history_};
   offer_history_.ForEpoch(comm_.epoch());
   RankRun run(resources, plan, memory, deadline);
   // A transport call hung on this thread past the deadline (plus a grace in which the run's own

@@ -29,7 +29,8 @@ namespace ferry {
 
 class GpuReadTables {
  public:
-  // Builds a piece of work's kernel descriptors: appends its copies and conversions to the two vectors.
+  // Builds a piece of work's kernel descriptors: appends its copies and conversions to the two
+  // vectors.
   using Describe = std::function<Status(std::vector<cuda::StridedCopy>&,
                                         std::vector<cuda::StridedConvert>&)>;
   // Plans (generations) whose tables are kept; older ones are freed.

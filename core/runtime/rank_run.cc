@@ -446,7 +446,8 @@ Status RankRun::StartQuantize(int i) {
     if (!OnGpu(pair.to) || !OnGpu(scales)) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
-    return LaunchQuantize(i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols, op.scale_fmt});
+    return LaunchQuantize(
+        i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
       pair.from.dtype != DType::kFP32) {

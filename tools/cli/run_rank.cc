@@ -627,7 +627,8 @@ Status RunRankOrError(const RunArgs& args) {
     }
     return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed()));
   }
-  FERRY_RETURN_IF_ERROR(ExitIfAborted(session, session.communicator().Barrier("run/filled", context.store_deadline())));
+  FERRY_RETURN_IF_ERROR(ExitIfAborted(
+      session, session.communicator().Barrier("run/filled", context.store_deadline())));
   const int64_t delivered = context.delivered;
   double memcpy_bps = 0;
   if (lead) {
@@ -643,7 +644,8 @@ Status RunRankOrError(const RunArgs& args) {
           FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
     }
   }
-  FERRY_RETURN_IF_ERROR(ExitIfAborted(session, session.communicator().Barrier("run/memcpy", context.store_deadline())));
+  FERRY_RETURN_IF_ERROR(ExitIfAborted(
+      session, session.communicator().Barrier("run/memcpy", context.store_deadline())));
   return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed()));
 }
 

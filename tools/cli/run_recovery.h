@@ -5,10 +5,11 @@
 // included, agree through the store on the refit to resume at: the earliest one a survivor did
 // not finish, or that rank 0 did not report when rank 0 reports each refit (--verify: a rank 0
 // that died after every rank finished a refit but before it reported the refit's verification
-// leaves that refit to be run and reported again). Rank 0 — a survivor, or rank 0's own replacement — reports, through `say`, the fault
-// (as the faulty rank recorded it before firing, RecordFault), which survivor detected it after
-// how many milliseconds and with what error, and when the replacement had joined; the summary
-// line of each recovery is kept in the store, so that it outlives any one rank's process.
+// leaves that refit to be run and reported again). Rank 0 — a survivor, or rank 0's own
+// replacement — reports, through `say`, the fault (as the faulty rank recorded it before firing,
+// RecordFault), which survivor detected it after how many milliseconds and with what error, and
+// when the replacement had joined; the summary line of each recovery is kept in the store, so
+// that it outlives any one rank's process.
 // Recoveries repeat: each failure moves every rank one epoch on.
 //
 // Blocking: every function waits on the store or the communicator, bounded by the deadlines
