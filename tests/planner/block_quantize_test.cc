@@ -46,6 +46,29 @@ Layout Destination() {
   return l;
 }
 
+// Runs `plan` on host memory with Source()'s two column halves cut from `whole` (the [200, 260]
+// bf16 tensor, row-major) and expects Destination()'s fp8 matrix and scales to be the CPU
+// reference of `whole` in format `fmt`.
+void RunOnWholeTensor(const TransferPlan& plan, const Layout& src, const Layout& dst,
+                      const std::vector<uint8_t>& whole, Fp8ScaleFormat fmt) {
+  HostRun run(plan);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int64_t row = 0; row < 200; ++row) {
+      std::memcpy(run.source[static_cast<size_t>(src.FindBuffer(rank, "x"))].data() + row * 130 * 2,
+                  whole.data() + (row * 260 + rank * 130) * 2, 130 * 2);
+    }
+  }
+  run.Run(plan);
+  std::vector<uint8_t> want(200 * 260);
+  std::vector<float> want_scales(6);
+  Fp8BlockQuantizeMatrices(DType::kBF16, whole.data(), 1, 200, 260, want.data(), want_scales.data(),
+                           fmt);
+  EXPECT_EQ(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x"))], want);
+  EXPECT_EQ(std::memcmp(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x_scale_inv"))].data(),
+                        want_scales.data(), 24),
+            0);
+}
+
 TEST(BlockQuantizePlanTest, OneQuantizeOpPerMatrixFromAStagingSlotOfTheSourceDtype) {
   const Layout src = Source(), dst = Destination();
   Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(3, 8));
@@ -80,7 +103,6 @@ TEST(BlockQuantizePlanTest, RunningThePlanGivesTheReference) {
   const Layout src = Source(), dst = Destination();
   Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(3, 8));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  HostRun run(r->plan);
   // The whole tensor row-major, bf16 of random magnitudes per block.
   std::mt19937 rng(23);
   std::vector<uint8_t> whole(200 * 260 * 2);
@@ -88,20 +110,7 @@ TEST(BlockQuantizePlanTest, RunningThePlanGivesTheReference) {
     const float v = std::ldexp(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f, static_cast<int>((i / 260) / 128 * 7 - (i % 260) / 128 * 3));
     StoreFromFloat(DType::kBF16, whole.data() + i * 2, v);
   }
-  for (int rank = 0; rank < 2; ++rank) {
-    for (int64_t row = 0; row < 200; ++row) {
-      std::memcpy(run.source[static_cast<size_t>(src.FindBuffer(rank, "x"))].data() + row * 130 * 2,
-                  whole.data() + (row * 260 + rank * 130) * 2, 130 * 2);
-    }
-  }
-  run.Run(r->plan);
-  std::vector<uint8_t> want(200 * 260);
-  std::vector<float> want_scales(6);
-  Fp8BlockQuantizeMatrices(DType::kBF16, whole.data(), 1, 200, 260, want.data(), want_scales.data());
-  EXPECT_EQ(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x"))], want);
-  EXPECT_EQ(std::memcmp(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x_scale_inv"))].data(),
-                        want_scales.data(), 24),
-            0);
+  RunOnWholeTensor(r->plan, src, dst, whole, Fp8ScaleFormat::kFloat32);
 }
 
 // A destination buffer with UE8M0 scales (BlockScaledBuffer::scale_fmt): its Quantize op carries
@@ -123,26 +132,11 @@ TEST(BlockQuantizePlanTest, Ue8m0ScaleFormatReachesTheQuantizeOp) {
   EXPECT_NE(PlanToJson(r->plan).find("\"scale_fmt\":\"ue8m0\""), std::string::npos);
   EXPECT_EQ(PlanToJson(PlanReshard(src, Destination(), Topology::Uniform(3, 8))->plan).find("scale_fmt"),
             std::string::npos);
-  HostRun run(r->plan);
   std::vector<uint8_t> whole(200 * 260 * 2);
   for (int64_t i = 0; i < 200 * 260; ++i) {
     StoreFromFloat(DType::kBF16, whole.data() + i * 2, static_cast<float>(i % 1999) / 997.0f - 1.0f);
   }
-  for (int rank = 0; rank < 2; ++rank) {
-    for (int64_t row = 0; row < 200; ++row) {
-      std::memcpy(run.source[static_cast<size_t>(src.FindBuffer(rank, "x"))].data() + row * 130 * 2,
-                  whole.data() + (row * 260 + rank * 130) * 2, 130 * 2);
-    }
-  }
-  run.Run(r->plan);
-  std::vector<uint8_t> want(200 * 260);
-  std::vector<float> want_scales(6);
-  Fp8BlockQuantizeMatrices(DType::kBF16, whole.data(), 1, 200, 260, want.data(), want_scales.data(),
-                           Fp8ScaleFormat::kUe8m0);
-  EXPECT_EQ(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x"))], want);
-  EXPECT_EQ(std::memcmp(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x_scale_inv"))].data(),
-                        want_scales.data(), 24),
-            0);
+  RunOnWholeTensor(r->plan, src, dst, whole, Fp8ScaleFormat::kUe8m0);
 }
 
 TEST(BlockQuantizePlanTest, AStackedFragmentIsQuantizedMatrixByMatrix) {

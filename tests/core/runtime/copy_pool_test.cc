@@ -23,6 +23,17 @@ CopyGeometry Dense(int64_t bytes) {
   return MakeCopyGeometry(r, r).value();
 }
 
+// Runs queued tasks on this thread too, then waits (up to 10 s) for the pool to report an op.
+std::vector<std::pair<int, Status>> RunAndAwaitReport(CopyPool& pool) {
+  while (pool.RunOne()) {
+  }
+  std::vector<std::pair<int, Status>> reported;
+  for (int tries = 0; tries < 1000 && reported.empty(); ++tries) {
+    reported = pool.Done(std::chrono::microseconds(10000));
+  }
+  return reported;
+}
+
 TEST(CopyPoolTest, SmallCopiesRunInline) {
   CopyPool pool(2);
   std::vector<char> from(1000, 7), to(1000, 0);
@@ -46,12 +57,7 @@ TEST(CopyPoolTest, LargeCopiesRunOnTheWorkersAndAreReportedOnce) {
   auto done = pool.Start(/*op=*/5, geometries, ends, bytes, items);
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   ASSERT_FALSE(*done);
-  while (pool.RunOne()) {
-  }
-  std::vector<std::pair<int, Status>> reported;
-  for (int tries = 0; tries < 1000 && reported.empty(); ++tries) {
-    reported = pool.Done(std::chrono::microseconds(10000));
-  }
+  const std::vector<std::pair<int, Status>> reported = RunAndAwaitReport(pool);
   ASSERT_EQ(reported.size(), 1u);
   EXPECT_EQ(reported[0].first, 5);
   EXPECT_TRUE(reported[0].second.ok()) << reported[0].second.ToString();
@@ -95,12 +101,7 @@ TEST(CopyPoolTest, QuantizeBlocksRunOnTheWorkersAndEqualTheReference) {
       covered = item.slice.row_end;
     }
     EXPECT_EQ(covered, blocks);
-    while (pool.RunOne()) {
-    }
-    std::vector<std::pair<int, Status>> reported;
-    for (int tries = 0; tries < 1000 && reported.empty(); ++tries) {
-      reported = pool.Done(std::chrono::microseconds(10000));
-    }
+    const std::vector<std::pair<int, Status>> reported = RunAndAwaitReport(pool);
     ASSERT_EQ(reported.size(), 1u);
     EXPECT_EQ(reported[0].first, 9);
     EXPECT_EQ(got, want);
