@@ -10,7 +10,8 @@
 
 namespace ferry {
 
-const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, int rank) {
+const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, int rank,
+                                                     bool analyse) {
   const uint64_t fingerprint = PlanFingerprint(plan);
   auto hit = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
     return e.plan == &plan && e.fingerprint == fingerprint;
@@ -18,7 +19,8 @@ const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, i
   if (hit == entries_.end()) {
     if (entries_.size() == kSize) entries_.pop_back();
     entries_.insert(entries_.begin(),
-                    {&plan, fingerprint, next_generation_++, FindDirectReads(plan, rank)});
+                    {&plan, fingerprint, next_generation_++,
+                     analyse ? FindDirectReads(plan, rank) : std::vector<DirectRead>{}});
   } else if (hit != entries_.begin()) {
     std::rotate(entries_.begin(), hit, hit + 1);
   }

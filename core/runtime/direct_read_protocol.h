@@ -48,10 +48,12 @@ inline constexpr int64_t kAnswerBytes = 1;
 class DirectReadCache {
  public:
   static constexpr size_t kSize = 4;
-  // The direct reads of `rank` in `plan`, computed on a miss. Valid until the next call.
-  const std::vector<DirectRead>& Find(const TransferPlan& plan, int rank);
-  // Which analysis the last Find returned: a number of this cache's that no other analysis had
-  // or will have (what GpuReadTables keys a read's device work by).
+  // The direct reads of `rank` in `plan`, computed on a miss when `analyse` (else none: the entry
+  // then only gives the plan its generation). One executor passes the same `analyse` every call
+  // (executor.direct_intra_node). Valid until the next call.
+  const std::vector<DirectRead>& Find(const TransferPlan& plan, int rank, bool analyse);
+  // Which plan the last Find was for: a number of this cache's that no other plan (address and
+  // fingerprint) had or will have while cached (what OfferHistory and GpuReadTables key by).
   uint64_t generation() const { return entries_.empty() ? 0 : entries_.front().generation; }
 
  private:

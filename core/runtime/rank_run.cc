@@ -89,10 +89,8 @@ Status RankRun::CheckRunnable() const {
 // Same-node messages carried as one copy by the receiver: which of this rank's ops take part, and
 // the control buffer their offers travel in.
 void RankRun::AssignDirectRoles() {
-  static const std::vector<DirectRead> kNone;
-  const std::vector<DirectRead>& found = res_.direct_reads.Find(plan_, rank_);
+  directs_ = &res_.direct_reads.Find(plan_, rank_, res_.options.direct_intra_node);
   plan_generation_ = res_.direct_reads.generation();
-  directs_ = res_.options.direct_intra_node ? &found : &kNone;
   roles_ = DirectReadRoles::Assign(*directs_, rank_, local_, n_);
   if (static_cast<int64_t>(res_.control.size()) < roles_.control_bytes) {
     res_.control.resize(static_cast<size_t>(roles_.control_bytes));

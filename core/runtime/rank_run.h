@@ -223,7 +223,7 @@ class RankRun {
   std::unordered_map<int, int> local_;  // op id -> local index
 
   // Direct reads of this run and this rank's role in them.
-  const std::vector<DirectRead>* directs_ = nullptr;
+  const std::vector<DirectRead>* directs_ = nullptr;  // none when executor.direct_intra_node is off
   uint64_t plan_generation_ = 0;  // DirectReadCache::generation of plan_: keys offers and tables
   DirectReadRoles roles_;
   std::vector<int> requests_left_;   // by op: control requests still pending
