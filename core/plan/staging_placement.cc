@@ -8,14 +8,29 @@
 
 namespace ferry {
 
-void StagingPlacement::ResetLoose(int64_t capacity) {
+void StagingPlacement::ForgetSlots() {
   tight_ = false;
+  fixed_ = false;
+  fixed_offset_.clear();
+  fixed_held_.clear();
+  fixed_bytes_ = 0;
   layout_ = StagingLayout{};
-  spare_.Reset(capacity);
   offset_.clear();
   in_order_.clear();
   held_.clear();
   in_order_bytes_ = 0;
+}
+
+void StagingPlacement::ResetLoose(int64_t capacity) {
+  ForgetSlots();
+  spare_.Reset(capacity);
+}
+
+void StagingPlacement::ResetFixed(std::unordered_map<int, int64_t> offsets) {
+  ForgetSlots();
+  spare_.Reset(0);
+  fixed_ = true;
+  fixed_offset_ = std::move(offsets);
 }
 
 void StagingPlacement::ResetTight(StagingLayout layout, int64_t capacity) {
@@ -31,7 +46,22 @@ bool StagingPlacement::Place(const std::vector<int>& slots, bool in_order,
     if (!Placed(slot)) missing.push_back(slot);
   }
   if (missing.empty()) return true;
+  if (fixed_) return PlaceFixed(missing, slot_bytes);
   return tight_ && in_order ? PlaceInOrder(missing, slot_bytes) : PlaceFirstFit(missing, slot_bytes);
+}
+
+// A slot without a fixed offset is never placed (the caller laid out every slot of its run).
+bool StagingPlacement::PlaceFixed(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes) {
+  for (int slot : missing) {
+    if (fixed_offset_.count(slot) == 0) return false;
+  }
+  for (int slot : missing) {
+    const int64_t bytes = FirstFitAllocator::Granted(slot_bytes(slot));
+    offset_[slot] = fixed_offset_.at(slot);
+    fixed_held_[slot] = bytes;
+    fixed_bytes_ += bytes;
+  }
+  return true;
 }
 
 bool StagingPlacement::PlaceInOrder(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes) {
@@ -73,6 +103,11 @@ bool StagingPlacement::OverlapsHeld(int64_t begin, int64_t end) const {
 void StagingPlacement::Release(int slot) {
   const int64_t at = offset_.at(slot);
   offset_.erase(slot);
+  if (fixed_) {
+    fixed_bytes_ -= fixed_held_.at(slot);
+    fixed_held_.erase(slot);
+    return;
+  }
   if (in_order_.erase(slot) != 0) {
     in_order_bytes_ -= held_.at(at) - at;
     held_.erase(at);

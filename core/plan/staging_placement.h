@@ -2,7 +2,8 @@
 // executor's policy (core/runtime/rank_run.cc), which the simulator replays (tools/sim).
 //
 // Loose (every slot of the run fits in the arena at once): first fit over the whole arena, which
-// then never fails. Tight (they do not): the arena's first `extent` bytes hold the plan-order
+// then never fails; or, what the executor uses when the slots fit, fixed: each slot at an offset
+// laid out before the run (ResetFixed), the same in every run of a plan. Tight (they do not): the arena's first `extent` bytes hold the plan-order
 // layout (core/plan/staging_layout.h), in which the op first in plan order among those not yet
 // started places its slots at the layout's offsets, waiting only for slots there that are dead in
 // plan order but whose last op is still running; ops that run ahead of plan order take space
@@ -30,6 +31,12 @@ class StagingPlacement {
  public:
   // Forgets every slot; first fit over [0, capacity).
   void ResetLoose(int64_t capacity);
+  // Forgets every slot; from now on each slot of `offsets` is placed at its offset there, which
+  // never fails: for a run whose slots all fit the arena side by side. A refit runs one plan every
+  // step, and this way each slot lies at the same address in every run (first fit would place
+  // slots by the order completions happen to come in), so the device work built for a Pack or
+  // Unpack on CUDA memory (core/runtime/gpu_read_tables.h) stays valid from run to run.
+  void ResetFixed(std::unordered_map<int, int64_t> offsets);
   // Forgets every slot; `layout` over [0, layout.extent), first fit over [extent, capacity).
   // Needs capacity >= layout.extent.
   void ResetTight(StagingLayout layout, int64_t capacity);
@@ -46,14 +53,20 @@ class StagingPlacement {
   // The arena offset of a placed slot, or -1.
   int64_t OffsetOf(int slot) const;
   // Bytes of the arena held by placed slots.
-  int64_t in_use() const { return spare_.in_use() + in_order_bytes_; }
+  int64_t in_use() const { return spare_.in_use() + in_order_bytes_ + fixed_bytes_; }
 
  private:
   bool PlaceInOrder(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes);
   bool PlaceFirstFit(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes);
+  bool PlaceFixed(const std::vector<int>& missing, const std::function<int64_t(int)>& slot_bytes);
+  void ForgetSlots();
   bool OverlapsHeld(int64_t begin, int64_t end) const;
 
   bool tight_ = false;
+  bool fixed_ = false;
+  std::unordered_map<int, int64_t> fixed_offset_;  // ResetFixed's offsets
+  std::unordered_map<int, int64_t> fixed_held_;    // placed slot -> its bytes, when fixed_
+  int64_t fixed_bytes_ = 0;
   StagingLayout layout_;
   FirstFitAllocator spare_;                   // offsets relative to layout_.extent when tight
   std::unordered_map<int, int64_t> offset_;   // placed slot -> arena offset

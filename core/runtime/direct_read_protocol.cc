@@ -20,7 +20,7 @@ const std::vector<DirectRead>& DirectReadCache::Find(const TransferPlan& plan, i
     if (entries_.size() == kSize) entries_.pop_back();
     entries_.insert(entries_.begin(),
                     {&plan, fingerprint, next_generation_++,
-                     analyse ? FindDirectReads(plan, rank) : std::vector<DirectRead>{}});
+                     analyse ? FindDirectReads(plan, rank) : std::vector<DirectRead>{}, {}});
   } else if (hit != entries_.begin()) {
     std::rotate(entries_.begin(), hit, hit + 1);
   }

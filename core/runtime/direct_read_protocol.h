@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "core/runtime/copy_pool.h"
 #include "core/runtime/direct_read.h"
 #include "core/runtime/offer_history.h"
+#include "core/runtime/op_copies.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/peer_process.h"
@@ -44,7 +46,8 @@ inline constexpr int64_t kAnswerBytes = 1;
 
 // FindDirectReads of the plans run last (at most kSize, most recent first), keyed by address and
 // PlanFingerprint: callers that alternate a few plans (a refit and a probe) neither recompute nor
-// free an analysis of thousands of messages on every run.
+// free an analysis of thousands of messages on every run. Each entry also keeps its plan's
+// OpCopies (op_copies.h), filled by the executor as its ops first run.
 class DirectReadCache {
  public:
   static constexpr size_t kSize = 4;
@@ -55,6 +58,9 @@ class DirectReadCache {
   // Which plan the last Find was for: a number of this cache's that no other plan (address and
   // fingerprint) had or will have while cached (what OfferHistory and GpuReadTables key by).
   uint64_t generation() const { return entries_.empty() ? 0 : entries_.front().generation; }
+  // The OpCopies of the plan of the last Find, by the op's index among the rank's ops (null: not
+  // analysed yet); the caller sizes and fills it. Valid until the next Find.
+  std::vector<std::unique_ptr<OpCopies>>& op_copies() { return entries_.front().op_copies; }
 
  private:
   struct Entry {
@@ -62,6 +68,7 @@ class DirectReadCache {
     uint64_t fingerprint;
     uint64_t generation;
     std::vector<DirectRead> reads;
+    std::vector<std::unique_ptr<OpCopies>> op_copies;
   };
   std::vector<Entry> entries_;
   uint64_t next_generation_ = 1;

@@ -82,6 +82,8 @@ struct ExecutorStats {
   int64_t offer_bytes_sent = 0;    // direct-read offers sent, full or abbreviated (offer_history.h)
   int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
   int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)
+  int ops_analysed = 0;      // ops whose copy pairs this run read from the plan (the rest reused
+                             // an earlier run's analysis of the same plan: op_copies.h)
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
   std::map<std::string, TransportTraffic> by_transport;  // per transport name and kDirectReadPath

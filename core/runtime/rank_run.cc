@@ -45,7 +45,6 @@ Result<ExecutorStats> RankRun::Execute() {
   for (int i = 0; i < n_; ++i) {
     if (deps_left_[i] == 0) MakeReady(i);
   }
-  geometries_.resize(n_);
   items_.resize(n_);
   requests_left_.assign(n_, 0);
   offer_received_.assign(n_, 0);
@@ -97,6 +96,20 @@ void RankRun::AssignDirectRoles() {
   }
 }
 
+// Op i's copies as the plan cache keeps them (op_copies.h), analysed on their first use.
+Result<const OpCopies*> RankRun::CopiesOf(int i) {
+  std::vector<std::unique_ptr<OpCopies>>& cached = res_.direct_reads.op_copies();
+  if (cached.size() != static_cast<size_t>(n_)) cached.resize(static_cast<size_t>(n_));
+  std::unique_ptr<OpCopies>& entry = cached[static_cast<size_t>(i)];
+  if (entry == nullptr) {
+    Result<OpCopies> analysed = AnalyseOpCopies(plan_, OpAt(i));
+    if (!analysed.ok()) return analysed.status().WithContext(Describe(i));
+    entry = std::make_unique<OpCopies>(std::move(*analysed));
+    ++stats_.ops_analysed;
+  }
+  return entry.get();
+}
+
 // Counts each op's deps (which must be earlier ops of this rank) and the staging slots it uses
 // (which must be this rank's), and checks that every op's slots fit the staging budget together.
 Status RankRun::BuildDependencies() {
@@ -117,10 +130,8 @@ Status RankRun::BuildDependencies() {
       dependents_[it->second].push_back(i);
     }
     if (roles_.role[i] != DirectRole::kStaged) continue;  // direct reads use no staging
-    for (const CopyPair& pair : plan_.Copies(op)) {
-      AddSlotRefs(pair.from, slots_of_[i]);
-      AddSlotRefs(pair.to, slots_of_[i]);
-    }
+    FERRY_ASSIGN_OR_RETURN(const OpCopies* copies, CopiesOf(i));
+    slots_of_[i] = copies->slots;
     if (IsMessageKind(op.kind)) AddSlotRefs(op.Data(), slots_of_[i]);
     for (int slot : slots_of_[i]) {
       if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) ||
@@ -193,7 +204,20 @@ Status RankRun::ReserveStaging() {
   if (tight_layout_) {
     placement_.ResetTight(std::move(*tight_layout_), res_.arena.bytes());
   } else {
-    placement_.ResetLoose(res_.arena.bytes());
+    // Every slot fits at once (CheckStagingFits): side by side in slot order, at the same offsets
+    // in every run. Not so for a grouped transport granted more than the budget round by round:
+    // first fit then.
+    std::unordered_map<int, int64_t> offsets;
+    int64_t next = 0;
+    for (const auto& [slot, uses] : slot_uses_) {
+      offsets[slot] = next;
+      next += FirstFitAllocator::Granted(SlotBytes(slot));
+    }
+    if (next <= res_.arena.bytes()) {
+      placement_.ResetFixed(std::move(offsets));
+    } else {
+      placement_.ResetLoose(res_.arena.bytes());
+    }
   }
   op_started_.assign(static_cast<size_t>(n_), 0);
   first_unstarted_ = 0;
@@ -384,37 +408,30 @@ bool RankRun::GrantStaging(int i) {
 Status RankRun::StartCopy(int i) {
   const Op& op = OpAt(i);
   if (op.kind == OpKind::kQuantize) return StartQuantize(i);
-  auto& geos = geometries_[i];
-  geos.clear();
-  geos.reserve(static_cast<size_t>(op.NumCopies()));
+  FERRY_ASSIGN_OR_RETURN(const OpCopies* copies, CopiesOf(i));
   std::vector<CopyEnds> ends;
-  ends.reserve(static_cast<size_t>(op.NumCopies()));
-  int64_t bytes = 0;
+  ends.reserve(copies->geometries.size());
   bool gpu = false, pageable = false;
-  for (const CopyPair& pair : plan_.Copies(op)) {
-    FERRY_ASSIGN_OR_RETURN(CopyGeometry g, MakeCopyGeometry(pair.from, pair.to, pair.fn));
-    if (op.kind != OpKind::kConvert && (pair.from.dtype != pair.to.dtype || pair.fn != ElementFn::kNone)) {
-      return InvalidArgument("dtype changes and element functions only in convert ops");
-    }
-    FERRY_ASSIGN_OR_RETURN(char* from, BaseOf(pair.from));
-    FERRY_ASSIGN_OR_RETURN(char* to, BaseOf(pair.to));
-    bytes += g.bytes();
-    geos.push_back(g);
-    ends.push_back({from, to, 0});
-    gpu |= OnGpu(pair.from) || OnGpu(pair.to) ||
-           (device_staging_ && (pair.from.space == Space::kStaging || pair.to.space == Space::kStaging));
-    pageable |= (pair.from.space != Space::kStaging && !OnGpu(pair.from)) ||
-                (pair.to.space != Space::kStaging && !OnGpu(pair.to));
+  for (size_t c = 0; c < copies->geometries.size(); ++c) {
+    const RegionPlace& from = copies->from[c];
+    const RegionPlace& to = copies->to[c];
+    FERRY_ASSIGN_OR_RETURN(char* from_at, AddressOf(from.space, from.buffer, from.offset, from.bytes));
+    FERRY_ASSIGN_OR_RETURN(char* to_at, AddressOf(to.space, to.buffer, to.offset, to.bytes));
+    ends.push_back({from_at, to_at, 0});
+    const bool from_gpu = OnGpu(from.space, from.buffer), to_gpu = OnGpu(to.space, to.buffer);
+    gpu |= from_gpu || to_gpu ||
+           (device_staging_ && (from.space == Space::kStaging || to.space == Space::kStaging));
+    pageable |= (from.space != Space::kStaging && !from_gpu) || (to.space != Space::kStaging && !to_gpu);
   }
   if (gpu) {
     if (pageable) {
       return Unimplemented("a copy between CUDA memory and pageable host memory (register host "
                            "buffers of a CUDA refit as CUDA or staging)");
     }
-    stats_.bytes_copied += bytes;
-    return LaunchGpu(i, geos, ends, GpuNext::kComplete);
+    stats_.bytes_copied += copies->bytes;
+    return LaunchGpu(i, copies->geometries, ends, GpuNext::kComplete);
   }
-  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, geos, ends, bytes));
+  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, copies->geometries, ends, copies->bytes));
   if (done) Complete(i);
   return Status::Ok();
 }
@@ -463,7 +480,7 @@ Status RankRun::StartQuantize(int i) {
 }
 
 // Runs op i's copies inline or on the pool (CopyPool::Start); true when they already ran.
-// `geometries` must outlive the op (geometries_[i] or a cached DirectRead's).
+// `geometries` must outlive the op (the plan cache's OpCopies or DirectRead).
 Result<bool> RankRun::DispatchCopies(int i, std::span<const CopyGeometry> geometries,
                                      std::span<const CopyEnds> ends, int64_t bytes) {
   stats_.bytes_copied += bytes;
@@ -847,22 +864,24 @@ std::string RankRun::Describe(int i) const {
 }
 
 Result<char*> RankRun::BaseOf(const Region& r) const {
-  if (r.space == Space::kStaging) {
-    const int64_t slot_offset = placement_.OffsetOf(r.buffer);
+  return AddressOf(r.space, r.buffer, r.offset, r.NumBytes());
+}
+
+Result<char*> RankRun::AddressOf(Space space, int buffer, int64_t offset, int64_t bytes) const {
+  if (space == Space::kStaging) {
+    const int64_t slot_offset = placement_.OffsetOf(buffer);
     if (slot_offset < 0) return Internal("staging slot used before allocation");
-    if (r.offset < 0 || r.offset + r.NumBytes() > SlotBytes(r.buffer)) {
-      return OutOfRange("region outside staging slot " + std::to_string(r.buffer));
+    if (offset < 0 || offset + bytes > SlotBytes(buffer)) {
+      return OutOfRange("region outside staging slot " + std::to_string(buffer));
     }
-    return res_.arena.data() + slot_offset + r.offset;
+    return res_.arena.data() + slot_offset + offset;
   }
-  const std::vector<MemoryDesc>& table =
-      r.space == Space::kSource ? memory_.source : memory_.destination;
-  if (r.buffer < 0 || r.buffer >= static_cast<int>(table.size()) ||
-      table[r.buffer].base == nullptr) {
-    return InvalidArgument(std::string(SpaceName(r.space)) + " buffer " + std::to_string(r.buffer) +
+  const std::vector<MemoryDesc>& table = space == Space::kSource ? memory_.source : memory_.destination;
+  if (buffer < 0 || buffer >= static_cast<int>(table.size()) || table[buffer].base == nullptr) {
+    return InvalidArgument(std::string(SpaceName(space)) + " buffer " + std::to_string(buffer) +
                            " has no memory on rank " + std::to_string(rank_));
   }
-  return static_cast<char*>(table[r.buffer].base) + r.offset;
+  return static_cast<char*>(table[buffer].base) + offset;
 }
 
 }  // namespace ferry

@@ -6,8 +6,9 @@
 //
 // Phases, each a method below:
 //   set-up      CheckRunnable, AssignDirectRoles, BuildDependencies (deps and staging slots,
-//               validated), ReserveStaging (the arena), RegisterMemory (every transport this rank
-//               posts on)
+//               validated; each op's copies analysed once per plan, CopiesOf), ReserveStaging (the
+//               arena; slots at the same offsets every run when they all fit), RegisterMemory
+//               (every transport this rank posts on)
 //   scheduling  StartReady starts ready ops in (round, id) order: TryStart grants staging
 //               (GrantStaging), then StartCopy or StartNetwork; a direct read's ops start with
 //               StartOffer / StartRead instead (direct_read_protocol.h)
@@ -56,6 +57,7 @@
 #include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor.h"
 #include "core/runtime/gpu_read_tables.h"
+#include "core/runtime/op_copies.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
@@ -118,6 +120,7 @@ class RankRun {
   // --- set-up ---
   Status CheckRunnable() const;
   void AssignDirectRoles();
+  Result<const OpCopies*> CopiesOf(int i);
   Status BuildDependencies();
   Status ReserveStaging();
   Result<bool> StagesOnDevice();
@@ -167,6 +170,7 @@ class RankRun {
   enum class GpuNext : uint8_t { kComplete, kFinishRead, kPostSend };
   Status PrepareGpu();
   bool OnGpu(const Region& r) const;
+  bool OnGpu(Space space, int buffer) const;
   void AddBounce(int i);
   Status CheckStagingFits();
   Status LaunchGpu(int i, std::span<const CopyGeometry> geometries, std::span<const CopyEnds> ends,
@@ -207,6 +211,8 @@ class RankRun {
   std::string Describe(int i) const;
   // The address of region `r` in this rank's memory or in its staging slot (allocated by now).
   Result<char*> BaseOf(const Region& r) const;
+  // The address of `bytes` at `offset` of a buffer (or, for kStaging, a placed slot), checked.
+  Result<char*> AddressOf(Space space, int buffer, int64_t offset, int64_t bytes) const;
 
   const ExecutorResources& res_;
   Communicator& comm_;
@@ -269,7 +275,6 @@ class RankRun {
   std::set<int, ReadyOrder> ready_network_, ready_local_;  // network and local apart, so that a
                                                           // full in-flight window costs nothing
   int64_t readied_ = 0;  // ops made ready so far; a change means another scan may start more
-  std::vector<std::vector<CopyGeometry>> geometries_;  // by op, while its copies run
   std::vector<std::vector<CopyItem>> items_;            // by op, while its copies run
   std::unordered_map<int, QuantizeWork> quantize_work_;  // by host Quantize op, while it runs
   std::map<std::pair<Transport*, RequestId>, int> request_op_;

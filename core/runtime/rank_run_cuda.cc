@@ -94,11 +94,12 @@ Status RankRun::PrepareGpu() {
   return Status::Ok();
 }
 
-bool RankRun::OnGpu(const Region& r) const {
-  if (!on_gpu_ || r.space == Space::kStaging) return false;
-  const auto& table = r.space == Space::kSource ? memory_.source : memory_.destination;
-  return r.buffer >= 0 && r.buffer < static_cast<int>(table.size()) &&
-         table[r.buffer].kind == MemoryKind::kCuda;
+bool RankRun::OnGpu(const Region& r) const { return OnGpu(r.space, r.buffer); }
+
+bool RankRun::OnGpu(Space space, int buffer) const {
+  if (!on_gpu_ || space == Space::kStaging) return false;
+  const auto& table = space == Space::kSource ? memory_.source : memory_.destination;
+  return buffer >= 0 && buffer < static_cast<int>(table.size()) && table[buffer].kind == MemoryKind::kCuda;
 }
 
 int64_t RankRun::SlotBytes(int slot) const {

@@ -1,5 +1,5 @@
-// StagingPlacement: loose first fit over the arena; tight, the plan-order layout kept for the op
-// first in plan order and everything else first fit after it.
+// StagingPlacement: loose first fit over the arena; fixed offsets given up front; tight, the
+// plan-order layout kept for the op first in plan order and everything else first fit after it.
 #include "core/plan/staging_placement.h"
 
 #include <gtest/gtest.h>
@@ -60,6 +60,27 @@ TEST(StagingPlacementTest, LoosePlacementIsFirstFitOverTheWholeArena) {
   ASSERT_TRUE(p.Place({2}, false, Bytes));
   EXPECT_EQ(p.OffsetOf(2), 1536);
   EXPECT_EQ(p.OffsetOf(3), -1);
+}
+
+// Fixed placement puts each slot at its given offset whatever the order slots come in, so a
+// repeated plan finds its slots where the previous run had them; it counts what it holds.
+TEST(StagingPlacementTest, FixedPlacementKeepsEachSlotAtItsOffsetInAnyOrder) {
+  for (bool reversed : {false, true}) {
+    StagingPlacement p;
+    p.ResetFixed({{0, 0}, {1, 1024}, {2, 1536}});
+    EXPECT_FALSE(p.tight());
+    ASSERT_TRUE(p.Place(reversed ? std::vector<int>{2} : std::vector<int>{0}, false, Bytes));
+    ASSERT_TRUE(p.Place({1}, false, Bytes));
+    ASSERT_TRUE(p.Place(reversed ? std::vector<int>{0} : std::vector<int>{2}, false, Bytes));
+    EXPECT_EQ(p.OffsetOf(0), 0);
+    EXPECT_EQ(p.OffsetOf(1), 1024);
+    EXPECT_EQ(p.OffsetOf(2), 1536);
+    EXPECT_EQ(p.in_use(), 1024 + 512 + 512);
+    p.Release(1);
+    EXPECT_EQ(p.in_use(), 1024 + 512);
+    EXPECT_FALSE(p.Placed(1));
+    EXPECT_FALSE(p.Place({3}, false, Bytes));  // no offset was given for slot 3
+  }
 }
 
 }  // namespace
