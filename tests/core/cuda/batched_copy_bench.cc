@@ -96,6 +96,11 @@ int Main() {
   };
   column_shards("column shard of 16384x32768 bf16", 1, 16384, 32768);
   column_shards("512 column shards of 512x2048 bf16", 512, 512, 2048);
+  // Short rows, as a scaled expert preset makes them: Qwen3-30B-A3B at 1/4 reads its experts'
+  // down projections as 512 rows of 96 bytes (half of each 192-byte row) and its fused gate/up
+  // projections as 48 rows of 1 KiB (half of each 2 KiB row).
+  column_shards("10922 column shards of 512x96 bf16", 10922, 512, 96);
+  column_shards("10922 column shards of 48x1024 bf16", 10922, 48, 1024);
   {
     StridedCopy c;
     c.src = s; c.dst = d; c.ndim = 1; c.elem_size = 2;
