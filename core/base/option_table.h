@@ -74,6 +74,20 @@ class OptionTable {
                });
   }
 
+  // A file system path, empty by default; at most 4096 bytes.
+  OptionTable& Path(std::string name, std::string S::*field, std::string help) {
+    return Add(std::move(name), S{}.*field, std::move(help),
+               [name, field](const Config& config, S& out) -> Status {
+                 FERRY_ASSIGN_OR_RETURN(std::string value, config.GetString(name));
+                 if (value.size() > 4096) {
+                   return InvalidArgument("option '" + name + "': a path of " + std::to_string(value.size()) +
+                                          " bytes, more than 4096");
+                 }
+                 out.*field = std::move(value);
+                 return Status::Ok();
+               });
+  }
+
   // A duration ("30s", "500ms"), stored in seconds; it must be positive (Config::GetSeconds
   // refuses NaN, infinity and more than kMaxDurationSeconds).
   OptionTable& Seconds(std::string name, double S::*field, std::string help) {

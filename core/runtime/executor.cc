@@ -3,6 +3,7 @@
 #include "core/runtime/executor.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "core/cuda/copy_stream.h"
@@ -61,7 +62,9 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   const ExecutorResources resources{comm_,         options_,       *pool_,   arena_,
                                     registrations_, peer_mappings_, control_, direct_reads_,
                                     peer_cuda_,     cuda_exports_,  gpu_,     gpu_tables_,
-                                    gpu_op_tables_, staging_layouts_, offer_history_};
+                                    gpu_op_tables_, staging_layouts_, offer_history_,
+                                    options_.trace_dir.empty() ? nullptr : &trace_};
+  trace_.Clear();
   offer_history_.ForEpoch(comm_.epoch());
   RankRun run(resources, plan, memory, deadline);
   // A transport call hung on this thread past the deadline (plus a grace in which the run's own
@@ -73,7 +76,18 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   });
   Result<ExecutorStats> result = run.Execute();
   watchdog_.Disarm();
+  if (!options_.trace_dir.empty()) WriteTrace();
   return result;
+}
+
+// The run's timeline goes to its own file; a file that cannot be written is reported on stderr
+// and does not fail the refit it describes.
+void Executor::WriteTrace() {
+  const std::string path =
+      options_.trace_dir + "/rank" + std::to_string(comm_.rank()) + ".run" + std::to_string(++traced_runs_) + ".json";
+  if (Status written = trace_.Write(path, comm_.rank()); !written.ok()) {
+    std::fprintf(stderr, "ferry: WARNING: rank %d: %s\n", comm_.rank(), written.message().c_str());
+  }
 }
 
 }  // namespace ferry

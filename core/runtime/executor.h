@@ -52,6 +52,7 @@
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
+#include "core/runtime/run_trace.h"
 #include "core/runtime/run_watchdog.h"
 #include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
@@ -127,6 +128,10 @@ class Executor {
   OfferHistory offer_history_;              // direct-read offers of earlier runs
   StagingLayoutCache staging_layouts_;      // the last run's plan-order staging layout
   RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
+  RunTrace trace_;                          // the last run's timeline, when executor.trace_dir is set
+  int64_t traced_runs_ = 0;
+
+  void WriteTrace();
 };
 
 }  // namespace ferry

@@ -24,7 +24,10 @@ const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
         .Bool("executor.direct_intra_node", &ExecutorOptions::direct_intra_node,
               "between ranks of one node, the receiver copies straight from the sender's source "
               "buffers (one copy instead of pack, transport, unpack); every rank must use the "
-              "same value");
+              "same value")
+        .Path("executor.trace_dir", &ExecutorOptions::trace_dir,
+              "a directory (which must exist) where each run writes this rank's timeline, "
+              "rank<R>.run<N>.json, for Perfetto or chrome://tracing (empty: none)");
     return t;
   }();
   return *table;

@@ -1,9 +1,11 @@
 // ExecutorOptions: how one rank's executor runs its part of a plan (staging budget, copy threads,
-// messages in flight, registration caching, direct reads between ranks of one node), read once
+// messages in flight, registration caching, direct reads between ranks of one node, a timeline
+// per run), read once
 // from a Config through its option table.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/base/config.h"
 #include "core/base/option_table.h"
@@ -22,6 +24,8 @@ struct ExecutorOptions {
   bool cache_registrations = true;
   // Between ranks of one node the receiver copies straight from the sender's source buffers.
   bool direct_intra_node = true;
+  // When not empty, each run writes its timeline there (core/runtime/run_trace.h).
+  std::string trace_dir;
 
   // executor.* options: name, default (the values above), help.
   static const OptionTable<ExecutorOptions>& Table();

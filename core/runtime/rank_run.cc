@@ -35,7 +35,14 @@ RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
       ready_local_(ReadyOrder{&plan_, &ids_}) {}
 
 Result<ExecutorStats> RankRun::Execute() {
-  if (Status ready = SetUp(); !ready.ok()) {
+  const int64_t set_up_began = res_.trace != nullptr ? RunTrace::Now() : 0;
+  Status ready = SetUp();
+  if (res_.trace != nullptr) {
+    res_.trace->Span(RunTrace::Lane::kSetUp, "set-up", set_up_began, RunTrace::Now(),
+                     "\"ops\": " + std::to_string(n_));
+    op_began_.assign(static_cast<size_t>(n_), 0);
+  }
+  if (!ready.ok()) {
     // The peers wait for this rank's messages: abort, so that they fail now, naming this rank,
     // instead of at their deadlines.
     comm_.Abort(Status(ready.code(), "rank " + std::to_string(rank_) + " could not start the refit: " +
@@ -314,6 +321,7 @@ void RankRun::MakeReady(int i) {
 
 // Op i is done: frees the slots no later op uses and readies the ops that waited only for it.
 void RankRun::Complete(int i) {
+  TraceOp(i);
   ++completed_;
   for (int slot : slots_of_[i]) {
     if (--slot_uses_[slot] == 0) placement_.Release(slot);
@@ -321,6 +329,20 @@ void RankRun::Complete(int i) {
   for (int d : dependents_[i]) {
     if (--deps_left_[d] == 0) MakeReady(d);
   }
+}
+
+// Op i completed: its span from its start (or from the grant of its staging) in the trace.
+void RankRun::TraceOp(int i) {
+  if (res_.trace == nullptr) return;
+  const Op& op = OpAt(i);
+  std::string name = std::string(OpKindName(op.kind)) + " op " + std::to_string(op.id);
+  if (IsMessageKind(op.kind)) name += (op.kind == OpKind::kRecv ? " from rank " : " to rank ") + std::to_string(op.peer);
+  static constexpr const char* kRoles[] = {"staged", "elided by a direct read", "direct-read offer",
+                                           "direct read"};
+  res_.trace->Span(IsMessageKind(op.kind) ? RunTrace::Lane::kNetwork : RunTrace::Lane::kCopy, std::move(name),
+                   op_began_[static_cast<size_t>(i)], RunTrace::Now(),
+                   "\"bytes\": " + std::to_string(op.bytes) + ", \"path\": \"" +
+                       kRoles[static_cast<int>(roles_.role[i])] + "\"");
 }
 
 // Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
@@ -362,6 +384,7 @@ Status RankRun::StartReady() {
 
 // Starts op i if its staging slots can be granted; false when it must wait for space.
 Result<bool> RankRun::TryStart(int i) {
+  if (res_.trace != nullptr) op_began_[static_cast<size_t>(i)] = RunTrace::Now();
   if (roles_.role[i] == DirectRole::kElided) {  // a Pack or Unpack a direct read makes unnecessary
     op_started_[static_cast<size_t>(i)] = 1;
     Complete(i);
@@ -597,6 +620,10 @@ Status RankRun::StartRead(int i) {
 Status RankRun::CopyRead(int i) {
   const int k = roles_.direct_of[i];
   const DirectRead& d = (*directs_)[k];
+  if (res_.trace != nullptr) {
+    res_.trace->Instant(RunTrace::Lane::kNetwork, "offer from rank " + std::to_string(d.sender), RunTrace::Now(),
+                        "\"bytes\": " + std::to_string(control_bytes_[i]));
+  }
   const auto offer = std::span<const uint8_t>(res_.control).subspan(
       static_cast<size_t>(roles_.control_offset[k]), static_cast<size_t>(control_bytes_[i]));
   PeerMemory peers{res_.peer_mappings, res_.peer_cuda, comm_.peer_processes()};

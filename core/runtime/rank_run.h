@@ -61,6 +61,7 @@
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
 #include "core/runtime/registration_cache.h"
+#include "core/runtime/run_trace.h"
 #include "core/runtime/staging_arena.h"
 #include "core/runtime/transport.h"
 
@@ -84,6 +85,7 @@ struct ExecutorResources {
   GpuReadTables& gpu_op_tables;            // Copy/Pack/Unpack ops' device work, likewise
   StagingLayoutCache& staging_layouts;      // the last plan-order staging layout
   OfferHistory& offer_history;              // direct-read offers of earlier runs
+  RunTrace* trace;                          // this run's timeline, or null (executor.trace_dir)
 };
 
 class RankRun {
@@ -133,6 +135,7 @@ class RankRun {
   // --- scheduling ---
   void MakeReady(int i);
   void Complete(int i);
+  void TraceOp(int i);
   Status StartReady();
   Result<bool> TryStart(int i);
   bool GrantStaging(int i);
@@ -184,6 +187,8 @@ class RankRun {
   Status FlushGpuReads();
   Status StartBounced(int i);
   Status BounceIn(int i);
+  void TrackGpu(int64_t ticket, std::vector<int> ops);
+  void TraceGpuDone(int64_t ticket, size_t ops);
   void PollGpu();
   void OnGpuDone(int i);
   void DrainGpu();
@@ -260,6 +265,8 @@ class RankRun {
   std::vector<int64_t> bounce_bytes_;     // by bounce slot - plan_.slots.size()
   std::vector<GpuNext> gpu_next_;         // by op: what follows its kernel
   std::map<int64_t, std::vector<int>> gpu_ops_;  // ticket -> ops, while their kernel runs
+  std::map<int64_t, int64_t> gpu_launched_;      // ticket -> when it was enqueued (traced runs)
+  std::vector<int64_t> op_began_;                // by op: when it started (traced runs)
   std::vector<int> reads_queued_;                     // direct reads waiting for FlushGpuReads
   std::vector<const cuda::WorkTables*> read_tables_;  // their device work, in order
 

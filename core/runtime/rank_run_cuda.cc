@@ -143,7 +143,7 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
   FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
                          FindGpuWork(res_.gpu_op_tables, i, geometries, ends));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch(std::span(&tables, 1), {}, {}));
-  gpu_ops_[ticket] = {i};
+  TrackGpu(ticket, {i});
   gpu_next_[i] = next;
   return Status::Ok();
 }
@@ -151,7 +151,7 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
 // Enqueues Quantize op i's job as one kernel on the executor's stream; it completes when done.
 Status RankRun::LaunchQuantize(int i, const cuda::BlockQuantizeJob& job) {
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Quantize({job}));
-  gpu_ops_[ticket] = {i};
+  TrackGpu(ticket, {i});
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
@@ -177,8 +177,21 @@ Status RankRun::FlushGpuReads() {
   std::vector<int> ops;
   ops.swap(reads_queued_);
   if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
-  gpu_ops_[*ticket] = std::move(ops);
+  TrackGpu(*ticket, std::move(ops));
   return Status::Ok();
+}
+
+// Kernels of `ticket` run for `ops`; they complete together when PollGpu sees the ticket done.
+void RankRun::TrackGpu(int64_t ticket, std::vector<int> ops) {
+  if (res_.trace != nullptr) gpu_launched_[ticket] = RunTrace::Now();
+  gpu_ops_[ticket] = std::move(ops);
+}
+
+void RankRun::TraceGpuDone(int64_t ticket, size_t ops) {
+  if (res_.trace == nullptr) return;
+  res_.trace->Span(RunTrace::Lane::kGpu, "kernels of " + std::to_string(ops) + (ops == 1 ? " op" : " ops"),
+                   gpu_launched_[ticket], RunTrace::Now());
+  gpu_launched_.erase(ticket);
 }
 
 // A Send whose data lies in CUDA memory copies it to its bounce slot first (then PostData, from
@@ -189,7 +202,7 @@ Status RankRun::StartBounced(int i) {
   if (op.kind == OpKind::kRecv) return PostData(i, bounce, res_.arena.data());
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(at, bounce, op.bytes)}));
-  gpu_ops_[ticket] = {i};
+  TrackGpu(ticket, {i});
   gpu_next_[i] = GpuNext::kPostSend;
   return Status::Ok();
 }
@@ -200,7 +213,7 @@ Status RankRun::BounceIn(int i) {
   const char* bounce = res_.arena.data() + placement_.OffsetOf(bounce_of_[i]);
   FERRY_ASSIGN_OR_RETURN(char* at, BaseOf(op.Data()));
   FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Launch({Contiguous(bounce, at, op.bytes)}));
-  gpu_ops_[ticket] = {i};
+  TrackGpu(ticket, {i});
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
@@ -220,6 +233,7 @@ void RankRun::PollGpu() {
     }
     if (!*finished) break;
     const std::vector<int> ops = std::move(it->second);
+    TraceGpuDone(it->first, ops.size());
     gpu_ops_.erase(it);
     any = true;
     for (int i : ops) OnGpuDone(i);

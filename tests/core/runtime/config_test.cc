@@ -85,6 +85,19 @@ TEST(ConfigTest, RefusesNanInfiniteAndAbsurdValues) {
   EXPECT_NE(budget.message().find("kMaxByteSize"), std::string::npos) << budget.ToString();
 }
 
+TEST(ConfigTest, TraceDirIsAPathOfBoundedLength) {
+  Config config = RuntimeConfig();
+  auto options = ExecutorOptions::FromConfig(config);
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->trace_dir, "");
+  ASSERT_TRUE(config.Set("executor.trace_dir", "/tmp/ferry-trace").ok());
+  EXPECT_EQ(ExecutorOptions::FromConfig(config)->trace_dir, "/tmp/ferry-trace");
+  ASSERT_TRUE(config.Set("executor.trace_dir", std::string(5000, 'a')).ok());
+  Status long_path = ExecutorOptions::FromConfig(config).status();
+  EXPECT_NE(long_path.message().find("executor.trace_dir"), std::string::npos) << long_path.ToString();
+  EXPECT_NE(long_path.message().find("4096"), std::string::npos) << long_path.ToString();
+}
+
 TEST(ConfigTest, DescribeListsEveryOptionWithDefaultEnvAndHelp) {
   Config config(CoreOptions());
   ASSERT_TRUE(config.ApplyEnvironment({"FERRY_DEADLINE_ABORT=1s"}).ok());

@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -44,6 +48,43 @@ TEST(ExecutorTest, ThreeProcessesOverTcpPackSendUnpackForwardAndCopy) {
       if ((stats->ops_analysed > 0) != (refit == 0)) return 7;
     }
     return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+// executor.trace_dir: each run writes the rank's timeline, one file per run, with the set-up and
+// a span for every op of the rank (each on its lane: messages on "network", copies on "copies").
+TEST(ExecutorTest, TraceDirGetsEachRunsTimelineWithEveryOp) {
+  TransferPlan plan = ThreeRankPlan();
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/trace";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  auto codes = RunRanks(3, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 3, port, {"executor.trace_dir=" + dir});
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    AllocateHost(r, plan, rank);
+    for (int refit = 1; refit <= 2; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok()) return Report(stats.status());
+      std::ifstream in(dir + "/rank" + std::to_string(rank) + ".run" + std::to_string(refit) + ".json");
+      if (!in) return 2;
+      const nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (trace.is_discarded()) return 3;
+      int set_up = 0, ops = 0;
+      for (const auto& e : trace["traceEvents"]) {
+        if (e["ph"] != "X") continue;
+        if (e["pid"] != rank || e["dur"].get<double>() < 0) return 4;
+        const std::string name = e["name"];
+        if (name == "set-up") ++set_up;
+        const bool message = name.rfind("send", 0) == 0 || name.rfind("recv", 0) == 0 || name.rfind("forward", 0) == 0;
+        if (name.find(" op ") != std::string::npos) {
+          ++ops;
+          if (e["tid"] != (message ? 1 : 2)) return 5;
+        }
+      }
+      if (set_up != 1 || ops != stats->ops) return 6;
+    }
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 3, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 7;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
