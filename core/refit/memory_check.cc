@@ -2,6 +2,7 @@
 #include "core/refit/memory_check.h"
 
 #include "core/cuda/pointer.h"
+#include "core/cuda/vmm.h"
 
 namespace ferry {
 namespace {
@@ -18,6 +19,14 @@ Status CheckDeviceMemory(const std::string& what, const MemoryDesc& memory) {
                            ", not on device " + std::to_string(memory.device) + " as registered");
   }
   if (pointer->bytes_from_pointer < memory.bytes) {
+    // VMM memory (PyTorch's expandable segments) may span several mappings; a peer maps them all.
+    Result<bool> vmm = cuda::IsVmmMemory(memory.base);
+    if (vmm.ok() && *vmm) {
+      FERRY_ASSIGN_OR_RETURN(int64_t mapped, cuda::VmmBytesFrom(memory.base, memory.bytes));
+      if (mapped >= memory.bytes) return Status::Ok();
+      return InvalidArgument(what + ": " + std::to_string(memory.bytes) + " bytes registered but only " +
+                             std::to_string(mapped) + " are mapped from that address");
+    }
     return InvalidArgument(what + ": " + std::to_string(memory.bytes) + " bytes registered but only " +
                            std::to_string(pointer->bytes_from_pointer) +
                            " remain in the device allocation from that address");

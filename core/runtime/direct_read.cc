@@ -10,11 +10,13 @@ namespace ferry {
 namespace {
 
 constexpr uint32_t kOfferMagic = 0x52445246;  // "FRDR"
-// Version 3: header of magic, version, pid, boot id, number of buffers, flags (bit 0: abbreviated)
+// Version 4: header of magic, version, pid, boot id, number of buffers, flags (bit 0: abbreviated)
 // and the entries' digest; per buffer its address, size, shared file, memory kind, CUDA device,
-// allocation size and 64-byte CUDA IPC handle (host buffers send the CUDA fields zeroed).
-constexpr uint32_t kOfferVersion = 3;
+// buffer flags (bit 0: VMM), allocation size and 64-byte CUDA IPC handle or VMM export record
+// (host buffers send the CUDA fields zeroed).
+constexpr uint32_t kOfferVersion = 4;
 constexpr uint32_t kAbbreviatedFlag = 1;
+constexpr int32_t kVmmBufferFlag = 1;
 constexpr size_t kBootIdBytes = 40;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4 + 8;
 constexpr size_t kEntryBytes = 8 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + kCudaIpcHandleBytes;
@@ -269,7 +271,7 @@ uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const Pee
     Put<int64_t>(p, b.shared_offset);
     Put<uint64_t>(p, b.inode);
     Put<int32_t>(p, b.device);
-    Put<int32_t>(p, 0);
+    Put<int32_t>(p, b.cuda_vmm ? kVmmBufferFlag : 0);
     Put<int64_t>(p, b.allocation_bytes);
     std::memcpy(p, b.ipc_handle.data(), kCudaIpcHandleBytes);
     p += kCudaIpcHandleBytes;
@@ -328,7 +330,7 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
     b.shared_offset = Get<int64_t>(p);
     b.inode = Get<uint64_t>(p);
     b.device = Get<int32_t>(p);
-    (void)Get<int32_t>(p);
+    const int32_t buffer_flags = Get<int32_t>(p);
     b.allocation_bytes = Get<int64_t>(p);
     std::memcpy(b.ipc_handle.data(), p, kCudaIpcHandleBytes);
     p += kCudaIpcHandleBytes;
@@ -336,6 +338,11 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
       return InvalidArgument("direct-read offer names an unknown memory kind " + std::to_string(kind));
     }
     b.kind = static_cast<MemoryKind>(kind);
+    if ((buffer_flags & ~kVmmBufferFlag) != 0 || (buffer_flags != 0 && b.kind != MemoryKind::kCuda)) {
+      return InvalidArgument("direct-read offer: buffer flags " + std::to_string(buffer_flags) +
+                             " on a " + (b.kind == MemoryKind::kCuda ? "CUDA" : "host") + " buffer");
+    }
+    b.cuda_vmm = buffer_flags == kVmmBufferFlag;
     // Bounds are checked against the plan and the mapped file or allocation later; here what no
     // honest sender writes: negative sizes or offsets, fds out of range, a CUDA buffer outside its
     // allocation (compared without overflow).

@@ -130,6 +130,17 @@ Status CheckOfferSize(const DirectRead& read, int64_t received) {
 
 namespace {
 
+// The sender's process as a CUDA mapping reaches it: the offer's pid (checked against the
+// verified process already, CheckOfferSender) and the verified pidfd, where there is one.
+PeerOwner OwnerOf(int sender, int64_t pid, const PeerMemory& peers) {
+  PeerOwner owner{pid, -1};
+  if (peers.processes != nullptr) {
+    Result<int> pidfd = peers.processes->PidFd(sender);
+    if (pidfd.ok()) owner.pidfd = *pidfd;
+  }
+  return owner;
+}
+
 // Where each offered buffer is mapped in this process (null: not shared, read it through
 // process_vm_readv). Buffers of one shared file (ferry run puts a rank's buffers in one) share
 // its mapping: it is looked up once per file, not per buffer. CUDA buffers are opened through
@@ -144,7 +155,7 @@ Result<std::vector<const char*>> MapOfferedBuffers(const DirectRead& read,
   for (size_t j = 0; j < buffers.size(); ++j) {
     const PeerBuffer& b = buffers[j];
     if (b.kind == MemoryKind::kCuda) {
-      FERRY_ASSIGN_OR_RETURN(mapped[j], peers.cuda.Map(owner.pid, b, device));
+      FERRY_ASSIGN_OR_RETURN(mapped[j], peers.cuda.Map(OwnerOf(read.sender, owner.pid, peers), b, device));
       continue;
     }
     if (b.shared_fd < 0) continue;
@@ -293,12 +304,12 @@ std::vector<OfferHistory::Pin> PinsOf(const std::vector<PeerBuffer>& buffers,
 
 // Maps the pinned buffers of `taken` again (marking their mappings used this run); false when
 // one is no longer where the copies were resolved for.
-Result<bool> RenewPins(const OfferHistory::Taken& taken, PeerMemory& peers) {
+Result<bool> RenewPins(const OfferHistory::Taken& taken, int sender, PeerMemory& peers) {
   for (const OfferHistory::Pin& pin : taken.pins) {
     const PeerBuffer& b = taken.buffers[pin.buffer];
     const char* at = nullptr;
     if (b.kind == MemoryKind::kCuda) {
-      FERRY_ASSIGN_OR_RETURN(at, peers.cuda.Map(taken.header.owner.pid, b, taken.device));
+      FERRY_ASSIGN_OR_RETURN(at, peers.cuda.Map(OwnerOf(sender, taken.header.owner.pid, peers), b, taken.device));
     } else {
       FERRY_ASSIGN_OR_RETURN(PeerMappings::File file, peers.host.MapFile(taken.header.owner, b));
       at = file.base + b.shared_offset;
@@ -364,7 +375,7 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
     const bool held = taken.valid && taken.header.digest == header.digest &&
                       taken.header.owner.pid == header.owner.pid;
     if (!held) return nullptr;
-    FERRY_ASSIGN_OR_RETURN(bool pinned, RenewPins(taken, peers));
+    FERRY_ASSIGN_OR_RETURN(bool pinned, RenewPins(taken, read.sender, peers));
     if (pinned && SameMemory(taken.destination, destination)) return &taken;
   } else {
     taken.header = header;

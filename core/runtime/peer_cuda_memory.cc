@@ -1,17 +1,80 @@
-// PeerCudaMappings: see peer_cuda_memory.h.
+// CudaExports and PeerCudaMappings: see peer_cuda_memory.h.
 #include "core/runtime/peer_cuda_memory.h"
 
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include "core/cuda/copy_stream.h"
 #include "core/cuda/ipc.h"
 
 namespace ferry {
+namespace {
+
+// Export numbers of this process: never reused, so a receiver never takes a new export for an
+// old one whose table happened to sit at the same address.
+std::atomic<uint64_t> next_vmm_export{1};
+
+// The chunk table of a VMM record, copied out of the owner's memory and checked: the chunks tile
+// [0, span_bytes) in order.
+Result<std::vector<cuda::VmmChunk>> ReadChunkTable(const PeerOwner& owner, const VmmRecord& record,
+                                                   int64_t span_bytes) {
+  if (record.chunks < 1 || record.chunks > cuda::kMaxVmmChunks) {
+    return InvalidArgument("a VMM offer of " + std::to_string(record.chunks) + " chunks (1 to " +
+                           std::to_string(cuda::kMaxVmmChunks) + " allowed)");
+  }
+  std::vector<cuda::VmmChunk> chunks(static_cast<size_t>(record.chunks));
+  const size_t bytes = chunks.size() * sizeof(cuda::VmmChunk);
+  iovec local{chunks.data(), bytes};
+  iovec remote{reinterpret_cast<void*>(record.table), bytes};
+  const ssize_t got = ::process_vm_readv(static_cast<pid_t>(owner.pid), &local, 1, &remote, 1, 0);
+  if (got != static_cast<ssize_t>(bytes)) {
+    return Unavailable("reading process " + std::to_string(owner.pid) + "'s VMM chunk table: " +
+                       (got < 0 ? std::strerror(errno) : "short read") +
+                       " (reading a peer's memory needs ptrace access to it)");
+  }
+  int64_t next = 0;
+  for (const cuda::VmmChunk& c : chunks) {
+    if (c.offset != next || c.bytes <= 0 || c.bytes > span_bytes - next || c.fd < 0) {
+      return InvalidArgument("process " + std::to_string(owner.pid) + "'s VMM chunk table does not tile its " +
+                             std::to_string(span_bytes) + "-byte span");
+    }
+    next += c.bytes;
+  }
+  if (next != span_bytes) {
+    return InvalidArgument("process " + std::to_string(owner.pid) + "'s VMM chunks cover " + std::to_string(next) +
+                           " of its " + std::to_string(span_bytes) + "-byte span");
+  }
+  return chunks;
+}
+
+}  // namespace
+
+void PutVmmRecord(const VmmRecord& record, std::array<uint8_t, kCudaIpcHandleBytes>& handle) {
+  handle.fill(0);
+  std::memcpy(handle.data(), &record.export_id, 8);
+  std::memcpy(handle.data() + 8, &record.table, 8);
+  std::memcpy(handle.data() + 16, &record.chunks, 8);
+}
+
+VmmRecord GetVmmRecord(const std::array<uint8_t, kCudaIpcHandleBytes>& handle) {
+  VmmRecord record;
+  std::memcpy(&record.export_id, handle.data(), 8);
+  std::memcpy(&record.table, handle.data() + 8, 8);
+  std::memcpy(&record.chunks, handle.data() + 16, 8);
+  return record;
+}
 
 Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory) {
   auto it = exported_.find({memory.base, memory.bytes});
   if (it != exported_.end()) return it->second;
   FERRY_RETURN_IF_ERROR(cuda::SetDevice(memory.device));
+  FERRY_ASSIGN_OR_RETURN(bool vmm, cuda::IsVmmMemory(memory.base));
+  if (vmm) return DescribeVmm(memory);
   FERRY_ASSIGN_OR_RETURN(cuda::IpcExport exported, cuda::ExportIpcMemory(memory.base));
   PeerBuffer buffer;
   buffer.address = reinterpret_cast<uint64_t>(memory.base);
@@ -29,25 +92,93 @@ Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory) {
   return buffer;
 }
 
+Result<PeerBuffer> CudaExports::DescribeVmm(const MemoryDesc& memory) {
+  FERRY_ASSIGN_OR_RETURN(cuda::VmmSpan span, cuda::ExportVmmSpan(memory.base, memory.bytes));
+  auto held = std::make_unique<cuda::VmmSpan>(std::move(span));
+  PeerBuffer buffer;
+  buffer.address = reinterpret_cast<uint64_t>(memory.base);
+  buffer.bytes = memory.bytes;
+  buffer.kind = MemoryKind::kCuda;
+  buffer.device = memory.device;
+  buffer.cuda_vmm = true;
+  buffer.allocation_bytes = held->bytes;
+  buffer.shared_offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(memory.base) - held->base);
+  PutVmmRecord({next_vmm_export++, reinterpret_cast<uint64_t>(held->chunks.data()),
+                static_cast<int64_t>(held->chunks.size())},
+               buffer.ipc_handle);
+  vmm_[{memory.base, memory.bytes}] = std::move(held);
+  exported_[{memory.base, memory.bytes}] = buffer;
+  return buffer;
+}
+
+void CudaExports::Clear() {
+  for (auto& [key, span] : vmm_) cuda::CloseVmmSpan(*span);
+  vmm_.clear();
+  exported_.clear();
+}
+
 PeerCudaMappings::~PeerCudaMappings() { Clear(); }
 
-Result<const char*> PeerCudaMappings::Map(int64_t owner_pid, const PeerBuffer& buffer, int device) {
+Result<const char*> PeerCudaMappings::Map(const PeerOwner& owner, const PeerBuffer& buffer, int device) {
   if (buffer.kind != MemoryKind::kCuda) return InvalidArgument("not a CUDA buffer");
-  if (owner_pid == ::getpid()) return reinterpret_cast<const char*>(buffer.address);
-  const auto key = std::make_pair(owner_pid, buffer.ipc_handle);
+  if (owner.pid == ::getpid()) return reinterpret_cast<const char*>(buffer.address);
+  const auto key = std::make_pair(owner.pid, buffer.ipc_handle);
   auto it = opened_.find(key);
   if (it == opened_.end()) {
-    FERRY_ASSIGN_OR_RETURN(void* base, cuda::OpenIpcMemory(buffer.ipc_handle, device));
-    it = opened_.emplace(key, Opened{static_cast<char*>(base), false}).first;
+    Opened opened;
+    if (buffer.cuda_vmm) {
+      FERRY_ASSIGN_OR_RETURN(opened, MapVmm(owner, buffer, device));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(void* base, cuda::OpenIpcMemory(buffer.ipc_handle, device));
+      opened.base = static_cast<char*>(base);
+    }
+    it = opened_.emplace(key, std::move(opened)).first;
   }
   it->second.used = true;
   return it->second.base + buffer.shared_offset;
 }
 
+// Takes each chunk's fd from the owner's verified process, then maps the span.
+Result<PeerCudaMappings::Opened> PeerCudaMappings::MapVmm(const PeerOwner& owner, const PeerBuffer& buffer,
+                                                          int device) {
+  if (owner.pidfd < 0) {
+    return FailedPrecondition("process " + std::to_string(owner.pid) +
+                              " offers VMM memory, which is opened only from a verified same-node peer");
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<cuda::VmmChunk> chunks,
+                         ReadChunkTable(owner, GetVmmRecord(buffer.ipc_handle), buffer.allocation_bytes));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const long fd = ::syscall(SYS_pidfd_getfd, owner.pidfd, chunks[i].fd, 0);
+    if (fd < 0) {
+      const int err = errno;
+      for (size_t j = 0; j < i; ++j) ::close(chunks[j].fd);
+      return Unavailable("taking VMM handle fd " + std::to_string(chunks[i].fd) + " from process " +
+                         std::to_string(owner.pid) + ": " + std::strerror(err) +
+                         " (pidfd_getfd needs ptrace access to the peer)");
+    }
+    chunks[i].fd = static_cast<int32_t>(fd);
+  }
+  FERRY_ASSIGN_OR_RETURN(void* base, cuda::MapVmmSpan(chunks, buffer.allocation_bytes, device));
+  Opened opened;
+  opened.base = static_cast<char*>(base);
+  opened.vmm_bytes = buffer.allocation_bytes;
+  for (cuda::VmmChunk& c : chunks) c.fd = -1;  // closed by MapVmmSpan
+  opened.vmm_chunks = std::move(chunks);
+  return opened;
+}
+
+void PeerCudaMappings::Close(Opened& opened) {
+  if (opened.vmm_bytes > 0) {
+    (void)cuda::UnmapVmmSpan(opened.base, opened.vmm_chunks, opened.vmm_bytes);
+  } else {
+    (void)cuda::CloseIpcMemory(opened.base);
+  }
+}
+
 void PeerCudaMappings::Sweep() {
   for (auto it = opened_.begin(); it != opened_.end();) {
     if (!it->second.used) {
-      (void)cuda::CloseIpcMemory(it->second.base);
+      Close(it->second);
       it = opened_.erase(it);
     } else {
       it->second.used = false;
@@ -57,7 +188,7 @@ void PeerCudaMappings::Sweep() {
 }
 
 void PeerCudaMappings::Clear() {
-  for (auto& [key, o] : opened_) (void)cuda::CloseIpcMemory(o.base);
+  for (auto& [key, o] : opened_) Close(o);
   opened_.clear();
 }
 

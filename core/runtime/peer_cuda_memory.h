@@ -5,29 +5,68 @@
 // unused, like PeerMappings does for host files; a buffer of this very process (ranks as threads
 // of one process) is used as it is.
 //
+// Buffers in cuMem* (VMM) memory, such as PyTorch's with expandable_segments (core/cuda/vmm.h),
+// have no legacy IPC handle. The sender exports the mappings that cover such a buffer as POSIX
+// fds, keeps them open with a table of them (cuda::VmmChunk) in its own memory, and offers a
+// VmmRecord saying where that table lies. The receiver copies the table out of the sender's
+// memory (process_vm_readv; the sender's process is verified and checked alive after the copies
+// as for host reads), takes each fd from the sender's verified pidfd (pidfd_getfd: both need
+// ptrace access to the sender, like host reads without shared memory), and maps the chunks side
+// by side.
+//
 // Thread-safety: none; the executor thread exports and opens, the copy kernel reads.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "core/base/status.h"
+#include "core/cuda/vmm.h"
 #include "core/runtime/peer_memory.h"
 
 namespace ferry {
+
+// A VMM export as PeerBuffer::ipc_handle carries it: a number no other export of the owner
+// process had, and where its table of `chunks` cuda::VmmChunk records lies in the owner's memory.
+struct VmmRecord {
+  uint64_t export_id = 0;
+  uint64_t table = 0;
+  int64_t chunks = 0;
+};
+void PutVmmRecord(const VmmRecord& record, std::array<uint8_t, kCudaIpcHandleBytes>& handle);
+VmmRecord GetVmmRecord(const std::array<uint8_t, kCudaIpcHandleBytes>& handle);
 
 // This process's CUDA buffers as peers see them, by (base, bytes). Valid while the buffers are:
 // Clear() before freeing or reallocating one (Executor::ForgetRegistrations does).
 class CudaExports {
  public:
-  // `memory` (kind kCuda, from cudaMalloc) described for peers: its allocation's IPC handle and
-  // size and its offset there. Blocking on a miss (driver calls), a map lookup after.
+  CudaExports() = default;
+  CudaExports(const CudaExports&) = delete;
+  CudaExports& operator=(const CudaExports&) = delete;
+  ~CudaExports() { Clear(); }
+
+  // `memory` (kind kCuda) described for peers: for cudaMalloc memory its allocation's IPC handle
+  // and size and its offset there; for VMM memory the span of mappings holding it, exported (its
+  // fds stay open until Clear). Blocking on a miss (driver calls), a map lookup after.
   Result<PeerBuffer> Describe(const MemoryDesc& memory);
-  void Clear() { exported_.clear(); }
+  // Forgets every export and closes the fds of VMM exports.
+  void Clear();
 
  private:
+  Result<PeerBuffer> DescribeVmm(const MemoryDesc& memory);
+
   std::map<std::pair<const void*, int64_t>, PeerBuffer> exported_;
+  std::map<std::pair<const void*, int64_t>, std::unique_ptr<cuda::VmmSpan>> vmm_;  // their tables
+};
+
+// A peer process as a receiver reaches its memory: its pid and, where the peer was verified, a
+// pidfd of this process for it (-1: none; VMM buffers then cannot be opened).
+struct PeerOwner {
+  int64_t pid = 0;
+  int pidfd = -1;
 };
 
 class PeerCudaMappings {
@@ -37,9 +76,10 @@ class PeerCudaMappings {
   PeerCudaMappings& operator=(const PeerCudaMappings&) = delete;
   ~PeerCudaMappings();
 
-  // The address in this process of peer buffer `buffer` (kind kCuda) of process `owner_pid`,
-  // opening its allocation on `device` (this process's device) the first time. Blocking.
-  Result<const char*> Map(int64_t owner_pid, const PeerBuffer& buffer, int device);
+  // The address in this process of peer buffer `buffer` (kind kCuda) of process `owner`, opening
+  // its allocation (or, for a VMM buffer, mapping its span) on `device` (this process's device)
+  // the first time. Blocking.
+  Result<const char*> Map(const PeerOwner& owner, const PeerBuffer& buffer, int device);
   // Closes what was not used since the previous Sweep.
   void Sweep();
   void Clear();
@@ -49,7 +89,11 @@ class PeerCudaMappings {
   struct Opened {
     char* base = nullptr;
     bool used = false;
+    std::vector<cuda::VmmChunk> vmm_chunks;  // a VMM span: its chunks (offsets and sizes)
+    int64_t vmm_bytes = 0;
   };
+  Result<Opened> MapVmm(const PeerOwner& owner, const PeerBuffer& buffer, int device);
+  static void Close(Opened& opened);
   std::map<std::pair<int64_t, std::array<uint8_t, kCudaIpcHandleBytes>>, Opened> opened_;
 };
 

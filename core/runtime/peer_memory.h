@@ -82,6 +82,10 @@ struct PeerBuffer {
   int device = -1;               // kCuda: the owner's device ordinal
   int64_t allocation_bytes = 0;  // kCuda: size of the cudaMalloc allocation holding the buffer
   std::array<uint8_t, kCudaIpcHandleBytes> ipc_handle{};  // kCuda: the allocation's IPC handle
+  // kCuda in cuMem* (VMM) mappings: allocation_bytes and shared_offset then describe the span of
+  // mappings holding the buffer, and ipc_handle holds ferry's record of the export
+  // (peer_cuda_memory.h VmmRecord) instead of a CUDA IPC handle.
+  bool cuda_vmm = false;
 };
 
 // Describes this process's host `memory` for peers. fstat()s the shared file once per fd: keep one

@@ -156,6 +156,11 @@ Result<int64_t> PeerProcesses::Pid(int peer) const {
   return it->second.pid;
 }
 
+Result<int> PeerProcesses::PidFd(int peer) const {
+  FERRY_RETURN_IF_ERROR(Pid(peer).status());
+  return verified_.at(peer).pidfd;
+}
+
 Status PeerProcesses::CheckAlive(int peer) const {
   auto it = verified_.find(peer);
   if (it == verified_.end()) return Pid(peer).status();

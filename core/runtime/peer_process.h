@@ -52,6 +52,9 @@ class PeerProcesses {
   // The kernel-verified pid of `peer`; kFailedPrecondition naming the rank when it is not a
   // verified same-node peer.
   Result<int64_t> Pid(int peer) const;
+  // A pidfd of `peer`'s verified process, owned by this object (valid while it lives);
+  // kFailedPrecondition as Pid.
+  Result<int> PidFd(int peer) const;
   // Ok while `peer`'s verified process has not exited; kUnavailable naming the rank and pid
   // after it did (its pid may since belong to another process).
   Status CheckAlive(int peer) const;

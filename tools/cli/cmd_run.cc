@@ -42,6 +42,10 @@ void AddCommonOptions(CLI::App& cmd, RunArgs& args, std::string& strategy) {
                  "rank 0 writes the plan it executes (the first strategy's) as JSON, as `ferry plan --json` does");
   cmd.add_option("--memory", args.memory, "where buffers live: host or cuda (needs a GPU)")
       ->check(CLI::IsMember({"host", "cuda"}));
+  cmd.add_option("--cuda-alloc", args.cuda_alloc,
+                 "with --memory cuda: cudamalloc (default) or vmm (20 MiB cuMem mappings, as PyTorch's "
+                 "expandable_segments)")
+      ->check(CLI::IsMember({"cudamalloc", "vmm"}));
   cmd.add_option("--store-host", args.store_host,
                  "who serves the rendezvous store: launcher (default; rank 0 is an ordinary rank) or rank0")
       ->check(CLI::IsMember({"launcher", "rank0"}));
@@ -120,6 +124,7 @@ std::vector<std::string> RunArgv(const RunArgs& args) {
   add("--save-plan", args.save_plan_file);
   if (args.pretend_nodes) argv.push_back("--pretend-nodes");
   add("--memory", args.memory);
+  add("--cuda-alloc", args.cuda_alloc);
   add("--inject-fault", args.inject_fault);
   if (args.recover) argv.push_back("--recover");
   return argv;
@@ -173,6 +178,10 @@ int RunCommand(const RunArgs& args) {
   if (!TransportRegistry::Default().Contains(args.transport)) {
     std::fprintf(stderr, "ferry run: --transport %s: unknown; known: %s\n", args.transport.c_str(),
                  JoinNames(TransportRegistry::Default().Names()).c_str());
+    return 1;
+  }
+  if (args.cuda_alloc != "cudamalloc" && args.memory != "cuda") {
+    std::fprintf(stderr, "ferry run: --cuda-alloc %s needs --memory cuda\n", args.cuda_alloc.c_str());
     return 1;
   }
   if (args.memory == "cuda" && cuda::DeviceCount() == 0) {

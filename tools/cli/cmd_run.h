@@ -54,6 +54,9 @@ struct RunArgs {
   // Where the buffers live: "host" (shareable host memory) or "cuda" (one cudaMalloc per side per
   // rank, on device rank % visible devices).
   std::string memory = "host";
+  // With memory "cuda": how the buffers are allocated, "cudamalloc" (one cudaMalloc per side per
+  // rank) or "vmm" (20 MiB cuMem* mappings side by side, as PyTorch's expandable_segments).
+  std::string cuda_alloc = "cudamalloc";
   // A fault for one rank to inject (fault_injection.h: "2:kill:after=2"); empty: FERRY_INJECT_FAULT.
   std::string inject_fault;
   // Recover from a failed refit: the local launcher replaces a rank whose process died (any rank,

@@ -1,24 +1,40 @@
-// DeviceBuffers: a rank's buffers of one side in one CUDA allocation.
+// DeviceBuffers: a rank's buffers of one side in one CUDA allocation or one range of VMM mappings.
 #include "tools/cli/device_buffers.h"
+
+#include <algorithm>
 
 #include "core/cuda/batched_copy.h"
 #include "core/cuda/copy_stream.h"
 
 namespace ferry::cli {
 
+// PyTorch's expandable segments map the large pool in 20 MiB pieces
+// (c10/cuda/CUDACachingAllocator.cpp, kLargeBuffer).
+constexpr int64_t kVmmChunkBytes = int64_t{20} << 20;
+
 Result<std::unique_ptr<DeviceBuffers>> DeviceBuffers::Allocate(const BufferList& specs, int rank,
-                                                               int device) {
+                                                               int device, bool vmm) {
   std::unique_ptr<DeviceBuffers> buffers(new DeviceBuffers);
   buffers->device_ = device;
   buffers->carving_ = BufferCarving::Of(specs, rank);
   FERRY_RETURN_IF_ERROR(cuda::SetDevice(device));
+  if (vmm) {
+    FERRY_ASSIGN_OR_RETURN(buffers->vmm_, cuda::AllocateVmm(std::max<int64_t>(buffers->carving_.block_bytes, 1),
+                                                            kVmmChunkBytes, device));
+    buffers->block_ = static_cast<char*>(buffers->vmm_.base);
+    return buffers;
+  }
   FERRY_ASSIGN_OR_RETURN(void* block, cuda::DeviceAlloc(buffers->carving_.block_bytes));
   buffers->block_ = static_cast<char*>(block);
   return buffers;
 }
 
 DeviceBuffers::~DeviceBuffers() {
-  if (block_ != nullptr) (void)cuda::DeviceFree(block_);
+  if (vmm_.base != nullptr) {
+    (void)cuda::FreeVmm(vmm_);
+  } else if (block_ != nullptr) {
+    (void)cuda::DeviceFree(block_);
+  }
 }
 
 MemoryDesc DeviceBuffers::Desc(size_t buffer) const {

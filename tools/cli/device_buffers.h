@@ -1,6 +1,7 @@
 // DeviceBuffers: one rank's buffers of one side of a refit in CUDA memory, 256-byte aligned and
 // carved out of one cudaMalloc allocation (as a trainer's weights sit in a few allocator
-// segments), mirrored by the HostBuffers that hold the pattern: Upload copies the mirror up (the
+// segments) or out of one range of 20 MiB cuMem* (VMM) mappings (as PyTorch's expandable
+// segments hold them; buffers then span mappings), mirrored by the HostBuffers that hold the pattern: Upload copies the mirror up (the
 // sources' fill), Download copies the device bytes down (to name the element a failed check found). Used by
 // `ferry run --memory cuda`; blocking calls; not thread-safe.
 #pragma once
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/cuda/vmm.h"
 #include "core/layout/buffer_list.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/buffer_carving.h"
@@ -20,9 +22,10 @@ namespace ferry::cli {
 
 class DeviceBuffers {
  public:
-  // Allocates every buffer of `specs` that belongs to `rank` on CUDA device `device`.
+  // Allocates every buffer of `specs` that belongs to `rank` on CUDA device `device`, in VMM
+  // mappings when `vmm`.
   static Result<std::unique_ptr<DeviceBuffers>> Allocate(const BufferList& specs, int rank,
-                                                         int device);
+                                                         int device, bool vmm = false);
   ~DeviceBuffers();
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
@@ -41,6 +44,7 @@ class DeviceBuffers {
   BufferCarving carving_;
   char* block_ = nullptr;
   int device_ = 0;
+  cuda::VmmAllocation vmm_;  // when the block is VMM memory
 };
 
 }  // namespace ferry::cli

@@ -476,13 +476,14 @@ std::vector<int> PretendedNodes(const RunArgs& args, const Topology& topology) {
 
 // --memory cuda: the rank's buffers on device rank % visible devices, sources filled from their
 // host mirror.
-Status AllocateDeviceBuffers(const RefitInputs& in, int rank, const HostBuffers& sources,
+Status AllocateDeviceBuffers(const RefitInputs& in, int rank, bool vmm, const HostBuffers& sources,
                              std::unique_ptr<DeviceBuffers>& device_sources,
                              std::unique_ptr<DeviceBuffers>& device_destinations) {
   const int devices = cuda::DeviceCount();
   if (devices == 0) return FailedPrecondition("no CUDA device is visible to this rank");
-  FERRY_ASSIGN_OR_RETURN(device_sources, DeviceBuffers::Allocate(in.source.buffers, rank, rank % devices));
-  FERRY_ASSIGN_OR_RETURN(device_destinations, DeviceBuffers::Allocate(in.destination.buffers, rank, rank % devices));
+  FERRY_ASSIGN_OR_RETURN(device_sources, DeviceBuffers::Allocate(in.source.buffers, rank, rank % devices, vmm));
+  FERRY_ASSIGN_OR_RETURN(device_destinations,
+                         DeviceBuffers::Allocate(in.destination.buffers, rank, rank % devices, vmm));
   return device_sources->Upload(sources);
 }
 
@@ -602,7 +603,8 @@ Status RunRankOrError(const RunArgs& args) {
                                                                    : ParseFaults(args.inject_fault, "--inject-fault"));
   std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
   if (args.memory == "cuda") {
-    FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, sources, device_sources, device_destinations)
+    FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, args.cuda_alloc == "vmm", sources, device_sources,
+                                                device_destinations)
                               .WithContext("rank " + std::to_string(info.rank) + ": --memory cuda"));
     context.device_sources = device_sources.get();
     context.device_destinations = device_destinations.get();

@@ -103,6 +103,20 @@ for scale in "${SCALES[@]}"; do
     row "refit $scale $variant ($((bytes >> 20)) MiB, 8 procs, verified)" \
         "$gbps GB/s, mean $(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }'); $ratio of IPC ceiling; $vs_gb of gather-broadcast"
   done < "$LOG/refit_$tag.csv"
+  # The same reshard with every buffer in 20 MiB cuMem (VMM) mappings, as PyTorch's
+  # expandable_segments holds tensors: direct reads export and map the peers' mappings.
+  rm -f "$LOG/refit_vmm_$tag.csv"
+  if timeout 300 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$scale" --src megatron:tp=2,ep=2 \
+      --dst vllm:tp=2,dp=2 --memory cuda --cuda-alloc vmm --verify --transport tcp --strategy reshard \
+      --warmup 2 --iterations 5 --timeout 280 --results "$LOG/refit_vmm_$tag.csv" 2>&1 |
+      grep -v '\.\.\. ' | tee -a "$LOG/refit.log"; then
+    IFS=, read -r label variant ranks bytes mean best gbps rest < "$LOG/refit_vmm_$tag.csv"
+    row "refit $scale reshard, VMM buffers ($((bytes >> 20)) MiB, 8 procs, verified)" \
+        "$gbps GB/s, mean $(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }')"
+  else
+    row "refit $scale reshard, VMM buffers" "FAILED (see refit.log)"
+    FAILED=1
+  fi
 done
 
 echo

@@ -5,7 +5,8 @@
 # pybind11 headers, and linked there with the core's objects exactly as Bazel links _ferry.so.
 # Then the GPU tests run: the facade's refit_cuda_test, and the pytest suites that need CUDA or a
 # torch with DTensor (test_cuda.py, test_dtensor.py, the example on CUDA) with the registration
-# and layout suites (the module on that Python), then python/bench/direct_reads.py on CUDA tensors.
+# and layout suites (the module on that Python), then python/bench/direct_reads.py on CUDA tensors,
+# and test_cuda.py and the bench again with PyTorch's expandable segments (VMM memory).
 #
 #   tools/device/python_gpu.sh pack DIR        here (Bazel): builds and fills DIR (about 40 MiB)
 #   tools/device/python_gpu.sh test DIR [LIB]  there: builds the module, runs the tests; LIB holds
@@ -84,6 +85,12 @@ test_there() {
   run pytest python3 -m pytest -q -rs -p no:cacheprovider "${files[@]}"
   # Python refits of CUDA tensors, 64 MiB over 4 processes on one GPU: CUDA IPC reads vs staged.
   run direct_reads_cuda python3 "$dir/bench/direct_reads.py" cuda && tail -3 "$log/direct_reads_cuda.log"
+  # The same with PyTorch's expandable segments: tensors in cuMem (VMM) mappings, which direct
+  # reads export as fds and map (core/cuda/vmm.h).
+  run pytest_expandable_segments env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+    python3 -m pytest -q -rs -p no:cacheprovider "$dir/tests/test_cuda.py"
+  run direct_reads_cuda_expandable_segments env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+    python3 "$dir/bench/direct_reads.py" cuda && tail -3 "$log/direct_reads_cuda_expandable_segments.log"
   return $failed
 }
 

@@ -1,6 +1,7 @@
 // FindDirectReads on hand-made plans: which same-node messages qualify for a single copy and how
 // the Pack and Unpack sides meet; the offer's encoding; PlanFingerprint.
 #include "core/runtime/direct_read.h"
+#include "core/runtime/peer_cuda_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -209,6 +210,38 @@ TEST(DirectReadTest, OfferCarriesCudaIpcHandlesAndChecksTheirBounds) {
   std::vector<uint8_t> version_two = wire;
   version_two[4] = 2;
   EXPECT_EQ(DecodeDirectReadOffer(version_two, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+}
+
+// A VMM buffer travels as a CUDA buffer with the VMM flag, its span in allocation_bytes and
+// shared_offset and ferry's export record in the handle field; the flag on a host buffer is
+// refused.
+TEST(DirectReadTest, OfferCarriesVmmExportsAndRefusesStrayFlags) {
+  ProcessIdentity owner{77, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
+  PeerBuffer vmm;
+  vmm.address = 0x7e0001400000 + 4096;
+  vmm.bytes = 30 << 20;
+  vmm.kind = MemoryKind::kCuda;
+  vmm.device = 0;
+  vmm.cuda_vmm = true;
+  vmm.shared_offset = 4096;
+  vmm.allocation_bytes = 40 << 20;  // two 20 MiB mappings
+  PutVmmRecord({42, 0x5555deadbe00, 2}, vmm.ipc_handle);
+  std::vector<PeerBuffer> buffers = {vmm};
+  std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(1)));
+  EncodeDirectReadOffer(owner, buffers, wire);
+  OfferHeader got;
+  std::vector<PeerBuffer> got_buffers;
+  ASSERT_TRUE(DecodeDirectReadOffer(wire, 1, got, got_buffers).ok());
+  EXPECT_TRUE(got_buffers[0].cuda_vmm);
+  const VmmRecord record = GetVmmRecord(got_buffers[0].ipc_handle);
+  EXPECT_EQ(record.export_id, 42u);
+  EXPECT_EQ(record.table, 0x5555deadbe00u);
+  EXPECT_EQ(record.chunks, 2);
+  EXPECT_EQ(got_buffers[0].allocation_bytes, 40 << 20);
+
+  buffers[0].kind = MemoryKind::kHost;  // a VMM flag on a host buffer
+  EncodeDirectReadOffer(owner, buffers, wire);
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 1, got, got_buffers).code(), StatusCode::kInvalidArgument);
 }
 
 // An abbreviated offer is the header alone, with the digest of the full offer's entries; a full

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cuda/batched_copy.h"
+#include "core/cuda/vmm.h"
 #include "core/runtime/executor.h"
 #include "tests/core/runtime/executor_testutil.h"
 
@@ -29,14 +30,29 @@ bool HaveGpu() {
 
 // Every buffer of this rank in its own cudaMalloc allocation: sources hold the tensor, the
 // destinations -1.
-Status AllocateDevice(Rank& r, const TransferPlan& plan, int rank) {
+// With `vmm`, each side's buffers of the rank lie in one range of 2 MiB cuMem mappings (as
+// PyTorch's expandable segments hold tensors), the first starting 4 KiB before a mapping's end so
+// that buffers straddle mappings; the ranges are never freed (the process exits after the test).
+Status AllocateDevice(Rank& r, const TransferPlan& plan, int rank, bool vmm = false) {
   auto fill = [&](const BufferTable& specs, std::vector<MemoryDesc>& out, bool source) -> Status {
+    char* next = nullptr;
+    if (vmm) {
+      int64_t total = 0;
+      for (const BufferTable::Entry& spec : specs) total += spec.rank == rank ? spec.bytes : 0;
+      FERRY_ASSIGN_OR_RETURN(cuda::VmmAllocation block, cuda::AllocateVmm((2 << 20) + total, 2 << 20, 0));
+      next = static_cast<char*>(block.base) + (2 << 20) - 4096;
+    }
     for (const BufferTable::Entry& spec : specs) {
       if (spec.rank != rank) {
         out.push_back({});
         continue;
       }
-      FERRY_ASSIGN_OR_RETURN(void* p, cuda::DeviceAlloc(spec.bytes));
+      void* p = next;
+      if (vmm) {
+        next += spec.bytes;
+      } else {
+        FERRY_ASSIGN_OR_RETURN(p, cuda::DeviceAlloc(spec.bytes));
+      }
       std::vector<float> host(static_cast<size_t>(spec.bytes / 4), -1.0f);
       for (int64_t i = 0; source && i < spec.bytes / 4; ++i) host[i] = Value(i / kCols, i % kCols);
       FERRY_RETURN_IF_ERROR(cuda::CopyToDevice(p, host.data(), spec.bytes));
@@ -84,14 +100,14 @@ Status MoveDestinations(Rank& r) {
 // Three refits of the three-rank plan on CUDA memory; `one_node` makes message 1 a direct read;
 // `move` gives rank 1 new destination buffers before the third, which its kernels (an Unpack, or
 // the direct read) must then write.
-void RunOnDevice(bool one_node, bool move = false) {
+void RunOnDevice(bool one_node, bool move = false, bool vmm = false) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
   TransferPlan plan = ThreeRankPlan(one_node ? LinkClass::kSameNode : LinkClass::kNetwork);
   auto codes = RunRanks(3, 90, [&](int rank, int port) {
     auto joined = Join(rank, 3, port, {"executor.staging_budget=1100KiB"}, one_node);
     if (!joined.ok()) return Report(joined.status());
     Rank& r = **joined;
-    if (Status s = AllocateDevice(r, plan, rank); !s.ok()) return Report(s);
+    if (Status s = AllocateDevice(r, plan, rank, vmm); !s.ok()) return Report(s);
     for (int refit = 0; refit < 3; ++refit) {
       if (move && refit == 2 && rank == 1) {
         if (Status s = MoveDestinations(r); !s.ok()) return Report(s);
@@ -117,6 +133,10 @@ void RunOnDevice(bool one_node, bool move = false) {
 TEST(ExecutorCudaTest, PackUnpackBounceAndCopyOnDeviceMemoryOverTcp) { RunOnDevice(false); }
 
 TEST(ExecutorCudaTest, UnpackIntoMovedDestinationsWritesTheNewBuffers) { RunOnDevice(false, true); }
+
+// Sources and destinations in VMM mappings, buffers straddling them: the same-node message is a
+// direct read of the sender's mappings, exported as fds and mapped side by side by the reader.
+TEST(ExecutorCudaTest, DirectReadOfVmmBuffersThatSpanMappings) { RunOnDevice(true, false, true); }
 
 // Where there is no GPU, a run given CUDA memory fails at once on every rank, naming the missing
 // device, before any op touches the (here fake) device addresses.
