@@ -16,6 +16,7 @@
 #include "core/layout/limits.h"
 #include "tools/models/hybrid_pipeline_stages.h"
 #include "tools/models/pipeline_stages.h"
+#include "tools/models/vllm_pipeline.h"
 #include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
@@ -187,12 +188,38 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
   return CheckRedundantExperts(v, c);
 }
 
+// What ferry does not model under vLLM's pipeline parallelism, refused rather than guessed.
+Status CheckVllmPipeline(const VllmParallel& v, const ModelConfig& c) {
+  if (v.pp == 1) return Status::Ok();
+  // vllm/model_executor/models/utils.py spec_decode_needs_target_embed: with PP the drafter runs
+  // on the last rank, which then holds embeddings of its own; not read further
+  if (v.mtp != 0) {
+    return InvalidArgument("mtp with pp=" + Num(v.pp) + ": where vLLM's MTP drafter and the "
+                           "embedding it needs live under pipeline parallelism is not modelled");
+  }
+  // vllm/model_executor/models/qwen3_moe.py (deepseek_v2.py alike): num_moe_layers, the rows of
+  // EplbState's maps, counts only the PP rank's own layers
+  if (!v.eplb_map.empty()) {
+    return InvalidArgument("eplb_map= with pp=" + Num(v.pp) + ": each PP rank's EPLB map covers "
+                           "only its own MoE layers, which ferry's map file does not model");
+  }
+  // vllm/model_executor/models/deepseek_v2.py never ties lm_head to embed_tokens
+  if (c.family == ModelFamily::kDeepseekV3 && c.tie_embeddings) {
+    return InvalidArgument("tied embeddings with pp=" + Num(v.pp) + ": vLLM's DeepseekV2 model "
+                           "builds its own lm_head on the last rank, which is not modelled");
+  }
+  return Status::Ok();
+}
+
 // vLLM: KV heads and tp divide one another (KV heads are replicated when tp exceeds them); the
 // engine's tp*dp ranks split into ep expert owners, each expert's FFN over the rest.
 Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
-  FERRY_RETURN_IF_ERROR(CheckWorld("vllm tp*dp*engines", SatMul(SatMul(v.tp, v.dp), v.engines)));
+  FERRY_RETURN_IF_ERROR(CheckWorld("vllm tp*pp*dp*engines",
+                                   SatMul(SatMul(v.tp, v.pp), SatMul(v.dp, v.engines))));
   FERRY_RETURN_IF_ERROR(CheckWorld("vllm ep", v.ep));
   FERRY_RETURN_IF_ERROR(CheckMtp(v.mtp, c));
+  FERRY_RETURN_IF_ERROR(VllmPipelineLayers(c.num_layers, v.pp, v.partition).status());
+  FERRY_RETURN_IF_ERROR(CheckVllmPipeline(v, c));
   // vllm/model_executor/models/deepseek_mtp.py: the drafter builds every one of the checkpoint's
   // MTP layers
   if (v.mtp != 0 && v.mtp != c.nextn_layers) {
@@ -233,7 +260,9 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
 std::string FrameworkSpec::ToString() const {
   const std::string naming = stack_expert_tensors ? "" : ",expert_tensors=members";
   if (kind == Kind::kVllm) {
-    return "vllm:tp=" + Num(vllm.tp) + ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
+    return "vllm:tp=" + Num(vllm.tp) + (vllm.pp > 1 ? ",pp=" + Num(vllm.pp) : "") +
+           (vllm.partition.empty() ? "" : ",partition=" + VllmPartitionText(vllm.partition)) +
+           ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
            (vllm.round_robin_experts ? ",placement=round_robin" : "") +
            (vllm.redundant_experts > 0 ? ",redundant=" + Num(vllm.redundant_experts) : "") +
@@ -373,6 +402,12 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
 std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
   VllmParallel& v = spec.vllm;
   return {{"tp", &v.tp, {}},
+          {"pp", &v.pp, {}},
+          {"partition", nullptr,
+           [&v](const std::string& value) -> Status {
+             FERRY_ASSIGN_OR_RETURN(v.partition, ParseVllmPartition(value));
+             return Status::Ok();
+           }},
           {"dp", &v.dp, {}},
           {"ep", &v.ep, {}},
           {"engines", &v.engines, {}},
@@ -432,7 +467,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
       "mtp=N,mcore=0.N,layout=STRING (last) or "
-      "vllm:tp=N,dp=N,ep=N,engines=N,placement=linear|round_robin,redundant=N,eplb_map=PATH,"
+      "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
+      "redundant=N,eplb_map=PATH,"
       "quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
@@ -488,7 +524,9 @@ int MtpLayers(const FrameworkSpec& s) {
 }
 
 int NumRanks(const FrameworkSpec& s) {
-  if (s.kind == FrameworkSpec::Kind::kVllm) return s.vllm.tp * s.vllm.dp * s.vllm.engines;
+  if (s.kind == FrameworkSpec::Kind::kVllm) {
+    return s.vllm.tp * s.vllm.pp * s.vllm.dp * s.vllm.engines;
+  }
   return s.megatron.tp * s.megatron.cp * s.megatron.dp * s.megatron.pp;
 }
 

@@ -16,10 +16,12 @@
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint). mtp:
 //      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h).
 //      mcore: the Megatron-Core release (0.18, or 0.19 and later: the default).
-//  vllm:tp=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,quant=none|fp8_block,
-//       scale_fmt=float32|ue8m0,mtp=
-//      ranks = tp*dp*engines
-//      (tools/models/vllm_layout.h). ep is 1 (vLLM's default: each expert's FFN split over all
+//  vllm:tp=,pp=,partition=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,
+//       quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=
+//      ranks = tp*pp*dp*engines
+//      (tools/models/vllm_layout.h). pp: --pipeline-parallel-size; partition: the layers of each PP
+//      rank as VLLM_PP_LAYER_PARTITION gives them, '.'-separated ("partition=3.2" for "3,2";
+//      tools/models/vllm_pipeline.h). ep is 1 (vLLM's default: each expert's FFN split over all
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
 //      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts; quant:
 //      the checkpoint's FP8 block quantization; scale_fmt: its scales as the engine holds them
@@ -32,6 +34,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/base/fp8_scale_format.h"
 #include "core/base/status.h"
@@ -94,6 +97,12 @@ Result<MegatronPipeline> MegatronPipelineFor(const ModelConfig& c, const Megatro
 
 struct VllmParallel {
   int tp = 1, dp = 1, ep = 1;
+  // --pipeline-parallel-size: each engine's decoder layers split over pp stages of tp ranks
+  // (tools/models/vllm_pipeline.h), the expert-parallel group of a stage its tp*dp ranks.
+  int pp = 1;
+  // VLLM_PP_LAYER_PARTITION ("partition=a.b.c"): the layers of each PP rank; empty: vLLM's own
+  // split.
+  std::vector<int> partition;
   // Independent engine instances, each of tp*dp ranks holding a whole copy of the model (the usual
   // RL rollout fleet: "TP32 x DP8" there means 8 engines of 32 GPUs). Within one engine, dp is
   // vLLM's own data parallelism, whose MoE layers span all of the engine's tp*dp ranks.
@@ -137,7 +146,8 @@ struct FrameworkSpec {
   bool stack_expert_tensors = true;
 
   // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or
-  // "vllm:tp=8,dp=2,ep=16" (",engines=N" when N > 1, ",expert_tensors=members" when not stacked).
+  // "vllm:tp=8,dp=2,ep=16" (",pp=N" and ",engines=N" when N > 1, ",partition=a.b" when given,
+  // ",expert_tensors=members" when not stacked).
   std::string ToString() const;
 };
 

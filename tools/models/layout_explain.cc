@@ -10,6 +10,7 @@
 #include "core/base/strings.h"
 #include "core/layout/tensor_stack.h"
 #include "tools/models/fp8_block_weights.h"
+#include "tools/models/vllm_pipeline.h"
 
 namespace ferry::models {
 
@@ -209,6 +210,35 @@ std::string PipelineRule(const MegatronParallel& m) {
   return s;
 }
 
+// Which PP ranks of a vLLM engine hold tensor `t`: a decoder layer by get_pp_indices (or the
+// explicit partition), the embedding, final norm and lm_head by the model's vLLM class.
+void VllmPipelineRule(const ModelConfig& c, const VllmParallel& v, const std::string& t,
+                      std::vector<LayoutRule>& out) {
+  if (v.pp == 1) return;
+  if (Has(t, ".layers.")) {
+    out.push_back({"pipeline stage: " + (v.partition.empty()
+                                             ? "layers / pp on each PP rank, the remainder one "
+                                               "each to the ranks before the last"
+                                             : "VLLM_PP_LAYER_PARTITION " +
+                                                   VllmPartitionText(v.partition)),
+                   std::string(kVllm) + "vllm/distributed/utils.py"});
+    return;
+  }
+  std::string ranks;
+  for (int s = 0; s < v.pp; ++s) {
+    const VllmStageModules m = VllmModulesOnStage(c, s, v.pp);
+    const bool here = Has(t, "embed") ? m.embed_tokens : Has(t, "lm_head") ? m.lm_head : m.norm;
+    if (here) ranks += (ranks.empty() ? "" : ", ") + N(s);
+  }
+  const char* model_file = c.family == ModelFamily::kLlama        ? "llama.py"
+                           : c.family == ModelFamily::kQwen3Moe   ? "qwen3_moe.py"
+                           : c.family == ModelFamily::kDeepseekV3 ? "deepseek_v2.py"
+                                                                  : "nemotron_h.py";
+  out.push_back({"on PP rank(s) " + ranks + " (rank = (dp*pp + pp_rank)*tp + tp_rank)",
+                 std::string(kVllm) + "vllm/model_executor/models/" + model_file +
+                     ", vllm/distributed/parallel_state.py"});
+}
+
 }  // namespace
 
 std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
@@ -245,6 +275,7 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   }
   if (!Has(t, ".mlp.experts.") && !Has(t, "self_attn.") && layer) OtherRules(c, r, t, out);
   if (Has(t, "self_attn.") && Has(t, "norm")) OtherRules(c, r, t, out);
+  if (r.kind == FrameworkSpec::Kind::kVllm) VllmPipelineRule(c, r.vllm, t, out);
   if (r.kind == FrameworkSpec::Kind::kVllm && r.vllm.fp8_block_weights &&
       IsFp8BlockQuantized(t)) {
     out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, with fp32 weight_scale_inv "

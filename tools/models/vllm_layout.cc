@@ -1,6 +1,7 @@
 // The vLLM layout of a model preset (tools/models/vllm_layout.h): VllmWriter builds DP replica 0
-// with core/layout's builders, places the routed experts on every rank of the engine, then copies
-// replica 0 to the other DP ranks and the whole engine to the other engines.
+// (every PP stage's TP group) with core/layout's builders, places the routed experts on every rank
+// of the engine, then copies replica 0 to the other DP ranks and the whole engine to the other
+// engines.
 #include "tools/models/vllm_layout.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "tools/models/eplb_map.h"
 #include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/vllm_pipeline.h"
 #include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
@@ -35,15 +37,13 @@ class VllmWriter : public LayoutWriter {
  public:
   VllmWriter(const ModelPreset& preset, const VllmParallel& v, bool stack_experts, int first_rank,
              Layout& out)
-      : LayoutWriter(preset, stack_experts, out), v_(v), first_(first_rank) {
-    all_.resize(v.tp);  // DP replica 0; the others are copies
-    std::iota(all_.begin(), all_.end(), first_rank);
-  }
+      : LayoutWriter(preset, stack_experts, out), v_(v), first_(first_rank) {}
 
   // Builds DP replica 0 of everything but the routed experts with the builders, the experts on
   // all tp*dp ranks, then copies replica 0 to the other DP ranks, then the whole engine to the
   // other engines.
   Status Build() {
+    FERRY_ASSIGN_OR_RETURN(stage_layers_, VllmPipelineLayers(c_.num_layers, v_.pp, v_.partition));
     FERRY_RETURN_IF_ERROR(LoadEplbMap());
     Section engine = BeginSection(out_);
     FERRY_RETURN_IF_ERROR(BuildEngine());
@@ -51,27 +51,72 @@ class VllmWriter : public LayoutWriter {
       FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_, v_.fp8_scale_fmt));
     }
     EndSection(out_, engine);
-    return CloneSection(out_, engine, Shifts(v_.engines, v_.tp * v_.dp));
+    return CloneSection(out_, engine, Shifts(v_.engines, v_.tp * v_.pp * v_.dp));
   }
 
  private:
-  Status BuildEngine() {
-    Section dense = BeginSection(out_);
-    FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, v_.tp));
-    // vllm/model_executor/layers/vocab_parallel_embedding.py: num_embeddings_per_partition rows
-    FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), all_, padded / v_.tp, "model.embed_tokens.weight"));
-    for (int64_t l = 0; l < c_.num_layers; ++l) {
+  // The global rank of TP rank `tp_rank` of PP stage `stage` in DP replica `dp_rank`: vLLM orders
+  // ranks ExternalDP x DP x PP x PCP x TP (vllm/distributed/parallel_state.py
+  // initialize_model_parallel), the engines being ferry's external DP.
+  int RankOf(int64_t dp_rank, int64_t stage, int64_t tp_rank) const {
+    return first_ + static_cast<int>((dp_rank * v_.pp + stage) * v_.tp + tp_rank);
+  }
+
+  // Makes all_ the TP group of PP stage `stage` of DP replica 0.
+  void UseStage(int stage) {
+    all_.resize(static_cast<size_t>(v_.tp));
+    std::iota(all_.begin(), all_.end(), RankOf(0, stage, 0));
+  }
+
+  // The PP stage holding decoder layer l (vllm/model_executor/models/utils.py make_layers: stage
+  // s builds layers [sum of the earlier stages' counts, + its count), PPMissingLayer elsewhere).
+  int StageOf(int64_t l) const {
+    int64_t end = 0;
+    for (size_t s = 0; s < stage_layers_.size(); ++s) {
+      end += stage_layers_[s];
+      if (l < end) return static_cast<int>(s);
+    }
+    return v_.pp - 1;
+  }
+
+  // DP replica 0 of one PP stage: its model-level modules (tools/models/vllm_pipeline.h
+  // VllmModulesOnStage) and decoder layers.
+  Status BuildStage(int stage, int64_t first_layer, int64_t padded) {
+    UseStage(stage);
+    const VllmStageModules holds = VllmModulesOnStage(c_, stage, v_.pp);
+    if (holds.embed_tokens) {
+      // vllm/model_executor/layers/vocab_parallel_embedding.py: num_embeddings_per_partition rows
+      FERRY_RETURN_IF_ERROR(
+          Vocab(EmbeddingName(), all_, padded / v_.tp, "model.embed_tokens.weight"));
+    }
+    const int64_t end_layer = first_layer + stage_layers_[static_cast<size_t>(stage)];
+    for (int64_t l = first_layer; l < end_layer; ++l) {
       Status st = Layer(l, "model.layers." + Num(l) + ".");
       if (!st.ok()) return st.WithContext("vllm layer " + Num(l));
     }
-    FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_,
-                                     c_.family == ModelFamily::kNemotronH ? "model.norm_f.weight"
-                                                                          : "model.norm.weight"));
+    if (holds.norm) {
+      FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_,
+                                       c_.family == ModelFamily::kNemotronH ? "model.norm_f.weight"
+                                                                            : "model.norm.weight"));
+    }
     // vllm/model_executor/models/llama.py: tied, lm_head is embed_tokens (tie_weights), one buffer
-    if (!c_.tie_embeddings) {
+    if (holds.lm_head) {
       // vllm/model_executor/layers/vocab_parallel_embedding.py ParallelLMHead: the embedding's split
       FERRY_RETURN_IF_ERROR(Vocab(OutputName(), all_, padded / v_.tp, "lm_head.weight"));
     }
+    return Status::Ok();
+  }
+
+  Status BuildEngine() {
+    Section dense = BeginSection(out_);
+    FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, v_.tp));
+    int64_t first_layer = 0;
+    for (int stage = 0; stage < v_.pp; ++stage) {
+      Status st = BuildStage(stage, first_layer, padded);
+      if (!st.ok()) return st.WithContext("vllm PP rank " + Num(stage));
+      first_layer += stage_layers_[static_cast<size_t>(stage)];
+    }
+    UseStage(0);  // MTP layers: without PP only (framework_spec.cc CheckVllmPipeline)
     for (int64_t i = 0; i < v_.mtp; ++i) {
       Status st = MtpLayer(i);
       if (!st.ok()) return st.WithContext("vllm MTP layer " + Num(i));
@@ -87,6 +132,7 @@ class VllmWriter : public LayoutWriter {
                            dense_fragments * static_cast<size_t>(v_.dp - 1));
     out_.buffers.reserve(out_.buffers.size() + static_cast<size_t>(moe_layers * world * 2) +
                          (dense.buffers_end - dense.buffers_begin) * static_cast<size_t>(v_.dp - 1));
+    // vllm/distributed/parallel_state.py: a PP stage's EP group is its tp*dp ranks
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
       Status st = Experts(l, "model.layers." + Num(l) + ".");
@@ -97,7 +143,7 @@ class VllmWriter : public LayoutWriter {
       Status st = Experts(l, "model.layers." + Num(l) + ".mtp_block.");
       if (!st.ok()) return st.WithContext("vllm experts of MTP layer " + Num(l));
     }
-    return CloneSection(out_, dense, Shifts(v_.dp, v_.tp));
+    return CloneSection(out_, dense, Shifts(v_.dp, v_.tp * v_.pp));
   }
 
   // The drafter's MTP layer i (DP replica 0, routed experts aside), named as its parameters are:
@@ -258,6 +304,7 @@ class VllmWriter : public LayoutWriter {
     // physical ones, logical + redundant
     const int64_t physical = c_.num_experts + v_.redundant_experts;
     const std::vector<int32_t>* arranged = eplb_.empty() ? nullptr : &eplb_[MoeIndex(l)];
+    const int stage = l < c_.num_layers ? StageOf(l) : 0;  // MTP layers: pp = 1 only
     for (int64_t m = 0; m < world; ++m) {
       const int64_t ep_rank = m / moe_tp;
       // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
@@ -266,7 +313,8 @@ class VllmWriter : public LayoutWriter {
       const int64_t extra = physical % v_.ep;
       const int64_t count = base + (ep_rank < extra ? 1 : 0);
       if (count == 0) continue;  // an EP rank without experts holds empty weights
-      const int rank = first_ + static_cast<int>(m);
+      // vllm/distributed/parallel_state.py: the EP group of a PP stage is DP x TP of that stage
+      const int rank = RankOf(m / v_.tp, stage, m % v_.tp);
       if (v_.round_robin_experts) {
         // "round_robin": experts ep_rank, ep_rank + ep, ... (torch.arange(ep_rank, E, ep))
         PlaceRankExperts(p, ids, g, {rank, m % moe_tp, ep_rank, count, v_.ep, 0, count});
@@ -387,7 +435,8 @@ class VllmWriter : public LayoutWriter {
   EplbMap eplb_;  // empty: the initial arrangement
   int first_;
   std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
-  std::vector<int> all_;  // the TP group of DP replica 0
+  std::vector<int64_t> stage_layers_;  // decoder layers per PP stage (vllm_pipeline.h)
+  std::vector<int> all_;  // the TP group of DP replica 0 of the stage being built
 };
 
 }  // namespace

@@ -60,8 +60,9 @@ TEST(FrameworkSpecTest, ParsesAndResolves) {
             "megatron:tp=1,pp=1,ep=4,cp=1,experts=grouped,expert_tensors=members");
 
   for (const char* bad :
-       {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4", "vllm:pp=2",
-        "megatron:tp=x", "megatron:tp=", "megatron:experts=fused", "megatron:experts",
+       {"fsdp:tp=2", "megatron:tp=0", "megatron:tq=2", "vllm:tp=2,tp=4", "vllm:pp=0",
+        "vllm:pp=2,partition=3,2", "vllm:partition=3.x", "megatron:tp=x", "megatron:tp=",
+        "megatron:experts=fused", "megatron:experts",
         "vllm:experts=grouped", "megatron:experts=separate", "megatron:experts=stacked",
         "megatron:experts=grouped,experts=sequential",
         "vllm:expert_tensors=stacked", "megatron:expert_tensors",
