@@ -411,9 +411,10 @@ Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const By
   }
   Ended how = Ended::kCut;
   Result<Bytes> reply = Aborted("cut short");
-  if (mine && !Cut(interrupt)) reply = Exchange(op, key, request, deadline, interrupt, how);
+  const bool sent = mine && !Cut(interrupt);  // else the connection stays as it was, in step
+  if (sent) reply = Exchange(op, key, request, deadline, interrupt, how);
   if (mine) {
-    if (how != Ended::kReplied && fd_ >= 0) {
+    if (sent && how != Ended::kReplied && fd_ >= 0) {
       // Cut: the server will still answer, maybe only at the deadline; lost: a reply may still be
       // on its way. Either way later requests must not read it as theirs.
       ::close(fd_);
