@@ -121,6 +121,7 @@ Status Communicator::Connect(Deadline deadline) {
     peers_of[name].push_back(peer);
   }
   std::string prefix = "e" + std::to_string(epoch_) + "/";
+  const std::shared_ptr<StoreInterrupt> interrupt = Interrupt();
   for (const auto& [name, peers] : peers_of) {
     TransportContext context;
     context.rank = options_.rank;
@@ -138,7 +139,7 @@ Status Communicator::Connect(Deadline deadline) {
   }
   for (const auto& [name, peers] : peers_of) {
     for (int peer : peers) {
-      auto info = options_.store->Get(prefix + name + "/ep/" + std::to_string(peer), deadline);
+      auto info = options_.store->Get(prefix + name + "/ep/" + std::to_string(peer), deadline, interrupt.get());
       if (!info.ok()) {
         return info.status().WithContext("endpoint of peer " + std::to_string(peer) + " (" + name + ")");
       }
@@ -150,7 +151,7 @@ Status Communicator::Connect(Deadline deadline) {
   }
   FERRY_RETURN_IF_ERROR(IdentifyNodePeers(prefix, deadline));
   FERRY_RETURN_IF_ERROR(StartMonitor(prefix, deadline));
-  FERRY_RETURN_IF_ERROR(::ferry::Barrier(*options_.store, prefix + "connected", options_.size, deadline));
+  FERRY_RETURN_IF_ERROR(Barrier(prefix + "connected", deadline));
   // Every rank connected this epoch: the one a replacement process joins after (see Create).
   return options_.store->Set(kLatestEpochKey, ToBytes(std::to_string(epoch_)), deadline);
 }
@@ -208,7 +209,7 @@ Status Communicator::StartMonitor(const std::string& prefix, Deadline deadline) 
   for (int peer = 0; peer < options_.size; ++peer) {
     if (peer == options_.rank) continue;
     const std::string who = "peer monitor of rank " + std::to_string(peer);
-    auto info = options_.store->Get(key + std::to_string(peer), deadline);
+    auto info = options_.store->Get(key + std::to_string(peer), deadline, Interrupt().get());
     if (!info.ok()) return info.status().WithContext(who);
     const std::string text = FromBytes(*info);
     const size_t space = text.rfind(' ');
@@ -257,13 +258,16 @@ std::chrono::system_clock::time_point Communicator::aborted_at() const {
 
 void Communicator::Abort(const Status& reason) {
   PeerMonitor* monitor = nullptr;
+  std::shared_ptr<StoreInterrupt> interrupt;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
     abort_reason_ = reason.ok() ? Aborted("communicator aborted") : reason;
     aborted_at_ = std::chrono::system_clock::now();
     aborted_ = true;
+    aborting_ = true;
     monitor = monitor_.get();
+    interrupt = interrupt_;
   }
   // The bound covers everything below, the announcement included.
   const auto configured = options_.config->GetSeconds("deadline.abort");
@@ -271,6 +275,8 @@ void Communicator::Abort(const Status& reason) {
   const Deadline deadline = Deadline::AfterSeconds(seconds);
   // Peers hear the reason before they see this rank's links close (Announce waits for it).
   if (monitor != nullptr) monitor->Announce(abort_reason());
+  // Store waits of this epoch (Barrier, Connect's) end now, with the reason, not at their deadline.
+  interrupt->Fire(abort_reason());
   // Each transport aborts on its own thread; one that does not return in time is quarantined.
   struct Done {
     std::mutex mu;
@@ -303,6 +309,8 @@ void Communicator::Abort(const Status& reason) {
                  "(%g s); quarantined: never waited on, never destroyed\n",
                  options_.rank, entry.c_str(), seconds);
   }
+  aborting_ = false;
+  abort_done_.notify_all();
 }
 
 std::vector<std::string> Communicator::quarantined() const {
@@ -321,20 +329,20 @@ Status Communicator::WithCause(Status failure) {
 Status Communicator::Barrier(std::string_view name, Deadline deadline) {
   const std::string key = "barrier/" + std::string(name);
   const std::string what = "barrier '" + std::string(name) + "'";
+  // Taken before the check: an Abort after it fires this interrupt, which ends the wait at once.
+  const std::shared_ptr<StoreInterrupt> interrupt = Interrupt();
   if (aborted_) return abort_reason().WithContext(what);
   auto arrived = options_.store->Add(key, 1, deadline);
   if (!arrived.ok()) return WithCause(arrived.status()).WithContext(what);
-  // Waits in short slices, checking for an abort between them.
-  while (true) {
-    Deadline slice = Deadline::After(std::chrono::milliseconds(100));
-    if (deadline.when() < slice.when()) slice = deadline;
-    Status status = options_.store->WaitAtLeast(key, options_.size, slice);
-    if (status.ok()) return status;
-    if (aborted_) return abort_reason().WithContext(what);
-    if (status.code() != StatusCode::kDeadlineExceeded || deadline.Expired()) {
-      return WithCause(std::move(status)).WithContext(what);
-    }
-  }
+  Status status = options_.store->WaitAtLeast(key, options_.size, deadline, interrupt.get());
+  if (status.ok()) return status;
+  if (aborted_) return abort_reason().WithContext(what);
+  return WithCause(std::move(status)).WithContext(what);
+}
+
+std::shared_ptr<StoreInterrupt> Communicator::Interrupt() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return interrupt_;
 }
 
 void Communicator::DropTransports() {
@@ -345,7 +353,10 @@ void Communicator::DropTransports() {
     monitor = std::move(monitor_);
   }
   monitor.reset();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // An Abort on another thread may still be handing the transports to their abort threads (it
+  // returns within deadline.abort): the waits it interrupted can end before it does.
+  abort_done_.wait(lock, [this] { return !aborting_; });
   for (auto& [name, transport] : transports_) {
     // A quarantined transport may still be inside a hung call: never destroy it under that call.
     if (quarantined_.count(name) != 0) {
@@ -365,6 +376,7 @@ Status Communicator::Recreate(Deadline deadline) {
     aborted_ = false;
     abort_reason_ = Status::Ok();
     aborted_at_ = {};
+    interrupt_ = std::make_shared<StoreInterrupt>();
   }
   return Connect(deadline).WithContext("recreating communicator rank " +
                                        std::to_string(options_.rank) + " at epoch " +

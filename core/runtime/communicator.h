@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,8 +108,10 @@ class Communicator {
   std::vector<std::string> quarantined() const;
 
   // A store barrier of `name` among this communicator's ranks that also ends, with the abort
-  // reason, as soon as the communicator aborts (a peer died or hung): survivors between refits do
-  // not wait out `deadline` for a rank that will never arrive. Blocks; the executor's thread.
+  // reason, as soon as the communicator aborts (a peer died or hung): Abort fires the epoch's
+  // StoreInterrupt, which ends the store wait within milliseconds on every store, so survivors
+  // between refits do not wait out `deadline` for a rank that will never arrive. Blocks; the
+  // executor's thread.
   Status Barrier(std::string_view name, Deadline deadline);
 
   // Every rank calls it: drops the transports (quarantined ones are leaked, not waited on) and
@@ -125,7 +128,10 @@ class Communicator {
   Status StartMonitor(const std::string& prefix, Deadline deadline);
   // Verifies the processes of this rank's same-node peers (PeerProcesses) for the epoch `prefix`.
   Status IdentifyNodePeers(const std::string& prefix, Deadline deadline);
+  // Waits for an Abort in progress on another thread, then drops the transports.
   void DropTransports();
+  // This epoch's store interrupt: fired by Abort, replaced by Recreate.
+  std::shared_ptr<StoreInterrupt> Interrupt() const;
 
   CommunicatorOptions options_;
   uint64_t epoch_ = 0;
@@ -138,7 +144,11 @@ class Communicator {
   std::unique_ptr<PeerProcesses> processes_;
   std::unique_ptr<PeerMonitor> monitor_;  // guarded by mu_ (the pointer; the monitor is thread-safe)
   std::atomic<bool> aborted_{false};
-  mutable std::mutex mu_;  // guards abort_reason_, aborted_at_, quarantined_, quarantine_log_ and monitor_
+  // guards abort_reason_, aborted_at_, aborting_, interrupt_, quarantined_, quarantine_log_, monitor_
+  mutable std::mutex mu_;
+  std::condition_variable abort_done_;  // aborting_ became false
+  bool aborting_ = false;               // an Abort call is between its start and its return
+  std::shared_ptr<StoreInterrupt> interrupt_ = std::make_shared<StoreInterrupt>();
   Status abort_reason_;
   std::chrono::system_clock::time_point aborted_at_{};
 };

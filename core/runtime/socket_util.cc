@@ -81,7 +81,7 @@ Result<Listener> ListenTcp(const std::string& host, int port) {
   return Listener{fd, ntohs(addr.sin_port)};
 }
 
-Result<int> ConnectTcp(const std::string& host, int port, Deadline deadline) {
+Result<int> ConnectTcp(const std::string& host, int port, Deadline deadline, bool retry_refused) {
   FERRY_ASSIGN_OR_RETURN(sockaddr_in addr, Resolve(host, port));
   std::string last_error = "no attempt";
   while (!deadline.Expired()) {
@@ -110,6 +110,9 @@ Result<int> ConnectTcp(const std::string& host, int port, Deadline deadline) {
     }
     last_error = std::strerror(errno);
     ::close(fd);
+    if (!retry_refused) {
+      return Unavailable("connecting to " + host + ":" + std::to_string(port) + ": " + last_error);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return DeadlineExceeded("cannot connect to " + host + ":" + std::to_string(port) +

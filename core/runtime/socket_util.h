@@ -23,8 +23,9 @@ struct Listener {
 // The backlog is small (kListenBacklog): connections beyond it wait in the peer's kernel.
 Result<Listener> ListenTcp(const std::string& host, int port);
 // Connects to host:port, retrying refused connections until `deadline` (the listener may not be
-// up yet). The returned socket is blocking with TCP_NODELAY set.
-Result<int> ConnectTcp(const std::string& host, int port, Deadline deadline);
+// up yet) unless `retry_refused` is false (a listener known to have been up: refused means it is
+// gone, kUnavailable at once). The returned socket is blocking with TCP_NODELAY set.
+Result<int> ConnectTcp(const std::string& host, int port, Deadline deadline, bool retry_refused = true);
 // Accepts one connection, waiting until `deadline`; returns -1 (not an error) when it passes.
 Result<int> AcceptTcp(int listen_fd, Deadline deadline);
 // Writes/reads exactly `bytes`, waiting with poll() so that the deadline is honoured.

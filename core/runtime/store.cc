@@ -20,6 +20,8 @@ bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, 
   return cv.wait_until(lock, deadline.when(), ready);
 }
 
+bool Fired(const StoreInterrupt* interrupt) { return interrupt != nullptr && interrupt->fired(); }
+
 }  // namespace
 
 std::string InMemoryStore::RandomSecret() {
@@ -37,13 +39,23 @@ Status InMemoryStore::Set(std::string_view key, std::span<const uint8_t> value, 
   return Status::Ok();
 }
 
-Result<Bytes> InMemoryStore::Get(std::string_view key, Deadline deadline) {
+void InMemoryStore::WakeAll() {
+  { std::lock_guard<std::mutex> lock(mu_); }  // a waiter between its check and its wait has it
+  changed_.notify_all();
+}
+
+Result<Bytes> InMemoryStore::Get(std::string_view key, Deadline deadline, StoreInterrupt* interrupt) {
+  // Registered before mu_ is taken: the interrupt's lock comes before mu_ (Fire wakes us).
+  StoreInterrupt::Listener listener(interrupt, [this] { WakeAll(); });
   std::unique_lock<std::mutex> lock(mu_);
+  auto set = [&] { return values_.find(key) != values_.end(); };
   bool ready = WaitUntil(changed_, lock, deadline,
-                         [&] { return closed_ || values_.find(key) != values_.end(); });
+                         [&] { return closed_ || set() || Fired(interrupt); });
   if (closed_) return Aborted("store closed while waiting for key '" + std::string(key) + "'");
-  if (!ready) return DeadlineExceeded("store key '" + std::string(key) + "' was never set");
-  return values_.find(key)->second;
+  if (set()) return values_.find(key)->second;
+  lock.unlock();
+  if (ready) return interrupt->reason();
+  return DeadlineExceeded("store key '" + std::string(key) + "' was never set");
 }
 
 Result<int64_t> InMemoryStore::Add(std::string_view key, int64_t delta, Deadline) {
@@ -60,22 +72,27 @@ Result<int64_t> InMemoryStore::Add(std::string_view key, int64_t delta, Deadline
   return value;
 }
 
-Status InMemoryStore::WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) {
+Status InMemoryStore::WaitAtLeast(std::string_view key, int64_t target, Deadline deadline,
+                                  StoreInterrupt* interrupt) {
+  StoreInterrupt::Listener listener(interrupt, [this] { WakeAll(); });
   std::unique_lock<std::mutex> lock(mu_);
+  auto value = [&]() -> int64_t {
+    auto it = counters_.find(key);
+    return it == counters_.end() ? 0 : it->second;
+  };
   auto reached = [&] {
-    if (closed_) return true;
     auto it = counters_.find(key);
     return it != counters_.end() && it->second >= target;
   };
-  bool ready = WaitUntil(changed_, lock, deadline, reached);
+  bool ready = WaitUntil(changed_, lock, deadline,
+                         [&] { return closed_ || reached() || Fired(interrupt); });
   if (closed_) return Aborted("store closed while waiting for counter '" + std::string(key) + "'");
-  if (!ready) {
-    auto it = counters_.find(key);
-    int64_t now = it == counters_.end() ? 0 : it->second;
-    return DeadlineExceeded("store counter '" + std::string(key) + "' reached " +
-                            std::to_string(now) + " of " + std::to_string(target));
-  }
-  return Status::Ok();
+  if (reached()) return Status::Ok();
+  const int64_t now = value();
+  lock.unlock();
+  if (ready) return interrupt->reason();
+  return DeadlineExceeded("store counter '" + std::string(key) + "' reached " + std::to_string(now) +
+                          " of " + std::to_string(target));
 }
 
 void InMemoryStore::Close() {

@@ -17,6 +17,7 @@
 
 #include "core/base/deadline.h"
 #include "core/base/status.h"
+#include "core/runtime/store_interrupt.h"
 
 namespace ferry {
 
@@ -26,6 +27,9 @@ using Bytes = std::vector<uint8_t>;
 // - Thread-safe: any method may be called from any thread concurrently.
 // - Blocking: every method returns by `deadline` (kDeadlineExceeded) or when the store fails
 //   (kUnavailable: the host died or the connection broke; kAborted: Close() was called).
+// - Interruptible: Get and WaitAtLeast given a StoreInterrupt return its reason within
+//   milliseconds once it fires (or at once when it already has), and the store stays usable for
+//   later calls. A null interrupt: the call is ended only by its deadline, the store or Close().
 // - Values are copied in and out; the store owns nothing of the caller's.
 class Store {
  public:
@@ -34,15 +38,21 @@ class Store {
   // Sets `key` to `value`, replacing any previous value. Wakes every Get waiting on `key`.
   virtual Status Set(std::string_view key, std::span<const uint8_t> value, Deadline deadline) = 0;
 
-  // Returns the value of `key`, waiting until some rank sets it or `deadline` passes.
-  virtual Result<Bytes> Get(std::string_view key, Deadline deadline) = 0;
+  // Returns the value of `key`, waiting until some rank sets it, `deadline` passes or `interrupt`
+  // fires.
+  virtual Result<Bytes> Get(std::string_view key, Deadline deadline, StoreInterrupt* interrupt) = 0;
+  Result<Bytes> Get(std::string_view key, Deadline deadline) { return Get(key, deadline, nullptr); }
 
   // Adds `delta` to the integer counter `key` (created at 0) and returns the new value. Counters
   // and Set/Get values live in separate namespaces.
   virtual Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) = 0;
 
-  // Waits until counter `key` is at least `target`, or `deadline` passes.
-  virtual Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) = 0;
+  // Waits until counter `key` is at least `target`, `deadline` passes or `interrupt` fires.
+  virtual Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline,
+                             StoreInterrupt* interrupt) = 0;
+  Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) {
+    return WaitAtLeast(key, target, deadline, nullptr);
+  }
 
   // Makes every pending and future call fail with kAborted promptly. Idempotent; any thread.
   virtual void Close() = 0;
@@ -67,14 +77,19 @@ Status FinalBarrier(Store& store, std::string_view name, int rank, int size, int
 // `local` transport). Thread-safe. Also the data structure the TCP store host serves.
 class InMemoryStore final : public Store {
  public:
+  using Store::Get;
+  using Store::WaitAtLeast;
   Status Set(std::string_view key, std::span<const uint8_t> value, Deadline deadline) override;
-  Result<Bytes> Get(std::string_view key, Deadline deadline) override;
+  Result<Bytes> Get(std::string_view key, Deadline deadline, StoreInterrupt* interrupt) override;
   Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
-  Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) override;
+  Status WaitAtLeast(std::string_view key, int64_t target, Deadline deadline,
+                     StoreInterrupt* interrupt) override;
   void Close() override;
   const std::string& JobSecret() const override { return secret_; }
 
  private:
+  // Wakes the waiters of changed_ (an interrupt fired); takes mu_.
+  void WakeAll();
   const std::string secret_ = RandomSecret();
   static std::string RandomSecret();
   std::mutex mu_;

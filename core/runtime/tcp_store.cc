@@ -1,6 +1,8 @@
 // TcpStoreServer and TcpStoreClient.
 #include "core/runtime/tcp_store.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,6 +61,29 @@ Result<Bytes> CheckStoreHello(const std::string& token, const Nonce& nonce,
     return InvalidArgument("wrong token (not FERRY_TOKEN of this job)");
   }
   return StoreHelloAck(token, nonce, hello);
+}
+
+// Whether the client of `fd` gave up the request it is waiting for: it hung up, or sent bytes
+// before its answer (an interrupted TcpStoreClient drops its connection; no client pipelines).
+bool ClientLeft(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// Runs `wait(slice)` (a wait of the in-memory store) in slices of kHangupCheck until it ends other
+// than by its slice, `deadline` passes, or the client left: then `left` is set and the caller
+// ends the connection, so that an abandoned wait does not hold a worker and a connection slot
+// until its deadline.
+template <typename Wait>
+Status WaitWhileConnected(int fd, Deadline deadline, bool& left, Wait wait) {
+  while (true) {
+    Status status = wait(deadline.Min(Deadline::After(kStoreHangupCheck)));
+    if (status.code() != StatusCode::kDeadlineExceeded || deadline.Expired()) return status;
+    if (ClientLeft(fd)) {
+      left = true;
+      return Unavailable("store: the client left during its wait");
+    }
+  }
 }
 
 // Deadline carried over the wire as milliseconds left (the hosts' clocks need not agree).
@@ -189,6 +214,7 @@ Status TcpStoreServer::ServeOne(int fd) {
       Deadline::After(std::chrono::milliseconds(std::min<uint64_t>(millis, kMaxWaitMillis)));
   Status status;
   Bytes payload;
+  bool left = false;  // the client gave up a wait: no answer, the connection ends
   if (op == kSet) {
     uint32_t len = 0;
     FERRY_RETURN_IF_ERROR(ReadAll(fd, &len, 4, io));
@@ -197,9 +223,11 @@ Status TcpStoreServer::ServeOne(int fd) {
     FERRY_RETURN_IF_ERROR(ReadAll(fd, value.data(), len, io));
     status = data_.Set(key, value, deadline);
   } else if (op == kGet) {
-    auto value = data_.Get(key, deadline);
-    status = value.status();
-    if (value.ok()) payload = std::move(*value);
+    status = WaitWhileConnected(fd, deadline, left, [&](Deadline slice) {
+      auto value = data_.Get(key, slice);
+      if (value.ok()) payload = std::move(*value);
+      return value.status();
+    });
   } else {
     int64_t number = 0;
     FERRY_RETURN_IF_ERROR(ReadAll(fd, &number, 8, io));
@@ -208,9 +236,11 @@ Status TcpStoreServer::ServeOne(int fd) {
       if (sum.ok()) PutU64(payload, static_cast<uint64_t>(*sum));
       status = sum.status();
     } else {
-      status = data_.WaitAtLeast(key, number, deadline);
+      status = WaitWhileConnected(fd, deadline, left,
+                                  [&](Deadline slice) { return data_.WaitAtLeast(key, number, slice); });
     }
   }
+  if (left) return status;
   Bytes reply;
   reply.push_back(static_cast<uint8_t>(status.code()));
   if (!status.ok()) payload.assign(status.message().begin(), status.message().end());
@@ -219,44 +249,148 @@ Status TcpStoreServer::ServeOne(int fd) {
   return WriteAll(fd, reply.data(), static_cast<int64_t>(reply.size()), io);
 }
 
+TcpStoreClient::TcpStoreClient(std::string host, int port, std::string token,
+                               std::chrono::duration<double> reply_grace)
+    : host_(std::move(host)),
+      port_(port),
+      token_(std::move(token)),
+      where_("store " + host_ + ":" + std::to_string(port_)),
+      reply_grace_(reply_grace),
+      job_secret_([this] {
+        const Digest secret = HmacSha256(token_, "ferry-job-secret");
+        return std::string(secret.begin(), secret.end());
+      }()) {}
+
 Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host, int port,
                                                                 const std::string& token,
                                                                 Deadline deadline,
                                                                 std::chrono::duration<double> reply_grace) {
-  std::string where = "store " + host + ":" + std::to_string(port);
-  auto fd = ConnectTcp(host, port, deadline);
-  if (!fd.ok()) return fd.status().WithContext(where);
-  const Digest job_secret = HmacSha256(token, "ferry-job-secret");
-  std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(
-      *fd, where, reply_grace, std::string(job_secret.begin(), job_secret.end())));
+  std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(host, port, token, reply_grace));
+  client->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (client->wake_fd_ < 0) return IoError(std::string("eventfd: ") + std::strerror(errno));
+  FERRY_ASSIGN_OR_RETURN(client->fd_, client->Open(deadline, /*retry_refused=*/true));
+  return client;
+}
+
+Result<int> TcpStoreClient::Open(Deadline deadline, bool retry_refused) const {
+  auto fd = ConnectTcp(host_, port_, deadline, retry_refused);
+  if (!fd.ok()) return fd.status().WithContext(where_);
   const Nonce client_nonce = RandomNonce();
   Bytes hello;
   auto reply = ClientHandshake(
       *fd, kMagic,
-      [&](const Nonce& nonce) { return hello = MakeStoreHello(token, nonce, client_nonce); },
+      [&](const Nonce& nonce) { return hello = MakeStoreHello(token_, nonce, client_nonce); },
       32, deadline);
-  if (!reply.ok()) {
-    if (reply.status().code() == StatusCode::kDeadlineExceeded) {
-      return reply.status().WithContext(where);
-    }
-    return Unavailable(where + " rejected the connection (is FERRY_TOKEN the same on every rank?): " +
-                       reply.status().message());
+  Status status;
+  if (!reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded) {
+    status = reply.status().WithContext(where_);
+  } else if (!reply.ok()) {
+    status = Unavailable(where_ + " rejected the connection (is FERRY_TOKEN the same on every rank?): " +
+                         reply.status().message());
+  } else if (!DigestEqual(ToDigest(reply->reply), ToDigest(StoreHelloAck(token_, reply->nonce, hello)))) {
+    status = Unavailable(where_ + " answered without proof of the token: not this job's store");
   }
-  if (!DigestEqual(ToDigest(reply->reply), ToDigest(StoreHelloAck(token, reply->nonce, hello)))) {
-    return Unavailable(where + " answered without proof of the token: not this job's store");
-  }
-  return client;
+  if (status.ok()) return *fd;
+  ::close(*fd);
+  return status;
 }
 
-TcpStoreClient::~TcpStoreClient() { ::close(fd_); }
+TcpStoreClient::~TcpStoreClient() {
+  if (fd_ >= 0) ::close(fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void TcpStoreClient::Wake() {
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  { std::lock_guard<std::mutex> lock(mu_); }  // a request between its check and its wait has it
+  turn_.notify_all();
+}
 
 void TcpStoreClient::Close() {
   closed_ = true;
-  ::shutdown(fd_, SHUT_RDWR);
+  Wake();
+}
+
+bool TcpStoreClient::Cut(const StoreInterrupt* interrupt) const {
+  return closed_ || (interrupt != nullptr && interrupt->fired());
+}
+
+Status TcpStoreClient::Transfer(bool out, void* data, int64_t bytes, Deadline deadline,
+                                StoreInterrupt* interrupt, bool& cut) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = out ? ::send(fd_, p, static_cast<size_t>(bytes), MSG_NOSIGNAL | MSG_DONTWAIT)
+                          : ::recv(fd_, p, static_cast<size_t>(bytes), MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= n;
+      continue;
+    }
+    if (n == 0) return Unavailable("connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return Unavailable(std::string(out ? "socket write: " : "socket read: ") + std::strerror(errno));
+    }
+    pollfd fds[2] = {{fd_, static_cast<short>(out ? POLLOUT : POLLIN), 0}, {wake_fd_, POLLIN, 0}};
+    const int rc = ::poll(fds, 2, deadline.RemainingMillis());
+    if (rc < 0 && errno != EINTR) return IoError(std::string("poll: ") + std::strerror(errno));
+    if (fds[1].revents != 0) {
+      uint64_t count = 0;  // reset first, then look: a Wake after this read wakes the next poll
+      (void)!::read(wake_fd_, &count, sizeof(count));
+    }
+    if (Cut(interrupt)) {
+      cut = true;
+      return Aborted("cut short");
+    }
+    if (rc == 0 && deadline.Expired()) {
+      return DeadlineExceeded(out ? "socket write timed out" : "socket read timed out");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<Bytes> TcpStoreClient::Exchange(uint8_t op, std::string_view key, const Bytes& request,
+                                       Deadline deadline, StoreInterrupt* interrupt, Ended& how) {
+  how = Ended::kLost;
+  bool cut = false;
+  const auto grace = std::chrono::duration_cast<Deadline::Clock::duration>(reply_grace_);
+  if (fd_ < 0) {
+    // An interrupt dropped the last connection; a hung host answers no handshake within `grace`.
+    auto fd = Open(deadline.Min(Deadline::After(grace)), /*retry_refused=*/false);
+    if (!fd.ok()) return fd.status().WithContext("reconnecting after an interrupted request");
+    fd_ = *fd;
+  }
+  // The server answers by `deadline` (Set and Add at once); a reply later than `grace` beyond
+  // that means the host is stopped, hung or unreachable.
+  Deadline io = Deadline::After(deadline.Remaining() + grace);
+  if (deadline.when() == Deadline::Clock::time_point::max()) io = Deadline::Never();
+  Status status = Transfer(true, const_cast<uint8_t*>(request.data()), static_cast<int64_t>(request.size()), io,
+                           interrupt, cut);
+  if (op == kSet || op == kAdd) io = Deadline::After(grace);
+  uint8_t code = 0;
+  uint32_t len = 0;
+  if (status.ok()) status = Transfer(false, &code, 1, io, interrupt, cut);
+  if (status.code() == StatusCode::kDeadlineExceeded) {
+    status = DeadlineExceeded("no reply from the " + where_ + " within " +
+                              std::to_string(reply_grace_.count()) +
+                              " s beyond the request's deadline (its host is stopped, hung or unreachable)");
+  }
+  if (status.ok()) status = Transfer(false, &len, 4, io, interrupt, cut);
+  if (status.ok() && len > kMaxValue + kMaxKey) {
+    status = IoError("store reply of " + std::to_string(len) + " bytes is over the limit");
+  }
+  Bytes payload(status.ok() ? len : 0);
+  if (status.ok()) status = Transfer(false, payload.data(), len, io, interrupt, cut);
+  if (cut) how = Ended::kCut;
+  if (!status.ok()) return status.WithContext("request for key '" + std::string(key) + "' to the " + where_);
+  how = Ended::kReplied;
+  if (code != 0) return Status(static_cast<StatusCode>(code), std::string(payload.begin(), payload.end()));
+  return payload;
 }
 
 Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const Bytes& body,
-                                      Deadline deadline) {
+                                      Deadline deadline, StoreInterrupt* interrupt) {
   if (closed_) return Aborted("store closed");
   Bytes request;
   request.push_back(op);
@@ -264,41 +398,42 @@ Result<Bytes> TcpStoreClient::Request(uint8_t op, std::string_view key, const By
   PutU32(request, static_cast<uint32_t>(key.size()));
   request.insert(request.end(), key.begin(), key.end());
   request.insert(request.end(), body.begin(), body.end());
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_.ok()) return broken_;
-  const auto grace = std::chrono::duration_cast<Deadline::Clock::duration>(reply_grace_);
-  // The server answers by `deadline` (Set and Add at once); a reply later than `grace` beyond
-  // that means the host is stopped, hung or unreachable.
-  Deadline io = Deadline::After(deadline.Remaining() + grace);
-  if (deadline.when() == Deadline::Clock::time_point::max()) io = Deadline::Never();
-  Status status = WriteAll(fd_, request.data(), static_cast<int64_t>(request.size()), io);
-  if (op == kSet || op == kAdd) io = Deadline::After(grace);
-  uint8_t code = 0;
-  uint32_t len = 0;
-  if (status.ok()) status = ReadAll(fd_, &code, 1, io);
-  if (status.code() == StatusCode::kDeadlineExceeded) {
-    status = DeadlineExceeded("no reply from the " + where_ + " within " +
-                              std::to_string(reply_grace_.count()) +
-                              " s beyond the request's deadline (its host is stopped, hung or unreachable)");
+  // Registered before mu_ is taken: the interrupt's lock comes before mu_ (Fire calls Wake).
+  StoreInterrupt::Listener listener(interrupt, [this] { Wake(); });
+  bool mine = false;  // this request took its turn on the connection
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    turn_.wait(lock, [&] { return !busy_ || Cut(interrupt); });
+    if (!busy_) {
+      if (!broken_.ok()) return broken_;
+      busy_ = mine = true;
+    }
   }
-  if (status.ok()) status = ReadAll(fd_, &len, 4, io);
-  if (status.ok() && len > kMaxValue + kMaxKey) {
-    status = IoError("store reply of " + std::to_string(len) + " bytes is over the limit");
+  Ended how = Ended::kCut;
+  Result<Bytes> reply = Aborted("cut short");
+  const bool sent = mine && !Cut(interrupt);  // else the connection stays as it was, in step
+  if (sent) reply = Exchange(op, key, request, deadline, interrupt, how);
+  if (mine) {
+    if (sent && how != Ended::kReplied && fd_ >= 0) {
+      // Cut: the server will still answer, maybe only at the deadline; lost: a reply may still be
+      // on its way. Either way later requests must not read it as theirs.
+      ::close(fd_);
+      fd_ = -1;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Named by address: with an external store no rank's death explains its loss.
+      if (how == Ended::kLost && !closed_) {
+        broken_ = reply.status().WithContext("an earlier request to the " + where_);
+      }
+      busy_ = false;
+    }
+    turn_.notify_all();
   }
-  Bytes payload(status.ok() ? len : 0);
-  if (status.ok()) status = ReadAll(fd_, payload.data(), len, io);
-  if (!status.ok()) {
-    if (closed_) return Aborted("store closed");
-    // A reply may still be on its way: later requests would read it as theirs.
-    // Named by address: with an external store no rank's death explains its loss.
-    broken_ = status.WithContext("an earlier request to the " + where_);
-    ::shutdown(fd_, SHUT_RDWR);
-    return status.WithContext("request for key '" + std::string(key) + "' to the " + where_);
-  }
-  if (code != 0) {
-    return Status(static_cast<StatusCode>(code), std::string(payload.begin(), payload.end()));
-  }
-  return payload;
+  if (how == Ended::kReplied) return reply;
+  if (closed_) return Aborted("store closed");
+  if (how == Ended::kCut) return interrupt->reason();
+  return reply;
 }
 
 Status TcpStoreClient::Set(std::string_view key, std::span<const uint8_t> value,
@@ -306,27 +441,28 @@ Status TcpStoreClient::Set(std::string_view key, std::span<const uint8_t> value,
   Bytes body;
   PutU32(body, static_cast<uint32_t>(value.size()));
   body.insert(body.end(), value.begin(), value.end());
-  return Request(kSet, key, body, deadline).status();
+  return Request(kSet, key, body, deadline, nullptr).status();
 }
 
-Result<Bytes> TcpStoreClient::Get(std::string_view key, Deadline deadline) {
-  return Request(kGet, key, {}, deadline);
+Result<Bytes> TcpStoreClient::Get(std::string_view key, Deadline deadline, StoreInterrupt* interrupt) {
+  return Request(kGet, key, {}, deadline, interrupt);
 }
 
 Result<int64_t> TcpStoreClient::Add(std::string_view key, int64_t delta, Deadline deadline) {
   Bytes body;
   PutU64(body, static_cast<uint64_t>(delta));
-  FERRY_ASSIGN_OR_RETURN(Bytes reply, Request(kAdd, key, body, deadline));
+  FERRY_ASSIGN_OR_RETURN(Bytes reply, Request(kAdd, key, body, deadline, nullptr));
   if (reply.size() != 8) return Internal("store: malformed counter reply");
   int64_t value = 0;
   std::memcpy(&value, reply.data(), 8);
   return value;
 }
 
-Status TcpStoreClient::WaitAtLeast(std::string_view key, int64_t target, Deadline deadline) {
+Status TcpStoreClient::WaitAtLeast(std::string_view key, int64_t target, Deadline deadline,
+                                   StoreInterrupt* interrupt) {
   Bytes body;
   PutU64(body, static_cast<uint64_t>(target));
-  return Request(kWait, key, body, deadline).status();
+  return Request(kWait, key, body, deadline, interrupt).status();
 }
 
 }  // namespace ferry

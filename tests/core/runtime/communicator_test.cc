@@ -171,6 +171,33 @@ TEST(CommunicatorTest, ABarrierEndsWhenTheCommunicatorAborts) {
   });
 }
 
+// The abort ends the barrier's store wait itself, within milliseconds, not at the end of some
+// shorter wait the barrier is cut into: rank 0 waits at a barrier (30 s deadline) that the others
+// never reach, and 10 ms later another thread of rank 0 aborts its communicator.
+TEST(CommunicatorTest, AnAbortEndsABarrierWithinMilliseconds) {
+  ThreadWorld world(3);
+  world.Run([&](Communicator& comm) {
+    ASSERT_TRUE(Barrier(world.store, "up", 3, Deadline::AfterSeconds(20)).ok());
+    if (comm.rank() == 0) {
+      std::atomic<int64_t> aborted_ns{0};
+      std::thread aborter([&] {
+        ASSERT_TRUE(world.store.WaitAtLeast("barrier/never", 1, Deadline::AfterSeconds(20)).ok());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // rank 0 is in its wait
+        aborted_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+        comm.Abort(Unavailable("rank 1 died (test)"));
+      });
+      Status waited = comm.Barrier("never", Deadline::AfterSeconds(30));
+      const int64_t returned_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+      aborter.join();
+      const double ms = static_cast<double>(returned_ns - aborted_ns.load()) / 1e6;
+      std::printf("barrier ended %.2f ms after the abort\n", ms);
+      EXPECT_LT(ms, 40.0);
+      EXPECT_NE(waited.ToString().find("rank 1 died (test)"), std::string::npos) << waited.ToString();
+    }
+    ASSERT_TRUE(Barrier(world.store, "down", 3, Deadline::AfterSeconds(20)).ok());
+  });
+}
+
 TEST(CommunicatorTest, RunsAPlanOverLocalWithinANodeAndTcpAcross) {
   ThreadWorld world(3);
   // Rank 0 sends 3 MiB to rank 1 (local) and to rank 2 (tcp), and to itself (same-rank local).

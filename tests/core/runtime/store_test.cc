@@ -60,6 +60,115 @@ TEST(InMemoryStoreTest, FinalBarrierOfOneRankReturnsAtOnce) {
   EXPECT_TRUE(FinalBarrier(store, "alone", 0, 1, 0, Deadline::AfterSeconds(5)).ok());
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Fires `interrupt` with `reason` after `delay` on a thread of its own; joined on destruction.
+struct FireLater {
+  FireLater(StoreInterrupt& interrupt, Status reason, std::chrono::milliseconds delay)
+      : thread([&interrupt, reason, delay] {
+          std::this_thread::sleep_for(delay);
+          interrupt.Fire(reason);
+        }) {}
+  ~FireLater() { thread.join(); }
+  std::thread thread;
+};
+
+// Waits with a 30 s deadline end within a second of the interrupt, with its reason; an interrupt
+// that already fired ends a wait at once; the store keeps serving everything else.
+void ExpectInterruptsEndWaits(Store& store) {
+  StoreInterrupt interrupt;
+  auto start = std::chrono::steady_clock::now();
+  {
+    FireLater fire(interrupt, Unavailable("rank 3 died (test)"), std::chrono::milliseconds(50));
+    Status waited = store.WaitAtLeast("never", 1, Deadline::AfterSeconds(30), &interrupt);
+    EXPECT_LT(SecondsSince(start), 1.0);
+    EXPECT_EQ(waited.code(), StatusCode::kUnavailable) << waited.ToString();
+    EXPECT_NE(waited.message().find("rank 3 died"), std::string::npos) << waited.ToString();
+  }
+  start = std::chrono::steady_clock::now();
+  auto got = store.Get("never", Deadline::AfterSeconds(30), &interrupt);
+  EXPECT_LT(SecondsSince(start), 1.0);
+  EXPECT_NE(got.status().message().find("rank 3 died"), std::string::npos) << got.status().ToString();
+  StoreInterrupt idle;  // never fires: the store answers as usual
+  EXPECT_EQ(*store.Add("n", 2, Deadline::AfterSeconds(5)), 2);
+  EXPECT_TRUE(store.WaitAtLeast("n", 2, Deadline::AfterSeconds(5), &idle).ok());
+  ASSERT_TRUE(store.Set("k", B("v"), Deadline::AfterSeconds(5)).ok());
+  auto value = store.Get("k", Deadline::AfterSeconds(5), &idle);
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(*value, B("v"));
+  EXPECT_EQ(store.Get("absent", Deadline::AfterSeconds(0.05), &idle).status().code(),
+            StatusCode::kDeadlineExceeded);
+}
+
+TEST(InMemoryStoreTest, AnInterruptEndsWaitsAtOnceAndTheStoreStaysUsable) {
+  InMemoryStore store;
+  ExpectInterruptsEndWaits(store);
+}
+
+TEST(TcpStoreTest, AnInterruptEndsWaitsAtOnceAndTheClientReconnects) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok");
+  ASSERT_TRUE(server.ok());
+  auto client = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ExpectInterruptsEndWaits(**client);
+}
+
+// A wait cut short leaves no worker behind: the server notices the dropped connection within its
+// hangup check and frees the slot (here the only one), where it would otherwise hold it for the
+// wait's 30 s; the client's next request reconnects into that slot.
+TEST(TcpStoreTest, AnInterruptedWaitFreesItsServerSlot) {
+  StoreServerLimits limits;
+  limits.max_connections = 1;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok", limits);
+  ASSERT_TRUE(server.ok());
+  auto client = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(client.ok());
+  StoreInterrupt interrupt;
+  {
+    FireLater fire(interrupt, Aborted("test abort"), std::chrono::milliseconds(50));
+    EXPECT_EQ((*client)->WaitAtLeast("never", 1, Deadline::AfterSeconds(30), &interrupt).code(),
+              StatusCode::kAborted);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while ((*server)->active() > 0 && SecondsSince(start) < 5) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LT(SecondsSince(start), 1.0) << "the server kept the abandoned wait's worker";
+  auto added = (*client)->Add("n", 1, Deadline::AfterSeconds(5));
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_EQ(*added, 1);
+  EXPECT_EQ((*server)->active(), 1);
+  EXPECT_EQ((*server)->rejected(), 0);
+}
+
+// A request waiting for its turn behind another thread's long wait is interrupted too; Close ends
+// the long wait itself at once.
+TEST(TcpStoreTest, InterruptsAndCloseEndRequestsWaitingForTheirTurn) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "tok");
+  ASSERT_TRUE(server.ok());
+  auto client = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "tok", Deadline::AfterSeconds(5));
+  ASSERT_TRUE(client.ok());
+  Status long_wait;
+  std::thread holder([&] { long_wait = (*client)->WaitAtLeast("never", 1, Deadline::AfterSeconds(30)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the holder owns the connection
+  StoreInterrupt interrupt;
+  auto start = std::chrono::steady_clock::now();
+  {
+    FireLater fire(interrupt, Aborted("queued wait interrupted"), std::chrono::milliseconds(50));
+    auto got = (*client)->Get("k", Deadline::AfterSeconds(30), &interrupt);
+    EXPECT_NE(got.status().message().find("queued wait interrupted"), std::string::npos)
+        << got.status().ToString();
+  }
+  EXPECT_LT(SecondsSince(start), 1.0);
+  start = std::chrono::steady_clock::now();
+  (*client)->Close();
+  holder.join();
+  EXPECT_LT(SecondsSince(start), 1.0);
+  EXPECT_EQ(long_wait.code(), StatusCode::kAborted) << long_wait.ToString();
+}
+
 TEST(TcpStoreTest, ClientsWithTheTokenShareValuesAndCounters) {
   auto server = TcpStoreServer::Start("127.0.0.1", 0, "s3cret");
   ASSERT_TRUE(server.ok()) << server.status().ToString();
