@@ -214,9 +214,12 @@ int SurviveDeathOf(Rank& r, const TransferPlan& plan, int rank, int lost, bool a
   auto first = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
   if (!first.ok()) return Report(first.status());
   if (!VerifyThreeRankPlan(r, rank)) return 2;
-  if (!r.comm->Barrier("first-refit", Deadline::AfterSeconds(20)).ok()) return 4;
-  // The lost rank dies now; this refit fails on its own link or on the monitor's abort.
-  (void)r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+  // The lost rank dies as soon as it passed this barrier: a survivor whose peer monitor sees the
+  // death before the barrier's answer arrives has its wait ended by the abort (Communicator::
+  // Barrier). Otherwise the next refit fails, on its own link or on the monitor's abort.
+  Status barrier = r.comm->Barrier("first-refit", Deadline::AfterSeconds(20));
+  if (!barrier.ok() && !r.comm->aborted()) return 4;
+  if (barrier.ok()) (void)r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
   if (int code = AwaitAbortNaming(*r.comm, lost); code != 0) return code;
   if (announce) (void)r.rendezvous.store->Set(lost_key, Bytes{1}, Deadline::AfterSeconds(10));
   Status recreated = r.comm->Recreate(Deadline::AfterSeconds(30));
