@@ -151,7 +151,10 @@ Status Communicator::Connect(Deadline deadline) {
   }
   FERRY_RETURN_IF_ERROR(IdentifyNodePeers(prefix, deadline));
   FERRY_RETURN_IF_ERROR(StartMonitor(prefix, deadline));
-  FERRY_RETURN_IF_ERROR(Barrier(prefix + "connected", deadline));
+  // Not interruptible, unlike Communicator::Barrier: a rank that passed this barrier may start its
+  // first refit and abort at once (a plan it cannot run), and its peers' connect must still
+  // complete, as the barrier did; they meet the abort at their first step.
+  FERRY_RETURN_IF_ERROR(::ferry::Barrier(*options_.store, prefix + "connected", options_.size, deadline));
   // Every rank connected this epoch: the one a replacement process joins after (see Create).
   return options_.store->Set(kLatestEpochKey, ToBytes(std::to_string(epoch_)), deadline);
 }
