@@ -339,7 +339,15 @@ Status Communicator::Barrier(std::string_view name, Deadline deadline) {
   if (!arrived.ok()) return WithCause(arrived.status()).WithContext(what);
   Status status = options_.store->WaitAtLeast(key, options_.size, deadline, interrupt.get());
   if (status.ok()) return status;
-  if (aborted_) return abort_reason().WithContext(what);
+  if (aborted_) {
+    // A barrier every rank reached has completed, even when an abort (a rank that died just after
+    // passing it) cut the wait before its answer came: one look that does not wait, so that the
+    // caller meets the abort at its next step, as it would have a moment later.
+    if (options_.store->WaitAtLeast(key, options_.size, Deadline::After(std::chrono::nanoseconds(0))).ok()) {
+      return Status::Ok();
+    }
+    return abort_reason().WithContext(what);
+  }
   return WithCause(std::move(status)).WithContext(what);
 }
 

@@ -357,7 +357,9 @@ Result<Bytes> TcpStoreClient::Exchange(uint8_t op, std::string_view key, const B
   const auto grace = std::chrono::duration_cast<Deadline::Clock::duration>(reply_grace_);
   if (fd_ < 0) {
     // An interrupt dropped the last connection; a hung host answers no handshake within `grace`.
-    auto fd = Open(deadline.Min(Deadline::After(grace)), /*retry_refused=*/false);
+    // The handshake gets `grace` even when the request's own deadline is shorter (a request that
+    // only looks, such as Communicator::Barrier's check after an abort, has none at all).
+    auto fd = Open(Deadline::After(grace), /*retry_refused=*/false);
     if (!fd.ok()) return fd.status().WithContext("reconnecting after an interrupted request");
     fd_ = *fd;
   }
