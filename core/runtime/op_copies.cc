@@ -10,13 +10,13 @@ RegionPlace PlaceOf(const Region& r) {
   return {r.space, r.buffer, r.offset, r.NumBytes()};
 }
 
-void AddSlot(const Region& r, std::vector<int>& slots) {
+}  // namespace
+
+void AddStagingSlot(const Region& r, std::vector<int>& slots) {
   if (r.space == Space::kStaging && std::find(slots.begin(), slots.end(), r.buffer) == slots.end()) {
     slots.push_back(r.buffer);
   }
 }
-
-}  // namespace
 
 Result<OpCopies> AnalyseOpCopies(const TransferPlan& plan, const Op& op) {
   OpCopies out;
@@ -26,8 +26,8 @@ Result<OpCopies> AnalyseOpCopies(const TransferPlan& plan, const Op& op) {
   out.to.reserve(static_cast<size_t>(n));
   for (const CopyPair& pair : plan.Copies(op)) {
     if (op.kind == OpKind::kQuantize) {  // its copies are a block quantizer's job, not geometries
-      AddSlot(pair.from, out.slots);
-      AddSlot(pair.to, out.slots);
+      AddStagingSlot(pair.from, out.slots);
+      AddStagingSlot(pair.to, out.slots);
       continue;
     }
     if (op.kind != OpKind::kConvert && (pair.from.dtype != pair.to.dtype || pair.fn != ElementFn::kNone)) {
@@ -38,8 +38,8 @@ Result<OpCopies> AnalyseOpCopies(const TransferPlan& plan, const Op& op) {
     out.geometries.push_back(g);
     out.from.push_back(PlaceOf(pair.from));
     out.to.push_back(PlaceOf(pair.to));
-    AddSlot(pair.from, out.slots);
-    AddSlot(pair.to, out.slots);
+    AddStagingSlot(pair.from, out.slots);
+    AddStagingSlot(pair.to, out.slots);
   }
   return out;
 }

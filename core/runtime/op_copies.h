@@ -32,6 +32,9 @@ struct OpCopies {
   int64_t bytes = 0;                     // destination bytes the copies write
 };
 
+// Appends `r`'s staging slot to `slots` unless `r` is no staging region or the slot is listed.
+void AddStagingSlot(const Region& r, std::vector<int>& slots);
+
 // Analyses the copy pairs of `op` (of a Quantize op, only the slots): fails (kInvalidArgument) where a pair's regions do not match
 // (MakeCopyGeometry), or where a pair changes the dtype or applies an element function outside a
 // Convert op. O(the op's copies).

@@ -10,16 +10,6 @@
 #include "core/runtime/staging_memory.h"
 
 namespace ferry {
-namespace {
-
-void AddSlotRefs(const Region& r, std::vector<int>& slots) {
-  if (r.space == Space::kStaging &&
-      std::find(slots.begin(), slots.end(), r.buffer) == slots.end()) {
-    slots.push_back(r.buffer);
-  }
-}
-
-}  // namespace
 
 RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
                  const RankMemory& memory, Deadline deadline)
@@ -139,7 +129,7 @@ Status RankRun::BuildDependencies() {
     if (roles_.role[i] != DirectRole::kStaged) continue;  // direct reads use no staging
     FERRY_ASSIGN_OR_RETURN(const OpCopies* copies, CopiesOf(i));
     slots_of_[i] = copies->slots;
-    if (IsMessageKind(op.kind)) AddSlotRefs(op.Data(), slots_of_[i]);
+    if (IsMessageKind(op.kind)) AddStagingSlot(op.Data(), slots_of_[i]);
     for (int slot : slots_of_[i]) {
       if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) ||
           plan_.slots[slot].rank != rank_) {
