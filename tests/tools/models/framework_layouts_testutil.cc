@@ -33,6 +33,26 @@ ModelConfig OneLayerConfig(const std::string& name, ModelFamily family, int64_t 
   return c;
 }
 
+ModelConfig TinyDeepseek(bool moe) {
+  ModelConfig c = OneLayerConfig("tiny-ds", ModelFamily::kDeepseekV3, 8, 2, 2, 4, 64);
+  c.num_layers = 2;
+  c.q_lora_rank = 4;
+  c.kv_lora_rank = 4;
+  c.qk_nope_head_dim = 2;
+  c.qk_rope_head_dim = 2;
+  c.v_head_dim = 2;
+  c.intermediate = 16;
+  if (moe) {
+    c.num_experts = 4;
+    c.num_shared_experts = 1;
+    c.moe_intermediate = 4;
+    c.first_dense_layers = 1;
+    c.router_bias = true;
+  }
+  c.nextn_layers = 1;
+  return c;
+}
+
 ModelPreset PresetOf(const ModelConfig& c) {
   Result<ModelPreset> p = ModelPreset::FromConfig(c);
   EXPECT_TRUE(p.ok()) << p.status().ToString();

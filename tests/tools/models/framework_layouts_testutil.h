@@ -18,6 +18,10 @@ ModelPreset Preset(const std::string& name, double scale);
 ModelConfig OneLayerConfig(const std::string& name, ModelFamily family, int64_t hidden,
                            int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t vocab);
 
+// Two decoder layers of a tiny DeepSeek-V3 (hidden 8, MLA with 2 heads, q/kv LoRA ranks 4,
+// nope/rope/v head dims 2, FFN 16, vocabulary 64) with one next-n layer in its checkpoint; with
+// `moe`, a dense first layer, then 4 routed experts of FFN 4, a shared expert and a router bias.
+ModelConfig TinyDeepseek(bool moe);
 // The preset of a config that must be valid.
 ModelPreset PresetOf(const ModelConfig& c);
 

@@ -16,26 +16,9 @@
 namespace ferry::models {
 namespace {
 
-// Two decoder layers (hidden 8, MLA with 2 heads, q/kv LoRA ranks 4, nope/rope/v head dims 2, a
-// dense first layer of FFN 16, then 4 routed experts of FFN 4 and a shared expert), a vocabulary
-// of 64 and one MTP layer, model.layers.2.
-ModelConfig TinyDeepseek(bool moe) {
-  ModelConfig c = OneLayerConfig("tiny-ds", ModelFamily::kDeepseekV3, 8, 2, 2, 4, 64);
-  c.num_layers = 2;
-  c.q_lora_rank = 4;
-  c.kv_lora_rank = 4;
-  c.qk_nope_head_dim = 2;
-  c.qk_rope_head_dim = 2;
-  c.v_head_dim = 2;
-  c.intermediate = 16;
-  if (moe) {
-    c.num_experts = 4;
-    c.num_shared_experts = 1;
-    c.moe_intermediate = 4;
-    c.first_dense_layers = 1;
-    c.router_bias = true;
-  }
-  c.nextn_layers = 1;
+// TinyDeepseek (framework_layouts_testutil.h) with one MTP layer, model.layers.2.
+ModelConfig TinyDeepseekWithMtp(bool moe) {
+  ModelConfig c = TinyDeepseek(moe);
   c.mtp_layers = 1;
   return c;
 }
@@ -62,7 +45,7 @@ TEST(MtpLayoutTest, CheckpointTensorsOfTheMtpLayer) {
 }
 
 TEST(MtpLayoutTest, MegatronMtpBlockOnTheLastStage) {
-  ModelPreset p = PresetOf(TinyDeepseek(true));
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
   // tp 2, pp 2, ep 1 (etp = tp): ranks 0-1 stage 0, ranks 2-3 stage 1; the vocabulary padded to a
   // multiple of 32 * 2 = 64, 32 rows a rank.
   Layout l = Build(p, "megatron:tp=2,pp=2,vocab_divisible_by=32,mtp=1");
@@ -113,7 +96,7 @@ TEST(MtpLayoutTest, MegatronMtpBlockOnTheLastStage) {
 TEST(MtpLayoutTest, MegatronMtpStandaloneByLayoutString) {
   // "Et|t|m|L" over pp 2: stage 2 ("m") is chunk 1 of rank 0, a stage without the embedding of
   // chunk 0, so it keeps its own copy (model1.embedding...); the loss is chunk 1 of rank 1.
-  ModelPreset p = PresetOf(TinyDeepseek(false));
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(false));
   Layout l = Build(p, "megatron:pp=2,vocab_divisible_by=64,mtp=1,layout=Et|t|m|L");
   EXPECT_EQ(FragmentsIn(l, 0, "model1.mtp.layers.0.eh_proj.weight",
                         "model.layers.2.eh_proj.weight").size(), 1u);
@@ -142,7 +125,7 @@ TEST(MtpLayoutTest, MegatronDistributedOptimizerOrder) {
   // output_layer 0, final_layernorm 512, mtp_model_layer.linear_fc2 576, ... its input_layernorm
   // 1472, eh_proj 1536, hnorm 1664, enorm 1728, decoder.final_layernorm 1792, decoder.layers.0's
   // linear_fc2 1856, ... its input_layernorm 2752 (ends 2760, bucket end 2816), embedding 2816.
-  ModelPreset p = PresetOf(TinyDeepseek(false));
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(false));
   Layout l = Build(p, "megatron:pp=2,vocab_divisible_by=64,mtp=1,buffers=distopt");
   auto start = [&](const std::string& tensor) {
     auto f = FragmentsIn(l, 1, "buffers.0.param_data", tensor);
@@ -164,7 +147,7 @@ TEST(MtpLayoutTest, MegatronDistributedOptimizerOrder) {
 }
 
 TEST(MtpLayoutTest, VllmDrafterLayers) {
-  ModelPreset p = PresetOf(TinyDeepseek(true));
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
   Layout l = Build(p, "vllm:tp=2,mtp=1");
   ExpectCoverage(l, p, [](const std::string& n) {
     return n == "model.layers.2.eh_proj.weight" || (TpReplicated(n) && !IsExpert(n)) ? 2 : 1;

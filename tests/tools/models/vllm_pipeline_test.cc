@@ -229,27 +229,9 @@ TEST(VllmPipelineLayoutTest, NemotronModelLevelWeightsOnEveryRank) {
   EXPECT_LT(stored.FindBuffer(1, "model.layers.50.mixer.A"), 0);
 }
 
-// Two decoder layers of a tiny DeepSeek-V3 (MLA, 4 routed experts after a dense layer).
-ModelConfig TinyDeepseek() {
-  ModelConfig c = OneLayerConfig("tiny-ds", ModelFamily::kDeepseekV3, 8, 2, 2, 4, 64);
-  c.num_layers = 2;
-  c.q_lora_rank = 4;
-  c.kv_lora_rank = 4;
-  c.qk_nope_head_dim = 2;
-  c.qk_rope_head_dim = 2;
-  c.v_head_dim = 2;
-  c.intermediate = 16;
-  c.num_experts = 4;
-  c.num_shared_experts = 1;
-  c.moe_intermediate = 4;
-  c.first_dense_layers = 1;
-  c.router_bias = true;
-  c.nextn_layers = 1;
-  return c;
-}
 
 TEST(VllmPipelineLayoutTest, DeepseekEmbeddingFirstHeadLast) {
-  ModelPreset p = PresetOf(TinyDeepseek());
+  ModelPreset p = PresetOf(TinyDeepseek(/*moe=*/true));
   Layout l = Build(p, "vllm:pp=2,ep=1");
   ExpectCoverage(l, p, Copies(1, 1, 1));
   // vllm/model_executor/models/deepseek_v2.py: embed_tokens first, norm and lm_head last
@@ -261,7 +243,7 @@ TEST(VllmPipelineLayoutTest, DeepseekEmbeddingFirstHeadLast) {
 }
 
 TEST(VllmPipelineLayoutTest, UnmodelledCombinationsRefused) {
-  const ModelConfig ds = TinyDeepseek();
+  const ModelConfig ds = TinyDeepseek(/*moe=*/true);
   // vllm/model_executor/models/utils.py spec_decode_needs_target_embed: MTP under PP not modelled
   Status mtp = ResolveFrameworkSpec(Spec("vllm:pp=2,mtp=1"), ds).status();
   EXPECT_TRUE(Says(mtp, "mtp with pp=2")) << mtp.ToString();
