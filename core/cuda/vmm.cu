@@ -69,6 +69,14 @@ Result<int64_t> VmmBytesFrom(const void* ptr, int64_t limit) {
   return static_cast<int64_t>(at - start);
 }
 
+Result<std::pair<uintptr_t, uintptr_t>> VmmMappingsAround(const void* ptr, int64_t bytes) {
+  if (bytes <= 0) return InvalidArgument("an empty buffer has no mappings");
+  const auto start = reinterpret_cast<CUdeviceptr>(ptr);
+  FERRY_ASSIGN_OR_RETURN(auto first, MappingAt(start));
+  FERRY_ASSIGN_OR_RETURN(auto last, MappingAt(start + static_cast<CUdeviceptr>(bytes) - 1));
+  return std::make_pair(static_cast<uintptr_t>(first.first), static_cast<uintptr_t>(last.first + last.second));
+}
+
 Result<VmmSpan> ExportVmmSpan(const void* ptr, int64_t bytes) {
   FERRY_DRIVER(cuMemRetainAllocationHandle);
   FERRY_DRIVER(cuMemExportToShareableHandle);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -48,6 +49,11 @@ Result<bool> IsVmmMemory(const void* ptr);
 // Bytes mapped from `ptr` on through consecutive mappings, counted up to `limit`: what a VMM
 // buffer may use, since one buffer may span several mappings.
 Result<int64_t> VmmBytesFrom(const void* ptr, int64_t limit);
+
+// The mappings at the two ends of [ptr, ptr + bytes): from the start of the one holding `ptr` to
+// the end of the one holding its last byte (`bytes` > 0). Whether the mappings between are
+// consecutive is checked when they are exported.
+Result<std::pair<uintptr_t, uintptr_t>> VmmMappingsAround(const void* ptr, int64_t bytes);
 
 // Exports the mappings covering [ptr, ptr + bytes) as POSIX fds (closed with CloseVmmSpan).
 // Fails naming the reason when a mapping cannot be exported as a POSIX fd (an allocation created

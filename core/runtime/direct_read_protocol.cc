@@ -87,7 +87,7 @@ Status OfferWriter::Encode(const DirectRead& read, OfferHistory::Sent& sent) {
     }
     if (!is_described_[b]) {
       FERRY_ASSIGN_OR_RETURN(described_[b], source_[b].kind == MemoryKind::kCuda
-                                                ? cuda_exports_.Describe(source_[b])
+                                                ? cuda_exports_.Describe(source_[b], source_)
                                                 : describer_.Describe(source_[b]));
       is_described_[b] = 1;
     }

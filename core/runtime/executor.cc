@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <thread>
 
 #include "core/cuda/copy_stream.h"
@@ -80,11 +82,18 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   return result;
 }
 
-// The run's timeline goes to its own file; a file that cannot be written is reported on stderr
-// and does not fail the refit it describes.
+// The run's timeline goes to its own file, in trace_dir (created when missing); a file that cannot
+// be written is reported on stderr and does not fail the refit it describes.
 void Executor::WriteTrace() {
   const std::string path =
       options_.trace_dir + "/rank" + std::to_string(comm_.rank()) + ".run" + std::to_string(++traced_runs_) + ".json";
+  std::error_code made;
+  std::filesystem::create_directories(options_.trace_dir, made);
+  if (made) {
+    std::fprintf(stderr, "ferry: WARNING: rank %d: trace directory %s cannot be created: %s\n", comm_.rank(),
+                 options_.trace_dir.c_str(), made.message().c_str());
+    return;
+  }
   if (Status written = trace_.Write(path, comm_.rank()); !written.ok()) {
     std::fprintf(stderr, "ferry: WARNING: rank %d: %s\n", comm_.rank(), written.message().c_str());
   }

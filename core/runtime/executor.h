@@ -85,6 +85,8 @@ struct ExecutorStats {
   int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)
   int ops_analysed = 0;      // ops whose copy pairs this run read from the plan (the rest reused
                              // an earlier run's analysis of the same plan: op_copies.h)
+  int peer_cuda_mappings = 0;  // peers' CUDA allocations and VMM spans this rank keeps mapped for
+                               // direct reads after the run (peer_cuda_memory.h)
   int64_t peak_staging_bytes = 0;  // staging slots held at once
   int64_t staging_arena_bytes = 0;
   std::map<std::string, TransportTraffic> by_transport;  // per transport name and kDirectReadPath

@@ -1,10 +1,12 @@
 // CudaExports and PeerCudaMappings: see peer_cuda_memory.h.
 #include "core/runtime/peer_cuda_memory.h"
 
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -52,7 +54,47 @@ Result<std::vector<cuda::VmmChunk>> ReadChunkTable(const PeerOwner& owner, const
   return chunks;
 }
 
+// Every VMM export and import holds one fd per mapping: raises the soft limit on open files to
+// the hard limit, once.
+void RaiseOpenFileLimit() {
+  static const bool raised = [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return false;
+    limit.rlim_cur = limit.rlim_max;
+    return ::setrlimit(RLIMIT_NOFILE, &limit) == 0;
+  }();
+  (void)raised;
+}
+
+// A VMM buffer described for peers as lying in `span`, exported as `export_id`.
+PeerBuffer VmmBuffer(const MemoryDesc& memory, const cuda::VmmSpan& span, uint64_t export_id) {
+  PeerBuffer buffer;
+  buffer.address = reinterpret_cast<uint64_t>(memory.base);
+  buffer.bytes = memory.bytes;
+  buffer.kind = MemoryKind::kCuda;
+  buffer.device = memory.device;
+  buffer.cuda_vmm = true;
+  buffer.allocation_bytes = span.bytes;
+  buffer.shared_offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(memory.base) - span.base);
+  PutVmmRecord({export_id, reinterpret_cast<uint64_t>(span.chunks.data()), static_cast<int64_t>(span.chunks.size())},
+               buffer.ipc_handle);
+  return buffer;
+}
+
 }  // namespace
+
+std::vector<AddressRange> JoinTouchingRanges(std::vector<AddressRange> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<AddressRange> joined;
+  for (const AddressRange& r : ranges) {
+    if (!joined.empty() && r.first <= joined.back().second) {
+      joined.back().second = std::max(joined.back().second, r.second);
+    } else {
+      joined.push_back(r);
+    }
+  }
+  return joined;
+}
 
 void PutVmmRecord(const VmmRecord& record, std::array<uint8_t, kCudaIpcHandleBytes>& handle) {
   handle.fill(0);
@@ -69,12 +111,12 @@ VmmRecord GetVmmRecord(const std::array<uint8_t, kCudaIpcHandleBytes>& handle) {
   return record;
 }
 
-Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory) {
+Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory, std::span<const MemoryDesc> neighbours) {
   auto it = exported_.find({memory.base, memory.bytes});
   if (it != exported_.end()) return it->second;
   FERRY_RETURN_IF_ERROR(cuda::SetDevice(memory.device));
   FERRY_ASSIGN_OR_RETURN(bool vmm, cuda::IsVmmMemory(memory.base));
-  if (vmm) return DescribeVmm(memory);
+  if (vmm) return DescribeVmm(memory, neighbours);
   FERRY_ASSIGN_OR_RETURN(cuda::IpcExport exported, cuda::ExportIpcMemory(memory.base));
   PeerBuffer buffer;
   buffer.address = reinterpret_cast<uint64_t>(memory.base);
@@ -92,28 +134,65 @@ Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory) {
   return buffer;
 }
 
-Result<PeerBuffer> CudaExports::DescribeVmm(const MemoryDesc& memory) {
-  FERRY_ASSIGN_OR_RETURN(cuda::VmmSpan span, cuda::ExportVmmSpan(memory.base, memory.bytes));
-  auto held = std::make_unique<cuda::VmmSpan>(std::move(span));
-  PeerBuffer buffer;
-  buffer.address = reinterpret_cast<uint64_t>(memory.base);
-  buffer.bytes = memory.bytes;
-  buffer.kind = MemoryKind::kCuda;
-  buffer.device = memory.device;
-  buffer.cuda_vmm = true;
-  buffer.allocation_bytes = held->bytes;
-  buffer.shared_offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(memory.base) - held->base);
-  PutVmmRecord({next_vmm_export++, reinterpret_cast<uint64_t>(held->chunks.data()),
-                static_cast<int64_t>(held->chunks.size())},
-               buffer.ipc_handle);
-  vmm_[{memory.base, memory.bytes}] = std::move(held);
+Result<PeerBuffer> CudaExports::DescribeVmm(const MemoryDesc& memory, std::span<const MemoryDesc> neighbours) {
+  RaiseOpenFileLimit();
+  if (!grouped_) JoinNeighbours(memory, neighbours);
+  const HeldVmm* held = GroupExport(memory);
+  if (held == nullptr) {
+    FERRY_ASSIGN_OR_RETURN(cuda::VmmSpan span, cuda::ExportVmmSpan(memory.base, memory.bytes));
+    auto alone = std::make_unique<HeldVmm>(HeldVmm{std::move(span), next_vmm_export++});
+    held = alone.get();
+    alone_[{memory.base, memory.bytes}] = std::move(alone);
+  }
+  PeerBuffer buffer = VmmBuffer(memory, held->span, held->export_id);
   exported_[{memory.base, memory.bytes}] = buffer;
   return buffer;
 }
 
+// The mapped ranges of `memory` and of the VMM buffers among `neighbours`, joined; buffers whose
+// mappings cannot be found are left to be exported on their own.
+void CudaExports::JoinNeighbours(const MemoryDesc& memory, std::span<const MemoryDesc> neighbours) {
+  grouped_ = true;
+  std::vector<AddressRange> ranges;
+  auto add = [&ranges](const MemoryDesc& m) {
+    if (m.kind != MemoryKind::kCuda || m.base == nullptr || m.bytes <= 0) return;
+    Result<bool> vmm = cuda::IsVmmMemory(m.base);
+    if (!vmm.ok() || !*vmm) return;
+    Result<AddressRange> range = cuda::VmmMappingsAround(m.base, m.bytes);
+    if (range.ok()) ranges.push_back(*range);
+  };
+  add(memory);
+  for (const MemoryDesc& m : neighbours) add(m);
+  for (const AddressRange& r : JoinTouchingRanges(std::move(ranges))) groups_[r.first].end = r.second;
+}
+
+const CudaExports::HeldVmm* CudaExports::GroupExport(const MemoryDesc& memory) {
+  const auto start = reinterpret_cast<uintptr_t>(memory.base);
+  auto it = groups_.upper_bound(start);
+  if (it == groups_.begin()) return nullptr;
+  --it;
+  VmmGroup& group = it->second;
+  if (start + static_cast<uintptr_t>(memory.bytes) > group.end || group.failed) return nullptr;
+  if (group.held == nullptr) {
+    Result<cuda::VmmSpan> span =
+        cuda::ExportVmmSpan(reinterpret_cast<const void*>(it->first), static_cast<int64_t>(group.end - it->first));
+    if (!span.ok()) {
+      group.failed = true;
+      return nullptr;
+    }
+    group.held = std::make_unique<HeldVmm>(HeldVmm{std::move(*span), next_vmm_export++});
+  }
+  return group.held.get();
+}
+
 void CudaExports::Clear() {
-  for (auto& [key, span] : vmm_) cuda::CloseVmmSpan(*span);
-  vmm_.clear();
+  for (auto& [start, group] : groups_) {
+    if (group.held != nullptr) cuda::CloseVmmSpan(group.held->span);
+  }
+  for (auto& [key, held] : alone_) cuda::CloseVmmSpan(held->span);
+  groups_.clear();
+  alone_.clear();
+  grouped_ = false;
   exported_.clear();
 }
 
@@ -145,6 +224,7 @@ Result<PeerCudaMappings::Opened> PeerCudaMappings::MapVmm(const PeerOwner& owner
     return FailedPrecondition("process " + std::to_string(owner.pid) +
                               " offers VMM memory, which is opened only from a verified same-node peer");
   }
+  RaiseOpenFileLimit();
   FERRY_ASSIGN_OR_RETURN(std::vector<cuda::VmmChunk> chunks,
                          ReadChunkTable(owner, GetVmmRecord(buffer.ipc_handle), buffer.allocation_bytes));
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -154,7 +234,9 @@ Result<PeerCudaMappings::Opened> PeerCudaMappings::MapVmm(const PeerOwner& owner
       for (size_t j = 0; j < i; ++j) ::close(chunks[j].fd);
       return Unavailable("taking VMM handle fd " + std::to_string(chunks[i].fd) + " from process " +
                          std::to_string(owner.pid) + ": " + std::strerror(err) +
-                         " (pidfd_getfd needs ptrace access to the peer)");
+                         (err == EMFILE ? " (the span has " + std::to_string(chunks.size()) +
+                                              " mappings; raise the hard limit on open files, ulimit -Hn)"
+                                        : std::string(" (pidfd_getfd needs ptrace access to the peer)")));
     }
     chunks[i].fd = static_cast<int32_t>(fd);
   }

@@ -14,6 +14,15 @@
 // ptrace access to the sender, like host reads without shared memory), and maps the chunks side
 // by side.
 //
+// One export serves every buffer whose mappings touch or overlap another's: ferry run and PyTorch
+// put thousands of tensors in one range of mappings, and a receiver that mapped each buffer's
+// mappings on their own would map every mapping many times over and look each span up on every
+// refit. The sender joins the mapped
+// ranges of its source buffers (its neighbours) once and exports each joined range on first use;
+// a buffer outside them, or in a range that cannot be exported whole, is exported on its own.
+// Every export keeps one fd per mapping open, so the first VMM export or import raises this
+// process's soft limit on open files to its hard limit.
+//
 // Thread-safety: none; the executor thread exports and opens, the copy kernel reads.
 #pragma once
 
@@ -21,6 +30,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -31,6 +42,11 @@ namespace ferry {
 
 // A VMM export as PeerBuffer::ipc_handle carries it: a number no other export of the owner
 // process had, and where its table of `chunks` cuda::VmmChunk records lies in the owner's memory.
+// Device address ranges [first, second).
+using AddressRange = std::pair<uintptr_t, uintptr_t>;
+// `ranges` joined where they overlap or touch, in address order.
+std::vector<AddressRange> JoinTouchingRanges(std::vector<AddressRange> ranges);
+
 struct VmmRecord {
   uint64_t export_id = 0;
   uint64_t table = 0;
@@ -50,16 +66,35 @@ class CudaExports {
 
   // `memory` (kind kCuda) described for peers: for cudaMalloc memory its allocation's IPC handle
   // and size and its offset there; for VMM memory the span of mappings holding it, exported (its
-  // fds stay open until Clear). Blocking on a miss (driver calls), a map lookup after.
-  Result<PeerBuffer> Describe(const MemoryDesc& memory);
-  // Forgets every export and closes the fds of VMM exports.
+  // fds stay open until Clear). `neighbours` are this process's buffers that peers read (`memory`
+  // among them): the first VMM buffer described joins their mapped ranges, and VMM buffers in one
+  // joined range share its export. Blocking on a miss (driver calls), a map lookup after.
+  Result<PeerBuffer> Describe(const MemoryDesc& memory, std::span<const MemoryDesc> neighbours = {});
+  // Forgets every export and closes the fds of VMM exports; the next VMM Describe joins ranges
+  // anew.
   void Clear();
 
  private:
-  Result<PeerBuffer> DescribeVmm(const MemoryDesc& memory);
+  // An exported span and the export number peers know it by.
+  struct HeldVmm {
+    cuda::VmmSpan span;
+    uint64_t export_id = 0;
+  };
+  // A joined range of neighbours' mappings, exported on first use.
+  struct VmmGroup {
+    uintptr_t end = 0;
+    std::unique_ptr<HeldVmm> held;
+    bool failed = false;  // could not be exported whole: its buffers are exported on their own
+  };
+  Result<PeerBuffer> DescribeVmm(const MemoryDesc& memory, std::span<const MemoryDesc> neighbours);
+  void JoinNeighbours(const MemoryDesc& memory, std::span<const MemoryDesc> neighbours);
+  // The export of the joined range holding `memory`; null when there is none.
+  const HeldVmm* GroupExport(const MemoryDesc& memory);
 
   std::map<std::pair<const void*, int64_t>, PeerBuffer> exported_;
-  std::map<std::pair<const void*, int64_t>, std::unique_ptr<cuda::VmmSpan>> vmm_;  // their tables
+  std::map<uintptr_t, VmmGroup> groups_;  // by start; disjoint
+  bool grouped_ = false;
+  std::map<std::pair<const void*, int64_t>, std::unique_ptr<HeldVmm>> alone_;  // buffers outside groups
 };
 
 // A peer process as a receiver reaches its memory: its pid and, where the peer was verified, a

@@ -617,9 +617,14 @@ Status RankRun::CopyRead(int i) {
   const auto offer = std::span<const uint8_t>(res_.control).subspan(
       static_cast<size_t>(roles_.control_offset[k]), static_cast<size_t>(control_bytes_[i]));
   PeerMemory peers{res_.peer_mappings, res_.peer_cuda, comm_.peer_processes()};
+  const int64_t take_began = res_.trace != nullptr ? RunTrace::Now() : 0;
   FERRY_ASSIGN_OR_RETURN(const OfferHistory::Taken* taken,
                          TakeOffer(plan_generation_, k, d, offer, memory_.destination, rank_,
                                    peers, res_.offer_history));
+  if (res_.trace != nullptr) {
+    res_.trace->Span(RunTrace::Lane::kSetUp, "take offer of rank " + std::to_string(d.sender), take_began,
+                     RunTrace::Now(), "\"peer CUDA mappings\": " + std::to_string(res_.peer_cuda.size()));
+  }
   if (taken == nullptr) return AskForFullOffer(i);
   const int64_t bytes = taken->bytes;
   stats_.bytes_read_direct += bytes;
@@ -823,6 +828,7 @@ Result<ExecutorStats> RankRun::Finish() {
   res_.peer_mappings.Sweep();
   res_.peer_cuda.Sweep();
   if (!res_.options.cache_registrations) res_.cuda_exports.Clear();
+  stats_.peer_cuda_mappings = static_cast<int>(res_.peer_cuda.size());
   stats_.ops = n_;
   stats_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();

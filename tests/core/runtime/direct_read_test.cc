@@ -307,5 +307,17 @@ TEST(DirectReadTest, FingerprintFollowsTheOps) {
   EXPECT_NE(PlanFingerprint(plan), PlanFingerprint(changed));
 }
 
+// VMM buffers share an export where their mapped ranges overlap or touch: two buffers sharing a
+// mapping, and a third starting where the second's last mapping ends, are one span; a range past
+// a gap is another.
+TEST(DirectReadTest, VmmRangesJoinWhereTheyOverlapOrTouch) {
+  const std::vector<AddressRange> joined =
+      JoinTouchingRanges({{0x600000, 0x800000}, {0x200000, 0x600000}, {0x400000, 0x600000}, {0xa00000, 0xc00000}});
+  EXPECT_EQ(joined, (std::vector<AddressRange>{{0x200000, 0x800000}, {0xa00000, 0xc00000}}));
+  EXPECT_TRUE(JoinTouchingRanges({}).empty());
+  EXPECT_EQ(JoinTouchingRanges({{0x200000, 0x800000}, {0x400000, 0x600000}}),
+            (std::vector<AddressRange>{{0x200000, 0x800000}}));
+}
+
 }  // namespace
 }  // namespace ferry

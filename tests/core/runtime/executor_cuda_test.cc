@@ -14,6 +14,7 @@
 #include "core/cuda/batched_copy.h"
 #include "core/cuda/vmm.h"
 #include "core/runtime/executor.h"
+#include "tests/core/plan/plan_fixture.h"
 #include "tests/core/runtime/executor_testutil.h"
 
 namespace ferry {
@@ -137,6 +138,61 @@ TEST(ExecutorCudaTest, UnpackIntoMovedDestinationsWritesTheNewBuffers) { RunOnDe
 // Sources and destinations in VMM mappings, buffers straddling them: the same-node message is a
 // direct read of the sender's mappings, exported as fds and mapped side by side by the reader.
 TEST(ExecutorCudaTest, DirectReadOfVmmBuffersThatSpanMappings) { RunOnDevice(true, false, true); }
+
+// Rank 0's two source buffers go to rank 1's two destination buffers in one same-node message:
+// one direct read of both.
+TransferPlan TwoBufferPlan() {
+  TransferPlan plan;
+  plan.strategy = "reshard";
+  plan.num_ranks = 2;
+  const int64_t half = kRows * 512 * 4;
+  plan.source_buffers = {{0, "a", half}, {0, "b", half}};
+  plan.destination_buffers = {{1, "a", half}, {1, "b", half}};
+  const int out = plan.AddSlot(0, 2 * half), in = plan.AddSlot(1, 2 * half);
+  Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 2 * half};
+  const int packed = plan.AddOp(pack, {},
+                                {{Fp32Matrix(Space::kSource, 0, 0, kRows, 512, 512),
+                                  Fp32Matrix(Space::kStaging, out, 0, kRows, 512, 512)},
+                                 {Fp32Matrix(Space::kSource, 1, 0, kRows, 512, 512),
+                                  Fp32Matrix(Space::kStaging, out, half, kRows, 512, 512)}});
+  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 1, .bytes = 2 * half};
+  send.SetData(ByteRange(Space::kStaging, out, 0, 2 * half));
+  plan.AddOp(send, {packed});
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 1, .bytes = 2 * half};
+  recv.SetData(ByteRange(Space::kStaging, in, 0, 2 * half));
+  const int received = plan.AddOp(recv);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 2 * half};
+  plan.AddOp(unpack, {received},
+             {{Fp32Matrix(Space::kStaging, in, 0, kRows, 512, 512), Fp32Matrix(Space::kDestination, 0, 0, kRows, 512, 512)},
+              {Fp32Matrix(Space::kStaging, in, half, kRows, 512, 512),
+               Fp32Matrix(Space::kDestination, 1, 0, kRows, 512, 512)}});
+  return plan;
+}
+
+// Two source buffers in one range of VMM mappings, sharing the mapping between them, are read
+// through one export of their joined span: the reader maps it once, not once per buffer.
+TEST(ExecutorCudaTest, VmmBuffersSharingMappingsAreMappedOnce) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
+  TransferPlan plan = TwoBufferPlan();
+  auto codes = RunRanks(2, 90, [&](int rank, int port) {
+    auto joined = Join(rank, 2, port, {}, /*one_node=*/true);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    if (Status s = AllocateDevice(r, plan, rank, /*vmm=*/true); !s.ok()) return Report(s);
+    const auto element = [](int64_t i) { return Value(i / kCols, i % kCols); };
+    for (int refit = 0; refit < 2; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok()) return Report(stats.status());
+      if (rank == 1) {
+        if (!CheckAndPoison(r, 0, element) || !CheckAndPoison(r, 1, element)) return 2;
+        if (stats->bytes_read_direct != 2 * kRows * 512 * 4) return 3;
+        if (stats->peer_cuda_mappings != 1) return 10 + stats->peer_cuda_mappings;
+      }
+    }
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
 
 // Where there is no GPU, a run given CUDA memory fails at once on every rank, naming the missing
 // device, before any op touches the (here fake) device addresses.
