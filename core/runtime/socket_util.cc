@@ -43,13 +43,21 @@ Result<sockaddr_in> Resolve(const std::string& host, int port) {
   return addr;
 }
 
-// Waits for `events` on fd until the deadline: 1 ready, 0 timed out.
-Result<int> WaitFor(int fd, short events, Deadline deadline) {
+// Waits for `events` on fd until the deadline: 1 ready (or woken through `wake`), 0 timed out;
+// kAborted when `wake` cuts the wait short.
+Result<int> WaitFor(int fd, short events, Deadline deadline, const SocketWake* wake = nullptr) {
   while (true) {
-    pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, deadline.RemainingMillis());
+    pollfd p[2] = {{fd, events, 0}, {wake != nullptr ? wake->fd : -1, POLLIN, 0}};
+    int rc = ::poll(p, wake != nullptr ? 2 : 1, deadline.RemainingMillis());
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return IoError(Errno("poll"));
+    if (wake != nullptr) {
+      if (p[1].revents != 0) {
+        uint64_t count = 0;  // reset first, then look: a wake-up after this read wakes the next poll
+        (void)!::read(wake->fd, &count, sizeof(count));
+      }
+      if (wake->cut && wake->cut()) return Aborted("cut short");
+    }
     if (rc == 0) return deadline.Expired() ? 0 : -1;
     return 1;
   }
@@ -132,7 +140,7 @@ Result<int> AcceptTcp(int listen_fd, Deadline deadline) {
   return fd;
 }
 
-Status WriteAll(int fd, const void* data, int64_t bytes, Deadline deadline) {
+Status WriteAll(int fd, const void* data, int64_t bytes, Deadline deadline, const SocketWake* wake) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     ssize_t n = ::send(fd, p, static_cast<size_t>(bytes), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -143,7 +151,7 @@ Status WriteAll(int fd, const void* data, int64_t bytes, Deadline deadline) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      FERRY_ASSIGN_OR_RETURN(int ready, WaitFor(fd, POLLOUT, deadline));
+      FERRY_ASSIGN_OR_RETURN(int ready, WaitFor(fd, POLLOUT, deadline, wake));
       if (ready == 0) return DeadlineExceeded("socket write timed out");
       continue;
     }
@@ -152,7 +160,7 @@ Status WriteAll(int fd, const void* data, int64_t bytes, Deadline deadline) {
   return Status::Ok();
 }
 
-Status ReadAll(int fd, void* data, int64_t bytes, Deadline deadline) {
+Status ReadAll(int fd, void* data, int64_t bytes, Deadline deadline, const SocketWake* wake) {
   char* p = static_cast<char*>(data);
   while (bytes > 0) {
     ssize_t n = ::recv(fd, p, static_cast<size_t>(bytes), MSG_DONTWAIT);
@@ -164,7 +172,7 @@ Status ReadAll(int fd, void* data, int64_t bytes, Deadline deadline) {
     if (n == 0) return Unavailable("connection closed by peer");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      FERRY_ASSIGN_OR_RETURN(int ready, WaitFor(fd, POLLIN, deadline));
+      FERRY_ASSIGN_OR_RETURN(int ready, WaitFor(fd, POLLIN, deadline, wake));
       if (ready == 0) return DeadlineExceeded("socket read timed out");
       continue;
     }

@@ -318,36 +318,10 @@ bool TcpStoreClient::Cut(const StoreInterrupt* interrupt) const {
 
 Status TcpStoreClient::Transfer(bool out, void* data, int64_t bytes, Deadline deadline,
                                 StoreInterrupt* interrupt, bool& cut) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = out ? ::send(fd_, p, static_cast<size_t>(bytes), MSG_NOSIGNAL | MSG_DONTWAIT)
-                          : ::recv(fd_, p, static_cast<size_t>(bytes), MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
-      bytes -= n;
-      continue;
-    }
-    if (n == 0) return Unavailable("connection closed by peer");
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return Unavailable(std::string(out ? "socket write: " : "socket read: ") + std::strerror(errno));
-    }
-    pollfd fds[2] = {{fd_, static_cast<short>(out ? POLLOUT : POLLIN), 0}, {wake_fd_, POLLIN, 0}};
-    const int rc = ::poll(fds, 2, deadline.RemainingMillis());
-    if (rc < 0 && errno != EINTR) return IoError(std::string("poll: ") + std::strerror(errno));
-    if (fds[1].revents != 0) {
-      uint64_t count = 0;  // reset first, then look: a Wake after this read wakes the next poll
-      (void)!::read(wake_fd_, &count, sizeof(count));
-    }
-    if (Cut(interrupt)) {
-      cut = true;
-      return Aborted("cut short");
-    }
-    if (rc == 0 && deadline.Expired()) {
-      return DeadlineExceeded(out ? "socket write timed out" : "socket read timed out");
-    }
-  }
-  return Status::Ok();
+  const SocketWake wake{wake_fd_, [&] { return Cut(interrupt); }};
+  Status status = out ? WriteAll(fd_, data, bytes, deadline, &wake) : ReadAll(fd_, data, bytes, deadline, &wake);
+  cut = status.code() == StatusCode::kAborted;
+  return status;
 }
 
 Result<Bytes> TcpStoreClient::Exchange(uint8_t op, std::string_view key, const Bytes& request,
