@@ -61,10 +61,12 @@ ceiling() {  # mode procs bytes -> GB/s
 
 # The baseline gathers the whole model into one staging slot on rank 0 (3.6 GiB at scale 1/4):
 # the staging budget is raised above the default 1 GiB for every variant alike.
-refit() {  # scale transport strategy -> appends CSV rows to $LOG/refit_SCALE.csv
-  timeout 300 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$1" --src megatron:tp=2,ep=2 \
-    --dst vllm:tp=2,dp=2 --memory cuda --verify --transport "$2" --strategy "$3" \
-    --warmup 2 --iterations 5 --timeout 280 --set executor.staging_budget=8GiB --results "$LOG/refit_${1//\//_}.csv" 2>&1 |
+refit() {  # scale transport strategy csv [ferry run args...] -> appends CSV rows to csv
+  local scale=$1 transport=$2 strategy=$3 csv=$4
+  shift 4
+  timeout 300 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$scale" --src megatron:tp=2,ep=2 \
+    --dst vllm:tp=2,dp=2 --memory cuda --verify --transport "$transport" --strategy "$strategy" \
+    --warmup 2 --iterations 5 --timeout 280 --set executor.staging_budget=8GiB --results "$csv" "$@" 2>&1 |
     grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
   return "${PIPESTATUS[0]}"
 }
@@ -72,7 +74,7 @@ refit() {  # scale transport strategy -> appends CSV rows to $LOG/refit_SCALE.cs
 for scale in "${SCALES[@]}"; do
   tag=${scale//\//_}
   rm -f "$LOG/refit_$tag.csv"
-  if ! refit "$scale" tcp both; then
+  if ! refit "$scale" tcp both "$LOG/refit_$tag.csv"; then
     row "refit $scale" "FAILED (see refit.log)"
     FAILED=1
     continue
@@ -106,13 +108,10 @@ for scale in "${SCALES[@]}"; do
   # The same reshard with every buffer in 20 MiB cuMem (VMM) mappings, as PyTorch's
   # expandable_segments holds tensors: direct reads export and map the peers' mappings.
   rm -f "$LOG/refit_vmm_$tag.csv"
-  if timeout 300 "$BIN/ferry" run --model qwen3-30b-a3b --scale "$scale" --src megatron:tp=2,ep=2 \
-      --dst vllm:tp=2,dp=2 --memory cuda --cuda-alloc vmm --verify --transport tcp --strategy reshard \
-      --warmup 2 --iterations 5 --timeout 280 --results "$LOG/refit_vmm_$tag.csv" 2>&1 |
-      grep -v '\.\.\. ' | tee -a "$LOG/refit.log"; then
+  if refit "$scale" tcp reshard "$LOG/refit_vmm_$tag.csv" --cuda-alloc vmm; then
     IFS=, read -r label variant ranks bytes mean best gbps rest < "$LOG/refit_vmm_$tag.csv"
     row "refit $scale reshard, VMM buffers ($((bytes >> 20)) MiB, 8 procs, verified)" \
-        "$gbps GB/s, mean $(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }')"
+        "$gbps GB/s, mean $(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }'); $(awk -v a="$gbps" -v b="$ceil8" 'BEGIN { printf "%.0f%%", 100 * a / b }') of IPC ceiling"
   else
     row "refit $scale reshard, VMM buffers" "FAILED (see refit.log)"
     FAILED=1
