@@ -95,6 +95,16 @@ void ExpertRules(const FrameworkSpec& r, const std::string& t, std::vector<Layou
                      "linearly with them",
                      std::string(kVllm) + "vllm/distributed/eplb/eplb_state.py"});
     }
+    if (!r.vllm.eplb_map.empty()) {
+      out.push_back({"EPLB map " + r.vllm.eplb_map + ": each local slot holds the logical expert "
+                     "the engine's physical_to_logical_map names" +
+                         (r.vllm.pp > 1 ? std::string(", from the map of the layer's PP rank, "
+                                                      "row = its index among that rank's MoE "
+                                                      "layers")
+                                        : std::string()),
+                     std::string(kVllm) + (r.vllm.pp > 1 ? "vllm/model_executor/models/qwen3_moe.py"
+                                                          : "vllm/distributed/eplb/eplb_state.py")});
+    }
     return;
   }
   out.push_back({std::string("experts=") + ExpertStorageName(r.megatron.experts) +

@@ -303,8 +303,9 @@ class VllmWriter : public LayoutWriter {
     // vllm/model_executor/layers/fused_moe/layer.py: with EPLB the layer's global experts are the
     // physical ones, logical + redundant
     const int64_t physical = c_.num_experts + v_.redundant_experts;
-    const std::vector<int32_t>* arranged = eplb_.empty() ? nullptr : &eplb_[MoeIndex(l)];
     const int stage = l < c_.num_layers ? StageOf(l) : 0;  // MTP layers: pp = 1 only
+    const std::vector<int32_t>* arranged =
+        eplb_.empty() ? nullptr : &eplb_[static_cast<size_t>(stage)][MoeIndexOnStage(l, stage)];
     for (int64_t m = 0; m < world; ++m) {
       const int64_t ep_rank = m / moe_tp;
       // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
@@ -413,26 +414,36 @@ class VllmWriter : public LayoutWriter {
     }
   }
 
-  // The map's row of decoder layer l: MoE layers numbered in model order, as vLLM's EplbState
-  // numbers them (model.num_moe_layers).
-  int64_t MoeIndex(int64_t l) const {
-    int64_t index = 0;
-    for (int64_t k = 0; k < l; ++k) index += c_.IsMoeLayer(k) ? 1 : 0;
+  // The first decoder layer of PP stage `stage`.
+  int64_t FirstLayerOf(int stage) const {
+    int64_t first = 0;
+    for (int s = 0; s < stage; ++s) first += stage_layers_[static_cast<size_t>(s)];
+    return first;
+  }
+
+  // The map's row of decoder layer l on its PP stage: the stage's MoE layers numbered from 0 in
+  // model order, as that rank's EplbState numbers them (qwen3_moe.py Qwen3MoeForCausalLM
+  // set_eplb_state: moe_layer_idx over its own moe_layers).
+  size_t MoeIndexOnStage(int64_t l, int stage) const {
+    size_t index = 0;
+    for (int64_t k = FirstLayerOf(stage); k < l; ++k) index += c_.IsMoeLayer(k) ? 1 : 0;
     return index;
   }
 
-  // Reads v_.eplb_map, when given, for this model's MoE layers and physical experts.
+  // Reads v_.eplb_map, when given: one map per PP stage over its MoE layers and physical experts.
   Status LoadEplbMap() {
     if (v_.eplb_map.empty()) return Status::Ok();
-    int64_t moe_layers = 0;
-    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
-    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMap(v_.eplb_map, moe_layers, c_.num_experts,
-                                              c_.num_experts + v_.redundant_experts));
+    std::vector<int64_t> stage_moe_layers(static_cast<size_t>(v_.pp), 0);
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      if (c_.IsMoeLayer(l)) ++stage_moe_layers[static_cast<size_t>(StageOf(l))];
+    }
+    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMaps(v_.eplb_map, stage_moe_layers, c_.num_experts,
+                                               c_.num_experts + v_.redundant_experts));
     return Status::Ok();
   }
 
   VllmParallel v_;
-  EplbMap eplb_;  // empty: the initial arrangement
+  std::vector<EplbMap> eplb_;  // by PP stage; empty: the initial arrangement
   int first_;
   std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int64_t> stage_layers_;  // decoder layers per PP stage (vllm_pipeline.h)
