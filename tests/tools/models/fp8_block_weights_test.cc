@@ -254,9 +254,42 @@ TEST(Fp8BlockWeightsTest, Ue8m0ScalesWhereDeepGemmRunsTheWeight) {
     EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kUe8m0);
   }
   EXPECT_EQ(experts, 4);  // w13 and w2 on each of the 2 ranks
-  EXPECT_FALSE(RequantizedToUe8m0({1, 96, 128}, false));
-  EXPECT_TRUE(RequantizedToUe8m0({1, 576, 128}, false));  // MLA's kv_a_proj_with_mqa: 576 = 9 * 64
-  EXPECT_TRUE(RequantizedToUe8m0({4, 96, 100}, true));
+  EXPECT_FALSE(RequantizedToUe8m0({1, 96, 128}, false, DType::kBF16));
+  // MLA's fused_qkv_a_proj [1536 + 512 + 64, 7168]: 2112 = 33 * 64
+  EXPECT_TRUE(RequantizedToUe8m0({1, 2112, 7168}, false, DType::kBF16));
+  EXPECT_TRUE(RequantizedToUe8m0({4, 96, 100}, true, DType::kBF16));
+}
+
+// vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py: DeepGemmFp8BlockScaledMMKernel
+// can_implement only a bf16 output (orig_dtype, the model's dtype), so with an fp16 model every
+// linear weight runs on CUTLASS or Triton and keeps float32 scales, o_proj [192, 256] and
+// down_proj [192, 512] too; the DeepGEMM MoE backend's experts are requantized whatever the dtype
+// (fused_moe/oracle/fp8.py convert_to_fp8_moe_kernel_format).
+TEST(Fp8BlockWeightsTest, Ue8m0LinearScalesOnlyForBf16Models) {
+  ModelConfig c = OneLayerConfig("one-layer-192-fp16", ModelFamily::kLlama, 192, 2, 1, 128, 512);
+  c.intermediate = 512;
+  c.dtype = DType::kFP16;
+  Layout l = Build(PresetOf(c), "vllm:tp=1,quant=fp8_block,scale_fmt=ue8m0");
+  ASSERT_EQ(l.block_scaled.size(), 4u);
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kFloat32) << l.buffers[static_cast<size_t>(s.buffer)].name;
+  }
+  ModelConfig moe = OneLayer(512);
+  moe.family = ModelFamily::kQwen3Moe;
+  moe.num_experts = 4;
+  moe.moe_intermediate = 128;
+  moe.dtype = DType::kFP16;
+  Layout experts = BuildAsSpecified(PresetOf(moe), "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0");
+  int ue8m0 = 0;
+  for (const BlockScaledBuffer& s : experts.block_scaled) {
+    const bool expert =
+        experts.buffers[static_cast<size_t>(s.buffer)].name.find("mlp.experts.") != std::string::npos;
+    EXPECT_EQ(s.scale_fmt, expert ? Fp8ScaleFormat::kUe8m0 : Fp8ScaleFormat::kFloat32);
+    ue8m0 += expert ? 1 : 0;
+  }
+  EXPECT_EQ(ue8m0, 4);
+  EXPECT_FALSE(RequantizedToUe8m0({1, 256, 256}, false, DType::kFP16));
+  EXPECT_TRUE(RequantizedToUe8m0({1, 256, 256}, false, DType::kBF16));
 }
 
 TEST(Fp8BlockWeightsTest, Ue8m0SpecIsParsedPrintedAndNeedsFp8Block) {
