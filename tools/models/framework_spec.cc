@@ -199,12 +199,6 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 // What ferry does not model under vLLM's pipeline parallelism, refused rather than guessed.
 Status CheckVllmPipeline(const VllmParallel& v, const ModelConfig& c) {
   if (v.pp == 1) return Status::Ok();
-  // vllm/model_executor/models/utils.py spec_decode_needs_target_embed: with PP the drafter runs
-  // on the last rank, which then holds embeddings of its own; not read further
-  if (v.mtp != 0) {
-    return InvalidArgument("mtp with pp=" + Num(v.pp) + ": where vLLM's MTP drafter and the "
-                           "embedding it needs live under pipeline parallelism is not modelled");
-  }
   // vllm/model_executor/models/deepseek_v2.py DeepseekV2ForCausalLM: num_moe_layers, the rows of
   // EplbState's maps, is num_hidden_layers - first_k_dense_replace on every PP rank while its
   // expert_weights are the rank's own MoE layers, so rearrange_expert_weights_inplace

@@ -116,11 +116,7 @@ class VllmWriter : public LayoutWriter {
       if (!st.ok()) return st.WithContext("vllm PP rank " + Num(stage));
       first_layer += stage_layers_[static_cast<size_t>(stage)];
     }
-    UseStage(0);  // MTP layers: without PP only (framework_spec.cc CheckVllmPipeline)
-    for (int64_t i = 0; i < v_.mtp; ++i) {
-      Status st = MtpLayer(i);
-      if (!st.ok()) return st.WithContext("vllm MTP layer " + Num(i));
-    }
+    FERRY_RETURN_IF_ERROR(Drafter(padded));
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers + v_.mtp; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
@@ -146,15 +142,40 @@ class VllmWriter : public LayoutWriter {
     return CloneSection(out_, dense, Shifts(v_.dp, v_.tp * v_.pp));
   }
 
+  // The speculative-decoding drafter (DP replica 0, routed experts aside): the engine's last PP
+  // rank builds it (vllm/v1/worker/gpu_model_runner.py: "we put the entire draft model on the
+  // last PP rank"), all its MTP layers (deepseek_mtp.py builds them without make_layers). Without
+  // PP it shares the target's embed_tokens; with PP it keeps the one it loads itself, the
+  // checkpoint's copy (model.layers.<L>.embed_tokens, identical to model.embed_tokens) renamed
+  // model.embed_tokens by deepseek_mtp.py _rewrite_spec_layer_name, a VocabParallelEmbedding split
+  // over TP as the target's (vllm/v1/spec_decode/llm_base_proposer.py _maybe_share_embeddings:
+  // sharing only when the PP group has one rank). Its shared_head.head is the target's lm_head
+  // at any pp (_maybe_share_lm_head: an MTP drafter always shares it).
+  Status Drafter(int64_t padded) {
+    if (v_.mtp == 0) return Status::Ok();
+    const int last = v_.pp - 1;
+    UseStage(last);
+    if (v_.pp > 1) {
+      if (VllmModulesOnStage(c_, last, v_.pp).embed_tokens) {
+        return Internal("the target's embed_tokens and the MTP drafter's on one PP rank");
+      }
+      FERRY_RETURN_IF_ERROR(
+          Vocab(EmbeddingName(), all_, padded / v_.tp, "model.embed_tokens.weight"));
+    }
+    for (int64_t i = 0; i < v_.mtp; ++i) {
+      Status st = MtpLayer(i);
+      if (!st.ok()) return st.WithContext("vllm MTP layer " + Num(i));
+    }
+    return Status::Ok();
+  }
+
   // The drafter's MTP layer i (DP replica 0, routed experts aside), named as its parameters are:
   // vllm/model_executor/models/deepseek_mtp.py DeepSeekMultiTokenPredictor.layers keyed by the
   // checkpoint's layer number num_layers + i; DeepSeekMultiTokenPredictorLayer: enorm and hnorm
   // (RMSNorm), eh_proj a replicated linear (the whole [h, 2h] on every rank), shared_head.norm,
   // and mtp_block a DeepseekV2DecoderLayer sharded as the target's layers (_rewrite_spec_layer_name
   // puts the checkpoint's layer weights under mtp_block). shared_head.head and embed_tokens are the
-  // target's lm_head and embed_tokens (vllm/v1/spec_decode/llm_base_proposer.py
-  // _maybe_share_embeddings and _maybe_share_lm_head: an MTP drafter always shares them, without
-  // pipeline parallelism), so they hold no bytes of their own.
+  // target's lm_head and (without PP) embed_tokens (Drafter), so they hold no bytes of their own.
   Status MtpLayer(int64_t i) {
     const int64_t l = c_.num_layers + i;
     const std::string p = "model.layers." + Num(l) + ".";
@@ -303,7 +324,7 @@ class VllmWriter : public LayoutWriter {
     // vllm/model_executor/layers/fused_moe/layer.py: with EPLB the layer's global experts are the
     // physical ones, logical + redundant
     const int64_t physical = c_.num_experts + v_.redundant_experts;
-    const int stage = l < c_.num_layers ? StageOf(l) : 0;  // MTP layers: pp = 1 only
+    const int stage = l < c_.num_layers ? StageOf(l) : v_.pp - 1;  // MTP: the drafter's stage
     const std::vector<int32_t>* arranged =
         eplb_.empty() ? nullptr : &eplb_[static_cast<size_t>(stage)][MoeIndexOnStage(l, stage)];
     for (int64_t m = 0; m < world; ++m) {

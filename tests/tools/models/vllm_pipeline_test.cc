@@ -244,14 +244,6 @@ TEST(VllmPipelineLayoutTest, DeepseekEmbeddingFirstHeadLast) {
   EXPECT_TRUE(Holds(l, 1, "model.layers.1.mlp.experts.w13_weight"));
 }
 
-TEST(VllmPipelineLayoutTest, UnmodelledCombinationsRefused) {
-  const ModelConfig ds = TinyDeepseek(/*moe=*/true);
-  // vllm/model_executor/models/utils.py spec_decode_needs_target_embed: MTP under PP not modelled
-  Status mtp = ResolveFrameworkSpec(Spec("vllm:pp=2,mtp=1"), ds).status();
-  EXPECT_TRUE(Says(mtp, "mtp with pp=2")) << mtp.ToString();
-  EXPECT_TRUE(ResolveFrameworkSpec(Spec("vllm:mtp=1"), ds).ok());
-}
-
 // Four Qwen3-MoE layers of 4 experts (FFN 16), hidden 32, vocabulary 64: two a PP rank of 2.
 ModelPreset FourMoeLayers() {
   ModelConfig c = OneLayerConfig("four-moe", ModelFamily::kQwen3Moe, 32, 4, 4, 8, 64);
