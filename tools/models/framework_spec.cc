@@ -199,6 +199,22 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 // What ferry does not model under vLLM's pipeline parallelism, refused rather than guessed.
 Status CheckVllmPipeline(const VllmParallel& v, const ModelConfig& c) {
   if (v.pp == 1) return Status::Ok();
+  // vllm/model_executor/models/qwen3_moe.py Qwen3MoeForCausalLM.__init__: a PP rank whose layers
+  // hold no MoE block raises "No Qwen3MoE layer found in the model.layers."
+  if (c.family == ModelFamily::kQwen3Moe) {
+    FERRY_ASSIGN_OR_RETURN(const std::vector<int64_t> layers,
+                           VllmPipelineLayers(c.num_layers, v.pp, v.partition));
+    int64_t first = 0;
+    for (size_t s = 0; s < layers.size(); ++s) {
+      bool moe = false;
+      for (int64_t l = first; l < first + layers[s]; ++l) moe = moe || c.IsMoeLayer(l);
+      first += layers[s];
+      if (!moe) {
+        return InvalidArgument("vLLM rejects it: No Qwen3MoE layer found in the model.layers. "
+                               "(PP rank " + Num(static_cast<int64_t>(s)) + " builds no MoE layer)");
+      }
+    }
+  }
   // vllm/model_executor/models/deepseek_v2.py DeepseekV2ForCausalLM: num_moe_layers, the rows of
   // EplbState's maps, is num_hidden_layers - first_k_dense_replace on every PP rank while its
   // expert_weights are the rank's own MoE layers, so rearrange_expert_weights_inplace

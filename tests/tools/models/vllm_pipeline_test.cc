@@ -364,5 +364,16 @@ TEST(VllmPipelineLayoutTest, EplbMapsThatDoNotMatchTheStagesRefused) {
   EXPECT_TRUE(ResolveFrameworkSpec(Spec("vllm:tp=2,ep=2,redundant=2"), ds).ok());
 }
 
+// vllm/model_executor/models/qwen3_moe.py Qwen3MoeForCausalLM.__init__ raises when a PP rank
+// builds no MoE layer: partition=0.4 leaves PP rank 0 without layers.
+TEST(VllmPipelineLayoutTest, Qwen3MoePipelineRankWithoutMoeLayersRefused) {
+  const ModelConfig c = FourMoeLayers().config();
+  Status st = ResolveFrameworkSpec(Spec("vllm:tp=2,pp=2,partition=0.4"), c).status();
+  EXPECT_TRUE(Says(st, "No Qwen3MoE layer found in the model.layers. (PP rank 0 builds no MoE "
+                       "layer)"))
+      << st.ToString();
+  EXPECT_TRUE(ResolveFrameworkSpec(Spec("vllm:tp=2,pp=2,partition=1.3"), c).ok());
+}
+
 }  // namespace
 }  // namespace ferry::models
