@@ -164,6 +164,18 @@ Status ApplyDestinationDType(const std::string& name, RefitInputs& in) {
   for (size_t t = 0; t < converted.tensors.size(); ++t) {
     in.weights_converted |= converted.tensors[t].dtype != in.destination.tensors[t].dtype;
   }
+  // vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py: DeepGEMM runs (and requantizes to
+  // UE8M0) linear weights of bf16 models only, so UE8M0 scales chosen for bf16 weights
+  // (tools/models/fp8_block_weights.h RequantizedToUe8m0) do not hold for weights in another dtype
+  bool ue8m0 = false;
+  for (const BlockScaledBuffer& s : in.destination.block_scaled) {
+    ue8m0 |= s.scale_fmt == Fp8ScaleFormat::kUe8m0;
+  }
+  if (ue8m0 && in.weights_converted && *dtype != DType::kBF16) {
+    return InvalidArgument("--dst-dtype " + name + " with UE8M0 block scales (scale_fmt=ue8m0): "
+                           "vLLM runs linear weights through DeepGEMM, and requantizes their "
+                           "scales to UE8M0, only for bf16 models; not modelled for " + name);
+  }
   in.destination = std::move(converted);
   in.description += " (weights as " + std::string(DTypeName(*dtype)) + ")";
   return Status::Ok();

@@ -36,10 +36,35 @@ Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, in
   return row;
 }
 
+// One PP rank's map, `node` either {"physical_to_logical_map": rows} or the rows: `moe_layers`
+// rows of `physical` ids each; `owner` names whose MoE layers they are.
+Result<EplbMap> ReadStageMap(const YAML::Node& node, int64_t moe_layers, int64_t logical,
+                             int64_t physical, const std::string& where, const std::string& owner) {
+  const YAML::Node rows = node.IsMap() ? node["physical_to_logical_map"] : node;
+  if (!rows || !rows.IsSequence()) {
+    return InvalidArgument(where +
+                           ": expected physical_to_logical_map, a list of rows (one per MoE layer)");
+  }
+  if (static_cast<int64_t>(rows.size()) != moe_layers) {
+    return InvalidArgument(where + " has " + std::to_string(rows.size()) + " rows; " + owner +
+                           " has " + std::to_string(moe_layers) + " MoE layers");
+  }
+  EplbMap map;
+  map.reserve(static_cast<size_t>(moe_layers));
+  for (int64_t l = 0; l < moe_layers; ++l) {
+    FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> row,
+                           ReadRow(rows[static_cast<size_t>(l)], logical, physical,
+                                   where + ", row " + std::to_string(l)));
+    map.push_back(std::move(row));
+  }
+  return map;
+}
+
 }  // namespace
 
-Result<EplbMap> ReadEplbMap(const std::string& path, int64_t moe_layers, int64_t logical,
-                            int64_t physical) {
+Result<std::vector<EplbMap>> ReadEplbMaps(const std::string& path,
+                                          const std::vector<int64_t>& stage_moe_layers,
+                                          int64_t logical, int64_t physical) {
   FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
                                                                 "kMaxEplbMapFileBytes"));
   YAML::Node root;
@@ -48,24 +73,34 @@ Result<EplbMap> ReadEplbMap(const std::string& path, int64_t moe_layers, int64_t
   } catch (const YAML::Exception& e) {
     return InvalidArgument("EPLB map '" + path + "': " + e.what());
   }
-  const YAML::Node rows = root.IsMap() ? root["physical_to_logical_map"] : root;
-  if (!rows || !rows.IsSequence()) {
-    return InvalidArgument("EPLB map '" + path +
-                           "': expected physical_to_logical_map, a list of rows (one per MoE layer)");
+  const size_t pp = stage_moe_layers.size();
+  const std::string file = "EPLB map '" + path + "'";
+  std::vector<EplbMap> maps;
+  maps.reserve(pp);
+  const YAML::Node ranks = root.IsMap() ? root["pp_ranks"] : YAML::Node();
+  if (!root.IsMap() || !ranks) {
+    if (pp != 1) {
+      return InvalidArgument(file + ": with pp=" + std::to_string(pp) + " it holds one map per " +
+                             "PP rank, {\"pp_ranks\": [...]}: each PP rank's EplbState covers " +
+                             "only its own MoE layers");
+    }
+    FERRY_ASSIGN_OR_RETURN(EplbMap map,
+                           ReadStageMap(root, stage_moe_layers[0], logical, physical, file, "the model"));
+    maps.push_back(std::move(map));
+    return maps;
   }
-  if (static_cast<int64_t>(rows.size()) != moe_layers) {
-    return InvalidArgument("EPLB map '" + path + "' has " + std::to_string(rows.size()) +
-                           " rows; the model has " + std::to_string(moe_layers) + " MoE layers");
+  if (!ranks.IsSequence() || ranks.size() != pp) {
+    return InvalidArgument(file + ": pp_ranks must list " + std::to_string(pp) +
+                           " maps, one per PP rank");
   }
-  EplbMap map;
-  map.reserve(static_cast<size_t>(moe_layers));
-  for (int64_t l = 0; l < moe_layers; ++l) {
-    FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> row,
-                           ReadRow(rows[static_cast<size_t>(l)], logical, physical,
-                                   "EPLB map '" + path + "', row " + std::to_string(l)));
-    map.push_back(std::move(row));
+  for (size_t s = 0; s < pp; ++s) {
+    FERRY_ASSIGN_OR_RETURN(EplbMap map,
+                           ReadStageMap(ranks[s], stage_moe_layers[s], logical, physical,
+                                        file + ", PP rank " + std::to_string(s),
+                                        "the rank"));
+    maps.push_back(std::move(map));
   }
-  return map;
+  return maps;
 }
 
 }  // namespace ferry::models

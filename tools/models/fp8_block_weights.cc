@@ -77,8 +77,8 @@ Result<MatrixStack> Geometry(const Layout& l, int b, const std::vector<Fragment>
 
 }  // namespace
 
-bool RequantizedToUe8m0(const MatrixStack& m, bool expert) {
-  return expert || (m.rows % 64 == 0 && m.cols % kFp8Block == 0);
+bool RequantizedToUe8m0(const MatrixStack& m, bool expert, DType dtype) {
+  return expert || (dtype == DType::kBF16 && m.rows % 64 == 0 && m.cols % kFp8Block == 0);
 }
 
 bool IsFp8BlockQuantized(const std::string& name) {
@@ -114,7 +114,9 @@ Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
     l.buffers.SetBytes(static_cast<size_t>(scales),
                        m->matrices * CeilDiv(m->rows, kFp8Block) * CeilDiv(m->cols, kFp8Block) *
                            DTypeSize(DType::kFP32));
-    const bool ue8m0 = scale_fmt == Fp8ScaleFormat::kUe8m0 && RequantizedToUe8m0(*m, experts.count(b) > 0);
+    const DType dtype = l.tensors[static_cast<size_t>(frags.front().tensor)].dtype;  // still unquantized
+    const bool ue8m0 = scale_fmt == Fp8ScaleFormat::kUe8m0 &&
+                       RequantizedToUe8m0(*m, experts.count(b) > 0, dtype);
     l.block_scaled.push_back({b, scales, m->matrices, m->rows, m->cols,
                               ue8m0 ? Fp8ScaleFormat::kUe8m0 : Fp8ScaleFormat::kFloat32});
     for (const Fragment& f : frags) tensors.insert(f.tensor);

@@ -45,11 +45,14 @@ struct MatrixStack {
 
 // Whether vLLM requantizes a buffer to UE8M0 scales when DeepGEMM runs with E8M0 scales: expert
 // buffers always (vllm/model_executor/layers/fused_moe/oracle/fp8.py, DeepGEMM MoE backend:
-// prepare_fp8_moe_layer_for_deepgemm), a linear weight of [rows, cols] when DeepGEMM runs it
-// (vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear: rows % 64 == 0, cols % 128 == 0,
-// bf16 output; vllm/model_executor/layers/quantization/utils/fp8_utils.py
-// maybe_post_process_fp8_weight_block). Other linear weights keep float32 scales.
-bool RequantizedToUe8m0(const MatrixStack& m, bool expert);
+// prepare_fp8_moe_layer_for_deepgemm), a linear weight of [rows, cols] (the rank's partition)
+// when DeepGEMM runs it: the layer's unquantized dtype `dtype` (orig_dtype, the engine's
+// --dtype) is bf16, rows % 64 == 0 and cols % 128 == 0
+// (vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py DeepGemmFp8BlockScaledMMKernel:
+// can_implement "Supports only output dtype of bfloat16", process_weights_after_loading
+// requantizes when vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear). Other linear
+// weights run on the CUTLASS or Triton kernels and keep their float32 scales.
+bool RequantizedToUe8m0(const MatrixStack& m, bool expert, DType dtype);
 
 // Rewrites the buffers from index `buffers_begin` on. `experts` gives the expert buffers'
 // geometry by buffer index; other buffers are one row-major matrix, read from their fragments.

@@ -137,14 +137,22 @@ Status CheckRedundantExperts(const VllmParallel& v, const ModelConfig& c) {
     return InvalidArgument("eplb_map= with placement=round_robin: vLLM's EPLB numbers physical "
                            "experts linearly over the EP ranks");
   }
+  const bool eplb = v.redundant_experts > 0 || !v.eplb_map.empty();
+  const int64_t physical = c.num_experts + v.redundant_experts;
+  // vllm/model_executor/layers/fused_moe/eplb_manager.py EplbManager.validate_configuration
+  if (eplb && physical % v.ep != 0) {
+    return InvalidArgument("EPLB currently only supports even distribution of experts across "
+                           "ranks. Got " + Num(physical) + " experts and " + Num(v.ep) +
+                           " EP ranks (vLLM's EplbManager.validate_configuration; redundant=" +
+                           Num(v.redundant_experts) + ")");
+  }
   if (v.redundant_experts == 0 || !v.eplb_map.empty()) return Status::Ok();  // the map decides
   if (v.round_robin_experts) {
     return InvalidArgument("vLLM supports round-robin expert placement only with no redundant "
                            "experts (it falls back to linear placement); drop "
                            "placement=round_robin or redundant=" + Num(v.redundant_experts));
   }
-  const int64_t physical = c.num_experts + v.redundant_experts;
-  if ((physical + v.ep - 1) / v.ep > c.num_experts) {
+  if (physical / v.ep > c.num_experts) {
     return InvalidArgument("redundant=" + Num(v.redundant_experts) + " puts more than " +
                            Num(c.num_experts) + " physical experts on one rank, so a rank would "
                            "hold one logical expert twice, which ferry does not model");
@@ -191,17 +199,33 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
 // What ferry does not model under vLLM's pipeline parallelism, refused rather than guessed.
 Status CheckVllmPipeline(const VllmParallel& v, const ModelConfig& c) {
   if (v.pp == 1) return Status::Ok();
-  // vllm/model_executor/models/utils.py spec_decode_needs_target_embed: with PP the drafter runs
-  // on the last rank, which then holds embeddings of its own; not read further
-  if (v.mtp != 0) {
-    return InvalidArgument("mtp with pp=" + Num(v.pp) + ": where vLLM's MTP drafter and the "
-                           "embedding it needs live under pipeline parallelism is not modelled");
+  // vllm/model_executor/models/qwen3_moe.py Qwen3MoeForCausalLM.__init__: a PP rank whose layers
+  // hold no MoE block raises "No Qwen3MoE layer found in the model.layers."
+  if (c.family == ModelFamily::kQwen3Moe) {
+    FERRY_ASSIGN_OR_RETURN(const std::vector<int64_t> layers,
+                           VllmPipelineLayers(c.num_layers, v.pp, v.partition));
+    int64_t first = 0;
+    for (size_t s = 0; s < layers.size(); ++s) {
+      bool moe = false;
+      for (int64_t l = first; l < first + layers[s]; ++l) moe = moe || c.IsMoeLayer(l);
+      first += layers[s];
+      if (!moe) {
+        return InvalidArgument("vLLM rejects it: No Qwen3MoE layer found in the model.layers. "
+                               "(PP rank " + Num(static_cast<int64_t>(s)) + " builds no MoE layer)");
+      }
+    }
   }
-  // vllm/model_executor/models/qwen3_moe.py (deepseek_v2.py alike): num_moe_layers, the rows of
-  // EplbState's maps, counts only the PP rank's own layers
-  if (!v.eplb_map.empty()) {
-    return InvalidArgument("eplb_map= with pp=" + Num(v.pp) + ": each PP rank's EPLB map covers "
-                           "only its own MoE layers, which ferry's map file does not model");
+  // vllm/model_executor/models/deepseek_v2.py DeepseekV2ForCausalLM: num_moe_layers, the rows of
+  // EplbState's maps, is num_hidden_layers - first_k_dense_replace on every PP rank while its
+  // expert_weights are the rank's own MoE layers, so rearrange_expert_weights_inplace
+  // (vllm/distributed/eplb/rebalance_execute.py, run by the profile run's EPLB step already)
+  // fails its assert len(expert_weights) == num_moe_layers
+  if (c.family == ModelFamily::kDeepseekV3 && (v.redundant_experts > 0 || !v.eplb_map.empty())) {
+    return InvalidArgument("EPLB with pp=" + Num(v.pp) + ": vLLM's DeepseekV2ForCausalLM gives "
+                           "every PP rank's EplbState num_hidden_layers - first_k_dense_replace "
+                           "MoE layers but only its own layers' expert weights, and "
+                           "rearrange_expert_weights_inplace asserts len(expert_weights) == "
+                           "num_moe_layers");
   }
   // vllm/model_executor/models/deepseek_v2.py never ties lm_head to embed_tokens
   if (c.family == ModelFamily::kDeepseekV3 && c.tie_embeddings) {

@@ -113,10 +113,12 @@ struct VllmParallel {
   // EPLB's redundant experts (--enable-eplb with num_redundant_experts, "redundant=N"): the ep
   // ranks hold E + N physical experts placed linearly, physical p holding logical expert p for
   // p < E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
-  // build_initial_global_physical_to_logical_map): replicas of those experts.
+  // build_initial_global_physical_to_logical_map): replicas of those experts. E + N must divide
+  // by ep (vllm/model_executor/layers/fused_moe/eplb_manager.py validate_configuration).
   int redundant_experts = 0;
   // "eplb_map=PATH": after EPLB rearranged the experts, the engine's current
-  // physical_to_logical_map (tools/models/eplb_map.h) in place of the initial arrangement above.
+  // physical_to_logical_map (tools/models/eplb_map.h; with pp > 1 one per PP rank) in place of
+  // the initial arrangement above.
   std::string eplb_map;
   // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
   // weight_block_size [128, 128]) and vLLM holds its projections so

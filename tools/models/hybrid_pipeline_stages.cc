@@ -18,9 +18,16 @@ Status Rejects(const std::string& why) { return InvalidArgument("Megatron reject
 // The pattern Megatron is given, checked against the model's: the same layers once '|' is removed.
 Result<std::string> GivenPattern(const std::string& model_pattern, const std::string& given) {
   if (given.empty()) return model_pattern;
+  // megatron/core/models/hybrid/hybrid_layer_allocation.py: "<main>/<mtp>/<mtp>..." gives MTP
+  // depths of the MTP pattern's layers. vLLM's counterpart,
+  // vllm/model_executor/models/nemotron_h_mtp.py NemotronHMultiTokenPredictor, builds one depth
+  // of attention ('*') and MoE ('E') layers only; ferry's hybrid presets carry no MTP layers and
+  // it models no 'E' layer, so there is nothing to lay out.
   if (given.find('/') != std::string::npos) {
     return InvalidArgument("pattern=" + given + ": '/' starts multi-token prediction layers, which "
-                           "ferry models for GPT models only (mtp=)");
+                           "ferry models for GPT models only (mtp=): its hybrid models carry no "
+                           "MTP layers (vLLM's NemotronHMTP, nemotron_h_mtp.py, serves one MTP "
+                           "depth of '*' and 'E' layers only)");
   }
   std::string layers = given;
   layers.erase(std::remove(layers.begin(), layers.end(), '|'), layers.end());

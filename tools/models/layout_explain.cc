@@ -95,6 +95,16 @@ void ExpertRules(const FrameworkSpec& r, const std::string& t, std::vector<Layou
                      "linearly with them",
                      std::string(kVllm) + "vllm/distributed/eplb/eplb_state.py"});
     }
+    if (!r.vllm.eplb_map.empty()) {
+      out.push_back({"EPLB map " + r.vllm.eplb_map + ": each local slot holds the logical expert "
+                     "the engine's physical_to_logical_map names" +
+                         (r.vllm.pp > 1 ? std::string(", from the map of the layer's PP rank, "
+                                                      "row = its index among that rank's MoE "
+                                                      "layers")
+                                        : std::string()),
+                     std::string(kVllm) + (r.vllm.pp > 1 ? "vllm/model_executor/models/qwen3_moe.py"
+                                                          : "vllm/distributed/eplb/eplb_state.py")});
+    }
     return;
   }
   out.push_back({std::string("experts=") + ExpertStorageName(r.megatron.experts) +
@@ -156,10 +166,10 @@ int64_t LayerNumber(const std::string& t) {
 void MtpRules(const ModelConfig& c, const FrameworkSpec& r, int64_t i, const std::string& t,
               std::vector<LayoutRule>& out) {
   if (r.kind == FrameworkSpec::Kind::kVllm) {
-    out.push_back({"MTP drafter layer " + N(c.num_layers + i) + " on every rank of the engine: "
+    out.push_back({"MTP drafter layer " + N(c.num_layers + i) + " on the last PP rank's ranks: "
                    "enorm, hnorm, eh_proj, shared_head.norm and mtp_block (a decoder layer "
-                   "sharded as the target's); embed_tokens and shared_head.head are the target's",
-                   std::string(kVllm) + "vllm/model_executor/models/deepseek_mtp.py"});
+                   "sharded as the target's); shared_head.head is the target's lm_head",
+                   std::string(kVllm) + "vllm/v1/worker/gpu_model_runner.py"});
     if (Has(t, ".eh_proj.")) {
       out.push_back({"eh_proj: a replicated linear, the whole [h, 2h] on every rank",
                      std::string(kVllm) + "vllm/model_executor/models/deepseek_mtp.py"});
@@ -246,6 +256,12 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   std::vector<LayoutRule> out;
   const bool layer = Has(t, ".layers.");
   if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
+  if (!layer && Has(t, "embed") && r.kind == FrameworkSpec::Kind::kVllm && r.vllm.mtp > 0 &&
+      r.vllm.pp > 1) {
+    out.push_back({"the MTP drafter on the last PP rank loads its own copy of the embedding "
+                   "(shared with the target only when pp = 1)",
+                   std::string(kVllm) + "vllm/v1/spec_decode/llm_base_proposer.py"});
+  }
   if (!layer && Has(t, "embed") && r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.mtp > 0 &&
       r.megatron.pp > 1) {
     out.push_back({"the MTP block's stage keeps its own copy of the embedding (mtp_process), kept "

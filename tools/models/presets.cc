@@ -313,9 +313,13 @@ Status ModelConfig::Validate() const {
                            " MTP layers asked for, its checkpoint carries " +
                            std::to_string(nextn_layers) + " (num_nextn_predict_layers)");
   }
+  // Hybrid MTP (vllm/model_executor/models/nemotron_h_mtp.py: mtp_hybrid_override_pattern of
+  // attention '*' and MoE 'E' layers, "mtp.layers.<i>.*", one depth) needs Nemotron-H MoE layers,
+  // which ferry does not model.
   if (nextn_layers > 0 && (family == ModelFamily::kNemotronH || tie_embeddings)) {
     return InvalidArgument("model '" + name + "': MTP layers are modelled for untied GPT models "
-                           "only");
+                           "only (a hybrid model's MTP layers, vLLM's NemotronHMTP, are attention "
+                           "and MoE layers of a pattern of their own, not modelled)");
   }
   if (family == ModelFamily::kNemotronH) {
     if (static_cast<int64_t>(hybrid_pattern.size()) != num_layers) {

@@ -116,11 +116,7 @@ class VllmWriter : public LayoutWriter {
       if (!st.ok()) return st.WithContext("vllm PP rank " + Num(stage));
       first_layer += stage_layers_[static_cast<size_t>(stage)];
     }
-    UseStage(0);  // MTP layers: without PP only (framework_spec.cc CheckVllmPipeline)
-    for (int64_t i = 0; i < v_.mtp; ++i) {
-      Status st = MtpLayer(i);
-      if (!st.ok()) return st.WithContext("vllm MTP layer " + Num(i));
-    }
+    FERRY_RETURN_IF_ERROR(Drafter(padded));
     EndSection(out_, dense);
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers + v_.mtp; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
@@ -146,15 +142,40 @@ class VllmWriter : public LayoutWriter {
     return CloneSection(out_, dense, Shifts(v_.dp, v_.tp * v_.pp));
   }
 
+  // The speculative-decoding drafter (DP replica 0, routed experts aside): the engine's last PP
+  // rank builds it (vllm/v1/worker/gpu_model_runner.py: "we put the entire draft model on the
+  // last PP rank"), all its MTP layers (deepseek_mtp.py builds them without make_layers). Without
+  // PP it shares the target's embed_tokens; with PP it keeps the one it loads itself, the
+  // checkpoint's copy (model.layers.<L>.embed_tokens, identical to model.embed_tokens) renamed
+  // model.embed_tokens by deepseek_mtp.py _rewrite_spec_layer_name, a VocabParallelEmbedding split
+  // over TP as the target's (vllm/v1/spec_decode/llm_base_proposer.py _maybe_share_embeddings:
+  // sharing only when the PP group has one rank). Its shared_head.head is the target's lm_head
+  // at any pp (_maybe_share_lm_head: an MTP drafter always shares it).
+  Status Drafter(int64_t padded) {
+    if (v_.mtp == 0) return Status::Ok();
+    const int last = v_.pp - 1;
+    UseStage(last);
+    if (v_.pp > 1) {
+      if (VllmModulesOnStage(c_, last, v_.pp).embed_tokens) {
+        return Internal("the target's embed_tokens and the MTP drafter's on one PP rank");
+      }
+      FERRY_RETURN_IF_ERROR(
+          Vocab(EmbeddingName(), all_, padded / v_.tp, "model.embed_tokens.weight"));
+    }
+    for (int64_t i = 0; i < v_.mtp; ++i) {
+      Status st = MtpLayer(i);
+      if (!st.ok()) return st.WithContext("vllm MTP layer " + Num(i));
+    }
+    return Status::Ok();
+  }
+
   // The drafter's MTP layer i (DP replica 0, routed experts aside), named as its parameters are:
   // vllm/model_executor/models/deepseek_mtp.py DeepSeekMultiTokenPredictor.layers keyed by the
   // checkpoint's layer number num_layers + i; DeepSeekMultiTokenPredictorLayer: enorm and hnorm
   // (RMSNorm), eh_proj a replicated linear (the whole [h, 2h] on every rank), shared_head.norm,
   // and mtp_block a DeepseekV2DecoderLayer sharded as the target's layers (_rewrite_spec_layer_name
   // puts the checkpoint's layer weights under mtp_block). shared_head.head and embed_tokens are the
-  // target's lm_head and embed_tokens (vllm/v1/spec_decode/llm_base_proposer.py
-  // _maybe_share_embeddings and _maybe_share_lm_head: an MTP drafter always shares them, without
-  // pipeline parallelism), so they hold no bytes of their own.
+  // target's lm_head and (without PP) embed_tokens (Drafter), so they hold no bytes of their own.
   Status MtpLayer(int64_t i) {
     const int64_t l = c_.num_layers + i;
     const std::string p = "model.layers." + Num(l) + ".";
@@ -303,8 +324,9 @@ class VllmWriter : public LayoutWriter {
     // vllm/model_executor/layers/fused_moe/layer.py: with EPLB the layer's global experts are the
     // physical ones, logical + redundant
     const int64_t physical = c_.num_experts + v_.redundant_experts;
-    const std::vector<int32_t>* arranged = eplb_.empty() ? nullptr : &eplb_[MoeIndex(l)];
-    const int stage = l < c_.num_layers ? StageOf(l) : 0;  // MTP layers: pp = 1 only
+    const int stage = l < c_.num_layers ? StageOf(l) : v_.pp - 1;  // MTP: the drafter's stage
+    const std::vector<int32_t>* arranged =
+        eplb_.empty() ? nullptr : &eplb_[static_cast<size_t>(stage)][MoeIndexOnStage(l, stage)];
     for (int64_t m = 0; m < world; ++m) {
       const int64_t ep_rank = m / moe_tp;
       // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
@@ -413,26 +435,36 @@ class VllmWriter : public LayoutWriter {
     }
   }
 
-  // The map's row of decoder layer l: MoE layers numbered in model order, as vLLM's EplbState
-  // numbers them (model.num_moe_layers).
-  int64_t MoeIndex(int64_t l) const {
-    int64_t index = 0;
-    for (int64_t k = 0; k < l; ++k) index += c_.IsMoeLayer(k) ? 1 : 0;
+  // The first decoder layer of PP stage `stage`.
+  int64_t FirstLayerOf(int stage) const {
+    int64_t first = 0;
+    for (int s = 0; s < stage; ++s) first += stage_layers_[static_cast<size_t>(s)];
+    return first;
+  }
+
+  // The map's row of decoder layer l on its PP stage: the stage's MoE layers numbered from 0 in
+  // model order, as that rank's EplbState numbers them (qwen3_moe.py Qwen3MoeForCausalLM
+  // set_eplb_state: moe_layer_idx over its own moe_layers).
+  size_t MoeIndexOnStage(int64_t l, int stage) const {
+    size_t index = 0;
+    for (int64_t k = FirstLayerOf(stage); k < l; ++k) index += c_.IsMoeLayer(k) ? 1 : 0;
     return index;
   }
 
-  // Reads v_.eplb_map, when given, for this model's MoE layers and physical experts.
+  // Reads v_.eplb_map, when given: one map per PP stage over its MoE layers and physical experts.
   Status LoadEplbMap() {
     if (v_.eplb_map.empty()) return Status::Ok();
-    int64_t moe_layers = 0;
-    for (int64_t l = 0; l < c_.num_layers; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
-    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMap(v_.eplb_map, moe_layers, c_.num_experts,
-                                              c_.num_experts + v_.redundant_experts));
+    std::vector<int64_t> stage_moe_layers(static_cast<size_t>(v_.pp), 0);
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      if (c_.IsMoeLayer(l)) ++stage_moe_layers[static_cast<size_t>(StageOf(l))];
+    }
+    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMaps(v_.eplb_map, stage_moe_layers, c_.num_experts,
+                                               c_.num_experts + v_.redundant_experts));
     return Status::Ok();
   }
 
   VllmParallel v_;
-  EplbMap eplb_;  // empty: the initial arrangement
+  std::vector<EplbMap> eplb_;  // by PP stage; empty: the initial arrangement
   int first_;
   std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int64_t> stage_layers_;  // decoder layers per PP stage (vllm_pipeline.h)

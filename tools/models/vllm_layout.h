@@ -13,9 +13,12 @@
 // marked as stored transformed (fp32 -exp(A_log)). engines=N repeats the whole engine N times on
 // the next ranks (independent instances, each with every expert). mtp=N: the speculative-decoding drafter's MTP
 // layers "model.layers.<L>.{enorm, hnorm, eh_proj, shared_head.norm, mtp_block.*}" (L from
-// num_layers) on every rank of the engine, eh_proj replicated, mtp_block sharded as a decoder
-// layer; the drafter shares the target's embed_tokens and lm_head, so it holds no copy of them
-// (vllm/model_executor/models/deepseek_mtp.py, vllm/v1/spec_decode/llm_base_proposer.py).
+// num_layers) on the ranks of the last PP rank (every DP replica), eh_proj replicated, mtp_block
+// sharded as a decoder layer, its experts over that stage's tp*dp ranks; the drafter shares the
+// target's lm_head, and its embed_tokens too without PP; with pp > 1 it holds its own copy of the
+// embedding, "model.embed_tokens.weight" split over TP on those ranks
+// (vllm/model_executor/models/deepseek_mtp.py, vllm/v1/spec_decode/llm_base_proposer.py,
+// vllm/v1/worker/gpu_model_runner.py).
 //
 // Pure functions; thread-safe.
 #pragma once

@@ -75,6 +75,26 @@ TEST(RefitInputsTest, DestinationDTypeLeavesMixedBuffersAlone) {
   EXPECT_EQ(in->destination.tensors[0].dtype, DType::kBF16);
 }
 
+// vLLM's DeepGEMM linear kernel (vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py)
+// runs bf16 models only: UE8M0 scales chosen for bf16 weights are refused for weights made fp16.
+TEST(RefitInputsTest, DestinationDTypeRefusedWithUe8m0Scales) {
+  RefitSourceArgs args;
+  args.model = "qwen3-30b-a3b";
+  args.scale = 1.0 / 2;
+  args.source_spec = "megatron:tp=2,ep=2";
+  args.destination_spec = "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0";
+  Result<RefitInputs> bf16 = LoadRefitInputs(args);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  args.destination_dtype = "fp16";
+  Result<RefitInputs> fp16 = LoadRefitInputs(args);
+  ASSERT_FALSE(fp16.ok());
+  EXPECT_NE(fp16.status().message().find("--dst-dtype fp16 with UE8M0 block scales"),
+            std::string::npos)
+      << fp16.status().ToString();
+  args.destination_spec = "vllm:tp=2,ep=2,quant=fp8_block";
+  EXPECT_TRUE(LoadRefitInputs(args).ok());
+}
+
 TEST(RefitInputsTest, ErrorsNameTheArgument) {
   RefitSourceArgs preset;
   preset.model = "llama-3.1-8b";

@@ -137,6 +137,92 @@ TEST(Fp8BlockWeightsTest, ExpertBuffersAreStacksOfMatrices) {
   EXPECT_TRUE(found);
 }
 
+// Two such layers over vllm:tp=2,pp=2: get_pp_indices(2, s, 2) gives PP rank 0 (ranks 0, 1)
+// layer 0 and PP rank 1 (ranks 2, 3) layer 1 (vllm/distributed/utils.py); Fp8LinearMethod
+// creates each weight_scale_inv beside its weight in the layer, so the scales live where their
+// layer's weights do and the embedding (PP rank 0) and lm_head (PP rank 1) have none.
+TEST(Fp8BlockWeightsTest, ScalesOnTheirLayersPipelineRank) {
+  ModelConfig c = OneLayer(512);
+  c.num_layers = 2;
+  ModelPreset p = PresetOf(c);
+  Layout l = BuildAsSpecified(p, "vllm:tp=2,pp=2,quant=fp8_block");
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const std::string mine = "model.layers." + std::to_string(rank / 2) + ".";
+    const std::string other = "model.layers." + std::to_string(1 - rank / 2) + ".";
+    EXPECT_EQ(BytesOf(l, rank, mine + "self_attn.qkv_proj.weight"), 384 * 256);
+    EXPECT_EQ(BytesOf(l, rank, mine + "self_attn.qkv_proj.weight_scale_inv"), 3 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, mine + "self_attn.o_proj.weight_scale_inv"), 2 * 1 * 4);
+    EXPECT_EQ(BytesOf(l, rank, mine + "mlp.gate_up_proj.weight_scale_inv"), 4 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, mine + "mlp.down_proj.weight_scale_inv"), 2 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, other + "self_attn.qkv_proj.weight_scale_inv"), -1);
+    EXPECT_EQ(BytesOf(l, rank, "model.embed_tokens.weight_scale_inv"), -1);
+    EXPECT_EQ(BytesOf(l, rank, "lm_head.weight_scale_inv"), -1);
+  }
+  // down_proj of layer 1 on rank 3: columns 256..511 of [256, 512], one byte each
+  auto down = FragmentsIn(l, 3, "model.layers.1.mlp.down_proj.weight",
+                          "model.layers.1.mlp.down_proj.weight");
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].box.lo[1], 256);
+  EXPECT_EQ(BytesOf(l, 3, "model.layers.1.mlp.down_proj.weight"), 256 * 256);
+  ASSERT_EQ(l.block_scaled.size(), 16u);  // 4 projections on each of the 4 ranks
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    EXPECT_EQ(l.buffers[static_cast<size_t>(s.scales)].rank,
+              l.buffers[static_cast<size_t>(s.buffer)].rank);
+  }
+  // The plan quantizes each buffer on its own rank (the destination after megatron's one rank).
+  RefitOptions options;
+  options.gpus_per_node = 4;
+  Result<RefitLayouts> refit =
+      BuildRefitLayouts(p, Spec("megatron:tp=1"), Spec("vllm:tp=2,pp=2,quant=fp8_block"), options);
+  ASSERT_TRUE(refit.ok()) << refit.status().ToString();
+  Result<PlanResult> plan = PlanReshard(refit->source, refit->destination, refit->topology);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::map<int, int> per_rank;
+  for (const Op& op : plan->plan.ops) {
+    if (op.kind != OpKind::kQuantize) continue;
+    const auto& scales = refit->destination.buffers[static_cast<size_t>(op.data.buffer)];
+    EXPECT_EQ(scales.rank, op.rank) << scales.name;
+    const std::string layer = "model.layers." + std::to_string((op.rank - 1) / 2) + ".";
+    EXPECT_EQ(scales.name.rfind(layer, 0), 0u) << scales.name << " on rank " << op.rank;
+    ++per_rank[op.rank];
+  }
+  EXPECT_EQ(per_rank, (std::map<int, int>{{1, 4}, {2, 4}, {3, 4}, {4, 4}}));
+}
+
+// Two MoE layers of 4 experts (FFN 128) over vllm:tp=2,pp=2,ep=2: each PP rank's EP group is its
+// two ranks, 2 local experts each (expert_map_manager.py linear), and Fp8MoEMethod's
+// w13_weight_scale_inv [2, 2 * 1, 2] and w2_weight_scale_inv [2, 2, 1] sit on the ranks of their
+// layer.
+TEST(Fp8BlockWeightsTest, ExpertScalesOnTheirLayersPipelineRank) {
+  ModelConfig c = OneLayer(512);
+  c.family = ModelFamily::kQwen3Moe;
+  c.num_layers = 2;
+  c.num_experts = 4;
+  c.moe_intermediate = 128;
+  Layout l = BuildAsSpecified(PresetOf(c), "vllm:tp=2,pp=2,ep=2,quant=fp8_block");
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const std::string mine = "model.layers." + std::to_string(rank / 2) + ".mlp.experts.";
+    const std::string other = "model.layers." + std::to_string(1 - rank / 2) + ".mlp.experts.";
+    EXPECT_EQ(BytesOf(l, rank, mine + "w13_weight"), 2 * 256 * 256);
+    EXPECT_EQ(BytesOf(l, rank, mine + "w13_weight_scale_inv"), 2 * 2 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, mine + "w2_weight_scale_inv"), 2 * 2 * 1 * 4);
+    EXPECT_EQ(BytesOf(l, rank, other + "w13_weight_scale_inv"), -1);
+  }
+  // rank 3: PP rank 1's EP rank 1, experts 2 and 3 of layer 1, the 2nd at one byte an element
+  auto up = FragmentsIn(l, 3, "model.layers.1.mlp.experts.w13_weight",
+                        "model.layers.1.mlp.experts.[0:4].up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box.lo[0], 2);
+  EXPECT_EQ(up[0].box.hi[0], 4);
+  EXPECT_EQ(up[0].loc.byte_offset, 128 * 256);  // after the first expert's 128 gate rows
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    if (l.buffers[static_cast<size_t>(s.buffer)].name.find(".experts.") == std::string::npos) continue;
+    EXPECT_EQ(s.matrices, 2);
+  }
+}
+
 // scale_fmt=ue8m0: vLLM requantizes to UE8M0 scales the weights DeepGEMM runs
 // (vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear: rows % 64 == 0 and
 // cols % 128 == 0; vllm/model_executor/layers/quantization/utils/fp8_utils.py
@@ -168,9 +254,42 @@ TEST(Fp8BlockWeightsTest, Ue8m0ScalesWhereDeepGemmRunsTheWeight) {
     EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kUe8m0);
   }
   EXPECT_EQ(experts, 4);  // w13 and w2 on each of the 2 ranks
-  EXPECT_FALSE(RequantizedToUe8m0({1, 96, 128}, false));
-  EXPECT_TRUE(RequantizedToUe8m0({1, 576, 128}, false));  // MLA's kv_a_proj_with_mqa: 576 = 9 * 64
-  EXPECT_TRUE(RequantizedToUe8m0({4, 96, 100}, true));
+  EXPECT_FALSE(RequantizedToUe8m0({1, 96, 128}, false, DType::kBF16));
+  // MLA's fused_qkv_a_proj [1536 + 512 + 64, 7168]: 2112 = 33 * 64
+  EXPECT_TRUE(RequantizedToUe8m0({1, 2112, 7168}, false, DType::kBF16));
+  EXPECT_TRUE(RequantizedToUe8m0({4, 96, 100}, true, DType::kBF16));
+}
+
+// vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py: DeepGemmFp8BlockScaledMMKernel
+// can_implement only a bf16 output (orig_dtype, the model's dtype), so with an fp16 model every
+// linear weight runs on CUTLASS or Triton and keeps float32 scales, o_proj [192, 256] and
+// down_proj [192, 512] too; the DeepGEMM MoE backend's experts are requantized whatever the dtype
+// (fused_moe/oracle/fp8.py convert_to_fp8_moe_kernel_format).
+TEST(Fp8BlockWeightsTest, Ue8m0LinearScalesOnlyForBf16Models) {
+  ModelConfig c = OneLayerConfig("one-layer-192-fp16", ModelFamily::kLlama, 192, 2, 1, 128, 512);
+  c.intermediate = 512;
+  c.dtype = DType::kFP16;
+  Layout l = Build(PresetOf(c), "vllm:tp=1,quant=fp8_block,scale_fmt=ue8m0");
+  ASSERT_EQ(l.block_scaled.size(), 4u);
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kFloat32) << l.buffers[static_cast<size_t>(s.buffer)].name;
+  }
+  ModelConfig moe = OneLayer(512);
+  moe.family = ModelFamily::kQwen3Moe;
+  moe.num_experts = 4;
+  moe.moe_intermediate = 128;
+  moe.dtype = DType::kFP16;
+  Layout experts = BuildAsSpecified(PresetOf(moe), "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0");
+  int ue8m0 = 0;
+  for (const BlockScaledBuffer& s : experts.block_scaled) {
+    const bool expert =
+        experts.buffers[static_cast<size_t>(s.buffer)].name.find("mlp.experts.") != std::string::npos;
+    EXPECT_EQ(s.scale_fmt, expert ? Fp8ScaleFormat::kUe8m0 : Fp8ScaleFormat::kFloat32);
+    ue8m0 += expert ? 1 : 0;
+  }
+  EXPECT_EQ(ue8m0, 4);
+  EXPECT_FALSE(RequantizedToUe8m0({1, 256, 256}, false, DType::kFP16));
+  EXPECT_TRUE(RequantizedToUe8m0({1, 256, 256}, false, DType::kBF16));
 }
 
 TEST(Fp8BlockWeightsTest, Ue8m0SpecIsParsedPrintedAndNeedsFp8Block) {

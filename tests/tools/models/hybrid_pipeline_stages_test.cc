@@ -95,6 +95,7 @@ TEST(HybridPipelineStagesTest, WhatMegatronRejects) {
   // Not Megatron's rejections: a pattern of other layers, and MTP layers of a hybrid model.
   EXPECT_TRUE(Says(Rejection("M-M*-M", Args(2, "M-M|-M")), "is not the model's hybrid layer"));
   EXPECT_TRUE(Says(Rejection("M-M*-M", Args(2, "M-M|*-M/M")), "multi-token prediction"));
+  EXPECT_TRUE(Says(Rejection("M-M*-M", Args(2, "M-M|*-M/M")), "nemotron_h_mtp.py"));
 }
 
 TEST(HybridPipelineStagesTest, NemotronHLayouts) {

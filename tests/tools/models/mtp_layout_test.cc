@@ -181,6 +181,73 @@ TEST(MtpLayoutTest, VllmDrafterLayers) {
   }
 }
 
+// vllm/v1/worker/gpu_model_runner.py builds the drafter on the last PP rank only; with pp > 1
+// llm_base_proposer.py _maybe_share_embeddings does not share the target's embed_tokens (the
+// first rank's), so the drafter keeps the copy it loads (deepseek_mtp.py: the checkpoint's
+// model.layers.2.embed_tokens renamed model.embed_tokens), a VocabParallelEmbedding split over
+// TP; _maybe_share_lm_head gives shared_head.head the target's lm_head, which that rank holds.
+// tp 2, pp 2: PP rank 0 is ranks 0, 1 (layer 0, embed_tokens), PP rank 1 ranks 2, 3 (layer 1,
+// norm, lm_head and the drafter).
+TEST(MtpLayoutTest, VllmDrafterOnTheLastPipelineRank) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  Layout l = Build(p, "vllm:tp=2,pp=2,mtp=1");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (n == "model.embed_tokens.weight") return 2;  // the target's and the drafter's
+    return n == "model.layers.2.eh_proj.weight" || (TpReplicated(n) && !IsExpert(n)) ? 2 : 1;
+  });
+  for (int rank = 0; rank < 4; ++rank) {
+    const bool last = rank >= 2;
+    EXPECT_EQ(l.FindBuffer(rank, "model.layers.2.eh_proj.weight") >= 0, last) << rank;
+    EXPECT_EQ(l.FindBuffer(rank, "model.layers.2.mtp_block.mlp.experts.w13_weight") >= 0, last)
+        << rank;
+    EXPECT_EQ(l.FindBuffer(rank, "lm_head.weight") >= 0, last) << rank;
+    EXPECT_GE(l.FindBuffer(rank, "model.embed_tokens.weight"), 0) << rank;
+    // the padded vocabulary of 64 over tp 2: rows 0..31 on TP rank 0, 32..63 on TP rank 1
+    auto embed = FragmentsIn(l, rank, "model.embed_tokens.weight", "model.embed_tokens.weight");
+    ASSERT_EQ(embed.size(), 1u) << rank;
+    EXPECT_EQ(embed[0].box.lo[0], rank % 2 * 32) << rank;
+    EXPECT_EQ(embed[0].box.hi[0], rank % 2 * 32 + 32) << rank;
+  }
+  for (const BufferSpec& b : l.buffers) {
+    EXPECT_EQ(b.name.find("shared_head.head"), std::string::npos);
+  }
+  // ep 1: the drafter's FusedMoE over its stage's 2 ranks, rank 3 FFN rows 2-3 of every expert
+  auto up = FragmentsIn(l, 3, "model.layers.2.mtp_block.mlp.experts.w13_weight",
+                        "model.layers.2.mlp.experts.1.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box.lo[0], 2);
+  EXPECT_EQ(up[0].loc.byte_offset, (1 * 4 + 2) * 8 * 2);
+  const FrameworkSpec resolved =
+      ResolveFrameworkSpec(Spec("vllm:tp=2,pp=2,mtp=1"), p.config()).value();
+  std::string rules;
+  for (const LayoutRule& r : RulesForTensor(p.config(), resolved, "model.embed_tokens.weight")) {
+    rules += r.rule + " | " + r.upstream + "\n";
+  }
+  EXPECT_NE(rules.find("vllm/v1/spec_decode/llm_base_proposer.py"), std::string::npos) << rules;
+}
+
+// dp 2, ep = tp*dp = 4: ranks (dp_rank*pp + pp_rank)*tp + tp_rank, so PP rank 1 is ranks 2, 3
+// (DP 0) and 6, 7 (DP 1); the drafter's experts go one each to its EP ranks 0..3 = ranks 2, 3,
+// 6, 7 (vllm/distributed/parallel_state.py: the EP group of a PP stage is its DP x TP ranks).
+TEST(MtpLayoutTest, VllmDrafterExpertsOverTheLastStagesEpGroup) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  Layout l = Build(p, "vllm:tp=2,pp=2,dp=2,ep=4,mtp=1");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (IsExpert(n)) return 1;
+    if (n == "model.embed_tokens.weight") return 4;  // target and drafter, in both DP replicas
+    return n == "model.layers.2.eh_proj.weight" || TpReplicated(n) ? 4 : 2;
+  });
+  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  const int ranks[4] = {2, 3, 6, 7};
+  for (int e = 0; e < 4; ++e) {
+    auto gate = FragmentsIn(l, ranks[e], w13,
+                            "model.layers.2.mlp.experts." + std::to_string(e) + ".gate_proj.weight");
+    ASSERT_EQ(gate.size(), 1u) << e;
+    EXPECT_EQ(gate[0].loc.byte_offset, 0);
+  }
+  for (int rank : {0, 1, 4, 5}) EXPECT_LT(l.FindBuffer(rank, w13), 0) << rank;
+}
+
 TEST(MtpLayoutTest, WithoutMtpTheLayoutsHaveNone) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
   for (const char* spec : {"megatron:tp=2,pp=2,first=31", "vllm:tp=2"}) {

@@ -150,6 +150,14 @@ TEST(PresetsTest, ParseScaleAndErrors) {
   ModelConfig bad = PresetConfig("nemotron-h-8b").value();
   bad.hybrid_pattern.pop_back();
   EXPECT_FALSE(ModelPreset::FromConfig(bad).ok());
+  // vllm/model_executor/models/nemotron_h_mtp.py: a hybrid model's MTP layers are a pattern of
+  // attention and MoE layers of their own, which ferry does not model
+  ModelConfig mtp = PresetConfig("nemotron-h-8b").value();
+  mtp.nextn_layers = 1;
+  Result<ModelPreset> hybrid_mtp = ModelPreset::FromConfig(mtp);
+  ASSERT_FALSE(hybrid_mtp.ok());
+  EXPECT_NE(hybrid_mtp.status().message().find("NemotronHMTP"), std::string::npos)
+      << hybrid_mtp.status().ToString();
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 //    (vllm/model_executor/layers/fused_moe/layer.py), placed as above, physical p loading logical
 //    expert p below E and (p - E) mod E after (vllm/distributed/eplb/eplb_state.py
 //    build_initial_global_physical_to_logical_map, read by FusedMoE.make_expert_params_mapping);
-//    vllm/config/parallel.py refuses EPLB without expert parallelism or with one rank;
+//    vllm/config/parallel.py refuses EPLB without expert parallelism or with one rank,
+//    vllm/model_executor/layers/fused_moe/eplb_manager.py when the physical experts do not
+//    divide over the EP ranks;
 //  - after EPLB rearranged the experts, physical expert p (numbered EP rank after EP rank as
 //    above) holds logical expert physical_to_logical_map[moe_layer][p]
 //    (vllm/distributed/eplb/eplb_state.py EplbState, rebalance_execute.py
@@ -128,14 +130,6 @@ TEST(VllmExpertParallelTest, RedundantExpertsReplicateTheFirstLogicalExperts) {
                             n.find(".experts.1.") != std::string::npos;
     return replicated ? 2 : 1;
   });
-  // 10 + 3 over ep 4: 4, 3, 3, 3 from 0, 4, 7, 10; rank 3 holds logical 0, 1, 2.
-  Layout uneven = BuildAsSpecified(p, "vllm:tp=2,dp=2,ep=4,redundant=3");
-  auto last = FragmentsIn(uneven, 3, kW13, kGateStack);
-  ASSERT_EQ(last.size(), 1u);
-  EXPECT_EQ(last[0].box.lo[0], 0);
-  EXPECT_EQ(last[0].box.hi[0], 3);
-  EXPECT_EQ(uneven.buffers[uneven.FindBuffer(0, kW13)].bytes, 4 * expert);
-  EXPECT_EQ(Spec("vllm:tp=2,dp=2,ep=4,redundant=3").ToString(), "vllm:tp=2,dp=2,ep=4,redundant=3");
 }
 
 TEST(VllmExpertParallelTest, RedundantExpertsRefusedAsVllmRefusesThem) {
@@ -144,6 +138,11 @@ TEST(VllmExpertParallelTest, RedundantExpertsRefusedAsVllmRefusesThem) {
       {"vllm:redundant=2", "EPLB requires tensor, prefill-context, or data parallelism"},
       {"vllm:tp=2,dp=2,ep=4,placement=round_robin,redundant=2", "no redundant experts"},
       {"vllm:tp=2,ep=2,redundant=30", "hold one logical expert twice"},
+      // vllm/model_executor/layers/fused_moe/eplb_manager.py validate_configuration: 10 + 3
+      // physical experts do not divide over 4 EP ranks
+      {"vllm:tp=2,dp=2,ep=4,redundant=3", "EPLB currently only supports even distribution of "
+                                          "experts across ranks. Got 13 experts and 4 EP ranks"},
+      {"vllm:tp=2,dp=2,ep=4,eplb_map=/unread.json", "Got 10 experts and 4 EP ranks"},
   };
   for (const auto& [spec, reason] : cases) {
     Result<Layout> l = BuildFrameworkLayout(SmallMoe(10, /*groups=*/2), Spec(spec));

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -242,15 +244,135 @@ TEST(VllmPipelineLayoutTest, DeepseekEmbeddingFirstHeadLast) {
   EXPECT_TRUE(Holds(l, 1, "model.layers.1.mlp.experts.w13_weight"));
 }
 
-TEST(VllmPipelineLayoutTest, UnmodelledCombinationsRefused) {
+// Four Qwen3-MoE layers of 4 experts (FFN 16), hidden 32, vocabulary 64: two a PP rank of 2.
+ModelPreset FourMoeLayers() {
+  ModelConfig c = OneLayerConfig("four-moe", ModelFamily::kQwen3Moe, 32, 4, 4, 8, 64);
+  c.num_layers = 4;
+  c.num_experts = 4;
+  c.moe_intermediate = 16;
+  return PresetOf(c);
+}
+
+// A file under the test's temporary directory holding `text`; returns its path.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string W13(int layer) {
+  return "model.layers." + std::to_string(layer) + ".mlp.experts.w13_weight";
+}
+std::string GateStack(int layer) {
+  return "model.layers." + std::to_string(layer) + ".mlp.experts.[0:4].gate_proj.weight";
+}
+
+// Logical experts (box rows) and local slots of rank `rank`'s gate fragments of `layer`.
+void ExpectSlots(const Layout& l, int rank, int layer,
+                 const std::vector<std::pair<int64_t, int64_t>>& first_and_count) {
+  const int64_t expert = 2 * 16 * 32 * 2;  // one whole expert's w13 bytes, bf16
+  auto gate = FragmentsIn(l, rank, W13(layer), GateStack(layer));
+  ASSERT_EQ(gate.size(), first_and_count.size()) << "rank " << rank << " layer " << layer;
+  int64_t slot = 0;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    EXPECT_EQ(gate[i].box.lo[0], first_and_count[i].first) << rank << " " << layer << " " << i;
+    EXPECT_EQ(gate[i].box.hi[0], first_and_count[i].first + first_and_count[i].second);
+    EXPECT_EQ(gate[i].loc.byte_offset, slot * expert) << rank << " " << layer << " " << i;
+    slot += first_and_count[i].second;
+  }
+  EXPECT_EQ(l.buffers[l.FindBuffer(rank, W13(layer))].bytes, 3 * expert);
+}
+
+TEST(VllmPipelineLayoutTest, RedundantExpertsOnEachStagesEpGroup) {
+  ModelPreset p = FourMoeLayers();
+  // tp 2, pp 2, ep = tp*dp = 2, 4 + 2 physical experts, 3 an EP rank, on each PP rank's two ranks
+  // (vllm/distributed/parallel_state.py: PP rank 0 is ranks 0, 1; PP rank 1 ranks 2, 3), physical
+  // p holding logical p below 4, then p - 4 (eplb_state.py
+  // build_initial_global_physical_to_logical_map): EP rank 0 logical 0, 1, 2; EP rank 1 3, 0, 1
+  Layout l = BuildAsSpecified(p, "vllm:tp=2,pp=2,ep=2,redundant=2");
+  for (int layer = 0; layer < 4; ++layer) {
+    const int first = layer < 2 ? 0 : 2;  // get_pp_indices(4, rank, 2): layers 0, 1 and 2, 3
+    ExpectSlots(l, first, layer, {{0, 3}});
+    ExpectSlots(l, first + 1, layer, {{3, 1}, {0, 2}});
+    EXPECT_LT(l.FindBuffer(layer < 2 ? 2 : 0, W13(layer)), 0);
+  }
+}
+
+TEST(VllmPipelineLayoutTest, EplbMapPerPipelineRank) {
+  ModelPreset p = FourMoeLayers();
+  // vllm/model_executor/models/qwen3_moe.py: each PP rank's EplbState has a row per MoE layer it
+  // builds (num_moe_layers = len(moe_layers)), row i its i-th own MoE layer (set_eplb_state).
+  // PP rank 1's row 0 is layer 2: EP rank 0 (rank 2) logical 3, 2, 1; EP rank 1 (rank 3) 0, 1, 2.
+  const std::string map = WriteTemp("pp_eplb.json", R"({"pp_ranks": [
+      {"physical_to_logical_map": [[0, 1, 2, 3, 0, 1], [1, 0, 3, 2, 0, 1]]},
+      [[3, 2, 1, 0, 1, 2], [0, 1, 2, 3, 0, 1]]]})");
+  const std::string spec = "vllm:tp=2,pp=2,ep=2,redundant=2,eplb_map=" + map;
+  Layout l = BuildAsSpecified(p, spec);
+  ExpectSlots(l, 0, 1, {{1, 1}, {0, 1}, {3, 1}});  // PP rank 0, row 1
+  ExpectSlots(l, 1, 1, {{2, 1}, {0, 2}});
+  ExpectSlots(l, 2, 2, {{3, 1}, {2, 1}, {1, 1}});  // PP rank 1, row 0
+  ExpectSlots(l, 3, 2, {{0, 3}});
+  ExpectSlots(l, 3, 3, {{3, 1}, {0, 2}});  // PP rank 1, row 1
+  Layout members = Build(p, spec);
+  // vllm/model_executor/models/qwen3_moe.py: embed_tokens, norm and lm_head on both PP ranks
+  ExpectCoverage(members, p, [](const std::string& n) {
+    const int tp_copies = TpReplicated(n) ? 2 : 1;
+    if (n.find(".layers.") == std::string::npos) return 2 * tp_copies;
+    if (!IsExpert(n)) return tp_copies;
+    auto has = [&](const std::string& part) { return n.find(part) != std::string::npos; };
+    if (has("layers.0.") || has("layers.3.")) return has(".experts.0.") || has(".experts.1.") ? 2 : 1;
+    if (has("layers.1.")) return has(".experts.0.") || has(".experts.1.") ? 2 : 1;
+    return has(".experts.1.") || has(".experts.2.") ? 2 : 1;  // layer 2
+  });
+  const FrameworkSpec resolved = ResolveFrameworkSpec(Spec(spec), p.config()).value();
+  std::string rules;
+  for (const LayoutRule& r :
+       RulesForTensor(p.config(), resolved, "model.layers.2.mlp.experts.1.up_proj.weight")) {
+    rules += r.rule + " | " + r.upstream + "\n";
+  }
+  EXPECT_NE(rules.find("from the map of the layer's PP rank"), std::string::npos) << rules;
+}
+
+TEST(VllmPipelineLayoutTest, EplbMapsThatDoNotMatchTheStagesRefused) {
+  ModelPreset p = FourMoeLayers();
+  const std::string row = "[0, 1, 2, 3, 0, 1]";
+  const std::pair<std::string, const char*> files[] = {
+      {"[" + row + ", " + row + ", " + row + ", " + row + "]", "it holds one map per PP rank"},
+      {R"({"pp_ranks": [[)" + row + ", " + row + "]]}", "pp_ranks must list 2 maps"},
+      {R"({"pp_ranks": [[)" + row + ", " + row + "], [" + row + "]]}",
+       "PP rank 1 has 1 rows; the rank has 2 MoE layers"},
+      {R"({"pp_ranks": [[)" + row + ", " + row + "], [" + row + ", [0, 1, 2, 2, 0, 1]]]}",
+       "PP rank 1, row 1: logical expert 3 has no physical replica"},
+  };
+  int n = 0;
+  for (const auto& [text, reason] : files) {
+    const std::string path = WriteTemp("pp_bad" + std::to_string(n++) + ".json", text);
+    Result<Layout> l =
+        BuildFrameworkLayout(p, Spec("vllm:tp=2,pp=2,ep=2,redundant=2,eplb_map=" + path));
+    ASSERT_FALSE(l.ok()) << text;
+    EXPECT_TRUE(Says(l.status(), reason)) << l.status().ToString();
+  }
+  // vllm/model_executor/models/deepseek_v2.py: num_moe_layers counts the whole model's MoE layers
+  // on every PP rank, its expert_weights only the rank's, and rebalance_execute.py
+  // rearrange_expert_weights_inplace asserts they are as many
   const ModelConfig ds = TinyDeepseek(/*moe=*/true);
-  // vllm/model_executor/models/utils.py spec_decode_needs_target_embed: MTP under PP not modelled
-  Status mtp = ResolveFrameworkSpec(Spec("vllm:pp=2,mtp=1"), ds).status();
-  EXPECT_TRUE(Says(mtp, "mtp with pp=2")) << mtp.ToString();
-  EXPECT_TRUE(ResolveFrameworkSpec(Spec("vllm:mtp=1"), ds).ok());
-  Status eplb =
-      ResolveFrameworkSpec(Spec("vllm:pp=2,dp=2,ep=2,redundant=2,eplb_map=/none"), ds).status();
-  EXPECT_TRUE(Says(eplb, "eplb_map= with pp=2")) << eplb.ToString();
+  for (const char* spec : {"vllm:tp=2,pp=2,ep=2,redundant=2", "vllm:tp=2,pp=2,ep=2,eplb_map=/x"}) {
+    Status st = ResolveFrameworkSpec(Spec(spec), ds).status();
+    EXPECT_TRUE(Says(st, "asserts len(expert_weights) == num_moe_layers")) << st.ToString();
+  }
+  EXPECT_TRUE(ResolveFrameworkSpec(Spec("vllm:tp=2,ep=2,redundant=2"), ds).ok());
+}
+
+// vllm/model_executor/models/qwen3_moe.py Qwen3MoeForCausalLM.__init__ raises when a PP rank
+// builds no MoE layer: partition=0.4 leaves PP rank 0 without layers.
+TEST(VllmPipelineLayoutTest, Qwen3MoePipelineRankWithoutMoeLayersRefused) {
+  const ModelConfig c = FourMoeLayers().config();
+  Status st = ResolveFrameworkSpec(Spec("vllm:tp=2,pp=2,partition=0.4"), c).status();
+  EXPECT_TRUE(Says(st, "No Qwen3MoE layer found in the model.layers. (PP rank 0 builds no MoE "
+                       "layer)"))
+      << st.ToString();
+  EXPECT_TRUE(ResolveFrameworkSpec(Spec("vllm:tp=2,pp=2,partition=1.3"), c).ok());
 }
 
 }  // namespace
