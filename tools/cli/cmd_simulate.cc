@@ -50,6 +50,7 @@ struct SimulateArgs {
   // --set planner.hierarchical=false --set planner.relay=off.
   bool flat = false;
   int propagation_rounds = sim::SimOptions{}.propagation_rounds;
+  double rate_slack = sim::SimOptions{}.rate_slack;
 };
 
 struct StrategyRun {
@@ -86,6 +87,7 @@ Result<std::shared_ptr<const RefitPlan>> PlanFor(Strategy strategy, const Shared
 sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
   sim::SimOptions options;
   options.propagation_rounds = args.propagation_rounds;
+  options.rate_slack = args.rate_slack;
   options.max_in_flight = args.max_in_flight;
   options.staging_budget = args.staging_budget;
   return options;
@@ -322,6 +324,11 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "weights' dtype instead of the preset's (e.g. fp8_e4m3 for FP8 weights)");
   cmd->add_option("--propagation-rounds", args->propagation_rounds,
                   "simulator: how far a rate change spreads beyond the links it touches")
+      ->capture_default_str();
+  cmd->add_option("--rate-slack", args->rate_slack,
+                  "simulator: fraction of a link's capacity that may stay idle between rate "
+                  "recomputations (0: recompute every link an event touches)")
+      ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
   cmd->callback([args, exit_code]() {
     Status s = RunSimulate(*args);

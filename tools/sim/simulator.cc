@@ -175,6 +175,11 @@ class Engine {
   // FlushDirty, which recomputes rates once for all changes at the same instant.
   void MarkDirty(int cid, double now);
   void FlushDirty(double now);
+  // The seed links of a batch under SimOptions::rate_slack (seed_links_): the links of classes
+  // that gained their first member (they have no rate yet), and the touched links that are over
+  // capacity or, while some class is bottlenecked there, idle by more than the slack.
+  void SeedUnabsorbed();
+  void SetBottleneck(FlowClass& c, int link);  // keeps bottlenecked_ counted
   // FlushDirty(now) unless another event (start, op completion or class finish) is due within
   // SimOptions::rate_batch_window of the first change not yet flushed.
   void FlushUnlessMoreAt(double now) {
@@ -211,6 +216,9 @@ class Engine {
   int64_t num_events_ = 0;
   int peak_link_classes_ = 0;  // most flow classes active on one link at once
   int64_t num_recomputations_ = 0, num_class_updates_ = 0;  // SimResult's
+  // Per link: the active classes whose rate it limited in their last recomputation
+  // (SimOptions::rate_slack: only such a link's idle capacity triggers a recomputation).
+  std::vector<int> bottlenecked_;
 
   // Per op.
   std::vector<int> pending_;        // deps not yet complete
@@ -386,6 +394,7 @@ void Engine::BuildResources() {
   link_dirty_.assign(res_.size(), 0);
   count_.assign(res_.size(), 0);
   link_head_.assign(res_.size(), -1);
+  bottlenecked_.assign(res_.size(), 0);
   if (opt_.record_ingress) ingress_.assign(nodes, std::vector<double>(opt_.ingress_buckets, 0.0));
 }
 
@@ -567,6 +576,7 @@ int Engine::Activate(int cid) {
 }
 
 void Engine::Deactivate(int slot) {
+  SetBottleneck(active_[slot], -1);
   ClassRecord& record = classes_[active_[slot].cid];
   record.parked = active_[slot];
   record.slot = -1;
@@ -695,15 +705,54 @@ void Engine::MarkDirty(int cid, double now) {
 void Engine::FlushDirty(double now) {
   if (dirty_classes_.empty()) return;
   for (int l : dirty_links_) link_dirty_[l] = 0;
-  seed_links_.swap(dirty_links_);
+  if (opt_.rate_slack > 0) {
+    SeedUnabsorbed();
+  } else {
+    seed_links_.swap(dirty_links_);
+  }
   dirty_links_.clear();
-  ++num_recomputations_;
-  Recompute(now);
+  if (!seed_links_.empty()) {
+    ++num_recomputations_;
+    Recompute(now);
+  }
   for (int cid : dirty_classes_) {
     class_dirty_[cid] = 0;
     ScheduleClassFinish(cid, now);
   }
   dirty_classes_.clear();
+}
+
+void Engine::SeedUnabsorbed() {
+  seed_links_.clear();
+  ++stamp_;
+  auto seed = [this](int l) {
+    if (link_mark_[l] != stamp_) {
+      link_mark_[l] = stamp_;
+      seed_links_.push_back(l);
+    }
+  };
+  for (int cid : dirty_classes_) {
+    const int slot = classes_[cid].slot;
+    if (slot < 0 || active_[slot].rate > 0) continue;
+    const FlowClass& c = active_[slot];
+    for (int k = 0; k < c.num_links; ++k) seed(c.links[k]);
+  }
+  for (int l : dirty_links_) {
+    const Resource& r = res_[l];
+    if (r.classes.empty()) continue;
+    const double idle = r.capacity - r.allocated;
+    if (idle < -kRelEps * r.capacity ||
+        (idle > opt_.rate_slack * r.capacity && bottlenecked_[l] > 0)) {
+      seed(l);
+    }
+  }
+}
+
+void Engine::SetBottleneck(FlowClass& c, int link) {
+  if (c.bottleneck == link) return;
+  if (c.bottleneck >= 0) --bottlenecked_[c.bottleneck];
+  if (link >= 0) ++bottlenecked_[link];
+  c.bottleneck = link;
 }
 
 // Progressive filling over the active classes on the seed links, with every other class's rate
@@ -854,7 +903,7 @@ void Engine::ApplyRates(double now) {
     FlowClass& c = active_[affected_[i]];
     const double old = c.rate;
     const double rate = new_rate_[i];
-    c.bottleneck = new_bottleneck_[i];
+    SetBottleneck(c, new_bottleneck_[i]);
     if (std::abs(rate - old) <= kRelEps * std::max(rate, old)) continue;
     for (int k = 0; k < c.num_links; ++k) res_[c.links[k]].allocated += (rate - old) * c.members;
     c.rate = rate;
@@ -1120,6 +1169,9 @@ Result<SimResult> Simulate(const TransferPlan& plan, const ClusterSpec& cluster,
   if (options.propagation_rounds < 0) return InvalidArgument("propagation_rounds must be >= 0");
   if (options.propagation_budget < 0) return InvalidArgument("propagation_budget must be >= 0");
   if (!(options.rate_batch_window >= 0)) return InvalidArgument("rate_batch_window must be >= 0");
+  if (!(options.rate_slack >= 0 && options.rate_slack < 1)) {
+    return InvalidArgument("rate_slack must be in [0, 1)");
+  }
   FERRY_ASSIGN_OR_RETURN(ClusterSpec fitted, FitClusterToMapping(cluster, mapping));
   Engine engine(plan, fitted, mapping, options);
   return engine.Run();

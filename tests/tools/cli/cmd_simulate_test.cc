@@ -1,7 +1,7 @@
 // Tests of `ferry simulate` through its CLI11 subcommand: the report on a scaled preset, the
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
-// size the planner cannot use, refused naming the option, and the window taken from
-// executor.max_in_flight as `ferry run` would.
+// size the planner cannot use, refused naming the option, the window taken from
+// executor.max_in_flight as `ferry run` would, and the simulator's --rate-slack.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -79,6 +79,18 @@ TEST(SimulateCommand, WindowIsTheExecutorsMaxInFlightOption) {
   EXPECT_NE(one_by_option, defaults);
   EXPECT_EQ(one_by_option, PredictedRow({"--max-in-flight", "1"}));
   EXPECT_EQ(defaults, PredictedRow({"--set", "executor.max_in_flight=256"}));
+}
+
+// --rate-slack takes a fraction of a link: 0 (every touched link recomputed) runs, a whole link
+// is refused.
+TEST(SimulateCommand, RateSlackIsAFractionOfALink) {
+  EXPECT_FALSE(PredictedRow({"--rate-slack", "0"}).empty());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int code = RunCli(SmallRefit({"--rate-slack", "1"}));
+  testing::internal::GetCapturedStdout();
+  testing::internal::GetCapturedStderr();
+  EXPECT_NE(code, 0);
 }
 
 TEST(SimulateCommand, RejectsChunksThePlannerCannotUse) {

@@ -1,7 +1,8 @@
 // Tests for the simulator: hand-computed times for one flow, shared links (max-min fairness, the
 // order in which progressive filling fixes links, classes going idle and returning), a chain of
 // dependent ops, fan-out, store-and-forward relays, rendezvous of Send/Recv, host staging, the
-// critical path, and rejection of malformed plans.
+// rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
+// saves), the critical path, and rejection of malformed plans.
 #include "tools/sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -88,10 +89,16 @@ TEST(SimulatorTest, OneNetworkFlowTakesBytesOverBandwidthPlusFixedCosts) {
   ASSERT_EQ(r.op_times.size(), 2u);
   // The message starts when posted; its fixed cost is link time before the bytes.
   EXPECT_NEAR(r.op_times[0].start, 0, 1e-12);
-  // Rates are recomputed when it starts (its class: one update) and when it finishes (no class
-  // left on its links: none).
-  EXPECT_EQ(r.num_recomputations, 2);
+  // Rates are recomputed when it starts (its class: one update); its finish leaves no class on
+  // its links, so nothing is recomputed then, unless every touched link is (rate_slack 0: a
+  // second recomputation, of no class).
+  EXPECT_EQ(r.num_recomputations, 1);
   EXPECT_EQ(r.num_class_updates, 1);
+  SimOptions every_link;
+  every_link.rate_slack = 0;
+  SimResult all = SimulatePlan(b.plan(), c, every_link);
+  EXPECT_EQ(all.num_recomputations, 2);
+  EXPECT_EQ(all.num_class_updates, 1);
 }
 
 // 100 small messages from one NIC: each message's 10 us fixed cost occupies the NIC, so they take
@@ -490,6 +497,65 @@ TEST(SimulatorTest, RateBatchWindowKeepsTimesWithinTheWindow) {
   SimOptions bad;
   bad.rate_batch_window = -1;
   EXPECT_FALSE(Simulate(b.plan(), TestCluster(), RankMapping::Identity(4), bad).ok());
+}
+
+// Four senders on four nodes share the receiver's NIC (1 GB/s), 0.25 GB/s each: A (0.25 GB) ends
+// at 1 s. Recomputing at once (slack 0 or the default 1%), B, C and D take 1/3 GB/s: B (0.5 GB)
+// ends at 1.75 s, C and D (1 GB) at 2.75 s. With a slack of 30% the quarter A frees stays idle:
+// B ends at 2 s, when half the NIC is idle, so C and D take 0.5 GB/s for their last 0.5 GB: 3 s.
+TEST(SimulatorTest, RateSlackLeavesFreedCapacityIdleUntilItExceedsTheSlack) {
+  PlanBuilder b(10);
+  const std::pair<int, int> a = b.Message(2, 0, 250'000'000);
+  const std::pair<int, int> bb = b.Message(4, 0, 500'000'000);
+  b.Message(6, 0, 1'000'000'000);
+  b.Message(8, 0, 1'000'000'000);
+  for (double slack : {0.0, SimOptions{}.rate_slack, 0.3}) {
+    SimOptions options;
+    options.rate_slack = slack;
+    const SimResult r = SimulatePlan(b.plan(), TestCluster(), options);
+    const bool lazy = slack > 0.25;
+    EXPECT_NEAR(r.op_times[a.first].end, 1.0, 1e-9) << "slack " << slack;
+    EXPECT_NEAR(r.op_times[bb.first].end, lazy ? 2.0 : 1.75, 1e-9) << "slack " << slack;
+    EXPECT_NEAR(r.total_time, lazy ? 3.0 : 2.75, 1e-9) << "slack " << slack;
+  }
+  SimOptions bad;
+  bad.rate_slack = 1;
+  EXPECT_FALSE(Simulate(b.plan(), TestCluster(), RankMapping::Identity(10), bad).ok());
+}
+
+// 40 senders on 40 nodes each keep two chains of 10 chunks moving into one receiving NIC: 40
+// flow classes on one link. Recomputing every touched link costs a recomputation of all 40 per
+// chunk; at the default slack a chunk that replaces a finished one in the same class keeps the
+// class's rate, and only chains that end (capacity freed beyond the slack) recompute the link.
+// The predictions agree to 0.1%.
+TEST(SimulatorTest, RateSlackBoundsRateUpdatesPerMessageWithManyClassesOnALink) {
+  constexpr int kSenders = 40;
+  PlanBuilder b(2 * kSenders + 2);
+  for (int i = 1; i <= kSenders; ++i) {
+    for (int chain = 0; chain < 2; ++chain) {
+      int previous = -1;
+      for (int k = 0; k < 10; ++k) {
+        // Sizes that differ from chunk to chunk, so that chunks end at different instants.
+        const int64_t bytes = 1'000'000 + (i * 7919 + chain * 104'729 + k * 1'299'709) % 900'001;
+        std::vector<int> deps;
+        if (previous >= 0) deps.push_back(previous);
+        previous = b.Message(2 * i, 0, bytes, deps).first;
+      }
+    }
+  }
+  SimOptions every_link;
+  every_link.rate_slack = 0;
+  const SimResult exact = SimulatePlan(b.plan(), TestCluster(), every_link);
+  const SimResult lazy = SimulatePlan(b.plan());
+  ASSERT_EQ(exact.num_messages, 2 * kSenders * 10);
+  EXPECT_GE(lazy.peak_link_classes, kSenders);
+  const double exact_per_message =
+      static_cast<double>(exact.num_class_updates) / static_cast<double>(exact.num_messages);
+  const double lazy_per_message =
+      static_cast<double>(lazy.num_class_updates) / static_cast<double>(lazy.num_messages);
+  EXPECT_GT(exact_per_message, 30);
+  EXPECT_LT(lazy_per_message, 5);
+  EXPECT_NEAR(lazy.total_time, exact.total_time, 1e-3 * exact.total_time);
 }
 
 }  // namespace
