@@ -76,9 +76,9 @@ struct SimOptions {
   // at its class's rate), and those whose idle capacity, left by finished flows, exceeds this
   // fraction while some class's rate is limited there. Every other touched link keeps its rates,
   // so a link that limits anyone runs at >= (1 - rate_slack) of its capacity after each batch
-  // that touches it. 0: every touched link is recomputed, as before this option (exact local
-  // progressive filling). The default, 1%, moves docs/simulator.md's predictions by < 0.2% and
-  // cuts rate updates 2-5x at 512-2048 GPUs.
+  // that touches it. 0: every touched link is recomputed (exact local progressive filling).
+  // docs/simulator.md ("Rate slack", "Speed") says how far the default moves the predictions and
+  // how many rate updates it saves.
   double rate_slack = 0.01;
   // Most messages a rank sends at once, as the executor's executor.max_in_flight
   // (core/runtime/executor_options.h, 256 by default; the same default here): a message whose
