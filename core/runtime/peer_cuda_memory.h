@@ -17,9 +17,9 @@
 // One export serves every buffer whose mappings touch or overlap another's: ferry run and PyTorch
 // put thousands of tensors in one range of mappings, and a receiver that mapped each buffer's
 // mappings on their own would map every mapping many times over and look each span up on every
-// refit. The sender joins the mapped
-// ranges of its source buffers (its neighbours) once and exports each joined range on first use;
-// a buffer outside them, or in a range that cannot be exported whole, is exported on its own.
+// refit. The sender joins the mapped ranges of its source buffers (its neighbours) once and
+// exports each joined range on first use; a buffer outside them, or in a range that cannot be
+// exported whole, is exported on its own.
 // Every export keeps one fd per mapping open, so the first VMM export or import raises this
 // process's soft limit on open files to its hard limit.
 //
@@ -40,13 +40,13 @@
 
 namespace ferry {
 
-// A VMM export as PeerBuffer::ipc_handle carries it: a number no other export of the owner
-// process had, and where its table of `chunks` cuda::VmmChunk records lies in the owner's memory.
 // Device address ranges [first, second).
 using AddressRange = std::pair<uintptr_t, uintptr_t>;
 // `ranges` joined where they overlap or touch, in address order.
 std::vector<AddressRange> JoinTouchingRanges(std::vector<AddressRange> ranges);
 
+// A VMM export as PeerBuffer::ipc_handle carries it: a number no other export of the owner
+// process had, and where its table of `chunks` cuda::VmmChunk records lies in the owner's memory.
 struct VmmRecord {
   uint64_t export_id = 0;
   uint64_t table = 0;
