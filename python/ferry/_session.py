@@ -171,7 +171,8 @@ class Refit:
         FerryError naming an unregistered buffer or what failed; after a failure call
         session.recreate() on every rank before the next run. The stats include
         bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
-        to this rank."""
+        to this rank, and peer_cuda_mappings: the peers' CUDA allocations and VMM ranges this
+        rank keeps mapped for direct reads (one per sender allocation or joined VMM range)."""
         return Stats(**self._impl.run(timeout or 0.0, _stream_handle(stream)))
 
     def _check_one_device(self, name: str, side: str, device: int) -> None:

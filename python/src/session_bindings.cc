@@ -158,6 +158,7 @@ py::dict Run(RefitHandle& handle, double timeout_seconds, std::optional<uintptr_
   d["bytes_copied"] = s.executor.bytes_copied;
   d["bytes_read_direct"] = s.executor.bytes_read_direct;
   d["peak_staging_bytes"] = s.executor.peak_staging_bytes;
+  d["peer_cuda_mappings"] = s.executor.peer_cuda_mappings;
   py::dict by_transport;  // plan bytes each transport (and "direct_read") delivered to this rank
   for (const auto& [name, traffic] : s.executor.by_transport) by_transport[py::str(name)] = traffic.bytes_received;
   d["bytes_received_by_transport"] = by_transport;

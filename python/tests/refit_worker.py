@@ -116,6 +116,14 @@ def main() -> int:
                 print(f"rank {rank} step {step}: transports carried {carried} bytes, received "
                       f"{stats.bytes_received} + {stats.bytes_read_direct} read directly", file=sys.stderr)
                 return 1
+            # Host buffers map no peer CUDA memory; a rank that read CUDA buffers of other
+            # processes keeps their allocations (or joined VMM ranges) mapped.
+            mapped = stats.peer_cuda_mappings
+            wrong = mapped > 0 if backend != "cuda" else stats.bytes_read_direct > 0 and mapped == 0
+            if wrong:
+                print(f"rank {rank} step {step}: {mapped} peer CUDA mappings with {backend} buffers "
+                      f"and {stats.bytes_read_direct} bytes read directly", file=sys.stderr)
+                return 1
             print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s, "
                   f"{stats.bytes_read_direct} bytes read directly, {stats.bytes_sent} sent")
     return 0
