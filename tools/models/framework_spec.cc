@@ -204,12 +204,9 @@ Status CheckVllmPipeline(const VllmParallel& v, const ModelConfig& c) {
   if (c.family == ModelFamily::kQwen3Moe) {
     FERRY_ASSIGN_OR_RETURN(const std::vector<int64_t> layers,
                            VllmPipelineLayers(c.num_layers, v.pp, v.partition));
-    int64_t first = 0;
-    for (size_t s = 0; s < layers.size(); ++s) {
-      bool moe = false;
-      for (int64_t l = first; l < first + layers[s]; ++l) moe = moe || c.IsMoeLayer(l);
-      first += layers[s];
-      if (!moe) {
+    const std::vector<int64_t> moe = VllmStageMoeLayers(c, layers);
+    for (size_t s = 0; s < moe.size(); ++s) {
+      if (moe[s] == 0) {
         return InvalidArgument("vLLM rejects it: No Qwen3MoE layer found in the model.layers. "
                                "(PP rank " + Num(static_cast<int64_t>(s)) + " builds no MoE layer)");
       }

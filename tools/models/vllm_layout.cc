@@ -454,12 +454,8 @@ class VllmWriter : public LayoutWriter {
   // Reads v_.eplb_map, when given: one map per PP stage over its MoE layers and physical experts.
   Status LoadEplbMap() {
     if (v_.eplb_map.empty()) return Status::Ok();
-    std::vector<int64_t> stage_moe_layers(static_cast<size_t>(v_.pp), 0);
-    for (int64_t l = 0; l < c_.num_layers; ++l) {
-      if (c_.IsMoeLayer(l)) ++stage_moe_layers[static_cast<size_t>(StageOf(l))];
-    }
-    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMaps(v_.eplb_map, stage_moe_layers, c_.num_experts,
-                                               c_.num_experts + v_.redundant_experts));
+    FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMaps(v_.eplb_map, VllmStageMoeLayers(c_, stage_layers_),
+                                               c_.num_experts, c_.num_experts + v_.redundant_experts));
     return Status::Ok();
   }
 

@@ -65,6 +65,17 @@ std::string VllmPartitionText(const std::vector<int>& partition) {
   return s;
 }
 
+std::vector<int64_t> VllmStageMoeLayers(const ModelConfig& c, const std::vector<int64_t>& stage_layers) {
+  std::vector<int64_t> moe(stage_layers.size(), 0);
+  int64_t layer = 0;
+  for (size_t s = 0; s < stage_layers.size(); ++s) {
+    for (const int64_t end = layer + stage_layers[s]; layer < end; ++layer) {
+      moe[s] += c.IsMoeLayer(layer) ? 1 : 0;
+    }
+  }
+  return moe;
+}
+
 VllmStageModules VllmModulesOnStage(const ModelConfig& c, int stage, int pp) {
   const bool first = stage == 0, last = stage == pp - 1;
   switch (c.family) {

@@ -30,6 +30,10 @@ Result<std::vector<int>> ParseVllmPartition(const std::string& text);
 // The partition as a spec writes it ("3.2").
 std::string VllmPartitionText(const std::vector<int>& partition);
 
+// The MoE layers of model `c` on each PP rank whose decoder layers `stage_layers` counts
+// (VllmPipelineLayers): each rank's EplbState rows, and the MoE blocks it builds.
+std::vector<int64_t> VllmStageMoeLayers(const ModelConfig& c, const std::vector<int64_t>& stage_layers);
+
 // The model-level modules PP rank `stage` of `pp` builds for model `c`.
 struct VllmStageModules {
   bool embed_tokens = false;
