@@ -100,7 +100,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     const int recv_id = recv_of_message[send.message];
     if (recv_id < 0) continue;
     const Op& recv = plan.ops[recv_id];
-    if (send.rank != rank && recv.rank != rank) continue;
+    if (rank != kAnyRank && send.rank != rank && recv.rank != rank) continue;
     if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || recv.NumDeps() != 0 ||
         recv.bytes != send.bytes) {
       continue;

@@ -62,7 +62,9 @@ struct DirectRead {
 // same-node link, fed by nothing or by one Pack that feeds only it, received by a Recv that feeds
 // nothing (landing in a destination region) or only one Unpack from its slot, with the Pack's and
 // the Unpack's copies meeting at the same staging offsets with the same shapes. Ordered by
-// message. Deterministic; O(ops) plus the copies of the messages found.
+// message. Deterministic; O(ops) plus the copies of the messages found. With kAnyRank, every
+// rank's, without copies or reads (which ops go direct, for a model of the plan's cost).
+inline constexpr int kAnyRank = -1;
 std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);
 
 // A cheap checksum of a plan's op structure (kinds, ranks, peers, messages, bytes, dependency

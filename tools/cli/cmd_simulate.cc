@@ -51,6 +51,9 @@ struct SimulateArgs {
   bool flat = false;
   int propagation_rounds = sim::SimOptions{}.propagation_rounds;
   double rate_slack = sim::SimOptions{}.rate_slack;
+  // Resolved from the config's executor.direct_intra_node: ferry's plan carries same-node
+  // messages as direct reads, as `ferry run` would.
+  bool direct_reads = false;
 };
 
 struct StrategyRun {
@@ -90,6 +93,7 @@ sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
   options.rate_slack = args.rate_slack;
   options.max_in_flight = args.max_in_flight;
   options.staging_budget = args.staging_budget;
+  options.direct_reads = args.direct_reads;
   return options;
 }
 
@@ -199,6 +203,7 @@ Result<Config> SimulationConfig(SimulateArgs* args) {
   FERRY_ASSIGN_OR_RETURN(Config options, LoadConfig(config_args));
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
   if (args->max_in_flight < 0) args->max_in_flight = executor.max_in_flight;
+  args->direct_reads = executor.direct_intra_node;
   if (args->staging_budget_text.empty()) {
     args->staging_budget = executor.staging_budget;
   } else {
@@ -237,7 +242,7 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(sim::ClusterSpec cluster, sim::LoadCluster(args.cluster));
   models::RefitOptions refit_options;
   refit_options.colocated = args.colocated;
-  refit_options.gpus_per_node = cluster.gpus_per_node;
+  refit_options.gpus_per_node = cluster.RanksPerNode();
   FERRY_ASSIGN_OR_RETURN(models::RefitLayouts refit,
                          models::BuildRefitLayouts(preset, src, dst, refit_options));
   const int num_ranks = refit.topology.NumRanks();
@@ -263,6 +268,7 @@ Status RunSimulate(const SimulateArgs& args) {
     // bounds them itself (two buffers a rank, planner/gather_broadcast.cc), so no budget applies.
     sim::SimOptions baseline_options = SimulatorOptions(resolved);
     baseline_options.staging_budget = 0;
+    baseline_options.direct_reads = false;  // NCCL's broadcast stages every bucket
     FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
                                                      options, cluster, mapping, baseline_options,
                                                      nullptr));

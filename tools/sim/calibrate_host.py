@@ -29,11 +29,12 @@ CASES = [
 ]
 # Buckets a 1 GiB staging budget (executor.staging_budget's default) holds at this scale.
 SETTINGS = ["planner.bucket_bytes=256MiB"]
-# The measured variant each cluster file models.
+# The measured variant each cluster file models, and whether its same-node messages go as direct
+# reads (`ferry run --strategy both` runs the transport-only reshard and the baseline without).
 CLUSTER_OF_VARIANT = {
-    "reshard": "this-host.yaml",
-    "reshard (transport only)": "this-host-tcp.yaml",
-    "gather-broadcast": "this-host-tcp.yaml",
+    "reshard": ("this-host.yaml", True),
+    "reshard (transport only)": ("this-host-tcp.yaml", False),
+    "gather-broadcast": ("this-host-tcp.yaml", False),
 }
 
 
@@ -110,10 +111,11 @@ def seconds(text):
     return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
 
 
-def predict_case(ferry, out, case, cluster):
+def predict_case(ferry, out, case, cluster, direct_reads):
     _, model, scale, src, dst = case
     cmd = [ferry, "simulate", "--model", model, "--scale", scale, "--src", src, "--dst", dst,
-           "--cluster", os.path.join(out, cluster)]
+           "--cluster", os.path.join(out, cluster),
+           "--set", f"executor.direct_intra_node={'true' if direct_reads else 'false'}"]
     for s in SETTINGS:
         cmd += ["--set", s]
     for line in run(cmd).splitlines():
@@ -136,8 +138,8 @@ def main():
     print("| --- | --- | ---: | ---: | ---: |")
     for case in CASES:
         measured = measure_case(args.ferry, args.out, case)
-        for variant, cluster in CLUSTER_OF_VARIANT.items():
-            predicted = predict_case(args.ferry, args.out, case, cluster)
+        for variant, (cluster, direct_reads) in CLUSTER_OF_VARIANT.items():
+            predicted = predict_case(args.ferry, args.out, case, cluster, direct_reads)
             strategy = "gather-broadcast" if variant == "gather-broadcast" else "reshard"
             p, m = predicted[strategy], measured[variant]
             print(f"| {case[0]} | {variant} | {m:.3f} s | {p:.3f} s | {p / m:.2f} |", flush=True)

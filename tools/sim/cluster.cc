@@ -7,11 +7,13 @@
 #include <cctype>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 
 #include "core/base/file_io.h"
 #include "core/base/strings.h"
+#include "core/layout/limits.h"
 
 namespace ferry::sim {
 namespace {
@@ -95,6 +97,14 @@ Status ClusterSpec::Validate() const {
     return Status::Ok();
   };
   if (gpus_per_node < 1) return InvalidArgument("cluster field 'gpus_per_node' must be >= 1");
+  if (ranks_per_gpu < 1 || ranks_per_gpu > kMaxRanksPerGpu) {
+    return InvalidArgument("cluster field 'ranks_per_gpu' must be in [1, " +
+                           std::to_string(kMaxRanksPerGpu) + "]");
+  }
+  if (static_cast<int64_t>(gpus_per_node) * ranks_per_gpu > kMaxRanks) {
+    return InvalidArgument("cluster fields 'gpus_per_node' x 'ranks_per_gpu' exceed " +
+                           std::to_string(kMaxRanks) + " ranks a node");
+  }
   if (num_nodes < 0) return InvalidArgument("cluster field 'num_nodes' must be >= 0");
   if (nics_per_node < 1) return InvalidArgument("cluster field 'nics_per_node' must be >= 1");
   if (gpus_per_tray < 0) return InvalidArgument("cluster field 'gpus_per_tray' must be >= 0");
@@ -129,6 +139,7 @@ std::string ClusterSpec::Summary() const {
   std::ostringstream out;
   out << name << ": " << gpus_per_node << " GPUs per NVLink domain";
   if (gpus_per_tray > 0 && gpus_per_tray != gpus_per_node) out << " (" << gpus_per_tray << " a tray)";
+  if (ranks_per_gpu > 1) out << ", " << ranks_per_gpu << " ranks sharing each GPU";
   if (num_nodes > 0) out << ", " << num_nodes << " domains";
   out << ", " << nics_per_node << " NICs x " << nic_bandwidth * 8 / 1e9 << " Gb/s a domain"
       << " (efficiency " << network_efficiency << ")"
@@ -222,6 +233,9 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
       if (!parts.second.empty() || parts.first != std::floor(parts.first)) {
         return InvalidArgument("'" + v + "' is not an integer");
       }
+      if (std::fabs(parts.first) > std::numeric_limits<int>::max()) {
+        return InvalidArgument("'" + v + "' is out of range");
+      }
       *field = static_cast<int>(parts.first);
       return Status::Ok();
     };
@@ -277,6 +291,7 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
       {"gpus_per_tray", integer(&c.gpus_per_tray)},
       {"num_nodes", integer(&c.num_nodes)},
       {"nics_per_node", integer(&c.nics_per_node)},
+      {"ranks_per_gpu", integer(&c.ranks_per_gpu)},
       {"nic_bandwidth", bandwidth(&c.nic_bandwidth)},
       {"nic_latency", duration(&c.nic_latency)},
       {"nic_message_overhead", duration(&c.nic_message_overhead)},
@@ -343,12 +358,12 @@ Result<RankMapping> RankMapping::FromTopology(const Topology& topology,
   m.gpu_of_rank.resize(topology.NumRanks());
   for (int r = 0; r < topology.NumRanks(); ++r) {
     const RankPlacement& p = topology.ranks[r];
-    if (p.local_device < 0 || p.local_device >= cluster.gpus_per_node) {
+    if (p.local_device < 0 || p.local_device >= cluster.RanksPerNode()) {
       return InvalidArgument("rank " + std::to_string(r) + " is on local device " +
                              std::to_string(p.local_device) + " but cluster '" + cluster.name +
-                             "' has " + std::to_string(cluster.gpus_per_node) + " GPUs a node");
+                             "' has " + std::to_string(cluster.RanksPerNode()) + " ranks a node");
     }
-    m.gpu_of_rank[r] = p.node * cluster.gpus_per_node + p.local_device;
+    m.gpu_of_rank[r] = p.node * cluster.gpus_per_node + p.local_device / cluster.ranks_per_gpu;
   }
   return m;
 }
@@ -374,9 +389,9 @@ Result<ClusterSpec> FitClusterToMapping(ClusterSpec cluster, const RankMapping& 
 }
 
 Topology TopologyForCluster(const ClusterSpec& cluster, int num_ranks) {
-  Topology t = Topology::Uniform(num_ranks, cluster.gpus_per_node);
+  Topology t = Topology::Uniform(num_ranks, cluster.RanksPerNode());
   for (int r = 0; r < num_ranks; ++r) {
-    t.ranks[r].nics = {cluster.NicOfLocalGpu(t.ranks[r].local_device)};
+    t.ranks[r].nics = {cluster.NicOfLocalGpu(t.ranks[r].local_device / cluster.ranks_per_gpu)};
   }
   t.nic_bandwidth = cluster.EffectiveNicBandwidth();
   t.intra_node_bandwidth = cluster.EffectiveNvlinkBandwidth();

@@ -17,6 +17,9 @@
 
 namespace ferry::sim {
 
+// Most processes a cluster file may put on one GPU.
+inline constexpr int kMaxRanksPerGpu = 64;
+
 struct ClusterSpec {
   std::string name;
   std::string description;
@@ -26,6 +29,9 @@ struct ClusterSpec {
   int gpus_per_tray = 0;  // GPUs per board/tray (informational; GB200: 4); 0 = gpus_per_node
   int num_nodes = 0;
   int nics_per_node = 8;  // GPU g uses NIC g * nics_per_node / gpus_per_node (rail-aligned)
+  // Processes sharing each GPU, time-sliced (the lent one-GPU machine runs every rank on GPU 0):
+  // a node holds gpus_per_node * ranks_per_gpu plan ranks, consecutive ranks on one GPU.
+  int ranks_per_gpu = 1;
 
   // Network (inter-node), per NIC per direction.
   double nic_bandwidth = 50e9;
@@ -65,6 +71,7 @@ struct ClusterSpec {
   double host_message_bandwidth = 0;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
+  int RanksPerNode() const { return gpus_per_node * ranks_per_gpu; }
   int NicOfLocalGpu(int local_gpu) const;
   // Effective capacities (bandwidth times efficiency).
   double EffectiveNicBandwidth() const { return nic_bandwidth * network_efficiency; }
@@ -100,14 +107,15 @@ struct RankMapping {
 
   // Rank r on GPU r.
   static RankMapping Identity(int num_ranks);
-  // Rank r on GPU node * gpus_per_node + local_device from the plan's Topology.
+  // Rank r on GPU node * gpus_per_node + local_device / ranks_per_gpu from the plan's Topology.
   static Result<RankMapping> FromTopology(const Topology& topology, const ClusterSpec& cluster);
 };
 
 // Resolves num_nodes == 0 to the number of nodes the mapping needs and checks the mapping fits.
 Result<ClusterSpec> FitClusterToMapping(ClusterSpec cluster, const RankMapping& mapping);
 
-// A Topology for the planner that matches the cluster (one NIC index per GPU, rail-aligned).
+// A Topology for the planner that matches the cluster: RanksPerNode() ranks a node, each with its
+// GPU's NIC (rail-aligned).
 Topology TopologyForCluster(const ClusterSpec& cluster, int num_ranks);
 
 }  // namespace ferry::sim

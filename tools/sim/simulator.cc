@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/base/strings.h"
+#include "core/runtime/direct_read.h"
 #include "tools/sim/finish_heap.h"
 #include "tools/sim/share_heap.h"
 #include "tools/sim/staging_gate.h"
@@ -227,6 +228,7 @@ class Engine {
   std::vector<int> cause_;          // the dep whose completion made it ready
   std::vector<double> ready_, start_, end_;
   std::vector<int> flow_of_op_;
+  std::vector<char> elided_;  // the Packs and Unpacks of direct reads (SimOptions::direct_reads)
   int64_t num_messages_ = 0;
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
   // the window, least (round, id) on top (SimOptions::max_in_flight).
@@ -358,6 +360,13 @@ Status Engine::Prepare() {
     for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
   }
   FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget));
+  if (opt_.direct_reads) {
+    elided_.assign(n, 0);
+    for (const DirectRead& d : FindDirectReads(plan_, kAnyRank)) {
+      if (d.pack_op >= 0) elided_[d.pack_op] = 1;
+      if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
+    }
+  }
   return Status::Ok();
 }
 
@@ -432,8 +441,14 @@ void Engine::StartLocalOp(int op, double t) {
   const Op& o = plan_.ops[op];
   const int gpu = GpuOf(o.rank);
   Flow f;
-  f.bytes = static_cast<double>(o.bytes);
   f.op_a = op;
+  if (!elided_.empty() && elided_[op]) {  // a direct read's Pack or Unpack: done when ready
+    flow_of_op_[op] = static_cast<int>(flows_.size());
+    flows_.push_back(f);
+    StartFlow(flow_of_op_[op], 0, t);
+    return;
+  }
+  f.bytes = static_cast<double>(o.bytes);
   if (c_.host_memory_ranks) {
     f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
     f.cap = c_.host_copy_bandwidth;

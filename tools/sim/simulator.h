@@ -95,6 +95,13 @@ struct SimOptions {
   // staging_gate.h), and a plan a rank cannot run in the budget is refused as `ferry run` refuses
   // it. 0: unlimited.
   int64_t staging_budget = int64_t{1} << 30;
+  // Same-node messages go as direct reads, as the executor carries them with
+  // executor.direct_intra_node on (core/runtime/direct_read.h): for each message FindDirectReads
+  // picks, the receiver copies the bytes once, straight from the sender's buffers, so the
+  // message's Pack and Unpack cost nothing. `ferry simulate` sets it from the config for ferry's
+  // plan (on by default, as the executor); the gather-and-broadcast baseline models NCCL's
+  // staged broadcast and keeps it off.
+  bool direct_reads = false;
 };
 
 struct OpTime {

@@ -1,5 +1,6 @@
 // Hand-made plans for tests: a tiny two-rank plan (rank 0 sends 16 bytes of its source buffer to
-// rank 1, which unpacks them into its destination buffer), and a region builder for fp32 matrices.
+// rank 1, which unpacks them into its destination buffer), a packed two-rank plan (Pack, Send,
+// Recv, Unpack of a matrix's two halves), and a region builder for fp32 matrices.
 #pragma once
 
 #include "core/layout/layout.h"
@@ -62,6 +63,48 @@ inline TinyPlan MakeTinyPlan() {
                           {{Region::Bytes(Space::kStaging, slot, 0, 16),
                             Region::Bytes(Space::kDestination, 0, 0, 16)}});
   return t;
+}
+
+// Rank 0's source buffer 0 holds a [4, 8] fp32 matrix; rank 1 receives its left and right halves
+// (packed one after the other) into destination buffers 0 and 1, unpacking them in reverse order.
+inline TransferPlan MakePackedPlan(LinkClass link) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", 4 * 8 * 4}};
+  plan.destination_buffers = {{1, "left", 4 * 4 * 4}, {1, "right", 4 * 4 * 4}};
+  const int send_slot = plan.AddSlot(0, 128), recv_slot = plan.AddSlot(1, 128);
+  Op pack;
+  pack.kind = OpKind::kPack;
+  pack.bytes = 128;
+  const int pack_id = plan.AddOp(
+      pack, {},
+      {{Fp32Matrix(Space::kSource, 0, 0, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
+       {Fp32Matrix(Space::kSource, 0, 16, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
+  Op send;
+  send.kind = OpKind::kSend;
+  send.link = link;
+  send.peer = 1;
+  send.message = 7;
+  send.bytes = 128;
+  send.SetData(ByteRange(Space::kStaging, send_slot, 0, 128));
+  plan.AddOp(send, {pack_id});
+  Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.link = link;
+  recv.rank = 1;
+  recv.peer = 0;
+  recv.message = 7;
+  recv.bytes = 128;
+  recv.SetData(ByteRange(Space::kStaging, recv_slot, 0, 128));
+  const int recv_id = plan.AddOp(recv);
+  Op unpack;
+  unpack.kind = OpKind::kUnpack;
+  unpack.rank = 1;
+  unpack.bytes = 128;
+  plan.AddOp(unpack, {recv_id},
+             {{Fp32Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Fp32Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
+              {Fp32Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Fp32Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
+  return plan;
 }
 
 }  // namespace ferry

@@ -10,31 +10,7 @@
 namespace ferry {
 namespace {
 
-// Rank 0's source buffer 0 holds a [4, 8] fp32 matrix; rank 1 receives its left and right halves
-// (packed one after the other) into destination buffers 0 and 1, unpacking them in reverse order.
-TransferPlan PackedPlan(LinkClass link) {
-  TransferPlan plan;
-  plan.num_ranks = 2;
-  plan.source_buffers = {{0, "w", 4 * 8 * 4}};
-  plan.destination_buffers = {{1, "left", 4 * 4 * 4}, {1, "right", 4 * 4 * 4}};
-  const int send_slot = plan.AddSlot(0, 128), recv_slot = plan.AddSlot(1, 128);
-  Op pack{.kind = OpKind::kPack, .rank = 0, .bytes = 128};
-  const int pack_id = plan.AddOp(
-      pack, {},
-      {{Fp32Matrix(Space::kSource, 0, 0, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
-       {Fp32Matrix(Space::kSource, 0, 16, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
-  Op send{.kind = OpKind::kSend, .link = link, .rank = 0, .peer = 1, .message = 7, .bytes = 128};
-  send.SetData(ByteRange(Space::kStaging, send_slot, 0, 128));
-  plan.AddOp(send, {pack_id});
-  Op recv{.kind = OpKind::kRecv, .link = link, .rank = 1, .peer = 0, .message = 7, .bytes = 128};
-  recv.SetData(ByteRange(Space::kStaging, recv_slot, 0, 128));
-  const int recv_id = plan.AddOp(recv);
-  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 128};
-  plan.AddOp(unpack, {recv_id},
-             {{Fp32Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Fp32Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
-              {Fp32Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Fp32Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
-  return plan;
-}
+TransferPlan PackedPlan(LinkClass link) { return MakePackedPlan(link); }
 
 TEST(DirectReadTest, PackAndUnpackMeetAtTheirStagingOffsets) {
   const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
@@ -72,6 +48,17 @@ TEST(DirectReadTest, PackAndUnpackMeetAtTheirStagingOffsets) {
     EXPECT_EQ(d.copies[1].from.offset, 0);
     EXPECT_EQ(d.copies[1].to.buffer, 0);
   }
+}
+
+// kAnyRank finds every rank's direct reads at once, without the receiver's copies.
+TEST(DirectReadTest, AnyRankFindsEveryMessageWithoutCopies) {
+  const std::vector<DirectRead> found = FindDirectReads(PackedPlan(LinkClass::kSameNode), kAnyRank);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].pack_op, 0);
+  EXPECT_EQ(found[0].unpack_op, 3);
+  EXPECT_TRUE(found[0].copies.empty());
+  EXPECT_TRUE(found[0].reads.empty());
+  EXPECT_TRUE(FindDirectReads(PackedPlan(LinkClass::kNetwork), kAnyRank).empty());
 }
 
 TEST(DirectReadTest, NetworkLinksAndOtherRanksAreLeftAlone) {

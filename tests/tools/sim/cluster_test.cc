@@ -100,5 +100,40 @@ TEST(ClusterTest, MappingFitsTheClusterAndNicsAreRailAligned) {
   EXPECT_EQ(planner_view.Link(0, 72), LinkClass::kNetwork);
 }
 
+// The lent one-GPU machine: ferry run puts every rank on GPU 0 and plans them as one node
+// (Topology::Uniform(ranks, 8)); ranks_per_gpu gives the simulator the same plan and one GPU.
+TEST(ClusterTest, RanksSharingAGpuPlanAsOneNodeAndMapToThatGpu) {
+  ClusterSpec c = *ClusterPreset("dgx-h100");
+  c.gpus_per_node = 2;
+  c.nics_per_node = 2;
+  c.ranks_per_gpu = 4;
+  ASSERT_TRUE(c.Validate().ok());
+  EXPECT_EQ(c.RanksPerNode(), 8);
+  Topology t = TopologyForCluster(c, 12);
+  EXPECT_EQ(t.NumNodes(), 2);
+  EXPECT_EQ(t.Link(0, 7), LinkClass::kSameNode);
+  EXPECT_EQ(t.Link(7, 8), LinkClass::kNetwork);
+  EXPECT_EQ(t.ranks[5].nics, (std::vector<int>{1}));
+  Result<RankMapping> m = RankMapping::FromTopology(t, c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->gpu_of_rank, (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}));
+  Result<ClusterSpec> fitted = FitClusterToMapping(c, *m);
+  ASSERT_TRUE(fitted.ok());
+  EXPECT_EQ(fitted->num_nodes, 2);
+
+  Result<ClusterSpec> single = LoadCluster("tools/sim/clusters/h200-single.yaml");
+  ASSERT_TRUE(single.ok());
+  Result<RankMapping> on_one = RankMapping::FromTopology(TopologyForCluster(*single, 8), *single);
+  ASSERT_TRUE(on_one.ok()) << on_one.status().ToString();
+  EXPECT_EQ(on_one->gpu_of_rank, std::vector<int>(8, 0));
+
+  c.ranks_per_gpu = 0;
+  EXPECT_NE(c.Validate().message().find("ranks_per_gpu"), std::string::npos);
+  c.ranks_per_gpu = kMaxRanksPerGpu + 1;
+  EXPECT_FALSE(c.Validate().ok());
+  EXPECT_NE(ParseClusterYaml("ranks_per_gpu: 1e12\n").status().message().find("out of range"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry::sim

@@ -75,7 +75,7 @@ int RunCase(const Case& c, int window, int64_t staging, double slack) {
   Result<ClusterSpec> cluster = ClusterPreset("dgx-h100");
   if (!cluster.ok()) return fail(cluster.status());
   models::RefitOptions refit_options;
-  refit_options.gpus_per_node = cluster->gpus_per_node;
+  refit_options.gpus_per_node = cluster->RanksPerNode();
   Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, refit_options);
   if (!refit.ok()) return fail(refit.status());
   const Topology topology = TopologyForCluster(*cluster, refit->topology.NumRanks());

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/core/plan/plan_fixture.h"
+
 namespace ferry::sim {
 namespace {
 
@@ -104,6 +106,42 @@ TEST(SimulatorTest, OneNetworkFlowTakesBytesOverBandwidthPlusFixedCosts) {
 // 100 small messages from one NIC: each message's 10 us fixed cost occupies the NIC, so they take
 // 100 x (10 us + 1 us) one after the other, not one overhead in all; ten times the overhead, about
 // ten times the time. Copies on one GPU likewise serialise their launch costs.
+// Ranks sharing one GPU (ClusterSpec::ranks_per_gpu): their messages are copies through that
+// GPU's memory, and two of them share it: 1 GB each at 100 GB/s together take 20 ms, where two
+// NVLink messages of different GPU pairs would take 100 ms each in parallel.
+TEST(SimulatorTest, MessagesBetweenRanksOfOneGpuShareItsMemory) {
+  PlanBuilder b(4);
+  b.Message(0, 1, 1'000'000'000);
+  b.Message(2, 3, 1'000'000'000);
+  ClusterSpec c = TestCluster();
+  c.ranks_per_gpu = 4;
+  SimOptions options;
+  options.record_op_times = true;
+  Result<SimResult> r = Simulate(b.plan(), c, RankMapping{{0, 0, 0, 0}}, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->total_time, 0.02, 1e-9);
+  EXPECT_DOUBLE_EQ(r->network_bytes, 0);
+}
+
+// Direct reads (SimOptions::direct_reads, core/runtime/direct_read.h): the receiver copies a
+// same-node message straight from the sender's buffers, so the message's Pack and Unpack cost
+// nothing. Pack 1 ms + message 2 ms + Unpack 1 ms staged; the message's 2 ms alone direct.
+TEST(SimulatorTest, DirectReadsDropTheMessagesPackAndUnpack) {
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode);
+  ClusterSpec c = TestCluster();
+  c.kernel_overhead = 1e-3;
+  c.nvlink_message_overhead = 2e-3;
+  SimOptions staged;
+  staged.staging_budget = 0;
+  EXPECT_NEAR(SimulatePlan(plan, c, staged).total_time, 4e-3, 1e-7);
+  SimOptions direct = staged;
+  direct.direct_reads = true;
+  EXPECT_NEAR(SimulatePlan(plan, c, direct).total_time, 2e-3, 1e-7);
+  // A network message is not read directly: it keeps its Pack and Unpack.
+  EXPECT_NEAR(SimulatePlan(MakePackedPlan(LinkClass::kNetwork), c, direct).total_time,
+              SimulatePlan(MakePackedPlan(LinkClass::kNetwork), c, staged).total_time, 1e-12);
+}
+
 TEST(SimulatorTest, FixedCostsOccupyTheLinkTheyRunOn) {
   PlanBuilder b(4);
   for (int i = 0; i < 100; ++i) b.Message(0, 2, 1000);
