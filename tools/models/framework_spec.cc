@@ -248,17 +248,9 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
                            Num(c.nextn_layers) + " (num_nextn_predict_layers); give mtp=" +
                            Num(c.nextn_layers));
   }
-  if (v.mtp != 0 && (v.redundant_experts > 0 || !v.eplb_map.empty())) {
-    return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
-                           "modelled");
-  }
   if (v.fp8_scale_fmt != Fp8ScaleFormat::kFloat32 && !v.fp8_block_weights) {
     return InvalidArgument("scale_fmt=" + std::string(Fp8ScaleFormatName(v.fp8_scale_fmt)) +
                            " without quant=fp8_block: only block-quantized weights have scales");
-  }
-  if (v.mtp != 0 && v.fp8_block_weights) {
-    return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
-                           "modelled");
   }
   if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0 || !v.eplb_map.empty())) {
     return InvalidArgument("the model has no experts; ep must be 1 and redundant and eplb_map unset");

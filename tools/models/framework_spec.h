@@ -117,8 +117,8 @@ struct VllmParallel {
   // by ep (vllm/model_executor/layers/fused_moe/eplb_manager.py validate_configuration).
   int redundant_experts = 0;
   // "eplb_map=PATH": after EPLB rearranged the experts, the engine's current
-  // physical_to_logical_map (tools/models/eplb_map.h; with pp > 1 one per PP rank) in place of
-  // the initial arrangement above.
+  // physical_to_logical_map (tools/models/eplb_map.h; with pp > 1 one per PP rank; with mtp the
+  // drafter's own map too) in place of the initial arrangement above.
   std::string eplb_map;
   // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
   // weight_block_size [128, 128]) and vLLM holds its projections so
@@ -130,7 +130,8 @@ struct VllmParallel {
   // (tools/models/fp8_block_weights.h RequantizedToUe8m0, core/base/fp8_block.h).
   Fp8ScaleFormat fp8_scale_fmt = Fp8ScaleFormat::kFloat32;
   // "mtp=N": the engine serves with MTP speculative decoding, its drafter holding the checkpoint's
-  // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none.
+  // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none. The
+  // drafter's experts take redundant/eplb_map as the target's do, its decoder layer quant.
   int mtp = 0;
 };
 
