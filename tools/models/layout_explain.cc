@@ -194,6 +194,11 @@ void MtpRules(const ModelConfig& c, const FrameworkSpec& r, int64_t i, const std
   out.push_back({"checkpoint model.layers." + N(c.num_layers + i) + ".* <-> mtp.layers." + N(i) +
                      ".*, the decoder layer under mtp_model_layer",
                  std::string(kBridge) + "src/megatron/bridge/models/deepseek/common.py"});
+  if (m.mtp_repeated) {
+    out.push_back({"--mtp-use-repeated-layer: one MTP layer, mtp.layers.0, applied " + N(m.mtp) +
+                       " times",
+                   std::string(kMegatron) + "megatron/core/transformer/multi_token_prediction.py"});
+  }
   if (Has(t, ".eh_proj.")) {
     out.push_back({"eh_proj: ColumnParallelLinear(2h -> h), output rows split by tp",
                    std::string(kMegatron) + "megatron/core/transformer/multi_token_prediction.py"});

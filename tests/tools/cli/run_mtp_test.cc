@@ -1,7 +1,7 @@
 // `ferry run` into vLLM engines serving with an MTP drafter, bit-exact through the real binary:
-// the drafter's experts placed by EPLB (its own physical_to_logical_map, eplb_map's "drafter") and
+// the drafter's experts placed by EPLB (its own physical_to_logical_map, eplb_map's "drafter"),
 // the drafter of an FP8 block-quantized engine (its decoder layer quantized, eh_proj in bf16,
-// tools/models/fp8_block_weights.h). Each case runs under a deadline and kills the process group.
+// tools/models/fp8_block_weights.h), and a trainer with Megatron's repeated MTP layer. Each case runs under a deadline and kills the process group.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -52,6 +52,22 @@ TEST(RunMtpTest, DrafterExpertsByItsOwnEplbMapVerifiedOverTcp) {
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_FALSE(o.group_left_processes);
   EXPECT_EQ(Count(o.output, "bit-exact"), 2) << o.output;  // reshard, gather-broadcast
+}
+
+// Megatron's --mtp-use-repeated-layer with mtp=2: the trainer holds one MTP layer, mtp.layers.0 on
+// the last pipeline stage (ranks 2, 3 of 4), applied twice; vLLM's drafter holds the checkpoint's
+// one MTP layer (model.layers.61) and cycles it over its speculative steps.
+TEST(RunMtpTest, RepeatedMtpLayerIntoTheDrafterVerifiedOverTcp) {
+  Outcome o = RunFerry({"run", "--model", "deepseek-v3", "--scale", "1/64", "--src",
+                        "megatron:tp=2,pp=2,first=31,ep=2,mtp=2,mtp_repeated=1", "--dst",
+                        "vllm:tp=2,mtp=1", "--memory", "host", "--transport", "tcp", "--strategy",
+                        "both", "--verify", "--iterations", "1", "--warmup", "0", "--set",
+                        "executor.direct_intra_node=false"},
+                       120);
+  EXPECT_FALSE(o.timed_out) << o.output;
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_FALSE(o.group_left_processes);
+  EXPECT_EQ(Count(o.output, "bit-exact"), 2) << o.output;
 }
 
 // A DeepSeek-like model whose partitions are whole 128-blocks (DeepSeek-V3's own are only at

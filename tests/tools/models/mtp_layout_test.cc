@@ -455,6 +455,41 @@ TEST(MtpLayoutTest, VllmFp8DrafterScalesOnTheLastPipelineRank) {
   EXPECT_EQ(ue8m0, 4);  // two buffers on ranks 2 and 3
 }
 
+// --mtp-use-repeated-layer: MultiTokenPredictionBlock._build_layers builds one layer (layer_number
+// 1, mtp.layers.0) and forward applies layers[0] at every one of the mtp_num_layers depths
+// (megatron/core/transformer/multi_token_prediction.py; get_gpt_mtp_block_spec gives one layer
+// spec). So mtp=2 with it holds only the checkpoint's one MTP layer, model.layers.2, where mtp=2
+// without it asks for a second layer the checkpoint lacks. A layout string still places
+// mtp_num_layers 'm's (validate_layer_layout counts them against mtp_num_layers).
+TEST(MtpLayoutTest, MegatronRepeatedMtpLayerHoldsOneLayer) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  Layout l = Build(p, "megatron:tp=2,pp=2,vocab_divisible_by=32,mtp=2,mtp_repeated=1");
+  for (int rank : {2, 3}) {
+    auto eh = FragmentsIn(l, rank, "mtp.layers.0.eh_proj.weight", "model.layers.2.eh_proj.weight");
+    ASSERT_EQ(eh.size(), 1u) << rank;
+    EXPECT_EQ(eh[0].box.lo[0], (rank - 2) * 4);  // ColumnParallelLinear: 4 of the 8 output rows
+    EXPECT_EQ(l.FindBuffer(rank, "mtp.layers.1.eh_proj.weight"), -1) << rank;
+  }
+  EXPECT_EQ(l.FindTensor("model.layers.3.eh_proj.weight"), -1);
+  Layout laid = Build(p, "megatron:pp=2,vocab_divisible_by=64,mtp=2,mtp_repeated=1,layout=Et|tmmL");
+  EXPECT_GE(laid.FindBuffer(1, "mtp.layers.0.enorm.weight"), 0);
+  EXPECT_EQ(laid.FindBuffer(1, "mtp.layers.1.enorm.weight"), -1);
+  Result<Layout> one_m =
+      BuildFrameworkLayout(p, Spec("megatron:pp=2,mtp=2,mtp_repeated=1,layout=Et|tmL"));
+  ASSERT_FALSE(one_m.ok());
+  EXPECT_TRUE(Says(one_m.status(), "Number of mtp layers in layout must match mtp_num_layers"));
+  EXPECT_TRUE(Says(BuildFrameworkLayout(p, Spec("megatron:pp=2,mtp=2")).status(),
+                   "has 1 multi-token prediction layer(s)"));
+  EXPECT_TRUE(Says(BuildFrameworkLayout(p, Spec("megatron:mtp_repeated=1")).status(),
+                   "mtp_repeated=1 without mtp=N"));
+  EXPECT_EQ(Spec("megatron:mtp=2,mtp_repeated=1").ToString(),
+            "megatron:tp=1,pp=1,ep=1,cp=1,mtp=2,mtp_repeated=1");
+  // A refit into vLLM's drafter, which holds the checkpoint's one MTP layer (deepseek_mtp.py
+  // cycles its layers over the speculative steps, spec_step_idx % num_mtp_layers).
+  EXPECT_TRUE(BuildRefitLayouts(p, Spec("megatron:tp=2,mtp=2,mtp_repeated=1"), Spec("vllm:tp=2,mtp=1"))
+                  .ok());
+}
+
 TEST(MtpLayoutTest, WithoutMtpTheLayoutsHaveNone) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
   for (const char* spec : {"megatron:tp=2,pp=2,first=31", "vllm:tp=2"}) {
