@@ -60,21 +60,12 @@ Result<EplbMap> ReadStageMap(const YAML::Node& node, int64_t moe_layers, int64_t
   return map;
 }
 
-}  // namespace
-
-Result<std::vector<EplbMap>> ReadEplbMaps(const std::string& path,
-                                          const std::vector<int64_t>& stage_moe_layers,
-                                          int64_t logical, int64_t physical) {
-  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
-                                                                "kMaxEplbMapFileBytes"));
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument("EPLB map '" + path + "': " + e.what());
-  }
+// The target's maps, one per PP rank, from `root` (the file's top level).
+Result<std::vector<EplbMap>> ReadTargetMaps(const YAML::Node& root,
+                                            const std::vector<int64_t>& stage_moe_layers,
+                                            int64_t logical, int64_t physical,
+                                            const std::string& file) {
   const size_t pp = stage_moe_layers.size();
-  const std::string file = "EPLB map '" + path + "'";
   std::vector<EplbMap> maps;
   maps.reserve(pp);
   const YAML::Node ranks = root.IsMap() ? root["pp_ranks"] : YAML::Node();
@@ -100,6 +91,50 @@ Result<std::vector<EplbMap>> ReadEplbMaps(const std::string& path,
                                         "the rank"));
     maps.push_back(std::move(map));
   }
+  return maps;
+}
+
+// The drafter's map, the top level's "drafter" (vllm/v1/worker/gpu_model_runner.py registers the
+// drafter with EplbState.add_model as a model of its own): present exactly when a drafter has MoE
+// layers.
+Result<EplbMap> ReadDrafterMap(const YAML::Node& root, int64_t drafter_moe_layers, int64_t logical,
+                               int64_t physical, const std::string& file) {
+  const bool has = root.IsMap() && root["drafter"];
+  if (drafter_moe_layers == 0) {
+    if (has) {
+      return InvalidArgument(file + " holds a drafter's map, but the engine has no MTP drafter "
+                             "with MoE layers (give mtp=N for the engine's drafter)");
+    }
+    return EplbMap{};
+  }
+  if (!has) {
+    return InvalidArgument(file + " has no \"drafter\" map: the MTP drafter is a model of its own "
+                           "in vLLM's EplbState (EplbState.add_model), with its own "
+                           "physical_to_logical_map of " + std::to_string(drafter_moe_layers) +
+                           " row(s)");
+  }
+  return ReadStageMap(root["drafter"], drafter_moe_layers, logical, physical, file + ", drafter",
+                      "the drafter");
+}
+
+}  // namespace
+
+Result<EplbMaps> ReadEplbMaps(const std::string& path, const std::vector<int64_t>& stage_moe_layers,
+                              int64_t drafter_moe_layers, int64_t logical, int64_t physical) {
+  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
+                                                                "kMaxEplbMapFileBytes"));
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("EPLB map '" + path + "': " + e.what());
+  }
+  const std::string file = "EPLB map '" + path + "'";
+  EplbMaps maps;
+  FERRY_ASSIGN_OR_RETURN(maps.pp_ranks,
+                         ReadTargetMaps(root, stage_moe_layers, logical, physical, file));
+  FERRY_ASSIGN_OR_RETURN(maps.drafter,
+                         ReadDrafterMap(root, drafter_moe_layers, logical, physical, file));
   return maps;
 }
 

@@ -14,10 +14,20 @@
 // Qwen3MoeForCausalLM: num_moe_layers = len(moe_layers), PPMissingLayer skipped; set_eplb_state
 // gives local MoE layer i row i), and its EP group is that stage's ranks only.
 //
+// An MTP drafter (speculative decoding) is a model of its own in the EplbState of the ranks that
+// build it, the last PP rank's: vllm/v1/worker/gpu_model_runner.py load_model calls
+// EplbState.add_model for the drafter (DeepSeekMTP, a MixtureOfExperts) beside the target, so it
+// has its own EplbModelState whose physical_to_logical_map has one row per drafter MoE layer
+// (vllm/model_executor/models/deepseek_mtp.py set_moe_parameters: num_moe_layers =
+// num_nextn_predict_layers, moe_layers in MTP layer order), the same physical expert count
+// (EplbState.assert_confs_equal) and the same initial arrangement; rearrange() rebalances every
+// model's map (vllm/distributed/eplb/eplb_state.py).
+//
 // The file is JSON or YAML. Without PP: {"physical_to_logical_map": [[...], ...]} (or the bare
 // list of rows), e.g. json.dump({"physical_to_logical_map": state.physical_to_logical_map.tolist()},
 // f). With pp > 1: {"pp_ranks": [MAP_0, ..., MAP_{pp-1}]}, MAP_s being PP rank s's map in either
-// of those two forms.
+// of those two forms. With a drafter, the top level also holds {"drafter": MAP_D}, the drafter's
+// EplbModelState map in either form.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +41,22 @@ namespace ferry::models {
 // Rows by MoE layer (in model order), each num_physical entries of logical expert ids.
 using EplbMap = std::vector<std::vector<int32_t>>;
 
+// The maps of one engine: the target model's by PP rank and its MTP drafter's.
+struct EplbMaps {
+  std::vector<EplbMap> pp_ranks;  // the target's, by PP rank
+  EplbMap drafter;                // rows by the drafter's MoE layers; empty without a drafter
+};
+
 // Reads and checks the maps at `path` for a model whose PP rank s holds `stage_moe_layers[s]`
-// MoE layers, of `logical` experts and `physical` physical experts: one map per PP rank (a file
-// without "pp_ranks" is PP rank 0's, allowed with one PP rank only), one row per MoE layer of the
-// rank, `physical` entries a row, each in [0, logical), and every logical expert at least once in
-// every row (vLLM keeps a replica of each). The file is untrusted: at most kMaxEplbMapFileBytes,
-// sizes checked before anything is sized from them; errors name the file, the PP rank, the row
-// and the entry.
+// MoE layers and whose drafter holds `drafter_moe_layers` (0: no drafter), of `logical` experts
+// and `physical` physical experts: one map per PP rank (a file without "pp_ranks" is PP rank 0's,
+// allowed with one PP rank only), one row per MoE layer of the rank, `physical` entries a row,
+// each in [0, logical), and every logical expert at least once in every row (vLLM keeps a replica
+// of each); a "drafter" map exactly when the engine has a drafter with MoE layers, checked alike.
+// The file is untrusted: at most kMaxEplbMapFileBytes, sizes checked before anything is sized
+// from them; errors name the file, the PP rank or the drafter, the row and the entry.
 inline constexpr int64_t kMaxEplbMapFileBytes = int64_t{64} << 20;
-Result<std::vector<EplbMap>> ReadEplbMaps(const std::string& path,
-                                          const std::vector<int64_t>& stage_moe_layers,
-                                          int64_t logical, int64_t physical);
+Result<EplbMaps> ReadEplbMaps(const std::string& path, const std::vector<int64_t>& stage_moe_layers,
+                              int64_t drafter_moe_layers, int64_t logical, int64_t physical);
 
 }  // namespace ferry::models

@@ -82,6 +82,9 @@ bool RequantizedToUe8m0(const MatrixStack& m, bool expert, DType dtype) {
 }
 
 bool IsFp8BlockQuantized(const std::string& name) {
+  // vllm/model_executor/models/deepseek_mtp.py: an MTP layer's eh_proj is a plain nn.Linear,
+  // built without the quant_config, so it stays in the model's dtype
+  if (EndsWith(name, ".eh_proj.weight")) return false;
   return name.find(".layers.") != std::string::npos &&
          (EndsWith(name, "_proj.weight") || EndsWith(name, "_proj_with_mqa.weight"));
 }

@@ -35,7 +35,8 @@ inline constexpr const char* kFp8BlockTransform =
     "fp8 e4m3 in 128x128 blocks scaled by weight_scale_inv (vLLM block quantization)";
 
 // Whether the checkpoint tensor `name` is block-quantized: a decoder layer's *_proj weight
-// (attention, MLP, shared and routed experts), not the router (mlp.gate).
+// (attention, MLP, shared and routed experts), an MTP layer's decoder layer (vLLM's mtp_block)
+// included, not the router (mlp.gate) nor an MTP layer's eh_proj.
 bool IsFp8BlockQuantized(const std::string& name);
 
 // A buffer of `matrices` [rows, cols] matrices (an expert buffer: one matrix a local expert).

@@ -88,7 +88,12 @@ Status CheckMtp(int mtp, const ModelConfig& c) {
 }
 
 Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
-  FERRY_RETURN_IF_ERROR(CheckMtp(m.mtp, c));
+  if (m.mtp_repeated && m.mtp == 0) {
+    return InvalidArgument("mtp_repeated=1 without mtp=N: --mtp-use-repeated-layer repeats the "
+                           "MTP layer mtp_num_layers times");
+  }
+  // megatron/core/transformer/multi_token_prediction.py: the repeated mode builds one layer
+  FERRY_RETURN_IF_ERROR(CheckMtp(m.MtpLayersBuilt(), c));
   FERRY_RETURN_IF_ERROR(CheckWorld("megatron tp*pp*cp*max(dp,1)",
                                    SatMul(SatMul(m.tp, m.pp), SatMul(m.cp, std::max(m.dp, 1)))));
   FERRY_RETURN_IF_ERROR(CheckWorld("megatron ep*etp", SatMul(m.ep, std::max(m.etp, m.tp))));
@@ -248,17 +253,9 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
                            Num(c.nextn_layers) + " (num_nextn_predict_layers); give mtp=" +
                            Num(c.nextn_layers));
   }
-  if (v.mtp != 0 && (v.redundant_experts > 0 || !v.eplb_map.empty())) {
-    return InvalidArgument("redundant= with mtp: EPLB's placement of the drafter's experts is not "
-                           "modelled");
-  }
   if (v.fp8_scale_fmt != Fp8ScaleFormat::kFloat32 && !v.fp8_block_weights) {
     return InvalidArgument("scale_fmt=" + std::string(Fp8ScaleFormatName(v.fp8_scale_fmt)) +
                            " without quant=fp8_block: only block-quantized weights have scales");
-  }
-  if (v.mtp != 0 && v.fp8_block_weights) {
-    return InvalidArgument("quant=fp8_block with mtp: the FP8 storage of the MTP layer is not "
-                           "modelled");
   }
   if (!c.IsMoe() && (v.ep != 1 || v.redundant_experts > 0 || !v.eplb_map.empty())) {
     return InvalidArgument("the model has no experts; ep must be 1 and redundant and eplb_map unset");
@@ -313,6 +310,7 @@ std::string FrameworkSpec::ToString() const {
   if (m.overlap_grad_reduce) s += ",overlap_grad_reduce=yes";
   if (m.mcore_minor != 19) s += ",mcore=0." + Num(m.mcore_minor);
   if (m.mtp > 0) s += ",mtp=" + Num(m.mtp);
+  if (m.mtp_repeated) s += ",mtp_repeated=1";
   s += naming;
   if (!m.hybrid_pattern.empty()) s += ",pattern=" + m.hybrid_pattern;
   if (!m.layout.empty()) s += ",layout=" + m.layout;
@@ -397,6 +395,7 @@ std::vector<SpecKey> MegatronKeys(FrameworkSpec& spec) {
           {"dp", &m.dp, {}},
           {"cp", &m.cp, {}},
           {"mtp", &m.mtp, {}, 0},
+          WordKey("mtp_repeated", "1", "0", &m.mtp_repeated, true),
           {"vocab_divisible_by", &m.vocab_divisible_by, {}},
           WordKey("pad_vocab", "yes", "no", &m.pad_vocab, true),
           WordKey("buffers", "distopt", "params", &m.distopt_buffers, true),
@@ -487,7 +486,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
       "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
       "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
-      "mtp=N,mcore=0.N,layout=STRING (last) or "
+      "mtp=N,mtp_repeated=0|1,mcore=0.N,layout=STRING (last) or "
       "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
       "redundant=N,eplb_map=PATH,"
       "quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=N, either with expert_tensors=stacks|members; every key "
@@ -541,7 +540,7 @@ Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const Mode
 }
 
 int MtpLayers(const FrameworkSpec& s) {
-  return s.kind == FrameworkSpec::Kind::kVllm ? s.vllm.mtp : s.megatron.mtp;
+  return s.kind == FrameworkSpec::Kind::kVllm ? s.vllm.mtp : s.megatron.MtpLayersBuilt();
 }
 
 int NumRanks(const FrameworkSpec& s) {

@@ -4,7 +4,7 @@
 //
 //  megatron:tp=,pp=,first=,last=,vstages=,vstage_layers=,ep=,etp=,dp=,cp=,experts=,
 //           vocab_divisible_by=,pad_vocab=,buffers=params|distopt,overlap_grad_reduce=,pattern=,
-//           mtp=,mcore=,layout=
+//           mtp=,mtp_repeated=,mcore=,layout=
 //      ranks = tp*cp*dp*pp (tools/models/megatron_layout.h). first/last: layers of the first/last
 //      pipeline stage; vstages/vstage_layers: interleaved model chunks; layout: Megatron's
 //      --pipeline-model-parallel-layout string, the last key (it may hold commas)
@@ -14,7 +14,8 @@
 //      (tools/models/megatron_expert_storage.h). etp defaults to tp (as in Megatron); dp defaults
 //      to the smallest value that fits ep*etp. vocab_divisible_by (default 128) is Megatron-LM's --make-vocab-size-divisible-by; pad_vocab=no is Megatron-Bridge's
 //      should_pad_vocab=False (how NeMo RL builds a model from a Hugging Face checkpoint). mtp:
-//      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h).
+//      --mtp-num-layers, the model's multi-token prediction layers (tools/models/megatron_layout.h);
+//      mtp_repeated=1: --mtp-use-repeated-layer, one MTP layer applied mtp times.
 //      mcore: the Megatron-Core release (0.18, or 0.19 and later: the default).
 //  vllm:tp=,pp=,partition=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,
 //       quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=
@@ -85,6 +86,14 @@ struct MegatronParallel {
   // --mtp-num-layers ("mtp=N"; 0, the default, Megatron's None): the first N of the checkpoint's
   // MTP layers, as the MTP block `mtp.layers.<i>` on the stage MegatronPipelineFor places it.
   int mtp = 0;
+  // --mtp-use-repeated-layer ("mtp_repeated=1"): the MTP block builds one layer, mtp.layers.0 (the
+  // checkpoint's first MTP layer), and applies it mtp times
+  // (megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionBlock._build_layers,
+  // megatron/core/models/gpt/gpt_layer_specs.py get_gpt_mtp_block_spec). A layout string still
+  // counts mtp 'm's (pipeline_parallel_layer_layout.py validate_layer_layout).
+  bool mtp_repeated = false;
+  // The MTP layers the trainer holds: 1 with mtp_repeated, else mtp.
+  int MtpLayersBuilt() const { return mtp_repeated && mtp > 0 ? 1 : mtp; }
 };
 
 // The pipeline arguments of `m` (tools/models/pipeline_stages.h).
@@ -117,8 +126,8 @@ struct VllmParallel {
   // by ep (vllm/model_executor/layers/fused_moe/eplb_manager.py validate_configuration).
   int redundant_experts = 0;
   // "eplb_map=PATH": after EPLB rearranged the experts, the engine's current
-  // physical_to_logical_map (tools/models/eplb_map.h; with pp > 1 one per PP rank) in place of
-  // the initial arrangement above.
+  // physical_to_logical_map (tools/models/eplb_map.h; with pp > 1 one per PP rank; with mtp the
+  // drafter's own map too) in place of the initial arrangement above.
   std::string eplb_map;
   // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
   // weight_block_size [128, 128]) and vLLM holds its projections so
@@ -130,7 +139,8 @@ struct VllmParallel {
   // (tools/models/fp8_block_weights.h RequantizedToUe8m0, core/base/fp8_block.h).
   Fp8ScaleFormat fp8_scale_fmt = Fp8ScaleFormat::kFloat32;
   // "mtp=N": the engine serves with MTP speculative decoding, its drafter holding the checkpoint's
-  // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none.
+  // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none. The
+  // drafter's experts take redundant/eplb_map as the target's do, its decoder layer quant.
   int mtp = 0;
 };
 

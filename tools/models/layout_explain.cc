@@ -171,8 +171,16 @@ void MtpRules(const ModelConfig& c, const FrameworkSpec& r, int64_t i, const std
                    "sharded as the target's); shared_head.head is the target's lm_head",
                    std::string(kVllm) + "vllm/v1/worker/gpu_model_runner.py"});
     if (Has(t, ".eh_proj.")) {
-      out.push_back({"eh_proj: a replicated linear, the whole [h, 2h] on every rank",
+      out.push_back({std::string("eh_proj: a replicated linear, the whole [h, 2h] on every rank") +
+                         (r.vllm.fp8_block_weights ? "; a plain nn.Linear without the quant_config, "
+                                                     "so in the model's dtype under quant=fp8_block"
+                                                   : ""),
                      std::string(kVllm) + "vllm/model_executor/models/deepseek_mtp.py"});
+    }
+    if (Has(t, ".mlp.experts.") && !r.vllm.eplb_map.empty()) {
+      out.push_back({"the drafter is a model of its own in EplbState (add_model): its experts "
+                     "follow the map's \"drafter\" rows, one per drafter MoE layer",
+                     std::string(kVllm) + "vllm/v1/worker/gpu_model_runner.py"});
     }
     return;
   }
@@ -186,6 +194,11 @@ void MtpRules(const ModelConfig& c, const FrameworkSpec& r, int64_t i, const std
   out.push_back({"checkpoint model.layers." + N(c.num_layers + i) + ".* <-> mtp.layers." + N(i) +
                      ".*, the decoder layer under mtp_model_layer",
                  std::string(kBridge) + "src/megatron/bridge/models/deepseek/common.py"});
+  if (m.mtp_repeated) {
+    out.push_back({"--mtp-use-repeated-layer: one MTP layer, mtp.layers.0, applied " + N(m.mtp) +
+                       " times",
+                   std::string(kMegatron) + "megatron/core/transformer/multi_token_prediction.py"});
+  }
   if (Has(t, ".eh_proj.")) {
     out.push_back({"eh_proj: ColumnParallelLinear(2h -> h), output rows split by tp",
                    std::string(kMegatron) + "megatron/core/transformer/multi_token_prediction.py"});

@@ -73,7 +73,7 @@ class MegatronWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(MtpBlock(pipeline, padded));
     EndSection(out_, dense);
     int64_t moe_layers = 0;
-    for (int64_t l = 0; l < c_.num_layers + m_.mtp; ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
+    for (int64_t l = 0; l < c_.num_layers + m_.MtpLayersBuilt(); ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
     // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks in a
     // shared buffer: each EP rank's local experts together), in two buffers per expert or per EP
     // rank.
@@ -93,7 +93,7 @@ class MegatronWriter : public LayoutWriter {
       Status st = Experts(l, stage_of[l], prefix[l]);
       if (!st.ok()) return st.WithContext("megatron experts of layer " + Num(l));
     }
-    for (int64_t i = 0; i < m_.mtp; ++i) {
+    for (int64_t i = 0; i < m_.MtpLayersBuilt(); ++i) {
       if (!c_.IsMoeLayer(c_.num_layers + i)) continue;
       Status st = Experts(c_.num_layers + i, pipeline.mtp.pp_rank,
                           MtpPrefix(pipeline, i) + "mtp_model_layer.");
@@ -143,7 +143,7 @@ class MegatronWriter : public LayoutWriter {
     if (m_.mtp == 0) return Status::Ok();
     const int s = pipeline.mtp.pp_rank;
     const std::vector<int> g = TpGroup(s);
-    for (int64_t i = 0; i < m_.mtp; ++i) {
+    for (int64_t i = 0; i < m_.MtpLayersBuilt(); ++i) {
       const std::string q = MtpPrefix(pipeline, i);
       FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "enorm.weight"), g, q + "enorm.weight"));
       FERRY_RETURN_IF_ERROR(Replicated(MtpTensorName(c_, i, "hnorm.weight"), g, q + "hnorm.weight"));

@@ -325,8 +325,7 @@ class VllmWriter : public LayoutWriter {
     // physical ones, logical + redundant
     const int64_t physical = c_.num_experts + v_.redundant_experts;
     const int stage = l < c_.num_layers ? StageOf(l) : v_.pp - 1;  // MTP: the drafter's stage
-    const std::vector<int32_t>* arranged =
-        eplb_.empty() ? nullptr : &eplb_[static_cast<size_t>(stage)][MoeIndexOnStage(l, stage)];
+    const std::vector<int32_t>* arranged = ArrangedRow(l, stage);
     for (int64_t m = 0; m < world; ++m) {
       const int64_t ep_rank = m / moe_tp;
       // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_map, "linear":
@@ -451,16 +450,37 @@ class VllmWriter : public LayoutWriter {
     return index;
   }
 
-  // Reads v_.eplb_map, when given: one map per PP stage over its MoE layers and physical experts.
+  // The MoE layers of the MTP drafter, numbered from 0 in MTP layer order up to MTP layer l
+  // (excluded): its EplbState rows (deepseek_mtp.py DeepSeekMTP.set_moe_parameters).
+  size_t DrafterMoeIndex(int64_t l) const {
+    size_t index = 0;
+    for (int64_t k = c_.num_layers; k < l; ++k) index += c_.IsMoeLayer(k) ? 1 : 0;
+    return index;
+  }
+
+  // The EPLB map's row for MoE layer l on PP stage `stage`, or nullptr for the initial
+  // arrangement: a target layer's row in its stage's map, an MTP layer's in the drafter's own map
+  // (vllm/v1/worker/gpu_model_runner.py: EplbState.add_model for the drafter).
+  const std::vector<int32_t>* ArrangedRow(int64_t l, int stage) const {
+    if (eplb_.pp_ranks.empty()) return nullptr;
+    if (l >= c_.num_layers) return &eplb_.drafter[DrafterMoeIndex(l)];
+    return &eplb_.pp_ranks[static_cast<size_t>(stage)][MoeIndexOnStage(l, stage)];
+  }
+
+  // Reads v_.eplb_map, when given: one map per PP stage over its MoE layers and physical experts,
+  // and the drafter's over its MoE layers.
   Status LoadEplbMap() {
     if (v_.eplb_map.empty()) return Status::Ok();
+    const int64_t drafter_moe =
+        static_cast<int64_t>(DrafterMoeIndex(c_.num_layers + v_.mtp));
     FERRY_ASSIGN_OR_RETURN(eplb_, ReadEplbMaps(v_.eplb_map, VllmStageMoeLayers(c_, stage_layers_),
-                                               c_.num_experts, c_.num_experts + v_.redundant_experts));
+                                               drafter_moe, c_.num_experts,
+                                               c_.num_experts + v_.redundant_experts));
     return Status::Ok();
   }
 
   VllmParallel v_;
-  std::vector<EplbMap> eplb_;  // by PP stage; empty: the initial arrangement
+  EplbMaps eplb_;  // the target's by PP stage, the drafter's; none: the initial arrangement
   int first_;
   std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int64_t> stage_layers_;  // decoder layers per PP stage (vllm_pipeline.h)

@@ -7,6 +7,8 @@
 // the configurations the frameworks reject.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -248,6 +250,246 @@ TEST(MtpLayoutTest, VllmDrafterExpertsOverTheLastStagesEpGroup) {
   for (int rank : {0, 1, 4, 5}) EXPECT_LT(l.FindBuffer(rank, w13), 0) << rank;
 }
 
+// A file under the test's temporary directory holding `text`; returns its path.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The logical expert of each local slot of `rank`'s w13 buffer `buffer` (gate stack fragments in
+// slot order), from a layout with expert stacks.
+std::vector<int64_t> SlotsOf(const Layout& l, int rank, const std::string& buffer,
+                             const std::string& gate_stack, int64_t slot_bytes) {
+  std::vector<int64_t> slots;
+  for (const Fragment& f : FragmentsIn(l, rank, buffer, gate_stack)) {
+    for (int64_t e = f.box.lo[0]; e < f.box.hi[0]; ++e) {
+      const size_t slot = static_cast<size_t>(f.loc.byte_offset / slot_bytes + (e - f.box.lo[0]));
+      if (slots.size() <= slot) slots.resize(slot + 1, -1);
+      slots[slot] = e;
+    }
+  }
+  return slots;
+}
+
+// EPLB with the drafter: its FusedMoE gets the same num_redundant_experts (deepseek_v2.py
+// DeepseekV2MoE: n_physical_experts = n_logical_experts + eplb_config.num_redundant_experts), and
+// before a rearrangement the same initial map (vllm/distributed/eplb/eplb_state.py
+// build_initial_global_physical_to_logical_map: [0..E), then i mod E). 4 experts + 2 redundant
+// over ep = tp = 2: 3 physical a rank, rank 0 physical 0-2 = logical 0, 1, 2, rank 1 physical
+// 3-5 = logical 3, 0, 1; w13 of one expert [2 * 4, 8] bf16 = 128 bytes.
+TEST(MtpLayoutTest, VllmDrafterRedundantExpertsAsTheTargets) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  const std::string spec = "vllm:tp=2,ep=2,redundant=2,mtp=1";
+  Layout stacks = BuildAsSpecified(p, spec);
+  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  const std::string gate = "model.layers.2.mlp.experts.[0:4].gate_proj.weight";
+  EXPECT_EQ(SlotsOf(stacks, 0, w13, gate, 128), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(SlotsOf(stacks, 1, w13, gate, 128), (std::vector<int64_t>{3, 0, 1}));
+  EXPECT_EQ(stacks.buffers[stacks.FindBuffer(1, w13)].bytes, 3 * 128);
+  Layout members = Build(p, spec);
+  ExpectCoverage(members, p, [](const std::string& n) {
+    if (IsExpert(n)) {
+      const bool replicated = n.find(".experts.0.") != std::string::npos ||
+                              n.find(".experts.1.") != std::string::npos;
+      return replicated ? 2 : 1;
+    }
+    return n == "model.layers.2.eh_proj.weight" || TpReplicated(n) ? 2 : 1;
+  });
+}
+
+// After a rearrangement the drafter's experts follow its own map: vllm/v1/worker/gpu_model_runner.py
+// load_model registers the drafter with EplbState.add_model as a model of its own, whose
+// physical_to_logical_map has num_nextn_predict_layers rows (deepseek_mtp.py
+// set_moe_parameters), rebalanced by rearrange() with the target's. Target row [0, 1, 2, 3, 0, 1]
+// (layer 1), drafter row [1, 2, 3, 0, 3, 2] (layer 2): rank 1's drafter slots hold 0, 3, 2.
+TEST(MtpLayoutTest, VllmDrafterExpertsFollowTheDraftersEplbMap) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  const std::string map = WriteTemp("drafter.json", R"({"physical_to_logical_map": [[0, 1, 2, 3, 0, 1]],
+      "drafter": {"physical_to_logical_map": [[1, 2, 3, 0, 3, 2]]}})");
+  const std::string spec = "vllm:tp=2,dp=1,ep=2,redundant=2,eplb_map=" + map + ",mtp=1";
+  Layout stacks = BuildAsSpecified(p, spec);
+  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  const std::string gate = "model.layers.2.mlp.experts.[0:4].gate_proj.weight";
+  EXPECT_EQ(SlotsOf(stacks, 0, w13, gate, 128), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(SlotsOf(stacks, 1, w13, gate, 128), (std::vector<int64_t>{0, 3, 2}));
+  EXPECT_EQ(SlotsOf(stacks, 1, "model.layers.1.mlp.experts.w13_weight",
+                    "model.layers.1.mlp.experts.[0:4].gate_proj.weight", 128),
+            (std::vector<int64_t>{3, 0, 1}));
+  Layout members = Build(p, spec);
+  ExpectCoverage(members, p, [](const std::string& n) {
+    if (IsExpert(n)) {
+      const bool layer1 = n.find("layers.1.") != std::string::npos;
+      const char* twice[2] = {layer1 ? ".experts.0." : ".experts.2.",
+                              layer1 ? ".experts.1." : ".experts.3."};
+      return n.find(twice[0]) != std::string::npos || n.find(twice[1]) != std::string::npos ? 2 : 1;
+    }
+    return n == "model.layers.2.eh_proj.weight" || TpReplicated(n) ? 2 : 1;
+  });
+  EXPECT_EQ(Spec(spec).ToString(), spec);
+  const FrameworkSpec resolved = ResolveFrameworkSpec(Spec(spec), p.config()).value();
+  std::string rules;
+  for (const LayoutRule& r :
+       RulesForTensor(p.config(), resolved, "model.layers.2.mlp.experts.0.gate_proj.weight")) {
+    rules += r.rule + " | " + r.upstream + "\n";
+  }
+  EXPECT_NE(rules.find("\"drafter\" rows"), std::string::npos) << rules;
+}
+
+TEST(MtpLayoutTest, VllmEplbMapsWithoutTheDraftersAreRefused) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  const std::pair<std::string, const char*> files[] = {
+      {"[[0, 1, 2, 3, 0, 1]]", "has no \"drafter\" map"},
+      {R"({"physical_to_logical_map": [[0, 1, 2, 3, 0, 1]]})", "has no \"drafter\" map"},
+      {R"({"physical_to_logical_map": [[0, 1, 2, 3, 0, 1]], "drafter": [[0, 1, 2, 3, 0, 1], [0, 1, 2, 3, 0, 1]]})",
+       "drafter has 2 rows; the drafter has 1 MoE layers"},
+      {R"({"physical_to_logical_map": [[0, 1, 2, 3, 0, 1]], "drafter": [[0, 1, 2, 2, 0, 1]]})",
+       "drafter, row 0: logical expert 3 has no physical replica"},
+  };
+  int n = 0;
+  for (const auto& [text, reason] : files) {
+    const std::string path = WriteTemp("nodrafter" + std::to_string(n++) + ".json", text);
+    Result<Layout> l =
+        BuildFrameworkLayout(p, Spec("vllm:tp=2,ep=2,redundant=2,mtp=1,eplb_map=" + path));
+    ASSERT_FALSE(l.ok()) << text;
+    EXPECT_TRUE(Says(l.status(), reason)) << l.status().ToString();
+  }
+  const std::string with = WriteTemp("with.json", R"({"physical_to_logical_map": [[0, 1, 2, 3, 0, 1]],
+      "drafter": [[0, 1, 2, 3, 0, 1]]})");
+  Result<Layout> l = BuildFrameworkLayout(p, Spec("vllm:tp=2,ep=2,redundant=2,eplb_map=" + with));
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(Says(l.status(), "the engine has no MTP drafter")) << l.status().ToString();
+}
+
+// A DeepSeek-like model whose partitions are whole 128-blocks: hidden 256, 4 heads of
+// qk 64 + 64 and v 64, q_lora 128, kv_lora 128, dense FFN 512, 4 experts of FFN 256, one shared.
+ModelConfig Fp8Deepseek() {
+  ModelConfig c = OneLayerConfig("fp8-ds", ModelFamily::kDeepseekV3, 256, 4, 4, 128, 64);
+  c.num_layers = 2;
+  c.q_lora_rank = 128;
+  c.kv_lora_rank = 128;
+  c.qk_nope_head_dim = 64;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 64;
+  c.intermediate = 512;
+  c.num_experts = 4;
+  c.num_shared_experts = 1;
+  c.moe_intermediate = 256;
+  c.first_dense_layers = 1;
+  c.router_bias = true;
+  c.nextn_layers = 1;
+  c.mtp_layers = 1;
+  return c;
+}
+
+int64_t BytesOf(const Layout& l, int rank, const std::string& buffer) {
+  const int b = l.FindBuffer(rank, buffer);
+  return b < 0 ? -1 : l.buffers[static_cast<size_t>(b)].bytes;
+}
+
+DType DTypeOf(const Layout& l, const std::string& tensor) {
+  return l.tensors[static_cast<size_t>(l.FindTensor(tensor))].dtype;
+}
+
+// vLLM's FP8 drafter: the draft model takes the target's quantization (vllm/config/speculative.py
+// for mtp: quantization = target_model_config.quantization), deepseek_mtp.py builds mtp_block, a
+// DeepseekV2DecoderLayer, with vllm_config.quant_config (projections fp8 with weight_scale_inv as
+// the target's, vllm/model_executor/layers/quantization/fp8.py) but eh_proj as a plain nn.Linear
+// (the model's bf16), and the norms as RMSNorm. tp 2, ep 1: per rank q_b_proj [2 * 128, 128]
+// (2 x 1 blocks), fused_qkv_a_proj [128 + 192, 256] (3 x 2 blocks), o_proj [256, 2 * 64] (2 x 1), experts
+// w13 [4, 2 * 128, 256] (4 x 2 x 2 blocks) and w2 [4, 256, 128] (4 x 2 x 1).
+TEST(MtpLayoutTest, VllmFp8DrafterQuantizesItsDecoderLayerNotEhProj) {
+  ModelPreset p = PresetOf(Fp8Deepseek());
+  Layout l = Build(p, "vllm:tp=2,mtp=1,quant=fp8_block");
+  const std::string b = "model.layers.2.mtp_block.";
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(BytesOf(l, rank, b + "self_attn.q_b_proj.weight"), 256 * 128);
+    EXPECT_EQ(BytesOf(l, rank, b + "self_attn.q_b_proj.weight_scale_inv"), 2 * 1 * 4);
+    EXPECT_EQ(BytesOf(l, rank, b + "self_attn.fused_qkv_a_proj.weight"), 320 * 256);
+    EXPECT_EQ(BytesOf(l, rank, b + "self_attn.fused_qkv_a_proj.weight_scale_inv"), 3 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, b + "self_attn.o_proj.weight_scale_inv"), 2 * 1 * 4);
+    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.w13_weight"), 4 * 256 * 256);
+    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.w13_weight_scale_inv"), 4 * 2 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.w2_weight_scale_inv"), 4 * 2 * 1 * 4);
+    EXPECT_EQ(BytesOf(l, rank, "model.layers.2.eh_proj.weight"), 256 * 512 * 2);
+    EXPECT_EQ(BytesOf(l, rank, "model.layers.2.eh_proj.weight_scale_inv"), -1);
+  }
+  // k rows of the fused [q_a; kv_a] at one byte an element: after q_a's 128 rows of 256
+  auto kv_a = FragmentsIn(l, 1, b + "self_attn.fused_qkv_a_proj.weight",
+                          "model.layers.2.self_attn.kv_a_proj_with_mqa.weight");
+  ASSERT_EQ(kv_a.size(), 1u);
+  EXPECT_EQ(kv_a[0].loc.byte_offset, 128 * 256);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.self_attn.q_b_proj.weight"), DType::kFP8E4M3);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.mlp.experts.3.down_proj.weight"), DType::kFP8E4M3);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.mlp.shared_experts.down_proj.weight"), DType::kFP8E4M3);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.eh_proj.weight"), DType::kBF16);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.enorm.weight"), DType::kBF16);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.shared_head.norm.weight"), DType::kBF16);
+  EXPECT_EQ(DTypeOf(l, "model.layers.2.mlp.gate.weight"), DType::kBF16);
+  for (const StoredTransform& t : l.transforms) {
+    EXPECT_NE(l.tensors[static_cast<size_t>(t.tensor)].name, "model.layers.2.eh_proj.weight");
+  }
+}
+
+// With pp 2 the drafter and its scales are on the last PP rank's ranks 2, 3 only; with UE8M0
+// scales (VLLM_USE_DEEP_GEMM_E8M0) its q_b_proj [256, 128] runs on DeepGEMM (rows % 64, cols %
+// 128, bf16: fp8_utils.py requant_weight_ue8m0_inplace) as the target's linear weights do, its
+// experts too, and eh_proj has no block scales at all.
+TEST(MtpLayoutTest, VllmFp8DrafterScalesOnTheLastPipelineRank) {
+  ModelPreset p = PresetOf(Fp8Deepseek());
+  Layout l = Build(p, "vllm:tp=2,pp=2,mtp=1,quant=fp8_block,scale_fmt=ue8m0");
+  const std::string qb = "model.layers.2.mtp_block.self_attn.q_b_proj.weight";
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(l.FindBuffer(rank, qb + "_scale_inv") >= 0, rank >= 2) << rank;
+  }
+  int ue8m0 = 0;
+  for (const BlockScaledBuffer& s : l.block_scaled) {
+    const std::string& name = l.buffers[static_cast<size_t>(s.buffer)].name;
+    EXPECT_EQ(name.find("eh_proj"), std::string::npos);
+    if (name == qb || name == "model.layers.2.mtp_block.mlp.experts.w2_weight") {
+      EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kUe8m0) << name;
+      ++ue8m0;
+    }
+  }
+  EXPECT_EQ(ue8m0, 4);  // two buffers on ranks 2 and 3
+}
+
+// --mtp-use-repeated-layer: MultiTokenPredictionBlock._build_layers builds one layer (layer_number
+// 1, mtp.layers.0) and forward applies layers[0] at every one of the mtp_num_layers depths
+// (megatron/core/transformer/multi_token_prediction.py; get_gpt_mtp_block_spec gives one layer
+// spec). So mtp=2 with it holds only the checkpoint's one MTP layer, model.layers.2, where mtp=2
+// without it asks for a second layer the checkpoint lacks. A layout string still places
+// mtp_num_layers 'm's (validate_layer_layout counts them against mtp_num_layers).
+TEST(MtpLayoutTest, MegatronRepeatedMtpLayerHoldsOneLayer) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  Layout l = Build(p, "megatron:tp=2,pp=2,vocab_divisible_by=32,mtp=2,mtp_repeated=1");
+  for (int rank : {2, 3}) {
+    auto eh = FragmentsIn(l, rank, "mtp.layers.0.eh_proj.weight", "model.layers.2.eh_proj.weight");
+    ASSERT_EQ(eh.size(), 1u) << rank;
+    EXPECT_EQ(eh[0].box.lo[0], (rank - 2) * 4);  // ColumnParallelLinear: 4 of the 8 output rows
+    EXPECT_EQ(l.FindBuffer(rank, "mtp.layers.1.eh_proj.weight"), -1) << rank;
+  }
+  EXPECT_EQ(l.FindTensor("model.layers.3.eh_proj.weight"), -1);
+  Layout laid = Build(p, "megatron:pp=2,vocab_divisible_by=64,mtp=2,mtp_repeated=1,layout=Et|tmmL");
+  EXPECT_GE(laid.FindBuffer(1, "mtp.layers.0.enorm.weight"), 0);
+  EXPECT_EQ(laid.FindBuffer(1, "mtp.layers.1.enorm.weight"), -1);
+  Result<Layout> one_m =
+      BuildFrameworkLayout(p, Spec("megatron:pp=2,mtp=2,mtp_repeated=1,layout=Et|tmL"));
+  ASSERT_FALSE(one_m.ok());
+  EXPECT_TRUE(Says(one_m.status(), "Number of mtp layers in layout must match mtp_num_layers"));
+  EXPECT_TRUE(Says(BuildFrameworkLayout(p, Spec("megatron:pp=2,mtp=2")).status(),
+                   "has 1 multi-token prediction layer(s)"));
+  EXPECT_TRUE(Says(BuildFrameworkLayout(p, Spec("megatron:mtp_repeated=1")).status(),
+                   "mtp_repeated=1 without mtp=N"));
+  EXPECT_EQ(Spec("megatron:mtp=2,mtp_repeated=1").ToString(),
+            "megatron:tp=1,pp=1,ep=1,cp=1,mtp=2,mtp_repeated=1");
+  // A refit into vLLM's drafter, which holds the checkpoint's one MTP layer (deepseek_mtp.py
+  // cycles its layers over the speculative steps, spec_step_idx % num_mtp_layers).
+  EXPECT_TRUE(BuildRefitLayouts(p, Spec("megatron:tp=2,mtp=2,mtp_repeated=1"), Spec("vllm:tp=2,mtp=1"))
+                  .ok());
+}
+
 TEST(MtpLayoutTest, WithoutMtpTheLayoutsHaveNone) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
   for (const char* spec : {"megatron:tp=2,pp=2,first=31", "vllm:tp=2"}) {
@@ -271,8 +513,6 @@ TEST(MtpLayoutTest, RejectedAsTheFrameworksWould) {
           "has no multi-token prediction layers (its config's num_nextn_predict_layers is 0)");
   rejects(Preset("kimi-k2", 1.0 / 64), "vllm:mtp=1", "num_nextn_predict_layers is 0");
   rejects(ds, "megatron:pp=2,first=31,mtp=2", "has 1 multi-token prediction layer(s)");
-  rejects(ds, "vllm:tp=2,mtp=1,quant=fp8_block", "FP8 storage of the MTP layer is not modelled");
-  rejects(ds, "vllm:tp=2,ep=2,mtp=1,redundant=2", "EPLB's placement of the drafter's experts");
   rejects(ds, "megatron:pp=2,mtp=1,layout=Et*30|t*31L",
           "Number of mtp layers in layout must match mtp_num_layers");
   rejects(ds, "megatron:pp=2,mtp=1,layout=Et*30m|t*31L",
