@@ -446,7 +446,8 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
            [&v](const std::string& value) -> Status {
              const std::optional<Fp8ScaleFormat> fmt = ParseFp8ScaleFormat(value);
              if (!fmt) {
-               return InvalidArgument("bad value '" + value + "' for scale_fmt: expected float32 or ue8m0");
+               return InvalidArgument("bad value '" + value + "' for scale_fmt: expected " +
+                                      std::string(kFp8ScaleFormatNames));
              }
              v.fp8_scale_fmt = *fmt;
              return Status::Ok();
@@ -490,7 +491,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       "mtp=N,mcore=0.N,layout=STRING (last) or "
       "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
       "redundant=N,eplb_map=PATH,"
-      "quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=N, either with expert_tensors=stacks|members; every key "
+      "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
