@@ -114,8 +114,11 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   }
   if (st.ok() && m.distopt_buffers && c.IsMoe() &&
       m.experts == MegatronExpertStorage::kLegacyGrouped) {
-    st = InvalidArgument("buffers=distopt: the legacy GroupedMLP's buffer grouping is not "
-                         "modelled (experts=legacy_grouped)");
+    // megatron/core/transformer/moe/experts.py GroupedMLP: last in core_v0.16.1, removed by
+    // 2caa681a1d (core_v0.17.0); ferry reads the DDP buffers of 0.18 and later only
+    st = InvalidArgument("buffers=distopt with experts=legacy_grouped: Megatron-Core's GroupedMLP "
+                         "exists up to 0.16 only (removed in 0.17), and ferry models the "
+                         "distributed optimizer's buffers of 0.18 and later");
   }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
