@@ -15,10 +15,11 @@
 //   g * P * N4 + p * N4 + n; storage G * P * N4 words
 //   word (g, n, p) = e0 | e1 << 8 | e2 << 16 | e3 << 24, e_j the biased fp32 exponent (bits 23..30)
 //   of the scale of block (n / 128, 4p + j), 0 where 4p + j >= S
-// so in memory (little-endian) byte j of a word is k-block 4p + j. Words of rows n in [N, N4) are
-// never read by DeepGEMM (its TMA shape is N); torch::empty leaves them undefined there, DeepGEMM's
-// torch fallback zeroes them, ferry writes 0. A NaN scale is written 0xff (E8M0's NaN; DeepGEMM
-// asserts that a scale has no mantissa bits, so it never packs one).
+// so in memory (little-endian) byte j of a word is k-block 4p + j. vLLM 0.33.0 bundles DeepGEMM
+// 2.8.1 with the same packing (vllm/third_party/deep_gemm/include/deep_gemm/impls/smxx_layout.cuh).
+// Words of rows n in [N, N4) are never read by DeepGEMM (its TMA shape is N); torch::empty leaves
+// them undefined there, DeepGEMM's torch fallback zeroes them, ferry writes 0. A NaN scale is
+// written 0xff (E8M0's NaN; DeepGEMM traps on a scale with mantissa bits, so it never packs one).
 //
 // Plain functions (FERRY_HD); thread-safe: each block writes bytes no other block writes.
 #pragma once

@@ -5,7 +5,8 @@
 // csrc/apis/layout.hpp transform_sf_into_required_layout repeats each block row's scales for its
 // weight rows (index_select of arange(mn) / 128), and csrc/jit_kernels/impls/smxx_layout.hpp
 // get_mn_major_tma_aligned_packed_ue8m0_tensor (int32 [G, N, ceil(S/4)], strides
-// [ceil(S/4) * N4, 1, N4], N4 = N aligned to 4).
+// [ceil(S/4) * N4, 1, N4], N4 = N aligned to 4). The copy vLLM 0.33.0 bundles (DeepGEMM 2.8.1,
+// vllm/third_party/deep_gemm/include/deep_gemm/impls/smxx_layout.cuh) packs and places words alike.
 #include "core/base/fp8_packed_scales.h"
 
 #include <gtest/gtest.h>

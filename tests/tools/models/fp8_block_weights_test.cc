@@ -227,7 +227,7 @@ TEST(Fp8BlockWeightsTest, ExpertScalesOnTheirLayersPipelineRank) {
 // (vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear: rows % 64 == 0 and
 // cols % 128 == 0; vllm/model_executor/layers/quantization/utils/fp8_utils.py
 // maybe_post_process_fp8_weight_block) and every expert buffer (prepare_fp8_moe_layer_for_deepgemm).
-// Hidden 192 at tp=1: qkv_proj [384, 192] and gate_up_proj [1024, 192] have 192 columns, so the
+// Hidden 192 at tp=1: qkv_proj [512, 192] and gate_up_proj [1024, 192] have 192 columns, so the
 // triton/cutlass kernels run them with their float32 scales; o_proj [192, 256] and down_proj
 // [192, 512] go to DeepGEMM.
 TEST(Fp8BlockWeightsTest, Ue8m0ScalesWhereDeepGemmRunsTheWeight) {
