@@ -183,15 +183,15 @@ void FinishBlockQuantize(const BlockQuantizeLayout& prepared, const Layout& dest
   for (size_t k = 0; k < prepared.twins.size(); ++k) {
     const QuantizeTwin& t = prepared.twins[k];
     const std::vector<int>& deps = users[static_cast<size_t>(t.twin) - first];
-    const int64_t block_rows = (t.rows + 127) / 128, block_cols = (t.cols + 127) / 128;
+    const int64_t scale_bytes = Fp8ScaleMatrixBytes(t.scale_fmt, t.rows, t.cols);
     Op q;
     q.kind = OpKind::kQuantize;
     q.scale_fmt = t.scale_fmt;
     q.link = LinkClass::kSameRank;
     q.rank = t.rank;
     for (int d : deps) q.round = std::max(q.round, plan.ops[static_cast<size_t>(d)].round);
-    q.bytes = t.rows * t.cols + block_rows * block_cols * 4;
-    q.data = {Space::kDestination, t.scales, t.matrix * block_rows * block_cols * 4};
+    q.bytes = t.rows * t.cols + scale_bytes;
+    q.data = {Space::kDestination, t.scales, t.matrix * scale_bytes};
     CopyPair values;
     values.from = Region{Space::kStaging, slot_of_buffer[static_cast<size_t>(t.twin) - first], 0, t.dtype, 2,
                          {t.rows, t.cols}, {t.cols, 1}};

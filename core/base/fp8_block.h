@@ -24,14 +24,16 @@
 // The e4m3fn cast saturates at ±448 (float_convert.h); a finite scaled value never exceeds 448 by
 // more than its rounding, so this agrees with torch's cast, which gives NaN only from 480 on.
 //
-// UE8M0 scales (Fp8ScaleFormat::kUe8m0, core/base/fp8_scale_format.h): what vLLM holds after
-// vllm/model_executor/layers/quantization/utils/fp8_utils.py requant_weight_ue8m0_inplace ran on
-// the block quantized above (scale_inv s, values q): per block, in fp32,
+// UE8M0 scales (Fp8ScaleFormat::kUe8m0 and kUe8m0Packed, core/base/fp8_scale_format.h): what vLLM
+// holds after vllm/model_executor/layers/quantization/utils/fp8_utils.py
+// requant_weight_ue8m0_inplace ran on the block quantized above (scale_inv s, values q): per block, in fp32,
 //   w         = float(q) * s                       (dequantized with the checkpoint's scale)
 //   amax'     = max |w| over the block
 //   scale_inv = 2^ceil(log2(max(amax', 1e-4f) / 448))   (per_block_cast_to_fp8, use_ue8m0=True)
 //   q'        = e4m3fn(w * (1.0f / scale_inv))
-// so the scale tensor keeps its dtype (fp32) and shape, every value a power of two. ferry rounds
+// so with kUe8m0 the scale tensor keeps its dtype (fp32) and shape, every value a power of two
+// (kUe8m0Packed stores the same scales as DeepGEMM's SM100 codes,
+// core/base/fp8_packed_scales.h). ferry rounds
 // up exactly (the next exponent when the mantissa is not 0); torch computes pow(2, ceil(log2(x)))
 // in fp32, which is the same except for an x a few ulps above a power of two, where an fp32 log2
 // may round down to the integer. For a bf16 or fp16 source that never happens: amax' / 448 lies
@@ -46,9 +48,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/base/dtype.h"
 #include "core/base/float_convert.h"
+#include "core/base/fp8_packed_scales.h"
 #include "core/base/fp8_scale_format.h"
 
 namespace ferry {
@@ -116,7 +120,7 @@ FERRY_HD inline Fp8BlockParams Fp8BlockParamsOf(float amax, Fp8ScaleFormat fmt) 
   Fp8BlockParams p{0.0f, 0.0f, false, 0.0f, 0.0f};
   p.scale_inv = Fp8BlockScaleInv(amax);
   p.multiplier = Fp8BlockMultiplier(p.scale_inv);
-  if (fmt != Fp8ScaleFormat::kUe8m0) return p;
+  if (!Fp8ScaleIsUe8m0(fmt)) return p;
   const uint8_t qmax = Fp8BlockQuantize(amax, p.multiplier);
   const float amax_dequantized = Fp8BlockMul(SmallToFloat(qmax, kE4M3Format), p.scale_inv);
   p.requantize = true;
@@ -133,13 +137,33 @@ FERRY_HD inline uint8_t Fp8BlockQuantizeElement(float x, const Fp8BlockParams& p
   return Fp8BlockQuantize(Fp8BlockMul(SmallToFloat(q, kE4M3Format), p.dequant), p.requant);
 }
 
+// Row `i` (0..127) of block `k`'s share of writing the block's scale_inv `scale` into `scales`
+// (the scales of [rows, cols] matrices, blocks numbered as Fp8BlockQuantizeBlocks numbers them):
+// fp32 formats write the fp32 at index k from i == 0; kUe8m0Packed writes the E8M0 code of block
+// row k's weight row i (core/base/fp8_packed_scales.h), so a block's 128 calls write it whole.
+FERRY_HD inline void Fp8BlockWriteScaleRow(unsigned char* scales, Fp8ScaleFormat fmt, int64_t rows,
+                                           int64_t cols, int64_t k, float scale, int64_t i) {
+  if (fmt != Fp8ScaleFormat::kUe8m0Packed) {
+    if (i == 0) memcpy(scales + k * 4, &scale, 4);
+    return;
+  }
+  const int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
+  const int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
+  const int64_t m = k / (block_rows * block_cols);
+  const int64_t row = k / block_cols % block_rows * kFp8BlockSize + i;
+  if (row >= Fp8PackedScaleRowStride(rows)) return;
+  Fp8PackedScaleWriteRow(scales + m * Fp8PackedScaleMatrixBytes(rows, cols), rows, cols, row,
+                         k % block_cols, Fp8PackedScaleCode(scale));
+}
+
 // Quantizes blocks [first, end) of `matrices` dense row-major [rows, cols] matrices of `src_dtype`
 // (bf16, fp16 or fp32) at `src` into dense e4m3fn matrices at `dst` and their scale_inv, in
-// format `fmt`, at `scales`: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)]. Blocks are
+// format `fmt`, at `scales`: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)], or for
+// kUe8m0Packed the packed codes (Fp8ScaleMatrixBytes(fmt, rows, cols) bytes a matrix). Blocks are
 // numbered in that order (matrix, block row, block column). Host only; blocks are independent,
 // so disjoint ranges may run on several threads at once.
 inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, int64_t rows,
-                                   int64_t cols, unsigned char* dst, float* scales,
+                                   int64_t cols, unsigned char* dst, void* scales,
                                    Fp8ScaleFormat fmt, int64_t first, int64_t end) {
   const int64_t elem = FloatBytes(src_dtype);
   const int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
@@ -158,7 +182,9 @@ inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, in
       }
     }
     const Fp8BlockParams p = Fp8BlockParamsOf(amax, fmt);
-    scales[k] = p.scale_inv;
+    for (int64_t i = 0; i < kFp8BlockSize; ++i) {
+      Fp8BlockWriteScaleRow(static_cast<unsigned char*>(scales), fmt, rows, cols, k, p.scale_inv, i);
+    }
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i = base + r * cols + c;
@@ -177,7 +203,7 @@ inline int64_t Fp8BlockCount(int64_t matrices, int64_t rows, int64_t cols) {
 // Every block of the matrices (Fp8BlockQuantizeBlocks) on the calling thread: the reference of
 // every other path.
 inline void Fp8BlockQuantizeMatrices(DType src_dtype, const unsigned char* src, int64_t matrices,
-                                     int64_t rows, int64_t cols, unsigned char* dst, float* scales,
+                                     int64_t rows, int64_t cols, unsigned char* dst, void* scales,
                                      Fp8ScaleFormat fmt = Fp8ScaleFormat::kFloat32) {
   Fp8BlockQuantizeBlocks(src_dtype, src, rows, cols, dst, scales, fmt, 0,
                          Fp8BlockCount(matrices, rows, cols));

@@ -1,9 +1,11 @@
 // The block-quantize kernel of core/cuda/block_quantize.h: a grid over (job, 128x128 block), the
 // block of a CUDA block found by binary search over the jobs' prefix sums of blocks. 256 threads
 // walk the block's elements (thread t: column t % 128, every second row), reduce |x| in shared
-// memory with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep), thread 0 writes the scale,
-// then every thread casts its elements with the block's parameters (Fp8BlockParamsOf: UE8M0
-// scales requantize each element in the same thread, no second reduction). Elements are loaded byte by
+// memory with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep), thread 0 computes the
+// block's parameters, threads 0..127 write the scale (one fp32 from thread 0, or each its weight
+// row's packed E8M0 code, Fp8BlockWriteScaleRow), then every thread casts its elements with them
+// (Fp8BlockParamsOf: UE8M0 scales requantize each element in the same thread, no second
+// reduction). Elements are loaded byte by
 // byte (LoadAsFloat): a staging slot may start at any byte.
 #include <cuda_runtime.h>
 
@@ -19,7 +21,7 @@ namespace {
 struct QuantizeDescriptor {
   const unsigned char* src;
   unsigned char* dst;
-  float* scales;
+  unsigned char* scales;
   DType src_dtype;
   Fp8ScaleFormat scale_fmt;
   int64_t rows, cols, block_rows, block_cols;
@@ -60,11 +62,11 @@ __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int c
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) {
-    params = Fp8BlockParamsOf(partial[0], d.scale_fmt);
-    d.scales[k] = params.scale_inv;
-  }
+  if (threadIdx.x == 0) params = Fp8BlockParamsOf(partial[0], d.scale_fmt);
   __syncthreads();
+  if (threadIdx.x < kBlock) {
+    Fp8BlockWriteScaleRow(d.scales, d.scale_fmt, d.rows, d.cols, k, params.scale_inv, threadIdx.x);
+  }
   if (c >= d.cols) return;
   for (int64_t r = r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
     const int64_t i = base + r * d.cols + c;
@@ -81,7 +83,8 @@ Status CheckJob(const BlockQuantizeJob& j, size_t i) {
   if (j.matrices < 0 || j.rows < 0 || j.cols < 0) {
     return InvalidArgument(name + ": negative size");
   }
-  if (j.scale_fmt != Fp8ScaleFormat::kFloat32 && j.scale_fmt != Fp8ScaleFormat::kUe8m0) {
+  if (j.scale_fmt != Fp8ScaleFormat::kFloat32 && j.scale_fmt != Fp8ScaleFormat::kUe8m0 &&
+      j.scale_fmt != Fp8ScaleFormat::kUe8m0Packed) {
     return InvalidArgument(name + ": unknown scale format");
   }
   if (reinterpret_cast<uintptr_t>(j.scales) % 4 != 0) {
@@ -103,7 +106,7 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
     QuantizeDescriptor d{};
     d.src = static_cast<const unsigned char*>(j.src);
     d.dst = static_cast<unsigned char*>(j.dst);
-    d.scales = static_cast<float*>(j.scales);
+    d.scales = static_cast<unsigned char*>(j.scales);
     d.src_dtype = j.src_dtype;
     d.scale_fmt = j.scale_fmt;
     d.rows = j.rows;

@@ -16,9 +16,11 @@
 namespace ferry::cuda {
 
 // `matrices` dense row-major [rows, cols] matrices of `src_dtype` (bf16, fp16 or fp32) at `src`
-// quantized into dense e4m3fn matrices at `dst` and their scale_inv in format `scale_fmt`, dense
-// fp32 [matrices, ceil(rows/128), ceil(cols/128)], at `scales`. Device pointers (or mapped pinned host
-// memory); `src` and `dst` may start at any byte, `scales` at any 4-byte boundary.
+// quantized into dense e4m3fn matrices at `dst` and their scale_inv in format `scale_fmt` at
+// `scales`: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)], or for kUe8m0Packed DeepGEMM's
+// SM100 codes (core/base/fp8_packed_scales.h), as core/base/fp8_block.h writes them. Device pointers
+// (or mapped pinned host memory); `src` and `dst` may start at any byte, `scales` at any 4-byte
+// boundary.
 struct BlockQuantizeJob {
   const void* src = nullptr;
   void* dst = nullptr;

@@ -168,7 +168,7 @@ Status ReadTransforms(const YAML::Node& transforms, Layout& layout) {
 
 // `block_scaled`: [{rank, buffer, scales, matrices, rows, cols, scale_fmt}], buffers holding
 // block-scaled fp8 (BlockScaledBuffer), both buffers named on `rank`; scale_fmt float32 (the
-// default) or ue8m0.
+// default), ue8m0 or ue8m0_packed.
 Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
   if (!list.IsDefined() || list.IsNull()) return Status::Ok();
   if (!list.IsSequence()) return Bad(list, "block_scaled", "expected a list");
@@ -196,7 +196,7 @@ Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
       const std::optional<Fp8ScaleFormat> parsed = ParseFp8ScaleFormat(fmt);
       if (!parsed) {
         return Bad(n["scale_fmt"], Join(path, "scale_fmt"),
-                   "expected float32 or ue8m0, got '" + fmt + "'");
+                   "expected " + std::string(kFp8ScaleFormatNames) + ", got '" + fmt + "'");
       }
       b.scale_fmt = *parsed;
     }

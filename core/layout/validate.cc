@@ -346,12 +346,15 @@ Status CheckBlockScaled(const Layout& l) {
     if (b.rank != k.rank || s.matrices < 1 || s.rows < 1 || s.cols < 1) {
       return InvalidArgument(what + " ('" + b.name + "'): scales on another rank or empty matrices");
     }
-    const int64_t blocks = SatMul(SatMul(s.matrices, (s.rows + 127) / 128), (s.cols + 127) / 128);
-    if (SatMul(SatMul(s.matrices, s.rows), s.cols) != b.bytes || SatMul(blocks, 4) != k.bytes) {
+    // rows and cols are at most the buffer's bytes (a limit) once the values match it.
+    const bool values_match = SatMul(SatMul(s.matrices, s.rows), s.cols) == b.bytes;
+    if (!values_match ||
+        SatMul(s.matrices, Fp8ScaleMatrixBytes(s.scale_fmt, s.rows, s.cols)) != k.bytes) {
       return InvalidArgument(what + " ('" + b.name + "'): " + std::to_string(s.matrices) + " x [" +
                              std::to_string(s.rows) + ", " + std::to_string(s.cols) +
                              "] fp8 matrices do not match its " + std::to_string(b.bytes) +
-                             " bytes or their scales' " + std::to_string(k.bytes));
+                             " bytes or their " + std::string(Fp8ScaleFormatName(s.scale_fmt)) +
+                             " scales' " + std::to_string(k.bytes));
     }
   }
   return Status::Ok();

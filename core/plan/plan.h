@@ -19,8 +19,9 @@
 //   Quantize block-scaled fp8 of one matrix stack (core/base/fp8_block.h): its one copy pair
 //            reads the dense values (bf16, fp16 or fp32; [rows, cols] or [matrices, rows, cols])
 //            and writes them as e4m3fn into a dense region of the same shape; `data` is where
-//            the scales go: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)] in a
-//            destination buffer (QuantizeScales), in the op's scale_fmt
+//            the scales go in a destination buffer (QuantizeScales), in the op's scale_fmt:
+//            dense fp32 [matrices, ceil(rows/128), ceil(cols/128)], or DeepGEMM's SM100 packed
+//            codes (core/base/fp8_scale_format.h)
 //
 // Storage is flat: an op's deps and copy pairs are ranges of plan-wide lists (read them with
 // Deps(op) and Copies(op)), so a plan of a million ops is a handful of allocations rather than two
@@ -292,17 +293,17 @@ static_assert(sizeof(Op) == 64, "an Op is one cache line");
 // region; a region of another ndim gives matrices 0).
 struct QuantizeShape {
   int64_t matrices = 0, rows = 0, cols = 0;
-  int64_t ScaleBytes() const { return matrices * ((rows + 127) / 128) * ((cols + 127) / 128) * 4; }
+  int64_t ScaleBytes(Fp8ScaleFormat f) const { return matrices * Fp8ScaleMatrixBytes(f, rows, cols); }
 };
 inline QuantizeShape QuantizeShapeOf(const Region& values) {
   if (values.ndim == 2) return {1, values.shape[0], values.shape[1]};
   if (values.ndim == 3) return {values.shape[0], values.shape[1], values.shape[2]};
   return {};
 }
-// Where a Quantize op writes its scales: op.data for QuantizeShapeOf(values).ScaleBytes() bytes.
+// Where a Quantize op writes its scales: op.data for their bytes in the op's scale_fmt.
 inline ByteRange QuantizeScales(const Op& op, const Region& values) {
   return ByteRange(op.data.space, op.data.buffer, op.data.offset,
-                   QuantizeShapeOf(values).ScaleBytes());
+                   QuantizeShapeOf(values).ScaleBytes(op.scale_fmt));
 }
 
 struct TransferPlan {

@@ -47,7 +47,7 @@ struct QuantizeWork {
   const unsigned char* src = nullptr;
   int64_t matrices = 0, rows = 0, cols = 0;
   unsigned char* dst = nullptr;
-  float* scales = nullptr;
+  unsigned char* scales = nullptr;  // in format `fmt` (core/base/fp8_scale_format.h)
   Fp8ScaleFormat fmt = Fp8ScaleFormat::kFloat32;
 };
 

@@ -465,7 +465,7 @@ Status RankRun::StartQuantize(int i) {
   FERRY_ASSIGN_OR_RETURN(char* from, BaseOf(pair.from));
   FERRY_ASSIGN_OR_RETURN(char* to, BaseOf(pair.to));
   FERRY_ASSIGN_OR_RETURN(char* scale_base, BaseOf(scales));
-  if (reinterpret_cast<uintptr_t>(scale_base) % alignof(float) != 0) {
+  if (reinterpret_cast<uintptr_t>(scale_base) % 4 != 0) {  // fp32 scales or packed int32 words
     return InvalidArgument("quantize scales not 4-byte aligned");
   }
   stats_.bytes_copied += pair.from.NumBytes();
@@ -483,7 +483,7 @@ Status RankRun::StartQuantize(int i) {
   }
   QuantizeWork& work = quantize_work_[i];
   work = {pair.from.dtype, reinterpret_cast<const unsigned char*>(from), q.matrices, q.rows, q.cols,
-          reinterpret_cast<unsigned char*>(to), reinterpret_cast<float*>(scale_base), op.scale_fmt};
+          reinterpret_cast<unsigned char*>(to), reinterpret_cast<unsigned char*>(scale_base), op.scale_fmt};
   if (res_.pool.StartQuantize(i, work, items_[i])) {
     Complete(i);
   } else {

@@ -163,6 +163,33 @@ TEST(BlockQuantizePlanTest, AStackedFragmentIsQuantizedMatrixByMatrix) {
   EXPECT_EQ(places, want);
 }
 
+// The same stack with DeepGEMM's SM100 packed scales (core/base/fp8_packed_scales.h): each
+// [130, 129] matrix has 2 block columns, one int32 word a row, rows aligned to 132: 528 bytes, so
+// the Quantize ops write their scales at 0, 528 and 1056 of the 1584-byte buffer.
+TEST(BlockQuantizePlanTest, PackedScalesAreWrittenAtEachMatrixsPackedOffset) {
+  Layout src, dst;
+  const int s = src.AddTensor({"layers.0.experts.weight", {3, 130, 129}, DType::kFP32}).value();
+  src.AppendFragment(s, Box::Make({0, 0, 0}, {3, 130, 129}).value(), 0, "e");
+  const int t = dst.AddTensor({"layers.0.experts.weight", {3, 130, 129}, DType::kFP8E4M3}).value();
+  dst.AppendFragment(t, Box::Make({0, 0, 0}, {3, 130, 129}).value(), 1, "w");
+  const int scales = dst.GetOrAddBuffer(1, "w_scale_inv");
+  dst.buffers.SetBytes(static_cast<size_t>(scales), 3 * 528);
+  dst.transforms.push_back({t, "fp8 e4m3 in 128x128 blocks", DType::kFP8E4M3});
+  dst.block_scaled.push_back({dst.FindBuffer(1, "w"), scales, 3, 130, 129, Fp8ScaleFormat::kUe8m0Packed});
+  Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(2, 8));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok()) << ValidatePlan(r->plan, src, dst).ToString();
+  std::vector<int64_t> offsets;
+  for (const Op& op : r->plan.ops) {
+    if (op.kind != OpKind::kQuantize) continue;
+    EXPECT_EQ(op.scale_fmt, Fp8ScaleFormat::kUe8m0Packed);
+    EXPECT_EQ(QuantizeScales(op, r->plan.Copy(op.copies_begin).from).bytes, 528);
+    offsets.push_back(op.data.offset);
+  }
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 528, 1056}));
+  EXPECT_NE(PlanToJson(r->plan).find("\"scale_fmt\":\"ue8m0_packed\""), std::string::npos);
+}
+
 TEST(BlockQuantizePlanTest, UncoveredMatrixOrIntegerSourceIsRejected) {
   Layout dst = Destination();
   Layout partial;

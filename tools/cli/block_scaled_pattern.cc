@@ -56,6 +56,17 @@ Status CompareItems(const unsigned char* want, const unsigned char* got, int64_t
                   std::to_string(n) + " differ)");
 }
 
+// Word `w` of the scales of `s`: a block of fp32 scales, or a packed word's matrix, weight row
+// and block columns (core/base/fp8_packed_scales.h).
+std::string ScaleWordName(const BlockScaledBuffer& s, int64_t w) {
+  if (s.scale_fmt != Fp8ScaleFormat::kUe8m0Packed) return "block " + std::to_string(w);
+  const int64_t stride = Fp8PackedScaleRowStride(s.rows);
+  const int64_t per_matrix = Fp8PackedScaleMatrixBytes(s.rows, s.cols) / 4;
+  const int64_t p = w % per_matrix / stride;
+  return "matrix " + std::to_string(w / per_matrix) + " row " + std::to_string(w % stride) +
+         " packed word of block columns " + std::to_string(4 * p) + ".." + std::to_string(4 * p + 3);
+}
+
 }  // namespace
 
 std::unordered_set<std::string> BlockScaledTensors(const Layout& destination) {
@@ -87,9 +98,9 @@ Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vec
     const DType dtype = source.tensors[static_cast<size_t>(t)].dtype;
     const std::vector<unsigned char> image = SourceImage(layout, s, it->second, dtype);
     const int64_t n = s.matrices * s.rows * s.cols;
-    const int64_t blocks = s.matrices * ((s.rows + 127) / 128) * ((s.cols + 127) / 128);
+    const int64_t scale_words = s.matrices * Fp8ScaleMatrixBytes(s.scale_fmt, s.rows, s.cols) / 4;
     std::vector<unsigned char> want(static_cast<size_t>(n));
-    std::vector<float> want_scales(static_cast<size_t>(blocks));
+    std::vector<unsigned char> want_scales(static_cast<size_t>(scale_words * 4));
     Fp8BlockQuantizeMatrices(dtype, image.data(), s.matrices, s.rows, s.cols, want.data(), want_scales.data(),
                              s.scale_fmt);
     const std::string what = "verify: rank " + std::to_string(rank) + " buffer '" + name + "'";
@@ -100,10 +111,9 @@ Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vec
                  std::to_string(e % (s.rows * s.cols) / s.cols) + ", " + std::to_string(e % s.cols) + "]";
         }));
     FERRY_RETURN_IF_ERROR(CompareItems(
-        reinterpret_cast<const unsigned char*>(want_scales.data()),
-        reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.scales)]), blocks, 4,
-        what + " scale_inv", [](int64_t b) { return "block " + std::to_string(b); }));
-    checked += n + blocks * 4;
+        want_scales.data(), reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.scales)]),
+        scale_words, 4, what + " scale_inv", [&](int64_t w) { return ScaleWordName(s, w); }));
+    checked += n + scale_words * 4;
   }
   return checked;
 }

@@ -169,10 +169,10 @@ Status ApplyDestinationDType(const std::string& name, RefitInputs& in) {
   // (tools/models/fp8_block_weights.h RequantizedToUe8m0) do not hold for weights in another dtype
   bool ue8m0 = false;
   for (const BlockScaledBuffer& s : in.destination.block_scaled) {
-    ue8m0 |= s.scale_fmt == Fp8ScaleFormat::kUe8m0;
+    ue8m0 |= Fp8ScaleIsUe8m0(s.scale_fmt);
   }
   if (ue8m0 && in.weights_converted && *dtype != DType::kBF16) {
-    return InvalidArgument("--dst-dtype " + name + " with UE8M0 block scales (scale_fmt=ue8m0): "
+    return InvalidArgument("--dst-dtype " + name + " with UE8M0 block scales (scale_fmt=ue8m0 or ue8m0_packed): "
                            "vLLM runs linear weights through DeepGEMM, and requantizes their "
                            "scales to UE8M0, only for bf16 models; not modelled for " + name);
   }

@@ -285,7 +285,7 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
   }
   const bool quantized = !c.in.destination.block_scaled.empty();
   const bool ue8m0 = std::any_of(c.in.destination.block_scaled.begin(), c.in.destination.block_scaled.end(),
-                                 [](const BlockScaledBuffer& s) { return s.scale_fmt == Fp8ScaleFormat::kUe8m0; });
+                                 [](const BlockScaledBuffer& s) { return Fp8ScaleIsUe8m0(s.scale_fmt); });
   const bool element_fns = std::any_of(
       c.in.destination.transforms.begin(), c.in.destination.transforms.end(),
       [](const StoredTransform& x) { return ElementFnOfTransform(x.transform) != ElementFn::kNone; });

@@ -4,12 +4,14 @@
 # `ferry run --memory cuda` refits of Llama-3.1-8B at scale 1/4, Megatron TP2 -> vLLM TP2 with
 # the projections block-quantized (4 processes on GPU 0; Quantize ops as CUDA kernels, fp8 values
 # and scales copied down and checked against the CPU reference), and the same refit in host
-# memory (Quantize ops on the CPU's copy pool) for comparison; each with float32 scales and with
-# UE8M0 scales (scale_fmt=ue8m0).
+# memory (Quantize ops on the CPU's copy pool) for comparison; each with float32 scales, UE8M0
+# scales (scale_fmt=ue8m0) and UE8M0 scales packed as DeepGEMM keeps them on SM100
+# (scale_fmt=ue8m0_packed).
 #
 # Usage: tools/device/gpu_fp8block.sh BIN_DIR [LIB_DIR]
-#   BIN_DIR holds ferry, block_quantize_test and fp8_block_test (bazel build //tools/cli:ferry
-#   //tests/core/cuda:block_quantize_test //tests/core/base:fp8_block_test); LIB_DIR (default
+#   BIN_DIR holds ferry, block_quantize_test, fp8_block_test and fp8_packed_scales_test (bazel build
+#   //tools/cli:ferry //tests/core/cuda:block_quantize_test //tests/core/base:fp8_block_test
+#   //tests/core/base:fp8_packed_scales_test); LIB_DIR (default
 #   BIN_DIR/lib) shared libraries the machine lacks. Logs under $OUT (or /tmp/gpu_fp8block); exits
 #   non-zero when a test failed or was skipped, or a refit failed.
 set -u
@@ -24,12 +26,13 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 FAILED=0
-for t in block_quantize_test fp8_block_test; do
+for t in block_quantize_test fp8_block_test fp8_packed_scales_test; do
   timeout 120 "$BIN/$t" 2>&1 | tee "$LOG/$t.log" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) '
   [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
   if grep -q '^\[  SKIPPED \]' "$LOG/$t.log"; then FAILED=1; fi
 done
-for dst in vllm:tp=2,quant=fp8_block vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0; do
+for dst in vllm:tp=2,quant=fp8_block vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0 \
+    vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0_packed; do
   for memory in cuda host; do
     echo "== refit --memory $memory, $dst =="
     timeout 280 "$BIN/ferry" run --model llama-3.1-8b --scale 1/4 --src megatron:tp=2 \

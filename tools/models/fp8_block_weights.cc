@@ -12,8 +12,6 @@ namespace {
 
 std::string Num(int64_t v) { return std::to_string(v); }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -113,15 +111,12 @@ Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
     if (!m.ok()) return m.status().WithContext("fp8 block weights of '" + name + "'");
     const int rank = l.buffers[static_cast<size_t>(b)].rank;
     l.buffers.SetBytes(static_cast<size_t>(b), l.buffers[static_cast<size_t>(b)].bytes / elem);
-    const int scales = l.GetOrAddBuffer(rank, name + "_scale_inv");
-    l.buffers.SetBytes(static_cast<size_t>(scales),
-                       m->matrices * CeilDiv(m->rows, kFp8Block) * CeilDiv(m->cols, kFp8Block) *
-                           DTypeSize(DType::kFP32));
     const DType dtype = l.tensors[static_cast<size_t>(frags.front().tensor)].dtype;  // still unquantized
-    const bool ue8m0 = scale_fmt == Fp8ScaleFormat::kUe8m0 &&
-                       RequantizedToUe8m0(*m, experts.count(b) > 0, dtype);
-    l.block_scaled.push_back({b, scales, m->matrices, m->rows, m->cols,
-                              ue8m0 ? Fp8ScaleFormat::kUe8m0 : Fp8ScaleFormat::kFloat32});
+    const Fp8ScaleFormat fmt = RequantizedToUe8m0(*m, experts.count(b) > 0, dtype)
+                                   ? scale_fmt : Fp8ScaleFormat::kFloat32;
+    const int scales = l.GetOrAddBuffer(rank, name + "_scale_inv");
+    l.buffers.SetBytes(static_cast<size_t>(scales), m->matrices * Fp8ScaleMatrixBytes(fmt, m->rows, m->cols));
+    l.block_scaled.push_back({b, scales, m->matrices, m->rows, m->cols, fmt});
     for (const Fragment& f : frags) tensors.insert(f.tensor);
   }
   for (size_t i = 0; i < l.fragments.size(); ++i) {

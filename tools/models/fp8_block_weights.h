@@ -58,7 +58,10 @@ bool RequantizedToUe8m0(const MatrixStack& m, bool expert, DType dtype);
 // Rewrites the buffers from index `buffers_begin` on. `experts` gives the expert buffers'
 // geometry by buffer index; other buffers are one row-major matrix, read from their fragments.
 // `scale_fmt` kUe8m0: the engine uses DeepGEMM with E8M0 scales, so the buffers vLLM requantizes
-// (RequantizedToUe8m0) hold UE8M0 scales (core/base/fp8_scale_format.h).
+// (RequantizedToUe8m0) hold UE8M0 scales (core/base/fp8_scale_format.h); kUe8m0Packed: the same
+// on SM100, where vLLM replaces those weight_scale_inv parameters by DeepGEMM's packed int32
+// codes after loading (vllm/model_executor/layers/quantization/utils/fp8_utils.py
+// deepgemm_post_process_weight_scale_block; core/base/fp8_packed_scales.h), sized as those.
 Status StoreFp8BlockWeights(Layout& layout, size_t buffers_begin,
                             const std::map<int, MatrixStack>& experts,
                             Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32);

@@ -119,8 +119,11 @@ Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   }
   if (st.ok() && m.distopt_buffers && c.IsMoe() &&
       m.experts == MegatronExpertStorage::kLegacyGrouped) {
-    st = InvalidArgument("buffers=distopt: the legacy GroupedMLP's buffer grouping is not "
-                         "modelled (experts=legacy_grouped)");
+    // megatron/core/transformer/moe/experts.py GroupedMLP: last in core_v0.16.1, removed by
+    // 2caa681a1d (core_v0.17.0); ferry reads the DDP buffers of 0.18 and later only
+    st = InvalidArgument("buffers=distopt with experts=legacy_grouped: Megatron-Core's GroupedMLP "
+                         "exists up to 0.16 only (removed in 0.17), and ferry models the "
+                         "distributed optimizer's buffers of 0.18 and later");
   }
   if (st.ok() && c.IsMoe()) {
     st = CheckDivides("num_experts", c.num_experts, "ep", m.ep);
@@ -445,7 +448,8 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
            [&v](const std::string& value) -> Status {
              const std::optional<Fp8ScaleFormat> fmt = ParseFp8ScaleFormat(value);
              if (!fmt) {
-               return InvalidArgument("bad value '" + value + "' for scale_fmt: expected float32 or ue8m0");
+               return InvalidArgument("bad value '" + value + "' for scale_fmt: expected " +
+                                      std::string(kFp8ScaleFormatNames));
              }
              v.fp8_scale_fmt = *fmt;
              return Status::Ok();
@@ -489,7 +493,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
       "mtp=N,mtp_repeated=0|1,mcore=0.N,layout=STRING (last) or "
       "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
       "redundant=N,eplb_map=PATH,"
-      "quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=N, either with expert_tensors=stacks|members; every key "
+      "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N, either with expert_tensors=stacks|members; every key "
       "optional)";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));

@@ -18,7 +18,7 @@
 //      mtp_repeated=1: --mtp-use-repeated-layer, one MTP layer applied mtp times.
 //      mcore: the Megatron-Core release (0.18, or 0.19 and later: the default).
 //  vllm:tp=,pp=,partition=,dp=,ep=,engines=,placement=linear|round_robin,redundant=,eplb_map=,
-//       quant=none|fp8_block,scale_fmt=float32|ue8m0,mtp=
+//       quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=
 //      ranks = tp*pp*dp*engines
 //      (tools/models/vllm_layout.h). pp: --pipeline-parallel-size; partition: the layers of each PP
 //      rank as VLLM_PP_LAYER_PARTITION gives them, '.'-separated ("partition=3.2" for "3,2";
@@ -26,7 +26,8 @@
 //      tp*dp ranks) or tp*dp (--enable-expert-parallel: whole experts per rank); placement is
 //      vLLM's --expert-placement-strategy; redundant: EPLB's num_redundant_experts; quant:
 //      the checkpoint's FP8 block quantization; scale_fmt: its scales as the engine holds them
-//      (ue8m0: DeepGEMM's power-of-two scales, VLLM_USE_DEEP_GEMM_E8M0); mtp: the MTP drafter of speculative decoding
+//      (ue8m0: DeepGEMM's power-of-two scales, VLLM_USE_DEEP_GEMM_E8M0, on SM90; ue8m0_packed:
+//      the same on SM100, packed as DeepGEMM keeps them there); mtp: the MTP drafter of speculative decoding
 //      (speculative_config method "deepseek_mtp"/"mtp"), which holds every MTP layer of the
 //      checkpoint (tools/models/vllm_layout.h).
 //  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
@@ -131,12 +132,14 @@ struct VllmParallel {
   std::string eplb_map;
   // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
   // weight_block_size [128, 128]) and vLLM holds its projections so
-  // (tools/models/fp8_block_weights.h); plans refuse them until a block-scaled conversion exists.
+  // (tools/models/fp8_block_weights.h); plans quantize into them (planner/block_quantize.h).
   bool fp8_block_weights = false;
-  // "scale_fmt=float32|ue8m0" (with quant=fp8_block): ue8m0 when the engine runs DeepGEMM with E8M0
-  // scales (VLLM_USE_DEEP_GEMM_E8M0; vllm/utils/deep_gemm.py is_deep_gemm_e8m0_used), which
-  // requantizes the weights it runs to power-of-two scales after loading
-  // (tools/models/fp8_block_weights.h RequantizedToUe8m0, core/base/fp8_block.h).
+  // "scale_fmt=float32|ue8m0|ue8m0_packed" (with quant=fp8_block): ue8m0 when the engine runs
+  // DeepGEMM with E8M0 scales (VLLM_USE_DEEP_GEMM_E8M0; vllm/utils/deep_gemm.py
+  // is_deep_gemm_e8m0_used) on SM90, which requantizes the weights it runs to power-of-two scales
+  // after loading (tools/models/fp8_block_weights.h RequantizedToUe8m0, core/base/fp8_block.h);
+  // ue8m0_packed the same on SM100 (Blackwell), where those scales are then kept as DeepGEMM's
+  // packed int32 codes (DeepGemmQuantScaleFMT.UE8M0, core/base/fp8_packed_scales.h).
   Fp8ScaleFormat fp8_scale_fmt = Fp8ScaleFormat::kFloat32;
   // "mtp=N": the engine serves with MTP speculative decoding, its drafter holding the checkpoint's
   // N MTP layers (all of them: vLLM builds num_nextn_predict_layers drafter layers); 0: none. The

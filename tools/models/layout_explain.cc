@@ -311,11 +311,20 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
                    "per 128x128 block of the rank's partition; the reshard plan quantizes into it "
                    "(Quantize ops, planner/block_quantize.h)",
                    std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
-    if (r.vllm.fp8_scale_fmt == Fp8ScaleFormat::kUe8m0) {
-      out.push_back({"scale_fmt=ue8m0: where DeepGEMM runs the weight (experts; linear partitions "
-                     "of rows % 64 == 0 and cols % 128 == 0), weight_scale_inv holds powers of two "
-                     "and the fp8 values are requantized to them after loading",
+    if (Fp8ScaleIsUe8m0(r.vllm.fp8_scale_fmt)) {
+      out.push_back({"scale_fmt=" + std::string(Fp8ScaleFormatName(r.vllm.fp8_scale_fmt)) +
+                         ": where DeepGEMM runs the weight (experts; linear partitions "
+                         "of rows % 64 == 0 and cols % 128 == 0), weight_scale_inv holds powers of two "
+                         "and the fp8 values are requantized to them after loading",
                      std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py"});
+    }
+    if (r.vllm.fp8_scale_fmt == Fp8ScaleFormat::kUe8m0Packed) {
+      out.push_back({"scale_fmt=ue8m0_packed: on SM100 DeepGEMM's transform_sf_into_required_layout "
+                     "replaces those weight_scale_inv by int32 [rows, ceil(cols/512)], MN-major with "
+                     "rows aligned to 4, four E8M0 codes a word (byte j: block column 4p + j), each "
+                     "weight row its block row's codes",
+                     std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py "
+                     "deepgemm_post_process_weight_scale_block; deepseek-ai/DeepGEMM csrc/apis/layout.hpp"});
     }
   }
   if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {

@@ -1,9 +1,9 @@
 // The block-quantize kernel on a GPU: bf16, fp16 and fp32 stacks of matrices with partial edge
 // blocks, at odd byte offsets, several jobs in one launch, blocks of very different magnitudes
 // (down to the subnormal range), an all-zero block, and blocks holding ±inf or NaN, with float32
-// and UE8M0 scales; fp8 values and scales must equal the CPU reference (core/base/fp8_block.h)
-// bit for bit, and a hand-worked UE8M0 block its expected codes. Without a GPU each test
-// reports itself SKIPPED.
+// and UE8M0 scales, fp32 or packed as DeepGEMM on SM100; fp8 values and scales must equal the CPU
+// reference (core/base/fp8_block.h) bit for bit, and hand-worked UE8M0 blocks their expected
+// codes. Without a GPU each test reports itself SKIPPED.
 #include "core/cuda/block_quantize.h"
 
 #include <gtest/gtest.h>
@@ -61,16 +61,18 @@ void ExpectTheCpuReference(Fp8ScaleFormat fmt) {
   for (Case& c : cases) {
     c.src = Matrices(c.dtype, c.matrices, c.rows, c.cols, rng);
     const int64_t n = c.matrices * c.rows * c.cols;
-    const int64_t blocks = c.matrices * ((c.rows + 127) / 128) * ((c.cols + 127) / 128);
+    const int64_t scale_bytes = c.matrices * Fp8ScaleMatrixBytes(fmt, c.rows, c.cols);
     Result<void*> s = DeviceAlloc(static_cast<int64_t>(c.src.size()) + c.offset);
     Result<void*> d = DeviceAlloc(n + c.offset);
-    Result<void*> k = DeviceAlloc(blocks * 4);
+    Result<void*> k = DeviceAlloc(scale_bytes);
     ASSERT_TRUE(s.ok() && d.ok() && k.ok());
     c.dsrc = *s;
     c.ddst = *d;
     c.dscales = *k;
     ASSERT_TRUE(CopyToDevice(static_cast<char*>(c.dsrc) + c.offset, c.src.data(),
                              static_cast<int64_t>(c.src.size())).ok());
+    const std::vector<unsigned char> unwritten(static_cast<size_t>(scale_bytes), 0xaa);
+    ASSERT_TRUE(CopyToDevice(c.dscales, unwritten.data(), scale_bytes).ok());
     jobs.push_back({static_cast<char*>(c.dsrc) + c.offset, static_cast<char*>(c.ddst) + c.offset,
                     c.dscales, c.dtype, c.matrices, c.rows, c.cols, fmt});
   }
@@ -78,16 +80,16 @@ void ExpectTheCpuReference(Fp8ScaleFormat fmt) {
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   for (const Case& c : cases) {
     const int64_t n = c.matrices * c.rows * c.cols;
-    const int64_t blocks = c.matrices * ((c.rows + 127) / 128) * ((c.cols + 127) / 128);
+    const int64_t words = c.matrices * Fp8ScaleMatrixBytes(fmt, c.rows, c.cols) / 4;
     std::vector<unsigned char> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
-    std::vector<float> want_scales(static_cast<size_t>(blocks)), got_scales(static_cast<size_t>(blocks));
+    std::vector<uint32_t> want_scales(static_cast<size_t>(words)), got_scales(static_cast<size_t>(words));
     Fp8BlockQuantizeMatrices(c.dtype, c.src.data(), c.matrices, c.rows, c.cols, want.data(),
                              want_scales.data(), fmt);
     ASSERT_TRUE(CopyToHost(got.data(), static_cast<char*>(c.ddst) + c.offset, n).ok());
-    ASSERT_TRUE(CopyToHost(got_scales.data(), c.dscales, blocks * 4).ok());
-    for (int64_t b = 0; b < blocks; ++b) {
-      ASSERT_EQ(std::memcmp(&want_scales[static_cast<size_t>(b)], &got_scales[static_cast<size_t>(b)], 4), 0)
-          << DTypeName(c.dtype) << " block " << b;
+    ASSERT_TRUE(CopyToHost(got_scales.data(), c.dscales, words * 4).ok());
+    for (int64_t w = 0; w < words; ++w) {
+      ASSERT_EQ(want_scales[static_cast<size_t>(w)], got_scales[static_cast<size_t>(w)])
+          << DTypeName(c.dtype) << " scale word " << w;
     }
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(want[static_cast<size_t>(i)], got[static_cast<size_t>(i)]) << DTypeName(c.dtype) << " element " << i;
@@ -106,6 +108,35 @@ TEST(BlockQuantizeTest, MatchesTheCpuReferenceBitForBit) {
 TEST(BlockQuantizeTest, Ue8m0MatchesTheCpuReferenceBitForBit) {
   if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
   ExpectTheCpuReference(Fp8ScaleFormat::kUe8m0);
+}
+
+TEST(BlockQuantizeTest, Ue8m0PackedMatchesTheCpuReferenceBitForBit) {
+  // DeepGEMM's SM100 codes (core/base/fp8_packed_scales.h): rows 300, 129 and 7 leave padding
+  // rows, 515, 700 and 9 columns partial words; every scale byte, padding included, is compared.
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  ExpectTheCpuReference(Fp8ScaleFormat::kUe8m0Packed);
+}
+
+TEST(BlockQuantizeTest, Ue8m0PackedHandWorkedBlock) {
+  // tests/core/base/fp8_packed_scales_test.cc ValuesAndScalesAreUe8m0s: {1, -0.5, 0.3} gives
+  // scale 2^-8, E8M0 code 0x77 in byte 0 of row 0's word; rows 1..3 are padding, written 0.
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  const float src[3] = {1.0f, -0.5f, 0.3f};
+  const std::vector<unsigned char> unwritten(16, 0xaa);
+  Result<void*> s = DeviceAlloc(12), d = DeviceAlloc(3), k = DeviceAlloc(16);
+  ASSERT_TRUE(s.ok() && d.ok() && k.ok());
+  ASSERT_TRUE(CopyToDevice(*s, src, 12).ok());
+  ASSERT_TRUE(CopyToDevice(*k, unwritten.data(), 16).ok());
+  ASSERT_TRUE(
+      LaunchBlockQuantize({{*s, *d, *k, DType::kFP32, 1, 1, 3, Fp8ScaleFormat::kUe8m0Packed}}, nullptr).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  unsigned char q[3];
+  uint32_t words[4] = {};
+  ASSERT_TRUE(CopyToHost(q, *d, 3).ok());
+  ASSERT_TRUE(CopyToHost(words, *k, 16).ok());
+  EXPECT_EQ(std::vector<uint32_t>(words, words + 4), (std::vector<uint32_t>{0x77u, 0, 0, 0}));
+  EXPECT_EQ(std::vector<unsigned char>(q, q + 3), (std::vector<unsigned char>{0x78, 0xf0, 0x69}));
+  for (void* p : {*s, *d, *k}) EXPECT_TRUE(DeviceFree(p).ok());
 }
 
 TEST(BlockQuantizeTest, Ue8m0HandWorkedBlock) {

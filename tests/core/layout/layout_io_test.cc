@@ -130,14 +130,27 @@ TEST(LayoutIoTest, BlockScaledBuffersRoundTripAndAreValidated) {
   Result<Layout> bad_fmt = ParseLayoutYaml(e5m2);
   ASSERT_FALSE(bad_fmt.ok());
   EXPECT_NE(bad_fmt.status().message().find("block_scaled[0].scale_fmt"), std::string::npos);
-  EXPECT_NE(bad_fmt.status().message().find("expected float32 or ue8m0, got 'e5m2'"),
+  EXPECT_NE(bad_fmt.status().message().find("expected float32, ue8m0 or ue8m0_packed, got 'e5m2'"),
             std::string::npos) << bad_fmt.status().ToString();
+  // DeepGEMM's SM100 packed codes: 256 rows of one int32 word (2 block columns), 1024 bytes; the
+  // fp32 scales' 16 bytes no longer match, and the message names the format.
+  l.block_scaled[0].scale_fmt = Fp8ScaleFormat::kUe8m0Packed;
+  const Status packed_size = ValidateLayout(l);
+  ASSERT_FALSE(packed_size.ok());
+  EXPECT_NE(packed_size.message().find("or their ue8m0_packed scales' 16"), std::string::npos)
+      << packed_size.ToString();
+  l.buffers.SetBytes(static_cast<size_t>(scales), 1024);
+  ASSERT_TRUE(ValidateLayout(l).ok()) << ValidateLayout(l).ToString();
+  Result<Layout> back_packed = ParseLayoutYaml(LayoutToYaml(l));
+  ASSERT_TRUE(back_packed.ok()) << back_packed.status().ToString();
+  EXPECT_EQ(back_packed->block_scaled[0].scale_fmt, Fp8ScaleFormat::kUe8m0Packed);
+  l.buffers.SetBytes(static_cast<size_t>(scales), 16);
   l.block_scaled[0].scale_fmt = Fp8ScaleFormat::kFloat32;
   // Scales of the wrong size (3 blocks' worth) are named.
   l.buffers.SetBytes(static_cast<size_t>(scales), 12);
   const Status bad = ValidateLayout(l);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("do not match its 33280 bytes or their scales' 12"), std::string::npos)
+  EXPECT_NE(bad.message().find("do not match its 33280 bytes or their float32 scales' 12"), std::string::npos)
       << bad.ToString();
   // A buffer name that the file does not declare.
   Result<Layout> unknown = ParseLayoutYaml(

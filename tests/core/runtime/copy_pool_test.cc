@@ -80,15 +80,16 @@ std::vector<unsigned char> Bf16Matrices(int64_t matrices, int64_t rows, int64_t 
   return v;
 }
 
-// A stack of matrices quantized by 3 workers and the caller, with both scale formats: more than
+// A stack of matrices quantized by 3 workers and the caller, with every scale format: more than
 // one block range, each on whatever thread takes it, reported once, equal to the reference.
 TEST(CopyPoolTest, QuantizeBlocksRunOnTheWorkersAndEqualTheReference) {
   const int64_t matrices = 2, rows = 700, cols = 600;  // 6 x 5 blocks each, partial at the edges
   const std::vector<unsigned char> src = Bf16Matrices(matrices, rows, cols);
   const int64_t n = matrices * rows * cols, blocks = Fp8BlockCount(matrices, rows, cols);
-  for (Fp8ScaleFormat fmt : {Fp8ScaleFormat::kFloat32, Fp8ScaleFormat::kUe8m0}) {
+  for (Fp8ScaleFormat fmt : {Fp8ScaleFormat::kFloat32, Fp8ScaleFormat::kUe8m0, Fp8ScaleFormat::kUe8m0Packed}) {
     std::vector<unsigned char> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), 0xaa);
-    std::vector<float> want_scales(static_cast<size_t>(blocks)), got_scales(static_cast<size_t>(blocks), -1.0f);
+    const size_t scale_bytes = static_cast<size_t>(matrices * Fp8ScaleMatrixBytes(fmt, rows, cols));
+    std::vector<unsigned char> want_scales(scale_bytes), got_scales(scale_bytes, 0xaa);
     Fp8BlockQuantizeMatrices(DType::kBF16, src.data(), matrices, rows, cols, want.data(), want_scales.data(), fmt);
     CopyPool pool(3);
     const QuantizeWork work{DType::kBF16, src.data(), matrices, rows, cols, got.data(), got_scales.data(), fmt};
@@ -105,14 +106,14 @@ TEST(CopyPoolTest, QuantizeBlocksRunOnTheWorkersAndEqualTheReference) {
     ASSERT_EQ(reported.size(), 1u);
     EXPECT_EQ(reported[0].first, 9);
     EXPECT_EQ(got, want);
-    EXPECT_EQ(std::memcmp(got_scales.data(), want_scales.data(), static_cast<size_t>(blocks) * 4), 0);
+    EXPECT_EQ(got_scales, want_scales) << Fp8ScaleFormatName(fmt);
   }
 }
 
 TEST(CopyPoolTest, OneBlockOrNoWorkersQuantizeInline) {
   const std::vector<unsigned char> src = Bf16Matrices(1, 300, 300);
   std::vector<unsigned char> want(90000), got(90000);
-  std::vector<float> want_scales(9), got_scales(9);
+  std::vector<unsigned char> want_scales(9 * 4), got_scales(9 * 4);
   Fp8BlockQuantizeMatrices(DType::kBF16, src.data(), 1, 300, 300, want.data(), want_scales.data());
   CopyPool none(0);
   std::vector<CopyItem> items;
@@ -120,7 +121,7 @@ TEST(CopyPoolTest, OneBlockOrNoWorkersQuantizeInline) {
   EXPECT_EQ(got, want);
   CopyPool pool(2);
   std::vector<unsigned char> one(100 * 100);
-  std::vector<float> one_scale(1);
+  std::vector<unsigned char> one_scale(4);
   EXPECT_TRUE(pool.StartQuantize(2, {DType::kBF16, src.data(), 1, 100, 100, one.data(), one_scale.data()}, items));
   EXPECT_TRUE(pool.Done(std::chrono::microseconds(0)).empty());
 }

@@ -91,6 +91,12 @@ TEST(RefitInputsTest, DestinationDTypeRefusedWithUe8m0Scales) {
   EXPECT_NE(fp16.status().message().find("--dst-dtype fp16 with UE8M0 block scales"),
             std::string::npos)
       << fp16.status().ToString();
+  // The same for the scales packed as on SM100.
+  args.destination_spec = "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0_packed";
+  Result<RefitInputs> packed = LoadRefitInputs(args);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_NE(packed.status().message().find("--dst-dtype fp16 with UE8M0 block scales"), std::string::npos)
+      << packed.status().ToString();
   args.destination_spec = "vllm:tp=2,ep=2,quant=fp8_block";
   EXPECT_TRUE(LoadRefitInputs(args).ok());
 }

@@ -101,6 +101,19 @@ TEST(RunIntegrationTest, Ue8m0BlockScaledFp8DestinationQuantizedAndVerified) {
       << o.output;
 }
 
+// The same with the UE8M0 scales packed as DeepGEMM keeps them on SM100
+// (testdata/fp8_block_ue8m0_packed_dst.yaml): the Quantize ops write the int32 words, padding rows
+// included, and the verify compares every scale word with the CPU reference's.
+TEST(RunIntegrationTest, Ue8m0PackedBlockScaledFp8DestinationQuantizedAndVerified) {
+  Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
+                        "tests/tools/cli/testdata/fp8_block_ue8m0_packed_dst.yaml", "--strategy", "reshard",
+                        "--verify", "--iterations", "2", "--warmup", "0"},
+                       60);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(Count(o.output, "fp8 values and scales to the CPU block-quantization reference (UE8M0 scales"), 1)
+      << o.output;
+}
+
 // nemotron-h-8b's Mamba mixers: vLLM stores A as fp32 -exp(A_log), Megatron A_log as is. Megatron
 // TP2 -> vLLM TP1 with both strategies, with direct reads and through tcp alone: the verify
 // expects -std::exp of the source pattern in every A, bit for bit, so a plan that copied or

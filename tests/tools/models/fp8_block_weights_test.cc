@@ -227,7 +227,7 @@ TEST(Fp8BlockWeightsTest, ExpertScalesOnTheirLayersPipelineRank) {
 // (vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear: rows % 64 == 0 and
 // cols % 128 == 0; vllm/model_executor/layers/quantization/utils/fp8_utils.py
 // maybe_post_process_fp8_weight_block) and every expert buffer (prepare_fp8_moe_layer_for_deepgemm).
-// Hidden 192 at tp=1: qkv_proj [384, 192] and gate_up_proj [1024, 192] have 192 columns, so the
+// Hidden 192 at tp=1: qkv_proj [512, 192] and gate_up_proj [1024, 192] have 192 columns, so the
 // triton/cutlass kernels run them with their float32 scales; o_proj [192, 256] and down_proj
 // [192, 512] go to DeepGEMM.
 TEST(Fp8BlockWeightsTest, Ue8m0ScalesWhereDeepGemmRunsTheWeight) {
@@ -299,12 +299,52 @@ TEST(Fp8BlockWeightsTest, Ue8m0SpecIsParsedPrintedAndNeedsFp8Block) {
   EXPECT_NE(spec->ToString().find(",quant=fp8_block,scale_fmt=ue8m0"), std::string::npos) << spec->ToString();
   Result<FrameworkSpec> bad = ParseFrameworkSpec("vllm:tp=2,quant=fp8_block,scale_fmt=e8m0");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("bad value 'e8m0' for scale_fmt: expected float32 or ue8m0"),
+  EXPECT_NE(bad.status().message().find("bad value 'e8m0' for scale_fmt: expected float32, ue8m0 or ue8m0_packed"),
             std::string::npos) << bad.status().ToString();
   Result<Layout> alone = BuildFrameworkLayout(PresetOf(OneLayer(512)), Spec("vllm:tp=2,scale_fmt=ue8m0"));
   ASSERT_FALSE(alone.ok());
   EXPECT_NE(alone.status().message().find("scale_fmt=ue8m0 without quant=fp8_block"), std::string::npos)
       << alone.status().ToString();
+}
+
+// scale_fmt=ue8m0_packed, vLLM on SM100: the buffers DeepGEMM runs (as ue8m0) hold its packed
+// codes. vllm/model_executor/layers/quantization/utils/fp8_utils.py
+// deepgemm_post_process_fp8_weight_block passes mn = rows, k = cols of each [G, rows, cols] weight
+// to deepgemm_post_process_weight_scale_block, whose transform_sf_into_required_layout
+// (deepseek-ai/DeepGEMM csrc/apis/layout.hpp, SM100 branch) returns int32 [G, rows,
+// ceil(ceil(cols/128)/4)] with strides [P * align(rows, 4), 1, align(rows, 4)]
+// (csrc/jit_kernels/impls/smxx_layout.hpp get_mn_major_tma_aligned_packed_ue8m0_tensor):
+// G * P * align(rows, 4) * 4 bytes. Hidden 192: o_proj [192, 256] (2 block columns, P 1) and
+// down_proj [192, 512] (4, P 1) are 192 words; qkv_proj [512, 192] (q 256, k and v 128) and
+// gate_up_proj [1024, 192] keep float32 [4, 2] and [8, 2]. Experts (hidden 256, FFN 128, 2 a rank): w13 [2, 256, 256] and
+// w2 [2, 256, 128], 256 words a matrix.
+TEST(Fp8BlockWeightsTest, Ue8m0PackedScalesSizedAsDeepGemmsTensors) {
+  ModelConfig c = OneLayerConfig("one-layer-192", ModelFamily::kLlama, 192, 2, 1, 128, 512);
+  c.intermediate = 512;
+  Layout l = Build(PresetOf(c), "vllm:tp=1,quant=fp8_block,scale_fmt=ue8m0_packed");
+  std::map<std::string, Fp8ScaleFormat> fmt;
+  for (const BlockScaledBuffer& s : l.block_scaled) fmt[l.buffers[static_cast<size_t>(s.buffer)].name] = s.scale_fmt;
+  EXPECT_EQ(fmt[kLayer + "self_attn.o_proj.weight"], Fp8ScaleFormat::kUe8m0Packed);
+  EXPECT_EQ(fmt[kLayer + "mlp.down_proj.weight"], Fp8ScaleFormat::kUe8m0Packed);
+  EXPECT_EQ(fmt[kLayer + "self_attn.qkv_proj.weight"], Fp8ScaleFormat::kFloat32);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "self_attn.o_proj.weight_scale_inv"), 192 * 4);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "mlp.down_proj.weight_scale_inv"), 192 * 4);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "self_attn.qkv_proj.weight_scale_inv"), 4 * 2 * 4);
+  EXPECT_EQ(BytesOf(l, 0, kLayer + "mlp.gate_up_proj.weight_scale_inv"), 8 * 2 * 4);
+  Layout moe = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0_packed");
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(BytesOf(moe, rank, kLayer + "mlp.experts.w13_weight_scale_inv"), 2 * 256 * 4);
+    EXPECT_EQ(BytesOf(moe, rank, kLayer + "mlp.experts.w2_weight_scale_inv"), 2 * 256 * 4);
+  }
+  int packed = 0;
+  for (const BlockScaledBuffer& s : moe.block_scaled) {
+    const bool expert = moe.buffers[static_cast<size_t>(s.buffer)].name.find("mlp.experts.") != std::string::npos;
+    packed += expert && s.scale_fmt == Fp8ScaleFormat::kUe8m0Packed;
+  }
+  EXPECT_EQ(packed, 4);  // w13 and w2 on each rank
+  Result<FrameworkSpec> spec = ParseFrameworkSpec("vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0_packed");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_NE(spec->ToString().find(",scale_fmt=ue8m0_packed"), std::string::npos) << spec->ToString();
 }
 
 }  // namespace
