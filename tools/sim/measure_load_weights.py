@@ -111,13 +111,18 @@ def hf_checkpoint(config: dict, layers: int) -> dict[str, torch.Tensor]:
 
 
 def time_load(model, vllm_config, weights: dict[str, torch.Tensor], repeats: int) -> float:
-    """Best wall time of `repeats` calls of model.load_weights over every tensor, in seconds."""
+    """Best wall time of `repeats` calls of model.load_weights over every tensor, in seconds.
+    Fails unless every parameter of the model was loaded (a checkpoint name vLLM skipped would
+    time nothing)."""
     best = float("inf")
+    expected = {name for name, _ in model.named_parameters()}
     with set_current_vllm_config(vllm_config):
         for _ in range(repeats):
             begin = time.perf_counter()
-            model.load_weights(iter(weights.items()))
+            loaded = model.load_weights(iter(weights.items()))
             best = min(best, time.perf_counter() - begin)
+            if expected - set(loaded):
+                raise RuntimeError(f"parameters not loaded: {sorted(expected - set(loaded))}")
     return best
 
 
