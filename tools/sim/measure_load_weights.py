@@ -10,13 +10,22 @@ negligible), and times `model.load_weights` over a checkpoint of HF-named tensor
 calls it. Prints one line a model: tensors, seconds a pass (best of --repeats), microseconds a
 tensor.
 
+With --ep N, N local processes (gloo, 127.0.0.1) build Qwen3-MoE with vLLM's expert parallelism
+over TP N, so each rank holds 1/N of the experts, and time every tensor of the checkpoint on its
+own (the gap between two tensors handed to load_weights): median microseconds of the rank's own
+experts' tensors, the other ranks' (which FusedMoE's loader skips) and the rest.
+
 Run with vLLM's environment (tools/deps/vllm-venv.sh):
-  /root/.cache/ferry/vllm-venv/bin/python tools/sim/measure_load_weights.py
+  /root/.cache/ferry/vllm-venv/bin/python tools/sim/measure_load_weights.py [--ep 2]
 """
 
 import argparse
 import json
 import os
+import socket
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -27,7 +36,8 @@ from vllm.platforms.cpu import CpuPlatform
 # A CUDA build of vLLM on a host without a GPU detects no platform; the CPU one builds its layers.
 platforms._current_platform = CpuPlatform()
 
-from vllm.config import DeviceConfig, ModelConfig, VllmConfig, set_current_vllm_config  # noqa: E402
+from vllm.config import (DeviceConfig, ModelConfig, ParallelConfig, VllmConfig,  # noqa: E402
+                         set_current_vllm_config)
 from vllm.distributed import init_distributed_environment, initialize_model_parallel  # noqa: E402
 
 # Tiny dimensions, the real models' expert counts and layer structure (HF config.json keys).
@@ -49,14 +59,17 @@ DEEPSEEK_V3 = dict(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek
                    torch_dtype="bfloat16")
 
 
-def build(config: dict, layers: int):
-    """vLLM's model for `config` with `layers` decoder layers, on the CPU."""
+def build(config: dict, layers: int, tp: int = 1):
+    """vLLM's model for `config` with `layers` decoder layers, on the CPU; with tp > 1, experts
+    spread over the TP ranks (expert parallelism), the process group already initialised."""
     directory = tempfile.mkdtemp()
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(dict(config, num_hidden_layers=layers), f)
     model_config = ModelConfig(model=directory, skip_tokenizer_init=True, dtype="bfloat16",
                                enforce_eager=True)
-    vllm_config = VllmConfig(model_config=model_config, device_config=DeviceConfig("cpu"))
+    parallel = ParallelConfig(tensor_parallel_size=tp, enable_expert_parallel=tp > 1)
+    vllm_config = VllmConfig(model_config=model_config, device_config=DeviceConfig("cpu"),
+                             parallel_config=parallel)
     from vllm.model_executor.model_loader.utils import initialize_model
     with set_current_vllm_config(vllm_config):
         return initialize_model(vllm_config=vllm_config), vllm_config
@@ -126,12 +139,84 @@ def time_load(model, vllm_config, weights: dict[str, torch.Tensor], repeats: int
     return best
 
 
+def per_tensor_seconds(model, vllm_config, weights: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Seconds load_weights spends on each tensor: the gap until it asks for the next one."""
+    stamps = []
+
+    def handed():
+        for name, tensor in weights.items():
+            stamps.append((name, time.perf_counter()))
+            yield name, tensor
+        stamps.append(("", time.perf_counter()))
+
+    with set_current_vllm_config(vllm_config):
+        model.load_weights(handed())
+    return {name: t1 - t0 for (name, t0), (_, t1) in zip(stamps, stamps[1:])}
+
+
+def ep_rank(rank: int, world: int, port: int, layers: int, repeats: int) -> None:
+    """One rank of --ep: Qwen3-MoE over TP=EP `world`; prints its per-category medians (best of
+    `repeats` passes per tensor). vLLM places experts linearly: rank r holds experts
+    [r * E / world, (r + 1) * E / world)."""
+    config = QWEN3_MOE
+    parallel = ParallelConfig(tensor_parallel_size=world, enable_expert_parallel=True)
+    with set_current_vllm_config(VllmConfig(parallel_config=parallel)):
+        init_distributed_environment(world_size=world, rank=rank, local_rank=rank, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
+        initialize_model_parallel(world, 1)
+    model, vllm_config = build(config, layers, tp=world)
+    weights = hf_checkpoint(config, layers)
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, seconds in per_tensor_seconds(model, vllm_config, weights).items():
+            best[name] = min(best.get(name, seconds), seconds)
+    share = config["num_experts"] // world
+    groups: dict[str, list[float]] = {}
+    for name, seconds in best.items():
+        kind = "rest"
+        if ".experts." in name:
+            expert = int(name.split(".experts.")[1].split(".")[0])
+            kind = "own experts" if expert // share == rank else "other ranks' experts"
+        groups.setdefault(kind, []).append(seconds)
+    for kind, values in sorted(groups.items()):
+        print(f"qwen3-moe ep={world} rank {rank}: {kind}: {len(values)} tensors, median "
+              f"{statistics.median(values) * 1e6:.1f} us a tensor", flush=True)
+
+
+def run_ep(world: int, layers: int, repeats: int) -> int:
+    """Starts `world` ranks of this script (--rank), waits for them (at most 600 s) and returns
+    the first failure's exit code."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = [subprocess.Popen([sys.executable, __file__, "--ep", str(world), "--rank", str(r),
+                               "--port", str(port), "--layers", str(layers),
+                               "--repeats", str(repeats)]) for r in range(world)]
+    codes = []
+    for p in ranks:
+        try:
+            codes.append(p.wait(timeout=600))
+        except subprocess.TimeoutExpired:
+            for q in ranks:
+                q.kill()
+            return 1
+    return next((c for c in codes if c != 0), 0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=3, help="decoder layers a model")
     parser.add_argument("--repeats", type=int, default=5, help="passes a model; the best counts")
+    parser.add_argument("--ep", type=int, default=1, help="ranks of expert parallelism (Qwen3-MoE)")
+    parser.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.ep > 1 and args.rank < 0:
+        return run_ep(args.ep, args.layers, args.repeats)
+    if args.ep > 1:
+        ep_rank(args.rank, args.ep, args.port, args.layers, args.repeats)
+        return 0
     models = (("qwen3-moe", QWEN3_MOE), ("deepseek-v3", DEEPSEEK_V3))
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
