@@ -1,7 +1,8 @@
 // Tests for the simulator's CPU lanes (ClusterSpec::op_post_overhead, tensor_load_overhead):
 // hand-computed times of ops waiting for their rank's posting lane and for the gather-and-
 // broadcast consumer's weight-loading lane, predictions that move with the overheads, the reshard
-// untouched by weight loading, and windows of any size still completing.
+// untouched by weight loading, windows of any size still completing, and the starts a posting
+// lane spreads sharing one rate recomputation (the batch window of four holds).
 #include <gtest/gtest.h>
 
 #include "tools/sim/simulator.h"
@@ -171,6 +172,43 @@ TEST(CpuLanesTest, NoWindowDeadlocksWithAPostingLane) {
     Result<SimResult> r = Simulate(plan, c, RankMapping::Identity(4), options);
     ASSERT_TRUE(r.ok()) << "window " << window << ": " << r.status().ToString();
     EXPECT_NEAR(r->total_time, 20e-6 + 1e-3, 1e-9) << "window " << window;
+  }
+}
+
+// Rank 0 sends 1 MB to each of ranks 2, 4 and 6 (three other nodes) through its one 1 GB/s NIC,
+// posted at 10, 20 and 30 us. The batch window widens to four posts (40 us), so the three starts
+// take one rate recomputation, not three (with the 1 us window: three), and the first two flows
+// wait for their first rate until the third starts, 20 us late at most: the NIC idles until 30 us
+// and the three share it to the end, 30 us + 3 ms (3.01 ms with a rate at every start).
+TEST(CpuLanesTest, StartsTheLaneSpreadsShareOneRateRecomputation) {
+  TransferPlan plan;
+  plan.strategy = "reshard";
+  plan.num_ranks = 8;
+  for (int peer : {2, 4, 6}) {
+    Op send;
+    send.kind = OpKind::kSend;
+    send.rank = 0;
+    send.peer = peer;
+    send.message = peer;
+    send.bytes = 1'000'000;
+    Op recv = send;
+    recv.kind = OpKind::kRecv;
+    recv.rank = peer;
+    recv.peer = 0;
+    plan.AddOp(send);
+    plan.AddOp(recv);
+  }
+  ClusterSpec c = LaneCluster();
+  c.op_post_overhead = 10e-6;
+  SimOptions options;
+  options.record_op_times = true;
+  options.max_in_flight = 0;
+  Result<SimResult> r = Simulate(plan, c, RankMapping::Identity(8), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->num_recomputations, 1);
+  for (int op : {0, 2, 4}) {
+    EXPECT_NEAR(r->op_times[op].start, 10e-6 * (op / 2 + 1), 1e-12);
+    EXPECT_NEAR(r->op_times[op].end, 30e-6 + 3e-3, 1e-12);
   }
 }
 
