@@ -3,8 +3,10 @@
 
 Owns the measured-run half of the simulator's calibration (docs/simulator.md, "Calibration"):
   1. measures this host's links with the transport microbenchmark (`ferry bench transports`,
-     two ranks: stream bandwidth and per-message cost of tcp and of direct reads), never with the
-     refits it predicts;
+     two ranks: stream bandwidth and per-message cost of tcp and of direct reads), and the
+     executor's CPU time a posted op (a one-rank refit of many tiny tensors, every op a local
+     Copy or Unpack of a few hundred bytes: best refit time / ops), never with the refits it
+     predicts;
   2. writes two cluster files from those numbers: this-host.yaml (messages between ranks as
      direct reads, ferry run's default) and this-host-tcp.yaml (every message through TCP
      loopback, ferry run's "transport only" variant and its gather-broadcast);
@@ -12,7 +14,9 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      options with the matching cluster file, and prints case | measured | predicted | ratio.
 
 Usage: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry --out /tmp/calibrate
+       [--clusters-only]  (steps 1 and 2)
 """
+import re
 import argparse
 import csv
 import os
@@ -29,6 +33,11 @@ CASES = [
 ]
 # Buckets a 1 GiB staging budget (executor.staging_budget's default) holds at this scale.
 SETTINGS = ["planner.bucket_bytes=256MiB"]
+# The posting-cost refit: one rank, source and destination colocated, tensors of a few hundred
+# bytes, gather-and-broadcast with a bucket a tensor, so that every tensor takes two local ops (a
+# Copy into its bucket, an Unpack out of it) and the bytes (9.4 MiB twice) a few percent of the time.
+POST_CASE = ("qwen3-30b-a3b", "1/256", "megatron:tp=1", "vllm:tp=1")
+POST_SETTINGS = ["--colocated", "--strategy", "gather-broadcast", "--set", "planner.bucket_bytes=1"]
 # The measured variant each cluster file models, and whether its same-node messages go as direct
 # reads (`ferry run --strategy both` runs the transport-only reshard and the baseline without).
 CLUSTER_OF_VARIANT = {
@@ -64,7 +73,24 @@ def measure_links(ferry, out):
     return links
 
 
-def write_clusters(links, out):
+def measure_post_overhead(ferry, out):
+    """Seconds of the executor's thread a posted op: POST_CASE's best refit / its ops."""
+    model, scale, src, dst = POST_CASE
+    results = os.path.join(out, "post.csv")
+    if os.path.exists(results):
+        os.remove(results)
+    printed = run([ferry, "run", "--model", model, "--scale", scale, "--src", src, "--dst", dst,
+                   *POST_SETTINGS, "--iterations", "5", "--warmup", "1", "--timeout", "300",
+                   "--results", results])
+    planned = re.search(r"planned gather-broadcast\s+(\d+) ops, (\d+) messages", printed)
+    if planned is None or int(planned.group(2)) != 0:
+        sys.exit(f"the posting-cost refit did not plan local ops only:\n{printed}")
+    with open(results) as f:
+        best = float(next(csv.reader(f))[5])
+    return best / int(planned.group(1)), int(planned.group(1)), best
+
+
+def write_clusters(links, post, out):
     cores = os.cpu_count() or 1
     direct_rate, direct_cost = links["direct read"]
     tcp_rate, tcp_cost = links["tcp"]
@@ -75,6 +101,9 @@ def write_clusters(links, out):
         # Read by the lower bound and the summary line only (host-memory ranks use the above).
         f"copy_bandwidth: {direct_rate:.4g}", f"pack_bandwidth: {direct_rate:.4g}",
         "nvlink_latency: 0us", "kernel_overhead: 2us",
+        f"op_post_overhead: {post[0] * 1e6:.3g}us",
+        # ferry run's gather-broadcast unpacks in place: no vLLM weight loading here.
+        "tensor_load_overhead: 0us",
     ]
     files = {
         "this-host.yaml": common + ["name: this-host", f"nvlink_message_overhead: {direct_cost:.4g}",
@@ -85,7 +114,9 @@ def write_clusters(links, out):
     }
     header = (f"# Written by tools/sim/calibrate_host.py from `ferry bench transports` on a host of "
               f"{cores} cores:\n# direct read {direct_rate / 1e9:.2f} GB/s + {direct_cost * 1e6:.1f} us a "
-              f"message, tcp {tcp_rate / 1e9:.2f} GB/s + {tcp_cost * 1e6:.1f} us a message.\n")
+              f"message, tcp {tcp_rate / 1e9:.2f} GB/s + {tcp_cost * 1e6:.1f} us a message;\n"
+              f"# executor {post[0] * 1e6:.1f} us a posted op ({post[1]} local ops of "
+              f"{' '.join(POST_CASE + tuple(POST_SETTINGS))}, best refit {post[2] * 1e3:.2f} ms).\n")
     for name, lines in files.items():
         with open(os.path.join(out, name), "w") as f:
             f.write(header + "\n".join(lines) + "\n")
@@ -130,10 +161,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ferry", required=True, help="the ferry binary (bazel-bin/tools/cli/ferry)")
     parser.add_argument("--out", required=True, help="folder for the cluster files and CSVs")
+    parser.add_argument("--clusters-only", action="store_true",
+                        help="measure and write the cluster files, run no case")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     links = measure_links(args.ferry, args.out)
-    write_clusters(links, args.out)
+    post = measure_post_overhead(args.ferry, args.out)
+    write_clusters(links, post, args.out)
+    if args.clusters_only:
+        return
     print("| case | variant | measured | predicted | ratio |")
     print("| --- | --- | ---: | ---: | ---: |")
     for case in CASES:

@@ -123,6 +123,8 @@ Status ClusterSpec::Validate() const {
   FERRY_RETURN_IF_ERROR(non_negative(nvlink_latency, "nvlink_latency"));
   FERRY_RETURN_IF_ERROR(non_negative(nvlink_message_overhead, "nvlink_message_overhead"));
   FERRY_RETURN_IF_ERROR(non_negative(kernel_overhead, "kernel_overhead"));
+  FERRY_RETURN_IF_ERROR(non_negative(op_post_overhead, "op_post_overhead"));
+  FERRY_RETURN_IF_ERROR(non_negative(tensor_load_overhead, "tensor_load_overhead"));
   if (!(network_efficiency > 0 && network_efficiency <= 1)) {
     return InvalidArgument("cluster field 'network_efficiency' must be in (0, 1]");
   }
@@ -161,6 +163,12 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
   c.nvlink_efficiency = 0.80;
   c.nic_message_overhead = 4e-6;
   c.kernel_overhead = 5e-6;
+  // One CUDA launch or transport post an op on the executor's thread: NVIDIA Technical Blog,
+  // "Getting Started with CUDA Graphs" (launch-bound back-to-back kernels at 3.8 us each).
+  c.op_post_overhead = 3.8e-6;
+  // vLLM 0.33.0's load_weights per tensor, measured on the CPU by
+  // tools/sim/measure_load_weights.py (docs/simulator.md, "Free parameters").
+  c.tensor_load_overhead = 35e-6;
   if (name == "dgx-h100") {
     c.name = "dgx-h100";
     c.description = "NVIDIA DGX H100: 8 H100 SXM, 8 x 400 Gb/s InfiniBand (rail-optimized), NVLink 4";
@@ -306,6 +314,8 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
       {"copy_bandwidth", bandwidth(&c.copy_bandwidth)},
       {"pack_bandwidth", bandwidth(&c.pack_bandwidth)},
       {"kernel_overhead", duration(&c.kernel_overhead)},
+      {"op_post_overhead", duration(&c.op_post_overhead)},
+      {"tensor_load_overhead", duration(&c.tensor_load_overhead)},
       {"gpu_direct", boolean(&c.gpu_direct)},
       {"pcie_bandwidth", bandwidth(&c.pcie_bandwidth)},
       {"host_memory_bandwidth", bandwidth(&c.host_memory_bandwidth)},

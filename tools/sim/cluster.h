@@ -54,6 +54,19 @@ struct ClusterSpec {
   double pack_bandwidth = 1.2e12;   // bytes packed/unpacked per second per kernel
   double kernel_overhead = 5e-6;    // launch cost of one Copy/Pack/Unpack/Convert op
 
+  // CPU lanes: per-rank FIFO servers an op holds for a fixed time before its data moves (not
+  // bandwidth links; the simulator keeps each lane's next free time).
+  // Posting: each rank's executor posts its ops from one thread (core/runtime/rank_run.cc), so
+  // every op occupies its rank's posting lane this long before it starts: a local op when it is
+  // ready, a receive when it is ready, a send when its window slot is granted. 0: no lane.
+  double op_post_overhead = 0;
+  // Weight loading of the gather-and-broadcast consumer: NeMo RL hands each received bucket to
+  // vLLM's load_weights one tensor at a time on the engine's one Python thread
+  // (NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py, post_unpack_func), so each baseline Unpack
+  // into destination memory occupies its rank's load lane this long per tensor it unpacks. The
+  // reshard writes in place and loads nothing. 0: no lane.
+  double tensor_load_overhead = 0;
+
   // Host side: used when the NIC cannot reach GPU memory (gpu_direct = false) or ranks live in
   // host memory (host_memory_ranks = true).
   bool gpu_direct = true;

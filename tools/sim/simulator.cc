@@ -151,6 +151,11 @@ class Engine {
   void BecomeReady(int op, double t);
   void Admit(int sender, double t);
   void StartLocalOp(int op, double t);
+  // The CPU lanes (ClusterSpec::op_post_overhead, tensor_load_overhead): FIFO servers by next
+  // free time. Each returns when the op that arrives at t leaves the lane.
+  double Post(int rank, double t);
+  double Load(int op, double t);
+  void CountLoadedTensors();
   void StartMessage(int sender, int receiver, double t);
   void StartFlow(int id, double overhead, double t);
   void OnFlowStart(int f, double t);
@@ -185,12 +190,17 @@ class Engine {
   // SimOptions::rate_batch_window of the first change not yet flushed.
   void FlushUnlessMoreAt(double now) {
     if (dirty_classes_.empty()) return;
-    const double horizon = dirty_since_ + opt_.rate_batch_window;
+    const double horizon = dirty_since_ + batch_window_;
     if (!events_.empty() && events_.top().t <= horizon) return;
     if (!finish_heap_.Empty() && finish_heap_.TopTime() <= horizon) return;
     FlushDirty(now);
   }
   void DepositIngress(int node, double t0, double t1, double bytes);
+  // The batch window: SimOptions::rate_batch_window, widened to four of the posting lane's
+  // holds. The lane spreads starts that used to share an instant (a finish and the send it
+  // lets in, a rank's first window) over multiples of the hold; batching them again keeps the
+  // rate updates a message where they were without the lane (docs/simulator.md, "Speed").
+  double batch_window_ = 0;
   std::string DescribeResource(int r) const;
   std::string DescribeOp(int op) const;
   void BuildCriticalPath(SimResult& result) const;
@@ -236,6 +246,10 @@ class Engine {
   std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
                                   std::greater<std::pair<int, int>>>>
       waiting_;
+  // Per rank: when its posting lane and its weight-loading lane are next free; per op: tensors a
+  // gather-and-broadcast Unpack loads into destination memory (empty when nothing is loaded).
+  std::vector<double> post_free_, load_free_;
+  std::vector<int> load_tensors_;
   StagingGate staging_;               // ops waiting for their rank's staging (SimOptions::staging_budget)
   std::vector<int> staging_admitted_;  // scratch: ops a finish let through the gate
 
@@ -281,6 +295,8 @@ Status Engine::Prepare() {
   end_.assign(n, -1);
   flow_of_op_.assign(n, -1);
   posted_.assign(plan_.num_ranks, 0);
+  post_free_.assign(plan_.num_ranks, 0.0);
+  load_free_.assign(plan_.num_ranks, 0.0);
   waiting_.assign(plan_.num_ranks, {});
   if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
   if (opt_.staging_budget < 0) return InvalidArgument("staging_budget must be >= 0");
@@ -367,7 +383,38 @@ Status Engine::Prepare() {
       if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
     }
   }
+  CountLoadedTensors();
   return Status::Ok();
+}
+
+// The consumer of the gather-and-broadcast baseline loads each tensor of a bucket through vLLM's
+// load_weights (NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py, post_unpack_func): an Unpack into
+// destination memory loads one tensor per copy pair (the planner's AddUnpack writes one pair per
+// destination fragment of the bucket). The reshard writes in place: nothing to load.
+void Engine::CountLoadedTensors() {
+  if (c_.tensor_load_overhead <= 0 || plan_.strategy != "gather-broadcast") return;
+  load_tensors_.assign(plan_.ops.size(), 0);
+  for (const Op& o : plan_.ops) {
+    if (o.kind != OpKind::kUnpack) continue;
+    int tensors = 0;
+    for (int i = o.copies_begin; i < o.copies_end; ++i) {
+      tensors += plan_.GeometryOf(i).to_space == Space::kDestination;
+    }
+    load_tensors_[o.id] = tensors;
+  }
+}
+
+double Engine::Post(int rank, double t) {
+  if (c_.op_post_overhead <= 0) return t;
+  post_free_[rank] = std::max(t, post_free_[rank]) + c_.op_post_overhead;
+  return post_free_[rank];
+}
+
+double Engine::Load(int op, double t) {
+  if (load_tensors_.empty() || load_tensors_[op] == 0) return t;
+  double& lane = load_free_[plan_.ops[op].rank];
+  lane = std::max(t, lane) + load_tensors_[op] * c_.tensor_load_overhead;
+  return lane;
 }
 
 void Engine::BuildResources() {
@@ -419,7 +466,8 @@ void Engine::BecomeReady(int op, double t) {
     StartLocalOp(op, t);
     return;
   }
-  ready_[op] = t;
+  // A receive is ready once posted: its message starts no earlier (StartMessage).
+  ready_[op] = IsSender(o.kind) ? t : Post(o.rank, t);
   const int p = partner_[op];
   if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
   Admit(IsSender(o.kind) ? op : p, t);
@@ -460,7 +508,7 @@ void Engine::StartLocalOp(int op, double t) {
   int id = static_cast<int>(flows_.size());
   flows_.push_back(f);
   flow_of_op_[op] = id;
-  StartFlow(id, c_.kernel_overhead, t);
+  StartFlow(id, c_.kernel_overhead, Load(op, Post(o.rank, t)));
 }
 
 void Engine::StartMessage(int sender, int receiver, double t) {
@@ -527,7 +575,8 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   flows_.push_back(f);
   flow_of_op_[sender] = id;
   flow_of_op_[receiver] = id;
-  StartFlow(id, overhead, t);
+  // The send is posted now, its window slot granted; the receive was posted when it was ready.
+  StartFlow(id, overhead, std::max(Post(so.rank, t), ready_[receiver]));
 }
 
 // Starts flow `id` at t, its fixed cost `overhead` (seconds) charged as service on its links at
@@ -1070,6 +1119,7 @@ void Engine::BuildUtilisation(SimResult& result, double total) const {
 Result<SimResult> Engine::Run() {
   FERRY_RETURN_IF_ERROR(Prepare());
   BuildResources();
+  batch_window_ = std::max(opt_.rate_batch_window, 4 * c_.op_post_overhead);
   const int n = static_cast<int>(plan_.ops.size());
   for (int r = 0; r < plan_.num_ranks; ++r) {
     if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
@@ -1090,11 +1140,20 @@ Result<SimResult> Engine::Run() {
                    [&](int a, int b) { return plan_.ops[a].round < plan_.ops[b].round; });
   std::vector<char> admitted(n, 0);
   for (int i : initial) admitted[i] = staging_.Admit(i);
+  // The receives ready at the start are posted in (round, id) order too.
+  std::vector<double> posted;
+  if (opt_.max_in_flight > 0 && c_.op_post_overhead > 0) {
+    posted.assign(n, 0.0);
+    for (int i : initial) {
+      const Op& o = plan_.ops[i];
+      if (admitted[i] && o.kind == OpKind::kRecv) posted[i] = Post(o.rank, 0.0);
+    }
+  }
   for (int i = 0; i < n; ++i) {
     if (pending_[i] != 0 || !admitted[i]) continue;
     const Op& o = plan_.ops[i];
     if (opt_.max_in_flight > 0 && IsMessageKind(o.kind)) {
-      ready_[i] = 0.0;
+      ready_[i] = posted.empty() ? 0.0 : posted[i];
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
       if (ready_[p] >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});

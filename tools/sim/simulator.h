@@ -25,7 +25,11 @@
 // `propagation_budget` flow classes) — never globally per event. A Forward can only start after
 // the Recv it depends on finished, so relays are store-and-forward per chunk. An op also waits, as
 // in the executor, until its rank can place its staging slots within the staging budget
-// (staging_gate.h).
+// (staging_gate.h). Two CPU lanes per rank, FIFO servers rather than links, delay ops before
+// their data moves: the posting lane (ClusterSpec::op_post_overhead: every op, a receive when
+// ready, a send when its window slot is granted) and, for the gather-and-broadcast baseline, the
+// consumer's weight-loading lane (ClusterSpec::tensor_load_overhead a tensor of each Unpack into
+// destination memory).
 //
 // Simulate() is a pure function of its inputs; it is thread-safe and allocates its own state.
 #pragma once
@@ -105,7 +109,7 @@ struct SimOptions {
 };
 
 struct OpTime {
-  double ready = -1;  // deps complete (and, for a message, partner ready)
+  double ready = -1;  // deps complete (a receive: and posted; a message: partner ready too)
   double start = -1;  // data starts moving
   double end = -1;    // op complete
 };

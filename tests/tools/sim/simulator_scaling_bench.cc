@@ -6,6 +6,8 @@
 //   bazel-bin/tests/tools/sim/simulator_scaling_bench --case ds-256 [--window N] # one case
 //   ... [--staging BYTES]   the staging budget per rank (default 1 GiB as the executor's; 0: none)
 //   ... [--rate-slack F]    SimOptions::rate_slack (default 0.01; 0: recompute every touched link)
+//   ... [--post S]          ClusterSpec::op_post_overhead in seconds (default the preset's; 0: no
+//                           posting lane), to see what the lane costs the simulator
 // One line per case: GPUs, messages, simulator events, flow-class rate updates per message
 // (SimResult::num_class_updates) and the most classes on one link (peak), the simulator's thread
 // CPU seconds and CPU per message, the child's peak RSS (planner + plan + simulator), the predicted
@@ -61,7 +63,7 @@ double ThreadCpuSeconds() {
 
 // Plans the case's reshard on dgx-h100 as `ferry simulate` does, simulates it with `window`, and
 // prints its line (without the RSS, which the parent adds). Returns the process exit code.
-int RunCase(const Case& c, int window, int64_t staging, double slack) {
+int RunCase(const Case& c, int window, int64_t staging, double slack, double post) {
   auto fail = [&c](const Status& s) {
     std::fprintf(stderr, "%s: %s\n", c.name, s.ToString().c_str());
     return 1;
@@ -74,6 +76,7 @@ int RunCase(const Case& c, int window, int64_t staging, double slack) {
   if (!dst.ok()) return fail(dst.status());
   Result<ClusterSpec> cluster = ClusterPreset("dgx-h100");
   if (!cluster.ok()) return fail(cluster.status());
+  if (post >= 0) cluster->op_post_overhead = post;
   models::RefitOptions refit_options;
   refit_options.gpus_per_node = cluster->RanksPerNode();
   Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, refit_options);
@@ -106,7 +109,7 @@ int RunCase(const Case& c, int window, int64_t staging, double slack) {
 
 // Runs `--case name` in a child process and prints its line with the child's peak RSS.
 bool RunChild(const char* self, const Case& c, const std::string& window, const std::string& staging,
-              const std::string& slack) {
+              const std::string& slack, const std::string& post) {
   int fds[2];
   if (::pipe(fds) != 0) return false;
   const pid_t pid = ::fork();
@@ -115,7 +118,7 @@ bool RunChild(const char* self, const Case& c, const std::string& window, const 
     ::close(fds[0]);
     ::close(fds[1]);
     ::execl(self, self, "--case", c.name, "--window", window.c_str(), "--staging", staging.c_str(),
-            "--rate-slack", slack.c_str(), static_cast<char*>(nullptr));
+            "--rate-slack", slack.c_str(), "--post", post.c_str(), static_cast<char*>(nullptr));
     std::_Exit(127);
   }
   ::close(fds[1]);
@@ -145,11 +148,13 @@ int Main(int argc, char** argv) {
   std::string window = std::to_string(SimOptions{}.max_in_flight);
   std::string staging = std::to_string(SimOptions{}.staging_budget);
   std::string slack = std::to_string(SimOptions{}.rate_slack);
+  std::string post = "-1";  // the preset's
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--case") == 0) only = argv[i + 1];
     else if (std::strcmp(argv[i], "--window") == 0) window = argv[i + 1];
     else if (std::strcmp(argv[i], "--staging") == 0) staging = argv[i + 1];
     else if (std::strcmp(argv[i], "--rate-slack") == 0) slack = argv[i + 1];
+    else if (std::strcmp(argv[i], "--post") == 0) post = argv[i + 1];
   }
   char* end = nullptr;
   const long window_value = std::strtol(window.c_str(), &end, 10);
@@ -168,10 +173,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--rate-slack %s: expected a fraction in [0, 1)\n", slack.c_str());
     return 2;
   }
+  const double post_value = std::strtod(post.c_str(), &end);
+  if (end == post.c_str() || *end != '\0' || !std::isfinite(post_value)) {
+    std::fprintf(stderr, "--post %s: expected seconds (negative: the preset's)\n", post.c_str());
+    return 2;
+  }
   for (const Case& c : kCases) {
     if (!only.empty() && only == c.name) {
       return RunCase(c, static_cast<int>(window_value), static_cast<int64_t>(staging_value),
-                     slack_value);
+                     slack_value, post_value);
     }
   }
   if (!only.empty()) {
@@ -179,13 +189,13 @@ int Main(int argc, char** argv) {
     return 2;
   }
   std::printf(
-      "window %s, staging budget %s bytes, rate slack %s; dgx-h100; reshard plan; one child process "
-      "a case\n",
-      window.c_str(), staging.c_str(), slack.c_str());
+      "window %s, staging budget %s bytes, rate slack %s, op_post_overhead %s s (-1: the preset's); "
+      "dgx-h100; reshard plan; one child process a case\n",
+      window.c_str(), staging.c_str(), slack.c_str(), post.c_str());
   std::printf("%-10s %6s %10s %11s %9s %5s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages",
               "events", "upd/msg", "peak", "sim_cpu_s", "us/msg", "rss_MiB", "predicted_s", "digest");
   bool ok = true;
-  for (const Case& c : kCases) ok = RunChild(argv[0], c, window, staging, slack) && ok;
+  for (const Case& c : kCases) ok = RunChild(argv[0], c, window, staging, slack, post) && ok;
   return ok ? 0 : 1;
 }
 
