@@ -34,6 +34,33 @@ SortedDelivery Sorted(const Intersection& inter, const PlanFacts& facts, const R
   return out;
 }
 
+// Reorders the messages of one sender to one destination node, which come grouped by tree, so
+// that consecutive messages go to different trees (hence to different receiving ranks and their
+// NICs): the first message of every tree, then the second of every tree, and so on, the trees
+// taken from the one at `sender` modulo their count (senders start on different ranks). Without
+// it a sender's first window fills one receiving rank of each node (when a sender sends to every
+// rank of a node, as to vLLM's TP-sharded experts) and every sender the same one: the node's other
+// rails idle (docs/planner.md, "Coalescing and rounds").
+void InterleaveTrees(std::span<Message> messages, int sender) {
+  std::vector<std::pair<int, int>> groups;  // (first message, count) of each tree, in order
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (i == 0 || messages[i].tree != messages[i - 1].tree) groups.push_back({static_cast<int>(i), 0});
+    ++groups.back().second;
+  }
+  if (groups.size() < 2) return;
+  const int num_groups = static_cast<int>(groups.size());
+  const int start = sender % num_groups;
+  std::vector<Message> reordered;
+  reordered.reserve(messages.size());
+  for (int nth = 0; reordered.size() < messages.size(); ++nth) {
+    for (int g = 0; g < num_groups; ++g) {
+      const auto& [first, count] = groups[(start + g) % num_groups];
+      if (nth < count) reordered.push_back(messages[first + nth]);
+    }
+  }
+  std::copy(reordered.begin(), reordered.end(), messages.begin());
+}
+
 // Reorders one sender's `messages`, which come grouped by destination distance in rotated order,
 // so that consecutive messages go to different nodes: the first message to every distance, then
 // the second to every distance, and so on (each distance keeps its own order). The executor posts
@@ -114,8 +141,15 @@ MessageOrder OrderMessages(const Intersection& inter, const PlanFacts& facts,
       i = j;
     }
     // A message's distance is its first delivery's, already in that delivery's sort key.
-    InterleaveNodes(std::span<Message>(out.messages).subspan(first_message),
-                    [&](const Message& m) { return keys[m.first].first >> 32; });
+    auto distance_of = [&](const Message& m) { return keys[m.first].first >> 32; };
+    const std::span<Message> mine = std::span<Message>(out.messages).subspan(first_message);
+    for (size_t i = 0; i < mine.size();) {
+      size_t j = i;
+      while (j < mine.size() && distance_of(mine[j]) == distance_of(mine[i])) ++j;
+      InterleaveTrees(mine.subspan(i, j - i), sender);
+      i = j;
+    }
+    InterleaveNodes(mine, distance_of);
   }
   return out;
 }

@@ -276,6 +276,61 @@ TEST(PlannerOrder, EachRanksSendsCycleThroughDestinationNodes) {
   }
 }
 
+// Where every sender sends to every rank of each destination node (row shards to column shards,
+// as Megatron's whole experts to vLLM's TP-sharded ones), a sender's sends to one node take its
+// receiving ranks in turn, starting at a different rank per sender: any run of as many sends as
+// there are receiving ranks reaches each of them (and so each of their NICs), and the senders'
+// first sends to a node land on distinct ranks.
+TEST(PlannerOrder, SendsToOneNodeCycleThroughItsReceivingRanks) {
+  constexpr int kRows = 64, kCols = 64, kTensors = 4, kDstNodes = 2;
+  const Topology topology = Topology::Uniform(8 * (1 + kDstNodes), 8);
+  Layout src, dst;
+  for (int t = 0; t < kTensors; ++t) {
+    const TensorSpec spec{"w" + std::to_string(t), {kRows, kCols}, DType::kFP32};
+    const int s = src.AddTensor(spec).value();
+    const int d = dst.AddTensor(spec).value();
+    for (int rank = 0; rank < 8; ++rank) {
+      src.AppendFragment(s, Box::Make({8 * rank, 0}, {8 * rank + 8, kCols}).value(), rank, "w");
+    }
+    for (int rank = 8; rank < 8 * (1 + kDstNodes); ++rank) {
+      const int64_t col = 8 * (rank % 8);
+      dst.AppendFragment(d, Box::Make({0, col}, {kRows, col + 8}).value(), rank, "w");
+    }
+  }
+  PlannerOptions options;
+  options.relay = RelayMode::kOff;
+  options.network_chunk_bytes = 512;  // 2 tensors' pieces of 256 bytes: 2 messages per (sender, rank)
+  Result<PlanResult> r = PlanReshard(src, dst, topology, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(ValidatePlan(r->plan, src, dst).ok());
+  std::map<int, std::vector<const Op*>> sends;  // by rank
+  for (const Op& op : r->plan.ops) {
+    if (op.kind == OpKind::kSend && op.link == LinkClass::kNetwork) sends[op.rank].push_back(&op);
+  }
+  ASSERT_EQ(sends.size(), 8u);
+  const size_t receivers = 8 * kDstNodes;
+  std::map<int, std::set<int>> first_receivers;  // node -> the senders' first receiving ranks
+  for (auto& [rank, ops] : sends) {
+    std::sort(ops.begin(), ops.end(), [](const Op* a, const Op* b) {
+      return std::pair(a->round, a->id) < std::pair(b->round, b->id);
+    });
+    ASSERT_EQ(ops.size(), 2 * receivers) << "rank " << rank;
+    for (size_t i = 0; i + receivers <= ops.size(); i += receivers) {
+      std::set<int> peers;
+      for (size_t k = i; k < i + receivers; ++k) peers.insert(ops[k]->peer);
+      EXPECT_EQ(peers.size(), receivers) << "rank " << rank << ", sends " << i << " on";
+    }
+    std::set<int> nodes_seen;
+    for (const Op* op : ops) {
+      const int node = topology.NodeOf(op->peer);
+      if (nodes_seen.insert(node).second) first_receivers[node].insert(op->peer);
+    }
+  }
+  for (const auto& [node, ranks] : first_receivers) EXPECT_EQ(ranks.size(), 8u) << "node " << node;
+  Status exec = testing::ExecuteAndCheck(r->plan, src, dst);
+  EXPECT_TRUE(exec.ok()) << exec.ToString();
+}
+
 // A chain inside one node is cut at fanout_chunk_bytes and a chain relayed between nodes' leaders
 // at relay_chunk_bytes (its hops cross the network), not at network_chunk_bytes (the whole tensor).
 TEST(PlannerRouting, FanOutAndRelayedChainsHaveTheirOwnChunkSizes) {
