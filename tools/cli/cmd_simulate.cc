@@ -62,6 +62,7 @@ struct StrategyRun {
   double plan_seconds = 0;  // wall time of the planner
   double sim_seconds = 0;   // wall time of the simulator
   double sim_cpu_seconds = 0;  // CPU time of the simulator's thread (steady on a loaded machine)
+  bool simulated = false;      // false: skipped (--no-baseline)
 };
 
 // CPU time the calling thread has used: the simulator runs on one thread, so this is its cost
@@ -115,6 +116,7 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layo
   run.sim_seconds = Since(t0);
   run.sim_cpu_seconds = ThreadCpuSeconds() - cpu0;
   run.result = std::move(*simulated);
+  run.simulated = true;
   return run;
 }
 
@@ -141,48 +143,50 @@ Status WriteReports(const SimulateArgs& args, const SharedLayouts& layouts,
   return Status::Ok();
 }
 
+// One row of the side-by-side report: its label and the reshard, baseline and bound cells; the
+// baseline's cell reads "skipped" when --no-baseline left it unsimulated.
+void PrintRow(const char* label, const std::string& reshard, const std::string& baseline,
+              bool baseline_run, const std::string& bound = "") {
+  std::printf("%-24s %18s %18s %14s\n", label, reshard.c_str(),
+              baseline_run ? baseline.c_str() : "skipped", bound.c_str());
+}
+
+std::string Ratio(double value, double of) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2fx", of > 0 ? value / of : 0);
+  return text;
+}
+
 // The side-by-side report: predicted times, bytes, ops, simulator costs, link utilisation and
 // the critical path of each plan simulated.
 void PrintComparison(const StrategyRun& reshard, const StrategyRun& baseline, double lower,
                      const std::string& limit, double bound_network_bytes) {
+  const sim::SimResult& a = reshard.result;
+  const sim::SimResult& b = baseline.result;
+  const bool ran = baseline.simulated;
   std::printf("%-24s %18s %18s %14s\n", "", "ferry reshard", "gather-broadcast", "lower bound");
-  std::printf("%-24s %18s %18s %14s\n", "predicted time",
-              FormatSeconds(reshard.result.total_time).c_str(),
-              FormatSeconds(baseline.result.total_time).c_str(),
-              FormatSeconds(lower).c_str());
-  std::printf("%-24s %17.2fx %17.2fx %14s\n", "vs lower bound",
-              lower > 0 ? reshard.result.total_time / lower : 0,
-              lower > 0 ? baseline.result.total_time / lower : 0, "1.00x");
-  std::printf("%-24s %18s %18s %14s\n", "network bytes",
-              FormatBytes(reshard.result.network_bytes).c_str(),
-              FormatBytes(baseline.result.network_bytes).c_str(),
-              FormatBytes(bound_network_bytes).c_str());
-  std::printf("%-24s %18s %18s %14s\n", "nvlink bytes",
-              FormatBytes(reshard.result.nvlink_bytes).c_str(),
-              FormatBytes(baseline.result.nvlink_bytes).c_str(), "");
-  std::printf("%-24s %18lld %18lld %14s\n", "ops",
-              static_cast<long long>(reshard.result.num_ops),
-              static_cast<long long>(baseline.result.num_ops), "");
-  std::printf("%-24s %18lld %18lld %14s\n", "messages",
-              static_cast<long long>(reshard.result.num_messages),
-              static_cast<long long>(baseline.result.num_messages), "");
-  std::printf("%-24s %18lld %18lld %14s\n", "ops waiting for staging",
-              static_cast<long long>(reshard.result.staging_waits),
-              static_cast<long long>(baseline.result.staging_waits), "");
-  std::printf("%-24s %18s %18s %14s\n", "planner / simulator wall",
-              (FormatSeconds(reshard.plan_seconds) + " / " +
-               FormatSeconds(reshard.sim_seconds)).c_str(),
-              (FormatSeconds(baseline.plan_seconds) + " / " +
-               FormatSeconds(baseline.sim_seconds)).c_str(), "");
-  std::printf("%-24s %18s %18s %14s\n", "simulator cpu (1 thread)",
-              FormatSeconds(reshard.sim_cpu_seconds).c_str(),
-              FormatSeconds(baseline.sim_cpu_seconds).c_str(), "");
-  std::printf("%-24s %18d %18d %14s\n", "most classes on a link", reshard.result.peak_link_classes,
-              baseline.result.peak_link_classes, "");
+  PrintRow("predicted time", FormatSeconds(a.total_time), FormatSeconds(b.total_time), ran,
+           FormatSeconds(lower));
+  PrintRow("vs lower bound", Ratio(a.total_time, lower), Ratio(b.total_time, lower), ran, "1.00x");
+  PrintRow("network bytes", FormatBytes(a.network_bytes), FormatBytes(b.network_bytes), ran,
+           FormatBytes(bound_network_bytes));
+  PrintRow("nvlink bytes", FormatBytes(a.nvlink_bytes), FormatBytes(b.nvlink_bytes), ran);
+  PrintRow("ops", std::to_string(a.num_ops), std::to_string(b.num_ops), ran);
+  PrintRow("messages", std::to_string(a.num_messages), std::to_string(b.num_messages), ran);
+  PrintRow("ops waiting for staging", std::to_string(a.staging_waits),
+           std::to_string(b.staging_waits), ran);
+  PrintRow("planner / simulator wall",
+           FormatSeconds(reshard.plan_seconds) + " / " + FormatSeconds(reshard.sim_seconds),
+           FormatSeconds(baseline.plan_seconds) + " / " + FormatSeconds(baseline.sim_seconds), ran);
+  PrintRow("simulator cpu (1 thread)", FormatSeconds(reshard.sim_cpu_seconds),
+           FormatSeconds(baseline.sim_cpu_seconds), ran);
+  PrintRow("most classes on a link", std::to_string(a.peak_link_classes),
+           std::to_string(b.peak_link_classes), ran);
   std::printf("lower bound limited by: %s\n", limit.c_str());
-  std::printf("speed-up of ferry over gather-broadcast: %.2fx\n\n",
-              reshard.result.total_time > 0
-                  ? baseline.result.total_time / reshard.result.total_time : 0);
+  if (ran) {
+    std::printf("speed-up of ferry over gather-broadcast: %s\n", Ratio(b.total_time, a.total_time).c_str());
+  }
+  std::printf("\n");
   for (const StrategyRun* run : {&reshard, &baseline}) {
     if (run->result.num_ops == 0) continue;
     std::printf("%s: link utilisation\n%s", run->name.c_str(),

@@ -1,7 +1,7 @@
 // Tests of `ferry simulate` through its CLI11 subcommand: the report on a scaled preset, the
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
 // size the planner cannot use, refused naming the option, the window taken from
-// executor.max_in_flight as `ferry run` would, and the simulator's --rate-slack.
+// executor.max_in_flight as `ferry run` would, the simulator's --rate-slack, and a skipped baseline reported as skipped.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -70,6 +70,18 @@ std::string PredictedRow(std::vector<std::string> extra) {
   EXPECT_EQ(code, 0) << out;
   const size_t at = out.find("predicted time");
   return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
+}
+
+// --no-baseline leaves the baseline unsimulated: its column reads "skipped" and no speed-up over
+// it is claimed.
+TEST(SimulateCommand, SkippedBaselineIsReportedAsSkipped) {
+  testing::internal::CaptureStdout();
+  const int code = RunCli(SmallRefit({}));
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(code, 0) << out;
+  const std::string row = PredictedRow({});
+  EXPECT_NE(row.find("skipped"), std::string::npos) << row;
+  EXPECT_EQ(out.find("speed-up"), std::string::npos) << out;
 }
 
 TEST(SimulateCommand, WindowIsTheExecutorsMaxInFlightOption) {
