@@ -14,7 +14,8 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
      process in host memory: its copies and messages share the node's one host_mem link (the
      aggregate direct-read rate of the PAIRS pairs), each stream capped at one pair's rate, and
-     tcp messages also share the node's loopback (the aggregate tcp rate);
+     tcp messages also share the node's loopback (the aggregate tcp rate), each capped at one
+     tcp pair's rate;
   3. runs `ferry run` of each case (both strategies) and `ferry simulate` of the same case and
      options with the matching cluster file, and prints case | measured (mean and best of 3
      refits) | predicted | ratios (the links' rates are the best of 3 streams each).
@@ -131,7 +132,8 @@ INTROS = {
                        "2-core development host, ranks in host memory, direct reads"),
     "this-host-tcp.yaml": ("# The 2-core development host with every message through TCP loopback (ferry run with\n"
                            "# executor.direct_intra_node=false, and its gather-broadcast): the loopback's throughput is\n"
-                           "# shared by all streams of the node (host_message_bandwidth).\n",
+                           "# shared by all streams of the node (host_message_bandwidth), one stream alone gets less\n"
+                           "# (host_message_stream_bandwidth).\n",
                            "2-core development host, ranks in host memory, TCP loopback"),
 }
 
@@ -156,7 +158,7 @@ def header(links, post):
 
 def write_clusters(links, post, out):
     direct_rate, direct_alone, direct_cost = links["direct read"]
-    tcp_rate, _, tcp_cost = links["tcp"]
+    tcp_rate, tcp_alone, tcp_cost = links["tcp"]
     stream_cap = min(direct_alone, direct_rate)
     common = [
         # The 8 "GPUs" are the 8 rank processes: host_memory_ranks puts the copies and messages of
@@ -172,12 +174,14 @@ def write_clusters(links, post, out):
         "tensor_load_overhead: 0us",
     ]
     direct_overhead = charged_overhead(direct_cost, direct_rate, stream_cap)
-    tcp_overhead = charged_overhead(tcp_cost, tcp_rate, min(stream_cap, tcp_rate))
+    tcp_stream_cap = min(tcp_alone, stream_cap)
+    tcp_overhead = charged_overhead(tcp_cost, tcp_rate, min(tcp_stream_cap, tcp_rate))
     files = {
         "this-host.yaml": ["name: this-host", f"nvlink_message_overhead: {direct_overhead:.4g}",
                            f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}"],
         "this-host-tcp.yaml": ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_overhead:.4g}",
                                f"host_message_bandwidth: {tcp_rate:.4g}",
+                               f"host_message_stream_bandwidth: {tcp_stream_cap:.4g}",
                                f"nvlink_bandwidth: {tcp_rate:.4g}", f"nic_bandwidth: {tcp_rate:.4g}"],
     }
     for name, lines in files.items():

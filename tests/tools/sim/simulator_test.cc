@@ -377,6 +377,30 @@ TEST(SimulatorTest, LoopbackBandwidthIsSharedByEveryMessageOfTheNode) {
       << r.critical_path.back().description;
 }
 
+// One TCP stream alone gets less than several together (host_message_stream_bandwidth): with a
+// 2 GB/s loopback and 1 GB/s a stream, one 1 GB message takes 1 s, and two side by side take
+// 1 s too, where without the stream cap one alone would take the whole loopback (0.5 s).
+TEST(SimulatorTest, OneLoopbackStreamIsCappedBelowTheNodesRate) {
+  ClusterSpec c = TestCluster();
+  c.gpus_per_node = 4;
+  c.nics_per_node = 1;
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = 10e9;
+  c.host_memory_bandwidth = 100e9;
+  c.host_message_bandwidth = 2e9;
+  PlanBuilder one(4);
+  one.Message(0, 1, 1'000'000'000);
+  PlanBuilder two(4);
+  two.Message(0, 1, 1'000'000'000);
+  two.Message(2, 3, 1'000'000'000);
+  EXPECT_NEAR(SimulatePlan(one.plan(), c).total_time, 0.5, 1e-6);
+  c.host_message_stream_bandwidth = 1e9;
+  EXPECT_NEAR(SimulatePlan(one.plan(), c).total_time, 1.0, 1e-6);
+  EXPECT_NEAR(SimulatePlan(two.plan(), c).total_time, 1.0, 1e-6);
+  c.host_message_stream_bandwidth = -1;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
 // Host-memory ranks (the development host's cluster files, tools/sim/calibrate_host.py): every
 // rank's messages share the node's host_mem, so 4 pairs of ranks streaming 1 GB each at once take
 // 4x as long as one pair alone when the node's rate together is one stream's; and each message's
