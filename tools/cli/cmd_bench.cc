@@ -70,38 +70,63 @@ int64_t NowNanos() {
       .count();
 }
 
-// n messages of `size` bytes from rank 0 to rank 1, cycling through `buffer_bytes` of buffer.
-TransferPlan StreamPlan(int64_t size, int64_t messages, int64_t buffer_bytes) {
+// Per pair p of `pairs` (ranks 2p -> 2p + 1), n messages of `size` bytes, cycling through
+// `buffer_bytes` of the pair's source and destination buffers (buffer p of each).
+TransferPlan StreamPlan(int64_t size, int64_t messages, int64_t buffer_bytes, int pairs) {
   TransferPlan plan;
   plan.strategy = "bench";
-  plan.num_ranks = 2;
-  plan.source_buffers = {{0, "stream", buffer_bytes}};
-  plan.destination_buffers = {{1, "stream", buffer_bytes}};
+  plan.num_ranks = 2 * pairs;
+  for (int p = 0; p < pairs; ++p) {
+    plan.source_buffers.push_back({2 * p, "stream", buffer_bytes});
+    plan.destination_buffers.push_back({2 * p + 1, "stream", buffer_bytes});
+  }
   const int64_t slots = std::max<int64_t>(1, buffer_bytes / size);
   for (int64_t i = 0; i < messages; ++i) {
     const int64_t offset = (i % slots) * size;
-    Op send;
-    send.kind = OpKind::kSend;
-    send.rank = 0;
-    send.peer = 1;
-    send.message = i;
-    send.link = LinkClass::kSameNode;
-    send.SetData(ByteRange(Space::kSource, 0, offset, size));
-    plan.AddOp(send);
-    Op recv = send;
-    recv.kind = OpKind::kRecv;
-    recv.rank = 1;
-    recv.peer = 0;
-    recv.SetData(ByteRange(Space::kDestination, 0, offset, size));
-    plan.AddOp(recv);
+    for (int p = 0; p < pairs; ++p) {
+      Op send;
+      send.kind = OpKind::kSend;
+      send.rank = 2 * p;
+      send.peer = 2 * p + 1;
+      send.message = i * pairs + p;
+      send.link = LinkClass::kSameNode;
+      send.SetData(ByteRange(Space::kSource, p, offset, size));
+      plan.AddOp(send);
+      Op recv = send;
+      recv.kind = OpKind::kRecv;
+      recv.rank = 2 * p + 1;
+      recv.peer = 2 * p;
+      recv.SetData(ByteRange(Space::kDestination, p, offset, size));
+      plan.AddOp(recv);
+    }
   }
   return plan;
 }
 
-// Both ranks call it; rank 0 returns the series (rank 1 an empty one).
+// The earliest start and latest end over every rank of step `key`: each rank publishes its own,
+// rank 0 reads them all (the others return their own span).
+Result<double> SpanOverRanks(Store& store, const std::string& key, int rank, int ranks,
+                             int64_t start, int64_t end) {
+  const std::string mine = std::to_string(start) + " " + std::to_string(end);
+  FERRY_RETURN_IF_ERROR(store.Set(key + "/" + std::to_string(rank),
+                                  std::span<const uint8_t>(
+                                      reinterpret_cast<const uint8_t*>(mine.data()), mine.size()),
+                                  Deadline::AfterSeconds(60)));
+  for (int other = 0; rank == 0 && other < ranks; ++other) {
+    FERRY_ASSIGN_OR_RETURN(Bytes text, store.Get(key + "/" + std::to_string(other),
+                                                 Deadline::AfterSeconds(60)));
+    int64_t other_start = 0, other_end = 0;
+    std::istringstream(std::string(text.begin(), text.end())) >> other_start >> other_end;
+    start = std::min(start, other_start);
+    end = std::max(end, other_end);
+  }
+  return static_cast<double>(end - start) * 1e-9;
+}
+
+// Every rank calls it; rank 0 returns the series (the others a series of their own spans).
 Result<SweepSeries> SweepOnRank(const std::string& label, Communicator& comm, Store& store,
                                 const std::vector<int64_t>& sizes, int repetitions,
-                                int64_t stream_bytes) {
+                                int64_t stream_bytes, int pairs) {
   const int rank = comm.rank();
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, Executor::Create(comm));
   const int64_t buffer_bytes = std::max(stream_bytes, sizes.back());
@@ -110,38 +135,29 @@ Result<SweepSeries> SweepOnRank(const std::string& label, Communicator& comm, St
   FERRY_ASSIGN_OR_RETURN(SharedHostMemory buffer, SharedHostMemory::Allocate(buffer_bytes, "ferry-bench"));
   std::memset(buffer.data(), rank + 1, static_cast<size_t>(buffer_bytes));
   RankMemory memory;
-  const MemoryDesc desc = buffer.desc();
-  if (rank == 0) memory.source = {desc};
-  if (rank == 1) memory.destination = {desc};
-  if (rank == 0) memory.destination = {MemoryDesc{}};
-  if (rank == 1) memory.source = {MemoryDesc{}};
+  memory.source.resize(pairs);
+  memory.destination.resize(pairs);
+  (rank % 2 == 0 ? memory.source : memory.destination)[rank / 2] = buffer.desc();
   SweepSeries series;
   series.label = label;
+  series.pairs = pairs;
   int step = 0;
   auto timed = [&](const TransferPlan& plan) -> Result<double> {
     const std::string key = "bench/" + std::to_string(comm.epoch()) + "/" + std::to_string(step++);
-    FERRY_RETURN_IF_ERROR(Barrier(store, key, 2, Deadline::AfterSeconds(60)));
+    FERRY_RETURN_IF_ERROR(Barrier(store, key, 2 * pairs, Deadline::AfterSeconds(60)));
     const int64_t start = NowNanos();
     Result<ExecutorStats> stats = executor->Run(plan, memory, Deadline::AfterSeconds(120));
     const int64_t end = NowNanos();
     if (!stats.ok()) return stats.status().WithContext(label + ": rank " + std::to_string(rank));
-    const std::string mine = std::to_string(start) + " " + std::to_string(end);
-    FERRY_RETURN_IF_ERROR(store.Set(key + "/" + std::to_string(rank),
-                                    std::span<const uint8_t>(
-                                        reinterpret_cast<const uint8_t*>(mine.data()), mine.size()),
-                                    Deadline::AfterSeconds(60)));
-    FERRY_ASSIGN_OR_RETURN(Bytes other, store.Get(key + "/" + std::to_string(1 - rank),
-                                                  Deadline::AfterSeconds(60)));
-    int64_t other_start = 0, other_end = 0;
-    std::istringstream(std::string(other.begin(), other.end())) >> other_start >> other_end;
-    return static_cast<double>(std::max(end, other_end) - std::min(start, other_start)) * 1e-9;
+    return SpanOverRanks(store, key, rank, 2 * pairs, start, end);
   };
   for (int64_t size : sizes) {
     SweepPoint point;
     point.size_bytes = size;
-    point.messages = std::max<int64_t>(2, stream_bytes / size);
-    const TransferPlan stream = StreamPlan(size, point.messages, buffer_bytes);
-    const TransferPlan single = StreamPlan(size, 1, buffer_bytes);
+    const int64_t per_pair = std::max<int64_t>(2, stream_bytes / size);
+    point.messages = per_pair * pairs;
+    const TransferPlan stream = StreamPlan(size, per_pair, buffer_bytes, pairs);
+    const TransferPlan single = StreamPlan(size, 1, buffer_bytes, pairs);
     FERRY_RETURN_IF_ERROR(timed(single).status());  // warm-up: registration, connection
     point.stream_seconds = 1e30;
     point.single_message_seconds = 1e30;
@@ -171,21 +187,22 @@ Result<Config> BenchConfig(const BenchTransport& t) {
   return config;
 }
 
-// The `local` sweep: two threads of this process, an in-memory store.
+// The `local` sweep: 2 x pairs threads of this process, an in-memory store.
 Result<SweepSeries> SweepInProcess(const BenchTransport& t, const std::vector<int64_t>& sizes,
-                                   int repetitions, int64_t stream_bytes) {
+                                   int repetitions, int64_t stream_bytes, int pairs) {
   FERRY_ASSIGN_OR_RETURN(Config config, BenchConfig(t));
   InMemoryStore store;
-  Result<SweepSeries> results[2] = {SweepSeries{}, SweepSeries{}};
+  const int ranks = 2 * pairs;
+  std::vector<Result<SweepSeries>> results(ranks, SweepSeries{});
   std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
+  for (int rank = 0; rank < ranks; ++rank) {
     threads.emplace_back([&, rank] {
       CommunicatorOptions options;
       options.rank = rank;
-      options.size = 2;
+      options.size = ranks;
       options.store = &store;
       options.config = &config;
-      options.node_of_rank = {0, 0};
+      options.node_of_rank.assign(ranks, 0);
       Result<std::unique_ptr<Communicator>> comm =
           Communicator::Create(options, Deadline::AfterSeconds(30));
       if (!comm.ok()) {
@@ -193,13 +210,14 @@ Result<SweepSeries> SweepInProcess(const BenchTransport& t, const std::vector<in
         store.Close();
         return;
       }
-      results[rank] = SweepOnRank(t.label, **comm, store, sizes, repetitions, stream_bytes);
+      results[rank] = SweepOnRank(t.label, **comm, store, sizes, repetitions, stream_bytes, pairs);
       if (!results[rank].ok()) store.Close();
     });
   }
   for (std::thread& thread : threads) thread.join();
-  if (!results[0].ok()) return results[0].status();
-  if (!results[1].ok()) return results[1].status();
+  for (const Result<SweepSeries>& r : results) {
+    if (!r.ok()) return r.status();
+  }
   return std::move(results[0]).value();
 }
 
@@ -207,9 +225,9 @@ std::string SeriesRows(const SweepSeries& s) {
   std::ostringstream out;
   for (const SweepPoint& p : s.points) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.9f,%.4f,%.2f\n", s.label.c_str(),
+    std::snprintf(buf, sizeof buf, "%s,%lld,%lld,%.9f,%.4f,%.2f,%d\n", s.label.c_str(),
                   static_cast<long long>(p.size_bytes), static_cast<long long>(p.messages),
-                  p.stream_seconds, p.StreamGBps(), p.single_message_seconds * 1e6);
+                  p.stream_seconds, p.StreamGBps(), p.single_message_seconds * 1e6, s.pairs);
     out << buf;
   }
   return out.str();
@@ -225,8 +243,9 @@ Result<SweepSeries> ParseSeriesRows(const std::string& text) {
     std::stringstream row(line);
     std::string cell;
     while (std::getline(row, cell, ',')) cells.push_back(cell);
-    if (cells.size() != 6) return Internal("bench: malformed sweep row: " + line);
+    if (cells.size() != 7) return Internal("bench: malformed sweep row: " + line);
     s.label = cells[0];
+    s.pairs = std::stoi(cells[6]);
     SweepPoint p;
     p.size_bytes = std::stoll(cells[1]);
     p.messages = std::stoll(cells[2]);
@@ -242,6 +261,7 @@ struct BenchArgs {
   std::string min_size = "4KiB", max_size = "64MiB";
   std::string stream_bytes = "64MiB";
   int repetitions = 3;
+  int pairs = 1;  // concurrent sender -> receiver pairs, 2 * pairs processes
   std::vector<std::string> only;  // labels or transport names to keep
   bool skip_plan = false;
   std::string plan_scale = "1/32";
@@ -276,7 +296,7 @@ Status SweepRank(const BenchArgs& args, const std::vector<int64_t>& sizes, int64
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Join(info, config));
   FERRY_ASSIGN_OR_RETURN(SweepSeries series,
                          SweepOnRank(t.label, session->communicator(), session->store(), sizes,
-                                     args.repetitions, stream_bytes));
+                                     args.repetitions, stream_bytes, args.pairs));
   if (info.rank == 0) {
     FERRY_RETURN_IF_ERROR(
         WriteFile(args.out_dir + "/.sweep-" + std::to_string(args.one) + ".csv", SeriesRows(series)));
@@ -297,8 +317,10 @@ int BenchTransportsCommand(const BenchArgs& args) {
   Result<int64_t> max_size = ParseBytes(args.max_size);
   Result<int64_t> stream_bytes = ParseBytes(args.stream_bytes);
   if (!min_size.ok() || !max_size.ok() || !stream_bytes.ok() || *min_size < 1 ||
-      *max_size < *min_size || *stream_bytes < 1 || args.repetitions < 1) {
-    std::fprintf(stderr, "ferry bench: bad --min-size/--max-size/--stream-bytes/--repetitions\n");
+      *max_size < *min_size || *stream_bytes < 1 || args.repetitions < 1 || args.pairs < 1 ||
+      args.pairs > kMaxBenchPairs) {
+    std::fprintf(stderr,
+                 "ferry bench: bad --min-size/--max-size/--stream-bytes/--repetitions/--pairs\n");
     return 1;
   }
   const std::vector<int64_t> sizes = SweepSizes(*min_size, *max_size);
@@ -329,7 +351,7 @@ int BenchTransportsCommand(const BenchArgs& args) {
     const auto start = std::chrono::steady_clock::now();
     Result<SweepSeries> result = SweepSeries{};
     if (t.in_process) {
-      result = SweepInProcess(t, sizes, args.repetitions, *stream_bytes);
+      result = SweepInProcess(t, sizes, args.repetitions, *stream_bytes, args.pairs);
     } else {
       const std::string part = args.out_dir + "/.sweep-" + std::to_string(i) + ".csv";
       std::remove(part.c_str());
@@ -337,8 +359,8 @@ int BenchTransportsCommand(const BenchArgs& args) {
       launch.argv = {"ferry", "bench", "transports", "--out", args.out_dir, "--min-size",
                      args.min_size, "--max-size", args.max_size, "--stream-bytes",
                      args.stream_bytes, "--repetitions", std::to_string(args.repetitions),
-                     "--one", std::to_string(i)};
-      launch.ranks = 2;
+                     "--pairs", std::to_string(args.pairs), "--one", std::to_string(i)};
+      launch.ranks = 2 * args.pairs;
       launch.timeout_seconds = args.timeout_seconds;
       Result<LaunchResult> launched = LaunchLocalRanks(launch);
       if (!launched.ok()) {
@@ -360,13 +382,14 @@ int BenchTransportsCommand(const BenchArgs& args) {
     series.push_back(std::move(*result));
   }
   if (!series.empty()) {
-    std::printf("\nstream bandwidth (GB/s) and one message alone (us), 2 ranks, through the "
-                "executor:\n%s",
-                SweepTable(series).c_str());
+    std::printf("\nstream bandwidth (GB/s, all pairs together) and one message a pair alone (us), "
+                "%d pair(s) of ranks at once, through the executor:\n%s",
+                args.pairs, SweepTable(series).c_str());
     Status s = WriteFile(args.out_dir + "/sweep.csv", SweepCsv(series));
     if (s.ok()) {
       s = WriteFile(args.out_dir + "/sweep.svg",
-                    SweepSvg(series, "ferry bench transports: 2 processes, stream of messages"));
+                    SweepSvg(series, "ferry bench transports: " + std::to_string(2 * args.pairs) +
+                                         " processes, stream of messages"));
     }
     if (!s.ok()) {
       std::fprintf(stderr, "ferry bench: %s\n", s.ToString().c_str());
@@ -423,7 +446,8 @@ std::vector<int64_t> SweepSizes(int64_t min_bytes, int64_t max_bytes) {
 }
 
 std::string SweepCsv(const std::vector<SweepSeries>& series) {
-  std::string out = "transport,size_bytes,messages,stream_seconds,stream_GBps,single_message_us\n";
+  std::string out =
+      "transport,size_bytes,messages,stream_seconds,stream_GBps,single_message_us,pairs\n";
   for (const SweepSeries& s : series) out += SeriesRows(s);
   return out;
 }
@@ -579,6 +603,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   transports->add_option("--stream-bytes", args->stream_bytes,
                          "bytes streamed per measurement (at least two messages)");
   transports->add_option("--repetitions", args->repetitions, "measurements per point (best kept)");
+  transports->add_option("--pairs", args->pairs,
+                         "sender -> receiver pairs streaming at once (2 x pairs processes; the "
+                         "bandwidth is theirs together), 1 to " + std::to_string(kMaxBenchPairs));
   transports->add_option("--only", args->only,
                          "transports to keep, by name or label (tcp, ucx, libfabric, local, ...)");
   transports->add_flag("--skip-plan", args->skip_plan, "only the message-size sweep");

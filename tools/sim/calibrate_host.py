@@ -2,16 +2,23 @@
 """Validates `ferry simulate` against `ferry run` on this host, measured side by side in one run.
 
 Owns the measured-run half of the simulator's calibration (docs/simulator.md, "Calibration"):
-  1. measures this host's links with the transport microbenchmark (`ferry bench transports`,
-     two ranks: stream bandwidth and per-message cost of tcp and of direct reads), and the
-     executor's CPU time a posted op (a one-rank refit of many tiny tensors, every op a local
-     Copy or Unpack of a few hundred bytes: best refit time / ops), never with the refits it
-     predicts;
+  1. measures this host's links the way the refits use them, with the transport microbenchmark
+     (`ferry bench transports --pairs`) of tcp and of direct reads: PAIRS sender -> receiver
+     pairs at once (2 x PAIRS processes, as many as each case runs) streaming STREAM_BYTES a
+     pair (about what a receiver of the cases gets), for the node's aggregate rate and its cost a
+     message; one pair alone, for the rate of one stream; and the executor's CPU time a posted op
+     (a one-rank refit of many tiny tensors, every op a local Copy or Unpack of a few hundred
+     bytes: best refit time / ops), never with the refits it predicts;
   2. writes two cluster files from those numbers: this-host.yaml (messages between ranks as
      direct reads, ferry run's default) and this-host-tcp.yaml (every message through TCP
-     loopback, ferry run's "transport only" variant and its gather-broadcast);
+     loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
+     process in host memory: its copies and messages share the node's one host_mem link (the
+     aggregate direct-read rate of the PAIRS pairs), each stream capped at one pair's rate, and
+     tcp messages also share the node's loopback (the aggregate tcp rate), each capped at one
+     tcp pair's rate;
   3. runs `ferry run` of each case (both strategies) and `ferry simulate` of the same case and
-     options with the matching cluster file, and prints case | measured | predicted | ratio.
+     options with the matching cluster file, and prints case | measured (mean and best of 3
+     refits) | predicted | ratios (the links' rates are the best of 3 streams each).
 
 Usage: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry --out /tmp/calibrate
        [--clusters-only]  (steps 1 and 2)
@@ -33,6 +40,12 @@ CASES = [
 ]
 # Buckets a 1 GiB staging budget (executor.staging_budget's default) holds at this scale.
 SETTINGS = ["planner.bucket_bytes=256MiB"]
+# The link benchmark: as many processes as each case runs (4 senders, 4 receivers), each pair
+# streaming about the bytes a receiver of the cases gets (~960 MiB delivered to 4 receivers).
+PAIRS = 4
+STREAM_BYTES = "256MiB"
+# Per-message costs come from a sweep of small messages (a shorter stream: 4 KiB messages).
+COST_STREAM_BYTES = "16MiB"
 # The posting-cost refit: one rank, source and destination colocated, tensors of a few hundred
 # bytes, gather-and-broadcast with a bucket a tensor, so that every tensor takes two local ops (a
 # Copy into its bucket, an Unpack out of it) and the bytes (9.4 MiB twice) a few percent of the time.
@@ -54,22 +67,37 @@ def run(cmd):
     return done.stdout
 
 
-def measure_links(ferry, out):
-    """Per transport: (stream bytes/s over messages >= 1 MiB, seconds of CPU per message)."""
-    folder = os.path.join(out, "bench")
+def sweep(ferry, folder, pairs, stream_bytes, min_size, max_size):
+    """`ferry bench transports` of tcp and direct reads: {transport: [sweep.csv rows]}."""
     run([ferry, "bench", "transports", "--out", folder, "--only", "tcp", "--skip-plan",
-         "--min-size", "4KiB", "--max-size", "64MiB", "--repetitions", "3"])
+         "--pairs", str(pairs), "--stream-bytes", stream_bytes, "--min-size", min_size,
+         "--max-size", max_size, "--repetitions", "3"])
     rows = {}
     with open(os.path.join(folder, "sweep.csv")) as f:
         for row in csv.DictReader(f):
             rows.setdefault(row["transport"], []).append(row)
+    return rows
+
+
+def stream_rate(points):
+    """Bytes/s of all pairs together: the median over messages of 1 MiB and more."""
+    return statistics.median(float(p["stream_GBps"]) * 1e9 for p in points)
+
+
+def measure_links(ferry, out):
+    """Per transport: (aggregate bytes/s of PAIRS pairs, bytes/s of one pair alone, seconds a
+    message of the PAIRS pairs' stream of 4 KiB messages beyond its bytes: the node's cost a
+    message when every pair streams)."""
+    together = sweep(ferry, os.path.join(out, "bench-pairs"), PAIRS, STREAM_BYTES, "1MiB", "64MiB")
+    alone = sweep(ferry, os.path.join(out, "bench-one"), 1, STREAM_BYTES, "1MiB", "64MiB")
+    small = sweep(ferry, os.path.join(out, "bench-small"), PAIRS, COST_STREAM_BYTES, "4KiB", "4KiB")
     links = {}
-    for transport, points in rows.items():
-        large = [float(p["stream_GBps"]) * 1e9 for p in points if int(p["size_bytes"]) >= 1 << 20]
-        rate = statistics.median(large)
-        small = min(points, key=lambda p: int(p["size_bytes"]))
-        per_message = float(small["stream_seconds"]) / int(small["messages"])
-        links[transport] = (rate, max(per_message - int(small["size_bytes"]) / rate, 0.0))
+    for transport in ("direct read", "tcp"):
+        rate = stream_rate(together[transport])
+        point = small[transport][0]
+        per_message = float(point["stream_seconds"]) / int(point["messages"])
+        cost = max(per_message - int(point["size_bytes"]) / rate, 0.0)
+        links[transport] = (rate, stream_rate(alone[transport]), cost)
     return links
 
 
@@ -90,14 +118,54 @@ def measure_post_overhead(ferry, out):
     return best / int(planned.group(1)), int(planned.group(1)), best
 
 
+def charged_overhead(node_cost, node_rate, alone_rate):
+    """The per-message overhead to write: the simulator charges it as overhead x (the flow's rate
+    alone) bytes of service on links of node_rate shared by every message of the node, so each
+    message then holds the node for overhead x alone_rate / node_rate: the measured node_cost."""
+    return node_cost * node_rate / alone_rate
+
+
+# Per cluster file: what it models (the first comment lines) and its description.
+INTROS = {
+    "this-host.yaml": ("# The 2-core development host, ranks as local processes in host memory on one \"node\", every\n"
+                       "# message between them a direct read (ferry run's default: the receiver copies from the sender).\n",
+                       "2-core development host, ranks in host memory, direct reads"),
+    "this-host-tcp.yaml": ("# The 2-core development host with every message through TCP loopback (ferry run with\n"
+                           "# executor.direct_intra_node=false, and its gather-broadcast): the loopback's throughput is\n"
+                           "# shared by all streams of the node (host_message_bandwidth), one stream alone gets less\n"
+                           "# (host_message_stream_bandwidth).\n",
+                           "2-core development host, ranks in host memory, TCP loopback"),
+}
+
+
+def header(links, post):
+    """The comment lines every cluster file starts with: what was measured, how, and the values."""
+    direct_rate, direct_alone, direct_cost = links["direct read"]
+    tcp_rate, tcp_alone, tcp_cost = links["tcp"]
+    return (f"# Written by tools/sim/calibrate_host.py on a host of {os.cpu_count()} cores ({load()}) from\n"
+            f"# `ferry bench transports --pairs {PAIRS} --stream-bytes {STREAM_BYTES}`: {2 * PAIRS} processes, "
+            f"{PAIRS} sender -> receiver\n# pairs streaming at once (rates: median over 1-64 MiB messages), "
+            f"and the same with one pair alone:\n"
+            f"# direct read {direct_rate / 1e9:.2f} GB/s together, {direct_alone / 1e9:.2f} GB/s one pair alone, "
+            f"{direct_cost * 1e6:.1f} us of the node a message;\n"
+            f"# tcp {tcp_rate / 1e9:.2f} GB/s together, {tcp_alone / 1e9:.2f} GB/s one pair alone, "
+            f"{tcp_cost * 1e6:.1f} us of the node a message\n"
+            f"# (costs: {PAIRS} pairs streaming 4 KiB messages, seconds / messages - bytes / rate);\n"
+            f"# executor {post[0] * 1e6:.1f} us a posted op ({post[1]} local ops of "
+            f"{' '.join(POST_CASE + tuple(POST_SETTINGS))}, best refit {post[2] * 1e3:.2f} ms).\n"
+            f"# Re-measure: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry --out DIR\n")
+
+
 def write_clusters(links, post, out):
-    cores = os.cpu_count() or 1
-    direct_rate, direct_cost = links["direct read"]
-    tcp_rate, tcp_cost = links["tcp"]
+    direct_rate, direct_alone, direct_cost = links["direct read"]
+    tcp_rate, tcp_alone, tcp_cost = links["tcp"]
+    stream_cap = min(direct_alone, direct_rate)
     common = [
+        # The 8 "GPUs" are the 8 rank processes: host_memory_ranks puts the copies and messages of
+        # all of them on the node's one host_mem link, the rate of PAIRS pairs together.
         "gpus_per_node: 8", "num_nodes: 1", "nics_per_node: 1", "host_memory_ranks: true",
-        f"host_copy_bandwidth: {direct_rate:.4g}",
-        f"host_memory_bandwidth: {direct_rate * cores:.4g}",
+        f"host_copy_bandwidth: {stream_cap:.4g}",
+        f"host_memory_bandwidth: {direct_rate:.4g}",
         # Read by the lower bound and the summary line only (host-memory ranks use the above).
         f"copy_bandwidth: {direct_rate:.4g}", f"pack_bandwidth: {direct_rate:.4g}",
         "nvlink_latency: 0us", "kernel_overhead: 2us",
@@ -105,21 +173,27 @@ def write_clusters(links, post, out):
         # ferry run's gather-broadcast unpacks in place: no vLLM weight loading here.
         "tensor_load_overhead: 0us",
     ]
+    direct_overhead = charged_overhead(direct_cost, direct_rate, stream_cap)
+    tcp_stream_cap = min(tcp_alone, stream_cap)
+    tcp_overhead = charged_overhead(tcp_cost, tcp_rate, min(tcp_stream_cap, tcp_rate))
     files = {
-        "this-host.yaml": common + ["name: this-host", f"nvlink_message_overhead: {direct_cost:.4g}",
-                                    f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}"],
-        "this-host-tcp.yaml": common + ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_cost:.4g}",
-                                        f"host_message_bandwidth: {tcp_rate:.4g}",
-                                        f"nvlink_bandwidth: {tcp_rate:.4g}", f"nic_bandwidth: {tcp_rate:.4g}"],
+        "this-host.yaml": ["name: this-host", f"nvlink_message_overhead: {direct_overhead:.4g}",
+                           f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}"],
+        "this-host-tcp.yaml": ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_overhead:.4g}",
+                               f"host_message_bandwidth: {tcp_rate:.4g}",
+                               f"host_message_stream_bandwidth: {tcp_stream_cap:.4g}",
+                               f"nvlink_bandwidth: {tcp_rate:.4g}", f"nic_bandwidth: {tcp_rate:.4g}"],
     }
-    header = (f"# Written by tools/sim/calibrate_host.py from `ferry bench transports` on a host of "
-              f"{cores} cores:\n# direct read {direct_rate / 1e9:.2f} GB/s + {direct_cost * 1e6:.1f} us a "
-              f"message, tcp {tcp_rate / 1e9:.2f} GB/s + {tcp_cost * 1e6:.1f} us a message;\n"
-              f"# executor {post[0] * 1e6:.1f} us a posted op ({post[1]} local ops of "
-              f"{' '.join(POST_CASE + tuple(POST_SETTINGS))}, best refit {post[2] * 1e3:.2f} ms).\n")
     for name, lines in files.items():
+        intro, description = INTROS[name]
         with open(os.path.join(out, name), "w") as f:
-            f.write(header + "\n".join(lines) + "\n")
+            f.write(intro + header(links, post) + f"description: {description}\n" +
+                    "\n".join(common + lines) + "\n")
+
+
+def load():
+    """The machine's load averages, as `uptime` prints them."""
+    return "load " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def measure_case(ferry, out, case):
@@ -134,7 +208,8 @@ def measure_case(ferry, out, case):
         cmd += ["--set", s]
     run(cmd)
     with open(results) as f:
-        return {row[1]: float(row[4]) for row in csv.reader(f)}  # variant -> mean seconds
+        # variant -> (mean, best) seconds
+        return {row[1]: (float(row[4]), float(row[5])) for row in csv.reader(f)}
 
 
 def seconds(text):
@@ -170,15 +245,17 @@ def main():
     write_clusters(links, post, args.out)
     if args.clusters_only:
         return
-    print("| case | variant | measured | predicted | ratio |")
-    print("| --- | --- | ---: | ---: | ---: |")
+    print(f"links measured at {load()}")
+    print("| case | variant | measured mean | best | predicted | ratio to mean | to best |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for case in CASES:
         measured = measure_case(args.ferry, args.out, case)
         for variant, (cluster, direct_reads) in CLUSTER_OF_VARIANT.items():
             predicted = predict_case(args.ferry, args.out, case, cluster, direct_reads)
             strategy = "gather-broadcast" if variant == "gather-broadcast" else "reshard"
-            p, m = predicted[strategy], measured[variant]
-            print(f"| {case[0]} | {variant} | {m:.3f} s | {p:.3f} s | {p / m:.2f} |", flush=True)
+            p, (mean, best) = predicted[strategy], measured[variant]
+            print(f"| {case[0]} | {variant} | {mean:.3f} s | {best:.3f} s | {p:.3f} s | {p / mean:.2f} "
+                  f"| {p / best:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,7 @@ Status ClusterSpec::Validate() const {
   FERRY_RETURN_IF_ERROR(positive(host_copy_bandwidth, "host_copy_bandwidth"));
   FERRY_RETURN_IF_ERROR(non_negative(spine_bandwidth_per_node, "spine_bandwidth_per_node"));
   FERRY_RETURN_IF_ERROR(non_negative(host_message_bandwidth, "host_message_bandwidth"));
+  FERRY_RETURN_IF_ERROR(non_negative(host_message_stream_bandwidth, "host_message_stream_bandwidth"));
   FERRY_RETURN_IF_ERROR(non_negative(nic_latency, "nic_latency"));
   FERRY_RETURN_IF_ERROR(non_negative(nic_message_overhead, "nic_message_overhead"));
   FERRY_RETURN_IF_ERROR(non_negative(cross_rail_latency, "cross_rail_latency"));
@@ -323,6 +324,7 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
       {"host_memory_ranks", boolean(&c.host_memory_ranks)},
       {"host_copy_bandwidth", bandwidth(&c.host_copy_bandwidth)},
       {"host_message_bandwidth", bandwidth(&c.host_message_bandwidth)},
+      {"host_message_stream_bandwidth", bandwidth(&c.host_message_stream_bandwidth)},
   };
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();

@@ -82,6 +82,10 @@ struct ClusterSpec {
   // kernel on a few cores). 0: no limit beyond host_copy_bandwidth and host_memory_bandwidth
   // (direct reads, one memcpy a message).
   double host_message_bandwidth = 0;
+  // Each such message alone at most this rate: one stream of that transport (one TCP connection's
+  // kernel copies on one core), below what several streams get together. 0: no cap beyond
+  // host_copy_bandwidth.
+  double host_message_stream_bandwidth = 0;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
   int RanksPerNode() const { return gpus_per_node * ranks_per_gpu; }

@@ -534,6 +534,9 @@ void Engine::StartMessage(int sender, int receiver, double t) {
       add(Res(ResourceKind::kHostMem, na));
       if (c_.host_message_bandwidth > 0) add(Res(ResourceKind::kLoopback, na));
       f.cap = c_.host_copy_bandwidth;
+      if (c_.host_message_stream_bandwidth > 0) {
+        f.cap = std::min(f.cap, c_.host_message_stream_bandwidth);
+      }
     } else {
       add(Res(ResourceKind::kNvlinkOut, ga));
       add(Res(ResourceKind::kNvlinkIn, gb));

@@ -7,8 +7,8 @@ namespace ferry::cli {
 namespace {
 
 std::vector<SweepSeries> TwoSeries() {
-  SweepSeries a{"tcp", {{4096, 100, 0.001, 20e-6}, {65536, 10, 0.0005, 40e-6}}};
-  SweepSeries b{"ucx sm+tcp", {{4096, 100, 0.0005, 10e-6}, {65536, 10, 0.0002, 30e-6}}};
+  SweepSeries a{"tcp", 1, {{4096, 100, 0.001, 20e-6}, {65536, 10, 0.0005, 40e-6}}};
+  SweepSeries b{"ucx sm+tcp", 4, {{4096, 100, 0.0005, 10e-6}, {65536, 10, 0.0002, 30e-6}}};
   return {a, b};
 }
 
@@ -21,9 +21,10 @@ TEST(CmdBenchTest, SweepSizesArePowersOfFourUpToTheMaximum) {
 
 TEST(CmdBenchTest, CsvAndTableCarryEveryPoint) {
   const std::string csv = SweepCsv(TwoSeries());
-  EXPECT_EQ(csv.rfind("transport,size_bytes,messages,stream_seconds,stream_GBps,single_message_us\n", 0), 0u);
-  EXPECT_NE(csv.find("tcp,4096,100,0.001000000,0.4096,20.00\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find("ucx sm+tcp,65536,10,"), std::string::npos);
+  EXPECT_EQ(csv.rfind("transport,size_bytes,messages,stream_seconds,stream_GBps,single_message_us,"
+                      "pairs\n", 0), 0u);
+  EXPECT_NE(csv.find("tcp,4096,100,0.001000000,0.4096,20.00,1\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("ucx sm+tcp,65536,10,0.000200000,3.2768,30.00,4\n"), std::string::npos) << csv;
   const std::string table = SweepTable(TwoSeries());
   EXPECT_NE(table.find("4 KiB"), std::string::npos) << table;
   EXPECT_NE(table.find("64 KiB"), std::string::npos) << table;

@@ -73,6 +73,17 @@ TEST(ClusterTest, ShippedClusterFilesLoad) {
   EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_memory_ranks);
   EXPECT_EQ(LoadCluster("tools/sim/clusters/this-host.yaml")->host_message_bandwidth, 0);
   EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_bandwidth, 0);
+  EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_stream_bandwidth, 0);
+  EXPECT_EQ(ParseClusterYaml("host_message_stream_bandwidth: 2GB/s")->host_message_stream_bandwidth, 2e9);
+  // The host's files model its ranks as processes sharing one host_mem link at the rate of all of
+  // them together (tools/sim/calibrate_host.py), each stream capped at one pair's rate or below.
+  for (const char* path : {"tools/sim/clusters/this-host.yaml", "tools/sim/clusters/this-host-tcp.yaml"}) {
+    const ClusterSpec host = *LoadCluster(path);
+    EXPECT_LE(host.host_copy_bandwidth, host.host_memory_bandwidth) << path;
+    EXPECT_EQ(host.copy_bandwidth, host.host_memory_bandwidth) << path;
+    EXPECT_LE(host.host_message_bandwidth, host.host_memory_bandwidth) << path;
+    EXPECT_LE(host.host_message_stream_bandwidth, host.host_copy_bandwidth) << path;
+  }
   EXPECT_FALSE(LoadCluster("/no/such/file.yaml").ok());
 }
 

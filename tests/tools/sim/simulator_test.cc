@@ -1,5 +1,6 @@
 // Tests for the simulator: hand-computed times for one flow, shared links (max-min fairness, the
-// order in which progressive filling fixes links, classes going idle and returning), a chain of
+// order in which progressive filling fixes links, classes going idle and returning; host-memory
+// ranks sharing their node's copy rate and message costs), a chain of
 // dependent ops, fan-out, store-and-forward relays, rendezvous of Send/Recv, host staging, the
 // rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
 // saves), the critical path, and rejection of malformed plans.
@@ -374,6 +375,59 @@ TEST(SimulatorTest, LoopbackBandwidthIsSharedByEveryMessageOfTheNode) {
   ASSERT_FALSE(r.critical_path.empty());
   EXPECT_NE(r.critical_path.back().description.find("loopback[node 0]"), std::string::npos)
       << r.critical_path.back().description;
+}
+
+// One TCP stream alone gets less than several together (host_message_stream_bandwidth): with a
+// 2 GB/s loopback and 1 GB/s a stream, one 1 GB message takes 1 s, and two side by side take
+// 1 s too, where without the stream cap one alone would take the whole loopback (0.5 s).
+TEST(SimulatorTest, OneLoopbackStreamIsCappedBelowTheNodesRate) {
+  ClusterSpec c = TestCluster();
+  c.gpus_per_node = 4;
+  c.nics_per_node = 1;
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = 10e9;
+  c.host_memory_bandwidth = 100e9;
+  c.host_message_bandwidth = 2e9;
+  PlanBuilder one(4);
+  one.Message(0, 1, 1'000'000'000);
+  PlanBuilder two(4);
+  two.Message(0, 1, 1'000'000'000);
+  two.Message(2, 3, 1'000'000'000);
+  EXPECT_NEAR(SimulatePlan(one.plan(), c).total_time, 0.5, 1e-6);
+  c.host_message_stream_bandwidth = 1e9;
+  EXPECT_NEAR(SimulatePlan(one.plan(), c).total_time, 1.0, 1e-6);
+  EXPECT_NEAR(SimulatePlan(two.plan(), c).total_time, 1.0, 1e-6);
+  c.host_message_stream_bandwidth = -1;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+// Host-memory ranks (the development host's cluster files, tools/sim/calibrate_host.py): every
+// rank's messages share the node's host_mem, so 4 pairs of ranks streaming 1 GB each at once take
+// 4x as long as one pair alone when the node's rate together is one stream's; and each message's
+// fixed cost holds that shared link, so the node pays the costs of all pairs one after the other
+// (4 x 100 messages x (10 us + 1 us)), unless the node's rate holds several streams at once.
+TEST(SimulatorTest, HostMemoryRanksShareTheNodesCopyRateAndMessageCosts) {
+  ClusterSpec c = TestCluster();
+  c.gpus_per_node = 8;
+  c.nics_per_node = 1;
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = 1e9;
+  c.host_memory_bandwidth = 1e9;
+  PlanBuilder one(8);
+  one.Message(0, 1, 1'000'000'000);
+  EXPECT_NEAR(SimulatePlan(one.plan(), c).total_time, 1.0, 1e-6);
+  PlanBuilder pairs(8);
+  for (int p = 0; p < 4; ++p) pairs.Message(2 * p, 2 * p + 1, 1'000'000'000);
+  EXPECT_NEAR(SimulatePlan(pairs.plan(), c).total_time, 4.0, 1e-6);
+
+  PlanBuilder small(8);
+  for (int i = 0; i < 100; ++i) {
+    for (int p = 0; p < 4; ++p) small.Message(2 * p, 2 * p + 1, 1000);
+  }
+  c.nvlink_message_overhead = 10e-6;
+  EXPECT_NEAR(SimulatePlan(small.plan(), c).total_time, 400 * 11e-6, 1e-7);
+  c.host_memory_bandwidth = 4e9;  // room for the 4 streams at once: each pair pays its own
+  EXPECT_NEAR(SimulatePlan(small.plan(), c).total_time, 100 * 11e-6, 1e-7);
 }
 
 TEST(SimulatorTest, RejectsMalformedPlans) {
