@@ -41,6 +41,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kMaxFlowLinks = 8;
 constexpr double kRelEps = 1e-9;
+constexpr int kNoBottleneck = -2;
 
 struct Resource {
   double capacity = 0;
@@ -65,7 +66,9 @@ struct Flow {
   int op_a = -1;
   int op_b = -1;
   int ingress_node = -1;  // destination node of a network flow
-  int bottleneck = -1;    // resource that limited its class when it finished (-1: own cap)
+  // Order of its start among all flows: breaks ties between members of a class due at the same
+  // service, as the record's index did before records were reused.
+  int seq = -1;
 };
 
 // Active flows with identical links and cap always get the same max-min rate, so they are
@@ -90,14 +93,22 @@ struct FlowClass {
   int cid = -1;            // class id (of its ClassRecord)
 };
 
+// A member of a class: when it finishes, and its flow record.
+struct MemberFinish {
+  double service;
+  int seq;   // Flow::seq
+  int flow;  // index of its record in Engine::flows_
+  bool operator>(const MemberFinish& o) const {
+    return service != o.service ? service > o.service : seq > o.seq;
+  }
+};
+
 struct ClassRecord {
   FlowClass parked;  // its state while idle; its links, cap and ingress node are always valid
   int slot = -1;     // its slot while it has members, -1 when idle
   std::array<int, kMaxFlowLinks> pos{};  // position of its slot in links[k]'s class list
-  // (finish service, flow id), smallest first.
-  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
-                      std::greater<std::pair<double, int>>>
-      finishing;
+  // Its members by (finish service, start order), smallest first.
+  std::priority_queue<MemberFinish, std::vector<MemberFinish>, std::greater<MemberFinish>> finishing;
 };
 
 // A flow's class key: its links and cap.
@@ -157,6 +168,7 @@ class Engine {
   double Load(int op, double t);
   void CountLoadedTensors();
   void StartMessage(int sender, int receiver, double t);
+  int NewFlow(const Flow& f);  // stores f in a free record, returns its index
   void StartFlow(int id, double overhead, double t);
   void OnFlowStart(int f, double t);
   void OnFlowFinish(int f, double t);
@@ -213,7 +225,11 @@ class Engine {
 
   std::array<int, kNumResourceKinds + 1> offset_{};
   std::vector<Resource> res_;
+  // Records of the flows started and not finished, reused once finished (free_flows_), so that
+  // memory follows the flows in flight rather than every flow of the run.
   std::vector<Flow> flows_;
+  std::vector<int> free_flows_;
+  int num_flows_ = 0;  // flows started so far (the next Flow::seq)
   std::vector<ClassRecord> classes_;  // by class id
   std::vector<FlowClass> active_;     // by slot: the classes with members
   std::vector<int> free_slots_;
@@ -236,8 +252,10 @@ class Engine {
   std::vector<int> dependents_begin_, dependents_;  // CSR of reverse deps
   std::vector<int> partner_;        // matched message op, -1 otherwise
   std::vector<int> cause_;          // the dep whose completion made it ready
-  std::vector<double> ready_, start_, end_;
-  std::vector<int> flow_of_op_;
+  std::vector<OpTime> times_;  // moved into SimResult::op_times when recorded
+  // The link that limited the op's flow when it finished (-1: the flow's own cap); kNoBottleneck
+  // for ops whose flow moved no bytes.
+  std::vector<int> bottleneck_of_op_;
   std::vector<char> elided_;  // the Packs and Unpacks of direct reads (SimOptions::direct_reads)
   int64_t num_messages_ = 0;
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
@@ -290,10 +308,8 @@ Status Engine::Prepare() {
   pending_.assign(n, 0);
   partner_.assign(n, -1);
   cause_.assign(n, -1);
-  ready_.assign(n, -1);
-  start_.assign(n, -1);
-  end_.assign(n, -1);
-  flow_of_op_.assign(n, -1);
+  times_.assign(n, OpTime{});
+  bottleneck_of_op_.assign(n, kNoBottleneck);
   posted_.assign(plan_.num_ranks, 0);
   post_free_.assign(plan_.num_ranks, 0.0);
   load_free_.assign(plan_.num_ranks, 0.0);
@@ -368,6 +384,8 @@ Status Engine::Prepare() {
     partner_[r] = s;
   }
   num_messages_ = static_cast<int64_t>(messages.size());
+  // Freed here rather than at return: StagingGate::Make below has its own transient peak.
+  std::unordered_map<int64_t, std::pair<int, int>>().swap(messages);
   dependents_begin_.assign(n + 1, 0);
   for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
   dependents_.assign(dependents_begin_[n], 0);
@@ -375,6 +393,8 @@ Status Engine::Prepare() {
   for (int i = 0; i < n; ++i) {
     for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
   }
+  count = {};
+  fill = {};
   FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget));
   if (opt_.direct_reads) {
     elided_.assign(n, 0);
@@ -462,14 +482,14 @@ void Engine::OnReady(int op, double t) {
 void Engine::BecomeReady(int op, double t) {
   const Op& o = plan_.ops[op];
   if (!IsMessageKind(o.kind)) {
-    ready_[op] = t;
+    times_[op].ready = t;
     StartLocalOp(op, t);
     return;
   }
   // A receive is ready once posted: its message starts no earlier (StartMessage).
-  ready_[op] = IsSender(o.kind) ? t : Post(o.rank, t);
+  times_[op].ready = IsSender(o.kind) ? t : Post(o.rank, t);
   const int p = partner_[op];
-  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
+  if (times_[p].ready < 0) return;  // the partner starts the message when it becomes ready
   Admit(IsSender(o.kind) ? op : p, t);
 }
 
@@ -491,9 +511,7 @@ void Engine::StartLocalOp(int op, double t) {
   Flow f;
   f.op_a = op;
   if (!elided_.empty() && elided_[op]) {  // a direct read's Pack or Unpack: done when ready
-    flow_of_op_[op] = static_cast<int>(flows_.size());
-    flows_.push_back(f);
-    StartFlow(flow_of_op_[op], 0, t);
+    StartFlow(NewFlow(f), 0, t);
     return;
   }
   f.bytes = static_cast<double>(o.bytes);
@@ -505,10 +523,7 @@ void Engine::StartLocalOp(int op, double t) {
     if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
   }
   local_bytes_ += f.bytes;
-  int id = static_cast<int>(flows_.size());
-  flows_.push_back(f);
-  flow_of_op_[op] = id;
-  StartFlow(id, c_.kernel_overhead, Load(op, Post(o.rank, t)));
+  StartFlow(NewFlow(f), c_.kernel_overhead, Load(op, Post(o.rank, t)));
 }
 
 void Engine::StartMessage(int sender, int receiver, double t) {
@@ -574,12 +589,22 @@ void Engine::StartMessage(int sender, int receiver, double t) {
     f.ingress_node = nb;
     network_bytes_ += f.bytes;
   }
-  int id = static_cast<int>(flows_.size());
-  flows_.push_back(f);
-  flow_of_op_[sender] = id;
-  flow_of_op_[receiver] = id;
   // The send is posted now, its window slot granted; the receive was posted when it was ready.
-  StartFlow(id, overhead, std::max(Post(so.rank, t), ready_[receiver]));
+  StartFlow(NewFlow(f), overhead, std::max(Post(so.rank, t), times_[receiver].ready));
+}
+
+int Engine::NewFlow(const Flow& f) {
+  int id;
+  if (free_flows_.empty()) {
+    id = static_cast<int>(flows_.size());
+    flows_.push_back(f);
+  } else {
+    id = free_flows_.back();
+    free_flows_.pop_back();
+    flows_[id] = f;
+  }
+  flows_[id].seq = num_flows_++;
+  return id;
 }
 
 // Starts flow `id` at t, its fixed cost `overhead` (seconds) charged as service on its links at
@@ -667,11 +692,12 @@ void Engine::ScheduleFinish(int slot, double now) {
 
 void Engine::OnFlowStart(int id, double t) {
   Flow& f = flows_[id];
-  if (f.op_a >= 0) start_[f.op_a] = t;
-  if (f.op_b >= 0) start_[f.op_b] = t;
+  if (f.op_a >= 0) times_[f.op_a].start = t;
+  if (f.op_b >= 0) times_[f.op_b].start = t;
   if (f.work <= 0) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+    free_flows_.push_back(id);
     return;
   }
   const int cid = ClassOf(f);
@@ -679,8 +705,8 @@ void Engine::OnFlowStart(int id, double t) {
   const int slot = m.slot >= 0 ? m.slot : Activate(cid);
   FlowClass& c = active_[slot];
   Settle(c, t);
-  m.finishing.push({c.service + f.work, id});
-  c.next_finish = m.finishing.top().first;
+  m.finishing.push({c.service + f.work, f.seq, id});
+  c.next_finish = m.finishing.top().service;
   if (c.members++ == 0) {
     c.rate = 0;
     for (int k = 0; k < c.num_links; ++k) {
@@ -713,21 +739,25 @@ void Engine::OnFlowFinish(int cid, double t) {
   FlowClass& c = active_[slot];
   Settle(c, t);
   const double slack = 1e-9 * std::max(1.0, c.service);
-  while (c.members > 0 && cm.finishing.top().first <= c.service + slack) {
-    int id = cm.finishing.top().second;
+  while (c.members > 0 && cm.finishing.top().service <= c.service + slack) {
+    const int id = cm.finishing.top().flow;
     cm.finishing.pop();
     --c.members;
-    Flow& f = flows_[id];
-    f.bottleneck = c.bottleneck;
+    const Flow& f = flows_[id];
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
       r.bytes_carried += f.bytes;
       r.allocated -= c.rate;
     }
+    if (f.bytes > 0) {
+      bottleneck_of_op_[f.op_a] = c.bottleneck;
+      if (f.op_b >= 0) bottleneck_of_op_[f.op_b] = c.bottleneck;
+    }
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+    free_flows_.push_back(id);
   }
-  if (c.members > 0) c.next_finish = cm.finishing.top().first;
+  if (c.members > 0) c.next_finish = cm.finishing.top().service;
   if (c.members == 0) {
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
@@ -1012,7 +1042,7 @@ void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
 }
 
 void Engine::OnOpDone(int op, double t) {
-  end_[op] = t;
+  times_[op].end = t;
   const Op& o = plan_.ops[op];
   if (IsSender(o.kind)) {
     --posted_[o.rank];
@@ -1070,17 +1100,16 @@ std::string Engine::DescribeOp(int op) const {
   } else {
     out << OpKindName(o.kind) << " r" << o.rank << " " << FormatBytes(static_cast<double>(o.bytes));
   }
-  int fid = flow_of_op_[op];
-  if (fid >= 0 && flows_[fid].bytes > 0) {
-    out << ", limited by " << DescribeResource(flows_[fid].bottleneck);
+  if (bottleneck_of_op_[op] != kNoBottleneck) {
+    out << ", limited by " << DescribeResource(bottleneck_of_op_[op]);
   }
   return out.str();
 }
 
 void Engine::BuildCriticalPath(SimResult& result) const {
   int cur = -1;
-  for (size_t i = 0; i < end_.size(); ++i) {
-    if (cur < 0 || end_[i] > end_[cur]) cur = static_cast<int>(i);
+  for (size_t i = 0; i < times_.size(); ++i) {
+    if (cur < 0 || times_[i].end > times_[cur].end) cur = static_cast<int>(i);
   }
   std::vector<CriticalStep> steps;
   while (cur >= 0 && steps.size() < 100000) {
@@ -1088,10 +1117,10 @@ void Engine::BuildCriticalPath(SimResult& result) const {
     int shown = cur;
     if (partner_[cur] >= 0) {
       int p = partner_[cur];
-      if (ready_[p] > ready_[cur]) gate = p;
+      if (times_[p].ready > times_[cur].ready) gate = p;
       shown = IsSender(plan_.ops[cur].kind) ? cur : p;
     }
-    steps.push_back({shown, start_[shown], end_[cur], DescribeOp(shown)});
+    steps.push_back({shown, times_[shown].start, times_[cur].end, DescribeOp(shown)});
     cur = cause_[gate];
   }
   std::reverse(steps.begin(), steps.end());
@@ -1131,16 +1160,17 @@ Result<SimResult> Engine::Run() {
                              std::to_string(c_.TotalGpus()) + " GPUs");
     }
   }
-  flows_.reserve(n);
   // Ops ready at the start: their staging is granted per rank in (round, id) order, and message
   // ops are posted per rank in (round, id) order, as the executor does with everything ready at
   // once.
-  std::vector<int> initial;
+  std::vector<std::pair<int, int>> by_round;  // (round, id) of the ops ready at the start
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] == 0) initial.push_back(i);
+    if (pending_[i] == 0) by_round.emplace_back(plan_.ops[i].round, i);
   }
-  std::stable_sort(initial.begin(), initial.end(),
-                   [&](int a, int b) { return plan_.ops[a].round < plan_.ops[b].round; });
+  std::sort(by_round.begin(), by_round.end());
+  std::vector<int> initial(by_round.size());
+  for (size_t i = 0; i < by_round.size(); ++i) initial[i] = by_round[i].second;
+  by_round = {};
   std::vector<char> admitted(n, 0);
   for (int i : initial) admitted[i] = staging_.Admit(i);
   // The receives ready at the start are posted in (round, id) order too.
@@ -1156,10 +1186,10 @@ Result<SimResult> Engine::Run() {
     if (pending_[i] != 0 || !admitted[i]) continue;
     const Op& o = plan_.ops[i];
     if (opt_.max_in_flight > 0 && IsMessageKind(o.kind)) {
-      ready_[i] = posted.empty() ? 0.0 : posted[i];
+      times_[i].ready = posted.empty() ? 0.0 : posted[i];
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
-      if (ready_[p] >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+      if (times_[p].ready >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
     } else {
       BecomeReady(i, 0.0);
     }
@@ -1195,7 +1225,7 @@ Result<SimResult> Engine::Run() {
   }
   int never = 0, example = -1;
   for (int i = 0; i < n; ++i) {
-    if (end_[i] < 0) {
+    if (times_[i].end < 0) {
       ++never;
       if (example < 0) example = i;
     }
@@ -1210,7 +1240,7 @@ Result<SimResult> Engine::Run() {
                            " on rank " + std::to_string(o.rank) + ") " + why);
   }
   SimResult result;
-  for (double e : end_) result.total_time = std::max(result.total_time, e);
+  for (const OpTime& time : times_) result.total_time = std::max(result.total_time, time.end);
   result.num_ops = n;
   result.num_messages = num_messages_;
   result.num_events = num_events_;
@@ -1223,10 +1253,7 @@ Result<SimResult> Engine::Run() {
   result.local_bytes = local_bytes_;
   BuildUtilisation(result, result.total_time);
   BuildCriticalPath(result);
-  if (opt_.record_op_times) {
-    result.op_times.resize(n);
-    for (int i = 0; i < n; ++i) result.op_times[i] = {ready_[i], start_[i], end_[i]};
-  }
+  if (opt_.record_op_times) result.op_times = std::move(times_);
   if (opt_.record_ingress) {
     result.ingress.bucket_seconds = bucket_;
     result.ingress.bytes = ingress_;
