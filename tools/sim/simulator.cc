@@ -321,23 +321,26 @@ Status Engine::Prepare() {
   messages.reserve(n);
   for (int i = 0; i < n; ++i) {
     const Op& op = plan_.ops[i];
-    std::string where = "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
-    if (op.id != i) return InvalidArgument(where + " has id " + std::to_string(op.id));
+    // Built only for an error: formatting it for every op cost more than the checks.
+    const auto where = [&] {
+      return "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
+    };
+    if (op.id != i) return InvalidArgument(where() + " has id " + std::to_string(op.id));
     if (op.rank < 0 || op.rank >= plan_.num_ranks) {
-      return InvalidArgument(where + " runs on rank " + std::to_string(op.rank) +
+      return InvalidArgument(where() + " runs on rank " + std::to_string(op.rank) +
                              " outside [0, " + std::to_string(plan_.num_ranks) + ")");
     }
-    if (op.bytes < 0) return InvalidArgument(where + " has negative bytes");
+    if (op.bytes < 0) return InvalidArgument(where() + " has negative bytes");
     if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
         op.deps_end > static_cast<int>(plan_.dep_list.size())) {
-      return InvalidArgument(where + " has deps outside the plan's dep list");
+      return InvalidArgument(where() + " has deps outside the plan's dep list");
     }
     for (int d : plan_.Deps(op)) {
       if (d < 0 || d >= n || d == i) {
-        return InvalidArgument(where + " depends on invalid op " + std::to_string(d));
+        return InvalidArgument(where() + " depends on invalid op " + std::to_string(d));
       }
       if (plan_.ops[d].rank != op.rank) {
-        return InvalidArgument(where + " on rank " + std::to_string(op.rank) + " depends on op " +
+        return InvalidArgument(where() + " on rank " + std::to_string(op.rank) + " depends on op " +
                                std::to_string(d) + " of rank " +
                                std::to_string(plan_.ops[d].rank));
       }
@@ -346,12 +349,12 @@ Status Engine::Prepare() {
     pending_[i] = op.NumDeps();
     if (IsMessageKind(op.kind)) {
       if (op.peer < 0 || op.peer >= plan_.num_ranks) {
-        return InvalidArgument(where + " has invalid peer " + std::to_string(op.peer));
+        return InvalidArgument(where() + " has invalid peer " + std::to_string(op.peer));
       }
       auto& entry = messages.try_emplace(op.message, -1, -1).first->second;
       int& slot = IsSender(op.kind) ? entry.first : entry.second;
       if (slot != -1) {
-        return InvalidArgument(where + ": message " + std::to_string(op.message) + " already has a " +
+        return InvalidArgument(where() + ": message " + std::to_string(op.message) + " already has a " +
                                (IsSender(op.kind) ? "sender" : "receiver") + " (op " +
                                std::to_string(slot) + ")");
       }
@@ -1167,7 +1170,9 @@ Result<SimResult> Engine::Run() {
   for (int i = 0; i < n; ++i) {
     if (pending_[i] == 0) by_round.emplace_back(plan_.ops[i].round, i);
   }
-  std::sort(by_round.begin(), by_round.end());
+  // In id order already: a stable sort by round alone gives (round, id) order.
+  std::stable_sort(by_round.begin(), by_round.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<int> initial(by_round.size());
   for (size_t i = 0; i < by_round.size(); ++i) initial[i] = by_round[i].second;
   by_round = {};
