@@ -108,7 +108,8 @@ struct ClassRecord {
   int slot = -1;     // its slot while it has members, -1 when idle
   std::array<int, kMaxFlowLinks> pos{};  // position of its slot in links[k]'s class list
   // Its members by (finish service, start order), smallest first.
-  std::priority_queue<MemberFinish, std::vector<MemberFinish>, std::greater<MemberFinish>> finishing;
+  std::priority_queue<MemberFinish, std::vector<MemberFinish>, std::greater<MemberFinish>>
+      finishing;
 };
 
 // A flow's class key: its links and cap.
@@ -158,6 +159,7 @@ class Engine {
   void Push(double t, EventType type, int id) {
     events_.push(Event{t, seq_++, type, id});
   }
+  void StartInitialOps();
   void OnReady(int op, double t);
   void BecomeReady(int op, double t);
   void Admit(int sender, double t);
@@ -307,9 +309,6 @@ Status Engine::Prepare() {
   }
   pending_.assign(n, 0);
   partner_.assign(n, -1);
-  cause_.assign(n, -1);
-  times_.assign(n, OpTime{});
-  bottleneck_of_op_.assign(n, kNoBottleneck);
   posted_.assign(plan_.num_ranks, 0);
   post_free_.assign(plan_.num_ranks, 0.0);
   load_free_.assign(plan_.num_ranks, 0.0);
@@ -354,9 +353,9 @@ Status Engine::Prepare() {
       auto& entry = messages.try_emplace(op.message, -1, -1).first->second;
       int& slot = IsSender(op.kind) ? entry.first : entry.second;
       if (slot != -1) {
-        return InvalidArgument(where() + ": message " + std::to_string(op.message) + " already has a " +
-                               (IsSender(op.kind) ? "sender" : "receiver") + " (op " +
-                               std::to_string(slot) + ")");
+        return InvalidArgument(where() + ": message " + std::to_string(op.message) +
+                               " already has a " + (IsSender(op.kind) ? "sender" : "receiver") +
+                               " (op " + std::to_string(slot) + ")");
       }
       slot = i;
     }
@@ -399,6 +398,10 @@ Status Engine::Prepare() {
   count = {};
   fill = {};
   FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget));
+  // Allocated after the gate, whose construction has the highest transient peak of the run.
+  cause_.assign(n, -1);
+  times_.assign(n, OpTime{});
+  bottleneck_of_op_.assign(n, kNoBottleneck);
   if (opt_.direct_reads) {
     elided_.assign(n, 0);
     for (const DirectRead& d : FindDirectReads(plan_, kAnyRank)) {
@@ -1151,21 +1154,11 @@ void Engine::BuildUtilisation(SimResult& result, double total) const {
   }
 }
 
-Result<SimResult> Engine::Run() {
-  FERRY_RETURN_IF_ERROR(Prepare());
-  BuildResources();
-  batch_window_ = std::max(opt_.rate_batch_window, 4 * c_.op_post_overhead);
+// Ops ready at the start: their staging is granted per rank in (round, id) order, and message
+// ops are posted per rank in (round, id) order, as the executor does with everything ready at
+// once. Its per-op scratch is freed before the event loop.
+void Engine::StartInitialOps() {
   const int n = static_cast<int>(plan_.ops.size());
-  for (int r = 0; r < plan_.num_ranks; ++r) {
-    if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
-      return InvalidArgument("rank " + std::to_string(r) + " is mapped to GPU " +
-                             std::to_string(GpuOf(r)) + " outside the cluster's " +
-                             std::to_string(c_.TotalGpus()) + " GPUs");
-    }
-  }
-  // Ops ready at the start: their staging is granted per rank in (round, id) order, and message
-  // ops are posted per rank in (round, id) order, as the executor does with everything ready at
-  // once.
   std::vector<std::pair<int, int>> by_round;  // (round, id) of the ops ready at the start
   for (int i = 0; i < n; ++i) {
     if (pending_[i] == 0) by_round.emplace_back(plan_.ops[i].round, i);
@@ -1194,7 +1187,9 @@ Result<SimResult> Engine::Run() {
       times_[i].ready = posted.empty() ? 0.0 : posted[i];
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
-      if (times_[p].ready >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+      if (times_[p].ready >= 0) {
+        waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+      }
     } else {
       BecomeReady(i, 0.0);
     }
@@ -1208,6 +1203,21 @@ Result<SimResult> Engine::Run() {
       StartMessage(op, partner_[op], 0.0);
     }
   }
+}
+
+Result<SimResult> Engine::Run() {
+  FERRY_RETURN_IF_ERROR(Prepare());
+  BuildResources();
+  batch_window_ = std::max(opt_.rate_batch_window, 4 * c_.op_post_overhead);
+  const int n = static_cast<int>(plan_.ops.size());
+  for (int r = 0; r < plan_.num_ranks; ++r) {
+    if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
+      return InvalidArgument("rank " + std::to_string(r) + " is mapped to GPU " +
+                             std::to_string(GpuOf(r)) + " outside the cluster's " +
+                             std::to_string(c_.TotalGpus()) + " GPUs");
+    }
+  }
+  StartInitialOps();
   while (!events_.empty() || !finish_heap_.Empty()) {
     ++num_events_;
     if (!finish_heap_.Empty() &&
