@@ -138,6 +138,31 @@ struct Event {
 
 bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
 
+// The sender and receiver op (-1: none yet) of each message id: an array for ids below the op
+// count, as the planner numbers messages from 0, and a hash map for any other id.
+class MessageTable {
+ public:
+  explicit MessageTable(int ops) : dense_(static_cast<size_t>(ops), {-1, -1}) {}
+  std::pair<int, int>& operator[](int64_t id) {
+    if (id >= 0 && id < static_cast<int64_t>(dense_.size())) return dense_[static_cast<size_t>(id)];
+    return sparse_.try_emplace(id, -1, -1).first->second;
+  }
+  // Calls f(id, sender, receiver) for every id with a sender or a receiver, until f fails.
+  template <typename F>
+  Status ForEach(F f) const {
+    for (size_t id = 0; id < dense_.size(); ++id) {
+      const auto [s, r] = dense_[id];
+      if (s != -1 || r != -1) FERRY_RETURN_IF_ERROR(f(static_cast<int64_t>(id), s, r));
+    }
+    for (const auto& [id, pair] : sparse_) FERRY_RETURN_IF_ERROR(f(id, pair.first, pair.second));
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<std::pair<int, int>> dense_;
+  std::unordered_map<int64_t, std::pair<int, int>> sparse_;
+};
+
 class Engine {
  public:
   Engine(const TransferPlan& plan, const ClusterSpec& cluster, const RankMapping& mapping,
@@ -148,6 +173,7 @@ class Engine {
 
  private:
   Status Prepare();
+  Status MatchMessage(int64_t id, int s, int r);
   void BuildResources();
   int Res(ResourceKind kind, int index) const { return offset_[static_cast<int>(kind)] + index; }
   int GpuOf(int rank) const { return map_.gpu_of_rank[rank]; }
@@ -316,8 +342,7 @@ Status Engine::Prepare() {
   if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
   if (opt_.staging_budget < 0) return InvalidArgument("staging_budget must be >= 0");
   std::vector<int> count(n + 1, 0);
-  std::unordered_map<int64_t, std::pair<int, int>> messages;  // id -> (sender, receiver)
-  messages.reserve(n);
+  MessageTable messages(n);
   for (int i = 0; i < n; ++i) {
     const Op& op = plan_.ops[i];
     // Built only for an error: formatting it for every op cost more than the checks.
@@ -350,7 +375,7 @@ Status Engine::Prepare() {
       if (op.peer < 0 || op.peer >= plan_.num_ranks) {
         return InvalidArgument(where() + " has invalid peer " + std::to_string(op.peer));
       }
-      auto& entry = messages.try_emplace(op.message, -1, -1).first->second;
+      auto& entry = messages[op.message];
       int& slot = IsSender(op.kind) ? entry.first : entry.second;
       if (slot != -1) {
         return InvalidArgument(where() + ": message " + std::to_string(op.message) +
@@ -360,34 +385,12 @@ Status Engine::Prepare() {
       slot = i;
     }
   }
-  for (const auto& [id, pair] : messages) {
-    auto [s, r] = pair;
-    if (s == -1 || r == -1) {
-      int known = s == -1 ? r : s;
-      return InvalidArgument("message " + std::to_string(id) + " has no " +
-                             (s == -1 ? "sender" : "receiver") + " (op " + std::to_string(known) +
-                             " on rank " + std::to_string(plan_.ops[known].rank) + ")");
-    }
-    const Op& so = plan_.ops[s];
-    const Op& ro = plan_.ops[r];
-    if (so.peer != ro.rank || ro.peer != so.rank) {
-      return InvalidArgument("message " + std::to_string(id) + ": sender op " + std::to_string(s) +
-                             " (rank " + std::to_string(so.rank) + " -> peer " +
-                             std::to_string(so.peer) + ") and receiver op " + std::to_string(r) +
-                             " (rank " + std::to_string(ro.rank) + ", peer " +
-                             std::to_string(ro.peer) + ") disagree");
-    }
-    if (so.bytes != ro.bytes) {
-      return InvalidArgument("message " + std::to_string(id) + ": sender has " +
-                             std::to_string(so.bytes) + " bytes, receiver " +
-                             std::to_string(ro.bytes));
-    }
-    partner_[s] = r;
-    partner_[r] = s;
-  }
-  num_messages_ = static_cast<int64_t>(messages.size());
-  // Freed here rather than at return: StagingGate::Make below has its own transient peak.
-  std::unordered_map<int64_t, std::pair<int, int>>().swap(messages);
+  num_messages_ = 0;
+  FERRY_RETURN_IF_ERROR(messages.ForEach([this](int64_t id, int s, int r) {
+    ++num_messages_;
+    return MatchMessage(id, s, r);
+  }));
+  messages = MessageTable(0);  // freed now: StagingGate::Make below has its own transient peak
   dependents_begin_.assign(n + 1, 0);
   for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
   dependents_.assign(dependents_begin_[n], 0);
@@ -410,6 +413,33 @@ Status Engine::Prepare() {
     }
   }
   CountLoadedTensors();
+  return Status::Ok();
+}
+
+// Checks that message `id`'s sender op `s` and receiver op `r` (-1: none) agree, and pairs them.
+Status Engine::MatchMessage(int64_t id, int s, int r) {
+  if (s == -1 || r == -1) {
+    int known = s == -1 ? r : s;
+    return InvalidArgument("message " + std::to_string(id) + " has no " +
+                           (s == -1 ? "sender" : "receiver") + " (op " + std::to_string(known) +
+                           " on rank " + std::to_string(plan_.ops[known].rank) + ")");
+  }
+  const Op& so = plan_.ops[s];
+  const Op& ro = plan_.ops[r];
+  if (so.peer != ro.rank || ro.peer != so.rank) {
+    return InvalidArgument("message " + std::to_string(id) + ": sender op " + std::to_string(s) +
+                           " (rank " + std::to_string(so.rank) + " -> peer " +
+                           std::to_string(so.peer) + ") and receiver op " + std::to_string(r) +
+                           " (rank " + std::to_string(ro.rank) + ", peer " +
+                           std::to_string(ro.peer) + ") disagree");
+  }
+  if (so.bytes != ro.bytes) {
+    return InvalidArgument("message " + std::to_string(id) + ": sender has " +
+                           std::to_string(so.bytes) + " bytes, receiver " +
+                           std::to_string(ro.bytes));
+  }
+  partner_[s] = r;
+  partner_[r] = s;
   return Status::Ok();
 }
 
