@@ -41,6 +41,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kMaxFlowLinks = 8;
 constexpr double kRelEps = 1e-9;
+constexpr int kNoBottleneck = -2;
 
 struct Resource {
   double capacity = 0;
@@ -65,7 +66,9 @@ struct Flow {
   int op_a = -1;
   int op_b = -1;
   int ingress_node = -1;  // destination node of a network flow
-  int bottleneck = -1;    // resource that limited its class when it finished (-1: own cap)
+  // Order of its start among all flows: breaks ties between members of a class due at the same
+  // service, as the record's index did before records were reused.
+  int seq = -1;
 };
 
 // Active flows with identical links and cap always get the same max-min rate, so they are
@@ -90,13 +93,22 @@ struct FlowClass {
   int cid = -1;            // class id (of its ClassRecord)
 };
 
+// A member of a class: when it finishes, and its flow record.
+struct MemberFinish {
+  double service;
+  int seq;   // Flow::seq
+  int flow;  // index of its record in Engine::flows_
+  bool operator>(const MemberFinish& o) const {
+    return service != o.service ? service > o.service : seq > o.seq;
+  }
+};
+
 struct ClassRecord {
   FlowClass parked;  // its state while idle; its links, cap and ingress node are always valid
   int slot = -1;     // its slot while it has members, -1 when idle
   std::array<int, kMaxFlowLinks> pos{};  // position of its slot in links[k]'s class list
-  // (finish service, flow id), smallest first.
-  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
-                      std::greater<std::pair<double, int>>>
+  // Its members by (finish service, start order), smallest first.
+  std::priority_queue<MemberFinish, std::vector<MemberFinish>, std::greater<MemberFinish>>
       finishing;
 };
 
@@ -126,6 +138,31 @@ struct Event {
 
 bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
 
+// The sender and receiver op (-1: none yet) of each message id: an array for ids below the op
+// count, as the planner numbers messages from 0, and a hash map for any other id.
+class MessageTable {
+ public:
+  explicit MessageTable(int ops) : dense_(static_cast<size_t>(ops), {-1, -1}) {}
+  std::pair<int, int>& operator[](int64_t id) {
+    if (id >= 0 && id < static_cast<int64_t>(dense_.size())) return dense_[static_cast<size_t>(id)];
+    return sparse_.try_emplace(id, -1, -1).first->second;
+  }
+  // Calls f(id, sender, receiver) for every id with a sender or a receiver, until f fails.
+  template <typename F>
+  Status ForEach(F f) const {
+    for (size_t id = 0; id < dense_.size(); ++id) {
+      const auto [s, r] = dense_[id];
+      if (s != -1 || r != -1) FERRY_RETURN_IF_ERROR(f(static_cast<int64_t>(id), s, r));
+    }
+    for (const auto& [id, pair] : sparse_) FERRY_RETURN_IF_ERROR(f(id, pair.first, pair.second));
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<std::pair<int, int>> dense_;
+  std::unordered_map<int64_t, std::pair<int, int>> sparse_;
+};
+
 class Engine {
  public:
   Engine(const TransferPlan& plan, const ClusterSpec& cluster, const RankMapping& mapping,
@@ -136,6 +173,7 @@ class Engine {
 
  private:
   Status Prepare();
+  Status MatchMessage(int64_t id, int s, int r);
   void BuildResources();
   int Res(ResourceKind kind, int index) const { return offset_[static_cast<int>(kind)] + index; }
   int GpuOf(int rank) const { return map_.gpu_of_rank[rank]; }
@@ -147,6 +185,7 @@ class Engine {
   void Push(double t, EventType type, int id) {
     events_.push(Event{t, seq_++, type, id});
   }
+  void StartInitialOps();
   void OnReady(int op, double t);
   void BecomeReady(int op, double t);
   void Admit(int sender, double t);
@@ -157,6 +196,7 @@ class Engine {
   double Load(int op, double t);
   void CountLoadedTensors();
   void StartMessage(int sender, int receiver, double t);
+  int NewFlow(const Flow& f);  // stores f in a free record, returns its index
   void StartFlow(int id, double overhead, double t);
   void OnFlowStart(int f, double t);
   void OnFlowFinish(int f, double t);
@@ -213,7 +253,11 @@ class Engine {
 
   std::array<int, kNumResourceKinds + 1> offset_{};
   std::vector<Resource> res_;
+  // Records of the flows started and not finished, reused once finished (free_flows_), so that
+  // memory follows the flows in flight rather than every flow of the run.
   std::vector<Flow> flows_;
+  std::vector<int> free_flows_;
+  int num_flows_ = 0;  // flows started so far (the next Flow::seq)
   std::vector<ClassRecord> classes_;  // by class id
   std::vector<FlowClass> active_;     // by slot: the classes with members
   std::vector<int> free_slots_;
@@ -236,8 +280,10 @@ class Engine {
   std::vector<int> dependents_begin_, dependents_;  // CSR of reverse deps
   std::vector<int> partner_;        // matched message op, -1 otherwise
   std::vector<int> cause_;          // the dep whose completion made it ready
-  std::vector<double> ready_, start_, end_;
-  std::vector<int> flow_of_op_;
+  std::vector<OpTime> times_;  // moved into SimResult::op_times when recorded
+  // The link that limited the op's flow when it finished (-1: the flow's own cap); kNoBottleneck
+  // for ops whose flow moved no bytes.
+  std::vector<int> bottleneck_of_op_;
   std::vector<char> elided_;  // the Packs and Unpacks of direct reads (SimOptions::direct_reads)
   int64_t num_messages_ = 0;
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
@@ -289,11 +335,6 @@ Status Engine::Prepare() {
   }
   pending_.assign(n, 0);
   partner_.assign(n, -1);
-  cause_.assign(n, -1);
-  ready_.assign(n, -1);
-  start_.assign(n, -1);
-  end_.assign(n, -1);
-  flow_of_op_.assign(n, -1);
   posted_.assign(plan_.num_ranks, 0);
   post_free_.assign(plan_.num_ranks, 0.0);
   load_free_.assign(plan_.num_ranks, 0.0);
@@ -301,27 +342,29 @@ Status Engine::Prepare() {
   if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
   if (opt_.staging_budget < 0) return InvalidArgument("staging_budget must be >= 0");
   std::vector<int> count(n + 1, 0);
-  std::unordered_map<int64_t, std::pair<int, int>> messages;  // id -> (sender, receiver)
-  messages.reserve(n);
+  MessageTable messages(n);
   for (int i = 0; i < n; ++i) {
     const Op& op = plan_.ops[i];
-    std::string where = "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
-    if (op.id != i) return InvalidArgument(where + " has id " + std::to_string(op.id));
+    // Built only for an error: formatting it for every op cost more than the checks.
+    const auto where = [&] {
+      return "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
+    };
+    if (op.id != i) return InvalidArgument(where() + " has id " + std::to_string(op.id));
     if (op.rank < 0 || op.rank >= plan_.num_ranks) {
-      return InvalidArgument(where + " runs on rank " + std::to_string(op.rank) +
+      return InvalidArgument(where() + " runs on rank " + std::to_string(op.rank) +
                              " outside [0, " + std::to_string(plan_.num_ranks) + ")");
     }
-    if (op.bytes < 0) return InvalidArgument(where + " has negative bytes");
+    if (op.bytes < 0) return InvalidArgument(where() + " has negative bytes");
     if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
         op.deps_end > static_cast<int>(plan_.dep_list.size())) {
-      return InvalidArgument(where + " has deps outside the plan's dep list");
+      return InvalidArgument(where() + " has deps outside the plan's dep list");
     }
     for (int d : plan_.Deps(op)) {
       if (d < 0 || d >= n || d == i) {
-        return InvalidArgument(where + " depends on invalid op " + std::to_string(d));
+        return InvalidArgument(where() + " depends on invalid op " + std::to_string(d));
       }
       if (plan_.ops[d].rank != op.rank) {
-        return InvalidArgument(where + " on rank " + std::to_string(op.rank) + " depends on op " +
+        return InvalidArgument(where() + " on rank " + std::to_string(op.rank) + " depends on op " +
                                std::to_string(d) + " of rank " +
                                std::to_string(plan_.ops[d].rank));
       }
@@ -330,44 +373,24 @@ Status Engine::Prepare() {
     pending_[i] = op.NumDeps();
     if (IsMessageKind(op.kind)) {
       if (op.peer < 0 || op.peer >= plan_.num_ranks) {
-        return InvalidArgument(where + " has invalid peer " + std::to_string(op.peer));
+        return InvalidArgument(where() + " has invalid peer " + std::to_string(op.peer));
       }
-      auto& entry = messages.try_emplace(op.message, -1, -1).first->second;
+      auto& entry = messages[op.message];
       int& slot = IsSender(op.kind) ? entry.first : entry.second;
       if (slot != -1) {
-        return InvalidArgument(where + ": message " + std::to_string(op.message) + " already has a " +
-                               (IsSender(op.kind) ? "sender" : "receiver") + " (op " +
-                               std::to_string(slot) + ")");
+        return InvalidArgument(where() + ": message " + std::to_string(op.message) +
+                               " already has a " + (IsSender(op.kind) ? "sender" : "receiver") +
+                               " (op " + std::to_string(slot) + ")");
       }
       slot = i;
     }
   }
-  for (const auto& [id, pair] : messages) {
-    auto [s, r] = pair;
-    if (s == -1 || r == -1) {
-      int known = s == -1 ? r : s;
-      return InvalidArgument("message " + std::to_string(id) + " has no " +
-                             (s == -1 ? "sender" : "receiver") + " (op " + std::to_string(known) +
-                             " on rank " + std::to_string(plan_.ops[known].rank) + ")");
-    }
-    const Op& so = plan_.ops[s];
-    const Op& ro = plan_.ops[r];
-    if (so.peer != ro.rank || ro.peer != so.rank) {
-      return InvalidArgument("message " + std::to_string(id) + ": sender op " + std::to_string(s) +
-                             " (rank " + std::to_string(so.rank) + " -> peer " +
-                             std::to_string(so.peer) + ") and receiver op " + std::to_string(r) +
-                             " (rank " + std::to_string(ro.rank) + ", peer " +
-                             std::to_string(ro.peer) + ") disagree");
-    }
-    if (so.bytes != ro.bytes) {
-      return InvalidArgument("message " + std::to_string(id) + ": sender has " +
-                             std::to_string(so.bytes) + " bytes, receiver " +
-                             std::to_string(ro.bytes));
-    }
-    partner_[s] = r;
-    partner_[r] = s;
-  }
-  num_messages_ = static_cast<int64_t>(messages.size());
+  num_messages_ = 0;
+  FERRY_RETURN_IF_ERROR(messages.ForEach([this](int64_t id, int s, int r) {
+    ++num_messages_;
+    return MatchMessage(id, s, r);
+  }));
+  messages = MessageTable(0);  // freed now: StagingGate::Make below has its own transient peak
   dependents_begin_.assign(n + 1, 0);
   for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
   dependents_.assign(dependents_begin_[n], 0);
@@ -375,7 +398,13 @@ Status Engine::Prepare() {
   for (int i = 0; i < n; ++i) {
     for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
   }
+  count = {};
+  fill = {};
   FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget));
+  // Allocated after the gate, whose construction has the highest transient peak of the run.
+  cause_.assign(n, -1);
+  times_.assign(n, OpTime{});
+  bottleneck_of_op_.assign(n, kNoBottleneck);
   if (opt_.direct_reads) {
     elided_.assign(n, 0);
     for (const DirectRead& d : FindDirectReads(plan_, kAnyRank)) {
@@ -384,6 +413,33 @@ Status Engine::Prepare() {
     }
   }
   CountLoadedTensors();
+  return Status::Ok();
+}
+
+// Checks that message `id`'s sender op `s` and receiver op `r` (-1: none) agree, and pairs them.
+Status Engine::MatchMessage(int64_t id, int s, int r) {
+  if (s == -1 || r == -1) {
+    int known = s == -1 ? r : s;
+    return InvalidArgument("message " + std::to_string(id) + " has no " +
+                           (s == -1 ? "sender" : "receiver") + " (op " + std::to_string(known) +
+                           " on rank " + std::to_string(plan_.ops[known].rank) + ")");
+  }
+  const Op& so = plan_.ops[s];
+  const Op& ro = plan_.ops[r];
+  if (so.peer != ro.rank || ro.peer != so.rank) {
+    return InvalidArgument("message " + std::to_string(id) + ": sender op " + std::to_string(s) +
+                           " (rank " + std::to_string(so.rank) + " -> peer " +
+                           std::to_string(so.peer) + ") and receiver op " + std::to_string(r) +
+                           " (rank " + std::to_string(ro.rank) + ", peer " +
+                           std::to_string(ro.peer) + ") disagree");
+  }
+  if (so.bytes != ro.bytes) {
+    return InvalidArgument("message " + std::to_string(id) + ": sender has " +
+                           std::to_string(so.bytes) + " bytes, receiver " +
+                           std::to_string(ro.bytes));
+  }
+  partner_[s] = r;
+  partner_[r] = s;
   return Status::Ok();
 }
 
@@ -462,14 +518,14 @@ void Engine::OnReady(int op, double t) {
 void Engine::BecomeReady(int op, double t) {
   const Op& o = plan_.ops[op];
   if (!IsMessageKind(o.kind)) {
-    ready_[op] = t;
+    times_[op].ready = t;
     StartLocalOp(op, t);
     return;
   }
   // A receive is ready once posted: its message starts no earlier (StartMessage).
-  ready_[op] = IsSender(o.kind) ? t : Post(o.rank, t);
+  times_[op].ready = IsSender(o.kind) ? t : Post(o.rank, t);
   const int p = partner_[op];
-  if (ready_[p] < 0) return;  // the partner starts the message when it becomes ready
+  if (times_[p].ready < 0) return;  // the partner starts the message when it becomes ready
   Admit(IsSender(o.kind) ? op : p, t);
 }
 
@@ -491,9 +547,7 @@ void Engine::StartLocalOp(int op, double t) {
   Flow f;
   f.op_a = op;
   if (!elided_.empty() && elided_[op]) {  // a direct read's Pack or Unpack: done when ready
-    flow_of_op_[op] = static_cast<int>(flows_.size());
-    flows_.push_back(f);
-    StartFlow(flow_of_op_[op], 0, t);
+    StartFlow(NewFlow(f), 0, t);
     return;
   }
   f.bytes = static_cast<double>(o.bytes);
@@ -505,10 +559,7 @@ void Engine::StartLocalOp(int op, double t) {
     if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
   }
   local_bytes_ += f.bytes;
-  int id = static_cast<int>(flows_.size());
-  flows_.push_back(f);
-  flow_of_op_[op] = id;
-  StartFlow(id, c_.kernel_overhead, Load(op, Post(o.rank, t)));
+  StartFlow(NewFlow(f), c_.kernel_overhead, Load(op, Post(o.rank, t)));
 }
 
 void Engine::StartMessage(int sender, int receiver, double t) {
@@ -574,12 +625,22 @@ void Engine::StartMessage(int sender, int receiver, double t) {
     f.ingress_node = nb;
     network_bytes_ += f.bytes;
   }
-  int id = static_cast<int>(flows_.size());
-  flows_.push_back(f);
-  flow_of_op_[sender] = id;
-  flow_of_op_[receiver] = id;
   // The send is posted now, its window slot granted; the receive was posted when it was ready.
-  StartFlow(id, overhead, std::max(Post(so.rank, t), ready_[receiver]));
+  StartFlow(NewFlow(f), overhead, std::max(Post(so.rank, t), times_[receiver].ready));
+}
+
+int Engine::NewFlow(const Flow& f) {
+  int id;
+  if (free_flows_.empty()) {
+    id = static_cast<int>(flows_.size());
+    flows_.push_back(f);
+  } else {
+    id = free_flows_.back();
+    free_flows_.pop_back();
+    flows_[id] = f;
+  }
+  flows_[id].seq = num_flows_++;
+  return id;
 }
 
 // Starts flow `id` at t, its fixed cost `overhead` (seconds) charged as service on its links at
@@ -667,11 +728,12 @@ void Engine::ScheduleFinish(int slot, double now) {
 
 void Engine::OnFlowStart(int id, double t) {
   Flow& f = flows_[id];
-  if (f.op_a >= 0) start_[f.op_a] = t;
-  if (f.op_b >= 0) start_[f.op_b] = t;
+  if (f.op_a >= 0) times_[f.op_a].start = t;
+  if (f.op_b >= 0) times_[f.op_b].start = t;
   if (f.work <= 0) {
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+    free_flows_.push_back(id);
     return;
   }
   const int cid = ClassOf(f);
@@ -679,8 +741,8 @@ void Engine::OnFlowStart(int id, double t) {
   const int slot = m.slot >= 0 ? m.slot : Activate(cid);
   FlowClass& c = active_[slot];
   Settle(c, t);
-  m.finishing.push({c.service + f.work, id});
-  c.next_finish = m.finishing.top().first;
+  m.finishing.push({c.service + f.work, f.seq, id});
+  c.next_finish = m.finishing.top().service;
   if (c.members++ == 0) {
     c.rate = 0;
     for (int k = 0; k < c.num_links; ++k) {
@@ -713,21 +775,25 @@ void Engine::OnFlowFinish(int cid, double t) {
   FlowClass& c = active_[slot];
   Settle(c, t);
   const double slack = 1e-9 * std::max(1.0, c.service);
-  while (c.members > 0 && cm.finishing.top().first <= c.service + slack) {
-    int id = cm.finishing.top().second;
+  while (c.members > 0 && cm.finishing.top().service <= c.service + slack) {
+    const int id = cm.finishing.top().flow;
     cm.finishing.pop();
     --c.members;
-    Flow& f = flows_[id];
-    f.bottleneck = c.bottleneck;
+    const Flow& f = flows_[id];
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
       r.bytes_carried += f.bytes;
       r.allocated -= c.rate;
     }
+    if (f.bytes > 0) {
+      bottleneck_of_op_[f.op_a] = c.bottleneck;
+      if (f.op_b >= 0) bottleneck_of_op_[f.op_b] = c.bottleneck;
+    }
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
+    free_flows_.push_back(id);
   }
-  if (c.members > 0) c.next_finish = cm.finishing.top().first;
+  if (c.members > 0) c.next_finish = cm.finishing.top().service;
   if (c.members == 0) {
     for (int k = 0; k < c.num_links; ++k) {
       Resource& r = res_[c.links[k]];
@@ -1012,7 +1078,7 @@ void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
 }
 
 void Engine::OnOpDone(int op, double t) {
-  end_[op] = t;
+  times_[op].end = t;
   const Op& o = plan_.ops[op];
   if (IsSender(o.kind)) {
     --posted_[o.rank];
@@ -1070,17 +1136,16 @@ std::string Engine::DescribeOp(int op) const {
   } else {
     out << OpKindName(o.kind) << " r" << o.rank << " " << FormatBytes(static_cast<double>(o.bytes));
   }
-  int fid = flow_of_op_[op];
-  if (fid >= 0 && flows_[fid].bytes > 0) {
-    out << ", limited by " << DescribeResource(flows_[fid].bottleneck);
+  if (bottleneck_of_op_[op] != kNoBottleneck) {
+    out << ", limited by " << DescribeResource(bottleneck_of_op_[op]);
   }
   return out.str();
 }
 
 void Engine::BuildCriticalPath(SimResult& result) const {
   int cur = -1;
-  for (size_t i = 0; i < end_.size(); ++i) {
-    if (cur < 0 || end_[i] > end_[cur]) cur = static_cast<int>(i);
+  for (size_t i = 0; i < times_.size(); ++i) {
+    if (cur < 0 || times_[i].end > times_[cur].end) cur = static_cast<int>(i);
   }
   std::vector<CriticalStep> steps;
   while (cur >= 0 && steps.size() < 100000) {
@@ -1088,10 +1153,10 @@ void Engine::BuildCriticalPath(SimResult& result) const {
     int shown = cur;
     if (partner_[cur] >= 0) {
       int p = partner_[cur];
-      if (ready_[p] > ready_[cur]) gate = p;
+      if (times_[p].ready > times_[cur].ready) gate = p;
       shown = IsSender(plan_.ops[cur].kind) ? cur : p;
     }
-    steps.push_back({shown, start_[shown], end_[cur], DescribeOp(shown)});
+    steps.push_back({shown, times_[shown].start, times_[cur].end, DescribeOp(shown)});
     cur = cause_[gate];
   }
   std::reverse(steps.begin(), steps.end());
@@ -1119,28 +1184,21 @@ void Engine::BuildUtilisation(SimResult& result, double total) const {
   }
 }
 
-Result<SimResult> Engine::Run() {
-  FERRY_RETURN_IF_ERROR(Prepare());
-  BuildResources();
-  batch_window_ = std::max(opt_.rate_batch_window, 4 * c_.op_post_overhead);
+// Ops ready at the start: their staging is granted per rank in (round, id) order, and message
+// ops are posted per rank in (round, id) order, as the executor does with everything ready at
+// once. Its per-op scratch is freed before the event loop.
+void Engine::StartInitialOps() {
   const int n = static_cast<int>(plan_.ops.size());
-  for (int r = 0; r < plan_.num_ranks; ++r) {
-    if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
-      return InvalidArgument("rank " + std::to_string(r) + " is mapped to GPU " +
-                             std::to_string(GpuOf(r)) + " outside the cluster's " +
-                             std::to_string(c_.TotalGpus()) + " GPUs");
-    }
-  }
-  flows_.reserve(n);
-  // Ops ready at the start: their staging is granted per rank in (round, id) order, and message
-  // ops are posted per rank in (round, id) order, as the executor does with everything ready at
-  // once.
-  std::vector<int> initial;
+  std::vector<std::pair<int, int>> by_round;  // (round, id) of the ops ready at the start
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] == 0) initial.push_back(i);
+    if (pending_[i] == 0) by_round.emplace_back(plan_.ops[i].round, i);
   }
-  std::stable_sort(initial.begin(), initial.end(),
-                   [&](int a, int b) { return plan_.ops[a].round < plan_.ops[b].round; });
+  // In id order already: a stable sort by round alone gives (round, id) order.
+  std::stable_sort(by_round.begin(), by_round.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int> initial(by_round.size());
+  for (size_t i = 0; i < by_round.size(); ++i) initial[i] = by_round[i].second;
+  by_round = {};
   std::vector<char> admitted(n, 0);
   for (int i : initial) admitted[i] = staging_.Admit(i);
   // The receives ready at the start are posted in (round, id) order too.
@@ -1156,10 +1214,12 @@ Result<SimResult> Engine::Run() {
     if (pending_[i] != 0 || !admitted[i]) continue;
     const Op& o = plan_.ops[i];
     if (opt_.max_in_flight > 0 && IsMessageKind(o.kind)) {
-      ready_[i] = posted.empty() ? 0.0 : posted[i];
+      times_[i].ready = posted.empty() ? 0.0 : posted[i];
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
-      if (ready_[p] >= 0) waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+      if (times_[p].ready >= 0) {
+        waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+      }
     } else {
       BecomeReady(i, 0.0);
     }
@@ -1173,6 +1233,21 @@ Result<SimResult> Engine::Run() {
       StartMessage(op, partner_[op], 0.0);
     }
   }
+}
+
+Result<SimResult> Engine::Run() {
+  FERRY_RETURN_IF_ERROR(Prepare());
+  BuildResources();
+  batch_window_ = std::max(opt_.rate_batch_window, 4 * c_.op_post_overhead);
+  const int n = static_cast<int>(plan_.ops.size());
+  for (int r = 0; r < plan_.num_ranks; ++r) {
+    if (GpuOf(r) < 0 || GpuOf(r) >= c_.TotalGpus()) {
+      return InvalidArgument("rank " + std::to_string(r) + " is mapped to GPU " +
+                             std::to_string(GpuOf(r)) + " outside the cluster's " +
+                             std::to_string(c_.TotalGpus()) + " GPUs");
+    }
+  }
+  StartInitialOps();
   while (!events_.empty() || !finish_heap_.Empty()) {
     ++num_events_;
     if (!finish_heap_.Empty() &&
@@ -1195,7 +1270,7 @@ Result<SimResult> Engine::Run() {
   }
   int never = 0, example = -1;
   for (int i = 0; i < n; ++i) {
-    if (end_[i] < 0) {
+    if (times_[i].end < 0) {
       ++never;
       if (example < 0) example = i;
     }
@@ -1210,7 +1285,7 @@ Result<SimResult> Engine::Run() {
                            " on rank " + std::to_string(o.rank) + ") " + why);
   }
   SimResult result;
-  for (double e : end_) result.total_time = std::max(result.total_time, e);
+  for (const OpTime& time : times_) result.total_time = std::max(result.total_time, time.end);
   result.num_ops = n;
   result.num_messages = num_messages_;
   result.num_events = num_events_;
@@ -1223,10 +1298,7 @@ Result<SimResult> Engine::Run() {
   result.local_bytes = local_bytes_;
   BuildUtilisation(result, result.total_time);
   BuildCriticalPath(result);
-  if (opt_.record_op_times) {
-    result.op_times.resize(n);
-    for (int i = 0; i < n; ++i) result.op_times[i] = {ready_[i], start_[i], end_[i]};
-  }
+  if (opt_.record_op_times) result.op_times = std::move(times_);
   if (opt_.record_ingress) {
     result.ingress.bucket_seconds = bucket_;
     result.ingress.bytes = ingress_;

@@ -29,14 +29,31 @@ Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) 
                            ChooseStagingLayout(static_cast<int>(rank), total, budget, [&] {
                              return LayOutStagingInPlanOrder(o.round, o.dependents, o.slots, bytes);
                            }));
-    if (!layout) continue;
+    if (!layout) {
+      o = {};  // what the gate keeps of a rank is its own; the rest goes as soon as it is read
+      continue;
+    }
     r.tight = true;
     r.started.assign(o.ids.size(), 0);
     r.ids = std::move(o.ids);
-    r.slots = std::move(o.slots);
+    r.slot_begin.reserve(o.slots.size() + 1);
+    r.slot_begin.push_back(0);
+    for (std::vector<int>& slots : o.slots) {
+      r.slot_list.insert(r.slot_list.end(), slots.begin(), slots.end());
+      r.slot_begin.push_back(static_cast<int>(r.slot_list.size()));
+      slots = {};
+    }
     r.placement.ResetTight(std::move(*layout), budget);
+    o = {};
   }
   return gate;
+}
+
+const std::vector<int>& StagingGate::SlotsOf(const Rank& r, int local) {
+  const auto first = r.slot_list.begin() + r.slot_begin[static_cast<size_t>(local)];
+  const auto last = r.slot_list.begin() + r.slot_begin[static_cast<size_t>(local) + 1];
+  scratch_.assign(first, last);
+  return scratch_;
 }
 
 int StagingGate::FirstUnstarted(Rank& r) {
@@ -52,7 +69,7 @@ int StagingGate::FirstUnstarted(Rank& r) {
 // could not (`blocked`: no overtaking).
 bool StagingGate::TryPlace(Rank& r, int local, bool blocked) {
   const auto bytes = [&](int s) { return plan_->slots[static_cast<size_t>(s)].bytes; };
-  const std::vector<int>& slots = r.slots[static_cast<size_t>(local)];
+  const std::vector<int>& slots = SlotsOf(r, local);
   bool placed = true;
   for (int s : slots) placed &= r.placement.Placed(s);
   if (!placed) {
@@ -81,7 +98,9 @@ void StagingGate::Finish(int op, std::vector<int>& admitted) {
   const Op& o = plan_->ops[static_cast<size_t>(op)];
   if (ranks_.empty() || !ranks_[static_cast<size_t>(o.rank)].tight) return;
   Rank& r = ranks_[static_cast<size_t>(o.rank)];
-  for (int s : r.slots[static_cast<size_t>(local_[static_cast<size_t>(op)])]) {
+  const size_t local = static_cast<size_t>(local_[static_cast<size_t>(op)]);
+  for (int i = r.slot_begin[local]; i < r.slot_begin[local + 1]; ++i) {
+    const int s = r.slot_list[static_cast<size_t>(i)];
     if (--uses_[static_cast<size_t>(s)] == 0) r.placement.Release(s);
   }
   while (!r.waiting.empty()) {  // in (round, id) order until one cannot start: no overtaking

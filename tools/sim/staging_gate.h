@@ -37,8 +37,10 @@ class StagingGate {
  private:
   struct Rank {
     bool tight = false;
-    std::vector<int> ids;                 // plan op ids by local index
-    std::vector<std::vector<int>> slots;  // by local index
+    std::vector<int> ids;  // plan op ids by local index
+    // The slots of local op i: slot_list[slot_begin[i], slot_begin[i + 1]), one array for the
+    // rank rather than one per op.
+    std::vector<int> slot_begin, slot_list;
     StagingPlacement placement;
     std::vector<char> started;            // by local index
     size_t first_unstarted = 0;           // in placement.order()
@@ -46,12 +48,15 @@ class StagingGate {
   };
   bool TryPlace(Rank& r, int local, bool blocked);
   int FirstUnstarted(Rank& r);  // the local index of the first op in plan order not started, or -1
+  // Op `local`'s slots, in scratch_ (StagingPlacement::Place takes a vector).
+  const std::vector<int>& SlotsOf(const Rank& r, int local);
 
   const TransferPlan* plan_ = nullptr;
   std::vector<Rank> ranks_;
   std::vector<int> local_;        // by op: its index on its rank
   std::vector<int> uses_;         // by slot: ops still to use it
   int64_t waits_ = 0;
+  std::vector<int> scratch_;
 };
 
 }  // namespace ferry::sim

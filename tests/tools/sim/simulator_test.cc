@@ -430,6 +430,28 @@ TEST(SimulatorTest, HostMemoryRanksShareTheNodesCopyRateAndMessageCosts) {
   EXPECT_NEAR(SimulatePlan(small.plan(), c).total_time, 100 * 11e-6, 1e-7);
 }
 
+// Messages are matched by id whether the ids are small (the planner's, numbered from 0) or not:
+// the same plan with its ids moved above the op count predicts the same times.
+TEST(SimulatorTest, MatchesMessagesWhateverTheirIds) {
+  PlanBuilder b(4);
+  const auto first = b.Message(0, 2, 1000);
+  b.Message(1, 3, 2000);
+  b.Message(2, 0, 500, {first.second});
+  TransferPlan sparse = b.plan();
+  for (Op& op : sparse.ops) {
+    if (IsMessageKind(op.kind)) op.message = 1000000 + 7 * op.message;
+  }
+  const SimResult dense_result = SimulatePlan(b.plan());
+  const SimResult sparse_result = SimulatePlan(sparse);
+  EXPECT_EQ(dense_result.num_messages, 3);
+  EXPECT_EQ(sparse_result.num_messages, 3);
+  ASSERT_EQ(dense_result.op_times.size(), sparse_result.op_times.size());
+  for (size_t i = 0; i < dense_result.op_times.size(); ++i) {
+    EXPECT_EQ(dense_result.op_times[i].end, sparse_result.op_times[i].end) << "op " << i;
+  }
+  EXPECT_GT(dense_result.total_time, 0);
+}
+
 TEST(SimulatorTest, RejectsMalformedPlans) {
   ClusterSpec c = TestCluster();
   {
