@@ -347,6 +347,18 @@ TEST(SimulatorTest, AClassThatGoesIdleAndReturnsKeepsItsLinksAndRates) {
   EXPECT_NEAR(result.op_times[p.second].end, 1.5, 1e-9);
 }
 
+// One node of `ranks` host-memory ranks (local processes, as on the development host): each
+// stream of copies at most `stream_rate` bytes/s, all of the node's together `node_rate`.
+ClusterSpec HostNode(int ranks, double stream_rate, double node_rate) {
+  ClusterSpec c = TestCluster();
+  c.gpus_per_node = ranks;
+  c.nics_per_node = 1;
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = stream_rate;
+  c.host_memory_bandwidth = node_rate;
+  return c;
+}
+
 TEST(SimulatorTest, ManyFlowsOnOneLinkFinishTogether) {
   PlanBuilder b(4);
   for (int i = 0; i < 100; ++i) b.Message(0, 2, 10'000'000);
@@ -361,12 +373,7 @@ TEST(SimulatorTest, LoopbackBandwidthIsSharedByEveryMessageOfTheNode) {
   PlanBuilder b(4);
   b.Message(0, 1, 1'000'000'000);
   b.Message(2, 3, 1'000'000'000);
-  ClusterSpec c = TestCluster();
-  c.gpus_per_node = 4;
-  c.nics_per_node = 1;
-  c.host_memory_ranks = true;
-  c.host_copy_bandwidth = 1e9;
-  c.host_memory_bandwidth = 100e9;
+  ClusterSpec c = HostNode(4, 1e9, 100e9);
   EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 1.0, 1e-6);
   c.host_message_bandwidth = 1e9;
   SimResult r = SimulatePlan(b.plan(), c);
@@ -381,12 +388,7 @@ TEST(SimulatorTest, LoopbackBandwidthIsSharedByEveryMessageOfTheNode) {
 // 2 GB/s loopback and 1 GB/s a stream, one 1 GB message takes 1 s, and two side by side take
 // 1 s too, where without the stream cap one alone would take the whole loopback (0.5 s).
 TEST(SimulatorTest, OneLoopbackStreamIsCappedBelowTheNodesRate) {
-  ClusterSpec c = TestCluster();
-  c.gpus_per_node = 4;
-  c.nics_per_node = 1;
-  c.host_memory_ranks = true;
-  c.host_copy_bandwidth = 10e9;
-  c.host_memory_bandwidth = 100e9;
+  ClusterSpec c = HostNode(4, 10e9, 100e9);
   c.host_message_bandwidth = 2e9;
   PlanBuilder one(4);
   one.Message(0, 1, 1'000'000'000);
@@ -407,12 +409,7 @@ TEST(SimulatorTest, OneLoopbackStreamIsCappedBelowTheNodesRate) {
 // fixed cost holds that shared link, so the node pays the costs of all pairs one after the other
 // (4 x 100 messages x (10 us + 1 us)), unless the node's rate holds several streams at once.
 TEST(SimulatorTest, HostMemoryRanksShareTheNodesCopyRateAndMessageCosts) {
-  ClusterSpec c = TestCluster();
-  c.gpus_per_node = 8;
-  c.nics_per_node = 1;
-  c.host_memory_ranks = true;
-  c.host_copy_bandwidth = 1e9;
-  c.host_memory_bandwidth = 1e9;
+  ClusterSpec c = HostNode(8, 1e9, 1e9);
   PlanBuilder one(8);
   one.Message(0, 1, 1'000'000'000);
   EXPECT_NEAR(SimulatePlan(one.plan(), c).total_time, 1.0, 1e-6);
