@@ -14,8 +14,8 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
      process in host memory: its copies and messages share the node's one host_mem link (the
      aggregate direct-read rate of the PAIRS pairs), each stream capped at one pair's rate, and
-     tcp messages also share the node's loopback (the aggregate tcp rate), each capped at one
-     tcp pair's rate;
+     tcp messages also share the node's loopback (the aggregate tcp rate) and each rank's
+     transport thread (one tcp pair's rate, for all the messages the rank sends and receives);
   3. runs `ferry run` of each case (both strategies) and `ferry simulate` of the same case and
      options with the matching cluster file, and prints case | measured (mean and best of 3
      refits) | predicted | ratios (the links' rates are the best of 3 streams each).
@@ -132,7 +132,8 @@ INTROS = {
                        "2-core development host, ranks in host memory, direct reads"),
     "this-host-tcp.yaml": ("# The 2-core development host with every message through TCP loopback (ferry run with\n"
                            "# executor.direct_intra_node=false, and its gather-broadcast): the loopback's throughput is\n"
-                           "# shared by all streams of the node (host_message_bandwidth), one stream alone gets less\n"
+                           "# shared by all streams of the node (host_message_bandwidth), and each rank's messages,\n"
+                           "# sent and received, by its transport's one thread, as fast as one stream alone\n"
                            "# (host_message_stream_bandwidth).\n",
                            "2-core development host, ranks in host memory, TCP loopback"),
 }

@@ -82,9 +82,12 @@ struct ClusterSpec {
   // kernel on a few cores). 0: no limit beyond host_copy_bandwidth and host_memory_bandwidth
   // (direct reads, one memcpy a message).
   double host_message_bandwidth = 0;
-  // Each such message alone at most this rate: one stream of that transport (one TCP connection's
-  // kernel copies on one core), below what several streams get together. 0: no cap beyond
-  // host_copy_bandwidth.
+  // Each host-memory rank's messages, the ones it sends and the ones it receives together, at most
+  // this rate: the transport's one progress thread a process (transports/tcp/tcp_transport.cc,
+  // one epoll loop driven by the executor thread) makes the kernel's copies of every connection
+  // of the rank, so one stream alone gets this, below what several pairs get together, and a
+  // rank that receives and forwards at once (a broadcast chain's relay) gets it for both. 0: no
+  // limit beyond host_copy_bandwidth.
   double host_message_stream_bandwidth = 0;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }

@@ -32,6 +32,7 @@ std::string_view ResourceKindName(ResourceKind kind) {
     case ResourceKind::kPcieH2D: return "pcie_h2d";
     case ResourceKind::kHostMem: return "host_mem";
     case ResourceKind::kLoopback: return "loopback";
+    case ResourceKind::kTransportThread: return "transport_thread";
   }
   return "unknown";
 }
@@ -175,6 +176,18 @@ class Engine {
   Status Prepare();
   Status MatchMessage(int64_t id, int s, int r);
   void BuildResources();
+  // Host-memory ranks whose transport has one progress thread a process
+  // (ClusterSpec::host_message_stream_bandwidth): one transport_thread link a rank, else none.
+  int TransportThreads() const {
+    return c_.host_memory_ranks && c_.host_message_stream_bandwidth > 0 ? plan_.num_ranks : 0;
+  }
+  // Adds the transport threads of the sender's and the receiver's rank to message flow f, when
+  // the cluster has them: a rank's sends and receives take turns on its one thread.
+  void AddTransportThreads(Flow& f, int sender_rank, int receiver_rank) const {
+    if (TransportThreads() == 0) return;
+    f.links[f.num_links++] = Res(ResourceKind::kTransportThread, sender_rank);
+    f.links[f.num_links++] = Res(ResourceKind::kTransportThread, receiver_rank);
+  }
   int Res(ResourceKind kind, int index) const { return offset_[static_cast<int>(kind)] + index; }
   int GpuOf(int rank) const { return map_.gpu_of_rank[rank]; }
   int NodeOfGpu(int gpu) const { return gpu / c_.gpus_per_node; }
@@ -489,6 +502,7 @@ void Engine::BuildResources() {
       {gpus, c_.pcie_bandwidth},                                                     // pcie_h2d
       {nodes, c_.host_memory_bandwidth},                                             // host_mem
       {nodes, c_.host_message_bandwidth},                                            // loopback
+      {TransportThreads(), c_.host_message_stream_bandwidth},                         // transport_thread
   }};
   offset_[0] = 0;
   for (int k = 0; k < kNumResourceKinds; ++k) offset_[k + 1] = offset_[k] + layout[k].first;
@@ -584,10 +598,8 @@ void Engine::StartMessage(int sender, int receiver, double t) {
     if (c_.host_memory_ranks) {
       add(Res(ResourceKind::kHostMem, na));
       if (c_.host_message_bandwidth > 0) add(Res(ResourceKind::kLoopback, na));
+      AddTransportThreads(f, so.rank, ro.rank);
       f.cap = c_.host_copy_bandwidth;
-      if (c_.host_message_stream_bandwidth > 0) {
-        f.cap = std::min(f.cap, c_.host_message_stream_bandwidth);
-      }
     } else {
       add(Res(ResourceKind::kNvlinkOut, ga));
       add(Res(ResourceKind::kNvlinkIn, gb));
@@ -612,6 +624,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
     if (c_.host_memory_ranks) {
       add(Res(ResourceKind::kHostMem, na));
       add(Res(ResourceKind::kHostMem, nb));
+      AddTransportThreads(f, so.rank, ro.rank);
     } else if (!c_.gpu_direct) {
       add(Res(ResourceKind::kPcieD2H, ga));
       add(Res(ResourceKind::kPcieH2D, gb));
@@ -1115,6 +1128,9 @@ std::string Engine::DescribeResource(int r) const {
     case ResourceKind::kHostMem:
     case ResourceKind::kLoopback:
       out << "node " << res.index;
+      break;
+    case ResourceKind::kTransportThread:
+      out << "rank " << res.index;
       break;
     default:
       out << "gpu " << res.index;

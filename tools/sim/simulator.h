@@ -12,7 +12,9 @@
 //                           same GPU     gpu_mem[g]
 //                           same node    nvlink_out[src gpu] + nvlink_in[dst gpu]; between
 //                                        host-memory ranks host_mem[node] (+ loopback[node] when
-//                                        host_message_bandwidth is set: the transport's own limit)
+//                                        host_message_bandwidth is set: the transport's own limit;
+//                                        + transport_thread[rank] of both ends when
+//                                        host_message_stream_bandwidth is set)
 //                           network      nic_tx[src nic] + nic_rx[dst nic] (+ spine_up/spine_down
 //                                        for cross-rail traffic when the spine is oversubscribed;
 //                                        + pcie and host_mem on both ends, and one staging chunk
@@ -56,8 +58,11 @@ enum class ResourceKind : uint8_t {
   kPcieH2D,
   kHostMem,
   kLoopback,  // per node: messages between host-memory ranks of one node (host_message_bandwidth)
+  // Per rank of a host-memory cluster with host_message_stream_bandwidth: the transport's one
+  // progress thread, which carries every message the rank sends and receives.
+  kTransportThread,
 };
-inline constexpr int kNumResourceKinds = 11;
+inline constexpr int kNumResourceKinds = 12;
 std::string_view ResourceKindName(ResourceKind kind);  // "gpu_mem", "nvlink_out", ...
 
 struct SimOptions {

@@ -403,6 +403,32 @@ TEST(SimulatorTest, OneLoopbackStreamIsCappedBelowTheNodesRate) {
   EXPECT_FALSE(c.Validate().ok());
 }
 
+// The stream rate is a rank's (its transport's one progress thread), not a connection's: a rank
+// that receives one 1 GB message while it sends another (a broadcast chain's relay) moves 2 GB
+// through its thread, 2 s at 1 GB/s, where two separate pairs take 1 s; so does a rank sending
+// to two ranks at once.
+TEST(SimulatorTest, AHostRanksSendsAndReceivesShareItsTransportThread) {
+  ClusterSpec c = HostNode(4, 10e9, 100e9);
+  c.host_message_bandwidth = 10e9;
+  c.host_message_stream_bandwidth = 1e9;
+  PlanBuilder relay(4);
+  relay.Message(0, 1, 1'000'000'000);
+  relay.Message(1, 2, 1'000'000'000);
+  PlanBuilder fan_out(4);
+  fan_out.Message(0, 1, 1'000'000'000);
+  fan_out.Message(0, 2, 1'000'000'000);
+  PlanBuilder pairs(4);
+  pairs.Message(0, 1, 1'000'000'000);
+  pairs.Message(2, 3, 1'000'000'000);
+  EXPECT_NEAR(SimulatePlan(pairs.plan(), c).total_time, 1.0, 1e-6);
+  const SimResult r = SimulatePlan(relay.plan(), c);
+  EXPECT_NEAR(r.total_time, 2.0, 1e-6);
+  ASSERT_FALSE(r.critical_path.empty());
+  EXPECT_NE(r.critical_path.back().description.find("transport_thread[rank 1]"), std::string::npos)
+      << r.critical_path.back().description;
+  EXPECT_NEAR(SimulatePlan(fan_out.plan(), c).total_time, 2.0, 1e-6);
+}
+
 // Host-memory ranks (the development host's cluster files, tools/sim/calibrate_host.py): every
 // rank's messages share the node's host_mem, so 4 pairs of ranks streaming 1 GB each at once take
 // 4x as long as one pair alone when the node's rate together is one stream's; and each message's
