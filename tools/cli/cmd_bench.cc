@@ -401,7 +401,8 @@ int BenchTransportsCommand(const BenchArgs& args) {
     const std::string plan_csv = args.out_dir + "/plan.csv";
     if (Status s = WriteFile(plan_csv,
                              "transport,strategy,ranks,delivered_bytes,mean_seconds,best_seconds,"
-                             "GBps,memcpy_GBps,bytes_sent,peak_staging_bytes,bytes_received_by_transport\n");
+                             "GBps,memcpy_GBps,bytes_sent,peak_staging_bytes,start_spread_seconds,"
+                             "bytes_received_by_transport\n");
         !s.ok()) {
       std::fprintf(stderr, "ferry bench: %s\n", s.ToString().c_str());
       return 1;

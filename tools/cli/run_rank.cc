@@ -453,7 +453,7 @@ Status AppendResults(const RunArgs& args, int ranks, int64_t delivered, double m
   for (const VariantSummary& s : summaries) {
     out << label << ',' << s.variant.name << ',' << ranks << ',' << delivered << ',' << s.mean << ',' << s.best
         << ',' << static_cast<double>(delivered) / s.mean / 1e9 << ',' << memcpy_bps / 1e9 << ','
-        << s.last.bytes_sent << ',' << s.last.peak_staging_max << ',';
+        << s.last.bytes_sent << ',' << s.last.peak_staging_max << ',' << s.mean_start_spread << ',';
     const char* separator = "";
     for (const auto& [path, traffic] : s.last.by_transport) {
       out << separator << path << '=' << traffic.bytes_received;

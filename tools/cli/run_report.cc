@@ -81,12 +81,13 @@ Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, 
   FERRY_RETURN_IF_ERROR(published());
   RefitSample all;
   if (rank != 0) return all;
-  int64_t first = INT64_MAX, last = 0;
+  int64_t first = INT64_MAX, last = 0, last_start = 0;
   for (int r = 0; r < size; ++r) {
     FERRY_ASSIGN_OR_RETURN(Bytes value, store.Get(key + "/rank" + std::to_string(r), deadline));
     FERRY_ASSIGN_OR_RETURN(RankSample s, RankSample::Decode(std::string(value.begin(), value.end())));
     first = std::min(first, s.start_ns);
     last = std::max(last, s.end_ns);
+    last_start = std::max(last_start, s.start_ns);
     all.bytes_sent += s.bytes_sent;
     all.bytes_copied += s.bytes_copied;
     all.bytes_read_direct += s.bytes_read_direct;
@@ -96,6 +97,7 @@ Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, 
     all.peak_staging_sum += s.peak_staging;
   }
   all.seconds = static_cast<double>(last - first) * 1e-9;
+  all.start_spread_seconds = static_cast<double>(last_start - first) * 1e-9;
   return all;
 }
 
@@ -105,6 +107,7 @@ VariantSummary Summarize(const RunVariant& variant, const std::vector<RefitSampl
   s.best = 1e30;
   for (const RefitSample& r : samples) {
     s.mean += r.seconds / static_cast<double>(samples.size());
+    s.mean_start_spread += r.start_spread_seconds / static_cast<double>(samples.size());
     s.best = std::min(s.best, r.seconds);
   }
   if (!samples.empty()) s.last = samples.back();
@@ -197,6 +200,8 @@ std::string FormatRunReport(const std::string& description, int64_t delivered, d
   row("", [](const VariantSummary& s) { return s.variant.name; });
   row("refit time (mean)", [](const VariantSummary& s) { return FormatSeconds(s.mean, 1, false); });
   row("refit time (best)", [](const VariantSummary& s) { return FormatSeconds(s.best, 1, false); });
+  row("ranks' start spread (mean)",
+      [](const VariantSummary& s) { return FormatSeconds(s.mean_start_spread, 1, false); });
   row("slowest rank's own run",
       [](const VariantSummary& s) { return FormatSeconds(s.last.longest_rank_seconds, 1, false); });
   row("bandwidth (mean)", [&](const VariantSummary& s) { return text("%.2f GB/s", total / s.mean / 1e9); });

@@ -35,6 +35,9 @@ struct RefitSample {
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
   int64_t bytes_read_direct = 0;
   double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
+  // Last rank's start less the first rank's: how far apart the barrier before the refit released
+  // the ranks. Part of `seconds`, and not work of the refit (a simulator starts every rank at 0).
+  double start_spread_seconds = 0;
   std::map<std::string, TransportTraffic> by_transport;  // summed over the ranks
 };
 
@@ -56,6 +59,7 @@ struct RunVariant {
 struct VariantSummary {
   RunVariant variant;
   double mean = 0, best = 0;
+  double mean_start_spread = 0;  // RefitSample::start_spread_seconds over the samples
   RefitSample last;
 };
 

@@ -26,7 +26,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$LOG/gpu.txt"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
-row() { ROWS+=("$(printf '%-52s %10s %10s %6s  %s' "$@")"); }
+row() { ROWS+=("$(printf '%-52s %10s %10s %10s %6s  %s' "$@")"); }
 
 # model scale src dst
 CASES=(
@@ -52,7 +52,7 @@ for c in "${CASES[@]}"; do
   rm -f "$LOG/$tag.csv"
   if ! measure "$model" "$scale" "$src" "$dst" cudamalloc "$LOG/$tag.csv" ||
      ! measure "$model" "$scale" "$src" "$dst" vmm "$LOG/$tag.csv"; then
-    row "$name" FAILED "" "" "see refit.log"
+    row "$name" FAILED "" "" "" "see refit.log"
     FAILED=1
     continue
   fi
@@ -65,23 +65,26 @@ for c in "${CASES[@]}"; do
   } > "$LOG/h200-$tag.yaml"
   if ! timeout 300 "$BIN/ferry" simulate --model "$model" --scale "$scale" --src "$src" --dst "$dst" \
        --cluster "$LOG/h200-$tag.yaml" --no-baseline "${COMMON[@]}" > "$LOG/sim-$tag.txt" 2>&1; then
-    row "$name" "" FAILED "" "see sim-$tag.txt"
+    row "$name" "" "" FAILED "" "see sim-$tag.txt"
     FAILED=1
     continue
   fi
   read -r value unit <<< "$(sed -n 's/^predicted time *\([0-9.]*\) \([a-z]*\).*/\1 \2/p' "$LOG/sim-$tag.txt")"
   predicted=$(to_ms "$value" "$unit")
   alloc=cudaMalloc  # the csv's first row; the second is VMM (measured in that order)
-  while IFS=, read -r label variant ranks b mean rest; do
+  while IFS=, read -r label variant ranks b mean best gbps_run memcpy sent staging spread rest; do
     measured=$(awk -v s="$mean" 'BEGIN { printf "%.3f", s * 1000 }')
+    spread_ms=$(awk -v s="$spread" 'BEGIN { printf "%.3f", s * 1000 }')
     ratio=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%.2f", p / m }')
-    row "$name, $alloc" "$measured" "$predicted" "$ratio" "$((b >> 20)) MiB, IPC ceiling $gbps GB/s"
+    row "$name, $alloc" "$measured" "$spread_ms" "$predicted" "$ratio" \
+        "$((b >> 20)) MiB, IPC ceiling $gbps GB/s"
     alloc=VMM
   done < "$LOG/$tag.csv"
 done
 
 echo
 echo "== sim_h200: $(head -1 "$LOG/gpu.txt") =="
-printf '%-52s %10s %10s %6s  %s\n' "case (reshard, direct reads)" "measured" "predicted" "ratio" "(ms)"
+printf '%-52s %10s %10s %10s %6s  %s\n' "case (reshard, direct reads)" "measured" "spread" "predicted" \
+  "ratio" "(ms; spread: how far apart the ranks started, part of measured)"
 printf '%s\n' "${ROWS[@]}" | tee "$LOG/table.txt"
 exit $FAILED

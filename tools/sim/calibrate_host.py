@@ -18,7 +18,9 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      transport thread (one tcp pair's rate, for all the messages the rank sends and receives);
   3. runs `ferry run` of each case (both strategies) and `ferry simulate` of the same case and
      options with the matching cluster file, and prints case | measured (mean and best of 3
-     refits) | predicted | ratios (the links' rates are the best of 3 streams each).
+     refits, and how far apart the ranks started them, which the refit time includes and the
+     simulator, starting every rank at 0, does not) | predicted | ratios (the links' rates are the
+     best of 3 streams each).
 
 Usage: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry --out /tmp/calibrate
        [--clusters-only]  (steps 1 and 2)
@@ -209,8 +211,8 @@ def measure_case(ferry, out, case):
         cmd += ["--set", s]
     run(cmd)
     with open(results) as f:
-        # variant -> (mean, best) seconds
-        return {row[1]: (float(row[4]), float(row[5])) for row in csv.reader(f)}
+        # variant -> (mean, best, mean start spread) seconds
+        return {row[1]: (float(row[4]), float(row[5]), float(row[10])) for row in csv.reader(f)}
 
 
 def seconds(text):
@@ -247,16 +249,16 @@ def main():
     if args.clusters_only:
         return
     print(f"links measured at {load()}")
-    print("| case | variant | measured mean | best | predicted | ratio to mean | to best |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| case | variant | measured mean | best | start spread | predicted | ratio to mean | to best |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for case in CASES:
         measured = measure_case(args.ferry, args.out, case)
         for variant, (cluster, direct_reads) in CLUSTER_OF_VARIANT.items():
             predicted = predict_case(args.ferry, args.out, case, cluster, direct_reads)
             strategy = "gather-broadcast" if variant == "gather-broadcast" else "reshard"
-            p, (mean, best) = predicted[strategy], measured[variant]
-            print(f"| {case[0]} | {variant} | {mean:.3f} s | {best:.3f} s | {p:.3f} s | {p / mean:.2f} "
-                  f"| {p / best:.2f} |", flush=True)
+            p, (mean, best, spread) = predicted[strategy], measured[variant]
+            print(f"| {case[0]} | {variant} | {mean:.3f} s | {best:.3f} s | {spread * 1e3:.1f} ms "
+                  f"| {p:.3f} s | {p / mean:.2f} | {p / best:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
