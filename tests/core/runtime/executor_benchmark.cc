@@ -1,10 +1,12 @@
 // Executor copy throughput against plain memcpy on one rank: a 256 MiB same-rank Copy op (dense,
-// and column-strided as a Pack would be), run through Executor::Run with the copy pool; and a
+// and column-strided as a Pack would be), run through Executor::Run with the copy pool; the same
+// by the row length and stride of its rows (the access pattern of a refit's copies); and a
 // host Quantize op (block-scaled fp8 of 4 bf16 [4096, 4096] matrices, 128 MiB) with 1 copy thread
 // (the executor thread alone: how every host quantization ran before the copy pool took its
 // blocks) beside 2 and 4.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -72,6 +74,58 @@ void BM_ExecutorCopy(benchmark::State& state) {
 BENCHMARK(BM_ExecutorCopy)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->ArgNames({"strided", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Copy rate by row length and stride: rows of `range(0)` bytes, each taken from the start of a
+// source row of `range(1)` bytes (a column slice of a wider tensor, as a refit reads one) into a
+// dense destination, with one copy thread: 256 MiB of rows, fewer where the source would pass
+// 1 GiB. Rows shorter than the executor's streaming
+// threshold (core/runtime/strided_copy.cc) are cached copies.
+void BM_ExecutorCopyRows(benchmark::State& state) {
+  const int64_t row = state.range(0), stride = state.range(1);
+  InMemoryStore store;
+  Config config = RuntimeConfig();
+  (void)config.Set("executor.copy_threads", "1");
+  CommunicatorOptions options;
+  options.store = &store;
+  options.config = &config;
+  auto comm = Communicator::Create(options, Deadline::AfterSeconds(10));
+  auto executor = Executor::Create(**comm);
+  const int64_t rows = std::min(kBytes / row, (int64_t{1} << 30) / stride);
+  const int64_t bytes = rows * row, source_bytes = rows * stride;
+  TransferPlan plan;
+  plan.num_ranks = 1;
+  plan.source_buffers = {{0, "s", source_bytes}};
+  plan.destination_buffers = {{0, "d", bytes}};
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  copy.bytes = bytes;
+  CopyPair pair;
+  for (Region* r : {&pair.from, &pair.to}) {
+    r->dtype = DType::kUInt8;
+    r->ndim = 2;
+    r->shape = {rows, row};
+  }
+  pair.from.strides = {stride, 1};
+  pair.to.strides = {row, 1};
+  pair.from.space = Space::kSource;
+  pair.to.space = Space::kDestination;
+  plan.AddOp(copy, {}, {pair});
+  std::vector<char> a(source_bytes, 1), b(bytes, 0);
+  RankMemory memory{{{a.data(), source_bytes, MemoryKind::kHost, -1}},
+                    {{b.data(), bytes, MemoryKind::kHost, -1}}};
+  for (auto _ : state) {
+    auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(60));
+    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_ExecutorCopyRows)
+    ->Args({64, 128})->Args({64, 1024})->Args({64, 4096})
+    ->Args({512, 1024})->Args({512, 8192})
+    ->Args({2048, 4096})->Args({16384, 32768})->Args({65536, 131072})->Args({65536, 65536})
+    ->ArgNames({"row_bytes", "stride"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
