@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The simulator checked against ferry's own GPU refits on the lent one-H200 machine (issue 28):
 # per case, `ferry run --memory cuda` measures the verified reshard (8 processes on GPU 0, direct
-# reads, cudaMalloc and VMM buffers), ipc_copy_ceiling measures the link the simulator needs (8
-# processes copying from each other's memory through CUDA IPC at once, bytes per process as the
-# refit moves), and `ferry simulate` predicts the same case on a cluster file written from that
+# reads, cudaMalloc and VMM buffers), ipc_copy_ceiling measures the link the simulator needs (as
+# many processes as the refit has receivers, the ranks that copy in a direct read, copying from
+# each other's memory through CUDA IPC at once, each the bytes a receiver reads in the refit), and
+# `ferry simulate` predicts the same case on a cluster file written from that
 # measurement (tools/sim/clusters/h200-single.yaml with copy_bandwidth measured). Nothing is
 # fitted to the refits. Prints one table at the end.
 #
@@ -28,11 +29,11 @@ echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
 row() { ROWS+=("$(printf '%-52s %10s %10s %10s %6s  %s' "$@")"); }
 
-# model scale src dst
+# model scale src dst receivers (the destination's ranks: tp x dp)
 CASES=(
-  "qwen3-30b-a3b 1/4 megatron:tp=2,ep=2 vllm:tp=2,dp=2"
-  "llama-3.1-8b 1/4 megatron:tp=4 vllm:tp=1,dp=4"
-  "llama-3.1-8b 1/4 megatron:tp=2,pp=2 vllm:tp=4"
+  "qwen3-30b-a3b 1/4 megatron:tp=2,ep=2 vllm:tp=2,dp=2 4"
+  "llama-3.1-8b 1/4 megatron:tp=4 vllm:tp=1,dp=4 4"
+  "llama-3.1-8b 1/4 megatron:tp=2,pp=2 vllm:tp=4 4"
 )
 COMMON=(--set executor.staging_budget=8GiB)
 
@@ -46,7 +47,7 @@ measure() {  # model scale src dst alloc csv
 }
 
 for c in "${CASES[@]}"; do
-  read -r model scale src dst <<< "$c"
+  read -r model scale src dst receivers <<< "$c"
   name="$model@$scale ${src#megatron:} -> ${dst#vllm:}"
   tag=$(echo "$model-$scale-$src-$dst" | tr -c 'A-Za-z0-9-' '_')
   rm -f "$LOG/$tag.csv"
@@ -57,11 +58,11 @@ for c in "${CASES[@]}"; do
     continue
   fi
   bytes=$(head -1 "$LOG/$tag.csv" | cut -d, -f4)
-  per_proc=$(( (bytes / 8 + 255) / 256 * 256 ))
-  gbps=$(timeout 120 "$BIN/ipc_copy_ceiling" --mode ipc --procs 8 --bytes "$per_proc" --iters 20 2>&1 |
+  per_proc=$(( (bytes / receivers + 255) / 256 * 256 ))
+  gbps=$(timeout 120 "$BIN/ipc_copy_ceiling" --mode ipc --procs "$receivers" --bytes "$per_proc" --iters 20 2>&1 |
          tee -a "$LOG/ceiling.log" | sed -n 's/.*: \([0-9.]*\) GB\/s written/\1/p')
   { grep -v '^copy_bandwidth:' "$BIN/h200-single.yaml"
-    echo "copy_bandwidth: ${gbps}GB/s  # measured: ipc_copy_ceiling --mode ipc --procs 8 --bytes $per_proc"
+    echo "copy_bandwidth: ${gbps}GB/s  # measured: ipc_copy_ceiling --mode ipc --procs $receivers --bytes $per_proc"
   } > "$LOG/h200-$tag.yaml"
   if ! timeout 300 "$BIN/ferry" simulate --model "$model" --scale "$scale" --src "$src" --dst "$dst" \
        --cluster "$LOG/h200-$tag.yaml" --no-baseline "${COMMON[@]}" > "$LOG/sim-$tag.txt" 2>&1; then
