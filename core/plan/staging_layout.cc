@@ -209,16 +209,26 @@ bool AddSlot(const TransferPlan& plan, Space space, int buffer, std::vector<int>
 
 }  // namespace
 
+// Ops are indexed by id (Op::id); a rank's local indices follow plan order, so one counting pass
+// sizes every rank and one array gives each op its local index, without a table per rank.
 Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan) {
   std::vector<RankStagingOps> ranks(static_cast<size_t>(std::max(plan.num_ranks, 0)));
+  std::vector<int> count(ranks.size(), 0);
   for (const Op& op : plan.ops) {
     if (op.rank < 0) return InvalidArgument("op " + std::to_string(op.id) + " has a negative rank");
-    if (static_cast<size_t>(op.rank) >= ranks.size()) ranks.resize(static_cast<size_t>(op.rank) + 1);
-    ranks[static_cast<size_t>(op.rank)].ids.push_back(op.id);
+    if (static_cast<size_t>(op.rank) >= count.size()) count.resize(static_cast<size_t>(op.rank) + 1, 0);
+    ++count[static_cast<size_t>(op.rank)];
   }
-  for (RankStagingOps& r : ranks) {
-    std::unordered_map<int, int> local;
-    for (size_t i = 0; i < r.ids.size(); ++i) local[r.ids[i]] = static_cast<int>(i);
+  ranks.resize(count.size());
+  for (size_t rank = 0; rank < ranks.size(); ++rank) ranks[rank].ids.reserve(static_cast<size_t>(count[rank]));
+  std::vector<int> local(plan.ops.size());  // by op id: its index on its rank
+  for (size_t id = 0; id < plan.ops.size(); ++id) {
+    std::vector<int>& ids = ranks[static_cast<size_t>(plan.ops[id].rank)].ids;
+    local[id] = static_cast<int>(ids.size());
+    ids.push_back(plan.ops[id].id);
+  }
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    RankStagingOps& r = ranks[rank];
     r.round.resize(r.ids.size());
     r.dependents.resize(r.ids.size());
     r.slots.resize(r.ids.size());
@@ -226,12 +236,12 @@ Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan) {
       const Op& op = plan.ops[static_cast<size_t>(r.ids[i])];
       r.round[i] = op.round;
       for (int dep : plan.Deps(op)) {
-        auto it = local.find(dep);
-        if (it == local.end()) {
+        if (dep < 0 || static_cast<size_t>(dep) >= local.size() ||
+            plan.ops[static_cast<size_t>(dep)].rank != static_cast<int>(rank)) {
           return InvalidArgument("op " + std::to_string(op.id) + " depends on op " + std::to_string(dep) +
                                  " of another rank");
         }
-        r.dependents[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
+        r.dependents[static_cast<size_t>(local[static_cast<size_t>(dep)])].push_back(static_cast<int>(i));
       }
       bool known = true;
       for (const CopyPair& pair : plan.Copies(op)) {
