@@ -56,19 +56,20 @@ Result<std::vector<int>> PlanOrder(const std::vector<int>& round, const std::vec
   for (const std::vector<int>& after : dependents) {
     for (int d : after) ++waiting[static_cast<size_t>(d)];
   }
-  using Key = std::pair<int, int>;  // (round, index)
-  std::priority_queue<Key, std::vector<Key>, std::greater<>> ready;
+  // (round, index) as one integer, ordered as the pair: round in the high half, index below.
+  const auto key = [&](size_t i) { return static_cast<int64_t>(round[i]) * (int64_t{1} << 32) + static_cast<int64_t>(i); };
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> ready;
   for (size_t i = 0; i < n; ++i) {
-    if (waiting[i] == 0) ready.emplace(round[i], static_cast<int>(i));
+    if (waiting[i] == 0) ready.push(key(i));
   }
   std::vector<int> order;
   order.reserve(n);
   while (!ready.empty()) {
-    const int i = ready.top().second;
+    const int i = static_cast<int>(ready.top() & 0xFFFFFFFF);
     ready.pop();
     order.push_back(i);
     for (int d : dependents[static_cast<size_t>(i)]) {
-      if (--waiting[static_cast<size_t>(d)] == 0) ready.emplace(round[static_cast<size_t>(d)], d);
+      if (--waiting[static_cast<size_t>(d)] == 0) ready.push(key(static_cast<size_t>(d)));
     }
   }
   if (order.size() != n) {

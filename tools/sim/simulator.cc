@@ -138,6 +138,10 @@ struct Event {
 
 bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
 
+// An op's (round, id) as one integer that orders as the pair: the round in the high half.
+int64_t RoundKey(const Op& o) { return static_cast<int64_t>(o.round) * (int64_t{1} << 32) + o.id; }
+int IdOfRoundKey(int64_t key) { return static_cast<int>(key & 0xFFFFFFFF); }
+
 // The sender and receiver op (-1: none yet) of each message id: an array for ids below the op
 // count, as the planner numbers messages from 0, and a hash map for any other id.
 class MessageTable {
@@ -289,9 +293,7 @@ class Engine {
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
   // the window, least (round, id) on top (SimOptions::max_in_flight).
   std::vector<int> posted_;
-  std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
-                                  std::greater<std::pair<int, int>>>>
-      waiting_;
+  std::vector<std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>>> waiting_;  // RoundKey
   // Per rank: when its posting lane and its weight-loading lane are next free; per op: tensors a
   // gather-and-broadcast Unpack loads into destination memory (empty when nothing is loaded).
   std::vector<double> post_free_, load_free_;
@@ -534,7 +536,7 @@ void Engine::BecomeReady(int op, double t) {
 void Engine::Admit(int sender, double t) {
   const Op& o = plan_.ops[sender];
   if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
-    waiting_[o.rank].push({o.round, sender});
+    waiting_[o.rank].push(RoundKey(o));
     return;
   }
   ++posted_[o.rank];
@@ -1084,7 +1086,7 @@ void Engine::OnOpDone(int op, double t) {
     --posted_[o.rank];
     auto& queue = waiting_[o.rank];
     if (!queue.empty()) {
-      const int next = queue.top().second;
+      const int next = IdOfRoundKey(queue.top());
       queue.pop();
       ++posted_[o.rank];
       StartMessage(next, partner_[next], t);
@@ -1189,15 +1191,13 @@ void Engine::BuildUtilisation(SimResult& result, double total) const {
 // once. Its per-op scratch is freed before the event loop.
 void Engine::StartInitialOps() {
   const int n = static_cast<int>(plan_.ops.size());
-  std::vector<std::pair<int, int>> by_round;  // (round, id) of the ops ready at the start
+  std::vector<int64_t> by_round;  // RoundKey of the ops ready at the start
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] == 0) by_round.emplace_back(plan_.ops[i].round, i);
+    if (pending_[i] == 0) by_round.push_back(RoundKey(plan_.ops[i]));
   }
-  // In id order already: a stable sort by round alone gives (round, id) order.
-  std::stable_sort(by_round.begin(), by_round.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(by_round.begin(), by_round.end());
   std::vector<int> initial(by_round.size());
-  for (size_t i = 0; i < by_round.size(); ++i) initial[i] = by_round[i].second;
+  for (size_t i = 0; i < by_round.size(); ++i) initial[i] = IdOfRoundKey(by_round[i]);
   by_round = {};
   std::vector<char> admitted(n, 0);
   for (int i : initial) admitted[i] = staging_.Admit(i);
@@ -1218,7 +1218,7 @@ void Engine::StartInitialOps() {
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
       if (times_[p].ready >= 0) {
-        waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+        waiting_[plan_.ops[sender].rank].push(RoundKey(plan_.ops[sender]));
       }
     } else {
       BecomeReady(i, 0.0);
@@ -1227,7 +1227,7 @@ void Engine::StartInitialOps() {
   for (int rank = 0; rank < plan_.num_ranks; ++rank) {
     auto& queue = waiting_[rank];
     while (!queue.empty() && posted_[rank] < opt_.max_in_flight) {
-      const int op = queue.top().second;
+      const int op = IdOfRoundKey(queue.top());
       queue.pop();
       ++posted_[rank];
       StartMessage(op, partner_[op], 0.0);
