@@ -293,7 +293,8 @@ class Engine {
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
   // the window, least (round, id) on top (SimOptions::max_in_flight).
   std::vector<int> posted_;
-  std::vector<std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>>> waiting_;  // RoundKey
+  std::vector<std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>>>
+      waiting_;  // RoundKey of each waiting sender
   // Per rank: when its posting lane and its weight-loading lane are next free; per op: tensors a
   // gather-and-broadcast Unpack loads into destination memory (empty when nothing is loaded).
   std::vector<double> post_free_, load_free_;
@@ -904,12 +905,16 @@ void Engine::Recompute(double now) {
 }
 
 // affected_ = the active classes on the seed links, each once; false when there are none, or when
-// a propagation round (round > 0) would recompute more than propagation_budget of them.
+// a propagation round (round > 0) would recompute more than propagation_budget of them (found as
+// soon as the budget is passed: most propagation rounds of a large plan are over it).
 bool Engine::CollectAffected(int round) {
   ++stamp_;
   if (flow_mark_.size() < active_.size()) flow_mark_.resize(active_.size(), 0);
   affected_.clear();
+  const size_t budget = round == 0 ? std::numeric_limits<size_t>::max()
+                                   : static_cast<size_t>(opt_.propagation_budget);
   for (int l : seed_links_) {
+    if (affected_.size() > budget) return false;
     for (int slot : res_[l].classes) {
       if (flow_mark_[slot] != stamp_) {
         flow_mark_[slot] = stamp_;
@@ -920,8 +925,7 @@ bool Engine::CollectAffected(int round) {
       }
     }
   }
-  if (affected_.empty()) return false;
-  return round == 0 || static_cast<int>(affected_.size()) <= opt_.propagation_budget;
+  return !affected_.empty() && affected_.size() <= budget;
 }
 
 // Settles the affected classes at `now` and collects their links (local_links_): each link's
