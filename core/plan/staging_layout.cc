@@ -11,12 +11,16 @@ void FirstFitAllocator::Reset(int64_t capacity) {
   free_.clear();
   used_.clear();
   in_use_ = 0;
+  largest_free_bound_ = std::max<int64_t>(capacity, 0);
   if (capacity > 0) free_[0] = capacity;
 }
 
 int64_t FirstFitAllocator::Allocate(int64_t bytes) {
   bytes = Granted(bytes);
+  if (bytes > largest_free_bound_) return -1;
+  int64_t largest = 0;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
+    largest = std::max(largest, it->second);
     if (it->second < bytes) continue;
     const int64_t offset = it->first, size = it->second;
     free_.erase(it);
@@ -25,6 +29,7 @@ int64_t FirstFitAllocator::Allocate(int64_t bytes) {
     in_use_ += bytes;
     return offset;
   }
+  largest_free_bound_ = largest;
   return -1;
 }
 
@@ -43,8 +48,10 @@ void FirstFitAllocator::Free(int64_t offset) {
     if (prev->first + prev->second == it->first) {
       prev->second += it->second;
       free_.erase(it);
+      it = prev;
     }
   }
+  largest_free_bound_ = std::max(largest_free_bound_, it->second);
 }
 
 namespace {

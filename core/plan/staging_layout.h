@@ -44,6 +44,9 @@ class FirstFitAllocator {
   std::map<int64_t, int64_t> free_;            // offset -> bytes
   std::unordered_map<int64_t, int64_t> used_;  // offset -> bytes
   int64_t in_use_ = 0;
+  // No free block is larger: Allocate refuses a larger request without walking free_. Exact after
+  // a walk that found no fit, raised by Free's merged blocks; allocations only shrink blocks.
+  int64_t largest_free_bound_ = 0;
 };
 
 struct StagingLayout {

@@ -49,11 +49,10 @@ Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) 
   return gate;
 }
 
-const std::vector<int>& StagingGate::SlotsOf(const Rank& r, int local) {
-  const auto first = r.slot_list.begin() + r.slot_begin[static_cast<size_t>(local)];
-  const auto last = r.slot_list.begin() + r.slot_begin[static_cast<size_t>(local) + 1];
-  scratch_.assign(first, last);
-  return scratch_;
+std::span<const int> StagingGate::SlotsOf(const Rank& r, int local) {
+  const int first = r.slot_begin[static_cast<size_t>(local)];
+  const int last = r.slot_begin[static_cast<size_t>(local) + 1];
+  return std::span<const int>(r.slot_list.data() + first, static_cast<size_t>(last - first));
 }
 
 int StagingGate::FirstUnstarted(Rank& r) {
@@ -69,7 +68,7 @@ int StagingGate::FirstUnstarted(Rank& r) {
 // could not (`blocked`: no overtaking).
 bool StagingGate::TryPlace(Rank& r, int local, bool blocked) {
   const auto bytes = [&](int s) { return plan_->slots[static_cast<size_t>(s)].bytes; };
-  const std::vector<int>& slots = SlotsOf(r, local);
+  const std::span<const int> slots = SlotsOf(r, local);
   bool placed = true;
   for (int s : slots) placed &= r.placement.Placed(s);
   if (!placed) {

@@ -29,6 +29,21 @@ TEST(FirstFitAllocatorTest, FreedNeighboursMergeIntoOneBlock) {
   EXPECT_EQ(a.Allocate(768), 0);
 }
 
+// A refused request walks every free block; what it learns must not refuse a block that fits.
+TEST(FirstFitAllocatorTest, ARefusalStillGrantsTheLargestFreeBlock) {
+  FirstFitAllocator a;
+  a.Reset(1024);
+  const int64_t x = a.Allocate(512);
+  EXPECT_EQ(a.Allocate(256), 512);
+  a.Free(x);                         // free: [0, 512) and [768, 1024)
+  EXPECT_EQ(a.Allocate(600), -1);
+  EXPECT_EQ(a.Allocate(512), 0);
+  EXPECT_EQ(a.Allocate(256), 768);
+  EXPECT_EQ(a.Allocate(1), -1);      // full
+  a.Free(512);                       // one block of 256 in the middle
+  EXPECT_EQ(a.Allocate(256), 512);
+}
+
 // A rank that quantizes received rows (planner/block_quantize.cc): two receives (slots A, B),
 // each unpacked into the bf16 twins of the matrices it feeds (T1..T4), and a quantize per twin.
 // Plan order: recv A, unpack A (-> T1, T2, T3), recv B, unpack B (-> T1, T4), the quantizes.
