@@ -306,6 +306,9 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
+  // share_[l]: the fair share residual_ and count_ give link l, stored whenever they change in
+  // FillProgressively, so that the filling reads it rather than dividing again.
+  std::vector<double> share_;
   std::vector<int> seed_links_, local_links_;
   std::vector<int> affected_;  // slots of the classes recomputed in the current round
   std::vector<double> new_rate_;
@@ -506,6 +509,7 @@ void Engine::BuildResources() {
   }
   link_mark_.assign(res_.size(), 0);
   residual_.assign(res_.size(), 0);
+  share_.assign(res_.size(), 0);
   link_dirty_.assign(res_.size(), 0);
   count_.assign(res_.size(), 0);
   link_head_.assign(res_.size(), -1);
@@ -930,14 +934,17 @@ bool Engine::CollectAffected(int round) {
 
 // Settles the affected classes at `now` and collects their links (local_links_): each link's
 // capacity left by the classes held fixed (residual_), its affected members (count_) and the list
-// of its affected classes (link_head_ / member_next_ / member_slot_).
+// of its affected classes (link_head_ / member_next_ / member_slot_); and the affected classes with
+// a per-flow cap (cap_order_, by index, for FillProgressively to sort).
 void Engine::GatherLocalLinks(double now) {
   local_links_.clear();
   member_slot_.clear();
   member_next_.clear();
+  cap_order_.clear();
   for (size_t i = 0; i < affected_.size(); ++i) {
     FlowClass& c = active_[affected_[i]];
     Settle(c, now);
+    if (c.cap < kInf) cap_order_.push_back(static_cast<int>(i));
     for (int k = 0; k < c.num_links; ++k) {
       const int l = c.links[k];
       if (link_mark_[l] != stamp_) {
@@ -972,13 +979,12 @@ void Engine::FillProgressively() {
   auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
   link_heap_.Clear();
   for (int l : local_links_) {
-    if (count_[l] > 0) link_heap_.Append(share(l), l);
+    if (count_[l] == 0) continue;
+    share_[l] = share(l);
+    link_heap_.Append(share_[l], l);
   }
   link_heap_.Build();
-  cap_order_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    if (active_[affected_[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
-  }
+  // cap_order_ holds the affected classes with a cap (GatherLocalLinks), by index.
   std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
     return active_[affected_[x]].cap < active_[affected_[y]].cap;
   });
@@ -996,11 +1002,11 @@ void Engine::FillProgressively() {
         count_[l] = 0;
         continue;
       }
-      const double before = share(l);
+      const double before = share_[l];
       residual_[l] -= level * c.members;
       count_[l] -= c.members;
       // Rounding can lower a share by an ulp: queue the lower value, as the refresh only raises.
-      const double after = share(l);
+      const double after = share_[l] = share(l);
       if (after < before) link_heap_.Push(after, l);
     }
   };
@@ -1011,7 +1017,7 @@ void Engine::FillProgressively() {
         link_heap_.Pop();
         continue;
       }
-      const double current = share(l);
+      const double current = share_[l];
       if (stored == current) break;
       link_heap_.ReplaceTop(current, l);
     }
