@@ -63,7 +63,9 @@ Result<std::vector<int>> PlanOrder(const RankStagingOps& ops) {
   std::vector<int> waiting(n, 0);
   for (int d : ops.dependents) ++waiting[static_cast<size_t>(d)];
   // (round, index) as one integer, ordered as the pair: round in the high half, index below.
-  const auto key = [&](size_t i) { return static_cast<int64_t>(round[i]) * (int64_t{1} << 32) + static_cast<int64_t>(i); };
+  const auto key = [&](size_t i) {
+    return static_cast<int64_t>(round[i]) * (int64_t{1} << 32) + static_cast<int64_t>(i);
+  };
   std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> ready;
   for (size_t i = 0; i < n; ++i) {
     if (waiting[i] == 0) ready.push(key(i));
@@ -177,7 +179,8 @@ Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
   return LayOutStagingInPlanOrder(ops, slot_bytes);
 }
 
-Result<StagingLayout> LayOutStagingInPlanOrder(const RankStagingOps& ops, const std::function<int64_t(int)>& slot_bytes) {
+Result<StagingLayout> LayOutStagingInPlanOrder(const RankStagingOps& ops,
+                                               const std::function<int64_t(int)>& slot_bytes) {
   StagingLayout layout;
   FERRY_ASSIGN_OR_RETURN(layout.order, PlanOrder(ops));
   std::unordered_map<int, size_t> life_of;  // slot -> index in lives
@@ -241,7 +244,8 @@ Status GatherRankStagingOps(const TransferPlan& plan, int rank, const std::vecto
     r.round[i] = op.round;
     for (int dep : plan.Deps(op)) {
       if (dep < 0 || static_cast<size_t>(dep) >= local.size() || plan.ops[static_cast<size_t>(dep)].rank != rank) {
-        return InvalidArgument("op " + std::to_string(op.id) + " depends on op " + std::to_string(dep) + " of another rank");
+        return InvalidArgument("op " + std::to_string(op.id) + " depends on op " + std::to_string(dep) +
+                               " of another rank");
       }
       ++r.dependents_begin[static_cast<size_t>(local[static_cast<size_t>(dep)]) + 1];
     }
@@ -254,7 +258,8 @@ Status GatherRankStagingOps(const TransferPlan& plan, int rank, const std::vecto
   for (size_t i = 0; i < n; ++i) {
     const Op& op = plan.ops[static_cast<size_t>(r.ids[i])];
     for (int dep : plan.Deps(op)) {
-      r.dependents[static_cast<size_t>(fill[static_cast<size_t>(local[static_cast<size_t>(dep)])]++)] = static_cast<int>(i);
+      int& next = fill[static_cast<size_t>(local[static_cast<size_t>(dep)])];
+      r.dependents[static_cast<size_t>(next++)] = static_cast<int>(i);
     }
     const size_t first = r.slots.size();
     bool known = true;

@@ -78,7 +78,8 @@ struct RankStagingOps {
 
 // The plan-order layout of one rank's ops (`ids` unused); `slot_bytes(s)` is slot s's size. Fails
 // when the dependencies form a cycle.
-Result<StagingLayout> LayOutStagingInPlanOrder(const RankStagingOps& ops, const std::function<int64_t(int)>& slot_bytes);
+Result<StagingLayout> LayOutStagingInPlanOrder(const RankStagingOps& ops,
+                                               const std::function<int64_t(int)>& slot_bytes);
 
 // The same, with the rank's ops by local index i as `round[i]`, `dependents[i]` (the local ops
 // that wait for op i) and `slots[i]` (the distinct slots op i uses).
