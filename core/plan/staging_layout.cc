@@ -263,9 +263,11 @@ Status GatherRankStagingOps(const TransferPlan& plan, int rank, const std::vecto
     }
     const size_t first = r.slots.size();
     bool known = true;
-    for (const CopyPair& pair : plan.Copies(op)) {
-      known &= AddSlot(plan, pair.from.space, pair.from.buffer, first, r.slots);
-      known &= AddSlot(plan, pair.to.space, pair.to.buffer, first, r.slots);
+    for (int c = op.copies_begin; c < op.copies_end; ++c) {  // spaces and buffers only, not shapes
+      const PairGeometry g = plan.GeometryOf(c);
+      const PackedCopy& packed = plan.copies[static_cast<size_t>(c)];
+      known &= AddSlot(plan, g.from_space, packed.from_buffer, first, r.slots);
+      known &= AddSlot(plan, g.to_space, packed.to_buffer, first, r.slots);
     }
     if (IsMessageKind(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, first, r.slots);
     if (!known) return InvalidArgument("op " + std::to_string(op.id) + " uses a staging slot the plan lacks");
