@@ -938,8 +938,13 @@ bool Engine::CollectAffected(int round) {
 // a per-flow cap (cap_order_, by index, for FillProgressively to sort).
 void Engine::GatherLocalLinks(double now) {
   local_links_.clear();
-  member_slot_.clear();
-  member_next_.clear();
+  // Sized for every link of every affected class once, then filled by index: no growth checks.
+  const size_t most = affected_.size() * kMaxFlowLinks;
+  if (member_slot_.size() < most) {
+    member_slot_.resize(most);
+    member_next_.resize(most);
+  }
+  int entries = 0;
   cap_order_.clear();
   for (size_t i = 0; i < affected_.size(); ++i) {
     FlowClass& c = active_[affected_[i]];
@@ -954,9 +959,9 @@ void Engine::GatherLocalLinks(double now) {
         count_[l] = 0;
         link_head_[l] = -1;
       }
-      member_slot_.push_back(static_cast<int>(i));
-      member_next_.push_back(link_head_[l]);
-      link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
+      member_slot_[entries] = static_cast<int>(i);
+      member_next_[entries] = link_head_[l];
+      link_head_[l] = entries++;
       residual_[l] += c.rate * c.members;
       count_[l] += c.members;
     }
