@@ -10,6 +10,7 @@
 #include <queue>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "core/base/strings.h"
 #include "core/runtime/direct_read.h"
@@ -190,6 +191,7 @@ class Engine {
     events_.push(Event{t, seq_++, type, id});
   }
   void StartInitialOps();
+  void SortStablyByRound(std::vector<int>& ops) const;
   void OnReady(int op, double t);
   void BecomeReady(int op, double t);
   void Admit(int sender, double t);
@@ -1202,19 +1204,44 @@ void Engine::BuildUtilisation(SimResult& result, double total) const {
   }
 }
 
+// Sorts `ops` stably by round (ops in id order come out in (round, id) order): least significant
+// digit first, 16 bits of the round's offset from the least round a pass, so one pass while the
+// rounds span fewer than 65,536 values and two at most. Linear in the ops, where a comparison sort
+// of the hundreds of thousands ready at the start took a few percent of the simulator.
+void Engine::SortStablyByRound(std::vector<int>& ops) const {
+  if (ops.empty()) return;
+  int least = std::numeric_limits<int>::max(), most = std::numeric_limits<int>::min();
+  for (int op : ops) {
+    least = std::min(least, plan_.ops[op].round);
+    most = std::max(most, plan_.ops[op].round);
+  }
+  const uint32_t span = static_cast<uint32_t>(static_cast<int64_t>(most) - least);
+  std::vector<int> sorted(ops.size());
+  std::vector<size_t> start(size_t{1} << 16);
+  for (int shift = 0; shift == 0 || (shift < 32 && (span >> shift) != 0); shift += 16) {
+    const auto digit = [&](int op) {
+      const int64_t offset = static_cast<int64_t>(plan_.ops[op].round) - least;
+      return (static_cast<uint32_t>(offset) >> shift) & 0xFFFF;
+    };
+    std::fill(start.begin(), start.end(), 0);
+    for (int op : ops) ++start[digit(op)];
+    size_t next = 0;
+    for (size_t& s : start) next += std::exchange(s, next);
+    for (int op : ops) sorted[start[digit(op)]++] = op;
+    ops.swap(sorted);
+  }
+}
+
 // Ops ready at the start: their staging is granted per rank in (round, id) order, and message
 // ops are posted per rank in (round, id) order, as the executor does with everything ready at
 // once. Its per-op scratch is freed before the event loop.
 void Engine::StartInitialOps() {
   const int n = static_cast<int>(plan_.ops.size());
-  std::vector<int64_t> by_round;  // RoundKey of the ops ready at the start
+  std::vector<int> initial;  // the ops ready at the start, in id order
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] == 0) by_round.push_back(RoundKey(plan_.ops[i]));
+    if (pending_[i] == 0) initial.push_back(i);
   }
-  std::sort(by_round.begin(), by_round.end());
-  std::vector<int> initial(by_round.size());
-  for (size_t i = 0; i < by_round.size(); ++i) initial[i] = IdOfRoundKey(by_round[i]);
-  by_round = {};
+  SortStablyByRound(initial);
   std::vector<char> admitted(n, 0);
   for (int i : initial) admitted[i] = staging_.Admit(i);
   // The receives ready at the start are posted in (round, id) order too.
