@@ -11,12 +11,16 @@ void FirstFitAllocator::Reset(int64_t capacity) {
   free_.clear();
   used_.clear();
   in_use_ = 0;
+  largest_free_bound_ = std::max<int64_t>(capacity, 0);
   if (capacity > 0) free_[0] = capacity;
 }
 
 int64_t FirstFitAllocator::Allocate(int64_t bytes) {
   bytes = Granted(bytes);
+  if (bytes > largest_free_bound_) return -1;
+  int64_t largest = 0;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
+    largest = std::max(largest, it->second);
     if (it->second < bytes) continue;
     const int64_t offset = it->first, size = it->second;
     free_.erase(it);
@@ -25,6 +29,7 @@ int64_t FirstFitAllocator::Allocate(int64_t bytes) {
     in_use_ += bytes;
     return offset;
   }
+  largest_free_bound_ = largest;
   return -1;
 }
 
@@ -43,32 +48,36 @@ void FirstFitAllocator::Free(int64_t offset) {
     if (prev->first + prev->second == it->first) {
       prev->second += it->second;
       free_.erase(it);
+      it = prev;
     }
   }
+  largest_free_bound_ = std::max(largest_free_bound_, it->second);
 }
 
 namespace {
 
 // The ops in plan order: repeatedly the lowest (round, index) among those whose deps are done.
-Result<std::vector<int>> PlanOrder(const std::vector<int>& round, const std::vector<std::vector<int>>& dependents) {
+Result<std::vector<int>> PlanOrder(const RankStagingOps& ops) {
+  const std::vector<int>& round = ops.round;
   const size_t n = round.size();
   std::vector<int> waiting(n, 0);
-  for (const std::vector<int>& after : dependents) {
-    for (int d : after) ++waiting[static_cast<size_t>(d)];
-  }
-  using Key = std::pair<int, int>;  // (round, index)
-  std::priority_queue<Key, std::vector<Key>, std::greater<>> ready;
+  for (int d : ops.dependents) ++waiting[static_cast<size_t>(d)];
+  // (round, index) as one integer, ordered as the pair: round in the high half, index below.
+  const auto key = [&](size_t i) {
+    return static_cast<int64_t>(round[i]) * (int64_t{1} << 32) + static_cast<int64_t>(i);
+  };
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> ready;
   for (size_t i = 0; i < n; ++i) {
-    if (waiting[i] == 0) ready.emplace(round[i], static_cast<int>(i));
+    if (waiting[i] == 0) ready.push(key(i));
   }
   std::vector<int> order;
   order.reserve(n);
   while (!ready.empty()) {
-    const int i = ready.top().second;
+    const int i = static_cast<int>(ready.top() & 0xFFFFFFFF);
     ready.pop();
     order.push_back(i);
-    for (int d : dependents[static_cast<size_t>(i)]) {
-      if (--waiting[static_cast<size_t>(d)] == 0) ready.emplace(round[static_cast<size_t>(d)], d);
+    for (int d : ops.DependentsOf(i)) {
+      if (--waiting[static_cast<size_t>(d)] == 0) ready.push(key(static_cast<size_t>(d)));
     }
   }
   if (order.size() != n) {
@@ -155,12 +164,29 @@ Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
                                                const std::vector<std::vector<int>>& dependents,
                                                const std::vector<std::vector<int>>& slots,
                                                const std::function<int64_t(int)>& slot_bytes) {
+  RankStagingOps ops;
+  ops.round = round;
+  const auto flatten = [](const std::vector<std::vector<int>>& lists, std::vector<int>& begin, std::vector<int>& all) {
+    begin.reserve(lists.size() + 1);
+    begin.push_back(0);
+    for (const std::vector<int>& list : lists) {
+      all.insert(all.end(), list.begin(), list.end());
+      begin.push_back(static_cast<int>(all.size()));
+    }
+  };
+  flatten(dependents, ops.dependents_begin, ops.dependents);
+  flatten(slots, ops.slots_begin, ops.slots);
+  return LayOutStagingInPlanOrder(ops, slot_bytes);
+}
+
+Result<StagingLayout> LayOutStagingInPlanOrder(const RankStagingOps& ops,
+                                               const std::function<int64_t(int)>& slot_bytes) {
   StagingLayout layout;
-  FERRY_ASSIGN_OR_RETURN(layout.order, PlanOrder(round, dependents));
+  FERRY_ASSIGN_OR_RETURN(layout.order, PlanOrder(ops));
   std::unordered_map<int, size_t> life_of;  // slot -> index in lives
   std::vector<SlotLife> lives;
   for (size_t t = 0; t < layout.order.size(); ++t) {
-    for (int s : slots[static_cast<size_t>(layout.order[t])]) {
+    for (int s : ops.SlotsOf(layout.order[t])) {
       auto [it, added] = life_of.emplace(s, lives.size());
       if (added) lives.push_back({s, FirstFitAllocator::Granted(slot_bytes(s)), static_cast<int>(t), 0});
       lives[it->second].last = static_cast<int>(t);
@@ -198,49 +224,80 @@ Result<StagingLayout> StagingLayoutCache::LayOut(const std::vector<int>& round,
 
 namespace {
 
-// Adds `buffer` to `slots` when `space` is staging and it is not there yet; false when it is not
-// a slot of `plan`.
-bool AddSlot(const TransferPlan& plan, Space space, int buffer, std::vector<int>& slots) {
+// Adds `buffer` to `slots` when `space` is staging and it is not among slots[first, end) yet;
+// false when it is not a slot of `plan`.
+bool AddSlot(const TransferPlan& plan, Space space, int buffer, size_t first, std::vector<int>& slots) {
   if (space != Space::kStaging) return true;
   if (buffer < 0 || static_cast<size_t>(buffer) >= plan.slots.size()) return false;
-  if (std::find(slots.begin(), slots.end(), buffer) == slots.end()) slots.push_back(buffer);
+  if (std::find(slots.begin() + first, slots.end(), buffer) == slots.end()) slots.push_back(buffer);
   return true;
+}
+
+// Fills `r` (its ids given) for rank `rank`: rounds, the dependents CSR (op j's dependents in
+// ascending local index) and the slots CSR (each op's distinct slots in the order it names them).
+Status GatherRankStagingOps(const TransferPlan& plan, int rank, const std::vector<int>& local, RankStagingOps& r) {
+  const size_t n = r.ids.size();
+  r.round.resize(n);
+  r.dependents_begin.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = plan.ops[static_cast<size_t>(r.ids[i])];
+    r.round[i] = op.round;
+    for (int dep : plan.Deps(op)) {
+      if (dep < 0 || static_cast<size_t>(dep) >= local.size() || plan.ops[static_cast<size_t>(dep)].rank != rank) {
+        return InvalidArgument("op " + std::to_string(op.id) + " depends on op " + std::to_string(dep) +
+                               " of another rank");
+      }
+      ++r.dependents_begin[static_cast<size_t>(local[static_cast<size_t>(dep)]) + 1];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) r.dependents_begin[i + 1] += r.dependents_begin[i];
+  r.dependents.resize(static_cast<size_t>(r.dependents_begin[n]));
+  std::vector<int> fill(r.dependents_begin.begin(), r.dependents_begin.end() - 1);
+  r.slots_begin.reserve(n + 1);
+  r.slots_begin.push_back(0);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = plan.ops[static_cast<size_t>(r.ids[i])];
+    for (int dep : plan.Deps(op)) {
+      int& next = fill[static_cast<size_t>(local[static_cast<size_t>(dep)])];
+      r.dependents[static_cast<size_t>(next++)] = static_cast<int>(i);
+    }
+    const size_t first = r.slots.size();
+    bool known = true;
+    for (int c = op.copies_begin; c < op.copies_end; ++c) {  // spaces and buffers only, not shapes
+      const PairGeometry g = plan.GeometryOf(c);
+      const PackedCopy& packed = plan.copies[static_cast<size_t>(c)];
+      known &= AddSlot(plan, g.from_space, packed.from_buffer, first, r.slots);
+      known &= AddSlot(plan, g.to_space, packed.to_buffer, first, r.slots);
+    }
+    if (IsMessageKind(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, first, r.slots);
+    if (!known) return InvalidArgument("op " + std::to_string(op.id) + " uses a staging slot the plan lacks");
+    r.slots_begin.push_back(static_cast<int>(r.slots.size()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
 
+// Ops are indexed by id (Op::id); a rank's local indices follow plan order, so one counting pass
+// sizes every rank and one array gives each op its local index, without a table per rank.
 Result<std::vector<RankStagingOps>> StagingOpsByRank(const TransferPlan& plan) {
   std::vector<RankStagingOps> ranks(static_cast<size_t>(std::max(plan.num_ranks, 0)));
+  std::vector<int> count(ranks.size(), 0);
   for (const Op& op : plan.ops) {
     if (op.rank < 0) return InvalidArgument("op " + std::to_string(op.id) + " has a negative rank");
-    if (static_cast<size_t>(op.rank) >= ranks.size()) ranks.resize(static_cast<size_t>(op.rank) + 1);
-    ranks[static_cast<size_t>(op.rank)].ids.push_back(op.id);
+    if (static_cast<size_t>(op.rank) >= count.size()) count.resize(static_cast<size_t>(op.rank) + 1, 0);
+    ++count[static_cast<size_t>(op.rank)];
   }
-  for (RankStagingOps& r : ranks) {
-    std::unordered_map<int, int> local;
-    for (size_t i = 0; i < r.ids.size(); ++i) local[r.ids[i]] = static_cast<int>(i);
-    r.round.resize(r.ids.size());
-    r.dependents.resize(r.ids.size());
-    r.slots.resize(r.ids.size());
-    for (size_t i = 0; i < r.ids.size(); ++i) {
-      const Op& op = plan.ops[static_cast<size_t>(r.ids[i])];
-      r.round[i] = op.round;
-      for (int dep : plan.Deps(op)) {
-        auto it = local.find(dep);
-        if (it == local.end()) {
-          return InvalidArgument("op " + std::to_string(op.id) + " depends on op " + std::to_string(dep) +
-                                 " of another rank");
-        }
-        r.dependents[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
-      }
-      bool known = true;
-      for (const CopyPair& pair : plan.Copies(op)) {
-        known &= AddSlot(plan, pair.from.space, pair.from.buffer, r.slots[i]);
-        known &= AddSlot(plan, pair.to.space, pair.to.buffer, r.slots[i]);
-      }
-      if (IsMessageKind(op.kind)) known &= AddSlot(plan, op.data.space, op.data.buffer, r.slots[i]);
-      if (!known) return InvalidArgument("op " + std::to_string(op.id) + " uses a staging slot the plan lacks");
-    }
+  ranks.resize(count.size());
+  for (size_t rank = 0; rank < ranks.size(); ++rank) ranks[rank].ids.reserve(static_cast<size_t>(count[rank]));
+  std::vector<int> local(plan.ops.size());  // by op id: its index on its rank
+  for (size_t id = 0; id < plan.ops.size(); ++id) {
+    std::vector<int>& ids = ranks[static_cast<size_t>(plan.ops[id].rank)].ids;
+    local[id] = static_cast<int>(ids.size());
+    ids.push_back(plan.ops[id].id);
+  }
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    FERRY_RETURN_IF_ERROR(GatherRankStagingOps(plan, static_cast<int>(rank), local, ranks[rank]));
   }
   return ranks;
 }
@@ -250,7 +307,7 @@ Result<int64_t> PlanOrderStagingBytes(const TransferPlan& plan) {
   const auto bytes = [&](int s) { return plan.slots[static_cast<size_t>(s)].bytes; };
   int64_t most = 0;
   for (const RankStagingOps& r : ranks) {
-    FERRY_ASSIGN_OR_RETURN(StagingLayout layout, LayOutStagingInPlanOrder(r.round, r.dependents, r.slots, bytes));
+    FERRY_ASSIGN_OR_RETURN(StagingLayout layout, LayOutStagingInPlanOrder(r, bytes));
     most = std::max(most, layout.extent);
   }
   return most;

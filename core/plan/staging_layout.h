@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -44,6 +45,9 @@ class FirstFitAllocator {
   std::map<int64_t, int64_t> free_;            // offset -> bytes
   std::unordered_map<int64_t, int64_t> used_;  // offset -> bytes
   int64_t in_use_ = 0;
+  // No free block is larger: Allocate refuses a larger request without walking free_. Exact after
+  // a walk that found no fit, raised by Free's merged blocks; allocations only shrink blocks.
+  int64_t largest_free_bound_ = 0;
 };
 
 struct StagingLayout {
@@ -52,9 +56,33 @@ struct StagingLayout {
   int64_t extent = 0;                       // bytes of arena the layout reaches
 };
 
-// The plan-order layout of one rank's ops, by local index i: `round[i]`, `dependents[i]` (the
-// local ops that wait for op i) and `slots[i]` (the distinct slots op i uses); `slot_bytes(s)` is
-// slot s's size. Fails when the dependencies form a cycle.
+// One rank's ops as the plan-order layout reads them, every message staged: plan op ids by local
+// index, and by local index i its round, the local ops that wait for it (ascending) and the
+// distinct slots it uses, these two as flat arrays with offsets (dependents of i:
+// dependents[dependents_begin[i], dependents_begin[i + 1]), and the same for slots).
+struct RankStagingOps {
+  std::vector<int> ids;
+  std::vector<int> round;
+  std::vector<int> dependents_begin, dependents;
+  std::vector<int> slots_begin, slots;
+
+  std::span<const int> DependentsOf(int i) const { return Range(dependents_begin, dependents, i); }
+  std::span<const int> SlotsOf(int i) const { return Range(slots_begin, slots, i); }
+
+ private:
+  static std::span<const int> Range(const std::vector<int>& begin, const std::vector<int>& all, int i) {
+    const int first = begin[static_cast<size_t>(i)];
+    return {all.data() + first, static_cast<size_t>(begin[static_cast<size_t>(i) + 1] - first)};
+  }
+};
+
+// The plan-order layout of one rank's ops (`ids` unused); `slot_bytes(s)` is slot s's size. Fails
+// when the dependencies form a cycle.
+Result<StagingLayout> LayOutStagingInPlanOrder(const RankStagingOps& ops,
+                                               const std::function<int64_t(int)>& slot_bytes);
+
+// The same, with the rank's ops by local index i as `round[i]`, `dependents[i]` (the local ops
+// that wait for op i) and `slots[i]` (the distinct slots op i uses).
 Result<StagingLayout> LayOutStagingInPlanOrder(const std::vector<int>& round,
                                                const std::vector<std::vector<int>>& dependents,
                                                const std::vector<std::vector<int>>& slots,
@@ -77,14 +105,6 @@ class StagingLayoutCache {
   StagingLayout layout_;
 };
 
-// One rank's ops as the plan-order layout reads them, every message staged: plan op ids by local
-// index, and by local index its round, the local ops that wait for it and the distinct slots it
-// uses.
-struct RankStagingOps {
-  std::vector<int> ids;
-  std::vector<int> round;
-  std::vector<std::vector<int>> dependents, slots;
-};
 
 // Every rank's ops (index = rank), or an error naming an op that depends on another rank's op or
 // uses a slot the plan lacks.

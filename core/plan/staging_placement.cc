@@ -39,7 +39,7 @@ void StagingPlacement::ResetTight(StagingLayout layout, int64_t capacity) {
   tight_ = true;
 }
 
-bool StagingPlacement::Place(const std::vector<int>& slots, bool in_order,
+bool StagingPlacement::Place(std::span<const int> slots, bool in_order,
                              const std::function<int64_t(int)>& slot_bytes) {
   std::vector<int> missing;
   for (int slot : slots) {

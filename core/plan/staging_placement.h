@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -46,7 +47,10 @@ class StagingPlacement {
 
   // Places those of `slots` not placed yet, all or none: at the layout's offsets when `in_order`
   // (tight only), else first fit outside the layout. False when there is no room now.
-  bool Place(const std::vector<int>& slots, bool in_order, const std::function<int64_t(int)>& slot_bytes);
+  bool Place(std::span<const int> slots, bool in_order, const std::function<int64_t(int)>& slot_bytes);
+  bool Place(const std::vector<int>& slots, bool in_order, const std::function<int64_t(int)>& slot_bytes) {
+    return Place(std::span<const int>(slots), in_order, slot_bytes);
+  }
   // Frees a placed slot.
   void Release(int slot);
   bool Placed(int slot) const { return offset_.count(slot) != 0; }

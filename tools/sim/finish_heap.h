@@ -15,16 +15,25 @@ class FinishHeap {
   bool Empty() const { return heap_.empty(); }
   int Top() const { return heap_.front().handle; }
   double TopTime() const { return heap_.front().time; }
+  // A new entry, or one whose key fell, can only move up; one whose key rose, only down: the
+  // other sift would leave it in place.
   void Set(int handle, double t, int tie) {
     if (handle >= static_cast<int>(pos_.size())) pos_.resize(handle + 1, -1);
     if (pos_[handle] < 0) {
       pos_[handle] = static_cast<int>(heap_.size());
       heap_.push_back({t, tie, handle});
-    } else {
-      heap_[pos_[handle]].time = t;
-      heap_[pos_[handle]].tie = tie;
+      SiftUp(pos_[handle]);
+      return;
     }
-    SiftDown(SiftUp(pos_[handle]));
+    const int p = pos_[handle];
+    const Entry old = heap_[p];
+    heap_[p].time = t;
+    heap_[p].tie = tie;
+    if (heap_[p] < old) {
+      SiftUp(p);
+    } else {
+      SiftDown(p);
+    }
   }
   void Remove(int handle) {
     if (handle >= static_cast<int>(pos_.size()) || pos_[handle] < 0) return;

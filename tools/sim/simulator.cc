@@ -10,6 +10,7 @@
 #include <queue>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "core/base/strings.h"
 #include "core/runtime/direct_read.h"
@@ -139,6 +140,10 @@ struct Event {
 
 bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
 
+// An op's (round, id) as one integer that orders as the pair: the round in the high half.
+int64_t RoundKey(const Op& o) { return static_cast<int64_t>(o.round) * (int64_t{1} << 32) + o.id; }
+int IdOfRoundKey(int64_t key) { return static_cast<int>(key & 0xFFFFFFFF); }
+
 // The sender and receiver op (-1: none yet) of each message id: an array for ids below the op
 // count, as the planner numbers messages from 0, and a hash map for any other id.
 class MessageTable {
@@ -199,6 +204,7 @@ class Engine {
     events_.push(Event{t, seq_++, type, id});
   }
   void StartInitialOps();
+  void SortStablyByRound(std::vector<int>& ops) const;
   void OnReady(int op, double t);
   void BecomeReady(int op, double t);
   void Admit(int sender, double t);
@@ -302,9 +308,8 @@ class Engine {
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
   // the window, least (round, id) on top (SimOptions::max_in_flight).
   std::vector<int> posted_;
-  std::vector<std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>,
-                                  std::greater<std::pair<int, int>>>>
-      waiting_;
+  std::vector<std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>>>
+      waiting_;  // RoundKey of each waiting sender
   // Per rank: when its posting lane and its weight-loading lane are next free; per op: tensors a
   // gather-and-broadcast Unpack loads into destination memory (empty when nothing is loaded).
   std::vector<double> post_free_, load_free_;
@@ -316,6 +321,9 @@ class Engine {
   std::vector<uint32_t> flow_mark_, link_mark_;
   std::vector<double> residual_;
   std::vector<int> count_;
+  // share_[l]: the fair share residual_ and count_ give link l, stored whenever they change in
+  // FillProgressively, so that the filling reads it rather than dividing again.
+  std::vector<double> share_;
   std::vector<int> seed_links_, local_links_;
   std::vector<int> affected_;  // slots of the classes recomputed in the current round
   std::vector<double> new_rate_;
@@ -517,6 +525,7 @@ void Engine::BuildResources() {
   }
   link_mark_.assign(res_.size(), 0);
   residual_.assign(res_.size(), 0);
+  share_.assign(res_.size(), 0);
   link_dirty_.assign(res_.size(), 0);
   count_.assign(res_.size(), 0);
   link_head_.assign(res_.size(), -1);
@@ -548,7 +557,7 @@ void Engine::BecomeReady(int op, double t) {
 void Engine::Admit(int sender, double t) {
   const Op& o = plan_.ops[sender];
   if (opt_.max_in_flight > 0 && posted_[o.rank] >= opt_.max_in_flight) {
-    waiting_[o.rank].push({o.round, sender});
+    waiting_[o.rank].push(RoundKey(o));
     return;
   }
   ++posted_[o.rank];
@@ -915,12 +924,16 @@ void Engine::Recompute(double now) {
 }
 
 // affected_ = the active classes on the seed links, each once; false when there are none, or when
-// a propagation round (round > 0) would recompute more than propagation_budget of them.
+// a propagation round (round > 0) would recompute more than propagation_budget of them (found as
+// soon as the budget is passed: most propagation rounds of a large plan are over it).
 bool Engine::CollectAffected(int round) {
   ++stamp_;
   if (flow_mark_.size() < active_.size()) flow_mark_.resize(active_.size(), 0);
   affected_.clear();
+  const size_t budget = round == 0 ? std::numeric_limits<size_t>::max()
+                                   : static_cast<size_t>(opt_.propagation_budget);
   for (int l : seed_links_) {
+    if (affected_.size() > budget) return false;
     for (int slot : res_[l].classes) {
       if (flow_mark_[slot] != stamp_) {
         flow_mark_[slot] = stamp_;
@@ -931,20 +944,27 @@ bool Engine::CollectAffected(int round) {
       }
     }
   }
-  if (affected_.empty()) return false;
-  return round == 0 || static_cast<int>(affected_.size()) <= opt_.propagation_budget;
+  return !affected_.empty() && affected_.size() <= budget;
 }
 
 // Settles the affected classes at `now` and collects their links (local_links_): each link's
 // capacity left by the classes held fixed (residual_), its affected members (count_) and the list
-// of its affected classes (link_head_ / member_next_ / member_slot_).
+// of its affected classes (link_head_ / member_next_ / member_slot_); and the affected classes with
+// a per-flow cap (cap_order_, by index, for FillProgressively to sort).
 void Engine::GatherLocalLinks(double now) {
   local_links_.clear();
-  member_slot_.clear();
-  member_next_.clear();
+  // Sized for every link of every affected class once, then filled by index: no growth checks.
+  const size_t most = affected_.size() * kMaxFlowLinks;
+  if (member_slot_.size() < most) {
+    member_slot_.resize(most);
+    member_next_.resize(most);
+  }
+  int entries = 0;
+  cap_order_.clear();
   for (size_t i = 0; i < affected_.size(); ++i) {
     FlowClass& c = active_[affected_[i]];
     Settle(c, now);
+    if (c.cap < kInf) cap_order_.push_back(static_cast<int>(i));
     for (int k = 0; k < c.num_links; ++k) {
       const int l = c.links[k];
       if (link_mark_[l] != stamp_) {
@@ -954,9 +974,9 @@ void Engine::GatherLocalLinks(double now) {
         count_[l] = 0;
         link_head_[l] = -1;
       }
-      member_slot_.push_back(static_cast<int>(i));
-      member_next_.push_back(link_head_[l]);
-      link_head_[l] = static_cast<int>(member_slot_.size()) - 1;
+      member_slot_[entries] = static_cast<int>(i);
+      member_next_[entries] = link_head_[l];
+      link_head_[l] = entries++;
       residual_[l] += c.rate * c.members;
       count_[l] += c.members;
     }
@@ -979,18 +999,18 @@ void Engine::FillProgressively() {
   auto share = [this](int l) { return std::max(0.0, residual_[l]) / count_[l]; };
   link_heap_.Clear();
   for (int l : local_links_) {
-    if (count_[l] > 0) link_heap_.Append(share(l), l);
+    if (count_[l] == 0) continue;
+    share_[l] = share(l);
+    link_heap_.Append(share_[l], l);
   }
   link_heap_.Build();
-  cap_order_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    if (active_[affected_[i]].cap < kInf) cap_order_.push_back(static_cast<int>(i));
-  }
+  // cap_order_ holds the affected classes with a cap (GatherLocalLinks), by index.
   std::sort(cap_order_.begin(), cap_order_.end(), [&](int x, int y) {
     return active_[affected_[x]].cap < active_[affected_[y]].cap;
   });
   size_t next_cap = 0;
-  auto fix = [&](int i, double level, int bottleneck) {
+  // Inlined at both calls: called once per class, its call overhead was a tenth of its cost.
+  auto fix = [&](int i, double level, int bottleneck) __attribute__((always_inline)) {
     fixed_[i] = 1;
     new_rate_[i] = level;
     new_bottleneck_[i] = bottleneck;
@@ -1003,11 +1023,11 @@ void Engine::FillProgressively() {
         count_[l] = 0;
         continue;
       }
-      const double before = share(l);
+      const double before = share_[l];
       residual_[l] -= level * c.members;
       count_[l] -= c.members;
       // Rounding can lower a share by an ulp: queue the lower value, as the refresh only raises.
-      const double after = share(l);
+      const double after = share_[l] = share(l);
       if (after < before) link_heap_.Push(after, l);
     }
   };
@@ -1018,7 +1038,7 @@ void Engine::FillProgressively() {
         link_heap_.Pop();
         continue;
       }
-      const double current = share(l);
+      const double current = share_[l];
       if (stored == current) break;
       link_heap_.ReplaceTop(current, l);
     }
@@ -1097,7 +1117,7 @@ void Engine::OnOpDone(int op, double t) {
     --posted_[o.rank];
     auto& queue = waiting_[o.rank];
     if (!queue.empty()) {
-      const int next = queue.top().second;
+      const int next = IdOfRoundKey(queue.top());
       queue.pop();
       ++posted_[o.rank];
       StartMessage(next, partner_[next], t);
@@ -1200,21 +1220,44 @@ void Engine::BuildUtilisation(SimResult& result, double total) const {
   }
 }
 
+// Sorts `ops` stably by round (ops in id order come out in (round, id) order): least significant
+// digit first, 16 bits of the round's offset from the least round a pass, so one pass while the
+// rounds span fewer than 65,536 values and two at most. Linear in the ops, where a comparison sort
+// of the hundreds of thousands ready at the start took a few percent of the simulator.
+void Engine::SortStablyByRound(std::vector<int>& ops) const {
+  if (ops.empty()) return;
+  int least = std::numeric_limits<int>::max(), most = std::numeric_limits<int>::min();
+  for (int op : ops) {
+    least = std::min(least, plan_.ops[op].round);
+    most = std::max(most, plan_.ops[op].round);
+  }
+  const uint32_t span = static_cast<uint32_t>(static_cast<int64_t>(most) - least);
+  std::vector<int> sorted(ops.size());
+  std::vector<size_t> start(size_t{1} << 16);
+  for (int shift = 0; shift == 0 || (shift < 32 && (span >> shift) != 0); shift += 16) {
+    const auto digit = [&](int op) {
+      const int64_t offset = static_cast<int64_t>(plan_.ops[op].round) - least;
+      return (static_cast<uint32_t>(offset) >> shift) & 0xFFFF;
+    };
+    std::fill(start.begin(), start.end(), 0);
+    for (int op : ops) ++start[digit(op)];
+    size_t next = 0;
+    for (size_t& s : start) next += std::exchange(s, next);
+    for (int op : ops) sorted[start[digit(op)]++] = op;
+    ops.swap(sorted);
+  }
+}
+
 // Ops ready at the start: their staging is granted per rank in (round, id) order, and message
 // ops are posted per rank in (round, id) order, as the executor does with everything ready at
 // once. Its per-op scratch is freed before the event loop.
 void Engine::StartInitialOps() {
   const int n = static_cast<int>(plan_.ops.size());
-  std::vector<std::pair<int, int>> by_round;  // (round, id) of the ops ready at the start
+  std::vector<int> initial;  // the ops ready at the start, in id order
   for (int i = 0; i < n; ++i) {
-    if (pending_[i] == 0) by_round.emplace_back(plan_.ops[i].round, i);
+    if (pending_[i] == 0) initial.push_back(i);
   }
-  // In id order already: a stable sort by round alone gives (round, id) order.
-  std::stable_sort(by_round.begin(), by_round.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<int> initial(by_round.size());
-  for (size_t i = 0; i < by_round.size(); ++i) initial[i] = by_round[i].second;
-  by_round = {};
+  SortStablyByRound(initial);
   std::vector<char> admitted(n, 0);
   for (int i : initial) admitted[i] = staging_.Admit(i);
   // The receives ready at the start are posted in (round, id) order too.
@@ -1234,7 +1277,7 @@ void Engine::StartInitialOps() {
       const int p = partner_[i];
       const int sender = IsSender(o.kind) ? i : p;
       if (times_[p].ready >= 0) {
-        waiting_[plan_.ops[sender].rank].push({plan_.ops[sender].round, sender});
+        waiting_[plan_.ops[sender].rank].push(RoundKey(plan_.ops[sender]));
       }
     } else {
       BecomeReady(i, 0.0);
@@ -1243,7 +1286,7 @@ void Engine::StartInitialOps() {
   for (int rank = 0; rank < plan_.num_ranks; ++rank) {
     auto& queue = waiting_[rank];
     while (!queue.empty() && posted_[rank] < opt_.max_in_flight) {
-      const int op = queue.top().second;
+      const int op = IdOfRoundKey(queue.top());
       queue.pop();
       ++posted_[rank];
       StartMessage(op, partner_[op], 0.0);

@@ -18,17 +18,14 @@ Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) 
     RankStagingOps& o = ops[rank];
     Rank& r = gate.ranks_[rank];
     int64_t total = 0;
-    for (size_t i = 0; i < o.ids.size(); ++i) {
-      gate.local_[static_cast<size_t>(o.ids[i])] = static_cast<int>(i);
-      for (int s : o.slots[i]) {
-        if (gate.uses_[static_cast<size_t>(s)]++ == 0) total += FirstFitAllocator::Granted(bytes(s));
-      }
+    for (size_t i = 0; i < o.ids.size(); ++i) gate.local_[static_cast<size_t>(o.ids[i])] = static_cast<int>(i);
+    for (int s : o.slots) {
+      if (gate.uses_[static_cast<size_t>(s)]++ == 0) total += FirstFitAllocator::Granted(bytes(s));
     }
     // Loose (every slot fits at once): the executor never waits either.
     FERRY_ASSIGN_OR_RETURN(std::optional<StagingLayout> layout,
-                           ChooseStagingLayout(static_cast<int>(rank), total, budget, [&] {
-                             return LayOutStagingInPlanOrder(o.round, o.dependents, o.slots, bytes);
-                           }));
+                           ChooseStagingLayout(static_cast<int>(rank), total, budget,
+                                               [&] { return LayOutStagingInPlanOrder(o, bytes); }));
     if (!layout) {
       o = {};  // what the gate keeps of a rank is its own; the rest goes as soon as it is read
       continue;
@@ -36,24 +33,18 @@ Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) 
     r.tight = true;
     r.started.assign(o.ids.size(), 0);
     r.ids = std::move(o.ids);
-    r.slot_begin.reserve(o.slots.size() + 1);
-    r.slot_begin.push_back(0);
-    for (std::vector<int>& slots : o.slots) {
-      r.slot_list.insert(r.slot_list.end(), slots.begin(), slots.end());
-      r.slot_begin.push_back(static_cast<int>(r.slot_list.size()));
-      slots = {};
-    }
+    r.slot_begin = std::move(o.slots_begin);
+    r.slot_list = std::move(o.slots);
     r.placement.ResetTight(std::move(*layout), budget);
     o = {};
   }
   return gate;
 }
 
-const std::vector<int>& StagingGate::SlotsOf(const Rank& r, int local) {
-  const auto first = r.slot_list.begin() + r.slot_begin[static_cast<size_t>(local)];
-  const auto last = r.slot_list.begin() + r.slot_begin[static_cast<size_t>(local) + 1];
-  scratch_.assign(first, last);
-  return scratch_;
+std::span<const int> StagingGate::SlotsOf(const Rank& r, int local) {
+  const int first = r.slot_begin[static_cast<size_t>(local)];
+  const int last = r.slot_begin[static_cast<size_t>(local) + 1];
+  return std::span<const int>(r.slot_list.data() + first, static_cast<size_t>(last - first));
 }
 
 int StagingGate::FirstUnstarted(Rank& r) {
@@ -69,7 +60,7 @@ int StagingGate::FirstUnstarted(Rank& r) {
 // could not (`blocked`: no overtaking).
 bool StagingGate::TryPlace(Rank& r, int local, bool blocked) {
   const auto bytes = [&](int s) { return plan_->slots[static_cast<size_t>(s)].bytes; };
-  const std::vector<int>& slots = SlotsOf(r, local);
+  const std::span<const int> slots = SlotsOf(r, local);
   bool placed = true;
   for (int s : slots) placed &= r.placement.Placed(s);
   if (!placed) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -48,15 +49,13 @@ class StagingGate {
   };
   bool TryPlace(Rank& r, int local, bool blocked);
   int FirstUnstarted(Rank& r);  // the local index of the first op in plan order not started, or -1
-  // Op `local`'s slots, in scratch_ (StagingPlacement::Place takes a vector).
-  const std::vector<int>& SlotsOf(const Rank& r, int local);
+  static std::span<const int> SlotsOf(const Rank& r, int local);  // op `local`'s slots
 
   const TransferPlan* plan_ = nullptr;
   std::vector<Rank> ranks_;
   std::vector<int> local_;        // by op: its index on its rank
   std::vector<int> uses_;         // by slot: ops still to use it
   int64_t waits_ = 0;
-  std::vector<int> scratch_;
 };
 
 }  // namespace ferry::sim

@@ -29,6 +29,21 @@ TEST(FirstFitAllocatorTest, FreedNeighboursMergeIntoOneBlock) {
   EXPECT_EQ(a.Allocate(768), 0);
 }
 
+// A refused request walks every free block; what it learns must not refuse a block that fits.
+TEST(FirstFitAllocatorTest, ARefusalStillGrantsTheLargestFreeBlock) {
+  FirstFitAllocator a;
+  a.Reset(1024);
+  const int64_t x = a.Allocate(512);
+  EXPECT_EQ(a.Allocate(256), 512);
+  a.Free(x);                         // free: [0, 512) and [768, 1024)
+  EXPECT_EQ(a.Allocate(600), -1);
+  EXPECT_EQ(a.Allocate(512), 0);
+  EXPECT_EQ(a.Allocate(256), 768);
+  EXPECT_EQ(a.Allocate(1), -1);      // full
+  a.Free(512);                       // one block of 256 in the middle
+  EXPECT_EQ(a.Allocate(256), 512);
+}
+
 // A rank that quantizes received rows (planner/block_quantize.cc): two receives (slots A, B),
 // each unpacked into the bf16 twins of the matrices it feeds (T1..T4), and a quantize per twin.
 // Plan order: recv A, unpack A (-> T1, T2, T3), recv B, unpack B (-> T1, T4), the quantizes.
@@ -162,6 +177,54 @@ TEST(StagingLayoutTest, APlanNeedsTheLargestRanksLayout) {
   Result<int64_t> broken = PlanOrderStagingBytes(plan);
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.status().message().find("uses a staging slot the plan lacks"), std::string::npos);
+}
+
+// Ops of two ranks interleaved in the plan: each rank's local indices follow plan order, its
+// dependents and slots are by local index (each slot once), and a dep on the other rank's op is
+// refused by name.
+TEST(StagingOpsByRankTest, GathersEachRanksOpsByLocalIndex) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  const int a = plan.AddSlot(0, 100), b = plan.AddSlot(1, 200);
+  auto op = [](OpKind kind, int rank, int round, int peer, Space space, int buffer) {
+    Op o;
+    o.kind = kind;
+    o.rank = rank;
+    o.round = round;
+    o.peer = peer;
+    o.data = {space, buffer, 0};
+    return o;
+  };
+  const Region src{Space::kSource, 0, 0, DType::kUInt8, 1, {100}, {1}};
+  const Region in_a{Space::kStaging, a, 0, DType::kUInt8, 1, {100}, {1}};
+  const int pack = plan.AddOp(op(OpKind::kPack, 0, 3, -1, Space::kStaging, 0), {}, {{src, in_a}, {src, in_a}});
+  const int recv = plan.AddOp(op(OpKind::kRecv, 1, 4, 0, Space::kStaging, b), {});
+  plan.AddOp(op(OpKind::kSend, 0, 5, 1, Space::kStaging, a), {pack});
+  const Region from_b{Space::kStaging, b, 0, DType::kUInt8, 1, {100}, {1}};
+  const Region dst{Space::kDestination, 0, 0, DType::kUInt8, 1, {100}, {1}};
+  plan.AddOp(op(OpKind::kUnpack, 1, 6, -1, Space::kStaging, 0), {recv}, {{from_b, dst}});
+  plan.AddOp(op(OpKind::kCopy, 1, 7, -1, Space::kStaging, 0), {recv});
+  Result<std::vector<RankStagingOps>> ranks = StagingOpsByRank(plan);
+  ASSERT_TRUE(ranks.ok()) << ranks.status().ToString();
+  ASSERT_EQ(ranks->size(), 2u);
+  const RankStagingOps& r0 = (*ranks)[0];
+  const RankStagingOps& r1 = (*ranks)[1];
+  EXPECT_EQ(r0.ids, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r0.round, (std::vector<int>{3, 5}));
+  EXPECT_EQ(r0.dependents_begin, (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(r0.dependents, (std::vector<int>{1}));
+  EXPECT_EQ(r0.slots_begin, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r0.slots, (std::vector<int>{a, a}));
+  EXPECT_EQ(r1.ids, (std::vector<int>{1, 3, 4}));
+  EXPECT_EQ(r1.round, (std::vector<int>{4, 6, 7}));
+  EXPECT_EQ(r1.dependents_begin, (std::vector<int>{0, 2, 2, 2}));
+  EXPECT_EQ(r1.dependents, (std::vector<int>{1, 2}));
+  EXPECT_EQ(r1.slots_begin, (std::vector<int>{0, 1, 2, 2}));
+  EXPECT_EQ(r1.slots, (std::vector<int>{b, b}));
+  plan.AddOp(op(OpKind::kCopy, 1, 8, -1, Space::kStaging, 0), {pack});
+  Result<std::vector<RankStagingOps>> crossing = StagingOpsByRank(plan);
+  ASSERT_FALSE(crossing.ok());
+  EXPECT_NE(crossing.status().message().find("op 5 depends on op 0 of another rank"), std::string::npos);
 }
 
 }  // namespace

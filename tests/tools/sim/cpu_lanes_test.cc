@@ -140,6 +140,41 @@ TEST(CpuLanesTest, EveryOpWaitsForItsRanksPostingLane) {
   EXPECT_NEAR(OpTimes(CopiesThenASend(), c)[3].end, 1e-3, 1e-12);
 }
 
+// The receives ready at the start are posted in (round, id) order, whatever their rounds: here
+// one is negative and they span more than 65,536 values (in one radix pass of the round's low 16
+// bits, 65536 would go second), and two share a round and go in id order.
+TEST(CpuLanesTest, ReceivesReadyAtTheStartArePostedInRoundThenIdOrder) {
+  TransferPlan plan;
+  plan.strategy = "reshard";
+  plan.num_ranks = 6;
+  const int rounds[] = {65536, -3, 5, 5};
+  const int senders[] = {0, 2, 3, 4};
+  std::vector<int> recvs;
+  for (int m = 0; m < 4; ++m) {
+    Op send;
+    send.kind = OpKind::kSend;
+    send.rank = senders[m];
+    send.peer = 1;
+    send.message = m;
+    send.bytes = 1000;
+    send.round = rounds[m];
+    Op recv = send;
+    recv.kind = OpKind::kRecv;
+    recv.rank = 1;
+    recv.peer = senders[m];
+    plan.AddOp(send);
+    recvs.push_back(plan.AddOp(recv));
+  }
+  ClusterSpec c = LaneCluster();
+  c.op_post_overhead = 10e-6;
+  std::vector<OpTime> t = OpTimes(plan, c);
+  ASSERT_EQ(t.size(), 8u);
+  EXPECT_NEAR(t[static_cast<size_t>(recvs[1])].ready, 10e-6, 1e-12);  // round -3
+  EXPECT_NEAR(t[static_cast<size_t>(recvs[2])].ready, 20e-6, 1e-12);  // round 5, the lower id
+  EXPECT_NEAR(t[static_cast<size_t>(recvs[3])].ready, 30e-6, 1e-12);  // round 5
+  EXPECT_NEAR(t[static_cast<size_t>(recvs[0])].ready, 40e-6, 1e-12);  // round 65536
+}
+
 // Ranks 0 and 2 each receive from the other before they send to it. With a posting lane, every
 // window still completes: 1 MB at 1 GB/s after the receive (10 us) and the send (20 us) are
 // posted on each rank.
