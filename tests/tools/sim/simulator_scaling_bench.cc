@@ -10,9 +10,9 @@
 //                           posting lane), to see what the lane costs the simulator
 // One line per case: GPUs, messages, simulator events, flow-class rate updates per message
 // (SimResult::num_class_updates) and the most classes on one link (peak), the simulator's thread
-// CPU seconds and CPU per message, the child's peak RSS (planner + plan + simulator), the predicted
-// time, and a digest of every op's end time (to check that two builds predict the same, bit for
-// bit).
+// CPU seconds and CPU per message, the child's peak RSS (the larger of planning, with the layouts,
+// and simulating, with the plan), the predicted time, and a digest of every op's end time (to check
+// that two builds predict the same, bit for bit).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
