@@ -2,6 +2,8 @@
 // ferry reshard plan and the gather-and-broadcast baseline on a cluster model, printing both beside
 // the physical lower bound, with link utilisation and the critical path; optionally writes a
 // Chrome-trace timeline and an SVG of per-node network ingress (of the reshard plan).
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -76,6 +78,14 @@ double ThreadCpuSeconds() {
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Hands the heap's free pages back to the system: glibc keeps freed small allocations resident,
+// and what a pass frees in many small pieces is not all reused by the larger arrays that follow.
+void ReleaseFreeHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 // The layouts of the refit, read by the plans made from them and by the lower bound. The
@@ -284,6 +294,9 @@ Status RunSimulate(const SimulateArgs& args) {
 
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
                          sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
+  // Its scratch, lists of boxes per node and per GPU, would otherwise stay resident beside the
+  // planner's and then the simulator's memory.
+  ReleaseFreeHeap();
   // The trace and the SVG plan the reshard again after both simulations.
   const bool reports = !args.trace_path.empty() || !args.svg_path.empty();
   NetworkDemand demand;
