@@ -78,6 +78,15 @@ Result<Intersection> IntersectForPlan(const Layout& source, const Layout& destin
   return inter;
 }
 
+// Frees what emission does not read (planner/emit.h) before it allocates the plan: routing's
+// deliveries (the message order holds them as emission reads them), their same-node candidates
+// and the pieces' holders. This lowers the planner's peak memory, not what it emits.
+void FreeBeforeEmission(Intersection& inter, Routes& routes) {
+  std::vector<Delivery>().swap(routes.deliveries);
+  std::vector<int>().swap(routes.intra_pool);
+  std::vector<int>().swap(inter.holders);
+}
+
 // The reshard planner proper, on the layouts as given or (with `fold`) with their folded
 // fragments planned as the stack layouts' (planner/fold_stacks.h). `clock` started with the
 // planning; `fold_seconds` is already spent.
@@ -115,6 +124,7 @@ Result<PlanResult> PlanReshardOf(const Layout& source, const Layout& destination
   result.phases.select = clock.Lap();
   const MessageOrder order = OrderMessages(inter, facts, options, trees, routes, num_nodes);
   result.phases.order = clock.Lap();
+  FreeBeforeEmission(inter, routes);
 
   const FragmentsById src_frags(source, fold != nullptr ? &fold->source.stacks() : nullptr);
   const FragmentsById dst_frags(destination,

@@ -2,17 +2,20 @@
 // ferry reshard plan and the gather-and-broadcast baseline on a cluster model, printing both beside
 // the physical lower bound, with link utilisation and the critical path; optionally writes a
 // Chrome-trace timeline and an SVG of per-node network ingress (of the reshard plan).
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/strings.h"
-#include "core/refit/refit.h"
 #include "core/runtime/executor_options.h"
+#include "planner/options.h"
 #include "planner/planner.h"
 #include "tools/cli/cli_config.h"
 #include "tools/cli/commands.h"
@@ -77,14 +80,38 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The layouts of the refit, shared by both plans.
-struct SharedLayouts {
-  std::shared_ptr<const Layout> source, destination;
+// Hands the heap's free pages back to the system: glibc keeps freed small allocations resident,
+// and what a pass frees in many small pieces is not all reused by the larger arrays that follow.
+void ReleaseFreeHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+// The layouts of the refit, read by the plans made from them and by the lower bound. The
+// simulator reads only a plan, so they are released once the last plan is made: at thousands of
+// GPUs a simulation then does not hold them beside its plan.
+struct RefitLayoutPair {
+  std::unique_ptr<const Layout> source, destination;
+  void Release() {
+    source.reset();
+    destination.reset();
+  }
 };
 
-Result<std::shared_ptr<const RefitPlan>> PlanFor(Strategy strategy, const SharedLayouts& layouts,
-                                                 const Topology& topology, const Config& config) {
-  return RefitPlan::Make(layouts.source, layouts.destination, topology, strategy, config);
+// `strategy`'s plan of the layouts with the config's planner options, as RefitPlan::Make makes it
+// (without keeping the layouts); the planner's wall time in `seconds`.
+Result<PlanResult> PlanFor(Strategy strategy, const RefitLayoutPair& layouts,
+                           const Topology& topology, const Config& config, double* seconds) {
+  FERRY_ASSIGN_OR_RETURN(PlannerOptions options, PlannerOptions::FromConfig(config));
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<PlanResult> planned =
+      MakePlan(strategy, *layouts.source, *layouts.destination, topology, options);
+  if (!planned.ok()) {
+    return planned.status().WithContext(std::string(StrategyName(strategy)) + " planning");
+  }
+  *seconds = Since(t0);
+  return planned;
 }
 
 // The simulator's options from resolved arguments (SimulationConfig).
@@ -98,20 +125,23 @@ sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
   return options;
 }
 
-Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layouts,
+// Plans `strategy` and simulates its plan, which lives for the call only; releases the layouts
+// after planning when `last_plan` (no later plan reads them). The plan's network demand goes to
+// `demand` when not null.
+Result<StrategyRun> PlanAndSimulate(Strategy strategy, RefitLayoutPair& layouts, bool last_plan,
                                     const Topology& topology, const Config& config,
                                     const sim::ClusterSpec& cluster,
                                     const sim::RankMapping& mapping, const sim::SimOptions& options,
                                     NetworkDemand* demand) {
   StrategyRun run;
   run.name = std::string(StrategyName(strategy));
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const RefitPlan> planned,
-                         PlanFor(strategy, layouts, topology, config));
-  run.plan_seconds = planned->planning_seconds();
-  if (demand != nullptr) *demand = planned->planned().demand;
+  FERRY_ASSIGN_OR_RETURN(const PlanResult planned,
+                         PlanFor(strategy, layouts, topology, config, &run.plan_seconds));
+  if (last_plan) layouts.Release();
+  if (demand != nullptr) *demand = planned.demand;
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
-  Result<sim::SimResult> simulated = sim::Simulate(planned->plan(), cluster, mapping, options);
+  Result<sim::SimResult> simulated = sim::Simulate(planned.plan, cluster, mapping, options);
   if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
   run.sim_seconds = Since(t0);
   run.sim_cpu_seconds = ThreadCpuSeconds() - cpu0;
@@ -120,18 +150,19 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, const SharedLayouts& layo
   return run;
 }
 
-Status WriteReports(const SimulateArgs& args, const SharedLayouts& layouts,
+Status WriteReports(const SimulateArgs& args, const RefitLayoutPair& layouts,
                     const Topology& topology, const Config& config,
                     const sim::ClusterSpec& cluster, const sim::RankMapping& mapping) {
-  FERRY_ASSIGN_OR_RETURN(std::shared_ptr<const RefitPlan> planned,
-                         PlanFor(Strategy::kReshard, layouts, topology, config));
+  double seconds = 0;
+  FERRY_ASSIGN_OR_RETURN(const PlanResult planned,
+                         PlanFor(Strategy::kReshard, layouts, topology, config, &seconds));
   sim::SimOptions options = SimulatorOptions(args);
   options.record_op_times = !args.trace_path.empty();
   options.record_ingress = !args.svg_path.empty();
   FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
-                         sim::Simulate(planned->plan(), cluster, mapping, options));
+                         sim::Simulate(planned.plan, cluster, mapping, options));
   if (!args.trace_path.empty()) {
-    FERRY_ASSIGN_OR_RETURN(std::string json, sim::ChromeTraceJson(planned->plan(), r));
+    FERRY_ASSIGN_OR_RETURN(std::string json, sim::ChromeTraceJson(planned.plan, r));
     FERRY_RETURN_IF_ERROR(sim::WriteTextFile(args.trace_path, json));
     std::printf("wrote Chrome trace of the reshard plan to %s\n", args.trace_path.c_str());
   }
@@ -256,15 +287,23 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
   SimulateArgs resolved = args;
   FERRY_ASSIGN_OR_RETURN(const Config options, SimulationConfig(&resolved));
-  const SharedLayouts layouts{std::make_shared<const Layout>(std::move(refit.source)),
-                              std::make_shared<const Layout>(std::move(refit.destination))};
+  RefitLayoutPair layouts{std::make_unique<const Layout>(std::move(refit.source)),
+                          std::make_unique<const Layout>(std::move(refit.destination))};
 
   PrintInputs(preset, refit, cluster, args.colocated);
 
+  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
+                         sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
+  // Its scratch, lists of boxes per node and per GPU, would otherwise stay resident beside the
+  // planner's and then the simulator's memory.
+  ReleaseFreeHeap();
+  // The trace and the SVG plan the reshard again after both simulations.
+  const bool reports = !args.trace_path.empty() || !args.svg_path.empty();
   NetworkDemand demand;
-  FERRY_ASSIGN_OR_RETURN(StrategyRun reshard,
-                         PlanAndSimulate(Strategy::kReshard, layouts, topology, options,
-                                         cluster, mapping, SimulatorOptions(resolved), &demand));
+  FERRY_ASSIGN_OR_RETURN(
+      StrategyRun reshard,
+      PlanAndSimulate(Strategy::kReshard, layouts, args.no_baseline && !reports, topology, options,
+                      cluster, mapping, SimulatorOptions(resolved), &demand));
   StrategyRun baseline;
   baseline.name = "gather-broadcast (skipped)";
   if (!args.no_baseline) {
@@ -273,12 +312,10 @@ Status RunSimulate(const SimulateArgs& args) {
     sim::SimOptions baseline_options = SimulatorOptions(resolved);
     baseline_options.staging_budget = 0;
     baseline_options.direct_reads = false;  // NCCL's broadcast stages every bucket
-    FERRY_ASSIGN_OR_RETURN(baseline, PlanAndSimulate(Strategy::kGatherBroadcast, layouts, topology,
-                                                     options, cluster, mapping, baseline_options,
-                                                     nullptr));
+    FERRY_ASSIGN_OR_RETURN(baseline,
+                           PlanAndSimulate(Strategy::kGatherBroadcast, layouts, !reports, topology,
+                                           options, cluster, mapping, baseline_options, nullptr));
   }
-  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
-                         sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
   ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
   double lower = bound.seconds;
   std::string limit = bound.limit;
@@ -288,7 +325,7 @@ Status RunSimulate(const SimulateArgs& args) {
   }
 
   PrintComparison(reshard, baseline, lower, limit, bound.total_network_bytes);
-  if (!args.trace_path.empty() || !args.svg_path.empty()) {
+  if (reports) {
     FERRY_RETURN_IF_ERROR(WriteReports(resolved, layouts, topology, options, cluster, mapping));
   }
   return Status::Ok();

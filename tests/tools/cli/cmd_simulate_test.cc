@@ -1,10 +1,13 @@
 // Tests of `ferry simulate` through its CLI11 subcommand: the report on a scaled preset, the
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
 // size the planner cannot use, refused naming the option, the window taken from
-// executor.max_in_flight as `ferry run` would, the simulator's --rate-slack, and a skipped baseline reported as skipped.
+// executor.max_in_flight as `ferry run` would, the simulator's --rate-slack, a skipped baseline
+// reported as skipped, and the trace and SVG, whose plan is made after the layouts' other plans.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -103,6 +106,31 @@ TEST(SimulateCommand, RateSlackIsAFractionOfALink) {
   testing::internal::GetCapturedStdout();
   testing::internal::GetCapturedStderr();
   EXPECT_NE(code, 0);
+}
+
+// Bytes in the file at `path`, or -1 when it cannot be read.
+long FileSize(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  return in ? static_cast<long>(in.tellg()) : -1;
+}
+
+// The trace and the SVG come from a plan made after the simulations (which release the layouts
+// once no later plan reads them), with the baseline skipped or simulated.
+TEST(SimulateCommand, TraceAndSvgArePlannedAfterTheSimulations) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  for (const bool skip_baseline : {true, false}) {
+    const std::string trace = dir + "/trace" + (skip_baseline ? "-skipped.json" : ".json");
+    const std::string svg = dir + "/ingress" + (skip_baseline ? "-skipped.svg" : ".svg");
+    std::vector<std::string> argv = SmallRefit({"--trace", trace, "--svg", svg});
+    if (!skip_baseline) argv.erase(std::find(argv.begin(), argv.end(), "--no-baseline"));
+    testing::internal::CaptureStdout();
+    const int code = RunCli(argv);
+    const std::string out = testing::internal::GetCapturedStdout();
+    ASSERT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("wrote Chrome trace"), std::string::npos) << out;
+    EXPECT_GT(FileSize(trace), 0) << trace;
+    EXPECT_GT(FileSize(svg), 0) << svg;
+  }
 }
 
 TEST(SimulateCommand, RejectsChunksThePlannerCannotUse) {

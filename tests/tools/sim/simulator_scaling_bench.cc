@@ -10,9 +10,9 @@
 //                           posting lane), to see what the lane costs the simulator
 // One line per case: GPUs, messages, simulator events, flow-class rate updates per message
 // (SimResult::num_class_updates) and the most classes on one link (peak), the simulator's thread
-// CPU seconds and CPU per message, the child's peak RSS (planner + plan + simulator), the predicted
-// time, and a digest of every op's end time (to check that two builds predict the same, bit for
-// bit).
+// CPU seconds and CPU per message, the child's peak RSS (the larger of planning, with the layouts,
+// and simulating, with the plan), the predicted time, and a digest of every op's end time (to check
+// that two builds predict the same, bit for bit).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/planner.h"
@@ -61,6 +62,31 @@ double ThreadCpuSeconds() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
+// A case's reshard plan and the rank mapping its simulation reads.
+struct PlannedCase {
+  PlanResult planned;
+  RankMapping mapping;
+  int num_ranks = 0;
+};
+
+// Plans the case's reshard on `cluster` as `ferry simulate` does. The refit layouts live for this
+// call only: the simulator reads the plan, so a case's peak RSS is the planner's (with the
+// layouts) or the simulator's (with the plan), never both with the layouts.
+Result<PlannedCase> PlanCase(const Case& c, const ClusterSpec& cluster) {
+  FERRY_ASSIGN_OR_RETURN(models::ModelPreset preset, models::MakePreset(c.model));
+  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec src, models::ParseFrameworkSpec(c.source));
+  FERRY_ASSIGN_OR_RETURN(models::FrameworkSpec dst, models::ParseFrameworkSpec(c.destination));
+  models::RefitOptions refit_options;
+  refit_options.gpus_per_node = cluster.RanksPerNode();
+  FERRY_ASSIGN_OR_RETURN(models::RefitLayouts refit,
+                         models::BuildRefitLayouts(preset, src, dst, refit_options));
+  const Topology topology = TopologyForCluster(cluster, refit.topology.NumRanks());
+  FERRY_ASSIGN_OR_RETURN(RankMapping mapping, RankMapping::FromTopology(topology, cluster));
+  FERRY_ASSIGN_OR_RETURN(PlanResult planned,
+                         MakePlan(Strategy::kReshard, refit.source, refit.destination, topology));
+  return PlannedCase{std::move(planned), std::move(mapping), topology.NumRanks()};
+}
+
 // Plans the case's reshard on dgx-h100 as `ferry simulate` does, simulates it with `window`, and
 // prints its line (without the RSS, which the parent adds). Returns the process exit code.
 int RunCase(const Case& c, int window, int64_t staging, double slack, double post) {
@@ -68,24 +94,10 @@ int RunCase(const Case& c, int window, int64_t staging, double slack, double pos
     std::fprintf(stderr, "%s: %s\n", c.name, s.ToString().c_str());
     return 1;
   };
-  Result<models::ModelPreset> preset = models::MakePreset(c.model);
-  if (!preset.ok()) return fail(preset.status());
-  Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(c.source);
-  Result<models::FrameworkSpec> dst = models::ParseFrameworkSpec(c.destination);
-  if (!src.ok()) return fail(src.status());
-  if (!dst.ok()) return fail(dst.status());
   Result<ClusterSpec> cluster = ClusterPreset("dgx-h100");
   if (!cluster.ok()) return fail(cluster.status());
   if (post >= 0) cluster->op_post_overhead = post;
-  models::RefitOptions refit_options;
-  refit_options.gpus_per_node = cluster->RanksPerNode();
-  Result<models::RefitLayouts> refit = models::BuildRefitLayouts(*preset, *src, *dst, refit_options);
-  if (!refit.ok()) return fail(refit.status());
-  const Topology topology = TopologyForCluster(*cluster, refit->topology.NumRanks());
-  Result<RankMapping> mapping = RankMapping::FromTopology(topology, *cluster);
-  if (!mapping.ok()) return fail(mapping.status());
-  Result<PlanResult> planned =
-      MakePlan(Strategy::kReshard, refit->source, refit->destination, topology);
+  Result<PlannedCase> planned = PlanCase(c, *cluster);
   if (!planned.ok()) return fail(planned.status());
   SimOptions options;
   options.record_op_times = true;
@@ -93,13 +105,13 @@ int RunCase(const Case& c, int window, int64_t staging, double slack, double pos
   options.staging_budget = staging;
   options.rate_slack = slack;
   const double cpu0 = ThreadCpuSeconds();
-  Result<SimResult> r = Simulate(planned->plan, *cluster, *mapping, options);
+  Result<SimResult> r = Simulate(planned->planned.plan, *cluster, planned->mapping, options);
   const double cpu = ThreadCpuSeconds() - cpu0;
   if (!r.ok()) return fail(r.status());
   double digest = 0;
   for (const OpTime& t : r->op_times) digest += t.end;
   const double messages = static_cast<double>(r->num_messages);
-  std::printf("%-10s %6d %10lld %11lld %9.1f %5d %9.3f %9.2f", c.name, topology.NumRanks(),
+  std::printf("%-10s %6d %10lld %11lld %9.1f %5d %9.3f %9.2f", c.name, planned->num_ranks,
               static_cast<long long>(r->num_messages), static_cast<long long>(r->num_events),
               static_cast<double>(r->num_class_updates) / messages, r->peak_link_classes, cpu,
               cpu / messages * 1e6);
