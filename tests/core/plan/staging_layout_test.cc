@@ -7,6 +7,18 @@
 namespace ferry {
 namespace {
 
+// An op of `kind` on `rank` in `round` whose data lies in `buffer` of `space` (a message's peer:
+// `peer`).
+Op StagingOp(OpKind kind, int rank, int round, Space space, int buffer, int peer = -1) {
+  Op o;
+  o.kind = kind;
+  o.rank = rank;
+  o.round = round;
+  o.peer = peer;
+  o.data = {space, buffer, 0};
+  return o;
+}
+
 TEST(FirstFitAllocatorTest, FirstFitRoundsUpAndRefusesWhatDoesNotFit) {
   FirstFitAllocator a;
   a.Reset(1024);
@@ -151,25 +163,17 @@ TEST(StagingLayoutTest, RefusesACycle) {
 TEST(StagingLayoutTest, APlanNeedsTheLargestRanksLayout) {
   TransferPlan plan;
   const int s1 = plan.AddSlot(0, 1000), s2 = plan.AddSlot(0, 3000), r = plan.AddSlot(1, 5000);
-  auto op = [](OpKind kind, int rank, int round, Space space, int buffer) {
-    Op o;
-    o.kind = kind;
-    o.rank = rank;
-    o.round = round;
-    o.data = {space, buffer, 0};
-    return o;
-  };
   const Region src{Space::kSource, 0, 0, DType::kUInt8, 1, {1000}, {1}};
   const Region to_s1{Space::kStaging, s1, 0, DType::kUInt8, 1, {1000}, {1}};
   const Region to_s2{Space::kStaging, s2, 0, DType::kUInt8, 1, {1000}, {1}};
-  const int pack1 = plan.AddOp(op(OpKind::kPack, 0, 0, Space::kStaging, 0), {}, {{src, to_s1}});
-  plan.AddOp(op(OpKind::kSend, 0, 0, Space::kStaging, s1), {pack1});
-  const int pack2 = plan.AddOp(op(OpKind::kPack, 0, 1, Space::kStaging, 0), {}, {{src, to_s2}});
-  plan.AddOp(op(OpKind::kSend, 0, 1, Space::kStaging, s2), {pack2});
-  const int recv = plan.AddOp(op(OpKind::kRecv, 1, 0, Space::kStaging, r), {});
+  const int pack1 = plan.AddOp(StagingOp(OpKind::kPack, 0, 0, Space::kStaging, 0), {}, {{src, to_s1}});
+  plan.AddOp(StagingOp(OpKind::kSend, 0, 0, Space::kStaging, s1), {pack1});
+  const int pack2 = plan.AddOp(StagingOp(OpKind::kPack, 0, 1, Space::kStaging, 0), {}, {{src, to_s2}});
+  plan.AddOp(StagingOp(OpKind::kSend, 0, 1, Space::kStaging, s2), {pack2});
+  const int recv = plan.AddOp(StagingOp(OpKind::kRecv, 1, 0, Space::kStaging, r), {});
   const Region from_r{Space::kStaging, r, 0, DType::kUInt8, 1, {1000}, {1}};
   const Region dst{Space::kDestination, 0, 0, DType::kUInt8, 1, {1000}, {1}};
-  plan.AddOp(op(OpKind::kUnpack, 1, 0, Space::kStaging, 0), {recv}, {{from_r, dst}});
+  plan.AddOp(StagingOp(OpKind::kUnpack, 1, 0, Space::kStaging, 0), {recv}, {{from_r, dst}});
   Result<int64_t> needed = PlanOrderStagingBytes(plan);
   ASSERT_TRUE(needed.ok()) << needed.status().ToString();
   EXPECT_EQ(*needed, 20 * 256);
@@ -186,24 +190,15 @@ TEST(StagingOpsByRankTest, GathersEachRanksOpsByLocalIndex) {
   TransferPlan plan;
   plan.num_ranks = 2;
   const int a = plan.AddSlot(0, 100), b = plan.AddSlot(1, 200);
-  auto op = [](OpKind kind, int rank, int round, int peer, Space space, int buffer) {
-    Op o;
-    o.kind = kind;
-    o.rank = rank;
-    o.round = round;
-    o.peer = peer;
-    o.data = {space, buffer, 0};
-    return o;
-  };
   const Region src{Space::kSource, 0, 0, DType::kUInt8, 1, {100}, {1}};
   const Region in_a{Space::kStaging, a, 0, DType::kUInt8, 1, {100}, {1}};
-  const int pack = plan.AddOp(op(OpKind::kPack, 0, 3, -1, Space::kStaging, 0), {}, {{src, in_a}, {src, in_a}});
-  const int recv = plan.AddOp(op(OpKind::kRecv, 1, 4, 0, Space::kStaging, b), {});
-  plan.AddOp(op(OpKind::kSend, 0, 5, 1, Space::kStaging, a), {pack});
+  const int pack = plan.AddOp(StagingOp(OpKind::kPack, 0, 3, Space::kStaging, 0), {}, {{src, in_a}, {src, in_a}});
+  const int recv = plan.AddOp(StagingOp(OpKind::kRecv, 1, 4, Space::kStaging, b, 0), {});
+  plan.AddOp(StagingOp(OpKind::kSend, 0, 5, Space::kStaging, a, 1), {pack});
   const Region from_b{Space::kStaging, b, 0, DType::kUInt8, 1, {100}, {1}};
   const Region dst{Space::kDestination, 0, 0, DType::kUInt8, 1, {100}, {1}};
-  plan.AddOp(op(OpKind::kUnpack, 1, 6, -1, Space::kStaging, 0), {recv}, {{from_b, dst}});
-  plan.AddOp(op(OpKind::kCopy, 1, 7, -1, Space::kStaging, 0), {recv});
+  plan.AddOp(StagingOp(OpKind::kUnpack, 1, 6, Space::kStaging, 0), {recv}, {{from_b, dst}});
+  plan.AddOp(StagingOp(OpKind::kCopy, 1, 7, Space::kStaging, 0), {recv});
   Result<std::vector<RankStagingOps>> ranks = StagingOpsByRank(plan);
   ASSERT_TRUE(ranks.ok()) << ranks.status().ToString();
   ASSERT_EQ(ranks->size(), 2u);
@@ -221,7 +216,7 @@ TEST(StagingOpsByRankTest, GathersEachRanksOpsByLocalIndex) {
   EXPECT_EQ(r1.dependents, (std::vector<int>{1, 2}));
   EXPECT_EQ(r1.slots_begin, (std::vector<int>{0, 1, 2, 2}));
   EXPECT_EQ(r1.slots, (std::vector<int>{b, b}));
-  plan.AddOp(op(OpKind::kCopy, 1, 8, -1, Space::kStaging, 0), {pack});
+  plan.AddOp(StagingOp(OpKind::kCopy, 1, 8, Space::kStaging, 0), {pack});
   Result<std::vector<RankStagingOps>> crossing = StagingOpsByRank(plan);
   ASSERT_FALSE(crossing.ok());
   EXPECT_NE(crossing.status().message().find("op 5 depends on op 0 of another rank"), std::string::npos);

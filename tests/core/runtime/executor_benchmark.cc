@@ -29,16 +29,26 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-void BM_ExecutorCopy(benchmark::State& state) {
-  const bool strided = state.range(0) != 0;
+// Runs `plan` on one rank (its executor with `copy_threads` copy threads, over `memory`) once per
+// benchmark iteration, skipping the benchmark with the error when a run fails.
+void RunEachIteration(benchmark::State& state, int copy_threads, const TransferPlan& plan,
+                      const RankMemory& memory) {
   InMemoryStore store;
   Config config = RuntimeConfig();
-  (void)config.Set("executor.copy_threads", std::to_string(state.range(1)));
+  (void)config.Set("executor.copy_threads", std::to_string(copy_threads));
   CommunicatorOptions options;
   options.store = &store;
   options.config = &config;
   auto comm = Communicator::Create(options, Deadline::AfterSeconds(10));
   auto executor = Executor::Create(**comm);
+  for (auto _ : state) {
+    auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(60));
+    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
+  }
+}
+
+void BM_ExecutorCopy(benchmark::State& state) {
+  const bool strided = state.range(0) != 0;
   // A [rows, 2*cols] fp32 source; copy all of it (dense) or its left half twice over (strided).
   const int64_t cols = 4096, rows = kBytes / 4 / cols;
   TransferPlan plan;
@@ -65,10 +75,7 @@ void BM_ExecutorCopy(benchmark::State& state) {
   plan.AddOp(copy, {}, copies);
   std::vector<char> a(kBytes, 1), b(kBytes, 0);
   RankMemory memory{{{a.data(), kBytes, MemoryKind::kHost, -1}}, {{b.data(), kBytes, MemoryKind::kHost, -1}}};
-  for (auto _ : state) {
-    auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(60));
-    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
-  }
+  RunEachIteration(state, static_cast<int>(state.range(1)), plan, memory);
   state.SetBytesProcessed(state.iterations() * kBytes);
 }
 BENCHMARK(BM_ExecutorCopy)
@@ -80,18 +87,10 @@ BENCHMARK(BM_ExecutorCopy)
 // Copy rate by row length and stride: rows of `range(0)` bytes, each taken from the start of a
 // source row of `range(1)` bytes (a column slice of a wider tensor, as a refit reads one) into a
 // dense destination, with one copy thread: 256 MiB of rows, fewer where the source would pass
-// 1 GiB. Rows shorter than the executor's streaming
-// threshold (core/runtime/strided_copy.cc) are cached copies.
+// 1 GiB. Rows shorter than the executor's streaming threshold (core/runtime/strided_copy.cc) are
+// cached copies.
 void BM_ExecutorCopyRows(benchmark::State& state) {
   const int64_t row = state.range(0), stride = state.range(1);
-  InMemoryStore store;
-  Config config = RuntimeConfig();
-  (void)config.Set("executor.copy_threads", "1");
-  CommunicatorOptions options;
-  options.store = &store;
-  options.config = &config;
-  auto comm = Communicator::Create(options, Deadline::AfterSeconds(10));
-  auto executor = Executor::Create(**comm);
   const int64_t rows = std::min(kBytes / row, (int64_t{1} << 30) / stride);
   const int64_t bytes = rows * row, source_bytes = rows * stride;
   TransferPlan plan;
@@ -115,10 +114,7 @@ void BM_ExecutorCopyRows(benchmark::State& state) {
   std::vector<char> a(source_bytes, 1), b(bytes, 0);
   RankMemory memory{{{a.data(), source_bytes, MemoryKind::kHost, -1}},
                     {{b.data(), bytes, MemoryKind::kHost, -1}}};
-  for (auto _ : state) {
-    auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(60));
-    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
-  }
+  RunEachIteration(state, 1, plan, memory);
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(BM_ExecutorCopyRows)
@@ -149,14 +145,6 @@ BENCHMARK(BM_ExecutorQuantize)
 void BM_ExecutorManySmallMessages(benchmark::State& state) {
   const int messages = static_cast<int>(state.range(0));
   const int64_t size = 4096;
-  InMemoryStore store;
-  Config config = RuntimeConfig();
-  (void)config.Set("executor.copy_threads", "1");
-  CommunicatorOptions options;
-  options.store = &store;
-  options.config = &config;
-  auto comm = Communicator::Create(options, Deadline::AfterSeconds(10));
-  auto executor = Executor::Create(**comm);
   TransferPlan plan;
   plan.num_ranks = 1;
   plan.source_buffers = {{0, "s", size * messages}};
@@ -184,10 +172,7 @@ void BM_ExecutorManySmallMessages(benchmark::State& state) {
   std::vector<char> a(size * messages, 1), b(size * messages, 0);
   RankMemory memory{{{a.data(), size * messages, MemoryKind::kHost, -1}},
                     {{b.data(), size * messages, MemoryKind::kHost, -1}}};
-  for (auto _ : state) {
-    auto stats = (*executor)->Run(plan, memory, Deadline::AfterSeconds(60));
-    if (!stats.ok()) state.SkipWithError(stats.status().ToString().c_str());
-  }
+  RunEachIteration(state, 1, plan, memory);
   state.SetItemsProcessed(state.iterations() * messages * 3);
 }
 BENCHMARK(BM_ExecutorManySmallMessages)->Arg(1000)->Arg(20000)->UseRealTime()->Unit(benchmark::kMillisecond);
