@@ -31,6 +31,7 @@
 #include "tools/cli/refit_pattern.h"
 #include "tools/cli/run_recovery.h"
 #include "tools/cli/run_report.h"
+#include "tools/cli/start_instant.h"
 
 namespace ferry::cli {
 
@@ -83,11 +84,6 @@ class Ticker {
   bool done_ = false;
   std::thread thread_;
 };
-
-int64_t NowNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t OpenFileDescriptors() {
   int64_t n = 0;
@@ -158,6 +154,7 @@ struct RankContext {
   double store_seconds = 60;   // the config's deadline.store
   std::vector<Fault> faults{};  // --inject-fault or FERRY_INJECT_FAULT
   RecoveryContext* recovery = nullptr;  // --recover
+  StartMargin* start_margin = nullptr;  // rank 0's margin before each refit's start instant
   Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
   // Per-refit verification: with --recover every refit after a fault is checked on its own.
   bool verify_each() const { return args.verify && args.recover; }
@@ -180,17 +177,25 @@ Status RegisterBuffers(Refit& refit, const RankContext& c) {
   return Status::Ok();
 }
 
-// One refit of `variant` on every rank; rank 0 gets the aggregate.
+// One refit of `variant` on every rank, started at an instant all agree on; rank 0 gets the
+// aggregate and adapts its margin to it.
 Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Refit& refit, const std::string& key,
                             const std::string& what) {
-  FERRY_RETURN_IF_ERROR(c.session.communicator().Barrier(key + "/start", c.store_deadline())
-                            .WithContext("barrier before " + what));
+  const int64_t margin_ns = c.rank == 0 ? c.start_margin->nanos() : 0;
+  Result<StartInstant> start =
+      AgreeOnStart(c.session.store(), key, c.rank, margin_ns, c.store_deadline(), [&](const std::string& name) {
+        return c.session.communicator().Barrier(name, c.store_deadline());
+      });
+  if (!start.ok()) return start.status().WithContext("agreeing on the start of " + what);
   RankSample sample;
+  sample.instant_ns = start->instant_ns;
+  sample.known_ns = start->known_ns;
   {
     Ticker ticker(c.rank == 0, what);
-    sample.start_ns = NowNanos();
+    SleepUntil(start->instant_ns);
+    sample.start_ns = WallNanos();
     Result<RefitStats> stats = refit.Run();
-    sample.end_ns = NowNanos();
+    sample.end_ns = WallNanos();
     if (!stats.ok()) return stats.status().WithContext("rank " + std::to_string(c.rank) + ": " + what);
     sample.bytes_sent = stats->executor.bytes_sent;
     sample.bytes_copied = stats->executor.bytes_copied;
@@ -204,6 +209,7 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
                            return c.session.communicator().Barrier(key + "/published", c.store_deadline());
                          }));
   if (c.rank == 0) {
+    c.start_margin->Observe(static_cast<int64_t>(all.start_slack_seconds * 1e9));
     Say("  %-24s %-20s %10s  %7.2f GB/s\n", variant.name.c_str(), what.substr(variant.name.size() + 1).c_str(),
         FormatSeconds(all.seconds, 1, false).c_str(),
         static_cast<double>(c.delivered) / all.seconds / 1e9);
@@ -598,6 +604,8 @@ Status RunRankOrError(const RunArgs& args) {
   RankContext context{.args = args, .in = in, .rank = info.rank, .size = info.size, .session = session,
                       .sources = sources, .destinations = destinations,
                       .delivered = in.destination.FragmentBytes()};
+  StartMargin start_margin;
+  context.start_margin = &start_margin;
   FERRY_ASSIGN_OR_RETURN(context.store_seconds, config.GetSeconds("deadline.store"));
   FERRY_ASSIGN_OR_RETURN(context.faults, args.inject_fault.empty() ? FaultsFromEnvironment()
                                                                    : ParseFaults(args.inject_fault, "--inject-fault"));

@@ -35,7 +35,8 @@ bool IsPathName(const std::string& name) {
 std::string RankSample::Encode() const {
   std::ostringstream out;
   out << start_ns << ' ' << end_ns << ' ' << bytes_sent << ' ' << bytes_copied << ' ' << peak_staging << ' '
-      << executor_seconds << ' ' << bytes_read_direct << ' ' << by_transport.size();
+      << executor_seconds << ' ' << bytes_read_direct << ' ' << instant_ns << ' ' << known_ns << ' '
+      << by_transport.size();
   for (const auto& [name, t] : by_transport) {
     out << ' ' << name << ' ' << t.bytes_sent << ' ' << t.messages_sent << ' ' << t.bytes_received << ' '
         << t.messages_received;
@@ -49,7 +50,7 @@ Result<RankSample> RankSample::Decode(const std::string& text) {
   size_t paths = 0;
   const std::string what = "not a refit sample: '" + text.substr(0, 64) + "'";
   if (!(in >> s.start_ns >> s.end_ns >> s.bytes_sent >> s.bytes_copied >> s.peak_staging >> s.executor_seconds >>
-        s.bytes_read_direct >> paths)) {
+        s.bytes_read_direct >> s.instant_ns >> s.known_ns >> paths)) {
     return InvalidArgument(what);
   }
   if (paths > kMaxPaths) {
@@ -79,15 +80,26 @@ Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, 
       key + "/rank" + std::to_string(rank),
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()), deadline));
   FERRY_RETURN_IF_ERROR(published());
-  RefitSample all;
-  if (rank != 0) return all;
-  int64_t first = INT64_MAX, last = 0, last_start = 0;
+  if (rank != 0) return RefitSample{};
+  std::vector<RankSample> samples;
   for (int r = 0; r < size; ++r) {
     FERRY_ASSIGN_OR_RETURN(Bytes value, store.Get(key + "/rank" + std::to_string(r), deadline));
     FERRY_ASSIGN_OR_RETURN(RankSample s, RankSample::Decode(std::string(value.begin(), value.end())));
-    first = std::min(first, s.start_ns);
-    last = std::max(last, s.end_ns);
+    samples.push_back(std::move(s));
+  }
+  return AggregateSamples(samples);
+}
+
+RefitSample AggregateSamples(const std::vector<RankSample>& samples) {
+  RefitSample all;
+  if (samples.empty()) return all;
+  const int64_t instant = samples.front().instant_ns;
+  int64_t first_start = INT64_MAX, last_start = INT64_MIN, last_end = INT64_MIN, last_known = INT64_MIN;
+  for (const RankSample& s : samples) {
+    first_start = std::min(first_start, s.start_ns);
     last_start = std::max(last_start, s.start_ns);
+    last_end = std::max(last_end, s.end_ns);
+    last_known = std::max(last_known, s.known_ns);
     all.bytes_sent += s.bytes_sent;
     all.bytes_copied += s.bytes_copied;
     all.bytes_read_direct += s.bytes_read_direct;
@@ -96,8 +108,9 @@ Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, 
     all.peak_staging_max = std::max(all.peak_staging_max, s.peak_staging);
     all.peak_staging_sum += s.peak_staging;
   }
-  all.seconds = static_cast<double>(last - first) * 1e-9;
-  all.start_spread_seconds = static_cast<double>(last_start - first) * 1e-9;
+  all.seconds = static_cast<double>(last_end - std::min(instant, first_start)) * 1e-9;
+  all.start_spread_seconds = static_cast<double>(last_start - instant) * 1e-9;
+  all.start_slack_seconds = static_cast<double>(instant - last_known) * 1e-9;
   return all;
 }
 
@@ -220,8 +233,9 @@ std::string FormatRunReport(const std::string& description, int64_t delivered, d
   row("copied in ranks", [&](const VariantSummary& s) { return bytes(s.last.bytes_copied); });
   row("peak staging/rank", [&](const VariantSummary& s) { return bytes(s.last.peak_staging_max); });
   row("peak staging sum", [&](const VariantSummary& s) { return bytes(s.last.peak_staging_sum); });
-  out += "  bandwidth = bytes delivered to destination fragments / time from the first rank's start to the "
-         "last rank's end\n";
+  out += "  bandwidth = bytes delivered to destination fragments / time from the instant every rank was to "
+         "start at to the last rank's end\n";
+  out += "  start spread = how late the last rank started after that instant\n";
   out += "  received over <path> = plan bytes (and messages) that transport, or direct reads, carried in the "
          "last refit, all ranks\n";
   out += "  vs memcpy = that bandwidth / one thread's memcpy of buffers of the delivered size (median of 7)\n";

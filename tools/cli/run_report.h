@@ -20,6 +20,8 @@ namespace ferry::cli {
 // One rank's numbers for one refit, passed to rank 0 through the store.
 struct RankSample {
   int64_t start_ns = 0, end_ns = 0;  // wall clock (system_clock), comparable across ranks
+  // The instant every rank was to start at (start_instant.h), and when this rank learned it.
+  int64_t instant_ns = 0, known_ns = 0;
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
   double executor_seconds = 0;
   std::map<std::string, TransportTraffic> by_transport;  // ExecutorStats::by_transport
@@ -31,22 +33,33 @@ struct RankSample {
 
 // All ranks' numbers for one refit, as rank 0 sees them.
 struct RefitSample {
-  double seconds = 0;  // first rank's start to last rank's end
+  // From the agreed start instant (or an earlier start, should a rank's clock run ahead) to the
+  // last rank's end.
+  double seconds = 0;
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
   int64_t bytes_read_direct = 0;
   double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
-  // Last rank's start less the first rank's: how far apart the barrier before the refit released
-  // the ranks. Part of `seconds`, and not work of the refit (a simulator starts every rank at 0).
+  // How late the last rank started after the instant (woken late by the scheduler, or it learned
+  // the instant after it had passed). Part of `seconds`, and not work of the refit (a simulator
+  // starts every rank at 0).
   double start_spread_seconds = 0;
+  // How long before the instant the last rank to learn it did so (negative: after it); what rank
+  // 0's StartMargin adapts to.
+  double start_slack_seconds = 0;
   std::map<std::string, TransportTraffic> by_transport;  // summed over the ranks
 };
 
 // Publishes this rank's sample under `key`, then calls `published` (every rank: a barrier that
 // ends early when a rank failed, so rank 0 never waits for a sample that will not come); rank 0
-// (only) then gathers all `size` and returns their aggregate, other ranks an empty sample.
+// (only) then gathers all `size` and returns their aggregate (AggregateSamples), other ranks an
+// empty sample.
 Result<RefitSample> ShareSample(Store& store, const std::string& key, int rank, int size,
                                 const RankSample& sample, Deadline deadline,
                                 const std::function<Status()>& published);
+
+// The refit of `samples` (one per rank, each with the same instant_ns): timed from the instant,
+// with the start spread measured from it too, and the bytes summed over the ranks.
+RefitSample AggregateSamples(const std::vector<RankSample>& samples);
 
 // One way of running a refit that the report compares: a strategy, and whether ranks of one node
 // read each other's memory directly (executor.direct_intra_node) or go through the transport.

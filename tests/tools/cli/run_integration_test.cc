@@ -2,13 +2,14 @@
 // destination byte, over ucx, libfabric and tcp; fused vLLM destinations (qkv, gate_up, w13),
 // vLLM's Mamba A stored as -exp(A_log), uneven and strided layouts from files, a hybrid Mamba
 // model from distributed-optimizer buffers, DeepSeek-V3's MTP layer, --memory cuda (or its error
-// where there is no GPU), a leak check over 200 refits, the smallest staging budget with a window
-// of one message, and failures that must end with every rank process gone. Each case runs under a
-// deadline and kills the process group.
+// where there is no GPU), a leak check over 200 refits, refits timed from the instant every rank
+// starts at, the smallest staging budget with a window of one message, and failures that must end
+// with every rank process gone. Each case runs under a deadline and kills the process group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -347,6 +348,49 @@ std::string RowValue(const std::string& output, const std::string& label) {
   std::string rest = output.substr(at + label.size(), output.find('\n', at) - at - label.size());
   rest.erase(0, rest.find_first_not_of(' '));
   return rest;
+}
+
+// "12.3 ms" or "1.234 s" (FormatSeconds without microseconds) in seconds; -1 when it is neither.
+double ParseSeconds(const std::string& text) {
+  double value = 0;
+  char unit[4] = {};
+  if (std::sscanf(text.c_str(), "%lf %3s", &value, unit) != 2) return -1;
+  if (std::string(unit) == "ms") return value * 1e-3;
+  return std::string(unit) == "s" ? value : -1;
+}
+
+// The `index`th field (from 0) of the first row of a --results file; "" when it has none.
+std::string CsvField(const std::string& csv, int index) {
+  std::ifstream in(csv);
+  std::string row, field;
+  std::getline(in, row);
+  std::stringstream fields(row);
+  for (int i = 0; i <= index; ++i) {
+    if (!std::getline(fields, field, ',')) return "";
+  }
+  return field;
+}
+
+// Every refit starts at one instant the ranks agree on and is timed from it: the start spread
+// (how late the last rank started after the instant) is never negative, in the report and in
+// --results, and the refit lasts at least as long as its slowest rank's own run.
+TEST(RunIntegrationTest, RefitsStartAtOneInstantAndAreTimedFromIt) {
+  const std::string csv = std::string(std::getenv("TEST_TMPDIR")) + "/instant.csv";
+  Outcome o = RunFerry({"run", "--model", "llama-3.1-8b", "--scale", "1/64", "--src", "megatron:tp=2,pp=2", "--dst",
+                        "vllm:tp=4", "--transport", "tcp", "--strategy", "reshard", "--verify", "--warmup", "2",
+                        "--iterations", "1", "--results", csv},
+                       120);
+  ExpectVerified(o, 1);
+  const double spread = ParseSeconds(RowValue(o.output, "ranks' start spread (mean)"));
+  EXPECT_GE(spread, 0) << o.output;
+  const std::string spread_column = CsvField(csv, 10);
+  ASSERT_FALSE(spread_column.empty()) << csv;
+  EXPECT_GE(std::stod(spread_column), 0);
+  // One measured refit: its time and its slowest rank's run, both printed to 0.1 ms.
+  const double refit = ParseSeconds(RowValue(o.output, "refit time (mean)"));
+  const double slowest = ParseSeconds(RowValue(o.output, "slowest rank's own run"));
+  ASSERT_GT(slowest, 0) << o.output;
+  EXPECT_GE(refit, slowest) << o.output;
 }
 
 // One plan over two transports: two pretend nodes of four ranks, tcp between them and ucx inside.

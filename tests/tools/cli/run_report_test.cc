@@ -1,6 +1,7 @@
-// `ferry run`'s samples: the per-transport traffic survives the trip through the store, a sample
-// with hostile per-transport entries is refused with what is wrong, and rank 0's aggregate times
-// the refit from the first start to the last end and reports how far apart the ranks started.
+// `ferry run`'s samples: the start instant and the per-transport traffic survive the trip through
+// the store, a sample with hostile per-transport entries is refused with what is wrong, and rank
+// 0's aggregate times the refit from the agreed start instant to the last end and reports how late
+// the last rank started after that instant.
 #include "tools/cli/run_report.h"
 
 #include <gtest/gtest.h>
@@ -10,16 +11,20 @@
 namespace ferry::cli {
 namespace {
 
-TEST(RankSampleTest, TrafficPerTransportRoundTrips) {
+TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
   RankSample sample;
   sample.start_ns = 10;
   sample.end_ns = 20;
+  sample.instant_ns = 9;
+  sample.known_ns = 8;
   sample.bytes_sent = 300;
   sample.by_transport["tcp"] = TransportTraffic{100, 2, 50, 1};
   sample.by_transport[std::string(kDirectReadPath)] = TransportTraffic{0, 0, 4096, 3};
   auto decoded = RankSample::Decode(sample.Encode());
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(decoded->bytes_sent, 300);
+  EXPECT_EQ(decoded->instant_ns, 9);
+  EXPECT_EQ(decoded->known_ns, 8);
   ASSERT_EQ(decoded->by_transport.size(), 2u);
   EXPECT_EQ(decoded->by_transport["tcp"].bytes_sent, 100);
   EXPECT_EQ(decoded->by_transport["tcp"].messages_received, 1);
@@ -27,7 +32,7 @@ TEST(RankSampleTest, TrafficPerTransportRoundTrips) {
 }
 
 TEST(RankSampleTest, HostileTransportEntriesAreRefused) {
-  const std::string head = "1 2 3 4 5 0.5 6 ";
+  const std::string head = "1 2 3 4 5 0.5 6 7 8 ";
   EXPECT_NE(RankSample::Decode(head + "100000").status().message().find("at most 64"), std::string::npos);
   EXPECT_NE(RankSample::Decode(head + "2 tcp 1 1 1 1").status().message().find("entry 1 is cut short"),
             std::string::npos);
@@ -36,30 +41,60 @@ TEST(RankSampleTest, HostileTransportEntriesAreRefused) {
   EXPECT_FALSE(RankSample::Decode(head + "1 " + std::string(65, 'a') + " 1 1 1 1").ok());
 }
 
-// Ranks starting at 100, 130 and 110 ns and ending at 400, 350 and 500 ns: the refit took 400 ns
-// from the first start, of which the barrier's release spread the starts over 30 ns; the mean
-// spread over two such refits, the second with starts 0 and 10 ns apart, is 20 ns.
-TEST(RefitSampleTest, RefitTimeSpansFirstStartToLastEndAndReportsTheStartSpread) {
+// Three ranks told to start at 1000 ns learn it at 900, 960 and 940 ns, start at 1000, 1030 and
+// 1010 ns and end at 1400, 1350 and 1500 ns: the refit took 500 ns from the instant, the last rank
+// started 30 ns after it, and the last to learn it did so 40 ns before it; the mean spread over two
+// such refits, the second 10 ns, is 20 ns.
+TEST(RefitSampleTest, RefitTimeSpansTheInstantToTheLastEndAndTheSpreadIsMeasuredFromTheInstant) {
   InMemoryStore store;
   const Deadline deadline = Deadline::AfterSeconds(10);
   auto no_barrier = [] { return Status::Ok(); };
-  const int64_t starts[3] = {100, 130, 110}, ends[3] = {400, 350, 500};
+  const int64_t known[3] = {900, 960, 940}, starts[3] = {1000, 1030, 1010}, ends[3] = {1400, 1350, 1500};
   Result<RefitSample> all = RefitSample{};
   for (int rank : {2, 1, 0}) {
     RankSample s;
+    s.instant_ns = 1000;
+    s.known_ns = known[rank];
     s.start_ns = starts[rank];
     s.end_ns = ends[rank];
     all = ShareSample(store, "refit1", rank, 3, s, deadline, no_barrier);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
   }
-  EXPECT_NEAR(all->seconds, 400e-9, 1e-15);
+  EXPECT_NEAR(all->seconds, 500e-9, 1e-15);
   EXPECT_NEAR(all->start_spread_seconds, 30e-9, 1e-15);
+  EXPECT_NEAR(all->start_slack_seconds, 40e-9, 1e-15);
   RefitSample second;
   second.seconds = 200e-9;
   second.start_spread_seconds = 10e-9;
   const VariantSummary summary = Summarize(RunVariant{"reshard"}, {*all, second});
   EXPECT_NEAR(summary.mean_start_spread, 20e-9, 1e-15);
   EXPECT_NEAR(summary.best, 200e-9, 1e-15);
+}
+
+RankSample Sample(int64_t known, int64_t start, int64_t end) {
+  RankSample s;
+  s.instant_ns = 1000;
+  s.known_ns = known;
+  s.start_ns = start;
+  s.end_ns = end;
+  return s;
+}
+
+// A rank that learned the instant 20 ns after it had passed and started 200 ns late: its delay is
+// the start spread and part of the refit time, and the slack is negative.
+TEST(RefitSampleTest, ARankThatStartsLateIsCountedFromTheInstant) {
+  const RefitSample all = AggregateSamples({Sample(900, 1000, 1400), Sample(1020, 1200, 1500)});
+  EXPECT_NEAR(all.seconds, 500e-9, 1e-15);
+  EXPECT_NEAR(all.start_spread_seconds, 200e-9, 1e-15);
+  EXPECT_NEAR(all.start_slack_seconds, -20e-9, 1e-15);
+}
+
+// A rank whose clock runs ahead of rank 0's starts before the instant by rank 0's clock: the refit
+// is timed from that earlier start, so none of its work goes uncounted.
+TEST(RefitSampleTest, AStartBeforeTheInstantIsTimedFromThatStart) {
+  const RefitSample all = AggregateSamples({Sample(900, 1000, 1400), Sample(900, 990, 1500)});
+  EXPECT_NEAR(all.seconds, 510e-9, 1e-15);
+  EXPECT_NEAR(all.start_spread_seconds, 0, 1e-15);
 }
 
 }  // namespace
