@@ -5,17 +5,22 @@
 # express (with ferry on exactly those tensors beside it), and a GPU rank killed mid-refit over
 # NCCL and over direct reads; one table at the end.
 #
-# Usage: tools/device/multi_gpu.sh BIN_DIR [--scale S] [--ucx UCX_DIR] [--m2n SITE_DIR]
-#                                  [--nccl-library LIB] [--iterations N]
+# Usage: tools/device/multi_gpu.sh BIN_DIR [--scale S] [--ucx UCX] [--m2n SITE] [--nccl-library LIB]
+#                                  [--nccl-src TAR] [--iterations N] [--only LIST]
 #   BIN_DIR holds ferry and peer_copy_ceiling (bazel build -c opt //tools/cli:ferry
-#     //tests/core/cuda:peer_copy_ceiling), optionally lib/ with shared libraries the machine lacks.
+#     //tests/core/cuda:peer_copy_ceiling), optionally lib/ with shared libraries the machine lacks;
+#     tools/device/pack_multi_gpu.sh makes it, with the archives below.
 #   --scale S      shrink the models (default 1: full size; a one-GPU machine gets 1/8).
-#   --ucx DIR      a CUDA-enabled UCX (the libucx-cu13 wheel unpacked, as tools/device/ucx_cuda.sh
-#                  takes it); without it the UCX rows are skipped, saying so.
-#   --m2n DIR      a Python site directory holding nccl-extensions 0.1.0 and nccl4py (pip install
-#                  --target DIR of their wheels); without it the M2N rows are skipped, saying so.
-#   --nccl-library LIB  libnccl.so.2 >= 2.30.5 for M2N (and for ferry's NCCL rows), where the
-#                  machine's NCCL is older.
+#   --ucx UCX      a CUDA-enabled UCX: the libucx-cu13 wheel unpacked (as tools/device/ucx_cuda.sh
+#                  takes it) or its .tar.xz; without it the UCX rows are skipped, saying so.
+#   --m2n SITE     a Python site directory, or its .tar.xz, holding nccl-extensions 0.1.0, nccl4py,
+#                  cuda-core and cuda-pathfinder; without it the M2N rows are skipped, saying so.
+#   --nccl-library LIB  libnccl.so.2 >= 2.30.5 for M2N (and ferry's NCCL rows) where the machine's
+#                  NCCL is older; --nccl-src TAR instead builds one from NVIDIA/nccl's source here
+#                  for this GPU's architecture, in the background from the start (about 8 minutes
+#                  on 16 cores); the M2N rows wait for it.
+#   --only LIST    run only these parts, comma-separated: ceiling, kill, and case names (below);
+#                  the full run exceeds one 10-minute device command at full scale.
 # Cases, by the number of GPUs N (rank r runs on GPU r mod N; NCCL and M2N need a GPU a rank, so on
 # fewer GPUs than ranks they are skipped and the refits share GPUs over direct reads and UCX):
 #   N >= 8: Qwen3-30B-A3B Megatron TP2xPP2 -> vLLM TP2xDP2 (4 -> 4 GPUs), Megatron TP2 -> vLLM
@@ -33,18 +38,32 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$(cd "${1:?usage: multi_gpu.sh BIN_DIR [options]}" && pwd)
 shift
-SCALE="" UCX="" M2N="" NCCL_LIB="" ITER=5
+SCALE="" UCX="" M2N="" NCCL_LIB="" NCCL_SRC="" ITER=5 ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
     --scale) SCALE=$2 ;;
-    --ucx) UCX=$(cd "$2" && pwd) ;;
-    --m2n) M2N=$(cd "$2" && pwd) ;;
+    --ucx) UCX=$(realpath "$2") ;;
+    --m2n) M2N=$(realpath "$2") ;;
     --nccl-library) NCCL_LIB=$(realpath "$2") ;;
+    --nccl-src) NCCL_SRC=$(realpath "$2") ;;
     --iterations) ITER=$2 ;;
+    --only) ONLY=",$2," ;;
     *) echo "multi_gpu: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
+wanted() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]]; }
+unpacked() {  # DIR or DIR.tar.xz -> a directory holding it
+  if [[ "$1" == *.tar.xz ]]; then
+    local dir=/tmp/multi_gpu_unpacked/$(basename "$1" .tar.xz)
+    [ -d "$dir" ] || { mkdir -p "$dir" && tar -C "$dir" -xJf "$1"; } || return 1
+    echo "$dir"
+  else
+    echo "$1"
+  fi
+}
+[ -n "$UCX" ] && { UCX=$(unpacked "$UCX") || exit 2; }
+[ -n "$M2N" ] && { M2N=$(unpacked "$M2N") || exit 2; }
 LOG=${OUT:-/tmp/multi_gpu}
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0
@@ -60,10 +79,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 nvidia-smi topo -m > "$LOG/topo.txt" 2>&1
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); $N GPU(s)"
 [ -n "$SCALE" ] || { [ "$N" -ge 2 ] && SCALE=1 || SCALE=1/8; }
+# ferry's NCCL rows use --nccl-library, else the machine's NCCL (not one still being built).
 NCCL_SET=()
 [ -n "$NCCL_LIB" ] && NCCL_SET=(--set "nccl.library=$NCCL_LIB")
+NCCL_BUILD_PID=""
+if [ -n "$NCCL_SRC" ] && [ -z "$NCCL_LIB" ]; then
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  mkdir -p /tmp/multi_gpu_nccl && tar -C /tmp/multi_gpu_nccl -xzf "$NCCL_SRC"
+  (cd /tmp/multi_gpu_nccl && make -j"$(( $(nproc) > 4 ? $(nproc) - 4 : 1 ))" src.build \
+     NVCC_GENCODE="-gencode=arch=compute_$arch,code=sm_$arch" > "$LOG/nccl_build.log" 2>&1) &
+  NCCL_BUILD_PID=$!
+  NCCL_LIB=/tmp/multi_gpu_nccl/build/lib/libnccl.so.2
+  echo "building NCCL for sm_$arch in the background (nccl_build.log)"
+fi
 
-# 1. The ceiling.
+# 1. The ceiling (the cases compare with it, so it runs whenever a case does).
 timeout 300 "$BIN/peer_copy_ceiling" --modes pair,ring,all,d2d --bytes 1073741824 --iters 20 \
   2>&1 | tee "$LOG/ceiling.txt"
 rate() { awk -v m="$1" -v f="$2" '$1 == m { for (i = 1; i <= NF; ++i) if ($i == "GB/s") { n++; if (n == f) print $(i - 1) } }' "$LOG/ceiling.txt"; }
@@ -165,6 +195,10 @@ m2n_case() {  # name model src dst extra sources ranks
   if [ -z "$M2N" ]; then row "$name m2n" "skipped: no --m2n"; return; fi
   if [ "$R" -gt "$N" ]; then row "$name m2n" "skipped: $R ranks on $N GPU(s), NCCL needs a GPU a rank"; return; fi
   if [[ "$extra" == *--dst-dtype* ]]; then row "$name m2n" "skipped: M2N does not convert dtypes"; return; fi
+  if [ -n "$NCCL_BUILD_PID" ]; then
+    wait "$NCCL_BUILD_PID" || { row "$name m2n" "FAILED: building NCCL (see nccl_build.log)"; FAILED=1; return; }
+    NCCL_BUILD_PID=""
+  fi
   local first=$S
   [[ "$extra" == *--colocated* ]] && first=0
   mkdir -p "$dir"
@@ -198,7 +232,7 @@ m2n_case() {  # name model src dst extra sources ranks
   fi
 }
 
-while read -r c; do run_case "$c"; done < <(case_list)
+while read -r c; do wanted "${c%%|*}" && run_case "$c"; done < <(case_list)
 
 # A GPU rank killed in the middle of a refit: the survivors name it and abort within the deadline,
 # a replacement joins, the later refits verify.
@@ -216,11 +250,13 @@ kill_case() {  # label transport args...
     FAILED=1
   fi
 }
-kill_case "direct reads" tcp
-if [ "$N" -ge 4 ]; then
-  kill_case nccl nccl --set executor.direct_intra_node=false "${NCCL_SET[@]}"
-else
-  row "kill rank 1 mid-refit, nccl" "skipped: 4 ranks on $N GPU(s), NCCL needs a GPU a rank"
+if wanted kill; then
+  kill_case "direct reads" tcp
+  if [ "$N" -ge 4 ]; then
+    kill_case nccl nccl --set executor.direct_intra_node=false "${NCCL_SET[@]}"
+  else
+    row "kill rank 1 mid-refit, nccl" "skipped: 4 ranks on $N GPU(s), NCCL needs a GPU a rank"
+  fi
 fi
 
 echo
