@@ -99,6 +99,9 @@ TEST(ClusterTest, ShippedClusterFilesLoad) {
   }
   EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_memory_ranks);
   EXPECT_EQ(LoadCluster("tools/sim/clusters/this-host.yaml")->host_message_bandwidth, 0);
+  // Only the direct-read file's copies pay for their row pattern (calibrate_host.py).
+  EXPECT_FALSE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_copy_row_rates.empty());
+  EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_copy_row_rates.empty());
   EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_bandwidth, 0);
   EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_stream_bandwidth, 0);
   EXPECT_EQ(ParseClusterYaml("host_message_stream_bandwidth: 2GB/s")->host_message_stream_bandwidth, 2e9);
