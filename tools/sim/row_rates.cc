@@ -60,8 +60,8 @@ Status ValidateRowRates(std::span<const RowRate> table) {
     if (p.pitch_bytes < p.row_bytes) {
       return InvalidArgument(where + ": rows cannot come closer than their length");
     }
-    if (!(p.rate > 0) || !std::isfinite(p.rate)) {
-      return InvalidArgument(where + ": the rate must be > 0 and finite");
+    if (!(p.rate >= kMinRowRate && p.rate <= kMaxRowRate)) {
+      return InvalidArgument(where + ": the rate must be between 1 B/s and 1 PB/s");
     }
     if (i == 0) continue;
     const RowRate& q = table[i - 1];

@@ -23,11 +23,13 @@ struct RowRate {
   double rate = 0;
 };
 
-// Most points a table may hold (a cluster file is untrusted input).
+// Most points a table may hold, and the range of its rates in bytes/s (a cluster file is
+// untrusted input; the range keeps every ratio of two rates finite).
 inline constexpr int kMaxRowRates = 256;
+inline constexpr double kMinRowRate = 1, kMaxRowRate = 1e15;
 
 // Checks a table: at most kMaxRowRates points, each with row_bytes >= 1, pitch_bytes >= row_bytes
-// and a finite rate > 0, ordered by row length and, within a row length, by pitch, with no point
+// and a rate in [kMinRowRate, kMaxRowRate], ordered by row length and, within a row length, by pitch, with no point
 // repeated. The error names the point (1-based) and what is wrong with it.
 Status ValidateRowRates(std::span<const RowRate> table);
 

@@ -44,6 +44,7 @@ TEST(RowRatesTest, ValidationNamesTheBadPoint) {
   EXPECT_NE(message({{64, 32, 1e9}}).find("point 1 (row 64 B every 32 B)"), std::string::npos);
   EXPECT_NE(message({{0, 32, 1e9}}).find(">= 1 byte"), std::string::npos);
   EXPECT_NE(message({{64, 128, 0}}).find("rate"), std::string::npos);
+  EXPECT_NE(message({{64, 128, 1e16}}).find("1 PB/s"), std::string::npos);
   EXPECT_NE(message({{64, 128, 1e9}, {64, 128, 2e9}}).find("point 2"), std::string::npos);
   EXPECT_NE(message({{128, 128, 1e9}, {64, 128, 2e9}}).find("ordered"), std::string::npos);
   EXPECT_FALSE(ValidateRowRates(std::vector<RowRate>(kMaxRowRates + 1, {64, 128, 1e9})).ok());
