@@ -316,7 +316,7 @@ class Engine {
   // at host_copy_bandwidth whose bytes each take the op's slowdown in service of its links: alone
   // it copies at host_copy_bandwidth / slowdown, and sharing host_mem its short rows hold the
   // node's cores that much longer a byte. Without a table the weight stays 1.
-  void CapHostCopy(Flow& f, int op) const {
+  void SetHostCopyStream(Flow& f, int op) const {
     f.cap = c_.host_copy_bandwidth;
     if (!host_copy_slowdowns_.empty()) f.weight = host_copy_slowdowns_[op];
   }
@@ -597,7 +597,7 @@ void Engine::StartLocalOp(int op, double t) {
   f.bytes = static_cast<double>(o.bytes);
   if (c_.host_memory_ranks) {
     f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
-    CapHostCopy(f, op);
+    SetHostCopyStream(f, op);
   } else {
     f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
     if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
@@ -621,7 +621,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   auto add = [&f](int r) { f.links[f.num_links++] = r; };
   if (ga == gb) {
     add(c_.host_memory_ranks ? Res(ResourceKind::kHostMem, na) : Res(ResourceKind::kGpuMem, ga));
-    if (c_.host_memory_ranks) CapHostCopy(f, sender);
+    if (c_.host_memory_ranks) SetHostCopyStream(f, sender);
     overhead = c_.kernel_overhead;
     local_bytes_ += f.bytes;
   } else if (na == nb) {
@@ -629,7 +629,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
       add(Res(ResourceKind::kHostMem, na));
       if (c_.host_message_bandwidth > 0) add(Res(ResourceKind::kLoopback, na));
       AddTransportThreads(f, so.rank, ro.rank);
-      CapHostCopy(f, sender);
+      SetHostCopyStream(f, sender);
     } else {
       add(Res(ResourceKind::kNvlinkOut, ga));
       add(Res(ResourceKind::kNvlinkIn, gb));
