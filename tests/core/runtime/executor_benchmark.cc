@@ -119,7 +119,7 @@ void BM_ExecutorCopyRows(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(BM_ExecutorCopyRows)
-    ->Args({64, 128})->Args({64, 1024})->Args({64, 4096})
+    ->Args({48, 96})->Args({64, 128})->Args({64, 1024})->Args({64, 4096})
     ->Args({256, 512})->Args({512, 1024})->Args({512, 8192})
     ->Args({2048, 4096})->Args({16384, 32768})->Args({65536, 131072})->Args({65536, 65536})
     ->ArgNames({"row_bytes", "stride"})
