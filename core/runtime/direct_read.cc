@@ -100,7 +100,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     const int recv_id = recv_of_message[send.message];
     if (recv_id < 0) continue;
     const Op& recv = plan.ops[recv_id];
-    if (rank != kAnyRank && send.rank != rank && recv.rank != rank) continue;
+    if (rank >= 0 && send.rank != rank && recv.rank != rank) continue;
     if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || recv.NumDeps() != 0 ||
         recv.bytes != send.bytes) {
       continue;
@@ -189,7 +189,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
         d.reads.push_back({c.from.offset, c.to.offset, SpanBytes(c.from), SpanBytes(c.to), source, c.to.buffer});
       }
       if (d.geometries.size() != d.copies.size()) continue;
-    } else {
+    } else if (rank != kEveryReceiver) {
       d.copies.clear();
     }
     found.push_back(std::move(d));

@@ -63,8 +63,11 @@ struct DirectRead {
 // nothing (landing in a destination region) or only one Unpack from its slot, with the Pack's and
 // the Unpack's copies meeting at the same staging offsets with the same shapes. Ordered by
 // message. Deterministic; O(ops) plus the copies of the messages found. With kAnyRank, every
-// rank's, without copies or reads (which ops go direct, for a model of the plan's cost).
+// rank's, without copies or reads (which ops go direct, for a model of the plan's cost); with
+// kEveryReceiver, every rank's with their copies but no geometries or reads (what each receiver
+// copies, for a model of the copies' cost).
 inline constexpr int kAnyRank = -1;
+inline constexpr int kEveryReceiver = -2;
 std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);
 
 // A cheap checksum of a plan's op structure (kinds, ranks, peers, messages, bytes, dependency

@@ -9,6 +9,9 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      message; one pair alone, for the rate of one stream; and the executor's CPU time a posted op
      (a one-rank refit of many tiny tensors, every op a local Copy or Unpack of a few hundred
      bytes: best refit time / ops), never with the refits it predicts;
+     and the executor's copy rate by row length and pitch (`executor_benchmark
+     --benchmark_filter=CopyRows`, one copy thread pinned to one core), whose ratios give
+     this-host.yaml's host_copy_row_rates;
   2. writes two cluster files from those numbers: this-host.yaml (messages between ranks as
      direct reads, ferry run's default) and this-host-tcp.yaml (every message through TCP
      loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
@@ -22,12 +25,15 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      simulator, starting every rank at 0, does not) | predicted | ratios (the links' rates are the
      best of 3 streams each).
 
-Usage: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry --out /tmp/calibrate
+Usage: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry
+           --bench bazel-bin/tests/core/runtime/executor_benchmark --out /tmp/calibrate
        [--clusters-only]  (steps 1 and 2)
 """
 import re
 import argparse
 import csv
+import datetime
+import json
 import os
 import statistics
 import subprocess
@@ -103,6 +109,28 @@ def measure_links(ferry, out):
     return links
 
 
+def measure_row_rates(bench):
+    """[(row bytes, pitch bytes, bytes/s)] of the executor's copy loop, one copy thread on core 0,
+    medians of 3, ordered by row and then pitch (BM_ExecutorCopyRows)."""
+    printed = run(["taskset", "-c", "0", bench, "--benchmark_filter=CopyRows",
+                   "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true",
+                   "--benchmark_format=json"])
+    points = []
+    for b in json.loads(printed)["benchmarks"]:
+        found = re.search(r"row_bytes:(\d+)/stride:(\d+)", b["name"])
+        if found and b.get("aggregate_name") == "median":
+            points.append((int(found.group(1)), int(found.group(2)), float(b["bytes_per_second"])))
+    if not points:
+        sys.exit(f"{bench} printed no CopyRows medians")
+    return sorted(points)
+
+
+def row_rate_lines(row_rates):
+    """host_copy_row_rates as cluster-file lines."""
+    return ["host_copy_row_rates:"] + [f"  - [{row}B, {pitch}B, {rate / 1e9:.3g}GB/s]"
+                                       for row, pitch, rate in row_rates]
+
+
 def measure_post_overhead(ferry, out):
     """Seconds of the executor's thread a posted op: POST_CASE's best refit / its ops."""
     model, scale, src, dst = POST_CASE
@@ -156,10 +184,20 @@ def header(links, post):
             f"# (costs: {PAIRS} pairs streaming 4 KiB messages, seconds / messages - bytes / rate);\n"
             f"# executor {post[0] * 1e6:.1f} us a posted op ({post[1]} local ops of "
             f"{' '.join(POST_CASE + tuple(POST_SETTINGS))}, best refit {post[2] * 1e3:.2f} ms).\n"
-            f"# Re-measure: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry --out DIR\n")
+            f"# Re-measure: tools/sim/calibrate_host.py --ferry bazel-bin/tools/cli/ferry\n"
+            f"#   --bench bazel-bin/tests/core/runtime/executor_benchmark --out DIR\n")
 
 
-def write_clusters(links, post, out):
+def row_rates_header(row_rates, measured_at):
+    """this-host.yaml's comment on its host_copy_row_rates: how they were measured."""
+    return ("# host_copy_row_rates: `taskset -c 0 executor_benchmark --benchmark_filter=CopyRows "
+            "--benchmark_repetitions=3`\n"
+            f"# (one copy thread, medians; {measured_at}): rows of R bytes every S bytes of the\n"
+            f"# source; only their ratios to the contiguous rate ({row_rates[-1][0]} B back to back) "
+            "are used.\n")
+
+
+def write_clusters(links, post, row_rates, out):
     direct_rate, direct_alone, direct_cost = links["direct read"]
     tcp_rate, tcp_alone, tcp_cost = links["tcp"]
     stream_cap = min(direct_alone, direct_rate)
@@ -181,7 +219,8 @@ def write_clusters(links, post, out):
     tcp_overhead = charged_overhead(tcp_cost, tcp_rate, min(tcp_stream_cap, tcp_rate))
     files = {
         "this-host.yaml": ["name: this-host", f"nvlink_message_overhead: {direct_overhead:.4g}",
-                           f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}"],
+                           f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}",
+                           *row_rate_lines(row_rates[0])],
         "this-host-tcp.yaml": ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_overhead:.4g}",
                                f"host_message_bandwidth: {tcp_rate:.4g}",
                                f"host_message_stream_bandwidth: {tcp_stream_cap:.4g}",
@@ -189,8 +228,9 @@ def write_clusters(links, post, out):
     }
     for name, lines in files.items():
         intro, description = INTROS[name]
+        rows_note = row_rates_header(*row_rates) if name == "this-host.yaml" else ""
         with open(os.path.join(out, name), "w") as f:
-            f.write(intro + header(links, post) + f"description: {description}\n" +
+            f.write(intro + header(links, post) + rows_note + f"description: {description}\n" +
                     "\n".join(common + lines) + "\n")
 
 
@@ -238,6 +278,8 @@ def predict_case(ferry, out, case, cluster, direct_reads):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ferry", required=True, help="the ferry binary (bazel-bin/tools/cli/ferry)")
+    parser.add_argument("--bench", required=True,
+                        help="the executor benchmark (bazel-bin/tests/core/runtime/executor_benchmark)")
     parser.add_argument("--out", required=True, help="folder for the cluster files and CSVs")
     parser.add_argument("--clusters-only", action="store_true",
                         help="measure and write the cluster files, run no case")
@@ -245,7 +287,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     links = measure_links(args.ferry, args.out)
     post = measure_post_overhead(args.ferry, args.out)
-    write_clusters(links, post, args.out)
+    row_rates = (measure_row_rates(args.bench), f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {load()}")
+    write_clusters(links, post, row_rates, args.out)
     if args.clusters_only:
         return
     print(f"links measured at {load()}")

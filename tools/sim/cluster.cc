@@ -34,6 +34,35 @@ Result<std::pair<double, std::string>> SplitNumber(std::string_view text) {
   return std::make_pair(value, unit);
 }
 
+// The points of a host_copy_row_rates value: a list of [row size, pitch size, bandwidth].
+Result<std::vector<RowRate>> ParseRowRates(const YAML::Node& node) {
+  if (!node.IsSequence()) {
+    return InvalidArgument("must be a list of [row bytes, pitch bytes, rate] points");
+  }
+  if (node.size() > static_cast<size_t>(kMaxRowRates)) {
+    return InvalidArgument("has " + std::to_string(node.size()) + " points, more than " +
+                           std::to_string(kMaxRowRates));
+  }
+  std::vector<RowRate> table;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node& point = node[i];
+    const std::string where = "point " + std::to_string(i + 1);
+    if (!point.IsSequence() || point.size() != 3 || !point[0].IsScalar() ||
+        !point[1].IsScalar() || !point[2].IsScalar()) {
+      return InvalidArgument(where + " must be [row bytes, pitch bytes, rate], e.g. [64B, 128B, 4.9GB/s]");
+    }
+    RowRate p;
+    Result<int64_t> row = ParseSize(point[0].as<std::string>());
+    Result<int64_t> pitch = ParseSize(point[1].as<std::string>());
+    Result<double> rate = ParseBandwidth(point[2].as<std::string>());
+    for (const Status& s : {row.status(), pitch.status(), rate.status()}) {
+      if (!s.ok()) return s.WithContext(where);
+    }
+    table.push_back({*row, *pitch, *rate});
+  }
+  return table;
+}
+
 }  // namespace
 
 Result<double> ParseBandwidth(std::string_view text) {
@@ -134,6 +163,10 @@ Status ClusterSpec::Validate() const {
   }
   if (staging_chunk_bytes < 1) {
     return InvalidArgument("cluster field 'staging_chunk_bytes' must be >= 1");
+  }
+  Status rows = ValidateRowRates(host_copy_row_rates);
+  if (!rows.ok()) {
+    return InvalidArgument("cluster field 'host_copy_row_rates': " + rows.message());
   }
   return Status::Ok();
 }
@@ -329,6 +362,12 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();
     if (key == "base") continue;
+    if (key == "host_copy_row_rates") {
+      Result<std::vector<RowRate>> table = ParseRowRates(entry.second);
+      if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");
+      c.host_copy_row_rates = std::move(*table);
+      continue;
+    }
     auto it = setters.find(key);
     if (it == setters.end()) return InvalidArgument("cluster YAML: unknown key '" + key + "'");
     if (!entry.second.IsScalar()) {

@@ -14,6 +14,7 @@
 
 #include "core/base/status.h"
 #include "core/layout/topology.h"
+#include "tools/sim/row_rates.h"
 
 namespace ferry::sim {
 
@@ -89,6 +90,14 @@ struct ClusterSpec {
   // rank that receives and forwards at once (a broadcast chain's relay) gets it for both. 0: no
   // limit beyond host_copy_bandwidth.
   double host_message_stream_bandwidth = 0;
+  // Host-memory ranks only: one copy stream's rate by the row length and pitch of what it copies
+  // (tools/sim/row_rates.h), measured with the executor's copy loop; only its ratios matter. When
+  // set, each op that copies (Copy, Pack, Unpack, Convert, a direct read's copy) takes each of
+  // its bytes `slowdown` times on its links, the time its copies take at these rates over the
+  // time at the table's contiguous rate (tools/sim/host_copy_rates.h): alone it copies at
+  // host_copy_bandwidth / slowdown, and it holds host_mem that much longer a byte. Empty: every
+  // byte of every stream alike.
+  std::vector<RowRate> host_copy_row_rates;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
   int RanksPerNode() const { return gpus_per_node * ranks_per_gpu; }
@@ -111,6 +120,8 @@ Result<ClusterSpec> ClusterPreset(std::string_view name);
 // Parses a cluster YAML document. Keys are ClusterSpec field names; `base: <preset>` starts from a
 // preset. Bandwidths accept "400Gb/s", "50GB/s", "50e9" (bytes/s); times accept "5us", "2ms",
 // "1e-6" (seconds); sizes accept "4MiB", "1GB", "4194304". Unknown keys are errors.
+// host_copy_row_rates is a list of [row size, pitch size, bandwidth] points, e.g.
+// `- [64B, 128B, 4.9GB/s]`, ordered by row and then by pitch.
 Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text);
 // A preset name, or a path to a YAML file of at most kMaxClusterFileBytes.
 inline constexpr int64_t kMaxClusterFileBytes = int64_t{16} << 20;

@@ -15,6 +15,7 @@
 #include "core/base/strings.h"
 #include "core/runtime/direct_read.h"
 #include "tools/sim/finish_heap.h"
+#include "tools/sim/host_copy_rates.h"
 #include "tools/sim/share_heap.h"
 #include "tools/sim/staging_gate.h"
 
@@ -64,6 +65,9 @@ struct Flow {
   // posting and rendezvous) as the bytes its links could have moved meanwhile, so that fixed costs
   // occupy the GPU, NVLink port or NIC they run on (a message rate) instead of overlapping freely.
   double work = 0;
+  // Service a byte takes: 1, or for a host-memory copy whose rows copy slower than contiguous
+  // bytes, that slowdown (ClusterSpec::host_copy_row_rates).
+  double weight = 1;
   double tail = 0;  // latency after the last byte
   int op_a = -1;
   int op_b = -1;
@@ -304,6 +308,18 @@ class Engine {
   // for ops whose flow moved no bytes.
   std::vector<int> bottleneck_of_op_;
   std::vector<char> elided_;  // the Packs and Unpacks of direct reads (SimOptions::direct_reads)
+  // Per op on host-memory ranks with ClusterSpec::host_copy_row_rates: how much slower than
+  // contiguous bytes its copies go (a direct read's at its send op; host_copy_rates.h); empty
+  // without a table.
+  std::vector<double> host_copy_slowdowns_;
+  // Makes f, the flow of host-memory copy op `op` (a direct read: its send op), a stream capped
+  // at host_copy_bandwidth whose bytes each take the op's slowdown in service of its links: alone
+  // it copies at host_copy_bandwidth / slowdown, and sharing host_mem its short rows hold the
+  // node's cores that much longer a byte. Without a table the weight stays 1.
+  void SetHostCopyStream(Flow& f, int op) const {
+    f.cap = c_.host_copy_bandwidth;
+    if (!host_copy_slowdowns_.empty()) f.weight = host_copy_slowdowns_[op];
+  }
   int64_t num_messages_ = 0;
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
   // the window, least (round, id) on top (SimOptions::max_in_flight).
@@ -426,13 +442,18 @@ Status Engine::Prepare() {
   cause_.assign(n, -1);
   times_.assign(n, OpTime{});
   bottleneck_of_op_.assign(n, kNoBottleneck);
+  // With a table of copy rates by row pattern the direct reads' copies set their flows' weights.
+  const bool row_rates = c_.host_memory_ranks && !c_.host_copy_row_rates.empty();
+  std::vector<DirectRead> direct_reads;
   if (opt_.direct_reads) {
+    direct_reads = FindDirectReads(plan_, row_rates ? kEveryReceiver : kAnyRank);
     elided_.assign(n, 0);
-    for (const DirectRead& d : FindDirectReads(plan_, kAnyRank)) {
+    for (const DirectRead& d : direct_reads) {
       if (d.pack_op >= 0) elided_[d.pack_op] = 1;
       if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
     }
   }
+  host_copy_slowdowns_ = HostCopySlowdowns(plan_, c_, direct_reads);
   CountLoadedTensors();
   return Status::Ok();
 }
@@ -576,7 +597,7 @@ void Engine::StartLocalOp(int op, double t) {
   f.bytes = static_cast<double>(o.bytes);
   if (c_.host_memory_ranks) {
     f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
-    f.cap = c_.host_copy_bandwidth;
+    SetHostCopyStream(f, op);
   } else {
     f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
     if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
@@ -600,7 +621,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
   auto add = [&f](int r) { f.links[f.num_links++] = r; };
   if (ga == gb) {
     add(c_.host_memory_ranks ? Res(ResourceKind::kHostMem, na) : Res(ResourceKind::kGpuMem, ga));
-    if (c_.host_memory_ranks) f.cap = c_.host_copy_bandwidth;
+    if (c_.host_memory_ranks) SetHostCopyStream(f, sender);
     overhead = c_.kernel_overhead;
     local_bytes_ += f.bytes;
   } else if (na == nb) {
@@ -608,7 +629,7 @@ void Engine::StartMessage(int sender, int receiver, double t) {
       add(Res(ResourceKind::kHostMem, na));
       if (c_.host_message_bandwidth > 0) add(Res(ResourceKind::kLoopback, na));
       AddTransportThreads(f, so.rank, ro.rank);
-      f.cap = c_.host_copy_bandwidth;
+      SetHostCopyStream(f, sender);
     } else {
       add(Res(ResourceKind::kNvlinkOut, ga));
       add(Res(ResourceKind::kNvlinkIn, gb));
@@ -672,7 +693,7 @@ void Engine::StartFlow(int id, double overhead, double t) {
   Flow& f = flows_[id];
   double alone = f.cap;
   for (int k = 0; k < f.num_links; ++k) alone = std::min(alone, res_[f.links[k]].capacity);
-  f.work = f.bytes + (alone < kInf ? overhead * alone : 0);
+  f.work = f.bytes * f.weight + (alone < kInf ? overhead * alone : 0);
   Push(t, EventType::kFlowStart, id);
 }
 

@@ -19,6 +19,10 @@
 //                                        for cross-rail traffic when the spine is oversubscribed;
 //                                        + pcie and host_mem on both ends, and one staging chunk
 //                                        of store-and-forward delay per end, without GPUDirect)
+// A host-memory rank's copy stream (a Copy, Pack, Unpack, Convert or direct read), with the
+// cluster's host_copy_row_rates, takes each of its bytes `slowdown` times on its links: its
+// rows' rate against contiguous bytes (host_copy_rates.h), so alone it copies at
+// host_copy_bandwidth / slowdown and, sharing host_mem, holds the node's cores that much longer.
 // Flows share each link max-min fairly (progressive filling). Rates are recomputed once per batch of
 // flow starts/finishes (all those within `rate_batch_window` of the first), only for the flows on
 // the links they touch that the batch cannot absorb within `rate_slack` (a new class, a link over

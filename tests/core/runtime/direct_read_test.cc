@@ -61,6 +61,23 @@ TEST(DirectReadTest, AnyRankFindsEveryMessageWithoutCopies) {
   EXPECT_TRUE(FindDirectReads(PackedPlan(LinkClass::kNetwork), kAnyRank).empty());
 }
 
+// kEveryReceiver finds every rank's direct reads with the copies their receivers make, as the
+// receiver's own call does, but without geometries or reads.
+TEST(DirectReadTest, EveryReceiverKeepsTheReceiversCopies) {
+  const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
+  const std::vector<DirectRead> found = FindDirectReads(plan, kEveryReceiver);
+  const std::vector<DirectRead> receivers = FindDirectReads(plan, 1);
+  ASSERT_EQ(found.size(), 1u);
+  ASSERT_EQ(found[0].copies.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(found[0].copies[i].from.offset, receivers[0].copies[i].from.offset);
+    EXPECT_EQ(found[0].copies[i].from.strides[0], receivers[0].copies[i].from.strides[0]);
+    EXPECT_EQ(found[0].copies[i].to.buffer, receivers[0].copies[i].to.buffer);
+  }
+  EXPECT_TRUE(found[0].geometries.empty());
+  EXPECT_TRUE(found[0].reads.empty());
+}
+
 TEST(DirectReadTest, NetworkLinksAndOtherRanksAreLeftAlone) {
   EXPECT_TRUE(FindDirectReads(PackedPlan(LinkClass::kNetwork), 0).empty());
   TransferPlan plan = PackedPlan(LinkClass::kSameNode);

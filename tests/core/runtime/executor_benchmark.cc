@@ -88,7 +88,8 @@ BENCHMARK(BM_ExecutorCopy)
 // source row of `range(1)` bytes (a column slice of a wider tensor, as a refit reads one) into a
 // dense destination, with one copy thread: 256 MiB of rows, fewer where the source would pass
 // 1 GiB. Rows shorter than the executor's streaming threshold (core/runtime/strided_copy.cc) are
-// cached copies.
+// cached copies. tools/sim/calibrate_host.py writes these rates into the simulator's
+// host_copy_row_rates (tools/sim/row_rates.h).
 void BM_ExecutorCopyRows(benchmark::State& state) {
   const int64_t row = state.range(0), stride = state.range(1);
   const int64_t rows = std::min(kBytes / row, (int64_t{1} << 30) / stride);
@@ -118,8 +119,8 @@ void BM_ExecutorCopyRows(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(BM_ExecutorCopyRows)
-    ->Args({64, 128})->Args({64, 1024})->Args({64, 4096})
-    ->Args({512, 1024})->Args({512, 8192})
+    ->Args({48, 96})->Args({64, 128})->Args({64, 1024})->Args({64, 4096})
+    ->Args({256, 512})->Args({512, 1024})->Args({512, 8192})
     ->Args({2048, 4096})->Args({16384, 32768})->Args({65536, 131072})->Args({65536, 65536})
     ->ArgNames({"row_bytes", "stride"})
     ->UseRealTime()

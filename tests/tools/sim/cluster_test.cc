@@ -64,6 +64,33 @@ TEST(ClusterTest, YamlRejectsUnknownKeysAndBadValues) {
   EXPECT_FALSE(ParseClusterYaml("base: nope\n").ok());
 }
 
+TEST(ClusterTest, YamlReadsARowRateTableAndRefusesABadOne) {
+  Result<ClusterSpec> c = ParseClusterYaml(
+      "host_memory_ranks: true\nhost_copy_row_rates:\n  - [64B, 128B, 4.9GB/s]\n"
+      "  - [64KiB, 64KiB, 11GB/s]\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->host_copy_row_rates.size(), 2u);
+  EXPECT_EQ(c->host_copy_row_rates[1].row_bytes, 65536);
+  EXPECT_EQ(c->host_copy_row_rates[1].pitch_bytes, 65536);
+  EXPECT_DOUBLE_EQ(c->host_copy_row_rates[0].rate, 4.9e9);
+  EXPECT_TRUE(ParseClusterYaml("name: x\n")->host_copy_row_rates.empty());
+  // Each refusal names the field and what is wrong.
+  for (const char* bad : {"host_copy_row_rates: 5GB/s\n",
+                          "host_copy_row_rates:\n  - [64B, 128B]\n",
+                          "host_copy_row_rates:\n  - [64B, 128B, fast]\n",
+                          "host_copy_row_rates:\n  - [64B, 32B, 1GB/s]\n",
+                          "host_copy_row_rates:\n  - [1KiB, 2KiB, 1GB/s]\n  - [64B, 128B, 1GB/s]\n",
+                          "host_copy_row_rates:\n  - [64B, 128B, 0GB/s]\n"}) {
+    Result<ClusterSpec> r = ParseClusterYaml(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("host_copy_row_rates"), std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_NE(ParseClusterYaml("host_copy_row_rates:\n  - [64B, 128B, fast]\n")
+                .status().message().find("point 1"),
+            std::string::npos);
+}
+
 TEST(ClusterTest, ShippedClusterFilesLoad) {
   for (const char* path : {"tools/sim/clusters/this-host.yaml", "tools/sim/clusters/this-host-tcp.yaml",
                            "tools/sim/clusters/h200-single.yaml"}) {
@@ -72,6 +99,9 @@ TEST(ClusterTest, ShippedClusterFilesLoad) {
   }
   EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_memory_ranks);
   EXPECT_EQ(LoadCluster("tools/sim/clusters/this-host.yaml")->host_message_bandwidth, 0);
+  // Only the direct-read file's copies pay for their row pattern (calibrate_host.py).
+  EXPECT_FALSE(LoadCluster("tools/sim/clusters/this-host.yaml")->host_copy_row_rates.empty());
+  EXPECT_TRUE(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_copy_row_rates.empty());
   EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_bandwidth, 0);
   EXPECT_GT(LoadCluster("tools/sim/clusters/this-host-tcp.yaml")->host_message_stream_bandwidth, 0);
   EXPECT_EQ(ParseClusterYaml("host_message_stream_bandwidth: 2GB/s")->host_message_stream_bandwidth, 2e9);

@@ -1,0 +1,75 @@
+// Copy slowdowns of host-memory ranks' ops from the row patterns of their copies.
+#include "tools/sim/host_copy_rates.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
+
+namespace ferry::sim {
+namespace {
+
+// Bytes and seconds of a set of copies at the table's rates.
+struct CopyCost {
+  double bytes = 0;
+  double seconds = 0;
+
+  void Add(const CopyCost& other) {
+    bytes += other.bytes;
+    seconds += other.seconds;
+  }
+  // seconds over the time of the bytes at `contiguous` bytes/s, at least 1.
+  double Slowdown(double contiguous) const {
+    return bytes > 0 ? std::max(1.0, seconds * contiguous / bytes) : 1.0;
+  }
+};
+
+CopyCost CostOf(const CopyPair& pair, std::span<const RowRate> table) {
+  Result<CopyGeometry> g = MakeCopyGeometry(pair.from, pair.to, pair.fn);
+  if (!g.ok() || g->bytes() == 0) return {};  // a bad pair fails in the executor, not here
+  const RowPattern p = RowPatternOf(*g);
+  const double bytes = static_cast<double>(g->bytes());
+  return {bytes, bytes / RowRateAt(table, p.row_bytes, p.pitch_bytes)};
+}
+
+bool CopiesOnItsRank(OpKind kind) {
+  return kind == OpKind::kCopy || kind == OpKind::kPack || kind == OpKind::kUnpack ||
+         kind == OpKind::kConvert;
+}
+
+}  // namespace
+
+RowPattern RowPatternOf(const CopyGeometry& g) {
+  const int64_t element = DTypeSize(g.from_dtype);
+  if (g.run > 1 && g.from_inner != element) return {element, std::abs(g.from_inner)};
+  const int64_t row = g.run * element;
+  const int64_t pitch = g.outer_dims > 0 ? std::abs(g.from_stride[g.outer_dims - 1]) : row;
+  return {row, std::max(pitch, row)};
+}
+
+std::vector<double> HostCopySlowdowns(const TransferPlan& plan, const ClusterSpec& cluster,
+                                      std::span<const DirectRead> direct_reads) {
+  const std::span<const RowRate> table = cluster.host_copy_row_rates;
+  if (!cluster.host_memory_ranks || table.empty()) return {};
+  const double contiguous = ContiguousRate(table);
+  std::vector<double> slowdowns(plan.ops.size(), 1.0);
+  std::unordered_map<int64_t, CopyCost> by_geometry;  // a pair's cost depends on its record only
+  for (const Op& op : plan.ops) {
+    if (!CopiesOnItsRank(op.kind)) continue;
+    CopyCost cost;
+    for (int i = op.copies_begin; i < op.copies_end; ++i) {
+      const int64_t record = plan.copies[static_cast<size_t>(i)].geometry;
+      auto [it, added] = by_geometry.try_emplace(record);
+      if (added) it->second = CostOf(plan.Copy(i), table);
+      cost.Add(it->second);
+    }
+    slowdowns[static_cast<size_t>(op.id)] = cost.Slowdown(contiguous);
+  }
+  for (const DirectRead& d : direct_reads) {
+    CopyCost cost;
+    for (const CopyPair& pair : d.copies) cost.Add(CostOf(pair, table));
+    slowdowns[static_cast<size_t>(d.send_op)] = cost.Slowdown(contiguous);
+  }
+  return slowdowns;
+}
+
+}  // namespace ferry::sim
