@@ -16,8 +16,11 @@ and, for each tensor, finds the mesh and placements that give exactly the fragme
 holds, or says why none does: a rank holding several pieces of the tensor (Megatron's fused QKV,
 which interleaves query groups), a piece that is not contiguous in its buffer, uneven or padded
 shards (vLLM's vocabulary padding), ranks that are not one interval, more than 3 dimensions, a
-dtype conversion or a transform on the destination. The supported tensors keep their place in the
-frameworks' own buffers: a local block's address is its buffer plus the fragment's byte offset.
+dtype conversion or a transform on the destination. A stacked expert tensor (ferry's
+`experts.[0:128].gate_proj`) that M2N cannot take whole goes expert by expert, as a checkpoint names
+them, when every expert can (Megatron keeps each expert in a buffer of its own). The supported
+tensors keep their place in the frameworks' own buffers: a local block's address is its buffer plus
+the fragment's byte offset.
 
     m2n_layouts.py --src SRC.yaml --dst DST.yaml --out DIR
 
@@ -33,6 +36,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -191,13 +195,54 @@ def describe_side(shape: tuple[int, ...], fragments: list[Fragment]) -> Side | s
     return "its pieces are no even DTensor-style sharding (uneven or padded shards)"
 
 
+STACKED = re.compile(r"\[(\d+):(\d+)\]")  # ferry's stacked experts: experts.[0:128].gate_proj
+
+
+def expert_slices(name: str, shape: tuple[int, ...], fragments: list[Fragment], elem: int):
+    """A stacked expert tensor (ferry's `experts.[a:b]`, dim 0 the experts) as its experts' own
+    tensors, named as checkpoints name them (`experts.5.gate_proj`): [(name, shape, fragments)],
+    each fragment cut to that expert; None for any other tensor. A framework that keeps each
+    expert in a buffer of its own (Megatron's SequentialMLP) holds one block per expert, which
+    M2N can take expert by expert."""
+    m = STACKED.search(name)
+    if m is None or len(shape) < 2 or int(m.group(2)) - int(m.group(1)) != shape[0]:
+        return None
+    out = []
+    for e in range(shape[0]):
+        cut = []
+        for f in fragments:
+            lo, hi = f.box[0]
+            if not lo <= e < hi:
+                continue
+            extents = [b - a for a, b in f.box]
+            strides = f.strides or tuple(_product(extents[d + 1:]) for d in range(len(extents)))
+            offset = f.byte_offset + (e - lo) * strides[0] * elem if f.byte_offset >= 0 else -1
+            cut.append(Fragment(f.rank, f.buffer, offset, f.box[1:], tuple(strides[1:])))
+        out.append((name[:m.start()] + str(int(m.group(1)) + e) + name[m.end():], shape[1:], cut))
+    return out
+
+
+def _entry(name, layout_tensor, shape, dtype, s: Side, d: Side) -> dict:
+    return {"name": name, "tensor": layout_tensor, "dtype": dtype, "shape": list(shape),
+            "bytes": DTYPE_BYTES[dtype] * _product(shape), "src": s.to_json(), "dst": d.to_json()}
+
+
+def _describe(shape, src_frags, dst_frags) -> tuple[Side, Side] | str:
+    s = describe_side(shape, src_frags)
+    if isinstance(s, str):
+        return "source: " + s
+    d = describe_side(shape, dst_frags)
+    if isinstance(d, str):
+        return "destination: " + d
+    return s, d
+
+
 def plan(src: Layout, dst: Layout) -> tuple[list[dict], list[tuple[str, int, str]]]:
-    """(supported tensors as M2N plan entries, [(tensor, bytes, reason)] for the others)."""
+    """(supported tensors as M2N plan entries, [(tensor, bytes, reason)] for the others). A stacked
+    expert tensor M2N cannot take whole is taken expert by expert when every expert can be."""
     supported, unsupported = [], []
     for name, (shape, dtype) in dst.tensors.items():
-        nbytes = DTYPE_BYTES.get(dtype, 0)
-        for extent in shape:
-            nbytes *= extent
+        nbytes = DTYPE_BYTES.get(dtype, 0) * _product(shape)
         reason = None
         if name not in src.tensors:
             reason = "not in the source layout"
@@ -207,18 +252,25 @@ def plan(src: Layout, dst: Layout) -> tuple[list[dict], list[tuple[str, int, str
             reason = f"dtype {dtype} (NCCL has no such type)"
         elif name in dst.transformed or dst.block_scaled:
             reason = "transformed on the destination"
-        if reason is None:
-            s = describe_side(shape, src.fragments.get(name, []))
-            d = describe_side(shape, dst.fragments.get(name, []))
-            if isinstance(s, str):
-                reason = "source: " + s
-            elif isinstance(d, str):
-                reason = "destination: " + d
         if reason is not None:
             unsupported.append((name, nbytes, reason))
             continue
-        supported.append({"name": name, "dtype": dtype, "shape": list(shape), "bytes": nbytes,
-                          "src": s.to_json(), "dst": d.to_json()})
+        whole = _describe(shape, src.fragments.get(name, []), dst.fragments.get(name, []))
+        if not isinstance(whole, str):
+            supported.append(_entry(name, name, shape, dtype, *whole))
+            continue
+        elem = DTYPE_BYTES[dtype]
+        src_experts = expert_slices(name, shape, src.fragments.get(name, []), elem)
+        dst_experts = expert_slices(name, shape, dst.fragments.get(name, []), elem)
+        if src_experts is None:
+            unsupported.append((name, nbytes, whole))
+            continue
+        experts = [(n, sh, _describe(sh, sf, df)) for (n, sh, sf), (_, _, df) in zip(src_experts, dst_experts)]
+        failed = next((r for _, _, r in experts if isinstance(r, str)), None)
+        if failed is not None:
+            unsupported.append((name, nbytes, whole + "; expert by expert, " + failed))
+            continue
+        supported.extend(_entry(n, name, sh, dtype, *sides) for n, sh, sides in experts)
     return supported, unsupported
 
 
@@ -278,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
            "unsupported": [{"name": n, "bytes": b, "reason": r} for n, b, r in unsupported]}
     with open(os.path.join(args.out, "m2n_plan.json"), "w", encoding="utf-8") as f:
         json.dump(out, f)
-    keep = {e["name"] for e in supported}
+    keep = {e["tensor"] for e in supported}
     for name, layout in (("src.yaml", src), ("dst.yaml", dst)):
         with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
             yaml.dump(cut_layout(layout, keep), f, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),

@@ -10,14 +10,14 @@ This starts one process per rank of the plan's world, rank r on GPU r (NCCL refu
 one GPU, so the world must fit the visible GPUs), joins them in one NCCL communicator
 (`nccl.core.Communicator.init`, the unique id passed through a torch FileStore) and in a gloo group
 for barriers. Each rank allocates its framework buffers on its GPU, fills its source blocks with a
-pattern of each element's global index, and runs every tensor's `nccl.m2n.reshard` inside one
-`nccl.m2n.group()` per refit on one stream, with one `nccl.m2n.Handle`. After the warm-ups each
-refit starts at one instant all ranks agree on (rank 0 picks it a few milliseconds after a barrier;
-each rank sleeps until it), and a refit's time runs from that instant to the last rank's end (its
-stream synchronised), the first start to the last end also printed; then every destination block
-is compared with the pattern. Prints one line a refit, the mean and best, and writes them to
---out as JSON; exits 1 when a rank fails, a block differs, or the deadline passes (every rank is
-killed then).
+pattern of each element's global index, builds every tensor's descriptors once, and runs every
+tensor's `Handle.reshard` inside one `nccl.m2n.group()` per refit on one stream, with one
+`nccl.m2n.Handle`. After the warm-ups each refit starts at one instant all ranks agree on (rank 0
+picks it a few milliseconds after a barrier; each rank sleeps until it), and a refit's time runs
+from that instant to the last rank's end (its stream synchronised), the first start to the last end
+also printed; then every destination block is compared with the pattern. Prints one line a refit,
+the mean and best, and writes them to --out as JSON; exits 1 when a rank fails, a block differs,
+or the deadline passes (every rank is killed then).
 
 NCCL M2N needs NCCL >= 2.30.5 (its library calls ncclPutSignal and ncclWaitSignal). Where the
 machine's NCCL is older, --nccl-library names a newer libnccl.so.2, which every rank preloads
@@ -156,29 +156,29 @@ class RankRun:
             if got is not None:
                 fill_pattern(got[0], got[1], got[2], t["shape"], k)
 
-    def reshard_all(self, handle):
+    def describe(self):
+        """Every tensor's source and destination descriptors (nccl.m2n.DistTensor), built once
+        before the refits are timed, as NCCL's own M2N benchmark builds them; None where this rank
+        holds no block of that side."""
         from nccl import m2n
         from m2n_layouts import M2N_DTYPES, REPLICATE
 
-        def mesh(side):
-            return m2n.Mesh(side["mesh"], start_rank=side["start"])
+        def side(tensor, name):
+            spec, piece = tensor[name], self.piece(tensor, name)
+            return m2n.DistTensor(
+                piece[0].data_ptr() if piece else None, next(iter(spec["pieces"].values()))[2],
+                M2N_DTYPES[tensor["dtype"]], mesh=m2n.Mesh(spec["mesh"], start_rank=spec["start"]),
+                placements=[m2n.Replicate() if p == REPLICATE else m2n.Shard(p) for p in spec["placements"]])
 
-        def placements(side):
-            return [m2n.Replicate() if p == REPLICATE else m2n.Shard(p) for p in side["placements"]]
+        self.descriptors = [(side(t, "src"), side(t, "dst")) for t in self.plan["tensors"]]
 
-        def local_shape(side):
-            return next(iter(side["pieces"].values()))[2]
+    def reshard_all(self, handle):
+        """One refit: every tensor's reshard in one M2N group on this rank's stream, then a wait."""
+        from nccl import m2n
 
         with m2n.group():
-            for t in self.plan["tensors"]:
-                src, dst = self.piece(t, "src"), self.piece(t, "dst")
-                m2n.reshard(src[0].data_ptr() if src else None, dst[0].data_ptr() if dst else None,
-                            self.comm, self.stream.cuda_stream,
-                            src_mesh=mesh(t["src"]), src_placements=placements(t["src"]),
-                            src_local_shape=local_shape(t["src"]), src_dtype=M2N_DTYPES[t["dtype"]],
-                            dst_mesh=mesh(t["dst"]), dst_placements=placements(t["dst"]),
-                            dst_local_shape=local_shape(t["dst"]), dst_dtype=M2N_DTYPES[t["dtype"]],
-                            handle=handle)
+            for src, dst in self.descriptors:
+                handle.reshard(self.comm, src, dst, stream=self.stream.cuda_stream)
         self.stream.synchronize()
 
     def wrong_blocks(self):
@@ -218,6 +218,7 @@ def rank_main(args) -> int:
         plan = json.load(f)
     run = RankRun(plan, args.rank, args.rendezvous)
     run.fill_sources()
+    run.describe()
     handle = m2n.init()
     samples = []
     for i in range(args.warmup + args.iterations):

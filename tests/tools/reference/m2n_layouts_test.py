@@ -128,3 +128,34 @@ def test_a_file_that_is_not_a_layout_is_refused_by_name(tmp_path, capsys):
     assert m.main(["--src", str(tmp_path / "bad.yaml"), "--dst", str(tmp_path / "bad.yaml"),
                    "--out", str(tmp_path / "o")]) == 1
     assert "bad.yaml: not a ferry layout" in capsys.readouterr().err
+
+
+def test_stacked_experts_kept_one_buffer_each_go_expert_by_expert():
+    # ferry's experts.[0:2].w of shape [2, 2, 2]: the source keeps each expert in a buffer of its
+    # own (Megatron's SequentialMLP, two pieces on rank 0); the destination stacks both on rank 1
+    # (vLLM's FusedMoE), expert 1 starting 2 x 2 x 2 bytes in. Expert by expert, each is one block.
+    name = "layers.0.experts.[0:2].w"
+    src = m.Layout(layout([(name, (2, 2, 2), "bf16")], [
+        {"tensor": name, "box": [[0, 1], [0, 2], [0, 2]], "rank": 0, "buffer": "e0", "byte_offset": 0},
+        {"tensor": name, "box": [[1, 2], [0, 2], [0, 2]], "rank": 0, "buffer": "e1", "byte_offset": 0}]))
+    dst = m.Layout(layout([(name, (2, 2, 2), "bf16")], [
+        {"tensor": name, "box": [[0, 2], [0, 2], [0, 2]], "rank": 1, "buffer": "w13", "byte_offset": 0}]))
+    supported, unsupported = m.plan(src, dst)
+    assert unsupported == []
+    assert [(e["name"], e["tensor"], e["shape"], e["bytes"]) for e in supported] == [
+        ("layers.0.experts.0.w", name, [2, 2], 8), ("layers.0.experts.1.w", name, [2, 2], 8)]
+    assert supported[1]["src"]["pieces"] == {"0": ["e1", 0, [2, 2], [0, 0]]}
+    assert supported[1]["dst"]["pieces"] == {"1": ["w13", 8, [2, 2], [0, 0]]}
+
+
+def test_stacked_experts_fall_back_whole_when_one_expert_cannot_go():
+    name = "experts.[0:2].w"
+    src = m.Layout(layout([(name, (2, 4), "bf16")], [
+        {"tensor": name, "box": [[0, 1], [0, 4]], "rank": 0, "buffer": "e0", "byte_offset": 0},
+        {"tensor": name, "box": [[1, 2], [0, 3]], "rank": 0, "buffer": "e1", "byte_offset": 0},
+        {"tensor": name, "box": [[1, 2], [3, 4]], "rank": 0, "buffer": "e1", "byte_offset": 6}]))
+    dst = m.Layout(layout([(name, (2, 4), "bf16")], [
+        {"tensor": name, "box": [[0, 2], [0, 4]], "rank": 1, "buffer": "w", "byte_offset": 0}]))
+    supported, [(tensor, nbytes, reason)] = m.plan(src, dst)
+    assert supported == [] and (tensor, nbytes) == (name, 16)
+    assert "expert by expert, source: rank 0 holds 2 pieces" in reason
