@@ -25,7 +25,7 @@
 # fewer GPUs than ranks they are skipped and the refits share GPUs over direct reads and UCX):
 #   N >= 8: Qwen3-30B-A3B Megatron TP2xPP2 -> vLLM TP2xDP2 (4 -> 4 GPUs), Megatron TP2 -> vLLM
 #           TP2xDP3 (2 -> 6), Llama-3.1-8B Megatron TP2xPP2 -> vLLM TP4 into fp8 e4m3 (fused
-#           qkv_proj/gate_up_proj, 4 -> 4), Qwen3-30B-A3B Megatron TP4xEP2 -> vLLM TP4xDP2 on the
+#           qkv_proj/gate_up_proj, 4 -> 4), Qwen3-30B-A3B Megatron TP4xEP2 (DP2) -> vLLM TP4xDP2 on the
 #           same 8 GPUs (colocated);
 #   N = 4..7: the same shapes halved (2 -> 2, 1 -> 3, 2 -> 2 fp8, 4 colocated);
 #   N = 2..3: 1 -> 1 and 2 colocated; N = 1: the N >= 8 cases, every rank on GPU 0, and one rank
@@ -119,12 +119,8 @@ case_list() {
   fi
 }
 
-ranks_of() {  # framework spec -> ranks (tp x pp x dp for megatron; tp x dp for vllm)
-  local spec=${1#*:} n=1 kv
-  for kv in ${spec//,/ }; do
-    case ${kv%%=*} in tp | pp | dp) n=$((n * ${kv#*=})) ;; esac
-  done
-  echo "$n"
+ranks_of() {  # model spec -> the ranks ferry's layout of it has (Megatron derives dp from ep)
+  "$BIN/ferry" layout --model "$1" --scale "$SCALE" --framework "$2" | awk '/^ranks:/ { print $2 }'
 }
 
 # ferry run of one variant; appends its CSV rows to $LOG/NAME.csv. Staging is raised for the
@@ -160,9 +156,9 @@ run_case() {  # name|model|src|dst|extra
   local name model src dst extra
   IFS='|' read -r name model src dst extra <<< "$1"
   local S D R colocated=0 ceil
-  S=$(ranks_of "$src") D=$(ranks_of "$dst")
+  S=$(ranks_of "$model" "$src") D=$(ranks_of "$model" "$dst")
   [[ "$extra" == *--colocated* ]] && colocated=1
-  R=$((colocated ? S : S + D))
+  R=$((colocated ? (S > D ? S : D) : S + D))
   if [ "$N" -eq 1 ]; then ceil=$D2D
   elif [ "$colocated" -eq 1 ]; then ceil=$(awk -v a="$ALL_PER_GPU" -v n="$N" 'BEGIN { print a * n }')
   else ceil=$(awk -v a="$PAIR" -v s="$S" -v d="$D" 'BEGIN { print a * (s < d ? s : d) }'); fi
