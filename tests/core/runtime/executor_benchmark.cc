@@ -47,36 +47,59 @@ void RunEachIteration(benchmark::State& state, int copy_threads, const TransferP
   }
 }
 
+// A 2-dim copy of [rows, cols] `dtype` elements from the source buffer to the destination buffer,
+// rows `from_stride` and `to_stride` elements apart, both starting `offset` bytes in.
+CopyPair MatrixCopy(DType dtype, int64_t rows, int64_t cols, int64_t from_stride, int64_t to_stride,
+                    int64_t offset = 0) {
+  CopyPair pair;
+  for (Region* r : {&pair.from, &pair.to}) {
+    r->dtype = dtype;
+    r->ndim = 2;
+    r->shape = {rows, cols};
+    r->offset = offset;
+  }
+  pair.from.strides = {from_stride, 1};
+  pair.to.strides = {to_stride, 1};
+  pair.from.space = Space::kSource;
+  pair.to.space = Space::kDestination;
+  return pair;
+}
+
+// One rank's plan of one Copy op moving `copies` (`bytes` in all) between a source buffer of
+// `source_bytes` and a destination buffer of `destination_bytes`.
+TransferPlan OneCopyPlan(int64_t source_bytes, int64_t destination_bytes, int64_t bytes,
+                         const std::vector<CopyPair>& copies) {
+  TransferPlan plan;
+  plan.num_ranks = 1;
+  plan.source_buffers = {{0, "s", source_bytes}};
+  plan.destination_buffers = {{0, "d", destination_bytes}};
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  copy.bytes = bytes;
+  plan.AddOp(copy, {}, copies);
+  return plan;
+}
+
+// Runs OneCopyPlan's plan over host buffers of its sizes (the source filled with ones) once per
+// benchmark iteration and counts `bytes` processed per iteration.
+void RunCopyPlan(benchmark::State& state, int copy_threads, int64_t source_bytes, int64_t destination_bytes,
+                 int64_t bytes, const std::vector<CopyPair>& copies) {
+  const TransferPlan plan = OneCopyPlan(source_bytes, destination_bytes, bytes, copies);
+  std::vector<char> a(source_bytes, 1), b(destination_bytes, 0);
+  RankMemory memory{{{a.data(), source_bytes, MemoryKind::kHost, -1}},
+                    {{b.data(), destination_bytes, MemoryKind::kHost, -1}}};
+  RunEachIteration(state, copy_threads, plan, memory);
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+
 void BM_ExecutorCopy(benchmark::State& state) {
   const bool strided = state.range(0) != 0;
   // A [rows, 2*cols] fp32 source; copy all of it (dense) or its left half twice over (strided).
   const int64_t cols = 4096, rows = kBytes / 4 / cols;
-  TransferPlan plan;
-  plan.num_ranks = 1;
-  plan.source_buffers = {{0, "s", kBytes}};
-  plan.destination_buffers = {{0, "d", kBytes}};
-  Op copy;
-  copy.kind = OpKind::kCopy;
-  copy.bytes = kBytes;
-  CopyPair pair;
-  for (Region* r : {&pair.from, &pair.to}) {
-    r->dtype = DType::kFP32;
-    r->ndim = 2;
-    r->shape = {rows, strided ? cols / 2 : cols};
-    r->strides = {cols, 1};
-  }
-  pair.from.space = Space::kSource;
-  pair.to.space = Space::kDestination;
-  std::vector<CopyPair> copies = {pair};
-  if (strided) {  // the right halves as a second pair
-    pair.from.offset = pair.to.offset = cols / 2 * 4;
-    copies.push_back(pair);
-  }
-  plan.AddOp(copy, {}, copies);
-  std::vector<char> a(kBytes, 1), b(kBytes, 0);
-  RankMemory memory{{{a.data(), kBytes, MemoryKind::kHost, -1}}, {{b.data(), kBytes, MemoryKind::kHost, -1}}};
-  RunEachIteration(state, static_cast<int>(state.range(1)), plan, memory);
-  state.SetBytesProcessed(state.iterations() * kBytes);
+  const int64_t width = strided ? cols / 2 : cols;
+  std::vector<CopyPair> copies = {MatrixCopy(DType::kFP32, rows, width, cols, cols)};
+  if (strided) copies.push_back(MatrixCopy(DType::kFP32, rows, width, cols, cols, cols / 2 * 4));  // right halves
+  RunCopyPlan(state, static_cast<int>(state.range(1)), kBytes, kBytes, kBytes, copies);
 }
 BENCHMARK(BM_ExecutorCopy)
     ->ArgsProduct({{0, 1}, {1, 2}})
@@ -93,30 +116,8 @@ BENCHMARK(BM_ExecutorCopy)
 void BM_ExecutorCopyRows(benchmark::State& state) {
   const int64_t row = state.range(0), stride = state.range(1);
   const int64_t rows = std::min(kBytes / row, (int64_t{1} << 30) / stride);
-  const int64_t bytes = rows * row, source_bytes = rows * stride;
-  TransferPlan plan;
-  plan.num_ranks = 1;
-  plan.source_buffers = {{0, "s", source_bytes}};
-  plan.destination_buffers = {{0, "d", bytes}};
-  Op copy;
-  copy.kind = OpKind::kCopy;
-  copy.bytes = bytes;
-  CopyPair pair;
-  for (Region* r : {&pair.from, &pair.to}) {
-    r->dtype = DType::kUInt8;
-    r->ndim = 2;
-    r->shape = {rows, row};
-  }
-  pair.from.strides = {stride, 1};
-  pair.to.strides = {row, 1};
-  pair.from.space = Space::kSource;
-  pair.to.space = Space::kDestination;
-  plan.AddOp(copy, {}, {pair});
-  std::vector<char> a(source_bytes, 1), b(bytes, 0);
-  RankMemory memory{{{a.data(), source_bytes, MemoryKind::kHost, -1}},
-                    {{b.data(), bytes, MemoryKind::kHost, -1}}};
-  RunEachIteration(state, 1, plan, memory);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  const int64_t bytes = rows * row;
+  RunCopyPlan(state, 1, rows * stride, bytes, bytes, {MatrixCopy(DType::kUInt8, rows, row, stride, row)});
 }
 BENCHMARK(BM_ExecutorCopyRows)
     ->Args({48, 96})->Args({64, 128})->Args({64, 1024})->Args({64, 4096})
