@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import re
 import sys
@@ -215,7 +216,7 @@ def expert_slices(name: str, shape: tuple[int, ...], fragments: list[Fragment], 
             if not lo <= e < hi:
                 continue
             extents = [b - a for a, b in f.box]
-            strides = f.strides or tuple(_product(extents[d + 1:]) for d in range(len(extents)))
+            strides = f.strides or tuple(math.prod(extents[d + 1:]) for d in range(len(extents)))
             offset = f.byte_offset + (e - lo) * strides[0] * elem if f.byte_offset >= 0 else -1
             cut.append(Fragment(f.rank, f.buffer, offset, f.box[1:], tuple(strides[1:])))
         out.append((name[:m.start()] + str(int(m.group(1)) + e) + name[m.end():], shape[1:], cut))
@@ -224,7 +225,7 @@ def expert_slices(name: str, shape: tuple[int, ...], fragments: list[Fragment], 
 
 def _entry(name, layout_tensor, shape, dtype, s: Side, d: Side) -> dict:
     return {"name": name, "tensor": layout_tensor, "dtype": dtype, "shape": list(shape),
-            "bytes": DTYPE_BYTES[dtype] * _product(shape), "src": s.to_json(), "dst": d.to_json()}
+            "bytes": DTYPE_BYTES[dtype] * math.prod(shape), "src": s.to_json(), "dst": d.to_json()}
 
 
 def _describe(shape, src_frags, dst_frags) -> tuple[Side, Side] | str:
@@ -242,7 +243,7 @@ def plan(src: Layout, dst: Layout) -> tuple[list[dict], list[tuple[str, int, str
     expert tensor M2N cannot take whole is taken expert by expert when every expert can be."""
     supported, unsupported = [], []
     for name, (shape, dtype) in dst.tensors.items():
-        nbytes = DTYPE_BYTES.get(dtype, 0) * _product(shape)
+        nbytes = DTYPE_BYTES.get(dtype, 0) * math.prod(shape)
         reason = None
         if name not in src.tensors:
             reason = "not in the source layout"
@@ -297,17 +298,10 @@ def buffer_sizes(layout: Layout, entries: list[dict], side: str) -> dict[str, di
     for e in entries:
         elem = DTYPE_BYTES[e["dtype"]]
         for rank, (buf, offset, local, _) in e[side]["pieces"].items():
-            end = offset + elem * _product(local)
+            end = offset + elem * math.prod(local)
             size = max(declared.get((int(rank), buf), 0), end, sizes[rank].get(buf, 0))
             sizes[rank][buf] = size
     return sizes
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

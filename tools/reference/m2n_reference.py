@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -114,10 +115,7 @@ def int_view(buffer, offset, shape, elem):
     import torch
 
     kind = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[elem]
-    count = 1
-    for s in shape:
-        count *= s
-    return buffer[offset:offset + count * elem].view(kind).view(shape)
+    return buffer[offset:offset + math.prod(shape) * elem].view(kind).view(shape)
 
 
 class RankRun:
@@ -240,13 +238,9 @@ def rank_main(args) -> int:
 def report(plan, samples, all_wrong, out):
     from m2n_layouts import DTYPE_BYTES
 
-    nbytes = 0  # bytes delivered: every destination block, replicas included
-    for t in plan["tensors"]:
-        for _, _, shape, _ in t["dst"]["pieces"].values():
-            block = DTYPE_BYTES[t["dtype"]]
-            for extent in shape:
-                block *= extent
-            nbytes += block
+    # bytes delivered: every destination block, replicas included
+    nbytes = sum(DTYPE_BYTES[t["dtype"]] * math.prod(shape)
+                 for t in plan["tensors"] for _, _, shape, _ in t["dst"]["pieces"].values())
     from_instant = [(max(e for _, _, e in s) - s[0][0]) * 1e-9 for s in samples]
     first_to_last = [(max(e for _, _, e in s) - min(b for _, b, _ in s)) * 1e-9 for s in samples]
     spread = [(max(b for _, b, _ in s) - s[0][0]) * 1e-9 for s in samples]
