@@ -21,6 +21,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/progress_reporter.h"
 #include "tools/models/framework_layouts.h"
+#include "tools/models/hf_config.h"
 #include "tools/models/presets.h"
 #include "tools/sim/cluster.h"
 #include "tools/sim/lower_bound.h"
@@ -288,7 +289,7 @@ void PrintInputs(const models::ModelPreset& preset, const models::RefitLayouts& 
 
 Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
-  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::PresetConfig(args.model));
+  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::ResolveModelConfig(args.model));
   FERRY_ASSIGN_OR_RETURN(config, models::ScaleConfig(config, scale));
   if (!args.dtype.empty()) {
     // Weights stored in another dtype (e.g. FP8 inference weights); fp32 tensors stay fp32.
@@ -370,7 +371,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       "simulate",
       "Predict refit time on a cluster model: ferry's reshard plan vs gather-and-broadcast vs the "
       "lower bound");
-  cmd->add_option("--model", args->model, "model preset (deepseek-v3, qwen3-235b-a22b, ...)")
+  cmd->add_option("--model", args->model, "model preset (deepseek-v3, qwen3-235b-a22b, ...) or a Hugging Face config.json, or its "
+                  "directory")
       ->capture_default_str();
   cmd->add_option("--scale", args->scale, "shrink the model's wide dims, e.g. 1/64")
       ->capture_default_str();
