@@ -77,10 +77,11 @@ Result<DType> HfDType(const HfFields& f) {
 // as hidden_size / num_attention_heads when the config has none
 // (transformers/models/llama/modeling_llama.py, LlamaAttention: getattr(config, "head_dim", ...)),
 // and num_key_value_heads, which defaults to num_attention_heads (configuration_llama.py).
-Status ReadCommon(const HfFields& f, ModelConfig& c) {
+// A hybrid model's layer count defaults to its pattern's length (`layers`, else -1: required).
+Status ReadCommon(const HfFields& f, ModelConfig& c, int64_t layers = -1) {
   FERRY_ASSIGN_OR_RETURN(c.dtype, HfDType(f));
   FERRY_ASSIGN_OR_RETURN(c.hidden, f.Int("hidden_size"));
-  FERRY_ASSIGN_OR_RETURN(c.num_layers, f.Int("num_hidden_layers"));
+  FERRY_ASSIGN_OR_RETURN(c.num_layers, f.Int("num_hidden_layers", layers));
   FERRY_ASSIGN_OR_RETURN(c.vocab, f.Int("vocab_size"));
   FERRY_ASSIGN_OR_RETURN(c.num_heads, f.Int("num_attention_heads"));
   FERRY_ASSIGN_OR_RETURN(c.num_kv_heads, f.Int("num_key_value_heads", c.num_heads));
@@ -158,6 +159,57 @@ Status ReadDeepseekV3(const HfFields& f, ModelConfig& c) {
   return Status::Ok();
 }
 
+// The layer pattern of nemotron_h: hybrid_override_pattern ('M' Mamba-2, '*' attention, '-' MLP,
+// 'E' MoE), or layers_block_type, its newer list form ("mamba"/"linear_attention",
+// "attention"/"full_attention", "mlp", "moe": transformers/models/nemotron_h/
+// configuration_nemotron_h.py, _pattern_to_list). ferry's family has no MoE layers.
+Result<std::string> HybridPattern(const HfFields& f) {
+  std::string pattern;
+  if (f.Has("hybrid_override_pattern")) {
+    FERRY_ASSIGN_OR_RETURN(pattern, f.String("hybrid_override_pattern", ""));
+  } else if (f.Has("layers_block_type") && f.json().at("layers_block_type").is_array()) {
+    for (const Json& kind : f.json().at("layers_block_type")) {
+      const std::string k = kind.is_string() ? kind.get<std::string>() : "";
+      pattern += k == "mamba" || k == "linear_attention"   ? 'M'
+                 : k == "attention" || k == "full_attention" ? '*'
+                 : k == "mlp"                              ? '-'
+                 : k == "moe"                              ? 'E'
+                                                           : '?';
+    }
+  } else {
+    return f.Refuse("neither 'hybrid_override_pattern' nor a 'layers_block_type' list");
+  }
+  if (pattern.find('E') != std::string::npos) {
+    return f.Refuse("the layer pattern has MoE layers ('E'), which ferry's Nemotron-H lacks");
+  }
+  return pattern;
+}
+
+// nemotron_h (transformers/models/nemotron_h/modeling_nemotron_h.py): Mamba-2 mixers of
+// mamba_num_heads x mamba_head_dim with n_groups groups of ssm_state_size (older configs:
+// mamba_n_groups, mamba_d_conv), a conv1d with bias (use_conv_bias), GQA attention and relu^2
+// MLPs, none with biases. head_dim is attention_head_dim in the checkpoints' own configs.
+Status ReadNemotronH(const HfFields& f, ModelConfig& c) {
+  c.family = ModelFamily::kNemotronH;
+  FERRY_ASSIGN_OR_RETURN(c.hybrid_pattern, HybridPattern(f));
+  FERRY_RETURN_IF_ERROR(ReadCommon(f, c, static_cast<int64_t>(c.hybrid_pattern.size())));
+  if (!f.Has("head_dim") && f.Has("attention_head_dim")) {
+    FERRY_ASSIGN_OR_RETURN(c.head_dim, f.Int("attention_head_dim"));
+  }
+  FERRY_ASSIGN_OR_RETURN(c.intermediate, f.Int("intermediate_size"));
+  FERRY_ASSIGN_OR_RETURN(c.mamba_num_heads, f.Int("mamba_num_heads"));
+  FERRY_ASSIGN_OR_RETURN(c.mamba_head_dim, f.Int("mamba_head_dim"));
+  FERRY_ASSIGN_OR_RETURN(c.ssm_state_size, f.Int("ssm_state_size"));
+  FERRY_ASSIGN_OR_RETURN(c.mamba_groups, f.Int(f.Has("n_groups") ? "n_groups" : "mamba_n_groups"));
+  FERRY_ASSIGN_OR_RETURN(c.conv_kernel, f.Int(f.Has("conv_kernel") ? "conv_kernel" : "mamba_d_conv"));
+  for (const char* bias : {"use_bias", "mlp_bias", "mamba_proj_bias"}) {
+    FERRY_RETURN_IF_ERROR(f.RequireFalse(bias, "ferry's Nemotron-H tensor lists have no such bias"));
+  }
+  FERRY_ASSIGN_OR_RETURN(bool conv_bias, f.Bool("use_conv_bias", true));
+  if (!conv_bias) return f.Refuse("'use_conv_bias' is false: ferry's Mamba mixers hold conv1d.bias");
+  return Status::Ok();
+}
+
 bool IsDirectory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -196,10 +248,12 @@ Result<ModelConfig> ModelConfigFromHfConfig(const std::string& json, const std::
     FERRY_RETURN_IF_ERROR(ReadQwen3Moe(f, c));
   } else if (type == "deepseek_v3" || type == "kimi_k2") {
     FERRY_RETURN_IF_ERROR(ReadDeepseekV3(f, c));
+  } else if (type == "nemotron_h") {
+    FERRY_RETURN_IF_ERROR(ReadNemotronH(f, c));
   } else {
     return f.Refuse("model_type '" + type +
                     "' is not one ferry models (llama, mistral, qwen3, qwen3_moe, deepseek_v3, "
-                    "kimi_k2; the nemotron-h-8b preset for Nemotron-H)");
+                    "kimi_k2, nemotron_h)");
   }
   FERRY_RETURN_IF_ERROR(c.Validate().WithContext("Hugging Face config " + source));
   return c;

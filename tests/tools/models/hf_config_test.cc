@@ -1,6 +1,6 @@
 // Tests of models from Hugging Face config.json files (tools/models/hf_config.h). The files under
 // testdata/hf/ are the published config.json of each model on the Hugging Face hub (fields as
-// published; the auto_map and generation fields left out). Four are models ferry has presets for,
+// published; the auto_map and generation fields left out). Five are models ferry has presets for,
 // whose tensor lists must come out identical to the presets'; Llama-3.2-1B and Qwen3-8B have no
 // preset, and their parameter counts are worked by hand below from transformers' modeling files
 // (models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py) and match the published
@@ -37,7 +37,8 @@ void ExpectSameTensors(const ModelPreset& a, const ModelPreset& b) {
 TEST(HfConfig, PublishedConfigsOfPresetModelsGiveThePresetsTensors) {
   for (const auto& [dir, preset] :
        {std::pair{"Llama-3.1-8B", "llama-3.1-8b"}, std::pair{"Qwen3-30B-A3B", "qwen3-30b-a3b"},
-        std::pair{"DeepSeek-V3", "deepseek-v3"}, std::pair{"Kimi-K2-Instruct", "kimi-k2"}}) {
+        std::pair{"DeepSeek-V3", "deepseek-v3"}, std::pair{"Kimi-K2-Instruct", "kimi-k2"},
+        std::pair{"Nemotron-H-8B-Base-8K", "nemotron-h-8b"}}) {
     SCOPED_TRACE(dir);
     const ModelPreset from_file = FromFile(dir);
     EXPECT_EQ(from_file.config().name, dir);
@@ -71,6 +72,27 @@ TEST(HfConfig, Qwen3EightBHasQkNormsAndCounts8191MParameters) {
   ASSERT_NE(m.Find("model.layers.0.self_attn.q_norm.weight"), nullptr);
   EXPECT_EQ(m.Find("model.layers.0.self_attn.q_norm.weight")->shape, (std::vector<int64_t>{128}));
   EXPECT_EQ(m.config().family, ModelFamily::kLlama);
+}
+
+// The newer form of Nemotron-H's pattern, a list of layer kinds, and its layer count from the
+// list; a pattern with MoE layers (Nemotron-3's 'E') is refused.
+TEST(HfConfig, NemotronHLayerKindsAsAList) {
+  std::ifstream in(kHf + "Nemotron-H-8B-Base-8K/config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string pattern =
+      "\"hybrid_override_pattern\": \"M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-\"";
+  ASSERT_NE(text.find(pattern), std::string::npos);
+  std::string list = "\"layers_block_type\": [\"mamba\", \"mlp\", \"full_attention\", \"mlp\"]";
+  text.replace(text.find(pattern), pattern.size(), list);
+  text.replace(text.find("\"num_hidden_layers\": 52"), 23, "\"vocab_pad\": 0");
+  Result<ModelConfig> c = ModelConfigFromHfConfig(text, "x", "x.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->hybrid_pattern, "M-*-");
+  EXPECT_EQ(c->num_layers, 4);
+  text.replace(text.find("\"mlp\", \"full"), 5, "\"moe\"");
+  c = ModelConfigFromHfConfig(text, "x", "x.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().ToString().find("MoE layers ('E')"), std::string::npos);
 }
 
 TEST(HfConfig, ADirectoryOrAJsonPathOrAPresetName) {
