@@ -22,9 +22,11 @@ from ._ferry import FerryError, describe_config
 from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
 from ._plan import Plan, Stats, plan
 from ._session import Refit, Session
+from ._specs import megatron_spec, vllm_spec
 from ._views import fragment_view
 
 __all__ = [
     "BufferInfo", "FerryError", "FragmentInfo", "Layout", "Plan", "Refit", "Session", "Shard",
-    "Stats", "TensorInfo", "describe_config", "fragment_view", "plan",
+    "Stats", "TensorInfo", "describe_config", "fragment_view", "megatron_spec", "plan",
+    "vllm_spec",
 ]
