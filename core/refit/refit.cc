@@ -205,10 +205,22 @@ Result<RefitStats> Refit::RunAfter(Deadline deadline, bool one_stream, void* cal
   const auto start = std::chrono::steady_clock::now();
   FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_, one_stream, caller_stream));
   RefitStats stats;
-  FERRY_ASSIGN_OR_RETURN(stats.executor, executor_->Run(plan_->plan(), memory_, deadline));
+  Result<ExecutorStats> ran = executor_->Run(plan_->plan(), memory_, deadline);
+  last_completed_ops_ = executor_->LastRunCompletedOps();
+  ran_ = true;
+  FERRY_ASSIGN_OR_RETURN(stats.executor, std::move(ran));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.bytes_by_link = bytes_by_link_;
   return stats;
+}
+
+std::vector<int> Refit::CompleteDestinationTensors() const {
+  if (!ran_) return {};
+  if (!writers_) {
+    writers_ = DestinationWriters::For(plan_->plan(), plan_->destination(),
+                                       session_.communicator().rank());
+  }
+  return writers_->Complete(last_completed_ops_);
 }
 
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "core/layout/topology.h"
 #include "core/plan/plan.h"
 #include "core/plan/stats.h"
+#include "core/refit/complete_tensors.h"
 #include "core/runtime/executor.h"
 #include "core/runtime/session.h"
 #include "planner/planner.h"
@@ -126,6 +128,14 @@ class Refit {
   // The deadline the first Run form uses, from now: the config's deadline.refit.
   Deadline DefaultDeadline() const { return Deadline::AfterSeconds(refit_seconds_); }
 
+  // After a Run: the destination tensors (indices into the plan's destination layout, ascending)
+  // of which this rank holds fragments and whose every fragment here that Run wrote whole. After
+  // a failed Run these hold the new weights and the rest may hold old, new or partly written
+  // bytes; after a successful Run, every tensor this rank holds; before any Run, none. Reads the
+  // plan on its first call after a Run (core/refit/complete_tensors.h): call it after a failure,
+  // not every step.
+  std::vector<int> CompleteDestinationTensors() const;
+
   const RefitPlan& plan() const { return *plan_; }
 
  private:
@@ -144,6 +154,9 @@ class Refit {
   std::vector<int> own_sources_, own_destinations_;  // this rank's buffers (Run checks them)
   std::array<int64_t, 3> bytes_by_link_{};
   double refit_seconds_ = 0;
+  std::vector<int> last_completed_ops_;  // plan op ids of this rank's last Run
+  bool ran_ = false;
+  mutable std::optional<DestinationWriters> writers_;  // made on the first CompleteDestinationTensors
 };
 
 }  // namespace ferry

@@ -175,6 +175,15 @@ class Refit:
         rank keeps mapped for direct reads (one per sender allocation or joined VMM range)."""
         return Stats(**self._impl.run(timeout or 0.0, _stream_handle(stream)))
 
+    def complete_tensors(self) -> list[str]:
+        """After run(): the names of the destination tensors this rank holds whose every
+        fragment here that run wrote whole. After a failed run these hold the new weights and
+        the others may hold old, new or partly written values (reload or refit them); after a
+        successful run, every destination tensor of this rank; before any run, none. Each rank
+        answers for its own fragments: a tensor sharded over ranks is whole where every one of
+        them lists it."""
+        return list(self._impl.complete_tensors())
+
     def _check_one_device(self, name: str, side: str, device: int) -> None:
         """One executor drives one CUDA device: a rank's CUDA arrays must share it."""
         for (other_side, other), (_, memory) in self._arrays.items():

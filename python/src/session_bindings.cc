@@ -211,7 +211,13 @@ void BindSession(py::module_& m) {
   py::class_<RefitHandle>(m, "Refit")
       .def("register", &Register, py::arg("side"), py::arg("name"), py::arg("address"),
            py::arg("bytes"), py::arg("device") = -1)
-      .def("run", &Run, py::arg("timeout_seconds"), py::arg("stream"));
+      .def("run", &Run, py::arg("timeout_seconds"), py::arg("stream"))
+      .def("complete_tensors", [](const RefitHandle& h) {
+        const Layout& destination = h.refit->plan().destination();
+        std::vector<std::string> names;
+        for (int t : h.refit->CompleteDestinationTensors()) names.push_back(destination.tensors[t].name);
+        return names;
+      });
 }
 
 }  // namespace ferry::python
