@@ -36,10 +36,19 @@ def test_preset_from_a_hugging_face_config(tmp_path):
     assert len(shapes) == 1 + 2 * 11 + 2  # embed; 11 tensors a layer; final norm and lm_head
     assert {t.name for t in src.tensors} == set(shapes)
     assert any(b.name.endswith("qkv_proj.weight") for b in dst.buffers(2))
+    # Qwen2: no q/k norms, q/k/v biases (transformers' Qwen2Attention), fused into qkv_proj.bias
     config["model_type"] = "qwen2"
     (tmp_path / "qwen2.json").write_text(json.dumps(config))
-    with pytest.raises(ferry.FerryError, match="model_type 'qwen2'"):
-        ferry.Layout.preset(tmp_path / "qwen2.json", "vllm:tp=2")
+    qwen2 = ferry.Layout.preset(tmp_path / "qwen2.json", "vllm:tp=2")
+    shapes = {t.name: t.shape for t in qwen2.tensors}
+    assert shapes["model.layers.1.self_attn.q_proj.bias"] == (64,)
+    assert shapes["model.layers.1.self_attn.k_proj.bias"] == (32,)
+    assert len(shapes) == 1 + 2 * 12 + 2  # 12 tensors a layer: no q/k norms, three biases
+    assert any(b.name.endswith("qkv_proj.bias") for b in qwen2.buffers(0))
+    config["model_type"] = "qwen2_moe"
+    (tmp_path / "qwen2_moe.json").write_text(json.dumps(config))
+    with pytest.raises(ferry.FerryError, match="model_type 'qwen2_moe'"):
+        ferry.Layout.preset(tmp_path / "qwen2_moe.json", "vllm:tp=2")
 
 
 def test_preset_errors_name_the_argument():

@@ -91,7 +91,17 @@ Status ReadCommon(const HfFields& f, ModelConfig& c, int64_t layers = -1) {
                     " is not a multiple of num_attention_heads " + std::to_string(c.num_heads));
   }
   FERRY_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", c.hidden / c.num_heads));
-  return f.RequireFalse("attention_bias", "ferry's tensor lists have no q/k/v/o biases");
+  return Status::Ok();
+}
+
+// Refuses attention_bias: true, which gives q_proj, k_proj, v_proj AND o_proj biases in the
+// families that read it (transformers/models/llama/modeling_llama.py LlamaAttention and
+// models/qwen3/modeling_qwen3.py Qwen3Attention: bias=config.attention_bias on all four; Qwen3-MoE
+// and DeepSeek-V3's attention on their projections, o_proj included); ferry's tensor lists hold
+// q/k/v biases (Qwen2's) but no o_proj bias.
+Status RefuseAttentionBias(const HfFields& f) {
+  return f.RequireFalse("attention_bias", "it gives o_proj a bias too, which ferry's tensor lists "
+                                          "lack (q/k/v biases alone are Qwen2's, model_type qwen2)");
 }
 
 // llama, mistral (transformers/models/{llama,mistral}/modeling_*.py: q/k/v/o and gate/up/down
@@ -101,8 +111,24 @@ Status ReadDense(const HfFields& f, bool qk_norm, ModelConfig& c) {
   c.family = ModelFamily::kLlama;
   c.qk_norm = qk_norm;
   FERRY_RETURN_IF_ERROR(ReadCommon(f, c));
+  FERRY_RETURN_IF_ERROR(RefuseAttentionBias(f));
   FERRY_ASSIGN_OR_RETURN(c.intermediate, f.Int("intermediate_size"));
   return f.RequireFalse("mlp_bias", "ferry's tensor lists have no MLP biases");
+}
+
+// qwen2 (Qwen2 and Qwen2.5, their Math and Coder models, DeepSeek-R1-Distill-Qwen):
+// transformers/models/qwen2/modeling_qwen2.py Qwen2Attention builds q_proj, k_proj and v_proj
+// with bias=True and o_proj with bias=False whatever the config says (it reads no
+// attention_bias), Qwen2MLP its projections without biases (no mlp_bias). configuration_qwen2.py:
+// tie_word_embeddings defaults to false (ReadCommon's default), num_key_value_heads to 32 when the
+// key is absent (num_attention_heads only when it is null).
+Status ReadQwen2(const HfFields& f, ModelConfig& c) {
+  c.family = ModelFamily::kLlama;
+  c.qkv_bias = true;
+  FERRY_RETURN_IF_ERROR(ReadCommon(f, c));
+  if (!f.json().contains("num_key_value_heads")) c.num_kv_heads = 32;
+  FERRY_ASSIGN_OR_RETURN(c.intermediate, f.Int("intermediate_size"));
+  return Status::Ok();
 }
 
 // qwen3_moe (transformers/models/qwen3_moe/modeling_qwen3_moe.py, Qwen3MoeDecoderLayer): a layer
@@ -113,6 +139,7 @@ Status ReadQwen3Moe(const HfFields& f, ModelConfig& c) {
   c.family = ModelFamily::kQwen3Moe;
   c.qk_norm = true;
   FERRY_RETURN_IF_ERROR(ReadCommon(f, c));
+  FERRY_RETURN_IF_ERROR(RefuseAttentionBias(f));
   FERRY_ASSIGN_OR_RETURN(c.intermediate, f.Int("intermediate_size", 0, true));
   FERRY_ASSIGN_OR_RETURN(c.num_experts, f.Int("num_experts"));
   FERRY_ASSIGN_OR_RETURN(c.moe_intermediate, f.Int("moe_intermediate_size"));
@@ -141,6 +168,7 @@ Status ReadDeepseekV3(const HfFields& f, ModelConfig& c) {
   FERRY_ASSIGN_OR_RETURN(c.qk_rope_head_dim, f.Int("qk_rope_head_dim"));
   FERRY_ASSIGN_OR_RETURN(c.v_head_dim, f.Int("v_head_dim"));
   FERRY_RETURN_IF_ERROR(ReadCommon(f, c));
+  FERRY_RETURN_IF_ERROR(RefuseAttentionBias(f));
   c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
   FERRY_ASSIGN_OR_RETURN(c.intermediate, f.Int("intermediate_size"));
   FERRY_ASSIGN_OR_RETURN(c.num_experts, f.Int("n_routed_experts"));
@@ -202,7 +230,7 @@ Status ReadNemotronH(const HfFields& f, ModelConfig& c) {
   FERRY_ASSIGN_OR_RETURN(c.ssm_state_size, f.Int("ssm_state_size"));
   FERRY_ASSIGN_OR_RETURN(c.mamba_groups, f.Int(f.Has("n_groups") ? "n_groups" : "mamba_n_groups"));
   FERRY_ASSIGN_OR_RETURN(c.conv_kernel, f.Int(f.Has("conv_kernel") ? "conv_kernel" : "mamba_d_conv"));
-  for (const char* bias : {"use_bias", "mlp_bias", "mamba_proj_bias"}) {
+  for (const char* bias : {"use_bias", "mlp_bias", "mamba_proj_bias", "attention_bias"}) {
     FERRY_RETURN_IF_ERROR(f.RequireFalse(bias, "ferry's Nemotron-H tensor lists have no such bias"));
   }
   FERRY_ASSIGN_OR_RETURN(bool conv_bias, f.Bool("use_conv_bias", true));
@@ -242,6 +270,8 @@ Result<ModelConfig> ModelConfigFromHfConfig(const std::string& json, const std::
   c.name = name;
   if (type == "llama" || type == "mistral") {
     FERRY_RETURN_IF_ERROR(ReadDense(f, /*qk_norm=*/false, c));
+  } else if (type == "qwen2") {
+    FERRY_RETURN_IF_ERROR(ReadQwen2(f, c));
   } else if (type == "qwen3") {
     FERRY_RETURN_IF_ERROR(ReadDense(f, /*qk_norm=*/true, c));
   } else if (type == "qwen3_moe") {
@@ -252,8 +282,8 @@ Result<ModelConfig> ModelConfigFromHfConfig(const std::string& json, const std::
     FERRY_RETURN_IF_ERROR(ReadNemotronH(f, c));
   } else {
     return f.Refuse("model_type '" + type +
-                    "' is not one ferry models (llama, mistral, qwen3, qwen3_moe, deepseek_v3, "
-                    "kimi_k2, nemotron_h)");
+                    "' is not one ferry models (llama, mistral, qwen2, qwen3, qwen3_moe, "
+                    "deepseek_v3, kimi_k2, nemotron_h)");
   }
   FERRY_RETURN_IF_ERROR(c.Validate().WithContext("Hugging Face config " + source));
   return c;

@@ -1,11 +1,11 @@
 // A model from its Hugging Face config.json, for models that are not built-in presets: the
 // checkpoint's own description of its architecture (`model_type`, dims, head and expert counts)
 // becomes a ModelConfig of one of ferry's families, whose tensor list, Megatron and vLLM layouts
-// then follow as for a preset. Families read: llama and mistral (dense GQA), qwen3 (dense GQA
-// with q/k norms), qwen3_moe, deepseek_v3 and kimi_k2 (MLA with routed and shared experts),
-// nemotron_h (hybrid Mamba-2 / attention / MLP layers). An
-// architecture ferry's family does not hold exactly (biases, MoE layers not every layer, other
-// model types) is refused by name rather than approximated.
+// then follow as for a preset. Families read: llama and mistral (dense GQA), qwen2 (dense GQA
+// with q/k/v biases), qwen3 (dense GQA with q/k norms), qwen3_moe, deepseek_v3 and kimi_k2 (MLA
+// with routed and shared experts), nemotron_h (hybrid Mamba-2 / attention / MLP layers). An
+// architecture ferry's family does not hold exactly (o_proj or MLP biases, MoE layers not every
+// layer, other model types) is refused by name rather than approximated.
 //
 // Functions are pure except ResolveModelConfig, which reads a file; all are thread-safe.
 #pragma once

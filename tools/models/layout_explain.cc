@@ -50,6 +50,18 @@ void VocabRules(const ModelConfig& c, const FrameworkSpec& r, std::vector<Layout
                  std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
 }
 
+// Qwen2's q/k/v biases: fused like the weight's rows, in the bias parameter of the same module.
+void QkvBiasRule(bool vllm, std::vector<LayoutRule>& out) {
+  if (vllm) {
+    out.push_back({"q/k/v biases: qkv_proj.bias, a rank's rows fused as the weight's",
+                   std::string(kVllm) + "vllm/model_executor/models/qwen2.py"});
+  } else {
+    out.push_back({"q/k/v biases (add_qkv_bias): linear_qkv.bias, interleaved per query group as "
+                   "the weight's rows",
+                   std::string(kBridge) + "src/megatron/bridge/models/qwen/qwen2_bridge.py"});
+  }
+}
+
 void AttentionRules(const FrameworkSpec& r, const ModelConfig& c, const std::string& t,
                     std::vector<LayoutRule>& out) {
   const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
@@ -64,6 +76,7 @@ void AttentionRules(const FrameworkSpec& r, const ModelConfig& c, const std::str
       out.push_back({"linear_qkv interleaved per query group [q heads; k; v], groups split by tp",
                      std::string(kMegatron) + "megatron/core/transformer/attention.py"});
     }
+    if (Has(t, "_proj.bias")) QkvBiasRule(vllm, out);
   } else if (Has(t, "o_proj.")) {
     out.push_back({"row-parallel: columns split by tp",
                    vllm ? std::string(kVllm) + "vllm/model_executor/layers/linear.py"

@@ -205,6 +205,7 @@ class MegatronWriter : public LayoutWriter {
     FERRY_RETURN_IF_ERROR(AddMegatronQkvInterleaved(out_, *q, *k, *v, static_cast<int>(c_.num_heads),
                                                     static_cast<int>(c_.num_kv_heads), c_.head_dim,
                                                     TpGroup(s), qkv + "weight"));
+    if (c_.qkv_bias) FERRY_RETURN_IF_ERROR(QkvBias(l, module, TpGroup(s), qkv + "bias"));
     if (c_.qk_norm) {
       FERRY_RETURN_IF_ERROR(Replicated(H(l, module + "q_norm.weight"), TpGroup(s),
                                        p + "self_attention.q_layernorm.weight"));
@@ -212,6 +213,23 @@ class MegatronWriter : public LayoutWriter {
                                        p + "self_attention.k_layernorm.weight"));
     }
     return Row(H(l, module + "o_proj.weight"), TpGroup(s), p + "self_attention.linear_proj.weight");
+  }
+
+  // Qwen2's q/k/v biases in linear_qkv.bias (add_qkv_bias: SelfAttention builds linear_qkv with
+  // bias=add_bias_linear or add_qkv_bias, megatron/core/transformer/attention.py), interleaved per
+  // query group exactly like the weight's rows, since get_query_key_value_tensors views the fused
+  // output, bias added, as [groups, (heads/groups + 2) * head_dim]; Megatron-Bridge builds it so
+  // (src/megatron/bridge/models/qwen/qwen2_bridge.py QKVMapping of linear_qkv.bias,
+  // src/megatron/bridge/models/conversion/param_mapping.py merge_qkv_biases) and splits it over TP
+  // along dim 0 as the column-parallel weight.
+  Status QkvBias(int64_t l, const std::string& module, const std::vector<int>& tp_ranks,
+                 const std::string& buffer) {
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.bias"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.bias"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj.bias"));
+    return AddMegatronQkvInterleaved(out_, *q, *k, *v, static_cast<int>(c_.num_heads),
+                                     static_cast<int>(c_.num_kv_heads), c_.head_dim, tp_ranks,
+                                     buffer);
   }
 
   // megatron/core/transformer/multi_latent_attention.py: down projections duplicated over TP,

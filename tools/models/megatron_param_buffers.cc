@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -21,14 +22,16 @@ namespace {
 // (linear_proj) before SelfAttention (linear_qkv, q_layernorm, k_layernorm);
 // megatron/core/transformer/multi_latent_attention.py MLASelfAttention (linear_q_proj or
 // linear_q_down_proj, linear_q_up_proj, linear_kv_down_proj, linear_kv_up_proj); Transformer
-// Engine's transformer_engine/pytorch/module/layernorm_linear.py registers layer_norm_weight
-// before weight; megatron/core/transformer/moe/moe_layer.py MoELayer (router, experts,
-// shared_experts).
-const char* const kLayerParams[] = {
+// Engine's transformer_engine/pytorch/module/layernorm_linear.py LayerNormLinear.__init__
+// registers layer_norm_weight (layer_norm_bias only for LayerNorm, not RMSNorm), then weight, then
+// bias when use_bias (Qwen2's q/k/v biases: Megatron's add_qkv_bias);
+// megatron/core/transformer/moe/moe_layer.py MoELayer (router, experts, shared_experts).
+constexpr const char* kLayerParams[] = {
     "input_layernorm.weight",
     "self_attention.linear_proj.weight",
     "self_attention.linear_qkv.layer_norm_weight",
     "self_attention.linear_qkv.weight",
+    "self_attention.linear_qkv.bias",
     "self_attention.q_layernorm.weight",
     "self_attention.k_layernorm.weight",
     "self_attention.linear_q_proj.weight",
@@ -47,7 +50,8 @@ const char* const kLayerParams[] = {
     "mlp.shared_experts.linear_fc1.weight",
     "mlp.shared_experts.linear_fc2.weight",
 };
-constexpr int64_t kExpertsItem = 18;  // index of "mlp.experts." above
+constexpr int64_t kExpertsItem = 19;  // index of "mlp.experts." above
+static_assert(std::string_view(kLayerParams[kExpertsItem]) == "mlp.experts.");
 
 // A hybrid model's Mamba layer (megatron/core/ssm/mamba_layer.py MambaLayer: the mixer, then an
 // IdentityOp norm, its RMSNorm fused into in_proj). megatron/core/ssm/mamba_mixer.py MambaMixer

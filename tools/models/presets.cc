@@ -1,6 +1,7 @@
 // Built-in model presets and the tensor lists derived from a ModelConfig.
 #include "tools/models/presets.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -162,9 +163,13 @@ class TensorListBuilder {
  private:
   void GqaAttention(int64_t l, const std::string& module) {
     const int64_t h = c_.hidden;
-    AddLayer(l, module + "q_proj.weight", {c_.num_heads * c_.head_dim, h});
-    AddLayer(l, module + "k_proj.weight", {c_.num_kv_heads * c_.head_dim, h});
-    AddLayer(l, module + "v_proj.weight", {c_.num_kv_heads * c_.head_dim, h});
+    // each bias after its weight, as Qwen2Attention's named_parameters() lists them
+    const std::array<std::pair<const char*, int64_t>, 3> projections{
+        {{"q_proj.", c_.num_heads}, {"k_proj.", c_.num_kv_heads}, {"v_proj.", c_.num_kv_heads}}};
+    for (const auto& [proj, heads] : projections) {
+      AddLayer(l, module + proj + "weight", {heads * c_.head_dim, h});
+      if (c_.qkv_bias) AddLayer(l, module + proj + "bias", {heads * c_.head_dim});
+    }
     AddLayer(l, module + "o_proj.weight", {h, c_.num_heads * c_.head_dim});
     if (c_.qk_norm) {
       AddLayer(l, module + "q_norm.weight", {c_.head_dim});
@@ -293,6 +298,10 @@ Status ModelConfig::Validate() const {
   if (num_heads % num_kv_heads != 0) {
     return InvalidArgument("model '" + name + "': num_heads " + std::to_string(num_heads) +
                            " is not a multiple of num_kv_heads " + std::to_string(num_kv_heads));
+  }
+  if (qkv_bias && family != ModelFamily::kLlama) {
+    return InvalidArgument("model '" + name + "': q/k/v biases (qkv_bias) are modelled for the "
+                           "dense family only");
   }
   if (IsMoe()) {
     FERRY_RETURN_IF_ERROR(positive(moe_intermediate, "moe_intermediate"));

@@ -1,6 +1,6 @@
 // Model presets: the weight tensors (Hugging Face names, shapes, dtype) and structural config of real
 // models, from their public configs, for planning and simulating refits without the checkpoints.
-// Families: Llama (dense GQA), Qwen3-MoE (GQA + QK norm + routed experts), DeepSeek-V3 (MLA with
+// Families: Llama (dense GQA, with Qwen2's q/k/v biases or Qwen3's q/k norms), Qwen3-MoE (GQA + QK norm + routed experts), DeepSeek-V3 (MLA with
 // q/kv LoRA, dense-then-MoE, shared expert, multi-token prediction layers) and Nemotron-H (hybrid
 // Mamba-2 / attention / MLP layers). `ScaleConfig` shrinks the dims while keeping the structure, for
 // local runs.
@@ -45,6 +45,9 @@ struct ModelConfig {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   bool qk_norm = false;  // Qwen3: per-head RMSNorm weights q_norm / k_norm of size head_dim
+  // Qwen2: q_proj, k_proj and v_proj carry biases ([heads*head_dim], [kv*head_dim] twice), o_proj
+  // none (transformers/models/qwen2/modeling_qwen2.py Qwen2Attention). Dense family only.
+  bool qkv_bias = false;
 
   // Dense MLP (gated SwiGLU unless the family is Nemotron-H).
   int64_t intermediate = 0;

@@ -238,25 +238,38 @@ class VllmWriter : public LayoutWriter {
   // heads, each KV head is replicated on tp / kv consecutive ranks.
   // vllm/model_executor/layers/linear.py QKVParallelLinear (num_kv_head_replicas = tp / kv)
   Status GqaAttention(int64_t l, const std::string& p, const std::string& module) {
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj.weight"));
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj.weight"));
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj.weight"));
-    const int64_t tp = v_.tp;
-    const int64_t kv = c_.num_kv_heads;
-    const int64_t hd = c_.head_dim;
     const std::string attn = p + (module == "mixer." ? "mixer." : "self_attn.");
-    for (int64_t i = 0; i < tp; ++i) {
-      Box kv_box = tp <= kv ? RowShard(*k, 0, kv * hd, tp, i)
-                            : Rows(*k, i / (tp / kv) * hd, (i / (tp / kv) + 1) * hd);
-      FERRY_RETURN_IF_ERROR(AddFusedConcat(
-          out_, all_[i], attn + "qkv_proj.weight",
-          {{*q, RowShard(*q, 0, q->shape[0], tp, i)}, {*k, kv_box}, {*v, kv_box}}, 0));
-    }
+    FERRY_RETURN_IF_ERROR(FusedQkv(l, module, "weight", attn + "qkv_proj.weight"));
+    // Qwen2's biases: vllm/model_executor/models/qwen2.py builds qkv_proj with bias=True, a 1-D
+    // parameter of the rank's fused rows (ColumnParallelLinear: output_dim 0) that
+    // QKVParallelLinear.weight_loader fills like the weight's rows
+    if (c_.qkv_bias) FERRY_RETURN_IF_ERROR(FusedQkv(l, module, "bias", attn + "qkv_proj.bias"));
     FERRY_RETURN_IF_ERROR(Row(H(l, module + "o_proj.weight"), all_, attn + "o_proj.weight"));
     if (!c_.qk_norm) return Status::Ok();
     FERRY_RETURN_IF_ERROR(
         Replicated(H(l, module + "q_norm.weight"), all_, attn + "q_norm.weight"));
     return Replicated(H(l, module + "k_norm.weight"), all_, attn + "k_norm.weight");
+  }
+
+  // The q/k/v `param` ("weight" or "bias") of layer l fused into `buffer` on each TP rank, rows
+  // [q shard i; KV shard; KV shard] as GqaAttention says.
+  Status FusedQkv(int64_t l, const std::string& module, const std::string& param,
+                  const std::string& buffer) {
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj." + param));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj." + param));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj." + param));
+    const int64_t tp = v_.tp;
+    const int64_t kv = c_.num_kv_heads;
+    const int64_t hd = c_.head_dim;
+    for (int64_t i = 0; i < tp; ++i) {
+      // QKVParallelLinear.weight_loader: k and v rows of KV shard tp_rank // num_kv_head_replicas
+      Box kv_box = tp <= kv ? RowShard(*k, 0, kv * hd, tp, i)
+                            : Rows(*k, i / (tp / kv) * hd, (i / (tp / kv) + 1) * hd);
+      FERRY_RETURN_IF_ERROR(AddFusedConcat(
+          out_, all_[i], buffer,
+          {{*q, RowShard(*q, 0, q->shape[0], tp, i)}, {*k, kv_box}, {*v, kv_box}}, 0));
+    }
+    return Status::Ok();
   }
 
   // vLLM's DeepSeek MLA: fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa] replicated (with a

@@ -1,10 +1,11 @@
 // Tests of models from Hugging Face config.json files (tools/models/hf_config.h). The files under
 // testdata/hf/ are the published config.json of each model on the Hugging Face hub (fields as
 // published; the auto_map and generation fields left out). Five are models ferry has presets for,
-// whose tensor lists must come out identical to the presets'; Llama-3.2-1B and Qwen3-8B have no
-// preset, and their parameter counts are worked by hand below from transformers' modeling files
-// (models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py) and match the published
-// 1.24B and 8.2B. Then every refusal names its field.
+// whose tensor lists must come out identical to the presets'; Llama-3.2-1B, Qwen3-8B and
+// Qwen2.5-7B have no preset, and their parameter counts are worked by hand below from
+// transformers' modeling files (models/llama/modeling_llama.py, models/qwen3/modeling_qwen3.py,
+// models/qwen2/modeling_qwen2.py) and match the published 1.24B, 8.2B and 7.61B. Then every
+// refusal names its field.
 #include "tools/models/hf_config.h"
 
 #include <gtest/gtest.h>
@@ -95,6 +96,81 @@ TEST(HfConfig, NemotronHLayerKindsAsAList) {
   EXPECT_NE(c.status().ToString().find("MoE layers ('E')"), std::string::npos);
 }
 
+// Qwen2.5-7B (transformers/models/qwen2/modeling_qwen2.py Qwen2Attention: q/k/v_proj bias=True,
+// o_proj bias=False; Qwen2MLP without biases): embed and lm_head 152064 x 3584 each, 544,997,376
+// twice; a layer: q and o 3584 x 3584 (28 heads of 128) = 12,845,056 each, k and v 512 x 3584 (4
+// KV heads of 128) = 1,835,008 each, the biases 3584 + 512 + 512 = 4608, gate/up/down 3 x 18944 x
+// 3584 = 203,685,888, two norms of 3584: 233,057,792; 28 layers 6,525,618,176; the final norm
+// 3584. Sum 7,615,616,512.
+TEST(HfConfig, Qwen25SevenBHasQkvBiasesAndCounts7616MParameters) {
+  const ModelPreset m = FromFile("Qwen2.5-7B");
+  EXPECT_EQ(m.NumParams(), 7'615'616'512);
+  EXPECT_TRUE(m.config().qkv_bias);
+  EXPECT_EQ(m.config().family, ModelFamily::kLlama);
+  EXPECT_FALSE(m.config().tie_embeddings);
+  for (const auto& [name, rows] : {std::pair{"q_proj.bias", 3584}, std::pair{"k_proj.bias", 512},
+                                   std::pair{"v_proj.bias", 512}}) {
+    const TensorSpec* t = m.Find("model.layers.27.self_attn." + std::string(name));
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, (std::vector<int64_t>{rows})) << name;
+    EXPECT_EQ(t->dtype, DType::kBF16) << name;
+  }
+  EXPECT_EQ(m.Find("model.layers.0.self_attn.o_proj.bias"), nullptr);
+  EXPECT_EQ(m.Find("model.layers.0.mlp.down_proj.bias"), nullptr);
+  // Each bias follows its weight, as Qwen2Attention's named_parameters() lists them.
+  EXPECT_EQ(m.tensors()[2].name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(m.tensors()[3].name, "model.layers.0.self_attn.q_proj.bias");
+  EXPECT_EQ(m.tensors()[4].name, "model.layers.0.self_attn.k_proj.weight");
+}
+
+// The published Qwen2.5-7B config.json text.
+std::string Qwen2Text() {
+  std::ifstream in(kHf + "Qwen2.5-7B/config.json");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// `text` with `key` set to `value` (added when absent), or removed when `value` is empty.
+std::string Edited(std::string text, const std::string& key, const std::string& value) {
+  const std::string quoted = "\"" + key + "\": ";
+  const size_t at = text.find(quoted);
+  if (at == std::string::npos) {
+    if (!value.empty()) text.insert(text.find('{') + 1, quoted + value + ",");
+    return text;
+  }
+  const size_t end = text.find_first_of(",\n}", at + quoted.size());
+  if (value.empty()) return text.erase(at, end + 1 - at);
+  return text.replace(at + quoted.size(), end - at - quoted.size(), value);
+}
+
+Result<ModelConfig> Qwen2With(const std::string& key, const std::string& value) {
+  return ModelConfigFromHfConfig(Edited(Qwen2Text(), key, value), "edited", "edited.json");
+}
+
+// configuration_qwen2.py: tie_word_embeddings defaults to false, num_key_value_heads to 32 when
+// absent (num_attention_heads when null); Qwen2Attention and Qwen2MLP read neither
+// attention_bias nor mlp_bias: the tensors are the same whatever they say.
+TEST(HfConfig, Qwen2DefaultsAndTheFlagsItIgnores) {
+  Result<ModelConfig> untied = Qwen2With("tie_word_embeddings", "");
+  ASSERT_TRUE(untied.ok()) << untied.status().ToString();
+  EXPECT_FALSE(untied->tie_embeddings);
+  Result<ModelConfig> tied = Qwen2With("tie_word_embeddings", "true");
+  ASSERT_TRUE(tied.ok()) << tied.status().ToString();
+  EXPECT_EQ(ModelPreset::FromConfig(*tied)->Find("lm_head.weight"), nullptr);
+  Result<ModelConfig> null_kv = Qwen2With("num_key_value_heads", "null");
+  ASSERT_TRUE(null_kv.ok()) << null_kv.status().ToString();
+  EXPECT_EQ(null_kv->num_kv_heads, 28);
+  const std::string no_kv = Edited(Qwen2Text(), "num_key_value_heads", "");
+  Result<ModelConfig> absent =
+      ModelConfigFromHfConfig(Edited(no_kv, "num_attention_heads", "64"), "x", "x.json");
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->num_kv_heads, 32);
+  for (const char* flag : {"attention_bias", "mlp_bias"}) {
+    Result<ModelConfig> c = Qwen2With(flag, "true");
+    ASSERT_TRUE(c.ok()) << flag << ": " << c.status().ToString();
+    EXPECT_EQ(ModelPreset::FromConfig(*c)->NumParams(), 7'615'616'512) << flag;
+  }
+}
+
 TEST(HfConfig, ADirectoryOrAJsonPathOrAPresetName) {
   EXPECT_EQ(ResolveModelConfig(kHf + "Qwen3-8B")->name, "Qwen3-8B");
   const std::string file = ::testing::TempDir() + "/my-model.json";
@@ -126,9 +202,17 @@ std::string RefusalOf(const std::string& key, const std::string& value,
 }
 
 TEST(HfConfig, RefusalsNameTheField) {
-  EXPECT_NE(RefusalOf("model_type", "\"qwen2\"").find("model_type 'qwen2' is not one ferry models"),
+  EXPECT_NE(RefusalOf("model_type", "\"qwen2_moe\"").find("model_type 'qwen2_moe' is not one"),
             std::string::npos);
-  EXPECT_NE(RefusalOf("attention_bias", "true").find("'attention_bias' is true"),
+  // Qwen3Attention and LlamaAttention give o_proj a bias with attention_bias as well.
+  EXPECT_NE(RefusalOf("attention_bias", "true").find("'attention_bias' is true: it gives o_proj"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf("attention_bias", "true", "Llama-3.1-8B").find("'attention_bias' is true"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf("attention_bias", "true", "Qwen3-30B-A3B").find("'attention_bias' is true"),
+            std::string::npos);
+  EXPECT_NE(RefusalOf("attention_bias", "true", "Nemotron-H-8B-Base-8K")
+                .find("'attention_bias' is true"),
             std::string::npos);
   EXPECT_NE(RefusalOf("mlp_bias", "true", "Llama-3.1-8B").find("'mlp_bias' is true"),
             std::string::npos);

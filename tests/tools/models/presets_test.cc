@@ -158,6 +158,24 @@ TEST(PresetsTest, ParseScaleAndErrors) {
   ASSERT_FALSE(hybrid_mtp.ok());
   EXPECT_NE(hybrid_mtp.status().message().find("NemotronHMTP"), std::string::npos)
       << hybrid_mtp.status().ToString();
+  // q/k/v biases are Qwen2's, a dense model; no other family's layouts place them
+  ModelConfig moe_bias = PresetConfig("qwen3-30b-a3b").value();
+  moe_bias.qkv_bias = true;
+  Result<ModelPreset> refused = ModelPreset::FromConfig(moe_bias);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("dense family only"), std::string::npos);
+}
+
+// Scaling keeps the biases the size of their projections' rows.
+TEST(PresetsTest, ScaledQkvBiasesFollowTheirHeads) {
+  ModelConfig c = PresetConfig("llama-3.1-8b").value();
+  c.qkv_bias = true;
+  ModelConfig small = ScaleConfig(c, 1.0 / 64).value();
+  ModelPreset p = ModelPreset::FromConfig(small).value();
+  EXPECT_EQ(p.Find("model.layers.31.self_attn.q_proj.bias")->shape,
+            (std::vector<int64_t>{32 * 2}));  // 32 heads of 128 / 64
+  EXPECT_EQ(p.Find("model.layers.31.self_attn.v_proj.bias")->shape,
+            (std::vector<int64_t>{8 * 2}));
 }
 
 }  // namespace
