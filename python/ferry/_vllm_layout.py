@@ -10,7 +10,8 @@ loaders place checkpoint tensors into tensor-parallel shards:
   the fused qkv_proj holds rows [r*q, (r+1)*q) of q_proj, then rows [s*kv, (s+1)*kv) of k_proj and
   of v_proj, with r the TP rank, s = r // num_kv_head_replicas (KV heads replicated when TP
   exceeds their count), q = num_heads * head_size, kv = num_kv_heads * head_size (v_head_size for
-  v) in local heads;
+  v) in local heads; its bias (Qwen2's, vllm/model_executor/models/qwen2.py `bias=True`, a 1-D
+  parameter with output_dim 0) holds the same rows of q_proj.bias, k_proj.bias and v_proj.bias;
 - MergedColumnParallelLinear (same file, `MergedColumnParallelLinear.weight_loader`): gate_up_proj
   holds the r-th 1/TP of each of gate_proj, up_proj in order;
 - ColumnParallelLinear / RowParallelLinear (same file): the r-th 1/TP along the parameter's

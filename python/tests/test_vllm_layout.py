@@ -1,8 +1,9 @@
 """The layouts of the vLLM backend without vLLM: the trainer's boxes from vLLM-style parameter
 metadata (torch.chunk splits, 2-D meshes, replication) and a vLLM worker's boxes from modules
-that carry the attributes vLLM's layers carry (fused QKV with replicated KV heads, merged
-gate/up, row parallel, padded vocab), checked against hand-computed boxes, and the errors that
-refuse what ferry cannot deliver. test_vllm.py runs both against vLLM itself."""
+that carry the attributes vLLM's layers carry (fused QKV with replicated KV heads and Qwen2's
+fused q/k/v biases, merged gate/up, row parallel, padded vocab), checked against hand-computed
+boxes, and the errors that refuse what ferry cannot deliver. test_vllm.py runs both against vLLM
+itself."""
 
 from types import SimpleNamespace
 
@@ -109,6 +110,35 @@ def test_worker_boxes_follow_vllms_loaders():
     assert all(s.rank == 9 for s in shards)
     embed = [b for b in boxes(engine_shards(tp_model(0), SENT, 0)[0]) if b[0] == "embed.weight"]
     assert embed == [("embed.weight", "embed.weight", [0, 0], [10, 4])]
+
+
+def qwen2_tp_model(tp_rank):
+    """tp_model with Qwen2's q/k/v biases: vllm/model_executor/models/qwen2.py builds qkv_proj
+    with bias=True, a 1-D parameter of the rank's fused rows with output_dim 0
+    (ColumnParallelLinear in vllm/model_executor/layers/linear.py)."""
+    model = tp_model(tp_rank)
+    qkv = model.attn.qkv_proj
+    qkv.bias = torch.nn.Parameter(torch.zeros(2 * 2 + 2 * 2, dtype=torch.bfloat16))
+    qkv.bias.output_dim = 0
+    return model
+
+
+QWEN2_SENT = dict(SENT, **{f"attn.{proj}.bias": SimpleNamespace(shape=(rows,), dtype="bf16")
+                           for proj, rows in (("q_proj", 16), ("k_proj", 4), ("v_proj", 4))})
+
+
+def test_a_qwen2_workers_qkv_bias_is_fused_as_its_weight():
+    # QKVParallelLinear.weight_loader fills the bias as the weight's rows: TP4 rank 3 holds q bias
+    # [3*4, 4*4) at 0, then KV head 3 // 2 = 1: k and v bias [2, 4) at 4 and 6.
+    model = qwen2_tp_model(3)
+    shards, buffers = engine_shards(model, QWEN2_SENT, rank=3)
+    assert [b for b in boxes(shards) if b[0] == "attn.qkv_proj.bias"] == [
+        ("attn.qkv_proj.bias", "attn.q_proj.bias", [12], [16]),
+        ("attn.qkv_proj.bias", "attn.k_proj.bias", [2], [4]),
+        ("attn.qkv_proj.bias", "attn.v_proj.bias", [2], [4])]
+    assert buffers["attn.qkv_proj.bias"].data_ptr() == model.attn.qkv_proj.bias.data_ptr()
+    every_rank = [s for r in range(4) for s in engine_shards(qwen2_tp_model(r), QWEN2_SENT, r)[0]]
+    Layout.from_shards(every_rank).validate()  # the biases covered, KV biases on two ranks each
 
 
 def test_worker_buffers_are_the_parameters_storage():
