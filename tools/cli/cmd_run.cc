@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/base/config.h"
 #include "core/cuda/batched_copy.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
@@ -19,6 +20,10 @@
 namespace ferry::cli {
 namespace {
 
+// --iterations and --warmup at most: a bound that no benchmark reaches and that keeps refit
+// counters far from overflow.
+constexpr int kMaxRefitsPerStrategy = 1000000;
+
 std::string JoinNames(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -30,11 +35,15 @@ void AddCommonOptions(CLI::App& cmd, RunArgs& args, std::string& strategy) {
                  "transport between ranks (tcp, ucx, libfabric; `ferry config` lists options)");
   cmd.add_option("--strategy", strategy, "reshard, gather-broadcast or both");
   cmd.add_option("--iterations", args.iterations, "measured refits per strategy")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxRefitsPerStrategy))
+      ->capture_default_str();
   cmd.add_option("--warmup", args.warmup, "unmeasured refits per strategy before them")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxRefitsPerStrategy))
+      ->capture_default_str();
   cmd.add_option("--timeout", args.timeout_seconds,
-                 "seconds the whole run may take; ranks still running after it are killed");
+                 "seconds the whole run may take, in (0, 2592000] (30 days); ranks still running "
+                 "after it are killed")
+      ->capture_default_str();
   cmd.add_option("--config", args.config_file, "YAML file of options (see `ferry config`)");
   cmd.add_option("--set", args.settings, "an option as name=value (repeatable)");
   cmd.add_option("--results", args.results_file, "append one CSV row per strategy to this file");
@@ -137,8 +146,33 @@ int RunRank(const RunArgs& args) {
   return 1;
 }
 
+// --timeout bounds the launcher's wait: NaN, zero or a negative value would kill every rank at
+// once, after starting them.
+Status CheckTimeout(double seconds) {
+  if (!(seconds > 0) || seconds > kMaxDurationSeconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    return InvalidArgument(std::string("--timeout ") + text + ": the run's seconds must be in (0, " +
+                           std::to_string(static_cast<int64_t>(kMaxDurationSeconds)) + "] (30 days)");
+  }
+  return Status::Ok();
+}
+
+// Each fault names one of the refit's `ranks` ranks; one past them would never fire.
+Status CheckFaultRanks(const std::string& spec, int ranks) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<Fault> faults, ParseFaults(spec, "--inject-fault"));
+  for (const Fault& fault : faults) {
+    if (fault.rank >= ranks) {
+      return InvalidArgument("--inject-fault: rank " + std::to_string(fault.rank) + " is not in [0, " +
+                             std::to_string(ranks) + "), the ranks of this refit");
+    }
+  }
+  return Status::Ok();
+}
+
 // --inject-fault and --recover: the faults parse, and a recovery can follow each of them.
 Status CheckFaultOptions(const RunArgs& args) {
+  FERRY_RETURN_IF_ERROR(CheckTimeout(args.timeout_seconds));
   FERRY_ASSIGN_OR_RETURN(std::vector<Fault> faults, ParseFaults(args.inject_fault, "--inject-fault"));
   if (!args.recover) return Status::Ok();
   if (args.leak_check) return InvalidArgument("--recover and --leak-check do not go together (a recovery opens new links)");
@@ -173,6 +207,10 @@ int RunCommand(const RunArgs& args) {
   Result<RefitInputs> in = BuildRefitInputs(args);
   if (!in.ok()) {
     std::fprintf(stderr, "ferry run: %s\n", in.status().ToString().c_str());
+    return 1;
+  }
+  if (Status s = CheckFaultRanks(args.inject_fault, in->ranks); !s.ok()) {
+    std::fprintf(stderr, "ferry run: %s\n", s.ToString().c_str());
     return 1;
   }
   if (!TransportRegistry::Default().Contains(args.transport)) {
