@@ -88,8 +88,10 @@ Result<std::vector<int64_t>> ReadInts(const YAML::Node& n, const std::string& pa
 
 Result<int> ReadSmallInt(const YAML::Node& n, const std::string& path, int min_value) {
   FERRY_ASSIGN_OR_RETURN(int64_t v, ReadInt(n, path));
-  if (v < min_value || v > (int64_t{1} << 30)) {
-    return Bad(n, path, "value " + std::to_string(v) + " out of range");
+  constexpr int64_t kMaxValue = int64_t{1} << 30;
+  if (v < min_value || v > kMaxValue) {
+    return Bad(n, path, "value " + std::to_string(v) + " is not in [" + std::to_string(min_value) +
+                            ", " + std::to_string(kMaxValue) + "]");
   }
   return static_cast<int>(v);
 }
@@ -395,7 +397,8 @@ Result<Topology> ParseTopologyNode(const YAML::Node& root) {
         for (int64_t nic : nics) {
           if (nic < 0 || nic > (1 << 16)) {
             return Bad(r["nics"], Join(path, "nics"),
-                       "NIC index " + std::to_string(nic) + " out of range");
+                       "NIC index " + std::to_string(nic) + " is not in [0, " +
+                           std::to_string(1 << 16) + "]");
           }
           p.nics.push_back(static_cast<int>(nic));
         }
