@@ -121,15 +121,16 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<LayoutOptions>();
   CLI::App* cmd = app.add_subcommand(
       "layout",
-      "Build a model preset's layout under a framework (megatron:tp=,pp=,first=,last=,ep=,etp=,"
-      "dp=,cp= or vllm:tp=,dp=,ep=) and print a summary or explain one tensor; or validate a "
-      "layout file");
+      "Build a model preset's layout under a framework spec (--framework: megatron:... for a "
+      "trainer, vllm:... for an engine) and print a summary or explain one tensor; or validate "
+      "a layout file");
   std::string models_help = "model preset:";
   for (const std::string& name : models::PresetNames()) models_help += " " + name;
   cmd->add_option("--model", options->model, models_help);
   cmd->add_option("--framework", options->framework,
                   "framework spec, e.g. megatron:tp=2,pp=4,first=23,last=23,ep=16 or "
-                  "vllm:tp=8,dp=2,ep=16");
+                  "vllm:tp=8,dp=2,ep=16; keys: " +
+                      models::FrameworkSpecKeys());
   cmd->add_option("--scale", options->scale,
                   "shrink the model's dims by this factor (e.g. 1/64), keeping its structure")
       ->capture_default_str();

@@ -279,8 +279,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
   auto strategy = std::make_shared<std::string>("reshard");
   CLI::App* run = app.add_subcommand(
-      "run", "a real refit on host memory: one process per rank here (or one rank under "
-             "torchrun/mpirun/srun), verified against a deterministic pattern");
+      "run", "a real refit on host memory (CUDA memory with --memory cuda): one process per rank "
+             "here (or one rank under torchrun/mpirun/srun), its sources filled with a deterministic "
+             "pattern that --verify checks in every destination");
   run->add_option("--model", args->model, "model preset (ferry layout --list-models)");
   run->add_option("--scale", args->scale, "shrink the preset's wide dims, e.g. 1/64");
   run->add_option("--src", args->source_spec, "source framework spec, e.g. megatron:tp=2,ep=2");

@@ -8,6 +8,7 @@
 
 #include "tests/tools/cli/run_cli_testutil.h"
 #include "tools/cli/commands.h"
+#include "tools/models/framework_spec.h"
 
 namespace ferry::cli {
 namespace {
@@ -17,6 +18,16 @@ int RunCli(std::vector<std::string> argv, std::string* out) {
   const int code = RunSubcommand(AddLayoutCommand, std::move(argv));
   *out = ::testing::internal::GetCapturedStdout();
   return code;
+}
+
+// --help lists every key a framework spec takes, vLLM's pp and engines included, as the parser
+// accepts them.
+TEST(CmdLayoutTest, HelpListsEveryFrameworkSpecKey) {
+  std::string out;
+  RunCli({"layout", "--help"}, &out);
+  EXPECT_NE(out.find(models::FrameworkSpecKeys()), std::string::npos) << out;
+  EXPECT_NE(out.find("vllm:tp=N,pp=N"), std::string::npos) << out;
+  EXPECT_EQ(out.find("vllm:tp=,dp=,ep="), std::string::npos) << out;
 }
 
 TEST(CmdLayoutTest, ExplainsOneTensor) {

@@ -50,4 +50,14 @@ TEST(RunOptionsTest, RefitCountsOutOfRangeNameTheRange) {
   ExpectRefusedBeforeLaunch({"--warmup", "-1"}, "--warmup: Value -1 not in range 0 to 1000000");
 }
 
+// The subcommand list says that `ferry run` refits CUDA memory too, and that only --verify checks.
+TEST(RunOptionsTest, TheCommandListDescribesRunsMemoryAndVerification) {
+  Outcome o = RunFerry({"--help"}, 30);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("a real refit on host memory (CUDA memory with --memory cuda)"),
+            std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("--verify checks in every destination"), std::string::npos) << o.output;
+}
+
 }  // namespace
