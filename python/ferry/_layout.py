@@ -30,12 +30,16 @@ class Shard:
 
 
 class TensorInfo(NamedTuple):
+    """A logical tensor of a layout: its name, global shape and ferry dtype name."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
 
 
 class BufferInfo(NamedTuple):
+    """A named memory region of `bytes` bytes on `rank`: what that rank registers."""
+
     rank: int
     name: str
     bytes: int
@@ -76,6 +80,8 @@ class Layout:
 
     @staticmethod
     def from_yaml(text: str) -> "Layout":
+        """A layout from YAML or JSON text (the format of Layout.load's files,
+        docs/layout-format.md). Raises InvalidArgumentError naming the key and line at fault."""
         return Layout(_ferry.Layout.from_yaml(text))
 
     @staticmethod
@@ -118,6 +124,7 @@ class Layout:
         self._impl.save(str(path))
 
     def to_yaml(self) -> str:
+        """The layout as YAML text, as save() writes it and from_yaml() reads it."""
         return self._impl.to_yaml()
 
     def validate(self) -> None:
@@ -127,10 +134,12 @@ class Layout:
 
     @property
     def ranks(self) -> list[int]:
+        """The ranks that hold a buffer of this layout, ascending."""
         return list(self._impl.ranks())
 
     @property
     def tensors(self) -> list[TensorInfo]:
+        """The logical tensors: name, global shape and ferry dtype name."""
         return [TensorInfo(n, tuple(s), d) for n, s, d in self._impl.tensors()]
 
     def buffers(self, rank: int | None = None) -> list[BufferInfo]:
@@ -138,6 +147,8 @@ class Layout:
         return [BufferInfo(*b) for b in self._impl.buffers() if rank is None or b[0] == rank]
 
     def fragments(self, rank: int | None = None) -> list[FragmentInfo]:
+        """The fragments (of every rank, or of `rank`): where each box of each tensor lives in
+        its buffer; fragment_view() turns one into a view of the array behind that buffer."""
         rows = self._impl.fragments(-1 if rank is None else rank)
         return [FragmentInfo(r["tensor"], tuple(r["lo"]), tuple(r["hi"]), r["rank"], r["buffer"],
                              r["byte_offset"], tuple(r["strides"])) for r in rows]

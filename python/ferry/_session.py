@@ -68,10 +68,12 @@ class Session:
 
     @property
     def rank(self) -> int:
+        """This process's rank in the session, from 0."""
         return self._impl.rank
 
     @property
     def world_size(self) -> int:
+        """The number of ranks in the session."""
         return self._impl.world_size
 
     def refit(self, src: Layout, dst: Layout, strategy: str = "reshard",
@@ -80,6 +82,9 @@ class Session:
         every rank calls it with the same layouts. The plan's topology (a file, or every rank at
         `gpus_per_node` per node, default: the launcher's local world size) must agree with where
         the ranks really run."""
+        for name, layout in (("src", src), ("dst", dst)):
+            if not isinstance(layout, Layout):
+                raise TypeError(f"{name} must be a ferry.Layout, got {type(layout).__name__}")
         per_node = gpus_per_node or self._impl.local_world_size
         plan_impl = self._impl.plan(src._impl, dst._impl, strategy, topology, per_node)
         return Refit(self, Plan(plan_impl, src, dst))

@@ -1,5 +1,8 @@
 """What a torch user meets first when something is wrong: ferry's errors carry its message
-without C++ status names, and input it refuses is a ValueError too."""
+without C++ status names, and input it refuses is a ValueError too; every public function has a
+docstring, and functions that take layouts refuse anything else by name."""
+
+import inspect
 
 import numpy as np
 import pytest
@@ -25,3 +28,23 @@ def test_other_failures_stay_ferry_errors_without_status_names(tmp_path):
     assert missing.value.code == "io_error"
     assert str(missing.value).startswith("cannot open layout or topology file")
     assert "IO_ERROR" not in str(missing.value)
+
+
+def test_every_public_function_and_method_has_a_docstring():
+    undocumented = []
+    for name in ferry.__all__:
+        obj = getattr(ferry, name)
+        members = [(name, obj)]
+        if inspect.isclass(obj) and not issubclass(obj, tuple):
+            members += [(f"{name}.{m}", getattr(obj, m)) for m in dir(obj)
+                        if not m.startswith("_") and not issubclass(obj, BaseException)]
+        for label, member in members:
+            if (callable(member) or isinstance(member, property)) and not inspect.getdoc(member):
+                undocumented.append(label)
+    assert undocumented == []
+
+
+def test_plan_and_refit_take_layouts_only():
+    dst = ferry.Layout.preset("llama-3.1-8b", "vllm:tp=1", scale="1/64", first_rank=1)
+    with pytest.raises(TypeError, match="src must be a ferry.Layout, got str"):
+        ferry.plan("llama-3.1-8b", dst)
