@@ -10,6 +10,7 @@ GIL while they wait. A Session and its Refits are driven by one thread at a time
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Iterable, Mapping
 
 from . import _ferry
@@ -104,8 +105,9 @@ class Session:
         return [Shard(**row) for value in gathered for row in json.loads(value)]
 
     def recreate(self, timeout: float = 60.0) -> None:
-        """After a failed run: every rank calls it to replace the transports (a new epoch)."""
-        self._impl.recreate(timeout)
+        """After a failed run: every rank calls it to replace the transports (a new epoch),
+        waiting at most `timeout` seconds (positive) for the others."""
+        self._impl.recreate(_seconds("timeout", timeout))
 
     def finish(self) -> None:
         """The last barrier (when rank 0 hosts the store, it must outlive the others' use of it;
@@ -149,6 +151,9 @@ class Refit:
         and writable, of at least the buffer's size and of its dtype (uint8 for raw bytes; numpy
         holds bf16/fp8 as int16/uint16/uint8). CUDA memory must be ordinary device memory (as
         torch's and CuPy's allocators give), and all of a rank's CUDA arrays on one device."""
+        if side not in (None, "source", "destination"):
+            raise ValueError(f"buffer {name!r}: side must be 'source' or 'destination', "
+                             f"got {side!r}")
         side = side or self._side_of(name)
         if name not in self._sizes.get(side, {}):
             raise KeyError(f"no {side} buffer named {name!r} on rank {self.session.rank}")
@@ -178,7 +183,8 @@ class Refit:
         bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
         to this rank, and peer_cuda_mappings: the peers' CUDA allocations and VMM ranges this
         rank keeps mapped for direct reads (one per sender allocation or joined VMM range)."""
-        return Stats(**self._impl.run(timeout or 0.0, _stream_handle(stream)))
+        seconds = 0.0 if timeout is None else _seconds("timeout", timeout)
+        return Stats(**self._impl.run(seconds, _stream_handle(stream)))
 
     def _check_one_device(self, name: str, side: str, device: int) -> None:
         """One executor drives one CUDA device: a rank's CUDA arrays must share it."""
@@ -206,3 +212,12 @@ def _buffer_dtypes(layout: Layout, rank: int) -> dict[str, set[str]]:
     for f in layout.fragments(rank):
         out.setdefault(f.buffer, set()).add(dtypes[f.tensor])
     return out
+
+
+def _seconds(what: str, value: Any) -> float:
+    """`value` as a number of seconds above zero, or a TypeError / ValueError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{what} must be a finite number of seconds above 0, got {value!r}")
+    return float(value)

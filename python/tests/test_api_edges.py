@@ -1,13 +1,17 @@
 """What a torch user meets first when something is wrong: ferry's errors carry its message
-without C++ status names, and input it refuses is a ValueError too; every public function has a
-docstring, and functions that take layouts refuse anything else by name."""
+without C++ status names and input it refuses is a ValueError too; every public function has a
+docstring; timeouts, sides and layouts refuse bad values by name."""
 
 import inspect
+import math
 
 import numpy as np
 import pytest
 
 import ferry
+from procs import free_port
+
+CONFIG = {"deadline.connect": "20s", "deadline.refit": "20s"}
 
 
 def test_refused_input_is_a_value_error_with_ferrys_message_and_a_code():
@@ -48,3 +52,34 @@ def test_plan_and_refit_take_layouts_only():
     dst = ferry.Layout.preset("llama-3.1-8b", "vllm:tp=1", scale="1/64", first_rank=1)
     with pytest.raises(TypeError, match="src must be a ferry.Layout, got str"):
         ferry.plan("llama-3.1-8b", dst)
+
+
+@pytest.fixture
+def refit():
+    session = ferry.Session(rank=0, world_size=1, store=f"127.0.0.1:{free_port()}", token="t",
+                            config=CONFIG)
+    src = ferry.Layout.from_shards([ferry.Shard("w", (4, 6), "fp32", (0, 0), (4, 6), 0, "src")])
+    dst = ferry.Layout.from_shards([ferry.Shard("w", (4, 6), "fp32", (0, 0), (4, 6), 0, "dst")])
+    r = session.refit(src, dst)
+    yield r
+    session.finish()
+
+
+def test_timeouts_must_be_positive_seconds(refit):
+    w, out = np.arange(24, dtype=np.float32), np.zeros(24, np.float32)
+    refit.register("src", w)
+    refit.register("dst", out)
+    for bad in (-1, 0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="timeout must be a finite number of seconds above 0"):
+            refit.run(timeout=bad)
+        with pytest.raises(ValueError, match="timeout must be a finite number of seconds above 0"):
+            refit.session.recreate(timeout=bad)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds, got str"):
+        refit.run(timeout="5")
+    refit.run(timeout=10)
+    np.testing.assert_array_equal(out, w)
+
+
+def test_register_names_the_allowed_sides(refit):
+    with pytest.raises(ValueError, match="side must be 'source' or 'destination', got 'src'"):
+        refit.register("src", np.zeros(24, np.float32), side="src")
