@@ -1,6 +1,6 @@
 """What a torch user meets first when something is wrong: ferry's errors carry its message
 without C++ status names and input it refuses is a ValueError too; every public function has a
-docstring; timeouts, sides and layouts refuse bad values by name."""
+docstring; timeouts, sides, layouts and fragment views refuse bad values by name."""
 
 import inspect
 import math
@@ -83,3 +83,14 @@ def test_timeouts_must_be_positive_seconds(refit):
 def test_register_names_the_allowed_sides(refit):
     with pytest.raises(ValueError, match="side must be 'source' or 'destination', got 'src'"):
         refit.register("src", np.zeros(24, np.float32), side="src")
+
+
+def test_fragment_view_names_unknown_dtypes_and_short_arrays():
+    layout = ferry.Layout.from_shards([ferry.Shard("w", (4, 6), "fp32", (0, 0), (4, 6), 0, "b")])
+    fragment = layout.fragments(0)[0]
+    with pytest.raises(ValueError, match="unknown dtype 'float33'.*bf16"):
+        ferry.fragment_view(np.zeros(24, np.float32), fragment, "float33")
+    with pytest.raises(ValueError, match="buffer 'b' ends at byte 96, but the array holds 40 bytes"):
+        ferry.fragment_view(np.zeros(10, np.float32), fragment, "fp32")
+    view = ferry.fragment_view(np.arange(24, dtype=np.float32), fragment, "fp32")
+    assert view.shape == (4, 6) and view[3, 5] == 23
