@@ -3,12 +3,18 @@
 #include "tools/cli/cmd_run.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "core/base/config.h"
 #include "core/cuda/batched_copy.h"
+#include "core/refit/config.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/fault_injection.h"
@@ -170,6 +176,36 @@ Status CheckFaultRanks(const std::string& spec, int ranks) {
   return Status::Ok();
 }
 
+// The options every rank will read (--config, FERRY_*, --transport, --set): each known and in
+// range, each link class's transport registered. Checked once here rather than by every rank
+// after the launch.
+Status CheckRunConfig(const RunArgs& args) {
+  FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
+  FERRY_RETURN_IF_ERROR(CheckConfig(config));
+  for (const char* option : {"transport.network", "transport.intra_node", "transport.same_rank"}) {
+    FERRY_ASSIGN_OR_RETURN(std::string name, config.GetString(option));
+    if (!TransportRegistry::Default().Contains(name)) {
+      return InvalidArgument("option '" + std::string(option) + "': unknown transport '" + name +
+                             "' (registered: " + JoinNames(TransportRegistry::Default().Names()) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// --results and --save-plan can be written: rank 0 writes them only after the refits.
+Status CheckOutputFiles(const RunArgs& args) {
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--results", &args.results_file},
+                                   {"--save-plan", &args.save_plan_file}}) {
+    if (path->empty()) continue;
+    std::ofstream probe(*path, std::ios::app);
+    if (!probe) {
+      return IoError(std::string(flag) + " " + *path + ": cannot open the file for writing: " +
+                     std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
 // --inject-fault and --recover: the faults parse, and a recovery can follow each of them.
 Status CheckFaultOptions(const RunArgs& args) {
   FERRY_RETURN_IF_ERROR(CheckTimeout(args.timeout_seconds));
@@ -217,6 +253,12 @@ int RunCommand(const RunArgs& args) {
     std::fprintf(stderr, "ferry run: --transport %s: unknown; known: %s\n", args.transport.c_str(),
                  JoinNames(TransportRegistry::Default().Names()).c_str());
     return 1;
+  }
+  for (const Status& s : {CheckRunConfig(args), CheckOutputFiles(args)}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
+      return 1;
+    }
   }
   if (args.cuda_alloc != "cudamalloc" && args.memory != "cuda") {
     std::fprintf(stderr, "ferry run: --cuda-alloc %s needs --memory cuda\n", args.cuda_alloc.c_str());

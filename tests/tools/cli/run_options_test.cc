@@ -1,6 +1,7 @@
 // `ferry run` refuses options it cannot honour before it starts a rank, naming the option, the
 // value and the allowed range: a timeout that is not a positive duration, a fault on a rank the
-// refit does not have, and refit counts out of range. Each case runs the real binary under a
+// refit does not have, refit counts out of range, options every rank would refuse, and output
+// files it could not write after the refits. Each case runs the real binary under a
 // deadline; none starts rank processes.
 #include <gtest/gtest.h>
 
@@ -48,6 +49,22 @@ TEST(RunOptionsTest, AFaultOnARankTheRefitDoesNotHaveIsRefused) {
 TEST(RunOptionsTest, RefitCountsOutOfRangeNameTheRange) {
   ExpectRefusedBeforeLaunch({"--iterations", "0"}, "--iterations: Value 0 not in range 1 to 1000000");
   ExpectRefusedBeforeLaunch({"--warmup", "-1"}, "--warmup: Value -1 not in range 0 to 1000000");
+}
+
+TEST(RunOptionsTest, OptionsEveryRankWouldRefuseAreRefusedOnce) {
+  ExpectRefusedBeforeLaunch({"--set", "executor.copy_threads=1000"},
+                            "option 'executor.copy_threads' is 1000; it must be at most 256");
+  ExpectRefusedBeforeLaunch({"--set", "tcp.prot=1"}, "--set tcp.prot=1: unknown option 'tcp.prot'");
+  ExpectRefusedBeforeLaunch({"--set", "transport.intra_node=bogus"},
+                            "option 'transport.intra_node': unknown transport 'bogus' (registered: ");
+  ExpectRefusedBeforeLaunch({"--set", "deadline.abort=0s"}, "option 'deadline.abort' is 0.000000 s");
+}
+
+TEST(RunOptionsTest, OutputFilesThatCannotBeWrittenAreRefusedBeforeTheRefits) {
+  ExpectRefusedBeforeLaunch({"--results", "/nonexistent-dir/results.csv"},
+                            "--results /nonexistent-dir/results.csv: cannot open the file for writing");
+  ExpectRefusedBeforeLaunch({"--save-plan", "/nonexistent-dir/plan.json"},
+                            "--save-plan /nonexistent-dir/plan.json: cannot open the file for writing");
 }
 
 // The subcommand list says that `ferry run` refits CUDA memory too, and that only --verify checks.
