@@ -24,7 +24,7 @@ void AddConfigCommand(CLI::App& app, int* exit_code) {
     if (!file->empty()) status = config.LoadYamlFile(*file);
     if (status.ok() && !*ignore_env) status = config.ApplyProcessEnvironment();
     if (!status.ok()) {
-      std::fprintf(stderr, "ferry config: %s\n", status.ToString().c_str());
+      std::fprintf(stderr, "ferry config: %s\n", status.message().c_str());
       *exit_code = 2;
       return;
     }

@@ -237,16 +237,16 @@ Status CheckFaultOptions(const RunArgs& args) {
 int RunCommand(const RunArgs& args) {
   if (LaunchedAsRank()) return RunRank(args);
   if (Status s = CheckFaultOptions(args); !s.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
     return 1;
   }
   Result<RefitInputs> in = BuildRefitInputs(args);
   if (!in.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", in.status().ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", in.status().message().c_str());
     return 1;
   }
   if (Status s = CheckFaultRanks(args.inject_fault, in->ranks); !s.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
     return 1;
   }
   if (!TransportRegistry::Default().Contains(args.transport)) {
@@ -301,7 +301,7 @@ int RunCommand(const RunArgs& args) {
   }
   Result<LaunchResult> result = LaunchLocalRanks(launch);
   if (!result.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", result.status().ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", result.status().message().c_str());
     return 1;
   }
   if (!result->ok()) {
@@ -352,7 +352,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddCommonOptions(*run, *args, *strategy);
   run->callback([args, strategy, exit_code] {
     if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {
-      std::fprintf(stderr, "ferry run: --strategy: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "ferry run: --strategy: %s\n", s.message().c_str());
       *exit_code = 1;
       return;
     }
@@ -377,7 +377,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddCommonOptions(*demo, *demo_args, *demo_strategy);
   demo->callback([demo_args, demo_strategy, exit_code] {
     if (Status s = ApplyStrategy(*demo_strategy, *demo_args); !s.ok()) {
-      std::fprintf(stderr, "ferry demo: --strategy: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "ferry demo: --strategy: %s\n", s.message().c_str());
       *exit_code = 1;
       return;
     }

@@ -63,7 +63,14 @@ TEST(CmdConfigTest, RejectsValuesAPlanOrSessionWouldRefuse) {
     EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 2);
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("ferry config: option '"), std::string::npos) << err;
+    EXPECT_EQ(err.find("INVALID_ARGUMENT"), std::string::npos) << err;
   }
+  std::ofstream(path) << "planner:\n  hierarchcal: false\n";
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 2);
+  const std::string typo = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(typo.rfind("ferry config: " + path + ": config YAML: unknown option 'planner.hierarchcal'", 0), 0)
+      << typo;
   std::ofstream(path) << "planner:\n  hierarchical: false\n";
   EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 0);
 }

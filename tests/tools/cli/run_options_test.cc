@@ -30,6 +30,7 @@ void ExpectRefusedBeforeLaunch(const std::vector<std::string>& extra, const std:
   EXPECT_NE(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find(expected), std::string::npos) << o.output;
   EXPECT_EQ(o.output.find("local processes"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("INVALID_ARGUMENT"), std::string::npos) << "no C++ status names: " << o.output;
   EXPECT_FALSE(o.group_left_processes);
 }
 
@@ -49,6 +50,11 @@ TEST(RunOptionsTest, AFaultOnARankTheRefitDoesNotHaveIsRefused) {
 TEST(RunOptionsTest, RefitCountsOutOfRangeNameTheRange) {
   ExpectRefusedBeforeLaunch({"--iterations", "0"}, "--iterations: Value 0 not in range 1 to 1000000");
   ExpectRefusedBeforeLaunch({"--warmup", "-1"}, "--warmup: Value -1 not in range 0 to 1000000");
+}
+
+TEST(RunOptionsTest, BadValuesAreNamedWithoutStatusCodes) {
+  ExpectRefusedBeforeLaunch({"--dst-dtype", "fp33"}, "ferry run: --dst-dtype fp33: unknown dtype 'fp33'");
+  ExpectRefusedBeforeLaunch({"--strategy", "fastest"}, "ferry run: --strategy: unknown strategy 'fastest'");
 }
 
 TEST(RunOptionsTest, OptionsEveryRankWouldRefuseAreRefusedOnce) {
