@@ -72,9 +72,16 @@ void BindErrors(py::module_& m) {
       bases.ptr(), nullptr);
   if (invalid_argument_error == nullptr) throw py::error_already_set();
   m.add_object("InvalidArgumentError", py::reinterpret_borrow<py::object>(invalid_argument_error));
-  m.def("describe_config", [](const py::object& config) { return ConfigFrom(config).Describe(); },
+  m.def("describe_config",
+        [](const py::object& config) {
+          Config parsed = ConfigFrom(config);
+          ThrowIfError(CheckConfig(parsed));
+          return parsed.Describe();
+        },
         py::arg("config") = py::none(),
-        "Every option with its value, default, FERRY_* variable and help (as `ferry config`).");
+        "Every option with its value, default, FERRY_* variable and help (as `ferry config`); "
+        "raises InvalidArgumentError naming a planner, executor or deadline value that a plan or "
+        "session would refuse.");
 }
 
 }  // namespace ferry::python

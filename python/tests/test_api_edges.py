@@ -25,6 +25,14 @@ def test_refused_input_is_a_value_error_with_ferrys_message_and_a_code():
     assert bad_tp.value.code == "invalid_argument"
 
 
+def test_describe_config_refuses_what_a_plan_or_session_would():
+    with pytest.raises(ferry.InvalidArgumentError, match="'planner.hierarchical': 'maybe' is not"):
+        ferry.describe_config({"planner.hierarchical": "maybe"})
+    with pytest.raises(ValueError, match="option 'deadline.abort' is 0.000000 s"):
+        ferry.describe_config({"deadline.abort": "0s"})
+    assert "planner.hierarchical = false" in ferry.describe_config({"planner.hierarchical": False})
+
+
 def test_other_failures_stay_ferry_errors_without_status_names(tmp_path):
     with pytest.raises(ferry.FerryError) as missing:
         ferry.Layout.load(tmp_path / "missing.yaml")
