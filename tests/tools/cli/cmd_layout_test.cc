@@ -30,6 +30,26 @@ TEST(CmdLayoutTest, HelpListsEveryFrameworkSpecKey) {
   EXPECT_EQ(out.find("vllm:tp=,dp=,ep="), std::string::npos) << out;
 }
 
+// Options a mode would ignore are refused by name: --validate builds nothing from --model, and
+// --explain saves nothing.
+TEST(CmdLayoutTest, OptionsAModeWouldIgnoreAreRefused) {
+  std::string out;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"layout", "--validate", "layout.yaml", "--model", "llama-3.1-8b"}, "--model excludes --validate"},
+      {{"layout", "--list-models", "--framework", "vllm:tp=2"}, "--framework excludes --list-models"},
+      {{"layout", "--model", "llama-3.1-8b", "--framework", "vllm:tp=2", "--explain",
+        "model.embed_tokens.weight", "--save", "out.yaml"},
+       "--save excludes --explain"},
+  };
+  for (const auto& [argv, expected] : cases) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_NE(RunCli(argv, &out), 0);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(expected), std::string::npos) << err;
+    EXPECT_EQ(out.find("valid"), std::string::npos) << out;
+  }
+}
+
 TEST(CmdLayoutTest, ExplainsOneTensor) {
   // Llama-3.1-8B at 1/64: vocabulary 2016 rows (128256/64 rounded up to 16), padded to 2048 by
   // vLLM's 64 and split over tp 2: rank 1 holds rows 1024..2015 of its 1024-row buffer.
