@@ -297,6 +297,13 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
         continue;
       }
       FERRY_ASSIGN_OR_RETURN(int64_t offset, ReadInt(f["byte_offset"], Join(path, "byte_offset")));
+      // Named here: past the limit, the buffer size derived from this fragment would be refused
+      // later as the buffer's, not as this offset's.
+      if (offset > kMaxBytes) {
+        return Bad(f["byte_offset"], Join(path, "byte_offset"),
+                   std::to_string(offset) + " is over the limit of " + std::to_string(kMaxBytes) +
+                       " bytes (kMaxBytes)");
+      }
       std::array<int64_t, kMaxDims> strides = RowMajorStrides(box.Shape());
       if (has_strides) {
         FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> s,
@@ -307,7 +314,14 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
                          std::to_string(box.ndim) + " dims");
         }
         strides = {};
-        for (size_t d = 0; d < s.size(); ++d) strides[d] = s[d];
+        for (size_t d = 0; d < s.size(); ++d) {
+          if (s[d] > kMaxBytes) {
+            return Bad(f["strides"], Join(path, "strides"),
+                       "stride " + std::to_string(s[d]) + " in dim " + std::to_string(d) +
+                           " is over the limit of " + std::to_string(kMaxBytes) + " (kMaxBytes)");
+          }
+          strides[d] = s[d];
+        }
       }
       layout.PlaceFragment(t, box, rank, buffer, offset, strides);
     }

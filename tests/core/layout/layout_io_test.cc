@@ -227,6 +227,12 @@ TEST(LayoutIoTest, BadFilesNameTheKeyPath) {
   ExpectParseError(tensors + "padding:\n  - {tensor: w, box: [[4, 2], [0, 4]]}\n",
                    {"padding[0].box", "lo"});
   ExpectParseError("version: 2\n" + tensors, {"version", "unsupported version 2"});
+  ExpectParseError(tensors + "fragments:\n  - {tensor: w, box: [[0, 4], [0, 4]], rank: 0, "
+                             "byte_offset: 9223372036854775807}\n",
+                   {"fragments[0].byte_offset", "9223372036854775807 is over the limit of"});
+  ExpectParseError(tensors + "fragments:\n  - {tensor: w, box: [[0, 4], [0, 4]], rank: 0, "
+                             "byte_offset: 0, strides: [4611686018427387904, 1]}\n",
+                   {"fragments[0].strides", "stride 4611686018427387904 in dim 0 is over the limit"});
 }
 
 TEST(LayoutIoTest, MissingFileIsAnIoError) {
