@@ -6,6 +6,7 @@ it into Python; the lists it returns are snapshots. Thread-safe to read.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -71,7 +72,8 @@ class Layout:
         "megatron:tp=2,pp=2" is a trainer (source) side, "vllm:tp=1,dp=2" an inference
         (destination) side. `scale` shrinks the wide dims ("1/64" or 1/64)."""
         text = "" if scale is None else (scale if isinstance(scale, str) else repr(float(scale)))
-        return Layout(_ferry.Layout.preset(model, framework, text, first_rank))
+        return Layout(_ferry.Layout.preset(_text("model", model), _text("framework", framework),
+                                           text, _rank("first_rank", first_rank)))
 
     @staticmethod
     def load(path: str) -> "Layout":
@@ -82,7 +84,7 @@ class Layout:
     def from_yaml(text: str) -> "Layout":
         """A layout from YAML or JSON text (the format of Layout.load's files,
         docs/layout-format.md). Raises InvalidArgumentError naming the key and line at fault."""
-        return Layout(_ferry.Layout.from_yaml(text))
+        return Layout(_ferry.Layout.from_yaml(_text("text", text)))
 
     @staticmethod
     def from_shards(shards: Iterable[Shard | Mapping[str, Any]]) -> "Layout":
@@ -149,10 +151,31 @@ class Layout:
     def fragments(self, rank: int | None = None) -> list[FragmentInfo]:
         """The fragments (of every rank, or of `rank`): where each box of each tensor lives in
         its buffer; fragment_view() turns one into a view of the array behind that buffer."""
-        rows = self._impl.fragments(-1 if rank is None else rank)
+        rows = self._impl.fragments(-1 if rank is None else _rank("rank", rank))
         return [FragmentInfo(r["tensor"], tuple(r["lo"]), tuple(r["hi"]), r["rank"], r["buffer"],
                              r["byte_offset"], tuple(r["strides"])) for r in rows]
 
     def __repr__(self) -> str:
         return (f"ferry.Layout({len(self._impl.tensors())} tensors, "
                 f"{len(self._impl.buffers())} buffers, ranks {self.ranks})")
+
+
+def _text(name: str, value: Any) -> str:
+    """`value` if it is a str, else a TypeError naming the argument (not the compiled signature)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+def _rank(name: str, value: Any) -> int:
+    """`value` as a rank number: any integer type (numpy's too); a TypeError or ValueError naming
+    the argument otherwise. ferry's own checks (negative, past kMaxRanks) follow."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if not -2**31 <= number < 2**31:
+        raise ValueError(f"{name} {number} is not a rank: ranks are below 131072 (kMaxRanks)")
+    return number

@@ -56,6 +56,24 @@ def test_every_public_function_and_method_has_a_docstring():
     assert undocumented == []
 
 
+def test_wrong_argument_types_name_the_argument_not_the_compiled_signature():
+    for call, expected in (
+            (lambda: ferry.Layout.preset("llama-3.1-8b", "megatron:tp=2", first_rank="2"),
+             "first_rank must be an integer, got str"),
+            (lambda: ferry.Layout.preset(None, "megatron:tp=2"), "model must be a str, got NoneType"),
+            (lambda: ferry.Layout.from_yaml(b"tensors: []"), "text must be a str, got bytes"),
+            (lambda: ferry.Layout.from_yaml("tensors: []").fragments(rank=0.5),
+             "rank must be an integer, got float")):
+        with pytest.raises(TypeError, match=expected) as error:
+            call()
+        assert "incompatible function arguments" not in str(error.value)
+    with pytest.raises(ValueError, match="first_rank 1099511627776 is not a rank"):
+        ferry.Layout.preset("llama-3.1-8b", "megatron:tp=2", first_rank=2**40)
+    layout = ferry.Layout.preset("llama-3.1-8b", "megatron:tp=2", scale="1/64",
+                                 first_rank=np.int64(2))
+    assert layout.ranks == [2, 3] and layout.fragments(np.int32(3))
+
+
 def test_plan_and_refit_take_layouts_only():
     dst = ferry.Layout.preset("llama-3.1-8b", "vllm:tp=1", scale="1/64", first_rank=1)
     with pytest.raises(TypeError, match="src must be a ferry.Layout, got str"):
