@@ -192,6 +192,20 @@ Status CheckRunConfig(const RunArgs& args) {
   return Status::Ok();
 }
 
+// The gather-and-broadcast baseline copies bytes as they are: it cannot run a refit whose weights
+// --dst-dtype converted, and every rank would find that out only when it plans.
+Status CheckStrategiesConvert(const RunArgs& args, const RefitInputs& in) {
+  if (!in.weights_converted) return Status::Ok();
+  for (Strategy strategy : args.strategies) {
+    if (strategy == Strategy::kGatherBroadcast) {
+      return InvalidArgument("--dst-dtype " + args.destination_dtype +
+                             ": the gather-and-broadcast baseline does not convert dtypes; run it "
+                             "with --strategy reshard");
+    }
+  }
+  return Status::Ok();
+}
+
 // --results and --save-plan can be written: rank 0 writes them only after the refits.
 Status CheckOutputFiles(const RunArgs& args) {
   for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--results", &args.results_file},
@@ -254,7 +268,7 @@ int RunCommand(const RunArgs& args) {
                  JoinNames(TransportRegistry::Default().Names()).c_str());
     return 1;
   }
-  for (const Status& s : {CheckRunConfig(args), CheckOutputFiles(args)}) {
+  for (const Status& s : {CheckStrategiesConvert(args, *in), CheckRunConfig(args), CheckOutputFiles(args)}) {
     if (!s.ok()) {
       std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
       return 1;

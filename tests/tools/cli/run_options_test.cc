@@ -57,6 +57,13 @@ TEST(RunOptionsTest, BadValuesAreNamedWithoutStatusCodes) {
   ExpectRefusedBeforeLaunch({"--strategy", "fastest"}, "ferry run: --strategy: unknown strategy 'fastest'");
 }
 
+TEST(RunOptionsTest, ConvertingWeightsWithTheBaselineIsRefused) {
+  for (const char* strategy : {"gather-broadcast", "both"}) {
+    ExpectRefusedBeforeLaunch({"--dst-dtype", "fp8_e4m3", "--strategy", strategy},
+                              "--dst-dtype fp8_e4m3: the gather-and-broadcast baseline does not convert dtypes");
+  }
+}
+
 TEST(RunOptionsTest, OptionsEveryRankWouldRefuseAreRefusedOnce) {
   ExpectRefusedBeforeLaunch({"--set", "executor.copy_threads=1000"},
                             "option 'executor.copy_threads' is 1000; it must be at most 256");
