@@ -231,10 +231,14 @@ Result<RefitStats> Refit::RunRest(Deadline deadline) {
   const auto start = std::chrono::steady_clock::now();
   FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_, false, nullptr));
   Communicator& comm = session_.communicator();
+  // Keys count the calls of this epoch: a replacement, whose Refit is new, joins the count there.
+  if (rest_epoch_ != comm.epoch()) rest_calls_ = 0;
+  rest_epoch_ = comm.epoch();
   const std::string key = "ferry/refit-rest/e" + std::to_string(comm.epoch()) + "/c" +
-                          std::to_string(++rest_runs_) + "/r";
+                          std::to_string(++rest_calls_) + "/r";
   const std::vector<int> mine = CompleteDestinationTensors();
-  FERRY_RETURN_IF_ERROR(session_.store().Set(key + std::to_string(comm.rank()), EncodeTensorList(mine), deadline));
+  FERRY_RETURN_IF_ERROR(
+      session_.store().Set(key + std::to_string(comm.rank()), EncodeTensorList(mine), deadline));
   const int num_tensors = static_cast<int>(destination.tensors.size());
   std::vector<std::vector<int>> complete(static_cast<size_t>(comm.size()));
   for (int r = 0; r < comm.size(); ++r) {

@@ -173,7 +173,8 @@ class Refit {
   std::shared_ptr<const RefitPlan> last_plan_;  // of the last Run or RunRest; null before any
   std::vector<int> last_completed_ops_;         // its plan op ids that completed on this rank
   std::vector<int> carried_complete_;           // tensors a RunRest's plan left out: complete
-  int rest_runs_ = 0;                           // RunRest calls, for their store keys
+  uint64_t rest_epoch_ = 0;                     // the epoch of the last RunRest
+  int rest_calls_ = 0;                          // RunRest calls in that epoch (store keys)
   mutable std::optional<DestinationWriters> writers_;  // of last_plan_, made when first asked
 };
 
