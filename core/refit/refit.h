@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "core/layout/topology.h"
 #include "core/plan/plan.h"
 #include "core/plan/stats.h"
+#include "core/refit/complete_tensors.h"
 #include "core/runtime/executor.h"
 #include "core/runtime/session.h"
 #include "planner/planner.h"
@@ -126,6 +128,24 @@ class Refit {
   // The deadline the first Run form uses, from now: the config's deadline.refit.
   Deadline DefaultDeadline() const { return Deadline::AfterSeconds(refit_seconds_); }
 
+  // After a Run: the destination tensors (indices into the plan's destination layout, ascending)
+  // of which this rank holds fragments and whose every fragment here that Run wrote whole. After
+  // a failed Run these hold the new weights and the rest may hold old, new or partly written
+  // bytes; after a successful Run, every tensor this rank holds; before any Run, none. Reads the
+  // plan on its first call after a Run (core/refit/complete_tensors.h): call it after a failure,
+  // not every step.
+  std::vector<int> CompleteDestinationTensors() const;
+
+  // Collective (every rank calls it), after a failed Run and the communicator's Recreate: moves
+  // only what is missing. The ranks exchange their CompleteDestinationTensors through the store,
+  // plan the refit again without those (rank, tensor) fragments, and run that plan on the
+  // registered buffers: the sources must still hold what the failed Run read. Planning happens
+  // here, once per call (a failure path, not every step). Afterwards CompleteDestinationTensors
+  // counts both the tensors left out and what this run wrote; a RunRest that fails may be
+  // followed by another. Refused for destinations with block-scaled (fp8_block) buffers, whose
+  // values and scales are written together: run the whole refit.
+  Result<RefitStats> RunRest(Deadline deadline);
+
   const RefitPlan& plan() const { return *plan_; }
 
  private:
@@ -144,6 +164,18 @@ class Refit {
   std::vector<int> own_sources_, own_destinations_;  // this rank's buffers (Run checks them)
   std::array<int64_t, 3> bytes_by_link_{};
   double refit_seconds_ = 0;
+  // Bytes `rank`'s ops of `plan` move out of it, by link class: Copy and Convert ops (same_rank)
+  // and sends by their link.
+  static std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank);
+  // Runs `plan` (plan_, or a RunRest plan) on the registered memory, recording what completed.
+  Result<RefitStats> RunPlan(const std::shared_ptr<const RefitPlan>& plan, Deadline deadline);
+
+  std::shared_ptr<const RefitPlan> last_plan_;  // of the last Run or RunRest; null before any
+  std::vector<int> last_completed_ops_;         // its plan op ids that completed on this rank
+  std::vector<int> carried_complete_;           // tensors a RunRest's plan left out: complete
+  uint64_t rest_epoch_ = 0;                     // the epoch of the last RunRest
+  int rest_calls_ = 0;                          // RunRest calls in that epoch (store keys)
+  mutable std::optional<DestinationWriters> writers_;  // of last_plan_, made when first asked
 };
 
 }  // namespace ferry

@@ -78,6 +78,7 @@ Result<ExecutorStats> Executor::Run(const TransferPlan& plan, const RankMemory& 
   });
   Result<ExecutorStats> result = run.Execute();
   watchdog_.Disarm();
+  last_completed_ops_ = run.TakeCompletedOps();
   if (!options_.trace_dir.empty()) WriteTrace();
   return result;
 }

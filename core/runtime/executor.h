@@ -105,6 +105,11 @@ class Executor {
   // so that peers waiting for this rank fail at once, naming it; Recreate before the next Run.
   Result<ExecutorStats> Run(const TransferPlan& plan, const RankMemory& memory, Deadline deadline);
 
+  // The plan ids of this rank's ops that completed in the last Run, failed or not (every one of
+  // them after a successful Run): an op that wrote destination memory completed only once its
+  // bytes were there. Empty before the first Run.
+  const std::vector<int>& LastRunCompletedOps() const { return last_completed_ops_; }
+
   // Releases the transport registrations kept across runs (the staging arena's always; user
   // buffers' when executor.cache_registrations is on), and with the latter the CUDA IPC exports
   // of source buffers. Call it before freeing or reallocating a buffer that was used in a Run, if
@@ -132,6 +137,7 @@ class Executor {
   RunWatchdog watchdog_;                    // aborts comm_ when a run's thread hangs past its deadline
   RunTrace trace_;                          // the last run's timeline, when executor.trace_dir is set
   int64_t traced_runs_ = 0;
+  std::vector<int> last_completed_ops_;
 
   void WriteTrace();
 };

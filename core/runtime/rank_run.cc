@@ -313,6 +313,7 @@ void RankRun::MakeReady(int i) {
 void RankRun::Complete(int i) {
   TraceOp(i);
   ++completed_;
+  completed_ids_.push_back(ids_[i]);
   for (int slot : slots_of_[i]) {
     if (--slot_uses_[slot] == 0) placement_.Release(slot);
   }

@@ -98,6 +98,8 @@ class RankRun {
 
   // Runs this rank's ops; see Executor::Run for the contract. Call once.
   Result<ExecutorStats> Execute();
+  // The plan ids of the ops that completed, in completion order (after Execute, failed or not).
+  std::vector<int> TakeCompletedOps() { return std::move(completed_ids_); }
 
  private:
   // The set-up phase, in order; a failure leaves nothing registered for this run. Execute aborts
@@ -287,6 +289,7 @@ class RankRun {
   std::map<std::pair<Transport*, RequestId>, int> request_op_;
   std::map<Transport*, int> pending_per_transport_;
   int in_flight_ = 0, copies_running_ = 0, completed_ = 0;
+  std::vector<int> completed_ids_;  // plan ids, as ops complete
   Status failure_;
   std::array<Completion, 64> completions_;
 };

@@ -7,6 +7,7 @@ it into Python; the lists it returns are snapshots. Thread-safe to read.
 from __future__ import annotations
 
 import operator
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -66,14 +67,16 @@ class Layout:
         self._impl = impl
 
     @staticmethod
-    def preset(model: str, framework: str, scale: str | float | None = None,
+    def preset(model: str | os.PathLike[str], framework: str, scale: str | float | None = None,
                first_rank: int = 0) -> "Layout":
-        """A model preset under a framework spec, on ranks first_rank.. (as `ferry layout`):
-        "megatron:tp=2,pp=2" is a trainer (source) side, "vllm:tp=1,dp=2" an inference
-        (destination) side. `scale` shrinks the wide dims ("1/64" or 1/64)."""
+        """A model under a framework spec, on ranks first_rank.. (as `ferry layout`): `model` is
+        a preset name or a Hugging Face config.json (a path to the file, or to the directory
+        holding it); "megatron:tp=2,pp=2" is a trainer (source) side, "vllm:tp=1,dp=2" an
+        inference (destination) side. `scale` shrinks the wide dims ("1/64" or 1/64)."""
         text = "" if scale is None else (scale if isinstance(scale, str) else repr(float(scale)))
-        return Layout(_ferry.Layout.preset(_text("model", model), _text("framework", framework),
-                                           text, _rank("first_rank", first_rank)))
+        return Layout(_ferry.Layout.preset(_text("model", os.fspath(model)),
+                                           _text("framework", framework), text,
+                                           _rank("first_rank", first_rank)))
 
     @staticmethod
     def load(path: str) -> "Layout":

@@ -186,6 +186,25 @@ class Refit:
         seconds = 0.0 if timeout is None else _seconds("timeout", timeout)
         return Stats(**self._impl.run(seconds, _stream_handle(stream)))
 
+    def complete_tensors(self) -> list[str]:
+        """After run(): the names of the destination tensors this rank holds whose every
+        fragment here that run wrote whole. After a failed run these hold the new weights and
+        the others may hold old, new or partly written values (reload or refit them); after a
+        successful run, every destination tensor of this rank; before any run, none. Each rank
+        answers for its own fragments: a tensor sharded over ranks is whole where every one of
+        them lists it."""
+        return list(self._impl.complete_tensors())
+
+    def run_rest(self, timeout: float | None = None) -> Stats:
+        """After a failed run() and session.recreate(), on every rank: moves only what the
+        failed run did not write whole. The ranks exchange their complete_tensors() through the
+        store, plan the refit again without them (planning here, once per call) and run that on
+        the registered arrays, whose sources must still hold what the failed run read. Then
+        complete_tensors() lists every destination tensor of the rank again. Raises FerryError
+        as run() does (call recreate() and run_rest() again), and for destinations with
+        block-scaled (fp8_block) buffers, which need the whole refit."""
+        return Stats(**self._impl.run_rest(timeout or 0.0))
+
     def _check_one_device(self, name: str, side: str, device: int) -> None:
         """One executor drives one CUDA device: a rank's CUDA arrays must share it."""
         for (other_side, other), (_, memory) in self._arrays.items():

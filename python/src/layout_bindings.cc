@@ -11,6 +11,7 @@
 #include "python/src/bindings.h"
 #include "python/src/layout_handle.h"
 #include "tools/models/framework_layouts.h"
+#include "tools/models/hf_config.h"
 
 namespace py = pybind11;
 
@@ -33,7 +34,7 @@ TensorSpec Spec(const std::string& name, const std::vector<int64_t>& shape,
 LayoutHandle Preset(const std::string& model, const std::string& framework,
                     const std::string& scale, int first_rank) {
   double factor = scale.empty() ? 1.0 : Unwrap(models::ParseScale(scale));
-  models::ModelPreset preset = Unwrap(models::MakePreset(model, factor));
+  models::ModelPreset preset = Unwrap(models::MakeModel(model, factor));
   models::FrameworkSpec spec = Unwrap(models::ParseFrameworkSpec(framework));
   return LayoutHandle(Unwrap(models::BuildFrameworkLayout(preset, spec, first_rank)));
 }

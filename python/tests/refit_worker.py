@@ -2,8 +2,9 @@
 TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
 (Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays, CPU torch tensors
 or CUDA torch tensors (every rank on device 0), runs the refit for several steps and checks every
-destination element against the value the source held, and prints the bytes read directly from
-peers and sent. Exits 0 when all match.
+destination element against the value the source held and that every tensor the rank holds is
+reported complete, and prints the bytes read directly from peers and sent. Exits 0 when all
+match.
 
     refit_worker.py SCENARIO BACKEND RANK PORT [external]
     SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch | cuda; `external`: the store at PORT is served
@@ -124,8 +125,19 @@ def main() -> int:
                 print(f"rank {rank} step {step}: {mapped} peer CUDA mappings with {backend} buffers "
                       f"and {stats.bytes_read_direct} bytes read directly", file=sys.stderr)
                 return 1
+            held = sorted({f.tensor for f in dst.fragments(rank)})
+            if sorted(refit.complete_tensors()) != held:
+                print(f"rank {rank} step {step}: complete tensors {refit.complete_tensors()}, "
+                      f"holds {held}", file=sys.stderr)
+                return 1
             print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s, "
                   f"{stats.bytes_read_direct} bytes read directly, {stats.bytes_sent} sent")
+        # Nothing is missing after a successful run: run_rest() moves no byte.
+        rest = refit.run_rest(timeout=30)
+        moved = rest.bytes_received + rest.bytes_read_direct + rest.bytes_sent
+        if moved or sorted(refit.complete_tensors()) != held:
+            print(f"rank {rank}: run_rest after a success moved {moved} bytes", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -1,5 +1,7 @@
 """ferry.Layout: presets, files, shard lists and DTensors, read back and validated."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,29 @@ def test_preset_names_source_and_destination_sides():
     assert any(b.name.endswith("qkv_proj.weight") for b in dst.buffers(2))
     q = next(t for t in src.tensors if t.name == "model.layers.0.self_attn.q_proj.weight")
     assert q.shape == (64, 64) and q.dtype == "bf16"
+
+
+def test_preset_from_a_hugging_face_config(tmp_path):
+    # A Qwen3 (dense, q/k norms) config.json as the hub publishes them, with small dims.
+    config = {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "intermediate_size": 128, "vocab_size": 256, "tie_word_embeddings": False,
+              "attention_bias": False, "torch_dtype": "bfloat16"}
+    (tmp_path / "tiny-qwen3").mkdir()
+    (tmp_path / "tiny-qwen3" / "config.json").write_text(json.dumps(config))
+    src = ferry.Layout.preset(tmp_path / "tiny-qwen3", "megatron:tp=2")
+    dst = ferry.Layout.preset(str(tmp_path / "tiny-qwen3" / "config.json"), "vllm:tp=2",
+                              first_rank=2)
+    shapes = {t.name: t.shape for t in dst.tensors}
+    assert shapes["model.layers.1.self_attn.k_proj.weight"] == (32, 64)
+    assert shapes["model.layers.1.self_attn.q_norm.weight"] == (16,)
+    assert len(shapes) == 1 + 2 * 11 + 2  # embed; 11 tensors a layer; final norm and lm_head
+    assert {t.name for t in src.tensors} == set(shapes)
+    assert any(b.name.endswith("qkv_proj.weight") for b in dst.buffers(2))
+    config["model_type"] = "qwen2"
+    (tmp_path / "qwen2.json").write_text(json.dumps(config))
+    with pytest.raises(ferry.FerryError, match="model_type 'qwen2'"):
+        ferry.Layout.preset(tmp_path / "qwen2.json", "vllm:tp=2")
 
 
 def test_preset_errors_name_the_argument():

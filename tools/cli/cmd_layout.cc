@@ -15,6 +15,7 @@
 #include "tools/models/framework_layouts.h"
 #include "tools/models/layout_explain.h"
 #include "tools/models/layout_summary.h"
+#include "tools/models/hf_config.h"
 #include "tools/models/presets.h"
 
 namespace ferry::cli {
@@ -71,7 +72,7 @@ int BuildAndSummarize(const LayoutOptions& o) {
   }
   Result<double> scale = models::ParseScale(o.scale);
   if (!scale.ok()) return Fail(scale.status());
-  Result<models::ModelPreset> preset = models::MakePreset(o.model, *scale);
+  Result<models::ModelPreset> preset = models::MakeModel(o.model, *scale);
   if (!preset.ok()) return Fail(preset.status());
   Result<models::FrameworkSpec> spec = models::ParseFrameworkSpec(o.framework);
   if (!spec.ok()) return Fail(spec.status());
@@ -126,6 +127,7 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
       "a layout file");
   std::string models_help = "model preset:";
   for (const std::string& name : models::PresetNames()) models_help += " " + name;
+  models_help += "; or a Hugging Face config.json, or the directory holding it";
   CLI::Option* model = cmd->add_option("--model", options->model, models_help);
   CLI::Option* framework = cmd->add_option("--framework", options->framework,
                   "framework spec, e.g. megatron:tp=2,pp=4,first=23,last=23,ep=16 or "

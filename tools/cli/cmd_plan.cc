@@ -250,7 +250,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
     std::string names;
     for (const std::string& n : models::PresetNames()) names += (names.empty() ? "" : ", ") + n;
     return names;
-  }() + ")");
+  }() + ") or a Hugging Face config.json, or the directory holding it");
   cmd->add_option("--scale", *scale, "Shrink the preset's wide dims by this factor (0, 1], e.g. 1/64");
   cmd->add_option("--src", args->source_spec, "Source framework, e.g. megatron:pp=16,ep=16,first=3,last=2");
   cmd->add_option("--dst", args->destination_spec, "Destination framework, e.g. vllm:tp=32,ep=32,engines=8");

@@ -338,7 +338,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "run", "a real refit on host memory (CUDA memory with --memory cuda): one process per rank "
              "here (or one rank under torchrun/mpirun/srun), its sources filled with a deterministic "
              "pattern that --verify checks in every destination");
-  run->add_option("--model", args->model, "model preset (ferry layout --list-models)");
+  run->add_option("--model", args->model,
+                  "model preset (ferry layout --list-models) or a Hugging Face config.json, or its "
+                  "directory");
   run->add_option("--scale", args->scale, "shrink the preset's wide dims, e.g. 1/64");
   run->add_option("--src", args->source_spec, "source framework spec, e.g. megatron:tp=2,ep=2");
   run->add_option("--dst", args->destination_spec, "destination spec, e.g. vllm:tp=2,dp=2");

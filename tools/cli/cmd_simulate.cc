@@ -19,7 +19,9 @@
 #include "planner/planner.h"
 #include "tools/cli/cli_config.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/progress_reporter.h"
 #include "tools/models/framework_layouts.h"
+#include "tools/models/hf_config.h"
 #include "tools/models/presets.h"
 #include "tools/sim/cluster.h"
 #include "tools/sim/lower_bound.h"
@@ -57,6 +59,9 @@ struct SimulateArgs {
   // Resolved from the config's executor.direct_intra_node: ferry's plan carries same-node
   // messages as direct reads, as `ferry run` would.
   bool direct_reads = false;
+  // Seconds between progress lines on stderr while a stage (planning, simulating) runs; a stage
+  // shorter than that prints none. 0: no progress lines.
+  double progress_seconds = 5;
 };
 
 struct StrategyRun {
@@ -102,8 +107,10 @@ struct RefitLayoutPair {
 // `strategy`'s plan of the layouts with the config's planner options, as RefitPlan::Make makes it
 // (without keeping the layouts); the planner's wall time in `seconds`.
 Result<PlanResult> PlanFor(Strategy strategy, const RefitLayoutPair& layouts,
-                           const Topology& topology, const Config& config, double* seconds) {
+                           const Topology& topology, const Config& config,
+                           ProgressReporter& progress, double* seconds) {
   FERRY_ASSIGN_OR_RETURN(PlannerOptions options, PlannerOptions::FromConfig(config));
+  progress.Begin("planning " + std::string(StrategyName(strategy)));
   const auto t0 = std::chrono::steady_clock::now();
   Result<PlanResult> planned =
       MakePlan(strategy, *layouts.source, *layouts.destination, topology, options);
@@ -125,6 +132,20 @@ sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
   return options;
 }
 
+// Simulates `plan`, reporting where it is to `progress` as the stage `what`.
+Result<sim::SimResult> SimulateWithProgress(const TransferPlan& plan,
+                                            const sim::ClusterSpec& cluster,
+                                            const sim::RankMapping& mapping,
+                                            sim::SimOptions options, const std::string& what,
+                                            ProgressReporter& progress) {
+  sim::SimProgress where;
+  options.progress = &where;
+  progress.Begin(what, &where);
+  Result<sim::SimResult> simulated = sim::Simulate(plan, cluster, mapping, options);
+  progress.End();
+  return simulated;
+}
+
 // Plans `strategy` and simulates its plan, which lives for the call only; releases the layouts
 // after planning when `last_plan` (no later plan reads them). The plan's network demand goes to
 // `demand` when not null.
@@ -132,16 +153,17 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, RefitLayoutPair& layouts,
                                     const Topology& topology, const Config& config,
                                     const sim::ClusterSpec& cluster,
                                     const sim::RankMapping& mapping, const sim::SimOptions& options,
-                                    NetworkDemand* demand) {
+                                    ProgressReporter& progress, NetworkDemand* demand) {
   StrategyRun run;
   run.name = std::string(StrategyName(strategy));
   FERRY_ASSIGN_OR_RETURN(const PlanResult planned,
-                         PlanFor(strategy, layouts, topology, config, &run.plan_seconds));
+                         PlanFor(strategy, layouts, topology, config, progress, &run.plan_seconds));
   if (last_plan) layouts.Release();
   if (demand != nullptr) *demand = planned.demand;
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
-  Result<sim::SimResult> simulated = sim::Simulate(planned.plan, cluster, mapping, options);
+  Result<sim::SimResult> simulated = SimulateWithProgress(planned.plan, cluster, mapping, options,
+                                                          "simulating " + run.name, progress);
   if (!simulated.ok()) return simulated.status().WithContext("simulating " + run.name);
   run.sim_seconds = Since(t0);
   run.sim_cpu_seconds = ThreadCpuSeconds() - cpu0;
@@ -152,15 +174,17 @@ Result<StrategyRun> PlanAndSimulate(Strategy strategy, RefitLayoutPair& layouts,
 
 Status WriteReports(const SimulateArgs& args, const RefitLayoutPair& layouts,
                     const Topology& topology, const Config& config,
-                    const sim::ClusterSpec& cluster, const sim::RankMapping& mapping) {
+                    const sim::ClusterSpec& cluster, const sim::RankMapping& mapping,
+                    ProgressReporter& progress) {
   double seconds = 0;
   FERRY_ASSIGN_OR_RETURN(const PlanResult planned,
-                         PlanFor(Strategy::kReshard, layouts, topology, config, &seconds));
+                         PlanFor(Strategy::kReshard, layouts, topology, config, progress, &seconds));
   sim::SimOptions options = SimulatorOptions(args);
   options.record_op_times = !args.trace_path.empty();
   options.record_ingress = !args.svg_path.empty();
   FERRY_ASSIGN_OR_RETURN(sim::SimResult r,
-                         sim::Simulate(planned.plan, cluster, mapping, options));
+                         SimulateWithProgress(planned.plan, cluster, mapping, options,
+                                              "simulating reshard for the trace/SVG", progress));
   if (!args.trace_path.empty()) {
     FERRY_ASSIGN_OR_RETURN(std::string json, sim::ChromeTraceJson(planned.plan, r));
     FERRY_RETURN_IF_ERROR(sim::WriteTextFile(args.trace_path, json));
@@ -265,7 +289,7 @@ void PrintInputs(const models::ModelPreset& preset, const models::RefitLayouts& 
 
 Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
-  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::PresetConfig(args.model));
+  FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::ResolveModelConfig(args.model));
   FERRY_ASSIGN_OR_RETURN(config, models::ScaleConfig(config, scale));
   if (!args.dtype.empty()) {
     // Weights stored in another dtype (e.g. FP8 inference weights); fp32 tensors stay fp32.
@@ -291,9 +315,15 @@ Status RunSimulate(const SimulateArgs& args) {
                           std::make_unique<const Layout>(std::move(refit.destination))};
 
   PrintInputs(preset, refit, cluster, args.colocated);
+  std::fflush(stdout);  // before any progress line on stderr
+  ProgressReporter progress(
+      "ferry simulate", std::cerr,
+      std::chrono::milliseconds(static_cast<int64_t>(args.progress_seconds * 1000)));
 
+  progress.Begin("computing the lower bound");
   FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
                          sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
+  progress.End();
   // Its scratch, lists of boxes per node and per GPU, would otherwise stay resident beside the
   // planner's and then the simulator's memory.
   ReleaseFreeHeap();
@@ -303,7 +333,7 @@ Status RunSimulate(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(
       StrategyRun reshard,
       PlanAndSimulate(Strategy::kReshard, layouts, args.no_baseline && !reports, topology, options,
-                      cluster, mapping, SimulatorOptions(resolved), &demand));
+                      cluster, mapping, SimulatorOptions(resolved), progress, &demand));
   StrategyRun baseline;
   baseline.name = "gather-broadcast (skipped)";
   if (!args.no_baseline) {
@@ -314,7 +344,8 @@ Status RunSimulate(const SimulateArgs& args) {
     baseline_options.direct_reads = false;  // NCCL's broadcast stages every bucket
     FERRY_ASSIGN_OR_RETURN(baseline,
                            PlanAndSimulate(Strategy::kGatherBroadcast, layouts, !reports, topology,
-                                           options, cluster, mapping, baseline_options, nullptr));
+                                           options, cluster, mapping, baseline_options, progress,
+                                           nullptr));
   }
   ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
   double lower = bound.seconds;
@@ -326,7 +357,8 @@ Status RunSimulate(const SimulateArgs& args) {
 
   PrintComparison(reshard, baseline, lower, limit, bound.total_network_bytes);
   if (reports) {
-    FERRY_RETURN_IF_ERROR(WriteReports(resolved, layouts, topology, options, cluster, mapping));
+    FERRY_RETURN_IF_ERROR(
+        WriteReports(resolved, layouts, topology, options, cluster, mapping, progress));
   }
   return Status::Ok();
 }
@@ -339,7 +371,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       "simulate",
       "Predict refit time on a cluster model: ferry's reshard plan vs gather-and-broadcast vs the "
       "lower bound");
-  cmd->add_option("--model", args->model, "model preset (deepseek-v3, qwen3-235b-a22b, ...)")
+  cmd->add_option("--model", args->model, "model preset (deepseek-v3, qwen3-235b-a22b, ...) or a Hugging Face config.json, or its "
+                  "directory")
       ->capture_default_str();
   cmd->add_option("--scale", args->scale, "shrink the model's wide dims, e.g. 1/64")
       ->capture_default_str();
@@ -376,6 +409,11 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "simulator: fraction of a link's capacity that may stay idle between rate "
                   "recomputations (0: recompute every link an event touches)")
       ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
+  cmd->add_option("--progress", args->progress_seconds,
+                  "seconds between progress lines on stderr while planning or simulating takes "
+                  "longer than that (0: none)")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   cmd->callback([args, exit_code]() {
     Status s = RunSimulate(*args);

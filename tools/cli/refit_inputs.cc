@@ -12,6 +12,7 @@
 #include "core/layout/validate.h"
 #include "tools/models/framework_layouts.h"
 #include "planner/conversion.h"
+#include "tools/models/hf_config.h"
 #include "tools/models/presets.h"
 
 namespace ferry::cli {
@@ -27,7 +28,7 @@ Result<RefitInputs> PresetInputs(const RefitSourceArgs& args) {
     return InvalidArgument("--model needs both --src and --dst framework specs, e.g. --src "
                            "megatron:pp=16,ep=16,first=3,last=2 --dst vllm:tp=32,ep=32,engines=8");
   }
-  Result<models::ModelPreset> preset = models::MakePreset(args.model, args.scale);
+  Result<models::ModelPreset> preset = models::MakeModel(args.model, args.scale);
   if (!preset.ok()) return preset.status().WithContext("--model " + args.model);
   Result<models::FrameworkSpec> src = models::ParseFrameworkSpec(args.source_spec);
   if (!src.ok()) return src.status().WithContext("--src " + args.source_spec);

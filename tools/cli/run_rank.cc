@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <unistd.h>
@@ -179,6 +180,18 @@ Status RegisterBuffers(Refit& refit, const RankContext& c) {
   return Status::Ok();
 }
 
+// After a failed Run: how many of the destination tensors this rank holds it wrote whole
+// (Refit::CompleteDestinationTensors), for the error; empty on a rank that holds none.
+std::string CompleteTensorsNote(const Refit& refit, int rank) {
+  std::set<int> held;
+  for (const Fragment& f : refit.plan().destination().fragments) {
+    if (f.loc.rank == rank) held.insert(f.tensor);
+  }
+  if (held.empty()) return "";
+  return " (" + std::to_string(refit.CompleteDestinationTensors().size()) + " of its " +
+         std::to_string(held.size()) + " destination tensors complete)";
+}
+
 // One refit of `variant` on every rank, started at an instant all agree on; rank 0 gets the
 // aggregate and adapts its margin to it.
 Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Refit& refit, const std::string& key,
@@ -198,7 +211,10 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
     sample.start_ns = WallNanos();
     Result<RefitStats> stats = refit.Run();
     sample.end_ns = WallNanos();
-    if (!stats.ok()) return stats.status().WithContext("rank " + std::to_string(c.rank) + ": " + what);
+    if (!stats.ok()) {
+      return stats.status().WithContext("rank " + std::to_string(c.rank) + ": " + what +
+                                        CompleteTensorsNote(refit, c.rank));
+    }
     sample.bytes_sent = stats->executor.bytes_sent;
     sample.bytes_copied = stats->executor.bytes_copied;
     sample.bytes_read_direct = stats->executor.bytes_read_direct;

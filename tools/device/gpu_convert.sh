@@ -14,15 +14,8 @@
 set -u
 BIN=$(cd "${1:?usage: gpu_convert.sh BIN_DIR [SCALE]}" && pwd)
 SCALE=${2:-1/16}
-LOG=${OUT:-/tmp/gpu_convert}
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0
-if ldd "$BIN/ferry" | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-FAILED=0
+. "$(dirname "$0")/prelude.sh"
+device_setup gpu_convert || exit 1
 timeout 120 "$BIN/batched_convert_test" 2>&1 | tee "$LOG/batched_convert_test.log" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) '
 [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
 for dtype in fp8_e4m3 fp32 ""; do

@@ -17,15 +17,8 @@
 set -u
 BIN=$(cd "${1:?usage: gpu_fp8block.sh BIN_DIR [LIB_DIR]}" && pwd)
 LIB=${2:-$BIN/lib}
-LOG=${OUT:-/tmp/gpu_fp8block}
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0
-if ldd "$BIN/ferry" | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-FAILED=0
+. "$(dirname "$0")/prelude.sh"
+device_setup gpu_fp8block "$LIB" || exit 1
 for t in block_quantize_test fp8_block_test fp8_packed_scales_test; do
   timeout 120 "$BIN/$t" 2>&1 | tee "$LOG/$t.log" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) '
   [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1

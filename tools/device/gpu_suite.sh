@@ -17,24 +17,9 @@ set -u
 BIN=$(cd "${1:?usage: gpu_suite.sh BIN_DIR [SCALE...]}" && pwd)
 shift
 SCALES=("${@:-1/16}")
-LOG=${OUT:-/tmp/gpu_suite}
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0
-FAILED=0
-ROWS=()
-
-row() { ROWS+=("$(printf '%-58s %s' "$1" "$2")"); }
-
-if ldd "$BIN/ferry" | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "gpu_suite: using carried libraries in $BIN/lib"
-fi
-if ldd "$BIN/ferry" | grep 'not found'; then
-  echo "gpu_suite: ferry cannot start here" >&2
-  exit 1
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+. "$(dirname "$0")/prelude.sh"
+ROW_FORMAT='%-58s %s'
+device_setup gpu_suite || exit 1
 
 # GPU tests (gtest binaries; each skips visibly without a GPU).
 for t in batched_copy_test batched_convert_test block_quantize_test box_checksum_test \
@@ -120,5 +105,5 @@ done
 
 echo
 echo "== gpu_suite: $(head -1 "$LOG/gpu.txt") =="
-printf '%s\n' "${ROWS[@]}" | tee "$LOG/table.txt"
+print_rows
 exit $FAILED

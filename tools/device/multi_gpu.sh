@@ -64,20 +64,12 @@ unpacked() {  # DIR or DIR.tar.xz -> a directory holding it
 }
 [ -n "$UCX" ] && { UCX=$(unpacked "$UCX") || exit 2; }
 [ -n "$M2N" ] && { M2N=$(unpacked "$M2N") || exit 2; }
-LOG=${OUT:-/tmp/multi_gpu}
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0
-FAILED=0
-ROWS=()
-row() { ROWS+=("$(printf '%-66s %s' "$1" "$2")"); }
-
-if ldd "$BIN/ferry" | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+. "$(dirname "$0")/prelude.sh"
+ROW_FORMAT='%-66s %s'
+device_setup multi_gpu || exit 1
 N=$(nvidia-smi -L | grep -c '^GPU')
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
 nvidia-smi topo -m > "$LOG/topo.txt" 2>&1
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ); $N GPU(s)"
+echo "GPUs: $N"
 [ -n "$SCALE" ] || { [ "$N" -ge 2 ] && SCALE=1 || SCALE=1/8; }
 # ferry's NCCL rows use --nccl-library, else the machine's NCCL (not one still being built).
 NCCL_SET=()
@@ -257,5 +249,5 @@ fi
 
 echo
 echo "== multi_gpu: $N x $(head -1 "$LOG/gpu.txt"), scale $SCALE =="
-printf '%s\n' "${ROWS[@]}" | tee "$LOG/table.txt"
+print_rows
 exit $FAILED

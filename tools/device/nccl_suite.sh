@@ -13,14 +13,8 @@
 set -u
 BIN=$(cd "${1:?usage: nccl_suite.sh BIN_DIR [SCALE]}" && pwd)
 SCALE=${2:-1/16}
-LOG=${OUT:-/tmp/nccl_suite}
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0
-FAILED=0
-if ldd "$BIN/ferry" | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+. "$(dirname "$0")/prelude.sh"
+device_setup nccl_suite || exit 1
 
 # The libnccl.so.2 files this machine has: the linker's (ldconfig), the toolkit's, a wheel's.
 LIBS=$( (ldconfig -p | awk '/libnccl\.so\.2 /{print $NF}';

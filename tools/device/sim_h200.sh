@@ -16,18 +16,10 @@
 # when a refit or a simulation failed.
 set -u
 BIN=$(cd "${1:?usage: sim_h200.sh BIN_DIR}" && pwd)
-LOG=${OUT:-/tmp/sim_h200}
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0
-FAILED=0
-ROWS=()
-if ldd "$BIN/ferry" | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$LOG/gpu.txt"
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+. "$(dirname "$0")/prelude.sh"
+ROW_FORMAT='%-52s %10s %10s %10s %6s  %s'
+device_setup sim_h200 || exit 1
 
-row() { ROWS+=("$(printf '%-52s %10s %10s %10s %6s  %s' "$@")"); }
 
 # model scale src dst receivers (the destination's ranks: tp x dp)
 CASES=(
@@ -87,5 +79,5 @@ echo
 echo "== sim_h200: $(head -1 "$LOG/gpu.txt") =="
 printf '%-52s %10s %10s %10s %6s  %s\n' "case (reshard, direct reads)" "measured" "spread" "predicted" \
   "ratio" "(ms; spread: how far apart the ranks started, part of measured)"
-printf '%s\n' "${ROWS[@]}" | tee "$LOG/table.txt"
+print_rows
 exit $FAILED

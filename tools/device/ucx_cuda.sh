@@ -22,21 +22,12 @@ BIN=$(cd "${1:?usage: ucx_cuda.sh BIN_DIR UCX_DIR [SCALE]}" && pwd)
 UCX=$(cd "${2:?usage: ucx_cuda.sh BIN_DIR UCX_DIR [SCALE]}" && pwd)
 SCALE=${3:-1/4}
 [ -d "$UCX/libucx/lib" ] && UCX=$UCX/libucx
-LOG=${OUT:-/tmp/ucx_cuda}
-mkdir -p "$LOG"
-export LD_LIBRARY_PATH="$UCX/lib${BIN:+:$BIN/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$UCX/lib:$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FERRY_REQUIRE_UCX_CUDA=1
-FAILED=0
-ROWS=()
-row() { ROWS+=("$(printf '%-62s %s' "$1" "$2")"); }
-
-if ldd "$BIN/ferry" | grep 'not found'; then
-  echo "ucx_cuda: ferry cannot start here" >&2
-  exit 1
-fi
+. "$(dirname "$0")/prelude.sh"
+ROW_FORMAT='%-62s %s'
+device_setup ucx_cuda || exit 1
 echo "ferry loads: $(ldd "$BIN/ferry" | awk '/libucp/{print $3}')"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
 
 # What this UCX offers for CUDA memory.
 "$UCX/bin/ucx_info" -v > "$LOG/ucx_info_v.txt" 2>&1
@@ -106,5 +97,5 @@ perftest $((64 << 20))
 
 echo
 echo "== ucx_cuda: $(head -1 "$LOG/gpu.txt") =="
-printf '%s\n' "${ROWS[@]}" | tee "$LOG/table.txt"
+print_rows
 exit $FAILED

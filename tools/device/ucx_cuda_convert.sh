@@ -15,8 +15,9 @@ BIN=$(cd "${1:?usage: ucx_cuda_convert.sh BIN_DIR UCX_DIR}" && pwd)
 UCX=$(cd "${2:?usage: ucx_cuda_convert.sh BIN_DIR UCX_DIR}" && pwd)
 [ -d "$UCX/libucx/lib" ] && UCX=$UCX/libucx
 export LD_LIBRARY_PATH="$UCX/lib:$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NCCL_NVLS_ENABLE=0 FERRY_REQUIRE_UCX_CUDA=1
-FAILED=0
+export FERRY_REQUIRE_UCX_CUDA=1
+. "$(dirname "$0")/prelude.sh"
+device_setup ucx_cuda_convert || exit 1
 
 run() {  # label ferry-run-args...
   local label=$1 out rc

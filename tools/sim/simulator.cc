@@ -207,6 +207,12 @@ class Engine {
   void Push(double t, EventType type, int id) {
     events_.push(Event{t, seq_++, type, id});
   }
+  // Publishes ops done and the clock to SimOptions::progress, when set.
+  void PublishProgress(double t) const {
+    if (opt_.progress == nullptr) return;
+    opt_.progress->ops_done.store(ops_done_, std::memory_order_relaxed);
+    opt_.progress->simulated_seconds.store(t, std::memory_order_relaxed);
+  }
   void StartInitialOps();
   void SortStablyByRound(std::vector<int>& ops) const;
   void OnReady(int op, double t);
@@ -292,6 +298,7 @@ class Engine {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   int64_t num_events_ = 0;
+  int64_t ops_done_ = 0;
   int peak_link_classes_ = 0;  // most flow classes active on one link at once
   int64_t num_recomputations_ = 0, num_class_updates_ = 0;  // SimResult's
   // Per link: the active classes whose rate it limited in their last recomputation
@@ -1133,6 +1140,7 @@ void Engine::DepositIngress(int node, double t0, double t1, double bytes) {
 
 void Engine::OnOpDone(int op, double t) {
   times_[op].end = t;
+  ++ops_done_;
   const Op& o = plan_.ops[op];
   if (IsSender(o.kind)) {
     --posted_[o.rank];
@@ -1327,9 +1335,13 @@ Result<SimResult> Engine::Run() {
                              std::to_string(c_.TotalGpus()) + " GPUs");
     }
   }
+  if (opt_.progress != nullptr) opt_.progress->ops_total.store(n, std::memory_order_relaxed);
   StartInitialOps();
+  // How many events pass between two publications of the progress: a few milliseconds' work.
+  constexpr int64_t kProgressEvents = 4096;
+  double now = 0;
   while (!events_.empty() || !finish_heap_.Empty()) {
-    ++num_events_;
+    if (++num_events_ % kProgressEvents == 0) PublishProgress(now);
     if (!finish_heap_.Empty() &&
         (events_.empty() || finish_heap_.TopTime() <= events_.top().t)) {
       const int slot = finish_heap_.Top();
@@ -1338,10 +1350,12 @@ Result<SimResult> Engine::Run() {
       finish_heap_.Remove(slot);
       OnFlowFinish(cid, t);
       FlushUnlessMoreAt(t);
+      now = t;
       continue;
     }
     Event e = events_.top();
     events_.pop();
+    now = e.t;
     switch (e.type) {
       case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
       case EventType::kOpDone: OnOpDone(e.id, e.t); break;
@@ -1366,6 +1380,7 @@ Result<SimResult> Engine::Run() {
   }
   SimResult result;
   for (const OpTime& time : times_) result.total_time = std::max(result.total_time, time.end);
+  PublishProgress(result.total_time);
   result.num_ops = n;
   result.num_messages = num_messages_;
   result.num_events = num_events_;

@@ -37,9 +37,11 @@
 // consumer's weight-loading lane (ClusterSpec::tensor_load_overhead a tensor of each Unpack into
 // destination memory).
 //
-// Simulate() is a pure function of its inputs; it is thread-safe and allocates its own state.
+// Simulate() is a pure function of its inputs; it is thread-safe and allocates its own state. Its
+// one side effect is the progress it publishes, when asked (SimOptions::progress).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +71,18 @@ enum class ResourceKind : uint8_t {
 inline constexpr int kNumResourceKinds = 12;
 std::string_view ResourceKindName(ResourceKind kind);  // "gpu_mem", "nvlink_out", ...
 
+// Where a running simulation is, for a display on another thread (`ferry simulate`'s progress
+// lines): Simulate() sets ops_total at its start and publishes the rest every few thousand events
+// and once at its end (relaxed stores; readers may see a slightly stale but consistent-enough view).
+struct SimProgress {
+  std::atomic<int64_t> ops_total{0};
+  std::atomic<int64_t> ops_done{0};           // ops complete
+  std::atomic<double> simulated_seconds{0};   // the simulated clock
+};
+
 struct SimOptions {
+  // Not owned; when set it must outlive the Simulate() call, which updates it (SimProgress).
+  SimProgress* progress = nullptr;
   bool record_op_times = false;  // fill SimResult::op_times (needed for a Chrome trace)
   bool record_ingress = false;   // fill SimResult::ingress (needed for the SVG)
   int ingress_buckets = 256;     // time buckets of the ingress series

@@ -104,6 +104,19 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
             1);
 }
 
+// --model takes a Hugging Face config.json's directory: Llama-3.2-1B, not a preset, ties its
+// embeddings, so vLLM holds no lm_head: 1 embedding + 16 layers x 9 + the final norm = 146.
+TEST(CmdLayoutTest, BuildsAModelFromItsHuggingFaceConfig) {
+  std::string out;
+  ASSERT_EQ(RunCli({"layout", "--model", "tests/tools/models/testdata/hf/Llama-3.2-1B",
+                    "--framework", "vllm:tp=2", "--check"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("model: Llama-3.2-1B\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("tensors: 146\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("validation: ok"), std::string::npos) << out;
+}
+
 TEST(CmdLayoutTest, ExplainsAHybridModelsPipelineAndBuffers) {
   // nemotron-h-8b's pattern in four '|' segments of 13, 14, 15 and 10 layers over pp 2: layer 26
   // ends the second segment, chunk 0 of pipeline rank 1 (ranks 2 and 3 with tp 2), and sits in

@@ -2,7 +2,8 @@
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
 // size the planner cannot use, refused naming the option, the window taken from
 // executor.max_in_flight as `ferry run` would, the simulator's --rate-slack, a skipped baseline
-// reported as skipped, and the trace and SVG, whose plan is made after the layouts' other plans.
+// reported as skipped, progress lines on stderr, and the trace and SVG, whose plan is made after
+// the layouts' other plans.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,6 +107,27 @@ TEST(SimulateCommand, RateSlackIsAFractionOfALink) {
   testing::internal::GetCapturedStdout();
   testing::internal::GetCapturedStderr();
   EXPECT_NE(code, 0);
+}
+
+// --progress S prints a line on stderr every S seconds of a stage (planning takes more than a
+// millisecond here), never on stdout; the default of 5 s keeps this small refit quiet.
+TEST(SimulateCommand, ProgressLinesGoToStderrForLongStagesOnly) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  int code = RunCli(SmallRefit({"--progress", "0.001"}));
+  std::string out = testing::internal::GetCapturedStdout();
+  std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(code, 0) << out << err;
+  EXPECT_NE(err.find("ferry simulate: planning reshard: "), std::string::npos) << err;
+  EXPECT_EQ(out.find("ferry simulate:"), std::string::npos) << out;
+
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  code = RunCli(SmallRefit({}));
+  out = testing::internal::GetCapturedStdout();
+  err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(code, 0) << out << err;
+  EXPECT_EQ(err, "");
 }
 
 // Bytes in the file at `path`, or -1 when it cannot be read.

@@ -3,7 +3,7 @@
 // ranks sharing their node's copy rate and message costs), a chain of
 // dependent ops, fan-out, store-and-forward relays, rendezvous of Send/Recv, host staging, the
 // rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
-// saves), the critical path, and rejection of malformed plans.
+// saves), the critical path, the progress published at the end, and rejection of malformed plans.
 #include "tools/sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -122,6 +122,25 @@ TEST(SimulatorTest, MessagesBetweenRanksOfOneGpuShareItsMemory) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NEAR(r->total_time, 0.02, 1e-9);
   EXPECT_DOUBLE_EQ(r->network_bytes, 0);
+}
+
+// SimOptions::progress ends where the run ends: every op done, the clock at the predicted time.
+// A chain of 9000 ops (more events than one publication interval): Copy 1 ms each on one GPU.
+TEST(SimulatorTest, ProgressEndsWithEveryOpDoneAtThePredictedTime) {
+  PlanBuilder b(1);
+  int previous = -1;
+  for (int i = 0; i < 9000; ++i) {
+    previous = b.Local(OpKind::kCopy, 0, 100'000'000,
+                       previous < 0 ? std::vector<int>{} : std::vector<int>{previous});
+  }
+  SimProgress progress;
+  SimOptions options;
+  options.progress = &progress;
+  const SimResult r = SimulatePlan(b.plan(), TestCluster(), options);
+  EXPECT_NEAR(r.total_time, 9.0, 1e-6);
+  EXPECT_EQ(progress.ops_total.load(), 9000);
+  EXPECT_EQ(progress.ops_done.load(), 9000);
+  EXPECT_DOUBLE_EQ(progress.simulated_seconds.load(), r.total_time);
 }
 
 // Direct reads (SimOptions::direct_reads, core/runtime/direct_read.h): the receiver copies a

@@ -1,0 +1,117 @@
+"""Framework specs from the frameworks' own configuration objects, so that a trainer or an engine
+describes its layout with the values it actually runs with instead of a hand-written string.
+
+`megatron_spec` reads Megatron-Core's TransformerConfig (which carries ModelParallelConfig's
+fields) and, optionally, its DistributedDataParallelConfig: the field names are Megatron-Core's
+(megatron/core/model_parallel_config.py, megatron/core/transformer/transformer_config.py,
+megatron/core/distributed/distributed_data_parallel_config.py). `vllm_spec` reads vLLM's
+ParallelConfig (vllm/config/parallel.py). Both work on any object with those attributes (a
+SimpleNamespace in a test, Megatron-Bridge's providers, NeMo RL's configs) and import neither
+framework. The strings are what `Layout.preset` and the CLI's --src/--dst take (the keys:
+tools/models/framework_spec.h).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _int(config: Any, field: str, default: int | None) -> int | None:
+    """`config.field` as an int, `default` when it is missing or None; anything else that is not
+    a whole number is refused naming the field."""
+    value = getattr(config, field, None)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{field} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _experts(config: Any) -> str:
+    """Megatron-Core's expert module (tools/models/megatron_expert_storage.h): SequentialMLP
+    without moe_grouped_gemm; TEGroupedMLP with it; one weight per layer with
+    moe_single_grouped_weight; GroupedMLP with moe_use_legacy_grouped_gemm."""
+    if not getattr(config, "moe_grouped_gemm", False):
+        return "sequential"
+    if getattr(config, "moe_single_grouped_weight", False):
+        return "single_grouped"
+    if getattr(config, "moe_use_legacy_grouped_gemm", False):
+        return "legacy_grouped"
+    return "grouped"
+
+
+def megatron_spec(config: Any, ddp_config: Any = None, *, data_parallel_size: int | None = None,
+                  make_vocab_size_divisible_by: int = 128, pad_vocab: bool = True) -> str:
+    """The "megatron:..." spec of a trainer run with Megatron-Core's `config` (TransformerConfig)
+    and `ddp_config` (DistributedDataParallelConfig; None: parameters as their own tensors, no
+    distributed optimizer). `data_parallel_size` is the run's dp (None: the smallest that fits
+    the expert layout, as Megatron needs); `make_vocab_size_divisible_by` is Megatron-LM's
+    argument of that name; `pad_vocab=False` is Megatron-Bridge's should_pad_vocab=False (a
+    model built from a Hugging Face checkpoint, as NeMo RL builds it).
+
+    Raises ValueError naming the field when a value is not a whole number, and for a
+    pipeline_model_parallel_layout that is not a string (pass Megatron's layout string)."""
+    keys = [f"tp={_int(config, 'tensor_model_parallel_size', 1)}",
+            f"pp={_int(config, 'pipeline_model_parallel_size', 1)}"]
+    layout = getattr(config, "pipeline_model_parallel_layout", None)
+    if layout is not None and not isinstance(layout, str):
+        raise ValueError("pipeline_model_parallel_layout must be Megatron's layout string, got "
+                         f"{type(layout).__name__}")
+    first = _int(config, "num_layers_in_first_pipeline_stage", None)
+    last = _int(config, "num_layers_in_last_pipeline_stage", None)
+    keys += [f"first={first}"] if first is not None else []
+    keys += [f"last={last}"] if last is not None else []
+    vstages = _int(config, "virtual_pipeline_model_parallel_size", None)
+    keys += [f"vstages={vstages}"] if vstages is not None and layout is None else []
+    ep = _int(config, "expert_model_parallel_size", 1)
+    etp = _int(config, "expert_tensor_parallel_size", None)
+    keys += [f"ep={ep}"] + ([f"etp={etp}"] if etp is not None else [])
+    keys += [f"cp={_int(config, 'context_parallel_size', 1)}"]
+    if data_parallel_size is not None:
+        keys += [f"dp={data_parallel_size}"]
+    if getattr(config, "num_moe_experts", None):
+        keys += [f"experts={_experts(config)}"]
+    mtp = _int(config, "mtp_num_layers", None)
+    if mtp:
+        keys += [f"mtp={mtp}"] + (["mtp_repeated=1"]
+                                  if getattr(config, "mtp_use_repeated_layer", False) else [])
+    if ddp_config is not None and getattr(ddp_config, "use_distributed_optimizer", False):
+        keys += ["buffers=distopt"]
+        if getattr(ddp_config, "overlap_grad_reduce", False):
+            keys += ["overlap_grad_reduce=yes"]
+    keys += [f"vocab_divisible_by={make_vocab_size_divisible_by}"]
+    keys += [] if pad_vocab else ["pad_vocab=no"]
+    keys += [f"layout={layout}"] if layout is not None else []  # last: it may hold commas
+    return "megatron:" + ",".join(keys)
+
+
+def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
+    """The "vllm:..." spec of `engines` independent vLLM engines, each run with
+    `parallel_config` (vLLM's ParallelConfig: tensor_parallel_size, pipeline_parallel_size,
+    data_parallel_size, enable_expert_parallel, expert_placement_strategy, and with enable_eplb
+    its eplb_config.num_redundant_experts). Expert parallelism spans tp * dp ranks, as vLLM's
+    FusedMoE does with enable_expert_parallel.
+
+    Raises ValueError naming the field when a value is not a whole number or the placement
+    strategy is not one vLLM has."""
+    tp = _int(parallel_config, "tensor_parallel_size", 1)
+    pp = _int(parallel_config, "pipeline_parallel_size", 1)
+    dp = _int(parallel_config, "data_parallel_size", 1)
+    keys = [f"tp={tp}", f"pp={pp}", f"dp={dp}"]
+    if getattr(parallel_config, "enable_expert_parallel", False):
+        keys += [f"ep={tp * dp}"]
+        placement = getattr(parallel_config, "expert_placement_strategy", "linear") or "linear"
+        if placement not in ("linear", "round_robin"):
+            raise ValueError("expert_placement_strategy must be 'linear' or 'round_robin', got "
+                             f"{placement!r}")
+        # As configured: where vLLM falls back to linear placement (a model without expert
+        # groups, redundant experts), planning refuses round_robin and says so.
+        keys += ["placement=round_robin"] if placement == "round_robin" else []
+    if getattr(parallel_config, "enable_eplb", False):
+        eplb = getattr(parallel_config, "eplb_config", None)
+        redundant = _int(eplb, "num_redundant_experts", 0) if eplb is not None else 0
+        keys += [f"redundant={redundant}"] if redundant else []
+    if isinstance(engines, bool) or not isinstance(engines, int) or engines < 1:
+        raise ValueError(f"engines must be a positive integer, got {engines!r}")
+    keys += [f"engines={engines}"]
+    return "vllm:" + ",".join(keys)

@@ -1,0 +1,88 @@
+"""ferry.megatron_spec / ferry.vllm_spec: framework specs from the frameworks' config objects.
+
+The objects stand in for Megatron-Core's TransformerConfig and DistributedDataParallelConfig and
+vLLM's ParallelConfig, with their field names (megatron/core/model_parallel_config.py,
+transformer/transformer_config.py, distributed/distributed_data_parallel_config.py;
+vllm/config/parallel.py); every spec is then built into a layout, so the keys are ones ferry takes.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+
+import ferry
+
+
+def megatron_config(**fields):
+    base = dict(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                virtual_pipeline_model_parallel_size=None, context_parallel_size=1,
+                expert_model_parallel_size=1, expert_tensor_parallel_size=None,
+                num_layers_in_first_pipeline_stage=None, num_layers_in_last_pipeline_stage=None,
+                pipeline_model_parallel_layout=None, num_moe_experts=None, moe_grouped_gemm=False,
+                mtp_num_layers=None, mtp_use_repeated_layer=False)
+    base.update(fields)
+    return SimpleNamespace(**base)
+
+
+def test_a_dense_trainer():
+    spec = ferry.megatron_spec(megatron_config(tensor_model_parallel_size=2,
+                                               pipeline_model_parallel_size=2))
+    assert spec == "megatron:tp=2,pp=2,ep=1,cp=1,vocab_divisible_by=128"
+    layout = ferry.Layout.preset("llama-3.1-8b", spec, scale="1/64")
+    assert layout.ranks == [0, 1, 2, 3]
+
+
+def test_deepseek_v3_as_the_nemo_rl_recipe_runs_it():
+    # NeMo RL's DeepSeek-V3 recipe: PP16 with 3 and 2 layers on the first and last stage, EP16,
+    # grouped GEMM experts, the distributed optimizer, Megatron-Bridge's unpadded vocabulary.
+    config = megatron_config(pipeline_model_parallel_size=16, expert_model_parallel_size=16,
+                             expert_tensor_parallel_size=1,
+                             num_layers_in_first_pipeline_stage=3,
+                             num_layers_in_last_pipeline_stage=2, num_moe_experts=256,
+                             moe_grouped_gemm=True)
+    ddp = SimpleNamespace(use_distributed_optimizer=True, overlap_grad_reduce=True)
+    spec = ferry.megatron_spec(config, ddp, pad_vocab=False)
+    assert spec == ("megatron:tp=1,pp=16,first=3,last=2,ep=16,etp=1,cp=1,experts=grouped,"
+                    "buffers=distopt,overlap_grad_reduce=yes,vocab_divisible_by=128,pad_vocab=no")
+    layout = ferry.Layout.preset("deepseek-v3", spec, scale="1/64")
+    assert len(layout.ranks) == 256  # dp 16 by default: the smallest that EP16 x ETP1 divides
+
+
+def test_expert_modules_and_the_layout_string():
+    grouped = dict(num_moe_experts=128, moe_grouped_gemm=True)
+    assert "experts=sequential" in ferry.megatron_spec(megatron_config(num_moe_experts=128))
+    assert "experts=single_grouped" in ferry.megatron_spec(
+        megatron_config(moe_single_grouped_weight=True, **grouped))
+    assert "experts=legacy_grouped" in ferry.megatron_spec(
+        megatron_config(moe_use_legacy_grouped_gemm=True, **grouped))
+    spec = ferry.megatron_spec(megatron_config(pipeline_model_parallel_size=2,
+                                               virtual_pipeline_model_parallel_size=2,
+                                               pipeline_model_parallel_layout="Et*3|(tt|)*29,|L"))
+    assert spec.endswith(",layout=Et*3|(tt|)*29,|L") and "vstages" not in spec
+
+
+def test_bad_fields_are_named():
+    with pytest.raises(ValueError, match="tensor_model_parallel_size"):
+        ferry.megatron_spec(megatron_config(tensor_model_parallel_size="2"))
+    with pytest.raises(ValueError, match="pipeline_model_parallel_layout"):
+        ferry.megatron_spec(megatron_config(pipeline_model_parallel_layout=["E", "t"]))
+    with pytest.raises(ValueError, match="expert_placement_strategy"):
+        ferry.vllm_spec(SimpleNamespace(enable_expert_parallel=True,
+                                        expert_placement_strategy="random"))
+    with pytest.raises(ValueError, match="engines"):
+        ferry.vllm_spec(SimpleNamespace(), engines=0)
+
+
+def test_vllm_engines():
+    # TP8 x DP2 with expert parallelism: FusedMoE spans tp * dp = 16 ranks.
+    parallel = SimpleNamespace(tensor_parallel_size=8, pipeline_parallel_size=1,
+                               data_parallel_size=2, enable_expert_parallel=True,
+                               expert_placement_strategy="linear", enable_eplb=False)
+    spec = ferry.vllm_spec(parallel, engines=2)
+    assert spec == "vllm:tp=8,pp=1,dp=2,ep=16,engines=2"
+    layout = ferry.Layout.preset("qwen3-30b-a3b", spec, scale="1/64")
+    assert len(layout.ranks) == 32
+    parallel.enable_eplb = True
+    parallel.eplb_config = SimpleNamespace(num_redundant_experts=16)
+    assert ferry.vllm_spec(parallel).endswith(",ep=16,redundant=16,engines=1")
+    assert ferry.vllm_spec(SimpleNamespace(tensor_parallel_size=2)) == "vllm:tp=2,pp=1,dp=1,engines=1"
