@@ -37,6 +37,19 @@ std::string FormatSeconds(double seconds, int ms_decimals, bool microseconds) {
   return buf;
 }
 
+std::string FormatSpeedup(double ours_seconds, double theirs_seconds) {
+  char text[48];
+  const double ratio = theirs_seconds / ours_seconds;
+  if (ratio >= 1.005) {
+    std::snprintf(text, sizeof text, "%.2fx faster", ratio);
+  } else if (ratio > 1 / 1.005) {
+    return "as fast";
+  } else {
+    std::snprintf(text, sizeof text, "%.2fx slower", 1 / ratio);
+  }
+  return text;
+}
+
 std::string FormatInts(const std::vector<int64_t>& values) {
   std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) {

@@ -17,6 +17,9 @@ std::string FormatBytesExactly(int64_t bytes);
 // ("12.5 ms"); below a millisecond, microseconds ("850.0 us") when `microseconds`, else still
 // milliseconds ("0.9 ms").
 std::string FormatSeconds(double seconds, int ms_decimals = 1, bool microseconds = true);
+// How one time compares with another, as a speed: "2.20x faster" when `ours` is below `theirs`,
+// "1.25x slower" when above (never "0.80x faster"), "as fast" when equal to two decimals.
+std::string FormatSpeedup(double ours_seconds, double theirs_seconds);
 // "[1, 2, 3]"
 std::string FormatInts(const std::vector<int64_t>& values);
 std::vector<std::string> Split(std::string_view text, char separator);

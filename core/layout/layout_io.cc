@@ -88,8 +88,10 @@ Result<std::vector<int64_t>> ReadInts(const YAML::Node& n, const std::string& pa
 
 Result<int> ReadSmallInt(const YAML::Node& n, const std::string& path, int min_value) {
   FERRY_ASSIGN_OR_RETURN(int64_t v, ReadInt(n, path));
-  if (v < min_value || v > (int64_t{1} << 30)) {
-    return Bad(n, path, "value " + std::to_string(v) + " out of range");
+  constexpr int64_t kMaxValue = int64_t{1} << 30;
+  if (v < min_value || v > kMaxValue) {
+    return Bad(n, path, "value " + std::to_string(v) + " is not in [" + std::to_string(min_value) +
+                            ", " + std::to_string(kMaxValue) + "]");
   }
   return static_cast<int>(v);
 }
@@ -295,6 +297,13 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
         continue;
       }
       FERRY_ASSIGN_OR_RETURN(int64_t offset, ReadInt(f["byte_offset"], Join(path, "byte_offset")));
+      // Named here: past the limit, the buffer size derived from this fragment would be refused
+      // later as the buffer's, not as this offset's.
+      if (offset > kMaxBytes) {
+        return Bad(f["byte_offset"], Join(path, "byte_offset"),
+                   std::to_string(offset) + " is over the limit of " + std::to_string(kMaxBytes) +
+                       " bytes (kMaxBytes)");
+      }
       std::array<int64_t, kMaxDims> strides = RowMajorStrides(box.Shape());
       if (has_strides) {
         FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> s,
@@ -305,7 +314,14 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
                          std::to_string(box.ndim) + " dims");
         }
         strides = {};
-        for (size_t d = 0; d < s.size(); ++d) strides[d] = s[d];
+        for (size_t d = 0; d < s.size(); ++d) {
+          if (s[d] > kMaxBytes) {
+            return Bad(f["strides"], Join(path, "strides"),
+                       "stride " + std::to_string(s[d]) + " in dim " + std::to_string(d) +
+                           " is over the limit of " + std::to_string(kMaxBytes) + " (kMaxBytes)");
+          }
+          strides[d] = s[d];
+        }
       }
       layout.PlaceFragment(t, box, rank, buffer, offset, strides);
     }
@@ -395,7 +411,8 @@ Result<Topology> ParseTopologyNode(const YAML::Node& root) {
         for (int64_t nic : nics) {
           if (nic < 0 || nic > (1 << 16)) {
             return Bad(r["nics"], Join(path, "nics"),
-                       "NIC index " + std::to_string(nic) + " out of range");
+                       "NIC index " + std::to_string(nic) + " is not in [0, " +
+                           std::to_string(1 << 16) + "]");
           }
           p.nics.push_back(static_cast<int>(nic));
         }

@@ -10,4 +10,9 @@ namespace ferry {
 
 Config DefaultConfig(const TransportRegistry& registry = TransportRegistry::Default());
 
+// Whether the planner's (planner.*), the executor's (executor.*) and the communicator's
+// (deadline.*) options of `config` parse and lie in their ranges, as a plan or a session reads
+// them: the first option that does not, named with its value and limit. `ferry config` reports it.
+Status CheckConfig(const Config& config);
+
 }  // namespace ferry

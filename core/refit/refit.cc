@@ -8,6 +8,7 @@
 
 #include "core/cuda/pointer.h"
 #include "core/refit/memory_check.h"
+#include "core/refit/rest_exchange.h"
 #include "core/refit/topology_check.h"
 
 namespace ferry {
@@ -53,11 +54,7 @@ Result<std::shared_ptr<const RefitPlan>> RefitPlan::Make(std::shared_ptr<const L
 
 PlanStats RefitPlan::Stats() const { return ComputePlanStats(plan(), topology_, &planned_.demand); }
 
-namespace {
-
-// Bytes `rank`'s ops move out of it, by link class: Copy and Convert ops (same_rank) and sends by
-// their link.
-std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank) {
+std::array<int64_t, 3> Refit::BytesByLink(const TransferPlan& plan, int rank) {
   std::array<int64_t, 3> bytes{};
   for (int id : plan.OpsOfRank(rank)) {
     const Op& op = plan.ops[id];
@@ -68,6 +65,8 @@ std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank) {
   }
   return bytes;
 }
+
+namespace {
 
 // The executor reads and writes CUDA buffers on a stream of its own, which does not wait for the
 // caller's streams (torch's current stream, CuPy's, ...): work the caller queued on the device of
@@ -204,23 +203,70 @@ Result<RefitStats> Refit::RunAfter(Deadline deadline, bool one_stream, void* cal
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
   const auto start = std::chrono::steady_clock::now();
   FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_, one_stream, caller_stream));
-  RefitStats stats;
-  Result<ExecutorStats> ran = executor_->Run(plan_->plan(), memory_, deadline);
-  last_completed_ops_ = executor_->LastRunCompletedOps();
-  ran_ = true;
-  FERRY_ASSIGN_OR_RETURN(stats.executor, std::move(ran));
+  carried_complete_.clear();
+  FERRY_ASSIGN_OR_RETURN(RefitStats stats, RunPlan(plan_, deadline));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.bytes_by_link = bytes_by_link_;
   return stats;
 }
 
+Result<RefitStats> Refit::RunPlan(const std::shared_ptr<const RefitPlan>& plan, Deadline deadline) {
+  RefitStats stats;
+  Result<ExecutorStats> ran = executor_->Run(plan->plan(), memory_, deadline);
+  last_completed_ops_ = executor_->LastRunCompletedOps();
+  if (last_plan_ != plan) writers_.reset();
+  last_plan_ = plan;
+  FERRY_ASSIGN_OR_RETURN(stats.executor, std::move(ran));
+  return stats;
+}
+
+Result<RefitStats> Refit::RunRest(Deadline deadline) {
+  FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kSource));
+  FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
+  const Layout& destination = plan_->destination();
+  if (!destination.block_scaled.empty()) {
+    return InvalidArgument("RunRest: the destination has block-scaled (fp8_block) buffers, whose "
+                           "values and scales are written together; run the whole refit");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  FERRY_RETURN_IF_ERROR(WaitForCallersDeviceWork(memory_, false, nullptr));
+  Communicator& comm = session_.communicator();
+  // Keys count the calls of this epoch: a replacement, whose Refit is new, joins the count there.
+  if (rest_epoch_ != comm.epoch()) rest_calls_ = 0;
+  rest_epoch_ = comm.epoch();
+  const std::string key = "ferry/refit-rest/e" + std::to_string(comm.epoch()) + "/c" +
+                          std::to_string(++rest_calls_) + "/r";
+  const std::vector<int> mine = CompleteDestinationTensors();
+  FERRY_RETURN_IF_ERROR(
+      session_.store().Set(key + std::to_string(comm.rank()), EncodeTensorList(mine), deadline));
+  const int num_tensors = static_cast<int>(destination.tensors.size());
+  std::vector<std::vector<int>> complete(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    FERRY_ASSIGN_OR_RETURN(Bytes bytes, session_.store().Get(key + std::to_string(r), deadline));
+    FERRY_ASSIGN_OR_RETURN(complete[static_cast<size_t>(r)], DecodeTensorList(bytes, num_tensors, r));
+  }
+  FERRY_ASSIGN_OR_RETURN(
+      std::shared_ptr<const RefitPlan> rest,
+      RefitPlan::Make(plan_->shared_source(),
+                      std::make_shared<const Layout>(WithoutCompleteFragments(destination, complete)),
+                      plan_->topology(), plan_->strategy(), plan_->options()));
+  carried_complete_ = mine;
+  FERRY_ASSIGN_OR_RETURN(RefitStats stats, RunPlan(rest, deadline));
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.bytes_by_link = BytesByLink(rest->plan(), comm.rank());
+  return stats;
+}
+
 std::vector<int> Refit::CompleteDestinationTensors() const {
-  if (!ran_) return {};
+  if (last_plan_ == nullptr) return {};
   if (!writers_) {
-    writers_ = DestinationWriters::For(plan_->plan(), plan_->destination(),
+    writers_ = DestinationWriters::For(last_plan_->plan(), last_plan_->destination(),
                                        session_.communicator().rank());
   }
-  return writers_->Complete(last_completed_ops_);
+  std::vector<int> complete = writers_->Complete(last_completed_ops_);
+  complete.insert(complete.end(), carried_complete_.begin(), carried_complete_.end());
+  std::sort(complete.begin(), complete.end());
+  return complete;
 }
 
 }  // namespace ferry

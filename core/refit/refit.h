@@ -136,6 +136,16 @@ class Refit {
   // not every step.
   std::vector<int> CompleteDestinationTensors() const;
 
+  // Collective (every rank calls it), after a failed Run and the communicator's Recreate: moves
+  // only what is missing. The ranks exchange their CompleteDestinationTensors through the store,
+  // plan the refit again without those (rank, tensor) fragments, and run that plan on the
+  // registered buffers: the sources must still hold what the failed Run read. Planning happens
+  // here, once per call (a failure path, not every step). Afterwards CompleteDestinationTensors
+  // counts both the tensors left out and what this run wrote; a RunRest that fails may be
+  // followed by another. Refused for destinations with block-scaled (fp8_block) buffers, whose
+  // values and scales are written together: run the whole refit.
+  Result<RefitStats> RunRest(Deadline deadline);
+
   const RefitPlan& plan() const { return *plan_; }
 
  private:
@@ -154,9 +164,18 @@ class Refit {
   std::vector<int> own_sources_, own_destinations_;  // this rank's buffers (Run checks them)
   std::array<int64_t, 3> bytes_by_link_{};
   double refit_seconds_ = 0;
-  std::vector<int> last_completed_ops_;  // plan op ids of this rank's last Run
-  bool ran_ = false;
-  mutable std::optional<DestinationWriters> writers_;  // made on the first CompleteDestinationTensors
+  // Bytes `rank`'s ops of `plan` move out of it, by link class: Copy and Convert ops (same_rank)
+  // and sends by their link.
+  static std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank);
+  // Runs `plan` (plan_, or a RunRest plan) on the registered memory, recording what completed.
+  Result<RefitStats> RunPlan(const std::shared_ptr<const RefitPlan>& plan, Deadline deadline);
+
+  std::shared_ptr<const RefitPlan> last_plan_;  // of the last Run or RunRest; null before any
+  std::vector<int> last_completed_ops_;         // its plan op ids that completed on this rank
+  std::vector<int> carried_complete_;           // tensors a RunRest's plan left out: complete
+  uint64_t rest_epoch_ = 0;                     // the epoch of the last RunRest
+  int rest_calls_ = 0;                          // RunRest calls in that epoch (store keys)
+  mutable std::optional<DestinationWriters> writers_;  // of last_plan_, made when first asked
 };
 
 }  // namespace ferry

@@ -122,6 +122,31 @@ const std::vector<BootstrapVariable>& BootstrapVariables() {
   return kVariables;
 }
 
+Status CheckBootstrapInfo(const BootstrapInfo& info) {
+  auto out_of = [](const std::string& field, int value, const std::string& range) {
+    return InvalidArgument(field + " " + std::to_string(value) + " is not in " + range);
+  };
+  if (info.size < 1 || info.size > kMaxRanks) {
+    return out_of("world size", info.size, "[1, " + std::to_string(kMaxRanks) + "] (kMaxRanks)");
+  }
+  if (info.rank < 0 || info.rank >= info.size) {
+    return out_of("rank", info.rank, "[0, " + std::to_string(info.size) + ") (the world size)");
+  }
+  if (info.local_size < 1 || info.local_size > info.size) {
+    return out_of("local world size", info.local_size,
+                  "[1, " + std::to_string(info.size) + "] (the world size)");
+  }
+  if (info.local_rank < 0 || info.local_rank >= info.local_size) {
+    return out_of("local rank", info.local_rank,
+                  "[0, " + std::to_string(info.local_size) + ") (the local world size)");
+  }
+  if (info.store_port < 1 || info.store_port > 65535) {
+    return out_of("store port", info.store_port, "[1, 65535]");
+  }
+  if (info.store_host.empty()) return InvalidArgument("the store host is empty");
+  return Status::Ok();
+}
+
 Result<BootstrapInfo> BootstrapFromProcessEnvironment() {
   Env env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

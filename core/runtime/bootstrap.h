@@ -58,6 +58,12 @@ const std::vector<BootstrapVariable>& BootstrapVariables();
 Result<BootstrapInfo> BootstrapFromEnvironment(const std::map<std::string, std::string>& environment);
 Result<BootstrapInfo> BootstrapFromProcessEnvironment();
 
+// Bootstrap info filled in by a caller rather than read from a launcher (Session::Join checks it
+// first): world size in [1, kMaxRanks], rank in [0, size), local rank in [0, local size), a store
+// port in 1-65535 and a store host. Fails naming the field, its value and the allowed range, so
+// that a rank outside the world fails at once instead of waiting for a store nobody serves.
+Status CheckBootstrapInfo(const BootstrapInfo& info);
+
 // The rendezvous for one process: rank 0 starts the server (owned here) unless the store is
 // external, and every rank, rank 0 included, holds a client.
 struct Rendezvous {

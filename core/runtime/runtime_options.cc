@@ -27,4 +27,16 @@ const std::vector<OptionSpec>& CoreOptions() {
   return *options;
 }
 
+Status CheckCoreOptions(const Config& config) {
+  for (const OptionSpec& option : CoreOptions()) {
+    if (option.name.rfind("deadline.", 0) != 0) continue;
+    FERRY_ASSIGN_OR_RETURN(double seconds, config.GetSeconds(option.name));
+    if (!(seconds > 0)) {
+      return InvalidArgument("option '" + option.name + "' is " + std::to_string(seconds) +
+                             " s; it must be above zero");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace ferry

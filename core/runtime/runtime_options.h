@@ -12,4 +12,10 @@ namespace ferry {
 // transport.network, transport.intra_node, transport.same_rank, deadline.*.
 const std::vector<OptionSpec>& CoreOptions();
 
+// Every deadline.* option of `config` is a duration above zero (Config::GetSeconds also refuses
+// NaN, infinity and more than kMaxDurationSeconds). Session::Join checks this before it waits on
+// anything, so that a bad value fails there, naming the option, rather than when an abort or a
+// store request first reads it.
+Status CheckCoreOptions(const Config& config);
+
 }  // namespace ferry

@@ -1,10 +1,14 @@
 // Session: bootstrap -> rendezvous -> communicator -> executor.
 #include "core/runtime/session.h"
 
+#include "core/runtime/runtime_options.h"
+
 namespace ferry {
 
 Result<std::unique_ptr<Session>> Session::Join(const BootstrapInfo& info, Config config,
                                                std::vector<int> node_of_rank) {
+  FERRY_RETURN_IF_ERROR(CheckBootstrapInfo(info));
+  FERRY_RETURN_IF_ERROR(CheckCoreOptions(config));
   std::unique_ptr<Session> session(new Session());
   session->info_ = info;
   session->config_ = std::make_unique<Config>(std::move(config));

@@ -13,12 +13,14 @@ from RL trainers to inference engines), over the library facade core/refit.
 
 Arrays: numpy, torch tensors on the CPU or a CUDA device, and other libraries' arrays through
 __cuda_array_interface__ (CuPy, Numba) or DLPack, all zero-copy. Errors from ferry raise
-ferry.FerryError (a RuntimeError) carrying ferry's message.
+ferry.FerryError (a RuntimeError) carrying ferry's message, with `code` naming the kind of failure;
+input ferry refuses (a spec, a layout, an option, a name) raises ferry.InvalidArgumentError, both a
+FerryError and a ValueError.
 """
 
 __version__ = "0.1.0"  # the wheel's version (python/BUILD.bazel, WHEEL_VERSION)
 
-from ._ferry import FerryError, describe_config
+from ._ferry import FerryError, InvalidArgumentError, describe_config
 from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
 from ._plan import Plan, Stats, plan
 from ._session import Refit, Session
@@ -26,7 +28,7 @@ from ._specs import megatron_spec, vllm_spec
 from ._views import fragment_view
 
 __all__ = [
-    "BufferInfo", "FerryError", "FragmentInfo", "Layout", "Plan", "Refit", "Session", "Shard",
-    "Stats", "TensorInfo", "describe_config", "fragment_view", "megatron_spec", "plan",
-    "vllm_spec",
+    "BufferInfo", "FerryError", "FragmentInfo", "InvalidArgumentError", "Layout", "Plan", "Refit",
+    "Session", "Shard", "Stats", "TensorInfo", "describe_config", "fragment_view", "megatron_spec",
+    "plan", "vllm_spec",
 ]

@@ -6,6 +6,7 @@ it into Python; the lists it returns are snapshots. Thread-safe to read.
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -31,12 +32,16 @@ class Shard:
 
 
 class TensorInfo(NamedTuple):
+    """A logical tensor of a layout: its name, global shape and ferry dtype name."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
 
 
 class BufferInfo(NamedTuple):
+    """A named memory region of `bytes` bytes on `rank`: what that rank registers."""
+
     rank: int
     name: str
     bytes: int
@@ -69,7 +74,9 @@ class Layout:
         holding it); "megatron:tp=2,pp=2" is a trainer (source) side, "vllm:tp=1,dp=2" an
         inference (destination) side. `scale` shrinks the wide dims ("1/64" or 1/64)."""
         text = "" if scale is None else (scale if isinstance(scale, str) else repr(float(scale)))
-        return Layout(_ferry.Layout.preset(str(model), framework, text, first_rank))
+        return Layout(_ferry.Layout.preset(_text("model", os.fspath(model)),
+                                           _text("framework", framework), text,
+                                           _rank("first_rank", first_rank)))
 
     @staticmethod
     def load(path: str) -> "Layout":
@@ -78,7 +85,9 @@ class Layout:
 
     @staticmethod
     def from_yaml(text: str) -> "Layout":
-        return Layout(_ferry.Layout.from_yaml(text))
+        """A layout from YAML or JSON text (the format of Layout.load's files,
+        docs/layout-format.md). Raises InvalidArgumentError naming the key and line at fault."""
+        return Layout(_ferry.Layout.from_yaml(_text("text", text)))
 
     @staticmethod
     def from_shards(shards: Iterable[Shard | Mapping[str, Any]]) -> "Layout":
@@ -120,6 +129,7 @@ class Layout:
         self._impl.save(str(path))
 
     def to_yaml(self) -> str:
+        """The layout as YAML text, as save() writes it and from_yaml() reads it."""
         return self._impl.to_yaml()
 
     def validate(self) -> None:
@@ -129,10 +139,12 @@ class Layout:
 
     @property
     def ranks(self) -> list[int]:
+        """The ranks that hold a buffer of this layout, ascending."""
         return list(self._impl.ranks())
 
     @property
     def tensors(self) -> list[TensorInfo]:
+        """The logical tensors: name, global shape and ferry dtype name."""
         return [TensorInfo(n, tuple(s), d) for n, s, d in self._impl.tensors()]
 
     def buffers(self, rank: int | None = None) -> list[BufferInfo]:
@@ -140,10 +152,33 @@ class Layout:
         return [BufferInfo(*b) for b in self._impl.buffers() if rank is None or b[0] == rank]
 
     def fragments(self, rank: int | None = None) -> list[FragmentInfo]:
-        rows = self._impl.fragments(-1 if rank is None else rank)
+        """The fragments (of every rank, or of `rank`): where each box of each tensor lives in
+        its buffer; fragment_view() turns one into a view of the array behind that buffer."""
+        rows = self._impl.fragments(-1 if rank is None else _rank("rank", rank))
         return [FragmentInfo(r["tensor"], tuple(r["lo"]), tuple(r["hi"]), r["rank"], r["buffer"],
                              r["byte_offset"], tuple(r["strides"])) for r in rows]
 
     def __repr__(self) -> str:
         return (f"ferry.Layout({len(self._impl.tensors())} tensors, "
                 f"{len(self._impl.buffers())} buffers, ranks {self.ranks})")
+
+
+def _text(name: str, value: Any) -> str:
+    """`value` if it is a str, else a TypeError naming the argument (not the compiled signature)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+def _rank(name: str, value: Any) -> int:
+    """`value` as a rank number: any integer type (numpy's too); a TypeError or ValueError naming
+    the argument otherwise. ferry's own checks (negative, past kMaxRanks) follow."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if not -2**31 <= number < 2**31:
+        raise ValueError(f"{name} {number} is not a rank: ranks are below 131072 (kMaxRanks)")
+    return number

@@ -39,6 +39,7 @@ class Plan:
         return None
 
     def to_dot(self) -> str:
+        """The plan as Graphviz DOT text (the format of `ferry plan --dot`)."""
         return self._impl.to_dot()
 
     def validate(self) -> None:
@@ -55,5 +56,8 @@ def plan(src: Layout, dst: Layout, strategy: str = "reshard", topology: str | No
     """Plans moving `src` to `dst` ("reshard" or "gather-broadcast"). `topology`: a topology
     file, or None for every rank either layout uses at `gpus_per_node` per node. `config`: a
     YAML file or a dict of options (planner.*), over FERRY_* variables. Blocks while planning."""
+    for name, layout in (("src", src), ("dst", dst)):
+        if not isinstance(layout, Layout):
+            raise TypeError(f"{name} must be a ferry.Layout, got {type(layout).__name__}")
     impl = _ferry.plan(src._impl, dst._impl, strategy, topology, gpus_per_node, config)
     return Plan(impl, src, dst)

@@ -10,6 +10,7 @@ GIL while they wait. A Session and its Refits are driven by one thread at a time
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Iterable, Mapping
 
 from . import _ferry
@@ -68,10 +69,12 @@ class Session:
 
     @property
     def rank(self) -> int:
+        """This process's rank in the session, from 0."""
         return self._impl.rank
 
     @property
     def world_size(self) -> int:
+        """The number of ranks in the session."""
         return self._impl.world_size
 
     def refit(self, src: Layout, dst: Layout, strategy: str = "reshard",
@@ -80,6 +83,9 @@ class Session:
         every rank calls it with the same layouts. The plan's topology (a file, or every rank at
         `gpus_per_node` per node, default: the launcher's local world size) must agree with where
         the ranks really run."""
+        for name, layout in (("src", src), ("dst", dst)):
+            if not isinstance(layout, Layout):
+                raise TypeError(f"{name} must be a ferry.Layout, got {type(layout).__name__}")
         per_node = gpus_per_node or self._impl.local_world_size
         plan_impl = self._impl.plan(src._impl, dst._impl, strategy, topology, per_node)
         return Refit(self, Plan(plan_impl, src, dst))
@@ -99,8 +105,9 @@ class Session:
         return [Shard(**row) for value in gathered for row in json.loads(value)]
 
     def recreate(self, timeout: float = 60.0) -> None:
-        """After a failed run: every rank calls it to replace the transports (a new epoch)."""
-        self._impl.recreate(timeout)
+        """After a failed run: every rank calls it to replace the transports (a new epoch),
+        waiting at most `timeout` seconds (positive) for the others."""
+        self._impl.recreate(_seconds("timeout", timeout))
 
     def finish(self) -> None:
         """The last barrier (when rank 0 hosts the store, it must outlive the others' use of it;
@@ -144,6 +151,9 @@ class Refit:
         and writable, of at least the buffer's size and of its dtype (uint8 for raw bytes; numpy
         holds bf16/fp8 as int16/uint16/uint8). CUDA memory must be ordinary device memory (as
         torch's and CuPy's allocators give), and all of a rank's CUDA arrays on one device."""
+        if side not in (None, "source", "destination"):
+            raise ValueError(f"buffer {name!r}: side must be 'source' or 'destination', "
+                             f"got {side!r}")
         side = side or self._side_of(name)
         if name not in self._sizes.get(side, {}):
             raise KeyError(f"no {side} buffer named {name!r} on rank {self.session.rank}")
@@ -173,7 +183,8 @@ class Refit:
         bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
         to this rank, and peer_cuda_mappings: the peers' CUDA allocations and VMM ranges this
         rank keeps mapped for direct reads (one per sender allocation or joined VMM range)."""
-        return Stats(**self._impl.run(timeout or 0.0, _stream_handle(stream)))
+        seconds = 0.0 if timeout is None else _seconds("timeout", timeout)
+        return Stats(**self._impl.run(seconds, _stream_handle(stream)))
 
     def complete_tensors(self) -> list[str]:
         """After run(): the names of the destination tensors this rank holds whose every
@@ -183,6 +194,16 @@ class Refit:
         answers for its own fragments: a tensor sharded over ranks is whole where every one of
         them lists it."""
         return list(self._impl.complete_tensors())
+
+    def run_rest(self, timeout: float | None = None) -> Stats:
+        """After a failed run() and session.recreate(), on every rank: moves only what the
+        failed run did not write whole. The ranks exchange their complete_tensors() through the
+        store, plan the refit again without them (planning here, once per call) and run that on
+        the registered arrays, whose sources must still hold what the failed run read. Then
+        complete_tensors() lists every destination tensor of the rank again. Raises FerryError
+        as run() does (call recreate() and run_rest() again), and for destinations with
+        block-scaled (fp8_block) buffers, which need the whole refit."""
+        return Stats(**self._impl.run_rest(timeout or 0.0))
 
     def _check_one_device(self, name: str, side: str, device: int) -> None:
         """One executor drives one CUDA device: a rank's CUDA arrays must share it."""
@@ -210,3 +231,12 @@ def _buffer_dtypes(layout: Layout, rank: int) -> dict[str, set[str]]:
     for f in layout.fragments(rank):
         out.setdefault(f.buffer, set()).add(dtypes[f.tensor])
     return out
+
+
+def _seconds(what: str, value: Any) -> float:
+    """`value` as a number of seconds above zero, or a TypeError / ValueError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{what} must be a finite number of seconds above 0, got {value!r}")
+    return float(value)

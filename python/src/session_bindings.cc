@@ -133,6 +133,8 @@ void Register(RefitHandle& handle, const std::string& side, const std::string& n
 }
 
 // `stream`: the caller's cudaStream_t as an integer, or None to wait for the whole device.
+py::dict StatsDict(const RefitStats& s);
+
 py::dict Run(RefitHandle& handle, double timeout_seconds, std::optional<uintptr_t> stream) {
   Result<RefitStats> stats = Status(StatusCode::kInternal, "not run");
   {
@@ -146,7 +148,20 @@ py::dict Run(RefitHandle& handle, double timeout_seconds, std::optional<uintptr_
                                   : handle.refit->Run();
     }
   }
-  RefitStats s = Unwrap(std::move(stats));
+  return StatsDict(Unwrap(std::move(stats)));
+}
+
+py::dict RunRest(RefitHandle& handle, double timeout_seconds) {
+  Result<RefitStats> stats = Status(StatusCode::kInternal, "not run");
+  {
+    py::gil_scoped_release release;
+    stats = handle.refit->RunRest(timeout_seconds > 0 ? Deadline::AfterSeconds(timeout_seconds)
+                                                      : handle.refit->DefaultDeadline());
+  }
+  return StatsDict(Unwrap(std::move(stats)));
+}
+
+py::dict StatsDict(const RefitStats& s) {
   py::dict d;
   d["seconds"] = s.seconds;
   d["bytes_same_rank"] = s.bytes_by_link[0];
@@ -212,6 +227,7 @@ void BindSession(py::module_& m) {
       .def("register", &Register, py::arg("side"), py::arg("name"), py::arg("address"),
            py::arg("bytes"), py::arg("device") = -1)
       .def("run", &Run, py::arg("timeout_seconds"), py::arg("stream"))
+      .def("run_rest", &RunRest, py::arg("timeout_seconds"))
       .def("complete_tensors", [](const RefitHandle& h) {
         const Layout& destination = h.refit->plan().destination();
         std::vector<std::string> names;

@@ -132,6 +132,12 @@ def main() -> int:
                 return 1
             print(f"rank {rank} step {step}: ok in {stats.seconds:.4f} s, "
                   f"{stats.bytes_read_direct} bytes read directly, {stats.bytes_sent} sent")
+        # Nothing is missing after a successful run: run_rest() moves no byte.
+        rest = refit.run_rest(timeout=30)
+        moved = rest.bytes_received + rest.bytes_read_direct + rest.bytes_sent
+        if moved or sorted(refit.complete_tensors()) != held:
+            print(f"rank {rank}: run_rest after a success moved {moved} bytes", file=sys.stderr)
+            return 1
     return 0
 
 

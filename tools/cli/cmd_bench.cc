@@ -392,7 +392,7 @@ int BenchTransportsCommand(const BenchArgs& args) {
                                          " processes, stream of messages"));
     }
     if (!s.ok()) {
-      std::fprintf(stderr, "ferry bench: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "ferry bench: %s\n", s.message().c_str());
       return 1;
     }
   }
@@ -404,7 +404,7 @@ int BenchTransportsCommand(const BenchArgs& args) {
                              "GBps,memcpy_GBps,bytes_sent,peak_staging_bytes,start_spread_seconds,"
                              "bytes_received_by_transport\n");
         !s.ok()) {
-      std::fprintf(stderr, "ferry bench: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "ferry bench: %s\n", s.message().c_str());
       return 1;
     }
     for (const BenchTransport& t : all) {

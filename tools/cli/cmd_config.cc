@@ -1,5 +1,6 @@
 // `ferry config`: prints every option (planner, runtime and every linked transport) with its value, default,
-// environment variable and help, after applying an optional YAML file and the FERRY_* environment.
+// environment variable and help, after applying an optional YAML file and the FERRY_* environment;
+// exits 2 when a value would be refused by the planner, the executor or a session.
 #include <cstdio>
 #include <string>
 
@@ -23,7 +24,7 @@ void AddConfigCommand(CLI::App& app, int* exit_code) {
     if (!file->empty()) status = config.LoadYamlFile(*file);
     if (status.ok() && !*ignore_env) status = config.ApplyProcessEnvironment();
     if (!status.ok()) {
-      std::fprintf(stderr, "ferry config: %s\n", status.ToString().c_str());
+      std::fprintf(stderr, "ferry config: %s\n", status.message().c_str());
       *exit_code = 2;
       return;
     }
@@ -37,6 +38,13 @@ void AddConfigCommand(CLI::App& app, int* exit_code) {
     std::printf("\n\n%s", config.Describe().c_str());
     std::printf("\n# bootstrap variables (read by every rank at start; not options)\n");
     for (const BootstrapVariable& v : BootstrapVariables()) std::printf("%-22s %s\n", v.name, v.help);
+    // A value the listing shows but a plan or session would refuse is reported here, not later.
+    if (Status valid = CheckConfig(config); !valid.ok()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "ferry config: %s\n", valid.message().c_str());
+      *exit_code = 2;
+      return;
+    }
     *exit_code = 0;
   });
 }

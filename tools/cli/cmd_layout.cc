@@ -122,16 +122,17 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<LayoutOptions>();
   CLI::App* cmd = app.add_subcommand(
       "layout",
-      "Build a model preset's layout under a framework (megatron:tp=,pp=,first=,last=,ep=,etp=,"
-      "dp=,cp= or vllm:tp=,dp=,ep=) and print a summary or explain one tensor; or validate a "
-      "layout file");
+      "Build a model preset's layout under a framework spec (--framework: megatron:... for a "
+      "trainer, vllm:... for an engine) and print a summary or explain one tensor; or validate "
+      "a layout file");
   std::string models_help = "model preset:";
   for (const std::string& name : models::PresetNames()) models_help += " " + name;
   models_help += "; or a Hugging Face config.json, or the directory holding it";
-  cmd->add_option("--model", options->model, models_help);
-  cmd->add_option("--framework", options->framework,
+  CLI::Option* model = cmd->add_option("--model", options->model, models_help);
+  CLI::Option* framework = cmd->add_option("--framework", options->framework,
                   "framework spec, e.g. megatron:tp=2,pp=4,first=23,last=23,ep=16 or "
-                  "vllm:tp=8,dp=2,ep=16");
+                  "vllm:tp=8,dp=2,ep=16; keys: " +
+                      models::FrameworkSpecKeys());
   cmd->add_option("--scale", options->scale,
                   "shrink the model's dims by this factor (e.g. 1/64), keeping its structure")
       ->capture_default_str();
@@ -139,16 +140,23 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--gpus-per-node", options->gpus_per_node, "GPUs per node for the topology")
       ->capture_default_str();
-  cmd->add_flag("--check", options->check, "also run ValidateLayout on the built layout");
-  cmd->add_option("--save", options->save, "write the built layout to this YAML file");
-  cmd->add_option("--save-topology", options->save_topology,
+  CLI::Option* check = cmd->add_flag("--check", options->check, "also run ValidateLayout on the built layout");
+  CLI::Option* save = cmd->add_option("--save", options->save, "write the built layout to this YAML file");
+  CLI::Option* save_topology = cmd->add_option("--save-topology", options->save_topology,
                   "write the topology of the layout's ranks to this YAML file");
-  cmd->add_option("--validate", options->validate,
+  CLI::Option* validate = cmd->add_option("--validate", options->validate,
                   "load this layout file (YAML/JSON) and validate it; exits 1 with the reason");
-  cmd->add_flag("--list-models", options->list_models, "list the model presets");
-  cmd->add_option("--explain", options->explain,
+  CLI::Option* list_models = cmd->add_flag("--list-models", options->list_models, "list the model presets");
+  CLI::Option* explain = cmd->add_option("--explain", options->explain,
                   "print this tensor's fragments rank by rank and the rules (with their upstream "
                   "files) that placed them, instead of the summary");
+  // Each mode reads its own options; one it would ignore is refused rather than dropped.
+  for (CLI::Option* build_option : {model, framework, check, save, save_topology, explain}) {
+    validate->excludes(build_option);
+    list_models->excludes(build_option);
+  }
+  validate->excludes(list_models);
+  for (CLI::Option* output : {check, save, save_topology}) explain->excludes(output);
   cmd->callback([options, exit_code] {
     if (!options->validate.empty()) {
       *exit_code = ValidateFile(options->validate);

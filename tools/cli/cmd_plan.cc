@@ -234,10 +234,8 @@ std::string FormatPlanReport(const PlanReport& r) {
       << ", select sources " << Seconds(p.select) << ", messages " << Seconds(p.order)
       << ", emit ops " << Seconds(p.emit) << "\n";
   if (a.stats.predicted_seconds > 0 && b.stats.predicted_seconds > 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "\nreshard predicted %.2fx faster than gather-broadcast\n",
-                  b.stats.predicted_seconds / a.stats.predicted_seconds);
-    out << buf;
+    out << "\nreshard predicted " << FormatSpeedup(a.stats.predicted_seconds, b.stats.predicted_seconds)
+        << " than gather-broadcast\n";
   }
   return out.str();
 }

@@ -3,11 +3,18 @@
 #include "tools/cli/cmd_run.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
+#include <utility>
 
+#include "core/base/config.h"
 #include "core/cuda/batched_copy.h"
+#include "core/refit/config.h"
 #include "core/runtime/transport.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/fault_injection.h"
@@ -18,6 +25,10 @@
 
 namespace ferry::cli {
 namespace {
+
+// --iterations and --warmup at most: a bound that no benchmark reaches and that keeps refit
+// counters far from overflow.
+constexpr int kMaxRefitsPerStrategy = 1000000;
 
 std::string JoinNames(const std::vector<std::string>& names) {
   std::string out;
@@ -30,11 +41,15 @@ void AddCommonOptions(CLI::App& cmd, RunArgs& args, std::string& strategy) {
                  "transport between ranks (tcp, ucx, libfabric; `ferry config` lists options)");
   cmd.add_option("--strategy", strategy, "reshard, gather-broadcast or both");
   cmd.add_option("--iterations", args.iterations, "measured refits per strategy")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxRefitsPerStrategy))
+      ->capture_default_str();
   cmd.add_option("--warmup", args.warmup, "unmeasured refits per strategy before them")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxRefitsPerStrategy))
+      ->capture_default_str();
   cmd.add_option("--timeout", args.timeout_seconds,
-                 "seconds the whole run may take; ranks still running after it are killed");
+                 "seconds the whole run may take, in (0, 2592000] (30 days); ranks still running "
+                 "after it are killed")
+      ->capture_default_str();
   cmd.add_option("--config", args.config_file, "YAML file of options (see `ferry config`)");
   cmd.add_option("--set", args.settings, "an option as name=value (repeatable)");
   cmd.add_option("--results", args.results_file, "append one CSV row per strategy to this file");
@@ -137,8 +152,77 @@ int RunRank(const RunArgs& args) {
   return 1;
 }
 
+// --timeout bounds the launcher's wait: NaN, zero or a negative value would kill every rank at
+// once, after starting them.
+Status CheckTimeout(double seconds) {
+  if (!(seconds > 0) || seconds > kMaxDurationSeconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    return InvalidArgument(std::string("--timeout ") + text + ": the run's seconds must be in (0, " +
+                           std::to_string(static_cast<int64_t>(kMaxDurationSeconds)) + "] (30 days)");
+  }
+  return Status::Ok();
+}
+
+// Each fault names one of the refit's `ranks` ranks; one past them would never fire.
+Status CheckFaultRanks(const std::string& spec, int ranks) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<Fault> faults, ParseFaults(spec, "--inject-fault"));
+  for (const Fault& fault : faults) {
+    if (fault.rank >= ranks) {
+      return InvalidArgument("--inject-fault: rank " + std::to_string(fault.rank) + " is not in [0, " +
+                             std::to_string(ranks) + "), the ranks of this refit");
+    }
+  }
+  return Status::Ok();
+}
+
+// The options every rank will read (--config, FERRY_*, --transport, --set): each known and in
+// range, each link class's transport registered. Checked once here rather than by every rank
+// after the launch.
+Status CheckRunConfig(const RunArgs& args) {
+  FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
+  FERRY_RETURN_IF_ERROR(CheckConfig(config));
+  for (const char* option : {"transport.network", "transport.intra_node", "transport.same_rank"}) {
+    FERRY_ASSIGN_OR_RETURN(std::string name, config.GetString(option));
+    if (!TransportRegistry::Default().Contains(name)) {
+      return InvalidArgument("option '" + std::string(option) + "': unknown transport '" + name +
+                             "' (registered: " + JoinNames(TransportRegistry::Default().Names()) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// The gather-and-broadcast baseline copies bytes as they are: it cannot run a refit whose weights
+// --dst-dtype converted, and every rank would find that out only when it plans.
+Status CheckStrategiesConvert(const RunArgs& args, const RefitInputs& in) {
+  if (!in.weights_converted) return Status::Ok();
+  for (Strategy strategy : args.strategies) {
+    if (strategy == Strategy::kGatherBroadcast) {
+      return InvalidArgument("--dst-dtype " + args.destination_dtype +
+                             ": the gather-and-broadcast baseline does not convert dtypes; run it "
+                             "with --strategy reshard");
+    }
+  }
+  return Status::Ok();
+}
+
+// --results and --save-plan can be written: rank 0 writes them only after the refits.
+Status CheckOutputFiles(const RunArgs& args) {
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--results", &args.results_file},
+                                   {"--save-plan", &args.save_plan_file}}) {
+    if (path->empty()) continue;
+    std::ofstream probe(*path, std::ios::app);
+    if (!probe) {
+      return IoError(std::string(flag) + " " + *path + ": cannot open the file for writing: " +
+                     std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
 // --inject-fault and --recover: the faults parse, and a recovery can follow each of them.
 Status CheckFaultOptions(const RunArgs& args) {
+  FERRY_RETURN_IF_ERROR(CheckTimeout(args.timeout_seconds));
   FERRY_ASSIGN_OR_RETURN(std::vector<Fault> faults, ParseFaults(args.inject_fault, "--inject-fault"));
   if (!args.recover) return Status::Ok();
   if (args.leak_check) return InvalidArgument("--recover and --leak-check do not go together (a recovery opens new links)");
@@ -167,18 +251,28 @@ Status CheckFaultOptions(const RunArgs& args) {
 int RunCommand(const RunArgs& args) {
   if (LaunchedAsRank()) return RunRank(args);
   if (Status s = CheckFaultOptions(args); !s.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
     return 1;
   }
   Result<RefitInputs> in = BuildRefitInputs(args);
   if (!in.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", in.status().ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", in.status().message().c_str());
+    return 1;
+  }
+  if (Status s = CheckFaultRanks(args.inject_fault, in->ranks); !s.ok()) {
+    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
     return 1;
   }
   if (!TransportRegistry::Default().Contains(args.transport)) {
     std::fprintf(stderr, "ferry run: --transport %s: unknown; known: %s\n", args.transport.c_str(),
                  JoinNames(TransportRegistry::Default().Names()).c_str());
     return 1;
+  }
+  for (const Status& s : {CheckStrategiesConvert(args, *in), CheckRunConfig(args), CheckOutputFiles(args)}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
+      return 1;
+    }
   }
   if (args.cuda_alloc != "cudamalloc" && args.memory != "cuda") {
     std::fprintf(stderr, "ferry run: --cuda-alloc %s needs --memory cuda\n", args.cuda_alloc.c_str());
@@ -221,7 +315,7 @@ int RunCommand(const RunArgs& args) {
   }
   Result<LaunchResult> result = LaunchLocalRanks(launch);
   if (!result.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", result.status().ToString().c_str());
+    std::fprintf(stderr, "ferry run: %s\n", result.status().message().c_str());
     return 1;
   }
   if (!result->ok()) {
@@ -241,9 +335,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
   auto strategy = std::make_shared<std::string>("reshard");
   CLI::App* run = app.add_subcommand(
-      "run", "a real refit on host memory: one process per rank here (or one rank under "
-             "torchrun/mpirun/srun), verified against a deterministic pattern");
-  run->add_option("--model", args->model, "model preset (ferry layout --list-models) or a Hugging Face config.json, or its directory");
+      "run", "a real refit on host memory (CUDA memory with --memory cuda): one process per rank "
+             "here (or one rank under torchrun/mpirun/srun), its sources filled with a deterministic "
+             "pattern that --verify checks in every destination");
+  run->add_option("--model", args->model,
+                  "model preset (ferry layout --list-models) or a Hugging Face config.json, or its "
+                  "directory");
   run->add_option("--scale", args->scale, "shrink the preset's wide dims, e.g. 1/64");
   run->add_option("--src", args->source_spec, "source framework spec, e.g. megatron:tp=2,ep=2");
   run->add_option("--dst", args->destination_spec, "destination spec, e.g. vllm:tp=2,dp=2");
@@ -271,7 +368,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddCommonOptions(*run, *args, *strategy);
   run->callback([args, strategy, exit_code] {
     if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {
-      std::fprintf(stderr, "ferry run: --strategy: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "ferry run: --strategy: %s\n", s.message().c_str());
       *exit_code = 1;
       return;
     }
@@ -296,7 +393,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddCommonOptions(*demo, *demo_args, *demo_strategy);
   demo->callback([demo_args, demo_strategy, exit_code] {
     if (Status s = ApplyStrategy(*demo_strategy, *demo_args); !s.ok()) {
-      std::fprintf(stderr, "ferry demo: --strategy: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "ferry demo: --strategy: %s\n", s.message().c_str());
       *exit_code = 1;
       return;
     }

@@ -46,7 +46,7 @@ int ServeStore(const StoreArgs& args) {
   const sigset_t stop = BlockStopSignals();
   auto server = TcpStoreServer::Start(bind, args.port, token);
   if (!server.ok()) {
-    std::fprintf(stderr, "ferry store: %s\n", server.status().WithContext("listening on " + bind).ToString().c_str());
+    std::fprintf(stderr, "ferry store: %s\n", server.status().WithContext("listening on " + bind).message().c_str());
     return 1;
   }
   std::printf("ferry store: serving on %s:%d; ranks join with FERRY_STORE_EXTERNAL=1 "

@@ -56,6 +56,10 @@ Result<RefitInputs> FileInputs(const RefitSourceArgs& args) {
   if (args.source_layout_file.empty() || args.destination_layout_file.empty()) {
     return InvalidArgument("--src-layout and --dst-layout must be given together");
   }
+  if (args.colocated) {
+    return InvalidArgument("--colocated places a preset's destination on the source's ranks; layout "
+                           "files name their ranks themselves (give the destination file the source's ranks)");
+  }
   RefitInputs in;
   Result<Layout> src = LoadLayoutFile(args.source_layout_file);
   if (!src.ok()) return src.status().WithContext("--src-layout " + args.source_layout_file);

@@ -110,8 +110,8 @@ constexpr bool kCheckResidentGrowth = false;
 constexpr bool kCheckResidentGrowth = true;
 #endif
 
-// The config of every rank: defaults < --config < FERRY_* < --transport < --set; the refit deadline
-// no longer than --timeout unless set explicitly.
+}  // namespace
+
 Result<Config> RankConfig(const RunArgs& args) {
   ConfigArgs config_args{args.config_file,
                          {"transport.network=" + args.transport, "transport.intra_node=" + args.transport}};
@@ -123,6 +123,8 @@ Result<Config> RankConfig(const RunArgs& args) {
   }
   return config;
 }
+
+namespace {
 
 // What the run compares. With both strategies and direct reads on, reshard runs twice: as
 // configured, and through the transport alone like the baseline, so that the report can tell the

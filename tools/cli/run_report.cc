@@ -163,16 +163,16 @@ std::string Ratios(const std::vector<VariantSummary>& summaries, int iterations)
   char line[256];
   if (const VariantSummary* transport = Find(summaries, Strategy::kReshard, false)) {
     std::snprintf(line, sizeof line,
-                  "  reshard is %.2fx faster than gather-broadcast, both through the transport alone "
+                  "  reshard is %s than gather-broadcast, both through the transport alone "
                   "(direct reads off)\n",
-                  baseline->mean / transport->mean);
+                  FormatSpeedup(transport->mean, baseline->mean).c_str());
     out += line;
   }
   if (const VariantSummary* direct = Find(summaries, Strategy::kReshard, true)) {
     std::snprintf(line, sizeof line,
-                  "  reshard with direct reads between ranks of one node is %.2fx faster than "
+                  "  reshard with direct reads between ranks of one node is %s than "
                   "gather-broadcast\n",
-                  baseline->mean / direct->mean);
+                  FormatSpeedup(direct->mean, baseline->mean).c_str());
     out += line;
   }
   std::snprintf(line, sizeof line, "  (mean of %d refits each, same transport, same run)\n", iterations);

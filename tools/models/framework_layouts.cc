@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/layout/limits.h"
 #include "tools/models/megatron_layout.h"
 #include "tools/models/vllm_layout.h"
 
@@ -21,6 +22,16 @@ Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSp
                                     int first_rank) {
   if (first_rank < 0) return InvalidArgument("first rank " + Num(first_rank) + " is negative");
   FERRY_ASSIGN_OR_RETURN(FrameworkSpec resolved, ResolveFrameworkSpec(spec, preset.config()));
+  // Checked before any buffer is made: a layout past kMaxRanks would be refused only after
+  // building per-rank tables of that size.
+  const int64_t last_rank = int64_t{first_rank} + NumRanks(resolved) - 1;
+  if (last_rank >= kMaxRanks) {
+    return InvalidArgument("first rank " + Num(first_rank) + " puts the " +
+                           Num(NumRanks(resolved)) + " ranks of " + resolved.ToString() +
+                           " at ranks up to " + Num(last_rank) + ", over the limit of " +
+                           Num(kMaxRanks) + " ranks (kMaxRanks): the first rank is at most " +
+                           Num(kMaxRanks - NumRanks(resolved)));
+  }
   // The MTP layers the spec holds join the preset's tensors when it lacks them.
   const ModelPreset* model = &preset;
   ModelPreset with_mtp;

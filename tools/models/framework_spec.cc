@@ -485,16 +485,19 @@ Result<std::string> TakeLayoutKey(std::string& body) {
 
 }  // namespace
 
+std::string FrameworkSpecKeys() {
+  return "megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
+         "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
+         "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
+         "mtp=N,mtp_repeated=0|1,mcore=0.N,layout=STRING (last) or "
+         "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
+         "redundant=N,eplb_map=PATH,"
+         "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N, either with "
+         "expert_tensors=stacks|members; every key optional";
+}
+
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
-  const std::string usage =
-      " (expected megatron:tp=N,pp=N,first=N,last=N,vstages=N,vstage_layers=N,ep=N,etp=N,dp=N,"
-      "cp=N,vocab_divisible_by=N,pad_vocab=yes|no,experts=sequential|grouped|single_grouped|"
-      "legacy_grouped,buffers=params|distopt,overlap_grad_reduce=yes|no,pattern=HYBRID_PATTERN,"
-      "mtp=N,mtp_repeated=0|1,mcore=0.N,layout=STRING (last) or "
-      "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
-      "redundant=N,eplb_map=PATH,"
-      "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N, either with expert_tensors=stacks|members; every key "
-      "optional)";
+  const std::string usage = " (expected " + FrameworkSpecKeys() + ")";
   const size_t colon = text.find(':');
   const std::string name = Trim(text.substr(0, colon));
   FrameworkSpec spec;

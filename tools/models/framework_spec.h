@@ -166,6 +166,9 @@ struct FrameworkSpec {
   std::string ToString() const;
 };
 
+// Every key either framework's spec takes, with its values: for help texts and errors.
+std::string FrameworkSpecKeys();
+
 // Parses "megatron:tp=2,pp=4,ep=16" or "vllm:tp=8,dp=2,ep=16". Unknown keys, repeated keys,
 // non-positive or non-numeric values are errors.
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text);

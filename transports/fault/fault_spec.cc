@@ -1,6 +1,9 @@
 // FaultSpec: the fault.* option table, its checks, and which calls a spec hits.
 #include "transports/fault/fault_spec.h"
 
+#include <string>
+#include <utility>
+
 #include "core/base/option_table.h"
 
 namespace ferry::fault {
@@ -51,6 +54,20 @@ Status CheckCombination(const FaultSpec& spec) {
   if (spec.peer >= 0 && !TakesPeer(spec.op)) {
     return InvalidArgument("fault.peer=" + std::to_string(spec.peer) + " with fault.op=" +
                            std::string(FaultOpName(spec.op)) + ": only connect, send and recv have a peer");
+  }
+  return Status::Ok();
+}
+
+// fault.rank and fault.peer name ranks of the communicator (or -1): a fault on a rank past
+// `size` would never fire, and the run would pass as if the fault had been survived.
+Status CheckRanks(const FaultSpec& spec, int size) {
+  for (const auto& [name, value] : {std::pair<const char*, int>{"fault.rank", spec.rank},
+                                    {"fault.peer", spec.peer}}) {
+    if (value >= size) {
+      return InvalidArgument(std::string(name) + "=" + std::to_string(value) + " is not a rank of this " +
+                             std::to_string(size) + "-rank communicator: give -1 or a rank in [0, " +
+                             std::to_string(size) + ")");
+    }
   }
   return Status::Ok();
 }
@@ -111,6 +128,7 @@ Result<FaultSpec> FaultSpecFromContext(const TransportContext& context) {
     return InvalidArgument("fault.inner='" + spec.inner + "': name a registered transport other than fault");
   }
   FERRY_RETURN_IF_ERROR(CheckCombination(spec));
+  FERRY_RETURN_IF_ERROR(CheckRanks(spec, context.size));
   return spec;
 }
 

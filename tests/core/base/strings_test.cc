@@ -21,6 +21,13 @@ TEST(StringsTest, FormatSeconds) {
   EXPECT_EQ(FormatSeconds(0), "0.0 us");
 }
 
+// A slower time reads "slower", never "0.80x faster".
+TEST(StringsTest, SpeedupSaysFasterOrSlower) {
+  EXPECT_EQ(FormatSpeedup(1.0, 2.2), "2.20x faster");
+  EXPECT_EQ(FormatSpeedup(1.0, 0.8), "1.25x slower");
+  EXPECT_EQ(FormatSpeedup(1.0, 1.001), "as fast");
+}
+
 TEST(StringsTest, SplitKeepsEmptyParts) {
   std::vector<std::string> parts = Split("a,,b", ',');
   ASSERT_EQ(parts.size(), 3u);

@@ -213,7 +213,7 @@ TEST(LayoutIoTest, BadFilesNameTheKeyPath) {
   ExpectParseError(tensors + "fragments:\n  - {tensor: v, box: [[0, 4], [0, 4]], rank: 0}\n",
                    {"fragments[0].tensor", "unknown tensor 'v'"});
   ExpectParseError(tensors + "fragments:\n  - {tensor: w, box: [[0, 4], [0, 4]], rank: -1}\n",
-                   {"fragments[0].rank", "out of range"});
+                   {"fragments[0].rank", "value -1 is not in [0, 1073741824]"});
   ExpectParseError(tensors +
                        "fragments:\n  - {tensor: w, box: [[0, 4], [0, 4]], rank: 0, "
                        "byte_offset: 0, strides: [1]}\n",
@@ -227,6 +227,12 @@ TEST(LayoutIoTest, BadFilesNameTheKeyPath) {
   ExpectParseError(tensors + "padding:\n  - {tensor: w, box: [[4, 2], [0, 4]]}\n",
                    {"padding[0].box", "lo"});
   ExpectParseError("version: 2\n" + tensors, {"version", "unsupported version 2"});
+  ExpectParseError(tensors + "fragments:\n  - {tensor: w, box: [[0, 4], [0, 4]], rank: 0, "
+                             "byte_offset: 9223372036854775807}\n",
+                   {"fragments[0].byte_offset", "9223372036854775807 is over the limit of"});
+  ExpectParseError(tensors + "fragments:\n  - {tensor: w, box: [[0, 4], [0, 4]], rank: 0, "
+                             "byte_offset: 0, strides: [4611686018427387904, 1]}\n",
+                   {"fragments[0].strides", "stride 4611686018427387904 in dim 0 is over the limit"});
 }
 
 TEST(LayoutIoTest, MissingFileIsAnIoError) {
@@ -307,6 +313,12 @@ TEST(TopologyIoTest, BadFiles) {
   auto zero = ParseTopologyYaml("uniform: {num_ranks: 0, gpus_per_node: 2}\n");
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.status().message().find("uniform.num_ranks"), std::string::npos);
+  EXPECT_NE(zero.status().message().find("value 0 is not in [1, 1073741824]"), std::string::npos)
+      << zero.status().message();
+  auto nic = ParseTopologyYaml("ranks:\n  - {node: 0, local_device: 0, nics: [-3]}\n");
+  ASSERT_FALSE(nic.ok());
+  EXPECT_NE(nic.status().message().find("NIC index -3 is not in [0, 65536]"), std::string::npos)
+      << nic.status().message();
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // ranks 2-3, every buffer a cudaMalloc allocation registered through Refit, three steps with new
 // source values each, checked element by element after copying the destinations back. Once with
 // the ranks on one node (destinations read the sources through CUDA IPC) and once on four pretend
-// nodes (packed on the device, staged through pinned memory over tcp). Registration checks that
+// nodes (packed on the device, staged through pinned memory over tcp); then every destination
+// tensor is complete and RunRest moves nothing. Registration checks that
 // CUDA memory is what it claims. Needs a GPU: without one these report themselves SKIPPED, and one
 // more test checks that CUDA memory is then refused at registration, naming the buffer.
 #include <gtest/gtest.h>
@@ -103,6 +104,12 @@ int RefitOnDevice(const std::shared_ptr<const RefitPlan>& plan, int rank, int po
     }
   }
   if (!status.ok()) return Report(status);
+  // After a successful run every destination tensor of the rank is complete, and RunRest (which
+  // waits for the device's work, then plans without the complete tensors) moves nothing.
+  if ((*refit)->CompleteDestinationTensors() != std::vector<int>(rank < 2 ? 0 : 1, 0)) return 4;
+  Result<RefitStats> rest = (*refit)->RunRest((*refit)->DefaultDeadline());
+  if (!rest.ok()) return Report(rest.status());
+  if (rest->executor.bytes_received + rest->executor.bytes_read_direct + rest->executor.bytes_copied > 0) return 5;
   return (*session)->Finish().ok() ? 0 : 3;
 }
 

@@ -2,7 +2,7 @@
 // session (checking the topology against the communicator), takes buffers by name or index with
 // their sizes and owners checked, and runs the same plan many times over tcp between threads; a
 // destination stored transformed (vLLM's Mamba A) holds the transform of the source's values; a
-// failed run names the destination tensors it wrote whole.
+// failed run names the destination tensors it wrote whole, and a resumed one moves only the rest.
 #include "core/refit/refit.h"
 
 #include <gtest/gtest.h>
@@ -184,13 +184,15 @@ TEST(RefitTest, RunsOnePlanManyTimesOnBuffersRegisteredByName) {
   EXPECT_GT(outcomes[2].stats.seconds, 0);
 }
 
-// A refit that stops part way names the destination tensors it finished. Four fp32 [64, 48]
+// A refit that stops part way names the destination tensors it finished, and RunRest moves only
+// the others. Four fp32 [64, 48]
 // tensors (12 KiB each, one network message each) go whole from rank 0 to rank 1 on another
 // node; rank 0's transport drops its third send (fault.action=drop: reported sent, never
 // delivered), so rank 1 gets three of the four and fails at its deadline. Before a Run nothing is
 // complete; after the failed one exactly the three delivered tensors are, and they hold the new
-// values. (After a successful Run, all are: RunsOnePlanManyTimesOnBuffersRegisteredByName.)
-TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreTheOnesWritten) {
+// values. (After a successful Run, all are: RunsOnePlanManyTimesOnBuffersRegisteredByName.) After
+// the communicator's Recreate, RunRest sends the one missing tensor, and then all four are.
+TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreNamedAndTheRestIsMoved) {
   constexpr int kTensors = 4;
   Layout source, destination;
   for (int t = 0; t < kTensors; ++t) {
@@ -204,8 +206,8 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreTheOnesWritten) {
                               Strategy::kReshard, plan_config);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ((*plan)->Stats().network_messages, kTensors);
-  std::vector<std::vector<float>> received(kTensors);
-  std::vector<int> before, after_failure;
+  std::vector<std::vector<float>> received(kTensors), rested(kTensors);
+  std::vector<int> before, after_failure, after_rest;
   Status first_run;
   auto outcomes = RunRanks(
       2, {0, 1},
@@ -230,6 +232,18 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreTheOnesWritten) {
           after_failure = (*refit)->CompleteDestinationTensors();
           received = data;
         }
+        // Every rank recreates the aborted communicator and moves only what is missing: one
+        // message, so rank 0's fresh fault transport (which drops a third send) drops nothing.
+        out.status = session.communicator().Recreate(Deadline::AfterSeconds(20));
+        if (!out.status.ok()) return;
+        Result<RefitStats> rest = (*refit)->RunRest(Deadline::AfterSeconds(20));
+        out.status = rest.status();
+        if (!rest.ok()) return;
+        out.stats = *rest;
+        if (rank == 1) {
+          after_rest = (*refit)->CompleteDestinationTensors();
+          rested = data;
+        }
       },
       {"transport.network=fault", "fault.inner=tcp", "fault.rank=0", "fault.op=send",
        "fault.after=2", "fault.action=drop", "deadline.refit=3s"});
@@ -247,7 +261,16 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreTheOnesWritten) {
     EXPECT_EQ(complete, new_values) << "tensor t" << t;
     if (!complete) missing.push_back(t);
   }
-  EXPECT_EQ(missing.size(), 1u);
+  ASSERT_EQ(missing.size(), 1u);
+  // RunRest moved the one missing tensor and nothing else; every tensor now holds its value.
+  EXPECT_EQ(outcomes[1].stats.executor.bytes_received, kRows * kCols * 4);
+  EXPECT_EQ(outcomes[0].stats.executor.bytes_sent, kRows * kCols * 4);
+  EXPECT_EQ(after_rest, (std::vector<int>{0, 1, 2, 3}));
+  for (int t = 0; t < kTensors; ++t) {
+    EXPECT_TRUE(std::all_of(rested[t].begin(), rested[t].end(),
+                            [&](float v) { return v == static_cast<float>(t + 1); }))
+        << "tensor t" << t;
+  }
 }
 
 TEST(RefitTest, RegistrationNamesWhatIsWrong) {

@@ -136,5 +136,50 @@ TEST(SessionTest, WithAnExternalStoreThereIsNoRecoveryNotice) {
   EXPECT_EQ((*session)->TakeRecoveryNotice(), "");
 }
 
+// Bootstrap values and deadlines a caller gets wrong are refused before anything waits: a rank
+// outside the world used to wait out deadline.connect for a store nobody served, and a bad
+// deadline.abort was only read (and replaced by 5 s) when an abort ran.
+TEST(SessionTest, BadBootstrapInfoAndDeadlinesAreRefusedAtOnceNamingTheField) {
+  struct Case {
+    const char* what;
+    int rank, size, port;
+    const char* option;
+    const char* value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"rank past the world", 3, 2, 29500, nullptr, nullptr, "rank 3 is not in [0, 2)"},
+      {"negative rank", -1, 2, 29500, nullptr, nullptr, "rank -1 is not in [0, 2)"},
+      {"empty world", 0, 0, 29500, nullptr, nullptr, "world size 0 is not in [1, 131072]"},
+      {"port past 65535", 0, 1, 99999, nullptr, nullptr, "store port 99999 is not in [1, 65535]"},
+      {"zero abort deadline", 0, 1, 29500, "deadline.abort", "0s",
+       "option 'deadline.abort' is 0.000000 s; it must be above zero"},
+      {"negative store deadline", 0, 1, 29500, "deadline.store", "-1s",
+       "option 'deadline.store': '-1s' is not a duration"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    BootstrapInfo info;
+    info.rank = c.rank;
+    info.size = c.size;
+    info.local_size = c.size < 1 ? 1 : c.size;
+    info.store_host = "127.0.0.1";
+    info.store_port = c.port;
+    info.token = "session-test";
+    Config config = RuntimeConfig();
+    ASSERT_TRUE(config.Set("deadline.connect", "30s").ok());
+    if (c.option != nullptr) {
+      ASSERT_TRUE(config.Set(c.option, c.value).ok());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto session = Session::Join(info, std::move(config));
+    ASSERT_FALSE(session.ok());
+    EXPECT_EQ(session.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(session.status().message().find(c.expected), std::string::npos)
+        << session.status().ToString();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
 }  // namespace
 }  // namespace ferry

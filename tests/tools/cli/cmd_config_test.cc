@@ -50,5 +50,30 @@ TEST(CmdConfigTest, AppliesAYamlFileAndRejectsUnknownOptions) {
   EXPECT_EQ(RunConfig({"--file", path}, &out), 2);
 }
 
+// A value that parses as text but that a plan or session refuses is reported by `ferry config`,
+// not first by the run that reads it.
+TEST(CmdConfigTest, RejectsValuesAPlanOrSessionWouldRefuse) {
+  std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/values.yaml";
+  std::string out;
+  for (const char* yaml : {"planner:\n  hierarchical: maybe\n", "executor:\n  copy_threads: 1000\n",
+                           "deadline:\n  abort: 0s\n"}) {
+    SCOPED_TRACE(yaml);
+    std::ofstream(path) << yaml;
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 2);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("ferry config: option '"), std::string::npos) << err;
+    EXPECT_EQ(err.find("INVALID_ARGUMENT"), std::string::npos) << err;
+  }
+  std::ofstream(path) << "planner:\n  hierarchcal: false\n";
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 2);
+  const std::string typo = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(typo.rfind("ferry config: " + path + ": config YAML: unknown option 'planner.hierarchcal'", 0), 0)
+      << typo;
+  std::ofstream(path) << "planner:\n  hierarchical: false\n";
+  EXPECT_EQ(RunConfig({"--file", path, "--no-env"}, &out), 0);
+}
+
 }  // namespace
 }  // namespace ferry::cli

@@ -8,6 +8,7 @@
 
 #include "tests/tools/cli/run_cli_testutil.h"
 #include "tools/cli/commands.h"
+#include "tools/models/framework_spec.h"
 
 namespace ferry::cli {
 namespace {
@@ -17,6 +18,36 @@ int RunCli(std::vector<std::string> argv, std::string* out) {
   const int code = RunSubcommand(AddLayoutCommand, std::move(argv));
   *out = ::testing::internal::GetCapturedStdout();
   return code;
+}
+
+// --help lists every key a framework spec takes, vLLM's pp and engines included, as the parser
+// accepts them.
+TEST(CmdLayoutTest, HelpListsEveryFrameworkSpecKey) {
+  std::string out;
+  RunCli({"layout", "--help"}, &out);
+  EXPECT_NE(out.find(models::FrameworkSpecKeys()), std::string::npos) << out;
+  EXPECT_NE(out.find("vllm:tp=N,pp=N"), std::string::npos) << out;
+  EXPECT_EQ(out.find("vllm:tp=,dp=,ep="), std::string::npos) << out;
+}
+
+// Options a mode would ignore are refused by name: --validate builds nothing from --model, and
+// --explain saves nothing.
+TEST(CmdLayoutTest, OptionsAModeWouldIgnoreAreRefused) {
+  std::string out;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"layout", "--validate", "layout.yaml", "--model", "llama-3.1-8b"}, "--model excludes --validate"},
+      {{"layout", "--list-models", "--framework", "vllm:tp=2"}, "--framework excludes --list-models"},
+      {{"layout", "--model", "llama-3.1-8b", "--framework", "vllm:tp=2", "--explain",
+        "model.embed_tokens.weight", "--save", "out.yaml"},
+       "--save excludes --explain"},
+  };
+  for (const auto& [argv, expected] : cases) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_NE(RunCli(argv, &out), 0);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(expected), std::string::npos) << err;
+    EXPECT_EQ(out.find("valid"), std::string::npos) << out;
+  }
 }
 
 TEST(CmdLayoutTest, ExplainsOneTensor) {

@@ -120,6 +120,15 @@ TEST(RefitInputsTest, ErrorsNameTheArgument) {
   files.destination_layout_file = "/nonexistent/dst.yaml";
   EXPECT_NE(LoadRefitInputs(files).status().message().find("--src-layout /nonexistent/src.yaml"),
             std::string::npos);
+  // --colocated moves a preset's destination ranks; layout files fix their own, so it would be
+  // silently ignored.
+  files.source_layout_file = "tests/tools/cli/testdata/uneven_src.yaml";
+  files.destination_layout_file = "tests/tools/cli/testdata/uneven_dst.yaml";
+  ASSERT_TRUE(LoadRefitInputs(files).ok());
+  files.colocated = true;
+  EXPECT_NE(LoadRefitInputs(files).status().message().find("--colocated places a preset's destination"),
+            std::string::npos)
+      << LoadRefitInputs(files).status().ToString();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/layout/limits.h"
 #include "core/layout/tensor_stack.h"
 #include "tests/tools/models/framework_layouts_testutil.h"
 
@@ -93,6 +94,25 @@ TEST(RefitLayoutsTest, RanksAndTopology) {
   EXPECT_EQ(r->topology.NumRanks(), 8);
   options.gpus_per_node = 0;
   EXPECT_FALSE(BuildRefitLayouts(p, Spec("vllm"), Spec("vllm"), options).ok());
+}
+
+// A first rank that puts the layout's ranks past kMaxRanks is refused, naming the largest first
+// rank that fits, before any per-rank table is built (a first rank near 2^31 used to end in
+// std::bad_alloc).
+TEST(FrameworkLayoutTest, FirstRankPastTheRankLimitIsRefused) {
+  ModelPreset p = Preset("llama-3.1-8b", 1.0 / 64);
+  const FrameworkSpec spec = Spec("megatron:tp=2");
+  for (int first_rank : {kMaxRanks - 1, 2000000000}) {
+    Result<Layout> r = BuildFrameworkLayout(p, spec, first_rank);
+    ASSERT_FALSE(r.ok()) << first_rank;
+    EXPECT_NE(r.status().message().find("kMaxRanks"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("at most " + std::to_string(kMaxRanks - 2)),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  Result<Layout> last_fit = BuildFrameworkLayout(p, spec, kMaxRanks - 2);
+  ASSERT_TRUE(last_fit.ok()) << last_fit.status().ToString();
+  EXPECT_EQ(last_fit->Ranks().back(), kMaxRanks - 1);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -30,6 +30,7 @@ Result<FaultSpec> SpecOf(const std::map<std::string, std::string>& options) {
   for (const auto& [name, value] : options) FERRY_RETURN_IF_ERROR(config.Set(name, value));
   TransportContext context;
   context.config = &config;
+  context.size = 4;
   return fault::FaultSpecFromContext(context);
 }
 
@@ -57,6 +58,18 @@ TEST(FaultSpecTest, RefusesFaultsThatMeanNothingNamingTheOptions) {
   EXPECT_NE(itself.status().message().find("fault.inner='fault'"), std::string::npos);
   auto unknown = SpecOf({{"fault.action", "explode"}});
   EXPECT_NE(unknown.status().message().find("explode"), std::string::npos);
+}
+
+// A fault on a rank or peer the communicator does not have would never fire: refused, naming the
+// ranks there are.
+TEST(FaultSpecTest, RefusesRanksAndPeersPastTheCommunicator) {
+  auto rank = SpecOf({{"fault.rank", "4"}, {"fault.op", "send"}, {"fault.action", "drop"}});
+  EXPECT_NE(rank.status().message().find("fault.rank=4 is not a rank of this 4-rank communicator: give -1 or a rank in [0, 4)"),
+            std::string::npos)
+      << rank.status().ToString();
+  auto peer = SpecOf({{"fault.peer", "9"}, {"fault.op", "send"}, {"fault.action", "drop"}});
+  EXPECT_NE(peer.status().message().find("fault.peer=9"), std::string::npos) << peer.status().ToString();
+  EXPECT_TRUE(SpecOf({{"fault.rank", "3"}, {"fault.peer", "0"}, {"fault.op", "send"}}).ok());
 }
 
 // Two fault-over-tcp ranks with `options`, and a 64 KiB buffer registered on each.
