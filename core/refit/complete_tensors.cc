@@ -43,7 +43,8 @@ std::vector<std::pair<int, std::pair<int64_t, int64_t>>> WrittenRanges(const Tra
     const CopyPair pair = plan.Copy(c);
     if (pair.to.space == Space::kDestination) out.push_back({pair.to.buffer, RegionSpan(pair.to)});
   }
-  if (op.data.space == Space::kDestination && (op.kind == OpKind::kRecv || op.kind == OpKind::kQuantize)) {
+  const bool lands = op.kind == OpKind::kRecv || op.kind == OpKind::kQuantize;
+  if (op.data.space == Space::kDestination && lands) {
     // A Quantize's `bytes` are its values; its scales follow at data, of a size the plan does not
     // keep: their span runs to the buffer's end, a superset.
     const int64_t end = op.kind == OpKind::kRecv

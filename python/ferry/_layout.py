@@ -74,7 +74,8 @@ class Layout:
         holding it); "megatron:tp=2,pp=2" is a trainer (source) side, "vllm:tp=1,dp=2" an
         inference (destination) side. `scale` shrinks the wide dims ("1/64" or 1/64)."""
         text = "" if scale is None else (scale if isinstance(scale, str) else repr(float(scale)))
-        return Layout(_ferry.Layout.preset(_text("model", os.fspath(model) if isinstance(model, os.PathLike) else model),
+        name = os.fspath(model) if isinstance(model, os.PathLike) else model
+        return Layout(_ferry.Layout.preset(_text("model", name),
                                            _text("framework", framework), text,
                                            _rank("first_rank", first_rank)))
 

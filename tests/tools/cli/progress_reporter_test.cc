@@ -1,6 +1,6 @@
 // Tests of ProgressReporter: a stage longer than the interval prints lines naming it, with the
-// simulation's position when given (or that it is still setting up); a stage shorter than the interval, and a disabled reporter,
-// print nothing.
+// simulation's position when given (or that it is still setting up); a stage shorter than the
+// interval, and a disabled reporter, print nothing.
 #include "tools/cli/progress_reporter.h"
 
 #include <gtest/gtest.h>
