@@ -404,6 +404,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "weights' dtype instead of the preset's (e.g. fp8_e4m3 for FP8 weights)");
   cmd->add_option("--propagation-rounds", args->propagation_rounds,
                   "simulator: how far a rate change spreads beyond the links it touches")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   cmd->add_option("--rate-slack", args->rate_slack,
                   "simulator: fraction of a link's capacity that may stay idle between rate "
@@ -417,7 +418,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->callback([args, exit_code]() {
     Status s = RunSimulate(*args);
-    if (!s.ok()) std::cerr << "ferry simulate: " << s.ToString() << "\n";
+    if (!s.ok()) std::cerr << "ferry simulate: " << s.message() << "\n";
     *exit_code = s.ok() ? 0 : 1;
   });
 }

@@ -388,9 +388,12 @@ Result<ClusterSpec> LoadCluster(std::string_view preset_or_path) {
   const std::string path(preset_or_path);
   Result<std::string> text =
       ReadFileAtMost(path, kMaxClusterFileBytes, "cluster file", "kMaxClusterFileBytes");
-  if (!text.ok() && text.status().code() == StatusCode::kIoError) {
-    Result<ClusterSpec> preset = ClusterPreset(preset_or_path);
-    return preset.status().WithContext("cannot open cluster file '" + path + "'");
+  // A name with a directory or a YAML suffix was meant as a file: say why it could not be read.
+  // Anything else was meant as a preset: name the presets (a file of that name does not exist).
+  const bool looks_like_file = path.find('/') != std::string::npos || path.ends_with(".yaml") ||
+                               path.ends_with(".yml");
+  if (!text.ok() && text.status().code() == StatusCode::kIoError && !looks_like_file) {
+    return ClusterPreset(preset_or_path).status();
   }
   if (!text.ok()) return text.status();
   return ParseClusterYaml(*text).WithContext("cluster file '" + path + "'");

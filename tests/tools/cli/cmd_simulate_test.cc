@@ -2,8 +2,8 @@
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
 // size the planner cannot use, refused naming the option, the window taken from
 // executor.max_in_flight as `ferry run` would, the simulator's --rate-slack, a skipped baseline
-// reported as skipped, progress lines on stderr, and the trace and SVG, whose plan is made after
-// the layouts' other plans.
+// reported as skipped, progress lines on stderr, errors without status names, and the trace and
+// SVG, whose plan is made after the layouts' other plans.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,6 +128,30 @@ TEST(SimulateCommand, ProgressLinesGoToStderrForLongStagesOnly) {
   err = testing::internal::GetCapturedStderr();
   ASSERT_EQ(code, 0) << out << err;
   EXPECT_EQ(err, "");
+}
+
+// Errors print ferry's message without a status name, and --propagation-rounds below 0 is refused
+// before anything is planned.
+TEST(SimulateCommand, ErrorsNameTheInputWithoutStatusCodes) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  std::vector<std::string> argv = SmallRefit({});
+  *std::find(argv.begin(), argv.end(), "dgx-h100") = "/no/such/cluster.yaml";
+  int code = RunCli(argv);
+  testing::internal::GetCapturedStdout();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(code, 0);
+  EXPECT_NE(err.find("ferry simulate: cannot open cluster file '/no/such/cluster.yaml'"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("NOT_FOUND"), std::string::npos) << err;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  code = RunCli(SmallRefit({"--propagation-rounds", "-1"}));
+  const std::string out = testing::internal::GetCapturedStdout();
+  testing::internal::GetCapturedStderr();
+  EXPECT_NE(code, 0);
+  EXPECT_EQ(out.find("model "), std::string::npos) << out;
 }
 
 // Bytes in the file at `path`, or -1 when it cannot be read.

@@ -117,6 +117,17 @@ TEST(ClusterTest, ShippedClusterFilesLoad) {
   EXPECT_FALSE(LoadCluster("/no/such/file.yaml").ok());
 }
 
+// A missing file is reported as a file that cannot be read, a name that is no preset and no file
+// as an unknown preset; neither message mixes the two.
+TEST(ClusterTest, AMissingFileAndAnUnknownPresetAreToldApart) {
+  const std::string file = LoadCluster("/no/such/file.yaml").status().message();
+  EXPECT_NE(file.find("cannot open cluster file '/no/such/file.yaml'"), std::string::npos) << file;
+  EXPECT_EQ(file.find("preset"), std::string::npos) << file;
+  const std::string name = LoadCluster("dgx-h300").status().message();
+  EXPECT_NE(name.find("unknown cluster preset 'dgx-h300' (known: dgx-h100"), std::string::npos) << name;
+  EXPECT_EQ(name.find("cannot open"), std::string::npos) << name;
+}
+
 TEST(ClusterTest, MappingFitsTheClusterAndNicsAreRailAligned) {
   ClusterSpec c = *ClusterPreset("dgx-h100");
   Result<ClusterSpec> fitted = FitClusterToMapping(c, RankMapping::Identity(20));
