@@ -185,7 +185,11 @@ int64_t Layout::LogicalBytes() const {
 }
 
 std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f) const {
-  int64_t elem = DTypeSize(tensors[f.tensor].dtype);
+  return FragmentSpan(f, tensors[f.tensor].dtype);
+}
+
+std::pair<int64_t, int64_t> Layout::FragmentSpan(const Fragment& f, DType stored) const {
+  const int64_t elem = DTypeSize(stored);
   if (f.box.Empty()) return {f.loc.byte_offset, 0};
   // Saturating: a hostile fragment's span pins at kSaturated, which validation refuses.
   int64_t last = 0;

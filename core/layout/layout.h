@@ -122,8 +122,11 @@ class Layout {
   // Total bytes of all logical tensors (each counted once).
   int64_t LogicalBytes() const;
 
-  // Byte span [first, last] touched by a fragment inside its buffer, as (offset, length).
+  // Byte span [first, last] touched by a fragment inside its buffer, as (offset, length), with
+  // its tensor's elements of the tensor's dtype, or of `stored` (StoredDTypes: a tensor stored
+  // transformed may be wider).
   std::pair<int64_t, int64_t> FragmentSpan(const Fragment& f) const;
+  std::pair<int64_t, int64_t> FragmentSpan(const Fragment& f, DType stored) const;
 
  private:
   // Brings the name indexes up to date with `tensors` and `buffers` (appended entries are indexed,

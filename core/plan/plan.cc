@@ -34,6 +34,16 @@ int64_t Region::NumElements() const {
   return n;
 }
 
+int64_t Region::SpanBytes() const {
+  const int64_t esize = DTypeSize(dtype);
+  int64_t last = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 0) return 0;
+    last += (shape[d] - 1) * strides[d] * esize;
+  }
+  return last + esize;
+}
+
 bool Region::IsContiguous() const {
   int64_t expected = 1;
   for (int d = ndim - 1; d >= 0; --d) {

@@ -80,6 +80,9 @@ struct Region {
 
   int64_t NumElements() const;
   int64_t NumBytes() const { return NumElements() * DTypeSize(dtype); }
+  // Bytes from the first element to just past the last one (0 when empty): [offset, offset +
+  // SpanBytes()) holds every element, and the gaps between them when strided.
+  int64_t SpanBytes() const;
   // True when the elements occupy [offset, offset + NumBytes()) densely in row-major order.
   bool IsContiguous() const;
   // A contiguous 1-D byte region.

@@ -8,26 +8,6 @@
 namespace ferry {
 namespace {
 
-// [first, end) bytes a region touches in its buffer.
-std::pair<int64_t, int64_t> RegionSpan(const Region& r) {
-  int64_t last = 0;
-  for (int d = 0; d < r.ndim; ++d) {
-    if (r.shape[d] == 0) return {r.offset, r.offset};
-    last += (r.shape[d] - 1) * r.strides[d];
-  }
-  const int64_t size = DTypeSize(r.dtype);
-  return {r.offset, r.offset + (last + 1) * size};
-}
-
-// [offset, length) bytes fragment `f` touches when its elements are stored as `dtype` (a tensor
-// stored transformed, such as Mamba's A as fp32, is wider than its own dtype).
-std::pair<int64_t, int64_t> FragmentSpanAs(const Fragment& f, DType dtype) {
-  if (f.box.Empty()) return {f.loc.byte_offset, 0};
-  int64_t last = 0;
-  for (int d = 0; d < f.box.ndim; ++d) last += (f.box.Extent(d) - 1) * f.loc.strides[d];
-  return {f.loc.byte_offset, (last + 1) * DTypeSize(dtype)};
-}
-
 // One destination buffer of the rank: its fragments' spans sorted by start, with the longest.
 struct BufferFragments {
   std::vector<std::pair<std::pair<int64_t, int64_t>, int>> spans;  // ([first, end), held index)
@@ -41,7 +21,9 @@ std::vector<std::pair<int, std::pair<int64_t, int64_t>>> WrittenRanges(const Tra
   std::vector<std::pair<int, std::pair<int64_t, int64_t>>> out;
   for (int c = op.copies_begin; c < op.copies_end; ++c) {
     const CopyPair pair = plan.Copy(c);
-    if (pair.to.space == Space::kDestination) out.push_back({pair.to.buffer, RegionSpan(pair.to)});
+    if (pair.to.space == Space::kDestination) {
+      out.push_back({pair.to.buffer, {pair.to.offset, pair.to.offset + pair.to.SpanBytes()}});
+    }
   }
   const bool lands = op.kind == OpKind::kRecv || op.kind == OpKind::kQuantize;
   if (op.data.space == Space::kDestination && lands) {
@@ -67,7 +49,8 @@ DestinationWriters DestinationWriters::For(const TransferPlan& plan, const Layou
     if (f.loc.rank != rank) continue;
     auto [it, added] = held_index.emplace(f.tensor, 0);
     if (added) w.held_.push_back(f.tensor);
-    const auto [offset, length] = FragmentSpanAs(f, stored[static_cast<size_t>(f.tensor)]);
+    // Stored dtypes: a tensor stored transformed (Mamba's A as fp32) is wider than its own.
+    const auto [offset, length] = destination.FragmentSpan(f, stored[static_cast<size_t>(f.tensor)]);
     BufferFragments& b = buffers[f.loc.buffer];
     b.spans.push_back({{offset, offset + length}, f.tensor});
     b.longest = std::max(b.longest, length);

@@ -213,7 +213,7 @@ Result<RefitStats> Refit::RunAfter(Deadline deadline, bool one_stream, void* cal
 Result<RefitStats> Refit::RunPlan(const std::shared_ptr<const RefitPlan>& plan, Deadline deadline) {
   RefitStats stats;
   Result<ExecutorStats> ran = executor_->Run(plan->plan(), memory_, deadline);
-  last_completed_ops_ = executor_->LastRunCompletedOps();
+  last_completed_ops_ = executor_->TakeLastRunCompletedOps();
   if (last_plan_ != plan) writers_.reset();
   last_plan_ = plan;
   FERRY_ASSIGN_OR_RETURN(stats.executor, std::move(ran));

@@ -50,17 +50,6 @@ Region Rebase(const Region& staged, const Region& base, int64_t offset) {
   return r;
 }
 
-// Bytes from a region's first element to just past its last one (0 when it is empty).
-int64_t SpanBytes(const Region& r) {
-  const int64_t esize = DTypeSize(r.dtype);
-  int64_t last = 0;
-  for (int d = 0; d < r.ndim; ++d) {
-    if (r.shape[d] == 0) return 0;
-    last += (r.shape[d] - 1) * r.strides[d] * esize;
-  }
-  return last + esize;
-}
-
 template <typename T>
 void Put(uint8_t*& p, T value) {
   std::memcpy(p, &value, sizeof(T));
@@ -186,7 +175,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
         const int source = static_cast<int>(
             std::lower_bound(d.source_buffers.begin(), d.source_buffers.end(), c.from.buffer) -
             d.source_buffers.begin());
-        d.reads.push_back({c.from.offset, c.to.offset, SpanBytes(c.from), SpanBytes(c.to), source, c.to.buffer});
+        d.reads.push_back({c.from.offset, c.to.offset, c.from.SpanBytes(), c.to.SpanBytes(), source, c.to.buffer});
       }
       if (d.geometries.size() != d.copies.size()) continue;
     } else if (rank != kEveryReceiver) {

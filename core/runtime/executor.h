@@ -38,6 +38,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/base/deadline.h"
@@ -107,8 +108,8 @@ class Executor {
 
   // The plan ids of this rank's ops that completed in the last Run, failed or not (every one of
   // them after a successful Run): an op that wrote destination memory completed only once its
-  // bytes were there. Empty before the first Run.
-  const std::vector<int>& LastRunCompletedOps() const { return last_completed_ops_; }
+  // bytes were there. Moved out: empty before the first Run and after a call.
+  std::vector<int> TakeLastRunCompletedOps() { return std::move(last_completed_ops_); }
 
   // Releases the transport registrations kept across runs (the staging arena's always; user
   // buffers' when executor.cache_registrations is on), and with the latter the CUDA IPC exports
