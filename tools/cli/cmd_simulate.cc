@@ -371,8 +371,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       "simulate",
       "Predict refit time on a cluster model: ferry's reshard plan vs gather-and-broadcast vs the "
       "lower bound");
-  cmd->add_option("--model", args->model, "model preset (deepseek-v3, qwen3-235b-a22b, ...) or a Hugging Face config.json, or its "
-                  "directory")
+  cmd->add_option("--model", args->model,
+                  "model preset (deepseek-v3, qwen3-235b-a22b, ...) or a Hugging Face "
+                  "config.json, or its directory")
       ->capture_default_str();
   cmd->add_option("--scale", args->scale, "shrink the model's wide dims, e.g. 1/64")
       ->capture_default_str();
