@@ -66,6 +66,14 @@ std::array<int64_t, 3> Refit::BytesByLink(const TransferPlan& plan, int rank) {
   return bytes;
 }
 
+int64_t Refit::BytesHeldBy(const Layout& layout, int rank) {
+  int64_t bytes = 0;
+  for (const Fragment& f : layout.fragments) {
+    if (f.loc.rank == rank) bytes += f.box.Volume() * DTypeSize(layout.tensors[f.tensor].dtype);
+  }
+  return bytes;
+}
+
 namespace {
 
 // The executor reads and writes CUDA buffers on a stream of its own, which does not wait for the
@@ -119,6 +127,7 @@ Refit::Refit(Session& session, std::shared_ptr<const RefitPlan> plan)
   memory_.destination.resize(plan_->plan().destination_buffers.size());
   const int rank = session_.communicator().rank();
   bytes_by_link_ = BytesByLink(plan_->plan(), rank);
+  bytes_delivered_ = BytesHeldBy(plan_->destination(), rank);
   for (const Space space : {Space::kSource, Space::kDestination}) {
     const Layout& layout = space == Space::kSource ? plan_->source() : plan_->destination();
     std::vector<int>& mine = space == Space::kSource ? own_sources_ : own_destinations_;
@@ -207,6 +216,7 @@ Result<RefitStats> Refit::RunAfter(Deadline deadline, bool one_stream, void* cal
   FERRY_ASSIGN_OR_RETURN(RefitStats stats, RunPlan(plan_, deadline));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.bytes_by_link = bytes_by_link_;
+  stats.bytes_delivered = bytes_delivered_;
   return stats;
 }
 
@@ -254,6 +264,7 @@ Result<RefitStats> Refit::RunRest(Deadline deadline) {
   FERRY_ASSIGN_OR_RETURN(RefitStats stats, RunPlan(rest, deadline));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.bytes_by_link = BytesByLink(rest->plan(), comm.rank());
+  stats.bytes_delivered = BytesHeldBy(rest->destination(), comm.rank());
   return stats;
 }
 

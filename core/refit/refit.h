@@ -83,6 +83,9 @@ struct RefitStats {
   // static_cast<int>(LinkClass)): local copies (same_rank), messages to or reads by ranks of its
   // node (same_node), messages to other nodes (network).
   std::array<int64_t, 3> bytes_by_link{};
+  // Bytes of destination fragments on this rank that the run wrote: every one of them for Run,
+  // only those not yet complete for RunRest (what a resumed refit had left to deliver here).
+  int64_t bytes_delivered = 0;
   ExecutorStats executor;  // what the executor did: sent, received, copied, read directly, staging
 };
 
@@ -167,6 +170,9 @@ class Refit {
   // Bytes `rank`'s ops of `plan` move out of it, by link class: Copy and Convert ops (same_rank)
   // and sends by their link.
   static std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank);
+  // Bytes of `layout`'s fragments on `rank`.
+  static int64_t BytesHeldBy(const Layout& layout, int rank);
+  int64_t bytes_delivered_ = 0;  // BytesHeldBy(plan's destination, this rank), what a Run writes
   // Runs `plan` (plan_, or a RunRest plan) on the registered memory, recording what completed.
   Result<RefitStats> RunPlan(const std::shared_ptr<const RefitPlan>& plan, Deadline deadline);
 

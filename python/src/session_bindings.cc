@@ -167,6 +167,7 @@ py::dict StatsDict(const RefitStats& s) {
   d["bytes_same_rank"] = s.bytes_by_link[0];
   d["bytes_same_node"] = s.bytes_by_link[1];
   d["bytes_network"] = s.bytes_by_link[2];
+  d["bytes_delivered"] = s.bytes_delivered;
   d["ops"] = s.executor.ops;
   d["bytes_sent"] = s.executor.bytes_sent;
   d["bytes_received"] = s.executor.bytes_received;

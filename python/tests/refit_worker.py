@@ -125,6 +125,12 @@ def main() -> int:
                 print(f"rank {rank} step {step}: {mapped} peer CUDA mappings with {backend} buffers "
                       f"and {stats.bytes_read_direct} bytes read directly", file=sys.stderr)
                 return 1
+            held_bytes = sum(as_numpy(ferry.fragment_view(arrays[f.buffer], f, dtype_of(dst)[f.tensor])).nbytes
+                             for f in dst.fragments(rank))
+            if stats.bytes_delivered != held_bytes:
+                print(f"rank {rank} step {step}: delivered {stats.bytes_delivered} bytes, holds {held_bytes}",
+                      file=sys.stderr)
+                return 1
             held = sorted({f.tensor for f in dst.fragments(rank)})
             if sorted(refit.complete_tensors()) != held:
                 print(f"rank {rank} step {step}: complete tensors {refit.complete_tensors()}, "
@@ -135,7 +141,7 @@ def main() -> int:
         # Nothing is missing after a successful run: run_rest() moves no byte.
         rest = refit.run_rest(timeout=30)
         moved = rest.bytes_received + rest.bytes_read_direct + rest.bytes_sent
-        if moved or sorted(refit.complete_tensors()) != held:
+        if moved or rest.bytes_delivered or sorted(refit.complete_tensors()) != held:
             print(f"rank {rank}: run_rest after a success moved {moved} bytes", file=sys.stderr)
             return 1
     return 0

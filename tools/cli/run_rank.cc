@@ -157,6 +157,9 @@ struct RankContext {
   double store_seconds = 60;   // the config's deadline.store
   std::vector<Fault> faults{};  // --inject-fault or FERRY_INJECT_FAULT
   RecoveryContext* recovery = nullptr;  // --recover
+  // The refit whose Run this rank started last ({-1, -1}: none yet), which a recovery needs to
+  // know whether the destinations hold that refit's attempt (Resumption).
+  RunPoint* last_run = nullptr;
   StartMargin* start_margin = nullptr;  // rank 0's margin before each refit's start instant
   Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
   // Per-refit verification: with --recover every refit after a fault is checked on its own.
@@ -193,9 +196,10 @@ std::string CompleteTensorsNote(const Refit& refit, int rank) {
 }
 
 // One refit of `variant` on every rank, started at an instant all agree on; rank 0 gets the
-// aggregate and adapts its margin to it.
+// aggregate and adapts its margin to it. `rest`: the refit at `at` is resumed after a recovery
+// (Refit::RunRest, only what its failed attempt left undelivered) rather than run whole.
 Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Refit& refit, const std::string& key,
-                            const std::string& what) {
+                            const std::string& what, const RunPoint& at, bool rest) {
   const int64_t margin_ns = c.rank == 0 ? c.start_margin->nanos() : 0;
   Result<StartInstant> start =
       AgreeOnStart(c.session.store(), key, c.rank, margin_ns, c.store_deadline(), [&](const std::string& name) {
@@ -209,7 +213,8 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
     Ticker ticker(c.rank == 0, what);
     SleepUntil(start->instant_ns);
     sample.start_ns = WallNanos();
-    Result<RefitStats> stats = refit.Run();
+    *c.last_run = at;
+    Result<RefitStats> stats = rest ? refit.RunRest(refit.DefaultDeadline()) : refit.Run();
     sample.end_ns = WallNanos();
     if (!stats.ok()) {
       return stats.status().WithContext("rank " + std::to_string(c.rank) + ": " + what +
@@ -218,6 +223,7 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
     sample.bytes_sent = stats->executor.bytes_sent;
     sample.bytes_copied = stats->executor.bytes_copied;
     sample.bytes_read_direct = stats->executor.bytes_read_direct;
+    sample.bytes_delivered = stats->bytes_delivered;
     sample.peak_staging = stats->executor.peak_staging_bytes;
     sample.executor_seconds = stats->executor.seconds;
     sample.by_transport = stats->executor.by_transport;
@@ -226,7 +232,14 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
                          ShareSample(c.session.store(), key, c.rank, c.size, sample, c.store_deadline(), [&] {
                            return c.session.communicator().Barrier(key + "/published", c.store_deadline());
                          }));
-  if (c.rank == 0) {
+  all.resumed = rest;
+  if (c.rank == 0 && rest) {
+    Say("  %-24s %-20s %10s  resumed: delivered %s of its %s (%lld of %lld bytes), the rest was in place\n",
+        variant.name.c_str(), what.substr(variant.name.size() + 1).c_str(),
+        FormatSeconds(all.seconds, 1, false).c_str(), FormatBytes(static_cast<double>(all.bytes_delivered)).c_str(),
+        FormatBytes(static_cast<double>(c.delivered)).c_str(), static_cast<long long>(all.bytes_delivered),
+        static_cast<long long>(c.delivered));
+  } else if (c.rank == 0) {
     c.start_margin->Observe(static_cast<int64_t>(all.start_slack_seconds * 1e9));
     Say("  %-24s %-20s %10s  %7.2f GB/s\n", variant.name.c_str(), what.substr(variant.name.size() + 1).c_str(),
         FormatSeconds(all.seconds, 1, false).c_str(),
@@ -370,10 +383,12 @@ void VerifyFaultPoint(const RankContext& c, const RunPoint& at) {
   }
 }
 
-// One refit of a variant: zeroed destinations (--verify), the refit and its sample, and with
+// One refit of a variant: zeroed destinations (--verify; not when resuming it with `rest`, whose
+// destinations hold what the failed attempt delivered), the refit and its sample, and with
 // --recover its own verification; the injected fault at its moment.
-Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, Refit& refit, const RunPoint& at) {
-  if (c.args.verify) {
+Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, Refit& refit, const RunPoint& at,
+                              bool rest) {
+  if (c.args.verify && !rest) {
     c.destinations.Zero();
     if (c.device_destinations != nullptr) FERRY_RETURN_IF_ERROR(c.device_destinations->Zero());
   }
@@ -381,7 +396,7 @@ Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, R
   const std::string key = "run/" + variant.name + "/e" + std::to_string(c.session.communicator().epoch()) + "/" +
                           std::to_string(at.iteration);
   FaultPoint(c, at, true);
-  FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, key, what));
+  FERRY_ASSIGN_OR_RETURN(RefitSample all, RunOnce(c, variant, refit, key, what, at, rest));
   VerifyFaultPoint(c, at);
   if (c.verify_each() && at.iteration >= c.args.warmup) {
     const std::string label = what + ", epoch " + std::to_string(c.session.communicator().epoch());
@@ -395,21 +410,26 @@ Result<RefitSample> RefitStep(const RankContext& c, const RunVariant& variant, R
 // Warm-up and measured refits of one variant from `first` (a replacement process starts where
 // the survivors resume), then the leak check and verification. Under --recover a refit that
 // fails because the communicator aborted is followed by recovery and the run resumes where every
-// rank agrees. Returns on rank 0 the samples of the measured refits this process took part in
-// (from `first` on; empty elsewhere).
+// rank agrees, by RunRest where it can (Resumption). `rest_first`: refit `first` is such a
+// resumption. Returns on rank 0 the samples of the measured refits this process took part in
+// (from `first` on; empty elsewhere), resumed ones marked.
 Result<std::vector<RefitSample>> RunVariantRefits(const RankContext& c, int v, const RunVariant& variant, Refit& refit,
-                                                  int first) {
+                                                  int first, bool rest_first) {
   std::vector<RefitSample> samples;
   const int measured_from = std::max(first, c.args.warmup);
   LeakProbe before;
+  bool rest = rest_first;
   for (int it = first; it < c.args.warmup + c.args.iterations; ++it) {
     if (it == c.args.warmup) before = LeakProbe();
-    Result<RefitSample> all = RefitStep(c, variant, refit, RunPoint{v, it});
+    const RunPoint at{v, it};
+    Result<RefitSample> all = RefitStep(c, variant, refit, at, rest);
+    rest = false;
     if (!all.ok()) {
       if (c.recovery == nullptr) return ExitIfAborted(c.session, all.status());
-      FERRY_ASSIGN_OR_RETURN(RunPoint resume, RecoverAfterFailure(*c.recovery, RunPoint{v, it}, all.status()));
-      if (resume.variant != v) return Internal("recovery: ranks stopped in different variants");
-      it = resume.iteration - 1;
+      FERRY_ASSIGN_OR_RETURN(Resumption resume, RecoverAfterFailure(*c.recovery, at, *c.last_run == at, all.status()));
+      if (resume.point.variant != v) return Internal("recovery: ranks stopped in different variants");
+      it = resume.point.iteration - 1;
+      rest = resume.rest;
       continue;
     }
     if (it >= measured_from && c.rank == 0) {
@@ -542,11 +562,13 @@ Result<double> MemcpyReference(const RunArgs& args, int64_t bytes) {
   return MeasureMemcpy(bytes);
 }
 
-// Every variant's refits from `resume` on, rank 0's report (and recovery summary), and the
-// session's final barrier. `started` is the seconds since the rank started, for the last line.
+// Every variant's refits from `resumption` on, rank 0's report (and recovery summary), and the
+// session's final barrier. `started` is the seconds since the rank started, for the last line. A
+// refit resumed by RunRest moved only part of the bytes, so its time is left out of the report.
 Status RunVariantsAndFinish(const RankContext& c, const std::vector<RunVariant>& variants,
-                            const std::map<Strategy, std::shared_ptr<const RefitPlan>>& plans, const RunPoint& resume,
-                            double memcpy_bps, double started) {
+                            const std::map<Strategy, std::shared_ptr<const RefitPlan>>& plans,
+                            const Resumption& resumption, double memcpy_bps, double started) {
+  const RunPoint& resume = resumption.point;
   const auto t0 = Clock::now();
   std::vector<VariantSummary> summaries;
   int fewest = c.args.iterations;  // measured refits in the report, per variant at least
@@ -554,8 +576,15 @@ Status RunVariantsAndFinish(const RankContext& c, const std::vector<RunVariant>&
     const RunVariant& variant = variants[v];
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Refit> refit, BindVariant(c, variant, plans.at(variant.strategy)));
     const int first = v == resume.variant ? resume.iteration : 0;
-    FERRY_ASSIGN_OR_RETURN(std::vector<RefitSample> samples, RunVariantRefits(c, v, variant, *refit, first));
+    FERRY_ASSIGN_OR_RETURN(std::vector<RefitSample> samples,
+                           RunVariantRefits(c, v, variant, *refit, first, v == resume.variant && resumption.rest));
     if (c.rank != 0) continue;
+    std::erase_if(samples, [](const RefitSample& s) { return s.resumed; });
+    if (samples.empty()) {
+      Say("  %-24s no whole refit measured: its last was resumed after a recovery; left out of the report\n",
+          variant.name.c_str());
+      continue;
+    }
     summaries.push_back(Summarize(variant, samples));
     fewest = std::min(fewest, static_cast<int>(samples.size()));
   }
@@ -624,6 +653,8 @@ Status RunRankOrError(const RunArgs& args) {
                       .delivered = in.destination.FragmentBytes()};
   StartMargin start_margin;
   context.start_margin = &start_margin;
+  RunPoint last_run{-1, -1};
+  context.last_run = &last_run;
   FERRY_ASSIGN_OR_RETURN(context.store_seconds, config.GetSeconds("deadline.store"));
   FERRY_ASSIGN_OR_RETURN(context.faults, args.inject_fault.empty() ? FaultsFromEnvironment()
                                                                    : ParseFaults(args.inject_fault, "--inject-fault"));
@@ -642,13 +673,14 @@ Status RunRankOrError(const RunArgs& args) {
                            .describe = [&](const RunPoint& p) { return RefitName(context, variants[p.variant], p.iteration); },
                            .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
   FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
+  recovery.rest_allowed = in.destination.block_scaled.empty();
   if (args.recover) context.recovery = &recovery;
   if (context.verify_each()) recovery.reported_from = args.warmup;
   // A replacement process joins where the survivors resume; the start-up barriers are behind them,
   // and so are the faults its predecessors fired.
   if (info.replacement) {
     FERRY_ASSIGN_OR_RETURN(context.faults, FaultsLeft(recovery, context.faults));
-    FERRY_ASSIGN_OR_RETURN(RunPoint resume, JoinAsReplacement(recovery));
+    FERRY_ASSIGN_OR_RETURN(Resumption resume, JoinAsReplacement(recovery));
     double memcpy_bps = 0;
     if (lead) {
       FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, context.delivered));
@@ -674,7 +706,7 @@ Status RunRankOrError(const RunArgs& args) {
   }
   FERRY_RETURN_IF_ERROR(ExitIfAborted(
       session, session.communicator().Barrier("run/memcpy", context.store_deadline())));
-  return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, RunPoint{}, memcpy_bps, elapsed()));
+  return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, Resumption{}, memcpy_bps, elapsed()));
 }
 
 }  // namespace ferry::cli

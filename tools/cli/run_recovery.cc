@@ -1,6 +1,6 @@
 // Recovery inside `ferry run --recover` (see run_recovery.h). Store keys, per epoch E that a
-// recovery reconnected: run/recover/eE/rank<r> = "s <variant> <iteration> <detected ns> <reason>"
-// from a survivor or "r <joined ns>" from a replacement; run/fault/eE = "<rank> <ns> <what>"
+// recovery reconnected: run/recover/eE/rank<r> = "s <variant> <iteration> <detected ns> <ran it>
+// <reason>" from a survivor (<ran it> 1 when its last Run was that refit's, else 0) or "r <joined ns>" from a replacement; run/fault/eE = "<rank> <ns> <what>"
 // from a rank about to fail on purpose in epoch E, and counter run/fault/fired/<index> at 1 once
 // that fault of the list fired; counter run/recovery/count and run/recovery/<n> (from 1) = the
 // n-th recovery's summary line.
@@ -36,7 +36,8 @@ struct Entry {
   int rank = 0;
   bool replacement = false;
   RunPoint point;
-  int64_t ns = 0;      // a survivor's detection, a replacement's join
+  bool ran_it = false;  // a survivor's last Run was the refit at `point`
+  int64_t ns = 0;       // a survivor's detection, a replacement's join
   std::string reason;  // a survivor's abort reason
 };
 
@@ -47,7 +48,10 @@ Result<Entry> ParseEntry(int rank, const std::string& text) {
   int used = 0;
   if (std::sscanf(text.c_str(), "r %lld%n", &ns, &used) == 1) {
     e.replacement = true;
-  } else if (std::sscanf(text.c_str(), "s %d %d %lld %n", &e.point.variant, &e.point.iteration, &ns, &used) == 3) {
+  } else if (int ran = -1; std::sscanf(text.c_str(), "s %d %d %lld %d %n", &e.point.variant, &e.point.iteration, &ns,
+                                      &ran, &used) == 4 &&
+                         (ran == 0 || ran == 1)) {
+    e.ran_it = ran == 1;
     e.reason = text.substr(static_cast<size_t>(used));
   } else {
     return Internal("recovery: rank " + std::to_string(rank) + "'s entry '" + text + "' is malformed");
@@ -80,7 +84,8 @@ std::string ReportedKey(const RunPoint& point) {
 // The earliest point a survivor did not finish, or, when rank 0 reports refits one by one, the
 // first refit before it that rank 0 did not report (it died before it could). Every rank reads
 // the same: rank 0 marks a refit before it starts the next, and reaches no recovery unmarked.
-Result<RunPoint> ResumePoint(const RecoveryContext& c, const std::vector<Entry>& entries) {
+// Resumed by RunRest when every survivor failed in that refit's own Run (Resumption).
+Result<Resumption> ResumePoint(const RecoveryContext& c, const std::vector<Entry>& entries) {
   RunPoint resume{std::numeric_limits<int>::max(), 0};
   for (const Entry& e : entries) {
     if (!e.replacement) resume = std::min(resume, e.point);
@@ -93,11 +98,16 @@ Result<RunPoint> ResumePoint(const RecoveryContext& c, const std::vector<Entry>&
     if (reported > 0) break;
     resume = before;
   }
-  return resume;
+  const bool rest = c.rest_allowed && std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
+                      return e.replacement || (e.ran_it && e.point == resume);
+                    });
+  return Resumption{resume, rest};
 }
 
 // Rank 0: the fault, who detected it when, and the new epoch; the summary line into the store.
-Status Report(const RecoveryContext& c, const std::vector<Entry>& entries, const RunPoint& resume) {
+Status Report(const RecoveryContext& c, const std::vector<Entry>& entries, const Resumption& resumption) {
+  const RunPoint& resume = resumption.point;
+  const std::string resuming = c.describe(resume) + (resumption.rest ? " (only what it left undelivered)" : "");
   Communicator& comm = c.session.communicator();
   const std::string fault_key = "run/fault/e" + std::to_string(comm.epoch() - 1);
   auto fault = c.session.store().Get(fault_key, Deadline::AfterSeconds(1));
@@ -134,13 +144,13 @@ Status Report(const RecoveryContext& c, const std::vector<Entry>& entries, const
     c.say(head + e.reason.substr(0, 200));
   }
   const double recovered_s = fault_ns > 0 ? static_cast<double>(NowNanos() - fault_ns) * 1e-9 : -1;
-  char line[256];
+  char line[512];
   std::snprintf(line, sizeof line, "  epoch %llu: every rank reconnected%s%s; resuming at %s",
                 static_cast<unsigned long long>(comm.epoch()),
                 replacements.empty() ? " (no replacement)" : (", replacement rank " + replacements + " joined").c_str(),
                 recovered_s >= 0 ? (", " + std::to_string(static_cast<int>(recovered_s * 1000)) + " ms after the fault").c_str()
                                  : "",
-                c.describe(resume).c_str());
+                resuming.c_str());
   c.say(line);
   const Deadline deadline = Deadline::AfterSeconds(c.store_seconds);
   FERRY_ASSIGN_OR_RETURN(const int64_t n, c.session.store().Add(kRecoveryCount, 1, deadline));
@@ -152,7 +162,7 @@ Status Report(const RecoveryContext& c, const std::vector<Entry>& entries, const
                               std::to_string(faulty) + " within " + std::to_string(std::lround(slowest_ms)) + " ms")
                                  .c_str(),
                 replacements.empty() ? "none" : replacements.c_str(), static_cast<unsigned long long>(comm.epoch()),
-                c.describe(resume).c_str());
+                resuming.c_str());
   return SetText(c.session.store(), "run/recovery/" + std::to_string(n), line, deadline);
 }
 
@@ -197,7 +207,8 @@ Result<std::vector<Fault>> FaultsLeft(const RecoveryContext& c, const std::vecto
   return left;
 }
 
-Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure) {
+Result<Resumption> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, bool ran_failed_refit,
+                                       const Status& failure) {
   Communicator& comm = c.session.communicator();
   if (!comm.aborted()) return failure;  // a failure of this rank alone (a wrong byte): nothing to recover
   const int64_t detected_ns =
@@ -210,15 +221,15 @@ Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& f
   FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries,
                          Exchange(c, "s " + std::to_string(failed_at.variant) + " " +
                                          std::to_string(failed_at.iteration) + " " + std::to_string(detected_ns) +
-                                         " " + reason));
-  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(c, entries));
+                                         (ran_failed_refit ? " 1 " : " 0 ") + reason));
+  FERRY_ASSIGN_OR_RETURN(Resumption resume, ResumePoint(c, entries));
   if (c.rank == 0) FERRY_RETURN_IF_ERROR(Report(c, entries, resume));
   return resume;
 }
 
-Result<RunPoint> JoinAsReplacement(const RecoveryContext& c) {
+Result<Resumption> JoinAsReplacement(const RecoveryContext& c) {
   FERRY_ASSIGN_OR_RETURN(std::vector<Entry> entries, Exchange(c, "r " + std::to_string(NowNanos())));
-  FERRY_ASSIGN_OR_RETURN(RunPoint resume, ResumePoint(c, entries));
+  FERRY_ASSIGN_OR_RETURN(Resumption resume, ResumePoint(c, entries));
   if (c.rank == 0) FERRY_RETURN_IF_ERROR(Report(c, entries, resume));
   return resume;
 }

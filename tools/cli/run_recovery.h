@@ -34,6 +34,18 @@ struct RunPoint {
   bool operator<(const RunPoint& o) const {
     return variant != o.variant ? variant < o.variant : iteration < o.iteration;
   }
+  bool operator==(const RunPoint& o) const = default;
+};
+
+// Where a recovered run goes on: the refit to resume at, and whether that refit is resumed with
+// Refit::RunRest (only what its failed attempt left undelivered) rather than run whole. It is
+// when every survivor failed in that very refit after starting its Run (so its destinations hold
+// that attempt's writes, which Refit::CompleteDestinationTensors accounts for) and the run allows
+// it (RecoveryContext::rest_allowed); a replacement's destinations are new and count as holding
+// nothing complete.
+struct Resumption {
+  RunPoint point;
+  bool rest = false;
 };
 
 // What the ranks share while recovering.
@@ -50,6 +62,9 @@ struct RecoveryContext {
   // Refits of a variant from this iteration on are reported one by one by rank 0 (MarkReported),
   // and a recovery resumes no later than the first one not reported; -1: none are.
   int reported_from = -1;
+  // Whether a refit may be resumed with Refit::RunRest (false for block-scaled destinations,
+  // which RunRest refuses).
+  bool rest_allowed = true;
 };
 
 // Rank 0, once it has reported refit `point` (its verification): recorded in the store, so that a
@@ -69,12 +84,14 @@ Status RecordFault(const RecoveryContext& c, const Fault& fault, const RunPoint&
 Result<std::vector<Fault>> FaultsLeft(const RecoveryContext& c, const std::vector<Fault>& faults);
 
 // A survivor whose refit at `failed_at` failed with `failure`: recreates the communicator (fails
-// when it was not aborted: nothing to recover from), agrees with every rank on the point to
-// resume at, and returns it. Rank 0 reports.
-Result<RunPoint> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, const Status& failure);
+// when it was not aborted: nothing to recover from), agrees with every rank on where to resume
+// and whether by RunRest, and returns it. `ran_failed_refit`: this rank's last Run was that
+// refit's (it had started the Run when the failure came). Rank 0 reports.
+Result<Resumption> RecoverAfterFailure(const RecoveryContext& c, const RunPoint& failed_at, bool ran_failed_refit,
+                                       const Status& failure);
 
-// A replacement process, once joined: agrees with the survivors on the point to resume at; a
+// A replacement process, once joined: agrees with the survivors on where to resume; a
 // replacement rank 0 reports the recovery, as a surviving rank 0 would have.
-Result<RunPoint> JoinAsReplacement(const RecoveryContext& c);
+Result<Resumption> JoinAsReplacement(const RecoveryContext& c);
 
 }  // namespace ferry::cli

@@ -36,7 +36,7 @@ std::string RankSample::Encode() const {
   std::ostringstream out;
   out << start_ns << ' ' << end_ns << ' ' << bytes_sent << ' ' << bytes_copied << ' ' << peak_staging << ' '
       << executor_seconds << ' ' << bytes_read_direct << ' ' << instant_ns << ' ' << known_ns << ' '
-      << by_transport.size();
+      << bytes_delivered << ' ' << by_transport.size();
   for (const auto& [name, t] : by_transport) {
     out << ' ' << name << ' ' << t.bytes_sent << ' ' << t.messages_sent << ' ' << t.bytes_received << ' '
         << t.messages_received;
@@ -50,9 +50,10 @@ Result<RankSample> RankSample::Decode(const std::string& text) {
   size_t paths = 0;
   const std::string what = "not a refit sample: '" + text.substr(0, 64) + "'";
   if (!(in >> s.start_ns >> s.end_ns >> s.bytes_sent >> s.bytes_copied >> s.peak_staging >> s.executor_seconds >>
-        s.bytes_read_direct >> s.instant_ns >> s.known_ns >> paths)) {
+        s.bytes_read_direct >> s.instant_ns >> s.known_ns >> s.bytes_delivered >> paths)) {
     return InvalidArgument(what);
   }
+  if (s.bytes_delivered < 0) return InvalidArgument(what + ": negative bytes delivered");
   if (paths > kMaxPaths) {
     return InvalidArgument(what + ": " + std::to_string(paths) + " transports, at most " + std::to_string(kMaxPaths));
   }
@@ -103,6 +104,7 @@ RefitSample AggregateSamples(const std::vector<RankSample>& samples) {
     all.bytes_sent += s.bytes_sent;
     all.bytes_copied += s.bytes_copied;
     all.bytes_read_direct += s.bytes_read_direct;
+    all.bytes_delivered += s.bytes_delivered;
     for (const auto& [name, traffic] : s.by_transport) all.by_transport[name] += traffic;
     all.longest_rank_seconds = std::max(all.longest_rank_seconds, s.executor_seconds);
     all.peak_staging_max = std::max(all.peak_staging_max, s.peak_staging);

@@ -23,6 +23,7 @@ struct RankSample {
   // The instant every rank was to start at (start_instant.h), and when this rank learned it.
   int64_t instant_ns = 0, known_ns = 0;
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
+  int64_t bytes_delivered = 0;  // RefitStats::bytes_delivered
   double executor_seconds = 0;
   std::map<std::string, TransportTraffic> by_transport;  // ExecutorStats::by_transport
 
@@ -38,6 +39,10 @@ struct RefitSample {
   double seconds = 0;
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
   int64_t bytes_read_direct = 0;
+  // Destination bytes the refit wrote, summed over the ranks: the whole layout's, or for a refit
+  // resumed after a recovery (`resumed`) only what the failed attempt had left.
+  int64_t bytes_delivered = 0;
+  bool resumed = false;
   double longest_rank_seconds = 0;  // the slowest rank's own Executor::Run time
   // How late the last rank started after the instant (woken late by the scheduler, or it learned
   // the instant after it had passed). Part of `seconds`, and not work of the refit (a simulator

@@ -181,6 +181,9 @@ TEST(RefitTest, RunsOnePlanManyTimesOnBuffersRegisteredByName) {
   // Each source rank sends its rows' halves to both destinations over the network: 32 x 48 floats.
   EXPECT_EQ(outcomes[0].stats.bytes_by_link[static_cast<int>(LinkClass::kNetwork)], kRows / 2 * kCols * 4);
   EXPECT_EQ(outcomes[0].stats.executor.bytes_sent, kRows / 2 * kCols * 4);
+  // A Run delivers every destination byte a rank holds: half of w's columns on each of 2 and 3.
+  EXPECT_EQ(outcomes[0].stats.bytes_delivered, 0);
+  EXPECT_EQ(outcomes[2].stats.bytes_delivered, kRows * kCols / 2 * 4);
   EXPECT_GT(outcomes[2].stats.seconds, 0);
 }
 
@@ -265,6 +268,9 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreNamedAndTheRestIsMoved) {
   // RunRest moved the one missing tensor and nothing else; every tensor now holds its value.
   EXPECT_EQ(outcomes[1].stats.executor.bytes_received, kRows * kCols * 4);
   EXPECT_EQ(outcomes[0].stats.executor.bytes_sent, kRows * kCols * 4);
+  // What the resumed refit had left to deliver: one tensor on rank 1, none on rank 0.
+  EXPECT_EQ(outcomes[1].stats.bytes_delivered, kRows * kCols * 4);
+  EXPECT_EQ(outcomes[0].stats.bytes_delivered, 0);
   EXPECT_EQ(after_rest, (std::vector<int>{0, 1, 2, 3}));
   for (int t = 0; t < kTensors; ++t) {
     EXPECT_TRUE(std::all_of(rested[t].begin(), rested[t].end(),

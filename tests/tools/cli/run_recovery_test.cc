@@ -3,8 +3,9 @@
 // measured refit; every survivor must detect it and name rank 2, the launcher starts a replacement
 // rank 2, all ranks move to epoch 2, and every remaining refit runs and is verified; the run then
 // exits 0 with no process left. Rank 0 is replaced like any rank, and failures repeat: rank 1
-// twice, rank 0 then rank 2, each recovery one epoch on. Each case has its own deadline and kills
-// the process group.
+// twice, rank 0 then rank 2, each recovery one epoch on. A refit every survivor was running when
+// the rank died is resumed: only what it left undelivered moves. Each case has its own deadline
+// and kills the process group.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -67,20 +68,33 @@ int ResumedAt(const Outcome& o, int epoch) {
 
 class RunRecoveryTest : public ::testing::TestWithParam<std::string> {};
 
+// What a resumed refit prints (run_rank.cc), and what resuming says.
+constexpr char kResumed[] = "resumed: delivered ";
+constexpr char kOnlyTheRest[] = "(only what it left undelivered)";
+
 TEST_P(RunRecoveryTest, AKilledRankIsReplacedAndTheRemainingRefitsVerify) {
-  // Rank 2 dies between refits 2 and 3: refits 3 and 4 run at epoch 2.
-  ExpectRecovered(RunFerry(RecoverArgs(GetParam(), "2:kill:after=2"), 90), 3);
+  // Rank 2 dies between refits 2 and 3: refits 3 and 4 run whole at epoch 2 (no survivor had
+  // started refit 3's transfers, and its destinations were zeroed for it).
+  const Outcome o = RunFerry(RecoverArgs(GetParam(), "2:kill:after=2"), 90);
+  ExpectRecovered(o, 3);
+  EXPECT_EQ(o.output.find(kResumed), std::string::npos) << o.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(HostTransports, RunRecoveryTest, ::testing::Values("tcp", "ucx", "libfabric"));
 
 // The kill lands while refit 2 runs, or, when that refit is quicker than the killing thread,
 // just after every rank finished it: the run resumes at the first refit not finished everywhere.
+// Resumed mid-way (every survivor was in refit 2's transfers), refit 2 moves at most the refit's
+// bytes; then it verifies like the others.
 TEST(RunRecoveryTest, ARankKilledDuringARefitIsReplacedAndTheFirstUnfinishedRefitRunsAgain) {
   const Outcome o = RunFerry(RecoverArgs("tcp", "2:kill:mid=2"), 90);
   const int first = ResumedAt(o, 2);
   EXPECT_TRUE(first == 2 || first == 3) << o.output;
   ExpectRecovered(o, first);
+  if (o.output.find(kOnlyTheRest) != std::string::npos) {
+    EXPECT_EQ(first, 2) << o.output;
+    EXPECT_NE(o.output.find(kResumed), std::string::npos) << o.output;
+  }
 }
 
 // The launcher serves the store, so rank 0 is an ordinary rank: killed while refit 2 runs, it is
@@ -97,24 +111,34 @@ TEST(RunRecoveryTest, RankZeroKilledDuringARefitIsReplacedAndTheRemainingRefitsV
 }
 
 // Rank 0 dies once refit 2's transfers ended on it, before it verified and reported that refit;
-// the other ranks have finished refit 2 and fail at refit 3's start. Refit 2 counts as unfinished
-// (rank 0 never reported it), so it runs again at epoch 2 and rank 0's replacement reports it:
-// every refit is reported verified once. (Resuming at refit 3 lost refit 2's report: the
-// `mid=2` case above did so whenever its kill landed in that window, 3 of 30 runs.)
-TEST(RunRecoveryTest, RankZeroKilledBeforeReportingAFinishedRefitIsReplacedAndThatRefitRunsAgain) {
+// the other ranks fail waiting for every verdict of refit 2. Refit 2 counts as unfinished (rank 0
+// never reported it), so it is resumed at epoch 2 and rank 0's replacement reports it: every refit
+// is reported verified once. (Resuming at refit 3 lost refit 2's report: the `mid=2` case above
+// did so whenever its kill landed in that window, 3 of 30 runs.) Rank 0 holds no destination
+// (testdata/uneven_dst.yaml: ranks 2-4) and every survivor's are complete: the resumed refit
+// delivers nothing.
+TEST(RunRecoveryTest, RankZeroKilledBeforeReportingAFinishedRefitIsReplacedAndThatRefitIsResumed) {
   const Outcome o = RunFerry(RecoverArgs("tcp", "0:kill:verify=2"), 90);
   ExpectReplaced(o, 0, 2);
   EXPECT_NE(o.output.find("recovery 1: rank 0 kill before verifying reshard refit 2/4"), std::string::npos) << o.output;
   EXPECT_EQ(ResumedAt(o, 2), 2) << o.output;
+  EXPECT_NE(o.output.find("resumed: delivered 0 B of its 11.8 KiB (0 of 12080 bytes)"), std::string::npos) << o.output;
   ExpectFinishedAt(o, 2, 2);
 }
 
 // Rank 2 dies once refit 2's transfers ended on it, before it gave rank 0 its verdict: rank 0's
 // wait for the verdicts ends with the abort naming rank 2 (not at deadline.store, past the run's
-// --timeout), and refit 2 runs again at epoch 2.
-TEST(RunRecoveryTest, ARankKilledBeforeItsVerdictIsReplacedAndThatRefitRunsAgain) {
+// --timeout), and refit 2 is resumed at epoch 2. Every survivor's destinations are complete, and
+// the replacement's are new, so exactly rank 2's destination bytes move, worked by hand from
+// testdata/uneven_dst.yaml: w[:, 0:1] (1000 bf16, 2000 B) and b[4:10] (6 fp32, 24 B) = 2024 of
+// the refit's 12080 B (w 1000 x 6 bf16 = 12000 B, b on ranks 2, 3 and 4: 24 + 40 + 16 B).
+TEST(RunRecoveryTest, ARankKilledBeforeItsVerdictIsReplacedAndThatRefitIsResumedWithOnlyItsBytes) {
   const Outcome o = RunFerry(RecoverArgs("tcp", "2:kill:verify=2"), 90);
   EXPECT_EQ(ResumedAt(o, 2), 2) << o.output;
+  EXPECT_NE(o.output.find("resuming at reshard refit 2/4 (only what it left undelivered)"), std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("(2024 of 12080 bytes), the rest was in place"), std::string::npos) << o.output;
+  EXPECT_EQ(Count(o.output, kResumed), 1) << o.output;
   ExpectRecovered(o, 2);
 }
 

@@ -18,6 +18,7 @@ TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
   sample.instant_ns = 9;
   sample.known_ns = 8;
   sample.bytes_sent = 300;
+  sample.bytes_delivered = 2024;
   sample.by_transport["tcp"] = TransportTraffic{100, 2, 50, 1};
   sample.by_transport[std::string(kDirectReadPath)] = TransportTraffic{0, 0, 4096, 3};
   auto decoded = RankSample::Decode(sample.Encode());
@@ -25,6 +26,7 @@ TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
   EXPECT_EQ(decoded->bytes_sent, 300);
   EXPECT_EQ(decoded->instant_ns, 9);
   EXPECT_EQ(decoded->known_ns, 8);
+  EXPECT_EQ(decoded->bytes_delivered, 2024);
   ASSERT_EQ(decoded->by_transport.size(), 2u);
   EXPECT_EQ(decoded->by_transport["tcp"].bytes_sent, 100);
   EXPECT_EQ(decoded->by_transport["tcp"].messages_received, 1);
@@ -32,7 +34,9 @@ TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
 }
 
 TEST(RankSampleTest, HostileTransportEntriesAreRefused) {
-  const std::string head = "1 2 3 4 5 0.5 6 7 8 ";
+  const std::string head = "1 2 3 4 5 0.5 6 7 8 9 ";
+  EXPECT_NE(RankSample::Decode("1 2 3 4 5 0.5 6 7 8 -9 0").status().message().find("negative bytes delivered"),
+            std::string::npos);
   EXPECT_NE(RankSample::Decode(head + "100000").status().message().find("at most 64"), std::string::npos);
   EXPECT_NE(RankSample::Decode(head + "2 tcp 1 1 1 1").status().message().find("entry 1 is cut short"),
             std::string::npos);
@@ -57,12 +61,14 @@ TEST(RefitSampleTest, RefitTimeSpansTheInstantToTheLastEndAndTheSpreadIsMeasured
     s.known_ns = known[rank];
     s.start_ns = starts[rank];
     s.end_ns = ends[rank];
+    s.bytes_delivered = 100 * (rank + 1);
     all = ShareSample(store, "refit1", rank, 3, s, deadline, no_barrier);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
   }
   EXPECT_NEAR(all->seconds, 500e-9, 1e-15);
   EXPECT_NEAR(all->start_spread_seconds, 30e-9, 1e-15);
   EXPECT_NEAR(all->start_slack_seconds, 40e-9, 1e-15);
+  EXPECT_EQ(all->bytes_delivered, 600);  // summed over the ranks
   RefitSample second;
   second.seconds = 200e-9;
   second.start_spread_seconds = 10e-9;
