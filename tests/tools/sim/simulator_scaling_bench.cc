@@ -161,12 +161,21 @@ int Main(int argc, char** argv) {
   std::string staging = std::to_string(SimOptions{}.staging_budget);
   std::string slack = std::to_string(SimOptions{}.rate_slack);
   std::string post = "-1";  // the preset's
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--case") == 0) only = argv[i + 1];
-    else if (std::strcmp(argv[i], "--window") == 0) window = argv[i + 1];
-    else if (std::strcmp(argv[i], "--staging") == 0) staging = argv[i + 1];
-    else if (std::strcmp(argv[i], "--rate-slack") == 0) slack = argv[i + 1];
-    else if (std::strcmp(argv[i], "--post") == 0) post = argv[i + 1];
+  const std::pair<const char*, std::string*> options[] = {
+      {"--case", &only}, {"--window", &window}, {"--staging", &staging}, {"--rate-slack", &slack}, {"--post", &post}};
+  for (int i = 1; i < argc; i += 2) {
+    std::string* value = nullptr;
+    for (const auto& [name, target] : options) {
+      if (std::strcmp(argv[i], name) == 0) value = target;
+    }
+    if (value == nullptr || i + 1 == argc) {
+      std::fprintf(stderr, "%s: %s\nusage: %s [--case NAME] [--window N] [--staging BYTES] [--rate-slack F] [--post S]\n",
+                   argv[0], value == nullptr ? ("unknown argument " + std::string(argv[i])).c_str()
+                                             : (std::string(argv[i]) + " needs a value").c_str(),
+                   argv[0]);
+      return 2;
+    }
+    *value = argv[i + 1];
   }
   char* end = nullptr;
   const long window_value = std::strtol(window.c_str(), &end, 10);
