@@ -7,7 +7,10 @@
 // long row (its offsets computed once per block), or several whole short rows. Each thread loads
 // all its words of the block before storing any, so many loads are in flight per thread. A block
 // finds its copy in a per-block index uploaded with the descriptors: one load, where a search over
-// the copies would be a chain of dependent loads before the first byte moves.
+// the copies would be a chain of dependent loads before the first byte moves. A launch of a few
+// copies (kInlineCopies) passes their descriptors in the kernel's parameters instead: no table to
+// allocate and copy to the device first, which costs a small launch several times the kernel's own
+// time on the GPU and on the launching thread.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -118,11 +121,8 @@ __device__ inline void CopyBlock(const CopyDescriptor& d, int64_t local_block) {
   CopyRows<Word>(d, first_row, static_cast<int>(min(d.rows_per_block, d.num_rows - first_row)));
 }
 
-// `block_copy[b]` is the copy that block b moves part of.
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
-BatchedCopyKernel(const CopyDescriptor* descriptors, const int32_t* block_copy) {
-  const int64_t block = blockIdx.x;
-  const CopyDescriptor& d = descriptors[block_copy[block]];
+// Block `block` of the launch, which moves part of copy `d`, in `d`'s word size.
+__device__ inline void CopyBlockOf(const CopyDescriptor& d, int64_t block) {
   const int64_t local_block = block - d.first_block;
   if (d.vector_bytes == 16) {
     CopyBlock<uint4>(d, local_block);
@@ -131,6 +131,34 @@ BatchedCopyKernel(const CopyDescriptor* descriptors, const int32_t* block_copy) 
   } else {
     CopyBlock<unsigned char>(d, local_block);
   }
+}
+
+// `block_copy[b]` is the copy that block b moves part of.
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+BatchedCopyKernel(const CopyDescriptor* descriptors, const int32_t* block_copy) {
+  CopyBlockOf(descriptors[block_copy[blockIdx.x]], blockIdx.x);
+}
+
+// Up to this many copies travel in the launch's parameters, which hold 4 KiB on every CUDA version.
+constexpr int kInlineCopies = 15;
+struct InlineCopies {
+  CopyDescriptor copies[kInlineCopies];
+  int count;
+};
+static_assert(sizeof(InlineCopies) <= 4096, "kernel parameters are limited to 4 KiB");
+
+// The copies in the parameters (read in place: __grid_constant__); a block's thread 0 finds its
+// copy, the last whose first block is not after it, and shares the descriptor.
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+InlineBatchedCopyKernel(const __grid_constant__ InlineCopies inline_copies) {
+  __shared__ CopyDescriptor d;
+  if (threadIdx.x == 0) {
+    int c = inline_copies.count - 1;
+    while (c > 0 && inline_copies.copies[c].first_block > static_cast<int64_t>(blockIdx.x)) --c;
+    d = inline_copies.copies[c];
+  }
+  __syncthreads();
+  CopyBlockOf(d, blockIdx.x);
 }
 
 // Largest of 16/4/1 dividing `row_bytes` and every row's start address in both buffers.
@@ -200,12 +228,14 @@ std::string DeviceName(int device) {
          std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
 }
 
-Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCopy>& copies,
-                                                     void* stream_ptr) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+namespace {
+
+// The kernel's descriptors of `copies` (empty ones left out), each with its first block, and the
+// launch's blocks in all. Fails on a bad copy or a launch over the grid's limit.
+Result<std::vector<CopyDescriptor>> DescribeAll(const std::vector<StridedCopy>& copies, int64_t& blocks) {
   std::vector<CopyDescriptor> descriptors;
   descriptors.reserve(copies.size());
-  int64_t blocks = 0;
+  blocks = 0;
   for (size_t i = 0; i < copies.size(); ++i) {
     const StridedCopy& c = copies[i];
     if (c.ndim < 1 || c.ndim > kMaxCopyDims || c.elem_size <= 0) {
@@ -220,6 +250,16 @@ Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCo
     blocks += Blocks(d);
   }
   if (blocks > 0x7fffffff) return InvalidArgument("batched copy too large for one launch");
+  return descriptors;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CopyTable>> CopyTable::Upload(const std::vector<StridedCopy>& copies,
+                                                     void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  int64_t blocks = 0;
+  FERRY_ASSIGN_OR_RETURN(std::vector<CopyDescriptor> descriptors, DescribeAll(copies, blocks));
   std::vector<int32_t> block_copy(static_cast<size_t>(blocks));
   for (size_t c = 0; c < descriptors.size(); ++c) {
     const int64_t end = descriptors[c].first_block + Blocks(descriptors[c]);
@@ -252,8 +292,19 @@ Status CopyTable::Launch() const {
 }
 
 Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CopyTable> table, CopyTable::Upload(copies, stream));
-  return table->Launch();  // the table's memory is freed after the kernel, in stream order
+  if (copies.size() > static_cast<size_t>(kInlineCopies)) {
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CopyTable> table, CopyTable::Upload(copies, stream));
+    return table->Launch();  // the table's memory is freed after the kernel, in stream order
+  }
+  int64_t blocks = 0;
+  FERRY_ASSIGN_OR_RETURN(std::vector<CopyDescriptor> descriptors, DescribeAll(copies, blocks));
+  if (descriptors.empty()) return Status::Ok();
+  InlineCopies inline_copies{};
+  std::copy(descriptors.begin(), descriptors.end(), inline_copies.copies);
+  inline_copies.count = static_cast<int>(descriptors.size());
+  InlineBatchedCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      inline_copies);
+  return CudaStatus(cudaGetLastError(), "InlineBatchedCopyKernel launch");
 }
 
 Status SynchronizeStream(void* stream) {

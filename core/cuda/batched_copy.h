@@ -36,8 +36,9 @@ std::string DeviceName(int device);
 
 // Enqueues every copy in `copies` on `stream` (a cudaStream_t, nullptr = default stream) as one
 // kernel launch. Non-blocking: returns once launched; errors in the launch are returned, errors
-// during execution surface at the next synchronisation. The descriptor array is copied to the
-// device before returning, so `copies` may be freed immediately.
+// during execution surface at the next synchronisation. The descriptors of a few copies travel in
+// the launch's parameters; more are copied to the device before returning. Either way `copies`
+// may be freed immediately.
 Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream);
 
 // A batched copy's descriptors uploaded to device memory once and launched any number of times:

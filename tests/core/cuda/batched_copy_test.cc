@@ -77,10 +77,11 @@ TEST_F(BatchedCopyTest, ManyStridedRegionsMatchReference) {
 
 // Rows longer than a block's share (a block per segment), rows just under it (several rows a
 // block), odd lengths and alignments, and copies of hundreds of blocks next to one-block copies:
-// each block must find its own copy and segment.
-TEST_F(BatchedCopyTest, LongAndShortRowsAcrossManyBlocksMatchReference) {
+// each block must find its own copy and segment. `count` copies, the `empty`-th (when >= 0) with
+// no elements.
+void CopyLongAndShortRows(int count, int empty, uint64_t seed) {
   constexpr int64_t kBytes = 48 << 20;
-  std::mt19937_64 rng(11);
+  std::mt19937_64 rng(seed);
   std::vector<unsigned char> host_src(kBytes), expected(kBytes, 0xCD), actual(kBytes);
   for (auto& b : host_src) b = static_cast<unsigned char>(rng());
   auto src = DeviceAlloc(kBytes);
@@ -90,13 +91,13 @@ TEST_F(BatchedCopyTest, LongAndShortRowsAcrossManyBlocksMatchReference) {
   ASSERT_TRUE(CopyToDevice(*dst, expected.data(), kBytes).ok());
   std::vector<StridedCopy> copies;
   int64_t dst_offset = 0;
-  for (int i = 0; i < 60; ++i) {
+  for (int i = 0; i < count; ++i) {
     StridedCopy c;
     c.elem_size = i % 3 == 0 ? 1 : 2;
     c.ndim = 2;
     const int64_t row_elems = i % 2 == 0 ? 1 + static_cast<int64_t>(rng() % 40000)
                                          : 1 + static_cast<int64_t>(rng() % 600);
-    c.shape = {1 + static_cast<int64_t>(rng() % 24), row_elems};
+    c.shape = {i == empty ? 0 : 1 + static_cast<int64_t>(rng() % 24), row_elems};
     c.dst_strides = {row_elems * c.elem_size, c.elem_size};
     c.src_strides = {(row_elems + static_cast<int64_t>(rng() % 64)) * c.elem_size, c.elem_size};
     const int64_t src_offset = static_cast<int64_t>(rng() % (kBytes / 2)) & ~int64_t{15};
@@ -115,6 +116,18 @@ TEST_F(BatchedCopyTest, LongAndShortRowsAcrossManyBlocksMatchReference) {
   EXPECT_EQ(std::memcmp(actual.data(), expected.data(), kBytes), 0);
   EXPECT_TRUE(DeviceFree(*src).ok());
   EXPECT_TRUE(DeviceFree(*dst).ok());
+}
+
+// 60 copies: their descriptors go in a table in device memory.
+TEST_F(BatchedCopyTest, LongAndShortRowsAcrossManyBlocksMatchReference) { CopyLongAndShortRows(60, -1, 11); }
+
+// At most 15 copies travel in the launch's parameters (batched_copy.cu, kInlineCopies): the most
+// there, a few with an empty one among them, one, and 16 (a table again).
+TEST_F(BatchedCopyTest, CopiesInTheLaunchParametersMatchReference) {
+  CopyLongAndShortRows(15, -1, 12);
+  CopyLongAndShortRows(5, 2, 13);
+  CopyLongAndShortRows(1, -1, 14);
+  CopyLongAndShortRows(16, 0, 15);
 }
 
 TEST_F(BatchedCopyTest, LargeDenseCopyUsesWideWords) {
