@@ -196,10 +196,12 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
   c.network_efficiency = 0.92;
   c.nvlink_efficiency = 0.80;
   c.nic_message_overhead = 4e-6;
-  c.kernel_overhead = 5e-6;
-  // One CUDA launch or transport post an op on the executor's thread: NVIDIA Technical Blog,
-  // "Getting Started with CUDA Graphs" (launch-bound back-to-back kernels at 3.8 us each).
-  c.op_post_overhead = 3.8e-6;
+  // Measured on the lent H200 by tools/device/sim_overheads.sh (docs/simulator.md, "Free
+  // parameters"): the GPU's time an executor launch of a small copy takes back to back (a kernel
+  // and its completion event, 2.2-2.7 us), and the executor thread's time a local op of a reused
+  // plan on CUDA buffers takes on that machine's host CPU (8.0-9.2 us).
+  c.kernel_overhead = 2.4e-6;
+  c.op_post_overhead = 8.6e-6;
   // vLLM 0.33.0's load_weights per tensor, measured on the CPU by
   // tools/sim/measure_load_weights.py (docs/simulator.md, "Free parameters").
   c.tensor_load_overhead = 35e-6;
