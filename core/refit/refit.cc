@@ -2,6 +2,7 @@
 #include "core/refit/refit.h"
 
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -66,15 +67,14 @@ std::array<int64_t, 3> Refit::BytesByLink(const TransferPlan& plan, int rank) {
   return bytes;
 }
 
-int64_t Refit::BytesHeldBy(const Layout& layout, int rank) {
-  int64_t bytes = 0;
-  for (const Fragment& f : layout.fragments) {
-    if (f.loc.rank == rank) bytes += f.box.Volume() * DTypeSize(layout.tensors[f.tensor].dtype);
-  }
-  return bytes;
-}
-
 namespace {
+
+// Bytes of `layout`'s fragments on `rank` (0 when it holds none).
+int64_t BytesHeldBy(const Layout& layout, int rank) {
+  const std::map<int, int64_t> per_rank = layout.BytesPerRank();
+  const auto it = per_rank.find(rank);
+  return it == per_rank.end() ? 0 : it->second;
+}
 
 // The executor reads and writes CUDA buffers on a stream of its own, which does not wait for the
 // caller's streams (torch's current stream, CuPy's, ...): work the caller queued on the device of
@@ -234,7 +234,7 @@ Result<RefitStats> Refit::RunRest(Deadline deadline) {
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kSource));
   FERRY_RETURN_IF_ERROR(CheckRegistered(Space::kDestination));
   const Layout& destination = plan_->destination();
-  if (!destination.block_scaled.empty()) {
+  if (!CanRunRest(destination)) {
     return InvalidArgument("RunRest: the destination has block-scaled (fp8_block) buffers, whose "
                            "values and scales are written together; run the whole refit");
   }

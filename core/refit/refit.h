@@ -148,6 +148,8 @@ class Refit {
   // followed by another. Refused for destinations with block-scaled (fp8_block) buffers, whose
   // values and scales are written together: run the whole refit.
   Result<RefitStats> RunRest(Deadline deadline);
+  // Whether RunRest can run a refit into `destination` (not one with block-scaled buffers).
+  static bool CanRunRest(const Layout& destination) { return destination.block_scaled.empty(); }
 
   const RefitPlan& plan() const { return *plan_; }
 
@@ -170,9 +172,7 @@ class Refit {
   // Bytes `rank`'s ops of `plan` move out of it, by link class: Copy and Convert ops (same_rank)
   // and sends by their link.
   static std::array<int64_t, 3> BytesByLink(const TransferPlan& plan, int rank);
-  // Bytes of `layout`'s fragments on `rank`.
-  static int64_t BytesHeldBy(const Layout& layout, int rank);
-  int64_t bytes_delivered_ = 0;  // BytesHeldBy(plan's destination, this rank), what a Run writes
+  int64_t bytes_delivered_ = 0;  // the plan's destination bytes on this rank, what a Run writes
   // Runs `plan` (plan_, or a RunRest plan) on the registered memory, recording what completed.
   Result<RefitStats> RunPlan(const std::shared_ptr<const RefitPlan>& plan, Deadline deadline);
 

@@ -673,7 +673,7 @@ Status RunRankOrError(const RunArgs& args) {
                            .describe = [&](const RunPoint& p) { return RefitName(context, variants[p.variant], p.iteration); },
                            .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
   FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
-  recovery.rest_allowed = in.destination.block_scaled.empty();
+  recovery.rest_allowed = Refit::CanRunRest(in.destination);
   if (args.recover) context.recovery = &recovery;
   if (context.verify_each()) recovery.reported_from = args.warmup;
   // A replacement process joins where the survivors resume; the start-up barriers are behind them,
