@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -212,6 +214,7 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreNamedAndTheRestIsMoved) {
   std::vector<std::vector<float>> received(kTensors), rested(kTensors);
   std::vector<int> before, after_failure, after_rest;
   Status first_run;
+  std::atomic<bool> first_run_over = false;
   auto outcomes = RunRanks(
       2, {0, 1},
       [&](int rank, Session& session, RankOutcome& out) {
@@ -234,6 +237,14 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreNamedAndTheRestIsMoved) {
           first_run = run;
           after_failure = (*refit)->CompleteDestinationTensors();
           received = data;
+          first_run_over = true;
+        }
+        // Rank 0's Run succeeds once its sends are posted. It recreates the communicator only
+        // once rank 1's Run has failed, as a recovery would: recreating earlier aborts the
+        // transports under sends rank 1 has not received yet.
+        const Deadline failed_by = Deadline::AfterSeconds(30);
+        while (!first_run_over && !failed_by.Expired()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
         // Every rank recreates the aborted communicator and moves only what is missing: one
         // message, so rank 0's fresh fault transport (which drops a third send) drops nothing.
@@ -251,7 +262,8 @@ TEST(RefitTest, AfterAFailedRunTheCompleteTensorsAreNamedAndTheRestIsMoved) {
       {"transport.network=fault", "fault.inner=tcp", "fault.rank=0", "fault.op=send",
        "fault.after=2", "fault.action=drop", "deadline.refit=3s"});
   for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(outcomes[rank].status.ok()) << rank << ": " << outcomes[rank].status.ToString();
+    ASSERT_TRUE(outcomes[rank].status.ok()) << rank << ": " << outcomes[rank].status.ToString()
+                                            << " (rank 1's first run: " << first_run.ToString() << ")";
   }
   EXPECT_TRUE(before.empty());
   ASSERT_FALSE(first_run.ok());
