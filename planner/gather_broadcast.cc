@@ -4,23 +4,25 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "planner/demand.h"
-#include "planner/distinct_pieces.h"
+#include "core/layout/tensor_stack.h"
 #include "planner/intersect.h"
 #include "planner/plan_facts.h"
 
 namespace ferry {
 namespace {
 
-// Region of `box` (inside fragment f's box) in the fragment's buffer.
-Region FragmentRegion(const Layout& layout, const Fragment& f, Space space, const Box& box) {
+// Region of `box` (inside fragment f's box, of `dtype` elements) in the fragment's buffer.
+Region FragmentRegion(DType dtype, const Fragment& f, Space space, const Box& box) {
   Region r;
   r.space = space;
   r.buffer = f.loc.buffer;
-  r.dtype = layout.tensors[f.tensor].dtype;
+  r.dtype = dtype;
   const int64_t esize = DTypeSize(r.dtype);
   r.ndim = box.ndim;
   int64_t offset = f.loc.byte_offset;
@@ -55,19 +57,31 @@ struct GatherItem {
   int bucket, holder_rank, piece, frag;
 };
 
+// What a destination rank unpacks of one bucket from one destination fragment: a plain fragment
+// whole, or the members [lo, hi) (dim-0 indices) of a tensor stack's fragment that lie in the
+// bucket. Stack fragments stay stacked, so that a layout of many experts is not unstacked into
+// one fragment a member and rank.
+struct UnpackUnit {
+  int rank, bucket, fragment;
+  int64_t lo, hi;
+};
+
 class GatherBroadcast {
  public:
-  GatherBroadcast(const Layout& source, const Layout& destination, const Topology& topology,
-                  const PlannerOptions& options, TransferPlan& plan)
+  // `members`: UnstackTensorSpecs(destination); the source has no tensor stacks.
+  GatherBroadcast(const Layout& source, const Layout& destination, const UnstackedTensors& members,
+                  const Topology& topology, const PlannerOptions& options, TransferPlan& plan)
       : source_(source),
         destination_(destination),
+        members_(members),
         topology_(topology),
         options_(options),
         plan_(plan) {}
 
-  // Plans into `plan`, the buffer tables set, ranks below `num_ranks`; `direct` becomes the
-  // intersection of the layouts themselves (for the demand).
-  Status Plan(int num_ranks, Intersection& direct) {
+  // Plans into `plan`, the buffer tables set, ranks below `num_ranks`. The destination's dtypes
+  // have been checked against the source's (CheckSameDType); the gather's intersection checks
+  // that the source has every destination tensor, shape for shape.
+  Status Plan(int num_ranks) {
     num_ranks_ = num_ranks;
     root_ = num_ranks;
     for (const BufferSpec& b : source_.buffers) root_ = std::min(root_, b.rank);
@@ -77,25 +91,12 @@ class GatherBroadcast {
     }
     // The root's view: every destination tensor whole, row-major, concatenated in tensor order.
     Layout whole;
-    for (const TensorSpec& t : destination_.tensors) {
+    for (const TensorSpec& t : members_.tensors) {
       FERRY_ASSIGN_OR_RETURN(int ti, whole.AddTensor(t));
       tensor_offset_.push_back(whole.buffers.empty() ? 0 : whole.buffers[0].bytes);
       whole.AppendFragment(ti, Box::FromShape(t.shape), root_, "gather");
     }
     FERRY_ASSIGN_OR_RETURN(Intersection inter, IntersectLayouts(source_, whole));
-    // Also checks that every destination tensor exists in the source with the same shape and a
-    // dtype; the baseline moves bytes as they are, so the dtypes must be equal too.
-    FERRY_ASSIGN_OR_RETURN(direct, IntersectLayouts(source_, destination_));
-    for (const FragmentGroup& g : direct.groups) {
-      const TensorSpec& s = source_.tensors[g.src_tensor];
-      const TensorSpec& d = destination_.tensors[g.dst_tensor];
-      if (s.dtype != d.dtype) {
-        return InvalidArgument("tensor '" + d.name + "' is " + std::string(DTypeName(s.dtype)) +
-                               " in the source and " + std::string(DTypeName(d.dtype)) +
-                               " in the destination: the gather-broadcast baseline does not "
-                               "convert (the reshard planner does)");
-      }
-    }
     MakeBuckets();
     plan_.strategy = "gather-broadcast";
     plan_.num_ranks = num_ranks;
@@ -104,7 +105,7 @@ class GatherBroadcast {
     const std::vector<GatherItem> items = GatherItems(inter);
     last_send_.assign(num_ranks_, -1);
     last_recv_.assign(num_ranks_, -1);
-    PrepareBroadcast();
+    FERRY_RETURN_IF_ERROR(PrepareBroadcast());
     size_t i = 0;
     for (int b = 0; b < static_cast<int>(bucket_bytes_.size()); ++b) {
       while (i < items.size() && items[i].bucket == b) {
@@ -121,10 +122,10 @@ class GatherBroadcast {
  private:
   // Buckets: consecutive tensors up to bucket_bytes (a larger tensor gets its own bucket).
   void MakeBuckets() {
-    const int num_tensors = static_cast<int>(destination_.tensors.size());
+    const int num_tensors = static_cast<int>(members_.tensors.size());
     bucket_of_.resize(num_tensors);
     for (int t = 0; t < num_tensors; ++t) {
-      const int64_t bytes = destination_.tensors[t].NumBytes();
+      const int64_t bytes = members_.tensors[t].NumBytes();
       if (bucket_bytes_.empty() || bucket_bytes_.back() + bytes > options_.bucket_bytes) {
         bucket_start_.push_back(tensor_offset_[t]);
         bucket_bytes_.push_back(0);
@@ -136,7 +137,7 @@ class GatherBroadcast {
 
   // Region of `box` of tensor t inside bucket slot `slot` (row-major whole tensor).
   Region BucketRegion(int t, int slot, const Box& box) const {
-    const TensorSpec& spec = destination_.tensors[t];
+    const TensorSpec& spec = members_.tensors[t];
     Fragment f;
     f.tensor = t;
     f.box = Box::FromShape(spec.shape);
@@ -144,7 +145,7 @@ class GatherBroadcast {
     f.loc.buffer = slot;
     f.loc.byte_offset = tensor_offset_[t] - bucket_start_[bucket_of_[t]];
     f.loc.strides = RowMajorStrides(spec.shape);
-    return FragmentRegion(destination_, f, Space::kStaging, box);
+    return FragmentRegion(spec.dtype, f, Space::kStaging, box);
   }
 
   // The gather: each piece from its least-loaded holder (the root itself when it holds it), in
@@ -166,7 +167,7 @@ class GatherBroadcast {
         if (best < 0 || load[r] < load[source_.fragments.Rank(best)]) best = f;
       }
       const int r = source_.fragments.Rank(best);
-      load[r] += inter.VolumeOf(piece) * DTypeSize(destination_.tensors[t].dtype);
+      load[r] += inter.VolumeOf(piece) * DTypeSize(members_.tensors[t].dtype);
       items.push_back({bucket_of_[t], r, static_cast<int>(p), best});
     }
     std::stable_sort(items.begin(), items.end(), [](const GatherItem& a, const GatherItem& b) {
@@ -195,7 +196,7 @@ class GatherBroadcast {
       for (const GatherItem* it = first; it != last; ++it) {
         const Piece& piece = inter.pieces[it->piece];
         bytes += inter.VolumeOf(piece) *
-                 DTypeSize(destination_.tensors[inter.groups[piece.group].dst_tensor].dtype);
+                 DTypeSize(members_.tensors[inter.groups[piece.group].dst_tensor].dtype);
       }
       slot = plan_.AddSlot(holder, bytes);
       remote_slot = plan_.AddSlot(root_, bytes);
@@ -205,12 +206,14 @@ class GatherBroadcast {
       const Piece& piece = inter.pieces[it->piece];
       const int t = inter.groups[piece.group].dst_tensor;
       const Box box = inter.BoxOf(piece);
-      const Region src = FragmentRegion(source_, source_.fragments[it->frag], Space::kSource, box);
+      const Fragment from = source_.fragments[it->frag];
+      const Region src =
+          FragmentRegion(source_.tensors[from.tensor].dtype, from, Space::kSource, box);
       const Region dst = BucketRegion(t, root_slot_[bucket], box);
       if (holder == root_) {
         to_bucket.push_back({src, dst});
       } else {
-        const DType dt = destination_.tensors[t].dtype;
+        const DType dt = members_.tensors[t].dtype;
         packs.push_back({src, SlotRegion(slot, offset, dt, box)});
         to_bucket.push_back({SlotRegion(remote_slot, offset, dt, box), dst});
         offset += box.Volume() * DTypeSize(dt);
@@ -317,15 +320,43 @@ class GatherBroadcast {
   // different rails), each leader forwards it to the next node's leader (same rail) and down a
   // chain through the other destination GPUs of its node, starting after itself. Every hop is a
   // Forward of one chunk, so chunks flow down the chains concurrently. This prepares the chains
-  // and the destination fragments' order; BroadcastBucket plans one bucket.
-  void PrepareBroadcast() {
+  // and what each destination rank unpacks of each bucket; BroadcastBucket plans one bucket.
+  Status PrepareBroadcast() {
     const std::vector<int> dst_ranks = destination_.Ranks();
     root_is_destination_ = std::binary_search(dst_ranks.begin(), dst_ranks.end(), root_);
     GroupDestinationsByNode();
-    frag_order_.resize(destination_.fragments.size());
-    std::iota(frag_order_.begin(), frag_order_.end(), 0);
-    std::stable_sort(frag_order_.begin(), frag_order_.end(),
-                     [&](int a, int b) { return RankAndBucket(a) < RankAndBucket(b); });
+    FERRY_RETURN_IF_ERROR(CutUnpackUnits());
+    std::stable_sort(units_.begin(), units_.end(), [](const UnpackUnit& a, const UnpackUnit& b) {
+      return std::tie(a.rank, a.bucket) < std::tie(b.rank, b.bucket);
+    });
+    return Status::Ok();
+  }
+
+  // units_, in fragment order: each plain fragment whole, each stack fragment's members cut
+  // where the bucket changes.
+  Status CutUnpackUnits() {
+    const FragmentTable& fragments = destination_.fragments;
+    units_.reserve(fragments.size());
+    for (int f = 0; f < static_cast<int>(fragments.size()); ++f) {
+      const int t = fragments.Tensor(f), rank = fragments.Rank(f);
+      const int first = members_.first_of[static_cast<size_t>(t)];
+      if (!members_.stacked[static_cast<size_t>(t)]) {
+        units_.push_back({rank, bucket_of_[first], f, 0, 0});
+        continue;
+      }
+      const Fragment stack = fragments[f];
+      FERRY_RETURN_IF_ERROR(CheckStackFragment(stack, destination_.tensors[t])
+                                .WithContext("destination layout"));
+      for (int64_t j = stack.box.lo[0]; j < stack.box.hi[0]; ++j) {
+        const int bucket = bucket_of_[first + static_cast<int>(j)];
+        if (j > stack.box.lo[0] && units_.back().bucket == bucket) {
+          units_.back().hi = j + 1;
+        } else {
+          units_.push_back({rank, bucket, f, j, j + 1});
+        }
+      }
+    }
+    return Status::Ok();
   }
 
   // Bucket b's broadcast, once its gather is planned.
@@ -408,11 +439,6 @@ class GatherBroadcast {
     return recv_id;
   }
 
-  std::pair<int, int> RankAndBucket(int fragment) const {
-    const FragmentTable& fragments = destination_.fragments;
-    return {fragments.Rank(fragment), bucket_of_[fragments.Tensor(fragment)]};
-  }
-
   // Adds the Unpack of `rank`'s fragments of `bucket` from staging slot `slot`, after `deps`,
   // unless the rank has none.
   void AddUnpack(int rank, int bucket, int slot, const std::vector<int>& deps) {
@@ -421,23 +447,32 @@ class GatherBroadcast {
     unpack.rank = rank;
     unpack.round = bucket;
     std::vector<CopyPair> copies;
-    const std::pair<int, int> key(rank, bucket);
-    auto it = std::lower_bound(frag_order_.begin(), frag_order_.end(), key,
-                               [&](int f, const std::pair<int, int>& k) {
-                                 return RankAndBucket(f) < k;
-                               });
-    for (; it != frag_order_.end() && RankAndBucket(*it) == key; ++it) {
-      if (destination_.fragments.Volume(*it) == 0) continue;
-      const Fragment f = destination_.fragments[*it];
+    auto unpack_fragment = [&](const Fragment& f) {
+      if (f.box.Volume() == 0) return;
       copies.push_back({BucketRegion(f.tensor, slot, f.box),
-                        FragmentRegion(destination_, f, Space::kDestination, f.box)});
+                        FragmentRegion(members_.tensors[f.tensor].dtype, f, Space::kDestination, f.box)});
       unpack.bytes += copies.back().to.NumBytes();
+    };
+    auto it = std::lower_bound(units_.begin(), units_.end(), std::make_pair(rank, bucket),
+                               [](const UnpackUnit& u, const std::pair<int, int>& key) {
+                                 return std::tie(u.rank, u.bucket) < std::tie(key.first, key.second);
+                               });
+    for (; it != units_.end() && it->rank == rank && it->bucket == bucket; ++it) {
+      Fragment f = destination_.fragments[it->fragment];
+      if (!members_.stacked[static_cast<size_t>(f.tensor)]) {
+        f.tensor = members_.first_of[static_cast<size_t>(f.tensor)];
+        unpack_fragment(f);
+        continue;
+      }
+      const int64_t esize = DTypeSize(destination_.tensors[f.tensor].dtype);
+      for (int64_t j = it->lo; j < it->hi; ++j) unpack_fragment(StackMemberFragment(f, members_, j, esize));
     }
     if (!copies.empty()) slot_readers_[{rank, bucket}].push_back(plan_.AddOp(std::move(unpack), deps, copies));
   }
 
   const Layout& source_;
-  const Layout& destination_;
+  const Layout& destination_;  // stacks as given
+  const UnstackedTensors& members_;
   const Topology& topology_;
   const PlannerOptions& options_;
   TransferPlan& plan_;
@@ -451,7 +486,7 @@ class GatherBroadcast {
   std::vector<std::vector<int>> bucket_ready_;  // by bucket: root ops its broadcast waits for
   std::vector<int> last_send_, last_recv_;      // by holder: its last gather Send, root's Recv
   std::vector<std::vector<int>> node_members_;  // destination ranks other than the root, by node
-  std::vector<int> frag_order_;                 // destination fragments by (rank, bucket)
+  std::vector<UnpackUnit> units_;               // by (rank, bucket)
   std::map<int, int> slot_of_;                  // rank -> its slot for the current bucket
   std::map<int, std::vector<int>> recvs_;       // rank -> its Recv ops of the current bucket
   std::map<int, int> root_node_rank_;           // local device -> rank, on the root's node
@@ -461,6 +496,27 @@ class GatherBroadcast {
   bool root_is_destination_ = false;
   int64_t chunk_counter_ = 0;  // chunks of all buckets so far: picks the channel
 };
+
+// The baseline moves bytes as they are: a destination tensor's dtype must be its source's.
+Status CheckSameDType(const TensorSpec& s, const TensorSpec& d) {
+  if (s.dtype == d.dtype) return Status::Ok();
+  return InvalidArgument("tensor '" + d.name + "' is " + std::string(DTypeName(s.dtype)) +
+                         " in the source and " + std::string(DTypeName(d.dtype)) +
+                         " in the destination: the gather-broadcast baseline does not convert "
+                         "(the reshard planner does)");
+}
+
+// CheckSameDType of every destination tensor the source has by name (the gather's intersection
+// refuses the others).
+Status CheckSameDTypes(const Layout& source, const std::vector<TensorSpec>& destination) {
+  std::unordered_map<std::string_view, const TensorSpec*> by_name;
+  for (const TensorSpec& t : source.tensors) by_name.emplace(t.name, &t);
+  for (const TensorSpec& d : destination) {
+    auto it = by_name.find(d.name);
+    if (it != by_name.end()) FERRY_RETURN_IF_ERROR(CheckSameDType(*it->second, d));
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -476,13 +532,11 @@ Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& des
   const int num_ranks = NumRanksOf(result.plan.source_buffers, result.plan.destination_buffers);
   FERRY_RETURN_IF_ERROR(CheckTopology(topology, num_ranks));
   if (source.fragments.empty()) return InvalidArgument("the source layout has no fragments");
-  Intersection direct;
-  FERRY_RETURN_IF_ERROR(GatherBroadcast(source, destination, topology, options, result.plan)
-                            .Plan(num_ranks, direct));
-  // The physical limit is the same whichever plan runs: distinct bytes, as the reshard plan's.
-  SplitOverlappingGroups(direct);
-  result.demand = ComputeDemand(direct, PlanFacts(direct, DTypesOf(destination), DTypesOf(source), topology),
-                                std::max(1, topology.NumNodes()));
+  FERRY_ASSIGN_OR_RETURN(const UnstackedTensors members,
+                         UnstackTensorSpecs(destination).WithContext("destination layout"));
+  FERRY_RETURN_IF_ERROR(CheckSameDTypes(source, members.tensors));
+  FERRY_RETURN_IF_ERROR(GatherBroadcast(source, destination, members, topology, options, result.plan)
+                            .Plan(num_ranks));
   return result;
 }
 

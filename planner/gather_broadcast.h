@@ -14,7 +14,8 @@ namespace ferry {
 // (bucket_bytes) and broadcasts each bucket, pipelined in chunks of broadcast_chunk_bytes: a
 // chain of node leaders across nodes (the leader, hence the rail, rotates per chunk) and a chain
 // inside each node; every destination rank receives the whole bucket and keeps its slice. The
-// layouts' tensor stacks must agree (core/layout/tensor_stack.h).
+// source has no tensor stacks (UnstackTensors); the destination's stand for their members
+// (core/layout/tensor_stack.h), which buckets may separate.
 //
 // As NeMo RL runs it (NVIDIA-NeMo/RL nemo_rl/utils/packed_tensor.py packed_broadcast_producer,
 // megatron_policy_worker.py broadcast_weights_for_collective): every trainer rank exports full
@@ -24,6 +25,7 @@ namespace ferry {
 // NVLink. The broadcast is NCCL's ring (broadcast has no other algorithm: NVIDIA/nccl
 // src/graph/tuning.cc; src/device/broadcast.h), one ring per channel, each leaving a node through
 // its own GPU and NIC: chunk c leaves the root's node through the GPU on channel c's rail.
+// The plan only: its PlanResult::demand is left empty (PlanGatherBroadcast fills it).
 Result<PlanResult> PlanGatherBroadcastOf(const Layout& source, const Layout& destination,
                                          const Topology& topology, const PlannerOptions& options);
 

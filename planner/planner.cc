@@ -219,6 +219,29 @@ Result<PlanResult> WithAgreeingStacks(const Layout& source, const Layout& destin
               has_stacks(destination) ? destination_members : destination);
 }
 
+// What the layouts force onto the network, whichever plan runs: the reshard's demand, from the
+// intersection PlanReshard computes (stacks made to agree, then folded), without the plan.
+Result<NetworkDemand> LayoutDemand(const Layout& source, const Layout& destination,
+                                   const Topology& topology) {
+  Result<PlanResult> demand =
+      WithAgreeingStacks(source, destination, [&](const Layout& s, const Layout& d) -> Result<PlanResult> {
+        StackFold fold;
+        const bool folded = FoldTensorStacks(s, d, fold);
+        std::vector<DType> dtypes, source_dtypes;
+        Result<Intersection> inter =
+            IntersectForPlan(s, d, folded ? &fold : nullptr, dtypes, source_dtypes);
+        if (!inter.ok() && folded) inter = IntersectForPlan(s, d, nullptr, dtypes, source_dtypes);
+        if (!inter.ok()) return inter.status();
+        SplitOverlappingGroups(*inter);  // each distinct byte a node needs counted once
+        PlanResult out;
+        out.demand = ComputeDemand(*inter, PlanFacts(*inter, dtypes, source_dtypes, topology),
+                                   std::max(1, topology.NumNodes()));
+        return out;
+      });
+  if (!demand.ok()) return demand.status();
+  return std::move(demand->demand);
+}
+
 }  // namespace
 
 Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
@@ -256,11 +279,15 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   FERRY_ASSIGN_OR_RETURN(const ElementTransformLayout transform, PrepareElementTransforms(source, destination));
   const Layout& planned = transform.twins.empty() ? destination : transform.destination;
   FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, planned));
+  // Before the plan grows, so that the intersection is freed first.
+  FERRY_ASSIGN_OR_RETURN(NetworkDemand demand, LayoutDemand(source, planned, topology));
   // NeMo RL packs tensor by tensor, a layer's experts one by one (nemo_rl/utils/packed_tensor.py),
-  // so buckets are cut between the members of tensor stacks, not around whole stacks.
+  // so buckets are cut between the members of tensor stacks, not around whole stacks. The
+  // destination's stacks are cut where they are unpacked; unstacking its fragments would take one
+  // a member and rank.
   FERRY_ASSIGN_OR_RETURN(const Layout s, UnstackTensors(source).WithContext("source layout"));
-  FERRY_ASSIGN_OR_RETURN(const Layout d, UnstackTensors(planned).WithContext("destination layout"));
-  Result<PlanResult> result = PlanGatherBroadcastOf(s, d, topology, options);
+  Result<PlanResult> result = PlanGatherBroadcastOf(s, planned, topology, options);
+  if (result.ok()) result->demand = std::move(demand);
   if (result.ok()) FinishElementTransforms(transform, destination, result->plan);
   return result;
 }

@@ -155,18 +155,16 @@ bool TensorStacksAgree(const Layout& source, const Layout& destination) {
   return true;
 }
 
-Result<Layout> UnstackTensors(const Layout& layout) {
-  Layout out;
-  out.buffers = layout.buffers;
-  out.block_scaled = layout.block_scaled;
-  // Per tensor of `layout`: the first of its tensors in `out` (its members, or itself).
-  std::vector<int> first_of(layout.tensors.size());
-  // Per tensor of `layout`: its stack name, if it is a stack.
+Result<UnstackedTensors> UnstackTensorSpecs(const Layout& layout) {
+  UnstackedTensors out;
+  out.first_of.resize(layout.tensors.size());
+  out.stacked.resize(layout.tensors.size());
   std::vector<std::optional<TensorStackName>> stacks(layout.tensors.size());
   std::unordered_set<std::string_view> plain_names;
   size_t tensors = 0;
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     stacks[i] = ParseTensorStackName(layout.tensors[i].name);
+    out.stacked[i] = stacks[i].has_value();
     if (!stacks[i]) plain_names.insert(layout.tensors[i].name);
     tensors += stacks[i] ? static_cast<size_t>(stacks[i]->size()) : 1;
   }
@@ -174,7 +172,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
   std::string name;
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
-    first_of[i] = static_cast<int>(out.tensors.size());
+    out.first_of[i] = static_cast<int>(out.tensors.size());
     const std::optional<TensorStackName>& stack = stacks[i];
     if (!stack) {
       out.tensors.push_back(t);
@@ -191,19 +189,55 @@ Result<Layout> UnstackTensors(const Layout& layout) {
       out.tensors.push_back({name, member_shape, t.dtype});
     }
   }
-  // Member i of a stack box [lo, hi) x rest: the box `rest`, one dim-0 stride further per member.
-  auto unstack_box = [](const Box& box) {
-    Box member;
-    member.ndim = box.ndim - 1;
-    for (int d = 1; d < box.ndim; ++d) {
-      member.lo[d - 1] = box.lo[d];
-      member.hi[d - 1] = box.hi[d];
-    }
-    return member;
-  };
+  return out;
+}
+
+namespace {
+
+// Member i of a stack box [lo, hi) x rest: the box `rest`.
+Box UnstackBox(const Box& box) {
+  Box member;
+  member.ndim = box.ndim - 1;
+  for (int d = 1; d < box.ndim; ++d) {
+    member.lo[d - 1] = box.lo[d];
+    member.hi[d - 1] = box.hi[d];
+  }
+  return member;
+}
+
+}  // namespace
+
+Status CheckStackFragment(const Fragment& f, const TensorSpec& stack) {
+  if (f.box.ndim != static_cast<int>(stack.shape.size()) || f.box.lo[0] < 0 ||
+      f.box.hi[0] > stack.shape[0]) {
+    return InvalidArgument("fragment " + f.box.ToString() + " of tensor stack '" + stack.name +
+                           "' does not fit its shape");
+  }
+  return Status::Ok();
+}
+
+Fragment StackMemberFragment(const Fragment& f, const UnstackedTensors& members, int64_t j,
+                             int64_t element_bytes) {
+  Fragment member;
+  member.tensor = members.first_of[static_cast<size_t>(f.tensor)] + static_cast<int>(j);
+  member.box = UnstackBox(f.box);
+  member.loc.rank = f.loc.rank;
+  member.loc.buffer = f.loc.buffer;
+  member.loc.byte_offset = f.loc.byte_offset + (j - f.box.lo[0]) * f.loc.strides[0] * element_bytes;
+  for (int d = 1; d < f.box.ndim; ++d) member.loc.strides[d - 1] = f.loc.strides[d];
+  return member;
+}
+
+Result<Layout> UnstackTensors(const Layout& layout) {
+  FERRY_ASSIGN_OR_RETURN(UnstackedTensors members, UnstackTensorSpecs(layout));
+  Layout out;
+  out.buffers = layout.buffers;
+  out.block_scaled = layout.block_scaled;
+  const std::vector<int>& first_of = members.first_of;
   // Whether tensor index `t` (unchecked) is a stack.
   auto is_stack = [&](int t) {
-    return t >= 0 && static_cast<size_t>(t) < stacks.size() && stacks[static_cast<size_t>(t)];
+    return t >= 0 && static_cast<size_t>(t) < members.stacked.size() &&
+           members.stacked[static_cast<size_t>(t)];
   };
   size_t fragments = 0;
   for (const Fragment& f : layout.fragments) {
@@ -220,21 +254,10 @@ Result<Layout> UnstackTensors(const Layout& layout) {
       continue;
     }
     const TensorSpec& spec = layout.tensors[t];
-    if (f.box.ndim != static_cast<int>(spec.shape.size()) || f.box.lo[0] < 0 ||
-        f.box.hi[0] > spec.shape[0]) {
-      return InvalidArgument("fragment " + f.box.ToString() + " of tensor stack '" + spec.name +
-                             "' does not fit its shape");
-    }
+    FERRY_RETURN_IF_ERROR(CheckStackFragment(f, spec));
     const int64_t esize = DTypeSize(spec.dtype);
     for (int64_t j = f.box.lo[0]; j < f.box.hi[0]; ++j) {
-      Fragment member;
-      member.tensor = first_of[t] + static_cast<int>(j);
-      member.box = unstack_box(f.box);
-      member.loc.rank = f.loc.rank;
-      member.loc.buffer = f.loc.buffer;
-      member.loc.byte_offset = f.loc.byte_offset + (j - f.box.lo[0]) * f.loc.strides[0] * esize;
-      for (int d = 1; d < f.box.ndim; ++d) member.loc.strides[d - 1] = f.loc.strides[d];
-      out.fragments.push_back(member);
+      out.fragments.push_back(StackMemberFragment(f, members, j, esize));
     }
   }
   for (const PaddingRegion& p : layout.padding) {
@@ -245,7 +268,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
     }
     for (int64_t j = std::max<int64_t>(p.box.lo[0], 0);
          j < std::min(p.box.hi[0], layout.tensors[t].shape[0]); ++j) {
-      out.padding.push_back({first_of[t] + static_cast<int>(j), unstack_box(p.box)});
+      out.padding.push_back({first_of[t] + static_cast<int>(j), UnstackBox(p.box)});
     }
   }
   for (const StoredTransform& x : layout.transforms) {  // a stack's transform is each member's
@@ -256,6 +279,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
       out.transforms.push_back({first_of[t] + static_cast<int>(j), x.transform, x.stored_dtype});
     }
   }
+  out.tensors = std::move(members.tensors);
   return out;
 }
 

@@ -56,6 +56,23 @@ std::vector<TensorSpec> StacksMissingIn(const Layout& layout, const Layout& from
 // a source stack that the destination does not have. O(tensors); reads only names.
 bool TensorStacksAgree(const Layout& source, const Layout& destination);
 
+// A layout's tensors with every tensor stack replaced by its members, in UnstackTensors's order,
+// and where each of the layout's tensors went.
+struct UnstackedTensors {
+  std::vector<TensorSpec> tensors;
+  std::vector<int> first_of;  // by tensor of the layout: its first tensor in `tensors`
+  std::vector<char> stacked;  // by tensor of the layout: whether it is a stack
+};
+// The tensors of UnstackTensors(layout), without touching its fragments; the same errors for
+// tensors.
+Result<UnstackedTensors> UnstackTensorSpecs(const Layout& layout);
+// OK when fragment `f` of tensor stack `stack` has its ndim and lies inside it along dim 0.
+Status CheckStackFragment(const Fragment& f, const TensorSpec& stack);
+// Member j (an index of dim 0 inside f.box) of a checked stack fragment `f`, as UnstackTensors
+// makes it: the tensor members.first_of[f.tensor] + j, one dim-0 stride further per member.
+Fragment StackMemberFragment(const Fragment& f, const UnstackedTensors& members, int64_t j,
+                             int64_t element_bytes);
+
 // The layout with every tensor stack replaced by its members: a stack's tensor becomes its members
 // in order (other tensors keep their order), and a stack fragment covering members [a, b) becomes
 // b - a member fragments at byte offsets one dim-0 stride apart, in the stack fragment's place.

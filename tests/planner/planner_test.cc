@@ -717,6 +717,48 @@ TEST(PlannerBaseline, GatherBroadcastCyclesTwoBucketBuffersAsNemoRlDoes) {
   EXPECT_LT(two, unbounded);
 }
 
+// The baseline cuts a destination's tensor stacks between members where buckets end (NeMo RL
+// packs a layer's experts one by one) without unstacking the destination's fragments: its plan is
+// the plan of the destination unstacked, op for op and pair for pair, at any bucket size, and its
+// network demand is the reshard plan's of the same layouts.
+TEST(PlannerBaseline, StackedDestinationsPlanAsTheirMembers) {
+  const uint64_t seed = testing::PropertySeed(20261203);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cut = 0;
+  for (int i = 0; i < 300; ++i) {
+    testing::RandomCase c = testing::MakeRandomStackedCase(rng, /*name_stacks=*/true);
+    std::set<int> stack_ranks;  // destination ranks holding a stack's fragment
+    for (const Fragment& f : c.destination.fragments) {
+      if (ParseTensorStackName(c.destination.tensors[f.tensor].name)) stack_ranks.insert(f.loc.rank);
+    }
+    if (stack_ranks.empty()) continue;
+    c.options.bucket_bytes = 1 + static_cast<int64_t>(rng() % 512);
+    Result<Layout> members = UnstackTensors(c.destination);
+    ASSERT_TRUE(members.ok()) << "case " << i << ": " << members.status().ToString();
+    Result<PlanResult> kept = PlanGatherBroadcast(c.source, c.destination, c.topology, c.options);
+    Result<PlanResult> expanded = PlanGatherBroadcast(c.source, *members, c.topology, c.options);
+    ASSERT_TRUE(kept.ok()) << "case " << i << ": " << kept.status().ToString();
+    ASSERT_TRUE(expanded.ok()) << "case " << i << ": " << expanded.status().ToString();
+    ASSERT_EQ(PlanToJson(kept->plan), PlanToJson(expanded->plan)) << "case " << i;
+    // The lower bound's demand is the reshard's of the same layouts.
+    Result<PlanResult> reshard = PlanReshard(c.source, c.destination, c.topology, c.options);
+    ASSERT_TRUE(reshard.ok()) << "case " << i << ": " << reshard.status().ToString();
+    EXPECT_EQ(kept->demand.destination_node_bytes, reshard->demand.destination_node_bytes) << "case " << i;
+    EXPECT_EQ(kept->demand.source_node_bytes, reshard->demand.source_node_bytes) << "case " << i;
+    EXPECT_EQ(kept->demand.must_leave_bytes, reshard->demand.must_leave_bytes) << "case " << i;
+    EXPECT_EQ(kept->demand.source_nodes, reshard->demand.source_nodes) << "case " << i;
+    Status exec = testing::ExecuteAndCheck(kept->plan, c.source, c.destination);
+    ASSERT_TRUE(exec.ok()) << "case " << i << ": " << exec.ToString();
+    std::map<int, int> unpacks;  // by rank holding a stack
+    for (const Op& op : kept->plan.ops) {
+      if (op.kind == OpKind::kUnpack && stack_ranks.count(op.rank)) ++unpacks[op.rank];
+    }
+    for (const auto& [rank, n] : unpacks) cut += n > 1;
+  }
+  EXPECT_GT(cut, 50);  // ranks whose stacks more than one bucket fills, or the test is void
+}
+
 TEST(PlannerErrors, RejectsBadInput) {
   Layout src, dst;
   int a = src.AddTensor({"a", {8}, DType::kFP32}).value();
