@@ -44,8 +44,9 @@ struct Case {
 };
 
 // DeepSeek-V3 weak scaling as docs/simulator.md's "ferry at scale" (every destination node needs
-// the same quarter of the model), then Kimi-K2 at 4096 GPUs. (Qwen3-235B-A22B at 4096 GPUs, TP8
-// engines, is left out: it did not finish in 9 minutes of CPU.)
+// the same quarter of the model), then Kimi-K2 at 4096 GPUs, then DeepSeek-V3 256 -> 256 as the
+// calibration case (NeMo RL's recipe: vLLM engines TP-shard every expert, no EP). (Qwen3-235B-A22B
+// at 4096 GPUs, TP8 engines, is left out: it did not finish in 9 minutes of CPU.)
 const Case kCases[] = {
     {"ds-64", "deepseek-v3", "megatron:pp=16,ep=4,first=3,last=2", "vllm:tp=32,ep=32,engines=2"},
     {"ds-128", "deepseek-v3", "megatron:pp=16,ep=8,first=3,last=2", "vllm:tp=32,ep=32,engines=4"},
@@ -54,6 +55,7 @@ const Case kCases[] = {
     {"ds-1024", "deepseek-v3", "megatron:pp=16,ep=64,first=3,last=2", "vllm:tp=32,ep=32,engines=32"},
     {"ds-2048", "deepseek-v3", "megatron:pp=16,ep=128,first=3,last=2", "vllm:tp=32,ep=32,engines=64"},
     {"kimi-2048", "kimi-k2", "megatron:pp=16,ep=128,first=3,last=2", "vllm:tp=32,ep=32,engines=64"},
+    {"ds-256-recipe", "deepseek-v3", "megatron:pp=16,ep=16,first=3,last=2", "vllm:tp=32,engines=8"},
 };
 
 double ThreadCpuSeconds() {
@@ -111,7 +113,7 @@ int RunCase(const Case& c, int window, int64_t staging, double slack, double pos
   double digest = 0;
   for (const OpTime& t : r->op_times) digest += t.end;
   const double messages = static_cast<double>(r->num_messages);
-  std::printf("%-10s %6d %10lld %11lld %9.1f %5d %9.3f %9.2f", c.name, planned->num_ranks,
+  std::printf("%-13s %6d %10lld %11lld %9.1f %5d %9.3f %9.2f", c.name, planned->num_ranks,
               static_cast<long long>(r->num_messages), static_cast<long long>(r->num_events),
               static_cast<double>(r->num_class_updates) / messages, r->peak_link_classes, cpu,
               cpu / messages * 1e6);
@@ -144,7 +146,7 @@ bool RunChild(const char* self, const Case& c, const std::string& window, const 
   ::wait4(pid, &status, 0, &usage);
   const size_t mark = out.find("%RSS%");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || mark == std::string::npos) {
-    std::printf("%-10s failed\n", c.name);
+    std::printf("%-13s failed\n", c.name);
     return false;
   }
   char rss[32];
@@ -213,7 +215,7 @@ int Main(int argc, char** argv) {
       "window %s, staging budget %s bytes, rate slack %s, op_post_overhead %s s (-1: the preset's); "
       "dgx-h100; reshard plan; one child process a case\n",
       window.c_str(), staging.c_str(), slack.c_str(), post.c_str());
-  std::printf("%-10s %6s %10s %11s %9s %5s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages",
+  std::printf("%-13s %6s %10s %11s %9s %5s %9s %9s %8s %12s %s\n", "case", "GPUs", "messages",
               "events", "upd/msg", "peak", "sim_cpu_s", "us/msg", "rss_MiB", "predicted_s", "digest");
   bool ok = true;
   for (const Case& c : kCases) ok = RunChild(argv[0], c, window, staging, slack, post) && ok;
