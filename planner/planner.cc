@@ -287,8 +287,10 @@ Result<PlanResult> PlanGatherBroadcast(const Layout& source, const Layout& desti
   // a member and rank.
   FERRY_ASSIGN_OR_RETURN(const Layout s, UnstackTensors(source).WithContext("source layout"));
   Result<PlanResult> result = PlanGatherBroadcastOf(s, planned, topology, options);
-  if (result.ok()) result->demand = std::move(demand);
-  if (result.ok()) FinishElementTransforms(transform, destination, result->plan);
+  if (result.ok()) {
+    result->demand = std::move(demand);
+    FinishElementTransforms(transform, destination, result->plan);
+  }
   return result;
 }
 
