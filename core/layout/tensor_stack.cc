@@ -192,10 +192,7 @@ Result<UnstackedTensors> UnstackTensorSpecs(const Layout& layout) {
   return out;
 }
 
-namespace {
-
-// Member i of a stack box [lo, hi) x rest: the box `rest`.
-Box UnstackBox(const Box& box) {
+Box StackMemberBox(const Box& box) {
   Box member;
   member.ndim = box.ndim - 1;
   for (int d = 1; d < box.ndim; ++d) {
@@ -204,8 +201,6 @@ Box UnstackBox(const Box& box) {
   }
   return member;
 }
-
-}  // namespace
 
 Status CheckStackFragment(const Fragment& f, const TensorSpec& stack) {
   if (f.box.ndim != static_cast<int>(stack.shape.size()) || f.box.lo[0] < 0 ||
@@ -220,7 +215,7 @@ Fragment StackMemberFragment(const Fragment& f, const UnstackedTensors& members,
                              int64_t element_bytes) {
   Fragment member;
   member.tensor = members.first_of[static_cast<size_t>(f.tensor)] + static_cast<int>(j);
-  member.box = UnstackBox(f.box);
+  member.box = StackMemberBox(f.box);
   member.loc.rank = f.loc.rank;
   member.loc.buffer = f.loc.buffer;
   member.loc.byte_offset = f.loc.byte_offset + (j - f.box.lo[0]) * f.loc.strides[0] * element_bytes;
@@ -268,7 +263,7 @@ Result<Layout> UnstackTensors(const Layout& layout) {
     }
     for (int64_t j = std::max<int64_t>(p.box.lo[0], 0);
          j < std::min(p.box.hi[0], layout.tensors[t].shape[0]); ++j) {
-      out.padding.push_back({first_of[t] + static_cast<int>(j), UnstackBox(p.box)});
+      out.padding.push_back({first_of[t] + static_cast<int>(j), StackMemberBox(p.box)});
     }
   }
   for (const StoredTransform& x : layout.transforms) {  // a stack's transform is each member's

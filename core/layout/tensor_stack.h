@@ -66,6 +66,9 @@ struct UnstackedTensors {
 // The tensors of UnstackTensors(layout), without touching its fragments; the same errors for
 // tensors.
 Result<UnstackedTensors> UnstackTensorSpecs(const Layout& layout);
+// A member's box of the stack box `box` ([lo, hi) x rest): `rest`, dim 0 (the member index)
+// dropped.
+Box StackMemberBox(const Box& box);
 // OK when fragment `f` of tensor stack `stack` has its ndim and lies inside it along dim 0.
 Status CheckStackFragment(const Fragment& f, const TensorSpec& stack);
 // Member j (an index of dim 0 inside f.box) of a checked stack fragment `f`, as UnstackTensors

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/layout/builders.h"
+#include "core/layout/tensor_stack.h"
 #include "tools/models/eplb_map.h"
 #include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
@@ -21,17 +22,6 @@
 namespace ferry::models {
 
 namespace {
-
-// A stack box's member box: dim 0 (the member index) dropped.
-Box MemberBox(const Box& stack) {
-  Box b;
-  b.ndim = stack.ndim - 1;
-  for (int d = 1; d < stack.ndim; ++d) {
-    b.lo[d - 1] = stack.lo[d];
-    b.hi[d - 1] = stack.hi[d];
-  }
-  return b;
-}
 
 class VllmWriter : public LayoutWriter {
  public:
@@ -406,8 +396,8 @@ class VllmWriter : public LayoutWriter {
         out_.fragments.push_back({down, cols, {rank, b2, at2, w2}});
       }
     } else {
-      const Box member_rows = MemberBox(rows);
-      const Box member_cols = MemberBox(cols);
+      const Box member_rows = StackMemberBox(rows);
+      const Box member_cols = StackMemberBox(cols);
       const std::array<int64_t, kMaxDims> gate_up{w13[1], w13[2]}, down{w2[1], w2[2]};
       for (int64_t le = 0; le < count; ++le) {
         const auto& [gate, up, dn] = ids[first + le * step];
