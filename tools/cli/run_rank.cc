@@ -555,9 +555,10 @@ Result<double> MeasureDeviceCopy(int64_t bytes) {
   return static_cast<double>(bytes) / seconds[seconds.size() / 2];
 }
 
-// The copy the report compares a refit with: one cudaMemcpy D2D (--memory cuda) or one memcpy of
-// `bytes`, in bytes per second.
-Result<double> MemcpyReference(const RunArgs& args, int64_t bytes) {
+// The copy the report compares a refit delivering `delivered` bytes with: one cudaMemcpy D2D
+// (--memory cuda) or one memcpy of MemcpyReferenceBytes(delivered), in bytes per second.
+Result<double> MemcpyReference(const RunArgs& args, int64_t delivered) {
+  const int64_t bytes = MemcpyReferenceBytes(delivered);
   if (args.memory == "cuda") return MeasureDeviceCopy(bytes);
   return MeasureMemcpy(bytes);
 }
@@ -696,12 +697,13 @@ Status RunRankOrError(const RunArgs& args) {
         FormatBytes(static_cast<double>(in.source.FragmentBytes())).c_str(),
         FormatBytes(static_cast<double>(delivered)).c_str());
     FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, delivered));
+    const std::string reference = FormatBytes(static_cast<double>(MemcpyReferenceBytes(delivered)));
     if (args.memory == "cuda") {
       Say("[%5.1fs] plain cudaMemcpy D2D of %s on this GPU (one process, median of 7): %.2f GB/s\n", elapsed(),
-          FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
+          reference.c_str(), memcpy_bps / 1e9);
     } else {
       Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", elapsed(),
-          FormatBytes(static_cast<double>(delivered)).c_str(), memcpy_bps / 1e9);
+          reference.c_str(), memcpy_bps / 1e9);
     }
   }
   FERRY_RETURN_IF_ERROR(ExitIfAborted(

@@ -129,6 +129,10 @@ VariantSummary Summarize(const RunVariant& variant, const std::vector<RefitSampl
   return s;
 }
 
+int64_t MemcpyReferenceBytes(int64_t delivered) {
+  return std::clamp<int64_t>(delivered, int64_t{1} << 20, int64_t{1} << 30);
+}
+
 double MeasureMemcpy(int64_t bytes) {
   bytes = std::max<int64_t>(bytes, int64_t{1} << 20);
   std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
@@ -240,7 +244,8 @@ std::string FormatRunReport(const std::string& description, int64_t delivered, d
   out += "  start spread = how late the last rank started after that instant\n";
   out += "  received over <path> = plan bytes (and messages) that transport, or direct reads, carried in the "
          "last refit, all ranks\n";
-  out += "  vs memcpy = that bandwidth / one thread's memcpy of buffers of the delivered size (median of 7)\n";
+  out += "  vs memcpy = that bandwidth / one thread's memcpy of buffers of the delivered size, at most 1 GiB "
+         "(median of 7)\n";
   return out + Ratios(summaries, iterations);
 }
 

@@ -83,6 +83,12 @@ struct VariantSummary {
 
 VariantSummary Summarize(const RunVariant& variant, const std::vector<RefitSample>& samples);
 
+// The bytes the memcpy reference copies for a refit delivering `delivered` bytes: that many,
+// clamped to [1 MiB, 1 GiB]. The reference allocates two buffers of this size on rank 0 (host or
+// GPU) beside the refit's own, so it must not grow with the model; 1 GiB is far past every cache
+// (an H200's L2 is 60 MiB), so a larger copy runs at the same rate.
+int64_t MemcpyReferenceBytes(int64_t delivered);
+
 // Single-threaded memcpy bandwidth in bytes per second for buffers of `bytes` (at least 1 MiB):
 // the median of several copies between two buffers touched beforehand.
 double MeasureMemcpy(int64_t bytes);

@@ -1,7 +1,8 @@
 // `ferry run`'s samples: the start instant and the per-transport traffic survive the trip through
 // the store, a sample with hostile per-transport entries is refused with what is wrong, and rank
 // 0's aggregate times the refit from the agreed start instant to the last end and reports how late
-// the last rank started after that instant.
+// the last rank started after that instant; the memcpy reference's size does not grow with the
+// model.
 #include "tools/cli/run_report.h"
 
 #include <gtest/gtest.h>
@@ -101,6 +102,16 @@ TEST(RefitSampleTest, AStartBeforeTheInstantIsTimedFromThatStart) {
   const RefitSample all = AggregateSamples({Sample(900, 1000, 1400), Sample(900, 990, 1500)});
   EXPECT_NEAR(all.seconds, 510e-9, 1e-15);
   EXPECT_NEAR(all.start_spread_seconds, 0, 1e-15);
+}
+
+// The reference copy's two buffers come on top of the refit's own on rank 0: a 33 GiB refit
+// (Llama-3.1-70B at 1/2, two ranks a side) must not ask for 66 GiB more.
+TEST(MemcpyReferenceTest, CopiesTheDeliveredBytesClampedBetweenOneMiBAndOneGiB) {
+  EXPECT_EQ(MemcpyReferenceBytes(int64_t{33} << 30), int64_t{1} << 30);
+  EXPECT_EQ(MemcpyReferenceBytes((int64_t{1} << 30) + 1), int64_t{1} << 30);
+  EXPECT_EQ(MemcpyReferenceBytes(int64_t{300} << 20), int64_t{300} << 20);
+  EXPECT_EQ(MemcpyReferenceBytes(4096), int64_t{1} << 20);
+  EXPECT_EQ(MemcpyReferenceBytes(0), int64_t{1} << 20);
 }
 
 }  // namespace
