@@ -162,6 +162,12 @@ struct RankContext {
   RunPoint* last_run = nullptr;
   StartMargin* start_margin = nullptr;  // rank 0's margin before each refit's start instant
   Deadline store_deadline() const { return Deadline::AfterSeconds(store_seconds); }
+  // A barrier behind which other ranks do work that grows with their bytes (filling and uploading
+  // the sources, a refit's Run, which a receiver that quantizes ends long after its senders,
+  // verifying the destinations) may wait as long as the whole run may take (--timeout, after
+  // which the launcher kills every rank): deadline.store would fail a model whose fill or fp8
+  // check takes a minute. A rank that dies meanwhile still ends the wait at once.
+  Deadline local_work_deadline() const { return Deadline::AfterSeconds(args.timeout_seconds); }
   // Per-refit verification: with --recover every refit after a fault is checked on its own.
   bool verify_each() const { return args.verify && args.recover; }
 };
@@ -230,7 +236,7 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
   }
   FERRY_ASSIGN_OR_RETURN(RefitSample all,
                          ShareSample(c.session.store(), key, c.rank, c.size, sample, c.store_deadline(), [&] {
-                           return c.session.communicator().Barrier(key + "/published", c.store_deadline());
+                           return c.session.communicator().Barrier(key + "/published", c.local_work_deadline());
                          }));
   all.resumed = rest;
   if (c.rank == 0 && rest) {
@@ -308,7 +314,7 @@ Status Verify(const RankContext& c, const RunVariant& variant, const std::string
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(value.data()), value.size()), c.store_deadline()));
   // Every verdict is in before rank 0 reads them; a rank that dies before its verdict aborts this
   // wait (rank 0 would otherwise wait out deadline.store for it).
-  FERRY_RETURN_IF_ERROR(c.session.communicator().Barrier(key + "/verified", c.store_deadline()));
+  FERRY_RETURN_IF_ERROR(c.session.communicator().Barrier(key + "/verified", c.local_work_deadline()));
   if (!checked.ok()) return checked.status().WithContext(variant.name);
   if (c.rank != 0) return Status::Ok();
   int64_t bytes = 0;
@@ -689,7 +695,7 @@ Status RunRankOrError(const RunArgs& args) {
     return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, resume, memcpy_bps, elapsed()));
   }
   FERRY_RETURN_IF_ERROR(ExitIfAborted(
-      session, session.communicator().Barrier("run/filled", context.store_deadline())));
+      session, session.communicator().Barrier("run/filled", context.local_work_deadline())));
   const int64_t delivered = context.delivered;
   double memcpy_bps = 0;
   if (lead) {
@@ -707,7 +713,7 @@ Status RunRankOrError(const RunArgs& args) {
     }
   }
   FERRY_RETURN_IF_ERROR(ExitIfAborted(
-      session, session.communicator().Barrier("run/memcpy", context.store_deadline())));
+      session, session.communicator().Barrier("run/memcpy", context.local_work_deadline())));
   return ExitIfAborted(session, RunVariantsAndFinish(context, variants, plans, Resumption{}, memcpy_bps, elapsed()));
 }
 

@@ -3,8 +3,9 @@
 // vLLM's Mamba A stored as -exp(A_log), uneven and strided layouts from files, a hybrid Mamba
 // model from distributed-optimizer buffers, DeepSeek-V3's MTP layer, --memory cuda (or its error
 // where there is no GPU), a leak check over 200 refits, refits timed from the instant every rank
-// starts at, the smallest staging budget with a window of one message, and failures that must end
-// with every rank process gone. Each case runs under a deadline and kills the process group.
+// starts at, the smallest staging budget with a window of one message, ranks waiting for each
+// other's long work past deadline.store, and failures that must end with every rank process gone.
+// Each case runs under a deadline and kills the process group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,6 +88,19 @@ TEST(RunIntegrationTest, BlockScaledFp8DestinationQuantizedAndVerified) {
     EXPECT_EQ(o.exit_code, 0) << o.output;
     EXPECT_EQ(Count(o.output, "fp8 values and scales to the CPU block-quantization reference"), 1) << o.output;
   }
+}
+
+// Barriers behind which ranks fill, run or verify for longer than deadline.store wait for them:
+// Llama-3.1-8B at 1/4 into vLLM's block-scaled fp8 (957.5 MiB of bf16) quantizes and verifies on
+// the receivers for seconds each on this machine while the senders wait, under a store deadline of
+// one second. With deadline.store on those barriers the senders gave up ("barrier
+// 'run/reshard/e1/0/published' ... reached 2 of 4"), as 33 GiB did at the default minute on an H200.
+TEST(RunIntegrationTest, RanksWaitForEachOthersLongWorkBeyondTheStoreDeadline) {
+  Outcome o = RunFerry({"run", "--model", "llama-3.1-8b", "--scale", "1/4", "--src", "megatron:tp=2", "--dst",
+                        "vllm:tp=2,quant=fp8_block", "--strategy", "reshard", "--verify", "--set",
+                        "deadline.store=1s"},
+                       120);
+  ExpectVerified(o, 1);
 }
 
 // The same refit into UE8M0 scales on two of the three buffers (testdata/fp8_block_ue8m0_dst.yaml):
