@@ -64,6 +64,37 @@ T Get(const uint8_t*& p) {
   return value;
 }
 
+void SortUnique(std::vector<int>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+// Where `value` is in the sorted `v` (which holds it).
+int IndexIn(const std::vector<int>& v, int value) {
+  return static_cast<int>(std::lower_bound(v.begin(), v.end(), value) - v.begin());
+}
+
+// Whether a direct read's receiver may write `to` in place of the Unpack of `recv`: a destination
+// region, or a staging slot of the receiver other than the one the message would land in (a
+// Quantize op's twin, which the copy fills as the Unpack would have).
+bool WritableByRead(const TransferPlan& plan, const Region& to, const Op& recv) {
+  if (to.space == Space::kDestination) return true;
+  return to.space == Space::kStaging && to.buffer != recv.data.buffer && to.buffer >= 0 &&
+         static_cast<size_t>(to.buffer) < plan.slots.size() && plan.slots[to.buffer].rank == recv.rank;
+}
+
+// Whether `recv` lands in part of a staging slot of its rank that `next`, a Quantize op, reads:
+// the bf16 twin of a block-scaled matrix, which a direct read fills as the Recv would have.
+bool QuantizesItsSlot(const TransferPlan& plan, const Op& recv, const Op& next) {
+  if (recv.data.space != Space::kStaging || next.kind != OpKind::kQuantize || next.NumCopies() != 1) {
+    return false;
+  }
+  const int slot = recv.data.buffer;
+  return slot >= 0 && static_cast<size_t>(slot) < plan.slots.size() && plan.slots[slot].rank == recv.rank &&
+         plan.GeometryOf(next.copies_begin).from_space == Space::kStaging &&
+         plan.copies[static_cast<size_t>(next.copies_begin)].from_buffer == slot;
+}
+
 }  // namespace
 
 std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
@@ -122,7 +153,8 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     }
     // Receiver side: one contiguous destination region, or the one Unpack of the received slot.
     std::vector<Span> to;
-    if (recv.data.space == Space::kDestination && dependents[recv.id] == 0) {
+    if ((recv.data.space == Space::kDestination && dependents[recv.id] == 0) ||
+        (dependents[recv.id] == 1 && QuantizesItsSlot(plan, recv, plan.ops[only_dependent[recv.id]]))) {
       to.push_back({0, recv.Data(), recv.Data()});
     } else if (recv.data.space == Space::kStaging && recv.data.offset == 0 && dependents[recv.id] == 1) {
       const Op& unpack = plan.ops[only_dependent[recv.id]];
@@ -132,7 +164,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       for (const CopyPair& c : plan.Copies(unpack)) {
         // A pair with an element function keeps its staged Convert: the read copies values.
         ok = ok && c.from.space == Space::kStaging && c.from.buffer == recv.data.buffer &&
-             c.to.space == Space::kDestination && c.from.IsContiguous() && SameExtents(c.from, c.to) &&
+             WritableByRead(plan, c.to, recv) && c.from.IsContiguous() && SameExtents(c.from, c.to) &&
              c.fn == ElementFn::kNone;
         to.push_back({c.from.offset, c.to, c.from});
       }
@@ -162,20 +194,22 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       }
     }
     if (!ok) continue;
-    for (const CopyPair& c : d.copies) d.source_buffers.push_back(c.from.buffer);
-    std::sort(d.source_buffers.begin(), d.source_buffers.end());
-    d.source_buffers.erase(std::unique(d.source_buffers.begin(), d.source_buffers.end()),
-                           d.source_buffers.end());
+    for (const CopyPair& c : d.copies) {
+      d.source_buffers.push_back(c.from.buffer);
+      if (c.to.space == Space::kStaging) d.to_slots.push_back(c.to.buffer);
+    }
+    SortUnique(d.source_buffers);
+    SortUnique(d.to_slots);
     if (d.receiver == rank) {
       d.geometries.reserve(d.copies.size());
       for (const CopyPair& c : d.copies) {
         Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
         if (!g.ok()) break;  // the staged path reports the bad copy
         d.geometries.push_back(*g);
-        const int source = static_cast<int>(
-            std::lower_bound(d.source_buffers.begin(), d.source_buffers.end(), c.from.buffer) -
-            d.source_buffers.begin());
-        d.reads.push_back({c.from.offset, c.to.offset, c.from.SpanBytes(), c.to.SpanBytes(), source, c.to.buffer});
+        const int source = IndexIn(d.source_buffers, c.from.buffer);
+        const bool to_slot = c.to.space == Space::kStaging;
+        d.reads.push_back({c.from.offset, c.to.offset, c.from.SpanBytes(), c.to.SpanBytes(), source,
+                           to_slot ? -1 : c.to.buffer, to_slot ? IndexIn(d.to_slots, c.to.buffer) : -1});
       }
       if (d.geometries.size() != d.copies.size()) continue;
     } else if (rank != kEveryReceiver) {

@@ -15,8 +15,11 @@
 // Both ends decide from the plan alone (FindDirectReads is deterministic), so they agree on which
 // messages go direct without talking about it. The sender's Send completes only after the
 // receiver's copy, so source buffers stay untouched while a peer reads them (the refit contract).
-// Messages relayed onward (Forward), messages between different nodes and messages whose Unpack
-// applies an element function (a Convert pair with CopyPair::fn) keep the staged path.
+// The Unpack may also write staging slots of the receiver other than the one it reads, and a
+// Recv may land in one: the bf16 twin a Quantize op then turns into block-scaled fp8
+// (planner/block_quantize.h), which the receiver's copy then writes in its own staging arena. Messages relayed onward (Forward),
+// messages between different nodes and messages whose Unpack applies an element function (a
+// Convert pair with CopyPair::fn) keep the staged path.
 #pragma once
 
 #include <cstdint>
@@ -40,18 +43,22 @@ struct DirectRead {
   int unpack_op = -1;  // -1: the Recv lands in one contiguous destination region
   int64_t bytes = 0;
   std::vector<int> source_buffers;  // the sender's source buffers the copies read, ascending
+  // The receiver's staging slots the copies write (ascending; empty for most messages): the
+  // receiver holds them from its Recv on, in place of the elided Unpack.
+  std::vector<int> to_slots;
   // The message as copies: `from` a region of a sender's source buffer, `to` a region of a
-  // receiver's destination buffer, same shape (dtypes differ where the message converts: the
-  // copy converts in one step, as the Pack or Unpack would have). Only on the receiver (empty on
-  // the sender), with per copy its geometry and what a run needs of it, compactly (`reads`: the
-  // executor walks these every refit, not the 300-byte CopyPairs).
+  // receiver's destination buffer or of one of `to_slots`, same shape (dtypes differ where the
+  // message converts: the copy converts in one step, as the Pack or Unpack would have). Only on
+  // the receiver (empty on the sender), with per copy its geometry and what a run needs of it,
+  // compactly (`reads`: the executor walks these every refit, not the 300-byte CopyPairs).
   struct Read {
     int64_t from_offset;  // in the sender's buffer source_buffers[source]
-    int64_t to_offset;    // in this rank's destination buffer to_buffer
+    int64_t to_offset;    // in this rank's destination buffer to_buffer, or slot to_slots[to_slot]
     int64_t from_span;    // bytes the regions span, for bounds checks
     int64_t to_span;
     int source;
-    int to_buffer;
+    int to_buffer;    // -1 when the copy writes a staging slot
+    int to_slot = -1;  // index into to_slots, or -1 when it writes a destination buffer
   };
   std::vector<CopyPair> copies;
   std::vector<CopyGeometry> geometries;
@@ -60,8 +67,9 @@ struct DirectRead {
 
 // The messages `rank` sends or receives that may go direct: a Send (not a Forward) over a
 // same-node link, fed by nothing or by one Pack that feeds only it, received by a Recv that feeds
-// nothing (landing in a destination region) or only one Unpack from its slot, with the Pack's and
-// the Unpack's copies meeting at the same staging offsets with the same shapes. Ordered by
+// nothing (landing in a destination region), only a Quantize reading the slot part it lands in,
+// or only one Unpack from its slot into destination regions or other slots of the receiver, with
+// the Pack's and the Unpack's copies meeting at the same staging offsets with the same shapes. Ordered by
 // message. Deterministic; O(ops) plus the copies of the messages found. With kAnyRank, every
 // rank's, without copies or reads (which ops go direct, for a model of the plan's cost); with
 // kEveryReceiver, every rank's with their copies but no geometries or reads (what each receiver

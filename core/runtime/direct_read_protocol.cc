@@ -194,15 +194,13 @@ Status CheckOfferOwner(const DirectRead& read, const ProcessIdentity& owner,
 
 // The memory kind all of a read's buffers share, or an error when host and CUDA buffers mix.
 Result<MemoryKind> ReadMemoryKind(const DirectRead& read, const std::vector<PeerBuffer>& buffers,
-                                  const std::vector<MemoryDesc>& destination) {
+                                  const ReadTargets& targets) {
   const MemoryKind kind = buffers.empty() ? MemoryKind::kHost : buffers.front().kind;
   bool mixed = false;
   for (const PeerBuffer& b : buffers) mixed |= b.kind != kind;
   for (const DirectRead::Read& r : read.reads) {
-    const int b = r.to_buffer;
-    if (b >= 0 && b < static_cast<int>(destination.size()) && destination[b].base != nullptr) {
-      mixed |= destination[b].kind != kind;
-    }
+    const MemoryDesc* to = targets.Of(r);
+    if (to != nullptr && to->base != nullptr) mixed |= to->kind != kind;
   }
   if (mixed) {
     return Unimplemented("direct read of message " + std::to_string(read.message) +
@@ -227,26 +225,28 @@ Status CheckOfferSender(const DirectRead& read, const ProcessIdentity& owner,
 }
 
 // This rank's device, where peers' CUDA allocations are opened (-1: no CUDA destination).
-int DestinationDevice(const std::vector<MemoryDesc>& destination) {
+int DestinationDevice(const ReadTargets& targets) {
   int device = -1;
-  for (const MemoryDesc& m : destination) {
+  for (const MemoryDesc& m : targets.destination) {
+    if (m.base != nullptr && m.kind == MemoryKind::kCuda) device = m.device;
+  }
+  for (const MemoryDesc& m : targets.slots) {
     if (m.base != nullptr && m.kind == MemoryKind::kCuda) device = m.device;
   }
   return device;
 }
 
 // Maps `buffers` (a checked full offer of `owner`) and checks every region of `read` against them
-// and this rank's `destination`; fills `ends` and `on_gpu`, returns the bytes the copies write.
+// and this rank's `targets`; fills `ends` and `on_gpu`, returns the bytes the copies write.
 // `mapped_out`, when given, receives where each buffer was mapped (MapOfferedBuffers).
 Result<int64_t> ResolveBuffers(const DirectRead& read, const ProcessIdentity& owner,
-                               const std::vector<PeerBuffer>& buffers,
-                               const std::vector<MemoryDesc>& destination, int rank,
-                               PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
+                               const std::vector<PeerBuffer>& buffers, const ReadTargets& targets,
+                               int rank, PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
                                std::vector<const char*>* mapped_out = nullptr) {
-  FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, destination));
+  FERRY_ASSIGN_OR_RETURN(MemoryKind kind, ReadMemoryKind(read, buffers, targets));
   on_gpu = kind == MemoryKind::kCuda;
   FERRY_ASSIGN_OR_RETURN(std::vector<const char*> mapped,
-                         MapOfferedBuffers(read, owner, buffers, peers, DestinationDevice(destination)));
+                         MapOfferedBuffers(read, owner, buffers, peers, DestinationDevice(targets)));
   // The files were opened through /proc/<pid>: the pid still named the verified process then.
   FERRY_RETURN_IF_ERROR(peers.processes->CheckAlive(read.sender));
   ends.clear();
@@ -264,16 +264,15 @@ Result<int64_t> ResolveBuffers(const DirectRead& read, const ProcessIdentity& ow
     }
     // The destination side, checked inline (a general region lookup per pair costs more than a
     // small copy).
-    const int b = r.to_buffer;
-    if (b < 0 || b >= static_cast<int>(destination.size()) || destination[b].base == nullptr ||
-        destination[b].kind != kind || r.to_offset < 0 ||
-        SatAdd(r.to_offset, r.to_span) > destination[b].bytes) {
-      return InvalidArgument("destination buffer " + std::to_string(b) + " on rank " +
-                             std::to_string(rank) +
-                             " has no " + std::string(MemoryKindName(kind)) +
-                             " memory covering a region the plan writes");
+    const MemoryDesc* target = targets.Of(r);
+    if (target == nullptr || target->base == nullptr || target->kind != kind || r.to_offset < 0 ||
+        SatAdd(r.to_offset, r.to_span) > target->bytes) {
+      const std::string what = r.to_slot >= 0 ? "staging slot " + std::to_string(read.to_slots[r.to_slot])
+                                              : "destination buffer " + std::to_string(r.to_buffer);
+      return InvalidArgument(what + " on rank " + std::to_string(rank) + " has no " +
+                             std::string(MemoryKindName(kind)) + " memory covering a region the plan writes");
     }
-    char* to = static_cast<char*>(destination[b].base) + r.to_offset;
+    char* to = static_cast<char*>(target->base) + r.to_offset;
     if (mapped[j] != nullptr) {
       ends.push_back({mapped[j] + r.from_offset, to, 0});
     } else {  // ordinary memory: process_vm_readv, any geometry (peer_read.h)
@@ -325,7 +324,9 @@ std::vector<std::pair<int, MemorySnapshot>> Snapshot(const DirectRead& read,
                                                      const std::vector<MemoryDesc>& table) {
   std::vector<int> buffers;
   buffers.reserve(read.reads.size());
-  for (const DirectRead::Read& r : read.reads) buffers.push_back(r.to_buffer);
+  for (const DirectRead::Read& r : read.reads) {
+    if (r.to_slot < 0) buffers.push_back(r.to_buffer);
+  }
   std::sort(buffers.begin(), buffers.end());
   buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
   std::vector<std::pair<int, MemorySnapshot>> snapshot;
@@ -334,22 +335,30 @@ std::vector<std::pair<int, MemorySnapshot>> Snapshot(const DirectRead& read,
   return snapshot;
 }
 
-bool SameMemory(const std::vector<std::pair<int, MemorySnapshot>>& kept,
-                const std::vector<MemoryDesc>& table) {
-  for (const auto& [b, snapshot] : kept) {
-    if (b < 0 || b >= static_cast<int>(table.size()) ||
-        !(snapshot == MemorySnapshot::Of(table[static_cast<size_t>(b)]))) {
+// The staging slots a read writes, as they are placed now (the arena may have moved them).
+std::vector<MemorySnapshot> SlotSnapshot(std::span<const MemoryDesc> slots) {
+  std::vector<MemorySnapshot> snapshot;
+  snapshot.reserve(slots.size());
+  for (const MemoryDesc& m : slots) snapshot.push_back(MemorySnapshot::Of(m));
+  return snapshot;
+}
+
+bool SameMemory(const OfferHistory::Taken& taken, const ReadTargets& targets) {
+  for (const auto& [b, snapshot] : taken.destination) {
+    if (b < 0 || b >= static_cast<int>(targets.destination.size()) ||
+        !(snapshot == MemorySnapshot::Of(targets.destination[static_cast<size_t>(b)]))) {
       return false;
     }
   }
-  return true;
+  return taken.slots == SlotSnapshot(targets.slots);
 }
 
 }  // namespace
 
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
-                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu) {
+                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
+                             std::span<const MemoryDesc> slots) {
   OfferHeader header;
   std::vector<PeerBuffer> buffers;
   FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
@@ -358,14 +367,17 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
                               " where a full one was expected");
   }
   FERRY_RETURN_IF_ERROR(CheckOfferSender(read, header.owner, peers.processes));
-  return ResolveBuffers(read, header.owner, buffers, destination, rank, peers, ends, on_gpu);
+  return ResolveBuffers(read, header.owner, buffers, ReadTargets{destination, slots}, rank, peers, ends,
+                        on_gpu);
 }
 
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              const DirectRead& read,
                                              std::span<const uint8_t> offer,
                                              const std::vector<MemoryDesc>& destination, int rank,
-                                             PeerMemory& peers, OfferHistory& history) {
+                                             PeerMemory& peers, OfferHistory& history,
+                                             std::span<const MemoryDesc> slots) {
+  const ReadTargets targets{destination, slots};
   OfferHeader header;
   std::vector<PeerBuffer> buffers;
   FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
@@ -376,19 +388,19 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                       taken.header.owner.pid == header.owner.pid;
     if (!held) return nullptr;
     FERRY_ASSIGN_OR_RETURN(bool pinned, RenewPins(taken, read.sender, peers));
-    if (pinned && SameMemory(taken.destination, destination)) return &taken;
+    if (pinned && SameMemory(taken, targets)) return &taken;
   } else {
     taken.header = header;
     taken.buffers = std::move(buffers);
   }
   taken.valid = false;
   std::vector<const char*> mapped;
-  FERRY_ASSIGN_OR_RETURN(taken.bytes, ResolveBuffers(read, taken.header.owner, taken.buffers,
-                                                     destination, rank, peers, taken.ends,
-                                                     taken.on_gpu, &mapped));
+  FERRY_ASSIGN_OR_RETURN(taken.bytes, ResolveBuffers(read, taken.header.owner, taken.buffers, targets,
+                                                     rank, peers, taken.ends, taken.on_gpu, &mapped));
   taken.pins = PinsOf(taken.buffers, mapped);
-  taken.device = DestinationDevice(destination);
+  taken.device = DestinationDevice(targets);
   taken.destination = Snapshot(read, destination);
+  taken.slots = SlotSnapshot(slots);
   taken.valid = true;
   return &taken;
 }

@@ -132,9 +132,28 @@ struct PeerMemory {
   const PeerProcesses* processes;
 };
 
+// Where a receiver's direct read writes: this rank's destination buffers (by index) and the
+// staging slots of DirectRead::to_slots, in that order, as placed in its arena for this run.
+// Views; the caller keeps both alive for the call.
+struct ReadTargets {
+  const std::vector<MemoryDesc>& destination;
+  std::span<const MemoryDesc> slots;
+
+  // The memory a direct read's copy `r` writes, or null when the tables lack it.
+  const MemoryDesc* Of(const DirectRead::Read& r) const {
+    if (r.to_slot >= 0) {
+      return static_cast<size_t>(r.to_slot) < slots.size() ? &slots[static_cast<size_t>(r.to_slot)] : nullptr;
+    }
+    return r.to_buffer >= 0 && static_cast<size_t>(r.to_buffer) < destination.size()
+               ? &destination[static_cast<size_t>(r.to_buffer)]
+               : nullptr;
+  }
+};
+
 // Receiver: decodes the offer in `offer`, maps the sender's shared files or opens its CUDA
 // allocations through `peers` (cached there), and checks every region of `read` against the
-// offered buffers and this rank's `destination` memory. Fills `ends` (one per copy of `read`, for
+// offered buffers and this rank's `destination` memory (and `slots`, the memory of
+// read.to_slots). Fills `ends` (one per copy of `read`, for
 // read.geometries), sets `on_gpu` when they are device addresses (the copies then run as one
 // kernel) and returns the bytes the copies write. Fails when the sender is on another machine, a
 // region lies outside its buffer, or host and CUDA buffers mix, and refuses (kFailedPrecondition,
@@ -146,17 +165,19 @@ struct PeerMemory {
 // (An abbreviated offer fails here: TakeOffer resolves those from the history.)
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
-                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu);
+                             PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
+                             std::span<const MemoryDesc> slots = {});
 
 // Receiver, through the history: takes the offer of `read`, direct read `index` of analysis
 // `generation`, with ResolveOffer's checks. A full offer is resolved and kept; an abbreviated one
 // returns the copies kept for the full offer of the same digest from the same (verified) process,
-// resolved again if this rank's destination buffers changed since, or null when none is kept
-// (the caller asks for the full offer). The result is valid until the history's next use.
+// resolved again if this rank's destination buffers or `slots` changed since, or null when none
+// is kept (the caller asks for the full offer). The result is valid until the history's next use.
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              const DirectRead& read,
                                              std::span<const uint8_t> offer,
                                              const std::vector<MemoryDesc>& destination, int rank,
-                                             PeerMemory& peers, OfferHistory& history);
+                                             PeerMemory& peers, OfferHistory& history,
+                                             std::span<const MemoryDesc> slots = {});
 
 }  // namespace ferry

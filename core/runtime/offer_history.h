@@ -70,6 +70,7 @@ class OfferHistory {
     std::vector<PeerBuffer> buffers;          // its entries
     // The destination buffers the copies write, as they were when resolved (buffer, memory).
     std::vector<std::pair<int, MemorySnapshot>> destination;
+    std::vector<MemorySnapshot> slots;        // DirectRead::to_slots' memory, likewise
     std::vector<Pin> pins;
     int device = -1;                          // where CUDA allocations were opened
     std::vector<CopyEnds> ends;               // one per DirectRead::reads entry

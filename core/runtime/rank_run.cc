@@ -126,10 +126,16 @@ Status RankRun::BuildDependencies() {
       ++deps_left_[i];
       dependents_[it->second].push_back(i);
     }
-    if (roles_.role[i] != DirectRole::kStaged) continue;  // direct reads use no staging
-    FERRY_ASSIGN_OR_RETURN(const OpCopies* copies, CopiesOf(i));
-    slots_of_[i] = copies->slots;
-    if (IsMessageKind(op.kind)) AddStagingSlot(op.Data(), slots_of_[i]);
+    if (roles_.role[i] == DirectRole::kRead) {
+      // A direct read lands in no slot of its own, but writes the slots its Unpack wrote.
+      slots_of_[i] = (*directs_)[roles_.direct_of[i]].to_slots;
+    } else if (roles_.role[i] != DirectRole::kStaged) {
+      continue;  // the sender's offer and the elided Pack and Unpack use no staging
+    } else {
+      FERRY_ASSIGN_OR_RETURN(const OpCopies* copies, CopiesOf(i));
+      slots_of_[i] = copies->slots;
+      if (IsMessageKind(op.kind)) AddStagingSlot(op.Data(), slots_of_[i]);
+    }
     for (int slot : slots_of_[i]) {
       if (slot < 0 || slot >= static_cast<int>(plan_.slots.size()) ||
           plan_.slots[slot].rank != rank_) {
@@ -621,7 +627,7 @@ Status RankRun::CopyRead(int i) {
   const int64_t take_began = res_.trace != nullptr ? RunTrace::Now() : 0;
   FERRY_ASSIGN_OR_RETURN(const OfferHistory::Taken* taken,
                          TakeOffer(plan_generation_, k, d, offer, memory_.destination, rank_,
-                                   peers, res_.offer_history));
+                                   peers, res_.offer_history, SlotTargets(d)));
   if (res_.trace != nullptr) {
     res_.trace->Span(RunTrace::Lane::kSetUp, "take offer of rank " + std::to_string(d.sender), take_began,
                      RunTrace::Now(), "\"peer CUDA mappings\": " + std::to_string(res_.peer_cuda.size()));
@@ -638,6 +644,25 @@ Status RankRun::CopyRead(int i) {
   }
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, taken->ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
+}
+
+// The memory of the staging slots direct read `d` writes, where they are placed for this run
+// (GrantStaging placed them when the Recv started). On a GPU rank they are device-accessible:
+// device staging, or pinned host memory mapped into the device's address space
+// (cuda::PinnedAlloc), which the read's kernel writes as the pack kernel does.
+std::vector<MemoryDesc> RankRun::SlotTargets(const DirectRead& d) const {
+  std::vector<MemoryDesc> slots;
+  slots.reserve(d.to_slots.size());
+  for (int slot : d.to_slots) {
+    const int64_t offset = placement_.OffsetOf(slot);
+    MemoryDesc m;
+    m.base = offset < 0 ? nullptr : res_.arena.data() + offset;
+    m.bytes = SlotBytes(slot);
+    m.kind = on_gpu_ ? MemoryKind::kCuda : MemoryKind::kHost;
+    m.device = on_gpu_ ? res_.gpu->device() : -1;
+    slots.push_back(m);
+  }
+  return slots;
 }
 
 // Receiver, an abbreviated offer of nothing this rank holds (it is new, or forgot): answer with

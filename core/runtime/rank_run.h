@@ -157,6 +157,7 @@ class RankRun {
   Status OnAnswer(int i);
   Status StartRead(int i);
   Status CopyRead(int i);
+  std::vector<MemoryDesc> SlotTargets(const DirectRead& d) const;
   Status AskForFullOffer(int i);
   Status FinishRead(int i);
   int64_t AnswerOffset(int k) const;

@@ -4,7 +4,8 @@
 namespace ferry {
 
 Result<bool> StageOnDevice(int rank, bool on_gpu, std::span<const StagingTransport> transports) {
-  if (!on_gpu || transports.empty()) return false;
+  if (!on_gpu) return false;
+  if (transports.empty()) return true;
   std::string device_only, host_only;
   for (const StagingTransport& t : transports) {
     if (!t.host_memory) device_only = t.name;

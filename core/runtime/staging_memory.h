@@ -6,7 +6,9 @@
 // that move only CUDA memory (NCCL) need it, and those that move both (UCX with CUDA support) are
 // handed the device staging directly, with no pinned host copy in the path. One transport that
 // moves host memory only (tcp, a UCX without CUDA) makes it pinned host memory, which the copy
-// kernel packs into and unpacks from. One arena cannot serve a CUDA-only and a host-only
+// kernel packs into and unpacks from. A rank with CUDA buffers and no staged message (every
+// message of it a direct read) stages on the device: its slots are the bf16 twins its direct
+// reads fill and its Quantize kernels read. One arena cannot serve a CUDA-only and a host-only
 // transport at once: that mix is refused.
 //
 // Pure function; thread-compatible.

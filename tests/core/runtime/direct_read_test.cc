@@ -1,5 +1,6 @@
-// FindDirectReads on hand-made plans: which same-node messages qualify for a single copy and how
-// the Pack and Unpack sides meet; the offer's encoding; PlanFingerprint.
+// FindDirectReads on hand-made plans: which same-node messages qualify for a single copy, how
+// the Pack and Unpack sides meet and which receiver slots a read writes; the offer's encoding;
+// PlanFingerprint.
 #include "core/runtime/direct_read.h"
 #include "core/runtime/peer_cuda_memory.h"
 
@@ -133,6 +134,85 @@ TEST(DirectReadTest, ContiguousSourceAndDestinationSidesAreRebased) {
   EXPECT_EQ(b.to.space, Space::kDestination);
   EXPECT_EQ(b.to.offset, 2048);
   EXPECT_EQ(b.to.strides[0], 8);
+}
+
+// An Unpack that fills a slot of its rank besides the one it reads (the bf16 twin a Quantize op
+// turns into block-scaled fp8) goes direct: the receiver's copy writes that slot, which it holds
+// from its Recv on (to_slots). A slot of another rank, or the received slot itself, keeps the
+// staged path.
+TEST(DirectReadTest, UnpackIntoAnotherSlotOfTheReceiverGoesDirect) {
+  TransferPlan plan = PackedPlan(LinkClass::kSameNode);
+  const int twin = plan.AddSlot(1, 64);
+  std::vector<CopyPair> pairs(plan.Copies(plan.ops[3]).begin(), plan.Copies(plan.ops[3]).end());
+  pairs[0].to = Fp32Matrix(Space::kStaging, twin, 0, 4, 4, 4);
+  plan.SetCopies(3, pairs);
+  const std::vector<DirectRead> found = FindDirectReads(plan, 1);
+  ASSERT_EQ(found.size(), 1u);
+  const DirectRead& d = found[0];
+  EXPECT_EQ(d.to_slots, std::vector<int>{twin});
+  ASSERT_EQ(d.reads.size(), 2u);
+  EXPECT_EQ(d.reads[0].to_slot, 0);
+  EXPECT_EQ(d.reads[0].to_buffer, -1);
+  EXPECT_EQ(d.reads[0].to_offset, 0);
+  EXPECT_EQ(d.reads[0].from_offset, 16) << "the right half of the source, as the Unpack's first pair";
+  EXPECT_EQ(d.reads[1].to_slot, -1);
+  EXPECT_EQ(d.reads[1].to_buffer, 0);
+  EXPECT_EQ(d.copies[0].to.space, Space::kStaging);
+
+  TransferPlan elsewhere = plan;
+  const int foreign = elsewhere.AddSlot(0, 64);
+  pairs[0].to = Fp32Matrix(Space::kStaging, foreign, 0, 4, 4, 4);
+  elsewhere.SetCopies(3, pairs);
+  EXPECT_TRUE(FindDirectReads(elsewhere, 1).empty()) << "a slot of the sender's rank";
+  pairs[0].to = Fp32Matrix(Space::kStaging, 1, 0, 4, 4, 4);  // the received slot
+  elsewhere.SetCopies(3, pairs);
+  EXPECT_TRUE(FindDirectReads(elsewhere, 1).empty()) << "the slot the message lands in";
+}
+
+// A Recv that lands in part of a bf16 twin, which a Quantize op reads whole once every part
+// arrived, goes direct too: the copy writes the twin where the Recv would have.
+TEST(DirectReadTest, RecvIntoAQuantizedTwinGoesDirect) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", 256}};
+  plan.destination_buffers = {{1, "w_fp8", 128}, {1, "w_scale", 4}};
+  const int twin = plan.AddSlot(1, 256);
+  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 3, .bytes = 128};
+  send.SetData(ByteRange(Space::kSource, 0, 128, 128));
+  plan.AddOp(send, {});
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 3, .bytes = 128};
+  recv.SetData(ByteRange(Space::kStaging, twin, 128, 128));
+  const int recv_id = plan.AddOp(recv, {});
+  Region values = Region::Bytes(Space::kStaging, twin, 0, 256);
+  values.dtype = DType::kBF16;
+  values.ndim = 2;
+  values.shape = {8, 16};
+  values.strides = {16, 1};
+  Region fp8 = values;
+  fp8.space = Space::kDestination;
+  fp8.buffer = 0;
+  fp8.dtype = DType::kFP8E4M3;
+  Op quantize{.kind = OpKind::kQuantize, .rank = 1, .bytes = 128};
+  quantize.data = {Space::kDestination, 1, 0};
+  plan.AddOp(quantize, {recv_id}, {{values, fp8}});
+
+  const std::vector<DirectRead> found = FindDirectReads(plan, 1);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].unpack_op, -1);
+  EXPECT_EQ(found[0].to_slots, std::vector<int>{twin});
+  ASSERT_EQ(found[0].reads.size(), 1u);
+  EXPECT_EQ(found[0].reads[0].to_slot, 0);
+  EXPECT_EQ(found[0].reads[0].to_offset, 128);
+  EXPECT_EQ(found[0].reads[0].from_offset, 128);
+
+  // A Forward reading the slot as well: the message stays staged.
+  TransferPlan relayed = plan;
+  relayed.num_ranks = 3;
+  Op forward{.kind = OpKind::kForward, .link = LinkClass::kSameNode, .rank = 1, .peer = 2, .message = 4,
+             .bytes = 128};
+  forward.data = recv.data;
+  relayed.AddOp(forward, {recv_id});
+  EXPECT_TRUE(FindDirectReads(relayed, 1).empty());
 }
 
 TEST(DirectReadTest, RelayedAndMismatchedMessagesKeepTheStagedPath) {

@@ -27,7 +27,11 @@ TEST(StagingMemoryTest, CudaRanksStageOnTheDeviceWhenEveryTransportMovesCuda) {
 TEST(StagingMemoryTest, OneHostOnlyTransportMakesItPinnedHostMemory) {
   EXPECT_FALSE(*StageOnDevice(0, true, std::vector<StagingTransport>{kTcp}));
   EXPECT_FALSE(*StageOnDevice(0, true, std::vector<StagingTransport>{kUcxCuda, kTcp}));
-  EXPECT_FALSE(*StageOnDevice(0, true, std::vector<StagingTransport>{}));
+}
+
+TEST(StagingMemoryTest, CudaRanksWithoutStagedMessagesStageOnTheDevice) {
+  EXPECT_TRUE(*StageOnDevice(0, true, std::vector<StagingTransport>{}));
+  EXPECT_FALSE(*StageOnDevice(0, false, std::vector<StagingTransport>{}));
 }
 
 TEST(StagingMemoryTest, RefusesCudaOnlyNextToHostOnly) {

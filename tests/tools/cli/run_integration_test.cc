@@ -77,7 +77,7 @@ TEST(RunIntegrationTest, Fp8DestinationWeightsVerifiedWithAndWithoutDirectReads)
 // Block-scaled fp8 destinations (testdata/fp8_block_*.yaml): blocks gathering rows and columns
 // from both source ranks and two tensors, partial edge blocks, a stack of experts split per
 // matrix; values and scales verified against the CPU block-quantization reference, over tcp
-// alone and with direct reads (the twins' deliveries go staged either way).
+// alone and with direct reads (which copy into the twins on the receivers).
 TEST(RunIntegrationTest, BlockScaledFp8DestinationQuantizedAndVerified) {
   for (const char* direct : {"true", "false"}) {
     Outcome o = RunFerry({"run", "--src-layout", "tests/tools/cli/testdata/fp8_block_src.yaml", "--dst-layout",
@@ -87,6 +87,10 @@ TEST(RunIntegrationTest, BlockScaledFp8DestinationQuantizedAndVerified) {
                          60);
     EXPECT_EQ(o.exit_code, 0) << o.output;
     EXPECT_EQ(Count(o.output, "fp8 values and scales to the CPU block-quantization reference"), 1) << o.output;
+    // With direct reads the receivers copy the bf16 values straight into the quantizer's staging.
+    const bool direct_reads = std::string(direct) == "true";
+    EXPECT_EQ(Count(o.output, "received over direct_read"), direct_reads ? 1 : 0) << o.output;
+    EXPECT_EQ(Count(o.output, "received over tcp"), direct_reads ? 0 : 1) << o.output;
   }
 }
 
