@@ -151,7 +151,8 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     } else {
       continue;
     }
-    // Receiver side: one contiguous destination region, or the one Unpack of the received slot.
+    // Receiver side: one contiguous region (of a destination buffer, or of the twin a Quantize
+    // reads), or the one Unpack of the received slot.
     std::vector<Span> to;
     if ((recv.data.space == Space::kDestination && dependents[recv.id] == 0) ||
         (dependents[recv.id] == 1 && QuantizesItsSlot(plan, recv, plan.ops[only_dependent[recv.id]]))) {

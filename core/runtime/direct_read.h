@@ -17,9 +17,9 @@
 // receiver's copy, so source buffers stay untouched while a peer reads them (the refit contract).
 // The Unpack may also write staging slots of the receiver other than the one it reads, and a
 // Recv may land in one: the bf16 twin a Quantize op then turns into block-scaled fp8
-// (planner/block_quantize.h), which the receiver's copy then writes in its own staging arena. Messages relayed onward (Forward),
-// messages between different nodes and messages whose Unpack applies an element function (a
-// Convert pair with CopyPair::fn) keep the staged path.
+// (planner/block_quantize.h), which the receiver's copy then writes in its own staging arena.
+// Messages relayed onward (Forward), messages between different nodes and messages whose Unpack
+// applies an element function (a Convert pair with CopyPair::fn) keep the staged path.
 #pragma once
 
 #include <cstdint>
@@ -69,11 +69,11 @@ struct DirectRead {
 // same-node link, fed by nothing or by one Pack that feeds only it, received by a Recv that feeds
 // nothing (landing in a destination region), only a Quantize reading the slot part it lands in,
 // or only one Unpack from its slot into destination regions or other slots of the receiver, with
-// the Pack's and the Unpack's copies meeting at the same staging offsets with the same shapes. Ordered by
-// message. Deterministic; O(ops) plus the copies of the messages found. With kAnyRank, every
-// rank's, without copies or reads (which ops go direct, for a model of the plan's cost); with
-// kEveryReceiver, every rank's with their copies but no geometries or reads (what each receiver
-// copies, for a model of the copies' cost).
+// the Pack's and the Unpack's copies meeting at the same staging offsets with the same shapes.
+// Ordered by message. Deterministic; O(ops) plus the copies of the messages found. With
+// kAnyRank, every rank's, without copies or reads (which ops go direct, for a model of the plan's
+// cost); with kEveryReceiver, every rank's with their copies but no geometries or reads (what
+// each receiver copies, for a model of the copies' cost).
 inline constexpr int kAnyRank = -1;
 inline constexpr int kEveryReceiver = -2;
 std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);
