@@ -1,8 +1,11 @@
 // The refit test pattern of block-scaled fp8 destinations (tools/cli/block_scaled_pattern.h).
 #include "tools/cli/block_scaled_pattern.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "core/base/fp8_block.h"
 #include "tools/cli/fragment_rows.h"
@@ -67,6 +70,35 @@ std::string ScaleWordName(const BlockScaledBuffer& s, int64_t w) {
          " packed word of block columns " + std::to_string(4 * p) + ".." + std::to_string(4 * p + 3);
 }
 
+// Checks one block-scaled buffer `s` of `rank` (its fragments `frags`) against the source's
+// pattern quantized by the CPU reference; returns the bytes checked.
+Result<int64_t> VerifyOneBlockScaled(const Layout& layout, int rank, const std::vector<char*>& buffers,
+                                     const Layout& source, const BlockScaledBuffer& s,
+                                     const std::vector<Fragment>& frags) {
+  const std::string& name = layout.buffers[static_cast<size_t>(s.buffer)].name;
+  const int t = source.FindTensor(layout.tensors[static_cast<size_t>(frags.front().tensor)].name);
+  if (t < 0) return InvalidArgument("verify: the source has no tensor of block-scaled buffer '" + name + "'");
+  const DType dtype = source.tensors[static_cast<size_t>(t)].dtype;
+  const std::vector<unsigned char> image = SourceImage(layout, s, frags, dtype);
+  const int64_t n = s.matrices * s.rows * s.cols;
+  const int64_t scale_words = s.matrices * Fp8ScaleMatrixBytes(s.scale_fmt, s.rows, s.cols) / 4;
+  std::vector<unsigned char> want(static_cast<size_t>(n));
+  std::vector<unsigned char> want_scales(static_cast<size_t>(scale_words * 4));
+  Fp8BlockQuantizeMatrices(dtype, image.data(), s.matrices, s.rows, s.cols, want.data(), want_scales.data(),
+                           s.scale_fmt);
+  const std::string what = "verify: rank " + std::to_string(rank) + " buffer '" + name + "'";
+  FERRY_RETURN_IF_ERROR(CompareItems(
+      want.data(), reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.buffer)]), n, 1, what,
+      [&](int64_t e) {
+        return "matrix " + std::to_string(e / (s.rows * s.cols)) + " element [" +
+               std::to_string(e % (s.rows * s.cols) / s.cols) + ", " + std::to_string(e % s.cols) + "]";
+      }));
+  FERRY_RETURN_IF_ERROR(CompareItems(
+      want_scales.data(), reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.scales)]),
+      scale_words, 4, what + " scale_inv", [&](int64_t w) { return ScaleWordName(s, w); }));
+  return n + scale_words * 4;
+}
+
 }  // namespace
 
 std::unordered_set<std::string> BlockScaledTensors(const Layout& destination) {
@@ -88,32 +120,30 @@ Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vec
     auto it = frags.find(f.loc.buffer);
     if (it != frags.end()) it->second.push_back(f);
   }
-  int64_t checked = 0;
+  std::vector<const BlockScaledBuffer*> work;
   for (const BlockScaledBuffer& s : layout.block_scaled) {
     auto it = frags.find(s.buffer);
-    if (it == frags.end() || it->second.empty()) continue;
-    const std::string& name = layout.buffers[static_cast<size_t>(s.buffer)].name;
-    const int t = source.FindTensor(layout.tensors[static_cast<size_t>(it->second.front().tensor)].name);
-    if (t < 0) return InvalidArgument("verify: the source has no tensor of block-scaled buffer '" + name + "'");
-    const DType dtype = source.tensors[static_cast<size_t>(t)].dtype;
-    const std::vector<unsigned char> image = SourceImage(layout, s, it->second, dtype);
-    const int64_t n = s.matrices * s.rows * s.cols;
-    const int64_t scale_words = s.matrices * Fp8ScaleMatrixBytes(s.scale_fmt, s.rows, s.cols) / 4;
-    std::vector<unsigned char> want(static_cast<size_t>(n));
-    std::vector<unsigned char> want_scales(static_cast<size_t>(scale_words * 4));
-    Fp8BlockQuantizeMatrices(dtype, image.data(), s.matrices, s.rows, s.cols, want.data(), want_scales.data(),
-                             s.scale_fmt);
-    const std::string what = "verify: rank " + std::to_string(rank) + " buffer '" + name + "'";
-    FERRY_RETURN_IF_ERROR(CompareItems(
-        want.data(), reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.buffer)]), n, 1,
-        what, [&](int64_t e) {
-          return "matrix " + std::to_string(e / (s.rows * s.cols)) + " element [" +
-                 std::to_string(e % (s.rows * s.cols) / s.cols) + ", " + std::to_string(e % s.cols) + "]";
-        }));
-    FERRY_RETURN_IF_ERROR(CompareItems(
-        want_scales.data(), reinterpret_cast<const unsigned char*>(buffers[static_cast<size_t>(s.scales)]),
-        scale_words, 4, what + " scale_inv", [&](int64_t w) { return ScaleWordName(s, w); }));
-    checked += n + scale_words * 4;
+    if (it != frags.end() && !it->second.empty()) work.push_back(&s);
+  }
+  // The buffers are independent: checked on up to 8 threads (a model's worth of fp8 takes minutes
+  // on one), each taking the next buffer; the first failure in buffer order is reported.
+  std::vector<Result<int64_t>> results(work.size(), int64_t{0});
+  std::atomic<size_t> next{0};
+  auto check = [&] {
+    for (size_t i = next++; i < work.size(); i = next++) {
+      results[i] = VerifyOneBlockScaled(layout, rank, buffers, source, *work[i], frags.at(work[i]->buffer));
+    }
+  };
+  const size_t threads =
+      std::min<size_t>(work.size(), std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < threads; ++k) pool.emplace_back(check);
+  check();
+  for (std::thread& thread : pool) thread.join();
+  int64_t checked = 0;
+  for (Result<int64_t>& r : results) {
+    FERRY_ASSIGN_OR_RETURN(int64_t bytes, std::move(r));
+    checked += bytes;
   }
   return checked;
 }

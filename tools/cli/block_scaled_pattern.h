@@ -25,7 +25,8 @@ std::unordered_set<std::string> BlockScaledTensors(const Layout& destination);
 // when it lives on `rank`) and its scales against the reference quantization of the pattern the
 // source tensors of those names hold (their dtype from `source`). Returns the bytes checked, or
 // Internal naming the rank, buffer, matrix and element (or scale block) of the first mismatch and
-// how many differ.
+// how many differ (the first buffer in layout order that has one). Blocks; checks buffers on up
+// to 8 threads of its own.
 Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vector<char*>& buffers,
                                   const Layout& source);
 
