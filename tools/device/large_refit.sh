@@ -43,8 +43,9 @@ refit() {
       --results "$csv" "$@" > "$LOG/$name.log" 2>&1; then
     local label variant ranks bytes mean best gbps rest
     IFS=, read -r label variant ranks bytes mean best gbps rest < "$csv"
+    # The last field: bytes received per path (transport or direct_read) in the last refit.
     row "$name: $variant, $(awk -v b="$bytes" 'BEGIN { printf "%.1f GiB", b / 2^30 }') verified" \
-        "mean $(awk -v s="$mean" 'BEGIN { printf "%.1f ms", s * 1000 }'), best $(awk -v s="$best" 'BEGIN { printf "%.1f ms", s * 1000 }'), $gbps GB/s ($((SECONDS - start)) s in all)"
+        "mean $(awk -v s="$mean" 'BEGIN { printf "%.1f ms", s * 1000 }'), best $(awk -v s="$best" 'BEGIN { printf "%.1f ms", s * 1000 }'), $gbps GB/s ($((SECONDS - start)) s in all; bytes by path: ${rest##*,})"
   else
     row "$name" "FAILED after $((SECONDS - start)) s (see $name.log)"
     tail -15 "$LOG/$name.log"
