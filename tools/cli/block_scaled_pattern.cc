@@ -1,14 +1,12 @@
 // The refit test pattern of block-scaled fp8 destinations (tools/cli/block_scaled_pattern.h).
 #include "tools/cli/block_scaled_pattern.h"
 
-#include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <map>
-#include <thread>
 
 #include "core/base/fp8_block.h"
 #include "tools/cli/fragment_rows.h"
+#include "tools/cli/parallel_for.h"
 #include "tools/cli/pattern_word.h"
 
 namespace ferry::cli {
@@ -126,20 +124,11 @@ Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vec
     if (it != frags.end() && !it->second.empty()) work.push_back(&s);
   }
   // The buffers are independent: checked on up to 8 threads (a model's worth of fp8 takes minutes
-  // on one), each taking the next buffer; the first failure in buffer order is reported.
+  // on one); the first failure in buffer order is reported.
   std::vector<Result<int64_t>> results(work.size(), int64_t{0});
-  std::atomic<size_t> next{0};
-  auto check = [&] {
-    for (size_t i = next++; i < work.size(); i = next++) {
-      results[i] = VerifyOneBlockScaled(layout, rank, buffers, source, *work[i], frags.at(work[i]->buffer));
-    }
-  };
-  const size_t threads =
-      std::min<size_t>(work.size(), std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
-  std::vector<std::thread> pool;
-  for (size_t k = 1; k < threads; ++k) pool.emplace_back(check);
-  check();
-  for (std::thread& thread : pool) thread.join();
+  ParallelFor(work.size(), 8, [&](size_t i) {
+    results[i] = VerifyOneBlockScaled(layout, rank, buffers, source, *work[i], frags.at(work[i]->buffer));
+  });
   int64_t checked = 0;
   for (Result<int64_t>& r : results) {
     FERRY_ASSIGN_OR_RETURN(int64_t bytes, std::move(r));

@@ -3,13 +3,15 @@
 
 #include <cstring>
 #include <string>
-#include <unordered_set>
 #include <sstream>
+#include <unordered_set>
+#include <vector>
 
 #include "core/base/checksum_term.h"
 #include "core/base/dtype.h"
 #include "tools/cli/block_scaled_pattern.h"
 #include "tools/cli/fragment_rows.h"
+#include "tools/cli/parallel_for.h"
 
 namespace ferry::cli {
 namespace {
@@ -60,8 +62,13 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers, const Layou
   FERRY_RETURN_IF_ERROR(CheckBuffers(layout, buffers));
   const std::unordered_set<std::string> finite =
       destination != nullptr ? BlockScaledTensors(*destination) : std::unordered_set<std::string>{};
-  for (const Fragment& f : layout.fragments) {
-    if (f.loc.rank != buffers.rank) continue;
+  std::vector<size_t> mine;  // this rank's fragments, by index (the table yields them by value)
+  for (size_t i = 0; i < layout.fragments.size(); ++i) {
+    if (layout.fragments[i].loc.rank == buffers.rank) mine.push_back(i);
+  }
+  // A rank's fragments do not overlap (ValidateLayout), so they are filled on up to 8 threads.
+  ParallelFor(mine.size(), 8, [&](size_t k) {
+    const Fragment f = layout.fragments[mine[k]];
     const TensorSpec& t = layout.tensors[f.tensor];
     const uint64_t seed = PatternSeed(t.name);
     const int64_t esize = DTypeSize(t.dtype);
@@ -75,7 +82,7 @@ Status FillPattern(const Layout& layout, const RankBuffers& buffers, const Layou
         std::memcpy(p, &word, esize);
       }
     });
-  }
+  });
   return Status::Ok();
 }
 
