@@ -1,6 +1,7 @@
 // The refit test pattern of block-scaled fp8 destinations (tools/cli/block_scaled_pattern.h).
 #include "tools/cli/block_scaled_pattern.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -124,9 +125,14 @@ Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vec
     if (it != frags.end() && !it->second.empty()) work.push_back(&s);
   }
   // The buffers are independent: checked on up to 8 threads (a model's worth of fp8 takes minutes
-  // on one); the first failure in buffer order is reported.
+  // on one), as many as keep the reference images of the largest buffers within 4 GiB (a check
+  // holds its buffer's source image, 2-4 bytes an element, and the expected fp8); the first failure
+  // in buffer order is reported.
+  int64_t largest = 1;
+  for (const BlockScaledBuffer* s : work) largest = std::max(largest, s->matrices * s->rows * s->cols * 5);
+  const size_t threads = static_cast<size_t>(std::clamp<int64_t>((int64_t{4} << 30) / largest, 1, 8));
   std::vector<Result<int64_t>> results(work.size(), int64_t{0});
-  ParallelFor(work.size(), 8, [&](size_t i) {
+  ParallelFor(work.size(), threads, [&](size_t i) {
     results[i] = VerifyOneBlockScaled(layout, rank, buffers, source, *work[i], frags.at(work[i]->buffer));
   });
   int64_t checked = 0;

@@ -26,7 +26,7 @@ std::unordered_set<std::string> BlockScaledTensors(const Layout& destination);
 // source tensors of those names hold (their dtype from `source`). Returns the bytes checked, or
 // Internal naming the rank, buffer, matrix and element (or scale block) of the first mismatch and
 // how many differ (the first buffer in layout order that has one). Blocks; checks buffers on up
-// to 8 threads of its own.
+// to 8 threads of its own, fewer where their reference images would pass 4 GiB together.
 Result<int64_t> VerifyBlockScaled(const Layout& layout, int rank, const std::vector<char*>& buffers,
                                   const Layout& source);
 
