@@ -74,13 +74,17 @@ int IndexIn(const std::vector<int>& v, int value) {
   return static_cast<int>(std::lower_bound(v.begin(), v.end(), value) - v.begin());
 }
 
+// Whether `slot` is a staging slot of `plan` on `rank`.
+bool IsSlotOf(const TransferPlan& plan, int slot, int rank) {
+  return slot >= 0 && static_cast<size_t>(slot) < plan.slots.size() && plan.slots[slot].rank == rank;
+}
+
 // Whether a direct read's receiver may write `to` in place of the Unpack of `recv`: a destination
 // region, or a staging slot of the receiver other than the one the message would land in (a
 // Quantize op's twin, which the copy fills as the Unpack would have).
 bool WritableByRead(const TransferPlan& plan, const Region& to, const Op& recv) {
   if (to.space == Space::kDestination) return true;
-  return to.space == Space::kStaging && to.buffer != recv.data.buffer && to.buffer >= 0 &&
-         static_cast<size_t>(to.buffer) < plan.slots.size() && plan.slots[to.buffer].rank == recv.rank;
+  return to.space == Space::kStaging && to.buffer != recv.data.buffer && IsSlotOf(plan, to.buffer, recv.rank);
 }
 
 // Whether `recv` lands in part of a staging slot of its rank that `next`, a Quantize op, reads:
@@ -90,8 +94,7 @@ bool QuantizesItsSlot(const TransferPlan& plan, const Op& recv, const Op& next) 
     return false;
   }
   const int slot = recv.data.buffer;
-  return slot >= 0 && static_cast<size_t>(slot) < plan.slots.size() && plan.slots[slot].rank == recv.rank &&
-         plan.GeometryOf(next.copies_begin).from_space == Space::kStaging &&
+  return IsSlotOf(plan, slot, recv.rank) && plan.GeometryOf(next.copies_begin).from_space == Space::kStaging &&
          plan.copies[static_cast<size_t>(next.copies_begin)].from_buffer == slot;
 }
 
