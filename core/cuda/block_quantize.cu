@@ -1,12 +1,24 @@
 // The block-quantize kernel of core/cuda/block_quantize.h: a grid over (job, 128x128 block), the
-// block of a CUDA block found by binary search over the jobs' prefix sums of blocks. 256 threads
-// walk the block's elements (thread t: column t % 128, every second row), reduce |x| in shared
-// memory with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep), thread 0 computes the
-// block's parameters, threads 0..127 write the scale (one fp32 from thread 0, or each its weight
-// row's packed E8M0 code, Fp8BlockWriteScaleRow), then every thread casts its elements with them
-// (Fp8BlockParamsOf: UE8M0 scales requantize each element in the same thread, no second
-// reduction). Elements are loaded byte by
-// byte (LoadAsFloat): a staging slot may start at any byte.
+// block of a CUDA block found by binary search over the jobs' prefix sums of blocks; 256 threads a
+// block. Two ways to walk a block, chosen per job on the host, each its own launch:
+//  * vector (source 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as a
+//    weight's staging twin and its fp8 tensor are): thread t loads 8 consecutive elements of
+//    column group t % 16 in every 16th row with 16-byte loads, keeps the block's 64 elements it
+//    owns in registers, reduces |x| by warp shuffles and shared memory, then casts them and stores
+//    8 fp8 bytes at once. The source is read once.
+//  * bytes (any other alignment: a staging slot may start at any byte): thread t walks column
+//    t % 128 in every second row, loading each element byte by byte (LoadAsFloat), and reads the
+//    block again to cast it.
+// Both reduce |x| with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep: the maximum does
+// not depend on the order), thread 0 computes the block's parameters, threads 0..127 write the
+// scale (one fp32 from thread 0, or each its weight row's packed E8M0 code,
+// Fp8BlockWriteScaleRow), then every thread casts its elements with them (Fp8BlockParamsOf: UE8M0
+// scales requantize each element in the same thread, no second reduction). The block's parameters
+// come from the host's own code (core/base/fp8_block.h), the e4m3 cast from the hardware
+// (cvt.rn.satfinite, which rounds and saturates as the host's FloatToSmall does; NaN is handled
+// before it), so the bits equal the host path's (tests/core/cuda/block_quantize_test.cc checks them
+// bit for bit, subnormals, infinities and NaN included).
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -25,12 +37,136 @@ struct QuantizeDescriptor {
   DType src_dtype;
   Fp8ScaleFormat scale_fmt;
   int64_t rows, cols, block_rows, block_cols;
-  int64_t first_block;  // prefix sum of 128x128 blocks over jobs
+  int64_t first_block;  // prefix sum of 128x128 blocks over the launch's jobs
 };
 
 constexpr int kThreads = 256;
 constexpr int kBlock = static_cast<int>(kFp8BlockSize);
+constexpr int kVector = 8;                          // elements a thread loads at once
+constexpr int kGroups = kBlock / kVector;           // column groups of a block row
+constexpr int kRowStep = kThreads / kGroups;        // rows the threads cover per step
+constexpr int kSteps = kBlock / kRowStep;           // steps over a block's rows
+constexpr int kWarps = kThreads / 32;
 
+// Where a CUDA block's 128x128 block lies: its descriptor, its index k within the job (as the
+// scales number blocks), the element offset of its matrix and its first row and column.
+struct BlockPlace {
+  int64_t k, base, r0, c0;
+};
+
+__device__ BlockPlace PlaceOf(const QuantizeDescriptor& d, int64_t block) {
+  const int64_t k = block - d.first_block;
+  const int64_t per_matrix = d.block_rows * d.block_cols;
+  const int64_t m = k / per_matrix, br = k % per_matrix / d.block_cols, bc = k % d.block_cols;
+  return {k, m * d.rows * d.cols, br * kBlock, bc * kBlock};
+}
+
+// The block's parameters from each thread's |x| maximum `amax`, every thread of the block calling
+// (Fp8BlockAmaxStep does not depend on the order of its steps, so any reduction gives the host's).
+__device__ Fp8BlockParams ReduceParams(float amax, Fp8ScaleFormat fmt) {
+  __shared__ float partial[kWarps];
+  __shared__ Fp8BlockParams params;
+  for (int lane = 16; lane > 0; lane /= 2) {
+    amax = Fp8BlockAmaxStep(amax, __shfl_xor_sync(0xffffffffu, amax, lane));
+  }
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float block_amax = 0.0f;
+    for (int w = 0; w < kWarps; ++w) block_amax = Fp8BlockAmaxStep(block_amax, partial[w]);
+    params = Fp8BlockParamsOf(block_amax, fmt);
+  }
+  __syncthreads();
+  return params;
+}
+
+// Element j (0..7) of a group of 8 loaded as words: 2-byte elements pack two to a word, fp32 one.
+template <DType kType>
+__device__ float GroupElement(const uint32_t* words, int j) {
+  if constexpr (kType == DType::kBF16) return BF16ToFloat(static_cast<uint16_t>(words[j / 2] >> (16 * (j % 2))));
+  if constexpr (kType == DType::kFP16) return SmallToFloat(words[j / 2] >> (16 * (j % 2)) & 0xffffu, kHalfFormat);
+  return BitsToFloat(words[j]);
+}
+
+// Fp8BlockQuantize's cast by the hardware: round to nearest even, magnitudes past 448 (infinities
+// included) saturated to 448, as FloatToSmall(v, kE4M3Format, true); NaN as the host's 0x7f.
+__device__ uint32_t CastE4m3(float v) {
+  if (v != v) return 0x7f;
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Fp8BlockQuantizeElement with the hardware cast.
+__device__ uint32_t QuantizeElement(float x, const Fp8BlockParams& p) {
+  const uint32_t q = CastE4m3(Fp8BlockMul(x, p.multiplier));
+  if (!p.requantize) return q;
+  return CastE4m3(Fp8BlockMul(Fp8BlockMul(SmallToFloat(q, kE4M3Format), p.dequant), p.requant));
+}
+
+// The vector walk of one block of source dtype `kType`.
+template <DType kType>
+__device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlace& at) {
+  constexpr int kWords = kType == DType::kFP32 ? 8 : 4;  // words a group of 8 elements takes
+  constexpr int elem = kWords / 2;
+  const int64_t c = at.c0 + threadIdx.x % kGroups * kVector;
+  const int64_t r_first = at.r0 + threadIdx.x / kGroups;
+  const bool column_in = c < d.cols;
+  uint32_t words[kSteps][kWords];
+  float amax = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int64_t r = r_first + s * kRowStep;
+    if (!column_in || r >= d.rows) continue;
+    const uint4* p = reinterpret_cast<const uint4*>(d.src + (at.base + r * d.cols + c) * elem);
+#pragma unroll
+    for (int q = 0; q < kWords / 4; ++q) {
+      const uint4 v = p[q];
+      words[s][4 * q] = v.x; words[s][4 * q + 1] = v.y; words[s][4 * q + 2] = v.z; words[s][4 * q + 3] = v.w;
+    }
+#pragma unroll
+    for (int j = 0; j < kVector; ++j) amax = Fp8BlockAmaxStep(amax, GroupElement<kType>(words[s], j));
+  }
+  const Fp8BlockParams params = ReduceParams(amax, d.scale_fmt);
+  if (threadIdx.x < kBlock) {
+    Fp8BlockWriteScaleRow(d.scales, d.scale_fmt, d.rows, d.cols, at.k, params.scale_inv, threadIdx.x);
+  }
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int64_t r = r_first + s * kRowStep;
+    if (!column_in || r >= d.rows) continue;
+    uint32_t packed[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < kVector; ++j) {
+      const uint32_t q = QuantizeElement(GroupElement<kType>(words[s], j), params);
+      packed[j / 4] |= q << (8 * (j % 4));
+    }
+    *reinterpret_cast<uint2*>(d.dst + at.base + r * d.cols + c) = make_uint2(packed[0], packed[1]);
+  }
+}
+
+// The byte walk of one block: any alignment, the block read twice.
+__device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace& at) {
+  const int64_t r1 = min(d.rows, at.r0 + kBlock), c = at.c0 + threadIdx.x % kBlock;
+  const int elem = FloatBytes(d.src_dtype);
+  float amax = 0.0f;
+  if (c < d.cols) {
+    for (int64_t r = at.r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
+      amax = Fp8BlockAmaxStep(amax, LoadAsFloat(d.src_dtype, d.src + (at.base + r * d.cols + c) * elem));
+    }
+  }
+  const Fp8BlockParams params = ReduceParams(amax, d.scale_fmt);
+  if (threadIdx.x < kBlock) {
+    Fp8BlockWriteScaleRow(d.scales, d.scale_fmt, d.rows, d.cols, at.k, params.scale_inv, threadIdx.x);
+  }
+  if (c >= d.cols) return;
+  for (int64_t r = at.r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
+    const int64_t i = at.base + r * d.cols + c;
+    d.dst[i] = static_cast<unsigned char>(QuantizeElement(LoadAsFloat(d.src_dtype, d.src + i * elem), params));
+  }
+}
+
+// One launch walks its blocks one way: the two walks need different registers, and a kernel holding
+// both would run the byte walk at the vector walk's lower occupancy.
+template <bool kVector>
 __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int count) {
   int lo = 0, hi = count - 1;
   const int64_t block = blockIdx.x;
@@ -38,40 +174,25 @@ __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int c
     const int mid = (lo + hi + 1) / 2;
     if (descriptors[mid].first_block <= block) lo = mid; else hi = mid - 1;
   }
-  const QuantizeDescriptor& d = descriptors[lo];
-  const int64_t k = block - d.first_block;
-  const int64_t per_matrix = d.block_rows * d.block_cols;
-  const int64_t m = k / per_matrix, br = k % per_matrix / d.block_cols, bc = k % d.block_cols;
-  const int64_t r0 = br * kBlock, c0 = bc * kBlock;
-  const int64_t r1 = min(d.rows, r0 + kBlock), c = c0 + threadIdx.x % kBlock;
-  const int64_t base = m * d.rows * d.cols;
-  const int elem = FloatBytes(d.src_dtype);
-  float amax = 0.0f;
-  if (c < d.cols) {
-    for (int64_t r = r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
-      amax = Fp8BlockAmaxStep(amax, LoadAsFloat(d.src_dtype, d.src + (base + r * d.cols + c) * elem));
-    }
+  // A copy in registers: the fp8 stores are byte stores, which could alias the table in memory.
+  const QuantizeDescriptor d = descriptors[lo];
+  const BlockPlace at = PlaceOf(d, block);
+  if constexpr (!kVector) {
+    QuantizeBlockBytes(d, at);
+  } else if (d.src_dtype == DType::kBF16) {
+    QuantizeBlockVector<DType::kBF16>(d, at);
+  } else if (d.src_dtype == DType::kFP16) {
+    QuantizeBlockVector<DType::kFP16>(d, at);
+  } else {
+    QuantizeBlockVector<DType::kFP32>(d, at);
   }
-  __shared__ float partial[kThreads];
-  __shared__ Fp8BlockParams params;
-  partial[threadIdx.x] = amax;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      partial[threadIdx.x] = Fp8BlockAmaxStep(partial[threadIdx.x], partial[threadIdx.x + half]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) params = Fp8BlockParamsOf(partial[0], d.scale_fmt);
-  __syncthreads();
-  if (threadIdx.x < kBlock) {
-    Fp8BlockWriteScaleRow(d.scales, d.scale_fmt, d.rows, d.cols, k, params.scale_inv, threadIdx.x);
-  }
-  if (c >= d.cols) return;
-  for (int64_t r = r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
-    const int64_t i = base + r * d.cols + c;
-    d.dst[i] = Fp8BlockQuantizeElement(LoadAsFloat(d.src_dtype, d.src + i * elem), params);
-  }
+}
+
+// Whether job `j` may take the vector walk: 16-byte loads of 8 source elements and 8-byte stores
+// stay aligned in every row of every matrix, and a group of 8 never crosses a row's end.
+bool VectorAligned(const BlockQuantizeJob& j) {
+  return j.cols % kVector == 0 && reinterpret_cast<uintptr_t>(j.src) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(j.dst) % 8 == 0;
 }
 
 Status CheckJob(const BlockQuantizeJob& j, size_t i) {
@@ -93,16 +214,12 @@ Status CheckJob(const BlockQuantizeJob& j, size_t i) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream_ptr) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+// The jobs of one walk as descriptors with their blocks' prefix sums.
+struct Launch {
   std::vector<QuantizeDescriptor> descriptors;
-  descriptors.reserve(jobs.size());
   int64_t blocks = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const BlockQuantizeJob& j = jobs[i];
-    FERRY_RETURN_IF_ERROR(CheckJob(j, i));
+
+  void Add(const BlockQuantizeJob& j) {
     QuantizeDescriptor d{};
     d.src = static_cast<const unsigned char*>(j.src);
     d.dst = static_cast<unsigned char*>(j.dst);
@@ -114,18 +231,41 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
     d.block_rows = (j.rows + kBlock - 1) / kBlock;
     d.block_cols = (j.cols + kBlock - 1) / kBlock;
     const int64_t count = j.matrices * d.block_rows * d.block_cols;
-    if (count == 0) continue;
+    if (count == 0) return;
     d.first_block = blocks;
     blocks += count;
     descriptors.push_back(d);
   }
-  if (descriptors.empty()) return Status::Ok();
-  if (blocks > 0x7fffffff) return InvalidArgument("block quantize too large for one launch");
-  FERRY_ASSIGN_OR_RETURN(
-      void* table, UploadTable({std::as_bytes(std::span(descriptors))}, stream, "quantize descriptors"));
-  BlockQuantizeKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const QuantizeDescriptor*>(table), static_cast<int>(descriptors.size()));
-  const Status launched = CudaStatus(cudaGetLastError(), "BlockQuantizeKernel launch");
+};
+
+template <bool kVector>
+Status LaunchWalk(const Launch& launch, const QuantizeDescriptor* table, cudaStream_t stream) {
+  if (launch.descriptors.empty()) return Status::Ok();
+  BlockQuantizeKernel<kVector><<<static_cast<unsigned>(launch.blocks), kThreads, 0, stream>>>(
+      table, static_cast<int>(launch.descriptors.size()));
+  return CudaStatus(cudaGetLastError(), kVector ? "BlockQuantizeKernel (vector) launch"
+                                                : "BlockQuantizeKernel (bytes) launch");
+}
+
+}  // namespace
+
+Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  Launch vector, bytes;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(CheckJob(jobs[i], i));
+    (VectorAligned(jobs[i]) ? vector : bytes).Add(jobs[i]);
+  }
+  if (vector.descriptors.empty() && bytes.descriptors.empty()) return Status::Ok();
+  if (vector.blocks > 0x7fffffff || bytes.blocks > 0x7fffffff) {
+    return InvalidArgument("block quantize too large for one launch");
+  }
+  FERRY_ASSIGN_OR_RETURN(void* table, UploadTable({std::as_bytes(std::span(vector.descriptors)),
+                                                   std::as_bytes(std::span(bytes.descriptors))},
+                                                  stream, "quantize descriptors"));
+  const auto* descriptors = static_cast<const QuantizeDescriptor*>(table);
+  Status launched = LaunchWalk<true>(vector, descriptors, stream);
+  if (launched.ok()) launched = LaunchWalk<false>(bytes, descriptors + vector.descriptors.size(), stream);
   const Status freed = CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
   return launched.ok() ? freed : launched;
 }

@@ -1,7 +1,8 @@
 // Block-scaled fp8 quantization on a CUDA device: the Quantize ops of the GPU path. One launch
 // quantizes many matrix stacks, one CUDA block per 128x128 block (amax reduction, then the scale
-// write and the e4m3fn cast of the block's elements), with the CPU reference of
-// core/base/fp8_block.h compiled for the device, so the bits equal the host path's.
+// write and the e4m3fn cast of the block's elements), with the parameters of the CPU reference of
+// core/base/fp8_block.h compiled for the device and the hardware's e4m3 cast, so the bits equal the
+// host path's.
 //
 // Plain C++ (no CUDA types). Thread-safety: as batched_copy.h; a launch is ordered on its stream.
 #pragma once

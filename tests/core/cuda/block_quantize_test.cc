@@ -1,5 +1,5 @@
 // The block-quantize kernel on a GPU: bf16, fp16 and fp32 stacks of matrices with partial edge
-// blocks, at odd byte offsets, several jobs in one launch, blocks of very different magnitudes
+// blocks, at odd byte offsets (the byte walk) and aligned (the vector walk), several jobs in one launch, blocks of very different magnitudes
 // (down to the subnormal range), an all-zero block, and blocks holding ±inf or NaN, with float32
 // and UE8M0 scales, fp32 or packed as DeepGEMM on SM100; fp8 values and scales must equal the CPU
 // reference (core/base/fp8_block.h) bit for bit, and hand-worked UE8M0 blocks their expected
@@ -53,10 +53,16 @@ void ExpectTheCpuReference(Fp8ScaleFormat fmt) {
     std::vector<unsigned char> src;
     void *dsrc = nullptr, *ddst = nullptr, *dscales = nullptr;
   };
+  // Odd offsets or columns take the kernel's byte walk; aligned ones with columns a multiple of 8
+  // its vector walk, partial edge blocks included.
   std::vector<Case> cases = {{DType::kBF16, 3, 300, 515, 1, {}},
                              {DType::kFP16, 1, 129, 700, 3, {}},
                              {DType::kFP32, 2, 256, 384, 0, {}},
-                             {DType::kBF16, 1, 7, 9, 5, {}}};
+                             {DType::kBF16, 1, 7, 9, 5, {}},
+                             {DType::kBF16, 2, 300, 520, 0, {}},
+                             {DType::kFP16, 1, 129, 136, 0, {}},
+                             {DType::kFP32, 1, 200, 264, 0, {}},
+                             {DType::kBF16, 1, 3, 8, 0, {}}};
   std::vector<BlockQuantizeJob> jobs;
   for (Case& c : cases) {
     c.src = Matrices(c.dtype, c.matrices, c.rows, c.cols, rng);
