@@ -1,11 +1,12 @@
 // The block-quantize kernel of core/cuda/block_quantize.h: a grid over (job, 128x128 block), the
 // block of a CUDA block found by binary search over the jobs' prefix sums of blocks; 256 threads a
-// block. Two ways to walk a block, chosen per job on the host, each its own launch:
+// block. Two ways to walk a block, chosen per job on the host:
 //  * vector (source 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as a
 //    weight's staging twin and its fp8 tensor are): thread t loads 8 consecutive elements of
 //    column group t % 16 in every 16th row with 16-byte loads, keeps the block's 64 elements it
 //    owns in registers, reduces |x| by warp shuffles and shared memory, then casts them and stores
 //    8 fp8 bytes at once. The source is read once.
+//    A 2-byte source's walk is capped at 64 registers a thread, so that 4 blocks share an SM.
 //  * bytes (any other alignment: a staging slot may start at any byte): thread t walks column
 //    t % 128 in every second row, loading each element byte by byte (LoadAsFloat), and reads the
 //    block again to cast it.
@@ -21,6 +22,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <string>
 
 #include "core/base/fp8_block.h"
@@ -164,10 +166,18 @@ __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace
   }
 }
 
-// One launch walks its blocks one way: the two walks need different registers, and a kernel holding
-// both would run the byte walk at the vector walk's lower occupancy.
-template <bool kVector>
-__global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int count) {
+// How a launch walks its blocks: a kernel of its own each, so that each runs at the occupancy its
+// registers allow (the fp32 vector walk holds twice the words of the 2-byte ones, the byte walk few).
+enum class Walk { kVectorBF16, kVectorFP16, kVectorFP32, kBytes };
+constexpr int kWalks = 4;
+
+// Blocks an SM should hold of a walk's kernel (__launch_bounds__): 4 caps a 2-byte vector walk at
+// 64 registers a thread, which holds its 32 words of elements without spilling.
+constexpr int MinBlocksOf(Walk w) { return w == Walk::kVectorBF16 || w == Walk::kVectorFP16 ? 4 : 1; }
+
+template <Walk kWalk>
+__global__ void __launch_bounds__(kThreads, MinBlocksOf(kWalk))
+    BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int count) {
   int lo = 0, hi = count - 1;
   const int64_t block = blockIdx.x;
   while (lo < hi) {
@@ -177,22 +187,21 @@ __global__ void BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int c
   // A copy in registers: the fp8 stores are byte stores, which could alias the table in memory.
   const QuantizeDescriptor d = descriptors[lo];
   const BlockPlace at = PlaceOf(d, block);
-  if constexpr (!kVector) {
-    QuantizeBlockBytes(d, at);
-  } else if (d.src_dtype == DType::kBF16) {
-    QuantizeBlockVector<DType::kBF16>(d, at);
-  } else if (d.src_dtype == DType::kFP16) {
-    QuantizeBlockVector<DType::kFP16>(d, at);
-  } else {
-    QuantizeBlockVector<DType::kFP32>(d, at);
-  }
+  if constexpr (kWalk == Walk::kBytes) QuantizeBlockBytes(d, at);
+  if constexpr (kWalk == Walk::kVectorBF16) QuantizeBlockVector<DType::kBF16>(d, at);
+  if constexpr (kWalk == Walk::kVectorFP16) QuantizeBlockVector<DType::kFP16>(d, at);
+  if constexpr (kWalk == Walk::kVectorFP32) QuantizeBlockVector<DType::kFP32>(d, at);
 }
 
-// Whether job `j` may take the vector walk: 16-byte loads of 8 source elements and 8-byte stores
-// stay aligned in every row of every matrix, and a group of 8 never crosses a row's end.
-bool VectorAligned(const BlockQuantizeJob& j) {
-  return j.cols % kVector == 0 && reinterpret_cast<uintptr_t>(j.src) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(j.dst) % 8 == 0;
+// The walk of job `j`: the vector walk of its dtype when 16-byte loads of 8 source elements and
+// 8-byte stores stay aligned in every row of every matrix and a group of 8 never crosses a row's
+// end, else the byte walk.
+Walk WalkOf(const BlockQuantizeJob& j) {
+  const bool aligned = j.cols % kVector == 0 && reinterpret_cast<uintptr_t>(j.src) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(j.dst) % 8 == 0;
+  if (!aligned) return Walk::kBytes;
+  if (j.src_dtype == DType::kBF16) return Walk::kVectorBF16;
+  return j.src_dtype == DType::kFP16 ? Walk::kVectorFP16 : Walk::kVectorFP32;
 }
 
 Status CheckJob(const BlockQuantizeJob& j, size_t i) {
@@ -238,34 +247,43 @@ struct Launch {
   }
 };
 
-template <bool kVector>
+template <Walk kWalk>
 Status LaunchWalk(const Launch& launch, const QuantizeDescriptor* table, cudaStream_t stream) {
   if (launch.descriptors.empty()) return Status::Ok();
-  BlockQuantizeKernel<kVector><<<static_cast<unsigned>(launch.blocks), kThreads, 0, stream>>>(
+  BlockQuantizeKernel<kWalk><<<static_cast<unsigned>(launch.blocks), kThreads, 0, stream>>>(
       table, static_cast<int>(launch.descriptors.size()));
-  return CudaStatus(cudaGetLastError(), kVector ? "BlockQuantizeKernel (vector) launch"
-                                                : "BlockQuantizeKernel (bytes) launch");
+  return CudaStatus(cudaGetLastError(), "BlockQuantizeKernel launch (walk " +
+                                            std::to_string(static_cast<int>(kWalk)) + ")");
 }
 
 }  // namespace
 
 Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  Launch vector, bytes;
+  std::array<Launch, kWalks> walks;
   for (size_t i = 0; i < jobs.size(); ++i) {
     FERRY_RETURN_IF_ERROR(CheckJob(jobs[i], i));
-    (VectorAligned(jobs[i]) ? vector : bytes).Add(jobs[i]);
+    walks[static_cast<size_t>(WalkOf(jobs[i]))].Add(jobs[i]);
   }
-  if (vector.descriptors.empty() && bytes.descriptors.empty()) return Status::Ok();
-  if (vector.blocks > 0x7fffffff || bytes.blocks > 0x7fffffff) {
-    return InvalidArgument("block quantize too large for one launch");
+  size_t count = 0;
+  for (const Launch& w : walks) {
+    if (w.blocks > 0x7fffffff) return InvalidArgument("block quantize too large for one launch");
+    count += w.descriptors.size();
   }
-  FERRY_ASSIGN_OR_RETURN(void* table, UploadTable({std::as_bytes(std::span(vector.descriptors)),
-                                                   std::as_bytes(std::span(bytes.descriptors))},
-                                                  stream, "quantize descriptors"));
-  const auto* descriptors = static_cast<const QuantizeDescriptor*>(table);
-  Status launched = LaunchWalk<true>(vector, descriptors, stream);
-  if (launched.ok()) launched = LaunchWalk<false>(bytes, descriptors + vector.descriptors.size(), stream);
+  if (count == 0) return Status::Ok();
+  std::vector<QuantizeDescriptor> all;
+  all.reserve(count);
+  for (const Launch& w : walks) all.insert(all.end(), w.descriptors.begin(), w.descriptors.end());
+  FERRY_ASSIGN_OR_RETURN(void* table,
+                         UploadTable({std::as_bytes(std::span(all))}, stream, "quantize descriptors"));
+  const auto* at = static_cast<const QuantizeDescriptor*>(table);
+  Status launched = LaunchWalk<Walk::kVectorBF16>(walks[0], at, stream);
+  at += walks[0].descriptors.size();
+  if (launched.ok()) launched = LaunchWalk<Walk::kVectorFP16>(walks[1], at, stream);
+  at += walks[1].descriptors.size();
+  if (launched.ok()) launched = LaunchWalk<Walk::kVectorFP32>(walks[2], at, stream);
+  at += walks[2].descriptors.size();
+  if (launched.ok()) launched = LaunchWalk<Walk::kBytes>(walks[3], at, stream);
   const Status freed = CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
   return launched.ok() ? freed : launched;
 }
