@@ -607,7 +607,11 @@ void Engine::StartLocalOp(int op, double t) {
     SetHostCopyStream(f, op);
   } else {
     f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
-    if (o.kind != OpKind::kCopy) f.cap = c_.pack_bandwidth;
+    if (o.kind == OpKind::kQuantize) {
+      f.cap = c_.quantize_bandwidth;
+    } else if (o.kind != OpKind::kCopy) {
+      f.cap = c_.pack_bandwidth;
+    }
   }
   local_bytes_ += f.bytes;
   StartFlow(NewFlow(f), c_.kernel_overhead, Load(op, Post(o.rank, t)));

@@ -239,6 +239,16 @@ TEST(SimulatorTest, ChainOfCopySendUnpackAddsUp) {
   EXPECT_NE(r.critical_path[1].description.find("network"), std::string::npos);
 }
 
+TEST(SimulatorTest, QuantizeIsBoundByQuantizeBandwidthNotPackBandwidth) {
+  PlanBuilder b(1);
+  b.Local(OpKind::kQuantize, 0, 20'000'000'000);
+  ClusterSpec c = TestCluster();
+  c.quantize_bandwidth = 10e9;  // pack_bandwidth is 50e9
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 2.0, 1e-9);
+  c.quantize_bandwidth = 40e9;
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 0.5, 1e-9);
+}
+
 TEST(SimulatorTest, CopyIsBoundByCopyBandwidth) {
   PlanBuilder b(1);
   b.Local(OpKind::kCopy, 0, 100'000'000'000);
