@@ -7,7 +7,8 @@
 //   Copy                  gpu_mem[g] at copy_bandwidth (host_mem[node] for host-memory ranks)
 //   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth (a Convert applying an
 //                         element function, Mamba's -exp, too: memory-bound like any)
-//   Quantize              gpu_mem[g], each kernel capped at quantize_bandwidth (bytes written)
+//   Quantize              gpu_mem[g], a byte written taking (source element bytes + 1) / 2 of it,
+//                         each kernel writing at most quantize_bandwidth
 //   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
 //                         sender and the receiver are ready (their deps completed):
 //                           same GPU     gpu_mem[g]

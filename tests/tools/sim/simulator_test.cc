@@ -249,6 +249,19 @@ TEST(SimulatorTest, QuantizeIsBoundByQuantizeBandwidthNotPackBandwidth) {
   EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 0.5, 1e-9);
 }
 
+TEST(SimulatorTest, QuantizeTakesTheGpuMemoryOfItsReadsAndWrites) {
+  // From bf16 it moves 3 bytes an fp8 byte, 1.5 copied bytes' worth of the GPU's memory: at
+  // copy_bandwidth 100 GB/s it writes at most 66.7 GB/s, whatever its own rate.
+  PlanBuilder b(1);
+  b.Local(OpKind::kQuantize, 0, 10'000'000'000);
+  ClusterSpec c = TestCluster();
+  c.quantize_bandwidth = 1e12;
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 0.15, 1e-9);
+  // Beside a copy of 10 GB on the same GPU both share its memory: 25 GB of service at 100 GB/s.
+  b.Local(OpKind::kCopy, 0, 10'000'000'000);
+  EXPECT_NEAR(SimulatePlan(b.plan(), c).total_time, 0.25, 1e-9);
+}
+
 TEST(SimulatorTest, CopyIsBoundByCopyBandwidth) {
   PlanBuilder b(1);
   b.Local(OpKind::kCopy, 0, 100'000'000'000);
