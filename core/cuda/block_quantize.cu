@@ -172,7 +172,8 @@ enum class Walk { kVectorBF16, kVectorFP16, kVectorFP32, kBytes };
 constexpr int kWalks = 4;
 
 // Blocks an SM should hold of a walk's kernel (__launch_bounds__): 4 caps a 2-byte vector walk at
-// 64 registers a thread, which holds its 32 words of elements without spilling.
+// 64 registers a thread (its 32 words of elements and a spill of a few bytes), twice the blocks
+// the 122 registers it would take otherwise allow; the walk waits on memory, so occupancy pays.
 constexpr int MinBlocksOf(Walk w) { return w == Walk::kVectorBF16 || w == Walk::kVectorFP16 ? 4 : 1; }
 
 template <Walk kWalk>
