@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The GPU suite of issue 25, for a machine with an NVIDIA GPU and no Bazel: the GPU tests, the
-# batched-copy, checksum and block-quantize benchmarks, the multi-process copy ceilings and `ferry run --memory
-# cuda` refits verified by fragment checksums on the GPU (Qwen3-30B-A3B scaled, Megatron TP2xEP2 ->
-# vLLM TP2xDP2, 8 processes on GPU 0), printed as one table at the end.
+# batched-copy, checksum and block-quantize benchmarks, the multi-process copy ceilings and `ferry
+# run --memory cuda` refits verified by fragment checksums on the GPU (Qwen3-30B-A3B scaled,
+# Megatron TP2xEP2 -> vLLM TP2xDP2, 8 processes on GPU 0), printed as one table at the end.
 #
 # Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
 #   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, block_quantize_test,
 #   box_checksum_test, pattern_checksum_test, batched_copy_bench, box_checksum_bench,
-#   block_quantize_bench, ipc_copy_ceiling, executor_cuda_test and staging_arena_test (built elsewhere: bazel build -c opt
-#   //tools/cli:ferry //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
-#   //tests/core/runtime:staging_arena_test //tests/tools/cli:pattern_checksum_test), and
-#   optionally lib/ with shared libraries the machine lacks (used only when ldd finds something
-#   missing). SCALEs default to 1/16.
+#   block_quantize_bench, ipc_copy_ceiling, executor_cuda_test and staging_arena_test (built
+#   elsewhere: bazel build -c opt //tools/cli:ferry //tests/core/cuda:all
+#   //tests/core/runtime:executor_cuda_test //tests/core/runtime:staging_arena_test
+#   //tests/tools/cli:pattern_checksum_test), and optionally lib/ with shared libraries the machine
+#   lacks (used only when ldd finds something missing). SCALEs default to 1/16.
 # Writes its logs under $OUT (or /tmp/gpu_suite) and exits non-zero when a test or refit failed.
 set -u
 BIN=$(cd "${1:?usage: gpu_suite.sh BIN_DIR [SCALE...]}" && pwd)
