@@ -1,10 +1,9 @@
 // GPU benchmark of the block-quantize kernel (core/cuda/block_quantize.h) on shapes a refit into
-// vLLM's block-scaled fp8 produces, against cudaMemcpyAsync D2D of the same source bytes: 1 GiB of
-// bf16 as 16 [4096, 8192] weights, the same starting one byte past an aligned address (a staging
-// slot may start at any byte), a Llama-70B MLP shard [14336, 8192] with rows not a multiple of
-// 128 (14336 = 112 x 128, so this one is whole; [14000, 8192] is not), and 4096 small jobs in one
-// launch. Bandwidth counts bytes read (bf16) plus bytes written (fp8 and scales), as a plain D2D
-// copy is quoted (read + write).
+// vLLM's block-scaled fp8 produces, against cudaMemcpyAsync D2D: 1 GiB of bf16 as 16 [4096, 8192]
+// weights in one job, the same starting one byte past an aligned address (the byte walk: a staging
+// slot may start at any byte), [14000, 8192] and [8192, 14000] weights (partial edge blocks), and
+// 4096 small jobs in one launch. Bandwidth counts bytes read (bf16) plus bytes written (fp8 and
+// scales), as a plain D2D copy is quoted (read + write).
 // Run: bazel-bin/tests/core/cuda/block_quantize_bench (needs a GPU; exits 0 with a note otherwise).
 #include <chrono>
 #include <cstdint>
