@@ -4,32 +4,18 @@
 // against a copy call per fragment (cudaMemcpyAsync, or cudaMemcpy2DAsync for strided ones).
 // Bandwidth counts bytes read + bytes written, as a plain D2D copy is usually quoted.
 // Run: bazel-bin/tests/core/cuda/batched_copy_bench (needs a GPU; exits 0 with a note otherwise).
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/cuda/batched_copy.h"
+#include "tests/core/cuda/stream_timing.h"
 
 namespace ferry::cuda {
 namespace {
 
 constexpr int64_t kBytes = int64_t{1} << 30;
-
-double TimeSeconds(const std::function<Status()>& launch, int iterations) {
-  for (int i = 0; i < 3; ++i) (void)launch();
-  (void)SynchronizeStream(nullptr);
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) (void)launch();
-  Status s = SynchronizeStream(nullptr);
-  auto end = std::chrono::steady_clock::now();
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    return -1;
-  }
-  return std::chrono::duration<double>(end - start).count() / iterations;
-}
 
 int Main() {
   if (DeviceCount() == 0) {

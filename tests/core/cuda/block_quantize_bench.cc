@@ -5,40 +5,20 @@
 // 4096 small jobs in one launch. Bandwidth counts bytes read (bf16) plus bytes written (fp8 and
 // scales), as a plain D2D copy is quoted (read + write).
 // Run: bazel-bin/tests/core/cuda/block_quantize_bench (needs a GPU; exits 0 with a note otherwise).
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "core/cuda/batched_copy.h"
+#include "core/base/fp8_block.h"
 #include "core/cuda/block_quantize.h"
+#include "tests/core/cuda/stream_timing.h"
 
 namespace ferry::cuda {
 namespace {
 
 constexpr int64_t kSrcBytes = int64_t{1} << 30;
-
-template <typename Launch>
-double TimeSeconds(const Launch& launch, int iterations) {
-  for (int i = 0; i < 3; ++i) (void)launch();
-  (void)SynchronizeStream(nullptr);
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) {
-    Status s = launch();
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      return -1;
-    }
-  }
-  Status s = SynchronizeStream(nullptr);
-  auto end = std::chrono::steady_clock::now();
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    return -1;
-  }
-  return std::chrono::duration<double>(end - start).count() / iterations;
-}
 
 struct Case {
   std::string name;
@@ -51,7 +31,7 @@ Case Jobs(std::string name, unsigned char* src, unsigned char* dst, unsigned cha
           int64_t count, int64_t matrices, int64_t rows, int64_t cols) {
   Case c{std::move(name), {}};
   const int64_t elements = matrices * rows * cols;
-  const int64_t scale_bytes = matrices * ((rows + 127) / 128) * ((cols + 127) / 128) * 4;
+  const int64_t scale_bytes = Fp8BlockCount(matrices, rows, cols) * 4;
   for (int64_t j = 0; j < count; ++j) {
     BlockQuantizeJob job;
     job.src = src + skew + j * elements * 2;
@@ -69,7 +49,7 @@ int64_t BytesMoved(const Case& c) {
   int64_t bytes = 0;
   for (const BlockQuantizeJob& j : c.jobs) {
     const int64_t elements = j.matrices * j.rows * j.cols;
-    bytes += elements * 3 + j.matrices * ((j.rows + 127) / 128) * ((j.cols + 127) / 128) * 4;
+    bytes += elements * 3 + Fp8BlockCount(j.matrices, j.rows, j.cols) * 4;
   }
   return bytes;
 }
