@@ -277,14 +277,16 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
   for (const Launch& w : walks) all.insert(all.end(), w.descriptors.begin(), w.descriptors.end());
   FERRY_ASSIGN_OR_RETURN(void* table,
                          UploadTable({std::as_bytes(std::span(all))}, stream, "quantize descriptors"));
+  // By Walk's value, as walks[] is indexed.
+  constexpr std::array<Status (*)(const Launch&, const QuantizeDescriptor*, cudaStream_t), kWalks>
+      kLaunchers = {&LaunchWalk<Walk::kVectorBF16>, &LaunchWalk<Walk::kVectorFP16>,
+                    &LaunchWalk<Walk::kVectorFP32>, &LaunchWalk<Walk::kBytes>};
   const auto* at = static_cast<const QuantizeDescriptor*>(table);
-  Status launched = LaunchWalk<Walk::kVectorBF16>(walks[0], at, stream);
-  at += walks[0].descriptors.size();
-  if (launched.ok()) launched = LaunchWalk<Walk::kVectorFP16>(walks[1], at, stream);
-  at += walks[1].descriptors.size();
-  if (launched.ok()) launched = LaunchWalk<Walk::kVectorFP32>(walks[2], at, stream);
-  at += walks[2].descriptors.size();
-  if (launched.ok()) launched = LaunchWalk<Walk::kBytes>(walks[3], at, stream);
+  Status launched = Status::Ok();
+  for (int w = 0; w < kWalks && launched.ok(); ++w) {
+    launched = kLaunchers[static_cast<size_t>(w)](walks[static_cast<size_t>(w)], at, stream);
+    at += walks[static_cast<size_t>(w)].descriptors.size();
+  }
   const Status freed = CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
   return launched.ok() ? freed : launched;
 }
