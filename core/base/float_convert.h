@@ -16,11 +16,20 @@
 // Subnormal results round to nearest even on the subnormal grid; results below half the
 // smallest subnormal give ±0.
 //
+// In device code for GPUs with fp8 conversions (sm_89 on), the casts to fp16 and fp8 are the
+// hardware's (cvt.rn, cvt.rn.satfinite), with NaN (and e5m2's infinities) handled before them: they
+// give the bits of FloatToSmall, which tests/core/cuda/batched_convert_test.cc checks bit for bit.
+//
 // Plain functions on bit patterns, callable from host and device code (FERRY_HD). Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
 
 #include "core/base/dtype.h"
 
@@ -126,6 +135,43 @@ FERRY_HD inline uint32_t FloatToSmall(float f, SmallFloat fmt, bool saturate) {
   return sign | static_cast<uint32_t>(out);
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FERRY_HARDWARE_FP8 1
+#endif
+
+// fp32 -> fp16 bits (FloatToSmall(f, kHalfFormat, false)).
+FERRY_HD inline uint32_t FloatToHalf(float f) {
+#if defined(FERRY_HARDWARE_FP8)
+  if (f != f) return (FloatBits(f) >> 31) << 15 | 0x7e00u;
+  return __half_as_ushort(__float2half_rn(f));
+#else
+  return FloatToSmall(f, kHalfFormat, false);
+#endif
+}
+
+// fp32 -> e4m3fn bits, saturating (FloatToSmall(f, kE4M3Format, true)).
+FERRY_HD inline uint32_t FloatToE4m3(float f) {
+#if defined(FERRY_HARDWARE_FP8)
+  if (f != f) return (FloatBits(f) >> 31) << 7 | 0x7fu;
+  return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+#else
+  return FloatToSmall(f, kE4M3Format, true);
+#endif
+}
+
+// fp32 -> e5m2 bits, saturating finite values (FloatToSmall(f, kE5M2Format, true)): the
+// hardware's satfinite would also turn ±inf into ±57344, so infinities are handled first.
+FERRY_HD inline uint32_t FloatToE5m2(float f) {
+#if defined(FERRY_HARDWARE_FP8)
+  const uint32_t sign = (FloatBits(f) >> 31) << 7;
+  if (f != f) return sign | 0x7eu;
+  if ((FloatBits(f) & 0x7fffffffu) == 0x7f800000u) return sign | 0x7cu;
+  return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
+#else
+  return FloatToSmall(f, kE5M2Format, true);
+#endif
+}
+
 FERRY_HD inline float BF16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
 FERRY_HD inline uint16_t FloatToBF16(float f) {
@@ -142,14 +188,13 @@ FERRY_HD inline bool IsConvertibleFloat(DType d) {
 }
 
 // Bytes of one element of `d` (IsConvertibleFloat); DTypeSize for device code.
-FERRY_HD inline int FloatBytes(DType d) {
+FERRY_HD constexpr int FloatBytes(DType d) {
   return d == DType::kFP32 ? 4 : (d == DType::kBF16 || d == DType::kFP16) ? 2 : 1;
 }
 
-// One element of dtype `d` (IsConvertibleFloat) at `p` (any alignment) as fp32.
-FERRY_HD inline float LoadAsFloat(DType d, const unsigned char* p) {
-  uint32_t bits = 0;
-  for (int i = FloatBytes(d) - 1; i >= 0; --i) bits = bits << 8 | p[i];  // little-endian
+// One element of dtype `d` (IsConvertibleFloat), its bits in the low FloatBytes(d) bytes of
+// `bits`, as fp32.
+FERRY_HD inline float BitsAsFloat(DType d, uint32_t bits) {
   switch (d) {
     case DType::kBF16: return BF16ToFloat(static_cast<uint16_t>(bits));
     case DType::kFP16: return SmallToFloat(bits, kHalfFormat);
@@ -159,16 +204,27 @@ FERRY_HD inline float LoadAsFloat(DType d, const unsigned char* p) {
   }
 }
 
+// `v` as the bits of one element of dtype `d` (IsConvertibleFloat), in the low FloatBytes(d) bytes.
+FERRY_HD inline uint32_t FloatAsBits(DType d, float v) {
+  switch (d) {
+    case DType::kBF16: return FloatToBF16(v);
+    case DType::kFP16: return FloatToHalf(v);
+    case DType::kFP8E4M3: return FloatToE4m3(v);
+    case DType::kFP8E5M2: return FloatToE5m2(v);
+    default: return FloatBits(v);
+  }
+}
+
+// One element of dtype `d` (IsConvertibleFloat) at `p` (any alignment) as fp32.
+FERRY_HD inline float LoadAsFloat(DType d, const unsigned char* p) {
+  uint32_t bits = 0;
+  for (int i = FloatBytes(d) - 1; i >= 0; --i) bits = bits << 8 | p[i];  // little-endian
+  return BitsAsFloat(d, bits);
+}
+
 // Stores `v` as one element of dtype `d` (IsConvertibleFloat) at `p` (any alignment).
 FERRY_HD inline void StoreFromFloat(DType d, unsigned char* p, float v) {
-  uint32_t bits;
-  switch (d) {
-    case DType::kBF16: bits = FloatToBF16(v); break;
-    case DType::kFP16: bits = FloatToSmall(v, kHalfFormat, false); break;
-    case DType::kFP8E4M3: bits = FloatToSmall(v, kE4M3Format, true); break;
-    case DType::kFP8E5M2: bits = FloatToSmall(v, kE5M2Format, true); break;
-    default: bits = FloatBits(v); break;
-  }
+  const uint32_t bits = FloatAsBits(d, v);
   for (int i = 0; i < FloatBytes(d); ++i) p[i] = static_cast<unsigned char>(bits >> (8 * i));
 }
 

@@ -92,11 +92,12 @@ FERRY_HD inline float Fp8BlockScaleInv(float amax) {
 // The multiplier of a block's elements: 1 / scale_inv (0 for an infinite scale, NaN for NaN).
 FERRY_HD inline float Fp8BlockMultiplier(float scale_inv) { return Fp8BlockDiv(1.0f, scale_inv); }
 
-// The e4m3fn bits of element `x` of a block whose multiplier is `multiplier`.
+// The e4m3fn bits of element `x` of a block whose multiplier is `multiplier` (the hardware's cast
+// in device code, float_convert.h FloatToE4m3; every NaN as 0x7f).
 FERRY_HD inline uint8_t Fp8BlockQuantize(float x, float multiplier) {
   const float v = Fp8BlockMul(x, multiplier);
   if (v != v) return 0x7f;
-  return static_cast<uint8_t>(FloatToSmall(v, kE4M3Format, true));
+  return static_cast<uint8_t>(FloatToE4m3(v));
 }
 
 // The smallest power of two >= v (v > 0; inf stays inf); NaN gives the canonical NaN.

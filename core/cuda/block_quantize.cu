@@ -15,11 +15,11 @@
 // scale (one fp32 from thread 0, or each its weight row's packed E8M0 code,
 // Fp8BlockWriteScaleRow), then every thread casts its elements with them (Fp8BlockParamsOf: UE8M0
 // scales requantize each element in the same thread, no second reduction). The block's parameters
-// come from the host's own code (core/base/fp8_block.h), the e4m3 cast from the hardware
-// (cvt.rn.satfinite, which rounds and saturates as the host's FloatToSmall does; NaN is handled
-// before it), so the bits equal the host path's (tests/core/cuda/block_quantize_test.cc checks them
-// bit for bit, subnormals, infinities and NaN included).
-#include <cuda_fp8.h>
+// and each element's cast are the host's own code (core/base/fp8_block.h), whose e4m3 cast is the
+// hardware's in device code (cvt.rn.satfinite, which rounds and saturates as the host's
+// FloatToSmall does; NaN is handled before it), so the bits equal the host path's
+// (tests/core/cuda/block_quantize_test.cc checks them bit for bit, subnormals, infinities and NaN
+// included).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -90,20 +90,6 @@ __device__ float GroupElement(const uint32_t* words, int j) {
   return BitsToFloat(words[j]);
 }
 
-// Fp8BlockQuantize's cast by the hardware: round to nearest even, magnitudes past 448 (infinities
-// included) saturated to 448, as FloatToSmall(v, kE4M3Format, true); NaN as the host's 0x7f.
-__device__ uint32_t CastE4m3(float v) {
-  if (v != v) return 0x7f;
-  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
-
-// Fp8BlockQuantizeElement with the hardware cast.
-__device__ uint32_t QuantizeElement(float x, const Fp8BlockParams& p) {
-  const uint32_t q = CastE4m3(Fp8BlockMul(x, p.multiplier));
-  if (!p.requantize) return q;
-  return CastE4m3(Fp8BlockMul(Fp8BlockMul(SmallToFloat(q, kE4M3Format), p.dequant), p.requant));
-}
-
 // The vector walk of one block of source dtype `kType`.
 template <DType kType>
 __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlace& at) {
@@ -138,7 +124,7 @@ __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlac
     uint32_t packed[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < kVector; ++j) {
-      const uint32_t q = QuantizeElement(GroupElement<kType>(words[s], j), params);
+      const uint32_t q = Fp8BlockQuantizeElement(GroupElement<kType>(words[s], j), params);
       packed[j / 4] |= q << (8 * (j % 4));
     }
     *reinterpret_cast<uint2*>(d.dst + at.base + r * d.cols + c) = make_uint2(packed[0], packed[1]);
@@ -162,7 +148,7 @@ __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace
   if (c >= d.cols) return;
   for (int64_t r = at.r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
     const int64_t i = at.base + r * d.cols + c;
-    d.dst[i] = static_cast<unsigned char>(QuantizeElement(LoadAsFloat(d.src_dtype, d.src + i * elem), params));
+    d.dst[i] = Fp8BlockQuantizeElement(LoadAsFloat(d.src_dtype, d.src + i * elem), params);
   }
 }
 
