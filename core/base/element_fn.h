@@ -83,4 +83,11 @@ FERRY_HD inline void TransformElement(ElementFn fn, DType from, DType to, const 
   StoreFromFloat(to, dst, v);
 }
 
+// TransformElement on bits held in registers (float_convert.h BitsAsFloat / FloatAsBits).
+FERRY_HD inline uint32_t TransformBits(ElementFn fn, DType from, DType to, uint32_t bits) {
+  float v = BitsAsFloat(from, bits);
+  if (fn == ElementFn::kNegExp) v = NegExp(v);
+  return FloatAsBits(to, v);
+}
+
 }  // namespace ferry

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU suite of issue 25, for a machine with an NVIDIA GPU and no Bazel: the GPU tests, the
-# batched-copy, checksum and block-quantize benchmarks, the multi-process copy ceilings and `ferry
-# run --memory cuda` refits verified by fragment checksums on the GPU (Qwen3-30B-A3B scaled,
-# Megatron TP2xEP2 -> vLLM TP2xDP2, 8 processes on GPU 0), printed as one table at the end.
+# batched-copy, checksum, convert and block-quantize benchmarks, the multi-process copy ceilings
+# and `ferry run --memory cuda` refits verified by fragment checksums on the GPU (Qwen3-30B-A3B
+# scaled, Megatron TP2xEP2 -> vLLM TP2xDP2, 8 processes on GPU 0), printed as one table at the end.
 #
 # Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
 #   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, block_quantize_test,
 #   box_checksum_test, pattern_checksum_test, batched_copy_bench, box_checksum_bench,
-#   block_quantize_bench, ipc_copy_ceiling, executor_cuda_test and staging_arena_test (built
-#   elsewhere: bazel build -c opt //tools/cli:ferry //tests/core/cuda:all
+#   batched_convert_bench, block_quantize_bench, ipc_copy_ceiling, executor_cuda_test and
+#   staging_arena_test (built elsewhere: bazel build -c opt //tools/cli:ferry //tests/core/cuda:all
 #   //tests/core/runtime:executor_cuda_test //tests/core/runtime:staging_arena_test
 #   //tests/tools/cli:pattern_checksum_test), and optionally lib/ with shared libraries the machine
 #   lacks (used only when ldd finds something missing). SCALEs default to 1/16.
@@ -36,6 +36,7 @@ done
 # The kernel benchmarks, printed as they are.
 timeout 120 "$BIN/batched_copy_bench" 2>&1 | tee "$LOG/batched_copy_bench.log"
 timeout 120 "$BIN/box_checksum_bench" 2>&1 | tee "$LOG/box_checksum_bench.log"
+timeout 120 "$BIN/batched_convert_bench" 2>&1 | tee "$LOG/batched_convert_bench.log"
 timeout 120 "$BIN/block_quantize_bench" 2>&1 | tee "$LOG/block_quantize_bench.log"
 
 # Ceilings with 8 processes (and 1 and 2 for reference), bytes per process about what each

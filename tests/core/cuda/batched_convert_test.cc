@@ -1,8 +1,9 @@
 // The batched convert kernel on a GPU: every float dtype pair, strided and dense sides at odd byte
 // offsets, random bit patterns (NaN, ±inf, subnormals, overflow included) plus a list of special
-// values, several conversions in one launch; the result must equal the CPU reference
-// (ConvertElement) bit for bit; -exp(A_log) (an element function) within expf's 2 ulp of the CPU
-// reference. Without a GPU the kernel tests report themselves SKIPPED.
+// values, several conversions in one launch, and rows dense and aligned (the kernel's vector
+// loads); the result must equal the CPU reference (ConvertElement) bit for bit; -exp(A_log) (an
+// element function) within expf's 2 ulp of the CPU reference, and the same bits from either walk.
+// Without a GPU the kernel tests report themselves SKIPPED.
 #include "core/cuda/batched_convert.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,101 @@ TEST(BatchedConvertTest, EveryPairMatchesTheCpuReferenceBitForBit) {
     }
     EXPECT_TRUE(DeviceFree(c.dsrc).ok());
     EXPECT_TRUE(DeviceFree(c.ddst).ok());
+  }
+}
+
+// Rows dense on both sides with aligned starts, the shape the kernel converts with vector loads
+// and stores: [2, 19, 64] elements read from rows 72 elements apart into a dense destination,
+// every float pair, random bits and special values, one launch; bit for bit the CPU reference.
+TEST(BatchedConvertTest, AlignedDenseRowsMatchTheCpuReferenceBitForBit) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  std::mt19937 rng(27);
+  const int64_t planes = 2, rows = 19, cols = 64, pitch = 72;
+  struct Case {
+    DType from, to;
+    std::vector<unsigned char> src;
+    void* dsrc = nullptr;
+    void* ddst = nullptr;
+  };
+  std::vector<Case> cases;
+  std::vector<StridedConvert> launch;
+  for (DType from : kFloats) {
+    for (DType to : kFloats) {
+      if (from == to) continue;
+      Case c{from, to, SourceBytes(from, planes * rows * pitch, rng)};
+      const int64_t fs = DTypeSize(from), ts = DTypeSize(to);
+      Result<void*> dsrc = DeviceAlloc(static_cast<int64_t>(c.src.size()));
+      Result<void*> ddst = DeviceAlloc(planes * rows * cols * ts);
+      ASSERT_TRUE(dsrc.ok() && ddst.ok());
+      c.dsrc = *dsrc;
+      c.ddst = *ddst;
+      ASSERT_TRUE(CopyToDevice(c.dsrc, c.src.data(), static_cast<int64_t>(c.src.size())).ok());
+      StridedConvert k;
+      k.src = c.dsrc;
+      k.dst = c.ddst;
+      k.src_dtype = from;
+      k.dst_dtype = to;
+      k.ndim = 3;
+      k.shape = {planes, rows, cols};
+      k.src_strides = {rows * pitch * fs, pitch * fs, fs};
+      k.dst_strides = {rows * cols * ts, cols * ts, ts};
+      launch.push_back(k);
+      cases.push_back(std::move(c));
+    }
+  }
+  ASSERT_TRUE(LaunchBatchedConvert(launch, nullptr).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  for (const Case& c : cases) {
+    const int64_t fs = DTypeSize(c.from), ts = DTypeSize(c.to);
+    std::vector<unsigned char> got(static_cast<size_t>(planes * rows * cols * ts));
+    ASSERT_TRUE(CopyToHost(got.data(), c.ddst, static_cast<int64_t>(got.size())).ok());
+    for (int64_t r = 0; r < planes * rows; ++r) {
+      for (int64_t e = 0; e < cols; ++e) {
+        unsigned char want[4];
+        ConvertElement(c.from, c.to, c.src.data() + (r * pitch + e) * fs, want);
+        ASSERT_EQ(std::memcmp(got.data() + (r * cols + e) * ts, want, static_cast<size_t>(ts)), 0)
+            << DTypeName(c.from) << " -> " << DTypeName(c.to) << " row " << r << " element " << e;
+      }
+    }
+    EXPECT_TRUE(DeviceFree(c.dsrc).ok());
+    EXPECT_TRUE(DeviceFree(c.ddst).ok());
+  }
+}
+
+// -exp(A_log) into dense aligned rows (vector loads) gives the same bits as the same values
+// converted one byte at a time (the destination one byte past aligned): both use the device's
+// expf, whichever way they load.
+TEST(BatchedConvertTest, NegExpGivesTheSameBitsWhicheverWayTheRowsAreLoaded) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  std::mt19937 rng(28);
+  const int64_t rows = 33, cols = 128;
+  for (DType from : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+    const int64_t fs = DTypeSize(from);
+    std::vector<unsigned char> src = SourceBytes(from, rows * cols, rng);
+    Result<void*> dsrc = DeviceAlloc(static_cast<int64_t>(src.size()));
+    Result<void*> ddst = DeviceAlloc(2 * rows * cols * 4 + 16);
+    ASSERT_TRUE(dsrc.ok() && ddst.ok());
+    ASSERT_TRUE(CopyToDevice(*dsrc, src.data(), static_cast<int64_t>(src.size())).ok());
+    StridedConvert k;
+    k.src = *dsrc;
+    k.src_dtype = from;
+    k.dst_dtype = DType::kFP32;
+    k.fn = ElementFn::kNegExp;
+    k.ndim = 2;
+    k.shape = {rows, cols};
+    k.src_strides = {cols * fs, fs};
+    k.dst_strides = {cols * 4, 4};
+    StridedConvert bytes = k;
+    k.dst = *ddst;
+    bytes.dst = static_cast<char*>(*ddst) + rows * cols * 4 + 1;
+    ASSERT_TRUE(LaunchBatchedConvert({k, bytes}, nullptr).ok());
+    ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+    std::vector<unsigned char> got(static_cast<size_t>(2 * rows * cols * 4 + 1));
+    ASSERT_TRUE(CopyToHost(got.data(), *ddst, static_cast<int64_t>(got.size())).ok());
+    ASSERT_EQ(std::memcmp(got.data(), got.data() + rows * cols * 4 + 1, static_cast<size_t>(rows * cols * 4)), 0)
+        << DTypeName(from);
+    EXPECT_TRUE(DeviceFree(*dsrc).ok());
+    EXPECT_TRUE(DeviceFree(*ddst).ok());
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/batched_copy.h"
+#include "tests/core/cuda/bench_device.h"
 #include "tests/core/cuda/stream_timing.h"
 
 namespace ferry::cuda {
@@ -18,11 +19,7 @@ namespace {
 constexpr int64_t kBytes = int64_t{1} << 30;
 
 int Main() {
-  if (DeviceCount() == 0) {
-    std::printf("batched_copy_bench: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  std::printf("device: %s\n", DeviceName(0).c_str());
+  if (!FoundDevice("batched_copy_bench")) return 0;
   auto src = DeviceAlloc(kBytes);
   auto dst = DeviceAlloc(kBytes);
   if (!src.ok() || !dst.ok()) return 1;

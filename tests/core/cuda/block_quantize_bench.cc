@@ -13,6 +13,7 @@
 #include "core/cuda/batched_copy.h"
 #include "core/base/fp8_block.h"
 #include "core/cuda/block_quantize.h"
+#include "tests/core/cuda/bench_device.h"
 #include "tests/core/cuda/stream_timing.h"
 
 namespace ferry::cuda {
@@ -55,11 +56,7 @@ int64_t BytesMoved(const Case& c) {
 }
 
 int Main() {
-  if (DeviceCount() == 0) {
-    std::printf("block_quantize_bench: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  std::printf("device: %s\n", DeviceName(0).c_str());
+  if (!FoundDevice("block_quantize_bench")) return 0;
   auto src = DeviceAlloc(kSrcBytes + 256);
   auto dst = DeviceAlloc(kSrcBytes / 2 + 256);
   auto scales = DeviceAlloc(kSrcBytes / 1024);
@@ -67,14 +64,7 @@ int Main() {
   auto* s = static_cast<unsigned char*>(*src);
   auto* d = static_cast<unsigned char*>(*dst);
   auto* sc = static_cast<unsigned char*>(*scales);
-  // Finite bf16 values of varied magnitude (sign, exponent 0x70..0x8f, any mantissa), so every
-  // block has its own scale and the cast does real work.
-  std::vector<uint16_t> values(static_cast<size_t>(kSrcBytes / 2 + 128));
-  uint32_t x = 12345;
-  for (uint16_t& v : values) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<uint16_t>(((x >> 16) & 0x8000) | ((0x70 + (x >> 27)) << 7) | ((x >> 8) & 0x7f));
-  }
+  const std::vector<uint16_t> values = VariedBf16(static_cast<size_t>(kSrcBytes / 2 + 128));
   if (!CopyToDevice(s, values.data(), static_cast<int64_t>(values.size() * 2)).ok()) return 1;
 
   const double memcpy_s = TimeSeconds([&] { return CopyDeviceToDeviceAsync(d, s, kSrcBytes / 2, nullptr); }, 20);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda/box_checksum.h"
+#include "tests/core/cuda/bench_device.h"
 
 namespace ferry::cuda {
 namespace {
@@ -49,11 +50,7 @@ StridedCopy Box(const unsigned char* at, std::array<int64_t, kMaxCopyDims> shape
 }
 
 int Main() {
-  if (DeviceCount() == 0) {
-    std::printf("box_checksum_bench: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  std::printf("device: %s\n", DeviceName(0).c_str());
+  if (!FoundDevice("box_checksum_bench")) return 0;
   Result<void*> src = DeviceAlloc(kBytes);
   Result<void*> dst = DeviceAlloc(kBytes);
   if (!src.ok() || !dst.ok()) return 1;
