@@ -139,6 +139,7 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   source.destination_layout_file = args.destination_layout_file;
   source.topology_file = args.topology_file;
   source.gpus_per_node = args.gpus_per_node;
+  source.destination_dtype = args.destination_dtype;
   const auto load_start = std::chrono::steady_clock::now();
   Result<RefitInputs> in = LoadRefitInputs(source);
   if (!in.ok()) return in.status();
@@ -166,7 +167,10 @@ Result<PlanReport> RunPlanCommand(const PlanCommandArgs& args) {
   Result<StrategyReport> baseline = PlanOne(Strategy::kGatherBroadcast, *in, config, args);
   if (baseline.ok()) {
     report.gather_broadcast = *baseline;
-  } else if (!in->destination.block_scaled.empty() && args.strategy == Strategy::kReshard) {
+  } else if ((!in->destination.block_scaled.empty() || in->weights_converted) &&
+             args.strategy == Strategy::kReshard) {
+    // The baseline moves bytes as they are: it refuses to quantize or convert, which the reshard
+    // planned.
     report.gather_broadcast_refused = baseline.status().message();
   } else {
     return baseline.status();
@@ -254,6 +258,9 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--scale", *scale, "Shrink the preset's wide dims by this factor (0, 1], e.g. 1/64");
   cmd->add_option("--src", args->source_spec, "Source framework, e.g. megatron:pp=16,ep=16,first=3,last=2");
   cmd->add_option("--dst", args->destination_spec, "Destination framework, e.g. vllm:tp=32,ep=32,engines=8");
+  cmd->add_option("--dst-dtype", args->destination_dtype,
+                  "Destination weights (>= 2-dim bf16/fp16 tensors) in this dtype: fp8_e4m3, "
+                  "fp8_e5m2, bf16, fp16 or fp32; the plan converts (as ferry run --dst-dtype)");
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node (default 8)");
   cmd->add_flag("--colocated", args->colocated, "Destination on the source's ranks");
   cmd->add_option("--src-layout", args->source_layout_file, "Source layout file (YAML/JSON)");

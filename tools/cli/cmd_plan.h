@@ -23,6 +23,7 @@ struct PlanCommandArgs {
   double scale = 1.0;       // shrink the preset's wide dims (tests, quick looks)
   std::string source_spec;  // "megatron:pp=16,ep=16"
   std::string destination_spec;  // "vllm:tp=32,ep=32,engines=8"
+  std::string destination_dtype;  // --dst-dtype: the destination's weights in this dtype (RefitSourceArgs)
   int gpus_per_node = 8;
   bool colocated = false;   // destination on the source's ranks
   // File mode (instead of a preset): layouts in YAML/JSON (docs/layout-format.md), optional
@@ -62,8 +63,9 @@ struct PlanReport {
   int64_t source_fragments = 0, destination_fragments = 0;
   int64_t destination_bytes = 0;  // bytes of all destination fragments
   StrategyReport reshard, gather_broadcast;
-  // Why the baseline has no plan, when the destination holds block-scaled fp8, which only the
-  // reshard planner quantizes (then `gather_broadcast` is empty); else empty.
+  // Why the baseline has no plan, when the destination holds block-scaled fp8 or weights in
+  // another dtype (--dst-dtype), which only the reshard planner quantizes or converts (then
+  // `gather_broadcast` is empty); else empty.
   std::string gather_broadcast_refused;
 };
 

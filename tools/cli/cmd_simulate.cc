@@ -20,6 +20,7 @@
 #include "tools/cli/cli_config.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/progress_reporter.h"
+#include "tools/cli/refit_inputs.h"
 #include "tools/models/framework_layouts.h"
 #include "tools/models/hf_config.h"
 #include "tools/models/presets.h"
@@ -43,6 +44,7 @@ struct SimulateArgs {
   std::string svg_path;
   ConfigArgs config;  // --config / --set: the planner.* options, as `ferry plan` and `run` read them
   std::string dtype;  // empty: the preset's
+  std::string destination_dtype;  // --dst-dtype: the destination's weights in this dtype, converted
   bool no_baseline = false;  // skip the gather-and-broadcast plan (it is slow to simulate at scale)
   // The window the simulator gives each rank; -1: the config's executor.max_in_flight, the window
   // `ferry run` would use with the same --config/--set.
@@ -274,15 +276,16 @@ Result<Config> SimulationConfig(SimulateArgs* args) {
 
 // What is simulated: the model, both sides' layouts and ranks, and the cluster.
 void PrintInputs(const models::ModelPreset& preset, const models::RefitLayouts& refit,
-                 const sim::ClusterSpec& cluster, bool colocated) {
+                 const sim::ClusterSpec& cluster, const SimulateArgs& args) {
   std::printf("model    %s (%s)\n", preset.config().name.c_str(),
               FormatBytes(static_cast<double>(preset.NumBytes())).c_str());
   std::printf("source   %s on ranks 0..%d\n", refit.source_spec.ToString().c_str(),
               models::NumRanks(refit.source_spec) - 1);
-  std::printf("dest     %s on ranks %d..%d%s\n", refit.destination_spec.ToString().c_str(),
+  std::printf("dest     %s on ranks %d..%d%s%s\n", refit.destination_spec.ToString().c_str(),
               refit.destination_first_rank,
               refit.destination_first_rank + models::NumRanks(refit.destination_spec) - 1,
-              colocated ? " (colocated)" : "");
+              args.colocated ? " (colocated)" : "",
+              args.destination_dtype.empty() ? "" : (", weights as " + args.destination_dtype).c_str());
   std::printf("cluster  %s, %d GPUs in %d nodes\n\n", cluster.Summary().c_str(),
               cluster.TotalGpus(), cluster.num_nodes);
 }
@@ -304,6 +307,11 @@ Status RunSimulate(const SimulateArgs& args) {
   refit_options.gpus_per_node = cluster.RanksPerNode();
   FERRY_ASSIGN_OR_RETURN(models::RefitLayouts refit,
                          models::BuildRefitLayouts(preset, src, dst, refit_options));
+  if (!args.destination_dtype.empty()) {
+    FERRY_ASSIGN_OR_RETURN(DestinationInDType converted,
+                           DestinationWithWeightsIn(refit.destination, args.destination_dtype));
+    refit.destination = std::move(converted.layout);
+  }
   const int num_ranks = refit.topology.NumRanks();
   Topology topology = sim::TopologyForCluster(cluster, num_ranks);
   FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
@@ -314,7 +322,7 @@ Status RunSimulate(const SimulateArgs& args) {
   RefitLayoutPair layouts{std::make_unique<const Layout>(std::move(refit.source)),
                           std::make_unique<const Layout>(std::move(refit.destination))};
 
-  PrintInputs(preset, refit, cluster, args.colocated);
+  PrintInputs(preset, refit, cluster, args);
   std::fflush(stdout);  // before any progress line on stderr
   ProgressReporter progress(
       "ferry simulate", std::cerr,
@@ -342,10 +350,18 @@ Status RunSimulate(const SimulateArgs& args) {
     sim::SimOptions baseline_options = SimulatorOptions(resolved);
     baseline_options.staging_budget = 0;
     baseline_options.direct_reads = false;  // NCCL's broadcast stages every bucket
-    FERRY_ASSIGN_OR_RETURN(baseline,
-                           PlanAndSimulate(Strategy::kGatherBroadcast, layouts, !reports, topology,
-                                           options, cluster, mapping, baseline_options, progress,
-                                           nullptr));
+    Result<StrategyRun> planned =
+        PlanAndSimulate(Strategy::kGatherBroadcast, layouts, !reports, topology, options, cluster,
+                        mapping, baseline_options, progress, nullptr);
+    if (planned.ok()) {
+      baseline = std::move(*planned);
+    } else if (planned.status().code() == StatusCode::kInvalidArgument) {
+      // Layouts the baseline cannot move (a dtype conversion, block-scaled fp8) that the reshard
+      // planned: the reshard's prediction stands alone, with the reason.
+      std::printf("gather-broadcast skipped: %s\n\n", planned.status().ToString().c_str());
+    } else {
+      return planned.status();
+    }
   }
   ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
   double lower = bound.seconds;
@@ -403,6 +419,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                 "fetches its bytes from a source directly (the published M2N reshard's shape)");
   cmd->add_option("--dtype", args->dtype,
                   "weights' dtype instead of the preset's (e.g. fp8_e4m3 for FP8 weights)");
+  cmd->add_option("--dst-dtype", args->destination_dtype,
+                  "destination weights (>= 2-dim bf16/fp16 tensors) in this dtype: fp8_e4m3, "
+                  "fp8_e5m2, bf16, fp16 or fp32; the plan converts (as ferry run --dst-dtype)");
   cmd->add_option("--propagation-rounds", args->propagation_rounds,
                   "simulator: how far a rate change spreads beyond the links it touches")
       ->check(CLI::Range(0, 1000))

@@ -159,34 +159,41 @@ Result<Layout> WithWeightsIn(const Layout& layout, DType dtype) {
 
 // Applies --dst-dtype to `in` (see RefitSourceArgs::destination_dtype).
 Status ApplyDestinationDType(const std::string& name, RefitInputs& in) {
+  FERRY_ASSIGN_OR_RETURN(DestinationInDType converted, DestinationWithWeightsIn(in.destination, name));
+  in.weights_converted = converted.weights_converted;
+  in.destination = std::move(converted.layout);
+  in.description += " (weights as " + name + ")";
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<DestinationInDType> DestinationWithWeightsIn(const Layout& destination, const std::string& name) {
   Result<DType> dtype = ParseDType(name);
   if (!dtype.ok()) return dtype.status().WithContext("--dst-dtype " + name);
   if (!PlannerConverts(DType::kBF16, *dtype) && *dtype != DType::kBF16) {
     return InvalidArgument("--dst-dtype " + name + ": ferry converts weights to bf16, fp16, fp32, "
                            "fp8_e4m3 or fp8_e5m2");
   }
-  FERRY_ASSIGN_OR_RETURN(Layout converted, WithWeightsIn(in.destination, *dtype));
-  for (size_t t = 0; t < converted.tensors.size(); ++t) {
-    in.weights_converted |= converted.tensors[t].dtype != in.destination.tensors[t].dtype;
+  DestinationInDType out;
+  FERRY_ASSIGN_OR_RETURN(out.layout, WithWeightsIn(destination, *dtype));
+  for (size_t t = 0; t < out.layout.tensors.size(); ++t) {
+    out.weights_converted |= out.layout.tensors[t].dtype != destination.tensors[t].dtype;
   }
   // vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py: DeepGEMM runs (and requantizes to
   // UE8M0) linear weights of bf16 models only, so UE8M0 scales chosen for bf16 weights
   // (tools/models/fp8_block_weights.h RequantizedToUe8m0) do not hold for weights in another dtype
   bool ue8m0 = false;
-  for (const BlockScaledBuffer& s : in.destination.block_scaled) {
+  for (const BlockScaledBuffer& s : destination.block_scaled) {
     ue8m0 |= Fp8ScaleIsUe8m0(s.scale_fmt);
   }
-  if (ue8m0 && in.weights_converted && *dtype != DType::kBF16) {
+  if (ue8m0 && out.weights_converted && *dtype != DType::kBF16) {
     return InvalidArgument("--dst-dtype " + name + " with UE8M0 block scales (scale_fmt=ue8m0 or ue8m0_packed): "
                            "vLLM runs linear weights through DeepGEMM, and requantizes their "
                            "scales to UE8M0, only for bf16 models; not modelled for " + name);
   }
-  in.destination = std::move(converted);
-  in.description += " (weights as " + std::string(DTypeName(*dtype)) + ")";
-  return Status::Ok();
+  return out;
 }
-
-}  // namespace
 
 Result<RefitInputs> LoadRefitInputs(const RefitSourceArgs& args) {
   Result<RefitInputs> in = args.model.empty() ? FileInputs(args) : PresetInputs(args);

@@ -1,6 +1,7 @@
 // The two layouts and the topology of a refit, as the CLI commands name them: a model preset under
 // two framework specs (tools/models/framework_layouts.h), or layout files (docs/layout-format.md)
-// with an optional topology file. Shared by `ferry plan` and `ferry run`.
+// with an optional topology file. Shared by `ferry plan` and `ferry run`; `ferry simulate` takes the
+// destination dtype from here.
 #pragma once
 
 #include <string>
@@ -36,6 +37,18 @@ struct RefitInputs {
   int ranks = 0;  // highest rank either layout uses + 1
   bool weights_converted = false;  // --dst-dtype changed the destination's weights' dtype
 };
+
+// A destination layout with its weights in another dtype (RefitSourceArgs::destination_dtype).
+struct DestinationInDType {
+  Layout layout;
+  bool weights_converted = false;  // some tensor's dtype changed
+};
+
+// `destination` with its weights in the dtype named `name` (--dst-dtype, also for `ferry simulate`,
+// which builds its layouts itself). Errors name --dst-dtype: an unknown dtype or one the planner
+// does not convert to, a weight not on an element boundary of its buffer, UE8M0 block scales with
+// weights in another dtype than bf16. Pure; thread-safe.
+Result<DestinationInDType> DestinationWithWeightsIn(const Layout& destination, const std::string& name);
 
 // Builds the preset layouts (model set) or loads, validates and checks the compatibility of the
 // layout files. Errors name the argument at fault (--model, --src, --dst-layout, ...). Reads only

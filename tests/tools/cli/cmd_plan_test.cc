@@ -210,6 +210,29 @@ TEST(PlanCommand, BlockScaledDestinationPlansReshardAndSaysWhyNoBaseline) {
   EXPECT_FALSE(RunPlanCommand(args).ok());
 }
 
+// --dst-dtype plans the destination's weights in fp8 as `ferry run --dst-dtype` does; the
+// baseline, which does not convert, is refused with its reason and the reshard reported alone.
+TEST(PlanCommand, DestinationDtypePlansReshardAndSaysWhyNoBaseline) {
+  PlanCommandArgs args;
+  args.model = "llama-3.1-8b";
+  args.scale = 1.0 / 64;
+  args.source_spec = "megatron:tp=2";
+  args.destination_spec = "vllm:tp=2";
+  Result<PlanReport> bf16 = RunPlanCommand(args);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  args.destination_dtype = "fp8_e4m3";
+  Result<PlanReport> fp8 = RunPlanCommand(args);
+  ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
+  EXPECT_NE(fp8->description.find("(weights as fp8_e4m3)"), std::string::npos) << fp8->description;
+  EXPECT_LT(fp8->destination_bytes, bf16->destination_bytes);
+  EXPECT_NE(fp8->gather_broadcast_refused.find("does not convert"), std::string::npos)
+      << fp8->gather_broadcast_refused;
+  args.destination_dtype = "int7";
+  Result<PlanReport> bad = RunPlanCommand(args);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--dst-dtype int7"), std::string::npos) << bad.status().message();
+}
+
 struct BadCase {
   const char* what;
   PlanCommandArgs args;

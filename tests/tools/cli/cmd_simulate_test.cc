@@ -2,7 +2,7 @@
 // planner's chunk sizes taken from --set planner.*_chunk_bytes (smaller chunks, more ops), and a
 // size the planner cannot use, refused naming the option, the window taken from
 // executor.max_in_flight as `ferry run` would, the simulator's --rate-slack, a skipped baseline
-// reported as skipped, progress lines on stderr, errors without status names, and the trace and
+// reported as skipped, --dst-dtype (the baseline refused, saying why), progress lines on stderr, errors without status names, and the trace and
 // SVG, whose plan is made after the layouts' other plans.
 #include <gtest/gtest.h>
 
@@ -86,6 +86,35 @@ TEST(SimulateCommand, SkippedBaselineIsReportedAsSkipped) {
   const std::string row = PredictedRow({});
   EXPECT_NE(row.find("skipped"), std::string::npos) << row;
   EXPECT_EQ(out.find("speed-up"), std::string::npos) << out;
+}
+
+// --dst-dtype converts the destination's weights as `ferry run --dst-dtype` does: the plan moves
+// fp8 into the engine (the network carries half the bf16 refit's bytes, the sender converting),
+// and the baseline, which does not convert, is reported as skipped with its reason while the
+// reshard's prediction stands.
+TEST(SimulateCommand, DestinationDtypeConvertsTheWeightsAndSkipsTheBaselineSayingWhy) {
+  auto network_bytes = [](const std::string& report) {
+    const size_t at = report.find("network bytes");
+    return at == std::string::npos ? std::string() : report.substr(at, report.find('\n', at) - at);
+  };
+  std::vector<std::string> argv = SmallRefit({});
+  argv.pop_back();  // --no-baseline
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(RunCli(argv), 0);
+  const std::string bf16 = testing::internal::GetCapturedStdout();
+  argv.insert(argv.end(), {"--dst-dtype", "fp8_e4m3"});
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(RunCli(argv), 0);
+  const std::string fp8 = testing::internal::GetCapturedStdout();
+  EXPECT_NE(fp8.find("weights as fp8_e4m3"), std::string::npos) << fp8;
+  EXPECT_NE(fp8.find("gather-broadcast skipped: "), std::string::npos) << fp8;
+  EXPECT_NE(fp8.find("does not convert"), std::string::npos) << fp8;
+  EXPECT_NE(network_bytes(fp8), network_bytes(bf16)) << fp8 << bf16;
+  EXPECT_EQ(fp8.find("speed-up"), std::string::npos) << fp8;
+  argv.back() = "int7";
+  testing::internal::CaptureStderr();
+  EXPECT_NE(RunCli(argv), 0);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("--dst-dtype int7"), std::string::npos);
 }
 
 TEST(SimulateCommand, WindowIsTheExecutorsMaxInFlightOption) {
