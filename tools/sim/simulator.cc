@@ -328,6 +328,22 @@ class Engine {
     f.cap = c_.host_copy_bandwidth;
     if (!host_copy_slowdowns_.empty()) f.weight = host_copy_slowdowns_[op];
   }
+  // Per send op of a direct read that converts on GPU clusters (empty when none does): the bytes
+  // its copy reads from the sender and writes on the receiver, per byte of the message
+  // (ConvertingReadTraffic).
+  struct ReadTraffic {
+    float read = 0, written = 0;
+  };
+  std::vector<ReadTraffic> converting_reads_;
+  void FindConvertingReads(const std::vector<DirectRead>& direct_reads);
+  // Makes f, the flow of a direct read that converts, take its copy's traffic: on one GPU (read +
+  // written) / 2 of a copied byte of gpu_mem a message byte; between GPUs its reads cross NVLink,
+  // `read` a message byte. Its kernel is capped at pack_bandwidth, as a Convert op's.
+  void SetConvertingRead(Flow& f, bool same_gpu, const ReadTraffic& t) const {
+    const double copied = (t.read + t.written) / 2.0;
+    f.weight = same_gpu ? copied : t.read;
+    f.cap = c_.pack_bandwidth * f.weight / copied;
+  }
   int64_t num_messages_ = 0;
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
   // the window, least (round, id) on top (SimOptions::max_in_flight).
@@ -462,8 +478,33 @@ Status Engine::Prepare() {
     }
   }
   host_copy_slowdowns_ = HostCopySlowdowns(plan_, c_, direct_reads);
+  if (!c_.host_memory_ranks) FindConvertingReads(direct_reads);
   CountLoadedTensors();
   return Status::Ok();
+}
+
+// A direct read copies from the sender's source into the receiver's destination in one step, so
+// it reads what the elided Pack read and writes what the elided Unpack wrote: where either
+// converts (planner/conversion.h: the Pack narrows, the Unpack widens), other sizes than the
+// message's bytes.
+void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
+  auto bytes = [this](int op, bool from) {
+    double total = 0;
+    for (const CopyPair& c : plan_.Copies(plan_.ops[op])) {
+      const Region& r = from ? c.from : c.to;
+      total += static_cast<double>(r.NumElements()) * DTypeSize(r.dtype);
+    }
+    return total;
+  };
+  for (const DirectRead& d : direct_reads) {
+    const double message = static_cast<double>(plan_.ops[d.send_op].bytes);
+    if (message <= 0) continue;
+    const double read = d.pack_op >= 0 ? bytes(d.pack_op, true) : message;
+    const double written = d.unpack_op >= 0 ? bytes(d.unpack_op, false) : message;
+    if (read == message && written == message) continue;
+    if (converting_reads_.empty()) converting_reads_.resize(plan_.ops.size());
+    converting_reads_[d.send_op] = {static_cast<float>(read / message), static_cast<float>(written / message)};
+  }
 }
 
 // Checks that message `id`'s sender op `s` and receiver op `r` (-1: none) agree, and pairs them.
@@ -689,6 +730,11 @@ void Engine::StartMessage(int sender, int receiver, double t) {
     overhead = c_.nic_message_overhead;
     f.ingress_node = nb;
     network_bytes_ += f.bytes;
+  }
+  if (!converting_reads_.empty() && converting_reads_[sender].read > 0) {
+    const ReadTraffic& traffic = converting_reads_[sender];
+    SetConvertingRead(f, ga == gb, traffic);
+    if (ga != gb) nvlink_bytes_ += f.bytes * (traffic.read - 1);
   }
   // The send is posted now, its window slot granted; the receive was posted when it was ready.
   StartFlow(NewFlow(f), overhead, std::max(Post(so.rank, t), times_[receiver].ready));

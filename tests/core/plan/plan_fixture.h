@@ -8,20 +8,26 @@
 
 namespace ferry {
 
-// A [rows, cols] fp32 block at byte `offset_bytes` of a buffer, rows `row_stride` elements apart.
-inline Region Fp32Matrix(Space space, int buffer, int64_t offset_bytes, int64_t rows, int64_t cols,
-                         int64_t row_stride) {
+// A [rows, cols] block of `dtype` at byte `offset_bytes` of a buffer, rows `row_stride` elements
+// apart.
+inline Region Matrix(DType dtype, Space space, int buffer, int64_t offset_bytes, int64_t rows,
+                     int64_t cols, int64_t row_stride) {
   Region r;
   r.space = space;
   r.buffer = buffer;
   r.offset = offset_bytes;
-  r.dtype = DType::kFP32;
+  r.dtype = dtype;
   r.ndim = 2;
   r.shape[0] = rows;
   r.shape[1] = cols;
   r.strides[0] = row_stride;
   r.strides[1] = 1;
   return r;
+}
+
+inline Region Fp32Matrix(Space space, int buffer, int64_t offset_bytes, int64_t rows, int64_t cols,
+                         int64_t row_stride) {
+  return Matrix(DType::kFP32, space, buffer, offset_bytes, rows, cols, row_stride);
 }
 
 struct TinyPlan {
@@ -67,26 +73,32 @@ inline TinyPlan MakeTinyPlan() {
 
 // Rank 0's source buffer 0 holds a [4, 8] fp32 matrix; rank 1 receives its left and right halves
 // (packed one after the other) into destination buffers 0 and 1, unpacking them in reverse order.
-inline TransferPlan MakePackedPlan(LinkClass link) {
+// With `delivered` other than fp32 the Pack converts (as the planner narrows on the sender) and
+// the message, the staging slots and the destinations hold `delivered`.
+inline TransferPlan MakePackedPlan(LinkClass link, DType delivered = DType::kFP32) {
+  const int64_t e = DTypeSize(delivered), half = 16 * e;
   TransferPlan plan;
   plan.num_ranks = 2;
   plan.source_buffers = {{0, "w", 4 * 8 * 4}};
-  plan.destination_buffers = {{1, "left", 4 * 4 * 4}, {1, "right", 4 * 4 * 4}};
-  const int send_slot = plan.AddSlot(0, 128), recv_slot = plan.AddSlot(1, 128);
+  plan.destination_buffers = {{1, "left", half}, {1, "right", half}};
+  const int send_slot = plan.AddSlot(0, 2 * half), recv_slot = plan.AddSlot(1, 2 * half);
+  auto staged = [delivered](int slot, int64_t offset) {
+    return Matrix(delivered, Space::kStaging, slot, offset, 4, 4, 4);
+  };
   Op pack;
   pack.kind = OpKind::kPack;
-  pack.bytes = 128;
+  pack.bytes = 2 * half;
   const int pack_id = plan.AddOp(
       pack, {},
-      {{Fp32Matrix(Space::kSource, 0, 0, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 0, 4, 4, 4)},
-       {Fp32Matrix(Space::kSource, 0, 16, 4, 4, 8), Fp32Matrix(Space::kStaging, send_slot, 64, 4, 4, 4)}});
+      {{Fp32Matrix(Space::kSource, 0, 0, 4, 4, 8), staged(send_slot, 0)},
+       {Fp32Matrix(Space::kSource, 0, 16, 4, 4, 8), staged(send_slot, half)}});
   Op send;
   send.kind = OpKind::kSend;
   send.link = link;
   send.peer = 1;
   send.message = 7;
-  send.bytes = 128;
-  send.SetData(ByteRange(Space::kStaging, send_slot, 0, 128));
+  send.bytes = 2 * half;
+  send.SetData(ByteRange(Space::kStaging, send_slot, 0, 2 * half));
   plan.AddOp(send, {pack_id});
   Op recv;
   recv.kind = OpKind::kRecv;
@@ -94,16 +106,16 @@ inline TransferPlan MakePackedPlan(LinkClass link) {
   recv.rank = 1;
   recv.peer = 0;
   recv.message = 7;
-  recv.bytes = 128;
-  recv.SetData(ByteRange(Space::kStaging, recv_slot, 0, 128));
+  recv.bytes = 2 * half;
+  recv.SetData(ByteRange(Space::kStaging, recv_slot, 0, 2 * half));
   const int recv_id = plan.AddOp(recv);
   Op unpack;
   unpack.kind = OpKind::kUnpack;
   unpack.rank = 1;
-  unpack.bytes = 128;
+  unpack.bytes = 2 * half;
   plan.AddOp(unpack, {recv_id},
-             {{Fp32Matrix(Space::kStaging, recv_slot, 64, 4, 4, 4), Fp32Matrix(Space::kDestination, 1, 0, 4, 4, 4)},
-              {Fp32Matrix(Space::kStaging, recv_slot, 0, 4, 4, 4), Fp32Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
+             {{staged(recv_slot, half), Matrix(delivered, Space::kDestination, 1, 0, 4, 4, 4)},
+              {staged(recv_slot, 0), Matrix(delivered, Space::kDestination, 0, 0, 4, 4, 4)}});
   return plan;
 }
 

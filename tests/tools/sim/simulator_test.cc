@@ -1,9 +1,10 @@
 // Tests for the simulator: hand-computed times for one flow, shared links (max-min fairness, the
 // order in which progressive filling fixes links, classes going idle and returning; host-memory
-// ranks sharing their node's copy rate and message costs), a chain of
-// dependent ops, fan-out, store-and-forward relays, rendezvous of Send/Recv, host staging, the
-// rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
-// saves), the critical path, the progress published at the end, and rejection of malformed plans.
+// ranks sharing their node's copy rate and message costs), a chain of dependent ops, fan-out,
+// store-and-forward relays, rendezvous of Send/Recv, host staging, direct reads (converting ones
+// moving what they read and write), the rate slack (freed capacity left idle up to
+// SimOptions::rate_slack, and the rate updates that saves), the critical path, the progress
+// published at the end, and rejection of malformed plans.
 #include "tools/sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -160,6 +161,35 @@ TEST(SimulatorTest, DirectReadsDropTheMessagesPackAndUnpack) {
   // A network message is not read directly: it keeps its Pack and Unpack.
   EXPECT_NEAR(SimulatePlan(MakePackedPlan(LinkClass::kNetwork), c, direct).total_time,
               SimulatePlan(MakePackedPlan(LinkClass::kNetwork), c, staged).total_time, 1e-12);
+}
+
+// A direct read whose Pack narrows (an fp32 source, a bf16 message of 64 bytes) reads the
+// source's 128 bytes and writes the message's 64: between GPUs of a node its reads cross NVLink,
+// on one GPU it takes (128 + 64) / 2 copied bytes of the GPU's memory, and its kernel is capped
+// at pack_bandwidth (in copied bytes) as a Convert op's.
+TEST(SimulatorTest, ADirectReadThatConvertsMovesWhatItReadsAndWrites) {
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode, DType::kBF16);
+  ClusterSpec c = TestCluster();
+  c.pack_bandwidth = 1e12;
+  SimOptions direct;
+  direct.staging_budget = 0;
+  direct.direct_reads = true;
+  const SimResult nvlink = SimulatePlan(plan, c, direct);
+  EXPECT_NEAR(nvlink.total_time, 128 / 10e9, 1e-18);
+  EXPECT_DOUBLE_EQ(nvlink.nvlink_bytes, 128);
+  c.ranks_per_gpu = 2;
+  Result<SimResult> one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
+  EXPECT_NEAR(one_gpu->total_time, 96 / 100e9, 1e-18);
+  c.pack_bandwidth = 10e9;
+  one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
+  EXPECT_NEAR(one_gpu->total_time, 96 / 10e9, 1e-18);
+  // The same message without conversion moves its own bytes.
+  c.pack_bandwidth = 1e12;
+  one_gpu = Simulate(MakePackedPlan(LinkClass::kSameNode), c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
+  EXPECT_NEAR(one_gpu->total_time, 128 / 100e9, 1e-18);
 }
 
 TEST(SimulatorTest, FixedCostsOccupyTheLinkTheyRunOn) {
