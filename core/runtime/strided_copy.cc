@@ -3,6 +3,7 @@
 #include "core/runtime/strided_copy.h"
 
 #include "core/base/float_convert.h"
+#include "core/runtime/convert_row.h"
 
 #include <algorithm>
 #include <cmath>
@@ -205,8 +206,8 @@ inline void StreamFence() {
 #endif
 }
 
-// A row of a conversion between two float dtypes, element by element (core/base/float_convert.h),
-// applying the element function when there is one (core/base/element_fn.h).
+// A row of a conversion between two float dtypes (convert_row.h), or element by element applying
+// the element function when there is one (core/base/element_fn.h).
 void ConvertRow(const CopyGeometry& g, const unsigned char* src, unsigned char* dst) {
   if (g.fn != ElementFn::kNone) {
     for (int64_t j = 0; j < g.run; ++j) {
@@ -214,9 +215,7 @@ void ConvertRow(const CopyGeometry& g, const unsigned char* src, unsigned char* 
     }
     return;
   }
-  for (int64_t j = 0; j < g.run; ++j) {
-    ConvertElement(g.from_dtype, g.to_dtype, src + j * g.from_inner, dst + j * g.to_inner);
-  }
+  ConvertFloatRow(g.from_dtype, g.to_dtype, g.run, src, g.from_inner, dst, g.to_inner);
 }
 
 // A row of n bytes, streamed when long.

@@ -1,13 +1,15 @@
 // Executor copy throughput against plain memcpy on one rank: a 256 MiB same-rank Copy op (dense,
 // and column-strided as a Pack would be), run through Executor::Run with the copy pool; the same
 // by the row length and stride of its rows (the access pattern of a refit's copies); and a
-// host Quantize op (block-scaled fp8 of 4 bf16 [4096, 4096] matrices, 128 MiB) with 1 copy thread
+// host conversion between dtypes (one Convert op of 64 Mi elements, one copy thread); and a host
+// Quantize op (block-scaled fp8 of 4 bf16 [4096, 4096] matrices, 128 MiB) with 1 copy thread
 // (the executor thread alone: how every host quantization ran before the copy pool took its
 // blocks) beside 2 and 4.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/runtime/communicator.h"
@@ -65,16 +67,16 @@ CopyPair MatrixCopy(DType dtype, int64_t rows, int64_t cols, int64_t from_stride
   return pair;
 }
 
-// One rank's plan of one Copy op moving `copies` (`bytes` in all) between a source buffer of
-// `source_bytes` and a destination buffer of `destination_bytes`.
+// One rank's plan of one Copy op (or a Convert op, `kind`) moving `copies` (`bytes` in all)
+// between a source buffer of `source_bytes` and a destination buffer of `destination_bytes`.
 TransferPlan OneCopyPlan(int64_t source_bytes, int64_t destination_bytes, int64_t bytes,
-                         const std::vector<CopyPair>& copies) {
+                         const std::vector<CopyPair>& copies, OpKind kind = OpKind::kCopy) {
   TransferPlan plan;
   plan.num_ranks = 1;
   plan.source_buffers = {{0, "s", source_bytes}};
   plan.destination_buffers = {{0, "d", destination_bytes}};
   Op copy;
-  copy.kind = OpKind::kCopy;
+  copy.kind = kind;
   copy.bytes = bytes;
   plan.AddOp(copy, {}, copies);
   return plan;
@@ -124,6 +126,32 @@ BENCHMARK(BM_ExecutorCopyRows)
     ->Args({256, 512})->Args({512, 1024})->Args({512, 8192})
     ->Args({2048, 4096})->Args({16384, 32768})->Args({65536, 131072})->Args({65536, 65536})
     ->ArgNames({"row_bytes", "stride"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Conversion rate of the host path: one Convert op converting a dense [rows, 4096] matrix, 64 Mi
+// elements, with one copy thread; bytes processed count the elements read and written.
+void BM_ExecutorConvert(benchmark::State& state) {
+  constexpr DType kPairs[][2] = {{DType::kBF16, DType::kFP8E4M3},
+                                 {DType::kBF16, DType::kFP32},
+                                 {DType::kFP32, DType::kBF16},
+                                 {DType::kFP16, DType::kBF16}};
+  const DType from = kPairs[state.range(0)][0], to = kPairs[state.range(0)][1];
+  const int64_t cols = 4096, rows = (int64_t{64} << 20) / cols;
+  CopyPair pair = MatrixCopy(from, rows, cols, cols, cols);
+  pair.to.dtype = to;
+  const int64_t read = rows * cols * DTypeSize(from), written = rows * cols * DTypeSize(to);
+  const TransferPlan plan = OneCopyPlan(read, written, written, {pair}, OpKind::kConvert);
+  std::vector<char> a(static_cast<size_t>(read), 0x3c), b(static_cast<size_t>(written), 0);
+  RankMemory memory{{{a.data(), read, MemoryKind::kHost, -1}},
+                    {{b.data(), written, MemoryKind::kHost, -1}}};
+  state.SetLabel(std::string(DTypeName(from)) + " -> " + std::string(DTypeName(to)));
+  RunEachIteration(state, 1, plan, memory);
+  state.SetBytesProcessed(state.iterations() * (read + written));
+}
+BENCHMARK(BM_ExecutorConvert)
+    ->DenseRange(0, 3)
+    ->ArgNames({"pair"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
