@@ -149,13 +149,30 @@ FERRY_HD inline uint32_t FloatToHalf(float f) {
 #endif
 }
 
-// fp32 -> e4m3fn bits, saturating (FloatToSmall(f, kE4M3Format, true)).
+// fp32 -> e4m3fn bits, saturating (FloatToSmall(f, kE4M3Format, true)). Without the hardware's
+// cast, FloatToSmall specialised: magnitudes from 464 (the tie between 448 and 480, which goes to
+// the even 448) up saturate to 448, normal results round the fp32 bits to 3 mantissa bits to
+// nearest even (a carry moves the exponent up) and rebias, subnormal ones (below 2^-6) round
+// |f| * 2^9 to the nearest even integer, exactly (a power-of-two scaling).
 FERRY_HD inline uint32_t FloatToE4m3(float f) {
+  const uint32_t bits = FloatBits(f), sign = (bits >> 31) << 7;
 #if defined(FERRY_HARDWARE_FP8)
-  if (f != f) return (FloatBits(f) >> 31) << 7 | 0x7fu;
+  if (f != f) return sign | 0x7fu;
   return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
 #else
-  return FloatToSmall(f, kE4M3Format, true);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7fu;     // NaN
+  if (abs >= 0x43e80000u) return sign | 0x7eu;    // >= 464, inf included: 448
+  if (abs >= 0x3c800000u) {                       // >= 2^-6: normal
+    const uint32_t rounded = abs + 0x7ffffu + ((abs >> 20) & 1u);
+    return sign | ((rounded >> 20) - (120u << 3));
+  }
+  // Subnormal (or zero): the multiple of 2^-9 nearest |f|, ties to even. |f| * 2^9 < 8 is exact;
+  // adding and subtracting 2^23 rounds it to an integer in the default rounding mode (nearest
+  // even), which is what the CPU reference's integer rounding gives.
+  const float scaled = BitsToFloat(abs) * 512.0f;
+  const float q = (scaled + 8388608.0f) - 8388608.0f;
+  return sign | static_cast<uint32_t>(q);
 #endif
 }
 
@@ -171,6 +188,7 @@ FERRY_HD inline uint32_t FloatToE5m2(float f) {
   return FloatToSmall(f, kE5M2Format, true);
 #endif
 }
+#undef FERRY_HARDWARE_FP8
 
 FERRY_HD inline float BF16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
@@ -220,6 +238,15 @@ FERRY_HD inline float LoadAsFloat(DType d, const unsigned char* p) {
   uint32_t bits = 0;
   for (int i = FloatBytes(d) - 1; i >= 0; --i) bits = bits << 8 | p[i];  // little-endian
   return BitsAsFloat(d, bits);
+}
+
+// LoadAsFloat for a dtype known at compile time, so that the byte loop and the dtype switch fold
+// into one load and its conversion.
+template <DType kD>
+FERRY_HD inline float LoadAsFloatOf(const unsigned char* p) {
+  uint32_t bits = 0;
+  for (int i = FloatBytes(kD) - 1; i >= 0; --i) bits = bits << 8 | p[i];  // little-endian
+  return BitsAsFloat(kD, bits);
 }
 
 // Stores `v` as one element of dtype `d` (IsConvertibleFloat) at `p` (any alignment).

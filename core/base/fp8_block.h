@@ -157,16 +157,12 @@ FERRY_HD inline void Fp8BlockWriteScaleRow(unsigned char* scales, Fp8ScaleFormat
                          k % block_cols, Fp8PackedScaleCode(scale));
 }
 
-// Quantizes blocks [first, end) of `matrices` dense row-major [rows, cols] matrices of `src_dtype`
-// (bf16, fp16 or fp32) at `src` into dense e4m3fn matrices at `dst` and their scale_inv, in
-// format `fmt`, at `scales`: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)], or for
-// kUe8m0Packed the packed codes (Fp8ScaleMatrixBytes(fmt, rows, cols) bytes a matrix). Blocks are
-// numbered in that order (matrix, block row, block column). Host only; blocks are independent,
-// so disjoint ranges may run on several threads at once.
-inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, int64_t rows,
-                                   int64_t cols, unsigned char* dst, void* scales,
-                                   Fp8ScaleFormat fmt, int64_t first, int64_t end) {
-  const int64_t elem = FloatBytes(src_dtype);
+// Fp8BlockQuantizeBlocks for a source dtype known at compile time.
+template <DType kSrc>
+inline void Fp8BlockQuantizeBlocksOf(const unsigned char* src, int64_t rows, int64_t cols,
+                                     unsigned char* dst, void* scales, Fp8ScaleFormat fmt,
+                                     int64_t first, int64_t end) {
+  constexpr int64_t elem = FloatBytes(kSrc);
   const int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
   const int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
   for (int64_t k = first; k < end; ++k) {
@@ -179,7 +175,7 @@ inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, in
     float amax = 0.0f;
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t c = c0; c < c1; ++c) {
-        amax = Fp8BlockAmaxStep(amax, LoadAsFloat(src_dtype, src + (base + r * cols + c) * elem));
+        amax = Fp8BlockAmaxStep(amax, LoadAsFloatOf<kSrc>(src + (base + r * cols + c) * elem));
       }
     }
     const Fp8BlockParams p = Fp8BlockParamsOf(amax, fmt);
@@ -189,9 +185,28 @@ inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, in
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i = base + r * cols + c;
-        dst[i] = Fp8BlockQuantizeElement(LoadAsFloat(src_dtype, src + i * elem), p);
+        dst[i] = Fp8BlockQuantizeElement(LoadAsFloatOf<kSrc>(src + i * elem), p);
       }
     }
+  }
+}
+
+// Quantizes blocks [first, end) of `matrices` dense row-major [rows, cols] matrices of `src_dtype`
+// (bf16, fp16 or fp32) at `src` into dense e4m3fn matrices at `dst` and their scale_inv, in
+// format `fmt`, at `scales`: dense fp32 [matrices, ceil(rows/128), ceil(cols/128)], or for
+// kUe8m0Packed the packed codes (Fp8ScaleMatrixBytes(fmt, rows, cols) bytes a matrix). Blocks are
+// numbered in that order (matrix, block row, block column). Host only; blocks are independent,
+// so disjoint ranges may run on several threads at once.
+inline void Fp8BlockQuantizeBlocks(DType src_dtype, const unsigned char* src, int64_t rows,
+                                   int64_t cols, unsigned char* dst, void* scales,
+                                   Fp8ScaleFormat fmt, int64_t first, int64_t end) {
+  switch (src_dtype) {
+    case DType::kBF16:
+      return Fp8BlockQuantizeBlocksOf<DType::kBF16>(src, rows, cols, dst, scales, fmt, first, end);
+    case DType::kFP16:
+      return Fp8BlockQuantizeBlocksOf<DType::kFP16>(src, rows, cols, dst, scales, fmt, first, end);
+    default:
+      return Fp8BlockQuantizeBlocksOf<DType::kFP32>(src, rows, cols, dst, scales, fmt, first, end);
   }
 }
 

@@ -1,7 +1,7 @@
 // float_convert: the CPU reference conversion checked against an independent oracle (every code of
 // the target format decoded with ldexp, the nearest one found by search, ties to the even code) on
 // random fp32 bit patterns and on hand-picked special values: subnormals, halfway cases, overflow,
-// ±inf and NaN.
+// ±inf and NaN; the specialised e4m3 cast against the generic one.
 #include "core/base/float_convert.h"
 
 #include <gtest/gtest.h>
@@ -104,6 +104,22 @@ TEST(FloatConvertTest, E4M3RoundsToNearestEvenAndSaturatesInfinityTo448) {
   EXPECT_EQ(FloatToSmall(-INFINITY, kE4M3Format, true), 0xfeu);
   EXPECT_EQ(FloatToSmall(std::ldexp(1.f, -9), kE4M3Format, true), 0x01u);  // smallest subnormal
   EXPECT_EQ(FloatToSmall(std::ldexp(1.f, -10), kE4M3Format, true), 0x00u);  // tie to even zero
+}
+
+// FloatToE4m3, FloatToSmall specialised for e4m3, gives its bits on every bf16 value (every fp32
+// exponent, sign and leading mantissa), on the oracle's test values and on every fp32 of the
+// exponents around e4m3's range (the subnormal, normal and saturation boundaries).
+TEST(FloatConvertTest, FloatToE4m3IsFloatToSmallForE4M3) {
+  auto check = [](float x) {
+    ASSERT_EQ(FloatToE4m3(x), FloatToSmall(x, kE4M3Format, true))
+        << "x = " << x << " (bits " << std::hex << FloatBits(x) << ")";
+  };
+  for (uint32_t b = 0; b < 0x10000u; ++b) check(BF16ToFloat(static_cast<uint16_t>(b)));
+  for (float x : TestValues()) check(x);
+  for (uint32_t bits = 0x3a000000u; bits < 0x44000000u; bits += 7) {  // 2^-11 .. 512
+    check(BitsToFloat(bits));
+    check(BitsToFloat(bits | 0x80000000u));
+  }
 }
 
 TEST(FloatConvertTest, E5M2KeepsInfinityAndSaturatesFiniteOverflow) {
