@@ -101,6 +101,21 @@ FERRY_HD inline float SmallToFloat(uint32_t bits, SmallFloat fmt) {
   return BitsToFloat(sign | (exponent - bias + 127) << 23 | mantissa << (23 - fmt.man_bits));
 }
 
+// SmallToFloat(bits, kE4M3Format); on the host through a table of the 256 codes built from it.
+FERRY_HD inline float E4m3ToFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return SmallToFloat(bits, kE4M3Format);
+#else
+  static const struct Table {
+    float value[256];
+    Table() {
+      for (uint32_t c = 0; c < 256; ++c) value[c] = SmallToFloat(c, kE4M3Format);
+    }
+  } table;
+  return table.value[bits & 0xffu];
+#endif
+}
+
 // fp32 -> a small float, rounded to nearest even. Finite overflow gives ±inf when `saturate` is
 // false, else the largest finite value; see the file comment for inf and NaN.
 FERRY_HD inline uint32_t FloatToSmall(float f, SmallFloat fmt, bool saturate) {

@@ -123,7 +123,7 @@ FERRY_HD inline Fp8BlockParams Fp8BlockParamsOf(float amax, Fp8ScaleFormat fmt) 
   p.multiplier = Fp8BlockMultiplier(p.scale_inv);
   if (!Fp8ScaleIsUe8m0(fmt)) return p;
   const uint8_t qmax = Fp8BlockQuantize(amax, p.multiplier);
-  const float amax_dequantized = Fp8BlockMul(SmallToFloat(qmax, kE4M3Format), p.scale_inv);
+  const float amax_dequantized = Fp8BlockMul(E4m3ToFloat(qmax), p.scale_inv);
   p.requantize = true;
   p.dequant = p.scale_inv;
   p.scale_inv = Fp8BlockCeilPow2(Fp8BlockScaleInv(amax_dequantized));
@@ -135,7 +135,7 @@ FERRY_HD inline Fp8BlockParams Fp8BlockParamsOf(float amax, Fp8ScaleFormat fmt) 
 FERRY_HD inline uint8_t Fp8BlockQuantizeElement(float x, const Fp8BlockParams& p) {
   const uint8_t q = Fp8BlockQuantize(x, p.multiplier);
   if (!p.requantize) return q;
-  return Fp8BlockQuantize(Fp8BlockMul(SmallToFloat(q, kE4M3Format), p.dequant), p.requant);
+  return Fp8BlockQuantize(Fp8BlockMul(E4m3ToFloat(q), p.dequant), p.requant);
 }
 
 // Row `i` (0..127) of block `k`'s share of writing the block's scale_inv `scale` into `scales`

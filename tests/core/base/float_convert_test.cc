@@ -122,6 +122,12 @@ TEST(FloatConvertTest, FloatToE4m3IsFloatToSmallForE4M3) {
   }
 }
 
+TEST(FloatConvertTest, E4m3ToFloatIsSmallToFloatForEveryCode) {
+  for (uint32_t c = 0; c < 256; ++c) {
+    ASSERT_EQ(FloatBits(E4m3ToFloat(c)), FloatBits(SmallToFloat(c, kE4M3Format))) << c;
+  }
+}
+
 TEST(FloatConvertTest, E5M2KeepsInfinityAndSaturatesFiniteOverflow) {
   CheckFormat(kE5M2Format, true, 0x7e, 0x7c, 0x7b);
   EXPECT_EQ(FloatToSmall(1e6f, kE5M2Format, true), 0x7bu);
