@@ -162,7 +162,7 @@ Status ApplyDestinationDType(const std::string& name, RefitInputs& in) {
   FERRY_ASSIGN_OR_RETURN(DestinationInDType converted, DestinationWithWeightsIn(in.destination, name));
   in.weights_converted = converted.weights_converted;
   in.destination = std::move(converted.layout);
-  in.description += " (weights as " + name + ")";
+  in.description += " (weights as " + std::string(DTypeName(converted.dtype)) + ")";
   return Status::Ok();
 }
 
@@ -176,6 +176,7 @@ Result<DestinationInDType> DestinationWithWeightsIn(const Layout& destination, c
                            "fp8_e4m3 or fp8_e5m2");
   }
   DestinationInDType out;
+  out.dtype = *dtype;
   FERRY_ASSIGN_OR_RETURN(out.layout, WithWeightsIn(destination, *dtype));
   for (size_t t = 0; t < out.layout.tensors.size(); ++t) {
     out.weights_converted |= out.layout.tensors[t].dtype != destination.tensors[t].dtype;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/base/dtype.h"
 #include "core/base/status.h"
 #include "core/layout/layout.h"
 #include "core/layout/topology.h"
@@ -41,6 +42,7 @@ struct RefitInputs {
 // A destination layout with its weights in another dtype (RefitSourceArgs::destination_dtype).
 struct DestinationInDType {
   Layout layout;
+  DType dtype = DType::kBF16;      // the weights' dtype, parsed from the name
   bool weights_converted = false;  // some tensor's dtype changed
 };
 

@@ -330,7 +330,7 @@ class Engine {
   }
   // Per send op of a direct read that converts on GPU clusters (empty when none does): the bytes
   // its copy reads from the sender and writes on the receiver, per byte of the message
-  // (ConvertingReadTraffic).
+  // (FindConvertingReads).
   struct ReadTraffic {
     float read = 0, written = 0;
   };
