@@ -491,8 +491,7 @@ void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
   auto bytes = [this](int op, bool from) {
     double total = 0;
     for (const CopyPair& c : plan_.Copies(plan_.ops[op])) {
-      const Region& r = from ? c.from : c.to;
-      total += static_cast<double>(r.NumElements()) * DTypeSize(r.dtype);
+      total += static_cast<double>(from ? c.from.NumBytes() : c.to.NumBytes());
     }
     return total;
   };
