@@ -147,14 +147,14 @@ __device__ void ConvertGroupBytes(const ConvertDescriptor& d, int64_t first, int
   OffsetsOf(d, first, src_off, dst_off);
   int64_t column = first % d.shape[inner];
   for (int64_t e = first; e < end; ++e) {
-    if (e > first && ++column == d.shape[inner]) {
-      OffsetsOf(d, e, src_off, dst_off);
-      column = 0;
-    } else if (e > first) {
+    TransformElement(d.fn, d.src_dtype, d.dst_dtype, d.src + src_off, d.dst + dst_off);
+    if (++column < d.shape[inner]) {
       src_off += d.src_strides[inner];
       dst_off += d.dst_strides[inner];
+    } else if (e + 1 < end) {
+      OffsetsOf(d, e + 1, src_off, dst_off);
+      column = 0;
     }
-    TransformElement(d.fn, d.src_dtype, d.dst_dtype, d.src + src_off, d.dst + dst_off);
   }
 }
 
