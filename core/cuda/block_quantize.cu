@@ -1,8 +1,9 @@
-// The block-quantize kernel of core/cuda/block_quantize.h: a grid over (job, 128x128 block), the
-// block of a CUDA block found by binary search over the jobs' prefix sums of blocks; 256 threads a
-// block. Two ways to walk a block, chosen per job on the host:
-//  * vector (source 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as a
-//    weight's staging twin and its fp8 tensor are): thread t loads 8 consecutive elements of
+// The block-quantize kernel of core/cuda/block_quantize.h: a grid over (band, 128x128 block), the
+// band of a CUDA block found by binary search over the bands' prefix sums of blocks; 256 threads a
+// block. A job (a whole stack) is one band per matrix. Two ways to walk a block, chosen per band
+// on the host:
+//  * vector (source rows 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as
+//    a weight's staging twin, most peers' tensors and the fp8 tensor are): thread t loads 8 consecutive elements of
 //    column group t % 16 in every 16th row with 16-byte loads, keeps the block's 64 elements it
 //    owns in registers, reduces |x| by warp shuffles and shared memory, then casts them and stores
 //    8 fp8 bytes at once. The source is read once.
@@ -32,14 +33,19 @@
 namespace ferry::cuda {
 namespace {
 
+// One band (BlockQuantizeBand) as the kernel reads it.
 struct QuantizeDescriptor {
-  const unsigned char* src;
-  unsigned char* dst;
+  const unsigned char* src;  // the band's first row
+  int64_t src_pitch;
+  unsigned char* dst;        // the stack's e4m3 values
   unsigned char* scales;
   DType src_dtype;
   Fp8ScaleFormat scale_fmt;
-  int64_t rows, cols, block_rows, block_cols;
-  int64_t first_block;  // prefix sum of 128x128 blocks over the launch's jobs
+  int64_t rows, cols, block_cols;
+  int64_t row0;         // the band's first matrix row
+  int64_t first_k;      // the band's first block as the stack's scales number blocks
+  int64_t dst_base;     // the band's matrix's first element in `dst`
+  int64_t first_block;  // prefix sum of 128x128 blocks over the launch's bands
 };
 
 constexpr int kThreads = 256;
@@ -50,17 +56,20 @@ constexpr int kRowStep = kThreads / kGroups;        // rows the threads cover pe
 constexpr int kSteps = kBlock / kRowStep;           // steps over a block's rows
 constexpr int kWarps = kThreads / 32;
 
-// Where a CUDA block's 128x128 block lies: its descriptor, its index k within the job (as the
-// scales number blocks), the element offset of its matrix and its first row and column.
+// Where a CUDA block's 128x128 block lies: its index k within the stack (as the scales number
+// blocks), the element offset of its matrix and its first row and column in the matrix.
 struct BlockPlace {
   int64_t k, base, r0, c0;
 };
 
 __device__ BlockPlace PlaceOf(const QuantizeDescriptor& d, int64_t block) {
-  const int64_t k = block - d.first_block;
-  const int64_t per_matrix = d.block_rows * d.block_cols;
-  const int64_t m = k / per_matrix, br = k % per_matrix / d.block_cols, bc = k % d.block_cols;
-  return {k, m * d.rows * d.cols, br * kBlock, bc * kBlock};
+  const int64_t i = block - d.first_block;
+  return {d.first_k + i, d.dst_base, d.row0 + i / d.block_cols * kBlock, i % d.block_cols * kBlock};
+}
+
+// The source of element (r, c) of the block's matrix, `elem` bytes an element.
+__device__ const unsigned char* SourceOf(const QuantizeDescriptor& d, int64_t r, int64_t c, int elem) {
+  return d.src + (r - d.row0) * d.src_pitch + c * elem;
 }
 
 // The block's parameters from each thread's |x| maximum `amax`, every thread of the block calling
@@ -104,7 +113,7 @@ __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlac
   for (int s = 0; s < kSteps; ++s) {
     const int64_t r = r_first + s * kRowStep;
     if (!column_in || r >= d.rows) continue;
-    const uint4* p = reinterpret_cast<const uint4*>(d.src + (at.base + r * d.cols + c) * elem);
+    const uint4* p = reinterpret_cast<const uint4*>(SourceOf(d, r, c, elem));
 #pragma unroll
     for (int q = 0; q < kWords / 4; ++q) {
       const uint4 v = p[q];
@@ -138,7 +147,7 @@ __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace
   float amax = 0.0f;
   if (c < d.cols) {
     for (int64_t r = at.r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
-      amax = Fp8BlockAmaxStep(amax, LoadAsFloat(d.src_dtype, d.src + (at.base + r * d.cols + c) * elem));
+      amax = Fp8BlockAmaxStep(amax, LoadAsFloat(d.src_dtype, SourceOf(d, r, c, elem)));
     }
   }
   const Fp8BlockParams params = ReduceParams(amax, d.scale_fmt);
@@ -147,8 +156,7 @@ __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace
   }
   if (c >= d.cols) return;
   for (int64_t r = at.r0 + threadIdx.x / kBlock; r < r1; r += kThreads / kBlock) {
-    const int64_t i = at.base + r * d.cols + c;
-    d.dst[i] = Fp8BlockQuantizeElement(LoadAsFloat(d.src_dtype, d.src + i * elem), params);
+    d.dst[at.base + r * d.cols + c] = Fp8BlockQuantizeElement(LoadAsFloat(d.src_dtype, SourceOf(d, r, c, elem)), params);
   }
 }
 
@@ -180,53 +188,68 @@ __global__ void __launch_bounds__(kThreads, MinBlocksOf(kWalk))
   if constexpr (kWalk == Walk::kVectorFP32) QuantizeBlockVector<DType::kFP32>(d, at);
 }
 
-// The walk of job `j`: the vector walk of its dtype when 16-byte loads of 8 source elements and
-// 8-byte stores stay aligned in every row of every matrix and a group of 8 never crosses a row's
-// end, else the byte walk.
-Walk WalkOf(const BlockQuantizeJob& j) {
-  const bool aligned = j.cols % kVector == 0 && reinterpret_cast<uintptr_t>(j.src) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(j.dst) % 8 == 0;
+// The walk of band `b`: the vector walk of its dtype when 16-byte loads of 8 source elements and
+// 8-byte stores stay aligned in every row and a group of 8 never crosses a row's end, else the
+// byte walk.
+Walk WalkOf(const BlockQuantizeBand& b) {
+  const bool aligned = b.cols % kVector == 0 && reinterpret_cast<uintptr_t>(b.src) % 16 == 0 &&
+                       b.src_pitch % 16 == 0 && reinterpret_cast<uintptr_t>(b.dst) % 8 == 0;
   if (!aligned) return Walk::kBytes;
-  if (j.src_dtype == DType::kBF16) return Walk::kVectorBF16;
-  return j.src_dtype == DType::kFP16 ? Walk::kVectorFP16 : Walk::kVectorFP32;
+  if (b.src_dtype == DType::kBF16) return Walk::kVectorBF16;
+  return b.src_dtype == DType::kFP16 ? Walk::kVectorFP16 : Walk::kVectorFP32;
 }
 
-Status CheckJob(const BlockQuantizeJob& j, size_t i) {
-  const std::string name = "block quantize job " + std::to_string(i);
-  if (j.src_dtype != DType::kBF16 && j.src_dtype != DType::kFP16 && j.src_dtype != DType::kFP32) {
-    return InvalidArgument(name + ": no block quantization from " +
-                           std::string(DTypeName(j.src_dtype)));
+Status CheckFormat(const std::string& name, DType dtype, Fp8ScaleFormat fmt, const void* scales) {
+  if (dtype != DType::kBF16 && dtype != DType::kFP16 && dtype != DType::kFP32) {
+    return InvalidArgument(name + ": no block quantization from " + std::string(DTypeName(dtype)));
   }
-  if (j.matrices < 0 || j.rows < 0 || j.cols < 0) {
-    return InvalidArgument(name + ": negative size");
-  }
-  if (j.scale_fmt != Fp8ScaleFormat::kFloat32 && j.scale_fmt != Fp8ScaleFormat::kUe8m0 &&
-      j.scale_fmt != Fp8ScaleFormat::kUe8m0Packed) {
+  if (fmt != Fp8ScaleFormat::kFloat32 && fmt != Fp8ScaleFormat::kUe8m0 &&
+      fmt != Fp8ScaleFormat::kUe8m0Packed) {
     return InvalidArgument(name + ": unknown scale format");
   }
-  if (reinterpret_cast<uintptr_t>(j.scales) % 4 != 0) {
+  if (reinterpret_cast<uintptr_t>(scales) % 4 != 0) {
     return InvalidArgument(name + ": scales not 4-byte aligned");
   }
   return Status::Ok();
 }
 
-// The jobs of one walk as descriptors with their blocks' prefix sums.
+Status CheckBand(const BlockQuantizeBand& b, size_t i) {
+  const std::string name = "block quantize band " + std::to_string(i);
+  FERRY_RETURN_IF_ERROR(CheckFormat(name, b.src_dtype, b.scale_fmt, b.scales));
+  const int64_t block_rows = (b.rows + kBlock - 1) / kBlock;
+  if (b.rows < 0 || b.cols < 0 || b.matrix < 0 || b.block_row < 0 || b.block_rows < 0 ||
+      b.block_row + b.block_rows > block_rows) {
+    return InvalidArgument(name + ": block rows [" + std::to_string(b.block_row) + ", " +
+                           std::to_string(b.block_row + b.block_rows) + ") outside a matrix of " +
+                           std::to_string(block_rows));
+  }
+  if (b.block_rows > 0 && b.src_pitch < b.cols * DTypeSize(b.src_dtype)) {
+    return InvalidArgument(name + ": source pitch " + std::to_string(b.src_pitch) +
+                           " bytes is shorter than a row");
+  }
+  return Status::Ok();
+}
+
+// The bands of one walk as descriptors with their blocks' prefix sums.
 struct Launch {
   std::vector<QuantizeDescriptor> descriptors;
   int64_t blocks = 0;
 
-  void Add(const BlockQuantizeJob& j) {
+  void Add(const BlockQuantizeBand& b) {
     QuantizeDescriptor d{};
-    d.src = static_cast<const unsigned char*>(j.src);
-    d.dst = static_cast<unsigned char*>(j.dst);
-    d.scales = static_cast<unsigned char*>(j.scales);
-    d.src_dtype = j.src_dtype;
-    d.scale_fmt = j.scale_fmt;
-    d.rows = j.rows;
-    d.cols = j.cols;
-    d.block_rows = (j.rows + kBlock - 1) / kBlock;
-    d.block_cols = (j.cols + kBlock - 1) / kBlock;
-    const int64_t count = j.matrices * d.block_rows * d.block_cols;
+    d.src = static_cast<const unsigned char*>(b.src);
+    d.src_pitch = b.src_pitch;
+    d.dst = static_cast<unsigned char*>(b.dst);
+    d.scales = static_cast<unsigned char*>(b.scales);
+    d.src_dtype = b.src_dtype;
+    d.scale_fmt = b.scale_fmt;
+    d.rows = b.rows;
+    d.cols = b.cols;
+    d.block_cols = (b.cols + kBlock - 1) / kBlock;
+    d.row0 = b.block_row * kBlock;
+    d.first_k = (b.matrix * ((b.rows + kBlock - 1) / kBlock) + b.block_row) * d.block_cols;
+    d.dst_base = b.matrix * b.rows * b.cols;
+    const int64_t count = b.block_rows * d.block_cols;
     if (count == 0) return;
     d.first_block = blocks;
     blocks += count;
@@ -245,12 +268,12 @@ Status LaunchWalk(const Launch& launch, const QuantizeDescriptor* table, cudaStr
 
 }  // namespace
 
-Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream_ptr) {
+Status LaunchBlockQuantizeBands(const std::vector<BlockQuantizeBand>& bands, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   std::array<Launch, kWalks> walks;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(CheckJob(jobs[i], i));
-    walks[static_cast<size_t>(WalkOf(jobs[i]))].Add(jobs[i]);
+  for (size_t i = 0; i < bands.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(CheckBand(bands[i], i));
+    walks[static_cast<size_t>(WalkOf(bands[i]))].Add(bands[i]);
   }
   size_t count = 0;
   for (const Launch& w : walks) {
@@ -275,6 +298,24 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
   }
   const Status freed = CudaStatus(cudaFreeAsync(table, stream), "cudaFreeAsync(quantize descriptors)");
   return launched.ok() ? freed : launched;
+}
+
+// A job is one band of every block row per matrix, each matrix's rows dense after the previous's.
+Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream) {
+  std::vector<BlockQuantizeBand> bands;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const BlockQuantizeJob& j = jobs[i];
+    const std::string name = "block quantize job " + std::to_string(i);
+    FERRY_RETURN_IF_ERROR(CheckFormat(name, j.src_dtype, j.scale_fmt, j.scales));
+    if (j.matrices < 0 || j.rows < 0 || j.cols < 0) return InvalidArgument(name + ": negative size");
+    const int64_t row_bytes = j.cols * DTypeSize(j.src_dtype);
+    for (int64_t m = 0; m < j.matrices; ++m) {
+      bands.push_back({static_cast<const char*>(j.src) + m * j.rows * row_bytes, row_bytes, j.dst,
+                       j.scales, j.src_dtype, j.scale_fmt, j.rows, j.cols, m, 0,
+                       (j.rows + kBlock - 1) / kBlock});
+    }
+  }
+  return LaunchBlockQuantizeBands(bands, stream);
 }
 
 }  // namespace ferry::cuda

@@ -78,6 +78,12 @@ Result<int64_t> CopyStream::Quantize(const std::vector<BlockQuantizeJob>& quanti
   return RecordTicket();
 }
 
+Result<int64_t> CopyStream::QuantizeBands(const std::vector<BlockQuantizeBand>& bands) {
+  FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  FERRY_RETURN_IF_ERROR(LaunchBlockQuantizeBands(bands, stream_));
+  return RecordTicket();
+}
+
 // An event after everything enqueued so far, as the next ticket.
 Result<int64_t> CopyStream::RecordTicket() {
   FERRY_ASSIGN_OR_RETURN(void* event, TakeEvent());

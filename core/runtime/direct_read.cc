@@ -87,6 +87,20 @@ bool WritableByRead(const TransferPlan& plan, const Region& to, const Op& recv) 
   return to.space == Space::kStaging && to.buffer != recv.data.buffer && IsSlotOf(plan, to.buffer, recv.rank);
 }
 
+// The quantizing split of a direct read's copies (quantizing_read.h), their geometries made for
+// it; none when one of them has no geometry (the staged path reports the bad copy).
+QuantizingSplit SplitOf(const TransferPlan& plan, const std::vector<CopyPair>& copies,
+                        const std::vector<int>& quantize_of_slot) {
+  std::vector<CopyGeometry> geometries;
+  geometries.reserve(copies.size());
+  for (const CopyPair& c : copies) {
+    Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
+    if (!g.ok()) return {};
+    geometries.push_back(*g);
+  }
+  return SplitQuantizingRead(plan, copies, geometries, quantize_of_slot);
+}
+
 // Whether `recv` lands in part of a staging slot of its rank that `next`, a Quantize op, reads:
 // the bf16 twin of a block-scaled matrix, which a direct read fills as the Recv would have.
 bool QuantizesItsSlot(const TransferPlan& plan, const Op& recv, const Op& next) {
@@ -118,6 +132,7 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     }
   }
   std::vector<DirectRead> found;
+  std::vector<int> quantize_of_slot;  // the receiver's, made at its first read into a slot
   for (const Op& send : plan.ops) {
     if (send.kind != OpKind::kSend || send.link != LinkClass::kSameNode || send.message < 0) continue;
     const int recv_id = recv_of_message[send.message];
@@ -216,8 +231,16 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
                            to_slot ? -1 : c.to.buffer, to_slot ? IndexIn(d.to_slots, c.to.buffer) : -1});
       }
       if (d.geometries.size() != d.copies.size()) continue;
-    } else if (rank != kEveryReceiver) {
-      d.copies.clear();
+      if (!d.to_slots.empty()) {
+        if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
+        d.quantizing = SplitQuantizingRead(plan, d.copies, d.geometries, quantize_of_slot);
+      }
+    } else {
+      if (rank < 0 && !d.to_slots.empty()) {  // every rank's: the split, for a model of its cost
+        if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
+        d.quantizing = SplitOf(plan, d.copies, quantize_of_slot);
+      }
+      if (rank != kEveryReceiver) d.copies.clear();
     }
     found.push_back(std::move(d));
   }

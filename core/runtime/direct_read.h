@@ -29,6 +29,7 @@
 #include "core/base/status.h"
 #include "core/plan/plan.h"
 #include "core/runtime/peer_memory.h"
+#include "core/runtime/quantizing_read.h"
 #include "core/runtime/strided_copy.h"
 
 namespace ferry {
@@ -63,6 +64,9 @@ struct DirectRead {
   std::vector<CopyPair> copies;
   std::vector<CopyGeometry> geometries;
   std::vector<Read> reads;
+  // On the receiver, where the read lands in twins of block-scaled matrices: the copies split into
+  // pieces and bands it may quantize straight from the sender's memory (quantizing_read.h).
+  QuantizingSplit quantizing;
 };
 
 // The messages `rank` sends or receives that may go direct: a Send (not a Forward) over a
@@ -73,7 +77,8 @@ struct DirectRead {
 // Ordered by message. Deterministic; O(ops) plus the copies of the messages found. With
 // kAnyRank, every rank's, without copies or reads (which ops go direct, for a model of the plan's
 // cost); with kEveryReceiver, every rank's with their copies but no geometries or reads (what
-// each receiver copies, for a model of the copies' cost).
+// each receiver copies, for a model of the copies' cost). Either way with the quantizing split
+// of every read into twins.
 inline constexpr int kAnyRank = -1;
 inline constexpr int kEveryReceiver = -2;
 std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);

@@ -81,6 +81,7 @@ struct ExecutorStats {
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;        // by Copy/Pack/Unpack/Convert and direct reads
   int64_t bytes_read_direct = 0;   // received by direct reads from same-node peers (one copy)
+  int64_t bytes_quantized_direct = 0;  // of those, quantized into fp8 as read (quantizing_read.h)
   int64_t offer_bytes_sent = 0;    // direct-read offers sent, full or abbreviated (offer_history.h)
   int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
   int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)

@@ -456,16 +456,15 @@ Status RankRun::StartCopy(int i) {
   return Status::Ok();
 }
 
-// A Quantize: the block-scaled fp8 of its one matrix stack (core/base/fp8_block.h), on host
-// memory as ranges of blocks on the copy pool (CopyPool::StartQuantize; one block inline), as one
-// kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory.
-Status RankRun::StartQuantize(int i) {
-  const Op& op = OpAt(i);
+// What Quantize op `id` reads and writes, checked as StartQuantize needs it.
+Result<RankRun::QuantizeTargets> RankRun::QuantizeTargetsOf(int id) const {
+  const Op& op = plan_.ops[id];
   if (op.NumCopies() != 1) return InvalidArgument("a quantize op has one copy pair");
   const CopyPair pair = plan_.Copy(op.copies_begin);
-  const QuantizeShape q = QuantizeShapeOf(pair.from);
+  QuantizeTargets t;
+  t.shape = QuantizeShapeOf(pair.from);
   const ByteRange scales = QuantizeScales(op, pair.from);
-  if (q.matrices < 1 || !pair.from.IsContiguous() || !pair.to.IsContiguous() ||
+  if (t.shape.matrices < 1 || !pair.from.IsContiguous() || !pair.to.IsContiguous() ||
       pair.to.dtype != DType::kFP8E4M3 || pair.to.NumElements() != pair.from.NumElements()) {
     return InvalidArgument("a quantize op reads and writes dense matrices of one shape, into fp8_e4m3");
   }
@@ -475,27 +474,75 @@ Status RankRun::StartQuantize(int i) {
   if (reinterpret_cast<uintptr_t>(scale_base) % 4 != 0) {  // fp32 scales or packed int32 words
     return InvalidArgument("quantize scales not 4-byte aligned");
   }
+  t.from = from;
+  t.band = {from, t.shape.cols * DTypeSize(pair.from.dtype), to, scale_base, pair.from.dtype,
+            op.scale_fmt, t.shape.rows, t.shape.cols, 0, 0,
+            (t.shape.rows + kFp8BlockSize - 1) / kFp8BlockSize};
+  t.values_on_gpu = OnGpu(pair.to);
+  t.scales_on_gpu = OnGpu(scales);
+  return t;
+}
+
+// A Quantize: the block-scaled fp8 of its one matrix stack (core/base/fp8_block.h), on host
+// memory as ranges of blocks on the copy pool (CopyPool::StartQuantize; one block inline), as one
+// kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory; only the block rows no
+// quantizing read did (StartQuantizeRest).
+Status RankRun::StartQuantize(int i) {
+  const Op& op = OpAt(i);
+  FERRY_ASSIGN_OR_RETURN(const QuantizeTargets t, QuantizeTargetsOf(op.id));
+  const CopyPair pair = plan_.Copy(op.copies_begin);
+  if (auto quantized = quantized_rows_.find(op.id); quantized != quantized_rows_.end()) {
+    std::vector<BlockRows> rows = std::move(quantized->second);
+    quantized_rows_.erase(quantized);
+    return StartQuantizeRest(i, t, std::move(rows));
+  }
   stats_.bytes_copied += pair.from.NumBytes();
   const bool staging_on_gpu = device_staging_ && pair.from.space == Space::kStaging;
-  if (OnGpu(pair.to) || OnGpu(scales) || OnGpu(pair.from) || staging_on_gpu) {
-    if (!OnGpu(pair.to) || !OnGpu(scales)) {
+  if (t.values_on_gpu || t.scales_on_gpu || OnGpu(pair.from) || staging_on_gpu) {
+    if (!t.values_on_gpu || !t.scales_on_gpu) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
-    return LaunchQuantize(
-        i, {from, to, scale_base, pair.from.dtype, q.matrices, q.rows, q.cols, op.scale_fmt});
+    return LaunchQuantize(i, {t.from, t.band.dst, t.band.scales, t.band.src_dtype, t.shape.matrices,
+                              t.shape.rows, t.shape.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
       pair.from.dtype != DType::kFP32) {
     return InvalidArgument("no block quantization from " + std::string(DTypeName(pair.from.dtype)));
   }
   QuantizeWork& work = quantize_work_[i];
-  work = {pair.from.dtype, reinterpret_cast<const unsigned char*>(from), q.matrices, q.rows, q.cols,
-          reinterpret_cast<unsigned char*>(to), reinterpret_cast<unsigned char*>(scale_base), op.scale_fmt};
+  work = {pair.from.dtype, reinterpret_cast<const unsigned char*>(t.from), t.shape.matrices,
+          t.shape.rows, t.shape.cols, static_cast<unsigned char*>(t.band.dst),
+          static_cast<unsigned char*>(t.band.scales), op.scale_fmt};
   if (res_.pool.StartQuantize(i, work, items_[i])) {
     Complete(i);
   } else {
     ++copies_running_;
   }
+  return Status::Ok();
+}
+
+// A Quantize some of whose block rows direct reads already quantized (`quantized`): one kernel for
+// the rest, read from its twin, or nothing when none is left.
+Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, std::vector<BlockRows> quantized) {
+  std::vector<cuda::BlockQuantizeBand> bands;
+  const int64_t matrix_bytes = t.shape.rows * t.band.src_pitch;
+  for (const BlockRows& rows : UnquantizedBlockRows(t.shape, std::move(quantized))) {
+    cuda::BlockQuantizeBand b = t.band;
+    b.src = t.from + rows.matrix * matrix_bytes + rows.block_row * kFp8BlockSize * b.src_pitch;
+    b.matrix = rows.matrix;
+    b.block_row = rows.block_row;
+    b.block_rows = rows.block_rows;
+    stats_.bytes_copied += std::min(rows.block_rows * kFp8BlockSize,
+                                    t.shape.rows - rows.block_row * kFp8BlockSize) * b.src_pitch;
+    bands.push_back(b);
+  }
+  if (bands.empty()) {
+    Complete(i);
+    return Status::Ok();
+  }
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->QuantizeBands(bands));
+  TrackGpu(ticket, {i});
+  gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
 
@@ -639,6 +686,10 @@ Status RankRun::CopyRead(int i) {
   path.bytes_received += bytes;
   ++path.messages_received;
   if (taken->on_gpu) {
+    if (d.quantizing.quantizes() && res_.options.quantizing_reads) {
+      FERRY_ASSIGN_OR_RETURN(bool queued, QueueQuantizingRead(i, d, taken->ends));
+      if (queued) return Status::Ok();
+    }
     stats_.bytes_copied += bytes;
     return QueueGpuRead(i, d.geometries, taken->ends);
   }

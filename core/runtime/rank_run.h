@@ -28,6 +28,9 @@
 //               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
 //               in one progress sweep in one kernel (QueueGpuRead, FlushGpuReads): processes
 //               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
+//               A read into the twin of a block-scaled matrix quantizes its whole-band rows
+//               straight from the peer (QueueQuantizingRead, quantizing_read.h), and the
+//               matrix's Quantize op only the rest (StartQuantizeRest).
 //
 // Internal to core/runtime (a private header of the executor library). Not thread-safe: a
 // RankRun lives on the thread that called Executor::Run and is used once (Execute).
@@ -60,6 +63,7 @@
 #include "core/runtime/op_copies.h"
 #include "core/runtime/peer_cuda_memory.h"
 #include "core/runtime/peer_memory.h"
+#include "core/runtime/quantizing_read.h"
 #include "core/runtime/registration_cache.h"
 #include "core/runtime/run_trace.h"
 #include "core/runtime/staging_arena.h"
@@ -144,6 +148,16 @@ class RankRun {
   bool FirstUnstarted(int i);
   Status StartCopy(int i);
   Status StartQuantize(int i);
+  // What Quantize op `id` (a plan op id) reads and writes, checked: its twin, its fp8 values and
+  // scales (addresses in `band`, all rows), and its stack's shape.
+  struct QuantizeTargets {
+    const char* from = nullptr;
+    QuantizeShape shape;
+    cuda::BlockQuantizeBand band;
+    bool values_on_gpu = false, scales_on_gpu = false;  // in CUDA memory
+  };
+  Result<QuantizeTargets> QuantizeTargetsOf(int id) const;
+  Status StartQuantizeRest(int i, const QuantizeTargets& t, std::vector<BlockRows> quantized);
   Result<bool> DispatchCopies(int i, std::span<const CopyGeometry> geometries,
                               std::span<const CopyEnds> ends, int64_t bytes);
   Status StartNetwork(int i);
@@ -187,6 +201,7 @@ class RankRun {
   Status LaunchQuantize(int i, const cuda::BlockQuantizeJob& job);
   Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                       std::span<const CopyEnds> ends);
+  Result<bool> QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends);
   Status FlushGpuReads();
   Status StartBounced(int i);
   Status BounceIn(int i);
@@ -272,6 +287,9 @@ class RankRun {
   std::vector<int64_t> op_began_;                // by op: when it started (traced runs)
   std::vector<int> reads_queued_;                     // direct reads waiting for FlushGpuReads
   std::vector<const cuda::WorkTables*> read_tables_;  // their device work, in order
+  std::vector<cuda::BlockQuantizeBand> bands_queued_;  // and the bands they quantize, after it
+  // By Quantize op (plan id): the block rows direct reads quantized this run, which it skips.
+  std::unordered_map<int, std::vector<BlockRows>> quantized_rows_;
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

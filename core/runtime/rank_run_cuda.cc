@@ -168,14 +168,59 @@ Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
   return Status::Ok();
 }
 
-// Launches every queued direct read's work under one event; each sends its "done" when it
-// finished.
+// A direct read into twins of block-scaled matrices whose values and scales lie in CUDA memory,
+// as its split (quantizing_read.h): the pieces queued as QueueGpuRead's work, the bands for
+// FlushGpuReads to quantize after it, and the block rows they cover noted for each Quantize op.
+// False, with nothing queued, when a Quantize op's values or scales are not on the GPU.
+Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends) {
+  const QuantizingSplit& split = d.quantizing;
+  std::vector<cuda::BlockQuantizeBand> bands;
+  bands.reserve(split.bands.size());
+  for (const QuantizingSplit::Band& band : split.bands) {
+    FERRY_ASSIGN_OR_RETURN(const QuantizeTargets t, QuantizeTargetsOf(band.quantize));
+    if (!t.values_on_gpu || !t.scales_on_gpu) return false;
+    cuda::BlockQuantizeBand b = t.band;
+    b.src = ends[static_cast<size_t>(band.copy)].from + band.from_delta;
+    b.src_pitch = band.pitch;
+    b.matrix = band.rows.matrix;
+    b.block_row = band.rows.block_row;
+    b.block_rows = band.rows.block_rows;
+    bands.push_back(b);
+  }
+  if (!split.pieces.empty()) {
+    std::vector<CopyEnds> piece_ends;
+    piece_ends.reserve(split.pieces.size());
+    for (const QuantizingSplit::Piece& p : split.pieces) {
+      const CopyEnds& e = ends[static_cast<size_t>(p.copy)];
+      piece_ends.push_back({e.from + p.from_delta, e.to + p.to_delta, e.pid});
+    }
+    FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
+                           FindGpuWork(res_.gpu_tables, roles_.direct_of[i], split.geometries, piece_ends));
+    read_tables_.push_back(tables);
+  }
+  for (const QuantizingSplit::Band& band : split.bands) quantized_rows_[band.quantize].push_back(band.rows);
+  bands_queued_.insert(bands_queued_.end(), bands.begin(), bands.end());
+  reads_queued_.push_back(i);
+  gpu_next_[i] = GpuNext::kFinishRead;
+  stats_.bytes_quantized_direct += split.band_bytes;
+  stats_.bytes_copied += (*directs_)[roles_.direct_of[i]].bytes;
+  return true;
+}
+
+// Launches every queued direct read's work, then the bands they quantize, under one event; each
+// read sends its "done" when both finished.
 Status RankRun::FlushGpuReads() {
   if (reads_queued_.empty()) return Status::Ok();
-  Result<int64_t> ticket = res_.gpu->Launch(read_tables_, {}, {});
-  read_tables_.clear();
   std::vector<int> ops;
   ops.swap(reads_queued_);
+  std::vector<cuda::BlockQuantizeBand> bands;
+  bands.swap(bands_queued_);
+  Result<int64_t> ticket = res_.gpu->Launch(read_tables_, {}, {});
+  read_tables_.clear();
+  if (ticket.ok() && !bands.empty()) {
+    TrackGpu(*ticket, {});
+    ticket = res_.gpu->QuantizeBands(bands);
+  }
   if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
   TrackGpu(*ticket, std::move(ops));
   return Status::Ok();
@@ -270,6 +315,7 @@ void RankRun::DrainGpu() {
   gpu_ops_.clear();
   reads_queued_.clear();
   read_tables_.clear();
+  bands_queued_.clear();
 }
 
 }  // namespace ferry

@@ -173,6 +173,7 @@ py::dict StatsDict(const RefitStats& s) {
   d["bytes_received"] = s.executor.bytes_received;
   d["bytes_copied"] = s.executor.bytes_copied;
   d["bytes_read_direct"] = s.executor.bytes_read_direct;
+  d["bytes_quantized_direct"] = s.executor.bytes_quantized_direct;
   d["peak_staging_bytes"] = s.executor.peak_staging_bytes;
   d["peer_cuda_mappings"] = s.executor.peer_cuda_mappings;
   py::dict by_transport;  // plan bytes each transport (and "direct_read") delivered to this rank

@@ -24,6 +24,7 @@ struct RankSample {
   int64_t instant_ns = 0, known_ns = 0;
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
   int64_t bytes_delivered = 0;  // RefitStats::bytes_delivered
+  int64_t bytes_quantized_direct = 0;  // ExecutorStats::bytes_quantized_direct
   double executor_seconds = 0;
   std::map<std::string, TransportTraffic> by_transport;  // ExecutorStats::by_transport
 
@@ -39,6 +40,7 @@ struct RefitSample {
   double seconds = 0;
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
   int64_t bytes_read_direct = 0;
+  int64_t bytes_quantized_direct = 0;  // of bytes_read_direct, quantized into fp8 as read
   // Destination bytes the refit wrote, summed over the ranks: the whole layout's, or for a refit
   // resumed after a recovery (`resumed`) only what the failed attempt had left.
   int64_t bytes_delivered = 0;

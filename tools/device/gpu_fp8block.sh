@@ -6,7 +6,9 @@
 # and scales copied down and checked against the CPU reference), and the same refit in host
 # memory (Quantize ops on the CPU's copy pool) for comparison; each with float32 scales, UE8M0
 # scales (scale_fmt=ue8m0) and UE8M0 scales packed as DeepGEMM keeps them on SM100
-# (scale_fmt=ue8m0_packed).
+# (scale_fmt=ue8m0_packed). On CUDA memory the direct reads quantize whole 128-row bands as they
+# read (core/runtime/quantizing_read.h): the script fails unless they did, and runs each CUDA
+# refit a second time with executor.quantizing_reads=false (every band through the twin) beside.
 #
 # Usage: tools/device/gpu_fp8block.sh BIN_DIR [LIB_DIR]
 #   BIN_DIR holds ferry, block_quantize_test, fp8_block_test and fp8_packed_scales_test (bazel build
@@ -26,12 +28,22 @@ for t in block_quantize_test fp8_block_test fp8_packed_scales_test; do
 done
 for dst in vllm:tp=2,quant=fp8_block vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0 \
     vllm:tp=2,quant=fp8_block,scale_fmt=ue8m0_packed; do
-  for memory in cuda host; do
-    echo "== refit --memory $memory, $dst =="
+  for variant in cuda cuda-staged host; do
+    memory=${variant%-staged}
+    reads=true
+    [ "$variant" = cuda-staged ] && reads=false
+    echo "== refit --memory $memory, $dst, executor.quantizing_reads=$reads =="
     timeout 280 "$BIN/ferry" run --model llama-3.1-8b --scale 1/4 --src megatron:tp=2 \
       --dst "$dst" --strategy reshard --memory $memory --verify --warmup 1 \
-      --iterations 3 --timeout 260 --results "$LOG/refit.csv" 2>&1 | grep -v '\.\.\. ' | tee -a "$LOG/refit.log"
+      --iterations 3 --timeout 260 --results "$LOG/refit.csv" \
+      --set executor.quantizing_reads=$reads 2>&1 | grep -v '\.\.\. ' > "$LOG/one.log"
     [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
+    cat "$LOG/one.log" | tee -a "$LOG/refit.log"
+    quantized=$(grep 'of which quantized as read' "$LOG/one.log")
+    if [ "$variant" = cuda ] && ! echo "$quantized" | grep -qv ' 0 B *$'; then
+      echo "FAILED: no direct read quantized as it read ($quantized)"
+      FAILED=1
+    fi
   done
 done
 cat "$LOG/refit.csv"
