@@ -61,6 +61,7 @@ struct SimulateArgs {
   // Resolved from the config's executor.direct_intra_node: ferry's plan carries same-node
   // messages as direct reads, as `ferry run` would.
   bool direct_reads = false;
+  bool quantizing_reads = true;  // executor.quantizing_reads
   // Seconds between progress lines on stderr while a stage (planning, simulating) runs; a stage
   // shorter than that prints none. 0: no progress lines.
   double progress_seconds = 5;
@@ -131,6 +132,7 @@ sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
   options.max_in_flight = args.max_in_flight;
   options.staging_budget = args.staging_budget;
   options.direct_reads = args.direct_reads;
+  options.quantizing_reads = args.quantizing_reads;
   return options;
 }
 
@@ -265,6 +267,7 @@ Result<Config> SimulationConfig(SimulateArgs* args) {
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor, ExecutorOptions::FromConfig(options));
   if (args->max_in_flight < 0) args->max_in_flight = executor.max_in_flight;
   args->direct_reads = executor.direct_intra_node;
+  args->quantizing_reads = executor.quantizing_reads;
   if (args->staging_budget_text.empty()) {
     args->staging_budget = executor.staging_budget;
   } else {

@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/base/fp8_block.h"
+
 #include "core/base/strings.h"
 #include "core/runtime/direct_read.h"
 #include "tools/sim/finish_heap.h"
@@ -333,16 +335,21 @@ class Engine {
   // (FindConvertingReads).
   struct ReadTraffic {
     float read = 0, written = 0;
+    float cap = 0;  // the read's kernel rate in message bytes a second; 0: pack_bandwidth's
   };
   std::vector<ReadTraffic> converting_reads_;
   void FindConvertingReads(const std::vector<DirectRead>& direct_reads);
+  // Per Quantize op, the share of its bytes quantizing direct reads leave it (empty when none do:
+  // every Quantize op quantizes its whole stack); the reads' traffic goes in converting_reads_.
+  std::vector<float> quantize_left_;
+  void FindQuantizingReads(const std::vector<DirectRead>& direct_reads);
   // Makes f, the flow of a direct read that converts, take its copy's traffic: on one GPU (read +
   // written) / 2 of a copied byte of gpu_mem a message byte; between GPUs its reads cross NVLink,
   // `read` a message byte. Its kernel is capped at pack_bandwidth, as a Convert op's.
   void SetConvertingRead(Flow& f, bool same_gpu, const ReadTraffic& t) const {
     const double copied = (t.read + t.written) / 2.0;
     f.weight = same_gpu ? copied : t.read;
-    f.cap = c_.pack_bandwidth * f.weight / copied;
+    f.cap = t.cap > 0 ? t.cap * f.weight : c_.pack_bandwidth * f.weight / copied;
   }
   int64_t num_messages_ = 0;
   // Per rank: messages it sends that are moving; senders whose message could start but waits for
@@ -479,6 +486,7 @@ Status Engine::Prepare() {
   }
   host_copy_slowdowns_ = HostCopySlowdowns(plan_, c_, direct_reads);
   if (!c_.host_memory_ranks) FindConvertingReads(direct_reads);
+  if (!c_.host_memory_ranks && opt_.quantizing_reads) FindQuantizingReads(direct_reads);
   CountLoadedTensors();
   return Status::Ok();
 }
@@ -503,6 +511,38 @@ void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
     if (read == message && written == message) continue;
     if (converting_reads_.empty()) converting_reads_.resize(plan_.ops.size());
     converting_reads_[d.send_op] = {static_cast<float>(read / message), static_cast<float>(written / message)};
+  }
+}
+
+// A quantizing direct read (core/runtime/quantizing_read.h) reads its message's bytes and writes
+// the bands' as fp8 (1 / source element bytes as many) and the rest as copies; its kernels run at
+// quantize_bandwidth (fp8 bytes written a second) for the bands, so alone it moves its message at
+// quantize_bandwidth x element bytes / the bands' share of it. Each Quantize op keeps the share of
+// its stack's rows no read quantized.
+void Engine::FindQuantizingReads(const std::vector<DirectRead>& direct_reads) {
+  std::vector<double> banded_rows;
+  for (const DirectRead& d : direct_reads) {
+    const double message = static_cast<double>(plan_.ops[d.send_op].bytes);
+    if (!d.quantizing.quantizes() || message <= 0) continue;
+    if (converting_reads_.empty()) converting_reads_.resize(plan_.ops.size());
+    if (banded_rows.empty()) banded_rows.assign(plan_.ops.size(), 0);
+    const int quantize = d.quantizing.bands.front().quantize;
+    const Region twin = plan_.Copy(plan_.ops[quantize].copies_begin).from;
+    const double element = static_cast<double>(DTypeSize(twin.dtype));
+    const double band = static_cast<double>(d.quantizing.band_bytes) / message;
+    converting_reads_[d.send_op] = {1.0f, static_cast<float>(1 - band + band / element),
+                                    static_cast<float>(c_.quantize_bandwidth * element / band)};
+    for (const QuantizingSplit::Band& b : d.quantizing.bands) {
+      const QuantizeShape shape = QuantizeShapeOf(plan_.Copy(plan_.ops[b.quantize].copies_begin).from);
+      const double rows = static_cast<double>(std::min(b.rows.block_rows * kFp8BlockSize,
+                                                       shape.rows - b.rows.block_row * kFp8BlockSize));
+      banded_rows[b.quantize] += rows / static_cast<double>(shape.matrices * shape.rows);
+    }
+  }
+  if (banded_rows.empty()) return;
+  quantize_left_.assign(plan_.ops.size(), 1.0f);
+  for (size_t op = 0; op < banded_rows.size(); ++op) {
+    quantize_left_[op] = static_cast<float>(std::max(0.0, 1.0 - banded_rows[op]));
   }
 }
 
@@ -657,9 +697,17 @@ void Engine::StartLocalOp(int op, double t) {
     f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
     if (o.kind == OpKind::kQuantize) {
       // Its memory traffic in a copied byte's (one read, one write): it reads each element's source
-      // and writes one fp8 byte. Capped so that alone it writes at quantize_bandwidth.
+      // and writes one fp8 byte. Capped so that alone it writes at quantize_bandwidth. Quantizing
+      // reads leave it part of its rows, or none (then it launches nothing).
       f.weight = QuantizeTrafficPerByte(o);
       f.cap = c_.quantize_bandwidth * f.weight;
+      if (!quantize_left_.empty()) {
+        f.bytes *= quantize_left_[op];
+        if (f.bytes <= 0) {
+          StartFlow(NewFlow(f), 0, t);
+          return;
+        }
+      }
     } else if (o.kind != OpKind::kCopy) {
       f.cap = c_.pack_bandwidth;
     }

@@ -2,7 +2,7 @@
 // order in which progressive filling fixes links, classes going idle and returning; host-memory
 // ranks sharing their node's copy rate and message costs), a chain of dependent ops, fan-out,
 // store-and-forward relays, rendezvous of Send/Recv, host staging, direct reads (converting ones
-// moving what they read and write), the rate slack (freed capacity left idle up to
+// moving what they read and write, quantizing ones leaving their Quantize op part of its rows), the rate slack (freed capacity left idle up to
 // SimOptions::rate_slack, and the rate updates that saves), the critical path, the progress
 // published at the end, and rejection of malformed plans.
 #include "tools/sim/simulator.h"
@@ -190,6 +190,65 @@ TEST(SimulatorTest, ADirectReadThatConvertsMovesWhatItReadsAndWrites) {
   one_gpu = Simulate(MakePackedPlan(LinkClass::kSameNode), c, RankMapping{{0, 0}}, direct);
   ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
   EXPECT_NEAR(one_gpu->total_time, 128 / 100e9, 1e-18);
+}
+
+// Rank 0 sends rows [0, 320) of a [512, 64] bf16 matrix (40960 bytes) straight into rank 1's
+// twin, which a Quantize op turns into 32768 bytes of fp8. As a quantizing read it quantizes block
+// rows 0-1 as it reads (32768 of its bytes read, 16384 written as fp8, 8192 copied: 0.8 copied
+// bytes a message byte) and the Quantize op quantizes only block rows 2-3 (16384 fp8 bytes, 1.5
+// copied bytes each).
+TransferPlan QuantizingReadPlan() {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", 65536}};
+  plan.destination_buffers = {{1, "w_fp8", 32768}, {1, "w_scale", 16}};
+  const int twin = plan.AddSlot(1, 65536);
+  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 0, .bytes = 40960};
+  send.SetData(ByteRange(Space::kSource, 0, 0, 40960));
+  plan.AddOp(send, {});
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 0, .bytes = 40960};
+  recv.SetData(ByteRange(Space::kStaging, twin, 0, 40960));
+  const int recv_id = plan.AddOp(recv, {});
+  Region values = Region::Bytes(Space::kStaging, twin, 0, 65536);
+  values.dtype = DType::kBF16;
+  values.ndim = 2;
+  values.shape = {512, 64};
+  values.strides = {64, 1};
+  Region fp8 = values;
+  fp8.space = Space::kDestination;
+  fp8.buffer = 0;
+  fp8.dtype = DType::kFP8E4M3;
+  Op quantize{.kind = OpKind::kQuantize, .rank = 1, .bytes = 32768};
+  quantize.data = {Space::kDestination, 1, 0};
+  plan.AddOp(quantize, {recv_id}, {{values, fp8}});
+  return plan;
+}
+
+TEST(SimulatorTest, AQuantizingReadQuantizesItsBandsAndLeavesTheQuantizeTheRest) {
+  const TransferPlan plan = QuantizingReadPlan();
+  ClusterSpec c = TestCluster();
+  c.quantize_bandwidth = 1e15;
+  c.ranks_per_gpu = 2;
+  SimOptions direct;
+  direct.staging_budget = 0;
+  direct.direct_reads = true;
+  Result<SimResult> one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
+  // The read's traffic is kept in floats (per send op): equal to 7 digits.
+  EXPECT_NEAR(one_gpu->total_time, (40960 * 0.8 + 16384 * 1.5) / 100e9, 1e-13);
+  SimOptions staged = direct;
+  staged.quantizing_reads = false;
+  Result<SimResult> twin = Simulate(plan, c, RankMapping{{0, 0}}, staged);
+  ASSERT_TRUE(twin.ok()) << twin.status().ToString();
+  EXPECT_NEAR(twin->total_time, (40960 + 32768 * 1.5) / 100e9, 1e-18) << "every byte through the twin";
+  // The bands' kernel writes at most quantize_bandwidth fp8 bytes a second: 2 x 10 GB/s of bf16
+  // read for them, 25 GB/s of the message whose bands are 0.8 of it.
+  c.quantize_bandwidth = 10e9;
+  one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
+  EXPECT_NEAR(one_gpu->total_time, 40960 / 25e9 + 16384 / 10e9, 1e-12);
+  // Between GPUs the read's bf16 crosses NVLink (10 GB/s), then the Quantize op runs on GPU 1.
+  EXPECT_NEAR(SimulatePlan(plan, c, direct).total_time, 40960 / 10e9 + 16384 / 10e9, 1e-12);
 }
 
 TEST(SimulatorTest, FixedCostsOccupyTheLinkTheyRunOn) {
