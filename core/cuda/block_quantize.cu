@@ -1,7 +1,7 @@
-// The block-quantize kernel of core/cuda/block_quantize.h: a grid over (band, 128x128 block), the
-// band of a CUDA block found by binary search over the bands' prefix sums of blocks; 256 threads a
-// block. A job (a whole stack) is one band per matrix. Two ways to walk a block, chosen per band
-// on the host:
+// The block-quantize kernel of core/cuda/block_quantize.h: a grid over (rectangle, 128x128 block),
+// the rectangle of a CUDA block found by binary search over the rectangles' prefix sums of blocks;
+// 256 threads a block. A job (a whole stack) is one rectangle per matrix. Two ways to walk a
+// block, chosen per rectangle on the host:
 //  * vector (source rows 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as
 //    a weight's staging twin, most peers' tensors and the fp8 tensor are): thread t loads 8 consecutive elements of
 //    column group t % 16 in every 16th row with 16-byte loads, keeps the block's 64 elements it
@@ -23,6 +23,7 @@
 // included).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -33,19 +34,20 @@
 namespace ferry::cuda {
 namespace {
 
-// One band (BlockQuantizeBand) as the kernel reads it.
+// One rectangle (BlockQuantizeRect) as the kernel reads it.
 struct QuantizeDescriptor {
-  const unsigned char* src;  // the band's first row
+  const unsigned char* src;  // the rectangle's first element
   int64_t src_pitch;
   unsigned char* dst;        // the stack's e4m3 values
   unsigned char* scales;
   DType src_dtype;
   Fp8ScaleFormat scale_fmt;
-  int64_t rows, cols, block_cols;
-  int64_t row0;         // the band's first matrix row
-  int64_t first_k;      // the band's first block as the stack's scales number blocks
-  int64_t dst_base;     // the band's matrix's first element in `dst`
-  int64_t first_block;  // prefix sum of 128x128 blocks over the launch's bands
+  int64_t rows, cols, block_cols;  // the matrix's
+  int64_t rect_cols;    // block columns of the rectangle
+  int64_t row0, col0;   // the rectangle's first matrix row and column
+  int64_t first_k;      // the rectangle's first block as the stack's scales number blocks
+  int64_t dst_base;     // the rectangle's matrix's first element in `dst`
+  int64_t first_block;  // prefix sum of 128x128 blocks over the launch's rectangles
 };
 
 constexpr int kThreads = 256;
@@ -64,12 +66,13 @@ struct BlockPlace {
 
 __device__ BlockPlace PlaceOf(const QuantizeDescriptor& d, int64_t block) {
   const int64_t i = block - d.first_block;
-  return {d.first_k + i, d.dst_base, d.row0 + i / d.block_cols * kBlock, i % d.block_cols * kBlock};
+  const int64_t br = i / d.rect_cols, bc = i % d.rect_cols;
+  return {d.first_k + br * d.block_cols + bc, d.dst_base, d.row0 + br * kBlock, d.col0 + bc * kBlock};
 }
 
 // The source of element (r, c) of the block's matrix, `elem` bytes an element.
 __device__ const unsigned char* SourceOf(const QuantizeDescriptor& d, int64_t r, int64_t c, int elem) {
-  return d.src + (r - d.row0) * d.src_pitch + c * elem;
+  return d.src + (r - d.row0) * d.src_pitch + (c - d.col0) * elem;
 }
 
 // The block's parameters from each thread's |x| maximum `amax`, every thread of the block calling
@@ -188,10 +191,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocksOf(kWalk))
   if constexpr (kWalk == Walk::kVectorFP32) QuantizeBlockVector<DType::kFP32>(d, at);
 }
 
-// The walk of band `b`: the vector walk of its dtype when 16-byte loads of 8 source elements and
-// 8-byte stores stay aligned in every row and a group of 8 never crosses a row's end, else the
-// byte walk.
-Walk WalkOf(const BlockQuantizeBand& b) {
+// The walk of rectangle `b`: the vector walk of its dtype when 16-byte loads of 8 source elements
+// and 8-byte stores stay aligned in every row and a group of 8 never crosses a row's end, else
+// the byte walk.
+Walk WalkOf(const BlockQuantizeRect& b) {
   const bool aligned = b.cols % kVector == 0 && reinterpret_cast<uintptr_t>(b.src) % 16 == 0 &&
                        b.src_pitch % 16 == 0 && reinterpret_cast<uintptr_t>(b.dst) % 8 == 0;
   if (!aligned) return Walk::kBytes;
@@ -213,29 +216,36 @@ Status CheckFormat(const std::string& name, DType dtype, Fp8ScaleFormat fmt, con
   return Status::Ok();
 }
 
-Status CheckBand(const BlockQuantizeBand& b, size_t i) {
-  const std::string name = "block quantize band " + std::to_string(i);
+// "[first, first + count) outside a matrix of `total` `what`", or empty when inside.
+std::string OutsideOf(const char* what, int64_t first, int64_t count, int64_t total) {
+  if (first >= 0 && count >= 0 && first + count <= total) return "";
+  return std::string(what) + " [" + std::to_string(first) + ", " + std::to_string(first + count) +
+         ") outside a matrix of " + std::to_string(total);
+}
+
+Status CheckRect(const BlockQuantizeRect& b, size_t i) {
+  const std::string name = "block quantize rectangle " + std::to_string(i);
   FERRY_RETURN_IF_ERROR(CheckFormat(name, b.src_dtype, b.scale_fmt, b.scales));
-  const int64_t block_rows = (b.rows + kBlock - 1) / kBlock;
-  if (b.rows < 0 || b.cols < 0 || b.matrix < 0 || b.block_row < 0 || b.block_rows < 0 ||
-      b.block_row + b.block_rows > block_rows) {
-    return InvalidArgument(name + ": block rows [" + std::to_string(b.block_row) + ", " +
-                           std::to_string(b.block_row + b.block_rows) + ") outside a matrix of " +
-                           std::to_string(block_rows));
+  if (b.rows < 0 || b.cols < 0 || b.matrix < 0) return InvalidArgument(name + ": negative size");
+  const int64_t block_rows = (b.rows + kBlock - 1) / kBlock, block_cols = (b.cols + kBlock - 1) / kBlock;
+  for (const std::string& outside : {OutsideOf("block rows", b.block_row, b.block_rows, block_rows),
+                                     OutsideOf("block columns", b.block_col, b.block_cols, block_cols)}) {
+    if (!outside.empty()) return InvalidArgument(name + ": " + outside);
   }
-  if (b.block_rows > 0 && b.src_pitch < b.cols * DTypeSize(b.src_dtype)) {
+  const int64_t width = std::min(b.cols, (b.block_col + b.block_cols) * kBlock) - b.block_col * kBlock;
+  if (b.block_rows > 0 && b.block_cols > 0 && b.src_pitch < width * DTypeSize(b.src_dtype)) {
     return InvalidArgument(name + ": source pitch " + std::to_string(b.src_pitch) +
-                           " bytes is shorter than a row");
+                           " bytes is shorter than its rows");
   }
   return Status::Ok();
 }
 
-// The bands of one walk as descriptors with their blocks' prefix sums.
+// The rectangles of one walk as descriptors with their blocks' prefix sums.
 struct Launch {
   std::vector<QuantizeDescriptor> descriptors;
   int64_t blocks = 0;
 
-  void Add(const BlockQuantizeBand& b) {
+  void Add(const BlockQuantizeRect& b) {
     QuantizeDescriptor d{};
     d.src = static_cast<const unsigned char*>(b.src);
     d.src_pitch = b.src_pitch;
@@ -246,10 +256,12 @@ struct Launch {
     d.rows = b.rows;
     d.cols = b.cols;
     d.block_cols = (b.cols + kBlock - 1) / kBlock;
+    d.rect_cols = b.block_cols;
     d.row0 = b.block_row * kBlock;
-    d.first_k = (b.matrix * ((b.rows + kBlock - 1) / kBlock) + b.block_row) * d.block_cols;
+    d.col0 = b.block_col * kBlock;
+    d.first_k = (b.matrix * ((b.rows + kBlock - 1) / kBlock) + b.block_row) * d.block_cols + b.block_col;
     d.dst_base = b.matrix * b.rows * b.cols;
-    const int64_t count = b.block_rows * d.block_cols;
+    const int64_t count = b.block_rows * b.block_cols;
     if (count == 0) return;
     d.first_block = blocks;
     blocks += count;
@@ -268,12 +280,12 @@ Status LaunchWalk(const Launch& launch, const QuantizeDescriptor* table, cudaStr
 
 }  // namespace
 
-Status LaunchBlockQuantizeBands(const std::vector<BlockQuantizeBand>& bands, void* stream_ptr) {
+Status LaunchBlockQuantizeRects(const std::vector<BlockQuantizeRect>& rects, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   std::array<Launch, kWalks> walks;
-  for (size_t i = 0; i < bands.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(CheckBand(bands[i], i));
-    walks[static_cast<size_t>(WalkOf(bands[i]))].Add(bands[i]);
+  for (size_t i = 0; i < rects.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(CheckRect(rects[i], i));
+    walks[static_cast<size_t>(WalkOf(rects[i]))].Add(rects[i]);
   }
   size_t count = 0;
   for (const Launch& w : walks) {
@@ -300,9 +312,9 @@ Status LaunchBlockQuantizeBands(const std::vector<BlockQuantizeBand>& bands, voi
   return launched.ok() ? freed : launched;
 }
 
-// A job is one band of every block row per matrix, each matrix's rows dense after the previous's.
+// A job is one rectangle of every block per matrix, each matrix's rows dense after the previous's.
 Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream) {
-  std::vector<BlockQuantizeBand> bands;
+  std::vector<BlockQuantizeRect> rects;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const BlockQuantizeJob& j = jobs[i];
     const std::string name = "block quantize job " + std::to_string(i);
@@ -310,12 +322,12 @@ Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stre
     if (j.matrices < 0 || j.rows < 0 || j.cols < 0) return InvalidArgument(name + ": negative size");
     const int64_t row_bytes = j.cols * DTypeSize(j.src_dtype);
     for (int64_t m = 0; m < j.matrices; ++m) {
-      bands.push_back({static_cast<const char*>(j.src) + m * j.rows * row_bytes, row_bytes, j.dst,
+      rects.push_back({static_cast<const char*>(j.src) + m * j.rows * row_bytes, row_bytes, j.dst,
                        j.scales, j.src_dtype, j.scale_fmt, j.rows, j.cols, m, 0,
-                       (j.rows + kBlock - 1) / kBlock});
+                       (j.rows + kBlock - 1) / kBlock, 0, (j.cols + kBlock - 1) / kBlock});
     }
   }
-  return LaunchBlockQuantizeBands(bands, stream);
+  return LaunchBlockQuantizeRects(rects, stream);
 }
 
 }  // namespace ferry::cuda

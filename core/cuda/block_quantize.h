@@ -1,6 +1,6 @@
 // Block-scaled fp8 quantization on a CUDA device: the Quantize ops of the GPU path, and the
 // direct reads that quantize as they read (core/runtime/quantizing_read.h). One launch quantizes
-// many matrix stacks, or bands of their block rows, one CUDA block per 128x128 block (amax
+// many matrix stacks, or rectangles of their blocks, one CUDA block per 128x128 block (amax
 // reduction, then the scale write and the e4m3fn cast of the block's elements), with the
 // parameters of the CPU reference of core/base/fp8_block.h compiled for the device and the
 // hardware's e4m3 cast, so the bits equal the host path's.
@@ -37,15 +37,17 @@ struct BlockQuantizeJob {
 // misaligned scale pointer is an error naming the job.
 Status LaunchBlockQuantize(const std::vector<BlockQuantizeJob>& jobs, void* stream);
 
-// A band of whole block rows of one matrix of a stack, quantized from wherever its values lie:
-// block rows [block_row, block_row + block_rows) of matrix `matrix` of the [matrices, rows, cols]
-// stack whose e4m3 values start at `dst` and scales at `scales` (as BlockQuantizeJob's), every
-// column. The band's source rows need not be the stack's: row r of the band (matrix row
-// block_row * 128 + r) is `cols` dense elements of `src_dtype` at `src` + r * `src_pitch` bytes,
-// so a band can be read straight from a peer's tensor (a direct read that quantizes, core/runtime/
-// quantizing_read.h) or from a staging twin. Bands of one stack write disjoint blocks and scales;
-// together they may cover any subset of its block rows.
-struct BlockQuantizeBand {
+// A rectangle of whole 128x128 blocks of one matrix of a stack, quantized from wherever its
+// values lie: block rows [block_row, block_row + block_rows) and block columns [block_col,
+// block_col + block_cols) of matrix `matrix` of the [matrices, rows, cols] stack whose e4m3
+// values start at `dst` and scales at `scales` (as BlockQuantizeJob's); a block at the matrix's
+// last row or column holds what is left of it. The rectangle's source need not be the stack's:
+// element (r, c) of the rectangle (matrix element (block_row * 128 + r, block_col * 128 + c)) is
+// at `src` + r * `src_pitch` + c * the element size, so a rectangle can be read straight from a
+// peer's tensor (a direct read that quantizes, core/runtime/quantizing_read.h) or from a staging
+// twin. Rectangles of one stack write disjoint blocks and scales; together they may cover any
+// subset of its blocks.
+struct BlockQuantizeRect {
   const void* src = nullptr;
   int64_t src_pitch = 0;
   void* dst = nullptr;
@@ -55,12 +57,13 @@ struct BlockQuantizeBand {
   int64_t rows = 0, cols = 0;  // every matrix's of the stack
   int64_t matrix = 0;
   int64_t block_row = 0, block_rows = 0;
+  int64_t block_col = 0, block_cols = 0;
 };
 
-// Enqueues every band on `stream` as one kernel launch (a few where the bands' walks differ);
-// the same bits as LaunchBlockQuantize of the whole stack. Non-blocking; `bands` may be freed on
-// return. Errors as LaunchBlockQuantize's, and a band outside its stack or with a pitch shorter
-// than a row.
-Status LaunchBlockQuantizeBands(const std::vector<BlockQuantizeBand>& bands, void* stream);
+// Enqueues every rectangle on `stream` as one kernel launch (a few where their walks differ); the
+// same bits as LaunchBlockQuantize of the whole stack. Non-blocking; `rects` may be freed on
+// return. Errors as LaunchBlockQuantize's, and a rectangle outside its matrix or with a pitch
+// shorter than its rows.
+Status LaunchBlockQuantizeRects(const std::vector<BlockQuantizeRect>& rects, void* stream);
 
 }  // namespace ferry::cuda

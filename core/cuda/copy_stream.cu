@@ -78,9 +78,9 @@ Result<int64_t> CopyStream::Quantize(const std::vector<BlockQuantizeJob>& quanti
   return RecordTicket();
 }
 
-Result<int64_t> CopyStream::QuantizeBands(const std::vector<BlockQuantizeBand>& bands) {
+Result<int64_t> CopyStream::QuantizeRects(const std::vector<BlockQuantizeRect>& rects) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
-  FERRY_RETURN_IF_ERROR(LaunchBlockQuantizeBands(bands, stream_));
+  FERRY_RETURN_IF_ERROR(LaunchBlockQuantizeRects(rects, stream_));
   return RecordTicket();
 }
 

@@ -57,8 +57,8 @@ class CopyStream {
   // Enqueues `quantizes` as one kernel launch (core/cuda/block_quantize.h), followed by an event;
   // a ticket as above. Non-blocking.
   Result<int64_t> Quantize(const std::vector<BlockQuantizeJob>& quantizes);
-  // Enqueues `bands` likewise (LaunchBlockQuantizeBands); a ticket as above. Non-blocking.
-  Result<int64_t> QuantizeBands(const std::vector<BlockQuantizeBand>& bands);
+  // Enqueues `rects` likewise (LaunchBlockQuantizeRects); a ticket as above. Non-blocking.
+  Result<int64_t> QuantizeRects(const std::vector<BlockQuantizeRect>& rects);
   // True when the work of `ticket` (and everything enqueued before it) has finished; the first
   // asynchronous error of the stream otherwise. A finished ticket's event is recycled: ask once.
   Result<bool> Finished(int64_t ticket);

@@ -65,7 +65,8 @@ struct DirectRead {
   std::vector<CopyGeometry> geometries;
   std::vector<Read> reads;
   // On the receiver, where the read lands in twins of block-scaled matrices: the copies split into
-  // pieces and bands it may quantize straight from the sender's memory (quantizing_read.h).
+  // pieces and block rectangles it may quantize straight from the sender's memory
+  // (quantizing_read.h).
   QuantizingSplit quantizing;
 };
 

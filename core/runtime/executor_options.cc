@@ -26,8 +26,8 @@ const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
               "buffers (one copy instead of pack, transport, unpack); every rank must use the "
               "same value")
         .Bool("executor.quantizing_reads", &ExecutorOptions::quantizing_reads,
-              "a GPU direct read into a block-scaled fp8 destination quantizes the whole 128-row "
-              "bands it holds straight from the sender's memory instead of staging them for the "
+              "a GPU direct read into a block-scaled fp8 destination quantizes the whole 128x128 "
+              "blocks it holds straight from the sender's memory instead of staging them for the "
               "Quantize op (the receiver's choice alone)")
         .Path("executor.trace_dir", &ExecutorOptions::trace_dir,
               "a directory (which must exist) where each run writes this rank's timeline, "

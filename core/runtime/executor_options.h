@@ -24,7 +24,7 @@ struct ExecutorOptions {
   bool cache_registrations = true;
   // Between ranks of one node the receiver copies straight from the sender's source buffers.
   bool direct_intra_node = true;
-  // A direct read into the twin of a block-scaled matrix quantizes whole bands from the peer.
+  // A direct read into the twin of a block-scaled matrix quantizes whole blocks from the peer.
   bool quantizing_reads = true;
   // When not empty, each run writes its timeline there (core/runtime/run_trace.h).
   std::string trace_dir;

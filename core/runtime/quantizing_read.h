@@ -3,11 +3,12 @@
 //
 // Staged, a twin costs its bytes four times: the read copies the peer's bf16 values into the twin,
 // the Quantize op reads them back, then writes the fp8 values (half as many bytes). Where a copy of
-// the read holds whole 128-row bands of a matrix, every block of those rows lies inside the copy,
-// so the receiver can quantize them straight from the peer's memory: one read of the values and
-// the fp8 writes, no twin traffic. The read's other bytes (rows of bands that other copies or
-// messages complete) still go to the twin, and the matrix's Quantize op quantizes only the block
-// rows no read quantized (cuda::LaunchBlockQuantizeBands).
+// the read holds whole 128x128 blocks of a matrix (rows of the matrix, or the same columns of
+// consecutive rows, each row one contiguous run of the peer's tensor), the receiver quantizes
+// them straight from the peer's memory: one read of the values and the fp8 writes, no twin
+// traffic. The read's other bytes (blocks that other copies or messages complete) still go to the
+// twin, and the matrix's Quantize op quantizes only the blocks no read quantized
+// (cuda::LaunchBlockQuantizeRects).
 //
 // The split of a read is a pure function of the plan, made once per plan beside FindDirectReads;
 // whether a run takes it is the receiver's choice alone (the sender's side of a direct read does
@@ -24,9 +25,10 @@
 
 namespace ferry {
 
-// Block rows of one matrix of a Quantize op's stack.
-struct BlockRows {
-  int64_t matrix = 0, block_row = 0, block_rows = 0;
+// A rectangle of whole 128x128 blocks of one matrix of a Quantize op's stack: block rows
+// [block_row, block_row + block_rows), block columns [block_col, block_col + block_cols).
+struct BlockRect {
+  int64_t matrix = 0, block_row = 0, block_rows = 0, block_col = 0, block_cols = 0;
 };
 
 // A direct read's copies split into what still goes to its targets and what is quantized.
@@ -37,20 +39,20 @@ struct QuantizingSplit {
     int copy = 0;
     int64_t from_delta = 0, to_delta = 0;
   };
-  // Whole block rows `rows` of Quantize op `quantize`'s stack, read from copy `copy`'s source
-  // address + from_delta, a matrix row every `pitch` bytes.
-  struct Band {
+  // Blocks `blocks` of Quantize op `quantize`'s stack, read from copy `copy`'s source address +
+  // from_delta (their first element), a matrix row every `pitch` bytes.
+  struct Rect {
     int copy = 0;
     int quantize = -1;
     int64_t from_delta = 0, pitch = 0;
-    BlockRows rows;
+    BlockRect blocks;
   };
   std::vector<Piece> pieces;
   std::vector<CopyGeometry> geometries;  // per piece
-  std::vector<Band> bands;               // empty: the read does not quantize
-  int64_t band_bytes = 0;                // source bytes the bands read
+  std::vector<Rect> rects;               // empty: the read does not quantize
+  int64_t rect_bytes = 0;                // source bytes the rectangles read
 
-  bool quantizes() const { return !bands.empty(); }
+  bool quantizes() const { return !rects.empty(); }
 };
 
 // For `rank` (every rank's when negative), the Quantize op reading each of its staging slots (-1
@@ -58,18 +60,18 @@ struct QuantizingSplit {
 std::vector<int> QuantizeOfSlot(const TransferPlan& plan, int rank);
 
 // The split of a direct read with `copies` (their geometries beside), received by a rank whose
-// Quantize op of each staging slot `quantize_of_slot` gives. A copy is banded when it copies a
-// twin's values unchanged (no dtype conversion or element function), lands densely in the twin
-// and reads its source as rows of a matrix row each (one contiguous run, or runs of exactly a row
-// starting at a row); its whole-band rows become Bands, the rest Pieces. Every other copy is one
-// Piece. No Bands when nothing qualifies.
+// Quantize op of each staging slot `quantize_of_slot` gives. A copy qualifies when it copies a
+// twin's values unchanged (no dtype conversion or element function) and its rows are rows of the
+// twin's matrices: one contiguous run on both sides (whole rows in between), or runs of equal
+// length, each within a twin row and a twin row apart. Its whole blocks become Rects, the rest
+// Pieces. Every other copy is one Piece. No Rects when nothing qualifies.
 QuantizingSplit SplitQuantizingRead(const TransferPlan& plan, const std::vector<CopyPair>& copies,
                                     const std::vector<CopyGeometry>& geometries,
                                     const std::vector<int>& quantize_of_slot);
 
-// The block rows of a stack of `shape` that `quantized` (disjoint, any order; matrices outside
-// the stack ignored) leaves, by matrix and row, runs merged: what the Quantize op still quantizes
-// from its twin.
-std::vector<BlockRows> UnquantizedBlockRows(const QuantizeShape& shape, std::vector<BlockRows> quantized);
+// The blocks of a stack of `shape` that `quantized` (disjoint, any order) leaves, as rectangles by
+// matrix and block row, runs of block columns merged (and equal runs of consecutive block rows):
+// what the Quantize op still quantizes from its twin.
+std::vector<BlockRect> UnquantizedBlocks(const QuantizeShape& shape, const std::vector<BlockRect>& quantized);
 
 }  // namespace ferry

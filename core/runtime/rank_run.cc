@@ -475,9 +475,10 @@ Result<RankRun::QuantizeTargets> RankRun::QuantizeTargetsOf(int id) const {
     return InvalidArgument("quantize scales not 4-byte aligned");
   }
   t.from = from;
-  t.band = {from, t.shape.cols * DTypeSize(pair.from.dtype), to, scale_base, pair.from.dtype,
+  t.rect = {from, t.shape.cols * DTypeSize(pair.from.dtype), to, scale_base, pair.from.dtype,
             op.scale_fmt, t.shape.rows, t.shape.cols, 0, 0,
-            (t.shape.rows + kFp8BlockSize - 1) / kFp8BlockSize};
+            (t.shape.rows + kFp8BlockSize - 1) / kFp8BlockSize, 0,
+            (t.shape.cols + kFp8BlockSize - 1) / kFp8BlockSize};
   t.values_on_gpu = OnGpu(pair.to);
   t.scales_on_gpu = OnGpu(scales);
   return t;
@@ -491,10 +492,10 @@ Status RankRun::StartQuantize(int i) {
   const Op& op = OpAt(i);
   FERRY_ASSIGN_OR_RETURN(const QuantizeTargets t, QuantizeTargetsOf(op.id));
   const CopyPair pair = plan_.Copy(op.copies_begin);
-  if (auto quantized = quantized_rows_.find(op.id); quantized != quantized_rows_.end()) {
-    std::vector<BlockRows> rows = std::move(quantized->second);
-    quantized_rows_.erase(quantized);
-    return StartQuantizeRest(i, t, std::move(rows));
+  if (auto quantized = quantized_blocks_.find(op.id); quantized != quantized_blocks_.end()) {
+    const std::vector<BlockRect> blocks = std::move(quantized->second);
+    quantized_blocks_.erase(quantized);
+    return StartQuantizeRest(i, t, blocks);
   }
   stats_.bytes_copied += pair.from.NumBytes();
   const bool staging_on_gpu = device_staging_ && pair.from.space == Space::kStaging;
@@ -502,7 +503,7 @@ Status RankRun::StartQuantize(int i) {
     if (!t.values_on_gpu || !t.scales_on_gpu) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
-    return LaunchQuantize(i, {t.from, t.band.dst, t.band.scales, t.band.src_dtype, t.shape.matrices,
+    return LaunchQuantize(i, {t.from, t.rect.dst, t.rect.scales, t.rect.src_dtype, t.shape.matrices,
                               t.shape.rows, t.shape.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
@@ -511,8 +512,8 @@ Status RankRun::StartQuantize(int i) {
   }
   QuantizeWork& work = quantize_work_[i];
   work = {pair.from.dtype, reinterpret_cast<const unsigned char*>(t.from), t.shape.matrices,
-          t.shape.rows, t.shape.cols, static_cast<unsigned char*>(t.band.dst),
-          static_cast<unsigned char*>(t.band.scales), op.scale_fmt};
+          t.shape.rows, t.shape.cols, static_cast<unsigned char*>(t.rect.dst),
+          static_cast<unsigned char*>(t.rect.scales), op.scale_fmt};
   if (res_.pool.StartQuantize(i, work, items_[i])) {
     Complete(i);
   } else {
@@ -521,26 +522,29 @@ Status RankRun::StartQuantize(int i) {
   return Status::Ok();
 }
 
-// A Quantize some of whose block rows direct reads already quantized (`quantized`): one kernel for
-// the rest, read from its twin, or nothing when none is left.
-Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, std::vector<BlockRows> quantized) {
-  std::vector<cuda::BlockQuantizeBand> bands;
-  const int64_t matrix_bytes = t.shape.rows * t.band.src_pitch;
-  for (const BlockRows& rows : UnquantizedBlockRows(t.shape, std::move(quantized))) {
-    cuda::BlockQuantizeBand b = t.band;
-    b.src = t.from + rows.matrix * matrix_bytes + rows.block_row * kFp8BlockSize * b.src_pitch;
-    b.matrix = rows.matrix;
-    b.block_row = rows.block_row;
-    b.block_rows = rows.block_rows;
-    stats_.bytes_copied += std::min(rows.block_rows * kFp8BlockSize,
-                                    t.shape.rows - rows.block_row * kFp8BlockSize) * b.src_pitch;
-    bands.push_back(b);
+// A Quantize some of whose blocks direct reads already quantized (`quantized`): one kernel for the
+// rest, read from its twin, or nothing when none is left.
+Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, const std::vector<BlockRect>& quantized) {
+  std::vector<cuda::BlockQuantizeRect> rects;
+  const int64_t pitch = t.rect.src_pitch, elem = DTypeSize(t.rect.src_dtype);
+  for (const BlockRect& blocks : UnquantizedBlocks(t.shape, quantized)) {
+    cuda::BlockQuantizeRect b = t.rect;
+    const int64_t row = blocks.block_row * kFp8BlockSize, col = blocks.block_col * kFp8BlockSize;
+    b.src = t.from + blocks.matrix * t.shape.rows * pitch + row * pitch + col * elem;
+    b.matrix = blocks.matrix;
+    b.block_row = blocks.block_row;
+    b.block_rows = blocks.block_rows;
+    b.block_col = blocks.block_col;
+    b.block_cols = blocks.block_cols;
+    stats_.bytes_copied += (std::min(t.shape.rows, row + blocks.block_rows * kFp8BlockSize) - row) *
+                           (std::min(t.shape.cols, col + blocks.block_cols * kFp8BlockSize) - col) * elem;
+    rects.push_back(b);
   }
-  if (bands.empty()) {
+  if (rects.empty()) {
     Complete(i);
     return Status::Ok();
   }
-  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->QuantizeBands(bands));
+  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->QuantizeRects(rects));
   TrackGpu(ticket, {i});
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();

@@ -28,8 +28,8 @@
 //               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
 //               in one progress sweep in one kernel (QueueGpuRead, FlushGpuReads): processes
 //               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
-//               A read into the twin of a block-scaled matrix quantizes its whole-band rows
-//               straight from the peer (QueueQuantizingRead, quantizing_read.h), and the
+//               A read into the twin of a block-scaled matrix quantizes the whole blocks it
+//               holds straight from the peer (QueueQuantizingRead, quantizing_read.h), and the
 //               matrix's Quantize op only the rest (StartQuantizeRest).
 //
 // Internal to core/runtime (a private header of the executor library). Not thread-safe: a
@@ -149,15 +149,15 @@ class RankRun {
   Status StartCopy(int i);
   Status StartQuantize(int i);
   // What Quantize op `id` (a plan op id) reads and writes, checked: its twin, its fp8 values and
-  // scales (addresses in `band`, all rows), and its stack's shape.
+  // scales (addresses in `rect`, every block of matrix 0), and its stack's shape.
   struct QuantizeTargets {
     const char* from = nullptr;
     QuantizeShape shape;
-    cuda::BlockQuantizeBand band;
+    cuda::BlockQuantizeRect rect;
     bool values_on_gpu = false, scales_on_gpu = false;  // in CUDA memory
   };
   Result<QuantizeTargets> QuantizeTargetsOf(int id) const;
-  Status StartQuantizeRest(int i, const QuantizeTargets& t, std::vector<BlockRows> quantized);
+  Status StartQuantizeRest(int i, const QuantizeTargets& t, const std::vector<BlockRect>& quantized);
   Result<bool> DispatchCopies(int i, std::span<const CopyGeometry> geometries,
                               std::span<const CopyEnds> ends, int64_t bytes);
   Status StartNetwork(int i);
@@ -287,9 +287,9 @@ class RankRun {
   std::vector<int64_t> op_began_;                // by op: when it started (traced runs)
   std::vector<int> reads_queued_;                     // direct reads waiting for FlushGpuReads
   std::vector<const cuda::WorkTables*> read_tables_;  // their device work, in order
-  std::vector<cuda::BlockQuantizeBand> bands_queued_;  // and the bands they quantize, after it
-  // By Quantize op (plan id): the block rows direct reads quantized this run, which it skips.
-  std::unordered_map<int, std::vector<BlockRows>> quantized_rows_;
+  std::vector<cuda::BlockQuantizeRect> rects_queued_;  // and the blocks they quantize, after it
+  // By Quantize op (plan id): the blocks direct reads quantized this run, which it skips.
+  std::unordered_map<int, std::vector<BlockRect>> quantized_blocks_;
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

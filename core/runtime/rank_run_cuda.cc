@@ -169,23 +169,25 @@ Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
 }
 
 // A direct read into twins of block-scaled matrices whose values and scales lie in CUDA memory,
-// as its split (quantizing_read.h): the pieces queued as QueueGpuRead's work, the bands for
-// FlushGpuReads to quantize after it, and the block rows they cover noted for each Quantize op.
+// as its split (quantizing_read.h): the pieces queued as QueueGpuRead's work, the rectangles for
+// FlushGpuReads to quantize after it, and the blocks they cover noted for each Quantize op.
 // False, with nothing queued, when a Quantize op's values or scales are not on the GPU.
 Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends) {
   const QuantizingSplit& split = d.quantizing;
-  std::vector<cuda::BlockQuantizeBand> bands;
-  bands.reserve(split.bands.size());
-  for (const QuantizingSplit::Band& band : split.bands) {
-    FERRY_ASSIGN_OR_RETURN(const QuantizeTargets t, QuantizeTargetsOf(band.quantize));
+  std::vector<cuda::BlockQuantizeRect> rects;
+  rects.reserve(split.rects.size());
+  for (const QuantizingSplit::Rect& rect : split.rects) {
+    FERRY_ASSIGN_OR_RETURN(const QuantizeTargets t, QuantizeTargetsOf(rect.quantize));
     if (!t.values_on_gpu || !t.scales_on_gpu) return false;
-    cuda::BlockQuantizeBand b = t.band;
-    b.src = ends[static_cast<size_t>(band.copy)].from + band.from_delta;
-    b.src_pitch = band.pitch;
-    b.matrix = band.rows.matrix;
-    b.block_row = band.rows.block_row;
-    b.block_rows = band.rows.block_rows;
-    bands.push_back(b);
+    cuda::BlockQuantizeRect b = t.rect;
+    b.src = ends[static_cast<size_t>(rect.copy)].from + rect.from_delta;
+    b.src_pitch = rect.pitch;
+    b.matrix = rect.blocks.matrix;
+    b.block_row = rect.blocks.block_row;
+    b.block_rows = rect.blocks.block_rows;
+    b.block_col = rect.blocks.block_col;
+    b.block_cols = rect.blocks.block_cols;
+    rects.push_back(b);
   }
   if (!split.pieces.empty()) {
     std::vector<CopyEnds> piece_ends;
@@ -198,28 +200,28 @@ Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<
                            FindGpuWork(res_.gpu_tables, roles_.direct_of[i], split.geometries, piece_ends));
     read_tables_.push_back(tables);
   }
-  for (const QuantizingSplit::Band& band : split.bands) quantized_rows_[band.quantize].push_back(band.rows);
-  bands_queued_.insert(bands_queued_.end(), bands.begin(), bands.end());
+  for (const QuantizingSplit::Rect& rect : split.rects) quantized_blocks_[rect.quantize].push_back(rect.blocks);
+  rects_queued_.insert(rects_queued_.end(), rects.begin(), rects.end());
   reads_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;
-  stats_.bytes_quantized_direct += split.band_bytes;
+  stats_.bytes_quantized_direct += split.rect_bytes;
   stats_.bytes_copied += (*directs_)[roles_.direct_of[i]].bytes;
   return true;
 }
 
-// Launches every queued direct read's work, then the bands they quantize, under one event; each
+// Launches every queued direct read's work, then the blocks they quantize, under one event; each
 // read sends its "done" when both finished.
 Status RankRun::FlushGpuReads() {
   if (reads_queued_.empty()) return Status::Ok();
   std::vector<int> ops;
   ops.swap(reads_queued_);
-  std::vector<cuda::BlockQuantizeBand> bands;
-  bands.swap(bands_queued_);
+  std::vector<cuda::BlockQuantizeRect> rects;
+  rects.swap(rects_queued_);
   Result<int64_t> ticket = res_.gpu->Launch(read_tables_, {}, {});
   read_tables_.clear();
-  if (ticket.ok() && !bands.empty()) {
+  if (ticket.ok() && !rects.empty()) {
     TrackGpu(*ticket, {});
-    ticket = res_.gpu->QuantizeBands(bands);
+    ticket = res_.gpu->QuantizeRects(rects);
   }
   if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
   TrackGpu(*ticket, std::move(ops));
@@ -315,7 +317,7 @@ void RankRun::DrainGpu() {
   gpu_ops_.clear();
   reads_queued_.clear();
   read_tables_.clear();
-  bands_queued_.clear();
+  rects_queued_.clear();
 }
 
 }  // namespace ferry

@@ -5,9 +5,9 @@
 # on GPU 0, each refit verified by GPU checksums: GPU direct reads from cudaMalloc memory and from
 # 20 MiB VMM mappings (PyTorch's expandable segments), the same through tcp (pinned staging), into
 # fp8 e4m3 weights (a saturating cast, `--dst-dtype fp8_e4m3`: the direct reads convert), into
-# vLLM's block-scaled fp8 weights (the direct reads quantizing whole 128-row bands as they read,
-# and again with executor.quantizing_reads=false, every band staged in a twin), and the
-# gather-and-broadcast baseline through tcp; one table at the end.
+# vLLM's block-scaled fp8 weights (the direct reads quantizing the whole 128x128 blocks they hold
+# as they read, and again with executor.quantizing_reads=false, every block staged in a twin), and
+# the gather-and-broadcast baseline through tcp; one table at the end.
 #
 # Usage: tools/device/large_refit.sh BIN_DIR [SCALE] [--only LIST]
 #   BIN_DIR holds ferry (bazel build -c opt //tools/cli:ferry) and optionally lib/ with shared

@@ -515,34 +515,35 @@ void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
 }
 
 // A quantizing direct read (core/runtime/quantizing_read.h) reads its message's bytes and writes
-// the bands' as fp8 (1 / source element bytes as many) and the rest as copies; its kernels run at
-// quantize_bandwidth (fp8 bytes written a second) for the bands, so alone it moves its message at
-// quantize_bandwidth x element bytes / the bands' share of it. Each Quantize op keeps the share of
-// its stack's rows no read quantized.
+// the quantized blocks' as fp8 (1 / source element bytes as many) and the rest as copies; its
+// kernels run at quantize_bandwidth (fp8 bytes written a second) for the blocks, so alone it moves
+// its message at quantize_bandwidth x element bytes / the blocks' share of it. Each Quantize op
+// keeps the share of its stack's elements no read quantized.
 void Engine::FindQuantizingReads(const std::vector<DirectRead>& direct_reads) {
-  std::vector<double> banded_rows;
+  std::vector<double> quantized;  // per Quantize op, the share of its elements reads quantized
   for (const DirectRead& d : direct_reads) {
     const double message = static_cast<double>(plan_.ops[d.send_op].bytes);
     if (!d.quantizing.quantizes() || message <= 0) continue;
     if (converting_reads_.empty()) converting_reads_.resize(plan_.ops.size());
-    if (banded_rows.empty()) banded_rows.assign(plan_.ops.size(), 0);
-    const int quantize = d.quantizing.bands.front().quantize;
-    const Region twin = plan_.Copy(plan_.ops[quantize].copies_begin).from;
-    const double element = static_cast<double>(DTypeSize(twin.dtype));
-    const double band = static_cast<double>(d.quantizing.band_bytes) / message;
-    converting_reads_[d.send_op] = {1.0f, static_cast<float>(1 - band + band / element),
-                                    static_cast<float>(c_.quantize_bandwidth * element / band)};
-    for (const QuantizingSplit::Band& b : d.quantizing.bands) {
-      const QuantizeShape shape = QuantizeShapeOf(plan_.Copy(plan_.ops[b.quantize].copies_begin).from);
-      const double rows = static_cast<double>(std::min(b.rows.block_rows * kFp8BlockSize,
-                                                       shape.rows - b.rows.block_row * kFp8BlockSize));
-      banded_rows[b.quantize] += rows / static_cast<double>(shape.matrices * shape.rows);
+    if (quantized.empty()) quantized.assign(plan_.ops.size(), 0);
+    const int quantize = d.quantizing.rects.front().quantize;
+    const double element = static_cast<double>(DTypeSize(plan_.Copy(plan_.ops[quantize].copies_begin).from.dtype));
+    const double share = static_cast<double>(d.quantizing.rect_bytes) / message;
+    converting_reads_[d.send_op] = {1.0f, static_cast<float>(1 - share + share / element),
+                                    static_cast<float>(c_.quantize_bandwidth * element / share)};
+    for (const QuantizingSplit::Rect& r : d.quantizing.rects) {
+      const QuantizeShape shape = QuantizeShapeOf(plan_.Copy(plan_.ops[r.quantize].copies_begin).from);
+      const BlockRect& b = r.blocks;
+      const int64_t row = b.block_row * kFp8BlockSize, col = b.block_col * kFp8BlockSize;
+      const double elements = static_cast<double>((std::min(shape.rows, row + b.block_rows * kFp8BlockSize) - row) *
+                                                  (std::min(shape.cols, col + b.block_cols * kFp8BlockSize) - col));
+      quantized[r.quantize] += elements / static_cast<double>(shape.matrices * shape.rows * shape.cols);
     }
   }
-  if (banded_rows.empty()) return;
+  if (quantized.empty()) return;
   quantize_left_.assign(plan_.ops.size(), 1.0f);
-  for (size_t op = 0; op < banded_rows.size(); ++op) {
-    quantize_left_[op] = static_cast<float>(std::max(0.0, 1.0 - banded_rows[op]));
+  for (size_t op = 0; op < quantized.size(); ++op) {
+    quantize_left_[op] = static_cast<float>(std::max(0.0, 1.0 - quantized[op]));
   }
 }
 

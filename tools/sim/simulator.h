@@ -9,7 +9,7 @@
 //                         element function, Mamba's -exp, too: memory-bound like any)
 //   Quantize              gpu_mem[g], a byte written taking (source element bytes + 1) / 2 of it,
 //                         each kernel writing at most quantize_bandwidth; with quantizing direct
-//                         reads only the block rows no read quantized (SimOptions::quantizing_reads)
+//                         reads only the blocks no read quantized (SimOptions::quantizing_reads)
 //   Send|Forward + Recv   one flow per matched message (same `message` id), started when both the
 //                         sender and the receiver are ready (their deps completed):
 //                           same GPU     gpu_mem[g]
@@ -132,7 +132,7 @@ struct SimOptions {
   // staged broadcast and keeps it off.
   bool direct_reads = false;
   // With direct_reads on GPU clusters, a direct read into the twin of a block-scaled matrix
-  // quantizes the whole 128-row bands it holds as it reads, and the Quantize op only the rest
+  // quantizes the whole 128x128 blocks it holds as it reads, and the Quantize op only the rest
   // (executor.quantizing_reads, core/runtime/quantizing_read.h); `ferry simulate` sets it from the
   // config.
   bool quantizing_reads = true;

@@ -3,7 +3,7 @@
 // (down to the subnormal range), an all-zero block, and blocks holding ±inf or NaN, with float32
 // and UE8M0 scales, fp32 or packed as DeepGEMM on SM100; fp8 values and scales must equal the CPU
 // reference (core/base/fp8_block.h) bit for bit, and hand-worked UE8M0 blocks their expected
-// codes; so must a stack quantized as bands read from other buffers. Without a GPU each test reports itself SKIPPED.
+// codes; so must a stack quantized as rectangles of blocks read from other buffers. Without a GPU each test reports itself SKIPPED.
 #include "core/cuda/block_quantize.h"
 
 #include <gtest/gtest.h>
@@ -165,28 +165,30 @@ TEST(BlockQuantizeTest, Ue8m0HandWorkedBlock) {
   for (void* p : {*s, *d, *k}) EXPECT_TRUE(DeviceFree(p).ok());
 }
 
-// A stack quantized as bands read from elsewhere, as quantizing direct reads and the Quantize op
-// that finishes their matrix do: [2, 300, 520] bf16, matrix 0's block row 0 from a copy whose
-// rows are 1072 bytes apart (the vector walk), its block rows 1-2 from one 1041 bytes apart (the
-// byte walk), matrix 1 whole from the dense stack; UE8M0 packed scales, whose words mix a
-// matrix's rows, included. The values and scales must equal the CPU reference of the whole stack.
-void ExpectBandsEqualTheWholeStack(Fp8ScaleFormat fmt) {
+// A stack quantized as rectangles of blocks read from elsewhere, as quantizing direct reads and
+// the Quantize op that finishes their matrix do: [2, 300, 520] bf16 (3 block rows, 5 block
+// columns, the last 8 wide); matrix 0's block row 0 from a copy whose rows are 1072 bytes apart
+// (the vector walk), block rows 1-2 of its columns 0-255 from one 1041 bytes apart (the byte walk)
+// and of its columns 256-519 from one 544 bytes apart, matrix 1 whole from the dense stack; UE8M0
+// packed scales, whose words mix a matrix's rows, included. The values and scales must equal the
+// CPU reference of the whole stack.
+void ExpectRectsEqualTheWholeStack(Fp8ScaleFormat fmt) {
   std::mt19937 rng(29);
   const int64_t matrices = 2, rows = 300, cols = 520, row_bytes = cols * 2;
   const std::vector<unsigned char> stack = Matrices(DType::kBF16, matrices, rows, cols, rng);
   const int64_t n = matrices * rows * cols, scale_bytes = matrices * Fp8ScaleMatrixBytes(fmt, rows, cols);
   struct Source {
-    int64_t first_row, num_rows, pitch;
+    int64_t first_row, num_rows, first_col, num_cols, pitch;
     void* at = nullptr;  // the allocation; its rows start `shift` bytes in
     int64_t shift = 0;
     const char* rows() const { return static_cast<const char*>(at) + shift; }
   };
-  std::vector<Source> sources = {{0, 128, 1072}, {128, 172, 1041}};
+  std::vector<Source> sources = {{0, 128, 0, 520, 1072}, {128, 172, 0, 256, 1041}, {128, 172, 256, 264, 544}};
   for (Source& src : sources) {
     std::vector<unsigned char> rows_out(static_cast<size_t>(src.num_rows * src.pitch), 0x5a);
     for (int64_t r = 0; r < src.num_rows; ++r) {
-      std::memcpy(rows_out.data() + r * src.pitch, stack.data() + (src.first_row + r) * row_bytes,
-                  static_cast<size_t>(row_bytes));
+      std::memcpy(rows_out.data() + r * src.pitch, stack.data() + (src.first_row + r) * row_bytes + src.first_col * 2,
+                  static_cast<size_t>(src.num_cols * 2));
     }
     Result<void*> at = DeviceAlloc(static_cast<int64_t>(rows_out.size()) + 1);
     ASSERT_TRUE(at.ok());
@@ -201,14 +203,16 @@ void ExpectBandsEqualTheWholeStack(Fp8ScaleFormat fmt) {
   ASSERT_TRUE(CopyToDevice(*dense, stack.data(), static_cast<int64_t>(stack.size())).ok());
   const std::vector<unsigned char> unwritten(static_cast<size_t>(scale_bytes), 0xaa);
   ASSERT_TRUE(CopyToDevice(*scales, unwritten.data(), scale_bytes).ok());
-  auto band = [&](const void* src, int64_t pitch, int64_t m, int64_t block_row, int64_t block_rows) {
-    return BlockQuantizeBand{src, pitch, *dst, *scales, DType::kBF16, fmt, rows, cols, m, block_row, block_rows};
+  auto rect = [&](const void* src, int64_t pitch, int64_t m, int64_t block_row, int64_t block_rows,
+                  int64_t block_col, int64_t block_cols) {
+    return BlockQuantizeRect{src,  pitch, *dst,      *scales,    DType::kBF16, fmt,       rows,
+                             cols, m,     block_row, block_rows, block_col,    block_cols};
   };
-  const std::vector<BlockQuantizeBand> bands = {
-      band(static_cast<char*>(*dense) + rows * row_bytes, row_bytes, 1, 0, 3),
-      band(sources[1].rows(), 1041, 0, 1, 2),
-      band(sources[0].rows(), 1072, 0, 0, 1)};
-  ASSERT_TRUE(LaunchBlockQuantizeBands(bands, nullptr).ok());
+  const std::vector<BlockQuantizeRect> rects = {
+      rect(static_cast<char*>(*dense) + rows * row_bytes, row_bytes, 1, 0, 3, 0, 5),
+      rect(sources[1].rows(), 1041, 0, 1, 2, 0, 2), rect(sources[2].rows(), 544, 0, 1, 2, 2, 3),
+      rect(sources[0].rows(), 1072, 0, 0, 1, 0, 5)};
+  ASSERT_TRUE(LaunchBlockQuantizeRects(rects, nullptr).ok());
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   std::vector<unsigned char> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
   std::vector<uint32_t> want_scales(static_cast<size_t>(scale_bytes / 4)), got_scales(want_scales.size());
@@ -218,30 +222,36 @@ void ExpectBandsEqualTheWholeStack(Fp8ScaleFormat fmt) {
   ASSERT_TRUE(CopyToHost(got_scales.data(), *scales, scale_bytes).ok());
   EXPECT_EQ(want_scales, got_scales);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(want[static_cast<size_t>(i)], got[static_cast<size_t>(i)]) << "element " << i;
-  for (void* p : {sources[0].at, sources[1].at, *dense, *dst, *scales}) EXPECT_TRUE(DeviceFree(p).ok());
+  for (void* p : {sources[0].at, sources[1].at, sources[2].at, *dense, *dst, *scales}) EXPECT_TRUE(DeviceFree(p).ok());
 }
 
-TEST(BlockQuantizeTest, BandsFromElsewhereEqualTheWholeStack) {
+TEST(BlockQuantizeTest, RectanglesFromElsewhereEqualTheWholeStack) {
   if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
-  ExpectBandsEqualTheWholeStack(Fp8ScaleFormat::kFloat32);
-  ExpectBandsEqualTheWholeStack(Fp8ScaleFormat::kUe8m0Packed);
+  ExpectRectsEqualTheWholeStack(Fp8ScaleFormat::kFloat32);
+  ExpectRectsEqualTheWholeStack(Fp8ScaleFormat::kUe8m0Packed);
 }
 
-TEST(BlockQuantizeTest, ABandOutsideItsStackIsAnErrorNamingIt) {
-  BlockQuantizeBand b;
+TEST(BlockQuantizeTest, ARectangleOutsideItsMatrixIsAnErrorNamingIt) {
+  BlockQuantizeRect b;
   b.rows = 300;
-  b.cols = 16;
-  b.src_pitch = 32;
+  b.cols = 300;
+  b.src_pitch = 600;
   b.block_row = 2;
   b.block_rows = 2;
-  Status s = LaunchBlockQuantizeBands({b}, nullptr);
+  b.block_cols = 3;
+  Status s = LaunchBlockQuantizeRects({b}, nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.ToString().find("block rows [2, 4) outside a matrix of 3"), std::string::npos) << s.ToString();
   b.block_rows = 1;
-  b.src_pitch = 31;
-  s = LaunchBlockQuantizeBands({b}, nullptr);
+  b.block_col = 1;
+  s = LaunchBlockQuantizeRects({b}, nullptr);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.ToString().find("pitch 31 bytes is shorter than a row"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("block columns [1, 4) outside a matrix of 3"), std::string::npos) << s.ToString();
+  b.block_cols = 2;
+  b.src_pitch = 343;  // columns 128-299: 344 bytes a row
+  s = LaunchBlockQuantizeRects({b}, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("pitch 343 bytes is shorter than its rows"), std::string::npos) << s.ToString();
 }
 
 TEST(BlockQuantizeTest, UnsupportedDtypeIsAnErrorNamingIt) {

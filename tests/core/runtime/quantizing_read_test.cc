@@ -1,6 +1,7 @@
-// SplitQuantizingRead and UnquantizedBlockRows on hand-made plans: a bf16 twin read by a Quantize
-// op, and direct-read copies into it. Each case's bands and pieces are worked by hand from the
-// rows the copy covers (128-row bands, 32-byte rows of 16 bf16 columns).
+// SplitQuantizingRead and UnquantizedBlocks on hand-made plans: a bf16 twin read by a Quantize
+// op, and direct-read copies into it. Each case's block rectangles and pieces are worked by hand
+// from the rows and columns the copy covers (128x128 blocks; 32-byte rows of 16 bf16 columns, or
+// 1024-byte rows of 512 for column slices).
 #include "core/runtime/quantizing_read.h"
 
 #include <gtest/gtest.h>
@@ -10,19 +11,19 @@ namespace {
 
 constexpr int64_t kCols = 16, kRowBytes = kCols * 2;
 
-// A plan whose rank 1 quantizes a bf16 stack [matrices, rows, 16] held in staging slot 0.
-TransferPlan TwinPlan(int64_t matrices, int64_t rows) {
+// A plan whose rank 1 quantizes a bf16 stack [matrices, rows, cols] held in staging slot 0.
+TransferPlan TwinPlan(int64_t matrices, int64_t rows, int64_t cols = kCols) {
   TransferPlan plan;
   plan.num_ranks = 2;
-  const int64_t bytes = matrices * rows * kRowBytes;
+  const int64_t bytes = matrices * rows * cols * 2;
   plan.source_buffers = {{0, "w", 1 << 20}};
   plan.destination_buffers = {{1, "w_fp8", bytes / 2}, {1, "w_scale", 64}};
   const int twin = plan.AddSlot(1, bytes);
   Region values = Region::Bytes(Space::kStaging, twin, 0, bytes);
   values.dtype = DType::kBF16;
   values.ndim = 3;
-  values.shape = {matrices, rows, kCols};
-  values.strides = {rows * kCols, kCols, 1};
+  values.shape = {matrices, rows, cols};
+  values.strides = {rows * cols, cols, 1};
   Region fp8 = values;
   fp8.space = Space::kDestination;
   fp8.buffer = 0;
@@ -37,6 +38,29 @@ TransferPlan TwinPlan(int64_t matrices, int64_t rows) {
 // landing in the twin).
 CopyPair ByteCopy(int64_t from, int64_t begin, int64_t end) {
   return {Region::Bytes(Space::kSource, 0, from, end - begin), Region::Bytes(Space::kStaging, 0, begin, end - begin)};
+}
+
+// A twin [300, 512] of bf16 (1024-byte rows), for column slices.
+TransferPlan WidePlan() { return TwinPlan(1, 300, 512); }
+
+// `rows` rows of `cols` bf16 columns of the source, from row `first` of rows `pitch` elements apart.
+Region SourceRows(int64_t first, int64_t rows, int64_t cols, int64_t pitch) {
+  Region r = Region::Bytes(Space::kSource, 0, first * pitch * 2, 0);
+  r.dtype = DType::kBF16;
+  r.ndim = 2;
+  r.shape = {rows, cols};
+  r.strides = {pitch, 1};
+  return r;
+}
+
+// Twin rows [first, first + rows), columns [col, col + cols) of WidePlan's matrix.
+Region TwinRows(int64_t first, int64_t rows, int64_t col, int64_t cols) {
+  Region r = Region::Bytes(Space::kStaging, 0, (first * 512 + col) * 2, 0);
+  r.dtype = DType::kBF16;
+  r.ndim = 2;
+  r.shape = {rows, cols};
+  r.strides = {512, 1};
+  return r;
 }
 
 QuantizingSplit Split(const TransferPlan& plan, const std::vector<CopyPair>& copies) {
@@ -56,16 +80,16 @@ TEST(QuantizingReadTest, QuantizeOfSlotFindsTheTwinsQuantizeOnItsRankOnly) {
 TEST(QuantizingReadTest, AContiguousCopyQuantizesTheBandsWhollyInside) {
   const TransferPlan plan = TwinPlan(1, 300);
   const QuantizingSplit split = Split(plan, {ByteCopy(1000, 10 * kRowBytes, 290 * kRowBytes)});
-  ASSERT_EQ(split.bands.size(), 1u);
-  const QuantizingSplit::Band& band = split.bands[0];
+  ASSERT_EQ(split.rects.size(), 1u);
+  const QuantizingSplit::Rect& band = split.rects[0];
   EXPECT_EQ(band.copy, 0);
   EXPECT_EQ(band.quantize, 0);
   EXPECT_EQ(band.from_delta, (128 - 10) * kRowBytes);
   EXPECT_EQ(band.pitch, kRowBytes);
-  EXPECT_EQ(band.rows.matrix, 0);
-  EXPECT_EQ(band.rows.block_row, 1);
-  EXPECT_EQ(band.rows.block_rows, 1);
-  EXPECT_EQ(split.band_bytes, 128 * kRowBytes);
+  EXPECT_EQ(band.blocks.matrix, 0);
+  EXPECT_EQ(band.blocks.block_row, 1);
+  EXPECT_EQ(band.blocks.block_rows, 1);
+  EXPECT_EQ(split.rect_bytes, 128 * kRowBytes);
   ASSERT_EQ(split.pieces.size(), 2u);
   EXPECT_EQ(split.pieces[0].from_delta, 0);
   EXPECT_EQ(split.pieces[0].to_delta, 0);
@@ -80,18 +104,18 @@ TEST(QuantizingReadTest, AContiguousCopyQuantizesTheBandsWhollyInside) {
 TEST(QuantizingReadTest, TheMatrixEndClosesAPartialLastBand) {
   const TransferPlan plan = TwinPlan(1, 300);
   const QuantizingSplit tail = Split(plan, {ByteCopy(0, 200 * kRowBytes, 300 * kRowBytes)});
-  ASSERT_EQ(tail.bands.size(), 1u);
-  EXPECT_EQ(tail.bands[0].rows.block_row, 2);
-  EXPECT_EQ(tail.bands[0].from_delta, (256 - 200) * kRowBytes);
-  EXPECT_EQ(tail.band_bytes, 44 * kRowBytes);
+  ASSERT_EQ(tail.rects.size(), 1u);
+  EXPECT_EQ(tail.rects[0].blocks.block_row, 2);
+  EXPECT_EQ(tail.rects[0].from_delta, (256 - 200) * kRowBytes);
+  EXPECT_EQ(tail.rect_bytes, 44 * kRowBytes);
   ASSERT_EQ(tail.pieces.size(), 1u);
   EXPECT_EQ(tail.geometries[0].run, 56 * kRowBytes);
 
   const QuantizingSplit mid_row = Split(plan, {ByteCopy(0, 8, 300 * kRowBytes)});
-  ASSERT_EQ(mid_row.bands.size(), 1u) << "row 0 is not whole: block rows 1-2 only";
-  EXPECT_EQ(mid_row.bands[0].rows.block_row, 1);
-  EXPECT_EQ(mid_row.bands[0].rows.block_rows, 2);
-  EXPECT_EQ(mid_row.bands[0].from_delta, 128 * kRowBytes - 8);
+  ASSERT_EQ(mid_row.rects.size(), 1u) << "row 0 is not whole: block rows 1-2 only";
+  EXPECT_EQ(mid_row.rects[0].blocks.block_row, 1);
+  EXPECT_EQ(mid_row.rects[0].blocks.block_rows, 2);
+  EXPECT_EQ(mid_row.rects[0].from_delta, 128 * kRowBytes - 8);
 }
 
 // A source whose rows are strided (a column slice of a wider tensor): band rows a source row
@@ -109,10 +133,10 @@ TEST(QuantizingReadTest, StridedSourceRowsKeepTheirPitch) {
   to.offset = 100 * kRowBytes;  // twin rows [100, 260)
   to.strides = {kCols, 1};
   const QuantizingSplit split = Split(plan, {{from, to}});
-  ASSERT_EQ(split.bands.size(), 1u);
-  EXPECT_EQ(split.bands[0].rows.block_row, 1);
-  EXPECT_EQ(split.bands[0].pitch, 80);
-  EXPECT_EQ(split.bands[0].from_delta, 28 * 80) << "twin row 128 is the copy's row 28";
+  ASSERT_EQ(split.rects.size(), 1u);
+  EXPECT_EQ(split.rects[0].blocks.block_row, 1);
+  EXPECT_EQ(split.rects[0].pitch, 80);
+  EXPECT_EQ(split.rects[0].from_delta, 28 * 80) << "twin row 128 is the copy's row 28";
   ASSERT_EQ(split.pieces.size(), 2u);
   EXPECT_EQ(split.geometries[0].rows, 28);
   EXPECT_EQ(split.pieces[1].from_delta, 156 * 80);
@@ -124,9 +148,9 @@ TEST(QuantizingReadTest, StridedSourceRowsKeepTheirPitch) {
 TEST(QuantizingReadTest, ACopyAcrossMatricesBandsEach) {
   const TransferPlan plan = TwinPlan(2, 128);
   const QuantizingSplit split = Split(plan, {ByteCopy(0, 0, 2 * 128 * kRowBytes)});
-  ASSERT_EQ(split.bands.size(), 2u);
-  EXPECT_EQ(split.bands[1].rows.matrix, 1);
-  EXPECT_EQ(split.bands[1].from_delta, 128 * kRowBytes);
+  ASSERT_EQ(split.rects.size(), 2u);
+  EXPECT_EQ(split.rects[1].blocks.matrix, 1);
+  EXPECT_EQ(split.rects[1].from_delta, 128 * kRowBytes);
   EXPECT_TRUE(split.pieces.empty());
 }
 
@@ -151,26 +175,73 @@ TEST(QuantizingReadTest, CopiesWithoutAWholeBandLeaveTheReadAsItWas) {
       << "a copy into a destination buffer";
   // A read with one banded copy keeps its other copies whole, as pieces.
   const QuantizingSplit mixed = Split(plan, {{from, to}, ByteCopy(0, 128 * kRowBytes, 256 * kRowBytes)});
-  ASSERT_EQ(mixed.bands.size(), 1u);
+  ASSERT_EQ(mixed.rects.size(), 1u);
   ASSERT_EQ(mixed.pieces.size(), 1u);
   EXPECT_EQ(mixed.pieces[0].copy, 0);
   EXPECT_EQ(mixed.geometries[0].from_dtype, DType::kFP32);
 }
 
-TEST(QuantizingReadTest, UnquantizedBlockRowsAreTheRestByMatrix) {
-  const QuantizeShape shape{2, 300, kCols};  // 3 block rows a matrix
-  const std::vector<BlockRows> left = UnquantizedBlockRows(shape, {{1, 0, 3}, {0, 1, 1}});
-  ASSERT_EQ(left.size(), 2u);
-  EXPECT_EQ(left[0].matrix, 0);
-  EXPECT_EQ(left[0].block_row, 0);
-  EXPECT_EQ(left[0].block_rows, 1);
-  EXPECT_EQ(left[1].matrix, 0);
-  EXPECT_EQ(left[1].block_row, 2);
-  EXPECT_EQ(left[1].block_rows, 1);
-  EXPECT_TRUE(UnquantizedBlockRows(shape, {{0, 0, 3}, {1, 0, 2}, {1, 2, 1}}).empty());
-  const std::vector<BlockRows> all = UnquantizedBlockRows(shape, {});
+// A column slice of a row-parallel weight (a trainer's TP shard gathered into a wider inference
+// shard): rows of 256 columns landing in twin columns [256, 512) of a [300, 512] matrix. Its
+// blocks are block columns 2-3 of every block row, the last block row partial.
+TEST(QuantizingReadTest, AColumnSliceQuantizesItsWholeBlockColumns) {
+  const TransferPlan plan = WidePlan();
+  const QuantizingSplit split = Split(plan, {{SourceRows(0, 300, 256, 600), TwinRows(0, 300, 256, 256)}});
+  ASSERT_EQ(split.rects.size(), 1u);
+  EXPECT_EQ(split.rects[0].blocks.block_row, 0);
+  EXPECT_EQ(split.rects[0].blocks.block_rows, 3);
+  EXPECT_EQ(split.rects[0].blocks.block_col, 2);
+  EXPECT_EQ(split.rects[0].blocks.block_cols, 2);
+  EXPECT_EQ(split.rects[0].from_delta, 0);
+  EXPECT_EQ(split.rects[0].pitch, 1200);
+  EXPECT_EQ(split.rect_bytes, 300 * 256 * 2);
+  EXPECT_TRUE(split.pieces.empty());
+}
+
+// Rows [10, 300) and columns [100, 400) of that matrix: whole blocks in rows 128-299 and columns
+// 128-383; rows 10-127 stay a piece of the copy's width, and beside the blocks columns 100-127 and
+// 384-399 of rows 128-299.
+TEST(QuantizingReadTest, AColumnSliceLeavesItsEdgesToTheTwin) {
+  const TransferPlan plan = WidePlan();
+  const QuantizingSplit split = Split(plan, {{SourceRows(0, 290, 300, 600), TwinRows(10, 290, 100, 300)}});
+  ASSERT_EQ(split.rects.size(), 1u);
+  const BlockRect& b = split.rects[0].blocks;
+  EXPECT_EQ(b.block_row, 1);
+  EXPECT_EQ(b.block_rows, 2);
+  EXPECT_EQ(b.block_col, 1);
+  EXPECT_EQ(b.block_cols, 2);
+  EXPECT_EQ(split.rects[0].from_delta, 118 * 1200 + 28 * 2);
+  EXPECT_EQ(split.rect_bytes, 172 * 256 * 2);
+  ASSERT_EQ(split.pieces.size(), 3u);
+  EXPECT_EQ(split.geometries[0].rows, 118);
+  EXPECT_EQ(split.geometries[0].run, 300);
+  EXPECT_EQ(split.pieces[1].from_delta, 118 * 1200);
+  EXPECT_EQ(split.pieces[1].to_delta, 118 * 1024);
+  EXPECT_EQ(split.geometries[1].rows, 172);
+  EXPECT_EQ(split.geometries[1].run, 28);
+  EXPECT_EQ(split.pieces[2].from_delta, 118 * 1200 + 284 * 2);
+  EXPECT_EQ(split.pieces[2].to_delta, 118 * 1024 + 284 * 2);
+  EXPECT_EQ(split.geometries[2].run, 16);
+}
+
+TEST(QuantizingReadTest, UnquantizedBlocksAreTheRestMergedIntoRectangles) {
+  const QuantizeShape shape{2, 300, 512};  // 3 block rows, 4 block columns a matrix
+  const std::vector<BlockRect> left = UnquantizedBlocks(shape, {{0, 0, 3, 2, 2}, {1, 1, 1, 0, 4}});
+  ASSERT_EQ(left.size(), 3u);
+  auto expect = [](const BlockRect& b, int64_t m, int64_t r, int64_t rows, int64_t c, int64_t cols) {
+    EXPECT_EQ(b.matrix, m);
+    EXPECT_EQ(b.block_row, r);
+    EXPECT_EQ(b.block_rows, rows);
+    EXPECT_EQ(b.block_col, c);
+    EXPECT_EQ(b.block_cols, cols);
+  };
+  expect(left[0], 0, 0, 3, 0, 2);  // columns 0-1 of every row, merged
+  expect(left[1], 1, 0, 1, 0, 4);
+  expect(left[2], 1, 2, 1, 0, 4);  // not next to row 0's: a rectangle of its own
+  EXPECT_TRUE(UnquantizedBlocks(shape, {{0, 0, 3, 0, 4}, {1, 0, 3, 0, 4}}).empty());
+  const std::vector<BlockRect> all = UnquantizedBlocks(shape, {});
   ASSERT_EQ(all.size(), 2u);
-  EXPECT_EQ(all[1].block_rows, 3);
+  expect(all[1], 1, 0, 3, 0, 4);
 }
 
 }  // namespace
