@@ -1,16 +1,16 @@
 // The block-quantize kernel of core/cuda/block_quantize.h: a grid over (rectangle, 128x128 block),
-// the rectangle of a CUDA block found by binary search over the rectangles' prefix sums of blocks;
-// 256 threads a block. A job (a whole stack) is one rectangle per matrix. Two ways to walk a
-// block, chosen per rectangle on the host:
+// the rectangle of a CUDA block found by binary search over the rectangles' prefix sums of blocks.
+// A job (a whole stack) is one rectangle per matrix. Two ways to walk a block, chosen per
+// rectangle on the host:
 //  * vector (source rows 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as
-//    a weight's staging twin, most peers' tensors and the fp8 tensor are): thread t loads 8 consecutive elements of
-//    column group t % 16 in every 16th row with 16-byte loads, keeps the block's 64 elements it
-//    owns in registers, reduces |x| by warp shuffles and shared memory, then casts them and stores
-//    8 fp8 bytes at once. The source is read once.
-//    A 2-byte source's walk is capped at 64 registers a thread, so that 4 blocks share an SM.
-//  * bytes (any other alignment: a staging slot may start at any byte): thread t walks column
-//    t % 128 in every second row, loading each element byte by byte (LoadAsFloat), and reads the
-//    block again to cast it.
+//    a weight's staging twin, most peers' tensors and the fp8 tensor are): with T threads, thread
+//    t loads 8 consecutive elements of column group t % 16 in every (T / 16)th row with 16-byte
+//    loads, keeps the block's elements it owns in registers, reduces |x| by warp shuffles and
+//    shared memory, then casts them and stores 8 fp8 bytes at once. The source is read once. A
+//    2-byte source's walk runs 512 threads capped at 32 registers (4 blocks an SM), fp32's 256.
+//  * bytes (any other alignment: a staging slot may start at any byte): 256 threads, thread t
+//    walks column t % 128 in every second row, loading each element byte by byte (LoadAsFloat),
+//    and reads the block again to cast it.
 // Both reduce |x| with NaN propagating (core/base/fp8_block.h Fp8BlockAmaxStep: the maximum does
 // not depend on the order), thread 0 computes the block's parameters, threads 0..127 write the
 // scale (one fp32 from thread 0, or each its weight row's packed E8M0 code,
@@ -50,13 +50,9 @@ struct QuantizeDescriptor {
   int64_t first_block;  // prefix sum of 128x128 blocks over the launch's rectangles
 };
 
-constexpr int kThreads = 256;
 constexpr int kBlock = static_cast<int>(kFp8BlockSize);
 constexpr int kVector = 8;                          // elements a thread loads at once
 constexpr int kGroups = kBlock / kVector;           // column groups of a block row
-constexpr int kRowStep = kThreads / kGroups;        // rows the threads cover per step
-constexpr int kSteps = kBlock / kRowStep;           // steps over a block's rows
-constexpr int kWarps = kThreads / 32;
 
 // Where a CUDA block's 128x128 block lies: its index k within the stack (as the scales number
 // blocks), the element offset of its matrix and its first row and column in the matrix.
@@ -75,9 +71,12 @@ __device__ const unsigned char* SourceOf(const QuantizeDescriptor& d, int64_t r,
   return d.src + (r - d.row0) * d.src_pitch + (c - d.col0) * elem;
 }
 
-// The block's parameters from each thread's |x| maximum `amax`, every thread of the block calling
-// (Fp8BlockAmaxStep does not depend on the order of its steps, so any reduction gives the host's).
+// The block's parameters from each thread's |x| maximum `amax`, every one of the kThreads threads
+// of the block calling (Fp8BlockAmaxStep does not depend on the order of its steps, so any
+// reduction gives the host's).
+template <int kThreads>
 __device__ Fp8BlockParams ReduceParams(float amax, Fp8ScaleFormat fmt) {
+  constexpr int kWarps = kThreads / 32;
   __shared__ float partial[kWarps];
   __shared__ Fp8BlockParams params;
   for (int lane = 16; lane > 0; lane /= 2) {
@@ -102,9 +101,11 @@ __device__ float GroupElement(const uint32_t* words, int j) {
   return BitsToFloat(words[j]);
 }
 
-// The vector walk of one block of source dtype `kType`.
-template <DType kType>
+// The vector walk of one block of source dtype `kType` by kThreads threads.
+template <DType kType, int kThreads>
 __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlace& at) {
+  constexpr int kRowStep = kThreads / kGroups;  // rows the threads cover per step
+  constexpr int kSteps = kBlock / kRowStep;     // steps over a block's rows
   constexpr int kWords = kType == DType::kFP32 ? 8 : 4;  // words a group of 8 elements takes
   constexpr int elem = kWords / 2;
   const int64_t c = at.c0 + threadIdx.x % kGroups * kVector;
@@ -125,7 +126,7 @@ __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlac
 #pragma unroll
     for (int j = 0; j < kVector; ++j) amax = Fp8BlockAmaxStep(amax, GroupElement<kType>(words[s], j));
   }
-  const Fp8BlockParams params = ReduceParams(amax, d.scale_fmt);
+  const Fp8BlockParams params = ReduceParams<kThreads>(amax, d.scale_fmt);
   if (threadIdx.x < kBlock) {
     Fp8BlockWriteScaleRow(d.scales, d.scale_fmt, d.rows, d.cols, at.k, params.scale_inv, threadIdx.x);
   }
@@ -143,7 +144,8 @@ __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlac
   }
 }
 
-// The byte walk of one block: any alignment, the block read twice.
+// The byte walk of one block by kThreads threads: any alignment, the block read twice.
+template <int kThreads>
 __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace& at) {
   const int64_t r1 = min(d.rows, at.r0 + kBlock), c = at.c0 + threadIdx.x % kBlock;
   const int elem = FloatBytes(d.src_dtype);
@@ -153,7 +155,7 @@ __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace
       amax = Fp8BlockAmaxStep(amax, LoadAsFloat(d.src_dtype, SourceOf(d, r, c, elem)));
     }
   }
-  const Fp8BlockParams params = ReduceParams(amax, d.scale_fmt);
+  const Fp8BlockParams params = ReduceParams<kThreads>(amax, d.scale_fmt);
   if (threadIdx.x < kBlock) {
     Fp8BlockWriteScaleRow(d.scales, d.scale_fmt, d.rows, d.cols, at.k, params.scale_inv, threadIdx.x);
   }
@@ -168,13 +170,17 @@ __device__ void QuantizeBlockBytes(const QuantizeDescriptor& d, const BlockPlace
 enum class Walk { kVectorBF16, kVectorFP16, kVectorFP32, kBytes };
 constexpr int kWalks = 4;
 
-// Blocks an SM should hold of a walk's kernel (__launch_bounds__): 4 caps a 2-byte vector walk at
-// 64 registers a thread (its 32 words of elements and a spill of a few bytes), twice the blocks
-// the 122 registers it would take otherwise allow; the walk waits on memory, so occupancy pays.
-constexpr int MinBlocksOf(Walk w) { return w == Walk::kVectorBF16 || w == Walk::kVectorFP16 ? 4 : 1; }
+// Threads a CUDA block of a walk's kernel runs and blocks an SM should hold of it
+// (__launch_bounds__). A 2-byte vector walk waits on memory, so occupancy pays: 512 threads, each
+// holding 4 steps of a group (16 words), capped at 32 registers so that 4 blocks fill an SM, move
+// 8% more than 256 threads of 8 steps capped at 64 (block_quantize_bench); the byte walk does best
+// with 256 threads, the fp32 vector walk's 32 words a thread keep it there.
+__host__ __device__ constexpr bool TwoByteVector(Walk w) { return w == Walk::kVectorBF16 || w == Walk::kVectorFP16; }
+__host__ __device__ constexpr int ThreadsOf(Walk w) { return TwoByteVector(w) ? 512 : 256; }
+__host__ __device__ constexpr int MinBlocksOf(Walk w) { return TwoByteVector(w) ? 4 : 1; }
 
 template <Walk kWalk>
-__global__ void __launch_bounds__(kThreads, MinBlocksOf(kWalk))
+__global__ void __launch_bounds__(ThreadsOf(kWalk), MinBlocksOf(kWalk))
     BlockQuantizeKernel(const QuantizeDescriptor* descriptors, int count) {
   int lo = 0, hi = count - 1;
   const int64_t block = blockIdx.x;
@@ -185,10 +191,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocksOf(kWalk))
   // A copy in registers: the fp8 stores are byte stores, which could alias the table in memory.
   const QuantizeDescriptor d = descriptors[lo];
   const BlockPlace at = PlaceOf(d, block);
-  if constexpr (kWalk == Walk::kBytes) QuantizeBlockBytes(d, at);
-  if constexpr (kWalk == Walk::kVectorBF16) QuantizeBlockVector<DType::kBF16>(d, at);
-  if constexpr (kWalk == Walk::kVectorFP16) QuantizeBlockVector<DType::kFP16>(d, at);
-  if constexpr (kWalk == Walk::kVectorFP32) QuantizeBlockVector<DType::kFP32>(d, at);
+  constexpr int kThreads = ThreadsOf(kWalk);
+  if constexpr (kWalk == Walk::kBytes) QuantizeBlockBytes<kThreads>(d, at);
+  if constexpr (kWalk == Walk::kVectorBF16) QuantizeBlockVector<DType::kBF16, kThreads>(d, at);
+  if constexpr (kWalk == Walk::kVectorFP16) QuantizeBlockVector<DType::kFP16, kThreads>(d, at);
+  if constexpr (kWalk == Walk::kVectorFP32) QuantizeBlockVector<DType::kFP32, kThreads>(d, at);
 }
 
 // The walk of rectangle `b`: the vector walk of its dtype when 16-byte loads of 8 source elements
@@ -272,7 +279,7 @@ struct Launch {
 template <Walk kWalk>
 Status LaunchWalk(const Launch& launch, const QuantizeDescriptor* table, cudaStream_t stream) {
   if (launch.descriptors.empty()) return Status::Ok();
-  BlockQuantizeKernel<kWalk><<<static_cast<unsigned>(launch.blocks), kThreads, 0, stream>>>(
+  BlockQuantizeKernel<kWalk><<<static_cast<unsigned>(launch.blocks), ThreadsOf(kWalk), 0, stream>>>(
       table, static_cast<int>(launch.descriptors.size()));
   return CudaStatus(cudaGetLastError(), "BlockQuantizeKernel launch (walk " +
                                             std::to_string(static_cast<int>(kWalk)) + ")");
