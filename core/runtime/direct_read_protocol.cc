@@ -265,14 +265,15 @@ Result<int64_t> ResolveBuffers(const DirectRead& read, const ProcessIdentity& ow
     // The destination side, checked inline (a general region lookup per pair costs more than a
     // small copy).
     const MemoryDesc* target = targets.Of(r);
-    if (target == nullptr || target->base == nullptr || target->kind != kind || r.to_offset < 0 ||
+    const bool elided = targets.Elided(r);
+    if (target == nullptr || (target->base == nullptr && !elided) || target->kind != kind || r.to_offset < 0 ||
         SatAdd(r.to_offset, r.to_span) > target->bytes) {
       const std::string what = r.to_slot >= 0 ? "staging slot " + std::to_string(read.to_slots[r.to_slot])
                                               : "destination buffer " + std::to_string(r.to_buffer);
       return InvalidArgument(what + " on rank " + std::to_string(rank) + " has no " +
                              std::string(MemoryKindName(kind)) + " memory covering a region the plan writes");
     }
-    char* to = static_cast<char*>(target->base) + r.to_offset;
+    char* to = elided ? nullptr : static_cast<char*>(target->base) + r.to_offset;
     if (mapped[j] != nullptr) {
       ends.push_back({mapped[j] + r.from_offset, to, 0});
     } else {  // ordinary memory: process_vm_readv, any geometry (peer_read.h)
@@ -358,7 +359,7 @@ bool SameMemory(const OfferHistory::Taken& taken, const ReadTargets& targets) {
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
                              PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
-                             std::span<const MemoryDesc> slots) {
+                             std::span<const MemoryDesc> slots, std::span<const char> elided_slots) {
   OfferHeader header;
   std::vector<PeerBuffer> buffers;
   FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
@@ -367,8 +368,8 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
                               " where a full one was expected");
   }
   FERRY_RETURN_IF_ERROR(CheckOfferSender(read, header.owner, peers.processes));
-  return ResolveBuffers(read, header.owner, buffers, ReadTargets{destination, slots}, rank, peers, ends,
-                        on_gpu);
+  return ResolveBuffers(read, header.owner, buffers, ReadTargets{destination, slots, elided_slots}, rank,
+                        peers, ends, on_gpu);
 }
 
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
@@ -376,8 +377,9 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              std::span<const uint8_t> offer,
                                              const std::vector<MemoryDesc>& destination, int rank,
                                              PeerMemory& peers, OfferHistory& history,
-                                             std::span<const MemoryDesc> slots) {
-  const ReadTargets targets{destination, slots};
+                                             std::span<const MemoryDesc> slots,
+                                             std::span<const char> elided_slots) {
+  const ReadTargets targets{destination, slots, elided_slots};
   OfferHeader header;
   std::vector<PeerBuffer> buffers;
   FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));

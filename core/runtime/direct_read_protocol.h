@@ -138,6 +138,14 @@ struct PeerMemory {
 struct ReadTargets {
   const std::vector<MemoryDesc>& destination;
   std::span<const MemoryDesc> slots;
+  // By slot (index into read.to_slots), nonzero for a twin the receiver elided because its reads
+  // quantize every block of it (quantizing_read.h): no copy writes it, so a copy into it is
+  // checked against the slot's bytes and gets no destination address (CopyEnds::to null).
+  std::span<const char> elided = {};
+
+  bool Elided(const DirectRead::Read& r) const {
+    return r.to_slot >= 0 && static_cast<size_t>(r.to_slot) < elided.size() && elided[static_cast<size_t>(r.to_slot)];
+  }
 
   // The memory a direct read's copy `r` writes, or null when the tables lack it.
   const MemoryDesc* Of(const DirectRead::Read& r) const {
@@ -166,18 +174,21 @@ struct ReadTargets {
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
                              const std::vector<MemoryDesc>& destination, int rank,
                              PeerMemory& peers, std::vector<CopyEnds>& ends, bool& on_gpu,
-                             std::span<const MemoryDesc> slots = {});
+                             std::span<const MemoryDesc> slots = {},
+                             std::span<const char> elided_slots = {});
 
 // Receiver, through the history: takes the offer of `read`, direct read `index` of analysis
 // `generation`, with ResolveOffer's checks. A full offer is resolved and kept; an abbreviated one
 // returns the copies kept for the full offer of the same digest from the same (verified) process,
 // resolved again if this rank's destination buffers or `slots` changed since, or null when none
-// is kept (the caller asks for the full offer). The result is valid until the history's next use.
+// is kept (the caller asks for the full offer). `elided_slots`: ReadTargets::elided. The result is
+// valid until the history's next use.
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              const DirectRead& read,
                                              std::span<const uint8_t> offer,
                                              const std::vector<MemoryDesc>& destination, int rank,
                                              PeerMemory& peers, OfferHistory& history,
-                                             std::span<const MemoryDesc> slots = {});
+                                             std::span<const MemoryDesc> slots = {},
+                                             std::span<const char> elided_slots = {});
 
 }  // namespace ferry

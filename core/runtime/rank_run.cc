@@ -149,7 +149,59 @@ Status RankRun::BuildDependencies() {
       AddBounce(i);
     }
   }
+  ElideQuantizedTwins();
   return CheckStagingFits();
+}
+
+// A twin of a block-scaled matrix whose every writer is a direct read that will quantize (this
+// rank's memory is on the GPU, so its direct reads read CUDA memory: ReadMemoryKind refuses any
+// other), none of which copies into it, and whose reads' blocks cover the whole stack, is never
+// written or read: it takes no staging (its slot leaves every op's slots), its reads' copies into
+// it are bounds-checked but not addressed (ReadTargets::elided), and its Quantize op finds nothing
+// left (StartQuantizeRest).
+void RankRun::ElideQuantizedTwins() {
+  elided_twin_.assign(plan_.slots.size(), 0);
+  if (!on_gpu_ || !res_.options.quantizing_reads || directs_ == nullptr) return;
+  struct Twin {
+    int quantize = -1;  // local index
+    bool ok = true;
+    std::vector<BlockRect> blocks;
+  };
+  std::map<int, Twin> twins;  // by slot
+  for (int i = 0; i < n_; ++i) {
+    const Op& op = OpAt(i);
+    if (op.kind == OpKind::kQuantize && op.NumCopies() == 1) {
+      const CopyPair pair = plan_.Copy(op.copies_begin);
+      if (pair.from.space != Space::kStaging) continue;
+      Twin& t = twins[pair.from.buffer];
+      t.quantize = i;
+      t.ok = t.ok && OnGpu(pair.to) && OnGpu(QuantizeScales(op, pair.from));
+      continue;
+    }
+    if (roles_.role[i] != DirectRole::kRead) {
+      for (int slot : slots_of_[i]) twins[slot].ok = false;  // written some other way
+      continue;
+    }
+    const DirectRead& d = (*directs_)[roles_.direct_of[i]];
+    for (int slot : d.to_slots) twins[slot].ok = twins[slot].ok && d.quantizing.quantizes();
+    for (const QuantizingSplit::Piece& p : d.quantizing.pieces) {
+      const int to_slot = d.reads[static_cast<size_t>(p.copy)].to_slot;
+      if (to_slot >= 0) twins[d.to_slots[static_cast<size_t>(to_slot)]].ok = false;
+    }
+    for (const QuantizingSplit::Rect& r : d.quantizing.rects) {
+      twins[plan_.Copy(plan_.ops[r.quantize].copies_begin).from.buffer].blocks.push_back(r.blocks);
+    }
+  }
+  for (auto& [slot, t] : twins) {
+    if (!t.ok || t.quantize < 0) continue;
+    const QuantizeShape shape = QuantizeShapeOf(plan_.Copy(OpAt(t.quantize).copies_begin).from);
+    if (!UnquantizedBlocks(shape, t.blocks).empty()) continue;
+    elided_twin_[static_cast<size_t>(slot)] = 1;
+    slot_uses_.erase(slot);
+  }
+  for (std::vector<int>& slots : slots_of_) {
+    std::erase_if(slots, [this](int slot) { return ElidedTwin(slot); });
+  }
 }
 
 // Every op's slots, as the arena grants them (FirstFitAllocator::Granted), must fit the staging
@@ -468,7 +520,10 @@ Result<RankRun::QuantizeTargets> RankRun::QuantizeTargetsOf(int id) const {
       pair.to.dtype != DType::kFP8E4M3 || pair.to.NumElements() != pair.from.NumElements()) {
     return InvalidArgument("a quantize op reads and writes dense matrices of one shape, into fp8_e4m3");
   }
-  FERRY_ASSIGN_OR_RETURN(char* from, BaseOf(pair.from));
+  char* from = nullptr;  // an elided twin has no memory (ElideQuantizedTwins)
+  if (pair.from.space != Space::kStaging || !ElidedTwin(pair.from.buffer)) {
+    FERRY_ASSIGN_OR_RETURN(from, BaseOf(pair.from));
+  }
   FERRY_ASSIGN_OR_RETURN(char* to, BaseOf(pair.to));
   FERRY_ASSIGN_OR_RETURN(char* scale_base, BaseOf(scales));
   if (reinterpret_cast<uintptr_t>(scale_base) % 4 != 0) {  // fp32 scales or packed int32 words
@@ -496,6 +551,9 @@ Status RankRun::StartQuantize(int i) {
     const std::vector<BlockRect> blocks = std::move(quantized->second);
     quantized_blocks_.erase(quantized);
     return StartQuantizeRest(i, t, blocks);
+  }
+  if (t.from == nullptr) {
+    return Internal("the elided twin of " + Describe(i) + " was not quantized by its direct reads");
   }
   stats_.bytes_copied += pair.from.NumBytes();
   const bool staging_on_gpu = device_staging_ && pair.from.space == Space::kStaging;
@@ -678,7 +736,7 @@ Status RankRun::CopyRead(int i) {
   const int64_t take_began = res_.trace != nullptr ? RunTrace::Now() : 0;
   FERRY_ASSIGN_OR_RETURN(const OfferHistory::Taken* taken,
                          TakeOffer(plan_generation_, k, d, offer, memory_.destination, rank_,
-                                   peers, res_.offer_history, SlotTargets(d)));
+                                   peers, res_.offer_history, SlotTargets(d), ElidedSlots(d)));
   if (res_.trace != nullptr) {
     res_.trace->Span(RunTrace::Lane::kSetUp, "take offer of rank " + std::to_string(d.sender), take_began,
                      RunTrace::Now(), "\"peer CUDA mappings\": " + std::to_string(res_.peer_cuda.size()));
@@ -694,9 +752,11 @@ Status RankRun::CopyRead(int i) {
       FERRY_ASSIGN_OR_RETURN(bool queued, QueueQuantizingRead(i, d, taken->ends));
       if (queued) return Status::Ok();
     }
+    if (Elides(d)) return Internal(Describe(i) + " writes an elided twin but did not quantize");
     stats_.bytes_copied += bytes;
     return QueueGpuRead(i, d.geometries, taken->ends);
   }
+  if (Elides(d)) return Internal(Describe(i) + " writes an elided twin from host memory");
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, taken->ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
 }
@@ -718,6 +778,18 @@ std::vector<MemoryDesc> RankRun::SlotTargets(const DirectRead& d) const {
     slots.push_back(m);
   }
   return slots;
+}
+
+// By d.to_slots index, whether this rank elided that twin (ElideQuantizedTwins).
+std::vector<char> RankRun::ElidedSlots(const DirectRead& d) const {
+  std::vector<char> elided;
+  elided.reserve(d.to_slots.size());
+  for (int slot : d.to_slots) elided.push_back(ElidedTwin(slot));
+  return elided;
+}
+
+bool RankRun::Elides(const DirectRead& d) const {
+  return std::any_of(d.to_slots.begin(), d.to_slots.end(), [this](int slot) { return ElidedTwin(slot); });
 }
 
 // Receiver, an abbreviated offer of nothing this rank holds (it is new, or forgot): answer with

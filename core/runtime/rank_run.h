@@ -30,7 +30,8 @@
 //               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
 //               A read into the twin of a block-scaled matrix quantizes the whole blocks it
 //               holds straight from the peer (QueueQuantizingRead, quantizing_read.h), and the
-//               matrix's Quantize op only the rest (StartQuantizeRest).
+//               matrix's Quantize op only the rest (StartQuantizeRest); a twin none of whose
+//               blocks is left to it takes no staging at all (ElideQuantizedTwins).
 //
 // Internal to core/runtime (a private header of the executor library). Not thread-safe: a
 // RankRun lives on the thread that called Executor::Run and is used once (Execute).
@@ -130,6 +131,7 @@ class RankRun {
   void AssignDirectRoles();
   Result<const OpCopies*> CopiesOf(int i);
   Status BuildDependencies();
+  void ElideQuantizedTwins();
   Status ReserveStaging();
   Result<bool> StagesOnDevice();
   Status RegisterMemory();
@@ -172,6 +174,8 @@ class RankRun {
   Status StartRead(int i);
   Status CopyRead(int i);
   std::vector<MemoryDesc> SlotTargets(const DirectRead& d) const;
+  std::vector<char> ElidedSlots(const DirectRead& d) const;
+  bool Elides(const DirectRead& d) const;
   Status AskForFullOffer(int i);
   Status FinishRead(int i);
   int64_t AnswerOffset(int k) const;
@@ -290,6 +294,12 @@ class RankRun {
   std::vector<cuda::BlockQuantizeRect> rects_queued_;  // and the blocks they quantize, after it
   // By Quantize op (plan id): the blocks direct reads quantized this run, which it skips.
   std::unordered_map<int, std::vector<BlockRect>> quantized_blocks_;
+  // By plan slot: a twin whose reads quantize every block (ElideQuantizedTwins), never placed.
+  std::vector<char> elided_twin_;
+  // Whether `slot` (a plan slot, or a bounce slot past them) is an elided twin.
+  bool ElidedTwin(int slot) const {
+    return slot >= 0 && static_cast<size_t>(slot) < elided_twin_.size() && elided_twin_[static_cast<size_t>(slot)];
+  }
 
   // Registrations.
   std::vector<RunRegistration> run_registrations_;

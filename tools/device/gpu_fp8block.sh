@@ -9,7 +9,7 @@
 # (scale_fmt=ue8m0_packed). On CUDA memory the direct reads quantize the whole 128x128 blocks they
 # hold as they read (core/runtime/quantizing_read.h): the script fails unless they did, and runs
 # each CUDA refit a second time with executor.quantizing_reads=false (every block through the
-# twin) beside.
+# twin) beside, which must hold more staging (twins the reads quantize whole take none).
 #
 # Usage: tools/device/gpu_fp8block.sh BIN_DIR [LIB_DIR]
 #   BIN_DIR holds ferry, block_quantize_test, fp8_block_test and fp8_packed_scales_test (bazel build
@@ -45,8 +45,15 @@ for case in tp=2:vllm:tp=2,quant=fp8_block tp=2:vllm:tp=2,quant=fp8_block,scale_
     [ "${PIPESTATUS[0]}" = 0 ] || FAILED=1
     cat "$LOG/one.log" | tee -a "$LOG/refit.log"
     quantized=$(grep 'of which quantized as read' "$LOG/one.log")
+    peak=$(tail -1 "$LOG/refit.csv" | cut -d, -f10)  # peak staging a rank, bytes
     if [ "$variant" = cuda ] && ! echo "$quantized" | grep -qv ' 0 B *$'; then
       echo "FAILED: no direct read quantized as it read ($quantized)"
+      FAILED=1
+    fi
+    # Twins whose every block the reads quantize take no staging: less than through the twins.
+    if [ "$variant" = cuda ]; then quantizing_peak=$peak; fi
+    if [ "$variant" = cuda-staged ] && [ "${quantizing_peak:-0}" -ge "${peak:-0}" ]; then
+      echo "FAILED: peak staging ${quantizing_peak:-?} B with quantizing reads, not below ${peak:-?} B through the twins"
       FAILED=1
     fi
   done
