@@ -51,6 +51,12 @@ struct PlannerOptions {
   // synchronises a buffer's previous broadcast before filling it again): a rank fills bucket b
   // only once it has finished with bucket b - broadcast_buffers.
   int broadcast_buffers = 2;
+  // Rows a chunk of a matrix is cut at a multiple of, counted from its piece's first row, where a
+  // chunk holds at least twice that many (ChunkBox). Not a planner.* option: PlanReshard sets 128
+  // for a plan into block-scaled fp8, so that its messages hold whole 128x128 blocks which the
+  // receiver's direct reads can quantize (core/runtime/quantizing_read.h); other plans cut at any
+  // row.
+  int64_t chunk_row_align = 1;
 
   // planner.* options: name, default (the values above), help.
   static const OptionTable<PlannerOptions>& Table();

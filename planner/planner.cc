@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/fp8_block.h"
 #include "core/layout/tensor_stack.h"
 #include "planner/block_quantize.h"
 #include "planner/demand.h"
@@ -257,9 +258,11 @@ Result<PlanResult> PlanReshard(const Layout& source, const Layout& destination,
   FERRY_ASSIGN_OR_RETURN(const ElementTransformLayout transform, PrepareElementTransforms(source, quantized));
   const Layout& planned = transform.twins.empty() ? quantized : transform.destination;
   FERRY_RETURN_IF_ERROR(CheckNoStoredTransforms(source, planned));
+  PlannerOptions chunking = options;
+  if (!quantize.twins.empty()) chunking.chunk_row_align = kFp8BlockSize;
   PhaseClock clock;
   Result<PlanResult> result = WithAgreeingStacks(source, planned, [&](const Layout& s, const Layout& d) {
-    return PlanReshardWithFold(s, d, topology, options, clock);
+    return PlanReshardWithFold(s, d, topology, chunking, clock);
   });
   if (result.ok()) {
     FinishElementTransforms(transform, quantized, result->plan);

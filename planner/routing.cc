@@ -17,7 +17,7 @@ int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int la
   return first_node != last_node ? options.relay_chunk_bytes : options.fanout_chunk_bytes;
 }
 
-void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out) {
+void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out, int64_t row_align) {
   if (box.Volume() * esize <= cap) {
     out.push_back(box);
     return;
@@ -31,7 +31,8 @@ void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out)
   }
   int d = 0;
   while (d < box.ndim - 1 && slab[d] > cap) ++d;
-  const int64_t step = std::max<int64_t>(1, cap / slab[d]);
+  int64_t step = std::max<int64_t>(1, cap / slab[d]);
+  if (d == box.ndim - 2 && row_align > 1 && step >= 2 * row_align) step -= step % row_align;
   std::array<int64_t, kMaxDims> index{};
   for (int e = 0; e < d; ++e) index[e] = box.lo[e];
   while (true) {
@@ -240,7 +241,7 @@ class Router {
     const int64_t esize = DTypeSize(WireDType(facts_.piece_source_dtype[p], facts_.piece_dtype[p]));
     chunks_.clear();
     Box storage;
-    ChunkBox(PieceBox(inter_, inter_.pieces[p], storage), esize, cap, chunks_);
+    ChunkBox(PieceBox(inter_, inter_.pieces[p], storage), esize, cap, chunks_, options_.chunk_row_align);
     for (const Box& c : chunks_) {
       d.chunk = static_cast<int>(routes_.chunk_boxes.size());
       routes_.chunk_boxes.push_back(c);

@@ -67,7 +67,9 @@ int64_t ChunkCap(const PlannerOptions& options, int size, int first_node, int la
                  int sender_node);
 
 // Cuts `box` into boxes of at most `cap` bytes (at least one element each), in row-major order.
-void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out);
+// Cut along the second-to-last dim (a matrix's rows), chunks hold a multiple of `row_align` rows
+// where `cap` holds at least 2 x row_align of them.
+void ChunkBox(const Box& box, int64_t esize, int64_t cap, std::vector<Box>& out, int64_t row_align = 1);
 
 // Routes every piece of `inter`: local copies, intra-node deliveries and network deliveries
 // (chunked), their trees interned in `trees`. `relay`: network deliveries needed on several

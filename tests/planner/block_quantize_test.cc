@@ -2,10 +2,11 @@
 // Quantize op per destination matrix on its rank, reading a staging slot of the source's dtype and
 // writing the fp8 matrix and its scales at the places the layout gives; blocks spanning two source
 // ranks, a stacked fragment split per matrix; the plan validates, and running it on host memory
-// gives the CPU reference (core/base/fp8_block.h) of the source's values. Layouts the planner
-// cannot quantize are rejected with what is wrong.
+// gives the CPU reference (core/base/fp8_block.h) of the source's values; chunks of such a matrix
+// hold whole block rows. Layouts the planner cannot quantize are rejected with what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -67,6 +68,41 @@ void RunOnWholeTensor(const TransferPlan& plan, const Layout& src, const Layout&
   EXPECT_EQ(std::memcmp(run.destination[static_cast<size_t>(dst.FindBuffer(2, "x_scale_inv"))].data(),
                         want_scales.data(), 24),
             0);
+}
+
+// A [1000, 512] bf16 weight (1 KiB rows) sent whole from rank 0 to rank 1 of one node in chunks of
+// at most 300 KiB: into fp8 blocks the chunks hold 256 rows (a multiple of 128, so that every
+// message holds whole blocks), 256, 256 and 232; into bf16 they hold 300, 300, 300 and 100.
+TEST(BlockQuantizePlanTest, ChunksIntoBlockScaledMatricesHoldWholeBlockRows) {
+  auto layouts = [](bool quantized) {
+    Layout src, dst;
+    const int s = src.AddTensor({kName, {1000, 512}, DType::kBF16}).value();
+    src.AppendFragment(s, Box::Make({0, 0}, {1000, 512}).value(), 0, "x");
+    const int t = dst.AddTensor({kName, {1000, 512}, quantized ? DType::kFP8E4M3 : DType::kBF16}).value();
+    dst.AppendFragment(t, Box::Make({0, 0}, {1000, 512}).value(), 1, "x");
+    if (quantized) {
+      const int scales = dst.GetOrAddBuffer(1, "x_scale_inv");
+      dst.buffers.SetBytes(static_cast<size_t>(scales), 8 * 4 * 4);
+      dst.transforms.push_back({t, "fp8 e4m3 in 128x128 blocks", DType::kFP8E4M3});
+      dst.block_scaled.push_back({dst.FindBuffer(1, "x"), scales, 1, 1000, 512});
+    }
+    return std::pair{src, dst};
+  };
+  PlannerOptions options;
+  options.same_node_chunk_bytes = 300 << 10;
+  for (bool quantized : {true, false}) {
+    const auto [src, dst] = layouts(quantized);
+    Result<PlanResult> r = PlanReshard(src, dst, Topology::Uniform(2, 8), options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<int64_t> received;
+    for (const Op& op : r->plan.ops) {
+      if (op.kind == OpKind::kRecv) received.push_back(op.bytes);
+    }
+    std::sort(received.begin(), received.end());
+    const std::vector<int64_t> want = quantized ? std::vector<int64_t>{232 << 10, 256 << 10, 256 << 10, 256 << 10}
+                                                : std::vector<int64_t>{100 << 10, 300 << 10, 300 << 10, 300 << 10};
+    EXPECT_EQ(received, want) << (quantized ? "into fp8 blocks" : "into bf16");
+  }
 }
 
 TEST(BlockQuantizePlanTest, OneQuantizeOpPerMatrixFromAStagingSlotOfTheSourceDtype) {
