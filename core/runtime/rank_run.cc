@@ -155,7 +155,8 @@ Status RankRun::BuildDependencies() {
 
 // A twin of a block-scaled matrix whose every writer is a direct read that will quantize (this
 // rank's memory is on the GPU, so its direct reads read CUDA memory: ReadMemoryKind refuses any
-// other), none of which copies into it, and whose reads' blocks cover the whole stack, is never
+// other; and every Quantize op the read quantizes for writes CUDA memory, QueueQuantizingRead's
+// condition), none of which copies into it, and whose reads' blocks cover the whole stack, is never
 // written or read: it takes no staging (its slot leaves every op's slots), its reads' copies into
 // it are bounds-checked but not addressed (ReadTargets::elided), and its Quantize op finds nothing
 // left (StartQuantizeRest).
@@ -168,6 +169,11 @@ void RankRun::ElideQuantizedTwins() {
     std::vector<BlockRect> blocks;
   };
   std::map<int, Twin> twins;  // by slot
+  auto writes_gpu = [this](int quantize) {
+    const Op& op = plan_.ops[quantize];
+    const CopyPair pair = plan_.Copy(op.copies_begin);
+    return OnGpu(pair.to) && OnGpu(QuantizeScales(op, pair.from));
+  };
   for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
     if (op.kind == OpKind::kQuantize && op.NumCopies() == 1) {
@@ -175,7 +181,7 @@ void RankRun::ElideQuantizedTwins() {
       if (pair.from.space != Space::kStaging) continue;
       Twin& t = twins[pair.from.buffer];
       t.quantize = i;
-      t.ok = t.ok && OnGpu(pair.to) && OnGpu(QuantizeScales(op, pair.from));
+      t.ok = t.ok && writes_gpu(op.id);
       continue;
     }
     if (roles_.role[i] != DirectRole::kRead) {
@@ -183,7 +189,10 @@ void RankRun::ElideQuantizedTwins() {
       continue;
     }
     const DirectRead& d = (*directs_)[roles_.direct_of[i]];
-    for (int slot : d.to_slots) twins[slot].ok = twins[slot].ok && d.quantizing.quantizes();
+    const bool quantizes = d.quantizing.quantizes() &&
+                           std::all_of(d.quantizing.rects.begin(), d.quantizing.rects.end(),
+                                       [&](const QuantizingSplit::Rect& r) { return writes_gpu(r.quantize); });
+    for (int slot : d.to_slots) twins[slot].ok = twins[slot].ok && quantizes;
     for (const QuantizingSplit::Piece& p : d.quantizing.pieces) {
       const int to_slot = d.reads[static_cast<size_t>(p.copy)].to_slot;
       if (to_slot >= 0) twins[d.to_slots[static_cast<size_t>(to_slot)]].ok = false;
@@ -541,7 +550,7 @@ Result<RankRun::QuantizeTargets> RankRun::QuantizeTargetsOf(int id) const {
 
 // A Quantize: the block-scaled fp8 of its one matrix stack (core/base/fp8_block.h), on host
 // memory as ranges of blocks on the copy pool (CopyPool::StartQuantize; one block inline), as one
-// kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory; only the block rows no
+// kernel (core/cuda/block_quantize.h) when a side lies in CUDA memory; only the blocks no
 // quantizing read did (StartQuantizeRest).
 Status RankRun::StartQuantize(int i) {
   const Op& op = OpAt(i);

@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "core/base/fp8_block.h"
-
 #include "core/base/strings.h"
 #include "core/runtime/direct_read.h"
 #include "tools/sim/finish_heap.h"
