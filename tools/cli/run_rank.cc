@@ -209,7 +209,12 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
   const int64_t margin_ns = c.rank == 0 ? c.start_margin->nanos() : 0;
   Result<StartInstant> start =
       AgreeOnStart(c.session.store(), key, c.rank, margin_ns, c.store_deadline(), [&](const std::string& name) {
-        return c.session.communicator().Barrier(name, c.store_deadline());
+        // key/start ends each rank's own work before the refit (binding and registering buffers,
+        // the previous refit's verification), which may take far longer than a store round trip
+        // on a loaded machine; key/instant follows it at once.
+        const bool after_local_work = name == key + "/start";
+        return c.session.communicator().Barrier(name, after_local_work ? c.local_work_deadline()
+                                                                       : c.store_deadline());
       });
   if (!start.ok()) return start.status().WithContext("agreeing on the start of " + what);
   RankSample sample;
