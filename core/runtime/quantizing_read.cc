@@ -178,6 +178,12 @@ QuantizingSplit SplitQuantizingRead(const TransferPlan& plan, const std::vector<
   return split;
 }
 
+int64_t ElementsOf(const BlockRect& blocks, const QuantizeShape& shape) {
+  const int64_t row = blocks.block_row * kBlock, col = blocks.block_col * kBlock;
+  return (std::min(shape.rows, row + blocks.block_rows * kBlock) - row) *
+         (std::min(shape.cols, col + blocks.block_cols * kBlock) - col);
+}
+
 std::vector<BlockRect> UnquantizedBlocks(const QuantizeShape& shape, const std::vector<BlockRect>& quantized) {
   const int64_t block_rows = CeilDiv(shape.rows, kBlock), block_cols = CeilDiv(shape.cols, kBlock);
   std::vector<char> done(static_cast<size_t>(shape.matrices * block_rows * block_cols), 0);

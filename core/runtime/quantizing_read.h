@@ -69,6 +69,9 @@ QuantizingSplit SplitQuantizingRead(const TransferPlan& plan, const std::vector<
                                     const std::vector<CopyGeometry>& geometries,
                                     const std::vector<int>& quantize_of_slot);
 
+// Elements of `blocks` in a stack of `shape` (its last block row and column may be partial).
+int64_t ElementsOf(const BlockRect& blocks, const QuantizeShape& shape);
+
 // The blocks of a stack of `shape` that `quantized` (disjoint, any order) leaves, as rectangles by
 // matrix and block row, runs of block columns merged (and equal runs of consecutive block rows):
 // what the Quantize op still quantizes from its twin.

@@ -595,17 +595,9 @@ Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, const std::ve
   std::vector<cuda::BlockQuantizeRect> rects;
   const int64_t pitch = t.rect.src_pitch, elem = DTypeSize(t.rect.src_dtype);
   for (const BlockRect& blocks : UnquantizedBlocks(t.shape, quantized)) {
-    cuda::BlockQuantizeRect b = t.rect;
     const int64_t row = blocks.block_row * kFp8BlockSize, col = blocks.block_col * kFp8BlockSize;
-    b.src = t.from + blocks.matrix * t.shape.rows * pitch + row * pitch + col * elem;
-    b.matrix = blocks.matrix;
-    b.block_row = blocks.block_row;
-    b.block_rows = blocks.block_rows;
-    b.block_col = blocks.block_col;
-    b.block_cols = blocks.block_cols;
-    stats_.bytes_copied += (std::min(t.shape.rows, row + blocks.block_rows * kFp8BlockSize) - row) *
-                           (std::min(t.shape.cols, col + blocks.block_cols * kFp8BlockSize) - col) * elem;
-    rects.push_back(b);
+    rects.push_back(t.RectOf(blocks, t.from + (blocks.matrix * t.shape.rows + row) * pitch + col * elem, pitch));
+    stats_.bytes_copied += ElementsOf(blocks, t.shape) * elem;
   }
   if (rects.empty()) {
     Complete(i);

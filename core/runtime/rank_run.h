@@ -157,6 +157,18 @@ class RankRun {
     QuantizeShape shape;
     cuda::BlockQuantizeRect rect;
     bool values_on_gpu = false, scales_on_gpu = false;  // in CUDA memory
+    // `rect` narrowed to `blocks`, read from `src`, a matrix row every `pitch` bytes.
+    cuda::BlockQuantizeRect RectOf(const BlockRect& blocks, const char* src, int64_t pitch) const {
+      cuda::BlockQuantizeRect b = rect;
+      b.src = src;
+      b.src_pitch = pitch;
+      b.matrix = blocks.matrix;
+      b.block_row = blocks.block_row;
+      b.block_rows = blocks.block_rows;
+      b.block_col = blocks.block_col;
+      b.block_cols = blocks.block_cols;
+      return b;
+    }
   };
   Result<QuantizeTargets> QuantizeTargetsOf(int id) const;
   Status StartQuantizeRest(int i, const QuantizeTargets& t, const std::vector<BlockRect>& quantized);

@@ -179,15 +179,7 @@ Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<
   for (const QuantizingSplit::Rect& rect : split.rects) {
     FERRY_ASSIGN_OR_RETURN(const QuantizeTargets t, QuantizeTargetsOf(rect.quantize));
     if (!t.values_on_gpu || !t.scales_on_gpu) return false;
-    cuda::BlockQuantizeRect b = t.rect;
-    b.src = ends[static_cast<size_t>(rect.copy)].from + rect.from_delta;
-    b.src_pitch = rect.pitch;
-    b.matrix = rect.blocks.matrix;
-    b.block_row = rect.blocks.block_row;
-    b.block_rows = rect.blocks.block_rows;
-    b.block_col = rect.blocks.block_col;
-    b.block_cols = rect.blocks.block_cols;
-    rects.push_back(b);
+    rects.push_back(t.RectOf(rect.blocks, ends[static_cast<size_t>(rect.copy)].from + rect.from_delta, rect.pitch));
   }
   if (!split.pieces.empty()) {
     std::vector<CopyEnds> piece_ends;

@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/base/fp8_block.h"
 #include "core/base/strings.h"
 #include "core/runtime/direct_read.h"
+#include "core/runtime/quantizing_read.h"
 #include "tools/sim/finish_heap.h"
 #include "tools/sim/host_copy_rates.h"
 #include "tools/sim/share_heap.h"
@@ -532,11 +532,8 @@ void Engine::FindQuantizingReads(const std::vector<DirectRead>& direct_reads) {
                                     static_cast<float>(c_.quantize_bandwidth * element / share)};
     for (const QuantizingSplit::Rect& r : d.quantizing.rects) {
       const QuantizeShape shape = QuantizeShapeOf(plan_.Copy(plan_.ops[r.quantize].copies_begin).from);
-      const BlockRect& b = r.blocks;
-      const int64_t row = b.block_row * kFp8BlockSize, col = b.block_col * kFp8BlockSize;
-      const double elements = static_cast<double>((std::min(shape.rows, row + b.block_rows * kFp8BlockSize) - row) *
-                                                  (std::min(shape.cols, col + b.block_cols * kFp8BlockSize) - col));
-      quantized[r.quantize] += elements / static_cast<double>(shape.matrices * shape.rows * shape.cols);
+      quantized[r.quantize] += static_cast<double>(ElementsOf(r.blocks, shape)) /
+                               static_cast<double>(shape.matrices * shape.rows * shape.cols);
     }
   }
   if (quantized.empty()) return;

@@ -1,6 +1,7 @@
 // Hand-made plans for tests: a tiny two-rank plan (rank 0 sends 16 bytes of its source buffer to
 // rank 1, which unpacks them into its destination buffer), a packed two-rank plan (Pack, Send,
-// Recv, Unpack of a matrix's two halves), and a region builder for fp32 matrices.
+// Recv, Unpack of a matrix's two halves), a same-node message into a block-scaled matrix's bf16
+// twin, and a region builder for fp32 matrices.
 #pragma once
 
 #include "core/layout/layout.h"
@@ -116,6 +117,47 @@ inline TransferPlan MakePackedPlan(LinkClass link, DType delivered = DType::kFP3
   plan.AddOp(unpack, {recv_id},
              {{staged(recv_slot, half), Matrix(delivered, Space::kDestination, 1, 0, 4, 4, 4)},
               {staged(recv_slot, 0), Matrix(delivered, Space::kDestination, 0, 0, 4, 4, 4)}});
+  return plan;
+}
+
+// Rank 0's source buffer 0 holds a [rows, cols] bf16 matrix; it sends bytes [offset, offset +
+// bytes) of it as message `message` over a same-node link into the same bytes of rank 1's staging
+// slot 0, the bf16 twin of the matrix, which a Quantize op turns into destination buffer 0 (fp8
+// e4m3) and its float32 scales, buffer 1. Ops: 0 the Send, 1 the Recv, 2 the Quantize.
+inline TransferPlan MakeTwinReadPlan(int64_t rows, int64_t cols, int64_t offset, int64_t bytes,
+                                     int64_t message) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  const int64_t elements = rows * cols;
+  plan.source_buffers = {{0, "w", 2 * elements}};
+  plan.destination_buffers = {{1, "w_fp8", elements},
+                              {1, "w_scale", QuantizeShape{1, rows, cols}.ScaleBytes(Fp8ScaleFormat::kFloat32)}};
+  const int twin = plan.AddSlot(1, 2 * elements);
+  Op send;
+  send.kind = OpKind::kSend;
+  send.link = LinkClass::kSameNode;
+  send.peer = 1;
+  send.message = message;
+  send.bytes = bytes;
+  send.SetData(ByteRange(Space::kSource, 0, offset, bytes));
+  plan.AddOp(send, {});
+  Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.link = LinkClass::kSameNode;
+  recv.rank = 1;
+  recv.peer = 0;
+  recv.message = message;
+  recv.bytes = bytes;
+  recv.SetData(ByteRange(Space::kStaging, twin, offset, bytes));
+  const int recv_id = plan.AddOp(recv, {});
+  Op quantize;
+  quantize.kind = OpKind::kQuantize;
+  quantize.rank = 1;
+  quantize.bytes = elements;
+  quantize.data = {Space::kDestination, 1, 0};
+  plan.AddOp(quantize, {recv_id},
+             {{Matrix(DType::kBF16, Space::kStaging, twin, 0, rows, cols, cols),
+               Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, rows, cols, cols)}});
   return plan;
 }
 

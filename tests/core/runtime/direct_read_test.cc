@@ -172,30 +172,8 @@ TEST(DirectReadTest, UnpackIntoAnotherSlotOfTheReceiverGoesDirect) {
 // A Recv that lands in part of a bf16 twin, which a Quantize op reads whole once every part
 // arrived, goes direct too: the copy writes the twin where the Recv would have.
 TEST(DirectReadTest, RecvIntoAQuantizedTwinGoesDirect) {
-  TransferPlan plan;
-  plan.num_ranks = 2;
-  plan.source_buffers = {{0, "w", 256}};
-  plan.destination_buffers = {{1, "w_fp8", 128}, {1, "w_scale", 4}};
-  const int twin = plan.AddSlot(1, 256);
-  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 3, .bytes = 128};
-  send.SetData(ByteRange(Space::kSource, 0, 128, 128));
-  plan.AddOp(send, {});
-  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 3, .bytes = 128};
-  recv.SetData(ByteRange(Space::kStaging, twin, 128, 128));
-  const int recv_id = plan.AddOp(recv, {});
-  Region values = Region::Bytes(Space::kStaging, twin, 0, 256);
-  values.dtype = DType::kBF16;
-  values.ndim = 2;
-  values.shape = {8, 16};
-  values.strides = {16, 1};
-  Region fp8 = values;
-  fp8.space = Space::kDestination;
-  fp8.buffer = 0;
-  fp8.dtype = DType::kFP8E4M3;
-  Op quantize{.kind = OpKind::kQuantize, .rank = 1, .bytes = 128};
-  quantize.data = {Space::kDestination, 1, 0};
-  plan.AddOp(quantize, {recv_id}, {{values, fp8}});
-
+  const TransferPlan plan = MakeTwinReadPlan(8, 16, 128, 128, 3);
+  const int twin = 0, recv_id = 1;
   const std::vector<DirectRead> found = FindDirectReads(plan, 1);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].unpack_op, -1);
@@ -210,7 +188,7 @@ TEST(DirectReadTest, RecvIntoAQuantizedTwinGoesDirect) {
   relayed.num_ranks = 3;
   Op forward{.kind = OpKind::kForward, .link = LinkClass::kSameNode, .rank = 1, .peer = 2, .message = 4,
              .bytes = 128};
-  forward.data = recv.data;
+  forward.data = plan.ops[recv_id].data;
   relayed.AddOp(forward, {recv_id});
   EXPECT_TRUE(FindDirectReads(relayed, 1).empty());
 }

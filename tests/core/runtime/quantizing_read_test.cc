@@ -242,6 +242,8 @@ TEST(QuantizingReadTest, UnquantizedBlocksAreTheRestMergedIntoRectangles) {
   const std::vector<BlockRect> all = UnquantizedBlocks(shape, {});
   ASSERT_EQ(all.size(), 2u);
   expect(all[1], 1, 0, 3, 0, 4);
+  EXPECT_EQ(ElementsOf({0, 2, 1, 3, 1}, shape), 44 * 128) << "the last block row holds 44 rows";
+  EXPECT_EQ(ElementsOf(all[1], shape), 300 * 512);
 }
 
 }  // namespace

@@ -197,32 +197,7 @@ TEST(SimulatorTest, ADirectReadThatConvertsMovesWhatItReadsAndWrites) {
 // rows 0-1 as it reads (32768 of its bytes read, 16384 written as fp8, 8192 copied: 0.8 copied
 // bytes a message byte) and the Quantize op quantizes only block rows 2-3 (16384 fp8 bytes, 1.5
 // copied bytes each).
-TransferPlan QuantizingReadPlan() {
-  TransferPlan plan;
-  plan.num_ranks = 2;
-  plan.source_buffers = {{0, "w", 65536}};
-  plan.destination_buffers = {{1, "w_fp8", 32768}, {1, "w_scale", 16}};
-  const int twin = plan.AddSlot(1, 65536);
-  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 0, .bytes = 40960};
-  send.SetData(ByteRange(Space::kSource, 0, 0, 40960));
-  plan.AddOp(send, {});
-  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 0, .bytes = 40960};
-  recv.SetData(ByteRange(Space::kStaging, twin, 0, 40960));
-  const int recv_id = plan.AddOp(recv, {});
-  Region values = Region::Bytes(Space::kStaging, twin, 0, 65536);
-  values.dtype = DType::kBF16;
-  values.ndim = 2;
-  values.shape = {512, 64};
-  values.strides = {64, 1};
-  Region fp8 = values;
-  fp8.space = Space::kDestination;
-  fp8.buffer = 0;
-  fp8.dtype = DType::kFP8E4M3;
-  Op quantize{.kind = OpKind::kQuantize, .rank = 1, .bytes = 32768};
-  quantize.data = {Space::kDestination, 1, 0};
-  plan.AddOp(quantize, {recv_id}, {{values, fp8}});
-  return plan;
-}
+TransferPlan QuantizingReadPlan() { return MakeTwinReadPlan(512, 64, 0, 40960, 0); }
 
 TEST(SimulatorTest, AQuantizingReadQuantizesItsBandsAndLeavesTheQuantizeTheRest) {
   const TransferPlan plan = QuantizingReadPlan();
