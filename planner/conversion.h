@@ -16,8 +16,7 @@ namespace ferry {
 // True when the planner converts `from` (a source tensor's dtype) to `to` (its destination's).
 inline bool PlannerConverts(DType from, DType to) {
   auto wide = [](DType d) { return d == DType::kBF16 || d == DType::kFP16 || d == DType::kFP32; };
-  return from != to && wide(from) &&
-         (wide(to) || to == DType::kFP8E4M3 || to == DType::kFP8E5M2);
+  return from != to && wide(from) && (wide(to) || IsFp8(to));
 }
 
 // The dtype in which elements of a `from` -> `to` tensor travel between ranks: `to` when it is

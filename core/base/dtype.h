@@ -45,6 +45,9 @@ constexpr int64_t DTypeSize(DType dtype) {
   return 0;
 }
 
+// One of the 8-bit float formats (e4m3, e5m2).
+constexpr bool IsFp8(DType dtype) { return dtype == DType::kFP8E4M3 || dtype == DType::kFP8E5M2; }
+
 // Canonical lower-case name: "bf16", "fp16", "fp32", "fp64", "fp8_e4m3", "fp8_e5m2", "int8", ...
 std::string_view DTypeName(DType dtype);
 

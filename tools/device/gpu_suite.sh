@@ -43,7 +43,7 @@ timeout 120 "$BIN/block_quantize_bench" 2>&1 | tee "$LOG/block_quantize_bench.lo
 # process of the refit delivers.
 ceiling() {  # mode procs bytes -> GB/s
   timeout 120 "$BIN/ipc_copy_ceiling" --mode "$1" --procs "$2" --bytes "$3" --iters 20 2>&1 |
-    tee -a "$LOG/ceiling.log" | sed -n 's/.*: \([0-9.]*\) GB\/s written/\1/p'
+    tee -a "$LOG/ceiling.log" | sed -n 's/.*: \([0-9.]*\) GB\/s written.*/\1/p'
 }
 
 # The baseline gathers the whole model into one staging slot on rank 0 (3.6 GiB at scale 1/4):

@@ -31,7 +31,9 @@ struct ClusterSpec {
   int num_nodes = 0;
   int nics_per_node = 8;  // GPU g uses NIC g * nics_per_node / gpus_per_node (rail-aligned)
   // Processes sharing each GPU, time-sliced (the lent one-GPU machine runs every rank on GPU 0):
-  // a node holds gpus_per_node * ranks_per_gpu plan ranks, consecutive ranks on one GPU.
+  // a node holds gpus_per_node * ranks_per_gpu plan ranks, consecutive ranks on one GPU. With more
+  // than one, CUDA runs the processes' kernels in turns, so a kernel slower than a copy holds the
+  // whole GPU for its time (docs/simulator.md, "Model").
   int ranks_per_gpu = 1;
 
   // Network (inter-node), per NIC per direction.
@@ -56,6 +58,10 @@ struct ClusterSpec {
   // Bytes of fp8 and scales a Quantize kernel writes per second (it reads bf16, twice as many bytes,
   // and reduces each 128x128 block): the H200's measured rate by default.
   double quantize_bandwidth = 0.89e12;
+  // Bytes a kernel converting into fp8 (e4m3 or e5m2: a saturating cast per element, slower than
+  // a copy) moves per second, counted as a copy's, (read + written) / 2: a Convert, Pack or Unpack
+  // writing fp8 and a direct read that narrows to fp8. Other conversions run at pack_bandwidth.
+  double fp8_convert_bandwidth = 0.78e12;
   double kernel_overhead = 5e-6;    // launch cost of one Copy/Pack/Unpack/Convert/Quantize op
 
   // CPU lanes: per-rank FIFO servers an op holds for a fixed time before its data moves (not

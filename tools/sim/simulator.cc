@@ -221,6 +221,11 @@ class Engine {
   void Admit(int sender, double t);
   void StartLocalOp(int op, double t);
   double QuantizeTrafficPerByte(const Op& o) const;
+  // A Convert, Pack or Unpack that writes fp8 from a wider dtype: its copies' (read + written) / 2
+  // bytes, what fp8_convert_bandwidth counts; 0 for any other op.
+  double Fp8ConvertTraffic(const Op& o) const;
+  // Processes share each GPU (ClusterSpec::ranks_per_gpu > 1) and CUDA runs their kernels in turns.
+  bool TimeSliced() const { return c_.ranks_per_gpu > 1 && !c_.host_memory_ranks; }
   // The CPU lanes (ClusterSpec::op_post_overhead, tensor_load_overhead): FIFO servers by next
   // free time. Each returns when the op that arrives at t leaves the lane.
   double Post(int rank, double t);
@@ -344,7 +349,8 @@ class Engine {
   void FindQuantizingReads(const std::vector<DirectRead>& direct_reads);
   // Makes f, the flow of a direct read that converts, take its copy's traffic: on one GPU (read +
   // written) / 2 of a copied byte of gpu_mem a message byte; between GPUs its reads cross NVLink,
-  // `read` a message byte. Its kernel is capped at pack_bandwidth, as a Convert op's.
+  // `read` a message byte. Its kernel is capped at pack_bandwidth, as a Convert op's, or at
+  // t.cap (quantizing reads and reads narrowing to fp8).
   void SetConvertingRead(Flow& f, bool same_gpu, const ReadTraffic& t) const {
     const double copied = (t.read + t.written) / 2.0;
     f.weight = same_gpu ? copied : t.read;
@@ -509,7 +515,12 @@ void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
     const double written = d.unpack_op >= 0 ? bytes(d.unpack_op, false) : message;
     if (read == message && written == message) continue;
     if (converting_reads_.empty()) converting_reads_.resize(plan_.ops.size());
-    converting_reads_[d.send_op] = {static_cast<float>(read / message), static_cast<float>(written / message)};
+    ReadTraffic& t = converting_reads_[d.send_op];
+    t = {static_cast<float>(read / message), static_cast<float>(written / message)};
+    // The Pack narrows: a read into fp8 runs at fp8_convert_bandwidth of its copied bytes.
+    if (d.pack_op >= 0 && Fp8ConvertTraffic(plan_.ops[d.pack_op]) > 0) {
+      t.cap = static_cast<float>(c_.fp8_convert_bandwidth * 2 / (read + written) * message);
+    }
   }
 }
 
@@ -677,6 +688,17 @@ double Engine::QuantizeTrafficPerByte(const Op& o) const {
   return static_cast<double>(source + 1) / 2;
 }
 
+double Engine::Fp8ConvertTraffic(const Op& o) const {
+  if (o.NumCopies() == 0) return 0;
+  const CopyPair first = plan_.Copy(o.copies_begin);
+  if (!IsFp8(first.to.dtype) || IsFp8(first.from.dtype)) return 0;
+  double moved = 0;
+  for (const CopyPair& c : plan_.Copies(o)) {
+    moved += static_cast<double>(c.from.NumBytes() + c.to.NumBytes());
+  }
+  return moved / 2;
+}
+
 void Engine::StartLocalOp(int op, double t) {
   const Op& o = plan_.ops[op];
   const int gpu = GpuOf(o.rank);
@@ -705,6 +727,9 @@ void Engine::StartLocalOp(int op, double t) {
           return;
         }
       }
+    } else if (const double traffic = Fp8ConvertTraffic(o); traffic > 0 && f.bytes > 0) {
+      f.weight = traffic / f.bytes;  // what fp8_convert_bandwidth counts, a byte of the op
+      f.cap = c_.fp8_convert_bandwidth;
     } else if (o.kind != OpKind::kCopy) {
       f.cap = c_.pack_bandwidth;
     }
@@ -801,8 +826,18 @@ int Engine::NewFlow(const Flow& f) {
 // Starts flow `id` at t, its fixed cost `overhead` (seconds) charged as service on its links at
 // the rate it would get alone: uncontended, it takes overhead + bytes / rate as before; sharing a
 // link, every member's fixed cost takes the link's time.
+//
+// On a time-sliced GPU a kernel's cap is its rate while it runs, and it holds the whole GPU
+// meanwhile: a kernel alone on gpu_mem below the link's capacity takes capacity / cap of service a
+// byte instead, so alone it still runs at its cap, and two such kernels of different processes
+// share the GPU's time rather than each running at its cap.
 void Engine::StartFlow(int id, double overhead, double t) {
   Flow& f = flows_[id];
+  if (TimeSliced() && f.num_links == 1 && res_[f.links[0]].kind == ResourceKind::kGpuMem &&
+      f.cap < res_[f.links[0]].capacity) {
+    f.weight *= res_[f.links[0]].capacity / f.cap;
+    f.cap = kInf;
+  }
   double alone = f.cap;
   for (int k = 0; k < f.num_links; ++k) alone = std::min(alone, res_[f.links[k]].capacity);
   f.work = f.bytes * f.weight + (alone < kInf ? overhead * alone : 0);

@@ -6,7 +6,9 @@
 // of ops sharing a link add up), before a fixed latency:
 //   Copy                  gpu_mem[g] at copy_bandwidth (host_mem[node] for host-memory ranks)
 //   Pack/Unpack/Convert   gpu_mem[g], each kernel capped at pack_bandwidth (a Convert applying an
-//                         element function, Mamba's -exp, too: memory-bound like any)
+//                         element function, Mamba's -exp, too: memory-bound like any); writing
+//                         fp8 from a wider dtype, (read + written) / 2 bytes at most
+//                         fp8_convert_bandwidth
 //   Quantize              gpu_mem[g], a byte written taking (source element bytes + 1) / 2 of it,
 //                         each kernel writing at most quantize_bandwidth; with quantizing direct
 //                         reads only the blocks no read quantized (SimOptions::quantizing_reads)
@@ -22,6 +24,9 @@
 //                                        for cross-rail traffic when the spine is oversubscribed;
 //                                        + pcie and host_mem on both ends, and one staging chunk
 //                                        of store-and-forward delay per end, without GPUDirect)
+// On a GPU that several ranks (processes) share, CUDA runs their kernels in turns: a kernel capped
+// below the GPU's copy rate takes that rate / its cap of gpu_mem's service a byte instead, so
+// kernels of different processes share the GPU's time rather than each running at its cap.
 // A host-memory rank's copy stream (a Copy, Pack, Unpack, Convert or direct read), with the
 // cluster's host_copy_row_rates, takes each of its bytes `slowdown` times on its links: its
 // rows' rate against contiguous bytes (host_copy_rates.h), so alone it copies at

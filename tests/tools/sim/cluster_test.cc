@@ -41,7 +41,8 @@ TEST(ClusterTest, ParsesQuantitiesWithUnits) {
 TEST(ClusterTest, YamlStartsFromABaseAndOverrides) {
   Result<ClusterSpec> c = ParseClusterYaml(
       "name: mine\nbase: dgx-h100\nnum_nodes: 4\nnic_bandwidth: 200Gb/s\nnic_latency: 10us\n"
-      "gpu_direct: false\nstaging_chunk_bytes: 8MiB\nquantize_bandwidth: 500GB/s\n");
+      "gpu_direct: false\nstaging_chunk_bytes: 8MiB\nquantize_bandwidth: 500GB/s\n"
+      "fp8_convert_bandwidth: 600GB/s\n");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->name, "mine");
   EXPECT_EQ(c->gpus_per_node, 8);  // from the base
@@ -51,6 +52,7 @@ TEST(ClusterTest, YamlStartsFromABaseAndOverrides) {
   EXPECT_FALSE(c->gpu_direct);
   EXPECT_EQ(c->staging_chunk_bytes, 8 << 20);
   EXPECT_DOUBLE_EQ(c->quantize_bandwidth, 500e9);
+  EXPECT_DOUBLE_EQ(c->fp8_convert_bandwidth, 600e9);
   EXPECT_DOUBLE_EQ(c->pack_bandwidth, 1.08e12);  // from the base
 }
 
@@ -63,6 +65,9 @@ TEST(ClusterTest, YamlRejectsUnknownKeysAndBadValues) {
   EXPECT_NE(c.status().message().find("nic_bandwidth"), std::string::npos);
   EXPECT_FALSE(ParseClusterYaml("network_efficiency: 1.5\n").ok());
   EXPECT_FALSE(ParseClusterYaml("quantize_bandwidth: 0\n").ok());
+  c = ParseClusterYaml("fp8_convert_bandwidth: 0\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("fp8_convert_bandwidth"), std::string::npos);
   EXPECT_FALSE(ParseClusterYaml("[1, 2]").ok());
   EXPECT_FALSE(ParseClusterYaml("base: nope\n").ok());
 }

@@ -2,8 +2,10 @@
 // order in which progressive filling fixes links, classes going idle and returning; host-memory
 // ranks sharing their node's copy rate and message costs), a chain of dependent ops, fan-out,
 // store-and-forward relays, rendezvous of Send/Recv, host staging, direct reads (converting ones
-// moving what they read and write, quantizing ones leaving their Quantize op part of its rows), the rate slack (freed capacity left idle up to
-// SimOptions::rate_slack, and the rate updates that saves), the critical path, the progress
+// moving what they read and write, quantizing ones leaving their Quantize op part of its rows),
+// conversions into fp8 at their own rate, kernels of processes sharing a GPU taking turns, the
+// rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
+// saves), the critical path, the progress
 // published at the end, and rejection of malformed plans.
 #include "tools/sim/simulator.h"
 
@@ -190,6 +192,61 @@ TEST(SimulatorTest, ADirectReadThatConvertsMovesWhatItReadsAndWrites) {
   one_gpu = Simulate(MakePackedPlan(LinkClass::kSameNode), c, RankMapping{{0, 0}}, direct);
   ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
   EXPECT_NEAR(one_gpu->total_time, 128 / 100e9, 1e-18);
+}
+
+// Narrowing to fp8 (an fp32 source, an e4m3 message of 32 bytes): read 128 bytes, write 32, so
+// (128 + 32) / 2 = 80 copied bytes at fp8_convert_bandwidth, whether a direct read does it or the
+// Pack; the Unpack then copies fp8 to fp8 at pack_bandwidth.
+TEST(SimulatorTest, ConversionsIntoFp8RunAtTheFp8ConvertRate) {
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode, DType::kFP8E4M3);
+  ClusterSpec c = TestCluster();
+  c.ranks_per_gpu = 2;
+  c.fp8_convert_bandwidth = 10e9;
+  SimOptions direct;
+  direct.staging_budget = 0;
+  direct.direct_reads = true;
+  Result<SimResult> read = Simulate(plan, c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_NEAR(read->total_time, 80 / 10e9, 1e-17);
+  SimOptions staged = direct;
+  staged.direct_reads = false;
+  Result<SimResult> packed = Simulate(plan, c, RankMapping{{0, 0}}, staged);
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  EXPECT_NEAR(packed->total_time, 80 / 10e9 + 32 / 100e9 + 32 / 50e9, 1e-17);
+  // A faster fp8 kernel than the GPU's copies: the copy rate limits the read.
+  c.fp8_convert_bandwidth = 1e12;
+  read = Simulate(plan, c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_NEAR(read->total_time, 80 / 100e9, 1e-17);
+}
+
+// Two processes on one GPU (ranks_per_gpu 2) take turns with their kernels: two Unpacks of 1 MB,
+// each 50 GB/s alone on a GPU that copies 100 GB/s, take 2 MB / 50 GB/s = 40 us in turns, where
+// one process a GPU runs both kernels at once (20 us). A copy (100 GB/s alone) beside an Unpack
+// gets half the GPU's time, 50 GB/s, until it ends at 20 us with 0.5 MB of the Unpack done; the
+// Unpack runs its other 0.5 MB alone at 50 GB/s, ending at 30 us.
+TEST(SimulatorTest, KernelsOfProcessesSharingAGpuTakeTurns) {
+  PlanBuilder b(2);
+  b.Local(OpKind::kUnpack, 0, 1'000'000);
+  b.Local(OpKind::kUnpack, 1, 1'000'000);
+  ClusterSpec c = TestCluster();
+  Result<SimResult> concurrent = Simulate(b.plan(), c, RankMapping{{0, 0}});
+  ASSERT_TRUE(concurrent.ok()) << concurrent.status().ToString();
+  EXPECT_NEAR(concurrent->total_time, 20e-6, 1e-12);
+  c.ranks_per_gpu = 2;
+  Result<SimResult> turns = Simulate(b.plan(), c, RankMapping{{0, 0}});
+  ASSERT_TRUE(turns.ok()) << turns.status().ToString();
+  EXPECT_NEAR(turns->total_time, 40e-6, 1e-12);
+
+  PlanBuilder mixed(2);
+  const int copy = mixed.Local(OpKind::kCopy, 0, 1'000'000);
+  const int unpack = mixed.Local(OpKind::kUnpack, 1, 1'000'000);
+  SimOptions times;
+  times.record_op_times = true;
+  Result<SimResult> r = Simulate(mixed.plan(), c, RankMapping{{0, 0}}, times);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->op_times[copy].end, 20e-6, 1e-12);
+  EXPECT_NEAR(r->op_times[unpack].end, 30e-6, 1e-12);
 }
 
 // Rank 0 sends rows [0, 320) of a [512, 64] bf16 matrix (40960 bytes) straight into rank 1's
