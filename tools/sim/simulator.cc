@@ -473,11 +473,6 @@ Status Engine::Prepare() {
   }
   count = {};
   fill = {};
-  FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget));
-  // Allocated after the gate, whose construction has the highest transient peak of the run.
-  cause_.assign(n, -1);
-  times_.assign(n, OpTime{});
-  bottleneck_of_op_.assign(n, kNoBottleneck);
   // With a table of copy rates by row pattern the direct reads' copies set their flows' weights.
   const bool row_rates = c_.host_memory_ranks && !c_.host_copy_row_rates.empty();
   std::vector<DirectRead> direct_reads;
@@ -489,6 +484,11 @@ Status Engine::Prepare() {
       if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
     }
   }
+  FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget, direct_reads));
+  // Allocated after the gate, whose construction has the highest transient peak of the run.
+  cause_.assign(n, -1);
+  times_.assign(n, OpTime{});
+  bottleneck_of_op_.assign(n, kNoBottleneck);
   host_copy_slowdowns_ = HostCopySlowdowns(plan_, c_, direct_reads);
   if (!c_.host_memory_ranks) FindConvertingReads(direct_reads);
   if (!c_.host_memory_ranks && opt_.quantizing_reads) FindQuantizingReads(direct_reads);

@@ -4,14 +4,51 @@
 #include <string>
 
 namespace ferry::sim {
+namespace {
 
-Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget) {
+// Rewrites each rank's op slots for the messages carried as direct reads: none for their Send,
+// Pack and Unpack, the Unpack's written slots (to_slots) for their Recv.
+void StageAsDirectReads(const TransferPlan& plan, const std::vector<DirectRead>& direct_reads,
+                        std::vector<RankStagingOps>& ranks) {
+  if (direct_reads.empty()) return;
+  constexpr int kKeep = -1, kNone = -2;
+  std::vector<int> read_of(plan.ops.size(), kKeep);  // by op: kKeep, kNone or its direct read
+  for (size_t i = 0; i < direct_reads.size(); ++i) {
+    const DirectRead& d = direct_reads[i];
+    for (int op : {d.send_op, d.pack_op, d.unpack_op}) {
+      if (op >= 0) read_of[static_cast<size_t>(op)] = kNone;
+    }
+    read_of[static_cast<size_t>(d.recv_op)] = static_cast<int>(i);
+  }
+  for (RankStagingOps& r : ranks) {
+    std::vector<int> begin{0}, slots;
+    for (size_t local = 0; local < r.ids.size(); ++local) {
+      const int how = read_of[static_cast<size_t>(r.ids[local])];
+      if (how == kKeep) {
+        const std::span<const int> own = r.SlotsOf(static_cast<int>(local));
+        slots.insert(slots.end(), own.begin(), own.end());
+      } else if (how >= 0) {
+        const std::vector<int>& to = direct_reads[static_cast<size_t>(how)].to_slots;
+        slots.insert(slots.end(), to.begin(), to.end());
+      }
+      begin.push_back(static_cast<int>(slots.size()));
+    }
+    r.slots_begin = std::move(begin);
+    r.slots = std::move(slots);
+  }
+}
+
+}  // namespace
+
+Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget,
+                                      const std::vector<DirectRead>& direct_reads) {
   StagingGate gate;
   gate.plan_ = &plan;
   gate.local_.assign(plan.ops.size(), -1);
   gate.uses_.assign(plan.slots.size(), 0);
   if (budget <= 0 || plan.slots.empty()) return gate;  // unlimited, or a plan that stages nothing
   FERRY_ASSIGN_OR_RETURN(std::vector<RankStagingOps> ops, StagingOpsByRank(plan));
+  StageAsDirectReads(plan, direct_reads, ops);
   const auto bytes = [&](int s) { return plan.slots[static_cast<size_t>(s)].bytes; };
   gate.ranks_.resize(ops.size());
   for (size_t rank = 0; rank < ops.size(); ++rank) {

@@ -2,7 +2,10 @@
 // yet placed starts only once its rank can place them, by the executor's own policy
 // (core/plan/staging_placement.h). A rank whose slots all fit the budget at once never waits; a
 // rank whose plan-order layout (core/plan/staging_layout.h) does not fit it is refused, as the
-// executor refuses it. Slots are freed when the last op using them finishes.
+// executor refuses it. Slots are freed when the last op using them finishes. Messages the
+// executor carries as direct reads (core/runtime/direct_read.h) stage as it stages them
+// (core/runtime/rank_run.cc, BuildDependencies): the sender's offer and the elided Pack and Unpack
+// take no slots, and the receiver's read holds the slots its Unpack wrote (DirectRead::to_slots).
 //
 // Thread-safety: none; one per simulation.
 #pragma once
@@ -17,13 +20,16 @@
 #include "core/plan/plan.h"
 #include "core/plan/staging_layout.h"
 #include "core/plan/staging_placement.h"
+#include "core/runtime/direct_read.h"
 
 namespace ferry::sim {
 
 class StagingGate {
  public:
-  // The gate for `plan` under a per-rank `budget` in bytes (0: unlimited, no op ever waits).
-  static Result<StagingGate> Make(const TransferPlan& plan, int64_t budget);
+  // The gate for `plan` under a per-rank `budget` in bytes (0: unlimited, no op ever waits), its
+  // messages in `direct_reads` carried as direct reads. `plan` must outlive the gate.
+  static Result<StagingGate> Make(const TransferPlan& plan, int64_t budget,
+                                  const std::vector<DirectRead>& direct_reads = {});
 
   // Op `op` is ready: true when it may start now (its slots placed); false when it waits, to be
   // returned by a later Finish.

@@ -777,6 +777,43 @@ TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
       << refused.status().ToString();
 }
 
+// The same four receives from rank 1, on rank 0's node (10 GB/s of NVLink), at the budget of one
+// slot. Staged, each receive waits for the previous Unpack: 4 x (100 ns + 20 ns). As direct reads
+// (the executor's default) they hold no slot, as the executor stages them: the Unpacks are elided
+// and the receiver copies straight into the destination, the four reads sharing NVLink, 400 ns.
+TEST(SimulatorTest, DirectReadsHoldNoStagingOfTheirElidedOps) {
+  PlanBuilder b(2);
+  TransferPlan& plan = b.plan();
+  plan.source_buffers = {{1, "w", 1000}};
+  plan.destination_buffers = {{0, "d", 4000}};
+  for (int k = 0; k < 4; ++k) {
+    const int slot = plan.AddSlot(0, 1000);
+    const auto [send, recv] = b.Message(1, 0, 1000);
+    for (int op : {send, recv}) plan.ops[op].link = LinkClass::kSameNode;
+    plan.ops[send].data = {Space::kSource, 0, 0};
+    plan.ops[recv].data = {Space::kStaging, slot, 0};
+    plan.ops[recv].round = k;
+    const Region from{Space::kStaging, slot, 0, DType::kUInt8, 1, {1000}, {1}};
+    const Region to{Space::kDestination, 0, 1000 * k, DType::kUInt8, 1, {1000}, {1}};
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = 0;
+    unpack.round = k;
+    unpack.bytes = 1000;
+    plan.AddOp(unpack, {recv}, {{from, to}});
+  }
+  SimOptions staged;
+  staged.staging_budget = 1024;
+  const SimResult waited = SimulatePlan(plan, TestCluster(), staged);
+  EXPECT_NEAR(waited.total_time, 4 * (100e-9 + 20e-9), 1e-13);
+  EXPECT_EQ(waited.staging_waits, 3);
+  SimOptions direct = staged;
+  direct.direct_reads = true;
+  const SimResult read = SimulatePlan(plan, TestCluster(), direct);
+  EXPECT_NEAR(read.total_time, 400e-9, 1e-13);
+  EXPECT_EQ(read.staging_waits, 0);
+}
+
 // A (0 -> 2, 1 GB) runs alone until B (1 -> 2, 0.5 GB) joins at 0.25 s behind a 25 GB copy; then
 // they share node 1's NIC: B ends at 1.25 s, A at 1.5 s. Batching rate recomputations within
 // rate_batch_window must not change that beyond the window, and exactly-simultaneous batching
