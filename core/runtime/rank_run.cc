@@ -144,8 +144,10 @@ Status RankRun::BuildDependencies() {
       }
       ++slot_uses_[slot];
     }
-    if (IsMessageKind(op.kind) && op.data.space != Space::kStaging && OnGpu(op.Data()) &&
-        !MovesCuda(op.peer)) {
+    // A staged message between CUDA memory and a transport that cannot move it goes through a
+    // bounce slot; a direct read moves its bytes with a kernel and needs none.
+    if (roles_.role[i] == DirectRole::kStaged && IsMessageKind(op.kind) &&
+        op.data.space != Space::kStaging && OnGpu(op.Data()) && !MovesCuda(op.peer)) {
       AddBounce(i);
     }
   }

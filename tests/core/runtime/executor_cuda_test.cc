@@ -2,8 +2,9 @@
 // three-rank plan with every buffer in device memory. Over network links its Pack and Unpack run
 // as kernels into and out of pinned staging, and the Recv straight into a CUDA region, the Forward
 // from one, go through bounce slots; on one node message 1 goes as a GPU direct read through CUDA
-// IPC. Needs a GPU: where there is none these report themselves SKIPPED, and one more test checks
-// that CUDA memory then fails cleanly.
+// IPC, and a direct read straight into device memory holds no staging. Needs a GPU: where there is
+// none these report themselves SKIPPED, and one more test checks that CUDA memory then fails
+// cleanly.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -231,6 +232,43 @@ TEST(ExecutorCudaTest, SameNodeMessageIsOneKernelReadingThePeerThroughCudaIpc) {
 // A direct read's device work is kept across runs (core/runtime/gpu_read_tables.h): refits 2 and
 // 3 reuse it, and when the receiver's buffers move it is built again for the new addresses.
 TEST(ExecutorCudaTest, DirectReadIntoMovedDestinationsWritesTheNewBuffers) { RunOnDevice(true, true); }
+
+// Rank 0 sends its whole source tensor over a same-node link straight into rank 1's destination
+// buffer, both in CUDA memory, over tcp, which cannot move CUDA memory: staged, the receive would
+// go through a bounce slot of the message's 2 MiB. As a direct read the receiver's kernel reads the
+// sender's memory, so neither rank holds any staging, and a budget of 4 KiB runs it.
+TEST(ExecutorCudaTest, ADirectReadIntoDeviceMemoryHoldsNoStaging) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
+  const int64_t bytes = int64_t{kRows} * kCols * 4;
+  TransferPlan plan;
+  plan.strategy = "reshard";
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", bytes}};
+  plan.destination_buffers = {{1, "w", bytes}};
+  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 0,
+          .bytes = bytes};
+  send.SetData(ByteRange(Space::kSource, 0, 0, bytes));
+  plan.AddOp(send);
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 0,
+          .bytes = bytes};
+  recv.SetData(ByteRange(Space::kDestination, 0, 0, bytes));
+  plan.AddOp(recv);
+  auto codes = RunRanks(2, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 2, port, {"executor.staging_budget=4KiB"}, /*one_node=*/true);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    if (Status s = AllocateDevice(r, plan, rank); !s.ok()) return Report(s);
+    auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+    if (!stats.ok()) return Report(stats.status());
+    if (rank == 1 && !CheckAndPoison(r, 0, [](int64_t i) { return Value(i / kCols, i % kCols); })) {
+      return 2;
+    }
+    if (stats->bytes_read_direct != (rank == 1 ? bytes : 0)) return 3;
+    if (stats->peak_staging_bytes != 0 || stats->staging_arena_bytes != 0) return 4;
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
 
 }  // namespace
 }  // namespace ferry
