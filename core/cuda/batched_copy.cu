@@ -139,6 +139,34 @@ BatchedCopyKernel(const CopyDescriptor* descriptors, const int32_t* block_copy) 
   CopyBlockOf(descriptors[block_copy[blockIdx.x]], blockIdx.x);
 }
 
+// The tables of one LaunchTogether, in the launch's parameters: table t's blocks are the launch's
+// blocks [first_block[t], first_block[t + 1]).
+struct TableSet {
+  const CopyDescriptor* descriptors[CopyTable::kMaxTablesPerLaunch];
+  const int32_t* block_copy[CopyTable::kMaxTablesPerLaunch];
+  int64_t first_block[CopyTable::kMaxTablesPerLaunch + 1];
+  int count;
+};
+static_assert(sizeof(TableSet) <= 4096, "kernel parameters are limited to 4 KiB");
+
+// A block finds its table by binary search over the parameters, then moves its part of a copy as
+// BatchedCopyKernel does within that table.
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+TableSetCopyKernel(const __grid_constant__ TableSet set) {
+  const int64_t block = blockIdx.x;
+  int lo = 0, hi = set.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (set.first_block[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t local = block - set.first_block[lo];
+  CopyBlockOf(set.descriptors[lo][set.block_copy[lo][local]], local);
+}
+
 // Up to this many copies travel in the launch's parameters, which hold 4 KiB on every CUDA version.
 constexpr int kInlineCopies = 15;
 struct InlineCopies {
@@ -289,6 +317,32 @@ Status CopyTable::Launch() const {
       static_cast<const CopyDescriptor*>(table_),
       reinterpret_cast<const int32_t*>(static_cast<const CopyDescriptor*>(table_) + count_));
   return CudaStatus(cudaGetLastError(), "BatchedCopyKernel launch");
+}
+
+Status CopyTable::LaunchTogether(std::span<const CopyTable* const> tables) {
+  TableSet set{};
+  void* stream = nullptr;
+  auto launch = [&]() -> Status {
+    if (set.count == 0) return Status::Ok();
+    const int64_t blocks = set.first_block[set.count];
+    if (blocks > 0x7fffffff) return InvalidArgument("batched copies too large for one launch");
+    TableSetCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(set);
+    set = TableSet{};
+    return CudaStatus(cudaGetLastError(), "TableSetCopyKernel launch");
+  };
+  for (const CopyTable* t : tables) {
+    if (t->count_ == 0) continue;
+    if (set.count > 0 && t->stream_ != stream) {
+      return InvalidArgument("CopyTable::LaunchTogether: tables uploaded on different streams");
+    }
+    stream = t->stream_;
+    const auto* descriptors = static_cast<const CopyDescriptor*>(t->table_);
+    set.descriptors[set.count] = descriptors;
+    set.block_copy[set.count] = reinterpret_cast<const int32_t*>(descriptors + t->count_);
+    set.first_block[set.count + 1] = set.first_block[set.count] + t->blocks_;
+    if (++set.count == kMaxTablesPerLaunch) FERRY_RETURN_IF_ERROR(launch());
+  }
+  return launch();
 }
 
 Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream) {

@@ -50,8 +50,13 @@ Result<int64_t> CopyStream::Launch(std::span<const WorkTables* const> tables,
                                    const std::vector<StridedCopy>& copies,
                                    const std::vector<StridedConvert>& converts) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  std::vector<const CopyTable*> copy_tables;
+  copy_tables.reserve(tables.size());
   for (const WorkTables* t : tables) {
-    if (t->copies != nullptr) FERRY_RETURN_IF_ERROR(t->copies->Launch());
+    if (t->copies != nullptr) copy_tables.push_back(t->copies.get());
+  }
+  FERRY_RETURN_IF_ERROR(CopyTable::LaunchTogether(copy_tables));
+  for (const WorkTables* t : tables) {
     if (t->converts != nullptr) FERRY_RETURN_IF_ERROR(t->converts->Launch());
   }
   FERRY_RETURN_IF_ERROR(LaunchBatchedCopy(copies, stream_));

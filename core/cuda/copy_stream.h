@@ -45,8 +45,9 @@ class CopyStream {
   // Non-blocking. The vectors may be freed on return.
   Result<int64_t> Launch(const std::vector<StridedCopy>& copies,
                          const std::vector<StridedConvert>& converts = {});
-  // Enqueues the work of each of `tables`, then `copies` and `converts`, followed by one event;
-  // a ticket as above. Non-blocking.
+  // Enqueues the work of `tables` (their copies as one kernel, CopyTable::LaunchTogether; then
+  // each one's conversions), then `copies` and `converts`, followed by one event; a ticket as
+  // above. Non-blocking.
   Result<int64_t> Launch(std::span<const WorkTables* const> tables,
                          const std::vector<StridedCopy>& copies,
                          const std::vector<StridedConvert>& converts);

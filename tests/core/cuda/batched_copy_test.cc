@@ -1,11 +1,13 @@
-// Tests the batched strided-copy kernel against a CPU reference on random data; skipped, visibly,
-// where no GPU is present.
+// Tests the batched strided-copy kernel against a CPU reference on random data, one table at a
+// time and many tables in one launch; skipped, visibly, where no GPU is present.
 #include "core/cuda/batched_copy.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
+#include <vector>
 
 namespace ferry::cuda {
 namespace {
@@ -151,6 +153,66 @@ TEST_F(BatchedCopyTest, LargeDenseCopyUsesWideWords) {
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   ASSERT_TRUE(CopyToHost(back.data(), *dst, kBytes).ok());
   EXPECT_EQ(std::memcmp(back.data(), host.data(), kBytes), 0);
+  EXPECT_TRUE(DeviceFree(*src).ok());
+  EXPECT_TRUE(DeviceFree(*dst).ok());
+}
+
+// 300 tables (and an empty one), each copying its own 8 KiB of the source into its own 4 KiB of
+// the destination in one of three shapes: dense bytes, 4-byte rows with gaps, 2-byte elements of
+// a strided matrix. Launched together they take three kernels (128 tables a launch) and match the
+// CPU reference.
+TEST_F(BatchedCopyTest, TablesLaunchedTogetherMatchReference) {
+  constexpr int kTables = 300;
+  constexpr int64_t kIn = 8192, kOut = 4096;
+  std::vector<unsigned char> host(kTables * kIn), want(kTables * kOut, 0), back(kTables * kOut);
+  std::mt19937_64 rng(21);
+  for (auto& b : host) b = static_cast<unsigned char>(rng());
+  auto src = DeviceAlloc(kTables * kIn);
+  auto dst = DeviceAlloc(kTables * kOut);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_TRUE(CopyToDevice(*src, host.data(), kTables * kIn).ok());
+  ASSERT_TRUE(CopyToDevice(*dst, want.data(), kTables * kOut).ok());
+  std::vector<std::unique_ptr<CopyTable>> owned;
+  for (int k = 0; k < kTables; ++k) {
+    StridedCopy c;
+    c.src = static_cast<unsigned char*>(*src) + k * kIn;
+    c.dst = static_cast<unsigned char*>(*dst) + k * kOut;
+    if (k % 3 == 0) {
+      c.elem_size = 1;
+      c.ndim = 1;
+      c.shape = {kOut};
+      c.src_strides = {1};
+      c.dst_strides = {1};
+    } else if (k % 3 == 1) {
+      c.elem_size = 4;
+      c.ndim = 2;
+      c.shape = {32, 32};
+      c.src_strides = {256, 4};  // 128-byte rows every 256 bytes
+      c.dst_strides = {128, 4};
+    } else {
+      c.elem_size = 2;
+      c.ndim = 2;
+      c.shape = {16, 96};
+      c.src_strides = {384, 2};
+      c.dst_strides = {192, 2};
+    }
+    ReferenceCopy(c, host.data() + k * kIn, want.data() + k * kOut);
+    auto table = CopyTable::Upload({c}, nullptr);
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    owned.push_back(std::move(*table));
+  }
+  auto empty = CopyTable::Upload({}, nullptr);
+  ASSERT_TRUE(empty.ok());
+  std::vector<const CopyTable*> tables;
+  for (const auto& t : owned) tables.push_back(t.get());
+  tables.insert(tables.begin() + 7, empty->get());
+  ASSERT_TRUE(CopyTable::LaunchTogether(tables).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  ASSERT_TRUE(CopyToHost(back.data(), *dst, kTables * kOut).ok());
+  EXPECT_EQ(std::memcmp(back.data(), want.data(), back.size()), 0);
+  owned.clear();
+  empty->reset();
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   EXPECT_TRUE(DeviceFree(*src).ok());
   EXPECT_TRUE(DeviceFree(*dst).ok());
 }
