@@ -82,7 +82,6 @@ for c in "${CASES[@]}"; do
   case "$dst" in
     *quant=fp8_block*) read -r quant_w _ <<< "$(ceiling ipc-quantize "$receivers" "$bf16_per_proc")" ;;
   esac
-  gbps=$copy_w
   cluster_file "$LOG/h200-$tag.yaml"
   if ! timeout 300 "$BIN/ferry" simulate --model "$model" --scale "$scale" --src "$src" --dst "$dst" \
        "${DTYPE[@]}" --cluster "$LOG/h200-$tag.yaml" --no-baseline "${COMMON[@]}" > "$LOG/sim-$tag.txt" 2>&1; then
@@ -98,7 +97,7 @@ for c in "${CASES[@]}"; do
     spread_ms=$(awk -v s="$spread" 'BEGIN { printf "%.3f", s * 1000 }')
     ratio=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%.2f", p / m }')
     row "$name, $alloc" "$measured" "$spread_ms" "$predicted" "$ratio" \
-        "$((b >> 20)) MiB, IPC ceilings: copy $gbps, fp8 $fp8_w written + $fp8_r read, quantize $quant_w written GB/s"
+        "$((b >> 20)) MiB, IPC ceilings: copy $copy_w, fp8 $fp8_w written + $fp8_r read, quantize $quant_w written GB/s"
     alloc=VMM
   done < "$LOG/$tag.csv"
 done

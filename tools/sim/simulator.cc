@@ -221,8 +221,10 @@ class Engine {
   void Admit(int sender, double t);
   void StartLocalOp(int op, double t);
   double QuantizeTrafficPerByte(const Op& o) const;
-  // A Convert, Pack or Unpack that writes fp8 from a wider dtype: its copies' (read + written) / 2
-  // bytes, what fp8_convert_bandwidth counts; 0 for any other op.
+  // Whether a Convert, Pack or Unpack writes fp8 from a wider dtype (its first copy tells).
+  bool NarrowsToFp8(const Op& o) const;
+  // Such an op's copies' (read + written) / 2 bytes, what fp8_convert_bandwidth counts; 0 for any
+  // other op.
   double Fp8ConvertTraffic(const Op& o) const;
   // Processes share each GPU (ClusterSpec::ranks_per_gpu > 1) and CUDA runs their kernels in turns.
   bool TimeSliced() const { return c_.ranks_per_gpu > 1 && !c_.host_memory_ranks; }
@@ -518,7 +520,7 @@ void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
     ReadTraffic& t = converting_reads_[d.send_op];
     t = {static_cast<float>(read / message), static_cast<float>(written / message)};
     // The Pack narrows: a read into fp8 runs at fp8_convert_bandwidth of its copied bytes.
-    if (d.pack_op >= 0 && Fp8ConvertTraffic(plan_.ops[d.pack_op]) > 0) {
+    if (d.pack_op >= 0 && NarrowsToFp8(plan_.ops[d.pack_op])) {
       t.cap = static_cast<float>(c_.fp8_convert_bandwidth * 2 / (read + written) * message);
     }
   }
@@ -688,10 +690,14 @@ double Engine::QuantizeTrafficPerByte(const Op& o) const {
   return static_cast<double>(source + 1) / 2;
 }
 
-double Engine::Fp8ConvertTraffic(const Op& o) const {
-  if (o.NumCopies() == 0) return 0;
+bool Engine::NarrowsToFp8(const Op& o) const {
+  if (o.NumCopies() == 0) return false;
   const CopyPair first = plan_.Copy(o.copies_begin);
-  if (!IsFp8(first.to.dtype) || IsFp8(first.from.dtype)) return 0;
+  return IsFp8(first.to.dtype) && !IsFp8(first.from.dtype);
+}
+
+double Engine::Fp8ConvertTraffic(const Op& o) const {
+  if (!NarrowsToFp8(o)) return 0;
   double moved = 0;
   for (const CopyPair& c : plan_.Copies(o)) {
     moved += static_cast<double>(c.from.NumBytes() + c.to.NumBytes());

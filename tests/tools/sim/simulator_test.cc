@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
+
 #include "tests/core/plan/plan_fixture.h"
 
 namespace ferry::sim {
@@ -735,17 +738,19 @@ TEST(SimulatorTest, NoWindowDeadlocksCrossedExchanges) {
   }
 }
 
-// Rank 0 receives four 1000-byte messages from ranks 2, 3, 4 and 5 (other nodes, one NIC each),
-// each into its own staging slot that an Unpack then empties. Unlimited, the four share rank 0's
-// NIC, 4 us, then the four Unpacks share its 100 GB/s of memory, 40 ns. With the staging budget at the plan's need (one 1024-byte slot: the plan-order layout
-// puts every slot at offset 0), a receive waits for the previous Unpack to free the slot, as the
-// executor's placement makes it: 4 x (1 us + 20 ns, an Unpack alone at 50 GB/s). Less than that is refused, naming the need.
-TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
-  PlanBuilder b(6);
+// Rank 0 receives four 1000-byte messages, message k (round k) from rank sender(k) reading its
+// source buffer 0, each into its own staging slot that an Unpack then empties into bytes
+// [1000 k, 1000 (k + 1)) of destination buffer 0; the messages' ops take `link` when given.
+TransferPlan FourReceivesThroughSlots(int ranks, const std::function<int(int)>& sender,
+                                      std::optional<LinkClass> link = std::nullopt) {
+  PlanBuilder b(ranks);
   TransferPlan& plan = b.plan();
   for (int k = 0; k < 4; ++k) {
     const int slot = plan.AddSlot(0, 1000);
-    const auto [send, recv] = b.Message(2 + k, 0, 1000);
+    const auto [send, recv] = b.Message(sender(k), 0, 1000);
+    if (link) {
+      for (int op : {send, recv}) plan.ops[op].link = *link;
+    }
     plan.ops[send].data = {Space::kSource, 0, 0};
     plan.ops[recv].data = {Space::kStaging, slot, 0};
     plan.ops[recv].round = k;
@@ -758,6 +763,16 @@ TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
     unpack.bytes = 1000;
     plan.AddOp(unpack, {recv}, {{from, to}});
   }
+  return plan;
+}
+
+// Rank 0 receives four 1000-byte messages from ranks 2, 3, 4 and 5 (other nodes, one NIC each),
+// each into its own staging slot that an Unpack then empties. Unlimited, the four share rank 0's
+// NIC, 4 us, then the four Unpacks share its 100 GB/s of memory, 40 ns. With the staging budget at the plan's need (one 1024-byte slot: the plan-order layout
+// puts every slot at offset 0), a receive waits for the previous Unpack to free the slot, as the
+// executor's placement makes it: 4 x (1 us + 20 ns, an Unpack alone at 50 GB/s). Less than that is refused, naming the need.
+TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
+  const TransferPlan plan = FourReceivesThroughSlots(6, [](int k) { return 2 + k; });
   SimOptions unlimited;
   unlimited.staging_budget = 0;
   EXPECT_NEAR(SimulatePlan(plan, TestCluster(), unlimited).total_time, 4e-6 + 40e-9, 1e-10);
@@ -782,26 +797,9 @@ TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
 // (the executor's default) they hold no slot, as the executor stages them: the Unpacks are elided
 // and the receiver copies straight into the destination, the four reads sharing NVLink, 400 ns.
 TEST(SimulatorTest, DirectReadsHoldNoStagingOfTheirElidedOps) {
-  PlanBuilder b(2);
-  TransferPlan& plan = b.plan();
+  TransferPlan plan = FourReceivesThroughSlots(2, [](int) { return 1; }, LinkClass::kSameNode);
   plan.source_buffers = {{1, "w", 1000}};
   plan.destination_buffers = {{0, "d", 4000}};
-  for (int k = 0; k < 4; ++k) {
-    const int slot = plan.AddSlot(0, 1000);
-    const auto [send, recv] = b.Message(1, 0, 1000);
-    for (int op : {send, recv}) plan.ops[op].link = LinkClass::kSameNode;
-    plan.ops[send].data = {Space::kSource, 0, 0};
-    plan.ops[recv].data = {Space::kStaging, slot, 0};
-    plan.ops[recv].round = k;
-    const Region from{Space::kStaging, slot, 0, DType::kUInt8, 1, {1000}, {1}};
-    const Region to{Space::kDestination, 0, 1000 * k, DType::kUInt8, 1, {1000}, {1}};
-    Op unpack;
-    unpack.kind = OpKind::kUnpack;
-    unpack.rank = 0;
-    unpack.round = k;
-    unpack.bytes = 1000;
-    plan.AddOp(unpack, {recv}, {{from, to}});
-  }
   SimOptions staged;
   staged.staging_budget = 1024;
   const SimResult waited = SimulatePlan(plan, TestCluster(), staged);
