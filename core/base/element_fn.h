@@ -75,19 +75,20 @@ FERRY_HD inline float NegExp(float x) {
 #endif
 }
 
+// `fn` applied to an element's fp32 value.
+FERRY_HD inline float TransformFloat(ElementFn fn, float v) {
+  return fn == ElementFn::kNegExp ? NegExp(v) : v;
+}
+
 // One element `from` -> `to` (both IsConvertibleFloat) with `fn` applied to its fp32 value.
 FERRY_HD inline void TransformElement(ElementFn fn, DType from, DType to, const unsigned char* src,
                                       unsigned char* dst) {
-  float v = LoadAsFloat(from, src);
-  if (fn == ElementFn::kNegExp) v = NegExp(v);
-  StoreFromFloat(to, dst, v);
+  StoreFromFloat(to, dst, TransformFloat(fn, LoadAsFloat(from, src)));
 }
 
 // TransformElement on bits held in registers (float_convert.h BitsAsFloat / FloatAsBits).
 FERRY_HD inline uint32_t TransformBits(ElementFn fn, DType from, DType to, uint32_t bits) {
-  float v = BitsAsFloat(from, bits);
-  if (fn == ElementFn::kNegExp) v = NegExp(v);
-  return FloatAsBits(to, v);
+  return FloatAsBits(to, TransformFloat(fn, BitsAsFloat(from, bits)));
 }
 
 }  // namespace ferry

@@ -203,6 +203,31 @@ FERRY_HD inline uint32_t FloatToE5m2(float f) {
   return FloatToSmall(f, kE5M2Format, true);
 #endif
 }
+// Two fp32 -> e4m3fn bits, `lo` in the low byte: FloatToE4m3 of each, by one hardware conversion
+// of the pair where there is one (its NaN carries no sign, so NaNs are set afterwards).
+FERRY_HD inline uint32_t FloatPairToE4m3(float lo, float hi) {
+#if defined(FERRY_HARDWARE_FP8)
+  uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+  if (lo != lo) pair = (pair & 0xff00u) | FloatToE4m3(lo);
+  if (hi != hi) pair = (pair & 0x00ffu) | FloatToE4m3(hi) << 8;
+  return pair;
+#else
+  return FloatToE4m3(lo) | FloatToE4m3(hi) << 8;
+#endif
+}
+
+// Two fp32 -> e5m2 bits, `lo` in the low byte: FloatToE5m2 of each, by one hardware conversion of
+// the pair where there is one (NaNs and infinities set afterwards, as FloatToE5m2 handles them).
+FERRY_HD inline uint32_t FloatPairToE5m2(float lo, float hi) {
+#if defined(FERRY_HARDWARE_FP8)
+  uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E5M2);
+  if ((FloatBits(lo) & 0x7f800000u) == 0x7f800000u) pair = (pair & 0xff00u) | FloatToE5m2(lo);
+  if ((FloatBits(hi) & 0x7f800000u) == 0x7f800000u) pair = (pair & 0x00ffu) | FloatToE5m2(hi) << 8;
+  return pair;
+#else
+  return FloatToE5m2(lo) | FloatToE5m2(hi) << 8;
+#endif
+}
 #undef FERRY_HARDWARE_FP8
 
 FERRY_HD inline float BF16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }

@@ -1,15 +1,17 @@
 // The batched convert kernel of core/cuda/batched_convert.h: a grid over (conversion, element),
-// each block converting up to kElementsPerBlock consecutive elements (row-major over the shape)
-// of one conversion, found by binary search over the blocks' prefix sums. Each thread converts a
-// group of kGroup consecutive elements, finding the offsets of its first by division over the
-// shape and stepping along the innermost dimension from there. Two ways to walk a group, chosen
-// per conversion on the host (VectorWalks):
-//  * vector (the innermost dimension dense on both sides, its length a multiple of kGroup, and
-//    every row start aligned to the group's loads and stores, as a weight's rows are): the group
-//    is loaded with one or two vector loads, converted in registers by code compiled for its pair
-//    of dtypes and stored likewise;
+// each block converting kUnroll groups a thread of consecutive elements (row-major over the
+// shape) of one conversion, found by binary search over the blocks' prefix sums. A thread finds
+// its group's first element's offsets by division over the shape. Two ways to walk a group,
+// chosen per conversion on the host (VectorWalksOf):
+//  * vector (the innermost dimension dense on both sides, its length a multiple of the group, and
+//    every row start aligned to the group's loads and stores, as a weight's rows are): a group is
+//    VectorGroup(from, to) elements, so that its store is 16-32 bytes; the thread loads a batch of
+//    its groups (kBatchBytes) before converting any, converts in registers by code compiled for the
+//    pair of dtypes and stores with vector stores. Narrower stores leave the copy engine's
+//    bandwidth unused: into fp8, 8-byte stores ran at half the rate of 16-byte ones on the H200
+//    (batched_convert_bench, docs/BENCHMARKS.md);
 //  * bytes (anything else: staging packs regions of different dtypes back to back, so a region
-//    may start at any byte): each element loaded and stored byte by byte.
+//    may start at any byte): groups of kByteGroup elements, each loaded and stored byte by byte.
 // Both convert with TransformElement's arithmetic (core/base/element_fn.h, float_convert.h), so
 // the bits are the host path's.
 #include <cuda_runtime.h>
@@ -31,8 +33,9 @@ struct ConvertDescriptor {
   DType src_dtype;
   DType dst_dtype;
   ElementFn fn;
-  bool vector;  // VectorWalks
+  bool vector;  // VectorWalksOf
   int ndim;
+  int group;  // elements a group: VectorGroup for the vector walk, else kByteGroup
   int64_t elements;
   int64_t shape[kMaxCopyDims];
   int64_t src_strides[kMaxCopyDims];
@@ -41,8 +44,18 @@ struct ConvertDescriptor {
 };
 
 constexpr int kThreads = 256;
-constexpr int kGroup = 8;  // consecutive elements a thread converts
-constexpr int64_t kElementsPerBlock = kThreads * kGroup;
+constexpr int kUnroll = 4;       // groups a thread converts per block
+constexpr int kBatchBytes = 64;  // source bytes a thread loads before converting any of them
+constexpr int kByteGroup = 8;    // elements of a group on the byte walk
+
+// Elements of a group on the vector walk from `from` to `to`: 32 bytes stored, or 64 loaded where
+// that is fewer elements.
+__host__ __device__ constexpr int VectorGroup(DType from, DType to) {
+  const int by_store = 32 / FloatBytes(to), by_load = 64 / FloatBytes(from);
+  return by_store < by_load ? by_store : by_load;
+}
+
+__host__ __device__ constexpr int64_t ElementsPerBlock(int group) { return int64_t{kThreads} * kUnroll * group; }
 
 // Byte offsets of element `e` (row-major over the shape) on each side. 32-bit division where the
 // conversion's element count allows it: a 64-bit division costs the GPU several times more.
@@ -68,74 +81,159 @@ __device__ void OffsetsOf(const ConvertDescriptor& d, int64_t e, int64_t& src_of
   }
 }
 
-// The bits of kGroup elements of kBytes bytes each at `p` (aligned to min(kGroup * kBytes, 16)).
-template <int kBytes>
-__device__ void LoadGroup(const unsigned char* p, uint32_t (&bits)[kGroup]) {
-  if constexpr (kBytes == 1) {
+// The first element of group `u` of this thread in block `local_block` of its conversion, groups
+// of `group` elements: the block's threads take consecutive groups, so each load is coalesced.
+__device__ int64_t GroupFirst(int64_t local_block, int u, int group) {
+  return local_block * ElementsPerBlock(group) + (static_cast<int64_t>(u) * kThreads + threadIdx.x) * group;
+}
+
+// kGroup elements of kBytes bytes each, as 32-bit words.
+template <int kBytes, int kGroup>
+struct GroupWords {
+  static constexpr int kWords = kBytes * kGroup / 4;
+  uint32_t w[kWords];
+};
+
+// Loads the group at `p` (aligned to 16 bytes, or to the group's size where smaller) with vector
+// loads.
+template <int kBytes, int kGroup>
+__device__ void LoadGroup(const unsigned char* p, GroupWords<kBytes, kGroup>& g) {
+  constexpr int kWords = GroupWords<kBytes, kGroup>::kWords;
+  if constexpr (kWords == 2) {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
-    for (int j = 0; j < kGroup; ++j) bits[j] = (j < 4 ? v.x : v.y) >> (8 * (j % 4)) & 0xffu;
-  } else if constexpr (kBytes == 2) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    for (int j = 0; j < kGroup; ++j) bits[j] = w[j / 2] >> (16 * (j % 2)) & 0xffffu;
+    g.w[0] = v.x;
+    g.w[1] = v.y;
   } else {
-    const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
-    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    for (int j = 0; j < kGroup; ++j) bits[j] = w[j];
-  }
-}
-
-// Stores kGroup elements of kBytes bytes each at `p` (aligned as LoadGroup's).
-template <int kBytes>
-__device__ void StoreGroup(unsigned char* p, const uint32_t (&bits)[kGroup]) {
-  if constexpr (kBytes == 1) {
-    uint32_t w[2] = {0, 0};
-    for (int j = 0; j < kGroup; ++j) w[j / 4] |= bits[j] << (8 * (j % 4));
-    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
-  } else if constexpr (kBytes == 2) {
-    uint32_t w[4] = {0, 0, 0, 0};
-    for (int j = 0; j < kGroup; ++j) w[j / 2] |= bits[j] << (16 * (j % 2));
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
-    reinterpret_cast<uint4*>(p)[0] = make_uint4(bits[0], bits[1], bits[2], bits[3]);
-    reinterpret_cast<uint4*>(p)[1] = make_uint4(bits[4], bits[5], bits[6], bits[7]);
-  }
-}
-
-// The vector walk of the group from kFrom to kTo starting at element `first` (a multiple of
-// kGroup, so the group lies in one row). The dtypes are template arguments so that the conversion
-// compiles to its own instructions, without a branch on the dtypes an element.
-template <DType kFrom, DType kTo>
-__device__ void ConvertGroupVector(const ConvertDescriptor& d, int64_t first) {
-  int64_t src_off, dst_off;
-  OffsetsOf(d, first, src_off, dst_off);
-  uint32_t bits[kGroup];
-  LoadGroup<FloatBytes(kFrom)>(d.src + src_off, bits);
+    static_assert(kWords % 4 == 0);
 #pragma unroll
-  for (int j = 0; j < kGroup; ++j) bits[j] = TransformBits(d.fn, kFrom, kTo, bits[j]);
-  StoreGroup<FloatBytes(kTo)>(d.dst + dst_off, bits);
-}
-
-// ConvertGroupVector for the conversion's destination dtype.
-template <DType kFrom>
-__device__ void ConvertGroupVectorTo(const ConvertDescriptor& d, int64_t first) {
-  switch (d.dst_dtype) {
-    case DType::kBF16: return ConvertGroupVector<kFrom, DType::kBF16>(d, first);
-    case DType::kFP16: return ConvertGroupVector<kFrom, DType::kFP16>(d, first);
-    case DType::kFP8E4M3: return ConvertGroupVector<kFrom, DType::kFP8E4M3>(d, first);
-    case DType::kFP8E5M2: return ConvertGroupVector<kFrom, DType::kFP8E5M2>(d, first);
-    default: return ConvertGroupVector<kFrom, DType::kFP32>(d, first);
+    for (int i = 0; i < kWords / 4; ++i) {
+      const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+      g.w[4 * i] = v.x;
+      g.w[4 * i + 1] = v.y;
+      g.w[4 * i + 2] = v.z;
+      g.w[4 * i + 3] = v.w;
+    }
   }
 }
 
-// ConvertGroupVector for the conversion's dtypes (both IsConvertibleFloat: CheckConvert).
-__device__ void ConvertGroupVectorOf(const ConvertDescriptor& d, int64_t first) {
+// Stores the group at `p` (aligned as LoadGroup's) with vector stores.
+template <int kBytes, int kGroup>
+__device__ void StoreGroup(unsigned char* p, const GroupWords<kBytes, kGroup>& g) {
+  constexpr int kWords = GroupWords<kBytes, kGroup>::kWords;
+  if constexpr (kWords == 2) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(g.w[0], g.w[1]);
+  } else {
+    static_assert(kWords % 4 == 0);
+#pragma unroll
+    for (int i = 0; i < kWords / 4; ++i) {
+      reinterpret_cast<uint4*>(p)[i] = make_uint4(g.w[4 * i], g.w[4 * i + 1], g.w[4 * i + 2], g.w[4 * i + 3]);
+    }
+  }
+}
+
+// Element j's bits of a group, in the low kBytes bytes.
+template <int kBytes, int kGroup>
+__device__ uint32_t ElementBits(const GroupWords<kBytes, kGroup>& g, int j) {
+  if constexpr (kBytes == 4) {
+    return g.w[j];
+  } else {
+    constexpr int kPerWord = 4 / kBytes;
+    return g.w[j / kPerWord] >> (8 * kBytes * (j % kPerWord)) & ((1u << (8 * kBytes)) - 1);
+  }
+}
+
+// Sets element j of a zero-initialised group to `bits` (in the low kBytes bytes).
+template <int kBytes, int kGroup>
+__device__ void SetElementBits(GroupWords<kBytes, kGroup>& g, int j, uint32_t bits) {
+  if constexpr (kBytes == 4) {
+    g.w[j] = bits;
+  } else {
+    constexpr int kPerWord = 4 / kBytes;
+    g.w[j / kPerWord] |= bits << (8 * kBytes * (j % kPerWord));
+  }
+}
+
+// A group from kFrom to kTo with kFn. Into fp8 two elements share one hardware conversion
+// (FloatPairToE4m3, FloatPairToE5m2).
+template <DType kFrom, DType kTo, ElementFn kFn, int kGroup>
+__device__ void ConvertGroup(const GroupWords<FloatBytes(kFrom), kGroup>& in,
+                             GroupWords<FloatBytes(kTo), kGroup>& out) {
+  if constexpr (kTo == DType::kFP8E4M3 || kTo == DType::kFP8E5M2) {
+#pragma unroll
+    for (int j = 0; j < kGroup; j += 2) {
+      const float lo = TransformFloat(kFn, BitsAsFloat(kFrom, ElementBits(in, j)));
+      const float hi = TransformFloat(kFn, BitsAsFloat(kFrom, ElementBits(in, j + 1)));
+      const uint32_t pair = kTo == DType::kFP8E4M3 ? FloatPairToE4m3(lo, hi) : FloatPairToE5m2(lo, hi);
+      SetElementBits(out, j, pair & 0xffu);
+      SetElementBits(out, j + 1, pair >> 8);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) SetElementBits(out, j, TransformBits(kFn, kFrom, kTo, ElementBits(in, j)));
+  }
+}
+
+// The vector walk of this thread's groups of block `local_block`, from kFrom to kTo with kFn, in
+// batches of at most kBatchBytes of source a thread: a batch's loads are all issued before any of
+// its groups is converted. The dtypes and the function are template arguments so that the
+// conversion compiles to its own instructions, without a branch an element.
+template <DType kFrom, DType kTo, ElementFn kFn>
+__device__ void ConvertBlockVector(const ConvertDescriptor& d, int64_t local_block) {
+  constexpr int kIn = FloatBytes(kFrom), kOut = FloatBytes(kTo), kGroup = VectorGroup(kFrom, kTo);
+  constexpr int kFits = kBatchBytes / (kIn * kGroup);
+  constexpr int kBatch = kFits < 1 ? 1 : kFits > kUnroll ? kUnroll : kFits;
+  static_assert(kUnroll % kBatch == 0);
+#pragma unroll
+  for (int b = 0; b < kUnroll; b += kBatch) {
+    GroupWords<kIn, kGroup> in[kBatch];
+    unsigned char* to[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t first = GroupFirst(local_block, b + u, kGroup);
+      to[u] = nullptr;
+      if (first >= d.elements) continue;
+      int64_t src_off, dst_off;
+      OffsetsOf(d, first, src_off, dst_off);
+      LoadGroup(d.src + src_off, in[u]);
+      to[u] = d.dst + dst_off;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (to[u] == nullptr) continue;
+      GroupWords<kOut, kGroup> out{};
+      ConvertGroup<kFrom, kTo, kFn, kGroup>(in[u], out);
+      StoreGroup(to[u], out);
+    }
+  }
+}
+
+// ConvertBlockVector for the conversion's destination dtype (and -exp, which only fp32 takes:
+// ElementFnApplies).
+template <DType kFrom>
+__device__ void ConvertBlockVectorTo(const ConvertDescriptor& d, int64_t local_block) {
+  switch (d.dst_dtype) {
+    case DType::kBF16: return ConvertBlockVector<kFrom, DType::kBF16, ElementFn::kNone>(d, local_block);
+    case DType::kFP16: return ConvertBlockVector<kFrom, DType::kFP16, ElementFn::kNone>(d, local_block);
+    case DType::kFP8E4M3:
+      return ConvertBlockVector<kFrom, DType::kFP8E4M3, ElementFn::kNone>(d, local_block);
+    case DType::kFP8E5M2:
+      return ConvertBlockVector<kFrom, DType::kFP8E5M2, ElementFn::kNone>(d, local_block);
+    default:
+      if (d.fn == ElementFn::kNegExp) {
+        return ConvertBlockVector<kFrom, DType::kFP32, ElementFn::kNegExp>(d, local_block);
+      }
+      return ConvertBlockVector<kFrom, DType::kFP32, ElementFn::kNone>(d, local_block);
+  }
+}
+
+// ConvertBlockVector for the conversion's dtypes (both IsConvertibleFloat: CheckConvert).
+__device__ void ConvertBlockVectorOf(const ConvertDescriptor& d, int64_t local_block) {
   switch (d.src_dtype) {
-    case DType::kBF16: return ConvertGroupVectorTo<DType::kBF16>(d, first);
-    case DType::kFP16: return ConvertGroupVectorTo<DType::kFP16>(d, first);
-    case DType::kFP8E4M3: return ConvertGroupVectorTo<DType::kFP8E4M3>(d, first);
-    case DType::kFP8E5M2: return ConvertGroupVectorTo<DType::kFP8E5M2>(d, first);
-    default: return ConvertGroupVectorTo<DType::kFP32>(d, first);
+    case DType::kBF16: return ConvertBlockVectorTo<DType::kBF16>(d, local_block);
+    case DType::kFP16: return ConvertBlockVectorTo<DType::kFP16>(d, local_block);
+    case DType::kFP8E4M3: return ConvertBlockVectorTo<DType::kFP8E4M3>(d, local_block);
+    case DType::kFP8E5M2: return ConvertBlockVectorTo<DType::kFP8E5M2>(d, local_block);
+    default: return ConvertBlockVectorTo<DType::kFP32>(d, local_block);
   }
 }
 
@@ -158,7 +256,10 @@ __device__ void ConvertGroupBytes(const ConvertDescriptor& d, int64_t first, int
   }
 }
 
-__global__ void BatchedConvertKernel(const ConvertDescriptor* __restrict__ descriptors, int count) {
+// At most 64 registers a thread, so that four blocks fit an SM: the byte walk alone needs more
+// and spills, which only it pays for.
+__global__ void __launch_bounds__(kThreads, 4)
+BatchedConvertKernel(const ConvertDescriptor* __restrict__ descriptors, int count) {
   int lo = 0, hi = count - 1;
   const int64_t block = blockIdx.x;
   while (lo < hi) {
@@ -166,27 +267,31 @@ __global__ void BatchedConvertKernel(const ConvertDescriptor* __restrict__ descr
     if (descriptors[mid].first_block <= block) lo = mid; else hi = mid - 1;
   }
   const ConvertDescriptor& d = descriptors[lo];
-  const int64_t first = (block - d.first_block) * kElementsPerBlock + threadIdx.x * kGroup;
-  if (first >= d.elements) return;
+  const int64_t local_block = block - d.first_block;
   if (d.vector) {
-    ConvertGroupVectorOf(d, first);
-  } else {
-    ConvertGroupBytes(d, first, min(d.elements, first + kGroup));
+    ConvertBlockVectorOf(d, local_block);
+    return;
+  }
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t first = GroupFirst(local_block, u, kByteGroup);
+    if (first >= d.elements) return;
+    ConvertGroupBytes(d, first, min(d.elements, first + kByteGroup));
   }
 }
 
 // Whether every group of `c` takes the vector walk: the innermost dimension dense on both sides
-// with a length that is a multiple of kGroup, and the base pointers and every outer stride
-// multiples of each side's load or store width.
-bool VectorWalks(const StridedConvert& c) {
+// with a length that is a multiple of VectorGroup, and the base pointers and every outer stride
+// multiples of each side's load or store alignment.
+bool VectorWalksOf(const StridedConvert& c) {
   const int inner = c.ndim - 1;
   const int64_t src_bytes = DTypeSize(c.src_dtype), dst_bytes = DTypeSize(c.dst_dtype);
-  if (c.shape[inner] % kGroup != 0 || c.src_strides[inner] != src_bytes ||
+  const int64_t group = VectorGroup(c.src_dtype, c.dst_dtype);
+  if (c.shape[inner] % group != 0 || c.src_strides[inner] != src_bytes ||
       c.dst_strides[inner] != dst_bytes) {
     return false;
   }
-  const int64_t src_align = std::min<int64_t>(kGroup * src_bytes, 16);
-  const int64_t dst_align = std::min<int64_t>(kGroup * dst_bytes, 16);
+  const int64_t src_align = std::min<int64_t>(group * src_bytes, 16);
+  const int64_t dst_align = std::min<int64_t>(group * dst_bytes, 16);
   if (reinterpret_cast<uintptr_t>(c.src) % src_align != 0 ||
       reinterpret_cast<uintptr_t>(c.dst) % dst_align != 0) {
     return false;
@@ -224,7 +329,8 @@ ConvertDescriptor Describe(const StridedConvert& c) {
   d.src_dtype = c.src_dtype;
   d.dst_dtype = c.dst_dtype;
   d.fn = c.fn;
-  d.vector = VectorWalks(c);
+  d.vector = VectorWalksOf(c);
+  d.group = d.vector ? VectorGroup(c.src_dtype, c.dst_dtype) : kByteGroup;
   d.ndim = c.ndim;
   d.elements = 1;
   for (int dim = 0; dim < c.ndim; ++dim) {
@@ -249,7 +355,7 @@ Result<std::unique_ptr<ConvertTable>> ConvertTable::Upload(
     ConvertDescriptor d = Describe(converts[i]);
     if (d.elements == 0) continue;
     d.first_block = blocks;
-    blocks += (d.elements + kElementsPerBlock - 1) / kElementsPerBlock;
+    blocks += (d.elements + ElementsPerBlock(d.group) - 1) / ElementsPerBlock(d.group);
     descriptors.push_back(d);
   }
   if (blocks > 0x7fffffff) return InvalidArgument("batched convert too large for one launch");
@@ -272,6 +378,10 @@ Status ConvertTable::Launch() const {
                          static_cast<cudaStream_t>(stream_)>>>(
       static_cast<const ConvertDescriptor*>(table_), static_cast<int>(count_));
   return CudaStatus(cudaGetLastError(), "BatchedConvertKernel launch");
+}
+
+bool VectorWalks(const StridedConvert& convert) {
+  return CheckConvert(convert, 0).ok() && VectorWalksOf(convert);
 }
 
 Status LaunchBatchedConvert(const std::vector<StridedConvert>& converts, void* stream) {

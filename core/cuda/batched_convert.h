@@ -62,6 +62,12 @@ class ConvertTable {
   int64_t blocks_;
 };
 
+// Whether the kernel converts `convert` (a valid one) with vector loads and stores: the innermost
+// dimension dense on both sides, its length a multiple of the kernel's group for that pair of
+// dtypes (8 to 32 elements), every row start aligned to 16 bytes or to the group's size. Anything
+// else is converted element by element, several times slower. Thread-safe.
+bool VectorWalks(const StridedConvert& convert);
+
 // Enqueues every conversion in `converts` on `stream` (a cudaStream_t, nullptr = default stream)
 // as one kernel launch. Non-blocking, like LaunchBatchedCopy; `converts` may be freed on return.
 // An unsupported dtype or a bad ndim is an error naming the conversion.

@@ -98,12 +98,13 @@ TEST(BatchedConvertTest, EveryPairMatchesTheCpuReferenceBitForBit) {
 }
 
 // Rows dense on both sides with aligned starts, the shape the kernel converts with vector loads
-// and stores: [2, 19, 64] elements read from rows 72 elements apart into a dense destination,
-// every float pair, random bits and special values, one launch; bit for bit the CPU reference.
+// and stores (VectorWalks): [2, 19, 64] elements read from rows 80 elements apart into a dense
+// destination, every float pair, random bits and special values, one launch; bit for bit the CPU
+// reference.
 TEST(BatchedConvertTest, AlignedDenseRowsMatchTheCpuReferenceBitForBit) {
   if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
   std::mt19937 rng(27);
-  const int64_t planes = 2, rows = 19, cols = 64, pitch = 72;
+  const int64_t planes = 2, rows = 19, cols = 64, pitch = 80;
   struct Case {
     DType from, to;
     std::vector<unsigned char> src;
@@ -132,6 +133,7 @@ TEST(BatchedConvertTest, AlignedDenseRowsMatchTheCpuReferenceBitForBit) {
       k.shape = {planes, rows, cols};
       k.src_strides = {rows * pitch * fs, pitch * fs, fs};
       k.dst_strides = {rows * cols * ts, cols * ts, ts};
+      EXPECT_TRUE(VectorWalks(k)) << DTypeName(from) << " -> " << DTypeName(to);
       launch.push_back(k);
       cases.push_back(std::move(c));
     }
@@ -181,6 +183,8 @@ TEST(BatchedConvertTest, NegExpGivesTheSameBitsWhicheverWayTheRowsAreLoaded) {
     StridedConvert bytes = k;
     k.dst = *ddst;
     bytes.dst = static_cast<char*>(*ddst) + rows * cols * 4 + 1;
+    EXPECT_TRUE(VectorWalks(k));
+    EXPECT_FALSE(VectorWalks(bytes));
     ASSERT_TRUE(LaunchBatchedConvert({k, bytes}, nullptr).ok());
     ASSERT_TRUE(SynchronizeStream(nullptr).ok());
     std::vector<unsigned char> got(static_cast<size_t>(2 * rows * cols * 4 + 1));
