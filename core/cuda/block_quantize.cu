@@ -2,12 +2,14 @@
 // the rectangle of a CUDA block found by binary search over the rectangles' prefix sums of blocks.
 // A job (a whole stack) is one rectangle per matrix. Two ways to walk a block, chosen per
 // rectangle on the host:
-//  * vector (source rows 16-byte aligned, destination 8-byte aligned, columns a multiple of 8, as
-//    a weight's staging twin, most peers' tensors and the fp8 tensor are): with T threads, thread
-//    t loads 8 consecutive elements of column group t % 16 in every (T / 16)th row with 16-byte
-//    loads, keeps the block's elements it owns in registers, reduces |x| by warp shuffles and
-//    shared memory, then casts them and stores 8 fp8 bytes at once. The source is read once. A
-//    2-byte source's walk runs 512 threads capped at 32 registers (4 blocks an SM), fp32's 256.
+//  * vector (source rows and destination 16-byte aligned, columns a multiple of 16, as a weight's
+//    staging twin, most peers' tensors and the fp8 tensor are): with T threads, thread t loads 16
+//    consecutive elements of column group t % 8 in every (T / 8)th row with 16-byte loads, keeps
+//    the block's elements it owns in registers, reduces |x| by warp shuffles and shared memory,
+//    then casts them, two a hardware cast, and stores 16 fp8 bytes at once (8-byte stores left a
+//    fifth of the bandwidth unused: block_quantize_bench, docs/BENCHMARKS.md). The source is read
+//    once. A 2-byte source's walk runs 512 threads capped at 32 registers (4 blocks an SM), fp32's
+//    256.
 //  * bytes (any other alignment: a staging slot may start at any byte): 256 threads, thread t
 //    walks column t % 128 in every second row, loading each element byte by byte (LoadAsFloat),
 //    and reads the block again to cast it.
@@ -51,7 +53,7 @@ struct QuantizeDescriptor {
 };
 
 constexpr int kBlock = static_cast<int>(kFp8BlockSize);
-constexpr int kVector = 8;                          // elements a thread loads at once
+constexpr int kVector = 16;                         // elements a thread loads at once
 constexpr int kGroups = kBlock / kVector;           // column groups of a block row
 
 // Where a CUDA block's 128x128 block lies: its index k within the stack (as the scales number
@@ -93,7 +95,7 @@ __device__ Fp8BlockParams ReduceParams(float amax, Fp8ScaleFormat fmt) {
   return params;
 }
 
-// Element j (0..7) of a group of 8 loaded as words: 2-byte elements pack two to a word, fp32 one.
+// Element j of a group loaded as words: 2-byte elements pack two to a word, fp32 one.
 template <DType kType>
 __device__ float GroupElement(const uint32_t* words, int j) {
   if constexpr (kType == DType::kBF16) return BF16ToFloat(static_cast<uint16_t>(words[j / 2] >> (16 * (j % 2))));
@@ -101,13 +103,20 @@ __device__ float GroupElement(const uint32_t* words, int j) {
   return BitsToFloat(words[j]);
 }
 
+// Fp8BlockQuantize of two elements, `lo` in the low byte, by one hardware cast: its NaN is the
+// 0x7f Fp8BlockQuantize gives every NaN, and it rounds and saturates as FloatToE4m3.
+__device__ uint32_t QuantizePair(float lo, float hi, float multiplier) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(Fp8BlockMul(lo, multiplier), Fp8BlockMul(hi, multiplier)),
+                                  __NV_SATFINITE, __NV_E4M3);
+}
+
 // The vector walk of one block of source dtype `kType` by kThreads threads.
 template <DType kType, int kThreads>
 __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlace& at) {
   constexpr int kRowStep = kThreads / kGroups;  // rows the threads cover per step
   constexpr int kSteps = kBlock / kRowStep;     // steps over a block's rows
-  constexpr int kWords = kType == DType::kFP32 ? 8 : 4;  // words a group of 8 elements takes
-  constexpr int elem = kWords / 2;
+  constexpr int elem = FloatBytes(kType);
+  constexpr int kWords = kVector * elem / 4;  // words a group takes
   const int64_t c = at.c0 + threadIdx.x % kGroups * kVector;
   const int64_t r_first = at.r0 + threadIdx.x / kGroups;
   const bool column_in = c < d.cols;
@@ -134,13 +143,21 @@ __device__ void QuantizeBlockVector(const QuantizeDescriptor& d, const BlockPlac
   for (int s = 0; s < kSteps; ++s) {
     const int64_t r = r_first + s * kRowStep;
     if (!column_in || r >= d.rows) continue;
-    uint32_t packed[2] = {0, 0};
+    uint32_t packed[kVector / 4] = {};
+    if (!params.requantize) {
 #pragma unroll
-    for (int j = 0; j < kVector; ++j) {
-      const uint32_t q = Fp8BlockQuantizeElement(GroupElement<kType>(words[s], j), params);
-      packed[j / 4] |= q << (8 * (j % 4));
+      for (int j = 0; j < kVector; j += 2) {
+        packed[j / 4] |= QuantizePair(GroupElement<kType>(words[s], j), GroupElement<kType>(words[s], j + 1),
+                                      params.multiplier) << (8 * (j % 4));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVector; ++j) {
+        const uint32_t q = Fp8BlockQuantizeElement(GroupElement<kType>(words[s], j), params);
+        packed[j / 4] |= q << (8 * (j % 4));
+      }
     }
-    *reinterpret_cast<uint2*>(d.dst + at.base + r * d.cols + c) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint4*>(d.dst + at.base + r * d.cols + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 
@@ -172,9 +189,8 @@ constexpr int kWalks = 4;
 
 // Threads a CUDA block of a walk's kernel runs and blocks an SM should hold of it
 // (__launch_bounds__). A 2-byte vector walk waits on memory, so occupancy pays: 512 threads, each
-// holding 4 steps of a group (16 words), capped at 32 registers so that 4 blocks fill an SM, move
-// 8% more than 256 threads of 8 steps capped at 64 (block_quantize_bench); the byte walk does best
-// with 256 threads, the fp32 vector walk's 32 words a thread keep it there.
+// holding 2 steps of a group (16 words), capped at 32 registers so that 4 blocks fill an SM; the
+// byte walk does best with 256 threads, the fp32 vector walk's 64 words a thread keep it there.
 __host__ __device__ constexpr bool TwoByteVector(Walk w) { return w == Walk::kVectorBF16 || w == Walk::kVectorFP16; }
 __host__ __device__ constexpr int ThreadsOf(Walk w) { return TwoByteVector(w) ? 512 : 256; }
 __host__ __device__ constexpr int MinBlocksOf(Walk w) { return TwoByteVector(w) ? 4 : 1; }
@@ -198,12 +214,11 @@ __global__ void __launch_bounds__(ThreadsOf(kWalk), MinBlocksOf(kWalk))
   if constexpr (kWalk == Walk::kVectorFP32) QuantizeBlockVector<DType::kFP32, kThreads>(d, at);
 }
 
-// The walk of rectangle `b`: the vector walk of its dtype when 16-byte loads of 8 source elements
-// and 8-byte stores stay aligned in every row and a group of 8 never crosses a row's end, else
-// the byte walk.
+// The walk of rectangle `b`: the vector walk of its dtype when 16-byte loads and stores stay
+// aligned in every row and a group of kVector never crosses a row's end, else the byte walk.
 Walk WalkOf(const BlockQuantizeRect& b) {
   const bool aligned = b.cols % kVector == 0 && reinterpret_cast<uintptr_t>(b.src) % 16 == 0 &&
-                       b.src_pitch % 16 == 0 && reinterpret_cast<uintptr_t>(b.dst) % 8 == 0;
+                       b.src_pitch % 16 == 0 && reinterpret_cast<uintptr_t>(b.dst) % 16 == 0;
   if (!aligned) return Walk::kBytes;
   if (b.src_dtype == DType::kBF16) return Walk::kVectorBF16;
   return b.src_dtype == DType::kFP16 ? Walk::kVectorFP16 : Walk::kVectorFP32;
@@ -286,6 +301,8 @@ Status LaunchWalk(const Launch& launch, const QuantizeDescriptor* table, cudaStr
 }
 
 }  // namespace
+
+bool BlockQuantizeVectorWalks(const BlockQuantizeRect& rect) { return WalkOf(rect) != Walk::kBytes; }
 
 Status LaunchBlockQuantizeRects(const std::vector<BlockQuantizeRect>& rects, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);

@@ -60,6 +60,11 @@ struct BlockQuantizeRect {
   int64_t block_col = 0, block_cols = 0;
 };
 
+// Whether the kernel quantizes `rect` with vector loads and stores: its columns a multiple of 16,
+// its source rows and its fp8 destination aligned to 16 bytes. Anything else takes the byte walk,
+// several times slower. Thread-safe.
+bool BlockQuantizeVectorWalks(const BlockQuantizeRect& rect);
+
 // Enqueues every rectangle on `stream` as one kernel launch (a few where their walks differ); the
 // same bits as LaunchBlockQuantize of the whole stack. Non-blocking; `rects` may be freed on
 // return. Errors as LaunchBlockQuantize's, and a rectangle outside its matrix or with a pitch

@@ -50,19 +50,21 @@ void ExpectTheCpuReference(Fp8ScaleFormat fmt) {
   struct Case {
     DType dtype;
     int64_t matrices, rows, cols, offset;
+    bool vector;  // BlockQuantizeVectorWalks
     std::vector<unsigned char> src;
     void *dsrc = nullptr, *ddst = nullptr, *dscales = nullptr;
   };
-  // Odd offsets or columns take the kernel's byte walk; aligned ones with columns a multiple of 8
-  // its vector walk, partial edge blocks included.
-  std::vector<Case> cases = {{DType::kBF16, 3, 300, 515, 1, {}},
-                             {DType::kFP16, 1, 129, 700, 3, {}},
-                             {DType::kFP32, 2, 256, 384, 0, {}},
-                             {DType::kBF16, 1, 7, 9, 5, {}},
-                             {DType::kBF16, 2, 300, 520, 0, {}},
-                             {DType::kFP16, 1, 129, 136, 0, {}},
-                             {DType::kFP32, 1, 200, 264, 0, {}},
-                             {DType::kBF16, 1, 3, 8, 0, {}}};
+  // Odd offsets, or columns not a multiple of 16, take the kernel's byte walk; the others its
+  // vector walk, partial edge blocks included.
+  std::vector<Case> cases = {{DType::kBF16, 3, 300, 515, 1, false, {}},
+                             {DType::kFP16, 1, 129, 700, 3, false, {}},
+                             {DType::kFP32, 2, 256, 384, 0, true, {}},
+                             {DType::kBF16, 1, 7, 9, 5, false, {}},
+                             {DType::kBF16, 2, 300, 528, 0, true, {}},
+                             {DType::kBF16, 1, 130, 520, 0, false, {}},
+                             {DType::kFP16, 1, 129, 144, 0, true, {}},
+                             {DType::kFP32, 1, 200, 272, 0, true, {}},
+                             {DType::kBF16, 1, 3, 16, 0, true, {}}};
   std::vector<BlockQuantizeJob> jobs;
   for (Case& c : cases) {
     c.src = Matrices(c.dtype, c.matrices, c.rows, c.cols, rng);
@@ -81,6 +83,10 @@ void ExpectTheCpuReference(Fp8ScaleFormat fmt) {
     ASSERT_TRUE(CopyToDevice(c.dscales, unwritten.data(), scale_bytes).ok());
     jobs.push_back({static_cast<char*>(c.dsrc) + c.offset, static_cast<char*>(c.ddst) + c.offset,
                     c.dscales, c.dtype, c.matrices, c.rows, c.cols, fmt});
+    const BlockQuantizeRect whole{jobs.back().src, c.cols * DTypeSize(c.dtype), jobs.back().dst, c.dscales,
+                                  c.dtype, fmt, c.rows, c.cols, 0, 0, (c.rows + 127) / 128, 0,
+                                  (c.cols + 127) / 128};
+    EXPECT_EQ(BlockQuantizeVectorWalks(whole), c.vector) << DTypeName(c.dtype) << " " << c.rows << "x" << c.cols;
   }
   ASSERT_TRUE(LaunchBlockQuantize(jobs, nullptr).ok());
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
@@ -166,15 +172,15 @@ TEST(BlockQuantizeTest, Ue8m0HandWorkedBlock) {
 }
 
 // A stack quantized as rectangles of blocks read from elsewhere, as quantizing direct reads and
-// the Quantize op that finishes their matrix do: [2, 300, 520] bf16 (3 block rows, 5 block
-// columns, the last 8 wide); matrix 0's block row 0 from a copy whose rows are 1072 bytes apart
+// the Quantize op that finishes their matrix do: [2, 300, 528] bf16 (3 block rows, 5 block
+// columns, the last 16 wide); matrix 0's block row 0 from a copy whose rows are 1072 bytes apart
 // (the vector walk), block rows 1-2 of its columns 0-255 from one 1041 bytes apart (the byte walk)
-// and of its columns 256-519 from one 544 bytes apart, matrix 1 whole from the dense stack; UE8M0
+// and of its columns 256-527 from one 544 bytes apart, matrix 1 whole from the dense stack; UE8M0
 // packed scales, whose words mix a matrix's rows, included. The values and scales must equal the
 // CPU reference of the whole stack.
 void ExpectRectsEqualTheWholeStack(Fp8ScaleFormat fmt) {
   std::mt19937 rng(29);
-  const int64_t matrices = 2, rows = 300, cols = 520, row_bytes = cols * 2;
+  const int64_t matrices = 2, rows = 300, cols = 528, row_bytes = cols * 2;
   const std::vector<unsigned char> stack = Matrices(DType::kBF16, matrices, rows, cols, rng);
   const int64_t n = matrices * rows * cols, scale_bytes = matrices * Fp8ScaleMatrixBytes(fmt, rows, cols);
   struct Source {
@@ -183,7 +189,7 @@ void ExpectRectsEqualTheWholeStack(Fp8ScaleFormat fmt) {
     int64_t shift = 0;
     const char* rows() const { return static_cast<const char*>(at) + shift; }
   };
-  std::vector<Source> sources = {{0, 128, 0, 520, 1072}, {128, 172, 0, 256, 1041}, {128, 172, 256, 264, 544}};
+  std::vector<Source> sources = {{0, 128, 0, 528, 1072}, {128, 172, 0, 256, 1041}, {128, 172, 256, 272, 544}};
   for (Source& src : sources) {
     std::vector<unsigned char> rows_out(static_cast<size_t>(src.num_rows * src.pitch), 0x5a);
     for (int64_t r = 0; r < src.num_rows; ++r) {
@@ -212,6 +218,9 @@ void ExpectRectsEqualTheWholeStack(Fp8ScaleFormat fmt) {
       rect(static_cast<char*>(*dense) + rows * row_bytes, row_bytes, 1, 0, 3, 0, 5),
       rect(sources[1].rows(), 1041, 0, 1, 2, 0, 2), rect(sources[2].rows(), 544, 0, 1, 2, 2, 3),
       rect(sources[0].rows(), 1072, 0, 0, 1, 0, 5)};
+  EXPECT_EQ((std::vector<bool>{BlockQuantizeVectorWalks(rects[0]), BlockQuantizeVectorWalks(rects[1]),
+                               BlockQuantizeVectorWalks(rects[2]), BlockQuantizeVectorWalks(rects[3])}),
+            (std::vector<bool>{true, false, true, true}));
   ASSERT_TRUE(LaunchBlockQuantizeRects(rects, nullptr).ok());
   ASSERT_TRUE(SynchronizeStream(nullptr).ok());
   std::vector<unsigned char> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
