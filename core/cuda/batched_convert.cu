@@ -256,12 +256,11 @@ __device__ void ConvertGroupBytes(const ConvertDescriptor& d, int64_t first, int
   }
 }
 
-// At most 64 registers a thread, so that four blocks fit an SM: the byte walk alone needs more
-// and spills, which only it pays for.
-__global__ void __launch_bounds__(kThreads, 4)
-BatchedConvertKernel(const ConvertDescriptor* __restrict__ descriptors, int count) {
+// Block `block` of a launch over `descriptors` (`count` of them, their first blocks ascending):
+// the last descriptor whose first block is not after it, by binary search, then its part of that
+// conversion.
+__device__ void ConvertBlockOf(const ConvertDescriptor* __restrict__ descriptors, int count, int64_t block) {
   int lo = 0, hi = count - 1;
-  const int64_t block = blockIdx.x;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (descriptors[mid].first_block <= block) lo = mid; else hi = mid - 1;
@@ -277,6 +276,35 @@ BatchedConvertKernel(const ConvertDescriptor* __restrict__ descriptors, int coun
     if (first >= d.elements) return;
     ConvertGroupBytes(d, first, min(d.elements, first + kByteGroup));
   }
+}
+
+// At most 64 registers a thread, so that four blocks fit an SM: the byte walk alone needs more
+// and spills, which only it pays for.
+__global__ void __launch_bounds__(kThreads, 4)
+BatchedConvertKernel(const ConvertDescriptor* __restrict__ descriptors, int count) {
+  ConvertBlockOf(descriptors, count, blockIdx.x);
+}
+
+// The tables of one LaunchTogether, in the launch's parameters: table t's blocks are the launch's
+// blocks [first_block[t], first_block[t + 1]).
+struct ConvertTableSet {
+  const ConvertDescriptor* descriptors[ConvertTable::kMaxTablesPerLaunch];
+  int count[ConvertTable::kMaxTablesPerLaunch];
+  int64_t first_block[ConvertTable::kMaxTablesPerLaunch + 1];
+  int tables;
+};
+static_assert(sizeof(ConvertTableSet) <= 4096, "kernel parameters are limited to 4 KiB");
+
+// A block finds its table by binary search over the parameters, then converts its part as
+// BatchedConvertKernel does within that table.
+__global__ void __launch_bounds__(kThreads, 4) TableSetConvertKernel(const __grid_constant__ ConvertTableSet set) {
+  const int64_t block = blockIdx.x;
+  int lo = 0, hi = set.tables - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (set.first_block[mid] <= block) lo = mid; else hi = mid - 1;
+  }
+  ConvertBlockOf(set.descriptors[lo], set.count[lo], block - set.first_block[lo]);
 }
 
 // Whether every group of `c` takes the vector walk: the innermost dimension dense on both sides
@@ -378,6 +406,31 @@ Status ConvertTable::Launch() const {
                          static_cast<cudaStream_t>(stream_)>>>(
       static_cast<const ConvertDescriptor*>(table_), static_cast<int>(count_));
   return CudaStatus(cudaGetLastError(), "BatchedConvertKernel launch");
+}
+
+Status ConvertTable::LaunchTogether(std::span<const ConvertTable* const> tables) {
+  ConvertTableSet set{};
+  void* stream = nullptr;
+  auto launch = [&]() -> Status {
+    if (set.tables == 0) return Status::Ok();
+    const int64_t blocks = set.first_block[set.tables];
+    if (blocks > 0x7fffffff) return InvalidArgument("batched conversions too large for one launch");
+    TableSetConvertKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(set);
+    set = ConvertTableSet{};
+    return CudaStatus(cudaGetLastError(), "TableSetConvertKernel launch");
+  };
+  for (const ConvertTable* t : tables) {
+    if (t->count_ == 0) continue;
+    if (set.tables > 0 && t->stream_ != stream) {
+      return InvalidArgument("ConvertTable::LaunchTogether: tables uploaded on different streams");
+    }
+    stream = t->stream_;
+    set.descriptors[set.tables] = static_cast<const ConvertDescriptor*>(t->table_);
+    set.count[set.tables] = static_cast<int>(t->count_);
+    set.first_block[set.tables + 1] = set.first_block[set.tables] + t->blocks_;
+    if (++set.tables == kMaxTablesPerLaunch) FERRY_RETURN_IF_ERROR(launch());
+  }
+  return launch();
 }
 
 bool VectorWalks(const StridedConvert& convert) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/base/dtype.h"
@@ -51,6 +52,11 @@ class ConvertTable {
 
   // Enqueues every conversion as one kernel launch on the Upload stream (none when empty).
   Status Launch() const;
+  // Enqueues the conversions of every table in `tables`, all uploaded on one stream, as one kernel
+  // launch on it (one a kMaxTablesPerLaunch tables), as CopyTable::LaunchTogether does for copies.
+  // Non-blocking. An empty table launches nothing.
+  static Status LaunchTogether(std::span<const ConvertTable* const> tables);
+  static constexpr int kMaxTablesPerLaunch = 128;
   int64_t converts() const { return count_; }
 
  private:

@@ -51,14 +51,14 @@ Result<int64_t> CopyStream::Launch(std::span<const WorkTables* const> tables,
                                    const std::vector<StridedConvert>& converts) {
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   std::vector<const CopyTable*> copy_tables;
+  std::vector<const ConvertTable*> convert_tables;
   copy_tables.reserve(tables.size());
   for (const WorkTables* t : tables) {
     if (t->copies != nullptr) copy_tables.push_back(t->copies.get());
+    if (t->converts != nullptr) convert_tables.push_back(t->converts.get());
   }
   FERRY_RETURN_IF_ERROR(CopyTable::LaunchTogether(copy_tables));
-  for (const WorkTables* t : tables) {
-    if (t->converts != nullptr) FERRY_RETURN_IF_ERROR(t->converts->Launch());
-  }
+  FERRY_RETURN_IF_ERROR(ConvertTable::LaunchTogether(convert_tables));
   FERRY_RETURN_IF_ERROR(LaunchBatchedCopy(copies, stream_));
   FERRY_RETURN_IF_ERROR(LaunchBatchedConvert(converts, stream_));
   return RecordTicket();

@@ -46,8 +46,8 @@ class CopyStream {
   Result<int64_t> Launch(const std::vector<StridedCopy>& copies,
                          const std::vector<StridedConvert>& converts = {});
   // Enqueues the work of `tables` (their copies as one kernel, CopyTable::LaunchTogether; then
-  // each one's conversions), then `copies` and `converts`, followed by one event; a ticket as
-  // above. Non-blocking.
+  // their conversions as another, ConvertTable::LaunchTogether), then `copies` and `converts`,
+  // followed by one event; a ticket as above. Non-blocking.
   Result<int64_t> Launch(std::span<const WorkTables* const> tables,
                          const std::vector<StridedCopy>& copies,
                          const std::vector<StridedConvert>& converts);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -277,6 +278,73 @@ TEST(BatchedConvertTest, NegExpIsWithinExpfsTwoUlpOfTheCpuReference) {
     EXPECT_TRUE(DeviceFree(*dsrc).ok());
     EXPECT_TRUE(DeviceFree(*ddst).ok());
   }
+}
+
+// 300 tables launched together (three launches of at most 128), each holding two conversions of
+// its own kind: bf16 rows into fp8 e4m3 (the vector walk), fp32 into bf16 from every other
+// element (the byte walk) and fp16 rows into fp32 one byte past aligned (the byte walk), with an
+// empty table among them; every element bit for bit the CPU reference.
+TEST(BatchedConvertTest, TablesLaunchedTogetherMatchTheCpuReference) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device on this machine";
+  constexpr int kTables = 300;
+  constexpr int64_t kIn = 8192, kOut = 8192, kRows = 4, kCols = 256;  // bytes a table's regions span
+  std::mt19937 rng(31);
+  std::vector<unsigned char> host(kTables * kIn);
+  for (auto& b : host) b = static_cast<unsigned char>(rng());
+  Result<void*> src = DeviceAlloc(kTables * kIn);
+  Result<void*> dst = DeviceAlloc(kTables * kOut);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_TRUE(CopyToDevice(*src, host.data(), kTables * kIn).ok());
+  const std::vector<unsigned char> zeros(kTables * kOut, 0);
+  ASSERT_TRUE(CopyToDevice(*dst, zeros.data(), kTables * kOut).ok());
+  std::vector<unsigned char> want(zeros);
+  std::vector<std::unique_ptr<ConvertTable>> owned;
+  for (int t = 0; t < kTables; ++t) {
+    std::vector<StridedConvert> converts;
+    for (int half = 0; half < 2; ++half) {
+      StridedConvert k;
+      const int64_t in = t * kIn + half * kIn / 2, out = t * kOut + half * kOut / 2;
+      k.src_dtype = t % 3 == 0 ? DType::kBF16 : t % 3 == 1 ? DType::kFP32 : DType::kFP16;
+      k.dst_dtype = t % 3 == 0 ? DType::kFP8E4M3 : t % 3 == 1 ? DType::kBF16 : DType::kFP32;
+      const int64_t fs = DTypeSize(k.src_dtype), ts = DTypeSize(k.dst_dtype);
+      const int64_t skip = t % 3 == 1 ? 2 : 1, shift = t % 3 == 2 ? 1 : 0;
+      const int64_t cols = t % 3 == 2 ? kCols / 2 : kCols;  // fp32 rows of 128 fit a half
+      k.src = static_cast<const unsigned char*>(*src) + in;
+      k.dst = static_cast<unsigned char*>(*dst) + out + shift;
+      k.ndim = 2;
+      k.shape = {kRows, cols / skip};
+      k.src_strides = {cols * fs, skip * fs};
+      k.dst_strides = {cols / skip * ts, ts};
+      EXPECT_EQ(VectorWalks(k), t % 3 == 0) << "table " << t;
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t c = 0; c < cols / skip; ++c) {
+          ConvertElement(k.src_dtype, k.dst_dtype, host.data() + in + r * cols * fs + c * skip * fs,
+                         want.data() + out + shift + (r * (cols / skip) + c) * ts);
+        }
+      }
+      converts.push_back(k);
+    }
+    Result<std::unique_ptr<ConvertTable>> table = ConvertTable::Upload(converts, nullptr);
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    owned.push_back(std::move(*table));
+  }
+  Result<std::unique_ptr<ConvertTable>> empty = ConvertTable::Upload({}, nullptr);
+  ASSERT_TRUE(empty.ok());
+  std::vector<const ConvertTable*> tables;
+  for (const auto& t : owned) tables.push_back(t.get());
+  tables.insert(tables.begin() + 7, empty->get());
+  ASSERT_TRUE(ConvertTable::LaunchTogether(tables).ok());
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  std::vector<unsigned char> got(kTables * kOut);
+  ASSERT_TRUE(CopyToHost(got.data(), *dst, kTables * kOut).ok());
+  for (int64_t i = 0; i < kTables * kOut; ++i) {
+    ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "table " << i / kOut << " byte " << i % kOut;
+  }
+  owned.clear();
+  empty->reset();
+  ASSERT_TRUE(SynchronizeStream(nullptr).ok());
+  EXPECT_TRUE(DeviceFree(*src).ok());
+  EXPECT_TRUE(DeviceFree(*dst).ok());
 }
 
 TEST(BatchedConvertTest, NegExpIntoAnythingButFp32IsAnErrorNamingIt) {
