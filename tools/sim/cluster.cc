@@ -213,8 +213,8 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
     // H200 measurements (docs/BENCHMARKS.md) scaled by HBM bandwidth, 3.35 / 4.8 TB/s.
     c.copy_bandwidth = 1.48e12;
     c.pack_bandwidth = 1.08e12;
-    c.quantize_bandwidth = 0.62e12;
-    c.fp8_convert_bandwidth = 0.71e12;
+    c.quantize_bandwidth = 0.76e12;
+    c.fp8_convert_bandwidth = 1.42e12;
     c.pcie_bandwidth = 50e9;
     return c;
   }
@@ -223,12 +223,12 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
     c.description = "NVIDIA DGX H200: 8 H200 SXM, 8 x 400 Gb/s InfiniBand (rail-optimized), NVLink 4";
     // Measured on the lent H200 (docs/BENCHMARKS.md): cudaMemcpy D2D 1 GiB in 0.507 ms, the
     // batched pack kernel over 4096 fragments at 3081 GB/s read + write, the block-quantize kernel
-    // at 2669 GB/s read + write on bf16 (3 bytes an fp8 element: 0.89e12 of fp8 a second), the
-    // batched convert kernel from bf16 into fp8 e4m3 at 2040 GB/s read + write.
+    // at 3255 GB/s read + write on bf16 (3 bytes an fp8 element: 1.09e12 of fp8 a second), the
+    // batched convert kernel from bf16 into fp8 e4m3 at 4071 GB/s read + write.
     c.copy_bandwidth = 2.12e12;
     c.pack_bandwidth = 1.54e12;
-    c.quantize_bandwidth = 0.89e12;
-    c.fp8_convert_bandwidth = 1.02e12;
+    c.quantize_bandwidth = 1.09e12;
+    c.fp8_convert_bandwidth = 2.04e12;
     c.pcie_bandwidth = 50e9;
     return c;
   }
@@ -243,8 +243,8 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
     // H200 measurements scaled by HBM bandwidth, 8.0 / 4.8 TB/s.
     c.copy_bandwidth = 3.5e12;
     c.pack_bandwidth = 2.55e12;
-    c.quantize_bandwidth = 1.48e12;
-    c.fp8_convert_bandwidth = 1.70e12;
+    c.quantize_bandwidth = 1.81e12;
+    c.fp8_convert_bandwidth = 3.40e12;
     c.pcie_bandwidth = 100e9;
     c.host_memory_bandwidth = 500e9;
     return c;
@@ -260,8 +260,8 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
     c.network_efficiency = 0.80;
     c.copy_bandwidth = 1.48e12;
     c.pack_bandwidth = 1.08e12;
-    c.quantize_bandwidth = 0.62e12;
-    c.fp8_convert_bandwidth = 0.71e12;
+    c.quantize_bandwidth = 0.76e12;
+    c.fp8_convert_bandwidth = 1.42e12;
     return c;
   }
   std::string known;

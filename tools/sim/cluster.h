@@ -57,11 +57,12 @@ struct ClusterSpec {
   double pack_bandwidth = 1.2e12;   // bytes packed/unpacked per second per kernel
   // Bytes of fp8 and scales a Quantize kernel writes per second (it reads bf16, twice as many bytes,
   // and reduces each 128x128 block): the H200's measured rate by default.
-  double quantize_bandwidth = 0.89e12;
-  // Bytes a kernel converting into fp8 (e4m3 or e5m2: a saturating cast per element, slower than
-  // a copy) moves per second, counted as a copy's, (read + written) / 2: a Convert, Pack or Unpack
-  // writing fp8 and a direct read that narrows to fp8. Other conversions run at pack_bandwidth.
-  double fp8_convert_bandwidth = 0.78e12;
+  double quantize_bandwidth = 1.09e12;
+  // Bytes a kernel converting into fp8 (e4m3 or e5m2: a saturating cast per element) moves per
+  // second, counted as a copy's, (read + written) / 2: a Convert, Pack or Unpack writing fp8 and a
+  // direct read that narrows to fp8. Other conversions run at pack_bandwidth. The H200's measured
+  // rate scaled to copy_bandwidth's default.
+  double fp8_convert_bandwidth = 1.54e12;
   double kernel_overhead = 5e-6;    // launch cost of one Copy/Pack/Unpack/Convert/Quantize op
 
   // CPU lanes: per-rank FIFO servers an op holds for a fixed time before its data moves (not
