@@ -203,6 +203,7 @@ FERRY_HD inline uint32_t FloatToE5m2(float f) {
   return FloatToSmall(f, kE5M2Format, true);
 #endif
 }
+
 // Two fp32 -> e4m3fn bits, `lo` in the low byte: FloatToE4m3 of each, by one hardware conversion
 // of the pair where there is one (its NaN carries no sign, so NaNs are set afterwards).
 FERRY_HD inline uint32_t FloatPairToE4m3(float lo, float hi) {

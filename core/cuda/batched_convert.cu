@@ -7,9 +7,8 @@
 //    every row start aligned to the group's loads and stores, as a weight's rows are): a group is
 //    VectorGroup(from, to) elements, so that its store is 16-32 bytes; the thread loads a batch of
 //    its groups (kBatchBytes) before converting any, converts in registers by code compiled for the
-//    pair of dtypes and stores with vector stores. Narrower stores leave the copy engine's
-//    bandwidth unused: into fp8, 8-byte stores ran at half the rate of 16-byte ones on the H200
-//    (batched_convert_bench, docs/BENCHMARKS.md);
+//    pair of dtypes and stores with vector stores. Narrower stores leave memory bandwidth unused
+//    (into fp8 most of all: batched_convert_bench, docs/BENCHMARKS.md);
 //  * bytes (anything else: staging packs regions of different dtypes back to back, so a region
 //    may start at any byte): groups of kByteGroup elements, each loaded and stored byte by byte.
 // Both convert with TransformElement's arithmetic (core/base/element_fn.h, float_convert.h), so

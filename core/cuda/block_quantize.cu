@@ -6,10 +6,9 @@
 //    staging twin, most peers' tensors and the fp8 tensor are): with T threads, thread t loads 16
 //    consecutive elements of column group t % 8 in every (T / 8)th row with 16-byte loads, keeps
 //    the block's elements it owns in registers, reduces |x| by warp shuffles and shared memory,
-//    then casts them, two a hardware cast, and stores 16 fp8 bytes at once (8-byte stores left a
-//    fifth of the bandwidth unused: block_quantize_bench, docs/BENCHMARKS.md). The source is read
-//    once. A 2-byte source's walk runs 512 threads capped at 32 registers (4 blocks an SM), fp32's
-//    256.
+//    then casts them, two a hardware cast, and stores 16 fp8 bytes at once (narrower stores leave
+//    memory bandwidth unused: block_quantize_bench, docs/BENCHMARKS.md). The source is read once.
+//    A 2-byte source's walk runs 512 threads capped at 32 registers (4 blocks an SM), fp32's 256.
 //  * bytes (any other alignment: a staging slot may start at any byte): 256 threads, thread t
 //    walks column t % 128 in every second row, loading each element byte by byte (LoadAsFloat),
 //    and reads the block again to cast it.
