@@ -85,6 +85,8 @@ struct ExecutorStats {
   int64_t offer_bytes_sent = 0;    // direct-read offers sent, full or abbreviated (offer_history.h)
   int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
   int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)
+  int gpu_batches = 0;       // GPU work submissions, one event each: an op's kernel, or the direct
+                             // reads of one progress sweep, or the Quantize ops started together
   int ops_analysed = 0;      // ops whose copy pairs this run read from the plan (the rest reused
                              // an earlier run's analysis of the same plan: op_copies.h)
   int peer_cuda_mappings = 0;  // peers' CUDA allocations and VMM spans this rank keeps mapped for

@@ -572,7 +572,7 @@ Status RankRun::StartQuantize(int i) {
     if (!t.values_on_gpu || !t.scales_on_gpu) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
-    return LaunchQuantize(i, {t.from, t.rect.dst, t.rect.scales, t.rect.src_dtype, t.shape.matrices,
+    return QueueQuantize(i, {t.from, t.rect.dst, t.rect.scales, t.rect.src_dtype, t.shape.matrices,
                               t.shape.rows, t.shape.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
@@ -591,8 +591,8 @@ Status RankRun::StartQuantize(int i) {
   return Status::Ok();
 }
 
-// A Quantize some of whose blocks direct reads already quantized (`quantized`): one kernel for the
-// rest, read from its twin, or nothing when none is left.
+// A Quantize some of whose blocks direct reads already quantized (`quantized`): the rest, read
+// from its twin, queued for FlushGpuQuantizes, or nothing when none is left.
 Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, const std::vector<BlockRect>& quantized) {
   std::vector<cuda::BlockQuantizeRect> rects;
   const int64_t pitch = t.rect.src_pitch, elem = DTypeSize(t.rect.src_dtype);
@@ -605,8 +605,8 @@ Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, const std::ve
     Complete(i);
     return Status::Ok();
   }
-  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->QuantizeRects(rects));
-  TrackGpu(ticket, {i});
+  quantize_rects_queued_.insert(quantize_rects_queued_.end(), rects.begin(), rects.end());
+  quantizes_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
@@ -828,6 +828,7 @@ Status RankRun::FinishRead(int i) {
 void RankRun::Drive() {
   while (completed_ < n_ && failure_.ok()) {
     failure_ = StartReady();
+    if (failure_.ok()) failure_ = FlushGpuQuantizes();
     if (!failure_.ok() || completed_ == n_) break;
     if (in_flight_ == 0 && copies_running_ == 0 && gpu_ops_.empty()) {
       failure_ = Internal("executor stalled on rank " + std::to_string(rank_) + " with " +

@@ -21,9 +21,9 @@
 //               (CountGroupedRounds, StartGroupedRounds); the in-flight window never splits one
 //   CUDA memory (rank_run_cuda.cc) PrepareGpu picks the device and the stream; ops whose regions
 //               lie in CUDA memory run as one batched kernel launch each (LaunchGpu, its
-//               descriptors kept on the device from run to run by FindGpuWork; a Quantize
-//               op's, LaunchQuantize: core/cuda/block_quantize.h) and complete
-//               when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
+//               descriptors kept on the device from run to run by FindGpuWork; the Quantize
+//               ops started together as one, QueueQuantize and FlushGpuQuantizes:
+//               core/cuda/block_quantize.h) and complete when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
 //               through a bounce slot of the pinned staging arena (StartBounced); direct reads of
 //               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
 //               in one progress sweep in one kernel (QueueGpuRead, FlushGpuReads): processes
@@ -214,11 +214,12 @@ class RankRun {
   Result<const cuda::WorkTables*> FindGpuWork(GpuReadTables& cache, int index,
                                               std::span<const CopyGeometry> geometries,
                                               std::span<const CopyEnds> ends);
-  Status LaunchQuantize(int i, const cuda::BlockQuantizeJob& job);
+  Status QueueQuantize(int i, const cuda::BlockQuantizeJob& job);
   Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                       std::span<const CopyEnds> ends);
   Result<bool> QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends);
   Status FlushGpuReads();
+  Status FlushGpuQuantizes();
   Status StartBounced(int i);
   Status BounceIn(int i);
   void TrackGpu(int64_t ticket, std::vector<int> ops);
@@ -304,6 +305,11 @@ class RankRun {
   std::vector<int> reads_queued_;                     // direct reads waiting for FlushGpuReads
   std::vector<const cuda::WorkTables*> read_tables_;  // their device work, in order
   std::vector<cuda::BlockQuantizeRect> rects_queued_;  // and the blocks they quantize, after it
+  // Quantize ops started since the last FlushGpuQuantizes, launched together by it: their whole
+  // twins as jobs, the blocks direct reads left as rectangles.
+  std::vector<int> quantizes_queued_;
+  std::vector<cuda::BlockQuantizeJob> quantize_jobs_queued_;
+  std::vector<cuda::BlockQuantizeRect> quantize_rects_queued_;
   // By Quantize op (plan id): the blocks direct reads quantized this run, which it skips.
   std::unordered_map<int, std::vector<BlockRect>> quantized_blocks_;
   // By plan slot: a twin whose reads quantize every block (ElideQuantizedTwins), never placed.

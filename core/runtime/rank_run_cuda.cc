@@ -148,11 +148,33 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
   return Status::Ok();
 }
 
-// Enqueues Quantize op i's job as one kernel on the executor's stream; it completes when done.
-Status RankRun::LaunchQuantize(int i, const cuda::BlockQuantizeJob& job) {
-  FERRY_ASSIGN_OR_RETURN(int64_t ticket, res_.gpu->Quantize({job}));
-  TrackGpu(ticket, {i});
+// Queues Quantize op i's job for FlushGpuQuantizes; the op completes when its kernel is done.
+Status RankRun::QueueQuantize(int i, const cuda::BlockQuantizeJob& job) {
+  quantize_jobs_queued_.push_back(job);
+  quantizes_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kComplete;
+  return Status::Ok();
+}
+
+// Launches the Quantize ops queued since the last flush (QueueQuantize, StartQuantizeRest): their
+// jobs as one kernel launch, their rectangles as another, under one event. The ops of one sweep
+// become ready together (each after the reads into its twin), and a launch costs the executor
+// thread and the GPU more than a small matrix's quantization.
+Status RankRun::FlushGpuQuantizes() {
+  if (quantizes_queued_.empty()) return Status::Ok();
+  std::vector<int> ops;
+  ops.swap(quantizes_queued_);
+  std::vector<cuda::BlockQuantizeJob> jobs;
+  jobs.swap(quantize_jobs_queued_);
+  std::vector<cuda::BlockQuantizeRect> rects;
+  rects.swap(quantize_rects_queued_);
+  Result<int64_t> ticket = jobs.empty() ? res_.gpu->QuantizeRects(rects) : res_.gpu->Quantize(jobs);
+  if (ticket.ok() && !jobs.empty() && !rects.empty()) {
+    TrackGpu(*ticket, {});
+    ticket = res_.gpu->QuantizeRects(rects);
+  }
+  if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
+  TrackGpu(*ticket, std::move(ops));
   return Status::Ok();
 }
 
@@ -223,6 +245,7 @@ Status RankRun::FlushGpuReads() {
 // Kernels of `ticket` run for `ops`; they complete together when PollGpu sees the ticket done.
 void RankRun::TrackGpu(int64_t ticket, std::vector<int> ops) {
   if (res_.trace != nullptr) gpu_launched_[ticket] = RunTrace::Now();
+  if (!ops.empty()) ++stats_.gpu_batches;
   gpu_ops_[ticket] = std::move(ops);
 }
 
