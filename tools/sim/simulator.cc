@@ -486,7 +486,8 @@ Status Engine::Prepare() {
       if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
     }
   }
-  FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget, direct_reads));
+  FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget, direct_reads,
+                                                     !c_.host_memory_ranks && opt_.quantizing_reads));
   // Allocated after the gate, whose construction has the highest transient peak of the run.
   cause_.assign(n, -1);
   times_.assign(n, OpTime{});

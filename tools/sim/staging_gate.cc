@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "core/runtime/quantizing_read.h"
+
 namespace ferry::sim {
 namespace {
 
@@ -38,10 +40,57 @@ void StageAsDirectReads(const TransferPlan& plan, const std::vector<DirectRead>&
   }
 }
 
+// By slot: the bf16 twins the executor leaves out of staging (core/runtime/rank_run.cc,
+// ElideQuantizedTwins): the staging source of a Quantize op whose blocks the quantizing direct
+// reads landing in it cover whole, held (once the ops are staged as direct reads) by nothing but
+// that op and those reads. Reads that cover every block copy nothing into the twin.
+std::vector<char> ElidedTwins(const TransferPlan& plan, const std::vector<DirectRead>& direct_reads,
+                              const std::vector<RankStagingOps>& ranks) {
+  std::vector<char> quantizing_recv(plan.ops.size(), 0);
+  std::vector<std::vector<BlockRect>> blocks(plan.ops.size());  // by Quantize op
+  for (const DirectRead& d : direct_reads) {
+    if (!d.quantizing.quantizes()) continue;
+    quantizing_recv[static_cast<size_t>(d.recv_op)] = 1;
+    for (const QuantizingSplit::Rect& r : d.quantizing.rects) blocks[static_cast<size_t>(r.quantize)].push_back(r.blocks);
+  }
+  std::vector<char> covered(plan.ops.size(), 0), elided(plan.slots.size(), 0);
+  for (const Op& op : plan.ops) {
+    if (op.kind != OpKind::kQuantize || op.NumCopies() != 1 || blocks[static_cast<size_t>(op.id)].empty()) continue;
+    const Region from = plan.Copy(op.copies_begin).from;
+    if (from.space != Space::kStaging) continue;
+    if (!UnquantizedBlocks(QuantizeShapeOf(from), blocks[static_cast<size_t>(op.id)]).empty()) continue;
+    covered[static_cast<size_t>(op.id)] = 1;
+    elided[static_cast<size_t>(from.buffer)] = 1;
+  }
+  for (const RankStagingOps& r : ranks) {
+    for (size_t local = 0; local < r.ids.size(); ++local) {
+      const size_t id = static_cast<size_t>(r.ids[local]);
+      if (covered[id] || quantizing_recv[id]) continue;
+      for (int slot : r.SlotsOf(static_cast<int>(local))) elided[static_cast<size_t>(slot)] = 0;
+    }
+  }
+  return elided;
+}
+
+// Takes the slots marked in `elided` out of every op's slots.
+void DropSlots(const std::vector<char>& elided, std::vector<RankStagingOps>& ranks) {
+  for (RankStagingOps& r : ranks) {
+    std::vector<int> begin{0}, slots;
+    for (size_t local = 0; local < r.ids.size(); ++local) {
+      for (int slot : r.SlotsOf(static_cast<int>(local))) {
+        if (!elided[static_cast<size_t>(slot)]) slots.push_back(slot);
+      }
+      begin.push_back(static_cast<int>(slots.size()));
+    }
+    r.slots_begin = std::move(begin);
+    r.slots = std::move(slots);
+  }
+}
+
 }  // namespace
 
 Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget,
-                                      const std::vector<DirectRead>& direct_reads) {
+                                      const std::vector<DirectRead>& direct_reads, bool quantizing_reads) {
   StagingGate gate;
   gate.plan_ = &plan;
   gate.local_.assign(plan.ops.size(), -1);
@@ -49,6 +98,7 @@ Result<StagingGate> StagingGate::Make(const TransferPlan& plan, int64_t budget,
   if (budget <= 0 || plan.slots.empty()) return gate;  // unlimited, or a plan that stages nothing
   FERRY_ASSIGN_OR_RETURN(std::vector<RankStagingOps> ops, StagingOpsByRank(plan));
   StageAsDirectReads(plan, direct_reads, ops);
+  if (quantizing_reads) DropSlots(ElidedTwins(plan, direct_reads, ops), ops);
   const auto bytes = [&](int s) { return plan.slots[static_cast<size_t>(s)].bytes; };
   gate.ranks_.resize(ops.size());
   for (size_t rank = 0; rank < ops.size(); ++rank) {

@@ -812,6 +812,31 @@ TEST(SimulatorTest, DirectReadsHoldNoStagingOfTheirElidedOps) {
   EXPECT_EQ(read.staging_waits, 0);
 }
 
+// Rank 1's bf16 twin (32 KiB) under a 1 KiB staging budget. A read of the whole [256, 64] matrix
+// quantizes every block as it reads, so the executor leaves the twin out of staging
+// (ElideQuantizedTwins) and the simulator must too: the plan runs without waiting. Through the
+// twin (quantizing reads off), or with a read of rows [0, 160) that leaves block row 1 to the
+// Quantize op, the twin needs its 32 KiB, which the budget refuses, naming the need.
+TEST(SimulatorTest, TwinsTheReadsQuantizeWholeTakeNoStaging) {
+  ClusterSpec c = TestCluster();
+  c.ranks_per_gpu = 2;
+  SimOptions direct;
+  direct.staging_budget = 1024;
+  direct.direct_reads = true;
+  Result<SimResult> whole = Simulate(MakeTwinReadPlan(256, 64, 0, 32768, 0), c, RankMapping{{0, 0}}, direct);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->staging_waits, 0);
+  SimOptions staged = direct;
+  staged.quantizing_reads = false;
+  for (const auto& [plan, options] : {std::pair{MakeTwinReadPlan(256, 64, 0, 32768, 0), staged},
+                                      std::pair{MakeTwinReadPlan(256, 64, 0, 20480, 0), direct}}) {
+    Result<SimResult> refused = Simulate(plan, c, RankMapping{{0, 0}}, options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("rank 1 needs 32.0 KiB = 32768 bytes of staging"), std::string::npos)
+        << refused.status().ToString();
+  }
+}
+
 // A (0 -> 2, 1 GB) runs alone until B (1 -> 2, 0.5 GB) joins at 0.25 s behind a 25 GB copy; then
 // they share node 1's NIC: B ends at 1.25 s, A at 1.5 s. Batching rate recomputations within
 // rate_batch_window must not change that beyond the window, and exactly-simultaneous batching
