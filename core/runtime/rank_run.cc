@@ -573,7 +573,7 @@ Status RankRun::StartQuantize(int i) {
       return Unimplemented("a quantize op between CUDA memory and pageable host memory");
     }
     return QueueQuantize(i, {t.from, t.rect.dst, t.rect.scales, t.rect.src_dtype, t.shape.matrices,
-                              t.shape.rows, t.shape.cols, op.scale_fmt});
+                             t.shape.rows, t.shape.cols, op.scale_fmt});
   }
   if (pair.from.dtype != DType::kBF16 && pair.from.dtype != DType::kFP16 &&
       pair.from.dtype != DType::kFP32) {

@@ -23,10 +23,11 @@
 //               lie in CUDA memory run as one batched kernel launch each (LaunchGpu, its
 //               descriptors kept on the device from run to run by FindGpuWork; the Quantize
 //               ops started together as one, QueueQuantize and FlushGpuQuantizes:
-//               core/cuda/block_quantize.h) and complete when PollGpu sees their event; a Send or Recv whose data lies in CUDA memory goes
-//               through a bounce slot of the pinned staging arena (StartBounced); direct reads of
-//               CUDA buffers read the peer's memory through CUDA IPC, every read whose offer came
-//               in one progress sweep in one kernel (QueueGpuRead, FlushGpuReads): processes
+//               core/cuda/block_quantize.h) and complete when PollGpu sees their event; a Send
+//               or Recv whose data lies in CUDA memory goes through a bounce slot of the pinned
+//               staging arena (StartBounced); direct reads of CUDA buffers read the peer's
+//               memory through CUDA IPC, every read whose offer came in one progress sweep in
+//               one kernel, their conversions in another (QueueGpuRead, FlushGpuReads): processes
 //               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
 //               A read into the twin of a block-scaled matrix quantizes the whole blocks it
 //               holds straight from the peer (QueueQuantizingRead, quantizing_read.h), and the
