@@ -7,9 +7,10 @@
 # Usage: tools/device/gpu_suite.sh BIN_DIR [SCALE...]
 #   BIN_DIR holds ferry, batched_copy_test, batched_convert_test, block_quantize_test,
 #   box_checksum_test, pattern_checksum_test, batched_copy_bench, box_checksum_bench,
-#   batched_convert_bench, block_quantize_bench, ipc_copy_ceiling, executor_cuda_test and
-#   staging_arena_test (built elsewhere: bazel build -c opt //tools/cli:ferry //tests/core/cuda:all
-#   //tests/core/runtime:executor_cuda_test //tests/core/runtime:staging_arena_test
+#   batched_convert_bench, block_quantize_bench, ipc_copy_ceiling, executor_cuda_test,
+#   executor_quantize_cuda_test and staging_arena_test (built elsewhere: bazel build -c opt
+#   //tools/cli:ferry //tests/core/cuda:all //tests/core/runtime:executor_cuda_test
+#   //tests/core/runtime:executor_quantize_cuda_test //tests/core/runtime:staging_arena_test
 #   //tests/tools/cli:pattern_checksum_test), and optionally lib/ with shared libraries the machine
 #   lacks (used only when ldd finds something missing). SCALEs default to 1/16.
 # Writes its logs under $OUT (or /tmp/gpu_suite) and exits non-zero when a test or refit failed.
@@ -23,7 +24,7 @@ device_setup gpu_suite || exit 1
 
 # GPU tests (gtest binaries; each skips visibly without a GPU).
 for t in batched_copy_test batched_convert_test block_quantize_test box_checksum_test \
-         pattern_checksum_test staging_arena_test executor_cuda_test; do
+         pattern_checksum_test staging_arena_test executor_cuda_test executor_quantize_cuda_test; do
   if timeout 180 "$BIN/$t" > "$LOG/$t.log" 2>&1; then
     row "test $t" "passed ($(grep -c '^\[       OK' "$LOG/$t.log") ok, $(grep -c '^\[  SKIPPED' "$LOG/$t.log") skipped)"
   else
