@@ -78,11 +78,18 @@ class PlanBuilder {
 };
 
 SimResult SimulatePlan(const TransferPlan& plan, const ClusterSpec& cluster = TestCluster(),
-              SimOptions options = {}) {
+              SimOptions options = {}, const RankMapping* mapping = nullptr) {
   options.record_op_times = true;
-  Result<SimResult> r = Simulate(plan, cluster, RankMapping::Identity(plan.num_ranks), options);
+  Result<SimResult> r =
+      Simulate(plan, cluster, mapping != nullptr ? *mapping : RankMapping::Identity(plan.num_ranks), options);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : SimResult{};
+}
+
+// SimulatePlan of a two-rank plan with both ranks on GPU 0.
+SimResult SimulateOnOneGpu(const TransferPlan& plan, const ClusterSpec& cluster, const SimOptions& options = {}) {
+  const RankMapping one_gpu{{0, 0}};
+  return SimulatePlan(plan, cluster, options, &one_gpu);
 }
 
 TEST(SimulatorTest, OneNetworkFlowTakesBytesOverBandwidthPlusFixedCosts) {
@@ -183,18 +190,15 @@ TEST(SimulatorTest, ADirectReadThatConvertsMovesWhatItReadsAndWrites) {
   EXPECT_NEAR(nvlink.total_time, 128 / 10e9, 1e-18);
   EXPECT_DOUBLE_EQ(nvlink.nvlink_bytes, 128);
   c.ranks_per_gpu = 2;
-  Result<SimResult> one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
-  EXPECT_NEAR(one_gpu->total_time, 96 / 100e9, 1e-18);
+  SimResult one_gpu = SimulateOnOneGpu(plan, c, direct);
+  EXPECT_NEAR(one_gpu.total_time, 96 / 100e9, 1e-18);
   c.pack_bandwidth = 10e9;
-  one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
-  EXPECT_NEAR(one_gpu->total_time, 96 / 10e9, 1e-18);
+  one_gpu = SimulateOnOneGpu(plan, c, direct);
+  EXPECT_NEAR(one_gpu.total_time, 96 / 10e9, 1e-18);
   // The same message without conversion moves its own bytes.
   c.pack_bandwidth = 1e12;
-  one_gpu = Simulate(MakePackedPlan(LinkClass::kSameNode), c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
-  EXPECT_NEAR(one_gpu->total_time, 128 / 100e9, 1e-18);
+  one_gpu = SimulateOnOneGpu(MakePackedPlan(LinkClass::kSameNode), c, direct);
+  EXPECT_NEAR(one_gpu.total_time, 128 / 100e9, 1e-18);
 }
 
 // Narrowing to fp8 (an fp32 source, an e4m3 message of 32 bytes): read 128 bytes, write 32, so
@@ -208,19 +212,16 @@ TEST(SimulatorTest, ConversionsIntoFp8RunAtTheFp8ConvertRate) {
   SimOptions direct;
   direct.staging_budget = 0;
   direct.direct_reads = true;
-  Result<SimResult> read = Simulate(plan, c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(read.ok()) << read.status().ToString();
-  EXPECT_NEAR(read->total_time, 80 / 10e9, 1e-17);
+  SimResult read = SimulateOnOneGpu(plan, c, direct);
+  EXPECT_NEAR(read.total_time, 80 / 10e9, 1e-17);
   SimOptions staged = direct;
   staged.direct_reads = false;
-  Result<SimResult> packed = Simulate(plan, c, RankMapping{{0, 0}}, staged);
-  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
-  EXPECT_NEAR(packed->total_time, 80 / 10e9 + 32 / 100e9 + 32 / 50e9, 1e-17);
+  SimResult packed = SimulateOnOneGpu(plan, c, staged);
+  EXPECT_NEAR(packed.total_time, 80 / 10e9 + 32 / 100e9 + 32 / 50e9, 1e-17);
   // A faster fp8 kernel than the GPU's copies: the copy rate limits the read.
   c.fp8_convert_bandwidth = 1e12;
-  read = Simulate(plan, c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(read.ok()) << read.status().ToString();
-  EXPECT_NEAR(read->total_time, 80 / 100e9, 1e-17);
+  read = SimulateOnOneGpu(plan, c, direct);
+  EXPECT_NEAR(read.total_time, 80 / 100e9, 1e-17);
 }
 
 // Two processes on one GPU (ranks_per_gpu 2) take turns with their kernels: two Unpacks of 1 MB,
@@ -233,23 +234,18 @@ TEST(SimulatorTest, KernelsOfProcessesSharingAGpuTakeTurns) {
   b.Local(OpKind::kUnpack, 0, 1'000'000);
   b.Local(OpKind::kUnpack, 1, 1'000'000);
   ClusterSpec c = TestCluster();
-  Result<SimResult> concurrent = Simulate(b.plan(), c, RankMapping{{0, 0}});
-  ASSERT_TRUE(concurrent.ok()) << concurrent.status().ToString();
-  EXPECT_NEAR(concurrent->total_time, 20e-6, 1e-12);
+  SimResult concurrent = SimulateOnOneGpu(b.plan(), c);
+  EXPECT_NEAR(concurrent.total_time, 20e-6, 1e-12);
   c.ranks_per_gpu = 2;
-  Result<SimResult> turns = Simulate(b.plan(), c, RankMapping{{0, 0}});
-  ASSERT_TRUE(turns.ok()) << turns.status().ToString();
-  EXPECT_NEAR(turns->total_time, 40e-6, 1e-12);
+  SimResult turns = SimulateOnOneGpu(b.plan(), c);
+  EXPECT_NEAR(turns.total_time, 40e-6, 1e-12);
 
   PlanBuilder mixed(2);
   const int copy = mixed.Local(OpKind::kCopy, 0, 1'000'000);
   const int unpack = mixed.Local(OpKind::kUnpack, 1, 1'000'000);
-  SimOptions times;
-  times.record_op_times = true;
-  Result<SimResult> r = Simulate(mixed.plan(), c, RankMapping{{0, 0}}, times);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_NEAR(r->op_times[copy].end, 20e-6, 1e-12);
-  EXPECT_NEAR(r->op_times[unpack].end, 30e-6, 1e-12);
+  SimResult r = SimulateOnOneGpu(mixed.plan(), c);
+  EXPECT_NEAR(r.op_times[copy].end, 20e-6, 1e-12);
+  EXPECT_NEAR(r.op_times[unpack].end, 30e-6, 1e-12);
 }
 
 // Rank 0 sends rows [0, 320) of a [512, 64] bf16 matrix (40960 bytes) straight into rank 1's
@@ -267,21 +263,18 @@ TEST(SimulatorTest, AQuantizingReadQuantizesItsBandsAndLeavesTheQuantizeTheRest)
   SimOptions direct;
   direct.staging_budget = 0;
   direct.direct_reads = true;
-  Result<SimResult> one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
+  SimResult one_gpu = SimulateOnOneGpu(plan, c, direct);
   // The read's traffic is kept in floats (per send op): equal to 7 digits.
-  EXPECT_NEAR(one_gpu->total_time, (40960 * 0.8 + 16384 * 1.5) / 100e9, 1e-13);
+  EXPECT_NEAR(one_gpu.total_time, (40960 * 0.8 + 16384 * 1.5) / 100e9, 1e-13);
   SimOptions staged = direct;
   staged.quantizing_reads = false;
-  Result<SimResult> twin = Simulate(plan, c, RankMapping{{0, 0}}, staged);
-  ASSERT_TRUE(twin.ok()) << twin.status().ToString();
-  EXPECT_NEAR(twin->total_time, (40960 + 32768 * 1.5) / 100e9, 1e-18) << "every byte through the twin";
+  SimResult twin = SimulateOnOneGpu(plan, c, staged);
+  EXPECT_NEAR(twin.total_time, (40960 + 32768 * 1.5) / 100e9, 1e-18) << "every byte through the twin";
   // The bands' kernel writes at most quantize_bandwidth fp8 bytes a second: 2 x 10 GB/s of bf16
   // read for them, 25 GB/s of the message whose bands are 0.8 of it.
   c.quantize_bandwidth = 10e9;
-  one_gpu = Simulate(plan, c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(one_gpu.ok()) << one_gpu.status().ToString();
-  EXPECT_NEAR(one_gpu->total_time, 40960 / 25e9 + 16384 / 10e9, 1e-12);
+  one_gpu = SimulateOnOneGpu(plan, c, direct);
+  EXPECT_NEAR(one_gpu.total_time, 40960 / 25e9 + 16384 / 10e9, 1e-12);
   // Between GPUs the read's bf16 crosses NVLink (10 GB/s), then the Quantize op runs on GPU 1.
   EXPECT_NEAR(SimulatePlan(plan, c, direct).total_time, 40960 / 10e9 + 16384 / 10e9, 1e-12);
 }
@@ -823,9 +816,8 @@ TEST(SimulatorTest, TwinsTheReadsQuantizeWholeTakeNoStaging) {
   SimOptions direct;
   direct.staging_budget = 1024;
   direct.direct_reads = true;
-  Result<SimResult> whole = Simulate(MakeTwinReadPlan(256, 64, 0, 32768, 0), c, RankMapping{{0, 0}}, direct);
-  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-  EXPECT_EQ(whole->staging_waits, 0);
+  SimResult whole = SimulateOnOneGpu(MakeTwinReadPlan(256, 64, 0, 32768, 0), c, direct);
+  EXPECT_EQ(whole.staging_waits, 0);
   SimOptions staged = direct;
   staged.quantizing_reads = false;
   for (const auto& [plan, options] : {std::pair{MakeTwinReadPlan(256, 64, 0, 32768, 0), staged},
