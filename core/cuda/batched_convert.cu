@@ -409,27 +409,21 @@ Status ConvertTable::Launch() const {
 
 Status ConvertTable::LaunchTogether(std::span<const ConvertTable* const> tables) {
   ConvertTableSet set{};
-  void* stream = nullptr;
-  auto launch = [&]() -> Status {
-    if (set.tables == 0) return Status::Ok();
-    const int64_t blocks = set.first_block[set.tables];
-    if (blocks > 0x7fffffff) return InvalidArgument("batched conversions too large for one launch");
-    TableSetConvertKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(set);
-    set = ConvertTableSet{};
-    return CudaStatus(cudaGetLastError(), "TableSetConvertKernel launch");
-  };
-  for (const ConvertTable* t : tables) {
-    if (t->count_ == 0) continue;
-    if (set.tables > 0 && t->stream_ != stream) {
-      return InvalidArgument("ConvertTable::LaunchTogether: tables uploaded on different streams");
-    }
-    stream = t->stream_;
-    set.descriptors[set.tables] = static_cast<const ConvertDescriptor*>(t->table_);
-    set.count[set.tables] = static_cast<int>(t->count_);
-    set.first_block[set.tables + 1] = set.first_block[set.tables] + t->blocks_;
-    if (++set.tables == kMaxTablesPerLaunch) FERRY_RETURN_IF_ERROR(launch());
-  }
-  return launch();
+  return LaunchInGroups<ConvertTable>(
+      tables, &ConvertTable::converts, kMaxTablesPerLaunch, "ConvertTable::LaunchTogether",
+      [&set](const ConvertTable& t) {
+        set.descriptors[set.tables] = static_cast<const ConvertDescriptor*>(t.table_);
+        set.count[set.tables] = static_cast<int>(t.count_);
+        set.first_block[set.tables + 1] = set.first_block[set.tables] + t.blocks_;
+        ++set.tables;
+      },
+      [&set](void* stream) -> Status {
+        const int64_t blocks = set.first_block[set.tables];
+        if (blocks > 0x7fffffff) return InvalidArgument("batched conversions too large for one launch");
+        TableSetConvertKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(set);
+        set = ConvertTableSet{};
+        return CudaStatus(cudaGetLastError(), "TableSetConvertKernel launch");
+      });
 }
 
 bool VectorWalks(const StridedConvert& convert) {

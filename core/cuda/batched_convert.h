@@ -58,6 +58,7 @@ class ConvertTable {
   static Status LaunchTogether(std::span<const ConvertTable* const> tables);
   static constexpr int kMaxTablesPerLaunch = 128;
   int64_t converts() const { return count_; }
+  void* stream() const { return stream_; }  // the Upload stream
 
  private:
   ConvertTable(void* stream, void* table, int64_t count, int64_t blocks)

@@ -321,28 +321,22 @@ Status CopyTable::Launch() const {
 
 Status CopyTable::LaunchTogether(std::span<const CopyTable* const> tables) {
   TableSet set{};
-  void* stream = nullptr;
-  auto launch = [&]() -> Status {
-    if (set.count == 0) return Status::Ok();
-    const int64_t blocks = set.first_block[set.count];
-    if (blocks > 0x7fffffff) return InvalidArgument("batched copies too large for one launch");
-    TableSetCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(set);
-    set = TableSet{};
-    return CudaStatus(cudaGetLastError(), "TableSetCopyKernel launch");
-  };
-  for (const CopyTable* t : tables) {
-    if (t->count_ == 0) continue;
-    if (set.count > 0 && t->stream_ != stream) {
-      return InvalidArgument("CopyTable::LaunchTogether: tables uploaded on different streams");
-    }
-    stream = t->stream_;
-    const auto* descriptors = static_cast<const CopyDescriptor*>(t->table_);
-    set.descriptors[set.count] = descriptors;
-    set.block_copy[set.count] = reinterpret_cast<const int32_t*>(descriptors + t->count_);
-    set.first_block[set.count + 1] = set.first_block[set.count] + t->blocks_;
-    if (++set.count == kMaxTablesPerLaunch) FERRY_RETURN_IF_ERROR(launch());
-  }
-  return launch();
+  return LaunchInGroups<CopyTable>(
+      tables, &CopyTable::copies, kMaxTablesPerLaunch, "CopyTable::LaunchTogether",
+      [&set](const CopyTable& t) {
+        const auto* descriptors = static_cast<const CopyDescriptor*>(t.table_);
+        set.descriptors[set.count] = descriptors;
+        set.block_copy[set.count] = reinterpret_cast<const int32_t*>(descriptors + t.count_);
+        set.first_block[set.count + 1] = set.first_block[set.count] + t.blocks_;
+        ++set.count;
+      },
+      [&set](void* stream) -> Status {
+        const int64_t blocks = set.first_block[set.count];
+        if (blocks > 0x7fffffff) return InvalidArgument("batched copies too large for one launch");
+        TableSetCopyKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(set);
+        set = TableSet{};
+        return CudaStatus(cudaGetLastError(), "TableSetCopyKernel launch");
+      });
 }
 
 Status LaunchBatchedCopy(const std::vector<StridedCopy>& copies, void* stream) {

@@ -69,6 +69,7 @@ class CopyTable {
   static Status LaunchTogether(std::span<const CopyTable* const> tables);
   static constexpr int kMaxTablesPerLaunch = 128;
   int64_t copies() const { return count_; }
+  void* stream() const { return stream_; }  // the Upload stream
 
  private:
   CopyTable(void* stream, void* table, int64_t count, int64_t blocks)
