@@ -592,7 +592,7 @@ Status RankRun::StartQuantize(int i) {
 }
 
 // A Quantize some of whose blocks direct reads already quantized (`quantized`): the rest, read
-// from its twin, queued for FlushGpuQuantizes, or nothing when none is left.
+// from its twin, queued for FlushGpuWork, or nothing when none is left.
 Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, const std::vector<BlockRect>& quantized) {
   std::vector<cuda::BlockQuantizeRect> rects;
   const int64_t pitch = t.rect.src_pitch, elem = DTypeSize(t.rect.src_dtype);
@@ -605,8 +605,8 @@ Status RankRun::StartQuantizeRest(int i, const QuantizeTargets& t, const std::ve
     Complete(i);
     return Status::Ok();
   }
-  quantize_rects_queued_.insert(quantize_rects_queued_.end(), rects.begin(), rects.end());
-  quantizes_queued_.push_back(i);
+  rects_queued_.insert(rects_queued_.end(), rects.begin(), rects.end());
+  gpu_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
@@ -828,7 +828,7 @@ Status RankRun::FinishRead(int i) {
 void RankRun::Drive() {
   while (completed_ < n_ && failure_.ok()) {
     failure_ = StartReady();
-    if (failure_.ok()) failure_ = FlushGpuQuantizes();
+    if (failure_.ok()) failure_ = FlushGpuWork();
     if (!failure_.ok() || completed_ == n_) break;
     if (in_flight_ == 0 && copies_running_ == 0 && gpu_ops_.empty()) {
       failure_ = Internal("executor stalled on rank " + std::to_string(rank_) + " with " +
@@ -845,7 +845,7 @@ void RankRun::Drive() {
     PollGpu();
     if (!failure_.ok()) break;
     PollTransports();
-    if (failure_.ok()) failure_ = FlushGpuReads();
+    if (failure_.ok()) failure_ = FlushGpuWork();
     if (failure_.ok() && deadline_.Expired() && completed_ < n_) failure_ = DeadlineFailure();
   }
 }

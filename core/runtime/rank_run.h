@@ -22,12 +22,12 @@
 //   CUDA memory (rank_run_cuda.cc) PrepareGpu picks the device and the stream; ops whose regions
 //               lie in CUDA memory run as one batched kernel launch each (LaunchGpu, its
 //               descriptors kept on the device from run to run by FindGpuWork; the Quantize
-//               ops started together as one, QueueQuantize and FlushGpuQuantizes:
+//               ops started together as one, QueueQuantize and FlushGpuWork:
 //               core/cuda/block_quantize.h) and complete when PollGpu sees their event; a Send
 //               or Recv whose data lies in CUDA memory goes through a bounce slot of the pinned
 //               staging arena (StartBounced); direct reads of CUDA buffers read the peer's
 //               memory through CUDA IPC, every read whose offer came in one progress sweep in
-//               one kernel, their conversions in another (QueueGpuRead, FlushGpuReads): processes
+//               one kernel, their conversions in another (QueueGpuRead, FlushGpuWork): processes
 //               sharing a GPU are time-sliced, so fewer, larger kernels cost fewer switches.
 //               A read into the twin of a block-scaled matrix quantizes the whole blocks it
 //               holds straight from the peer (QueueQuantizingRead, quantizing_read.h), and the
@@ -219,8 +219,7 @@ class RankRun {
   Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                       std::span<const CopyEnds> ends);
   Result<bool> QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends);
-  Status FlushGpuReads();
-  Status FlushGpuQuantizes();
+  Status FlushGpuWork();
   Status StartBounced(int i);
   Status BounceIn(int i);
   void TrackGpu(int64_t ticket, std::vector<int> ops);
@@ -303,14 +302,13 @@ class RankRun {
   std::map<int64_t, std::vector<int>> gpu_ops_;  // ticket -> ops, while their kernel runs
   std::map<int64_t, int64_t> gpu_launched_;      // ticket -> when it was enqueued (traced runs)
   std::vector<int64_t> op_began_;                // by op: when it started (traced runs)
-  std::vector<int> reads_queued_;                     // direct reads waiting for FlushGpuReads
-  std::vector<const cuda::WorkTables*> read_tables_;  // their device work, in order
-  std::vector<cuda::BlockQuantizeRect> rects_queued_;  // and the blocks they quantize, after it
-  // Quantize ops started since the last FlushGpuQuantizes, launched together by it: their whole
-  // twins as jobs, the blocks direct reads left as rectangles.
-  std::vector<int> quantizes_queued_;
+  // Ops whose GPU work waits for FlushGpuWork (direct reads, Quantize ops), and that work: the
+  // reads' device work in order, the Quantize ops' whole twins, and every block rectangle (the
+  // quantizing reads' and the rests of Quantize ops).
+  std::vector<int> gpu_queued_;
+  std::vector<const cuda::WorkTables*> read_tables_;
   std::vector<cuda::BlockQuantizeJob> quantize_jobs_queued_;
-  std::vector<cuda::BlockQuantizeRect> quantize_rects_queued_;
+  std::vector<cuda::BlockQuantizeRect> rects_queued_;
   // By Quantize op (plan id): the blocks direct reads quantized this run, which it skips.
   std::unordered_map<int, std::vector<BlockRect>> quantized_blocks_;
   // By plan slot: a twin whose reads quantize every block (ElideQuantizedTwins), never placed.

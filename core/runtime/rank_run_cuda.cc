@@ -1,6 +1,7 @@
 // RankRun on CUDA memory: the device and stream, ops as batched kernel launches (copies, and
 // conversions where a pair changes dtype or applies an element function) tracked by CUDA events, and the bounce slots that carry
 // sends and receives of CUDA regions through pinned host memory. See rank_run.h.
+#include <optional>
 #include <thread>
 
 #include "core/cuda/batched_copy.h"
@@ -148,51 +149,29 @@ Status RankRun::LaunchGpu(int i, std::span<const CopyGeometry> geometries,
   return Status::Ok();
 }
 
-// Queues Quantize op i's job for FlushGpuQuantizes; the op completes when its kernel is done.
+// Queues Quantize op i's job for FlushGpuWork; the op completes when its kernel is done.
 Status RankRun::QueueQuantize(int i, const cuda::BlockQuantizeJob& job) {
   quantize_jobs_queued_.push_back(job);
-  quantizes_queued_.push_back(i);
+  gpu_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kComplete;
   return Status::Ok();
 }
 
-// Launches the Quantize ops queued since the last flush (QueueQuantize, StartQuantizeRest): their
-// jobs as one kernel launch, their rectangles as another, under one event. The ops of one sweep
-// become ready together (each after the reads into its twin), and a launch costs the executor
-// thread and the GPU more than a small matrix's quantization.
-Status RankRun::FlushGpuQuantizes() {
-  if (quantizes_queued_.empty()) return Status::Ok();
-  std::vector<int> ops;
-  ops.swap(quantizes_queued_);
-  std::vector<cuda::BlockQuantizeJob> jobs;
-  jobs.swap(quantize_jobs_queued_);
-  std::vector<cuda::BlockQuantizeRect> rects;
-  rects.swap(quantize_rects_queued_);
-  Result<int64_t> ticket = jobs.empty() ? res_.gpu->QuantizeRects(rects) : res_.gpu->Quantize(jobs);
-  if (ticket.ok() && !jobs.empty() && !rects.empty()) {
-    TrackGpu(*ticket, {});
-    ticket = res_.gpu->QuantizeRects(rects);
-  }
-  if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
-  TrackGpu(*ticket, std::move(ops));
-  return Status::Ok();
-}
-
-// A direct read's work (FindGpuWork) waits for FlushGpuReads, so that the reads whose offers
+// A direct read's work (FindGpuWork) waits for FlushGpuWork, so that the reads whose offers
 // arrive together are launched together, under one event.
 Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
                              std::span<const CopyEnds> ends) {
   FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
                          FindGpuWork(res_.gpu_tables, roles_.direct_of[i], geometries, ends));
   read_tables_.push_back(tables);
-  reads_queued_.push_back(i);
+  gpu_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;
   return Status::Ok();
 }
 
 // A direct read into twins of block-scaled matrices whose values and scales lie in CUDA memory,
 // as its split (quantizing_read.h): the pieces queued as QueueGpuRead's work, the rectangles for
-// FlushGpuReads to quantize after it, and the blocks they cover noted for each Quantize op.
+// FlushGpuWork to quantize after it, and the blocks they cover noted for each Quantize op.
 // False, with nothing queued, when a Quantize op's values or scales are not on the GPU.
 Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends) {
   const QuantizingSplit& split = d.quantizing;
@@ -216,28 +195,43 @@ Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<
   }
   for (const QuantizingSplit::Rect& rect : split.rects) quantized_blocks_[rect.quantize].push_back(rect.blocks);
   rects_queued_.insert(rects_queued_.end(), rects.begin(), rects.end());
-  reads_queued_.push_back(i);
+  gpu_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;
   stats_.bytes_quantized_direct += split.rect_bytes;
   stats_.bytes_copied += (*directs_)[roles_.direct_of[i]].bytes;
   return true;
 }
 
-// Launches every queued direct read's work, then the blocks they quantize, under one event; each
-// read sends its "done" when both finished.
-Status RankRun::FlushGpuReads() {
-  if (reads_queued_.empty()) return Status::Ok();
+// Launches the GPU work queued since the last flush, under one event: the direct reads' copies and
+// conversions (QueueGpuRead, QueueQuantizingRead), the Quantize ops' whole twins (QueueQuantize),
+// then every block rectangle, the quantizing reads' and the Quantize ops' rests
+// (StartQuantizeRest). Work queued together became ready together (the reads whose offers came in
+// one sweep, the Quantize ops those reads' completions readied), and a launch costs the executor
+// thread and the GPU more than a small piece of work. Each op finishes as gpu_next_ says once the
+// event has passed: a read sends its "done".
+Status RankRun::FlushGpuWork() {
+  if (gpu_queued_.empty()) return Status::Ok();
   std::vector<int> ops;
-  ops.swap(reads_queued_);
+  ops.swap(gpu_queued_);
+  std::vector<const cuda::WorkTables*> tables;
+  tables.swap(read_tables_);
+  std::vector<cuda::BlockQuantizeJob> jobs;
+  jobs.swap(quantize_jobs_queued_);
   std::vector<cuda::BlockQuantizeRect> rects;
   rects.swap(rects_queued_);
-  Result<int64_t> ticket = res_.gpu->Launch(read_tables_, {}, {});
-  read_tables_.clear();
-  if (ticket.ok() && !rects.empty()) {
-    TrackGpu(*ticket, {});
-    ticket = res_.gpu->QuantizeRects(rects);
-  }
-  if (!ticket.ok()) return ticket.status().WithContext(Describe(ops.front()));
+  std::optional<int64_t> ticket;  // the launch enqueued last
+  auto launched = [&](Result<int64_t> next) -> Status {
+    FERRY_RETURN_IF_ERROR(next.status());
+    if (ticket) TrackGpu(*ticket, {});
+    ticket = *next;
+    return Status::Ok();
+  };
+  Status s;
+  if (!tables.empty()) s = launched(res_.gpu->Launch(tables, {}, {}));
+  if (s.ok() && !jobs.empty()) s = launched(res_.gpu->Quantize(jobs));
+  if (s.ok() && !rects.empty()) s = launched(res_.gpu->QuantizeRects(rects));
+  if (s.ok() && !ticket) s = launched(res_.gpu->Launch(tables, {}, {}));  // no work: the event alone
+  if (!s.ok()) return s.WithContext(Describe(ops.front()));
   TrackGpu(*ticket, std::move(ops));
   return Status::Ok();
 }
@@ -330,8 +324,9 @@ void RankRun::DrainGpu() {
     }
   }
   gpu_ops_.clear();
-  reads_queued_.clear();
+  gpu_queued_.clear();
   read_tables_.clear();
+  quantize_jobs_queued_.clear();
   rects_queued_.clear();
 }
 
