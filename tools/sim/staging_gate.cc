@@ -1,12 +1,25 @@
 // The staging budget in the simulator (see staging_gate.h).
 #include "tools/sim/staging_gate.h"
 
+#include <functional>
 #include <string>
 
 #include "core/runtime/quantizing_read.h"
 
 namespace ferry::sim {
 namespace {
+
+// Rebuilds `r`'s op slots: op `local`'s become what append(local, slots) appends to `slots` (it may
+// read the op's old slots, r.SlotsOf(local)).
+void RewriteSlots(RankStagingOps& r, const std::function<void(int, std::vector<int>&)>& append) {
+  std::vector<int> begin{0}, slots;
+  for (size_t local = 0; local < r.ids.size(); ++local) {
+    append(static_cast<int>(local), slots);
+    begin.push_back(static_cast<int>(slots.size()));
+  }
+  r.slots_begin = std::move(begin);
+  r.slots = std::move(slots);
+}
 
 // Rewrites each rank's op slots for the messages carried as direct reads: none for their Send,
 // Pack and Unpack, the Unpack's written slots (to_slots) for their Recv.
@@ -23,20 +36,16 @@ void StageAsDirectReads(const TransferPlan& plan, const std::vector<DirectRead>&
     read_of[static_cast<size_t>(d.recv_op)] = static_cast<int>(i);
   }
   for (RankStagingOps& r : ranks) {
-    std::vector<int> begin{0}, slots;
-    for (size_t local = 0; local < r.ids.size(); ++local) {
-      const int how = read_of[static_cast<size_t>(r.ids[local])];
+    RewriteSlots(r, [&](int local, std::vector<int>& slots) {
+      const int how = read_of[static_cast<size_t>(r.ids[static_cast<size_t>(local)])];
       if (how == kKeep) {
-        const std::span<const int> own = r.SlotsOf(static_cast<int>(local));
+        const std::span<const int> own = r.SlotsOf(local);
         slots.insert(slots.end(), own.begin(), own.end());
       } else if (how >= 0) {
         const std::vector<int>& to = direct_reads[static_cast<size_t>(how)].to_slots;
         slots.insert(slots.end(), to.begin(), to.end());
       }
-      begin.push_back(static_cast<int>(slots.size()));
-    }
-    r.slots_begin = std::move(begin);
-    r.slots = std::move(slots);
+    });
   }
 }
 
@@ -75,15 +84,11 @@ std::vector<char> ElidedTwins(const TransferPlan& plan, const std::vector<Direct
 // Takes the slots marked in `elided` out of every op's slots.
 void DropSlots(const std::vector<char>& elided, std::vector<RankStagingOps>& ranks) {
   for (RankStagingOps& r : ranks) {
-    std::vector<int> begin{0}, slots;
-    for (size_t local = 0; local < r.ids.size(); ++local) {
-      for (int slot : r.SlotsOf(static_cast<int>(local))) {
+    RewriteSlots(r, [&](int local, std::vector<int>& slots) {
+      for (int slot : r.SlotsOf(local)) {
         if (!elided[static_cast<size_t>(slot)]) slots.push_back(slot);
       }
-      begin.push_back(static_cast<int>(slots.size()));
-    }
-    r.slots_begin = std::move(begin);
-    r.slots = std::move(slots);
+    });
   }
 }
 
