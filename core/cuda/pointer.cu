@@ -2,6 +2,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/cuda/pointer.h"
@@ -92,6 +95,22 @@ Status SynchronizeStreamOn(int device, void* stream) {
   cudaGetLastError();
   return Internal("waiting for the caller's CUDA stream on device " + std::to_string(device) +
                   ": " + cudaGetErrorString(err));
+}
+
+Result<std::array<uint8_t, 16>> DeviceUuid(int device) {
+  static std::mutex mu;
+  static std::map<int, std::array<uint8_t, 16>> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return FailedPrecondition("no CUDA device " + std::to_string(device) + " to name by UUID");
+  }
+  std::array<uint8_t, 16> uuid{};
+  std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
+  known[device] = uuid;
+  return uuid;
 }
 
 }  // namespace ferry::cuda

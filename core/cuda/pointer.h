@@ -8,6 +8,7 @@
 // or two driver queries; the first call in a process initialises CUDA.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "core/base/status.h"
@@ -34,6 +35,11 @@ struct DevicePointer {
 // allocators use). Fails naming what it is instead: host or pinned host memory, managed memory,
 // memory CUDA does not know, or no CUDA device at all (FailedPrecondition).
 Result<DevicePointer> DescribeDevicePointer(const void* ptr);
+
+// The UUID of CUDA device `device` (as nvidia-smi -L shows it, whatever CUDA_VISIBLE_DEVICES
+// renumbered): two processes compare these to tell whether they use one GPU. Cached per device
+// after the first call.
+Result<std::array<uint8_t, 16>> DeviceUuid(int device);
 
 // Waits until all work this process queued on `device`, on every stream, has finished
 // (cudaDeviceSynchronize), then restores the calling thread's current device. Blocking.

@@ -117,6 +117,13 @@ Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory, std::span<con
   FERRY_RETURN_IF_ERROR(cuda::SetDevice(memory.device));
   FERRY_ASSIGN_OR_RETURN(bool vmm, cuda::IsVmmMemory(memory.base));
   if (vmm) return DescribeVmm(memory, neighbours);
+  FERRY_ASSIGN_OR_RETURN(PeerBuffer buffer, DescribeCudaAllocation(memory));
+  exported_[{memory.base, memory.bytes}] = buffer;
+  return buffer;
+}
+
+Result<PeerBuffer> DescribeCudaAllocation(const MemoryDesc& memory) {
+  FERRY_RETURN_IF_ERROR(cuda::SetDevice(memory.device));
   FERRY_ASSIGN_OR_RETURN(cuda::IpcExport exported, cuda::ExportIpcMemory(memory.base));
   PeerBuffer buffer;
   buffer.address = reinterpret_cast<uint64_t>(memory.base);
@@ -130,7 +137,6 @@ Result<PeerBuffer> CudaExports::Describe(const MemoryDesc& memory, std::span<con
     return InvalidArgument("CUDA buffer of " + std::to_string(memory.bytes) +
                            " bytes runs past the end of its allocation");
   }
-  exported_[{memory.base, memory.bytes}] = buffer;
   return buffer;
 }
 

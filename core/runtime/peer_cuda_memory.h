@@ -57,6 +57,10 @@ VmmRecord GetVmmRecord(const std::array<uint8_t, kCudaIpcHandleBytes>& handle);
 
 // This process's CUDA buffers as peers see them, by (base, bytes). Valid while the buffers are:
 // Clear() before freeing or reallocating one (Executor::ForgetRegistrations does).
+// `memory` (kind kCuda, from cudaMalloc) described for peers by its allocation's legacy IPC
+// handle, its size and `memory`'s offset there, uncached. Blocking (driver calls).
+Result<PeerBuffer> DescribeCudaAllocation(const MemoryDesc& memory);
+
 class CudaExports {
  public:
   CudaExports() = default;
