@@ -10,15 +10,17 @@ namespace ferry {
 namespace {
 
 constexpr uint32_t kOfferMagic = 0x52445246;  // "FRDR"
-// Version 4: header of magic, version, pid, boot id, number of buffers, flags (bit 0: abbreviated)
-// and the entries' digest; per buffer its address, size, shared file, memory kind, CUDA device,
-// buffer flags (bit 0: VMM), allocation size and 64-byte CUDA IPC handle or VMM export record
-// (host buffers send the CUDA fields zeroed).
-constexpr uint32_t kOfferVersion = 4;
+// Version 5: header of magic, version, pid, boot id, number of buffers, flags (bit 0:
+// abbreviated, bit 1: packed), the entries' digest and the sender's GPU UUID; per buffer its
+// address, size, shared file, memory kind, CUDA device, buffer flags (bit 0: VMM), allocation size
+// and 64-byte CUDA IPC handle or VMM export record (host buffers send the CUDA fields zeroed).
+constexpr uint32_t kOfferVersion = 5;
 constexpr uint32_t kAbbreviatedFlag = 1;
+constexpr uint32_t kPackedFlag = 2;
 constexpr int32_t kVmmBufferFlag = 1;
 constexpr size_t kBootIdBytes = 40;
-constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4 + 8;
+constexpr size_t kGpuUuidBytes = 16;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + kBootIdBytes + 4 + 4 + 8 + kGpuUuidBytes;
 constexpr size_t kEntryBytes = 8 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + kCudaIpcHandleBytes;
 static_assert(kEntryBytes % 8 == 0, "the digest reads entries as 64-bit words");
 
@@ -110,6 +112,68 @@ bool QuantizesItsSlot(const TransferPlan& plan, const Op& recv, const Op& next) 
   const int slot = recv.data.buffer;
   return IsSlotOf(plan, slot, recv.rank) && plan.GeometryOf(next.copies_begin).from_space == Space::kStaging &&
          plan.copies[static_cast<size_t>(next.copies_begin)].from_buffer == slot;
+}
+
+// The source buffers (or, for a packed read, the sender's slot) and the receiver's slots that
+// `d`'s copies touch, each once, ascending.
+void IndexBuffers(DirectRead& d) {
+  for (const CopyPair& c : d.copies) {
+    d.source_buffers.push_back(c.from.buffer);
+    if (c.to.space == Space::kStaging) d.to_slots.push_back(c.to.buffer);
+  }
+  SortUnique(d.source_buffers);
+  SortUnique(d.to_slots);
+}
+
+// The receiver's geometry and compact read of every copy of `d`; false when a copy has none (the
+// staged path then reports the bad copy).
+bool ResolveGeometries(DirectRead& d) {
+  d.geometries.reserve(d.copies.size());
+  for (const CopyPair& c : d.copies) {
+    Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
+    if (!g.ok()) return false;
+    d.geometries.push_back(*g);
+    const int source = IndexIn(d.source_buffers, c.from.buffer);
+    const bool to_slot = c.to.space == Space::kStaging;
+    d.reads.push_back({c.from.offset, c.to.offset, c.from.SpanBytes(), c.to.SpanBytes(), source,
+                       to_slot ? -1 : c.to.buffer, to_slot ? IndexIn(d.to_slots, c.to.buffer) : -1});
+  }
+  return true;
+}
+
+// Whether `d`'s Pack writes fewer bytes than it reads (converts into a narrower dtype): its
+// read then moves the wider elements, its packed read the narrower ones.
+bool PackNarrows(const TransferPlan& plan, const DirectRead& d) {
+  if (d.pack_op < 0) return false;
+  for (const CopyPair& c : plan.Copies(plan.ops[d.pack_op])) {
+    if (DTypeSize(c.to.dtype) < DTypeSize(c.from.dtype)) return true;
+  }
+  return false;
+}
+
+// The packed read of `d` (a message with a Pack): the message's bytes as the Pack leaves them in
+// the sender's slot (the Send's data), copied to where the receiver's side puts them (`to`, the
+// Unpack's pieces, or the Recv's region) without converting.
+DirectRead PackedRead(const DirectRead& d, const Op& send, const Op& recv, const std::vector<Span>& from,
+                      const std::vector<Span>& to) {
+  DirectRead p;
+  p.message = d.message;
+  p.sender = d.sender;
+  p.receiver = d.receiver;
+  p.send_op = d.send_op;
+  p.pack_op = d.pack_op;
+  p.recv_op = d.recv_op;
+  p.unpack_op = d.unpack_op;
+  p.bytes = d.bytes;
+  p.from_slot = send.data.buffer;
+  if (d.unpack_op < 0) {
+    for (const Span& f : from) {
+      p.copies.push_back({Rebase(f.staged, send.Data(), f.offset), Rebase(f.staged, recv.Data(), f.offset)});
+    }
+  } else {
+    for (const Span& t : to) p.copies.push_back({Rebase(t.staged, send.Data(), t.offset), t.region});
+  }
+  return p;
 }
 
 }  // namespace
@@ -213,24 +277,14 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
       }
     }
     if (!ok) continue;
-    for (const CopyPair& c : d.copies) {
-      d.source_buffers.push_back(c.from.buffer);
-      if (c.to.space == Space::kStaging) d.to_slots.push_back(c.to.buffer);
+    IndexBuffers(d);
+    DirectRead packed;
+    if (PackNarrows(plan, d) && d.to_slots.empty()) {
+      packed = PackedRead(d, send, recv, from, to);
+      IndexBuffers(packed);
     }
-    SortUnique(d.source_buffers);
-    SortUnique(d.to_slots);
     if (d.receiver == rank) {
-      d.geometries.reserve(d.copies.size());
-      for (const CopyPair& c : d.copies) {
-        Result<CopyGeometry> g = MakeCopyGeometry(c.from, c.to);
-        if (!g.ok()) break;  // the staged path reports the bad copy
-        d.geometries.push_back(*g);
-        const int source = IndexIn(d.source_buffers, c.from.buffer);
-        const bool to_slot = c.to.space == Space::kStaging;
-        d.reads.push_back({c.from.offset, c.to.offset, c.from.SpanBytes(), c.to.SpanBytes(), source,
-                           to_slot ? -1 : c.to.buffer, to_slot ? IndexIn(d.to_slots, c.to.buffer) : -1});
-      }
-      if (d.geometries.size() != d.copies.size()) continue;
+      if (!ResolveGeometries(d) || (!packed.copies.empty() && !ResolveGeometries(packed))) continue;
       if (!d.to_slots.empty()) {
         if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
         d.quantizing = SplitQuantizingRead(plan, d.copies, d.geometries, quantize_of_slot);
@@ -240,8 +294,12 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
         if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
         d.quantizing = SplitOf(plan, d.copies, quantize_of_slot);
       }
-      if (rank != kEveryReceiver) d.copies.clear();
+      if (rank != kEveryReceiver) {
+        d.copies.clear();
+        packed.copies.clear();
+      }
     }
+    if (packed.from_slot >= 0) d.packed.push_back(std::move(packed));
     found.push_back(std::move(d));
   }
   std::sort(found.begin(), found.end(),
@@ -296,7 +354,7 @@ uint64_t EntriesDigest(std::span<const uint8_t> entries) {
 }
 
 void PutHeader(uint8_t*& p, const ProcessIdentity& owner, size_t num_buffers, uint32_t flags,
-               uint64_t digest) {
+               uint64_t digest, const GpuUuid& gpu) {
   Put<uint32_t>(p, kOfferMagic);
   Put<uint32_t>(p, kOfferVersion);
   Put<int64_t>(p, owner.pid);
@@ -306,12 +364,19 @@ void PutHeader(uint8_t*& p, const ProcessIdentity& owner, size_t num_buffers, ui
   Put<uint32_t>(p, static_cast<uint32_t>(num_buffers));
   Put<uint32_t>(p, flags);
   Put<uint64_t>(p, digest);
+  std::memcpy(p, gpu.data(), kGpuUuidBytes);
+  p += kGpuUuidBytes;
 }
 
 }  // namespace
 
+int64_t LargestOfferBytes(const DirectRead& read) {
+  const size_t packed = read.packed.empty() ? 0 : read.packed.front().source_buffers.size();
+  return DirectReadOfferBytes(std::max(read.source_buffers.size(), packed));
+}
+
 uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
-                               std::span<uint8_t> out) {
+                               std::span<uint8_t> out, bool packed, const GpuUuid& gpu) {
   uint8_t* p = out.data() + kHeaderBytes;
   for (const PeerBuffer& b : buffers) {
     Put<uint64_t>(p, b.address);
@@ -328,23 +393,22 @@ uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const Pee
   }
   const uint64_t digest = EntriesDigest(out.subspan(kHeaderBytes, buffers.size() * kEntryBytes));
   uint8_t* h = out.data();
-  PutHeader(h, owner, buffers.size(), 0, digest);
+  PutHeader(h, owner, buffers.size(), packed ? kPackedFlag : 0, digest, gpu);
   return digest;
 }
 
 void EncodeAbbreviatedOffer(const ProcessIdentity& owner, size_t num_buffers, uint64_t digest,
-                            std::span<uint8_t> out) {
+                            std::span<uint8_t> out, bool packed, const GpuUuid& gpu) {
   uint8_t* p = out.data();
-  PutHeader(p, owner, num_buffers, kAbbreviatedFlag, digest);
+  PutHeader(p, owner, num_buffers, kAbbreviatedFlag | (packed ? kPackedFlag : 0), digest, gpu);
 }
 
 Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
-                             OfferHeader& header, std::vector<PeerBuffer>& buffers) {
-  const size_t full_bytes = static_cast<size_t>(DirectReadOfferBytes(num_buffers));
-  if (bytes.size() != full_bytes && bytes.size() != kHeaderBytes) {
-    return InvalidArgument("direct-read offer of " + std::to_string(bytes.size()) + " bytes, expected " +
-                           std::to_string(DirectReadOfferBytes(num_buffers)) + " (or " +
-                           std::to_string(kHeaderBytes) + " abbreviated)");
+                             OfferHeader& header, std::vector<PeerBuffer>& buffers,
+                             size_t packed_buffers) {
+  if (bytes.size() < kHeaderBytes) {
+    return InvalidArgument("direct-read offer of " + std::to_string(bytes.size()) +
+                           " bytes, shorter than its header (" + std::to_string(kHeaderBytes) + ")");
   }
   const uint8_t* p = bytes.data();
   if (Get<uint32_t>(p) != kOfferMagic || Get<uint32_t>(p) != kOfferVersion) {
@@ -354,11 +418,23 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
   const char* boot = reinterpret_cast<const char*>(p);
   header.owner.boot_id.assign(boot, strnlen(boot, kBootIdBytes));
   p += kBootIdBytes;
-  if (Get<uint32_t>(p) != num_buffers) return InvalidArgument("direct-read offer names the wrong number of buffers");
+  const uint32_t named = Get<uint32_t>(p);
   const uint32_t flags = Get<uint32_t>(p);
   header.digest = Get<uint64_t>(p);
+  std::memcpy(header.gpu.data(), p, kGpuUuidBytes);
+  p += kGpuUuidBytes;
   header.abbreviated = (flags & kAbbreviatedFlag) != 0;
-  if ((flags & ~kAbbreviatedFlag) != 0 ||
+  header.packed = (flags & kPackedFlag) != 0;
+  if (header.packed && packed_buffers == 0) {
+    return InvalidArgument("packed direct-read offer for a message that has no packed read");
+  }
+  num_buffers = header.packed ? packed_buffers : num_buffers;
+  if (named != num_buffers) {
+    return InvalidArgument("direct-read offer names " + std::to_string(named) + " buffers, expected " +
+                           std::to_string(num_buffers));
+  }
+  const size_t full_bytes = static_cast<size_t>(DirectReadOfferBytes(num_buffers));
+  if ((flags & ~(kAbbreviatedFlag | kPackedFlag)) != 0 ||
       bytes.size() != (header.abbreviated ? kHeaderBytes : full_bytes)) {
     return InvalidArgument("direct-read offer with flags " + std::to_string(flags) + " in " +
                            std::to_string(bytes.size()) + " bytes");

@@ -20,8 +20,18 @@
 // (planner/block_quantize.h), which the receiver's copy then writes in its own staging arena.
 // Messages relayed onward (Forward), messages between different nodes and messages whose Unpack
 // applies an element function (a Convert pair with CopyPair::fn) keep the staged path.
+//
+// A message whose Pack narrows (bf16 into fp8, say) has two ways to go direct. The receiver may
+// read the sender's wider elements and convert as it copies (one kernel, the sender does nothing);
+// or the sender runs its Pack, converting into its staging slot, and offers that slot, from which
+// the receiver copies the message's narrower bytes (a *packed* read, DirectRead::packed). On one
+// GPU the first moves fewer bytes; between two GPUs the second moves half as many over NVLink.
+// The sender chooses per run (executor.convert_on_sender), the receiver follows the offer's kind:
+// on `auto` a receiver whose GPU differs from the one the sender's offer names answers its *done*
+// with a request to pack, and the sender packs that message from its next run on.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -68,6 +78,11 @@ struct DirectRead {
   // pieces and block rectangles it may quantize straight from the sender's memory
   // (quantizing_read.h).
   QuantizingSplit quantizing;
+  // The packed read of this message (one entry; none when its Pack does not narrow or it lands in
+  // twins): the same message, ops and targets, its copies reading the message's bytes from the
+  // sender's staging slot `from_slot` (also its only source buffer) in the message's dtype.
+  std::vector<DirectRead> packed;
+  int from_slot = -1;  // in a packed read: the sender's slot it reads, which the Pack fills
 };
 
 // The messages `rank` sends or receives that may go direct: a Send (not a Forward) over a
@@ -96,28 +111,38 @@ uint64_t PlanFingerprint(const TransferPlan& plan);
 // that digest (offer_history.h) or asks for the full offer again. The digest is FNV-1a over the
 // entries' bytes: it tells honest peers' caches apart, not attackers (the channel is authenticated
 // and a full offer is checked in full).
+// The sender's GPU as its offer names it: the CUDA device UUID of the buffers offered (all zero:
+// host memory, or unknown).
+using GpuUuid = std::array<uint8_t, 16>;
+
 struct OfferHeader {
   ProcessIdentity owner;
   bool abbreviated = false;
+  bool packed = false;  // the offer is of the packed read (DirectRead::packed): its one buffer is
+                        // the sender's staging slot holding the message
   uint64_t digest = 0;
+  GpuUuid gpu{};
 };
 
-// Bytes of a full offer of `num_buffers` buffers (the receiver posts this much), and of an
-// abbreviated one.
+// Bytes of a full offer of `num_buffers` buffers, and of an abbreviated one.
 int64_t DirectReadOfferBytes(size_t num_buffers);
 int64_t AbbreviatedOfferBytes();
-// Writes the full offer into `out`, which must hold DirectReadOfferBytes(buffers.size()) bytes;
-// returns its digest.
+// The most bytes an offer of `read` may take, of either kind (the receiver posts this much).
+int64_t LargestOfferBytes(const DirectRead& read);
+// Writes the full offer (of the packed read when `packed`) into `out`, which must hold
+// DirectReadOfferBytes(buffers.size()) bytes; returns its digest. `gpu`: OfferHeader::gpu.
 uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,
-                               std::span<uint8_t> out);
+                               std::span<uint8_t> out, bool packed = false, const GpuUuid& gpu = {});
 // Writes an abbreviated offer for `num_buffers` buffers of digest `digest` into `out`, which must
 // hold AbbreviatedOfferBytes().
 void EncodeAbbreviatedOffer(const ProcessIdentity& owner, size_t num_buffers, uint64_t digest,
-                            std::span<uint8_t> out);
-// Decodes a full or abbreviated offer for `num_buffers` buffers (`buffers` is left empty for an
-// abbreviated one). Fails with kInvalidArgument on a malformed offer, one of another size, one
-// naming a different number of buffers, or a full offer whose digest does not match its entries.
+                            std::span<uint8_t> out, bool packed = false, const GpuUuid& gpu = {});
+// Decodes a full or abbreviated offer (`buffers` is left empty for an abbreviated one): of
+// `num_buffers` buffers, or of `packed_buffers` when it is flagged packed (0: a packed offer is
+// refused). Fails with kInvalidArgument on a malformed offer, one of another size, one naming a
+// different number of buffers, or a full offer whose digest does not match its entries.
 Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
-                             OfferHeader& header, std::vector<PeerBuffer>& buffers);
+                             OfferHeader& header, std::vector<PeerBuffer>& buffers,
+                             size_t packed_buffers = 0);
 
 }  // namespace ferry

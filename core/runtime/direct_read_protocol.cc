@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/base/checked_math.h"
+#include "core/cuda/pointer.h"
 
 namespace ferry {
 
@@ -51,9 +52,19 @@ DirectReadRoles DirectReadRoles::Assign(const std::vector<DirectRead>& directs, 
       mark(d.unpack_op, DirectRole::kElided);
     }
     roles.control_offset[k] = roles.control_bytes;
-    roles.control_bytes += (DirectReadOfferBytes(d.source_buffers.size()) + kAnswerBytes + 63) / 64 * 64;
+    roles.control_bytes += (LargestOfferBytes(d) + kAnswerBytes + 63) / 64 * 64;
   }
+  roles.packs.assign(directs.size(), 0);
   return roles;
+}
+
+void DirectReadRoles::Pack(const std::vector<DirectRead>& directs, int k,
+                           const std::unordered_map<int, int>& local) {
+  packs[static_cast<size_t>(k)] = 1;
+  auto it = local.find(directs[static_cast<size_t>(k)].pack_op);
+  if (it == local.end()) return;
+  role[it->second] = DirectRole::kStaged;
+  direct_of[it->second] = -1;
 }
 
 namespace {
@@ -68,6 +79,13 @@ bool SameSources(const std::vector<MemorySnapshot>& kept, const DirectRead& read
     }
   }
   return true;
+}
+
+// The GPU `memory` lies on, as offers name it (zero for host memory or an unknown device).
+GpuUuid GpuOf(const MemoryDesc& memory) {
+  if (memory.kind != MemoryKind::kCuda) return {};
+  Result<GpuUuid> uuid = cuda::DeviceUuid(memory.device);
+  return uuid.ok() ? *uuid : GpuUuid{};
 }
 
 }  // namespace
@@ -95,35 +113,72 @@ Status OfferWriter::Encode(const DirectRead& read, OfferHistory::Sent& sent) {
     sources[j] = MemorySnapshot::Of(source_[b]);
   }
   sent.full.assign(static_cast<size_t>(DirectReadOfferBytes(buffers.size())), 0);
-  sent.digest = EncodeDirectReadOffer(ProcessIdentity::Self(), buffers, sent.full);
+  sent.gpu = read.source_buffers.empty() ? GpuUuid{} : GpuOf(source_[read.source_buffers.front()]);
+  sent.digest = EncodeDirectReadOffer(ProcessIdentity::Self(), buffers, sent.full, false, sent.gpu);
   sent.sources = std::move(sources);
   sent.taken = false;
   return Status::Ok();
 }
 
+// The packed offer: one entry, the staging slot the Pack filled. Its CUDA export is made afresh
+// (not through CudaExports, whose cache is by address and size: a reallocated arena may reuse
+// both).
+Status OfferWriter::EncodePacked(const MemoryDesc& slot, OfferHistory::Sent& sent) {
+  PeerBuffer buffer;
+  if (slot.kind == MemoryKind::kCuda) {
+    FERRY_ASSIGN_OR_RETURN(buffer, DescribeCudaAllocation(slot));
+  } else {
+    FERRY_ASSIGN_OR_RETURN(buffer, describer_.Describe(slot));
+  }
+  sent.full.assign(static_cast<size_t>(DirectReadOfferBytes(1)), 0);
+  sent.gpu = GpuOf(slot);
+  sent.digest = EncodeDirectReadOffer(ProcessIdentity::Self(), std::span<const PeerBuffer>(&buffer, 1), sent.full,
+                                      true, sent.gpu);
+  sent.sources = {MemorySnapshot::Of(slot)};
+  sent.taken = false;
+  return Status::Ok();
+}
+
 Result<int64_t> OfferWriter::Write(uint64_t generation, int index, const DirectRead& read, bool full,
-                                   std::span<uint8_t> slot) {
-  OfferHistory::Sent& sent = history_.SentOf(generation, index);
-  if (sent.full.empty() || !SameSources(sent.sources, read, source_)) {
+                                   std::span<uint8_t> slot, const MemoryDesc* packed,
+                                   uint64_t arena_serial) {
+  OfferHistory::Sent& sent = history_.SentOf(generation, HistoryIndex(index, packed != nullptr));
+  const DirectRead& offered = packed != nullptr ? read.packed.front() : read;
+  if (packed != nullptr) {
+    const bool same = !sent.full.empty() && sent.arena_serial == arena_serial &&
+                      sent.sources.size() == 1 && sent.sources.front() == MemorySnapshot::Of(*packed);
+    if (!same) {
+      FERRY_RETURN_IF_ERROR(EncodePacked(*packed, sent));
+      sent.arena_serial = arena_serial;
+    }
+  } else if (sent.full.empty() || !SameSources(sent.sources, read, source_)) {
     FERRY_RETURN_IF_ERROR(Encode(read, sent));
   }
   if (sent.taken && !full) {
-    EncodeAbbreviatedOffer(ProcessIdentity::Self(), read.source_buffers.size(), sent.digest, slot);
+    EncodeAbbreviatedOffer(ProcessIdentity::Self(), offered.source_buffers.size(), sent.digest, slot,
+                           packed != nullptr, sent.gpu);
     return AbbreviatedOfferBytes();
   }
   std::copy(sent.full.begin(), sent.full.end(), slot.begin());
   return static_cast<int64_t>(sent.full.size());
 }
 
-void OfferWriter::Acknowledged(uint64_t generation, int index) {
-  history_.SentOf(generation, index).taken = true;
+void OfferWriter::Acknowledged(uint64_t generation, int index, bool packed, bool pack) {
+  history_.SentOf(generation, HistoryIndex(index, packed)).taken = true;
+  if (pack) history_.SentOf(generation, HistoryIndex(index, false)).pack_requested = true;
+}
+
+bool OfferWriter::PackRequested(uint64_t generation, int index) {
+  return history_.SentOf(generation, HistoryIndex(index, false)).pack_requested;
 }
 
 Status CheckOfferSize(const DirectRead& read, int64_t received) {
   const int64_t expected = DirectReadOfferBytes(read.source_buffers.size());
-  if (received == expected || received == AbbreviatedOfferBytes()) return Status::Ok();
+  const int64_t packed = read.packed.empty() ? -1 : DirectReadOfferBytes(read.packed.front().source_buffers.size());
+  if (received == expected || received == packed || received == AbbreviatedOfferBytes()) return Status::Ok();
   return InvalidArgument("direct-read offer of " + std::to_string(received) +
-                         " bytes, expected " + std::to_string(expected) + " (or " +
+                         " bytes, expected " + std::to_string(expected) +
+                         (packed > 0 ? " (packed: " + std::to_string(packed) + ")" : std::string()) + " (or " +
                          std::to_string(AbbreviatedOfferBytes()) +
                          " abbreviated; do both ranks set executor.direct_intra_node alike?)");
 }
@@ -354,6 +409,13 @@ bool SameMemory(const OfferHistory::Taken& taken, const ReadTargets& targets) {
   return taken.slots == SlotSnapshot(targets.slots);
 }
 
+// Decodes an offer for `read`: of its source buffers, or of its packed read's one slot.
+Status DecodeOffer(const DirectRead& read, std::span<const uint8_t> offer, OfferHeader& header,
+                   std::vector<PeerBuffer>& buffers) {
+  const size_t packed = read.packed.empty() ? 0 : read.packed.front().source_buffers.size();
+  return DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers, packed);
+}
+
 }  // namespace
 
 Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> offer,
@@ -362,14 +424,14 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
                              std::span<const MemoryDesc> slots, std::span<const char> elided_slots) {
   OfferHeader header;
   std::vector<PeerBuffer> buffers;
-  FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
+  FERRY_RETURN_IF_ERROR(DecodeOffer(read, offer, header, buffers));
   if (header.abbreviated) {
     return FailedPrecondition("abbreviated direct-read offer from rank " + std::to_string(read.sender) +
                               " where a full one was expected");
   }
   FERRY_RETURN_IF_ERROR(CheckOfferSender(read, header.owner, peers.processes));
-  return ResolveBuffers(read, header.owner, buffers, ReadTargets{destination, slots, elided_slots}, rank,
-                        peers, ends, on_gpu);
+  return ResolveBuffers(header.packed ? read.packed.front() : read, header.owner, buffers,
+                        ReadTargets{destination, slots, elided_slots}, rank, peers, ends, on_gpu);
 }
 
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
@@ -382,9 +444,10 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
   const ReadTargets targets{destination, slots, elided_slots};
   OfferHeader header;
   std::vector<PeerBuffer> buffers;
-  FERRY_RETURN_IF_ERROR(DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers));
+  FERRY_RETURN_IF_ERROR(DecodeOffer(read, offer, header, buffers));
   FERRY_RETURN_IF_ERROR(CheckOfferSender(read, header.owner, peers.processes));
-  OfferHistory::Taken& taken = history.TakenOf(generation, index);
+  OfferHistory::Taken& taken = history.TakenOf(generation, HistoryIndex(index, header.packed));
+  const DirectRead& offered = header.packed ? read.packed.front() : read;
   if (header.abbreviated) {
     const bool held = taken.valid && taken.header.digest == header.digest &&
                       taken.header.owner.pid == header.owner.pid;
@@ -397,14 +460,22 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
   }
   taken.valid = false;
   std::vector<const char*> mapped;
-  FERRY_ASSIGN_OR_RETURN(taken.bytes, ResolveBuffers(read, taken.header.owner, taken.buffers, targets,
+  FERRY_ASSIGN_OR_RETURN(taken.bytes, ResolveBuffers(offered, taken.header.owner, taken.buffers, targets,
                                                      rank, peers, taken.ends, taken.on_gpu, &mapped));
   taken.pins = PinsOf(taken.buffers, mapped);
   taken.device = DestinationDevice(targets);
-  taken.destination = Snapshot(read, destination);
+  taken.destination = Snapshot(offered, destination);
   taken.slots = SlotSnapshot(slots);
   taken.valid = true;
   return &taken;
+}
+
+bool AsksToPack(const DirectRead& read, const OfferHistory::Taken& taken) {
+  if (taken.header.packed || read.packed.empty() || taken.device < 0 || taken.header.gpu == GpuUuid{}) {
+    return false;
+  }
+  Result<GpuUuid> own = cuda::DeviceUuid(taken.device);
+  return own.ok() && *own != taken.header.gpu;
 }
 
 }  // namespace ferry

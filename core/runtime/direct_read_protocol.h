@@ -5,10 +5,14 @@
 // Per message (both ranks derive the same list from the plan, FindDirectReads):
 //   sender, its Send (role kOffer): posts a receive of up to kAnswerBytes for the receiver's
 //     answer (AckTag), then sends the *offer* (Tag) from the message's control slot: abbreviated
-//     when the receiver took this same offer in an earlier run (offer_history.h), else full. When
-//     both requests completed: a 0-byte answer is *done* (the receiver copied, so the source
-//     buffers stayed untouched while the peer read them) and the Send completes; a 1-byte answer
-//     asks for the full offer, which the sender then sends (once) and waits again.
+//     when the receiver took this same offer in an earlier run (offer_history.h), else full; of
+//     its source buffers, or, when it packs the message (DirectRead::packed, after its Pack ran
+//     with role kStaged), of the staging slot holding it. When both requests completed: a 0-byte
+//     answer is *done* (the receiver copied, so the source buffers stayed untouched while the
+//     peer read them) and the Send completes; a kPackAnswer-byte answer is *done* with a request
+//     to pack this message from the next run on (the receiver is on another GPU); a
+//     kFullOfferAnswer-byte answer asks for the full offer, which the sender then sends (once)
+//     and waits again.
 //   receiver, its Recv (role kRead): receives the offer (Tag) into the message's control slot,
 //     checks its size (CheckOfferSize), takes it (TakeOffer: resolved into checked copies, or
 //     those of the full offer it holds for an abbreviated one), runs the copies, then sends a
@@ -41,8 +45,11 @@ namespace ferry {
 
 enum class DirectRole : uint8_t { kStaged, kElided, kOffer, kRead };
 
-// The receiver's answer to an offer: 0 bytes (done) or this many (send the full offer).
-inline constexpr int64_t kAnswerBytes = 1;
+// The receiver's answer to an offer: 0 bytes (done), kFullOfferAnswer (send the full offer) or
+// kPackAnswer (done; pack this message from the next run on); at most kAnswerBytes.
+inline constexpr int64_t kFullOfferAnswer = 1;
+inline constexpr int64_t kPackAnswer = 2;
+inline constexpr int64_t kAnswerBytes = 2;
 
 // FindDirectReads of the plans run last (at most kSize, most recent first), keyed by address and
 // PlanFingerprint: callers that alternate a few plans (a refit and a probe) neither recompute nor
@@ -76,17 +83,23 @@ class DirectReadCache {
 
 // This rank's part in a run's direct reads, by local op index (the op's index in
 // TransferPlan::OpsOfRank), and each message's slot in the control buffer: 64-byte aligned,
-// DirectReadOfferBytes long followed by kAnswerBytes for the answer, one per direct read.
+// LargestOfferBytes long followed by kAnswerBytes for the answer, one per direct read.
 struct DirectReadRoles {
   std::vector<DirectRole> role;         // by local op index
   std::vector<int> direct_of;           // by local op index: index in the direct reads, or -1
   std::vector<int64_t> control_offset;  // by direct read
+  std::vector<char> packs;              // by direct read: this rank sends it packed this run
   int64_t control_bytes = 0;            // the control buffer's size
 
   // `local` maps this rank's op ids to local indexes; `num_ops` is their number.
   static DirectReadRoles Assign(const std::vector<DirectRead>& directs, int rank,
                                 const std::unordered_map<int, int>& local, int num_ops);
+  // The sender packs direct read `k` (which has a packed read) this run: its Pack runs staged.
+  void Pack(const std::vector<DirectRead>& directs, int k, const std::unordered_map<int, int>& local);
 };
+
+// The OfferHistory entry of direct read `index`'s offer of either kind.
+inline int HistoryIndex(int index, bool packed) { return 2 * index + (packed ? 1 : 0); }
 
 // Sender: writes offers of this rank's source buffers, describing each buffer at most once per run
 // and only when the offer's history (kept across runs) does not hold it encoded already.
@@ -99,17 +112,24 @@ class OfferWriter {
       : source_(source), rank_(rank), cuda_exports_(cuda_exports), history_(history) {}
 
   // Writes the offer of `read`, direct read `index` of analysis `generation`, into `slot`, which
-  // must hold DirectReadOfferBytes(read.source_buffers.size()) bytes, and returns its size: the
-  // abbreviated offer when the receiver acknowledged this same full offer before and `full` is
-  // false, else the full one. Fails when a source buffer has no memory on this rank or cannot be
-  // described (CUDA memory not from cudaMalloc).
+  // must hold LargestOfferBytes(read) bytes, and returns its size: the abbreviated offer when the
+  // receiver acknowledged this same full offer before and `full` is false, else the full one.
+  // With `packed` (the memory of the staging slot holding the packed message, placed in arena
+  // allocation number `arena_serial`), the offer of read.packed, else of the source buffers.
+  // Fails when a buffer has no memory on this rank or cannot be described (CUDA memory not from
+  // cudaMalloc).
   Result<int64_t> Write(uint64_t generation, int index, const DirectRead& read, bool full,
-                        std::span<uint8_t> slot);
-  // The receiver answered *done* to the offer last written for (generation, index).
-  void Acknowledged(uint64_t generation, int index);
+                        std::span<uint8_t> slot, const MemoryDesc* packed = nullptr,
+                        uint64_t arena_serial = 0);
+  // The receiver answered *done* to the offer last written for (generation, index), asking for
+  // the message packed from now on when `pack`.
+  void Acknowledged(uint64_t generation, int index, bool packed, bool pack);
+  // Whether the receiver of direct read `index` asked for it packed (kPackAnswer).
+  bool PackRequested(uint64_t generation, int index);
 
  private:
   Status Encode(const DirectRead& read, OfferHistory::Sent& sent);
+  Status EncodePacked(const MemoryDesc& slot, OfferHistory::Sent& sent);
 
   const std::vector<MemoryDesc>& source_;
   const int rank_;
@@ -120,8 +140,9 @@ class OfferWriter {
   OfferHistory& history_;
 };
 
-// Receiver: an offer of `received` bytes must be exactly the full or the abbreviated size both
-// ranks expect for `read`; anything else means the ranks disagree about direct reads.
+// Receiver: an offer of `received` bytes must be exactly a full size (of the read, or of its
+// packed read) or the abbreviated size both ranks expect for `read`; anything else means the
+// ranks disagree about direct reads.
 Status CheckOfferSize(const DirectRead& read, int64_t received);
 
 // A peer's memory as this process reaches it: host files mapped, CUDA allocations opened, and
@@ -179,10 +200,11 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
 
 // Receiver, through the history: takes the offer of `read`, direct read `index` of analysis
 // `generation`, with ResolveOffer's checks. A full offer is resolved and kept; an abbreviated one
-// returns the copies kept for the full offer of the same digest from the same (verified) process,
-// resolved again if this rank's destination buffers or `slots` changed since, or null when none
-// is kept (the caller asks for the full offer). `elided_slots`: ReadTargets::elided. The result is
-// valid until the history's next use.
+// returns the copies kept for the full offer of the same kind and digest from the same
+// (verified) process, resolved again if this rank's destination buffers or `slots` changed
+// since, or null when none is kept (the caller asks for the full offer). A packed offer is
+// resolved against read.packed (Taken::packed; its copies follow that read's geometries).
+// `elided_slots`: ReadTargets::elided. The result is valid until the history's next use.
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              const DirectRead& read,
                                              std::span<const uint8_t> offer,
@@ -190,5 +212,10 @@ Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              PeerMemory& peers, OfferHistory& history,
                                              std::span<const MemoryDesc> slots = {},
                                              std::span<const char> elided_slots = {});
+
+// Receiver, after copying an offer it took: whether to answer kPackAnswer. True when `read` has a
+// packed read, `taken` was the wide one, and the GPU the sender's offer names is not the one this
+// rank read into.
+bool AsksToPack(const DirectRead& read, const OfferHistory::Taken& taken);
 
 }  // namespace ferry

@@ -84,6 +84,8 @@ struct ExecutorStats {
   int64_t bytes_quantized_direct = 0;  // of those, quantized into fp8 as read (quantizing_read.h)
   int64_t offer_bytes_sent = 0;    // direct-read offers sent, full or abbreviated (offer_history.h)
   int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
+  int packed_offers_sent = 0;      // of those, of a packed message (direct_read.h, DirectRead::packed)
+  int packed_reads = 0;            // direct reads this rank copied from a sender's packed slot
   int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)
   int gpu_batches = 0;       // GPU work submissions, one event each: an op's kernel, or the direct
                              // reads of one progress sweep, or the Quantize ops started together

@@ -29,6 +29,13 @@ const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
               "a GPU direct read into a block-scaled fp8 destination quantizes the whole 128x128 "
               "blocks it holds straight from the sender's memory instead of staging them for the "
               "Quantize op (the receiver's choice alone)")
+        .Choice("executor.convert_on_sender", &ExecutorOptions::convert_on_sender,
+                {{"auto", ConvertOnSender::kAuto}, {"always", ConvertOnSender::kAlways},
+                 {"never", ConvertOnSender::kNever}},
+                "where a direct read into a narrower dtype (fp8) converts: auto packs the narrower "
+                "bytes on the sender once the receiver reports another GPU (half the bytes over "
+                "NVLink) and converts while reading on one GPU; always packs on the sender; never "
+                "converts while reading (the sender's choice; its receiver follows the offer)")
         .Path("executor.trace_dir", &ExecutorOptions::trace_dir,
               "a directory (which must exist) where each run writes this rank's timeline, "
               "rank<R>.run<N>.json, for Perfetto or chrome://tracing (empty: none)");

@@ -13,6 +13,14 @@
 
 namespace ferry {
 
+// Where a direct read whose Pack narrows (bf16 into fp8) converts (core/runtime/direct_read.h).
+enum class ConvertOnSender {
+  kAuto,    // on the receiver while it reads, until the receiver reports the sender on another
+            // GPU; then the sender packs that message from its next run on
+  kAlways,  // the sender packs every such message (where its staging can be offered)
+  kNever,   // the receiver always reads the wider elements and converts
+};
+
 struct ExecutorOptions {
   // Most bytes of staging slots one rank holds at once; ops wait for space beyond it.
   int64_t staging_budget = int64_t{1} << 30;
@@ -26,6 +34,8 @@ struct ExecutorOptions {
   bool direct_intra_node = true;
   // A direct read into the twin of a block-scaled matrix quantizes whole blocks from the peer.
   bool quantizing_reads = true;
+  // Where a narrowing direct read converts; the sender's choice, which its receiver follows.
+  ConvertOnSender convert_on_sender = ConvertOnSender::kAuto;
   // When not empty, each run writes its timeline there (core/runtime/run_trace.h).
   std::string trace_dir;
 

@@ -55,7 +55,10 @@ class OfferHistory {
     std::vector<MemorySnapshot> sources;  // by entry of DirectRead::source_buffers
     std::vector<uint8_t> full;            // the full offer, empty until encoded
     uint64_t digest = 0;
-    bool taken = false;  // the receiver acknowledged this full offer
+    bool taken = false;           // the receiver acknowledged this full offer
+    bool pack_requested = false;  // the receiver asked for the message packed (kPackAnswer)
+    uint64_t arena_serial = 0;    // a packed offer's: the staging arena allocation it described
+    GpuUuid gpu{};                // the GPU the offer names (OfferHeader::gpu)
   };
   // A mapping the taken copies read through (one per shared file or CUDA allocation): buffer
   // `buffer` of the offer, mapped at `at`. Mapping it again each run keeps it from being swept
@@ -78,7 +81,8 @@ class OfferHistory {
     bool on_gpu = false;
   };
 
-  // The sender-side and receiver-side entries of direct read `read` of analysis `generation`,
+  // The sender-side and receiver-side entries of entry `read` (HistoryIndex: two a direct read,
+  // one per kind of offer) of analysis `generation`,
   // created empty on first use. References stay valid until the next call of either.
   Sent& SentOf(uint64_t generation, int read);
   Taken& TakenOf(uint64_t generation, int read);

@@ -48,6 +48,7 @@ Result<ExecutorStats> RankRun::Execute() {
   control_request_.assign(n_, 0);
   control_bytes_.assign(n_, 0);
   full_offer_.assign(n_, 0);
+  ask_pack_.assign(n_, 0);
   gpu_next_.assign(n_, GpuNext::kComplete);
   Drive();
   if (!failure_.ok()) return AbortRun();
@@ -91,6 +92,30 @@ void RankRun::AssignDirectRoles() {
   if (static_cast<int64_t>(res_.control.size()) < roles_.control_bytes) {
     res_.control.resize(static_cast<size_t>(roles_.control_bytes));
   }
+  const ConvertOnSender choice = res_.options.convert_on_sender;
+  if (choice == ConvertOnSender::kNever || !CanOfferSlots()) return;
+  for (size_t k = 0; k < directs_->size(); ++k) {
+    const DirectRead& d = (*directs_)[k];
+    if (d.sender != rank_ || d.packed.empty()) continue;
+    const int index = static_cast<int>(k);
+    if (choice == ConvertOnSender::kAlways || offers_.PackRequested(plan_generation_, index)) {
+      roles_.Pack(*directs_, index, local_);
+    }
+  }
+}
+
+// Whether this rank's staging slots can be offered for packed reads: its receivers read them as
+// they read its buffers, so on a GPU rank the arena must be device memory, which it is when every
+// transport its staged messages take moves CUDA memory (staging_memory.h); a packed Send is no
+// staged message, so this does not depend on which messages pack.
+bool RankRun::CanOfferSlots() {
+  for (int i = 0; on_gpu_ && i < n_; ++i) {
+    const Op& op = OpAt(i);
+    if (!IsMessageKind(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
+    Result<Transport*> t = comm_.TransportFor(op.peer);
+    if (!t.ok() || !(*t)->capabilities().cuda_memory) return false;
+  }
+  return true;
 }
 
 // Op i's copies as the plan cache keeps them (op_copies.h), analysed on their first use.
@@ -129,6 +154,8 @@ Status RankRun::BuildDependencies() {
     if (roles_.role[i] == DirectRole::kRead) {
       // A direct read lands in no slot of its own, but writes the slots its Unpack wrote.
       slots_of_[i] = (*directs_)[roles_.direct_of[i]].to_slots;
+    } else if (roles_.role[i] == DirectRole::kOffer && roles_.packs[roles_.direct_of[i]]) {
+      slots_of_[i] = {op.data.buffer};  // the packed message, read by the receiver
     } else if (roles_.role[i] != DirectRole::kStaged) {
       continue;  // the sender's offer and the elided Pack and Unpack use no staging
     } else {
@@ -678,7 +705,7 @@ Status RankRun::PostControl(int i, bool send, uint64_t tag, int64_t offset, int6
 
 // Where direct read k's answer lies in the control buffer: just past its offer.
 int64_t RankRun::AnswerOffset(int k) const {
-  return roles_.control_offset[k] + DirectReadOfferBytes((*directs_)[k].source_buffers.size());
+  return roles_.control_offset[k] + LargestOfferBytes((*directs_)[k]);
 }
 
 // Sender: offer the source buffers the message reads (abbreviated when the receiver holds the
@@ -687,10 +714,15 @@ Status RankRun::StartOffer(int i, bool full) {
   const int k = roles_.direct_of[i];
   const DirectRead& d = (*directs_)[k];
   const int64_t offset = roles_.control_offset[k];
+  const bool packs = roles_.packs[k];
+  std::optional<MemoryDesc> slot;
+  if (packs) slot = SlotMemory(OpAt(i).data.buffer);
   FERRY_ASSIGN_OR_RETURN(int64_t offer_bytes,
                          offers_.Write(plan_generation_, k, d, full,
-                                       std::span<uint8_t>(res_.control).subspan(static_cast<size_t>(offset))));
-  full_offer_[i] = offer_bytes == DirectReadOfferBytes(d.source_buffers.size());
+                                       std::span<uint8_t>(res_.control).subspan(static_cast<size_t>(offset)),
+                                       slot ? &*slot : nullptr, res_.arena.serial()));
+  full_offer_[i] = offer_bytes != AbbreviatedOfferBytes();
+  stats_.packed_offers_sent += packs;
   stats_.offer_bytes_sent += offer_bytes;
   stats_.full_offers_sent += full_offer_[i];
   const int64_t message = OpAt(i).message;
@@ -703,14 +735,18 @@ Status RankRun::StartOffer(int i, bool full) {
 // it, once.
 Status RankRun::OnAnswer(int i) {
   const int k = roles_.direct_of[i];
-  if (control_bytes_[i] == kAnswerBytes) {
+  if (control_bytes_[i] == kFullOfferAnswer) {
     if (full_offer_[i]) {
       return FailedPrecondition("rank " + std::to_string((*directs_)[k].receiver) +
                                 " asked for the full direct-read offer after receiving it");
     }
     return StartOffer(i, /*full=*/true);
   }
-  offers_.Acknowledged(plan_generation_, k);
+  if (control_bytes_[i] != 0 && control_bytes_[i] != kPackAnswer) {
+    return InvalidArgument("rank " + std::to_string((*directs_)[k].receiver) + " answered a direct-read offer with " +
+                           std::to_string(control_bytes_[i]) + " bytes");
+  }
+  offers_.Acknowledged(plan_generation_, k, roles_.packs[k], control_bytes_[i] == kPackAnswer);
   Complete(i);
   return Status::Ok();
 }
@@ -719,8 +755,8 @@ Status RankRun::OnAnswer(int i) {
 Status RankRun::StartRead(int i) {
   const int k = roles_.direct_of[i];
   const DirectRead& d = (*directs_)[k];
-  return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k],
-                     DirectReadOfferBytes(d.source_buffers.size()), /*remember=*/true);
+  return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k], LargestOfferBytes(d),
+                     /*remember=*/true);
 }
 
 // Receiver, offer in hand: one copy per pair, from the sender's memory (mapped when it is shared,
@@ -745,6 +781,11 @@ Status RankRun::CopyRead(int i) {
                      RunTrace::Now(), "\"peer CUDA mappings\": " + std::to_string(res_.peer_cuda.size()));
   }
   if (taken == nullptr) return AskForFullOffer(i);
+  ask_pack_[i] = AsksToPack(d, *taken);
+  if (taken->header.packed) {
+    ++stats_.packed_reads;
+    return CopyPackedRead(i, d.packed.front(), *taken);
+  }
   const int64_t bytes = taken->bytes;
   stats_.bytes_read_direct += bytes;
   TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
@@ -757,11 +798,35 @@ Status RankRun::CopyRead(int i) {
     }
     if (Elides(d)) return Internal(Describe(i) + " writes an elided twin but did not quantize");
     stats_.bytes_copied += bytes;
-    return QueueGpuRead(i, d.geometries, taken->ends);
+    return QueueGpuRead(i, HistoryIndex(k, false), d.geometries, taken->ends);
   }
   if (Elides(d)) return Internal(Describe(i) + " writes an elided twin from host memory");
   FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, taken->ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
+}
+
+// Receiver, a packed offer taken: the message's bytes from the sender's slot, copied as they are
+// (the packed read writes no twins: FindDirectReads gives messages into them none).
+Status RankRun::CopyPackedRead(int i, const DirectRead& packed, const OfferHistory::Taken& taken) {
+  stats_.bytes_read_direct += taken.bytes;
+  stats_.bytes_copied += taken.bytes;
+  TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
+  path.bytes_received += taken.bytes;
+  ++path.messages_received;
+  if (taken.on_gpu) return QueueGpuRead(i, HistoryIndex(roles_.direct_of[i], true), packed.geometries, taken.ends);
+  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, packed.geometries, taken.ends, taken.bytes));
+  return done ? FinishRead(i) : Status::Ok();
+}
+
+// Staging slot `slot` of this rank where it is placed for this run (null base when it is not).
+MemoryDesc RankRun::SlotMemory(int slot) const {
+  const int64_t offset = placement_.OffsetOf(slot);
+  MemoryDesc m;
+  m.base = offset < 0 ? nullptr : res_.arena.data() + offset;
+  m.bytes = SlotBytes(slot);
+  m.kind = res_.arena.on_device() ? MemoryKind::kCuda : MemoryKind::kHost;
+  m.device = res_.arena.device();
+  return m;
 }
 
 // The memory of the staging slots direct read `d` writes, where they are placed for this run
@@ -772,10 +837,7 @@ std::vector<MemoryDesc> RankRun::SlotTargets(const DirectRead& d) const {
   std::vector<MemoryDesc> slots;
   slots.reserve(d.to_slots.size());
   for (int slot : d.to_slots) {
-    const int64_t offset = placement_.OffsetOf(slot);
-    MemoryDesc m;
-    m.base = offset < 0 ? nullptr : res_.arena.data() + offset;
-    m.bytes = SlotBytes(slot);
+    MemoryDesc m = SlotMemory(slot);
     m.kind = on_gpu_ ? MemoryKind::kCuda : MemoryKind::kHost;
     m.device = on_gpu_ ? res_.gpu->device() : -1;
     slots.push_back(m);
@@ -808,9 +870,9 @@ Status RankRun::AskForFullOffer(int i) {
   full_offer_[i] = 1;
   offer_received_[i] = 0;
   res_.control[static_cast<size_t>(AnswerOffset(k))] = 1;
-  FERRY_RETURN_IF_ERROR(PostControl(i, true, comm_.AckTag(d.message), AnswerOffset(k), kAnswerBytes));
-  return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k],
-                     DirectReadOfferBytes(d.source_buffers.size()), /*remember=*/true);
+  FERRY_RETURN_IF_ERROR(PostControl(i, true, comm_.AckTag(d.message), AnswerOffset(k), kFullOfferAnswer));
+  return PostControl(i, false, comm_.Tag(d.message), roles_.control_offset[k], LargestOfferBytes(d),
+                     /*remember=*/true);
 }
 
 // Receiver, copies done: the sender's verified process is still alive (so the pid the copies
@@ -818,7 +880,8 @@ Status RankRun::AskForFullOffer(int i) {
 Status RankRun::FinishRead(int i) {
   const int k = roles_.direct_of[i];
   FERRY_RETURN_IF_ERROR(comm_.peer_processes()->CheckAlive((*directs_)[k].sender));
-  return PostControl(i, true, comm_.AckTag((*directs_)[k].message), roles_.control_offset[k], 0);
+  if (!ask_pack_[i]) return PostControl(i, true, comm_.AckTag((*directs_)[k].message), roles_.control_offset[k], 0);
+  return PostControl(i, true, comm_.AckTag((*directs_)[k].message), AnswerOffset(k), kPackAnswer);
 }
 
 // --- progress ---------------------------------------------------------------------------------

@@ -186,6 +186,9 @@ class RankRun {
   Status OnAnswer(int i);
   Status StartRead(int i);
   Status CopyRead(int i);
+  Status CopyPackedRead(int i, const DirectRead& packed, const OfferHistory::Taken& taken);
+  bool CanOfferSlots();
+  MemoryDesc SlotMemory(int slot) const;
   std::vector<MemoryDesc> SlotTargets(const DirectRead& d) const;
   std::vector<char> ElidedSlots(const DirectRead& d) const;
   bool Elides(const DirectRead& d) const;
@@ -216,7 +219,7 @@ class RankRun {
                                               std::span<const CopyGeometry> geometries,
                                               std::span<const CopyEnds> ends);
   Status QueueQuantize(int i, const cuda::BlockQuantizeJob& job);
-  Status QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
+  Status QueueGpuRead(int i, int tables_key, std::span<const CopyGeometry> geometries,
                       std::span<const CopyEnds> ends);
   Result<bool> QueueQuantizingRead(int i, const DirectRead& d, std::span<const CopyEnds> ends);
   Status FlushGpuWork();
@@ -279,6 +282,7 @@ class RankRun {
   std::vector<RequestId> control_request_;
   std::vector<int64_t> control_bytes_;
   std::vector<char> full_offer_;
+  std::vector<char> ask_pack_;  // by op (receiver): answer *done* with the request to pack
   OfferWriter offers_;
 
   // Dependencies and staging slots.

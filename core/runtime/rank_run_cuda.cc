@@ -159,10 +159,10 @@ Status RankRun::QueueQuantize(int i, const cuda::BlockQuantizeJob& job) {
 
 // A direct read's work (FindGpuWork) waits for FlushGpuWork, so that the reads whose offers
 // arrive together are launched together, under one event.
-Status RankRun::QueueGpuRead(int i, std::span<const CopyGeometry> geometries,
+Status RankRun::QueueGpuRead(int i, int tables_key, std::span<const CopyGeometry> geometries,
                              std::span<const CopyEnds> ends) {
   FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
-                         FindGpuWork(res_.gpu_tables, roles_.direct_of[i], geometries, ends));
+                         FindGpuWork(res_.gpu_tables, tables_key, geometries, ends));
   read_tables_.push_back(tables);
   gpu_queued_.push_back(i);
   gpu_next_[i] = GpuNext::kFinishRead;
@@ -190,7 +190,8 @@ Result<bool> RankRun::QueueQuantizingRead(int i, const DirectRead& d, std::span<
       piece_ends.push_back({e.from + p.from_delta, e.to + p.to_delta, e.pid});
     }
     FERRY_ASSIGN_OR_RETURN(const cuda::WorkTables* tables,
-                           FindGpuWork(res_.gpu_tables, roles_.direct_of[i], split.geometries, piece_ends));
+                           FindGpuWork(res_.gpu_tables, HistoryIndex(roles_.direct_of[i], false), split.geometries,
+                                                     piece_ends));
     read_tables_.push_back(tables);
   }
   for (const QuantizingSplit::Rect& rect : split.rects) quantized_blocks_[rect.quantize].push_back(rect.blocks);

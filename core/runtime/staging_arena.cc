@@ -28,6 +28,7 @@ void StagingArena::Free() {
 
 Status StagingArena::Reallocate(int64_t bytes, bool pinned) {
   Free();
+  ++serial_;
   pinned_ = pinned;
   if (pinned) {
     FERRY_ASSIGN_OR_RETURN(void* p, cuda::PinnedAlloc(bytes));
@@ -41,6 +42,7 @@ Status StagingArena::Reallocate(int64_t bytes, bool pinned) {
 
 Status StagingArena::ReallocateOnDevice(int64_t bytes, int device) {
   Free();
+  ++serial_;
   pinned_ = false;
   FERRY_RETURN_IF_ERROR(cuda::SetDevice(device));
   FERRY_ASSIGN_OR_RETURN(void* p, cuda::DeviceAlloc(bytes));

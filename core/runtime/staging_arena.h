@@ -31,6 +31,9 @@ class StagingArena {
   bool pinned() const { return pinned_; }
   bool on_device() const { return device_ >= 0; }
   int device() const { return device_; }  // -1 unless on_device()
+  // Which allocation the block is: a number no earlier block of this arena had (peers that mapped
+  // the old block must not be told the new one is the same, even at the same address).
+  uint64_t serial() const { return serial_; }
   // Replaces the block by one of `bytes` bytes (uninitialised: staging is always written before it
   // is read), pinned when `pinned`. The old block's address is no longer valid. Fails only when
   // pinned memory cannot be had (no GPU, or the driver refuses).
@@ -45,6 +48,7 @@ class StagingArena {
   int64_t bytes_ = 0;
   bool pinned_ = false;
   int device_ = -1;
+  uint64_t serial_ = 0;
 };
 
 }  // namespace ferry

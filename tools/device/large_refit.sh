@@ -4,7 +4,8 @@
 # buffer a source rank, so every offset past the first 4 GiB is exercised) -> vLLM TP2, 4 processes
 # on GPU 0, each refit verified by GPU checksums: GPU direct reads from cudaMalloc memory and from
 # 20 MiB VMM mappings (PyTorch's expandable segments), the same through tcp (pinned staging), into
-# fp8 e4m3 weights (a saturating cast, `--dst-dtype fp8_e4m3`: the direct reads convert), into
+# fp8 e4m3 weights (a saturating cast, `--dst-dtype fp8_e4m3`: the direct reads convert, and
+# again with the senders packing the fp8 bytes, executor.convert_on_sender=always), into
 # vLLM's block-scaled fp8 weights (the direct reads quantizing the whole 128x128 blocks they hold
 # as they read, and again with executor.quantizing_reads=false, every block staged in a twin), and
 # the gather-and-broadcast baseline through tcp; one table at the end.
@@ -13,8 +14,8 @@
 #   BIN_DIR holds ferry (bazel build -c opt //tools/cli:ferry) and optionally lib/ with shared
 #     libraries the machine lacks (used only when ldd finds one missing).
 #   SCALE   the model's width factor (default 1/2: 33 GiB delivered; 1/4 fits a GPU of 40 GiB).
-#   --only LIST  only these cases, comma-separated: direct, vmm, tcp, e4m3, fp8, fp8-staged,
-#                baseline.
+#   --only LIST  only these cases, comma-separated: direct, vmm, tcp, e4m3, e4m3-packed, fp8,
+#                fp8-staged, baseline.
 #   MEMORY=host in the environment runs the same refits on host memory (a check of the script on a
 #   machine without a GPU, at a small SCALE).
 # Writes its logs under $OUT (or /tmp/large_refit); exits non-zero when a refit failed.
@@ -23,7 +24,7 @@ BIN=$(cd "${1:?usage: large_refit.sh BIN_DIR [SCALE] [--only LIST]}" && pwd)
 shift
 SCALE=1/2
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then SCALE=$1; shift; fi
-ONLY=direct,vmm,tcp,e4m3,fp8,fp8-staged,baseline
+ONLY=direct,vmm,tcp,e4m3,e4m3-packed,fp8,fp8-staged,baseline
 if [ "${1:-}" = "--only" ]; then ONLY=${2:?--only needs a list}; fi
 MEMORY=${MEMORY:-cuda}
 . "$(dirname "$0")/prelude.sh"
@@ -61,6 +62,9 @@ refit direct vllm:tp=2 reshard 3
 refit vmm vllm:tp=2 reshard 3 --cuda-alloc vmm
 refit tcp vllm:tp=2 reshard 2 --set executor.direct_intra_node=false --set executor.staging_budget=4GiB
 refit e4m3 vllm:tp=2 reshard 3 --dst-dtype fp8_e4m3
+# The same with the sender packing the fp8 bytes for the receiver to read (executor.convert_on_sender):
+# what packing costs where both ranks share a GPU.
+refit e4m3-packed vllm:tp=2 reshard 3 --dst-dtype fp8_e4m3 --set executor.convert_on_sender=always
 refit fp8 vllm:tp=2,quant=fp8_block reshard 2
 refit fp8-staged vllm:tp=2,quant=fp8_block reshard 2 --set executor.quantizing_reads=false
 # The baseline gathers each 1.6 GiB bucket into two bucket buffers a rank.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ferry between GPU groups of one host (issue 29), side by side in one run: the NVLink ceiling
 # (cudaMemcpyPeer), ferry's verified refits over GPU direct reads (CUDA IPC), NCCL and CUDA-enabled
-# UCX, the gather-and-broadcast baseline over NCCL, NVIDIA's NCCL M2N Reshard on the tensors it can
-# express (with ferry on exactly those tensors beside it), and a GPU rank killed mid-refit over
-# NCCL and over direct reads; one table at the end.
+# UCX (cases into fp8 also with every receiver converting as it reads, executor.convert_on_sender=
+# never, beside the senders packing), the gather-and-broadcast baseline over NCCL, NVIDIA's NCCL
+# M2N Reshard on the tensors it can express (with ferry on exactly those tensors beside it), and a
+# GPU rank killed mid-refit over NCCL and over direct reads; one table at the end.
 #
 # Usage: tools/device/multi_gpu.sh BIN_DIR [--scale S] [--ucx UCX] [--m2n SITE] [--nccl-library LIB]
 #                                  [--nccl-src TAR] [--iterations N] [--only LIST]
@@ -144,6 +145,24 @@ report() {  # name ceiling -> rows for every CSV row of the case
   done < "$LOG/$name.csv"
 }
 
+# A case into a narrower dtype again with every receiver converting as it reads
+# (executor.convert_on_sender=never), beside the direct-read row above, where senders on another
+# GPU than their receiver pack the narrower bytes (auto, docs/running.md).
+converting_reads() {  # name spec...
+  local name=$1 label variant ranks bytes mean rest
+  shift
+  rm -f "$LOG/$name-never.csv"
+  if ferry_run "$name-never" "ipc direct reads, convert_on_sender=never" "$@" --transport tcp \
+      --strategy reshard --set executor.convert_on_sender=never; then
+    IFS=, read -r label variant ranks bytes mean rest < "$LOG/$name-never.csv"
+    row "$name direct reads converting as read (convert_on_sender=never)" \
+        "$(awk -v s="$mean" 'BEGIN { printf "%.2f ms", s * 1000 }') mean"
+  else
+    row "$name direct reads, convert_on_sender=never" "FAILED (see $name-never.log)"
+    FAILED=1
+  fi
+}
+
 run_case() {  # name|model|src|dst|extra
   local name model src dst extra
   IFS='|' read -r name model src dst extra <<< "$1"
@@ -174,6 +193,7 @@ run_case() {  # name|model|src|dst|extra
     row "$name ucx cuda" "skipped: no --ucx"
   fi
   [ -f "$LOG/$name.csv" ] && report "$name" "$ceil"
+  [[ "$extra" == *--dst-dtype* ]] && converting_reads "$name" "${spec[@]}"
   m2n_case "$name" "$model" "$src" "$dst" "$extra" "$S" "$R"
 }
 

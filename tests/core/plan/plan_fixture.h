@@ -74,8 +74,8 @@ inline TinyPlan MakeTinyPlan() {
 
 // Rank 0's source buffer 0 holds a [4, 8] fp32 matrix; rank 1 receives its left and right halves
 // (packed one after the other) into destination buffers 0 and 1, unpacking them in reverse order.
-// With `delivered` other than fp32 the Pack converts (as the planner narrows on the sender) and
-// the message, the staging slots and the destinations hold `delivered`.
+// With `delivered` other than fp32 the Pack is a Convert (as the planner narrows on the sender)
+// and the message, the staging slots and the destinations hold `delivered`.
 inline TransferPlan MakePackedPlan(LinkClass link, DType delivered = DType::kFP32) {
   const int64_t e = DTypeSize(delivered), half = 16 * e;
   TransferPlan plan;
@@ -87,7 +87,7 @@ inline TransferPlan MakePackedPlan(LinkClass link, DType delivered = DType::kFP3
     return Matrix(delivered, Space::kStaging, slot, offset, 4, 4, 4);
   };
   Op pack;
-  pack.kind = OpKind::kPack;
+  pack.kind = delivered == DType::kFP32 ? OpKind::kPack : OpKind::kConvert;
   pack.bytes = 2 * half;
   const int pack_id = plan.AddOp(
       pack, {},

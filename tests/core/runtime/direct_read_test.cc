@@ -13,6 +13,26 @@ namespace {
 
 TransferPlan PackedPlan(LinkClass link) { return MakePackedPlan(link); }
 
+// Rank 0 sends a [4, 4] bf16 source block as it is (no Pack); rank 1's Unpack widens it into an
+// fp32 destination.
+TransferPlan MakeWideningPlan() {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", 32}};
+  plan.destination_buffers = {{1, "d", 64}};
+  const int slot = plan.AddSlot(1, 32);
+  Op send{.kind = OpKind::kSend, .link = LinkClass::kSameNode, .rank = 0, .peer = 1, .message = 0, .bytes = 32};
+  send.SetData(ByteRange(Space::kSource, 0, 0, 32));
+  plan.AddOp(send);
+  Op recv{.kind = OpKind::kRecv, .link = LinkClass::kSameNode, .rank = 1, .peer = 0, .message = 0, .bytes = 32};
+  recv.SetData(ByteRange(Space::kStaging, slot, 0, 32));
+  const int recv_id = plan.AddOp(recv);
+  Op unpack{.kind = OpKind::kUnpack, .rank = 1, .bytes = 32};
+  plan.AddOp(unpack, {recv_id},
+             {{Matrix(DType::kBF16, Space::kStaging, slot, 0, 4, 4, 4), Fp32Matrix(Space::kDestination, 0, 0, 4, 4, 4)}});
+  return plan;
+}
+
 TEST(DirectReadTest, PackAndUnpackMeetAtTheirStagingOffsets) {
   const TransferPlan plan = PackedPlan(LinkClass::kSameNode);
   for (int rank : {0, 1}) {
@@ -341,6 +361,81 @@ TEST(DirectReadTest, AbbreviatedOfferCarriesTheFullOffersDigest) {
   EXPECT_EQ(DecodeDirectReadOffer(flagged, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
   abbreviated[flags_at] = 0;  // "full", in an abbreviated offer's size
   EXPECT_EQ(DecodeDirectReadOffer(abbreviated, 2, got, got_buffers).code(), StatusCode::kInvalidArgument);
+}
+
+// A Pack that narrows (fp32 into bf16 in staging) gives the message a packed read: the sender's
+// slot 0 at the Pack's offsets, in bf16, to the Unpack's destinations, without converting. The
+// right half of the source (columns 4..7, source offset 16) is packed at slot offset 16 * 2 = 32
+// and unpacked into destination buffer 1; the left half at offset 0 into buffer 0.
+TEST(DirectReadTest, ANarrowingPackGivesTheMessageAPackedRead) {
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode, DType::kBF16);
+  const std::vector<DirectRead> found = FindDirectReads(plan, 1);
+  ASSERT_EQ(found.size(), 1u);
+  const DirectRead& d = found[0];
+  EXPECT_EQ(d.copies[0].from.dtype, DType::kFP32) << "the read itself converts";
+  ASSERT_EQ(d.packed.size(), 1u);
+  const DirectRead& p = d.packed[0];
+  EXPECT_EQ(p.from_slot, 0);
+  EXPECT_EQ(p.source_buffers, std::vector<int>{0});
+  EXPECT_EQ(p.pack_op, d.pack_op);
+  EXPECT_EQ(p.unpack_op, d.unpack_op);
+  EXPECT_TRUE(p.to_slots.empty());
+  ASSERT_EQ(p.copies.size(), 2u);
+  ASSERT_EQ(p.reads.size(), 2u);
+  EXPECT_EQ(p.copies[0].from.space, Space::kStaging);
+  EXPECT_EQ(p.copies[0].from.dtype, DType::kBF16);
+  EXPECT_EQ(p.copies[0].from.offset, 32);
+  EXPECT_EQ(p.copies[0].from.strides[0], 4);  // dense, as packed
+  EXPECT_EQ(p.copies[0].to.buffer, 1);
+  EXPECT_EQ(p.copies[0].to.dtype, DType::kBF16);
+  EXPECT_EQ(p.copies[1].from.offset, 0);
+  EXPECT_EQ(p.copies[1].to.buffer, 0);
+  EXPECT_EQ(p.reads[0].source, 0);
+  EXPECT_EQ(p.reads[0].from_offset, 32);
+  EXPECT_EQ(p.reads[0].from_span, 16 * 2);
+  EXPECT_EQ(p.geometries[0].bytes(), 16 * 2);
+  EXPECT_EQ(LargestOfferBytes(d), DirectReadOfferBytes(1));
+  // The sender knows the packed read too (to offer its slot), without the receiver's copies.
+  const std::vector<DirectRead> sender = FindDirectReads(plan, 0);
+  ASSERT_EQ(sender[0].packed.size(), 1u);
+  EXPECT_TRUE(sender[0].packed[0].copies.empty());
+}
+
+// Messages whose Pack keeps the dtype, or whose Unpack widens, have no packed read: their read
+// moves no more bytes than the message.
+TEST(DirectReadTest, MessagesThatDoNotNarrowHaveNoPackedRead) {
+  for (const TransferPlan& plan : {MakePackedPlan(LinkClass::kSameNode), MakeWideningPlan()}) {
+    const std::vector<DirectRead> found = FindDirectReads(plan, 1);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_TRUE(found[0].packed.empty());
+  }
+}
+
+// The packed offer: one entry (the slot), flagged; accepted only where the message has a packed
+// read of that many buffers. The sender's GPU travels in the header of both kinds.
+TEST(DirectReadTest, PackedOfferIsFlaggedAndNamesTheSendersGpu) {
+  ProcessIdentity owner{99, "0b1e3c5a-5b7e-4a1c-9d7e-123456789abc"};
+  GpuUuid gpu{};
+  for (size_t i = 0; i < gpu.size(); ++i) gpu[i] = static_cast<uint8_t>(0xa0 + i);
+  const PeerBuffer slot{0x7f0000200000, 64, -1, 0, 0};
+  std::vector<uint8_t> wire(static_cast<size_t>(DirectReadOfferBytes(1)));
+  EncodeDirectReadOffer(owner, std::span<const PeerBuffer>(&slot, 1), wire, /*packed=*/true, gpu);
+  OfferHeader got;
+  std::vector<PeerBuffer> buffers;
+  ASSERT_TRUE(DecodeDirectReadOffer(wire, 3, got, buffers, /*packed_buffers=*/1).ok());
+  EXPECT_TRUE(got.packed);
+  EXPECT_EQ(got.gpu, gpu);
+  ASSERT_EQ(buffers.size(), 1u);
+  EXPECT_EQ(buffers[0].address, 0x7f0000200000u);
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 3, got, buffers).code(), StatusCode::kInvalidArgument)
+      << "a packed offer for a message without a packed read";
+  EXPECT_EQ(DecodeDirectReadOffer(wire, 1, got, buffers, 2).code(), StatusCode::kInvalidArgument)
+      << "a packed offer of the wrong number of buffers";
+  std::vector<uint8_t> abbreviated(static_cast<size_t>(AbbreviatedOfferBytes()));
+  EncodeAbbreviatedOffer(owner, 1, 5, abbreviated, /*packed=*/true, gpu);
+  ASSERT_TRUE(DecodeDirectReadOffer(abbreviated, 3, got, buffers, 1).ok());
+  EXPECT_TRUE(got.packed && got.abbreviated);
+  EXPECT_EQ(got.gpu, gpu);
 }
 
 // A forged offer's sizes and offsets cannot wrap into range: negative ones are refused on decode.

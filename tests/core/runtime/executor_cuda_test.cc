@@ -10,10 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <vector>
 
 #include "core/cuda/batched_copy.h"
+#include "core/cuda/pointer.h"
 #include "core/cuda/vmm.h"
+#include "core/runtime/direct_read.h"
+#include "core/runtime/direct_read_protocol.h"
 #include "core/runtime/executor.h"
 #include "tests/core/plan/plan_fixture.h"
 #include "tests/core/runtime/executor_testutil.h"
@@ -269,6 +273,73 @@ TEST(ExecutorCudaTest, ADirectReadIntoDeviceMemoryHoldsNoStaging) {
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
+
+// bf16 of a whole number below 256 (exact): the top half of its float's bits.
+uint16_t ExactBf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// MakePackedPlan's bf16 destinations on the device: "left" holds source columns 0..3 of the 4 x 8
+// fp32 source (Value(0, i) = i), "right" columns 4..7.
+bool NarrowedHalvesArrived(const Rank& r) {
+  for (int half = 0; half < 2; ++half) {
+    uint16_t got[16];
+    if (!cuda::CopyToHost(got, r.memory.destination[static_cast<size_t>(half)].base, sizeof(got)).ok()) return false;
+    for (int i = 0; i < 16; ++i) {
+      if (got[i] != ExactBf16(static_cast<float>((i / 4) * 8 + half * 4 + i % 4))) return false;
+    }
+  }
+  return true;
+}
+
+// The receiver's choice on `auto`: ask for the message packed only when the offer names another
+// GPU than the one it read into (here a made-up UUID against this GPU's own).
+bool AsksToPackOnlyForAnotherGpu() {
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode, DType::kBF16);
+  const std::vector<DirectRead> found = FindDirectReads(plan, 1);
+  Result<GpuUuid> own = cuda::DeviceUuid(0);
+  if (found.size() != 1 || !own.ok()) return false;
+  OfferHistory::Taken taken;
+  taken.device = 0;
+  taken.header.gpu = *own;
+  const bool same = AsksToPack(found[0], taken);
+  taken.header.gpu[0] ^= 0xff;
+  const bool other = AsksToPack(found[0], taken);
+  taken.header.packed = true;
+  const bool already = AsksToPack(found[0], taken);
+  return !same && other && !already;
+}
+
+// Two ranks on this one GPU, a same-node message whose Pack narrows fp32 into bf16, three refits.
+// With executor.convert_on_sender=always the sender's Pack kernel converts into its device staging
+// and the receiver's kernel copies the bf16 bytes from it through CUDA IPC (a packed read); with
+// auto both ranks use one GPU, so the receiver never asks and converts while reading.
+void RunNarrowingOnDevice(const std::string& choice, bool packs) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the executor's CUDA paths are not exercised";
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode, DType::kBF16);
+  auto codes = RunRanks(2, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 2, port, {"executor.convert_on_sender=" + choice}, /*one_node=*/true);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    if (Status s = AllocateDevice(r, plan, rank); !s.ok()) return Report(s);
+    for (int refit = 0; refit < 3; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok()) return Report(stats.status());
+      if (rank == 1 && !NarrowedHalvesArrived(r)) return 2;
+      if (rank == 1 && stats->packed_reads != (packs ? 1 : 0)) return 3;
+      if (rank == 0 && stats->packed_offers_sent != (packs ? 1 : 0)) return 4;
+      if (rank == 0 && packs && stats->staging_arena_bytes == 0) return 6;
+    }
+    if (rank == 1 && !AsksToPackOnlyForAnotherGpu()) return 7;
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(ExecutorCudaTest, ANarrowingMessageIsReadFromTheSendersDeviceStaging) { RunNarrowingOnDevice("always", true); }
+TEST(ExecutorCudaTest, OnOneGpuAutoConvertsWhileReading) { RunNarrowingOnDevice("auto", false); }
 
 }  // namespace
 }  // namespace ferry

@@ -254,6 +254,64 @@ TEST(ExecutorTest, StridedSameNodeMessageIsOneCopyThroughProcessVmReadv) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+// bf16 of a whole number below 256 (exact): the top half of its float's bits.
+uint16_t ExactBf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// MakePackedPlan's destinations in bf16: "left" holds source columns 0..3 of its 4 x 8 fp32
+// matrix, "right" columns 4..7; the source holds Value(0, i) = i.
+bool VerifyNarrowedHalves(const Rank& r) {
+  for (int half = 0; half < 2; ++half) {
+    uint16_t got[16];
+    std::memcpy(got, r.memory.destination[static_cast<size_t>(half)].base, sizeof(got));
+    for (int row = 0; row < 4; ++row) {
+      for (int col = 0; col < 4; ++col) {
+        if (got[row * 4 + col] != ExactBf16(static_cast<float>(row * 8 + half * 4 + col))) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// A same-node message whose Pack narrows (fp32 into bf16 staging), refit three times. With
+// executor.convert_on_sender=always the sender runs its Pack and offers its staging slot, and the
+// receiver copies the 64 bf16 bytes from it (a packed read, through process_vm_readv of the
+// sender's arena); with never, or auto on host memory (whose offers name no GPU), the receiver
+// reads the fp32 source and converts. The same bf16 values arrive either way.
+void RunNarrowingRead(const std::string& choice, bool packs) {
+  const TransferPlan plan = MakePackedPlan(LinkClass::kSameNode, DType::kBF16);
+  auto codes = RunRanks(2, 60, [&](int rank, int port) {
+    auto joined = Join(rank, 2, port, {"executor.convert_on_sender=" + choice}, /*one_node=*/true);
+    if (!joined.ok()) return Report(joined.status());
+    Rank& r = **joined;
+    AllocateHost(r, plan, rank);
+    for (int refit = 0; refit < 3; ++refit) {
+      auto stats = r.executor->Run(plan, r.memory, Deadline::AfterSeconds(30));
+      if (!stats.ok() && stats.status().code() == StatusCode::kFailedPrecondition &&
+          stats.status().message().find("process_vm_readv from peer") != std::string::npos) {
+        return 6;  // ptrace access between processes is denied on this machine
+      }
+      if (!stats.ok()) return Report(stats.status());
+      if (rank == 1 && !VerifyNarrowedHalves(r)) return 2;
+      if (rank == 1 && stats->packed_reads != (packs ? 1 : 0)) return 3;
+      if (rank == 1 && packs && stats->bytes_read_direct != 64) return 4;
+      if (rank == 0 && stats->packed_offers_sent != (packs ? 1 : 0)) return 7;
+      if (stats->bytes_sent != 0) return 8;  // direct either way: no staged message
+      PoisonDestinations(r);
+    }
+    return FinalBarrier(*r.rendezvous.store, "done", rank, 2, 0, Deadline::AfterSeconds(20)).ok() ? 0 : 5;
+  });
+  if (codes[1] == 6) GTEST_SKIP() << "process_vm_readv is not permitted between processes here";
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(ExecutorTest, ANarrowingMessageIsReadFromTheSendersPackedSlot) { RunNarrowingRead("always", true); }
+TEST(ExecutorTest, ANarrowingMessageIsConvertedWhileReadWhenNeverPacked) { RunNarrowingRead("never", false); }
+TEST(ExecutorTest, AutoConvertsWhileReadingHostMemory) { RunNarrowingRead("auto", false); }
+
 TEST(ExecutorTest, DirectReaderOfADeadSenderFailsNamingThePeer) {
   TransferPlan plan = ThreeRankPlan(LinkClass::kSameNode);
   auto codes = RunRanks(3, 60, [&](int rank, int port) {
