@@ -62,6 +62,7 @@ struct SimulateArgs {
   // messages as direct reads, as `ferry run` would.
   bool direct_reads = false;
   bool quantizing_reads = true;  // executor.quantizing_reads
+  ConvertOnSender convert_on_sender = ConvertOnSender::kAuto;  // executor.convert_on_sender
   // Seconds between progress lines on stderr while a stage (planning, simulating) runs; a stage
   // shorter than that prints none. 0: no progress lines.
   double progress_seconds = 5;
@@ -133,6 +134,7 @@ sim::SimOptions SimulatorOptions(const SimulateArgs& args) {
   options.staging_budget = args.staging_budget;
   options.direct_reads = args.direct_reads;
   options.quantizing_reads = args.quantizing_reads;
+  options.convert_on_sender = args.convert_on_sender;
   return options;
 }
 
@@ -268,6 +270,7 @@ Result<Config> SimulationConfig(SimulateArgs* args) {
   if (args->max_in_flight < 0) args->max_in_flight = executor.max_in_flight;
   args->direct_reads = executor.direct_intra_node;
   args->quantizing_reads = executor.quantizing_reads;
+  args->convert_on_sender = executor.convert_on_sender;
   if (args->staging_budget_text.empty()) {
     args->staging_budget = executor.staging_budget;
   } else {

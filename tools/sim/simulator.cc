@@ -323,7 +323,8 @@ class Engine {
   // The link that limited the op's flow when it finished (-1: the flow's own cap); kNoBottleneck
   // for ops whose flow moved no bytes.
   std::vector<int> bottleneck_of_op_;
-  std::vector<char> elided_;  // the Packs and Unpacks of direct reads (SimOptions::direct_reads)
+  // The Unpacks of direct reads and the Packs of those not sent packed (SimOptions::direct_reads).
+  std::vector<char> elided_;
   // Per op on host-memory ranks with ClusterSpec::host_copy_row_rates: how much slower than
   // contiguous bytes its copies go (a direct read's at its send op; host_copy_rates.h); empty
   // without a table.
@@ -345,6 +346,10 @@ class Engine {
   };
   std::vector<ReadTraffic> converting_reads_;
   void FindConvertingReads(const std::vector<DirectRead>& direct_reads);
+  // Leaves DirectRead::packed only on the direct reads whose sender packs them
+  // (SimOptions::convert_on_sender): what the rest of the model reads as "sent packed".
+  void KeepPackedReadsThatPack(std::vector<DirectRead>& direct_reads) const;
+  bool SenderPacks(const DirectRead& d) const;
   // Per Quantize op, the share of its bytes quantizing direct reads leave it (empty when none do:
   // every Quantize op quantizes its whole stack); the reads' traffic goes in converting_reads_.
   std::vector<float> quantize_left_;
@@ -480,9 +485,10 @@ Status Engine::Prepare() {
   std::vector<DirectRead> direct_reads;
   if (opt_.direct_reads) {
     direct_reads = FindDirectReads(plan_, row_rates ? kEveryReceiver : kAnyRank);
+    KeepPackedReadsThatPack(direct_reads);
     elided_.assign(n, 0);
     for (const DirectRead& d : direct_reads) {
-      if (d.pack_op >= 0) elided_[d.pack_op] = 1;
+      if (d.pack_op >= 0 && d.packed.empty()) elided_[d.pack_op] = 1;
       if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
     }
   }
@@ -499,10 +505,29 @@ Status Engine::Prepare() {
   return Status::Ok();
 }
 
+void Engine::KeepPackedReadsThatPack(std::vector<DirectRead>& direct_reads) const {
+  for (DirectRead& d : direct_reads) {
+    if (!SenderPacks(d)) d.packed.clear();
+  }
+}
+
+// The executor's steady state: on `auto` a receiver on another GPU than its sender's asks it to
+// pack, and the sender packs from the message's next run on. Host-memory ranks are modelled
+// never packing.
+bool Engine::SenderPacks(const DirectRead& d) const {
+  if (d.packed.empty() || c_.host_memory_ranks) return false;
+  switch (opt_.convert_on_sender) {
+    case ConvertOnSender::kAlways: return true;
+    case ConvertOnSender::kNever: return false;
+    case ConvertOnSender::kAuto: return GpuOf(d.sender) != GpuOf(d.receiver);
+  }
+  return false;
+}
+
 // A direct read copies from the sender's source into the receiver's destination in one step, so
 // it reads what the elided Pack read and writes what the elided Unpack wrote: where either
 // converts (planner/conversion.h: the Pack narrows, the Unpack widens), other sizes than the
-// message's bytes.
+// message's bytes. A packed read reads the bytes its sender's Pack wrote: the message's.
 void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
   auto bytes = [this](int op, bool from) {
     double total = 0;
@@ -513,7 +538,7 @@ void Engine::FindConvertingReads(const std::vector<DirectRead>& direct_reads) {
   };
   for (const DirectRead& d : direct_reads) {
     const double message = static_cast<double>(plan_.ops[d.send_op].bytes);
-    if (message <= 0) continue;
+    if (message <= 0 || !d.packed.empty()) continue;
     const double read = d.pack_op >= 0 ? bytes(d.pack_op, true) : message;
     const double written = d.unpack_op >= 0 ? bytes(d.unpack_op, false) : message;
     if (read == message && written == message) continue;

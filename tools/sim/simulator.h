@@ -56,6 +56,7 @@
 
 #include "core/base/status.h"
 #include "core/plan/plan.h"
+#include "core/runtime/executor_options.h"
 #include "tools/sim/cluster.h"
 
 namespace ferry::sim {
@@ -132,15 +133,23 @@ struct SimOptions {
   // Same-node messages go as direct reads, as the executor carries them with
   // executor.direct_intra_node on (core/runtime/direct_read.h): for each message FindDirectReads
   // picks, the receiver copies the bytes once, straight from the sender's buffers, so the
-  // message's Pack and Unpack cost nothing. `ferry simulate` sets it from the config for ferry's
-  // plan (on by default, as the executor); the gather-and-broadcast baseline models NCCL's
-  // staged broadcast and keeps it off.
+  // message's Pack (unless its sender packs it: convert_on_sender) and Unpack cost nothing.
+  // `ferry simulate` sets it from the config for ferry's plan (on by default, as the executor);
+  // the gather-and-broadcast baseline models NCCL's staged broadcast and keeps it off.
   bool direct_reads = false;
   // With direct_reads on GPU clusters, a direct read into the twin of a block-scaled matrix
   // quantizes the whole 128x128 blocks it holds as it reads, and the Quantize op only the rest
   // (executor.quantizing_reads, core/runtime/quantizing_read.h); `ferry simulate` sets it from the
   // config.
   bool quantizing_reads = true;
+  // With direct_reads on GPU clusters, where a direct read whose Pack narrows (bf16 into fp8)
+  // converts (executor.convert_on_sender, core/runtime/direct_read.h). Packed (DirectRead::packed),
+  // the sender runs its Pack as a staged one, holding its slot until the read completes, and the
+  // receiver reads the message's bytes; otherwise the Pack costs nothing and the receiver reads
+  // the wider source elements, converting as it copies. kAuto packs exactly the messages between
+  // two GPUs, as the executor does from a message's second run on; `ferry simulate` sets it from
+  // the config.
+  ConvertOnSender convert_on_sender = ConvertOnSender::kAuto;
 };
 
 struct OpTime {

@@ -21,26 +21,42 @@ void RewriteSlots(RankStagingOps& r, const std::function<void(int, std::vector<i
   r.slots = std::move(slots);
 }
 
-// Rewrites each rank's op slots for the messages carried as direct reads: none for their Send,
-// Pack and Unpack, the Unpack's written slots (to_slots) for their Recv.
-void StageAsDirectReads(const TransferPlan& plan, const std::vector<DirectRead>& direct_reads,
-                        std::vector<RankStagingOps>& ranks) {
-  if (direct_reads.empty()) return;
-  constexpr int kKeep = -1, kNone = -2;
-  std::vector<int> read_of(plan.ops.size(), kKeep);  // by op: kKeep, kNone or its direct read
+constexpr int kKeep = -1, kNone = -2, kDataSlot = -3;
+
+// By op, how the direct reads stage it: kKeep (its own slots), kNone, kDataSlot (the slot its
+// data region names) or the index of the direct read its Recv is.
+std::vector<int> ReadStagingOf(const TransferPlan& plan, const std::vector<DirectRead>& direct_reads) {
+  std::vector<int> read_of(plan.ops.size(), kKeep);
   for (size_t i = 0; i < direct_reads.size(); ++i) {
     const DirectRead& d = direct_reads[i];
     for (int op : {d.send_op, d.pack_op, d.unpack_op}) {
       if (op >= 0) read_of[static_cast<size_t>(op)] = kNone;
     }
     read_of[static_cast<size_t>(d.recv_op)] = static_cast<int>(i);
+    if (!d.packed.empty()) {  // the Pack runs staged; the Send holds its slot until the read
+      read_of[static_cast<size_t>(d.pack_op)] = kKeep;
+      read_of[static_cast<size_t>(d.send_op)] = kDataSlot;
+    }
   }
+  return read_of;
+}
+
+// Rewrites each rank's op slots for the messages carried as direct reads: none for their Send,
+// Pack and Unpack, the Unpack's written slots (to_slots) for their Recv; for a packed one its Pack
+// keeps its slots and its Send holds the slot it sends from.
+void StageAsDirectReads(const TransferPlan& plan, const std::vector<DirectRead>& direct_reads,
+                        std::vector<RankStagingOps>& ranks) {
+  if (direct_reads.empty()) return;
+  const std::vector<int> read_of = ReadStagingOf(plan, direct_reads);
   for (RankStagingOps& r : ranks) {
     RewriteSlots(r, [&](int local, std::vector<int>& slots) {
-      const int how = read_of[static_cast<size_t>(r.ids[static_cast<size_t>(local)])];
+      const int id = r.ids[static_cast<size_t>(local)];
+      const int how = read_of[static_cast<size_t>(id)];
       if (how == kKeep) {
         const std::span<const int> own = r.SlotsOf(local);
         slots.insert(slots.end(), own.begin(), own.end());
+      } else if (how == kDataSlot) {
+        slots.push_back(plan.ops[static_cast<size_t>(id)].data.buffer);
       } else if (how >= 0) {
         const std::vector<int>& to = direct_reads[static_cast<size_t>(how)].to_slots;
         slots.insert(slots.end(), to.begin(), to.end());

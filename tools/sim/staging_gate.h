@@ -6,8 +6,9 @@
 // executor carries as direct reads (core/runtime/direct_read.h) stage as it stages them
 // (core/runtime/rank_run.cc, BuildDependencies): the sender's offer and the elided Pack and Unpack
 // take no slots, and the receiver's read holds the slots its Unpack wrote (DirectRead::to_slots);
-// with quantizing reads, a bf16 twin whose blocks the reads landing in it quantize whole takes no
-// slot at all (ElideQuantizedTwins).
+// a message its sender packs (DirectRead::packed) runs its Pack staged, and its offer holds the
+// slot it sends from until the receiver has read it; with quantizing reads, a bf16 twin whose
+// blocks the reads landing in it quantize whole takes no slot at all (ElideQuantizedTwins).
 //
 // Thread-safety: none; one per simulation.
 #pragma once
@@ -29,8 +30,9 @@ namespace ferry::sim {
 class StagingGate {
  public:
   // The gate for `plan` under a per-rank `budget` in bytes (0: unlimited, no op ever waits), its
-  // messages in `direct_reads` carried as direct reads, quantizing the blocks they hold when
-  // `quantizing_reads` (executor.quantizing_reads on GPU ranks). `plan` must outlive the gate.
+  // messages in `direct_reads` carried as direct reads (packed by their sender where their
+  // DirectRead::packed is not empty), quantizing the blocks they hold when `quantizing_reads`
+  // (executor.quantizing_reads on GPU ranks). `plan` must outlive the gate.
   static Result<StagingGate> Make(const TransferPlan& plan, int64_t budget,
                                   const std::vector<DirectRead>& direct_reads = {},
                                   bool quantizing_reads = false);

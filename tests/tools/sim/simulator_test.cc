@@ -2,7 +2,8 @@
 // order in which progressive filling fixes links, classes going idle and returning; host-memory
 // ranks sharing their node's copy rate and message costs), a chain of dependent ops, fan-out,
 // store-and-forward relays, rendezvous of Send/Recv, host staging, direct reads (converting ones
-// moving what they read and write, quantizing ones leaving their Quantize op part of its rows),
+// moving what they read and write, narrowing ones packed on the sender between GPUs, quantizing
+// ones leaving their Quantize op part of its rows),
 // conversions into fp8 at their own rate, kernels of processes sharing a GPU taking turns, the
 // rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
 // saves), the critical path, the progress
@@ -13,6 +14,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "tests/core/plan/plan_fixture.h"
 
@@ -186,6 +188,7 @@ TEST(SimulatorTest, ADirectReadThatConvertsMovesWhatItReadsAndWrites) {
   SimOptions direct;
   direct.staging_budget = 0;
   direct.direct_reads = true;
+  direct.convert_on_sender = ConvertOnSender::kNever;  // between GPUs `auto` packs on the sender
   const SimResult nvlink = SimulatePlan(plan, c, direct);
   EXPECT_NEAR(nvlink.total_time, 128 / 10e9, 1e-18);
   EXPECT_DOUBLE_EQ(nvlink.nvlink_bytes, 128);
@@ -222,6 +225,109 @@ TEST(SimulatorTest, ConversionsIntoFp8RunAtTheFp8ConvertRate) {
   c.fp8_convert_bandwidth = 1e12;
   read = SimulateOnOneGpu(plan, c, direct);
   EXPECT_NEAR(read.total_time, 80 / 100e9, 1e-17);
+}
+
+// Rank 0 packs `messages` [1024, 1024] bf16 matrices of its source buffer, each narrowed into fp8
+// e4m3 in its own 1 MiB staging slot, and sends each over a same-node link to rank 1, which
+// receives it into a slot of its own and unpacks it into a destination buffer. Ops of message k:
+// 4k the Pack, 4k + 1 the Send, 4k + 2 the Recv, 4k + 3 the Unpack.
+constexpr int64_t kSide = 1024, kFp8Bytes = kSide * kSide;
+TransferPlan NarrowingPlan(int messages) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "w", messages * 2 * kFp8Bytes}};
+  for (int k = 0; k < messages; ++k) {
+    plan.destination_buffers.push_back({1, "w" + std::to_string(k), kFp8Bytes});
+    const int send_slot = plan.AddSlot(0, kFp8Bytes), recv_slot = plan.AddSlot(1, kFp8Bytes);
+    const auto fp8 = [](Space space, int buffer) {
+      return Matrix(DType::kFP8E4M3, space, buffer, 0, kSide, kSide, kSide);
+    };
+    Op op;
+    op.kind = OpKind::kPack;
+    op.bytes = kFp8Bytes;
+    const int pack = plan.AddOp(
+        op, {}, {{Matrix(DType::kBF16, Space::kSource, 0, k * 2 * kFp8Bytes, kSide, kSide, kSide),
+                  fp8(Space::kStaging, send_slot)}});
+    op.kind = OpKind::kSend;
+    op.link = LinkClass::kSameNode;
+    op.peer = 1;
+    op.message = k;
+    op.SetData(ByteRange(Space::kStaging, send_slot, 0, kFp8Bytes));
+    plan.AddOp(op, {pack});
+    op.kind = OpKind::kRecv;
+    op.rank = 1;
+    op.peer = 0;
+    op.SetData(ByteRange(Space::kStaging, recv_slot, 0, kFp8Bytes));
+    const int recv = plan.AddOp(op, {});
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = 1;
+    unpack.bytes = kFp8Bytes;
+    plan.AddOp(unpack, {recv}, {{fp8(Space::kStaging, recv_slot), fp8(Space::kDestination, k)}});
+  }
+  return plan;
+}
+
+// One bf16 matrix narrowed to fp8 (2 MiB read, 1 MiB written) between GPUs 0 and 1 of a node:
+// NVLink 10 GB/s, fp8 conversions 50 GB/s of (read + written) / 2 = 1.5 MiB. Packed on the sender
+// (`auto` between GPUs), the Pack converts, 1.5 MiB / 50 GB/s, then the receiver reads the 1 MiB
+// message over NVLink, 1 MiB / 10 GB/s, and its Unpack stays elided. Read wide (`never`), the
+// receiver reads 2 MiB of bf16 over NVLink, 2 MiB / 10 GB/s. Staged, the Unpack copies the fp8
+// at pack_bandwidth (50 GB/s) besides. On one GPU (two processes taking turns) `auto` keeps the
+// wide read, 1.5 MiB of copied bytes capped at 50 GB/s; `always` packs there too: the Pack's
+// 1.5 MiB at 50 GB/s, then the message through the GPU's memory, 1 MiB / 100 GB/s.
+TEST(SimulatorTest, ASenderPacksNarrowingReadsBetweenGpusOnAuto) {
+  const TransferPlan plan = NarrowingPlan(1);
+  const double mib = static_cast<double>(kFp8Bytes);
+  ClusterSpec c = TestCluster();
+  c.fp8_convert_bandwidth = 50e9;
+  SimOptions options;
+  options.staging_budget = 0;
+  options.direct_reads = true;
+  const SimResult packed = SimulatePlan(plan, c, options);
+  EXPECT_NEAR(packed.total_time, 1.5 * mib / 50e9 + mib / 10e9, 1e-15);
+  EXPECT_DOUBLE_EQ(packed.nvlink_bytes, mib);
+  EXPECT_NEAR(packed.op_times[0].end, 1.5 * mib / 50e9, 1e-15) << "the Pack runs";
+  EXPECT_NEAR(packed.op_times[3].end, packed.op_times[2].end, 1e-15) << "the Unpack stays elided";
+  options.convert_on_sender = ConvertOnSender::kNever;
+  const SimResult wide = SimulatePlan(plan, c, options);
+  EXPECT_NEAR(wide.total_time, 2 * mib / 10e9, 1e-15);
+  EXPECT_DOUBLE_EQ(wide.nvlink_bytes, 2 * mib);
+  SimOptions staged = options;
+  staged.direct_reads = false;
+  EXPECT_NEAR(SimulatePlan(plan, c, staged).total_time, 1.5 * mib / 50e9 + mib / 10e9 + mib / 50e9, 1e-15);
+
+  c.ranks_per_gpu = 2;
+  options.convert_on_sender = ConvertOnSender::kAuto;
+  // The wide read's traffic is kept in floats (per send op): equal to 7 digits.
+  EXPECT_NEAR(SimulateOnOneGpu(plan, c, options).total_time, 1.5 * mib / 50e9, 1e-12);
+  options.convert_on_sender = ConvertOnSender::kAlways;
+  EXPECT_NEAR(SimulateOnOneGpu(plan, c, options).total_time, 1.5 * mib / 50e9 + mib / 100e9, 1e-15);
+}
+
+// Three packed messages from rank 0 under a staging budget of two of their 1 MiB slots. As in the
+// executor the sender holds a packed message's slot from its Pack until the receiver has read it:
+// the first two Packs run side by side (1.5 MiB / 50 GB/s each), their messages share NVLink, and
+// the third Pack waits for them to arrive, then its message follows: 2 x 1.5 MiB / 50 GB/s +
+// 3 MiB / 10 GB/s. (Were the slots freed with their Packs, the third Pack would start when the
+// first two end and its message join theirs: one Pack less.) Read wide (`never`) they hold no slot
+// and share NVLink: 3 x 2 MiB / 10 GB/s.
+TEST(SimulatorTest, APackedReadHoldsItsSlotFromThePackUntilTheReadCompletes) {
+  const TransferPlan plan = NarrowingPlan(3);
+  const double mib = static_cast<double>(kFp8Bytes);
+  ClusterSpec c = TestCluster();
+  c.fp8_convert_bandwidth = 50e9;
+  SimOptions options;
+  options.staging_budget = 2 * kFp8Bytes;
+  options.direct_reads = true;
+  const SimResult packed = SimulatePlan(plan, c, options);
+  EXPECT_NEAR(packed.total_time, 2 * 1.5 * mib / 50e9 + 3 * mib / 10e9, 1e-15);
+  EXPECT_EQ(packed.staging_waits, 1);
+  EXPECT_NEAR(packed.op_times[8].start, packed.op_times[1].end, 1e-15) << "the third Pack";
+  options.convert_on_sender = ConvertOnSender::kNever;
+  const SimResult wide = SimulatePlan(plan, c, options);
+  EXPECT_NEAR(wide.total_time, 6 * mib / 10e9, 1e-15);
+  EXPECT_EQ(wide.staging_waits, 0);
 }
 
 // Two processes on one GPU (ranks_per_gpu 2) take turns with their kernels: two Unpacks of 1 MB,
