@@ -86,6 +86,7 @@ struct ExecutorStats {
   int full_offers_sent = 0;        // of those, full offers (the rest were abbreviated)
   int packed_offers_sent = 0;      // of those, of a packed message (direct_read.h, DirectRead::packed)
   int packed_reads = 0;            // direct reads this rank copied from a sender's packed slot
+  int64_t bytes_read_packed = 0;   // of bytes_read_direct, copied from senders' packed slots
   int gpu_tables_built = 0;  // kernel descriptor tables uploaded (the rest reused: gpu_read_tables.h)
   int gpu_batches = 0;       // GPU work submissions, one event each: an op's kernel, or the direct
                              // reads of one progress sweep, or the Quantize ops started together

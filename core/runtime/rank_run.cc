@@ -809,6 +809,7 @@ Status RankRun::CopyRead(int i) {
 // (the packed read writes no twins: FindDirectReads gives messages into them none).
 Status RankRun::CopyPackedRead(int i, const DirectRead& packed, const OfferHistory::Taken& taken) {
   stats_.bytes_read_direct += taken.bytes;
+  stats_.bytes_read_packed += taken.bytes;
   stats_.bytes_copied += taken.bytes;
   TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
   path.bytes_received += taken.bytes;

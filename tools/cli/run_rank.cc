@@ -235,6 +235,7 @@ Result<RefitSample> RunOnce(const RankContext& c, const RunVariant& variant, Ref
     sample.bytes_copied = stats->executor.bytes_copied;
     sample.bytes_read_direct = stats->executor.bytes_read_direct;
     sample.bytes_quantized_direct = stats->executor.bytes_quantized_direct;
+    sample.bytes_read_packed = stats->executor.bytes_read_packed;
     sample.bytes_delivered = stats->bytes_delivered;
     sample.peak_staging = stats->executor.peak_staging_bytes;
     sample.executor_seconds = stats->executor.seconds;

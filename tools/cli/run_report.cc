@@ -36,7 +36,7 @@ std::string RankSample::Encode() const {
   std::ostringstream out;
   out << start_ns << ' ' << end_ns << ' ' << bytes_sent << ' ' << bytes_copied << ' ' << peak_staging << ' '
       << executor_seconds << ' ' << bytes_read_direct << ' ' << instant_ns << ' ' << known_ns << ' '
-      << bytes_delivered << ' ' << bytes_quantized_direct << ' ' << by_transport.size();
+      << bytes_delivered << ' ' << bytes_quantized_direct << ' ' << bytes_read_packed << ' ' << by_transport.size();
   for (const auto& [name, t] : by_transport) {
     out << ' ' << name << ' ' << t.bytes_sent << ' ' << t.messages_sent << ' ' << t.bytes_received << ' '
         << t.messages_received;
@@ -51,11 +51,12 @@ Result<RankSample> RankSample::Decode(const std::string& text) {
   const std::string what = "not a refit sample: '" + text.substr(0, 64) + "'";
   if (!(in >> s.start_ns >> s.end_ns >> s.bytes_sent >> s.bytes_copied >> s.peak_staging >> s.executor_seconds >>
         s.bytes_read_direct >> s.instant_ns >> s.known_ns >> s.bytes_delivered >> s.bytes_quantized_direct >>
-        paths)) {
+        s.bytes_read_packed >> paths)) {
     return InvalidArgument(what);
   }
   if (s.bytes_delivered < 0) return InvalidArgument(what + ": negative bytes delivered");
   if (s.bytes_quantized_direct < 0) return InvalidArgument(what + ": negative bytes quantized");
+  if (s.bytes_read_packed < 0) return InvalidArgument(what + ": negative bytes read packed");
   if (paths > kMaxPaths) {
     return InvalidArgument(what + ": " + std::to_string(paths) + " transports, at most " + std::to_string(kMaxPaths));
   }
@@ -107,6 +108,7 @@ RefitSample AggregateSamples(const std::vector<RankSample>& samples) {
     all.bytes_copied += s.bytes_copied;
     all.bytes_read_direct += s.bytes_read_direct;
     all.bytes_quantized_direct += s.bytes_quantized_direct;
+    all.bytes_read_packed += s.bytes_read_packed;
     all.bytes_delivered += s.bytes_delivered;
     for (const auto& [name, traffic] : s.by_transport) all.by_transport[name] += traffic;
     all.longest_rank_seconds = std::max(all.longest_rank_seconds, s.executor_seconds);
@@ -232,6 +234,7 @@ std::string FormatRunReport(const std::string& description, int64_t delivered, d
   row("sent by transports", [&](const VariantSummary& s) { return bytes(s.last.bytes_sent); });
   row("read from peers directly", [&](const VariantSummary& s) { return bytes(s.last.bytes_read_direct); });
   row("  of which quantized as read", [&](const VariantSummary& s) { return bytes(s.last.bytes_quantized_direct); });
+  row("  of which packed by senders", [&](const VariantSummary& s) { return bytes(s.last.bytes_read_packed); });
   for (const std::string& path : PathNames(summaries)) {
     const std::string label = "received over " + path;
     row(label.c_str(), [&](const VariantSummary& s) {

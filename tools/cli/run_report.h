@@ -25,6 +25,7 @@ struct RankSample {
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging = 0, bytes_read_direct = 0;
   int64_t bytes_delivered = 0;  // RefitStats::bytes_delivered
   int64_t bytes_quantized_direct = 0;  // ExecutorStats::bytes_quantized_direct
+  int64_t bytes_read_packed = 0;       // ExecutorStats::bytes_read_packed
   double executor_seconds = 0;
   std::map<std::string, TransportTraffic> by_transport;  // ExecutorStats::by_transport
 
@@ -41,6 +42,7 @@ struct RefitSample {
   int64_t bytes_sent = 0, bytes_copied = 0, peak_staging_max = 0, peak_staging_sum = 0;
   int64_t bytes_read_direct = 0;
   int64_t bytes_quantized_direct = 0;  // of bytes_read_direct, quantized into fp8 as read
+  int64_t bytes_read_packed = 0;       // of bytes_read_direct, from senders' packed slots
   // Destination bytes the refit wrote, summed over the ranks: the whole layout's, or for a refit
   // resumed after a recovery (`resumed`) only what the failed attempt had left.
   int64_t bytes_delivered = 0;

@@ -55,7 +55,7 @@ refit() {
     tail -15 "$LOG/$name.log"
     FAILED=1
   fi
-  grep -h "plain .*memcpy\|verified\|quantized as read" "$LOG/$name.log" | head -4
+  grep -h "plain .*memcpy\|verified\|quantized as read\|packed by senders" "$LOG/$name.log" | head -5
 }
 
 refit direct vllm:tp=2 reshard 3

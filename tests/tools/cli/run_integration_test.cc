@@ -59,18 +59,30 @@ TEST(RunIntegrationTest, QwenMoeFusedW13OverUcxBothStrategies) {
       << o.output;
 }
 
+// The report's row `label`, from the label to the end of its line.
+std::string RowOf(const std::string& output, const std::string& label) {
+  const size_t row = output.find(label);
+  return row == std::string::npos ? std::string() : output.substr(row, output.find('\n', row) - row);
+}
+
 // fp8 weights on the destination: verified against the CPU reference, with direct reads (the
-// receiver converts while reading) and through tcp alone (the sender packs and converts).
+// receiver converts while reading; on host memory `auto` never packs), with direct reads the
+// senders pack (executor.convert_on_sender=always: the receivers copy fp8 from the senders'
+// staging), and through tcp alone (the sender packs and converts).
 TEST(RunIntegrationTest, Fp8DestinationWeightsVerifiedWithAndWithoutDirectReads) {
-  for (const char* direct : {"true", "false"}) {
+  for (const char* setting : {"executor.direct_intra_node=true", "executor.convert_on_sender=always",
+                              "executor.direct_intra_node=false"}) {
     Outcome o = RunFerry({"run", "--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
                           "megatron:tp=2,ep=2", "--dst", "vllm:tp=2", "--dst-dtype", "fp8_e4m3",
-                          "--verify", "--iterations", "1", "--warmup", "0", "--set",
-                          std::string("executor.direct_intra_node=") + direct},
+                          "--verify", "--iterations", "1", "--warmup", "0", "--set", setting},
                          120);
     EXPECT_EQ(o.exit_code, 0) << o.output;
     EXPECT_EQ(Count(o.output, "bit-exact to the CPU conversion reference"), 1) << o.output;
     EXPECT_NE(o.output.find("(weights as fp8_e4m3)"), std::string::npos) << o.output;
+    const std::string packed = RowOf(o.output, "of which packed by senders");
+    ASSERT_FALSE(packed.empty()) << o.output;
+    const bool packs = std::string(setting) == "executor.convert_on_sender=always";
+    EXPECT_EQ(packed.find("iB") != std::string::npos, packs) << packed;
   }
 }
 

@@ -21,6 +21,7 @@ TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
   sample.bytes_sent = 300;
   sample.bytes_delivered = 2024;
   sample.bytes_quantized_direct = 1536;
+  sample.bytes_read_packed = 512;
   sample.by_transport["tcp"] = TransportTraffic{100, 2, 50, 1};
   sample.by_transport[std::string(kDirectReadPath)] = TransportTraffic{0, 0, 4096, 3};
   auto decoded = RankSample::Decode(sample.Encode());
@@ -30,6 +31,7 @@ TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
   EXPECT_EQ(decoded->known_ns, 8);
   EXPECT_EQ(decoded->bytes_delivered, 2024);
   EXPECT_EQ(decoded->bytes_quantized_direct, 1536);
+  EXPECT_EQ(decoded->bytes_read_packed, 512);
   ASSERT_EQ(decoded->by_transport.size(), 2u);
   EXPECT_EQ(decoded->by_transport["tcp"].bytes_sent, 100);
   EXPECT_EQ(decoded->by_transport["tcp"].messages_received, 1);
@@ -37,10 +39,12 @@ TEST(RankSampleTest, InstantAndTrafficPerTransportRoundTrip) {
 }
 
 TEST(RankSampleTest, HostileTransportEntriesAreRefused) {
-  const std::string head = "1 2 3 4 5 0.5 6 7 8 9 10 ";
-  EXPECT_NE(RankSample::Decode("1 2 3 4 5 0.5 6 7 8 -9 0 0").status().message().find("negative bytes delivered"),
+  const std::string head = "1 2 3 4 5 0.5 6 7 8 9 10 11 ";
+  EXPECT_NE(RankSample::Decode("1 2 3 4 5 0.5 6 7 8 -9 0 0 0").status().message().find("negative bytes delivered"),
             std::string::npos);
-  EXPECT_NE(RankSample::Decode("1 2 3 4 5 0.5 6 7 8 9 -10 0").status().message().find("negative bytes quantized"),
+  EXPECT_NE(RankSample::Decode("1 2 3 4 5 0.5 6 7 8 9 -10 0 0").status().message().find("negative bytes quantized"),
+            std::string::npos);
+  EXPECT_NE(RankSample::Decode("1 2 3 4 5 0.5 6 7 8 9 10 -11 0").status().message().find("negative bytes read packed"),
             std::string::npos);
   EXPECT_NE(RankSample::Decode(head + "100000").status().message().find("at most 64"), std::string::npos);
   EXPECT_NE(RankSample::Decode(head + "2 tcp 1 1 1 1").status().message().find("entry 1 is cut short"),
