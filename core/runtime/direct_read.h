@@ -104,6 +104,10 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank);
 // plan. O(ops).
 uint64_t PlanFingerprint(const TransferPlan& plan);
 
+// The sender's GPU as its offer names it: the CUDA device UUID of the buffers offered (all zero:
+// host memory, or unknown).
+using GpuUuid = std::array<uint8_t, 16>;
+
 // The offer a sender puts on the wire: its identity and, per entry of `source_buffers`, where the
 // buffer lives, with a digest of those entries. A repeated refit reads the same buffers every
 // step, so after the receiver has taken a full offer the sender may send an *abbreviated* one:
@@ -111,10 +115,6 @@ uint64_t PlanFingerprint(const TransferPlan& plan);
 // that digest (offer_history.h) or asks for the full offer again. The digest is FNV-1a over the
 // entries' bytes: it tells honest peers' caches apart, not attackers (the channel is authenticated
 // and a full offer is checked in full).
-// The sender's GPU as its offer names it: the CUDA device UUID of the buffers offered (all zero:
-// host memory, or unknown).
-using GpuUuid = std::array<uint8_t, 16>;
-
 struct OfferHeader {
   ProcessIdentity owner;
   bool abbreviated = false;

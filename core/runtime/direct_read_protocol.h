@@ -203,7 +203,7 @@ Result<int64_t> ResolveOffer(const DirectRead& read, std::span<const uint8_t> of
 // returns the copies kept for the full offer of the same kind and digest from the same
 // (verified) process, resolved again if this rank's destination buffers or `slots` changed
 // since, or null when none is kept (the caller asks for the full offer). A packed offer is
-// resolved against read.packed (Taken::packed; its copies follow that read's geometries).
+// resolved against read.packed (Taken::header.packed; its copies follow that read's geometries).
 // `elided_slots`: ReadTargets::elided. The result is valid until the history's next use.
 Result<const OfferHistory::Taken*> TakeOffer(uint64_t generation, int index,
                                              const DirectRead& read,
