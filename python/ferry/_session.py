@@ -181,8 +181,10 @@ class Refit:
         FerryError naming an unregistered buffer or what failed; after a failure call
         session.recreate() on every rank before the next run. The stats include
         bytes_received_by_transport: the plan bytes each transport (and "direct_read") delivered
-        to this rank, and peer_cuda_mappings: the peers' CUDA allocations and VMM ranges this
-        rank keeps mapped for direct reads (one per sender allocation or joined VMM range)."""
+        to this rank, peer_cuda_mappings: the peers' CUDA allocations and VMM ranges this
+        rank keeps mapped for direct reads (one per sender allocation or joined VMM range),
+        bytes_read_packed: of bytes_read_direct, those read from senders' packed staging
+        (executor.convert_on_sender), and gpu_batches: the GPU work submissions of the run."""
         seconds = 0.0 if timeout is None else _seconds("timeout", timeout)
         return Stats(**self._impl.run(seconds, _stream_handle(stream)))
 

@@ -174,6 +174,8 @@ py::dict StatsDict(const RefitStats& s) {
   d["bytes_copied"] = s.executor.bytes_copied;
   d["bytes_read_direct"] = s.executor.bytes_read_direct;
   d["bytes_quantized_direct"] = s.executor.bytes_quantized_direct;
+  d["bytes_read_packed"] = s.executor.bytes_read_packed;
+  d["gpu_batches"] = s.executor.gpu_batches;
   d["peak_staging_bytes"] = s.executor.peak_staging_bytes;
   d["peer_cuda_mappings"] = s.executor.peer_cuda_mappings;
   py::dict by_transport;  // plan bytes each transport (and "direct_read") delivered to this rank

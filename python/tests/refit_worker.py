@@ -125,6 +125,13 @@ def main() -> int:
                 print(f"rank {rank} step {step}: {mapped} peer CUDA mappings with {backend} buffers "
                       f"and {stats.bytes_read_direct} bytes read directly", file=sys.stderr)
                 return 1
+            # On executor.convert_on_sender=auto, senders pack only for receivers on another GPU:
+            # never on host memory, nor between processes of one GPU (every run of this worker).
+            # Host buffers take no GPU work.
+            if stats.bytes_read_packed != 0 or (backend != "cuda" and stats.gpu_batches != 0):
+                print(f"rank {rank} step {step}: {stats.bytes_read_packed} bytes read from packed slots, "
+                      f"{stats.gpu_batches} GPU submissions", file=sys.stderr)
+                return 1
             held_bytes = sum(as_numpy(ferry.fragment_view(arrays[f.buffer], f, dtype_of(dst)[f.tensor])).nbytes
                              for f in dst.fragments(rank))
             if stats.bytes_delivered != held_bytes:
