@@ -370,9 +370,12 @@ void PutHeader(uint8_t*& p, const ProcessIdentity& owner, size_t num_buffers, ui
 
 }  // namespace
 
+size_t PackedOfferBuffers(const DirectRead& read) {
+  return read.packed.empty() ? 0 : read.packed.front().source_buffers.size();
+}
+
 int64_t LargestOfferBytes(const DirectRead& read) {
-  const size_t packed = read.packed.empty() ? 0 : read.packed.front().source_buffers.size();
-  return DirectReadOfferBytes(std::max(read.source_buffers.size(), packed));
+  return DirectReadOfferBytes(std::max(read.source_buffers.size(), PackedOfferBuffers(read)));
 }
 
 uint64_t EncodeDirectReadOffer(const ProcessIdentity& owner, std::span<const PeerBuffer> buffers,

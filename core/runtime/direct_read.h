@@ -127,6 +127,8 @@ struct OfferHeader {
 // Bytes of a full offer of `num_buffers` buffers, and of an abbreviated one.
 int64_t DirectReadOfferBytes(size_t num_buffers);
 int64_t AbbreviatedOfferBytes();
+// The buffers a packed offer of `read` names (0: `read` has no packed read).
+size_t PackedOfferBuffers(const DirectRead& read);
 // The most bytes an offer of `read` may take, of either kind (the receiver posts this much).
 int64_t LargestOfferBytes(const DirectRead& read);
 // Writes the full offer (of the packed read when `packed`) into `out`, which must hold

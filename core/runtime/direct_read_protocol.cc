@@ -174,7 +174,7 @@ bool OfferWriter::PackRequested(uint64_t generation, int index) {
 
 Status CheckOfferSize(const DirectRead& read, int64_t received) {
   const int64_t expected = DirectReadOfferBytes(read.source_buffers.size());
-  const int64_t packed = read.packed.empty() ? -1 : DirectReadOfferBytes(read.packed.front().source_buffers.size());
+  const int64_t packed = read.packed.empty() ? -1 : DirectReadOfferBytes(PackedOfferBuffers(read));
   if (received == expected || received == packed || received == AbbreviatedOfferBytes()) return Status::Ok();
   return InvalidArgument("direct-read offer of " + std::to_string(received) +
                          " bytes, expected " + std::to_string(expected) +
@@ -412,8 +412,7 @@ bool SameMemory(const OfferHistory::Taken& taken, const ReadTargets& targets) {
 // Decodes an offer for `read`: of its source buffers, or of its packed read's one slot.
 Status DecodeOffer(const DirectRead& read, std::span<const uint8_t> offer, OfferHeader& header,
                    std::vector<PeerBuffer>& buffers) {
-  const size_t packed = read.packed.empty() ? 0 : read.packed.front().source_buffers.size();
-  return DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers, packed);
+  return DecodeDirectReadOffer(offer, read.source_buffers.size(), header, buffers, PackedOfferBuffers(read));
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ Status RankRun::SetUp() {
   ids_ = plan_.OpsOfRank(rank_);
   n_ = static_cast<int>(ids_.size());
   for (int i = 0; i < n_; ++i) local_[ids_[i]] = i;
-  AssignDirectRoles();
+  FERRY_RETURN_IF_ERROR(AssignDirectRoles());
   FERRY_RETURN_IF_ERROR(BuildDependencies());
   FERRY_RETURN_IF_ERROR(ReserveStaging());
   Status registered = RegisterMemory();
@@ -85,7 +85,7 @@ Status RankRun::CheckRunnable() const {
 
 // Same-node messages carried as one copy by the receiver: which of this rank's ops take part, and
 // the control buffer their offers travel in.
-void RankRun::AssignDirectRoles() {
+Status RankRun::AssignDirectRoles() {
   directs_ = &res_.direct_reads.Find(plan_, rank_, res_.options.direct_intra_node);
   plan_generation_ = res_.direct_reads.generation();
   roles_ = DirectReadRoles::Assign(*directs_, rank_, local_, n_);
@@ -93,7 +93,9 @@ void RankRun::AssignDirectRoles() {
     res_.control.resize(static_cast<size_t>(roles_.control_bytes));
   }
   const ConvertOnSender choice = res_.options.convert_on_sender;
-  if (choice == ConvertOnSender::kNever || !CanOfferSlots()) return;
+  if (choice == ConvertOnSender::kNever) return Status::Ok();
+  FERRY_ASSIGN_OR_RETURN(bool can_offer, CanOfferSlots());
+  if (!can_offer) return Status::Ok();
   for (size_t k = 0; k < directs_->size(); ++k) {
     const DirectRead& d = (*directs_)[k];
     if (d.sender != rank_ || d.packed.empty()) continue;
@@ -102,20 +104,19 @@ void RankRun::AssignDirectRoles() {
       roles_.Pack(*directs_, index, local_);
     }
   }
+  return Status::Ok();
 }
 
 // Whether this rank's staging slots can be offered for packed reads: its receivers read them as
 // they read its buffers, so on a GPU rank the arena must be device memory, which it is when every
-// transport its staged messages take moves CUDA memory (staging_memory.h); a packed Send is no
-// staged message, so this does not depend on which messages pack.
-bool RankRun::CanOfferSlots() {
-  for (int i = 0; on_gpu_ && i < n_; ++i) {
-    const Op& op = OpAt(i);
-    if (!IsMessageKind(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
-    Result<Transport*> t = comm_.TransportFor(op.peer);
-    if (!t.ok() || !(*t)->capabilities().cuda_memory) return false;
-  }
-  return true;
+// transport its staged messages take moves CUDA memory (staging_memory.h). Every staged message
+// counts, not only those StagesOnDevice sees (bounce slots are not known yet), so this may say no
+// where the arena turns out device memory, never the reverse; a packed Send is no staged message,
+// so the answer does not depend on which messages pack.
+Result<bool> RankRun::CanOfferSlots() {
+  if (!on_gpu_) return true;
+  FERRY_ASSIGN_OR_RETURN(std::vector<StagingTransport> transports, StagedTransports(/*all=*/true));
+  return std::all_of(transports.begin(), transports.end(), [](const StagingTransport& t) { return t.cuda_memory; });
 }
 
 // Op i's copies as the plan cache keeps them (op_copies.h), analysed on their first use.
@@ -320,16 +321,24 @@ Status RankRun::ReserveStaging() {
 // Whether this rank's staging is device memory: StageOnDevice of the transports its staged
 // messages go through (staging_memory.h).
 Result<bool> RankRun::StagesOnDevice() {
+  if (!on_gpu_) return StageOnDevice(rank_, on_gpu_, {});
+  FERRY_ASSIGN_OR_RETURN(std::vector<StagingTransport> transports, StagedTransports(/*all=*/false));
+  return StageOnDevice(rank_, on_gpu_, transports);
+}
+
+// The transports this rank's staged messages take (repeats kept): of every staged message with
+// `all`, else of those sent from or received into staging (a slot, or a bounce slot).
+Result<std::vector<StagingTransport>> RankRun::StagedTransports(bool all) {
   std::vector<StagingTransport> transports;
-  for (int i = 0; on_gpu_ && i < n_; ++i) {
+  for (int i = 0; i < n_; ++i) {
     const Op& op = OpAt(i);
     if (!IsMessageKind(op.kind) || roles_.role[i] != DirectRole::kStaged) continue;
-    if (op.data.space != Space::kStaging && bounce_of_[i] < 0) continue;
+    if (!all && op.data.space != Space::kStaging && bounce_of_[i] < 0) continue;
     FERRY_ASSIGN_OR_RETURN(Transport * t, comm_.TransportFor(op.peer));
     const TransportCapabilities caps = t->capabilities();
     transports.push_back({std::string(t->name()), caps.host_memory, caps.cuda_memory});
   }
-  return StageOnDevice(rank_, on_gpu_, transports);
+  return transports;
 }
 
 // Registers, with every transport this rank posts on, the memory its network ops send from or
@@ -782,40 +791,32 @@ Status RankRun::CopyRead(int i) {
   }
   if (taken == nullptr) return AskForFullOffer(i);
   ask_pack_[i] = AsksToPack(d, *taken);
-  if (taken->header.packed) {
-    ++stats_.packed_reads;
-    return CopyPackedRead(i, d.packed.front(), *taken);
-  }
-  const int64_t bytes = taken->bytes;
+  return CopyTaken(i, taken->header.packed ? d.packed.front() : d, *taken);
+}
+
+// Receiver, an offer taken: the copies of `read`, the message's read or, for a packed offer, its
+// packed read (which writes no twins and so quantizes nothing: FindDirectReads gives messages
+// into twins none).
+Status RankRun::CopyTaken(int i, const DirectRead& read, const OfferHistory::Taken& taken) {
+  const bool packed = taken.header.packed;
+  const int64_t bytes = taken.bytes;
   stats_.bytes_read_direct += bytes;
+  stats_.packed_reads += packed;
+  stats_.bytes_read_packed += packed ? bytes : 0;
   TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
   path.bytes_received += bytes;
   ++path.messages_received;
-  if (taken->on_gpu) {
-    if (d.quantizing.quantizes() && res_.options.quantizing_reads) {
-      FERRY_ASSIGN_OR_RETURN(bool queued, QueueQuantizingRead(i, d, taken->ends));
+  if (taken.on_gpu) {
+    if (read.quantizing.quantizes() && res_.options.quantizing_reads) {
+      FERRY_ASSIGN_OR_RETURN(bool queued, QueueQuantizingRead(i, read, taken.ends));
       if (queued) return Status::Ok();
     }
-    if (Elides(d)) return Internal(Describe(i) + " writes an elided twin but did not quantize");
+    if (Elides(read)) return Internal(Describe(i) + " writes an elided twin but did not quantize");
     stats_.bytes_copied += bytes;
-    return QueueGpuRead(i, HistoryIndex(k, false), d.geometries, taken->ends);
+    return QueueGpuRead(i, HistoryIndex(roles_.direct_of[i], packed), read.geometries, taken.ends);
   }
-  if (Elides(d)) return Internal(Describe(i) + " writes an elided twin from host memory");
-  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, d.geometries, taken->ends, bytes));
-  return done ? FinishRead(i) : Status::Ok();
-}
-
-// Receiver, a packed offer taken: the message's bytes from the sender's slot, copied as they are
-// (the packed read writes no twins: FindDirectReads gives messages into them none).
-Status RankRun::CopyPackedRead(int i, const DirectRead& packed, const OfferHistory::Taken& taken) {
-  stats_.bytes_read_direct += taken.bytes;
-  stats_.bytes_read_packed += taken.bytes;
-  stats_.bytes_copied += taken.bytes;
-  TransportTraffic& path = stats_.by_transport[std::string(kDirectReadPath)];
-  path.bytes_received += taken.bytes;
-  ++path.messages_received;
-  if (taken.on_gpu) return QueueGpuRead(i, HistoryIndex(roles_.direct_of[i], true), packed.geometries, taken.ends);
-  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, packed.geometries, taken.ends, taken.bytes));
+  if (Elides(read)) return Internal(Describe(i) + " writes an elided twin from host memory");
+  FERRY_ASSIGN_OR_RETURN(bool done, DispatchCopies(i, read.geometries, taken.ends, bytes));
   return done ? FinishRead(i) : Status::Ok();
 }
 
@@ -881,8 +882,7 @@ Status RankRun::AskForFullOffer(int i) {
 Status RankRun::FinishRead(int i) {
   const int k = roles_.direct_of[i];
   FERRY_RETURN_IF_ERROR(comm_.peer_processes()->CheckAlive((*directs_)[k].sender));
-  if (!ask_pack_[i]) return PostControl(i, true, comm_.AckTag((*directs_)[k].message), roles_.control_offset[k], 0);
-  return PostControl(i, true, comm_.AckTag((*directs_)[k].message), AnswerOffset(k), kPackAnswer);
+  return PostControl(i, true, comm_.AckTag((*directs_)[k].message), AnswerOffset(k), ask_pack_[i] ? kPackAnswer : 0);
 }
 
 // --- progress ---------------------------------------------------------------------------------

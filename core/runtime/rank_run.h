@@ -69,6 +69,7 @@
 #include "core/runtime/registration_cache.h"
 #include "core/runtime/run_trace.h"
 #include "core/runtime/staging_arena.h"
+#include "core/runtime/staging_memory.h"
 #include "core/runtime/transport.h"
 
 namespace ferry {
@@ -129,12 +130,13 @@ class RankRun {
 
   // --- set-up ---
   Status CheckRunnable() const;
-  void AssignDirectRoles();
+  Status AssignDirectRoles();
   Result<const OpCopies*> CopiesOf(int i);
   Status BuildDependencies();
   void ElideQuantizedTwins();
   Status ReserveStaging();
   Result<bool> StagesOnDevice();
+  Result<std::vector<StagingTransport>> StagedTransports(bool all);
   Status RegisterMemory();
   Status RegisterBlock(Transport* transport, const MemoryDesc& block, bool cacheable);
   // Whether the transport that carries messages to `peer` moves CUDA memory itself (no bounce).
@@ -186,8 +188,8 @@ class RankRun {
   Status OnAnswer(int i);
   Status StartRead(int i);
   Status CopyRead(int i);
-  Status CopyPackedRead(int i, const DirectRead& packed, const OfferHistory::Taken& taken);
-  bool CanOfferSlots();
+  Status CopyTaken(int i, const DirectRead& read, const OfferHistory::Taken& taken);
+  Result<bool> CanOfferSlots();
   MemoryDesc SlotMemory(int slot) const;
   std::vector<MemoryDesc> SlotTargets(const DirectRead& d) const;
   std::vector<char> ElidedSlots(const DirectRead& d) const;

@@ -298,6 +298,8 @@ void RunNarrowingRead(const std::string& choice, bool packs) {
       if (rank == 1 && !VerifyNarrowedHalves(r)) return 2;
       if (rank == 1 && stats->packed_reads != (packs ? 1 : 0)) return 3;
       if (rank == 1 && packs && stats->bytes_read_direct != 64) return 4;
+      // The receiver's only copy is its read: its Unpack is elided either way.
+      if (rank == 1 && stats->bytes_copied != stats->bytes_read_direct) return 9;
       if (rank == 0 && stats->packed_offers_sent != (packs ? 1 : 0)) return 7;
       if (stats->bytes_sent != 0) return 8;  // direct either way: no staged message
       PoisonDestinations(r);
