@@ -17,6 +17,7 @@
 #include "core/runtime/quantizing_read.h"
 #include "tools/sim/finish_heap.h"
 #include "tools/sim/host_copy_rates.h"
+#include "tools/sim/kernel_stream.h"
 #include "tools/sim/share_heap.h"
 #include "tools/sim/staging_gate.h"
 
@@ -73,6 +74,9 @@ struct Flow {
   int op_a = -1;
   int op_b = -1;
   int ingress_node = -1;  // destination node of a network flow
+  // The rank whose CUDA stream runs this flow as a kernel (a local op or a direct read on a GPU
+  // cluster), -1 for a flow no stream of ferry's runs (a transport's message, a host copy).
+  int stream = -1;
   // Order of its start among all flows: breaks ties between members of a class due at the same
   // service, as the record's index did before records were reused.
   int seq = -1;
@@ -133,7 +137,8 @@ bool SameClassKey(const FlowClass& c, const Flow& f) {
   return true;
 }
 
-enum class EventType : uint8_t { kFlowStart, kOpDone };
+// kStreamFree: a rank's launch finished; the next one queued on its stream starts.
+enum class EventType : uint8_t { kFlowStart, kOpDone, kStreamFree };
 
 struct Event {
   double t;
@@ -237,6 +242,8 @@ class Engine {
   int NewFlow(const Flow& f);  // stores f in a free record, returns its index
   void StartFlow(int id, double overhead, double t);
   void OnFlowStart(int f, double t);
+  void RunFlow(int f, double t);  // the flow's bytes start moving at t
+  void OnStreamFree(int rank, double t);
   void OnFlowFinish(int f, double t);
   void OnOpDone(int op, double t);
   void Settle(FlowClass& c, double now);
@@ -323,8 +330,17 @@ class Engine {
   // The link that limited the op's flow when it finished (-1: the flow's own cap); kNoBottleneck
   // for ops whose flow moved no bytes.
   std::vector<int> bottleneck_of_op_;
-  // The Unpacks of direct reads and the Packs of those not sent packed (SimOptions::direct_reads).
-  std::vector<char> elided_;
+  // Per op with SimOptions::direct_reads: the Unpacks of direct reads and the Packs of those not
+  // sent packed are elided (they cost nothing), the Sends of messages carried as direct reads are
+  // read by their receivers (a kernel on the receiver's stream).
+  enum class DirectRole : char { kStaged, kElided, kRead };
+  std::vector<DirectRole> direct_role_;
+  // Per rank of a GPU cluster (empty for host-memory ranks): its executor's one CUDA stream
+  // (kernel_stream.h), which runs the kernels of its local ops and of its direct reads, and the
+  // op whose kernel finished last there (the critical path's link for a launch that waited).
+  std::vector<KernelStream> streams_;
+  std::vector<int> stream_last_op_;
+  std::vector<int> stream_starts_;  // scratch: the flows a stream hands back to start
   // Per op on host-memory ranks with ClusterSpec::host_copy_row_rates: how much slower than
   // contiguous bytes its copies go (a direct read's at its send op; host_copy_rates.h); empty
   // without a table.
@@ -419,6 +435,10 @@ Status Engine::Prepare() {
   post_free_.assign(plan_.num_ranks, 0.0);
   load_free_.assign(plan_.num_ranks, 0.0);
   waiting_.assign(plan_.num_ranks, {});
+  if (!c_.host_memory_ranks) {
+    streams_.assign(static_cast<size_t>(plan_.num_ranks), {});
+    stream_last_op_.assign(streams_.size(), -1);
+  }
   if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
   if (opt_.staging_budget < 0) return InvalidArgument("staging_budget must be >= 0");
   std::vector<int> count(n + 1, 0);
@@ -486,10 +506,11 @@ Status Engine::Prepare() {
   if (opt_.direct_reads) {
     direct_reads = FindDirectReads(plan_, row_rates ? kEveryReceiver : kAnyRank);
     KeepPackedReadsThatPack(direct_reads);
-    elided_.assign(n, 0);
+    direct_role_.assign(n, DirectRole::kStaged);
     for (const DirectRead& d : direct_reads) {
-      if (d.pack_op >= 0 && d.packed.empty()) elided_[d.pack_op] = 1;
-      if (d.unpack_op >= 0) elided_[d.unpack_op] = 1;
+      if (d.pack_op >= 0 && d.packed.empty()) direct_role_[d.pack_op] = DirectRole::kElided;
+      if (d.unpack_op >= 0) direct_role_[d.unpack_op] = DirectRole::kElided;
+      direct_role_[d.send_op] = DirectRole::kRead;
     }
   }
   FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget, direct_reads,
@@ -736,7 +757,7 @@ void Engine::StartLocalOp(int op, double t) {
   const int gpu = GpuOf(o.rank);
   Flow f;
   f.op_a = op;
-  if (!elided_.empty() && elided_[op]) {  // a direct read's Pack or Unpack: done when ready
+  if (!direct_role_.empty() && direct_role_[op] == DirectRole::kElided) {  // done when ready
     StartFlow(NewFlow(f), 0, t);
     return;
   }
@@ -746,6 +767,7 @@ void Engine::StartLocalOp(int op, double t) {
     SetHostCopyStream(f, op);
   } else {
     f.links[f.num_links++] = Res(ResourceKind::kGpuMem, gpu);
+    f.stream = o.rank;
     if (o.kind == OpKind::kQuantize) {
       // Its memory traffic in a copied byte's (one read, one write): it reads each element's source
       // and writes one fp8 byte. Capped so that alone it writes at quantize_bandwidth. Quantizing
@@ -831,6 +853,9 @@ void Engine::StartMessage(int sender, int receiver, double t) {
     overhead = c_.nic_message_overhead;
     f.ingress_node = nb;
     network_bytes_ += f.bytes;
+  }
+  if (!c_.host_memory_ranks && !direct_role_.empty() && direct_role_[sender] == DirectRole::kRead) {
+    f.stream = ro.rank;  // the receiver's kernel copies the message
   }
   if (!converting_reads_.empty() && converting_reads_[sender].read > 0) {
     const ReadTraffic& traffic = converting_reads_[sender];
@@ -948,7 +973,33 @@ void Engine::ScheduleFinish(int slot, double now) {
   finish_heap_.Set(slot, now + left / c.rate, c.cid);
 }
 
+// A kernel flow waits until its stream starts it: behind the launches made before it.
 void Engine::OnFlowStart(int id, double t) {
+  const Flow& f = flows_[id];
+  if (f.stream < 0 || f.work <= 0) {
+    RunFlow(id, t);
+    return;
+  }
+  stream_starts_.clear();
+  streams_[f.stream].Arrive(id, f.op_b >= 0, t, stream_starts_);
+  for (int started : stream_starts_) RunFlow(started, t);
+}
+
+// Rank `stream`'s launch finished: the next one starts, and what it waited for last is the op
+// whose kernel finished last (the critical path's link).
+void Engine::OnStreamFree(int stream, double t) {
+  stream_starts_.clear();
+  streams_[stream].Next(stream_starts_);
+  for (int id : stream_starts_) {
+    const Flow& f = flows_[id];
+    for (int op : {f.op_a, f.op_b}) {
+      if (op >= 0) cause_[op] = stream_last_op_[stream];
+    }
+    RunFlow(id, t);
+  }
+}
+
+void Engine::RunFlow(int id, double t) {
   Flow& f = flows_[id];
   if (f.op_a >= 0) times_[f.op_a].start = t;
   if (f.op_b >= 0) times_[f.op_b].start = t;
@@ -1010,6 +1061,10 @@ void Engine::OnFlowFinish(int cid, double t) {
     if (f.bytes > 0) {
       bottleneck_of_op_[f.op_a] = c.bottleneck;
       if (f.op_b >= 0) bottleneck_of_op_[f.op_b] = c.bottleneck;
+    }
+    if (f.stream >= 0) {
+      stream_last_op_[f.stream] = f.op_a;
+      if (streams_[f.stream].Finish()) Push(t, EventType::kStreamFree, f.stream);
     }
     Push(t + f.tail, EventType::kOpDone, f.op_a);
     if (f.op_b >= 0) Push(t + f.tail, EventType::kOpDone, f.op_b);
@@ -1531,6 +1586,7 @@ Result<SimResult> Engine::Run() {
     switch (e.type) {
       case EventType::kFlowStart: OnFlowStart(e.id, e.t); break;
       case EventType::kOpDone: OnOpDone(e.id, e.t); break;
+      case EventType::kStreamFree: OnStreamFree(e.id, e.t); break;
     }
     FlushUnlessMoreAt(e.t);
   }

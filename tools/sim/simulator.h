@@ -27,6 +27,10 @@
 // On a GPU that several ranks (processes) share, CUDA runs their kernels in turns: a kernel capped
 // below the GPU's copy rate takes that rate / its cap of gpu_mem's service a byte instead, so
 // kernels of different processes share the GPU's time rather than each running at its cap.
+// A GPU rank's kernels (its local ops' and, as a receiver, its direct reads') run one launch at a
+// time on its executor's one CUDA stream, in the order they were made (kernel_stream.h): a kernel
+// flow waits until the launches before it have finished; reads that reach the stream at one
+// instant are one launch and move side by side.
 // A host-memory rank's copy stream (a Copy, Pack, Unpack, Convert or direct read), with the
 // cluster's host_copy_row_rates, takes each of its bytes `slowdown` times on its links: its
 // rows' rate against contiguous bytes (host_copy_rates.h), so alone it copies at

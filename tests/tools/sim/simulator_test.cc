@@ -4,7 +4,8 @@
 // store-and-forward relays, rendezvous of Send/Recv, host staging, direct reads (converting ones
 // moving what they read and write, narrowing ones packed on the sender between GPUs, quantizing
 // ones leaving their Quantize op part of its rows),
-// conversions into fp8 at their own rate, kernels of processes sharing a GPU taking turns, the
+// conversions into fp8 at their own rate, kernels of processes sharing a GPU taking turns, a
+// rank's kernels running one after another on its stream, the
 // rate slack (freed capacity left idle up to SimOptions::rate_slack, and the rate updates that
 // saves), the critical path, the progress
 // published at the end, and rejection of malformed plans.
@@ -307,11 +308,13 @@ TEST(SimulatorTest, ASenderPacksNarrowingReadsBetweenGpusOnAuto) {
 
 // Three packed messages from rank 0 under a staging budget of two of their 1 MiB slots. As in the
 // executor the sender holds a packed message's slot from its Pack until the receiver has read it:
-// the first two Packs run side by side (1.5 MiB / 50 GB/s each), their messages share NVLink, and
-// the third Pack waits for them to arrive, then its message follows: 2 x 1.5 MiB / 50 GB/s +
-// 3 MiB / 10 GB/s. (Were the slots freed with their Packs, the third Pack would start when the
-// first two end and its message join theirs: one Pack less.) Read wide (`never`) they hold no slot
-// and share NVLink: 3 x 2 MiB / 10 GB/s.
+// the first two Packs run one after the other on rank 0's stream (T = 1.5 MiB / 50 GB/s each),
+// and the third waits for the first message to be read (were the slots freed with their Packs, it
+// would start when the second Pack ends). NVLink is busy from T on: the first message alone until
+// 2T (0.3 MiB), then the two share it, the first ending with 0.7 MiB of the second moved; the
+// third Pack runs while the second message moves its last 0.3 MiB alone (the two end together),
+// then the third message follows: T + 3 MiB / 10 GB/s. Read wide (`never`) they hold no slot and
+// the receiver's reads run one after another on its stream: 3 x 2 MiB / 10 GB/s.
 TEST(SimulatorTest, APackedReadHoldsItsSlotFromThePackUntilTheReadCompletes) {
   const TransferPlan plan = NarrowingPlan(3);
   const double mib = static_cast<double>(kFp8Bytes);
@@ -321,7 +324,7 @@ TEST(SimulatorTest, APackedReadHoldsItsSlotFromThePackUntilTheReadCompletes) {
   options.staging_budget = 2 * kFp8Bytes;
   options.direct_reads = true;
   const SimResult packed = SimulatePlan(plan, c, options);
-  EXPECT_NEAR(packed.total_time, 2 * 1.5 * mib / 50e9 + 3 * mib / 10e9, 1e-15);
+  EXPECT_NEAR(packed.total_time, 1.5 * mib / 50e9 + 3 * mib / 10e9, 1e-15);
   EXPECT_EQ(packed.staging_waits, 1);
   EXPECT_NEAR(packed.op_times[8].start, packed.op_times[1].end, 1e-15) << "the third Pack";
   options.convert_on_sender = ConvertOnSender::kNever;
@@ -867,14 +870,14 @@ TransferPlan FourReceivesThroughSlots(int ranks, const std::function<int(int)>& 
 
 // Rank 0 receives four 1000-byte messages from ranks 2, 3, 4 and 5 (other nodes, one NIC each),
 // each into its own staging slot that an Unpack then empties. Unlimited, the four share rank 0's
-// NIC, 4 us, then the four Unpacks share its 100 GB/s of memory, 40 ns. With the staging budget at the plan's need (one 1024-byte slot: the plan-order layout
+// NIC, 4 us, then the four Unpacks run one after another on its stream, 20 ns each (50 GB/s). With the staging budget at the plan's need (one 1024-byte slot: the plan-order layout
 // puts every slot at offset 0), a receive waits for the previous Unpack to free the slot, as the
 // executor's placement makes it: 4 x (1 us + 20 ns, an Unpack alone at 50 GB/s). Less than that is refused, naming the need.
 TEST(SimulatorTest, TheStagingBudgetMakesReceivesWaitForSlots) {
   const TransferPlan plan = FourReceivesThroughSlots(6, [](int k) { return 2 + k; });
   SimOptions unlimited;
   unlimited.staging_budget = 0;
-  EXPECT_NEAR(SimulatePlan(plan, TestCluster(), unlimited).total_time, 4e-6 + 40e-9, 1e-10);
+  EXPECT_NEAR(SimulatePlan(plan, TestCluster(), unlimited).total_time, 4e-6 + 80e-9, 1e-10);
   SimOptions tight;
   tight.staging_budget = 1024;
   const SimResult waited = SimulatePlan(plan, TestCluster(), tight);
@@ -909,6 +912,44 @@ TEST(SimulatorTest, DirectReadsHoldNoStagingOfTheirElidedOps) {
   const SimResult read = SimulatePlan(plan, TestCluster(), direct);
   EXPECT_NEAR(read.total_time, 400e-9, 1e-13);
   EXPECT_EQ(read.staging_waits, 0);
+}
+
+// A rank's kernels run one after another on its one CUDA stream, in the order they were launched
+// (core/runtime/rank_run_cuda.cc), where kernels of different ranks run side by side. Two Unpacks
+// of 1 MB on rank 0, each capped at 50 GB/s: the first ends at 20 us, the second at 40 us (shared
+// fairly, as two kernels capped at 50 GB/s on a 100 GB/s GPU, both would end at 20 us); on ranks
+// 0 and 1 of one GPU without time slicing (ranks_per_gpu 1) both end at 20 us. The second's wait
+// for the stream is on the critical path. Four direct reads of 1000 bytes from rank 1 into rank 0
+// (10 GB/s NVLink, 100 ns each alone) whose offers come at once are one launch of rank 0
+// (kernel_stream.h): they share NVLink and end together at 400 ns. (Reads that come one by one:
+// tests/tools/sim/kernel_stream_test.cc.)
+TEST(SimulatorTest, ARanksKernelsRunOneAfterAnotherOnItsStream) {
+  PlanBuilder one(2);
+  const int first = one.Local(OpKind::kUnpack, 0, 1'000'000);
+  const int second = one.Local(OpKind::kUnpack, 0, 1'000'000);
+  const SimResult r = SimulatePlan(one.plan());
+  EXPECT_NEAR(r.op_times[first].end, 20e-6, 1e-12);
+  EXPECT_NEAR(r.op_times[second].start, 20e-6, 1e-12);
+  EXPECT_NEAR(r.op_times[second].end, 40e-6, 1e-12);
+  ASSERT_EQ(r.critical_path.size(), 2u);
+  EXPECT_EQ(r.critical_path[0].op, first);
+  EXPECT_EQ(r.critical_path[1].op, second);
+
+  PlanBuilder two(2);
+  two.Local(OpKind::kUnpack, 0, 1'000'000);
+  two.Local(OpKind::kUnpack, 1, 1'000'000);
+  EXPECT_NEAR(SimulateOnOneGpu(two.plan(), TestCluster()).total_time, 20e-6, 1e-12);
+
+  TransferPlan reads = FourReceivesThroughSlots(2, [](int) { return 1; }, LinkClass::kSameNode);
+  reads.source_buffers = {{1, "w", 1000}};
+  reads.destination_buffers = {{0, "d", 4000}};
+  SimOptions direct;
+  direct.staging_budget = 0;
+  direct.direct_reads = true;
+  const SimResult together = SimulatePlan(reads, TestCluster(), direct);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(together.op_times[3 * k].end, 400e-9, 1e-13) << "read " << k;
+  }
 }
 
 // Rank 1's bf16 twin (32 KiB) under a 1 KiB staging budget. A read of the whole [256, 64] matrix
