@@ -313,8 +313,8 @@ TEST(SimulatorTest, ASenderPacksNarrowingReadsBetweenGpusOnAuto) {
 // would start when the second Pack ends). NVLink is busy from T on: the first message alone until
 // 2T (0.3 MiB), then the two share it, the first ending with 0.7 MiB of the second moved; the
 // third Pack runs while the second message moves its last 0.3 MiB alone (the two end together),
-// then the third message follows: T + 3 MiB / 10 GB/s. Read wide (`never`) they hold no slot and
-// the receiver's reads run one after another on its stream: 3 x 2 MiB / 10 GB/s.
+// then the third message follows: T + 3 MiB / 10 GB/s. Read wide (`never`) they hold no slot, and
+// the three reads, whose offers come at once, are one launch sharing NVLink: 3 x 2 MiB / 10 GB/s.
 TEST(SimulatorTest, APackedReadHoldsItsSlotFromThePackUntilTheReadCompletes) {
   const TransferPlan plan = NarrowingPlan(3);
   const double mib = static_cast<double>(kFp8Bytes);
