@@ -9,9 +9,10 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      message; one pair alone, for the rate of one stream; and the executor's CPU time a posted op
      (a one-rank refit of many tiny tensors, every op a local Copy or Unpack of a few hundred
      bytes: best refit time / ops), never with the refits it predicts;
-     and the executor's copy rate by row length and pitch (`executor_benchmark
-     --benchmark_filter=CopyRows`, one copy thread pinned to one core), whose ratios give
-     this-host.yaml's host_copy_row_rates;
+     and the executor's copy rate by row length and pitch and its conversion rate by pair of
+     dtypes (`executor_benchmark --benchmark_filter='CopyRows|Convert'`, one copy thread pinned
+     to one core, in one run), whose ratios give this-host.yaml's host_copy_row_rates and
+     host_convert_rates;
   2. writes two cluster files from those numbers: this-host.yaml (messages between ranks as
      direct reads, ferry run's default) and this-host-tcp.yaml (every message through TCP
      loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
@@ -19,8 +20,9 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      aggregate direct-read rate of the PAIRS pairs), each stream capped at one pair's rate, and
      tcp messages also share the node's loopback (the aggregate tcp rate) and each rank's
      transport thread (one tcp pair's rate, for all the messages the rank sends and receives);
-  3. runs `ferry run` of each case (both strategies) and `ferry simulate` of the same case and
-     options with the matching cluster file, and prints case | measured (mean and best of 3
+  3. runs `ferry run` of each case (both strategies; a case into another dtype, the reshard with
+     direct reads alone, as the baseline does not convert) and `ferry simulate` of the same case
+     and options with the matching cluster file, and prints case | measured (mean and best of 3
      refits, and how far apart the ranks started them, which the refit time includes and the
      simulator, starting every rank at 0, does not) | predicted | ratios (the links' rates are the
      best of 3 streams each).
@@ -39,13 +41,19 @@ import statistics
 import subprocess
 import sys
 
-# (case name, model, scale, trainer spec, engine spec): 8 local processes each, one "node".
+# (case name, model, scale, trainer spec, engine spec, more `ferry run`/`simulate` arguments): 8
+# local processes each, one "node". A case with more arguments converts (--dst-dtype) and runs the
+# reshard with direct reads alone.
 CASES = [
     ("qwen3-30b-a3b@1/8 tp2,ep2 -> tp2,dp2", "qwen3-30b-a3b", "1/8",
      "megatron:tp=2,ep=2", "vllm:tp=2,dp=2"),
     ("llama-3.1-8b@1/4 tp4 -> tp1,dp4", "llama-3.1-8b", "1/4", "megatron:tp=4", "vllm:tp=1,dp=4"),
     ("llama-3.1-8b@1/4 tp2,pp2 -> tp4", "llama-3.1-8b", "1/4", "megatron:tp=2,pp=2", "vllm:tp=4"),
+    ("llama-3.1-8b@1/4 tp2,pp2 -> tp4 into fp8 e4m3", "llama-3.1-8b", "1/4", "megatron:tp=2,pp=2",
+     "vllm:tp=4", "--dst-dtype", "fp8_e4m3"),
 ]
+# Bytes an element of the dtypes BM_ExecutorConvert converts between.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # Buckets a 1 GiB staging budget (executor.staging_budget's default) holds at this scale.
 SETTINGS = ["planner.bucket_bytes=256MiB"]
 # The link benchmark: as many processes as each case runs (4 senders, 4 receivers), each pair
@@ -109,26 +117,38 @@ def measure_links(ferry, out):
     return links
 
 
-def measure_row_rates(bench):
-    """[(row bytes, pitch bytes, bytes/s)] of the executor's copy loop, one copy thread on core 0,
-    medians of 3, ordered by row and then pitch (BM_ExecutorCopyRows)."""
-    printed = run(["taskset", "-c", "0", bench, "--benchmark_filter=CopyRows",
+def measure_copy_rates(bench):
+    """The executor's copy loop, one copy thread on core 0, medians of 3, in one run: by row
+    (BM_ExecutorCopyRows), [(row bytes, pitch bytes, bytes/s)] ordered by row and then pitch; and
+    by conversion (BM_ExecutorConvert), [(from, to, source bytes/s)]."""
+    printed = run(["taskset", "-c", "0", bench, "--benchmark_filter=CopyRows|Convert",
                    "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true",
                    "--benchmark_format=json"])
-    points = []
+    rows, converts = [], []
     for b in json.loads(printed)["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
         found = re.search(r"row_bytes:(\d+)/stride:(\d+)", b["name"])
-        if found and b.get("aggregate_name") == "median":
-            points.append((int(found.group(1)), int(found.group(2)), float(b["bytes_per_second"])))
-    if not points:
-        sys.exit(f"{bench} printed no CopyRows medians")
-    return sorted(points)
+        if found:
+            rows.append((int(found.group(1)), int(found.group(2)), float(b["bytes_per_second"])))
+        pair = re.fullmatch(r"(\w+) -> (\w+)", b.get("label", ""))
+        if "Convert" in b["name"] and pair:
+            src, dst = pair.group(1), pair.group(2)
+            # bytes_per_second counts the elements read and written; the table wants those read.
+            share = DTYPE_BYTES[src] / (DTYPE_BYTES[src] + DTYPE_BYTES[dst])
+            converts.append((src, dst, float(b["bytes_per_second"]) * share))
+    if not rows or not converts:
+        sys.exit(f"{bench} printed no CopyRows or no Convert medians")
+    return sorted(rows), converts
 
 
-def row_rate_lines(row_rates):
-    """host_copy_row_rates as cluster-file lines."""
-    return ["host_copy_row_rates:"] + [f"  - [{row}B, {pitch}B, {rate / 1e9:.3g}GB/s]"
-                                       for row, pitch, rate in row_rates]
+def copy_rate_lines(rates):
+    """host_copy_row_rates and host_convert_rates as cluster-file lines."""
+    rows, converts = rates
+    return (["host_copy_row_rates:"] +
+            [f"  - [{row}B, {pitch}B, {rate / 1e9:.3g}GB/s]" for row, pitch, rate in rows] +
+            ["host_convert_rates:"] +
+            [f"  - [{src}, {dst}, {rate / 1e9:.3g}GB/s]" for src, dst, rate in converts])
 
 
 def measure_post_overhead(ferry, out):
@@ -188,16 +208,16 @@ def header(links, post):
             f"#   --bench bazel-bin/tests/core/runtime/executor_benchmark --out DIR\n")
 
 
-def row_rates_header(row_rates, measured_at):
-    """this-host.yaml's comment on its host_copy_row_rates: how they were measured."""
-    return ("# host_copy_row_rates: `taskset -c 0 executor_benchmark --benchmark_filter=CopyRows "
-            "--benchmark_repetitions=3`\n"
+def copy_rates_header(rates, measured_at):
+    """this-host.yaml's comment on its host_copy_row_rates and host_convert_rates."""
+    return ("# host_copy_row_rates, host_convert_rates: `taskset -c 0 executor_benchmark "
+            "--benchmark_filter='CopyRows|Convert' --benchmark_repetitions=3`\n"
             f"# (one copy thread, medians; {measured_at}): rows of R bytes every S bytes of the\n"
-            f"# source; only their ratios to the contiguous rate ({row_rates[-1][0]} B back to back) "
-            "are used.\n")
+            "# source; conversions in bytes read a second; only their ratios to the contiguous rate "
+            f"({rates[0][-1][0]} B back to back) are used.\n")
 
 
-def write_clusters(links, post, row_rates, out):
+def write_clusters(links, post, copy_rates, out):
     direct_rate, direct_alone, direct_cost = links["direct read"]
     tcp_rate, tcp_alone, tcp_cost = links["tcp"]
     stream_cap = min(direct_alone, direct_rate)
@@ -220,7 +240,7 @@ def write_clusters(links, post, row_rates, out):
     files = {
         "this-host.yaml": ["name: this-host", f"nvlink_message_overhead: {direct_overhead:.4g}",
                            f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}",
-                           *row_rate_lines(row_rates[0])],
+                           *copy_rate_lines(copy_rates[0])],
         "this-host-tcp.yaml": ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_overhead:.4g}",
                                f"host_message_bandwidth: {tcp_rate:.4g}",
                                f"host_message_stream_bandwidth: {tcp_stream_cap:.4g}",
@@ -228,7 +248,7 @@ def write_clusters(links, post, row_rates, out):
     }
     for name, lines in files.items():
         intro, description = INTROS[name]
-        rows_note = row_rates_header(*row_rates) if name == "this-host.yaml" else ""
+        rows_note = copy_rates_header(*copy_rates) if name == "this-host.yaml" else ""
         with open(os.path.join(out, name), "w") as f:
             f.write(intro + header(links, post) + rows_note + f"description: {description}\n" +
                     "\n".join(common + lines) + "\n")
@@ -240,13 +260,13 @@ def load():
 
 
 def measure_case(ferry, out, case):
-    name, model, scale, src, dst = case
+    _, model, scale, src, dst, *more = case
     results = os.path.join(out, "runs.csv")
     if os.path.exists(results):
         os.remove(results)
-    cmd = [ferry, "run", "--model", model, "--scale", scale, "--src", src, "--dst", dst,
-           "--strategy", "both", "--iterations", "3", "--warmup", "1", "--timeout", "300",
-           "--results", results]
+    cmd = [ferry, "run", "--model", model, "--scale", scale, "--src", src, "--dst", dst, *more,
+           "--strategy", "reshard" if more else "both", "--iterations", "3", "--warmup", "1",
+           "--timeout", "300", "--results", results]
     for s in SETTINGS:
         cmd += ["--set", s]
     run(cmd)
@@ -261,17 +281,21 @@ def seconds(text):
 
 
 def predict_case(ferry, out, case, cluster, direct_reads):
-    _, model, scale, src, dst = case
-    cmd = [ferry, "simulate", "--model", model, "--scale", scale, "--src", src, "--dst", dst,
+    _, model, scale, src, dst, *more = case
+    cmd = [ferry, "simulate", "--model", model, "--scale", scale, "--src", src, "--dst", dst, *more,
            "--cluster", os.path.join(out, cluster),
            "--set", f"executor.direct_intra_node={'true' if direct_reads else 'false'}"]
+    if more:
+        cmd.append("--no-baseline")
     for s in SETTINGS:
         cmd += ["--set", s]
     for line in run(cmd).splitlines():
         if line.startswith("predicted time"):
             words = line.split()
-            return {"reshard": seconds(" ".join(words[2:4])),
-                    "gather-broadcast": seconds(" ".join(words[4:6]))}
+            predicted = {"reshard": seconds(" ".join(words[2:4]))}
+            if not more:
+                predicted["gather-broadcast"] = seconds(" ".join(words[4:6]))
+            return predicted
     sys.exit("ferry simulate printed no 'predicted time' row")
 
 
@@ -287,8 +311,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     links = measure_links(args.ferry, args.out)
     post = measure_post_overhead(args.ferry, args.out)
-    row_rates = (measure_row_rates(args.bench), f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {load()}")
-    write_clusters(links, post, row_rates, args.out)
+    copy_rates = (measure_copy_rates(args.bench), f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {load()}")
+    write_clusters(links, post, copy_rates, args.out)
     if args.clusters_only:
         return
     print(f"links measured at {load()}")
@@ -297,6 +321,8 @@ def main():
     for case in CASES:
         measured = measure_case(args.ferry, args.out, case)
         for variant, (cluster, direct_reads) in CLUSTER_OF_VARIANT.items():
+            if variant not in measured:
+                continue
             predicted = predict_case(args.ferry, args.out, case, cluster, direct_reads)
             strategy = "gather-broadcast" if variant == "gather-broadcast" else "reshard"
             p, (mean, best, spread) = predicted[strategy], measured[variant]

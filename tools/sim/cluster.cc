@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/base/dtype.h"
 #include "core/base/file_io.h"
 #include "core/base/strings.h"
 #include "core/layout/limits.h"
@@ -59,6 +60,32 @@ Result<std::vector<RowRate>> ParseRowRates(const YAML::Node& node) {
       if (!s.ok()) return s.WithContext(where);
     }
     table.push_back({*row, *pitch, *rate});
+  }
+  return table;
+}
+
+// The entries of a host_convert_rates value: a list of [from dtype, to dtype, bandwidth].
+Result<std::vector<ConvertRate>> ParseConvertRates(const YAML::Node& node) {
+  if (!node.IsSequence()) return InvalidArgument("must be a list of [from dtype, to dtype, rate] entries");
+  if (node.size() > static_cast<size_t>(kMaxConvertRates)) {
+    return InvalidArgument("has " + std::to_string(node.size()) + " entries, more than " +
+                           std::to_string(kMaxConvertRates));
+  }
+  std::vector<ConvertRate> table;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node& entry = node[i];
+    const std::string where = "entry " + std::to_string(i + 1);
+    if (!entry.IsSequence() || entry.size() != 3 || !entry[0].IsScalar() || !entry[1].IsScalar() ||
+        !entry[2].IsScalar()) {
+      return InvalidArgument(where + " must be [from dtype, to dtype, rate], e.g. [bf16, fp8_e4m3, 3.4GB/s]");
+    }
+    Result<DType> from = ParseDType(entry[0].as<std::string>());
+    Result<DType> to = ParseDType(entry[1].as<std::string>());
+    Result<double> rate = ParseBandwidth(entry[2].as<std::string>());
+    for (const Status& s : {from.status(), to.status(), rate.status()}) {
+      if (!s.ok()) return s.WithContext(where);
+    }
+    table.push_back({*from, *to, *rate});
   }
   return table;
 }
@@ -169,6 +196,15 @@ Status ClusterSpec::Validate() const {
   Status rows = ValidateRowRates(host_copy_row_rates);
   if (!rows.ok()) {
     return InvalidArgument("cluster field 'host_copy_row_rates': " + rows.message());
+  }
+  Status converts = ValidateConvertRates(host_convert_rates);
+  if (!converts.ok()) {
+    return InvalidArgument("cluster field 'host_convert_rates': " + converts.message());
+  }
+  if (!host_convert_rates.empty() && host_copy_row_rates.empty()) {
+    return InvalidArgument(
+        "cluster field 'host_convert_rates' needs 'host_copy_row_rates': its rates count against "
+        "that table's contiguous rate");
   }
   return Status::Ok();
 }
@@ -378,6 +414,12 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();
     if (key == "base") continue;
+    if (key == "host_convert_rates") {
+      Result<std::vector<ConvertRate>> table = ParseConvertRates(entry.second);
+      if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");
+      c.host_convert_rates = std::move(*table);
+      continue;
+    }
     if (key == "host_copy_row_rates") {
       Result<std::vector<RowRate>> table = ParseRowRates(entry.second);
       if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");

@@ -14,6 +14,7 @@
 
 #include "core/base/status.h"
 #include "core/layout/topology.h"
+#include "tools/sim/convert_rates.h"
 #include "tools/sim/row_rates.h"
 
 namespace ferry::sim {
@@ -108,6 +109,13 @@ struct ClusterSpec {
   // host_copy_bandwidth / slowdown, and it holds host_mem that much longer a byte. Empty: every
   // byte of every stream alike.
   std::vector<RowRate> host_copy_row_rates;
+  // Host-memory ranks only, with host_copy_row_rates: one copy stream's rate converting between two
+  // dtypes, in source bytes a second (tools/sim/convert_rates.h), measured with the executor's
+  // conversion loop beside the row table; only its ratio to the row table's contiguous rate
+  // matters. A copy pair that converts a listed pair takes its source bytes at this rate instead
+  // of its row pattern's (host_copy_rates.h). Empty, or a pair not listed: conversions cost what
+  // copies of the same rows do.
+  std::vector<ConvertRate> host_convert_rates;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
   int RanksPerNode() const { return gpus_per_node * ranks_per_gpu; }
@@ -131,7 +139,8 @@ Result<ClusterSpec> ClusterPreset(std::string_view name);
 // preset. Bandwidths accept "400Gb/s", "50GB/s", "50e9" (bytes/s); times accept "5us", "2ms",
 // "1e-6" (seconds); sizes accept "4MiB", "1GB", "4194304". Unknown keys are errors.
 // host_copy_row_rates is a list of [row size, pitch size, bandwidth] points, e.g.
-// `- [64B, 128B, 4.9GB/s]`, ordered by row and then by pitch.
+// `- [64B, 128B, 4.9GB/s]`, ordered by row and then by pitch; host_convert_rates a list of
+// [from dtype, to dtype, bandwidth] entries, e.g. `- [bf16, fp8_e4m3, 3.4GB/s]`.
 Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text);
 // A preset name, or a path to a YAML file of at most kMaxClusterFileBytes.
 inline constexpr int64_t kMaxClusterFileBytes = int64_t{16} << 20;

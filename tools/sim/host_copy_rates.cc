@@ -1,4 +1,4 @@
-// Copy slowdowns of host-memory ranks' ops from the row patterns of their copies.
+// Copy slowdowns of host-memory ranks' ops from the row patterns and conversions of their copies.
 #include "tools/sim/host_copy_rates.h"
 
 #include <algorithm>
@@ -23,11 +23,19 @@ struct CopyCost {
   }
 };
 
-CopyCost CostOf(const CopyPair& pair, std::span<const RowRate> table) {
+// A pair's bytes (those it writes) and seconds: its source bytes at `converts`' rate where it
+// converts a listed pair of dtypes, else its rows at the row table's rate.
+CopyCost CostOf(const CopyPair& pair, std::span<const RowRate> table, std::span<const ConvertRate> converts) {
   Result<CopyGeometry> g = MakeCopyGeometry(pair.from, pair.to, pair.fn);
   if (!g.ok() || g->bytes() == 0) return {};  // a bad pair fails in the executor, not here
-  const RowPattern p = RowPatternOf(*g);
   const double bytes = static_cast<double>(g->bytes());
+  if (g->from_dtype != g->to_dtype) {
+    if (const double rate = ConvertRateOf(converts, g->from_dtype, g->to_dtype); rate > 0) {
+      const double read = static_cast<double>(g->rows * g->run * DTypeSize(g->from_dtype));
+      return {bytes, read / rate};
+    }
+  }
+  const RowPattern p = RowPatternOf(*g);
   return {bytes, bytes / RowRateAt(table, p.row_bytes, p.pitch_bytes)};
 }
 
@@ -59,14 +67,16 @@ std::vector<double> HostCopySlowdowns(const TransferPlan& plan, const ClusterSpe
     for (int i = op.copies_begin; i < op.copies_end; ++i) {
       const int64_t record = plan.copies[static_cast<size_t>(i)].geometry;
       auto [it, added] = by_geometry.try_emplace(record);
-      if (added) it->second = CostOf(plan.Copy(i), table);
+      if (added) it->second = CostOf(plan.Copy(i), table, cluster.host_convert_rates);
       cost.Add(it->second);
     }
     slowdowns[static_cast<size_t>(op.id)] = cost.Slowdown(contiguous);
   }
   for (const DirectRead& d : direct_reads) {
     CopyCost cost;
-    for (const CopyPair& pair : d.copies) cost.Add(CostOf(pair, table));
+    // A packed read copies what its sender's Pack wrote (the Pack's own slowdown is above).
+    const std::vector<CopyPair>& copies = d.packed.empty() ? d.copies : d.packed.front().copies;
+    for (const CopyPair& pair : copies) cost.Add(CostOf(pair, table, cluster.host_convert_rates));
     slowdowns[static_cast<size_t>(d.send_op)] = cost.Slowdown(contiguous);
   }
   return slowdowns;

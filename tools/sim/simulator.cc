@@ -533,14 +533,15 @@ void Engine::KeepPackedReadsThatPack(std::vector<DirectRead>& direct_reads) cons
 }
 
 // The executor's steady state: on `auto` a receiver on another GPU than its sender's asks it to
-// pack, and the sender packs from the message's next run on. Host-memory ranks are modelled
-// never packing.
+// pack, and the sender packs from the message's next run on. Host-memory ranks name no GPU in
+// their offers, so on `auto` none asks (core/runtime/direct_read_protocol.cc); on `always` they
+// pack too.
 bool Engine::SenderPacks(const DirectRead& d) const {
-  if (d.packed.empty() || c_.host_memory_ranks) return false;
+  if (d.packed.empty()) return false;
   switch (opt_.convert_on_sender) {
     case ConvertOnSender::kAlways: return true;
     case ConvertOnSender::kNever: return false;
-    case ConvertOnSender::kAuto: return GpuOf(d.sender) != GpuOf(d.receiver);
+    case ConvertOnSender::kAuto: return !c_.host_memory_ranks && GpuOf(d.sender) != GpuOf(d.receiver);
   }
   return false;
 }

@@ -99,6 +99,36 @@ TEST(ClusterTest, YamlReadsARowRateTableAndRefusesABadOne) {
             std::string::npos);
 }
 
+TEST(ClusterTest, YamlReadsAConversionRateTableAndRefusesABadOne) {
+  const std::string rows = "host_memory_ranks: true\nhost_copy_row_rates:\n  - [64KiB, 64KiB, 11GB/s]\n";
+  Result<ClusterSpec> c = ParseClusterYaml(rows + "host_convert_rates:\n  - [bf16, fp8_e4m3, 3.4GB/s]\n"
+                                                  "  - [float32, bfloat16, 5GB/s]\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->host_convert_rates.size(), 2u);
+  EXPECT_EQ(c->host_convert_rates[0].from, DType::kBF16);
+  EXPECT_EQ(c->host_convert_rates[0].to, DType::kFP8E4M3);
+  EXPECT_DOUBLE_EQ(c->host_convert_rates[0].rate, 3.4e9);
+  EXPECT_EQ(c->host_convert_rates[1].from, DType::kFP32);
+  // Each refusal names the field, and the entry where one is at fault.
+  for (const std::string& bad : {rows + "host_convert_rates: 3GB/s\n",
+                                rows + "host_convert_rates:\n  - [bf16, fp8_e4m3]\n",
+                                rows + "host_convert_rates:\n  - [bf16, fp7, 3GB/s]\n",
+                                rows + "host_convert_rates:\n  - [bf16, bf16, 3GB/s]\n",
+                                rows + "host_convert_rates:\n  - [bf16, fp32, 1GB/s]\n  - [bf16, fp32, 2GB/s]\n"}) {
+    Result<ClusterSpec> r = ParseClusterYaml(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("host_convert_rates"), std::string::npos) << r.status().message();
+  }
+  EXPECT_NE(ParseClusterYaml(rows + "host_convert_rates:\n  - [bf16, fp7, 3GB/s]\n")
+                .status().message().find("entry 1"),
+            std::string::npos);
+  // Its rates count against the row table's contiguous rate, so it needs that table.
+  Result<ClusterSpec> alone = ParseClusterYaml("host_memory_ranks: true\nhost_convert_rates:\n  - [bf16, fp32, 1GB/s]\n");
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("needs 'host_copy_row_rates'"), std::string::npos)
+      << alone.status().message();
+}
+
 TEST(ClusterTest, ShippedClusterFilesLoad) {
   for (const char* path : {"tools/sim/clusters/this-host.yaml", "tools/sim/clusters/this-host-tcp.yaml",
                            "tools/sim/clusters/h200-single.yaml"}) {

@@ -1,11 +1,13 @@
-// Tests for copy rates by row pattern on host-memory ranks (tools/sim/row_rates.h,
-// tools/sim/host_copy_rates.h): the table's interpolation and validation, the row the executor's
-// copy loop loads, and simulated times of copies and direct reads of short strided rows against
-// contiguous ones of the same bytes, worked out by hand.
+// Tests for copy rates by row pattern and conversion rates on host-memory ranks
+// (tools/sim/row_rates.h, tools/sim/convert_rates.h, tools/sim/host_copy_rates.h): the tables'
+// interpolation, lookup and validation, the row the executor's copy loop loads, and simulated
+// times of copies and direct reads of short strided rows, and of conversions, against contiguous
+// copies of the same bytes, worked out by hand.
 #include <gtest/gtest.h>
 
 #include "core/runtime/strided_copy.h"
 #include "tests/core/plan/plan_fixture.h"
+#include "tools/sim/convert_rates.h"
 #include "tools/sim/host_copy_rates.h"
 #include "tools/sim/row_rates.h"
 #include "tools/sim/simulator.h"
@@ -194,6 +196,53 @@ TEST(HostCopyRatesTest, ADirectReadOfShortStridedRowsTakesTheTablesRatioLonger) 
   // Staged: the Pack loads the strided rows (4 x 0.064 s), the message and the Unpack copy
   // contiguous bytes (0.064 s each).
   EXPECT_NEAR(SimulatedTime(PackedMessage(32), c, false), 6 * 0.064, 1e-9);
+}
+
+// A Copy on rank 0 converting a dense [kRows, 16] bf16 matrix into fp8 e4m3: kBytes / 4 elements,
+// kBytes / 2 bytes read, kBytes / 4 written.
+TransferPlan ConvertingCopy() {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "s", kBytes / 2}};
+  plan.destination_buffers = {{0, "d", kBytes / 4}};
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  copy.rank = 0;
+  copy.bytes = kBytes / 4;
+  plan.AddOp(copy, {}, {{Matrix(DType::kBF16, Space::kSource, 0, 0, kRows, 16, 16),
+                         Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, kRows, 16, 16)}});
+  return plan;
+}
+
+// The table's contiguous rate is 8 GB/s; bf16 -> fp8 e4m3 reads 2 GB/s of bf16. The Copy's 32 MB
+// of bf16 take 16 ms at that rate, where its 16 MB written would take 2 ms contiguous: 8 times as
+// long, so on a 1 GB/s stream 8 x 16 ms. Unlisted pairs, or no conversion table, cost what a
+// contiguous copy of the bytes written does: 16 ms.
+TEST(HostCopyRatesTest, AConversionTakesItsSourceBytesAtTheListedRate) {
+  ClusterSpec c = HostNode(100e9, Table());
+  EXPECT_NEAR(SimulatedTime(ConvertingCopy(), c), 0.016, 1e-9);
+  c.host_convert_rates = {{DType::kBF16, DType::kFP32, 1e9}};
+  EXPECT_NEAR(SimulatedTime(ConvertingCopy(), c), 0.016, 1e-9);
+  c.host_convert_rates.push_back({DType::kBF16, DType::kFP8E4M3, 2e9});
+  EXPECT_NEAR(SimulatedTime(ConvertingCopy(), c), 8 * 0.016, 1e-9);
+  EXPECT_DOUBLE_EQ(HostCopySlowdowns(ConvertingCopy(), c, {})[0], 8.0);
+}
+
+TEST(ConvertRatesTest, LookupAndValidationNameTheBadEntry) {
+  const std::vector<ConvertRate> table = {{DType::kBF16, DType::kFP8E4M3, 3e9}, {DType::kFP32, DType::kBF16, 5e9}};
+  EXPECT_TRUE(ValidateConvertRates(table).ok());
+  EXPECT_EQ(ConvertRateOf(table, DType::kFP32, DType::kBF16), 5e9);
+  EXPECT_EQ(ConvertRateOf(table, DType::kBF16, DType::kFP32), 0);
+  std::vector<ConvertRate> twice = table;
+  twice.push_back({DType::kBF16, DType::kFP8E4M3, 1e9});
+  Status s = ValidateConvertRates(twice);
+  EXPECT_NE(s.message().find("entry 3 (bf16 -> fp8_e4m3): the same pair as entry 1"), std::string::npos)
+      << s.ToString();
+  s = ValidateConvertRates(std::vector<ConvertRate>{{DType::kBF16, DType::kBF16, 1e9}});
+  EXPECT_NE(s.message().find("entry 1 (bf16 -> bf16): converts a dtype into itself"), std::string::npos)
+      << s.ToString();
+  s = ValidateConvertRates(std::vector<ConvertRate>{{DType::kBF16, DType::kFP32, 0}});
+  EXPECT_NE(s.message().find("rate must be"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

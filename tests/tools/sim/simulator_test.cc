@@ -306,6 +306,33 @@ TEST(SimulatorTest, ASenderPacksNarrowingReadsBetweenGpusOnAuto) {
   EXPECT_NEAR(SimulateOnOneGpu(plan, c, options).total_time, 1.5 * mib / 50e9 + mib / 100e9, 1e-15);
 }
 
+// The same bf16 matrix narrowed to fp8 between two host-memory ranks (processes of one node, 1 GB/s
+// a copy stream), whose copy loop moves 8 GB/s contiguous and converts bf16 into fp8 reading 2 GB/s:
+// a conversion takes 8 times a contiguous copy of the fp8 bytes it writes (2 MiB read / 2 GB/s
+// against 1 MiB / 8 GB/s). On `auto` host ranks do not pack (their offers name no GPU): the
+// receiver converts as it reads, 8 MiB / 1 GB/s. On `always` the sender's Pack converts into its
+// slot (8 MiB / 1 GB/s), then the receiver copies the 1 MiB of fp8 (1 MiB / 1 GB/s).
+TEST(SimulatorTest, HostRanksConvertAtTheirConversionRateAndPackOnlyOnAlways) {
+  const TransferPlan plan = NarrowingPlan(1);
+  const double mib = static_cast<double>(kFp8Bytes);
+  ClusterSpec c = TestCluster();
+  c.host_memory_ranks = true;
+  c.host_copy_bandwidth = 1e9;
+  c.host_memory_bandwidth = 100e9;
+  c.host_copy_row_rates = {{65536, 65536, 8e9}};
+  c.host_convert_rates = {{DType::kBF16, DType::kFP8E4M3, 2e9}};
+  SimOptions options;
+  options.staging_budget = 0;
+  options.direct_reads = true;
+  const SimResult read = SimulatePlan(plan, c, options);
+  EXPECT_NEAR(read.total_time, 8 * mib / 1e9, 1e-12);
+  EXPECT_NEAR(read.op_times[0].end, 0, 1e-15) << "the Pack is elided";
+  options.convert_on_sender = ConvertOnSender::kAlways;
+  const SimResult packed = SimulatePlan(plan, c, options);
+  EXPECT_NEAR(packed.op_times[0].end, 8 * mib / 1e9, 1e-12) << "the Pack converts";
+  EXPECT_NEAR(packed.total_time, 9 * mib / 1e9, 1e-12);
+}
+
 // Three packed messages from rank 0 under a staging budget of two of their 1 MiB slots. As in the
 // executor the sender holds a packed message's slot from its Pack until the receiver has read it:
 // the first two Packs run one after the other on rank 0's stream (T = 1.5 MiB / 50 GB/s each),
