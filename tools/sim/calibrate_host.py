@@ -9,10 +9,10 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      message; one pair alone, for the rate of one stream; and the executor's CPU time a posted op
      (a one-rank refit of many tiny tensors, every op a local Copy or Unpack of a few hundred
      bytes: best refit time / ops), never with the refits it predicts;
-     and the executor's copy rate by row length and pitch and its conversion rate by pair of
-     dtypes (`executor_benchmark --benchmark_filter='CopyRows|Convert'`, one copy thread pinned
-     to one core, in one run), whose ratios give this-host.yaml's host_copy_row_rates and
-     host_convert_rates;
+     and the executor's copy rate by row length and pitch, its conversion rate by pair of dtypes
+     and its quantizer's rate (`executor_benchmark --benchmark_filter=QUANTIZE_AND_COPY_RATES`,
+     one copy thread pinned to one core, in one run), whose ratios give this-host.yaml's
+     host_copy_row_rates, host_convert_rates and host_quantize_rate;
   2. writes two cluster files from those numbers: this-host.yaml (messages between ranks as
      direct reads, ferry run's default) and this-host-tcp.yaml (every message through TCP
      loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
@@ -42,8 +42,8 @@ import subprocess
 import sys
 
 # (case name, model, scale, trainer spec, engine spec, more `ferry run`/`simulate` arguments): 8
-# local processes each, one "node". A case with more arguments converts (--dst-dtype) and runs the
-# reshard with direct reads alone.
+# local processes each, one "node". A case that converts (--dst-dtype, or a quantized engine spec)
+# runs the reshard with direct reads alone: the baseline does not convert.
 CASES = [
     ("qwen3-30b-a3b@1/8 tp2,ep2 -> tp2,dp2", "qwen3-30b-a3b", "1/8",
      "megatron:tp=2,ep=2", "vllm:tp=2,dp=2"),
@@ -51,7 +51,12 @@ CASES = [
     ("llama-3.1-8b@1/4 tp2,pp2 -> tp4", "llama-3.1-8b", "1/4", "megatron:tp=2,pp=2", "vllm:tp=4"),
     ("llama-3.1-8b@1/4 tp2,pp2 -> tp4 into fp8 e4m3", "llama-3.1-8b", "1/4", "megatron:tp=2,pp=2",
      "vllm:tp=4", "--dst-dtype", "fp8_e4m3"),
+    ("llama-3.1-8b@1/2 tp2 -> tp2 into block-scaled fp8", "llama-3.1-8b", "1/2", "megatron:tp=2",
+     "vllm:tp=2,quant=fp8_block"),
 ]
+# The executor benchmark's runs the copy-loop tables come from: rows, conversions, and the
+# quantizer with one thread and float32 scales (vLLM's block-scaled checkpoints' format).
+QUANTIZE_AND_COPY_RATES = "CopyRows|Convert|Quantize/threads:1/ue8m0:0"
 # Bytes an element of the dtypes BM_ExecutorConvert converts between.
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # Buckets a 1 GiB staging budget (executor.staging_budget's default) holds at this scale.
@@ -119,12 +124,13 @@ def measure_links(ferry, out):
 
 def measure_copy_rates(bench):
     """The executor's copy loop, one copy thread on core 0, medians of 3, in one run: by row
-    (BM_ExecutorCopyRows), [(row bytes, pitch bytes, bytes/s)] ordered by row and then pitch; and
-    by conversion (BM_ExecutorConvert), [(from, to, source bytes/s)]."""
-    printed = run(["taskset", "-c", "0", bench, "--benchmark_filter=CopyRows|Convert",
+    (BM_ExecutorCopyRows), [(row bytes, pitch bytes, bytes/s)] ordered by row and then pitch; by
+    conversion (BM_ExecutorConvert), [(from, to, source bytes/s)]; and the quantizer's bytes of
+    values a second (BM_ExecutorQuantize, one thread, float32 scales)."""
+    printed = run(["taskset", "-c", "0", bench, f"--benchmark_filter={QUANTIZE_AND_COPY_RATES}",
                    "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true",
                    "--benchmark_format=json"])
-    rows, converts = [], []
+    rows, conversions, quantize = [], [], 0.0
     for b in json.loads(printed)["benchmarks"]:
         if b.get("aggregate_name") != "median":
             continue
@@ -136,19 +142,22 @@ def measure_copy_rates(bench):
             src, dst = pair.group(1), pair.group(2)
             # bytes_per_second counts the elements read and written; the table wants those read.
             share = DTYPE_BYTES[src] / (DTYPE_BYTES[src] + DTYPE_BYTES[dst])
-            converts.append((src, dst, float(b["bytes_per_second"]) * share))
-    if not rows or not converts:
-        sys.exit(f"{bench} printed no CopyRows or no Convert medians")
-    return sorted(rows), converts
+            conversions.append((src, dst, float(b["bytes_per_second"]) * share))
+        if "Quantize/threads:1/ue8m0:0" in b["name"]:
+            quantize = float(b["bytes_per_second"])  # the bf16 values read
+    if not rows or not conversions or not quantize:
+        sys.exit(f"{bench} printed no CopyRows, Convert or Quantize medians")
+    return sorted(rows), conversions, quantize
 
 
 def copy_rate_lines(rates):
-    """host_copy_row_rates and host_convert_rates as cluster-file lines."""
-    rows, converts = rates
+    """host_copy_row_rates, host_convert_rates and host_quantize_rate as cluster-file lines."""
+    rows, conversions, quantize = rates
     return (["host_copy_row_rates:"] +
             [f"  - [{row}B, {pitch}B, {rate / 1e9:.3g}GB/s]" for row, pitch, rate in rows] +
             ["host_convert_rates:"] +
-            [f"  - [{src}, {dst}, {rate / 1e9:.3g}GB/s]" for src, dst, rate in converts])
+            [f"  - [{src}, {dst}, {rate / 1e9:.3g}GB/s]" for src, dst, rate in conversions] +
+            [f"host_quantize_rate: {quantize / 1e9:.3g}GB/s"])
 
 
 def measure_post_overhead(ferry, out):
@@ -209,12 +218,14 @@ def header(links, post):
 
 
 def copy_rates_header(rates, measured_at):
-    """this-host.yaml's comment on its host_copy_row_rates and host_convert_rates."""
-    return ("# host_copy_row_rates, host_convert_rates: `taskset -c 0 executor_benchmark "
-            "--benchmark_filter='CopyRows|Convert' --benchmark_repetitions=3`\n"
+    """this-host.yaml's comment on its host_copy_row_rates, host_convert_rates and
+    host_quantize_rate."""
+    return ("# host_copy_row_rates, host_convert_rates, host_quantize_rate: `taskset -c 0 "
+            f"executor_benchmark --benchmark_filter='{QUANTIZE_AND_COPY_RATES}' "
+            "--benchmark_repetitions=3`\n"
             f"# (one copy thread, medians; {measured_at}): rows of R bytes every S bytes of the\n"
-            "# source; conversions in bytes read a second; only their ratios to the contiguous rate "
-            f"({rates[0][-1][0]} B back to back) are used.\n")
+            "# source; conversions and the quantizer in bytes read a second; only their ratios to the "
+            f"contiguous rate ({rates[0][-1][0]} B back to back) are used.\n")
 
 
 def write_clusters(links, post, copy_rates, out):
@@ -259,13 +270,19 @@ def load():
     return "load " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def converts(case):
+    """Whether the case's destination holds another dtype than its source."""
+    _, _, _, _, dst, *more = case
+    return bool(more) or "quant=" in dst
+
+
 def measure_case(ferry, out, case):
     _, model, scale, src, dst, *more = case
     results = os.path.join(out, "runs.csv")
     if os.path.exists(results):
         os.remove(results)
     cmd = [ferry, "run", "--model", model, "--scale", scale, "--src", src, "--dst", dst, *more,
-           "--strategy", "reshard" if more else "both", "--iterations", "3", "--warmup", "1",
+           "--strategy", "reshard" if converts(case) else "both", "--iterations", "3", "--warmup", "1",
            "--timeout", "300", "--results", results]
     for s in SETTINGS:
         cmd += ["--set", s]
@@ -285,7 +302,7 @@ def predict_case(ferry, out, case, cluster, direct_reads):
     cmd = [ferry, "simulate", "--model", model, "--scale", scale, "--src", src, "--dst", dst, *more,
            "--cluster", os.path.join(out, cluster),
            "--set", f"executor.direct_intra_node={'true' if direct_reads else 'false'}"]
-    if more:
+    if converts(case):
         cmd.append("--no-baseline")
     for s in SETTINGS:
         cmd += ["--set", s]
@@ -293,7 +310,7 @@ def predict_case(ferry, out, case, cluster, direct_reads):
         if line.startswith("predicted time"):
             words = line.split()
             predicted = {"reshard": seconds(" ".join(words[2:4]))}
-            if not more:
+            if not converts(case):
                 predicted["gather-broadcast"] = seconds(" ".join(words[4:6]))
             return predicted
     sys.exit("ferry simulate printed no 'predicted time' row")

@@ -201,6 +201,12 @@ Status ClusterSpec::Validate() const {
   if (!converts.ok()) {
     return InvalidArgument("cluster field 'host_convert_rates': " + converts.message());
   }
+  FERRY_RETURN_IF_ERROR(non_negative(host_quantize_rate, "host_quantize_rate"));
+  if (host_quantize_rate > 0 && host_copy_row_rates.empty()) {
+    return InvalidArgument(
+        "cluster field 'host_quantize_rate' needs 'host_copy_row_rates': its rate counts against "
+        "that table's contiguous rate");
+  }
   if (!host_convert_rates.empty() && host_copy_row_rates.empty()) {
     return InvalidArgument(
         "cluster field 'host_convert_rates' needs 'host_copy_row_rates': its rates count against "
@@ -410,6 +416,7 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
       {"host_copy_bandwidth", bandwidth(&c.host_copy_bandwidth)},
       {"host_message_bandwidth", bandwidth(&c.host_message_bandwidth)},
       {"host_message_stream_bandwidth", bandwidth(&c.host_message_stream_bandwidth)},
+      {"host_quantize_rate", bandwidth(&c.host_quantize_rate)},
   };
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();

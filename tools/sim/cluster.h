@@ -116,6 +116,12 @@ struct ClusterSpec {
   // of its row pattern's (host_copy_rates.h). Empty, or a pair not listed: conversions cost what
   // copies of the same rows do.
   std::vector<ConvertRate> host_convert_rates;
+  // Host-memory ranks only, with host_copy_row_rates: one copy thread's rate quantizing values into
+  // block-scaled fp8 (a Quantize op), in bytes of values read a second, measured with the
+  // executor's quantizer beside the row table (BM_ExecutorQuantize, one thread, float32 scales);
+  // only its ratio to the row table's contiguous rate matters. 0: a Quantize costs what a copy of
+  // its bytes does.
+  double host_quantize_rate = 0;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
   int RanksPerNode() const { return gpus_per_node * ranks_per_gpu; }

@@ -1,4 +1,5 @@
-// Copy slowdowns of host-memory ranks' ops from the row patterns and conversions of their copies.
+// Copy slowdowns of host-memory ranks' ops from the row patterns and conversions of their copies,
+// and of their Quantize ops from the quantizer's rate.
 #include "tools/sim/host_copy_rates.h"
 
 #include <algorithm>
@@ -39,6 +40,15 @@ CopyCost CostOf(const CopyPair& pair, std::span<const RowRate> table, std::span<
   return {bytes, bytes / RowRateAt(table, p.row_bytes, p.pitch_bytes)};
 }
 
+// A Quantize op's pair (its values into e4m3, planner/block_quantize.h): the bytes it writes and
+// its values' bytes at the quantizer's `rate`.
+CopyCost QuantizeCostOf(const CopyPair& pair, double rate) {
+  Result<CopyGeometry> g = MakeCopyGeometry(pair.from, pair.to, pair.fn);
+  if (!g.ok() || g->bytes() == 0) return {};
+  const double read = static_cast<double>(g->rows * g->run * DTypeSize(g->from_dtype));
+  return {static_cast<double>(g->bytes()), read / rate};
+}
+
 bool CopiesOnItsRank(OpKind kind) {
   return kind == OpKind::kCopy || kind == OpKind::kPack || kind == OpKind::kUnpack ||
          kind == OpKind::kConvert;
@@ -62,6 +72,12 @@ std::vector<double> HostCopySlowdowns(const TransferPlan& plan, const ClusterSpe
   std::vector<double> slowdowns(plan.ops.size(), 1.0);
   std::unordered_map<int64_t, CopyCost> by_geometry;  // a pair's cost depends on its record only
   for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::kQuantize && cluster.host_quantize_rate > 0) {
+      CopyCost cost;
+      for (const CopyPair& pair : plan.Copies(op)) cost.Add(QuantizeCostOf(pair, cluster.host_quantize_rate));
+      slowdowns[static_cast<size_t>(op.id)] = cost.Slowdown(contiguous);
+      continue;
+    }
     if (!CopiesOnItsRank(op.kind)) continue;
     CopyCost cost;
     for (int i = op.copies_begin; i < op.copies_end; ++i) {

@@ -1,7 +1,8 @@
 // How much slower each op of a host-memory cluster copies than contiguous bytes, from the row
 // pattern of the bytes the op copies and the cluster's host_copy_row_rates
 // (tools/sim/row_rates.h), and from the dtypes its copies convert between and the cluster's
-// host_convert_rates (tools/sim/convert_rates.h), computed once before a simulation.
+// host_convert_rates (tools/sim/convert_rates.h), and of each Quantize op from
+// host_quantize_rate, computed once before a simulation.
 #pragma once
 
 #include <span>
@@ -26,12 +27,13 @@ RowPattern RowPatternOf(const CopyGeometry& geometry);
 
 // Per op id, the time the op's copies take at the table's rates (a copy that converts a pair
 // host_convert_rates lists: its source bytes at that rate) over the time the bytes they write
-// take at the row table's contiguous rate (ContiguousRate), at least 1: for a Copy, Pack, Unpack or Convert, and at the send op
-// of each of `direct_reads` (found with kEveryReceiver, so with their copies); 1 for every other
-// op and for ops whose copies move no bytes. A direct read with a packed read (its sender packs:
-// DirectRead::packed) costs that read's copies. Empty when the cluster's ranks are not in host
-// memory or it has no table. O(copies of the plan); pairs sharing a geometry record are measured
-// once.
+// take at the row table's contiguous rate (ContiguousRate), at least 1: for a Copy, Pack, Unpack
+// or Convert, for a Quantize when host_quantize_rate is set (its values' bytes at that rate), and
+// at the send op of each of `direct_reads` (found with kEveryReceiver, so with their copies); 1 for
+// every other op and for ops whose copies move no bytes. A direct read with a packed read (its
+// sender packs: DirectRead::packed) costs that read's copies. Empty when the cluster's ranks are
+// not in host memory or it has no table. O(copies of the plan); pairs sharing a geometry record
+// are measured once.
 std::vector<double> HostCopySlowdowns(const TransferPlan& plan, const ClusterSpec& cluster,
                                       std::span<const DirectRead> direct_reads);
 

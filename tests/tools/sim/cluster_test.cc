@@ -122,6 +122,12 @@ TEST(ClusterTest, YamlReadsAConversionRateTableAndRefusesABadOne) {
   EXPECT_NE(ParseClusterYaml(rows + "host_convert_rates:\n  - [bf16, fp7, 3GB/s]\n")
                 .status().message().find("entry 1"),
             std::string::npos);
+  EXPECT_DOUBLE_EQ(ParseClusterYaml(rows + "host_quantize_rate: 0.5GB/s\n")->host_quantize_rate, 0.5e9);
+  const Result<ClusterSpec> quantize_alone = ParseClusterYaml("host_memory_ranks: true\nhost_quantize_rate: 1GB/s\n");
+  ASSERT_FALSE(quantize_alone.ok());
+  EXPECT_NE(quantize_alone.status().message().find("'host_quantize_rate' needs 'host_copy_row_rates'"),
+            std::string::npos)
+      << quantize_alone.status().message();
   // Its rates count against the row table's contiguous rate, so it needs that table.
   Result<ClusterSpec> alone = ParseClusterYaml("host_memory_ranks: true\nhost_convert_rates:\n  - [bf16, fp32, 1GB/s]\n");
   ASSERT_FALSE(alone.ok());

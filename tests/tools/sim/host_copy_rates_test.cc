@@ -228,6 +228,36 @@ TEST(HostCopyRatesTest, AConversionTakesItsSourceBytesAtTheListedRate) {
   EXPECT_DOUBLE_EQ(HostCopySlowdowns(ConvertingCopy(), c, {})[0], 8.0);
 }
 
+// A Quantize on rank 0 of a dense [kRows, 16] bf16 matrix into e4m3: 32 MB of values read, 16 MB
+// written (its scales left out of its bytes here).
+TransferPlan QuantizeOp() {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  plan.source_buffers = {{0, "s", kBytes / 2}};
+  plan.destination_buffers = {{0, "d", kBytes / 4}, {0, "scales", 4096}};
+  Op quantize;
+  quantize.kind = OpKind::kQuantize;
+  quantize.rank = 0;
+  quantize.SetData(ByteRange(Space::kDestination, 1, 0, 4096));
+  quantize.bytes = kBytes / 4;
+  plan.AddOp(quantize, {}, {{Matrix(DType::kBF16, Space::kSource, 0, 0, kRows, 16, 16),
+                             Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, kRows, 16, 16)}});
+  return plan;
+}
+
+// The quantizer reads 0.5 GB/s of values against the table's contiguous 8 GB/s: its 32 MB take
+// 64 ms, where the 16 MB it writes would take 2 ms contiguous, 32 times as long; on a 1 GB/s
+// stream 32 x 16 ms. Without host_quantize_rate it costs a copy of its bytes, 16 ms; the
+// conversion table's bf16 -> e4m3 cast does not apply to it.
+TEST(HostCopyRatesTest, AQuantizeTakesItsValuesAtTheQuantizersRate) {
+  ClusterSpec c = HostNode(100e9, Table());
+  c.host_convert_rates = {{DType::kBF16, DType::kFP8E4M3, 2e9}};
+  EXPECT_NEAR(SimulatedTime(QuantizeOp(), c), 0.016, 1e-9);
+  c.host_quantize_rate = 0.5e9;
+  EXPECT_NEAR(SimulatedTime(QuantizeOp(), c), 32 * 0.016, 1e-9);
+  EXPECT_DOUBLE_EQ(HostCopySlowdowns(QuantizeOp(), c, {})[0], 32.0);
+}
+
 TEST(ConvertRatesTest, LookupAndValidationNameTheBadEntry) {
   const std::vector<ConvertRate> table = {{DType::kBF16, DType::kFP8E4M3, 3e9}, {DType::kFP32, DType::kBF16, 5e9}};
   EXPECT_TRUE(ValidateConvertRates(table).ok());
