@@ -35,59 +35,54 @@ Result<std::pair<double, std::string>> SplitNumber(std::string_view text) {
   return std::make_pair(value, unit);
 }
 
-// The points of a host_copy_row_rates value: a list of [row size, pitch size, bandwidth].
-Result<std::vector<RowRate>> ParseRowRates(const YAML::Node& node) {
-  if (!node.IsSequence()) {
-    return InvalidArgument("must be a list of [row bytes, pitch bytes, rate] points");
+// The entries of a table value: a list of at most `most` entries `[a, b, c]` of three scalars, each
+// read by `parse(a, b, c)` into a Result<Entry>. Errors name an entry (1-based) as "`word` i", and
+// the form `form` (e.g. "[row bytes, pitch bytes, rate]") with `example`; `words` is the plural.
+template <typename Entry, typename Parse>
+Result<std::vector<Entry>> ParseTable(const YAML::Node& node, int most, const std::string& word,
+                                      const std::string& words, const std::string& form,
+                                      const std::string& example, Parse parse) {
+  if (!node.IsSequence()) return InvalidArgument("must be a list of " + form + " " + words);
+  if (node.size() > static_cast<size_t>(most)) {
+    return InvalidArgument("has " + std::to_string(node.size()) + " " + words + ", more than " +
+                           std::to_string(most));
   }
-  if (node.size() > static_cast<size_t>(kMaxRowRates)) {
-    return InvalidArgument("has " + std::to_string(node.size()) + " points, more than " +
-                           std::to_string(kMaxRowRates));
-  }
-  std::vector<RowRate> table;
+  std::vector<Entry> table;
   for (size_t i = 0; i < node.size(); ++i) {
-    const YAML::Node& point = node[i];
-    const std::string where = "point " + std::to_string(i + 1);
-    if (!point.IsSequence() || point.size() != 3 || !point[0].IsScalar() ||
-        !point[1].IsScalar() || !point[2].IsScalar()) {
-      return InvalidArgument(where + " must be [row bytes, pitch bytes, rate], e.g. [64B, 128B, 4.9GB/s]");
+    const YAML::Node& e = node[i];
+    const std::string where = word + " " + std::to_string(i + 1);
+    if (!e.IsSequence() || e.size() != 3 || !e[0].IsScalar() || !e[1].IsScalar() || !e[2].IsScalar()) {
+      return InvalidArgument(where + " must be " + form + ", e.g. " + example);
     }
-    RowRate p;
-    Result<int64_t> row = ParseSize(point[0].as<std::string>());
-    Result<int64_t> pitch = ParseSize(point[1].as<std::string>());
-    Result<double> rate = ParseBandwidth(point[2].as<std::string>());
-    for (const Status& s : {row.status(), pitch.status(), rate.status()}) {
-      if (!s.ok()) return s.WithContext(where);
-    }
-    table.push_back({*row, *pitch, *rate});
+    Result<Entry> entry = parse(e[0].as<std::string>(), e[1].as<std::string>(), e[2].as<std::string>());
+    if (!entry.ok()) return entry.status().WithContext(where);
+    table.push_back(*entry);
   }
   return table;
 }
 
+// The points of a host_copy_row_rates value: a list of [row size, pitch size, bandwidth].
+Result<std::vector<RowRate>> ParseRowRates(const YAML::Node& node) {
+  return ParseTable<RowRate>(node, kMaxRowRates, "point", "points", "[row bytes, pitch bytes, rate]",
+                             "[64B, 128B, 4.9GB/s]",
+                             [](const std::string& a, const std::string& b, const std::string& c) -> Result<RowRate> {
+                               FERRY_ASSIGN_OR_RETURN(const int64_t row, ParseSize(a));
+                               FERRY_ASSIGN_OR_RETURN(const int64_t pitch, ParseSize(b));
+                               FERRY_ASSIGN_OR_RETURN(const double rate, ParseBandwidth(c));
+                               return RowRate{row, pitch, rate};
+                             });
+}
+
 // The entries of a host_convert_rates value: a list of [from dtype, to dtype, bandwidth].
 Result<std::vector<ConvertRate>> ParseConvertRates(const YAML::Node& node) {
-  if (!node.IsSequence()) return InvalidArgument("must be a list of [from dtype, to dtype, rate] entries");
-  if (node.size() > static_cast<size_t>(kMaxConvertRates)) {
-    return InvalidArgument("has " + std::to_string(node.size()) + " entries, more than " +
-                           std::to_string(kMaxConvertRates));
-  }
-  std::vector<ConvertRate> table;
-  for (size_t i = 0; i < node.size(); ++i) {
-    const YAML::Node& entry = node[i];
-    const std::string where = "entry " + std::to_string(i + 1);
-    if (!entry.IsSequence() || entry.size() != 3 || !entry[0].IsScalar() || !entry[1].IsScalar() ||
-        !entry[2].IsScalar()) {
-      return InvalidArgument(where + " must be [from dtype, to dtype, rate], e.g. [bf16, fp8_e4m3, 3.4GB/s]");
-    }
-    Result<DType> from = ParseDType(entry[0].as<std::string>());
-    Result<DType> to = ParseDType(entry[1].as<std::string>());
-    Result<double> rate = ParseBandwidth(entry[2].as<std::string>());
-    for (const Status& s : {from.status(), to.status(), rate.status()}) {
-      if (!s.ok()) return s.WithContext(where);
-    }
-    table.push_back({*from, *to, *rate});
-  }
-  return table;
+  return ParseTable<ConvertRate>(node, kMaxConvertRates, "entry", "entries", "[from dtype, to dtype, rate]",
+                                 "[bf16, fp8_e4m3, 3.4GB/s]",
+                                 [](const std::string& a, const std::string& b, const std::string& c) -> Result<ConvertRate> {
+                                   FERRY_ASSIGN_OR_RETURN(const DType from, ParseDType(a));
+                                   FERRY_ASSIGN_OR_RETURN(const DType to, ParseDType(b));
+                                   FERRY_ASSIGN_OR_RETURN(const double rate, ParseBandwidth(c));
+                                   return ConvertRate{from, to, rate};
+                                 });
 }
 
 }  // namespace

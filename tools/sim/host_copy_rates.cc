@@ -24,29 +24,24 @@ struct CopyCost {
   }
 };
 
-// A pair's bytes (those it writes) and seconds: its source bytes at `converts`' rate where it
-// converts a listed pair of dtypes, else its rows at the row table's rate.
-CopyCost CostOf(const CopyPair& pair, std::span<const RowRate> table, std::span<const ConvertRate> converts) {
+// A pair's bytes (those it writes) and seconds: a Quantize op's pair (`quantize_rate` > 0: its
+// values into e4m3, planner/block_quantize.h) its values' bytes at that rate; a pair that converts
+// a dtype pair `converts` lists, its source bytes at that rate; any other its rows at the row
+// table's rate.
+CopyCost CostOf(const CopyPair& pair, std::span<const RowRate> table, std::span<const ConvertRate> converts,
+                double quantize_rate) {
   Result<CopyGeometry> g = MakeCopyGeometry(pair.from, pair.to, pair.fn);
   if (!g.ok() || g->bytes() == 0) return {};  // a bad pair fails in the executor, not here
   const double bytes = static_cast<double>(g->bytes());
+  const double read = static_cast<double>(g->rows * g->run * DTypeSize(g->from_dtype));
+  if (quantize_rate > 0) return {bytes, read / quantize_rate};
   if (g->from_dtype != g->to_dtype) {
     if (const double rate = ConvertRateOf(converts, g->from_dtype, g->to_dtype); rate > 0) {
-      const double read = static_cast<double>(g->rows * g->run * DTypeSize(g->from_dtype));
       return {bytes, read / rate};
     }
   }
   const RowPattern p = RowPatternOf(*g);
   return {bytes, bytes / RowRateAt(table, p.row_bytes, p.pitch_bytes)};
-}
-
-// A Quantize op's pair (its values into e4m3, planner/block_quantize.h): the bytes it writes and
-// its values' bytes at the quantizer's `rate`.
-CopyCost QuantizeCostOf(const CopyPair& pair, double rate) {
-  Result<CopyGeometry> g = MakeCopyGeometry(pair.from, pair.to, pair.fn);
-  if (!g.ok() || g->bytes() == 0) return {};
-  const double read = static_cast<double>(g->rows * g->run * DTypeSize(g->from_dtype));
-  return {static_cast<double>(g->bytes()), read / rate};
 }
 
 bool CopiesOnItsRank(OpKind kind) {
@@ -72,18 +67,17 @@ std::vector<double> HostCopySlowdowns(const TransferPlan& plan, const ClusterSpe
   std::vector<double> slowdowns(plan.ops.size(), 1.0);
   std::unordered_map<int64_t, CopyCost> by_geometry;  // a pair's cost depends on its record only
   for (const Op& op : plan.ops) {
-    if (op.kind == OpKind::kQuantize && cluster.host_quantize_rate > 0) {
-      CopyCost cost;
-      for (const CopyPair& pair : plan.Copies(op)) cost.Add(QuantizeCostOf(pair, cluster.host_quantize_rate));
-      slowdowns[static_cast<size_t>(op.id)] = cost.Slowdown(contiguous);
-      continue;
-    }
-    if (!CopiesOnItsRank(op.kind)) continue;
+    const double quantize_rate = op.kind == OpKind::kQuantize ? cluster.host_quantize_rate : 0;
+    if (quantize_rate == 0 && !CopiesOnItsRank(op.kind)) continue;
     CopyCost cost;
     for (int i = op.copies_begin; i < op.copies_end; ++i) {
+      if (quantize_rate > 0) {  // one pair an op, whose record a Convert's may share: not cached
+        cost.Add(CostOf(plan.Copy(i), table, {}, quantize_rate));
+        continue;
+      }
       const int64_t record = plan.copies[static_cast<size_t>(i)].geometry;
       auto [it, added] = by_geometry.try_emplace(record);
-      if (added) it->second = CostOf(plan.Copy(i), table, cluster.host_convert_rates);
+      if (added) it->second = CostOf(plan.Copy(i), table, cluster.host_convert_rates, 0);
       cost.Add(it->second);
     }
     slowdowns[static_cast<size_t>(op.id)] = cost.Slowdown(contiguous);
@@ -92,7 +86,7 @@ std::vector<double> HostCopySlowdowns(const TransferPlan& plan, const ClusterSpe
     CopyCost cost;
     // A packed read copies what its sender's Pack wrote (the Pack's own slowdown is above).
     const std::vector<CopyPair>& copies = d.packed.empty() ? d.copies : d.packed.front().copies;
-    for (const CopyPair& pair : copies) cost.Add(CostOf(pair, table, cluster.host_convert_rates));
+    for (const CopyPair& pair : copies) cost.Add(CostOf(pair, table, cluster.host_convert_rates, 0));
     slowdowns[static_cast<size_t>(d.send_op)] = cost.Slowdown(contiguous);
   }
   return slowdowns;

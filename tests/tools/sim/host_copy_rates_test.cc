@@ -198,19 +198,21 @@ TEST(HostCopyRatesTest, ADirectReadOfShortStridedRowsTakesTheTablesRatioLonger) 
   EXPECT_NEAR(SimulatedTime(PackedMessage(32), c, false), 6 * 0.064, 1e-9);
 }
 
-// A Copy on rank 0 converting a dense [kRows, 16] bf16 matrix into fp8 e4m3: kBytes / 4 elements,
-// kBytes / 2 bytes read, kBytes / 4 written.
-TransferPlan ConvertingCopy() {
+// One op on rank 0 turning a dense [kRows, 16] bf16 matrix into fp8 e4m3, kBytes / 2 bytes read and
+// kBytes / 4 written: a Copy that converts, or a Quantize (its scales in a second destination
+// buffer, left out of its bytes here).
+TransferPlan Bf16ToE4m3(OpKind kind) {
   TransferPlan plan;
   plan.num_ranks = 2;
   plan.source_buffers = {{0, "s", kBytes / 2}};
-  plan.destination_buffers = {{0, "d", kBytes / 4}};
-  Op copy;
-  copy.kind = OpKind::kCopy;
-  copy.rank = 0;
-  copy.bytes = kBytes / 4;
-  plan.AddOp(copy, {}, {{Matrix(DType::kBF16, Space::kSource, 0, 0, kRows, 16, 16),
-                         Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, kRows, 16, 16)}});
+  plan.destination_buffers = {{0, "d", kBytes / 4}, {0, "scales", 4096}};
+  Op op;
+  op.kind = kind;
+  op.rank = 0;
+  if (kind == OpKind::kQuantize) op.SetData(ByteRange(Space::kDestination, 1, 0, 4096));
+  op.bytes = kBytes / 4;
+  plan.AddOp(op, {}, {{Matrix(DType::kBF16, Space::kSource, 0, 0, kRows, 16, 16),
+                       Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, kRows, 16, 16)}});
   return plan;
 }
 
@@ -220,29 +222,12 @@ TransferPlan ConvertingCopy() {
 // contiguous copy of the bytes written does: 16 ms.
 TEST(HostCopyRatesTest, AConversionTakesItsSourceBytesAtTheListedRate) {
   ClusterSpec c = HostNode(100e9, Table());
-  EXPECT_NEAR(SimulatedTime(ConvertingCopy(), c), 0.016, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kCopy), c), 0.016, 1e-9);
   c.host_convert_rates = {{DType::kBF16, DType::kFP32, 1e9}};
-  EXPECT_NEAR(SimulatedTime(ConvertingCopy(), c), 0.016, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kCopy), c), 0.016, 1e-9);
   c.host_convert_rates.push_back({DType::kBF16, DType::kFP8E4M3, 2e9});
-  EXPECT_NEAR(SimulatedTime(ConvertingCopy(), c), 8 * 0.016, 1e-9);
-  EXPECT_DOUBLE_EQ(HostCopySlowdowns(ConvertingCopy(), c, {})[0], 8.0);
-}
-
-// A Quantize on rank 0 of a dense [kRows, 16] bf16 matrix into e4m3: 32 MB of values read, 16 MB
-// written (its scales left out of its bytes here).
-TransferPlan QuantizeOp() {
-  TransferPlan plan;
-  plan.num_ranks = 2;
-  plan.source_buffers = {{0, "s", kBytes / 2}};
-  plan.destination_buffers = {{0, "d", kBytes / 4}, {0, "scales", 4096}};
-  Op quantize;
-  quantize.kind = OpKind::kQuantize;
-  quantize.rank = 0;
-  quantize.SetData(ByteRange(Space::kDestination, 1, 0, 4096));
-  quantize.bytes = kBytes / 4;
-  plan.AddOp(quantize, {}, {{Matrix(DType::kBF16, Space::kSource, 0, 0, kRows, 16, 16),
-                             Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, kRows, 16, 16)}});
-  return plan;
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kCopy), c), 8 * 0.016, 1e-9);
+  EXPECT_DOUBLE_EQ(HostCopySlowdowns(Bf16ToE4m3(OpKind::kCopy), c, {})[0], 8.0);
 }
 
 // The quantizer reads 0.5 GB/s of values against the table's contiguous 8 GB/s: its 32 MB take
@@ -252,10 +237,10 @@ TransferPlan QuantizeOp() {
 TEST(HostCopyRatesTest, AQuantizeTakesItsValuesAtTheQuantizersRate) {
   ClusterSpec c = HostNode(100e9, Table());
   c.host_convert_rates = {{DType::kBF16, DType::kFP8E4M3, 2e9}};
-  EXPECT_NEAR(SimulatedTime(QuantizeOp(), c), 0.016, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 0.016, 1e-9);
   c.host_quantize_rate = 0.5e9;
-  EXPECT_NEAR(SimulatedTime(QuantizeOp(), c), 32 * 0.016, 1e-9);
-  EXPECT_DOUBLE_EQ(HostCopySlowdowns(QuantizeOp(), c, {})[0], 32.0);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 32 * 0.016, 1e-9);
+  EXPECT_DOUBLE_EQ(HostCopySlowdowns(Bf16ToE4m3(OpKind::kQuantize), c, {})[0], 32.0);
 }
 
 TEST(ConvertRatesTest, LookupAndValidationNameTheBadEntry) {
