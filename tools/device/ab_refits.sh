@@ -45,6 +45,9 @@ declare -A CASES=(
   [large-fp8]="llama-3.1-70b 1/2 megatron:tp=2,buffers=distopt vllm:tp=2 3 --dst-dtype fp8_e4m3"
 )
 
+# letter_of I: build I's letter, A for the first.
+letter_of() { printf "\\$(printf '%03o' $((65 + $1)))"; }
+
 # mean_ms BIN NAME ARGS...: one verified `ferry run` of the case; prints its mean refit time in ms.
 mean_ms() {
   local bin=$1 name=$2 model=$3 scale=$4 src=$5 dst=$6 iterations=$7
@@ -68,7 +71,7 @@ for name in small-moe small-pp small-fp8 large large-fp8; do
   for ((p = 1; p <= PAIRS; p++)); do
     cells="" first=""
     for i in "${!BINS[@]}"; do
-      letter=$(printf "\\$(printf '%03o' $((65 + i)))")
+      letter=$(letter_of "$i")
       ms=$(mean_ms "${BINS[$i]}" "$name-$letter" "${args[@]}") || { FAILED=1; tail -15 "$LOG/$name-$letter.log"; }
       [ -n "$first" ] || first=$ms
       ratio=$(awk -v a="$first" -v b="$ms" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", b / a; else print "-" }')
@@ -83,6 +86,6 @@ done
 
 echo
 echo "== ab_refits: $(head -1 "$LOG/gpu.txt"); mean refit time of each build, (its ratio to A's) =="
-for i in "${!BINS[@]}"; do echo "$(printf "\\$(printf '%03o' $((65 + i)))") = ${BINS[$i]}"; done
+for i in "${!BINS[@]}"; do echo "$(letter_of "$i") = ${BINS[$i]}"; done
 print_rows
 exit $FAILED
