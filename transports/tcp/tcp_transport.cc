@@ -11,9 +11,11 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <new>
 #include <unordered_map>
 
+#include "core/base/config.h"
 #include "core/runtime/abort_state.h"
 #include "core/runtime/handshake.h"
 #include "core/runtime/socket_util.h"
@@ -26,14 +28,28 @@ namespace {
 // Largest message a header may announce (1 TiB): a corrupt or hostile header fails its peer
 // instead of sizing a buffer from it.
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
+// Largest tcp.eager_bytes, and the largest eager frame a peer may send: the most one message that
+// arrives before its receive can make this rank buffer.
+constexpr int64_t kMaxEagerBytes = int64_t{64} << 20;
 
 // Connections between tcp ranks open with the rank hello (core/runtime/rank_hello.h).
 constexpr RankHelloProtocol kTcpHello{{'F', 'R', 'Y', 'T'}, "ferry-tcp"};
 
+// What a frame on a connection is. A message of at most tcp.eager_bytes goes as one eager frame,
+// its payload after the header. A larger one goes by rendezvous: a ready-to-send frame (the
+// header alone), then, once the receiver has matched it with a posted receive, a clear-to-send
+// frame back, then a data frame with the payload, read straight into that receive. So a large
+// message is never buffered by a receiver that is not ready for it.
+enum class FrameKind : uint32_t { kEager = 1, kReadyToSend = 2, kClearToSend = 3, kData = 4 };
+
 struct Header {
-  uint64_t tag;
-  uint64_t bytes;
+  uint64_t tag = 0;    // eager, ready-to-send: the message's tag
+  uint64_t bytes = 0;  // eager, data: payload bytes after the header; ready-to-send: the message's
+  uint64_t id = 0;     // ready-to-send, clear-to-send, data: the sender's number for the message
+  uint32_t kind = 0;   // a FrameKind
+  uint32_t reserved = 0;
 };
+static_assert(sizeof(Header) == 32);
 
 struct Request {
   RequestId id = 0;
@@ -41,17 +57,33 @@ struct Request {
   uint64_t tag = 0;
   bool is_send = false;
   char* data = nullptr;
-  int64_t bytes = 0;     // send: message size; recv: capacity
-  int64_t progress = 0;  // bytes moved so far (send: header + payload)
-  Header header{};       // send: what goes on the wire first
-  bool cancelled = false;
+  int64_t bytes = 0;  // send: message size; recv: capacity
 };
 
-// A message that arrived before its receive was posted.
+// A frame queued on a connection: its header, then `payload` bytes of `send` (an eager or a data
+// frame's; none for ready-to-send and clear-to-send).
+struct Frame {
+  Header header{};
+  Request* send = nullptr;  // the send the frame is part of; null for clear-to-send
+  int64_t payload = 0;
+  int64_t progress = 0;  // bytes of header and payload written
+};
+
+// A message announced before its receive was posted: an eager frame that arrived or is arriving
+// (its buffer is not zero-filled: the payload overwrites every byte before one is read), or a
+// ready-to-send frame, which holds no bytes until a receive clears it.
 struct Unexpected {
-  std::vector<char> data;
+  std::unique_ptr<char[]> data;
+  int64_t bytes = 0;
   bool complete = false;
-  Request* waiting = nullptr;  // a receive matched while the payload was still arriving
+  bool rendezvous = false;
+  uint64_t id = 0;  // rendezvous: the sender's number for the message
+};
+
+// A clear-to-send this rank sent, until its data frame arrives.
+struct Cleared {
+  Request* recv = nullptr;  // null: the receive was cancelled or too small; the data is dropped
+  int64_t bytes = 0;        // what the ready-to-send announced; the data frame must match
 };
 
 struct Peer {
@@ -61,7 +93,9 @@ struct Peer {
   bool failed = false;
   std::string failure;
   bool want_write = false;
-  std::deque<Request*> sends;
+  std::deque<Frame> frames;                            // to write, in order
+  std::unordered_map<uint64_t, Request*> announced;    // ready-to-sends written, by message id
+  std::unordered_map<uint64_t, Cleared> cleared;       // clear-to-sends queued, by message id
   std::map<uint64_t, std::deque<Request*>> posted;
   std::map<uint64_t, std::deque<std::shared_ptr<Unexpected>>> unexpected;
   // Receive state machine: header, then payload into a request, an unexpected buffer, or nowhere.
@@ -104,6 +138,11 @@ class TcpTransport final : public Transport {
           "tcp.address=0.0.0.0: name the address peers connect to (it is also the one listened on)");
     }
     advertised_ = address.empty() ? LocalAddress() : address;
+    FERRY_ASSIGN_OR_RETURN(eager_bytes_, ParseBytes(context.Option("tcp.eager_bytes", "64KiB")));
+    if (eager_bytes_ > kMaxEagerBytes) {
+      return InvalidArgument("tcp.eager_bytes=" + std::to_string(eager_bytes_) + " is over the limit of " +
+                             std::to_string(kMaxEagerBytes) + " bytes (64 MiB)");
+    }
     // Listen where peers are told to connect, never on every interface by default.
     FERRY_ASSIGN_OR_RETURN(listener_, ListenTcp(advertised_, 0));
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -216,9 +255,10 @@ class TcpTransport final : public Transport {
     } else if (peer == rank_) {
       DeliverToSelf(r);
     } else {
-      r->header = Header{tag, static_cast<uint64_t>(buffer.bytes)};
-      p.sends.push_back(r);
-      if (p.sends.size() == 1) WritePeer(peer);
+      const bool eager = buffer.bytes <= eager_bytes_;
+      const FrameKind kind = eager ? FrameKind::kEager : FrameKind::kReadyToSend;
+      Queue(peer, Frame{Header{tag, static_cast<uint64_t>(buffer.bytes), r->id, static_cast<uint32_t>(kind)},
+                        r, eager ? buffer.bytes : 0});
     }
     return id;
   }
@@ -233,10 +273,12 @@ class TcpTransport final : public Transport {
       std::shared_ptr<Unexpected> message = found->second.front();
       found->second.pop_front();
       if (found->second.empty()) p.unexpected.erase(found);
-      if (message->complete) {
+      if (message->rendezvous) {
+        Clear(peer, r, message->id, message->bytes);
+      } else if (message->complete) {
         FinishFromUnexpected(r, *message);
       } else {
-        message->waiting = r;
+        ReceiveRestInPlace(peer, r);
       }
     } else if (p.failed) {
       Complete(r, Unavailable(PeerFailure(peer)));
@@ -276,10 +318,11 @@ class TcpTransport final : public Transport {
     Request* r = it->second.get();
     Peer& p = peers_[r->peer];
     if (r->is_send) {
-      // A send whose first byte is on the wire must finish, or the stream would be corrupt.
-      for (auto s = p.sends.begin(); s != p.sends.end(); ++s) {
-        if (*s == r && r->progress == 0) {
-          p.sends.erase(s);
+      // A send whose first byte is on the wire must finish: the stream would be corrupt, or the
+      // receiver would wait for the data it cleared.
+      for (auto f = p.frames.begin(); f != p.frames.end(); ++f) {
+        if (f->send == r && f->progress == 0 && f->header.kind != static_cast<uint32_t>(FrameKind::kData)) {
+          p.frames.erase(f);
           Complete(r, Aborted("tcp: send cancelled"));
           break;
         }
@@ -302,13 +345,11 @@ class TcpTransport final : public Transport {
       Complete(r, Aborted("tcp: receive cancelled"));
       return Status::Ok();
     }
-    for (auto& [tag, list] : p.unexpected) {
-      for (auto& message : list) {
-        if (message->waiting == r) {
-          message->waiting = nullptr;
-          Complete(r, Aborted("tcp: receive cancelled"));
-          return Status::Ok();
-        }
+    for (auto& [id, cleared] : p.cleared) {  // cleared, its data not here yet: drop the data
+      if (cleared.recv == r) {
+        cleared.recv = nullptr;
+        Complete(r, Aborted("tcp: receive cancelled"));
+        return Status::Ok();
       }
     }
     return Status::Ok();
@@ -365,13 +406,30 @@ class TcpTransport final : public Transport {
   }
 
   void FinishFromUnexpected(Request* r, const Unexpected& message) {
-    int64_t size = static_cast<int64_t>(message.data.size());
-    if (size > r->bytes) {
-      Complete(r, OutOfRange(TooBig(r, size)));
+    if (message.bytes > r->bytes) {
+      Complete(r, OutOfRange(TooBig(r, message.bytes)));
       return;
     }
-    if (size > 0) std::memcpy(r->data, message.data.data(), static_cast<size_t>(size));
-    Complete(r, Status::Ok(), size);
+    if (message.bytes > 0) std::memcpy(r->data, message.data.get(), static_cast<size_t>(message.bytes));
+    Complete(r, Status::Ok(), message.bytes);
+  }
+
+  // `r` matched the message arriving from `peer` now (p.payload_unexpected): the bytes in so far
+  // are copied once, and the rest of the payload is read straight into r, as if r had been posted
+  // before the message, so a large message is neither buffered whole nor copied twice.
+  void ReceiveRestInPlace(int peer, Request* r) {
+    Peer& p = peers_[peer];
+    const int64_t size = p.payload_unexpected->bytes;
+    if (size > r->bytes) {  // the rest is read into nowhere
+      Complete(r, OutOfRange(TooBig(r, size)));
+      p.discard.resize(static_cast<size_t>(std::min<int64_t>(p.payload_left, 1 << 20)));
+    } else {
+      const int64_t arrived = size - p.payload_left;
+      if (arrived > 0) std::memcpy(r->data, p.payload_unexpected->data.get(), static_cast<size_t>(arrived));
+      p.payload_request = r;
+      p.payload_at = r->data + arrived;
+    }
+    p.payload_unexpected.reset();
   }
 
   std::string TooBig(const Request* r, int64_t size) const {
@@ -395,7 +453,9 @@ class TcpTransport final : public Transport {
       }
     } else {
       auto message = std::make_shared<Unexpected>();
-      message->data.assign(send->data, send->data + send->bytes);
+      message->data = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(send->bytes));
+      message->bytes = send->bytes;
+      if (send->bytes > 0) std::memcpy(message->data.get(), send->data, static_cast<size_t>(send->bytes));
       message->complete = true;
       self.unexpected[send->tag].push_back(std::move(message));
     }
@@ -426,21 +486,38 @@ class TcpTransport final : public Transport {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd, &ev);
   }
 
+  // Queues `frame` behind the connection's others and writes what the socket takes now.
+  void Queue(int peer, Frame frame) {
+    Peer& p = peers_[peer];
+    p.frames.push_back(frame);
+    if (p.frames.size() == 1) WritePeer(peer);
+  }
+
+  // Queues a clear-to-send ahead of every frame not yet started, so that a receiver's go-ahead
+  // does not wait behind the large payloads it is sending itself.
+  void QueueClearToSend(int peer, uint64_t id) {
+    Peer& p = peers_[peer];
+    Frame frame{Header{0, 0, id, static_cast<uint32_t>(FrameKind::kClearToSend)}};
+    const bool started = !p.frames.empty() && p.frames.front().progress > 0;
+    p.frames.insert(p.frames.begin() + (started ? 1 : 0), frame);
+    if (p.frames.size() == 1) WritePeer(peer);
+  }
+
   void WritePeer(int peer) {
     Peer& p = peers_[peer];
-    while (!p.sends.empty() && !p.failed) {
-      Request* r = p.sends.front();
+    while (!p.frames.empty() && !p.failed) {
+      Frame& f = p.frames.front();
       const int64_t header_size = sizeof(Header);
-      const int64_t total = header_size + r->bytes;
+      const int64_t total = header_size + f.payload;
       iovec iov[2];
       int count = 0;
-      if (r->progress < header_size) {
-        iov[count++] = {reinterpret_cast<char*>(&r->header) + r->progress,
-                        static_cast<size_t>(header_size - r->progress)};
-        if (r->bytes > 0) iov[count++] = {r->data, static_cast<size_t>(r->bytes)};
+      if (f.progress < header_size) {
+        iov[count++] = {reinterpret_cast<char*>(&f.header) + f.progress,
+                        static_cast<size_t>(header_size - f.progress)};
+        if (f.payload > 0) iov[count++] = {f.send->data, static_cast<size_t>(f.payload)};
       } else {
-        iov[count++] = {r->data + (r->progress - header_size),
-                        static_cast<size_t>(total - r->progress)};
+        iov[count++] = {f.send->data + (f.progress - header_size),
+                        static_cast<size_t>(total - f.progress)};
       }
       msghdr msg{};
       msg.msg_iov = iov;
@@ -455,16 +532,160 @@ class TcpTransport final : public Transport {
         FailPeer(peer, std::string("send failed: ") + std::strerror(errno));
         return;
       }
-      r->progress += n;
-      if (r->progress == total) {
-        p.sends.pop_front();
-        Complete(r, Status::Ok(), r->bytes);
+      f.progress += n;
+      if (f.progress == total) {
+        const Frame written = f;
+        p.frames.pop_front();
+        FrameWritten(peer, written);
       }
     }
     SetWantWrite(peer, false);
   }
 
-  // Matches a header that has fully arrived with a posted receive or an unexpected buffer.
+  // An eager or data frame completes its send; a ready-to-send's send waits for clear-to-send.
+  void FrameWritten(int peer, const Frame& frame) {
+    switch (static_cast<FrameKind>(frame.header.kind)) {
+      case FrameKind::kEager:
+      case FrameKind::kData:
+        Complete(frame.send, Status::Ok(), frame.send->bytes);
+        break;
+      case FrameKind::kReadyToSend:
+        peers_[peer].announced[frame.header.id] = frame.send;
+        break;
+      case FrameKind::kClearToSend:
+        break;
+    }
+  }
+
+  // Clears the announced message `id` of `bytes` from `peer` for receive `r`: its data will be
+  // read straight into r, or into nowhere when r is too small (r fails at once).
+  void Clear(int peer, Request* r, uint64_t id, int64_t bytes) {
+    Peer& p = peers_[peer];
+    if (p.cleared.contains(id)) {
+      FailPeer(peer, "malformed stream: message id " + std::to_string(id) + " announced twice");
+      return;
+    }
+    Request* into = r;
+    if (bytes > r->bytes) {
+      Complete(r, OutOfRange(TooBig(r, bytes)));
+      into = nullptr;
+    }
+    p.cleared[id] = Cleared{into, bytes};
+    QueueClearToSend(peer, id);
+  }
+
+  // A header has fully arrived: checks it against what the stream allows, then starts its payload
+  // (eager, data) or acts on it (ready-to-send, clear-to-send). A header that breaks the protocol
+  // fails its peer, naming what is wrong; nothing is sized from a header before it is checked.
+  void HandleHeader(int peer) {
+    Peer& p = peers_[peer];
+    const Header h = p.header;
+    if (h.bytes > kMaxMessageBytes) {
+      FailPeer(peer, "malformed message header: " + std::to_string(h.bytes) + " bytes, over the limit of " +
+                         std::to_string(kMaxMessageBytes) + " (kMaxMessageBytes)");
+      return;
+    }
+    switch (static_cast<FrameKind>(h.kind)) {
+      case FrameKind::kEager:
+        if (h.bytes > static_cast<uint64_t>(kMaxEagerBytes)) {
+          FailPeer(peer, "malformed message header: an eager message of " + std::to_string(h.bytes) +
+                             " bytes, over the limit of " + std::to_string(kMaxEagerBytes) + " (kMaxEagerBytes)");
+          return;
+        }
+        StartPayload(peer);
+        break;
+      case FrameKind::kData:
+        if (!StartData(peer)) return;
+        break;
+      case FrameKind::kReadyToSend:
+        p.header_got = 0;
+        Announce(peer, h);
+        return;
+      case FrameKind::kClearToSend:
+        p.header_got = 0;
+        SendData(peer, h.id);
+        return;
+      default:
+        FailPeer(peer, "malformed message header: frame kind " + std::to_string(h.kind));
+        return;
+    }
+    if (p.payload_left == 0) FinishPayload(peer);
+  }
+
+  // The first receive posted for `tag` from this peer, taken off the posted list; null if none.
+  static Request* TakePosted(Peer& p, uint64_t tag) {
+    auto posted = p.posted.find(tag);
+    if (posted == p.posted.end() || posted->second.empty()) return nullptr;
+    Request* r = posted->second.front();
+    posted->second.pop_front();
+    if (posted->second.empty()) p.posted.erase(posted);
+    return r;
+  }
+
+  // A ready-to-send arrived: a posted receive clears it now; otherwise it waits, holding no bytes,
+  // for the receive that will.
+  void Announce(int peer, const Header& h) {
+    Peer& p = peers_[peer];
+    if (Request* r = TakePosted(p, h.tag)) {
+      Clear(peer, r, h.id, static_cast<int64_t>(h.bytes));
+      return;
+    }
+    auto message = std::make_shared<Unexpected>();
+    message->bytes = static_cast<int64_t>(h.bytes);
+    message->complete = true;
+    message->rendezvous = true;
+    message->id = h.id;
+    p.unexpected[h.tag].push_back(std::move(message));
+  }
+
+  // A clear-to-send arrived for message `id`: its data frame goes next in line.
+  void SendData(int peer, uint64_t id) {
+    Peer& p = peers_[peer];
+    auto found = p.announced.find(id);
+    if (found == p.announced.end()) {
+      FailPeer(peer, "malformed stream: clear-to-send for message id " + std::to_string(id) +
+                         ", which this rank has not announced or has already sent");
+      return;
+    }
+    Request* send = found->second;
+    p.announced.erase(found);
+    Queue(peer, Frame{Header{send->tag, static_cast<uint64_t>(send->bytes), id,
+                             static_cast<uint32_t>(FrameKind::kData)},
+                      send, send->bytes});
+  }
+
+  // A data frame's header arrived: its payload goes into the receive that cleared it, or into
+  // nowhere when that receive was cancelled or too small. False when the peer failed.
+  bool StartData(int peer) {
+    Peer& p = peers_[peer];
+    const int64_t size = static_cast<int64_t>(p.header.bytes);
+    auto found = p.cleared.find(p.header.id);
+    if (found == p.cleared.end()) {
+      FailPeer(peer, "malformed stream: data for message id " + std::to_string(p.header.id) +
+                         ", which this rank has not cleared to send");
+      return false;
+    }
+    if (found->second.bytes != size) {
+      FailPeer(peer, "malformed stream: data of " + std::to_string(size) + " bytes for message id " +
+                         std::to_string(p.header.id) + ", announced as " +
+                         std::to_string(found->second.bytes) + " bytes");
+      return false;
+    }
+    Request* r = found->second.recv;
+    p.cleared.erase(found);
+    p.in_payload = true;
+    p.payload_left = size;
+    p.payload_unexpected.reset();
+    p.payload_request = r;
+    if (r != nullptr) {
+      p.payload_at = r->data;
+    } else {
+      p.discard.resize(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));
+    }
+    return true;
+  }
+
+  // Matches an eager header that has fully arrived with a posted receive or an unexpected buffer.
   void StartPayload(int peer) {
     Peer& p = peers_[peer];
     int64_t size = static_cast<int64_t>(p.header.bytes);
@@ -472,11 +693,7 @@ class TcpTransport final : public Transport {
     p.payload_left = size;
     p.payload_request = nullptr;
     p.payload_unexpected.reset();
-    auto posted = p.posted.find(p.header.tag);
-    if (posted != p.posted.end() && !posted->second.empty()) {
-      Request* r = posted->second.front();
-      posted->second.pop_front();
-      if (posted->second.empty()) p.posted.erase(posted);
+    if (Request* r = TakePosted(p, p.header.tag)) {
       if (size > r->bytes) {
         Complete(r, OutOfRange(TooBig(r, size)));
         p.discard.resize(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));
@@ -487,7 +704,8 @@ class TcpTransport final : public Transport {
     } else {
       auto message = std::make_shared<Unexpected>();
       try {
-        message->data.resize(static_cast<size_t>(size));
+        message->data = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(size));
+        message->bytes = size;
       } catch (const std::bad_alloc&) {
         // Buffering a message no receive is posted for: out of memory fails this peer only.
         p.in_payload = false;
@@ -496,7 +714,7 @@ class TcpTransport final : public Transport {
         return;
       }
       p.payload_unexpected = message;
-      p.payload_at = message->data.data();
+      p.payload_at = message->data.get();
       p.unexpected[p.header.tag].push_back(std::move(message));
     }
   }
@@ -511,11 +729,6 @@ class TcpTransport final : public Transport {
       p.payload_request = nullptr;
     } else if (p.payload_unexpected) {
       p.payload_unexpected->complete = true;
-      if (p.payload_unexpected->waiting != nullptr) {
-        Request* r = p.payload_unexpected->waiting;
-        p.payload_unexpected->waiting = nullptr;
-        FinishFromUnexpected(r, *p.payload_unexpected);
-      }
       p.payload_unexpected.reset();
     }
   }
@@ -528,16 +741,7 @@ class TcpTransport final : public Transport {
                            sizeof(Header) - static_cast<size_t>(p.header_got), MSG_DONTWAIT);
         if (!HandleRead(peer, n)) return;
         p.header_got += n;
-        if (p.header_got == static_cast<int64_t>(sizeof(Header))) {
-          if (p.header.bytes > kMaxMessageBytes) {
-            FailPeer(peer, "malformed message header: " + std::to_string(p.header.bytes) +
-                               " bytes, over the limit of " + std::to_string(kMaxMessageBytes) +
-                               " (kMaxMessageBytes)");
-            return;
-          }
-          StartPayload(peer);
-          if (p.payload_left == 0) FinishPayload(peer);
-        }
+        if (p.header_got == static_cast<int64_t>(sizeof(Header))) HandleHeader(peer);
         continue;
       }
       bool discarding = p.payload_request == nullptr && !p.payload_unexpected;
@@ -574,8 +778,16 @@ class TcpTransport final : public Transport {
       p.fd = -1;
     }
     Status status = Unavailable(PeerFailure(peer));
-    for (Request* r : p.sends) Complete(r, status);
-    p.sends.clear();
+    for (const Frame& f : p.frames) {
+      if (f.send != nullptr) Complete(f.send, status);
+    }
+    p.frames.clear();
+    for (const auto& [id, send] : p.announced) Complete(send, status);
+    p.announced.clear();
+    for (const auto& [id, cleared] : p.cleared) {
+      if (cleared.recv != nullptr) Complete(cleared.recv, status);
+    }
+    p.cleared.clear();
     for (auto& [tag, list] : p.posted) {
       for (Request* r : list) Complete(r, status);
     }
@@ -583,7 +795,6 @@ class TcpTransport final : public Transport {
     if (p.payload_request != nullptr) Complete(p.payload_request, status);
     p.payload_request = nullptr;
     if (p.payload_unexpected) {  // a message cut short: drop it
-      if (p.payload_unexpected->waiting != nullptr) Complete(p.payload_unexpected->waiting, status);
       std::erase(p.unexpected[p.header.tag], p.payload_unexpected);
       p.payload_unexpected.reset();
     }
@@ -597,7 +808,9 @@ class TcpTransport final : public Transport {
     for (auto& [id, request] : requests_) pending.push_back(request.get());
     for (Request* r : pending) Complete(r, status);
     for (Peer& p : peers_) {
-      p.sends.clear();
+      p.frames.clear();
+      p.announced.clear();
+      p.cleared.clear();
       p.posted.clear();
       p.payload_request = nullptr;
       p.unexpected.clear();
@@ -616,6 +829,7 @@ class TcpTransport final : public Transport {
   const uint64_t epoch_;
   const std::string secret_;
   std::string advertised_;
+  int64_t eager_bytes_ = 0;  // tcp.eager_bytes
   Listener listener_;
   std::unique_ptr<HandshakeAcceptor> acceptor_;  // authenticates connections on listener_
   int epoll_fd_ = -1;
@@ -643,7 +857,10 @@ TransportRegistration TcpTransportRegistration() {
       "plain TCP sockets (host memory, two-sided); works everywhere, no dependency",
       {{"tcp.address", "",
         "address advertised to peers and listened on (empty: this host's first non-loopback "
-        "IPv4; \"0.0.0.0\" is refused: peers need an address to connect to)"}},
+        "IPv4; \"0.0.0.0\" is refused: peers need an address to connect to)"},
+       {"tcp.eager_bytes", "64KiB",
+        "largest message sent at once; a larger one waits until its receiver has posted the "
+        "receive (rendezvous), so no receiver buffers it (at most 64MiB)"}},
       &CreateTcpTransport,
   };
 }
