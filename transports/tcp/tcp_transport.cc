@@ -798,6 +798,10 @@ class TcpTransport final : public Transport {
       std::erase(p.unexpected[p.header.tag], p.payload_unexpected);
       p.payload_unexpected.reset();
     }
+    // Announced messages whose data can no longer come: their receives fail when posted.
+    for (auto& [tag, list] : p.unexpected) {
+      std::erase_if(list, [](const std::shared_ptr<Unexpected>& m) { return m->rendezvous; });
+    }
   }
 
   // Fails every pending request with the abort status and closes every connection; once, on the

@@ -181,6 +181,24 @@ TEST(TcpWireTest, AReadyToSendIsClearedOnlyOnceItsReceiveIsPosted) {
   EXPECT_EQ(in[300000], 0xEE) << "wrote past the message";
 }
 
+TEST(TcpWireTest, AReceiveForAMessageAnnouncedByAPeerThatThenDiedFails) {
+  RawPeer peer;
+  ConnectRawPeer(peer, "64KiB");
+  Write(peer.fd, WireHeader{kTag, 1 << 20, 3, kReadyToSend});
+  std::vector<Completion> done;
+  PollFor(*peer.rank1, 50, done);
+  ::close(peer.fd);
+  peer.fd = -1;
+  PollFor(*peer.rank1, 50, done);
+  std::vector<uint8_t> in(1 << 20);
+  MemoryHandle h = MustRegister(*peer.rank1, in);
+  auto recv = peer.rank1->PostRecv(0, kTag, LocalBuffer{h, 0, 1 << 20});
+  ASSERT_TRUE(recv.ok());
+  for (int i = 0; i < 200 && Find(done, *recv) == nullptr; ++i) PollFor(*peer.rank1, 10, done);
+  ASSERT_NE(Find(done, *recv), nullptr) << "the receive waits for data that cannot come";
+  EXPECT_EQ(Find(done, *recv)->status.code(), StatusCode::kUnavailable) << Find(done, *recv)->status.ToString();
+}
+
 // Frames a hostile or corrupt rank 0 writes, some before rank 1 posts `receives` receives for
 // kTag and some after, and what the failure of those receives must name.
 struct BadStream {
