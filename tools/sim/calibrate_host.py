@@ -12,7 +12,8 @@ Owns the measured-run half of the simulator's calibration (docs/simulator.md, "C
      and the executor's copy rate by row length and pitch, its conversion rate by pair of dtypes
      and its quantizer's rate (`executor_benchmark --benchmark_filter=QUANTIZE_AND_COPY_RATES`,
      one copy thread pinned to one core, in one run), whose ratios give this-host.yaml's
-     host_copy_row_rates, host_convert_rates and host_quantize_rate;
+     host_copy_row_rates, host_convert_rates and host_quantize_rate, and its host_cores (the
+     cores the ranks' Quantize ops share, os.cpu_count());
   2. writes two cluster files from those numbers: this-host.yaml (messages between ranks as
      direct reads, ferry run's default) and this-host-tcp.yaml (every message through TCP
      loopback, ferry run's "transport only" variant and its gather-broadcast). Every rank is a
@@ -251,7 +252,9 @@ def write_clusters(links, post, copy_rates, out):
     files = {
         "this-host.yaml": ["name: this-host", f"nvlink_message_overhead: {direct_overhead:.4g}",
                            f"nvlink_bandwidth: {direct_rate:.4g}", f"nic_bandwidth: {direct_rate:.4g}",
-                           *copy_rate_lines(copy_rates[0])],
+                           *copy_rate_lines(copy_rates[0]),
+                           # The ranks' Quantize ops share this host's cores (ClusterSpec::host_cores).
+                           f"host_cores: {os.cpu_count()}"],
         "this-host-tcp.yaml": ["name: this-host-tcp", f"nvlink_message_overhead: {tcp_overhead:.4g}",
                                f"host_message_bandwidth: {tcp_rate:.4g}",
                                f"host_message_stream_bandwidth: {tcp_stream_cap:.4g}",

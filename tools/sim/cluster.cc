@@ -202,6 +202,12 @@ Status ClusterSpec::Validate() const {
         "cluster field 'host_quantize_rate' needs 'host_copy_row_rates': its rate counts against "
         "that table's contiguous rate");
   }
+  if (host_cores < 0 || host_cores > kMaxHostCores) {
+    return InvalidArgument("cluster field 'host_cores' must be in [0, " + std::to_string(kMaxHostCores) + "]");
+  }
+  if (host_cores > 0 && host_quantize_rate == 0) {
+    return InvalidArgument("cluster field 'host_cores' needs 'host_quantize_rate': only Quantize ops run on the cores");
+  }
   if (!host_convert_rates.empty() && host_copy_row_rates.empty()) {
     return InvalidArgument(
         "cluster field 'host_convert_rates' needs 'host_copy_row_rates': its rates count against "
@@ -412,6 +418,7 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
       {"host_message_bandwidth", bandwidth(&c.host_message_bandwidth)},
       {"host_message_stream_bandwidth", bandwidth(&c.host_message_stream_bandwidth)},
       {"host_quantize_rate", bandwidth(&c.host_quantize_rate)},
+      {"host_cores", integer(&c.host_cores)},
   };
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();

@@ -21,6 +21,11 @@ namespace ferry::sim {
 
 // Most processes a cluster file may put on one GPU.
 inline constexpr int kMaxRanksPerGpu = 64;
+// Most cores a cluster file may give a node (host_cores).
+inline constexpr int kMaxHostCores = 4096;
+// The most copy threads the executor starts by default (executor.copy_threads 0: one per hardware
+// thread, at most this many; core/runtime/executor.cc).
+inline constexpr int kExecutorDefaultCopyThreadsMax = 8;
 
 struct ClusterSpec {
   std::string name;
@@ -119,9 +124,19 @@ struct ClusterSpec {
   // Host-memory ranks only, with host_copy_row_rates: one copy thread's rate quantizing values into
   // block-scaled fp8 (a Quantize op), in bytes of values read a second, measured with the
   // executor's quantizer beside the row table (BM_ExecutorQuantize, one thread, float32 scales);
-  // only its ratio to the row table's contiguous rate matters. 0: a Quantize costs what a copy of
+  // only its ratio to the row table's contiguous rate matters (with host_cores, both rates as
+  // measured: a core's rate is the table's contiguous one). 0: a Quantize costs what a copy of
   // its bytes does.
   double host_quantize_rate = 0;
+  // Host-memory ranks only, with host_quantize_rate: the cores a node's ranks run on. The executor
+  // spreads a Quantize op's blocks over its copy threads (one per hardware thread, at most 8:
+  // core/runtime/copy_pool.h), and quantizing costs each byte tens of times a copy's CPU time, so
+  // it is bound by the cores, not the memory: with host_cores set, a Quantize op takes the node's
+  // host_cpu link instead of host_mem, its values at host_quantize_rate a core (the rate as
+  // measured, against the table's contiguous rate as measured in the same run), alone on
+  // min(host_cores, 8) cores, the node's Quantize ops sharing host_cores of them. 0: a Quantize
+  // shares host_mem as copies do, one core's rate for the node.
+  int host_cores = 0;
 
   int TotalGpus() const { return gpus_per_node * num_nodes; }
   int RanksPerNode() const { return gpus_per_node * ranks_per_gpu; }

@@ -37,6 +37,7 @@ std::string_view ResourceKindName(ResourceKind kind) {
     case ResourceKind::kHostMem: return "host_mem";
     case ResourceKind::kLoopback: return "loopback";
     case ResourceKind::kTransportThread: return "transport_thread";
+    case ResourceKind::kHostCpu: return "host_cpu";
   }
   return "unknown";
 }
@@ -345,6 +346,15 @@ class Engine {
   // contiguous bytes its copies go (a direct read's at its send op; host_copy_rates.h); empty
   // without a table.
   std::vector<double> host_copy_slowdowns_;
+  // Whether host Quantize ops run on the node's cores (ClusterSpec::host_cores), and one core's
+  // rate in the units of their slowdowns: the row table's contiguous rate, one copy thread's.
+  bool QuantizesOnCores() const {
+    return c_.host_memory_ranks && c_.host_cores > 0 && c_.host_quantize_rate > 0 &&
+           !host_copy_slowdowns_.empty();
+  }
+  double CoreRate() const {
+    return c_.host_copy_row_rates.empty() ? 0 : ContiguousRate(c_.host_copy_row_rates);
+  }
   // Makes f, the flow of host-memory copy op `op` (a direct read: its send op), a stream capped
   // at host_copy_bandwidth whose bytes each take the op's slowdown in service of its links: alone
   // it copies at host_copy_bandwidth / slowdown, and sharing host_mem its short rows hold the
@@ -678,6 +688,7 @@ void Engine::BuildResources() {
       {nodes, c_.host_memory_bandwidth},                                             // host_mem
       {nodes, c_.host_message_bandwidth},                                            // loopback
       {TransportThreads(), c_.host_message_stream_bandwidth},                         // transport_thread
+      {QuantizesOnCores() ? nodes : 0, c_.host_cores * CoreRate()},                   // host_cpu
   }};
   offset_[0] = 0;
   for (int k = 0; k < kNumResourceKinds; ++k) offset_[k + 1] = offset_[k] + layout[k].first;
@@ -763,7 +774,12 @@ void Engine::StartLocalOp(int op, double t) {
     return;
   }
   f.bytes = static_cast<double>(o.bytes);
-  if (c_.host_memory_ranks) {
+  if (c_.host_memory_ranks && o.kind == OpKind::kQuantize && QuantizesOnCores()) {
+    // CPU-bound: spread over the rank's copy threads, sharing the node's cores, not its memory.
+    f.links[f.num_links++] = Res(ResourceKind::kHostCpu, NodeOfGpu(gpu));
+    f.cap = std::min(c_.host_cores, kExecutorDefaultCopyThreadsMax) * CoreRate();
+    f.weight = host_copy_slowdowns_[op];
+  } else if (c_.host_memory_ranks) {
     f.links[f.num_links++] = Res(ResourceKind::kHostMem, NodeOfGpu(gpu));
     SetHostCopyStream(f, op);
   } else {
@@ -1404,6 +1420,7 @@ std::string Engine::DescribeResource(int r) const {
     case ResourceKind::kSpineDown:
     case ResourceKind::kHostMem:
     case ResourceKind::kLoopback:
+    case ResourceKind::kHostCpu:
       out << "node " << res.index;
       break;
     case ResourceKind::kTransportThread:

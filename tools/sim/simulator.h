@@ -80,8 +80,10 @@ enum class ResourceKind : uint8_t {
   // Per rank of a host-memory cluster with host_message_stream_bandwidth: the transport's one
   // progress thread, which carries every message the rank sends and receives.
   kTransportThread,
+  // Per node of a host-memory cluster with host_cores: the cores its Quantize ops share.
+  kHostCpu,
 };
-inline constexpr int kNumResourceKinds = 12;
+inline constexpr int kNumResourceKinds = 13;
 std::string_view ResourceKindName(ResourceKind kind);  // "gpu_mem", "nvlink_out", ...
 
 // Where a running simulation is, for a display on another thread (`ferry simulate`'s progress
@@ -122,11 +124,14 @@ struct SimOptions {
   // Most messages a rank sends at once, as the executor's executor.max_in_flight
   // (core/runtime/executor_options.h, 256 by default; the same default here): a message whose
   // sender and receiver are both ready waits, in (round, id) order on its sender's rank, until one
-  // of the rank's moving messages finishes. A send whose receiver is not ready yet holds no slot:
-  // the executor's transports keep a message that arrives before its receive is posted
-  // (transports/tcp/tcp_transport.cc, `Unexpected`), so a slot never waits on a receiver. Slots
-  // held by sends or receives whose partner was not ready let ranks wait for each other's slots
-  // (a deadlock); only moving messages hold slots here, so no window deadlocks. 0: unlimited.
+  // of the rank's moving messages finishes. A send whose receiver is not ready yet holds no slot
+  // here. The executor counts every posted send and receive, and a large send stays posted until
+  // its receive is (tcp above tcp.eager_bytes, UCX's rendezvous; smaller ones the receiver
+  // buffers), so there a send can hold a slot while its receiver is not ready; `ferry run` at
+  // executor.max_in_flight 1 completes all the same (tests/tools/cli/run_integration_test.cc).
+  // Slots held by sends or receives whose partner was not ready would let simulated ranks wait
+  // for each other's slots (a deadlock); only moving messages hold slots here, so no window
+  // deadlocks. 0: unlimited.
   int max_in_flight = 256;
   // Bytes of staging slots a rank holds at once, as the executor's executor.staging_budget
   // (1 GiB by default, the same default here): an op whose slots are not placed yet waits until

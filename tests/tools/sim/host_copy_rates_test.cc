@@ -1,8 +1,9 @@
 // Tests for copy rates by row pattern and conversion rates on host-memory ranks
 // (tools/sim/row_rates.h, tools/sim/convert_rates.h, tools/sim/host_copy_rates.h): the tables'
 // interpolation, lookup and validation, the row the executor's copy loop loads, and simulated
-// times of copies and direct reads of short strided rows, and of conversions, against contiguous
-// copies of the same bytes, worked out by hand.
+// times of copies and direct reads of short strided rows, of conversions and of Quantize ops (on
+// host_mem, or sharing the node's host_cores), against contiguous copies of the same bytes, worked
+// out by hand.
 #include <gtest/gtest.h>
 
 #include "core/runtime/strided_copy.h"
@@ -241,6 +242,65 @@ TEST(HostCopyRatesTest, AQuantizeTakesItsValuesAtTheQuantizersRate) {
   c.host_quantize_rate = 0.5e9;
   EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 32 * 0.016, 1e-9);
   EXPECT_DOUBLE_EQ(HostCopySlowdowns(Bf16ToE4m3(OpKind::kQuantize), c, {})[0], 32.0);
+}
+
+// The same Quantize as above on each of `ranks` ranks (its rank's buffers).
+TransferPlan Quantizes(int ranks) {
+  TransferPlan plan;
+  plan.num_ranks = 2;
+  for (int rank = 0; rank < ranks; ++rank) {
+    plan.source_buffers.push_back({rank, "s" + std::to_string(rank), kBytes / 2});
+    plan.destination_buffers.push_back({rank, "d" + std::to_string(rank), kBytes / 4});
+    plan.destination_buffers.push_back({rank, "scales" + std::to_string(rank), 4096});
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    Op op;
+    op.kind = OpKind::kQuantize;
+    op.rank = rank;
+    op.SetData(ByteRange(Space::kDestination, 2 * rank + 1, 0, 4096));
+    op.bytes = kBytes / 4;
+    plan.AddOp(op, {}, {{Matrix(DType::kBF16, Space::kSource, rank, 0, kRows, 16, 16),
+                         Matrix(DType::kFP8E4M3, Space::kDestination, 2 * rank, 0, kRows, 16, 16)}});
+  }
+  return plan;
+}
+
+// With host_cores the quantizer runs on the node's cores at its measured 0.5 GB/s of values a
+// core: one op's 32 MB of bf16 on 2 cores take 32 ms, two ops on two ranks share the 2 cores, 64
+// ms; one core, 64 and 128 ms; 16 cores, one op on the executor's 8 threads, 8 ms. Without
+// host_cores it is the 1 GB/s stream's 32 x 16 ms above, one op or two (a 100 GB/s host_mem).
+TEST(HostCopyRatesTest, QuantizesShareTheNodesCoresAtTheQuantizersRateACore) {
+  ClusterSpec c = HostNode(100e9, Table());
+  c.host_quantize_rate = 0.5e9;
+  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 32 * 0.016, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Quantizes(2), c), 32 * 0.016, 1e-9);
+  c.host_cores = 2;
+  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 0.032, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Quantizes(2), c), 0.064, 1e-9);
+  c.host_cores = 1;
+  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 0.064, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Quantizes(2), c), 0.128, 1e-9);
+  c.host_cores = 16;
+  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 0.008, 1e-9);
+  // Copies stay on host_mem: a contiguous 64 MB copy on the 1 GB/s stream, 64 ms.
+  EXPECT_NEAR(SimulatedTime(Copies(1, 16), c), 0.064, 1e-9);
+}
+
+TEST(HostCopyRatesTest, HostCoresNeedTheQuantizersRateAndAreBounded) {
+  ClusterSpec c = HostNode(100e9, Table());
+  c.host_cores = 2;
+  Status s = c.Validate();
+  EXPECT_NE(s.message().find("'host_cores' needs 'host_quantize_rate'"), std::string::npos) << s.ToString();
+  c.host_quantize_rate = 0.5e9;
+  EXPECT_TRUE(c.Validate().ok());
+  c.host_cores = -1;
+  EXPECT_NE(c.Validate().message().find("'host_cores' must be in [0, 4096]"), std::string::npos);
+  Result<ClusterSpec> parsed = ParseClusterYaml(
+      "base: dgx-h100\nhost_memory_ranks: true\nhost_copy_row_rates:\n  - [64KiB, 64KiB, 8GB/s]\n"
+      "host_quantize_rate: 0.5GB/s\nhost_cores: 2\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->host_cores, 2);
+  EXPECT_FALSE(ParseClusterYaml("base: dgx-h100\nhost_cores: 2.5\n").ok());
 }
 
 TEST(ConvertRatesTest, LookupAndValidationNameTheBadEntry) {
