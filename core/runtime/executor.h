@@ -1,7 +1,8 @@
 // Executor: runs one rank's part of a TransferPlan on a Communicator.
 //
 // Ops start when their deps (ops on the same rank) have completed, in (round, id) order. Sends and
-// receives are posted without waiting (at most executor.max_in_flight at once); Copy, Pack, Unpack
+// receives are posted without waiting (sends and forwards at most executor.max_in_flight at once,
+// receives whenever ready, so that no receive holds a slot its rank's sends need); Copy, Pack, Unpack
 // and Convert run on a pool of executor.copy_threads threads, large copies split into slices.
 // Messages between ranks of one node go as direct reads when executor.direct_intra_node is on
 // (core/runtime/direct_read.h): the receiver copies from the sender's source buffers once. Which

@@ -17,7 +17,9 @@ const OptionTable<ExecutorOptions>& ExecutorOptions::Table() {
              "hardware thread, at most 8)",
              0, kMaxCopyThreads)
         .Int("executor.max_in_flight", &ExecutorOptions::max_in_flight,
-             "most posted sends and receives per rank at once", 1, 1 << 16)
+             "most sends and forwards one rank has posted at once (receives are posted when ready, "
+             "outside this window)",
+             1, 1 << 16)
         .Bool("executor.cache_registrations", &ExecutorOptions::cache_registrations,
               "keep user buffers registered with transports across refits (buffers must stay "
               "allocated; Executor::ForgetRegistrations releases them)")

@@ -27,7 +27,7 @@ struct ExecutorOptions {
   // Threads for pack/unpack/copy on one rank, the executor thread included; 0 = one per hardware
   // thread, at most 8.
   int copy_threads = 0;
-  int max_in_flight = 256;  // posted sends and receives per rank at once
+  int max_in_flight = 256;  // posted sends and forwards per rank at once (receives: not bounded)
   // Keep user buffers registered with transports across runs (Executor::ForgetRegistrations).
   bool cache_registrations = true;
   // Between ranks of one node the receiver copies straight from the sender's source buffers.

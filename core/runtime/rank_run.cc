@@ -21,7 +21,8 @@ RankRun::RankRun(const ExecutorResources& resources, const TransferPlan& plan,
       rank_(resources.comm.rank()),
       started_(std::chrono::steady_clock::now()),
       offers_(memory.source, resources.comm.rank(), resources.cuda_exports, resources.offer_history),
-      ready_network_(ReadyOrder{&plan_, &ids_}),
+      ready_sends_(ReadyOrder{&plan_, &ids_}),
+      ready_recvs_(ReadyOrder{&plan_, &ids_}),
       ready_local_(ReadyOrder{&plan_, &ids_}) {}
 
 Result<ExecutorStats> RankRun::Execute() {
@@ -409,8 +410,9 @@ void RankRun::ReleaseRunRegistrations() {
 // --- scheduling -------------------------------------------------------------------------------
 
 void RankRun::MakeReady(int i) {
-  if (IsMessageKind(OpAt(i).kind)) ReadyGrouped(i);
-  (IsMessageKind(OpAt(i).kind) ? ready_network_ : ready_local_).insert(i);
+  const OpKind kind = OpAt(i).kind;
+  if (IsMessageKind(kind)) ReadyGrouped(i);
+  (kind == OpKind::kRecv ? ready_recvs_ : IsMessageKind(kind) ? ready_sends_ : ready_local_).insert(i);
   ++readied_;
 }
 
@@ -442,7 +444,7 @@ void RankRun::TraceOp(int i) {
 }
 
 // Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
-// messages from arriving unexpected), then local copies. Staging is granted in that order too:
+// messages from arriving unexpected; sends up to executor.max_in_flight), then local copies. Staging is granted in that order too:
 // once one op cannot get its slots, later ones needing slots wait (no overtaking), except the op
 // first in plan order, which has its own place (GrantStaging).
 Status RankRun::StartReady() {
@@ -453,16 +455,7 @@ Status RankRun::StartReady() {
     seen_completed = completed_;
     staging_blocked_ = false;
     FERRY_RETURN_IF_ERROR(StartGroupedRounds());
-    for (auto it = ready_network_.begin();
-         it != ready_network_.end() && in_flight_ < res_.options.max_in_flight;) {
-      int i = *it;
-      if (Grouped(i)) {  // posted a whole round at a time, by StartGroupedRounds
-        ++it;
-        continue;
-      }
-      FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
-      it = started ? ready_network_.erase(it) : std::next(it);
-    }
+    FERRY_RETURN_IF_ERROR(StartReadyNetwork());
     for (auto it = ready_local_.begin(); it != ready_local_.end();) {
       int i = *it;
       it = ready_local_.erase(it);
@@ -476,6 +469,31 @@ Status RankRun::StartReady() {
     }
   }
   return Status::Ok();
+}
+
+Status RankRun::StartReadyNetwork() {
+  const ReadyOrder before = ready_recvs_.key_comp();
+  auto s = ready_sends_.begin();
+  auto r = ready_recvs_.begin();
+  while (true) {
+    const bool sends_open = s != ready_sends_.end() && sends_in_flight_ < res_.options.max_in_flight;
+    if (!sends_open && r == ready_recvs_.end()) return Status::Ok();
+    const bool send = sends_open && (r == ready_recvs_.end() || before(*s, *r));
+    std::set<int, ReadyOrder>& ready = send ? ready_sends_ : ready_recvs_;
+    auto& it = send ? s : r;
+    const int i = *it;
+    if (Grouped(i)) {  // posted a whole round at a time, by StartGroupedRounds
+      ++it;
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
+    it = started ? ready.erase(it) : std::next(it);
+  }
+}
+
+bool RankRun::HoldsWindowSlot(int i) const {
+  const OpKind kind = OpAt(i).kind;
+  return kind == OpKind::kSend || kind == OpKind::kForward;
 }
 
 // Starts op i if its staging slots can be granted; false when it must wait for space.
@@ -689,6 +707,7 @@ void RankRun::Track(int i, Transport* transport, RequestId request) {
   request_op_[{transport, request}] = i;
   ++pending_per_transport_[transport];
   ++in_flight_;
+  if (HoldsWindowSlot(i)) ++sends_in_flight_;
 }
 
 // --- direct reads -----------------------------------------------------------------------------
@@ -974,6 +993,7 @@ void RankRun::PollTransport(Transport* transport, int& pending, Deadline poll_de
     request_op_.erase(it);
     --pending;
     --in_flight_;
+    if (HoldsWindowSlot(i)) --sends_in_flight_;
     OnRequestDone(i, completions_[c]);
   }
 }

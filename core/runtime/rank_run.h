@@ -148,6 +148,11 @@ class RankRun {
   void Complete(int i);
   void TraceOp(int i);
   Status StartReady();
+  // Starts the ready sends and receives in (round, id) order: every receive whose staging can be
+  // granted, sends while the window has room (HoldsWindowSlot).
+  Status StartReadyNetwork();
+  // Whether op i's requests count against executor.max_in_flight: a send's or a forward's.
+  bool HoldsWindowSlot(int i) const;
   Result<bool> TryStart(int i);
   bool GrantStaging(int i);
   bool FirstUnstarted(int i);
@@ -333,14 +338,18 @@ class RankRun {
   std::map<Transport*, std::map<int, int>> rounds_unready_;
 
   // Scheduling and progress.
-  std::set<int, ReadyOrder> ready_network_, ready_local_;  // network and local apart, so that a
-                                                          // full in-flight window costs nothing
+  // Ready ops not started yet. Sends and forwards wait for a slot of the executor.max_in_flight
+  // window; receives do not (a receive holding a slot could wait on a sender whose slots wait on
+  // receives: ranks that both send and receive would stop each other at a small window). Local
+  // ops apart too, so that a full window costs nothing.
+  std::set<int, ReadyOrder> ready_sends_, ready_recvs_, ready_local_;
   int64_t readied_ = 0;  // ops made ready so far; a change means another scan may start more
   std::vector<std::vector<CopyItem>> items_;            // by op, while its copies run
   std::unordered_map<int, QuantizeWork> quantize_work_;  // by host Quantize op, while it runs
   std::map<std::pair<Transport*, RequestId>, int> request_op_;
   std::map<Transport*, int> pending_per_transport_;
-  int in_flight_ = 0, copies_running_ = 0, completed_ = 0;
+  int in_flight_ = 0, copies_running_ = 0, completed_ = 0;  // in_flight_: requests posted, not done
+  int sends_in_flight_ = 0;  // of in_flight_, the requests of sends and forwards (the window's)
   std::vector<int> completed_ids_;  // plan ids, as ops complete
   Status failure_;
   std::array<Completion, 64> completions_;

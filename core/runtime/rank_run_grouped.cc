@@ -9,6 +9,7 @@
 // its own or a later round cannot run round by round and is refused before anything is posted.
 #include "core/runtime/rank_run.h"
 
+#include <algorithm>
 #include <climits>
 #include <unordered_map>
 
@@ -136,14 +137,17 @@ Status RankRun::StartGroupedRounds() {
     while (!rounds.empty() && rounds.begin()->second == 0) {
       const int round = rounds.begin()->first;
       std::vector<int> ops;
-      for (int i : ready_network_) {
-        if (transport_of_[i] == transport && OpAt(i).round == round) ops.push_back(i);
+      for (const std::set<int, ReadyOrder>* ready : {&ready_sends_, &ready_recvs_}) {
+        for (int i : *ready) {
+          if (transport_of_[i] == transport && OpAt(i).round == round) ops.push_back(i);
+        }
       }
+      std::sort(ops.begin(), ops.end(), ready_sends_.key_comp());
       if (!GrantRound(ops)) break;
       rounds.erase(rounds.begin());
       FERRY_RETURN_IF_ERROR(transport->BeginGroup());
       for (int i : ops) {
-        ready_network_.erase(i);
+        (OpAt(i).kind == OpKind::kRecv ? ready_recvs_ : ready_sends_).erase(i);
         FERRY_ASSIGN_OR_RETURN(bool started, TryStart(i));
         if (!started) {
           (void)transport->EndGroup();

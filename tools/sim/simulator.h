@@ -124,14 +124,13 @@ struct SimOptions {
   // Most messages a rank sends at once, as the executor's executor.max_in_flight
   // (core/runtime/executor_options.h, 256 by default; the same default here): a message whose
   // sender and receiver are both ready waits, in (round, id) order on its sender's rank, until one
-  // of the rank's moving messages finishes. A send whose receiver is not ready yet holds no slot
-  // here. The executor counts every posted send and receive, and a large send stays posted until
-  // its receive is (tcp above tcp.eager_bytes, UCX's rendezvous; smaller ones the receiver
-  // buffers), so there a send can hold a slot while its receiver is not ready; `ferry run` at
-  // executor.max_in_flight 1 completes all the same (tests/tools/cli/run_integration_test.cc).
-  // Slots held by sends or receives whose partner was not ready would let simulated ranks wait
-  // for each other's slots (a deadlock); only moving messages hold slots here, so no window
-  // deadlocks. 0: unlimited.
+  // of the rank's moving messages finishes; receives take no slot, as in the executor
+  // (core/runtime/rank_run.cc, StartReadyNetwork). A send whose receiver is not ready yet holds no
+  // slot here, where the executor's send of a large message stays posted until its receive is
+  // (tcp above tcp.eager_bytes, UCX's rendezvous); `ferry run` at executor.max_in_flight 1
+  // completes all the same (tests/tools/cli/run_integration_test.cc). Slots held by sends whose
+  // partner was not ready would let simulated ranks wait for each other's slots (a deadlock); only
+  // moving messages hold slots here, so no window deadlocks. 0: unlimited.
   int max_in_flight = 256;
   // Bytes of staging slots a rank holds at once, as the executor's executor.staging_budget
   // (1 GiB by default, the same default here): an op whose slots are not placed yet waits until

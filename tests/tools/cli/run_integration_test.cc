@@ -363,6 +363,16 @@ TEST(RunIntegrationTest, GatherBroadcastCompletesWithTheSmallestStagingBudgetAnd
                                        "qwen3_gb", "gather-broadcast");
 }
 
+// Colocated, every rank sends and receives: a receive waiting for its sender must not take the
+// window slot that rank's own sends need, or two ranks each wait for the other's send (the run
+// hung here while receives counted against executor.max_in_flight).
+TEST(RunIntegrationTest, ColocatedRanksCompleteWithTheSmallestStagingBudgetAndAWindowOfOne) {
+  const std::vector<std::string> colocated = {"--model", "qwen3-30b-a3b", "--scale", "1/64", "--src",
+                                              "megatron:tp=2,ep=2", "--dst", "vllm:tp=2,dp=2", "--colocated"};
+  ExpectRunsInTheSmallestStagingBudget(colocated, "qwen3_colocated");
+  ExpectRunsInTheSmallestStagingBudget(colocated, "qwen3_colocated_gb", "gather-broadcast");
+}
+
 // Block-scaled fp8 destinations keep each matrix's bf16 rows in a slot until it is quantized, over
 // several receives: the case where slots outlive the op that took them.
 TEST(RunIntegrationTest, BlockQuantizingCompletesWithTheSmallestStagingBudgetAndAWindowOfOne) {
