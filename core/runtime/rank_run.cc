@@ -444,9 +444,9 @@ void RankRun::TraceOp(int i) {
 }
 
 // Starts ready ops in (round, id) order: receives and sends first (posting receives early keeps
-// messages from arriving unexpected; sends up to executor.max_in_flight), then local copies. Staging is granted in that order too:
-// once one op cannot get its slots, later ones needing slots wait (no overtaking), except the op
-// first in plan order, which has its own place (GrantStaging).
+// messages from arriving unexpected; sends up to executor.max_in_flight), then local copies.
+// Staging is granted in that order too: once one op cannot get its slots, later ones needing slots
+// wait (no overtaking), except the op first in plan order, which has its own place (GrantStaging).
 Status RankRun::StartReady() {
   int64_t seen_readied = -1, seen_completed = -1;
   // Inline completions may ready more ops or free staging an op of this scan waited for: scan again.

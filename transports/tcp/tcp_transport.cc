@@ -561,8 +561,9 @@ class TcpTransport final : public Transport {
   // read straight into r, or into nowhere when r is too small (r fails at once).
   void Clear(int peer, Request* r, uint64_t id, int64_t bytes) {
     Peer& p = peers_[peer];
-    if (p.cleared.contains(id)) {
+    if (p.cleared.contains(id)) {  // r is off every list: it fails with the peer
       FailPeer(peer, "malformed stream: message id " + std::to_string(id) + " announced twice");
+      Complete(r, Unavailable(PeerFailure(peer)));
       return;
     }
     Request* into = r;
