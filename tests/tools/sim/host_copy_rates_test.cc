@@ -199,21 +199,26 @@ TEST(HostCopyRatesTest, ADirectReadOfShortStridedRowsTakesTheTablesRatioLonger) 
   EXPECT_NEAR(SimulatedTime(PackedMessage(32), c, false), 6 * 0.064, 1e-9);
 }
 
-// One op on rank 0 turning a dense [kRows, 16] bf16 matrix into fp8 e4m3, kBytes / 2 bytes read and
-// kBytes / 4 written: a Copy that converts, or a Quantize (its scales in a second destination
-// buffer, left out of its bytes here).
-TransferPlan Bf16ToE4m3(OpKind kind) {
+// One op on each of `ranks` ranks turning a dense [kRows, 16] bf16 matrix of its own into fp8
+// e4m3, kBytes / 2 bytes read and kBytes / 4 written: a Copy that converts, or a Quantize (its
+// scales in a second destination buffer, left out of its bytes here).
+TransferPlan Bf16ToE4m3(OpKind kind, int ranks = 1) {
   TransferPlan plan;
   plan.num_ranks = 2;
-  plan.source_buffers = {{0, "s", kBytes / 2}};
-  plan.destination_buffers = {{0, "d", kBytes / 4}, {0, "scales", 4096}};
-  Op op;
-  op.kind = kind;
-  op.rank = 0;
-  if (kind == OpKind::kQuantize) op.SetData(ByteRange(Space::kDestination, 1, 0, 4096));
-  op.bytes = kBytes / 4;
-  plan.AddOp(op, {}, {{Matrix(DType::kBF16, Space::kSource, 0, 0, kRows, 16, 16),
-                       Matrix(DType::kFP8E4M3, Space::kDestination, 0, 0, kRows, 16, 16)}});
+  for (int rank = 0; rank < ranks; ++rank) {
+    plan.source_buffers.push_back({rank, "s" + std::to_string(rank), kBytes / 2});
+    plan.destination_buffers.push_back({rank, "d" + std::to_string(rank), kBytes / 4});
+    plan.destination_buffers.push_back({rank, "scales" + std::to_string(rank), 4096});
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    Op op;
+    op.kind = kind;
+    op.rank = rank;
+    if (kind == OpKind::kQuantize) op.SetData(ByteRange(Space::kDestination, 2 * rank + 1, 0, 4096));
+    op.bytes = kBytes / 4;
+    plan.AddOp(op, {}, {{Matrix(DType::kBF16, Space::kSource, rank, 0, kRows, 16, 16),
+                         Matrix(DType::kFP8E4M3, Space::kDestination, 2 * rank, 0, kRows, 16, 16)}});
+  }
   return plan;
 }
 
@@ -244,27 +249,6 @@ TEST(HostCopyRatesTest, AQuantizeTakesItsValuesAtTheQuantizersRate) {
   EXPECT_DOUBLE_EQ(HostCopySlowdowns(Bf16ToE4m3(OpKind::kQuantize), c, {})[0], 32.0);
 }
 
-// The same Quantize as above on each of `ranks` ranks (its rank's buffers).
-TransferPlan Quantizes(int ranks) {
-  TransferPlan plan;
-  plan.num_ranks = 2;
-  for (int rank = 0; rank < ranks; ++rank) {
-    plan.source_buffers.push_back({rank, "s" + std::to_string(rank), kBytes / 2});
-    plan.destination_buffers.push_back({rank, "d" + std::to_string(rank), kBytes / 4});
-    plan.destination_buffers.push_back({rank, "scales" + std::to_string(rank), 4096});
-  }
-  for (int rank = 0; rank < ranks; ++rank) {
-    Op op;
-    op.kind = OpKind::kQuantize;
-    op.rank = rank;
-    op.SetData(ByteRange(Space::kDestination, 2 * rank + 1, 0, 4096));
-    op.bytes = kBytes / 4;
-    plan.AddOp(op, {}, {{Matrix(DType::kBF16, Space::kSource, rank, 0, kRows, 16, 16),
-                         Matrix(DType::kFP8E4M3, Space::kDestination, 2 * rank, 0, kRows, 16, 16)}});
-  }
-  return plan;
-}
-
 // With host_cores the quantizer runs on the node's cores at its measured 0.5 GB/s of values a
 // core: one op's 32 MB of bf16 on 2 cores take 32 ms, two ops on two ranks share the 2 cores, 64
 // ms; one core, 64 and 128 ms; 16 cores, one op on the executor's 8 threads, 8 ms. Without
@@ -272,16 +256,16 @@ TransferPlan Quantizes(int ranks) {
 TEST(HostCopyRatesTest, QuantizesShareTheNodesCoresAtTheQuantizersRateACore) {
   ClusterSpec c = HostNode(100e9, Table());
   c.host_quantize_rate = 0.5e9;
-  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 32 * 0.016, 1e-9);
-  EXPECT_NEAR(SimulatedTime(Quantizes(2), c), 32 * 0.016, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 32 * 0.016, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize, 2), c), 32 * 0.016, 1e-9);
   c.host_cores = 2;
-  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 0.032, 1e-9);
-  EXPECT_NEAR(SimulatedTime(Quantizes(2), c), 0.064, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 0.032, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize, 2), c), 0.064, 1e-9);
   c.host_cores = 1;
-  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 0.064, 1e-9);
-  EXPECT_NEAR(SimulatedTime(Quantizes(2), c), 0.128, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 0.064, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize, 2), c), 0.128, 1e-9);
   c.host_cores = 16;
-  EXPECT_NEAR(SimulatedTime(Quantizes(1), c), 0.008, 1e-9);
+  EXPECT_NEAR(SimulatedTime(Bf16ToE4m3(OpKind::kQuantize), c), 0.008, 1e-9);
   // Copies stay on host_mem: a contiguous 64 MB copy on the 1 GB/s stream, 64 ms.
   EXPECT_NEAR(SimulatedTime(Copies(1, 16), c), 0.064, 1e-9);
 }
