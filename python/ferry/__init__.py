@@ -24,11 +24,11 @@ from ._ferry import FerryError, InvalidArgumentError, describe_config
 from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
 from ._plan import Plan, Stats, plan
 from ._session import Refit, Session
-from ._specs import megatron_spec, vllm_spec
+from ._specs import megatron_spec, sglang_spec, vllm_spec
 from ._views import fragment_view
 
 __all__ = [
     "BufferInfo", "FerryError", "FragmentInfo", "InvalidArgumentError", "Layout", "Plan", "Refit",
     "Session", "Shard", "Stats", "TensorInfo", "describe_config", "fragment_view", "megatron_spec",
-    "plan", "vllm_spec",
+    "plan", "sglang_spec", "vllm_spec",
 ]

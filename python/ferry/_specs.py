@@ -5,7 +5,8 @@ describes its layout with the values it actually runs with instead of a hand-wri
 fields) and, optionally, its DistributedDataParallelConfig: the field names are Megatron-Core's
 (megatron/core/model_parallel_config.py, megatron/core/transformer/transformer_config.py,
 megatron/core/distributed/distributed_data_parallel_config.py). `vllm_spec` reads vLLM's
-ParallelConfig (vllm/config/parallel.py). Both work on any object with those attributes (a
+ParallelConfig (vllm/config/parallel.py), `sglang_spec` SGLang's ServerArgs
+(python/sglang/srt/server_args.py). All three work on any object with those attributes (a
 SimpleNamespace in a test, Megatron-Bridge's providers, NeMo RL's configs) and import neither
 framework. The strings are what `Layout.preset` and the CLI's --src/--dst take (the keys:
 tools/models/framework_spec.h).
@@ -115,3 +116,39 @@ def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
         raise ValueError(f"engines must be a positive integer, got {engines!r}")
     keys += [f"engines={engines}"]
     return "vllm:" + ",".join(keys)
+
+
+def _flag(config: Any, field: str) -> bool:
+    """`config.field` as a bool (missing or None: False); anything else is refused naming it."""
+    value = getattr(config, field, None)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(f"{field} must be a bool, got {value!r}")
+    return value
+
+
+def sglang_spec(server_args: Any, *, engines: int = 1) -> str:
+    """The "sglang:..." spec of `engines` independent SGLang servers, each run with `server_args`
+    (SGLang's ServerArgs: tp_size, pp_size, dp_size, enable_dp_attention, ep_size,
+    ep_num_redundant_experts, moe_dense_tp_size, enable_dp_lm_head and
+    disable_shared_experts_fusion). Without enable_dp_attention, dp_size is that many copies of
+    the engine; with it, the engine's tp_size ranks split their attention into dp_size groups.
+    Shared-expert fusion is left to SGLang's own rule unless disabled.
+
+    Raises ValueError naming the field when a value is not a whole number or a flag not a bool."""
+    keys = [f"tp={_int(server_args, 'tp_size', 1)}", f"pp={_int(server_args, 'pp_size', 1)}",
+            f"dp={_int(server_args, 'dp_size', 1)}"]
+    keys += ["dp_attention=yes"] if _flag(server_args, "enable_dp_attention") else []
+    keys += [f"ep={_int(server_args, 'ep_size', 1)}"]
+    redundant = _int(server_args, "ep_num_redundant_experts", 0)
+    keys += [f"redundant={redundant}"] if redundant else []
+    dense_tp = _int(server_args, "moe_dense_tp_size", None)
+    keys += [f"dense_tp={dense_tp}"] if dense_tp is not None else []
+    keys += ["dp_lm_head=yes"] if _flag(server_args, "enable_dp_lm_head") else []
+    if _flag(server_args, "disable_shared_experts_fusion"):
+        keys += ["shared_experts=separate"]
+    if isinstance(engines, bool) or not isinstance(engines, int) or engines < 1:
+        raise ValueError(f"engines must be a positive integer, got {engines!r}")
+    keys += [f"engines={engines}"]
+    return "sglang:" + ",".join(keys)

@@ -1,4 +1,4 @@
-"""ferry.megatron_spec / ferry.vllm_spec: framework specs from the frameworks' config objects.
+"""ferry.megatron_spec / ferry.vllm_spec / ferry.sglang_spec: framework specs from the frameworks' config objects.
 
 The objects stand in for Megatron-Core's TransformerConfig and DistributedDataParallelConfig and
 vLLM's ParallelConfig, with their field names (megatron/core/model_parallel_config.py,
@@ -86,3 +86,25 @@ def test_vllm_engines():
     parallel.eplb_config = SimpleNamespace(num_redundant_experts=16)
     assert ferry.vllm_spec(parallel).endswith(",ep=16,redundant=16,engines=1")
     assert ferry.vllm_spec(SimpleNamespace(tensor_parallel_size=2)) == "vllm:tp=2,pp=1,dp=1,engines=1"
+
+
+def test_sglang_dp_attention_and_expert_parallelism():
+    # SGLang's ServerArgs field names (python/sglang/srt/server_args.py): DP attention splits the
+    # engine's 8 ranks into 2 attention groups; the experts go over ep=4 with moe_tp = 2.
+    args = SimpleNamespace(tp_size=8, pp_size=1, dp_size=2, enable_dp_attention=True, ep_size=4,
+                           ep_num_redundant_experts=0, moe_dense_tp_size=None,
+                           enable_dp_lm_head=True, disable_shared_experts_fusion=False)
+    spec = ferry.sglang_spec(args, engines=2)
+    assert spec == "sglang:tp=8,pp=1,dp=2,dp_attention=yes,ep=4,dp_lm_head=yes,engines=2"
+    layout = ferry.Layout.preset("qwen3-30b-a3b", spec, scale="1/64")
+    assert len(layout.ranks) == 16  # DP attention adds no ranks: 8 a server
+    args.enable_dp_attention = False
+    args.enable_dp_lm_head = False
+    args.disable_shared_experts_fusion = True
+    args.moe_dense_tp_size = 1
+    assert ferry.sglang_spec(args) == ("sglang:tp=8,pp=1,dp=2,ep=4,dense_tp=1,"
+                                       "shared_experts=separate,engines=1")
+    with pytest.raises(ValueError, match="enable_dp_attention"):
+        ferry.sglang_spec(SimpleNamespace(enable_dp_attention="yes"))
+    with pytest.raises(ValueError, match="ep_size"):
+        ferry.sglang_spec(SimpleNamespace(ep_size=-1))

@@ -1,8 +1,8 @@
-// Reshard plans of the model presets' real framework layouts (Megatron -> vLLM, scaled down so a
-// test can execute them): every destination element arrives exactly once (executed element by
-// element), the bytes crossing the network into each destination node are what that node's GPUs
-// need counted once, and the MoE presets' experts are planned as stacks whether the layouts name
-// them as tensor stacks or member by member, on either side or both.
+// Reshard plans of the model presets' real framework layouts (Megatron -> vLLM and SGLang, scaled
+// down so a test can execute them): every destination element arrives exactly once (executed
+// element by element), the bytes crossing the network into each destination node are what that
+// node's GPUs need counted once, and the MoE presets' experts are planned as stacks whether the
+// layouts name them as tensor stacks or member by member, on either side or both.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -35,6 +35,11 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
        "vllm:tp=2,dp=2,ep=4", 2, true},
       {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4,experts=single_grouped",
        "vllm:tp=4,dp=2,ep=8", 4, true},
+      {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1,experts=single_grouped",
+       "sglang:tp=4,dp=2,dp_attention=yes,ep=2", 2, true},
+      // SGLang fuses DeepSeek-V3's shared expert into the routed experts' buffers
+      {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4,experts=single_grouped",
+       "sglang:tp=4,dp=2", 4, true},
   };
   // The MoE sources keep a rank's experts in one buffer (experts=single_grouped), so that member
   // by member they form constant-stride families the planner can fold.

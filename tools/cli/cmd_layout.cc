@@ -123,8 +123,8 @@ void AddLayoutCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "layout",
       "Build a model preset's layout under a framework spec (--framework: megatron:... for a "
-      "trainer, vllm:... for an engine) and print a summary or explain one tensor; or validate "
-      "a layout file");
+      "trainer, vllm:... or sglang:... for an engine) and print a summary or explain one tensor; "
+      "or validate a layout file");
   std::string models_help = "model preset:";
   for (const std::string& name : models::PresetNames()) models_help += " " + name;
   models_help += "; or a Hugging Face config.json, or the directory holding it";

@@ -1,5 +1,5 @@
 // Framework layouts of a model preset (tools/models/framework_layouts.h): a spec resolved and
-// handed to the Megatron or vLLM writer, and the two layouts and topology of a refit.
+// handed to the Megatron, vLLM or SGLang writer, and the two layouts and topology of a refit.
 #include "tools/models/framework_layouts.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "core/layout/limits.h"
 #include "tools/models/megatron_layout.h"
+#include "tools/models/sglang_layout.h"
 #include "tools/models/vllm_layout.h"
 
 namespace ferry::models {
@@ -41,11 +42,14 @@ Result<Layout> BuildFrameworkLayout(const ModelPreset& preset, const FrameworkSp
   }
   Layout layout;
   layout.tensors.reserve(model->tensors().size());
-  Status st = resolved.kind == FrameworkSpec::Kind::kMegatron
-                  ? BuildMegatronLayout(*model, resolved.megatron, resolved.stack_expert_tensors,
-                                        first_rank, layout)
-                  : BuildVllmLayout(*model, resolved.vllm, resolved.stack_expert_tensors,
-                                    first_rank, layout);
+  Status st =
+      resolved.kind == FrameworkSpec::Kind::kMegatron
+          ? BuildMegatronLayout(*model, resolved.megatron, resolved.stack_expert_tensors,
+                                first_rank, layout)
+      : resolved.kind == FrameworkSpec::Kind::kVllm
+          ? BuildVllmLayout(*model, resolved.vllm, resolved.stack_expert_tensors, first_rank, layout)
+          : BuildSglangLayout(*model, resolved.sglang, resolved.stack_expert_tensors, first_rank,
+                              layout);
   if (!st.ok()) return st.WithContext("building " + resolved.ToString() + " layout");
   return Result<Layout>(std::move(layout));
 }

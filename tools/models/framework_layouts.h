@@ -1,7 +1,8 @@
 // Framework layouts, the public entry point of tools/models: the layout of a ModelPreset under a
-// framework spec (Megatron-LM trainer, tools/models/megatron_layout.h; vLLM inference engine,
-// tools/models/vllm_layout.h), and the source and destination layouts of one refit with the
-// topology of their ranks. Specs and their grammar: tools/models/framework_spec.h.
+// framework spec (Megatron-LM trainer, tools/models/megatron_layout.h; vLLM and SGLang inference
+// engines, tools/models/vllm_layout.h, tools/models/sglang_layout.h), and the source and
+// destination layouts of one refit with the topology of their ranks. Specs and their grammar:
+// tools/models/framework_spec.h.
 //
 // Pure functions; thread-safe.
 #pragma once

@@ -13,9 +13,9 @@
 
 #include "core/base/checked_math.h"
 #include "core/base/strings.h"
-#include "core/layout/limits.h"
 #include "tools/models/hybrid_pipeline_stages.h"
 #include "tools/models/pipeline_stages.h"
+#include "tools/models/spec_checks.h"
 #include "tools/models/vllm_pipeline.h"
 #include "tools/models/vocab_padding.h"
 
@@ -24,52 +24,6 @@ namespace ferry::models {
 namespace {
 
 std::string Num(int64_t v) { return std::to_string(v); }
-
-Status NotDivisible(const std::string& what, int64_t n, const std::string& by_what, int64_t by) {
-  return InvalidArgument(what + " " + std::to_string(n) + " is not divisible by " + by_what + " " +
-                         std::to_string(by));
-}
-
-Status CheckDivides(const std::string& what, int64_t n, const std::string& by_what, int64_t by) {
-  if (by <= 0 || n % by != 0) return NotDivisible(what, n, by_what, by);
-  return Status::Ok();
-}
-
-Status CheckMamba(const ModelConfig& c, int tp) {
-  if (c.family != ModelFamily::kNemotronH) return Status::Ok();
-  FERRY_RETURN_IF_ERROR(CheckDivides("mamba_num_heads", c.mamba_num_heads, "tp", tp));
-  FERRY_RETURN_IF_ERROR(CheckDivides("mamba_groups", c.mamba_groups, "tp", tp));
-  return CheckDivides("mamba inner size", c.MambaInner(), "tp", tp);
-}
-
-// Divisibility shared by both frameworks' tensor-parallel attention and dense MLPs.
-Status CheckTensorParallel(const ModelConfig& c, int tp) {
-  FERRY_RETURN_IF_ERROR(CheckDivides("num_heads", c.num_heads, "tp", tp));
-  bool has_dense_mlp = false;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    LayerKind k = c.KindOfLayer(l);
-    if (k == LayerKind::kMlp || (k == LayerKind::kDecoder && !c.IsMoeLayer(l))) has_dense_mlp = true;
-  }
-  if (has_dense_mlp) FERRY_RETURN_IF_ERROR(CheckDivides("intermediate", c.intermediate, "tp", tp));
-  if (c.num_shared_experts > 0) {
-    FERRY_RETURN_IF_ERROR(CheckDivides("shared expert size", c.num_shared_experts * c.moe_intermediate,
-                                       "tp", tp));
-  }
-  return CheckMamba(c, tp);
-}
-
-// Megatron: etp defaults to tp and dp to the smallest value whose stage fits ep*etp; pp must not
-// exceed the layers, and heads, query groups, experts and the expert FFN must divide as the layout
-// needs.
-// A framework's ranks (the product of its parallel sizes) within kMaxRanks, checked in int64
-// before anything multiplies them as int or builds a layout of that many ranks.
-Status CheckWorld(const std::string& what, int64_t world) {
-  if (world > kMaxRanks) {
-    return InvalidArgument(what + " = " + std::to_string(world) + " ranks, over the limit of " +
-                           std::to_string(kMaxRanks) + " (kMaxRanks)");
-  }
-  return Status::Ok();
-}
 
 // Both frameworks build MTP layers from the checkpoint's num_nextn_predict_layers
 // (src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py mtp_num_layers,
@@ -87,6 +41,9 @@ Status CheckMtp(int mtp, const ModelConfig& c) {
   return Status::Ok();
 }
 
+// Megatron: etp defaults to tp and dp to the smallest value whose stage fits ep*etp; pp must not
+// exceed the layers, and heads, query groups, experts and the expert FFN must divide as the layout
+// needs.
 Status ResolveMegatron(MegatronParallel& m, const ModelConfig& c) {
   if (m.mtp_repeated && m.mtp == 0) {
     return InvalidArgument("mtp_repeated=1 without mtp=N: --mtp-use-repeated-layer repeats the "
@@ -276,10 +233,24 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
   return st;
 }
 
+// "sglang:tp=8,dp=8,ep=8" and the keys that differ from SGLang's defaults.
+std::string SglangText(const SglangParallel& g) {
+  return "sglang:tp=" + Num(g.tp) + (g.pp > 1 ? ",pp=" + Num(g.pp) : "") + ",dp=" + Num(g.dp) +
+         (g.dp_attention ? ",dp_attention=yes" : "") + ",ep=" + Num(g.ep) +
+         (g.redundant_experts > 0 ? ",redundant=" + Num(g.redundant_experts) : "") +
+         (g.engines > 1 ? ",engines=" + Num(g.engines) : "") +
+         (g.dense_tp > 0 ? ",dense_tp=" + Num(g.dense_tp) : "") +
+         (g.dp_lm_head ? ",dp_lm_head=yes" : "") +
+         (g.shared_fused == 1 ? ",shared_experts=fused"
+          : g.shared_fused == 0 ? ",shared_experts=separate"
+                                : "");
+}
+
 }  // namespace
 
 std::string FrameworkSpec::ToString() const {
   const std::string naming = stack_expert_tensors ? "" : ",expert_tensors=members";
+  if (kind == Kind::kSglang) return SglangText(sglang) + naming;
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + (vllm.pp > 1 ? ",pp=" + Num(vllm.pp) : "") +
            (vllm.partition.empty() ? "" : ",partition=" + VllmPartitionText(vllm.partition)) +
@@ -457,6 +428,29 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
+std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
+  SglangParallel& g = spec.sglang;
+  return {{"tp", &g.tp, {}},
+          {"pp", &g.pp, {}},
+          {"dp", &g.dp, {}},
+          WordKey("dp_attention", "yes", "no", &g.dp_attention, true),
+          {"ep", &g.ep, {}},
+          {"redundant", &g.redundant_experts, {}, 0},
+          {"engines", &g.engines, {}},
+          {"dense_tp", &g.dense_tp, {}},
+          WordKey("dp_lm_head", "yes", "no", &g.dp_lm_head, true),
+          {"shared_experts", nullptr,
+           [&g](const std::string& value) -> Status {
+             if (value != "fused" && value != "separate") {
+               return InvalidArgument("bad value '" + value +
+                                      "' for shared_experts: expected fused or separate");
+             }
+             g.shared_fused = value == "fused" ? 1 : 0;
+             return Status::Ok();
+           }},
+          WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
+}
+
 Status ParseNumber(const SpecKey& key, const std::string& value) {
   char* end = nullptr;
   const long parsed = std::strtol(value.c_str(), &end, 10);
@@ -492,8 +486,10 @@ std::string FrameworkSpecKeys() {
          "mtp=N,mtp_repeated=0|1,mcore=0.N,layout=STRING (last) or "
          "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
          "redundant=N,eplb_map=PATH,"
-         "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N, either with "
-         "expert_tensors=stacks|members; every key optional";
+         "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
+         "sglang:tp=N,pp=1,dp=N,dp_attention=yes|no,ep=N,redundant=N,engines=N,dense_tp=1,"
+         "dp_lm_head=yes|no,shared_experts=fused|separate, any with expert_tensors=stacks|members; "
+         "every key optional";
 }
 
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
@@ -508,6 +504,9 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
   } else if (name == "vllm") {
     spec.kind = FrameworkSpec::Kind::kVllm;
     keys = VllmKeys(spec);
+  } else if (name == "sglang") {
+    spec.kind = FrameworkSpec::Kind::kSglang;
+    keys = SglangKeys(spec);
   } else {
     return InvalidArgument("unknown framework '" + name + "' in '" + text + "'" + usage);
   }
@@ -539,7 +538,8 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text) {
 Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const ModelConfig& c) {
   FrameworkSpec r = spec;
   Status st = spec.kind == FrameworkSpec::Kind::kMegatron ? ResolveMegatron(r.megatron, c)
-                                                          : ResolveVllm(r.vllm, c);
+               : spec.kind == FrameworkSpec::Kind::kVllm  ? ResolveVllm(r.vllm, c)
+                                                          : ResolveSglang(r.sglang, c);
   if (!st.ok()) {
     return st.WithContext("framework " + spec.ToString() + " for model '" + c.name + "'");
   }
@@ -547,10 +547,12 @@ Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const Mode
 }
 
 int MtpLayers(const FrameworkSpec& s) {
+  if (s.kind == FrameworkSpec::Kind::kSglang) return 0;
   return s.kind == FrameworkSpec::Kind::kVllm ? s.vllm.mtp : s.megatron.MtpLayersBuilt();
 }
 
 int NumRanks(const FrameworkSpec& s) {
+  if (s.kind == FrameworkSpec::Kind::kSglang) return static_cast<int>(SglangRanks(s.sglang));
   if (s.kind == FrameworkSpec::Kind::kVllm) {
     return s.vllm.tp * s.vllm.pp * s.vllm.dp * s.vllm.engines;
   }

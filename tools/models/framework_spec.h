@@ -30,7 +30,13 @@
 //      the same on SM100, packed as DeepGEMM keeps them there); mtp: the MTP drafter of speculative decoding
 //      (speculative_config method "deepseek_mtp"/"mtp"), which holds every MTP layer of the
 //      checkpoint (tools/models/vllm_layout.h).
-//  Either framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
+//  sglang:tp=,pp=,dp=,dp_attention=yes|no,ep=,redundant=,engines=,dense_tp=,dp_lm_head=yes|no,
+//         shared_experts=fused|separate
+//      ranks = tp*dp*engines, or tp*engines with dp_attention=yes (tools/models/sglang_spec.h,
+//      tools/models/sglang_layout.h): SGLang's --tp-size, --dp-size, --enable-dp-attention,
+//      --ep-size (dividing tp), --ep-num-redundant-experts, --moe-dense-tp-size,
+//      --enable-dp-lm-head and --disable-shared-experts-fusion; pp must be 1.
+//  Any framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -43,6 +49,7 @@
 #include "tools/models/megatron_expert_storage.h"
 #include "tools/models/pipeline_stages.h"
 #include "tools/models/presets.h"
+#include "tools/models/sglang_spec.h"
 
 namespace ferry::models {
 
@@ -148,10 +155,11 @@ struct VllmParallel {
 };
 
 struct FrameworkSpec {
-  enum class Kind { kMegatron, kVllm };
+  enum class Kind { kMegatron, kVllm, kSglang };
   Kind kind = Kind::kMegatron;
   MegatronParallel megatron;
   VllmParallel vllm;
+  SglangParallel sglang;
   // How the layout names a MoE layer's routed experts ("expert_tensors=stacks|members", either
   // framework): true (the default), as one tensor stack per projection,
   // "model.layers.<l>.mlp.experts.[0:E].gate_proj.weight" of shape [E, ...] (core/layout/
@@ -161,15 +169,16 @@ struct FrameworkSpec {
   bool stack_expert_tensors = true;
 
   // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or
-  // "vllm:tp=8,dp=2,ep=16" (",pp=N" and ",engines=N" when N > 1, ",partition=a.b" when given,
-  // ",expert_tensors=members" when not stacked).
+  // "vllm:tp=8,dp=2,ep=16" (",pp=N" and ",engines=N" when N > 1, ",partition=a.b" when given)
+  // or "sglang:tp=8,dp=8,ep=8,dp_attention=yes" (dp and ep always, the other keys when not their
+  // defaults); ",expert_tensors=members" when not stacked.
   std::string ToString() const;
 };
 
 // Every key either framework's spec takes, with its values: for help texts and errors.
 std::string FrameworkSpecKeys();
 
-// Parses "megatron:tp=2,pp=4,ep=16" or "vllm:tp=8,dp=2,ep=16". Unknown keys, repeated keys,
+// Parses "megatron:tp=2,pp=4,ep=16", "vllm:tp=8,dp=2,ep=16" or "sglang:tp=8,ep=8". Unknown keys, repeated keys,
 // non-positive or non-numeric values are errors.
 Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text);
 

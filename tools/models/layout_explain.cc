@@ -10,6 +10,7 @@
 #include "core/base/strings.h"
 #include "core/layout/tensor_stack.h"
 #include "tools/models/fp8_block_weights.h"
+#include "tools/models/sglang_explain.h"
 #include "tools/models/vllm_pipeline.h"
 
 namespace ferry::models {
@@ -279,6 +280,7 @@ void VllmPipelineRule(const ModelConfig& c, const VllmParallel& v, const std::st
 
 std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
                                        const std::string& t) {
+  if (r.kind == FrameworkSpec::Kind::kSglang) return SglangRulesForTensor(c, r.sglang, t);
   std::vector<LayoutRule> out;
   const bool layer = Has(t, ".layers.");
   if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);

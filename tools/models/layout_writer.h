@@ -1,6 +1,6 @@
-// Machinery that the Megatron and vLLM layout writers share (internal to tools/models): row
-// blocks of a tensor, sections of a layout copied to replica ranks, and LayoutWriter, which looks
-// up a preset's tensors and places the pieces both frameworks shard alike (replicated, column-,
+// Machinery that the Megatron, vLLM and SGLang layout writers share (internal to tools/models):
+// row blocks of a tensor, sections of a layout copied to replica ranks, and LayoutWriter, which
+// looks up a preset's tensors and places the pieces the frameworks shard alike (replicated, column-,
 // row- and vocab-parallel weights, [gate; up] pairs, the Mamba-2 mixer, expert tensor stacks).
 #pragma once
 

@@ -5,14 +5,12 @@
 #include "tools/models/vllm_layout.h"
 
 #include <algorithm>
-#include <array>
-#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/layout/builders.h"
-#include "core/layout/tensor_stack.h"
+#include "tools/models/engine_writer.h"
 #include "tools/models/eplb_map.h"
 #include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
@@ -23,11 +21,11 @@ namespace ferry::models {
 
 namespace {
 
-class VllmWriter : public LayoutWriter {
+class VllmWriter : public EngineWriter {
  public:
   VllmWriter(const ModelPreset& preset, const VllmParallel& v, bool stack_experts, int first_rank,
              Layout& out)
-      : LayoutWriter(preset, stack_experts, out), v_(v), first_(first_rank) {}
+      : EngineWriter(preset, stack_experts, out), v_(v), first_(first_rank) {}
 
   // Builds DP replica 0 of everything but the routed experts with the builders, the experts on
   // all tp*dp ranks, then copies replica 0 to the other DP ranks, then the whole engine to the
@@ -183,7 +181,8 @@ class VllmWriter : public LayoutWriter {
       case LayerKind::kDecoder: {
         FERRY_RETURN_IF_ERROR(
             Replicated(H(l, "input_layernorm.weight"), all_, p + "input_layernorm.weight"));
-        FERRY_RETURN_IF_ERROR(c_.IsMla() ? MlaAttention(l, p) : GqaAttention(l, p, "self_attn."));
+        FERRY_RETURN_IF_ERROR(c_.IsMla() ? MlaAttention(l, p, all_, "fused_qkv_a_proj.weight")
+                                          : GqaAttention(l, p, "self_attn.", all_));
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "post_attention_layernorm.weight"), all_,
                                          p + "post_attention_layernorm.weight"));
         if (c_.IsMoeLayer(l)) return Moe(l, p);
@@ -194,7 +193,7 @@ class VllmWriter : public LayoutWriter {
       }
       case LayerKind::kAttention:
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "norm.weight"), all_, p + "norm.weight"));
-        return GqaAttention(l, p, "mixer.");
+        return GqaAttention(l, p, "mixer.", all_);
       case LayerKind::kMlp:
         FERRY_RETURN_IF_ERROR(Replicated(H(l, "norm.weight"), all_, p + "norm.weight"));
         FERRY_RETURN_IF_ERROR(Column(H(l, "mixer.up_proj.weight"), all_, p + "mixer.up_proj.weight"));
@@ -222,74 +221,6 @@ class VllmWriter : public LayoutWriter {
                             c_.mamba_num_heads / v_.tp * DTypeSize(DType::kFP32));
     }
     return Status::Ok();
-  }
-
-  // qkv_proj per TP rank: [q heads of the rank; its KV heads (k); the same (v)]. With tp > kv
-  // heads, each KV head is replicated on tp / kv consecutive ranks.
-  // vllm/model_executor/layers/linear.py QKVParallelLinear (num_kv_head_replicas = tp / kv)
-  Status GqaAttention(int64_t l, const std::string& p, const std::string& module) {
-    const std::string attn = p + (module == "mixer." ? "mixer." : "self_attn.");
-    FERRY_RETURN_IF_ERROR(FusedQkv(l, module, "weight", attn + "qkv_proj.weight"));
-    // Qwen2's biases: vllm/model_executor/models/qwen2.py builds qkv_proj with bias=True, a 1-D
-    // parameter of the rank's fused rows (ColumnParallelLinear: output_dim 0) that
-    // QKVParallelLinear.weight_loader fills like the weight's rows
-    if (c_.qkv_bias) FERRY_RETURN_IF_ERROR(FusedQkv(l, module, "bias", attn + "qkv_proj.bias"));
-    FERRY_RETURN_IF_ERROR(Row(H(l, module + "o_proj.weight"), all_, attn + "o_proj.weight"));
-    if (!c_.qk_norm) return Status::Ok();
-    FERRY_RETURN_IF_ERROR(
-        Replicated(H(l, module + "q_norm.weight"), all_, attn + "q_norm.weight"));
-    return Replicated(H(l, module + "k_norm.weight"), all_, attn + "k_norm.weight");
-  }
-
-  // The q/k/v `param` ("weight" or "bias") of layer l fused into `buffer` on each TP rank, rows
-  // [q shard i; KV shard; KV shard] as GqaAttention says.
-  Status FusedQkv(int64_t l, const std::string& module, const std::string& param,
-                  const std::string& buffer) {
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* q, LayerTensor(l, module + "q_proj." + param));
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* k, LayerTensor(l, module + "k_proj." + param));
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* v, LayerTensor(l, module + "v_proj." + param));
-    const int64_t tp = v_.tp;
-    const int64_t kv = c_.num_kv_heads;
-    const int64_t hd = c_.head_dim;
-    for (int64_t i = 0; i < tp; ++i) {
-      // QKVParallelLinear.weight_loader: k and v rows of KV shard tp_rank // num_kv_head_replicas
-      Box kv_box = tp <= kv ? RowShard(*k, 0, kv * hd, tp, i)
-                            : Rows(*k, i / (tp / kv) * hd, (i / (tp / kv) + 1) * hd);
-      FERRY_RETURN_IF_ERROR(AddFusedConcat(
-          out_, all_[i], buffer,
-          {{*q, RowShard(*q, 0, q->shape[0], tp, i)}, {*k, kv_box}, {*v, kv_box}}, 0));
-    }
-    return Status::Ok();
-  }
-
-  // vLLM's DeepSeek MLA: fused_qkv_a_proj = [q_a_proj; kv_a_proj_with_mqa] replicated (with a
-  // q LoRA), q_b_proj / kv_b_proj column-parallel over heads, o_proj row-parallel.
-  // vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention
-  Status MlaAttention(int64_t l, const std::string& p) {
-    const std::string a = p + "self_attn.";
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* kv_a, LayerTensor(l, "self_attn.kv_a_proj_with_mqa.weight"));
-    if (c_.q_lora_rank > 0) {
-      FERRY_ASSIGN_OR_RETURN(const TensorSpec* q_a, LayerTensor(l, "self_attn.q_a_proj.weight"));
-      for (int rank : all_) {
-        FERRY_RETURN_IF_ERROR(AddFusedConcat(
-            out_, rank, a + "fused_qkv_a_proj.weight",
-            {{*q_a, Box::FromShape(q_a->shape)}, {*kv_a, Box::FromShape(kv_a->shape)}}, 0));
-      }
-      FERRY_RETURN_IF_ERROR(
-          Replicated(H(l, "self_attn.q_a_layernorm.weight"), all_, a + "q_a_layernorm.weight"));
-    } else {
-      FERRY_RETURN_IF_ERROR(Replicated(H(l, "self_attn.kv_a_proj_with_mqa.weight"), all_,
-                                       a + "kv_a_proj_with_mqa.weight"));
-    }
-    FERRY_RETURN_IF_ERROR(
-        Replicated(H(l, "self_attn.kv_a_layernorm.weight"), all_, a + "kv_a_layernorm.weight"));
-    if (c_.q_lora_rank > 0) {
-      FERRY_RETURN_IF_ERROR(Column(H(l, "self_attn.q_b_proj.weight"), all_, a + "q_b_proj.weight"));
-    } else {
-      FERRY_RETURN_IF_ERROR(Column(H(l, "self_attn.q_proj.weight"), all_, a + "q_proj.weight"));
-    }
-    FERRY_RETURN_IF_ERROR(Column(H(l, "self_attn.kv_b_proj.weight"), all_, a + "kv_b_proj.weight"));
-    return Row(H(l, "self_attn.o_proj.weight"), all_, a + "o_proj.weight");
   }
 
   // The MoE layer's router and shared expert (DP replica 0).
@@ -345,96 +276,9 @@ class VllmWriter : public LayoutWriter {
         continue;
       }
       const int64_t start = ep_rank * base + std::min(ep_rank, extra);
-      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, start, count, arranged);
+      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, start, count, count, arranged);
     }
     return Status::Ok();
-  }
-
-  struct ExpertGeometry {
-    int64_t inter, hidden, elem;  // inter: a shard's FFN rows
-  };
-  using ExpertIds = std::array<int, 3>;  // gate, up, down (LayoutWriter::AddExpertTensors)
-
-  // A run of a rank's local experts: logical experts first, first + step, ... (count of them),
-  // FFN shard `shard`, at local expert slots local, local + 1, ... of the rank's `slots`.
-  struct ExpertRun {
-    int rank = 0;
-    int64_t shard = 0, first = 0, count = 0, step = 1, local = 0, slots = 0;
-  };
-
-  // One run into its rank's w13_weight and w2_weight, local expert after local expert. As stacks,
-  // consecutive experts (step 1) are one fragment a projection, others one a projection and expert.
-  void PlaceRankExperts(const std::string& p, const std::vector<ExpertIds>& ids,
-                        const ExpertGeometry& g, const ExpertRun& r) {
-    const int rank = r.rank;
-    const int64_t shard = r.shard, first = r.first, count = r.count, step = r.step;
-    const int b13 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w13_weight");
-    const int b2 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w2_weight");
-    const auto w13 = RowMajorStrides({count, 2 * g.inter, g.hidden});
-    const auto w2 = RowMajorStrides({count, g.hidden, g.inter});
-    const int64_t up_offset = g.inter * w13[1] * g.elem;  // after the gate rows
-    Box rows = Box::FromShape({c_.num_experts, c_.moe_intermediate, g.hidden});
-    rows.lo[0] = first;
-    rows.hi[0] = first + count;
-    rows.lo[1] = shard * g.inter;
-    rows.hi[1] = (shard + 1) * g.inter;
-    Box cols = Box::FromShape({c_.num_experts, g.hidden, c_.moe_intermediate});
-    cols.lo[0] = first;
-    cols.hi[0] = first + count;
-    cols.lo[2] = shard * g.inter;
-    cols.hi[2] = (shard + 1) * g.inter;
-    if (stack_experts_) {
-      const auto [gate, up, down] = ids[0];
-      const int64_t runs = step == 1 ? 1 : count;  // fragments a projection
-      for (int64_t le = 0; le < runs; ++le) {
-        rows.lo[0] = cols.lo[0] = first + le * step;
-        rows.hi[0] = cols.hi[0] = step == 1 ? first + count : first + le * step + 1;
-        const int64_t at13 = (r.local + le) * w13[0] * g.elem;
-        const int64_t at2 = (r.local + le) * w2[0] * g.elem;
-        out_.fragments.push_back({gate, rows, {rank, b13, at13, w13}});
-        out_.fragments.push_back({up, rows, {rank, b13, at13 + up_offset, w13}});
-        out_.fragments.push_back({down, cols, {rank, b2, at2, w2}});
-      }
-    } else {
-      const Box member_rows = StackMemberBox(rows);
-      const Box member_cols = StackMemberBox(cols);
-      const std::array<int64_t, kMaxDims> gate_up{w13[1], w13[2]}, down{w2[1], w2[2]};
-      for (int64_t le = 0; le < count; ++le) {
-        const auto& [gate, up, dn] = ids[first + le * step];
-        const int64_t at13 = (r.local + le) * w13[0] * g.elem;
-        const int64_t at2 = (r.local + le) * w2[0] * g.elem;
-        out_.fragments.push_back({gate, member_rows, {rank, b13, at13, gate_up}});
-        out_.fragments.push_back({up, member_rows, {rank, b13, at13 + up_offset, gate_up}});
-        out_.fragments.push_back({dn, member_cols, {rank, b2, at2, down}});
-      }
-    }
-    out_.buffers.GrowBytes(static_cast<size_t>(b13), r.slots * w13[0] * g.elem);
-    out_.buffers.GrowBytes(static_cast<size_t>(b2), r.slots * w2[0] * g.elem);
-    fp8_experts_[b13] = {r.slots, 2 * g.inter, g.hidden};
-    fp8_experts_[b2] = {r.slots, g.hidden, g.inter};
-  }
-
-  // Physical experts [start, start + count) of one rank, as runs of consecutive logical experts:
-  // physical p holds logical p below E, then (p - E) mod E
-  // (vllm/distributed/eplb/eplb_state.py build_initial_global_physical_to_logical_map, which
-  // FusedMoE.make_expert_params_mapping loads from).
-  // Physical experts start .. start + count - 1 of a layer into `rank`'s local slots, each the
-  // logical expert `arranged` names (an EPLB map's row), else the initial arrangement.
-  void PlacePhysicalExperts(const std::string& p, const std::vector<ExpertIds>& ids,
-                            const ExpertGeometry& g, int rank, int64_t shard, int64_t start,
-                            int64_t count, const std::vector<int32_t>* arranged) {
-    const int64_t e = c_.num_experts;
-    auto logical = [e, arranged](int64_t phys) -> int64_t {
-      if (arranged != nullptr) return (*arranged)[static_cast<size_t>(phys)];
-      return phys < e ? phys : (phys - e) % e;
-    };
-    int64_t run = 0;
-    while (run < count) {
-      int64_t len = 1;
-      while (run + len < count && logical(start + run + len) == logical(start + run) + len) ++len;
-      PlaceRankExperts(p, ids, g, {rank, shard, logical(start + run), len, 1, run, count});
-      run += len;
-    }
   }
 
   // The first decoder layer of PP stage `stage`.
@@ -485,7 +329,6 @@ class VllmWriter : public LayoutWriter {
   VllmParallel v_;
   EplbMaps eplb_;  // the target's by PP stage, the drafter's; none: the initial arrangement
   int first_;
-  std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
   std::vector<int64_t> stage_layers_;  // decoder layers per PP stage (vllm_pipeline.h)
   std::vector<int> all_;  // the TP group of DP replica 0 of the stage being built
 };

@@ -1,0 +1,243 @@
+// Tests for tools/models/sglang_layout (through BuildFrameworkLayout): fragments of SGLang layouts
+// worked by hand from sgl-project/sglang python/sglang/srt (layers/linear.py QKVParallelLinear,
+// layers/dp_attention.py compute_dp_attention_world_info, layers/vocab_parallel_embedding.py,
+// layers/moe/fused_moe_triton/layer.py FusedMoE, eplb/expert_location.py init_trivial,
+// models/deepseek_v2.py), exact coverage of every tensor, and the specs SGLang or ferry refuses.
+#include "tools/models/sglang_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/tools/models/framework_layouts_testutil.h"
+#include "tools/models/layout_explain.h"
+
+namespace ferry::models {
+namespace {
+
+int64_t PaddedTo64(int64_t rows) { return (rows + 63) / 64 * 64; }
+
+bool Contains(const std::string& name, const char* part) {
+  return name.find(part) != std::string::npos;
+}
+
+// Qwen3-30B-A3B at 1/64: hidden 32, 32 heads and 4 KV heads of head_dim 2, 128 experts of FFN 16.
+// tp=4 with dp=2 attention groups {0,1} and {2,3}; ep=2: moe_tp = 2.
+TEST(SglangLayoutTest, DpAttentionGroupsAndExpertParallelShards) {
+  ModelPreset p = Preset("qwen3-30b-a3b", 1.0 / 64);
+  Layout l = Build(p, "sglang:tp=4,dp=2,dp_attention=yes,ep=2");
+  EXPECT_EQ(l.Ranks(), (std::vector<int>{0, 1, 2, 3}));
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (IsExpert(n)) return 1;
+    if (Contains(n, "lm_head")) return 1;
+    if (Contains(n, "_proj")) return 2;  // attention: once per attention group
+    return 4;                            // norms, router, embed_tokens: every rank
+  });
+  const std::string qkv = "model.layers.3.self_attn.qkv_proj.weight";
+  const int64_t row = 32 * 2;  // bytes of a row
+  for (int rank : {1, 3}) {    // attention rank 1 of its group: heads 16..31, KV heads 2..3
+    auto q = FragmentsIn(l, rank, qkv, "model.layers.3.self_attn.q_proj.weight");
+    auto k = FragmentsIn(l, rank, qkv, "model.layers.3.self_attn.k_proj.weight");
+    auto v = FragmentsIn(l, rank, qkv, "model.layers.3.self_attn.v_proj.weight");
+    ASSERT_EQ(q.size(), 1u);
+    ASSERT_EQ(k.size(), 1u);
+    EXPECT_EQ(q[0].box.lo[0], 32);
+    EXPECT_EQ(q[0].box.hi[0], 64);
+    EXPECT_EQ(k[0].box.lo[0], 4);
+    EXPECT_EQ(k[0].box.hi[0], 8);
+    EXPECT_EQ(k[0].loc.byte_offset, 32 * row);
+    EXPECT_EQ(v[0].loc.byte_offset, 36 * row);
+  }
+  // embed_tokens whole on every rank under DP attention; lm_head over all four.
+  const int64_t vocab = p.config().vocab;
+  auto embed = FragmentsIn(l, 2, "model.embed_tokens.weight", "model.embed_tokens.weight");
+  ASSERT_EQ(embed.size(), 1u);
+  EXPECT_EQ(embed[0].box.hi[0], vocab);
+  EXPECT_EQ(l.buffers[l.FindBuffer(2, "model.embed_tokens.weight")].bytes,
+            PaddedTo64(vocab) * row);
+  auto head = FragmentsIn(l, 3, "lm_head.weight", "lm_head.weight");
+  ASSERT_EQ(head.size(), 1u);
+  EXPECT_EQ(head[0].box.lo[0], 3 * PaddedTo64(vocab) / 4);
+  // Rank 3: EP rank 1 (experts 64..127), FFN rows 8..15. Expert 69 is local expert 5.
+  const std::string w13 = "model.layers.7.mlp.experts.w13_weight";
+  auto gate = FragmentsIn(l, 3, w13, "model.layers.7.mlp.experts.69.gate_proj.weight");
+  auto up = FragmentsIn(l, 3, w13, "model.layers.7.mlp.experts.69.up_proj.weight");
+  ASSERT_EQ(gate.size(), 1u);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(gate[0].box.lo[0], 8);
+  EXPECT_EQ(gate[0].box.hi[0], 16);
+  EXPECT_EQ(gate[0].loc.byte_offset, 5 * (2 * 8 * 32) * 2);
+  EXPECT_EQ(up[0].loc.byte_offset, (5 * 2 * 8 * 32 + 8 * 32) * 2);
+  EXPECT_EQ(l.buffers[l.FindBuffer(3, w13)].bytes, 64 * 2 * 8 * 32 * 2);
+  EXPECT_TRUE(FragmentsIn(l, 1, w13, "model.layers.7.mlp.experts.69.gate_proj.weight").empty());
+}
+
+// DeepSeek-V3 at 1/64 (hidden 112, 256 experts of FFN 32, one shared expert): over tp=4 SGLang
+// fuses the shared expert as local expert 256 of every rank, FFN shard tp_rank (8 rows).
+TEST(SglangLayoutTest, DeepseekSharedExpertFusedAsExpert256) {
+  ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
+  ASSERT_EQ(p.config().moe_intermediate, 32);
+  Layout fused = Build(p, "sglang:tp=4");
+  EXPECT_EQ(Spec("sglang:tp=4").ToString(), "sglang:tp=4,dp=1,ep=1");
+  ExpectCoverage(fused, p, Copies(1, 4, 1));
+  const std::string w13 = "model.layers.5.mlp.experts.w13_weight";
+  const std::string w2 = "model.layers.5.mlp.experts.w2_weight";
+  const int64_t expert13 = 2 * 8 * 112 * 2, expert2 = 112 * 8 * 2;  // bytes of one local expert
+  auto gate = FragmentsIn(fused, 2, w13, "model.layers.5.mlp.shared_experts.gate_proj.weight");
+  auto up = FragmentsIn(fused, 2, w13, "model.layers.5.mlp.shared_experts.up_proj.weight");
+  auto down = FragmentsIn(fused, 2, w2, "model.layers.5.mlp.shared_experts.down_proj.weight");
+  ASSERT_EQ(gate.size(), 1u);
+  ASSERT_EQ(up.size(), 1u);
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(gate[0].box.lo[0], 16);
+  EXPECT_EQ(gate[0].box.hi[0], 24);
+  EXPECT_EQ(gate[0].loc.byte_offset, 256 * expert13);
+  EXPECT_EQ(up[0].loc.byte_offset, 256 * expert13 + 8 * 112 * 2);
+  EXPECT_EQ(down[0].box.lo[1], 16);
+  EXPECT_EQ(down[0].box.hi[1], 24);
+  EXPECT_EQ(down[0].loc.byte_offset, 256 * expert2);
+  EXPECT_EQ(fused.buffers[fused.FindBuffer(2, w13)].bytes, 257 * expert13);
+  EXPECT_LT(fused.FindBuffer(2, "model.layers.5.mlp.shared_experts.gate_up_proj.weight"), 0);
+  // --disable-shared-experts-fusion: a gate_up_proj of its own over all four ranks.
+  Layout separate = Build(p, "sglang:tp=4,shared_experts=separate");
+  ExpectCoverage(separate, p, Copies(1, 4, 1));
+  const std::string gate_up = "model.layers.5.mlp.shared_experts.gate_up_proj.weight";
+  auto own = FragmentsIn(separate, 2, gate_up, "model.layers.5.mlp.shared_experts.up_proj.weight");
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].box.lo[0], 16);
+  EXPECT_EQ(own[0].loc.byte_offset, 8 * 112 * 2);
+  EXPECT_EQ(separate.buffers[separate.FindBuffer(2, w13)].bytes, 256 * expert13);
+  // MLA: fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] on every rank.
+  auto kv_a = FragmentsIn(fused, 1, "model.layers.0.self_attn.fused_qkv_a_proj_with_mqa.weight",
+                          "model.layers.0.self_attn.kv_a_proj_with_mqa.weight");
+  ASSERT_EQ(kv_a.size(), 1u);
+  EXPECT_EQ(kv_a[0].loc.byte_offset, p.config().q_lora_rank * 112 * 2);
+}
+
+// --moe-dense-tp-size 1 puts DeepSeek's dense MLPs whole on every rank; --enable-dp-lm-head splits
+// lm_head over each attention group ({0,1}, {2,3}) instead of all four ranks.
+TEST(SglangLayoutTest, DenseMlpWholeAndLmHeadOverTheAttentionGroup) {
+  ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
+  Layout l = Build(p, "sglang:tp=4,dp=2,dp_attention=yes,dense_tp=1,dp_lm_head=yes");
+  const ModelConfig& c = p.config();
+  auto down = FragmentsIn(l, 3, "model.layers.0.mlp.down_proj.weight",
+                          "model.layers.0.mlp.down_proj.weight");
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].box.hi[1], c.intermediate);
+  auto up = FragmentsIn(l, 3, "model.layers.0.mlp.gate_up_proj.weight",
+                        "model.layers.0.mlp.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].loc.byte_offset, c.intermediate * c.hidden * 2);
+  for (int rank : {1, 3}) {
+    auto head = FragmentsIn(l, rank, "lm_head.weight", "lm_head.weight");
+    ASSERT_EQ(head.size(), 1u);
+    EXPECT_EQ(head[0].box.lo[0], PaddedTo64(c.vocab) / 2);
+  }
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (IsExpert(n) || Contains(n, "shared_experts")) return 1;
+    if (Contains(n, "lm_head")) return 2;
+    if (Contains(n, "self_attn.") && !TpReplicated(n)) return 2;
+    return 4;
+  });
+}
+
+// --ep-num-redundant-experts 4 over ep=4: 132 physical experts, 33 a rank. Rank 3 holds physical
+// 99..131: logical 99..127, then 0..3 (physical 128 + j replicates logical j).
+TEST(SglangLayoutTest, RedundantExpertsReplicateTheFirstLogicalOnes) {
+  ModelPreset p = Preset("qwen3-30b-a3b", 1.0 / 64);
+  Layout l = Build(p, "sglang:tp=4,ep=4,redundant=4");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (!IsExpert(n)) return TpReplicated(n) ? 4 : 1;
+    for (const char* e : {".experts.0.", ".experts.1.", ".experts.2.", ".experts.3."}) {
+      if (Contains(n, e)) return 2;
+    }
+    return 1;
+  });
+  const std::string w13 = "model.layers.2.mlp.experts.w13_weight";
+  const int64_t expert13 = 2 * 16 * 32 * 2;
+  auto zero = FragmentsIn(l, 3, w13, "model.layers.2.mlp.experts.0.gate_proj.weight");
+  ASSERT_EQ(zero.size(), 1u);
+  EXPECT_EQ(zero[0].loc.byte_offset, 29 * expert13);
+  auto last = FragmentsIn(l, 3, w13, "model.layers.2.mlp.experts.127.gate_proj.weight");
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].loc.byte_offset, 28 * expert13);
+  EXPECT_EQ(l.buffers[l.FindBuffer(3, w13)].bytes, 33 * expert13);
+}
+
+// Without DP attention, --dp-size 2 is two engines on the next ranks each.
+TEST(SglangLayoutTest, DpReplicasWithoutDpAttentionAreCopiesOnTheNextRanks) {
+  ModelPreset p = Preset("llama-3.1-8b", 1.0 / 64);
+  Layout l = Build(p, "sglang:tp=2,dp=2", 8);
+  EXPECT_EQ(l.Ranks(), (std::vector<int>{8, 9, 10, 11}));
+  EXPECT_EQ(NumRanks(Spec("sglang:tp=2,dp=2,engines=3")), 12);
+  EXPECT_EQ(NumRanks(Spec("sglang:tp=8,dp=4,dp_attention=yes,engines=3")), 24);
+  const std::string text =
+      "sglang:tp=8,dp=8,dp_attention=yes,ep=8,redundant=8,engines=2,dp_lm_head=yes,"
+      "shared_experts=separate,expert_tensors=members";
+  EXPECT_EQ(Spec(text).ToString(), text);
+  EXPECT_EQ(Spec(Spec(text).ToString()).ToString(), text);
+  ExpectCoverage(l, p, Copies(2, 2, 0));
+  const std::string qkv = "model.layers.5.self_attn.qkv_proj.weight";
+  auto k9 = FragmentsIn(l, 9, qkv, "model.layers.5.self_attn.k_proj.weight");
+  auto k11 = FragmentsIn(l, 11, qkv, "model.layers.5.self_attn.k_proj.weight");
+  ASSERT_EQ(k9.size(), 1u);
+  ASSERT_EQ(k11.size(), 1u);
+  EXPECT_EQ(k11[0].box, k9[0].box);
+  EXPECT_EQ(k11[0].loc.byte_offset, k9[0].loc.byte_offset);
+}
+
+// `ferry layout --explain` names SGLang's rules and files, not another framework's.
+TEST(SglangLayoutTest, ExplainCitesSglang) {
+  ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
+  const FrameworkSpec r =
+      ResolveFrameworkSpec(Spec("sglang:tp=4,dp=2,dp_attention=yes"), p.config()).value();
+  const std::vector<LayoutRule> embed = RulesForTensor(p.config(), r, "model.embed_tokens.weight");
+  ASSERT_GE(embed.size(), 2u);
+  EXPECT_NE(embed[1].rule.find("embed_tokens whole on every rank"), std::string::npos);
+  const std::vector<LayoutRule> shared =
+      RulesForTensor(p.config(), r, "model.layers.5.mlp.shared_experts.gate_proj.weight");
+  ASSERT_GE(shared.size(), 2u);
+  EXPECT_NE(shared[1].rule.find("local expert 256"), std::string::npos);
+  for (const LayoutRule& rule : shared) {
+    EXPECT_EQ(rule.upstream.rfind("sgl-project/sglang ", 0), 0u) << rule.upstream;
+  }
+}
+
+// What SGLang asserts, and what ferry does not model, each refused with its reason.
+TEST(SglangLayoutTest, RefusesWhatSglangOrFerryDoesNot) {
+  ModelPreset qwen = Preset("qwen3-30b-a3b", 1.0 / 64);
+  ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
+  ModelPreset llama = Preset("llama-3.1-8b", 1.0 / 64);
+  const struct {
+    const ModelPreset* preset;
+    const char* spec;
+    const char* reason;
+  } cases[] = {
+      {&qwen, "sglang:tp=4,dp=3,dp_attention=yes", "needs dp to divide tp"},
+      {&qwen, "sglang:tp=4,ep=3", "tp 4 is not divisible by ep 3"},
+      {&qwen, "sglang:tp=4,ep=4,redundant=2", "physical experts (routed + fused shared + redundant) 130"},
+      {&qwen, "sglang:tp=4,redundant=4", "redundant experts with ep > 1 only"},
+      {&qwen, "sglang:tp=4,dp_lm_head=yes", "requires dp_attention=yes"},
+      {&qwen, "sglang:tp=4,pp=2", "pipeline parallelism is not modelled"},
+      {&qwen, "sglang:tp=4,shared_experts=fused", "fuses only DeepSeek V3/R1's shared expert"},
+      {&llama, "sglang:tp=4,dp=2,dp_attention=yes", "DP attention for its MoE models"},
+      {&llama, "sglang:tp=4,ep=2", "the model has no experts"},
+      {&ds, "sglang:tp=4,ep=4,shared_experts=fused", "disables shared experts fusion under expert"},
+      {&ds, "sglang:tp=4,dense_tp=2", "takes 1"},
+      {&qwen, "sglang:tp=4,dense_tp=1", "applies to DeepSeek's dense layers"},
+  };
+  for (const auto& c : cases) {
+    Result<FrameworkSpec> spec = ParseFrameworkSpec(c.spec);
+    ASSERT_TRUE(spec.ok()) << c.spec << ": " << spec.status().message();
+    Result<Layout> l = BuildFrameworkLayout(*c.preset, *spec);
+    ASSERT_FALSE(l.ok()) << c.spec;
+    EXPECT_NE(l.status().message().find(c.reason), std::string::npos)
+        << c.spec << ": " << l.status().message();
+  }
+  EXPECT_FALSE(ParseFrameworkSpec("sglang:tp=4,shared_experts=maybe").ok());
+  EXPECT_FALSE(ParseFrameworkSpec("sglang:tp=4,placement=round_robin").ok());
+}
+
+}  // namespace
+}  // namespace ferry::models

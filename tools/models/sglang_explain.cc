@@ -1,0 +1,122 @@
+// The rules behind an SGLang layout's fragments (tools/models/sglang_explain.h), matched on the
+// checkpoint name.
+#include "tools/models/sglang_explain.h"
+
+namespace ferry::models {
+
+namespace {
+
+const std::string kSglang = "sgl-project/sglang python/sglang/srt/";
+
+bool Has(const std::string& name, const char* part) {
+  return name.find(part) != std::string::npos;
+}
+
+std::string N(int64_t v) { return std::to_string(v); }
+
+std::string ModelFile(const ModelConfig& c) {
+  return kSglang + (c.family == ModelFamily::kQwen3Moe     ? "models/qwen3_moe.py"
+                    : c.family == ModelFamily::kDeepseekV3 ? "models/deepseek_v2.py"
+                                                           : "models/llama.py");
+}
+
+// embed_tokens and lm_head: padded to 64 rows, then split over the ranks that share them.
+void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
+                std::vector<LayoutRule>& out) {
+  const bool embed = Has(t, "embed") && !(c.tie_embeddings && Has(t, "lm_head"));
+  const int split = embed ? (s.dp_attention ? 1 : s.tp) : (s.dp_lm_head ? SglangAttentionTp(s) : s.tp);
+  out.push_back({"vocabulary padded to a multiple of 64, then split into " + N(split) +
+                     " equal row blocks; padding rows at the end",
+                 kSglang + "layers/vocab_parallel_embedding.py"});
+  if (embed && s.dp_attention) {
+    out.push_back({"DP attention: embed_tokens whole on every rank (enable_tp=False)", ModelFile(c)});
+  } else if (!embed && s.dp_lm_head) {
+    out.push_back({"dp_lm_head: lm_head split over each attention group of " +
+                       N(SglangAttentionTp(s)) + " ranks (use_attn_tp_group)",
+                   ModelFile(c)});
+  }
+  if (c.tie_embeddings) {
+    out.push_back({"tied: lm_head is embed_tokens, one buffer", kSglang + "models/llama.py"});
+  }
+}
+
+void AttentionRules(const ModelConfig& c, const SglangParallel& s, std::vector<LayoutRule>& out) {
+  const int attn = SglangAttentionTp(s);
+  out.push_back({s.dp_attention ? "DP attention: attention split over groups of tp/dp = " +
+                                      N(attn) + " consecutive ranks, replicated across the " +
+                                      N(s.dp) + " groups"
+                                : "attention split over the engine's tp=" + N(s.tp) + " ranks",
+                 kSglang + "layers/dp_attention.py"});
+  if (c.IsMla()) {
+    out.push_back({"MLA: fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] replicated, "
+                   "q_b_proj and kv_b_proj column-parallel by head, o_proj row-parallel; w_kc and "
+                   "w_vc are copies that post_load_weights derives from kv_b_proj",
+                   kSglang + "models/deepseek_v2.py"});
+    return;
+  }
+  out.push_back({"qkv_proj = [q shard; k shard; v shard] per rank, KV heads replicated when the "
+                 "group exceeds them; o_proj row-parallel",
+                 kSglang + "layers/linear.py"});
+}
+
+void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
+                 std::vector<LayoutRule>& out) {
+  const int moe_tp = s.tp / s.ep;
+  out.push_back({"FusedMoE over the engine's " + N(s.tp) + " ranks: EP rank tp_rank / " +
+                     N(moe_tp) + " holds a contiguous block of " +
+                     N((c.num_experts + (s.shared_fused == 1 ? c.num_shared_experts : 0) +
+                        s.redundant_experts) / s.ep) +
+                     " physical experts, FFN shard tp_rank % " + N(moe_tp) +
+                     "; w13_weight = [gate; up] per expert, w2_weight its down_proj columns",
+                 kSglang + "layers/moe/fused_moe_triton/layer.py"});
+  if (s.redundant_experts > 0) {
+    out.push_back({"redundant physical expert E + j holds logical expert j",
+                   kSglang + "eplb/expert_location.py"});
+  }
+  if (Has(t, "shared_experts")) {
+    out.push_back({"shared_experts=fused: the shared expert is local expert " + N(c.num_experts) +
+                       " of every rank's w13_weight and w2_weight",
+                   kSglang + "models/deepseek_v2.py"});
+  }
+}
+
+// Norms, routers, dense MLPs and separate shared experts.
+void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
+                std::vector<LayoutRule>& out) {
+  if (Has(t, "norm") || Has(t, "mlp.gate.")) {
+    out.push_back({"whole on every rank (RMSNorm, replicated router)", ModelFile(c)});
+  } else if (Has(t, "shared_experts")) {
+    out.push_back({"shared_experts=separate: gate_up_proj and down_proj over all tp=" + N(s.tp) +
+                       " ranks",
+                   kSglang + "models/deepseek_v2.py"});
+  } else if (Has(t, "mlp.")) {
+    out.push_back({s.dense_tp == 1 ? "dense_tp=1: gate_up_proj = [gate; up] and down_proj whole "
+                                     "on every rank"
+                                   : "gate_up_proj = [gate shard; up shard], down_proj "
+                                     "row-parallel, over all tp=" + N(s.tp) + " ranks",
+                   s.dense_tp == 1 ? kSglang + "models/deepseek_v2.py" : kSglang + "layers/linear.py"});
+  }
+}
+
+}  // namespace
+
+std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangParallel& s,
+                                             const std::string& t) {
+  std::vector<LayoutRule> out;
+  const bool layer = Has(t, ".layers.");
+  const bool fused_shared = Has(t, "shared_experts") && s.shared_fused == 1;
+  if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, s, t, out);
+  if (Has(t, ".mlp.experts.") || fused_shared) {
+    ExpertRules(c, s, t, out);
+  } else if (Has(t, "self_attn.") && !Has(t, "layernorm") && !Has(t, "_norm")) {
+    AttentionRules(c, s, out);
+  } else if (layer || Has(t, "norm")) {
+    OtherRules(c, s, t, out);
+  }
+  out.push_back({s.dp_attention ? "one engine of tp ranks; engines copy it"
+                                : "dp replicas copy the engine's tp ranks, engines the whole",
+                 kSglang + "managers/data_parallel_controller.py"});
+  return out;
+}
+
+}  // namespace ferry::models
