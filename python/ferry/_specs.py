@@ -130,16 +130,22 @@ def _flag(config: Any, field: str) -> bool:
 
 def sglang_spec(server_args: Any, *, engines: int = 1) -> str:
     """The "sglang:..." spec of `engines` independent SGLang servers, each run with `server_args`
-    (SGLang's ServerArgs: tp_size, pp_size, dp_size, enable_dp_attention, ep_size,
-    ep_num_redundant_experts, moe_dense_tp_size, enable_dp_lm_head and
-    disable_shared_experts_fusion). Without enable_dp_attention, dp_size is that many copies of
-    the engine; with it, the engine's tp_size ranks split their attention into dp_size groups.
+    (SGLang's ServerArgs, python/sglang/srt/server_args.py: tp_size, pp_size, dp_size,
+    attn_dp_size, enable_dp_attention, ep_size, ep_num_redundant_experts, moe_dense_tp_size,
+    enable_dp_lm_head and disable_shared_experts_fusion). dp_size counts copies of the server;
+    attn_dp_size splits its tp_size ranks' attention into groups and adds no ranks. The older
+    `--dp-size N --enable-dp-attention` is read as SGLang 0.5.23 reads it
+    (arg_groups/parallel_hook.py _handle_deprecated_dp_attention): attn_dp_size N, dp_size 1.
     Shared-expert fusion is left to SGLang's own rule unless disabled.
 
     Raises ValueError naming the field when a value is not a whole number or a flag not a bool."""
+    dp = _int(server_args, "dp_size", 1)
+    attn_dp = _int(server_args, "attn_dp_size", 1)
+    if _flag(server_args, "enable_dp_attention") and attn_dp == 1:
+        attn_dp, dp = dp, 1
     keys = [f"tp={_int(server_args, 'tp_size', 1)}", f"pp={_int(server_args, 'pp_size', 1)}",
-            f"dp={_int(server_args, 'dp_size', 1)}"]
-    keys += ["dp_attention=yes"] if _flag(server_args, "enable_dp_attention") else []
+            f"dp={dp}"]
+    keys += [f"attn_dp={attn_dp}"] if attn_dp > 1 else []
     keys += [f"ep={_int(server_args, 'ep_size', 1)}"]
     redundant = _int(server_args, "ep_num_redundant_experts", 0)
     keys += [f"redundant={redundant}"] if redundant else []

@@ -1,4 +1,4 @@
-"""ferry.megatron_spec / ferry.vllm_spec / ferry.sglang_spec: framework specs from the frameworks' config objects.
+"""ferry.megatron_spec, vllm_spec, sglang_spec: framework specs from the frameworks' config objects.
 
 The objects stand in for Megatron-Core's TransformerConfig and DistributedDataParallelConfig and
 vLLM's ParallelConfig, with their field names (megatron/core/model_parallel_config.py,
@@ -88,17 +88,22 @@ def test_vllm_engines():
     assert ferry.vllm_spec(SimpleNamespace(tensor_parallel_size=2)) == "vllm:tp=2,pp=1,dp=1,engines=1"
 
 
-def test_sglang_dp_attention_and_expert_parallelism():
-    # SGLang's ServerArgs field names (python/sglang/srt/server_args.py): DP attention splits the
-    # engine's 8 ranks into 2 attention groups; the experts go over ep=4 with moe_tp = 2.
-    args = SimpleNamespace(tp_size=8, pp_size=1, dp_size=2, enable_dp_attention=True, ep_size=4,
-                           ep_num_redundant_experts=0, moe_dense_tp_size=None,
-                           enable_dp_lm_head=True, disable_shared_experts_fusion=False)
+def test_sglang_attention_dp_and_expert_parallelism():
+    # SGLang 0.5.23's ServerArgs field names (python/sglang/srt/server_args.py): attention DP
+    # splits the server's 8 ranks into 2 attention groups; the experts go over ep=4, moe_tp = 2.
+    args = SimpleNamespace(tp_size=8, pp_size=1, dp_size=1, attn_dp_size=2,
+                           enable_dp_attention=False, ep_size=4, ep_num_redundant_experts=0,
+                           moe_dense_tp_size=None, enable_dp_lm_head=True,
+                           disable_shared_experts_fusion=False)
     spec = ferry.sglang_spec(args, engines=2)
-    assert spec == "sglang:tp=8,pp=1,dp=2,dp_attention=yes,ep=4,dp_lm_head=yes,engines=2"
+    assert spec == "sglang:tp=8,pp=1,dp=1,attn_dp=2,ep=4,dp_lm_head=yes,engines=2"
     layout = ferry.Layout.preset("qwen3-30b-a3b", spec, scale="1/64")
-    assert len(layout.ranks) == 16  # DP attention adds no ranks: 8 a server
-    args.enable_dp_attention = False
+    assert len(layout.ranks) == 16  # attention DP adds no ranks: 8 a server
+    # The older --dp-size 2 --enable-dp-attention is attention DP 2 in one server.
+    old = SimpleNamespace(tp_size=8, dp_size=2, enable_dp_attention=True, ep_size=4)
+    assert ferry.sglang_spec(old) == "sglang:tp=8,pp=1,dp=1,attn_dp=2,ep=4,engines=1"
+    args.attn_dp_size = 1
+    args.dp_size = 2
     args.enable_dp_lm_head = False
     args.disable_shared_experts_fusion = True
     args.moe_dense_tp_size = 1

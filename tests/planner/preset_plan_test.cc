@@ -36,7 +36,7 @@ TEST(PresetPlans, NodesReceiveWhatTheyNeedOnceAndEveryElementArrives) {
       {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4,experts=single_grouped",
        "vllm:tp=4,dp=2,ep=8", 4, true},
       {"qwen3-30b-a3b", 1.0 / 64, "megatron:tp=2,pp=2,ep=4,etp=1,experts=single_grouped",
-       "sglang:tp=4,dp=2,dp_attention=yes,ep=2", 2, true},
+       "sglang:tp=4,attn_dp=2,ep=2", 2, true},
       // SGLang fuses DeepSeek-V3's shared expert into the routed experts' buffers
       {"deepseek-v3", 1.0 / 256, "megatron:pp=2,first=31,ep=4,experts=single_grouped",
        "sglang:tp=4,dp=2", 4, true},

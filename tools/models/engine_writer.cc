@@ -16,7 +16,8 @@ Status EngineWriter::GqaAttention(int64_t l, const std::string& p, const std::st
   // Qwen2's biases: vllm/model_executor/models/qwen2.py builds qkv_proj with bias=True, a 1-D
   // parameter of the rank's fused rows (ColumnParallelLinear: output_dim 0) that
   // QKVParallelLinear.weight_loader fills like the weight's rows
-  if (c_.qkv_bias) FERRY_RETURN_IF_ERROR(FusedQkv(l, module, "bias", group, attn + "qkv_proj.bias"));
+  if (c_.qkv_bias)
+    FERRY_RETURN_IF_ERROR(FusedQkv(l, module, "bias", group, attn + "qkv_proj.bias"));
   FERRY_RETURN_IF_ERROR(Row(H(l, module + "o_proj.weight"), group, attn + "o_proj.weight"));
   if (!c_.qk_norm) return Status::Ok();
   FERRY_RETURN_IF_ERROR(Replicated(H(l, module + "q_norm.weight"), group, attn + "q_norm.weight"));
@@ -35,9 +36,9 @@ Status EngineWriter::FusedQkv(int64_t l, const std::string& module, const std::s
     // QKVParallelLinear.weight_loader: k and v rows of KV shard tp_rank // num_kv_head_replicas
     Box kv_box = tp <= kv ? RowShard(*k, 0, kv * hd, tp, i)
                           : Rows(*k, i / (tp / kv) * hd, (i / (tp / kv) + 1) * hd);
-    FERRY_RETURN_IF_ERROR(AddFusedConcat(
-        out_, group[static_cast<size_t>(i)], buffer,
-        {{*q, RowShard(*q, 0, q->shape[0], tp, i)}, {*k, kv_box}, {*v, kv_box}}, 0));
+    FERRY_RETURN_IF_ERROR(
+        AddFusedConcat(out_, group[static_cast<size_t>(i)], buffer,
+                       {{*q, RowShard(*q, 0, q->shape[0], tp, i)}, {*k, kv_box}, {*v, kv_box}}, 0));
   }
   return Status::Ok();
 }
@@ -48,7 +49,8 @@ Status EngineWriter::FusedQkv(int64_t l, const std::string& module, const std::s
 Status EngineWriter::MlaAttention(int64_t l, const std::string& p, const std::vector<int>& group,
                                   const std::string& fused_a) {
   const std::string a = p + "self_attn.";
-  FERRY_ASSIGN_OR_RETURN(const TensorSpec* kv_a, LayerTensor(l, "self_attn.kv_a_proj_with_mqa.weight"));
+  FERRY_ASSIGN_OR_RETURN(const TensorSpec* kv_a,
+                         LayerTensor(l, "self_attn.kv_a_proj_with_mqa.weight"));
   if (c_.q_lora_rank > 0) {
     FERRY_ASSIGN_OR_RETURN(const TensorSpec* q_a, LayerTensor(l, "self_attn.q_a_proj.weight"));
     for (int rank : group) {

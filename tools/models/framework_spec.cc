@@ -233,9 +233,11 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
   return st;
 }
 
-// "sglang:tp=8,dp=8,ep=8" and the keys that differ from SGLang's defaults.
+// "sglang:tp=8,dp=1,attn_dp=8,ep=8": tp, dp and ep, and the keys that differ from SGLang's
+// defaults.
 std::string SglangText(const SglangParallel& g) {
   return "sglang:tp=" + Num(g.tp) + (g.pp > 1 ? ",pp=" + Num(g.pp) : "") + ",dp=" + Num(g.dp) +
+         (g.attn_dp > 1 ? ",attn_dp=" + Num(g.attn_dp) : "") +
          (g.dp_attention ? ",dp_attention=yes" : "") + ",ep=" + Num(g.ep) +
          (g.redundant_experts > 0 ? ",redundant=" + Num(g.redundant_experts) : "") +
          (g.engines > 1 ? ",engines=" + Num(g.engines) : "") +
@@ -433,6 +435,7 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
   return {{"tp", &g.tp, {}},
           {"pp", &g.pp, {}},
           {"dp", &g.dp, {}},
+          {"attn_dp", &g.attn_dp, {}},
           WordKey("dp_attention", "yes", "no", &g.dp_attention, true),
           {"ep", &g.ep, {}},
           {"redundant", &g.redundant_experts, {}, 0},
@@ -487,8 +490,9 @@ std::string FrameworkSpecKeys() {
          "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
          "redundant=N,eplb_map=PATH,"
          "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
-         "sglang:tp=N,pp=1,dp=N,dp_attention=yes|no,ep=N,redundant=N,engines=N,dense_tp=1,"
-         "dp_lm_head=yes|no,shared_experts=fused|separate, any with expert_tensors=stacks|members; "
+         "sglang:tp=N,pp=1,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,engines=N,"
+         "dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate, any with "
+         "expert_tensors=stacks|members; "
          "every key optional";
 }
 

@@ -30,12 +30,12 @@
 //      the same on SM100, packed as DeepGEMM keeps them there); mtp: the MTP drafter of speculative decoding
 //      (speculative_config method "deepseek_mtp"/"mtp"), which holds every MTP layer of the
 //      checkpoint (tools/models/vllm_layout.h).
-//  sglang:tp=,pp=,dp=,dp_attention=yes|no,ep=,redundant=,engines=,dense_tp=,dp_lm_head=yes|no,
-//         shared_experts=fused|separate
-//      ranks = tp*dp*engines, or tp*engines with dp_attention=yes (tools/models/sglang_spec.h,
-//      tools/models/sglang_layout.h): SGLang's --tp-size, --dp-size, --enable-dp-attention,
-//      --ep-size (dividing tp), --ep-num-redundant-experts, --moe-dense-tp-size,
-//      --enable-dp-lm-head and --disable-shared-experts-fusion; pp must be 1.
+//  sglang:tp=,pp=,dp=,attn_dp=,dp_attention=yes|no,ep=,redundant=,engines=,dense_tp=,
+//         dp_lm_head=yes|no,shared_experts=fused|separate
+//      ranks = tp*dp*engines (tools/models/sglang_spec.h, tools/models/sglang_layout.h): SGLang's
+//      --tp-size, --dp-size, --attn-dp-size (or the older --dp-size N --enable-dp-attention,
+//      which is attn_dp=N), --ep-size (dividing tp), --ep-num-redundant-experts,
+//      --moe-dense-tp-size, --enable-dp-lm-head and --disable-shared-experts-fusion; pp must be 1.
 //  Any framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.
@@ -170,7 +170,7 @@ struct FrameworkSpec {
 
   // Canonical text, e.g. "megatron:tp=2,pp=4,ep=16,etp=2,dp=16,cp=1" or
   // "vllm:tp=8,dp=2,ep=16" (",pp=N" and ",engines=N" when N > 1, ",partition=a.b" when given)
-  // or "sglang:tp=8,dp=8,ep=8,dp_attention=yes" (dp and ep always, the other keys when not their
+  // or "sglang:tp=8,dp=1,attn_dp=8,ep=8" (dp and ep always, the other keys when not their
   // defaults); ",expert_tensors=members" when not stacked.
   std::string ToString() const;
 };

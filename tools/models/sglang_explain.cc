@@ -6,11 +6,10 @@ namespace ferry::models {
 
 namespace {
 
-const std::string kSglang = "sgl-project/sglang python/sglang/srt/";
+// SGLang 0.5.23's sources, as the PyPI wheel sglang-0.5.23 ships them.
+const std::string kSglang = "sgl-project/sglang v0.5.23 python/sglang/srt/";
 
-bool Has(const std::string& name, const char* part) {
-  return name.find(part) != std::string::npos;
-}
+bool Has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
 
 std::string N(int64_t v) { return std::to_string(v); }
 
@@ -20,43 +19,50 @@ std::string ModelFile(const ModelConfig& c) {
                                                            : "models/llama.py");
 }
 
-// embed_tokens and lm_head: padded to 64 rows, then split over the ranks that share them.
+// embed_tokens and lm_head: padded, then split over the ranks that share them.
 void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
                 std::vector<LayoutRule>& out) {
-  const bool embed = Has(t, "embed") && !(c.tie_embeddings && Has(t, "lm_head"));
-  const int split = embed ? (s.dp_attention ? 1 : s.tp) : (s.dp_lm_head ? SglangAttentionTp(s) : s.tp);
-  out.push_back({"vocabulary padded to a multiple of 64, then split into " + N(split) +
-                     " equal row blocks; padding rows at the end",
+  const bool embed = Has(t, "embed");
+  const bool over_groups = embed ? s.attn_dp > 1 : s.dp_lm_head;
+  const int split = over_groups ? SglangAttentionTp(s) : s.tp;
+  out.push_back({"vocabulary padded to a multiple of 64 (of 64 x " + N(split) +
+                     " if 64 does not "
+                     "divide), then split into " +
+                     N(split) +
+                     " equal row blocks; padding rows at "
+                     "the end",
                  kSglang + "layers/vocab_parallel_embedding.py"});
-  if (embed && s.dp_attention) {
-    out.push_back({"DP attention: embed_tokens whole on every rank (enable_tp=False)", ModelFile(c)});
-  } else if (!embed && s.dp_lm_head) {
-    out.push_back({"dp_lm_head: lm_head split over each attention group of " +
-                       N(SglangAttentionTp(s)) + " ranks (use_attn_tp_group)",
+  if (over_groups) {
+    out.push_back({std::string(embed ? "attention DP: embed_tokens" : "dp_lm_head: lm_head") +
+                       " split over each attention group of " + N(split) +
+                       " ranks "
+                       "(use_attn_tp_group)",
                    ModelFile(c)});
   }
   if (c.tie_embeddings) {
-    out.push_back({"tied: lm_head is embed_tokens, one buffer", kSglang + "models/llama.py"});
+    out.push_back({"tied: lm_head is embed_tokens, one buffer", ModelFile(c)});
   }
 }
 
 void AttentionRules(const ModelConfig& c, const SglangParallel& s, std::vector<LayoutRule>& out) {
   const int attn = SglangAttentionTp(s);
-  out.push_back({s.dp_attention ? "DP attention: attention split over groups of tp/dp = " +
-                                      N(attn) + " consecutive ranks, replicated across the " +
-                                      N(s.dp) + " groups"
-                                : "attention split over the engine's tp=" + N(s.tp) + " ranks",
-                 kSglang + "layers/dp_attention.py"});
+  out.push_back({s.attn_dp > 1
+                     ? "attention DP: attention split over groups of tp/attn_dp = " + N(attn) +
+                           " consecutive ranks, replicated across the " + N(s.attn_dp) + " groups"
+                     : "attention split over the server's tp=" + N(s.tp) + " ranks",
+                 kSglang + "runtime_context.py"});
   if (c.IsMla()) {
-    out.push_back({"MLA: fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] replicated, "
-                   "q_b_proj and kv_b_proj column-parallel by head, o_proj row-parallel; w_kc and "
-                   "w_vc are copies that post_load_weights derives from kv_b_proj",
-                   kSglang + "models/deepseek_v2.py"});
+    out.push_back(
+        {"MLA: fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] replicated, "
+         "q_b_proj and kv_b_proj column-parallel by head, o_proj row-parallel; w_kc and "
+         "w_vc are copies that post_load_weights derives from kv_b_proj",
+         kSglang + "models/deepseek_v2.py"});
     return;
   }
-  out.push_back({"qkv_proj = [q shard; k shard; v shard] per rank, KV heads replicated when the "
-                 "group exceeds them; o_proj row-parallel",
-                 kSglang + "layers/linear.py"});
+  out.push_back(
+      {"qkv_proj = [q shard; k shard; v shard] per rank, KV heads replicated when the "
+       "group exceeds them; o_proj row-parallel",
+       kSglang + "layers/linear.py"});
 }
 
 void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
@@ -65,7 +71,8 @@ void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::strin
   out.push_back({"FusedMoE over the engine's " + N(s.tp) + " ranks: EP rank tp_rank / " +
                      N(moe_tp) + " holds a contiguous block of " +
                      N((c.num_experts + (s.shared_fused == 1 ? c.num_shared_experts : 0) +
-                        s.redundant_experts) / s.ep) +
+                        s.redundant_experts) /
+                       s.ep) +
                      " physical experts, FFN shard tp_rank % " + N(moe_tp) +
                      "; w13_weight = [gate; up] per expert, w2_weight its down_proj columns",
                  kSglang + "layers/moe/fused_moe_triton/layer.py"});
@@ -74,9 +81,11 @@ void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::strin
                    kSglang + "eplb/expert_location.py"});
   }
   if (Has(t, "shared_experts")) {
-    out.push_back({"shared_experts=fused: the shared expert is local expert " + N(c.num_experts) +
-                       " of every rank's w13_weight and w2_weight",
-                   kSglang + "models/deepseek_v2.py"});
+    out.push_back(
+        {"shared_experts=fused: the shared expert follows the rank's routed experts in "
+         "w13_weight and w2_weight (loaded as expert " +
+             N(c.num_experts) + ")",
+         kSglang + "models/deepseek_common/deepseek_weight_loader.py"});
   }
 }
 
@@ -86,15 +95,17 @@ void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string
   if (Has(t, "norm") || Has(t, "mlp.gate.")) {
     out.push_back({"whole on every rank (RMSNorm, replicated router)", ModelFile(c)});
   } else if (Has(t, "shared_experts")) {
-    out.push_back({"shared_experts=separate: gate_up_proj and down_proj over all tp=" + N(s.tp) +
-                       " ranks",
-                   kSglang + "models/deepseek_v2.py"});
+    out.push_back(
+        {"shared_experts=separate: gate_up_proj and down_proj over all tp=" + N(s.tp) + " ranks",
+         kSglang + "models/deepseek_v2.py"});
   } else if (Has(t, "mlp.")) {
-    out.push_back({s.dense_tp == 1 ? "dense_tp=1: gate_up_proj = [gate; up] and down_proj whole "
-                                     "on every rank"
-                                   : "gate_up_proj = [gate shard; up shard], down_proj "
-                                     "row-parallel, over all tp=" + N(s.tp) + " ranks",
-                   s.dense_tp == 1 ? kSglang + "models/deepseek_v2.py" : kSglang + "layers/linear.py"});
+    out.push_back(
+        {s.dense_tp == 1 ? "dense_tp=1: gate_up_proj = [gate; up] and down_proj whole "
+                           "on every rank"
+                         : "gate_up_proj = [gate shard; up shard], down_proj "
+                           "row-parallel, over all tp=" +
+                               N(s.tp) + " ranks",
+         s.dense_tp == 1 ? kSglang + "models/deepseek_v2.py" : kSglang + "layers/linear.py"});
   }
 }
 
@@ -113,8 +124,7 @@ std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangP
   } else if (layer || Has(t, "norm")) {
     OtherRules(c, s, t, out);
   }
-  out.push_back({s.dp_attention ? "one engine of tp ranks; engines copy it"
-                                : "dp replicas copy the engine's tp ranks, engines the whole",
+  out.push_back({"dp replicas copy the server's tp ranks on the next ranks, engines the whole",
                  kSglang + "managers/data_parallel_controller.py"});
   return out;
 }

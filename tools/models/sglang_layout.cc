@@ -1,6 +1,7 @@
 // The SGLang layout of a model preset (tools/models/sglang_layout.h): SglangWriter builds one
-// engine's tp ranks (attention per attention group, the rest over all tp ranks, the experts by
-// EP rank and FFN shard), then copies it to the other DP replicas and engines.
+// server's tp ranks (attention per attention group, the rest over all tp ranks, the experts by
+// EP rank and FFN shard), then copies it to the other DP replicas and engines. Paths are SGLang
+// 0.5.23's, under python/sglang/srt.
 #include "tools/models/sglang_layout.h"
 
 #include <numeric>
@@ -44,47 +45,45 @@ class SglangWriter : public EngineWriter {
       if (!st.ok()) return st.WithContext("sglang experts of layer " + Num(l));
     }
     EndSection(out_, engine);
-    const int copies = (s_.dp_attention ? 1 : s_.dp) * s_.engines;
+    const int copies = s_.dp * s_.engines;
     return CloneSection(out_, engine, Shifts(copies, s_.tp));
   }
 
  private:
-  // srt/layers/vocab_parallel_embedding.py VocabParallelEmbedding: the vocabulary padded to a
-  // multiple of 64, split over tp; enable_tp=not is_dp_attention_enabled() in
-  // srt/models/deepseek_v2.py DeepseekV2Model and srt/models/qwen2_moe.py Qwen2MoeModel (which
-  // Qwen3-MoE's model builds on): under DP attention every rank holds the whole padded table.
+  // layers/vocab_parallel_embedding.py VocabParallelEmbedding: the padded vocabulary
+  // (SglangPaddedVocab) in equal row blocks over its group. embed_tokens takes the attention-TP
+  // group under attention DP (get_embedding_tp_kwargs in models/deepseek_v2.py DeepseekV2Model;
+  // use_attn_tp_group=is_dp_attention_enabled() in models/qwen2_moe.py Qwen2MoeModel, which
+  // Qwen3-MoE's model extends), else the TP group.
   Status Embedding() {
-    const std::string buffer = "model.embed_tokens.weight";
-    if (!s_.dp_attention) {
-      FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, s_.tp));
-      return Vocab(EmbeddingName(), all_, padded / s_.tp, buffer);
-    }
-    FERRY_ASSIGN_OR_RETURN(const int64_t whole, VllmPaddedVocab(c_.vocab, 1));
-    for (int rank : all_) FERRY_RETURN_IF_ERROR(Vocab(EmbeddingName(), {rank}, whole, buffer));
-    return Status::Ok();
+    return VocabOver(EmbeddingName(), s_.attn_dp > 1, "model.embed_tokens.weight");
   }
 
-  // srt/models/llama.py LlamaForCausalLM: tied, lm_head is model.embed_tokens (no buffer of its
-  // own). ParallelLMHead(use_attn_tp_group=enable_dp_lm_head) in deepseek_v2.py and qwen3_moe.py:
-  // over the attention group with --enable-dp-lm-head, over all tp ranks otherwise.
+  // Tied (models/llama.py; models/deepseek_v2.py with pp 1), lm_head is embed_tokens: no buffer of
+  // its own. ParallelLMHead(use_attn_tp_group=enable_dp_lm_head) otherwise.
   Status LmHead() {
     if (c_.tie_embeddings) return Status::Ok();
-    const std::string buffer = "lm_head.weight";
-    if (!s_.dp_lm_head) {
-      FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, s_.tp));
-      return Vocab(OutputName(), all_, padded / s_.tp, buffer);
+    return VocabOver(OutputName(), s_.dp_lm_head, "lm_head.weight");
+  }
+
+  // `hf_name`'s padded rows split over each attention group (`attention_groups`) or over all tp
+  // ranks, in `buffer`.
+  Status VocabOver(const std::string& hf_name, bool attention_groups, const std::string& buffer) {
+    if (!attention_groups) {
+      FERRY_ASSIGN_OR_RETURN(const int64_t padded, SglangPaddedVocab(c_.vocab, s_.tp));
+      return Vocab(hf_name, all_, padded / s_.tp, buffer);
     }
     const int attn = SglangAttentionTp(s_);
-    FERRY_ASSIGN_OR_RETURN(const int64_t padded, VllmPaddedVocab(c_.vocab, attn));
+    FERRY_ASSIGN_OR_RETURN(const int64_t padded, SglangPaddedVocab(c_.vocab, attn));
     for (const std::vector<int>& group : groups_) {
-      FERRY_RETURN_IF_ERROR(Vocab(OutputName(), group, padded / attn, buffer));
+      FERRY_RETURN_IF_ERROR(Vocab(hf_name, group, padded / attn, buffer));
     }
     return Status::Ok();
   }
 
   // A decoder layer: norms on every rank (RMSNorm), attention per attention group
-  // (deepseek_v2.py DeepseekV2AttentionMLA and qwen3_moe.py Qwen3MoeAttention pass
-  // tp_rank=attn_tp_rank, tp_size=attn_tp_size to their linear layers), then the MLP.
+  // (models/deepseek_v2.py DeepseekV2AttentionMLA and models/qwen3_moe.py Qwen3MoeAttention build
+  // their linear layers with parallel_group="attn_tp"), then the MLP.
   Status Layer(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(
         Replicated(H(l, "input_layernorm.weight"), all_, p + "input_layernorm.weight"));
@@ -96,8 +95,8 @@ class SglangWriter : public EngineWriter {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "post_attention_layernorm.weight"), all_,
                                      p + "post_attention_layernorm.weight"));
     if (c_.IsMoeLayer(l)) return Moe(l, p);
-    // deepseek_v2.py DeepseekV2DecoderLayer: with enable_moe_dense_fully_dp (--moe-dense-tp-size
-    // 1) the dense MLP takes tp_rank 0, tp_size 1, whole on every rank; else all tp ranks
+    // models/deepseek_v2.py DeepseekV2DecoderLayer: parallel_group "replicated" when
+    // is_dense_ffn_fully_dp() (--moe-dense-tp-size 1), whole on every rank; else "tp"
     if (s_.dense_tp == 1) {
       for (int rank : all_) FERRY_RETURN_IF_ERROR(DenseMlp(l, p + "mlp.", "mlp.", {rank}));
       return Status::Ok();
@@ -105,7 +104,7 @@ class SglangWriter : public EngineWriter {
     return DenseMlp(l, p + "mlp.", "mlp.", all_);
   }
 
-  // srt/layers/linear.py MergedColumnParallelLinear gate_up_proj = [gate shard; up shard],
+  // layers/linear.py MergedColumnParallelLinear gate_up_proj = [gate shard; up shard],
   // RowParallelLinear down_proj, over `ranks`.
   Status DenseMlp(int64_t l, const std::string& buffer_prefix, const std::string& module,
                   const std::vector<int>& ranks) {
@@ -114,9 +113,10 @@ class SglangWriter : public EngineWriter {
     return Row(H(l, module + "down_proj.weight"), ranks, buffer_prefix + "down_proj.weight");
   }
 
-  // The router on every rank (qwen3_moe.py: a ReplicatedLinear gate; deepseek_v2.py MoEGate: a
-  // whole weight and the fp32 e_score_correction_bias) and, unless fused into the experts, the
-  // shared expert: DeepseekV2MLP with tp_rank/tp_size None, i.e. the full TP group.
+  // The router on every rank (models/qwen3_moe.py: a ReplicatedLinear gate; models/deepseek_v2.py
+  // MoEGate: a whole weight and the fp32 e_score_correction_bias) and, unless fused into the
+  // experts, the shared expert: DeepseekV2MLP with parallel_group "tp" (the all-to-all backends'
+  // "replicated" shared expert, DeepEP and the like, is not modelled).
   Status Moe(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), all_, p + "mlp.gate.weight"));
     if (c_.router_bias) {
@@ -127,38 +127,42 @@ class SglangWriter : public EngineWriter {
     return DenseMlp(l, p + "mlp.shared_experts.", "mlp.shared_experts.", all_);
   }
 
-  // srt/layers/moe/fused_moe_triton/layer.py FusedMoE over the engine's tp ranks: EP rank
-  // tp_rank / moe_tp holds physical experts [ep_rank * P/ep, (ep_rank + 1) * P/ep), FFN shard
-  // tp_rank % moe_tp (srt/distributed/parallel_state.py: MoE-TP groups are runs of moe_tp
-  // consecutive ranks, EP groups stride by moe_tp).
+  // layers/moe/fused_moe_triton/layer.py FusedMoE over the server's tp ranks: EP rank
+  // tp_rank / moe_tp holds routed (and redundant) experts [ep_rank * R/ep, (ep_rank + 1) * R/ep)
+  // (_map_global_expert_id_to_local_expert_id), FFN shard tp_rank % moe_tp (runtime_context.py:
+  // moe_ep_rank = tp_rank // moe_tp, moe_tp_rank = tp_rank % moe_tp); a fused shared expert
+  // follows them.
   Status Experts(int64_t l, const std::string& p) {
     const int64_t moe_tp = s_.tp / s_.ep;
-    const int64_t fused = s_.shared_fused == 1 ? c_.num_shared_experts : 0;
-    const int64_t local = (c_.num_experts + fused + s_.redundant_experts) / s_.ep;
+    const int64_t routed = (c_.num_experts + s_.redundant_experts) / s_.ep;
+    const int64_t slots = routed + (s_.shared_fused == 1 ? c_.num_shared_experts : 0);
     const ExpertGeometry g{c_.moe_intermediate / moe_tp, c_.hidden, DTypeSize(c_.dtype)};
     FERRY_ASSIGN_OR_RETURN(const std::vector<ExpertIds> ids, AddExpertTensors(l));
     for (int64_t m = 0; m < s_.tp; ++m) {
       const int rank = all_[static_cast<size_t>(m)];
       const int64_t ep_rank = m / moe_tp;
-      const int64_t routed = local - fused;  // fusion needs ep = 1: every rank holds all of them
-      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, ep_rank * local, routed, local, nullptr);
-      if (fused > 0) FERRY_RETURN_IF_ERROR(FusedShared(l, p, g, rank, m % moe_tp, routed));
+      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, ep_rank * routed, routed, slots, nullptr);
+      if (slots > routed) FERRY_RETURN_IF_ERROR(FusedShared(l, p, g, rank, m % moe_tp, routed));
     }
     return Status::Ok();
   }
 
-  // deepseek_v2.py load_weights renames mlp.shared_experts to mlp.experts.<n_routed_experts>:
-  // the shared expert's FFN shard `shard` is local expert `slot` of w13_weight ([gate; up] rows)
-  // and w2_weight (down_proj's columns).
+  // models/deepseek_common/deepseek_weight_loader.py renames mlp.shared_experts to
+  // mlp.experts.<n_routed_experts>, which FusedMoE puts after the rank's routed experts: the
+  // shared expert's FFN shard `shard` is local expert `slot` of w13_weight ([gate; up] rows) and
+  // w2_weight (down_proj's columns).
   Status FusedShared(int64_t l, const std::string& p, const ExpertGeometry& g, int rank,
                      int64_t shard, int64_t slot) {
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* gate, LayerTensor(l, "mlp.shared_experts.gate_proj.weight"));
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* up, LayerTensor(l, "mlp.shared_experts.up_proj.weight"));
-    FERRY_ASSIGN_OR_RETURN(const TensorSpec* down, LayerTensor(l, "mlp.shared_experts.down_proj.weight"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* gate,
+                           LayerTensor(l, "mlp.shared_experts.gate_proj.weight"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* up,
+                           LayerTensor(l, "mlp.shared_experts.up_proj.weight"));
+    FERRY_ASSIGN_OR_RETURN(const TensorSpec* down,
+                           LayerTensor(l, "mlp.shared_experts.down_proj.weight"));
     const int64_t lo = shard * g.inter, hi = (shard + 1) * g.inter;
     FERRY_RETURN_IF_ERROR(AddFusedConcat(out_, rank, p + "mlp.experts.w13_weight",
-                                         {{*gate, Rows(*gate, lo, hi)}, {*up, Rows(*up, lo, hi)}}, 0,
-                                         slot * 2 * g.inter * g.hidden * g.elem));
+                                         {{*gate, Rows(*gate, lo, hi)}, {*up, Rows(*up, lo, hi)}},
+                                         0, slot * 2 * g.inter * g.hidden * g.elem));
     Box cols = Box::FromShape(down->shape);
     cols.lo[1] = lo;
     cols.hi[1] = hi;

@@ -1,22 +1,22 @@
 // SGLang (an inference engine): where an SGLang server keeps each weight of a ModelPreset, as
-// fragments in buffers that carry SGLang's own parameter names. Read from sgl-project/sglang
-// python/sglang/srt (files cited where each rule is placed, sglang_layout.cc).
+// fragments in buffers that carry SGLang's own parameter names. Read from SGLang 0.5.23
+// (python/sglang/srt; files cited where each rule is placed, sglang_layout.cc).
 //
-// One engine is tp ranks, rank first_rank + tp_rank. Attention (qkv_proj = [q; k; v] per rank,
+// One server is tp ranks, rank first_rank + tp_rank. Attention (qkv_proj = [q; k; v] per rank,
 // KV heads replicated when the group exceeds them; DeepSeek's MLA with fused_qkv_a_proj_with_mqa =
 // [q_a_proj; kv_a_proj_with_mqa] replicated) is split over the attention group: all tp ranks, or
-// with DP attention each run of tp/dp consecutive ranks, replicated across the runs. Routed experts
-// (w13_weight [local, 2*I/moe_tp, hidden] of [gate; up], w2_weight [local, hidden, I/moe_tp]) sit
-// on EP rank tp_rank / moe_tp, FFN shard tp_rank % moe_tp, moe_tp = tp/ep; DeepSeek-V3's fused
-// shared expert is local expert E of every rank. Dense MLPs, separate shared experts and lm_head
-// split over all tp ranks (dense_tp=1: dense MLPs whole on each; dp_lm_head: lm_head over the
-// attention group). embed_tokens over all tp ranks, whole on each under DP attention. Vocabulary
-// padded to a multiple of 64 and split over the ranks that share it. Without DP attention, dp
-// copies of the engine follow on the next ranks, then the other engines.
+// with attention DP each run of tp/attn_dp consecutive ranks, replicated across the runs; so is
+// embed_tokens. Routed experts (w13_weight [local, 2*I/moe_tp, hidden] of [gate; up], w2_weight
+// [local, hidden, I/moe_tp]) sit on EP rank tp_rank / moe_tp, FFN shard tp_rank % moe_tp,
+// moe_tp = tp/ep; DeepSeek-V3's fused shared expert follows a rank's routed experts. Dense MLPs,
+// separate shared experts and lm_head are split over all tp ranks (dense_tp=1: dense MLPs whole
+// on each; dp_lm_head: lm_head over the attention group). The vocabulary is padded to a multiple
+// of 64 (of 64 * ranks where 64 does not divide) and split over the ranks that share it. dp
+// copies of the server follow on the next ranks, then the other engines.
 //
 // SGLang derives DeepSeek's absorbed-MLA tensors w_kc / w_vc from kv_b_proj in post_load_weights
-// (srt/models/deepseek_v2.py): they are copies, not in this layout, so an engine refitted in
-// place must run post_load_weights before decoding.
+// (models/deepseek_v2.py): they are copies, not in this layout, so a server refitted in place
+// must run post_load_weights before decoding.
 //
 // Pure functions; thread-safe.
 #pragma once

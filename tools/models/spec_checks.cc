@@ -38,8 +38,8 @@ Status CheckTensorParallel(const ModelConfig& c, int tp) {
   FERRY_RETURN_IF_ERROR(CheckDivides("num_heads", c.num_heads, "tp", tp));
   if (HasDenseMlp(c)) FERRY_RETURN_IF_ERROR(CheckDivides("intermediate", c.intermediate, "tp", tp));
   if (c.num_shared_experts > 0) {
-    FERRY_RETURN_IF_ERROR(CheckDivides("shared expert size", c.num_shared_experts * c.moe_intermediate,
-                                       "tp", tp));
+    FERRY_RETURN_IF_ERROR(
+        CheckDivides("shared expert size", c.num_shared_experts * c.moe_intermediate, "tp", tp));
   }
   return CheckMamba(c, tp);
 }

@@ -42,4 +42,13 @@ Result<int64_t> VllmPaddedVocab(int64_t vocab, int tp) {
   return padded;
 }
 
+Result<int64_t> SglangPaddedVocab(int64_t vocab, int ranks) {
+  if (vocab < 1 || ranks < 1) return InvalidArgument("vocab and ranks must be positive");
+  // sglang srt/layers/vocab_parallel_embedding.py VocabParallelEmbedding.__init__: "Support the
+  // case where the vocab size is not divisible by the TP size": padding_size *= tp_size
+  const int64_t padded = RoundUp(vocab, 64);
+  if (padded % ranks == 0) return padded;
+  return RoundUp(vocab, 64 * static_cast<int64_t>(ranks));
+}
+
 }  // namespace ferry::models

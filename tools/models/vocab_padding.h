@@ -1,8 +1,8 @@
 // Vocabulary padding: how many rows each framework gives its vocab-parallel embedding and output
-// layer, given the checkpoint's vocabulary and the tensor-parallel size. Both frameworks then split
-// the padded rows into tp equal contiguous blocks (rank i holds rows [i*padded/tp, (i+1)*padded/tp)),
-// so the padding rows, past the checkpoint's vocabulary, sit at the end of the last blocks; a rank
-// may hold padding only.
+// layer, given the checkpoint's vocabulary and the tensor-parallel size. Every framework then
+// splits the padded rows into tp equal contiguous blocks (rank i holds rows
+// [i*padded/tp, (i+1)*padded/tp)), so the padding rows, past the checkpoint's vocabulary, sit at
+// the end of the last blocks; a rank may hold padding only.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -22,5 +22,9 @@ Result<int64_t> MegatronPaddedVocab(int64_t vocab, int tp, int divisible_by, boo
 // vLLM's padded vocabulary: the vocab rounded up to a multiple of 64 (DEFAULT_VOCAB_PADDING_SIZE,
 // no LoRA-added tokens), which tp must divide (vLLM's reason is returned otherwise).
 Result<int64_t> VllmPaddedVocab(int64_t vocab, int tp);
+
+// SGLang's padded vocabulary over `ranks` (the TP or attention-TP group that splits it): a
+// multiple of 64, or of 64 * ranks when that one does not divide by the ranks. Never refused.
+Result<int64_t> SglangPaddedVocab(int64_t vocab, int ranks);
 
 }  // namespace ferry::models

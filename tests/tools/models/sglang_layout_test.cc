@@ -1,6 +1,6 @@
 // Tests for tools/models/sglang_layout (through BuildFrameworkLayout): fragments of SGLang layouts
-// worked by hand from sgl-project/sglang python/sglang/srt (layers/linear.py QKVParallelLinear,
-// layers/dp_attention.py compute_dp_attention_world_info, layers/vocab_parallel_embedding.py,
+// worked by hand from SGLang 0.5.23's python/sglang/srt (layers/linear.py QKVParallelLinear,
+// runtime_context.py derive_attention_ranks, layers/vocab_parallel_embedding.py,
 // layers/moe/fused_moe_triton/layer.py FusedMoE, eplb/expert_location.py init_trivial,
 // models/deepseek_v2.py), exact coverage of every tensor, and the specs SGLang or ferry refuses.
 #include "tools/models/sglang_layout.h"
@@ -16,24 +16,28 @@
 namespace ferry::models {
 namespace {
 
-int64_t PaddedTo64(int64_t rows) { return (rows + 63) / 64 * 64; }
-
 bool Contains(const std::string& name, const char* part) {
   return name.find(part) != std::string::npos;
 }
 
-// Qwen3-30B-A3B at 1/64: hidden 32, 32 heads and 4 KV heads of head_dim 2, 128 experts of FFN 16.
-// tp=4 with dp=2 attention groups {0,1} and {2,3}; ep=2: moe_tp = 2.
-TEST(SglangLayoutTest, DpAttentionGroupsAndExpertParallelShards) {
+// Qwen3-30B-A3B at 1/64: hidden 32, 32 heads and 4 KV heads of head_dim 2, 128 experts of FFN 16,
+// vocabulary 2384. tp=4 with attn_dp=2: attention groups {0,1} and {2,3}; ep=2: moe_tp = 2.
+TEST(SglangLayoutTest, AttentionDpGroupsAndExpertParallelShards) {
   ModelPreset p = Preset("qwen3-30b-a3b", 1.0 / 64);
-  Layout l = Build(p, "sglang:tp=4,dp=2,dp_attention=yes,ep=2");
+  ASSERT_EQ(p.config().vocab, 2384);
+  Layout l = Build(p, "sglang:tp=4,attn_dp=2,ep=2");
   EXPECT_EQ(l.Ranks(), (std::vector<int>{0, 1, 2, 3}));
   ExpectCoverage(l, p, [](const std::string& n) {
-    if (IsExpert(n)) return 1;
-    if (Contains(n, "lm_head")) return 1;
-    if (Contains(n, "_proj")) return 2;  // attention: once per attention group
-    return 4;                            // norms, router, embed_tokens: every rank
+    if (IsExpert(n) || Contains(n, "lm_head")) return 1;
+    if (Contains(n, "_proj") || Contains(n, "embed")) return 2;  // once per attention group
+    return 4;                                                    // norms, router: every rank
   });
+  // The older spelling --dp-size 2 --enable-dp-attention is the same server.
+  Layout old = Build(p, "sglang:tp=4,dp=2,dp_attention=yes,ep=2");
+  EXPECT_EQ(old.fragments.size(), l.fragments.size());
+  const FrameworkSpec resolved =
+      ResolveFrameworkSpec(Spec("sglang:tp=4,dp=2,dp_attention=yes,ep=2"), p.config()).value();
+  EXPECT_EQ(resolved.ToString(), "sglang:tp=4,dp=1,attn_dp=2,ep=2");
   const std::string qkv = "model.layers.3.self_attn.qkv_proj.weight";
   const int64_t row = 32 * 2;  // bytes of a row
   for (int rank : {1, 3}) {    // attention rank 1 of its group: heads 16..31, KV heads 2..3
@@ -49,16 +53,16 @@ TEST(SglangLayoutTest, DpAttentionGroupsAndExpertParallelShards) {
     EXPECT_EQ(k[0].loc.byte_offset, 32 * row);
     EXPECT_EQ(v[0].loc.byte_offset, 36 * row);
   }
-  // embed_tokens whole on every rank under DP attention; lm_head over all four.
-  const int64_t vocab = p.config().vocab;
-  auto embed = FragmentsIn(l, 2, "model.embed_tokens.weight", "model.embed_tokens.weight");
+  // embed_tokens over each attention group (2432 padded rows, 1216 a rank); lm_head over all four
+  // (608 a rank).
+  auto embed = FragmentsIn(l, 3, "model.embed_tokens.weight", "model.embed_tokens.weight");
   ASSERT_EQ(embed.size(), 1u);
-  EXPECT_EQ(embed[0].box.hi[0], vocab);
-  EXPECT_EQ(l.buffers[l.FindBuffer(2, "model.embed_tokens.weight")].bytes,
-            PaddedTo64(vocab) * row);
+  EXPECT_EQ(embed[0].box.lo[0], 1216);
+  EXPECT_EQ(embed[0].box.hi[0], 2384);
+  EXPECT_EQ(l.buffers[l.FindBuffer(3, "model.embed_tokens.weight")].bytes, 1216 * row);
   auto head = FragmentsIn(l, 3, "lm_head.weight", "lm_head.weight");
   ASSERT_EQ(head.size(), 1u);
-  EXPECT_EQ(head[0].box.lo[0], 3 * PaddedTo64(vocab) / 4);
+  EXPECT_EQ(head[0].box.lo[0], 3 * 608);
   // Rank 3: EP rank 1 (experts 64..127), FFN rows 8..15. Expert 69 is local expert 5.
   const std::string w13 = "model.layers.7.mlp.experts.w13_weight";
   auto gate = FragmentsIn(l, 3, w13, "model.layers.7.mlp.experts.69.gate_proj.weight");
@@ -74,7 +78,7 @@ TEST(SglangLayoutTest, DpAttentionGroupsAndExpertParallelShards) {
 }
 
 // DeepSeek-V3 at 1/64 (hidden 112, 256 experts of FFN 32, one shared expert): over tp=4 SGLang
-// fuses the shared expert as local expert 256 of every rank, FFN shard tp_rank (8 rows).
+// fuses the shared expert after the 256 routed ones on every rank, FFN shard tp_rank (8 rows).
 TEST(SglangLayoutTest, DeepseekSharedExpertFusedAsExpert256) {
   ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
   ASSERT_EQ(p.config().moe_intermediate, 32);
@@ -119,8 +123,9 @@ TEST(SglangLayoutTest, DeepseekSharedExpertFusedAsExpert256) {
 // lm_head over each attention group ({0,1}, {2,3}) instead of all four ranks.
 TEST(SglangLayoutTest, DenseMlpWholeAndLmHeadOverTheAttentionGroup) {
   ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
-  Layout l = Build(p, "sglang:tp=4,dp=2,dp_attention=yes,dense_tp=1,dp_lm_head=yes");
+  Layout l = Build(p, "sglang:tp=4,attn_dp=2,dense_tp=1,dp_lm_head=yes");
   const ModelConfig& c = p.config();
+  ASSERT_EQ(c.vocab, 2032);
   auto down = FragmentsIn(l, 3, "model.layers.0.mlp.down_proj.weight",
                           "model.layers.0.mlp.down_proj.weight");
   ASSERT_EQ(down.size(), 1u);
@@ -132,11 +137,11 @@ TEST(SglangLayoutTest, DenseMlpWholeAndLmHeadOverTheAttentionGroup) {
   for (int rank : {1, 3}) {
     auto head = FragmentsIn(l, rank, "lm_head.weight", "lm_head.weight");
     ASSERT_EQ(head.size(), 1u);
-    EXPECT_EQ(head[0].box.lo[0], PaddedTo64(c.vocab) / 2);
+    EXPECT_EQ(head[0].box.lo[0], 1024);  // 2032 rows padded to 2048, halved
   }
   ExpectCoverage(l, p, [](const std::string& n) {
     if (IsExpert(n) || Contains(n, "shared_experts")) return 1;
-    if (Contains(n, "lm_head")) return 2;
+    if (Contains(n, "lm_head") || Contains(n, "embed")) return 2;
     if (Contains(n, "self_attn.") && !TpReplicated(n)) return 2;
     return 4;
   });
@@ -165,15 +170,16 @@ TEST(SglangLayoutTest, RedundantExpertsReplicateTheFirstLogicalOnes) {
   EXPECT_EQ(l.buffers[l.FindBuffer(3, w13)].bytes, 33 * expert13);
 }
 
-// Without DP attention, --dp-size 2 is two engines on the next ranks each.
+// --dp-size 2 is two copies of the server on the next ranks each; attention DP adds no ranks.
 TEST(SglangLayoutTest, DpReplicasWithoutDpAttentionAreCopiesOnTheNextRanks) {
   ModelPreset p = Preset("llama-3.1-8b", 1.0 / 64);
   Layout l = Build(p, "sglang:tp=2,dp=2", 8);
   EXPECT_EQ(l.Ranks(), (std::vector<int>{8, 9, 10, 11}));
   EXPECT_EQ(NumRanks(Spec("sglang:tp=2,dp=2,engines=3")), 12);
   EXPECT_EQ(NumRanks(Spec("sglang:tp=8,dp=4,dp_attention=yes,engines=3")), 24);
+  EXPECT_EQ(NumRanks(Spec("sglang:tp=8,dp=2,attn_dp=4")), 16);
   const std::string text =
-      "sglang:tp=8,dp=8,dp_attention=yes,ep=8,redundant=8,engines=2,dp_lm_head=yes,"
+      "sglang:tp=8,dp=2,attn_dp=8,ep=8,redundant=8,engines=2,dp_lm_head=yes,"
       "shared_experts=separate,expert_tensors=members";
   EXPECT_EQ(Spec(text).ToString(), text);
   EXPECT_EQ(Spec(Spec(text).ToString()).ToString(), text);
@@ -190,17 +196,17 @@ TEST(SglangLayoutTest, DpReplicasWithoutDpAttentionAreCopiesOnTheNextRanks) {
 // `ferry layout --explain` names SGLang's rules and files, not another framework's.
 TEST(SglangLayoutTest, ExplainCitesSglang) {
   ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
-  const FrameworkSpec r =
-      ResolveFrameworkSpec(Spec("sglang:tp=4,dp=2,dp_attention=yes"), p.config()).value();
+  const FrameworkSpec r = ResolveFrameworkSpec(Spec("sglang:tp=4,attn_dp=2"), p.config()).value();
   const std::vector<LayoutRule> embed = RulesForTensor(p.config(), r, "model.embed_tokens.weight");
   ASSERT_GE(embed.size(), 2u);
-  EXPECT_NE(embed[1].rule.find("embed_tokens whole on every rank"), std::string::npos);
+  EXPECT_NE(embed[1].rule.find("embed_tokens split over each attention group of 2 ranks"),
+            std::string::npos);
   const std::vector<LayoutRule> shared =
       RulesForTensor(p.config(), r, "model.layers.5.mlp.shared_experts.gate_proj.weight");
   ASSERT_GE(shared.size(), 2u);
-  EXPECT_NE(shared[1].rule.find("local expert 256"), std::string::npos);
+  EXPECT_NE(shared[1].rule.find("follows the rank's routed experts"), std::string::npos);
   for (const LayoutRule& rule : shared) {
-    EXPECT_EQ(rule.upstream.rfind("sgl-project/sglang ", 0), 0u) << rule.upstream;
+    EXPECT_EQ(rule.upstream.rfind("sgl-project/sglang v0.5.23 ", 0), 0u) << rule.upstream;
   }
 }
 
@@ -214,17 +220,18 @@ TEST(SglangLayoutTest, RefusesWhatSglangOrFerryDoesNot) {
     const char* spec;
     const char* reason;
   } cases[] = {
-      {&qwen, "sglang:tp=4,dp=3,dp_attention=yes", "needs dp to divide tp"},
+      {&qwen, "sglang:tp=4,dp=3,dp_attention=yes", "tp 4 is not divisible by attn_dp 3"},
+      {&qwen, "sglang:tp=4,dp=2,dp_attention=yes,attn_dp=2", "give one of them"},
       {&qwen, "sglang:tp=4,ep=3", "tp 4 is not divisible by ep 3"},
-      {&qwen, "sglang:tp=4,ep=4,redundant=2", "physical experts (routed + fused shared + redundant) 130"},
+      {&qwen, "sglang:tp=4,ep=4,redundant=2", "routed experts (with redundant ones) 130"},
       {&qwen, "sglang:tp=4,redundant=4", "redundant experts with ep > 1 only"},
-      {&qwen, "sglang:tp=4,dp_lm_head=yes", "requires dp_attention=yes"},
+      {&qwen, "sglang:tp=4,dp_lm_head=yes", "requires attention DP"},
       {&qwen, "sglang:tp=4,pp=2", "pipeline parallelism is not modelled"},
-      {&qwen, "sglang:tp=4,shared_experts=fused", "fuses only DeepSeek V3/R1's shared expert"},
-      {&llama, "sglang:tp=4,dp=2,dp_attention=yes", "DP attention for its MoE models"},
+      {&qwen, "sglang:tp=4,shared_experts=fused", "has no shared expert"},
+      {&llama, "sglang:tp=4,attn_dp=2", "attention DP for its MoE models"},
       {&llama, "sglang:tp=4,ep=2", "the model has no experts"},
-      {&ds, "sglang:tp=4,ep=4,shared_experts=fused", "disables shared experts fusion under expert"},
-      {&ds, "sglang:tp=4,dense_tp=2", "takes 1"},
+      {&ds, "sglang:tp=4,ep=4,shared_experts=fused", "under expert parallelism only on AMD"},
+      {&ds, "sglang:tp=4,dense_tp=2", "only supports None, 1, or tp_size"},
       {&qwen, "sglang:tp=4,dense_tp=1", "applies to DeepSeek's dense layers"},
   };
   for (const auto& c : cases) {

@@ -6,7 +6,10 @@
 //    (multiple = make_vocab_size_divisible_by * tp) and megatron/core/tensor_parallel/utils.py
 //    VocabUtility (padded / tp rows a rank);
 //  - Megatron-Bridge, src/megatron/bridge/models/gpt_provider.py (should_pad_vocab=False: the
-//    vocabulary unpadded).
+//    vocabulary unpadded);
+//  - SGLang 0.5.23, python/sglang/srt/layers/vocab_parallel_embedding.py VocabParallelEmbedding
+//    (as vLLM's, but "padding_size *= self.tp_size" where the 64-padded vocabulary does not divide
+//    by tp: 1010 over tp 3 pads to a multiple of 192, 1152).
 #include "tools/models/vocab_padding.h"
 
 #include <gtest/gtest.h>
@@ -95,6 +98,20 @@ TEST(VocabPaddingTest, VllmEmbeddingAndLmHeadRows) {
   Layout t4 = Build(tiny, "vllm:tp=4");
   ExpectRows(t4, 2, embed, embed, 64, 65, 32);
   ExpectRows(t4, 3, embed, embed, 0, 0, 32);
+}
+
+TEST(VocabPaddingTest, SglangPadsTo64TimesTpWhereTpDoesNotDivide) {
+  EXPECT_EQ(SglangPaddedVocab(1010, 1).value(), 1024);
+  EXPECT_EQ(SglangPaddedVocab(1010, 2).value(), 1024);
+  EXPECT_EQ(SglangPaddedVocab(1010, 16).value(), 1024);
+  EXPECT_EQ(SglangPaddedVocab(1010, 3).value(), 1152);
+  EXPECT_EQ(SglangPaddedVocab(1010, 5).value(), 1280);
+  ModelPreset p = SmallModel(1010);
+  const std::string embed = "model.embed_tokens.weight";
+  Layout tp3 = Build(p, "sglang:tp=3");  // vLLM refuses tp 3 (above); SGLang pads to 1152
+  ExpectRows(tp3, 1, embed, embed, 384, 768, 384);
+  ExpectRows(tp3, 2, embed, embed, 768, 1010, 384);
+  ExpectRows(tp3, 2, "lm_head.weight", "lm_head.weight", 768, 1010, 384);
 }
 
 TEST(VocabPaddingTest, MegatronAndBridgeEmbeddingRows) {
