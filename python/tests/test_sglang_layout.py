@@ -1,0 +1,108 @@
+"""ferry's SGLang layouts against SGLang itself: for each case, SGLang 0.5.23 (PyPI, in the
+environment tools/deps/vllm-venv.sh makes, named by FERRY_VLLM_VENV) builds one rank of a server
+with its own model class and loads random checkpoint tensors with its own load_weights; ferry's
+layout of that server must name the same parameters, size them alike and put every checkpoint
+byte where SGLang's loader put it (python/tests/sglang_layout_worker.py). The models are tiny
+configs of the real architectures, written here; each case is one process on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from procs import run_ranks
+
+WORKER = os.path.join(os.path.dirname(__file__), "sglang_layout_worker.py")
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 24,
+         "intermediate_size": 48, "num_attention_heads": 12, "num_key_value_heads": 3,
+         "head_dim": 2, "num_hidden_layers": 2, "vocab_size": 1010, "hidden_act": "silu",
+         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
+QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+             "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 2,
+             "num_hidden_layers": 2, "num_experts": 128, "num_experts_per_tok": 8,
+             "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+             "vocab_size": 2384, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+             "rope_theta": 10000.0, "tie_word_embeddings": False,
+             "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
+# DeepSeek-V3's architecture (MLA with a q LoRA, a dense first layer, 256 routed experts and one
+# shared expert, the router bias) at tiny widths.
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+               "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16,
+               "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 24,
+               "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+               "v_head_dim": 8, "num_hidden_layers": 2, "first_k_dense_replace": 1,
+               "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1,
+               "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+               "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+               "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0,
+               "vocab_size": 1000, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+               "rope_theta": 10000, "tie_word_embeddings": False,
+               "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "original_max_position_embeddings": 4096},
+               "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
+MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
+          "qwen3_moe": (QWEN3_MOE, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
+          "deepseek_v3": (DEEPSEEK_V3, "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
+
+# (model, ferry spec, world rank, SGLang server arguments)
+CASES = [
+    # 1010 rows pad to 1152 over 3 ranks (64 does not divide by 3); one KV head a rank
+    ("llama", "sglang:tp=3", 2, {"tp_size": 3}),
+    # three KV heads over six ranks: each replicated on two
+    ("llama", "sglang:tp=6", 5, {"tp_size": 6}),
+    # attention DP: attention and embed_tokens over {0,1} and {2,3}; experts over ep=2, moe_tp=2
+    ("qwen3_moe", "sglang:tp=4,attn_dp=2,ep=2", 3,
+     {"tp_size": 4, "attn_dp_size": 2, "ep_size": 2}),
+    # the older spelling of the same server
+    ("qwen3_moe", "sglang:tp=4,dp=2,dp_attention=yes,ep=2", 2,
+     {"tp_size": 4, "dp_size": 2, "enable_dp_attention": True, "ep_size": 2}),
+    # 132 physical experts over ep=4: rank 3 holds 99..127 and replicas of 0..3
+    ("qwen3_moe", "sglang:tp=4,ep=4,redundant=4", 3,
+     {"tp_size": 4, "ep_size": 4, "ep_num_redundant_experts": 4}),
+    # the shared expert fused after the 256 routed ones (SGLang's GPU default; on the CPU it
+    # fuses only when told to)
+    ("deepseek_v3", "sglang:tp=2", 1, {"tp_size": 2, "enforce_shared_experts_fusion": True}),
+    # dense MLP whole on every rank, lm_head over the attention group, shared expert apart
+    ("deepseek_v3", "sglang:tp=4,attn_dp=2,dense_tp=1,dp_lm_head=yes,shared_experts=separate", 3,
+     {"tp_size": 4, "attn_dp_size": 2, "moe_dense_tp_size": 1, "enable_dp_lm_head": True,
+      "disable_shared_experts_fusion": True}),
+]
+
+
+def sglang_python() -> str:
+    venv = os.environ.get("FERRY_VLLM_VENV", "")
+    python = os.path.join(venv, "bin", "python")
+    stamp = os.path.join(venv, ".ferry-requirements")
+    if not venv or not os.path.exists(stamp) or "sglang==" not in open(stamp).read():
+        pytest.skip(f"no SGLang environment at FERRY_VLLM_VENV={venv!r}: tools/deps/vllm-venv.sh "
+                    "makes it (.ci/run does)")
+    return python
+
+
+def test_sglang_loads_its_checkpoint_where_ferrys_layout_says(tmp_path):
+    python = sglang_python()
+    for name, (config, _) in MODELS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+
+    def argv(case, _port):
+        model, spec, rank, server_args = CASES[case]
+        return [WORKER, str(tmp_path / model), spec, str(rank), json.dumps(server_args),
+                MODELS[model][1]]
+
+    results = run_ranks(argv, len(CASES), deadline_s=600, python=python)
+    failed = [f"--- {CASES[r.rank][1]} rank {CASES[r.rank][2]} exited {r.returncode}:\n"
+              f"{r.output[-3000:]}" for r in results if r.returncode != 0]
+    assert not failed, "\n".join(failed)
+    for r in results:
+        assert f"rank {CASES[r.rank][2]}: " in r.output and "parameters byte-exact" in r.output
