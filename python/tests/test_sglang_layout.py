@@ -23,6 +23,16 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
          "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
+# Qwen3 dense: q/k norms and tied embeddings (lm_head is embed_tokens); Qwen2: q/k/v biases, one
+# KV head over two ranks.
+QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 24,
+         "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 6, "num_hidden_layers": 2, "vocab_size": 1000, "hidden_act": "silu",
+         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
+         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+QWEN2 = dict(QWEN3, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_key_value_heads=1,
+             tie_word_embeddings=False)
+
 QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
              "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
              "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 2,
@@ -51,6 +61,8 @@ DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepse
                "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
 MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
+          "qwen3": (QWEN3, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
+          "qwen2": (QWEN2, "sglang.srt.models.qwen2.Qwen2ForCausalLM"),
           "qwen3_moe": (QWEN3_MOE, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
           "deepseek_v3": (DEEPSEEK_V3, "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
 
@@ -60,6 +72,8 @@ CASES = [
     ("llama", "sglang:tp=3", 2, {"tp_size": 3}),
     # three KV heads over six ranks: each replicated on two
     ("llama", "sglang:tp=6", 5, {"tp_size": 6}),
+    ("qwen3", "sglang:tp=2", 1, {"tp_size": 2}),
+    ("qwen2", "sglang:tp=2", 1, {"tp_size": 2}),
     # attention DP: attention and embed_tokens over {0,1} and {2,3}; experts over ep=2, moe_tp=2
     ("qwen3_moe", "sglang:tp=4,attn_dp=2,ep=2", 3,
      {"tp_size": 4, "attn_dp_size": 2, "ep_size": 2}),
