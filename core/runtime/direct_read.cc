@@ -176,37 +176,170 @@ DirectRead PackedRead(const DirectRead& d, const Op& send, const Op& recv, const
   return p;
 }
 
-}  // namespace
+// What FindDirectReads looks up per send: each message's receive, and for each op how many ops
+// depend on it and (when one does) which.
+struct PlanIndex {
+  std::vector<int> recv_of_message;
+  std::vector<int> dependents, only_dependent;
+};
 
-std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
+PlanIndex IndexPlan(const TransferPlan& plan) {
   const int num_ops = static_cast<int>(plan.ops.size());
   int64_t max_message = -1;
   for (const Op& op : plan.ops) max_message = std::max<int64_t>(max_message, op.message);
   // Messages are numbered densely by the planner; a sparse numbering only costs memory.
-  std::vector<int> recv_of_message(static_cast<size_t>(max_message + 1), -1);
-  std::vector<int> dependents(num_ops, 0), only_dependent(num_ops, -1);
+  PlanIndex index{std::vector<int>(static_cast<size_t>(max_message + 1), -1),
+                  std::vector<int>(num_ops, 0), std::vector<int>(num_ops, -1)};
   for (const Op& op : plan.ops) {
-    if (op.kind == OpKind::kRecv && op.message >= 0 && recv_of_message[op.message] < 0) {
-      recv_of_message[op.message] = op.id;
+    if (op.kind == OpKind::kRecv && op.message >= 0 && index.recv_of_message[op.message] < 0) {
+      index.recv_of_message[op.message] = op.id;
     }
     for (int dep : plan.Deps(op)) {
       if (dep < 0 || dep >= num_ops) continue;
-      ++dependents[dep];
-      only_dependent[dep] = op.id;
+      ++index.dependents[dep];
+      index.only_dependent[dep] = op.id;
     }
   }
+  return index;
+}
+
+// The receive that pairs with `send` as a direct read (a same-node message between two ranks,
+// the receive waiting on nothing, of the same size), or -1; only messages `rank` takes part in
+// unless `rank` < 0.
+int DirectReceiveOf(const TransferPlan& plan, const PlanIndex& index, const Op& send, int rank) {
+  if (send.kind != OpKind::kSend || send.link != LinkClass::kSameNode || send.message < 0) return -1;
+  const int recv_id = index.recv_of_message[send.message];
+  if (recv_id < 0) return -1;
+  const Op& recv = plan.ops[recv_id];
+  if (rank >= 0 && send.rank != rank && recv.rank != rank) return -1;
+  if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || recv.NumDeps() != 0 ||
+      recv.bytes != send.bytes) {
+    return -1;
+  }
+  return recv_id;
+}
+
+// Sender side: one contiguous source region, or the Pack (or narrowing Convert) that fills the
+// sent slot from source regions and feeds nothing else (its id into d.pack_op). False otherwise.
+bool SenderSpans(const TransferPlan& plan, const PlanIndex& index, const Op& send, DirectRead& d,
+                 std::vector<Span>& from) {
+  if (send.NumDeps() == 0 && send.data.space == Space::kSource) {
+    from.push_back({0, send.Data(), send.Data()});
+    return true;
+  }
+  if (send.NumDeps() != 1 || send.data.space != Space::kStaging || send.data.offset != 0) {
+    return false;
+  }
+  const Op& pack = plan.ops[plan.Deps(send)[0]];
+  const bool packs = pack.kind == OpKind::kPack || pack.kind == OpKind::kConvert;
+  if (!packs || pack.NumDeps() != 0 || index.dependents[pack.id] != 1) return false;
+  for (const CopyPair& c : plan.Copies(pack)) {
+    if (c.from.space != Space::kSource || c.to.space != Space::kStaging ||
+        c.to.buffer != send.data.buffer || !c.to.IsContiguous() || !SameExtents(c.from, c.to)) {
+      return false;
+    }
+    from.push_back({c.to.offset, c.from, c.to});
+  }
+  d.pack_op = pack.id;
+  return true;
+}
+
+// Receiver side: one contiguous region (of a destination buffer, or of the twin a Quantize reads),
+// or the one Unpack (or widening Convert) of the received slot, without element functions (its id
+// into d.unpack_op). False otherwise.
+bool ReceiverSpans(const TransferPlan& plan, const PlanIndex& index, const Op& recv,
+                   DirectRead& d, std::vector<Span>& to) {
+  const int dependents = index.dependents[recv.id];
+  const int next = index.only_dependent[recv.id];
+  if ((recv.data.space == Space::kDestination && dependents == 0) ||
+      (dependents == 1 && QuantizesItsSlot(plan, recv, plan.ops[next]))) {
+    to.push_back({0, recv.Data(), recv.Data()});
+    return true;
+  }
+  if (recv.data.space != Space::kStaging || recv.data.offset != 0 || dependents != 1) return false;
+  const Op& unpack = plan.ops[next];
+  const bool unpacks = unpack.kind == OpKind::kUnpack || unpack.kind == OpKind::kConvert;
+  if (!unpacks || unpack.NumDeps() != 1) return false;
+  for (const CopyPair& c : plan.Copies(unpack)) {
+    // A pair with an element function keeps its staged Convert: the read copies values.
+    if (c.from.space != Space::kStaging || c.from.buffer != recv.data.buffer ||
+        !WritableByRead(plan, c.to, recv) || !c.from.IsContiguous() ||
+        !SameExtents(c.from, c.to) || c.fn != ElementFn::kNone) {
+      return false;
+    }
+    to.push_back({c.from.offset, c.to, c.from});
+  }
+  d.unpack_op = unpack.id;
+  return true;
+}
+
+// Meets the two sides at the message's byte offsets: d.copies, each from a source region to a
+// destination region. False when packed pieces and unpacked pieces do not line up one to one.
+bool MeetSides(const Op& send, const Op& recv, const std::vector<Span>& from,
+               const std::vector<Span>& to, DirectRead& d) {
+  if (d.pack_op < 0 && d.unpack_op < 0) {
+    d.copies.push_back({send.Data(), recv.Data()});
+  } else if (d.pack_op < 0) {
+    for (const Span& t : to) d.copies.push_back({Rebase(t.staged, send.Data(), t.offset), t.region});
+  } else if (d.unpack_op < 0) {
+    for (const Span& f : from) d.copies.push_back({f.region, Rebase(f.staged, recv.Data(), f.offset)});
+  } else {
+    std::map<int64_t, size_t> at_offset;
+    for (size_t i = 0; i < from.size(); ++i) at_offset.emplace(from[i].offset, i);
+    for (const Span& t : to) {
+      auto f = at_offset.find(t.offset);
+      if (f == at_offset.end() || !SameShape(from[f->second].staged, t.staged)) return false;
+      d.copies.push_back({from[f->second].region, t.region});
+    }
+  }
+  return true;
+}
+
+// Completes `d` for `rank`: its buffer indexes, the packed variant where the Pack narrows, and
+// on the receiver the copies' geometries and the quantizing split (`quantize_of_slot` is made at
+// the first read into a slot). Elsewhere the copies are dropped unless every receiver's are
+// wanted. False when the receiver cannot resolve a geometry.
+bool CompleteRead(const TransferPlan& plan, int rank, const Op& send, const Op& recv,
+                  const std::vector<Span>& from, const std::vector<Span>& to,
+                  std::vector<int>& quantize_of_slot, DirectRead& d) {
+  IndexBuffers(d);
+  DirectRead packed;
+  if (PackNarrows(plan, d) && d.to_slots.empty()) {
+    packed = PackedRead(d, send, recv, from, to);
+    IndexBuffers(packed);
+  }
+  if (d.receiver == rank) {
+    if (!ResolveGeometries(d) || (!packed.copies.empty() && !ResolveGeometries(packed))) {
+      return false;
+    }
+    if (!d.to_slots.empty()) {
+      if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
+      d.quantizing = SplitQuantizingRead(plan, d.copies, d.geometries, quantize_of_slot);
+    }
+  } else {
+    if (rank < 0 && !d.to_slots.empty()) {  // every rank's: the split, for a model of its cost
+      if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
+      d.quantizing = SplitOf(plan, d.copies, quantize_of_slot);
+    }
+    if (rank != kEveryReceiver) {
+      d.copies.clear();
+      packed.copies.clear();
+    }
+  }
+  if (packed.from_slot >= 0) d.packed.push_back(std::move(packed));
+  return true;
+}
+
+}  // namespace
+
+std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
+  const PlanIndex index = IndexPlan(plan);
   std::vector<DirectRead> found;
   std::vector<int> quantize_of_slot;  // the receiver's, made at its first read into a slot
   for (const Op& send : plan.ops) {
-    if (send.kind != OpKind::kSend || send.link != LinkClass::kSameNode || send.message < 0) continue;
-    const int recv_id = recv_of_message[send.message];
+    const int recv_id = DirectReceiveOf(plan, index, send, rank);
     if (recv_id < 0) continue;
     const Op& recv = plan.ops[recv_id];
-    if (rank >= 0 && send.rank != rank && recv.rank != rank) continue;
-    if (recv.rank == send.rank || recv.link != LinkClass::kSameNode || recv.NumDeps() != 0 ||
-        recv.bytes != send.bytes) {
-      continue;
-    }
     DirectRead d;
     d.message = send.message;
     d.sender = send.rank;
@@ -214,92 +347,12 @@ std::vector<DirectRead> FindDirectReads(const TransferPlan& plan, int rank) {
     d.send_op = send.id;
     d.recv_op = recv.id;
     d.bytes = send.bytes;
-    // Sender side: one contiguous source region, or the Pack that fills the sent slot.
-    std::vector<Span> from;
-    if (send.NumDeps() == 0 && send.data.space == Space::kSource) {
-      from.push_back({0, send.Data(), send.Data()});
-    } else if (send.NumDeps() == 1 && send.data.space == Space::kStaging && send.data.offset == 0) {
-      const Op& pack = plan.ops[plan.Deps(send)[0]];
-      const bool packs = pack.kind == OpKind::kPack || pack.kind == OpKind::kConvert;
-      if (!packs || pack.NumDeps() != 0 || dependents[pack.id] != 1) continue;
-      bool ok = true;
-      for (const CopyPair& c : plan.Copies(pack)) {
-        ok = ok && c.from.space == Space::kSource && c.to.space == Space::kStaging &&
-             c.to.buffer == send.data.buffer && c.to.IsContiguous() && SameExtents(c.from, c.to);
-        from.push_back({c.to.offset, c.from, c.to});
-      }
-      if (!ok) continue;
-      d.pack_op = pack.id;
-    } else {
+    std::vector<Span> from, to;
+    if (!SenderSpans(plan, index, send, d, from) || !ReceiverSpans(plan, index, recv, d, to) ||
+        !MeetSides(send, recv, from, to, d) ||
+        !CompleteRead(plan, rank, send, recv, from, to, quantize_of_slot, d)) {
       continue;
     }
-    // Receiver side: one contiguous region (of a destination buffer, or of the twin a Quantize
-    // reads), or the one Unpack of the received slot.
-    std::vector<Span> to;
-    if ((recv.data.space == Space::kDestination && dependents[recv.id] == 0) ||
-        (dependents[recv.id] == 1 && QuantizesItsSlot(plan, recv, plan.ops[only_dependent[recv.id]]))) {
-      to.push_back({0, recv.Data(), recv.Data()});
-    } else if (recv.data.space == Space::kStaging && recv.data.offset == 0 && dependents[recv.id] == 1) {
-      const Op& unpack = plan.ops[only_dependent[recv.id]];
-      const bool unpacks = unpack.kind == OpKind::kUnpack || unpack.kind == OpKind::kConvert;
-      if (!unpacks || unpack.NumDeps() != 1) continue;
-      bool ok = true;
-      for (const CopyPair& c : plan.Copies(unpack)) {
-        // A pair with an element function keeps its staged Convert: the read copies values.
-        ok = ok && c.from.space == Space::kStaging && c.from.buffer == recv.data.buffer &&
-             WritableByRead(plan, c.to, recv) && c.from.IsContiguous() && SameExtents(c.from, c.to) &&
-             c.fn == ElementFn::kNone;
-        to.push_back({c.from.offset, c.to, c.from});
-      }
-      if (!ok) continue;
-      d.unpack_op = unpack.id;
-    } else {
-      continue;
-    }
-    // Meet the two sides at the message's byte offsets.
-    bool ok = true;
-    if (d.pack_op < 0 && d.unpack_op < 0) {
-      d.copies.push_back({send.Data(), recv.Data()});
-    } else if (d.pack_op < 0) {
-      for (const Span& t : to) d.copies.push_back({Rebase(t.staged, send.Data(), t.offset), t.region});
-    } else if (d.unpack_op < 0) {
-      for (const Span& f : from) d.copies.push_back({f.region, Rebase(f.staged, recv.Data(), f.offset)});
-    } else {
-      std::map<int64_t, size_t> at_offset;
-      for (size_t i = 0; i < from.size(); ++i) at_offset.emplace(from[i].offset, i);
-      for (const Span& t : to) {
-        auto f = at_offset.find(t.offset);
-        if (f == at_offset.end() || !SameShape(from[f->second].staged, t.staged)) {
-          ok = false;
-          break;
-        }
-        d.copies.push_back({from[f->second].region, t.region});
-      }
-    }
-    if (!ok) continue;
-    IndexBuffers(d);
-    DirectRead packed;
-    if (PackNarrows(plan, d) && d.to_slots.empty()) {
-      packed = PackedRead(d, send, recv, from, to);
-      IndexBuffers(packed);
-    }
-    if (d.receiver == rank) {
-      if (!ResolveGeometries(d) || (!packed.copies.empty() && !ResolveGeometries(packed))) continue;
-      if (!d.to_slots.empty()) {
-        if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
-        d.quantizing = SplitQuantizingRead(plan, d.copies, d.geometries, quantize_of_slot);
-      }
-    } else {
-      if (rank < 0 && !d.to_slots.empty()) {  // every rank's: the split, for a model of its cost
-        if (quantize_of_slot.empty()) quantize_of_slot = QuantizeOfSlot(plan, rank);
-        d.quantizing = SplitOf(plan, d.copies, quantize_of_slot);
-      }
-      if (rank != kEveryReceiver) {
-        d.copies.clear();
-        packed.copies.clear();
-      }
-    }
-    if (packed.from_slot >= 0) d.packed.push_back(std::move(packed));
     found.push_back(std::move(d));
   }
   std::sort(found.begin(), found.end(),
