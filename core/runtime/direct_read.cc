@@ -459,14 +459,12 @@ void EncodeAbbreviatedOffer(const ProcessIdentity& owner, size_t num_buffers, ui
   PutHeader(p, owner, num_buffers, kAbbreviatedFlag | (packed ? kPackedFlag : 0), digest, gpu);
 }
 
-Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
-                             OfferHeader& header, std::vector<PeerBuffer>& buffers,
-                             size_t packed_buffers) {
-  if (bytes.size() < kHeaderBytes) {
-    return InvalidArgument("direct-read offer of " + std::to_string(bytes.size()) +
-                           " bytes, shorter than its header (" + std::to_string(kHeaderBytes) + ")");
-  }
-  const uint8_t* p = bytes.data();
+namespace {
+
+// The offer's header from `p` (advanced past it) into `header`, checked against the buffers the
+// plan expects (`num_buffers`, or `packed_buffers` for a packed offer) and the offer's size.
+Status DecodeOfferHeader(std::span<const uint8_t> bytes, size_t num_buffers,
+                         size_t packed_buffers, OfferHeader& header, const uint8_t*& p) {
   if (Get<uint32_t>(p) != kOfferMagic || Get<uint32_t>(p) != kOfferVersion) {
     return InvalidArgument("not a direct-read offer (bad magic or version)");
   }
@@ -498,47 +496,65 @@ Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
   if (header.owner.pid <= 0 || header.owner.pid > std::numeric_limits<pid_t>::max()) {
     return InvalidArgument("direct-read offer from pid " + std::to_string(header.owner.pid));
   }
+  return Status::Ok();
+}
+
+// One buffer entry from `p` (advanced past it) into `b`. Bounds are checked against the plan and
+// the mapped file or allocation later; here what no honest sender writes: an unknown memory kind
+// or buffer flag, negative sizes or offsets, fds out of range, a CUDA buffer outside its
+// allocation (compared without overflow).
+Status DecodeOfferEntry(const uint8_t*& p, PeerBuffer& b) {
+  b.address = Get<uint64_t>(p);
+  b.bytes = Get<int64_t>(p);
+  b.shared_fd = Get<int32_t>(p);
+  const int32_t kind = Get<int32_t>(p);
+  b.shared_offset = Get<int64_t>(p);
+  b.inode = Get<uint64_t>(p);
+  b.device = Get<int32_t>(p);
+  const int32_t buffer_flags = Get<int32_t>(p);
+  b.allocation_bytes = Get<int64_t>(p);
+  std::memcpy(b.ipc_handle.data(), p, kCudaIpcHandleBytes);
+  p += kCudaIpcHandleBytes;
+  if (kind != static_cast<int32_t>(MemoryKind::kHost) && kind != static_cast<int32_t>(MemoryKind::kCuda)) {
+    return InvalidArgument("direct-read offer names an unknown memory kind " + std::to_string(kind));
+  }
+  b.kind = static_cast<MemoryKind>(kind);
+  if ((buffer_flags & ~kVmmBufferFlag) != 0 || (buffer_flags != 0 && b.kind != MemoryKind::kCuda)) {
+    return InvalidArgument("direct-read offer: buffer flags " + std::to_string(buffer_flags) +
+                           " on a " + (b.kind == MemoryKind::kCuda ? "CUDA" : "host") + " buffer");
+  }
+  b.cuda_vmm = buffer_flags == kVmmBufferFlag;
+  if (b.bytes < 0 || b.shared_offset < 0 || b.shared_fd < -1) {
+    return InvalidArgument("direct-read offer with a negative size, offset or fd");
+  }
+  if (b.kind == MemoryKind::kCuda &&
+      (b.device < 0 || b.allocation_bytes < 0 || b.shared_offset > b.allocation_bytes ||
+       b.bytes > b.allocation_bytes - b.shared_offset)) {
+    return InvalidArgument("direct-read offer: a CUDA buffer of " + std::to_string(b.bytes) + " bytes at " +
+                           std::to_string(b.shared_offset) + " lies outside its allocation of " +
+                           std::to_string(b.allocation_bytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeDirectReadOffer(std::span<const uint8_t> bytes, size_t num_buffers,
+                             OfferHeader& header, std::vector<PeerBuffer>& buffers,
+                             size_t packed_buffers) {
+  if (bytes.size() < kHeaderBytes) {
+    return InvalidArgument("direct-read offer of " + std::to_string(bytes.size()) +
+                           " bytes, shorter than its header (" + std::to_string(kHeaderBytes) + ")");
+  }
+  const uint8_t* p = bytes.data();
+  FERRY_RETURN_IF_ERROR(DecodeOfferHeader(bytes, num_buffers, packed_buffers, header, p));
   buffers.clear();
   if (header.abbreviated) return Status::Ok();
   if (EntriesDigest(bytes.subspan(kHeaderBytes)) != header.digest) {
     return InvalidArgument("direct-read offer whose digest does not match its entries");
   }
-  buffers.resize(num_buffers);
-  for (PeerBuffer& b : buffers) {
-    b.address = Get<uint64_t>(p);
-    b.bytes = Get<int64_t>(p);
-    b.shared_fd = Get<int32_t>(p);
-    const int32_t kind = Get<int32_t>(p);
-    b.shared_offset = Get<int64_t>(p);
-    b.inode = Get<uint64_t>(p);
-    b.device = Get<int32_t>(p);
-    const int32_t buffer_flags = Get<int32_t>(p);
-    b.allocation_bytes = Get<int64_t>(p);
-    std::memcpy(b.ipc_handle.data(), p, kCudaIpcHandleBytes);
-    p += kCudaIpcHandleBytes;
-    if (kind != static_cast<int32_t>(MemoryKind::kHost) && kind != static_cast<int32_t>(MemoryKind::kCuda)) {
-      return InvalidArgument("direct-read offer names an unknown memory kind " + std::to_string(kind));
-    }
-    b.kind = static_cast<MemoryKind>(kind);
-    if ((buffer_flags & ~kVmmBufferFlag) != 0 || (buffer_flags != 0 && b.kind != MemoryKind::kCuda)) {
-      return InvalidArgument("direct-read offer: buffer flags " + std::to_string(buffer_flags) +
-                             " on a " + (b.kind == MemoryKind::kCuda ? "CUDA" : "host") + " buffer");
-    }
-    b.cuda_vmm = buffer_flags == kVmmBufferFlag;
-    // Bounds are checked against the plan and the mapped file or allocation later; here what no
-    // honest sender writes: negative sizes or offsets, fds out of range, a CUDA buffer outside its
-    // allocation (compared without overflow).
-    if (b.bytes < 0 || b.shared_offset < 0 || b.shared_fd < -1) {
-      return InvalidArgument("direct-read offer with a negative size, offset or fd");
-    }
-    if (b.kind == MemoryKind::kCuda &&
-        (b.device < 0 || b.allocation_bytes < 0 || b.shared_offset > b.allocation_bytes ||
-         b.bytes > b.allocation_bytes - b.shared_offset)) {
-      return InvalidArgument("direct-read offer: a CUDA buffer of " + std::to_string(b.bytes) + " bytes at " +
-                             std::to_string(b.shared_offset) + " lies outside its allocation of " +
-                             std::to_string(b.allocation_bytes) + " bytes");
-    }
-  }
+  buffers.resize(header.packed ? packed_buffers : num_buffers);
+  for (PeerBuffer& b : buffers) FERRY_RETURN_IF_ERROR(DecodeOfferEntry(p, b));
   return Status::Ok();
 }
 
