@@ -207,15 +207,12 @@ Status ReadBlockScaled(const YAML::Node& list, Layout& layout) {
   return Status::Ok();
 }
 
-Result<Layout> ParseLayoutNode(const YAML::Node& root) {
-  FERRY_RETURN_IF_ERROR(
-      CheckMap(root, "",
-               {"format", "version", "tensors", "buffers", "fragments", "padding", "transforms",
-                "block_scaled"}));
+// The optional "format" (must be `format`) and "version" (must be 1) of a layout or topology file.
+Status CheckFormatAndVersion(const YAML::Node& root, const std::string& format) {
   if (root["format"].IsDefined()) {
-    FERRY_ASSIGN_OR_RETURN(std::string format, ReadString(root["format"], "format"));
-    if (format != "ferry-layout") {
-      return Bad(root["format"], "format", "expected 'ferry-layout', got '" + format + "'");
+    FERRY_ASSIGN_OR_RETURN(std::string given, ReadString(root["format"], "format"));
+    if (given != format) {
+      return Bad(root["format"], "format", "expected '" + format + "', got '" + given + "'");
     }
   }
   if (root["version"].IsDefined()) {
@@ -226,7 +223,11 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
           "unsupported version " + std::to_string(version) + " (this build reads version 1)");
     }
   }
-  Layout layout;
+  return Status::Ok();
+}
+
+// The "tensors" list, each name once.
+Status ReadTensors(const YAML::Node& root, Layout& layout) {
   const YAML::Node tensors = root["tensors"];
   if (!tensors.IsDefined() || !tensors.IsSequence()) {
     return Bad(root, "tensors", "expected a list of tensors");
@@ -240,111 +241,141 @@ Result<Layout> ParseLayoutNode(const YAML::Node& root) {
     FERRY_ASSIGN_OR_RETURN(int unused, layout.AddTensor(t));
     (void)unused;
   }
+  return Status::Ok();
+}
 
-  // Declared buffers come first, in file order; their sizes are applied after the fragments.
+// The optional "buffers" list, added in file order (each (rank, name) once); returns the declared
+// sizes, which the caller applies after the fragments.
+Result<std::vector<std::pair<int, int64_t>>> ReadBuffers(const YAML::Node& buffers,
+                                                         Layout& layout) {
   std::vector<std::pair<int, int64_t>> declared_bytes;
-  const YAML::Node buffers = root["buffers"];
-  if (buffers.IsDefined() && !buffers.IsNull()) {
-    if (!buffers.IsSequence()) return Bad(buffers, "buffers", "expected a list of buffers");
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const std::string path = Index("buffers", i);
-      const YAML::Node& b = buffers[i];
-      FERRY_RETURN_IF_ERROR(CheckMap(b, path, {"rank", "name", "bytes"}));
-      FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(b, path, "rank"));
-      FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
-      FERRY_ASSIGN_OR_RETURN(YAML::Node name_node, Required(b, path, "name"));
-      FERRY_ASSIGN_OR_RETURN(std::string name, ReadString(name_node, Join(path, "name")));
-      if (layout.FindBuffer(rank, name) >= 0) {
-        return Bad(b, path,
-                   "buffer '" + name + "' on rank " + std::to_string(rank) + " is declared twice");
-      }
-      int index = layout.GetOrAddBuffer(rank, name);
-      if (b["bytes"].IsDefined()) {
-        FERRY_ASSIGN_OR_RETURN(int64_t bytes, ReadInt(b["bytes"], Join(path, "bytes")));
-        if (bytes < 0) return Bad(b["bytes"], Join(path, "bytes"), "negative size");
-        declared_bytes.emplace_back(index, bytes);
-      }
+  if (!buffers.IsDefined() || buffers.IsNull()) return declared_bytes;
+  if (!buffers.IsSequence()) return Bad(buffers, "buffers", "expected a list of buffers");
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::string path = Index("buffers", i);
+    const YAML::Node& b = buffers[i];
+    FERRY_RETURN_IF_ERROR(CheckMap(b, path, {"rank", "name", "bytes"}));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(b, path, "rank"));
+    FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node name_node, Required(b, path, "name"));
+    FERRY_ASSIGN_OR_RETURN(std::string name, ReadString(name_node, Join(path, "name")));
+    if (layout.FindBuffer(rank, name) >= 0) {
+      return Bad(b, path,
+                 "buffer '" + name + "' on rank " + std::to_string(rank) + " is declared twice");
+    }
+    int index = layout.GetOrAddBuffer(rank, name);
+    if (b["bytes"].IsDefined()) {
+      FERRY_ASSIGN_OR_RETURN(int64_t bytes, ReadInt(b["bytes"], Join(path, "bytes")));
+      if (bytes < 0) return Bad(b["bytes"], Join(path, "bytes"), "negative size");
+      declared_bytes.emplace_back(index, bytes);
     }
   }
+  return declared_bytes;
+}
 
-  const YAML::Node fragments = root["fragments"];
-  if (fragments.IsDefined() && !fragments.IsNull()) {
-    if (!fragments.IsSequence()) return Bad(fragments, "fragments", "expected a list of fragments");
-    for (size_t i = 0; i < fragments.size(); ++i) {
-      const std::string path = Index("fragments", i);
-      const YAML::Node& f = fragments[i];
-      FERRY_RETURN_IF_ERROR(
-          CheckMap(f, path, {"tensor", "box", "rank", "buffer", "byte_offset", "strides"}));
-      FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(f, path, "tensor"));
-      FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
-      const int t = layout.FindTensor(tensor);
-      if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
-      FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(f, path, "box"));
-      FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
-      FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(f, path, "rank"));
-      FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
-      std::string buffer = tensor;
-      if (f["buffer"].IsDefined()) {
-        FERRY_ASSIGN_OR_RETURN(buffer, ReadString(f["buffer"], Join(path, "buffer")));
-      }
-      const bool has_offset = f["byte_offset"].IsDefined();
-      const bool has_strides = f["strides"].IsDefined();
-      if (!has_offset) {
-        if (has_strides) {
-          return Bad(f, path, "'strides' needs an explicit 'byte_offset'");
-        }
-        layout.AppendFragment(t, box, rank, buffer);
-        continue;
-      }
-      FERRY_ASSIGN_OR_RETURN(int64_t offset, ReadInt(f["byte_offset"], Join(path, "byte_offset")));
-      // Named here: past the limit, the buffer size derived from this fragment would be refused
-      // later as the buffer's, not as this offset's.
-      if (offset > kMaxBytes) {
-        return Bad(f["byte_offset"], Join(path, "byte_offset"),
-                   std::to_string(offset) + " is over the limit of " + std::to_string(kMaxBytes) +
-                       " bytes (kMaxBytes)");
-      }
-      std::array<int64_t, kMaxDims> strides = RowMajorStrides(box.Shape());
-      if (has_strides) {
-        FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> s,
-                               ReadInts(f["strides"], Join(path, "strides")));
-        if (static_cast<int>(s.size()) != box.ndim) {
-          return Bad(f["strides"], Join(path, "strides"),
-                     std::to_string(s.size()) + " strides for a box of " +
-                         std::to_string(box.ndim) + " dims");
-        }
-        strides = {};
-        for (size_t d = 0; d < s.size(); ++d) {
-          if (s[d] > kMaxBytes) {
-            return Bad(f["strides"], Join(path, "strides"),
-                       "stride " + std::to_string(s[d]) + " in dim " + std::to_string(d) +
-                           " is over the limit of " + std::to_string(kMaxBytes) + " (kMaxBytes)");
-          }
-          strides[d] = s[d];
-        }
-      }
-      layout.PlaceFragment(t, box, rank, buffer, offset, strides);
-    }
+// A fragment's "strides" (elements a step in each dim of `box`), each within kMaxBytes.
+Result<std::array<int64_t, kMaxDims>> ReadStrides(const YAML::Node& node, const std::string& path,
+                                                  const Box& box) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> s, ReadInts(node, path));
+  if (static_cast<int>(s.size()) != box.ndim) {
+    return Bad(node, path,
+               std::to_string(s.size()) + " strides for a box of " + std::to_string(box.ndim) +
+                   " dims");
   }
-  for (const auto& [index, bytes] : declared_bytes)
+  std::array<int64_t, kMaxDims> strides = {};
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (s[d] > kMaxBytes) {
+      return Bad(node, path,
+                 "stride " + std::to_string(s[d]) + " in dim " + std::to_string(d) +
+                     " is over the limit of " + std::to_string(kMaxBytes) + " (kMaxBytes)");
+    }
+    strides[d] = s[d];
+  }
+  return strides;
+}
+
+// One fragment: appended after its buffer's data, or placed at its "byte_offset" with its
+// "strides" (row-major by default).
+Status ReadFragment(const YAML::Node& f, const std::string& path, Layout& layout) {
+  FERRY_RETURN_IF_ERROR(
+      CheckMap(f, path, {"tensor", "box", "rank", "buffer", "byte_offset", "strides"}));
+  FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(f, path, "tensor"));
+  FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
+  const int t = layout.FindTensor(tensor);
+  if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+  FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(f, path, "box"));
+  FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
+  FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(f, path, "rank"));
+  FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
+  std::string buffer = tensor;
+  if (f["buffer"].IsDefined()) {
+    FERRY_ASSIGN_OR_RETURN(buffer, ReadString(f["buffer"], Join(path, "buffer")));
+  }
+  if (!f["byte_offset"].IsDefined()) {
+    if (f["strides"].IsDefined()) return Bad(f, path, "'strides' needs an explicit 'byte_offset'");
+    layout.AppendFragment(t, box, rank, buffer);
+    return Status::Ok();
+  }
+  FERRY_ASSIGN_OR_RETURN(int64_t offset, ReadInt(f["byte_offset"], Join(path, "byte_offset")));
+  // Named here: past the limit, the buffer size derived from this fragment would be refused
+  // later as the buffer's, not as this offset's.
+  if (offset > kMaxBytes) {
+    return Bad(f["byte_offset"], Join(path, "byte_offset"),
+               std::to_string(offset) + " is over the limit of " + std::to_string(kMaxBytes) +
+                   " bytes (kMaxBytes)");
+  }
+  std::array<int64_t, kMaxDims> strides = RowMajorStrides(box.Shape());
+  if (f["strides"].IsDefined()) {
+    FERRY_ASSIGN_OR_RETURN(strides, ReadStrides(f["strides"], Join(path, "strides"), box));
+  }
+  layout.PlaceFragment(t, box, rank, buffer, offset, strides);
+  return Status::Ok();
+}
+
+// The optional "fragments" list.
+Status ReadFragments(const YAML::Node& fragments, Layout& layout) {
+  if (!fragments.IsDefined() || fragments.IsNull()) return Status::Ok();
+  if (!fragments.IsSequence()) return Bad(fragments, "fragments", "expected a list of fragments");
+  for (size_t i = 0; i < fragments.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(ReadFragment(fragments[i], Index("fragments", i), layout));
+  }
+  return Status::Ok();
+}
+
+// The optional "padding" list: boxes of declared tensors that no fragment holds.
+Status ReadPadding(const YAML::Node& padding, Layout& layout) {
+  if (!padding.IsDefined() || padding.IsNull()) return Status::Ok();
+  if (!padding.IsSequence()) return Bad(padding, "padding", "expected a list of regions");
+  for (size_t i = 0; i < padding.size(); ++i) {
+    const std::string path = Index("padding", i);
+    const YAML::Node& p = padding[i];
+    FERRY_RETURN_IF_ERROR(CheckMap(p, path, {"tensor", "box"}));
+    FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(p, path, "tensor"));
+    FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
+    const int t = layout.FindTensor(tensor);
+    if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+    FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(p, path, "box"));
+    FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
+    layout.AddPadding(t, box);
+  }
+  return Status::Ok();
+}
+
+Result<Layout> ParseLayoutNode(const YAML::Node& root) {
+  FERRY_RETURN_IF_ERROR(
+      CheckMap(root, "",
+               {"format", "version", "tensors", "buffers", "fragments", "padding", "transforms",
+                "block_scaled"}));
+  FERRY_RETURN_IF_ERROR(CheckFormatAndVersion(root, "ferry-layout"));
+  Layout layout;
+  FERRY_RETURN_IF_ERROR(ReadTensors(root, layout));
+  // Declared buffers come first, in file order; their sizes are applied after the fragments.
+  FERRY_ASSIGN_OR_RETURN(const auto declared_bytes, ReadBuffers(root["buffers"], layout));
+  FERRY_RETURN_IF_ERROR(ReadFragments(root["fragments"], layout));
+  for (const auto& [index, bytes] : declared_bytes) {
     layout.buffers.SetBytes(static_cast<size_t>(index), bytes);
-
-  const YAML::Node padding = root["padding"];
-  if (padding.IsDefined() && !padding.IsNull()) {
-    if (!padding.IsSequence()) return Bad(padding, "padding", "expected a list of regions");
-    for (size_t i = 0; i < padding.size(); ++i) {
-      const std::string path = Index("padding", i);
-      const YAML::Node& p = padding[i];
-      FERRY_RETURN_IF_ERROR(CheckMap(p, path, {"tensor", "box"}));
-      FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(p, path, "tensor"));
-      FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
-      const int t = layout.FindTensor(tensor);
-      if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
-      FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(p, path, "box"));
-      FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
-      layout.AddPadding(t, box);
-    }
   }
+  FERRY_RETURN_IF_ERROR(ReadPadding(root["padding"], layout));
   FERRY_RETURN_IF_ERROR(ReadTransforms(root["transforms"], layout));
   FERRY_RETURN_IF_ERROR(ReadBlockScaled(root["block_scaled"], layout));
   return layout;
@@ -354,18 +385,7 @@ Result<Topology> ParseTopologyNode(const YAML::Node& root) {
   FERRY_RETURN_IF_ERROR(CheckMap(root, "",
                                  {"format", "version", "uniform", "ranks", "nic_bandwidth",
                                   "intra_node_bandwidth", "copy_bandwidth", "network_latency"}));
-  if (root["format"].IsDefined()) {
-    FERRY_ASSIGN_OR_RETURN(std::string format, ReadString(root["format"], "format"));
-    if (format != "ferry-topology") {
-      return Bad(root["format"], "format", "expected 'ferry-topology', got '" + format + "'");
-    }
-  }
-  if (root["version"].IsDefined()) {
-    FERRY_ASSIGN_OR_RETURN(int64_t version, ReadInt(root["version"], "version"));
-    if (version != 1) {
-      return Bad(root["version"], "version", "unsupported version " + std::to_string(version));
-    }
-  }
+  FERRY_RETURN_IF_ERROR(CheckFormatAndVersion(root, "ferry-topology"));
   Topology topo;
   const bool uniform = root["uniform"].IsDefined();
   const bool listed = root["ranks"].IsDefined();
