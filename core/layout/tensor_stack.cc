@@ -278,23 +278,38 @@ Result<Layout> UnstackTensors(const Layout& layout) {
   return out;
 }
 
-Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>& stacks,
-                            int64_t* stacked) {
-  if (stacked != nullptr) *stacked = 0;
+namespace {
+
+// The parsed names of `stacks`, each checked against its stack's shape.
+Result<std::vector<TensorStackName>> StackNames(const std::vector<TensorSpec>& stacks) {
   std::vector<TensorStackName> names;
   names.reserve(stacks.size());
-  for (size_t k = 0; k < stacks.size(); ++k) {
-    std::optional<TensorStackName> name = ParseTensorStackName(stacks[k].name);
-    if (!name) return InvalidArgument("'" + stacks[k].name + "' is not a tensor stack name");
-    FERRY_RETURN_IF_ERROR(CheckTensorStackShape(stacks[k], *name));
+  for (const TensorSpec& stack : stacks) {
+    std::optional<TensorStackName> name = ParseTensorStackName(stack.name);
+    if (!name) return InvalidArgument("'" + stack.name + "' is not a tensor stack name");
+    FERRY_RETURN_IF_ERROR(CheckTensorStackShape(stack, *name));
     names.push_back(std::move(*name));
   }
-  const MemberFinder finder(names);
-  // Per tensor of `layout`: its stack (or -1) and index in it.
-  std::vector<int> stack_of(layout.tensors.size(), -1);
-  std::vector<int64_t> index_of(layout.tensors.size(), 0);
-  std::vector<char> used(stacks.size(), 0);
+  return names;
+}
+
+// Which of a layout's tensors are members of which stack, and where the stacked layout puts
+// every tensor.
+struct MemberIndex {
+  std::vector<int> stack_of;        // per tensor of the layout: its stack, or -1
+  std::vector<int64_t> index_of;    // its index in that stack
+  std::vector<int> new_index;       // per tensor that stays itself: its index in the output
+  std::vector<int> stack_index;     // per stack with members: its index in the output, or -1
   int64_t members = 0;
+};
+
+// The members among `layout`'s tensors (each must have its stack's member shape and dtype).
+Result<MemberIndex> FindMembers(const Layout& layout, const std::vector<TensorSpec>& stacks,
+                                const std::vector<TensorStackName>& names) {
+  const MemberFinder finder(names);
+  MemberIndex m{std::vector<int>(layout.tensors.size(), -1),
+                std::vector<int64_t>(layout.tensors.size(), 0),
+                std::vector<int>(layout.tensors.size(), -1), std::vector<int>(stacks.size(), -1)};
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
     const auto [k, number] = finder.Find(layout.tensors[t].name);
     if (k < 0) continue;
@@ -307,109 +322,152 @@ Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>&
                              std::to_string(number) + " of tensor stack '" + spec.name +
                              "' but not its member shape and dtype");
     }
-    stack_of[t] = k;
-    index_of[t] = number - names[static_cast<size_t>(k)].first;
-    used[static_cast<size_t>(k)] = 1;
-    ++members;
+    m.stack_of[t] = k;
+    m.index_of[t] = number - names[static_cast<size_t>(k)].first;
+    m.stack_index[static_cast<size_t>(k)] = 0;  // used; numbered by AddTensors
+    ++m.members;
   }
-  Layout out;
-  out.buffers = layout.buffers;
-  out.block_scaled = layout.block_scaled;
-  std::vector<int> new_index(layout.tensors.size(), -1);
+  return m;
+}
+
+// The output's tensors: the layout's own that are no member, then each stack with members.
+void AddTensors(const Layout& layout, const std::vector<TensorSpec>& stacks, MemberIndex& m,
+                Layout& out) {
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
-    if (stack_of[t] >= 0) continue;
-    new_index[t] = static_cast<int>(out.tensors.size());
+    if (m.stack_of[t] >= 0) continue;
+    m.new_index[t] = static_cast<int>(out.tensors.size());
     out.tensors.push_back(layout.tensors[t]);
   }
-  std::vector<int> stack_index(stacks.size(), -1);
   for (size_t k = 0; k < stacks.size(); ++k) {
-    if (!used[k]) continue;
-    stack_index[k] = static_cast<int>(out.tensors.size());
+    if (m.stack_index[k] < 0) continue;
+    m.stack_index[k] = static_cast<int>(out.tensors.size());
     out.tensors.push_back(stacks[k]);
   }
-  // Per stack and buffer, the run that may still grow: its fragment in `out`, next index, last
-  // member's byte offset and the stride between members (0 until the run has two).
+}
+
+// The output tensor of layout tensor `t`: its stack's, its own renumbered, or `t` unchanged when
+// out of range (validation names it later).
+int OutputTensor(const MemberIndex& m, int t) {
+  const size_t i = static_cast<size_t>(t);
+  if (t < 0 || i >= m.stack_of.size()) return t;
+  return m.stack_of[i] >= 0 ? m.stack_index[static_cast<size_t>(m.stack_of[i])] : m.new_index[i];
+}
+
+// The box `box` of member `index`: [index, index + 1) x box.
+Box StackedBox(const Box& box, int64_t index) {
+  Box out;
+  out.ndim = box.ndim + 1;
+  out.lo[0] = index;
+  out.hi[0] = index + 1;
+  for (int d = 0; d < box.ndim; ++d) {
+    out.lo[d + 1] = box.lo[d];
+    out.hi[d + 1] = box.hi[d];
+  }
+  return out;
+}
+
+// Member fragments folded into stack fragments: consecutive members of one stack in one buffer,
+// with the same box and strides at a constant positive byte step, extend one fragment.
+class StackedFragments {
+ public:
+  StackedFragments(const MemberIndex& m, const std::vector<TensorSpec>& stacks, Layout& out)
+      : m_(m), stacks_(stacks), out_(out) {}
+
+  // Appends member fragment `f` of layout tensor `t` (a member).
+  void Add(const Fragment& f, size_t t) {
+    const size_t k = static_cast<size_t>(m_.stack_of[t]);
+    const int64_t index = m_.index_of[t];
+    const int64_t esize = DTypeSize(stacks_[k].dtype);
+    Run& run = runs_[static_cast<uint64_t>(k) << 32 | static_cast<uint32_t>(f.loc.buffer)];
+    if (run.fragment >= 0 && run.next == index && Extend(run, f, esize)) return;
+    Fragment slice;
+    slice.tensor = m_.stack_index[k];
+    slice.box = StackedBox(f.box, index);
+    slice.loc = f.loc;
+    for (int d = 0; d < f.box.ndim; ++d) slice.loc.strides[d + 1] = f.loc.strides[d];
+    // One member: any positive stride describes it; the member's volume, as if dense.
+    slice.loc.strides[0] = std::max<int64_t>(1, f.box.Volume());
+    run = {static_cast<int64_t>(out_.fragments.size()), index + 1, f.loc.byte_offset, 0};
+    out_.fragments.push_back(slice);
+  }
+
+ private:
+  // Per stack and buffer, the run that may still grow: its fragment in the output, next index,
+  // last member's byte offset and the stride between members (0 until the run has two).
   struct Run {
     int64_t fragment = -1;
     int64_t next = 0;
     int64_t last_offset = 0;
     int64_t stride = 0;
   };
-  std::unordered_map<uint64_t, Run> runs;  // key: stack << 32 | buffer (a buffer is on one rank)
-  // The box `box` of member `index`: [index, index + 1) x box.
-  auto stacked_box = [](const Box& box, int64_t index) {
-    Box out_box;
-    out_box.ndim = box.ndim + 1;
-    out_box.lo[0] = index;
-    out_box.hi[0] = index + 1;
-    for (int d = 0; d < box.ndim; ++d) {
-      out_box.lo[d + 1] = box.lo[d];
-      out_box.hi[d + 1] = box.hi[d];
+
+  // Extends `run`'s fragment by `f`, the run's next member, where its box, strides and step fit.
+  bool Extend(Run& run, const Fragment& f, int64_t esize) {
+    const size_t open = static_cast<size_t>(run.fragment);
+    FragmentTable& table = out_.fragments;
+    bool same = table.Ndim(open) == f.box.ndim + 1;
+    for (int d = 0; same && d < f.box.ndim; ++d) {
+      same = table.Lo(open)[d + 1] == f.box.lo[d] && table.Hi(open)[d + 1] == f.box.hi[d] &&
+             table.Strides(open)[d + 1] == f.loc.strides[d];
     }
-    return out_box;
-  };
+    const int64_t step = f.loc.byte_offset - run.last_offset;
+    if (!same || step <= 0 || step % esize != 0 || (run.stride != 0 && step != run.stride)) {
+      return false;
+    }
+    run.stride = step;
+    table.MutableStrides(open)[0] = step / esize;
+    ++table.MutableHi(open)[0];
+    ++run.next;
+    run.last_offset = f.loc.byte_offset;
+    return true;
+  }
+
+  const MemberIndex& m_;
+  const std::vector<TensorSpec>& stacks_;
+  Layout& out_;
+  std::unordered_map<uint64_t, Run> runs_;  // key: stack << 32 | buffer (a buffer is on one rank)
+};
+
+bool IsMember(const MemberIndex& m, int t) {
+  return t >= 0 && static_cast<size_t>(t) < m.stack_of.size() &&
+         m.stack_of[static_cast<size_t>(t)] >= 0;
+}
+
+}  // namespace
+
+Result<Layout> StackMembers(const Layout& layout, const std::vector<TensorSpec>& stacks,
+                            int64_t* stacked) {
+  if (stacked != nullptr) *stacked = 0;
+  FERRY_ASSIGN_OR_RETURN(const std::vector<TensorStackName> names, StackNames(stacks));
+  FERRY_ASSIGN_OR_RETURN(MemberIndex m, FindMembers(layout, stacks, names));
+  Layout out;
+  out.buffers = layout.buffers;
+  out.block_scaled = layout.block_scaled;
+  AddTensors(layout, stacks, m, out);
   out.fragments.reserve(layout.fragments.size());
+  StackedFragments folded(m, stacks, out);
   for (const Fragment& f : layout.fragments) {
-    const size_t t = static_cast<size_t>(f.tensor);
-    if (f.tensor < 0 || t >= stack_of.size() || stack_of[t] < 0) {
-      Fragment copy = f;
-      if (f.tensor >= 0 && t < new_index.size()) copy.tensor = new_index[t];
-      out.fragments.push_back(copy);
+    if (IsMember(m, f.tensor)) {
+      folded.Add(f, static_cast<size_t>(f.tensor));
       continue;
     }
-    const size_t k = static_cast<size_t>(stack_of[t]);
-    const int64_t index = index_of[t];
-    const int64_t esize = DTypeSize(stacks[k].dtype);
-    Run& run = runs[static_cast<uint64_t>(k) << 32 | static_cast<uint32_t>(f.loc.buffer)];
-    if (run.fragment >= 0 && run.next == index) {
-      const size_t open = static_cast<size_t>(run.fragment);
-      FragmentTable& table = out.fragments;
-      bool same = table.Ndim(open) == f.box.ndim + 1;
-      for (int d = 0; same && d < f.box.ndim; ++d) {
-        same = table.Lo(open)[d + 1] == f.box.lo[d] && table.Hi(open)[d + 1] == f.box.hi[d] &&
-               table.Strides(open)[d + 1] == f.loc.strides[d];
-      }
-      const int64_t step = f.loc.byte_offset - run.last_offset;
-      if (same && step > 0 && step % esize == 0 && (run.stride == 0 || step == run.stride)) {
-        run.stride = step;
-        table.MutableStrides(open)[0] = step / esize;
-        ++table.MutableHi(open)[0];
-        ++run.next;
-        run.last_offset = f.loc.byte_offset;
-        continue;
-      }
-    }
-    Fragment slice;
-    slice.tensor = stack_index[k];
-    slice.box = stacked_box(f.box, index);
-    slice.loc = f.loc;
-    for (int d = 0; d < f.box.ndim; ++d) slice.loc.strides[d + 1] = f.loc.strides[d];
-    // One member: any positive stride describes it; the member's volume, as if dense.
-    slice.loc.strides[0] = std::max<int64_t>(1, f.box.Volume());
-    run = {static_cast<int64_t>(out.fragments.size()), index + 1, f.loc.byte_offset, 0};
-    out.fragments.push_back(slice);
+    Fragment copy = f;
+    copy.tensor = OutputTensor(m, f.tensor);
+    out.fragments.push_back(copy);
   }
   for (const PaddingRegion& p : layout.padding) {
-    const size_t t = static_cast<size_t>(p.tensor);
-    if (p.tensor < 0 || t >= stack_of.size() || stack_of[t] < 0) {
-      const int tensor = p.tensor >= 0 && t < new_index.size() ? new_index[t] : p.tensor;
-      out.padding.push_back({tensor, p.box});
-      continue;
-    }
-    out.padding.push_back(
-        {stack_index[static_cast<size_t>(stack_of[t])], stacked_box(p.box, index_of[t])});
+    const Box box =
+        IsMember(m, p.tensor) ? StackedBox(p.box, m.index_of[static_cast<size_t>(p.tensor)]) : p.box;
+    out.padding.push_back({OutputTensor(m, p.tensor), box});
   }
   for (const StoredTransform& x : layout.transforms) {  // members' transforms become the stack's
-    const size_t t = static_cast<size_t>(x.tensor);
-    if (x.tensor < 0 || t >= new_index.size()) continue;
-    const int tensor =
-        t < stack_of.size() && stack_of[t] >= 0 ? stack_index[static_cast<size_t>(stack_of[t])]
-                                                : new_index[t];
+    if (x.tensor < 0 || static_cast<size_t>(x.tensor) >= m.new_index.size()) continue;
+    const int tensor = OutputTensor(m, x.tensor);
     const bool seen = std::any_of(out.transforms.begin(), out.transforms.end(),
                                   [&](const StoredTransform& y) { return y.tensor == tensor; });
     if (!seen) out.transforms.push_back({tensor, x.transform, x.stored_dtype});
   }
-  if (stacked != nullptr) *stacked = members;
+  if (stacked != nullptr) *stacked = m.members;
   return out;
 }
 
