@@ -313,6 +313,143 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
                   "; or give a path to a cluster YAML file)");
 }
 
+namespace {
+
+// How one scalar cluster key is parsed into its field.
+using Setter = std::function<Status(const std::string&)>;
+
+Setter IntegerSetter(int* field) {
+  return [field](const std::string& v) -> Status {
+    FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(v));
+    if (!parts.second.empty() || parts.first != std::floor(parts.first)) {
+      return InvalidArgument("'" + v + "' is not an integer");
+    }
+    if (std::fabs(parts.first) > std::numeric_limits<int>::max()) {
+      return InvalidArgument("'" + v + "' is out of range");
+    }
+    *field = static_cast<int>(parts.first);
+    return Status::Ok();
+  };
+}
+
+Setter NumberSetter(double* field) {
+  return [field](const std::string& v) -> Status {
+    FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(v));
+    if (!parts.second.empty()) return InvalidArgument("'" + v + "' is not a plain number");
+    *field = parts.first;
+    return Status::Ok();
+  };
+}
+
+Setter BandwidthSetter(double* field) {
+  return [field](const std::string& v) -> Status {
+    FERRY_ASSIGN_OR_RETURN(*field, ParseBandwidth(v));
+    return Status::Ok();
+  };
+}
+
+Setter DurationSetter(double* field) {
+  return [field](const std::string& v) -> Status {
+    FERRY_ASSIGN_OR_RETURN(*field, ParseDuration(v));
+    return Status::Ok();
+  };
+}
+
+Setter SizeSetter(int64_t* field) {
+  return [field](const std::string& v) -> Status {
+    FERRY_ASSIGN_OR_RETURN(*field, ParseSize(v));
+    return Status::Ok();
+  };
+}
+
+Setter BooleanSetter(bool* field) {
+  return [field](const std::string& v) -> Status {
+    if (v == "true" || v == "yes" || v == "1") {
+      *field = true;
+    } else if (v == "false" || v == "no" || v == "0") {
+      *field = false;
+    } else {
+      return InvalidArgument("'" + v + "' is not a boolean (true/false)");
+    }
+    return Status::Ok();
+  };
+}
+
+Setter TextSetter(std::string* field) {
+  return [field](const std::string& v) -> Status {
+    *field = v;
+    return Status::Ok();
+  };
+}
+
+// The scalar keys of a cluster file, each writing its field of `c`.
+std::map<std::string, Setter> ClusterSetters(ClusterSpec& c) {
+  return {
+      {"name", TextSetter(&c.name)},
+      {"description", TextSetter(&c.description)},
+      {"gpus_per_node", IntegerSetter(&c.gpus_per_node)},
+      {"gpus_per_tray", IntegerSetter(&c.gpus_per_tray)},
+      {"num_nodes", IntegerSetter(&c.num_nodes)},
+      {"nics_per_node", IntegerSetter(&c.nics_per_node)},
+      {"ranks_per_gpu", IntegerSetter(&c.ranks_per_gpu)},
+      {"nic_bandwidth", BandwidthSetter(&c.nic_bandwidth)},
+      {"nic_latency", DurationSetter(&c.nic_latency)},
+      {"nic_message_overhead", DurationSetter(&c.nic_message_overhead)},
+      {"network_efficiency", NumberSetter(&c.network_efficiency)},
+      {"rail_optimized", BooleanSetter(&c.rail_optimized)},
+      {"cross_rail_latency", DurationSetter(&c.cross_rail_latency)},
+      {"spine_bandwidth_per_node", BandwidthSetter(&c.spine_bandwidth_per_node)},
+      {"nvlink_bandwidth", BandwidthSetter(&c.nvlink_bandwidth)},
+      {"nvlink_latency", DurationSetter(&c.nvlink_latency)},
+      {"nvlink_message_overhead", DurationSetter(&c.nvlink_message_overhead)},
+      {"nvlink_efficiency", NumberSetter(&c.nvlink_efficiency)},
+      {"copy_bandwidth", BandwidthSetter(&c.copy_bandwidth)},
+      {"pack_bandwidth", BandwidthSetter(&c.pack_bandwidth)},
+      {"quantize_bandwidth", BandwidthSetter(&c.quantize_bandwidth)},
+      {"fp8_convert_bandwidth", BandwidthSetter(&c.fp8_convert_bandwidth)},
+      {"kernel_overhead", DurationSetter(&c.kernel_overhead)},
+      {"op_post_overhead", DurationSetter(&c.op_post_overhead)},
+      {"tensor_load_overhead", DurationSetter(&c.tensor_load_overhead)},
+      {"gpu_direct", BooleanSetter(&c.gpu_direct)},
+      {"pcie_bandwidth", BandwidthSetter(&c.pcie_bandwidth)},
+      {"host_memory_bandwidth", BandwidthSetter(&c.host_memory_bandwidth)},
+      {"staging_chunk_bytes", SizeSetter(&c.staging_chunk_bytes)},
+      {"host_memory_ranks", BooleanSetter(&c.host_memory_ranks)},
+      {"host_copy_bandwidth", BandwidthSetter(&c.host_copy_bandwidth)},
+      {"host_message_bandwidth", BandwidthSetter(&c.host_message_bandwidth)},
+      {"host_message_stream_bandwidth", BandwidthSetter(&c.host_message_stream_bandwidth)},
+      {"host_quantize_rate", BandwidthSetter(&c.host_quantize_rate)},
+      {"host_cores", IntegerSetter(&c.host_cores)},
+  };
+}
+
+// One key of the file (not "base"): a rate table, or a scalar through its setter.
+Status ApplyClusterKey(const std::string& key, const YAML::Node& value,
+                       const std::map<std::string, Setter>& setters, ClusterSpec& c) {
+  if (key == "host_convert_rates") {
+    Result<std::vector<ConvertRate>> table = ParseConvertRates(value);
+    if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");
+    c.host_convert_rates = std::move(*table);
+    return Status::Ok();
+  }
+  if (key == "host_copy_row_rates") {
+    Result<std::vector<RowRate>> table = ParseRowRates(value);
+    if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");
+    c.host_copy_row_rates = std::move(*table);
+    return Status::Ok();
+  }
+  auto it = setters.find(key);
+  if (it == setters.end()) return InvalidArgument("cluster YAML: unknown key '" + key + "'");
+  if (!value.IsScalar()) {
+    return InvalidArgument("cluster YAML: key '" + key + "' must have a scalar value");
+  }
+  Status s = it->second(value.as<std::string>());
+  if (!s.ok()) return s.WithContext("cluster YAML key '" + key + "'");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
   YAML::Node root;
   try {
@@ -325,123 +462,11 @@ Result<ClusterSpec> ParseClusterYaml(std::string_view yaml_text) {
   if (root["base"]) {
     FERRY_ASSIGN_OR_RETURN(c, ClusterPreset(root["base"].as<std::string>()));
   }
-  using Setter = std::function<Status(const std::string&)>;
-  auto integer = [](int* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(v));
-      if (!parts.second.empty() || parts.first != std::floor(parts.first)) {
-        return InvalidArgument("'" + v + "' is not an integer");
-      }
-      if (std::fabs(parts.first) > std::numeric_limits<int>::max()) {
-        return InvalidArgument("'" + v + "' is out of range");
-      }
-      *field = static_cast<int>(parts.first);
-      return Status::Ok();
-    };
-  };
-  auto number = [](double* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      FERRY_ASSIGN_OR_RETURN(auto parts, SplitNumber(v));
-      if (!parts.second.empty()) return InvalidArgument("'" + v + "' is not a plain number");
-      *field = parts.first;
-      return Status::Ok();
-    };
-  };
-  auto bandwidth = [](double* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      FERRY_ASSIGN_OR_RETURN(*field, ParseBandwidth(v));
-      return Status::Ok();
-    };
-  };
-  auto duration = [](double* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      FERRY_ASSIGN_OR_RETURN(*field, ParseDuration(v));
-      return Status::Ok();
-    };
-  };
-  auto size = [](int64_t* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      FERRY_ASSIGN_OR_RETURN(*field, ParseSize(v));
-      return Status::Ok();
-    };
-  };
-  auto boolean = [](bool* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      if (v == "true" || v == "yes" || v == "1") {
-        *field = true;
-      } else if (v == "false" || v == "no" || v == "0") {
-        *field = false;
-      } else {
-        return InvalidArgument("'" + v + "' is not a boolean (true/false)");
-      }
-      return Status::Ok();
-    };
-  };
-  auto text = [](std::string* field) -> Setter {
-    return [field](const std::string& v) -> Status {
-      *field = v;
-      return Status::Ok();
-    };
-  };
-  const std::map<std::string, Setter> setters = {
-      {"name", text(&c.name)},
-      {"description", text(&c.description)},
-      {"gpus_per_node", integer(&c.gpus_per_node)},
-      {"gpus_per_tray", integer(&c.gpus_per_tray)},
-      {"num_nodes", integer(&c.num_nodes)},
-      {"nics_per_node", integer(&c.nics_per_node)},
-      {"ranks_per_gpu", integer(&c.ranks_per_gpu)},
-      {"nic_bandwidth", bandwidth(&c.nic_bandwidth)},
-      {"nic_latency", duration(&c.nic_latency)},
-      {"nic_message_overhead", duration(&c.nic_message_overhead)},
-      {"network_efficiency", number(&c.network_efficiency)},
-      {"rail_optimized", boolean(&c.rail_optimized)},
-      {"cross_rail_latency", duration(&c.cross_rail_latency)},
-      {"spine_bandwidth_per_node", bandwidth(&c.spine_bandwidth_per_node)},
-      {"nvlink_bandwidth", bandwidth(&c.nvlink_bandwidth)},
-      {"nvlink_latency", duration(&c.nvlink_latency)},
-      {"nvlink_message_overhead", duration(&c.nvlink_message_overhead)},
-      {"nvlink_efficiency", number(&c.nvlink_efficiency)},
-      {"copy_bandwidth", bandwidth(&c.copy_bandwidth)},
-      {"pack_bandwidth", bandwidth(&c.pack_bandwidth)},
-      {"quantize_bandwidth", bandwidth(&c.quantize_bandwidth)},
-      {"fp8_convert_bandwidth", bandwidth(&c.fp8_convert_bandwidth)},
-      {"kernel_overhead", duration(&c.kernel_overhead)},
-      {"op_post_overhead", duration(&c.op_post_overhead)},
-      {"tensor_load_overhead", duration(&c.tensor_load_overhead)},
-      {"gpu_direct", boolean(&c.gpu_direct)},
-      {"pcie_bandwidth", bandwidth(&c.pcie_bandwidth)},
-      {"host_memory_bandwidth", bandwidth(&c.host_memory_bandwidth)},
-      {"staging_chunk_bytes", size(&c.staging_chunk_bytes)},
-      {"host_memory_ranks", boolean(&c.host_memory_ranks)},
-      {"host_copy_bandwidth", bandwidth(&c.host_copy_bandwidth)},
-      {"host_message_bandwidth", bandwidth(&c.host_message_bandwidth)},
-      {"host_message_stream_bandwidth", bandwidth(&c.host_message_stream_bandwidth)},
-      {"host_quantize_rate", bandwidth(&c.host_quantize_rate)},
-      {"host_cores", integer(&c.host_cores)},
-  };
+  const std::map<std::string, Setter> setters = ClusterSetters(c);
   for (const auto& entry : root) {
-    std::string key = entry.first.as<std::string>();
+    const std::string key = entry.first.as<std::string>();
     if (key == "base") continue;
-    if (key == "host_convert_rates") {
-      Result<std::vector<ConvertRate>> table = ParseConvertRates(entry.second);
-      if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");
-      c.host_convert_rates = std::move(*table);
-      continue;
-    }
-    if (key == "host_copy_row_rates") {
-      Result<std::vector<RowRate>> table = ParseRowRates(entry.second);
-      if (!table.ok()) return table.status().WithContext("cluster YAML key '" + key + "'");
-      c.host_copy_row_rates = std::move(*table);
-      continue;
-    }
-    auto it = setters.find(key);
-    if (it == setters.end()) return InvalidArgument("cluster YAML: unknown key '" + key + "'");
-    if (!entry.second.IsScalar()) {
-      return InvalidArgument("cluster YAML: key '" + key + "' must have a scalar value");
-    }
-    Status s = it->second(entry.second.as<std::string>());
-    if (!s.ok()) return s.WithContext("cluster YAML key '" + key + "'");
+    FERRY_RETURN_IF_ERROR(ApplyClusterKey(key, entry.second, setters, c));
   }
   if (c.name.empty()) c.name = "custom";
   FERRY_RETURN_IF_ERROR(c.Validate());
