@@ -312,6 +312,95 @@ bool Wanted(const BenchArgs& args, const BenchTransport& t) {
   return false;
 }
 
+// One transport's sweep: in this process, or over 2 * pairs launched ranks (transport `index`
+// of BenchTransports) whose rank 0 writes the series to a part file in the output folder.
+Result<SweepSeries> SweepTransport(const BenchArgs& args, const BenchTransport& t, size_t index,
+                                   const std::vector<int64_t>& sizes, int64_t stream_bytes) {
+  if (t.in_process) return SweepInProcess(t, sizes, args.repetitions, stream_bytes, args.pairs);
+  const std::string part = args.out_dir + "/.sweep-" + std::to_string(index) + ".csv";
+  std::remove(part.c_str());
+  LaunchOptions launch;
+  launch.argv = {"ferry", "bench", "transports", "--out", args.out_dir, "--min-size",
+                 args.min_size, "--max-size", args.max_size, "--stream-bytes",
+                 args.stream_bytes, "--repetitions", std::to_string(args.repetitions),
+                 "--pairs", std::to_string(args.pairs), "--one", std::to_string(index)};
+  launch.ranks = 2 * args.pairs;
+  launch.timeout_seconds = args.timeout_seconds;
+  Result<LaunchResult> launched = LaunchLocalRanks(launch);
+  if (!launched.ok()) return launched.status();
+  if (!launched->ok()) return Unavailable(launched->Describe(args.timeout_seconds));
+  Result<SweepSeries> series = ParseSeriesRows(ReadFile(part));
+  std::remove(part.c_str());
+  return series;
+}
+
+// The sweep of every wanted transport, with progress; the failed ones into `failures`.
+std::vector<SweepSeries> SweepWanted(const BenchArgs& args, const std::vector<int64_t>& sizes,
+                                     int64_t stream_bytes, std::vector<std::string>& failures) {
+  const std::vector<BenchTransport> all = BenchTransports();
+  std::vector<SweepSeries> series;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const BenchTransport& t = all[i];
+    if (!Wanted(args, t)) continue;
+    std::printf("sweep: %s, %s .. %s, %d repetitions ...\n", t.label.c_str(),
+                FormatSize(sizes.front()).c_str(), FormatSize(sizes.back()).c_str(),
+                args.repetitions);
+    std::fflush(stdout);
+    const auto start = std::chrono::steady_clock::now();
+    Result<SweepSeries> result = SweepTransport(args, t, i, sizes, stream_bytes);
+    if (!result.ok()) {
+      failures.push_back(t.label + ": " + result.status().ToString());
+      std::fprintf(stderr, "  %s failed: %s\n", t.label.c_str(), result.status().ToString().c_str());
+      continue;
+    }
+    std::printf("  done in %.1f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    series.push_back(std::move(*result));
+  }
+  return series;
+}
+
+// Prints the sweep's table and writes sweep.csv and sweep.svg.
+Status WriteSweep(const BenchArgs& args, const std::vector<SweepSeries>& series) {
+  std::printf("\nstream bandwidth (GB/s, all pairs together) and one message a pair alone (us), "
+              "%d pair(s) of ranks at once, through the executor:\n%s",
+              args.pairs, SweepTable(series).c_str());
+  FERRY_RETURN_IF_ERROR(WriteFile(args.out_dir + "/sweep.csv", SweepCsv(series)));
+  return WriteFile(args.out_dir + "/sweep.svg",
+                   SweepSvg(series, "ferry bench transports: " + std::to_string(2 * args.pairs) +
+                                        " processes, stream of messages"));
+}
+
+// A verified Qwen3-30B-A3B refit over each wanted launched transport into plan.csv; the failed
+// ones into `failures`.
+Status RefitPerTransport(const BenchArgs& args, std::vector<std::string>& failures) {
+  const std::string plan_csv = args.out_dir + "/plan.csv";
+  FERRY_RETURN_IF_ERROR(WriteFile(plan_csv,
+                                  "transport,strategy,ranks,delivered_bytes,mean_seconds,"
+                                  "best_seconds,GBps,memcpy_GBps,bytes_sent,peak_staging_bytes,"
+                                  "start_spread_seconds,bytes_received_by_transport\n"));
+  for (const BenchTransport& t : BenchTransports()) {
+    if (t.in_process || !Wanted(args, t)) continue;
+    RunArgs run;
+    run.model = "qwen3-30b-a3b";
+    run.scale = args.plan_scale;
+    run.source_spec = "megatron:tp=2,ep=2";
+    run.destination_spec = "vllm:tp=2,dp=2";
+    run.transport = t.transport;
+    run.settings = t.settings;
+    run.iterations = 3;
+    run.warmup = 1;
+    run.verify = true;
+    run.timeout_seconds = args.timeout_seconds;
+    run.results_file = plan_csv;
+    std::printf("\nplan: %s\n", t.label.c_str());
+    std::fflush(stdout);
+    if (RunCommand(run) != 0) failures.push_back("plan over " + t.label + " failed");
+  }
+  std::printf("\nrefit plan per transport (%s):\n%s", plan_csv.c_str(), ReadFile(plan_csv).c_str());
+  return Status::Ok();
+}
+
 int BenchTransportsCommand(const BenchArgs& args) {
   Result<int64_t> min_size = ParseBytes(args.min_size);
   Result<int64_t> max_size = ParseBytes(args.max_size);
@@ -338,95 +427,13 @@ int BenchTransportsCommand(const BenchArgs& args) {
     std::fprintf(stderr, "ferry bench: cannot create --out %s\n", args.out_dir.c_str());
     return 1;
   }
-  const std::vector<BenchTransport> all = BenchTransports();
-  std::vector<SweepSeries> series;
   std::vector<std::string> failures;
-  for (size_t i = 0; i < all.size(); ++i) {
-    const BenchTransport& t = all[i];
-    if (!Wanted(args, t)) continue;
-    std::printf("sweep: %s, %s .. %s, %d repetitions ...\n", t.label.c_str(),
-                FormatSize(sizes.front()).c_str(), FormatSize(sizes.back()).c_str(),
-                args.repetitions);
-    std::fflush(stdout);
-    const auto start = std::chrono::steady_clock::now();
-    Result<SweepSeries> result = SweepSeries{};
-    if (t.in_process) {
-      result = SweepInProcess(t, sizes, args.repetitions, *stream_bytes, args.pairs);
-    } else {
-      const std::string part = args.out_dir + "/.sweep-" + std::to_string(i) + ".csv";
-      std::remove(part.c_str());
-      LaunchOptions launch;
-      launch.argv = {"ferry", "bench", "transports", "--out", args.out_dir, "--min-size",
-                     args.min_size, "--max-size", args.max_size, "--stream-bytes",
-                     args.stream_bytes, "--repetitions", std::to_string(args.repetitions),
-                     "--pairs", std::to_string(args.pairs), "--one", std::to_string(i)};
-      launch.ranks = 2 * args.pairs;
-      launch.timeout_seconds = args.timeout_seconds;
-      Result<LaunchResult> launched = LaunchLocalRanks(launch);
-      if (!launched.ok()) {
-        result = launched.status();
-      } else if (!launched->ok()) {
-        result = Unavailable(launched->Describe(args.timeout_seconds));
-      } else {
-        result = ParseSeriesRows(ReadFile(part));
-        std::remove(part.c_str());
-      }
-    }
-    if (!result.ok()) {
-      failures.push_back(t.label + ": " + result.status().ToString());
-      std::fprintf(stderr, "  %s failed: %s\n", t.label.c_str(), result.status().ToString().c_str());
-      continue;
-    }
-    std::printf("  done in %.1f s\n",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    series.push_back(std::move(*result));
-  }
-  if (!series.empty()) {
-    std::printf("\nstream bandwidth (GB/s, all pairs together) and one message a pair alone (us), "
-                "%d pair(s) of ranks at once, through the executor:\n%s",
-                args.pairs, SweepTable(series).c_str());
-    Status s = WriteFile(args.out_dir + "/sweep.csv", SweepCsv(series));
-    if (s.ok()) {
-      s = WriteFile(args.out_dir + "/sweep.svg",
-                    SweepSvg(series, "ferry bench transports: " + std::to_string(2 * args.pairs) +
-                                         " processes, stream of messages"));
-    }
-    if (!s.ok()) {
-      std::fprintf(stderr, "ferry bench: %s\n", s.message().c_str());
-      return 1;
-    }
-  }
-
-  if (!args.skip_plan) {
-    const std::string plan_csv = args.out_dir + "/plan.csv";
-    if (Status s = WriteFile(plan_csv,
-                             "transport,strategy,ranks,delivered_bytes,mean_seconds,best_seconds,"
-                             "GBps,memcpy_GBps,bytes_sent,peak_staging_bytes,start_spread_seconds,"
-                             "bytes_received_by_transport\n");
-        !s.ok()) {
-      std::fprintf(stderr, "ferry bench: %s\n", s.message().c_str());
-      return 1;
-    }
-    for (const BenchTransport& t : all) {
-      if (t.in_process || !Wanted(args, t)) continue;
-      RunArgs run;
-      run.model = "qwen3-30b-a3b";
-      run.scale = args.plan_scale;
-      run.source_spec = "megatron:tp=2,ep=2";
-      run.destination_spec = "vllm:tp=2,dp=2";
-      run.transport = t.transport;
-      run.settings = t.settings;
-      run.iterations = 3;
-      run.warmup = 1;
-      run.verify = true;
-      run.timeout_seconds = args.timeout_seconds;
-      run.results_file = plan_csv;
-      std::printf("\nplan: %s\n", t.label.c_str());
-      std::fflush(stdout);
-      if (RunCommand(run) != 0) failures.push_back("plan over " + t.label + " failed");
-    }
-    std::printf("\nrefit plan per transport (%s):\n%s", plan_csv.c_str(),
-                ReadFile(plan_csv).c_str());
+  const std::vector<SweepSeries> series = SweepWanted(args, sizes, *stream_bytes, failures);
+  Status written = series.empty() ? Status::Ok() : WriteSweep(args, series);
+  if (written.ok() && !args.skip_plan) written = RefitPerTransport(args, failures);
+  if (!written.ok()) {
+    std::fprintf(stderr, "ferry bench: %s\n", written.message().c_str());
+    return 1;
   }
   std::printf("\nwrote %s/sweep.csv, %s/sweep.svg%s\n", args.out_dir.c_str(),
               args.out_dir.c_str(), args.skip_plan ? "" : (", " + args.out_dir + "/plan.csv").c_str());
