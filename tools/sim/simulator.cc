@@ -190,6 +190,14 @@ class Engine {
 
  private:
   Status Prepare();
+  // Checks op i (id, rank, bytes, deps on its own rank, peer), counts it as a dependent of its
+  // deps in `count` and enters a message op's endpoint in `messages`.
+  Status CheckOp(int i, std::vector<int>& count, MessageTable& messages);
+  // dependents_ and dependents_begin_ from each op's number of dependents.
+  void BuildDependents(const std::vector<int>& count);
+  // The plan's direct reads as the executor makes them (none with opt_.direct_reads off), and
+  // each op's role in them.
+  std::vector<DirectRead> PlanDirectReads();
   Status MatchMessage(int64_t id, int s, int r);
   void BuildResources();
   // Host-memory ranks whose transport has one progress thread a process
@@ -432,6 +440,76 @@ class Engine {
   std::vector<std::vector<double>> ingress_;
 };
 
+Status Engine::CheckOp(int i, std::vector<int>& count, MessageTable& messages) {
+  const int n = static_cast<int>(plan_.ops.size());
+  const Op& op = plan_.ops[i];
+  // Built only for an error: formatting it for every op cost more than the checks.
+  const auto where = [&] {
+    return "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
+  };
+  if (op.id != i) return InvalidArgument(where() + " has id " + std::to_string(op.id));
+  if (op.rank < 0 || op.rank >= plan_.num_ranks) {
+    return InvalidArgument(where() + " runs on rank " + std::to_string(op.rank) +
+                           " outside [0, " + std::to_string(plan_.num_ranks) + ")");
+  }
+  if (op.bytes < 0) return InvalidArgument(where() + " has negative bytes");
+  if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
+      op.deps_end > static_cast<int>(plan_.dep_list.size())) {
+    return InvalidArgument(where() + " has deps outside the plan's dep list");
+  }
+  for (int d : plan_.Deps(op)) {
+    if (d < 0 || d >= n || d == i) {
+      return InvalidArgument(where() + " depends on invalid op " + std::to_string(d));
+    }
+    if (plan_.ops[d].rank != op.rank) {
+      return InvalidArgument(where() + " on rank " + std::to_string(op.rank) + " depends on op " +
+                             std::to_string(d) + " of rank " + std::to_string(plan_.ops[d].rank));
+    }
+    ++count[d];
+  }
+  pending_[i] = op.NumDeps();
+  if (!IsMessageKind(op.kind)) return Status::Ok();
+  if (op.peer < 0 || op.peer >= plan_.num_ranks) {
+    return InvalidArgument(where() + " has invalid peer " + std::to_string(op.peer));
+  }
+  auto& entry = messages[op.message];
+  int& slot = IsSender(op.kind) ? entry.first : entry.second;
+  if (slot != -1) {
+    return InvalidArgument(where() + ": message " + std::to_string(op.message) +
+                           " already has a " + (IsSender(op.kind) ? "sender" : "receiver") +
+                           " (op " + std::to_string(slot) + ")");
+  }
+  slot = i;
+  return Status::Ok();
+}
+
+void Engine::BuildDependents(const std::vector<int>& count) {
+  const int n = static_cast<int>(plan_.ops.size());
+  dependents_begin_.assign(n + 1, 0);
+  for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
+  dependents_.assign(dependents_begin_[n], 0);
+  std::vector<int> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+  for (int i = 0; i < n; ++i) {
+    for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
+  }
+}
+
+std::vector<DirectRead> Engine::PlanDirectReads() {
+  if (!opt_.direct_reads) return {};
+  // With a table of copy rates by row pattern the direct reads' copies set their flows' weights.
+  const bool row_rates = c_.host_memory_ranks && !c_.host_copy_row_rates.empty();
+  std::vector<DirectRead> direct_reads =
+      FindDirectReads(plan_, row_rates ? kEveryReceiver : kAnyRank);
+  KeepPackedReadsThatPack(direct_reads);
+  direct_role_.assign(plan_.ops.size(), DirectRole::kStaged);
+  for (const DirectRead& d : direct_reads) {
+    if (d.pack_op >= 0 && d.packed.empty()) direct_role_[d.pack_op] = DirectRole::kElided;
+    if (d.unpack_op >= 0) direct_role_[d.unpack_op] = DirectRole::kElided;
+    direct_role_[d.send_op] = DirectRole::kRead;
+  }
+  return direct_reads;
+}
+
 Status Engine::Prepare() {
   const int n = static_cast<int>(plan_.ops.size());
   if (plan_.num_ranks < 0) return InvalidArgument("plan has a negative num_ranks");
@@ -451,78 +529,19 @@ Status Engine::Prepare() {
   }
   if (opt_.max_in_flight < 0) return InvalidArgument("max_in_flight must be >= 0");
   if (opt_.staging_budget < 0) return InvalidArgument("staging_budget must be >= 0");
-  std::vector<int> count(n + 1, 0);
-  MessageTable messages(n);
-  for (int i = 0; i < n; ++i) {
-    const Op& op = plan_.ops[i];
-    // Built only for an error: formatting it for every op cost more than the checks.
-    const auto where = [&] {
-      return "op " + std::to_string(i) + " (" + std::string(OpKindName(op.kind)) + ")";
-    };
-    if (op.id != i) return InvalidArgument(where() + " has id " + std::to_string(op.id));
-    if (op.rank < 0 || op.rank >= plan_.num_ranks) {
-      return InvalidArgument(where() + " runs on rank " + std::to_string(op.rank) +
-                             " outside [0, " + std::to_string(plan_.num_ranks) + ")");
-    }
-    if (op.bytes < 0) return InvalidArgument(where() + " has negative bytes");
-    if (op.deps_begin < 0 || op.deps_begin > op.deps_end ||
-        op.deps_end > static_cast<int>(plan_.dep_list.size())) {
-      return InvalidArgument(where() + " has deps outside the plan's dep list");
-    }
-    for (int d : plan_.Deps(op)) {
-      if (d < 0 || d >= n || d == i) {
-        return InvalidArgument(where() + " depends on invalid op " + std::to_string(d));
-      }
-      if (plan_.ops[d].rank != op.rank) {
-        return InvalidArgument(where() + " on rank " + std::to_string(op.rank) + " depends on op " +
-                               std::to_string(d) + " of rank " +
-                               std::to_string(plan_.ops[d].rank));
-      }
-      ++count[d];
-    }
-    pending_[i] = op.NumDeps();
-    if (IsMessageKind(op.kind)) {
-      if (op.peer < 0 || op.peer >= plan_.num_ranks) {
-        return InvalidArgument(where() + " has invalid peer " + std::to_string(op.peer));
-      }
-      auto& entry = messages[op.message];
-      int& slot = IsSender(op.kind) ? entry.first : entry.second;
-      if (slot != -1) {
-        return InvalidArgument(where() + ": message " + std::to_string(op.message) +
-                               " already has a " + (IsSender(op.kind) ? "sender" : "receiver") +
-                               " (op " + std::to_string(slot) + ")");
-      }
-      slot = i;
-    }
+  {
+    std::vector<int> count(n + 1, 0);
+    MessageTable messages(n);
+    for (int i = 0; i < n; ++i) FERRY_RETURN_IF_ERROR(CheckOp(i, count, messages));
+    num_messages_ = 0;
+    FERRY_RETURN_IF_ERROR(messages.ForEach([this](int64_t id, int s, int r) {
+      ++num_messages_;
+      return MatchMessage(id, s, r);
+    }));
+    messages = MessageTable(0);  // freed now: StagingGate::Make below has its own transient peak
+    BuildDependents(count);
   }
-  num_messages_ = 0;
-  FERRY_RETURN_IF_ERROR(messages.ForEach([this](int64_t id, int s, int r) {
-    ++num_messages_;
-    return MatchMessage(id, s, r);
-  }));
-  messages = MessageTable(0);  // freed now: StagingGate::Make below has its own transient peak
-  dependents_begin_.assign(n + 1, 0);
-  for (int i = 0; i < n; ++i) dependents_begin_[i + 1] = dependents_begin_[i] + count[i];
-  dependents_.assign(dependents_begin_[n], 0);
-  std::vector<int> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
-  for (int i = 0; i < n; ++i) {
-    for (int d : plan_.Deps(plan_.ops[i])) dependents_[fill[d]++] = i;
-  }
-  count = {};
-  fill = {};
-  // With a table of copy rates by row pattern the direct reads' copies set their flows' weights.
-  const bool row_rates = c_.host_memory_ranks && !c_.host_copy_row_rates.empty();
-  std::vector<DirectRead> direct_reads;
-  if (opt_.direct_reads) {
-    direct_reads = FindDirectReads(plan_, row_rates ? kEveryReceiver : kAnyRank);
-    KeepPackedReadsThatPack(direct_reads);
-    direct_role_.assign(n, DirectRole::kStaged);
-    for (const DirectRead& d : direct_reads) {
-      if (d.pack_op >= 0 && d.packed.empty()) direct_role_[d.pack_op] = DirectRole::kElided;
-      if (d.unpack_op >= 0) direct_role_[d.unpack_op] = DirectRole::kElided;
-      direct_role_[d.send_op] = DirectRole::kRead;
-    }
-  }
+  const std::vector<DirectRead> direct_reads = PlanDirectReads();
   FERRY_ASSIGN_OR_RETURN(staging_, StagingGate::Make(plan_, opt_.staging_budget, direct_reads,
                                                      !c_.host_memory_ranks && opt_.quantizing_reads));
   // Allocated after the gate, whose construction has the highest transient peak of the run.
