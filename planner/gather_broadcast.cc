@@ -188,45 +188,65 @@ class GatherBroadcast {
   // Send, Recv and Unpack. A holder sends its pieces bucket after bucket (each send waits for its
   // previous one, and the root's receive from it likewise), so buckets fill in order.
   void GatherFrom(const Intersection& inter, const GatherItem* first, const GatherItem* last) {
-    const int bucket = first->bucket, holder = first->holder_rank;
-    std::vector<CopyPair> to_bucket, packs;
-    int64_t bytes = 0;
-    int slot = -1, remote_slot = -1;
-    if (holder != root_) {
-      for (const GatherItem* it = first; it != last; ++it) {
-        const Piece& piece = inter.pieces[it->piece];
-        bytes += inter.VolumeOf(piece) *
-                 DTypeSize(members_.tensors[inter.groups[piece.group].dst_tensor].dtype);
-      }
-      slot = plan_.AddSlot(holder, bytes);
-      remote_slot = plan_.AddSlot(root_, bytes);
+    if (first->holder_rank == root_) {
+      CopyIntoBucket(inter, first, last);
+    } else {
+      SendToRoot(inter, first, last);
     }
-    int64_t offset = 0;
+  }
+
+  // One gathered item: its source region, its destination tensor and box.
+  struct ItemRegion {
+    Region source;
+    int tensor;
+    Box box;
+  };
+
+  ItemRegion RegionOf(const Intersection& inter, const GatherItem& item) const {
+    const Piece& piece = inter.pieces[item.piece];
+    const int t = inter.groups[piece.group].dst_tensor;
+    const Box box = inter.BoxOf(piece);
+    const Fragment from = source_.fragments[item.frag];
+    return {FragmentRegion(source_.tensors[from.tensor].dtype, from, Space::kSource, box), t, box};
+  }
+
+  // The root's own items: one Copy into the bucket.
+  void CopyIntoBucket(const Intersection& inter, const GatherItem* first, const GatherItem* last) {
+    const int bucket = first->bucket;
+    std::vector<CopyPair> to_bucket;
+    for (const GatherItem* it = first; it != last; ++it) {
+      const ItemRegion r = RegionOf(inter, *it);
+      to_bucket.push_back({r.source, BucketRegion(r.tensor, root_slot_[bucket], r.box)});
+    }
+    Op copy;
+    copy.kind = OpKind::kCopy;
+    copy.rank = root_;
+    copy.round = bucket;
+    for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
+    bucket_ready_[bucket].push_back(plan_.AddOp(std::move(copy), BufferFree(root_, bucket), to_bucket));
+  }
+
+  // Another holder's items: packed into a slot of the holder, sent to a slot of the root (through
+  // a relay of the root's node where the holder is on another node), unpacked into the bucket.
+  void SendToRoot(const Intersection& inter, const GatherItem* first, const GatherItem* last) {
+    const int bucket = first->bucket, holder = first->holder_rank;
+    int64_t bytes = 0;
     for (const GatherItem* it = first; it != last; ++it) {
       const Piece& piece = inter.pieces[it->piece];
-      const int t = inter.groups[piece.group].dst_tensor;
-      const Box box = inter.BoxOf(piece);
-      const Fragment from = source_.fragments[it->frag];
-      const Region src =
-          FragmentRegion(source_.tensors[from.tensor].dtype, from, Space::kSource, box);
-      const Region dst = BucketRegion(t, root_slot_[bucket], box);
-      if (holder == root_) {
-        to_bucket.push_back({src, dst});
-      } else {
-        const DType dt = members_.tensors[t].dtype;
-        packs.push_back({src, SlotRegion(slot, offset, dt, box)});
-        to_bucket.push_back({SlotRegion(remote_slot, offset, dt, box), dst});
-        offset += box.Volume() * DTypeSize(dt);
-      }
+      bytes += inter.VolumeOf(piece) *
+               DTypeSize(members_.tensors[inter.groups[piece.group].dst_tensor].dtype);
     }
-    if (holder == root_) {
-      Op copy;
-      copy.kind = OpKind::kCopy;
-      copy.rank = root_;
-      copy.round = bucket;
-      for (const CopyPair& c : to_bucket) copy.bytes += c.to.NumBytes();
-      bucket_ready_[bucket].push_back(plan_.AddOp(std::move(copy), BufferFree(root_, bucket), to_bucket));
-      return;
+    const int slot = plan_.AddSlot(holder, bytes);
+    const int remote_slot = plan_.AddSlot(root_, bytes);
+    std::vector<CopyPair> to_bucket, packs;
+    int64_t offset = 0;
+    for (const GatherItem* it = first; it != last; ++it) {
+      const ItemRegion r = RegionOf(inter, *it);
+      const DType dt = members_.tensors[r.tensor].dtype;
+      packs.push_back({r.source, SlotRegion(slot, offset, dt, r.box)});
+      to_bucket.push_back({SlotRegion(remote_slot, offset, dt, r.box),
+                           BucketRegion(r.tensor, root_slot_[bucket], r.box)});
+      offset += r.box.Volume() * DTypeSize(dt);
     }
     Op pack;
     pack.kind = OpKind::kPack;
@@ -234,6 +254,20 @@ class GatherBroadcast {
     pack.bytes = bytes;
     pack.round = bucket;
     const int pack_id = plan_.AddOp(std::move(pack), {}, packs);
+    const int recv_id = AddGatherMessage(holder, bucket, bytes, slot, remote_slot, pack_id);
+    Op unpack;
+    unpack.kind = OpKind::kUnpack;
+    unpack.rank = root_;
+    unpack.bytes = bytes;
+    unpack.round = bucket;
+    bucket_ready_[bucket].push_back(plan_.AddOp(std::move(unpack), {recv_id}, to_bucket));
+  }
+
+  // The Send of the holder's packed `slot` after `pack_id` and the root's Recv into
+  // `remote_slot`, crossing the network on the holder's rail into the root's node and then NVLink
+  // where RootNodeRelay names a relay. Returns the root's Recv.
+  int AddGatherMessage(int holder, int bucket, int64_t bytes, int slot, int remote_slot,
+                       int pack_id) {
     Op send;
     send.kind = OpKind::kSend;
     send.rank = holder;
@@ -254,7 +288,6 @@ class GatherBroadcast {
     recv.data = {Space::kStaging, remote_slot, 0};
     const int relay = RootNodeRelay(holder);
     if (relay >= 0) {
-      // Cross the network on the holder's rail into the root's node, then NVLink to the root.
       send.peer = relay;
       send.link = topology_.Link(holder, relay);
       Op relay_recv = send;
@@ -278,12 +311,7 @@ class GatherBroadcast {
     }
     const int recv_id = plan_.AddOp(std::move(recv), recv_deps);
     last_recv_[holder] = recv_id;
-    Op unpack;
-    unpack.kind = OpKind::kUnpack;
-    unpack.rank = root_;
-    unpack.bytes = bytes;
-    unpack.round = bucket;
-    bucket_ready_[bucket].push_back(plan_.AddOp(std::move(unpack), {recv_id}, to_bucket));
+    return recv_id;
   }
 
   // The rank of the root's node on `rank`'s rail (same local device) that relays its traffic
