@@ -276,33 +276,30 @@ void VllmPipelineRule(const ModelConfig& c, const VllmParallel& v, const std::st
                      ", vllm/distributed/parallel_state.py"});
 }
 
-}  // namespace
-
-std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
-                                       const std::string& t) {
-  if (r.kind == FrameworkSpec::Kind::kSglang) return SglangRulesForTensor(c, r.sglang, t);
-  std::vector<LayoutRule> out;
-  const bool layer = Has(t, ".layers.");
-  if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
-  if (!layer && Has(t, "embed") && r.kind == FrameworkSpec::Kind::kVllm && r.vllm.mtp > 0 &&
-      r.vllm.pp > 1) {
+// The extra copies of the embedding that a pipeline with MTP layers keeps.
+void MtpEmbeddingRules(const FrameworkSpec& r, std::vector<LayoutRule>& out) {
+  if (r.kind == FrameworkSpec::Kind::kVllm && r.vllm.mtp > 0 && r.vllm.pp > 1) {
     out.push_back({"the MTP drafter on the last PP rank loads its own copy of the embedding "
                    "(shared with the target only when pp = 1)",
                    std::string(kVllm) + "vllm/v1/spec_decode/llm_base_proposer.py"});
   }
-  if (!layer && Has(t, "embed") && r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.mtp > 0 &&
-      r.megatron.pp > 1) {
+  if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.mtp > 0 && r.megatron.pp > 1) {
     out.push_back({"the MTP block's stage keeps its own copy of the embedding (mtp_process), kept "
                    "equal to the first stage's",
                    std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
   }
+}
+
+// Where a layer tensor's layer sits: an MTP layer's rules, or Megatron's pipeline stage.
+void LayerStageRules(const ModelConfig& c, const FrameworkSpec& r, const std::string& t,
+                     std::vector<LayoutRule>& out) {
   const int64_t number = LayerNumber(t);
   if (number >= c.num_layers && MtpLayers(r) > number - c.num_layers) {
     MtpRules(c, r, number - c.num_layers, t, out);
-  } else if (layer && r.kind == FrameworkSpec::Kind::kMegatron &&
-      c.family == ModelFamily::kNemotronH) {
+  } else if (Has(t, ".layers.") && r.kind == FrameworkSpec::Kind::kMegatron &&
+             c.family == ModelFamily::kNemotronH) {
     out.push_back(HybridPipelineRule(r.megatron));
-  } else if (layer && r.kind == FrameworkSpec::Kind::kMegatron) {
+  } else if (Has(t, ".layers.") && r.kind == FrameworkSpec::Kind::kMegatron) {
     const MegatronParallel& m = r.megatron;
     out.push_back({"pipeline stage: " + PipelineRule(m) + "; local layer numbers per model chunk",
                    std::string(kMegatron) +
@@ -310,6 +307,12 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
                             ? "megatron/core/transformer/transformer_block.py"
                             : "megatron/core/transformer/pipeline_parallel_layer_layout.py")});
   }
+}
+
+// What the module a tensor belongs to does with it: experts, attention, the rest.
+void ModuleRules(const ModelConfig& c, const FrameworkSpec& r, const std::string& t,
+                 std::vector<LayoutRule>& out) {
+  const bool layer = Has(t, ".layers.");
   if (Has(t, ".mlp.experts.")) {
     ExpertRules(r, t, out);
   } else if (Has(t, "self_attn.") || (Has(t, "mixer.") && Has(t, "_proj") &&
@@ -319,54 +322,78 @@ std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec
   }
   if (!Has(t, ".mlp.experts.") && !Has(t, "self_attn.") && layer) OtherRules(c, r, t, out);
   if (Has(t, "self_attn.") && Has(t, "norm")) OtherRules(c, r, t, out);
-  if (r.kind == FrameworkSpec::Kind::kVllm) VllmPipelineRule(c, r.vllm, t, out);
-  if (r.kind == FrameworkSpec::Kind::kVllm && r.vllm.fp8_block_weights &&
-      IsFp8BlockQuantized(t)) {
-    out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, with fp32 weight_scale_inv "
-                   "per 128x128 block of the rank's partition; the reshard plan quantizes into it "
-                   "(Quantize ops, planner/block_quantize.h)",
-                   std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
-    if (Fp8ScaleIsUe8m0(r.vllm.fp8_scale_fmt)) {
-      out.push_back({"scale_fmt=" + std::string(Fp8ScaleFormatName(r.vllm.fp8_scale_fmt)) +
-                         ": where DeepGEMM runs the weight (experts; linear partitions "
-                         "of rows % 64 == 0 and cols % 128 == 0), weight_scale_inv holds powers of two "
-                         "and the fp8 values are requantized to them after loading",
-                     std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py"});
-    }
-    if (r.vllm.fp8_scale_fmt == Fp8ScaleFormat::kUe8m0Packed) {
-      out.push_back({"scale_fmt=ue8m0_packed: on SM100 DeepGEMM's transform_sf_into_required_layout "
-                     "replaces those weight_scale_inv by int32 [rows, ceil(cols/512)], MN-major with "
-                     "rows aligned to 4, four E8M0 codes a word (byte j: block column 4p + j), each "
-                     "weight row its block row's codes",
-                     std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py "
-                     "deepgemm_post_process_weight_scale_block; deepseek-ai/DeepGEMM csrc/apis/layout.hpp"});
-    }
+}
+
+// vLLM's FP8 block-quantized storage of tensor `t` (quant=fp8_block) and its scale format.
+void Fp8BlockRules(const VllmParallel& v, const std::string& t, std::vector<LayoutRule>& out) {
+  if (!v.fp8_block_weights || !IsFp8BlockQuantized(t)) return;
+  out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, with fp32 weight_scale_inv "
+                 "per 128x128 block of the rank's partition; the reshard plan quantizes into it "
+                 "(Quantize ops, planner/block_quantize.h)",
+                 std::string(kVllm) + "vllm/model_executor/layers/quantization/fp8.py"});
+  if (Fp8ScaleIsUe8m0(v.fp8_scale_fmt)) {
+    out.push_back({"scale_fmt=" + std::string(Fp8ScaleFormatName(v.fp8_scale_fmt)) +
+                       ": where DeepGEMM runs the weight (experts; linear partitions "
+                       "of rows % 64 == 0 and cols % 128 == 0), weight_scale_inv holds powers of two "
+                       "and the fp8 values are requantized to them after loading",
+                   std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py"});
   }
-  if (r.kind == FrameworkSpec::Kind::kMegatron && r.megatron.distopt_buffers) {
-    out.push_back({"buffers=distopt: in its model chunk's DDP param_data buffer, parameters in "
-                   "reverse named_parameters() order, starts aligned to 64 elements, bucket ends "
-                   "padded to lcm(dp, 128); experts in expert_parallel_buffers when ep > 1 or "
-                   "etp != tp",
-                   std::string(kMegatron) + "megatron/core/optimizer/distrib_optimizer.py"});
-    if (r.megatron.mtp > 0) {
-      out.push_back({"named_parameters(): embedding, decoder layers, final norm, MTP layers, output "
-                     "layer; with pp > 1 the embedding (every copy) in a bucket of its own "
-                     "(shared_embedding)",
-                     std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
-    }
-    if (c.family == ModelFamily::kNemotronH &&
-        (Has(t, "mixer.conv1d.") || Has(t, "mixer.dt_bias") || Has(t, "mixer.A_log") ||
-         Has(t, "mixer.D"))) {
-      out.push_back({r.megatron.mcore_minor < 19
-                         ? "mcore=0.18: Mamba mixer's own parameters (dt_bias, A_log, D), then "
-                           "in_proj, the conv1d module (weight, bias), norm, out_proj in "
-                           "named_parameters()"
-                         : "Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, "
-                           "D) come before its in_proj, norm and out_proj in named_parameters()",
-                     std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
-    }
+  if (v.fp8_scale_fmt == Fp8ScaleFormat::kUe8m0Packed) {
+    out.push_back({"scale_fmt=ue8m0_packed: on SM100 DeepGEMM's transform_sf_into_required_layout "
+                   "replaces those weight_scale_inv by int32 [rows, ceil(cols/512)], MN-major with "
+                   "rows aligned to 4, four E8M0 codes a word (byte j: block column 4p + j), each "
+                   "weight row its block row's codes",
+                   std::string(kVllm) + "vllm/model_executor/layers/quantization/utils/fp8_utils.py "
+                   "deepgemm_post_process_weight_scale_block; deepseek-ai/DeepGEMM csrc/apis/layout.hpp"});
   }
+}
+
+// Megatron's distributed-optimizer buffers (buffers=distopt): where a parameter sits in them.
+void DistoptRules(const ModelConfig& c, const MegatronParallel& m, const std::string& t,
+                  std::vector<LayoutRule>& out) {
+  if (!m.distopt_buffers) return;
+  out.push_back({"buffers=distopt: in its model chunk's DDP param_data buffer, parameters in "
+                 "reverse named_parameters() order, starts aligned to 64 elements, bucket ends "
+                 "padded to lcm(dp, 128); experts in expert_parallel_buffers when ep > 1 or "
+                 "etp != tp",
+                 std::string(kMegatron) + "megatron/core/optimizer/distrib_optimizer.py"});
+  if (m.mtp > 0) {
+    out.push_back({"named_parameters(): embedding, decoder layers, final norm, MTP layers, output "
+                   "layer; with pp > 1 the embedding (every copy) in a bucket of its own "
+                   "(shared_embedding)",
+                   std::string(kMegatron) + "megatron/core/models/gpt/gpt_model.py"});
+  }
+  if (c.family == ModelFamily::kNemotronH &&
+      (Has(t, "mixer.conv1d.") || Has(t, "mixer.dt_bias") || Has(t, "mixer.A_log") ||
+       Has(t, "mixer.D"))) {
+    out.push_back({m.mcore_minor < 19
+                       ? "mcore=0.18: Mamba mixer's own parameters (dt_bias, A_log, D), then "
+                         "in_proj, the conv1d module (weight, bias), norm, out_proj in "
+                         "named_parameters()"
+                       : "Mamba mixer's own parameters (conv1d weight and bias, dt_bias, A_log, "
+                         "D) come before its in_proj, norm and out_proj in named_parameters()",
+                   std::string(kMegatron) + "megatron/core/ssm/mamba_mixer.py"});
+  }
+}
+
+}  // namespace
+
+std::vector<LayoutRule> RulesForTensor(const ModelConfig& c, const FrameworkSpec& r,
+                                       const std::string& t) {
+  if (r.kind == FrameworkSpec::Kind::kSglang) return SglangRulesForTensor(c, r.sglang, t);
+  std::vector<LayoutRule> out;
+  const bool layer = Has(t, ".layers.");
+  if (!layer && (Has(t, "embed") || Has(t, "lm_head"))) VocabRules(c, r, out);
+  if (!layer && Has(t, "embed")) MtpEmbeddingRules(r, out);
+  LayerStageRules(c, r, t, out);
+  ModuleRules(c, r, t, out);
   const bool vllm = r.kind == FrameworkSpec::Kind::kVllm;
+  if (vllm) {
+    VllmPipelineRule(c, r.vllm, t, out);
+    Fp8BlockRules(r.vllm, t, out);
+  } else {
+    DistoptRules(c, r.megatron, t, out);
+  }
   out.push_back({vllm ? "dp replicas copy the engine's TP group (MoE layers span tp*dp), engines "
                         "copy the whole engine"
                       : "dp and cp ranks hold replicas; experts replicated over expert-dp",
