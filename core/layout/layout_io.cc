@@ -515,11 +515,16 @@ Result<Layout> ParseLayoutYaml(const std::string& text) {
   }
 }
 
-std::string LayoutToYaml(const Layout& layout) {
-  YAML::Emitter out;
-  out << YAML::BeginMap;
-  out << YAML::Key << "format" << YAML::Value << "ferry-layout";
-  out << YAML::Key << "version" << YAML::Value << 1;
+namespace {
+
+// The name of buffer `index`, or the index itself when it is out of range.
+std::string BufferNameOr(const Layout& layout, int index) {
+  return index >= 0 && index < static_cast<int>(layout.buffers.size())
+             ? layout.buffers[static_cast<size_t>(index)].name
+             : std::to_string(index);
+}
+
+void EmitTensors(YAML::Emitter& out, const Layout& layout) {
   out << YAML::Key << "tensors" << YAML::Value << YAML::BeginSeq;
   for (const TensorSpec& t : layout.tensors) {
     out << YAML::Flow << YAML::BeginMap;
@@ -530,6 +535,9 @@ std::string LayoutToYaml(const Layout& layout) {
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
+}
+
+void EmitBuffers(YAML::Emitter& out, const Layout& layout) {
   out << YAML::Key << "buffers" << YAML::Value << YAML::BeginSeq;
   for (const BufferSpec& b : layout.buffers) {
     out << YAML::Flow << YAML::BeginMap;
@@ -539,6 +547,9 @@ std::string LayoutToYaml(const Layout& layout) {
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
+}
+
+void EmitFragments(YAML::Emitter& out, const Layout& layout) {
   out << YAML::Key << "fragments" << YAML::Value << YAML::BeginSeq;
   for (const Fragment& f : layout.fragments) {
     out << YAML::Flow << YAML::BeginMap;
@@ -559,55 +570,71 @@ std::string LayoutToYaml(const Layout& layout) {
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
-  if (!layout.transforms.empty()) {
-    out << YAML::Key << "transforms" << YAML::Value << YAML::BeginSeq;
-    for (const StoredTransform& t : layout.transforms) {
-      out << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "tensor" << YAML::Value;
-      EmitTensorRef(out, layout, t.tensor);
-      out << YAML::Key << "transform" << YAML::Value << t.transform;
-      out << YAML::Key << "dtype" << YAML::Value << std::string(DTypeName(t.stored_dtype));
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
+}
+
+void EmitTransforms(YAML::Emitter& out, const Layout& layout) {
+  if (layout.transforms.empty()) return;
+  out << YAML::Key << "transforms" << YAML::Value << YAML::BeginSeq;
+  for (const StoredTransform& t : layout.transforms) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "tensor" << YAML::Value;
+    EmitTensorRef(out, layout, t.tensor);
+    out << YAML::Key << "transform" << YAML::Value << t.transform;
+    out << YAML::Key << "dtype" << YAML::Value << std::string(DTypeName(t.stored_dtype));
+    out << YAML::EndMap;
   }
-  if (!layout.block_scaled.empty()) {
-    out << YAML::Key << "block_scaled" << YAML::Value << YAML::BeginSeq;
-    for (const BlockScaledBuffer& b : layout.block_scaled) {
-      auto name = [&](int index) {
-        return index >= 0 && index < static_cast<int>(layout.buffers.size())
-                   ? layout.buffers[static_cast<size_t>(index)].name
-                   : std::to_string(index);
-      };
-      const int rank = b.buffer >= 0 && b.buffer < static_cast<int>(layout.buffers.size())
-                           ? layout.buffers[static_cast<size_t>(b.buffer)].rank
-                           : -1;
-      out << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "rank" << YAML::Value << rank;
-      out << YAML::Key << "buffer" << YAML::Value << name(b.buffer);
-      out << YAML::Key << "scales" << YAML::Value << name(b.scales);
-      out << YAML::Key << "matrices" << YAML::Value << b.matrices;
-      out << YAML::Key << "rows" << YAML::Value << b.rows;
-      out << YAML::Key << "cols" << YAML::Value << b.cols;
-      if (b.scale_fmt != Fp8ScaleFormat::kFloat32) {
-        out << YAML::Key << "scale_fmt" << YAML::Value << std::string(Fp8ScaleFormatName(b.scale_fmt));
-      }
-      out << YAML::EndMap;
+  out << YAML::EndSeq;
+}
+
+void EmitBlockScaled(YAML::Emitter& out, const Layout& layout) {
+  if (layout.block_scaled.empty()) return;
+  out << YAML::Key << "block_scaled" << YAML::Value << YAML::BeginSeq;
+  for (const BlockScaledBuffer& b : layout.block_scaled) {
+    const int rank = b.buffer >= 0 && b.buffer < static_cast<int>(layout.buffers.size())
+                         ? layout.buffers[static_cast<size_t>(b.buffer)].rank
+                         : -1;
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "rank" << YAML::Value << rank;
+    out << YAML::Key << "buffer" << YAML::Value << BufferNameOr(layout, b.buffer);
+    out << YAML::Key << "scales" << YAML::Value << BufferNameOr(layout, b.scales);
+    out << YAML::Key << "matrices" << YAML::Value << b.matrices;
+    out << YAML::Key << "rows" << YAML::Value << b.rows;
+    out << YAML::Key << "cols" << YAML::Value << b.cols;
+    if (b.scale_fmt != Fp8ScaleFormat::kFloat32) {
+      out << YAML::Key << "scale_fmt" << YAML::Value << std::string(Fp8ScaleFormatName(b.scale_fmt));
     }
-    out << YAML::EndSeq;
+    out << YAML::EndMap;
   }
-  if (!layout.padding.empty()) {
-    out << YAML::Key << "padding" << YAML::Value << YAML::BeginSeq;
-    for (const PaddingRegion& p : layout.padding) {
-      out << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "tensor" << YAML::Value;
-      EmitTensorRef(out, layout, p.tensor);
-      out << YAML::Key << "box" << YAML::Value;
-      EmitBox(out, p.box);
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
+  out << YAML::EndSeq;
+}
+
+void EmitPadding(YAML::Emitter& out, const Layout& layout) {
+  if (layout.padding.empty()) return;
+  out << YAML::Key << "padding" << YAML::Value << YAML::BeginSeq;
+  for (const PaddingRegion& p : layout.padding) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "tensor" << YAML::Value;
+    EmitTensorRef(out, layout, p.tensor);
+    out << YAML::Key << "box" << YAML::Value;
+    EmitBox(out, p.box);
+    out << YAML::EndMap;
   }
+  out << YAML::EndSeq;
+}
+
+}  // namespace
+
+std::string LayoutToYaml(const Layout& layout) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << "ferry-layout";
+  out << YAML::Key << "version" << YAML::Value << 1;
+  EmitTensors(out, layout);
+  EmitBuffers(out, layout);
+  EmitFragments(out, layout);
+  EmitTransforms(out, layout);
+  EmitBlockScaled(out, layout);
+  EmitPadding(out, layout);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
