@@ -41,15 +41,31 @@ class MegatronWriter : public LayoutWriter {
       // hybrid_block.py for hybrid models): a model chunk's self.layers count from 0
       prefix[l] = Chunk(pipeline.vpp, at.vstage) + "decoder.layers." + Num(at.local) + ".";
     }
-    const std::string first_chunk = Chunk(pipeline.vpp, 0);
-    const std::string last_chunk = Chunk(pipeline.vpp, pipeline.vpp - 1);
     Section dense = BeginSection(out_);
+    FERRY_RETURN_IF_ERROR(DenseParts(pipeline, stage_of, prefix));
+    EndSection(out_, dense);
+    ReserveReplicas(dense);
+    Section experts = BeginSection(out_);
+    FERRY_RETURN_IF_ERROR(AllExperts(pipeline, stage_of, prefix));
+    EndSection(out_, experts);
+    FERRY_RETURN_IF_ERROR(CloneSection(out_, dense, Shifts(m_.cp * m_.dp, m_.tp)));
+    FERRY_RETURN_IF_ERROR(CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep)));
+    return m_.distopt_buffers ? InDistributedOptimizerBuffers() : Status::Ok();
+  }
+
+ private:
+  // DP replica 0 of everything but the routed experts: the decoder layers, the embedding, the
+  // final norm, the output layer and the MTP block.
+  Status DenseParts(const MegatronPipeline& pipeline, const std::vector<int>& stage_of,
+                    const std::vector<std::string>& prefix) {
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       Status st = Layer(l, stage_of[l], prefix[l]);
       if (!st.ok()) {
         return st.WithContext("megatron layer " + Num(l) + " (stage " + Num(stage_of[l]) + ")");
       }
     }
+    const std::string first_chunk = Chunk(pipeline.vpp, 0);
+    const std::string last_chunk = Chunk(pipeline.vpp, pipeline.vpp - 1);
     const int last = m_.pp - 1;
     FERRY_ASSIGN_OR_RETURN(const int64_t padded, MegatronPaddedVocab(c_.vocab, m_.tp,
                                                                      m_.vocab_divisible_by,
@@ -70,8 +86,11 @@ class MegatronWriter : public LayoutWriter {
       FERRY_RETURN_IF_ERROR(
           Vocab(OutputName(), TpGroup(last), padded / m_.tp, last_chunk + "output_layer.weight"));
     }
-    FERRY_RETURN_IF_ERROR(MtpBlock(pipeline, padded));
-    EndSection(out_, dense);
+    return MtpBlock(pipeline, padded);
+  }
+
+  // Room for the dense section's cp*dp replicas and for every expert fragment and buffer.
+  void ReserveReplicas(const Section& dense) {
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c_.num_layers + m_.MtpLayersBuilt(); ++l) moe_layers += c_.IsMoeLayer(l) ? 1 : 0;
     // Each expert: gate and up shards plus a down shard on each of its etp ranks (as stacks in a
@@ -87,7 +106,11 @@ class MegatronWriter : public LayoutWriter {
                            static_cast<size_t>(expert_fragments * edp_));
     out_.buffers.reserve((dense.buffers_end - dense.buffers_begin) * replicas +
                          static_cast<size_t>(expert_buffers * edp_));
-    Section experts = BeginSection(out_);
+  }
+
+  // Expert-DP replica 0 of the routed experts of every MoE layer and MTP layer.
+  Status AllExperts(const MegatronPipeline& pipeline, const std::vector<int>& stage_of,
+                    const std::vector<std::string>& prefix) {
     for (int64_t l = 0; l < c_.num_layers; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
       Status st = Experts(l, stage_of[l], prefix[l]);
@@ -99,10 +122,11 @@ class MegatronWriter : public LayoutWriter {
                           MtpPrefix(pipeline, i) + "mtp_model_layer.");
       if (!st.ok()) return st.WithContext("megatron experts of MTP layer " + Num(i));
     }
-    EndSection(out_, experts);
-    FERRY_RETURN_IF_ERROR(CloneSection(out_, dense, Shifts(m_.cp * m_.dp, m_.tp)));
-    FERRY_RETURN_IF_ERROR(CloneSection(out_, experts, Shifts(edp_, m_.etp * m_.ep)));
-    if (!m_.distopt_buffers) return Status::Ok();
+    return Status::Ok();
+  }
+
+  // buffers=distopt: the parameters moved into the distributed optimizer's DDP buffers.
+  Status InDistributedOptimizerBuffers() {
     MegatronBufferGroups groups;
     groups.first_rank = first_;
     groups.num_ranks = stage_size_ * m_.pp;
@@ -122,7 +146,6 @@ class MegatronWriter : public LayoutWriter {
     return Status::Ok();
   }
 
- private:
   // The name prefix of model chunk v's parameters: with interleaving a rank holds vpp models,
   // checkpointed as "model<v>" (megatron/training/checkpointing.py); none without.
   static std::string Chunk(int vpp, int v) { return vpp > 1 ? "model" + Num(v) + "." : ""; }
