@@ -16,7 +16,7 @@ std::string N(int64_t v) { return std::to_string(v); }
 std::string ModelFile(const ModelConfig& c) {
   return kSglang + (c.family == ModelFamily::kQwen3Moe     ? "models/qwen3_moe.py"
                     : c.family == ModelFamily::kDeepseekV3 ? "models/deepseek_v2.py"
-                                                           : "models/llama.py");
+                                                           : "models/llama.py, qwen2.py, qwen3.py");
 }
 
 // embed_tokens and lm_head: padded, then split over the ranks that share them.
@@ -26,17 +26,13 @@ void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string
   const bool over_groups = embed ? s.attn_dp > 1 : s.dp_lm_head;
   const int split = over_groups ? SglangAttentionTp(s) : s.tp;
   out.push_back({"vocabulary padded to a multiple of 64 (of 64 x " + N(split) +
-                     " if 64 does not "
-                     "divide), then split into " +
-                     N(split) +
-                     " equal row blocks; padding rows at "
-                     "the end",
+                     " if 64 does not divide), then split into " + N(split) +
+                     " equal row blocks; padding rows at the end",
                  kSglang + "layers/vocab_parallel_embedding.py"});
   if (over_groups) {
     out.push_back({std::string(embed ? "attention DP: embed_tokens" : "dp_lm_head: lm_head") +
                        " split over each attention group of " + N(split) +
-                       " ranks "
-                       "(use_attn_tp_group)",
+                       " ranks (use_attn_tp_group)",
                    ModelFile(c)});
   }
   if (c.tie_embeddings) {
@@ -68,12 +64,10 @@ void AttentionRules(const ModelConfig& c, const SglangParallel& s, std::vector<L
 void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
                  std::vector<LayoutRule>& out) {
   const int moe_tp = s.tp / s.ep;
-  out.push_back({"FusedMoE over the engine's " + N(s.tp) + " ranks: EP rank tp_rank / " +
+  out.push_back({"FusedMoE over the server's " + N(s.tp) + " ranks: EP rank tp_rank / " +
                      N(moe_tp) + " holds a contiguous block of " +
-                     N((c.num_experts + (s.shared_fused == 1 ? c.num_shared_experts : 0) +
-                        s.redundant_experts) /
-                       s.ep) +
-                     " physical experts, FFN shard tp_rank % " + N(moe_tp) +
+                     N((c.num_experts + s.redundant_experts) / s.ep) +
+                     " routed experts, FFN shard tp_rank % " + N(moe_tp) +
                      "; w13_weight = [gate; up] per expert, w2_weight its down_proj columns",
                  kSglang + "layers/moe/fused_moe_triton/layer.py"});
   if (s.redundant_experts > 0) {
@@ -81,11 +75,9 @@ void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::strin
                    kSglang + "eplb/expert_location.py"});
   }
   if (Has(t, "shared_experts")) {
-    out.push_back(
-        {"shared_experts=fused: the shared expert follows the rank's routed experts in "
-         "w13_weight and w2_weight (loaded as expert " +
-             N(c.num_experts) + ")",
-         kSglang + "models/deepseek_common/deepseek_weight_loader.py"});
+    out.push_back({"shared_experts=fused: the shared expert follows the rank's routed experts in "
+                   "w13_weight and w2_weight (loaded as expert " + N(c.num_experts) + ")",
+                   kSglang + "models/deepseek_common/deepseek_weight_loader.py"});
   }
 }
 
@@ -99,13 +91,11 @@ void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string
         {"shared_experts=separate: gate_up_proj and down_proj over all tp=" + N(s.tp) + " ranks",
          kSglang + "models/deepseek_v2.py"});
   } else if (Has(t, "mlp.")) {
-    out.push_back(
-        {s.dense_tp == 1 ? "dense_tp=1: gate_up_proj = [gate; up] and down_proj whole "
-                           "on every rank"
-                         : "gate_up_proj = [gate shard; up shard], down_proj "
-                           "row-parallel, over all tp=" +
-                               N(s.tp) + " ranks",
-         s.dense_tp == 1 ? kSglang + "models/deepseek_v2.py" : kSglang + "layers/linear.py"});
+    const bool whole = s.dense_tp == 1;
+    out.push_back({whole ? "dense_tp=1: gate_up_proj = [gate; up] and down_proj whole on every rank"
+                         : "gate_up_proj = [gate shard; up shard], down_proj row-parallel, over "
+                           "all tp=" + N(s.tp) + " ranks",
+                   kSglang + (whole ? "models/deepseek_v2.py" : "layers/linear.py")});
   }
 }
 

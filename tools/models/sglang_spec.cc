@@ -41,18 +41,16 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
   // models/deepseek_v2.py and qwen3_moe.py build attention on the attention-TP group
   // (parallel_group="attn_tp"); models/llama.py on the whole TP group
   if (s.attn_dp > 1 && !c.IsMoe()) {
-    return InvalidArgument("attn_dp=" + Num(s.attn_dp) +
-                           ": ferry models SGLang's attention DP "
-                           "for its MoE models (DeepSeek-V3, Qwen3-MoE), not for '" +
-                           c.name + "'");
+    return InvalidArgument("attn_dp=" + Num(s.attn_dp) + ": ferry models SGLang's attention "
+                           "DP for its MoE models (DeepSeek-V3, Qwen3-MoE), not for '" + c.name +
+                           "'");
   }
   // models/qwen3_moe.py Qwen3MoeForCausalLM builds its own lm_head whatever the config says
   if (c.family == ModelFamily::kQwen3Moe && c.tie_embeddings) {
     return InvalidArgument("tied embeddings: SGLang's Qwen3MoeForCausalLM never ties lm_head");
   }
   if (s.redundant_experts > 0 && s.ep == 1) {
-    return InvalidArgument("redundant=" + Num(s.redundant_experts) +
-                           " without expert "
+    return InvalidArgument("redundant=" + Num(s.redundant_experts) + " without expert "
                            "parallelism: ferry models redundant experts with ep > 1 only");
   }
   return Status::Ok();
@@ -71,8 +69,7 @@ Status CheckSizes(SglangParallel& s, const ModelConfig& c) {
   // arg_groups/validation_hook.py: "moe_dense_tp_size only supports None, 1, or tp_size"
   if (s.dense_tp == s.tp) s.dense_tp = 0;
   if (s.dense_tp != 0 && s.dense_tp != 1) {
-    return InvalidArgument("dense_tp=" + Num(s.dense_tp) +
-                           ": SGLang's --moe-dense-tp-size "
+    return InvalidArgument("dense_tp=" + Num(s.dense_tp) + ": SGLang's --moe-dense-tp-size "
                            "only supports None, 1, or tp_size");
   }
   if (s.dense_tp == 1 && c.family != ModelFamily::kDeepseekV3) {
