@@ -3,7 +3,7 @@ environment tools/deps/vllm-venv.sh makes, named by FERRY_VLLM_VENV) builds one 
 with its own model class and loads random checkpoint tensors with its own load_weights; ferry's
 layout of that server must name the same parameters, size them alike and put every checkpoint
 byte where SGLang's loader put it (python/tests/sglang_layout_worker.py). The models are tiny
-configs of the real architectures, written here; each case is one process on the CPU.
+configs of the real architectures (sglang_harness.py); each case is one process on the CPU.
 """
 
 from __future__ import annotations
@@ -14,57 +14,9 @@ import os
 import pytest
 
 from procs import run_ranks
+from sglang_harness import MODELS
 
 WORKER = os.path.join(os.path.dirname(__file__), "sglang_layout_worker.py")
-
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 24,
-         "intermediate_size": 48, "num_attention_heads": 12, "num_key_value_heads": 3,
-         "head_dim": 2, "num_hidden_layers": 2, "vocab_size": 1010, "hidden_act": "silu",
-         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
-         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
-
-# Qwen3 dense: q/k norms and tied embeddings (lm_head is embed_tokens); Qwen2: q/k/v biases, one
-# KV head over two ranks.
-QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 24,
-         "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "head_dim": 6, "num_hidden_layers": 2, "vocab_size": 1000, "hidden_act": "silu",
-         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
-         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
-QWEN2 = dict(QWEN3, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_key_value_heads=1,
-             tie_word_embeddings=False)
-
-QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-             "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
-             "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 2,
-             "num_hidden_layers": 2, "num_experts": 128, "num_experts_per_tok": 8,
-             "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
-             "vocab_size": 2384, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-             "rope_theta": 10000.0, "tie_word_embeddings": False,
-             "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
-
-# DeepSeek-V3's architecture (MLA with a q LoRA, a dense first layer, 256 routed experts and one
-# shared expert, the router bias) at tiny widths.
-DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-               "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16,
-               "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 24,
-               "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
-               "v_head_dim": 8, "num_hidden_layers": 2, "first_k_dense_replace": 1,
-               "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1,
-               "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
-               "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
-               "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0,
-               "vocab_size": 1000, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-               "rope_theta": 10000, "tie_word_embeddings": False,
-               "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
-                                "mscale": 1.0, "mscale_all_dim": 1.0,
-                                "original_max_position_embeddings": 4096},
-               "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
-
-MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
-          "qwen3": (QWEN3, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
-          "qwen2": (QWEN2, "sglang.srt.models.qwen2.Qwen2ForCausalLM"),
-          "qwen3_moe": (QWEN3_MOE, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
-          "deepseek_v3": (DEEPSEEK_V3, "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
 
 # (model, ferry spec, world rank, SGLang server arguments)
 CASES = [

@@ -1,0 +1,129 @@
+"""SGLang's own model classes, built for one rank on the CPU as SGLang's ModelRunner builds
+them: the helper python/tests/sglang_layout_worker.py and sglang_refit_worker.py share. Runs in
+the environment tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23).
+
+SGLang publishes the server arguments for the world rank and derives every parallel rank and
+width from them (runtime_context.publish with SpawnRanks), attention DP and the initial expert
+locations are initialised as its ModelRunner does, and the model class is SGLang's. Only the
+process-group handles are stand-ins, since nothing here communicates through them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import types
+from typing import Callable, Iterator
+
+import torch
+
+
+# Tiny configs of the real architectures (Hugging Face config.json contents) and the SGLang
+# class of each.
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 24,
+         "intermediate_size": 48, "num_attention_heads": 12, "num_key_value_heads": 3,
+         "head_dim": 2, "num_hidden_layers": 2, "vocab_size": 1010, "hidden_act": "silu",
+         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
+# Qwen3 dense: q/k norms and tied embeddings (lm_head is embed_tokens); Qwen2: q/k/v biases, one
+# KV head over two ranks.
+QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 24,
+         "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 6, "num_hidden_layers": 2, "vocab_size": 1000, "hidden_act": "silu",
+         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
+         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+QWEN2 = dict(QWEN3, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_key_value_heads=1,
+             tie_word_embeddings=False)
+
+QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+             "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 2,
+             "num_hidden_layers": 2, "num_experts": 128, "num_experts_per_tok": 8,
+             "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+             "vocab_size": 2384, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+             "rope_theta": 10000.0, "tie_word_embeddings": False,
+             "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
+# DeepSeek-V3's architecture (MLA with a q LoRA, a dense first layer, 256 routed experts and one
+# shared expert, the router bias) at tiny widths.
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+               "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16,
+               "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 24,
+               "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+               "v_head_dim": 8, "num_hidden_layers": 2, "first_k_dense_replace": 1,
+               "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1,
+               "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+               "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+               "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0,
+               "vocab_size": 1000, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+               "rope_theta": 10000, "tie_word_embeddings": False,
+               "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "original_max_position_embeddings": 4096},
+               "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
+MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
+          "qwen3": (QWEN3, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
+          "qwen2": (QWEN2, "sglang.srt.models.qwen2.Qwen2ForCausalLM"),
+          "qwen3_moe": (QWEN3_MOE, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
+          "deepseek_v3": (DEEPSEEK_V3, "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
+
+
+def stand_in_group(rank: int, size: int) -> types.SimpleNamespace:
+    """A process-group handle for a rank that builds and loads a model without communicating."""
+    return types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=size,
+                                 rank_in_group=rank, rank=rank, ranks=list(range(size)),
+                                 local_rank=rank, device_group=None, cpu_group=None)
+
+
+@contextlib.contextmanager
+def sglang_rank(model_dir: str, rank: int, server_args: dict,
+                model_class: str) -> Iterator[Callable[[], torch.nn.Module]]:
+    """Inside it, SGLang's runtime context is that of world rank `rank` of a server run with
+    `server_args`; it yields a function that builds `model_class` (for example
+    sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM) with its parameters zeroed, in bf16."""
+    from transformers import AutoConfig
+
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.eplb.expert_location import (compute_initial_expert_location_metadata,
+                                                 set_global_expert_location_metadata)
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.layers.moe.utils import resolve_shared_experts_config
+    from sglang.srt.runtime_context import SpawnRanks, get_model, get_parallel, publish
+    from sglang.srt.server_args import ServerArgs
+
+    module, name = model_class.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
+                      load_format="dummy", **server_args)
+    publish(args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
+    par = get_parallel()
+    groups = {"pp_group": stand_in_group(0, 1), "attn_cp_group": stand_in_group(0, 1),
+              "moe_dp_group": stand_in_group(0, 1),
+              "tp_group": stand_in_group(par.tp_rank, par.tp_size),
+              "attn_tp_group": stand_in_group(par.attn_tp_rank, par.attn_tp_size),
+              "moe_tp_group": stand_in_group(par.moe_tp_rank, par.moe_tp_size),
+              "moe_ep_group": stand_in_group(par.moe_ep_rank, par.moe_ep_size)}
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    torch.set_default_dtype(torch.bfloat16)
+    with par.override(**groups):
+        initialize_dp_attention(args)  # as ModelRunner does
+        set_global_expert_location_metadata(compute_initial_expert_location_metadata(
+            model_config=ModelConfig.from_server_args(args), moe_ep_rank=par.moe_ep_rank))
+        shared = resolve_shared_experts_config(cls, hf_config, None)
+        with get_model().override(shared_experts=shared):
+            def build() -> torch.nn.Module:
+                model = cls(hf_config)
+                for p in model.parameters():
+                    p.data.zero_()
+                return model
+            yield build
+
+
+def checkpoint(tensors, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Random bf16 (fp32 where the checkpoint holds fp32) values for every checkpoint tensor of
+    a ferry layout's `tensors`, the same for a seed whatever torch's default dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    return {t.name: torch.randn(t.shape, generator=gen, dtype=torch.float32).to(
+        torch.float32 if t.dtype == "fp32" else torch.bfloat16) for t in tensors}

@@ -1,0 +1,38 @@
+"""ferry.sglang against SGLang's own classes: a Megatron-style trainer (2 ranks) refits a TP2
+SGLang DeepSeek-V3 server (2 ranks, SGLang 0.5.23's DeepseekV3ForCausalLM with its shared expert
+fused) through ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after each, every
+server parameter and the MLA tensors post_load_weights derives must equal what SGLang's own
+load_weights makes of that update's checkpoint (python/tests/sglang_refit_worker.py). Skipped,
+saying so, without the environment tools/deps/vllm-venv.sh makes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from procs import run_ranks
+from sglang_harness import MODELS
+from test_sglang_layout import sglang_python
+
+WORKER = os.path.join(os.path.dirname(__file__), "sglang_refit_worker.py")
+
+
+def test_sglang_server_receives_every_update_byte_exact(tmp_path):
+    python = sglang_python()
+    (tmp_path / "config.json").write_text(json.dumps(MODELS["deepseek_v3"][0]))
+    roles = [("trainer", 0), ("trainer", 1), ("server", 0), ("server", 1)]
+
+    def argv(rank, port):
+        role, role_rank = roles[rank]
+        return [WORKER, role, str(role_rank), str(port), str(tmp_path)]
+
+    results = run_ranks(argv, len(roles), deadline_s=600, python=python)
+    failed = [f"--- {roles[r.rank]} exited {r.returncode}:\n{r.output[-3000:]}"
+              for r in results if r.returncode != 0]
+    assert not failed, "\n".join(failed)
+    for r in results[2:]:
+        for step in range(3):
+            assert re.search(rf"server rank {roles[r.rank][1]} step {step}: \d+ tensors byte-exact",
+                             r.output), r.output[-3000:]
