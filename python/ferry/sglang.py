@@ -169,9 +169,8 @@ class Sender:
 class _Worker:
     """One SGLang worker's rank of the refit: its session, plan and registered parameters."""
 
-    def __init__(self, model: torch.nn.Module, spec: RefitSpec, rank: int) -> None:
-        source, destination = _layouts(spec)
-        self.key = (spec.store, rank)
+    def __init__(self, model: torch.nn.Module, spec: RefitSpec, rank: int, source: Layout,
+                 destination: Layout) -> None:
         self.session = Session(rank, _world_size(spec, destination), spec.store, spec.token,
                                spec.config)
         self.refit = self.session.refit(source, destination, gpus_per_node=spec.gpus_per_node)
@@ -210,11 +209,10 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
     if _worker is None:
         from sglang.srt.runtime_context import get_parallel  # only inside an SGLang worker
         parallel = get_parallel()
-        _, destination = _layouts(spec)
-        engines = _engines(spec.destination)
-        rank = worker_rank(spec, len(destination.ranks) // engines, parallel.tp_rank,
-                           parallel.tp_size, parallel.dp_rank)
-        _worker = _Worker(model, spec, rank)
+        source, destination = _layouts(spec)
+        rank = worker_rank(spec, len(destination.ranks) // _engines(spec.destination),
+                           parallel.tp_rank, parallel.tp_size, parallel.dp_rank)
+        _worker = _Worker(model, spec, rank, source, destination)
     _worker.receive(spec.round)
     post = getattr(model, "post_load_weights", None)
     if callable(post):
