@@ -1,6 +1,7 @@
 """SGLang's own model classes, built for one rank on the CPU as SGLang's ModelRunner builds
-them: the helper python/tests/sglang_layout_worker.py and sglang_refit_worker.py share. Runs in
-the environment tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23).
+them, tiny configs of the architectures ferry models, and random checkpoints: what
+python/tests/sglang_layout_worker.py and sglang_refit_worker.py share. Runs in the environment
+tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch only.
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
 width from them (runtime_context.publish with SpawnRanks), attention DP and the initial expert
