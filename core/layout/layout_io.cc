@@ -145,6 +145,15 @@ Result<YAML::Node> ParseDocument(const std::string& text) {
   }
 }
 
+// The index of the declared tensor that map entry "tensor" at `path` names.
+Result<int> ReadTensorRef(const YAML::Node& map, const std::string& path, const Layout& layout) {
+  FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(map, path, "tensor"));
+  FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
+  const int t = layout.FindTensor(tensor);
+  if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+  return t;
+}
+
 // `transforms`: [{tensor, transform, dtype}], tensors stored transformed (StoredTransform).
 Status ReadTransforms(const YAML::Node& transforms, Layout& layout) {
   if (!transforms.IsDefined() || transforms.IsNull()) return Status::Ok();
@@ -153,10 +162,7 @@ Status ReadTransforms(const YAML::Node& transforms, Layout& layout) {
     const std::string path = Index("transforms", i);
     const YAML::Node& n = transforms[i];
     FERRY_RETURN_IF_ERROR(CheckMap(n, path, {"tensor", "transform", "dtype"}));
-    FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(n, path, "tensor"));
-    FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
-    const int t = layout.FindTensor(tensor);
-    if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+    FERRY_ASSIGN_OR_RETURN(const int t, ReadTensorRef(n, path, layout));
     FERRY_ASSIGN_OR_RETURN(YAML::Node what_node, Required(n, path, "transform"));
     FERRY_ASSIGN_OR_RETURN(std::string what, ReadString(what_node, Join(path, "transform")));
     FERRY_ASSIGN_OR_RETURN(YAML::Node dtype_node, Required(n, path, "dtype"));
@@ -299,15 +305,12 @@ Result<std::array<int64_t, kMaxDims>> ReadStrides(const YAML::Node& node, const 
 Status ReadFragment(const YAML::Node& f, const std::string& path, Layout& layout) {
   FERRY_RETURN_IF_ERROR(
       CheckMap(f, path, {"tensor", "box", "rank", "buffer", "byte_offset", "strides"}));
-  FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(f, path, "tensor"));
-  FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
-  const int t = layout.FindTensor(tensor);
-  if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+  FERRY_ASSIGN_OR_RETURN(const int t, ReadTensorRef(f, path, layout));
   FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(f, path, "box"));
   FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
   FERRY_ASSIGN_OR_RETURN(YAML::Node rank_node, Required(f, path, "rank"));
   FERRY_ASSIGN_OR_RETURN(int rank, ReadSmallInt(rank_node, Join(path, "rank"), 0));
-  std::string buffer = tensor;
+  std::string buffer = layout.tensors[static_cast<size_t>(t)].name;
   if (f["buffer"].IsDefined()) {
     FERRY_ASSIGN_OR_RETURN(buffer, ReadString(f["buffer"], Join(path, "buffer")));
   }
@@ -350,10 +353,7 @@ Status ReadPadding(const YAML::Node& padding, Layout& layout) {
     const std::string path = Index("padding", i);
     const YAML::Node& p = padding[i];
     FERRY_RETURN_IF_ERROR(CheckMap(p, path, {"tensor", "box"}));
-    FERRY_ASSIGN_OR_RETURN(YAML::Node tensor_node, Required(p, path, "tensor"));
-    FERRY_ASSIGN_OR_RETURN(std::string tensor, ReadString(tensor_node, Join(path, "tensor")));
-    const int t = layout.FindTensor(tensor);
-    if (t < 0) return Bad(tensor_node, Join(path, "tensor"), "unknown tensor '" + tensor + "'");
+    FERRY_ASSIGN_OR_RETURN(const int t, ReadTensorRef(p, path, layout));
     FERRY_ASSIGN_OR_RETURN(YAML::Node box_node, Required(p, path, "box"));
     FERRY_ASSIGN_OR_RETURN(Box box, ReadBox(box_node, Join(path, "box")));
     layout.AddPadding(t, box);
