@@ -57,7 +57,7 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
 }
 
 // SGLang's checks of the server arguments.
-Status CheckSizes(SglangParallel& s, const ModelConfig& c) {
+Status CheckSizes(const SglangParallel& s, const ModelConfig& c) {
   // runtime_context.py derive_attn_tp_size: tp // attn_dp
   FERRY_RETURN_IF_ERROR(CheckDivides("tp", s.tp, "attn_dp", s.attn_dp));
   // arg_groups/overrides.py _dp_lm_head_validation
@@ -67,7 +67,6 @@ Status CheckSizes(SglangParallel& s, const ModelConfig& c) {
         "(--attn-dp-size), give attn_dp > 1");
   }
   // arg_groups/validation_hook.py: "moe_dense_tp_size only supports None, 1, or tp_size"
-  if (s.dense_tp == s.tp) s.dense_tp = 0;
   if (s.dense_tp != 0 && s.dense_tp != 1) {
     return InvalidArgument("dense_tp=" + Num(s.dense_tp) + ": SGLang's --moe-dense-tp-size "
                            "only supports None, 1, or tp_size");
@@ -148,6 +147,7 @@ Status ResolveSglang(SglangParallel& s, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(ResolveDeprecatedDpAttention(s));
   FERRY_RETURN_IF_ERROR(CheckWorld("sglang tp*dp*engines", SglangRanks(s)));
   FERRY_RETURN_IF_ERROR(CheckModelled(s, c));
+  if (s.dense_tp == s.tp) s.dense_tp = 0;  // --moe-dense-tp-size tp_size: the default
   FERRY_RETURN_IF_ERROR(CheckSizes(s, c));
   FERRY_RETURN_IF_ERROR(ResolveSharedFusion(s, c));
   if (c.IsMoe()) FERRY_RETURN_IF_ERROR(CheckMoe(s, c));
