@@ -1,7 +1,7 @@
 """SGLang's own model classes, built for one rank on the CPU as SGLang's ModelRunner builds
 them, tiny configs of the architectures ferry models, and random checkpoints: what
 python/tests/sglang_layout_worker.py and sglang_refit_worker.py share. Runs in the environment
-tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch only.
+tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch and ferry.
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
 width from them (runtime_context.publish with SpawnRanks), attention DP and the initial expert
@@ -17,6 +17,8 @@ import types
 from typing import Callable, Iterator
 
 import torch
+
+import ferry
 
 
 # Tiny configs of the real architectures (Hugging Face config.json contents) and the SGLang
@@ -128,3 +130,21 @@ def checkpoint(tensors, seed: int = 1) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     return {t.name: torch.randn(t.shape, generator=gen, dtype=torch.float32).to(
         torch.float32 if t.dtype == "fp32" else torch.bfloat16) for t in tensors}
+
+
+def fill_buffers(layout, rank: int, weights: dict[str, torch.Tensor],
+                 buffers: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The buffers of `rank` in ferry layout `layout` as uint8 tensors holding `weights` where
+    its fragments place them (zeros elsewhere); `buffers`, when given, is filled in place."""
+    if buffers is None:
+        buffers = {b.name: torch.zeros(b.bytes, dtype=torch.uint8) for b in layout.buffers(rank)}
+    dtypes = {t.name: t.dtype for t in layout.tensors}
+    for f in layout.fragments(rank):
+        box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
+        ferry.fragment_view(buffers[f.buffer], f, dtypes[f.tensor]).copy_(box)
+    return buffers
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s elements, in row-major order, as bytes."""
+    return t.detach().contiguous().view(-1).view(torch.uint8)

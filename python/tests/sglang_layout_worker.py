@@ -22,7 +22,7 @@ import sys
 import torch
 
 import ferry
-from sglang_harness import checkpoint, sglang_rank
+from sglang_harness import as_bytes, checkpoint, fill_buffers, sglang_rank
 
 
 def differences(model: torch.nn.Module, layout: ferry.Layout, rank: int,
@@ -32,20 +32,12 @@ def differences(model: torch.nn.Module, layout: ferry.Layout, rank: int,
     buffers = {b.name: b for b in layout.buffers(rank)}
     problems = [f"SGLang has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
     problems += [f"ferry has {n}, SGLang does not" for n in sorted(set(buffers) - set(params))]
-    dtypes = {t.name: t.dtype for t in layout.tensors}
-    by_buffer: dict[str, list[ferry.FragmentInfo]] = {}
-    for f in layout.fragments(rank):
-        by_buffer.setdefault(f.buffer, []).append(f)
+    expected = fill_buffers(layout, rank, weights)
     for name in sorted(set(params) & set(buffers)):
         p, size = params[name], buffers[name].bytes
         if p.numel() * p.element_size() != size:
             problems.append(f"{name}: SGLang {tuple(p.shape)} {p.dtype}, ferry {size} bytes")
-            continue
-        expect = torch.zeros(size, dtype=torch.uint8)
-        for f in by_buffer.get(name, []):
-            box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
-            ferry.fragment_view(expect, f, dtypes[f.tensor]).copy_(box)
-        if not torch.equal(p.detach().contiguous().view(-1).view(torch.uint8), expect):
+        elif not torch.equal(as_bytes(p), expected[name]):
             problems.append(f"{name}: bytes differ from ferry's fragments")
     return problems
 

@@ -23,7 +23,7 @@ import torch
 
 import ferry
 import ferry.sglang
-from sglang_harness import MODELS, checkpoint
+from sglang_harness import MODELS, as_bytes, checkpoint, fill_buffers
 
 STEPS = 3
 SERVER_ARGS = {"tp_size": 2, "enforce_shared_experts_fusion": True}
@@ -39,13 +39,9 @@ def spec_for(port: str, model_dir: str) -> ferry.sglang.RefitSpec:
 def trainer(rank: int, spec: ferry.sglang.RefitSpec) -> None:
     sender = ferry.sglang.Sender(spec, rank)
     source = ferry.Layout.preset(spec.model, spec.source)
-    dtypes = {t.name: t.dtype for t in source.tensors}
-    buffers = {b.name: torch.zeros(b.bytes, dtype=torch.uint8) for b in source.buffers(rank)}
+    buffers = None
     for step in range(STEPS):
-        weights = checkpoint(source.tensors, seed=step + 1)
-        for f in source.fragments(rank):
-            box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
-            ferry.fragment_view(buffers[f.buffer], f, dtypes[f.tensor]).copy_(box)
+        buffers = fill_buffers(source, rank, checkpoint(source.tensors, seed=step + 1), buffers)
         if step == 0:
             sender.register(buffers)
         sender.send()
@@ -62,10 +58,6 @@ def derived(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             if isinstance(value, torch.Tensor):
                 out[f"{name}.{attr}"] = value
     return out
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().view(-1).view(torch.uint8)
 
 
 def server(rank: int, spec: ferry.sglang.RefitSpec) -> int:
@@ -85,7 +77,7 @@ def server(rank: int, spec: ferry.sglang.RefitSpec) -> int:
             if set(got) != set(want) or not derived(model):
                 print(f"server rank {rank}: tensors differ: {sorted(set(got) ^ set(want))[:5]}")
                 return 1
-            bad = [n for n in want if not torch.equal(_bytes(got[n]), _bytes(want[n]))]
+            bad = [n for n in want if not torch.equal(as_bytes(got[n]), as_bytes(want[n]))]
             if bad:
                 print(f"server rank {rank} step {step}: {len(bad)} tensors differ: {bad[:5]}")
                 return 1
