@@ -340,7 +340,7 @@ class TcpTransport final : public Transport {
       }
     }
     if (p.payload_request == r) {  // arriving now: keep reading, into nowhere
-      p.discard.resize(static_cast<size_t>(std::min<int64_t>(p.payload_left, 1 << 20)));
+      DiscardPayload(p);
       p.payload_request = nullptr;
       Complete(r, Aborted("tcp: receive cancelled"));
       return Status::Ok();
@@ -422,7 +422,7 @@ class TcpTransport final : public Transport {
     const int64_t size = p.payload_unexpected->bytes;
     if (size > r->bytes) {  // the rest is read into nowhere
       Complete(r, OutOfRange(TooBig(r, size)));
-      p.discard.resize(static_cast<size_t>(std::min<int64_t>(p.payload_left, 1 << 20)));
+      DiscardPayload(p);
     } else {
       const int64_t arrived = size - p.payload_left;
       if (arrived > 0) std::memcpy(r->data, p.payload_unexpected->data.get(), static_cast<size_t>(arrived));
@@ -440,11 +440,7 @@ class TcpTransport final : public Transport {
 
   void DeliverToSelf(Request* send) {
     Peer& self = peers_[rank_];
-    auto posted = self.posted.find(send->tag);
-    if (posted != self.posted.end() && !posted->second.empty()) {
-      Request* recv = posted->second.front();
-      posted->second.pop_front();
-      if (posted->second.empty()) self.posted.erase(posted);
+    if (Request* recv = TakePosted(self, send->tag)) {
       if (send->bytes > recv->bytes) {
         Complete(recv, OutOfRange(TooBig(recv, send->bytes)));
       } else {
@@ -613,6 +609,12 @@ class TcpTransport final : public Transport {
     if (p.payload_left == 0) FinishPayload(peer);
   }
 
+  // The rest of the payload arriving (p.payload_left bytes) is read into nowhere, through a
+  // scratch buffer of at most 1 MiB.
+  static void DiscardPayload(Peer& p) {
+    p.discard.resize(static_cast<size_t>(std::min<int64_t>(p.payload_left, 1 << 20)));
+  }
+
   // The first receive posted for `tag` from this peer, taken off the posted list; null if none.
   static Request* TakePosted(Peer& p, uint64_t tag) {
     auto posted = p.posted.find(tag);
@@ -681,7 +683,7 @@ class TcpTransport final : public Transport {
     if (r != nullptr) {
       p.payload_at = r->data;
     } else {
-      p.discard.resize(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));
+      DiscardPayload(p);
     }
     return true;
   }
@@ -697,7 +699,7 @@ class TcpTransport final : public Transport {
     if (Request* r = TakePosted(p, p.header.tag)) {
       if (size > r->bytes) {
         Complete(r, OutOfRange(TooBig(r, size)));
-        p.discard.resize(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));
+        DiscardPayload(p);
       } else {
         p.payload_request = r;
         p.payload_at = r->data;
