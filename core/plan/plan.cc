@@ -220,7 +220,7 @@ std::vector<int> TransferPlan::OpsOfRank(int rank) const {
 std::vector<std::pair<int, int>> TransferPlan::MatchedMessages() const {
   std::vector<std::pair<int64_t, int>> senders, receivers;
   for (const Op& op : ops) {
-    if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) senders.push_back({op.message, op.id});
+    if (IsSenderKind(op.kind)) senders.push_back({op.message, op.id});
     if (op.kind == OpKind::kRecv) receivers.push_back({op.message, op.id});
   }
   std::sort(senders.begin(), senders.end());

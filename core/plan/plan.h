@@ -55,10 +55,10 @@ namespace ferry {
 
 enum class OpKind : uint8_t { kCopy, kPack, kSend, kRecv, kUnpack, kConvert, kForward, kQuantize };
 std::string_view OpKindName(OpKind kind);  // "copy", "pack", ...
+// Send or Forward: the sending end of a message.
+inline bool IsSenderKind(OpKind kind) { return kind == OpKind::kSend || kind == OpKind::kForward; }
 // Send, Forward or Recv: an op that moves a message between ranks (Op::peer, message, data).
-inline bool IsMessageKind(OpKind kind) {
-  return kind == OpKind::kSend || kind == OpKind::kForward || kind == OpKind::kRecv;
-}
+inline bool IsMessageKind(OpKind kind) { return IsSenderKind(kind) || kind == OpKind::kRecv; }
 
 enum class Space : uint8_t {
   kSource,       // Region::buffer indexes TransferPlan::source_buffers

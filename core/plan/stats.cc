@@ -120,7 +120,7 @@ int LongestMessageChain(const TransferPlan& plan) {
     const int i = ready.back();
     ready.pop_back();
     const Op& op = plan.ops[i];
-    const int d = depth[i] + ((op.kind == OpKind::kSend || op.kind == OpKind::kForward) ? 1 : 0);
+    const int d = depth[i] + (IsSenderKind(op.kind) ? 1 : 0);
     longest = std::max(longest, d);
     for (int next : successors[i]) {
       depth[next] = std::max(depth[next], d);
@@ -146,7 +146,7 @@ PlanStats ComputePlanStats(const TransferPlan& plan, const Topology& topology,
   s.ops = static_cast<int64_t>(plan.ops.size());
   for (const StagingSlot& slot : plan.slots) s.staging_bytes += slot.bytes;
   for (const Op& op : plan.ops) {
-    if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) {
+    if (IsSenderKind(op.kind)) {
       AccountMessage(topology, op, s, t);
     } else if (op.kind != OpKind::kRecv) {
       AccountLocalOp(plan, op, s, t);

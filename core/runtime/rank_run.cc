@@ -493,7 +493,7 @@ Status RankRun::StartReadyNetwork() {
 
 bool RankRun::HoldsWindowSlot(int i) const {
   const OpKind kind = OpAt(i).kind;
-  return kind == OpKind::kSend || kind == OpKind::kForward;
+  return IsSenderKind(kind);
 }
 
 // Starts op i if its staging slots can be granted; false when it must wait for space.
@@ -1117,7 +1117,7 @@ Status RankRun::AbortRun() {
 std::string RankRun::Describe(int i) const {
   const Op& op = OpAt(i);
   std::string text = "op " + std::to_string(op.id) + " (" + std::string(OpKindName(op.kind));
-  if (op.kind == OpKind::kSend || op.kind == OpKind::kForward) {
+  if (IsSenderKind(op.kind)) {
     text += " of message " + std::to_string(op.message) + " to peer " + std::to_string(op.peer) +
             " over " + comm_.TransportNameFor(op.peer);
   } else if (op.kind == OpKind::kRecv) {

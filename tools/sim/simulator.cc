@@ -149,8 +149,6 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
-bool IsSender(OpKind k) { return k == OpKind::kSend || k == OpKind::kForward; }
-
 // An op's (round, id) as one integer that orders as the pair: the round in the high half.
 int64_t RoundKey(const Op& o) { return static_cast<int64_t>(o.round) * (int64_t{1} << 32) + o.id; }
 int IdOfRoundKey(int64_t key) { return static_cast<int>(key & 0xFFFFFFFF); }
@@ -473,10 +471,10 @@ Status Engine::CheckOp(int i, std::vector<int>& count, MessageTable& messages) {
     return InvalidArgument(where() + " has invalid peer " + std::to_string(op.peer));
   }
   auto& entry = messages[op.message];
-  int& slot = IsSender(op.kind) ? entry.first : entry.second;
+  int& slot = IsSenderKind(op.kind) ? entry.first : entry.second;
   if (slot != -1) {
     return InvalidArgument(where() + ": message " + std::to_string(op.message) +
-                           " already has a " + (IsSender(op.kind) ? "sender" : "receiver") +
+                           " already has a " + (IsSenderKind(op.kind) ? "sender" : "receiver") +
                            " (op " + std::to_string(slot) + ")");
   }
   slot = i;
@@ -743,10 +741,10 @@ void Engine::BecomeReady(int op, double t) {
     return;
   }
   // A receive is ready once posted: its message starts no earlier (StartMessage).
-  times_[op].ready = IsSender(o.kind) ? t : Post(o.rank, t);
+  times_[op].ready = IsSenderKind(o.kind) ? t : Post(o.rank, t);
   const int p = partner_[op];
   if (times_[p].ready < 0) return;  // the partner starts the message when it becomes ready
-  Admit(IsSender(o.kind) ? op : p, t);
+  Admit(IsSenderKind(o.kind) ? op : p, t);
 }
 
 // Both sides of sender op `sender`'s message are ready: it starts now if its rank has fewer than
@@ -1405,7 +1403,7 @@ void Engine::OnOpDone(int op, double t) {
   times_[op].end = t;
   ++ops_done_;
   const Op& o = plan_.ops[op];
-  if (IsSender(o.kind)) {
+  if (IsSenderKind(o.kind)) {
     --posted_[o.rank];
     auto& queue = waiting_[o.rank];
     if (!queue.empty()) {
@@ -1456,7 +1454,7 @@ std::string Engine::DescribeOp(int op) const {
   const Op& o = plan_.ops[op];
   std::ostringstream out;
   if (IsMessageKind(o.kind)) {
-    int s = IsSender(o.kind) ? op : partner_[op];
+    int s = IsSenderKind(o.kind) ? op : partner_[op];
     const Op& so = plan_.ops[s];
     int ga = GpuOf(so.rank), gb = GpuOf(so.peer);
     const char* path = ga == gb ? "same gpu" : NodeOfGpu(ga) == NodeOfGpu(gb) ? "nvlink" : "network";
@@ -1483,7 +1481,7 @@ void Engine::BuildCriticalPath(SimResult& result) const {
     if (partner_[cur] >= 0) {
       int p = partner_[cur];
       if (times_[p].ready > times_[cur].ready) gate = p;
-      shown = IsSender(plan_.ops[cur].kind) ? cur : p;
+      shown = IsSenderKind(plan_.ops[cur].kind) ? cur : p;
     }
     steps.push_back({shown, times_[shown].start, times_[cur].end, DescribeOp(shown)});
     cur = cause_[gate];
@@ -1568,7 +1566,7 @@ void Engine::StartInitialOps() {
     if (opt_.max_in_flight > 0 && IsMessageKind(o.kind)) {
       times_[i].ready = posted.empty() ? 0.0 : posted[i];
       const int p = partner_[i];
-      const int sender = IsSender(o.kind) ? i : p;
+      const int sender = IsSenderKind(o.kind) ? i : p;
       if (times_[p].ready >= 0) {
         waiting_[plan_.ops[sender].rank].push(RoundKey(plan_.ops[sender]));
       }
