@@ -134,86 +134,113 @@ int ClusterSpec::NicOfLocalGpu(int local_gpu) const {
   return static_cast<int>(static_cast<int64_t>(local_gpu) * nics_per_node / gpus_per_node);
 }
 
-Status ClusterSpec::Validate() const {
-  auto positive = [](double v, const char* field) -> Status {
-    if (!(v > 0) || !std::isfinite(v)) {
-      return InvalidArgument(std::string("cluster field '") + field + "' must be > 0");
-    }
-    return Status::Ok();
-  };
-  auto non_negative = [](double v, const char* field) -> Status {
-    if (!(v >= 0) || !std::isfinite(v)) {
-      return InvalidArgument(std::string("cluster field '") + field + "' must be >= 0");
-    }
-    return Status::Ok();
-  };
-  if (gpus_per_node < 1) return InvalidArgument("cluster field 'gpus_per_node' must be >= 1");
-  if (ranks_per_gpu < 1 || ranks_per_gpu > kMaxRanksPerGpu) {
+namespace {
+
+Status CheckPositive(double v, const char* field) {
+  if (!(v > 0) || !std::isfinite(v)) {
+    return InvalidArgument(std::string("cluster field '") + field + "' must be > 0");
+  }
+  return Status::Ok();
+}
+
+Status CheckNonNegative(double v, const char* field) {
+  if (!(v >= 0) || !std::isfinite(v)) {
+    return InvalidArgument(std::string("cluster field '") + field + "' must be >= 0");
+  }
+  return Status::Ok();
+}
+
+// The counts: GPUs, ranks, nodes, NICs and trays.
+Status ValidateCounts(const ClusterSpec& c) {
+  if (c.gpus_per_node < 1) return InvalidArgument("cluster field 'gpus_per_node' must be >= 1");
+  if (c.ranks_per_gpu < 1 || c.ranks_per_gpu > kMaxRanksPerGpu) {
     return InvalidArgument("cluster field 'ranks_per_gpu' must be in [1, " +
                            std::to_string(kMaxRanksPerGpu) + "]");
   }
-  if (static_cast<int64_t>(gpus_per_node) * ranks_per_gpu > kMaxRanks) {
+  if (static_cast<int64_t>(c.gpus_per_node) * c.ranks_per_gpu > kMaxRanks) {
     return InvalidArgument("cluster fields 'gpus_per_node' x 'ranks_per_gpu' exceed " +
                            std::to_string(kMaxRanks) + " ranks a node");
   }
-  if (num_nodes < 0) return InvalidArgument("cluster field 'num_nodes' must be >= 0");
-  if (nics_per_node < 1) return InvalidArgument("cluster field 'nics_per_node' must be >= 1");
-  if (gpus_per_tray < 0) return InvalidArgument("cluster field 'gpus_per_tray' must be >= 0");
-  FERRY_RETURN_IF_ERROR(positive(nic_bandwidth, "nic_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(nvlink_bandwidth, "nvlink_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(copy_bandwidth, "copy_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(pack_bandwidth, "pack_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(quantize_bandwidth, "quantize_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(fp8_convert_bandwidth, "fp8_convert_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(pcie_bandwidth, "pcie_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(host_memory_bandwidth, "host_memory_bandwidth"));
-  FERRY_RETURN_IF_ERROR(positive(host_copy_bandwidth, "host_copy_bandwidth"));
-  FERRY_RETURN_IF_ERROR(non_negative(spine_bandwidth_per_node, "spine_bandwidth_per_node"));
-  FERRY_RETURN_IF_ERROR(non_negative(host_message_bandwidth, "host_message_bandwidth"));
-  FERRY_RETURN_IF_ERROR(non_negative(host_message_stream_bandwidth, "host_message_stream_bandwidth"));
-  FERRY_RETURN_IF_ERROR(non_negative(nic_latency, "nic_latency"));
-  FERRY_RETURN_IF_ERROR(non_negative(nic_message_overhead, "nic_message_overhead"));
-  FERRY_RETURN_IF_ERROR(non_negative(cross_rail_latency, "cross_rail_latency"));
-  FERRY_RETURN_IF_ERROR(non_negative(nvlink_latency, "nvlink_latency"));
-  FERRY_RETURN_IF_ERROR(non_negative(nvlink_message_overhead, "nvlink_message_overhead"));
-  FERRY_RETURN_IF_ERROR(non_negative(kernel_overhead, "kernel_overhead"));
-  FERRY_RETURN_IF_ERROR(non_negative(op_post_overhead, "op_post_overhead"));
-  FERRY_RETURN_IF_ERROR(non_negative(tensor_load_overhead, "tensor_load_overhead"));
-  if (!(network_efficiency > 0 && network_efficiency <= 1)) {
+  if (c.num_nodes < 0) return InvalidArgument("cluster field 'num_nodes' must be >= 0");
+  if (c.nics_per_node < 1) return InvalidArgument("cluster field 'nics_per_node' must be >= 1");
+  if (c.gpus_per_tray < 0) return InvalidArgument("cluster field 'gpus_per_tray' must be >= 0");
+  return Status::Ok();
+}
+
+// Bandwidths, latencies, overheads, efficiencies and the staging chunk.
+Status ValidateRates(const ClusterSpec& c) {
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.nic_bandwidth, "nic_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.nvlink_bandwidth, "nvlink_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.copy_bandwidth, "copy_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.pack_bandwidth, "pack_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.quantize_bandwidth, "quantize_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.fp8_convert_bandwidth, "fp8_convert_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.pcie_bandwidth, "pcie_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.host_memory_bandwidth, "host_memory_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckPositive(c.host_copy_bandwidth, "host_copy_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.spine_bandwidth_per_node, "spine_bandwidth_per_node"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.host_message_bandwidth, "host_message_bandwidth"));
+  FERRY_RETURN_IF_ERROR(
+      CheckNonNegative(c.host_message_stream_bandwidth, "host_message_stream_bandwidth"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.nic_latency, "nic_latency"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.nic_message_overhead, "nic_message_overhead"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.cross_rail_latency, "cross_rail_latency"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.nvlink_latency, "nvlink_latency"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.nvlink_message_overhead, "nvlink_message_overhead"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.kernel_overhead, "kernel_overhead"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.op_post_overhead, "op_post_overhead"));
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.tensor_load_overhead, "tensor_load_overhead"));
+  if (!(c.network_efficiency > 0 && c.network_efficiency <= 1)) {
     return InvalidArgument("cluster field 'network_efficiency' must be in (0, 1]");
   }
-  if (!(nvlink_efficiency > 0 && nvlink_efficiency <= 1)) {
+  if (!(c.nvlink_efficiency > 0 && c.nvlink_efficiency <= 1)) {
     return InvalidArgument("cluster field 'nvlink_efficiency' must be in (0, 1]");
   }
-  if (staging_chunk_bytes < 1) {
+  if (c.staging_chunk_bytes < 1) {
     return InvalidArgument("cluster field 'staging_chunk_bytes' must be >= 1");
   }
-  Status rows = ValidateRowRates(host_copy_row_rates);
+  return Status::Ok();
+}
+
+// The host-memory calibration: the rate tables, the quantizer's rate and the cores, each needing
+// the row table its rates count against.
+Status ValidateHostCalibration(const ClusterSpec& c) {
+  Status rows = ValidateRowRates(c.host_copy_row_rates);
   if (!rows.ok()) {
     return InvalidArgument("cluster field 'host_copy_row_rates': " + rows.message());
   }
-  Status converts = ValidateConvertRates(host_convert_rates);
+  Status converts = ValidateConvertRates(c.host_convert_rates);
   if (!converts.ok()) {
     return InvalidArgument("cluster field 'host_convert_rates': " + converts.message());
   }
-  FERRY_RETURN_IF_ERROR(non_negative(host_quantize_rate, "host_quantize_rate"));
-  if (host_quantize_rate > 0 && host_copy_row_rates.empty()) {
+  FERRY_RETURN_IF_ERROR(CheckNonNegative(c.host_quantize_rate, "host_quantize_rate"));
+  if (c.host_quantize_rate > 0 && c.host_copy_row_rates.empty()) {
     return InvalidArgument(
         "cluster field 'host_quantize_rate' needs 'host_copy_row_rates': its rate counts against "
         "that table's contiguous rate");
   }
-  if (host_cores < 0 || host_cores > kMaxHostCores) {
-    return InvalidArgument("cluster field 'host_cores' must be in [0, " + std::to_string(kMaxHostCores) + "]");
+  if (c.host_cores < 0 || c.host_cores > kMaxHostCores) {
+    return InvalidArgument("cluster field 'host_cores' must be in [0, " +
+                           std::to_string(kMaxHostCores) + "]");
   }
-  if (host_cores > 0 && host_quantize_rate == 0) {
-    return InvalidArgument("cluster field 'host_cores' needs 'host_quantize_rate': only Quantize ops run on the cores");
+  if (c.host_cores > 0 && c.host_quantize_rate == 0) {
+    return InvalidArgument("cluster field 'host_cores' needs 'host_quantize_rate': only Quantize "
+                           "ops run on the cores");
   }
-  if (!host_convert_rates.empty() && host_copy_row_rates.empty()) {
+  if (!c.host_convert_rates.empty() && c.host_copy_row_rates.empty()) {
     return InvalidArgument(
         "cluster field 'host_convert_rates' needs 'host_copy_row_rates': its rates count against "
         "that table's contiguous rate");
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ClusterSpec::Validate() const {
+  FERRY_RETURN_IF_ERROR(ValidateCounts(*this));
+  FERRY_RETURN_IF_ERROR(ValidateRates(*this));
+  return ValidateHostCalibration(*this);
 }
 
 std::string ClusterSpec::Summary() const {
