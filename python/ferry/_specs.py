@@ -128,7 +128,16 @@ def _flag(config: Any, field: str) -> bool:
     return value
 
 
-def sglang_spec(server_args: Any, *, engines: int = 1) -> str:
+def _partition(text: str) -> str:
+    """A PP_LAYER_PARTITION value ("3,2") as a spec writes it ("3.2"); refused unless it is
+    whole numbers separated by commas."""
+    counts = [c.strip() for c in str(text).split(",")]
+    if not all(c.isdigit() for c in counts):
+        raise ValueError(f"partition must be layer counts separated by commas, got {text!r}")
+    return ".".join(counts)
+
+
+def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = None) -> str:
     """The "sglang:..." spec of `engines` independent SGLang servers, each run with `server_args`
     (SGLang's ServerArgs, python/sglang/srt/server_args.py: tp_size, pp_size, dp_size,
     attn_dp_size, enable_dp_attention, ep_size, ep_num_redundant_experts, moe_dense_tp_size,
@@ -136,15 +145,18 @@ def sglang_spec(server_args: Any, *, engines: int = 1) -> str:
     attn_dp_size splits its tp_size ranks' attention into groups and adds no ranks. The older
     `--dp-size N --enable-dp-attention` is read as SGLang 0.5.23 reads it
     (arg_groups/parallel_hook.py _handle_deprecated_dp_attention): attn_dp_size N, dp_size 1.
-    Shared-expert fusion is left to SGLang's own rule unless disabled.
+    Shared-expert fusion is left to SGLang's own rule unless disabled. `partition` is the servers'
+    SGLANG_PP_LAYER_PARTITION ("3,2": decoder layers per PP rank), which SGLang reads from its
+    environment rather than from ServerArgs.
 
     Raises ValueError naming the field when a value is not a whole number or a flag not a bool."""
     dp = _int(server_args, "dp_size", 1)
     attn_dp = _int(server_args, "attn_dp_size", 1)
     if _flag(server_args, "enable_dp_attention") and attn_dp == 1:
         attn_dp, dp = dp, 1
-    keys = [f"tp={_int(server_args, 'tp_size', 1)}", f"pp={_int(server_args, 'pp_size', 1)}",
-            f"dp={dp}"]
+    keys = [f"tp={_int(server_args, 'tp_size', 1)}", f"pp={_int(server_args, 'pp_size', 1)}"]
+    keys += [f"partition={_partition(partition)}"] if partition is not None else []
+    keys += [f"dp={dp}"]
     keys += [f"attn_dp={attn_dp}"] if attn_dp > 1 else []
     keys += [f"ep={_int(server_args, 'ep_size', 1)}"]
     redundant = _int(server_args, "ep_num_redundant_experts", 0)

@@ -194,10 +194,12 @@ _worker: _Worker | None = None
 
 
 def worker_rank(spec: RefitSpec, destination_ranks_per_server: int, tp_rank: int, tp_size: int,
-                dp_rank: int | None) -> int:
-    """The ferry rank of SGLang worker (dp_rank, tp_rank) of server `spec.server`."""
+                dp_rank: int | None, pp_rank: int = 0, pp_size: int = 1) -> int:
+    """The ferry rank of SGLang worker (dp_rank, pp_rank, tp_rank) of server `spec.server`: a
+    replica is tp_size * pp_size ranks, world rank tp_size * pp_rank + tp_rank inside it
+    (SGLang's runtime_context.py spawn_world_rank)."""
     return (spec.num_trainer_ranks + spec.server * destination_ranks_per_server +
-            (dp_rank or 0) * tp_size + tp_rank)
+            (dp_rank or 0) * tp_size * pp_size + pp_rank * tp_size + tp_rank)
 
 
 def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -> None:
@@ -211,7 +213,8 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
         parallel = get_parallel()
         source, destination = _layouts(spec)
         rank = worker_rank(spec, len(destination.ranks) // _engines(spec.destination),
-                           parallel.tp_rank, parallel.tp_size, parallel.dp_rank)
+                           parallel.tp_rank, parallel.tp_size, parallel.dp_rank,
+                           parallel.pp_rank, parallel.pp_size)
         _worker = _Worker(model, spec, rank, source, destination)
     _worker.receive(spec.round)
     post = getattr(model, "post_load_weights", None)

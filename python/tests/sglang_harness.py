@@ -4,7 +4,8 @@ python/tests/sglang_layout_worker.py and sglang_refit_worker.py share. Runs in t
 tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch and ferry.
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
-width from them (runtime_context.publish with SpawnRanks), attention DP and the initial expert
+width from them (runtime_context.publish with SpawnRanks; world rank tp_size * pp_rank +
+tp_rank), attention DP and the initial expert
 locations are initialised as its ModelRunner does, and the model class is SGLang's. Only the
 process-group handles are stand-ins, since nothing here communicates through them.
 """
@@ -74,10 +75,12 @@ MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
 
 
 def stand_in_group(rank: int, size: int) -> types.SimpleNamespace:
-    """A process-group handle for a rank that builds and loads a model without communicating."""
-    return types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=size,
-                                 rank_in_group=rank, rank=rank, ranks=list(range(size)),
-                                 local_rank=rank, device_group=None, cpu_group=None)
+    """A process-group handle for a rank that builds and loads a model without communicating;
+    the model classes ask the pipeline group whether the rank is its first or last."""
+    return types.SimpleNamespace(is_first_rank=rank == 0, is_last_rank=rank == size - 1,
+                                 world_size=size, rank_in_group=rank, rank=rank,
+                                 ranks=list(range(size)), local_rank=rank, device_group=None,
+                                 cpu_group=None)
 
 
 @contextlib.contextmanager
@@ -102,7 +105,8 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
                       load_format="dummy", **server_args)
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
     par = get_parallel()
-    groups = {"pp_group": stand_in_group(0, 1), "attn_cp_group": stand_in_group(0, 1),
+    groups = {"pp_group": stand_in_group(par.pp_rank, par.pp_size),
+              "attn_cp_group": stand_in_group(0, 1),
               "moe_dp_group": stand_in_group(0, 1),
               "tp_group": stand_in_group(par.tp_rank, par.tp_size),
               "attn_tp_group": stand_in_group(par.attn_tp_rank, par.attn_tp_size),

@@ -42,6 +42,18 @@ CASES = [
     ("deepseek_v3", "sglang:tp=4,attn_dp=2,dense_tp=1,dp_lm_head=yes,shared_experts=separate", 3,
      {"tp_size": 4, "attn_dp_size": 2, "moe_dense_tp_size": 1, "enable_dp_lm_head": True,
       "disable_shared_experts_fusion": True}),
+    # Pipeline parallelism, world rank tp * pp_rank + tp_rank, one layer a PP rank. Llama builds
+    # lm_head on every PP rank: the first (embed_tokens, layer 0) and the last (layer 1, norm).
+    ("llama", "sglang:tp=3,pp=2", 2, {"tp_size": 3, "pp_size": 2}),
+    ("llama", "sglang:tp=3,pp=2", 5, {"tp_size": 3, "pp_size": 2}),
+    # tied Qwen3: the last PP rank's own lm_head, loaded from embed_tokens; the first has none
+    ("qwen3", "sglang:tp=1,pp=2", 0, {"tp_size": 1, "pp_size": 2}),
+    ("qwen3", "sglang:tp=2,pp=2", 3, {"tp_size": 2, "pp_size": 2}),
+    # Qwen3-MoE: lm_head on every PP rank, the experts over the stage's own ranks
+    ("qwen3_moe", "sglang:tp=2,pp=2,ep=2", 2, {"tp_size": 2, "pp_size": 2, "ep_size": 2}),
+    # DeepSeek-V3: the MoE layer, norm and lm_head on the last PP rank
+    ("deepseek_v3", "sglang:tp=2,pp=2", 3,
+     {"tp_size": 2, "pp_size": 2, "enforce_shared_experts_fusion": True}),
 ]
 
 

@@ -1,6 +1,6 @@
-"""ferry.sglang against SGLang's own classes: a Megatron-style trainer (2 ranks) refits a TP2
-SGLang DeepSeek-V3 server (2 ranks, SGLang 0.5.23's DeepseekV3ForCausalLM with its shared expert
-fused) through ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after each, every
+"""ferry.sglang against SGLang's own classes: a Megatron-style trainer (2 ranks) refits a TP2 PP2
+SGLang DeepSeek-V3 server (4 ranks, SGLang 0.5.23's DeepseekV3ForCausalLM with its shared expert
+fused; PP rank 0 holds the dense layer, PP rank 1 the MoE layer) through ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after each, every
 server parameter and the MLA tensors post_load_weights derives must equal what SGLang's own
 load_weights makes of that update's checkpoint (python/tests/sglang_refit_worker.py). Skipped,
 saying so, without the environment tools/deps/vllm-venv.sh makes.
@@ -22,7 +22,7 @@ WORKER = os.path.join(os.path.dirname(__file__), "sglang_refit_worker.py")
 def test_sglang_server_receives_every_update_byte_exact(tmp_path):
     python = sglang_python()
     (tmp_path / "config.json").write_text(json.dumps(MODELS["deepseek_v3"][0]))
-    roles = [("trainer", 0), ("trainer", 1), ("server", 0), ("server", 1)]
+    roles = [("trainer", 0), ("trainer", 1)] + [("server", r) for r in range(4)]
 
     def argv(rank, port):
         role, role_rank = roles[rank]

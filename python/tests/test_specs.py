@@ -113,3 +113,22 @@ def test_sglang_attention_dp_and_expert_parallelism():
         ferry.sglang_spec(SimpleNamespace(enable_dp_attention="yes"))
     with pytest.raises(ValueError, match="ep_size"):
         ferry.sglang_spec(SimpleNamespace(ep_size=-1))
+
+
+def test_sglang_pipeline_parallelism():
+    # pp_size from ServerArgs; the layers' split from SGLANG_PP_LAYER_PARTITION, passed as given
+    args = SimpleNamespace(tp_size=2, pp_size=2)
+    spec = ferry.sglang_spec(args, partition="12,36")
+    assert spec == "sglang:tp=2,pp=2,partition=12.36,dp=1,ep=1,engines=1"
+    layout = ferry.Layout.preset("qwen3-30b-a3b", spec, scale="1/64")
+    assert len(layout.ranks) == 4
+    # PP rank 0 (ranks 0, 1) holds layers 0..11, PP rank 1 (ranks 2, 3) layers 12..47
+    names = {r: {b.name for b in layout.buffers(r)} for r in layout.ranks}
+    assert "model.layers.11.self_attn.qkv_proj.weight" in names[1]
+    assert "model.layers.12.self_attn.qkv_proj.weight" in names[2]
+    assert "model.layers.12.self_attn.qkv_proj.weight" not in names[1]
+    with pytest.raises(ValueError, match="partition"):
+        ferry.sglang_spec(args, partition="12;36")
+    with pytest.raises(ferry.InvalidArgumentError, match="SGLANG_PP_LAYER_PARTITION"):
+        ferry.Layout.preset("qwen3-30b-a3b", ferry.sglang_spec(args, partition="12,12"),
+                            scale="1/64")

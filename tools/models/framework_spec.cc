@@ -236,7 +236,9 @@ Status ResolveVllm(const VllmParallel& v, const ModelConfig& c) {
 // "sglang:tp=8,dp=1,attn_dp=8,ep=8": tp, dp and ep, and the keys that differ from SGLang's
 // defaults.
 std::string SglangText(const SglangParallel& g) {
-  return "sglang:tp=" + Num(g.tp) + (g.pp > 1 ? ",pp=" + Num(g.pp) : "") + ",dp=" + Num(g.dp) +
+  return "sglang:tp=" + Num(g.tp) + (g.pp > 1 ? ",pp=" + Num(g.pp) : "") +
+         (g.partition.empty() ? "" : ",partition=" + PipelinePartitionText(g.partition)) +
+         ",dp=" + Num(g.dp) +
          (g.attn_dp > 1 ? ",attn_dp=" + Num(g.attn_dp) : "") +
          (g.dp_attention ? ",dp_attention=yes" : "") + ",ep=" + Num(g.ep) +
          (g.redundant_experts > 0 ? ",redundant=" + Num(g.redundant_experts) : "") +
@@ -255,7 +257,7 @@ std::string FrameworkSpec::ToString() const {
   if (kind == Kind::kSglang) return SglangText(sglang) + naming;
   if (kind == Kind::kVllm) {
     return "vllm:tp=" + Num(vllm.tp) + (vllm.pp > 1 ? ",pp=" + Num(vllm.pp) : "") +
-           (vllm.partition.empty() ? "" : ",partition=" + VllmPartitionText(vllm.partition)) +
+           (vllm.partition.empty() ? "" : ",partition=" + PipelinePartitionText(vllm.partition)) +
            ",dp=" + Num(vllm.dp) + ",ep=" + Num(vllm.ep) +
            (vllm.engines > 1 ? ",engines=" + Num(vllm.engines) : "") +
            (vllm.round_robin_experts ? ",placement=round_robin" : "") +
@@ -401,7 +403,8 @@ std::vector<SpecKey> VllmKeys(FrameworkSpec& spec) {
           {"pp", &v.pp, {}},
           {"partition", nullptr,
            [&v](const std::string& value) -> Status {
-             FERRY_ASSIGN_OR_RETURN(v.partition, ParseVllmPartition(value));
+             FERRY_ASSIGN_OR_RETURN(v.partition,
+                                    ParsePipelinePartition(value, "VLLM_PP_LAYER_PARTITION"));
              return Status::Ok();
            }},
           {"dp", &v.dp, {}},
@@ -434,6 +437,12 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
   SglangParallel& g = spec.sglang;
   return {{"tp", &g.tp, {}},
           {"pp", &g.pp, {}},
+          {"partition", nullptr,
+           [&g](const std::string& value) -> Status {
+             FERRY_ASSIGN_OR_RETURN(g.partition,
+                                    ParsePipelinePartition(value, "SGLANG_PP_LAYER_PARTITION"));
+             return Status::Ok();
+           }},
           {"dp", &g.dp, {}},
           {"attn_dp", &g.attn_dp, {}},
           WordKey("dp_attention", "yes", "no", &g.dp_attention, true),
@@ -490,8 +499,8 @@ std::string FrameworkSpecKeys() {
          "vllm:tp=N,pp=N,partition=N.N...,dp=N,ep=N,engines=N,placement=linear|round_robin,"
          "redundant=N,eplb_map=PATH,"
          "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
-         "sglang:tp=N,pp=1,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,engines=N,"
-         "dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate, any with "
+         "sglang:tp=N,pp=N,partition=N.N...,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,"
+         "engines=N,dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate, any with "
          "expert_tensors=stacks|members; "
          "every key optional";
 }

@@ -257,7 +257,7 @@ void VllmPipelineRule(const ModelConfig& c, const VllmParallel& v, const std::st
                                              ? "layers / pp on each PP rank, the remainder one "
                                                "each to the ranks before the last"
                                              : "VLLM_PP_LAYER_PARTITION " +
-                                                   VllmPartitionText(v.partition)),
+                                                   PipelinePartitionText(v.partition)),
                    std::string(kVllm) + "vllm/distributed/utils.py"});
     return;
   }

@@ -2,6 +2,10 @@
 // checkpoint name.
 #include "tools/models/sglang_explain.h"
 
+#include <cstdlib>
+
+#include "tools/models/sglang_pipeline.h"
+
 namespace ferry::models {
 
 namespace {
@@ -13,10 +17,14 @@ bool Has(const std::string& name, const char* part) { return name.find(part) != 
 
 std::string N(int64_t v) { return std::to_string(v); }
 
+// The model class's file: a dense model is SGLang's Qwen3 with q/k norms, Qwen2 with q/k/v
+// biases, else Llama.
 std::string ModelFile(const ModelConfig& c) {
   return kSglang + (c.family == ModelFamily::kQwen3Moe     ? "models/qwen3_moe.py"
                     : c.family == ModelFamily::kDeepseekV3 ? "models/deepseek_v2.py"
-                                                           : "models/llama.py, qwen2.py, qwen3.py");
+                    : c.qk_norm                            ? "models/qwen3.py"
+                    : c.qkv_bias                           ? "models/qwen2.py"
+                                                           : "models/llama.py");
 }
 
 // embed_tokens and lm_head: padded, then split over the ranks that share them.
@@ -36,7 +44,11 @@ void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string
                    ModelFile(c)});
   }
   if (c.tie_embeddings) {
-    out.push_back({"tied: lm_head is embed_tokens, one buffer", ModelFile(c)});
+    const bool own = s.pp > 1 && SglangModulesOnStage(c, s.pp - 1, s.pp).lm_head;
+    out.push_back({own ? "tied with pp > 1: the last PP rank's own lm_head, loaded from "
+                         "embed_tokens"
+                       : "tied: lm_head is embed_tokens, one buffer",
+                   ModelFile(c)});
   }
 }
 
@@ -99,6 +111,39 @@ void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string
   }
 }
 
+// Which PP ranks hold tensor `t` (tools/models/sglang_pipeline.h).
+void PipelineRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
+                   std::vector<LayoutRule>& out) {
+  Result<std::vector<int64_t>> layers = SglangPipelineLayers(c.num_layers, s.pp, s.partition);
+  if (s.pp == 1 || !layers.ok()) return;
+  std::string where;
+  if (Has(t, ".layers.")) {
+    const int64_t l = std::atoll(t.c_str() + t.find(".layers.") + 8);
+    int64_t end = 0;
+    for (size_t stage = 0; stage < layers->size(); ++stage) {
+      end += (*layers)[stage];
+      if (l < end) {
+        where = "decoder layer " + N(l) + " on PP rank " + N(static_cast<int64_t>(stage)) +
+                " (" + (s.partition.empty() ? "get_pp_indices: the last layers % pp ranks take "
+                                              "one more"
+                                            : "SGLANG_PP_LAYER_PARTITION") + ")";
+        break;
+      }
+    }
+  } else if (Has(t, "embed")) {
+    where = "embed_tokens on PP rank 0 only";
+  } else if (Has(t, "lm_head")) {
+    where = SglangModulesOnStage(c, 0, s.pp).lm_head ? "lm_head on every PP rank"
+                                                      : "lm_head on the last PP rank only";
+  } else if (Has(t, "norm")) {
+    where = "the final norm on the last PP rank only";
+  }
+  if (!where.empty()) {
+    out.push_back({"pp=" + N(s.pp) + ": " + where + ", each PP rank on the next tp ranks",
+                   kSglang + "distributed/utils.py, " + ModelFile(c).substr(kSglang.size())});
+  }
+}
+
 }  // namespace
 
 std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangParallel& s,
@@ -114,7 +159,9 @@ std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangP
   } else if (layer || Has(t, "norm")) {
     OtherRules(c, s, t, out);
   }
-  out.push_back({"dp replicas copy the server's tp ranks on the next ranks, engines the whole",
+  PipelineRules(c, s, t, out);
+  out.push_back({"dp replicas copy the server's tp * pp ranks on the next ranks, engines the "
+                 "whole",
                  kSglang + "managers/data_parallel_controller.py"});
   return out;
 }

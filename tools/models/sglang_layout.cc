@@ -1,7 +1,7 @@
 // The SGLang layout of a model preset (tools/models/sglang_layout.h): SglangWriter builds one
-// server's tp ranks (attention per attention group, the rest over all tp ranks, the experts by
-// EP rank and FFN shard), then copies it to the other DP replicas and engines. Paths are SGLang
-// 0.5.23's, under python/sglang/srt.
+// server's PP stages, each over its tp ranks (attention per attention group, the rest over all
+// tp ranks, the experts by EP rank and FFN shard), then copies it to the other DP replicas and
+// engines. Paths are SGLang 0.5.23's, under python/sglang/srt.
 #include "tools/models/sglang_layout.h"
 
 #include <numeric>
@@ -11,6 +11,7 @@
 #include "core/layout/builders.h"
 #include "tools/models/engine_writer.h"
 #include "tools/models/layout_writer.h"
+#include "tools/models/sglang_pipeline.h"
 #include "tools/models/vocab_padding.h"
 
 namespace ferry::models {
@@ -21,35 +22,63 @@ class SglangWriter : public EngineWriter {
  public:
   SglangWriter(const ModelPreset& preset, const SglangParallel& s, bool stack_experts,
                int first_rank, Layout& out)
-      : EngineWriter(preset, stack_experts, out), s_(s) {
-    all_.resize(static_cast<size_t>(s.tp));
-    std::iota(all_.begin(), all_.end(), first_rank);
-    const int attn = SglangAttentionTp(s);
-    for (int head = 0; head < s.tp; head += attn) {
+      : EngineWriter(preset, stack_experts, out), s_(s), first_(first_rank) {}
+
+  // Builds the first server's first replica stage by stage, then copies it to the other DP
+  // replicas and engines.
+  Status Build() {
+    FERRY_ASSIGN_OR_RETURN(stage_layers_, SglangPipelineLayers(c_.num_layers, s_.pp, s_.partition));
+    Section engine = BeginSection(out_);
+    int64_t first_layer = 0;
+    for (int stage = 0; stage < s_.pp; ++stage) {
+      Status st = BuildStage(stage, first_layer);
+      if (!st.ok()) return st.WithContext("sglang PP rank " + Num(stage));
+      first_layer += stage_layers_[static_cast<size_t>(stage)];
+    }
+    EndSection(out_, engine);
+    const int copies = s_.dp * s_.engines;
+    return CloneSection(out_, engine, Shifts(copies, s_.tp * s_.pp));
+  }
+
+ private:
+  // Makes all_ the tp ranks of PP rank `stage` (runtime_context.py spawn_world_rank: world rank
+  // tp_size * pp_rank + tp_rank) and groups_ their attention groups.
+  void UseStage(int stage) {
+    all_.resize(static_cast<size_t>(s_.tp));
+    std::iota(all_.begin(), all_.end(), first_ + stage * s_.tp);
+    groups_.clear();
+    const int attn = SglangAttentionTp(s_);
+    for (int head = 0; head < s_.tp; head += attn) {
       groups_.emplace_back(all_.begin() + head, all_.begin() + head + attn);
     }
   }
 
-  Status Build() {
-    Section engine = BeginSection(out_);
-    FERRY_RETURN_IF_ERROR(Embedding());
-    for (int64_t l = 0; l < c_.num_layers; ++l) {
+  // PP rank `stage`: its model-level modules (SglangModulesOnStage), decoder layers from
+  // `first_layer` on (utils/common.py make_layers: PPMissingLayer elsewhere), and their experts.
+  Status BuildStage(int stage, int64_t first_layer) {
+    UseStage(stage);
+    const SglangStageModules holds = SglangModulesOnStage(c_, stage, s_.pp);
+    if (holds.embed_tokens) FERRY_RETURN_IF_ERROR(Embedding());
+    const int64_t end_layer = first_layer + stage_layers_[static_cast<size_t>(stage)];
+    for (int64_t l = first_layer; l < end_layer; ++l) {
       Status st = Layer(l, "model.layers." + Num(l) + ".");
       if (!st.ok()) return st.WithContext("sglang layer " + Num(l));
     }
-    FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_, "model.norm.weight"));
-    FERRY_RETURN_IF_ERROR(LmHead());
-    for (int64_t l = 0; l < c_.num_layers; ++l) {
+    if (holds.norm) {
+      FERRY_RETURN_IF_ERROR(Replicated(FinalNormName(), all_, "model.norm.weight"));
+    }
+    // ParallelLMHead(use_attn_tp_group=enable_dp_lm_head); tied, from embed_tokens' tensor
+    if (holds.lm_head) {
+      FERRY_RETURN_IF_ERROR(VocabOver(OutputName(), s_.dp_lm_head, "lm_head.weight"));
+    }
+    for (int64_t l = first_layer; l < end_layer; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
       Status st = Experts(l, "model.layers." + Num(l) + ".");
       if (!st.ok()) return st.WithContext("sglang experts of layer " + Num(l));
     }
-    EndSection(out_, engine);
-    const int copies = s_.dp * s_.engines;
-    return CloneSection(out_, engine, Shifts(copies, s_.tp));
+    return Status::Ok();
   }
 
- private:
   // layers/vocab_parallel_embedding.py VocabParallelEmbedding: the padded vocabulary
   // (SglangPaddedVocab) in equal row blocks over its group. embed_tokens takes the attention-TP
   // group under attention DP (get_embedding_tp_kwargs in models/deepseek_v2.py DeepseekV2Model;
@@ -57,13 +86,6 @@ class SglangWriter : public EngineWriter {
   // Qwen3-MoE's model extends), else the TP group.
   Status Embedding() {
     return VocabOver(EmbeddingName(), s_.attn_dp > 1, "model.embed_tokens.weight");
-  }
-
-  // Tied (models/llama.py; models/deepseek_v2.py with pp 1), lm_head is embed_tokens: no buffer of
-  // its own. ParallelLMHead(use_attn_tp_group=enable_dp_lm_head) otherwise.
-  Status LmHead() {
-    if (c_.tie_embeddings) return Status::Ok();
-    return VocabOver(OutputName(), s_.dp_lm_head, "lm_head.weight");
   }
 
   // `hf_name`'s padded rows split over each attention group (`attention_groups`) or over all tp
@@ -171,7 +193,9 @@ class SglangWriter : public EngineWriter {
   }
 
   SglangParallel s_;
-  std::vector<int> all_;                  // the engine's tp ranks (DP replica 0 of engine 0)
+  int first_;                             // the first server's first rank
+  std::vector<int64_t> stage_layers_;     // decoder layers per PP rank (sglang_pipeline.h)
+  std::vector<int> all_;                  // the tp ranks of the stage being built (UseStage)
   std::vector<std::vector<int>> groups_;  // its attention groups, consecutive runs of all_
 };
 

@@ -2,7 +2,9 @@
 // fragments in buffers that carry SGLang's own parameter names. Read from SGLang 0.5.23
 // (python/sglang/srt; files cited where each rule is placed, sglang_layout.cc).
 //
-// One server is tp ranks, rank first_rank + tp_rank. Attention (qkv_proj = [q; k; v] per rank,
+// One server is pp stages of tp ranks, rank first_rank + pp_rank * tp + tp_rank; each stage holds
+// its decoder layers, the first embed_tokens, the last the final norm, and lm_head where the
+// model class builds it (tools/models/sglang_pipeline.h). Within a stage, attention (qkv_proj = [q; k; v] per rank,
 // KV heads replicated when the group exceeds them; DeepSeek's MLA with fused_qkv_a_proj_with_mqa =
 // [q_a_proj; kv_a_proj_with_mqa] replicated) is split over the attention group: all tp ranks, or
 // with attention DP each run of tp/attn_dp consecutive ranks, replicated across the runs; so is

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/base/checked_math.h"
+#include "tools/models/sglang_pipeline.h"
 #include "tools/models/spec_checks.h"
 
 namespace ferry::models {
@@ -30,11 +31,6 @@ Status ResolveDeprecatedDpAttention(SglangParallel& s) {
 
 // What ferry does not model of SGLang, refused rather than guessed.
 Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
-  if (s.pp != 1) {
-    return InvalidArgument("pp=" + Num(s.pp) +
-                           ": SGLang's pipeline parallelism is not modelled "
-                           "(its model classes differ in which PP ranks build lm_head)");
-  }
   if (c.family == ModelFamily::kNemotronH) {
     return InvalidArgument("SGLang layouts of hybrid Mamba models (Nemotron-H) are not modelled");
   }
@@ -48,6 +44,12 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
   // models/qwen3_moe.py Qwen3MoeForCausalLM builds its own lm_head whatever the config says
   if (c.family == ModelFamily::kQwen3Moe && c.tie_embeddings) {
     return InvalidArgument("tied embeddings: SGLang's Qwen3MoeForCausalLM never ties lm_head");
+  }
+  // models/deepseek_v2.py builds a last-rank lm_head of its own with pp > 1, which
+  // deepseek_common/deepseek_weight_loader.py never fills from embed_tokens
+  if (c.family == ModelFamily::kDeepseekV3 && c.tie_embeddings && s.pp > 1) {
+    return InvalidArgument("tied embeddings with pp=" + Num(s.pp) + ": SGLang's DeepSeek "
+                           "loader leaves the last PP rank's lm_head unloaded");
   }
   if (s.redundant_experts > 0 && s.ep == 1) {
     return InvalidArgument("redundant=" + Num(s.redundant_experts) + " without expert "
@@ -138,16 +140,18 @@ Status CheckShards(const SglangParallel& s, const ModelConfig& c) {
 }  // namespace
 
 int64_t SglangRanks(const SglangParallel& s) {
-  return SatMul(SatMul(s.tp, s.dp_attention ? 1 : s.dp), s.engines);
+  return SatMul(SatMul(SatMul(s.tp, s.pp), s.dp_attention ? 1 : s.dp), s.engines);
 }
 
 int SglangAttentionTp(const SglangParallel& s) { return s.tp / s.attn_dp; }
 
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(ResolveDeprecatedDpAttention(s));
-  FERRY_RETURN_IF_ERROR(CheckWorld("sglang tp*dp*engines", SglangRanks(s)));
+  FERRY_RETURN_IF_ERROR(CheckWorld("sglang tp*pp*dp*engines", SglangRanks(s)));
   FERRY_RETURN_IF_ERROR(CheckModelled(s, c));
   if (s.dense_tp == s.tp) s.dense_tp = 0;  // --moe-dense-tp-size tp_size: the default
+  if (s.pp == 1) s.partition.clear();       // get_pp_indices ignores it
+  FERRY_RETURN_IF_ERROR(SglangPipelineLayers(c.num_layers, s.pp, s.partition).status());
   FERRY_RETURN_IF_ERROR(CheckSizes(s, c));
   FERRY_RETURN_IF_ERROR(ResolveSharedFusion(s, c));
   if (c.IsMoe()) FERRY_RETURN_IF_ERROR(CheckMoe(s, c));

@@ -7,18 +7,24 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <vector>
+
 #include "core/base/status.h"
 #include "tools/models/presets.h"
 
 namespace ferry::models {
 
 struct SglangParallel {
-  // --tp-size: the ranks of one server (one torch world, world rank = tp_rank with pp 1:
-  // model_executor/model_runner.py init_torch_distributed).
+  // --tp-size: the ranks of one PP stage of a server.
   int tp = 1;
-  // --pp-size: only 1 is modelled; SGLang's model classes differ in which PP ranks build lm_head.
+  // --pp-size: the server's PP stages, world rank tp * pp_rank + tp_rank (runtime_context.py
+  // spawn_world_rank); which layers and model-level modules each builds:
+  // tools/models/sglang_pipeline.h.
   int pp = 1;
-  // --dp-size: copies of the server, each on the next tp ranks
+  // SGLANG_PP_LAYER_PARTITION ("partition=3.2" for "3,2"): decoder layers per PP rank; empty:
+  // get_pp_indices' even split. Ignored, and cleared, with pp 1, as SGLang ignores it.
+  std::vector<int> partition;
+  // --dp-size: copies of the server, each on the next tp * pp ranks
   // (managers/data_parallel_controller.py launch_dp_schedulers, base_gpu_id += tp*pp).
   int dp = 1;
   // --attn-dp-size: attention data parallelism inside the server's tp ranks, which adds no ranks:
@@ -36,7 +42,7 @@ struct SglangParallel {
   // --ep-num-redundant-experts: P = E + redundant, physical p holding logical p mod E
   // (eplb/expert_location.py init_trivial).
   int redundant_experts = 0;
-  // Independent servers, each a whole copy of tp * dp ranks.
+  // Independent servers, each a whole copy of tp * pp * dp ranks.
   int engines = 1;
   // --moe-dense-tp-size 1 ("dense_tp=1"): DeepSeek's dense MLPs whole on every rank
   // (models/deepseek_v2.py DeepseekV2DecoderLayer, is_dense_ffn_fully_dp); 0: over all tp.
@@ -55,12 +61,12 @@ struct SglangParallel {
 
 // Fills SGLang's defaults into `s` (dp_attention resolved into attn_dp) and checks it against
 // `c`: SGLang's assertions (attn_dp and ep divide tp, routed experts divisible by ep, dense_tp 1 or
-// tp, dp_lm_head with attention DP) and what ferry does not model (pp > 1, Nemotron-H,
-// attention DP of a dense model, shared-expert fusion where SGLang disables it), each refused
-// naming why.
+// tp, dp_lm_head with attention DP, the layers' split over PP ranks) and what ferry does not
+// model (Nemotron-H, attention DP of a dense model, shared-expert fusion where SGLang disables it,
+// a tied DeepSeek model with pp > 1), each refused naming why.
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c);
 
-// The ranks of all servers: tp * dp * engines (of a resolved spec).
+// The ranks of all servers: tp * pp * dp * engines (of a resolved spec).
 int64_t SglangRanks(const SglangParallel& s);
 
 // The attention group's size, tp / attn_dp (of a resolved spec).

@@ -7,43 +7,50 @@
 
 namespace ferry::models {
 
+Result<std::vector<int64_t>> ExplicitPipelineLayers(int64_t num_layers, int pp,
+                                                    const std::vector<int>& partition,
+                                                    const std::string& variable) {
+  // vllm/distributed/utils.py get_pp_indices (python/sglang/srt/distributed/utils.py alike): the
+  // partition's checks and messages
+  const std::string given = variable + " (partition=" + PipelinePartitionText(partition) + ")";
+  if (partition.size() != static_cast<size_t>(pp)) {
+    return InvalidArgument(given + ": len(partitions)=" + std::to_string(partition.size()) +
+                           " does not match pp_size=" + std::to_string(pp) + ".");
+  }
+  std::vector<int64_t> layers;
+  int64_t sum = 0;
+  for (int n : partition) {
+    if (n < 0) {
+      return InvalidArgument("partition=" + PipelinePartitionText(partition) + ": a negative "
+                             "layer count, which make_layers cannot build");
+    }
+    sum += n;
+    layers.push_back(n);
+  }
+  if (sum != num_layers) {
+    return InvalidArgument(given + ": sum(partitions)=" + std::to_string(sum) +
+                           " does not match num_hidden_layers=" + std::to_string(num_layers) +
+                           ".");
+  }
+  return layers;
+}
+
 Result<std::vector<int64_t>> VllmPipelineLayers(int64_t num_layers, int pp,
                                                 const std::vector<int>& partition) {
   if (pp < 1) return InvalidArgument("pp " + std::to_string(pp) + " is not positive");
-  std::vector<int64_t> layers;
   if (!partition.empty()) {
-    // vllm/distributed/utils.py get_pp_indices: VLLM_PP_LAYER_PARTITION's checks and messages
-    if (partition.size() != static_cast<size_t>(pp)) {
-      return InvalidArgument("VLLM_PP_LAYER_PARTITION (partition=" + VllmPartitionText(partition) +
-                             "): len(partitions)=" + std::to_string(partition.size()) +
-                             " does not match pp_size=" + std::to_string(pp) + ".");
-    }
-    int64_t sum = 0;
-    for (int n : partition) {
-      if (n < 0) {
-        return InvalidArgument("partition=" + VllmPartitionText(partition) + ": a negative layer "
-                               "count, which vLLM's make_layers cannot build");
-      }
-      sum += n;
-      layers.push_back(n);
-    }
-    if (sum != num_layers) {
-      return InvalidArgument("VLLM_PP_LAYER_PARTITION (partition=" + VllmPartitionText(partition) +
-                             "): sum(partitions)=" + std::to_string(sum) +
-                             " does not match num_hidden_layers=" + std::to_string(num_layers) +
-                             ".");
-    }
-    return layers;
+    return ExplicitPipelineLayers(num_layers, pp, partition, "VLLM_PP_LAYER_PARTITION");
   }
   // vllm/distributed/utils.py get_pp_indices: num_layers / pp each, the remainder one each to
   // partitions[-2], partitions[-3], ... (never the last)
-  layers.assign(static_cast<size_t>(pp), num_layers / pp);
+  std::vector<int64_t> layers(static_cast<size_t>(pp), num_layers / pp);
   const int64_t remaining = num_layers % pp;
   for (int64_t i = 2; i < remaining + 2; ++i) ++layers[static_cast<size_t>(pp - i)];
   return layers;
 }
 
-Result<std::vector<int>> ParseVllmPartition(const std::string& text) {
+Result<std::vector<int>> ParsePipelinePartition(const std::string& text,
+                                                const std::string& variable) {
   std::vector<int> out;
   for (const std::string& piece : Split(text, '.')) {
     const std::string n = Trim(piece);
@@ -51,15 +58,15 @@ Result<std::vector<int>> ParseVllmPartition(const std::string& text) {
     const long v = std::strtol(n.c_str(), &end, 10);
     if (n.empty() || end != n.c_str() + n.size() || v < 0 || v > (1 << 20)) {
       return InvalidArgument("bad value '" + text + "' for partition: expected the layers of each "
-                             "PP rank as non-negative integers separated by '.', e.g. 3.2 "
-                             "(VLLM_PP_LAYER_PARTITION=3,2)");
+                             "PP rank as non-negative integers separated by '.', e.g. 3.2 (" +
+                             variable + "=3,2)");
     }
     out.push_back(static_cast<int>(v));
   }
   return out;
 }
 
-std::string VllmPartitionText(const std::vector<int>& partition) {
+std::string PipelinePartitionText(const std::vector<int>& partition) {
   std::string s;
   for (size_t i = 0; i < partition.size(); ++i) s += (i ? "." : "") + std::to_string(partition[i]);
   return s;

@@ -147,6 +147,18 @@ void ExpectCoverage(const Layout& l, const ModelPreset& p,
   }
 }
 
+bool Says(const Status& st, const std::string& part) {
+  return st.message().find(part) != std::string::npos;
+}
+
+bool Holds(const Layout& l, int rank, const std::string& buffer) {
+  return l.FindBuffer(rank, buffer) >= 0;
+}
+
+std::string Qkv(int layer) {
+  return "model.layers." + std::to_string(layer) + ".self_attn.qkv_proj.weight";
+}
+
 bool IsExpert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
 
 bool TpReplicated(const std::string& name) {

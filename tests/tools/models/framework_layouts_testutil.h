@@ -47,6 +47,15 @@ void ExpectCoverage(const Layout& l, const ModelPreset& p,
 
 bool IsExpert(const std::string& name);
 
+// Whether `st`'s message contains `part`.
+bool Says(const Status& st, const std::string& part);
+
+// Whether `rank` has a buffer named `buffer`.
+bool Holds(const Layout& l, int rank, const std::string& buffer);
+
+// Decoder layer `layer`'s fused qkv_proj buffer, as vLLM and SGLang name it.
+std::string Qkv(int layer);
+
 // Weights every TP rank holds whole: norms (not Mamba's gated norm, which is TP-sharded), routers,
 // MLA's down projections.
 bool TpReplicated(const std::string& name);

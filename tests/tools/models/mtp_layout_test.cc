@@ -25,10 +25,6 @@ ModelConfig TinyDeepseekWithMtp(bool moe) {
   return c;
 }
 
-bool Says(const Status& st, const std::string& part) {
-  return st.message().find(part) != std::string::npos;
-}
-
 TEST(MtpLayoutTest, CheckpointTensorsOfTheMtpLayer) {
   // DeepSeek-V3's checkpoint: model.layers.61.{enorm, hnorm, eh_proj, shared_head.norm} and the
   // decoder layer's tensors under the same prefix (a MoE layer like the last one).

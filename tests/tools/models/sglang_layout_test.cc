@@ -226,7 +226,6 @@ TEST(SglangLayoutTest, RefusesWhatSglangOrFerryDoesNot) {
       {&qwen, "sglang:tp=4,ep=4,redundant=2", "routed experts (with redundant ones) 130"},
       {&qwen, "sglang:tp=4,redundant=4", "redundant experts with ep > 1 only"},
       {&qwen, "sglang:tp=4,dp_lm_head=yes", "requires attention DP"},
-      {&qwen, "sglang:tp=4,pp=2", "pipeline parallelism is not modelled"},
       {&qwen, "sglang:tp=4,shared_experts=fused", "has no shared expert"},
       {&llama, "sglang:tp=4,attn_dp=2", "attention DP for its MoE models"},
       {&llama, "sglang:tp=4,ep=2", "the model has no experts"},

@@ -17,18 +17,6 @@
 namespace ferry::models {
 namespace {
 
-bool Says(const Status& st, const std::string& part) {
-  return st.message().find(part) != std::string::npos;
-}
-
-bool Holds(const Layout& l, int rank, const std::string& buffer) {
-  return l.FindBuffer(rank, buffer) >= 0;
-}
-
-std::string Qkv(int layer) {
-  return "model.layers." + std::to_string(layer) + ".self_attn.qkv_proj.weight";
-}
-
 // `layers` Llama decoder layers: hidden 8, 2 heads and 2 KV heads of 4, FFN 16, vocabulary 64
 // (vLLM pads it to 64, 32 rows a TP rank of 2).
 ModelPreset TinyLlama(int64_t layers, bool tied) {
@@ -63,9 +51,9 @@ TEST(VllmPipelineTest, PartitionRejectedWithVllmsReason) {
   EXPECT_TRUE(Says(sum, "sum(partitions)=6 does not match num_hidden_layers=5.")) << sum.ToString();
   Status len = VllmPipelineLayers(5, 2, {1, 2, 2}).status();
   EXPECT_TRUE(Says(len, "len(partitions)=3 does not match pp_size=2.")) << len.ToString();
-  EXPECT_FALSE(ParseVllmPartition("3.x").ok());
-  EXPECT_FALSE(ParseVllmPartition("-1.6").ok());
-  EXPECT_FALSE(ParseVllmPartition("").ok());
+  EXPECT_FALSE(ParsePipelinePartition("3.x", "VLLM_PP_LAYER_PARTITION").ok());
+  EXPECT_FALSE(ParsePipelinePartition("-1.6", "VLLM_PP_LAYER_PARTITION").ok());
+  EXPECT_FALSE(ParsePipelinePartition("", "VLLM_PP_LAYER_PARTITION").ok());
   // The spec separates keys by commas, so the partition's counts are separated by '.'.
   EXPECT_FALSE(ParseFrameworkSpec("vllm:tp=2,pp=2,partition=3,2").ok());
   const FrameworkSpec spec = Spec("vllm:tp=2,pp=2,partition=3.2");
