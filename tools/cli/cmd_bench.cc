@@ -495,10 +495,24 @@ std::string SweepTable(const std::vector<SweepSeries>& series) {
   return out.str();
 }
 
-std::string SweepSvg(const std::vector<SweepSeries>& series, const std::string& title) {
-  const double width = 760, height = 460;
-  const double left = 70, right = 190, top = 40, bottom = 60;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
+namespace {
+
+// The sweep chart's plot area and scales: message size on a log2 x axis, GB/s on a linear y axis
+// rounded up to a "nice" tick step.
+struct SweepAxes {
+  static constexpr double kWidth = 760, kHeight = 460;
+  static constexpr double kLeft = 70, kRight = 190, kTop = 40, kBottom = 60;
+  static constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
+  double lx0 = 0, lx1 = 1;  // log2 of the smallest and largest size
+  double y_max = 1, step = 1;
+
+  double X(double size) const { return kLeft + (std::log2(size) - lx0) / (lx1 - lx0) * kPlotW; }
+  double Y(double gbps) const { return kTop + kPlotH - gbps / y_max * kPlotH; }
+};
+
+// The axes that hold every point of `series`; y ticks 1, 2 or 5 times a power of ten apart, five
+// or so.
+SweepAxes SweepAxesFor(const std::vector<SweepSeries>& series) {
   int64_t min_size = INT64_MAX, max_size = 1;
   double max_gbps = 0;
   for (const SweepSeries& s : series) {
@@ -509,54 +523,54 @@ std::string SweepSvg(const std::vector<SweepSeries>& series, const std::string& 
     }
   }
   if (min_size == INT64_MAX) min_size = 1;
-  const double lx0 = std::log2(static_cast<double>(min_size));
-  double lx1 = std::log2(static_cast<double>(max_size));
-  if (lx1 <= lx0) lx1 = lx0 + 1;
-  // A "nice" y range: 1, 2 or 5 times a power of ten per tick, five ticks or so.
-  double y_max = max_gbps > 0 ? max_gbps * 1.1 : 1;
-  const double raw_step = y_max / 5;
+  SweepAxes a;
+  a.lx0 = std::log2(static_cast<double>(min_size));
+  a.lx1 = std::log2(static_cast<double>(max_size));
+  if (a.lx1 <= a.lx0) a.lx1 = a.lx0 + 1;
+  a.y_max = max_gbps > 0 ? max_gbps * 1.1 : 1;
+  const double raw_step = a.y_max / 5;
   const double magnitude = std::pow(10, std::floor(std::log10(raw_step)));
-  double step = magnitude;
+  a.step = magnitude;
   for (double m : {1.0, 2.0, 5.0, 10.0}) {
     if (m * magnitude >= raw_step) {
-      step = m * magnitude;
+      a.step = m * magnitude;
       break;
     }
   }
-  y_max = std::ceil(y_max / step) * step;
-  auto x_of = [&](double size) {
-    return left + (std::log2(size) - lx0) / (lx1 - lx0) * plot_w;
-  };
-  auto y_of = [&](double gbps) { return top + plot_h - gbps / y_max * plot_h; };
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-                          "#e377c2", "#7f7f7f"};
+  a.y_max = std::ceil(a.y_max / a.step) * a.step;
+  return a;
+}
+
+// The chart's header, title, grid, ticks (y at each step, x at each power of 4), frame and axis
+// labels.
+std::string SweepFrame(const SweepAxes& a, const std::string& title) {
+  const double left = SweepAxes::kLeft, top = SweepAxes::kTop;
+  const double plot_w = SweepAxes::kPlotW, plot_h = SweepAxes::kPlotH;
   std::ostringstream svg;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
-                width, height, width, height);
+                SweepAxes::kWidth, SweepAxes::kHeight, SweepAxes::kWidth, SweepAxes::kHeight);
   svg << buf;
   svg << "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   std::snprintf(buf, sizeof buf,
                 "<text x=\"%.1f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n",
                 left + plot_w / 2, title.c_str());
   svg << buf;
-  // Grid and y ticks.
-  for (double y = 0; y <= y_max + step / 2; y += step) {
+  for (double y = 0; y <= a.y_max + a.step / 2; y += a.step) {
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                  left, y_of(y), left + plot_w, y_of(y), left - 6, y_of(y) + 4, y);
+                  left, a.Y(y), left + plot_w, a.Y(y), left - 6, a.Y(y) + 4, y);
     svg << buf;
   }
-  // x ticks at each power of 4 (log axis).
-  for (double lx = std::ceil(lx0 / 2) * 2; lx <= lx1 + 1e-9; lx += 2) {
+  for (double lx = std::ceil(a.lx0 / 2) * 2; lx <= a.lx1 + 1e-9; lx += 2) {
     const double size = std::pow(2, lx);
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                  x_of(size), top, x_of(size), top + plot_h, x_of(size), top + plot_h + 18,
+                  a.X(size), top, a.X(size), top + plot_h, a.X(size), top + plot_h + 18,
                   FormatSize(static_cast<int64_t>(size)).c_str());
     svg << buf;
   }
@@ -569,33 +583,47 @@ std::string SweepSvg(const std::vector<SweepSeries>& series, const std::string& 
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">message size (log scale)</text>\n"
                 "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">"
                 "GB/s (bytes delivered / time)</text>\n",
-                left + plot_w / 2, height - 18, top + plot_h / 2, top + plot_h / 2);
+                left + plot_w / 2, SweepAxes::kHeight - 18, top + plot_h / 2, top + plot_h / 2);
   svg << buf;
-  for (size_t i = 0; i < series.size(); ++i) {
-    const char* color = colors[i % 8];
-    std::string points;
-    for (const SweepPoint& p : series[i].points) {
-      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", x_of(static_cast<double>(p.size_bytes)),
-                    y_of(p.StreamGBps()));
-      points += buf;
-    }
-    svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\""
-        << points << "\"/>\n";
-    for (const SweepPoint& p : series[i].points) {
-      std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-                    x_of(static_cast<double>(p.size_bytes)), y_of(p.StreamGBps()), color);
-      svg << buf;
-    }
-    const double ly = top + 10 + 20 * static_cast<double>(i);
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                  "stroke-width=\"2\"/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                  left + plot_w + 15, ly, left + plot_w + 40, ly, color, left + plot_w + 46,
-                  ly + 4, series[i].label.c_str());
+  return svg.str();
+}
+
+// Series `i`: its line, a dot at each point and its legend entry right of the plot.
+std::string SweepSeriesSvg(const SweepAxes& a, const SweepSeries& series, size_t i) {
+  static const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                        "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  const char* color = kColors[i % 8];
+  std::ostringstream svg;
+  char buf[512];
+  std::string points;
+  for (const SweepPoint& p : series.points) {
+    std::snprintf(buf, sizeof buf, "%.1f,%.1f ", a.X(static_cast<double>(p.size_bytes)), a.Y(p.StreamGBps()));
+    points += buf;
+  }
+  svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"" << points
+      << "\"/>\n";
+  for (const SweepPoint& p : series.points) {
+    std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
+                  a.X(static_cast<double>(p.size_bytes)), a.Y(p.StreamGBps()), color);
     svg << buf;
   }
-  svg << "</svg>\n";
+  const double legend_x = SweepAxes::kLeft + SweepAxes::kPlotW;
+  const double ly = SweepAxes::kTop + 10 + 20 * static_cast<double>(i);
+  std::snprintf(buf, sizeof buf,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-width=\"2\"/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+                legend_x + 15, ly, legend_x + 40, ly, color, legend_x + 46, ly + 4, series.label.c_str());
+  svg << buf;
   return svg.str();
+}
+
+}  // namespace
+
+std::string SweepSvg(const std::vector<SweepSeries>& series, const std::string& title) {
+  const SweepAxes axes = SweepAxesFor(series);
+  std::string svg = SweepFrame(axes, title);
+  for (size_t i = 0; i < series.size(); ++i) svg += SweepSeriesSvg(axes, series[i], i);
+  return svg + "</svg>\n";
 }
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {

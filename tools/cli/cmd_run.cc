@@ -248,62 +248,42 @@ Status CheckFaultOptions(const RunArgs& args) {
   return Status::Ok();
 }
 
-int RunCommand(const RunArgs& args) {
-  if (LaunchedAsRank()) return RunRank(args);
-  if (Status s = CheckFaultOptions(args); !s.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
-    return 1;
-  }
-  Result<RefitInputs> in = BuildRefitInputs(args);
-  if (!in.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", in.status().message().c_str());
-    return 1;
-  }
-  if (Status s = CheckFaultRanks(args.inject_fault, in->ranks); !s.ok()) {
-    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
-    return 1;
-  }
+namespace {
+
+// What `ferry run` checks before it starts a process: the options and the refit they describe.
+Status CheckRunArgs(const RunArgs& args, const RefitInputs& in) {
+  FERRY_RETURN_IF_ERROR(CheckFaultRanks(args.inject_fault, in.ranks));
   if (!TransportRegistry::Default().Contains(args.transport)) {
-    std::fprintf(stderr, "ferry run: --transport %s: unknown; known: %s\n", args.transport.c_str(),
-                 JoinNames(TransportRegistry::Default().Names()).c_str());
-    return 1;
+    return InvalidArgument("--transport " + args.transport + ": unknown; known: " +
+                           JoinNames(TransportRegistry::Default().Names()));
   }
-  for (const Status& s : {CheckStrategiesConvert(args, *in), CheckRunConfig(args), CheckOutputFiles(args)}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
-      return 1;
-    }
-  }
+  FERRY_RETURN_IF_ERROR(CheckStrategiesConvert(args, in));
+  FERRY_RETURN_IF_ERROR(CheckRunConfig(args));
+  FERRY_RETURN_IF_ERROR(CheckOutputFiles(args));
   if (args.cuda_alloc != "cudamalloc" && args.memory != "cuda") {
-    std::fprintf(stderr, "ferry run: --cuda-alloc %s needs --memory cuda\n", args.cuda_alloc.c_str());
-    return 1;
+    return InvalidArgument("--cuda-alloc " + args.cuda_alloc + " needs --memory cuda");
   }
   if (args.memory == "cuda" && cuda::DeviceCount() == 0) {
-    std::fprintf(stderr, "ferry run: --memory cuda: no CUDA device is visible here (no GPU, no "
-                         "driver, or CUDA_VISIBLE_DEVICES hides them); use --memory host\n");
-    return 1;
+    return InvalidArgument("--memory cuda: no CUDA device is visible here (no GPU, no driver, or "
+                           "CUDA_VISIBLE_DEVICES hides them); use --memory host");
   }
-  if (!args.label.empty()) std::printf("%s\n", args.label.c_str());
-  std::printf("ferry run: %s\n  %d local processes, %s memory, transport %s, %s%s\n",
-      in->description.c_str(), in->ranks, args.memory.c_str(), args.transport.c_str(),
-      args.strategies.size() == 2 ? "reshard then gather-broadcast" :
-                                    std::string(StrategyName(args.strategies[0])).c_str(),
-      args.verify ? ", verified" : "");
-  std::fflush(stdout);
+  return Status::Ok();
+}
+
+// The local processes of a run: every rank runs `ferry run` again, taking its node from the
+// topology (the processes share this host), with the transports' defaults for one machine unless
+// the caller chose otherwise. On CUDA memory UCX may also use its CUDA transports (ucx.cuda=auto
+// still asks UCX whether it has them): UCX_TLS=sm,tcp alone would leave it no memory type but host.
+LaunchOptions LocalLaunch(const RunArgs& args, int ranks) {
   LaunchOptions launch;
-  // The local processes share this host; the ranks take their nodes from the topology, so that a
-  // refit planned for several nodes (--gpus-per-node) runs here as planned.
   RunArgs rank_args = args;
   rank_args.pretend_nodes = true;
   launch.argv = RunArgv(rank_args);
-  launch.ranks = in->ranks;
+  launch.ranks = ranks;
   launch.timeout_seconds = args.timeout_seconds;
   launch.replace_failed = args.recover;
   launch.max_replacements = args.max_replacements;
   launch.launcher_hosts_store = args.store_host == "launcher";
-  // Defaults that suit processes of one machine, unless the caller chose otherwise. On CUDA
-  // memory UCX may also use its CUDA transports (ucx.cuda=auto still asks UCX whether it has
-  // them): UCX_TLS=sm,tcp alone would leave it no memory type but host.
   const std::pair<const char*, const char*> local_defaults[] = {
       {"FERRY_TCP_ADDRESS", "127.0.0.1"},
       {"FERRY_UCX_TLS", args.memory == "cuda" ? "sm,tcp,cuda_copy,cuda_ipc" : "sm,tcp"},
@@ -313,7 +293,31 @@ int RunCommand(const RunArgs& args) {
   for (const auto& [name, value] : local_defaults) {
     if (std::getenv(name) == nullptr) launch.environment.emplace_back(name, value);
   }
-  Result<LaunchResult> result = LaunchLocalRanks(launch);
+  return launch;
+}
+
+}  // namespace
+
+int RunCommand(const RunArgs& args) {
+  if (LaunchedAsRank()) return RunRank(args);
+  if (Status s = CheckFaultOptions(args); !s.ok()) {
+    std::fprintf(stderr, "ferry run: %s\n", s.message().c_str());
+    return 1;
+  }
+  Result<RefitInputs> in = BuildRefitInputs(args);
+  Status checked = in.ok() ? CheckRunArgs(args, *in) : in.status();
+  if (!checked.ok()) {
+    std::fprintf(stderr, "ferry run: %s\n", checked.message().c_str());
+    return 1;
+  }
+  if (!args.label.empty()) std::printf("%s\n", args.label.c_str());
+  std::printf("ferry run: %s\n  %d local processes, %s memory, transport %s, %s%s\n",
+      in->description.c_str(), in->ranks, args.memory.c_str(), args.transport.c_str(),
+      args.strategies.size() == 2 ? "reshard then gather-broadcast" :
+                                    std::string(StrategyName(args.strategies[0])).c_str(),
+      args.verify ? ", verified" : "");
+  std::fflush(stdout);
+  Result<LaunchResult> result = LaunchLocalRanks(LocalLaunch(args, in->ranks));
   if (!result.ok()) {
     std::fprintf(stderr, "ferry run: %s\n", result.status().message().c_str());
     return 1;
@@ -331,50 +335,64 @@ int RunCommand(const RunArgs& args) {
   return 0;
 }
 
-void AddRunCommand(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<RunArgs>();
-  auto strategy = std::make_shared<std::string>("reshard");
-  CLI::App* run = app.add_subcommand(
-      "run", "a real refit on host memory (CUDA memory with --memory cuda): one process per rank "
-             "here (or one rank under torchrun/mpirun/srun), its sources filled with a deterministic "
-             "pattern that --verify checks in every destination");
-  run->add_option("--model", args->model,
-                  "model preset (ferry layout --list-models) or a Hugging Face config.json, or its "
-                  "directory");
-  run->add_option("--scale", args->scale, "shrink the preset's wide dims, e.g. 1/64");
-  run->add_option("--src", args->source_spec, "source framework spec, e.g. megatron:tp=2,ep=2");
-  run->add_option("--dst", args->destination_spec, "destination spec, e.g. vllm:tp=2,dp=2");
-  run->add_option("--src-layout", args->source_layout_file, "source layout file (YAML/JSON)");
-  run->add_option("--dst-layout", args->destination_layout_file, "destination layout file");
-  run->add_flag("--colocated", args->colocated, "destination on the source's ranks");
-  run->add_option("--gpus-per-node", args->gpus_per_node, "ranks per node in the topology");
-  run->add_option("--dst-dtype", args->destination_dtype,
-                  "destination weights (>= 2-dim bf16/fp16 tensors) in this dtype: fp8_e4m3, "
-                  "fp8_e5m2, bf16, fp16 or fp32; the plan converts");
-  run->add_flag("--verify", args->verify, "check every destination byte after each strategy");
-  run->add_flag("--leak-check", args->leak_check,
-                "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
-  run->add_option("--inject-fault", args->inject_fault,
-                  "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|verify=N|after=N> (N: a measured refit, "
-                  "from 1) or <rank>:corrupt:verify; several separated by commas; as FERRY_INJECT_FAULT "
-                  "(docs/faults.md)");
-  run->add_flag("--recover", args->recover,
-                "after a failed refit, replace a rank whose process died (any rank, as often as it fails, up to "
-                "--max-replacements), move every rank to the next epoch and go on with the remaining refits, "
-                "each verified with --verify");
-  run->add_option("--max-replacements", args->max_replacements,
-                  "with --recover: replacement processes the launcher may start in all (default 4)")
-      ->check(CLI::Range(1, kMaxReplacements));
-  AddCommonOptions(*run, *args, *strategy);
-  run->callback([args, strategy, exit_code] {
-    if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {
-      std::fprintf(stderr, "ferry run: --strategy: %s\n", s.message().c_str());
-      *exit_code = 1;
-      return;
-    }
-    *exit_code = RunCommand(*args);
-  });
+namespace {
 
+// `ferry run`'s own options (the shared ones: AddCommonOptions).
+void AddRunOptions(CLI::App& run, RunArgs& args) {
+  run.add_option("--model", args.model,
+                 "model preset (ferry layout --list-models) or a Hugging Face config.json, or its "
+                 "directory");
+  run.add_option("--scale", args.scale, "shrink the preset's wide dims, e.g. 1/64");
+  run.add_option("--src", args.source_spec, "source framework spec, e.g. megatron:tp=2,ep=2");
+  run.add_option("--dst", args.destination_spec, "destination spec, e.g. vllm:tp=2,dp=2");
+  run.add_option("--src-layout", args.source_layout_file, "source layout file (YAML/JSON)");
+  run.add_option("--dst-layout", args.destination_layout_file, "destination layout file");
+  run.add_flag("--colocated", args.colocated, "destination on the source's ranks");
+  run.add_option("--gpus-per-node", args.gpus_per_node, "ranks per node in the topology");
+  run.add_option("--dst-dtype", args.destination_dtype,
+                 "destination weights (>= 2-dim bf16/fp16 tensors) in this dtype: fp8_e4m3, "
+                 "fp8_e5m2, bf16, fp16 or fp32; the plan converts");
+  run.add_flag("--verify", args.verify, "check every destination byte after each strategy");
+  run.add_flag("--leak-check", args.leak_check,
+               "fail when open fds or RSS (> 2 MiB) grow over the measured refits");
+  run.add_option("--inject-fault", args.inject_fault,
+                 "make a rank fail: <rank>:<kill|stop>:<mid|between|mid=N|verify=N|after=N> (N: a measured refit, "
+                 "from 1) or <rank>:corrupt:verify; several separated by commas; as FERRY_INJECT_FAULT "
+                 "(docs/faults.md)");
+  run.add_flag("--recover", args.recover,
+               "after a failed refit, replace a rank whose process died (any rank, as often as it fails, up to "
+               "--max-replacements), move every rank to the next epoch and go on with the remaining refits, "
+               "each verified with --verify");
+  run.add_option("--max-replacements", args.max_replacements,
+                 "with --recover: replacement processes the launcher may start in all (default 4)")
+      ->check(CLI::Range(1, kMaxReplacements));
+}
+
+// The demo's transport and memory: UCX shared memory between the local processes (UCX 1.13's
+// shared-memory transports cannot detect a dead peer, so they need error mode 'none'; the local
+// launcher's deadline still ends every rank if one dies; --set ucx.tls=... / ucx.error_mode=...
+// choose otherwise), and CUDA memory where a GPU is visible.
+void PrepareDemo(RunArgs& args) {
+  if (args.transport == "ucx") {
+    const bool tls_chosen = std::getenv("FERRY_UCX_TLS") != nullptr ||
+                            std::any_of(args.settings.begin(), args.settings.end(),
+                                        [](const std::string& s) { return s.rfind("ucx.tls=", 0) == 0; });
+    if (!tls_chosen) {
+      args.settings.push_back("ucx.tls=sm");
+      args.settings.push_back("ucx.error_mode=none");
+    }
+  }
+  args.label = "ferry demo: a verified refit on this machine, reshard vs gather-and-broadcast";
+  if (cuda::DeviceCount() > 0) {
+    args.memory = "cuda";
+    args.label += ", on CUDA memory (" + cuda::DeviceName(0) + ")";
+  } else {
+    args.label += ", on host memory: no CUDA device is visible here";
+  }
+}
+
+// `ferry demo`: the main job, Qwen3-30B-A3B (scaled) Megatron TP2xEP2 -> vLLM TP2xDP2.
+void AddDemoCommand(CLI::App& app, int* exit_code) {
   auto demo_args = std::make_shared<RunArgs>();
   demo_args->model = "qwen3-30b-a3b";
   demo_args->scale = "1/16";
@@ -397,27 +415,31 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    // UCX shared memory between the local processes. UCX 1.13's shared-memory transports cannot
-    // detect a dead peer, so they need error mode 'none'; the local launcher's deadline still ends
-    // every rank if one dies. --set ucx.tls=... / ucx.error_mode=... choose otherwise.
-    if (demo_args->transport == "ucx") {
-      const bool tls_chosen = std::getenv("FERRY_UCX_TLS") != nullptr ||
-                              std::any_of(demo_args->settings.begin(), demo_args->settings.end(),
-                                          [](const std::string& s) { return s.rfind("ucx.tls=", 0) == 0; });
-      if (!tls_chosen) {
-        demo_args->settings.push_back("ucx.tls=sm");
-        demo_args->settings.push_back("ucx.error_mode=none");
-      }
-    }
-    demo_args->label = "ferry demo: a verified refit on this machine, reshard vs gather-and-broadcast";
-    if (cuda::DeviceCount() > 0) {
-      demo_args->memory = "cuda";
-      demo_args->label += ", on CUDA memory (" + cuda::DeviceName(0) + ")";
-    } else {
-      demo_args->label += ", on host memory: no CUDA device is visible here";
-    }
+    PrepareDemo(*demo_args);
     *exit_code = RunCommand(*demo_args);
   });
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<RunArgs>();
+  auto strategy = std::make_shared<std::string>("reshard");
+  CLI::App* run = app.add_subcommand(
+      "run", "a real refit on host memory (CUDA memory with --memory cuda): one process per rank "
+             "here (or one rank under torchrun/mpirun/srun), its sources filled with a deterministic "
+             "pattern that --verify checks in every destination");
+  AddRunOptions(*run, *args);
+  AddCommonOptions(*run, *args, *strategy);
+  run->callback([args, strategy, exit_code] {
+    if (Status s = ApplyStrategy(*strategy, *args); !s.ok()) {
+      std::fprintf(stderr, "ferry run: --strategy: %s\n", s.message().c_str());
+      *exit_code = 1;
+      return;
+    }
+    *exit_code = RunCommand(*args);
+  });
+  AddDemoCommand(app, exit_code);
 }
 
 }  // namespace ferry::cli

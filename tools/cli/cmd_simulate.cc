@@ -296,7 +296,19 @@ void PrintInputs(const models::ModelPreset& preset, const models::RefitLayouts& 
               cluster.TotalGpus(), cluster.num_nodes);
 }
 
-Status RunSimulate(const SimulateArgs& args) {
+// What a simulation runs on: the model, its two layouts, and the cluster fitted to their ranks.
+struct SimulatedRefit {
+  models::ModelPreset preset;
+  models::RefitLayouts refit;  // its specs; the layouts themselves moved into `layouts`
+  sim::ClusterSpec cluster;
+  Topology topology;
+  sim::RankMapping mapping;
+  RefitLayoutPair layouts;
+};
+
+// The model of `args` (scaled, its dtype as asked) and the refit's layouts, on the cluster's
+// topology with the ranks mapped onto its GPUs.
+Result<SimulatedRefit> BuildSimulatedRefit(const SimulateArgs& args) {
   FERRY_ASSIGN_OR_RETURN(double scale, models::ParseScale(args.scale));
   FERRY_ASSIGN_OR_RETURN(models::ModelConfig config, models::ResolveModelConfig(args.model));
   FERRY_ASSIGN_OR_RETURN(config, models::ScaleConfig(config, scale));
@@ -318,25 +330,51 @@ Status RunSimulate(const SimulateArgs& args) {
                            DestinationWithWeightsIn(refit.destination, args.destination_dtype));
     refit.destination = std::move(converted.layout);
   }
-  const int num_ranks = refit.topology.NumRanks();
-  Topology topology = sim::TopologyForCluster(cluster, num_ranks);
+  Topology topology = sim::TopologyForCluster(cluster, refit.topology.NumRanks());
   FERRY_ASSIGN_OR_RETURN(sim::RankMapping mapping,
                          sim::RankMapping::FromTopology(topology, cluster));
   FERRY_ASSIGN_OR_RETURN(cluster, sim::FitClusterToMapping(cluster, mapping));
-  SimulateArgs resolved = args;
-  FERRY_ASSIGN_OR_RETURN(const Config options, SimulationConfig(&resolved));
   RefitLayoutPair layouts{std::make_unique<const Layout>(std::move(refit.source)),
                           std::make_unique<const Layout>(std::move(refit.destination))};
+  return SimulatedRefit{std::move(preset), std::move(refit), std::move(cluster),
+                        std::move(topology), std::move(mapping), std::move(layouts)};
+}
 
-  PrintInputs(preset, refit, cluster, args);
+// The gather-and-broadcast baseline, or a run named as skipped (with the reason printed) when its
+// planner cannot move these layouts (a dtype conversion, block-scaled fp8) that the reshard
+// planned.
+Result<StrategyRun> SimulateBaseline(SimulatedRefit& r, bool last_plan, const Config& options,
+                                     const SimulateArgs& resolved, ProgressReporter& progress) {
+  StrategyRun baseline;
+  baseline.name = "gather-broadcast (skipped)";
+  if (resolved.no_baseline) return baseline;
+  // The baseline's bucket buffers are NeMo RL's GPU memory, not ferry's staging: its plan bounds
+  // them itself (two buffers a rank, planner/gather_broadcast.cc), so no budget applies.
+  sim::SimOptions baseline_options = SimulatorOptions(resolved);
+  baseline_options.staging_budget = 0;
+  baseline_options.direct_reads = false;  // NCCL's broadcast stages every bucket
+  Result<StrategyRun> planned =
+      PlanAndSimulate(Strategy::kGatherBroadcast, r.layouts, last_plan, r.topology, options,
+                      r.cluster, r.mapping, baseline_options, progress, nullptr);
+  if (planned.ok()) return planned;
+  if (planned.status().code() != StatusCode::kInvalidArgument) return planned.status();
+  std::printf("gather-broadcast skipped: %s\n\n", planned.status().ToString().c_str());
+  return baseline;
+}
+
+Status RunSimulate(const SimulateArgs& args) {
+  FERRY_ASSIGN_OR_RETURN(SimulatedRefit r, BuildSimulatedRefit(args));
+  SimulateArgs resolved = args;
+  FERRY_ASSIGN_OR_RETURN(const Config options, SimulationConfig(&resolved));
+  PrintInputs(r.preset, r.refit, r.cluster, args);
   std::fflush(stdout);  // before any progress line on stderr
   ProgressReporter progress(
       "ferry simulate", std::cerr,
       std::chrono::milliseconds(static_cast<int64_t>(args.progress_seconds * 1000)));
 
   progress.Begin("computing the lower bound");
-  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound,
-                         sim::ComputeLowerBound(*layouts.source, *layouts.destination, cluster, mapping));
+  FERRY_ASSIGN_OR_RETURN(sim::LowerBound bound, sim::ComputeLowerBound(*r.layouts.source, *r.layouts.destination,
+                                                                      r.cluster, r.mapping));
   progress.End();
   // Its scratch, lists of boxes per node and per GPU, would otherwise stay resident beside the
   // planner's and then the simulator's memory.
@@ -346,30 +384,10 @@ Status RunSimulate(const SimulateArgs& args) {
   NetworkDemand demand;
   FERRY_ASSIGN_OR_RETURN(
       StrategyRun reshard,
-      PlanAndSimulate(Strategy::kReshard, layouts, args.no_baseline && !reports, topology, options,
-                      cluster, mapping, SimulatorOptions(resolved), progress, &demand));
-  StrategyRun baseline;
-  baseline.name = "gather-broadcast (skipped)";
-  if (!args.no_baseline) {
-    // The baseline's bucket buffers are NeMo RL's GPU memory, not ferry's staging: its plan
-    // bounds them itself (two buffers a rank, planner/gather_broadcast.cc), so no budget applies.
-    sim::SimOptions baseline_options = SimulatorOptions(resolved);
-    baseline_options.staging_budget = 0;
-    baseline_options.direct_reads = false;  // NCCL's broadcast stages every bucket
-    Result<StrategyRun> planned =
-        PlanAndSimulate(Strategy::kGatherBroadcast, layouts, !reports, topology, options, cluster,
-                        mapping, baseline_options, progress, nullptr);
-    if (planned.ok()) {
-      baseline = std::move(*planned);
-    } else if (planned.status().code() == StatusCode::kInvalidArgument) {
-      // Layouts the baseline cannot move (a dtype conversion, block-scaled fp8) that the reshard
-      // planned: the reshard's prediction stands alone, with the reason.
-      std::printf("gather-broadcast skipped: %s\n\n", planned.status().ToString().c_str());
-    } else {
-      return planned.status();
-    }
-  }
-  ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, topology);
+      PlanAndSimulate(Strategy::kReshard, r.layouts, args.no_baseline && !reports, r.topology, options,
+                      r.cluster, r.mapping, SimulatorOptions(resolved), progress, &demand));
+  FERRY_ASSIGN_OR_RETURN(StrategyRun baseline, SimulateBaseline(r, !reports, options, resolved, progress));
+  ferry::LowerBound demand_bound = ferry::ComputeLowerBound(demand, r.topology);
   double lower = bound.seconds;
   std::string limit = bound.limit;
   if (demand_bound.source_egress_seconds > lower) {
@@ -380,7 +398,7 @@ Status RunSimulate(const SimulateArgs& args) {
   PrintComparison(reshard, baseline, lower, limit, bound.total_network_bytes);
   if (reports) {
     FERRY_RETURN_IF_ERROR(
-        WriteReports(resolved, layouts, topology, options, cluster, mapping, progress));
+        WriteReports(resolved, r.layouts, r.topology, options, r.cluster, r.mapping, progress));
   }
   return Status::Ok();
 }

@@ -636,6 +636,69 @@ void SayTransports(Session& session, double at) {
   }
 }
 
+namespace {
+
+// Rank 0 after the buffers are filled: says so, then measures the plain-copy reference the report
+// compares each refit with.
+Result<double> LeadMemcpyReference(const RunArgs& args, const RefitInputs& in, int64_t delivered, double at) {
+  Say("[%5.1fs] buffers allocated and filled: %s of sources, %s of destinations\n", at,
+      FormatBytes(static_cast<double>(in.source.FragmentBytes())).c_str(),
+      FormatBytes(static_cast<double>(delivered)).c_str());
+  FERRY_ASSIGN_OR_RETURN(const double memcpy_bps, MemcpyReference(args, delivered));
+  const std::string reference = FormatBytes(static_cast<double>(MemcpyReferenceBytes(delivered)));
+  if (args.memory == "cuda") {
+    Say("[%5.1fs] plain cudaMemcpy D2D of %s on this GPU (one process, median of 7): %.2f GB/s\n", at,
+        reference.c_str(), memcpy_bps / 1e9);
+  } else {
+    Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", at,
+        reference.c_str(), memcpy_bps / 1e9);
+  }
+  return memcpy_bps;
+}
+
+// Joins the refit's session as `info` says; rank 0 names the transports, and a rank that replaced
+// a dead one prints the recovery notice.
+Result<std::unique_ptr<Session>> JoinRun(const RunArgs& args, const RefitInputs& in, const BootstrapInfo& info,
+                                         const Config& config, double at) {
+  Result<std::unique_ptr<Session>> joined = Session::Join(info, config, PretendedNodes(args, in.topology));
+  if (!joined.ok()) return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
+  if (info.rank == 0) SayTransports(**joined, at);
+  if (const std::string notice = args.recover ? (*joined)->TakeRecoveryNotice() : ""; !notice.empty()) {
+    std::fprintf(stderr, "%s\n", notice.c_str());
+  }
+  return joined;
+}
+
+// With --memory cuda, the rank's buffers on its GPU, filled from the host mirrors, in `context`.
+Status PlaceOnDevice(const RefitInputs& in, RankContext& context, std::unique_ptr<DeviceBuffers>& device_sources,
+                     std::unique_ptr<DeviceBuffers>& device_destinations) {
+  if (context.args.memory != "cuda") return Status::Ok();
+  FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, context.rank, context.args.cuda_alloc == "vmm", context.sources,
+                                              device_sources, device_destinations)
+                            .WithContext("rank " + std::to_string(context.rank) + ": --memory cuda"));
+  context.device_sources = device_sources.get();
+  context.device_destinations = device_destinations.get();
+  return Status::Ok();
+}
+
+// What a recovery needs of this run (deadline.connect, the report's first verified refit, whether
+// a refit may resume midway); `context.recovery` points at it with --recover.
+Status SetUpRecovery(const Config& config, const std::vector<RunVariant>& variants, RankContext& context,
+                     RecoveryContext& recovery) {
+  recovery.store_seconds = context.store_seconds;
+  recovery.describe = [c = &context, v = &variants](const RunPoint& p) {
+    return RefitName(*c, (*v)[p.variant], p.iteration);
+  };
+  recovery.say = [](const std::string& line) { Say("%s\n", line.c_str()); };
+  FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
+  recovery.rest_allowed = Refit::CanRunRest(context.in.destination);
+  if (context.args.recover) context.recovery = &recovery;
+  if (context.verify_each()) recovery.reported_from = context.args.warmup;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunRankOrError(const RunArgs& args) {
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -648,13 +711,8 @@ Status RunRankOrError(const RunArgs& args) {
   }
   FERRY_ASSIGN_OR_RETURN(Config config, RankConfig(args));
   FERRY_ASSIGN_OR_RETURN(auto plans, PlanStrategies(args, in, config, lead, elapsed()));
-  Result<std::unique_ptr<Session>> joined = Session::Join(info, config, PretendedNodes(args, in.topology));
-  if (!joined.ok()) return joined.status().WithContext("rank " + std::to_string(info.rank) + " joining");
-  Session& session = **joined;
-  if (lead) SayTransports(session, elapsed());
-  if (const std::string notice = args.recover ? session.TakeRecoveryNotice() : ""; !notice.empty()) {
-    std::fprintf(stderr, "%s\n", notice.c_str());
-  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Session> joined, JoinRun(args, in, info, config, elapsed()));
+  Session& session = *joined;
   HostBuffers sources(in.source.buffers, info.rank, "sources");
   HostBuffers destinations(in.destination.buffers, info.rank, "destinations");
   if (!sources.complete() || !destinations.complete()) {
@@ -673,29 +731,17 @@ Status RunRankOrError(const RunArgs& args) {
   FERRY_ASSIGN_OR_RETURN(context.faults, args.inject_fault.empty() ? FaultsFromEnvironment()
                                                                    : ParseFaults(args.inject_fault, "--inject-fault"));
   std::unique_ptr<DeviceBuffers> device_sources, device_destinations;
-  if (args.memory == "cuda") {
-    FERRY_RETURN_IF_ERROR(AllocateDeviceBuffers(in, info.rank, args.cuda_alloc == "vmm", sources, device_sources,
-                                                device_destinations)
-                              .WithContext("rank " + std::to_string(info.rank) + ": --memory cuda"));
-    context.device_sources = device_sources.get();
-    context.device_destinations = device_destinations.get();
-  }
+  FERRY_RETURN_IF_ERROR(PlaceOnDevice(in, context, device_sources, device_destinations));
   FERRY_ASSIGN_OR_RETURN(ExecutorOptions executor_options, ExecutorOptions::FromConfig(config));
   const std::vector<RunVariant> variants = Variants(args, executor_options.direct_intra_node);
-  RecoveryContext recovery{.session = session, .rank = info.rank, .size = info.size,
-                           .store_seconds = context.store_seconds,
-                           .describe = [&](const RunPoint& p) { return RefitName(context, variants[p.variant], p.iteration); },
-                           .say = [&](const std::string& line) { Say("%s\n", line.c_str()); }};
-  FERRY_ASSIGN_OR_RETURN(recovery.connect_seconds, config.GetSeconds("deadline.connect"));
-  recovery.rest_allowed = Refit::CanRunRest(in.destination);
-  if (args.recover) context.recovery = &recovery;
-  if (context.verify_each()) recovery.reported_from = args.warmup;
+  RecoveryContext recovery{.session = session, .rank = info.rank, .size = info.size, .describe = {}, .say = {}};
+  FERRY_RETURN_IF_ERROR(SetUpRecovery(config, variants, context, recovery));
+  double memcpy_bps = 0;
   // A replacement process joins where the survivors resume; the start-up barriers are behind them,
   // and so are the faults its predecessors fired.
   if (info.replacement) {
     FERRY_ASSIGN_OR_RETURN(context.faults, FaultsLeft(recovery, context.faults));
     FERRY_ASSIGN_OR_RETURN(Resumption resume, JoinAsReplacement(recovery));
-    double memcpy_bps = 0;
     if (lead) {
       FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, context.delivered));
     }
@@ -703,21 +749,8 @@ Status RunRankOrError(const RunArgs& args) {
   }
   FERRY_RETURN_IF_ERROR(ExitIfAborted(
       session, session.communicator().Barrier("run/filled", context.local_work_deadline())));
-  const int64_t delivered = context.delivered;
-  double memcpy_bps = 0;
   if (lead) {
-    Say("[%5.1fs] buffers allocated and filled: %s of sources, %s of destinations\n", elapsed(),
-        FormatBytes(static_cast<double>(in.source.FragmentBytes())).c_str(),
-        FormatBytes(static_cast<double>(delivered)).c_str());
-    FERRY_ASSIGN_OR_RETURN(memcpy_bps, MemcpyReference(args, delivered));
-    const std::string reference = FormatBytes(static_cast<double>(MemcpyReferenceBytes(delivered)));
-    if (args.memory == "cuda") {
-      Say("[%5.1fs] plain cudaMemcpy D2D of %s on this GPU (one process, median of 7): %.2f GB/s\n", elapsed(),
-          reference.c_str(), memcpy_bps / 1e9);
-    } else {
-      Say("[%5.1fs] plain memcpy of %s on this machine (one thread, median of 7): %.2f GB/s\n", elapsed(),
-          reference.c_str(), memcpy_bps / 1e9);
-    }
+    FERRY_ASSIGN_OR_RETURN(memcpy_bps, LeadMemcpyReference(args, in, context.delivered, elapsed()));
   }
   FERRY_RETURN_IF_ERROR(ExitIfAborted(
       session, session.communicator().Barrier("run/memcpy", context.local_work_deadline())));

@@ -107,52 +107,55 @@ Result<std::string> ChromeTraceJson(const TransferPlan& plan, const SimResult& r
   return out;
 }
 
-Result<std::string> IngressSvg(const SimResult& result, int max_lines) {
-  const auto& series = result.ingress.bytes;
-  if (series.empty() || result.ingress.bucket_seconds <= 0) {
-    return FailedPrecondition("the simulation did not record ingress (SimOptions::record_ingress)");
-  }
-  const double dt = result.ingress.bucket_seconds;
-  const int buckets = static_cast<int>(series[0].size());
-  int used = 1;  // buckets up to the end of the run
-  while (used < buckets && used * dt < result.total_time) ++used;
-  struct Line {
-    std::string label;
-    std::vector<double> gbps;
-  };
-  std::vector<Line> lines;
+namespace {
+
+// One line of the ingress chart: GB/s in each time bucket.
+struct IngressLine {
+  std::string label;
+  std::vector<double> gbps;
+};
+
+// The first `used` buckets of each node's ingress as GB/s, one line a node, or with more than
+// `max_lines` nodes the min, mean and max over them.
+std::vector<IngressLine> IngressLines(const std::vector<std::vector<double>>& series, double dt, int used,
+                                      int max_lines) {
   auto rate = [&](const std::vector<double>& s, int b) { return s[b] / dt / 1e9; };
+  std::vector<IngressLine> lines;
   if (static_cast<int>(series.size()) <= max_lines) {
     for (size_t n = 0; n < series.size(); ++n) {
-      Line l{"node " + std::to_string(n), {}};
+      IngressLine l{"node " + std::to_string(n), {}};
       for (int b = 0; b < used; ++b) l.gbps.push_back(rate(series[n], b));
       lines.push_back(std::move(l));
     }
-  } else {
-    Line lo{"min over nodes", {}}, mean{"mean over nodes", {}}, hi{"max over nodes", {}};
-    for (int b = 0; b < used; ++b) {
-      double mn = 1e300, mx = 0, sum = 0;
-      for (const auto& s : series) {
-        double v = rate(s, b);
-        mn = std::min(mn, v);
-        mx = std::max(mx, v);
-        sum += v;
-      }
-      lo.gbps.push_back(mn);
-      mean.gbps.push_back(sum / series.size());
-      hi.gbps.push_back(mx);
+    return lines;
+  }
+  IngressLine lo{"min over nodes", {}}, mean{"mean over nodes", {}}, hi{"max over nodes", {}};
+  for (int b = 0; b < used; ++b) {
+    double mn = 1e300, mx = 0, sum = 0;
+    for (const auto& s : series) {
+      double v = rate(s, b);
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      sum += v;
     }
-    lines = {lo, mean, hi};
+    lo.gbps.push_back(mn);
+    mean.gbps.push_back(sum / series.size());
+    hi.gbps.push_back(mx);
   }
-  double ymax = 1e-9;
-  for (const Line& l : lines) {
-    for (double v : l.gbps) ymax = std::max(ymax, v);
-  }
-  ymax *= 1.1;
-  const double w = 900, h = 420, left = 70, right = 170, top = 40, bottom = 50;
-  const double pw = w - left - right, ph = h - top - bottom;
-  const double tmax = used * dt;
-  std::ostringstream out;
+  return {lo, mean, hi};
+}
+
+// The ingress chart's geometry.
+constexpr double kIngressW = 900, kIngressH = 420, kIngressLeft = 70, kIngressRight = 170,
+                 kIngressTop = 40, kIngressBottom = 50;
+constexpr double kIngressPw = kIngressW - kIngressLeft - kIngressRight;
+constexpr double kIngressPh = kIngressH - kIngressTop - kIngressBottom;
+
+// The chart's header, title, axes and ticks (five on each, y up to `ymax` GB/s, time up to
+// `tmax`).
+void IngressFrame(const SimResult& result, double ymax, double tmax, std::ostringstream& out) {
+  const double w = kIngressW, h = kIngressH, left = kIngressLeft, top = kIngressTop;
+  const double pw = kIngressPw, ph = kIngressPh;
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
@@ -176,8 +179,13 @@ Result<std::string> IngressSvg(const SimResult& result, int max_lines) {
       << ")\" text-anchor=\"middle\">GB/s</text>\n";
   out << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 10
       << "\" text-anchor=\"middle\">time</text>\n";
+}
+
+// `lines` as steps over `used` buckets, each in its colour with its label right of the plot.
+void IngressPolylines(const std::vector<IngressLine>& lines, int used, double ymax, std::ostringstream& out) {
   static const char* kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                                    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  const double left = kIngressLeft, top = kIngressTop, pw = kIngressPw, ph = kIngressPh;
   for (size_t i = 0; i < lines.size(); ++i) {
     const char* colour = kColours[i % 10];
     out << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.5\" points=\"";
@@ -190,6 +198,28 @@ Result<std::string> IngressSvg(const SimResult& result, int max_lines) {
     out << "<text x=\"" << left + pw + 10 << "\" y=\"" << top + 14 * (i + 1) << "\" fill=\""
         << colour << "\">" << lines[i].label << "</text>\n";
   }
+}
+
+}  // namespace
+
+Result<std::string> IngressSvg(const SimResult& result, int max_lines) {
+  const auto& series = result.ingress.bytes;
+  if (series.empty() || result.ingress.bucket_seconds <= 0) {
+    return FailedPrecondition("the simulation did not record ingress (SimOptions::record_ingress)");
+  }
+  const double dt = result.ingress.bucket_seconds;
+  const int buckets = static_cast<int>(series[0].size());
+  int used = 1;  // buckets up to the end of the run
+  while (used < buckets && used * dt < result.total_time) ++used;
+  const std::vector<IngressLine> lines = IngressLines(series, dt, used, max_lines);
+  double ymax = 1e-9;
+  for (const IngressLine& l : lines) {
+    for (double v : l.gbps) ymax = std::max(ymax, v);
+  }
+  ymax *= 1.1;
+  std::ostringstream out;
+  IngressFrame(result, ymax, used * dt, out);
+  IngressPolylines(lines, used, ymax, out);
   out << "</svg>\n";
   return out.str();
 }
