@@ -28,12 +28,12 @@ own shards, and land in SGLang's parameters where SGLang's own loaders would put
             sender.send()
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts the store); server k's rank
-(replica d, tp rank t) is num_trainer_ranks + k * (ranks of a server) + d * tp + t, as the
-destination layout numbers them. Both sides build both layouts from the same Hugging Face config
-(`model`, readable by every process) and specs, so nothing else is exchanged. After each update
-the loader runs the model's post_load_weights when it has one (DeepSeek's MLA derives w_kc/w_vc
-from kv_b_proj there). Quantized servers, pipeline parallelism and draft models are not
-supported (the layouts refuse them).
+(replica d, PP rank p, TP rank t) is num_trainer_ranks + k * (ranks of a server) +
+(d * pp + p) * tp + t, as the destination layout numbers them. Both sides build both layouts
+from the same Hugging Face config (`model`, readable by every process) and specs, so nothing else
+is exchanged. After each update the loader runs the model's post_load_weights when it has one
+(DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). Quantized servers and draft models are
+not supported (the layouts refuse them).
 """
 
 from __future__ import annotations
@@ -92,18 +92,40 @@ def control_tensors(spec: RefitSpec) -> list[tuple[str, torch.Tensor]]:
     return [(CONTROL, torch.frombuffer(bytearray(payload), dtype=torch.uint8))]
 
 
+MAX_CONTROL_BYTES = 1 << 16
+"""The largest control tensor a worker reads (a RefitSpec is a few hundred bytes)."""
+
+_FIELD_TYPES = {"store": str, "num_trainer_ranks": int, "model": str, "source": str,
+                "destination": str, "token": str, "config": (dict, type(None)),
+                "gpus_per_node": (int, type(None)), "server": int, "round": int}
+
+
 def read_control(named_tensors: Iterable[tuple[str, Any]]) -> RefitSpec:
-    """The RefitSpec the trainer sent; ValueError when the tensors hold none, or another."""
+    """The RefitSpec the trainer sent; ValueError, naming what is wrong, when the tensors hold
+    none, another, or one larger than MAX_CONTROL_BYTES or with a field of the wrong type."""
     entries = list(named_tensors)
     if len(entries) != 1 or entries[0][0] != CONTROL:
         names = [name for name, _ in entries][:3]
         raise ValueError(f"{LOAD_FORMAT} takes the one tensor {CONTROL!r} that "
                          f"ferry.sglang.Sender.control makes, got {names}")
-    raw = bytes(torch.as_tensor(entries[0][1]).to("cpu", torch.uint8).numpy().tobytes())
+    tensor = torch.as_tensor(entries[0][1])
+    if tensor.numel() * tensor.element_size() > MAX_CONTROL_BYTES:
+        raise ValueError(f"{CONTROL!r} holds {tensor.numel() * tensor.element_size()} bytes, over "
+                         f"MAX_CONTROL_BYTES ({MAX_CONTROL_BYTES})")
+    raw = bytes(tensor.to("cpu", torch.uint8).numpy().tobytes())
     try:
         fields = json.loads(raw.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{CONTROL!r} does not hold a ferry.sglang.RefitSpec: {e}") from None
+    if not isinstance(fields, dict) or set(fields) - set(_FIELD_TYPES):
+        raise ValueError(f"{CONTROL!r} does not hold a ferry.sglang.RefitSpec: fields "
+                         f"{sorted(fields) if isinstance(fields, dict) else type(fields).__name__}")
+    for name, value in fields.items():
+        if not isinstance(value, _FIELD_TYPES[name]) or isinstance(value, bool):
+            raise ValueError(f"{CONTROL!r}: field {name} is {value!r}, not of RefitSpec's type")
+    try:
         return RefitSpec(**fields)
-    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as e:
+    except TypeError as e:
         raise ValueError(f"{CONTROL!r} does not hold a ferry.sglang.RefitSpec: {e}") from None
 
 
