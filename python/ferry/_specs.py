@@ -141,7 +141,8 @@ def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = N
     """The "sglang:..." spec of `engines` independent SGLang servers, each run with `server_args`
     (SGLang's ServerArgs, python/sglang/srt/server_args.py: tp_size, pp_size, dp_size,
     attn_dp_size, enable_dp_attention, ep_size, ep_num_redundant_experts, moe_dense_tp_size,
-    enable_dp_lm_head and disable_shared_experts_fusion). dp_size counts copies of the server;
+    enable_dp_lm_head, disable_shared_experts_fusion and moe_a2a_backend). dp_size counts copies
+    of the server;
     attn_dp_size splits its tp_size ranks' attention into groups and adds no ranks. The older
     `--dp-size N --enable-dp-attention` is read as SGLang 0.5.23 reads it
     (arg_groups/parallel_hook.py _handle_deprecated_dp_attention): attn_dp_size N, dp_size 1.
@@ -166,6 +167,10 @@ def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = N
     keys += ["dp_lm_head=yes"] if _flag(server_args, "enable_dp_lm_head") else []
     if _flag(server_args, "disable_shared_experts_fusion"):
         keys += ["shared_experts=separate"]
+    a2a = getattr(server_args, "moe_a2a_backend", None)
+    if a2a is not None and not isinstance(a2a, str):
+        raise ValueError(f"moe_a2a_backend must be a string, got {a2a!r}")
+    keys += [f"a2a={a2a}"] if a2a not in (None, "none") else []
     if isinstance(engines, bool) or not isinstance(engines, int) or engines < 1:
         raise ValueError(f"engines must be a positive integer, got {engines!r}")
     keys += [f"engines={engines}"]

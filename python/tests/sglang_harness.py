@@ -5,9 +5,10 @@ tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch a
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
 width from them (runtime_context.publish with SpawnRanks; world rank tp_size * pp_rank +
-tp_rank), attention DP and the initial expert
+tp_rank), the MoE flags are set as its scheduler sets them, attention DP and the initial expert
 locations are initialised as its ModelRunner does, and the model class is SGLang's. Only the
-process-group handles are stand-ins, since nothing here communicates through them.
+process-group handles and the all-to-all backends' token dispatchers are stand-ins, since
+nothing here communicates through them.
 """
 
 from __future__ import annotations
@@ -84,6 +85,29 @@ def stand_in_group(rank: int, size: int) -> types.SimpleNamespace:
 
 
 @contextlib.contextmanager
+def stand_in_dispatcher() -> Iterator[None]:
+    """Inside it, FusedMoE layers of the all-to-all backends (DeepEP and the like, whose
+    dispatchers need their CUDA libraries) get SGLang's StandardDispatcher: a dispatcher moves
+    activations between ranks and holds no weights, so the layer's parameters are its own."""
+    from sglang.srt.layers.moe.fused_moe_triton import layer
+    from sglang.srt.layers.moe.token_dispatcher import StandardDispatcher
+    from sglang.srt.layers.moe.utils import get_moe_a2a_backend
+
+    original = layer.create_moe_dispatcher
+
+    def create(config, quant_method):
+        if get_moe_a2a_backend().is_none():
+            return original(config, quant_method)
+        return StandardDispatcher(config)
+
+    layer.create_moe_dispatcher = create
+    try:
+        yield
+    finally:
+        layer.create_moe_dispatcher = original
+
+
+@contextlib.contextmanager
 def sglang_rank(model_dir: str, rank: int, server_args: dict,
                 model_class: str) -> Iterator[Callable[[], torch.nn.Module]]:
     """Inside it, SGLang's runtime context is that of world rank `rank` of a server run with
@@ -95,7 +119,7 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
     from sglang.srt.eplb.expert_location import (compute_initial_expert_location_metadata,
                                                  set_global_expert_location_metadata)
     from sglang.srt.layers.dp_attention import initialize_dp_attention
-    from sglang.srt.layers.moe.utils import resolve_shared_experts_config
+    from sglang.srt.layers.moe.utils import initialize_moe_config, resolve_shared_experts_config
     from sglang.srt.runtime_context import SpawnRanks, get_model, get_parallel, publish
     from sglang.srt.server_args import ServerArgs
 
@@ -104,6 +128,7 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
     args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
                       load_format="dummy", **server_args)
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
+    initialize_moe_config()  # as the scheduler does after publishing
     par = get_parallel()
     groups = {"pp_group": stand_in_group(par.pp_rank, par.pp_size),
               "attn_cp_group": stand_in_group(0, 1),
@@ -119,7 +144,7 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
         set_global_expert_location_metadata(compute_initial_expert_location_metadata(
             model_config=ModelConfig.from_server_args(args), moe_ep_rank=par.moe_ep_rank))
         shared = resolve_shared_experts_config(cls, hf_config, None)
-        with get_model().override(shared_experts=shared):
+        with get_model().override(shared_experts=shared), stand_in_dispatcher():
             def build() -> torch.nn.Module:
                 model = cls(hf_config)
                 for p in model.parameters():

@@ -34,7 +34,10 @@ def spec_for(port: str, model_dir: str) -> ferry.sglang.RefitSpec:
     return ferry.sglang.RefitSpec(store=f"127.0.0.1:{port}", num_trainer_ranks=2, model=model_dir,
                                   source="megatron:tp=2,expert_tensors=members",
                                   destination="sglang:tp=2,pp=2,expert_tensors=members",
-                                  token="sglang-refit-test", config={"transport.network": "tcp"})
+                                  token="sglang-refit-test",
+                                  # the server ranks join once SGLang is imported and their
+                                  # model built: minutes when six processes share two cores
+                                  config={"transport.network": "tcp", "deadline.connect": "400s"})
 
 
 def trainer(rank: int, spec: ferry.sglang.RefitSpec) -> None:

@@ -54,6 +54,10 @@ CASES = [
     # DeepSeek-V3: the MoE layer, norm and lm_head on the last PP rank
     ("deepseek_v3", "sglang:tp=2,pp=2", 3,
      {"tp_size": 2, "pp_size": 2, "enforce_shared_experts_fusion": True}),
+    # DeepEP: expert parallelism over all tp ranks, DeepSeek's shared expert whole on each
+    ("deepseek_v3", "sglang:tp=2,a2a=deepep", 1, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+    ("qwen3_moe", "sglang:tp=4,attn_dp=2,a2a=deepep", 3,
+     {"tp_size": 4, "attn_dp_size": 2, "moe_a2a_backend": "deepep"}),
 ]
 
 

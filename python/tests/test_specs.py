@@ -115,6 +115,20 @@ def test_sglang_attention_dp_and_expert_parallelism():
         ferry.sglang_spec(SimpleNamespace(ep_size=-1))
 
 
+def test_sglang_all_to_all_backend():
+    # --moe-a2a-backend deepep: SGLang makes ep span the TP group whatever ep_size says
+    args = SimpleNamespace(tp_size=4, ep_size=1, moe_a2a_backend="deepep")
+    spec = ferry.sglang_spec(args)
+    assert spec == "sglang:tp=4,pp=1,dp=1,ep=1,a2a=deepep,engines=1"
+    layout = ferry.Layout.preset("deepseek-v3", spec, scale="1/64")
+    names = {b.name for b in layout.buffers(3)}
+    assert "model.layers.5.mlp.shared_experts.gate_up_proj.weight" in names  # whole on each rank
+    assert ferry.sglang_spec(SimpleNamespace(moe_a2a_backend="none")).endswith(",ep=1,engines=1")
+    with pytest.raises(ferry.InvalidArgumentError, match="a2a"):
+        ferry.Layout.preset("deepseek-v3", ferry.sglang_spec(
+            SimpleNamespace(tp_size=4, moe_a2a_backend="flashinfer")), scale="1/64")
+
+
 def test_sglang_pipeline_parallelism():
     # pp_size from ServerArgs; the layers' split from SGLANG_PP_LAYER_PARTITION, passed as given
     args = SimpleNamespace(tp_size=2, pp_size=2)

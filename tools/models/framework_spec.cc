@@ -247,7 +247,8 @@ std::string SglangText(const SglangParallel& g) {
          (g.dp_lm_head ? ",dp_lm_head=yes" : "") +
          (g.shared_fused == 1 ? ",shared_experts=fused"
           : g.shared_fused == 0 ? ",shared_experts=separate"
-                                : "");
+                                : "") +
+         (g.a2a != "none" ? ",a2a=" + g.a2a : "");
 }
 
 }  // namespace
@@ -460,6 +461,15 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
              g.shared_fused = value == "fused" ? 1 : 0;
              return Status::Ok();
            }},
+          {"a2a", nullptr,
+           [&g](const std::string& value) -> Status {
+             if (value != "none" && value != "deepep" && value != "mooncake") {
+               return InvalidArgument("bad value '" + value +
+                                      "' for a2a: expected none, deepep or mooncake");
+             }
+             g.a2a = value;
+             return Status::Ok();
+           }},
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -500,7 +510,8 @@ std::string FrameworkSpecKeys() {
          "redundant=N,eplb_map=PATH,"
          "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
          "sglang:tp=N,pp=N,partition=N.N...,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,"
-         "engines=N,dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate, any with "
+         "engines=N,dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate,"
+         "a2a=none|deepep|mooncake, any with "
          "expert_tensors=stacks|members; "
          "every key optional";
 }

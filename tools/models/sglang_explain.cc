@@ -82,6 +82,11 @@ void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::strin
                      " routed experts, FFN shard tp_rank % " + N(moe_tp) +
                      "; w13_weight = [gate; up] per expert, w2_weight its down_proj columns",
                  kSglang + "layers/moe/fused_moe_triton/layer.py"});
+  if (s.a2a != "none") {
+    out.push_back({"a2a=" + s.a2a + ": DeepEPMoE, stored as FusedMoE, expert parallelism over "
+                   "all tp ranks (ep = tp)",
+                   kSglang + "layers/moe/ep_moe/layer.py, arg_groups/overrides.py"});
+  }
   if (s.redundant_experts > 0) {
     out.push_back({"redundant physical expert E + j holds logical expert j",
                    kSglang + "eplb/expert_location.py"});
@@ -99,9 +104,12 @@ void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string
   if (Has(t, "norm") || Has(t, "mlp.gate.")) {
     out.push_back({"whole on every rank (RMSNorm, replicated router)", ModelFile(c)});
   } else if (Has(t, "shared_experts")) {
-    out.push_back(
-        {"shared_experts=separate: gate_up_proj and down_proj over all tp=" + N(s.tp) + " ranks",
-         kSglang + "models/deepseek_v2.py"});
+    out.push_back({s.a2a != "none"
+                       ? "shared_experts=separate under a2a=" + s.a2a +
+                             ": gate_up_proj = [gate; up] and down_proj whole on every rank"
+                       : "shared_experts=separate: gate_up_proj and down_proj over all tp=" +
+                             N(s.tp) + " ranks",
+                   kSglang + "models/deepseek_v2.py"});
   } else if (Has(t, "mlp.")) {
     const bool whole = s.dense_tp == 1;
     out.push_back({whole ? "dense_tp=1: gate_up_proj = [gate; up] and down_proj whole on every rank"

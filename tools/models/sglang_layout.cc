@@ -137,8 +137,8 @@ class SglangWriter : public EngineWriter {
 
   // The router on every rank (models/qwen3_moe.py: a ReplicatedLinear gate; models/deepseek_v2.py
   // MoEGate: a whole weight and the fp32 e_score_correction_bias) and, unless fused into the
-  // experts, the shared expert: DeepseekV2MLP with parallel_group "tp" (the all-to-all backends'
-  // "replicated" shared expert, DeepEP and the like, is not modelled).
+  // experts, the shared expert: DeepseekV2MLP with parallel_group "tp", or "replicated" (whole on
+  // every rank) under an all-to-all backend (_shared_expert_use_tp1).
   Status Moe(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), all_, p + "mlp.gate.weight"));
     if (c_.router_bias) {
@@ -146,7 +146,10 @@ class SglangWriter : public EngineWriter {
                                        p + "mlp.gate.e_score_correction_bias"));
     }
     if (c_.num_shared_experts == 0 || s_.shared_fused == 1) return Status::Ok();
-    return DenseMlp(l, p + "mlp.shared_experts.", "mlp.shared_experts.", all_);
+    const std::string shared = p + "mlp.shared_experts.";
+    if (s_.a2a == "none") return DenseMlp(l, shared, "mlp.shared_experts.", all_);
+    for (int rank : all_) FERRY_RETURN_IF_ERROR(DenseMlp(l, shared, "mlp.shared_experts.", {rank}));
+    return Status::Ok();
   }
 
   // layers/moe/fused_moe_triton/layer.py FusedMoE over the server's tp ranks: EP rank

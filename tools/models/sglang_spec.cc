@@ -58,6 +58,22 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
   return Status::Ok();
 }
 
+// arg_groups/overrides.py _a2a_ep_size: the all-to-all backends' expert parallelism spans the TP
+// group, whatever --ep-size said.
+Status ResolveA2a(SglangParallel& s, const ModelConfig& c) {
+  if (s.a2a == "none") return Status::Ok();
+  if (s.a2a != "deepep" && s.a2a != "mooncake") {
+    return InvalidArgument("a2a=" + s.a2a + ": ferry models SGLang's --moe-a2a-backend none, "
+                           "deepep and mooncake");
+  }
+  if (!c.IsMoe()) {
+    return InvalidArgument("a2a=" + s.a2a + ": an all-to-all backend moves experts' tokens, and '" +
+                           c.name + "' has no experts");
+  }
+  s.ep = s.tp;
+  return Status::Ok();
+}
+
 // SGLang's checks of the server arguments.
 Status CheckSizes(const SglangParallel& s, const ModelConfig& c) {
   // runtime_context.py derive_attn_tp_size: tp // attn_dp
@@ -101,11 +117,13 @@ Status ResolveSharedFusion(SglangParallel& s, const ModelConfig& c) {
   if (s.shared_fused == 1 && !can) {
     return InvalidArgument(
         s.ep > 1 ? "shared_experts=fused: SGLang fuses shared experts under expert parallelism "
-                   "only on AMD GPUs"
+                   "only on AMD GPUs or with --enforce-shared-experts-fusion, whose per-rank "
+                   "placement ferry does not model"
                  : "shared_experts=fused: Config does not support fused shared expert(s) "
                    "(SGLang fuses DeepSeek V3/R1's: 256 routed experts, 1 shared)");
   }
-  if (s.shared_fused == -1) s.shared_fused = can ? 1 : 0;
+  // "DeepEP: fusion off by default" for the DeepEP-class backends, deepep and mooncake
+  if (s.shared_fused == -1) s.shared_fused = can && s.a2a == "none" ? 1 : 0;
   return Status::Ok();
 }
 
@@ -130,7 +148,7 @@ Status CheckShards(const SglangParallel& s, const ModelConfig& c) {
   if (s.dense_tp != 1 && HasDenseMlp(c)) {
     FERRY_RETURN_IF_ERROR(CheckDivides("intermediate", c.intermediate, "tp", s.tp));
   }
-  if (c.num_shared_experts > 0 && s.shared_fused == 0) {
+  if (c.num_shared_experts > 0 && s.shared_fused == 0 && s.a2a == "none") {
     FERRY_RETURN_IF_ERROR(
         CheckDivides("shared expert size", c.num_shared_experts * c.moe_intermediate, "tp", s.tp));
   }
@@ -148,6 +166,7 @@ int SglangAttentionTp(const SglangParallel& s) { return s.tp / s.attn_dp; }
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(ResolveDeprecatedDpAttention(s));
   FERRY_RETURN_IF_ERROR(CheckWorld("sglang tp*pp*dp*engines", SglangRanks(s)));
+  FERRY_RETURN_IF_ERROR(ResolveA2a(s, c));
   FERRY_RETURN_IF_ERROR(CheckModelled(s, c));
   if (s.dense_tp == s.tp) s.dense_tp = 0;  // --moe-dense-tp-size tp_size: the default
   if (s.pp == 1) s.partition.clear();       // get_pp_indices ignores it

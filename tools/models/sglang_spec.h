@@ -7,6 +7,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/base/status.h"
@@ -57,6 +58,13 @@ struct SglangParallel {
   // ranks ("separate", --disable-shared-experts-fusion). -1: SGLang's default, resolved to 1 for
   // DeepSeek-V3's 256 routed experts and 1 shared expert without expert parallelism, else 0.
   int shared_fused = -1;
+  // --moe-a2a-backend: "none", or an all-to-all backend ferry models, "deepep" or "mooncake"
+  // (layers/moe/ep_moe/layer.py get_moe_impl_class: DeepEPMoE, a FusedMoE storing its experts as
+  // FusedMoE does). It makes expert parallelism span the TP group (arg_groups/overrides.py
+  // _a2a_ep_size: ep = tp), keeps a separate shared expert whole on every rank
+  // (models/deepseek_v2.py: parallel_group "replicated" under these backends) and leaves it
+  // unfused by default (shared_experts_fusion_disable_reason: "DeepEP: fusion off by default").
+  std::string a2a = "none";
 };
 
 // Fills SGLang's defaults into `s` (dp_attention resolved into attn_dp) and checks it against

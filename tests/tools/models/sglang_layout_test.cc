@@ -193,6 +193,44 @@ TEST(SglangLayoutTest, DpReplicasWithoutDpAttentionAreCopiesOnTheNextRanks) {
   EXPECT_EQ(k11[0].loc.byte_offset, k9[0].loc.byte_offset);
 }
 
+// --moe-a2a-backend deepep: expert parallelism over all tp ranks whatever --ep-size says
+// (arg_groups/overrides.py _a2a_ep_size), the shared expert whole on every rank
+// (models/deepseek_v2.py: parallel_group "replicated" under the all-to-all backends) and unfused
+// by default (shared_experts_fusion_disable_reason: "DeepEP: fusion off by default").
+TEST(SglangLayoutTest, AllToAllBackendReplicatesTheSharedExpert) {
+  ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
+  ASSERT_EQ(p.config().moe_intermediate, 32);
+  ASSERT_EQ(p.config().hidden, 112);
+  const FrameworkSpec resolved =
+      ResolveFrameworkSpec(Spec("sglang:tp=4,ep=2,a2a=deepep"), p.config()).value();
+  EXPECT_EQ(resolved.ToString(), "sglang:tp=4,dp=1,ep=4,shared_experts=separate,a2a=deepep");
+  Layout l = Build(p, "sglang:tp=4,a2a=deepep");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (Contains(n, "shared_experts")) return 4;  // whole on each rank
+    if (IsExpert(n) || Contains(n, "lm_head") || Contains(n, "embed")) return 1;
+    return Contains(n, "norm") || Contains(n, "mlp.gate.") || Contains(n, "_a_proj") ? 4 : 1;
+  });
+  const std::string gate_up = "model.layers.5.mlp.shared_experts.gate_up_proj.weight";
+  auto up = FragmentsIn(l, 3, gate_up, "model.layers.5.mlp.shared_experts.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box.lo[0], 0);
+  EXPECT_EQ(up[0].box.hi[0], 32);
+  EXPECT_EQ(up[0].loc.byte_offset, 32 * 112 * 2);  // after the whole gate_proj
+  EXPECT_EQ(l.buffers[l.FindBuffer(3, gate_up)].bytes, 2 * 32 * 112 * 2);
+  // EP rank 3 of 4: routed experts 192..255, each whole (moe_tp 1)
+  const std::string w13 = "model.layers.5.mlp.experts.w13_weight";
+  EXPECT_EQ(FragmentsIn(l, 3, w13, "model.layers.5.mlp.experts.192.gate_proj.weight").size(), 1u);
+  EXPECT_TRUE(FragmentsIn(l, 3, w13, "model.layers.5.mlp.experts.191.gate_proj.weight").empty());
+  // One rank: no expert parallelism, still no fusion by default (SGLang's default without a2a
+  // fuses DeepSeek-V3's shared expert).
+  EXPECT_EQ(ResolveFrameworkSpec(Spec("sglang:tp=1,a2a=mooncake"), p.config())->ToString(),
+            "sglang:tp=1,dp=1,ep=1,shared_experts=separate,a2a=mooncake");
+  EXPECT_EQ(ResolveFrameworkSpec(Spec("sglang:tp=1"), p.config())->ToString(),
+            "sglang:tp=1,dp=1,ep=1,shared_experts=fused");
+  // Redundant experts need expert parallelism, which the backend gives.
+  EXPECT_TRUE(ResolveFrameworkSpec(Spec("sglang:tp=4,a2a=deepep,redundant=4"), p.config()).ok());
+}
+
 // `ferry layout --explain` names SGLang's rules and files, not another framework's.
 TEST(SglangLayoutTest, ExplainCitesSglang) {
   ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
@@ -232,6 +270,7 @@ TEST(SglangLayoutTest, RefusesWhatSglangOrFerryDoesNot) {
       {&ds, "sglang:tp=4,ep=4,shared_experts=fused", "under expert parallelism only on AMD"},
       {&ds, "sglang:tp=4,dense_tp=2", "only supports None, 1, or tp_size"},
       {&qwen, "sglang:tp=4,dense_tp=1", "applies to DeepSeek's dense layers"},
+      {&llama, "sglang:tp=4,a2a=deepep", "has no experts"},
   };
   for (const auto& c : cases) {
     Result<FrameworkSpec> spec = ParseFrameworkSpec(c.spec);
@@ -242,6 +281,7 @@ TEST(SglangLayoutTest, RefusesWhatSglangOrFerryDoesNot) {
         << c.spec << ": " << l.status().message();
   }
   EXPECT_FALSE(ParseFrameworkSpec("sglang:tp=4,shared_experts=maybe").ok());
+  EXPECT_FALSE(ParseFrameworkSpec("sglang:tp=4,a2a=flashinfer").ok());
   EXPECT_FALSE(ParseFrameworkSpec("sglang:tp=4,placement=round_robin").ok());
 }
 
