@@ -29,7 +29,8 @@ own shards, and land in SGLang's parameters where SGLang's own loaders would put
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts the store); server k's rank
 (replica d, PP rank p, TP rank t) is num_trainer_ranks + k * (ranks of a server) +
-(d * pp + p) * tp + t, as the destination layout numbers them. Both sides build both layouts
+(d * pp + p) * tp + t, as the destination layout numbers them (under attention DP a server is
+one replica). Both sides build both layouts
 from the same Hugging Face config (`model`, readable by every process) and specs, so nothing else
 is exchanged. After each update the loader runs the model's post_load_weights when it has one
 (DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). Quantized servers and draft models are
@@ -216,12 +217,17 @@ _worker: _Worker | None = None
 
 
 def worker_rank(spec: RefitSpec, destination_ranks_per_server: int, tp_rank: int, tp_size: int,
-                dp_rank: int | None, pp_rank: int = 0, pp_size: int = 1) -> int:
+                dp_rank: int | None, pp_rank: int = 0, pp_size: int = 1,
+                attn_dp_size: int = 1) -> int:
     """The ferry rank of SGLang worker (dp_rank, pp_rank, tp_rank) of server `spec.server`: a
     replica is tp_size * pp_size ranks, world rank tp_size * pp_rank + tp_rank inside it
-    (SGLang's runtime_context.py spawn_world_rank)."""
+    (SGLang's runtime_context.py spawn_world_rank). SGLang's dp_rank is the replica with
+    --dp-size, but under attention DP the rank's attention-DP group inside the one replica
+    (managers/data_parallel_controller.py: compute_dp_attention_world_info), which adds no
+    ranks."""
+    replica = (dp_rank or 0) if attn_dp_size == 1 else 0
     return (spec.num_trainer_ranks + spec.server * destination_ranks_per_server +
-            (dp_rank or 0) * tp_size * pp_size + pp_rank * tp_size + tp_rank)
+            replica * tp_size * pp_size + pp_rank * tp_size + tp_rank)
 
 
 def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -> None:
@@ -236,7 +242,7 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
         source, destination = _layouts(spec)
         rank = worker_rank(spec, len(destination.ranks) // _engines(spec.destination),
                            parallel.tp_rank, parallel.tp_size, parallel.dp_rank,
-                           parallel.pp_rank, parallel.pp_size)
+                           parallel.pp_rank, parallel.pp_size, parallel.attn_dp_size)
         _worker = _Worker(model, spec, rank, source, destination)
     _worker.receive(spec.round)
     post = getattr(model, "post_load_weights", None)

@@ -5,7 +5,8 @@ tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch a
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
 width from them (runtime_context.publish with SpawnRanks; world rank tp_size * pp_rank +
-tp_rank), the MoE flags are set as its scheduler sets them, attention DP and the initial expert
+tp_rank; under attention DP the DP controller's dp_rank, the rank's attention-DP group), the MoE
+flags are set as its scheduler sets them, attention DP and the initial expert
 locations are initialised as its ModelRunner does, and the model class is SGLang's. Only the
 process-group handles and the all-to-all backends' token dispatchers are stand-ins, since
 nothing here communicates through them.
@@ -118,7 +119,8 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.eplb.expert_location import (compute_initial_expert_location_metadata,
                                                  set_global_expert_location_metadata)
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.layers.dp_attention import (compute_dp_attention_world_info,
+                                                initialize_dp_attention)
     from sglang.srt.layers.moe.utils import initialize_moe_config, resolve_shared_experts_config
     from sglang.srt.runtime_context import SpawnRanks, get_model, get_parallel, publish
     from sglang.srt.server_args import ServerArgs
@@ -128,8 +130,13 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
     args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
                       load_format="dummy", **server_args)
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
-    initialize_moe_config()  # as the scheduler does after publishing
     par = get_parallel()
+    if par.attn_dp_size > 1:  # the DP controller gives each rank its attention-DP rank
+        _, _, dp_rank, _ = compute_dp_attention_world_info(par.tp_rank, par.tp_size,
+                                                           par.attn_dp_size, par.attn_cp_size)
+        publish(args, role="scheduler", ranks=SpawnRanks(world_rank=rank, dp_rank=dp_rank))
+        par = get_parallel()
+    initialize_moe_config()  # as the scheduler does after publishing
     groups = {"pp_group": stand_in_group(par.pp_rank, par.pp_size),
               "attn_cp_group": stand_in_group(0, 1),
               "moe_dp_group": stand_in_group(0, 1),

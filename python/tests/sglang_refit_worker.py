@@ -6,8 +6,8 @@ Run by python/tests/test_sglang_refit.py in the environment tools/deps/vllm-venv
 
 A trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
 through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank is world
-rank RANK (PP rank RANK // 2, TP rank RANK % 2) of a TP2 PP2 SGLang server, built by SGLang's own
-DeepseekV3ForCausalLM
+rank RANK (PP rank RANK // 2, TP rank RANK % 2, and attention-DP rank RANK % 2) of a TP2 PP2
+SGLang server with attention DP 2, built by SGLang's own DeepseekV3ForCausalLM
 (sglang_harness.py); each update reaches it through ferry.sglang.load_weights, called with the
 control tensor the trainer makes, as SGLang's weight updater calls a custom loader. After each
 update it builds the same rank again and loads that step's checkpoint with SGLang's own
@@ -27,13 +27,15 @@ import ferry.sglang
 from sglang_harness import MODELS, as_bytes, checkpoint, fill_buffers
 
 STEPS = 3
-SERVER_ARGS = {"tp_size": 2, "pp_size": 2, "enforce_shared_experts_fusion": True}
+SERVER_ARGS = {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2,
+               "enforce_shared_experts_fusion": True}
 
 
 def spec_for(port: str, model_dir: str) -> ferry.sglang.RefitSpec:
     return ferry.sglang.RefitSpec(store=f"127.0.0.1:{port}", num_trainer_ranks=2, model=model_dir,
                                   source="megatron:tp=2,expert_tensors=members",
-                                  destination="sglang:tp=2,pp=2,expert_tensors=members",
+                                  destination="sglang:tp=2,pp=2,attn_dp=2,"
+                                              "expert_tensors=members",
                                   token="sglang-refit-test",
                                   # the server ranks join once SGLang is imported and their
                                   # model built: minutes when six processes share two cores

@@ -50,3 +50,6 @@ def test_worker_ranks_follow_sglangs_world_order():
     # TP rank 0 is 2 + 8 + (1 * 2 + 1) * 2 + 0
     assert sglang.worker_rank(SPEC, 8, tp_rank=0, tp_size=2, dp_rank=1, pp_rank=1, pp_size=2) == 16
     assert sglang.worker_rank(SPEC, 8, tp_rank=1, tp_size=2, dp_rank=None) == 11
+    # attention DP: dp_rank is the attention-DP group (tp_rank // attn_tp_size), inside the one
+    # replica of 4 ranks (tp=4, attn_dp=2): TP rank 3 is 2 + 4 + 3
+    assert sglang.worker_rank(SPEC, 4, tp_rank=3, tp_size=4, dp_rank=1, attn_dp_size=2) == 9

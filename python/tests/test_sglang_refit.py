@@ -1,9 +1,10 @@
 """ferry.sglang against SGLang's own classes: a Megatron-style trainer (2 ranks) refits a TP2 PP2
-SGLang DeepSeek-V3 server (4 ranks, SGLang 0.5.23's DeepseekV3ForCausalLM with its shared expert
-fused; PP rank 0 holds the dense layer, PP rank 1 the MoE layer) through ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after each, every
-server parameter and the MLA tensors post_load_weights derives must equal what SGLang's own
-load_weights makes of that update's checkpoint (python/tests/sglang_refit_worker.py). Skipped,
-saying so, without the environment tools/deps/vllm-venv.sh makes.
+SGLang DeepSeek-V3 server with attention DP 2 (4 ranks, SGLang 0.5.23's DeepseekV3ForCausalLM with
+its shared expert fused; PP rank 0 holds the dense layer, PP rank 1 the MoE layer) through
+ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after each, every server
+parameter and the MLA tensors post_load_weights derives must equal what SGLang's own load_weights
+makes of that update's checkpoint (python/tests/sglang_refit_worker.py). Skipped, saying so,
+without the environment tools/deps/vllm-venv.sh makes.
 """
 
 from __future__ import annotations
