@@ -54,6 +54,15 @@ CASES = [
     # DeepSeek-V3: the MoE layer, norm and lm_head on the last PP rank
     ("deepseek_v3", "sglang:tp=2,pp=2", 3,
      {"tp_size": 2, "pp_size": 2, "enforce_shared_experts_fusion": True}),
+    # attention DP of dense models, by class: Llama's attention and embed_tokens over all tp
+    # ranks, lm_head over the attention group; Qwen2's attention and lm_head over all tp,
+    # embed_tokens over the group; Qwen3's attention and (tied) embed_tokens over the group
+    ("llama", "sglang:tp=6,attn_dp=2,dp_lm_head=yes", 4,
+     {"tp_size": 6, "attn_dp_size": 2, "enable_dp_lm_head": True}),
+    ("qwen2", "sglang:tp=2,attn_dp=2,dp_lm_head=yes", 1,
+     {"tp_size": 2, "attn_dp_size": 2, "enable_dp_lm_head": True}),
+    ("qwen3", "sglang:tp=4,attn_dp=2,dp_lm_head=yes", 3,
+     {"tp_size": 4, "attn_dp_size": 2, "enable_dp_lm_head": True}),
     # DeepEP: expert parallelism over all tp ranks, DeepSeek's shared expert whole on each
     ("deepseek_v3", "sglang:tp=2,a2a=deepep", 1, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
     ("qwen3_moe", "sglang:tp=4,attn_dp=2,a2a=deepep", 3,

@@ -31,7 +31,9 @@ std::string ModelFile(const ModelConfig& c) {
 void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
                 std::vector<LayoutRule>& out) {
   const bool embed = Has(t, "embed");
-  const bool over_groups = embed ? s.attn_dp > 1 : s.dp_lm_head;
+  const SglangAttentionDpSplit by_class = SglangAttentionDpSplitOf(c);
+  const bool over_groups =
+      embed ? s.attn_dp > 1 && by_class.embed_tokens : s.dp_lm_head && by_class.lm_head;
   const int split = over_groups ? SglangAttentionTp(s) : s.tp;
   out.push_back({"vocabulary padded to a multiple of 64 (of 64 x " + N(split) +
                      " if 64 does not divide), then split into " + N(split) +
@@ -54,11 +56,11 @@ void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string
 
 void AttentionRules(const ModelConfig& c, const SglangParallel& s, std::vector<LayoutRule>& out) {
   const int attn = SglangAttentionTp(s);
-  out.push_back({s.attn_dp > 1
+  out.push_back({s.attn_dp > 1 && SglangAttentionDpSplitOf(c).attention
                      ? "attention DP: attention split over groups of tp/attn_dp = " + N(attn) +
                            " consecutive ranks, replicated across the " + N(s.attn_dp) + " groups"
                      : "attention split over the server's tp=" + N(s.tp) + " ranks",
-                 kSglang + "runtime_context.py"});
+                 kSglang + "runtime_context.py, " + ModelFile(c).substr(kSglang.size())});
   if (c.IsMla()) {
     out.push_back(
         {"MLA: fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] replicated, "

@@ -22,7 +22,10 @@ class SglangWriter : public EngineWriter {
  public:
   SglangWriter(const ModelPreset& preset, const SglangParallel& s, bool stack_experts,
                int first_rank, Layout& out)
-      : EngineWriter(preset, stack_experts, out), s_(s), first_(first_rank) {}
+      : EngineWriter(preset, stack_experts, out),
+        s_(s),
+        split_(SglangAttentionDpSplitOf(preset.config())),
+        first_(first_rank) {}
 
   // Builds the first server's first replica stage by stage, then copies it to the other DP
   // replicas and engines.
@@ -69,7 +72,8 @@ class SglangWriter : public EngineWriter {
     }
     // ParallelLMHead(use_attn_tp_group=enable_dp_lm_head); tied, from embed_tokens' tensor
     if (holds.lm_head) {
-      FERRY_RETURN_IF_ERROR(VocabOver(OutputName(), s_.dp_lm_head, "lm_head.weight"));
+      FERRY_RETURN_IF_ERROR(
+          VocabOver(OutputName(), s_.dp_lm_head && split_.lm_head, "lm_head.weight"));
     }
     for (int64_t l = first_layer; l < end_layer; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
@@ -81,11 +85,11 @@ class SglangWriter : public EngineWriter {
 
   // layers/vocab_parallel_embedding.py VocabParallelEmbedding: the padded vocabulary
   // (SglangPaddedVocab) in equal row blocks over its group. embed_tokens takes the attention-TP
-  // group under attention DP (get_embedding_tp_kwargs in models/deepseek_v2.py DeepseekV2Model;
-  // use_attn_tp_group=is_dp_attention_enabled() in models/qwen2_moe.py Qwen2MoeModel, which
-  // Qwen3-MoE's model extends), else the TP group.
+  // group under attention DP where the model class says so (SglangAttentionDpSplitOf), else the
+  // TP group.
   Status Embedding() {
-    return VocabOver(EmbeddingName(), s_.attn_dp > 1, "model.embed_tokens.weight");
+    return VocabOver(EmbeddingName(), s_.attn_dp > 1 && split_.embed_tokens,
+                     "model.embed_tokens.weight");
   }
 
   // `hf_name`'s padded rows split over each attention group (`attention_groups`) or over all tp
@@ -103,13 +107,15 @@ class SglangWriter : public EngineWriter {
     return Status::Ok();
   }
 
-  // A decoder layer: norms on every rank (RMSNorm), attention per attention group
-  // (models/deepseek_v2.py DeepseekV2AttentionMLA and models/qwen3_moe.py Qwen3MoeAttention build
-  // their linear layers with parallel_group="attn_tp"), then the MLP.
+  // A decoder layer: norms on every rank (RMSNorm), attention per attention group where the model
+  // class builds it with parallel_group="attn_tp" (SglangAttentionDpSplitOf), else over all tp
+  // ranks, then the MLP.
   Status Layer(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(
         Replicated(H(l, "input_layernorm.weight"), all_, p + "input_layernorm.weight"));
-    for (const std::vector<int>& group : groups_) {
+    const std::vector<std::vector<int>> attention =
+        split_.attention ? groups_ : std::vector<std::vector<int>>{all_};
+    for (const std::vector<int>& group : attention) {
       FERRY_RETURN_IF_ERROR(c_.IsMla()
                                 ? MlaAttention(l, p, group, "fused_qkv_a_proj_with_mqa.weight")
                                 : GqaAttention(l, p, "self_attn.", group));
@@ -196,10 +202,11 @@ class SglangWriter : public EngineWriter {
   }
 
   SglangParallel s_;
+  SglangAttentionDpSplit split_;          // what attention DP splits over the attention group
   int first_;                             // the first server's first rank
   std::vector<int64_t> stage_layers_;     // decoder layers per PP rank (sglang_pipeline.h)
   std::vector<int> all_;                  // the tp ranks of the stage being built (UseStage)
-  std::vector<std::vector<int>> groups_;  // its attention groups, consecutive runs of all_
+  std::vector<std::vector<int>> groups_;  // its attention-DP groups, consecutive runs of all_
 };
 
 }  // namespace

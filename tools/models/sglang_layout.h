@@ -4,11 +4,12 @@
 //
 // One server is pp stages of tp ranks, rank first_rank + pp_rank * tp + tp_rank; each stage holds
 // its decoder layers, the first embed_tokens, the last the final norm, and lm_head where the
-// model class builds it (tools/models/sglang_pipeline.h). Within a stage, attention (qkv_proj = [q; k; v] per rank,
-// KV heads replicated when the group exceeds them; DeepSeek's MLA with fused_qkv_a_proj_with_mqa =
-// [q_a_proj; kv_a_proj_with_mqa] replicated) is split over the attention group: all tp ranks, or
-// with attention DP each run of tp/attn_dp consecutive ranks, replicated across the runs; so is
-// embed_tokens. Routed experts (w13_weight [local, 2*I/moe_tp, hidden] of [gate; up], w2_weight
+// model class builds it (tools/models/sglang_pipeline.h). Within a stage, attention (qkv_proj =
+// [q; k; v] per rank, KV heads replicated when the group exceeds them; DeepSeek's MLA with
+// fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] replicated) is split over the
+// attention group: all tp ranks, or with attention DP each run of tp/attn_dp consecutive ranks,
+// replicated across the runs; so is embed_tokens (which of the three each model class splits so:
+// SglangAttentionDpSplitOf). Routed experts (w13_weight [local, 2*I/moe_tp, hidden] of [gate; up], w2_weight
 // [local, hidden, I/moe_tp]) sit on EP rank tp_rank / moe_tp, FFN shard tp_rank % moe_tp,
 // moe_tp = tp/ep; DeepSeek-V3's fused shared expert follows a rank's routed experts. Dense MLPs,
 // separate shared experts and lm_head are split over all tp ranks (dense_tp=1: dense MLPs whole

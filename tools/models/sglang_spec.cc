@@ -34,13 +34,6 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
   if (c.family == ModelFamily::kNemotronH) {
     return InvalidArgument("SGLang layouts of hybrid Mamba models (Nemotron-H) are not modelled");
   }
-  // models/deepseek_v2.py and qwen3_moe.py build attention on the attention-TP group
-  // (parallel_group="attn_tp"); models/llama.py on the whole TP group
-  if (s.attn_dp > 1 && !c.IsMoe()) {
-    return InvalidArgument("attn_dp=" + Num(s.attn_dp) + ": ferry models SGLang's attention "
-                           "DP for its MoE models (DeepSeek-V3, Qwen3-MoE), not for '" + c.name +
-                           "'");
-  }
   // models/qwen3_moe.py Qwen3MoeForCausalLM builds its own lm_head whatever the config says
   if (c.family == ModelFamily::kQwen3Moe && c.tie_embeddings) {
     return InvalidArgument("tied embeddings: SGLang's Qwen3MoeForCausalLM never ties lm_head");
@@ -138,7 +131,7 @@ Status CheckMoe(const SglangParallel& s, const ModelConfig& c) {
 
 // Attention over its group; dense MLPs and separate shared experts over all tp ranks.
 Status CheckShards(const SglangParallel& s, const ModelConfig& c) {
-  const int attn = SglangAttentionTp(s);
+  const int attn = SglangAttentionDpSplitOf(c).attention ? SglangAttentionTp(s) : s.tp;
   FERRY_RETURN_IF_ERROR(CheckDivides("num_heads", c.num_heads, "the attention group", attn));
   // models/qwen3_moe.py Qwen3MoeAttention: KV heads divide or are divided by the group
   if (!c.IsMla() && c.num_kv_heads % attn != 0 && attn % c.num_kv_heads != 0) {
@@ -162,6 +155,21 @@ int64_t SglangRanks(const SglangParallel& s) {
 }
 
 int SglangAttentionTp(const SglangParallel& s) { return s.tp / s.attn_dp; }
+
+SglangAttentionDpSplit SglangAttentionDpSplitOf(const ModelConfig& c) {
+  // models/deepseek_v2.py (get_embedding_tp_kwargs, parallel_group="attn_tp") and qwen3_moe.py
+  // (its model is qwen2_moe.py's, embed_tokens with use_attn_tp_group=is_dp_attention_enabled())
+  if (c.IsMoe()) return {true, true, true};
+  // models/qwen3.py: Qwen3Attention's parallel_group="attn_tp", Qwen2Model's embed_tokens, and
+  // lm_head with use_attn_tp_group=enable_dp_lm_head
+  if (c.qk_norm) return {true, true, true};
+  // models/qwen2.py: attention over the TP group, Qwen2Model's embed_tokens over the attention
+  // group, lm_head without use_attn_tp_group
+  if (c.qkv_bias) return {false, true, false};
+  // models/llama.py: attention and embed_tokens over the TP group, lm_head with
+  // use_attn_tp_group=enable_dp_lm_head
+  return {false, false, true};
+}
 
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c) {
   FERRY_RETURN_IF_ERROR(ResolveDeprecatedDpAttention(s));

@@ -70,8 +70,8 @@ struct SglangParallel {
 // Fills SGLang's defaults into `s` (dp_attention resolved into attn_dp) and checks it against
 // `c`: SGLang's assertions (attn_dp and ep divide tp, routed experts divisible by ep, dense_tp 1 or
 // tp, dp_lm_head with attention DP, the layers' split over PP ranks) and what ferry does not
-// model (Nemotron-H, attention DP of a dense model, shared-expert fusion where SGLang disables it,
-// a tied DeepSeek model with pp > 1), each refused naming why.
+// model (Nemotron-H, shared-expert fusion where SGLang disables it, a tied DeepSeek model with
+// pp > 1, all-to-all backends other than deepep and mooncake), each refused naming why.
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c);
 
 // The ranks of all servers: tp * pp * dp * engines (of a resolved spec).
@@ -79,5 +79,14 @@ int64_t SglangRanks(const SglangParallel& s);
 
 // The attention group's size, tp / attn_dp (of a resolved spec).
 int SglangAttentionTp(const SglangParallel& s);
+
+// What a model class splits over the attention group under attention DP rather than over all tp
+// ranks (the MLPs always go over all tp ranks, or whole with dense_tp=1).
+struct SglangAttentionDpSplit {
+  bool attention = false;     // the attention projections (parallel_group="attn_tp")
+  bool embed_tokens = false;  // VocabParallelEmbedding(use_attn_tp_group=...)
+  bool lm_head = false;       // ParallelLMHead(use_attn_tp_group=enable_dp_lm_head)
+};
+SglangAttentionDpSplit SglangAttentionDpSplitOf(const ModelConfig& c);
 
 }  // namespace ferry::models

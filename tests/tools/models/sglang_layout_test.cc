@@ -231,6 +231,41 @@ TEST(SglangLayoutTest, AllToAllBackendReplicatesTheSharedExpert) {
   EXPECT_TRUE(ResolveFrameworkSpec(Spec("sglang:tp=4,a2a=deepep,redundant=4"), p.config()).ok());
 }
 
+// Attention DP of dense models, by model class: models/llama.py keeps attention and embed_tokens
+// on the TP group and splits lm_head over the attention group with --enable-dp-lm-head;
+// models/qwen2.py keeps attention and lm_head on the TP group but splits embed_tokens
+// (Qwen2Model, use_attn_tp_group=is_dp_attention_enabled()); models/qwen3.py splits all three.
+TEST(SglangLayoutTest, AttentionDpOfDenseModelsFollowsTheModelClass) {
+  ModelPreset llama = Preset("llama-3.1-8b", 1.0 / 64);  // 32 heads of 2, vocabulary 2016
+  ASSERT_EQ(llama.config().head_dim, 2);
+  ASSERT_EQ(llama.config().vocab, 2016);
+  Layout l = Build(llama, "sglang:tp=4,attn_dp=2,dp_lm_head=yes");
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  auto q3 = FragmentsIn(l, 3, "model.layers.0.self_attn.qkv_proj.weight", q);
+  ASSERT_EQ(q3.size(), 1u);
+  EXPECT_EQ(q3[0].box.lo[0], 24 * 2);  // TP rank 3 of 4, not of its group of 2: heads 24..31
+  auto embed = FragmentsIn(l, 3, "model.embed_tokens.weight", "model.embed_tokens.weight");
+  auto head = FragmentsIn(l, 3, "lm_head.weight", "lm_head.weight");
+  ASSERT_EQ(embed.size(), 1u);
+  ASSERT_EQ(head.size(), 1u);
+  // 2016 rows padded to 2048: embed_tokens in 4 blocks of 512 (TP rank 3: 1536..), lm_head in
+  // 2 blocks of 1024 over each attention group (rank 3 is rank 1 of {2, 3}: 1024..)
+  EXPECT_EQ(embed[0].box.lo[0], 1536);
+  EXPECT_EQ(head[0].box.lo[0], 1024);
+  const SglangAttentionDpSplit qwen2 = SglangAttentionDpSplitOf([] {
+    ModelConfig c;
+    c.qkv_bias = true;
+    return c;
+  }());
+  EXPECT_FALSE(qwen2.attention);
+  EXPECT_TRUE(qwen2.embed_tokens);
+  EXPECT_FALSE(qwen2.lm_head);
+  ModelConfig qwen3;
+  qwen3.qk_norm = true;
+  const SglangAttentionDpSplit q3s = SglangAttentionDpSplitOf(qwen3);
+  EXPECT_TRUE(q3s.attention && q3s.embed_tokens && q3s.lm_head);
+}
+
 // `ferry layout --explain` names SGLang's rules and files, not another framework's.
 TEST(SglangLayoutTest, ExplainCitesSglang) {
   ModelPreset p = Preset("deepseek-v3", 1.0 / 64);
@@ -265,7 +300,6 @@ TEST(SglangLayoutTest, RefusesWhatSglangOrFerryDoesNot) {
       {&qwen, "sglang:tp=4,redundant=4", "redundant experts with ep > 1 only"},
       {&qwen, "sglang:tp=4,dp_lm_head=yes", "requires attention DP"},
       {&qwen, "sglang:tp=4,shared_experts=fused", "has no shared expert"},
-      {&llama, "sglang:tp=4,attn_dp=2", "attention DP for its MoE models"},
       {&llama, "sglang:tp=4,ep=2", "the model has no experts"},
       {&ds, "sglang:tp=4,ep=4,shared_experts=fused", "under expert parallelism only on AMD"},
       {&ds, "sglang:tp=4,dense_tp=2", "only supports None, 1, or tp_size"},
