@@ -160,8 +160,7 @@ class Sender:
                            f"({len(missing)} in all)")
         self._tensors = {name: tensors[name] for name in self.buffers()}
         if self.refit is not None:
-            for name, tensor in self._tensors.items():
-                self.refit.register(name, tensor, side="source")
+            self._register_sources()
 
     def control(self, server: int) -> list[tuple[str, torch.Tensor]]:
         """What to pass to server `server`'s update_weights_from_tensor for the next update."""
@@ -177,10 +176,13 @@ class Sender:
                                    self.spec.store, self.spec.token, self.spec.config)
             self.refit = self.session.refit(self._source, self._destination,
                                             gpus_per_node=self.spec.gpus_per_node)
-            for name, tensor in self._tensors.items():
-                self.refit.register(name, tensor, side="source")
+            self._register_sources()
         self.refit.run()
         self.rounds += 1
+
+    def _register_sources(self) -> None:
+        for name, tensor in self._tensors.items():
+            self.refit.register(name, tensor, side="source")
 
     def finish(self) -> None:
         """Leaves the session (its last barrier: every rank, workers included, finishes)."""

@@ -463,7 +463,7 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
            }},
           {"a2a", nullptr,
            [&g](const std::string& value) -> Status {
-             if (value != "none" && value != "deepep" && value != "mooncake") {
+             if (!IsModelledSglangA2a(value)) {
                return InvalidArgument("bad value '" + value +
                                       "' for a2a: expected none, deepep or mooncake");
              }

@@ -17,15 +17,17 @@ bool Has(const std::string& name, const char* part) { return name.find(part) != 
 
 std::string N(int64_t v) { return std::to_string(v); }
 
-// The model class's file: a dense model is SGLang's Qwen3 with q/k norms, Qwen2 with q/k/v
-// biases, else Llama.
-std::string ModelFile(const ModelConfig& c) {
-  return kSglang + (c.family == ModelFamily::kQwen3Moe     ? "models/qwen3_moe.py"
-                    : c.family == ModelFamily::kDeepseekV3 ? "models/deepseek_v2.py"
-                    : c.qk_norm                            ? "models/qwen3.py"
-                    : c.qkv_bias                           ? "models/qwen2.py"
-                                                           : "models/llama.py");
+// The model class's file under python/sglang/srt: a dense model is SGLang's Qwen3 with q/k norms,
+// Qwen2 with q/k/v biases, else Llama.
+std::string ModelPath(const ModelConfig& c) {
+  return c.family == ModelFamily::kQwen3Moe     ? "models/qwen3_moe.py"
+         : c.family == ModelFamily::kDeepseekV3 ? "models/deepseek_v2.py"
+         : c.qk_norm                            ? "models/qwen3.py"
+         : c.qkv_bias                           ? "models/qwen2.py"
+                                                : "models/llama.py";
 }
+
+std::string ModelFile(const ModelConfig& c) { return kSglang + ModelPath(c); }
 
 // embed_tokens and lm_head: padded, then split over the ranks that share them.
 void VocabRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
@@ -60,7 +62,7 @@ void AttentionRules(const ModelConfig& c, const SglangParallel& s, std::vector<L
                      ? "attention DP: attention split over groups of tp/attn_dp = " + N(attn) +
                            " consecutive ranks, replicated across the " + N(s.attn_dp) + " groups"
                      : "attention split over the server's tp=" + N(s.tp) + " ranks",
-                 kSglang + "runtime_context.py, " + ModelFile(c).substr(kSglang.size())});
+                 kSglang + "runtime_context.py, " + ModelPath(c)});
   if (c.IsMla()) {
     out.push_back(
         {"MLA: fused_qkv_a_proj_with_mqa = [q_a_proj; kv_a_proj_with_mqa] replicated, "
@@ -150,7 +152,7 @@ void PipelineRules(const ModelConfig& c, const SglangParallel& s, const std::str
   }
   if (!where.empty()) {
     out.push_back({"pp=" + N(s.pp) + ": " + where + ", each PP rank on the next tp ranks",
-                   kSglang + "distributed/utils.py, " + ModelFile(c).substr(kSglang.size())});
+                   kSglang + "distributed/utils.py, " + ModelPath(c)});
   }
 }
 

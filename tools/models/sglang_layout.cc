@@ -45,7 +45,8 @@ class SglangWriter : public EngineWriter {
 
  private:
   // Makes all_ the tp ranks of PP rank `stage` (runtime_context.py spawn_world_rank: world rank
-  // tp_size * pp_rank + tp_rank) and groups_ their attention groups.
+  // tp_size * pp_rank + tp_rank), groups_ their attention-DP groups and attention_ the groups the
+  // model class splits attention over.
   void UseStage(int stage) {
     all_.resize(static_cast<size_t>(s_.tp));
     std::iota(all_.begin(), all_.end(), first_ + stage * s_.tp);
@@ -54,6 +55,7 @@ class SglangWriter : public EngineWriter {
     for (int head = 0; head < s_.tp; head += attn) {
       groups_.emplace_back(all_.begin() + head, all_.begin() + head + attn);
     }
+    attention_ = split_.attention ? groups_ : std::vector<std::vector<int>>{all_};
   }
 
   // PP rank `stage`: its model-level modules (SglangModulesOnStage), decoder layers from
@@ -113,9 +115,7 @@ class SglangWriter : public EngineWriter {
   Status Layer(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(
         Replicated(H(l, "input_layernorm.weight"), all_, p + "input_layernorm.weight"));
-    const std::vector<std::vector<int>> attention =
-        split_.attention ? groups_ : std::vector<std::vector<int>>{all_};
-    for (const std::vector<int>& group : attention) {
+    for (const std::vector<int>& group : attention_) {
       FERRY_RETURN_IF_ERROR(c_.IsMla()
                                 ? MlaAttention(l, p, group, "fused_qkv_a_proj_with_mqa.weight")
                                 : GqaAttention(l, p, "self_attn.", group));
@@ -125,11 +125,15 @@ class SglangWriter : public EngineWriter {
     if (c_.IsMoeLayer(l)) return Moe(l, p);
     // models/deepseek_v2.py DeepseekV2DecoderLayer: parallel_group "replicated" when
     // is_dense_ffn_fully_dp() (--moe-dense-tp-size 1), whole on every rank; else "tp"
-    if (s_.dense_tp == 1) {
-      for (int rank : all_) FERRY_RETURN_IF_ERROR(DenseMlp(l, p + "mlp.", "mlp.", {rank}));
-      return Status::Ok();
-    }
+    if (s_.dense_tp == 1) return DenseMlpOnEachRank(l, p + "mlp.", "mlp.");
     return DenseMlp(l, p + "mlp.", "mlp.", all_);
+  }
+
+  // DenseMlp whole on every rank of the stage (parallel_group "replicated").
+  Status DenseMlpOnEachRank(int64_t l, const std::string& buffer_prefix,
+                            const std::string& module) {
+    for (int rank : all_) FERRY_RETURN_IF_ERROR(DenseMlp(l, buffer_prefix, module, {rank}));
+    return Status::Ok();
   }
 
   // layers/linear.py MergedColumnParallelLinear gate_up_proj = [gate shard; up shard],
@@ -154,8 +158,7 @@ class SglangWriter : public EngineWriter {
     if (c_.num_shared_experts == 0 || s_.shared_fused == 1) return Status::Ok();
     const std::string shared = p + "mlp.shared_experts.";
     if (s_.a2a == "none") return DenseMlp(l, shared, "mlp.shared_experts.", all_);
-    for (int rank : all_) FERRY_RETURN_IF_ERROR(DenseMlp(l, shared, "mlp.shared_experts.", {rank}));
-    return Status::Ok();
+    return DenseMlpOnEachRank(l, shared, "mlp.shared_experts.");
   }
 
   // layers/moe/fused_moe_triton/layer.py FusedMoE over the server's tp ranks: EP rank
@@ -207,6 +210,7 @@ class SglangWriter : public EngineWriter {
   std::vector<int64_t> stage_layers_;     // decoder layers per PP rank (sglang_pipeline.h)
   std::vector<int> all_;                  // the tp ranks of the stage being built (UseStage)
   std::vector<std::vector<int>> groups_;  // its attention-DP groups, consecutive runs of all_
+  std::vector<std::vector<int>> attention_;  // groups_, or all_ alone (UseStage)
 };
 
 }  // namespace

@@ -55,7 +55,7 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
 // group, whatever --ep-size said.
 Status ResolveA2a(SglangParallel& s, const ModelConfig& c) {
   if (s.a2a == "none") return Status::Ok();
-  if (s.a2a != "deepep" && s.a2a != "mooncake") {
+  if (!IsModelledSglangA2a(s.a2a)) {
     return InvalidArgument("a2a=" + s.a2a + ": ferry models SGLang's --moe-a2a-backend none, "
                            "deepep and mooncake");
   }
@@ -152,6 +152,10 @@ Status CheckShards(const SglangParallel& s, const ModelConfig& c) {
 
 int64_t SglangRanks(const SglangParallel& s) {
   return SatMul(SatMul(SatMul(s.tp, s.pp), s.dp_attention ? 1 : s.dp), s.engines);
+}
+
+bool IsModelledSglangA2a(const std::string& backend) {
+  return backend == "none" || backend == "deepep" || backend == "mooncake";
 }
 
 int SglangAttentionTp(const SglangParallel& s) { return s.tp / s.attn_dp; }

@@ -77,6 +77,9 @@ Status ResolveSglang(SglangParallel& s, const ModelConfig& c);
 // The ranks of all servers: tp * pp * dp * engines (of a resolved spec).
 int64_t SglangRanks(const SglangParallel& s);
 
+// Whether ferry models SGLang's --moe-a2a-backend `backend`: "none", "deepep" or "mooncake".
+bool IsModelledSglangA2a(const std::string& backend);
+
 // The attention group's size, tp / attn_dp (of a resolved spec).
 int SglangAttentionTp(const SglangParallel& s);
 
