@@ -21,25 +21,38 @@ own shards, and land in SGLang's parameters where SGLang's own loaders would put
         train_step(); sender.register(my_tensors)   # {buffer name: tensor}, sender.buffers()
         if r == 0:
             ferry.sglang.concurrently(
-                [lambda k=k: engines[k].update_weights_from_tensor(
-                    sender.control(k), load_format=ferry.sglang.LOAD_FORMAT)
-                 for k in range(2)], sender.send)
+                [lambda k=k: ferry.sglang.update_server(urls[k], sender.control(k))
+                 for k in range(2)], sender.send)   # urls: "http://host:port" of each server
         else:
             sender.send()
 
+update_server runs SGLang's weight-update session around the update: SGLang 0.5.23 refuses
+update_weights_from_tensor outside begin_weight_update() / end_weight_update()
+(managers/scheduler_components/weight_updater.py), and its end re-runs the quantization
+methods' process_weights_after_loading (model_loader/loader.py, postprocess_weights). To a URL
+it posts the control by value, so servers may run on any node.
+
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts the store); server k's rank
-(replica d, PP rank p, TP rank t) is num_trainer_ranks + k * (ranks of a server) +
-(d * pp + p) * tp + t, as the destination layout numbers them (under attention DP a server is
-one replica). Both sides build both layouts
+(PP rank p, TP rank t) is num_trainer_ranks + k * (ranks of a server) + p * tp + t, as the
+destination layout numbers them. A server must be one replica (`dp=1`; attention DP is fine):
+SGLang 0.5.23 refuses update_weights_from_tensor with --dp-size > 1
+(managers/tokenizer_control_mixin.py), so run replicas as servers of their own (`engines=`).
+Both sides build both layouts
 from the same Hugging Face config (`model`, readable by every process) and specs, so nothing else
 is exchanged. After each update the loader runs the model's post_load_weights when it has one
 (DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). Quantized servers and draft models are
-not supported (the layouts refuse them).
+not supported (the layouts refuse them; a server running a draft model hands the loader its
+draft too, which it refuses), nor are backends that rebind parameters after loading (a worker
+refuses an update once a parameter it writes is no longer where it was registered).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
@@ -78,6 +91,11 @@ class RefitSpec:
 
 
 def _layouts(spec: RefitSpec) -> tuple[Layout, Layout]:
+    if _spec_count(spec.destination, "dp") > 1:
+        raise ValueError(f"{spec.destination}: a server of several replicas (dp > 1) cannot be "
+                         "updated from tensors: SGLang 0.5.23 asserts dp_size == 1 in "
+                         "update_weights_from_tensor (managers/tokenizer_control_mixin.py); run "
+                         "each replica as a server of its own (engines=N)")
     source = Layout.preset(spec.model, spec.source)
     destination = Layout.preset(spec.model, spec.destination, first_rank=spec.num_trainer_ranks)
     return source, destination
@@ -196,40 +214,59 @@ class _Worker:
 
     def __init__(self, model: torch.nn.Module, spec: RefitSpec, rank: int, source: Layout,
                  destination: Layout) -> None:
+        self.model = model
         self.session = Session(rank, _world_size(spec, destination), spec.store, spec.token,
                                spec.config)
         self.refit = self.session.refit(source, destination, gpus_per_node=spec.gpus_per_node)
         params = dict(model.named_parameters())
+        self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
         for b in destination.buffers(rank):
             if b.name not in params:
                 raise ValueError(f"ferry rank {rank}: the SGLang model has no parameter "
                                  f"{b.name!r} that {spec.destination} gives this rank")
             self.refit.register(b.name, params[b.name].data, side="destination")
+            self.bound.append((b.name, params[b.name], _storage_of(params[b.name])))
         self.rounds = 0
 
-    def receive(self, round_: int) -> None:
+    def check(self, model: torch.nn.Module, round_: int) -> None:
+        """Refuses, before any rank waits on this one, an update for another model than the
+        one registered (SGLang hands a custom loader its draft model too) or out of order, and
+        one whose registered parameters moved (a backend that rebinds them after loading)."""
+        if model is not self.model:
+            raise ValueError(f"{LOAD_FORMAT} was handed a second model, "
+                             f"{type(model).__name__}: this server runs a draft model "
+                             "(speculative decoding), which ferry.sglang does not update")
         if round_ != self.rounds:
             raise ValueError(f"ferry update {round_} arrived, this worker expects update "
                              f"{self.rounds}")
+        moved = [name for name, param, storage in self.bound if _storage_of(param) != storage]
+        if moved:
+            raise ValueError(f"parameters {moved[:3]} ({len(moved)} in all) are no longer where "
+                             "ferry registered them: SGLang rebound them after loading (a "
+                             "backend that repacks weights), which ferry.sglang does not support")
+
+    def receive(self) -> None:
         self.refit.run()
         self.rounds += 1
+
+
+def _storage_of(param: torch.nn.Parameter) -> tuple:
+    data = param.data
+    return data.data_ptr(), tuple(data.shape), data.stride(), data.dtype
 
 
 _worker: _Worker | None = None
 
 
 def worker_rank(spec: RefitSpec, destination_ranks_per_server: int, tp_rank: int, tp_size: int,
-                dp_rank: int | None, pp_rank: int = 0, pp_size: int = 1,
-                attn_dp_size: int = 1) -> int:
-    """The ferry rank of SGLang worker (dp_rank, pp_rank, tp_rank) of server `spec.server`: a
-    replica is tp_size * pp_size ranks, world rank tp_size * pp_rank + tp_rank inside it
-    (SGLang's runtime_context.py spawn_world_rank). SGLang's dp_rank is the replica with
-    --dp-size, but under attention DP the rank's attention-DP group inside the one replica
-    (managers/data_parallel_controller.py: compute_dp_attention_world_info), which adds no
-    ranks."""
-    replica = (dp_rank or 0) if attn_dp_size == 1 else 0
+                pp_rank: int = 0, pp_size: int = 1) -> int:
+    """The ferry rank of SGLang worker (pp_rank, tp_rank) of server `spec.server`, whose world
+    rank is tp_size * pp_rank + tp_rank (SGLang's runtime_context.py spawn_world_rank). A server
+    is one replica (_layouts refuses dp > 1); under attention DP, SGLang's dp_rank is the rank's
+    attention-DP group inside it (managers/data_parallel_controller.py:
+    compute_dp_attention_world_info), which adds no ranks."""
     return (spec.num_trainer_ranks + spec.server * destination_ranks_per_server +
-            replica * tp_size * pp_size + pp_rank * tp_size + tp_rank)
+            pp_rank * tp_size + tp_rank)
 
 
 def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -> None:
@@ -242,11 +279,12 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
         from sglang.srt.runtime_context import get_parallel  # only inside an SGLang worker
         parallel = get_parallel()
         source, destination = _layouts(spec)
-        rank = worker_rank(spec, len(destination.ranks) // _engines(spec.destination),
-                           parallel.tp_rank, parallel.tp_size, parallel.dp_rank,
-                           parallel.pp_rank, parallel.pp_size, parallel.attn_dp_size)
+        rank = worker_rank(spec, len(destination.ranks) // _spec_count(spec.destination,
+                                                                         "engines"),
+                           parallel.tp_rank, parallel.tp_size, parallel.pp_rank, parallel.pp_size)
         _worker = _Worker(model, spec, rank, source, destination)
-    _worker.receive(spec.round)
+    _worker.check(model, spec.round)
+    _worker.receive()
     post = getattr(model, "post_load_weights", None)
     if callable(post):
         post()
@@ -261,12 +299,103 @@ def shutdown() -> None:
     _worker = None
 
 
-def _engines(destination: str) -> int:
-    for item in destination.partition(":")[2].split(","):
-        key, _, value = item.partition("=")
-        if key.strip() == "engines":
+def _spec_count(spec_text: str, key: str) -> int:
+    """The integer `key=N` of a spec string ("sglang:tp=8,engines=2"), 1 without one."""
+    for item in spec_text.partition(":")[2].split(","):
+        name, _, value = item.partition("=")
+        if name.strip() == key:
             return int(value)
     return 1
+
+
+def update_server(server: Any, control: list[tuple[str, torch.Tensor]], *,
+                  api_key: str | None = None, timeout: float | None = None) -> None:
+    """One update of one SGLang server: opens SGLang's weight-update session, has its workers
+    load `control` (Sender.control) with LOAD_FORMAT, and closes the session, also after a failed
+    load; raises RuntimeError naming the step and SGLang's message when one fails. Blocks until
+    the server answers (`timeout` seconds at most per request, None: no limit).
+
+    `server` is the server's URL ("http://host:port"; `api_key`, its --admin-api-key or
+    --api-key, when it has one), for a server on any node: the control travels by value, one
+    copy per TP rank (payload). Or an sglang.Engine (or anything with its begin_weight_update,
+    update_weights_from_tensor and end_weight_update), whose update_weights_from_tensor
+    serializes the control through shared memory: only for a server on this node, called from a
+    process that did not apply SGLang's monkey_patch_torch_reductions (which cannot serialize a
+    CPU tensor)."""
+    if isinstance(server, str):
+        tp = _spec_count(read_control(control).destination, "tp")
+        http = _HttpServer(server, api_key, timeout)
+        steps = (lambda: http.post("begin_weight_update", {}),
+                 lambda: http.post("update_weights_from_tensor", {
+                     "serialized_named_tensors": [base64.b64encode(payload(control)).decode()] * tp,
+                     "load_format": LOAD_FORMAT, "flush_cache": True}),
+                 lambda: http.post("end_weight_update", {}))
+    else:
+        steps = (server.begin_weight_update,
+                 lambda: server.update_weights_from_tensor(control, load_format=LOAD_FORMAT),
+                 server.end_weight_update)
+    _succeeded(steps[0](), "begin_weight_update")
+    try:
+        loaded = steps[1]()
+    finally:
+        ended = steps[2]()
+    _succeeded(loaded, "update_weights_from_tensor")
+    _succeeded(ended, "end_weight_update")
+
+
+def payload(control: list[tuple[str, torch.Tensor]]) -> bytes:
+    """`control` pickled by value (the tensor's bytes inside, no shared memory or CUDA handle),
+    as one TP rank's entry of update_weights_from_tensor's serialized_named_tensors: SGLang's
+    workers read it with their restricted unpickler (python/sglang/srt/utils/common.py,
+    MultiprocessingSerializer.deserialize), wherever they run."""
+    return pickle.dumps([(name, tensor.detach().cpu().contiguous()) for name, tensor in control])
+
+
+class _HttpServer:
+    """POSTs JSON to an SGLang server's endpoints (entrypoints/http_server.py), which answer
+    {"success": ..., "message": ...}, with HTTP status 400 when success is false."""
+
+    def __init__(self, url: str, api_key: str | None, timeout: float | None) -> None:
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+
+    def post(self, endpoint: str, body: dict) -> Any:
+        request = urllib.request.Request(f"{self.url}/{endpoint}", json.dumps(body).encode(),
+                                         self.headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return _json_answer(answer.read(), endpoint)
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            try:
+                return _json_answer(text, endpoint)
+            except RuntimeError:
+                raise RuntimeError(f"SGLang {endpoint} failed: HTTP {e.code}: "
+                                   f"{text[:200].decode(errors='replace')}") from None
+
+
+def _json_answer(text: bytes, endpoint: str) -> Any:
+    try:
+        answer = json.loads(text)
+    except json.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict) or "success" not in answer:
+        raise RuntimeError(f"SGLang {endpoint} failed: not an SGLang answer: "
+                           f"{text[:200].decode(errors='replace')}")
+    return answer
+
+
+def _succeeded(answer: Any, step: str) -> None:
+    """Raises unless `answer`, an Engine's (success, message) or the HTTP server's
+    {"success": ..., "message": ...}, reports success."""
+    if isinstance(answer, Mapping):
+        success, message = answer.get("success"), answer.get("message")
+    else:
+        success, message = answer
+    if success is not True:
+        raise RuntimeError(f"SGLang {step} failed: {message}")
 
 
 def concurrently(rpcs: list[Callable[[], Any]], work: Callable[[], Any]) -> None:
