@@ -137,6 +137,23 @@ def _partition(text: str) -> str:
     return ".".join(counts)
 
 
+def _sglang_draft(server_args: Any) -> list[str]:
+    """["mtp=1"] for SGLang's NextN draft: --speculative-algorithm NEXTN, or EAGLE, which NEXTN
+    aliases, with the draft read from the served checkpoint (arg_groups/speculative_hook.py
+    _handle_eagle_family: a DeepSeek-V3 draft's path defaults to the model's). [] without one;
+    ValueError for a draft ferry does not model."""
+    algorithm = getattr(server_args, "speculative_algorithm", None)
+    if algorithm is None:
+        return []
+    draft = getattr(server_args, "speculative_draft_model_path", None)
+    if algorithm not in ("NEXTN", "EAGLE") or draft not in (None,
+                                                            getattr(server_args, "model_path", None)):
+        raise ValueError(f"speculative_algorithm {algorithm!r} with draft {draft!r}: ferry models "
+                         "SGLang's NextN draft of the served checkpoint's MTP layer only (NEXTN, "
+                         "or EAGLE without another speculative_draft_model_path)")
+    return ["mtp=1"]
+
+
 def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = None) -> str:
     """The "sglang:..." spec of `engines` independent SGLang servers, each run with `server_args`
     (SGLang's ServerArgs, python/sglang/srt/server_args.py: tp_size, pp_size, dp_size,
@@ -146,8 +163,9 @@ def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = N
     attn_dp_size splits its tp_size ranks' attention into groups and adds no ranks. The older
     `--dp-size N --enable-dp-attention` is read as SGLang 0.5.23 reads it
     (arg_groups/parallel_hook.py _handle_deprecated_dp_attention): attn_dp_size N, dp_size 1.
-    Shared-expert fusion is left to SGLang's own rule unless disabled. `partition` is the servers'
-    SGLANG_PP_LAYER_PARTITION ("3,2": decoder layers per PP rank), which SGLang reads from its
+    Shared-expert fusion is left to SGLang's own rule unless disabled. A NextN draft
+    (speculative_algorithm NEXTN, or EAGLE from the served checkpoint) is mtp=1. `partition` is
+    the servers' SGLANG_PP_LAYER_PARTITION ("3,2": decoder layers per PP rank), which SGLang reads from its
     environment rather than from ServerArgs.
 
     Raises ValueError naming the field when a value is not a whole number or a flag not a bool."""
@@ -171,6 +189,7 @@ def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = N
     if a2a is not None and not isinstance(a2a, str):
         raise ValueError(f"moe_a2a_backend must be a string, got {a2a!r}")
     keys += [f"a2a={a2a}"] if a2a not in (None, "none") else []
+    keys += _sglang_draft(server_args)
     if isinstance(engines, bool) or not isinstance(engines, int) or engines < 1:
         raise ValueError(f"engines must be a positive integer, got {engines!r}")
     keys += [f"engines={engines}"]

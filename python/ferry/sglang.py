@@ -40,10 +40,12 @@ SGLang 0.5.23 refuses update_weights_from_tensor with --dp-size > 1
 Both sides build both layouts
 from the same Hugging Face config (`model`, readable by every process) and specs, so nothing else
 is exchanged. After each update the loader runs the model's post_load_weights when it has one
-(DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). Quantized servers and draft models are
-not supported (the layouts refuse them; a server running a draft model hands the loader its
-draft too, which it refuses), nor are backends that rebind parameters after loading (a worker
-refuses an update once a parameter it writes is no longer where it was registered).
+(DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). DeepSeek-V3's NextN draft (mtp=1 in
+the destination) is updated with its target: SGLang hands the loader the target and then the
+draft, and the update lands at the draft's call. Quantized servers and other draft models are not
+supported (the layouts refuse them; a loader handed a model it does not expect refuses it), nor
+are backends that rebind parameters after loading (a worker refuses an update once a parameter
+it writes is no longer where it was registered).
 """
 
 from __future__ import annotations
@@ -210,32 +212,70 @@ class Sender:
 
 
 class _Worker:
-    """One SGLang worker's rank of the refit: its session, plan and registered parameters."""
+    """One SGLang worker's rank of the refit: its session, plan and registered parameters.
+
+    With a NextN draft (a destination with mtp=1) SGLang hands the loader each update twice,
+    the target model and then the draft (managers/scheduler_components/weight_updater.py
+    _select_runners); the target's call only checks, and the draft's runs the plan into both,
+    registering the draft's parameters at its first."""
 
     def __init__(self, model: torch.nn.Module, spec: RefitSpec, rank: int, source: Layout,
                  destination: Layout) -> None:
-        self.model = model
+        self.model, self.draft = model, None
+        self.rank, self.destination = rank, spec.destination
         self.session = Session(rank, _world_size(spec, destination), spec.store, spec.token,
                                spec.config)
         self.refit = self.session.refit(source, destination, gpus_per_node=spec.gpus_per_node)
-        params = dict(model.named_parameters())
         self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
-        for b in destination.buffers(rank):
-            if b.name not in params:
-                raise ValueError(f"ferry rank {rank}: the SGLang model has no parameter "
-                                 f"{b.name!r} that {spec.destination} gives this rank")
-            self.refit.register(b.name, params[b.name].data, side="destination")
-            self.bound.append((b.name, params[b.name], _storage_of(params[b.name])))
-        self.rounds = 0
+        self.unbound = self._bind(model, [b.name for b in destination.buffers(rank)])
+        self.draft_expected = _spec_count(spec.destination, "mtp", 0) > 0
+        if self.unbound and not self.draft_expected:
+            self._missing(self.unbound)
+        self.rounds, self.pending = 0, None
 
-    def check(self, model: torch.nn.Module, round_: int) -> None:
-        """Refuses, before any rank waits on this one, an update for another model than the
-        one registered (SGLang hands a custom loader its draft model too) or out of order, and
-        one whose registered parameters moved (a backend that rebinds them after loading)."""
-        if model is not self.model:
+    def load(self, model: torch.nn.Module, round_: int) -> None:
+        """One call of the loader: refuses, before any rank waits on this one, an update out of
+        order, a model it does not expect, or one whose registered parameters moved (a backend
+        that rebinds them after loading); else receives the update (the draft's call, with a
+        draft) and runs post_load_weights of the models it wrote."""
+        if model is self.model:
+            self._check(round_)
+            if self.draft_expected:
+                self.pending = round_
+                return
+            self._receive([model])
+            return
+        if not self.draft_expected or (self.draft is not None and model is not self.draft):
             raise ValueError(f"{LOAD_FORMAT} was handed a second model, "
                              f"{type(model).__name__}: this server runs a draft model "
-                             "(speculative decoding), which ferry.sglang does not update")
+                             f"(speculative decoding), which {self.destination} does not hold "
+                             "(ferry.sglang updates SGLang's NextN draft with mtp=1)")
+        if self.pending != round_:
+            raise ValueError(f"the draft's update {round_} arrived without the target's")
+        if self.draft is None:
+            still = self._bind(model, self.unbound)
+            if still:
+                self._missing(still)
+            self.draft = model
+        self._check(round_)
+        self.pending = None
+        self._receive([self.model, model])
+
+    def _bind(self, model: torch.nn.Module, names: list[str]) -> list[str]:
+        """Registers each of `names` that `model` has as its parameter; returns the rest."""
+        params = dict(model.named_parameters())
+        for name in names:
+            if name in params:
+                self.refit.register(name, params[name].data, side="destination")
+                self.bound.append((name, params[name], _storage_of(params[name])))
+        return [name for name in names if name not in params]
+
+    def _missing(self, names: list[str]) -> None:
+        raise ValueError(f"ferry rank {self.rank}: the SGLang model has no parameter "
+                         f"{names[0]!r} that {self.destination} gives this rank "
+                         f"({len(names)} missing)")
+
+    def _check(self, round_: int) -> None:
         if round_ != self.rounds:
             raise ValueError(f"ferry update {round_} arrived, this worker expects update "
                              f"{self.rounds}")
@@ -245,9 +285,13 @@ class _Worker:
                              "ferry registered them: SGLang rebound them after loading (a "
                              "backend that repacks weights), which ferry.sglang does not support")
 
-    def receive(self) -> None:
+    def _receive(self, models: list[torch.nn.Module]) -> None:
         self.refit.run()
         self.rounds += 1
+        for model in models:
+            post = getattr(model, "post_load_weights", None)
+            if callable(post):
+                post()
 
 
 def _storage_of(param: torch.nn.Parameter) -> tuple:
@@ -272,7 +316,8 @@ def worker_rank(spec: RefitSpec, destination_ranks_per_server: int, tp_rank: int
 def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -> None:
     """SGLang's custom loader (--custom-weight-loader ferry.sglang.load_weights): receives one
     update into `model`'s parameters in place, joining the refit at the first (blocks until
-    every rank joined and planned), then runs the model's post_load_weights if it has one."""
+    every rank joined and planned), then runs the model's post_load_weights if it has one. With
+    a NextN draft (mtp=1) the update lands at the draft's call, in both models."""
     global _worker
     spec = read_control(named_tensors)
     if _worker is None:
@@ -283,11 +328,7 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
                                                                          "engines"),
                            parallel.tp_rank, parallel.tp_size, parallel.pp_rank, parallel.pp_size)
         _worker = _Worker(model, spec, rank, source, destination)
-    _worker.check(model, spec.round)
-    _worker.receive()
-    post = getattr(model, "post_load_weights", None)
-    if callable(post):
-        post()
+    _worker.load(model, spec.round)
 
 
 def shutdown() -> None:
@@ -299,13 +340,13 @@ def shutdown() -> None:
     _worker = None
 
 
-def _spec_count(spec_text: str, key: str) -> int:
-    """The integer `key=N` of a spec string ("sglang:tp=8,engines=2"), 1 without one."""
+def _spec_count(spec_text: str, key: str, default: int = 1) -> int:
+    """The integer `key=N` of a spec string ("sglang:tp=8,engines=2"), `default` without one."""
     for item in spec_text.partition(":")[2].split(","):
         name, _, value = item.partition("=")
         if name.strip() == key:
             return int(value)
-    return 1
+    return default
 
 
 def update_server(server: Any, control: list[tuple[str, torch.Tensor]], *,

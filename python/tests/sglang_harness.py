@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import types
 from typing import Callable, Iterator
+from unittest import mock
 
 import torch
 
@@ -73,7 +74,12 @@ MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
           "qwen3": (QWEN3, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
           "qwen2": (QWEN2, "sglang.srt.models.qwen2.Qwen2ForCausalLM"),
           "qwen3_moe": (QWEN3_MOE, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
-          "deepseek_v3": (DEEPSEEK_V3, "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
+          "deepseek_v3": (DEEPSEEK_V3, "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM"),
+          # a server with the NextN draft: the target, then the draft built from the
+          # checkpoint's one MTP layer (model.layers.2)
+          "deepseek_v3_nextn": (dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
+                                "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM+"
+                                "sglang.srt.models.deepseek_nextn.DeepseekV3ForCausalLMNextN")}
 
 
 def stand_in_group(rank: int, size: int) -> types.SimpleNamespace:
@@ -109,24 +115,20 @@ def stand_in_dispatcher() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def sglang_rank(model_dir: str, rank: int, server_args: dict,
-                model_class: str) -> Iterator[Callable[[], torch.nn.Module]]:
+def sglang_rank(model_dir: str, rank: int,
+                server_args: dict) -> Iterator[Callable[[str], torch.nn.Module]]:
     """Inside it, SGLang's runtime context is that of world rank `rank` of a server run with
-    `server_args`; it yields a function that builds `model_class` (for example
+    `server_args`; it yields a function that builds the model class it is given (for example
     sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM) with its parameters zeroed, in bf16."""
-    from transformers import AutoConfig
-
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.eplb.expert_location import (compute_initial_expert_location_metadata,
                                                  set_global_expert_location_metadata)
     from sglang.srt.layers.dp_attention import (compute_dp_attention_world_info,
                                                 initialize_dp_attention)
-    from sglang.srt.layers.moe.utils import initialize_moe_config, resolve_shared_experts_config
-    from sglang.srt.runtime_context import SpawnRanks, get_model, get_parallel, publish
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
     from sglang.srt.server_args import ServerArgs
 
-    module, name = model_class.rsplit(".", 1)
-    cls = getattr(importlib.import_module(module), name)
     args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
                       load_format="dummy", **server_args)
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
@@ -144,20 +146,54 @@ def sglang_rank(model_dir: str, rank: int, server_args: dict,
               "attn_tp_group": stand_in_group(par.attn_tp_rank, par.attn_tp_size),
               "moe_tp_group": stand_in_group(par.moe_tp_rank, par.moe_tp_size),
               "moe_ep_group": stand_in_group(par.moe_ep_rank, par.moe_ep_size)}
-    hf_config = AutoConfig.from_pretrained(model_dir)
     torch.set_default_dtype(torch.bfloat16)
     with par.override(**groups):
         initialize_dp_attention(args)  # as ModelRunner does
         set_global_expert_location_metadata(compute_initial_expert_location_metadata(
             model_config=ModelConfig.from_server_args(args), moe_ep_rank=par.moe_ep_rank))
-        shared = resolve_shared_experts_config(cls, hf_config, None)
-        with get_model().override(shared_experts=shared), stand_in_dispatcher():
-            def build() -> torch.nn.Module:
-                model = cls(hf_config)
-                for p in model.parameters():
-                    p.data.zero_()
-                return model
-            yield build
+        with stand_in_dispatcher():
+            yield lambda model_class: build_model(model_dir, model_class)
+
+
+def build_model(model_dir: str, model_class: str) -> torch.nn.Module:
+    """`model_class` built as model_loader/loader.py _initialize_model builds it, its shared
+    experts resolved for it, with its parameters zeroed. A NextN draft's config names the NextN
+    architecture, as configs/model_config.py makes a DeepSeek-V3 draft's."""
+    from transformers import AutoConfig
+
+    from sglang.srt.layers.moe.utils import resolve_shared_experts_config
+    from sglang.srt.runtime_context import get_model
+
+    module, name = model_class.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    if name == "DeepseekV3ForCausalLMNextN":
+        hf_config.architectures = [name]
+    shared = resolve_shared_experts_config(cls, hf_config, None)
+    with get_model().override(shared_experts=shared):
+        model = cls(hf_config)
+    model.shared_experts_config = shared
+    for p in model.parameters():
+        p.data.zero_()
+    return model
+
+
+def build_server(build: Callable[..., torch.nn.Module],
+                 model_classes: str) -> list[torch.nn.Module]:
+    """The models of one server rank, built by `build` (sglang_rank's): MODEL_CLASS, or
+    "TARGET+DRAFT" for a server with a speculative-decoding draft, which takes the target's
+    embed_tokens and lm_head as SGLang's draft worker gives them to it
+    (speculative/eagle_worker_v2.py init_lm_head: set_embed_and_head)."""
+    target_class, _, draft_class = model_classes.partition("+")
+    models = [build(target_class)]
+    if draft_class:
+        draft = build(draft_class)
+        # set_embed_and_head ends with CUDA calls that free and wait, no-ops on the CPU
+        with mock.patch.object(torch.cuda, "empty_cache"), \
+                mock.patch.object(torch.cuda, "synchronize"):
+            draft.set_embed_and_head(*models[0].get_embed_and_head())
+        models.append(draft)
+    return models
 
 
 def checkpoint(tensors, seed: int = 1) -> dict[str, torch.Tensor]:

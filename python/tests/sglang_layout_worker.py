@@ -3,10 +3,11 @@
 Run by python/tests/test_sglang_layout.py in the environment tools/deps/vllm-venv.sh makes (it
 holds PyPI's SGLang 0.5.23):
 
-    sglang_layout_worker.py MODEL_DIR SPEC RANK SERVER_ARGS_JSON MODEL_CLASS
+    sglang_layout_worker.py MODEL_DIR SPEC RANK SERVER_ARGS_JSON MODEL_CLASS[+DRAFT_CLASS]
 
 SGLang builds MODEL_CLASS for world rank RANK of a server run with SERVER_ARGS_JSON
-(sglang_harness.py) and loads random checkpoint tensors through its own load_weights. ferry's
+(sglang_harness.py), and DRAFT_CLASS beside it for a server with a speculative-decoding draft,
+and loads random checkpoint tensors through their own load_weights. ferry's
 layout of the same server (`ferry.Layout.preset(MODEL_DIR, SPEC)`) must name exactly the rank's
 parameters, size each as SGLang does, and place every checkpoint tensor's box where SGLang's
 loader put it: each parameter's bytes are compared with a buffer that ferry's fragments of the
@@ -22,13 +23,12 @@ import sys
 import torch
 
 import ferry
-from sglang_harness import as_bytes, checkpoint, fill_buffers, sglang_rank
+from sglang_harness import as_bytes, build_server, checkpoint, fill_buffers, sglang_rank
 
 
-def differences(model: torch.nn.Module, layout: ferry.Layout, rank: int,
+def differences(params: dict[str, torch.Tensor], layout: ferry.Layout, rank: int,
                 weights: dict[str, torch.Tensor]) -> list[str]:
     """What ferry's layout of `rank` says otherwise than the parameters SGLang loaded."""
-    params = dict(model.named_parameters())
     buffers = {b.name: b for b in layout.buffers(rank)}
     problems = [f"SGLang has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
     problems += [f"ferry has {n}, SGLang does not" for n in sorted(set(buffers) - set(params))]
@@ -43,14 +43,16 @@ def differences(model: torch.nn.Module, layout: ferry.Layout, rank: int,
 
 
 def main() -> int:
-    model_dir, spec, rank, server_args, model_class = sys.argv[1:6]
+    model_dir, spec, rank, server_args, model_classes = sys.argv[1:6]
     rank = int(rank)
     layout = ferry.Layout.preset(model_dir, spec + ",expert_tensors=members")
     weights = checkpoint(layout.tensors)
-    with sglang_rank(model_dir, rank, json.loads(server_args), model_class) as build:
-        model = build()
-        model.load_weights(iter(weights.items()))
-    problems = differences(model, layout, rank, weights)
+    with sglang_rank(model_dir, rank, json.loads(server_args)) as build:
+        params = {}
+        for model in build_server(build, model_classes):  # the target, then any draft
+            model.load_weights(iter(weights.items()))
+            params.update(model.named_parameters())
+    problems = differences(params, layout, rank, weights)
     if problems:
         print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
         return 1

@@ -2,20 +2,22 @@
 
 Run by python/tests/test_sglang_refit.py in the environment tools/deps/vllm-venv.sh makes:
 
-    sglang_refit_worker.py trainer|server RANK PORT MODEL_DIR
+    sglang_refit_worker.py SERVER trainer|server RANK PORT MODEL_DIR
 
-A trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
-through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank is world
-rank RANK (PP rank RANK // 2, TP rank RANK % 2, and attention-DP rank RANK % 2) of a TP2 PP2
-SGLang server with attention DP 2, built by SGLang's own DeepseekV3ForCausalLM
-(sglang_harness.py); each update reaches ferry.sglang.load_weights through SGLang's own
-WeightUpdater, in the weight-update session ferry.sglang.update_server opens, with the control
-the trainer makes as update_server posts it to a server's URL and SGLang's workers read it. After
-each update it builds the same rank again and loads that step's checkpoint with SGLang's own
-load_weights; every parameter, and the w_kc / w_vc that post_load_weights derives, must be
-byte-identical. Prints "server rank R step S: N tensors byte-exact". Then it hands the loader
-what it must refuse: a second model, as SGLang does a server's draft model, and an update after
-a parameter was rebound.
+SERVER names one of SERVERS: "pp", a TP2 PP2 DeepSeek-V3 server with attention DP 2 (world rank
+RANK is PP rank RANK // 2, TP rank RANK % 2), or "draft", a TP2 server with attention DP 2 and the
+NextN draft beside its target (DeepseekV3ForCausalLMNextN, from the checkpoint's MTP layer). A
+trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
+through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank builds
+its models with SGLang's own classes (sglang_harness.py); each update reaches
+ferry.sglang.load_weights through SGLang's own WeightUpdater, one a model, in the weight-update
+session ferry.sglang.update_server opens, with the control the trainer makes as update_server
+posts it to a server's URL and SGLang's workers read it. After each update it builds the same
+rank again and loads that step's checkpoint with SGLang's own load_weights; every parameter of
+every model, and the w_kc / w_vc that post_load_weights derives, must be byte-identical. Prints
+"server rank R step S: N tensors byte-exact". Then it hands the loader what it must refuse: a
+model it does not expect, as SGLang hands it a draft, and an update after the parameters were
+rebound.
 """
 
 from __future__ import annotations
@@ -29,19 +31,26 @@ import torch
 
 import ferry
 import ferry.sglang
-from sglang_harness import MODELS, as_bytes, checkpoint, fill_buffers
+from sglang_harness import MODELS, as_bytes, build_server, checkpoint, fill_buffers
 
 STEPS = 3
-SERVER_ARGS = {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2,
-               "enforce_shared_experts_fusion": True,
-               "custom_weight_loader": [ferry.sglang.LOAD_FORMAT]}
+LOADER = {"custom_weight_loader": [ferry.sglang.LOAD_FORMAT]}
+
+# name: (MODELS entry, the trainer's spec, the server's spec, its SGLang server arguments, ranks)
+SERVERS = {
+    "pp": ("deepseek_v3", "megatron:tp=2", "sglang:tp=2,pp=2,attn_dp=2",
+           {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True},
+           4),
+    "draft": ("deepseek_v3_nextn", "megatron:tp=2,mtp=1", "sglang:tp=2,attn_dp=2,mtp=1",
+              {"tp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True}, 2),
+}
 
 
-def spec_for(port: str, model_dir: str) -> ferry.sglang.RefitSpec:
+def spec_for(server: str, port: str, model_dir: str) -> ferry.sglang.RefitSpec:
+    _, source, destination, _, _ = SERVERS[server]
     return ferry.sglang.RefitSpec(store=f"127.0.0.1:{port}", num_trainer_ranks=2, model=model_dir,
-                                  source="megatron:tp=2,expert_tensors=members",
-                                  destination="sglang:tp=2,pp=2,attn_dp=2,"
-                                              "expert_tensors=members",
+                                  source=source + ",expert_tensors=members",
+                                  destination=destination + ",expert_tensors=members",
                                   token="sglang-refit-test",
                                   # the server ranks join once SGLang is imported and their
                                   # model built: minutes when six processes share two cores
@@ -72,16 +81,18 @@ def derived(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def sglang_update(model: torch.nn.Module, control: list[tuple[str, torch.Tensor]]) -> None:
-    """One update of `model` as an SGLang 0.5.23 server applies what ferry.sglang.update_server
-    posts to its URL: the control by value, one base64 payload per TP rank, which SGLang's
-    tokenizer manager normalizes (managers/tokenizer_control_mixin.py,
-    normalize_serialized_named_tensor_payloads) and each worker unpickles its own of with SGLang's
-    restricted unpickler (managers/tp_worker.py, deserialize_own_rank); then SGLang's
-    WeightUpdater (model_executor/model_runner_components/weight_updater.py) runs the session's
-    steps as the scheduler's does (managers/scheduler_components/weight_updater.py):
-    begin_weight_update, update_weights_from_tensor with the launch's custom loaders,
-    end_weight_update without post_load_weights, since a load ran."""
+def sglang_update(models: list[torch.nn.Module], control: list[tuple[str, torch.Tensor]]) -> None:
+    """One update of a server rank's `models` (its target, then any draft) as an SGLang 0.5.23
+    server applies what ferry.sglang.update_server posts to its URL: the control by value, one
+    base64 payload per TP rank, which SGLang's tokenizer manager normalizes
+    (managers/tokenizer_control_mixin.py, normalize_serialized_named_tensor_payloads) and each
+    worker unpickles its own of with SGLang's restricted unpickler (managers/tp_worker.py,
+    deserialize_own_rank); then one SGLang WeightUpdater a model
+    (model_executor/model_runner_components/weight_updater.py) runs the session's steps as the
+    scheduler's does for each of its runners, target first
+    (managers/scheduler_components/weight_updater.py _select_runners): begin_weight_update,
+    update_weights_from_tensor with the launch's custom loaders, end_weight_update without
+    post_load_weights, since a load ran."""
     from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
     from sglang.srt.runtime_context import get_model, get_parallel
     from sglang.srt.utils.common import (MultiprocessingSerializer,
@@ -96,28 +107,50 @@ def sglang_update(model: torch.nn.Module, control: list[tuple[str, torch.Tensor]
     monkey_patch_torch_reductions()  # as deserialize_own_rank does first
     named = MultiprocessingSerializer.deserialize(
         normalize_serialized_named_tensor_payloads(posted)[par.tp_rank])
-    updater = WeightUpdater(tp_rank=par.tp_rank, device="cpu", gpu_id=0, model_config=None,
-                            custom_weight_loaders=get_model().custom_weight_loader,
-                            get_model=lambda: model, update_model_fields=unused,
-                            recapture_cuda_graph=unused, get_model_runner=unused)
-    updater.begin_weight_update()
-    success, message = updater.update_weights_from_tensor(named_tensors=named,
-                                                          load_format=ferry.sglang.LOAD_FORMAT)
-    updater.end_weight_update(run_post_load=False)
-    assert success, message
+    updaters = [WeightUpdater(tp_rank=par.tp_rank, device="cpu", gpu_id=0, model_config=None,
+                              custom_weight_loaders=get_model().custom_weight_loader,
+                              get_model=lambda m=model: m, update_model_fields=unused,
+                              recapture_cuda_graph=unused, get_model_runner=unused)
+                for model in models]
+    for updater in updaters:
+        updater.begin_weight_update()
+    for updater in updaters:
+        success, message = updater.update_weights_from_tensor(
+            named_tensors=named, load_format=ferry.sglang.LOAD_FORMAT)
+        assert success, message
+    for updater in updaters:
+        updater.end_weight_update(run_post_load=False)
 
 
-def refused(model: torch.nn.Module, spec: ferry.sglang.RefitSpec, build) -> str | None:
-    """What the loader must refuse after the updates, before waiting on any rank: a second
-    model (SGLang hands a custom loader a server's draft model after its target), then an update
-    after the parameters were rebound. Returns the first that went otherwise, or None."""
+def differences(models: list[torch.nn.Module], references: list[torch.nn.Module]) -> list[str]:
+    """The tensors of `models` that differ from `references`' (each its parameters and what
+    post_load_weights derived), and the number compared."""
+    bad, count = [], 0
+    for model, reference in zip(models, references):
+        got = {**dict(model.named_parameters()), **derived(model)}
+        want = {**dict(reference.named_parameters()), **derived(reference)}
+        if set(got) != set(want) or not derived(model):
+            return [f"names differ: {sorted(set(got) ^ set(want))[:5]}"], 0
+        bad += [n for n in want if not torch.equal(as_bytes(got[n]), as_bytes(want[n]))]
+        count += len(want)
+    return bad, count
+
+
+def refused(models: list[torch.nn.Module], spec: ferry.sglang.RefitSpec,
+            build: Callable[[str], torch.nn.Module], model_class: str) -> str | None:
+    """What the loader must refuse after the updates, before waiting on any rank: a model it
+    does not expect (SGLang hands a custom loader a server's draft model after its target), then
+    an update after the parameters were rebound. Returns the first that went otherwise, or
+    None."""
     control = ferry.sglang.control_tensors(replace(spec, round=STEPS))
-    wrong = expect_refusal(lambda: ferry.sglang.load_weights(build(), control), "a second model")
+    wrong = expect_refusal(lambda: ferry.sglang.load_weights(build(model_class), control),
+                           "a second model")
     if wrong:
-        return f"a draft model: {wrong}"
-    for param in model.parameters():
+        return f"another model: {wrong}"
+    for param in models[0].parameters():
         param.data = param.data.clone()
-    wrong = expect_refusal(lambda: ferry.sglang.load_weights(model, control), "no longer where")
+    wrong = expect_refusal(lambda: ferry.sglang.load_weights(models[0], control),
+                           "no longer where")
     return f"rebound parameters: {wrong}" if wrong else None
 
 
@@ -129,29 +162,25 @@ def expect_refusal(load: Callable[[], None], expected: str) -> str | None:
     return "loaded"
 
 
-def server(rank: int, spec: ferry.sglang.RefitSpec) -> int:
+def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
     from sglang_harness import sglang_rank
 
-    _, model_class = MODELS["deepseek_v3"]
+    model_name, _, _, server_args, _ = SERVERS[name]
+    model_classes = MODELS[model_name][1]
     source = ferry.Layout.preset(spec.model, spec.source)
-    with sglang_rank(spec.model, rank, SERVER_ARGS, model_class) as build:
-        model = build()
+    with sglang_rank(spec.model, rank, {**server_args, **LOADER}) as build:
+        models = build_server(build, model_classes)
         for step in range(STEPS):
-            control = ferry.sglang.control_tensors(replace(spec, round=step))
-            sglang_update(model, control)
-            reference = build()
-            reference.load_weights(iter(checkpoint(source.tensors, seed=step + 1).items()))
-            got = {**dict(model.named_parameters()), **derived(model)}
-            want = {**dict(reference.named_parameters()), **derived(reference)}
-            if set(got) != set(want) or not derived(model):
-                print(f"server rank {rank}: tensors differ: {sorted(set(got) ^ set(want))[:5]}")
-                return 1
-            bad = [n for n in want if not torch.equal(as_bytes(got[n]), as_bytes(want[n]))]
+            sglang_update(models, ferry.sglang.control_tensors(replace(spec, round=step)))
+            references = build_server(build, model_classes)
+            for reference in references:
+                reference.load_weights(iter(checkpoint(source.tensors, seed=step + 1).items()))
+            bad, count = differences(models, references)
             if bad:
                 print(f"server rank {rank} step {step}: {len(bad)} tensors differ: {bad[:5]}")
                 return 1
-            print(f"server rank {rank} step {step}: {len(want)} tensors byte-exact", flush=True)
-        wrong = refused(model, spec, build)
+            print(f"server rank {rank} step {step}: {count} tensors byte-exact", flush=True)
+        wrong = refused(models, spec, build, model_classes.partition("+")[0])
         if wrong:
             print(f"server rank {rank}: {wrong}")
             return 1
@@ -160,12 +189,12 @@ def server(rank: int, spec: ferry.sglang.RefitSpec) -> int:
 
 
 def main() -> int:
-    role, rank, port, model_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    spec = spec_for(port, model_dir)
+    name, role, rank, port, model_dir = sys.argv[1:6]
+    spec = spec_for(name, port, model_dir)
     if role == "trainer":
-        trainer(rank, spec)
+        trainer(int(rank), spec)
         return 0
-    return server(rank, spec)
+    return server(name, int(rank), spec)
 
 
 if __name__ == "__main__":

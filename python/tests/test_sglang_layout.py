@@ -67,6 +67,15 @@ CASES = [
     ("deepseek_v3", "sglang:tp=2,a2a=deepep", 1, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
     ("qwen3_moe", "sglang:tp=4,attn_dp=2,a2a=deepep", 3,
      {"tp_size": 4, "attn_dp_size": 2, "moe_a2a_backend": "deepep"}),
+    # the NextN draft (DeepseekV3ForCausalLMNextN, the checkpoint's MTP layer) beside the target,
+    # sharing its embed_tokens and lm_head: sharded as the target's MoE layers, with the shared
+    # expert fused, under attention DP and EP with it apart, and under DeepEP
+    ("deepseek_v3_nextn", "sglang:tp=2,mtp=1", 1,
+     {"tp_size": 2, "enforce_shared_experts_fusion": True}),
+    ("deepseek_v3_nextn", "sglang:tp=4,attn_dp=2,ep=2,shared_experts=separate,mtp=1", 3,
+     {"tp_size": 4, "attn_dp_size": 2, "ep_size": 2, "disable_shared_experts_fusion": True}),
+    ("deepseek_v3_nextn", "sglang:tp=2,a2a=deepep,mtp=1", 0,
+     {"tp_size": 2, "moe_a2a_backend": "deepep"}),
 ]
 
 

@@ -1,10 +1,12 @@
-"""ferry.sglang against SGLang's own classes: a Megatron-style trainer (2 ranks) refits a TP2 PP2
-SGLang DeepSeek-V3 server with attention DP 2 (4 ranks, SGLang 0.5.23's DeepseekV3ForCausalLM with
-its shared expert fused; PP rank 0 holds the dense layer, PP rank 1 the MoE layer) through
-ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after each, every server
-parameter and the MLA tensors post_load_weights derives must equal what SGLang's own load_weights
-makes of that update's checkpoint (python/tests/sglang_refit_worker.py). Skipped, saying so,
-without the environment tools/deps/vllm-venv.sh makes.
+"""ferry.sglang against SGLang's own classes: a Megatron-style trainer (2 ranks) refits an SGLang
+DeepSeek-V3 server through ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after
+each, every server parameter and the MLA tensors post_load_weights derives must equal what
+SGLang's own load_weights makes of that update's checkpoint (python/tests/sglang_refit_worker.py).
+Two servers, one after the other: TP2 PP2 with attention DP 2 (4 ranks, SGLang 0.5.23's
+DeepseekV3ForCausalLM with its shared expert fused; PP rank 0 holds the dense layer, PP rank 1
+the MoE layer), and TP2 with attention DP 2 and the NextN draft (2 ranks, each with
+DeepseekV3ForCausalLMNextN beside its target; the trainer holds the MTP layer). Skipped, saying
+so, without the environment tools/deps/vllm-venv.sh makes.
 """
 
 from __future__ import annotations
@@ -13,21 +15,26 @@ import json
 import os
 import re
 
+import pytest
+
 from procs import run_ranks
 from sglang_harness import MODELS
+from sglang_refit_worker import SERVERS
 from test_sglang_layout import sglang_python
 
 WORKER = os.path.join(os.path.dirname(__file__), "sglang_refit_worker.py")
 
 
-def test_sglang_server_receives_every_update_byte_exact(tmp_path):
+@pytest.mark.parametrize("server", ["pp", "draft"])
+def test_sglang_server_receives_every_update_byte_exact(tmp_path, server):
     python = sglang_python()
-    (tmp_path / "config.json").write_text(json.dumps(MODELS["deepseek_v3"][0]))
-    roles = [("trainer", 0), ("trainer", 1)] + [("server", r) for r in range(4)]
+    model, _, _, _, server_ranks = SERVERS[server]
+    (tmp_path / "config.json").write_text(json.dumps(MODELS[model][0]))
+    roles = [("trainer", 0), ("trainer", 1)] + [("server", r) for r in range(server_ranks)]
 
     def argv(rank, port):
         role, role_rank = roles[rank]
-        return [WORKER, role, str(role_rank), str(port), str(tmp_path)]
+        return [WORKER, server, role, str(role_rank), str(port), str(tmp_path)]
 
     results = run_ranks(argv, len(roles), deadline_s=600, python=python)
     failed = [f"--- {roles[r.rank]} exited {r.returncode}:\n{r.output[-3000:]}"

@@ -146,3 +146,21 @@ def test_sglang_pipeline_parallelism():
     with pytest.raises(ferry.InvalidArgumentError, match="SGLANG_PP_LAYER_PARTITION"):
         ferry.Layout.preset("qwen3-30b-a3b", ferry.sglang_spec(args, partition="12,12"),
                             scale="1/64")
+
+
+def test_sglang_nextn_draft():
+    # --speculative-algorithm NEXTN (or EAGLE, which it aliases) drafts with the served
+    # checkpoint's MTP layer: a DeepSeek-V3 draft's path defaults to the model's
+    # (arg_groups/speculative_hook.py _handle_eagle_family)
+    for algorithm in ("NEXTN", "EAGLE"):
+        args = SimpleNamespace(tp_size=2, model_path="/ckpt", speculative_algorithm=algorithm)
+        assert ferry.sglang_spec(args) == "sglang:tp=2,pp=1,dp=1,ep=1,mtp=1,engines=1"
+    args.speculative_draft_model_path = "/ckpt"
+    assert ferry.sglang_spec(args).endswith(",mtp=1,engines=1")
+    args.speculative_draft_model_path = "/eagle-heads"
+    with pytest.raises(ValueError, match="NextN draft of the served checkpoint"):
+        ferry.sglang_spec(args)
+    with pytest.raises(ValueError, match="'EAGLE3'"):
+        ferry.sglang_spec(SimpleNamespace(tp_size=2, speculative_algorithm="EAGLE3"))
+    layout = ferry.Layout.preset("deepseek-v3", "sglang:tp=2,mtp=1", scale="1/64")
+    assert "model.decoder.self_attn.kv_b_proj.weight" in {b.name for b in layout.buffers(0)}

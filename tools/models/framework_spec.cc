@@ -248,7 +248,7 @@ std::string SglangText(const SglangParallel& g) {
          (g.shared_fused == 1 ? ",shared_experts=fused"
           : g.shared_fused == 0 ? ",shared_experts=separate"
                                 : "") +
-         (g.a2a != "none" ? ",a2a=" + g.a2a : "");
+         (g.a2a != "none" ? ",a2a=" + g.a2a : "") + (g.mtp > 0 ? ",mtp=" + Num(g.mtp) : "");
 }
 
 }  // namespace
@@ -470,6 +470,7 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
              g.a2a = value;
              return Status::Ok();
            }},
+          {"mtp", &g.mtp, {}, 0},
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -511,7 +512,7 @@ std::string FrameworkSpecKeys() {
          "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
          "sglang:tp=N,pp=N,partition=N.N...,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,"
          "engines=N,dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate,"
-         "a2a=none|deepep|mooncake, any with "
+         "a2a=none|deepep|mooncake,mtp=1, any with "
          "expert_tensors=stacks|members; "
          "every key optional";
 }
@@ -571,7 +572,7 @@ Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const Mode
 }
 
 int MtpLayers(const FrameworkSpec& s) {
-  if (s.kind == FrameworkSpec::Kind::kSglang) return 0;
+  if (s.kind == FrameworkSpec::Kind::kSglang) return s.sglang.mtp;
   return s.kind == FrameworkSpec::Kind::kVllm ? s.vllm.mtp : s.megatron.MtpLayersBuilt();
 }
 

@@ -187,7 +187,7 @@ Result<FrameworkSpec> ParseFrameworkSpec(const std::string& text);
 // and that the model carries the MTP layers asked for.
 Result<FrameworkSpec> ResolveFrameworkSpec(const FrameworkSpec& spec, const ModelConfig& model);
 
-// The MTP layers `spec` holds (its megatron or vllm mtp).
+// The MTP layers `spec` holds (its megatron, vllm or sglang mtp).
 int MtpLayers(const FrameworkSpec& spec);
 
 // Number of ranks of a resolved spec.

@@ -123,6 +123,20 @@ void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string
   }
 }
 
+// A tensor of the MTP layer, model.layers.<num_layers>.*: the NextN draft's.
+void NextnRules(const ModelConfig& c, const std::string& t, std::vector<LayoutRule>& out) {
+  const std::string mtp = "model.layers." + N(c.num_layers) + ".";
+  if (t.rfind(mtp, 0) != 0) return;
+  const bool own = Has(t, "enorm") || Has(t, "hnorm") || Has(t, "eh_proj") ||
+                   Has(t, "shared_head.norm");
+  out.push_back({own ? "mtp=1: the NextN draft's model." + t.substr(mtp.size()) +
+                           (Has(t, "eh_proj") ? ", an nn.Linear whole on every rank" : "")
+                     : "mtp=1: the NextN draft's model.decoder, a DeepseekV2DecoderLayer sharded "
+                       "as the target's MoE layers",
+                 kSglang + "models/deepseek_nextn.py, models/deepseek_common/"
+                           "deepseek_weight_loader.py"});
+}
+
 // Which PP ranks hold tensor `t` (tools/models/sglang_pipeline.h).
 void PipelineRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
                    std::vector<LayoutRule>& out) {
@@ -171,6 +185,7 @@ std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangP
   } else if (layer || Has(t, "norm")) {
     OtherRules(c, s, t, out);
   }
+  if (s.mtp > 0) NextnRules(c, t, out);
   PipelineRules(c, s, t, out);
   out.push_back({"dp replicas copy the server's tp * pp ranks on the next ranks, engines the "
                  "whole",

@@ -38,6 +38,7 @@ class SglangWriter : public EngineWriter {
       if (!st.ok()) return st.WithContext("sglang PP rank " + Num(stage));
       first_layer += stage_layers_[static_cast<size_t>(stage)];
     }
+    if (s_.mtp > 0) FERRY_RETURN_IF_ERROR(NextnDraft().WithContext("sglang NextN draft"));
     EndSection(out_, engine);
     const int copies = s_.dp * s_.engines;
     return CloneSection(out_, engine, Shifts(copies, s_.tp * s_.pp));
@@ -83,6 +84,25 @@ class SglangWriter : public EngineWriter {
       if (!st.ok()) return st.WithContext("sglang experts of layer " + Num(l));
     }
     return Status::Ok();
+  }
+
+  // The NextN draft's own weights on every rank of the (only) stage, named as
+  // models/deepseek_nextn.py DeepseekV3ForCausalLMNextN names them: model.enorm, model.hnorm
+  // (RMSNorm), model.eh_proj (an nn.Linear, whole on every rank), model.shared_head.norm, and
+  // model.decoder, a DeepseekV2DecoderLayer sharded as the target's MoE layers.
+  // deepseek_common/deepseek_weight_loader.py loads them from the checkpoint's
+  // model.layers.<num_layers>.* (the decoder's under model.decoder) and skips that layer's
+  // embed_tokens and shared_head.head: the draft's embed_tokens and lm_head are the target's
+  // tensors (speculative/eagle_worker_v2.py set_embed_and_head), written as the target's.
+  Status NextnDraft() {
+    const int64_t l = c_.num_layers;
+    for (const char* norm : {"enorm.weight", "hnorm.weight", "eh_proj.weight",
+                             "shared_head.norm.weight"}) {
+      FERRY_RETURN_IF_ERROR(
+          Replicated(MtpTensorName(c_, 0, norm), all_, std::string("model.") + norm));
+    }
+    FERRY_RETURN_IF_ERROR(Layer(l, "model.decoder."));
+    return Experts(l, "model.decoder.");
   }
 
   // layers/vocab_parallel_embedding.py VocabParallelEmbedding: the padded vocabulary

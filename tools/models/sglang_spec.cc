@@ -29,6 +29,29 @@ Status ResolveDeprecatedDpAttention(SglangParallel& s) {
   return Status::Ok();
 }
 
+// The NextN draft: models/deepseek_common/deepseek_weight_loader.py _initialize_nextn_conf
+// ("Only 1 nextn layer is supported", the layer model.layers.<num_hidden_layers>, or 0 for a
+// one-layer model, which ferry does not model). Under PP only the last stage holds a draft
+// (speculative/eagle_worker_v2.py), and redundant experts would give it layer 0's expert
+// locations (DeepseekV2DecoderLayer(config, 0, is_nextn=True)): neither is modelled.
+Status CheckNextnDraft(const SglangParallel& s, const ModelConfig& c) {
+  if (s.mtp == 0) return Status::Ok();
+  if (c.family != ModelFamily::kDeepseekV3 || c.nextn_layers != 1 || c.num_layers < 2) {
+    return InvalidArgument("mtp=" + Num(s.mtp) + ": ferry models SGLang's NextN draft of "
+                           "DeepSeek-V3 (DeepseekV3ForCausalLMNextN: one MTP layer, "
+                           "num_nextn_predict_layers 1, after at least 2 layers); '" + c.name +
+                           "' has " + Num(c.nextn_layers) + " MTP layer(s)");
+  }
+  if (s.mtp != 1) {
+    return InvalidArgument("mtp=" + Num(s.mtp) + ": SGLang's NextN draft holds one MTP layer");
+  }
+  if (s.pp > 1 || s.redundant_experts > 0) {
+    return InvalidArgument(std::string("mtp=1 with ") + (s.pp > 1 ? "pp > 1" : "redundant experts") +
+                           ": where SGLang keeps that draft's weights is not modelled");
+  }
+  return Status::Ok();
+}
+
 // What ferry does not model of SGLang, refused rather than guessed.
 Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
   if (c.family == ModelFamily::kNemotronH) {
@@ -44,6 +67,7 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
     return InvalidArgument("tied embeddings with pp=" + Num(s.pp) + ": SGLang's DeepSeek "
                            "loader leaves the last PP rank's lm_head unloaded");
   }
+  FERRY_RETURN_IF_ERROR(CheckNextnDraft(s, c));
   if (s.redundant_experts > 0 && s.ep == 1) {
     return InvalidArgument("redundant=" + Num(s.redundant_experts) + " without expert "
                            "parallelism: ferry models redundant experts with ep > 1 only");

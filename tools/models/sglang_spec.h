@@ -65,13 +65,20 @@ struct SglangParallel {
   // (models/deepseek_v2.py: parallel_group "replicated" under these backends) and leaves it
   // unfused by default (shared_experts_fusion_disable_reason: "DeepEP: fusion off by default").
   std::string a2a = "none";
+  // The NextN speculative-decoding draft ("mtp=1", --speculative-algorithm NEXTN or EAGLE with
+  // the checkpoint's MTP layer): models/deepseek_nextn.py DeepseekV3ForCausalLMNextN, one MTP
+  // layer, in the same TP layout as the target's layers (speculative/draft_parallel.py: NextN
+  // drafts run in the target's layout) and with the target's MoE backends
+  // (layers/moe/utils.py _default_speculative_a2a_backend). 0: no draft.
+  int mtp = 0;
 };
 
 // Fills SGLang's defaults into `s` (dp_attention resolved into attn_dp) and checks it against
 // `c`: SGLang's assertions (attn_dp and ep divide tp, routed experts divisible by ep, dense_tp 1 or
 // tp, dp_lm_head with attention DP, the layers' split over PP ranks) and what ferry does not
 // model (Nemotron-H, shared-expert fusion where SGLang disables it, a tied DeepSeek model with
-// pp > 1, all-to-all backends other than deepep and mooncake), each refused naming why.
+// pp > 1, all-to-all backends other than deepep and mooncake, a NextN draft other than
+// DeepSeek-V3's without PP or redundant experts), each refused naming why.
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c);
 
 // The ranks of all servers: tp * pp * dp * engines (of a resolved spec).

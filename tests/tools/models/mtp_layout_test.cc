@@ -179,6 +179,75 @@ TEST(MtpLayoutTest, VllmDrafterLayers) {
   }
 }
 
+// SGLang's NextN draft (models/deepseek_nextn.py DeepseekV3ForCausalLMNextN): model.enorm,
+// model.hnorm, model.eh_proj (an nn.Linear, whole), model.shared_head.norm and model.decoder, a
+// DeepseekV2DecoderLayer sharded as the target's; its embed_tokens and lm_head are the target's
+// (speculative/eagle_worker_v2.py set_embed_and_head), and deepseek_common/
+// deepseek_weight_loader.py skips the MTP layer's copies of them.
+TEST(MtpLayoutTest, SglangNextnDraft) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  Layout l = Build(p, "sglang:tp=2,mtp=1");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    return n == "model.layers.2.eh_proj.weight" || (TpReplicated(n) && !IsExpert(n)) ? 2 : 1;
+  });
+  for (int rank : {0, 1}) {
+    auto eh = FragmentsIn(l, rank, "model.eh_proj.weight", "model.layers.2.eh_proj.weight");
+    ASSERT_EQ(eh.size(), 1u);
+    EXPECT_EQ(eh[0].box.hi[0] - eh[0].box.lo[0], 8);
+    EXPECT_EQ(eh[0].box.hi[1] - eh[0].box.lo[1], 16);
+    EXPECT_EQ(l.buffers[l.FindBuffer(rank, "model.eh_proj.weight")].bytes, 8 * 16 * 2);
+    EXPECT_EQ(FragmentsIn(l, rank, "model.enorm.weight", "model.layers.2.enorm.weight").size(), 1u);
+  }
+  // model.decoder: q_b_proj by head (rank 1: head 1, rows 4..8 of [8, 4]); FusedMoE's w13 of
+  // rank 1 (ep 1, FFN split in two): expert 1's up rows 2..4 after its gate rows 2..4.
+  auto q_b = FragmentsIn(l, 1, "model.decoder.self_attn.q_b_proj.weight",
+                         "model.layers.2.self_attn.q_b_proj.weight");
+  ASSERT_EQ(q_b.size(), 1u);
+  EXPECT_EQ(q_b[0].box.lo[0], 4);
+  EXPECT_EQ(q_b[0].box.hi[0], 8);
+  auto up = FragmentsIn(l, 1, "model.decoder.mlp.experts.w13_weight",
+                        "model.layers.2.mlp.experts.1.up_proj.weight");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box.lo[0], 2);
+  EXPECT_EQ(up[0].loc.byte_offset, (1 * 4 + 2) * 8 * 2);
+  // four routed experts and one shared: SGLang fuses only DeepSeek-V3's 256, so it stays apart
+  EXPECT_GE(l.FindBuffer(0, "model.decoder.mlp.shared_experts.gate_up_proj.weight"), 0);
+  for (const BufferSpec& b : l.buffers) {
+    EXPECT_EQ(b.name.find("shared_head.head"), std::string::npos) << b.name;
+    EXPECT_TRUE(b.name.find("embed_tokens") == std::string::npos ||
+                b.name == "model.embed_tokens.weight") << b.name;
+  }
+  const FrameworkSpec r = ResolveFrameworkSpec(Spec("sglang:tp=2,mtp=1"), p.config()).value();
+  std::string rules;
+  for (const LayoutRule& rule : RulesForTensor(p.config(), r, "model.layers.2.eh_proj.weight")) {
+    rules += rule.rule + " [" + rule.upstream + "]\n";
+  }
+  EXPECT_NE(rules.find("NextN draft's model.eh_proj.weight"), std::string::npos) << rules;
+  EXPECT_NE(rules.find("models/deepseek_nextn.py"), std::string::npos) << rules;
+}
+
+// What ferry does not model of SGLang's drafts is refused, naming why.
+TEST(MtpLayoutTest, SglangDraftsFerryDoesNotModel) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  const struct {
+    const char* spec;
+    const char* reason;
+  } cases[] = {
+      {"sglang:tp=2,pp=2,mtp=1", "mtp=1 with pp > 1"},
+      {"sglang:tp=2,ep=2,redundant=2,mtp=1", "mtp=1 with redundant experts"},
+  };
+  for (const auto& c : cases) {
+    Result<Layout> l = BuildFrameworkLayout(p, Spec(c.spec));
+    ASSERT_FALSE(l.ok()) << c.spec;
+    EXPECT_NE(l.status().message().find(c.reason), std::string::npos) << l.status().message();
+  }
+  Result<Layout> llama = BuildFrameworkLayout(Preset("llama-3.1-8b", 1.0 / 64),
+                                              Spec("sglang:tp=2,mtp=1"));
+  ASSERT_FALSE(llama.ok());
+  EXPECT_NE(llama.status().message().find("has 0 MTP layer(s)"), std::string::npos)
+      << llama.status().message();
+}
+
 // vllm/v1/worker/gpu_model_runner.py builds the drafter on the last PP rank only; with pp > 1
 // llm_base_proposer.py _maybe_share_embeddings does not share the target's embed_tokens (the
 // first rank's), so the drafter keeps the copy it loads (deepseek_mtp.py: the checkpoint's
