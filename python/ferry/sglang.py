@@ -321,14 +321,29 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
     global _worker
     spec = read_control(named_tensors)
     if _worker is None:
-        from sglang.srt.runtime_context import get_parallel  # only inside an SGLang worker
+        from sglang.srt.runtime_context import get_parallel, get_spec  # inside SGLang only
         parallel = get_parallel()
+        check_draft(spec, getattr(get_spec(), "speculative_algorithm", None))
         source, destination = _layouts(spec)
         rank = worker_rank(spec, len(destination.ranks) // _spec_count(spec.destination,
                                                                          "engines"),
                            parallel.tp_rank, parallel.tp_size, parallel.pp_rank, parallel.pp_size)
         _worker = _Worker(model, spec, rank, source, destination)
     _worker.load(model, spec.round)
+
+
+def check_draft(spec: RefitSpec, speculative_algorithm: str | None) -> None:
+    """Refuses a destination whose draft and the server's disagree: mtp=1 for a server without
+    speculative decoding, whose loader would wait for a draft's call that never comes, or none
+    for a server with a draft, which SGLang hands the loader too."""
+    holds = _spec_count(spec.destination, "mtp", 0) > 0
+    if holds and speculative_algorithm is None:
+        raise ValueError(f"{spec.destination} holds SGLang's NextN draft (mtp=1), but this server "
+                         "runs no speculative decoding (--speculative-algorithm NEXTN)")
+    if not holds and speculative_algorithm is not None:
+        raise ValueError(f"this server runs speculative decoding ({speculative_algorithm}), whose "
+                         f"draft {spec.destination} does not hold: give the destination mtp=1 "
+                         "(ferry.sglang_spec does for a NextN draft)")
 
 
 def shutdown() -> None:
@@ -407,9 +422,9 @@ class _HttpServer:
                                          self.headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return _json_answer(answer.read(), endpoint)
+                return _json_answer(answer.read(MAX_ANSWER_BYTES + 1), endpoint)
         except urllib.error.HTTPError as e:
-            text = e.read()
+            text = e.read(MAX_ANSWER_BYTES + 1)
             try:
                 return _json_answer(text, endpoint)
             except RuntimeError:
@@ -417,7 +432,14 @@ class _HttpServer:
                                    f"{text[:200].decode(errors='replace')}") from None
 
 
+MAX_ANSWER_BYTES = 1 << 20
+"""The longest answer update_server reads from a server (SGLang's are a short JSON object)."""
+
+
 def _json_answer(text: bytes, endpoint: str) -> Any:
+    if len(text) > MAX_ANSWER_BYTES:
+        raise RuntimeError(f"SGLang {endpoint} failed: an answer over MAX_ANSWER_BYTES "
+                           f"({MAX_ANSWER_BYTES})")
     try:
         answer = json.loads(text)
     except json.JSONDecodeError:
@@ -433,8 +455,10 @@ def _succeeded(answer: Any, step: str) -> None:
     {"success": ..., "message": ...}, reports success."""
     if isinstance(answer, Mapping):
         success, message = answer.get("success"), answer.get("message")
-    else:
+    elif isinstance(answer, tuple) and len(answer) == 2:
         success, message = answer
+    else:
+        raise RuntimeError(f"SGLang {step} answered {answer!r}, not (success, message)")
     if success is not True:
         raise RuntimeError(f"SGLang {step} failed: {message}")
 

@@ -42,7 +42,8 @@ SERVERS = {
            {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True},
            4),
     "draft": ("deepseek_v3_nextn", "megatron:tp=2,mtp=1", "sglang:tp=2,attn_dp=2,mtp=1",
-              {"tp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True}, 2),
+              {"tp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True,
+               "speculative_algorithm": "NEXTN"}, 2),
 }
 
 

@@ -117,6 +117,7 @@ class SglangEndpoints(http.server.BaseHTTPRequestHandler):
     that fails; another path is not found (404). Each request is recorded as (endpoint, JSON body, Authorization header)."""
 
     failing: str = ""
+    oversized = False  # answer more than MAX_ANSWER_BYTES
     requests: list = []
 
     def do_POST(self):
@@ -128,7 +129,8 @@ class SglangEndpoints(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.requests.append((endpoint, body, self.headers.get("Authorization")))
         ok = endpoint != self.failing
-        answer = json.dumps({"success": ok, "message": "Success" if ok else "it failed"})
+        message = "x" * sglang.MAX_ANSWER_BYTES if self.oversized else "Success"
+        answer = json.dumps({"success": ok, "message": message if ok else "it failed"})
         self.send_response(200 if ok else 400)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -141,6 +143,7 @@ class SglangEndpoints(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def sglang_server():
     SglangEndpoints.requests, SglangEndpoints.failing = [], ""
+    SglangEndpoints.oversized = False
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SglangEndpoints)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -170,3 +173,22 @@ def test_update_server_raises_a_servers_refusal_and_closes_the_session(sglang_se
     with pytest.raises(RuntimeError, match=r"begin_weight_update failed: HTTP 404"):
         sglang.update_server(sglang_server + "/no/such/prefix", sglang.control_tensors(SPEC),
                              timeout=30)
+
+
+def test_a_servers_draft_and_the_destinations_must_agree():
+    sglang.check_draft(SPEC, None)
+    draft = replace(SPEC, destination="sglang:tp=2,mtp=1")
+    sglang.check_draft(draft, "EAGLE")  # NEXTN, as SGLang resolves it
+    with pytest.raises(ValueError, match="runs no speculative decoding"):
+        sglang.check_draft(draft, None)
+    with pytest.raises(ValueError, match=r"runs speculative decoding \(EAGLE\).*mtp=1"):
+        sglang.check_draft(SPEC, "EAGLE")
+
+
+def test_update_server_refuses_what_is_not_an_answer(sglang_server):
+    engine = Engine({"update": None})
+    with pytest.raises(RuntimeError, match="answered None, not"):
+        sglang.update_server(engine, sglang.control_tensors(SPEC))
+    SglangEndpoints.oversized = True
+    with pytest.raises(RuntimeError, match="begin_weight_update failed: an answer over"):
+        sglang.update_server(sglang_server, sglang.control_tensors(SPEC), timeout=30)
