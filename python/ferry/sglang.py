@@ -41,8 +41,8 @@ Both sides build both layouts
 from the same Hugging Face config (`model`, readable by every process) and specs, so nothing else
 is exchanged. After each update the loader runs the model's post_load_weights when it has one
 (DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). DeepSeek-V3's NextN draft (mtp=1 in
-the destination) is updated with its target: SGLang hands the loader the target and then the
-draft, and the update lands at the draft's call. Quantized servers and other draft models are not
+the destination) is updated with its target: on the last PP stage, the only one with a draft,
+SGLang hands the loader the target and then the draft, and the update lands at the draft's call. Quantized servers and other draft models are not
 supported (the layouts refuse them; a loader handed a model it does not expect refuses it), nor
 are backends that rebind parameters after loading (a worker refuses an update once a parameter
 it writes is no longer where it was registered).
@@ -214,13 +214,14 @@ class Sender:
 class _Worker:
     """One SGLang worker's rank of the refit: its session, plan and registered parameters.
 
-    With a NextN draft (a destination with mtp=1) SGLang hands the loader each update twice,
-    the target model and then the draft (managers/scheduler_components/weight_updater.py
+    Where a worker holds a NextN draft (a destination with mtp=1, on the last PP stage: SGLang's
+    managers/scheduler.py gives other stages no draft worker) SGLang hands the loader each update
+    twice, the target model and then the draft (managers/scheduler_components/weight_updater.py
     _select_runners); the target's call only checks, and the draft's runs the plan into both,
     registering the draft's parameters at its first."""
 
     def __init__(self, model: torch.nn.Module, spec: RefitSpec, rank: int, source: Layout,
-                 destination: Layout) -> None:
+                 destination: Layout, holds_draft: bool) -> None:
         self.model, self.draft = model, None
         self.rank, self.destination = rank, spec.destination
         self.session = Session(rank, _world_size(spec, destination), spec.store, spec.token,
@@ -228,7 +229,7 @@ class _Worker:
         self.refit = self.session.refit(source, destination, gpus_per_node=spec.gpus_per_node)
         self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
         self.unbound = self._bind(model, [b.name for b in destination.buffers(rank)])
-        self.draft_expected = _spec_count(spec.destination, "mtp", 0) > 0
+        self.draft_expected = holds_draft
         if self.unbound and not self.draft_expected:
             self._missing(self.unbound)
         self.rounds, self.pending = 0, None
@@ -328,7 +329,9 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
         rank = worker_rank(spec, len(destination.ranks) // _spec_count(spec.destination,
                                                                          "engines"),
                            parallel.tp_rank, parallel.tp_size, parallel.pp_rank, parallel.pp_size)
-        _worker = _Worker(model, spec, rank, source, destination)
+        last_stage = parallel.pp_rank == parallel.pp_size - 1
+        _worker = _Worker(model, spec, rank, source, destination,
+                          holds_draft=last_stage and _spec_count(spec.destination, "mtp", 0) > 0)
     _worker.load(model, spec.round)
 
 

@@ -181,19 +181,43 @@ def build_model(model_dir: str, model_class: str) -> torch.nn.Module:
 def build_server(build: Callable[..., torch.nn.Module],
                  model_classes: str) -> list[torch.nn.Module]:
     """The models of one server rank, built by `build` (sglang_rank's): MODEL_CLASS, or
-    "TARGET+DRAFT" for a server with a speculative-decoding draft, which takes the target's
-    embed_tokens and lm_head as SGLang's draft worker gives them to it
-    (speculative/eagle_worker_v2.py init_lm_head: set_embed_and_head)."""
+    "TARGET+DRAFT" for a server with a speculative-decoding draft. The draft is on the last PP
+    stage only (managers/scheduler.py: "non-last stages have no draft worker") and takes the
+    target's embed_tokens and lm_head as SGLang's draft worker gives them to it
+    (speculative/eagle_worker_v2.py init_lm_head, speculative/pp_draft_embedding.py
+    resolve_target_embed_and_head); where the stage has no embed_tokens of the target's it keeps
+    its own (load_server fills it)."""
+    from sglang.srt.runtime_context import get_parallel
+    from sglang.srt.speculative.pp_draft_embedding import resolve_target_embed_and_head
+
     target_class, _, draft_class = model_classes.partition("+")
     models = [build(target_class)]
-    if draft_class:
+    par = get_parallel()
+    if draft_class and par.pp_rank == par.pp_size - 1:
         draft = build(draft_class)
+        embed, head = resolve_target_embed_and_head(models[0], draft_model=draft)
+        if embed is None:
+            embed = draft.model.embed_tokens.weight
         # set_embed_and_head ends with CUDA calls that free and wait, no-ops on the CPU
         with mock.patch.object(torch.cuda, "empty_cache"), \
                 mock.patch.object(torch.cuda, "synchronize"):
-            draft.set_embed_and_head(*models[0].get_embed_and_head())
+            draft.set_embed_and_head(embed, head)
         models.append(draft)
     return models
+
+
+def load_server(models: list[torch.nn.Module], weights: dict[str, torch.Tensor]) -> None:
+    """`weights` loaded into a server rank's models (build_server's) as SGLang loads them at
+    start: each through its own load_weights, and a draft's own embed_tokens through its
+    weight_loader from the checkpoint's model.embed_tokens (speculative/pp_draft_embedding.py
+    load_draft_embedding_from_checkpoint)."""
+    for model in models:
+        model.load_weights(iter(weights.items()))
+    if len(models) > 1:
+        target, draft = models
+        own = draft.model.embed_tokens.weight
+        if own is not getattr(getattr(target.model, "embed_tokens", None), "weight", None):
+            own.weight_loader(own, weights["model.embed_tokens.weight"])
 
 
 def checkpoint(tensors, seed: int = 1) -> dict[str, torch.Tensor]:

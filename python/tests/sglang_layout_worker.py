@@ -23,7 +23,8 @@ import sys
 import torch
 
 import ferry
-from sglang_harness import as_bytes, build_server, checkpoint, fill_buffers, sglang_rank
+from sglang_harness import (as_bytes, build_server, checkpoint, fill_buffers, load_server,
+                            sglang_rank)
 
 
 def differences(params: dict[str, torch.Tensor], layout: ferry.Layout, rank: int,
@@ -48,10 +49,9 @@ def main() -> int:
     layout = ferry.Layout.preset(model_dir, spec + ",expert_tensors=members")
     weights = checkpoint(layout.tensors)
     with sglang_rank(model_dir, rank, json.loads(server_args)) as build:
-        params = {}
-        for model in build_server(build, model_classes):  # the target, then any draft
-            model.load_weights(iter(weights.items()))
-            params.update(model.named_parameters())
+        models = build_server(build, model_classes)  # the target, then any draft
+        load_server(models, weights)
+        params = {name: p for model in models for name, p in model.named_parameters()}
     problems = differences(params, layout, rank, weights)
     if problems:
         print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))

@@ -4,17 +4,19 @@ Run by python/tests/test_sglang_refit.py in the environment tools/deps/vllm-venv
 
     sglang_refit_worker.py SERVER trainer|server RANK PORT MODEL_DIR
 
-SERVER names one of SERVERS: "pp", a TP2 PP2 DeepSeek-V3 server with attention DP 2 (world rank
-RANK is PP rank RANK // 2, TP rank RANK % 2), or "draft", a TP2 server with attention DP 2 and the
-NextN draft beside its target (DeepseekV3ForCausalLMNextN, from the checkpoint's MTP layer). A
+SERVER names one of SERVERS: "pp_draft", a TP2 PP2 DeepSeek-V3 server with attention DP 2 (world
+rank RANK is PP rank RANK // 2, TP rank RANK % 2) whose last PP stage holds the NextN draft beside
+its target (DeepseekV3ForCausalLMNextN, from the checkpoint's MTP layer, with its own
+embed_tokens), or "tp", a TP2 server with attention DP 2 and no draft. A
 trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
 through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank builds
 its models with SGLang's own classes (sglang_harness.py); each update reaches
 ferry.sglang.load_weights through SGLang's own WeightUpdater, one a model, in the weight-update
 session ferry.sglang.update_server opens, with the control the trainer makes as update_server
 posts it to a server's URL and SGLang's workers read it. After each update it builds the same
-rank again and loads that step's checkpoint with SGLang's own load_weights; every parameter of
-every model, and the w_kc / w_vc that post_load_weights derives, must be byte-identical. Prints
+rank again and loads that step's checkpoint as SGLang loads one at start (load_server: each
+model's own load_weights, and the draft's own embed_tokens from the checkpoint); every parameter
+of every model, and the w_kc / w_vc that post_load_weights derives, must be byte-identical. Prints
 "server rank R step S: N tensors byte-exact". Then it hands the loader what it must refuse: a
 model it does not expect, as SGLang hands it a draft, and an update after the parameters were
 rebound.
@@ -31,19 +33,18 @@ import torch
 
 import ferry
 import ferry.sglang
-from sglang_harness import MODELS, as_bytes, build_server, checkpoint, fill_buffers
+from sglang_harness import MODELS, as_bytes, build_server, checkpoint, fill_buffers, load_server
 
 STEPS = 3
 LOADER = {"custom_weight_loader": [ferry.sglang.LOAD_FORMAT]}
 
 # name: (MODELS entry, the trainer's spec, the server's spec, its SGLang server arguments, ranks)
 SERVERS = {
-    "pp": ("deepseek_v3", "megatron:tp=2", "sglang:tp=2,pp=2,attn_dp=2",
-           {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True},
-           4),
-    "draft": ("deepseek_v3_nextn", "megatron:tp=2,mtp=1", "sglang:tp=2,attn_dp=2,mtp=1",
-              {"tp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True,
-               "speculative_algorithm": "NEXTN"}, 2),
+    "pp_draft": ("deepseek_v3_nextn", "megatron:tp=2,mtp=1", "sglang:tp=2,pp=2,attn_dp=2,mtp=1",
+                 {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2,
+                  "enforce_shared_experts_fusion": True, "speculative_algorithm": "NEXTN"}, 4),
+    "tp": ("deepseek_v3", "megatron:tp=2", "sglang:tp=2,attn_dp=2",
+           {"tp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True}, 2),
 }
 
 
@@ -174,8 +175,7 @@ def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
         for step in range(STEPS):
             sglang_update(models, ferry.sglang.control_tensors(replace(spec, round=step)))
             references = build_server(build, model_classes)
-            for reference in references:
-                reference.load_weights(iter(checkpoint(source.tensors, seed=step + 1).items()))
+            load_server(references, checkpoint(source.tensors, seed=step + 1))
             bad, count = differences(models, references)
             if bad:
                 print(f"server rank {rank} step {step}: {len(bad)} tensors differ: {bad[:5]}")

@@ -76,6 +76,10 @@ CASES = [
      {"tp_size": 4, "attn_dp_size": 2, "ep_size": 2, "disable_shared_experts_fusion": True}),
     ("deepseek_v3_nextn", "sglang:tp=2,a2a=deepep,mtp=1", 0,
      {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+    # with PP the draft is on the last stage, with its own embed_tokens (the target's is on the
+    # first), loaded from the checkpoint's model.embed_tokens
+    ("deepseek_v3_nextn", "sglang:tp=2,pp=2,mtp=1", 3,
+     {"tp_size": 2, "pp_size": 2, "enforce_shared_experts_fusion": True}),
 ]
 
 

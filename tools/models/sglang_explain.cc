@@ -123,16 +123,28 @@ void OtherRules(const ModelConfig& c, const SglangParallel& s, const std::string
   }
 }
 
-// A tensor of the MTP layer, model.layers.<num_layers>.*: the NextN draft's.
-void NextnRules(const ModelConfig& c, const std::string& t, std::vector<LayoutRule>& out) {
+// A tensor of the MTP layer, model.layers.<num_layers>.*: the NextN draft's, on the last PP
+// rank; with pp > 1 the draft's own copy of embed_tokens there too.
+void NextnRules(const ModelConfig& c, const SglangParallel& s, const std::string& t,
+                std::vector<LayoutRule>& out) {
+  const std::string where = s.pp > 1 ? " on the last PP rank only (managers/scheduler.py: "
+                                       "non-last stages have no draft worker)"
+                                     : "";
+  if (s.pp > 1 && Has(t, "embed_tokens") && !Has(t, ".layers.")) {
+    out.push_back({"mtp=1 with pp > 1: the NextN draft's own embed_tokens" + where +
+                       ", split as the target's, loaded from this tensor (SGLang's loader never "
+                       "updates it; ferry writes it every refit)",
+                   kSglang + "speculative/pp_draft_embedding.py"});
+    return;
+  }
   const std::string mtp = "model.layers." + N(c.num_layers) + ".";
   if (t.rfind(mtp, 0) != 0) return;
   const bool own = Has(t, "enorm") || Has(t, "hnorm") || Has(t, "eh_proj") ||
                    Has(t, "shared_head.norm");
   out.push_back({own ? "mtp=1: the NextN draft's model." + t.substr(mtp.size()) +
-                           (Has(t, "eh_proj") ? ", an nn.Linear whole on every rank" : "")
+                           (Has(t, "eh_proj") ? ", an nn.Linear whole on every rank" : "") + where
                      : "mtp=1: the NextN draft's model.decoder, a DeepseekV2DecoderLayer sharded "
-                       "as the target's MoE layers",
+                       "as the target's MoE layers" + where,
                  kSglang + "models/deepseek_nextn.py, models/deepseek_common/"
                            "deepseek_weight_loader.py"});
 }
@@ -157,7 +169,7 @@ void PipelineRules(const ModelConfig& c, const SglangParallel& s, const std::str
       }
     }
   } else if (Has(t, "embed")) {
-    where = "embed_tokens on PP rank 0 only";
+    where = "the target's embed_tokens on PP rank 0 only";
   } else if (Has(t, "lm_head")) {
     where = SglangModulesOnStage(c, 0, s.pp).lm_head ? "lm_head on every PP rank"
                                                       : "lm_head on the last PP rank only";
@@ -185,7 +197,7 @@ std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangP
   } else if (layer || Has(t, "norm")) {
     OtherRules(c, s, t, out);
   }
-  if (s.mtp > 0) NextnRules(c, t, out);
+  if (s.mtp > 0) NextnRules(c, s, t, out);
   PipelineRules(c, s, t, out);
   out.push_back({"dp replicas copy the server's tp * pp ranks on the next ranks, engines the "
                  "whole",

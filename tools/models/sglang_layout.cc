@@ -86,20 +86,32 @@ class SglangWriter : public EngineWriter {
     return Status::Ok();
   }
 
-  // The NextN draft's own weights on every rank of the (only) stage, named as
-  // models/deepseek_nextn.py DeepseekV3ForCausalLMNextN names them: model.enorm, model.hnorm
-  // (RMSNorm), model.eh_proj (an nn.Linear, whole on every rank), model.shared_head.norm, and
-  // model.decoder, a DeepseekV2DecoderLayer sharded as the target's MoE layers.
-  // deepseek_common/deepseek_weight_loader.py loads them from the checkpoint's
-  // model.layers.<num_layers>.* (the decoder's under model.decoder) and skips that layer's
-  // embed_tokens and shared_head.head: the draft's embed_tokens and lm_head are the target's
-  // tensors (speculative/eagle_worker_v2.py set_embed_and_head), written as the target's.
+  // The NextN draft's own weights on every rank of the last PP stage (managers/scheduler.py:
+  // "non-last stages have no draft worker"), named as models/deepseek_nextn.py
+  // DeepseekV3ForCausalLMNextN names them: model.enorm, model.hnorm (RMSNorm), model.eh_proj (an
+  // nn.Linear, whole on every rank), model.shared_head.norm, and model.decoder, a
+  // DeepseekV2DecoderLayer sharded as the target's MoE layers. deepseek_common/
+  // deepseek_weight_loader.py loads them from the checkpoint's model.layers.<num_layers>.* (the
+  // decoder's under model.decoder) and skips that layer's embed_tokens and shared_head.head: the
+  // draft's lm_head is the target's (speculative/eagle_worker_v2.py set_embed_and_head), and so
+  // is its embed_tokens without PP. With PP the last stage has no embed_tokens of the target's,
+  // and the draft keeps its own, loaded at start from the checkpoint's model.embed_tokens and
+  // split as the target's (speculative/pp_draft_embedding.py load_draft_embedding_from_checkpoint),
+  // which SGLang's loader then never updates; ferry writes it every refit, as a server started
+  // from that checkpoint would hold it.
   Status NextnDraft() {
+    UseStage(s_.pp - 1);
+    if (s_.pp > 1) {
+      if (SglangModulesOnStage(c_, s_.pp - 1, s_.pp).embed_tokens) {
+        return Internal("the target's embed_tokens and the NextN draft's on one PP rank");
+      }
+      FERRY_RETURN_IF_ERROR(Embedding());
+    }
     const int64_t l = c_.num_layers;
-    for (const char* norm : {"enorm.weight", "hnorm.weight", "eh_proj.weight",
+    for (const char* part : {"enorm.weight", "hnorm.weight", "eh_proj.weight",
                              "shared_head.norm.weight"}) {
       FERRY_RETURN_IF_ERROR(
-          Replicated(MtpTensorName(c_, 0, norm), all_, std::string("model.") + norm));
+          Replicated(MtpTensorName(c_, 0, part), all_, std::string("model.") + part));
     }
     FERRY_RETURN_IF_ERROR(Layer(l, "model.decoder."));
     return Experts(l, "model.decoder.");

@@ -31,9 +31,8 @@ Status ResolveDeprecatedDpAttention(SglangParallel& s) {
 
 // The NextN draft: models/deepseek_common/deepseek_weight_loader.py _initialize_nextn_conf
 // ("Only 1 nextn layer is supported", the layer model.layers.<num_hidden_layers>, or 0 for a
-// one-layer model, which ferry does not model). Under PP only the last stage holds a draft
-// (speculative/eagle_worker_v2.py), and redundant experts would give it layer 0's expert
-// locations (DeepseekV2DecoderLayer(config, 0, is_nextn=True)): neither is modelled.
+// one-layer model, which ferry does not model). Redundant experts would give it layer 0's expert
+// locations (DeepseekV2DecoderLayer(config, 0, is_nextn=True)), which is not modelled.
 Status CheckNextnDraft(const SglangParallel& s, const ModelConfig& c) {
   if (s.mtp == 0) return Status::Ok();
   if (c.family != ModelFamily::kDeepseekV3 || c.nextn_layers != 1 || c.num_layers < 2) {
@@ -45,9 +44,9 @@ Status CheckNextnDraft(const SglangParallel& s, const ModelConfig& c) {
   if (s.mtp != 1) {
     return InvalidArgument("mtp=" + Num(s.mtp) + ": SGLang's NextN draft holds one MTP layer");
   }
-  if (s.pp > 1 || s.redundant_experts > 0) {
-    return InvalidArgument(std::string("mtp=1 with ") + (s.pp > 1 ? "pp > 1" : "redundant experts") +
-                           ": where SGLang keeps that draft's weights is not modelled");
+  if (s.redundant_experts > 0) {
+    return InvalidArgument("mtp=1 with redundant experts: the draft's expert placement is not "
+                           "modelled");
   }
   return Status::Ok();
 }

@@ -69,7 +69,8 @@ struct SglangParallel {
   // the checkpoint's MTP layer): models/deepseek_nextn.py DeepseekV3ForCausalLMNextN, one MTP
   // layer, in the same TP layout as the target's layers (speculative/draft_parallel.py: NextN
   // drafts run in the target's layout) and with the target's MoE backends
-  // (layers/moe/utils.py _default_speculative_a2a_backend). 0: no draft.
+  // (layers/moe/utils.py _default_speculative_a2a_backend), on the last PP stage only
+  // (managers/scheduler.py: "non-last stages have no draft worker"). 0: no draft.
   int mtp = 0;
 };
 
@@ -78,7 +79,7 @@ struct SglangParallel {
 // tp, dp_lm_head with attention DP, the layers' split over PP ranks) and what ferry does not
 // model (Nemotron-H, shared-expert fusion where SGLang disables it, a tied DeepSeek model with
 // pp > 1, all-to-all backends other than deepep and mooncake, a NextN draft other than
-// DeepSeek-V3's without PP or redundant experts), each refused naming why.
+// DeepSeek-V3's or with redundant experts), each refused naming why.
 Status ResolveSglang(SglangParallel& s, const ModelConfig& c);
 
 // The ranks of all servers: tp * pp * dp * engines (of a resolved spec).

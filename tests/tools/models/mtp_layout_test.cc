@@ -226,21 +226,40 @@ TEST(MtpLayoutTest, SglangNextnDraft) {
   EXPECT_NE(rules.find("models/deepseek_nextn.py"), std::string::npos) << rules;
 }
 
+// With pp > 1 only the last PP stage has a draft (managers/scheduler.py: "non-last stages have
+// no draft worker"), and there the target has no embed_tokens: the draft keeps its own, split as
+// the target's (speculative/pp_draft_embedding.py load_draft_embedding_from_checkpoint), which
+// ferry writes every refit. tp 2, pp 2: stage 0 is ranks 0-1 (embed_tokens, layer 0), stage 1
+// ranks 2-3 (layer 1, norm, lm_head and the draft).
+TEST(MtpLayoutTest, SglangNextnDraftOnTheLastPipelineStage) {
+  ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
+  Layout l = Build(p, "sglang:tp=2,pp=2,mtp=1");
+  ExpectCoverage(l, p, [](const std::string& n) {
+    if (n == "model.embed_tokens.weight") return 2;  // the target's and the draft's own
+    return n == "model.layers.2.eh_proj.weight" || (TpReplicated(n) && !IsExpert(n)) ? 2 : 1;
+  });
+  for (int rank : {0, 1}) {
+    EXPECT_LT(l.FindBuffer(rank, "model.eh_proj.weight"), 0);
+    EXPECT_LT(l.FindBuffer(rank, "model.decoder.self_attn.q_b_proj.weight"), 0);
+  }
+  for (int rank : {2, 3}) {
+    EXPECT_GE(l.FindBuffer(rank, "model.eh_proj.weight"), 0);
+    EXPECT_GE(l.FindBuffer(rank, "model.decoder.mlp.experts.w13_weight"), 0);
+    // 64 rows (a multiple of 64) in two blocks of 32, as the target's on ranks 0-1
+    auto embed = FragmentsIn(l, rank, "model.embed_tokens.weight", "model.embed_tokens.weight");
+    ASSERT_EQ(embed.size(), 1u);
+    EXPECT_EQ(embed[0].box.lo[0], 32 * (rank - 2));
+    EXPECT_EQ(embed[0].box.hi[0], 32 * (rank - 1));
+  }
+}
+
 // What ferry does not model of SGLang's drafts is refused, naming why.
 TEST(MtpLayoutTest, SglangDraftsFerryDoesNotModel) {
   ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
-  const struct {
-    const char* spec;
-    const char* reason;
-  } cases[] = {
-      {"sglang:tp=2,pp=2,mtp=1", "mtp=1 with pp > 1"},
-      {"sglang:tp=2,ep=2,redundant=2,mtp=1", "mtp=1 with redundant experts"},
-  };
-  for (const auto& c : cases) {
-    Result<Layout> l = BuildFrameworkLayout(p, Spec(c.spec));
-    ASSERT_FALSE(l.ok()) << c.spec;
-    EXPECT_NE(l.status().message().find(c.reason), std::string::npos) << l.status().message();
-  }
+  Result<Layout> redundant = BuildFrameworkLayout(p, Spec("sglang:tp=2,ep=2,redundant=2,mtp=1"));
+  ASSERT_FALSE(redundant.ok());
+  EXPECT_NE(redundant.status().message().find("mtp=1 with redundant experts"), std::string::npos)
+      << redundant.status().message();
   Result<Layout> llama = BuildFrameworkLayout(Preset("llama-3.1-8b", 1.0 / 64),
                                               Spec("sglang:tp=2,mtp=1"));
   ASSERT_FALSE(llama.ok());
