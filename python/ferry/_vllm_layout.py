@@ -19,7 +19,23 @@ loaders place checkpoint tensors into tensor-parallel shards:
 - VocabParallelEmbedding / ParallelLMHead (vllm/model_executor/layers/vocab_parallel_embedding.py,
   `weight_loader` and `shard_indices`): rows [org_vocab_start_index, org_vocab_end_index) at the
   start of the parameter, the padding rows after them untouched;
+- RoutedExperts (vllm/model_executor/layers/fused_moe/routed_experts.py, vLLM 0.33's FusedMoE
+  weights): `w13_weight` [local experts, 2 * I/tp, H] holds, for each local slot, rows
+  [t*I/tp, (t+1)*I/tp) of `{layer}.{e}.{gate}.weight` then of `{layer}.{e}.{up}.weight`
+  (`_load_w13`), `w2_weight` [local experts, H, I/tp] those columns of `{layer}.{e}.{down}.weight`
+  (`_load_w2`), with `{layer}` the layer's `layer_name`, t its MoE TP rank
+  (`moe_config.tp_rank`: 0 under expert parallelism), {gate, up, down} its checkpoint names and e
+  the expert whose weights slot s holds (`expert_map_manager.map_global_to_local`, linear or
+  round-robin placement). Refused: EPLB (its expert moves at run time would leave a plan made at
+  init writing the wrong slots), fused shared experts, padded or transposed expert weights, and
+  any other expert parameter (biases, scales);
 - anything else (norms, replicated layers): the whole tensor, same shape on both sides.
+
+Refused as a whole: a model with MLA attention. Its `process_weights_after_loading` derives
+W_UK/W_UV from `kv_b_proj` (vllm/model_executor/layers/attention/mla_attention.py,
+`split_kv_b_proj`): views of its storage for an unquantized kv_b_proj in the activation dtype,
+copies otherwise (another dtype, quantized weights, the AMX and AITER backends), which an
+in-place refit would leave stale and which ferry cannot tell apart from here.
 
 Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/models/llama.py:
 {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}). The
@@ -66,9 +82,58 @@ def _fused_pieces(name: str, module: Any, param: Any, subs: list[str]) -> list[P
     return [Piece(t, dim, r * s, (r + 1) * s) for t, s, r in zip(hf, sizes, ranks)]
 
 
+def _local_experts(name: str, module: Any) -> list[int]:
+    """The expert each local slot of RoutedExperts `module` holds, checked to be what ferry
+    can write in place."""
+    config = module.moe_config
+    if config.moe_parallel_config.enable_eplb:
+        raise ValueError(f"vLLM parameter {name}: EPLB moves experts between ranks while vLLM "
+                         "serves, which a plan made at init cannot follow")
+    manager = module.expert_map_manager
+    if manager.num_fused_shared_experts or config.num_experts != config.num_logical_experts:
+        raise ValueError(f"vLLM parameter {name}: fused shared or redundant experts are not "
+                         "supported")
+    slots: dict[int, int] = {}
+    for expert in range(config.num_logical_experts):
+        slot = manager.map_global_to_local(expert)
+        if slot >= 0:
+            slots[slot] = expert
+    if sorted(slots) != list(range(module.local_num_experts)):
+        raise ValueError(f"vLLM parameter {name}: local expert slots {sorted(slots)} are not "
+                         f"0..{module.local_num_experts - 1}")
+    return [slots[s] for s in range(module.local_num_experts)]
+
+
+def expert_pieces(name: str, module: Any, param: Any) -> list[Piece]:
+    """The checkpoint boxes RoutedExperts parameter `name` holds, slot by slot."""
+    leaf = name.rpartition(".")[2]
+    if leaf not in ("w13_weight", "w2_weight") or getattr(param, "is_transposed", False):
+        raise ValueError(f"vLLM parameter {name}: only untransposed w13_weight and w2_weight "
+                         "expert weights are supported")
+    config = module.moe_config
+    if config.tp_shard_with_padding:
+        raise ValueError(f"vLLM parameter {name}: padded expert shards are not supported")
+    tp, rank = config.moe_parallel_config.tp_size, config.tp_rank
+    size = config.intermediate_size // tp
+    if size * tp != config.intermediate_size or size != config.intermediate_size_per_partition:
+        raise ValueError(f"vLLM parameter {name}: intermediate size {config.intermediate_size} "
+                         f"is not split evenly as {config.intermediate_size_per_partition} a "
+                         f"rank over {tp}")
+    if leaf == "w13_weight":
+        projections, dim = [module.ckpt_gate_proj_name, module.ckpt_up_proj_name], 0
+    else:
+        projections, dim = [module.ckpt_down_proj_name], 1
+    return [Piece(f"{module.layer_name}.{expert}.{projection}.weight", dim, rank * size,
+                  (rank + 1) * size)
+            for expert in _local_experts(name, module)
+            for projection in projections if projection is not None]
+
+
 def param_pieces(name: str, module: Any, param: Any,
                  packed: Mapping[str, list[str]]) -> list[Piece]:
     """The checkpoint boxes vLLM parameter `name` (of `module`) holds, in storage order."""
+    if hasattr(module, "expert_map_manager"):
+        return expert_pieces(name, module, param)
     leaf = name.rpartition(".")[0].rpartition(".")[2]
     out_dim = getattr(param, "output_dim", None)
     in_dim = getattr(param, "input_dim", None)
@@ -108,6 +173,56 @@ def _piece_box(name: str, param: Any, piece: Piece,
     return lo, hi
 
 
+def _expert_box(name: str, param: Any, piece: Piece,
+                shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """The box of expert `piece` in its checkpoint tensor of `shape` (one expert's matrix),
+    whose unsharded dim must be the parameter's own (H)."""
+    whole = 1 - piece.dim
+    if len(shape) != 2 or shape[whole] != param.shape[1 + whole] or \
+            not 0 <= piece.start <= piece.stop <= shape[piece.dim]:
+        raise ValueError(f"vLLM parameter {name} {list(param.shape)} does not hold rows "
+                         f"[{piece.start}, {piece.stop}) of dim {piece.dim} of {piece.tensor} "
+                         f"{list(shape)} as vLLM's expert loaders lay it out")
+    lo, hi = [0, 0], list(shape)
+    lo[piece.dim], hi[piece.dim] = piece.start, piece.stop
+    return lo, hi
+
+
+def _check_coverage(name: str, module: Any, param: Any, pieces: list[Piece],
+                    boxes: list[tuple[list[int], list[int]]]) -> None:
+    """Refuses a parameter its boxes do not fill as vLLM's loaders fill it."""
+    if hasattr(module, "expert_map_manager"):
+        volume = sum(_volume(lo, hi) for lo, hi in boxes)
+        if volume != param.numel():
+            raise ValueError(f"vLLM parameter {name} {list(param.shape)} holds "
+                             f"{param.numel()} elements, its experts' boxes {volume}")
+        return
+    dim = pieces[0].dim
+    if dim is None:
+        return
+    rows = sum(hi[dim] - lo[dim] for lo, hi in boxes)
+    padded = hasattr(module, "shard_indices")  # vocab padding rows follow the boxes
+    if rows > param.shape[dim] or (rows < param.shape[dim] and not padded):
+        raise ValueError(f"vLLM parameter {name} has {param.shape[dim]} rows on dim {dim}, "
+                         f"its checkpoint boxes cover {rows}")
+
+
+def _volume(lo: list[int], hi: list[int]) -> int:
+    volume = 1
+    for l, h in zip(lo, hi):
+        volume *= h - l
+    return volume
+
+
+def _refuse_mla(modules: Mapping[str, Any]) -> None:
+    for name, module in modules.items():
+        if hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading"):
+            raise ValueError(f"vLLM module {name}: MLA derives W_UK/W_UV from kv_b_proj after "
+                             "loading (vllm/model_executor/layers/attention/mla_attention.py), "
+                             "as copies an in-place refit would leave stale where the dtype or "
+                             "backend calls for them; MLA models are not supported")
+
+
 def engine_shards(model: Any, source: Mapping[str, Any],
                   rank: int) -> tuple[list[Shard], dict[str, Any]]:
     """The shards of every parameter of `model` (a vLLM worker's torch module) on ferry rank
@@ -115,11 +230,13 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     `shape` and `dtype`), and the parameter storage behind each buffer (`param.data`)."""
     packed = getattr(model, "packed_modules_mapping", None) or {}
     modules = dict(model.named_modules())
+    _refuse_mla(modules)
     shards, buffers = [], {}
     for name, param in model.named_parameters():
         module = modules[name.rpartition(".")[0]]
         pieces = param_pieces(name, module, param, packed)
-        rows = 0
+        box_of = _expert_box if hasattr(module, "expert_map_manager") else _piece_box
+        boxes = []
         for piece in pieces:
             if piece.tensor not in source:
                 raise ValueError(f"vLLM parameter {name}: the trainer sends no tensor "
@@ -128,14 +245,9 @@ def engine_shards(model: Any, source: Mapping[str, Any],
             if dtype_name(sent.dtype) != dtype_name(param.dtype):
                 raise ValueError(f"vLLM parameter {name} is {param.dtype} but the trainer "
                                  f"sends {piece.tensor} as {sent.dtype}")
-            lo, hi = _piece_box(name, param, piece, tuple(sent.shape))
-            rows += hi[piece.dim] - lo[piece.dim] if piece.dim is not None else 0
+            lo, hi = box_of(name, param, piece, tuple(sent.shape))
+            boxes.append((lo, hi))
             shards.append(Shard(piece.tensor, tuple(sent.shape), param.dtype, lo, hi, rank, name))
-        dim = pieces[0].dim
-        padded = hasattr(module, "shard_indices")  # vocab padding rows follow the boxes
-        if dim is not None and (rows > param.shape[dim] or
-                                (rows < param.shape[dim] and not padded)):
-            raise ValueError(f"vLLM parameter {name} has {param.shape[dim]} rows on dim {dim}, "
-                             f"its checkpoint boxes cover {rows}")
+        _check_coverage(name, module, param, pieces, boxes)
         buffers[name] = param.data
     return shards, buffers

@@ -18,8 +18,9 @@ vLLM's RL weight-sync API (vllm/distributed/weight_transfer/, vLLM 0.33.0) drive
 `source` is a vLLM `WeightSource` whose `iter_local` yields this rank's piece of each parameter
 as its `ParamMeta` (owners, mesh, Shard/Replicate placements) declares it: vLLM's `ModuleSource`
 over an FSDP2/DTensor module, or a Megatron-style source yielding each rank's tensor-parallel
-shards under checkpoint (Hugging Face) names. Every trainer rank sends its own shards; no rank
-gathers the full model.
+shards under checkpoint (Hugging Face) names, and each expert it holds under that expert's names.
+Every trainer rank sends its own shards; no rank gathers the full model. The workers' boxes
+follow vLLM's loaders (ferry._vllm_layout), MoE layers' expert slots included.
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
 worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank

@@ -167,3 +167,102 @@ def test_what_ferry_cannot_deliver_is_refused_by_name():
     wide = dict(SENT, **{"norm.weight": SimpleNamespace(shape=(5,), dtype="bf16")})
     with pytest.raises(ValueError, match="does not hold norm.weight"):
         engine_shards(tp_model(0), wide, 0)
+
+
+def experts_model(expert_map, tp_rank=0, tp_size=1, intermediate=8, hidden=4, **config):
+    """A MoE layer as vLLM 0.33's RoutedExperts holds it (vllm/model_executor/layers/fused_moe/
+    routed_experts.py): `expert_map` global expert -> local slot (-1: elsewhere), w13_weight
+    [slots, 2 * I/tp, H], w2_weight [slots, H, I/tp], checkpoint names gate/up/down_proj."""
+    slots, part = sum(s >= 0 for s in expert_map), intermediate // tp_size
+    experts = torch.nn.Module()
+    experts.w13_weight = torch.nn.Parameter(torch.zeros(slots, 2 * part, hidden,
+                                                        dtype=torch.bfloat16))
+    experts.w2_weight = torch.nn.Parameter(torch.zeros(slots, hidden, part, dtype=torch.bfloat16))
+    experts.layer_name, experts.local_num_experts = "mlp.experts", slots
+    experts.ckpt_gate_proj_name, experts.ckpt_up_proj_name = "gate_proj", "up_proj"
+    experts.ckpt_down_proj_name = "down_proj"
+    experts.expert_map_manager = SimpleNamespace(
+        num_fused_shared_experts=config.pop("fused_shared", 0),
+        map_global_to_local=lambda e: expert_map[e])
+    settings = dict(num_experts=len(expert_map), num_logical_experts=len(expert_map),
+                    intermediate_size=intermediate, intermediate_size_per_partition=part,
+                    tp_rank=tp_rank, tp_shard_with_padding=False,
+                    moe_parallel_config=SimpleNamespace(tp_size=tp_size, enable_eplb=False))
+    settings.update(config)
+    experts.moe_config = SimpleNamespace(**settings)
+    model, mlp = torch.nn.Module(), torch.nn.Module()
+    mlp.experts = torch.nn.Module()
+    mlp.experts.routed_experts = experts
+    model.mlp = mlp
+    return model
+
+
+EXPERTS_SENT = {f"mlp.experts.{e}.{p}.weight": SimpleNamespace(shape=s, dtype="bf16")
+                for e in range(4) for p, s in (("gate_proj", (8, 4)), ("up_proj", (8, 4)),
+                                               ("down_proj", (4, 8)))}
+W13, W2 = "mlp.experts.routed_experts.w13_weight", "mlp.experts.routed_experts.w2_weight"
+
+
+def test_expert_slots_hold_the_experts_the_expert_map_places_there():
+    # EP rank with experts 3 and 1 in slots 0 and 1: w13[s] = [gate; up] of its expert
+    # (_load_w13: gate the first half, up the second), w2[s] = its down_proj (_load_w2).
+    shards, buffers = engine_shards(experts_model([-1, 1, -1, 0]), EXPERTS_SENT, rank=5)
+    assert boxes(shards) == [
+        (W13, "mlp.experts.3.gate_proj.weight", [0, 0], [8, 4]),
+        (W13, "mlp.experts.3.up_proj.weight", [0, 0], [8, 4]),
+        (W13, "mlp.experts.1.gate_proj.weight", [0, 0], [8, 4]),
+        (W13, "mlp.experts.1.up_proj.weight", [0, 0], [8, 4]),
+        (W2, "mlp.experts.3.down_proj.weight", [0, 0], [4, 8]),
+        (W2, "mlp.experts.1.down_proj.weight", [0, 0], [4, 8])]
+    offsets = {(f.tensor, f.buffer): f.byte_offset
+               for f in Layout.from_shards(shards).fragments(5)}
+    assert offsets[("mlp.experts.1.up_proj.weight", W13)] == 3 * 8 * 4 * 2  # slot 1, second half
+    assert buffers[W2].shape == (2, 4, 8)
+
+
+def test_expert_tensor_parallelism_takes_each_experts_rows_of_its_rank():
+    # MoE TP rank 1 of 2, no EP: gate/up rows [4, 8) of every expert, down_proj columns [4, 8).
+    shards, _ = engine_shards(experts_model([0, 1, 2, 3], tp_rank=1, tp_size=2), EXPERTS_SENT, 0)
+    assert boxes(shards)[:2] == [(W13, "mlp.experts.0.gate_proj.weight", [4, 0], [8, 4]),
+                                 (W13, "mlp.experts.0.up_proj.weight", [4, 0], [8, 4])]
+    assert boxes(shards)[-1] == (W2, "mlp.experts.3.down_proj.weight", [0, 4], [4, 8])
+    every_rank = [s for r in range(2) for s in engine_shards(
+        experts_model([0, 1, 2, 3], tp_rank=r, tp_size=2), EXPERTS_SENT, r)[0]]
+    Layout.from_shards(every_rank).validate()
+
+
+def test_expert_layouts_ferry_cannot_keep_are_refused():
+    cases = [
+        (dict(moe_parallel_config=SimpleNamespace(tp_size=1, enable_eplb=True)), "EPLB moves"),
+        (dict(fused_shared=1), "fused shared or redundant experts"),
+        (dict(num_experts=6), "fused shared or redundant experts"),
+        (dict(tp_shard_with_padding=True), "padded expert shards"),
+        (dict(intermediate_size_per_partition=16), "is not split evenly"),
+    ]
+    for config, message in cases:
+        with pytest.raises(ValueError, match=message):
+            engine_shards(experts_model([0, 1, 2, 3], **config), EXPERTS_SENT, 0)
+    model = experts_model([0, 1, 2, 3])
+    model.mlp.experts.routed_experts.w13_weight.is_transposed = True  # GPTQ/AWQ K-first
+    with pytest.raises(ValueError, match="only untransposed w13_weight and w2_weight"):
+        engine_shards(model, EXPERTS_SENT, 0)
+    model = experts_model([0, 1, 2, 3])
+    model.mlp.experts.routed_experts.w13_bias = torch.nn.Parameter(torch.zeros(4, 16))
+    with pytest.raises(ValueError, match="w13_bias: only untransposed"):
+        engine_shards(model, EXPERTS_SENT, 0)
+    narrow = dict(EXPERTS_SENT, **{"mlp.experts.2.down_proj.weight":
+                                   SimpleNamespace(shape=(3, 8), dtype="bf16")})
+    with pytest.raises(ValueError, match="does not hold rows .0, 8. of dim 1 of "
+                                         "mlp.experts.2.down_proj.weight"):
+        engine_shards(experts_model([0, 1, 2, 3]), narrow, 0)
+
+
+def test_a_model_with_mla_is_refused():
+    # vLLM's MLAAttention derives W_UK/W_UV from kv_b_proj in process_weights_after_loading.
+    model = tp_model(0)
+    mla = torch.nn.Module()
+    mla.kv_b_proj = model.attn.o_proj
+    mla.process_weights_after_loading = lambda dtype: None
+    model.attn.mla_attn = mla
+    with pytest.raises(ValueError, match="attn.mla_attn: MLA derives W_UK/W_UV from kv_b_proj"):
+        engine_shards(model, SENT, 0)

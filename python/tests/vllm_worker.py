@@ -6,15 +6,18 @@ replicated), and whose `iter_local` yields each rank's shards, updated in place 
 trainer drives the workers through vLLM's `WeightTransferTrainerFactory` and a
 `VLLMWeightSyncClient` over 127.0.0.1 sockets (vLLM's control plane is HTTP or Ray).
 
-The other ranks are vLLM workers, two data-parallel replicas of TP2, whose model is built from
-vLLM's own layers (QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear,
-VocabParallelEmbedding, ParallelLMHead) on the CPU, named as vLLM's Llama names them; norms are
-plain parameters, as in vLLM's RMSNorm. Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every
-update a worker loads the same step's full checkpoint into a second copy of its model through
-vLLM's own weight loaders and requires every parameter of the refitted model to equal it byte
-for byte.
+The other ranks are vLLM workers, two data-parallel replicas of TP2. With MODEL `llama` their
+model is built from vLLM's own layers (QKVParallelLinear, MergedColumnParallelLinear,
+RowParallelLinear, VocabParallelEmbedding, ParallelLMHead) on the CPU, named as vLLM's Llama names
+them; norms are plain parameters, as in vLLM's RMSNorm. With `qwen3_moe` it is vLLM's own
+Qwen3MoeForCausalLM (vllm_moe_harness.py) with expert parallelism over the 4 workers, each
+holding 2 of the 8 experts of every layer whole, and the trainer holds its experts as Megatron's
+expert parallelism does: trainer rank r the r-th half of them, whole. Each worker's engine comes
+from vLLM's `WeightTransferEngineFactory`. After every update a worker loads the same step's full
+checkpoint into a second copy of its model through vLLM's own weight loaders and requires every
+parameter of the refitted model to equal it byte for byte.
 
-    python vllm_worker.py RANK STORE_PORT DIR
+    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from multiprocessing.connection import Client, Listener
 
 import torch
 
+import vllm_moe_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import vllm.distributed.parallel_state as parallel_state
 from vllm.config.parallel import ParallelConfig
 from vllm.config.weight_transfer import WeightTransferConfig
@@ -44,14 +48,19 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS = 16, 8, 1, 2, 24, 100, 2
 TRAINERS, STEPS, AUTH = 2, 3, b"ferry-vllm-test"
 TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank holds it)
 DTYPE = torch.bfloat16
+MODEL = "llama"  # or "qwen3_moe": set from the command line
 
 
 def checkpoint_shapes() -> dict[str, tuple[int, ...]]:
+    if MODEL == "qwen3_moe":
+        return vllm_moe_harness.checkpoint_shapes()
     return llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
 
 
 def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
+    if MODEL == "qwen3_moe":
+        return vllm_moe_harness.checkpoint(step)
     g = torch.Generator().manual_seed(1000 + step)
     return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in checkpoint_shapes().items()}
 
@@ -60,7 +69,21 @@ def megatron_dim(name: str) -> int | None:
     """The dim Megatron's TP shards a tensor on (None: replicated)."""
     if name.endswith(("o_proj.weight", "down_proj.weight")):
         return 1
-    return None if "norm" in name else 0
+    return None if "norm" in name or name.endswith("mlp.gate.weight") else 0
+
+
+def trainer_meta(name: str, shape: tuple[int, ...]) -> ParamMeta:
+    """How the TP2 trainer holds `name`: an expert whole on the rank owning its half of the
+    experts (Megatron's expert parallelism), anything else as megatron_dim shards it."""
+    parts = name.split(".")
+    if "experts" in parts:
+        expert = int(parts[parts.index("experts") + 1])
+        owner = expert * TRAINERS // vllm_moe_harness.EXPERTS
+        return ParamMeta(name, DTYPE, shape, owners=(owner,))
+    dim = megatron_dim(name)
+    if dim is None:
+        return ParamMeta(name, DTYPE, shape)
+    return ParamMeta(name, DTYPE, shape, owners=tuple(range(TRAINERS)), placements=(Shard(dim),))
 
 
 class MegatronTP2Source(WeightSource):
@@ -68,21 +91,20 @@ class MegatronTP2Source(WeightSource):
 
     def __init__(self, rank: int):
         self.rank = rank
-        self.local = {m.name: torch.empty(0, dtype=DTYPE) for m in self.metadata}
+        self.local = {m.name: torch.empty(0, dtype=DTYPE) for m in self.metadata
+                      if m.owners is None or rank in m.owners}
 
     @cached_property
     def metadata(self) -> list[ParamMeta]:
-        metas = []
-        for name, shape in checkpoint_shapes().items():
-            dim = megatron_dim(name)
-            metas.append(ParamMeta(name, DTYPE, shape) if dim is None else
-                         ParamMeta(name, DTYPE, shape, owners=tuple(range(TRAINERS)),
-                                   placements=(Shard(dim),)))
-        return metas
+        return [trainer_meta(name, shape) for name, shape in checkpoint_shapes().items()]
 
     def step(self, step: int) -> None:
+        metas = {m.name: m for m in self.metadata}
         for name, full in checkpoint(step).items():
-            dim = megatron_dim(name)
+            meta = metas[name]
+            if meta.owners is not None and self.rank not in meta.owners:
+                continue
+            dim = meta.placements[0].dim if meta.placements else None
             mine = full if dim is None else full.chunk(TRAINERS, dim)[self.rank]
             if self.local[name].numel() == 0:
                 self.local[name] = mine.contiguous().clone()
@@ -214,25 +236,35 @@ def load_with_vllm(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
                 loader(param, w)
 
 
-def verify(model, tp_rank: int, tp: int, step: int, rank: int) -> str:
-    expected = vllm_model(tp_rank, tp)
-    load_with_vllm(expected, checkpoint(step))
-    got = dict(model.named_parameters())
-    for name, want in expected.named_parameters():
-        if not torch.equal(got[name].data.view(torch.int16), want.data.view(torch.int16)):
-            raise AssertionError(f"worker rank {rank} step {step}: {name} differs from what "
-                                 "vLLM's loaders make of the checkpoint")
-    return f"{len(got)} parameters byte-exact"
+def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
+    """The worker's model and the vLLM config it was built under."""
+    if MODEL == "qwen3_moe":
+        return vllm_moe_harness.build(directory, tp, tp_rank, dp, dp_rank, ep=True)
+    parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
+                              data_parallel_rank=dp_rank)
+    parallel.rank = tp_rank
+    return vllm_model(tp_rank, tp), types.SimpleNamespace(parallel_config=parallel,
+                                                          model_config=None)
+
+
+def verify(model, where: tuple, step: int, rank: int) -> str:
+    expected, config = worker_model(*where)
+    if MODEL == "qwen3_moe":
+        vllm_moe_harness.load_with_vllm(expected, config, checkpoint(step))
+    else:
+        load_with_vllm(expected, checkpoint(step))
+    wrong = vllm_moe_harness.differing(model, expected)
+    if wrong:
+        raise AssertionError(f"worker rank {rank} step {step}: {wrong} differ from what "
+                             "vLLM's loaders make of the checkpoint")
+    return f"{len(list(model.parameters()))} parameters byte-exact"
 
 
 def worker(args, tp: int, dp: int) -> None:
     index = args.rank - TRAINERS
     dp_rank, tp_rank = divmod(index, tp)
-    model = vllm_model(tp_rank, tp)
-    parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
-                              data_parallel_rank=dp_rank)
-    parallel.rank = tp_rank
-    vllm_config = types.SimpleNamespace(parallel_config=parallel, model_config=None)
+    where = (args.dir, tp_rank, tp, dp_rank, dp)
+    model, vllm_config = worker_model(*where)
     engine = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
     assert isinstance(engine, ferry.vllm.FerryWeightTransferEngine)
@@ -242,10 +274,10 @@ def worker(args, tp: int, dp: int) -> None:
             f.write(str(listener.address[1]))
         os.replace(path + ".tmp", path)
         with listener.accept() as conn:
-            serve(conn, engine, model, tp_rank, tp, args.rank)
+            serve(conn, engine, model, where, args.rank)
 
 
-def serve(conn, engine, model, tp_rank: int, tp: int, rank: int) -> None:
+def serve(conn, engine, model, where: tuple, rank: int) -> None:
     """vLLM's worker side of the weight-sync RPCs (vllm/v1/worker/gpu_worker.py)."""
     while True:
         method, arg = conn.recv()
@@ -256,7 +288,7 @@ def serve(conn, engine, model, tp_rank: int, tp: int, rank: int) -> None:
                 engine.update_weights(arg)
                 step = arg["round"]
                 print(f"worker rank {rank} step {step}: "
-                      f"{verify(model, tp_rank, tp, step, rank)}", flush=True)
+                      f"{verify(model, where, step, rank)}", flush=True)
             elif method == "shutdown":
                 engine.shutdown()
             else:
@@ -274,7 +306,10 @@ def main() -> int:
     parser.add_argument("rank", type=int)
     parser.add_argument("port", type=int)
     parser.add_argument("dir")
+    parser.add_argument("model", nargs="?", default="llama", choices=["llama", "qwen3_moe"])
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     torch.set_num_threads(1)
     ferry.vllm.register()
     if args.rank < TRAINERS:

@@ -1,0 +1,124 @@
+"""vLLM's own Qwen3-MoE model class on the CPU, for ferry.vllm's MoE tests (run by the vLLM
+environment's python): a tiny Hugging Face config, the worker's model built by
+`Qwen3MoeForCausalLM` at any TP/DP rank with or without expert parallelism (vLLM's parallel
+groups stood in for by their rank and size, as its layers read them), its checkpoint at each
+step, and vLLM's own `load_weights` to compare ferry's writes with.
+
+vLLM 0.33 keeps a MoE layer's experts in `RoutedExperts` (`mlp.experts.routed_experts.w13_weight`
+[local experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp]); without expert
+parallelism its MoE TP spans tp x dp ranks (`FusedMoEParallelConfig.make`,
+vllm/model_executor/layers/fused_moe/config.py), with it each of the tp x dp ranks holds whole
+experts.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+import torch
+
+# vLLM picks its platform at import; on a machine without a GPU its attention layers then find
+# no backend unless it is told it runs on the CPU.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+DTYPE = torch.bfloat16
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MOE_I, EXPERTS, VOCAB, LAYERS = 32, 4, 2, 8, 16, 8, 128, 2
+CONFIG = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
+              moe_intermediate_size=MOE_I, num_hidden_layers=LAYERS,
+              num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
+              num_experts=EXPERTS, num_experts_per_tok=2, decoder_sparse_step=1,
+              mlp_only_layers=[], tie_word_embeddings=False, torch_dtype="bfloat16",
+              architectures=["Qwen3MoeForCausalLM"])
+
+
+def expert_names(layer: int, expert: int) -> list[str]:
+    prefix = f"model.layers.{layer}.mlp.experts.{expert}"
+    return [f"{prefix}.gate_proj.weight", f"{prefix}.up_proj.weight",
+            f"{prefix}.down_proj.weight"]
+
+
+def checkpoint_shapes() -> dict[str, tuple[int, ...]]:
+    """The Hugging Face tensors of CONFIG's Qwen3-MoE."""
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
+              "lm_head.weight": (VOCAB, HIDDEN)}
+    for layer in range(LAYERS):
+        p = f"model.layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": (HIDDEN,),
+            p + "post_attention_layernorm.weight": (HIDDEN,),
+            p + "self_attn.q_proj.weight": (q, HIDDEN), p + "self_attn.k_proj.weight": (kv, HIDDEN),
+            p + "self_attn.v_proj.weight": (kv, HIDDEN), p + "self_attn.o_proj.weight": (HIDDEN, q),
+            p + "self_attn.q_norm.weight": (HEAD_DIM,), p + "self_attn.k_norm.weight": (HEAD_DIM,),
+            p + "mlp.gate.weight": (EXPERTS, HIDDEN)})
+        for expert in range(EXPERTS):
+            gate, up, down = expert_names(layer, expert)
+            shapes.update({gate: (MOE_I, HIDDEN), up: (MOE_I, HIDDEN), down: (HIDDEN, MOE_I)})
+    return shapes
+
+
+def checkpoint(step: int) -> dict[str, torch.Tensor]:
+    """The full weights after trainer step `step`: random, different every step."""
+    g = torch.Generator().manual_seed(2000 + step)
+    return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in checkpoint_shapes().items()}
+
+
+def _group(rank: int, size: int):
+    return types.SimpleNamespace(rank_in_group=rank, world_size=size, rank=rank, local_rank=0,
+                                 device_group=types.SimpleNamespace(size=lambda: size,
+                                                                    rank=lambda: rank),
+                                 cpu_group=None)
+
+
+def build(directory: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
+          ep: bool = False):
+    """vLLM's Qwen3MoeForCausalLM as worker (dp_rank, tp_rank) of a TPxDP engine builds it, its
+    parameters zeroed, and the VllmConfig it was built under."""
+    import vllm.distributed.parallel_state as parallel_state
+    from transformers import Qwen3MoeConfig
+    from vllm.config import (DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig,
+                             set_current_vllm_config)
+    from vllm.model_executor.models.qwen3_moe import Qwen3MoeForCausalLM
+
+    path = os.path.join(directory, "qwen3-moe")
+    if not os.path.exists(os.path.join(path, "config.json")):  # workers may race: write, rename
+        os.makedirs(path, exist_ok=True)
+        temporary = os.path.join(path, f"config.json.{os.getpid()}")
+        Qwen3MoeConfig(**CONFIG).to_json_file(temporary)
+        os.replace(temporary, os.path.join(path, "config.json"))
+    parallel_state._TP = _group(tp_rank, tp)
+    parallel_state._DP = _group(dp_rank, dp)
+    parallel_state._EP = _group(dp_rank * tp + tp_rank, dp * tp)
+    parallel_state._PP = parallel_state._PCP = parallel_state._DCP = _group(0, 1)
+    parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
+                              data_parallel_rank=dp_rank, enable_expert_parallel=ep)
+    parallel.rank = tp_rank
+    config = VllmConfig(model_config=ModelConfig(model=path, dtype="bfloat16",
+                                                 skip_tokenizer_init=True),
+                        parallel_config=parallel, device_config=DeviceConfig(device="cpu"),
+                        load_config=LoadConfig(load_format="dummy"))
+    with set_current_vllm_config(config):
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(DTYPE)
+        try:
+            model = Qwen3MoeForCausalLM(vllm_config=config, prefix="")
+        finally:
+            torch.set_default_dtype(previous)
+    for p in model.parameters():
+        p.data.zero_()
+    return model, config
+
+
+def load_with_vllm(model, config, weights: dict[str, torch.Tensor]) -> None:
+    """The checkpoint through vLLM's own Qwen3-MoE load_weights."""
+    from vllm.config import set_current_vllm_config
+    with set_current_vllm_config(config):
+        model.load_weights(iter(weights.items()))
+
+
+def differing(model, expected) -> list[str]:
+    """Names of `model`'s parameters whose bytes differ from `expected`'s."""
+    want = dict(expected.named_parameters())
+    return [n for n, p in model.named_parameters()
+            if not torch.equal(p.data.view(torch.int16), want[n].data.view(torch.int16))]
