@@ -9,5 +9,6 @@ runfiles="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 export PYTHONPATH="$runfiles/python/site:$runfiles/python/tests:$runfiles/examples"
 cd "$runfiles"
 [ $# -gt 0 ] || set -- python/tests examples --ignore=python/tests/test_vllm.py \
-  --ignore=python/tests/test_sglang_layout.py --ignore=python/tests/test_sglang_refit.py
+  --ignore=python/tests/test_vllm_layouts.py --ignore=python/tests/test_sglang_layout.py \
+  --ignore=python/tests/test_sglang_refit.py
 exec /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider --basetemp="${TEST_TMPDIR}/pytest" "$@"

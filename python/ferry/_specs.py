@@ -86,28 +86,34 @@ def megatron_spec(config: Any, ddp_config: Any = None, *, data_parallel_size: in
     return "megatron:" + ",".join(keys)
 
 
+# vllm/config/parallel.py: the default all2all_backend, those under which use_sequence_parallel_moe
+# holds, and those that keep round-robin expert placement with dp > 1.
+_DEFAULT_ALL2ALL = "allgather_reducescatter"
+_SEQUENCE_PARALLEL_ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput",
+                              "deepep_low_latency", "deepep_v2", "flashinfer_nvlink_one_sided",
+                              "passthrough", "mori_high_throughput", "mori_low_latency", "nixl_ep")
+_ROUND_ROBIN_ALL2ALL = ("deepep_low_latency", "nixl_ep")
+
+
 def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
     """The "vllm:..." spec of `engines` independent vLLM engines, each run with
     `parallel_config` (vLLM's ParallelConfig: tensor_parallel_size, pipeline_parallel_size,
     data_parallel_size, enable_expert_parallel, expert_placement_strategy, and with enable_eplb
-    its eplb_config.num_redundant_experts). Expert parallelism spans tp * dp ranks, as vLLM's
-    FusedMoE does with enable_expert_parallel.
+    its eplb_config.num_redundant_experts, all2all_backend). Expert parallelism spans tp * dp
+    ranks, as vLLM's FusedMoE does with enable_expert_parallel. Round-robin placement with
+    dp > 1 becomes linear under the all-to-all backends where vLLM falls back to it
+    (vllm/model_executor/layers/fused_moe/expert_map_manager.py,
+    determine_expert_placement_strategy).
 
-    Raises ValueError naming the field when a value is not a whole number or the placement
-    strategy is not one vLLM has."""
+    Raises ValueError naming the field when a value is not a whole number, the placement
+    strategy is not one vLLM has, or expert parallelism with tp > 1 and dp > 1 runs an
+    all-to-all backend without sequence-parallel MoE, which the layouts do not model."""
     tp = _int(parallel_config, "tensor_parallel_size", 1)
     pp = _int(parallel_config, "pipeline_parallel_size", 1)
     dp = _int(parallel_config, "data_parallel_size", 1)
     keys = [f"tp={tp}", f"pp={pp}", f"dp={dp}"]
     if getattr(parallel_config, "enable_expert_parallel", False):
-        keys += [f"ep={tp * dp}"]
-        placement = getattr(parallel_config, "expert_placement_strategy", "linear") or "linear"
-        if placement not in ("linear", "round_robin"):
-            raise ValueError("expert_placement_strategy must be 'linear' or 'round_robin', got "
-                             f"{placement!r}")
-        # As configured: where vLLM falls back to linear placement (a model without expert
-        # groups, redundant experts), planning refuses round_robin and says so.
-        keys += ["placement=round_robin"] if placement == "round_robin" else []
+        keys += [f"ep={tp * dp}"] + _vllm_placement(parallel_config, tp, dp)
     if getattr(parallel_config, "enable_eplb", False):
         eplb = getattr(parallel_config, "eplb_config", None)
         redundant = _int(eplb, "num_redundant_experts", 0) if eplb is not None else 0
@@ -116,6 +122,25 @@ def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
         raise ValueError(f"engines must be a positive integer, got {engines!r}")
     keys += [f"engines={engines}"]
     return "vllm:" + ",".join(keys)
+
+
+def _vllm_placement(parallel_config: Any, tp: int, dp: int) -> list[str]:
+    """The placement key of an engine with expert parallelism, and the check of its all-to-all
+    backend (ParallelConfig.all2all_backend)."""
+    placement = getattr(parallel_config, "expert_placement_strategy", "linear") or "linear"
+    if placement not in ("linear", "round_robin"):
+        raise ValueError("expert_placement_strategy must be 'linear' or 'round_robin', got "
+                         f"{placement!r}")
+    backend = getattr(parallel_config, "all2all_backend", None) or _DEFAULT_ALL2ALL
+    if tp > 1 and dp > 1 and backend not in _SEQUENCE_PARALLEL_ALL2ALL:
+        raise ValueError(f"all2all_backend {backend!r} with expert parallelism, tp > 1 and "
+                         "dp > 1: vLLM's layers then shard what ferry's layouts keep whole "
+                         "(ParallelConfig.use_sequence_parallel_moe); not modelled")
+    if placement == "round_robin" and dp > 1 and backend not in _ROUND_ROBIN_ALL2ALL:
+        placement = "linear"  # as vLLM falls back
+    # As configured otherwise: where vLLM falls back to linear placement for other reasons (no
+    # expert groups, redundant experts) planning refuses round_robin and says so.
+    return ["placement=round_robin"] if placement == "round_robin" else []
 
 
 def _flag(config: Any, field: str) -> bool:

@@ -88,6 +88,23 @@ def test_vllm_engines():
     assert ferry.vllm_spec(SimpleNamespace(tensor_parallel_size=2)) == "vllm:tp=2,pp=1,dp=1,engines=1"
 
 
+def test_vllm_all_to_all_backends():
+    # vLLM 0.33's expert_map_manager.py determine_expert_placement_strategy: with dp > 1,
+    # round-robin placement holds only under the DeepEP low-latency or NIXL EP backends.
+    parallel = SimpleNamespace(tensor_parallel_size=4, data_parallel_size=2,
+                               enable_expert_parallel=True, expert_placement_strategy="round_robin")
+    assert ferry.vllm_spec(parallel) == "vllm:tp=4,pp=1,dp=2,ep=8,engines=1"  # falls back
+    parallel.all2all_backend = "deepep_low_latency"
+    assert "placement=round_robin" in ferry.vllm_spec(parallel)
+    parallel.data_parallel_size = 1
+    parallel.all2all_backend = "allgather_reducescatter"
+    assert ferry.vllm_spec(parallel) == "vllm:tp=4,pp=1,dp=1,ep=4,placement=round_robin,engines=1"
+    # ParallelConfig.use_sequence_parallel_moe does not hold for "naive" with tp, dp > 1
+    parallel.data_parallel_size, parallel.all2all_backend = 2, "naive"
+    with pytest.raises(ValueError, match="all2all_backend 'naive'.*not modelled"):
+        ferry.vllm_spec(parallel)
+
+
 def test_sglang_attention_dp_and_expert_parallelism():
     # SGLang 0.5.23's ServerArgs field names (python/sglang/srt/server_args.py): attention DP
     # splits the server's 8 ranks into 2 attention groups; the experts go over ep=4, moe_tp = 2.

@@ -1,6 +1,6 @@
 """ferry.vllm's worker layout of a MoE model against vLLM itself, one process (the vLLM
 environment's python): for each engine configuration and each of its workers, vLLM's own
-Qwen3MoeForCausalLM is built at that rank (vllm_moe_harness.py), ferry's boxes of its parameters
+Qwen3MoeForCausalLM is built at that rank (vllm_harness.py), ferry's boxes of its parameters
 (ferry._vllm_layout.engine_shards) are laid out by ferry's Layout and filled from a checkpoint
 through ferry's fragment views, and every parameter must equal, byte for byte, what vLLM's own
 load_weights makes of the same checkpoint on a second copy of the model.
@@ -17,7 +17,7 @@ import torch
 
 import ferry
 from ferry._vllm_layout import engine_shards
-from vllm_moe_harness import build, checkpoint, differing, load_with_vllm
+from vllm_harness import build_qwen3_moe, checkpoint, differing, load_with_vllm
 
 # (tp, dp, expert parallelism): experts TP-sharded over tp, then over tp x dp (vLLM flattens MoE
 # TP across DP), then whole over tp and over tp x dp ranks (vLLM's linear placement: Qwen3-MoE
@@ -31,12 +31,12 @@ def check(directory: str, tp: int, dp: int, ep: bool) -> int:
     for dp_rank in range(dp):
         for tp_rank in range(tp):
             rank = dp_rank * tp + tp_rank
-            model, _ = build(directory, tp, tp_rank, dp, dp_rank, ep)
+            model, _ = build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep)
             shards, buffers = engine_shards(model, sent, rank)
             for f in ferry.Layout.from_shards(shards).fragments(rank):
                 box = tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))
                 ferry.fragment_view(buffers[f.buffer], f, "bf16").copy_(weights[f.tensor][box])
-            expected, config = build(directory, tp, tp_rank, dp, dp_rank, ep)
+            expected, config = build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep)
             load_with_vllm(expected, config, weights)
             wrong = differing(model, expected)
             if wrong:

@@ -10,7 +10,7 @@ The other ranks are vLLM workers, two data-parallel replicas of TP2. With MODEL 
 model is built from vLLM's own layers (QKVParallelLinear, MergedColumnParallelLinear,
 RowParallelLinear, VocabParallelEmbedding, ParallelLMHead) on the CPU, named as vLLM's Llama names
 them; norms are plain parameters, as in vLLM's RMSNorm. With `qwen3_moe` it is vLLM's own
-Qwen3MoeForCausalLM (vllm_moe_harness.py) with expert parallelism over the 4 workers, each
+Qwen3MoeForCausalLM (vllm_harness.py) with expert parallelism over the 4 workers, each
 holding 2 of the 8 experts of every layer whole, and the trainer holds its experts as Megatron's
 expert parallelism does: trainer rank r the r-th half of them, whole. Each worker's engine comes
 from vLLM's `WeightTransferEngineFactory`. After every update a worker loads the same step's full
@@ -32,7 +32,7 @@ from multiprocessing.connection import Client, Listener
 
 import torch
 
-import vllm_moe_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
+import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import vllm.distributed.parallel_state as parallel_state
 from vllm.config.parallel import ParallelConfig
 from vllm.config.weight_transfer import WeightTransferConfig
@@ -53,14 +53,14 @@ MODEL = "llama"  # or "qwen3_moe": set from the command line
 
 def checkpoint_shapes() -> dict[str, tuple[int, ...]]:
     if MODEL == "qwen3_moe":
-        return vllm_moe_harness.checkpoint_shapes()
+        return vllm_harness.checkpoint_shapes()
     return llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
 
 
 def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
     if MODEL == "qwen3_moe":
-        return vllm_moe_harness.checkpoint(step)
+        return vllm_harness.checkpoint(step)
     g = torch.Generator().manual_seed(1000 + step)
     return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in checkpoint_shapes().items()}
 
@@ -78,7 +78,7 @@ def trainer_meta(name: str, shape: tuple[int, ...]) -> ParamMeta:
     parts = name.split(".")
     if "experts" in parts:
         expert = int(parts[parts.index("experts") + 1])
-        owner = expert * TRAINERS // vllm_moe_harness.EXPERTS
+        owner = expert * TRAINERS // vllm_harness.EXPERTS
         return ParamMeta(name, DTYPE, shape, owners=(owner,))
     dim = megatron_dim(name)
     if dim is None:
@@ -239,7 +239,7 @@ def load_with_vllm(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
 def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     """The worker's model and the vLLM config it was built under."""
     if MODEL == "qwen3_moe":
-        return vllm_moe_harness.build(directory, tp, tp_rank, dp, dp_rank, ep=True)
+        return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True)
     parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
                               data_parallel_rank=dp_rank)
     parallel.rank = tp_rank
@@ -250,10 +250,10 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
 def verify(model, where: tuple, step: int, rank: int) -> str:
     expected, config = worker_model(*where)
     if MODEL == "qwen3_moe":
-        vllm_moe_harness.load_with_vllm(expected, config, checkpoint(step))
+        vllm_harness.load_with_vllm(expected, config, checkpoint(step))
     else:
         load_with_vllm(expected, checkpoint(step))
-    wrong = vllm_moe_harness.differing(model, expected)
+    wrong = vllm_harness.differing(model, expected)
     if wrong:
         raise AssertionError(f"worker rank {rank} step {step}: {wrong} differ from what "
                              "vLLM's loaders make of the checkpoint")

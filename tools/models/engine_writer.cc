@@ -75,15 +75,16 @@ Status EngineWriter::MlaAttention(int64_t l, const std::string& p, const std::ve
   return Row(H(l, "self_attn.o_proj.weight"), group, a + "o_proj.weight");
 }
 
-// vllm/model_executor/layers/fused_moe/layer.py and sglang srt/layers/moe/fused_moe_triton/layer.py
-// FusedMoE: _load_w13 puts gate_proj (w1) in the first half of w13, up_proj (w3) in the second,
-// each narrowed to the rank's FFN shard; _load_w2 narrows down_proj's input dim.
+// vllm/model_executor/layers/fused_moe/routed_experts.py RoutedExperts and sglang
+// srt/layers/moe/fused_moe_triton/layer.py FusedMoE: _load_w13 puts gate_proj (w1) in the first
+// half of w13, up_proj (w3) in the second, each narrowed to the rank's FFN shard; _load_w2
+// narrows down_proj's input dim.
 void EngineWriter::PlaceRankExperts(const std::string& p, const std::vector<ExpertIds>& ids,
                                     const ExpertGeometry& g, const ExpertRun& r) {
   const int rank = r.rank;
   const int64_t shard = r.shard, first = r.first, count = r.count, step = r.step;
-  const int b13 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w13_weight");
-  const int b2 = out_.GetOrAddBuffer(rank, p + "mlp.experts.w2_weight");
+  const int b13 = out_.GetOrAddBuffer(rank, p + experts_module_ + "w13_weight");
+  const int b2 = out_.GetOrAddBuffer(rank, p + experts_module_ + "w2_weight");
   const auto w13 = RowMajorStrides({count, 2 * g.inter, g.hidden});
   const auto w2 = RowMajorStrides({count, g.hidden, g.inter});
   const int64_t up_offset = g.inter * w13[1] * g.elem;  // after the gate rows

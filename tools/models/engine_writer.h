@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -23,7 +24,11 @@ namespace ferry::models {
 
 class EngineWriter : public LayoutWriter {
  public:
-  using LayoutWriter::LayoutWriter;
+  // `experts_module`: the module under a layer's prefix that owns w13_weight and w2_weight
+  // ("mlp.experts." in SGLang's FusedMoE, "mlp.experts.routed_experts." in vLLM 0.33's MoERunner).
+  EngineWriter(const ModelPreset& preset, bool stack_experts, Layout& out,
+               std::string experts_module)
+      : LayoutWriter(preset, stack_experts, out), experts_module_(std::move(experts_module)) {}
 
  protected:
   // qkv_proj per rank of `group` (its TP group): [q heads of the rank; its KV heads (k); the same
@@ -69,6 +74,8 @@ class EngineWriter : public LayoutWriter {
   std::map<int, MatrixStack> fp8_experts_;  // expert buffers' matrices, for quant=fp8_block
 
  private:
+  std::string experts_module_;
+
   // The q/k/v `param` ("weight" or "bias") of layer l fused into `buffer` on each rank of `group`.
   Status FusedQkv(int64_t l, const std::string& module, const std::string& param,
                   const std::vector<int>& group, const std::string& buffer);

@@ -157,6 +157,15 @@ Status CheckVllmExpertParallel(const VllmParallel& v, const ModelConfig& c) {
         "and no redundant experts (it falls back to linear placement); '" + c.name + "' has " +
         Num(c.expert_groups) + " expert group(s)");
   }
+  // vllm/model_executor/layers/fused_moe/expert_map_manager.py determine_expert_placement_strategy:
+  // with dp > 1 the MoE layers run all-to-all kernels, and then round-robin placement needs the
+  // DeepEP low-latency or NIXL EP ones (needs_round_robin_routing_tables)
+  if (v.round_robin_experts && v.dp > 1) {
+    return InvalidArgument(
+        "vLLM places experts round-robin with dp > 1 only under the DeepEP low-latency or NIXL EP "
+        "all-to-all backends, which ferry's layouts do not model; under its default backend "
+        "(allgather_reducescatter) it falls back to linear placement: give placement=linear");
+  }
   if (v.ep == 1) return CheckDivides("moe_intermediate", c.moe_intermediate, "tp*dp", world);
   return CheckRedundantExperts(v, c);
 }

@@ -22,7 +22,7 @@ class SglangWriter : public EngineWriter {
  public:
   SglangWriter(const ModelPreset& preset, const SglangParallel& s, bool stack_experts,
                int first_rank, Layout& out)
-      : EngineWriter(preset, stack_experts, out),
+      : EngineWriter(preset, stack_experts, out, "mlp.experts."),
         s_(s),
         split_(SglangAttentionDpSplitOf(preset.config())),
         first_(first_rank) {}

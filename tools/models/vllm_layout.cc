@@ -25,7 +25,9 @@ class VllmWriter : public EngineWriter {
  public:
   VllmWriter(const ModelPreset& preset, const VllmParallel& v, bool stack_experts, int first_rank,
              Layout& out)
-      : EngineWriter(preset, stack_experts, out), v_(v), first_(first_rank) {}
+      : EngineWriter(preset, stack_experts, out, "mlp.experts.routed_experts."),
+        v_(v),
+        first_(first_rank) {}
 
   // Builds DP replica 0 of everything but the routed experts with the builders, the experts on
   // all tp*dp ranks, then copies replica 0 to the other DP ranks, then the whole engine to the
@@ -225,7 +227,8 @@ class VllmWriter : public EngineWriter {
 
   // The MoE layer's router and shared expert (DP replica 0).
   // vllm/model_executor/models/deepseek_v2.py DeepseekV2MoE: gate a ReplicatedLinear with the
-  // fp32 e_score_correction_bias, shared experts a TP-split MLP over the engine's TP group
+  // fp32 e_score_correction_bias, shared experts a TP-split MLP over the engine's TP group, or
+  // whole on every rank under sequence-parallel MoE (DeepseekV2MLP's disable_tp).
   Status Moe(int64_t l, const std::string& p) {
     FERRY_RETURN_IF_ERROR(Replicated(H(l, "mlp.gate.weight"), all_, p + "mlp.gate.weight"));
     if (c_.router_bias) {
@@ -233,12 +236,25 @@ class VllmWriter : public EngineWriter {
                                        p + "mlp.gate.e_score_correction_bias"));
     }
     if (c_.num_shared_experts == 0) return Status::Ok();
-    FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.shared_experts.gate_proj.weight"),
-                                 H(l, "mlp.shared_experts.up_proj.weight"), all_,
-                                 p + "mlp.shared_experts.gate_up_proj.weight"));
-    return Row(H(l, "mlp.shared_experts.down_proj.weight"), all_,
-               p + "mlp.shared_experts.down_proj.weight");
+    std::vector<std::vector<int>> groups{all_};
+    if (SequenceParallelMoe()) {
+      groups.clear();
+      for (int rank : all_) groups.push_back({rank});
+    }
+    for (const std::vector<int>& group : groups) {
+      FERRY_RETURN_IF_ERROR(GateUp(H(l, "mlp.shared_experts.gate_proj.weight"),
+                                   H(l, "mlp.shared_experts.up_proj.weight"), group,
+                                   p + "mlp.shared_experts.gate_up_proj.weight"));
+      FERRY_RETURN_IF_ERROR(Row(H(l, "mlp.shared_experts.down_proj.weight"), group,
+                                p + "mlp.shared_experts.down_proj.weight"));
+    }
+    return Status::Ok();
   }
+
+  // vllm/config/parallel.py ParallelConfig.use_sequence_parallel_moe: expert parallelism with
+  // tp > 1 and dp > 1 under the default all-to-all backend (allgather_reducescatter, which the
+  // layouts assume) keeps the tokens, and so the shared experts' weights, whole on each rank.
+  bool SequenceParallelMoe() const { return v_.ep > 1 && v_.tp > 1 && v_.dp > 1; }
 
   // FusedMoE over all tp*dp ranks. Without expert parallelism (ep = 1) every rank m holds shard m
   // of every expert's FFN; with it (ep = tp*dp) rank m holds whole experts, ep rank m's share.

@@ -96,7 +96,9 @@ TEST(CmdLayoutTest, ExplainsOneTensor) {
                     "model.layers.0.mlp.experts.0.up_proj.weight"},
                    &out),
             0);
-  EXPECT_NE(out.find("rank 1  model.layers.0.mlp.experts.w13_weight"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1  model.layers.0.mlp.experts.routed_experts.w13_weight"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("vllm/distributed/eplb/eplb_state.py"), std::string::npos);
   EXPECT_EQ(RunCli({"layout", "--model", "llama-3.1-8b", "--scale", "1/64", "--framework",
                     "vllm:tp=2", "--explain", "no.such.tensor"},

@@ -73,9 +73,11 @@ TEST(Fp8BlockWeightsTest, ExpertScalesPerLocalExpert) {
   // ep 2: 2 local experts a rank. Fp8MoEMethod: w13_weight_scale_inv
   // [2, 2 * ceil(128/128), ceil(256/128)], w2_weight_scale_inv [2, ceil(256/128), ceil(128/128)].
   Layout l = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block");
-  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.w13_weight"), 2 * 256 * 256);
-  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.w13_weight_scale_inv"), 2 * 2 * 2 * 4);
-  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.w2_weight_scale_inv"), 2 * 2 * 1 * 4);
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.routed_experts.w13_weight"), 2 * 256 * 256);
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.routed_experts.w13_weight_scale_inv"),
+            2 * 2 * 2 * 4);
+  EXPECT_EQ(BytesOf(l, 1, kLayer + "mlp.experts.routed_experts.w2_weight_scale_inv"),
+            2 * 2 * 1 * 4);
   // FFN 192: "The output_size of gate's and up's weight = 192 ..." even without a split.
   Result<Layout> bad = BuildFrameworkLayout(OneMoeLayer(192), Spec("vllm:tp=2,ep=2,quant=fp8_block"));
   ASSERT_FALSE(bad.ok());
@@ -125,7 +127,7 @@ TEST(Fp8BlockWeightsTest, ListedAsBlockScaledAndQuantizedByThePlan) {
 
 TEST(Fp8BlockWeightsTest, ExpertBuffersAreStacksOfMatrices) {
   Layout l = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block");
-  const int w13 = l.FindBuffer(1, kLayer + "mlp.experts.w13_weight");
+  const int w13 = l.FindBuffer(1, kLayer + "mlp.experts.routed_experts.w13_weight");
   bool found = false;
   for (const BlockScaledBuffer& s : l.block_scaled) {
     if (s.buffer != w13) continue;
@@ -203,15 +205,16 @@ TEST(Fp8BlockWeightsTest, ExpertScalesOnTheirLayersPipelineRank) {
   Layout l = BuildAsSpecified(PresetOf(c), "vllm:tp=2,pp=2,ep=2,quant=fp8_block");
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
-    const std::string mine = "model.layers." + std::to_string(rank / 2) + ".mlp.experts.";
-    const std::string other = "model.layers." + std::to_string(1 - rank / 2) + ".mlp.experts.";
+    const std::string experts = ".mlp.experts.routed_experts.";
+    const std::string mine = "model.layers." + std::to_string(rank / 2) + experts;
+    const std::string other = "model.layers." + std::to_string(1 - rank / 2) + experts;
     EXPECT_EQ(BytesOf(l, rank, mine + "w13_weight"), 2 * 256 * 256);
     EXPECT_EQ(BytesOf(l, rank, mine + "w13_weight_scale_inv"), 2 * 2 * 2 * 4);
     EXPECT_EQ(BytesOf(l, rank, mine + "w2_weight_scale_inv"), 2 * 2 * 1 * 4);
     EXPECT_EQ(BytesOf(l, rank, other + "w13_weight_scale_inv"), -1);
   }
   // rank 3: PP rank 1's EP rank 1, experts 2 and 3 of layer 1, the 2nd at one byte an element
-  auto up = FragmentsIn(l, 3, "model.layers.1.mlp.experts.w13_weight",
+  auto up = FragmentsIn(l, 3, "model.layers.1.mlp.experts.routed_experts.w13_weight",
                         "model.layers.1.mlp.experts.[0:4].up_proj.weight");
   ASSERT_EQ(up.size(), 1u);
   EXPECT_EQ(up[0].box.lo[0], 2);
@@ -333,8 +336,10 @@ TEST(Fp8BlockWeightsTest, Ue8m0PackedScalesSizedAsDeepGemmsTensors) {
   EXPECT_EQ(BytesOf(l, 0, kLayer + "mlp.gate_up_proj.weight_scale_inv"), 8 * 2 * 4);
   Layout moe = BuildAsSpecified(OneMoeLayer(128), "vllm:tp=2,ep=2,quant=fp8_block,scale_fmt=ue8m0_packed");
   for (int rank : {0, 1}) {
-    EXPECT_EQ(BytesOf(moe, rank, kLayer + "mlp.experts.w13_weight_scale_inv"), 2 * 256 * 4);
-    EXPECT_EQ(BytesOf(moe, rank, kLayer + "mlp.experts.w2_weight_scale_inv"), 2 * 256 * 4);
+    EXPECT_EQ(BytesOf(moe, rank, kLayer + "mlp.experts.routed_experts.w13_weight_scale_inv"),
+              2 * 256 * 4);
+    EXPECT_EQ(BytesOf(moe, rank, kLayer + "mlp.experts.routed_experts.w2_weight_scale_inv"),
+              2 * 256 * 4);
   }
   int packed = 0;
   for (const BlockScaledBuffer& s : moe.block_scaled) {

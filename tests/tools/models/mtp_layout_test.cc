@@ -166,7 +166,7 @@ TEST(MtpLayoutTest, VllmDrafterLayers) {
   ASSERT_EQ(q_b.size(), 1u);
   EXPECT_EQ(q_b[0].box.lo[0], 4);
   // w13 of rank 1 (ep 1, FFN split in two): expert e's [gate rows 2-3; up rows 2-3], 4 rows of 8.
-  auto w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  auto w13 = "model.layers.2.mtp_block.mlp.experts.routed_experts.w13_weight";
   auto up = FragmentsIn(l, 1, w13, "model.layers.2.mlp.experts.1.up_proj.weight");
   ASSERT_EQ(up.size(), 1u);
   EXPECT_EQ(up[0].box.lo[0], 2);
@@ -284,7 +284,9 @@ TEST(MtpLayoutTest, VllmDrafterOnTheLastPipelineRank) {
   for (int rank = 0; rank < 4; ++rank) {
     const bool last = rank >= 2;
     EXPECT_EQ(l.FindBuffer(rank, "model.layers.2.eh_proj.weight") >= 0, last) << rank;
-    EXPECT_EQ(l.FindBuffer(rank, "model.layers.2.mtp_block.mlp.experts.w13_weight") >= 0, last)
+    EXPECT_EQ(
+        l.FindBuffer(rank, "model.layers.2.mtp_block.mlp.experts.routed_experts.w13_weight") >= 0,
+        last)
         << rank;
     EXPECT_EQ(l.FindBuffer(rank, "lm_head.weight") >= 0, last) << rank;
     EXPECT_GE(l.FindBuffer(rank, "model.embed_tokens.weight"), 0) << rank;
@@ -298,7 +300,7 @@ TEST(MtpLayoutTest, VllmDrafterOnTheLastPipelineRank) {
     EXPECT_EQ(b.name.find("shared_head.head"), std::string::npos);
   }
   // ep 1: the drafter's FusedMoE over its stage's 2 ranks, rank 3 FFN rows 2-3 of every expert
-  auto up = FragmentsIn(l, 3, "model.layers.2.mtp_block.mlp.experts.w13_weight",
+  auto up = FragmentsIn(l, 3, "model.layers.2.mtp_block.mlp.experts.routed_experts.w13_weight",
                         "model.layers.2.mlp.experts.1.up_proj.weight");
   ASSERT_EQ(up.size(), 1u);
   EXPECT_EQ(up[0].box.lo[0], 2);
@@ -321,9 +323,10 @@ TEST(MtpLayoutTest, VllmDrafterExpertsOverTheLastStagesEpGroup) {
   ExpectCoverage(l, p, [](const std::string& n) {
     if (IsExpert(n)) return 1;
     if (n == "model.embed_tokens.weight") return 4;  // target and drafter, in both DP replicas
+    if (n.find(".mlp.shared_experts.") != std::string::npos) return 4;  // sequence-parallel MoE
     return n == "model.layers.2.eh_proj.weight" || TpReplicated(n) ? 4 : 2;
   });
-  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.routed_experts.w13_weight";
   const int ranks[4] = {2, 3, 6, 7};
   for (int e = 0; e < 4; ++e) {
     auto gate = FragmentsIn(l, ranks[e], w13,
@@ -367,7 +370,7 @@ TEST(MtpLayoutTest, VllmDrafterRedundantExpertsAsTheTargets) {
   ModelPreset p = PresetOf(TinyDeepseekWithMtp(true));
   const std::string spec = "vllm:tp=2,ep=2,redundant=2,mtp=1";
   Layout stacks = BuildAsSpecified(p, spec);
-  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.routed_experts.w13_weight";
   const std::string gate = "model.layers.2.mlp.experts.[0:4].gate_proj.weight";
   EXPECT_EQ(SlotsOf(stacks, 0, w13, gate, 128), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(SlotsOf(stacks, 1, w13, gate, 128), (std::vector<int64_t>{3, 0, 1}));
@@ -394,11 +397,11 @@ TEST(MtpLayoutTest, VllmDrafterExpertsFollowTheDraftersEplbMap) {
       "drafter": {"physical_to_logical_map": [[1, 2, 3, 0, 3, 2]]}})");
   const std::string spec = "vllm:tp=2,dp=1,ep=2,redundant=2,eplb_map=" + map + ",mtp=1";
   Layout stacks = BuildAsSpecified(p, spec);
-  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.w13_weight";
+  const std::string w13 = "model.layers.2.mtp_block.mlp.experts.routed_experts.w13_weight";
   const std::string gate = "model.layers.2.mlp.experts.[0:4].gate_proj.weight";
   EXPECT_EQ(SlotsOf(stacks, 0, w13, gate, 128), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(SlotsOf(stacks, 1, w13, gate, 128), (std::vector<int64_t>{0, 3, 2}));
-  EXPECT_EQ(SlotsOf(stacks, 1, "model.layers.1.mlp.experts.w13_weight",
+  EXPECT_EQ(SlotsOf(stacks, 1, "model.layers.1.mlp.experts.routed_experts.w13_weight",
                     "model.layers.1.mlp.experts.[0:4].gate_proj.weight", 128),
             (std::vector<int64_t>{3, 0, 1}));
   Layout members = Build(p, spec);
@@ -493,9 +496,11 @@ TEST(MtpLayoutTest, VllmFp8DrafterQuantizesItsDecoderLayerNotEhProj) {
     EXPECT_EQ(BytesOf(l, rank, b + "self_attn.fused_qkv_a_proj.weight"), 320 * 256);
     EXPECT_EQ(BytesOf(l, rank, b + "self_attn.fused_qkv_a_proj.weight_scale_inv"), 3 * 2 * 4);
     EXPECT_EQ(BytesOf(l, rank, b + "self_attn.o_proj.weight_scale_inv"), 2 * 1 * 4);
-    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.w13_weight"), 4 * 256 * 256);
-    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.w13_weight_scale_inv"), 4 * 2 * 2 * 4);
-    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.w2_weight_scale_inv"), 4 * 2 * 1 * 4);
+    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.routed_experts.w13_weight"), 4 * 256 * 256);
+    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.routed_experts.w13_weight_scale_inv"),
+              4 * 2 * 2 * 4);
+    EXPECT_EQ(BytesOf(l, rank, b + "mlp.experts.routed_experts.w2_weight_scale_inv"),
+              4 * 2 * 1 * 4);
     EXPECT_EQ(BytesOf(l, rank, "model.layers.2.eh_proj.weight"), 256 * 512 * 2);
     EXPECT_EQ(BytesOf(l, rank, "model.layers.2.eh_proj.weight_scale_inv"), -1);
   }
@@ -531,7 +536,7 @@ TEST(MtpLayoutTest, VllmFp8DrafterScalesOnTheLastPipelineRank) {
   for (const BlockScaledBuffer& s : l.block_scaled) {
     const std::string& name = l.buffers[static_cast<size_t>(s.buffer)].name;
     EXPECT_EQ(name.find("eh_proj"), std::string::npos);
-    if (name == qb || name == "model.layers.2.mtp_block.mlp.experts.w2_weight") {
+    if (name == qb || name == "model.layers.2.mtp_block.mlp.experts.routed_experts.w2_weight") {
       EXPECT_EQ(s.scale_fmt, Fp8ScaleFormat::kUe8m0) << name;
       ++ue8m0;
     }

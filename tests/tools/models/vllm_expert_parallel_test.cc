@@ -38,7 +38,7 @@ ModelPreset SmallMoe(int64_t experts, int64_t groups = 0) {
   return PresetOf(c);
 }
 
-const char* kW13 = "model.layers.0.mlp.experts.w13_weight";
+const char* kW13 = "model.layers.0.mlp.experts.routed_experts.w13_weight";
 const char* kGateStack = "model.layers.0.mlp.experts.[0:10].gate_proj.weight";
 
 TEST(VllmExpertParallelTest, UnevenExpertsLinearPlacement) {
@@ -80,12 +80,13 @@ TEST(VllmExpertParallelTest, FewerExpertsThanRanks) {
 
 // "round_robin" (determine_expert_map): EP rank r holds torch.arange(r, E, ep); for 10 experts
 // over ep 4, rank 1 holds 1, 5, 9 as local experts 0, 1, 2. vLLM keeps it only for models with
-// several expert groups (layer.py determine_expert_placement_strategy).
+// several expert groups, and with dp > 1 only under the DeepEP low-latency or NIXL EP all-to-all
+// backends (expert_map_manager.py determine_expert_placement_strategy).
 TEST(VllmExpertParallelTest, RoundRobinPlacement) {
   ModelPreset p = SmallMoe(10, /*groups=*/2);
   for (const char* naming : {"", ",expert_tensors=members"}) {
     SCOPED_TRACE(naming);
-    Layout l = Build(p, std::string("vllm:tp=2,dp=2,ep=4,placement=round_robin") + naming);
+    Layout l = Build(p, std::string("vllm:tp=4,ep=4,placement=round_robin") + naming);
     const int64_t expert = 2 * 16 * 32 * 2;  // bytes of one expert's w13
     const int64_t experts[3] = {1, 5, 9};
     for (int le = 0; le < 3; ++le) {
@@ -96,13 +97,18 @@ TEST(VllmExpertParallelTest, RoundRobinPlacement) {
     }
     EXPECT_EQ(l.buffers[l.FindBuffer(3, kW13)].bytes, 2 * expert);  // experts 3 and 7
   }
-  EXPECT_EQ(Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin").ToString(),
-            "vllm:tp=2,dp=2,ep=4,placement=round_robin");
+  EXPECT_EQ(Spec("vllm:tp=4,ep=4,placement=round_robin").ToString(),
+            "vllm:tp=4,dp=1,ep=4,placement=round_robin");
   Result<Layout> ungrouped =
-      BuildFrameworkLayout(SmallMoe(10), Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin"));
+      BuildFrameworkLayout(SmallMoe(10), Spec("vllm:tp=4,ep=4,placement=round_robin"));
   ASSERT_FALSE(ungrouped.ok());
   EXPECT_NE(ungrouped.status().message().find("multiple expert groups"), std::string::npos);
   EXPECT_FALSE(BuildFrameworkLayout(p, Spec("vllm:tp=2,dp=2,placement=round_robin")).ok());
+  Result<Layout> data_parallel =
+      BuildFrameworkLayout(p, Spec("vllm:tp=2,dp=2,ep=4,placement=round_robin"));
+  ASSERT_FALSE(data_parallel.ok());
+  EXPECT_NE(data_parallel.status().message().find("falls back to linear placement"),
+            std::string::npos);
 }
 
 TEST(VllmExpertParallelTest, RedundantExpertsReplicateTheFirstLogicalExperts) {
@@ -136,7 +142,7 @@ TEST(VllmExpertParallelTest, RedundantExpertsRefusedAsVllmRefusesThem) {
   const std::pair<const char*, const char*> cases[] = {
       {"vllm:tp=2,dp=2,redundant=2", "enable_expert_parallel must be True to use EPLB"},
       {"vllm:redundant=2", "EPLB requires tensor, prefill-context, or data parallelism"},
-      {"vllm:tp=2,dp=2,ep=4,placement=round_robin,redundant=2", "no redundant experts"},
+      {"vllm:tp=4,ep=4,placement=round_robin,redundant=2", "no redundant experts"},
       {"vllm:tp=2,ep=2,redundant=30", "hold one logical expert twice"},
       // vllm/model_executor/layers/fused_moe/eplb_manager.py validate_configuration: 10 + 3
       // physical experts do not divide over 4 EP ranks
@@ -211,7 +217,8 @@ TEST(VllmExpertParallelTest, EplbMapsThatDoNotFitAreRefusedByName) {
   const std::string good = WriteTemp("good.json", "[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]]");
   const std::pair<std::string, const char*> specs[] = {
       {"vllm:tp=2,dp=2,redundant=2,eplb_map=" + good, "enable_expert_parallel must be True"},
-      {"vllm:tp=2,dp=2,ep=4,placement=round_robin,eplb_map=" + good, "numbers physical experts linearly"},
+      {"vllm:tp=4,ep=4,placement=round_robin,eplb_map=" + good,
+       "numbers physical experts linearly"},
       {"vllm:tp=2,dp=2,ep=4,redundant=2,eplb_map=/no/such/map.json", "cannot open EPLB map"},
   };
   for (const auto& [spec, reason] : specs) {

@@ -54,19 +54,19 @@ TEST(VllmLayoutTest, MoeStackedW13AndExpertParallel) {
   Layout ep = Build(p, "vllm:tp=2,dp=2,ep=4");
   ExpectCoverage(ep, p, Copies(2, 2, 1));
   // Rank 2 owns experts 64..95; local expert 5 = expert 69 at 5 * (2*16*32) elements.
-  const std::string w13 = "model.layers.7.mlp.experts.w13_weight";
+  const std::string w13 = "model.layers.7.mlp.experts.routed_experts.w13_weight";
   auto up = FragmentsIn(ep, 2, w13, "model.layers.7.mlp.experts.69.up_proj.weight");
   ASSERT_EQ(up.size(), 1u);
   EXPECT_EQ(up[0].loc.byte_offset, (5 * 2 * 16 * 32 + 16 * 32) * 2);
   EXPECT_EQ(ep.buffers[ep.FindBuffer(2, w13)].bytes, 32 * 2 * 16 * 32 * 2);
-  auto w2 = FragmentsIn(ep, 2, "model.layers.7.mlp.experts.w2_weight",
+  auto w2 = FragmentsIn(ep, 2, "model.layers.7.mlp.experts.routed_experts.w2_weight",
                         "model.layers.7.mlp.experts.69.down_proj.weight");
   ASSERT_EQ(w2.size(), 1u);
   EXPECT_EQ(w2[0].loc.byte_offset, 5 * 32 * 16 * 2);
   // ep=1: every rank holds every expert, its FFN split 4 ways.
   Layout tp = Build(p, "vllm:tp=2,dp=2");
   ExpectCoverage(tp, p, Copies(2, 2, 1));
-  auto g = FragmentsIn(tp, 3, "model.layers.0.mlp.experts.w13_weight",
+  auto g = FragmentsIn(tp, 3, "model.layers.0.mlp.experts.routed_experts.w13_weight",
                        "model.layers.0.mlp.experts.127.gate_proj.weight");
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].box.lo[0], 12);
@@ -83,7 +83,7 @@ TEST(VllmLayoutTest, EnginesAreWholeIndependentCopies) {
   EXPECT_EQ(three.fragments.size(), 3 * one.fragments.size());
   EXPECT_EQ(three.Ranks(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
   // Engine 2's rank 10 mirrors engine 0's rank 2: experts 64..95 of layer 7 in the same place.
-  const std::string w13 = "model.layers.7.mlp.experts.w13_weight";
+  const std::string w13 = "model.layers.7.mlp.experts.routed_experts.w13_weight";
   const std::string up = "model.layers.7.mlp.experts.69.up_proj.weight";
   auto first = FragmentsIn(three, 2, w13, up);
   auto third = FragmentsIn(three, 10, w13, up);
@@ -98,7 +98,11 @@ TEST(VllmLayoutTest, EnginesAreWholeIndependentCopies) {
 TEST(VllmLayoutTest, DeepseekAndNemotronCoverage) {
   ModelPreset ds = Preset("deepseek-v3", 1.0 / 64);
   Layout l = Build(ds, "vllm:tp=4,dp=2,ep=8");
-  ExpectCoverage(l, ds, Copies(2, 4, 1));
+  // EP with tp > 1 and dp > 1 is sequence-parallel MoE: the shared experts whole on all 8 ranks
+  // (vllm/config/parallel.py use_sequence_parallel_moe, deepseek_v2.py DeepseekV2MLP disable_tp)
+  ExpectCoverage(l, ds, [](const std::string& n) {
+    return n.find(".mlp.shared_experts.") != std::string::npos ? 8 : Copies(2, 4, 1)(n);
+  });
   auto kv_a = FragmentsIn(l, 0, "model.layers.0.self_attn.fused_qkv_a_proj.weight",
                           "model.layers.0.self_attn.kv_a_proj_with_mqa.weight");
   ASSERT_EQ(kv_a.size(), 1u);

@@ -181,7 +181,7 @@ TEST(VllmPipelineLayoutTest, MoeExpertsOverEachStagesDpTimesTp) {
   }
   // vllm/distributed/parallel_state.py: PP rank 1's EP group is ranks 1 (ep rank 0) and 3 (ep 1);
   // vllm/model_executor/layers/fused_moe/expert_map_manager.py linear: experts 0, 1 and 2, 3
-  const std::string w13 = "model.layers.1.mlp.experts.w13_weight";
+  const std::string w13 = "model.layers.1.mlp.experts.routed_experts.w13_weight";
   const std::string gate = "model.layers.1.mlp.experts.[0:4].gate_proj.weight";
   for (int rank : {0, 2}) EXPECT_FALSE(Holds(l, rank, w13)) << rank;
   auto ep0 = FragmentsIn(l, 1, w13, gate);
@@ -192,7 +192,7 @@ TEST(VllmPipelineLayoutTest, MoeExpertsOverEachStagesDpTimesTp) {
   EXPECT_EQ(ep0[0].box.hi[0], 2);
   EXPECT_EQ(ep1[0].box.lo[0], 2);
   EXPECT_EQ(ep1[0].box.hi[0], 4);
-  EXPECT_TRUE(Holds(l, 2, "model.layers.0.mlp.experts.w13_weight"));
+  EXPECT_TRUE(Holds(l, 2, "model.layers.0.mlp.experts.routed_experts.w13_weight"));
   Layout members = Build(p, "vllm:pp=2,dp=2,ep=2");
   ExpectCoverage(members, p, [](const std::string& n) {
     if (IsExpert(n)) return 1;
@@ -229,7 +229,7 @@ TEST(VllmPipelineLayoutTest, DeepseekEmbeddingFirstHeadLast) {
   EXPECT_FALSE(Holds(l, 1, "model.embed_tokens.weight"));
   EXPECT_FALSE(Holds(l, 0, "lm_head.weight"));
   EXPECT_TRUE(Holds(l, 1, "lm_head.weight"));
-  EXPECT_TRUE(Holds(l, 1, "model.layers.1.mlp.experts.w13_weight"));
+  EXPECT_TRUE(Holds(l, 1, "model.layers.1.mlp.experts.routed_experts.w13_weight"));
 }
 
 // Four Qwen3-MoE layers of 4 experts (FFN 16), hidden 32, vocabulary 64: two a PP rank of 2.
@@ -250,7 +250,7 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
 }
 
 std::string W13(int layer) {
-  return "model.layers." + std::to_string(layer) + ".mlp.experts.w13_weight";
+  return "model.layers." + std::to_string(layer) + ".mlp.experts.routed_experts.w13_weight";
 }
 std::string GateStack(int layer) {
   return "model.layers." + std::to_string(layer) + ".mlp.experts.[0:4].gate_proj.weight";

@@ -1,8 +1,8 @@
-"""vLLM's own Qwen3-MoE model class on the CPU, for ferry.vllm's MoE tests (run by the vLLM
-environment's python): a tiny Hugging Face config, the worker's model built by
-`Qwen3MoeForCausalLM` at any TP/DP rank with or without expert parallelism (vLLM's parallel
-groups stood in for by their rank and size, as its layers read them), its checkpoint at each
-step, and vLLM's own `load_weights` to compare ferry's writes with.
+"""vLLM's own model classes on the CPU, for ferry's vLLM tests (run by the vLLM environment's
+python): a worker's model built by the class its Hugging Face config names, at any TP/PP/DP rank
+with or without expert parallelism (vLLM's parallel groups stood in for by their rank and size,
+as its layers read them), and vLLM's own `load_weights` to compare ferry's writes with; and the
+tiny Qwen3-MoE of ferry.vllm's refit test with its checkpoint at each step.
 
 vLLM 0.33 keeps a MoE layer's experts in `RoutedExperts` (`mlp.experts.routed_experts.w13_weight`
 [local experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp]); without expert
@@ -13,6 +13,7 @@ experts.
 
 from __future__ import annotations
 
+import json
 import os
 import types
 
@@ -29,7 +30,8 @@ CONFIG = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
               num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
               num_experts=EXPERTS, num_experts_per_tok=2, decoder_sparse_step=1,
               mlp_only_layers=[], tie_word_embeddings=False, torch_dtype="bfloat16",
-              architectures=["Qwen3MoeForCausalLM"])
+              architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+              max_position_embeddings=4096)
 
 
 def expert_names(layer: int, expert: int) -> list[str]:
@@ -65,49 +67,68 @@ def checkpoint(step: int) -> dict[str, torch.Tensor]:
 
 
 def _group(rank: int, size: int):
+    """A stand-in for one of vLLM's parallel groups: its rank and size, as its layers read
+    them (nothing here communicates)."""
     return types.SimpleNamespace(rank_in_group=rank, world_size=size, rank=rank, local_rank=0,
+                                 is_first_rank=rank == 0, is_last_rank=rank == size - 1,
                                  device_group=types.SimpleNamespace(size=lambda: size,
                                                                     rank=lambda: rank),
                                  cpu_group=None)
 
 
-def build(directory: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
-          ep: bool = False):
-    """vLLM's Qwen3MoeForCausalLM as worker (dp_rank, tp_rank) of a TPxDP engine builds it, its
-    parameters zeroed, and the VllmConfig it was built under."""
+def write_config(directory: str, config: dict) -> str:
+    """`config` as `directory`/config.json, written whole even when processes race to write it;
+    returns `directory`."""
+    path = os.path.join(directory, "config.json")
+    if not os.path.exists(path):
+        os.makedirs(directory, exist_ok=True)
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w") as f:
+            json.dump(config, f)
+        os.replace(temporary, path)
+    return directory
+
+
+def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
+          ep: bool = False, pp: int = 1, pp_rank: int = 0, placement: str = "linear"):
+    """The class `model_dir`'s config names, as worker (dp_rank, pp_rank, tp_rank) of a
+    TPxPPxDP engine builds it, its parameters zeroed, and the VllmConfig it was built under."""
     import vllm.distributed.parallel_state as parallel_state
-    from transformers import Qwen3MoeConfig
     from vllm.config import (DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig,
                              set_current_vllm_config)
-    from vllm.model_executor.models.qwen3_moe import Qwen3MoeForCausalLM
+    from vllm.model_executor.model_loader.utils import get_model_architecture
 
-    path = os.path.join(directory, "qwen3-moe")
-    if not os.path.exists(os.path.join(path, "config.json")):  # workers may race: write, rename
-        os.makedirs(path, exist_ok=True)
-        temporary = os.path.join(path, f"config.json.{os.getpid()}")
-        Qwen3MoeConfig(**CONFIG).to_json_file(temporary)
-        os.replace(temporary, os.path.join(path, "config.json"))
     parallel_state._TP = _group(tp_rank, tp)
+    parallel_state._PP = _group(pp_rank, pp)
     parallel_state._DP = _group(dp_rank, dp)
     parallel_state._EP = _group(dp_rank * tp + tp_rank, dp * tp)
-    parallel_state._PP = parallel_state._PCP = parallel_state._DCP = _group(0, 1)
-    parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
-                              data_parallel_rank=dp_rank, enable_expert_parallel=ep)
-    parallel.rank = tp_rank
-    config = VllmConfig(model_config=ModelConfig(model=path, dtype="bfloat16",
-                                                 skip_tokenizer_init=True),
-                        parallel_config=parallel, device_config=DeviceConfig(device="cpu"),
+    parallel_state._PCP = parallel_state._DCP = _group(0, 1)
+    parallel = ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                              data_parallel_size=dp, data_parallel_rank=dp_rank,
+                              enable_expert_parallel=ep, expert_placement_strategy=placement)
+    parallel.rank = pp_rank * tp + tp_rank
+    model_config = ModelConfig(model=model_dir, dtype="bfloat16", skip_tokenizer_init=True)
+    config = VllmConfig(model_config=model_config, parallel_config=parallel,
+                        device_config=DeviceConfig(device="cpu"),
                         load_config=LoadConfig(load_format="dummy"))
+    cls, _ = get_model_architecture(model_config)
     with set_current_vllm_config(config):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(DTYPE)
         try:
-            model = Qwen3MoeForCausalLM(vllm_config=config, prefix="")
+            model = cls(vllm_config=config, prefix="")
         finally:
             torch.set_default_dtype(previous)
     for p in model.parameters():
         p.data.zero_()
     return model, config
+
+
+def build_qwen3_moe(directory: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
+                    ep: bool = False):
+    """build() of the refit test's tiny Qwen3-MoE (CONFIG), its config under `directory`."""
+    path = write_config(os.path.join(directory, "qwen3-moe"), CONFIG)
+    return build(path, tp, tp_rank, dp, dp_rank, ep)
 
 
 def load_with_vllm(model, config, weights: dict[str, torch.Tensor]) -> None:

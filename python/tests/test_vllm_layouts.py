@@ -1,0 +1,77 @@
+"""ferry's vLLM layouts against vLLM itself: for each case, vLLM 0.33.0 (PyPI, in the environment
+tools/deps/vllm-venv.sh makes, named by FERRY_VLLM_VENV) builds one worker of an engine with the
+model class its config names and loads random checkpoint tensors with its own load_weights;
+ferry's `vllm:` layout of that engine must name the same parameters, size them alike and put
+every checkpoint byte where vLLM's loaders put it (python/tests/vllm_layout_worker.py). The
+models are the tiny configs of the real architectures that the SGLang tests use
+(sglang_harness.py); each case is one process on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from procs import run_ranks
+from sglang_harness import DEEPSEEK_V3, LLAMA, QWEN2, QWEN3, QWEN3_MOE
+from test_vllm import vllm_python
+
+WORKER = os.path.join(os.path.dirname(__file__), "vllm_layout_worker.py")
+
+# vLLM needs tp to divide the 64-padded vocabulary and the KV heads to divide tp or tp them:
+# the SGLang tests' Llama (three KV heads, 1010 words) takes two KV heads here.
+MODELS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen3": QWEN3, "qwen2": QWEN2,
+          "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3}
+
+# (model, ferry spec, engine rank, vLLM parallel settings)
+CASES = [
+    # two KV heads over four ranks, each on two; rank 3's vocabulary rows [768, 1010) then padding
+    ("llama", "vllm:tp=4", 3, {"tp": 4}),
+    # tied embeddings (lm_head is embed_tokens); Qwen2's q/k/v biases, one KV head on both ranks
+    ("qwen3", "vllm:tp=2", 1, {"tp": 2}),
+    ("qwen2", "vllm:tp=2", 1, {"tp": 2}),
+    # pipeline parallelism: the last stage's layer, norm and lm_head; tied Qwen3's first stage
+    ("llama", "vllm:tp=2,pp=2", 2, {"tp": 2, "pp": 2}),
+    ("qwen3", "vllm:tp=2,pp=2", 0, {"tp": 2, "pp": 2}),
+    # MoE without expert parallelism: every expert's FFN over tp x dp = 4 ranks; with it, whole
+    # experts over the 4; under PP, over the stage's own ranks
+    ("qwen3_moe", "vllm:tp=2,dp=2", 3, {"tp": 2, "dp": 2}),
+    ("qwen3_moe", "vllm:tp=2,dp=2,ep=4", 2, {"tp": 2, "dp": 2, "ep": True}),
+    ("qwen3_moe", "vllm:tp=2,pp=2,ep=2", 3, {"tp": 2, "pp": 2, "ep": True}),
+    # DeepSeek-V3: MLA's fused_qkv_a_proj, the shared expert over TP, the fp32 router bias
+    ("deepseek_v3", "vllm:tp=2", 1, {"tp": 2}),
+    # EP with tp and dp > 1 is sequence-parallel MoE: the shared expert whole on every rank
+    ("deepseek_v3", "vllm:tp=2,dp=2,ep=4", 3, {"tp": 2, "dp": 2, "ep": True}),
+    # round-robin placement (8 expert groups, dp 1): rank 1 holds experts 1, 5, 9, ...
+    ("deepseek_v3", "vllm:tp=4,ep=4,placement=round_robin", 1,
+     {"tp": 4, "ep": True, "placement": "round_robin"}),
+    ("deepseek_v3", "vllm:tp=2,pp=2", 3, {"tp": 2, "pp": 2}),
+]
+
+# Cases run at once: each process holds vLLM (about 0.6 GB); the machines that run the suite have
+# 2 cores and 24 GB beside the other tests.
+BATCH = 6
+
+
+def test_vllm_loads_its_checkpoint_where_ferrys_layout_says(tmp_path):
+    python = vllm_python()
+    for name, config in MODELS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+
+    failed = []
+    for first in range(0, len(CASES), BATCH):
+        batch = CASES[first:first + BATCH]
+
+        def argv(case, _port, batch=batch):
+            model, spec, rank, parallel = batch[case]
+            return [WORKER, str(tmp_path / model), spec, str(rank), json.dumps(parallel)]
+
+        for r in run_ranks(argv, len(batch), deadline_s=600, python=python):
+            _, spec, rank, _ = batch[r.rank]
+            if r.returncode != 0:
+                failed.append(f"--- {spec} rank {rank} exited {r.returncode}:\n"
+                              f"{r.output[-3000:]}")
+            elif f"rank {rank}: " not in r.output or "parameters byte-exact" not in r.output:
+                failed.append(f"--- {spec} rank {rank} said no verdict:\n{r.output[-3000:]}")
+    assert not failed, "\n".join(failed)

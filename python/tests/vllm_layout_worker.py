@@ -1,0 +1,65 @@
+"""One worker of a vLLM engine, built by vLLM's own model class, checked against ferry's `vllm:`
+layout of that engine.
+
+Run by python/tests/test_vllm_layouts.py in the environment tools/deps/vllm-venv.sh makes (it
+holds PyPI's vLLM 0.33.0):
+
+    vllm_layout_worker.py MODEL_DIR SPEC RANK PARALLEL_JSON
+
+vLLM builds the class MODEL_DIR's config names for engine rank RANK (dp_rank * tp * pp +
+pp_rank * tp + tp_rank) of an engine with PARALLEL_JSON's {"tp", "pp", "dp", "ep", "placement"}
+(vllm_harness.py) and loads random checkpoint tensors through its own load_weights. ferry's
+layout of the same engine (`ferry.Layout.preset(MODEL_DIR, SPEC)`) must name exactly the
+worker's parameters, size each as vLLM does, and place every checkpoint tensor's box where
+vLLM's loaders put it. Prints "rank R: N parameters byte-exact" and exits 0, or names what
+differs and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
+import ferry
+from sglang_harness import as_bytes, checkpoint, fill_buffers
+
+
+def differences(params: dict, layout: ferry.Layout, rank: int, weights: dict) -> list[str]:
+    """What ferry's layout of `rank` says otherwise than the parameters vLLM loaded."""
+    buffers = {b.name: b for b in layout.buffers(rank)}
+    problems = [f"vLLM has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
+    problems += [f"ferry has {n}, vLLM does not" for n in sorted(set(buffers) - set(params))]
+    expected = fill_buffers(layout, rank, weights)
+    for name in sorted(set(params) & set(buffers)):
+        p, size = params[name], buffers[name].bytes
+        if p.numel() * p.element_size() != size:
+            problems.append(f"{name}: vLLM {tuple(p.shape)} {p.dtype}, ferry {size} bytes")
+        elif not as_bytes(p).equal(expected[name]):
+            problems.append(f"{name}: bytes differ from ferry's fragments")
+    return problems
+
+
+def main() -> int:
+    model_dir, spec, rank, parallel = sys.argv[1:5]
+    rank, parallel = int(rank), json.loads(parallel)
+    tp, pp, dp = parallel["tp"], parallel.get("pp", 1), parallel.get("dp", 1)
+    dp_rank, within = divmod(rank, tp * pp)
+    pp_rank, tp_rank = divmod(within, tp)
+    layout = ferry.Layout.preset(model_dir, spec + ",expert_tensors=members")
+    weights = checkpoint(layout.tensors)
+    model, config = vllm_harness.build(model_dir, tp, tp_rank, dp, dp_rank,
+                                       parallel.get("ep", False), pp, pp_rank,
+                                       parallel.get("placement", "linear"))
+    vllm_harness.load_with_vllm(model, config, weights)
+    params = dict(model.named_parameters())
+    problems = differences(params, layout, rank, weights)
+    if problems:
+        print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
+        return 1
+    print(f"rank {rank}: {len(params)} parameters byte-exact")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
