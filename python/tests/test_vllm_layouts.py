@@ -1,6 +1,7 @@
 """ferry's vLLM layouts against vLLM itself: for each case, vLLM 0.33.0 (PyPI, in the environment
 tools/deps/vllm-venv.sh makes, named by FERRY_VLLM_VENV) builds one worker of an engine with the
-model class its config names and loads random checkpoint tensors with its own load_weights;
+model class its config names (and the MTP drafter beside it where speculative decoding runs one)
+and loads random checkpoint tensors with its own load_weights;
 ferry's `vllm:` layout of that engine must name the same parameters, size them alike and put
 every checkpoint byte where vLLM's loaders put it (python/tests/vllm_layout_worker.py). The
 models are the tiny configs of the real architectures that the SGLang tests use
@@ -21,7 +22,8 @@ WORKER = os.path.join(os.path.dirname(__file__), "vllm_layout_worker.py")
 # vLLM needs tp to divide the 64-padded vocabulary and the KV heads to divide tp or tp them:
 # the SGLang tests' Llama (three KV heads, 1010 words) takes two KV heads here.
 MODELS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen3": QWEN3, "qwen2": QWEN2,
-          "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3}
+          "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3,
+          "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1)}
 
 # (model, ferry spec, engine rank, vLLM parallel settings)
 CASES = [
@@ -46,6 +48,18 @@ CASES = [
     ("deepseek_v3", "vllm:tp=4,ep=4,placement=round_robin", 1,
      {"tp": 4, "ep": True, "placement": "round_robin"}),
     ("deepseek_v3", "vllm:tp=2,pp=2", 3, {"tp": 2, "pp": 2}),
+    # EPLB before its first rearrangement: 256 + 2 physical experts, 129 a rank, the redundant
+    # ones replicas of logical experts 0 and 1; Qwen3-MoE's 128 + 4 over tp x dp = 4
+    ("deepseek_v3", "vllm:tp=2,ep=2,redundant=2", 1, {"tp": 2, "ep": True, "redundant": 2}),
+    ("qwen3_moe", "vllm:tp=2,dp=2,ep=4,redundant=4", 3,
+     {"tp": 2, "dp": 2, "ep": True, "redundant": 4}),
+    # the MTP drafter (DeepSeekMTP, speculative method "mtp") on the last PP rank: the
+    # checkpoint's layer 2 as model.layers.2.{enorm,hnorm,eh_proj,shared_head.norm,mtp_block},
+    # sharing the target's lm_head and, with one PP rank, its embed_tokens (its own otherwise)
+    ("deepseek_v3_mtp", "vllm:tp=2,mtp=1", 1, {"tp": 2, "mtp": True}),
+    ("deepseek_v3_mtp", "vllm:tp=2,pp=2,mtp=1", 3, {"tp": 2, "pp": 2, "mtp": True}),
+    ("deepseek_v3_mtp", "vllm:tp=2,dp=2,ep=4,mtp=1", 3,
+     {"tp": 2, "dp": 2, "ep": True, "mtp": True}),
 ]
 
 # Cases run at once: each process holds vLLM (about 0.6 GB); the machines that run the suite have

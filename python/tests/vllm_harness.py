@@ -90,9 +90,11 @@ def write_config(directory: str, config: dict) -> str:
 
 
 def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
-          ep: bool = False, pp: int = 1, pp_rank: int = 0, placement: str = "linear"):
+          ep: bool = False, pp: int = 1, pp_rank: int = 0, placement: str = "linear",
+          redundant: int = 0):
     """The class `model_dir`'s config names, as worker (dp_rank, pp_rank, tp_rank) of a
-    TPxPPxDP engine builds it, its parameters zeroed, and the VllmConfig it was built under."""
+    TPxPPxDP engine builds it (with `redundant` > 0: under EPLB with that many redundant
+    experts), its parameters zeroed, and the VllmConfig it was built under."""
     import vllm.distributed.parallel_state as parallel_state
     from vllm.config import (DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig,
                              set_current_vllm_config)
@@ -111,6 +113,9 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     config = VllmConfig(model_config=model_config, parallel_config=parallel,
                         device_config=DeviceConfig(device="cpu"),
                         load_config=LoadConfig(load_format="dummy"))
+    if redundant:  # vLLM validates EPLB only for GPU platforms; its layers build it anywhere
+        config.parallel_config.enable_eplb = True
+        config.parallel_config.eplb_config.num_redundant_experts = redundant
     cls, _ = get_model_architecture(model_config)
     with set_current_vllm_config(config):
         previous = torch.get_default_dtype()
@@ -122,6 +127,45 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     for p in model.parameters():
         p.data.zero_()
     return model, config
+
+
+def build_drafter(target, config):
+    """The MTP drafter vLLM's speculative decoding (method "mtp") builds beside `target`, built
+    under `config` (build()'s), its parameters zeroed, and the VllmConfig it was built under."""
+    import dataclasses
+
+    from vllm.config import SpeculativeConfig, set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    speculative = SpeculativeConfig(method="mtp", num_speculative_tokens=1,
+                                    target_model_config=config.model_config,
+                                    target_parallel_config=config.parallel_config)
+    draft_config = dataclasses.replace(config, speculative_config=speculative,
+                                       model_config=speculative.draft_model_config)
+    cls, _ = get_model_architecture(speculative.draft_model_config)
+    with set_current_vllm_config(draft_config):
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(DTYPE)
+        try:
+            drafter = cls(vllm_config=draft_config, prefix="")
+        finally:
+            torch.set_default_dtype(previous)
+    for p in drafter.parameters():
+        p.data.zero_()
+    return drafter, draft_config
+
+
+def share_with_target(drafter, target, pp: int) -> None:
+    """What vLLM's proposer does once both are loaded (vllm/v1/spec_decode/llm_base_proposer.py
+    `_maybe_share_embeddings`, `_maybe_share_lm_head`): an MTP drafter takes the target's
+    embed_tokens when there is one PP rank (it keeps its own otherwise), and each MTP layer's
+    shared_head.head is the target's lm_head."""
+    if pp == 1:
+        del drafter.model.embed_tokens
+        drafter.model.embed_tokens = target.model.embed_tokens
+    for layer in drafter.model.layers.values():
+        del layer.shared_head.head
+        layer.shared_head.head = target.lm_head
 
 
 def build_qwen3_moe(directory: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,

@@ -7,12 +7,13 @@ holds PyPI's vLLM 0.33.0):
     vllm_layout_worker.py MODEL_DIR SPEC RANK PARALLEL_JSON
 
 vLLM builds the class MODEL_DIR's config names for engine rank RANK (dp_rank * tp * pp +
-pp_rank * tp + tp_rank) of an engine with PARALLEL_JSON's {"tp", "pp", "dp", "ep", "placement"}
-(vllm_harness.py) and loads random checkpoint tensors through its own load_weights. ferry's
-layout of the same engine (`ferry.Layout.preset(MODEL_DIR, SPEC)`) must name exactly the
-worker's parameters, size each as vLLM does, and place every checkpoint tensor's box where
-vLLM's loaders put it. Prints "rank R: N parameters byte-exact" and exits 0, or names what
-differs and exits 1.
+pp_rank * tp + tp_rank) of an engine with PARALLEL_JSON's settings ("tp", "pp", "dp", "ep",
+"placement", "redundant", "mtp": the MTP drafter beside the target on the last PP rank;
+vllm_harness.py) and loads random checkpoint tensors through its own
+load_weights. ferry's layout of the same engine (`ferry.Layout.preset(MODEL_DIR, SPEC)`) must
+name exactly the worker's parameters, size each as vLLM does, and place every checkpoint
+tensor's box where vLLM's loaders put it. Prints "rank R: N parameters byte-exact" and exits 0,
+or names what differs and exits 1.
 """
 
 from __future__ import annotations
@@ -50,9 +51,16 @@ def main() -> int:
     weights = checkpoint(layout.tensors)
     model, config = vllm_harness.build(model_dir, tp, tp_rank, dp, dp_rank,
                                        parallel.get("ep", False), pp, pp_rank,
-                                       parallel.get("placement", "linear"))
+                                       parallel.get("placement", "linear"),
+                                       parallel.get("redundant", 0))
     vllm_harness.load_with_vllm(model, config, weights)
     params = dict(model.named_parameters())
+    if parallel.get("mtp") and pp_rank == pp - 1:  # the drafter runs on the last PP rank
+        drafter, draft_config = vllm_harness.build_drafter(model, config)
+        vllm_harness.load_with_vllm(drafter, draft_config, weights)
+        vllm_harness.share_with_target(drafter, model, pp)
+        shared = {id(p) for p in params.values()}  # the target's, under the drafter's names too
+        params.update((n, p) for n, p in drafter.named_parameters() if id(p) not in shared)
     problems = differences(params, layout, rank, weights)
     if problems:
         print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
