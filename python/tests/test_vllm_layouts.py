@@ -19,11 +19,26 @@ from test_vllm import vllm_python
 
 WORKER = os.path.join(os.path.dirname(__file__), "vllm_layout_worker.py")
 
+# Nemotron-H's hybrid pattern at tiny widths: Mamba-2, MLP, attention, MLP, Mamba-2, MLP. The
+# checkpoints' own configs name the attention head size attention_head_dim; transformers'
+# NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
+NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+              "hybrid_override_pattern": "M-*-M-", "num_hidden_layers": 6, "hidden_size": 32,
+              "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 8, "attention_head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
+              "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4, "expand": 2,
+              "chunk_size": 128, "mamba_hidden_act": "silu", "mlp_hidden_act": "relu2",
+              "attention_bias": False, "mlp_bias": False, "use_bias": False,
+              "mamba_proj_bias": False, "use_conv_bias": True, "residual_in_fp32": False,
+              "layer_norm_epsilon": 1e-5, "vocab_size": 1000, "tie_word_embeddings": False,
+              "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
 # vLLM needs tp to divide the 64-padded vocabulary and the KV heads to divide tp or tp them:
 # the SGLang tests' Llama (three KV heads, 1010 words) takes two KV heads here.
 MODELS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen3": QWEN3, "qwen2": QWEN2,
           "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3,
-          "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1)}
+          "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
+          "nemotron_h": NEMOTRON_H}
 
 # (model, ferry spec, engine rank, vLLM parallel settings)
 CASES = [
@@ -60,6 +75,10 @@ CASES = [
     ("deepseek_v3_mtp", "vllm:tp=2,pp=2,mtp=1", 3, {"tp": 2, "pp": 2, "mtp": True}),
     ("deepseek_v3_mtp", "vllm:tp=2,dp=2,ep=4,mtp=1", 3,
      {"tp": 2, "dp": 2, "ep": True, "mtp": True}),
+    # Nemotron-H: the Mamba-2 mixer's fused in_proj [z; x; B; C; dt] and conv1d [x; B; C] per
+    # rank, its heads' A stored as A = -exp(A_log) in fp32; under PP the last stage's norm_f
+    ("nemotron_h", "vllm:tp=2", 1, {"tp": 2}),
+    ("nemotron_h", "vllm:tp=2,pp=2", 3, {"tp": 2, "pp": 2}),
 ]
 
 # Cases run at once: each process holds vLLM (about 0.6 GB); the machines that run the suite have

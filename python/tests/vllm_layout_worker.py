@@ -26,12 +26,23 @@ import ferry
 from sglang_harness import as_bytes, checkpoint, fill_buffers
 
 
+def store_transformed(layout: ferry.Layout, rank: int, weights: dict, buffers: dict) -> None:
+    """Writes over `buffers` the tensors vLLM keeps transformed, as the layout marks them: a
+    Mamba-2 mixer's A_log as A = -exp(A_log) in fp32 (vllm/model_executor/layers/mamba/
+    mamba_mixer2.py, the A weight loader)."""
+    for f in layout.fragments(rank):
+        if f.tensor.endswith(".mixer.A_log"):
+            box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
+            ferry.fragment_view(buffers[f.buffer], f, "fp32").copy_(-box.float().exp())
+
+
 def differences(params: dict, layout: ferry.Layout, rank: int, weights: dict) -> list[str]:
     """What ferry's layout of `rank` says otherwise than the parameters vLLM loaded."""
     buffers = {b.name: b for b in layout.buffers(rank)}
     problems = [f"vLLM has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
     problems += [f"ferry has {n}, vLLM does not" for n in sorted(set(buffers) - set(params))]
     expected = fill_buffers(layout, rank, weights)
+    store_transformed(layout, rank, weights, expected)
     for name in sorted(set(params) & set(buffers)):
         p, size = params[name], buffers[name].bytes
         if p.numel() * p.element_size() != size:
