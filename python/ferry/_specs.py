@@ -95,7 +95,7 @@ _SEQUENCE_PARALLEL_ALL2ALL = ("allgather_reducescatter", "deepep_high_throughput
 _ROUND_ROBIN_ALL2ALL = ("deepep_low_latency", "nixl_ep")
 
 
-def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
+def vllm_spec(parallel_config: Any, *, engines: int = 1, speculative_config: Any = None) -> str:
     """The "vllm:..." spec of `engines` independent vLLM engines, each run with
     `parallel_config` (vLLM's ParallelConfig: tensor_parallel_size, pipeline_parallel_size,
     data_parallel_size, enable_expert_parallel, expert_placement_strategy, and with enable_eplb
@@ -103,11 +103,13 @@ def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
     ranks, as vLLM's FusedMoE does with enable_expert_parallel. Round-robin placement with
     dp > 1 becomes linear under the all-to-all backends where vLLM falls back to it
     (vllm/model_executor/layers/fused_moe/expert_map_manager.py,
-    determine_expert_placement_strategy).
+    determine_expert_placement_strategy). With `speculative_config` (vLLM's SpeculativeConfig)
+    of method "mtp", the MTP drafter's layers (its draft config's n_predict) are mtp=N.
 
     Raises ValueError naming the field when a value is not a whole number, the placement
-    strategy is not one vLLM has, or expert parallelism with tp > 1 and dp > 1 runs an
-    all-to-all backend without sequence-parallel MoE, which the layouts do not model."""
+    strategy is not one vLLM has, expert parallelism with tp > 1 and dp > 1 runs an all-to-all
+    backend without sequence-parallel MoE, or speculative decoding drafts with another method,
+    none of which the layouts model."""
     tp = _int(parallel_config, "tensor_parallel_size", 1)
     pp = _int(parallel_config, "pipeline_parallel_size", 1)
     dp = _int(parallel_config, "data_parallel_size", 1)
@@ -118,10 +120,26 @@ def vllm_spec(parallel_config: Any, *, engines: int = 1) -> str:
         eplb = getattr(parallel_config, "eplb_config", None)
         redundant = _int(eplb, "num_redundant_experts", 0) if eplb is not None else 0
         keys += [f"redundant={redundant}"] if redundant else []
+    keys += _vllm_drafter(speculative_config)
     if isinstance(engines, bool) or not isinstance(engines, int) or engines < 1:
         raise ValueError(f"engines must be a positive integer, got {engines!r}")
     keys += [f"engines={engines}"]
     return "vllm:" + ",".join(keys)
+
+
+def _vllm_drafter(speculative_config: Any) -> list[str]:
+    """["mtp=N"] for vLLM's MTP drafter: SpeculativeConfig.method "mtp" (vLLM normalizes
+    deepseek_mtp and the other MTP model types to it), N its draft config's n_predict, the
+    checkpoint's MTP layers the drafter builds (vllm/config/speculative.py,
+    vllm/model_executor/models/deepseek_mtp.py). [] without one; ValueError for other methods."""
+    if speculative_config is None:
+        return []
+    method = getattr(speculative_config, "method", None)
+    if method != "mtp":
+        raise ValueError(f"speculative_config.method {method!r}: ferry models vLLM's MTP "
+                         "drafter only (method 'mtp')")
+    draft = getattr(getattr(speculative_config, "draft_model_config", None), "hf_config", None)
+    return [f"mtp={_int(draft, 'n_predict', 1)}"]
 
 
 def _vllm_placement(parallel_config: Any, tp: int, dp: int) -> list[str]:

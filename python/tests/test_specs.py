@@ -88,6 +88,20 @@ def test_vllm_engines():
     assert ferry.vllm_spec(SimpleNamespace(tensor_parallel_size=2)) == "vllm:tp=2,pp=1,dp=1,engines=1"
 
 
+def test_vllm_mtp_drafter():
+    # vllm/config/speculative.py: method "mtp" (deepseek_mtp normalized to it), the draft config's
+    # n_predict MTP layers (DeepSeek-V3's num_nextn_predict_layers: 1)
+    parallel = SimpleNamespace(tensor_parallel_size=2)
+    speculative = SimpleNamespace(method="mtp", draft_model_config=SimpleNamespace(
+        hf_config=SimpleNamespace(n_predict=1)))
+    spec = ferry.vllm_spec(parallel, speculative_config=speculative)
+    assert spec == "vllm:tp=2,pp=1,dp=1,mtp=1,engines=1"
+    layout = ferry.Layout.preset("deepseek-v3", spec, scale="1/256")
+    assert any(t.name.startswith("model.layers.61.eh_proj") for t in layout.tensors)
+    with pytest.raises(ValueError, match="method 'eagle3'.*MTP drafter only"):
+        ferry.vllm_spec(parallel, speculative_config=SimpleNamespace(method="eagle3"))
+
+
 def test_vllm_all_to_all_backends():
     # vLLM 0.33's expert_map_manager.py determine_expert_placement_strategy: with dp > 1,
     # round-robin placement holds only under the DeepEP low-latency or NIXL EP backends.

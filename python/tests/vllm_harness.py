@@ -129,17 +129,25 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     return model, config
 
 
+def speculative_config(config):
+    """vLLM's SpeculativeConfig of MTP speculative decoding (one token) for the engine `config`
+    (build()'s) serves."""
+    from vllm.config import SpeculativeConfig
+
+    return SpeculativeConfig(method="mtp", num_speculative_tokens=1,
+                             target_model_config=config.model_config,
+                             target_parallel_config=config.parallel_config)
+
+
 def build_drafter(target, config):
     """The MTP drafter vLLM's speculative decoding (method "mtp") builds beside `target`, built
     under `config` (build()'s), its parameters zeroed, and the VllmConfig it was built under."""
     import dataclasses
 
-    from vllm.config import SpeculativeConfig, set_current_vllm_config
+    from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
-    speculative = SpeculativeConfig(method="mtp", num_speculative_tokens=1,
-                                    target_model_config=config.model_config,
-                                    target_parallel_config=config.parallel_config)
+    speculative = speculative_config(config)
     draft_config = dataclasses.replace(config, speculative_config=speculative,
                                        model_config=speculative.draft_model_config)
     cls, _ = get_model_architecture(speculative.draft_model_config)

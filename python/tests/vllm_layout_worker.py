@@ -12,8 +12,9 @@ pp_rank * tp + tp_rank) of an engine with PARALLEL_JSON's settings ("tp", "pp", 
 vllm_harness.py) and loads random checkpoint tensors through its own
 load_weights. ferry's layout of the same engine (`ferry.Layout.preset(MODEL_DIR, SPEC)`) must
 name exactly the worker's parameters, size each as vLLM does, and place every checkpoint
-tensor's box where vLLM's loaders put it. Prints "rank R: N parameters byte-exact" and exits 0,
-or names what differs and exits 1.
+tensor's box where vLLM's loaders put it; and ferry.vllm_spec of vLLM's own config objects
+must give that layout. Prints "rank R: N parameters byte-exact" and exits 0, or names what
+differs and exits 1.
 """
 
 from __future__ import annotations
@@ -52,6 +53,22 @@ def differences(params: dict, layout: ferry.Layout, rank: int, weights: dict) ->
     return problems
 
 
+def fragments(layout: ferry.Layout, rank: int) -> list[tuple]:
+    return sorted((f.tensor, tuple(f.lo), tuple(f.hi), f.buffer, f.byte_offset)
+                  for f in layout.fragments(rank))
+
+
+def spec_problems(model_dir: str, layout: ferry.Layout, rank: int, config, mtp: bool) -> list[str]:
+    """ferry.vllm_spec of the engine's own ParallelConfig (and SpeculativeConfig with a
+    drafter) must give the layout the case names."""
+    speculative = vllm_harness.speculative_config(config) if mtp else None
+    derived = ferry.vllm_spec(config.parallel_config, speculative_config=speculative)
+    other = ferry.Layout.preset(model_dir, derived + ",expert_tensors=members")
+    if fragments(other, rank) != fragments(layout, rank):
+        return [f"ferry.vllm_spec of vLLM's configs gives {derived}, another layout"]
+    return []
+
+
 def main() -> int:
     model_dir, spec, rank, parallel = sys.argv[1:5]
     rank, parallel = int(rank), json.loads(parallel)
@@ -73,6 +90,7 @@ def main() -> int:
         shared = {id(p) for p in params.values()}  # the target's, under the drafter's names too
         params.update((n, p) for n, p in drafter.named_parameters() if id(p) not in shared)
     problems = differences(params, layout, rank, weights)
+    problems += spec_problems(model_dir, layout, rank, config, parallel.get("mtp", False))
     if problems:
         print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
         return 1
