@@ -31,7 +31,10 @@ loaders place checkpoint tensors into tensor-parallel shards:
   any other expert parameter (biases, scales);
 - anything else (norms, replicated layers): the whole tensor, same shape on both sides.
 
-Refused as a whole: a model with MLA attention. Its `process_weights_after_loading` derives
+A merged column-parallel layer (several outputs) that `packed_modules_mapping` does not name is
+refused, since each of its outputs is split over TP on its own. Refused as a whole: a model
+with Mamba-2 mixers (mamba_mixer2.py: in_proj and conv1d split segment by segment, A stored as
+-exp(A_log)), and a model with MLA attention. MLA's `process_weights_after_loading` derives
 W_UK/W_UV from `kv_b_proj` (vllm/model_executor/layers/attention/mla_attention.py,
 `split_kv_b_proj`): views of its storage for an unquantized kv_b_proj in the activation dtype,
 copies otherwise (another dtype, quantized weights, the AMX and AITER backends), which an
@@ -144,6 +147,10 @@ def param_pieces(name: str, module: Any, param: Any,
                       indices.org_vocab_end_index)]
     if leaf in packed and out_dim is not None and hasattr(module, "output_sizes"):
         return _fused_pieces(name, module, param, list(packed[leaf]))
+    if len(getattr(module, "output_sizes", ())) > 1:
+        raise ValueError(f"vLLM parameter {name}: merged from {len(module.output_sizes)} "
+                         "outputs, each split over TP, that the model's packed_modules_mapping "
+                         "does not name")
     if hasattr(module, "input_is_parallel") and in_dim is not None:
         size = param.shape[in_dim]
         return [Piece(name, in_dim, tp_rank * size, (tp_rank + 1) * size)]
@@ -214,13 +221,19 @@ def _volume(lo: list[int], hi: list[int]) -> int:
     return volume
 
 
-def _refuse_mla(modules: Mapping[str, Any]) -> None:
+def _refuse_unsupported(modules: Mapping[str, Any]) -> None:
+    """Refuses the layers whose storage the rules above would get wrong."""
     for name, module in modules.items():
         if hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading"):
             raise ValueError(f"vLLM module {name}: MLA derives W_UK/W_UV from kv_b_proj after "
                              "loading (vllm/model_executor/layers/attention/mla_attention.py), "
                              "as copies an in-place refit would leave stale where the dtype or "
                              "backend calls for them; MLA models are not supported")
+        if all(hasattr(module, a) for a in ("A", "conv1d", "in_proj")):
+            raise ValueError(f"vLLM module {name}: a Mamba-2 mixer splits in_proj and conv1d "
+                             "segment by segment and keeps A = -exp(A_log) "
+                             "(vllm/model_executor/layers/mamba/mamba_mixer2.py); not supported "
+                             "here (the vllm: layouts model it)")
 
 
 def engine_shards(model: Any, source: Mapping[str, Any],
@@ -230,7 +243,7 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     `shape` and `dtype`), and the parameter storage behind each buffer (`param.data`)."""
     packed = getattr(model, "packed_modules_mapping", None) or {}
     modules = dict(model.named_modules())
-    _refuse_mla(modules)
+    _refuse_unsupported(modules)
     shards, buffers = [], {}
     for name, param in model.named_parameters():
         module = modules[name.rpartition(".")[0]]

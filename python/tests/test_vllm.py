@@ -9,6 +9,7 @@ MoE worker layout of several engine configurations against vLLM's load_weights
 processes import vLLM and torch (about 1-2 minutes each on 2 idle cores, //python:vllm_test);
 children are killed at the deadline."""
 
+import json
 import os
 import re
 import subprocess
@@ -16,8 +17,24 @@ import subprocess
 import pytest
 
 from procs import assert_all_ok, run_ranks
+from sglang_harness import DEEPSEEK_V3
 
 WORKER = os.path.join(os.path.dirname(__file__), "vllm_worker.py")
+
+# Nemotron-H's hybrid pattern at tiny widths: Mamba-2, MLP, attention, MLP, Mamba-2, MLP. The
+# checkpoints' own configs name the attention head size attention_head_dim; transformers'
+# NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
+NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+              "hybrid_override_pattern": "M-*-M-", "num_hidden_layers": 6, "hidden_size": 32,
+              "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 8, "attention_head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
+              "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4, "expand": 2,
+              "chunk_size": 128, "mamba_hidden_act": "silu", "mlp_hidden_act": "relu2",
+              "attention_bias": False, "mlp_bias": False, "use_bias": False,
+              "mamba_proj_bias": False, "use_conv_bias": True, "residual_in_fp32": False,
+              "layer_norm_epsilon": 1e-5, "vocab_size": 1000, "tie_word_embeddings": False,
+              "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
 RANKS, STEPS = 6, 3  # 2 trainer ranks + 2 x TP2 workers; vllm_worker.STEPS
 
 
@@ -47,9 +64,20 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
 def test_moe_worker_layouts_match_vllms_own_loaders(tmp_path):
     python = vllm_python()
     layout_worker = os.path.join(os.path.dirname(__file__), "vllm_moe_layout_worker.py")
-    result = subprocess.run([python, layout_worker, str(tmp_path)], capture_output=True,
-                            text=True, timeout=300, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    refused = {"nemotron_h": NEMOTRON_H, "deepseek_v3": DEEPSEEK_V3}
+    for name, config in refused.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    result = subprocess.run([python, layout_worker, str(tmp_path),
+                             *(str(tmp_path / name) for name in refused)],
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     for case in ("tp=2 dp=1 ep=False: 2 workers", "tp=2 dp=2 ep=False: 4 workers",
                  "tp=4 dp=1 ep=True: 4 workers", "tp=2 dp=2 ep=True: 4 workers"):
         assert f"{case}, 21 parameters each byte-exact" in result.stdout, result.stdout
+    # vLLM's own Nemotron-H and DeepSeek-V3 classes: refused, their layers named
+    assert re.search(r"refused \S*nemotron_h: vLLM module model.layers.0.mixer: a Mamba-2 mixer",
+                     result.stdout), result.stdout
+    assert re.search(r"refused \S*deepseek_v3: vLLM module \S*mla_attn: MLA derives W_UK/W_UV",
+                     result.stdout), result.stdout

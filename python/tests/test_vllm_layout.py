@@ -266,3 +266,20 @@ def test_a_model_with_mla_is_refused():
     model.attn.mla_attn = mla
     with pytest.raises(ValueError, match="attn.mla_attn: MLA derives W_UK/W_UV from kv_b_proj"):
         engine_shards(model, SENT, 0)
+
+
+def test_layers_whose_storage_the_rules_would_get_wrong_are_refused():
+    # A merged layer (MergedColumnParallelLinear: output_sizes) splits each output over TP on its
+    # own; without packed_modules_mapping naming its parts it is not a plain column split.
+    model = tp_model(0)
+    model.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"]}
+    with pytest.raises(ValueError, match="gate_up_proj.weight: merged from 2 outputs"):
+        engine_shards(model, SENT, 0)
+    # vllm/model_executor/layers/mamba/mamba_mixer2.py MambaMixer2: A, conv1d, in_proj
+    model = tp_model(0)
+    mixer = torch.nn.Module()
+    mixer.A = torch.nn.Parameter(torch.zeros(4))
+    mixer.conv1d, mixer.in_proj = linear(4, 4), linear(4, 4)
+    model.mixer = mixer
+    with pytest.raises(ValueError, match="vLLM module mixer: a Mamba-2 mixer"):
+        engine_shards(model, SENT, 0)

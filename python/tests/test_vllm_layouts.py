@@ -15,23 +15,9 @@ import os
 
 from procs import run_ranks
 from sglang_harness import DEEPSEEK_V3, LLAMA, QWEN2, QWEN3, QWEN3_MOE
-from test_vllm import vllm_python
+from test_vllm import NEMOTRON_H, vllm_python
 
 WORKER = os.path.join(os.path.dirname(__file__), "vllm_layout_worker.py")
-
-# Nemotron-H's hybrid pattern at tiny widths: Mamba-2, MLP, attention, MLP, Mamba-2, MLP. The
-# checkpoints' own configs name the attention head size attention_head_dim; transformers'
-# NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
-NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
-              "hybrid_override_pattern": "M-*-M-", "num_hidden_layers": 6, "hidden_size": 32,
-              "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "head_dim": 8, "attention_head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
-              "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4, "expand": 2,
-              "chunk_size": 128, "mamba_hidden_act": "silu", "mlp_hidden_act": "relu2",
-              "attention_bias": False, "mlp_bias": False, "use_bias": False,
-              "mamba_proj_bias": False, "use_conv_bias": True, "residual_in_fp32": False,
-              "layer_norm_epsilon": 1e-5, "vocab_size": 1000, "tie_word_embeddings": False,
-              "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
 # vLLM needs tp to divide the 64-padded vocabulary and the KV heads to divide tp or tp them:
 # the SGLang tests' Llama (three KV heads, 1010 words) takes two KV heads here.

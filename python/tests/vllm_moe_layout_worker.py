@@ -5,7 +5,9 @@ Qwen3MoeForCausalLM is built at that rank (vllm_harness.py), ferry's boxes of it
 through ferry's fragment views, and every parameter must equal, byte for byte, what vLLM's own
 load_weights makes of the same checkpoint on a second copy of the model.
 
-    python vllm_moe_layout_worker.py DIR
+    python vllm_moe_layout_worker.py DIR [REFUSED_MODEL_DIR...]
+
+Then each REFUSED_MODEL_DIR's model (vLLM's own class at TP rank 1 of 2) must be refused by name.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 import ferry
 from ferry._vllm_layout import engine_shards
-from vllm_harness import build_qwen3_moe, checkpoint, differing, load_with_vllm
+from vllm_harness import build, build_qwen3_moe, checkpoint, differing, load_with_vllm
 
 # (tp, dp, expert parallelism): experts TP-sharded over tp, then over tp x dp (vLLM flattens MoE
 # TP across DP), then whole over tp and over tp x dp ranks (vLLM's linear placement: Qwen3-MoE
@@ -45,12 +47,25 @@ def check(directory: str, tp: int, dp: int, ep: bool) -> int:
     return len(list(model.parameters()))
 
 
+def check_refused(model_dir: str) -> str:
+    """What ferry's worker layout says of a TP2 worker of `model_dir`'s model that it must
+    refuse."""
+    model, _ = build(model_dir, 2, 1)
+    try:
+        engine_shards(model, {}, 0)
+    except ValueError as e:
+        return str(e)
+    raise AssertionError(f"ferry's worker layout took {model_dir}'s model")
+
+
 def main() -> int:
     torch.set_num_threads(1)
     for tp, dp, ep in CASES:
         count = check(sys.argv[1], tp, dp, ep)
         print(f"tp={tp} dp={dp} ep={ep}: {tp * dp} workers, {count} parameters each "
               "byte-exact", flush=True)
+    for model_dir in sys.argv[2:]:
+        print(f"refused {model_dir}: {check_refused(model_dir)}", flush=True)
     return 0
 
 
