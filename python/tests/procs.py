@@ -82,3 +82,23 @@ def assert_all_ok(results: list[Finished]) -> None:
     failed = [r for r in results if r.returncode != 0]
     assert not failed, "\n".join(f"--- rank {r.rank} exited {r.returncode}:\n{r.output}"
                                  for r in failed)
+
+
+def run_layout_cases(cases: list, argv_of_case, batch: int, python: str,
+                     deadline_s: float = 600.0) -> list[str]:
+    """Runs one process a case, `batch` at a time (each `argv_of_case(case)`, run by `python`).
+    A case is (model, spec, rank, ...), and its process must exit 0 having printed
+    "rank R: N parameters byte-exact". Returns what each case that did not printed."""
+    failed = []
+    for first in range(0, len(cases), batch):
+        group = cases[first:first + batch]
+        results = run_ranks(lambda case, _port: argv_of_case(group[case]), len(group),
+                            deadline_s=deadline_s, python=python)
+        for r in results:
+            _, spec, rank = group[r.rank][:3]
+            if r.returncode != 0:
+                failed.append(f"--- {spec} rank {rank} exited {r.returncode}:\n"
+                              f"{r.output[-3000:]}")
+            elif f"rank {rank}: " not in r.output or "parameters byte-exact" not in r.output:
+                failed.append(f"--- {spec} rank {rank} said no verdict:\n{r.output[-3000:]}")
+    return failed

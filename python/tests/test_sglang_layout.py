@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from procs import run_ranks
+from procs import run_layout_cases
 from sglang_harness import MODELS
 
 WORKER = os.path.join(os.path.dirname(__file__), "sglang_layout_worker.py")
@@ -104,20 +104,10 @@ def test_sglang_loads_its_checkpoint_where_ferrys_layout_says(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
 
-    failed = []
-    for first in range(0, len(CASES), BATCH):
-        batch = CASES[first:first + BATCH]
+    def argv(case):
+        model, spec, rank, server_args = case
+        return [WORKER, str(tmp_path / model), spec, str(rank), json.dumps(server_args),
+                MODELS[model][1]]
 
-        def argv(case, _port, batch=batch):
-            model, spec, rank, server_args = batch[case]
-            return [WORKER, str(tmp_path / model), spec, str(rank), json.dumps(server_args),
-                    MODELS[model][1]]
-
-        for r in run_ranks(argv, len(batch), deadline_s=600, python=python):
-            _, spec, rank, _ = batch[r.rank]
-            if r.returncode != 0:
-                failed.append(f"--- {spec} rank {rank} exited {r.returncode}:\n"
-                              f"{r.output[-3000:]}")
-            elif f"rank {rank}: " not in r.output or "parameters byte-exact" not in r.output:
-                failed.append(f"--- {spec} rank {rank} said no verdict:\n{r.output[-3000:]}")
+    failed = run_layout_cases(CASES, argv, BATCH, python)
     assert not failed, "\n".join(failed)

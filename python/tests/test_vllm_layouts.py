@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from procs import run_ranks
+from procs import run_layout_cases
 from sglang_harness import DEEPSEEK_V3, LLAMA, QWEN2, QWEN3, QWEN3_MOE
 from test_vllm import NEMOTRON_H, vllm_python
 
@@ -21,7 +21,9 @@ WORKER = os.path.join(os.path.dirname(__file__), "vllm_layout_worker.py")
 
 # vLLM needs tp to divide the 64-padded vocabulary and the KV heads to divide tp or tp them:
 # the SGLang tests' Llama (three KV heads, 1010 words) takes two KV heads here.
-MODELS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen3": QWEN3, "qwen2": QWEN2,
+MODELS = {"llama": dict(LLAMA, num_key_value_heads=2),
+          "llama_tied": dict(LLAMA, num_key_value_heads=2, tie_word_embeddings=True),
+          "qwen3": QWEN3, "qwen2": QWEN2,
           "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3,
           "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
           "nemotron_h": NEMOTRON_H}
@@ -35,12 +37,14 @@ CASES = [
     ("qwen2", "vllm:tp=2", 1, {"tp": 2}),
     # pipeline parallelism: the last stage's layer, norm and lm_head; tied Qwen3's first stage
     ("llama", "vllm:tp=2,pp=2", 2, {"tp": 2, "pp": 2}),
+    ("llama_tied", "vllm:tp=2,pp=2", 2, {"tp": 2, "pp": 2}),  # tied: the last stage's own copy
     ("qwen3", "vllm:tp=2,pp=2", 0, {"tp": 2, "pp": 2}),
     # MoE without expert parallelism: every expert's FFN over tp x dp = 4 ranks; with it, whole
     # experts over the 4; under PP, over the stage's own ranks
     ("qwen3_moe", "vllm:tp=2,dp=2", 3, {"tp": 2, "dp": 2}),
     ("qwen3_moe", "vllm:tp=2,dp=2,ep=4", 2, {"tp": 2, "dp": 2, "ep": True}),
     ("qwen3_moe", "vllm:tp=2,pp=2,ep=2", 3, {"tp": 2, "pp": 2, "ep": True}),
+    ("qwen3_moe", "vllm:tp=2,pp=2,dp=2,ep=4", 6, {"tp": 2, "pp": 2, "dp": 2, "ep": True}),
     # DeepSeek-V3: MLA's fused_qkv_a_proj, the shared expert over TP, the fp32 router bias
     ("deepseek_v3", "vllm:tp=2", 1, {"tp": 2}),
     # EP with tp and dp > 1 is sequence-parallel MoE: the shared expert whole on every rank
@@ -78,19 +82,9 @@ def test_vllm_loads_its_checkpoint_where_ferrys_layout_says(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
 
-    failed = []
-    for first in range(0, len(CASES), BATCH):
-        batch = CASES[first:first + BATCH]
+    def argv(case):
+        model, spec, rank, parallel = case
+        return [WORKER, str(tmp_path / model), spec, str(rank), json.dumps(parallel)]
 
-        def argv(case, _port, batch=batch):
-            model, spec, rank, parallel = batch[case]
-            return [WORKER, str(tmp_path / model), spec, str(rank), json.dumps(parallel)]
-
-        for r in run_ranks(argv, len(batch), deadline_s=600, python=python):
-            _, spec, rank, _ = batch[r.rank]
-            if r.returncode != 0:
-                failed.append(f"--- {spec} rank {rank} exited {r.returncode}:\n"
-                              f"{r.output[-3000:]}")
-            elif f"rank {rank}: " not in r.output or "parameters byte-exact" not in r.output:
-                failed.append(f"--- {spec} rank {rank} said no verdict:\n{r.output[-3000:]}")
+    failed = run_layout_cases(CASES, argv, BATCH, python)
     assert not failed, "\n".join(failed)

@@ -96,9 +96,7 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     TPxPPxDP engine builds it (with `redundant` > 0: under EPLB with that many redundant
     experts), its parameters zeroed, and the VllmConfig it was built under."""
     import vllm.distributed.parallel_state as parallel_state
-    from vllm.config import (DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig,
-                             set_current_vllm_config)
-    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.config import DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 
     parallel_state._TP = _group(tp_rank, tp)
     parallel_state._PP = _group(pp_rank, pp)
@@ -116,7 +114,16 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     if redundant:  # vLLM validates EPLB only for GPU platforms; its layers build it anywhere
         config.parallel_config.enable_eplb = True
         config.parallel_config.eplb_config.num_redundant_experts = redundant
-    cls, _ = get_model_architecture(model_config)
+    return instantiate(config), config
+
+
+def instantiate(config):
+    """The class `config.model_config` names, built under `config` in bf16 as vLLM's loader
+    builds it (model_loader/utils.py initialize_model), its parameters zeroed."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    cls, _ = get_model_architecture(config.model_config)
     with set_current_vllm_config(config):
         previous = torch.get_default_dtype()
         torch.set_default_dtype(DTYPE)
@@ -126,7 +133,7 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
             torch.set_default_dtype(previous)
     for p in model.parameters():
         p.data.zero_()
-    return model, config
+    return model
 
 
 def speculative_config(config):
@@ -144,23 +151,10 @@ def build_drafter(target, config):
     under `config` (build()'s), its parameters zeroed, and the VllmConfig it was built under."""
     import dataclasses
 
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.model_loader.utils import get_model_architecture
-
     speculative = speculative_config(config)
     draft_config = dataclasses.replace(config, speculative_config=speculative,
                                        model_config=speculative.draft_model_config)
-    cls, _ = get_model_architecture(speculative.draft_model_config)
-    with set_current_vllm_config(draft_config):
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(DTYPE)
-        try:
-            drafter = cls(vllm_config=draft_config, prefix="")
-        finally:
-            torch.set_default_dtype(previous)
-    for p in drafter.parameters():
-        p.data.zero_()
-    return drafter, draft_config
+    return instantiate(draft_config), draft_config
 
 
 def share_with_target(drafter, target, pp: int) -> None:
