@@ -241,6 +241,12 @@ def fill_buffers(layout, rank: int, weights: dict[str, torch.Tensor],
     return buffers
 
 
+def fragment_keys(layout, rank: int) -> list[tuple]:
+    """`rank`'s fragments in `layout` as sortable tuples, to compare two layouts of a rank."""
+    return sorted((f.tensor, tuple(f.lo), tuple(f.hi), f.buffer, f.byte_offset)
+                  for f in layout.fragments(rank))
+
+
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """`t`'s elements, in row-major order, as bytes."""
     return t.detach().contiguous().view(-1).view(torch.uint8)

@@ -11,8 +11,8 @@ and loads random checkpoint tensors through their own load_weights. ferry's
 layout of the same server (`ferry.Layout.preset(MODEL_DIR, SPEC)`) must name exactly the rank's
 parameters, size each as SGLang does, and place every checkpoint tensor's box where SGLang's
 loader put it: each parameter's bytes are compared with a buffer that ferry's fragments of the
-same tensors fill. Prints "rank R: N parameters byte-exact" and exits 0, or names what differs
-and exits 1.
+same tensors fill; and ferry.sglang_spec of SGLang's own ServerArgs must give that layout.
+Prints "rank R: N parameters byte-exact" and exits 0, or names what differs and exits 1.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import sys
 import torch
 
 import ferry
-from sglang_harness import (as_bytes, build_server, checkpoint, fill_buffers, load_server,
-                            sglang_rank)
+from sglang_harness import (as_bytes, build_server, checkpoint, fill_buffers, fragment_keys,
+                            load_server, sglang_rank)
 
 
 def differences(params: dict[str, torch.Tensor], layout: ferry.Layout, rank: int,
@@ -43,6 +43,23 @@ def differences(params: dict[str, torch.Tensor], layout: ferry.Layout, rank: int
     return problems
 
 
+def spec_problems(model_dir: str, layout: ferry.Layout, rank: int, server_args: dict,
+                  drafted: bool) -> list[str]:
+    """ferry.sglang_spec of SGLang's own ServerArgs of the case (with a draft beside the target:
+    --speculative-algorithm NEXTN) must give the layout the case names."""
+    from sglang.srt.server_args import ServerArgs
+
+    if drafted:
+        server_args = dict(server_args, speculative_algorithm="NEXTN")
+    args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
+                      load_format="dummy", **server_args)
+    derived = ferry.sglang_spec(args)
+    other = ferry.Layout.preset(model_dir, derived + ",expert_tensors=members")
+    if fragment_keys(other, rank) != fragment_keys(layout, rank):
+        return [f"ferry.sglang_spec of SGLang's ServerArgs gives {derived}, another layout"]
+    return []
+
+
 def main() -> int:
     model_dir, spec, rank, server_args, model_classes = sys.argv[1:6]
     rank = int(rank)
@@ -53,6 +70,8 @@ def main() -> int:
         load_server(models, weights)
         params = {name: p for model in models for name, p in model.named_parameters()}
     problems = differences(params, layout, rank, weights)
+    problems += spec_problems(model_dir, layout, rank, json.loads(server_args),
+                              "+" in model_classes)
     if problems:
         print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
         return 1

@@ -2,7 +2,8 @@
 environment tools/deps/vllm-venv.sh makes, named by FERRY_VLLM_VENV) builds one rank of a server
 with its own model class and loads random checkpoint tensors with its own load_weights; ferry's
 layout of that server must name the same parameters, size them alike and put every checkpoint
-byte where SGLang's loader put it (python/tests/sglang_layout_worker.py). The models are tiny
+byte where SGLang's loader put it, and ferry.sglang_spec of the case's ServerArgs must give that
+layout (python/tests/sglang_layout_worker.py). The models are tiny
 configs of the real architectures (sglang_harness.py); each case is one process on the CPU.
 """
 

@@ -1,11 +1,11 @@
 """ferry's vLLM layouts against vLLM itself: for each case, vLLM 0.33.0 (PyPI, in the environment
 tools/deps/vllm-venv.sh makes, named by FERRY_VLLM_VENV) builds one worker of an engine with the
 model class its config names (and the MTP drafter beside it where speculative decoding runs one)
-and loads random checkpoint tensors with its own load_weights;
-ferry's `vllm:` layout of that engine must name the same parameters, size them alike and put
-every checkpoint byte where vLLM's loaders put it (python/tests/vllm_layout_worker.py). The
-models are the tiny configs of the real architectures that the SGLang tests use
-(sglang_harness.py); each case is one process on the CPU.
+and loads random checkpoint tensors with its own load_weights; ferry's `vllm:` layout of that
+engine must name the same parameters, size them alike and put every checkpoint byte where vLLM's
+loaders put it, and ferry.vllm_spec of vLLM's own config objects must give that layout
+(python/tests/vllm_layout_worker.py). The models are tiny configs of the real architectures, most
+of them the SGLang tests' (sglang_harness.py); each case is one process on the CPU.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import sys
 
 import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import ferry
-from sglang_harness import as_bytes, checkpoint, fill_buffers
+from sglang_harness import as_bytes, checkpoint, fill_buffers, fragment_keys
 
 
 def store_transformed(layout: ferry.Layout, rank: int, weights: dict, buffers: dict) -> None:
@@ -53,18 +53,13 @@ def differences(params: dict, layout: ferry.Layout, rank: int, weights: dict) ->
     return problems
 
 
-def fragments(layout: ferry.Layout, rank: int) -> list[tuple]:
-    return sorted((f.tensor, tuple(f.lo), tuple(f.hi), f.buffer, f.byte_offset)
-                  for f in layout.fragments(rank))
-
-
 def spec_problems(model_dir: str, layout: ferry.Layout, rank: int, config, mtp: bool) -> list[str]:
     """ferry.vllm_spec of the engine's own ParallelConfig (and SpeculativeConfig with a
     drafter) must give the layout the case names."""
     speculative = vllm_harness.speculative_config(config) if mtp else None
     derived = ferry.vllm_spec(config.parallel_config, speculative_config=speculative)
     other = ferry.Layout.preset(model_dir, derived + ",expert_tensors=members")
-    if fragments(other, rank) != fragments(layout, rank):
+    if fragment_keys(other, rank) != fragment_keys(layout, rank):
         return [f"ferry.vllm_spec of vLLM's configs gives {derived}, another layout"]
     return []
 
