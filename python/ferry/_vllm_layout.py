@@ -196,9 +196,10 @@ def _expert_box(name: str, param: Any, piece: Piece,
 
 
 def _check_coverage(name: str, module: Any, param: Any, pieces: list[Piece],
-                    boxes: list[tuple[list[int], list[int]]]) -> None:
-    """Refuses a parameter its boxes do not fill as vLLM's loaders fill it."""
-    if hasattr(module, "expert_map_manager"):
+                    boxes: list[tuple[list[int], list[int]]], experts: bool) -> None:
+    """Refuses a parameter its boxes do not fill as vLLM's loaders fill it (`experts`: the
+    parameter is a RoutedExperts weight)."""
+    if experts:
         volume = sum(_volume(lo, hi) for lo, hi in boxes)
         if volume != param.numel():
             raise ValueError(f"vLLM parameter {name} {list(param.shape)} holds "
@@ -248,7 +249,8 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     for name, param in model.named_parameters():
         module = modules[name.rpartition(".")[0]]
         pieces = param_pieces(name, module, param, packed)
-        box_of = _expert_box if hasattr(module, "expert_map_manager") else _piece_box
+        experts = hasattr(module, "expert_map_manager")
+        box_of = _expert_box if experts else _piece_box
         boxes = []
         for piece in pieces:
             if piece.tensor not in source:
@@ -261,6 +263,6 @@ def engine_shards(model: Any, source: Mapping[str, Any],
             lo, hi = box_of(name, param, piece, tuple(sent.shape))
             boxes.append((lo, hi))
             shards.append(Shard(piece.tensor, tuple(sent.shape), param.dtype, lo, hi, rank, name))
-        _check_coverage(name, module, param, pieces, boxes)
+        _check_coverage(name, module, param, pieces, boxes, experts)
         buffers[name] = param.data
     return shards, buffers

@@ -247,6 +247,40 @@ def fragment_keys(layout, rank: int) -> list[tuple]:
                   for f in layout.fragments(rank))
 
 
+def layout_differences(engine: str, params: dict[str, torch.Tensor], layout, rank: int,
+                       expected: dict[str, torch.Tensor]) -> list[str]:
+    """What ferry's layout of `rank` says otherwise than the parameters `engine` loaded:
+    parameters one side lacks, sizes, and bytes against `expected` (fill_buffers' buffers)."""
+    buffers = {b.name: b for b in layout.buffers(rank)}
+    problems = [f"{engine} has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
+    problems += [f"ferry has {n}, {engine} does not" for n in sorted(set(buffers) - set(params))]
+    for name in sorted(set(params) & set(buffers)):
+        p, size = params[name], buffers[name].bytes
+        if p.numel() * p.element_size() != size:
+            problems.append(f"{name}: {engine} {tuple(p.shape)} {p.dtype}, ferry {size} bytes")
+        elif not torch.equal(as_bytes(p), expected[name]):
+            problems.append(f"{name}: bytes differ from ferry's fragments")
+    return problems
+
+
+def spec_mismatch(model_dir: str, layout, rank: int, derived: str, source: str) -> list[str]:
+    """[] when spec `derived` (what `source` read from the framework's own config objects) lays
+    `rank` out as `layout` does, else the problem."""
+    other = ferry.Layout.preset(model_dir, derived + ",expert_tensors=members")
+    if fragment_keys(other, rank) != fragment_keys(layout, rank):
+        return [f"{source} gives {derived}, another layout"]
+    return []
+
+
+def verdict(rank: int, spec: str, problems: list[str], parameters: int) -> int:
+    """Prints a layout worker's verdict on `rank`; its exit code."""
+    if problems:
+        print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
+        return 1
+    print(f"rank {rank}: {parameters} parameters byte-exact")
+    return 0
+
+
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """`t`'s elements, in row-major order, as bytes."""
     return t.detach().contiguous().view(-1).view(torch.uint8)

@@ -20,27 +20,9 @@ from __future__ import annotations
 import json
 import sys
 
-import torch
-
 import ferry
-from sglang_harness import (as_bytes, build_server, checkpoint, fill_buffers, fragment_keys,
-                            load_server, sglang_rank)
-
-
-def differences(params: dict[str, torch.Tensor], layout: ferry.Layout, rank: int,
-                weights: dict[str, torch.Tensor]) -> list[str]:
-    """What ferry's layout of `rank` says otherwise than the parameters SGLang loaded."""
-    buffers = {b.name: b for b in layout.buffers(rank)}
-    problems = [f"SGLang has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
-    problems += [f"ferry has {n}, SGLang does not" for n in sorted(set(buffers) - set(params))]
-    expected = fill_buffers(layout, rank, weights)
-    for name in sorted(set(params) & set(buffers)):
-        p, size = params[name], buffers[name].bytes
-        if p.numel() * p.element_size() != size:
-            problems.append(f"{name}: SGLang {tuple(p.shape)} {p.dtype}, ferry {size} bytes")
-        elif not torch.equal(as_bytes(p), expected[name]):
-            problems.append(f"{name}: bytes differ from ferry's fragments")
-    return problems
+from sglang_harness import (build_server, checkpoint, fill_buffers, layout_differences,
+                            load_server, sglang_rank, spec_mismatch, verdict)
 
 
 def spec_problems(model_dir: str, layout: ferry.Layout, rank: int, server_args: dict,
@@ -53,11 +35,8 @@ def spec_problems(model_dir: str, layout: ferry.Layout, rank: int, server_args: 
         server_args = dict(server_args, speculative_algorithm="NEXTN")
     args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
                       load_format="dummy", **server_args)
-    derived = ferry.sglang_spec(args)
-    other = ferry.Layout.preset(model_dir, derived + ",expert_tensors=members")
-    if fragment_keys(other, rank) != fragment_keys(layout, rank):
-        return [f"ferry.sglang_spec of SGLang's ServerArgs gives {derived}, another layout"]
-    return []
+    return spec_mismatch(model_dir, layout, rank, ferry.sglang_spec(args),
+                         "ferry.sglang_spec of SGLang's ServerArgs")
 
 
 def main() -> int:
@@ -69,14 +48,11 @@ def main() -> int:
         models = build_server(build, model_classes)  # the target, then any draft
         load_server(models, weights)
         params = {name: p for model in models for name, p in model.named_parameters()}
-    problems = differences(params, layout, rank, weights)
+    problems = layout_differences("SGLang", params, layout, rank,
+                                  fill_buffers(layout, rank, weights))
     problems += spec_problems(model_dir, layout, rank, json.loads(server_args),
                               "+" in model_classes)
-    if problems:
-        print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
-        return 1
-    print(f"rank {rank}: {len(layout.buffers(rank))} parameters byte-exact")
-    return 0
+    return verdict(rank, spec, problems, len(layout.buffers(rank)))
 
 
 if __name__ == "__main__":

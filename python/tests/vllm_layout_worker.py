@@ -24,7 +24,7 @@ import sys
 
 import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import ferry
-from sglang_harness import as_bytes, checkpoint, fill_buffers, fragment_keys
+from sglang_harness import checkpoint, fill_buffers, layout_differences, spec_mismatch, verdict
 
 
 def store_transformed(layout: ferry.Layout, rank: int, weights: dict, buffers: dict) -> None:
@@ -37,31 +37,12 @@ def store_transformed(layout: ferry.Layout, rank: int, weights: dict, buffers: d
             ferry.fragment_view(buffers[f.buffer], f, "fp32").copy_(-box.float().exp())
 
 
-def differences(params: dict, layout: ferry.Layout, rank: int, weights: dict) -> list[str]:
-    """What ferry's layout of `rank` says otherwise than the parameters vLLM loaded."""
-    buffers = {b.name: b for b in layout.buffers(rank)}
-    problems = [f"vLLM has {n}, ferry does not" for n in sorted(set(params) - set(buffers))]
-    problems += [f"ferry has {n}, vLLM does not" for n in sorted(set(buffers) - set(params))]
-    expected = fill_buffers(layout, rank, weights)
-    store_transformed(layout, rank, weights, expected)
-    for name in sorted(set(params) & set(buffers)):
-        p, size = params[name], buffers[name].bytes
-        if p.numel() * p.element_size() != size:
-            problems.append(f"{name}: vLLM {tuple(p.shape)} {p.dtype}, ferry {size} bytes")
-        elif not as_bytes(p).equal(expected[name]):
-            problems.append(f"{name}: bytes differ from ferry's fragments")
-    return problems
-
-
 def spec_problems(model_dir: str, layout: ferry.Layout, rank: int, config, mtp: bool) -> list[str]:
     """ferry.vllm_spec of the engine's own ParallelConfig (and SpeculativeConfig with a
     drafter) must give the layout the case names."""
     speculative = vllm_harness.speculative_config(config) if mtp else None
     derived = ferry.vllm_spec(config.parallel_config, speculative_config=speculative)
-    other = ferry.Layout.preset(model_dir, derived + ",expert_tensors=members")
-    if fragment_keys(other, rank) != fragment_keys(layout, rank):
-        return [f"ferry.vllm_spec of vLLM's configs gives {derived}, another layout"]
-    return []
+    return spec_mismatch(model_dir, layout, rank, derived, "ferry.vllm_spec of vLLM's configs")
 
 
 def main() -> int:
@@ -84,13 +65,11 @@ def main() -> int:
         vllm_harness.share_with_target(drafter, model, pp)
         shared = {id(p) for p in params.values()}  # the target's, under the drafter's names too
         params.update((n, p) for n, p in drafter.named_parameters() if id(p) not in shared)
-    problems = differences(params, layout, rank, weights)
+    expected = fill_buffers(layout, rank, weights)
+    store_transformed(layout, rank, weights, expected)
+    problems = layout_differences("vLLM", params, layout, rank, expected)
     problems += spec_problems(model_dir, layout, rank, config, parallel.get("mtp", False))
-    if problems:
-        print(f"rank {rank} under {spec}:\n  " + "\n  ".join(problems))
-        return 1
-    print(f"rank {rank}: {len(params)} parameters byte-exact")
-    return 0
+    return verdict(rank, spec, problems, len(params))
 
 
 if __name__ == "__main__":
