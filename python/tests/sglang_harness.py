@@ -1,7 +1,9 @@
 """SGLang's own model classes, built for one rank on the CPU as SGLang's ModelRunner builds
 them, tiny configs of the architectures ferry models, and random checkpoints: what
-python/tests/sglang_layout_worker.py and sglang_refit_worker.py share. Runs in the environment
-tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23); importing it needs torch and ferry.
+python/tests/sglang_layout_worker.py and sglang_refit_worker.py share; the configs,
+checkpoints and layout comparisons (fill_buffers, layout_differences, spec_mismatch, verdict)
+serve the vLLM layout worker too. Runs in the environment tools/deps/vllm-venv.sh makes (PyPI's
+SGLang 0.5.23); importing it needs torch and ferry, not SGLang.
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
 width from them (runtime_context.publish with SpawnRanks; world rank tp_size * pp_rank +
