@@ -32,13 +32,19 @@ loaders place checkpoint tensors into tensor-parallel shards:
 - anything else (norms, replicated layers): the whole tensor, same shape on both sides.
 
 A merged column-parallel layer (several outputs) that `packed_modules_mapping` does not name is
-refused, since each of its outputs is split over TP on its own. Refused as a whole: a model
-with Mamba-2 mixers (mamba_mixer2.py: in_proj and conv1d split segment by segment, A stored as
--exp(A_log)), and a model with MLA attention. MLA's `process_weights_after_loading` derives
-W_UK/W_UV from `kv_b_proj` (vllm/model_executor/layers/attention/mla_attention.py,
-`split_kv_b_proj`): views of its storage for an unquantized kv_b_proj in the activation dtype,
-copies otherwise (another dtype, quantized weights, the AMX and AITER backends), which an
-in-place refit would leave stale and which ferry cannot tell apart from here.
+refused, since each of its outputs is split over TP on its own. A model with Mamba-2 mixers
+(mamba_mixer2.py: in_proj and conv1d split segment by segment, A stored as -exp(A_log)) is refused
+as a whole.
+
+MLA attention (DeepSeek-V2/V3, Kimi-K2; vllm/model_executor/layers/attention/mla_attention.py,
+`MLAAttention.process_weights_after_loading`) derives its decode weights from `kv_b_proj` after
+loading: `split_kv_b_proj` reads kv_b_proj.weight (`get_and_maybe_dequant_weights`, which returns
+the weight itself when it is unquantized and already in the activation dtype), and W_UV =
+[L, N, V]^T and W_UK_T = [L, N, P] permuted are registered as parameters. There they are views of
+kv_b_proj.weight's bytes: ferry writes kv_b_proj and the views read the new weights, so they are
+not buffers of their own. Where vLLM keeps copies instead (another dtype, the AMX backend's packed
+weights, the AITER BMMs' W_K/W_V, DCP query replication's gathered W_UK_T_dcp_qrep) an in-place
+refit would leave them stale, and the module is refused by name.
 
 Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/models/llama.py:
 {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}). The
@@ -222,19 +228,59 @@ def _volume(lo: list[int], hi: list[int]) -> int:
     return volume
 
 
-def _refuse_unsupported(modules: Mapping[str, Any]) -> None:
-    """Refuses the layers whose storage the rules above would get wrong."""
+# MLAAttention's weights derived from kv_b_proj: views of it, or copies (mla_attention.py).
+_MLA_VIEWS = ("W_UV", "W_UK_T")
+_MLA_COPIES = ("W_K", "W_V", "W_UK_T_dcp_qrep")
+
+
+def _byte_range(tensor: Any) -> tuple[int, int]:
+    """The addresses `tensor`'s elements span, [first byte, past the last)."""
+    start = tensor.data_ptr()
+    if tensor.numel() == 0:
+        return start, start
+    last = sum((n - 1) * stride for n, stride in zip(tensor.shape, tensor.stride()))
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _mla_views(name: str, module: Any) -> list[Any]:
+    """The weights MLA attention `module` derived from kv_b_proj as views of its bytes (none
+    before vLLM processed the loaded weights); ValueError where it keeps copies."""
+    if getattr(module, "is_amx_bmm_enabled", False):
+        raise ValueError(f"vLLM module {name}: the AMX MLA backend packs its own copies of "
+                         "W_UK/W_UV and releases kv_b_proj's weight "
+                         "(vllm/v1/attention/backends/mla/amx_mla.py); not supported")
+    lo, hi = _byte_range(module.kv_b_proj.weight)
+    views, copies = [], [a for a in _MLA_COPIES if getattr(module, a, None) is not None]
+    for attr in _MLA_VIEWS:
+        derived = getattr(module, attr, None)
+        if derived is not None:
+            start, stop = _byte_range(derived)
+            if lo <= start and stop <= hi:
+                views.append(derived)
+            else:
+                copies.append(attr)
+    if copies:
+        raise ValueError(f"vLLM module {name}: MLA keeps {', '.join(copies)} as copies of "
+                         "kv_b_proj (a kv_b_proj quantized or not in the activation dtype, or "
+                         "a backend that repacks them), which an in-place refit would leave "
+                         "stale; ferry refits MLA where W_UK_T and W_UV are views of "
+                         "kv_b_proj.weight (mla_attention.py, split_kv_b_proj)")
+    return views
+
+
+def _derived_views(modules: Mapping[str, Any]) -> set[int]:
+    """The ids of parameters vLLM derived as views of parameters ferry writes (MLA's W_UV and
+    W_UK_T); refuses the layers whose storage the rules above would get wrong."""
+    views = set()
     for name, module in modules.items():
         if hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading"):
-            raise ValueError(f"vLLM module {name}: MLA derives W_UK/W_UV from kv_b_proj after "
-                             "loading (vllm/model_executor/layers/attention/mla_attention.py), "
-                             "as copies an in-place refit would leave stale where the dtype or "
-                             "backend calls for them; MLA models are not supported")
+            views.update(id(v) for v in _mla_views(name, module))
         if all(hasattr(module, a) for a in ("A", "conv1d", "in_proj")):
             raise ValueError(f"vLLM module {name}: a Mamba-2 mixer splits in_proj and conv1d "
                              "segment by segment and keeps A = -exp(A_log) "
                              "(vllm/model_executor/layers/mamba/mamba_mixer2.py); not supported "
                              "here (the vllm: layouts model it)")
+    return views
 
 
 def engine_shards(model: Any, source: Mapping[str, Any],
@@ -244,9 +290,11 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     `shape` and `dtype`), and the parameter storage behind each buffer (`param.data`)."""
     packed = getattr(model, "packed_modules_mapping", None) or {}
     modules = dict(model.named_modules())
-    _refuse_unsupported(modules)
+    views = _derived_views(modules)
     shards, buffers = [], {}
     for name, param in model.named_parameters():
+        if id(param) in views:
+            continue
         module = modules[name.rpartition(".")[0]]
         pieces = param_pieces(name, module, param, packed)
         experts = hasattr(module, "expert_map_manager")

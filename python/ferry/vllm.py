@@ -20,7 +20,8 @@ as its `ParamMeta` (owners, mesh, Shard/Replicate placements) declares it: vLLM'
 over an FSDP2/DTensor module, or a Megatron-style source yielding each rank's tensor-parallel
 shards under checkpoint (Hugging Face) names, and each expert it holds under that expert's names.
 Every trainer rank sends its own shards; no rank gathers the full model. The workers' boxes
-follow vLLM's loaders (ferry._vllm_layout), MoE layers' expert slots included.
+follow vLLM's loaders (ferry._vllm_layout), MoE layers' expert slots included; MLA's W_UV and
+W_UK_T are views of kv_b_proj that each update reaches through it.
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
 worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank

@@ -3,9 +3,11 @@ PyPI in the environment tools/deps/vllm-venv.sh makes (named by FERRY_VLLM_VENV)
 creating ferry's engines, a TP2 Megatron-style trainer (2 processes) refitting two TP2 vLLM
 replicas (4 processes), three steps; every worker checks every parameter byte for byte against
 what vLLM's loaders make of that step's checkpoint (vllm_worker.py). Once with a Llama built
-from vLLM's own layers, once with vLLM's own Qwen3-MoE class under expert parallelism; and the
-MoE worker layout of several engine configurations against vLLM's load_weights
-(vllm_moe_layout_worker.py). Skipped, saying so, where the environment is missing. Slow: rank
+from vLLM's own layers, once each with vLLM's own Qwen3-MoE and DeepSeek-V3 (MLA) classes under
+expert parallelism; and the
+worker layouts of Qwen3-MoE and DeepSeek-V3 (MLA's derived weights included) in several engine
+configurations, refitted in place, against vLLM's load_weights (vllm_moe_layout_worker.py).
+Skipped, saying so, where the environment is missing. Slow: rank
 processes import vLLM and torch (about 1-2 minutes each on 2 idle cores, //python:vllm_test);
 children are killed at the deadline."""
 
@@ -47,7 +49,8 @@ def vllm_python() -> str:
     return python
 
 
-@pytest.mark.parametrize("model,parameters", [("llama", 15), ("qwen3_moe", 21)])
+@pytest.mark.parametrize("model,parameters", [("llama", 15), ("qwen3_moe", 21),
+                                              ("deepseek_v3", 31)])
 def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, parameters):
     python = vllm_python()
     results = run_ranks(lambda rank, port: [WORKER, str(rank), str(port), str(tmp_path), model],
@@ -64,20 +67,23 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
 def test_moe_worker_layouts_match_vllms_own_loaders(tmp_path):
     python = vllm_python()
     layout_worker = os.path.join(os.path.dirname(__file__), "vllm_moe_layout_worker.py")
-    refused = {"nemotron_h": NEMOTRON_H, "deepseek_v3": DEEPSEEK_V3}
-    for name, config in refused.items():
+    for name, config in {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H}.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
-    result = subprocess.run([python, layout_worker, str(tmp_path),
-                             *(str(tmp_path / name) for name in refused)],
+    result = subprocess.run([python, layout_worker, str(tmp_path), str(tmp_path / "deepseek_v3"),
+                             str(tmp_path / "nemotron_h")],
                             capture_output=True, text=True, timeout=300,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     for case in ("tp=2 dp=1 ep=False: 2 workers", "tp=2 dp=2 ep=False: 4 workers",
                  "tp=4 dp=1 ep=True: 4 workers", "tp=2 dp=2 ep=True: 4 workers"):
-        assert f"{case}, 21 parameters each byte-exact" in result.stdout, result.stdout
-    # vLLM's own Nemotron-H and DeepSeek-V3 classes: refused, their layers named
+        assert f"qwen3_moe {case}, 21 parameters each byte-exact" in result.stdout, result.stdout
+    # DeepSeek-V3's 27 parameters and, in each of its 2 MLA layers, W_UV and W_UK_T
+    for case in ("deepseek_v3 tp=2 dp=1 ep=False: 2 workers",
+                 "deepseek_v3 tp=2 dp=2 ep=True: 4 workers"):
+        assert f"{case}, 31 parameters each byte-exact" in result.stdout, result.stdout
+    # vLLM's own MLA weights derived as copies, and its own Nemotron-H: refused, layers named
+    assert re.search(r"refused MLA copies: vLLM module \S*mla_attn: MLA keeps W_UV, W_UK_T as "
+                     "copies of kv_b_proj", result.stdout), result.stdout
     assert re.search(r"refused \S*nemotron_h: vLLM module model.layers.0.mixer: a Mamba-2 mixer",
-                     result.stdout), result.stdout
-    assert re.search(r"refused \S*deepseek_v3: vLLM module \S*mla_attn: MLA derives W_UK/W_UV",
                      result.stdout), result.stdout

@@ -257,14 +257,44 @@ def test_expert_layouts_ferry_cannot_keep_are_refused():
         engine_shards(experts_model([0, 1, 2, 3]), narrow, 0)
 
 
-def test_a_model_with_mla_is_refused():
-    # vLLM's MLAAttention derives W_UK/W_UV from kv_b_proj in process_weights_after_loading.
+def mla_model(derive):
+    """tp_model(0) with an MLA attention module whose kv_b_proj is attn.o_proj (4 x 4: 2 heads
+    of qk_nope 1 and v 1 over kv_lora_rank 4) and W_UV, W_UK_T made by `derive` from
+    kv_b_proj.weight as vLLM's MLAAttention.process_weights_after_loading makes them
+    (mla_attention.py: split_kv_b_proj, then (L, N, V) -> (N, L, V) and (L, N, P) -> (N, P, L))."""
     model = tp_model(0)
     mla = torch.nn.Module()
     mla.kv_b_proj = model.attn.o_proj
     mla.process_weights_after_loading = lambda dtype: None
+    w_uk, w_uv = derive(mla.kv_b_proj.weight).T.view(4, 2, 2).split([1, 1], dim=-1)
+    mla.W_UV = torch.nn.Parameter(w_uv.transpose(0, 1), requires_grad=False)
+    mla.W_UK_T = torch.nn.Parameter(w_uk.permute(1, 2, 0), requires_grad=False)
     model.attn.mla_attn = mla
-    with pytest.raises(ValueError, match="attn.mla_attn: MLA derives W_UK/W_UV from kv_b_proj"):
+    return model
+
+
+def test_mla_decode_weights_viewing_kv_b_proj_follow_its_writes():
+    model = mla_model(lambda weight: weight)
+    shards, buffers = engine_shards(model, SENT, 0)
+    assert "attn.mla_attn.W_UV" not in buffers and "attn.mla_attn.W_UK_T" not in buffers
+    assert [s.name for s in shards if s.buffer == "attn.o_proj.weight"] == ["attn.o_proj.weight"]
+    buffers["attn.o_proj.weight"].copy_(torch.arange(16.0).view(4, 4))  # a refit's write
+    # W_UV[n, l, 0] = kv_b_proj.weight[2n + 1, l]; W_UK_T[n, 0, l] = kv_b_proj.weight[2n, l]
+    assert model.attn.mla_attn.W_UV[1, :, 0].tolist() == [12.0, 13.0, 14.0, 15.0]
+    assert model.attn.mla_attn.W_UK_T[0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_mla_weights_vllm_keeps_as_copies_are_refused():
+    model = mla_model(lambda weight: weight.float())  # activations in another dtype: copies
+    with pytest.raises(ValueError, match="attn.mla_attn: MLA keeps W_UV, W_UK_T as copies"):
+        engine_shards(model, SENT, 0)
+    model = mla_model(lambda weight: weight)
+    model.attn.mla_attn.W_UK_T_dcp_qrep = torch.zeros(2)  # DCP's all-gathered W_UK_T
+    with pytest.raises(ValueError, match="MLA keeps W_UK_T_dcp_qrep as copies"):
+        engine_shards(model, SENT, 0)
+    model = mla_model(lambda weight: weight)
+    model.attn.mla_attn.is_amx_bmm_enabled = True
+    with pytest.raises(ValueError, match="the AMX MLA backend packs its own copies"):
         engine_shards(model, SENT, 0)
 
 

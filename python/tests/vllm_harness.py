@@ -184,6 +184,20 @@ def load_with_vllm(model, config, weights: dict[str, torch.Tensor]) -> None:
         model.load_weights(iter(weights.items()))
 
 
+def process_mla(model, act_dtype=DTYPE) -> int:
+    """What vLLM's loader does to MLA attention once the weights are loaded
+    (model_loader/utils.py `process_weights_after_loading` calls each MLAAttention's): W_UV and
+    W_UK_T derived from kv_b_proj for activations in `act_dtype`, on the CPU MLA backend. The
+    rest of that step needs vLLM's compiled CPU kernels, which PyPI's vLLM lacks. Returns the
+    number of MLA layers."""
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    layers = [m for m in model.modules() if isinstance(m, MLAAttention)]
+    for layer in layers:
+        layer.process_weights_after_loading(act_dtype)
+    return len(layers)
+
+
 def differing(model, expected) -> list[str]:
     """Names of `model`'s parameters whose bytes differ from `expected`'s."""
     want = dict(expected.named_parameters())

@@ -1,13 +1,16 @@
-"""ferry.vllm's worker layout of a MoE model against vLLM itself, one process (the vLLM
-environment's python): for each engine configuration and each of its workers, vLLM's own
-Qwen3MoeForCausalLM is built at that rank (vllm_harness.py), ferry's boxes of its parameters
-(ferry._vllm_layout.engine_shards) are laid out by ferry's Layout and filled from a checkpoint
-through ferry's fragment views, and every parameter must equal, byte for byte, what vLLM's own
-load_weights makes of the same checkpoint on a second copy of the model.
+"""ferry.vllm's worker layout of MoE models against vLLM itself, one process (the vLLM
+environment's python): for each engine configuration and each of its workers, vLLM's own model
+class is built at that rank (vllm_harness.py) and serves one checkpoint (loaded by vLLM's
+load_weights, MLA's decode weights derived as vLLM's loader derives them); then ferry's boxes of
+its parameters (ferry._vllm_layout.engine_shards) are laid out by ferry's Layout and a second
+checkpoint is written through ferry's fragment views, in place. Every parameter must then equal,
+byte for byte, what vLLM's own load_weights (and MLA processing) makes of the second checkpoint
+on a fresh copy of the model: for DeepSeek-V3 that includes MLA's W_UV and W_UK_T.
 
-    python vllm_moe_layout_worker.py DIR [REFUSED_MODEL_DIR...]
+    python vllm_moe_layout_worker.py DIR DEEPSEEK_V3_DIR [REFUSED_MODEL_DIR...]
 
-Then each REFUSED_MODEL_DIR's model (vLLM's own class at TP rank 1 of 2) must be refused by name.
+Then vLLM's DeepSeek-V3 with its MLA weights derived for fp32 activations (copies of kv_b_proj),
+and each REFUSED_MODEL_DIR's model (vLLM's own class at TP rank 1 of 2), must be refused by name.
 """
 
 from __future__ import annotations
@@ -17,55 +20,90 @@ import types
 
 import torch
 
+import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import ferry
 from ferry._vllm_layout import engine_shards
-from vllm_harness import build, build_qwen3_moe, checkpoint, differing, load_with_vllm
+from sglang_harness import checkpoint as random_checkpoint
 
 # (tp, dp, expert parallelism): experts TP-sharded over tp, then over tp x dp (vLLM flattens MoE
 # TP across DP), then whole over tp and over tp x dp ranks (vLLM's linear placement: Qwen3-MoE
 # has no expert groups, without which vLLM falls back from round-robin to it).
-CASES = [(2, 1, False), (2, 2, False), (4, 1, True), (2, 2, True)]
+QWEN3_MOE_CASES = [(2, 1, False), (2, 2, False), (4, 1, True), (2, 2, True)]
+# DeepSeek-V3: TP2, and TP2 x DP2 with expert parallelism, where vLLM's sequence-parallel MoE
+# keeps the shared expert whole on every rank.
+DEEPSEEK_V3_CASES = [(2, 1, False), (2, 2, True)]
 
 
-def check(directory: str, tp: int, dp: int, ep: bool) -> int:
-    weights = checkpoint(0)
+def serve(model, config, weights: dict[str, torch.Tensor]) -> None:
+    """`model` as a vLLM engine holds it after loading `weights`."""
+    vllm_harness.load_with_vllm(model, config, weights)
+    vllm_harness.process_mla(model)
+
+
+def refit_in_place(model, weights: dict[str, torch.Tensor], rank: int) -> None:
+    """`weights` written into `model`'s parameters where ferry's worker layout places them."""
     sent = {n: types.SimpleNamespace(shape=t.shape, dtype=t.dtype) for n, t in weights.items()}
+    shards, buffers = engine_shards(model, sent, rank)
+    layout = ferry.Layout.from_shards(shards)
+    dtypes = {t.name: t.dtype for t in layout.tensors}
+    for f in layout.fragments(rank):
+        box = tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))
+        ferry.fragment_view(buffers[f.buffer], f, dtypes[f.tensor]).copy_(weights[f.tensor][box])
+
+
+def check(build, before: dict, after: dict, tp: int, dp: int, ep: bool) -> int:
+    """Every worker of the engine refitted from `before` to `after` against vLLM; `build(tp,
+    tp_rank, dp, dp_rank, ep)` makes a worker's model. Returns the parameters a worker has."""
     for dp_rank in range(dp):
         for tp_rank in range(tp):
             rank = dp_rank * tp + tp_rank
-            model, _ = build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep)
-            shards, buffers = engine_shards(model, sent, rank)
-            for f in ferry.Layout.from_shards(shards).fragments(rank):
-                box = tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))
-                ferry.fragment_view(buffers[f.buffer], f, "bf16").copy_(weights[f.tensor][box])
-            expected, config = build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep)
-            load_with_vllm(expected, config, weights)
-            wrong = differing(model, expected)
+            model, config = build(tp, tp_rank, dp, dp_rank, ep)
+            serve(model, config, before)
+            refit_in_place(model, after, rank)
+            expected, config = build(tp, tp_rank, dp, dp_rank, ep)
+            serve(expected, config, after)
+            wrong = vllm_harness.differing(model, expected)
             if wrong:
                 raise AssertionError(f"tp={tp} dp={dp} ep={ep}, worker {rank}: "
                                      f"{wrong} differ from vLLM's load_weights")
     return len(list(model.parameters()))
 
 
-def check_refused(model_dir: str) -> str:
-    """What ferry's worker layout says of a TP2 worker of `model_dir`'s model that it must
-    refuse."""
-    model, _ = build(model_dir, 2, 1)
+def refusal(model, where: str) -> str:
+    """What ferry's worker layout says of `model`, which it must refuse."""
     try:
         engine_shards(model, {}, 0)
     except ValueError as e:
         return str(e)
-    raise AssertionError(f"ferry's worker layout took {model_dir}'s model")
+    raise AssertionError(f"ferry's worker layout took {where}")
 
 
 def main() -> int:
     torch.set_num_threads(1)
-    for tp, dp, ep in CASES:
-        count = check(sys.argv[1], tp, dp, ep)
-        print(f"tp={tp} dp={dp} ep={ep}: {tp * dp} workers, {count} parameters each "
-              "byte-exact", flush=True)
-    for model_dir in sys.argv[2:]:
-        print(f"refused {model_dir}: {check_refused(model_dir)}", flush=True)
+    directory, deepseek_dir = sys.argv[1:3]
+
+    def qwen3_moe(*where):
+        return vllm_harness.build_qwen3_moe(directory, *where)
+
+    def deepseek_v3(*where):
+        return vllm_harness.build(deepseek_dir, *where)
+
+    tensors = ferry.Layout.preset(deepseek_dir, "vllm:tp=2,expert_tensors=members").tensors
+    models = [("qwen3_moe", qwen3_moe, QWEN3_MOE_CASES,
+               vllm_harness.checkpoint(0), vllm_harness.checkpoint(1)),
+              ("deepseek_v3", deepseek_v3, DEEPSEEK_V3_CASES,
+               random_checkpoint(tensors, 1), random_checkpoint(tensors, 2))]
+    for name, build, cases, before, after in models:
+        for tp, dp, ep in cases:
+            count = check(build, before, after, tp, dp, ep)
+            print(f"{name} tp={tp} dp={dp} ep={ep}: {tp * dp} workers, {count} parameters "
+                  "each byte-exact", flush=True)
+    model, _ = vllm_harness.build(deepseek_dir, 2, 1)
+    vllm_harness.process_mla(model, torch.float32)
+    print(f"refused MLA copies: {refusal(model, 'MLA weights derived as fp32 copies')}")
+    for model_dir in sys.argv[3:]:
+        model, _ = vllm_harness.build(model_dir, 2, 1)
+        print(f"refused {model_dir}: {refusal(model, model_dir)}", flush=True)
     return 0
 
 

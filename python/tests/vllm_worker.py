@@ -12,12 +12,17 @@ RowParallelLinear, VocabParallelEmbedding, ParallelLMHead) on the CPU, named as 
 them; norms are plain parameters, as in vLLM's RMSNorm. With `qwen3_moe` it is vLLM's own
 Qwen3MoeForCausalLM (vllm_harness.py) with expert parallelism over the 4 workers, each
 holding 2 of the 8 experts of every layer whole, and the trainer holds its experts as Megatron's
-expert parallelism does: trainer rank r the r-th half of them, whole. Each worker's engine comes
+expert parallelism does: trainer rank r the r-th half of them, whole. With `deepseek_v3` it is
+vLLM's own DeepseekV3ForCausalLM (sglang_harness.DEEPSEEK_V3's tiny widths: MLA, 256 experts,
+a shared expert kept whole by vLLM's sequence-parallel MoE) serving as vLLM serves it, MLA's
+W_UV and W_UK_T derived from kv_b_proj, and those must follow every update too; the trainer
+holds MLA's down projections (q_a_proj, kv_a_proj_with_mqa) whole, as Megatron does. Each
+worker's engine comes
 from vLLM's `WeightTransferEngineFactory`. After every update a worker loads the same step's full
 checkpoint into a second copy of its model through vLLM's own weight loaders and requires every
 parameter of the refitted model to equal it byte for byte.
 
-    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe]
+    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3]
 """
 
 from __future__ import annotations
@@ -42,48 +47,64 @@ from vllm.distributed.weight_transfer import (ParamMeta, Shard, WeightSource,
 
 import ferry
 import ferry.vllm
+from sglang_harness import DEEPSEEK_V3
+from sglang_harness import checkpoint as random_checkpoint
 from tiny_llama import llama_shapes  # examples/tiny_llama.py, on PYTHONPATH
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS = 16, 8, 1, 2, 24, 100, 2
 TRAINERS, STEPS, AUTH = 2, 3, b"ferry-vllm-test"
 TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank holds it)
 DTYPE = torch.bfloat16
-MODEL = "llama"  # or "qwen3_moe": set from the command line
+MODEL, DIR = "llama", ""  # or "qwen3_moe", "deepseek_v3"; and the test's directory: from argv
+# What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
+HARNESS_MODELS = ("qwen3_moe", "deepseek_v3")
 
 
-def checkpoint_shapes() -> dict[str, tuple[int, ...]]:
-    if MODEL == "qwen3_moe":
-        return vllm_harness.checkpoint_shapes()
-    return llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
+def deepseek_v3_dir() -> str:
+    return vllm_harness.write_config(os.path.join(DIR, "deepseek-v3"), DEEPSEEK_V3)
+
+
+def deepseek_v3_tensors():
+    return ferry.Layout.preset(deepseek_v3_dir(), "vllm:tp=2,expert_tensors=members").tensors
 
 
 def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
     if MODEL == "qwen3_moe":
         return vllm_harness.checkpoint(step)
+    if MODEL == "deepseek_v3":
+        return random_checkpoint(deepseek_v3_tensors(), seed=3000 + step)
     g = torch.Generator().manual_seed(1000 + step)
-    return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in checkpoint_shapes().items()}
+    shapes = llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
+    return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in shapes.items()}
+
+
+def experts() -> int:
+    return DEEPSEEK_V3["n_routed_experts"] if MODEL == "deepseek_v3" else vllm_harness.EXPERTS
 
 
 def megatron_dim(name: str) -> int | None:
     """The dim Megatron's TP shards a tensor on (None: replicated)."""
     if name.endswith(("o_proj.weight", "down_proj.weight")):
         return 1
-    return None if "norm" in name or name.endswith("mlp.gate.weight") else 0
+    replicated = ("mlp.gate.weight", "e_score_correction_bias", "q_a_proj.weight",
+                  "kv_a_proj_with_mqa.weight")
+    return None if "norm" in name or name.endswith(replicated) else 0
 
 
-def trainer_meta(name: str, shape: tuple[int, ...]) -> ParamMeta:
+def trainer_meta(name: str, tensor: torch.Tensor) -> ParamMeta:
     """How the TP2 trainer holds `name`: an expert whole on the rank owning its half of the
     experts (Megatron's expert parallelism), anything else as megatron_dim shards it."""
-    parts = name.split(".")
+    parts, shape = name.split("."), tuple(tensor.shape)
     if "experts" in parts:
         expert = int(parts[parts.index("experts") + 1])
-        owner = expert * TRAINERS // vllm_harness.EXPERTS
-        return ParamMeta(name, DTYPE, shape, owners=(owner,))
+        owner = expert * TRAINERS // experts()
+        return ParamMeta(name, tensor.dtype, shape, owners=(owner,))
     dim = megatron_dim(name)
     if dim is None:
-        return ParamMeta(name, DTYPE, shape)
-    return ParamMeta(name, DTYPE, shape, owners=tuple(range(TRAINERS)), placements=(Shard(dim),))
+        return ParamMeta(name, tensor.dtype, shape)
+    return ParamMeta(name, tensor.dtype, shape, owners=tuple(range(TRAINERS)),
+                     placements=(Shard(dim),))
 
 
 class MegatronTP2Source(WeightSource):
@@ -96,7 +117,7 @@ class MegatronTP2Source(WeightSource):
 
     @cached_property
     def metadata(self) -> list[ParamMeta]:
-        return [trainer_meta(name, shape) for name, shape in checkpoint_shapes().items()]
+        return [trainer_meta(name, tensor) for name, tensor in checkpoint(0).items()]
 
     def step(self, step: int) -> None:
         metas = {m.name: m for m in self.metadata}
@@ -240,6 +261,8 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     """The worker's model and the vLLM config it was built under."""
     if MODEL == "qwen3_moe":
         return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True)
+    if MODEL == "deepseek_v3":
+        return vllm_harness.build(deepseek_v3_dir(), tp, tp_rank, dp, dp_rank, ep=True)
     parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
                               data_parallel_rank=dp_rank)
     parallel.rank = tp_rank
@@ -249,8 +272,9 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
 
 def verify(model, where: tuple, step: int, rank: int) -> str:
     expected, config = worker_model(*where)
-    if MODEL == "qwen3_moe":
+    if MODEL in HARNESS_MODELS:
         vllm_harness.load_with_vllm(expected, config, checkpoint(step))
+        vllm_harness.process_mla(expected)
     else:
         load_with_vllm(expected, checkpoint(step))
     wrong = vllm_harness.differing(model, expected)
@@ -265,6 +289,7 @@ def worker(args, tp: int, dp: int) -> None:
     dp_rank, tp_rank = divmod(index, tp)
     where = (args.dir, tp_rank, tp, dp_rank, dp)
     model, vllm_config = worker_model(*where)
+    vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
     engine = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
     assert isinstance(engine, ferry.vllm.FerryWeightTransferEngine)
@@ -306,10 +331,10 @@ def main() -> int:
     parser.add_argument("rank", type=int)
     parser.add_argument("port", type=int)
     parser.add_argument("dir")
-    parser.add_argument("model", nargs="?", default="llama", choices=["llama", "qwen3_moe"])
+    parser.add_argument("model", nargs="?", default="llama", choices=["llama", *HARNESS_MODELS])
     args = parser.parse_args()
-    global MODEL
-    MODEL = args.model
+    global MODEL, DIR
+    MODEL, DIR = args.model, args.dir
     torch.set_num_threads(1)
     ferry.vllm.register()
     if args.rank < TRAINERS:
