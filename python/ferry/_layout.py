@@ -20,7 +20,12 @@ class Shard:
     """One local tensor a rank holds: the global tensor's name, shape and dtype, the box
     [lo, hi) of it this tensor holds, the rank, and the buffer it lives in (default: its name).
     The box's elements are stored contiguous row-major, one after the other in the buffer in the
-    order the shards are listed."""
+    order the shards are listed.
+
+    `transform` names what a destination stores instead of the elements themselves, an element
+    function the refit applies as it writes them: "" (the elements, in `dtype`) or "neg_exp"
+    (fp32 -exp(x) of each, as vLLM keeps Mamba-2's A from the checkpoint's A_log; `dtype` is
+    then the sender's). Every shard of a tensor in one layout must name the same transform."""
 
     name: str
     shape: Sequence[int]
@@ -29,6 +34,7 @@ class Shard:
     hi: Sequence[int]
     rank: int
     buffer: str | None = None
+    transform: str = ""
 
 
 class TensorInfo(NamedTuple):
@@ -100,7 +106,7 @@ class Layout:
         for s in shards:
             s = s if isinstance(s, Shard) else Shard(**s)
             rows.append((s.name, list(s.shape), dtype_name(s.dtype), list(s.lo), list(s.hi),
-                         int(s.rank), s.buffer or ""))
+                         int(s.rank), s.buffer or "", s.transform))
         return Layout(_ferry.Layout.from_shards(rows))
 
     @staticmethod
@@ -147,6 +153,13 @@ class Layout:
     def tensors(self) -> list[TensorInfo]:
         """The logical tensors: name, global shape and ferry dtype name."""
         return [TensorInfo(n, tuple(s), d) for n, s, d in self._impl.tensors()]
+
+    @property
+    def stored_dtypes(self) -> dict[str, str]:
+        """The tensors whose fragments hold a transform of their elements rather than the
+        elements (Shard.transform; vLLM's Mamba A in the `vllm:` presets), each with the dtype
+        its fragments' elements are stored in: what fragment_view and register take there."""
+        return {name: dtype for name, _, dtype in self._impl.transforms()}
 
     def buffers(self, rank: int | None = None) -> list[BufferInfo]:
         """The buffers (of every rank, or of `rank`): what each rank registers before a run."""

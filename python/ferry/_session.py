@@ -100,7 +100,7 @@ class Session:
             s = s if isinstance(s, Shard) else Shard(**{"rank": self.rank, **s})
             mine.append({"name": s.name, "shape": list(s.shape), "dtype": dtype_name(s.dtype),
                          "lo": list(s.lo), "hi": list(s.hi), "rank": int(s.rank),
-                         "buffer": s.buffer})
+                         "buffer": s.buffer, "transform": s.transform})
         gathered = self._impl.all_gather(json.dumps(mine))
         return [Shard(**row) for value in gathered for row in json.loads(value)]
 
@@ -228,7 +228,7 @@ class Refit:
 
 
 def _buffer_dtypes(layout: Layout, rank: int) -> dict[str, set[str]]:
-    dtypes = {t.name: t.dtype for t in layout.tensors}
+    dtypes = {t.name: t.dtype for t in layout.tensors} | layout.stored_dtypes
     out: dict[str, set[str]] = {}
     for f in layout.fragments(rank):
         out.setdefault(f.buffer, set()).add(dtypes[f.tensor])

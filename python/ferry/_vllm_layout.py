@@ -27,14 +27,25 @@ loaders place checkpoint tensors into tensor-parallel shards:
   (`moe_config.tp_rank`: 0 under expert parallelism), {gate, up, down} its checkpoint names and e
   the expert whose weights slot s holds (`expert_map_manager.map_global_to_local`, linear or
   round-robin placement). Refused: EPLB (its expert moves at run time would leave a plan made at
-  init writing the wrong slots), fused shared experts, padded or transposed expert weights, and
-  any other expert parameter (biases, scales);
+  init writing the wrong slots), fused shared experts, padded or transposed expert weights, any
+  other expert parameter (biases, scales), and expert kernels other than Triton's, which
+  rearrange the weights after loading (`_LOADED_LAYOUT_KERNELS`);
 - anything else (norms, replicated layers): the whole tensor, same shape on both sides.
 
 A merged column-parallel layer (several outputs) that `packed_modules_mapping` does not name is
-refused, since each of its outputs is split over TP on its own. A model with Mamba-2 mixers
-(mamba_mixer2.py: in_proj and conv1d split segment by segment, A stored as -exp(A_log)) is refused
-as a whole.
+loaded from one checkpoint tensor of its own name ("already fused on disk",
+MergedColumnParallelLinear.weight_loader without a shard id): each output's 1/TP of its rows, in
+order; without such a tensor it is refused. A Mamba-2 mixer (vllm/model_executor/layers/mamba/
+mamba_mixer2.py, MambaMixer2) is built of such layers: in_proj holds [z; x; B; C; dt] of the
+checkpoint's in_proj, conv1d [x; B; C] of its conv1d (weight and bias), each 1/TP; A, D and
+dt_bias hold their heads' 1/TP, A stored as fp32 -exp(A_log) (its composed_weight_loader): its
+shard carries the "neg_exp" transform, which the refit applies as it writes; the gated norm
+(Mixer2RMSNormGated) holds its 1/TP of norm.weight. A mixer whose groups TP does not divide
+(vLLM replicates them) is refused.
+
+Checkpoint names are vLLM's parameter names unless the model's `hf_to_vllm_mapper` renames
+them (its renames alone: nemotron_h.py maps backbone -> model, A_log -> A, embeddings ->
+embed_tokens): each name the trainer sends is mapped as vLLM maps it when loading.
 
 MLA attention (DeepSeek-V2/V3, Kimi-K2; vllm/model_executor/layers/attention/mla_attention.py,
 `MLAAttention.process_weights_after_loading`) derives its decode weights from `kv_b_proj` after
@@ -51,24 +62,27 @@ Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/
 layers are recognised by the attributes vLLM gives them (duck-typed, so this module imports
 neither vLLM nor, itself, torch). A parameter that fits none of these, or whose checkpoint tensor
 the trainer does not send, or whose dtype differs from the trainer's, raises ValueError naming
-it: ferry moves bytes and must not guess a transform (quantized layers are not supported).
+it: ferry moves bytes and applies no transform but those named above (quantized layers are not
+supported).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from ._arrays import dtype_name
 from ._layout import Shard
 
 
 class Piece(NamedTuple):
-    """Checkpoint tensor `tensor`, rows [start, stop) along `dim` (None: the whole tensor)."""
+    """Checkpoint tensor `tensor` (named as vLLM names it), rows [start, stop) along `dim`
+    (None: the whole tensor)."""
 
     tensor: str
     dim: int | None
     start: int
     stop: int
+    transform: str = ""  # what the parameter stores of the box: "" itself, "neg_exp" fp32 -exp
 
 
 def _fused_pieces(name: str, module: Any, param: Any, subs: list[str]) -> list[Piece]:
@@ -91,9 +105,31 @@ def _fused_pieces(name: str, module: Any, param: Any, subs: list[str]) -> list[P
     return [Piece(t, dim, r * s, (r + 1) * s) for t, s, r in zip(hf, sizes, ranks)]
 
 
+# The expert kernels that compute from w13_weight and w2_weight as the loaders left them
+# (vllm/model_executor/layers/fused_moe/oracle/unquantized.py,
+# `convert_to_unquantized_kernel_format`): FlashInfer CUTLASS swaps the gate and up halves,
+# FlashInfer TRT-LLM (Blackwell's default) pads and permutes rows into its block layout, AITER
+# shuffles, MoonEP regroups, XPU transposes, the CPU backend prepacks.
+_LOADED_LAYOUT_KERNELS = ("TRITON", "BATCHED_TRITON")
+
+
+def _check_expert_kernel(name: str, module: Any) -> None:
+    """Refuses RoutedExperts `module` unless its kernel reads the weights as loaded."""
+    method = getattr(module, "quant_method", None)
+    backend = getattr(method, "unquantized_backend", None)
+    if backend is None:
+        raise ValueError(f"vLLM parameter {name}: experts under {type(method).__name__} are "
+                         "quantized or kept by their kernel; not supported")
+    if backend.name not in _LOADED_LAYOUT_KERNELS:
+        raise ValueError(f"vLLM parameter {name}: the {backend.value} MoE kernel rearranges "
+                         "the expert weights after loading, which an in-place refit would "
+                         "not; serve with --moe-backend triton")
+
+
 def _local_experts(name: str, module: Any) -> list[int]:
     """The expert each local slot of RoutedExperts `module` holds, checked to be what ferry
     can write in place."""
+    _check_expert_kernel(name, module)
     config = module.moe_config
     if config.moe_parallel_config.enable_eplb:
         raise ValueError(f"vLLM parameter {name}: EPLB moves experts between ranks while vLLM "
@@ -138,12 +174,60 @@ def expert_pieces(name: str, module: Any, param: Any) -> list[Piece]:
             for projection in projections if projection is not None]
 
 
-def param_pieces(name: str, module: Any, param: Any,
-                 packed: Mapping[str, list[str]]) -> list[Piece]:
-    """The checkpoint boxes vLLM parameter `name` (of `module`) holds, in storage order."""
+def _fused_on_disk_pieces(name: str, module: Any, param: Any) -> list[Piece]:
+    """A merged layer loaded from one checkpoint tensor of its own name
+    (MergedColumnParallelLinear.weight_loader without a shard id: "already fused on disk", as
+    a Mamba-2 mixer's in_proj and conv1d): each output's 1/TP of its own rows, in order."""
+    pieces, offset, dim = [], 0, param.output_dim
+    for size in module.output_sizes:
+        part = size // module.tp_size
+        start = offset + module.tp_rank * part
+        pieces.append(Piece(name, dim, start, start + part))
+        offset += size
+    return pieces
+
+
+def _mamba_pieces(name: str, mixer: Any, param: Any) -> list[Piece] | None:
+    """The pieces of a Mamba-2 mixer's own per-head parameters (mamba_mixer2.py MambaMixer2:
+    A, D and dt_bias split over TP by heads with sharded_weight_loader(0), A loaded as
+    -exp(A_log) in fp32), None for its other parameters (its layers' own rules)."""
+    leaf = name.rpartition(".")[2]
+    if leaf not in ("A", "D", "dt_bias"):
+        return None
+    if not hasattr(mixer.in_proj, "output_sizes") and mixer.in_proj.tp_size > 1:
+        raise ValueError(f"vLLM parameter {name}: a Mamba-2 mixer whose groups TP does not "
+                         "divide is loaded with its groups replicated "
+                         "(mamba_mixer2.py, mamba_v2_sharded_weight_loader); not supported")
+    size, rank = param.shape[0], mixer.in_proj.tp_rank
+    return [Piece(name, 0, rank * size, (rank + 1) * size, "neg_exp" if leaf == "A" else "")]
+
+
+def param_pieces(name: str, module: Any, param: Any, packed: Mapping[str, list[str]],
+                 sent: Callable[[str], bool]) -> list[Piece]:
+    """The checkpoint boxes vLLM parameter `name` (of `module`) holds, in storage order;
+    `sent` says whether the trainer sends a tensor of that (vLLM) name."""
     if hasattr(module, "expert_map_manager"):
         return expert_pieces(name, module, param)
+    if _is_mamba_mixer(module):
+        pieces = _mamba_pieces(name, module, param)
+        if pieces is not None:
+            return pieces
     leaf = name.rpartition(".")[0].rpartition(".")[2]
+    out_dim = getattr(param, "output_dim", None)
+    if leaf in packed and out_dim is not None and hasattr(module, "output_sizes"):
+        return _fused_pieces(name, module, param, list(packed[leaf]))
+    if len(getattr(module, "output_sizes", ())) > 1:
+        if out_dim is not None and sent(name):
+            return _fused_on_disk_pieces(name, module, param)
+        raise ValueError(f"vLLM parameter {name}: merged from {len(module.output_sizes)} "
+                         "outputs, each split over TP, that the model's packed_modules_mapping "
+                         "does not name, and the trainer sends no fused tensor of its name")
+    return _split_pieces(name, module, param)
+
+
+def _split_pieces(name: str, module: Any, param: Any) -> list[Piece]:
+    """A layer's parameter that holds one box of one tensor: the rank's rows of the padded
+    vocabulary, of a column- or row-parallel split or of a gated norm, else the whole tensor."""
     out_dim = getattr(param, "output_dim", None)
     in_dim = getattr(param, "input_dim", None)
     tp_rank = getattr(module, "tp_rank", 0)
@@ -151,12 +235,9 @@ def param_pieces(name: str, module: Any, param: Any,
         indices = module.shard_indices
         return [Piece(name, out_dim, indices.org_vocab_start_index,
                       indices.org_vocab_end_index)]
-    if leaf in packed and out_dim is not None and hasattr(module, "output_sizes"):
-        return _fused_pieces(name, module, param, list(packed[leaf]))
-    if len(getattr(module, "output_sizes", ())) > 1:
-        raise ValueError(f"vLLM parameter {name}: merged from {len(module.output_sizes)} "
-                         "outputs, each split over TP, that the model's packed_modules_mapping "
-                         "does not name")
+    if hasattr(module, "full_hidden_size") and hasattr(module, "per_rank_hidden_size"):
+        size = module.per_rank_hidden_size  # Mixer2RMSNormGated: its weight split over TP
+        return [Piece(name, 0, tp_rank * size, (tp_rank + 1) * size)]
     if hasattr(module, "input_is_parallel") and in_dim is not None:
         size = param.shape[in_dim]
         return [Piece(name, in_dim, tp_rank * size, (tp_rank + 1) * size)]
@@ -270,17 +351,33 @@ def _mla_views(name: str, module: Any) -> list[Any]:
 
 def _derived_views(modules: Mapping[str, Any]) -> set[int]:
     """The ids of parameters vLLM derived as views of parameters ferry writes (MLA's W_UV and
-    W_UK_T); refuses the layers whose storage the rules above would get wrong."""
+    W_UK_T); refuses MLA layers that keep copies."""
     views = set()
     for name, module in modules.items():
         if hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading"):
             views.update(id(v) for v in _mla_views(name, module))
-        if all(hasattr(module, a) for a in ("A", "conv1d", "in_proj")):
-            raise ValueError(f"vLLM module {name}: a Mamba-2 mixer splits in_proj and conv1d "
-                             "segment by segment and keeps A = -exp(A_log) "
-                             "(vllm/model_executor/layers/mamba/mamba_mixer2.py); not supported "
-                             "here (the vllm: layouts model it)")
     return views
+
+
+def _is_mamba_mixer(module: Any) -> bool:
+    return all(hasattr(module, a) for a in ("A", "conv1d", "in_proj"))
+
+
+def _checkpoint_names(model: Any, source: Mapping[str, Any]) -> dict[str, str]:
+    """vLLM's name of each tensor the trainer sends whose checkpoint name vLLM renames, to that
+    checkpoint name: the renames of the model's `hf_to_vllm_mapper` (vllm/model_executor/models/
+    utils.py WeightsMapper.get_rename_mapper; nemotron_h.py: backbone -> model, A_log -> A,
+    embeddings -> embed_tokens). Models without one load checkpoint names as they are."""
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    if mapper is None:
+        return {}
+    rename = mapper.get_rename_mapper()
+    renamed = {}
+    for name in source:
+        new = rename.map_name(name)
+        if new is not None and new != name:
+            renamed[new] = name
+    return renamed
 
 
 def engine_shards(model: Any, source: Mapping[str, Any],
@@ -291,26 +388,48 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     packed = getattr(model, "packed_modules_mapping", None) or {}
     modules = dict(model.named_modules())
     views = _derived_views(modules)
+    renamed = _checkpoint_names(model, source)
+
+    def sent_name(tensor: str) -> str:
+        return renamed.get(tensor, tensor)
+
+    def checkpoint_tensor(piece: Piece) -> str:
+        tensor = sent_name(piece.tensor)
+        if piece.transform and tensor not in source and f"{tensor}_log" in source:
+            return f"{tensor}_log"  # Mamba's A, kept as A_log by checkpoints
+        return tensor
+
     shards, buffers = [], {}
     for name, param in model.named_parameters():
         if id(param) in views:
             continue
         module = modules[name.rpartition(".")[0]]
-        pieces = param_pieces(name, module, param, packed)
+        pieces = param_pieces(name, module, param, packed, lambda t: sent_name(t) in source)
         experts = hasattr(module, "expert_map_manager")
         box_of = _expert_box if experts else _piece_box
         boxes = []
         for piece in pieces:
-            if piece.tensor not in source:
+            tensor = checkpoint_tensor(piece)
+            if tensor not in source:
                 raise ValueError(f"vLLM parameter {name}: the trainer sends no tensor "
-                                 f"{piece.tensor!r}")
-            sent = source[piece.tensor]
-            if dtype_name(sent.dtype) != dtype_name(param.dtype):
-                raise ValueError(f"vLLM parameter {name} is {param.dtype} but the trainer "
-                                 f"sends {piece.tensor} as {sent.dtype}")
-            lo, hi = box_of(name, param, piece, tuple(sent.shape))
+                                 f"{tensor!r}")
+            sent = source[tensor]
+            _check_dtype(name, param, piece, tensor, sent)
+            lo, hi = box_of(name, param, piece._replace(tensor=tensor), tuple(sent.shape))
             boxes.append((lo, hi))
-            shards.append(Shard(piece.tensor, tuple(sent.shape), param.dtype, lo, hi, rank, name))
+            shards.append(Shard(tensor, tuple(sent.shape), sent.dtype, lo, hi, rank, name,
+                                piece.transform))
         _check_coverage(name, module, param, pieces, boxes, experts)
         buffers[name] = param.data
     return shards, buffers
+
+
+def _check_dtype(name: str, param: Any, piece: Piece, tensor: str, sent: Any) -> None:
+    """The parameter holds the trainer's dtype, or fp32 where it stores a transform."""
+    held = dtype_name(param.dtype)
+    want = "fp32" if piece.transform else dtype_name(sent.dtype)
+    if held != want:
+        raise ValueError(f"vLLM parameter {name} is {param.dtype} but the trainer sends "
+                         f"{tensor} as {sent.dtype}"
+                         + (f", which vLLM stores as fp32 {piece.transform}" if piece.transform
+                            else ""))

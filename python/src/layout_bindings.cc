@@ -4,7 +4,10 @@
 
 #include <memory>
 #include <tuple>
+#include <unordered_map>
 
+#include "core/base/checked_math.h"
+#include "core/base/element_fn.h"
 #include "core/layout/builders.h"
 #include "core/layout/layout_io.h"
 #include "core/layout/validate.h"
@@ -18,9 +21,9 @@ namespace py = pybind11;
 namespace ferry::python {
 namespace {
 
-// (name, global shape, dtype, lo, hi, rank, buffer)
+// (name, global shape, dtype, lo, hi, rank, buffer, transform: "" or an element function name)
 using ShardTuple = std::tuple<std::string, std::vector<int64_t>, std::string, std::vector<int64_t>,
-                              std::vector<int64_t>, int, std::string>;
+                              std::vector<int64_t>, int, std::string, std::string>;
 // (name, global shape, dtype, mesh shape, mesh ranks, placements [(kind, dim)], buffer)
 using MeshTuple =
     std::tuple<std::string, std::vector<int64_t>, std::string, std::vector<int64_t>,
@@ -39,12 +42,46 @@ LayoutHandle Preset(const std::string& model, const std::string& framework,
   return LayoutHandle(Unwrap(models::BuildFrameworkLayout(preset, spec, first_rank)));
 }
 
+// The element function a shard's `transform` names ("" none; "neg_exp": vLLM's Mamba A =
+// -exp(A_log) in fp32, core/base/element_fn.h).
+ElementFn ShardTransform(const std::string& name, const std::string& transform) {
+  if (transform.empty()) return ElementFn::kNone;
+  if (transform == ElementFnName(ElementFn::kNegExp)) return ElementFn::kNegExp;
+  throw py::value_error("shard of " + name + ": unknown transform '" + transform +
+                        "' (none, or neg_exp)");
+}
+
+// `box` of `tensor` at the end of its buffer, contiguous row-major in the dtype it is stored in.
+void AppendShard(Layout& layout, int tensor, const Box& box, int rank, const std::string& buffer,
+                 ElementFn fn) {
+  if (fn == ElementFn::kNone) {
+    layout.AppendFragment(tensor, box, rank, buffer);
+    return;
+  }
+  const int b = layout.GetOrAddBuffer(rank, buffer);
+  const int f = layout.PlaceFragment(tensor, box, rank, buffer, layout.buffers[b].bytes,
+                                     RowMajorStrides(box.Shape()));
+  auto [offset, length] = layout.FragmentSpan(layout.fragments[f], DType::kFP32);
+  layout.buffers.GrowBytes(static_cast<size_t>(b), SatAdd(offset, length));
+}
+
 LayoutHandle FromShards(const std::vector<ShardTuple>& shards) {
   Layout layout;
-  for (const auto& [name, shape, dtype, lo, hi, rank, buffer] : shards) {
+  std::unordered_map<int, ElementFn> stored_as;  // tensor -> its shards' transform
+  for (const auto& [name, shape, dtype, lo, hi, rank, buffer, transform] : shards) {
     int tensor = Unwrap(layout.AddTensor(Spec(name, shape, dtype)).WithContext("tensor " + name));
     Box box = Unwrap(Box::Make(lo, hi).WithContext("box of " + name));
-    layout.AppendFragment(tensor, box, rank, buffer.empty() ? name : buffer);
+    const ElementFn fn = ShardTransform(name, transform);
+    auto [it, first] = stored_as.emplace(tensor, fn);
+    if (it->second != fn) {
+      throw py::value_error("tensor " + name + ": its shards disagree on its transform ('" +
+                            std::string(ElementFnName(it->second)) + "' and '" +
+                            std::string(ElementFnName(fn)) + "')");
+    }
+    if (first && fn != ElementFn::kNone) {  // its fragments count offsets in fp32 elements
+      layout.transforms.push_back({tensor, std::string(ElementFnTransform(fn)), DType::kFP32});
+    }
+    AppendShard(layout, tensor, box, rank, buffer.empty() ? name : buffer, fn);
   }
   ValidateOptions options;
   options.require_full_coverage = false;
@@ -100,6 +137,17 @@ py::list Tensors(const LayoutHandle& handle) {
   return out;
 }
 
+// (tensor name, what is stored, stored dtype) of each tensor the layout keeps transformed.
+py::list Transforms(const LayoutHandle& handle) {
+  py::list out;
+  const Layout& layout = handle.get();
+  for (const StoredTransform& t : layout.transforms) {
+    out.append(py::make_tuple(layout.tensors[t.tensor].name, t.transform,
+                              std::string(DTypeName(t.stored_dtype))));
+  }
+  return out;
+}
+
 py::list Buffers(const LayoutHandle& handle) {
   py::list out;
   const BufferList& buffers = handle.get().buffers;
@@ -131,6 +179,7 @@ void BindLayout(py::module_& m) {
       .def("validate", [](const LayoutHandle& h) { ThrowIfError(ValidateLayout(h.get())); })
       .def("ranks", [](const LayoutHandle& h) { return h.get().Ranks(); })
       .def("tensors", &Tensors)
+      .def("transforms", &Transforms)
       .def("buffers", &Buffers)
       .def("fragments", &Fragments, py::arg("rank") = -1);
 }

@@ -72,6 +72,20 @@ DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepse
                                 "original_max_position_embeddings": 4096},
                "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
+# Nemotron-H's hybrid pattern (vLLM's tests only) at tiny widths: Mamba-2, MLP, attention, MLP, Mamba-2, MLP. The
+# checkpoints' own configs name the attention head size attention_head_dim; transformers'
+# NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
+NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+              "hybrid_override_pattern": "M-*-M-", "num_hidden_layers": 6, "hidden_size": 32,
+              "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 8, "attention_head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
+              "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4, "expand": 2,
+              "chunk_size": 128, "mamba_hidden_act": "silu", "mlp_hidden_act": "relu2",
+              "attention_bias": False, "mlp_bias": False, "use_bias": False,
+              "mamba_proj_bias": False, "use_conv_bias": True, "residual_in_fp32": False,
+              "layer_norm_epsilon": 1e-5, "vocab_size": 1000, "tie_word_embeddings": False,
+              "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+
 MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
           "qwen3": (QWEN3, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
           "qwen2": (QWEN2, "sglang.srt.models.qwen2.Qwen2ForCausalLM"),

@@ -97,6 +97,23 @@ def test_from_shards_refuses_bad_boxes_and_dtypes():
         ferry.Layout.from_shards([ferry.Shard("w", (4,), np.complex64, (0,), (4,), 0)])
 
 
+def test_a_shard_stored_transformed_takes_its_stored_dtypes_bytes():
+    # vLLM's Mamba A: 4 bf16 A_log values stored as fp32 -exp, then a bf16 tensor after them
+    layout = ferry.Layout.from_shards([
+        ferry.Shard("A_log", (8,), "bf16", (4,), (8,), 0, "mixer", "neg_exp"),
+        ferry.Shard("D", (8,), "bf16", (4,), (8,), 0, "mixer")])
+    assert layout.buffers() == [ferry.BufferInfo(0, "mixer", 4 * 4 + 4 * 2)]
+    assert [f.byte_offset for f in layout.fragments(0)] == [0, 16]
+    assert layout.tensors[0] == ferry.TensorInfo("A_log", (8,), "bf16")  # the sender's dtype
+    assert layout.stored_dtypes == {"A_log": "fp32"}
+    with pytest.raises(ValueError, match="A_log: its shards disagree on its transform "
+                                         "\\('neg_exp' and 'none'\\)"):
+        ferry.Layout.from_shards([ferry.Shard("A_log", (8,), "bf16", (0,), (4,), 0, "A", "neg_exp"),
+                                  ferry.Shard("A_log", (8,), "bf16", (4,), (8,), 1, "A")])
+    with pytest.raises(ValueError, match="shard of A_log: unknown transform 'exp'"):
+        ferry.Layout.from_shards([ferry.Shard("A_log", (8,), "bf16", (0,), (8,), 0, "A", "exp")])
+
+
 def test_validate_reports_uncovered_elements():
     partial = ferry.Layout.from_shards([ferry.Shard("w", (4, 2), "fp32", (0, 0), (3, 2), 0)])
     with pytest.raises(ferry.FerryError, match="w"):

@@ -4,12 +4,12 @@ creating ferry's engines, a TP2 Megatron-style trainer (2 processes) refitting t
 replicas (4 processes), three steps; every worker checks every parameter byte for byte against
 what vLLM's loaders make of that step's checkpoint (vllm_worker.py). Once with a Llama built
 from vLLM's own layers, once each with vLLM's own Qwen3-MoE and DeepSeek-V3 (MLA) classes under
-expert parallelism; and the
-worker layouts of Qwen3-MoE and DeepSeek-V3 (MLA's derived weights included) in several engine
-configurations, refitted in place, against vLLM's load_weights (vllm_moe_layout_worker.py).
-Skipped, saying so, where the environment is missing. Slow: rank
-processes import vLLM and torch (about 1-2 minutes each on 2 idle cores, //python:vllm_test);
-children are killed at the deadline."""
+expert parallelism, and once with vLLM's own Nemotron-H (Mamba-2); and the worker layouts of
+Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in several engine
+configurations, refitted in place, against vLLM's load_weights (vllm_refit_layout_worker.py).
+Skipped, saying so, where the environment is missing. Slow: rank processes import vLLM and
+torch (about 1-2 minutes each on 2 idle cores, //python:vllm_test); children are killed at the
+deadline."""
 
 import json
 import os
@@ -19,23 +19,9 @@ import subprocess
 import pytest
 
 from procs import assert_all_ok, run_ranks
-from sglang_harness import DEEPSEEK_V3
+from sglang_harness import DEEPSEEK_V3, NEMOTRON_H
 
 WORKER = os.path.join(os.path.dirname(__file__), "vllm_worker.py")
-
-# Nemotron-H's hybrid pattern at tiny widths: Mamba-2, MLP, attention, MLP, Mamba-2, MLP. The
-# checkpoints' own configs name the attention head size attention_head_dim; transformers'
-# NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
-NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
-              "hybrid_override_pattern": "M-*-M-", "num_hidden_layers": 6, "hidden_size": 32,
-              "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "head_dim": 8, "attention_head_dim": 8, "mamba_num_heads": 8, "mamba_head_dim": 8,
-              "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4, "expand": 2,
-              "chunk_size": 128, "mamba_hidden_act": "silu", "mlp_hidden_act": "relu2",
-              "attention_bias": False, "mlp_bias": False, "use_bias": False,
-              "mamba_proj_bias": False, "use_conv_bias": True, "residual_in_fp32": False,
-              "layer_norm_epsilon": 1e-5, "vocab_size": 1000, "tie_word_embeddings": False,
-              "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
 RANKS, STEPS = 6, 3  # 2 trainer ranks + 2 x TP2 workers; vllm_worker.STEPS
 
@@ -50,7 +36,7 @@ def vllm_python() -> str:
 
 
 @pytest.mark.parametrize("model,parameters", [("llama", 15), ("qwen3_moe", 21),
-                                              ("deepseek_v3", 31)])
+                                              ("deepseek_v3", 31), ("nemotron_h", 33)])
 def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, parameters):
     python = vllm_python()
     results = run_ranks(lambda rank, port: [WORKER, str(rank), str(port), str(tmp_path), model],
@@ -64,9 +50,9 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
         assert f"trainer rank {r.rank} step {STEPS - 1}: sent" in r.output, r.output
 
 
-def test_moe_worker_layouts_match_vllms_own_loaders(tmp_path):
+def test_worker_layouts_refit_in_place_as_vllms_own_loaders_load(tmp_path):
     python = vllm_python()
-    layout_worker = os.path.join(os.path.dirname(__file__), "vllm_moe_layout_worker.py")
+    layout_worker = os.path.join(os.path.dirname(__file__), "vllm_refit_layout_worker.py")
     for name, config in {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H}.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
@@ -82,8 +68,12 @@ def test_moe_worker_layouts_match_vllms_own_loaders(tmp_path):
     for case in ("deepseek_v3 tp=2 dp=1 ep=False: 2 workers",
                  "deepseek_v3 tp=2 dp=2 ep=True: 4 workers"):
         assert f"{case}, 31 parameters each byte-exact" in result.stdout, result.stdout
-    # vLLM's own MLA weights derived as copies, and its own Nemotron-H: refused, layers named
+    # Nemotron-H: 2 Mamba-2 mixers (A as -exp(A_log)), 3 MLPs, an attention layer
+    for case in ("nemotron_h tp=2 dp=1 ep=False: 2 workers",
+                 "nemotron_h tp=1 dp=1 ep=False: 1 workers"):
+        assert f"{case}, 33 parameters each byte-exact" in result.stdout, result.stdout
+    # vLLM's own MLA weights derived as copies, and its CPU expert kernel: refused, layers named
     assert re.search(r"refused MLA copies: vLLM module \S*mla_attn: MLA keeps W_UV, W_UK_T as "
                      "copies of kv_b_proj", result.stdout), result.stdout
-    assert re.search(r"refused \S*nemotron_h: vLLM module model.layers.0.mixer: a Mamba-2 mixer",
-                     result.stdout), result.stdout
+    assert re.search(r"refused the CPU MoE kernel: vLLM parameter \S*routed_experts.w13_weight: "
+                     "the CPU MoE kernel rearranges the expert weights", result.stdout), result.stdout

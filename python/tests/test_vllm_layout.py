@@ -184,6 +184,10 @@ def experts_model(expert_map, tp_rank=0, tp_size=1, intermediate=8, hidden=4, **
     experts.expert_map_manager = SimpleNamespace(
         num_fused_shared_experts=config.pop("fused_shared", 0),
         map_global_to_local=lambda e: expert_map[e])
+    # UnquantizedFusedMoEMethod's kernel (fused_moe/oracle/unquantized.py UnquantizedMoeBackend)
+    name, value = config.pop("kernel", ("TRITON", "TRITON"))
+    experts.quant_method = SimpleNamespace(
+        unquantized_backend=SimpleNamespace(name=name, value=value))
     settings = dict(num_experts=len(expert_map), num_logical_experts=len(expert_map),
                     intermediate_size=intermediate, intermediate_size_per_partition=part,
                     tp_rank=tp_rank, tp_shard_with_padding=False,
@@ -238,6 +242,11 @@ def test_expert_layouts_ferry_cannot_keep_are_refused():
         (dict(num_experts=6), "fused shared or redundant experts"),
         (dict(tp_shard_with_padding=True), "padded expert shards"),
         (dict(intermediate_size_per_partition=16), "is not split evenly"),
+        # fused_moe/oracle/unquantized.py convert_to_unquantized_kernel_format
+        (dict(kernel=("FLASHINFER_TRTLLM", "FlashInfer TRTLLM")),
+         "the FlashInfer TRTLLM MoE kernel rearranges the expert weights"),
+        (dict(kernel=("FLASHINFER_CUTLASS", "FlashInfer CUTLASS")), "CUTLASS MoE kernel"),
+        (dict(kernel=("CPU", "CPU")), "the CPU MoE kernel rearranges"),
     ]
     for config, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -250,6 +259,12 @@ def test_expert_layouts_ferry_cannot_keep_are_refused():
     model.mlp.experts.routed_experts.w13_bias = torch.nn.Parameter(torch.zeros(4, 16))
     with pytest.raises(ValueError, match="w13_bias: only untransposed"):
         engine_shards(model, EXPERTS_SENT, 0)
+    model = experts_model([0, 1, 2, 3])
+    model.mlp.experts.routed_experts.quant_method = SimpleNamespace()  # e.g. Fp8MoEMethod
+    with pytest.raises(ValueError, match="experts under SimpleNamespace are quantized"):
+        engine_shards(model, EXPERTS_SENT, 0)
+    model = experts_model([0, 1, 2, 3], kernel=("BATCHED_TRITON", "BATCHED_TRITON"))
+    assert len(engine_shards(model, EXPERTS_SENT, 0)[0]) == 12
     narrow = dict(EXPERTS_SENT, **{"mlp.experts.2.down_proj.weight":
                                    SimpleNamespace(shape=(3, 8), dtype="bf16")})
     with pytest.raises(ValueError, match="does not hold rows .0, 8. of dim 1 of "
@@ -305,11 +320,92 @@ def test_layers_whose_storage_the_rules_would_get_wrong_are_refused():
     model.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"]}
     with pytest.raises(ValueError, match="gate_up_proj.weight: merged from 2 outputs"):
         engine_shards(model, SENT, 0)
-    # vllm/model_executor/layers/mamba/mamba_mixer2.py MambaMixer2: A, conv1d, in_proj
-    model = tp_model(0)
-    mixer = torch.nn.Module()
-    mixer.A = torch.nn.Parameter(torch.zeros(4))
-    mixer.conv1d, mixer.in_proj = linear(4, 4), linear(4, 4)
-    model.mixer = mixer
-    with pytest.raises(ValueError, match="vLLM module mixer: a Mamba-2 mixer"):
-        engine_shards(model, SENT, 0)
+    # ... unless the trainer sends it fused under its own name (Phi-3's gate_up_proj): each
+    # output's 1/TP of its rows, TP rank 0 of 4 rows [0, 2) of gate and [8, 10) of up.
+    fused = dict(SENT, **{"mlp.gate_up_proj.weight": SimpleNamespace(shape=(16, 4), dtype="bf16")})
+    shards, _ = engine_shards(model, fused, 0)
+    assert [(list(s.lo), list(s.hi)) for s in shards if s.name == "mlp.gate_up_proj.weight"] == \
+        [([0, 0], [2, 4]), ([8, 0], [10, 4])]
+
+
+def mixer_model(groups_divide=True):
+    """TP rank 1 of 2 of a Mamba-2 mixer as vLLM's MambaMixer2 builds it (mamba_mixer2.py):
+    d_inner 4, n_groups * state 2, 2 heads, hidden 3, conv kernel 3; in_proj and conv1d
+    MergedColumnParallelLinear over [z, x, B, C, dt] and [x, B, C] (global output sizes), A an
+    fp32 parameter of its head, D and dt_bias of it, the gated norm 2 of its 4 channels."""
+    model, mixer, norm = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+    if groups_divide:
+        mixer.in_proj = linear(7, 3, tp_rank=1, tp_size=2, output_sizes=[4, 4, 2, 2, 2])
+    else:  # n_groups 1 under TP 2: a ColumnParallelLinear with vLLM's group-replicating loader
+        mixer.in_proj = linear(7, 3, tp_rank=1, tp_size=2, gather_output=False)
+    mixer.conv1d = torch.nn.Module()
+    mixer.conv1d.tp_rank, mixer.conv1d.tp_size, mixer.conv1d.output_sizes = 1, 2, [4, 2, 2]
+    mixer.conv1d.weight = torch.nn.Parameter(torch.zeros(4, 1, 3, dtype=torch.bfloat16))
+    mixer.conv1d.bias = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    mixer.conv1d.weight.output_dim = mixer.conv1d.bias.output_dim = 0
+    mixer.A = torch.nn.Parameter(torch.zeros(1, dtype=torch.float32))
+    mixer.D = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
+    mixer.dt_bias = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
+    norm.tp_rank, norm.full_hidden_size, norm.per_rank_hidden_size = 1, 4, 2
+    norm.weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
+    mixer.norm, model.mixer = norm, mixer
+    return model
+
+
+MIXER_SENT = {n: SimpleNamespace(shape=s, dtype="bf16") for n, s in {
+    "mixer.in_proj.weight": (14, 3), "mixer.conv1d.weight": (8, 1, 3), "mixer.conv1d.bias": (8,),
+    "mixer.A_log": (2,), "mixer.D": (2,), "mixer.dt_bias": (2,),
+    "mixer.norm.weight": (4,)}.items()}
+
+
+def test_a_mamba_mixer_holds_its_rank_of_each_segment():
+    shards, buffers = engine_shards(mixer_model(), MIXER_SENT, rank=3)
+    assert sorted((s.buffer, list(s.lo), list(s.hi), s.transform) for s in shards) == sorted([
+        # z, x, B, C, dt: rows [2, 4) of [0, 4), [6, 8) of [4, 8), [9, 10), [11, 12), [13, 14)
+        ("mixer.in_proj.weight", [2, 0], [4, 3], ""), ("mixer.in_proj.weight", [6, 0], [8, 3], ""),
+        ("mixer.in_proj.weight", [9, 0], [10, 3], ""),
+        ("mixer.in_proj.weight", [11, 0], [12, 3], ""),
+        ("mixer.in_proj.weight", [13, 0], [14, 3], ""),
+        # x, B, C of the convolution: [2, 4) of [0, 4), [5, 6) of [4, 6), [7, 8) of [6, 8)
+        ("mixer.conv1d.weight", [2, 0, 0], [4, 1, 3], ""),
+        ("mixer.conv1d.weight", [5, 0, 0], [6, 1, 3], ""),
+        ("mixer.conv1d.weight", [7, 0, 0], [8, 1, 3], ""),
+        ("mixer.conv1d.bias", [2], [4], ""), ("mixer.conv1d.bias", [5], [6], ""),
+        ("mixer.conv1d.bias", [7], [8], ""),
+        ("mixer.A", [1], [2], "neg_exp"), ("mixer.D", [1], [2], ""),
+        ("mixer.dt_bias", [1], [2], ""), ("mixer.norm.weight", [2], [4], "")])
+    assert [s.name for s in shards if s.buffer == "mixer.A"] == ["mixer.A_log"]
+    layout = Layout.from_shards(shards)
+    # in storage order: z (2 rows of 3 bf16), x (2 rows), B, C, dt (a row each)
+    assert {tuple(f.lo): f.byte_offset for f in layout.fragments(3)
+            if f.buffer == "mixer.in_proj.weight"} == {
+        (2, 0): 0, (6, 0): 12, (9, 0): 24, (11, 0): 30, (13, 0): 36}
+    assert {b.name: b.bytes for b in layout.buffers(3)}["mixer.A"] == 4  # one fp32 element
+    assert buffers["mixer.A"].dtype == torch.float32
+
+
+def test_checkpoint_names_are_mapped_as_the_models_mapper_renames_them():
+    # nemotron_h.py hf_to_vllm_mapper: backbone -> model, A_log -> A (its renames alone)
+    def rename(name):
+        return name.replace("backbone.", "", 1).replace("A_log", "A")
+
+    model = mixer_model()
+    model.hf_to_vllm_mapper = SimpleNamespace(
+        get_rename_mapper=lambda: SimpleNamespace(map_name=rename))
+    sent = {f"backbone.{n}": v for n, v in MIXER_SENT.items()}
+    shards, _ = engine_shards(model, sent, rank=3)
+    assert {s.buffer: s.name for s in shards}["mixer.A"] == "backbone.mixer.A_log"
+    assert {s.buffer: s.name for s in shards}["mixer.in_proj.weight"] == \
+        "backbone.mixer.in_proj.weight"
+
+
+def test_mamba_mixers_ferry_cannot_keep_are_refused():
+    with pytest.raises(ValueError, match="mixer.A: a Mamba-2 mixer whose groups TP does not"):
+        engine_shards(mixer_model(groups_divide=False), MIXER_SENT, 0)
+    sent = {n: v for n, v in MIXER_SENT.items() if n != "mixer.in_proj.weight"}
+    with pytest.raises(ValueError, match="merged from 5 outputs.*no fused tensor of its name"):
+        engine_shards(mixer_model(), sent, 0)
+    model = mixer_model()
+    model.mixer.A = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="mixer.A is torch.bfloat16 .* stores as fp32 neg_exp"):
+        engine_shards(model, MIXER_SENT, 0)

@@ -14,8 +14,8 @@ import json
 import os
 
 from procs import run_layout_cases
-from sglang_harness import DEEPSEEK_V3, LLAMA, QWEN2, QWEN3, QWEN3_MOE
-from test_vllm import NEMOTRON_H, vllm_python
+from sglang_harness import DEEPSEEK_V3, LLAMA, NEMOTRON_H, QWEN2, QWEN3, QWEN3_MOE
+from test_vllm import vllm_python
 
 WORKER = os.path.join(os.path.dirname(__file__), "vllm_layout_worker.py")
 

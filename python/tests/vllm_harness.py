@@ -91,10 +91,11 @@ def write_config(directory: str, config: dict) -> str:
 
 def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
           ep: bool = False, pp: int = 1, pp_rank: int = 0, placement: str = "linear",
-          redundant: int = 0):
+          redundant: int = 0, moe_kernel: str | None = "TRITON"):
     """The class `model_dir`'s config names, as worker (dp_rank, pp_rank, tp_rank) of a
     TPxPPxDP engine builds it (with `redundant` > 0: under EPLB with that many redundant
-    experts), its parameters zeroed, and the VllmConfig it was built under."""
+    experts), its parameters zeroed, and the VllmConfig it was built under. Its MoE layers run
+    the expert kernel `moe_kernel` (None: the one vLLM picks here, on the CPU)."""
     import vllm.distributed.parallel_state as parallel_state
     from vllm.config import DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 
@@ -114,12 +115,18 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     if redundant:  # vLLM validates EPLB only for GPU platforms; its layers build it anywhere
         config.parallel_config.enable_eplb = True
         config.parallel_config.eplb_config.num_redundant_experts = redundant
-    return instantiate(config), config
+    return instantiate(config, moe_kernel), config
 
 
-def instantiate(config):
+def instantiate(config, moe_kernel: str | None = "TRITON"):
     """The class `config.model_config` names, built under `config` in bf16 as vLLM's loader
-    builds it (model_loader/utils.py initialize_model), its parameters zeroed."""
+    builds it (model_loader/utils.py initialize_model), its parameters zeroed.
+
+    On the CPU vLLM gives unquantized MoE layers its CPU expert kernel, which prepacks the
+    weights after loading; a CUDA engine on Hopper gets Triton's, which computes from them as
+    loaded (fused_moe/oracle/unquantized.py, `_get_priority_backends`). `moe_kernel` names the
+    `UnquantizedMoeBackend` the layers record instead, standing in for that engine: the weights
+    here are never processed after loading, so they are as a Triton engine holds them."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
@@ -133,6 +140,11 @@ def instantiate(config):
             torch.set_default_dtype(previous)
     for p in model.parameters():
         p.data.zero_()
+    if moe_kernel is not None:
+        from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
+        for module in model.modules():
+            if hasattr(getattr(module, "quant_method", None), "unquantized_backend"):
+                module.quant_method.unquantized_backend = UnquantizedMoeBackend[moe_kernel]
     return model
 
 

@@ -1,0 +1,136 @@
+"""ferry.vllm's worker layouts against vLLM itself, one process (the vLLM environment's
+python): for each engine configuration and each of its workers, vLLM's own model class is built
+at that rank (vllm_harness.py) and serves one checkpoint (loaded by vLLM's load_weights, MLA's
+decode weights derived as vLLM's loader derives them); then ferry's boxes of its parameters
+(ferry._vllm_layout.engine_shards) are laid out by ferry's Layout and a second checkpoint is
+written through ferry's fragment views, in place (fp32 -exp(x) where a shard says neg_exp, as
+vLLM keeps Mamba's A). Every parameter must then equal, byte for byte, what vLLM's own
+load_weights (and MLA processing) makes of the second checkpoint on a fresh copy of the model:
+Qwen3-MoE's expert slots, DeepSeek-V3's MLA (W_UV and W_UK_T included) and Nemotron-H's Mamba-2
+mixers under checkpoint names vLLM renames.
+
+    python vllm_refit_layout_worker.py DIR DEEPSEEK_V3_DIR NEMOTRON_H_DIR
+
+The MoE layers run Triton's expert kernel, as on a Hopper GPU (vllm_harness.instantiate). Then
+vLLM's DeepSeek-V3 with its MLA weights derived for fp32 activations (copies of kv_b_proj) and
+with the expert kernel vLLM picks on the CPU (which prepacks the weights) must be refused by
+name.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+
+import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
+import ferry
+from ferry._vllm_layout import engine_shards
+from sglang_harness import checkpoint as random_checkpoint
+
+# (tp, dp, expert parallelism): experts TP-sharded over tp, then over tp x dp (vLLM flattens MoE
+# TP across DP), then whole over tp and over tp x dp ranks (vLLM's linear placement: Qwen3-MoE
+# has no expert groups, without which vLLM falls back from round-robin to it).
+QWEN3_MOE_CASES = [(2, 1, False), (2, 2, False), (4, 1, True), (2, 2, True)]
+# DeepSeek-V3: TP2, and TP2 x DP2 with expert parallelism, where vLLM's sequence-parallel MoE
+# keeps the shared expert whole on every rank.
+DEEPSEEK_V3_CASES = [(2, 1, False), (2, 2, True)]
+# Nemotron-H (Mamba-2, MLP and attention layers): TP2 (its 2 groups, one a rank) and TP1.
+NEMOTRON_H_CASES = [(2, 1, False), (1, 1, False)]
+
+
+def serve(model, config, weights: dict[str, torch.Tensor]) -> None:
+    """`model` as a vLLM engine holds it after loading `weights`."""
+    vllm_harness.load_with_vllm(model, config, weights)
+    vllm_harness.process_mla(model)
+
+
+def metadata(weights: dict[str, torch.Tensor]) -> dict[str, types.SimpleNamespace]:
+    """What a trainer says of the tensors it sends: their shapes and dtypes."""
+    return {n: types.SimpleNamespace(shape=t.shape, dtype=t.dtype) for n, t in weights.items()}
+
+
+def refit_in_place(model, weights: dict[str, torch.Tensor], rank: int) -> None:
+    """`weights` written into `model`'s parameters where ferry's worker layout places them."""
+    shards, buffers = engine_shards(model, metadata(weights), rank)
+    layout = ferry.Layout.from_shards(shards)
+    dtypes = {t.name: t.dtype for t in layout.tensors}
+    neg_exp = {s.name for s in shards if s.transform == "neg_exp"}
+    for f in layout.fragments(rank):
+        box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
+        if f.tensor in neg_exp:
+            ferry.fragment_view(buffers[f.buffer], f, "fp32").copy_(-torch.exp(box.float()))
+        else:
+            ferry.fragment_view(buffers[f.buffer], f, dtypes[f.tensor]).copy_(box)
+
+
+def check(build, before: dict, after: dict, tp: int, dp: int, ep: bool) -> int:
+    """Every worker of the engine refitted from `before` to `after` against vLLM; `build(tp,
+    tp_rank, dp, dp_rank, ep)` makes a worker's model. Returns the parameters a worker has."""
+    for dp_rank in range(dp):
+        for tp_rank in range(tp):
+            rank = dp_rank * tp + tp_rank
+            model, config = build(tp, tp_rank, dp, dp_rank, ep)
+            serve(model, config, before)
+            refit_in_place(model, after, rank)
+            expected, config = build(tp, tp_rank, dp, dp_rank, ep)
+            serve(expected, config, after)
+            wrong = vllm_harness.differing(model, expected)
+            if wrong:
+                raise AssertionError(f"tp={tp} dp={dp} ep={ep}, worker {rank}: "
+                                     f"{wrong} differ from vLLM's load_weights")
+    return len(list(model.parameters()))
+
+
+def refusal(model, where: str, weights: dict | None = None) -> str:
+    """What ferry's worker layout says of `model`, which it must refuse, against a trainer
+    sending `weights`."""
+    try:
+        engine_shards(model, metadata(weights or {}), 0)
+    except ValueError as e:
+        return str(e)
+    raise AssertionError(f"ferry's worker layout took {where}")
+
+
+def preset_checkpoints(model_dir: str) -> tuple[dict, dict]:
+    """Two random checkpoints of the model `model_dir`'s config describes, under its
+    checkpoint names (ferry's presets read them from the config as the `vllm:` layouts do)."""
+    tensors = ferry.Layout.preset(model_dir, "vllm:tp=1,expert_tensors=members").tensors
+    return random_checkpoint(tensors, 1), random_checkpoint(tensors, 2)
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    directory, deepseek_dir, nemotron_dir = sys.argv[1:4]
+
+    def qwen3_moe(*where):
+        return vllm_harness.build_qwen3_moe(directory, *where)
+
+    def deepseek_v3(*where):
+        return vllm_harness.build(deepseek_dir, *where)
+
+    def nemotron_h(*where):
+        return vllm_harness.build(nemotron_dir, *where)
+
+    deepseek_weights = preset_checkpoints(deepseek_dir)
+    models = [("qwen3_moe", qwen3_moe, QWEN3_MOE_CASES,
+               (vllm_harness.checkpoint(0), vllm_harness.checkpoint(1))),
+              ("deepseek_v3", deepseek_v3, DEEPSEEK_V3_CASES, deepseek_weights),
+              ("nemotron_h", nemotron_h, NEMOTRON_H_CASES, preset_checkpoints(nemotron_dir))]
+    for name, build, cases, (before, after) in models:
+        for tp, dp, ep in cases:
+            count = check(build, before, after, tp, dp, ep)
+            print(f"{name} tp={tp} dp={dp} ep={ep}: {tp * dp} workers, {count} parameters "
+                  "each byte-exact", flush=True)
+    model, _ = vllm_harness.build(deepseek_dir, 2, 1)
+    vllm_harness.process_mla(model, torch.float32)
+    print(f"refused MLA copies: {refusal(model, 'MLA weights derived as fp32 copies')}")
+    model, _ = vllm_harness.build(deepseek_dir, 2, 1, moe_kernel=None)
+    print("refused the CPU MoE kernel: "
+          f"{refusal(model, 'the CPU MoE kernel', deepseek_weights[0])}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
