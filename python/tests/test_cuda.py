@@ -39,6 +39,24 @@ def test_cuda_tensors_refit_in_place_after_kernels_on_torchs_stream(session, sid
         assert torch.equal(out[0], w[:, :3]) and torch.equal(out[1], w[:, 3:]), step
 
 
+def test_a_cuda_destination_stored_transformed_receives_its_element_function(session):
+    # vLLM's Mamba A = -exp(A_log): bf16 A_log on the GPU into an fp32 A (Shard.transform
+    # "neg_exp"), written by the plan's Convert op on the GPU (expf, within 2 ulp of the exact)
+    src = ferry.Layout.from_shards([ferry.Shard("A_log", (64,), "bf16", (0,), (64,), 0, "a_log")])
+    dst = ferry.Layout.from_shards([ferry.Shard("A_log", (64,), "bf16", (0,), (64,), 0, "A",
+                                                "neg_exp")])
+    refit = session.refit(src, dst)
+    a_log = torch.linspace(-6, 3, 64, device="cuda").to(torch.bfloat16)
+    a = torch.zeros(64, device="cuda")
+    refit.register("a_log", a_log)
+    refit.register("A", a)
+    refit.run()
+    exact = -torch.exp(a_log.double())
+    ulp = torch.abs(exact.float()).nextafter(torch.tensor(float("inf"), device="cuda")) - \
+        torch.abs(exact.float())
+    assert ((a.double() - exact).abs() <= 2 * ulp.double()).all(), (a, exact)
+
+
 def test_cupy_and_dlpack_arrays_register_zero_copy(session):
     cupy = pytest.importorskip("cupy")
     refit = session.refit(*layouts())

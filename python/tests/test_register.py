@@ -34,6 +34,27 @@ def session():
     s.finish()
 
 
+def test_a_destination_stored_transformed_receives_its_element_function(session):
+    # vLLM's Mamba A = -exp(A_log) in fp32 (Shard.transform "neg_exp"), split over two buffers:
+    # the plan's Convert op writes it (the host's expf, within an ulp of the exact value)
+    src = ferry.Layout.from_shards([ferry.Shard("A_log", (8,), "fp32", (0,), (8,), 0, "a_log")])
+    dst = ferry.Layout.from_shards([
+        ferry.Shard("A_log", (8,), "fp32", (0,), (4,), 0, "A0", "neg_exp"),
+        ferry.Shard("A_log", (8,), "fp32", (4,), (8,), 0, "A1", "neg_exp")])
+    refit = session.refit(src, dst)
+    a_log = np.linspace(-3, 2, 8, dtype=np.float32)
+    a = np.zeros((2, 4), np.float32)
+    refit.register("a_log", a_log)
+    refit.register("A0", a[0])
+    refit.register("A1", a[1])
+    refit.run()
+    exact = -np.exp(a_log.astype(np.float64))
+    ulps = np.abs(a.reshape(-1) - exact) / np.spacing(np.abs(exact).astype(np.float32))
+    assert (ulps <= 1).all(), (a, exact)
+    with pytest.raises(TypeError, match="'A0' holds fp32 elements, the array is fp16"):
+        refit.register("A0", np.zeros(8, np.float16))  # its 16 bytes, of another dtype
+
+
 def test_local_refit_writes_the_callers_arrays(session):
     src, dst = layouts()
     refit = session.refit(src, dst)
