@@ -6,10 +6,10 @@ decode weights derived as vLLM's loader derives them); then ferry's boxes of its
 written through ferry's fragment views, in place (fp32 -exp(x) where a shard says neg_exp, as
 vLLM keeps Mamba's A). Every parameter must then equal, byte for byte, what vLLM's own
 load_weights (and MLA processing) makes of the second checkpoint on a fresh copy of the model:
-Qwen3-MoE's expert slots, DeepSeek-V3's MLA (W_UV and W_UK_T included) and Nemotron-H's Mamba-2
-mixers under checkpoint names vLLM renames.
+Llama, Qwen2 and Qwen3's fused layers, Qwen3-MoE's expert slots, DeepSeek-V3's MLA (W_UV and
+W_UK_T included) and Nemotron-H's Mamba-2 mixers under checkpoint names vLLM renames.
 
-    python vllm_refit_layout_worker.py DIR DEEPSEEK_V3_DIR NEMOTRON_H_DIR
+    python vllm_refit_layout_worker.py DIR      (the models' configs are written under DIR)
 
 The MoE layers run Triton's expert kernel, as on a Hopper GPU (vllm_harness.instantiate). Then
 vLLM's DeepSeek-V3 with its MLA weights derived for fp32 activations (copies of kv_b_proj) and
@@ -19,6 +19,8 @@ name.
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import types
 
@@ -27,17 +29,27 @@ import torch
 import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import ferry
 from ferry._vllm_layout import engine_shards
+from sglang_harness import DEEPSEEK_V3, LLAMA, NEMOTRON_H, QWEN2, QWEN3
 from sglang_harness import checkpoint as random_checkpoint
 
-# (tp, dp, expert parallelism): experts TP-sharded over tp, then over tp x dp (vLLM flattens MoE
-# TP across DP), then whole over tp and over tp x dp ranks (vLLM's linear placement: Qwen3-MoE
-# has no expert groups, without which vLLM falls back from round-robin to it).
-QWEN3_MOE_CASES = [(2, 1, False), (2, 2, False), (4, 1, True), (2, 2, True)]
-# DeepSeek-V3: TP2, and TP2 x DP2 with expert parallelism, where vLLM's sequence-parallel MoE
-# keeps the shared expert whole on every rank.
-DEEPSEEK_V3_CASES = [(2, 1, False), (2, 2, True)]
-# Nemotron-H (Mamba-2, MLP and attention layers): TP2 (its 2 groups, one a rank) and TP1.
-NEMOTRON_H_CASES = [(2, 1, False), (1, 1, False)]
+# Each model's engine configurations, (tp, dp, expert parallelism):
+CASES = {
+    # fused q/k/v and gate/up; Qwen2's q/k/v biases and one KV head on both ranks; Qwen3's q/k
+    # norms and tied embeddings
+    "llama": [(2, 1, False)], "qwen2": [(2, 1, False)], "qwen3": [(2, 1, False)],
+    # experts TP-sharded over tp, then over tp x dp (vLLM flattens MoE TP across DP), then whole
+    # over tp and over tp x dp ranks (vLLM's linear placement: Qwen3-MoE has no expert groups,
+    # without which vLLM falls back from round-robin to it)
+    "qwen3_moe": [(2, 1, False), (2, 2, False), (4, 1, True), (2, 2, True)],
+    # MLA; with TP2 x DP2 and expert parallelism vLLM's sequence-parallel MoE keeps the shared
+    # expert whole on every rank
+    "deepseek_v3": [(2, 1, False), (2, 2, True)],
+    # Mamba-2, MLP and attention layers: TP2 (its 2 groups, one a rank) and TP1
+    "nemotron_h": [(2, 1, False), (1, 1, False)],
+}
+# (LLAMA's 3 KV heads and 1010-token vocabulary split over no common TP: 2 KV heads here)
+CONFIGS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen2": QWEN2, "qwen3": QWEN3, "deepseek_v3": DEEPSEEK_V3,
+           "nemotron_h": NEMOTRON_H}
 
 
 def serve(model, config, weights: dict[str, torch.Tensor]) -> None:
@@ -102,33 +114,28 @@ def preset_checkpoints(model_dir: str) -> tuple[dict, dict]:
 
 def main() -> int:
     torch.set_num_threads(1)
-    directory, deepseek_dir, nemotron_dir = sys.argv[1:4]
-
-    def qwen3_moe(*where):
-        return vllm_harness.build_qwen3_moe(directory, *where)
-
-    def deepseek_v3(*where):
-        return vllm_harness.build(deepseek_dir, *where)
-
-    def nemotron_h(*where):
-        return vllm_harness.build(nemotron_dir, *where)
-
-    deepseek_weights = preset_checkpoints(deepseek_dir)
-    models = [("qwen3_moe", qwen3_moe, QWEN3_MOE_CASES,
-               (vllm_harness.checkpoint(0), vllm_harness.checkpoint(1))),
-              ("deepseek_v3", deepseek_v3, DEEPSEEK_V3_CASES, deepseek_weights),
-              ("nemotron_h", nemotron_h, NEMOTRON_H_CASES, preset_checkpoints(nemotron_dir))]
-    for name, build, cases, (before, after) in models:
+    directory = sys.argv[1]
+    qwen3_moe_weights = vllm_harness.checkpoint(0), vllm_harness.checkpoint(1)
+    for name, cases in CASES.items():
+        if name == "qwen3_moe":
+            build, weights = functools.partial(vllm_harness.build_qwen3_moe, directory), \
+                qwen3_moe_weights
+        else:
+            model_dir = vllm_harness.write_config(os.path.join(directory, name), CONFIGS[name])
+            build, weights = functools.partial(vllm_harness.build, model_dir), \
+                preset_checkpoints(model_dir)
         for tp, dp, ep in cases:
-            count = check(build, before, after, tp, dp, ep)
+            count = check(build, *weights, tp, dp, ep)
             print(f"{name} tp={tp} dp={dp} ep={ep}: {tp * dp} workers, {count} parameters "
                   "each byte-exact", flush=True)
+    deepseek_dir = os.path.join(directory, "deepseek_v3")
     model, _ = vllm_harness.build(deepseek_dir, 2, 1)
     vllm_harness.process_mla(model, torch.float32)
     print(f"refused MLA copies: {refusal(model, 'MLA weights derived as fp32 copies')}")
     model, _ = vllm_harness.build(deepseek_dir, 2, 1, moe_kernel=None)
     print("refused the CPU MoE kernel: "
-          f"{refusal(model, 'the CPU MoE kernel', deepseek_weights[0])}", flush=True)
+          f"{refusal(model, 'the CPU MoE kernel', preset_checkpoints(deepseek_dir)[0])}",
+          flush=True)
     return 0
 
 
