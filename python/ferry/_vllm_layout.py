@@ -217,7 +217,8 @@ def param_pieces(name: str, module: Any, param: Any, packed: Mapping[str, list[s
     if leaf in packed and out_dim is not None and hasattr(module, "output_sizes"):
         return _fused_pieces(name, module, param, list(packed[leaf]))
     if len(getattr(module, "output_sizes", ())) > 1:
-        if out_dim is not None and sent(name):
+        # (QKVParallelLinear, with its KV-head replicas, only through the packing map)
+        if out_dim is not None and sent(name) and not hasattr(module, "num_kv_head_replicas"):
             return _fused_on_disk_pieces(name, module, param)
         raise ValueError(f"vLLM parameter {name}: merged from {len(module.output_sizes)} "
                          "outputs, each split over TP, that the model's packed_modules_mapping "

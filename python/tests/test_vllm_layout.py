@@ -326,6 +326,11 @@ def test_layers_whose_storage_the_rules_would_get_wrong_are_refused():
     shards, _ = engine_shards(model, fused, 0)
     assert [(list(s.lo), list(s.hi)) for s in shards if s.name == "mlp.gate_up_proj.weight"] == \
         [([0, 0], [2, 4]), ([8, 0], [10, 4])]
+    # not a fused QKV, whose KV heads may be replicated over ranks: only its packing map says
+    model.packed_modules_mapping = {"gate_up_proj": ["gate_proj", "up_proj"]}
+    fused = dict(SENT, **{"attn.qkv_proj.weight": SimpleNamespace(shape=(32, 4), dtype="bf16")})
+    with pytest.raises(ValueError, match="qkv_proj.weight: merged from 3 outputs"):
+        engine_shards(model, fused, 0)
 
 
 def mixer_model(groups_divide=True):
