@@ -196,3 +196,16 @@ def dtype_matches(array: ArrayMemory, dtype: str) -> bool:
 def item_size(dtype: str) -> int:
     """Bytes per element of ferry dtype `dtype`."""
     return _SIZES[dtype]
+
+
+def param_storage(param: Any) -> tuple:
+    """Where a torch parameter's data lies and how: (address, shape, strides, dtype). An
+    engine that rebinds or reallocates a parameter after ferry registered it changes this."""
+    data = param.data
+    return data.data_ptr(), tuple(data.shape), data.stride(), data.dtype
+
+
+def moved_parameters(bound: list[tuple[str, Any, tuple]]) -> list[str]:
+    """The names of `bound`'s (name, parameter, param_storage at registration) entries whose
+    parameter no longer lies where it did."""
+    return [name for name, param, storage in bound if param_storage(param) != storage]

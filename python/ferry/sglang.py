@@ -61,6 +61,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from ._arrays import moved_parameters, param_storage
 from ._layout import Layout
 from ._session import Refit, Session
 
@@ -268,7 +269,7 @@ class _Worker:
         for name in names:
             if name in params:
                 self.refit.register(name, params[name].data, side="destination")
-                self.bound.append((name, params[name], _storage_of(params[name])))
+                self.bound.append((name, params[name], param_storage(params[name])))
         return [name for name in names if name not in params]
 
     def _missing(self, names: list[str]) -> None:
@@ -280,7 +281,7 @@ class _Worker:
         if round_ != self.rounds:
             raise ValueError(f"ferry update {round_} arrived, this worker expects update "
                              f"{self.rounds}")
-        moved = [name for name, param, storage in self.bound if _storage_of(param) != storage]
+        moved = moved_parameters(self.bound)
         if moved:
             raise ValueError(f"parameters {moved[:3]} ({len(moved)} in all) are no longer where "
                              "ferry registered them: SGLang rebound them after loading (a "
@@ -294,10 +295,6 @@ class _Worker:
             if callable(post):
                 post()
 
-
-def _storage_of(param: torch.nn.Parameter) -> tuple:
-    data = param.data
-    return data.data_ptr(), tuple(data.shape), data.stride(), data.dtype
 
 
 _worker: _Worker | None = None

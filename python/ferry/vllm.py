@@ -50,6 +50,7 @@ from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
 from vllm.distributed.weight_transfer.factory import (WeightTransferEngineFactory,
                                                       WeightTransferTrainerFactory)
 
+from ._arrays import moved_parameters, param_storage
 from ._layout import Layout, Shard
 from ._session import Refit, Session
 from ._source_layout import trainer_shards
@@ -98,6 +99,7 @@ class FerryWeightTransferEngine(
         super().__init__(config, vllm_config, device, model)
         self.session: Session | None = None
         self.refit: Refit | None = None
+        self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
         self.rounds = 0
 
     def worker_rank(self, init_info: FerryWeightTransferInitInfo) -> int:
@@ -120,6 +122,9 @@ class FerryWeightTransferEngine(
                                         Layout.from_shards(destination))
         for name, tensor in buffers.items():
             self.refit.register(name, tensor, side="destination")
+        # every parameter, MLA's views of kv_b_proj included: where the plan writes and reads
+        self.bound = [(name, param, param_storage(param))
+                      for name, param in self.model.named_parameters()]
         self.rounds = 0
 
     def start_weight_update(self) -> None:
@@ -138,6 +143,12 @@ class FerryWeightTransferEngine(
         if update_info.round != self.rounds:
             raise ValueError(f"ferry weight update {update_info.round} arrived, this worker "
                              f"expects update {self.rounds}")
+        moved = moved_parameters(self.bound)
+        if moved:
+            raise ValueError(f"vLLM parameters {moved[:3]} ({len(moved)} in all) are no longer "
+                             "where ferry registered them at init (something rebound or "
+                             "reallocated them: a reload, process_weights_after_loading run "
+                             "again); initialize the weight transfer engine again")
         refit.run()
         self.rounds += 1
 

@@ -120,3 +120,17 @@ def test_fragment_view_names_unknown_dtypes_and_short_arrays():
         ferry.fragment_view(np.zeros(10, np.float32), fragment, "fp32")
     view = ferry.fragment_view(np.arange(24, dtype=np.float32), fragment, "fp32")
     assert view.shape == (4, 6) and view[3, 5] == 23
+
+
+def test_a_parameter_rebound_or_reallocated_after_registration_is_named():
+    # what ferry.vllm and ferry.sglang check before each update: an engine that rebinds a
+    # parameter's data (replace_parameter with another shape, a reload) leaves ferry's
+    # registration pointing at memory the parameter no longer uses
+    torch = pytest.importorskip("torch")
+    from ferry._arrays import moved_parameters, param_storage
+    a, b, c = (torch.nn.Parameter(torch.zeros(4, 4)) for _ in range(3))
+    bound = [(n, p, param_storage(p)) for n, p in (("a", a), ("b", b), ("c", c))]
+    a.data.copy_(torch.ones(4, 4))  # written in place: where it was
+    b.data = torch.zeros(4, 4)  # rebound to new memory
+    c.data = c.data.t()  # same memory, other strides
+    assert moved_parameters(bound) == ["b", "c"]
