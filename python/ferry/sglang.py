@@ -296,7 +296,6 @@ class _Worker:
                 post()
 
 
-
 _worker: _Worker | None = None
 
 

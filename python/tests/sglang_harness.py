@@ -72,9 +72,9 @@ DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepse
                                 "original_max_position_embeddings": 4096},
                "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
-# Nemotron-H's hybrid pattern (vLLM's tests only) at tiny widths: Mamba-2, MLP, attention, MLP, Mamba-2, MLP. The
-# checkpoints' own configs name the attention head size attention_head_dim; transformers'
-# NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
+# Nemotron-H's hybrid pattern (vLLM's tests only) at tiny widths: Mamba-2, MLP, attention, MLP,
+# Mamba-2, MLP. The checkpoints' own configs name the attention head size attention_head_dim;
+# transformers' NemotronHConfig, which vLLM reads, takes head_dim (default 128), so both are given.
 NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
               "hybrid_override_pattern": "M-*-M-", "num_hidden_layers": 6, "hidden_size": 32,
               "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -73,4 +73,5 @@ def test_worker_layouts_refit_in_place_as_vllms_own_loaders_load(tmp_path):
     assert re.search(r"refused MLA copies: vLLM module \S*mla_attn: MLA keeps W_UV, W_UK_T as "
                      "copies of kv_b_proj", result.stdout), result.stdout
     assert re.search(r"refused the CPU MoE kernel: vLLM parameter \S*routed_experts.w13_weight: "
-                     "the CPU MoE kernel rearranges the expert weights", result.stdout), result.stdout
+                     "the CPU MoE kernel rearranges the expert weights",
+                     result.stdout), result.stdout

@@ -48,8 +48,8 @@ CASES = {
     "nemotron_h": [(2, 1, False), (1, 1, False)],
 }
 # (LLAMA's 3 KV heads and 1010-token vocabulary split over no common TP: 2 KV heads here)
-CONFIGS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen2": QWEN2, "qwen3": QWEN3, "deepseek_v3": DEEPSEEK_V3,
-           "nemotron_h": NEMOTRON_H}
+CONFIGS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen2": QWEN2, "qwen3": QWEN3,
+           "deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H}
 
 
 def serve(model, config, weights: dict[str, torch.Tensor]) -> None:

@@ -22,9 +22,9 @@ MLP and attention layers) under TP2, its checkpoint named as Nemotron-H's (backb
 which vLLM renames; its mixers' A is written as fp32 -exp(A_log) by the refit's Convert ops, and
 must equal vLLM's torch.exp to within 1 ulp (ferry's is the C library's expf, core/base/
 element_fn.h), every other byte exactly (the verdict names any A that differs by that ulp).
-Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a worker loads the same step's full
-checkpoint into a second copy of its model through vLLM's own weight loaders and requires every
-parameter of the refitted model to equal it byte for byte.
+Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
+worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
+weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h]
 """
@@ -59,7 +59,7 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS = 16, 8, 1, 2, 24, 100, 2
 TRAINERS, STEPS, AUTH = 2, 3, b"ferry-vllm-test"
 TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank holds it)
 DTYPE = torch.bfloat16
-MODEL, DIR = "llama", ""  # or "qwen3_moe", "deepseek_v3"; and the test's directory: from argv
+MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h")
 CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H}
