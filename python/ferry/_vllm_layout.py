@@ -40,8 +40,8 @@ mamba_mixer2.py, MambaMixer2) is built of such layers: in_proj holds [z; x; B; C
 checkpoint's in_proj, conv1d [x; B; C] of its conv1d (weight and bias), each 1/TP; A, D and
 dt_bias hold their heads' 1/TP, A stored as fp32 -exp(A_log) (its composed_weight_loader): its
 shard carries the "neg_exp" transform, which the refit applies as it writes; the gated norm
-(Mixer2RMSNormGated) holds its 1/TP of norm.weight. A mixer whose groups TP does not divide
-(vLLM replicates them) is refused.
+(Mixer2RMSNormGated) holds its 1/TP of norm.weight. A mixer with one group under TP > 1 holds
+that group's B and C whole on every rank, as vLLM replicates it (mamba_v2_sharded_weight_loader).
 
 Checkpoint names are vLLM's parameter names unless the model's `hf_to_vllm_mapper` renames
 them (its renames alone: nemotron_h.py maps backbone -> model, A_log -> A, embeddings ->
@@ -194,12 +194,33 @@ def _mamba_pieces(name: str, mixer: Any, param: Any) -> list[Piece] | None:
     leaf = name.rpartition(".")[2]
     if leaf not in ("A", "D", "dt_bias"):
         return None
-    if not hasattr(mixer.in_proj, "output_sizes") and mixer.in_proj.tp_size > 1:
-        raise ValueError(f"vLLM parameter {name}: a Mamba-2 mixer whose groups TP does not "
-                         "divide is loaded with its groups replicated "
-                         "(mamba_mixer2.py, mamba_v2_sharded_weight_loader); not supported")
     size, rank = param.shape[0], mixer.in_proj.tp_rank
     return [Piece(name, 0, rank * size, (rank + 1) * size, "neg_exp" if leaf == "A" else "")]
+
+
+def _replicated_group_pieces(prefix: str, mixer: Any) -> dict[str, list[Piece]]:
+    """The pieces of the in_proj and conv1d parameters of a Mamba-2 mixer with one group under
+    TP > 1, whose group vLLM replicates on every rank (mamba_mixer2.py: ColumnParallelLinear
+    layers loaded by mamba_v2_sharded_weight_loader with duplicate_groups): in_proj holds z, x
+    and dt's 1/TP with B and C whole, conv1d x's 1/TP with B and C whole; {} for other mixers."""
+    if hasattr(mixer.in_proj, "output_sizes") or mixer.in_proj.tp_size == 1:
+        return {}
+    tp, rank = mixer.in_proj.tp_size, mixer.in_proj.tp_rank
+    inner, state, heads = mixer.intermediate_size, mixer.ssm_state_size, mixer.num_heads
+
+    def split(offset: int, size: int) -> tuple[int, int]:
+        return offset + rank * (size // tp), offset + (rank + 1) * (size // tp)
+
+    in_proj = [split(0, inner), split(inner, inner), (2 * inner, 2 * inner + state),
+               (2 * inner + state, 2 * inner + 2 * state), split(2 * inner + 2 * state, heads)]
+    conv1d = [split(0, inner), (inner, inner + state), (inner + state, inner + 2 * state)]
+    pieces = {}
+    for layer, rows in (("in_proj", in_proj), ("conv1d", conv1d)):
+        for leaf in ("weight", "bias"):
+            if getattr(getattr(mixer, layer), leaf, None) is not None:
+                name = f"{prefix}.{layer}.{leaf}"
+                pieces[name] = [Piece(name, 0, start, stop) for start, stop in rows]
+    return pieces
 
 
 def param_pieces(name: str, module: Any, param: Any, packed: Mapping[str, list[str]],
@@ -390,6 +411,10 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     modules = dict(model.named_modules())
     views = _derived_views(modules)
     renamed = _checkpoint_names(model, source)
+    replicated = {}  # Mamba-2 mixers' layers whose one group vLLM replicates over TP
+    for prefix, module in modules.items():
+        if _is_mamba_mixer(module):
+            replicated.update(_replicated_group_pieces(prefix, module))
 
     def sent_name(tensor: str) -> str:
         return renamed.get(tensor, tensor)
@@ -405,7 +430,8 @@ def engine_shards(model: Any, source: Mapping[str, Any],
         if id(param) in views:
             continue
         module = modules[name.rpartition(".")[0]]
-        pieces = param_pieces(name, module, param, packed, lambda t: sent_name(t) in source)
+        pieces = replicated.get(name) or param_pieces(name, module, param, packed,
+                                                      lambda t: sent_name(t) in source)
         experts = hasattr(module, "expert_map_manager")
         box_of = _expert_box if experts else _piece_box
         boxes = []

@@ -66,7 +66,8 @@ def test_worker_layouts_refit_in_place_as_vllms_own_loaders_load(tmp_path):
              ("deepseek_v3 tp=2 dp=1 ep=False: 2 workers", 31),
              ("deepseek_v3 tp=2 dp=2 ep=True: 4 workers", 31),
              ("nemotron_h tp=2 dp=1 ep=False: 2 workers", 33),
-             ("nemotron_h tp=1 dp=1 ep=False: 1 workers", 33)]
+             ("nemotron_h tp=1 dp=1 ep=False: 1 workers", 33),
+             ("nemotron_h_one_group tp=2 dp=1 ep=False: 2 workers", 33)]
     for case, parameters in cases:
         assert f"{case}, {parameters} parameters each byte-exact" in result.stdout, result.stdout
     # vLLM's own MLA weights derived as copies, and its CPU expert kernel: refused, layers named

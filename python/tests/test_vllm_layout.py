@@ -339,14 +339,18 @@ def mixer_model(groups_divide=True):
     MergedColumnParallelLinear over [z, x, B, C, dt] and [x, B, C] (global output sizes), A an
     fp32 parameter of its head, D and dt_bias of it, the gated norm 2 of its 4 channels."""
     model, mixer, norm = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+    mixer.intermediate_size, mixer.ssm_state_size, mixer.num_heads = 4, 2, 2
+    mixer.conv1d = torch.nn.Module()
     if groups_divide:
         mixer.in_proj = linear(7, 3, tp_rank=1, tp_size=2, output_sizes=[4, 4, 2, 2, 2])
-    else:  # n_groups 1 under TP 2: a ColumnParallelLinear with vLLM's group-replicating loader
-        mixer.in_proj = linear(7, 3, tp_rank=1, tp_size=2, gather_output=False)
-    mixer.conv1d = torch.nn.Module()
-    mixer.conv1d.tp_rank, mixer.conv1d.tp_size, mixer.conv1d.output_sizes = 1, 2, [4, 2, 2]
-    mixer.conv1d.weight = torch.nn.Parameter(torch.zeros(4, 1, 3, dtype=torch.bfloat16))
-    mixer.conv1d.bias = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+        mixer.conv1d.output_sizes, conv_rows = [4, 2, 2], 4
+    else:  # one group under TP 2: ColumnParallelLinears with vLLM's group-replicating loader,
+        # in_proj 2 * 4/2 + 2 * 2 + 2/2 rows, conv1d 4/2 + 2 * 2
+        mixer.in_proj = linear(9, 3, tp_rank=1, tp_size=2, gather_output=False)
+        mixer.conv1d.gather_output, conv_rows = False, 6
+    mixer.conv1d.tp_rank, mixer.conv1d.tp_size = 1, 2
+    mixer.conv1d.weight = torch.nn.Parameter(torch.zeros(conv_rows, 1, 3, dtype=torch.bfloat16))
+    mixer.conv1d.bias = torch.nn.Parameter(torch.zeros(conv_rows, dtype=torch.bfloat16))
     mixer.conv1d.weight.output_dim = mixer.conv1d.bias.output_dim = 0
     mixer.A = torch.nn.Parameter(torch.zeros(1, dtype=torch.float32))
     mixer.D = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
@@ -404,9 +408,19 @@ def test_checkpoint_names_are_mapped_as_the_models_mapper_renames_them():
         "backbone.mixer.in_proj.weight"
 
 
+def test_a_mamba_mixers_one_group_is_on_every_rank():
+    # mamba_v2_sharded_weight_loader with duplicate_groups: z, x, dt 1/TP, B and C whole (the
+    # same checkpoint, read as one group of state 2)
+    shards, _ = engine_shards(mixer_model(groups_divide=False), MIXER_SENT, rank=3)
+    rows = {}
+    for s in shards:
+        rows.setdefault(s.buffer, []).append((s.lo[0], s.hi[0]))
+    assert rows["mixer.in_proj.weight"] == [(2, 4), (6, 8), (8, 10), (10, 12), (13, 14)]
+    assert rows["mixer.conv1d.weight"] == rows["mixer.conv1d.bias"] == [(2, 4), (4, 6), (6, 8)]
+    assert rows["mixer.A"] == [(1, 2)] and rows["mixer.norm.weight"] == [(2, 4)]
+
+
 def test_mamba_mixers_ferry_cannot_keep_are_refused():
-    with pytest.raises(ValueError, match="mixer.A: a Mamba-2 mixer whose groups TP does not"):
-        engine_shards(mixer_model(groups_divide=False), MIXER_SENT, 0)
     sent = {n: v for n, v in MIXER_SENT.items() if n != "mixer.in_proj.weight"}
     with pytest.raises(ValueError, match="merged from 5 outputs.*no fused tensor of its name"):
         engine_shards(mixer_model(), sent, 0)

@@ -44,12 +44,14 @@ CASES = {
     # MLA; with TP2 x DP2 and expert parallelism vLLM's sequence-parallel MoE keeps the shared
     # expert whole on every rank
     "deepseek_v3": [(2, 1, False), (2, 2, True)],
-    # Mamba-2, MLP and attention layers: TP2 (its 2 groups, one a rank) and TP1
-    "nemotron_h": [(2, 1, False), (1, 1, False)],
+    # Mamba-2, MLP and attention layers: TP2 (its 2 groups, one a rank) and TP1; with one group
+    # under TP2, which vLLM replicates on both ranks
+    "nemotron_h": [(2, 1, False), (1, 1, False)], "nemotron_h_one_group": [(2, 1, False)],
 }
 # (LLAMA's 3 KV heads and 1010-token vocabulary split over no common TP: 2 KV heads here)
 CONFIGS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen2": QWEN2, "qwen3": QWEN3,
-           "deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H}
+           "deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H,
+           "nemotron_h_one_group": dict(NEMOTRON_H, n_groups=1)}
 
 
 def serve(model, config, weights: dict[str, torch.Tensor]) -> None:
