@@ -187,25 +187,21 @@ def _fused_on_disk_pieces(name: str, module: Any, param: Any) -> list[Piece]:
     return pieces
 
 
-def _mamba_pieces(name: str, mixer: Any, param: Any) -> list[Piece] | None:
-    """The pieces of a Mamba-2 mixer's own per-head parameters (mamba_mixer2.py MambaMixer2:
-    A, D and dt_bias split over TP by heads with sharded_weight_loader(0), A loaded as
-    -exp(A_log) in fp32), None for its other parameters (its layers' own rules)."""
-    leaf = name.rpartition(".")[2]
-    if leaf not in ("A", "D", "dt_bias"):
-        return None
-    size, rank = param.shape[0], mixer.in_proj.tp_rank
-    return [Piece(name, 0, rank * size, (rank + 1) * size, "neg_exp" if leaf == "A" else "")]
-
-
-def _replicated_group_pieces(prefix: str, mixer: Any) -> dict[str, list[Piece]]:
-    """The pieces of the in_proj and conv1d parameters of a Mamba-2 mixer with one group under
-    TP > 1, whose group vLLM replicates on every rank (mamba_mixer2.py: ColumnParallelLinear
-    layers loaded by mamba_v2_sharded_weight_loader with duplicate_groups): in_proj holds z, x
-    and dt's 1/TP with B and C whole, conv1d x's 1/TP with B and C whole; {} for other mixers."""
-    if hasattr(mixer.in_proj, "output_sizes") or mixer.in_proj.tp_size == 1:
-        return {}
+def _mixer_pieces(prefix: str, mixer: Any) -> dict[str, list[Piece]]:
+    """The pieces of the parameters a Mamba-2 mixer's own loaders place (mamba_mixer2.py
+    MambaMixer2), by name: A, D and dt_bias split over TP by heads (sharded_weight_loader(0)), A
+    stored as fp32 -exp(A_log) (its composed_weight_loader); with one group under TP > 1, which
+    vLLM replicates on every rank (in_proj and conv1d ColumnParallelLinears loaded by
+    mamba_v2_sharded_weight_loader with duplicate_groups), in_proj's z, x and dt 1/TP with B and
+    C whole and conv1d's x 1/TP with B and C whole. Its other layers follow their own rules."""
     tp, rank = mixer.in_proj.tp_size, mixer.in_proj.tp_rank
+    pieces = {}
+    for leaf in ("A", "D", "dt_bias"):
+        name, size = f"{prefix}.{leaf}", getattr(mixer, leaf).shape[0]
+        pieces[name] = [Piece(name, 0, rank * size, (rank + 1) * size,
+                              "neg_exp" if leaf == "A" else "")]
+    if hasattr(mixer.in_proj, "output_sizes") or tp == 1:
+        return pieces  # in_proj and conv1d split output by output (_fused_on_disk_pieces)
     inner, state, heads = mixer.intermediate_size, mixer.ssm_state_size, mixer.num_heads
 
     def split(offset: int, size: int) -> tuple[int, int]:
@@ -214,7 +210,6 @@ def _replicated_group_pieces(prefix: str, mixer: Any) -> dict[str, list[Piece]]:
     in_proj = [split(0, inner), split(inner, inner), (2 * inner, 2 * inner + state),
                (2 * inner + state, 2 * inner + 2 * state), split(2 * inner + 2 * state, heads)]
     conv1d = [split(0, inner), (inner, inner + state), (inner + state, inner + 2 * state)]
-    pieces = {}
     for layer, rows in (("in_proj", in_proj), ("conv1d", conv1d)):
         for leaf in ("weight", "bias"):
             if getattr(getattr(mixer, layer), leaf, None) is not None:
@@ -229,10 +224,6 @@ def param_pieces(name: str, module: Any, param: Any, packed: Mapping[str, list[s
     `sent` says whether the trainer sends a tensor of that (vLLM) name."""
     if hasattr(module, "expert_map_manager"):
         return expert_pieces(name, module, param)
-    if _is_mamba_mixer(module):
-        pieces = _mamba_pieces(name, module, param)
-        if pieces is not None:
-            return pieces
     leaf = name.rpartition(".")[0].rpartition(".")[2]
     out_dim = getattr(param, "output_dim", None)
     if leaf in packed and out_dim is not None and hasattr(module, "output_sizes"):
@@ -381,10 +372,6 @@ def _derived_views(modules: Mapping[str, Any]) -> set[int]:
     return views
 
 
-def _is_mamba_mixer(module: Any) -> bool:
-    return all(hasattr(module, a) for a in ("A", "conv1d", "in_proj"))
-
-
 def _checkpoint_names(model: Any, source: Mapping[str, Any]) -> dict[str, str]:
     """vLLM's name of each tensor the trainer sends whose checkpoint name vLLM renames, to that
     checkpoint name: the renames of the model's `hf_to_vllm_mapper` (vllm/model_executor/models/
@@ -411,10 +398,10 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     modules = dict(model.named_modules())
     views = _derived_views(modules)
     renamed = _checkpoint_names(model, source)
-    replicated = {}  # Mamba-2 mixers' layers whose one group vLLM replicates over TP
+    mixers = {}  # the parameters Mamba-2 mixers' own loaders place
     for prefix, module in modules.items():
-        if _is_mamba_mixer(module):
-            replicated.update(_replicated_group_pieces(prefix, module))
+        if all(hasattr(module, a) for a in ("A", "conv1d", "in_proj")):
+            mixers.update(_mixer_pieces(prefix, module))
 
     def sent_name(tensor: str) -> str:
         return renamed.get(tensor, tensor)
@@ -430,8 +417,8 @@ def engine_shards(model: Any, source: Mapping[str, Any],
         if id(param) in views:
             continue
         module = modules[name.rpartition(".")[0]]
-        pieces = replicated.get(name) or param_pieces(name, module, param, packed,
-                                                      lambda t: sent_name(t) in source)
+        pieces = mixers.get(name) or param_pieces(name, module, param, packed,
+                                                  lambda t: sent_name(t) in source)
         experts = hasattr(module, "expert_map_manager")
         box_of = _expert_box if experts else _piece_box
         boxes = []
