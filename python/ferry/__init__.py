@@ -21,14 +21,14 @@ FerryError and a ValueError.
 __version__ = "0.1.0"  # the wheel's version (python/BUILD.bazel, WHEEL_VERSION)
 
 from ._ferry import FerryError, InvalidArgumentError, describe_config
-from ._layout import BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
+from ._layout import BlockScaled, BufferInfo, FragmentInfo, Layout, Shard, TensorInfo
 from ._plan import Plan, Stats, plan
 from ._session import Refit, Session
 from ._specs import megatron_spec, sglang_spec, vllm_spec
 from ._views import fragment_view
 
 __all__ = [
-    "BufferInfo", "FerryError", "FragmentInfo", "InvalidArgumentError", "Layout", "Plan", "Refit",
+    "BlockScaled", "BufferInfo", "FerryError", "FragmentInfo", "InvalidArgumentError", "Layout", "Plan", "Refit",
     "Session", "Shard", "Stats", "TensorInfo", "describe_config", "fragment_view", "megatron_spec",
     "plan", "sglang_spec", "vllm_spec",
 ]

@@ -22,10 +22,12 @@ class Shard:
     The box's elements are stored contiguous row-major, one after the other in the buffer in the
     order the shards are listed.
 
-    `transform` names what a destination stores instead of the elements themselves, an element
-    function the refit applies as it writes them: "" (the elements, in `dtype`) or "neg_exp"
-    (fp32 -exp(x) of each, as vLLM keeps Mamba-2's A from the checkpoint's A_log; `dtype` is
-    then the sender's). Every shard of a tensor in one layout must name the same transform."""
+    `transform` names what a destination stores instead of the elements themselves, which the
+    refit computes as it writes them: "" (the elements, in `dtype`), "neg_exp" (fp32 -exp(x) of
+    each, as vLLM keeps Mamba-2's A from the checkpoint's A_log) or "fp8_block" (fp8 e4m3 values,
+    one byte each, of a block-scaled buffer a BlockScaled lists: vLLM's block-quantized fp8
+    weights). With a transform `dtype` stays the sender's. Every shard of a tensor in one layout
+    must name the same transform."""
 
     name: str
     shape: Sequence[int]
@@ -35,6 +37,29 @@ class Shard:
     rank: int
     buffer: str | None = None
     transform: str = ""
+
+
+@dataclass(frozen=True)
+class BlockScaled:
+    """A destination buffer of block-scaled fp8, as vLLM holds FP8 block-quantized weights
+    (quantization_config fp8 with weight_block_size [128, 128]): buffer `buffer` on `rank` holds
+    `matrices` dense row-major [rows, cols] e4m3 matrices (its shards' transform is "fp8_block"),
+    each cut into 128x128 blocks from its first element, and buffer `scales` (no shards of its
+    own) one scale_inv per block. The refit quantizes each matrix from the sender's bf16, fp16 or
+    fp32: scale_inv = max(amax, 1e-4) / 448, each value e4m3(x / scale_inv), as vLLM's
+    per_block_cast_to_fp8. `scale_fmt`: "float32" (dense fp32 [matrices, ceil(rows/128),
+    ceil(cols/128)]), "ue8m0" (the same with power-of-two scales and the values requantized to
+    them, as vLLM leaves them for DeepGEMM with E8M0 scales) or "ue8m0_packed" (DeepGEMM's
+    packed int32 E8M0 codes, as vLLM holds them on Blackwell); docs/layout-format.md says each
+    exactly."""
+
+    rank: int
+    buffer: str
+    scales: str
+    rows: int
+    cols: int
+    matrices: int = 1
+    scale_fmt: str = "float32"
 
 
 class TensorInfo(NamedTuple):
@@ -97,17 +122,26 @@ class Layout:
         return Layout(_ferry.Layout.from_yaml(_text("text", text)))
 
     @staticmethod
-    def from_shards(shards: Iterable[Shard | Mapping[str, Any]]) -> "Layout":
+    def from_shards(shards: Iterable[Shard | BlockScaled | Mapping[str, Any]]) -> "Layout":
         """A layout from the local tensors of every rank (gather each rank's list first: every
-        rank of a refit plans from the same two layouts). Raises FerryError for a box outside its
-        tensor or a name given two shapes or dtypes; coverage is not required here (validate()
-        and ferry.plan report elements nobody holds)."""
-        rows = []
+        rank of a refit plans from the same two layouts), and the block-scaled buffers that
+        fp8_block shards lie in (BlockScaled entries in the same list; a mapping with a "scales"
+        key is one). Raises FerryError for a box outside its tensor or a name given two shapes or
+        dtypes, ValueError for a block-scaled buffer that is unlisted, holds other shards or
+        does not match its matrices; coverage is not required here (validate() and ferry.plan
+        report elements nobody holds)."""
+        rows, scaled = [], []
         for s in shards:
+            if isinstance(s, BlockScaled) or (isinstance(s, Mapping) and "scales" in s):
+                b = s if isinstance(s, BlockScaled) else BlockScaled(**s)
+                scaled.append((_rank("rank", b.rank), _text("buffer", b.buffer),
+                               _text("scales", b.scales), int(b.matrices), int(b.rows),
+                               int(b.cols), _text("scale_fmt", b.scale_fmt)))
+                continue
             s = s if isinstance(s, Shard) else Shard(**s)
             rows.append((s.name, list(s.shape), dtype_name(s.dtype), list(s.lo), list(s.hi),
                          int(s.rank), s.buffer or "", s.transform))
-        return Layout(_ferry.Layout.from_shards(rows))
+        return Layout(_ferry.Layout.from_shards(rows, scaled))
 
     @staticmethod
     def from_dtensors(tensors: Mapping[str, Any], first_rank: int = 0) -> "Layout":
@@ -160,6 +194,13 @@ class Layout:
         elements (Shard.transform; vLLM's Mamba A in the `vllm:` presets), each with the dtype
         its fragments' elements are stored in: what fragment_view and register take there."""
         return {name: dtype for name, _, dtype in self._impl.transforms()}
+
+    @property
+    def block_scaled(self) -> list[BlockScaled]:
+        """The destination buffers of block-scaled fp8 and their scales buffers (BlockScaled;
+        the `vllm:...,quant=fp8_block` presets' and from_shards' own)."""
+        return [BlockScaled(rank, buffer, scales, rows, cols, matrices, fmt)
+                for rank, buffer, scales, matrices, rows, cols, fmt in self._impl.block_scaled()]
 
     def buffers(self, rank: int | None = None) -> list[BufferInfo]:
         """The buffers (of every rank, or of `rank`): what each rank registers before a run."""

@@ -9,13 +9,14 @@ GIL while they wait. A Session and its Refits are driven by one thread at a time
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any, Iterable, Mapping
 
 from . import _ferry
 from ._arrays import array_memory, dtype_matches, dtype_name
-from ._layout import Layout, Shard
+from ._layout import BlockScaled, Layout, Shard
 from ._plan import Plan, Stats
 
 
@@ -90,19 +91,25 @@ class Session:
         plan_impl = self._impl.plan(src._impl, dst._impl, strategy, topology, per_node)
         return Refit(self, Plan(plan_impl, src, dst))
 
-    def all_gather_shards(self, shards: Iterable[Shard | Mapping[str, Any]]) -> list[Shard]:
-        """Every rank's shards, in rank order, from each rank's own list (its `rank` fields
-        default to this rank): what Layout.from_shards needs, so that each rank describes only
-        the tensors it holds. Every rank of the session calls it, in the same order as its other
+    def all_gather_shards(self, shards: Iterable[Shard | BlockScaled | Mapping[str, Any]]
+                          ) -> list[Shard | BlockScaled]:
+        """Every rank's shards (and BlockScaled buffers), in rank order, from each rank's own
+        list (its `rank` fields default to this rank): what Layout.from_shards needs, so that
+        each rank describes only the tensors it holds. Every rank of the session calls it, in the same order as its other
         gathers. Blocks (GIL released) until all ranks' lists arrived or deadline.store passes."""
-        mine = []
+        mine: list[dict[str, Any]] = []
         for s in shards:
+            if isinstance(s, BlockScaled) or (isinstance(s, Mapping) and "scales" in s):
+                b = s if isinstance(s, BlockScaled) else BlockScaled(**{"rank": self.rank, **s})
+                mine.append(dataclasses.asdict(b))
+                continue
             s = s if isinstance(s, Shard) else Shard(**{"rank": self.rank, **s})
             mine.append({"name": s.name, "shape": list(s.shape), "dtype": dtype_name(s.dtype),
                          "lo": list(s.lo), "hi": list(s.hi), "rank": int(s.rank),
                          "buffer": s.buffer, "transform": s.transform})
         gathered = self._impl.all_gather(json.dumps(mine))
-        return [Shard(**row) for value in gathered for row in json.loads(value)]
+        return [BlockScaled(**row) if "scales" in row else Shard(**row)
+                for value in gathered for row in json.loads(value)]
 
     def recreate(self, timeout: float = 60.0) -> None:
         """After a failed run: every rank calls it to replace the transports (a new epoch),
@@ -228,10 +235,15 @@ class Refit:
 
 
 def _buffer_dtypes(layout: Layout, rank: int) -> dict[str, set[str]]:
+    """The dtypes of the elements each of `rank`'s buffers holds: its fragments' and, for a
+    block-scaled buffer's scales, fp32 (int32 for packed E8M0 codes)."""
     dtypes = {t.name: t.dtype for t in layout.tensors} | layout.stored_dtypes
     out: dict[str, set[str]] = {}
     for f in layout.fragments(rank):
         out.setdefault(f.buffer, set()).add(dtypes[f.tensor])
+    for b in layout.block_scaled:
+        if b.rank == rank:
+            out[b.scales] = {"int32" if b.scale_fmt == "ue8m0_packed" else "fp32"}
     return out
 
 

@@ -55,6 +55,56 @@ def test_a_destination_stored_transformed_receives_its_element_function(session)
         refit.register("A0", np.zeros(8, np.float16))  # its 16 bytes, of another dtype
 
 
+@pytest.mark.parametrize("scale_fmt,second_scale,second_value", [
+    ("float32", np.float32(1) / np.float32(448), 0x7E),  # 1.0 * 448 = 448: e4m3 0x7e
+    ("ue8m0", np.float32(2.0**-8), 0x78)])               # 2^ceil(log2(1/448)); 256: e4m3 0x78
+def test_a_block_scaled_destination_receives_fp8_values_and_their_scales(
+        session, scale_fmt, second_scale, second_value):
+    # A [256, 128] fp32 matrix in two 128x128 blocks, quantized as vLLM's per_block_cast_to_fp8:
+    # block 0 has amax 896, so scale_inv = 896 / 448 = 2, and 896 -> 448 (e4m3 0x7e), -3 -> -1.5
+    # (0xbc); block 1 holds one 1.0 (its row 72). The destination holds it as two shards in one
+    # buffer, as vLLM's fused layers do.
+    src = ferry.Layout.from_shards([ferry.Shard("w", (256, 128), "fp32", (0, 0), (256, 128), 0,
+                                                "src")])
+    dst = ferry.Layout.from_shards([
+        ferry.Shard("w", (256, 128), "fp32", (0, 0), (128, 128), 0, "w8", "fp8_block"),
+        ferry.Shard("w", (256, 128), "fp32", (128, 0), (256, 128), 0, "w8", "fp8_block"),
+        ferry.BlockScaled(0, "w8", "w8_scale_inv", rows=256, cols=128, scale_fmt=scale_fmt)])
+    assert dst.stored_dtypes == {"w": "fp8_e4m3"}
+    assert [(b.name, b.bytes) for b in dst.buffers()] == [("w8", 256 * 128), ("w8_scale_inv", 8)]
+    w = np.zeros((256, 128), np.float32)
+    w[0, 0], w[1, 1], w[200, 5] = 896, -3, 1
+    values, scales = np.full((256, 128), 0x55, np.uint8), np.zeros(2, np.float32)
+    refit = session.refit(src, dst)
+    refit.register("src", w)
+    refit.register("w8", values)
+    with pytest.raises(TypeError, match="'w8_scale_inv' holds fp32 elements"):
+        refit.register("w8_scale_inv", np.zeros(2, np.int32))
+    refit.register("w8_scale_inv", scales)
+    refit.run()
+    want = np.zeros((256, 128), np.uint8)
+    want[0, 0], want[1, 1], want[200, 5] = 0x7E, 0xBC, second_value
+    np.testing.assert_array_equal(values, want)
+    np.testing.assert_array_equal(scales, np.array([2.0, second_scale], np.float32))
+
+
+def test_block_scaled_buffers_must_match_their_shards():
+    shard = ferry.Shard("w", (256, 128), "bf16", (0, 0), (256, 128), 0, "w8", "fp8_block")
+    with pytest.raises(ValueError, match="'w8' on rank 0 holds fp8_block shards but no "
+                                         "block_scaled entry names it"):
+        ferry.Layout.from_shards([shard])
+    with pytest.raises(ValueError, match="scale_fmt 'e8m0' is not float32, ue8m0 or "
+                                         "ue8m0_packed"):
+        ferry.Layout.from_shards([shard, ferry.BlockScaled(0, "w8", "s", 256, 128,
+                                                           scale_fmt="e8m0")])
+    with pytest.raises(ValueError, match="also holds shards without transform 'fp8_block'"):
+        ferry.Layout.from_shards([shard, ferry.Shard("b", (4,), "bf16", (0,), (4,), 0, "w8"),
+                                  ferry.BlockScaled(0, "w8", "s", 256, 128)])
+    with pytest.raises(ferry.FerryError, match=r"1 x \[128, 128\] fp8 matrices do not match "
+                                               "its 32768 bytes"):
+        ferry.Layout.from_shards([shard, ferry.BlockScaled(0, "w8", "s", 128, 128)])
+
+
 def test_local_refit_writes_the_callers_arrays(session):
     src, dst = layouts()
     refit = session.refit(src, dst)
