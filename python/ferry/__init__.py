@@ -28,7 +28,7 @@ from ._specs import megatron_spec, sglang_spec, vllm_spec
 from ._views import fragment_view
 
 __all__ = [
-    "BlockScaled", "BufferInfo", "FerryError", "FragmentInfo", "InvalidArgumentError", "Layout", "Plan", "Refit",
-    "Session", "Shard", "Stats", "TensorInfo", "describe_config", "fragment_view", "megatron_spec",
-    "plan", "sglang_spec", "vllm_spec",
+    "BlockScaled", "BufferInfo", "FerryError", "FragmentInfo", "InvalidArgumentError", "Layout",
+    "Plan", "Refit", "Session", "Shard", "Stats", "TensorInfo", "describe_config",
+    "fragment_view", "megatron_spec", "plan", "sglang_spec", "vllm_spec",
 ]

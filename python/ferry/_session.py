@@ -95,8 +95,9 @@ class Session:
                           ) -> list[Shard | BlockScaled]:
         """Every rank's shards (and BlockScaled buffers), in rank order, from each rank's own
         list (its `rank` fields default to this rank): what Layout.from_shards needs, so that
-        each rank describes only the tensors it holds. Every rank of the session calls it, in the same order as its other
-        gathers. Blocks (GIL released) until all ranks' lists arrived or deadline.store passes."""
+        each rank describes only the tensors it holds. Every rank of the session calls it, in
+        the same order as its other gathers. Blocks (GIL released) until all ranks' lists
+        arrived or deadline.store passes."""
         mine: list[dict[str, Any]] = []
         for s in shards:
             if isinstance(s, BlockScaled) or (isinstance(s, Mapping) and "scales" in s):

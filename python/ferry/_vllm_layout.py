@@ -58,12 +58,18 @@ weights, the AITER BMMs' W_K/W_V, DCP query replication's gathered W_UK_T_dcp_qr
 refit would leave them stale, and the module is refused by name.
 
 Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/models/llama.py:
-{"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}). The
-layers are recognised by the attributes vLLM gives them (duck-typed, so this module imports
-neither vLLM nor, itself, torch). A parameter that fits none of these, or whose checkpoint tensor
-the trainer does not send, or whose dtype differs from the trainer's, raises ValueError naming
-it: ferry moves bytes and applies no transform but those named above (quantized layers are not
-supported).
+{"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}).
+
+FP8 block-quantized linear layers (Fp8LinearMethod with 128x128 blocks) hold e4m3 values of the
+same boxes in `weight` (their shards' transform is "fp8_block") and their scales in
+`weight_scale_inv`, a block-scaled buffer pair (ferry.BlockScaled) in the scale format the
+layer's kernel leaves: `_vllm_fp8.py` says which.
+
+The layers are recognised by the attributes vLLM gives them (duck-typed, so this module imports
+neither vLLM nor, itself, torch). A parameter that fits
+none of these, or whose checkpoint tensor the trainer does not send, or whose dtype differs from
+the trainer's, raises ValueError naming it: ferry moves bytes and applies no transform but those
+named above.
 """
 
 from __future__ import annotations
@@ -71,7 +77,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, NamedTuple
 
 from ._arrays import dtype_name
-from ._layout import Shard
+from ._layout import BlockScaled, Shard
+from ._vllm_fp8 import block_scaled, quantized_layers
 
 
 class Piece(NamedTuple):
@@ -82,7 +89,8 @@ class Piece(NamedTuple):
     dim: int | None
     start: int
     stop: int
-    transform: str = ""  # what the parameter stores of the box: "" itself, "neg_exp" fp32 -exp
+    # what the parameter stores of the box: "" itself, "neg_exp" fp32 -exp, "fp8_block" e4m3
+    transform: str = ""
 
 
 def _fused_pieces(name: str, module: Any, param: Any, subs: list[str]) -> list[Piece]:
@@ -390,10 +398,11 @@ def _checkpoint_names(model: Any, source: Mapping[str, Any]) -> dict[str, str]:
 
 
 def engine_shards(model: Any, source: Mapping[str, Any],
-                  rank: int) -> tuple[list[Shard], dict[str, Any]]:
+                  rank: int) -> tuple[list[Shard | BlockScaled], dict[str, Any]]:
     """The shards of every parameter of `model` (a vLLM worker's torch module) on ferry rank
     `rank`, against the checkpoint tensors the trainer sends (`source`: name -> object with
-    `shape` and `dtype`), and the parameter storage behind each buffer (`param.data`)."""
+    `shape` and `dtype`), with a BlockScaled for each FP8 block-quantized layer, and the
+    parameter storage behind each buffer (`param.data`)."""
     packed = getattr(model, "packed_modules_mapping", None) or {}
     modules = dict(model.named_modules())
     views = _derived_views(modules)
@@ -412,13 +421,22 @@ def engine_shards(model: Any, source: Mapping[str, Any],
             return f"{tensor}_log"  # Mamba's A, kept as A_log by checkpoints
         return tensor
 
-    shards, buffers = [], {}
+    quantized = quantized_layers(modules)  # FP8 block-quantized layers: their scale format
+    shards: list[Shard | BlockScaled] = []
+    buffers = {}
     for name, param in model.named_parameters():
         if id(param) in views:
             continue
-        module = modules[name.rpartition(".")[0]]
+        prefix, _, leaf = name.rpartition(".")
+        module = modules[prefix]
+        if prefix in quantized and leaf == "weight_scale_inv":
+            shards.append(block_scaled(prefix, module, quantized[prefix], rank))
+            buffers[name] = param.data
+            continue
         pieces = mixers.get(name) or param_pieces(name, module, param, packed,
                                                   lambda t: sent_name(t) in source)
+        if prefix in quantized and leaf == "weight":
+            pieces = [p._replace(transform="fp8_block") for p in pieces]
         experts = hasattr(module, "expert_map_manager")
         box_of = _expert_box if experts else _piece_box
         boxes = []
@@ -438,12 +456,16 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     return shards, buffers
 
 
+_STORED_DTYPES = {"neg_exp": "fp32", "fp8_block": "fp8_e4m3"}
+
+
 def _check_dtype(name: str, param: Any, piece: Piece, tensor: str, sent: Any) -> None:
-    """The parameter holds the trainer's dtype, or fp32 where it stores a transform."""
+    """The parameter holds the trainer's dtype, or what it stores of it: fp32 -exp (neg_exp), or
+    e4m3 of a wider float (fp8_block)."""
     held = dtype_name(param.dtype)
-    want = "fp32" if piece.transform else dtype_name(sent.dtype)
+    want = _STORED_DTYPES.get(piece.transform, dtype_name(sent.dtype))
     if held != want:
         raise ValueError(f"vLLM parameter {name} is {param.dtype} but the trainer sends "
                          f"{tensor} as {sent.dtype}"
-                         + (f", which vLLM stores as fp32 {piece.transform}" if piece.transform
-                            else ""))
+                         + (f", which vLLM stores as {want} {piece.transform}"
+                            if piece.transform else ""))

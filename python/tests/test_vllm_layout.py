@@ -428,3 +428,118 @@ def test_mamba_mixers_ferry_cannot_keep_are_refused():
     model.mixer.A = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="mixer.A is torch.bfloat16 .* stores as fp32 neg_exp"):
         engine_shards(model, MIXER_SENT, 0)
+
+
+# FP8 block-quantized linear layers (_vllm_fp8.py): vLLM's classes are recognised by name, so
+# these stand-ins carry the names of vllm/model_executor/layers/quantization/fp8.py's method and
+# vllm/model_executor/kernels/linear/scaled_mm/'s kernels.
+class Fp8LinearMethod:
+    def __init__(self, kernel, block_quant=True, is_scale_e8m0=False):
+        self.fp8_linear, self.block_quant, self.is_scale_e8m0 = kernel, block_quant, is_scale_e8m0
+
+
+class TritonFp8BlockScaledMMKernel:
+    pass
+
+
+class MarlinFP8ScaledMMLinearKernel:
+    pass
+
+
+class DeepGemmFp8BlockScaledMMKernel:
+    def __init__(self, e8m0):
+        self.is_deep_gemm_supported, self.use_deep_gemm_e8m0 = True, e8m0
+
+
+class FlashInferFp8DeepGEMMDynamicBlockScaledKernel:
+    def __init__(self, e8m0):
+        self.fallback = DeepGemmFp8BlockScaledMMKernel(e8m0)
+
+
+class AWQLinearMethod:
+    pass
+
+
+class E4m3Weight(torch.nn.Parameter):
+    """An e4m3 weight where torch has no float8: one byte an element, its dtype given as
+    ferry's name for e4m3."""
+
+    @property
+    def dtype(self):
+        return "fp8_e4m3"
+
+
+def fp8_model(method, tp_rank=1, block=(128, 128), scale_shape=(2, 1)):
+    """A column-parallel layer of TP2 as Fp8LinearMethod.create_weights leaves it: rows [256,
+    512) of a [512, 128] weight at TP rank 1, e4m3 values and one fp32 scale_inv a 128x128
+    block (BlockQuantScaleParameter)."""
+    proj = linear(256, 128, tp_rank=tp_rank, tp_size=2, gather_output=False, input_size=128,
+                  output_size=512, quant_method=method, weight_block_size=list(block))
+    if hasattr(torch, "float8_e4m3fn"):
+        proj.weight = torch.nn.Parameter(torch.zeros(256, 128, dtype=torch.float8_e4m3fn),
+                                         requires_grad=False)
+    else:  # Debian's torch 1.13 has no float8
+        proj.weight = E4m3Weight(torch.zeros(256, 128, dtype=torch.uint8), requires_grad=False)
+    proj.weight.output_dim, proj.weight.input_dim = 0, 1
+    proj.weight_scale_inv = torch.nn.Parameter(torch.zeros(scale_shape), requires_grad=False)
+    model = torch.nn.Module()
+    model.proj = proj
+    return model
+
+
+FP8_SENT = {"proj.weight": SimpleNamespace(shape=(512, 128), dtype="bf16")}
+
+
+def test_an_fp8_layer_is_a_block_scaled_buffer_the_refit_quantizes_into():
+    from ferry import BlockScaled
+    model = fp8_model(Fp8LinearMethod(TritonFp8BlockScaledMMKernel()))
+    shards, buffers = engine_shards(model, FP8_SENT, rank=5)
+    assert shards[0].transform == "fp8_block" and boxes(shards[:1]) == [
+        ("proj.weight", "proj.weight", [256, 0], [512, 128])]
+    assert shards[1] == BlockScaled(5, "proj.weight", "proj.weight_scale_inv", rows=256, cols=128,
+                                    scale_fmt="float32")
+    assert buffers["proj.weight_scale_inv"].data_ptr() == model.proj.weight_scale_inv.data_ptr()
+    dst = Layout.from_shards(shards)
+    assert dst.stored_dtypes == {"proj.weight": "fp8_e4m3"}
+    assert [(b.name, b.bytes) for b in dst.buffers()] == [("proj.weight", 256 * 128),
+                                                          ("proj.weight_scale_inv", 8)]
+
+
+def test_an_fp8_layers_scale_format_is_what_its_kernel_leaves(monkeypatch):
+    import sys
+    import types
+    from enum import Enum
+
+    def scale_fmt(kernel):
+        shards, _ = engine_shards(fp8_model(Fp8LinearMethod(kernel)), FP8_SENT, rank=0)
+        return shards[1].scale_fmt
+
+    assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=False)) == "float32"
+    # vllm/utils/deep_gemm.py's oracle: Hopper keeps E8M0 scales as fp32, Blackwell packs them
+    oracle = Enum("DeepGemmQuantScaleFMT", "FLOAT32 FLOAT32_CEIL_UE8M0 UE8M0")
+    module = types.ModuleType("vllm.utils.deep_gemm")
+    module.DeepGemmQuantScaleFMT = oracle
+    monkeypatch.setitem(sys.modules, "vllm.utils.deep_gemm", module)
+    oracle.from_oracle = staticmethod(lambda: oracle.FLOAT32_CEIL_UE8M0)
+    assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True)) == "ue8m0"
+    assert scale_fmt(FlashInferFp8DeepGEMMDynamicBlockScaledKernel(e8m0=True)) == "ue8m0"
+    oracle.from_oracle = staticmethod(lambda: oracle.UE8M0)
+    with pytest.raises(ValueError, match="layer proj: DeepGEMM packs its E8M0 scales into int32"):
+        scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True))
+
+
+def test_fp8_layers_ferry_cannot_write_in_place_are_refused():
+    def refused(model, match):
+        with pytest.raises(ValueError, match=match):
+            engine_shards(model, FP8_SENT, rank=0)
+
+    triton = TritonFp8BlockScaledMMKernel()
+    refused(fp8_model(Fp8LinearMethod(MarlinFP8ScaledMMLinearKernel())),
+            "layer proj: the MarlinFP8ScaledMMLinearKernel kernel keeps the FP8 weights")
+    refused(fp8_model(Fp8LinearMethod(triton, block_quant=False)),
+            "layer proj is quantized by Fp8LinearMethod per tensor")
+    refused(fp8_model(AWQLinearMethod()), "layer proj is quantized by AWQLinearMethod")
+    refused(fp8_model(Fp8LinearMethod(triton), block=(64, 64)), r"FP8 blocks \[64, 64\]")
+    refused(fp8_model(Fp8LinearMethod(triton, is_scale_e8m0=True)), "with E8M0 checkpoint")
+    refused(fp8_model(Fp8LinearMethod(triton), scale_shape=(2, 2)),
+            r"proj.weight_scale_inv is torch.float32 \[2, 2\], not fp32 \[2, 1\]")

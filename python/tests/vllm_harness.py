@@ -24,6 +24,12 @@ import torch
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 DTYPE = torch.bfloat16
+# The FP8 block-scaled GEMM kernel an FP8 model's linear layers record here (vllm/model_executor/
+# kernels/linear/scaled_mm/): on the CPU vLLM finds none without AMX, so the harness stands in
+# for a CUDA engine's. Its weights are never processed after loading here: with "DeepGemmE8M0"
+# the test itself does what DeepGEMM's step does to them (requantize_ue8m0).
+FP8_KERNEL = "TritonFp8BlockScaledMMKernel"
+
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MOE_I, EXPERTS, VOCAB, LAYERS = 32, 4, 2, 8, 16, 8, 128, 2
 CONFIG = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
               moe_intermediate_size=MOE_I, num_hidden_layers=LAYERS,
@@ -91,11 +97,12 @@ def write_config(directory: str, config: dict) -> str:
 
 def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
           ep: bool = False, pp: int = 1, pp_rank: int = 0, placement: str = "linear",
-          redundant: int = 0, moe_kernel: str | None = "TRITON"):
+          redundant: int = 0, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8_KERNEL):
     """The class `model_dir`'s config names, as worker (dp_rank, pp_rank, tp_rank) of a
     TPxPPxDP engine builds it (with `redundant` > 0: under EPLB with that many redundant
     experts), its parameters zeroed, and the VllmConfig it was built under. Its MoE layers run
-    the expert kernel `moe_kernel` (None: the one vLLM picks here, on the CPU)."""
+    the expert kernel `moe_kernel` (None: the one vLLM picks here, on the CPU), its FP8 linear
+    layers `fp8_kernel` (instantiate)."""
     import vllm.distributed.parallel_state as parallel_state
     from vllm.config import DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 
@@ -115,10 +122,63 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     if redundant:  # vLLM validates EPLB only for GPU platforms; its layers build it anywhere
         config.parallel_config.enable_eplb = True
         config.parallel_config.eplb_config.num_redundant_experts = redundant
-    return instantiate(config, moe_kernel), config
+    return instantiate(config, moe_kernel, fp8_kernel), config
 
 
-def instantiate(config, moe_kernel: str | None = "TRITON"):
+
+def _fp8_kernel_factory(kernel: str):
+    """A stand-in for vLLM's init_fp8_linear_kernel that makes the FP8 block-scaled kernel
+    `kernel` names ("DeepGemmE8M0": DeepGEMM with E8M0 scales on Hopper) for every layer."""
+    from vllm.model_executor.kernels import linear as kernels
+    from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
+        FP8ScaledMMLinearLayerConfig)
+
+    def make(activation_quant_key, weight_quant_key, input_dtype, out_dtype, weight_shape,
+             **_):
+        config = FP8ScaledMMLinearLayerConfig(
+            weight_quant_key=weight_quant_key, activation_quant_key=activation_quant_key,
+            input_dtype=input_dtype, out_dtype=out_dtype, weight_shape=weight_shape)
+        if kernel != "DeepGemmE8M0":
+            return getattr(kernels, kernel)(config)
+        made = kernels.DeepGemmFp8BlockScaledMMKernel(config)
+        made.is_deep_gemm_supported = made.use_deep_gemm_e8m0 = True
+        return made
+    return make
+
+
+def deep_gemm_hopper_scales() -> None:
+    """vLLM's DeepGEMM scale-format oracle as a Hopper engine with E8M0 scales decides it:
+    power-of-two scales kept as fp32 (vllm/utils/deep_gemm.py FLOAT32_CEIL_UE8M0)."""
+    from vllm.utils.deep_gemm import DeepGemmQuantScaleFMT
+    DeepGemmQuantScaleFMT._oracle_cache = DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0
+
+
+def process_kv_scales(model) -> None:
+    """What vLLM's loader does to the attention layers of a quantized model once the weights are
+    loaded (model_loader/utils.py process_weights_after_loading calls each layer's quant
+    method; quantization/kv_cache.py BaseKVCacheMethod): the KV-cache scale parameters
+    (q_scale, k_scale, v_scale, prob_scale) become the layer's private values and are deleted,
+    so a served model has none."""
+    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, BaseKVCacheMethod):
+            method.process_weights_after_loading(module)
+
+
+def requantize_ue8m0(model) -> None:
+    """What DeepGEMM's kernel does to each FP8 layer after loading with E8M0 scales
+    (scaled_mm/deep_gemm.py process_weights_after_loading: fp8_utils.py
+    requant_weight_ue8m0_inplace; on Hopper the scales then stay as they are)."""
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import (
+        requant_weight_ue8m0_inplace)
+    for module in model.modules():
+        if hasattr(module, "weight_scale_inv"):
+            requant_weight_ue8m0_inplace(module.weight.data, module.weight_scale_inv.data,
+                                         module.weight_block_size)
+
+
+def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8_KERNEL):
     """The class `config.model_config` names, built under `config` in bf16 as vLLM's loader
     builds it (model_loader/utils.py initialize_model), its parameters zeroed.
 
@@ -126,18 +186,23 @@ def instantiate(config, moe_kernel: str | None = "TRITON"):
     weights after loading; a CUDA engine on Hopper gets Triton's, which computes from them as
     loaded (fused_moe/oracle/unquantized.py, `_get_priority_backends`). `moe_kernel` names the
     `UnquantizedMoeBackend` the layers record instead, standing in for that engine: the weights
-    here are never processed after loading, so they are as a Triton engine holds them."""
+    here are never processed after loading, so they are as a Triton engine holds them. FP8
+    block-quantized linear layers record the kernel `fp8_kernel` names (FP8_KERNEL)."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
+    from vllm.model_executor.layers.quantization import fp8
+
     cls, _ = get_model_architecture(config.model_config)
     with set_current_vllm_config(config):
-        previous = torch.get_default_dtype()
+        previous = (torch.get_default_dtype(), fp8.init_fp8_linear_kernel)
         torch.set_default_dtype(DTYPE)
+        fp8.init_fp8_linear_kernel = _fp8_kernel_factory(fp8_kernel)
         try:
             model = cls(vllm_config=config, prefix="")
         finally:
-            torch.set_default_dtype(previous)
+            torch.set_default_dtype(previous[0])
+            fp8.init_fp8_linear_kernel = previous[1]
     for p in model.parameters():
         p.data.zero_()
     if moe_kernel is not None:

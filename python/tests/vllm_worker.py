@@ -22,11 +22,20 @@ MLP and attention layers) under TP2, its checkpoint named as Nemotron-H's (backb
 which vLLM renames; its mixers' A is written as fp32 -exp(A_log) by the refit's Convert ops, and
 must equal vLLM's torch.exp to within 1 ulp (ferry's is the C library's expf, core/base/
 element_fn.h), every other byte exactly (the verdict names any A that differs by that ulp).
+With `llama_fp8` it is vLLM's own LlamaForCausalLM of an FP8 block-quantized checkpoint
+(quantization_config fp8, weight_block_size [128, 128]; widths that TP2 splits into whole
+blocks): every projection holds e4m3 values and fp32 weight_scale_inv, which the refit quantizes
+from the trainer's bf16, and the expected model loads the checkpoint as vLLM's
+per_block_cast_to_fp8 quantizes it; its layers record Triton's block-scaled kernel, which
+computes from the weights as loaded. `llama_fp8_ue8m0` is the same under DeepGEMM with E8M0
+scales on Hopper: the expected model then requantizes to power-of-two scales as DeepGEMM's
+process_weights_after_loading does (requant_weight_ue8m0_inplace).
 Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
-    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h]
+    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h|llama_fp8|
+                                               llama_fp8_ue8m0]
 """
 
 from __future__ import annotations
@@ -61,8 +70,19 @@ TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank hol
 DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
-HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h")
-CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H}
+HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0")
+# An FP8 block-quantized Llama whose TP2 partitions are whole 128x128 blocks.
+FP8_DIMS = dict(hidden=256, heads=4, kv_heads=2, head_dim=128, mlp=512, vocab=256, layers=2)
+LLAMA_FP8 = dict(vocab_size=FP8_DIMS["vocab"], hidden_size=FP8_DIMS["hidden"],
+                 intermediate_size=FP8_DIMS["mlp"], num_hidden_layers=FP8_DIMS["layers"],
+                 num_attention_heads=FP8_DIMS["heads"], num_key_value_heads=FP8_DIMS["kv_heads"],
+                 head_dim=FP8_DIMS["head_dim"], rms_norm_eps=1e-5, tie_word_embeddings=False,
+                 torch_dtype="bfloat16", architectures=["LlamaForCausalLM"], model_type="llama",
+                 max_position_embeddings=4096,
+                 quantization_config=dict(quant_method="fp8", activation_scheme="dynamic",
+                                          weight_block_size=[128, 128]))
+CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
+           "llama_fp8_ue8m0": LLAMA_FP8}
 
 
 def model_dir() -> str:
@@ -74,12 +94,32 @@ def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
     if MODEL == "qwen3_moe":
         return vllm_harness.checkpoint(step)
-    if MODEL in CONFIGS:  # the checkpoint names and shapes ferry's presets read from the config
+    if MODEL in CONFIGS and "fp8" not in MODEL:  # the names and shapes ferry's presets read
         tensors = ferry.Layout.preset(model_dir(), "vllm:tp=1,expert_tensors=members").tensors
         return random_checkpoint(tensors, seed=3000 + step)
     g = torch.Generator().manual_seed(1000 + step)
-    shapes = llama_shapes(HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB, LAYERS)
+    dims = FP8_DIMS if "fp8" in MODEL else \
+        dict(hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, mlp=MLP,
+             vocab=VOCAB, layers=LAYERS)
+    shapes = llama_shapes(**dims)
     return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in shapes.items()}
+
+
+def served_checkpoint(step: int) -> dict[str, torch.Tensor]:
+    """Step `step`'s checkpoint as the engine's model loads it: an FP8 model's projections
+    quantized by vLLM's own per_block_cast_to_fp8 (vllm/utils/deep_gemm.py), each with its
+    weight_scale_inv, as FP8 block-quantized checkpoints hold them."""
+    weights = checkpoint(step)
+    if "fp8" not in MODEL:
+        return weights
+    from vllm.utils.deep_gemm import per_block_cast_to_fp8
+    served = {}
+    for name, w in weights.items():
+        if name.endswith("_proj.weight"):
+            served[name], served[f"{name}_scale_inv"] = per_block_cast_to_fp8(w, [128, 128])
+        else:
+            served[name] = w
+    return served
 
 
 def experts() -> int:
@@ -264,8 +304,16 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     """The worker's model and the vLLM config it was built under."""
     if MODEL == "qwen3_moe":
         return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True)
+    if MODEL == "llama_fp8_ue8m0":
+        vllm_harness.deep_gemm_hopper_scales()
+        model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
+                                           fp8_kernel="DeepGemmE8M0")
+    elif MODEL in CONFIGS:
+        model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
+                                           ep="fp8" not in MODEL)  # EP: the MoE models
     if MODEL in CONFIGS:
-        return vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank, ep=True)
+        vllm_harness.process_kv_scales(model)  # as vLLM's loader leaves a quantized model
+        return model, config
     parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
                               data_parallel_rank=dp_rank)
     parallel.rank = tp_rank
@@ -283,8 +331,10 @@ def within_one_ulp(model, expected, name: str) -> bool:
 def verify(model, where: tuple, step: int, rank: int) -> str:
     expected, config = worker_model(*where)
     if MODEL in HARNESS_MODELS:
-        vllm_harness.load_with_vllm(expected, config, checkpoint(step))
+        vllm_harness.load_with_vllm(expected, config, served_checkpoint(step))
         vllm_harness.process_mla(expected)
+        if MODEL == "llama_fp8_ue8m0":
+            vllm_harness.requantize_ue8m0(expected)
     else:
         load_with_vllm(expected, checkpoint(step))
     differ = vllm_harness.differing(model, expected)
