@@ -1,22 +1,29 @@
-"""FP8 block-quantized linear layers of a vLLM worker as ferry's block-scaled buffers: which
-layers vLLM quantized, and the scale format their values and scales hold once the layer's GEMM
-kernel has processed them after loading, which is what a refit must write in place.
+"""FP8 block-quantized layers of a vLLM worker as ferry's block-scaled buffers: which layers vLLM
+quantized, and the scale format their values and scales hold once the layer's kernel has
+processed them after loading, which is what a refit must write in place.
 
 A checkpoint whose quantization_config is fp8 with weight_block_size [128, 128] (DeepSeek-V3's,
-Qwen3's FP8 releases) makes every linear layer's quant_method an Fp8LinearMethod with block_quant
-(vllm/model_executor/layers/quantization/fp8.py): `weight` holds e4m3 values, one byte each, and
-`weight_scale_inv` one fp32 scale_inv per 128x128 block of the rank's [rows, cols] partition
-(BlockQuantScaleParameter). The refit quantizes the trainer's bf16 into them as vLLM's
+Qwen3's FP8 releases) makes a linear layer's quant_method an Fp8LinearMethod with block_quant and
+an expert layer's an Fp8MoEMethod (vllm/model_executor/layers/quantization/fp8.py). A linear
+layer's `weight` holds e4m3 values, one byte each, and `weight_scale_inv` one fp32 scale_inv per
+128x128 block of the rank's [rows, cols] partition (BlockQuantScaleParameter); RoutedExperts'
+`w13_weight` [local experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp] hold e4m3
+values and `w13_weight_scale_inv` / `w2_weight_scale_inv` one scale per block of each expert's
+matrix (Fp8MoEMethod.create_weights). The refit quantizes the trainer's bf16 into them as vLLM's
 per_block_cast_to_fp8 does (ferry.BlockScaled), so the trainer sends unquantized weights.
 
-What the kernel does after loading decides what vLLM holds (vllm/model_executor/kernels/linear/
-scaled_mm/): CUTLASS, Triton, torch's blockwise and FlashInfer's block GEMM compute from the
-weights as loaded (float32 scales); DeepGEMM, alone or behind FlashInfer's dynamic kernel,
-requantizes them to power-of-two scales when it runs with E8M0 scales
-(fp8_utils.py requant_weight_ue8m0_inplace), which on Hopper stay an fp32 tensor of the same shape
-(vllm/utils/deep_gemm.py DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0: ferry's "ue8m0") and on
-Blackwell become packed int32 codes (UE8M0). Refused, by layer name: packed scales, Marlin, AITER,
-the CPU kernels, per-tensor FP8, checkpoint E8M0 scales and every other quantization method.
+What the kernel does after loading decides what vLLM holds. Linear layers
+(vllm/model_executor/kernels/linear/scaled_mm/): CUTLASS, Triton, torch's blockwise and
+FlashInfer's block GEMM compute from the weights as loaded (float32 scales); DeepGEMM, alone or
+behind FlashInfer's dynamic kernel, requantizes them to power-of-two scales when it runs with E8M0
+scales (fp8_utils.py requant_weight_ue8m0_inplace), which on Hopper stay an fp32 tensor of the
+same shape (vllm/utils/deep_gemm.py DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0: ferry's "ue8m0")
+and on Blackwell become packed int32 codes (UE8M0). Experts
+(vllm/model_executor/layers/fused_moe/oracle/fp8.py convert_to_fp8_moe_kernel_format): Triton's
+and vLLM's CUTLASS backends keep them as loaded, DeepGEMM's as its linear kernel does. Refused, by
+layer name: packed scales, blocks refined for a TP shard, Marlin, FlashInfer's expert backends,
+AITER, the CPU kernels, per-tensor FP8, checkpoint E8M0 scales and every other quantization
+method.
 
 Duck-typed, as _vllm_layout.py; vLLM is imported only to read DeepGEMM's scale format.
 """
@@ -37,35 +44,32 @@ _LOADED_SCALE_KERNELS = ("CutlassFp8BlockScaledMMKernel", "TritonFp8BlockScaledM
                          "FlashInferFp8BlockScaledMMKernel")
 
 
-def _deep_gemm_scale_format(name: str, kernel: Any) -> str:
-    """The scales DeepGEMM's kernel leaves (scaled_mm/deep_gemm.py,
-    DeepGemmFp8BlockScaledMMKernel.process_weights_after_loading): as loaded without E8M0, else
-    requantized to powers of two (fp8_utils.py requant_weight_ue8m0_inplace) and laid out by
+# The FP8 expert backends that compute from w13/w2 and their fp32 block scales as loaded
+# (vllm/model_executor/layers/fused_moe/oracle/fp8.py convert_to_fp8_moe_kernel_format leaves
+# them as they are); FlashInfer's shuffle and pad them, AITER shuffles, Marlin repacks, the CPU
+# backends prepack.
+_LOADED_EXPERT_BACKENDS = ("TRITON", "BATCHED_TRITON", "VLLM_CUTLASS", "BATCHED_VLLM_CUTLASS")
+
+
+def _deep_gemm_scales(name: str) -> str:
+    """The scales vLLM leaves where DeepGEMM runs a layer, from vLLM's DeepGEMM scale-format
+    oracle (vllm/utils/deep_gemm.py DeepGemmQuantScaleFMT): as loaded without E8M0 (FLOAT32),
+    else requantized to powers of two (fp8_utils.py requant_weight_ue8m0_inplace) and laid out by
     DeepGEMM's transform_sf_into_required_layout, which keeps fp32 128x128 scales as they are on
-    Hopper (vllm/utils/deep_gemm.py DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0) and packs them into
-    int32 E8M0 codes on Blackwell (UE8M0)."""
-    if not kernel.is_deep_gemm_supported or not kernel.use_deep_gemm_e8m0:
-        return "float32"
+    Hopper (FLOAT32_CEIL_UE8M0) and packs them into int32 E8M0 codes on Blackwell (UE8M0)."""
     from vllm.utils.deep_gemm import DeepGemmQuantScaleFMT
-    if DeepGemmQuantScaleFMT.from_oracle() == DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0:
+    scale_fmt = DeepGemmQuantScaleFMT.from_oracle()
+    if scale_fmt == DeepGemmQuantScaleFMT.FLOAT32:
+        return "float32"
+    if scale_fmt == DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0:
         return "ue8m0"
     raise ValueError(f"vLLM layer {name}: DeepGEMM packs its E8M0 scales into int32 codes here "
                      "(Blackwell), which ferry.vllm does not write yet; serve with "
                      "VLLM_USE_DEEP_GEMM=0 or a float32-scale kernel")
 
 
-def fp8_block_scale_format(name: str, module: Any) -> str | None:
-    """None for a linear layer vLLM keeps unquantized; the scale format ferry writes into an FP8
-    block-quantized one (Fp8LinearMethod with 128x128 blocks) under its GEMM kernel; ValueError
-    naming the layer for any other quantization, or a kernel that keeps the weights otherwise."""
-    method = getattr(module, "quant_method", None)
-    kind = type(method).__name__
-    if method is None or kind.startswith("Unquantized"):
-        return None
-    if kind != "Fp8LinearMethod" or not getattr(method, "block_quant", False):
-        raise ValueError(f"vLLM layer {name} is quantized by {kind}"
-                         f"{'' if kind != 'Fp8LinearMethod' else ' per tensor'}; ferry.vllm "
-                         "refits unquantized layers and FP8 block-quantized ones")
+def _linear_scale_format(name: str, module: Any, method: Any) -> str:
+    """An Fp8LinearMethod layer's scale format under its GEMM kernel (module docstring)."""
     e8m0 = getattr(method, "is_scale_e8m0", False)
     if list(module.weight_block_size) != [128, 128] or e8m0:
         raise ValueError(f"vLLM layer {name}: FP8 blocks {list(module.weight_block_size)} with "
@@ -77,32 +81,78 @@ def fp8_block_scale_format(name: str, module: Any) -> str | None:
     if kernel_kind in _LOADED_SCALE_KERNELS:
         return "float32"
     if kernel_kind == "DeepGemmFp8BlockScaledMMKernel":
-        return _deep_gemm_scale_format(name, kernel)
+        # scaled_mm/deep_gemm.py process_weights_after_loading: post-processed where supported
+        if not kernel.is_deep_gemm_supported or not kernel.use_deep_gemm_e8m0:
+            return "float32"
+        return _deep_gemm_scales(name)
     raise ValueError(f"vLLM layer {name}: the {kernel_kind} kernel keeps the FP8 weights in "
                      "its own layout after loading, which an in-place refit would not write")
 
 
+def _expert_scale_format(name: str, method: Any) -> str:
+    """An Fp8MoEMethod layer's scale format under its expert backend: 128x128 blocks that TP did
+    not refine (fused_moe/oracle/fp8.py resolve_fp8_moe_weight_block_shape), kept as loaded, or
+    DeepGEMM's (prepare_fp8_moe_layer_for_deepgemm)."""
+    if list(method.moe_block_shape) != [128, 128] or method.weight_scale_refine is not None:
+        raise ValueError(f"vLLM layer {name}: FP8 expert blocks {list(method.moe_block_shape)} "
+                         "(refined for the TP shard); ferry.vllm writes 128x128 blocks")
+    backend = method.fp8_backend.name
+    if backend in _LOADED_EXPERT_BACKENDS:
+        return "float32"
+    if backend in ("DEEPGEMM", "BATCHED_DEEPGEMM"):
+        return _deep_gemm_scales(name)
+    raise ValueError(f"vLLM layer {name}: the {method.fp8_backend.value} FP8 MoE kernel "
+                     "rearranges the expert weights after loading, which an in-place refit "
+                     "would not; serve with --moe-backend triton")
+
+
+def fp8_block_scale_format(name: str, module: Any) -> str | None:
+    """None for a linear or expert layer vLLM keeps unquantized; the scale format ferry writes
+    into an FP8 block-quantized one (Fp8LinearMethod or Fp8MoEMethod with 128x128 blocks) under
+    its kernel; ValueError naming the layer for any other quantization, or a kernel that keeps
+    the weights otherwise."""
+    method = getattr(module, "quant_method", None)
+    kind = type(method).__name__
+    if method is None or kind.startswith("Unquantized"):
+        return None
+    if kind not in ("Fp8LinearMethod", "Fp8MoEMethod") or not method.block_quant:
+        raise ValueError(f"vLLM layer {name} is quantized by {kind}"
+                         f"{' per tensor' if kind.startswith('Fp8') else ''}; ferry.vllm "
+                         "refits unquantized layers and FP8 block-quantized ones")
+    if kind == "Fp8MoEMethod":
+        return _expert_scale_format(name, method)
+    return _linear_scale_format(name, module, method)
+
+
 def quantized_layers(modules: Mapping[str, Any]) -> dict[str, str]:
-    """The scale format of every FP8 block-quantized linear layer, by module name; ValueError
-    for any linear layer quantized otherwise (fp8_block_scale_format)."""
+    """The scale format of every FP8 block-quantized linear or expert layer, by module name;
+    ValueError for any such layer quantized otherwise (fp8_block_scale_format)."""
     formats = {}
     for name, module in modules.items():
-        if hasattr(module, "input_size") and hasattr(module, "output_size"):  # LinearBase
+        linear = hasattr(module, "input_size") and hasattr(module, "output_size")  # LinearBase
+        if linear or hasattr(module, "expert_map_manager"):  # RoutedExperts
             scale_fmt = fp8_block_scale_format(name, module)
             if scale_fmt is not None:
                 formats[name] = scale_fmt
     return formats
 
 
-def block_scaled(prefix: str, module: Any, scale_fmt: str, rank: int) -> BlockScaled:
-    """The BlockScaled of FP8 layer `prefix`'s weight and weight_scale_inv, checked to hold one
-    fp32 scale per 128x128 block of the weight (BlockQuantScaleParameter)."""
-    rows, cols = module.weight.shape
-    scales = module.weight_scale_inv
-    want = ((rows + 127) // 128, (cols + 127) // 128)
+# An FP8 layer's e4m3 parameters, each with its scales parameter "<name>_scale_inv".
+FP8_WEIGHTS = ("weight", "w13_weight", "w2_weight")
+
+
+def block_scaled(prefix: str, module: Any, leaf: str, scale_fmt: str,
+                 rank: int) -> BlockScaled:
+    """The BlockScaled of FP8 layer `prefix`'s parameter `leaf` (an FP8_WEIGHTS name) and its
+    scales, checked to hold one fp32 scale per 128x128 block of each of its matrices (a linear
+    weight is one [rows, cols] matrix, an expert weight one a local expert;
+    BlockQuantScaleParameter, Fp8MoEMethod.create_weights)."""
+    weight, scales = getattr(module, leaf), getattr(module, f"{leaf}_scale_inv")
+    *stack, rows, cols = weight.shape
+    want = (*stack, (rows + 127) // 128, (cols + 127) // 128)
     if tuple(scales.shape) != want or dtype_name(scales.dtype) != "fp32":
-        raise ValueError(f"vLLM parameter {prefix}.weight_scale_inv is {scales.dtype} "
+        raise ValueError(f"vLLM parameter {prefix}.{leaf}_scale_inv is {scales.dtype} "
                          f"{list(scales.shape)}, not fp32 {list(want)} for its weight "
-                         f"[{rows}, {cols}]")
-    return BlockScaled(rank, f"{prefix}.weight", f"{prefix}.weight_scale_inv", rows, cols,
-                       scale_fmt=scale_fmt)
+                         f"{list(weight.shape)}")
+    return BlockScaled(rank, f"{prefix}.{leaf}", f"{prefix}.{leaf}_scale_inv", rows, cols,
+                       matrices=stack[0] if stack else 1, scale_fmt=scale_fmt)

@@ -28,8 +28,9 @@ loaders place checkpoint tensors into tensor-parallel shards:
   the expert whose weights slot s holds (`expert_map_manager.map_global_to_local`, linear or
   round-robin placement). Refused: EPLB (its expert moves at run time would leave a plan made at
   init writing the wrong slots), fused shared experts, padded or transposed expert weights, any
-  other expert parameter (biases, scales), and expert kernels other than Triton's, which
-  rearrange the weights after loading (`_LOADED_LAYOUT_KERNELS`);
+  other expert parameter (biases, the scales of quantizations other than FP8's), and expert
+  kernels other than Triton's (FP8's: _vllm_fp8.py), which rearrange the weights after
+  loading (`_LOADED_LAYOUT_KERNELS`);
 - anything else (norms, replicated layers): the whole tensor, same shape on both sides.
 
 A merged column-parallel layer (several outputs) that `packed_modules_mapping` does not name is
@@ -78,7 +79,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from ._arrays import dtype_name
 from ._layout import BlockScaled, Shard
-from ._vllm_fp8 import block_scaled, quantized_layers
+from ._vllm_fp8 import FP8_WEIGHTS, block_scaled, fp8_block_scale_format, quantized_layers
 
 
 class Piece(NamedTuple):
@@ -122,12 +123,15 @@ _LOADED_LAYOUT_KERNELS = ("TRITON", "BATCHED_TRITON")
 
 
 def _check_expert_kernel(name: str, module: Any) -> None:
-    """Refuses RoutedExperts `module` unless its kernel reads the weights as loaded."""
+    """Refuses RoutedExperts `module` unless its kernel reads the weights as loaded (an FP8
+    layer's: _vllm_fp8.py)."""
     method = getattr(module, "quant_method", None)
+    if fp8_block_scale_format(name, module) is not None:
+        return
     backend = getattr(method, "unquantized_backend", None)
     if backend is None:
         raise ValueError(f"vLLM parameter {name}: experts under {type(method).__name__} are "
-                         "quantized or kept by their kernel; not supported")
+                         "kept by their kernel; not supported")
     if backend.name not in _LOADED_LAYOUT_KERNELS:
         raise ValueError(f"vLLM parameter {name}: the {backend.value} MoE kernel rearranges "
                          "the expert weights after loading, which an in-place refit would "
@@ -429,31 +433,40 @@ def engine_shards(model: Any, source: Mapping[str, Any],
             continue
         prefix, _, leaf = name.rpartition(".")
         module = modules[prefix]
-        if prefix in quantized and leaf == "weight_scale_inv":
-            shards.append(block_scaled(prefix, module, quantized[prefix], rank))
+        fp8, scaled = quantized.get(prefix), leaf.removesuffix("_scale_inv")
+        if fp8 and scaled != leaf and scaled in FP8_WEIGHTS:  # the scales of an e4m3 weight
+            shards.append(block_scaled(prefix, module, scaled, fp8, rank))
             buffers[name] = param.data
             continue
         pieces = mixers.get(name) or param_pieces(name, module, param, packed,
                                                   lambda t: sent_name(t) in source)
-        if prefix in quantized and leaf == "weight":
+        if fp8 and leaf in FP8_WEIGHTS:
             pieces = [p._replace(transform="fp8_block") for p in pieces]
-        experts = hasattr(module, "expert_map_manager")
-        box_of = _expert_box if experts else _piece_box
-        boxes = []
-        for piece in pieces:
-            tensor = checkpoint_tensor(piece)
-            if tensor not in source:
-                raise ValueError(f"vLLM parameter {name}: the trainer sends no tensor "
-                                 f"{tensor!r}")
-            sent = source[tensor]
-            _check_dtype(name, param, piece, tensor, sent)
-            lo, hi = box_of(name, param, piece._replace(tensor=tensor), tuple(sent.shape))
-            boxes.append((lo, hi))
-            shards.append(Shard(tensor, tuple(sent.shape), sent.dtype, lo, hi, rank, name,
-                                piece.transform))
-        _check_coverage(name, module, param, pieces, boxes, experts)
+        pieces = [p._replace(tensor=checkpoint_tensor(p)) for p in pieces]
+        shards += _piece_shards(name, module, param, pieces, source, rank)
         buffers[name] = param.data
     return shards, buffers
+
+
+def _piece_shards(name: str, module: Any, param: Any, pieces: list[Piece],
+                  source: Mapping[str, Any], rank: int) -> list[Shard]:
+    """The shards of parameter `name`, one a piece (named as the trainer sends it), checked
+    against the tensor the trainer sends and against the parameter they fill."""
+    experts = hasattr(module, "expert_map_manager")
+    box_of = _expert_box if experts else _piece_box
+    shards, boxes = [], []
+    for piece in pieces:
+        if piece.tensor not in source:
+            raise ValueError(f"vLLM parameter {name}: the trainer sends no tensor "
+                             f"{piece.tensor!r}")
+        sent = source[piece.tensor]
+        _check_dtype(name, param, piece, piece.tensor, sent)
+        lo, hi = box_of(name, param, piece, tuple(sent.shape))
+        boxes.append((lo, hi))
+        shards.append(Shard(piece.tensor, tuple(sent.shape), sent.dtype, lo, hi, rank, name,
+                            piece.transform))
+    _check_coverage(name, module, param, pieces, boxes, experts)
+    return shards
 
 
 _STORED_DTYPES = {"neg_exp": "fp32", "fp8_block": "fp8_e4m3"}

@@ -57,6 +57,36 @@ def test_a_cuda_destination_stored_transformed_receives_its_element_function(ses
     assert ((a.double() - exact).abs() <= 2 * ulp.double()).all(), (a, exact)
 
 
+def test_a_cuda_block_scaled_destination_is_quantized_as_vllm_quantizes_a_checkpoint(session):
+    # A bf16 [256, 384] matrix into an fp8 e4m3 parameter and its fp32 scale_inv (vLLM's FP8
+    # block-quantized weight, two shards in one buffer as a fused layer's), quantized by the
+    # plan's Quantize op on the GPU; the reference is vllm/utils/deep_gemm.py
+    # per_block_cast_to_fp8's arithmetic in torch: scale_inv = max(amax, 1e-4) / 448 per 128x128
+    # block, values (x * (1 / scale_inv)) cast to e4m3 by torch.
+    src = ferry.Layout.from_shards([ferry.Shard("w", (256, 384), "bf16", (0, 0), (256, 384), 0,
+                                                "w_bf16")])
+    dst = ferry.Layout.from_shards([
+        ferry.Shard("w", (256, 384), "bf16", (0, 0), (128, 384), 0, "w", "fp8_block"),
+        ferry.Shard("w", (256, 384), "bf16", (128, 0), (256, 384), 0, "w", "fp8_block"),
+        ferry.BlockScaled(0, "w", "w_scale_inv", rows=256, cols=384)])
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w = torch.randn(256, 384, device="cuda", generator=g).to(torch.bfloat16)
+    w[0:128, 128:256] = 0  # an all-zero block: scale_inv 1e-4 / 448
+    values = torch.zeros(256, 384, dtype=torch.float8_e4m3fn, device="cuda")
+    scales = torch.zeros(2, 3, device="cuda")
+    refit = session.refit(src, dst)
+    refit.register("w_bf16", w)
+    refit.register("w", values)
+    refit.register("w_scale_inv", scales)
+    refit.run()
+    blocks = w.view(2, 128, 3, 128)
+    amax = blocks.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
+    want_scales = amax / 448.0
+    want = (blocks * (1.0 / want_scales)).to(torch.float8_e4m3fn).view(256, 384)
+    assert torch.equal(scales, want_scales.view(2, 3))
+    assert torch.equal(values.view(torch.uint8), want.view(torch.uint8))
+
+
 def test_cupy_and_dlpack_arrays_register_zero_copy(session):
     cupy = pytest.importorskip("cupy")
     refit = session.refit(*layouts())

@@ -169,6 +169,14 @@ def test_what_ferry_cannot_deliver_is_refused_by_name():
         engine_shards(tp_model(0), wide, 0)
 
 
+class UnquantizedFusedMoEMethod(SimpleNamespace):
+    """vLLM's method of unquantized experts (recognised by its name)."""
+
+
+class CompressedTensorsW8A8Fp8MoEMethod:
+    """One of vLLM's methods of quantized experts ferry.vllm does not write."""
+
+
 def experts_model(expert_map, tp_rank=0, tp_size=1, intermediate=8, hidden=4, **config):
     """A MoE layer as vLLM 0.33's RoutedExperts holds it (vllm/model_executor/layers/fused_moe/
     routed_experts.py): `expert_map` global expert -> local slot (-1: elsewhere), w13_weight
@@ -186,7 +194,7 @@ def experts_model(expert_map, tp_rank=0, tp_size=1, intermediate=8, hidden=4, **
         map_global_to_local=lambda e: expert_map[e])
     # UnquantizedFusedMoEMethod's kernel (fused_moe/oracle/unquantized.py UnquantizedMoeBackend)
     name, value = config.pop("kernel", ("TRITON", "TRITON"))
-    experts.quant_method = SimpleNamespace(
+    experts.quant_method = UnquantizedFusedMoEMethod(
         unquantized_backend=SimpleNamespace(name=name, value=value))
     settings = dict(num_experts=len(expert_map), num_logical_experts=len(expert_map),
                     intermediate_size=intermediate, intermediate_size_per_partition=part,
@@ -260,8 +268,9 @@ def test_expert_layouts_ferry_cannot_keep_are_refused():
     with pytest.raises(ValueError, match="w13_bias: only untransposed"):
         engine_shards(model, EXPERTS_SENT, 0)
     model = experts_model([0, 1, 2, 3])
-    model.mlp.experts.routed_experts.quant_method = SimpleNamespace()  # e.g. Fp8MoEMethod
-    with pytest.raises(ValueError, match="experts under SimpleNamespace are quantized"):
+    model.mlp.experts.routed_experts.quant_method = CompressedTensorsW8A8Fp8MoEMethod()
+    with pytest.raises(ValueError, match="layer mlp.experts.routed_experts is quantized by "
+                                         "CompressedTensorsW8A8Fp8MoEMethod"):
         engine_shards(model, EXPERTS_SENT, 0)
     model = experts_model([0, 1, 2, 3], kernel=("BATCHED_TRITON", "BATCHED_TRITON"))
     assert len(engine_shards(model, EXPERTS_SENT, 0)[0]) == 12
@@ -469,17 +478,21 @@ class E4m3Weight(torch.nn.Parameter):
         return "fp8_e4m3"
 
 
+def e4m3_parameter(shape):
+    """A zero e4m3 parameter (an E4m3Weight where torch has no float8: Debian's 1.13)."""
+    if hasattr(torch, "float8_e4m3fn"):
+        return torch.nn.Parameter(torch.zeros(shape, dtype=torch.float8_e4m3fn),
+                                  requires_grad=False)
+    return E4m3Weight(torch.zeros(shape, dtype=torch.uint8), requires_grad=False)
+
+
 def fp8_model(method, tp_rank=1, block=(128, 128), scale_shape=(2, 1)):
     """A column-parallel layer of TP2 as Fp8LinearMethod.create_weights leaves it: rows [256,
     512) of a [512, 128] weight at TP rank 1, e4m3 values and one fp32 scale_inv a 128x128
     block (BlockQuantScaleParameter)."""
     proj = linear(256, 128, tp_rank=tp_rank, tp_size=2, gather_output=False, input_size=128,
                   output_size=512, quant_method=method, weight_block_size=list(block))
-    if hasattr(torch, "float8_e4m3fn"):
-        proj.weight = torch.nn.Parameter(torch.zeros(256, 128, dtype=torch.float8_e4m3fn),
-                                         requires_grad=False)
-    else:  # Debian's torch 1.13 has no float8
-        proj.weight = E4m3Weight(torch.zeros(256, 128, dtype=torch.uint8), requires_grad=False)
+    proj.weight = e4m3_parameter((256, 128))
     proj.weight.output_dim, proj.weight.input_dim = 0, 1
     proj.weight_scale_inv = torch.nn.Parameter(torch.zeros(scale_shape), requires_grad=False)
     model = torch.nn.Module()
@@ -543,3 +556,49 @@ def test_fp8_layers_ferry_cannot_write_in_place_are_refused():
     refused(fp8_model(Fp8LinearMethod(triton, is_scale_e8m0=True)), "with E8M0 checkpoint")
     refused(fp8_model(Fp8LinearMethod(triton), scale_shape=(2, 2)),
             r"proj.weight_scale_inv is torch.float32 \[2, 2\], not fp32 \[2, 1\]")
+
+
+class Fp8MoEMethod:
+    """vLLM's FP8 expert method (quantization/fp8.py) as its create_weights leaves it."""
+
+    def __init__(self, backend, block_shape=(128, 128), refine=None):
+        self.block_quant, self.moe_block_shape = True, list(block_shape)
+        self.weight_scale_refine = refine
+        self.fp8_backend = SimpleNamespace(name=backend, value=backend)
+
+
+def fp8_experts_model(method):
+    """experts_model's 4 experts at 128-wide blocks, FP8: w13 [4, 2 * 128, 128] and w2 [4, 128,
+    128] e4m3 with one fp32 scale per 128x128 block of each expert's matrix."""
+    model = experts_model([0, 1, 2, 3], intermediate=128, hidden=128)
+    experts = model.mlp.experts.routed_experts
+    experts.quant_method = method
+    for leaf, shape in (("w13_weight", (4, 256, 128)), ("w2_weight", (4, 128, 128))):
+        setattr(experts, leaf, e4m3_parameter(shape))
+        scales = (4, shape[1] // 128, 1)
+        setattr(experts, f"{leaf}_scale_inv",
+                torch.nn.Parameter(torch.zeros(scales), requires_grad=False))
+    return model
+
+
+FP8_EXPERTS_SENT = {f"mlp.experts.{e}.{p}.weight": SimpleNamespace(shape=s, dtype="bf16")
+                    for e in range(4) for p, s in (("gate_proj", (128, 128)),
+                                                   ("up_proj", (128, 128)),
+                                                   ("down_proj", (128, 128)))}
+
+
+def test_fp8_experts_are_block_scaled_stacks_of_their_matrices():
+    from ferry import BlockScaled
+    shards, _ = engine_shards(fp8_experts_model(Fp8MoEMethod("TRITON")), FP8_EXPERTS_SENT, 3)
+    scaled = [s for s in shards if isinstance(s, BlockScaled)]
+    assert scaled == [BlockScaled(3, W13, W13 + "_scale_inv", 256, 128, matrices=4),
+                      BlockScaled(3, W2, W2 + "_scale_inv", 128, 128, matrices=4)]
+    assert {s.transform for s in shards if not isinstance(s, BlockScaled)} == {"fp8_block"}
+    assert Layout.from_shards(shards).stored_dtypes["mlp.experts.0.gate_proj.weight"] == \
+        "fp8_e4m3"
+    with pytest.raises(ValueError, match="the FLASHINFER_TRTLLM FP8 MoE kernel rearranges the "
+                                         "expert weights .* serve with --moe-backend triton"):
+        engine_shards(fp8_experts_model(Fp8MoEMethod("FLASHINFER_TRTLLM")), FP8_EXPERTS_SENT, 0)
+    with pytest.raises(ValueError, match=r"FP8 expert blocks \[64, 128\] \(refined for the TP"):
+        engine_shards(fp8_experts_model(Fp8MoEMethod("TRITON", (64, 128), (2, 1))),
+                      FP8_EXPERTS_SENT, 0)

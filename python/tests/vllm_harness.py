@@ -186,8 +186,9 @@ def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8
     weights after loading; a CUDA engine on Hopper gets Triton's, which computes from them as
     loaded (fused_moe/oracle/unquantized.py, `_get_priority_backends`). `moe_kernel` names the
     `UnquantizedMoeBackend` the layers record instead, standing in for that engine: the weights
-    here are never processed after loading, so they are as a Triton engine holds them. FP8
-    block-quantized linear layers record the kernel `fp8_kernel` names (FP8_KERNEL)."""
+    here are never processed after loading, so they are as a Triton engine holds them; FP8
+    experts record `moe_kernel` as their Fp8MoeBackend too. FP8 block-quantized linear layers
+    record the kernel `fp8_kernel` names (FP8_KERNEL)."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
@@ -206,10 +207,14 @@ def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8
     for p in model.parameters():
         p.data.zero_()
     if moe_kernel is not None:
+        from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
         from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
         for module in model.modules():
-            if hasattr(getattr(module, "quant_method", None), "unquantized_backend"):
-                module.quant_method.unquantized_backend = UnquantizedMoeBackend[moe_kernel]
+            method = getattr(module, "quant_method", None)
+            if hasattr(method, "unquantized_backend"):
+                method.unquantized_backend = UnquantizedMoeBackend[moe_kernel]
+            if hasattr(method, "fp8_backend"):  # FP8 experts (quantization/fp8.py Fp8MoEMethod)
+                method.fp8_backend = Fp8MoeBackend[moe_kernel]
     return model
 
 

@@ -29,13 +29,16 @@ from the trainer's bf16, and the expected model loads the checkpoint as vLLM's
 per_block_cast_to_fp8 quantizes it; its layers record Triton's block-scaled kernel, which
 computes from the weights as loaded. `llama_fp8_ue8m0` is the same under DeepGEMM with E8M0
 scales on Hopper: the expected model then requantizes to power-of-two scales as DeepGEMM's
-process_weights_after_loading does (requant_weight_ue8m0_inplace).
+process_weights_after_loading does (requant_weight_ue8m0_inplace). `qwen3_moe_fp8` is
+vLLM's own Qwen3MoeForCausalLM of such a checkpoint under expert parallelism: attention, router
+and experts FP8 (w13/w2 with one scale per 128x128 block of each expert's matrices), Triton's
+FP8 expert kernel recorded.
 Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h|llama_fp8|
-                                               llama_fp8_ue8m0]
+                                               llama_fp8_ue8m0|qwen3_moe_fp8]
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank hol
 DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
-HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0")
+HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0",
+                  "qwen3_moe_fp8")
+LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0")
 # An FP8 block-quantized Llama whose TP2 partitions are whole 128x128 blocks.
 FP8_DIMS = dict(hidden=256, heads=4, kv_heads=2, head_dim=128, mlp=512, vocab=256, layers=2)
 LLAMA_FP8 = dict(vocab_size=FP8_DIMS["vocab"], hidden_size=FP8_DIMS["hidden"],
@@ -81,8 +86,13 @@ LLAMA_FP8 = dict(vocab_size=FP8_DIMS["vocab"], hidden_size=FP8_DIMS["hidden"],
                  max_position_embeddings=4096,
                  quantization_config=dict(quant_method="fp8", activation_scheme="dynamic",
                                           weight_block_size=[128, 128]))
+# vllm_harness.CONFIG's Qwen3-MoE, FP8 block-quantized at widths of whole 128x128 blocks.
+QWEN3_MOE_FP8 = dict(vllm_harness.CONFIG, hidden_size=256, moe_intermediate_size=256,
+                     intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=128, vocab_size=256,
+                     quantization_config=LLAMA_FP8["quantization_config"])
 CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
-           "llama_fp8_ue8m0": LLAMA_FP8}
+           "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8}
 
 
 def model_dir() -> str:
@@ -94,11 +104,11 @@ def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
     if MODEL == "qwen3_moe":
         return vllm_harness.checkpoint(step)
-    if MODEL in CONFIGS and "fp8" not in MODEL:  # the names and shapes ferry's presets read
+    if MODEL in CONFIGS and MODEL not in LLAMA_FP8_MODES:  # names and shapes from the config
         tensors = ferry.Layout.preset(model_dir(), "vllm:tp=1,expert_tensors=members").tensors
         return random_checkpoint(tensors, seed=3000 + step)
     g = torch.Generator().manual_seed(1000 + step)
-    dims = FP8_DIMS if "fp8" in MODEL else \
+    dims = FP8_DIMS if MODEL in LLAMA_FP8_MODES else \
         dict(hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, mlp=MLP,
              vocab=VOCAB, layers=LAYERS)
     shapes = llama_shapes(**dims)
@@ -106,16 +116,17 @@ def checkpoint(step: int) -> dict[str, torch.Tensor]:
 
 
 def served_checkpoint(step: int) -> dict[str, torch.Tensor]:
-    """Step `step`'s checkpoint as the engine's model loads it: an FP8 model's projections
-    quantized by vLLM's own per_block_cast_to_fp8 (vllm/utils/deep_gemm.py), each with its
-    weight_scale_inv, as FP8 block-quantized checkpoints hold them."""
+    """Step `step`'s checkpoint as the engine's model loads it: an FP8 model's linear and expert
+    weights (every matrix but the embedding and the LM head: what vLLM's models build with the
+    quant config) quantized by vLLM's own per_block_cast_to_fp8 (vllm/utils/deep_gemm.py), each
+    with its weight_scale_inv, as FP8 block-quantized checkpoints hold them."""
     weights = checkpoint(step)
     if "fp8" not in MODEL:
         return weights
     from vllm.utils.deep_gemm import per_block_cast_to_fp8
     served = {}
     for name, w in weights.items():
-        if name.endswith("_proj.weight"):
+        if w.dim() == 2 and not name.endswith(("embed_tokens.weight", "lm_head.weight")):
             served[name], served[f"{name}_scale_inv"] = per_block_cast_to_fp8(w, [128, 128])
         else:
             served[name] = w
@@ -310,7 +321,7 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
                                            fp8_kernel="DeepGemmE8M0")
     elif MODEL in CONFIGS:
         model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
-                                           ep="fp8" not in MODEL)  # EP: the MoE models
+                                           ep=MODEL not in LLAMA_FP8_MODES)  # the MoE models
     if MODEL in CONFIGS:
         vllm_harness.process_kv_scales(model)  # as vLLM's loader leaves a quantized model
         return model, config
