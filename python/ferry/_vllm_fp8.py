@@ -4,7 +4,10 @@ processed them after loading, which is what a refit must write in place.
 
 A checkpoint whose quantization_config is fp8 with weight_block_size [128, 128] (DeepSeek-V3's,
 Qwen3's FP8 releases) makes a linear layer's quant_method an Fp8LinearMethod with block_quant and
-an expert layer's an Fp8MoEMethod (vllm/model_executor/layers/quantization/fp8.py). A linear
+an expert layer's an Fp8MoEMethod (vllm/model_executor/layers/quantization/fp8.py); a bf16
+checkpoint served with --quantization fp8_per_block (an RL engine's FP8 rollouts) makes them
+Fp8PerBlockOnlineLinearMethod and Fp8PerBlockOnlineMoEMethod, which quantize as vLLM loads
+(quantization/online/fp8.py) and leave the same parameters. A linear
 layer's `weight` holds e4m3 values, one byte each, and `weight_scale_inv` one fp32 scale_inv per
 128x128 block of the rank's [rows, cols] partition (BlockQuantScaleParameter); RoutedExperts'
 `w13_weight` [local experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp] hold e4m3
@@ -43,6 +46,13 @@ _LOADED_SCALE_KERNELS = ("CutlassFp8BlockScaledMMKernel", "TritonFp8BlockScaledM
                          "BlockWiseTorchFP8ScaledMMLinearKernel",
                          "FlashInferFp8BlockScaledMMKernel")
 
+
+# vLLM's FP8 block-quantized methods: of FP8 checkpoints (quantization/fp8.py) and of bf16 ones
+# that vLLM quantizes as it loads them (--quantization fp8_per_block, quantization/online/fp8.py:
+# per_block_cast_to_fp8 of each rank's partition, or of each expert's matrices, then the same
+# kernel step), which leave the same parameters.
+_LINEAR_METHODS = ("Fp8LinearMethod", "Fp8PerBlockOnlineLinearMethod")
+_EXPERT_METHODS = ("Fp8MoEMethod", "Fp8PerBlockOnlineMoEMethod")
 
 # The FP8 expert backends that compute from w13/w2 and their fp32 block scales as loaded
 # (vllm/model_executor/layers/fused_moe/oracle/fp8.py convert_to_fp8_moe_kernel_format leaves
@@ -93,9 +103,10 @@ def _expert_scale_format(name: str, method: Any) -> str:
     """An Fp8MoEMethod layer's scale format under its expert backend: 128x128 blocks that TP did
     not refine (fused_moe/oracle/fp8.py resolve_fp8_moe_weight_block_shape), kept as loaded, or
     DeepGEMM's (prepare_fp8_moe_layer_for_deepgemm)."""
-    if list(method.moe_block_shape) != [128, 128] or method.weight_scale_refine is not None:
-        raise ValueError(f"vLLM layer {name}: FP8 expert blocks {list(method.moe_block_shape)} "
-                         "(refined for the TP shard); ferry.vllm writes 128x128 blocks")
+    blocks = list(getattr(method, "moe_block_shape", method.weight_block_size))
+    if blocks != [128, 128] or getattr(method, "weight_scale_refine", None) is not None:
+        raise ValueError(f"vLLM layer {name}: FP8 expert blocks {blocks} (refined for the TP "
+                         "shard); ferry.vllm writes 128x128 blocks")
     backend = method.fp8_backend.name
     if backend in _LOADED_EXPERT_BACKENDS:
         return "float32"
@@ -115,11 +126,11 @@ def fp8_block_scale_format(name: str, module: Any) -> str | None:
     kind = type(method).__name__
     if method is None or kind.startswith("Unquantized"):
         return None
-    if kind not in ("Fp8LinearMethod", "Fp8MoEMethod") or not method.block_quant:
+    if kind not in _LINEAR_METHODS + _EXPERT_METHODS or not getattr(method, "block_quant", True):
         raise ValueError(f"vLLM layer {name} is quantized by {kind}"
-                         f"{' per tensor' if kind.startswith('Fp8') else ''}; ferry.vllm "
-                         "refits unquantized layers and FP8 block-quantized ones")
-    if kind == "Fp8MoEMethod":
+                         f"{' per tensor' if kind in _LINEAR_METHODS + _EXPERT_METHODS else ''}; "
+                         "ferry.vllm refits unquantized layers and FP8 block-quantized ones")
+    if kind in _EXPERT_METHODS:
         return _expert_scale_format(name, method)
     return _linear_scale_format(name, module, method)
 

@@ -6,7 +6,9 @@ what vLLM's loaders make of that step's checkpoint (vllm_worker.py). Once with a
 from vLLM's own layers, once each with vLLM's own Qwen3-MoE and DeepSeek-V3 (MLA) classes under
 expert parallelism, once with vLLM's own Nemotron-H (Mamba-2), twice with vLLM's own Llama
 of an FP8 block-quantized checkpoint (the refit quantizes; float32 scales, then DeepGEMM's E8M0
-ones) and once with vLLM's own Qwen3-MoE of one (FP8 experts); and the worker layouts of
+ones), once with vLLM's own Qwen3-MoE of one (FP8 experts), and with both served from a bf16
+checkpoint that vLLM quantizes as it loads (--quantization fp8_per_block); and the worker
+layouts of
 Llama, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in
 several engine configurations, refitted in place, against vLLM's load_weights
 (vllm_refit_layout_worker.py). Skipped, saying so, where the environment is missing. Slow: rank
@@ -39,7 +41,8 @@ def vllm_python() -> str:
 @pytest.mark.parametrize("model,parameters", [("llama", 15), ("qwen3_moe", 21),
                                               ("deepseek_v3", 31), ("nemotron_h", 33),
                                               ("llama_fp8", 23), ("llama_fp8_ue8m0", 23),
-                                              ("qwen3_moe_fp8", 31)])
+                                              ("llama_fp8_online", 23), ("qwen3_moe_fp8", 31),
+                                              ("qwen3_moe_fp8_online", 31)])
 def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, parameters):
     python = vllm_python()
     results = run_ranks(lambda rank, port: [WORKER, str(rank), str(port), str(tmp_path), model],

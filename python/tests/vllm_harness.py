@@ -97,12 +97,14 @@ def write_config(directory: str, config: dict) -> str:
 
 def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
           ep: bool = False, pp: int = 1, pp_rank: int = 0, placement: str = "linear",
-          redundant: int = 0, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8_KERNEL):
+          redundant: int = 0, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8_KERNEL,
+          quantization: str | None = None):
     """The class `model_dir`'s config names, as worker (dp_rank, pp_rank, tp_rank) of a
     TPxPPxDP engine builds it (with `redundant` > 0: under EPLB with that many redundant
     experts), its parameters zeroed, and the VllmConfig it was built under. Its MoE layers run
     the expert kernel `moe_kernel` (None: the one vLLM picks here, on the CPU), its FP8 linear
-    layers `fp8_kernel` (instantiate)."""
+    layers `fp8_kernel` (instantiate). `quantization` is the engine's --quantization (e.g.
+    "fp8_per_block": a bf16 checkpoint quantized by vLLM as it loads)."""
     import vllm.distributed.parallel_state as parallel_state
     from vllm.config import DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 
@@ -115,7 +117,8 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
                               data_parallel_size=dp, data_parallel_rank=dp_rank,
                               enable_expert_parallel=ep, expert_placement_strategy=placement)
     parallel.rank = pp_rank * tp + tp_rank
-    model_config = ModelConfig(model=model_dir, dtype="bfloat16", skip_tokenizer_init=True)
+    model_config = ModelConfig(model=model_dir, dtype="bfloat16", skip_tokenizer_init=True,
+                               quantization=quantization)
     config = VllmConfig(model_config=model_config, parallel_config=parallel,
                         device_config=DeviceConfig(device="cpu"),
                         load_config=LoadConfig(load_format="dummy"))
@@ -193,17 +196,19 @@ def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
     from vllm.model_executor.layers.quantization import fp8
+    from vllm.model_executor.layers.quantization.online import fp8 as online_fp8
 
     cls, _ = get_model_architecture(config.model_config)
     with set_current_vllm_config(config):
         previous = (torch.get_default_dtype(), fp8.init_fp8_linear_kernel)
         torch.set_default_dtype(DTYPE)
         fp8.init_fp8_linear_kernel = _fp8_kernel_factory(fp8_kernel)
+        online_fp8.init_fp8_linear_kernel = fp8.init_fp8_linear_kernel
         try:
             model = cls(vllm_config=config, prefix="")
         finally:
             torch.set_default_dtype(previous[0])
-            fp8.init_fp8_linear_kernel = previous[1]
+            fp8.init_fp8_linear_kernel = online_fp8.init_fp8_linear_kernel = previous[1]
     for p in model.parameters():
         p.data.zero_()
     if moe_kernel is not None:
@@ -215,6 +220,10 @@ def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8
                 method.unquantized_backend = UnquantizedMoeBackend[moe_kernel]
             if hasattr(method, "fp8_backend"):  # FP8 experts (quantization/fp8.py Fp8MoEMethod)
                 method.fp8_backend = Fp8MoeBackend[moe_kernel]
+            if type(method).__name__ == "Fp8PerBlockOnlineMoEMethod":
+                # It quantizes as vLLM loads, then builds its CUDA expert kernel, which the CPU
+                # lacks (quantization/online/fp8.py _setup_kernel); the harness never runs it.
+                method.get_fused_moe_quant_config = lambda layer: None
     return model
 
 

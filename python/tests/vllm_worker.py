@@ -29,16 +29,21 @@ from the trainer's bf16, and the expected model loads the checkpoint as vLLM's
 per_block_cast_to_fp8 quantizes it; its layers record Triton's block-scaled kernel, which
 computes from the weights as loaded. `llama_fp8_ue8m0` is the same under DeepGEMM with E8M0
 scales on Hopper: the expected model then requantizes to power-of-two scales as DeepGEMM's
-process_weights_after_loading does (requant_weight_ue8m0_inplace). `qwen3_moe_fp8` is
+process_weights_after_loading does (requant_weight_ue8m0_inplace). `llama_fp8_online` serves
+the bf16 checkpoint with --quantization fp8_per_block: vLLM quantizes each rank's partition as it
+loads (quantization/online/fp8.py), and the expected model is vLLM's load of the bf16 checkpoint
+itself. `qwen3_moe_fp8` is
 vLLM's own Qwen3MoeForCausalLM of such a checkpoint under expert parallelism: attention, router
 and experts FP8 (w13/w2 with one scale per 128x128 block of each expert's matrices), Triton's
-FP8 expert kernel recorded.
+FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same served from its bf16 checkpoint
+with --quantization fp8_per_block.
 Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h|llama_fp8|
-                                               llama_fp8_ue8m0|qwen3_moe_fp8]
+                                               llama_fp8_ue8m0|llama_fp8_online|qwen3_moe_fp8|
+                                               qwen3_moe_fp8_online]
 """
 
 from __future__ import annotations
@@ -74,8 +79,9 @@ DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0",
-                  "qwen3_moe_fp8")
-LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0")
+                  "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online")
+LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
+ONLINE = "fp8_per_block"  # the --quantization of the _online modes: vLLM quantizes as it loads
 # An FP8 block-quantized Llama whose TP2 partitions are whole 128x128 blocks.
 FP8_DIMS = dict(hidden=256, heads=4, kv_heads=2, head_dim=128, mlp=512, vocab=256, layers=2)
 LLAMA_FP8 = dict(vocab_size=FP8_DIMS["vocab"], hidden_size=FP8_DIMS["hidden"],
@@ -91,8 +97,12 @@ QWEN3_MOE_FP8 = dict(vllm_harness.CONFIG, hidden_size=256, moe_intermediate_size
                      intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
                      head_dim=128, vocab_size=256,
                      quantization_config=LLAMA_FP8["quantization_config"])
+LLAMA_BF16 = {k: v for k, v in LLAMA_FP8.items() if k != "quantization_config"}
 CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
-           "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8}
+           "llama_fp8_ue8m0": LLAMA_FP8, "llama_fp8_online": LLAMA_BF16,
+           "qwen3_moe_fp8": QWEN3_MOE_FP8,
+           "qwen3_moe_fp8_online": {k: v for k, v in QWEN3_MOE_FP8.items()
+                                    if k != "quantization_config"}}
 
 
 def model_dir() -> str:
@@ -121,7 +131,7 @@ def served_checkpoint(step: int) -> dict[str, torch.Tensor]:
     quant config) quantized by vLLM's own per_block_cast_to_fp8 (vllm/utils/deep_gemm.py), each
     with its weight_scale_inv, as FP8 block-quantized checkpoints hold them."""
     weights = checkpoint(step)
-    if "fp8" not in MODEL:
+    if "fp8" not in MODEL or MODEL.endswith("_online"):  # (vLLM quantizes those itself)
         return weights
     from vllm.utils.deep_gemm import per_block_cast_to_fp8
     served = {}
@@ -320,8 +330,9 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
         model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
                                            fp8_kernel="DeepGemmE8M0")
     elif MODEL in CONFIGS:
-        model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
-                                           ep=MODEL not in LLAMA_FP8_MODES)  # the MoE models
+        model, config = vllm_harness.build(
+            model_dir(), tp, tp_rank, dp, dp_rank, ep=MODEL not in LLAMA_FP8_MODES,  # MoE's
+            quantization=ONLINE if MODEL.endswith("_online") else None)
     if MODEL in CONFIGS:
         vllm_harness.process_kv_scales(model)  # as vLLM's loader leaves a quantized model
         return model, config
@@ -363,6 +374,8 @@ def worker(args, tp: int, dp: int) -> None:
     dp_rank, tp_rank = divmod(index, tp)
     where = (args.dir, tp_rank, tp, dp_rank, dp)
     model, vllm_config = worker_model(*where)
+    if MODEL.endswith("_online"):  # its quantized weights exist once vLLM loaded a checkpoint
+        vllm_harness.load_with_vllm(model, vllm_config, checkpoint(-1))
     vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
     engine = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
