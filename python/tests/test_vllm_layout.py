@@ -602,3 +602,24 @@ def test_fp8_experts_are_block_scaled_stacks_of_their_matrices():
     with pytest.raises(ValueError, match=r"FP8 expert blocks \[64, 128\] \(refined for the TP"):
         engine_shards(fp8_experts_model(Fp8MoEMethod("TRITON", (64, 128), (2, 1))),
                       FP8_EXPERTS_SENT, 0)
+
+
+class Fp8PerBlockOnlineLinearMethod:
+    """vLLM's online block FP8 method (quantization/online/fp8.py): no block_quant attribute,
+    always 128x128 blocks."""
+
+    def __init__(self, kernel):
+        self.fp8_linear = kernel
+
+
+class Fp8PerTensorOnlineLinearMethod:
+    pass
+
+
+def test_online_fp8_block_layers_are_written_as_the_offline_ones():
+    model = fp8_model(Fp8PerBlockOnlineLinearMethod(TritonFp8BlockScaledMMKernel()))
+    shards, _ = engine_shards(model, FP8_SENT, rank=0)
+    assert shards[1].scale_fmt == "float32" and shards[0].transform == "fp8_block"
+    with pytest.raises(ValueError, match="layer proj is quantized by "
+                                         "Fp8PerTensorOnlineLinearMethod; ferry.vllm refits"):
+        engine_shards(fp8_model(Fp8PerTensorOnlineLinearMethod()), FP8_SENT, rank=0)
