@@ -103,7 +103,8 @@ def _expert_scale_format(name: str, method: Any) -> str:
     """An Fp8MoEMethod layer's scale format under its expert backend: 128x128 blocks that TP did
     not refine (fused_moe/oracle/fp8.py resolve_fp8_moe_weight_block_shape), kept as loaded, or
     DeepGEMM's (prepare_fp8_moe_layer_for_deepgemm)."""
-    blocks = list(getattr(method, "moe_block_shape", method.weight_block_size))
+    # (the online method has no TP-refined shape: its weight_block_size)
+    blocks = list(getattr(method, "moe_block_shape", None) or method.weight_block_size)
     if blocks != [128, 128] or getattr(method, "weight_scale_refine", None) is not None:
         raise ValueError(f"vLLM layer {name}: FP8 expert blocks {blocks} (refined for the TP "
                          "shard); ferry.vllm writes 128x128 blocks")
