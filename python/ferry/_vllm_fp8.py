@@ -28,7 +28,8 @@ layer name: packed scales, blocks refined for a TP shard, Marlin, FlashInfer's e
 AITER, the CPU kernels, per-tensor FP8, checkpoint E8M0 scales and every other quantization
 method.
 
-Duck-typed, as _vllm_layout.py; vLLM is imported only to read DeepGEMM's scale format.
+Duck-typed, as _vllm_layout.py; vLLM is imported only where DeepGEMM runs a layer, to read the
+GPU's family and whether it runs with E8M0 scales.
 """
 
 from __future__ import annotations
@@ -61,21 +62,21 @@ _EXPERT_METHODS = ("Fp8MoEMethod", "Fp8PerBlockOnlineMoEMethod")
 _LOADED_EXPERT_BACKENDS = ("TRITON", "BATCHED_TRITON", "VLLM_CUTLASS", "BATCHED_VLLM_CUTLASS")
 
 
-def _deep_gemm_scales(name: str) -> str:
-    """The scales vLLM leaves where DeepGEMM runs a layer, from vLLM's DeepGEMM scale-format
-    oracle (vllm/utils/deep_gemm.py DeepGemmQuantScaleFMT): as loaded without E8M0 (FLOAT32),
-    else requantized to powers of two (fp8_utils.py requant_weight_ue8m0_inplace) and laid out by
-    DeepGEMM's transform_sf_into_required_layout, which keeps fp32 128x128 scales as they are on
-    Hopper (FLOAT32_CEIL_UE8M0) and packs them into int32 E8M0 codes on Blackwell (UE8M0)."""
-    from vllm.utils.deep_gemm import DeepGemmQuantScaleFMT
-    scale_fmt = DeepGemmQuantScaleFMT.from_oracle()
-    if scale_fmt == DeepGemmQuantScaleFMT.FLOAT32:
-        return "float32"
-    if scale_fmt == DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0:
-        return "ue8m0"
-    raise ValueError(f"vLLM layer {name}: DeepGEMM packs its E8M0 scales into int32 codes here "
-                     "(Blackwell), which ferry.vllm does not write yet; serve with "
-                     "VLLM_USE_DEEP_GEMM=0 or a float32-scale kernel")
+def _deep_gemm_scales(name: str, e8m0: bool) -> str:
+    """The scales vLLM leaves where DeepGEMM post-processes a layer (`e8m0`: with E8M0 scales,
+    vllm/utils/deep_gemm.py is_deep_gemm_e8m0_used): fp8_utils.py
+    deepgemm_post_process_fp8_weight_block requantizes the values to power-of-two scales
+    (requant_weight_ue8m0_inplace) when `e8m0`, then DeepGEMM's transform_sf_into_required_layout
+    lays the scales out for the GPU: fp32 128x128 scales stay as they are on Hopper
+    (DeepGemmQuantScaleFMT.FLOAT32 and FLOAT32_CEIL_UE8M0). On Blackwell DeepGEMM layers are
+    refused: with E8M0 their scales become packed int32 codes (UE8M0), and without it ferry does
+    not model the layout DeepGEMM gives them."""
+    from vllm.platforms import current_platform
+    if any(current_platform.is_device_capability_family(f) for f in (100, 120)):
+        raise ValueError(f"vLLM layer {name}: DeepGEMM lays its scales out for Blackwell (packed "
+                         "int32 E8M0 codes), which ferry.vllm does not write yet; serve with "
+                         "VLLM_USE_DEEP_GEMM=0 (CUTLASS's float32 scales)")
+    return "ue8m0" if e8m0 else "float32"
 
 
 def _linear_scale_format(name: str, module: Any, method: Any) -> str:
@@ -92,9 +93,9 @@ def _linear_scale_format(name: str, module: Any, method: Any) -> str:
         return "float32"
     if kernel_kind == "DeepGemmFp8BlockScaledMMKernel":
         # scaled_mm/deep_gemm.py process_weights_after_loading: post-processed where supported
-        if not kernel.is_deep_gemm_supported or not kernel.use_deep_gemm_e8m0:
+        if not kernel.is_deep_gemm_supported:
             return "float32"
-        return _deep_gemm_scales(name)
+        return _deep_gemm_scales(name, kernel.use_deep_gemm_e8m0)
     raise ValueError(f"vLLM layer {name}: the {kernel_kind} kernel keeps the FP8 weights in "
                      "its own layout after loading, which an in-place refit would not write")
 
@@ -111,8 +112,9 @@ def _expert_scale_format(name: str, method: Any) -> str:
     backend = method.fp8_backend.name
     if backend in _LOADED_EXPERT_BACKENDS:
         return "float32"
-    if backend in ("DEEPGEMM", "BATCHED_DEEPGEMM"):
-        return _deep_gemm_scales(name)
+    if backend in ("DEEPGEMM", "BATCHED_DEEPGEMM"):  # prepare_fp8_moe_layer_for_deepgemm
+        from vllm.utils.deep_gemm import is_deep_gemm_e8m0_used
+        return _deep_gemm_scales(name, is_deep_gemm_e8m0_used())
     raise ValueError(f"vLLM layer {name}: the {method.fp8_backend.value} FP8 MoE kernel "
                      "rearranges the expert weights after loading, which an in-place refit "
                      "would not; serve with --moe-backend triton")

@@ -521,24 +521,36 @@ def test_an_fp8_layer_is_a_block_scaled_buffer_the_refit_quantizes_into():
 def test_an_fp8_layers_scale_format_is_what_its_kernel_leaves(monkeypatch):
     import sys
     import types
-    from enum import Enum
+
+    # vllm/platforms (the GPU's family) and vllm/utils/deep_gemm.py (E8M0 for DeepGEMM's experts)
+    family = {"gpu": 90}
+    platforms, deep_gemm = types.ModuleType("vllm.platforms"), types.ModuleType("deep_gemm")
+    platforms.current_platform = SimpleNamespace(
+        is_device_capability_family=lambda f: f == family["gpu"])
+    deep_gemm.is_deep_gemm_e8m0_used = lambda: True
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    monkeypatch.setitem(sys.modules, "vllm.utils.deep_gemm", deep_gemm)
 
     def scale_fmt(kernel):
         shards, _ = engine_shards(fp8_model(Fp8LinearMethod(kernel)), FP8_SENT, rank=0)
         return shards[1].scale_fmt
 
+    def expert_scale_fmt(backend):
+        shards, _ = engine_shards(fp8_experts_model(Fp8MoEMethod(backend)), FP8_EXPERTS_SENT, 0)
+        return {s.scale_fmt for s in shards if hasattr(s, "scale_fmt")}
+
     assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=False)) == "float32"
-    # vllm/utils/deep_gemm.py's oracle: Hopper keeps E8M0 scales as fp32, Blackwell packs them
-    oracle = Enum("DeepGemmQuantScaleFMT", "FLOAT32 FLOAT32_CEIL_UE8M0 UE8M0")
-    module = types.ModuleType("vllm.utils.deep_gemm")
-    module.DeepGemmQuantScaleFMT = oracle
-    monkeypatch.setitem(sys.modules, "vllm.utils.deep_gemm", module)
-    oracle.from_oracle = staticmethod(lambda: oracle.FLOAT32_CEIL_UE8M0)
     assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True)) == "ue8m0"
     assert scale_fmt(FlashInferFp8DeepGEMMDynamicBlockScaledKernel(e8m0=True)) == "ue8m0"
-    oracle.from_oracle = staticmethod(lambda: oracle.UE8M0)
-    with pytest.raises(ValueError, match="layer proj: DeepGEMM packs its E8M0 scales into int32"):
+    assert expert_scale_fmt("DEEPGEMM") == {"ue8m0"}
+    assert expert_scale_fmt("VLLM_CUTLASS") == {"float32"}
+    family["gpu"] = 100  # Blackwell: DeepGEMM's packed scales, refused
+    with pytest.raises(ValueError, match="layer proj: DeepGEMM lays its scales out for "
+                                         "Blackwell .* VLLM_USE_DEEP_GEMM=0"):
         scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True))
+    with pytest.raises(ValueError, match="layer mlp.experts.routed_experts: DeepGEMM lays"):
+        expert_scale_fmt("BATCHED_DEEPGEMM")
+    assert scale_fmt(TritonFp8BlockScaledMMKernel()) == "float32"
 
 
 def test_fp8_layers_ferry_cannot_write_in_place_are_refused():

@@ -149,13 +149,6 @@ def _fp8_kernel_factory(kernel: str):
     return make
 
 
-def deep_gemm_hopper_scales() -> None:
-    """vLLM's DeepGEMM scale-format oracle as a Hopper engine with E8M0 scales decides it:
-    power-of-two scales kept as fp32 (vllm/utils/deep_gemm.py FLOAT32_CEIL_UE8M0)."""
-    from vllm.utils.deep_gemm import DeepGemmQuantScaleFMT
-    DeepGemmQuantScaleFMT._oracle_cache = DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0
-
-
 def process_kv_scales(model) -> None:
     """What vLLM's loader does to the attention layers of a quantized model once the weights are
     loaded (model_loader/utils.py process_weights_after_loading calls each layer's quant

@@ -326,7 +326,6 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     if MODEL == "qwen3_moe":
         return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True)
     if MODEL == "llama_fp8_ue8m0":
-        vllm_harness.deep_gemm_hopper_scales()
         model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
                                            fp8_kernel="DeepGemmE8M0")
     elif MODEL in CONFIGS:
