@@ -51,12 +51,13 @@ embed_tokens): each name the trainer sends is mapped as vLLM maps it when loadin
 MLA attention (DeepSeek-V2/V3, Kimi-K2; vllm/model_executor/layers/attention/mla_attention.py,
 `MLAAttention.process_weights_after_loading`) derives its decode weights from `kv_b_proj` after
 loading: `split_kv_b_proj` reads kv_b_proj.weight (`get_and_maybe_dequant_weights`, which returns
-the weight itself when it is unquantized and already in the activation dtype), and W_UV =
-[L, N, V]^T and W_UK_T = [L, N, P] permuted are registered as parameters. There they are views of
-kv_b_proj.weight's bytes: ferry writes kv_b_proj and the views read the new weights, so they are
-not buffers of their own. Where vLLM keeps copies instead (another dtype, the AMX backend's packed
-weights, the AITER BMMs' W_K/W_V, DCP query replication's gathered W_UK_T_dcp_qrep) an in-place
-refit would leave them stale, and the module is refused by name.
+the weight itself when it is unquantized and already in the activation dtype, and dequantizes an
+FP8 one), and W_UV = [L, N, V]^T and W_UK_T = [L, N, P] permuted are registered as parameters.
+Where they are views of kv_b_proj.weight's bytes, ferry writes kv_b_proj and the views read the
+new weights. Where they are copies (an FP8 kv_b_proj, or activations of another dtype) the worker
+derives them again after each update with vLLM's own split_kv_b_proj (mla_copies). Neither is a
+buffer of its own. Where vLLM keeps them otherwise (the AMX backend's packed weights, the AITER
+BMMs' W_K/W_V, DCP query replication's gathered W_UK_T_dcp_qrep) the module is refused by name.
 
 Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/models/llama.py:
 {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}).
@@ -334,9 +335,10 @@ def _volume(lo: list[int], hi: list[int]) -> int:
     return volume
 
 
-# MLAAttention's weights derived from kv_b_proj: views of it, or copies (mla_attention.py).
-_MLA_VIEWS = ("W_UV", "W_UK_T")
-_MLA_COPIES = ("W_K", "W_V", "W_UK_T_dcp_qrep")
+# MLAAttention's weights derived from kv_b_proj (mla_attention.py): views of it or copies ferry
+# derives again, and the forms it does not derive.
+_MLA_DERIVED = ("W_UV", "W_UK_T")
+_MLA_UNDERIVED = ("W_K", "W_V", "W_UK_T_dcp_qrep")
 
 
 def _byte_range(tensor: Any) -> tuple[int, int]:
@@ -348,40 +350,45 @@ def _byte_range(tensor: Any) -> tuple[int, int]:
     return start, start + (last + 1) * tensor.element_size()
 
 
-def _mla_views(name: str, module: Any) -> list[Any]:
-    """The weights MLA attention `module` derived from kv_b_proj as views of its bytes (none
-    before vLLM processed the loaded weights); ValueError where it keeps copies."""
+def _mla_derived(name: str, module: Any) -> tuple[list[Any], bool]:
+    """The weights MLA attention `module` derived from kv_b_proj (none before vLLM processed the
+    loaded weights), and whether they are copies (not views of kv_b_proj.weight's bytes), which
+    the worker derives again after each update (mla_copies); ValueError where vLLM keeps them in
+    a form ferry does not derive (AMX's packing, AITER's W_K/W_V, DCP's gathered W_UK_T)."""
     if getattr(module, "is_amx_bmm_enabled", False):
         raise ValueError(f"vLLM module {name}: the AMX MLA backend packs its own copies of "
                          "W_UK/W_UV and releases kv_b_proj's weight "
                          "(vllm/v1/attention/backends/mla/amx_mla.py); not supported")
+    other = [a for a in _MLA_UNDERIVED if getattr(module, a, None) is not None]
+    if other:
+        raise ValueError(f"vLLM module {name}: MLA keeps {', '.join(other)} derived from "
+                         "kv_b_proj in a form ferry does not derive again after an update "
+                         "(ROCm's AITER BMMs, DCP query replication); not supported")
     lo, hi = _byte_range(module.kv_b_proj.weight)
-    views, copies = [], [a for a in _MLA_COPIES if getattr(module, a, None) is not None]
-    for attr in _MLA_VIEWS:
-        derived = getattr(module, attr, None)
-        if derived is not None:
-            start, stop = _byte_range(derived)
-            if lo <= start and stop <= hi:
-                views.append(derived)
-            else:
-                copies.append(attr)
-    if copies:
-        raise ValueError(f"vLLM module {name}: MLA keeps {', '.join(copies)} as copies of "
-                         "kv_b_proj (a kv_b_proj quantized or not in the activation dtype, or "
-                         "a backend that repacks them), which an in-place refit would leave "
-                         "stale; ferry refits MLA where W_UK_T and W_UV are views of "
-                         "kv_b_proj.weight (mla_attention.py, split_kv_b_proj)")
-    return views
+    derived = [d for d in (getattr(module, a, None) for a in _MLA_DERIVED) if d is not None]
+    inside = [lo <= start and stop <= hi for start, stop in map(_byte_range, derived)]
+    return derived, not all(inside)
 
 
-def _derived_views(modules: Mapping[str, Any]) -> set[int]:
-    """The ids of parameters vLLM derived as views of parameters ferry writes (MLA's W_UV and
-    W_UK_T); refuses MLA layers that keep copies."""
-    views = set()
+def _derived_params(modules: Mapping[str, Any]) -> set[int]:
+    """The ids of parameters vLLM derived from parameters ferry writes (MLA's W_UV and W_UK_T):
+    views of them, or copies the worker derives again (mla_copies); refuses MLA layers that keep
+    them otherwise."""
+    derived = set()
     for name, module in modules.items():
         if hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading"):
-            views.update(id(v) for v in _mla_views(name, module))
-    return views
+            derived.update(id(d) for d in _mla_derived(name, module)[0])
+    return derived
+
+
+def mla_copies(model: Any) -> list[Any]:
+    """The MLA attention modules of `model` whose W_UV and W_UK_T are copies of kv_b_proj (an FP8
+    kv_b_proj dequantized, or another dtype than the activations'): after each update the worker
+    derives them again from the new kv_b_proj, as vLLM's MLAAttention.process_weights_after_
+    loading does (mla_attention.py split_kv_b_proj), and copies them into place."""
+    return [m for n, m in model.named_modules()
+            if hasattr(m, "kv_b_proj") and hasattr(m, "process_weights_after_loading")
+            and _mla_derived(n, m)[1]]
 
 
 def _checkpoint_names(model: Any, source: Mapping[str, Any]) -> dict[str, str]:
@@ -409,7 +416,7 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     parameter storage behind each buffer (`param.data`)."""
     packed = getattr(model, "packed_modules_mapping", None) or {}
     modules = dict(model.named_modules())
-    views = _derived_views(modules)
+    views = _derived_params(modules)
     renamed = _checkpoint_names(model, source)
     mixers = {}  # the parameters Mamba-2 mixers' own loaders place
     for prefix, module in modules.items():

@@ -54,7 +54,7 @@ from ._arrays import moved_parameters, param_storage
 from ._layout import Layout, Shard
 from ._session import Refit, Session
 from ._source_layout import trainer_shards
-from ._vllm_layout import engine_shards
+from ._vllm_layout import engine_shards, mla_copies
 
 BACKEND = "ferry"
 
@@ -100,6 +100,7 @@ class FerryWeightTransferEngine(
         self.session: Session | None = None
         self.refit: Refit | None = None
         self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
+        self.mla_copies: list[torch.nn.Module] = []
         self.rounds = 0
 
     def worker_rank(self, init_info: FerryWeightTransferInitInfo) -> int:
@@ -125,6 +126,7 @@ class FerryWeightTransferEngine(
         # every parameter, MLA's views of kv_b_proj included: where the plan writes and reads
         self.bound = [(name, param, param_storage(param))
                       for name, param in self.model.named_parameters()]
+        self.mla_copies = mla_copies(self.model)
         self.rounds = 0
 
     def start_weight_update(self) -> None:
@@ -150,6 +152,7 @@ class FerryWeightTransferEngine(
                              "reallocated them: a reload, process_weights_after_loading run "
                              "again); initialize the weight transfer engine again")
         refit.run()
+        derive_mla_copies(self.mla_copies)
         self.rounds += 1
 
     def shutdown(self) -> None:
@@ -302,6 +305,21 @@ def _concurrently(rpc, work) -> None:
 
 
 _register_lock = threading.Lock()
+
+
+def derive_mla_copies(modules: list[torch.nn.Module]) -> None:
+    """MLA's W_UV and W_UK_T derived again, in place, from each module's kv_b_proj as vLLM's
+    MLAAttention.process_weights_after_loading derives them after loading
+    (vllm/model_executor/layers/attention/mla_attention.py split_kv_b_proj: dequantized in the
+    dtype the copies hold, W_UV = [L, N, V] as [N, L, V], W_UK_T = [L, N, P] as [N, P, L]), for
+    the modules whose copies do not view kv_b_proj (_vllm_layout.mla_copies)."""
+    from vllm.model_executor.layers.attention.mla_attention import split_kv_b_proj
+    with torch.no_grad():
+        for m in modules:
+            w_uk, w_uv = split_kv_b_proj(m.kv_b_proj, m.W_UV.dtype, m.kv_lora_rank,
+                                         m.num_heads, m.qk_nope_head_dim, m.v_head_dim)
+            m.W_UV.copy_(w_uv.transpose(0, 1))
+            m.W_UK_T.copy_(w_uk.permute(1, 2, 0))
 
 
 def register() -> None:

@@ -308,13 +308,17 @@ def test_mla_decode_weights_viewing_kv_b_proj_follow_its_writes():
     assert model.attn.mla_attn.W_UK_T[0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-def test_mla_weights_vllm_keeps_as_copies_are_refused():
+def test_mla_copies_are_left_to_the_worker_and_other_forms_refused():
+    from ferry._vllm_layout import mla_copies
     model = mla_model(lambda weight: weight.float())  # activations in another dtype: copies
-    with pytest.raises(ValueError, match="attn.mla_attn: MLA keeps W_UV, W_UK_T as copies"):
-        engine_shards(model, SENT, 0)
+    shards, buffers = engine_shards(model, SENT, 0)
+    assert "attn.mla_attn.W_UV" not in buffers and "attn.mla_attn.W_UK_T" not in buffers
+    assert mla_copies(model) == [model.attn.mla_attn]
+    assert mla_copies(mla_model(lambda weight: weight)) == []  # views need nothing
     model = mla_model(lambda weight: weight)
     model.attn.mla_attn.W_UK_T_dcp_qrep = torch.zeros(2)  # DCP's all-gathered W_UK_T
-    with pytest.raises(ValueError, match="MLA keeps W_UK_T_dcp_qrep as copies"):
+    with pytest.raises(ValueError, match="MLA keeps W_UK_T_dcp_qrep derived from kv_b_proj in "
+                                         "a form ferry does not derive again"):
         engine_shards(model, SENT, 0)
     model = mla_model(lambda weight: weight)
     model.attn.mla_attn.is_amx_bmm_enabled = True

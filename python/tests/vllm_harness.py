@@ -285,5 +285,8 @@ def process_mla(model, act_dtype=DTYPE) -> int:
 def differing(model, expected) -> list[str]:
     """Names of `model`'s parameters whose bytes differ from `expected`'s."""
     want = dict(expected.named_parameters())
+
+    def raw(t):  # its bytes, in element order, whatever its dtype and strides
+        return t.data.reshape(-1).contiguous().view(torch.uint8)
     return [n for n, p in model.named_parameters()
-            if not torch.equal(p.data.view(torch.int16), want[n].data.view(torch.int16))]
+            if p.shape != want[n].shape or not torch.equal(raw(p), raw(want[n]))]

@@ -11,10 +11,11 @@ W_UK_T included) and Nemotron-H's Mamba-2 mixers under checkpoint names vLLM ren
 
     python vllm_refit_layout_worker.py DIR      (the models' configs are written under DIR)
 
-The MoE layers run Triton's expert kernel, as on a Hopper GPU (vllm_harness.instantiate). Then
-vLLM's DeepSeek-V3 with its MLA weights derived for fp32 activations (copies of kv_b_proj) and
-with the expert kernel vLLM picks on the CPU (which prepacks the weights) must be refused by
-name.
+The MoE layers run Triton's expert kernel, as on a Hopper GPU (vllm_harness.instantiate). Where
+MLA's weights are copies of kv_b_proj (DeepSeek-V3 serving fp32 activations), the writes are
+followed by what the worker does after each update (ferry.vllm.derive_mla_copies). Then vLLM's
+DeepSeek-V3 with the expert kernel vLLM picks on the CPU (which prepacks the weights) must be
+refused by name.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import torch
 
 import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it runs on the CPU
 import ferry
-from ferry._vllm_layout import engine_shards
+from ferry._vllm_layout import engine_shards, mla_copies
+from ferry.vllm import derive_mla_copies
 from sglang_harness import DEEPSEEK_V3, LLAMA, NEMOTRON_H, QWEN2, QWEN3
 from sglang_harness import checkpoint as random_checkpoint
 
@@ -42,22 +44,24 @@ CASES = {
     # without which vLLM falls back from round-robin to it)
     "qwen3_moe": [(2, 1, False), (2, 2, False), (4, 1, True), (2, 2, True)],
     # MLA; with TP2 x DP2 and expert parallelism vLLM's sequence-parallel MoE keeps the shared
-    # expert whole on every rank
-    "deepseek_v3": [(2, 1, False), (2, 2, True)],
+    # expert whole on every rank; with fp32 activations, MLA's W_UV and W_UK_T are copies of
+    # kv_b_proj, which the worker derives again after writing it
+    "deepseek_v3": [(2, 1, False), (2, 2, True)], "deepseek_v3_mla_copies": [(2, 1, False)],
     # Mamba-2, MLP and attention layers: TP2 (its 2 groups, one a rank) and TP1; with one group
     # under TP2, which vLLM replicates on both ranks
     "nemotron_h": [(2, 1, False), (1, 1, False)], "nemotron_h_one_group": [(2, 1, False)],
 }
 # (LLAMA's 3 KV heads and 1010-token vocabulary split over no common TP: 2 KV heads here)
 CONFIGS = {"llama": dict(LLAMA, num_key_value_heads=2), "qwen2": QWEN2, "qwen3": QWEN3,
-           "deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H,
+           "deepseek_v3": DEEPSEEK_V3, "deepseek_v3_mla_copies": DEEPSEEK_V3,
+           "nemotron_h": NEMOTRON_H,
            "nemotron_h_one_group": dict(NEMOTRON_H, n_groups=1)}
 
 
-def serve(model, config, weights: dict[str, torch.Tensor]) -> None:
-    """`model` as a vLLM engine holds it after loading `weights`."""
+def serve(model, config, weights: dict[str, torch.Tensor], act=torch.bfloat16) -> None:
+    """`model` as a vLLM engine of activations `act` holds it after loading `weights`."""
     vllm_harness.load_with_vllm(model, config, weights)
-    vllm_harness.process_mla(model)
+    vllm_harness.process_mla(model, act)
 
 
 def metadata(weights: dict[str, torch.Tensor]) -> dict[str, types.SimpleNamespace]:
@@ -77,19 +81,22 @@ def refit_in_place(model, weights: dict[str, torch.Tensor], rank: int) -> None:
             ferry.fragment_view(buffers[f.buffer], f, "fp32").copy_(-torch.exp(box.float()))
         else:
             ferry.fragment_view(buffers[f.buffer], f, dtypes[f.tensor]).copy_(box)
+    derive_mla_copies(mla_copies(model))  # what the worker does after each update
 
 
-def check(build, before: dict, after: dict, tp: int, dp: int, ep: bool) -> int:
+def check(build, before: dict, after: dict, tp: int, dp: int, ep: bool,
+          act=torch.bfloat16) -> int:
     """Every worker of the engine refitted from `before` to `after` against vLLM; `build(tp,
-    tp_rank, dp, dp_rank, ep)` makes a worker's model. Returns the parameters a worker has."""
+    tp_rank, dp, dp_rank, ep)` makes a worker's model, serving activations `act`. Returns the
+    parameters a worker has."""
     for dp_rank in range(dp):
         for tp_rank in range(tp):
             rank = dp_rank * tp + tp_rank
             model, config = build(tp, tp_rank, dp, dp_rank, ep)
-            serve(model, config, before)
+            serve(model, config, before, act)
             refit_in_place(model, after, rank)
             expected, config = build(tp, tp_rank, dp, dp_rank, ep)
-            serve(expected, config, after)
+            serve(expected, config, after, act)
             wrong = vllm_harness.differing(model, expected)
             if wrong:
                 raise AssertionError(f"tp={tp} dp={dp} ep={ep}, worker {rank}: "
@@ -126,14 +133,12 @@ def main() -> int:
             model_dir = vllm_harness.write_config(os.path.join(directory, name), CONFIGS[name])
             build, weights = functools.partial(vllm_harness.build, model_dir), \
                 preset_checkpoints(model_dir)
+        act = torch.float32 if name.endswith("mla_copies") else torch.bfloat16
         for tp, dp, ep in cases:
-            count = check(build, *weights, tp, dp, ep)
+            count = check(build, *weights, tp, dp, ep, act)
             print(f"{name} tp={tp} dp={dp} ep={ep}: {tp * dp} workers, {count} parameters "
                   "each byte-exact", flush=True)
     deepseek_dir = os.path.join(directory, "deepseek_v3")
-    model, _ = vllm_harness.build(deepseek_dir, 2, 1)
-    vllm_harness.process_mla(model, torch.float32)
-    print(f"refused MLA copies: {refusal(model, 'MLA weights derived as fp32 copies')}")
     model, _ = vllm_harness.build(deepseek_dir, 2, 1, moe_kernel=None)
     print("refused the CPU MoE kernel: "
           f"{refusal(model, 'the CPU MoE kernel', preset_checkpoints(deepseek_dir)[0])}",

@@ -36,14 +36,16 @@ itself. `qwen3_moe_fp8` is
 vLLM's own Qwen3MoeForCausalLM of such a checkpoint under expert parallelism: attention, router
 and experts FP8 (w13/w2 with one scale per 128x128 block of each expert's matrices), Triton's
 FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same served from its bf16 checkpoint
-with --quantization fp8_per_block.
+with --quantization fp8_per_block. `deepseek_v3_fp8` is vLLM's own DeepseekV3ForCausalLM of an
+FP8 checkpoint: MLA's W_UV and W_UK_T are then bf16 copies dequantized from the FP8 kv_b_proj,
+which the worker derives again after each update (ferry.vllm.derive_mla_copies).
 Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h|llama_fp8|
                                                llama_fp8_ue8m0|llama_fp8_online|qwen3_moe_fp8|
-                                               qwen3_moe_fp8_online]
+                                               qwen3_moe_fp8_online|deepseek_v3_fp8]
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0",
-                  "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online")
+                  "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online", "deepseek_v3_fp8")
 LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
 ONLINE = "fp8_per_block"  # the --quantization of the _online modes: vLLM quantizes as it loads
 # An FP8 block-quantized Llama whose TP2 partitions are whole 128x128 blocks.
@@ -98,9 +100,16 @@ QWEN3_MOE_FP8 = dict(vllm_harness.CONFIG, hidden_size=256, moe_intermediate_size
                      head_dim=128, vocab_size=256,
                      quantization_config=LLAMA_FP8["quantization_config"])
 LLAMA_BF16 = {k: v for k, v in LLAMA_FP8.items() if k != "quantization_config"}
+# DeepSeek-V3 at widths TP2 splits into whole blocks (MLA's kv_b_proj [4 x (64 + 64), 128]),
+# FP8 block-quantized, with 8 experts.
+DEEPSEEK_V3_FP8 = dict(DEEPSEEK_V3, hidden_size=256, intermediate_size=512,
+                       moe_intermediate_size=256, q_lora_rank=256, kv_lora_rank=128,
+                       qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=64,
+                       n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                       vocab_size=256, quantization_config=LLAMA_FP8["quantization_config"])
 CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
            "llama_fp8_ue8m0": LLAMA_FP8, "llama_fp8_online": LLAMA_BF16,
-           "qwen3_moe_fp8": QWEN3_MOE_FP8,
+           "qwen3_moe_fp8": QWEN3_MOE_FP8, "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
            "qwen3_moe_fp8_online": {k: v for k, v in QWEN3_MOE_FP8.items()
                                     if k != "quantization_config"}}
 
@@ -125,18 +134,27 @@ def checkpoint(step: int) -> dict[str, torch.Tensor]:
     return {n: torch.randn(s, generator=g).to(DTYPE) for n, s in shapes.items()}
 
 
+def quantized(name: str, w: torch.Tensor) -> bool:
+    """Whether an FP8 model's checkpoint holds tensor `name` in FP8: what vLLM's model builds
+    with the quant config. DeepSeek-V3's projections (its router, vLLM's GateLinear, takes none:
+    vllm/model_executor/models/deepseek_v2.py); every other matrix but the embedding and the LM
+    head elsewhere (Qwen3-MoE's router too)."""
+    if MODEL.startswith("deepseek_v3"):
+        return ".layers." in name and name.endswith(("_proj.weight", "_proj_with_mqa.weight"))
+    return w.dim() == 2 and not name.endswith(("embed_tokens.weight", "lm_head.weight"))
+
+
 def served_checkpoint(step: int) -> dict[str, torch.Tensor]:
-    """Step `step`'s checkpoint as the engine's model loads it: an FP8 model's linear and expert
-    weights (every matrix but the embedding and the LM head: what vLLM's models build with the
-    quant config) quantized by vLLM's own per_block_cast_to_fp8 (vllm/utils/deep_gemm.py), each
-    with its weight_scale_inv, as FP8 block-quantized checkpoints hold them."""
+    """Step `step`'s checkpoint as the engine's model loads it: an FP8 model's quantized tensors
+    (quantized()) by vLLM's own per_block_cast_to_fp8 (vllm/utils/deep_gemm.py), each with its
+    weight_scale_inv, as FP8 block-quantized checkpoints hold them."""
     weights = checkpoint(step)
     if "fp8" not in MODEL or MODEL.endswith("_online"):  # (vLLM quantizes those itself)
         return weights
     from vllm.utils.deep_gemm import per_block_cast_to_fp8
     served = {}
     for name, w in weights.items():
-        if w.dim() == 2 and not name.endswith(("embed_tokens.weight", "lm_head.weight")):
+        if quantized(name, w):
             served[name], served[f"{name}_scale_inv"] = per_block_cast_to_fp8(w, [128, 128])
         else:
             served[name] = w
@@ -144,7 +162,8 @@ def served_checkpoint(step: int) -> dict[str, torch.Tensor]:
 
 
 def experts() -> int:
-    return DEEPSEEK_V3["n_routed_experts"] if MODEL == "deepseek_v3" else vllm_harness.EXPERTS
+    return CONFIGS[MODEL]["n_routed_experts"] if MODEL.startswith("deepseek_v3") \
+        else vllm_harness.EXPERTS
 
 
 def megatron_dim(name: str) -> int | None:
