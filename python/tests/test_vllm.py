@@ -9,11 +9,11 @@ of an FP8 block-quantized checkpoint (the refit quantizes; float32 scales, then 
 ones), once each with vLLM's own Qwen3-MoE (FP8 experts) and DeepSeek-V3 (MLA's weights copies
 of the FP8 kv_b_proj, derived again) of one, and with the first two served from a bf16
 checkpoint that vLLM quantizes as it loads (--quantization fp8_per_block) (the FP8 cases are
-//python:vllm_fp8_test); and the worker layouts of Llama, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3
-(MLA's derived weights included) and Nemotron-H in several engine configurations, refitted in
-place, against vLLM's load_weights (vllm_refit_layout_worker.py). Skipped, saying so, where the
-environment is missing. Slow: rank processes import vLLM and torch (about 1-2 minutes each on 2
-idle cores); children are killed at the deadline."""
+//python:vllm_fp8_test and :vllm_fp8_moe_test); and the worker layouts of Llama, Qwen2, Qwen3,
+Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in several engine
+configurations, refitted in place, against vLLM's load_weights (vllm_refit_layout_worker.py).
+Skipped, saying so, where the environment is missing. Slow: rank processes import vLLM and torch
+(about 1-2 minutes each on 2 idle cores); children are killed at the deadline."""
 
 import os
 import re
@@ -64,7 +64,8 @@ def test_worker_layouts_refit_in_place_as_vllms_own_loaders_load(tmp_path):
                             text=True, timeout=300, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     # (model case, parameters a worker has): DeepSeek-V3's 27 and, in each of its 2 MLA layers,
-    # W_UV and W_UK_T (views of kv_b_proj, or with fp32 activations copies the worker derives); Nemotron-H's 2 Mamba-2 mixers (A as -exp(A_log)), 3 MLPs and attention
+    # W_UV and W_UK_T (views of kv_b_proj, or with fp32 activations copies the worker derives);
+    # Nemotron-H's 2 Mamba-2 mixers (A as -exp(A_log)), 3 MLPs and attention
     cases = [("llama tp=2 dp=1 ep=False: 2 workers", 15),
              ("qwen2 tp=2 dp=1 ep=False: 2 workers", 17),
              ("qwen3 tp=2 dp=1 ep=False: 2 workers", 18),
