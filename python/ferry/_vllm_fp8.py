@@ -7,12 +7,12 @@ Qwen3's FP8 releases) makes a linear layer's quant_method an Fp8LinearMethod wit
 an expert layer's an Fp8MoEMethod (vllm/model_executor/layers/quantization/fp8.py); a bf16
 checkpoint served with --quantization fp8_per_block (an RL engine's FP8 rollouts) makes them
 Fp8PerBlockOnlineLinearMethod and Fp8PerBlockOnlineMoEMethod, which quantize as vLLM loads
-(quantization/online/fp8.py) and leave the same parameters. A linear
-layer's `weight` holds e4m3 values, one byte each, and `weight_scale_inv` one fp32 scale_inv per
-128x128 block of the rank's [rows, cols] partition (BlockQuantScaleParameter); RoutedExperts'
-`w13_weight` [local experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp] hold e4m3
-values and `w13_weight_scale_inv` / `w2_weight_scale_inv` one scale per block of each expert's
-matrix (Fp8MoEMethod.create_weights). The refit quantizes the trainer's bf16 into them as vLLM's
+(quantization/online/fp8.py) and leave the same parameters. A linear layer's `weight` holds
+e4m3 values, one byte each, and `weight_scale_inv` one fp32 scale_inv per 128x128 block of the
+rank's [rows, cols] partition (BlockQuantScaleParameter); RoutedExperts' `w13_weight` [local
+experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp] hold e4m3 values and
+`w13_weight_scale_inv` / `w2_weight_scale_inv` one scale per block of each expert's matrix
+(Fp8MoEMethod.create_weights). The refit quantizes the trainer's bf16 into them as vLLM's
 per_block_cast_to_fp8 does (ferry.BlockScaled), so the trainer sends unquantized weights.
 
 What the kernel does after loading decides what vLLM holds. Linear layers
@@ -101,7 +101,7 @@ def _linear_scale_format(name: str, module: Any, method: Any) -> str:
 
 
 def _expert_scale_format(name: str, method: Any) -> str:
-    """An Fp8MoEMethod layer's scale format under its expert backend: 128x128 blocks that TP did
+    """An FP8 expert layer's scale format under its expert backend: 128x128 blocks that TP did
     not refine (fused_moe/oracle/fp8.py resolve_fp8_moe_weight_block_shape), kept as loaded, or
     DeepGEMM's (prepare_fp8_moe_layer_for_deepgemm)."""
     # (the online method has no TP-refined shape: its weight_block_size)

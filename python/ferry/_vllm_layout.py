@@ -62,16 +62,15 @@ BMMs' W_K/W_V, DCP query replication's gathered W_UK_T_dcp_qrep) the module is r
 Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/models/llama.py:
 {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}).
 
-FP8 block-quantized linear layers (Fp8LinearMethod with 128x128 blocks) hold e4m3 values of the
-same boxes in `weight` (their shards' transform is "fp8_block") and their scales in
-`weight_scale_inv`, a block-scaled buffer pair (ferry.BlockScaled) in the scale format the
-layer's kernel leaves: `_vllm_fp8.py` says which.
+FP8 block-quantized linear and expert layers hold e4m3 values of the same boxes in `weight`
+(`w13_weight`, `w2_weight`; their shards' transform is "fp8_block") and their scales in
+`weight_scale_inv` (`w13_weight_scale_inv`, ...), block-scaled buffer pairs (ferry.BlockScaled)
+in the scale format the layer's kernel leaves: `_vllm_fp8.py` says which.
 
 The layers are recognised by the attributes vLLM gives them (duck-typed, so this module imports
-neither vLLM nor, itself, torch). A parameter that fits
-none of these, or whose checkpoint tensor the trainer does not send, or whose dtype differs from
-the trainer's, raises ValueError naming it: ferry moves bytes and applies no transform but those
-named above.
+neither vLLM nor, itself, torch). A parameter that fits none of these, or whose checkpoint
+tensor the trainer does not send, or whose dtype differs from the trainer's, raises ValueError
+naming it: ferry moves bytes and applies no transform but those named above.
 """
 
 from __future__ import annotations

@@ -149,10 +149,19 @@ void AddBlockScaled(Layout& layout, const std::vector<BlockScaledTuple>& block_s
     if (matrices < 1 || rows < 1 || cols < 1) {
       throw py::value_error(what + ": matrices, rows and cols must be at least 1");
     }
+    // First the values' size (which bounds rows and cols), then the scales' from it.
+    const int values = layout.FindBuffer(rank, buffer);
+    const int64_t bytes = layout.buffers[static_cast<size_t>(values)].bytes;
+    if (SatMul(SatMul(matrices, rows), cols) != bytes) {
+      throw py::value_error(what + ": " + std::to_string(matrices) + " x [" +
+                            std::to_string(rows) + ", " + std::to_string(cols) +
+                            "] fp8 matrices do not match its shards' " + std::to_string(bytes) +
+                            " bytes");
+    }
     const int s = layout.GetOrAddBuffer(rank, scales);
     layout.buffers.SetBytes(static_cast<size_t>(s),
                             SatMul(matrices, Fp8ScaleMatrixBytes(*fmt, rows, cols)));
-    layout.block_scaled.push_back({layout.FindBuffer(rank, buffer), s, matrices, rows, cols, *fmt});
+    layout.block_scaled.push_back({values, s, matrices, rows, cols, *fmt});
   }
   if (!kinds.fp8.empty()) {
     const auto& [rank, buffer] = *kinds.fp8.begin();

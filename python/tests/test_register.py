@@ -100,9 +100,11 @@ def test_block_scaled_buffers_must_match_their_shards():
     with pytest.raises(ValueError, match="also holds shards without transform 'fp8_block'"):
         ferry.Layout.from_shards([shard, ferry.Shard("b", (4,), "bf16", (0,), (4,), 0, "w8"),
                                   ferry.BlockScaled(0, "w8", "s", 256, 128)])
-    with pytest.raises(ferry.FerryError, match=r"1 x \[128, 128\] fp8 matrices do not match "
-                                               "its 32768 bytes"):
+    with pytest.raises(ValueError, match=r"1 x \[128, 128\] fp8 matrices do not match its "
+                                         "shards' 32768 bytes"):
         ferry.Layout.from_shards([shard, ferry.BlockScaled(0, "w8", "s", 128, 128)])
+    with pytest.raises(ValueError, match="do not match"):  # sizes past int64 saturate, refused
+        ferry.Layout.from_shards([shard, ferry.BlockScaled(0, "w8", "s", 2**62, 2**62)])
 
 
 def test_local_refit_writes_the_callers_arrays(session):
