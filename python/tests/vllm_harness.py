@@ -128,7 +128,6 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     return instantiate(config, moe_kernel, fp8_kernel), config
 
 
-
 def _fp8_kernel_factory(kernel: str):
     """A stand-in for vLLM's init_fp8_linear_kernel that makes the FP8 block-scaled kernel
     `kernel` names ("DeepGemmE8M0": DeepGEMM with E8M0 scales on Hopper) for every layer."""
