@@ -21,8 +21,10 @@ over an FSDP2/DTensor module, or a Megatron-style source yielding each rank's te
 shards under checkpoint (Hugging Face) names, and each expert it holds under that expert's names.
 Every trainer rank sends its own shards; no rank gathers the full model. The workers' boxes
 follow vLLM's loaders (ferry._vllm_layout), MoE layers' expert slots included; MLA's W_UV and
-W_UK_T are views of kv_b_proj that each update reaches through it, and a Mamba-2 mixer's A is
-written as fp32 -exp(A_log) by the plan's Convert ops.
+W_UK_T are views of kv_b_proj that each update reaches through it, or copies the worker derives
+again after each update (derive_mla_copies); a Mamba-2 mixer's A is written as fp32 -exp(A_log)
+by the plan's Convert ops, and FP8 block-quantized layers' e4m3 weights and scales are quantized
+from the trainer's bf16 by its Quantize ops (ferry._vllm_fp8).
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
 worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank
