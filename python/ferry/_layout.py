@@ -62,6 +62,16 @@ class BlockScaled:
     scale_fmt: str = "float32"
 
 
+def layout_entry(item: Shard | BlockScaled | Mapping[str, Any],
+                 rank: int | None = None) -> Shard | BlockScaled:
+    """An item of a shard list as a Shard or a BlockScaled (a mapping with a "scales" key is a
+    BlockScaled); `rank`, when given, is a mapping's rank unless it names its own."""
+    if isinstance(item, (Shard, BlockScaled)):
+        return item
+    fields = dict(item) if rank is None else {"rank": rank, **item}
+    return BlockScaled(**fields) if "scales" in item else Shard(**fields)
+
+
 class TensorInfo(NamedTuple):
     """A logical tensor of a layout: its name, global shape and ferry dtype name."""
 
@@ -131,16 +141,14 @@ class Layout:
         does not match its matrices; coverage is not required here (validate() and ferry.plan
         report elements nobody holds)."""
         rows, scaled = [], []
-        for s in shards:
-            if isinstance(s, BlockScaled) or (isinstance(s, Mapping) and "scales" in s):
-                b = s if isinstance(s, BlockScaled) else BlockScaled(**s)
-                scaled.append((_rank("rank", b.rank), _text("buffer", b.buffer),
-                               _text("scales", b.scales), int(b.matrices), int(b.rows),
-                               int(b.cols), _text("scale_fmt", b.scale_fmt)))
-                continue
-            s = s if isinstance(s, Shard) else Shard(**s)
-            rows.append((s.name, list(s.shape), dtype_name(s.dtype), list(s.lo), list(s.hi),
-                         int(s.rank), s.buffer or "", s.transform))
+        for s in map(layout_entry, shards):
+            if isinstance(s, BlockScaled):
+                scaled.append((_rank("rank", s.rank), _text("buffer", s.buffer),
+                               _text("scales", s.scales), int(s.matrices), int(s.rows),
+                               int(s.cols), _text("scale_fmt", s.scale_fmt)))
+            else:
+                rows.append((s.name, list(s.shape), dtype_name(s.dtype), list(s.lo),
+                             list(s.hi), int(s.rank), s.buffer or "", s.transform))
         return Layout(_ferry.Layout.from_shards(rows, scaled))
 
     @staticmethod

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from . import _ferry
 from ._arrays import array_memory, dtype_matches, dtype_name
-from ._layout import BlockScaled, Layout, Shard
+from ._layout import BlockScaled, Layout, Shard, layout_entry
 from ._plan import Plan, Stats
 
 
@@ -99,18 +99,15 @@ class Session:
         the same order as its other gathers. Blocks (GIL released) until all ranks' lists
         arrived or deadline.store passes."""
         mine: list[dict[str, Any]] = []
-        for s in shards:
-            if isinstance(s, BlockScaled) or (isinstance(s, Mapping) and "scales" in s):
-                b = s if isinstance(s, BlockScaled) else BlockScaled(**{"rank": self.rank, **s})
-                mine.append(dataclasses.asdict(b))
-                continue
-            s = s if isinstance(s, Shard) else Shard(**{"rank": self.rank, **s})
-            mine.append({"name": s.name, "shape": list(s.shape), "dtype": dtype_name(s.dtype),
-                         "lo": list(s.lo), "hi": list(s.hi), "rank": int(s.rank),
-                         "buffer": s.buffer, "transform": s.transform})
+        for s in (layout_entry(item, self.rank) for item in shards):
+            if isinstance(s, BlockScaled):
+                mine.append(dataclasses.asdict(s))
+            else:
+                mine.append({"name": s.name, "shape": list(s.shape),
+                             "dtype": dtype_name(s.dtype), "lo": list(s.lo), "hi": list(s.hi),
+                             "rank": int(s.rank), "buffer": s.buffer, "transform": s.transform})
         gathered = self._impl.all_gather(json.dumps(mine))
-        return [BlockScaled(**row) if "scales" in row else Shard(**row)
-                for value in gathered for row in json.loads(value)]
+        return [layout_entry(row) for value in gathered for row in json.loads(value)]
 
     def recreate(self, timeout: float = 60.0) -> None:
         """After a failed run: every rank calls it to replace the transports (a new epoch),
