@@ -120,6 +120,12 @@ def _expert_scale_format(name: str, method: Any) -> str:
                      "would not; serve with --moe-backend triton")
 
 
+def is_fp8_block_method(method: Any) -> bool:
+    """Whether a layer's quant_method is one of vLLM's FP8 block-quantized methods."""
+    return type(method).__name__ in _LINEAR_METHODS + _EXPERT_METHODS and \
+        getattr(method, "block_quant", True)
+
+
 def fp8_block_scale_format(name: str, module: Any) -> str | None:
     """None for a linear or expert layer vLLM keeps unquantized; the scale format ferry writes
     into an FP8 block-quantized one (Fp8LinearMethod or Fp8MoEMethod with 128x128 blocks) under
@@ -129,7 +135,7 @@ def fp8_block_scale_format(name: str, module: Any) -> str | None:
     kind = type(method).__name__
     if method is None or kind.startswith("Unquantized"):
         return None
-    if kind not in _LINEAR_METHODS + _EXPERT_METHODS or not getattr(method, "block_quant", True):
+    if not is_fp8_block_method(method):
         raise ValueError(f"vLLM layer {name} is quantized by {kind}"
                          f"{' per tensor' if kind in _LINEAR_METHODS + _EXPERT_METHODS else ''}; "
                          "ferry.vllm refits unquantized layers and FP8 block-quantized ones")

@@ -79,7 +79,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from ._arrays import dtype_name
 from ._layout import BlockScaled, Shard
-from ._vllm_fp8 import FP8_WEIGHTS, block_scaled, fp8_block_scale_format, quantized_layers
+from ._vllm_fp8 import FP8_WEIGHTS, block_scaled, is_fp8_block_method, quantized_layers
 
 
 class Piece(NamedTuple):
@@ -124,9 +124,9 @@ _LOADED_LAYOUT_KERNELS = ("TRITON", "BATCHED_TRITON")
 
 def _check_expert_kernel(name: str, module: Any) -> None:
     """Refuses RoutedExperts `module` unless its kernel reads the weights as loaded (an FP8
-    layer's: _vllm_fp8.py)."""
+    layer's kernel: checked by _vllm_fp8.quantized_layers, which engine_shards runs first)."""
     method = getattr(module, "quant_method", None)
-    if fp8_block_scale_format(name, module) is not None:
+    if is_fp8_block_method(method):
         return
     backend = getattr(method, "unquantized_backend", None)
     if backend is None:
