@@ -84,6 +84,8 @@ HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_
                   "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online", "deepseek_v3_fp8")
 LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
 ONLINE = "fp8_per_block"  # the --quantization of the _online modes: vLLM quantizes as it loads
+# An FP8 block-quantized checkpoint's quantization_config (DeepSeek-V3's and Qwen3's FP8 releases).
+FP8_BLOCKS = dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[128, 128])
 # An FP8 block-quantized Llama whose TP2 partitions are whole 128x128 blocks.
 FP8_DIMS = dict(hidden=256, heads=4, kv_heads=2, head_dim=128, mlp=512, vocab=256, layers=2)
 LLAMA_FP8 = dict(vocab_size=FP8_DIMS["vocab"], hidden_size=FP8_DIMS["hidden"],
@@ -91,27 +93,24 @@ LLAMA_FP8 = dict(vocab_size=FP8_DIMS["vocab"], hidden_size=FP8_DIMS["hidden"],
                  num_attention_heads=FP8_DIMS["heads"], num_key_value_heads=FP8_DIMS["kv_heads"],
                  head_dim=FP8_DIMS["head_dim"], rms_norm_eps=1e-5, tie_word_embeddings=False,
                  torch_dtype="bfloat16", architectures=["LlamaForCausalLM"], model_type="llama",
-                 max_position_embeddings=4096,
-                 quantization_config=dict(quant_method="fp8", activation_scheme="dynamic",
-                                          weight_block_size=[128, 128]))
+                 max_position_embeddings=4096, quantization_config=FP8_BLOCKS)
 # vllm_harness.CONFIG's Qwen3-MoE, FP8 block-quantized at widths of whole 128x128 blocks.
 QWEN3_MOE_FP8 = dict(vllm_harness.CONFIG, hidden_size=256, moe_intermediate_size=256,
                      intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-                     head_dim=128, vocab_size=256,
-                     quantization_config=LLAMA_FP8["quantization_config"])
-LLAMA_BF16 = {k: v for k, v in LLAMA_FP8.items() if k != "quantization_config"}
+                     head_dim=128, vocab_size=256, quantization_config=FP8_BLOCKS)
 # DeepSeek-V3 at widths TP2 splits into whole blocks (MLA's kv_b_proj [4 x (64 + 64), 128]),
 # FP8 block-quantized, with 8 experts.
 DEEPSEEK_V3_FP8 = dict(DEEPSEEK_V3, hidden_size=256, intermediate_size=512,
                        moe_intermediate_size=256, q_lora_rank=256, kv_lora_rank=128,
                        qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=64,
                        n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
-                       vocab_size=256, quantization_config=LLAMA_FP8["quantization_config"])
+                       vocab_size=256, quantization_config=FP8_BLOCKS)
 CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
-           "llama_fp8_ue8m0": LLAMA_FP8, "llama_fp8_online": LLAMA_BF16,
-           "qwen3_moe_fp8": QWEN3_MOE_FP8, "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
-           "qwen3_moe_fp8_online": {k: v for k, v in QWEN3_MOE_FP8.items()
-                                    if k != "quantization_config"}}
+           "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8,
+           "deepseek_v3_fp8": DEEPSEEK_V3_FP8}
+# The _online modes serve the same models' bf16 checkpoints (vLLM quantizes them as it loads).
+CONFIGS.update({f"{m}_online": {k: v for k, v in CONFIGS[m].items() if k != "quantization_config"}
+                for m in ("llama_fp8", "qwen3_moe_fp8")})
 
 
 def model_dir() -> str:
