@@ -349,6 +349,12 @@ def _byte_range(tensor: Any) -> tuple[int, int]:
     return start, start + (last + 1) * tensor.element_size()
 
 
+def _is_mla(module: Any) -> bool:
+    """Whether `module` is an MLA attention layer (MLAAttention: its kv_b_proj and the step that
+    derives W_UV and W_UK_T from it)."""
+    return hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading")
+
+
 def _mla_derived(name: str, module: Any) -> tuple[list[Any], bool]:
     """The weights MLA attention `module` derived from kv_b_proj (none before vLLM processed the
     loaded weights), and whether they are copies (not views of kv_b_proj.weight's bytes), which
@@ -375,7 +381,7 @@ def _derived_params(modules: Mapping[str, Any]) -> set[int]:
     them otherwise."""
     derived = set()
     for name, module in modules.items():
-        if hasattr(module, "kv_b_proj") and hasattr(module, "process_weights_after_loading"):
+        if _is_mla(module):
             derived.update(id(d) for d in _mla_derived(name, module)[0])
     return derived
 
@@ -385,9 +391,7 @@ def mla_copies(model: Any) -> list[Any]:
     kv_b_proj dequantized, or another dtype than the activations'): after each update the worker
     derives them again from the new kv_b_proj, as vLLM's MLAAttention.process_weights_after_
     loading does (mla_attention.py split_kv_b_proj), and copies them into place."""
-    return [m for n, m in model.named_modules()
-            if hasattr(m, "kv_b_proj") and hasattr(m, "process_weights_after_loading")
-            and _mla_derived(n, m)[1]]
+    return [m for n, m in model.named_modules() if _is_mla(m) and _mla_derived(n, m)[1]]
 
 
 def _checkpoint_names(model: Any, source: Mapping[str, Any]) -> dict[str, str]:
@@ -466,7 +470,7 @@ def _piece_shards(name: str, module: Any, param: Any, pieces: list[Piece],
             raise ValueError(f"vLLM parameter {name}: the trainer sends no tensor "
                              f"{piece.tensor!r}")
         sent = source[piece.tensor]
-        _check_dtype(name, param, piece, piece.tensor, sent)
+        _check_dtype(name, param, piece, sent)
         lo, hi = box_of(name, param, piece, tuple(sent.shape))
         boxes.append((lo, hi))
         shards.append(Shard(piece.tensor, tuple(sent.shape), sent.dtype, lo, hi, rank, name,
@@ -478,13 +482,13 @@ def _piece_shards(name: str, module: Any, param: Any, pieces: list[Piece],
 _STORED_DTYPES = {"neg_exp": "fp32", "fp8_block": "fp8_e4m3"}
 
 
-def _check_dtype(name: str, param: Any, piece: Piece, tensor: str, sent: Any) -> None:
-    """The parameter holds the trainer's dtype, or what it stores of it: fp32 -exp (neg_exp), or
-    e4m3 of a wider float (fp8_block)."""
+def _check_dtype(name: str, param: Any, piece: Piece, sent: Any) -> None:
+    """The parameter holds the dtype the trainer sends `piece.tensor` in, or what it stores of
+    it: fp32 -exp (neg_exp), or e4m3 of a wider float (fp8_block)."""
     held = dtype_name(param.dtype)
     want = _STORED_DTYPES.get(piece.transform, dtype_name(sent.dtype))
     if held != want:
         raise ValueError(f"vLLM parameter {name} is {param.dtype} but the trainer sends "
-                         f"{tensor} as {sent.dtype}"
+                         f"{piece.tensor} as {sent.dtype}"
                          + (f", which vLLM stores as {want} {piece.transform}"
                             if piece.transform else ""))
