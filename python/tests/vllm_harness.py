@@ -106,7 +106,8 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     layers `fp8_kernel` (instantiate). `quantization` is the engine's --quantization (e.g.
     "fp8_per_block": a bf16 checkpoint quantized by vLLM as it loads)."""
     import vllm.distributed.parallel_state as parallel_state
-    from vllm.config import DeviceConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
+    from vllm.config import (AttentionConfig, DeviceConfig, LoadConfig, ModelConfig,
+                             ParallelConfig, VllmConfig)
 
     parallel_state._TP = _group(tp_rank, tp)
     parallel_state._PP = _group(pp_rank, pp)
@@ -119,9 +120,14 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
     parallel.rank = pp_rank * tp + tp_rank
     model_config = ModelConfig(model=model_dir, dtype="bfloat16", skip_tokenizer_init=True,
                                quantization=quantization)
+    # MLA on the CPU backend whatever the CPU: vLLM prefers its AMX backend where the CPU has AMX
+    # (platforms/cpu.py), which packs W_UK and W_UV with kernels PyPI's vLLM lacks and which
+    # ferry.vllm refuses; CPU_MLA derives them as the CUDA backends do. Other attention keeps
+    # CPU_ATTN.
     config = VllmConfig(model_config=model_config, parallel_config=parallel,
                         device_config=DeviceConfig(device="cpu"),
-                        load_config=LoadConfig(load_format="dummy"))
+                        load_config=LoadConfig(load_format="dummy"),
+                        attention_config=AttentionConfig(backend="CPU_MLA"))
     if redundant:  # vLLM validates EPLB only for GPU platforms; its layers build it anywhere
         config.parallel_config.enable_eplb = True
         config.parallel_config.eplb_config.num_redundant_experts = redundant
