@@ -206,7 +206,8 @@ class Layout:
     @property
     def block_scaled(self) -> list[BlockScaled]:
         """The destination buffers of block-scaled fp8 and their scales buffers (BlockScaled;
-        the `vllm:...,quant=fp8_block` presets' and from_shards' own)."""
+        the `vllm:...,quant=fp8_block` and `sglang:...,quant=fp8_block` presets' and
+        from_shards' own)."""
         return [BlockScaled(rank, buffer, scales, rows, cols, matrices, fmt)
                 for rank, buffer, scales, matrices, rows, cols, fmt in self._impl.block_scaled()]
 

@@ -14,7 +14,7 @@ tools/models/framework_spec.h).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 
 def _int(config: Any, field: str, default: int | None) -> int | None:
@@ -197,7 +197,30 @@ def _sglang_draft(server_args: Any) -> list[str]:
     return ["mtp=1"]
 
 
-def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = None) -> str:
+def _sglang_quant(server_args: Any, quantization_config: Mapping[str, Any] | None) -> list[str]:
+    """["quant=fp8_block"] for a checkpoint whose quantization_config is fp8 in 128x128 blocks
+    (DeepSeek-V3's), which SGLang serves as it is stored; [] for an unquantized one. ValueError
+    for any other quantization, of the checkpoint or of the server (--quantization)."""
+    method = getattr(server_args, "quantization", None)
+    if quantization_config is None:
+        if method is not None:
+            raise ValueError(f"quantization {method!r} of an unquantized checkpoint: SGLang "
+                             "quantizes it as it loads, which ferry does not model")
+        return []
+    if not isinstance(quantization_config, Mapping):
+        raise ValueError(f"quantization_config must be a mapping (config.json's), got "
+                         f"{type(quantization_config).__name__}")
+    kind = quantization_config.get("quant_method")
+    blocks = quantization_config.get("weight_block_size")
+    if kind != "fp8" or blocks != [128, 128] or method not in (None, "fp8"):
+        raise ValueError(f"quantization_config {dict(quantization_config)!r} (server "
+                         f"quantization {method!r}): ferry models SGLang's FP8 checkpoints "
+                         "quantized in 128x128 blocks only")
+    return ["quant=fp8_block"]
+
+
+def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = None,
+                quantization_config: Mapping[str, Any] | None = None) -> str:
     """The "sglang:..." spec of `engines` independent SGLang servers, each run with `server_args`
     (SGLang's ServerArgs, python/sglang/srt/server_args.py: tp_size, pp_size, dp_size,
     attn_dp_size, enable_dp_attention, ep_size, ep_num_redundant_experts, moe_dense_tp_size,
@@ -209,7 +232,9 @@ def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = N
     Shared-expert fusion is left to SGLang's own rule unless disabled. A NextN draft
     (speculative_algorithm NEXTN, or EAGLE from the served checkpoint) is mtp=1. `partition` is
     the servers' SGLANG_PP_LAYER_PARTITION ("3,2": decoder layers per PP rank), which SGLang reads from its
-    environment rather than from ServerArgs.
+    environment rather than from ServerArgs. `quantization_config` is the checkpoint's (its
+    config.json's "quantization_config", which SGLang reads from the model rather than from
+    ServerArgs): FP8 in 128x128 blocks is quant=fp8_block; other quantizations are refused.
 
     Raises ValueError naming the field when a value is not a whole number or a flag not a bool."""
     dp = _int(server_args, "dp_size", 1)
@@ -233,6 +258,7 @@ def sglang_spec(server_args: Any, *, engines: int = 1, partition: str | None = N
         raise ValueError(f"moe_a2a_backend must be a string, got {a2a!r}")
     keys += [f"a2a={a2a}"] if a2a not in (None, "none") else []
     keys += _sglang_draft(server_args)
+    keys += _sglang_quant(server_args, quantization_config)
     if isinstance(engines, bool) or not isinstance(engines, int) or engines < 1:
         raise ValueError(f"engines must be a positive integer, got {engines!r}")
     keys += [f"engines={engines}"]

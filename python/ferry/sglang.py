@@ -42,10 +42,17 @@ from the same Hugging Face config (`model`, readable by every process) and specs
 is exchanged. After each update the loader runs the model's post_load_weights when it has one
 (DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). DeepSeek-V3's NextN draft (mtp=1 in
 the destination) is updated with its target: on the last PP stage, the only one with a draft,
-SGLang hands the loader the target and then the draft, and the update lands at the draft's call. Quantized servers and other draft models are not
-supported (the layouts refuse them; a loader handed a model it does not expect refuses it), nor
-are backends that rebind parameters after loading (a worker refuses an update once a parameter
-it writes is no longer where it was registered).
+SGLang hands the loader the target and then the draft, and the update lands at the draft's
+call.
+
+An FP8 block-quantized checkpoint (DeepSeek-V3's quantization_config: fp8, 128x128 blocks) is
+served as loaded, with the destination's quant=fp8_block: the trainer sends bf16 and ferry
+quantizes each rank's 128x128 blocks into the FP8 weights and their float32 weight_scale_inv as
+it writes them. That is what SGLang holds on Hopper; where it requantized the scales to UE8M0 for
+DeepGEMM (SM100/SM120) the worker refuses it (check_as_loaded). Other quantizations and
+other draft models are not supported (the layouts refuse them; a loader handed a model it does
+not expect refuses it), nor are backends that rebind parameters after loading (a worker refuses
+an update once a parameter it writes is no longer where it was registered).
 """
 
 from __future__ import annotations
@@ -264,10 +271,12 @@ class _Worker:
         self._receive([self.model, model])
 
     def _bind(self, model: torch.nn.Module, names: list[str]) -> list[str]:
-        """Registers each of `names` that `model` has as its parameter; returns the rest."""
+        """Registers each of `names` that `model` has as its parameter (check_as_loaded);
+        returns the rest."""
         params = dict(model.named_parameters())
         for name in names:
             if name in params:
+                check_as_loaded(name, params[name], self.destination)
                 self.refit.register(name, params[name].data, side="destination")
                 self.bound.append((name, params[name], param_storage(params[name])))
         return [name for name in names if name not in params]
@@ -297,6 +306,27 @@ class _Worker:
 
 
 _worker: _Worker | None = None
+
+
+def check_as_loaded(name: str, param: torch.Tensor, destination: str) -> None:
+    """Refuses, naming it, an SGLang parameter that does not hold what `destination` says it
+    loaded: FP8 weights where the spec says unquantized; block scales SGLang requantized to
+    UE8M0 after loading (layers/quantization/fp8_utils.py requant_block_scale_ue8m0_for_deepgemm,
+    which marks them format_ue8m0: DeepGEMM on SM100/SM120), where quant=fp8_block holds the
+    float32 scales as loaded, which Hopper keeps; weights a kernel preshuffled after loading
+    (is_shuffled: AITER, FP4 experts)."""
+    fp8 = "quant=fp8_block" in destination
+    if param.dtype == getattr(torch, "float8_e4m3fn", None) and not fp8:
+        raise ValueError(f"SGLang parameter {name} holds FP8 weights, {destination} does not: "
+                         "give the destination quant=fp8_block (ferry.sglang_spec does, given "
+                         "the checkpoint's quantization_config)")
+    if getattr(param, "format_ue8m0", False):
+        raise ValueError(f"SGLang parameter {name}: SGLang requantized these block scales to "
+                         "UE8M0 for DeepGEMM after loading (SM100/SM120 GPUs), which ferry's "
+                         "SGLang layouts do not model: they hold the float32 scales as loaded")
+    if getattr(param, "is_shuffled", False):
+        raise ValueError(f"SGLang parameter {name}: a kernel preshuffled these weights after "
+                         "loading, which ferry's SGLang layouts do not model")
 
 
 def worker_rank(spec: RefitSpec, destination_ranks_per_server: int, tp_rank: int, tp_size: int,

@@ -86,6 +86,25 @@ NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron
               "layer_norm_epsilon": 1e-5, "vocab_size": 1000, "tie_word_embeddings": False,
               "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
+# FP8 block-quantized checkpoints (quantization_config fp8, 128x128 blocks, as DeepSeek-V3's) at
+# widths whose TP2 partitions fill whole blocks, as SGLang requires
+# (layers/quantization/fp8.py validate_block_quant_shapes): 128-wide heads for Qwen3 and
+# Qwen3-MoE, MLA with q_lora_rank 128 (the fused q_a/kv_a scales) and 2 x 64-wide heads a rank
+# for DeepSeek-V3, with its 256 routed experts and shared expert. (Not Llama: SGLang
+# 0.5.23's LlamaForCausalLM loader renames weight_scale_inv to weight_scale, which a block-scaled
+# layer does not have, so it never loads those scales; ferry writes them.)
+FP8_BLOCKS = {"quant_method": "fp8", "activation_scheme": "dynamic",
+              "weight_block_size": [128, 128]}
+QWEN3_FP8 = dict(QWEN3, hidden_size=256, intermediate_size=512, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=128, quantization_config=FP8_BLOCKS)
+QWEN3_MOE_FP8 = dict(QWEN3_MOE, hidden_size=256, num_attention_heads=2, num_key_value_heads=2,
+                     head_dim=128, moe_intermediate_size=256, num_experts=8,
+                     num_experts_per_tok=2, quantization_config=FP8_BLOCKS)
+DEEPSEEK_V3_FP8 = dict(DEEPSEEK_V3, hidden_size=256, intermediate_size=512,
+                       moe_intermediate_size=256, num_attention_heads=4, num_key_value_heads=4,
+                       q_lora_rank=128, kv_lora_rank=128, qk_nope_head_dim=64,
+                       qk_rope_head_dim=64, v_head_dim=64, quantization_config=FP8_BLOCKS)
+
 MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
           "qwen3": (QWEN3, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
           "qwen2": (QWEN2, "sglang.srt.models.qwen2.Qwen2ForCausalLM"),
@@ -95,7 +114,11 @@ MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
           # checkpoint's one MTP layer (model.layers.2)
           "deepseek_v3_nextn": (dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
                                 "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM+"
-                                "sglang.srt.models.deepseek_nextn.DeepseekV3ForCausalLMNextN")}
+                                "sglang.srt.models.deepseek_nextn.DeepseekV3ForCausalLMNextN"),
+          "qwen3_fp8": (QWEN3_FP8, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
+          "qwen3_moe_fp8": (QWEN3_MOE_FP8, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
+          "deepseek_v3_fp8": (DEEPSEEK_V3_FP8,
+                              "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
 
 
 def stand_in_group(rank: int, size: int) -> types.SimpleNamespace:
@@ -131,6 +154,23 @@ def stand_in_dispatcher() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def hopper_fp8_processing() -> Iterator[None]:
+    """Inside it, SGLang's FP8 methods process weights after loading as on a CUDA GPU without
+    UE8M0 DeepGEMM (Hopper): scales and weights as loaded (layers/quantization/fp8.py
+    process_weights_after_loading_block_quant, its CUDA branch). On the CPU they would instead
+    repack the weights for AMX kernels that PyPI's SGLang lacks, or assert AMX where the CPU has
+    none; end_weight_update runs that step after every update."""
+    from sglang.srt.layers.quantization import fp8
+
+    original = fp8._is_cpu
+    fp8._is_cpu = False
+    try:
+        yield
+    finally:
+        fp8._is_cpu = original
+
+
+@contextlib.contextmanager
 def sglang_rank(model_dir: str, rank: int,
                 server_args: dict) -> Iterator[Callable[[str], torch.nn.Module]]:
     """Inside it, SGLang's runtime context is that of world rank `rank` of a server run with
@@ -141,7 +181,9 @@ def sglang_rank(model_dir: str, rank: int,
                                                  set_global_expert_location_metadata)
     from sglang.srt.layers.dp_attention import (compute_dp_attention_world_info,
                                                 initialize_dp_attention)
+    from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.model_loader.loader import _get_quantization_config
     from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
     from sglang.srt.server_args import ServerArgs
 
@@ -163,18 +205,22 @@ def sglang_rank(model_dir: str, rank: int,
               "moe_tp_group": stand_in_group(par.moe_tp_rank, par.moe_tp_size),
               "moe_ep_group": stand_in_group(par.moe_ep_rank, par.moe_ep_size)}
     torch.set_default_dtype(torch.bfloat16)
+    model_config = ModelConfig.from_server_args(args)
+    # the checkpoint's quantization, as model_loader/loader.py gives it to the model class
+    quant_config = _get_quantization_config(model_config, LoadConfig(load_format="dummy"))
     with par.override(**groups):
         initialize_dp_attention(args)  # as ModelRunner does
         set_global_expert_location_metadata(compute_initial_expert_location_metadata(
-            model_config=ModelConfig.from_server_args(args), moe_ep_rank=par.moe_ep_rank))
-        with stand_in_dispatcher():
-            yield lambda model_class: build_model(model_dir, model_class)
+            model_config=model_config, moe_ep_rank=par.moe_ep_rank))
+        with stand_in_dispatcher(), hopper_fp8_processing():
+            yield lambda model_class: build_model(model_dir, model_class, quant_config)
 
 
-def build_model(model_dir: str, model_class: str) -> torch.nn.Module:
-    """`model_class` built as model_loader/loader.py _initialize_model builds it, its shared
-    experts resolved for it, with its parameters zeroed. A NextN draft's config names the NextN
-    architecture, as configs/model_config.py makes a DeepSeek-V3 draft's."""
+def build_model(model_dir: str, model_class: str, quant_config=None) -> torch.nn.Module:
+    """`model_class` built as model_loader/loader.py _initialize_model builds it, with the
+    checkpoint's `quant_config` and its shared experts resolved for it, its parameters zeroed. A
+    NextN draft's config names the NextN architecture, as configs/model_config.py makes a
+    DeepSeek-V3 draft's."""
     from transformers import AutoConfig
 
     from sglang.srt.layers.moe.utils import resolve_shared_experts_config
@@ -185,9 +231,9 @@ def build_model(model_dir: str, model_class: str) -> torch.nn.Module:
     hf_config = AutoConfig.from_pretrained(model_dir)
     if name == "DeepseekV3ForCausalLMNextN":
         hf_config.architectures = [name]
-    shared = resolve_shared_experts_config(cls, hf_config, None)
+    shared = resolve_shared_experts_config(cls, hf_config, quant_config)
     with get_model().override(shared_experts=shared):
-        model = cls(hf_config)
+        model = cls(hf_config, quant_config=quant_config)
     model.shared_experts_config = shared
     for p in model.parameters():
         p.data.zero_()
@@ -247,14 +293,59 @@ def checkpoint(tensors, seed: int = 1) -> dict[str, torch.Tensor]:
 def fill_buffers(layout, rank: int, weights: dict[str, torch.Tensor],
                  buffers: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The buffers of `rank` in ferry layout `layout` as uint8 tensors holding `weights` where
-    its fragments place them (zeros elsewhere); `buffers`, when given, is filled in place."""
+    its fragments place them (zeros elsewhere, and in block-scaled fp8 buffers); `buffers`, when
+    given, is filled in place."""
     if buffers is None:
         buffers = {b.name: torch.zeros(b.bytes, dtype=torch.uint8) for b in layout.buffers(rank)}
     dtypes = {t.name: t.dtype for t in layout.tensors}
     for f in layout.fragments(rank):
+        if dtypes[f.tensor] == "fp8_e4m3":  # quantized: fill_fp8_buffers
+            continue
         box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
         ferry.fragment_view(buffers[f.buffer], f, dtypes[f.tensor]).copy_(box)
     return buffers
+
+
+def fp8_checkpoint(layout, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`weights` as an FP8 block-quantized checkpoint holds them: each tensor the layout stores
+    as fp8 (in its block-scaled buffers) quantized per 128x128 block by vLLM's
+    per_block_cast_to_fp8 (float32 scales, as DeepSeek-V3's checkpoint), with its
+    weight_scale_inv beside it; the others as they are."""
+    if not layout.block_scaled:
+        return weights
+    from vllm.utils.deep_gemm import per_block_cast_to_fp8
+
+    out = {}
+    for t in layout.tensors:
+        if t.dtype == "fp8_e4m3":
+            out[t.name], out[t.name + "_scale_inv"] = per_block_cast_to_fp8(weights[t.name],
+                                                                            [128, 128])
+        else:
+            out[t.name] = weights[t.name]
+    return out
+
+
+def fill_fp8_buffers(layout, rank: int, weights: dict[str, torch.Tensor],
+                     buffers: dict[str, torch.Tensor]) -> None:
+    """Writes into `buffers` (fill_buffers') each block-scaled buffer of `rank` and its scales as
+    an engine that loaded fp8_checkpoint holds them, if ferry's layout is right: the buffer's
+    matrices, assembled in bf16 from `weights` where its fragments place them, each quantized by
+    the same per_block_cast_to_fp8."""
+    for pair in layout.block_scaled:
+        if pair.rank != rank:
+            continue
+        from vllm.utils.deep_gemm import per_block_cast_to_fp8
+
+        stage = torch.zeros(pair.matrices * pair.rows * pair.cols, dtype=torch.bfloat16)
+        for f in layout.fragments(rank):
+            if f.buffer == pair.buffer:  # an fp8 buffer's offsets count its one-byte elements
+                box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
+                shape = [hi - lo for lo, hi in zip(f.lo, f.hi)]
+                stage.as_strided(shape, list(f.strides), f.byte_offset).copy_(box)
+        quantized = [per_block_cast_to_fp8(m, [128, 128])
+                     for m in stage.view(pair.matrices, pair.rows, pair.cols)]
+        buffers[pair.buffer] = as_bytes(torch.stack([q for q, _ in quantized]))
+        buffers[pair.scales] = as_bytes(torch.stack([s for _, s in quantized]))
 
 
 def fragment_keys(layout, rank: int) -> list[tuple]:

@@ -7,7 +7,9 @@ Run by python/tests/test_sglang_refit.py in the environment tools/deps/vllm-venv
 SERVER names one of SERVERS: "pp_draft", a TP2 PP2 DeepSeek-V3 server with attention DP 2 (world
 rank RANK is PP rank RANK // 2, TP rank RANK % 2) whose last PP stage holds the NextN draft beside
 its target (DeepseekV3ForCausalLMNextN, from the checkpoint's MTP layer, with its own
-embed_tokens), or "tp", a TP2 server with attention DP 2 and no draft. A
+embed_tokens), or "tp", a TP2 server with attention DP 2 and no draft, or "tp_fp8", a TP2 server of an FP8
+block-quantized checkpoint (quant=fp8_block: the trainer sends bf16, the refit quantizes, and the
+reference loads the checkpoint quantized by vLLM's per_block_cast_to_fp8). A
 trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
 through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank builds
 its models with SGLang's own classes (sglang_harness.py); each update reaches
@@ -15,7 +17,8 @@ ferry.sglang.load_weights through SGLang's own WeightUpdater, one a model, in th
 session ferry.sglang.update_server opens, with the control the trainer makes as update_server
 posts it to a server's URL and SGLang's workers read it. After each update it builds the same
 rank again and loads that step's checkpoint as SGLang loads one at start (load_server: each
-model's own load_weights, and the draft's own embed_tokens from the checkpoint); every parameter
+model's own load_weights, and the draft's own embed_tokens from the checkpoint; then
+postprocess); every parameter
 of every model, and the w_kc / w_vc that post_load_weights derives, must be byte-identical. Prints
 "server rank R step S: N tensors byte-exact". Then it hands the loader what it must refuse: a
 model it does not expect, as SGLang hands it a draft, and an update after the parameters were
@@ -33,7 +36,8 @@ import torch
 
 import ferry
 import ferry.sglang
-from sglang_harness import MODELS, as_bytes, build_server, checkpoint, fill_buffers, load_server
+from sglang_harness import (MODELS, as_bytes, build_server, checkpoint, fill_buffers,
+                            fp8_checkpoint, load_server)
 
 STEPS = 3
 LOADER = {"custom_weight_loader": [ferry.sglang.LOAD_FORMAT]}
@@ -45,6 +49,9 @@ SERVERS = {
                   "enforce_shared_experts_fusion": True, "speculative_algorithm": "NEXTN"}, 4),
     "tp": ("deepseek_v3", "megatron:tp=2", "sglang:tp=2,attn_dp=2",
            {"tp_size": 2, "attn_dp_size": 2, "enforce_shared_experts_fusion": True}, 2),
+    # an FP8 block-quantized checkpoint, served as loaded: ferry quantizes the trainer's bf16
+    "tp_fp8": ("deepseek_v3_fp8", "megatron:tp=2", "sglang:tp=2,quant=fp8_block",
+               {"tp_size": 2, "enforce_shared_experts_fusion": True}, 2),
 }
 
 
@@ -124,6 +131,17 @@ def sglang_update(models: list[torch.nn.Module], control: list[tuple[str, torch.
         updater.end_weight_update(run_post_load=False)
 
 
+def postprocess(models: list[torch.nn.Module]) -> None:
+    """What SGLang's loader does to a model once its weights are loaded, and end_weight_update
+    after each update (model_loader/loader.py DefaultModelLoader.postprocess_weights): each
+    quantization method's process_weights_after_loading (an FP8 model's KV-cache scales become
+    1.0 there)."""
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+
+    for model in models:
+        DefaultModelLoader.postprocess_weights(model, torch.device("cpu"))
+
+
 def differences(models: list[torch.nn.Module], references: list[torch.nn.Module]) -> list[str]:
     """The tensors of `models` that differ from `references`' (each its parameters and what
     post_load_weights derived), and the number compared."""
@@ -170,12 +188,15 @@ def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
     model_name, _, _, server_args, _ = SERVERS[name]
     model_classes = MODELS[model_name][1]
     source = ferry.Layout.preset(spec.model, spec.source)
+    destination = ferry.Layout.preset(spec.model, spec.destination)
     with sglang_rank(spec.model, rank, {**server_args, **LOADER}) as build:
         models = build_server(build, model_classes)
         for step in range(STEPS):
             sglang_update(models, ferry.sglang.control_tensors(replace(spec, round=step)))
             references = build_server(build, model_classes)
-            load_server(references, checkpoint(source.tensors, seed=step + 1))
+            load_server(references, fp8_checkpoint(
+                destination, checkpoint(source.tensors, seed=step + 1)))
+            postprocess(references)
             bad, count = differences(models, references)
             if bad:
                 print(f"server rank {rank} step {step}: {len(bad)} tensors differ: {bad[:5]}")

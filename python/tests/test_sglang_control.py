@@ -185,6 +185,25 @@ def test_a_servers_draft_and_the_destinations_must_agree():
         sglang.check_draft(SPEC, "EAGLE")
 
 
+def test_parameters_sglang_changed_after_loading_are_refused():
+    fp8 = "sglang:tp=2,quant=fp8_block"
+    scales = torch.nn.Parameter(torch.ones(2, 2), requires_grad=False)
+    sglang.check_as_loaded("w.weight_scale_inv", scales, fp8)
+    scales.format_ue8m0 = True  # requant_block_scale_ue8m0_for_deepgemm's mark (SM100/SM120)
+    with pytest.raises(ValueError, match="w.weight_scale_inv: SGLang requantized these block "
+                                         "scales to UE8M0"):
+        sglang.check_as_loaded("w.weight_scale_inv", scales, fp8)
+    experts = torch.nn.Parameter(torch.zeros(2, 4, 4), requires_grad=False)
+    experts.is_shuffled = True
+    with pytest.raises(ValueError, match="w13_weight: a kernel preshuffled"):
+        sglang.check_as_loaded("w13_weight", experts, "sglang:tp=2")
+    if hasattr(torch, "float8_e4m3fn"):  # torch >= 2.1
+        weight = torch.zeros(4, 4, dtype=torch.float8_e4m3fn)
+        sglang.check_as_loaded("o_proj.weight", weight, fp8)
+        with pytest.raises(ValueError, match="o_proj.weight holds FP8 weights.*quant=fp8_block"):
+            sglang.check_as_loaded("o_proj.weight", weight, "sglang:tp=2")
+
+
 def test_update_server_refuses_what_is_not_an_answer(sglang_server):
     engine = Engine({"update": None})
     with pytest.raises(RuntimeError, match="answered None, not"):

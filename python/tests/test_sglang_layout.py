@@ -81,6 +81,15 @@ CASES = [
     # first), loaded from the checkpoint's model.embed_tokens
     ("deepseek_v3_nextn", "sglang:tp=2,pp=2,mtp=1", 3,
      {"tp_size": 2, "pp_size": 2, "enforce_shared_experts_fusion": True}),
+    # FP8 block-quantized checkpoints (quant=fp8_block): every decoder projection fp8 beside its
+    # float32 weight_scale_inv as loaded; MLA's fused_qkv_a_proj_with_mqa with the scales its
+    # loader concatenates; experts over ep=2 with FFN shards under attention DP; DeepSeek-V3's
+    # shared expert fused after its 256 routed ones, scales and all
+    ("qwen3_fp8", "sglang:tp=2,quant=fp8_block", 1, {"tp_size": 2}),
+    ("qwen3_moe_fp8", "sglang:tp=4,attn_dp=2,ep=2,quant=fp8_block", 3,
+     {"tp_size": 4, "attn_dp_size": 2, "ep_size": 2}),
+    ("deepseek_v3_fp8", "sglang:tp=2,quant=fp8_block", 1,
+     {"tp_size": 2, "enforce_shared_experts_fusion": True}),
 ]
 
 

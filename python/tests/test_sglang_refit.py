@@ -2,11 +2,13 @@
 DeepSeek-V3 server through ferry.sglang.Sender and ferry.sglang.load_weights, three updates; after
 each, every server parameter and the MLA tensors post_load_weights derives must equal what
 SGLang's own load_weights makes of that update's checkpoint (python/tests/sglang_refit_worker.py).
-Two servers, one after the other: TP2 PP2 with attention DP 2 and the NextN draft (4 ranks, SGLang
+Three servers, one after the other: TP2 PP2 with attention DP 2 and the NextN draft (4 ranks, SGLang
 0.5.23's DeepseekV3ForCausalLM with its shared expert fused; PP rank 0 holds the dense layer, PP
 rank 1 the MoE layer and DeepseekV3ForCausalLMNextN beside it; the trainer holds the MTP layer),
-and TP2 with attention DP 2 and no draft (2 ranks). Skipped, saying so, without the environment
-tools/deps/vllm-venv.sh makes.
+TP2 with attention DP 2 and no draft (2 ranks), and TP2 of an FP8 block-quantized DeepSeek-V3
+checkpoint (quant=fp8_block), which the refit quantizes from the trainer's bf16 and SGLang's FP8
+methods process after each update as on Hopper (sglang_harness.hopper_fp8_processing). Skipped,
+saying so, without the environment tools/deps/vllm-venv.sh makes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from test_sglang_layout import sglang_python
 WORKER = os.path.join(os.path.dirname(__file__), "sglang_refit_worker.py")
 
 
-@pytest.mark.parametrize("server", ["pp_draft", "tp"])
+@pytest.mark.parametrize("server", ["pp_draft", "tp", "tp_fp8"])
 def test_sglang_server_receives_every_update_byte_exact(tmp_path, server):
     python = sglang_python()
     model, _, _, _, server_ranks = SERVERS[server]

@@ -160,6 +160,27 @@ def test_sglang_all_to_all_backend():
             SimpleNamespace(tp_size=4, moe_a2a_backend="flashinfer")), scale="1/64")
 
 
+def test_sglang_fp8_block_checkpoint():
+    # SGLang reads the checkpoint's quantization_config from the model, not from ServerArgs
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    args = SimpleNamespace(tp_size=2, quantization=None)
+    spec = ferry.sglang_spec(args, quantization_config=fp8)
+    assert spec == "sglang:tp=2,pp=1,dp=1,ep=1,quant=fp8_block,engines=1"
+    scales = {b.name: b.bytes for b in ferry.Layout.preset("deepseek-v3", spec).buffers(0)
+              if b.name.endswith("_scale_inv")}
+    # o_proj [7168, 64 heads x 128]: 56 x 64 float32 block scales
+    assert scales["model.layers.0.self_attn.o_proj.weight_scale_inv"] == 56 * 64 * 4
+    with pytest.raises(ferry.InvalidArgumentError, match="q_a_proj.weight \\(32 rows"):
+        ferry.Layout.preset("deepseek-v3", spec, scale="1/64")  # q_lora_rank 1536 / 64
+    assert ferry.sglang_spec(SimpleNamespace(quantization="fp8"), quantization_config=fp8)
+    with pytest.raises(ValueError, match="128x128 blocks only"):  # per-channel or per-tensor
+        ferry.sglang_spec(args, quantization_config={"quant_method": "fp8"})
+    with pytest.raises(ValueError, match="128x128 blocks only"):
+        ferry.sglang_spec(args, quantization_config={"quant_method": "awq", "bits": 4})
+    with pytest.raises(ValueError, match="quantizes it as it loads"):
+        ferry.sglang_spec(SimpleNamespace(quantization="fp8"))
+
+
 def test_sglang_pipeline_parallelism():
     # pp_size from ServerArgs; the layers' split from SGLANG_PP_LAYER_PARTITION, passed as given
     args = SimpleNamespace(tp_size=2, pp_size=2)

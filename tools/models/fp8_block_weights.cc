@@ -21,18 +21,38 @@ std::string BlockN(int64_t size, const std::string& what) {
          Num(kFp8Block) + ".";
 }
 
-// vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape for one
-// linear buffer, its fragments in byte order: a row-parallel partition's input size, and the
-// output partition sizes of a column-parallel split or merged weight (all but the last when the
-// merged weight is not split) divide into 128-blocks.
-Status CheckLinear(const Layout& l, const std::vector<Fragment>& frags) {
+std::string Rejects(Fp8Engine engine) {
+  return engine == Fp8Engine::kSglang ? "SGLang rejects it: " : "vLLM rejects it: ";
+}
+
+// SGLang's DeepSeek loader fuses q_a_proj and kv_a_proj_with_mqa into one ReplicatedLinear by
+// concatenating their weights and their block scales (models/deepseek_common/
+// deepseek_weight_loader.py): the scales fit the parameter only when every part but the last
+// (`parts`: tensor, rows) fills whole blocks.
+Status CheckScalesConcatenate(const Layout& l, std::vector<std::pair<int, int64_t>> parts) {
+  parts.pop_back();
+  for (const auto& [tensor, rows] : parts) {
+    if (rows % kFp8Block == 0) continue;
+    return InvalidArgument("SGLang cannot load it: its DeepSeek loader concatenates the block "
+                           "scales of " + l.tensors[static_cast<size_t>(tensor)].name + " (" +
+                           Num(rows) + " rows, not a multiple of " + Num(kFp8Block) +
+                           ") and the next tensor, which then do not fit weight_scale_inv");
+  }
+  return Status::Ok();
+}
+
+// The engine's check of one linear buffer's block shape (Fp8Engine), its fragments in byte
+// order: a row-parallel partition's input size, and the output partition sizes of a
+// column-parallel split or merged weight divide into 128-blocks.
+Status CheckLinear(const Layout& l, const std::string& buffer, const std::vector<Fragment>& frags,
+                   Fp8Engine engine) {
   bool split_rows = false;
   std::vector<std::pair<int, int64_t>> parts;  // tensor, its rows in the buffer
   for (const Fragment& f : frags) {
     const std::vector<int64_t>& shape = l.tensors[static_cast<size_t>(f.tensor)].shape;
     const int r = f.box.ndim - 2, c = f.box.ndim - 1;
     if (f.box.Extent(c) < shape[static_cast<size_t>(c)] && f.box.Extent(c) % kFp8Block != 0) {
-      return InvalidArgument("vLLM rejects it: Weight input_size_per_partition = " +
+      return InvalidArgument(Rejects(engine) + "Weight input_size_per_partition = " +
                              Num(f.box.Extent(c)) + " is not divisible by weight quantization "
                              "block_k = " + Num(kFp8Block) + ".");
     }
@@ -44,10 +64,15 @@ Status CheckLinear(const Layout& l, const std::vector<Fragment>& frags) {
     }
   }
   if (!split_rows && parts.size() < 2) return Status::Ok();
-  if (!split_rows) parts.pop_back();
+  if (!split_rows) {
+    if (engine == Fp8Engine::kSglang && EndsWith(buffer, "fused_qkv_a_proj_with_mqa.weight")) {
+      return CheckScalesConcatenate(l, parts);
+    }
+    parts.pop_back();
+  }
   for (const auto& [tensor, rows] : parts) {
     if (rows % kFp8Block != 0) {
-      return InvalidArgument("vLLM rejects it: " + BlockN(rows, "Weight output_partition_size = "));
+      return InvalidArgument(Rejects(engine) + BlockN(rows, "Weight output_partition_size = "));
     }
   }
   return Status::Ok();
@@ -57,18 +82,19 @@ Status CheckLinear(const Layout& l, const std::vector<Fragment>& frags) {
 // fp8.py Fp8MoEMethod requires the FFN partition in whole blocks), else one row-major matrix
 // whose row stride is its fragments' first stride.
 Result<MatrixStack> Geometry(const Layout& l, int b, const std::vector<Fragment>& frags,
-                             const std::map<int, MatrixStack>& experts, int64_t elem) {
+                             const std::map<int, MatrixStack>& experts, int64_t elem,
+                             Fp8Engine engine) {
   auto it = experts.find(b);
   if (it != experts.end()) {
     const MatrixStack& m = it->second;
     if (EndsWith(l.buffers[static_cast<size_t>(b)].name, "w13_weight") &&
         (m.rows / 2) % kFp8Block != 0) {
-      return InvalidArgument("vLLM rejects it: " +
+      return InvalidArgument(Rejects(engine) +
                              BlockN(m.rows / 2, "The output_size of gate's and up's weight = "));
     }
     return m;
   }
-  FERRY_RETURN_IF_ERROR(CheckLinear(l, frags));
+  FERRY_RETURN_IF_ERROR(CheckLinear(l, l.buffers[static_cast<size_t>(b)].name, frags, engine));
   const int64_t cols = frags.front().loc.strides[0];
   return MatrixStack{1, l.buffers[static_cast<size_t>(b)].bytes / elem / cols, cols};
 }
@@ -88,7 +114,8 @@ bool IsFp8BlockQuantized(const std::string& name) {
 }
 
 Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
-                            const std::map<int, MatrixStack>& experts, Fp8ScaleFormat scale_fmt) {
+                            const std::map<int, MatrixStack>& experts, Fp8ScaleFormat scale_fmt,
+                            Fp8Engine engine) {
   std::map<int, std::vector<Fragment>> quantized;  // buffer -> its fragments
   std::set<int> other;                             // buffers holding anything else
   for (const Fragment& f : l.fragments) {
@@ -107,7 +134,7 @@ Status StoreFp8BlockWeights(Layout& l, size_t buffers_begin,
       return x.loc.byte_offset < y.loc.byte_offset;
     });
     const int64_t elem = DTypeSize(l.tensors[static_cast<size_t>(frags.front().tensor)].dtype);
-    Result<MatrixStack> m = Geometry(l, b, frags, experts, elem);
+    Result<MatrixStack> m = Geometry(l, b, frags, experts, elem, engine);
     if (!m.ok()) return m.status().WithContext("fp8 block weights of '" + name + "'");
     const int rank = l.buffers[static_cast<size_t>(b)].rank;
     l.buffers.SetBytes(static_cast<size_t>(b), l.buffers[static_cast<size_t>(b)].bytes / elem);

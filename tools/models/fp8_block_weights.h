@@ -1,20 +1,22 @@
-// vLLM's FP8 block-quantized weights (a checkpoint whose quantization_config is fp8 with
-// weight_block_size [128, 128], as DeepSeek-V3's and Kimi-K2's): every linear projection of the
-// decoder layers holds fp8 e4m3 values, one byte each, beside a weight_scale_inv parameter of
-// fp32 scales, one per 128x128 block of the rank's partition. Embeddings, the output layer, norms
-// and routers stay in the model's dtype.
+// An engine's FP8 block-quantized weights, vLLM's or SGLang's (a checkpoint whose
+// quantization_config is fp8 with weight_block_size [128, 128], as DeepSeek-V3's and Kimi-K2's):
+// every linear projection of the decoder layers holds fp8 e4m3 values, one byte each, beside a
+// weight_scale_inv parameter of fp32 scales, one per 128x128 block of the rank's partition.
+// Embeddings, the output layer, norms and routers stay in the model's dtype.
 //
-// StoreFp8BlockWeights rewrites a vLLM layout to that storage: the projections' tensors become
-// fp8 e4m3 marked with a StoredTransform (their values are the bf16 weights divided by per-block
-// scales, which no plain cast produces), their fragments move to one-byte offsets, and each
-// projection buffer gets its "<name>_scale_inv" buffer, the pair listed in the layout's
-// block_scaled, so that the planner quantizes into them (planner/block_quantize.h). vLLM's shape
-// checks come first, with its messages.
+// StoreFp8BlockWeights rewrites a vLLM or SGLang layout to that storage: the projections'
+// tensors become fp8 e4m3 marked with a StoredTransform (their values are the bf16 weights
+// divided by per-block scales, which no plain cast produces), their fragments move to one-byte
+// offsets, and each projection buffer gets its "<name>_scale_inv" buffer, the pair listed in the
+// layout's block_scaled, so that the planner quantizes into them (planner/block_quantize.h). The
+// engine's shape checks come first, with its messages.
 // Follows vllm/model_executor/layers/quantization/fp8.py (Fp8LinearMethod and Fp8MoEMethod
 // create_weights: weight_scale_inv [ceil(out/128), ceil(in/128)], w13_weight_scale_inv
 // [experts, 2 * ceil(I/128), ceil(H/128)], w2_weight_scale_inv [experts, ceil(H/128),
 // ceil(I/128)]) and vllm/model_executor/layers/quantization/utils/fp8_utils.py
-// validate_fp8_block_shape.
+// validate_fp8_block_shape; SGLang 0.5.23 stores them alike (python/sglang/srt/layers/
+// quantization/fp8.py Fp8LinearMethod.create_fp8_weight_ and Fp8MoEMethod.create_weights, the
+// same parameters and scale shapes) and checks them in validate_block_quant_shapes.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -55,6 +57,19 @@ struct MatrixStack {
 // weights run on the CUTLASS or Triton kernels and keep their float32 scales.
 bool RequantizedToUe8m0(const MatrixStack& m, bool expert, DType dtype);
 
+// Whose shape checks apply (their messages name the engine):
+// - kVllm: vllm/model_executor/layers/quantization/utils/fp8_utils.py validate_fp8_block_shape:
+//   a TP-split weight's partitions, and a merged weight's outputs but the last when it is not
+//   split, divide into 128-row blocks; a row-parallel partition's input into 128 columns.
+// - kSglang: python/sglang/srt/layers/quantization/fp8.py Fp8LinearMethod
+//   validate_block_quant_shapes: the same (it also checks the last output of a merged weight that
+//   is not split, which in the models ferry lays out is as large as an earlier one); and
+//   DeepSeek's fused_qkv_a_proj_with_mqa, a ReplicatedLinear whose loader concatenates
+//   q_a_proj's and kv_a_proj_with_mqa's weights and block scales
+//   (models/deepseek_common/deepseek_weight_loader.py), needs q_a_proj's rows in whole blocks
+//   for the concatenated scales to fit its weight_scale_inv.
+enum class Fp8Engine { kVllm, kSglang };
+
 // Rewrites the buffers from index `buffers_begin` on. `experts` gives the expert buffers'
 // geometry by buffer index; other buffers are one row-major matrix, read from their fragments.
 // `scale_fmt` kUe8m0: the engine uses DeepGEMM with E8M0 scales, so the buffers vLLM requantizes
@@ -64,6 +79,7 @@ bool RequantizedToUe8m0(const MatrixStack& m, bool expert, DType dtype);
 // deepgemm_post_process_weight_scale_block; core/base/fp8_packed_scales.h), sized as those.
 Status StoreFp8BlockWeights(Layout& layout, size_t buffers_begin,
                             const std::map<int, MatrixStack>& experts,
-                            Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32);
+                            Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::kFloat32,
+                            Fp8Engine engine = Fp8Engine::kVllm);
 
 }  // namespace ferry::models

@@ -257,7 +257,8 @@ std::string SglangText(const SglangParallel& g) {
          (g.shared_fused == 1 ? ",shared_experts=fused"
           : g.shared_fused == 0 ? ",shared_experts=separate"
                                 : "") +
-         (g.a2a != "none" ? ",a2a=" + g.a2a : "") + (g.mtp > 0 ? ",mtp=" + Num(g.mtp) : "");
+         (g.a2a != "none" ? ",a2a=" + g.a2a : "") + (g.mtp > 0 ? ",mtp=" + Num(g.mtp) : "") +
+         (g.fp8_block_weights ? ",quant=fp8_block" : "");
 }
 
 }  // namespace
@@ -480,6 +481,7 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
              return Status::Ok();
            }},
           {"mtp", &g.mtp, {}, 0},
+          WordKey("quant", "fp8_block", "none", &g.fp8_block_weights, true),
           WordKey("expert_tensors", "stacks", "members", &spec.stack_expert_tensors, true)};
 }
 
@@ -521,7 +523,7 @@ std::string FrameworkSpecKeys() {
          "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
          "sglang:tp=N,pp=N,partition=N.N...,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,"
          "engines=N,dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate,"
-         "a2a=none|deepep|mooncake,mtp=1, any with "
+         "a2a=none|deepep|mooncake,mtp=1,quant=none|fp8_block, any with "
          "expert_tensors=stacks|members; "
          "every key optional";
 }

@@ -31,11 +31,12 @@
 //      (speculative_config method "deepseek_mtp"/"mtp"), which holds every MTP layer of the
 //      checkpoint (tools/models/vllm_layout.h).
 //  sglang:tp=,pp=,dp=,attn_dp=,dp_attention=yes|no,ep=,redundant=,engines=,dense_tp=,
-//         dp_lm_head=yes|no,shared_experts=fused|separate
+//         dp_lm_head=yes|no,shared_experts=fused|separate,quant=none|fp8_block
 //      ranks = tp*dp*engines (tools/models/sglang_spec.h, tools/models/sglang_layout.h): SGLang's
 //      --tp-size, --dp-size, --attn-dp-size (or the older --dp-size N --enable-dp-attention,
 //      which is attn_dp=N), --ep-size (dividing tp), --ep-num-redundant-experts,
-//      --moe-dense-tp-size, --enable-dp-lm-head and --disable-shared-experts-fusion; pp must be 1.
+//      --moe-dense-tp-size, --enable-dp-lm-head and --disable-shared-experts-fusion; quant: the
+//      checkpoint's FP8 block quantization, its scales float32 as SGLang keeps them on Hopper.
 //  Any framework: expert_tensors=stacks|members (FrameworkSpec::stack_expert_tensors).
 //
 // Pure functions; thread-safe.

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "tools/models/fp8_block_weights.h"
 #include "tools/models/sglang_pipeline.h"
 
 namespace ferry::models {
@@ -198,6 +199,13 @@ std::vector<LayoutRule> SglangRulesForTensor(const ModelConfig& c, const SglangP
     OtherRules(c, s, t, out);
   }
   if (s.mtp > 0) NextnRules(c, s, t, out);
+  if (s.fp8_block_weights && IsFp8BlockQuantized(t)) {
+    out.push_back({"quant=fp8_block: fp8 e4m3, one byte an element, beside a float32 "
+                   "weight_scale_inv of one scale a 128x128 block of the rank's partition, as "
+                   "loaded (Fp8LinearMethod, Fp8MoEMethod; on Hopper process_weights_after_loading "
+                   "keeps them)",
+                   kSglang + "layers/quantization/fp8.py"});
+  }
   PipelineRules(c, s, t, out);
   out.push_back({"dp replicas copy the server's tp * pp ranks on the next ranks, engines the "
                  "whole",

@@ -10,6 +10,7 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/engine_writer.h"
+#include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/sglang_pipeline.h"
 #include "tools/models/vocab_padding.h"
@@ -27,8 +28,8 @@ class SglangWriter : public EngineWriter {
         split_(SglangAttentionDpSplitOf(preset.config())),
         first_(first_rank) {}
 
-  // Builds the first server's first replica stage by stage, then copies it to the other DP
-  // replicas and engines.
+  // Builds the first server's first replica stage by stage (its projections then stored as FP8
+  // block-quantized with quant=fp8_block), then copies it to the other DP replicas and engines.
   Status Build() {
     FERRY_ASSIGN_OR_RETURN(stage_layers_, SglangPipelineLayers(c_.num_layers, s_.pp, s_.partition));
     Section engine = BeginSection(out_);
@@ -39,6 +40,10 @@ class SglangWriter : public EngineWriter {
       first_layer += stage_layers_[static_cast<size_t>(stage)];
     }
     if (s_.mtp > 0) FERRY_RETURN_IF_ERROR(NextnDraft().WithContext("sglang NextN draft"));
+    if (s_.fp8_block_weights) {
+      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_,
+                                                 Fp8ScaleFormat::kFloat32, Fp8Engine::kSglang));
+    }
     EndSection(out_, engine);
     const int copies = s_.dp * s_.engines;
     return CloneSection(out_, engine, Shifts(copies, s_.tp * s_.pp));

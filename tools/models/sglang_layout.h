@@ -17,6 +17,10 @@
 // of 64 (of 64 * ranks where 64 does not divide) and split over the ranks that share it. dp
 // copies of the server follow on the next ranks, then the other engines.
 //
+// With quant=fp8_block the decoder layers' projections are fp8 e4m3, each with its float32
+// weight_scale_inv (w13_weight_scale_inv, w2_weight_scale_inv for experts) beside it
+// (tools/models/fp8_block_weights.h).
+//
 // SGLang derives DeepSeek's absorbed-MLA tensors w_kc / w_vc from kv_b_proj in post_load_weights
 // (models/deepseek_v2.py): they are copies, not in this layout, so a server refitted in place
 // must run post_load_weights before decoding.

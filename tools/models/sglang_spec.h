@@ -72,6 +72,15 @@ struct SglangParallel {
   // (layers/moe/utils.py _default_speculative_a2a_backend), on the last PP stage only
   // (managers/scheduler.py: "non-last stages have no draft worker"). 0: no draft.
   int mtp = 0;
+  // "quant=fp8_block": the checkpoint is FP8 block-quantized (quantization_config fp8,
+  // weight_block_size [128, 128]) and the server keeps it so: every decoder-layer projection
+  // fp8 e4m3 beside a float32 weight_scale_inv of one scale a 128x128 block
+  // (tools/models/fp8_block_weights.h, layers/quantization/fp8.py Fp8LinearMethod and
+  // Fp8MoEMethod). That is what process_weights_after_loading leaves on Hopper, where DeepGEMM
+  // and Triton both read the scales as loaded (layers/deep_gemm_wrapper/configurer.py:
+  // DEEPGEMM_SCALE_UE8M0 only on SM100 and SM120, where SGLang requantizes them to UE8M0 and
+  // marks them format_ue8m0, which ferry.sglang refuses).
+  bool fp8_block_weights = false;
 };
 
 // Fills SGLang's defaults into `s` (dp_attention resolved into attn_dp) and checks it against
