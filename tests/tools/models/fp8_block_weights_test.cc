@@ -34,11 +34,6 @@ ModelPreset OneMoeLayer(int64_t moe_intermediate) {
 
 const std::string kLayer = "model.layers.0.";
 
-int64_t BytesOf(const Layout& l, int rank, const std::string& buffer) {
-  const int b = l.FindBuffer(rank, buffer);
-  return b < 0 ? -1 : l.buffers[static_cast<size_t>(b)].bytes;
-}
-
 TEST(Fp8BlockWeightsTest, ProjectionsInFp8WithBlockScales) {
   ModelPreset p = PresetOf(OneLayer(512));
   Layout l = Build(p, "vllm:tp=2,quant=fp8_block");

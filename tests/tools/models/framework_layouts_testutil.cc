@@ -53,6 +53,24 @@ ModelConfig TinyDeepseek(bool moe) {
   return c;
 }
 
+ModelConfig BlockAlignedDeepseek(int64_t experts, int64_t q_lora_rank) {
+  ModelConfig c = OneLayerConfig("fp8-ds", ModelFamily::kDeepseekV3, 256, 4, 4, 128, 64);
+  c.num_layers = 2;
+  c.q_lora_rank = q_lora_rank;
+  c.kv_lora_rank = 128;
+  c.qk_nope_head_dim = 64;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 64;
+  c.intermediate = 512;
+  c.num_experts = experts;
+  c.num_shared_experts = 1;
+  c.moe_intermediate = 256;
+  c.first_dense_layers = 1;
+  c.router_bias = true;
+  c.nextn_layers = 1;
+  return c;
+}
+
 ModelPreset PresetOf(const ModelConfig& c) {
   Result<ModelPreset> p = ModelPreset::FromConfig(c);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -149,6 +167,17 @@ void ExpectCoverage(const Layout& l, const ModelPreset& p,
 
 bool Says(const Status& st, const std::string& part) {
   return st.message().find(part) != std::string::npos;
+}
+
+int64_t BytesOf(const Layout& l, int rank, const std::string& buffer) {
+  const int b = l.FindBuffer(rank, buffer);
+  return b < 0 ? -1 : l.buffers[static_cast<size_t>(b)].bytes;
+}
+
+DType DTypeOf(const Layout& l, const std::string& tensor) {
+  const int t = l.FindTensor(tensor);
+  EXPECT_GE(t, 0) << "no tensor " << tensor;
+  return t < 0 ? DType::kUInt8 : l.tensors[static_cast<size_t>(t)].dtype;
 }
 
 bool Holds(const Layout& l, int rank, const std::string& buffer) {

@@ -22,6 +22,11 @@ ModelConfig OneLayerConfig(const std::string& name, ModelFamily family, int64_t 
 // nope/rope/v head dims 2, FFN 16, vocabulary 64) with one next-n layer in its checkpoint; with
 // `moe`, a dense first layer, then 4 routed experts of FFN 4, a shared expert and a router bias.
 ModelConfig TinyDeepseek(bool moe);
+// DeepSeek-V3's shapes at widths whose TP2 partitions fill whole 128x128 blocks, for the FP8
+// block-quantized layouts: hidden 256, 4 MLA heads with nope, rope and v head dims 64, LoRA ranks
+// `q_lora_rank` and 128, a dense first layer of FFN 512, then `experts` routed experts of FFN 256
+// with one shared expert and the router bias; one MTP layer in the checkpoint, vocabulary 64.
+ModelConfig BlockAlignedDeepseek(int64_t experts, int64_t q_lora_rank = 128);
 // The preset of a config that must be valid.
 ModelPreset PresetOf(const ModelConfig& c);
 
@@ -49,6 +54,12 @@ bool IsExpert(const std::string& name);
 
 // Whether `st`'s message contains `part`.
 bool Says(const Status& st, const std::string& part);
+
+// The bytes of `rank`'s buffer `buffer`, -1 when it has none.
+int64_t BytesOf(const Layout& l, int rank, const std::string& buffer);
+
+// The dtype of tensor `tensor`, which `l` must hold.
+DType DTypeOf(const Layout& l, const std::string& tensor);
 
 // Whether `rank` has a buffer named `buffer`.
 bool Holds(const Layout& l, int rank, const std::string& buffer);

@@ -449,34 +449,12 @@ TEST(MtpLayoutTest, VllmEplbMapsWithoutTheDraftersAreRefused) {
   EXPECT_TRUE(Says(l.status(), "the engine has no MTP drafter")) << l.status().ToString();
 }
 
-// A DeepSeek-like model whose partitions are whole 128-blocks: hidden 256, 4 heads of
-// qk 64 + 64 and v 64, q_lora 128, kv_lora 128, dense FFN 512, 4 experts of FFN 256, one shared.
+// A DeepSeek-like model whose partitions are whole 128-blocks (BlockAlignedDeepseek, 4 experts)
+// with its MTP layer built.
 ModelConfig Fp8Deepseek() {
-  ModelConfig c = OneLayerConfig("fp8-ds", ModelFamily::kDeepseekV3, 256, 4, 4, 128, 64);
-  c.num_layers = 2;
-  c.q_lora_rank = 128;
-  c.kv_lora_rank = 128;
-  c.qk_nope_head_dim = 64;
-  c.qk_rope_head_dim = 64;
-  c.v_head_dim = 64;
-  c.intermediate = 512;
-  c.num_experts = 4;
-  c.num_shared_experts = 1;
-  c.moe_intermediate = 256;
-  c.first_dense_layers = 1;
-  c.router_bias = true;
-  c.nextn_layers = 1;
+  ModelConfig c = BlockAlignedDeepseek(4);
   c.mtp_layers = 1;
   return c;
-}
-
-int64_t BytesOf(const Layout& l, int rank, const std::string& buffer) {
-  const int b = l.FindBuffer(rank, buffer);
-  return b < 0 ? -1 : l.buffers[static_cast<size_t>(b)].bytes;
-}
-
-DType DTypeOf(const Layout& l, const std::string& tensor) {
-  return l.tensors[static_cast<size_t>(l.FindTensor(tensor))].dtype;
 }
 
 // vLLM's FP8 drafter: the draft model takes the target's quantization (vllm/config/speculative.py

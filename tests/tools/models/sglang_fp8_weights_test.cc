@@ -16,36 +16,9 @@
 namespace ferry::models {
 namespace {
 
-// DeepSeek-V3's shapes at widths whose TP2 partitions fill whole blocks: hidden 256, 4 MLA heads
-// (2 a rank) with nope, rope and v head dims 64, q/kv LoRA ranks 128, a dense first layer of FFN
-// 512, then 256 routed experts of FFN 256 with one shared expert (which SGLang fuses after the
-// routed ones on every rank), the router bias, and one MTP layer in the checkpoint.
-ModelConfig Deepseek(int64_t q_lora_rank) {
-  ModelConfig c = OneLayerConfig("fp8-ds", ModelFamily::kDeepseekV3, 256, 4, 4, 64, 1024);
-  c.num_layers = 2;
-  c.q_lora_rank = q_lora_rank;
-  c.kv_lora_rank = 128;
-  c.qk_nope_head_dim = 64;
-  c.qk_rope_head_dim = 64;
-  c.v_head_dim = 64;
-  c.intermediate = 512;
-  c.num_experts = 256;
-  c.num_shared_experts = 1;
-  c.moe_intermediate = 256;
-  c.first_dense_layers = 1;
-  c.router_bias = true;
-  c.nextn_layers = 1;
-  return c;
-}
-
-int64_t BytesOf(const Layout& l, int rank, const std::string& buffer) {
-  const int b = l.FindBuffer(rank, buffer);
-  return b < 0 ? -1 : l.buffers[static_cast<size_t>(b)].bytes;
-}
-
-DType DTypeOf(const Layout& l, const std::string& tensor) {
-  return l.tensors[static_cast<size_t>(l.FindTensor(tensor))].dtype;
-}
+// DeepSeek-V3's shapes in whole blocks (BlockAlignedDeepseek) with its 256 routed experts, whose
+// shared expert SGLang fuses after them on every rank.
+ModelConfig Deepseek(int64_t q_lora_rank) { return BlockAlignedDeepseek(256, q_lora_rank); }
 
 const std::string kAttn = "model.layers.0.self_attn.";
 
