@@ -2,8 +2,10 @@
 them, tiny configs of the architectures ferry models, and random checkpoints: what
 python/tests/sglang_layout_worker.py and sglang_refit_worker.py share; the configs,
 checkpoints and layout comparisons (fill_buffers, layout_differences, spec_mismatch, verdict)
-serve the vLLM layout worker too. Runs in the environment tools/deps/vllm-venv.sh makes (PyPI's
-SGLang 0.5.23); importing it needs torch and ferry, not SGLang.
+serve the vLLM layout worker too; fp8_checkpoint and fill_fp8_buffers quantize FP8 checkpoints
+and ferry's block-scaled buffers alike with vLLM's per_block_cast_to_fp8. Runs in the
+environment tools/deps/vllm-venv.sh makes (PyPI's SGLang 0.5.23 and vLLM); importing it needs
+torch and ferry, not SGLang.
 
 SGLang publishes the server arguments for the world rank and derives every parallel rank and
 width from them (runtime_context.publish with SpawnRanks; world rank tp_size * pp_rank +
@@ -175,13 +177,15 @@ def sglang_rank(model_dir: str, rank: int,
                 server_args: dict) -> Iterator[Callable[[str], torch.nn.Module]]:
     """Inside it, SGLang's runtime context is that of world rank `rank` of a server run with
     `server_args`; it yields a function that builds the model class it is given (for example
-    sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM) with its parameters zeroed, in bf16."""
+    sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM) with its parameters zeroed, in bf16, and
+    the checkpoint's quantization; SGLang's FP8 methods process weights there as on Hopper
+    (hopper_fp8_processing)."""
+    from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.eplb.expert_location import (compute_initial_expert_location_metadata,
                                                  set_global_expert_location_metadata)
     from sglang.srt.layers.dp_attention import (compute_dp_attention_world_info,
                                                 initialize_dp_attention)
-    from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.model_loader.loader import _get_quantization_config
     from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
