@@ -34,7 +34,8 @@ namespace ferry::models {
 
 inline constexpr int64_t kFp8Block = 128;
 inline constexpr const char* kFp8BlockTransform =
-    "fp8 e4m3 in 128x128 blocks scaled by weight_scale_inv (vLLM block quantization)";
+    "fp8 e4m3 in 128x128 blocks scaled by weight_scale_inv (block quantization, as vLLM and "
+    "SGLang store it)";
 
 // Whether the checkpoint tensor `name` is block-quantized: a decoder layer's *_proj weight
 // (attention, MLP, shared and routed experts), an MTP layer's decoder layer (vLLM's mtp_block)
