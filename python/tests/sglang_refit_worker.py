@@ -7,9 +7,9 @@ Run by python/tests/test_sglang_refit.py in the environment tools/deps/vllm-venv
 SERVER names one of SERVERS: "pp_draft", a TP2 PP2 DeepSeek-V3 server with attention DP 2 (world
 rank RANK is PP rank RANK // 2, TP rank RANK % 2) whose last PP stage holds the NextN draft beside
 its target (DeepseekV3ForCausalLMNextN, from the checkpoint's MTP layer, with its own
-embed_tokens), or "tp", a TP2 server with attention DP 2 and no draft, or "tp_fp8", a TP2 server of an FP8
-block-quantized checkpoint (quant=fp8_block: the trainer sends bf16, the refit quantizes, and the
-reference loads the checkpoint quantized by vLLM's per_block_cast_to_fp8). A
+embed_tokens), or "tp", a TP2 server with attention DP 2 and no draft, or "tp_fp8", a TP2
+server of an FP8 block-quantized checkpoint (quant=fp8_block: the trainer sends bf16, the refit
+quantizes, and the reference loads the checkpoint quantized by vLLM's per_block_cast_to_fp8). A
 trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
 through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank builds
 its models with SGLang's own classes (sglang_harness.py); each update reaches
@@ -18,8 +18,8 @@ session ferry.sglang.update_server opens, with the control the trainer makes as 
 posts it to a server's URL and SGLang's workers read it. After each update it builds the same
 rank again and loads that step's checkpoint as SGLang loads one at start (load_server: each
 model's own load_weights, and the draft's own embed_tokens from the checkpoint; then
-postprocess); every parameter
-of every model, and the w_kc / w_vc that post_load_weights derives, must be byte-identical. Prints
+postprocess); every parameter of every model, and the w_kc / w_vc that post_load_weights
+derives, must be byte-identical. Prints
 "server rank R step S: N tensors byte-exact". Then it hands the loader what it must refuse: a
 model it does not expect, as SGLang hands it a draft, and an update after the parameters were
 rebound.
