@@ -120,7 +120,11 @@ MODELS = {"llama": (LLAMA, "sglang.srt.models.llama.LlamaForCausalLM"),
           "qwen3_fp8": (QWEN3_FP8, "sglang.srt.models.qwen3.Qwen3ForCausalLM"),
           "qwen3_moe_fp8": (QWEN3_MOE_FP8, "sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM"),
           "deepseek_v3_fp8": (DEEPSEEK_V3_FP8,
-                              "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM")}
+                              "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM"),
+          "deepseek_v3_fp8_nextn": (dict(DEEPSEEK_V3_FP8, num_nextn_predict_layers=1),
+                                    "sglang.srt.models.deepseek_v2.DeepseekV3ForCausalLM+"
+                                    "sglang.srt.models.deepseek_nextn."
+                                    "DeepseekV3ForCausalLMNextN")}
 
 
 def stand_in_group(rank: int, size: int) -> types.SimpleNamespace:

@@ -90,6 +90,9 @@ CASES = [
      {"tp_size": 4, "attn_dp_size": 2, "ep_size": 2}),
     ("deepseek_v3_fp8", "sglang:tp=2,quant=fp8_block", 1,
      {"tp_size": 2, "enforce_shared_experts_fusion": True}),
+    # with the NextN draft: its decoder fp8, its eh_proj (an nn.Linear for fp8) in bf16
+    ("deepseek_v3_fp8_nextn", "sglang:tp=2,mtp=1,quant=fp8_block", 1,
+     {"tp_size": 2, "enforce_shared_experts_fusion": True}),
 ]
 
 
