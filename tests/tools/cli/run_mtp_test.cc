@@ -11,6 +11,7 @@
 
 #include "core/layout/layout_io.h"
 #include "tests/tools/cli/ferry_process.h"
+#include "tests/tools/models/framework_layouts_testutil.h"
 #include "tools/models/framework_layouts.h"
 
 namespace {
@@ -71,30 +72,10 @@ TEST(RunMtpTest, RepeatedMtpLayerIntoTheDrafterVerifiedOverTcp) {
 }
 
 // A DeepSeek-like model whose partitions are whole 128-blocks (DeepSeek-V3's own are only at
-// full size): hidden 256, 4 MLA heads, 4 experts of FFN 256, one MTP layer (model.layers.2).
+// full size; BlockAlignedDeepseek): hidden 256, 4 MLA heads, 4 experts of FFN 256, one MTP layer
+// (model.layers.2).
 ferry::models::ModelPreset Fp8Deepseek() {
-  ferry::models::ModelConfig c;
-  c.name = "fp8-ds";
-  c.family = ferry::models::ModelFamily::kDeepseekV3;
-  c.hidden = 256;
-  c.num_layers = 2;
-  c.vocab = 64;
-  c.num_heads = 4;
-  c.num_kv_heads = 4;
-  c.head_dim = 128;
-  c.q_lora_rank = 128;
-  c.kv_lora_rank = 128;
-  c.qk_nope_head_dim = 64;
-  c.qk_rope_head_dim = 64;
-  c.v_head_dim = 64;
-  c.intermediate = 512;
-  c.num_experts = 4;
-  c.num_shared_experts = 1;
-  c.moe_intermediate = 256;
-  c.first_dense_layers = 1;
-  c.router_bias = true;
-  c.nextn_layers = 1;
-  return ferry::models::ModelPreset::FromConfig(c).value();
+  return ferry::models::ModelPreset::FromConfig(ferry::models::BlockAlignedDeepseek(4)).value();
 }
 
 // Megatron tp 2, ep 2 with the MTP layer into vLLM tp 2 quant=fp8_block with its drafter: the
