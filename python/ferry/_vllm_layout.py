@@ -48,6 +48,15 @@ Checkpoint names are vLLM's parameter names unless the model's `hf_to_vllm_mappe
 them (its renames alone: nemotron_h.py maps backbone -> model, A_log -> A, embeddings ->
 embed_tokens): each name the trainer sends is mapped as vLLM maps it when loading.
 
+An MTP drafter (speculative decoding's method "mtp": vllm/model_executor/models/deepseek_mtp.py
+DeepSeekMTP and the drafters built like it) loads the checkpoint's MTP layers (layers
+num_hidden_layers.. of the checkpoint) under its own names: model.layers.K.X as
+model.layers.K.mtp_block.X for the decoder layer's tensors, enorm, hnorm, eh_proj and shared_head
+under their own names (its `_rewrite_spec_layer_name`, which ferry calls). The parameters it
+shares with its target (the target's embed_tokens under one PP rank, the target's lm_head as each
+layer's shared_head.head: vllm/v1/spec_decode/llm_base_proposer.py) are the target's, left out of
+the drafter's shards (`skip`).
+
 MLA attention (DeepSeek-V2/V3, Kimi-K2; vllm/model_executor/layers/attention/mla_attention.py,
 `MLAAttention.process_weights_after_loading`) derives its decode weights from `kv_b_proj` after
 loading: `split_kv_b_proj` reads kv_b_proj.weight (`get_and_maybe_dequant_weights`, which returns
@@ -75,7 +84,7 @@ naming it: ferry moves bytes and applies no transform but those named above.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Collection, Mapping, NamedTuple
 
 from ._arrays import dtype_name
 from ._layout import BlockScaled, Shard
@@ -227,6 +236,15 @@ def _mixer_pieces(prefix: str, mixer: Any) -> dict[str, list[Piece]]:
             if getattr(getattr(mixer, layer), leaf, None) is not None:
                 name = f"{prefix}.{layer}.{leaf}"
                 pieces[name] = [Piece(name, 0, start, stop) for start, stop in rows]
+    return pieces
+
+
+def _all_mixer_pieces(modules: Mapping[str, Any]) -> dict[str, list[Piece]]:
+    """The pieces of the parameters Mamba-2 mixers' own loaders place, by parameter name."""
+    pieces = {}
+    for prefix, module in modules.items():
+        if all(hasattr(module, a) for a in ("A", "conv1d", "in_proj")):
+            pieces.update(_mixer_pieces(prefix, module))
     return pieces
 
 
@@ -398,33 +416,56 @@ def _checkpoint_names(model: Any, source: Mapping[str, Any]) -> dict[str, str]:
     """vLLM's name of each tensor the trainer sends whose checkpoint name vLLM renames, to that
     checkpoint name: the renames of the model's `hf_to_vllm_mapper` (vllm/model_executor/models/
     utils.py WeightsMapper.get_rename_mapper; nemotron_h.py: backbone -> model, A_log -> A,
-    embeddings -> embed_tokens). Models without one load checkpoint names as they are."""
+    embeddings -> embed_tokens), or an MTP drafter's (_spec_layer_name). Models without either
+    load checkpoint names as they are."""
     mapper = getattr(model, "hf_to_vllm_mapper", None)
-    if mapper is None:
+    if mapper is not None:
+        rename = mapper.get_rename_mapper().map_name
+    elif hasattr(model, "_rewrite_spec_layer_name"):
+        rename = lambda name: _spec_layer_name(model, name)  # noqa: E731
+    else:
         return {}
-    rename = mapper.get_rename_mapper()
     renamed = {}
     for name in source:
-        new = rename.map_name(name)
+        new = rename(name)
         if new is not None and new != name:
             renamed[new] = name
     return renamed
 
 
-def engine_shards(model: Any, source: Mapping[str, Any],
-                  rank: int) -> tuple[list[Shard | BlockScaled], dict[str, Any]]:
+def _spec_layer_name(drafter: Any, name: str) -> str | None:
+    """Where an MTP drafter (vllm/model_executor/models/deepseek_mtp.py DeepSeekMTP, and the
+    drafters built like it: glm4_moe_mtp.py, ...) loads checkpoint tensor `name`: a tensor of an
+    MTP layer (layers num_hidden_layers .. + num_nextn_predict_layers - 1 of the checkpoint,
+    utils.py get_spec_layer_idx_from_weight_name) under the name the drafter's own
+    `_rewrite_spec_layer_name` gives it (model.layers.K.X -> model.layers.K.mtp_block.X for the
+    decoder layer's tensors; model.layers.K.embed_tokens -> model.embed_tokens), any other tensor
+    under its own name (load_weights loads only embed_tokens of those)."""
+    config = drafter.config
+    base = config.num_hidden_layers
+    for layer in range(base, base + (getattr(config, "num_nextn_predict_layers", 0) or 0)):
+        if name.startswith((f"model.layers.{layer}.", f"layers.{layer}.",
+                            f"model.language_model.layers.{layer}.")):
+            return drafter._rewrite_spec_layer_name(layer, name)
+    return name
+
+
+def engine_shards(model: Any, source: Mapping[str, Any], rank: int, skip: Collection[int] = (),
+                  packed: Mapping[str, list[str]] | None = None
+                  ) -> tuple[list[Shard | BlockScaled], dict[str, Any]]:
     """The shards of every parameter of `model` (a vLLM worker's torch module) on ferry rank
     `rank`, against the checkpoint tensors the trainer sends (`source`: name -> object with
     `shape` and `dtype`), with a BlockScaled for each FP8 block-quantized layer, and the
-    parameter storage behind each buffer (`param.data`)."""
-    packed = getattr(model, "packed_modules_mapping", None) or {}
+    parameter storage behind each buffer (`param.data`). Parameters whose id is in `skip` are
+    left out (a drafter's parameters that are its target's). `packed` names the checkpoint
+    tensors of each fused module when the model has no packed_modules_mapping (a drafter
+    fuses as its target: deepseek_mtp.py's stacked_params_mapping, gate_up_proj and
+    fused_qkv_a_proj, is DeepseekV2ForCausalLM's packed_modules_mapping)."""
+    packed = getattr(model, "packed_modules_mapping", None) or packed or {}
     modules = dict(model.named_modules())
-    views = _derived_params(modules)
+    left_out = _derived_params(modules) | set(skip)
     renamed = _checkpoint_names(model, source)
-    mixers = {}  # the parameters Mamba-2 mixers' own loaders place
-    for prefix, module in modules.items():
-        if all(hasattr(module, a) for a in ("A", "conv1d", "in_proj")):
-            mixers.update(_mixer_pieces(prefix, module))
+    mixers = _all_mixer_pieces(modules)
 
     def sent_name(tensor: str) -> str:
         return renamed.get(tensor, tensor)
@@ -439,7 +480,7 @@ def engine_shards(model: Any, source: Mapping[str, Any],
     shards: list[Shard | BlockScaled] = []
     buffers = {}
     for name, param in model.named_parameters():
-        if id(param) in views:
+        if id(param) in left_out:
             continue
         prefix, _, leaf = name.rpartition(".")
         module = modules[prefix]

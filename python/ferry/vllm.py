@@ -1,6 +1,7 @@
 """ferry as a vLLM weight-transfer backend ("ferry"): the worker-side engine that receives a
 trainer's weights straight into a vLLM worker's parameter storage, and the trainer-side engine
-that sends them, both through one ferry plan made at init and run every update.
+that sends them, both through one ferry plan made at init and run every update (and a second
+one for vLLM's speculative drafter, made at its first update).
 
 vLLM's RL weight-sync API (vllm/distributed/weight_transfer/, vLLM 0.33.0) drives both sides:
 
@@ -13,7 +14,9 @@ vLLM's RL weight-sync API (vllm/distributed/weight_transfer/, vLLM 0.33.0) drive
                                            num_workers=4, token="job-7", rank=my_rank)
     engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
     for step in ...:
-        train_step(); engine.send_weights()
+        train_step()
+        engine.send_weights()
+        engine.send_weights(draft=True)    # with an MTP drafter (see below)
 
 `source` is a vLLM `WeightSource` whose `iter_local` yields this rank's piece of each parameter
 as its `ParamMeta` (owners, mesh, Shard/Replicate placements) declares it: vLLM's `ModuleSource`
@@ -25,6 +28,18 @@ W_UK_T are views of kv_b_proj that each update reaches through it, or copies the
 again after each update (derive_mla_copies); a Mamba-2 mixer's A is written as fp32 -exp(A_log)
 by the plan's Convert ops, and FP8 block-quantized layers' e4m3 weights and scales are quantized
 from the trainer's bf16 by its Quantize ops (ferry._vllm_fp8).
+
+With speculative decoding by vLLM's MTP drafter (DeepSeek-V3's MTP layers: speculative method
+"mtp"), the drafter is a model of its own, which vLLM updates in a draft session
+(start_draft_weight_update, vllm/v1/worker/gpu_worker.py: the engine is retargeted at the drafter
+until finish_weight_update). `send_weights(draft=True)` on every trainer rank runs one: the sender
+opens it with the client's `start_draft_weight_update` (the engine's call of that name:
+AsyncLLM.start_draft_weight_update, the HTTP route /start_draft_weight_update; vLLM's
+HTTPVLLMWeightSyncClient and RayVLLMWeightSyncClient lack it, so give the client handed to
+trainer_init one that calls it), and the update writes the drafter's own parameters, its MTP layers, from the checkpoint's MTP
+tensors the trainer sends (model.layers.N.* for a model of N layers). The parameters the drafter
+shares with the target (its embedding under one PP rank, each layer's shared_head.head) are the
+target's and come with the target's update.
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
 worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank
@@ -39,7 +54,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -80,30 +95,49 @@ class FerryWeightTransferInitInfo(WeightTransferInitInfo):
 
 @dataclass
 class FerryWeightTransferUpdateInfo(WeightTransferUpdateInfo):
-    """One update: its number, counted by the trainer from 0; a worker refuses an update that
-    is not the next one it expects (its plan would pair with another round's)."""
+    """One update: its number, counted by the trainer from 0 for the model and for its drafter
+    apart, and whether it is the drafter's; a worker refuses an update that is not the next one
+    it expects (its plan would pair with another round's) or not for the model its session
+    targets."""
 
     round: int = 0
+    draft: bool = False
+
+
+@dataclass
+class _Target:
+    """A model a worker's updates land in (vLLM's target model, or its speculative drafter):
+    the plan bound to its parameters, where those lay when registered, its MLA layers whose
+    derived weights are copies, and the updates it received."""
+
+    model: torch.nn.Module
+    refit: Refit
+    bound: list[tuple[str, torch.nn.Parameter, tuple]]
+    mla_copies: list[torch.nn.Module]
+    rounds: int = 0
 
 
 class FerryWeightTransferEngine(
         WeightTransferEngine[FerryWeightTransferInitInfo, FerryWeightTransferUpdateInfo]):
     """The worker side: one ferry rank per vLLM worker, writing the trainer's weights into the
     worker's parameters in place. start/finish_weight_update do nothing (no layerwise reload:
-    the bytes land where vLLM's loaders would put them). Driven by one thread (vLLM's worker)."""
+    the bytes land where vLLM's loaders would put them). Driven by one thread (vLLM's worker).
+
+    Draft updates (vLLM's start_draft_weight_update, which retargets the engine at the
+    speculative drafter through set_weight_update_target) run a second plan, bound to the
+    drafter's own parameters (those it shares with the target come with the target's updates);
+    it is made at the first draft update, which every trainer rank and worker joins."""
 
     init_info_cls = FerryWeightTransferInitInfo
     update_info_cls = FerryWeightTransferUpdateInfo
-    supports_draft_weight_update = False  # the plan is bound to the target model's parameters
 
     def __init__(self, config: Any, vllm_config: Any, device: torch.device,
                  model: torch.nn.Module) -> None:
         super().__init__(config, vllm_config, device, model)
         self.session: Session | None = None
-        self.refit: Refit | None = None
-        self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
-        self.mla_copies: list[torch.nn.Module] = []
-        self.rounds = 0
+        self.rank = -1
+        self.target: _Target | None = None
+        self.draft: _Target | None = None
 
     def worker_rank(self, init_info: FerryWeightTransferInitInfo) -> int:
         """This worker's ferry rank, numbered as vLLM's NCCL backend numbers workers
@@ -115,21 +149,28 @@ class FerryWeightTransferEngine(
     def init_transfer_engine(self, init_info: FerryWeightTransferInitInfo) -> None:
         """Joins the session, exchanges layouts and plans; blocks until every trainer rank and
         worker did (ferry's deadline.connect and deadline.store bound it)."""
-        rank = self.worker_rank(init_info)
-        self.session = Session(rank, init_info.world_size, init_info.store, init_info.token,
-                               init_info.config)
+        self.rank = self.worker_rank(init_info)
+        self.session = Session(self.rank, init_info.world_size, init_info.store,
+                               init_info.token, init_info.config)
+        self.target = self._plan(self._default_model, skip=set())
+        self.draft = None
+
+    def _plan(self, model: torch.nn.Module, skip: set[int]) -> _Target:
+        """The plan of the updates landing in `model`'s parameters (but those in `skip`): the
+        trainer ranks' shards and every worker's parameter boxes (ferry._vllm_layout) exchanged
+        through the session, then planned; every rank of the session makes it together."""
         source = self.session.all_gather_shards([])  # the trainer ranks' shards
-        shards, buffers = engine_shards(self.model, {s.name: s for s in source}, rank)
+        shards, buffers = engine_shards(
+            model, {s.name: s for s in source}, self.rank, skip,
+            getattr(self._default_model, "packed_modules_mapping", None))
         destination = self.session.all_gather_shards(shards)
-        self.refit = self.session.refit(Layout.from_shards(source),
-                                        Layout.from_shards(destination))
+        refit = self.session.refit(Layout.from_shards(source), Layout.from_shards(destination))
         for name, tensor in buffers.items():
-            self.refit.register(name, tensor, side="destination")
+            refit.register(name, tensor, side="destination")
         # every parameter, MLA's views of kv_b_proj included: where the plan writes and reads
-        self.bound = [(name, param, param_storage(param))
-                      for name, param in self.model.named_parameters()]
-        self.mla_copies = mla_copies(self.model)
-        self.rounds = 0
+        bound = [(name, param, param_storage(param)) for name, param in model.named_parameters()
+                 if id(param) not in skip]
+        return _Target(model, refit, bound, mla_copies(model))
 
     def start_weight_update(self) -> None:
         self._require_init()
@@ -143,31 +184,53 @@ class FerryWeightTransferEngine(
         self.receive_weights(self.parse_update_info(update_info))
 
     def receive_weights(self, update_info: FerryWeightTransferUpdateInfo) -> None:
-        refit = self._require_init()
-        if update_info.round != self.rounds:
-            raise ValueError(f"ferry weight update {update_info.round} arrived, this worker "
-                             f"expects update {self.rounds}")
-        moved = moved_parameters(self.bound)
+        target = self._session_target(update_info.draft)
+        if update_info.round != target.rounds:
+            kind = "draft " if update_info.draft else ""
+            raise ValueError(f"ferry {kind}weight update {update_info.round} arrived, this "
+                             f"worker expects {kind}update {target.rounds}")
+        moved = moved_parameters(target.bound)
         if moved:
             raise ValueError(f"vLLM parameters {moved[:3]} ({len(moved)} in all) are no longer "
                              "where ferry registered them at init (something rebound or "
                              "reallocated them: a reload, process_weights_after_loading run "
                              "again); initialize the weight transfer engine again")
-        refit.run()
-        derive_mla_copies(self.mla_copies)
-        self.rounds += 1
+        target.refit.run()
+        derive_mla_copies(target.mla_copies)
+        target.rounds += 1
+
+    def _session_target(self, draft: bool) -> _Target:
+        """Where an update lands: the target model's plan, or, in a draft session (the engine
+        retargeted at the drafter), the drafter's, made at its first update."""
+        target = self._require_init()
+        drafting = self.model is not self._default_model
+        if draft != drafting:
+            raise ValueError(
+                f"the trainer sent a {'draft' if draft else 'model'} update but this worker's "
+                f"weight update session targets the {'drafter' if drafting else 'model'}: "
+                "send_weights(draft=True) goes with start_draft_weight_update, send_weights() "
+                "with start_weight_update")
+        if not draft:
+            return target
+        if self.draft is None:
+            self.draft = self._plan(self.model, {id(p) for p in self._default_model.parameters()})
+        if self.draft.model is not self.model:
+            raise ValueError("this draft session targets another drafter than the one ferry "
+                             "planned its draft updates for; initialize the weight transfer "
+                             "engine again")
+        return self.draft
 
     def shutdown(self) -> None:
         """Leaves the session (its last barrier: every rank shuts down)."""
         if self.session is not None:
             self.session.finish()
-        self.session, self.refit = None, None
+        self.session, self.target, self.draft = None, None, None
 
-    def _require_init(self) -> Refit:
-        if self.refit is None:
+    def _require_init(self) -> _Target:
+        if self.target is None:
             raise RuntimeError("the ferry weight transfer engine is not initialized: call "
                                "init_weight_transfer_engine first")
-        return self.refit
+        return self.target
 
 
 @dataclass
@@ -191,6 +254,16 @@ class FerryTrainerInitInfo(TrainerInitInfo):
             rank_offset=self.num_trainer_ranks, token=self.token, config=self.config))
 
 
+@dataclass
+class _TrainerPlan:
+    """A plan a trainer rank sends through (the target model's, or the drafter's) and what it
+    registered with it: each tensor's (address, elements), and the updates it sent."""
+
+    refit: Refit
+    registered: dict[str, tuple[int, int]] = field(default_factory=dict)
+    rounds: int = 0
+
+
 class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerInitInfo]):
     """The trainer side: every trainer rank sends the shards it holds. The sender (rank 0)
     also drives the workers through the client, its RPCs running while ferry moves the bytes.
@@ -202,10 +275,8 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
                  is_sender: bool = True, rank: int = 0) -> None:
         super().__init__(client=client, source=source, is_sender=is_sender, rank=rank)
         self.session: Session | None = None
-        self.refit: Refit | None = None
-        self.rounds = 0
+        self.plans: dict[bool, _TrainerPlan] = {}  # by draft
         self._shards: dict[str, Shard] = {}
-        self._registered: dict[str, tuple[int, int]] = {}
         self._staging: dict[str, torch.Tensor] = {}
 
     @classmethod
@@ -230,30 +301,61 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
                                info.token, info.config)
         mine = trainer_shards(self.source.metadata, info.rank, info.num_trainer_ranks)
         self._shards = {s.name: s for s in mine}
-        source = self.session.all_gather_shards(mine)
-        destination = self.session.all_gather_shards([])  # the workers' parameter boxes
-        self.refit = self.session.refit(Layout.from_shards(source),
-                                        Layout.from_shards(destination))
+        self.plans = {False: self._plan()}
 
-    def send_weights(self) -> None:
+    def _plan(self) -> _TrainerPlan:
+        """This rank's shards and the workers' parameter boxes (of the model, or of its drafter)
+        exchanged through the session, then planned; every rank makes it together."""
+        source = self.session.all_gather_shards(list(self._shards.values()))
+        destination = self.session.all_gather_shards([])  # the workers' parameter boxes
+        return _TrainerPlan(self.session.refit(Layout.from_shards(source),
+                                        Layout.from_shards(destination)))
+
+    def send_weights(self, *, draft: bool = False) -> None:
         """One update on every trainer rank: registers what `iter_local` yields (again only
         where a tensor's storage moved), then runs the plan; the sender wraps it in the
         workers' start/update/finish RPCs. Blocks until this rank's part and, on the sender,
-        the workers' update are done."""
-        if self.refit is None:
-            raise RuntimeError("trainer_init must run before send_weights")
-        self._register_local()
-        if not self.is_sender:
-            self.refit.run()
-            self.rounds += 1
-            return
-        self.client.start_weight_update()
-        update = asdict(FerryWeightTransferUpdateInfo(round=self.rounds))
-        _concurrently(lambda: self.client.update_weights(update), self.refit.run)
-        self.client.finish_weight_update()
-        self.rounds += 1
+        the workers' update are done.
 
-    def _register_local(self) -> None:
+        With `draft` the update lands in the workers' speculative drafter (vLLM's MTP drafter:
+        the checkpoint's MTP layers), its parameters that are not the target's: the sender
+        opens the workers' session with the client's start_draft_weight_update (which calls
+        the engine's: AsyncLLM.start_draft_weight_update, or the HTTP route of that name). Its
+        plan is made at the first draft update, on every
+        trainer rank and worker together."""
+        if not self.plans:
+            raise RuntimeError("trainer_init must run before send_weights")
+        start = self.client.start_weight_update if self.is_sender else None
+        if draft and self.is_sender:
+            start = getattr(self.client, "start_draft_weight_update", None)
+            if not callable(start):
+                raise TypeError(f"send_weights(draft=True): the client "
+                                f"{type(self.client).__name__} has no start_draft_weight_update "
+                                "to open the workers' draft session")
+        sent = self.plans.get(draft)
+        if sent is not None:  # (a registration error leaves the workers' session unopened)
+            self._register_local(sent)
+
+        def work() -> _TrainerPlan:
+            plan = sent
+            if plan is None:  # the first draft update: planned with the workers' drafters
+                plan = self.plans[draft] = self._plan()
+                self._register_local(plan)
+            plan.refit.run()
+            return plan
+
+        if not self.is_sender:
+            work().rounds += 1
+            return
+        start()
+        update = asdict(FerryWeightTransferUpdateInfo(round=sent.rounds if sent else 0,
+                                                      draft=draft))
+        done = []
+        _concurrently(lambda: self.client.update_weights(update), lambda: done.append(work()))
+        self.client.finish_weight_update()
+        done[0].rounds += 1
+
+    def _register_local(self, sent: _TrainerPlan) -> None:
         seen = set()
         for name, tensor in self.source.iter_local():
             shard = self._shards.get(name)
@@ -264,33 +366,31 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
             if tuple(tensor.shape) != box:
                 raise ValueError(f"trainer rank {self.rank}: {name} is {list(tensor.shape)}, "
                                  f"its metadata gives this rank {list(box)}")
-            self._register(name, tensor, shard.dtype)
+            self._register(sent, name, tensor, shard.dtype)
             seen.add(name)
         missing = sorted(set(self._shards) - seen)
         if missing:
             raise ValueError(f"trainer rank {self.rank}: iter_local did not yield "
                              f"{missing[:5]} ({len(missing)} in all) that it owns")
 
-    def _register(self, name: str, tensor: torch.Tensor, dtype: Any) -> None:
-        if tensor.is_contiguous() and tensor.dtype == dtype:
-            key = (tensor.data_ptr(), tensor.numel())
-            if self._registered.get(name) != key:
-                self.refit.register(name, tensor, side="source")
-                self._registered[name] = key
-            return
-        staging = self._staging.get(name)
-        if staging is None:
-            staging = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
-            self._staging[name] = staging
-            self.refit.register(name, staging, side="source")
-            self._registered[name] = (staging.data_ptr(), staging.numel())
-        staging.copy_(tensor)
+    def _register(self, sent: _TrainerPlan, name: str, tensor: torch.Tensor, dtype: Any) -> None:
+        if not tensor.is_contiguous() or tensor.dtype != dtype:
+            staging = self._staging.get(name)
+            if staging is None:
+                staging = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
+                self._staging[name] = staging
+            staging.copy_(tensor)
+            tensor = staging
+        key = (tensor.data_ptr(), tensor.numel())
+        if sent.registered.get(name) != key:
+            sent.refit.register(name, tensor, side="source")
+            sent.registered[name] = key
 
     def shutdown(self) -> None:
         """Leaves the session (its last barrier: every rank shuts down)."""
         if self.session is not None:
             self.session.finish()
-        self.session, self.refit = None, None
+        self.session, self.plans = None, {}
 
 
 def _concurrently(rpc, work) -> None:

@@ -4,10 +4,11 @@ creating ferry's engines, a TP2 Megatron-style trainer (2 processes) refitting t
 replicas (4 processes), three steps; every worker checks every parameter byte for byte against
 what vLLM's loaders make of that step's checkpoint (vllm_worker.py). Once with a Llama built
 from vLLM's own layers, once each with vLLM's own Qwen3-MoE and DeepSeek-V3 (MLA) classes under
-expert parallelism, once with vLLM's own Nemotron-H (Mamba-2), twice with vLLM's own Llama
+expert parallelism (DeepSeek-V3 also with its MTP drafter, updated in vLLM's draft sessions),
+once with vLLM's own Nemotron-H (Mamba-2), twice with vLLM's own Llama
 of an FP8 block-quantized checkpoint (the refit quantizes; float32 scales, then DeepGEMM's E8M0
 ones), once each with vLLM's own Qwen3-MoE (FP8 experts) and DeepSeek-V3 (MLA's weights copies
-of the FP8 kv_b_proj, derived again) of one, and with the first two served from a bf16
+of the FP8 kv_b_proj, derived again; and with its MTP drafter) of one, and with the first two served from a bf16
 checkpoint that vLLM quantizes as it loads (--quantization fp8_per_block) (the FP8 cases are
 //python:vllm_fp8_test and :vllm_fp8_moe_test); and the worker layouts of Llama, Qwen2, Qwen3,
 Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in several engine
@@ -26,6 +27,9 @@ from procs import assert_all_ok, run_ranks
 WORKER = os.path.join(os.path.dirname(__file__), "vllm_worker.py")
 
 RANKS, STEPS = 6, 3  # 2 trainer ranks + 2 x TP2 workers; vllm_worker.STEPS
+# The MTP drafter's (deepseek_mtp.py DeepSeekMTP): its MoE decoder layer's 16 as the target's,
+# enorm, hnorm, eh_proj, shared_head.norm, and the target's embed_tokens and lm_head it shares
+DRAFTER_PARAMETERS = {"deepseek_v3_mtp": 22, "deepseek_v3_fp8_mtp": 30}
 
 
 def vllm_python() -> str:
@@ -43,7 +47,9 @@ def vllm_python() -> str:
                                               ("llama_fp8", 23), ("llama_fp8_ue8m0", 23),
                                               ("llama_fp8_online", 23), ("qwen3_moe_fp8", 31),
                                               ("qwen3_moe_fp8_online", 31),
-                                              ("deepseek_v3_fp8", 45)])
+                                              ("deepseek_v3_fp8", 45),
+                                              ("deepseek_v3_mtp", 31),
+                                              ("deepseek_v3_fp8_mtp", 45)])
 def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, parameters):
     python = vllm_python()
     results = run_ranks(lambda rank, port: [WORKER, str(rank), str(port), str(tmp_path), model],
@@ -53,8 +59,16 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
         for step in range(STEPS):
             assert re.search(rf"worker rank {r.rank} step {step}: {parameters} parameters "
                              "byte-exact", r.output), r.output
+            if model in DRAFTER_PARAMETERS:  # each step's draft session, after the model's
+                assert re.search(rf"worker rank {r.rank} step {step}: drafter "
+                                 rf"{DRAFTER_PARAMETERS[model]} parameters byte-exact",
+                                 r.output), r.output
     for r in results[:2]:
         assert f"trainer rank {r.rank} step {STEPS - 1}: sent" in r.output, r.output
+    if model in DRAFTER_PARAMETERS:  # a draft update in the model's session, refused
+        assert re.search("mismatched update refused: update_weights failed on a worker: "
+                         "ValueError: the trainer sent a draft update but this worker's weight "
+                         "update session targets the model", results[0].output), results[0].output
 
 
 def test_worker_layouts_refit_in_place_as_vllms_own_loaders_load(tmp_path):

@@ -39,13 +39,21 @@ FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same served from its bf16
 with --quantization fp8_per_block. `deepseek_v3_fp8` is vLLM's own DeepseekV3ForCausalLM of an
 FP8 checkpoint: MLA's W_UV and W_UK_T are then bf16 copies dequantized from the FP8 kv_b_proj,
 which the worker derives again after each update (ferry.vllm.derive_mla_copies).
+`deepseek_v3_mtp` and `deepseek_v3_fp8_mtp` serve those two with speculative decoding by vLLM's
+MTP drafter (DeepSeekMTP, built from the checkpoint's MTP layer beside the target, sharing its
+embedding and LM head): each step the trainer sends the model's update, then the drafter's in a
+draft session (send_weights(draft=True); the workers' start_draft_weight_update retargets the
+engine at the drafter as vllm/v1/worker/gpu_worker.py does), and the drafter is checked as the
+model is; at the end the trainer sends a draft update into a model session, which every worker
+must refuse and stay up.
 Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h|llama_fp8|
                                                llama_fp8_ue8m0|llama_fp8_online|qwen3_moe_fp8|
-                                               qwen3_moe_fp8_online|deepseek_v3_fp8]
+                                               qwen3_moe_fp8_online|deepseek_v3_fp8|
+                                               deepseek_v3_mtp|deepseek_v3_fp8_mtp]
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 import types
 from functools import cached_property
 from multiprocessing.connection import Client, Listener
@@ -81,7 +90,8 @@ DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0",
-                  "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online", "deepseek_v3_fp8")
+                  "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online", "deepseek_v3_fp8",
+                  "deepseek_v3_mtp", "deepseek_v3_fp8_mtp")
 LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
 ONLINE = "fp8_per_block"  # the --quantization of the _online modes: vLLM quantizes as it loads
 # An FP8 block-quantized checkpoint's quantization_config (DeepSeek-V3's and Qwen3's FP8 releases).
@@ -105,9 +115,11 @@ DEEPSEEK_V3_FP8 = dict(DEEPSEEK_V3, hidden_size=256, intermediate_size=512,
                        qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=64,
                        n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
                        vocab_size=256, quantization_config=FP8_BLOCKS)
-CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
+CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
+           "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
            "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8,
-           "deepseek_v3_fp8": DEEPSEEK_V3_FP8}
+           "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
+           "deepseek_v3_fp8_mtp": dict(DEEPSEEK_V3_FP8, num_nextn_predict_layers=1)}
 # The _online modes serve the same models' bf16 checkpoints (vLLM quantizes them as it loads).
 CONFIGS.update({f"{m}_online": {k: v for k, v in CONFIGS[m].items() if k != "quantization_config"}
                 for m in ("llama_fp8", "qwen3_moe_fp8")})
@@ -118,12 +130,18 @@ def model_dir() -> str:
     return vllm_harness.write_config(os.path.join(DIR, MODEL), CONFIGS[MODEL])
 
 
+def drafting() -> bool:
+    """Whether the workers serve MODEL with vLLM's MTP drafter beside it."""
+    return MODEL.endswith("_mtp")
+
+
 def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
     if MODEL == "qwen3_moe":
         return vllm_harness.checkpoint(step)
     if MODEL in CONFIGS and MODEL not in LLAMA_FP8_MODES:  # names and shapes from the config
-        tensors = ferry.Layout.preset(model_dir(), "vllm:tp=1,expert_tensors=members").tensors
+        drafter = ",mtp=1" if drafting() else ""  # the checkpoint's MTP layer too
+        tensors = ferry.Layout.preset(model_dir(), f"vllm:tp=1{drafter},expert_tensors=members").tensors
         return random_checkpoint(tensors, seed=3000 + step)
     g = torch.Generator().manual_seed(1000 + step)
     dims = FP8_DIMS if MODEL in LLAMA_FP8_MODES else \
@@ -138,8 +156,9 @@ def quantized(name: str, w: torch.Tensor) -> bool:
     with the quant config. DeepSeek-V3's projections (its router, vLLM's GateLinear, takes none:
     vllm/model_executor/models/deepseek_v2.py); every other matrix but the embedding and the LM
     head elsewhere (Qwen3-MoE's router too)."""
-    if MODEL.startswith("deepseek_v3"):
-        return ".layers." in name and name.endswith(("_proj.weight", "_proj_with_mqa.weight"))
+    if MODEL.startswith("deepseek_v3"):  # (the MTP layer's eh_proj is an nn.Linear: deepseek_mtp.py)
+        return ".layers." in name and name.endswith(("_proj.weight", "_proj_with_mqa.weight")) \
+            and not name.endswith("eh_proj.weight")
     return w.dim() == 2 and not name.endswith(("embed_tokens.weight", "lm_head.weight"))
 
 
@@ -238,6 +257,9 @@ class SocketClient:
     def start_weight_update(self):
         self._call("start_weight_update")
 
+    def start_draft_weight_update(self):  # the engine's call (vLLM's AsyncLLM, its HTTP route)
+        self._call("start_draft_weight_update")
+
     def update_weights(self, update_info):
         self._call("update_weights", update_info)
 
@@ -262,10 +284,28 @@ def trainer(args, workers: int) -> None:
             source.step(step)
         engine.send_weights()
         print(f"trainer rank {args.rank} step {step}: sent", flush=True)
+        if drafting():
+            engine.send_weights(draft=True)
+            print(f"trainer rank {args.rank} step {step}: sent the drafter's", flush=True)
+    if client is not None and drafting():
+        refuse_mismatched_update(client)
     if client is not None:
         ferry.vllm._concurrently(client.shutdown, engine.shutdown)
     else:
         engine.shutdown()
+
+
+def refuse_mismatched_update(client) -> None:
+    """A draft update sent into the model's session: every worker must refuse it, before it
+    moves a byte, and stay up."""
+    client.start_weight_update()
+    try:
+        client.update_weights({"round": STEPS, "draft": True})
+    except RuntimeError as e:
+        print(f"trainer rank 0: mismatched update refused: {e}", flush=True)
+    else:
+        raise AssertionError("a draft update in the model's session was accepted")
+    client.finish_weight_update()
 
 
 def wait_addresses(directory: str, workers: int, deadline_s: float = 120.0):
@@ -367,15 +407,38 @@ def within_one_ulp(model, expected, name: str) -> bool:
     return bool(((got - want).abs() <= 1).all() and ((got < 0) == (want < 0)).all())
 
 
-def verify(model, where: tuple, step: int, rank: int) -> str:
+def drafter_beside(model, config):
+    """vLLM's MTP drafter beside `model` as vLLM serves it: built, processed after loading
+    (MLA's derived weights), then sharing the target's embedding and LM head
+    (vllm/v1/spec_decode/llm_base_proposer.py), with the VllmConfig it was built under."""
+    drafter, draft_config = vllm_harness.build_drafter(model, config)
+    vllm_harness.process_mla(drafter)
+    vllm_harness.share_with_target(drafter, model, pp=1)
+    return drafter, draft_config
+
+
+def expected_models(where: tuple, step: int):
+    """The worker's model as vLLM's loaders make it of step `step`'s checkpoint, and its
+    drafter so loaded (None without one)."""
     expected, config = worker_model(*where)
-    if MODEL in HARNESS_MODELS:
-        vllm_harness.load_with_vllm(expected, config, served_checkpoint(step))
-        vllm_harness.process_mla(expected)
-        if MODEL == "llama_fp8_ue8m0":
-            vllm_harness.requantize_ue8m0(expected)
-    else:
+    if MODEL not in HARNESS_MODELS:
         load_with_vllm(expected, checkpoint(step))
+        return expected, None
+    weights = served_checkpoint(step)
+    vllm_harness.load_with_vllm(expected, config, weights)
+    vllm_harness.process_mla(expected)
+    if MODEL == "llama_fp8_ue8m0":
+        vllm_harness.requantize_ue8m0(expected)
+    if not drafting():
+        return expected, None
+    drafter, draft_config = vllm_harness.build_drafter(expected, config)
+    vllm_harness.load_with_vllm(drafter, draft_config, weights)
+    vllm_harness.process_mla(drafter)
+    vllm_harness.share_with_target(drafter, expected, pp=1)
+    return expected, drafter
+
+
+def verify(model, expected, step: int, rank: int) -> str:
     differ = vllm_harness.differing(model, expected)
     close = [n for n in differ if n.endswith(".mixer.A") and within_one_ulp(model, expected, n)]
     wrong = [n for n in differ if n not in close]
@@ -386,6 +449,11 @@ def verify(model, where: tuple, step: int, rank: int) -> str:
     return f"{count} parameters byte-exact" + (f" but {close}, within 1 ulp" if close else "")
 
 
+class Served(types.SimpleNamespace):
+    """A worker's engine and the models its updates land in: `model`, and with speculative
+    decoding `drafter` (built under `draft_config`); `where` builds them again."""
+
+
 def worker(args, tp: int, dp: int) -> None:
     index = args.rank - TRAINERS
     dp_rank, tp_rank = divmod(index, tp)
@@ -394,40 +462,62 @@ def worker(args, tp: int, dp: int) -> None:
     if MODEL.endswith("_online"):  # its quantized weights exist once vLLM loaded a checkpoint
         vllm_harness.load_with_vllm(model, vllm_config, checkpoint(-1))
     vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
+    drafter, draft_config = drafter_beside(model, vllm_config) if drafting() else (None, None)
     engine = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
     assert isinstance(engine, ferry.vllm.FerryWeightTransferEngine)
+    served = Served(engine=engine, model=model, drafter=drafter, draft_config=draft_config,
+                    where=where, rank=args.rank)
     with Listener(("127.0.0.1", 0), authkey=AUTH) as listener:
         path = os.path.join(args.dir, f"worker-{index}")
         with open(path + ".tmp", "w") as f:
             f.write(str(listener.address[1]))
         os.replace(path + ".tmp", path)
         with listener.accept() as conn:
-            serve(conn, engine, model, where, args.rank)
+            serve(conn, served)
 
 
-def serve(conn, engine, model, where: tuple, rank: int) -> None:
-    """vLLM's worker side of the weight-sync RPCs (vllm/v1/worker/gpu_worker.py)."""
+def serve(conn, served: Served) -> None:
+    """vLLM's worker side of the weight-sync RPCs (vllm/v1/worker/gpu_worker.py: a draft
+    session retargets the engine at the drafter from start_draft_weight_update until
+    finish_weight_update)."""
+    engine = served.engine
     while True:
         method, arg = conn.recv()
         try:
             if method == "init_weight_transfer_engine":
                 engine.init_transfer_engine(engine.parse_init_info(arg))
+            elif method == "start_draft_weight_update":
+                engine.set_weight_update_target(served.drafter, served.draft_config.model_config)
+                engine.start_weight_update()
             elif method == "update_weights":
                 engine.update_weights(arg)
-                step = arg["round"]
-                print(f"worker rank {rank} step {step}: "
-                      f"{verify(model, where, step, rank)}", flush=True)
+                report_update(served, arg["round"], arg.get("draft", False))
+            elif method == "finish_weight_update":
+                engine.finish_weight_update()
+                engine.reset_weight_update_target()
             elif method == "shutdown":
                 engine.shutdown()
             else:
                 getattr(engine, method)()
-        except Exception as e:
+        except Exception as e:  # vLLM's worker answers the RPC with the error and stays up
+            traceback.print_exc()
             conn.send(f"{type(e).__name__}: {e}")
-            raise
+            continue
         conn.send("ok")
         if method == "shutdown":
             return
+
+
+def report_update(served: Served, step: int, draft: bool) -> None:
+    """Checks the model the update landed in against vLLM's load of the step's checkpoint."""
+    expected, expected_drafter = expected_models(served.where, step)
+    if draft:
+        verdict = verify(served.drafter, expected_drafter, step, served.rank)
+        print(f"worker rank {served.rank} step {step}: drafter {verdict}", flush=True)
+    else:
+        verdict = verify(served.model, expected, step, served.rank)
+        print(f"worker rank {served.rank} step {step}: {verdict}", flush=True)
 
 
 def main() -> int:
