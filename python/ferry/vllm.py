@@ -35,8 +35,8 @@ With speculative decoding by vLLM's MTP drafter (DeepSeek-V3's MTP layers: specu
 until finish_weight_update). `send_weights(draft=True)` on every trainer rank runs one: the sender
 opens it with the client's `start_draft_weight_update` (the engine's call of that name:
 AsyncLLM.start_draft_weight_update, the HTTP route /start_draft_weight_update; vLLM's
-HTTPVLLMWeightSyncClient and RayVLLMWeightSyncClient lack it, so give the client handed to
-trainer_init one that calls it), and the update writes the drafter's own parameters, its MTP layers, from the checkpoint's MTP
+HTTPVLLMWeightSyncClient and RayVLLMWeightSyncClient lack it: FerryHTTPClient is vLLM's HTTP
+client with it, and a Ray client needs it added), and the update writes the drafter's own parameters, its MTP layers, from the checkpoint's MTP
 tensors the trainer sends (model.layers.N.* for a model of N layers). The parameters the drafter
 shares with the target (its embedding under one PP rank, each layer's shared_head.head) are the
 target's and come with the target's update.
@@ -64,6 +64,7 @@ from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
                                                    WeightTransferEngine,
                                                    WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
+from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
 from vllm.distributed.weight_transfer.factory import (WeightTransferEngineFactory,
                                                       WeightTransferTrainerFactory)
 
@@ -391,6 +392,15 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
         if self.session is not None:
             self.session.finish()
         self.session, self.plans = None, {}
+
+
+class FerryHTTPClient(HTTPVLLMWeightSyncClient):
+    """vLLM's HTTP weight-sync client (a `vllm serve` server's RL routes) with the draft
+    session's route too, which send_weights(draft=True) opens: POST /start_draft_weight_update
+    (vllm/entrypoints/rl/online/api_router.py)."""
+
+    def start_draft_weight_update(self) -> None:
+        self._post("start_draft_weight_update")
 
 
 def _concurrently(rpc, work) -> None:

@@ -12,7 +12,9 @@ of the FP8 kv_b_proj, derived again; and with its MTP drafter) of one, and with 
 checkpoint that vLLM quantizes as it loads (--quantization fp8_per_block) (the FP8 cases are
 //python:vllm_fp8_test and :vllm_fp8_moe_test); and the worker layouts of Llama, Qwen2, Qwen3,
 Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in several engine
-configurations, refitted in place, against vLLM's load_weights (vllm_refit_layout_worker.py).
+configurations, refitted in place, against vLLM's load_weights (vllm_refit_layout_worker.py);
+and ferry.vllm.FerryHTTPClient's draft session against a recording HTTP server
+(vllm_http_client_check.py).
 Skipped, saying so, where the environment is missing. Slow: rank processes import vLLM and torch
 (about 1-2 minutes each on 2 idle cores); children are killed at the deadline."""
 
@@ -69,6 +71,14 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
         assert re.search("mismatched update refused: update_weights failed on a worker: "
                          "ValueError: the trainer sent a draft update but this worker's weight "
                          "update session targets the model", results[0].output), results[0].output
+
+
+def test_http_client_opens_vllms_draft_sessions():
+    python = vllm_python()
+    check = os.path.join(os.path.dirname(__file__), "vllm_http_client_check.py")
+    result = subprocess.run([python, check], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "http client: ok" in result.stdout, \
+        result.stdout + result.stderr
 
 
 def test_worker_layouts_refit_in_place_as_vllms_own_loaders_load(tmp_path):
