@@ -36,10 +36,11 @@ until finish_weight_update). `send_weights(draft=True)` on every trainer rank ru
 opens it with the client's `start_draft_weight_update` (the engine's call of that name:
 AsyncLLM.start_draft_weight_update, the HTTP route /start_draft_weight_update; vLLM's
 HTTPVLLMWeightSyncClient and RayVLLMWeightSyncClient lack it: FerryHTTPClient is vLLM's HTTP
-client with it, and a Ray client needs it added), and the update writes the drafter's own parameters, its MTP layers, from the checkpoint's MTP
-tensors the trainer sends (model.layers.N.* for a model of N layers). The parameters the drafter
-shares with the target (its embedding under one PP rank, each layer's shared_head.head) are the
-target's and come with the target's update.
+client with it, and a Ray client needs it added). The update writes the drafter's own
+parameters, its MTP layers, from the checkpoint's MTP tensors the trainer sends
+(model.layers.N.* for a model of N layers). The parameters the drafter shares with the target
+(its embedding under one PP rank, each layer's shared_head.head) are the target's and come with
+the target's update.
 
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
 worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank
@@ -193,7 +194,7 @@ class FerryWeightTransferEngine(
         moved = moved_parameters(target.bound)
         if moved:
             raise ValueError(f"vLLM parameters {moved[:3]} ({len(moved)} in all) are no longer "
-                             "where ferry registered them at init (something rebound or "
+                             "where ferry registered them when it planned (something rebound or "
                              "reallocated them: a reload, process_weights_after_loading run "
                              "again); initialize the weight transfer engine again")
         target.refit.run()

@@ -339,17 +339,21 @@ def fill_fp8_buffers(layout, rank: int, weights: dict[str, torch.Tensor],
     an engine that loaded fp8_checkpoint holds them, if ferry's layout is right: the buffer's
     matrices, assembled in bf16 from `weights` where its fragments place them, each quantized by
     the same per_block_cast_to_fp8."""
-    for pair in layout.block_scaled:
-        if pair.rank != rank:
-            continue
-        from vllm.utils.deep_gemm import per_block_cast_to_fp8
+    pairs = [pair for pair in layout.block_scaled if pair.rank == rank]
+    if not pairs:
+        return
+    from vllm.utils.deep_gemm import per_block_cast_to_fp8
 
+    by_buffer: dict[str, list] = {pair.buffer: [] for pair in pairs}
+    for f in layout.fragments(rank):
+        if f.buffer in by_buffer:
+            by_buffer[f.buffer].append(f)
+    for pair in pairs:
         stage = torch.zeros(pair.matrices * pair.rows * pair.cols, dtype=torch.bfloat16)
-        for f in layout.fragments(rank):
-            if f.buffer == pair.buffer:  # an fp8 buffer's offsets count its one-byte elements
-                box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
-                shape = [hi - lo for lo, hi in zip(f.lo, f.hi)]
-                stage.as_strided(shape, list(f.strides), f.byte_offset).copy_(box)
+        for f in by_buffer[pair.buffer]:  # an fp8 buffer's offsets count its one-byte elements
+            box = weights[f.tensor][tuple(slice(lo, hi) for lo, hi in zip(f.lo, f.hi))]
+            shape = [hi - lo for lo, hi in zip(f.lo, f.hi)]
+            stage.as_strided(shape, list(f.strides), f.byte_offset).copy_(box)
         quantized = [per_block_cast_to_fp8(m, [128, 128])
                      for m in stage.view(pair.matrices, pair.rows, pair.cols)]
         buffers[pair.buffer] = as_bytes(torch.stack([q for q, _ in quantized]))

@@ -8,9 +8,9 @@ expert parallelism (DeepSeek-V3 also with its MTP drafter, updated in vLLM's dra
 once with vLLM's own Nemotron-H (Mamba-2), twice with vLLM's own Llama
 of an FP8 block-quantized checkpoint (the refit quantizes; float32 scales, then DeepGEMM's E8M0
 ones), once each with vLLM's own Qwen3-MoE (FP8 experts) and DeepSeek-V3 (MLA's weights copies
-of the FP8 kv_b_proj, derived again; and with its MTP drafter) of one, and with the first two served from a bf16
-checkpoint that vLLM quantizes as it loads (--quantization fp8_per_block) (the FP8 cases are
-//python:vllm_fp8_test and :vllm_fp8_moe_test); and the worker layouts of Llama, Qwen2, Qwen3,
+of the FP8 kv_b_proj, derived again; and with its MTP drafter) of one, and with the first two
+served from a bf16 checkpoint that vLLM quantizes as it loads (--quantization fp8_per_block)
+(the FP8 cases are //python:vllm_fp8_test and :vllm_fp8_moe_test); and the worker layouts of Llama, Qwen2, Qwen3,
 Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in several engine
 configurations, refitted in place, against vLLM's load_weights (vllm_refit_layout_worker.py);
 and ferry.vllm.FerryHTTPClient's draft session against a recording HTTP server

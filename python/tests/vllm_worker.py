@@ -115,7 +115,8 @@ DEEPSEEK_V3_FP8 = dict(DEEPSEEK_V3, hidden_size=256, intermediate_size=512,
                        qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=64,
                        n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
                        vocab_size=256, quantization_config=FP8_BLOCKS)
-CONFIGS = {"deepseek_v3": DEEPSEEK_V3, "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
+CONFIGS = {"deepseek_v3": DEEPSEEK_V3,
+           "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
            "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
            "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8,
            "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
@@ -141,7 +142,8 @@ def checkpoint(step: int) -> dict[str, torch.Tensor]:
         return vllm_harness.checkpoint(step)
     if MODEL in CONFIGS and MODEL not in LLAMA_FP8_MODES:  # names and shapes from the config
         drafter = ",mtp=1" if drafting() else ""  # the checkpoint's MTP layer too
-        tensors = ferry.Layout.preset(model_dir(), f"vllm:tp=1{drafter},expert_tensors=members").tensors
+        spec = f"vllm:tp=1{drafter},expert_tensors=members"
+        tensors = ferry.Layout.preset(model_dir(), spec).tensors
         return random_checkpoint(tensors, seed=3000 + step)
     g = torch.Generator().manual_seed(1000 + step)
     dims = FP8_DIMS if MODEL in LLAMA_FP8_MODES else \
@@ -156,7 +158,7 @@ def quantized(name: str, w: torch.Tensor) -> bool:
     with the quant config. DeepSeek-V3's projections (its router, vLLM's GateLinear, takes none:
     vllm/model_executor/models/deepseek_v2.py); every other matrix but the embedding and the LM
     head elsewhere (Qwen3-MoE's router too)."""
-    if MODEL.startswith("deepseek_v3"):  # (the MTP layer's eh_proj is an nn.Linear: deepseek_mtp.py)
+    if MODEL.startswith("deepseek_v3"):  # (the MTP layer's eh_proj: an nn.Linear, deepseek_mtp.py)
         return ".layers." in name and name.endswith(("_proj.weight", "_proj_with_mqa.weight")) \
             and not name.endswith("eh_proj.weight")
     return w.dim() == 2 and not name.endswith(("embed_tokens.weight", "lm_head.weight"))
