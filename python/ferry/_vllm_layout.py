@@ -69,7 +69,8 @@ buffer of its own. Where vLLM keeps them otherwise (the AMX backend's packed wei
 BMMs' W_K/W_V, DCP query replication's gathered W_UK_T_dcp_qrep) the module is refused by name.
 
 Fused names come from the model's `packed_modules_mapping` (vllm/model_executor/models/llama.py:
-{"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}).
+{"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}); a
+drafter without one fuses as its target does (engine_shards' `packed`).
 
 FP8 block-quantized linear and expert layers hold e4m3 values of the same boxes in `weight`
 (`w13_weight`, `w2_weight`; their shards' transform is "fp8_block") and their scales in
