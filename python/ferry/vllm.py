@@ -311,7 +311,7 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
         source = self.session.all_gather_shards(list(self._shards.values()))
         destination = self.session.all_gather_shards([])  # the workers' parameter boxes
         return _TrainerPlan(self.session.refit(Layout.from_shards(source),
-                                        Layout.from_shards(destination)))
+                                               Layout.from_shards(destination)))
 
     def send_weights(self, *, draft: bool = False) -> None:
         """One update on every trainer rank: registers what `iter_local` yields (again only
@@ -323,8 +323,7 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
         the checkpoint's MTP layers), its parameters that are not the target's: the sender
         opens the workers' session with the client's start_draft_weight_update (which calls
         the engine's: AsyncLLM.start_draft_weight_update, or the HTTP route of that name). Its
-        plan is made at the first draft update, on every
-        trainer rank and worker together."""
+        plan is made at the first draft update, on every trainer rank and worker together."""
         if not self.plans:
             raise RuntimeError("trainer_init must run before send_weights")
         start = self.client.start_weight_update if self.is_sender else None
@@ -338,24 +337,22 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
         if sent is not None:  # (a registration error leaves the workers' session unopened)
             self._register_local(sent)
 
-        def work() -> _TrainerPlan:
-            plan = sent
-            if plan is None:  # the first draft update: planned with the workers' drafters
-                plan = self.plans[draft] = self._plan()
-                self._register_local(plan)
-            plan.refit.run()
-            return plan
+        def work() -> None:
+            if sent is None:  # the first draft update: planned with the workers' drafters
+                self.plans[draft] = self._plan()
+                self._register_local(self.plans[draft])
+            self.plans[draft].refit.run()
 
         if not self.is_sender:
-            work().rounds += 1
+            work()
+            self.plans[draft].rounds += 1
             return
         start()
         update = asdict(FerryWeightTransferUpdateInfo(round=sent.rounds if sent else 0,
                                                       draft=draft))
-        done = []
-        _concurrently(lambda: self.client.update_weights(update), lambda: done.append(work()))
+        _concurrently(lambda: self.client.update_weights(update), work)
         self.client.finish_weight_update()
-        done[0].rounds += 1
+        self.plans[draft].rounds += 1
 
     def _register_local(self, sent: _TrainerPlan) -> None:
         seen = set()

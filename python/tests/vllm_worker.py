@@ -409,11 +409,14 @@ def within_one_ulp(model, expected, name: str) -> bool:
     return bool(((got - want).abs() <= 1).all() and ((got < 0) == (want < 0)).all())
 
 
-def drafter_beside(model, config):
-    """vLLM's MTP drafter beside `model` as vLLM serves it: built, processed after loading
-    (MLA's derived weights), then sharing the target's embedding and LM head
-    (vllm/v1/spec_decode/llm_base_proposer.py), with the VllmConfig it was built under."""
+def drafter_beside(model, config, weights: dict[str, torch.Tensor] | None = None):
+    """vLLM's MTP drafter beside `model` as vLLM serves it: built, loaded with `weights` by
+    its own load_weights (none: left zeroed), processed after loading (MLA's derived weights),
+    then sharing the target's embedding and LM head (vllm/v1/spec_decode/
+    llm_base_proposer.py), with the VllmConfig it was built under."""
     drafter, draft_config = vllm_harness.build_drafter(model, config)
+    if weights is not None:
+        vllm_harness.load_with_vllm(drafter, draft_config, weights)
     vllm_harness.process_mla(drafter)
     vllm_harness.share_with_target(drafter, model, pp=1)
     return drafter, draft_config
@@ -433,11 +436,7 @@ def expected_models(where: tuple, step: int):
         vllm_harness.requantize_ue8m0(expected)
     if not drafting():
         return expected, None
-    drafter, draft_config = vllm_harness.build_drafter(expected, config)
-    vllm_harness.load_with_vllm(drafter, draft_config, weights)
-    vllm_harness.process_mla(drafter)
-    vllm_harness.share_with_target(drafter, expected, pp=1)
-    return expected, drafter
+    return expected, drafter_beside(expected, config, weights)[0]
 
 
 def verify(model, expected, step: int, rank: int) -> str:

@@ -59,9 +59,7 @@ ModelPreset SmallModel(int64_t vocab, bool tied = false) {
   c.num_kv_heads = 12;
   c.head_dim = 2;
   c.intermediate = 48;
-  Result<ModelPreset> p = ModelPreset::FromConfig(c);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(p).value();
+  return PresetOf(c);
 }
 
 // The one fragment of `tensor` in `buffer` on `rank` covers rows [lo, hi) (none when lo == hi),
