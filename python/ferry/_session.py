@@ -109,6 +109,15 @@ class Session:
         gathered = self._impl.all_gather(json.dumps(mine))
         return [layout_entry(row) for value in gathered for row in json.loads(value)]
 
+    def any_rank(self, flag: bool) -> bool:
+        """Whether any rank passed a true `flag`: a vote every rank of the session casts, in the
+        same order as its other gathers and votes (two counters in the store a call, whatever
+        the world size). Blocks (GIL released) until every rank voted or deadline.store
+        passes."""
+        if not isinstance(flag, bool):
+            raise TypeError(f"any_rank takes a bool, got {type(flag).__name__}")
+        return self._impl.any_rank(flag)
+
     def recreate(self, timeout: float = 60.0) -> None:
         """After a failed run: every rank calls it to replace the transports (a new epoch),
         waiting at most `timeout` seconds (positive) for the others."""

@@ -26,8 +26,11 @@ loaders place checkpoint tensors into tensor-parallel shards:
   (`_load_w2`), with `{layer}` the layer's `layer_name`, t its MoE TP rank
   (`moe_config.tp_rank`: 0 under expert parallelism), {gate, up, down} its checkpoint names and e
   the expert whose weights slot s holds (`expert_map_manager.map_global_to_local`, linear or
-  round-robin placement). Refused: EPLB (its expert moves at run time would leave a plan made at
-  init writing the wrong slots), fused shared experts, padded or transposed expert weights, any
+  round-robin placement). Under EPLB the slots are physical experts, E + R of them over the EP
+  ranks, and slot s holds the logical expert the layer's current EPLB map gives its physical
+  expert (`expert_slots`), several slots one expert where it has replicas; vLLM moves experts
+  between slots while it serves, and the worker plans again when they moved (eplb_placement).
+  Refused: fused shared experts, padded or transposed expert weights, any
   other expert parameter (biases, the scales of quantizations other than FP8's), and expert
   kernels other than Triton's (FP8's: _vllm_fp8.py), which rearrange the weights after
   loading (`_LOADED_LAYOUT_KERNELS`);
@@ -148,31 +151,85 @@ def _check_expert_kernel(name: str, module: Any) -> None:
                          "not; serve with --moe-backend triton")
 
 
-def _local_experts(name: str, module: Any) -> list[int]:
-    """The expert each local slot of RoutedExperts `module` holds, checked to be what ferry
-    can write in place."""
+def _eplb_states(modules: Mapping[str, Any]) -> dict[int, Any]:
+    """The EPLB state of each RoutedExperts module under EPLB, by the module's id: its MoE
+    runner's router's EplbLayerState (vllm/model_executor/layers/fused_moe/runner/moe_runner.py,
+    `eplb_state` is `self.router.eplb_state`; None without EPLB)."""
+    states = {}
+    for module in modules.values():
+        state = getattr(getattr(module, "router", None), "eplb_state", None)
+        if state is not None and hasattr(module, "routed_experts"):
+            states[id(module.routed_experts)] = state
+    return states
+
+
+def _physical_experts(name: str, config: Any, state: Any) -> list[int]:
+    """Under EPLB, the logical expert each physical expert holds: the inverse of the layer's
+    logical_to_physical_map ([E, replicas], -1 where unused: vllm/distributed/eplb/eplb_state.py
+    EplbLayerState, a view of the map EplbState rewrites in place as it moves experts,
+    _commit_eplb_maps), of which logical_replica_count columns are used; before vLLM registers
+    the layer's state (set_eplb_state), the arrangement its loader loads: the E experts, then
+    replicas of experts 0, 1, ... (EplbState.build_initial_global_physical_to_logical_map)."""
+    physical, logical = config.num_experts, config.num_logical_experts
+    table = getattr(state, "logical_to_physical_map", None)
+    if table is None:
+        return list(range(logical)) + [i % logical for i in range(physical - logical)]
+    width = int(state.logical_replica_count.max())
+    held = [-1] * physical
+    for expert, slots in enumerate(table[:, :width].tolist()):
+        for slot in slots:
+            if not -1 <= slot < physical or (slot >= 0 and held[slot] >= 0):
+                raise ValueError(f"vLLM parameter {name}: the EPLB map places expert {expert} "
+                                 f"in physical slot {slot} of {physical}, which is not free")
+            if slot >= 0:
+                held[slot] = expert
+    return held
+
+
+def expert_slots(name: str, module: Any, eplb: Any = None) -> list[int]:
+    """The expert each local slot of RoutedExperts `module` holds (`eplb`: its EPLB state, under
+    EPLB), checked to be what ferry can write in place."""
     _check_expert_kernel(name, module)
     config = module.moe_config
-    if config.moe_parallel_config.enable_eplb:
-        raise ValueError(f"vLLM parameter {name}: EPLB moves experts between ranks while vLLM "
-                         "serves, which a plan made at init cannot follow")
+    if config.moe_parallel_config.enable_eplb and eplb is None:
+        raise ValueError(f"vLLM parameter {name}: EPLB is on but its MoE runner's router has no "
+                         "EPLB state (a MoE layer ferry does not know)")
     manager = module.expert_map_manager
-    if manager.num_fused_shared_experts or config.num_experts != config.num_logical_experts:
-        raise ValueError(f"vLLM parameter {name}: fused shared or redundant experts are not "
-                         "supported")
+    if manager.num_fused_shared_experts or \
+            (eplb is None and config.num_experts != config.num_logical_experts):
+        raise ValueError(f"vLLM parameter {name}: fused shared experts, or redundant experts "
+                         "without EPLB, are not supported")
+    held = _physical_experts(name, config, eplb) if eplb is not None else \
+        list(range(config.num_experts))
     slots: dict[int, int] = {}
-    for expert in range(config.num_logical_experts):
-        slot = manager.map_global_to_local(expert)
-        if slot >= 0:
-            slots[slot] = expert
+    for physical, expert in enumerate(held):
+        slot = manager.map_global_to_local(physical)
+        if slot < 0:
+            continue
+        if expert < 0:
+            raise ValueError(f"vLLM parameter {name}: EPLB maps no expert to physical slot "
+                             f"{physical} (elastic EP scaling up); not supported")
+        slots[slot] = expert
     if sorted(slots) != list(range(module.local_num_experts)):
         raise ValueError(f"vLLM parameter {name}: local expert slots {sorted(slots)} are not "
                          f"0..{module.local_num_experts - 1}")
     return [slots[s] for s in range(module.local_num_experts)]
 
 
-def expert_pieces(name: str, module: Any, param: Any) -> list[Piece]:
-    """The checkpoint boxes RoutedExperts parameter `name` holds, slot by slot."""
+def eplb_placement(model: Any, skip: Collection[int] = ()) -> dict[str, tuple[int, ...]]:
+    """The expert each local slot holds, by RoutedExperts module name, of `model`'s MoE layers
+    under EPLB whose weights are not in `skip`: what vLLM's EPLB changes while it serves, so that
+    a plan made for one placement is made again when it differs (ferry.vllm)."""
+    modules = dict(model.named_modules())
+    states = _eplb_states(modules)
+    return {name: tuple(expert_slots(name, module, states[id(module)]))
+            for name, module in modules.items()
+            if id(module) in states and id(module.w13_weight) not in skip}
+
+
+def expert_pieces(name: str, module: Any, param: Any, eplb: Any = None) -> list[Piece]:
+    """The checkpoint boxes RoutedExperts parameter `name` holds, slot by slot (`eplb`: the
+    layer's EPLB state, under EPLB)."""
     leaf = name.rpartition(".")[2]
     if leaf not in ("w13_weight", "w2_weight") or getattr(param, "is_transposed", False):
         raise ValueError(f"vLLM parameter {name}: only untransposed w13_weight and w2_weight "
@@ -192,7 +249,7 @@ def expert_pieces(name: str, module: Any, param: Any) -> list[Piece]:
         projections, dim = [module.ckpt_down_proj_name], 1
     return [Piece(f"{module.layer_name}.{expert}.{projection}.weight", dim, rank * size,
                   (rank + 1) * size)
-            for expert in _local_experts(name, module)
+            for expert in expert_slots(name, module, eplb)
             for projection in projections if projection is not None]
 
 
@@ -250,11 +307,12 @@ def _all_mixer_pieces(modules: Mapping[str, Any]) -> dict[str, list[Piece]]:
 
 
 def param_pieces(name: str, module: Any, param: Any, packed: Mapping[str, list[str]],
-                 sent: Callable[[str], bool]) -> list[Piece]:
+                 sent: Callable[[str], bool], eplb: Any = None) -> list[Piece]:
     """The checkpoint boxes vLLM parameter `name` (of `module`) holds, in storage order;
-    `sent` says whether the trainer sends a tensor of that (vLLM) name."""
+    `sent` says whether the trainer sends a tensor of that (vLLM) name; `eplb` is a MoE
+    layer's EPLB state."""
     if hasattr(module, "expert_map_manager"):
-        return expert_pieces(name, module, param)
+        return expert_pieces(name, module, param, eplb)
     leaf = name.rpartition(".")[0].rpartition(".")[2]
     out_dim = getattr(param, "output_dim", None)
     if leaf in packed and out_dim is not None and hasattr(module, "output_sizes"):
@@ -467,6 +525,7 @@ def engine_shards(model: Any, source: Mapping[str, Any], rank: int, skip: Collec
     left_out = _derived_params(modules) | set(skip)
     renamed = _checkpoint_names(model, source)
     mixers = _all_mixer_pieces(modules)
+    eplb = _eplb_states(modules)
 
     def sent_name(tensor: str) -> str:
         return renamed.get(tensor, tensor)
@@ -491,7 +550,8 @@ def engine_shards(model: Any, source: Mapping[str, Any], rank: int, skip: Collec
             buffers[name] = param.data
             continue
         pieces = mixers.get(name) or param_pieces(name, module, param, packed,
-                                                  lambda t: sent_name(t) in source)
+                                                  lambda t: sent_name(t) in source,
+                                                  eplb.get(id(module)))
         if fp8 and leaf in FP8_WEIGHTS:
             pieces = [p._replace(transform="fp8_block") for p in pieces]
         pieces = [p._replace(tensor=checkpoint_tensor(p)) for p in pieces]

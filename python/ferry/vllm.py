@@ -42,6 +42,12 @@ parameters, its MTP layers, from the checkpoint's MTP tensors the trainer sends
 (its embedding under one PP rank, each layer's shared_head.head) are the target's and come with
 the target's update.
 
+Under EPLB (--enable-eplb) each expert slot holds the logical expert its layer's current EPLB
+map gives it (ferry._vllm_layout.expert_slots). vLLM moves experts between slots while it
+serves (EplbState.rearrange), so before every update of a plan whose workers run EPLB each rank
+votes (Session.any_rank) whether its experts moved since the plan, and if any did, every
+trainer rank and worker plans again, as at init.
+
 The ferry ranks: trainer rank r is ferry rank r (rank 0 hosts ferry's store at `store`); vLLM
 worker w (over every data-parallel replica, as vLLM's NCCL backend numbers them) is ferry rank
 num_trainer_ranks + w. At init every rank joins the ferry session, the trainer ranks' shards and
@@ -53,6 +59,7 @@ the wire dtype is staged in a copy made once).
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -73,9 +80,10 @@ from ._arrays import moved_parameters, param_storage
 from ._layout import Layout, Shard
 from ._session import Refit, Session
 from ._source_layout import trainer_shards
-from ._vllm_layout import engine_shards, mla_copies
+from ._vllm_layout import eplb_placement, engine_shards, mla_copies
 
 BACKEND = "ferry"
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -109,13 +117,18 @@ class FerryWeightTransferUpdateInfo(WeightTransferUpdateInfo):
 @dataclass
 class _Target:
     """A model a worker's updates land in (vLLM's target model, or its speculative drafter):
-    the plan bound to its parameters, where those lay when registered, its MLA layers whose
-    derived weights are copies, and the updates it received."""
+    the plan bound to its parameters (but those in `skip`), where those lay when registered,
+    its MLA layers whose derived weights are copies, the experts its MoE layers under EPLB held
+    when it was made (`placement`), whether any worker's are under EPLB (`eplb`: then every
+    update first checks that none moved), and the updates it received."""
 
     model: torch.nn.Module
+    skip: set[int]
     refit: Refit
     bound: list[tuple[str, torch.nn.Parameter, tuple]]
     mla_copies: list[torch.nn.Module]
+    placement: dict[str, tuple[int, ...]]
+    eplb: bool
     rounds: int = 0
 
 
@@ -162,17 +175,39 @@ class FerryWeightTransferEngine(
         trainer ranks' shards and every worker's parameter boxes (ferry._vllm_layout) exchanged
         through the session, then planned; every rank of the session makes it together."""
         source = self.session.all_gather_shards([])  # the trainer ranks' shards
+        placement = eplb_placement(model, skip)
         shards, buffers = engine_shards(
             model, {s.name: s for s in source}, self.rank, skip,
             getattr(self._default_model, "packed_modules_mapping", None))
         destination = self.session.all_gather_shards(shards)
+        eplb = self.session.any_rank(bool(placement))
         refit = self.session.refit(Layout.from_shards(source), Layout.from_shards(destination))
         for name, tensor in buffers.items():
             refit.register(name, tensor, side="destination")
         # every parameter, MLA's views of kv_b_proj included: where the plan writes and reads
         bound = [(name, param, param_storage(param)) for name, param in model.named_parameters()
                  if id(param) not in skip]
-        return _Target(model, refit, bound, mla_copies(model))
+        return _Target(model, skip, refit, bound, mla_copies(model), placement, eplb)
+
+    def _follow_experts(self, target: _Target) -> _Target:
+        """Under EPLB, which moves experts between slots while vLLM serves (EplbState.rearrange),
+        before an update: every rank votes whether its experts moved since `target`'s plan; if
+        any did, every trainer rank and worker plans again (as at init) and the new plan
+        replaces the old. Returns the plan the update runs."""
+        now = eplb_placement(target.model, target.skip)
+        moved = [name for name, slots in now.items() if target.placement.get(name) != slots]
+        if not self.session.any_rank(bool(moved)):
+            return target
+        if moved:
+            logger.info("ferry: EPLB moved the experts of %d MoE layers (%s, ...) since the "
+                        "last plan; planning again", len(moved), moved[0])
+        replanned = self._plan(target.model, target.skip)
+        replanned.rounds = target.rounds
+        if target is self.draft:
+            self.draft = replanned
+        else:
+            self.target = replanned
+        return replanned
 
     def start_weight_update(self) -> None:
         self._require_init()
@@ -197,6 +232,8 @@ class FerryWeightTransferEngine(
                              "where ferry registered them when it planned (something rebound or "
                              "reallocated them: a reload, process_weights_after_loading run "
                              "again); initialize the weight transfer engine again")
+        if target.eplb:
+            target = self._follow_experts(target)
         target.refit.run()
         derive_mla_copies(target.mla_copies)
         target.rounds += 1
@@ -262,6 +299,9 @@ class _TrainerPlan:
     registered with it: each tensor's (address, elements), and the updates it sent."""
 
     refit: Refit
+    eplb: bool = False
+    """Whether a worker's MoE layers are under EPLB: every update then first votes whether its
+    experts moved, and if so every rank plans again."""
     registered: dict[str, tuple[int, int]] = field(default_factory=dict)
     rounds: int = 0
 
@@ -310,8 +350,22 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
         exchanged through the session, then planned; every rank makes it together."""
         source = self.session.all_gather_shards(list(self._shards.values()))
         destination = self.session.all_gather_shards([])  # the workers' parameter boxes
+        eplb = self.session.any_rank(False)  # (the workers vote whether they run EPLB)
         return _TrainerPlan(self.session.refit(Layout.from_shards(source),
-                                               Layout.from_shards(destination)))
+                                               Layout.from_shards(destination)), eplb)
+
+    def _follow_experts(self, draft: bool) -> None:
+        """Under EPLB, before an update: the workers vote whether their experts moved since the
+        plan (this rank votes no); if any did, every rank plans again, and this rank registers
+        its tensors with the new plan."""
+        if not self.session.any_rank(False):
+            return
+        if self.is_sender:
+            logger.info("ferry: EPLB moved experts on a vLLM worker; planning again")
+        replanned = self._plan()
+        replanned.rounds = self.plans[draft].rounds
+        self.plans[draft] = replanned
+        self._register_local(replanned)
 
     def send_weights(self, *, draft: bool = False) -> None:
         """One update on every trainer rank: registers what `iter_local` yields (again only
@@ -341,6 +395,8 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
             if sent is None:  # the first draft update: planned with the workers' drafters
                 self.plans[draft] = self._plan()
                 self._register_local(self.plans[draft])
+            if self.plans[draft].eplb:
+                self._follow_experts(draft)
             self.plans[draft].refit.run()
 
         if not self.is_sender:

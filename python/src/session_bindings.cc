@@ -45,6 +45,7 @@ Config SessionConfig(const py::object& source) {
 struct SessionHandle {
   std::unique_ptr<Session> session;
   int64_t gathers = 0;  // AllGather calls so far: every rank makes the same sequence
+  int64_t votes = 0;    // AnyRank calls so far, likewise
 };
 
 // Every rank passes its bytes; each gets every rank's, in rank order, through the session's store
@@ -72,6 +73,29 @@ std::vector<py::bytes> AllGather(SessionHandle& handle, const std::string& mine)
   }
   ThrowIfError(status);
   return {values.begin(), values.end()};
+}
+
+// Whether any rank passed true: each rank adds its vote to one counter and then its arrival to
+// another (keys python/any/<call>/votes and .../arrived), waits until every rank arrived and reads
+// the votes, which are final by then. Two counters a call whatever the world size, where an
+// all_gather stores one key per rank and reads them all on every rank. Blocks, GIL released, until
+// all arrived or deadline.store passes.
+bool AnyRank(SessionHandle& handle, bool mine) {
+  Session& s = *handle.session;
+  const std::string prefix = "python/any/" + std::to_string(handle.votes++) + "/";
+  double seconds = Unwrap(s.config().GetSeconds("deadline.store"));
+  Result<int64_t> votes = int64_t{0};
+  {
+    py::gil_scoped_release release;
+    Deadline deadline = Deadline::AfterSeconds(seconds);
+    Store& store = s.store();
+    votes = store.Add(prefix + "votes", mine ? 1 : 0, deadline);
+    Status status = votes.status();
+    if (status.ok()) status = store.Add(prefix + "arrived", 1, deadline).status();
+    if (status.ok()) status = store.WaitAtLeast(prefix + "arrived", s.info().size, deadline);
+    votes = status.ok() ? store.Add(prefix + "votes", 0, deadline) : Result<int64_t>(status);
+  }
+  return Unwrap(std::move(votes).WithContext("any_rank")) > 0;
 }
 
 struct RefitHandle {
@@ -213,6 +237,7 @@ void BindSession(py::module_& m) {
            })
       .def("bind", &Bind, py::keep_alive<0, 1>())
       .def("all_gather", &AllGather)
+      .def("any_rank", &AnyRank)
       .def("recreate",
            [](SessionHandle& h, double timeout_seconds) {
              Session& s = *h.session;

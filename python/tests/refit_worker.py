@@ -1,10 +1,10 @@
 """One rank of the multi-process refit tests (test_refit.py): joins the session through ferry's
 TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
-(Session.all_gather_shards, ferry.Layout.from_shards), registers numpy arrays, CPU torch tensors
-or CUDA torch tensors (every rank on device 0), runs the refit for several steps and checks every
-destination element against the value the source held and that every tensor the rank holds is
-reported complete, and prints the bytes read directly from peers and sent. Exits 0 when all
-match.
+(Session.all_gather_shards, ferry.Layout.from_shards), votes twice (Session.any_rank),
+registers numpy arrays, CPU torch tensors or CUDA torch tensors (every rank on device 0), runs
+the refit for several steps and checks every destination element against the value the source
+held and that every tensor the rank holds is reported complete, and prints the bytes read
+directly from peers and sent. Exits 0 when all match.
 
     refit_worker.py SCENARIO BACKEND RANK PORT [external]
     SCENARIO: 2to2 | 4to2, BACKEND: numpy | torch | cuda; `external`: the store at PORT is served
@@ -96,6 +96,9 @@ def main() -> int:
         dst = ferry.Layout.from_shards([s for s in gathered if s.rank >= m])
         whole = ferry.Layout.from_shards(src_shards)  # what one rank knowing everything builds
         assert sorted(src.fragments()) == sorted(whole.fragments()), "gathered layout differs"
+        # A vote: true when one rank says so, false when none does, on every rank.
+        votes = (session.any_rank(rank == m + n - 1), session.any_rank(False))
+        assert votes == (True, False), f"rank {rank}: votes {votes}"
         refit = session.refit(src, dst)
         arrays = {**allocate(src, rank, backend), **allocate(dst, rank, backend)}
         for name, array in arrays.items():

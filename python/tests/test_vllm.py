@@ -4,7 +4,8 @@ creating ferry's engines, a TP2 Megatron-style trainer (2 processes) refitting t
 replicas (4 processes), three steps; every worker checks every parameter byte for byte against
 what vLLM's loaders make of that step's checkpoint (vllm_worker.py). Once with a Llama built
 from vLLM's own layers, once each with vLLM's own Qwen3-MoE and DeepSeek-V3 (MLA) classes under
-expert parallelism (DeepSeek-V3 also with its MTP drafter, updated in vLLM's draft sessions),
+expert parallelism (Qwen3-MoE also under EPLB, its experts moved between two updates;
+DeepSeek-V3 also with its MTP drafter, updated in vLLM's draft sessions),
 once with vLLM's own Nemotron-H (Mamba-2), twice with vLLM's own Llama
 of an FP8 block-quantized checkpoint (the refit quantizes; float32 scales, then DeepGEMM's E8M0
 ones), once each with vLLM's own Qwen3-MoE (FP8 experts) and DeepSeek-V3 (MLA's weights copies
@@ -45,6 +46,7 @@ def vllm_python() -> str:
 
 # (FP8 layers: each weight with its weight_scale_inv; Qwen3-MoE's router and experts too)
 @pytest.mark.parametrize("model,parameters", [("llama", 15), ("qwen3_moe", 21),
+                                              ("qwen3_moe_eplb", 21),
                                               ("deepseek_v3", 31), ("nemotron_h", 33),
                                               ("llama_fp8", 23), ("llama_fp8_ue8m0", 23),
                                               ("llama_fp8_online", 23), ("qwen3_moe_fp8", 31),
@@ -67,6 +69,11 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
                                  r.output), r.output
     for r in results[:2]:
         assert f"trainer rank {r.rank} step {STEPS - 1}: sent" in r.output, r.output
+    # Under EPLB the workers' experts move before step 1: every rank plans again then, only then
+    moved = {1} if model.endswith("_eplb") else set()
+    for r in results:
+        again = {int(s) for s in re.findall(rf"rank {r.rank} step (\d+): planned again", r.output)}
+        assert again == moved, r.output
     if model in DRAFTER_PARAMETERS:  # a draft update in the model's session, refused
         assert re.search("mismatched update refused: update_weights failed on a worker: "
                          "ValueError: the trainer sent a draft update but this worker's weight "

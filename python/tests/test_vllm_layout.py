@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the vLLM layouts are of torch modul
 
 from ferry import Layout
 from ferry._source_layout import chunk_range, param_box, trainer_shards
-from ferry._vllm_layout import engine_shards
+from ferry._vllm_layout import engine_shards, eplb_placement
 
 
 def meta(name, shape, owners=None, mesh_shape=None, placements=None):
@@ -243,11 +243,52 @@ def test_expert_tensor_parallelism_takes_each_experts_rows_of_its_rank():
     Layout.from_shards(every_rank).validate()
 
 
+def eplb_model(table):
+    """EP rank 1 of 2 under EPLB: 4 logical experts and 2 redundant ones, physical experts 3..5
+    in its slots 0..2, and its MoE runner's router's EplbLayerState (vllm/distributed/eplb/
+    eplb_state.py) holding `table` as logical_to_physical_map (None: not registered yet)."""
+    model = experts_model([-1, -1, -1, 0, 1, 2], num_experts=6, num_logical_experts=4,
+                          moe_parallel_config=SimpleNamespace(tp_size=1, enable_eplb=True))
+    count = None if table is None else (table >= 0).sum(dim=1)
+    model.mlp.experts.router = SimpleNamespace(eplb_state=SimpleNamespace(
+        logical_to_physical_map=table, logical_replica_count=count))
+    return model
+
+
+def test_eplb_slots_hold_the_experts_the_current_map_places_there():
+    # physical -> logical [2, 0, 3, 1, 2, 0] as vLLM's compute_logical_maps inverts it: each
+    # logical expert's physical experts, -1 after them (vLLM pads to 1024 columns).
+    table = torch.tensor([[1, 5, -1, -1], [3, -1, -1, -1], [0, 4, -1, -1], [2, -1, -1, -1]])
+    model = eplb_model(table)
+    shards, _ = engine_shards(model, EXPERTS_SENT, rank=1)
+    assert [b[1] for b in boxes(shards) if b[0] == W2] == [
+        "mlp.experts.1.down_proj.weight", "mlp.experts.2.down_proj.weight",
+        "mlp.experts.0.down_proj.weight"]
+    assert [b[1] for b in boxes(shards) if b[0] == W13][4:] == [
+        "mlp.experts.0.gate_proj.weight", "mlp.experts.0.up_proj.weight"]
+    assert eplb_placement(model) == {"mlp.experts.routed_experts": (1, 2, 0)}
+    # a rearrangement rewrites the map in place (_commit_eplb_maps): physical 3..5 -> 3, 3, 1
+    table.copy_(torch.tensor([[0, -1, -1, -1], [2, 5, -1, -1], [1, -1, -1, -1], [3, 4, -1, -1]]))
+    model.mlp.experts.router.eplb_state.logical_replica_count = (table >= 0).sum(dim=1)
+    assert eplb_placement(model) == {"mlp.experts.routed_experts": (3, 3, 1)}
+    # before vLLM registers the map: the arrangement its loader loads, [0, 1, 2, 3, 0, 1]
+    assert eplb_placement(eplb_model(None)) == {"mlp.experts.routed_experts": (3, 0, 1)}
+    assert eplb_placement(experts_model([0, 1, 2, 3])) == {}  # no EPLB: nothing moves
+    twice = torch.tensor([[3, -1], [3, -1], [0, 4], [2, 5]])
+    with pytest.raises(ValueError, match="places expert 1 in physical slot 3 of 6, which is "
+                                         "not free"):
+        engine_shards(eplb_model(twice), EXPERTS_SENT, rank=1)
+    unplaced = torch.tensor([[0, -1], [1, -1], [2, 4], [3, -1]])  # physical 5 holds nothing
+    with pytest.raises(ValueError, match="EPLB maps no expert to physical slot 5"):
+        engine_shards(eplb_model(unplaced), EXPERTS_SENT, rank=1)
+
+
 def test_expert_layouts_ferry_cannot_keep_are_refused():
     cases = [
-        (dict(moe_parallel_config=SimpleNamespace(tp_size=1, enable_eplb=True)), "EPLB moves"),
-        (dict(fused_shared=1), "fused shared or redundant experts"),
-        (dict(num_experts=6), "fused shared or redundant experts"),
+        (dict(moe_parallel_config=SimpleNamespace(tp_size=1, enable_eplb=True)),
+         "EPLB is on but its MoE runner's router has no EPLB state"),
+        (dict(fused_shared=1), "fused shared experts, or redundant experts without EPLB"),
+        (dict(num_experts=6), "fused shared experts, or redundant experts without EPLB"),
         (dict(tp_shard_with_padding=True), "padded expert shards"),
         (dict(intermediate_size_per_partition=16), "is not split evenly"),
         # fused_moe/oracle/unquantized.py convert_to_unquantized_kernel_format

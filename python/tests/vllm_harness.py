@@ -260,10 +260,56 @@ def share_with_target(drafter, target, pp: int) -> None:
 
 
 def build_qwen3_moe(directory: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
-                    ep: bool = False):
+                    ep: bool = False, redundant: int = 0):
     """build() of the refit test's tiny Qwen3-MoE (CONFIG), its config under `directory`."""
     path = write_config(os.path.join(directory, "qwen3-moe"), CONFIG)
-    return build(path, tp, tp_rank, dp, dp_rank, ep)
+    return build(path, tp, tp_rank, dp, dp_rank, ep, redundant=redundant)
+
+
+def start_eplb(model, config):
+    """vLLM's EPLB state of `model` (built with redundant experts) as its model runner makes it
+    at load (vllm/v1/worker/gpu_model_runner.py: EplbState.add_model, which registers each MoE
+    layer's view of the maps with set_eplb_state), on the CPU; the communicator that moves
+    expert weights between EP ranks, which needs their process group, is left out (None)."""
+    from unittest import mock
+
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.eplb.eplb_state import EplbState
+    config.parallel_config.eplb_config.communicator = "torch_gloo"
+    state = EplbState(config.parallel_config, torch.device("cpu"))
+    module = "vllm.distributed.eplb.eplb_state"
+    with set_current_vllm_config(config), \
+            mock.patch(f"{module}.create_eplb_communicator", lambda **_: None), \
+            mock.patch(f"{module}.get_eplb_group", lambda: None):
+        state.add_model(model, config.model_config)
+    return state
+
+
+def rearrange_experts(state, physical_to_logical: list[int]) -> None:
+    """The maps of an EPLB rearrangement that puts logical expert physical_to_logical[p] in
+    physical slot p of every MoE layer, committed as EplbState.rearrange commits them
+    (eplb_state.py _commit_eplb_maps: each layer's logical_to_physical_map rewritten in place).
+    The expert weights it would move between ranks are left as they are: the next update
+    writes every slot."""
+    from vllm.distributed.eplb.eplb_state import _commit_eplb_maps
+    for model_state in state.model_states.values():
+        layers = model_state.physical_to_logical_map.shape[0]
+        _commit_eplb_maps(model_state, torch.tensor([physical_to_logical] * layers))
+
+
+def load_placed(model, config, weights: dict[str, torch.Tensor],
+                physical_to_logical: list[int] | None) -> None:
+    """load_with_vllm with logical expert physical_to_logical[p] loaded into physical slot p
+    (None: vLLM's initial arrangement): vLLM's expert mapping takes its arrangement from
+    EplbState.build_initial_global_physical_to_logical_map (routed_experts.py
+    build_expert_params_mapping), which this replaces while it loads."""
+    from unittest import mock
+    if physical_to_logical is None:
+        return load_with_vllm(model, config, weights)
+    with mock.patch("vllm.distributed.eplb.eplb_state.EplbState."
+                    "build_initial_global_physical_to_logical_map",
+                    lambda *_: list(physical_to_logical)):
+        load_with_vllm(model, config, weights)
 
 
 def load_with_vllm(model, config, weights: dict[str, torch.Tensor]) -> None:

@@ -39,6 +39,13 @@ FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same served from its bf16
 with --quantization fp8_per_block. `deepseek_v3_fp8` is vLLM's own DeepseekV3ForCausalLM of an
 FP8 checkpoint: MLA's W_UV and W_UK_T are then bf16 copies dequantized from the FP8 kv_b_proj,
 which the worker derives again after each update (ferry.vllm.derive_mla_copies).
+`qwen3_moe_eplb` is vLLM's own Qwen3-MoE under EPLB with 4 redundant experts (12 physical
+experts, 3 on each EP rank), its EPLB state made as vLLM's model runner makes it
+(EplbState.add_model); before step 1's update the workers rearrange the experts as EPLB does
+(EplbState's _commit_eplb_maps: each slot holds another logical expert, some of them twice),
+so the update must find them moved, every rank plans again, and each slot must hold the
+expert the new map puts there: the expected model loads the checkpoint with vLLM's expert
+mapping taken from that map; step 2 keeps the map, and the plan.
 `deepseek_v3_mtp` and `deepseek_v3_fp8_mtp` serve those two with speculative decoding by vLLM's
 MTP drafter (DeepSeekMTP, built from the checkpoint's MTP layer beside the target, sharing its
 embedding and LM head): each step the trainer sends the model's update, then the drafter's in a
@@ -50,8 +57,9 @@ Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After ever
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
 
-    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|deepseek_v3|nemotron_h|llama_fp8|
-                                               llama_fp8_ue8m0|llama_fp8_online|qwen3_moe_fp8|
+    python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|qwen3_moe_eplb|deepseek_v3|
+                                               nemotron_h|llama_fp8|llama_fp8_ue8m0|
+                                               llama_fp8_online|qwen3_moe_fp8|
                                                qwen3_moe_fp8_online|deepseek_v3_fp8|
                                                deepseek_v3_mtp|deepseek_v3_fp8_mtp]
 """
@@ -89,10 +97,15 @@ TP, DP = 2, 2  # the workers: two replicas of TP2 (one KV head: each TP rank hol
 DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
-HARNESS_MODELS = ("qwen3_moe", "deepseek_v3", "nemotron_h", "llama_fp8", "llama_fp8_ue8m0",
-                  "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online", "deepseek_v3_fp8",
-                  "deepseek_v3_mtp", "deepseek_v3_fp8_mtp")
+HARNESS_MODELS = ("qwen3_moe", "qwen3_moe_eplb", "deepseek_v3", "nemotron_h", "llama_fp8",
+                  "llama_fp8_ue8m0", "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online",
+                  "deepseek_v3_fp8", "deepseek_v3_mtp", "deepseek_v3_fp8_mtp")
 LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
+QWEN3_MOE_MODES = ("qwen3_moe", "qwen3_moe_eplb")  # vllm_harness.CONFIG's Qwen3-MoE
+# qwen3_moe_eplb: EPLB's redundant experts, and the arrangement the workers move to before step
+# 1 (physical slot p holds logical expert MOVED[p]; EP rank r slots 3r..3r+2): each expert
+# elsewhere than at first, four of them twice, on two ranks.
+REDUNDANT, MOVED = 4, [1, 4, 7, 2, 5, 0, 3, 6, 0, 5, 2, 7]
 ONLINE = "fp8_per_block"  # the --quantization of the _online modes: vLLM quantizes as it loads
 # An FP8 block-quantized checkpoint's quantization_config (DeepSeek-V3's and Qwen3's FP8 releases).
 FP8_BLOCKS = dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[128, 128])
@@ -136,9 +149,15 @@ def drafting() -> bool:
     return MODEL.endswith("_mtp")
 
 
+def placement(step: int) -> list[int] | None:
+    """With EPLB, the logical expert of each physical slot at step `step`'s update (None: vLLM's
+    initial arrangement)."""
+    return MOVED if MODEL == "qwen3_moe_eplb" and step >= 1 else None
+
+
 def checkpoint(step: int) -> dict[str, torch.Tensor]:
     """The full weights after trainer step `step`: random, different every step."""
-    if MODEL == "qwen3_moe":
+    if MODEL in QWEN3_MOE_MODES:
         return vllm_harness.checkpoint(step)
     if MODEL in CONFIGS and MODEL not in LLAMA_FP8_MODES:  # names and shapes from the config
         drafter = ",mtp=1" if drafting() else ""  # the checkpoint's MTP layer too
@@ -284,7 +303,10 @@ def trainer(args, workers: int) -> None:
     for step in range(STEPS):
         if step:
             source.step(step)
+        plan = engine.plans[False].refit
         engine.send_weights()
+        if engine.plans[False].refit is not plan:
+            print(f"trainer rank {args.rank} step {step}: planned again", flush=True)
         print(f"trainer rank {args.rank} step {step}: sent", flush=True)
         if drafting():
             engine.send_weights(draft=True)
@@ -383,8 +405,9 @@ def load_with_vllm(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
 
 def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     """The worker's model and the vLLM config it was built under."""
-    if MODEL == "qwen3_moe":
-        return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True)
+    if MODEL in QWEN3_MOE_MODES:
+        return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True,
+                                            redundant=REDUNDANT if MODEL.endswith("eplb") else 0)
     if MODEL == "llama_fp8_ue8m0":
         model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
                                            fp8_kernel="DeepGemmE8M0")
@@ -430,7 +453,7 @@ def expected_models(where: tuple, step: int):
         load_with_vllm(expected, checkpoint(step))
         return expected, None
     weights = served_checkpoint(step)
-    vllm_harness.load_with_vllm(expected, config, weights)
+    vllm_harness.load_placed(expected, config, weights, placement(step))
     vllm_harness.process_mla(expected)
     if MODEL == "llama_fp8_ue8m0":
         vllm_harness.requantize_ue8m0(expected)
@@ -452,7 +475,8 @@ def verify(model, expected, step: int, rank: int) -> str:
 
 class Served(types.SimpleNamespace):
     """A worker's engine and the models its updates land in: `model`, and with speculative
-    decoding `drafter` (built under `draft_config`); `where` builds them again."""
+    decoding `drafter` (built under `draft_config`); `eplb`: the model's EPLB state, or None;
+    `where` builds them again."""
 
 
 def worker(args, tp: int, dp: int) -> None:
@@ -464,11 +488,12 @@ def worker(args, tp: int, dp: int) -> None:
         vllm_harness.load_with_vllm(model, vllm_config, checkpoint(-1))
     vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
     drafter, draft_config = drafter_beside(model, vllm_config) if drafting() else (None, None)
+    eplb = vllm_harness.start_eplb(model, vllm_config) if MODEL.endswith("_eplb") else None
     engine = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
     assert isinstance(engine, ferry.vllm.FerryWeightTransferEngine)
     served = Served(engine=engine, model=model, drafter=drafter, draft_config=draft_config,
-                    where=where, rank=args.rank)
+                    eplb=eplb, where=where, rank=args.rank)
     with Listener(("127.0.0.1", 0), authkey=AUTH) as listener:
         path = os.path.join(args.dir, f"worker-{index}")
         with open(path + ".tmp", "w") as f:
@@ -492,7 +517,12 @@ def serve(conn, served: Served) -> None:
                 engine.set_weight_update_target(served.drafter, served.draft_config.model_config)
                 engine.start_weight_update()
             elif method == "update_weights":
+                rearrange_if_due(served, arg["round"], arg.get("draft", False))
+                plan = engine.target.refit
                 engine.update_weights(arg)
+                if engine.target.refit is not plan:
+                    print(f"worker rank {served.rank} step {arg['round']}: planned again",
+                          flush=True)
                 report_update(served, arg["round"], arg.get("draft", False))
             elif method == "finish_weight_update":
                 engine.finish_weight_update()
@@ -508,6 +538,14 @@ def serve(conn, served: Served) -> None:
         conn.send("ok")
         if method == "shutdown":
             return
+
+
+def rearrange_if_due(served: Served, step: int, draft: bool) -> None:
+    """Under EPLB, what vLLM does between two updates when it rearranges the experts: before
+    the model update of a step whose placement() differs from the last step's, the maps of that
+    placement committed as EplbState commits them."""
+    if served.eplb is not None and not draft and placement(step) != placement(step - 1):
+        vllm_harness.rearrange_experts(served.eplb, placement(step))
 
 
 def report_update(served: Served, step: int, draft: bool) -> None:
