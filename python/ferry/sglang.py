@@ -52,7 +52,9 @@ it writes them. That is what SGLang holds on Hopper; where it requantized the sc
 DeepGEMM (SM100/SM120) the worker refuses it (check_as_loaded). Other quantizations and
 other draft models are not supported (the layouts refuse them; a loader handed a model it does
 not expect refuses it), nor are backends that rebind parameters after loading (a worker refuses
-an update once a parameter it writes is no longer where it was registered).
+an update once a parameter it writes is no longer where it was registered), nor experts that
+SGLang's EPLB moved or --init-expert-location placed elsewhere than physical expert p holding
+logical expert p mod E (a worker refuses the update: check_expert_placement).
 """
 
 from __future__ import annotations
@@ -295,6 +297,7 @@ class _Worker:
             raise ValueError(f"parameters {moved[:3]} ({len(moved)} in all) are no longer where "
                              "ferry registered them: SGLang rebound them after loading (a "
                              "backend that repacks weights), which ferry.sglang does not support")
+        check_expert_placement()
 
     def _receive(self, models: list[torch.nn.Module]) -> None:
         self.refit.run()
@@ -306,6 +309,30 @@ class _Worker:
 
 
 _worker: _Worker | None = None
+
+
+def check_expert_placement() -> None:
+    """Refuses an update where SGLang's experts are not where ferry's sglang: layouts place
+    them: physical expert p of every MoE layer holding logical expert p mod E, the placement
+    SGLang starts from (python/sglang/srt/eplb/expert_location.py, init_trivial). EPLB moves
+    them while SGLang serves (--enable-eplb: eplb_manager.py rebalances, expert_location_updater
+    .py updates the global ExpertLocationMetadata in place), and --init-expert-location starts
+    elsewhere; writing the initial placement then would give experts other experts' weights."""
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    metadata = get_global_expert_location_metadata()
+    if metadata is None:  # no MoE layers
+        return
+    held = metadata.physical_to_logical_map_cpu
+    experts = metadata.num_logical_experts
+    moved = (held != torch.arange(held.shape[-1]) % experts).nonzero().tolist()
+    if moved:
+        layer, slot = moved[0]
+        raise ValueError(f"SGLang's experts are not where ferry's sglang: layouts place them: "
+                         f"physical expert {slot} of MoE layer {layer} holds logical expert "
+                         f"{int(held[layer, slot])}, not {slot % experts} ({len(moved)} slots "
+                         "differ), as EPLB (--enable-eplb) or --init-expert-location place "
+                         "them; ferry.sglang writes the initial placement only")
 
 
 def check_as_loaded(name: str, param: torch.Tensor, destination: str) -> None:

@@ -21,8 +21,8 @@ model's own load_weights, and the draft's own embed_tokens from the checkpoint; 
 postprocess); every parameter of every model, and the w_kc / w_vc that post_load_weights
 derives, must be byte-identical. Prints
 "server rank R step S: N tensors byte-exact". Then it hands the loader what it must refuse: a
-model it does not expect, as SGLang hands it a draft, and an update after the parameters were
-rebound.
+model it does not expect, as SGLang hands it a draft, an update after SGLang's EPLB moved two
+experts, and an update after the parameters were rebound.
 """
 
 from __future__ import annotations
@@ -159,19 +159,47 @@ def differences(models: list[torch.nn.Module], references: list[torch.nn.Module]
 def refused(models: list[torch.nn.Module], spec: ferry.sglang.RefitSpec,
             build: Callable[[str], torch.nn.Module], model_class: str) -> str | None:
     """What the loader must refuse after the updates, before waiting on any rank: a model it
-    does not expect (SGLang hands a custom loader a server's draft model after its target), then
-    an update after the parameters were rebound. Returns the first that went otherwise, or
-    None."""
+    does not expect (SGLang hands a custom loader a server's draft model after its target), an
+    update after EPLB moved experts, then an update after the parameters were rebound. Returns
+    the first that went otherwise, or None."""
     control = ferry.sglang.control_tensors(replace(spec, round=STEPS))
     wrong = expect_refusal(lambda: ferry.sglang.load_weights(build(model_class), control),
                            "a second model")
     if wrong:
         return f"another model: {wrong}"
+    wrong = expect_refusal(lambda: swapped_experts(lambda: ferry.sglang.load_weights(
+        models[0], control)), "physical expert 1 of MoE layer 1 holds logical expert 2, not 1")
+    if wrong:
+        return f"moved experts: {wrong}"
     for param in models[0].parameters():
         param.data = param.data.clone()
     wrong = expect_refusal(lambda: ferry.sglang.load_weights(models[0], control),
                            "no longer where")
     return f"rebound parameters: {wrong}" if wrong else None
+
+
+def swapped_experts(load: Callable[[], None]) -> None:
+    """`load` while MoE layer 1's physical experts 1 and 2 hold each other's logical expert, as
+    SGLang's EPLB leaves them after a rebalance: the new placement applied to the global
+    ExpertLocationMetadata by its own update() (python/sglang/srt/eplb/expert_location.py, as
+    expert_location_updater.py applies one); the placement is restored afterwards."""
+    import dataclasses
+
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    metadata = get_global_expert_location_metadata()
+    before = dataclasses.replace(metadata, **{
+        f.name: getattr(metadata, f.name).clone() for f in dataclasses.fields(metadata)
+        if isinstance(getattr(metadata, f.name), torch.Tensor)})
+    moved = {f: getattr(metadata, f).clone() for f in ("physical_to_logical_map",
+                                                       "physical_to_logical_map_cpu")}
+    for held in moved.values():
+        held[1, [1, 2]] = held[1, [2, 1]]
+    metadata.update(dataclasses.replace(metadata, **moved), update_layer_ids=[1])
+    try:
+        load()
+    finally:
+        metadata.update(before, update_layer_ids=[1])
 
 
 def expect_refusal(load: Callable[[], None], expected: str) -> str | None:
