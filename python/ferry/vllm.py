@@ -35,8 +35,8 @@ With speculative decoding by vLLM's MTP drafter (DeepSeek-V3's MTP layers: specu
 until finish_weight_update). `send_weights(draft=True)` on every trainer rank runs one: the sender
 opens it with the client's `start_draft_weight_update` (the engine's call of that name:
 AsyncLLM.start_draft_weight_update, the HTTP route /start_draft_weight_update; vLLM's
-HTTPVLLMWeightSyncClient and RayVLLMWeightSyncClient lack it: FerryHTTPClient is vLLM's HTTP
-client with it, and a Ray client needs it added). The update writes the drafter's own
+HTTPVLLMWeightSyncClient and RayVLLMWeightSyncClient lack it: FerryHTTPClient and
+FerryRayClient are those clients with it). The update writes the drafter's own
 parameters, its MTP layers, from the checkpoint's MTP tensors the trainer sends
 (model.layers.N.* for a model of N layers). The parameters the drafter shares with the target
 (its embedding under one PP rank, each layer's shared_head.head) are the target's and come with
@@ -72,7 +72,8 @@ from vllm.distributed.weight_transfer.base import (TrainerInitInfo,
                                                    WeightTransferEngine,
                                                    WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
-from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+from vllm.distributed.weight_transfer.clients import (HTTPVLLMWeightSyncClient,
+                                                      RayVLLMWeightSyncClient)
 from vllm.distributed.weight_transfer.factory import (WeightTransferEngineFactory,
                                                       WeightTransferTrainerFactory)
 
@@ -386,7 +387,8 @@ class FerryTrainerWeightTransferEngine(TrainerWeightTransferEngine[FerryTrainerI
             if not callable(start):
                 raise TypeError(f"send_weights(draft=True): the client "
                                 f"{type(self.client).__name__} has no start_draft_weight_update "
-                                "to open the workers' draft session")
+                                "to open the workers' draft session (ferry.vllm.FerryHTTPClient "
+                                "and FerryRayClient are vLLM's clients with it)")
         sent = self.plans.get(draft)
         if sent is not None:  # (a registration error leaves the workers' session unopened)
             self._register_local(sent)
@@ -455,6 +457,17 @@ class FerryHTTPClient(HTTPVLLMWeightSyncClient):
 
     def start_draft_weight_update(self) -> None:
         self._post("start_draft_weight_update")
+
+
+class FerryRayClient(RayVLLMWeightSyncClient):
+    """vLLM's Ray weight-sync client (vLLM `LLM` or `AsyncLLM` Ray actors, one or a list, each
+    call on all of them) with the draft session too, which send_weights(draft=True) opens: each
+    actor's start_draft_weight_update (vllm/entrypoints/rl/offline.py RLOfflineMixin, whose
+    collective_rpc runs it on every worker; AsyncLLM's of that name)."""
+
+    def start_draft_weight_update(self) -> None:
+        import ray
+        ray.get([h.start_draft_weight_update.remote() for h in self.handles])
 
 
 def _concurrently(rpc, work) -> None:

@@ -15,7 +15,8 @@ served from a bf16 checkpoint that vLLM quantizes as it loads (--quantization fp
 Qwen3-MoE, DeepSeek-V3 (MLA's derived weights included) and Nemotron-H in several engine
 configurations, refitted in place, against vLLM's load_weights (vllm_refit_layout_worker.py);
 and ferry.vllm.FerryHTTPClient's draft session against a recording HTTP server
-(vllm_http_client_check.py).
+(vllm_http_client_check.py), FerryRayClient's against Ray actors built on vLLM's own
+RLOfflineMixin (vllm_ray_client_check.py).
 Skipped, saying so, where the environment is missing. Slow: rank processes import vLLM and torch
 (about 1-2 minutes each on 2 idle cores); children are killed at the deadline."""
 
@@ -85,6 +86,14 @@ def test_http_client_opens_vllms_draft_sessions():
     check = os.path.join(os.path.dirname(__file__), "vllm_http_client_check.py")
     result = subprocess.run([python, check], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "http client: ok" in result.stdout, \
+        result.stdout + result.stderr
+
+
+def test_ray_client_opens_vllms_draft_sessions():
+    python = vllm_python()
+    check = os.path.join(os.path.dirname(__file__), "vllm_ray_client_check.py")
+    result = subprocess.run([python, check], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0 and "ray client: ok" in result.stdout, \
         result.stdout + result.stderr
 
 
