@@ -5,7 +5,8 @@ replicas (4 processes), three steps; every worker checks every parameter byte fo
 what vLLM's loaders make of that step's checkpoint (vllm_worker.py). Once with a Llama built
 from vLLM's own layers, once each with vLLM's own Qwen3-MoE and DeepSeek-V3 (MLA) classes under
 expert parallelism (Qwen3-MoE also under EPLB, its experts moved between two updates;
-DeepSeek-V3 also with its MTP drafter, updated in vLLM's draft sessions),
+DeepSeek-V3 also with its MTP drafter, updated in vLLM's draft sessions, and that again under
+EPLB),
 once with vLLM's own Nemotron-H (Mamba-2), twice with vLLM's own Llama
 of an FP8 block-quantized checkpoint (the refit quantizes; float32 scales, then DeepGEMM's E8M0
 ones), once each with vLLM's own Qwen3-MoE (FP8 experts) and DeepSeek-V3 (MLA's weights copies
@@ -33,7 +34,8 @@ WORKER = os.path.join(os.path.dirname(__file__), "vllm_worker.py")
 RANKS, STEPS = 6, 3  # 2 trainer ranks + 2 x TP2 workers; vllm_worker.STEPS
 # The MTP drafter's (deepseek_mtp.py DeepSeekMTP): its MoE decoder layer's 16 as the target's,
 # enorm, hnorm, eh_proj, shared_head.norm, and the target's embed_tokens and lm_head it shares
-DRAFTER_PARAMETERS = {"deepseek_v3_mtp": 22, "deepseek_v3_fp8_mtp": 30}
+DRAFTER_PARAMETERS = {"deepseek_v3_mtp": 22, "deepseek_v3_fp8_mtp": 30,
+                      "deepseek_v3_mtp_eplb": 22}
 
 
 def vllm_python() -> str:
@@ -54,6 +56,7 @@ def vllm_python() -> str:
                                               ("qwen3_moe_fp8_online", 31),
                                               ("deepseek_v3_fp8", 45),
                                               ("deepseek_v3_mtp", 31),
+                                              ("deepseek_v3_mtp_eplb", 31),
                                               ("deepseek_v3_fp8_mtp", 45)])
 def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, parameters):
     python = vllm_python()
@@ -70,11 +73,13 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
                                  r.output), r.output
     for r in results[:2]:
         assert f"trainer rank {r.rank} step {STEPS - 1}: sent" in r.output, r.output
-    # Under EPLB the workers' experts move before step 1: every rank plans again then, only then
+    # Under EPLB the workers' experts move before step 1: every rank plans again then, only then,
+    # and for the drafter's update too
     moved = {1} if model.endswith("_eplb") else set()
     for r in results:
-        again = {int(s) for s in re.findall(rf"rank {r.rank} step (\d+): planned again", r.output)}
-        assert again == moved, r.output
+        for what in ("", "drafter ") if model in DRAFTER_PARAMETERS else ("",):
+            again = re.findall(rf"rank {r.rank} step (\d+): {what}planned again", r.output)
+            assert {int(s) for s in again} == moved, r.output
     if model in DRAFTER_PARAMETERS:  # a draft update in the model's session, refused
         assert re.search("mismatched update refused: update_weights failed on a worker: "
                          "ValueError: the trainer sent a draft update but this worker's weight "

@@ -13,9 +13,12 @@ experts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import types
+from typing import Iterator
+from unittest import mock
 
 import torch
 
@@ -241,8 +244,16 @@ def build_drafter(target, config):
     import dataclasses
 
     speculative = speculative_config(config)
-    draft_config = dataclasses.replace(config, speculative_config=speculative,
-                                       model_config=speculative.draft_model_config)
+    parallel = config.parallel_config  # EPLB is validated for GPU platforms only (build())
+    eplb = parallel.enable_eplb, parallel.eplb_config.num_redundant_experts
+    parallel.enable_eplb, parallel.eplb_config.num_redundant_experts = False, 0
+    try:
+        draft_config = dataclasses.replace(config, speculative_config=speculative,
+                                           model_config=speculative.draft_model_config)
+    finally:
+        parallel.enable_eplb, parallel.eplb_config.num_redundant_experts = eplb
+    draft_parallel = draft_config.parallel_config
+    draft_parallel.enable_eplb, draft_parallel.eplb_config.num_redundant_experts = eplb
     return instantiate(draft_config), draft_config
 
 
@@ -266,22 +277,24 @@ def build_qwen3_moe(directory: str, tp: int, tp_rank: int, dp: int = 1, dp_rank:
     return build(path, tp, tp_rank, dp, dp_rank, ep, redundant=redundant)
 
 
-def start_eplb(model, config):
-    """vLLM's EPLB state of `model` (built with redundant experts) as its model runner makes it
-    at load (vllm/v1/worker/gpu_model_runner.py: EplbState.add_model, which registers each MoE
-    layer's view of the maps with set_eplb_state), on the CPU; the communicator that moves
-    expert weights between EP ranks, which needs their process group, is left out (None)."""
-    from unittest import mock
-
+def start_eplb(models):
+    """vLLM's EPLB state of `models` ((model, VllmConfig) pairs built with redundant experts:
+    the target, then its MTP drafter if any) as its model runner makes it at load
+    (vllm/v1/worker/gpu_model_runner.py: EplbState.add_model for each, the drafter as a model of
+    its own, which registers each MoE layer's view of its maps with set_eplb_state), on the
+    CPU; the communicator that moves expert weights between EP ranks, which needs their process
+    group, is left out (None)."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed.eplb.eplb_state import EplbState
-    config.parallel_config.eplb_config.communicator = "torch_gloo"
-    state = EplbState(config.parallel_config, torch.device("cpu"))
+    parallel = models[0][1].parallel_config
+    parallel.eplb_config.communicator = "torch_gloo"
+    state = EplbState(parallel, torch.device("cpu"))
     module = "vllm.distributed.eplb.eplb_state"
-    with set_current_vllm_config(config), \
-            mock.patch(f"{module}.create_eplb_communicator", lambda **_: None), \
+    with mock.patch(f"{module}.create_eplb_communicator", lambda **_: None), \
             mock.patch(f"{module}.get_eplb_group", lambda: None):
-        state.add_model(model, config.model_config)
+        for model, config in models:
+            with set_current_vllm_config(config):
+                state.add_model(model, config.model_config)
     return state
 
 
@@ -297,13 +310,32 @@ def rearrange_experts(state, physical_to_logical: list[int]) -> None:
         _commit_eplb_maps(model_state, torch.tensor([physical_to_logical] * layers))
 
 
+@contextlib.contextmanager
+def drafter_loads_replicas(redundant: int) -> Iterator[None]:
+    """Inside it, vLLM's MTP drafter loads its redundant experts too. vLLM 0.33's
+    DeepSeekMTP.load_weights (vllm/model_executor/models/deepseek_mtp.py) builds its expert
+    mapping without the engine's num_redundant_experts, which the target's loader passes
+    (deepseek_v2.py DeepseekV2ForCausalLM.load_weights), so under EPLB the drafter's redundant
+    physical experts are never loaded and hold what their allocation held. ferry writes each
+    slot the expert the drafter's EPLB map gives it; the expected drafter is loaded by vLLM's
+    own loader given the count as the target's loader gives it."""
+    import vllm.model_executor.models.deepseek_mtp as mtp
+
+    mapping = mtp.fused_moe_make_expert_params_mapping
+
+    def with_replicas(*args, **kwargs):
+        return mapping(*args, num_redundant_experts=redundant, **kwargs)
+
+    with mock.patch.object(mtp, "fused_moe_make_expert_params_mapping", with_replicas):
+        yield
+
+
 def load_placed(model, config, weights: dict[str, torch.Tensor],
                 physical_to_logical: list[int] | None) -> None:
     """load_with_vllm with logical expert physical_to_logical[p] loaded into physical slot p
     (None: vLLM's initial arrangement): vLLM's expert mapping takes its arrangement from
     EplbState.build_initial_global_physical_to_logical_map (routed_experts.py
     build_expert_params_mapping), which this replaces while it loads."""
-    from unittest import mock
     if physical_to_logical is None:
         return load_with_vllm(model, config, weights)
     with mock.patch("vllm.distributed.eplb.eplb_state.EplbState."

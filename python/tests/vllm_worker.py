@@ -39,13 +39,6 @@ FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same served from its bf16
 with --quantization fp8_per_block. `deepseek_v3_fp8` is vLLM's own DeepseekV3ForCausalLM of an
 FP8 checkpoint: MLA's W_UV and W_UK_T are then bf16 copies dequantized from the FP8 kv_b_proj,
 which the worker derives again after each update (ferry.vllm.derive_mla_copies).
-`qwen3_moe_eplb` is vLLM's own Qwen3-MoE under EPLB with 4 redundant experts (12 physical
-experts, 3 on each EP rank), its EPLB state made as vLLM's model runner makes it
-(EplbState.add_model); before step 1's update the workers rearrange the experts as EPLB does
-(EplbState's _commit_eplb_maps: each slot holds another logical expert, some of them twice),
-so the update must find them moved, every rank plans again, and each slot must hold the
-expert the new map puts there: the expected model loads the checkpoint with vLLM's expert
-mapping taken from that map; step 2 keeps the map, and the plan.
 `deepseek_v3_mtp` and `deepseek_v3_fp8_mtp` serve those two with speculative decoding by vLLM's
 MTP drafter (DeepSeekMTP, built from the checkpoint's MTP layer beside the target, sharing its
 embedding and LM head): each step the trainer sends the model's update, then the drafter's in a
@@ -53,6 +46,17 @@ draft session (send_weights(draft=True); the workers' start_draft_weight_update 
 engine at the drafter as vllm/v1/worker/gpu_worker.py does), and the drafter is checked as the
 model is; at the end the trainer sends a draft update into a model session, which every worker
 must refuse and stay up.
+`qwen3_moe_eplb` is vLLM's own Qwen3-MoE under EPLB with 4 redundant experts (12 physical
+experts, 3 on each EP rank), its EPLB state made as vLLM's model runner makes it
+(EplbState.add_model); before step 1's update the workers rearrange the experts as EPLB does
+(EplbState's _commit_eplb_maps: each slot holds another logical expert, some of them twice),
+so the update must find them moved, every rank plans again, and each slot must hold the
+expert the new map puts there: the expected model loads the checkpoint with vLLM's expert
+mapping taken from that map; step 2 keeps the map, and the plan. `deepseek_v3_mtp_eplb` is
+`deepseek_v3_mtp` under EPLB likewise (256 + 4 experts), its drafter registered with the
+EplbState as a model of its own, its draft plan made again at step 1 too (the expected
+drafter loads the redundant experts vLLM 0.33's drafter loader omits:
+vllm_harness.drafter_loads_replicas).
 Each worker's engine comes from vLLM's `WeightTransferEngineFactory`. After every update a
 worker loads the same step's full checkpoint into a second copy of its model through vLLM's own
 weight loaders and requires every parameter of the refitted model to equal it byte for byte.
@@ -61,7 +65,8 @@ weight loaders and requires every parameter of the refitted model to equal it by
                                                nemotron_h|llama_fp8|llama_fp8_ue8m0|
                                                llama_fp8_online|qwen3_moe_fp8|
                                                qwen3_moe_fp8_online|deepseek_v3_fp8|
-                                               deepseek_v3_mtp|deepseek_v3_fp8_mtp]
+                                               deepseek_v3_mtp|deepseek_v3_fp8_mtp|
+                                               deepseek_v3_mtp_eplb]
 """
 
 from __future__ import annotations
@@ -99,13 +104,12 @@ MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory:
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "qwen3_moe_eplb", "deepseek_v3", "nemotron_h", "llama_fp8",
                   "llama_fp8_ue8m0", "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online",
-                  "deepseek_v3_fp8", "deepseek_v3_mtp", "deepseek_v3_fp8_mtp")
+                  "deepseek_v3_fp8", "deepseek_v3_mtp", "deepseek_v3_fp8_mtp",
+                  "deepseek_v3_mtp_eplb")
 LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
 QWEN3_MOE_MODES = ("qwen3_moe", "qwen3_moe_eplb")  # vllm_harness.CONFIG's Qwen3-MoE
-# qwen3_moe_eplb: EPLB's redundant experts, and the arrangement the workers move to before step
-# 1 (physical slot p holds logical expert MOVED[p]; EP rank r slots 3r..3r+2): each expert
-# elsewhere than at first, four of them twice, on two ranks.
-REDUNDANT, MOVED = 4, [1, 4, 7, 2, 5, 0, 3, 6, 0, 5, 2, 7]
+# The _eplb models: EPLB's redundant experts (E + 4 physical over the 4 EP ranks).
+REDUNDANT = 4
 ONLINE = "fp8_per_block"  # the --quantization of the _online modes: vLLM quantizes as it loads
 # An FP8 block-quantized checkpoint's quantization_config (DeepSeek-V3's and Qwen3's FP8 releases).
 FP8_BLOCKS = dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[128, 128])
@@ -130,6 +134,7 @@ DEEPSEEK_V3_FP8 = dict(DEEPSEEK_V3, hidden_size=256, intermediate_size=512,
                        vocab_size=256, quantization_config=FP8_BLOCKS)
 CONFIGS = {"deepseek_v3": DEEPSEEK_V3,
            "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
+           "deepseek_v3_mtp_eplb": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
            "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
            "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8,
            "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
@@ -146,13 +151,22 @@ def model_dir() -> str:
 
 def drafting() -> bool:
     """Whether the workers serve MODEL with vLLM's MTP drafter beside it."""
-    return MODEL.endswith("_mtp")
+    return MODEL.removesuffix("_eplb").endswith("_mtp")
+
+
+def eplb() -> bool:
+    """Whether the workers serve MODEL under EPLB."""
+    return MODEL.endswith("_eplb")
 
 
 def placement(step: int) -> list[int] | None:
-    """With EPLB, the logical expert of each physical slot at step `step`'s update (None: vLLM's
-    initial arrangement)."""
-    return MOVED if MODEL == "qwen3_moe_eplb" and step >= 1 else None
+    """Under EPLB, the logical expert of each physical slot at step `step`'s update (None:
+    vLLM's initial arrangement): from step 1 on, physical p < E holds expert (3p + 1) mod E,
+    elsewhere than at first, and the 4 redundant slots replicas of experts 0, 5, 2 and 7 (with
+    8 experts: [1, 4, 7, 2, 5, 0, 3, 6, 0, 5, 2, 7], EP rank r slots 3r..3r+2)."""
+    if not eplb() or step < 1:
+        return None
+    return [(3 * p + 1) % experts() for p in range(experts())] + [0, 5, 2, 7]
 
 
 def checkpoint(step: int) -> dict[str, torch.Tensor]:
@@ -303,14 +317,14 @@ def trainer(args, workers: int) -> None:
     for step in range(STEPS):
         if step:
             source.step(step)
-        plan = engine.plans[False].refit
-        engine.send_weights()
-        if engine.plans[False].refit is not plan:
-            print(f"trainer rank {args.rank} step {step}: planned again", flush=True)
-        print(f"trainer rank {args.rank} step {step}: sent", flush=True)
-        if drafting():
-            engine.send_weights(draft=True)
-            print(f"trainer rank {args.rank} step {step}: sent the drafter's", flush=True)
+        for draft in (False, True) if drafting() else (False,):
+            plan = engine.plans.get(draft)
+            engine.send_weights(draft=draft)
+            if plan is not None and engine.plans[draft] is not plan:
+                print(f"trainer rank {args.rank} step {step}: "
+                      f"{'drafter ' if draft else ''}planned again", flush=True)
+            print(f"trainer rank {args.rank} step {step}: sent"
+                  f"{' the drafter' if draft else ''}", flush=True)
     if client is not None and drafting():
         refuse_mismatched_update(client)
     if client is not None:
@@ -407,14 +421,15 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     """The worker's model and the vLLM config it was built under."""
     if MODEL in QWEN3_MOE_MODES:
         return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True,
-                                            redundant=REDUNDANT if MODEL.endswith("eplb") else 0)
+                                            redundant=REDUNDANT if eplb() else 0)
     if MODEL == "llama_fp8_ue8m0":
         model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
                                            fp8_kernel="DeepGemmE8M0")
     elif MODEL in CONFIGS:
         model, config = vllm_harness.build(
             model_dir(), tp, tp_rank, dp, dp_rank, ep=MODEL not in LLAMA_FP8_MODES,  # MoE's
-            quantization=ONLINE if MODEL.endswith("_online") else None)
+            quantization=ONLINE if MODEL.endswith("_online") else None,
+            redundant=REDUNDANT if eplb() else 0)
     if MODEL in CONFIGS:
         vllm_harness.process_kv_scales(model)  # as vLLM's loader leaves a quantized model
         return model, config
@@ -432,14 +447,17 @@ def within_one_ulp(model, expected, name: str) -> bool:
     return bool(((got - want).abs() <= 1).all() and ((got < 0) == (want < 0)).all())
 
 
-def drafter_beside(model, config, weights: dict[str, torch.Tensor] | None = None):
+def drafter_beside(model, config, weights: dict[str, torch.Tensor] | None = None,
+                   experts_at: list[int] | None = None):
     """vLLM's MTP drafter beside `model` as vLLM serves it: built, loaded with `weights` by
-    its own load_weights (none: left zeroed), processed after loading (MLA's derived weights),
-    then sharing the target's embedding and LM head (vllm/v1/spec_decode/
-    llm_base_proposer.py), with the VllmConfig it was built under."""
+    its own load_weights (none: left zeroed; under EPLB its experts placed as `experts_at`
+    says, vllm_harness.load_placed), processed after loading (MLA's derived weights), then
+    sharing the target's embedding and LM head (vllm/v1/spec_decode/llm_base_proposer.py),
+    with the VllmConfig it was built under."""
     drafter, draft_config = vllm_harness.build_drafter(model, config)
     if weights is not None:
-        vllm_harness.load_with_vllm(drafter, draft_config, weights)
+        with vllm_harness.drafter_loads_replicas(REDUNDANT if eplb() else 0):
+            vllm_harness.load_placed(drafter, draft_config, weights, experts_at)
     vllm_harness.process_mla(drafter)
     vllm_harness.share_with_target(drafter, model, pp=1)
     return drafter, draft_config
@@ -459,7 +477,7 @@ def expected_models(where: tuple, step: int):
         vllm_harness.requantize_ue8m0(expected)
     if not drafting():
         return expected, None
-    return expected, drafter_beside(expected, config, weights)[0]
+    return expected, drafter_beside(expected, config, weights, placement(step))[0]
 
 
 def verify(model, expected, step: int, rank: int) -> str:
@@ -488,12 +506,13 @@ def worker(args, tp: int, dp: int) -> None:
         vllm_harness.load_with_vllm(model, vllm_config, checkpoint(-1))
     vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
     drafter, draft_config = drafter_beside(model, vllm_config) if drafting() else (None, None)
-    eplb = vllm_harness.start_eplb(model, vllm_config) if MODEL.endswith("_eplb") else None
+    models = [(model, vllm_config)] + ([(drafter, draft_config)] if drafter else [])
+    eplb_state = vllm_harness.start_eplb(models) if eplb() else None
     engine = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="ferry"), vllm_config, torch.device("cpu"), model)
     assert isinstance(engine, ferry.vllm.FerryWeightTransferEngine)
     served = Served(engine=engine, model=model, drafter=drafter, draft_config=draft_config,
-                    eplb=eplb, where=where, rank=args.rank)
+                    eplb=eplb_state, where=where, rank=args.rank)
     with Listener(("127.0.0.1", 0), authkey=AUTH) as listener:
         path = os.path.join(args.dir, f"worker-{index}")
         with open(path + ".tmp", "w") as f:
@@ -517,13 +536,14 @@ def serve(conn, served: Served) -> None:
                 engine.set_weight_update_target(served.drafter, served.draft_config.model_config)
                 engine.start_weight_update()
             elif method == "update_weights":
-                rearrange_if_due(served, arg["round"], arg.get("draft", False))
-                plan = engine.target.refit
+                draft = arg.get("draft", False)
+                rearrange_if_due(served, arg["round"], draft)
+                plan = worker_plan(engine, draft)
                 engine.update_weights(arg)
-                if engine.target.refit is not plan:
-                    print(f"worker rank {served.rank} step {arg['round']}: planned again",
-                          flush=True)
-                report_update(served, arg["round"], arg.get("draft", False))
+                if plan is not None and worker_plan(engine, draft) is not plan:
+                    print(f"worker rank {served.rank} step {arg['round']}: "
+                          f"{'drafter ' if draft else ''}planned again", flush=True)
+                report_update(served, arg["round"], draft)
             elif method == "finish_weight_update":
                 engine.finish_weight_update()
                 engine.reset_weight_update_target()
@@ -538,6 +558,12 @@ def serve(conn, served: Served) -> None:
         conn.send("ok")
         if method == "shutdown":
             return
+
+
+def worker_plan(engine, draft: bool):
+    """The plan the engine's model or drafter updates run (None before it is made)."""
+    target = engine.draft if draft else engine.target
+    return None if target is None else target.refit
 
 
 def rearrange_if_due(served: Served, step: int, draft: bool) -> None:
