@@ -1,8 +1,10 @@
 """vLLM's own model classes on the CPU, for ferry's vLLM tests (run by the vLLM environment's
 python): a worker's model built by the class its Hugging Face config names, at any TP/PP/DP rank
 with or without expert parallelism (vLLM's parallel groups stood in for by their rank and size,
-as its layers read them), and vLLM's own `load_weights` to compare ferry's writes with; and the
-tiny Qwen3-MoE of ferry.vllm's refit test with its checkpoint at each step.
+as its layers read them), and vLLM's own `load_weights` to compare ferry's writes with; the
+tiny Qwen3-MoE of ferry.vllm's refit test with its checkpoint at each step; and EPLB as vLLM's
+model runner keeps it (start_eplb), rearranges it (rearrange_experts) and loads under it
+(load_placed).
 
 vLLM 0.33 keeps a MoE layer's experts in `RoutedExperts` (`mlp.experts.routed_experts.w13_weight`
 [local experts, 2 * I/tp, H] and `w2_weight` [local experts, H, I/tp]); without expert
