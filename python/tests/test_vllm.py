@@ -86,19 +86,12 @@ def test_vllm_workers_receive_the_trainers_weights_byte_exact(tmp_path, model, p
                          "update session targets the model", results[0].output), results[0].output
 
 
-def test_http_client_opens_vllms_draft_sessions():
+@pytest.mark.parametrize("client,timeout", [("http", 120), ("ray", 180)])
+def test_client_opens_vllms_draft_sessions(client, timeout):
     python = vllm_python()
-    check = os.path.join(os.path.dirname(__file__), "vllm_http_client_check.py")
-    result = subprocess.run([python, check], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "http client: ok" in result.stdout, \
-        result.stdout + result.stderr
-
-
-def test_ray_client_opens_vllms_draft_sessions():
-    python = vllm_python()
-    check = os.path.join(os.path.dirname(__file__), "vllm_ray_client_check.py")
-    result = subprocess.run([python, check], capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0 and "ray client: ok" in result.stdout, \
+    check = os.path.join(os.path.dirname(__file__), f"vllm_{client}_client_check.py")
+    result = subprocess.run([python, check], capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0 and f"{client} client: ok" in result.stdout, \
         result.stdout + result.stderr
 
 
