@@ -1,10 +1,9 @@
-// Reading vLLM EPLB's physical-to-logical expert map: see eplb_map.h.
+// Reading vLLM's and SGLang's EPLB physical-to-logical expert maps: see eplb_map.h.
 #include "tools/models/eplb_map.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include "core/base/file_io.h"
-
 
 namespace ferry::models {
 namespace {
@@ -30,24 +29,26 @@ Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, in
   for (int64_t e = 0; e < logical; ++e) {
     if (!seen[static_cast<size_t>(e)]) {
       return InvalidArgument(where + ": logical expert " + std::to_string(e) +
-                             " has no physical replica (vLLM keeps at least one of each)");
+                             " has no physical replica (the engine keeps at least one of each)");
     }
   }
   return row;
 }
 
-// One PP rank's map, `node` either {"physical_to_logical_map": rows} or the rows: `moe_layers`
-// rows of `physical` ids each; `owner` names whose MoE layers they are.
+// One map, `node` either {"physical_to_logical_map": rows} or the rows: `moe_layers` rows of
+// `physical` ids each; `owner` names whose layers they are, `rows_are` what they are (SGLang's
+// rows are all decoder layers).
 Result<EplbMap> ReadStageMap(const YAML::Node& node, int64_t moe_layers, int64_t logical,
-                             int64_t physical, const std::string& where, const std::string& owner) {
+                             int64_t physical, const std::string& where, const std::string& owner,
+                             const char* rows_are = "MoE layers") {
   const YAML::Node rows = node.IsMap() ? node["physical_to_logical_map"] : node;
   if (!rows || !rows.IsSequence()) {
     return InvalidArgument(where +
-                           ": expected physical_to_logical_map, a list of rows (one per MoE layer)");
+                           ": expected physical_to_logical_map, a list of rows (one per layer)");
   }
   if (static_cast<int64_t>(rows.size()) != moe_layers) {
     return InvalidArgument(where + " has " + std::to_string(rows.size()) + " rows; " + owner +
-                           " has " + std::to_string(moe_layers) + " MoE layers");
+                           " has " + std::to_string(moe_layers) + " " + rows_are);
   }
   EplbMap map;
   map.reserve(static_cast<size_t>(moe_layers));
@@ -117,24 +118,62 @@ Result<EplbMap> ReadDrafterMap(const YAML::Node& root, int64_t drafter_moe_layer
                       "the drafter");
 }
 
+// The file at `path`, parsed; `file` becomes the name errors give it.
+Result<YAML::Node> LoadMapFile(const std::string& path, std::string& file) {
+  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
+                                                                "kMaxEplbMapFileBytes"));
+  file = "EPLB map '" + path + "'";
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(file + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 Result<EplbMaps> ReadEplbMaps(const std::string& path, const std::vector<int64_t>& stage_moe_layers,
                               int64_t drafter_moe_layers, int64_t logical, int64_t physical) {
-  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
-                                                                "kMaxEplbMapFileBytes"));
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument("EPLB map '" + path + "': " + e.what());
-  }
-  const std::string file = "EPLB map '" + path + "'";
+  std::string file;
+  FERRY_ASSIGN_OR_RETURN(const YAML::Node root, LoadMapFile(path, file));
   EplbMaps maps;
   FERRY_ASSIGN_OR_RETURN(maps.pp_ranks,
                          ReadTargetMaps(root, stage_moe_layers, logical, physical, file));
   FERRY_ASSIGN_OR_RETURN(maps.drafter,
                          ReadDrafterMap(root, drafter_moe_layers, logical, physical, file));
+  return maps;
+}
+
+Result<std::vector<EplbMap>> ReadSglangEplbMaps(const std::string& path, int64_t layers,
+                                                int64_t engines, int64_t logical,
+                                                int64_t physical) {
+  std::string file;
+  FERRY_ASSIGN_OR_RETURN(const YAML::Node root, LoadMapFile(path, file));
+  std::vector<EplbMap> maps;
+  if (!root.IsMap() || !root["engines"]) {
+    if (engines != 1) {
+      return InvalidArgument(file + ": with engines=" + std::to_string(engines) + " it holds one " +
+                             "map per server, {\"engines\": [...]}: each SGLang server runs its " +
+                             "own EPLB");
+    }
+    FERRY_ASSIGN_OR_RETURN(EplbMap map,
+                           ReadStageMap(root, layers, logical, physical, file, "the model",
+                                        "decoder layers"));
+    maps.push_back(std::move(map));
+    return maps;
+  }
+  const YAML::Node servers = root["engines"];
+  if (!servers.IsSequence() || static_cast<int64_t>(servers.size()) != engines) {
+    return InvalidArgument(file + ": engines must list " + std::to_string(engines) +
+                           " maps, one per server");
+  }
+  for (int64_t k = 0; k < engines; ++k) {
+    FERRY_ASSIGN_OR_RETURN(EplbMap map,
+                           ReadStageMap(servers[static_cast<size_t>(k)], layers, logical, physical,
+                                        file + ", server " + std::to_string(k), "the model",
+                                        "decoder layers"));
+    maps.push_back(std::move(map));
+  }
   return maps;
 }
 

@@ -1,4 +1,5 @@
-// vLLM EPLB's expert arrangement after a rearrangement, read from a file, for the vLLM layout.
+// EPLB's expert arrangement after a rearrangement, read from a file, for the vLLM and SGLang
+// layouts.
 //
 // With EPLB (--enable-eplb) vLLM moves expert weights between EP ranks while it serves: local
 // slot i of EP rank r then holds the logical expert physical_to_logical_map[layer][p] for its
@@ -28,6 +29,18 @@
 // f). With pp > 1: {"pp_ranks": [MAP_0, ..., MAP_{pp-1}]}, MAP_s being PP rank s's map in either
 // of those two forms. With a drafter, the top level also holds {"drafter": MAP_D}, the drafter's
 // EplbModelState map in either form.
+//
+// SGLang (--enable-eplb, or --init-expert-location) keeps one ExpertLocationMetadata a server,
+// the same on all of its ranks (eplb/expert_distribution.py all-reduces the expert counts over
+// the server's world before eplb_manager.py rebalances): physical_to_logical_map of shape
+// (num_hidden_layers, num_physical_experts), one row per decoder layer, dense ones included
+// (models/qwen3_moe.py and deepseek_v2.py get_model_config_for_expert_location: num_layers =
+// config.num_hidden_layers), physical experts numbered EP rank after EP rank
+// (layers/moe/fused_moe_triton/layer.py _map_global_expert_id_to_local_expert_id). A NextN
+// draft's layer lies past the rows and keeps the identity (expert_location.py
+// logical_to_all_physical). Each server runs its own EPLB, so the file holds one map per server:
+// {"engines": [MAP_0, ..., MAP_{N-1}]}, or, with one server, MAP alone, MAP in either form above
+// (json.dump({"physical_to_logical_map": metadata.physical_to_logical_map_cpu.tolist()}, f)).
 #pragma once
 
 #include <cstdint>
@@ -58,5 +71,14 @@ struct EplbMaps {
 inline constexpr int64_t kMaxEplbMapFileBytes = int64_t{64} << 20;
 Result<EplbMaps> ReadEplbMaps(const std::string& path, const std::vector<int64_t>& stage_moe_layers,
                               int64_t drafter_moe_layers, int64_t logical, int64_t physical);
+
+// Reads and checks SGLang servers' maps at `path`: one a server of `engines` ("engines" holding
+// exactly that many, or one map alone with one server), each `layers` rows (the model's decoder
+// layers) of `physical` entries in [0, logical), every logical expert in every row (SGLang's
+// dispatch maps need a replica of each). Untrusted as ReadEplbMaps; errors name the file, the
+// server and the row.
+Result<std::vector<EplbMap>> ReadSglangEplbMaps(const std::string& path, int64_t layers,
+                                                int64_t engines, int64_t logical,
+                                                int64_t physical);
 
 }  // namespace ferry::models

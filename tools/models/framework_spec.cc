@@ -251,6 +251,7 @@ std::string SglangText(const SglangParallel& g) {
          (g.attn_dp > 1 ? ",attn_dp=" + Num(g.attn_dp) : "") +
          (g.dp_attention ? ",dp_attention=yes" : "") + ",ep=" + Num(g.ep) +
          (g.redundant_experts > 0 ? ",redundant=" + Num(g.redundant_experts) : "") +
+         (g.eplb_map.empty() ? "" : ",eplb_map=" + g.eplb_map) +
          (g.engines > 1 ? ",engines=" + Num(g.engines) : "") +
          (g.dense_tp > 0 ? ",dense_tp=" + Num(g.dense_tp) : "") +
          (g.dp_lm_head ? ",dp_lm_head=yes" : "") +
@@ -459,6 +460,12 @@ std::vector<SpecKey> SglangKeys(FrameworkSpec& spec) {
           WordKey("dp_attention", "yes", "no", &g.dp_attention, true),
           {"ep", &g.ep, {}},
           {"redundant", &g.redundant_experts, {}, 0},
+          {"eplb_map", nullptr,
+           [&g](const std::string& value) -> Status {
+             if (value.empty()) return InvalidArgument("empty eplb_map= in sglang spec");
+             g.eplb_map = value;
+             return Status::Ok();
+           }},
           {"engines", &g.engines, {}},
           {"dense_tp", &g.dense_tp, {}},
           WordKey("dp_lm_head", "yes", "no", &g.dp_lm_head, true),
@@ -522,6 +529,7 @@ std::string FrameworkSpecKeys() {
          "redundant=N,eplb_map=PATH,"
          "quant=none|fp8_block,scale_fmt=float32|ue8m0|ue8m0_packed,mtp=N or "
          "sglang:tp=N,pp=N,partition=N.N...,dp=N,attn_dp=N,dp_attention=yes|no,ep=N,redundant=N,"
+         "eplb_map=PATH,"
          "engines=N,dense_tp=1,dp_lm_head=yes|no,shared_experts=fused|separate,"
          "a2a=none|deepep|mooncake,mtp=1,quant=none|fp8_block, any with "
          "expert_tensors=stacks|members; "

@@ -92,7 +92,12 @@ void ExpertRules(const ModelConfig& c, const SglangParallel& s, const std::strin
                    "all tp ranks (ep = tp)",
                    kSglang + "layers/moe/ep_moe/layer.py, arg_groups/overrides.py"});
   }
-  if (s.redundant_experts > 0) {
+  if (!s.eplb_map.empty()) {
+    out.push_back({"EPLB map " + s.eplb_map + ": physical expert p of layer l holds the logical "
+                   "expert row l of its server's physical_to_logical_map names (the NextN "
+                   "draft's decoder, built as layer 0, row 0)",
+                   kSglang + "eplb/expert_location.py logical_to_all_physical"});
+  } else if (s.redundant_experts > 0) {
     out.push_back({"redundant physical expert E + j holds logical expert j",
                    kSglang + "eplb/expert_location.py"});
   }

@@ -1,7 +1,7 @@
 // The SGLang layout of a model preset (tools/models/sglang_layout.h): SglangWriter builds one
 // server's PP stages, each over its tp ranks (attention per attention group, the rest over all
 // tp ranks, the experts by EP rank and FFN shard), then copies it to the other DP replicas and
-// engines. Paths are SGLang 0.5.23's, under python/sglang/srt.
+// engines, or, with the servers' EPLB maps, builds each server with its own. Paths are SGLang 0.5.23's, under python/sglang/srt.
 #include "tools/models/sglang_layout.h"
 
 #include <numeric>
@@ -10,6 +10,7 @@
 
 #include "core/layout/builders.h"
 #include "tools/models/engine_writer.h"
+#include "tools/models/eplb_map.h"
 #include "tools/models/fp8_block_weights.h"
 #include "tools/models/layout_writer.h"
 #include "tools/models/sglang_pipeline.h"
@@ -28,11 +29,33 @@ class SglangWriter : public EngineWriter {
         split_(SglangAttentionDpSplitOf(preset.config())),
         first_(first_rank) {}
 
-  // Builds the first server's first replica stage by stage (its projections then stored as FP8
-  // block-quantized with quant=fp8_block), then copies it to the other DP replicas and engines.
+  // Builds the first server's first replica (BuildServer), then copies it to the other DP
+  // replicas and engines; with an EPLB map (eplb_map=), where each server's experts sit where its
+  // own EPLB put them, builds each server on its own.
   Status Build() {
     FERRY_ASSIGN_OR_RETURN(stage_layers_, SglangPipelineLayers(c_.num_layers, s_.pp, s_.partition));
-    Section engine = BeginSection(out_);
+    if (s_.eplb_map.empty()) {
+      FERRY_ASSIGN_OR_RETURN(const Section server, BuildServer());
+      return CloneSection(out_, server, Shifts(s_.dp * s_.engines, s_.tp * s_.pp));
+    }
+    FERRY_ASSIGN_OR_RETURN(maps_, ReadSglangEplbMaps(s_.eplb_map, c_.num_layers, s_.engines,
+                                                     c_.num_experts,
+                                                     c_.num_experts + s_.redundant_experts));
+    const int first = first_;
+    for (int k = 0; k < s_.engines; ++k) {  // one replica a server (ResolveSglang: dp 1)
+      first_ = first + k * s_.tp * s_.pp;
+      map_ = &maps_[static_cast<size_t>(k)];
+      Result<Section> server = BuildServer();
+      if (!server.ok()) return server.status().WithContext("sglang server " + Num(k));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // One replica of a server on ranks first_.., stage by stage (its projections then stored as FP8
+  // block-quantized with quant=fp8_block); returns its section.
+  Result<Section> BuildServer() {
+    Section server = BeginSection(out_);
     int64_t first_layer = 0;
     for (int stage = 0; stage < s_.pp; ++stage) {
       Status st = BuildStage(stage, first_layer);
@@ -41,15 +64,13 @@ class SglangWriter : public EngineWriter {
     }
     if (s_.mtp > 0) FERRY_RETURN_IF_ERROR(NextnDraft().WithContext("sglang NextN draft"));
     if (s_.fp8_block_weights) {
-      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, engine.buffers_begin, fp8_experts_,
+      FERRY_RETURN_IF_ERROR(StoreFp8BlockWeights(out_, server.buffers_begin, fp8_experts_,
                                                  Fp8ScaleFormat::kFloat32, Fp8Engine::kSglang));
     }
-    EndSection(out_, engine);
-    const int copies = s_.dp * s_.engines;
-    return CloneSection(out_, engine, Shifts(copies, s_.tp * s_.pp));
+    EndSection(out_, server);
+    return server;
   }
 
- private:
   // Makes all_ the tp ranks of PP rank `stage` (runtime_context.py spawn_world_rank: world rank
   // tp_size * pp_rank + tp_rank), groups_ their attention-DP groups and attention_ the groups the
   // model class splits attention over.
@@ -85,7 +106,7 @@ class SglangWriter : public EngineWriter {
     }
     for (int64_t l = first_layer; l < end_layer; ++l) {
       if (!c_.IsMoeLayer(l)) continue;
-      Status st = Experts(l, "model.layers." + Num(l) + ".");
+      Status st = Experts(l, "model.layers." + Num(l) + ".", l);
       if (!st.ok()) return st.WithContext("sglang experts of layer " + Num(l));
     }
     return Status::Ok();
@@ -103,7 +124,9 @@ class SglangWriter : public EngineWriter {
   // and the draft keeps its own, loaded at start from the checkpoint's model.embed_tokens and
   // split as the target's (speculative/pp_draft_embedding.py load_draft_embedding_from_checkpoint),
   // which SGLang's loader then never updates; ferry writes it every refit, as a server started
-  // from that checkpoint would hold it.
+  // from that checkpoint would hold it. The decoder is built as layer 0 (DeepseekV2DecoderLayer(
+  // config, 0, is_nextn=True)), so its experts follow row 0 of the server's EPLB map: the draft
+  // reads the target's ExpertLocationMetadata (model_runner.py sets none for a draft worker).
   Status NextnDraft() {
     UseStage(s_.pp - 1);
     if (s_.pp > 1) {
@@ -119,7 +142,7 @@ class SglangWriter : public EngineWriter {
           Replicated(MtpTensorName(c_, 0, part), all_, std::string("model.") + part));
     }
     FERRY_RETURN_IF_ERROR(Layer(l, "model.decoder."));
-    return Experts(l, "model.decoder.");
+    return Experts(l, "model.decoder.", 0);
   }
 
   // layers/vocab_parallel_embedding.py VocabParallelEmbedding: the padded vocabulary
@@ -202,8 +225,10 @@ class SglangWriter : public EngineWriter {
   // tp_rank / moe_tp holds routed (and redundant) experts [ep_rank * R/ep, (ep_rank + 1) * R/ep)
   // (_map_global_expert_id_to_local_expert_id), FFN shard tp_rank % moe_tp (runtime_context.py:
   // moe_ep_rank = tp_rank // moe_tp, moe_tp_rank = tp_rank % moe_tp); a fused shared expert
-  // follows them.
-  Status Experts(int64_t l, const std::string& p) {
+  // follows them. Each physical expert holds the logical one the server's EPLB map names for
+  // layer `map_layer` (FusedMoE.layer_id; eplb/expert_location.py logical_to_all_physical), or
+  // init_trivial's without a map.
+  Status Experts(int64_t l, const std::string& p, int64_t map_layer) {
     const int64_t moe_tp = s_.tp / s_.ep;
     const int64_t routed = (c_.num_experts + s_.redundant_experts) / s_.ep;
     const int64_t slots = routed + (s_.shared_fused == 1 ? c_.num_shared_experts : 0);
@@ -212,7 +237,8 @@ class SglangWriter : public EngineWriter {
     for (int64_t m = 0; m < s_.tp; ++m) {
       const int rank = all_[static_cast<size_t>(m)];
       const int64_t ep_rank = m / moe_tp;
-      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, ep_rank * routed, routed, slots, nullptr);
+      PlacePhysicalExperts(p, ids, g, rank, m % moe_tp, ep_rank * routed, routed, slots,
+                           map_ == nullptr ? nullptr : &(*map_)[static_cast<size_t>(map_layer)]);
       if (slots > routed) FERRY_RETURN_IF_ERROR(FusedShared(l, p, g, rank, m % moe_tp, routed));
     }
     return Status::Ok();
@@ -243,7 +269,9 @@ class SglangWriter : public EngineWriter {
 
   SglangParallel s_;
   SglangAttentionDpSplit split_;          // what attention DP splits over the attention group
-  int first_;                             // the first server's first rank
+  int first_;                             // the first rank of the server being built
+  std::vector<EplbMap> maps_;             // the servers' EPLB maps (eplb_map=), else none
+  const EplbMap* map_ = nullptr;          // the map of the server being built
   std::vector<int64_t> stage_layers_;     // decoder layers per PP rank (sglang_pipeline.h)
   std::vector<int> all_;                  // the tp ranks of the stage being built (UseStage)
   std::vector<std::vector<int>> groups_;  // its attention-DP groups, consecutive runs of all_

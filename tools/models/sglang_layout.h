@@ -11,7 +11,9 @@
 // replicated across the runs; so is embed_tokens (which of the three each model class splits so:
 // SglangAttentionDpSplitOf). Routed experts (w13_weight [local, 2*I/moe_tp, hidden] of [gate; up], w2_weight
 // [local, hidden, I/moe_tp]) sit on EP rank tp_rank / moe_tp, FFN shard tp_rank % moe_tp,
-// moe_tp = tp/ep; DeepSeek-V3's fused shared expert follows a rank's routed experts. Dense MLPs,
+// moe_tp = tp/ep, physical expert p holding logical p mod E, or with eplb_map= the logical expert
+// its server's map names (tools/models/eplb_map.h: each server then built with its own);
+// DeepSeek-V3's fused shared expert follows a rank's routed experts. Dense MLPs,
 // separate shared experts and lm_head are split over all tp ranks (dense_tp=1: dense MLPs whole
 // on each; dp_lm_head: lm_head over the attention group). The vocabulary is padded to a multiple
 // of 64 (of 64 * ranks where 64 does not divide) and split over the ranks that share it. dp

@@ -71,6 +71,12 @@ Status CheckModelled(const SglangParallel& s, const ModelConfig& c) {
     return InvalidArgument("redundant=" + Num(s.redundant_experts) + " without expert "
                            "parallelism: ferry models redundant experts with ep > 1 only");
   }
+  // each DP replica is a scheduler of its own (managers/data_parallel_controller.py), with its
+  // own ExpertLocationMetadata, which the file's one map a server does not tell apart
+  if (!s.eplb_map.empty() && s.dp > 1) {
+    return InvalidArgument("eplb_map= with dp=" + Num(s.dp) + ": the map file holds one map a "
+                           "server; run each replica as a server of its own (engines=N)");
+  }
   return Status::Ok();
 }
 
@@ -111,8 +117,9 @@ Status CheckSizes(const SglangParallel& s, const ModelConfig& c) {
         "layers, which '" +
         c.name + "' does not have");
   }
-  if (!c.IsMoe() && (s.ep != 1 || s.redundant_experts != 0)) {
-    return InvalidArgument("the model has no experts; ep must be 1 and redundant unset");
+  if (!c.IsMoe() && (s.ep != 1 || s.redundant_experts != 0 || !s.eplb_map.empty())) {
+    return InvalidArgument("the model has no experts; ep must be 1 and redundant and eplb_map "
+                           "unset");
   }
   return CheckDivides("tp", s.tp, "ep", s.ep);
 }

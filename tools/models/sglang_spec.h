@@ -43,6 +43,11 @@ struct SglangParallel {
   // --ep-num-redundant-experts: P = E + redundant, physical p holding logical p mod E
   // (eplb/expert_location.py init_trivial).
   int redundant_experts = 0;
+  // "eplb_map=PATH": the servers' current physical_to_logical_map after EPLB moved experts
+  // (--enable-eplb) or --init-expert-location placed them, one per server
+  // (tools/models/eplb_map.h ReadSglangEplbMaps): physical expert p then holds the logical
+  // expert row l of its server's map names. Empty: the init_trivial placement above.
+  std::string eplb_map;
   // Independent servers, each a whole copy of tp * pp * dp ranks.
   int engines = 1;
   // --moe-dense-tp-size 1 ("dense_tp=1"): DeepSeek's dense MLPs whole on every rank

@@ -1,0 +1,160 @@
+// Tests for the SGLang layout's EPLB maps ("sglang:...,eplb_map=FILE", tools/models/eplb_map.h
+// ReadSglangEplbMaps): worked by hand from SGLang 0.5.23's python/sglang/srt. FusedMoE loads
+// logical expert e of layer l into every physical expert that row l of the server's
+// ExpertLocationMetadata.physical_to_logical_map assigns it (layers/moe/fused_moe_triton/layer.py
+// weight_loader -> eplb/expert_location.py logical_to_all_physical), EP rank r holding physical
+// experts [r * P/ep, (r + 1) * P/ep) (_map_global_expert_id_to_local_expert_id); the map has a row
+// per decoder layer (models/*.py get_model_config_for_expert_location: num_hidden_layers), each
+// server its own (its EPLB all-reduces expert counts over the server's ranks only), and the
+// NextN draft's decoder is built as layer 0 (models/deepseek_nextn.py), reading row 0.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "tests/tools/models/framework_layouts_testutil.h"
+#include "tools/models/layout_explain.h"
+
+namespace ferry::models {
+namespace {
+
+// A file under the test's temporary directory holding `text`; returns its path.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// One MoE layer of 10 experts (FFN 16, hidden 32, bf16), Qwen3-MoE's classes.
+ModelPreset SmallMoe() {
+  ModelConfig c = OneLayerConfig("small-moe", ModelFamily::kQwen3Moe, 32, 4, 4, 8, 64);
+  c.num_experts = 10;
+  c.moe_intermediate = 16;
+  return PresetOf(c);
+}
+
+const char* kW13 = "model.layers.0.mlp.experts.w13_weight";
+const char* kGateStack = "model.layers.0.mlp.experts.[0:10].gate_proj.weight";
+constexpr int64_t kExpert13 = 2 * 16 * 32 * 2;  // bytes of one expert's w13 (tp = ep)
+
+// Logical experts in `rank`'s w13_weight slots, from its gate fragments (one a run of
+// consecutive experts).
+std::vector<int64_t> SlotsOf(const Layout& l, int rank, const std::string& buffer,
+                             const std::string& gate) {
+  std::vector<int64_t> slots;
+  for (const Fragment& f : FragmentsIn(l, rank, buffer, gate)) {
+    const int64_t first_slot = f.loc.byte_offset / kExpert13;
+    for (int64_t e = f.box.lo[0]; e < f.box.hi[0]; ++e) {
+      EXPECT_EQ(static_cast<int64_t>(slots.size()), first_slot + (e - f.box.lo[0]));
+      slots.push_back(e);
+    }
+  }
+  return slots;
+}
+
+// Two servers of tp=4, ep=4 with 2 redundant experts (12 physical, 3 a rank), each rearranged by
+// its own EPLB: server 0 (ranks 0-3) holds 5 6 7 | 0 1 2 | 3 4 8 | 9 5 0, server 1 (ranks 4-7)
+// 1 0 2 | 3 4 5 | 6 7 8 | 9 0 1.
+TEST(SglangEplbTest, EachServerFollowsItsOwnMap) {
+  ModelPreset p = SmallMoe();
+  const std::string map = WriteTemp(
+      "servers.json",
+      R"({"engines": [{"physical_to_logical_map": [[5, 6, 7, 0, 1, 2, 3, 4, 8, 9, 5, 0]]},
+                      [[1, 0, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]]]})");
+  const std::string spec = "sglang:tp=4,dp=1,ep=4,redundant=2,eplb_map=" + map + ",engines=2";
+  Layout l = BuildAsSpecified(p, spec);
+  const std::vector<std::vector<int64_t>> held = {{5, 6, 7}, {0, 1, 2}, {3, 4, 8}, {9, 5, 0},
+                                                  {1, 0, 2}, {3, 4, 5}, {6, 7, 8}, {9, 0, 1}};
+  for (int rank = 0; rank < 8; ++rank) {
+    EXPECT_EQ(SlotsOf(l, rank, kW13, kGateStack), held[static_cast<size_t>(rank)])
+        << "rank " << rank;
+    EXPECT_EQ(BytesOf(l, rank, kW13), 3 * kExpert13);
+  }
+  ExpectCoverage(Build(p, spec), p, [](const std::string& n) {
+    if (!IsExpert(n)) return TpReplicated(n) ? 8 : 2;
+    if (n.find(".experts.0.") != std::string::npos) return 4;
+    if (n.find(".experts.1.") != std::string::npos) return 3;
+    return n.find(".experts.5.") != std::string::npos ? 3 : 2;
+  });
+  EXPECT_EQ(Spec(spec).ToString(), spec);
+}
+
+// A tiny DeepSeek-V3 (a dense layer 0, then layer 1 of 4 routed experts) with its NextN draft,
+// tp=2, ep=2: row 1 of the map places layer 1's experts (2 3 | 0 1), row 0, the dense layer's,
+// the draft's (1 0 | 3 2), which the checkpoint holds as model.layers.2.
+TEST(SglangEplbTest, TheNextnDraftReadsRowZero) {
+  ModelPreset p = PresetOf(TinyDeepseek(/*moe=*/true));
+  const std::string map = WriteTemp("draft.json", "[[1, 0, 3, 2], [2, 3, 0, 1]]");
+  Layout l = BuildAsSpecified(p, "sglang:tp=2,ep=2,mtp=1,eplb_map=" + map);
+  const std::string target = "model.layers.1.mlp.experts.";
+  const std::string draft_gate = "model.layers.2.mlp.experts.[0:4].gate_proj.weight";
+  const auto first = [&](int rank, const std::string& buffer, const std::string& gate) {
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    for (const Fragment& f : FragmentsIn(l, rank, buffer, gate)) {
+      runs.emplace_back(f.box.lo[0], f.box.hi[0]);
+    }
+    return runs;
+  };
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(first(0, target + "w13_weight", target + "[0:4].gate_proj.weight"), (Runs{{2, 4}}));
+  EXPECT_EQ(first(1, target + "w13_weight", target + "[0:4].gate_proj.weight"), (Runs{{0, 2}}));
+  EXPECT_EQ(first(0, "model.decoder.mlp.experts.w13_weight", draft_gate),
+            (Runs{{1, 2}, {0, 1}}));
+  EXPECT_EQ(first(1, "model.decoder.mlp.experts.w13_weight", draft_gate),
+            (Runs{{3, 4}, {2, 3}}));
+  const FrameworkSpec r =
+      ResolveFrameworkSpec(Spec("sglang:tp=2,ep=2,mtp=1,eplb_map=" + map), p.config()).value();
+  bool cited = false;
+  for (const LayoutRule& rule :
+       RulesForTensor(p.config(), r, "model.layers.1.mlp.experts.0.gate_proj.weight")) {
+    cited |= rule.upstream.find("logical_to_all_physical") != std::string::npos;
+  }
+  EXPECT_TRUE(cited);
+}
+
+TEST(SglangEplbTest, MapsThatDoNotFitAreRefusedByName) {
+  ModelPreset p = SmallMoe();
+  const std::string row = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]";
+  const std::string one = "[" + row + "]";
+  const auto servers = [&](const std::string& first) {
+    return "{\"engines\": [" + first + ", " + one + "]}";
+  };
+  const std::pair<std::string, const char*> files[] = {
+      {servers("[" + row + ", " + row + "]"), "server 0 has 2 rows; the model has 1 decoder layers"},
+      {servers("[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0]]"), "expected a list of 12 logical expert ids"},
+      {servers("[[0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 0, 1]]"),
+       "physical expert 9: not a logical expert id"},
+      {servers("[[0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 0, 1]]"),
+       "logical expert 9 has no physical replica"},
+      {"{\"engines\": [" + one + "]}", "engines must list 2 maps, one per server"},
+      {"{\"engines\": [" + one + ", [[0]]]}", "server 1, row 0: expected a list of 12"},
+      {one, "it holds one map per server"},
+  };
+  int n = 0;
+  for (const auto& [text, reason] : files) {
+    const std::string path = WriteTemp("bad" + std::to_string(n++) + ".json", text);
+    Result<Layout> l = BuildFrameworkLayout(
+        p, Spec("sglang:tp=4,ep=4,redundant=2,engines=2,eplb_map=" + path));
+    ASSERT_FALSE(l.ok()) << text;
+    EXPECT_TRUE(Says(l.status(), reason)) << l.status().message();
+  }
+  const std::string good = WriteTemp("good.json", "[" + row + "]");
+  const std::pair<std::string, const char*> specs[] = {
+      {"sglang:tp=4,dp=2,ep=4,redundant=2,eplb_map=" + good, "run each replica as a server"},
+      {"sglang:tp=4,ep=4,redundant=2,eplb_map=/no/such/map.json", "cannot open EPLB map"},
+  };
+  for (const auto& [spec, reason] : specs) {
+    Result<Layout> l = BuildFrameworkLayout(p, Spec(spec));
+    ASSERT_FALSE(l.ok()) << spec;
+    EXPECT_TRUE(Says(l.status(), reason)) << l.status().message();
+  }
+  Result<Layout> dense = BuildFrameworkLayout(Preset("llama-3.1-8b", 1.0 / 64),
+                                              Spec("sglang:tp=2,eplb_map=" + good));
+  ASSERT_FALSE(dense.ok());
+  EXPECT_TRUE(Says(dense.status(), "the model has no experts")) << dense.status().message();
+}
+
+}  // namespace
+}  // namespace ferry::models
