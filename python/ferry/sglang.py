@@ -38,8 +38,12 @@ destination layout numbers them. A server must be one replica (`dp=1`; attention
 SGLang 0.5.23 refuses update_weights_from_tensor with --dp-size > 1
 (managers/tokenizer_control_mixin.py), so run replicas as servers of their own (`engines=`).
 Both sides build both layouts
-from the same Hugging Face config (`model`, readable by every process) and specs, so nothing else
-is exchanged. After each update the loader runs the model's post_load_weights when it has one
+from the same Hugging Face config (`model`, readable by every process) and specs; what the
+servers add is where their experts are. Physical expert p of a server holds logical expert p
+mod E until --init-expert-location places them elsewhere or EPLB (--enable-eplb) moves them
+while it serves; each server's leading worker then sends its map when the refit plans
+(ferry._sglang_eplb), and under EPLB every rank votes before each update whether a server's
+experts moved since the plan, all of them planning again when one did. After each update the loader runs the model's post_load_weights when it has one
 (DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). DeepSeek-V3's NextN draft (mtp=1 in
 the destination) is updated with its target: on the last PP stage, the only one with a draft,
 SGLang hands the loader the target and then the draft, and the update lands at the draft's
@@ -52,15 +56,15 @@ it writes them. That is what SGLang holds on Hopper; where it requantized the sc
 DeepGEMM (SM100/SM120) the worker refuses it (check_as_loaded). Other quantizations and
 other draft models are not supported (the layouts refuse them; a loader handed a model it does
 not expect refuses it), nor are backends that rebind parameters after loading (a worker refuses
-an update once a parameter it writes is no longer where it was registered), nor experts that
-SGLang's EPLB moved or --init-expert-location placed elsewhere than physical expert p holding
-logical expert p mod E (a worker refuses the update: check_expert_placement).
+an update once a parameter it writes is no longer where it was registered), nor elastic EP,
+which adds physical experts while serving (the layout refuses a map wider than the spec's).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import pickle
 import urllib.error
 import urllib.request
@@ -70,9 +74,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from . import _sglang_eplb as eplb
 from ._arrays import moved_parameters, param_storage
 from ._layout import Layout
 from ._session import Refit, Session
+
+logger = logging.getLogger("ferry.sglang")
 
 LOAD_FORMAT = "ferry.sglang.load_weights"
 CONTROL = "ferry.sglang.control"
@@ -108,9 +115,36 @@ def _layouts(spec: RefitSpec) -> tuple[Layout, Layout]:
                          "updated from tensors: SGLang 0.5.23 asserts dp_size == 1 in "
                          "update_weights_from_tensor (managers/tokenizer_control_mixin.py); run "
                          "each replica as a server of its own (engines=N)")
+    if "eplb_map" in spec.destination:
+        raise ValueError(f"{spec.destination}: ferry.sglang reads the servers' EPLB maps from "
+                         "the servers themselves; leave eplb_map out of the destination")
     source = Layout.preset(spec.model, spec.source)
     destination = Layout.preset(spec.model, spec.destination, first_rank=spec.num_trainer_ranks)
     return source, destination
+
+
+@dataclass
+class _Plan:
+    """One plan of the refit and what it was made for: every server's EPLB map that differs
+    from SGLang's initial placement (`maps`, by server), and whether any server runs EPLB
+    (`eplb`: then every rank votes before each update whether experts moved)."""
+
+    refit: Refit
+    maps: dict[int, dict[str, Any]]
+    eplb: bool
+
+
+def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str, runs_eplb: bool
+          ) -> _Plan:
+    """Every rank makes it together, trainer ranks and workers alike: the servers' moved EPLB
+    maps exchanged (`mine`: this rank's contribution, eplb.contribution), the destination built
+    with them, the vote whether any server runs EPLB, then the plan."""
+    engines = _spec_count(spec.destination, "engines")
+    maps = eplb.gathered_maps(session._impl.all_gather(mine), engines)
+    destination = eplb.destination(spec.model, spec.destination, spec.num_trainer_ranks, maps,
+                                   engines)
+    runs = session.any_rank(runs_eplb)
+    return _Plan(session.refit(source, destination, gpus_per_node=spec.gpus_per_node), maps, runs)
 
 
 def _world_size(spec: RefitSpec, destination: Layout) -> int:
@@ -174,7 +208,7 @@ class Sender:
         self._source, self._destination = _layouts(spec)
         self._tensors: dict[str, Any] = {}
         self.session: Session | None = None
-        self.refit: Refit | None = None
+        self.plan: _Plan | None = None
         self.rounds = 0
 
     def buffers(self) -> list[str]:
@@ -189,7 +223,7 @@ class Sender:
             raise KeyError(f"trainer rank {self.rank}: no tensor for buffers {missing[:5]} "
                            f"({len(missing)} in all)")
         self._tensors = {name: tensors[name] for name in self.buffers()}
-        if self.refit is not None:
+        if self.plan is not None:
             self._register_sources()
 
     def control(self, server: int) -> list[tuple[str, torch.Tensor]]:
@@ -197,28 +231,35 @@ class Sender:
         return control_tensors(replace(self.spec, server=server, round=self.rounds))
 
     def send(self) -> None:
-        """Runs this rank's part of the next update (joining and planning first, at the first);
-        blocks until it is done."""
+        """Runs this rank's part of the next update (joining and planning first, at the first;
+        planning again with every rank when a server's EPLB moved experts); blocks until it is
+        done."""
         if not self._tensors:
             raise RuntimeError(f"trainer rank {self.rank}: register() its buffers before send()")
-        if self.refit is None:
+        if self.plan is None:
             self.session = Session(self.rank, _world_size(self.spec, self._destination),
                                    self.spec.store, self.spec.token, self.spec.config)
-            self.refit = self.session.refit(self._source, self._destination,
-                                            gpus_per_node=self.spec.gpus_per_node)
-            self._register_sources()
-        self.refit.run()
+            self._replan()
+        elif self.plan.eplb and self.session.any_rank(False):  # the servers vote: moved?
+            if self.rank == 0:
+                logger.info("ferry.sglang: EPLB moved experts on a server; planning again")
+            self._replan()
+        self.plan.refit.run()
         self.rounds += 1
+
+    def _replan(self) -> None:
+        self.plan = _plan(self.session, self.spec, self._source, "", False)
+        self._register_sources()
 
     def _register_sources(self) -> None:
         for name, tensor in self._tensors.items():
-            self.refit.register(name, tensor, side="source")
+            self.plan.refit.register(name, tensor, side="source")
 
     def finish(self) -> None:
         """Leaves the session (its last barrier: every rank, workers included, finishes)."""
         if self.session is not None:
             self.session.finish()
-        self.session, self.refit = None, None
+        self.session, self.plan = None, None
 
 
 class _Worker:
@@ -231,18 +272,36 @@ class _Worker:
     registering the draft's parameters at its first."""
 
     def __init__(self, model: torch.nn.Module, spec: RefitSpec, rank: int, source: Layout,
-                 destination: Layout, holds_draft: bool) -> None:
+                 destination: Layout, holds_draft: bool, leads: bool) -> None:
         self.model, self.draft = model, None
         self.rank, self.destination = rank, spec.destination
+        self.spec, self.source, self.leads = spec, source, leads
         self.session = Session(rank, _world_size(spec, destination), spec.store, spec.token,
                                spec.config)
-        self.refit = self.session.refit(source, destination, gpus_per_node=spec.gpus_per_node)
+        self.placement = eplb.current_map()
+        self.plan = self._plan()
         self.bound: list[tuple[str, torch.nn.Parameter, tuple]] = []
         self.unbound = self._bind(model, [b.name for b in destination.buffers(rank)])
         self.draft_expected = holds_draft
         if self.unbound and not self.draft_expected:
             self._missing(self.unbound)
         self.rounds, self.pending = 0, None
+
+    def _plan(self) -> _Plan:
+        """The plan, with every rank, for the experts where they are now (self.placement): the
+        server's leading rank (PP rank 0, TP rank 0) sends its map when it moved; every rank
+        checks that the plan's map of its server is its own."""
+        server = self.spec.server
+        plan = _plan(self.session, self.spec, self.source,
+                     eplb.contribution(server, self.placement) if self.leads else "",
+                     self.placement is not None and eplb.eplb_enabled())
+        planned = plan.maps.get(server)
+        if self.placement is not None and (
+                planned["map"] != self.placement.tolist() if planned is not None
+                else not eplb.is_initial(self.placement, eplb.num_logical_experts())):
+            raise ValueError(f"ferry rank {self.rank}: its EPLB map differs from the one server "
+                             f"{server}'s leading rank sent; SGLang keeps one map a server")
+        return plan
 
     def load(self, model: torch.nn.Module, round_: int) -> None:
         """One call of the loader: refuses, before any rank waits on this one, an update out of
@@ -279,7 +338,7 @@ class _Worker:
         for name in names:
             if name in params:
                 check_as_loaded(name, params[name], self.destination)
-                self.refit.register(name, params[name].data, side="destination")
+                self.plan.refit.register(name, params[name].data, side="destination")
                 self.bound.append((name, params[name], param_storage(params[name])))
         return [name for name in names if name not in params]
 
@@ -297,10 +356,11 @@ class _Worker:
             raise ValueError(f"parameters {moved[:3]} ({len(moved)} in all) are no longer where "
                              "ferry registered them: SGLang rebound them after loading (a "
                              "backend that repacks weights), which ferry.sglang does not support")
-        check_expert_placement()
 
     def _receive(self, models: list[torch.nn.Module]) -> None:
-        self.refit.run()
+        if self.plan.eplb and self.rounds > 0:  # (the first update's plan was just made)
+            self._follow_experts()
+        self.plan.refit.run()
         self.rounds += 1
         for model in models:
             post = getattr(model, "post_load_weights", None)
@@ -308,31 +368,24 @@ class _Worker:
                 post()
 
 
+    def _follow_experts(self) -> None:
+        """Under EPLB, before an update: every rank votes whether its server's experts moved
+        since the plan; if any did, every trainer rank and worker plans again, and this worker
+        registers its parameters with the new plan."""
+        now = eplb.current_map()
+        moved = now is not None and not torch.equal(now, self.placement)
+        if not self.session.any_rank(moved):
+            return
+        if moved and self.leads:
+            logger.info("ferry.sglang: EPLB moved experts of server %d since the last plan; "
+                        "planning again", self.spec.server)
+        self.placement = now
+        self.plan = self._plan()
+        for name, param, _ in self.bound:
+            self.plan.refit.register(name, param.data, side="destination")
+
+
 _worker: _Worker | None = None
-
-
-def check_expert_placement() -> None:
-    """Refuses an update where SGLang's experts are not where ferry's sglang: layouts place
-    them: physical expert p of every MoE layer holding logical expert p mod E, the placement
-    SGLang starts from (python/sglang/srt/eplb/expert_location.py, init_trivial). EPLB moves
-    them while SGLang serves (--enable-eplb: eplb_manager.py rebalances, expert_location_updater
-    .py updates the global ExpertLocationMetadata in place), and --init-expert-location starts
-    elsewhere; writing the initial placement then would give experts other experts' weights."""
-    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
-
-    metadata = get_global_expert_location_metadata()
-    if metadata is None:  # no MoE layers
-        return
-    held = metadata.physical_to_logical_map_cpu
-    experts = metadata.num_logical_experts
-    moved = (held != torch.arange(held.shape[-1]) % experts).nonzero().tolist()
-    if moved:
-        layer, slot = moved[0]
-        raise ValueError(f"SGLang's experts are not where ferry's sglang: layouts place them: "
-                         f"physical expert {slot} of MoE layer {layer} holds logical expert "
-                         f"{int(held[layer, slot])}, not {slot % experts} ({len(moved)} slots "
-                         "differ), as EPLB (--enable-eplb) or --init-expert-location place "
-                         "them; ferry.sglang writes the initial placement only")
 
 
 def check_as_loaded(name: str, param: torch.Tensor, destination: str) -> None:
@@ -384,7 +437,8 @@ def load_weights(model: torch.nn.Module, named_tensors: list[tuple[str, Any]]) -
                            parallel.tp_rank, parallel.tp_size, parallel.pp_rank, parallel.pp_size)
         last_stage = parallel.pp_rank == parallel.pp_size - 1
         _worker = _Worker(model, spec, rank, source, destination,
-                          holds_draft=last_stage and _spec_count(spec.destination, "mtp", 0) > 0)
+                          holds_draft=last_stage and _spec_count(spec.destination, "mtp", 0) > 0,
+                          leads=parallel.pp_rank == 0 and parallel.tp_rank == 0)
     _worker.load(model, spec.round)
 
 

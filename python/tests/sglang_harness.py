@@ -224,6 +224,27 @@ def sglang_rank(model_dir: str, rank: int,
             yield lambda model_class: build_model(model_dir, model_class, quant_config)
 
 
+def rebalance_experts(model_dir: str, server_args: dict, seed: int) -> None:
+    """SGLang's EPLB rebalance of this rank's server, as eplb/eplb_manager.py rebalance() makes
+    it, inside sglang_rank: ExpertLocationMetadata.init_by_eplb from the expert counts of the
+    server's last forward passes (random ones of `seed`, which every rank of a server shares, as
+    SGLang all-reduces them), then the global metadata updated in place for every layer
+    (ExpertLocationMetadata.update, as eplb/expert_location_updater.py does after moving the
+    weights: an update then rewrites every expert, so the weights themselves are not moved)."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.eplb.expert_location import (ExpertLocationMetadata,
+                                                 get_global_expert_location_metadata)
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path=model_dir, device="cpu", skip_tokenizer_init=True,
+                      load_format="dummy", **server_args)
+    metadata = get_global_expert_location_metadata()
+    counts = torch.randint(0, 1000, (metadata.num_layers, metadata.num_logical_experts),
+                           generator=torch.Generator().manual_seed(seed))
+    rebalanced = ExpertLocationMetadata.init_by_eplb(ModelConfig.from_server_args(args), counts)
+    metadata.update(rebalanced, update_layer_ids=list(range(metadata.num_layers)))
+
+
 def build_model(model_dir: str, model_class: str, quant_config=None) -> torch.nn.Module:
     """`model_class` built as model_loader/loader.py _initialize_model builds it, with the
     checkpoint's `quant_config` and its shared experts resolved for it, its parameters zeroed. A

@@ -9,7 +9,11 @@ rank RANK is PP rank RANK // 2, TP rank RANK % 2) whose last PP stage holds the 
 its target (DeepseekV3ForCausalLMNextN, from the checkpoint's MTP layer, with its own
 embed_tokens), or "tp", a TP2 server with attention DP 2 and no draft, or "tp_fp8", a TP2
 server of an FP8 block-quantized checkpoint (quant=fp8_block: the trainer sends bf16, the refit
-quantizes, and the reference loads the checkpoint quantized by vLLM's per_block_cast_to_fp8). A
+quantizes, and the reference loads the checkpoint quantized by vLLM's per_block_cast_to_fp8), or
+"ep_eplb", two TP2 EP2 servers (RANK // 2 the server) with 2 redundant experts under EPLB, each
+of which rebalances its experts before step 1's update with SGLang's own EPLB code
+(sglang_harness.rebalance_experts, different expert counts a server), so that step 1 must plan
+again with both servers' new maps, and step 2 must not. A
 trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
 through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank builds
 its models with SGLang's own classes (sglang_harness.py); each update reaches
@@ -21,13 +25,14 @@ model's own load_weights, and the draft's own embed_tokens from the checkpoint; 
 postprocess); every parameter of every model, and the w_kc / w_vc that post_load_weights
 derives, must be byte-identical. Prints
 "server rank R step S: N tensors byte-exact". Then it hands the loader what it must refuse: a
-model it does not expect, as SGLang hands it a draft, an update after SGLang's EPLB moved two
-experts, and an update after the parameters were rebound.
+model it does not expect, as SGLang hands it a draft, and an update after the parameters were
+rebound.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import sys
 from dataclasses import replace
 from typing import Callable
@@ -37,12 +42,13 @@ import torch
 import ferry
 import ferry.sglang
 from sglang_harness import (MODELS, as_bytes, build_server, checkpoint, fill_buffers,
-                            fp8_checkpoint, load_server)
+                            fp8_checkpoint, load_server, rebalance_experts)
 
 STEPS = 3
 LOADER = {"custom_weight_loader": [ferry.sglang.LOAD_FORMAT]}
 
-# name: (MODELS entry, the trainer's spec, the server's spec, its SGLang server arguments, ranks)
+# name: (MODELS entry, the trainer's spec, the servers' spec, an SGLang server's arguments, the
+# servers' ranks)
 SERVERS = {
     "pp_draft": ("deepseek_v3_nextn", "megatron:tp=2,mtp=1", "sglang:tp=2,pp=2,attn_dp=2,mtp=1",
                  {"tp_size": 2, "pp_size": 2, "attn_dp_size": 2,
@@ -52,7 +58,12 @@ SERVERS = {
     # an FP8 block-quantized checkpoint, served as loaded: ferry quantizes the trainer's bf16
     "tp_fp8": ("deepseek_v3_fp8", "megatron:tp=2", "sglang:tp=2,quant=fp8_block",
                {"tp_size": 2, "enforce_shared_experts_fusion": True}, 2),
+    # two servers under EPLB, 258 physical experts (129 an EP rank), each rebalanced at step 1
+    "ep_eplb": ("deepseek_v3", "megatron:tp=2", "sglang:tp=2,ep=2,redundant=2,engines=2",
+                {"tp_size": 2, "ep_size": 2, "ep_num_redundant_experts": 2, "enable_eplb": True},
+                4),
 }
+REBALANCED_AT = 1  # the step before whose update an EPLB server rebalances
 
 
 def spec_for(server: str, port: str, model_dir: str) -> ferry.sglang.RefitSpec:
@@ -159,47 +170,19 @@ def differences(models: list[torch.nn.Module], references: list[torch.nn.Module]
 def refused(models: list[torch.nn.Module], spec: ferry.sglang.RefitSpec,
             build: Callable[[str], torch.nn.Module], model_class: str) -> str | None:
     """What the loader must refuse after the updates, before waiting on any rank: a model it
-    does not expect (SGLang hands a custom loader a server's draft model after its target), an
-    update after EPLB moved experts, then an update after the parameters were rebound. Returns
-    the first that went otherwise, or None."""
+    does not expect (SGLang hands a custom loader a server's draft model after its target), then
+    an update after the parameters were rebound. Returns the first that went otherwise, or
+    None."""
     control = ferry.sglang.control_tensors(replace(spec, round=STEPS))
     wrong = expect_refusal(lambda: ferry.sglang.load_weights(build(model_class), control),
                            "a second model")
     if wrong:
         return f"another model: {wrong}"
-    wrong = expect_refusal(lambda: swapped_experts(lambda: ferry.sglang.load_weights(
-        models[0], control)), "physical expert 1 of MoE layer 1 holds logical expert 2, not 1")
-    if wrong:
-        return f"moved experts: {wrong}"
     for param in models[0].parameters():
         param.data = param.data.clone()
     wrong = expect_refusal(lambda: ferry.sglang.load_weights(models[0], control),
                            "no longer where")
     return f"rebound parameters: {wrong}" if wrong else None
-
-
-def swapped_experts(load: Callable[[], None]) -> None:
-    """`load` while MoE layer 1's physical experts 1 and 2 hold each other's logical expert, as
-    SGLang's EPLB leaves them after a rebalance: the new placement applied to the global
-    ExpertLocationMetadata by its own update() (python/sglang/srt/eplb/expert_location.py, as
-    expert_location_updater.py applies one); the placement is restored afterwards."""
-    import dataclasses
-
-    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
-
-    metadata = get_global_expert_location_metadata()
-    before = dataclasses.replace(metadata, **{
-        f.name: getattr(metadata, f.name).clone() for f in dataclasses.fields(metadata)
-        if isinstance(getattr(metadata, f.name), torch.Tensor)})
-    moved = {f: getattr(metadata, f).clone() for f in ("physical_to_logical_map",
-                                                       "physical_to_logical_map_cpu")}
-    for held in moved.values():
-        held[1, [1, 2]] = held[1, [2, 1]]
-    metadata.update(dataclasses.replace(metadata, **moved), update_layer_ids=[1])
-    try:
-        load()
-    finally:
-        metadata.update(before, update_layer_ids=[1])
 
 
 def expect_refusal(load: Callable[[], None], expected: str) -> str | None:
@@ -211,15 +194,22 @@ def expect_refusal(load: Callable[[], None], expected: str) -> str | None:
 
 
 def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
+    """Server rank `rank` of the servers' ranks: world rank rank % (ranks a server) of server
+    rank // (ranks a server)."""
     from sglang_harness import sglang_rank
 
-    model_name, _, _, server_args, _ = SERVERS[name]
+    model_name, _, destination_spec, server_args, ranks = SERVERS[name]
+    per_server = ranks // ferry.sglang._spec_count(destination_spec, "engines")
+    spec = replace(spec, server=rank // per_server)
     model_classes = MODELS[model_name][1]
     source = ferry.Layout.preset(spec.model, spec.source)
     destination = ferry.Layout.preset(spec.model, spec.destination)
-    with sglang_rank(spec.model, rank, {**server_args, **LOADER}) as build:
+    server_args = {**server_args, **LOADER}
+    with sglang_rank(spec.model, rank % per_server, server_args) as build:
         models = build_server(build, model_classes)
         for step in range(STEPS):
+            if server_args.get("enable_eplb") and step == REBALANCED_AT:
+                rebalance_experts(spec.model, server_args, seed=spec.server + 1)
             sglang_update(models, ferry.sglang.control_tensors(replace(spec, round=step)))
             references = build_server(build, model_classes)
             load_server(references, fp8_checkpoint(
@@ -240,6 +230,10 @@ def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
 
 def main() -> int:
     name, role, rank, port, model_dir = sys.argv[1:6]
+    planning = logging.getLogger("ferry.sglang")  # "planning again" lines, which the test reads
+    planning.addHandler(logging.StreamHandler(sys.stdout))
+    planning.setLevel(logging.INFO)
+    planning.propagate = False  # (SGLang's handlers would print them again)
     spec = spec_for(name, port, model_dir)
     if role == "trainer":
         trainer(int(rank), spec)

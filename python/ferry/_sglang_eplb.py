@@ -1,0 +1,129 @@
+"""Where SGLang servers keep their experts, for ferry.sglang: each server's current
+physical-to-logical expert map exchanged between the refit's ranks and turned into the
+destination layout (the `sglang:` spec's eplb_map, tools/models/eplb_map.h).
+
+SGLang (0.5.23, python/sglang/srt) keeps one ExpertLocationMetadata a server process: physical
+expert p of decoder layer l holds logical expert physical_to_logical_map[l][p]. It starts as
+init_trivial (p holds p mod E), or where --init-expert-location puts it, and EPLB
+(--enable-eplb: eplb/eplb_manager.py) rewrites it together with the weights it moves
+(eplb/expert_location_updater.py), between forward passes, on the scheduler's thread that also
+runs a weight update. Every rank of a server holds the same map: the expert counts EPLB balances
+are all-reduced over the server's ranks (eplb/expert_distribution.py) and every rank computes the
+same rebalance. SGLang's own loader writes each logical expert to every physical expert the map
+gives it (eplb/expert_location.py logical_to_all_physical), which is what ferry's layout then
+does. Elastic EP, which adds physical experts while serving, is not modelled: its map is wider
+than the spec's and the layout refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+import torch
+
+from ._layout import Layout
+
+MAX_MAP_BYTES = 64 << 20
+"""The largest map one rank's contribution may be (tools/models/eplb_map.h kMaxEplbMapFileBytes)."""
+
+
+def current_map() -> torch.Tensor | None:
+    """This SGLang process's physical_to_logical_map (a CPU copy, layers x physical experts);
+    None for a model without MoE layers (SGLang then keeps no metadata)."""
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    metadata = get_global_expert_location_metadata()
+    if metadata is None:
+        return None
+    return metadata.physical_to_logical_map_cpu.clone()
+
+
+def eplb_enabled() -> bool:
+    """Whether this SGLang server runs EPLB (--enable-eplb), which moves experts while it serves."""
+    from sglang.srt.runtime_context import get_exec
+
+    return bool(get_exec().moe.enable_eplb)
+
+
+def num_logical_experts() -> int:
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    return get_global_expert_location_metadata().num_logical_experts
+
+
+def is_initial(held: torch.Tensor | None, experts: int) -> bool:
+    """Whether `held` is SGLang's initial placement (init_trivial: physical p holds p mod E)."""
+    return held is None or torch.equal(held, torch.arange(held.shape[-1]).expand_as(held) % experts)
+
+
+def contribution(server: int, held: torch.Tensor | None) -> str:
+    """What a server's leading rank adds to the plan's exchange: its map, as JSON, unless the
+    experts sit where the `sglang:` preset puts them (then nothing, "")."""
+    if held is None:
+        return ""
+    experts = num_logical_experts()
+    if is_initial(held, experts):
+        return ""
+    return json.dumps({"server": server, "experts": experts, "map": held.tolist()})
+
+
+def gathered_maps(gathered: list[bytes], engines: int) -> dict[int, dict[str, Any]]:
+    """The servers' maps from every rank's contribution (in rank order), by server. The bytes are
+    another process's: each is checked for size, form and a server in [0, engines) named once;
+    the rows themselves are checked where the layout reads them. ValueError naming the rank."""
+    maps: dict[int, dict[str, Any]] = {}
+    for rank, raw in enumerate(gathered):
+        if not raw:
+            continue
+        if len(raw) > MAX_MAP_BYTES:
+            raise ValueError(f"ferry rank {rank} sent an EPLB map of {len(raw)} bytes, over "
+                             f"MAX_MAP_BYTES ({MAX_MAP_BYTES})")
+        try:
+            entry = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"ferry rank {rank} sent no EPLB map: {e}") from None
+        if not isinstance(entry, dict) or set(entry) != {"server", "experts", "map"}:
+            raise ValueError(f"ferry rank {rank} sent no EPLB map: expected server, experts and "
+                             "map")
+        server, experts = entry["server"], entry["experts"]
+        if type(server) is not int or not 0 <= server < engines:
+            raise ValueError(f"ferry rank {rank} sent the EPLB map of server {server!r}, not one "
+                             f"of the {engines} servers")
+        if type(experts) is not int or experts < 1 or not isinstance(entry["map"], list):
+            raise ValueError(f"ferry rank {rank} sent server {server}'s EPLB map with "
+                             f"{experts!r} logical experts or no rows")
+        if server in maps:
+            raise ValueError(f"two ranks sent server {server}'s EPLB map (the second: ferry rank "
+                             f"{rank}); each server has one leading rank")
+        maps[server] = entry
+    return maps
+
+
+def destination(model: str, spec: str, first_rank: int, maps: dict[int, dict[str, Any]],
+                engines: int) -> Layout:
+    """The servers' layout (`spec` on ranks first_rank..): the preset's where no server's
+    experts moved; else with every server's map, the initial placement for servers that sent
+    none, through the spec's eplb_map (a temporary file, removed once read)."""
+    if not maps:
+        return Layout.preset(model, spec, first_rank=first_rank)
+    first = next(iter(maps.values()))
+    experts, rows = first["experts"], first["map"]
+    if any(m["experts"] != experts for m in maps.values()):
+        raise ValueError(f"the servers' EPLB maps disagree on the number of logical experts: "
+                         f"{sorted({m['experts'] for m in maps.values()})}")
+    width = len(rows[0]) if rows and isinstance(rows[0], list) else 0
+    initial = [[p % experts for p in range(width)] for _ in rows]
+    document = {"engines": [maps[k]["map"] if k in maps else initial for k in range(engines)]}
+    handle, path = tempfile.mkstemp(prefix="ferry-sglang-eplb-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(document, f)
+        if "," in path:
+            raise ValueError(f"the temporary directory's path {os.path.dirname(path)!r} holds a "
+                             "comma, which a layout spec cannot carry; set TMPDIR elsewhere")
+        return Layout.preset(model, f"{spec},eplb_map={path}", first_rank=first_rank)
+    finally:
+        os.unlink(path)

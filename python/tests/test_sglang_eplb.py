@@ -1,0 +1,69 @@
+"""ferry.sglang's exchange of the servers' EPLB maps (ferry/_sglang_eplb.py): what another rank
+sent is refused, naming the rank, when it is too large, not a map, or names a server out of
+range or twice; the destination is the preset where no server's experts moved, and otherwise
+the layout of every server's map, the initial placement (physical p holding p mod E) for the
+servers that sent none. Needs torch, not SGLang."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+eplb = pytest.importorskip("ferry._sglang_eplb")
+
+import ferry  # noqa: E402
+from sglang_harness import QWEN3_MOE  # noqa: E402
+
+SPEC = "sglang:tp=2,ep=2,redundant=2,engines=2,expert_tensors=members"
+E, P = 128, 130  # Qwen3-MoE's experts, and with 2 redundant ones
+
+
+def entry(server=1, experts=E, rows=None) -> bytes:
+    rows = rows if rows is not None else [[(p + 1) % E for p in range(P)]] * 2
+    return json.dumps({"server": server, "experts": experts, "map": rows}).encode()
+
+
+def test_maps_from_other_ranks_are_checked_before_use(monkeypatch):
+    assert eplb.gathered_maps([b"", b"", entry(), b""], 2)[1]["experts"] == E
+    cases = [([b"", b"\xff"], "ferry rank 1 sent no EPLB map"),
+             ([b"[1, 2]"], "expected server, experts and map"),
+             ([entry(server=2)], "server 2, not one of the 2 servers"),
+             ([entry(server=True)], "server True"),
+             ([entry(experts=0)], "0 logical experts"),
+             ([entry(), b"", entry()], "two ranks sent server 1's EPLB map (the second: ferry "
+                                       "rank 2)")]
+    for gathered, reason in cases:
+        with pytest.raises(ValueError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+            eplb.gathered_maps(gathered, 2)
+    monkeypatch.setattr(eplb, "MAX_MAP_BYTES", 10)
+    with pytest.raises(ValueError, match="ferry rank 0 sent an EPLB map of .* over MAX_MAP_BYTES"):
+        eplb.gathered_maps([entry()], 2)
+
+
+def test_the_destination_holds_every_servers_map(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE))
+    model = str(tmp_path / "config.json")
+    maps = eplb.gathered_maps([b"", entry()], 2)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    built = eplb.destination(model, SPEC, 4, maps, 2)
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]  # the map's file is gone
+    # by hand: server 0 (ranks 4, 5) as SGLang starts it, server 1 (ranks 6, 7) shifted by one
+    initial = [[p % E for p in range(P)]] * 2
+    moved = [[(p + 1) % E for p in range(P)]] * 2
+    (tmp_path / "expected.json").write_text(json.dumps({"engines": [initial, moved]}))
+    expected = ferry.Layout.preset(model, f"{SPEC},eplb_map={tmp_path / 'expected.json'}",
+                                   first_rank=4)
+    assert built.to_yaml() == expected.to_yaml()
+    preset = ferry.Layout.preset(model, SPEC, first_rank=4)
+    assert eplb.destination(model, SPEC, 4, {}, 2).to_yaml() == preset.to_yaml()
+    assert built.to_yaml() != preset.to_yaml()
+    server0 = [f for f in built.fragments(4) if f.buffer.endswith("experts.w13_weight")]
+    assert server0 == [f for f in preset.fragments(4) if f.buffer.endswith("experts.w13_weight")]
+
+
+def test_servers_that_disagree_on_the_experts_are_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE))
+    maps = eplb.gathered_maps([entry(server=0, experts=64), entry()], 2)
+    with pytest.raises(ValueError, match="disagree on the number of logical experts"):
+        eplb.destination(str(tmp_path / "config.json"), SPEC, 4, maps, 2)
