@@ -13,7 +13,9 @@ quantizes, and the reference loads the checkpoint quantized by vLLM's per_block_
 "ep_eplb", two TP2 EP2 servers (RANK // 2 the server) with 2 redundant experts under EPLB, each
 of which rebalances its experts before step 1's update with SGLang's own EPLB code
 (sglang_harness.rebalance_experts, different expert counts a server), so that step 1 must plan
-again with both servers' new maps, and step 2 must not. A
+again with both servers' new maps, and step 2 must not; server 1 also starts elsewhere than
+SGLang's initial placement (rebalanced before step 0, as --init-expert-location would place
+them), so that the first plan holds one server's map and the other's initial placement. A
 trainer rank (ferry.sglang.Sender, its Megatron TP2 shards filled from a random checkpoint
 through ferry's source layout) sends STEPS updates, a new checkpoint each. A server rank builds
 its models with SGLang's own classes (sglang_harness.py); each update reaches
@@ -63,7 +65,9 @@ SERVERS = {
                 {"tp_size": 2, "ep_size": 2, "ep_num_redundant_experts": 2, "enable_eplb": True},
                 4),
 }
-REBALANCED_AT = 1  # the step before whose update an EPLB server rebalances
+# server: the steps before whose update an EPLB server rebalances, each with expert counts of its
+# own (the seed)
+REBALANCED = {0: {1: 1}, 1: {0: 10, 1: 2}}
 
 
 def spec_for(server: str, port: str, model_dir: str) -> ferry.sglang.RefitSpec:
@@ -208,8 +212,9 @@ def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
     with sglang_rank(spec.model, rank % per_server, server_args) as build:
         models = build_server(build, model_classes)
         for step in range(STEPS):
-            if server_args.get("enable_eplb") and step == REBALANCED_AT:
-                rebalance_experts(spec.model, server_args, seed=spec.server + 1)
+            seed = REBALANCED[spec.server].get(step) if server_args.get("enable_eplb") else None
+            if seed is not None:
+                rebalance_experts(spec.model, server_args, seed)
             sglang_update(models, ferry.sglang.control_tensors(replace(spec, round=step)))
             references = build_server(build, model_classes)
             load_server(references, fp8_checkpoint(
