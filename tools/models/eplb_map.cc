@@ -3,23 +3,33 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/base/file_io.h"
 
 namespace ferry::models {
 namespace {
 
+using Json = nlohmann::json;
+
+// The deepest nesting a map file needs: {"pp_ranks": [{"physical_to_logical_map": [[id]]}]}.
+constexpr int kMaxDepth = 6;
+
 // One row: `physical` logical ids in [0, logical), each logical expert present.
-Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, int64_t physical,
+Result<std::vector<int32_t>> ReadRow(const Json& node, int64_t logical, int64_t physical,
                                      const std::string& where) {
-  if (!node.IsSequence() || static_cast<int64_t>(node.size()) != physical) {
+  if (!node.is_array() || static_cast<int64_t>(node.size()) != physical) {
     return InvalidArgument(where + ": expected a list of " + std::to_string(physical) +
                            " logical expert ids (one per physical expert)");
   }
   std::vector<int32_t> row(static_cast<size_t>(physical));
   std::vector<char> seen(static_cast<size_t>(logical), 0);
   for (int64_t p = 0; p < physical; ++p) {
-    int64_t id = -1;
-    if (!YAML::convert<int64_t>::decode(node[static_cast<size_t>(p)], id) || id < 0 || id >= logical) {
+    const Json& v = node[static_cast<size_t>(p)];
+    const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() <= INT64_MAX ? v.get<int64_t>()
+                       : v.is_number_integer() && !v.is_number_unsigned() ? v.get<int64_t>()
+                                                                          : -1;
+    if (id < 0 || id >= logical) {
       return InvalidArgument(where + ", physical expert " + std::to_string(p) +
                              ": not a logical expert id in [0, " + std::to_string(logical) + ")");
     }
@@ -38,11 +48,14 @@ Result<std::vector<int32_t>> ReadRow(const YAML::Node& node, int64_t logical, in
 // One map, `node` either {"physical_to_logical_map": rows} or the rows: `moe_layers` rows of
 // `physical` ids each; `owner` names whose layers they are, `rows_are` what they are (SGLang's
 // rows are all decoder layers).
-Result<EplbMap> ReadStageMap(const YAML::Node& node, int64_t moe_layers, int64_t logical,
+Result<EplbMap> ReadStageMap(const Json& node, int64_t moe_layers, int64_t logical,
                              int64_t physical, const std::string& where, const std::string& owner,
                              const char* rows_are = "MoE layers") {
-  const YAML::Node rows = node.IsMap() ? node["physical_to_logical_map"] : node;
-  if (!rows || !rows.IsSequence()) {
+  static const Json kNone;
+  const Json& rows = !node.is_object()                          ? node
+                     : node.contains("physical_to_logical_map") ? node["physical_to_logical_map"]
+                                                                : kNone;
+  if (!rows.is_array()) {
     return InvalidArgument(where +
                            ": expected physical_to_logical_map, a list of rows (one per layer)");
   }
@@ -62,15 +75,14 @@ Result<EplbMap> ReadStageMap(const YAML::Node& node, int64_t moe_layers, int64_t
 }
 
 // The target's maps, one per PP rank, from `root` (the file's top level).
-Result<std::vector<EplbMap>> ReadTargetMaps(const YAML::Node& root,
+Result<std::vector<EplbMap>> ReadTargetMaps(const Json& root,
                                             const std::vector<int64_t>& stage_moe_layers,
                                             int64_t logical, int64_t physical,
                                             const std::string& file) {
   const size_t pp = stage_moe_layers.size();
   std::vector<EplbMap> maps;
   maps.reserve(pp);
-  const YAML::Node ranks = root.IsMap() ? root["pp_ranks"] : YAML::Node();
-  if (!root.IsMap() || !ranks) {
+  if (!root.is_object() || !root.contains("pp_ranks")) {
     if (pp != 1) {
       return InvalidArgument(file + ": with pp=" + std::to_string(pp) + " it holds one map per " +
                              "PP rank, {\"pp_ranks\": [...]}: each PP rank's EplbState covers " +
@@ -81,7 +93,8 @@ Result<std::vector<EplbMap>> ReadTargetMaps(const YAML::Node& root,
     maps.push_back(std::move(map));
     return maps;
   }
-  if (!ranks.IsSequence() || ranks.size() != pp) {
+  const Json& ranks = root["pp_ranks"];
+  if (!ranks.is_array() || ranks.size() != pp) {
     return InvalidArgument(file + ": pp_ranks must list " + std::to_string(pp) +
                            " maps, one per PP rank");
   }
@@ -98,9 +111,9 @@ Result<std::vector<EplbMap>> ReadTargetMaps(const YAML::Node& root,
 // The drafter's map, the top level's "drafter" (vllm/v1/worker/gpu_model_runner.py registers the
 // drafter with EplbState.add_model as a model of its own): present exactly when a drafter has MoE
 // layers.
-Result<EplbMap> ReadDrafterMap(const YAML::Node& root, int64_t drafter_moe_layers, int64_t logical,
+Result<EplbMap> ReadDrafterMap(const Json& root, int64_t drafter_moe_layers, int64_t logical,
                                int64_t physical, const std::string& file) {
-  const bool has = root.IsMap() && root["drafter"];
+  const bool has = root.is_object() && root.contains("drafter");
   if (drafter_moe_layers == 0) {
     if (has) {
       return InvalidArgument(file + " holds a drafter's map, but the engine has no MTP drafter "
@@ -118,13 +131,46 @@ Result<EplbMap> ReadDrafterMap(const YAML::Node& root, int64_t drafter_moe_layer
                       "the drafter");
 }
 
-// The file at `path`, parsed; `file` becomes the name errors give it.
-Result<YAML::Node> LoadMapFile(const std::string& path, std::string& file) {
+// A YAML file's value as JSON: sequences, maps, integers, other scalars as strings; nesting
+// deeper than the format's refused (a JSON file is read by nlohmann's parser, which keeps its own
+// stack).
+Result<Json> FromYaml(const YAML::Node& n, const std::string& file, int depth = 0) {
+  if (depth > kMaxDepth) return InvalidArgument(file + ": nested deeper than an EPLB map");
+  if (n.IsSequence() || n.IsMap()) {
+    Json out = n.IsSequence() ? Json::array() : Json::object();
+    for (const auto& item : n) {
+      FERRY_ASSIGN_OR_RETURN(Json value, FromYaml(n.IsSequence() ? item : item.second, file,
+                                                  depth + 1));
+      if (n.IsSequence()) {
+        out.push_back(std::move(value));
+      } else {
+        out[item.first.Scalar()] = std::move(value);
+      }
+    }
+    return out;
+  }
+  int64_t v = 0;
+  if (n.IsScalar() && YAML::convert<int64_t>::decode(n, v)) return Json(v);
+  return n.IsScalar() ? Json(n.Scalar()) : Json();
+}
+
+// The file at `path`, parsed (JSON, the form the engines' maps are dumped in, by nlohmann's
+// parser, which reads megabytes of rows in milliseconds; else YAML); `file` becomes the name
+// errors give it.
+Result<Json> LoadMapFile(const std::string& path, std::string& file) {
   FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
                                                                 "kMaxEplbMapFileBytes"));
   file = "EPLB map '" + path + "'";
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) {
+    try {
+      return Json::parse(text);
+    } catch (const Json::exception& e) {
+      return InvalidArgument(file + ": " + e.what());
+    }
+  }
   try {
-    return YAML::Load(text);
+    return FromYaml(YAML::Load(text), file);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(file + ": " + e.what());
   }
@@ -135,7 +181,7 @@ Result<YAML::Node> LoadMapFile(const std::string& path, std::string& file) {
 Result<EplbMaps> ReadEplbMaps(const std::string& path, const std::vector<int64_t>& stage_moe_layers,
                               int64_t drafter_moe_layers, int64_t logical, int64_t physical) {
   std::string file;
-  FERRY_ASSIGN_OR_RETURN(const YAML::Node root, LoadMapFile(path, file));
+  FERRY_ASSIGN_OR_RETURN(const Json root, LoadMapFile(path, file));
   EplbMaps maps;
   FERRY_ASSIGN_OR_RETURN(maps.pp_ranks,
                          ReadTargetMaps(root, stage_moe_layers, logical, physical, file));
@@ -148,9 +194,9 @@ Result<std::vector<EplbMap>> ReadSglangEplbMaps(const std::string& path, int64_t
                                                 int64_t engines, int64_t logical,
                                                 int64_t physical) {
   std::string file;
-  FERRY_ASSIGN_OR_RETURN(const YAML::Node root, LoadMapFile(path, file));
+  FERRY_ASSIGN_OR_RETURN(const Json root, LoadMapFile(path, file));
   std::vector<EplbMap> maps;
-  if (!root.IsMap() || !root["engines"]) {
+  if (!root.is_object() || !root.contains("engines")) {
     if (engines != 1) {
       return InvalidArgument(file + ": with engines=" + std::to_string(engines) + " it holds one " +
                              "map per server, {\"engines\": [...]}: each SGLang server runs its " +
@@ -162,8 +208,8 @@ Result<std::vector<EplbMap>> ReadSglangEplbMaps(const std::string& path, int64_t
     maps.push_back(std::move(map));
     return maps;
   }
-  const YAML::Node servers = root["engines"];
-  if (!servers.IsSequence() || static_cast<int64_t>(servers.size()) != engines) {
+  const Json& servers = root["engines"];
+  if (!servers.is_array() || static_cast<int64_t>(servers.size()) != engines) {
     return InvalidArgument(file + ": engines must list " + std::to_string(engines) +
                            " maps, one per server");
   }

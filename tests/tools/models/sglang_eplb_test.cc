@@ -114,6 +114,21 @@ TEST(SglangEplbTest, TheNextnDraftReadsRowZero) {
   EXPECT_TRUE(cited);
 }
 
+// The map in YAML, as a person writes one, is the same map as in JSON, as the engines dump it.
+TEST(SglangEplbTest, YamlAndJsonMapsAgree) {
+  ModelPreset p = SmallMoe();
+  const std::string json = WriteTemp(
+      "map.json", R"({"physical_to_logical_map": [[9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 9, 8]]})");
+  const std::string yaml =
+      WriteTemp("map.yaml", "physical_to_logical_map:\n  - [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 9, 8]\n");
+  const Layout from_json = BuildAsSpecified(p, "sglang:tp=4,ep=4,redundant=2,eplb_map=" + json);
+  const Layout from_yaml = BuildAsSpecified(p, "sglang:tp=4,ep=4,redundant=2,eplb_map=" + yaml);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(SlotsOf(from_yaml, rank, kW13, kGateStack), SlotsOf(from_json, rank, kW13, kGateStack));
+  }
+  EXPECT_EQ(SlotsOf(from_yaml, 3, kW13, kGateStack), (std::vector<int64_t>{0, 9, 8}));
+}
+
 TEST(SglangEplbTest, MapsThatDoNotFitAreRefusedByName) {
   ModelPreset p = SmallMoe();
   const std::string row = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]";
@@ -137,6 +152,18 @@ TEST(SglangEplbTest, MapsThatDoNotFitAreRefusedByName) {
     const std::string path = WriteTemp("bad" + std::to_string(n++) + ".json", text);
     Result<Layout> l = BuildFrameworkLayout(
         p, Spec("sglang:tp=4,ep=4,redundant=2,engines=2,eplb_map=" + path));
+    ASSERT_FALSE(l.ok()) << text;
+    EXPECT_TRUE(Says(l.status(), reason)) << l.status().message();
+  }
+  for (const auto& [text, reason] :
+       {std::pair<std::string, const char*>{"[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9.0, 0, 1]]",
+                                            "physical expert 9: not a logical expert id"},
+        {"[[0, 1, 2, 3, 4, 5, 6, 7, 8, \"9\", 0, 1]]", "physical expert 9: not a logical"},
+        {"[[0, 1, 2, 3, 4, 5, 6, 7, 8, 18446744073709551615, 0, 1]]", "physical expert 9"},
+        {"[[0, 1, 2", "parse error"},
+        {"- - - - - - - - 0", "nested deeper than an EPLB map"}}) {
+    const std::string path = WriteTemp("bad" + std::to_string(n++) + ".json", text);
+    Result<Layout> l = BuildFrameworkLayout(p, Spec("sglang:tp=4,ep=4,redundant=2,eplb_map=" + path));
     ASSERT_FALSE(l.ok()) << text;
     EXPECT_TRUE(Says(l.status(), reason)) << l.status().message();
   }
