@@ -224,13 +224,16 @@ def sglang_rank(model_dir: str, rank: int,
             yield lambda model_class: build_model(model_dir, model_class, quant_config)
 
 
-def rebalance_experts(model_dir: str, server_args: dict, seed: int) -> None:
+def rebalance_experts(model: torch.nn.Module, model_dir: str, server_args: dict,
+                      seed: int) -> None:
     """SGLang's EPLB rebalance of this rank's server, as eplb/eplb_manager.py rebalance() makes
     it, inside sglang_rank: ExpertLocationMetadata.init_by_eplb from the expert counts of the
     server's last forward passes (random ones of `seed`, which every rank of a server shares, as
-    SGLang all-reduces them), then the global metadata updated in place for every layer
-    (ExpertLocationMetadata.update, as eplb/expert_location_updater.py does after moving the
-    weights: an update then rewrites every expert, so the weights themselves are not moved)."""
+    SGLang all-reduces them), then the global metadata updated in place for `model`'s MoE layers
+    (the keys of its routed_experts_weights_of_layer, as _compute_update_layer_ids_chunks takes
+    them; ExpertLocationMetadata.update, as eplb/expert_location_updater.py does after moving
+    the weights: an update then rewrites every expert, so the weights themselves are not
+    moved)."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.eplb.expert_location import (ExpertLocationMetadata,
                                                  get_global_expert_location_metadata)
@@ -242,7 +245,7 @@ def rebalance_experts(model_dir: str, server_args: dict, seed: int) -> None:
     counts = torch.randint(0, 1000, (metadata.num_layers, metadata.num_logical_experts),
                            generator=torch.Generator().manual_seed(seed))
     rebalanced = ExpertLocationMetadata.init_by_eplb(ModelConfig.from_server_args(args), counts)
-    metadata.update(rebalanced, update_layer_ids=list(range(metadata.num_layers)))
+    metadata.update(rebalanced, update_layer_ids=sorted(model.routed_experts_weights_of_layer))
 
 
 def build_model(model_dir: str, model_class: str, quant_config=None) -> torch.nn.Module:

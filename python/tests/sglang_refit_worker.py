@@ -214,7 +214,7 @@ def server(name: str, rank: int, spec: ferry.sglang.RefitSpec) -> int:
         for step in range(STEPS):
             seed = REBALANCED[spec.server].get(step) if server_args.get("enable_eplb") else None
             if seed is not None:
-                rebalance_experts(spec.model, server_args, seed)
+                rebalance_experts(models[0], spec.model, server_args, seed)
             sglang_update(models, ferry.sglang.control_tensors(replace(spec, round=step)))
             references = build_server(build, model_classes)
             load_server(references, fp8_checkpoint(
