@@ -31,7 +31,8 @@ class SglangWriter : public EngineWriter {
 
   // Builds the first server's first replica (BuildServer), then copies it to the other DP
   // replicas and engines; with an EPLB map (eplb_map=), where each server's experts sit where its
-  // own EPLB put them, builds each server on its own.
+  // own EPLB put them, copies all but the routed experts and builds each server's experts on its
+  // own.
   Status Build() {
     FERRY_ASSIGN_OR_RETURN(stage_layers_, SglangPipelineLayers(c_.num_layers, s_.pp, s_.partition));
     if (s_.eplb_map.empty()) {
@@ -41,14 +42,22 @@ class SglangWriter : public EngineWriter {
     FERRY_ASSIGN_OR_RETURN(maps_, ReadSglangEplbMaps(s_.eplb_map, c_.num_layers, s_.engines,
                                                      c_.num_experts,
                                                      c_.num_experts + s_.redundant_experts));
+    routed_experts_ = false;  // all but the routed experts: the same on every server
+    FERRY_ASSIGN_OR_RETURN(const Section shared, BuildServer());
+    FERRY_RETURN_IF_ERROR(CloneSection(out_, shared, Shifts(s_.engines, s_.tp * s_.pp)));
+    routed_experts_ = true;
+    const size_t experts_begin = out_.buffers.size();
     const int first = first_;
     for (int k = 0; k < s_.engines; ++k) {  // one replica a server (ResolveSglang: dp 1)
       first_ = first + k * s_.tp * s_.pp;
       map_ = &maps_[static_cast<size_t>(k)];
-      Result<Section> server = BuildServer();
-      if (!server.ok()) return server.status().WithContext("sglang server " + Num(k));
+      Status st = ServerExperts();
+      if (!st.ok()) return st.WithContext("sglang server " + Num(k));
     }
-    return Status::Ok();
+    // once over every server's experts: the store retypes the expert tensors the servers share
+    if (!s_.fp8_block_weights) return Status::Ok();
+    return StoreFp8BlockWeights(out_, experts_begin, fp8_experts_, Fp8ScaleFormat::kFloat32,
+                                Fp8Engine::kSglang);
   }
 
  private:
@@ -69,6 +78,30 @@ class SglangWriter : public EngineWriter {
     }
     EndSection(out_, server);
     return server;
+  }
+
+  // The routed experts of the server on ranks first_.. (its EPLB map in map_).
+  Status ServerExperts() {
+    int64_t first_layer = 0;
+    for (int stage = 0; stage < s_.pp; ++stage) {
+      UseStage(stage);
+      Status st = StageExperts(first_layer, first_layer + stage_layers_[static_cast<size_t>(stage)]);
+      if (!st.ok()) return st.WithContext("sglang PP rank " + Num(stage));
+      first_layer += stage_layers_[static_cast<size_t>(stage)];
+    }
+    if (s_.mtp == 0) return Status::Ok();
+    UseStage(s_.pp - 1);
+    return Experts(c_.num_layers, "model.decoder.", 0).WithContext("sglang NextN draft");
+  }
+
+  // The routed experts of decoder layers [first_layer, end_layer) on the stage in use.
+  Status StageExperts(int64_t first_layer, int64_t end_layer) {
+    for (int64_t l = first_layer; l < end_layer; ++l) {
+      if (!c_.IsMoeLayer(l)) continue;
+      Status st = Experts(l, "model.layers." + Num(l) + ".", l);
+      if (!st.ok()) return st.WithContext("sglang experts of layer " + Num(l));
+    }
+    return Status::Ok();
   }
 
   // Makes all_ the tp ranks of PP rank `stage` (runtime_context.py spawn_world_rank: world rank
@@ -104,12 +137,7 @@ class SglangWriter : public EngineWriter {
       FERRY_RETURN_IF_ERROR(
           VocabOver(OutputName(), s_.dp_lm_head && split_.lm_head, "lm_head.weight"));
     }
-    for (int64_t l = first_layer; l < end_layer; ++l) {
-      if (!c_.IsMoeLayer(l)) continue;
-      Status st = Experts(l, "model.layers." + Num(l) + ".", l);
-      if (!st.ok()) return st.WithContext("sglang experts of layer " + Num(l));
-    }
-    return Status::Ok();
+    return routed_experts_ ? StageExperts(first_layer, end_layer) : Status::Ok();
   }
 
   // The NextN draft's own weights on every rank of the last PP stage (managers/scheduler.py:
@@ -142,7 +170,7 @@ class SglangWriter : public EngineWriter {
           Replicated(MtpTensorName(c_, 0, part), all_, std::string("model.") + part));
     }
     FERRY_RETURN_IF_ERROR(Layer(l, "model.decoder."));
-    return Experts(l, "model.decoder.", 0);
+    return routed_experts_ ? Experts(l, "model.decoder.", 0) : Status::Ok();
   }
 
   // layers/vocab_parallel_embedding.py VocabParallelEmbedding: the padded vocabulary
@@ -272,6 +300,7 @@ class SglangWriter : public EngineWriter {
   int first_;                             // the first rank of the server being built
   std::vector<EplbMap> maps_;             // the servers' EPLB maps (eplb_map=), else none
   const EplbMap* map_ = nullptr;          // the map of the server being built
+  bool routed_experts_ = true;            // whether BuildServer builds the routed experts
   std::vector<int64_t> stage_layers_;     // decoder layers per PP rank (sglang_pipeline.h)
   std::vector<int> all_;                  // the tp ranks of the stage being built (UseStage)
   std::vector<std::vector<int>> groups_;  // its attention-DP groups, consecutive runs of all_

@@ -129,6 +129,36 @@ TEST(SglangEplbTest, YamlAndJsonMapsAgree) {
   EXPECT_EQ(SlotsOf(from_yaml, 3, kW13, kGateStack), (std::vector<int64_t>{0, 9, 8}));
 }
 
+// FP8 block-quantized experts under two servers' maps: each server's expert stacks, FP8 with a
+// float32 scale a 128x128 block, sit in the slots its own map gives (BlockAlignedDeepseek: 8
+// routed experts of FFN 256 over ep=2, a rank's FFN shard 256 rows, hidden 256).
+TEST(SglangEplbTest, Fp8ExpertsFollowEachServersMap) {
+  ModelPreset p = PresetOf(BlockAlignedDeepseek(8));
+  const std::string map = WriteTemp(
+      "fp8.json", R"({"engines": [[[0, 1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0]],
+                                  [[0, 1, 2, 3, 4, 5, 6, 7], [4, 5, 6, 7, 0, 1, 2, 3]]]})");
+  const Layout l = BuildAsSpecified(p, "sglang:tp=2,ep=2,quant=fp8_block,engines=2,eplb_map=" + map);
+  const std::string experts = "model.layers.1.mlp.experts.";
+  const std::string gate = "model.layers.1.mlp.experts.[0:8].gate_proj.weight";
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  const auto runs = [&](int rank) {
+    Runs out;
+    for (const Fragment& f : FragmentsIn(l, rank, experts + "w13_weight", gate)) {
+      out.emplace_back(f.box.lo[0], f.box.hi[0]);
+    }
+    return out;
+  };
+  EXPECT_EQ(runs(0), (Runs{{7, 8}, {6, 7}, {5, 6}, {4, 5}}));
+  EXPECT_EQ(runs(2), (Runs{{4, 8}}));
+  EXPECT_EQ(runs(3), (Runs{{0, 4}}));
+  EXPECT_EQ(DTypeOf(l, gate), DType::kFP8E4M3);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(BytesOf(l, rank, experts + "w13_weight"), 4 * 2 * 256 * 256);
+    EXPECT_EQ(BytesOf(l, rank, experts + "w13_weight_scale_inv"), 4 * (4 * 2) * 4);
+    EXPECT_EQ(BytesOf(l, rank, experts + "w2_weight_scale_inv"), 4 * (2 * 2) * 4);
+  }
+}
+
 TEST(SglangEplbTest, MapsThatDoNotFitAreRefusedByName) {
   ModelPreset p = SmallMoe();
   const std::string row = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]";
