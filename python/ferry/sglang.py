@@ -43,11 +43,11 @@ servers add is where their experts are. Physical expert p of a server holds logi
 mod E until --init-expert-location places them elsewhere or EPLB (--enable-eplb) moves them
 while it serves; each server's leading worker then sends its map when the refit plans
 (ferry._sglang_eplb), and under EPLB every rank votes before each update whether a server's
-experts moved since the plan, all of them planning again when one did. After each update the loader runs the model's post_load_weights when it has one
-(DeepSeek's MLA derives w_kc/w_vc from kv_b_proj there). DeepSeek-V3's NextN draft (mtp=1 in
-the destination) is updated with its target: on the last PP stage, the only one with a draft,
-SGLang hands the loader the target and then the draft, and the update lands at the draft's
-call.
+experts moved since the plan, all of them planning again when one did. After each update the
+loader runs the model's post_load_weights when it has one (DeepSeek's MLA derives w_kc/w_vc
+from kv_b_proj there). DeepSeek-V3's NextN draft (mtp=1 in the destination) is updated with
+its target: on the last PP stage, the only one with a draft, SGLang hands the loader the target
+and then the draft, and the update lands at the draft's call.
 
 An FP8 block-quantized checkpoint (DeepSeek-V3's quantization_config: fp8, 128x128 blocks) is
 served as loaded, with the destination's quant=fp8_block: the trainer sends bf16 and ferry
@@ -366,7 +366,6 @@ class _Worker:
             post = getattr(model, "post_load_weights", None)
             if callable(post):
                 post()
-
 
     def _follow_experts(self) -> None:
         """Under EPLB, before an update: every rank votes whether its server's experts moved

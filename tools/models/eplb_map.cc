@@ -158,8 +158,9 @@ Result<Json> FromYaml(const YAML::Node& n, const std::string& file, int depth = 
 // parser, which reads megabytes of rows in milliseconds; else YAML); `file` becomes the name
 // errors give it.
 Result<Json> LoadMapFile(const std::string& path, std::string& file) {
-  FERRY_ASSIGN_OR_RETURN(const std::string text, ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map",
-                                                                "kMaxEplbMapFileBytes"));
+  FERRY_ASSIGN_OR_RETURN(
+      const std::string text,
+      ReadFileAtMost(path, kMaxEplbMapFileBytes, "EPLB map", "kMaxEplbMapFileBytes"));
   file = "EPLB map '" + path + "'";
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) {

@@ -1,7 +1,8 @@
 // The SGLang layout of a model preset (tools/models/sglang_layout.h): SglangWriter builds one
 // server's PP stages, each over its tp ranks (attention per attention group, the rest over all
 // tp ranks, the experts by EP rank and FFN shard), then copies it to the other DP replicas and
-// engines, or, with the servers' EPLB maps, builds each server with its own. Paths are SGLang 0.5.23's, under python/sglang/srt.
+// engines, or, with the servers' EPLB maps, copies all but the routed experts and places each
+// server's experts by its own map. Paths are SGLang 0.5.23's, under python/sglang/srt.
 #include "tools/models/sglang_layout.h"
 
 #include <numeric>
@@ -85,9 +86,10 @@ class SglangWriter : public EngineWriter {
     int64_t first_layer = 0;
     for (int stage = 0; stage < s_.pp; ++stage) {
       UseStage(stage);
-      Status st = StageExperts(first_layer, first_layer + stage_layers_[static_cast<size_t>(stage)]);
+      const int64_t end_layer = first_layer + stage_layers_[static_cast<size_t>(stage)];
+      Status st = StageExperts(first_layer, end_layer);
       if (!st.ok()) return st.WithContext("sglang PP rank " + Num(stage));
-      first_layer += stage_layers_[static_cast<size_t>(stage)];
+      first_layer = end_layer;
     }
     if (s_.mtp == 0) return Status::Ok();
     UseStage(s_.pp - 1);

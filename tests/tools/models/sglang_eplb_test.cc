@@ -124,7 +124,8 @@ TEST(SglangEplbTest, YamlAndJsonMapsAgree) {
   const Layout from_json = BuildAsSpecified(p, "sglang:tp=4,ep=4,redundant=2,eplb_map=" + json);
   const Layout from_yaml = BuildAsSpecified(p, "sglang:tp=4,ep=4,redundant=2,eplb_map=" + yaml);
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(SlotsOf(from_yaml, rank, kW13, kGateStack), SlotsOf(from_json, rank, kW13, kGateStack));
+    EXPECT_EQ(SlotsOf(from_yaml, rank, kW13, kGateStack),
+              SlotsOf(from_json, rank, kW13, kGateStack));
   }
   EXPECT_EQ(SlotsOf(from_yaml, 3, kW13, kGateStack), (std::vector<int64_t>{0, 9, 8}));
 }
@@ -137,7 +138,8 @@ TEST(SglangEplbTest, Fp8ExpertsFollowEachServersMap) {
   const std::string map = WriteTemp(
       "fp8.json", R"({"engines": [[[0, 1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0]],
                                   [[0, 1, 2, 3, 4, 5, 6, 7], [4, 5, 6, 7, 0, 1, 2, 3]]]})");
-  const Layout l = BuildAsSpecified(p, "sglang:tp=2,ep=2,quant=fp8_block,engines=2,eplb_map=" + map);
+  const Layout l =
+      BuildAsSpecified(p, "sglang:tp=2,ep=2,quant=fp8_block,engines=2,eplb_map=" + map);
   const std::string experts = "model.layers.1.mlp.experts.";
   const std::string gate = "model.layers.1.mlp.experts.[0:8].gate_proj.weight";
   using Runs = std::vector<std::pair<int64_t, int64_t>>;
@@ -167,7 +169,8 @@ TEST(SglangEplbTest, MapsThatDoNotFitAreRefusedByName) {
     return "{\"engines\": [" + first + ", " + one + "]}";
   };
   const std::pair<std::string, const char*> files[] = {
-      {servers("[" + row + ", " + row + "]"), "server 0 has 2 rows; the model has 1 decoder layers"},
+      {servers("[" + row + ", " + row + "]"),
+       "server 0 has 2 rows; the model has 1 decoder layers"},
       {servers("[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0]]"), "expected a list of 12 logical expert ids"},
       {servers("[[0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 0, 1]]"),
        "physical expert 9: not a logical expert id"},
@@ -193,7 +196,8 @@ TEST(SglangEplbTest, MapsThatDoNotFitAreRefusedByName) {
         {"[[0, 1, 2", "parse error"},
         {"- - - - - - - - 0", "nested deeper than an EPLB map"}}) {
     const std::string path = WriteTemp("bad" + std::to_string(n++) + ".json", text);
-    Result<Layout> l = BuildFrameworkLayout(p, Spec("sglang:tp=4,ep=4,redundant=2,eplb_map=" + path));
+    Result<Layout> l =
+        BuildFrameworkLayout(p, Spec("sglang:tp=4,ep=4,redundant=2,eplb_map=" + path));
     ASSERT_FALSE(l.ok()) << text;
     EXPECT_TRUE(Says(l.status(), reason)) << l.status().message();
   }
