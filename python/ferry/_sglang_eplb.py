@@ -103,10 +103,11 @@ def gathered_maps(gathered: list[bytes], engines: int) -> dict[int, dict[str, An
 
 
 def destination(model: str, spec: str, first_rank: int, maps: dict[int, dict[str, Any]],
-                engines: int) -> Layout:
-    """The servers' layout (`spec` on ranks first_rank..): the preset's where no server's
-    experts moved; else with every server's map, the initial placement for servers that sent
-    none, through the spec's eplb_map (a temporary file, removed once read)."""
+                engines: int, redundant: int) -> Layout:
+    """The servers' layout (`spec` on ranks first_rank.., with `redundant` redundant experts):
+    the preset's where no server's experts moved; else with every server's map, the initial
+    placement for servers that sent none, through the spec's eplb_map (a temporary file, removed
+    once read)."""
     if not maps:
         return Layout.preset(model, spec, first_rank=first_rank)
     first = next(iter(maps.values()))
@@ -114,7 +115,13 @@ def destination(model: str, spec: str, first_rank: int, maps: dict[int, dict[str
     if any(m["experts"] != experts for m in maps.values()):
         raise ValueError(f"the servers' EPLB maps disagree on the number of logical experts: "
                          f"{sorted({m['experts'] for m in maps.values()})}")
-    width = len(rows[0]) if rows and isinstance(rows[0], list) else 0
+    width = experts + redundant
+    for server, m in sorted(maps.items()):
+        wide = {len(row) for row in m["map"] if isinstance(row, list)}
+        if wide and wide != {width}:
+            raise ValueError(f"server {server}'s EPLB map has {max(wide)} physical experts a "
+                             f"layer; {spec} holds {experts} + {redundant} redundant: elastic EP, "
+                             "which adds physical experts while serving, is not supported")
     initial = [[p % experts for p in range(width)] for _ in rows]
     document = {"engines": [maps[k]["map"] if k in maps else initial for k in range(engines)]}
     handle, path = tempfile.mkstemp(prefix="ferry-sglang-eplb-", suffix=".json")

@@ -142,7 +142,7 @@ def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str, runs_epl
     engines = _spec_count(spec.destination, "engines")
     maps = eplb.gathered_maps(session._impl.all_gather(mine), engines)
     destination = eplb.destination(spec.model, spec.destination, spec.num_trainer_ranks, maps,
-                                   engines)
+                                   engines, _spec_count(spec.destination, "redundant", 0))
     runs = session.any_rank(runs_eplb)
     return _Plan(session.refit(source, destination, gpus_per_node=spec.gpus_per_node), maps, runs)
 

@@ -2,7 +2,8 @@
 sent is refused, naming the rank, when it is too large, not a map, or names a server out of
 range or twice; the destination is the preset where no server's experts moved, and otherwise
 the layout of every server's map, the initial placement (physical p holding p mod E) for the
-servers that sent none. Needs torch, not SGLang."""
+servers that sent none; maps wider than the spec (elastic EP) or disagreeing on the experts are
+refused. Needs torch, not SGLang."""
 
 import json
 import os
@@ -46,7 +47,7 @@ def test_the_destination_holds_every_servers_map(tmp_path, monkeypatch):
     model = str(tmp_path / "config.json")
     maps = eplb.gathered_maps([b"", entry()], 2)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    built = eplb.destination(model, SPEC, 4, maps, 2)
+    built = eplb.destination(model, SPEC, 4, maps, 2, 2)
     assert sorted(os.listdir(tmp_path)) == ["config.json"]  # the map's file is gone
     # by hand: server 0 (ranks 4, 5) as SGLang starts it, server 1 (ranks 6, 7) shifted by one
     initial = [[p % E for p in range(P)]] * 2
@@ -56,14 +57,18 @@ def test_the_destination_holds_every_servers_map(tmp_path, monkeypatch):
                                    first_rank=4)
     assert built.to_yaml() == expected.to_yaml()
     preset = ferry.Layout.preset(model, SPEC, first_rank=4)
-    assert eplb.destination(model, SPEC, 4, {}, 2).to_yaml() == preset.to_yaml()
+    assert eplb.destination(model, SPEC, 4, {}, 2, 2).to_yaml() == preset.to_yaml()
     assert built.to_yaml() != preset.to_yaml()
     server0 = [f for f in built.fragments(4) if f.buffer.endswith("experts.w13_weight")]
     assert server0 == [f for f in preset.fragments(4) if f.buffer.endswith("experts.w13_weight")]
 
 
-def test_servers_that_disagree_on_the_experts_are_refused(tmp_path):
+def test_servers_that_disagree_with_the_spec_or_each_other_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE))
     maps = eplb.gathered_maps([entry(server=0, experts=64), entry()], 2)
     with pytest.raises(ValueError, match="disagree on the number of logical experts"):
-        eplb.destination(str(tmp_path / "config.json"), SPEC, 4, maps, 2)
+        eplb.destination(str(tmp_path / "config.json"), SPEC, 4, maps, 2, 2)
+    wider = eplb.gathered_maps([entry(rows=[[p % E for p in range(P + 2)]] * 2)], 2)
+    with pytest.raises(ValueError, match="server 1's EPLB map has 132 physical experts a layer; "
+                                         ".* holds 128 \\+ 2 redundant: elastic EP"):
+        eplb.destination(str(tmp_path / "config.json"), SPEC, 4, wider, 2, 2)
