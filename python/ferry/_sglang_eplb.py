@@ -1,6 +1,7 @@
 """Where SGLang servers keep their experts, for ferry.sglang: each server's current
-physical-to-logical expert map exchanged between the refit's ranks and turned into the
-destination layout (the `sglang:` spec's eplb_map, tools/models/eplb_map.h).
+physical-to-logical expert map, published by its leading worker through the session's store
+and read by every rank, turned into the destination layout (the `sglang:` spec's eplb_map,
+tools/models/eplb_map.h).
 
 SGLang (0.5.23, python/sglang/srt) keeps one ExpertLocationMetadata a server process: physical
 expert p of decoder layer l holds logical expert physical_to_logical_map[l][p]. It starts as
@@ -60,7 +61,7 @@ def is_initial(held: torch.Tensor | None, experts: int) -> bool:
 
 
 def contribution(server: int, held: torch.Tensor | None) -> str:
-    """What a server's leading rank adds to the plan's exchange: its map, as JSON, unless the
+    """What a server's leading rank publishes when the refit plans: its map, as JSON, unless the
     experts sit where the `sglang:` preset puts them (then nothing, "")."""
     if held is None:
         return ""
@@ -70,34 +71,32 @@ def contribution(server: int, held: torch.Tensor | None) -> str:
     return json.dumps({"server": server, "experts": experts, "map": held.tolist()})
 
 
-def gathered_maps(gathered: list[bytes], engines: int) -> dict[int, dict[str, Any]]:
-    """The servers' maps from every rank's contribution (in rank order), by server. The bytes are
-    another process's: each is checked for size, form and a server in [0, engines) named once;
-    the rows themselves are checked where the layout reads them. ValueError naming the rank."""
+def gathered_maps(published: list[bytes]) -> dict[int, dict[str, Any]]:
+    """The servers' maps from what each server's leading worker published (index k: server k's,
+    b"" when its experts sit where SGLang starts them), by server. The bytes are another
+    process's: each is checked for size, form and the server it names; the rows themselves are
+    checked where the layout reads them. ValueError naming the server."""
     maps: dict[int, dict[str, Any]] = {}
-    for rank, raw in enumerate(gathered):
+    for server, raw in enumerate(published):
         if not raw:
             continue
         if len(raw) > MAX_MAP_BYTES:
-            raise ValueError(f"ferry rank {rank} sent an EPLB map of {len(raw)} bytes, over "
-                             f"MAX_MAP_BYTES ({MAX_MAP_BYTES})")
+            raise ValueError(f"server {server}'s leading worker sent an EPLB map of {len(raw)} "
+                             f"bytes, over MAX_MAP_BYTES ({MAX_MAP_BYTES})")
         try:
             entry = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"ferry rank {rank} sent no EPLB map: {e}") from None
+            raise ValueError(f"server {server}'s leading worker sent no EPLB map: {e}") from None
         if not isinstance(entry, dict) or set(entry) != {"server", "experts", "map"}:
-            raise ValueError(f"ferry rank {rank} sent no EPLB map: expected server, experts and "
-                             "map")
-        server, experts = entry["server"], entry["experts"]
-        if type(server) is not int or not 0 <= server < engines:
-            raise ValueError(f"ferry rank {rank} sent the EPLB map of server {server!r}, not one "
-                             f"of the {engines} servers")
+            raise ValueError(f"server {server}'s leading worker sent no EPLB map: expected "
+                             "server, experts and map")
+        named, experts = entry["server"], entry["experts"]
+        if type(named) is not int or named != server:
+            raise ValueError(f"server {server}'s leading worker sent the EPLB map of server "
+                             f"{named!r}")
         if type(experts) is not int or experts < 1 or not isinstance(entry["map"], list):
-            raise ValueError(f"ferry rank {rank} sent server {server}'s EPLB map with "
+            raise ValueError(f"server {server}'s leading worker sent an EPLB map with "
                              f"{experts!r} logical experts or no rows")
-        if server in maps:
-            raise ValueError(f"two ranks sent server {server}'s EPLB map (the second: ferry rank "
-                             f"{rank}); each server has one leading rank")
         maps[server] = entry
     return maps
 

@@ -41,7 +41,7 @@ Both sides build both layouts
 from the same Hugging Face config (`model`, readable by every process) and specs; what the
 servers add is where their experts are. Physical expert p of a server holds logical expert p
 mod E until --init-expert-location places them elsewhere or EPLB (--enable-eplb) moves them
-while it serves; each server's leading worker then sends its map when the refit plans
+while it serves; each server's leading worker publishes its map when the refit plans
 (ferry._sglang_eplb), and under EPLB every rank votes before each update whether a server's
 experts moved since the plan, all of them planning again when one did. After each update the
 loader runs the model's post_load_weights when it has one (DeepSeek's MLA derives w_kc/w_vc
@@ -134,16 +134,26 @@ class _Plan:
     eplb: bool
 
 
-def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str, runs_eplb: bool
+def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str | None, runs_eplb: bool
           ) -> _Plan:
-    """Every rank makes it together, trainer ranks and workers alike: the servers' moved EPLB
-    maps exchanged (`mine`: this rank's contribution, eplb.contribution), the destination built
-    with them, the vote whether any server runs EPLB, then the plan."""
+    """Every rank makes it together, trainer ranks and workers alike: each server's leading
+    worker publishes its map (`mine`, eplb.contribution; None on the other ranks), every rank
+    votes whether its server runs EPLB and then reads every server's map, builds the destination
+    with them and plans.
+
+    One store key a server serves every plan, replaced rather than added to, so that planning
+    again at every EPLB rebalance leaves the store no larger: a leading worker replaces its map
+    only after the vote that precedes a re-plan (Sender.send, _Worker._follow_experts), which
+    every rank reaches after reading the maps of the plan before; and every rank reads only
+    after this plan's vote, which follows every leading worker's publish."""
     engines = _spec_count(spec.destination, "engines")
-    maps = eplb.gathered_maps(session._impl.all_gather(mine), engines)
+    if mine is not None:
+        session._impl.publish(f"sglang/eplb_map/{spec.server}", mine)
+    runs = session.any_rank(runs_eplb)
+    maps = eplb.gathered_maps([session._impl.lookup(f"sglang/eplb_map/{k}")
+                               for k in range(engines)])
     destination = eplb.destination(spec.model, spec.destination, spec.num_trainer_ranks, maps,
                                    engines, _spec_count(spec.destination, "redundant", 0))
-    runs = session.any_rank(runs_eplb)
     return _Plan(session.refit(source, destination, gpus_per_node=spec.gpus_per_node), maps, runs)
 
 
@@ -248,7 +258,7 @@ class Sender:
         self.rounds += 1
 
     def _replan(self) -> None:
-        self.plan = _plan(self.session, self.spec, self._source, "", False)
+        self.plan = _plan(self.session, self.spec, self._source, None, False)
         self._register_sources()
 
     def _register_sources(self) -> None:
@@ -289,11 +299,11 @@ class _Worker:
 
     def _plan(self) -> _Plan:
         """The plan, with every rank, for the experts where they are now (self.placement): the
-        server's leading rank (PP rank 0, TP rank 0) sends its map when it moved; every rank
-        checks that the plan's map of its server is its own."""
+        server's leading rank (PP rank 0, TP rank 0) publishes its map, "" where it is SGLang's
+        initial placement; every rank checks that the plan's map of its server is its own."""
         server = self.spec.server
         plan = _plan(self.session, self.spec, self.source,
-                     eplb.contribution(server, self.placement) if self.leads else "",
+                     eplb.contribution(server, self.placement) if self.leads else None,
                      self.placement is not None and eplb.eplb_enabled())
         planned = plan.maps.get(server)
         if self.placement is not None and (

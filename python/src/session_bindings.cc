@@ -98,6 +98,46 @@ bool AnyRank(SessionHandle& handle, bool mine) {
   return Unwrap(std::move(votes).WithContext("any_rank")) > 0;
 }
 
+// A key of the store's python/kv/ space: named by its caller, at most kMaxKvKey bytes.
+constexpr size_t kMaxKvKey = 256;
+std::string KvKey(const std::string& key) {
+  if (key.empty() || key.size() > kMaxKvKey) {
+    throw py::value_error("store key of " + std::to_string(key.size()) + " bytes: give 1 to " +
+                          std::to_string(kMaxKvKey));
+  }
+  return "python/kv/" + key;
+}
+
+// Sets the store's python/kv/<key> to `value`, replacing what it held. For a value that every
+// rank reads only after a vote (any_rank) that follows the write, and that its writer replaces
+// only after a later vote, so that one key serves every round rather than one key a round.
+void Publish(SessionHandle& handle, const std::string& key, const std::string& value) {
+  Session& s = *handle.session;
+  const std::string full = KvKey(key);
+  double seconds = Unwrap(s.config().GetSeconds("deadline.store"));
+  Status status = Status::Ok();
+  {
+    py::gil_scoped_release release;
+    std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(value.data()), value.size());
+    status = s.store().Set(full, bytes, Deadline::AfterSeconds(seconds));
+  }
+  ThrowIfError(status.WithContext("publish " + key));
+}
+
+// The value of python/kv/<key>, waiting until some rank set it or deadline.store passes.
+py::bytes Lookup(SessionHandle& handle, const std::string& key) {
+  Session& s = *handle.session;
+  const std::string full = KvKey(key);
+  double seconds = Unwrap(s.config().GetSeconds("deadline.store"));
+  Result<Bytes> got = Bytes{};
+  {
+    py::gil_scoped_release release;
+    got = s.store().Get(full, Deadline::AfterSeconds(seconds));
+  }
+  Bytes value = Unwrap(std::move(got).WithContext("lookup " + key));
+  return py::bytes(reinterpret_cast<const char*>(value.data()), value.size());
+}
+
 struct RefitHandle {
   std::unique_ptr<Refit> refit;
 };
@@ -238,6 +278,8 @@ void BindSession(py::module_& m) {
       .def("bind", &Bind, py::keep_alive<0, 1>())
       .def("all_gather", &AllGather)
       .def("any_rank", &AnyRank)
+      .def("publish", &Publish)
+      .def("lookup", &Lookup)
       .def("recreate",
            [](SessionHandle& h, double timeout_seconds) {
              Session& s = *h.session;

@@ -1,6 +1,7 @@
 """One rank of the multi-process refit tests (test_refit.py): joins the session through ferry's
 TCP store on 127.0.0.1, describes the shards it holds and gathers every rank's into the layouts
-(Session.all_gather_shards, ferry.Layout.from_shards), votes twice (Session.any_rank),
+(Session.all_gather_shards, ferry.Layout.from_shards), votes twice (Session.any_rank), reads a
+value rank 0 replaces between votes (the module's publish and lookup),
 registers numpy arrays, CPU torch tensors or CUDA torch tensors (every rank on device 0), runs
 the refit for several steps and checks every destination element against the value the source
 held and that every tensor the rank holds is reported complete, and prints the bytes read
@@ -99,6 +100,14 @@ def main() -> int:
         # A vote: true when one rank says so, false when none does, on every rank.
         votes = (session.any_rank(rank == m + n - 1), session.any_rank(False))
         assert votes == (True, False), f"rank {rank}: votes {votes}"
+        # One key a value, replaced round after round: written before a vote, read after it.
+        for round_ in range(2):
+            if rank == 0:
+                session._impl.publish("test/value", f"round {round_}")
+            session.any_rank(False)
+            seen = session._impl.lookup("test/value")
+            assert seen == f"round {round_}".encode(), f"rank {rank}: {seen!r} in {round_}"
+            session.any_rank(False)
         refit = session.refit(src, dst)
         arrays = {**allocate(src, rank, backend), **allocate(dst, rank, backend)}
         for name, array in arrays.items():
