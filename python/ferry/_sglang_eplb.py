@@ -101,16 +101,15 @@ def gathered_maps(published: list[bytes]) -> dict[int, dict[str, Any]]:
     return maps
 
 
-def destination(model: str, spec: str, first_rank: int, maps: dict[int, dict[str, Any]],
-                engines: int, redundant: int) -> Layout:
-    """The servers' layout (`spec` on ranks first_rank.., with `redundant` redundant experts):
-    the preset's where no server's experts moved; else with every server's map, the initial
-    placement for servers that sent none, through the spec's eplb_map (a temporary file, removed
-    once read)."""
+def maps_document(maps: dict[int, dict[str, Any]], engines: int, redundant: int,
+                  spec: str) -> dict[str, Any] | None:
+    """The eplb_map file's content for `engines` servers of `spec` (`redundant` redundant
+    experts): every server's map, the initial placement for servers that published none; None
+    where no server's experts moved. Refuses maps that disagree on the logical experts or are
+    wider than the spec's physical experts (elastic EP)."""
     if not maps:
-        return Layout.preset(model, spec, first_rank=first_rank)
-    first = next(iter(maps.values()))
-    experts, rows = first["experts"], first["map"]
+        return None
+    experts = next(iter(maps.values()))["experts"]
     if any(m["experts"] != experts for m in maps.values()):
         raise ValueError(f"the servers' EPLB maps disagree on the number of logical experts: "
                          f"{sorted({m['experts'] for m in maps.values()})}")
@@ -121,8 +120,18 @@ def destination(model: str, spec: str, first_rank: int, maps: dict[int, dict[str
             raise ValueError(f"server {server}'s EPLB map has {max(wide)} physical experts a "
                              f"layer; {spec} holds {experts} + {redundant} redundant: elastic EP, "
                              "which adds physical experts while serving, is not supported")
-    initial = [[p % experts for p in range(width)] for _ in rows]
-    document = {"engines": [maps[k]["map"] if k in maps else initial for k in range(engines)]}
+    layers = len(next(iter(maps.values()))["map"])
+    initial = [[p % experts for p in range(width)] for _ in range(layers)]
+    return {"engines": [maps[k]["map"] if k in maps else initial for k in range(engines)]}
+
+
+def destination(model: str, spec: str, first_rank: int, document: dict[str, Any] | None
+                ) -> Layout:
+    """The servers' layout (`spec` on ranks first_rank..): the preset's without a maps
+    `document` (maps_document), else through the spec's eplb_map (a temporary file, removed once
+    read)."""
+    if document is None:
+        return Layout.preset(model, spec, first_rank=first_rank)
     handle, path = tempfile.mkstemp(prefix="ferry-sglang-eplb-", suffix=".json")
     try:
         with os.fdopen(handle, "w") as f:

@@ -152,8 +152,9 @@ def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str | None, r
     runs = session.any_rank(runs_eplb)
     maps = eplb.gathered_maps([session._impl.lookup(f"sglang/eplb_map/{k}")
                                for k in range(engines)])
-    destination = eplb.destination(spec.model, spec.destination, spec.num_trainer_ranks, maps,
-                                   engines, _spec_count(spec.destination, "redundant", 0))
+    document = eplb.maps_document(maps, engines, _spec_count(spec.destination, "redundant", 0),
+                                  spec.destination)
+    destination = eplb.destination(spec.model, spec.destination, spec.num_trainer_ranks, document)
     return _Plan(session.refit(source, destination, gpus_per_node=spec.gpus_per_node), maps, runs)
 
 

@@ -46,7 +46,7 @@ def test_the_destination_holds_every_servers_map(tmp_path, monkeypatch):
     model = str(tmp_path / "config.json")
     maps = eplb.gathered_maps([b"", entry()])
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    built = eplb.destination(model, SPEC, 4, maps, 2, 2)
+    built = eplb.destination(model, SPEC, 4, eplb.maps_document(maps, 2, 2, SPEC))
     assert sorted(os.listdir(tmp_path)) == ["config.json"]  # the map's file is gone
     # by hand: server 0 (ranks 4, 5) as SGLang starts it, server 1 (ranks 6, 7) shifted by one
     initial = [[p % E for p in range(P)]] * 2
@@ -56,18 +56,18 @@ def test_the_destination_holds_every_servers_map(tmp_path, monkeypatch):
                                    first_rank=4)
     assert built.to_yaml() == expected.to_yaml()
     preset = ferry.Layout.preset(model, SPEC, first_rank=4)
-    assert eplb.destination(model, SPEC, 4, {}, 2, 2).to_yaml() == preset.to_yaml()
+    assert eplb.maps_document({}, 2, 2, SPEC) is None
+    assert eplb.destination(model, SPEC, 4, None).to_yaml() == preset.to_yaml()
     assert built.to_yaml() != preset.to_yaml()
     server0 = [f for f in built.fragments(4) if f.buffer.endswith("experts.w13_weight")]
     assert server0 == [f for f in preset.fragments(4) if f.buffer.endswith("experts.w13_weight")]
 
 
-def test_servers_that_disagree_with_the_spec_or_each_other_are_refused(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE))
+def test_servers_that_disagree_with_the_spec_or_each_other_are_refused():
     maps = eplb.gathered_maps([entry(server=0, experts=64), entry()])
     with pytest.raises(ValueError, match="disagree on the number of logical experts"):
-        eplb.destination(str(tmp_path / "config.json"), SPEC, 4, maps, 2, 2)
+        eplb.maps_document(maps, 2, 2, SPEC)
     wider = eplb.gathered_maps([b"", entry(rows=[[p % E for p in range(P + 2)]] * 2)])
     with pytest.raises(ValueError, match="server 1's EPLB map has 132 physical experts a layer; "
                                          ".* holds 128 \\+ 2 redundant: elastic EP"):
-        eplb.destination(str(tmp_path / "config.json"), SPEC, 4, wider, 2, 2)
+        eplb.maps_document(wider, 2, 2, SPEC)
