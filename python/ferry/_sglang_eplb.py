@@ -13,7 +13,7 @@ are all-reduced over the server's ranks (eplb/expert_distribution.py) and every 
 same rebalance. SGLang's own loader writes each logical expert to every physical expert the map
 gives it (eplb/expert_location.py logical_to_all_physical), which is what ferry's layout then
 does. Elastic EP, which adds physical experts while serving, is not modelled: its map is wider
-than the spec's and the layout refuses it.
+than the spec's and maps_document refuses it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from ._layout import Layout
 
 MAX_MAP_BYTES = 64 << 20
-"""The largest map one rank's contribution may be (tools/models/eplb_map.h kMaxEplbMapFileBytes)."""
+"""The largest map a server may publish (tools/models/eplb_map.h kMaxEplbMapFileBytes)."""
 
 
 def current_map() -> torch.Tensor | None:
