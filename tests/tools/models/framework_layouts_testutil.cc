@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <utility>
 
@@ -178,6 +180,26 @@ DType DTypeOf(const Layout& l, const std::string& tensor) {
   const int t = l.FindTensor(tensor);
   EXPECT_GE(t, 0) << "no tensor " << tensor;
   return t < 0 ? DType::kUInt8 : l.tensors[static_cast<size_t>(t)].dtype;
+}
+
+std::vector<int64_t> SlotsOf(const Layout& l, int rank, const std::string& buffer,
+                             const std::string& gate_stack, int64_t slot_bytes) {
+  std::vector<int64_t> slots;
+  for (const Fragment& f : FragmentsIn(l, rank, buffer, gate_stack)) {
+    for (int64_t e = f.box.lo[0]; e < f.box.hi[0]; ++e) {
+      const size_t slot = static_cast<size_t>(f.loc.byte_offset / slot_bytes + (e - f.box.lo[0]));
+      if (slots.size() <= slot) slots.resize(slot + 1, -1);
+      slots[slot] = e;
+    }
+  }
+  return slots;
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
 }
 
 bool Holds(const Layout& l, int rank, const std::string& buffer) {

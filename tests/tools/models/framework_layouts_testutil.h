@@ -61,6 +61,16 @@ int64_t BytesOf(const Layout& l, int rank, const std::string& buffer);
 // The dtype of tensor `tensor`, which `l` must hold.
 DType DTypeOf(const Layout& l, const std::string& tensor);
 
+// The logical expert of each local slot of `rank`'s w13 buffer `buffer` (gate stack fragments
+// `gate_stack` in slot order, `slot_bytes` an expert), from a layout with expert stacks; -1 for a
+// slot no fragment fills.
+std::vector<int64_t> SlotsOf(const Layout& l, int rank, const std::string& buffer,
+                             const std::string& gate_stack, int64_t slot_bytes);
+
+// A file under the test's temporary directory (TEST_TMPDIR, else /tmp) holding `text`; returns
+// its path.
+std::string WriteTemp(const std::string& name, const std::string& text);
+
 // Whether `rank` has a buffer named `buffer`.
 bool Holds(const Layout& l, int rank, const std::string& buffer);
 

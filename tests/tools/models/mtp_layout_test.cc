@@ -7,8 +7,6 @@
 // the configurations the frameworks reject.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -335,29 +333,6 @@ TEST(MtpLayoutTest, VllmDrafterExpertsOverTheLastStagesEpGroup) {
     EXPECT_EQ(gate[0].loc.byte_offset, 0);
   }
   for (int rank : {0, 1, 4, 5}) EXPECT_LT(l.FindBuffer(rank, w13), 0) << rank;
-}
-
-// A file under the test's temporary directory holding `text`; returns its path.
-std::string WriteTemp(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-// The logical expert of each local slot of `rank`'s w13 buffer `buffer` (gate stack fragments in
-// slot order), from a layout with expert stacks.
-std::vector<int64_t> SlotsOf(const Layout& l, int rank, const std::string& buffer,
-                             const std::string& gate_stack, int64_t slot_bytes) {
-  std::vector<int64_t> slots;
-  for (const Fragment& f : FragmentsIn(l, rank, buffer, gate_stack)) {
-    for (int64_t e = f.box.lo[0]; e < f.box.hi[0]; ++e) {
-      const size_t slot = static_cast<size_t>(f.loc.byte_offset / slot_bytes + (e - f.box.lo[0]));
-      if (slots.size() <= slot) slots.resize(slot + 1, -1);
-      slots[slot] = e;
-    }
-  }
-  return slots;
 }
 
 // EPLB with the drafter: its FusedMoE gets the same num_redundant_experts (deepseek_v2.py

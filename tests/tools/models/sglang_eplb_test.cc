@@ -9,8 +9,6 @@
 // NextN draft's decoder is built as layer 0 (models/deepseek_nextn.py), reading row 0.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include "tests/tools/models/framework_layouts_testutil.h"
@@ -18,14 +16,6 @@
 
 namespace ferry::models {
 namespace {
-
-// A file under the test's temporary directory holding `text`; returns its path.
-std::string WriteTemp(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
 
 // One MoE layer of 10 experts (FFN 16, hidden 32, bf16), Qwen3-MoE's classes.
 ModelPreset SmallMoe() {
@@ -38,21 +28,6 @@ ModelPreset SmallMoe() {
 const char* kW13 = "model.layers.0.mlp.experts.w13_weight";
 const char* kGateStack = "model.layers.0.mlp.experts.[0:10].gate_proj.weight";
 constexpr int64_t kExpert13 = 2 * 16 * 32 * 2;  // bytes of one expert's w13 (tp = ep)
-
-// Logical experts in `rank`'s w13_weight slots, from its gate fragments (one a run of
-// consecutive experts).
-std::vector<int64_t> SlotsOf(const Layout& l, int rank, const std::string& buffer,
-                             const std::string& gate) {
-  std::vector<int64_t> slots;
-  for (const Fragment& f : FragmentsIn(l, rank, buffer, gate)) {
-    const int64_t first_slot = f.loc.byte_offset / kExpert13;
-    for (int64_t e = f.box.lo[0]; e < f.box.hi[0]; ++e) {
-      EXPECT_EQ(static_cast<int64_t>(slots.size()), first_slot + (e - f.box.lo[0]));
-      slots.push_back(e);
-    }
-  }
-  return slots;
-}
 
 // Two servers of tp=4, ep=4 with 2 redundant experts (12 physical, 3 a rank), each rearranged by
 // its own EPLB: server 0 (ranks 0-3) holds 5 6 7 | 0 1 2 | 3 4 8 | 9 5 0, server 1 (ranks 4-7)
@@ -68,7 +43,7 @@ TEST(SglangEplbTest, EachServerFollowsItsOwnMap) {
   const std::vector<std::vector<int64_t>> held = {{5, 6, 7}, {0, 1, 2}, {3, 4, 8}, {9, 5, 0},
                                                   {1, 0, 2}, {3, 4, 5}, {6, 7, 8}, {9, 0, 1}};
   for (int rank = 0; rank < 8; ++rank) {
-    EXPECT_EQ(SlotsOf(l, rank, kW13, kGateStack), held[static_cast<size_t>(rank)])
+    EXPECT_EQ(SlotsOf(l, rank, kW13, kGateStack, kExpert13), held[static_cast<size_t>(rank)])
         << "rank " << rank;
     EXPECT_EQ(BytesOf(l, rank, kW13), 3 * kExpert13);
   }
@@ -124,10 +99,11 @@ TEST(SglangEplbTest, YamlAndJsonMapsAgree) {
   const Layout from_json = BuildAsSpecified(p, "sglang:tp=4,ep=4,redundant=2,eplb_map=" + json);
   const Layout from_yaml = BuildAsSpecified(p, "sglang:tp=4,ep=4,redundant=2,eplb_map=" + yaml);
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(SlotsOf(from_yaml, rank, kW13, kGateStack),
-              SlotsOf(from_json, rank, kW13, kGateStack));
+    EXPECT_EQ(SlotsOf(from_yaml, rank, kW13, kGateStack, kExpert13),
+              SlotsOf(from_json, rank, kW13, kGateStack, kExpert13));
   }
-  EXPECT_EQ(SlotsOf(from_yaml, 3, kW13, kGateStack), (std::vector<int64_t>{0, 9, 8}));
+  EXPECT_EQ(SlotsOf(from_yaml, 3, kW13, kGateStack, kExpert13),
+            (std::vector<int64_t>{0, 9, 8}));
 }
 
 // FP8 block-quantized experts under two servers' maps: each server's expert stacks, FP8 with a

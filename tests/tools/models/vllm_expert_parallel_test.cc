@@ -19,8 +19,6 @@
 //    rearrange_expert_weights_inplace), read from the engine's map ("eplb_map=FILE").
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include "tests/tools/models/framework_layouts_testutil.h"
@@ -155,14 +153,6 @@ TEST(VllmExpertParallelTest, RedundantExpertsRefusedAsVllmRefusesThem) {
     ASSERT_FALSE(l.ok()) << spec;
     EXPECT_NE(l.status().message().find(reason), std::string::npos) << l.status().message();
   }
-}
-
-// A file under the test's temporary directory holding `text`; returns its path.
-std::string WriteTemp(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-  std::ofstream(path) << text;
-  return path;
 }
 
 TEST(VllmExpertParallelTest, RearrangedExpertsFollowTheEnginesMap) {

@@ -6,8 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -239,14 +237,6 @@ ModelPreset FourMoeLayers() {
   c.num_experts = 4;
   c.moe_intermediate = 16;
   return PresetOf(c);
-}
-
-// A file under the test's temporary directory holding `text`; returns its path.
-std::string WriteTemp(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-  std::ofstream(path) << text;
-  return path;
 }
 
 std::string W13(int layer) {
