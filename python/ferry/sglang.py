@@ -125,21 +125,20 @@ def _layouts(spec: RefitSpec) -> tuple[Layout, Layout]:
 
 @dataclass
 class _Plan:
-    """One plan of the refit and what it was made for: every server's EPLB map that differs
-    from SGLang's initial placement (`maps`, by server), and whether any server runs EPLB
-    (`eplb`: then every rank votes before each update whether experts moved)."""
+    """One plan of the refit and whether any server runs EPLB (`eplb`: then every rank votes
+    before each update whether experts moved)."""
 
     refit: Refit
-    maps: dict[int, dict[str, Any]]
     eplb: bool
 
 
 def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str | None, runs_eplb: bool
-          ) -> _Plan:
+          ) -> tuple[_Plan, dict[int, dict[str, Any]]]:
     """Every rank makes it together, trainer ranks and workers alike: each server's leading
     worker publishes its map (`mine`, eplb.contribution; None on the other ranks), every rank
     votes whether its server runs EPLB and then reads every server's map, builds the destination
-    with them and plans.
+    with them and plans. Returns the plan and the maps that differ from SGLang's initial
+    placement, by server (eplb.gathered_maps), which the caller need not keep.
 
     One store key a server serves every plan, replaced rather than added to, so that planning
     again at every EPLB rebalance leaves the store no larger: a leading worker replaces its map
@@ -155,7 +154,7 @@ def _plan(session: Session, spec: RefitSpec, source: Layout, mine: str | None, r
     document = eplb.maps_document(maps, engines, _spec_count(spec.destination, "redundant", 0),
                                   spec.destination)
     destination = eplb.destination(spec.model, spec.destination, spec.num_trainer_ranks, document)
-    return _Plan(session.refit(source, destination, gpus_per_node=spec.gpus_per_node), maps, runs)
+    return _Plan(session.refit(source, destination, gpus_per_node=spec.gpus_per_node), runs), maps
 
 
 def _world_size(spec: RefitSpec, destination: Layout) -> int:
@@ -259,7 +258,7 @@ class Sender:
         self.rounds += 1
 
     def _replan(self) -> None:
-        self.plan = _plan(self.session, self.spec, self._source, None, False)
+        self.plan, _ = _plan(self.session, self.spec, self._source, None, False)
         self._register_sources()
 
     def _register_sources(self) -> None:
@@ -303,10 +302,10 @@ class _Worker:
         server's leading rank (PP rank 0, TP rank 0) publishes its map, "" where it is SGLang's
         initial placement; every rank checks that the plan's map of its server is its own."""
         server = self.spec.server
-        plan = _plan(self.session, self.spec, self.source,
-                     eplb.contribution(server, self.placement) if self.leads else None,
-                     self.placement is not None and eplb.eplb_enabled())
-        planned = plan.maps.get(server)
+        plan, maps = _plan(self.session, self.spec, self.source,
+                           eplb.contribution(server, self.placement) if self.leads else None,
+                           self.placement is not None and eplb.eplb_enabled())
+        planned = maps.get(server)
         if self.placement is not None and (
                 planned["map"] != self.placement.tolist() if planned is not None
                 else not eplb.is_initial(self.placement, eplb.num_logical_experts())):
