@@ -21,12 +21,13 @@ FlashInfer's block GEMM compute from the weights as loaded (float32 scales); Dee
 behind FlashInfer's dynamic kernel, requantizes them to power-of-two scales when it runs with E8M0
 scales (fp8_utils.py requant_weight_ue8m0_inplace), which on Hopper stay an fp32 tensor of the
 same shape (vllm/utils/deep_gemm.py DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0: ferry's "ue8m0")
-and on Blackwell become packed int32 codes (UE8M0). Experts
+and on Blackwell (SM100) become DeepGEMM's packed int32 codes (UE8M0: ferry's "ue8m0_packed",
+core/base/fp8_packed_scales.h). Experts
 (vllm/model_executor/layers/fused_moe/oracle/fp8.py convert_to_fp8_moe_kernel_format): Triton's
 and vLLM's CUTLASS backends keep them as loaded, DeepGEMM's as its linear kernel does. Refused, by
-layer name: packed scales, blocks refined for a TP shard, Marlin, FlashInfer's expert backends,
-AITER, the CPU kernels, per-tensor FP8, checkpoint E8M0 scales and every other quantization
-method.
+layer name: E8M0 scales on SM120, blocks refined for a TP shard, Marlin, FlashInfer's expert
+backends, AITER, the CPU kernels, per-tensor FP8, checkpoint E8M0 scales and every other
+quantization method.
 
 Duck-typed, as _vllm_layout.py; vLLM is imported only where DeepGEMM runs a layer, to read the
 GPU's family and whether it runs with E8M0 scales.
@@ -66,17 +67,21 @@ def _deep_gemm_scales(name: str, e8m0: bool) -> str:
     """The scales vLLM leaves where DeepGEMM post-processes a layer (`e8m0`: with E8M0 scales,
     vllm/utils/deep_gemm.py is_deep_gemm_e8m0_used): fp8_utils.py
     deepgemm_post_process_fp8_weight_block requantizes the values to power-of-two scales
-    (requant_weight_ue8m0_inplace) when `e8m0`, then DeepGEMM's transform_sf_into_required_layout
-    lays the scales out for the GPU: fp32 128x128 scales stay as they are on Hopper
-    (DeepGemmQuantScaleFMT.FLOAT32 and FLOAT32_CEIL_UE8M0). On Blackwell DeepGEMM layers are
-    refused: with E8M0 their scales become packed int32 codes (UE8M0), and without it ferry does
-    not model the layout DeepGEMM gives them."""
+    (requant_weight_ue8m0_inplace) when `e8m0`, then hands the scales to DeepGEMM's
+    transform_sf_into_required_layout with disable_ue8m0_cast = not `e8m0`
+    (deepseek-ai/DeepGEMM csrc/apis/layout.hpp): fp32 128x128 scales stay as they are on Hopper
+    or without E8M0 (DeepGemmQuantScaleFMT.FLOAT32 and FLOAT32_CEIL_UE8M0); with E8M0 on SM100
+    they become packed int32 codes (UE8M0), and SM120 has no such layout there (refused)."""
     from vllm.platforms import current_platform
-    if any(current_platform.is_device_capability_family(f) for f in (100, 120)):
-        raise ValueError(f"vLLM layer {name}: DeepGEMM lays its scales out for Blackwell (packed "
-                         "int32 E8M0 codes), which ferry.vllm does not write yet; serve with "
-                         "VLLM_USE_DEEP_GEMM=0 (CUTLASS's float32 scales)")
-    return "ue8m0" if e8m0 else "float32"
+    if not e8m0:
+        return "float32"
+    if current_platform.is_device_capability_family(100):
+        return "ue8m0_packed"
+    if current_platform.is_device_capability_family(120):
+        raise ValueError(f"vLLM layer {name}: DeepGEMM with E8M0 scales on an SM120 GPU, whose "
+                         "scale layout ferry.vllm does not know; serve with "
+                         "VLLM_USE_DEEP_GEMM_E8M0=0 (float32 scales)")
+    return "ue8m0"
 
 
 def _linear_scale_format(name: str, module: Any, method: Any) -> str:
@@ -162,17 +167,48 @@ FP8_WEIGHTS = ("weight", "w13_weight", "w2_weight")
 
 
 def block_scaled(prefix: str, module: Any, leaf: str, scale_fmt: str,
-                 rank: int) -> BlockScaled:
+                 rank: int) -> tuple[BlockScaled, Any]:
     """The BlockScaled of FP8 layer `prefix`'s parameter `leaf` (an FP8_WEIGHTS name) and its
-    scales, checked to hold one fp32 scale per 128x128 block of each of its matrices (a linear
-    weight is one [rows, cols] matrix, an expert weight one a local expert;
-    BlockQuantScaleParameter, Fp8MoEMethod.create_weights)."""
+    scales, and the array to register as those scales: one fp32 scale per 128x128 block of each
+    of its matrices (a linear weight is one [rows, cols] matrix, an expert weight one a local
+    expert; BlockQuantScaleParameter, Fp8MoEMethod.create_weights), or for "ue8m0_packed"
+    DeepGEMM's packed codes (_packed_scales). ValueError names a parameter held otherwise."""
     weight, scales = getattr(module, leaf), getattr(module, f"{leaf}_scale_inv")
     *stack, rows, cols = weight.shape
-    want = (*stack, (rows + 127) // 128, (cols + 127) // 128)
-    if tuple(scales.shape) != want or dtype_name(scales.dtype) != "fp32":
-        raise ValueError(f"vLLM parameter {prefix}.{leaf}_scale_inv is {scales.dtype} "
-                         f"{list(scales.shape)}, not fp32 {list(want)} for its weight "
-                         f"{list(weight.shape)}")
-    return BlockScaled(rank, f"{prefix}.{leaf}", f"{prefix}.{leaf}_scale_inv", rows, cols,
-                       matrices=stack[0] if stack else 1, scale_fmt=scale_fmt)
+    name = f"{prefix}.{leaf}_scale_inv"
+    if scale_fmt == "ue8m0_packed":
+        array = _packed_scales(name, scales.data, stack, rows, cols)
+    else:
+        want = (*stack, (rows + 127) // 128, (cols + 127) // 128)
+        if tuple(scales.shape) != want or dtype_name(scales.dtype) != "fp32":
+            raise ValueError(f"vLLM parameter {name} is {scales.dtype} {list(scales.shape)}, "
+                             f"not fp32 {list(want)} for its weight {list(weight.shape)}")
+        array = scales.data
+    return BlockScaled(rank, f"{prefix}.{leaf}", name, rows, cols,
+                       matrices=stack[0] if stack else 1, scale_fmt=scale_fmt), array
+
+
+def _packed_scales(name: str, scales: Any, stack: list[int], rows: int, cols: int) -> Any:
+    """The whole storage of DeepGEMM's packed E8M0 scales of `stack` (at most one dimension:
+    experts) [rows, cols] matrices, flat int32, to register: DeepGEMM's
+    get_mn_major_tma_aligned_packed_ue8m0_tensor (csrc/jit_kernels/impls/smxx_layout.hpp) gives
+    int32 [G, rows, P] with strides [P * N4, 1, N4] (P words of four 128-column blocks' codes a
+    row, N4 rows rounded up to 4: core/base/fp8_packed_scales.h), squeezed for one matrix. The
+    refit writes the G * P * N4 words, padding rows included (zero), so the tensor's storage
+    must hold them: DeepGEMM allocates only up to its last row, which falls short of the padding
+    of the last column of the last matrix when rows is not a multiple of 4 (refused)."""
+    words = ((cols + 127) // 128 + 3) // 4
+    stride = (rows + 3) // 4 * 4
+    matrices = stack[0] if stack else 1
+    want = (*stack, rows, words)
+    want_strides = ((words * stride,) if stack else ()) + (1, stride)
+    if tuple(scales.shape) != want or tuple(scales.stride()) != want_strides or \
+            dtype_name(scales.dtype) != "int32":
+        raise ValueError(f"vLLM parameter {name} is {scales.dtype} {list(scales.shape)} with "
+                         f"strides {list(scales.stride())}, not DeepGEMM's packed E8M0 scales: "
+                         f"int32 {list(want)} with strides {list(want_strides)}")
+    try:
+        return scales.as_strided((matrices * words * stride,), (1,))
+    except RuntimeError as e:
+        raise ValueError(f"vLLM parameter {name}: DeepGEMM's packed scales of {rows} rows end "
+                         f"before the padding rows up to {stride} that ferry writes ({e})") from e

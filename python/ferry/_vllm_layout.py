@@ -515,7 +515,8 @@ def engine_shards(model: Any, source: Mapping[str, Any], rank: int, skip: Collec
     """The shards of every parameter of `model` (a vLLM worker's torch module) on ferry rank
     `rank`, against the checkpoint tensors the trainer sends (`source`: name -> object with
     `shape` and `dtype`), with a BlockScaled for each FP8 block-quantized layer, and the
-    parameter storage behind each buffer (`param.data`). Parameters whose id is in `skip` are
+    parameter storage behind each buffer (`param.data`; DeepGEMM's packed scales' whole storage,
+    flat). Parameters whose id is in `skip` are
     left out (a drafter's parameters that are its target's). `packed` names the checkpoint
     tensors of each fused module when the model has no packed_modules_mapping (a drafter
     fuses as its target: deepseek_mtp.py's stacked_params_mapping, gate_up_proj and
@@ -546,8 +547,8 @@ def engine_shards(model: Any, source: Mapping[str, Any], rank: int, skip: Collec
         module = modules[prefix]
         fp8, scaled = quantized.get(prefix), leaf.removesuffix("_scale_inv")
         if fp8 and scaled != leaf and scaled in FP8_WEIGHTS:  # the scales of an e4m3 weight
-            shards.append(block_scaled(prefix, module, scaled, fp8, rank))
-            buffers[name] = param.data
+            scaled_shard, buffers[name] = block_scaled(prefix, module, scaled, fp8, rank)
+            shards.append(scaled_shard)
             continue
         pieces = mixers.get(name) or param_pieces(name, module, param, packed,
                                                   lambda t: sent_name(t) in source,

@@ -52,6 +52,7 @@ def vllm_python() -> str:
                                               ("qwen3_moe_eplb", 21),
                                               ("deepseek_v3", 31), ("nemotron_h", 33),
                                               ("llama_fp8", 23), ("llama_fp8_ue8m0", 23),
+                                              ("llama_fp8_ue8m0_packed", 23),
                                               ("llama_fp8_online", 23), ("qwen3_moe_fp8", 31),
                                               ("qwen3_moe_fp8_online", 31),
                                               ("deepseek_v3_fp8", 45),

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the vLLM layouts are of torch modules")
 
-from ferry import Layout
+from ferry import Layout, Shard
 from ferry._source_layout import chunk_range, param_box, trainer_shards
 from ferry._vllm_layout import engine_shards, eplb_placement
 
@@ -531,15 +531,32 @@ def e4m3_parameter(shape):
     return E4m3Weight(torch.zeros(shape, dtype=torch.uint8), requires_grad=False)
 
 
-def fp8_model(method, tp_rank=1, block=(128, 128), scale_shape=(2, 1)):
+def deep_gemm_packed(matrices, rows, cols, full_storage=False):
+    """Zero int32 scales laid out as DeepGEMM's get_mn_major_tma_aligned_packed_ue8m0_tensor
+    lays out those of `matrices` [rows, cols] matrices (deepseek-ai/DeepGEMM
+    csrc/jit_kernels/impls/smxx_layout.hpp): [G, rows, P] with strides [P * N4, 1, N4], P words
+    of four 128-column blocks a row, N4 rows rounded up to 4; squeezed for one matrix. Its CUDA
+    path allocates storage up to the last row only (empty_strided of those sizes), its torch
+    fallback all G * P * N4 words (`full_storage`)."""
+    words, stride = ((cols + 127) // 128 + 3) // 4, (rows + 3) // 4 * 4
+    storage = torch.zeros(matrices * words * stride if full_storage else
+                          (matrices - 1) * words * stride + (words - 1) * stride + rows,
+                          dtype=torch.int32)
+    packed = storage.as_strided((matrices, rows, words), (words * stride, 1, stride))
+    return packed[0] if matrices == 1 else packed
+
+
+def fp8_model(method, tp_rank=1, block=(128, 128), scale_shape=(2, 1), packed=False):
     """A column-parallel layer of TP2 as Fp8LinearMethod.create_weights leaves it: rows [256,
     512) of a [512, 128] weight at TP rank 1, e4m3 values and one fp32 scale_inv a 128x128
-    block (BlockQuantScaleParameter)."""
+    block (BlockQuantScaleParameter); with `packed`, the scales as DeepGEMM's post-processing
+    leaves them on SM100 (deep_gemm_packed)."""
     proj = linear(256, 128, tp_rank=tp_rank, tp_size=2, gather_output=False, input_size=128,
                   output_size=512, quant_method=method, weight_block_size=list(block))
     proj.weight = e4m3_parameter((256, 128))
     proj.weight.output_dim, proj.weight.input_dim = 0, 1
-    proj.weight_scale_inv = torch.nn.Parameter(torch.zeros(scale_shape), requires_grad=False)
+    scales = deep_gemm_packed(1, 256, 128) if packed else torch.zeros(scale_shape)
+    proj.weight_scale_inv = torch.nn.Parameter(scales, requires_grad=False)
     model = torch.nn.Module()
     model.proj = proj
     return model
@@ -576,12 +593,14 @@ def test_an_fp8_layers_scale_format_is_what_its_kernel_leaves(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.setitem(sys.modules, "vllm.utils.deep_gemm", deep_gemm)
 
-    def scale_fmt(kernel):
-        shards, _ = engine_shards(fp8_model(Fp8LinearMethod(kernel)), FP8_SENT, rank=0)
+    def scale_fmt(kernel, packed=False):
+        model = fp8_model(Fp8LinearMethod(kernel), packed=packed)
+        shards, _ = engine_shards(model, FP8_SENT, rank=0)
         return shards[1].scale_fmt
 
-    def expert_scale_fmt(backend):
-        shards, _ = engine_shards(fp8_experts_model(Fp8MoEMethod(backend)), FP8_EXPERTS_SENT, 0)
+    def expert_scale_fmt(backend, packed=False):
+        model = fp8_experts_model(Fp8MoEMethod(backend), packed=packed)
+        shards, _ = engine_shards(model, FP8_EXPERTS_SENT, 0)
         return {s.scale_fmt for s in shards if hasattr(s, "scale_fmt")}
 
     assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=False)) == "float32"
@@ -589,13 +608,68 @@ def test_an_fp8_layers_scale_format_is_what_its_kernel_leaves(monkeypatch):
     assert scale_fmt(FlashInferFp8DeepGEMMDynamicBlockScaledKernel(e8m0=True)) == "ue8m0"
     assert expert_scale_fmt("DEEPGEMM") == {"ue8m0"}
     assert expert_scale_fmt("VLLM_CUTLASS") == {"float32"}
-    family["gpu"] = 100  # Blackwell: DeepGEMM's packed scales, refused
-    with pytest.raises(ValueError, match="layer proj: DeepGEMM lays its scales out for "
-                                         "Blackwell .* VLLM_USE_DEEP_GEMM=0"):
+    family["gpu"] = 100  # Blackwell: DeepGEMM's packed codes with E8M0, fp32 without
+    assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True), packed=True) == "ue8m0_packed"
+    assert expert_scale_fmt("BATCHED_DEEPGEMM", packed=True) == {"ue8m0_packed"}
+    assert scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=False)) == "float32"
+    with pytest.raises(ValueError, match=r"proj.weight_scale_inv is torch.float32 \[2, 1\] with "
+                                         r"strides \[1, 1\], not DeepGEMM's packed E8M0 scales: "
+                                         r"int32 \[256, 1\] with strides \[1, 256\]"):
         scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True))
-    with pytest.raises(ValueError, match="layer mlp.experts.routed_experts: DeepGEMM lays"):
+    family["gpu"] = 120  # DeepGEMM has no E8M0 layout there
+    with pytest.raises(ValueError, match="layer proj: DeepGEMM with E8M0 scales on an SM120 GPU"
+                                         ".* VLLM_USE_DEEP_GEMM_E8M0=0"):
+        scale_fmt(DeepGemmFp8BlockScaledMMKernel(e8m0=True))
+    with pytest.raises(ValueError, match="layer mlp.experts.routed_experts: DeepGEMM with E8M0"):
         expert_scale_fmt("BATCHED_DEEPGEMM")
     assert scale_fmt(TritonFp8BlockScaledMMKernel()) == "float32"
+
+
+def test_the_harness_packs_scales_as_deep_gemm_on_sm100():
+    """vllm_harness.deep_gemm_sm100_transform, which test_vllm.py's Blackwell case runs where
+    DeepGEMM's CUDA extension would, against words worked by hand from DeepGEMM's packing
+    (csrc/jit_kernels/impls/smxx_layout.hpp): one [6, 640] matrix's five block columns, scales
+    2^-8, 2^-7, 1, 2 and 2^-127 (subnormal: exponent field 0), N4 = 8 and P = 2."""
+    from vllm_harness import deep_gemm_sm100_transform
+    sf = torch.tensor([[2.0**-8, 2.0**-7, 1.0, 2.0, 2.0**-127]])
+    packed = deep_gemm_sm100_transform(sf, 6, 640, (1, 128, 128), 1)
+    assert tuple(packed.shape) == (6, 2) and packed.stride() == (1, 8)
+    word = 0x77 | 0x78 << 8 | 0x7f << 16 | 0x80 << 24  # biased exponents 119, 120, 127, 128
+    assert packed[:, 0].tolist() == [word - (1 << 32)] * 6 and packed[:, 1].tolist() == [0] * 6
+    # two [130, 128] matrices: two block rows each, one word a row, N4 = 132
+    sf = torch.tensor([[[1.0], [0.5]], [[2.0], [4.0]]])
+    two = deep_gemm_sm100_transform(sf, 130, 128, (1, 128, 128), 2)
+    assert tuple(two.shape) == (2, 130, 1) and two.stride() == (132, 1, 132)
+    assert [two[g, rows, 0].unique().tolist() for g in (0, 1)
+            for rows in (slice(0, 128), slice(128, 130))] == [[127], [126], [128], [129]]
+
+
+def test_deep_gemms_packed_scales_are_registered_with_their_padding():
+    from ferry._vllm_fp8 import block_scaled
+
+    def layer(scales):  # a [130, 640] weight: 5 block columns in 2 words a row, N4 = 132
+        return SimpleNamespace(weight=torch.zeros(130, 640, dtype=torch.uint8),
+                               weight_scale_inv=torch.nn.Parameter(scales, requires_grad=False))
+
+    scales = deep_gemm_packed(1, 130, 640, full_storage=True)
+    shard, array = block_scaled("proj", layer(scales), "weight", "ue8m0_packed", rank=2)
+    assert shard.scale_fmt == "ue8m0_packed" and (shard.rows, shard.cols) == (130, 640)
+    assert array.data_ptr() == scales.data_ptr() and array.is_contiguous()
+    assert array.numel() * 4 == 2 * 132 * 4  # core/base/fp8_packed_scales.h: P * N4 words
+    shards = [shard] + [Shard("w", (130, 640), "bf16", [0, 0], [130, 640], 2, "proj.weight",
+                              "fp8_block")]
+    assert dict((b.name, b.bytes) for b in Layout.from_shards(shards).buffers())[
+        "proj.weight_scale_inv"] == array.numel() * 4
+    with pytest.raises(ValueError, match="DeepGEMM's packed scales of 130 rows end before the "
+                                         "padding rows up to 132"):
+        block_scaled("proj", layer(deep_gemm_packed(1, 130, 640)), "weight", "ue8m0_packed", 2)
+    row_major = torch.zeros(130, 2, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"strides \[2, 1\], not DeepGEMM's packed"):
+        block_scaled("proj", layer(row_major), "weight", "ue8m0_packed", 2)
+    experts = SimpleNamespace(w13_weight=torch.zeros(3, 256, 128, dtype=torch.uint8),
+                              w13_weight_scale_inv=deep_gemm_packed(3, 256, 128))
+    shard, array = block_scaled("experts", experts, "w13_weight", "ue8m0_packed", rank=0)
+    assert shard.matrices == 3 and array.numel() == 3 * 256
 
 
 def test_fp8_layers_ferry_cannot_write_in_place_are_refused():
@@ -624,17 +698,17 @@ class Fp8MoEMethod:
         self.fp8_backend = SimpleNamespace(name=backend, value=backend)
 
 
-def fp8_experts_model(method):
+def fp8_experts_model(method, packed=False):
     """experts_model's 4 experts at 128-wide blocks, FP8: w13 [4, 2 * 128, 128] and w2 [4, 128,
-    128] e4m3 with one fp32 scale per 128x128 block of each expert's matrix."""
+    128] e4m3 with one fp32 scale per 128x128 block of each expert's matrix (with `packed`, as
+    DeepGEMM leaves them on SM100: deep_gemm_packed)."""
     model = experts_model([0, 1, 2, 3], intermediate=128, hidden=128)
     experts = model.mlp.experts.routed_experts
     experts.quant_method = method
     for leaf, shape in (("w13_weight", (4, 256, 128)), ("w2_weight", (4, 128, 128))):
         setattr(experts, leaf, e4m3_parameter(shape))
-        scales = (4, shape[1] // 128, 1)
-        setattr(experts, f"{leaf}_scale_inv",
-                torch.nn.Parameter(torch.zeros(scales), requires_grad=False))
+        scales = deep_gemm_packed(*shape) if packed else torch.zeros(4, shape[1] // 128, 1)
+        setattr(experts, f"{leaf}_scale_inv", torch.nn.Parameter(scales, requires_grad=False))
     return model
 
 

@@ -32,7 +32,8 @@ DTYPE = torch.bfloat16
 # The FP8 block-scaled GEMM kernel an FP8 model's linear layers record here (vllm/model_executor/
 # kernels/linear/scaled_mm/): on the CPU vLLM finds none without AMX, so the harness stands in
 # for a CUDA engine's. Its weights are never processed after loading here: with "DeepGemmE8M0"
-# the test itself does what DeepGEMM's step does to them (requantize_ue8m0).
+# the test itself does what DeepGEMM's step does to them (requantize_ue8m0 on Hopper,
+# deep_gemm_sm100 on Blackwell).
 FP8_KERNEL = "TritonFp8BlockScaledMMKernel"
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MOE_I, EXPERTS, VOCAB, LAYERS = 32, 4, 2, 8, 16, 8, 128, 2
@@ -141,7 +142,7 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
 
 def _fp8_kernel_factory(kernel: str):
     """A stand-in for vLLM's init_fp8_linear_kernel that makes the FP8 block-scaled kernel
-    `kernel` names ("DeepGemmE8M0": DeepGEMM with E8M0 scales on Hopper) for every layer."""
+    `kernel` names ("DeepGemmE8M0": DeepGEMM with E8M0 scales) for every layer."""
     from vllm.model_executor.kernels import linear as kernels
     from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
         FP8ScaledMMLinearLayerConfig)
@@ -182,6 +183,44 @@ def requantize_ue8m0(model) -> None:
         if hasattr(module, "weight_scale_inv"):
             requant_weight_ue8m0_inplace(module.weight.data, module.weight_scale_inv.data,
                                          module.weight_block_size)
+
+
+def deep_gemm_sm100_transform(sf, mn: int, k: int, recipe: tuple, num_groups: int,
+                              is_sfa: bool = False):
+    """DeepGEMM's transform_sf_into_required_layout on an SM100 GPU with E8M0 scales, for fp32
+    scales (its CUDA extension needs a GPU; written here from deepseek-ai/DeepGEMM
+    csrc/apis/layout.hpp and csrc/jit_kernels/impls/smxx_layout.hpp,
+    get_mn_major_tma_aligned_packed_ue8m0_tensor_torch): each row of `sf` [G, ceil(mn/gran_mn),
+    sf_k] repeated for the gran_mn rows it scales, each scale's biased exponent taken as a
+    UE8M0 byte, four k-blocks packed into an int32 (k padded to 4 with 0), stored MN-major
+    ([G, mn, P] with strides [P * N4, 1, N4], N4 = mn rounded up to 4), one matrix squeezed."""
+    gran_mn = 1 if len(recipe) == 2 else recipe[0 if is_sfa else 1]
+    rows = torch.arange(mn) // gran_mn
+    batched = (sf if sf.dim() == 3 else sf.unsqueeze(0)).index_select(-2, rows)
+    codes = (batched.contiguous().view(torch.int32) >> 23).to(torch.uint8)
+    groups, _, sf_k = batched.shape
+    stride, padded_k = (mn + 3) // 4 * 4, (sf_k + 3) // 4 * 4
+    padded = torch.zeros(groups, stride, padded_k, dtype=torch.uint8)
+    padded[:, :mn, :sf_k] = codes
+    words = padded.view(-1).view(torch.int32).view(groups, stride, padded_k // 4)
+    out = torch.empty_strided((groups, stride, padded_k // 4),
+                              (stride * (padded_k // 4), 1, stride), dtype=torch.int32)
+    out = out.copy_(words)[:, :mn]
+    return out if sf.dim() == 3 else out.squeeze(0)
+
+
+def deep_gemm_sm100(model) -> None:
+    """What DeepGEMM's kernel does to each FP8 linear layer after loading on an SM100 GPU with
+    E8M0 scales (scaled_mm/deep_gemm.py process_weights_after_loading, vLLM's own code:
+    requant_weight_ue8m0_inplace, then deepgemm_post_process_weight_scale_block's transform,
+    whose DeepGEMM step deep_gemm_sm100_transform stands in for, and replace_parameter)."""
+    from vllm.model_executor.layers.quantization.utils import fp8_utils
+    with mock.patch.object(fp8_utils, "transform_sf_into_required_layout",
+                           deep_gemm_sm100_transform):
+        for module in model.modules():
+            kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+            if type(kernel).__name__ == "DeepGemmFp8BlockScaledMMKernel":
+                kernel.process_weights_after_loading(module)
 
 
 def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8_KERNEL):

@@ -29,7 +29,10 @@ from the trainer's bf16, and the expected model loads the checkpoint as vLLM's
 per_block_cast_to_fp8 quantizes it; its layers record Triton's block-scaled kernel, which
 computes from the weights as loaded. `llama_fp8_ue8m0` is the same under DeepGEMM with E8M0
 scales on Hopper: the expected model then requantizes to power-of-two scales as DeepGEMM's
-process_weights_after_loading does (requant_weight_ue8m0_inplace). `llama_fp8_online` serves
+process_weights_after_loading does (requant_weight_ue8m0_inplace). `llama_fp8_ue8m0_packed` is
+the same on Blackwell (SM100), where that step also packs the scales into DeepGEMM's int32 UE8M0
+codes (vllm_harness.deep_gemm_sm100): the worker's layers are so processed before the engine
+plans, and the platform reports the SM100 family to ferry.vllm. `llama_fp8_online` serves
 the bf16 checkpoint with --quantization fp8_per_block: vLLM quantizes each rank's partition as it
 loads (quantization/online/fp8.py), and the expected model is vLLM's load of the bf16 checkpoint
 itself. `qwen3_moe_fp8` is
@@ -63,8 +66,8 @@ weight loaders and requires every parameter of the refitted model to equal it by
 
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|qwen3_moe_eplb|deepseek_v3|
                                                nemotron_h|llama_fp8|llama_fp8_ue8m0|
-                                               llama_fp8_online|qwen3_moe_fp8|
-                                               qwen3_moe_fp8_online|deepseek_v3_fp8|
+                                               llama_fp8_ue8m0_packed|llama_fp8_online|
+                                               qwen3_moe_fp8|qwen3_moe_fp8_online|deepseek_v3_fp8|
                                                deepseek_v3_mtp|deepseek_v3_fp8_mtp|
                                                deepseek_v3_mtp_eplb]
 """
@@ -86,6 +89,7 @@ import vllm_harness  # first: it tells vLLM, before vLLM is imported, that it ru
 import vllm.distributed.parallel_state as parallel_state
 from vllm.config.parallel import ParallelConfig
 from vllm.config.weight_transfer import WeightTransferConfig
+from vllm.platforms import current_platform
 from vllm.distributed.weight_transfer import (ParamMeta, Shard, WeightSource,
                                               WeightTransferEngineFactory,
                                               WeightTransferTrainerFactory)
@@ -103,10 +107,12 @@ DTYPE = torch.bfloat16
 MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory: from argv
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "qwen3_moe_eplb", "deepseek_v3", "nemotron_h", "llama_fp8",
-                  "llama_fp8_ue8m0", "llama_fp8_online", "qwen3_moe_fp8", "qwen3_moe_fp8_online",
+                  "llama_fp8_ue8m0", "llama_fp8_ue8m0_packed", "llama_fp8_online", "qwen3_moe_fp8",
+                  "qwen3_moe_fp8_online",
                   "deepseek_v3_fp8", "deepseek_v3_mtp", "deepseek_v3_fp8_mtp",
                   "deepseek_v3_mtp_eplb")
-LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_online")
+LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_ue8m0_packed",
+                   "llama_fp8_online")
 QWEN3_MOE_MODES = ("qwen3_moe", "qwen3_moe_eplb")  # vllm_harness.CONFIG's Qwen3-MoE
 # The _eplb models: EPLB's redundant experts (E + 4 physical over the 4 EP ranks).
 REDUNDANT = 4
@@ -136,7 +142,8 @@ CONFIGS = {"deepseek_v3": DEEPSEEK_V3,
            "deepseek_v3_mtp": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
            "deepseek_v3_mtp_eplb": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
            "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
-           "llama_fp8_ue8m0": LLAMA_FP8, "qwen3_moe_fp8": QWEN3_MOE_FP8,
+           "llama_fp8_ue8m0": LLAMA_FP8, "llama_fp8_ue8m0_packed": LLAMA_FP8,
+           "qwen3_moe_fp8": QWEN3_MOE_FP8,
            "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
            "deepseek_v3_fp8_mtp": dict(DEEPSEEK_V3_FP8, num_nextn_predict_layers=1)}
 # The _online modes serve the same models' bf16 checkpoints (vLLM quantizes them as it loads).
@@ -422,7 +429,7 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     if MODEL in QWEN3_MOE_MODES:
         return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True,
                                             redundant=REDUNDANT if eplb() else 0)
-    if MODEL == "llama_fp8_ue8m0":
+    if MODEL.startswith("llama_fp8_ue8m0"):
         model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
                                            fp8_kernel="DeepGemmE8M0")
     elif MODEL in CONFIGS:
@@ -475,6 +482,8 @@ def expected_models(where: tuple, step: int):
     vllm_harness.process_mla(expected)
     if MODEL == "llama_fp8_ue8m0":
         vllm_harness.requantize_ue8m0(expected)
+    if MODEL == "llama_fp8_ue8m0_packed":
+        vllm_harness.deep_gemm_sm100(expected)
     if not drafting():
         return expected, None
     return expected, drafter_beside(expected, config, weights, placement(step))[0]
@@ -505,6 +514,9 @@ def worker(args, tp: int, dp: int) -> None:
     if MODEL.endswith("_online"):  # its quantized weights exist once vLLM loaded a checkpoint
         vllm_harness.load_with_vllm(model, vllm_config, checkpoint(-1))
     vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
+    if MODEL == "llama_fp8_ue8m0_packed":  # an SM100 engine: DeepGEMM's step, then the family
+        vllm_harness.deep_gemm_sm100(model)
+        current_platform.is_device_capability_family = lambda family, device_id=0: family == 100
     drafter, draft_config = drafter_beside(model, vllm_config) if drafting() else (None, None)
     models = [(model, vllm_config)] + ([(drafter, draft_config)] if drafter else [])
     eplb_state = vllm_harness.start_eplb(models) if eplb() else None
