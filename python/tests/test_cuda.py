@@ -92,6 +92,64 @@ def test_a_cuda_block_scaled_destination_is_quantized_as_vllm_quantizes_a_checkp
     assert torch.equal(values.cpu().view(torch.uint8), want.view(torch.uint8))
 
 
+def vllm_sm100_reference(w: "torch.Tensor") -> tuple:
+    """What vLLM holds of bf16 `w` [rows, cols] as an FP8 layer under DeepGEMM with E8M0 scales
+    on SM100, computed in torch on the CPU: the checkpoint quantized as vllm/utils/deep_gemm.py
+    per_block_cast_to_fp8 quantizes it, requantized by fp8_utils.py requant_weight_ue8m0_inplace
+    (dequantized in fp32, scale_inv 2^ceil(log2(max(amax, 1e-4) / 448)) a 128x128 block), the
+    scales packed by DeepGEMM's get_mn_major_tma_aligned_packed_ue8m0_tensor (each scale's
+    biased exponent, four block columns a word, byte j block column 4p + j, one row of words per
+    weight row). Returns (e4m3 values [rows, cols], int64 words [P, rows])."""
+    rows, cols = w.shape
+    block_rows, block_cols = (rows + 127) // 128, (cols + 127) // 128
+    x = torch.zeros(block_rows * 128, block_cols * 128)
+    x[:rows, :cols] = w.cpu().float()
+    view = x.view(block_rows, 128, block_cols, 128)
+    s = view.abs().amax(dim=(1, 3), keepdim=True).clamp(1e-4) / 448.0
+    dequantized = (view * (1.0 / s)).to(torch.float8_e4m3fn).float() * s
+    amax = dequantized.abs().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
+    scale = torch.pow(2.0, torch.ceil(torch.log2(amax / 448.0)))
+    values = (dequantized * (1.0 / scale)).to(torch.float8_e4m3fn).view(x.shape)[:rows, :cols]
+    codes = ((scale.view(block_rows, block_cols).view(torch.int32) >> 23) & 0xff).long()
+    padded = torch.zeros(block_rows, (block_cols + 3) // 4 * 4, dtype=torch.long)
+    padded[:, :block_cols] = codes
+    words = (padded.view(block_rows, -1, 4) << torch.tensor([0, 8, 16, 24])).sum(-1)
+    return values, words.repeat_interleave(128, dim=0)[:rows].t()
+
+
+def test_a_cuda_fp8_layer_receives_deep_gemms_packed_codes_as_vllm_keeps_them_on_sm100(session):
+    # A [258, 640] FP8 layer as vLLM keeps it for DeepGEMM with E8M0 scales on Blackwell: its
+    # scales an int32 [258, 2] tensor with strides [1, 260] (rows padded to 4), in storage of
+    # 2 x 260 words here (DeepGEMM's torch path allocates them all), registered as ferry.vllm
+    # registers it (block_scaled: the whole storage, flat) and written by the Quantize op on the
+    # GPU, padding rows and bytes 0.
+    from types import SimpleNamespace
+
+    from ferry._vllm_fp8 import block_scaled
+    rows, cols = 258, 640
+    storage = torch.full((2 * 260,), -1, dtype=torch.int32, device="cuda")
+    layer = SimpleNamespace(
+        weight=torch.zeros(rows, cols, dtype=torch.float8_e4m3fn, device="cuda"),
+        weight_scale_inv=storage.as_strided((rows, 2), (1, 260)))
+    scaled, scales = block_scaled("proj", layer, "weight", "ue8m0_packed", rank=0)
+    src = ferry.Layout.from_shards([ferry.Shard("w", (rows, cols), "bf16", (0, 0), (rows, cols),
+                                                0, "w_bf16")])
+    dst = ferry.Layout.from_shards([ferry.Shard("w", (rows, cols), "bf16", (0, 0), (rows, cols),
+                                                0, "proj.weight", "fp8_block"), scaled])
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = (torch.randn(rows, cols, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    w[128:256, 0:128] = 0  # an all-zero block: scale 2^-22
+    refit = session.refit(src, dst)
+    refit.register("w_bf16", w)
+    refit.register("proj.weight", layer.weight)
+    refit.register("proj.weight_scale_inv", scales)
+    refit.run()
+    values, words = vllm_sm100_reference(w)
+    got = storage.cpu().long().view(2, 260) & 0xffffffff
+    assert torch.equal(layer.weight.cpu().view(torch.uint8), values.view(torch.uint8))
+    assert torch.equal(got[:, :rows], words) and not got[:, rows:].any()
+
+
 def test_cupy_and_dlpack_arrays_register_zero_copy(session):
     cupy = pytest.importorskip("cupy")
     refit = session.refit(*layouts())
