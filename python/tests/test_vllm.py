@@ -55,6 +55,7 @@ def vllm_python() -> str:
                                               ("llama_fp8_ue8m0_packed", 23),
                                               ("llama_fp8_online", 23), ("qwen3_moe_fp8", 31),
                                               ("qwen3_moe_fp8_online", 31),
+                                              ("qwen3_moe_fp8_ue8m0_packed", 31),
                                               ("deepseek_v3_fp8", 45),
                                               ("deepseek_v3_mtp", 31),
                                               ("deepseek_v3_mtp_eplb", 31),

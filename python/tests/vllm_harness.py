@@ -210,17 +210,27 @@ def deep_gemm_sm100_transform(sf, mn: int, k: int, recipe: tuple, num_groups: in
 
 
 def deep_gemm_sm100(model) -> None:
-    """What DeepGEMM's kernel does to each FP8 linear layer after loading on an SM100 GPU with
-    E8M0 scales (scaled_mm/deep_gemm.py process_weights_after_loading, vLLM's own code:
-    requant_weight_ue8m0_inplace, then deepgemm_post_process_weight_scale_block's transform,
-    whose DeepGEMM step deep_gemm_sm100_transform stands in for, and replace_parameter)."""
+    """What vLLM does after loading to each FP8 layer DeepGEMM runs on an SM100 GPU with E8M0
+    scales, by vLLM's own code with only DeepGEMM's CUDA transform stood in for
+    (deep_gemm_sm100_transform): a linear layer's DeepGEMM kernel's process_weights_after_loading
+    (scaled_mm/deep_gemm.py: requant_weight_ue8m0_inplace, the transform, replace_parameter), and
+    an expert layer's Fp8MoEMethod.process_weights_after_loading under the DEEPGEMM backend
+    (quantization/fp8.py: oracle/fp8.py convert_to_fp8_moe_kernel_format's
+    prepare_fp8_moe_layer_for_deepgemm, then replace_parameter), without building the CUDA
+    expert kernel after it (_init_moe_kernel)."""
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
     from vllm.model_executor.layers.quantization.utils import fp8_utils
     with mock.patch.object(fp8_utils, "transform_sf_into_required_layout",
-                           deep_gemm_sm100_transform):
+                           deep_gemm_sm100_transform), \
+            mock.patch.object(fp8_utils, "is_deep_gemm_e8m0_used", lambda: True):
         for module in model.modules():
-            kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+            method = getattr(module, "quant_method", None)
+            kernel = getattr(method, "fp8_linear", None)
             if type(kernel).__name__ == "DeepGemmFp8BlockScaledMMKernel":
                 kernel.process_weights_after_loading(module)
+            elif getattr(method, "fp8_backend", None) is Fp8MoeBackend.DEEPGEMM:
+                with mock.patch.object(method, "_init_moe_kernel", lambda layer: None):
+                    method.process_weights_after_loading(module)
 
 
 def instantiate(config, moe_kernel: str | None = "TRITON", fp8_kernel: str = FP8_KERNEL):

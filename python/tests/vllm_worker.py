@@ -32,7 +32,9 @@ scales on Hopper: the expected model then requantizes to power-of-two scales as 
 process_weights_after_loading does (requant_weight_ue8m0_inplace). `llama_fp8_ue8m0_packed` is
 the same on Blackwell (SM100), where that step also packs the scales into DeepGEMM's int32 UE8M0
 codes (vllm_harness.deep_gemm_sm100): the worker's layers are so processed before the engine
-plans, and the platform reports the SM100 family to ferry.vllm. `llama_fp8_online` serves
+plans, and the platform reports the SM100 family to ferry.vllm. `qwen3_moe_fp8_ue8m0_packed` is
+`qwen3_moe_fp8` so served: DeepGEMM runs its linear layers and, as its MoE backend, its experts,
+whose scales vLLM's prepare_fp8_moe_layer_for_deepgemm packs one matrix an expert. `llama_fp8_online` serves
 the bf16 checkpoint with --quantization fp8_per_block: vLLM quantizes each rank's partition as it
 loads (quantization/online/fp8.py), and the expected model is vLLM's load of the bf16 checkpoint
 itself. `qwen3_moe_fp8` is
@@ -67,7 +69,8 @@ weight loaders and requires every parameter of the refitted model to equal it by
     python vllm_worker.py RANK STORE_PORT DIR [llama|qwen3_moe|qwen3_moe_eplb|deepseek_v3|
                                                nemotron_h|llama_fp8|llama_fp8_ue8m0|
                                                llama_fp8_ue8m0_packed|llama_fp8_online|
-                                               qwen3_moe_fp8|qwen3_moe_fp8_online|deepseek_v3_fp8|
+                                               qwen3_moe_fp8|qwen3_moe_fp8_online|
+                                               qwen3_moe_fp8_ue8m0_packed|deepseek_v3_fp8|
                                                deepseek_v3_mtp|deepseek_v3_fp8_mtp|
                                                deepseek_v3_mtp_eplb]
 """
@@ -90,6 +93,7 @@ import vllm.distributed.parallel_state as parallel_state
 from vllm.config.parallel import ParallelConfig
 from vllm.config.weight_transfer import WeightTransferConfig
 from vllm.platforms import current_platform
+import vllm.utils.deep_gemm as vllm_deep_gemm
 from vllm.distributed.weight_transfer import (ParamMeta, Shard, WeightSource,
                                               WeightTransferEngineFactory,
                                               WeightTransferTrainerFactory)
@@ -108,7 +112,7 @@ MODEL, DIR = "llama", ""  # a HARNESS_MODELS name instead; the test's directory:
 # What the trainer and the workers refit of each vLLM model class (vllm_harness builds them).
 HARNESS_MODELS = ("qwen3_moe", "qwen3_moe_eplb", "deepseek_v3", "nemotron_h", "llama_fp8",
                   "llama_fp8_ue8m0", "llama_fp8_ue8m0_packed", "llama_fp8_online", "qwen3_moe_fp8",
-                  "qwen3_moe_fp8_online",
+                  "qwen3_moe_fp8_online", "qwen3_moe_fp8_ue8m0_packed",
                   "deepseek_v3_fp8", "deepseek_v3_mtp", "deepseek_v3_fp8_mtp",
                   "deepseek_v3_mtp_eplb")
 LLAMA_FP8_MODES = ("llama_fp8", "llama_fp8_ue8m0", "llama_fp8_ue8m0_packed",
@@ -143,7 +147,7 @@ CONFIGS = {"deepseek_v3": DEEPSEEK_V3,
            "deepseek_v3_mtp_eplb": dict(DEEPSEEK_V3, num_nextn_predict_layers=1),
            "nemotron_h": NEMOTRON_H, "llama_fp8": LLAMA_FP8,
            "llama_fp8_ue8m0": LLAMA_FP8, "llama_fp8_ue8m0_packed": LLAMA_FP8,
-           "qwen3_moe_fp8": QWEN3_MOE_FP8,
+           "qwen3_moe_fp8": QWEN3_MOE_FP8, "qwen3_moe_fp8_ue8m0_packed": QWEN3_MOE_FP8,
            "deepseek_v3_fp8": DEEPSEEK_V3_FP8,
            "deepseek_v3_fp8_mtp": dict(DEEPSEEK_V3_FP8, num_nextn_predict_layers=1)}
 # The _online modes serve the same models' bf16 checkpoints (vLLM quantizes them as it loads).
@@ -429,15 +433,14 @@ def worker_model(directory: str, tp_rank: int, tp: int, dp_rank: int, dp: int):
     if MODEL in QWEN3_MOE_MODES:
         return vllm_harness.build_qwen3_moe(directory, tp, tp_rank, dp, dp_rank, ep=True,
                                             redundant=REDUNDANT if eplb() else 0)
-    if MODEL.startswith("llama_fp8_ue8m0"):
-        model, config = vllm_harness.build(model_dir(), tp, tp_rank, dp, dp_rank,
-                                           fp8_kernel="DeepGemmE8M0")
-    elif MODEL in CONFIGS:
+    if MODEL in CONFIGS:
+        deep_gemm = "_ue8m0" in MODEL  # DeepGEMM with E8M0 scales, its linear and MoE kernels
         model, config = vllm_harness.build(
             model_dir(), tp, tp_rank, dp, dp_rank, ep=MODEL not in LLAMA_FP8_MODES,  # MoE's
             quantization=ONLINE if MODEL.endswith("_online") else None,
-            redundant=REDUNDANT if eplb() else 0)
-    if MODEL in CONFIGS:
+            redundant=REDUNDANT if eplb() else 0,
+            moe_kernel="DEEPGEMM" if deep_gemm else "TRITON",
+            fp8_kernel="DeepGemmE8M0" if deep_gemm else vllm_harness.FP8_KERNEL)
         vllm_harness.process_kv_scales(model)  # as vLLM's loader leaves a quantized model
         return model, config
     parallel = ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp,
@@ -482,7 +485,7 @@ def expected_models(where: tuple, step: int):
     vllm_harness.process_mla(expected)
     if MODEL == "llama_fp8_ue8m0":
         vllm_harness.requantize_ue8m0(expected)
-    if MODEL == "llama_fp8_ue8m0_packed":
+    if MODEL.endswith("_ue8m0_packed"):
         vllm_harness.deep_gemm_sm100(expected)
     if not drafting():
         return expected, None
@@ -514,9 +517,10 @@ def worker(args, tp: int, dp: int) -> None:
     if MODEL.endswith("_online"):  # its quantized weights exist once vLLM loaded a checkpoint
         vllm_harness.load_with_vllm(model, vllm_config, checkpoint(-1))
     vllm_harness.process_mla(model)  # as vLLM's loader leaves a served model
-    if MODEL == "llama_fp8_ue8m0_packed":  # an SM100 engine: DeepGEMM's step, then the family
+    if MODEL.endswith("_ue8m0_packed"):  # an SM100 engine: DeepGEMM's step, then the family
         vllm_harness.deep_gemm_sm100(model)
         current_platform.is_device_capability_family = lambda family, device_id=0: family == 100
+        vllm_deep_gemm.is_deep_gemm_e8m0_used = lambda: True
     drafter, draft_config = drafter_beside(model, vllm_config) if drafting() else (None, None)
     models = [(model, vllm_config)] + ([(drafter, draft_config)] if drafter else [])
     eplb_state = vllm_harness.start_eplb(models) if eplb() else None
