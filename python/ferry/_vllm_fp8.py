@@ -122,7 +122,8 @@ def _expert_scale_format(name: str, method: Any) -> str:
         return _deep_gemm_scales(name, is_deep_gemm_e8m0_used())
     raise ValueError(f"vLLM layer {name}: the {method.fp8_backend.value} FP8 MoE kernel "
                      "rearranges the expert weights after loading, which an in-place refit "
-                     "would not; serve with --moe-backend triton")
+                     "would not; serve with --moe-backend triton, or deep_gemm (DeepGEMM's "
+                     "scales, on Hopper and Blackwell alike)")
 
 
 def is_fp8_block_method(method: Any) -> bool:

@@ -728,7 +728,8 @@ def test_fp8_experts_are_block_scaled_stacks_of_their_matrices():
     assert Layout.from_shards(shards).stored_dtypes["mlp.experts.0.gate_proj.weight"] == \
         "fp8_e4m3"
     with pytest.raises(ValueError, match="the FLASHINFER_TRTLLM FP8 MoE kernel rearranges the "
-                                         "expert weights .* serve with --moe-backend triton"):
+                                         "expert weights .* serve with --moe-backend triton, or "
+                                         "deep_gemm"):
         engine_shards(fp8_experts_model(Fp8MoEMethod("FLASHINFER_TRTLLM")), FP8_EXPERTS_SENT, 0)
     with pytest.raises(ValueError, match=r"FP8 expert blocks \[64, 128\] \(refined for the TP"):
         engine_shards(fp8_experts_model(Fp8MoEMethod("TRITON", (64, 128), (2, 1))),
