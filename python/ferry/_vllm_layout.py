@@ -516,8 +516,8 @@ def engine_shards(model: Any, source: Mapping[str, Any], rank: int, skip: Collec
     `rank`, against the checkpoint tensors the trainer sends (`source`: name -> object with
     `shape` and `dtype`), with a BlockScaled for each FP8 block-quantized layer, and the
     parameter storage behind each buffer (`param.data`; DeepGEMM's packed scales' whole storage,
-    flat). Parameters whose id is in `skip` are
-    left out (a drafter's parameters that are its target's). `packed` names the checkpoint
+    flat). Parameters whose id is in `skip` are left out (a drafter's parameters that are its
+    target's). `packed` names the checkpoint
     tensors of each fused module when the model has no packed_modules_mapping (a drafter
     fuses as its target: deepseek_mtp.py's stacked_params_mapping, gate_up_proj and
     fused_qkv_a_proj, is DeepseekV2ForCausalLM's packed_modules_mapping)."""
