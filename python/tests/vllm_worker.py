@@ -35,14 +35,15 @@ codes (vllm_harness.deep_gemm_sm100): the worker's layers are so processed befor
 plans, and the platform reports the SM100 family to ferry.vllm. `qwen3_moe_fp8_ue8m0_packed` is
 `qwen3_moe_fp8` so served: DeepGEMM runs its linear layers and, as its MoE backend, its experts,
 whose scales vLLM's prepare_fp8_moe_layer_for_deepgemm packs one matrix an expert.
-`llama_fp8_online` serves the bf16 checkpoint with --quantization fp8_per_block: vLLM quantizes
-each rank's partition as it loads (quantization/online/fp8.py), and the expected model is vLLM's
-load of the bf16 checkpoint itself. `qwen3_moe_fp8` is vLLM's own Qwen3MoeForCausalLM of such a checkpoint under expert parallelism: attention, router
-and experts FP8 (w13/w2 with one scale per 128x128 block of each expert's matrices), Triton's
-FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same served from its bf16 checkpoint
-with --quantization fp8_per_block. `deepseek_v3_fp8` is vLLM's own DeepseekV3ForCausalLM of an
-FP8 checkpoint: MLA's W_UV and W_UK_T are then bf16 copies dequantized from the FP8 kv_b_proj,
-which the worker derives again after each update (ferry.vllm.derive_mla_copies).
+`llama_fp8_online` serves the bf16 checkpoint with --quantization fp8_per_block: vLLM quantizes each
+rank's partition as it loads (quantization/online/fp8.py), and the expected model is vLLM's load of
+the bf16 checkpoint itself. `qwen3_moe_fp8` is vLLM's own Qwen3MoeForCausalLM of such a checkpoint
+under expert parallelism: attention, router and experts FP8 (w13/w2 with one scale per 128x128 block
+of each expert's matrices), Triton's FP8 expert kernel recorded; `qwen3_moe_fp8_online` the same
+served from its bf16 checkpoint with --quantization fp8_per_block. `deepseek_v3_fp8` is vLLM's own
+DeepseekV3ForCausalLM of an FP8 checkpoint: MLA's W_UV and W_UK_T are then bf16 copies dequantized
+from the FP8 kv_b_proj, which the worker derives again after each update
+(ferry.vllm.derive_mla_copies).
 `deepseek_v3_mtp` and `deepseek_v3_fp8_mtp` serve those two with speculative decoding by vLLM's
 MTP drafter (DeepSeekMTP, built from the checkpoint's MTP layer beside the target, sharing its
 embedding and LM head): each step the trainer sends the model's update, then the drafter's in a
