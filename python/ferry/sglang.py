@@ -412,7 +412,9 @@ def check_as_loaded(name: str, param: torch.Tensor, destination: str) -> None:
     if getattr(param, "format_ue8m0", False):
         raise ValueError(f"SGLang parameter {name}: SGLang requantized these block scales to "
                          "UE8M0 for DeepGEMM after loading (SM100/SM120 GPUs), which ferry's "
-                         "SGLang layouts do not model: they hold the float32 scales as loaded")
+                         "SGLang layouts do not model: they hold the float32 scales as loaded; "
+                         "serve with SGLANG_ENABLE_JIT_DEEPGEMM=0, which keeps them so "
+                         "(layers/deep_gemm_wrapper/configurer.py)")
     if getattr(param, "is_shuffled", False):
         raise ValueError(f"SGLang parameter {name}: a kernel preshuffled these weights after "
                          "loading, which ferry's SGLang layouts do not model")
