@@ -142,16 +142,24 @@ def build(model_dir: str, tp: int, tp_rank: int, dp: int = 1, dp_rank: int = 0,
 
 def _fp8_kernel_factory(kernel: str):
     """A stand-in for vLLM's init_fp8_linear_kernel that makes the FP8 block-scaled kernel
-    `kernel` names ("DeepGemmE8M0": DeepGEMM with E8M0 scales) for every layer."""
+    `kernel` names ("DeepGemmE8M0": DeepGEMM with E8M0 scales) for every layer, but DeepGEMM
+    only where it can run the layer (scaled_mm/deep_gemm.py can_implement:
+    vllm/utils/deep_gemm.py should_use_deepgemm_for_fp8_linear, bf16 output, rows % 64 == 0,
+    columns % 128 == 0); elsewhere vLLM picks a kernel that keeps the float32 scales as loaded,
+    as FP8_KERNEL does."""
     from vllm.model_executor.kernels import linear as kernels
     from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
         FP8ScaledMMLinearLayerConfig)
+    from vllm.utils.deep_gemm import should_use_deepgemm_for_fp8_linear
 
     def make(activation_quant_key, weight_quant_key, input_dtype, out_dtype, weight_shape,
              **_):
         config = FP8ScaledMMLinearLayerConfig(
             weight_quant_key=weight_quant_key, activation_quant_key=activation_quant_key,
             input_dtype=input_dtype, out_dtype=out_dtype, weight_shape=weight_shape)
+        if kernel == "DeepGemmE8M0" and not should_use_deepgemm_for_fp8_linear(
+                out_dtype, weight_shape, supports_deep_gemm=True):
+            return getattr(kernels, FP8_KERNEL)(config)
         if kernel != "DeepGemmE8M0":
             return getattr(kernels, kernel)(config)
         made = kernels.DeepGemmFp8BlockScaledMMKernel(config)
@@ -174,13 +182,14 @@ def process_kv_scales(model) -> None:
 
 
 def requantize_ue8m0(model) -> None:
-    """What DeepGEMM's kernel does to each FP8 layer after loading with E8M0 scales
+    """What DeepGEMM's kernel does to each FP8 linear layer it runs after loading with E8M0 scales
     (scaled_mm/deep_gemm.py process_weights_after_loading: fp8_utils.py
     requant_weight_ue8m0_inplace; on Hopper the scales then stay as they are)."""
     from vllm.model_executor.layers.quantization.utils.fp8_utils import (
         requant_weight_ue8m0_inplace)
     for module in model.modules():
-        if hasattr(module, "weight_scale_inv"):
+        kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+        if type(kernel).__name__ == "DeepGemmFp8BlockScaledMMKernel":
             requant_weight_ue8m0_inplace(module.weight.data, module.weight_scale_inv.data,
                                          module.weight_block_size)
 
