@@ -9,6 +9,7 @@ import os
 import pytest
 
 import ferry
+from deep_gemm_layout import deep_gemm_sm100_transform
 from procs import assert_all_ok, run_ranks
 from test_register import DlpackOnly, layouts, one_rank_session, session  # noqa: F401
 
@@ -97,9 +98,8 @@ def vllm_sm100_reference(w: "torch.Tensor") -> tuple:
     on SM100, computed in torch on the CPU: the checkpoint quantized as vllm/utils/deep_gemm.py
     per_block_cast_to_fp8 quantizes it, requantized by fp8_utils.py requant_weight_ue8m0_inplace
     (dequantized in fp32, scale_inv 2^ceil(log2(max(amax, 1e-4) / 448)) a 128x128 block), the
-    scales packed by DeepGEMM's get_mn_major_tma_aligned_packed_ue8m0_tensor (each scale's
-    biased exponent, four block columns a word, byte j block column 4p + j, one row of words per
-    weight row). Returns (e4m3 values [rows, cols], int64 words [P, rows])."""
+    scales packed as DeepGEMM packs them on SM100 (deep_gemm_layout.deep_gemm_sm100_transform).
+    Returns (e4m3 values [rows, cols], int32 words [rows, P] with strides [1, N4])."""
     rows, cols = w.shape
     block_rows, block_cols = (rows + 127) // 128, (cols + 127) // 128
     x = torch.zeros(block_rows * 128, block_cols * 128)
@@ -110,11 +110,8 @@ def vllm_sm100_reference(w: "torch.Tensor") -> tuple:
     amax = dequantized.abs().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
     scale = torch.pow(2.0, torch.ceil(torch.log2(amax / 448.0)))
     values = (dequantized * (1.0 / scale)).to(torch.float8_e4m3fn).view(x.shape)[:rows, :cols]
-    codes = ((scale.view(block_rows, block_cols).view(torch.int32) >> 23) & 0xff).long()
-    padded = torch.zeros(block_rows, (block_cols + 3) // 4 * 4, dtype=torch.long)
-    padded[:, :block_cols] = codes
-    words = (padded.view(block_rows, -1, 4) << torch.tensor([0, 8, 16, 24])).sum(-1)
-    return values, words.repeat_interleave(128, dim=0)[:rows].t()
+    return values, deep_gemm_sm100_transform(scale.view(block_rows, block_cols), rows, cols,
+                                             (1, 128, 128), 1)
 
 
 def test_a_cuda_fp8_layer_receives_deep_gemms_packed_codes_as_vllm_keeps_them_on_sm100(session):
@@ -145,9 +142,9 @@ def test_a_cuda_fp8_layer_receives_deep_gemms_packed_codes_as_vllm_keeps_them_on
     refit.register("proj.weight_scale_inv", scales)
     refit.run()
     values, words = vllm_sm100_reference(w)
-    got = storage.cpu().long().view(2, 260) & 0xffffffff
+    got = storage.cpu().view(2, 260)
     assert torch.equal(layer.weight.cpu().view(torch.uint8), values.view(torch.uint8))
-    assert torch.equal(got[:, :rows], words) and not got[:, rows:].any()
+    assert torch.equal(got[:, :rows], words.t()) and not got[:, rows:].any()
 
 
 def test_cupy_and_dlpack_arrays_register_zero_copy(session):

@@ -626,11 +626,11 @@ def test_an_fp8_layers_scale_format_is_what_its_kernel_leaves(monkeypatch):
 
 
 def test_the_harness_packs_scales_as_deep_gemm_on_sm100():
-    """vllm_harness.deep_gemm_sm100_transform, which test_vllm.py's Blackwell case runs where
-    DeepGEMM's CUDA extension would, against words worked by hand from DeepGEMM's packing
+    """deep_gemm_layout.deep_gemm_sm100_transform, which test_vllm.py's Blackwell cases run
+    where DeepGEMM's CUDA extension would, against words worked by hand from DeepGEMM's packing
     (csrc/jit_kernels/impls/smxx_layout.hpp): one [6, 640] matrix's five block columns, scales
     2^-8, 2^-7, 1, 2 and 2^-127 (subnormal: exponent field 0), N4 = 8 and P = 2."""
-    from vllm_harness import deep_gemm_sm100_transform
+    from deep_gemm_layout import deep_gemm_sm100_transform
     sf = torch.tensor([[2.0**-8, 2.0**-7, 1.0, 2.0, 2.0**-127]])
     packed = deep_gemm_sm100_transform(sf, 6, 640, (1, 128, 128), 1)
     assert tuple(packed.shape) == (6, 2) and packed.stride() == (1, 8)

@@ -24,6 +24,8 @@ from unittest import mock
 
 import torch
 
+from deep_gemm_layout import deep_gemm_sm100_transform
+
 # vLLM picks its platform at import; on a machine without a GPU its attention layers then find
 # no backend unless it is told it runs on the CPU.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -181,6 +183,12 @@ def process_kv_scales(model) -> None:
             method.process_weights_after_loading(module)
 
 
+def _deep_gemm_linear(module) -> bool:
+    """Whether `module` is an FP8 linear layer that DeepGEMM's kernel runs."""
+    kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+    return type(kernel).__name__ == "DeepGemmFp8BlockScaledMMKernel"
+
+
 def requantize_ue8m0(model) -> None:
     """What DeepGEMM's kernel does to each FP8 linear layer it runs after loading with E8M0 scales
     (scaled_mm/deep_gemm.py process_weights_after_loading: fp8_utils.py
@@ -188,34 +196,9 @@ def requantize_ue8m0(model) -> None:
     from vllm.model_executor.layers.quantization.utils.fp8_utils import (
         requant_weight_ue8m0_inplace)
     for module in model.modules():
-        kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
-        if type(kernel).__name__ == "DeepGemmFp8BlockScaledMMKernel":
+        if _deep_gemm_linear(module):
             requant_weight_ue8m0_inplace(module.weight.data, module.weight_scale_inv.data,
                                          module.weight_block_size)
-
-
-def deep_gemm_sm100_transform(sf, mn: int, k: int, recipe: tuple, num_groups: int,
-                              is_sfa: bool = False):
-    """DeepGEMM's transform_sf_into_required_layout on an SM100 GPU with E8M0 scales, for fp32
-    scales (its CUDA extension needs a GPU; written here from deepseek-ai/DeepGEMM
-    csrc/apis/layout.hpp and csrc/jit_kernels/impls/smxx_layout.hpp,
-    get_mn_major_tma_aligned_packed_ue8m0_tensor_torch): each row of `sf` [G, ceil(mn/gran_mn),
-    sf_k] repeated for the gran_mn rows it scales, each scale's biased exponent taken as a
-    UE8M0 byte, four k-blocks packed into an int32 (k padded to 4 with 0), stored MN-major
-    ([G, mn, P] with strides [P * N4, 1, N4], N4 = mn rounded up to 4), one matrix squeezed."""
-    gran_mn = 1 if len(recipe) == 2 else recipe[0 if is_sfa else 1]
-    rows = torch.arange(mn) // gran_mn
-    batched = (sf if sf.dim() == 3 else sf.unsqueeze(0)).index_select(-2, rows)
-    codes = (batched.contiguous().view(torch.int32) >> 23).to(torch.uint8)
-    groups, _, sf_k = batched.shape
-    stride, padded_k = (mn + 3) // 4 * 4, (sf_k + 3) // 4 * 4
-    padded = torch.zeros(groups, stride, padded_k, dtype=torch.uint8)
-    padded[:, :mn, :sf_k] = codes
-    words = padded.view(-1).view(torch.int32).view(groups, stride, padded_k // 4)
-    out = torch.empty_strided((groups, stride, padded_k // 4),
-                              (stride * (padded_k // 4), 1, stride), dtype=torch.int32)
-    out = out.copy_(words)[:, :mn]
-    return out if sf.dim() == 3 else out.squeeze(0)
 
 
 def deep_gemm_sm100(model) -> None:
@@ -234,9 +217,8 @@ def deep_gemm_sm100(model) -> None:
             mock.patch.object(fp8_utils, "is_deep_gemm_e8m0_used", lambda: True):
         for module in model.modules():
             method = getattr(module, "quant_method", None)
-            kernel = getattr(method, "fp8_linear", None)
-            if type(kernel).__name__ == "DeepGemmFp8BlockScaledMMKernel":
-                kernel.process_weights_after_loading(module)
+            if _deep_gemm_linear(module):
+                method.fp8_linear.process_weights_after_loading(module)
             elif getattr(method, "fp8_backend", None) is Fp8MoeBackend.DEEPGEMM:
                 with mock.patch.object(method, "_init_moe_kernel", lambda layer: None):
                     method.process_weights_after_loading(module)
